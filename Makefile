@@ -1,0 +1,38 @@
+# STAGE: the two commands that matter are `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint validate bench golden clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (STAGE needs Python >= 3.11; set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: install
+	$(BIN)/stage demo
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check stage_core stage_explore tests benchmarks
+	$(BIN)/mypy
+
+validate: install
+	$(BIN)/python -m pytest -m slow -q
+
+bench: install
+	$(BIN)/python benchmarks/run_all.py
+
+golden: install
+	$(BIN)/python -m tests.regenerate_golden
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
