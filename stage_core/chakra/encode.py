@@ -1,0 +1,539 @@
+"""Fast pure-Python encoder of :class:`~stage_core.trace.TraceNode` into Chakra ``Node`` bytes.
+
+Holds:
+
+- :class:`UnitScale` and :func:`unit_scale`: the ``units`` option ("bytes": bytes and FLOPs;
+  "stage": element counts and multiply-accumulates);
+- :func:`attribute_plan`: the ordered Chakra attributes of a node, the single description of
+  the TraceNode → Chakra mapping (also used by the JSON writer);
+- :class:`ChakraEncoder`: encodes single nodes (:meth:`ChakraEncoder.encode_node`) and compiles
+  whole rank programs into :class:`RankTemplate` objects;
+- :class:`RankTemplate`: a rank program pre-encoded once, which then emits the file of every
+  rank that runs the same program with only the differing fields re-encoded.
+
+Bytes produced are identical to ``SerializeToString`` of the message classes in
+:mod:`stage_core.chakra.schema` (fields in number order, proto3 defaults omitted, packed deps,
+oneof values always present), each message preceded by its length as a varint.
+
+Mapping. Every node gets ``is_cpu_op`` = false first. COMP_NODE: ``num_ops`` (FLOPs),
+``tensor_size`` (bytes). COMM_COLL_NODE: ``comm_type``, ``comm_size``, ``pg_name`` (absent for
+all ranks), ``involved_dim`` (only when given). COMM_SEND_NODE: ``comm_src`` (own rank),
+``comm_dst`` (peer), ``comm_size``, ``comm_tag``. COMM_RECV_NODE: ``comm_src`` (peer),
+``comm_dst`` (own rank), ``comm_size``, ``comm_tag``. Then ``inputs``/``outputs`` when the node
+has them, as ``string_list`` attributes of alternating tensor name and size — the form
+ASTRA-sim's memory tracker reads (the ``Node.inputs``/``outputs`` IOInfo fields stay empty).
+Integers are ``int64_val``.
+
+Template API. ``template = encoder.compile(program, rank)`` encodes ``program`` as run by
+``rank`` and records its *slots*: ``template.groups`` (the distinct communicator groups of its
+collectives, in order of first use) and ``template.peers`` (the distinct send/recv peers, in
+order of first use). ``template.emit_file(member_rank, pg_names, peers)`` returns the complete
+file (GlobalMetadata first) of a rank running the same program, where ``pg_names[i]`` is that
+rank's group id in place of ``template.groups[i]`` (``None``: all ranks) and ``peers[j]`` its
+peer in place of ``template.peers[j]``. Everything else — ids, names, deps, sizes, tags — is
+shared, pre-encoded bytes; only the length prefixes of the nodes holding a slot and the slot
+attributes themselves (cached by value) are assembled per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from stage_core.chakra.wire import (
+    INT64_MAX,
+    SMALL_VARINTS,
+    UINT64_LIMIT,
+    encode_int64,
+    encode_length_delimited,
+    encode_varint,
+)
+from stage_core.errors import ConfigError
+from stage_core.trace import CHAKRA_COMM_TYPE, NodeKind, TraceNode
+
+#: ``GlobalMetadata.version`` written in every file.
+CHAKRA_VERSION = "0.0.4"
+
+Units = Literal["bytes", "stage"]
+
+# Wire tags (field number << 3 | wire type) of the fields written.
+_ATTR_NAME = b"\x0a"
+_INT64_VAL = b"\x48"
+_BOOL_VAL = b"\xd8\x01"
+_BOOL_LIST = b"\xe2\x01"
+_STRING_VAL = b"\xea\x01"
+_STRING_LIST = b"\xf2\x01"
+_NODE_ID = b"\x08"
+_NODE_NAME = b"\x12"
+_NODE_TYPE = b"\x18"
+_NODE_CTRL_DEPS = b"\x22"
+_NODE_DATA_DEPS = b"\x2a"
+_NODE_ATTR = b"\x52"
+
+# Markers of the per-rank values in an attribute plan.
+OWN_RANK: Literal["own_rank"] = "own_rank"
+PEER: Literal["peer"] = "peer"
+GROUP: Literal["group"] = "group"
+
+
+@dataclass(frozen=True, slots=True)
+class UnitScale:
+    """Divisors applied to sizes (``bytes_per_element``) and to FLOPs (``flops_per_op``)."""
+
+    units: Units = "bytes"
+    bytes_per_element: int = 1
+    flops_per_op: int = 1
+
+    def size(self, size_bytes: int, what: str) -> int:
+        """A byte size in output units; a size that is not whole elements is an error."""
+        count, remainder = divmod(size_bytes, self.bytes_per_element)
+        if remainder:
+            raise ConfigError(
+                f"{what} of {size_bytes} bytes is not a whole number of "
+                f"{self.bytes_per_element}-byte elements"
+            )
+        return count
+
+    def ops(self, flops: int) -> int:
+        """FLOPs in output units (multiply-accumulates round down for odd FLOP counts)."""
+        return flops // self.flops_per_op
+
+
+def unit_scale(units: str = "bytes", bytes_per_element: int | None = None) -> UnitScale:
+    """Validate the ``units`` option: "bytes" (default) or "stage" with ``bytes_per_element``."""
+    if units == "bytes":
+        if bytes_per_element is not None:
+            raise ConfigError(
+                f"`bytes_per_element` only applies to units='stage', but got {bytes_per_element=}"
+            )
+        return UnitScale()
+    if units == "stage":
+        if isinstance(bytes_per_element, bool) or not isinstance(bytes_per_element, int) or (
+            bytes_per_element < 1
+        ):
+            raise ConfigError(
+                f"units='stage' needs an integer `bytes_per_element` >= 1, but got {bytes_per_element!r}"
+            )
+        return UnitScale("stage", bytes_per_element, 2)
+    raise ConfigError(f"`units` must be 'bytes' or 'stage', but got {units!r}")
+
+
+#: One attribute of a plan: (name, kind, value). Kinds: "bool", "int64", "string_list", or a
+#: marker — OWN_RANK / PEER (value: the attribute name's integer, resolved per rank) and GROUP
+#: (pg_name and involved_dim, resolved per rank).
+PlannedAttribute = tuple[str, str, object]
+
+
+def _describe(node: TraceNode) -> str:
+    return f"node {node.id} {node.name!r}"
+
+
+def _check_uint64(value: int, what: str) -> None:
+    if value < 0 or value >= UINT64_LIMIT:
+        raise ConfigError(f"{what} must be in [0, 2**64), but got {value}")
+
+
+def _check_size(value: int, what: str) -> None:
+    if value < 0 or value > INT64_MAX:
+        raise ConfigError(f"{what} must be in [0, 2**63), but got {value}")
+
+
+def _io_list(pairs: tuple[tuple[str, int], ...], scale: UnitScale, what: str) -> list[str]:
+    values: list[str] = []
+    for tensor_name, size_bytes in pairs:
+        _check_size(size_bytes, f"{what} tensor {tensor_name!r}")
+        values.append(tensor_name)
+        values.append(str(scale.size(size_bytes, f"{what} tensor {tensor_name!r}")))
+    return values
+
+
+def attribute_plan(node: TraceNode, scale: UnitScale = UnitScale()) -> tuple[PlannedAttribute, ...]:
+    """The Chakra attributes of ``node`` in emission order, with per-rank values as markers.
+
+    Validates the node (kind, ids, sizes, peers, tags) and raises :class:`ConfigError` naming it.
+    """
+    what = _describe(node)
+    _check_uint64(node.id, f"{what}: id")
+    for dep in node.data_deps + node.ctrl_deps:
+        _check_uint64(dep, f"{what}: dependency")
+    plan: list[PlannedAttribute] = [("is_cpu_op", "bool", False)]
+    kind = node.kind
+    if kind is NodeKind.COMP:
+        _check_size(node.flops, f"{what}: flops")
+        _check_size(node.tensor_bytes, f"{what}: tensor_bytes")
+        plan.append(("num_ops", "int64", scale.ops(node.flops)))
+        plan.append(("tensor_size", "int64", scale.size(node.tensor_bytes, f"{what}: tensor_bytes")))
+    elif kind is NodeKind.COLL:
+        if node.collective is None:
+            raise ConfigError(f"{what} is a collective but has no `collective` kind")
+        _check_size(node.comm_bytes, f"{what}: comm_bytes")
+        plan.append(("comm_type", "int64", CHAKRA_COMM_TYPE[node.collective]))
+        plan.append(("comm_size", "int64", scale.size(node.comm_bytes, f"{what}: comm_bytes")))
+        plan.append(("pg_name", GROUP, node.group))
+    elif kind is NodeKind.SEND or kind is NodeKind.RECV:
+        _check_size(node.comm_bytes, f"{what}: comm_bytes")
+        if node.peer < 0 or node.peer > INT64_MAX:
+            raise ConfigError(f"{what} is a send/recv and needs a peer rank >= 0, but got {node.peer}")
+        if node.tag < 0 or node.tag > INT64_MAX:
+            raise ConfigError(f"{what} is a send/recv and needs a tag >= 0, but got {node.tag}")
+        if kind is NodeKind.SEND:
+            plan.append(("comm_src", OWN_RANK, None))
+            plan.append(("comm_dst", PEER, node.peer))
+        else:
+            plan.append(("comm_src", PEER, node.peer))
+            plan.append(("comm_dst", OWN_RANK, None))
+        plan.append(("comm_size", "int64", scale.size(node.comm_bytes, f"{what}: comm_bytes")))
+        plan.append(("comm_tag", "int64", node.tag))
+    else:
+        raise ConfigError(f"{what} has kind {kind!r}, which STAGE does not emit")
+    if node.inputs:
+        plan.append(("inputs", "string_list", _io_list(node.inputs, scale, f"{what}: input")))
+    if node.outputs:
+        plan.append(("outputs", "string_list", _io_list(node.outputs, scale, f"{what}: output")))
+    return tuple(plan)
+
+
+def _attr_message(name: str, tag: bytes, value: bytes) -> bytes:
+    encoded_name = name.encode()
+    body = _ATTR_NAME + encode_varint(len(encoded_name)) + encoded_name + tag + value
+    return _NODE_ATTR + encode_varint(len(body)) + body
+
+
+def _string(value: str, what: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ConfigError(f"{what} is not encodable as UTF-8: {value!r}") from error
+
+
+def _packed(values: tuple[int, ...]) -> bytes:
+    return b"".join([encode_varint(value) for value in values])
+
+
+# A node's body as pieces: static bytes, or a (marker, attribute name, value) hole.
+_Hole = tuple[str, str, object]
+_Piece = bytes | _Hole
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Which per-rank attribute fills a hole: OWN_RANK / PEER (slot index) / GROUP (index)."""
+
+    marker: str
+    attribute: str
+    index: int
+
+
+class ChakraEncoder:
+    """Encodes trace nodes to length-delimited Chakra messages, caching repeated fragments.
+
+    An encoder holds caches (attribute bytes by value, node bytes by node); use one encoder per
+    trace set. It is not thread-safe.
+    """
+
+    def __init__(self, scale: UnitScale = UnitScale(), *, node_cache_limit: int = 1 << 18) -> None:
+        self.scale = scale
+        self._int_attributes: dict[tuple[str, int], bytes] = {}
+        self._group_attributes: dict[tuple[str | None, tuple[bool, ...] | None], bytes] = {}
+        self._nodes: dict[tuple[TraceNode, object], bytes] = {}
+        self._node_cache_limit = node_cache_limit
+
+    # -- fragments -------------------------------------------------------------------------
+
+    def metadata(self) -> bytes:
+        """The length-delimited ``GlobalMetadata`` (version :data:`CHAKRA_VERSION`)."""
+        body = encode_length_delimited(b"\x0a", CHAKRA_VERSION.encode())
+        return encode_varint(len(body)) + body
+
+    def int_attribute(self, name: str, value: int) -> bytes:
+        """An encoded ``attr`` field holding ``name`` = ``int64_val`` ``value`` (cached)."""
+        key = (name, value)
+        cached = self._int_attributes.get(key)
+        if cached is None:
+            cached = _attr_message(name, _INT64_VAL, encode_int64(value))
+            self._int_attributes[key] = cached
+        return cached
+
+    def group_attributes(self, pg_name: str | None, involved_dim: tuple[bool, ...] | None) -> bytes:
+        """Encoded ``pg_name`` (absent when ``None``) and ``involved_dim`` attributes (cached)."""
+        key = (pg_name, involved_dim)
+        cached = self._group_attributes.get(key)
+        if cached is None:
+            parts = []
+            if pg_name is not None:
+                encoded = _string(pg_name, "pg_name")
+                parts.append(_attr_message("pg_name", _STRING_VAL, encode_varint(len(encoded)) + encoded))
+            if involved_dim is not None:
+                packed = bytes(1 if flag else 0 for flag in involved_dim)
+                bool_list = encode_length_delimited(b"\x0a", packed) if packed else b""
+                parts.append(_attr_message("involved_dim", _BOOL_LIST, encode_varint(len(bool_list)) + bool_list))
+            cached = b"".join(parts)
+            self._group_attributes[key] = cached
+        return cached
+
+    def _static_attribute(self, name: str, kind: str, value: object) -> bytes:
+        if kind == "int64":
+            assert isinstance(value, int)
+            return self.int_attribute(name, value)
+        if kind == "bool":
+            return _attr_message(name, _BOOL_VAL, b"\x01" if value else b"\x00")
+        assert kind == "string_list" and isinstance(value, list)
+        body = b"".join(
+            encode_length_delimited(b"\x0a", _string(item, f"attribute {name!r}")) for item in value
+        )
+        return _attr_message(name, _STRING_LIST, encode_varint(len(body)) + body)
+
+    def _pieces(self, node: TraceNode) -> list[_Piece]:
+        """The node body as static bytes and holes, adjacent static bytes merged."""
+        head = [_NODE_ID + encode_varint(node.id)] if node.id else []
+        if node.name:
+            name = _string(node.name, f"name of {_describe(node)}")
+            head.append(_NODE_NAME + encode_varint(len(name)) + name)
+        head.append(_NODE_TYPE + encode_varint(int(node.kind)))
+        if node.ctrl_deps:
+            head.append(encode_length_delimited(_NODE_CTRL_DEPS, _packed(node.ctrl_deps)))
+        if node.data_deps:
+            head.append(encode_length_delimited(_NODE_DATA_DEPS, _packed(node.data_deps)))
+        pieces: list[_Piece] = []
+        static = b"".join(head)
+        for name, kind, value in attribute_plan(node, self.scale):
+            if kind in (OWN_RANK, PEER, GROUP):
+                pieces.append(static)
+                pieces.append((kind, name, value))
+                static = b""
+            else:
+                static += self._static_attribute(name, kind, value)
+        pieces.append(static)
+        return [piece for piece in pieces if piece != b""]
+
+    # -- single nodes ----------------------------------------------------------------------
+
+    def encode_node(
+        self,
+        node: TraceNode,
+        rank: int,
+        pg_name: str | None = None,
+        involved_dim: tuple[bool, ...] | None = None,
+    ) -> bytes:
+        """Encode one node of ``rank``'s file, length prefix included.
+
+        ``pg_name`` is the id of the node's group (``None``: all ranks, no attribute);
+        ``involved_dim`` is written when not ``None``. Both only matter for collectives.
+        """
+        kind = node.kind
+        variant: object = None
+        if kind is NodeKind.COLL:
+            variant = (pg_name, involved_dim)
+        elif kind is NodeKind.SEND or kind is NodeKind.RECV:
+            variant = rank
+        key = (node, variant)
+        cached = self._nodes.get(key)
+        if cached is not None:
+            return cached
+        parts: list[bytes] = []
+        for piece in self._pieces(node):
+            if isinstance(piece, bytes):
+                parts.append(piece)
+                continue
+            marker, attribute, value = piece
+            if marker == GROUP:
+                parts.append(self.group_attributes(pg_name, involved_dim))
+            elif marker == OWN_RANK:
+                parts.append(self.int_attribute(attribute, rank))
+            else:
+                assert isinstance(value, int)
+                parts.append(self.int_attribute(attribute, value))
+        body = b"".join(parts)
+        encoded = encode_varint(len(body)) + body
+        if len(self._nodes) >= self._node_cache_limit:
+            self._nodes.clear()
+        self._nodes[key] = encoded
+        return encoded
+
+    # -- templates -------------------------------------------------------------------------
+
+    def compile(self, program: Sequence[TraceNode], rank: int) -> RankTemplate:
+        """Pre-encode ``program`` as run by ``rank`` (see the module docstring)."""
+        groups: dict[tuple[int, ...] | None, int] = {}
+        peers: dict[int, int] = {}
+        slots: list[_Slot] = []
+        slot_index: dict[_Slot, int] = {}
+        parts: list[bytes] = [self.metadata()]
+        length_holes: list[tuple[int, int, tuple[int, ...]]] = []
+        slot_holes: list[tuple[int, int]] = []
+        for node in program:
+            pieces = self._pieces(node)
+            static_length = 0
+            node_slots: list[int] = []
+            resolved: list[bytes | int] = []
+            for piece in pieces:
+                if isinstance(piece, bytes):
+                    static_length += len(piece)
+                    resolved.append(piece)
+                    continue
+                marker, attribute, value = piece
+                if marker == GROUP:
+                    assert value is None or isinstance(value, tuple)
+                    slot = _Slot(GROUP, attribute, groups.setdefault(value, len(groups)))
+                elif marker == PEER:
+                    assert isinstance(value, int)
+                    slot = _Slot(PEER, attribute, peers.setdefault(value, len(peers)))
+                else:
+                    slot = _Slot(OWN_RANK, attribute, 0)
+                if slot not in slot_index:
+                    slot_index[slot] = len(slots)
+                    slots.append(slot)
+                node_slots.append(slot_index[slot])
+                resolved.append(slot_index[slot])
+            if not node_slots:
+                body = b"".join(piece for piece in resolved if isinstance(piece, bytes))
+                parts.append(encode_varint(len(body)) + body)
+                continue
+            length_holes.append((len(parts), static_length, tuple(node_slots)))
+            parts.append(b"")
+            for piece in resolved:
+                if isinstance(piece, bytes):
+                    parts.append(piece)
+                else:
+                    slot_holes.append((len(parts), piece))
+                    parts.append(b"")
+        return RankTemplate(
+            encoder=self,
+            rank=rank,
+            groups=tuple(groups),
+            peers=tuple(peers),
+            slots=tuple(slots),
+            parts=_merge_static(parts, length_holes, slot_holes),
+        )
+
+
+def _merge_static(
+    parts: list[bytes],
+    length_holes: list[tuple[int, int, tuple[int, ...]]],
+    slot_holes: list[tuple[int, int]],
+) -> tuple[list[bytes], list[tuple[int, int, tuple[int, ...]]], list[tuple[int, int]]]:
+    """Join runs of static parts; return the parts and the holes re-indexed."""
+    holes = {index for index, _, _ in length_holes} | {index for index, _ in slot_holes}
+    merged: list[bytes] = []
+    new_index: dict[int, int] = {}
+    run: list[bytes] = []
+    for index, part in enumerate(parts):
+        if index in holes:
+            if run:
+                merged.append(b"".join(run))
+                run = []
+            new_index[index] = len(merged)
+            merged.append(b"")
+        else:
+            run.append(part)
+    if run:
+        merged.append(b"".join(run))
+    return (
+        merged,
+        [(new_index[index], base, refs) for index, base, refs in length_holes],
+        [(new_index[index], slot) for index, slot in slot_holes],
+    )
+
+
+class RankTemplate:
+    """A rank program encoded once; :meth:`emit_file` produces any member rank's file.
+
+    Built by :meth:`ChakraEncoder.compile`. ``groups`` and ``peers`` list the per-rank slots in
+    order of first use in the program; ``rank`` is the rank the program was written for.
+    """
+
+    def __init__(
+        self,
+        *,
+        encoder: ChakraEncoder,
+        rank: int,
+        groups: tuple[tuple[int, ...] | None, ...],
+        peers: tuple[int, ...],
+        slots: tuple[_Slot, ...],
+        parts: tuple[list[bytes], list[tuple[int, int, tuple[int, ...]]], list[tuple[int, int]]],
+    ) -> None:
+        self.rank = rank
+        self.groups = groups
+        self.peers = peers
+        self._encoder = encoder
+        self._slots = slots
+        self._parts, self._length_holes, self._slot_holes = parts
+
+    def emit_file(
+        self,
+        rank: int,
+        pg_names: Sequence[str | None],
+        peers: Sequence[int],
+        involved_dims: Sequence[tuple[bool, ...] | None] | None = None,
+    ) -> bytes:
+        """The whole ``.et`` file of ``rank``: its group ids and peers fill the template slots.
+
+        ``pg_names``, ``involved_dims`` align with :attr:`groups`; ``peers`` with :attr:`peers`.
+        """
+        if len(pg_names) != len(self.groups) or len(peers) != len(self.peers):
+            raise ConfigError(
+                f"rank {rank}: the template needs {len(self.groups)} group ids and "
+                f"{len(self.peers)} peers, but got {len(pg_names)} and {len(peers)}"
+            )
+        if involved_dims is not None and len(involved_dims) != len(self.groups):
+            raise ConfigError(
+                f"rank {rank}: `involved_dims` must align with the template's "
+                f"{len(self.groups)} groups, but got {len(involved_dims)} entries"
+            )
+        encoder = self._encoder
+        values: list[bytes] = []
+        for slot in self._slots:
+            if slot.marker == GROUP:
+                dims = None if involved_dims is None else involved_dims[slot.index]
+                values.append(encoder.group_attributes(pg_names[slot.index], dims))
+            elif slot.marker == PEER:
+                values.append(encoder.int_attribute(slot.attribute, peers[slot.index]))
+            else:
+                values.append(encoder.int_attribute(slot.attribute, rank))
+        lengths = [len(value) for value in values]
+        parts = self._parts.copy()
+        for index, slot_number in self._slot_holes:
+            parts[index] = values[slot_number]
+        small = SMALL_VARINTS
+        for index, base, refs in self._length_holes:
+            length = base
+            for slot_number in refs:
+                length += lengths[slot_number]
+            parts[index] = small[length] if length < 16384 else encode_varint(length)
+        return b"".join(parts)
+
+
+def encode_program(
+    encoder: ChakraEncoder,
+    program: Sequence[TraceNode],
+    rank: int,
+    pg_names: Sequence[str | None],
+    involved_dims: Sequence[tuple[bool, ...] | None] | None = None,
+) -> bytes:
+    """The whole ``.et`` file of ``rank`` running ``program``, node by node.
+
+    ``pg_names[i]`` (and ``involved_dims[i]``) belong to ``program[i]`` (ignored unless it is a
+    collective).
+    """
+    encode = encoder.encode_node
+    parts = [encoder.metadata()]
+    if involved_dims is None:
+        for node, pg_name in zip(program, pg_names, strict=True):
+            parts.append(encode(node, rank, pg_name))
+    else:
+        for node, pg_name, dims in zip(program, pg_names, involved_dims, strict=True):
+            parts.append(encode(node, rank, pg_name, dims))
+    return b"".join(parts)
+
+
+__all__ = [
+    "CHAKRA_VERSION",
+    "ChakraEncoder",
+    "RankTemplate",
+    "UnitScale",
+    "Units",
+    "attribute_plan",
+    "encode_program",
+    "unit_scale",
+]

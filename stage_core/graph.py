@@ -1,0 +1,177 @@
+"""Single-device blocks: a builder, shape validation and a stable text dump.
+
+A :class:`Block` holds named tensors and an ordered list of ops (a topological order: every op
+comes after the producers of its inputs). Blocks are written once, for one device, with no
+sharding in them; :mod:`stage_core.sharding` assigns layouts separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from stage_core.errors import ConfigError
+from stage_core.ops import (
+    Attention,
+    BaseOp,
+    CrossEntropy,
+    Custom,
+    Einsum,
+    Elementwise,
+    Embedding,
+    Reduction,
+    Tensor,
+)
+
+
+@dataclass(slots=True)
+class Block:
+    """A single-device graph: tensors by name, ops in order, declared inputs and outputs."""
+
+    name: str
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    ops: list[BaseOp] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    # -- builder ------------------------------------------------------------------------------
+
+    def tensor(self, name: str, dims: Iterable[str], dtype_bytes: int = 2, role: str = "activation") -> str:
+        if name in self.tensors:
+            raise ConfigError(f"block {self.name!r}: tensor {name!r} is defined twice")
+        self.tensors[name] = Tensor(name, tuple(dims), dtype_bytes, role)
+        return name
+
+    def input(self, name: str, dims: Iterable[str], dtype_bytes: int = 2) -> str:
+        self.inputs.append(self.tensor(name, dims, dtype_bytes, "input"))
+        return name
+
+    def weight(self, name: str, dims: Iterable[str], dtype_bytes: int = 2) -> str:
+        return self.tensor(name, dims, dtype_bytes, "weight")
+
+    def output(self, *names: str) -> None:
+        self.outputs.extend(names)
+
+    def _add(self, op: BaseOp, out: str, dims: Iterable[str], dtype_bytes: int) -> str:
+        self.tensor(out, dims, dtype_bytes)
+        self.ops.append(op)
+        return out
+
+    def einsum(self, subscripts: str, *inputs: str, out: str, name: str = "") -> str:
+        """``out = einsum(subscripts, *inputs)``; output dims follow from the subscripts."""
+        left, _, right = subscripts.replace(" ", "").partition("->")
+        dims_of: dict[str, str] = {}
+        for labels, tensor in zip(left.split(","), inputs, strict=True):
+            dims = self.tensors[tensor].dims
+            if len(labels) != len(dims):
+                raise ConfigError(
+                    f"block {self.name!r}: einsum {subscripts!r} gives {len(labels)} labels for "
+                    f"{tensor!r}, which has dims {dims}"
+                )
+            for label, dim in zip(labels, dims, strict=True):
+                if dims_of.setdefault(label, dim) != dim:
+                    raise ConfigError(
+                        f"block {self.name!r}: einsum {subscripts!r} label {label!r} is dim "
+                        f"{dims_of[label]} in one input and {dim} in {tensor!r}"
+                    )
+        out_dims = [dims_of[label] for label in right]
+        op = Einsum(name or out, tuple(inputs), (out,), subscripts)
+        return self._add(op, out, out_dims, 2)
+
+    def elementwise(
+        self,
+        *inputs: str,
+        out: str,
+        ops_per_element: int = 1,
+        linear: bool = False,
+        saves: tuple[str, ...] = (),
+        mask_bytes: int = 0,
+        backward_ops_per_element: int = 1,
+        name: str = "",
+    ) -> str:
+        dims = self.tensors[inputs[0]].dims
+        for tensor in inputs[1:]:
+            if self.tensors[tensor].dims != dims:
+                raise ConfigError(
+                    f"block {self.name!r}: element-wise {out!r} mixes dims {dims} and "
+                    f"{self.tensors[tensor].dims}"
+                )
+        op = Elementwise(
+            name or out, tuple(inputs), (out,), ops_per_element, linear, saves, mask_bytes,
+            backward_ops_per_element,
+        )
+        return self._add(op, out, dims, self.tensors[inputs[0]].dtype_bytes)
+
+    def reduction(
+        self,
+        inputs: tuple[str, ...],
+        out: str,
+        reduce_dims: tuple[str, ...],
+        ops_per_element: int = 5,
+        saves: tuple[str, ...] = (),
+        backward_ops_per_element: int = 8,
+        name: str = "",
+    ) -> str:
+        op = Reduction(
+            name or out, inputs, (out,), reduce_dims, ops_per_element, saves,
+            backward_ops_per_element,
+        )
+        return self._add(op, out, self.tensors[inputs[0]].dims, 2)
+
+    def attention(self, q: str, k: str, v: str, out: str, causal: bool, name: str = "") -> str:
+        qd, kd, vd = (self.tensors[t].dims for t in (q, k, v))
+        if len(qd) != 4 or kd != vd or len(kd) != 4 or qd[0] != kd[0] or qd[3] != kd[3]:
+            raise ConfigError(
+                f"block {self.name!r}: attention needs q[B,S,N,D], k/v[B,S,K,D]; got {qd}, {kd}, {vd}"
+            )
+        return self._add(Attention(name or out, (q, k, v), (out,), causal), out, qd, 2)
+
+    def embedding(self, ids: str, table: str, out: str, name: str = "") -> str:
+        dims = (*self.tensors[ids].dims, self.tensors[table].dims[1])
+        return self._add(Embedding(name or out, (ids, table), (out,)), out, dims, 2)
+
+    def cross_entropy(self, logits: str, targets: str, out: str, name: str = "") -> str:
+        dims = self.tensors[logits].dims[:-1]
+        op = CrossEntropy(name or out, (logits, targets), (out,))
+        return self._add(op, out, dims, 4)
+
+    def custom(self, op: Custom, dims: Iterable[str], dtype_bytes: int = 2) -> str:
+        return self._add(op, op.outputs[0], dims, dtype_bytes)
+
+    # -- checks and printing ------------------------------------------------------------------
+
+    def producer(self) -> dict[str, BaseOp]:
+        return {out: op for op in self.ops for out in op.outputs}
+
+    def validate(self) -> Block:
+        """Check the op order, that every tensor exists, and that outputs are produced."""
+        available = {n for n, t in self.tensors.items() if t.role in ("input", "weight")}
+        names = set()
+        for op in self.ops:
+            if op.name in names:
+                raise ConfigError(f"block {self.name!r}: op name {op.name!r} is used twice")
+            names.add(op.name)
+            for tensor in op.inputs:
+                if tensor not in self.tensors:
+                    raise ConfigError(f"block {self.name!r}: op {op.name!r} reads unknown {tensor!r}")
+                if tensor not in available:
+                    raise ConfigError(
+                        f"block {self.name!r}: op {op.name!r} reads {tensor!r} before it is produced"
+                    )
+            available.update(op.outputs)
+        for tensor in self.outputs:
+            if tensor not in available:
+                raise ConfigError(f"block {self.name!r}: output {tensor!r} is never produced")
+        return self
+
+    def dump(self) -> str:
+        """A stable, readable text form, one line per tensor and op."""
+        lines = [f"block {self.name}"]
+        for tensor in self.tensors.values():
+            lines.append(
+                f"  {tensor.role:10s} {tensor.name}[{', '.join(tensor.dims)}] {tensor.dtype_bytes}B"
+            )
+        for op in self.ops:
+            lines.append(f"  {op.kind:12s} {op.name}: {', '.join(op.inputs)} -> {', '.join(op.outputs)}")
+        lines.append(f"  outputs {', '.join(self.outputs)}")
+        return "\n".join(lines)

@@ -1,0 +1,231 @@
+"""Named model flavors with their published dimensions.
+
+Contents:
+
+- :func:`get_flavor`: the :class:`~stage_core.models.spec.ModelSpec` of a named flavor.
+- :func:`list_flavors`: every flavor name, grouped by family.
+
+Each family cites where its numbers come from. Where a source is internally inconsistent the
+comment says which number was kept and why.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from stage_core.errors import ConfigError
+from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
+
+
+def _gpt3(size: str, layers: int, hidden: int, heads: int, head_dim: int) -> ModelSpec:
+    # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1: n_layers, d_model,
+    # n_heads, d_head; d_ff = 4·d_model; n_ctx = 2048; GPT-2's 50257-token BPE vocabulary,
+    # learned positions, pre-LN layer norm, GELU, biases, dropout and tied input/output embedding.
+    return ModelSpec(
+        name=f"gpt3-{size}",
+        family=Family.GPT,
+        layers=layers,
+        hidden=hidden,
+        ffn=4 * hidden,
+        heads=heads,
+        head_dim=head_dim,
+        vocab=50257,
+        seq_len=2048,
+        dropout=True,
+        tied_embeddings=True,
+        bias=True,
+    )
+
+
+_GPT3 = (
+    _gpt3("125m", 12, 768, 12, 64),
+    _gpt3("350m", 24, 1024, 16, 64),
+    _gpt3("760m", 24, 1536, 16, 96),
+    # Table 2.1 prints n_heads = 24 with d_head = 128 (24·128 = 3072 ≠ d_model = 2048), which
+    # also contradicts the 1.3B total; we keep d_model and d_head and use 16 heads (2048/128).
+    _gpt3("1.3b", 24, 2048, 16, 128),
+    _gpt3("2.7b", 32, 2560, 32, 80),
+    _gpt3("6.7b", 32, 4096, 32, 128),
+    # Table 2.1 prints d_model = 5140, inconsistent with n_heads·d_head = 40·128 = 5120; we
+    # use 5120, as Megatron-LM and NeMo do for this size.
+    _gpt3("13b", 40, 5120, 40, 128),
+    _gpt3("175b", 96, 12288, 96, 128),
+)
+
+
+def _megatron(size: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelSpec:
+    # Narayanan et al. SC'21 (arXiv 2104.04473) Table 1 and Korthikanti et al. 2022
+    # (arXiv 2205.05198) Table 3, as in /work/shared/reference/published_runs.csv: GPT blocks
+    # with vocabulary 51200, sequence 2048, learned positions, biases, dropout, tied embedding.
+    return ModelSpec(
+        name=f"megatron-gpt-{size}",
+        family=Family.GPT,
+        layers=layers,
+        hidden=hidden,
+        ffn=ffn,
+        heads=heads,
+        vocab=51200,
+        seq_len=2048,
+        dropout=True,
+        tied_embeddings=True,
+        bias=True,
+    )
+
+
+# One flavor per distinct row of published_runs.csv. Narayanan's "GPT-529.6B" and
+# "GPT-1008.0B" have exactly the dims of Korthikanti's "GPT-530B" and "GPT-1T".
+_MEGATRON = (
+    _megatron("1.7b", 24, 2304, 9216, 24),
+    _megatron("3.6b", 30, 3072, 12288, 32),
+    _megatron("7.5b", 36, 4096, 16384, 32),
+    _megatron("18.4b", 40, 6144, 24576, 48),
+    _megatron("22b", 48, 6144, 24576, 64),
+    _megatron("39.1b", 48, 8192, 32768, 64),
+    _megatron("76.1b", 60, 10240, 40960, 80),
+    _megatron("145.6b", 80, 12288, 49152, 96),
+    _megatron("175b", 96, 12288, 49152, 96),
+    _megatron("310.1b", 96, 16384, 65536, 128),
+    _megatron("530b", 105, 20480, 81920, 128),
+    _megatron("1t", 128, 25600, 102400, 160),
+)
+
+
+def _llama(
+    name: str,
+    layers: int,
+    hidden: int,
+    ffn: int,
+    heads: int,
+    kv_heads: int,
+    *,
+    vocab: int,
+    seq_len: int,
+    max_position: int = 0,
+) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        family=Family.LLAMA,
+        layers=layers,
+        hidden=hidden,
+        ffn=ffn,
+        heads=heads,
+        kv_heads=kv_heads,
+        vocab=vocab,
+        seq_len=seq_len,
+        max_position=max_position,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+    )
+
+
+_LLAMA = (
+    # Touvron et al. 2023, "Llama 2" (arXiv 2307.09288) Table 1 (4k context, GQA for 70B) and
+    # the config.json of meta-llama/Llama-2-{7b,13b,70b}-hf for ffn and kv heads.
+    _llama("llama2-7b", 32, 4096, 11008, 32, 32, vocab=32000, seq_len=4096),
+    _llama("llama2-13b", 40, 5120, 13824, 40, 40, vocab=32000, seq_len=4096),
+    _llama("llama2-70b", 80, 8192, 28672, 64, 8, vocab=32000, seq_len=4096),
+    # Llama Team 2024, "The Llama 3 Herd of Models" (arXiv 2407.21783) Table 3, pre-training
+    # sequence 8192; vocab 128256 is config.json's (the paper's 128K plus special tokens).
+    # 405B exists only as Llama 3.1, whose config allows 131072 positions.
+    _llama("llama3-8b", 32, 4096, 14336, 32, 8, vocab=128256, seq_len=8192),
+    _llama("llama3-70b", 80, 8192, 28672, 64, 8, vocab=128256, seq_len=8192),
+    _llama(
+        "llama3-405b", 126, 16384, 53248, 128, 8, vocab=128256, seq_len=8192, max_position=131072
+    ),
+)
+
+
+def _mixtral(
+    name: str, layers: int, hidden: int, expert_ffn: int, heads: int, seq_len: int
+) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        family=Family.MIXTRAL,
+        layers=layers,
+        hidden=hidden,
+        ffn=expert_ffn,
+        heads=heads,
+        kv_heads=8,
+        vocab=32000,
+        seq_len=seq_len,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+        num_experts=8,
+        top_k=2,
+        expert_ffn=expert_ffn,
+    )
+
+
+_MIXTRAL = (
+    # Jiang et al. 2024, "Mixtral of Experts" (arXiv 2401.04088) Table 1; trained with a 32k
+    # context; dropless top-2 of 8 experts in every layer.
+    _mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 32768),
+    # Mistral AI's release of Mixtral-8x22B-v0.1 (config.json; 64k context window).
+    _mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 65536),
+)
+
+_OTHERS = (
+    # Dai et al. 2024, "DeepSeekMoE" (arXiv 2401.06066) Section 5 and the config.json of
+    # deepseek-ai/deepseek-moe-16b-base: 64 fine-grained routed experts (top-6) plus 2 shared
+    # ones, each 1408 wide; the first layer is dense with ffn 10944.
+    ModelSpec(
+        name="deepseek-moe-16b",
+        family=Family.DEEPSEEK_MOE,
+        layers=28,
+        hidden=2048,
+        ffn=10944,
+        heads=16,
+        vocab=102400,
+        seq_len=4096,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+        num_experts=64,
+        top_k=6,
+        expert_ffn=1408,
+        num_shared_experts=2,
+        first_k_dense=1,
+    ),
+    # Chowdhery et al. 2022, "PaLM" (arXiv 2204.02311) Table 1 and Section 2: d_ff = 4·d_model
+    # with SwiGLU, multi-query attention, d_head 256 (48·256 ≠ d_model), RoPE, shared
+    # input/output embedding, no biases (layer norms have a scale only), 256k vocabulary,
+    # 2048-token sequences. Modelled with the serial block (the parallel block is not needed).
+    ModelSpec(
+        name="palm-540b",
+        family=Family.PALM,
+        layers=118,
+        hidden=18432,
+        ffn=73728,
+        heads=48,
+        kv_heads=1,
+        head_dim=256,
+        vocab=256000,
+        seq_len=2048,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+        tied_embeddings=True,
+    ),
+)
+
+_REGISTRY: Mapping[str, ModelSpec] = MappingProxyType(
+    {spec.name: spec for spec in (*_GPT3, *_MEGATRON, *_LLAMA, *_MIXTRAL, *_OTHERS)}
+)
+
+
+def list_flavors() -> tuple[str, ...]:
+    """Every flavor name, grouped by family."""
+    return tuple(_REGISTRY)
+
+
+def get_flavor(name: str) -> ModelSpec:
+    """The flavor called ``name`` (case-insensitive); a one-line :class:`ConfigError` if unknown."""
+    spec = _REGISTRY.get(name.strip().lower())
+    if spec is not None:
+        return spec
+    close = difflib.get_close_matches(name.strip().lower(), _REGISTRY, n=5, cutoff=0.6)
+    hint = f"close names: {', '.join(close)}" if close else f"known: {', '.join(_REGISTRY)}"
+    raise ConfigError(f"unknown model flavor {name!r}; {hint}")

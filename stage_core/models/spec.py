@@ -1,0 +1,331 @@
+"""The description of a transformer language model, independent of how it is parallelized.
+
+Contents:
+
+- :class:`Family`, :class:`Norm`, :class:`Activation`, :class:`Position`: closed vocabularies.
+- :class:`ModelSpec`: a frozen value with every dim of a decoder-only model (dense or MoE), its
+  validation, exact parameter counts (:meth:`ModelSpec.params`, :meth:`ModelSpec.active_params`)
+  and :meth:`ModelSpec.with_overrides`.
+
+Four fields are *derived* when left at 0: ``kv_heads`` (= ``heads``, i.e. MHA), ``head_dim``
+(= ``hidden // heads``), ``max_position`` (= ``seq_len``) and, for MoE models, ``expert_ffn``
+(= ``ffn``). The stored value is always the resolved one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from stage_core.errors import ConfigError
+
+
+class Family(StrEnum):
+    """Model families; a family selects the block recipe, the dims select the size."""
+
+    GPT = "gpt"
+    LLAMA = "llama"
+    MIXTRAL = "mixtral"
+    DEEPSEEK_MOE = "deepseek-moe"
+    PALM = "palm"
+
+
+class Norm(StrEnum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+
+
+class Activation(StrEnum):
+    """``gelu``: two FFN matrices (up, down); ``swiglu``: three (gate, up, down)."""
+
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+
+
+class Position(StrEnum):
+    LEARNED = "learned"
+    ROTARY = "rotary"
+
+
+_MATRICES_PER_MLP = {Activation.GELU: 2, Activation.SWIGLU: 3}
+
+#: Derived fields and the fields they are derived from (see :meth:`ModelSpec.with_overrides`).
+_DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "kv_heads": ("heads",),
+    "head_dim": ("hidden", "heads"),
+    "max_position": ("seq_len",),
+    "expert_ffn": ("ffn",),
+}
+
+
+def _coerce_enum(owner: str, name: str, value: object, kind: type[StrEnum]) -> StrEnum:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(member.value) for member in kind)
+        raise ConfigError(
+            f"{owner}: `{name}` must be one of {allowed}, but got {name}={value!r}"
+        ) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """Every dim of a decoder-only transformer; validated on construction (:class:`ConfigError`).
+
+    MoE layout: when ``num_experts > 0``, layer ``i`` (0-based) is an MoE layer iff
+    ``i >= first_k_dense`` and ``i % moe_layer_interval == 0`` (DeepSeek's rule; with the defaults
+    every layer is MoE). Dense layers use an FFN of width ``ffn``; MoE layers a router, ``num_experts``
+    routed experts of width ``expert_ffn`` of which ``top_k`` are active per token, and
+    ``num_shared_experts`` always-active experts, also of width ``expert_ffn``.
+    ``capacity_factor=None`` means dropless routing. ``bias`` covers the linear layers and the
+    layer-norm shift; an RMSNorm never has a bias.
+    """
+
+    name: str
+    family: Family
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int = 0
+    head_dim: int = 0
+    vocab: int
+    seq_len: int
+    max_position: int = 0
+    norm: Norm = Norm.LAYERNORM
+    activation: Activation = Activation.GELU
+    position: Position = Position.LEARNED
+    dropout: bool = False
+    tied_embeddings: bool = False
+    bias: bool = False
+    num_experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+    num_shared_experts: int = 0
+    capacity_factor: float | None = None
+    moe_layer_interval: int = 1
+    first_k_dense: int = 0
+
+    def __post_init__(self) -> None:
+        owner = f"model {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"model `name` must be a non-empty string, but got name={self.name!r}")
+        for name, kind in (
+            ("family", Family),
+            ("norm", Norm),
+            ("activation", Activation),
+            ("position", Position),
+        ):
+            object.__setattr__(self, name, _coerce_enum(owner, name, getattr(self, name), kind))
+        for name in ("dropout", "tied_embeddings", "bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{owner}: `{name}` must be a bool, but got {getattr(self, name)!r}")
+        for name in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len", "moe_layer_interval"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise ConfigError(f"{owner}: `{name}` must be a positive int, but got {name}={value!r}")
+        for name in (*_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise ConfigError(
+                    f"{owner}: `{name}` must be a non-negative int (0 = default), "
+                    f"but got {name}={value!r}"
+                )
+        self._resolve_and_check_attention(owner)
+        if self.max_position == 0:
+            object.__setattr__(self, "max_position", self.seq_len)
+        if self.position is Position.LEARNED and self.seq_len > self.max_position:
+            seq_len, max_position = self.seq_len, self.max_position
+            raise ConfigError(
+                f"{owner}: learned positions need `seq_len` <= `max_position`, "
+                f"but got ({seq_len=}, {max_position=})"
+            )
+        self._resolve_and_check_moe(owner)
+
+    def _resolve_and_check_attention(self, owner: str) -> None:
+        heads, hidden = self.heads, self.hidden
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", heads)
+        if self.head_dim == 0:
+            if hidden % heads:
+                raise ConfigError(
+                    f"{owner}: `heads` must divide `hidden` when `head_dim` is not given, "
+                    f"but got ({hidden=}, {heads=})"
+                )
+            object.__setattr__(self, "head_dim", hidden // heads)
+        kv_heads = self.kv_heads
+        if heads % kv_heads:
+            raise ConfigError(f"{owner}: `kv_heads` must divide `heads`, but got ({heads=}, {kv_heads=})")
+
+    def _resolve_and_check_moe(self, owner: str) -> None:
+        num_experts, top_k = self.num_experts, self.top_k
+        if num_experts == 0:
+            moe_only = {
+                "top_k": 0,
+                "expert_ffn": 0,
+                "num_shared_experts": 0,
+                "capacity_factor": None,
+                "moe_layer_interval": 1,
+                "first_k_dense": 0,
+            }
+            stray = [f"{k}={getattr(self, k)!r}" for k, v in moe_only.items() if getattr(self, k) != v]
+            if stray:
+                raise ConfigError(
+                    f"{owner}: MoE fields need `num_experts` > 0, but got num_experts=0 with "
+                    + ", ".join(stray)
+                )
+            return
+        if self.expert_ffn == 0:
+            object.__setattr__(self, "expert_ffn", self.ffn)
+        if not 1 <= top_k <= num_experts:
+            raise ConfigError(
+                f"{owner}: `top_k` must be in 1..`num_experts`, but got ({top_k=}, {num_experts=})"
+            )
+        capacity_factor = self.capacity_factor
+        if capacity_factor is not None:
+            if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, int | float):
+                raise ConfigError(
+                    f"{owner}: `capacity_factor` must be a number or None (dropless), "
+                    f"but got {capacity_factor=}"
+                )
+            if not capacity_factor > 0:
+                raise ConfigError(f"{owner}: `capacity_factor` must be > 0, but got {capacity_factor=}")
+            object.__setattr__(self, "capacity_factor", float(capacity_factor))
+        first_k_dense, layers = self.first_k_dense, self.layers
+        if first_k_dense >= layers:
+            raise ConfigError(
+                f"{owner}: `first_k_dense` must be < `layers` so that some layer is MoE, "
+                f"but got ({first_k_dense=}, {layers=})"
+            )
+        if self.num_moe_layers == 0:
+            interval = self.moe_layer_interval
+            raise ConfigError(
+                f"{owner}: no layer is MoE with ({layers=}, {first_k_dense=}, "
+                f"moe_layer_interval={interval})"
+            )
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) holds experts instead of a dense FFN."""
+        if not 0 <= index < self.layers:
+            raise ConfigError(f"layer index must be in 0..{self.layers - 1}, but got {index}")
+        return (
+            self.is_moe and index >= self.first_k_dense and index % self.moe_layer_interval == 0
+        )
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(index) for index in range(self.layers))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.layers - self.num_moe_layers
+
+    # ------------------------------------------------------------------ parameter counts
+
+    def _norm_params(self) -> int:
+        shift = self.norm is Norm.LAYERNORM and self.bias
+        return self.hidden * (2 if shift else 1)
+
+    def attention_params(self) -> int:
+        """``h·(a·d) + 2·h·(k·d) + (a·d)·h`` weights, plus ``a·d + 2·k·d + h`` biases."""
+        h, q_width, kv_width = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        weights = h * q_width + 2 * h * kv_width + q_width * h
+        return weights + (q_width + 2 * kv_width + h if self.bias else 0)
+
+    def mlp_params(self, width: int) -> int:
+        """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu, 3 swiglu), ``(m−1)·f + h`` biases."""
+        matrices = _MATRICES_PER_MLP[self.activation]
+        biases = (matrices - 1) * width + self.hidden if self.bias else 0
+        return matrices * self.hidden * width + biases
+
+    def layer_params(self, index: int, *, active: bool = False) -> int:
+        """Parameters of layer ``index``; with ``active``, only ``top_k`` routed experts count."""
+        total = self.attention_params() + 2 * self._norm_params()
+        if not self.is_moe_layer(index):
+            return total + self.mlp_params(self.ffn)
+        routed = self.top_k if active else self.num_experts
+        router = self.hidden * self.num_experts
+        experts = (routed + self.num_shared_experts) * self.mlp_params(self.expert_ffn)
+        return total + router + experts
+
+    def embedding_params(self) -> int:
+        """Token embedding ``V·h`` plus learned position embedding ``max_position·h``."""
+        positions = self.max_position if self.position is Position.LEARNED else 0
+        return (self.vocab + positions) * self.hidden
+
+    def output_params(self) -> int:
+        """Final norm plus the output projection ``V·h`` (0 when tied to the embedding)."""
+        return self._norm_params() + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    def params(self) -> int:
+        """The exact total number of parameters.
+
+        ``P = embedding + Σ_layers (attention + 2·norm + ffn_or_moe) + norm + output``, with
+        embedding ``(V + P_pos)·h`` (``P_pos = max_position`` if learned, else 0), attention
+        ``h·(a·d) + 2·h·(k·d) + (a·d)·h`` (+ ``a·d + 2·k·d + h`` with bias), norm ``h`` (``2h``
+        for a layer norm with bias), ffn ``m·h·f`` (+ ``(m−1)·f + h`` with bias; m = 2 gelu,
+        3 swiglu), moe ``h·E + (E + S)·ffn(f_e)``, output ``V·h`` unless tied.
+        The vocabulary is the model's; padding for TP is
+        :meth:`stage_core.parallel.ParallelConfig.padded_vocab`.
+        For the GPT block this is ``12·L·h² + 13·L·h + (V + s)·h + 2h``, i.e. the formula of
+        Narayanan et al. 2021 (arXiv 2104.04473, Section 5.1) plus the final layer norm.
+        """
+        body = sum(self.layer_params(index) for index in range(self.layers))
+        return self.embedding_params() + body + self.output_params()
+
+    def active_params(self) -> int:
+        """Parameters used per token: as :meth:`params` with ``top_k`` of the routed experts."""
+        body = sum(self.layer_params(index, active=True) for index in range(self.layers))
+        return self.embedding_params() + body + self.output_params()
+
+    # ------------------------------------------------------------------ values
+
+    def with_overrides(self, **changes: Any) -> ModelSpec:
+        """A copy with ``changes`` applied and validated, e.g. ``with_overrides(layers=2)``.
+
+        A derived field that still holds its default follows its sources: overriding
+        ``seq_len`` of a model whose ``max_position`` equals its ``seq_len`` moves both.
+        """
+        names = {field.name for field in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ConfigError(
+                f"model {self.name!r}: cannot override unknown fields {unknown}; "
+                f"known fields are {sorted(names)}"
+            )
+        values = {name: getattr(self, name) for name in names}
+        for derived, sources in _DERIVED_FROM.items():
+            follows = derived not in changes and any(source in changes for source in sources)
+            if follows and values[derived] == self._default_of(derived):
+                values[derived] = 0
+        values.update(changes)
+        return ModelSpec(**values)
+
+    def _default_of(self, derived: str) -> int:
+        defaults = {
+            "kv_heads": self.heads,
+            "head_dim": self.hidden // self.heads,
+            "max_position": self.seq_len,
+            "expert_ffn": self.ffn if self.is_moe else 0,
+        }
+        return defaults[derived]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON- and TOML-friendly values (enums as strings), in field order."""
+        result: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            result[field.name] = str(value) if isinstance(value, StrEnum) else value
+        return result
