@@ -42,6 +42,7 @@ from stage_core.ops import (
     layout_bytes,
     local_elements,
 )
+from stage_core.ops_moe import Combine, Dispatch
 from stage_core.sharding import (
     CommStep,
     OpStep,
@@ -94,6 +95,10 @@ def backward_flops(
     if isinstance(op, Embedding):
         return local_elements(out_layouts[0], sizes, axis_sizes)
     if isinstance(op, Custom):
+        return 2 * op.cost(in_layouts, out_layouts, tensors, sizes, axis_sizes).flops
+    if isinstance(op, Dispatch):
+        return 0
+    if isinstance(op, Combine):
         return 2 * op.cost(in_layouts, out_layouts, tensors, sizes, axis_sizes).flops
     raise ShardingError(f"no backward rule for op {op.name!r} of kind {op.kind}")
 
@@ -167,7 +172,9 @@ class _Builder:
         self.tensors: dict[str, Tensor] = dict(fwd.tensors)
         self.steps: list[Step] = []
         self.grad: dict[str, Layout] = {}
+        self.pending: dict[str, list[Layout]] = {}
         self.weight_grads: dict[str, Layout] = {}
+        self.regathered: set[tuple[str, str]] = set()
 
     def comm(self, tensor: str, src: Layout, dst: Layout, reason: str) -> None:
         if not same_layout(src, dst):
@@ -182,25 +189,44 @@ class _Builder:
         return gname
 
     def deliver(self, name: str, natural: Layout, op: str) -> None:
-        """Bring the gradient of ``name`` from ``natural`` to its stored layout and accumulate."""
+        """Record a gradient contribution to ``name``; contributions are summed in their
+        natural layout and redistributed once, when the gradient is needed (so the three
+        projections reading one normalised input cost one reduce-scatter, as a fused QKV)."""
         tensor = self.tensors[name]
         if tensor.role in NO_GRAD_ROLES:
             return
-        gname = grad_name(name)
         if tensor.role == "weight":
             if name in self.weight_grads and not same_layout(self.weight_grads[name], natural):
                 raise ShardingError(f"weight {name!r} gets gradients in two layouts")
             self.weight_grads[name] = natural
             return
+        self.pending.setdefault(name, []).append(natural)
+
+    def _accumulate(self, gname: str, layout: Layout, op: str) -> None:
+        add = Elementwise(f"{op}.accumulate.{gname}", (gname, gname), (gname,), 1, True)
+        self.steps.append(OpStep(add, (layout, layout), (layout,), "bwd"))
+
+    def settle(self, name: str, op: str) -> None:
+        """Sum the pending contributions to ``name`` and bring them to the stored layout."""
+        contributions = self.pending.pop(name, [])
+        if not contributions:
+            return
+        gname = grad_name(name)
         target = _renamed(strip_partial(self.fwd.stored[name]), gname)
-        self.comm(gname, natural, target, f"grad:{op}")
-        if name in self.grad:
-            add = Elementwise(f"{op}.accumulate.{name}", (gname, gname), (gname,), 1, True)
-            layout = target.with_shards(target.shards)
-            self.steps.append(OpStep(add, (layout, layout), (layout,), "bwd"))
+        groups: list[Layout] = []
+        for layout in contributions:
+            if any(same_layout(layout, seen) for seen in groups):
+                self._accumulate(gname, layout, op)
+            else:
+                groups.append(layout)
+        for index, layout in enumerate(groups):
+            self.comm(gname, layout, target, f"grad:{op}")
+            if index or name in self.grad:
+                self._accumulate(gname, target, op)
         self.grad[name] = target
 
     def need_output_grad(self, name: str, natural: Layout, op: str) -> Layout:
+        self.settle(name, op)
         need = strip_partial(natural)
         self.comm(self.grad_tensor(name), self.grad[name], need, f"dout:{op}")
         return _renamed(need, grad_name(name))
@@ -208,7 +234,9 @@ class _Builder:
     def regather(self, step: OpStep, name: str) -> None:
         stored = self.fwd.stored[name]
         consumed = self.fwd.consumed[(step.op.name, name)]
-        if self.tensors[name].role != "weight":
+        key = (name, str(consumed))
+        if self.tensors[name].role != "weight" and key not in self.regathered:
+            self.regathered.add(key)
             self.comm(name, stored, consumed, f"regather:{step.op.name}")
 
 
@@ -296,7 +324,7 @@ def derive_backward(
     recomputed = recompute != "selective"
     for step in reversed(op_steps):
         op = step.op
-        live = [o for o in op.outputs if o in b.grad]
+        live = [o for o in op.outputs if o in b.grad or o in b.pending]
         if not live:
             continue
         if not recomputed and op.name in region:
@@ -307,6 +335,8 @@ def derive_backward(
             _einsum_grads(b, step, dout_layout)
         else:
             _generic_grads(b, step, dout_layout)
+    for name in fwd.block.inputs:
+        b.settle(name, "inputs")
     saved = _saved_tensors(fwd, recompute, region)
     return ShardedBackward(tuple(b.steps), b.weight_grads, saved, b.tensors)
 

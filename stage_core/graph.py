@@ -91,7 +91,9 @@ class Block:
     ) -> str:
         dims = self.tensors[inputs[0]].dims
         for tensor in inputs[1:]:
-            if self.tensors[tensor].dims != dims:
+            other = self.tensors[tensor]
+            broadcast = other.role == "weight" and set(other.dims) <= set(dims)
+            if other.dims != dims and not broadcast:
                 raise ConfigError(
                     f"block {self.name!r}: element-wise {out!r} mixes dims {dims} and "
                     f"{self.tensors[tensor].dims}"
@@ -136,6 +138,10 @@ class Block:
         return self._add(op, out, dims, 4)
 
     def custom(self, op: Custom, dims: Iterable[str], dtype_bytes: int = 2) -> str:
+        return self._add(op, op.outputs[0], dims, dtype_bytes)
+
+    def add_op(self, op: BaseOp, dims: Iterable[str], dtype_bytes: int = 2) -> str:
+        """Add any op with one output of the given dims."""
         return self._add(op, op.outputs[0], dims, dtype_bytes)
 
     # -- checks and printing ------------------------------------------------------------------

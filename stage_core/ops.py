@@ -230,6 +230,15 @@ def _same_layouts(op: BaseOp, layouts: Sequence[Layout], linear: bool) -> Layout
     return first
 
 
+def _check_broadcast(op: BaseOp, full: Layout, small: Layout) -> None:
+    """A broadcast operand (a bias, a norm scale) must be sharded like the dims it matches."""
+    if small.partial:
+        raise ShardingError(f"{op.name}: broadcast operand {small} is a partial sum")
+    for dim, axes in zip(small.dims, small.shards, strict=True):
+        if dim not in full.dims or full.shards[full.dims.index(dim)] != axes:
+            raise ShardingError(f"{op.name}: broadcast operand {small} does not match {full}")
+
+
 @dataclass(frozen=True, slots=True)
 class Elementwise(BaseOp):
     """Element-wise op on same-shaped inputs; ``ops_per_element`` FLOPs per output element.
@@ -246,7 +255,12 @@ class Elementwise(BaseOp):
     backward_ops_per_element: int = 1
 
     def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
-        layout = _same_layouts(self, layouts, self.linear)
+        dims = tensors[self.inputs[0]].dims
+        full = [lay for name, lay in zip(self.inputs, layouts, strict=True) if tensors[name].dims == dims]
+        layout = _same_layouts(self, full, self.linear)
+        for name, lay in zip(self.inputs, layouts, strict=True):
+            if tensors[name].dims != dims:
+                _check_broadcast(self, layout, lay)
         return [
             Layout(tensors[o].dims, layout.shards, layout.partial, o) for o in self.outputs
         ]
@@ -264,9 +278,9 @@ class Elementwise(BaseOp):
 @dataclass(frozen=True, slots=True)
 class Reduction(BaseOp):
     """Normalisation-style op reducing over ``reduce_dims`` of its input (LayerNorm, RMSNorm,
-    softmax). A partitioned reduced dim is a :class:`ShardingError` unless ``allow_partitioned``
-    (then the statistics need an all-reduce the caller adds). The output keeps the input's
-    shape and layout; ``saves`` as for :class:`Elementwise`."""
+    softmax). A partitioned reduced dim is a :class:`ShardingError`; where a dim name repeats,
+    the last dim of that name is the reduced one. The output keeps the input's shape and layout;
+    ``saves`` as for :class:`Elementwise`."""
 
     reduce_dims: tuple[str, ...] = ()
     ops_per_element: int = 5
@@ -275,10 +289,13 @@ class Reduction(BaseOp):
 
     def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
         layout = _same_layouts(self, layouts[:1], linear=False)
-        for dim, axes in zip(layout.dims, layout.shards, strict=True):
-            if dim in self.reduce_dims and axes:
+        for dim in self.reduce_dims:
+            # A dim name may repeat (attention scores [B, N, S, S]): the last one is reduced.
+            index = len(layout.dims) - 1 - layout.dims[::-1].index(dim)
+            if layout.shards[index]:
                 raise ShardingError(
-                    f"{self.name}: reduces over {dim}, which is partitioned over {'*'.join(axes)}"
+                    f"{self.name}: reduces over {dim}, which is partitioned over "
+                    f"{'*'.join(layout.shards[index])}"
                 )
         return [Layout(tensors[o].dims, layout.shards, (), o) for o in self.outputs]
 

@@ -17,7 +17,7 @@ from stage_core.errors import ShardingError
 from stage_core.graph import Block
 from stage_core.layout import Layout
 from stage_core.mesh import Mesh
-from stage_core.ops import BaseOp, Tensor
+from stage_core.ops import BaseOp, CrossEntropy, Tensor
 from stage_core.redistribute import RedistributionStep, StepKind, redistribute
 
 
@@ -111,6 +111,21 @@ def _comm_steps(
     return [CommStep(tensor, s, phase, reason) for s in steps if s.kind != StepKind.SLICE]
 
 
+def _statistics(
+    block: Block, op: BaseOp, in_layouts: list[Layout], outs: list[Layout], mesh: Mesh
+) -> list[CommStep]:
+    """Vocab-parallel cross-entropy: its per-token statistics (max, sum of exponentials, target
+    logit) are partial sums over the vocabulary's axes, reduced like any partial tensor."""
+    if not isinstance(op, CrossEntropy) or not op.vocab_axes(in_layouts):
+        return []
+    stats = f"{op.outputs[0]}.stats"
+    partial = Layout(outs[0].dims, outs[0].shards, op.vocab_axes(in_layouts), stats)
+    steps: list[CommStep] = []
+    for _ in range(op.stat_collectives):
+        steps += _comm_steps(stats, partial, strip_partial(partial), mesh, "fwd", f"stats:{op.name}", 4)
+    return steps
+
+
 def shard_forward(block: Block, plan: ShardingPlan, mesh: Mesh) -> ShardedForward:
     """Assign layouts to ``block`` by ``plan`` and derive the forward collectives."""
     block.validate()
@@ -122,11 +137,15 @@ def shard_forward(block: Block, plan: ShardingPlan, mesh: Mesh) -> ShardedForwar
             layout = plan.stored.get(name) or Layout.replicated(tensor.dims, name)
             stored[name] = natural[name] = layout.validate(mesh)
     steps: list[Step] = []
+    available: set[tuple[str, tuple[tuple[str, ...], ...], frozenset[str]]] = set()
     for op in block.ops:
         in_layouts = []
         for tensor in op.inputs:
             want = plan.consumed.get((op.name, tensor), stored[tensor]).validate(mesh)
-            if not same_layout(want, stored[tensor]):
+            key = (tensor, want.shards, frozenset(want.partial))
+            # A tensor redistributed once serves every later consumer of the same layout.
+            if not same_layout(want, stored[tensor]) and key not in available:
+                available.add(key)
                 dtype = block.tensors[tensor].dtype_bytes
                 steps += _comm_steps(tensor, stored[tensor], want, mesh, "fwd", f"consume:{op.name}", dtype)
             consumed[(op.name, tensor)] = want
@@ -136,6 +155,7 @@ def shard_forward(block: Block, plan: ShardingPlan, mesh: Mesh) -> ShardedForwar
         except ShardingError as error:
             raise ShardingError(f"block {block.name!r}: {error}") from None
         steps.append(OpStep(op, tuple(in_layouts), tuple(outs)))
+        steps += _statistics(block, op, in_layouts, outs, mesh)
         for name, layout in zip(op.outputs, outs, strict=True):
             natural[name] = layout
             target = plan.stored.get(name, layout).validate(mesh)

@@ -1,0 +1,161 @@
+"""Transformer blocks, written once for a single device.
+
+A model is a sequence of four kinds of block: the embedding, dense layers, MoE layers and the
+head (final norm, output layer, cross-entropy). Builders here read only the
+:class:`~stage_core.models.spec.ModelSpec`; no sharding appears in them.
+
+Dims: ``B`` micro-batch (sequences), ``S`` sequence, ``H`` hidden, ``N`` query heads, ``K`` kv
+heads (times the replication Megatron applies when tp exceeds the kv heads), ``D`` head dim,
+``F`` dense FFN width, ``G`` expert FFN width, ``Z`` shared-expert FFN width, ``V`` (padded)
+vocabulary, ``P`` positions, ``E`` experts, ``C`` expert capacity (token slots per expert).
+
+Attention kernels: ``unfused`` is Megatron's core attention as separate ops (scores einsum,
+softmax, dropout, context einsum) — the form Korthikanti et al. 2022 count activation memory
+for; ``fused`` is a flash-style kernel (O(S) memory, exact causal FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stage_core.graph import Block
+from stage_core.models.spec import Activation, ModelSpec, Norm, Position
+from stage_core.ops_moe import Combine, Dispatch
+
+#: Ops of the attention core, recomputed by selective recompute (Korthikanti et al. 2022).
+ATTENTION_CORE = frozenset({"attn.scores", "attn.softmax", "attn.dropout", "attn.context", "attn.core"})
+
+_NORM_OPS = {Norm.LAYERNORM: 5, Norm.RMSNORM: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOptions:
+    """Choices that shape the blocks but are not model dims."""
+
+    attention: str = "fused"  # "fused" | "unfused"
+    causal: bool = True
+    dropout: bool = False
+
+
+def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptions:
+    """GPT-family models use Megatron's unfused core attention (as the published runs did);
+    the others a fused causal kernel."""
+    use_dropout = model.dropout if dropout is None else dropout
+    if model.family == "gpt":
+        return BlockOptions("unfused", causal=False, dropout=use_dropout)
+    return BlockOptions("fused", causal=True, dropout=use_dropout)
+
+
+def _norm(b: Block, model: ModelSpec, x: str, out: str) -> str:
+    scale = b.weight(f"{out}.scale", ("H",))
+    inputs = (x, scale)
+    if model.norm == Norm.LAYERNORM and model.bias:
+        inputs = (x, scale, b.weight(f"{out}.shift", ("H",)))
+    return b.reduction(inputs, out, ("H",), _NORM_OPS[model.norm], saves=(x,))
+
+
+def _dropout(b: Block, x: str, out: str, options: BlockOptions) -> str:
+    if not options.dropout:
+        return x
+    return b.elementwise(x, out=out, ops_per_element=2, mask_bytes=1, backward_ops_per_element=1)
+
+
+def _linear(b: Block, model: ModelSpec, subscripts: str, x: str, w: str, out: str, bias_dims: tuple[str, ...]) -> str:
+    if not model.bias:
+        return b.einsum(subscripts, x, w, out=out)
+    raw = b.einsum(subscripts, x, w, out=f"{out}.nobias")
+    bias = b.weight(f"{w}.bias", bias_dims)
+    return b.elementwise(raw, bias, out=out, linear=True)
+
+
+def _attention(b: Block, model: ModelSpec, x: str, options: BlockOptions) -> str:
+    ln = _norm(b, model, x, "ln1")
+    kv = "N" if options.attention == "unfused" else "K"
+    q = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wq", ("H", "N", "D")), "q", ("N", "D"))
+    k = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wk", ("H", kv, "D")), "k", (kv, "D"))
+    v = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wv", ("H", kv, "D")), "v", (kv, "D"))
+    if model.position == Position.ROTARY:
+        q = b.elementwise(q, out="q.rope", ops_per_element=3, backward_ops_per_element=3)
+        k = b.elementwise(k, out="k.rope", ops_per_element=3, backward_ops_per_element=3)
+    if options.attention == "unfused":
+        scores = b.einsum("bsnd,btnd->bnst", q, k, out="attn.scores")
+        probs = b.reduction((scores,), "attn.softmax", ("S",), 5, saves=("attn.softmax",), backward_ops_per_element=3)
+        probs = _dropout(b, probs, "attn.dropout", options)
+        context = b.einsum("bnst,btnd->bsnd", probs, v, out="attn.context")
+    else:
+        context = b.attention(q, k, v, out="attn.core", causal=options.causal)
+    proj = _linear(b, model, "bsnd,ndh->bsh", context, b.weight("wo", ("N", "D", "H")), "attn.proj", ("H",))
+    dropped = _dropout(b, proj, "attn.proj.dropout", options)
+    return b.elementwise(x, dropped, out="attn.residual", linear=True)
+
+
+def _mlp(b: Block, model: ModelSpec, x: str, width: str, prefix: str) -> str:
+    """A dense MLP of width ``width`` (GELU: two matrices; SwiGLU: three) on ``x``."""
+    if model.activation == Activation.SWIGLU:
+        gate = b.einsum("bsh,hf->bsf", x, b.weight(f"{prefix}.wg", ("H", width)), out=f"{prefix}.gate")
+        up = b.einsum("bsh,hf->bsf", x, b.weight(f"{prefix}.wu", ("H", width)), out=f"{prefix}.up")
+        act = b.elementwise(gate, up, out=f"{prefix}.act", ops_per_element=5, saves=(gate, up), backward_ops_per_element=8)
+    else:
+        up = _linear(b, model, "bsh,hf->bsf", x, b.weight(f"{prefix}.w1", ("H", width)), f"{prefix}.fc1", (width,))
+        act = b.elementwise(up, out=f"{prefix}.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8)
+    return _linear(b, model, "bsf,fh->bsh", act, b.weight(f"{prefix}.w2", (width, "H")), f"{prefix}.fc2", ("H",))
+
+
+def _moe(b: Block, model: ModelSpec, x: str) -> str:
+    """Router, top-k dispatch into per-expert capacity slots, expert MLPs, combine, shared experts."""
+    logits = b.einsum("bsh,he->bse", x, b.weight("router", ("H", "E")), out="moe.logits")
+    gates = b.reduction((logits,), "moe.gates", ("E",), 8, saves=("moe.gates",), backward_ops_per_element=4)
+    tokens = b.add_op(Dispatch("moe.dispatch", (x, gates), ("moe.tokens",)), ("E", "C", "H"))
+    if model.activation == Activation.SWIGLU:
+        gate = b.einsum("ech,ehg->ecg", tokens, b.weight("experts.wg", ("E", "H", "G")), out="experts.gate")
+        up = b.einsum("ech,ehg->ecg", tokens, b.weight("experts.wu", ("E", "H", "G")), out="experts.up")
+        act = b.elementwise(gate, up, out="experts.act", ops_per_element=5, saves=(gate, up), backward_ops_per_element=8)
+    else:
+        up = b.einsum("ech,ehg->ecg", tokens, b.weight("experts.w1", ("E", "H", "G")), out="experts.fc1")
+        act = b.elementwise(up, out="experts.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8)
+    down = b.einsum("ecg,egh->ech", act, b.weight("experts.w2", ("E", "G", "H")), out="experts.fc2")
+    out = b.add_op(Combine("moe.combine", (down, gates), ("moe.out",)), ("B", "S", "H"))
+    if model.num_shared_experts:
+        shared = _mlp(b, model, x, "Z", "shared")
+        out = b.elementwise(out, shared, out="moe.sum", linear=True)
+    return out
+
+
+def layer_block(model: ModelSpec, options: BlockOptions, moe: bool) -> Block:
+    """One transformer layer: attention and a dense MLP or an MoE."""
+    b = Block("moe_layer" if moe else "layer")
+    x = b.input("x", ("B", "S", "H"))
+    h = _attention(b, model, x, options)
+    ln = _norm(b, model, h, "ln2")
+    y = _moe(b, model, ln) if moe else _mlp(b, model, ln, "F", "mlp")
+    dropped = _dropout(b, y, "mlp.dropout", options)
+    b.output(b.elementwise(h, dropped, out="y", linear=True))
+    return b.validate()
+
+
+def embedding_block(model: ModelSpec, options: BlockOptions) -> Block:
+    """Token embedding (vocab-parallel under TP), learned positions if any, dropout."""
+    b = Block("embedding")
+    ids = b.tensor("ids", ("B", "S"), 4, "index")
+    b.inputs.append(ids)
+    x = b.embedding(ids, b.weight("embed", ("V", "H")), out="embed.tokens")
+    if model.position == Position.LEARNED:
+        pos_ids = b.tensor("pos_ids", ("S",), 4, "index")
+        b.inputs.append(pos_ids)
+        pos = b.embedding(pos_ids, b.weight("embed.pos", ("P", "H")), out="embed.pos_out")
+        x = b.elementwise(x, pos, out="embed.sum", linear=True)
+    b.output(_dropout(b, x, "embed.dropout", options))
+    return b.validate()
+
+
+def head_block(model: ModelSpec) -> Block:
+    """Final norm, output layer (vocab-parallel under TP) and softmax cross-entropy."""
+    b = Block("head")
+    x = b.input("x", ("B", "S", "H"))
+    ln = _norm(b, model, x, "ln_f")
+    logits = b.einsum("bsh,vh->bsv", ln, b.weight("output", ("V", "H")), out="logits")
+    targets = b.tensor("targets", ("B", "S"), 4, "index")
+    b.inputs.append(targets)
+    b.tensor("loss.stats", ("B", "S"), 4, "buffer")
+    b.output(b.cross_entropy(logits, targets, out="loss"))
+    return b.validate()

@@ -1,0 +1,58 @@
+"""Mixture-of-experts ops: token dispatch into per-expert capacity slots, and combine.
+
+:class:`Dispatch` permutes tokens ``x[B, S, H]`` into slots ``[E, C, H]`` (``C`` slots per
+expert). Each rank fills slots for its own tokens, so the natural layout partitions ``C`` over
+every axis that partitions the tokens, with the expert-parallel axis innermost; experts sharded
+over that axis then need an all-to-all (derived from the layout change, not written by hand).
+:class:`Combine` is the inverse, weighting each token's ``top_k`` expert outputs by its gates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stage_core.errors import ShardingError
+from stage_core.layout import Layout
+from stage_core.ops import BaseOp, Cost, local_elements
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch(BaseOp):
+    """``slots[E, C, H] = dispatch(x[B, S, H], gates[B, S, E])``; no FLOPs, a copy of k·tokens."""
+
+    expert_axis: str = "ep"
+
+    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+        x = layouts[0]
+        if x.partial or x.shards[2]:
+            raise ShardingError(f"{self.name}: tokens {x} must be whole in H and not partial")
+        axes = [a for axes in x.shards[:2] for a in axes]
+        ordered = tuple([a for a in axes if a != self.expert_axis] + [a for a in axes if a == self.expert_axis])
+        out = tensors[self.outputs[0]]
+        return [Layout(out.dims, ((), ordered, ()), (), out.name)]
+
+    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+        read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
+        return Cost(0, read, written)
+
+    @property
+    def saved(self) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Combine(BaseOp):
+    """``y[B, S, H] = combine(slots[E, C, H], gates[B, S, E])``: 2 FLOPs per slot element."""
+
+    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+        slots, gates = layouts
+        out = tensors[self.outputs[0]]
+        return [Layout(out.dims, (gates.shards[0], gates.shards[1], ()), slots.partial, out.name)]
+
+    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+        read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
+        return Cost(2 * local_elements(layouts[0], sizes, axis_sizes), read, written)
+
+    @property
+    def saved(self) -> tuple[str, ...]:
+        return self.inputs

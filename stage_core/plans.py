@@ -1,0 +1,113 @@
+"""Sharding plans: how a parallel configuration lays out each block's tensors.
+
+The plans are data — layout strings per tensor — chosen from a few structural flags, so one
+symbolic sharded block serves every degree (dp, tp, cp, ep are symbols bound at lowering; an
+axis of size 1 yields no communication). Mesh axes, outermost first: ``pp, dp, ep, cp, tp``.
+Tokens (``B``) are partitioned over ``dp*ep`` (expert parallelism is carved out of data
+parallelism, as in Megatron-core), the sequence over ``cp`` (and ``tp`` between blocks under
+sequence parallelism). Megatron's column/row tensor parallelism partitions heads and FFN width
+over ``tp``; experts are partitioned over ``ep`` and their FFN width over ``tp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stage_core.graph import Block
+from stage_core.sharding import ShardingPlan
+
+TOKENS = "B/(dp*ep)"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFlags:
+    """The structural choices a plan depends on."""
+
+    sp: bool = False
+    attention: str = "fused"
+    cp_ring: bool = False
+
+
+def _seq_stored(flags: PlanFlags) -> str:
+    return "S/(cp*tp)" if flags.sp else "S/cp"
+
+
+def _activation(flags: PlanFlags) -> str:
+    return f"[{TOKENS}, {_seq_stored(flags)}, H]"
+
+
+_GATHERED = f"[{TOKENS}, S/cp, H]"
+
+
+def _op_name(block: Block, tensor: str) -> str:
+    """The einsum producing ``tensor`` (or its pre-bias output)."""
+    return f"{tensor}.nobias" if f"{tensor}.nobias" in block.tensors else tensor
+
+
+def _weights(block: Block, stored: dict[str, str]) -> None:
+    """Column/row-parallel weights and biases, expert weights; the rest replicated."""
+    column = {"wq": "[H, N/tp, D]", "wk": "[H, K/tp, D]", "wv": "[H, K/tp, D]", "wo": "[N/tp, D, H]"}
+    for name, tensor in block.tensors.items():
+        if tensor.role != "weight":
+            continue
+        dims = tensor.dims
+        if name in column:
+            layout = column[name].replace("K/tp", f"{dims[1]}/tp")
+        elif name.startswith("experts."):
+            layout = f"[E/ep, {dims[1]}{'/tp' if dims[1] != 'H' else ''}, {dims[2]}{'/tp' if dims[2] != 'H' else ''}]"
+        elif name.endswith((".w1", ".wg", ".wu")):
+            layout = f"[H, {dims[1]}/tp]"
+        elif name.endswith(".w2"):
+            layout = f"[{dims[0]}/tp, H]"
+        elif name in ("embed", "output"):
+            layout = "[V/tp, H]"
+        elif name.endswith(".bias") and dims and dims[0] in ("N", "K", "F", "G", "Z"):
+            layout = "[" + ", ".join(f"{d}/tp" if i == 0 else d for i, d in enumerate(dims)) + "]"
+        else:
+            continue
+        stored[name] = layout
+
+
+def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
+    """The sharding plan of ``block`` (a layer, MoE layer, embedding or head block)."""
+    stored: dict[str, str] = {}
+    consumed: dict[tuple[str, str], str] = {}
+    _weights(block, stored)
+    act = _activation(flags)
+    names = block.tensors
+    if "x" in names:
+        stored["x"] = act
+    if block.name in ("layer", "moe_layer"):
+        for tensor in ("q", "k", "v"):
+            consumed[(_op_name(block, tensor), "ln1")] = _GATHERED
+        kv = [t for t in ("k.rope", "k") if t in names][0]
+        heads = names[kv].dims[2]
+        kv_layout = f"[{TOKENS}, S/cp, {heads}/tp, D]" if flags.cp_ring else f"[{TOKENS}, S, {heads}/tp, D]"
+        if "attn.core" in names:
+            consumed[("attn.core", kv)] = kv_layout
+            consumed[("attn.core", "v")] = kv_layout
+        else:
+            consumed[("attn.scores", kv)] = kv_layout
+            consumed[("attn.context", "v")] = kv_layout
+        stored[_op_name(block, "attn.proj")] = act
+        for consumer in ("mlp.fc1", "mlp.gate", "mlp.up", "shared.fc1", "shared.gate", "shared.up", "moe.logits", "moe.dispatch"):
+            if consumer in names or _op_name(block, consumer) in names:
+                consumed[(_op_name(block, consumer), "ln2")] = _GATHERED
+        if "mlp.fc2" in names:
+            stored[_op_name(block, "mlp.fc2")] = act
+        if "moe.tokens" in names:
+            for consumer in ("experts.fc1", "experts.gate", "experts.up"):
+                if consumer in names:
+                    consumed[(consumer, "moe.tokens")] = "[E/ep, C/(dp*cp), H]"
+            consumed[("moe.combine", "experts.fc2")] = "[E, C/(dp*cp*ep), H @ 1/tp]"
+            stored["moe.sum" if "moe.sum" in names else "moe.out"] = act
+    elif block.name == "embedding":
+        stored["ids"] = f"[{TOKENS}, S/cp]"
+        stored["embed.tokens"] = act
+        if "pos_ids" in names:
+            stored["pos_ids"] = "[S/cp]"
+            consumed[("embed.sum", "embed.pos_out")] = f"[{_seq_stored(flags)}, H]"
+    elif block.name == "head":
+        stored["targets"] = f"[{TOKENS}, S/cp]"
+        consumed[("logits", "ln_f")] = _GATHERED
+    return ShardingPlan.from_strings(block, stored, consumed)
