@@ -227,9 +227,9 @@ class _Builder:
 
     def need_output_grad(self, name: str, natural: Layout, op: str) -> Layout:
         self.settle(name, op)
-        need = strip_partial(natural)
+        need = _renamed(strip_partial(natural), grad_name(name))
         self.comm(self.grad_tensor(name), self.grad[name], need, f"dout:{op}")
-        return _renamed(need, grad_name(name))
+        return need
 
     def regather(self, step: OpStep, name: str) -> None:
         stored = self.fwd.stored[name]
@@ -290,7 +290,7 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
             layouts.append(consumed.with_shards(consumed.shards, q_axes))
         elif isinstance(op, Embedding) and tensor.role == "weight":
             layouts.append(consumed.with_shards(consumed.shards, step.in_layouts[0].axes_used))
-        elif tensor.role == "weight" and tensor.dims != b.tensors[op.outputs[0]].dims:
+        elif tensor.dims != b.tensors[op.outputs[0]].dims:
             layouts.append(_broadcast_grad_layout(dout_layout, tensor))
         else:
             layouts.append(strip_partial(consumed))
@@ -317,7 +317,8 @@ def derive_backward(
     b = _Builder(fwd)
     for name in fwd.block.outputs:
         b.grad_tensor(name)
-        b.grad[name] = (output_grads or {}).get(name, strip_partial(fwd.stored[name]))
+        seed = (output_grads or {}).get(name, strip_partial(fwd.stored[name]))
+        b.grad[name] = _renamed(seed, grad_name(name))
     if recompute == "full":
         b.steps += [_as_recompute(s) for s in fwd.steps]
     op_steps = [s for s in fwd.steps if isinstance(s, OpStep)]

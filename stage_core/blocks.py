@@ -29,6 +29,25 @@ _NORM_OPS = {Norm.LAYERNORM: 5, Norm.RMSNORM: 3}
 
 
 @dataclass(frozen=True, slots=True)
+class Structure:
+    """The part of a model that shapes its blocks (sizes are bound later)."""
+
+    family: str
+    norm: Norm
+    activation: Activation
+    position: Position
+    bias: bool
+    num_shared_experts: int
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> Structure:
+        return cls(
+            str(model.family), model.norm, model.activation, model.position, model.bias,
+            1 if model.num_shared_experts else 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class BlockOptions:
     """Choices that shape the blocks but are not model dims."""
 
@@ -46,7 +65,7 @@ def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptio
     return BlockOptions("fused", causal=True, dropout=use_dropout)
 
 
-def _norm(b: Block, model: ModelSpec, x: str, out: str) -> str:
+def _norm(b: Block, model: Structure, x: str, out: str) -> str:
     scale = b.weight(f"{out}.scale", ("H",))
     inputs = (x, scale)
     if model.norm == Norm.LAYERNORM and model.bias:
@@ -60,7 +79,7 @@ def _dropout(b: Block, x: str, out: str, options: BlockOptions) -> str:
     return b.elementwise(x, out=out, ops_per_element=2, mask_bytes=1, backward_ops_per_element=1)
 
 
-def _linear(b: Block, model: ModelSpec, subscripts: str, x: str, w: str, out: str, bias_dims: tuple[str, ...]) -> str:
+def _linear(b: Block, model: Structure, subscripts: str, x: str, w: str, out: str, bias_dims: tuple[str, ...]) -> str:
     if not model.bias:
         return b.einsum(subscripts, x, w, out=out)
     raw = b.einsum(subscripts, x, w, out=f"{out}.nobias")
@@ -68,7 +87,7 @@ def _linear(b: Block, model: ModelSpec, subscripts: str, x: str, w: str, out: st
     return b.elementwise(raw, bias, out=out, linear=True)
 
 
-def _attention(b: Block, model: ModelSpec, x: str, options: BlockOptions) -> str:
+def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str:
     ln = _norm(b, model, x, "ln1")
     kv = "N" if options.attention == "unfused" else "K"
     q = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wq", ("H", "N", "D")), "q", ("N", "D"))
@@ -89,7 +108,7 @@ def _attention(b: Block, model: ModelSpec, x: str, options: BlockOptions) -> str
     return b.elementwise(x, dropped, out="attn.residual", linear=True)
 
 
-def _mlp(b: Block, model: ModelSpec, x: str, width: str, prefix: str) -> str:
+def _mlp(b: Block, model: Structure, x: str, width: str, prefix: str) -> str:
     """A dense MLP of width ``width`` (GELU: two matrices; SwiGLU: three) on ``x``."""
     if model.activation == Activation.SWIGLU:
         gate = b.einsum("bsh,hf->bsf", x, b.weight(f"{prefix}.wg", ("H", width)), out=f"{prefix}.gate")
@@ -101,7 +120,7 @@ def _mlp(b: Block, model: ModelSpec, x: str, width: str, prefix: str) -> str:
     return _linear(b, model, "bsf,fh->bsh", act, b.weight(f"{prefix}.w2", (width, "H")), f"{prefix}.fc2", ("H",))
 
 
-def _moe(b: Block, model: ModelSpec, x: str) -> str:
+def _moe(b: Block, model: Structure, x: str) -> str:
     """Router, top-k dispatch into per-expert capacity slots, expert MLPs, combine, shared experts."""
     logits = b.einsum("bsh,he->bse", x, b.weight("router", ("H", "E")), out="moe.logits")
     gates = b.reduction((logits,), "moe.gates", ("E",), 8, saves=("moe.gates",), backward_ops_per_element=4)
@@ -121,7 +140,7 @@ def _moe(b: Block, model: ModelSpec, x: str) -> str:
     return out
 
 
-def layer_block(model: ModelSpec, options: BlockOptions, moe: bool) -> Block:
+def layer_block(model: Structure, options: BlockOptions, moe: bool) -> Block:
     """One transformer layer: attention and a dense MLP or an MoE."""
     b = Block("moe_layer" if moe else "layer")
     x = b.input("x", ("B", "S", "H"))
@@ -133,7 +152,7 @@ def layer_block(model: ModelSpec, options: BlockOptions, moe: bool) -> Block:
     return b.validate()
 
 
-def embedding_block(model: ModelSpec, options: BlockOptions) -> Block:
+def embedding_block(model: Structure, options: BlockOptions) -> Block:
     """Token embedding (vocab-parallel under TP), learned positions if any, dropout."""
     b = Block("embedding")
     ids = b.tensor("ids", ("B", "S"), 4, "index")
@@ -148,7 +167,7 @@ def embedding_block(model: ModelSpec, options: BlockOptions) -> Block:
     return b.validate()
 
 
-def head_block(model: ModelSpec) -> Block:
+def head_block(model: Structure) -> Block:
     """Final norm, output layer (vocab-parallel under TP) and softmax cross-entropy."""
     b = Block("head")
     x = b.input("x", ("B", "S", "H"))

@@ -92,7 +92,7 @@ class Block:
         dims = self.tensors[inputs[0]].dims
         for tensor in inputs[1:]:
             other = self.tensors[tensor]
-            broadcast = other.role == "weight" and set(other.dims) <= set(dims)
+            broadcast = set(other.dims) < set(dims)  # a bias, a norm scale, positions
             if other.dims != dims and not broadcast:
                 raise ConfigError(
                     f"block {self.name!r}: element-wise {out!r} mixes dims {dims} and "
@@ -151,7 +151,7 @@ class Block:
 
     def validate(self) -> Block:
         """Check the op order, that every tensor exists, and that outputs are produced."""
-        available = {n for n, t in self.tensors.items() if t.role in ("input", "weight")}
+        available = {n for n, t in self.tensors.items() if t.role in ("input", "weight", "index")}
         names = set()
         for op in self.ops:
             if op.name in names:

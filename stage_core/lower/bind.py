@@ -1,0 +1,184 @@
+"""Binding: symbolic sharded blocks to exact integer instructions.
+
+A block's symbolic forward and backward (:mod:`stage_core.sharding`, :mod:`stage_core.autodiff`)
+depend only on the model's *structure* and a few parallel flags, so they are derived once per
+structure (:func:`symbolic_block`, a memo of a pure function) and bound here to integers for a
+concrete configuration: every FLOP, byte and communication size becomes an ``int``, and
+collectives over a group of one rank disappear.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from stage_core.autodiff import ShardedBackward, derive_backward
+from stage_core.blocks import (
+    ATTENTION_CORE,
+    BlockOptions,
+    Structure,
+    embedding_block,
+    head_block,
+    layer_block,
+)
+from stage_core.errors import InfeasibleError, ShardingError
+from stage_core.layout import Layout
+from stage_core.mesh import Mesh
+from stage_core.ops import axis_product, layout_bytes, local_elements
+from stage_core.plans import PlanFlags, plan_for
+from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
+from stage_core.trace import CollectiveKind
+
+#: Axes of the generator's mesh, outermost first by default.
+MESH_AXES = ("pp", "dp", "ep", "cp", "tp")
+#: Axes over which weights are data-parallel replicas (gradients reduced, ZeRO shards).
+DATA_AXES = frozenset({"dp", "ep", "cp"})
+
+BlockKind = str  # "embedding" | "layer" | "moe_layer" | "head"
+
+
+@dataclass(frozen=True, slots=True)
+class Instr:
+    """One instruction of a block, with exact integers.
+
+    Compute: ``flops``, ``bytes_read``, ``bytes_written`` and the op ``kind`` (einsum,
+    attention, elementwise …). Collective: ``collective``, mesh ``axes`` and ``comm_bytes``
+    (ASTRA-sim's ``comm_size``). ``phase`` is fwd, bwd or recompute.
+    """
+
+    name: str
+    phase: str
+    kind: str
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    collective: CollectiveKind | None = None
+    axes: tuple[str, ...] = ()
+    comm_bytes: int = 0
+    deps: tuple[int, ...] = ()
+
+    @property
+    def is_comm(self) -> bool:
+        return self.collective is not None
+
+
+@dataclass(frozen=True, slots=True)
+class WeightShard:
+    """A weight as one rank holds it, and the axes its gradient must be reduced over."""
+
+    name: str
+    elements: int
+    grad_axes: tuple[str, ...]
+    expert: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BoundBlock:
+    """A block bound to integers: instructions per phase, weights and saved activations."""
+
+    kind: BlockKind
+    fwd: tuple[Instr, ...]
+    bwd: tuple[Instr, ...]
+    weights: tuple[WeightShard, ...]
+    saved_bytes: int
+    fwd_model_flops: int
+
+    @property
+    def weight_elements(self) -> int:
+        return sum(w.elements for w in self.weights)
+
+
+@dataclass(frozen=True, slots=True)
+class SymbolicBlock:
+    forward: ShardedForward
+    backward: ShardedBackward
+
+
+@functools.lru_cache(maxsize=256)
+def symbolic_block(
+    kind: BlockKind, model: Structure, options: BlockOptions, flags: PlanFlags, recompute: str
+) -> SymbolicBlock:
+    """The sharded forward and derived backward of one block kind (memoised: a pure function
+    of the model's structure and the plan flags, never of sizes)."""
+    if kind == "embedding":
+        block = embedding_block(model, options)
+    elif kind == "head":
+        block = head_block(model)
+    else:
+        block = layer_block(model, options, moe=kind == "moe_layer")
+    mesh = Mesh.symbolic(MESH_AXES)
+    forward = shard_forward(block, plan_for(block, flags), mesh)
+    mode = recompute if kind in ("layer", "moe_layer") else "none"
+    backward = derive_backward(forward, recompute=mode, region=ATTENTION_CORE)
+    return SymbolicBlock(forward, backward)
+
+
+def _collective(kind: str) -> CollectiveKind:
+    return CollectiveKind(kind)
+
+
+_MODEL_FLOP_KINDS = ("einsum", "attention")
+
+
+def bind_block(
+    symbolic: SymbolicBlock, kind: BlockKind, sizes: Mapping[str, int], axis_sizes: Mapping[str, int]
+) -> BoundBlock:
+    """Bind a symbolic block to integer ``sizes`` (dims) and ``axis_sizes`` (mesh axes)."""
+    tensors = symbolic.backward.tensors
+    phases: dict[str, list[Instr]] = {"fwd": [], "bwd": []}
+    writers: dict[str, dict[str, int]] = {"fwd": {}, "bwd": {}}
+    fwd_model_flops = 0
+    steps = list(symbolic.forward.steps) + list(symbolic.backward.steps)
+    try:
+        for step in steps:
+            which = "fwd" if step.phase == "fwd" else "bwd"
+            bucket, writer = phases[which], writers[which]
+            if isinstance(step, CommStep):
+                axes = tuple(a for a in step.step.axes if axis_sizes[a] > 1)
+                if not axes:
+                    continue
+                size = layout_bytes(step.step.before, tensors[step.tensor], sizes, axis_sizes)
+                deps = (writer[step.tensor],) if step.tensor in writer else ()
+                writer[step.tensor] = len(bucket)
+                bucket.append(Instr(
+                    f"{step.step.kind}:{step.tensor}", step.phase, "comm",
+                    collective=_collective(step.step.kind), axes=axes, comm_bytes=int(size),
+                    deps=deps,
+                ))
+                continue
+            assert isinstance(step, OpStep)
+            cost = step.op.cost(step.in_layouts, step.out_layouts, tensors, sizes, axis_sizes)
+            deps = tuple(sorted({writer[t] for t in step.op.inputs if t in writer}))
+            for name in step.op.outputs:
+                writer[name] = len(bucket)
+            instr = Instr(
+                step.op.name, step.phase, step.op.kind, int(cost.flops), int(cost.bytes_read),
+                int(cost.bytes_written), deps=deps,
+            )
+            bucket.append(instr)
+            if step.phase == "fwd" and step.op.kind in _MODEL_FLOP_KINDS:
+                fwd_model_flops += instr.flops
+        weights = _weights(symbolic, sizes, axis_sizes)
+        saved = sum(int(item.bytes(sizes, axis_sizes)) for item in symbolic.backward.saved)  # type: ignore[call-overload]
+    except ShardingError as error:
+        raise InfeasibleError(f"{kind}: {error}") from None
+    return BoundBlock(kind, tuple(phases["fwd"]), tuple(phases["bwd"]), weights, saved, fwd_model_flops)
+
+
+def _weights(symbolic: SymbolicBlock, sizes: Mapping[str, int], axis_sizes: Mapping[str, int]) -> tuple[WeightShard, ...]:
+    result = []
+    stored = symbolic.forward.stored
+    for name, tensor in symbolic.forward.tensors.items():
+        if tensor.role != "weight":
+            continue
+        layout: Layout = stored[name]
+        elements = int(local_elements(layout, sizes, axis_sizes))
+        grad = symbolic.backward.weight_grads.get(name)
+        grad_axes = tuple(a for a in (grad.partial if grad else ()) if axis_sizes[a] > 1)
+        result.append(WeightShard(name, elements, grad_axes, name.startswith("experts.")))
+    return tuple(result)
+
+
+def group_size(axes: tuple[str, ...], axis_sizes: Mapping[str, int]) -> int:
+    return int(axis_product(axes, axis_sizes))

@@ -1,0 +1,189 @@
+"""Stage programs as trace nodes: one template per pipeline stage, materialised per rank.
+
+:func:`stage_nodes` turns a :class:`~stage_core.lower.program.StageProgram` into an ordered list
+of :class:`ProgramNode` s: trace nodes whose communicator group is still a tuple of mesh axes
+and whose point-to-point peer is a shift along ``pp``. Node ids follow the schedule (ASTRA-sim
+issues ready nodes in id order); data dependencies follow the tensors (so communication overlaps
+independent compute); a control dependency chains each task to the previous one, encoding the
+pipeline schedule. :func:`materialize` binds a template to one rank.
+
+Tags of point-to-point messages are ``1 + ((sender_stage·m + micro_batch)·2 + direction)``,
+unique per step and computed identically by sender and receiver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from stage_core.lower.bind import DATA_AXES, MESH_AXES, BoundBlock, Instr
+from stage_core.lower.program import ProgramSet, StageProgram, Workload
+from stage_core.mesh import Mesh
+from stage_core.trace import CollectiveKind, NodeKind, TraceNode
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramNode:
+    """A trace node of a stage template: ``group_axes`` for collectives, ``peer_shift`` (+1 or
+    −1 along pp, wrapping) for sends and receives."""
+
+    node: TraceNode
+    group_axes: tuple[str, ...] = ()
+    peer_shift: int = 0
+
+
+def message_tag(sender_stage: int, micro_batch: int, micro_batches: int, backward: bool) -> int:
+    return 1 + ((sender_stage * micro_batches + micro_batch) * 2 + (1 if backward else 0))
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.nodes: list[ProgramNode] = []
+
+    def add(self, node: TraceNode, group_axes: tuple[str, ...] = (), peer_shift: int = 0) -> int:
+        node = replace(node, id=len(self.nodes))
+        self.nodes.append(ProgramNode(node, group_axes, peer_shift))
+        return node.id
+
+    def instr(self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...] = ()) -> int:
+        if instr.collective is not None:
+            node = TraceNode(
+                0, name, NodeKind.COLL, deps, ctrl, collective=instr.collective,
+                comm_bytes=instr.comm_bytes,
+            )
+            return self.add(node, instr.axes)
+        node = TraceNode(
+            0, name, NodeKind.COMP, deps, ctrl, flops=instr.flops,
+            tensor_bytes=instr.bytes_read + instr.bytes_written,
+        )
+        return self.add(node)
+
+
+def _data_axes(workload: Workload, expert: bool) -> tuple[str, ...]:
+    sizes = workload.axis_sizes
+    return tuple(a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not expert))
+
+
+def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> list[Instr]:
+    """ZeRO-3 parameter all-gathers (``gather``) or ZeRO-2/3 gradient reduce-scatters of a block."""
+    by_axes: dict[tuple[str, ...], int] = {}
+    for weight in block.weights:
+        axes = _data_axes(workload, weight.expert)
+        if not axes:
+            continue
+        factor = 1
+        for a in axes:
+            factor *= workload.axis_sizes[a]
+        if gather:
+            by_axes[axes] = by_axes.get(axes, 0) + weight.elements // factor * workload.weight_bytes
+        else:
+            by_axes[axes] = by_axes.get(axes, 0) + weight.elements * workload.grad_bytes
+    kind = CollectiveKind.ALL_GATHER if gather else CollectiveKind.REDUCE_SCATTER
+    name = "zero.param_all_gather" if gather else "zero.grad_reduce_scatter"
+    return [Instr(name, "step", "comm", collective=kind, axes=a, comm_bytes=s) for a, s in by_axes.items()]
+
+
+def _block(
+    em: _Emitter, instrs: tuple[Instr, ...], prefix: str, entry: tuple[int, ...],
+    ctrl: tuple[int, ...],
+) -> int:
+    """Emit a block's instructions; those without in-block deps depend on ``entry``; the first
+    also carries the control dependency ``ctrl`` (the schedule's order)."""
+    ids: list[int] = []
+    for instr in instrs:
+        deps = tuple(ids[d] for d in instr.deps) if instr.deps else entry
+        ids.append(em.instr(instr, f"{prefix}.{instr.name}", deps, ctrl if not ids else ()))
+    return ids[-1] if ids else (entry[0] if entry else -1)
+
+
+def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
+    """The template node list of one pipeline stage."""
+    workload = programs.workload
+    p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
+    last_stage = p * vpp - 1
+    zero = workload.parallel.zero
+    em = _Emitter()
+    previous: int | None = None
+    last_mb_backward = {c.index: m - 1 for c in stage.chunks}
+    sync_ids: list[int] = []
+    for task in stage.tasks:
+        chunk = stage.chunks[task.chunk]
+        j, mb, backward = chunk.stage, task.micro_batch, task.phase == "B"
+        ctrl = (previous,) if previous is not None else ()
+        tag = "B" if backward else "F"
+        entry: tuple[int, ...] = ()
+        receive_from = j + 1 if backward else j - 1
+        if 0 <= receive_from <= last_stage:
+            node = TraceNode(
+                0, f"{tag}{mb}.c{chunk.index}.recv", NodeKind.RECV, (), ctrl,
+                comm_bytes=stage.boundary_bytes, tag=message_tag(receive_from, mb, m, backward),
+            )
+            entry = (em.add(node, peer_shift=1 if backward else -1),)
+            ctrl = ()
+        blocks = list(reversed(chunk.blocks)) if backward else list(chunk.blocks)
+        last = -1
+        for position, block in enumerate(blocks):
+            prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
+            if zero >= 3:
+                for instr in _zero_collectives(workload, block, gather=True):
+                    entry = (*entry, em.instr(instr, f"{prefix}.{instr.name}", entry, ctrl))
+            instrs = block.bwd if backward else block.fwd
+            last = _block(em, instrs, prefix, entry, ctrl)
+            if instrs:
+                ctrl = ()
+            entry = (last,)
+            if backward and zero >= 2:
+                for instr in _zero_collectives(workload, block, gather=False):
+                    em.instr(instr, f"{prefix}.{instr.name}", entry)
+            if backward and mb == last_mb_backward[chunk.index]:
+                for op in stage.sync:
+                    if op.chunk == chunk.index and op.after == position:
+                        node = TraceNode(
+                            0, f"step.c{chunk.index}.{op.name}", NodeKind.COLL, (last,),
+                            collective=op.collective, comm_bytes=op.comm_bytes,
+                        )
+                        sync_ids.append(em.add(node, op.axes))
+        send_to = j - 1 if backward else j + 1
+        if 0 <= send_to <= last_stage:
+            node = TraceNode(
+                0, f"{tag}{mb}.c{chunk.index}.send", NodeKind.SEND, (last,) if last >= 0 else (),
+                comm_bytes=stage.boundary_bytes, tag=message_tag(j, mb, m, backward),
+            )
+            last = em.add(node, peer_shift=-1 if backward else 1)
+        previous = last if last >= 0 else previous
+    deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
+    optimizer = em.instr(stage.optimizer, "step.optimizer", deps)
+    for op in stage.sync:
+        if op.after == -1:
+            node = TraceNode(
+                0, f"step.c{op.chunk}.{op.name}", NodeKind.COLL, (optimizer,),
+                collective=op.collective, comm_bytes=op.comm_bytes,
+            )
+            em.add(node, op.axes)
+    return em.nodes
+
+
+def peer_of(mesh: Mesh, rank: int, shift: int) -> int:
+    coords = mesh.coordinates(rank)
+    stages = mesh.size("pp")
+    assert isinstance(stages, int)
+    coords["pp"] = (coords["pp"] + shift) % stages
+    return mesh.rank_of(coords)
+
+
+def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[TraceNode]:
+    """The concrete nodes of ``rank``: groups and peers bound (slow path; for tests and JSON)."""
+    groups: dict[tuple[str, ...], tuple[int, ...]] = {}
+    peers: dict[int, int] = {}
+    for item in template:
+        node = item.node
+        if node.kind == NodeKind.COLL:
+            if item.group_axes not in groups:
+                groups[item.group_axes] = mesh.group(rank, item.group_axes)
+            yield replace(node, group=groups[item.group_axes])
+        elif node.kind in (NodeKind.SEND, NodeKind.RECV):
+            if item.peer_shift not in peers:
+                peers[item.peer_shift] = peer_of(mesh, rank, item.peer_shift)
+            yield replace(node, peer=peers[item.peer_shift])
+        else:
+            yield node

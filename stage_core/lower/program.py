@@ -1,0 +1,291 @@
+"""Lowering a (model, parallel config) pair to per-stage programs with exact integers.
+
+:func:`lower` validates the pair, binds each block kind once (embedding, dense layer, MoE layer,
+head), assigns layers to pipeline stages and model chunks, orders every stage's tasks by the
+pipeline schedule, and derives the step-level work: gradient synchronisation in buckets (once
+per step, or per micro-batch for ZeRO-2/3), the optimizer update and ZeRO's parameter gathers.
+
+Ranks that differ only in their dp, ep, cp or tp coordinate run the same program (with other
+communicator groups), so a :class:`ProgramSet` holds one :class:`StageProgram` per pipeline
+stage: generation cost grows with ``pp``, not with the number of GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from stage_core.blocks import BlockOptions, Structure, default_options
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import (
+    DATA_AXES,
+    MESH_AXES,
+    BoundBlock,
+    Instr,
+    bind_block,
+    symbolic_block,
+)
+from stage_core.lower.schedule import Task, schedule
+from stage_core.mesh import Mesh, MeshAxis
+from stage_core.models.spec import ModelSpec
+from stage_core.parallel.config import ParallelConfig
+from stage_core.plans import PlanFlags
+from stage_core.trace import CollectiveKind
+
+#: Adam: FLOPs per parameter of the update, bytes read and written per parameter (fp32 master
+#: weight, gradient, two moments read; master, moments and the 16-bit weight written).
+ADAM_FLOPS_PER_PARAM = 12
+ADAM_BYTES_READ_PER_PARAM = 16
+ADAM_BYTES_WRITTEN_PER_PARAM = 14
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A validated (model, parallel config) pair with every size bound to an integer."""
+
+    model: ModelSpec
+    parallel: ParallelConfig
+    options: BlockOptions
+    flags: PlanFlags
+    mesh: Mesh
+    sizes: dict[str, int]
+    axis_sizes: dict[str, int]
+    micro_batches: int
+    weight_bytes: int = 2
+    grad_bytes: int = 4
+    optimizer_bytes: int = 12
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.axis_sizes.values())
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.parallel.global_batch * self.sizes["S"]
+
+
+def make_workload(model: ModelSpec, parallel: ParallelConfig, grad_bytes: int = 4) -> Workload:
+    """Validate ``parallel`` against ``model`` and bind every dim and axis size.
+
+    ``grad_bytes`` is 4 for fp32 gradient accumulation (Megatron's default for mixed
+    precision: 18 bytes of model state per parameter) or 2 (ZeRO paper's 16 bytes).
+    """
+    parallel.validate(model)
+    model = parallel.resolve(model)
+    if parallel.dp % parallel.ep:
+        raise ConfigError(
+            "this generator carves expert parallelism out of data parallelism: `ep` must divide "
+            f"`dp`, but got (ep={parallel.ep}, dp={parallel.dp})"
+        )
+    if grad_bytes not in (2, 4):
+        raise ConfigError(f"`grad_bytes` must be 2 or 4, but got {grad_bytes}")
+    axis_sizes = {
+        "pp": parallel.pp, "dp": parallel.dp // parallel.ep, "ep": parallel.ep,
+        "cp": parallel.cp, "tp": parallel.tp,
+    }
+    order = [a for a in parallel.axis_order if a in MESH_AXES]
+    mesh = Mesh(tuple(MeshAxis(a, axis_sizes[a]) for a in order))
+    seq = model.seq_len
+    batch = parallel.micro_batch * parallel.dp  # the global micro-batch dim B
+    sizes = {
+        "B": batch, "S": seq, "H": model.hidden, "N": model.heads,
+        "K": model.kv_heads * parallel.kv_replication(model), "D": model.head_dim,
+        "F": model.ffn, "G": model.expert_ffn or model.ffn,
+        "Z": max(1, model.num_shared_experts) * (model.expert_ffn or model.ffn),
+        "V": parallel.padded_vocab(model), "P": model.max_position,
+        "E": max(1, model.num_experts), "C": 1,
+    }
+    if model.is_moe:
+        local_tokens = parallel.micro_batch * seq // parallel.cp
+        factor = model.capacity_factor or 1.0
+        per_rank = math.ceil(factor * model.top_k * local_tokens / model.num_experts)
+        sizes["C"] = per_rank * parallel.dp * parallel.cp
+    options = default_options(model, parallel.dropout)
+    flags = PlanFlags(
+        sp=parallel.sequence_parallel, attention=options.attention,
+        cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
+    )
+    return Workload(
+        model, parallel, options, flags, mesh, sizes, axis_sizes, parallel.num_micro_batches,
+        grad_bytes=grad_bytes,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOp:
+    """A step-level collective over weight gradients or parameters.
+
+    ``after`` is the index (in the chunk's backward block order) of the block whose last
+    micro-batch backward must finish first; -1 means after the optimizer.
+    """
+
+    name: str
+    collective: CollectiveKind
+    axes: tuple[str, ...]
+    comm_bytes: int
+    chunk: int
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One model chunk of a pipeline rank: its blocks in forward order."""
+
+    index: int
+    stage: int
+    blocks: tuple[BoundBlock, ...]
+    layers: tuple[int, ...]
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(block.saved_bytes for block in self.blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class StageProgram:
+    """Everything one pipeline rank runs in a step."""
+
+    stage: int
+    chunks: tuple[Chunk, ...]
+    tasks: tuple[Task, ...]
+    sync: tuple[SyncOp, ...]
+    optimizer: Instr
+    boundary_bytes: int
+    zero3_gathers: tuple[tuple[int, int, int], ...] = field(default=())
+
+    def first_global(self, chunk: int, stages: int) -> bool:
+        return self.chunks[chunk].stage == 0
+
+    def last_global(self, chunk: int, stages: int, vpp: int) -> bool:
+        return self.chunks[chunk].stage == stages * vpp - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSet:
+    """One program per pipeline stage; ``ranks(stage)`` lists the ranks running it."""
+
+    workload: Workload
+    stages: tuple[StageProgram, ...]
+    blocks: dict[str, BoundBlock]
+
+    def ranks(self, stage: int) -> list[int]:
+        mesh = self.workload.mesh
+        return [r for r in range(self.workload.world_size) if mesh.coordinates(r)["pp"] == stage]
+
+    def stage_of(self, rank: int) -> int:
+        return self.workload.mesh.coordinates(rank)["pp"]
+
+
+def bind_all(workload: Workload) -> dict[str, BoundBlock]:
+    """Bind every block kind the model uses, once."""
+    structure = Structure.of(workload.model)
+    kinds = ["embedding", "head"]
+    if workload.model.num_dense_layers:
+        kinds.append("layer")
+    if workload.model.is_moe:
+        kinds.append("moe_layer")
+    recompute = str(workload.parallel.recompute)
+    return {
+        kind: bind_block(
+            symbolic_block(kind, structure, workload.options, workload.flags, recompute),
+            kind, workload.sizes, workload.axis_sizes,
+        )
+        for kind in kinds
+    }
+
+
+def _chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage: int) -> Chunk:
+    p, vpp = workload.parallel.pp, workload.parallel.vpp
+    per = workload.model.layers // (p * vpp)
+    layers = tuple(range(global_stage * per, (global_stage + 1) * per))
+    chosen: list[BoundBlock] = []
+    if global_stage == 0:
+        chosen.append(blocks["embedding"])
+    for index in layers:
+        chosen.append(blocks["moe_layer" if workload.model.is_moe_layer(index) else "layer"])
+    if global_stage == p * vpp - 1:
+        chosen.append(blocks["head"])
+    return Chunk(global_stage // p if vpp > 1 else 0, global_stage, tuple(chosen), layers)
+
+
+def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
+    """Gradient reduction in buckets (backward block order), and ZeRO parameter gathers."""
+    zero = workload.parallel.zero
+    bucket_limit = workload.parallel.grad_bucket_bytes
+    sizes = workload.axis_sizes
+    ops: list[SyncOp] = []
+    pending: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
+    gathers: dict[tuple[str, ...], int] = {}
+    order = list(reversed(chunk.blocks))
+
+    def flush(after: int, force: bool) -> None:
+        for (kind, axes), size in list(pending.items()):
+            if force or size >= bucket_limit:
+                ops.append(SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, after))
+                del pending[(kind, axes)]
+
+    for position, block in enumerate(order):
+        for weight in block.weights:
+            data = tuple(a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not weight.expert))
+            grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
+            grad_size = weight.elements * workload.grad_bytes
+            if zero == 0 or not data:
+                if grad_axes:
+                    key = (CollectiveKind.ALL_REDUCE, grad_axes)
+                    pending[key] = pending.get(key, 0) + grad_size
+                continue
+            other = tuple(a for a in grad_axes if a not in data)
+            if other:
+                key = (CollectiveKind.ALL_REDUCE, other)
+                pending[key] = pending.get(key, 0) + grad_size
+            if zero < 2:  # ZeRO-2/3 reduce-scatter every micro-batch (see lower_stage)
+                key = (CollectiveKind.REDUCE_SCATTER, data)
+                pending[key] = pending.get(key, 0) + grad_size
+            if zero < 3:
+                shard = weight.elements // math.prod(sizes[a] for a in data)
+                gathers[data] = gathers.get(data, 0) + shard * workload.weight_bytes
+        flush(position, force=False)
+    flush(len(order) - 1, force=True)
+    for axes, size in gathers.items():
+        ops.append(SyncOp("param_all_gather", CollectiveKind.ALL_GATHER, axes, size, chunk.index, -1))
+    return ops
+
+
+def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
+    from stage_core.lower.memory import weight_shard_factor
+
+    params = 0
+    for chunk in chunks:
+        for block in chunk.blocks:
+            for weight in block.weights:
+                factor = weight_shard_factor(workload, weight, workload.parallel.zero >= 1)
+                params += weight.elements // factor
+    return Instr(
+        "optimizer.adam", "step", "optimizer", ADAM_FLOPS_PER_PARAM * params,
+        ADAM_BYTES_READ_PER_PARAM * params, ADAM_BYTES_WRITTEN_PER_PARAM * params,
+    )
+
+
+def boundary_bytes(workload: Workload) -> int:
+    """Bytes of the activation (or its gradient) crossing a stage boundary per micro-batch."""
+    sizes, axes = workload.sizes, workload.axis_sizes
+    seq_split = axes["cp"] * (axes["tp"] if workload.flags.sp else 1)
+    local_batch = sizes["B"] // (axes["dp"] * axes["ep"])
+    return local_batch * (sizes["S"] // seq_split) * sizes["H"] * 2
+
+
+def lower(model: ModelSpec, parallel: ParallelConfig, grad_bytes: int = 4) -> ProgramSet:
+    """The per-stage programs of one training step."""
+    workload = make_workload(model, parallel, grad_bytes)
+    blocks = bind_all(workload)
+    p, vpp = parallel.pp, parallel.vpp
+    kind = str(parallel.schedule)
+    stages = []
+    for stage in range(p):
+        chunks = tuple(_chunk_blocks(workload, blocks, v * p + stage) for v in range(vpp))
+        tasks = tuple(schedule(kind, stage, p, workload.micro_batches, vpp))
+        sync = tuple(op for chunk in chunks for op in _sync_ops(workload, chunk))
+        stages.append(StageProgram(
+            stage, chunks, tasks, sync, _optimizer(workload, chunks), boundary_bytes(workload),
+        ))
+    return ProgramSet(workload, tuple(stages), blocks)
