@@ -286,11 +286,12 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
         consumed = step.in_layouts[index]
         tensor = b.tensors[name]
         if isinstance(op, Attention) and index > 0:
-            q_axes = step.in_layouts[0].shards[1]
+            # dK, dV: every query chunk contributes; with ring attention the ring returns them.
+            q_axes = tuple(a for a in step.in_layouts[0].shards[1] if a not in consumed.shards[1])
             layouts.append(consumed.with_shards(consumed.shards, q_axes))
         elif isinstance(op, Embedding) and tensor.role == "weight":
             layouts.append(consumed.with_shards(consumed.shards, step.in_layouts[0].axes_used))
-        elif tensor.dims != b.tensors[op.outputs[0]].dims:
+        elif set(tensor.dims) < set(b.tensors[op.outputs[0]].dims):
             layouts.append(_broadcast_grad_layout(dout_layout, tensor))
         else:
             layouts.append(strip_partial(consumed))

@@ -106,6 +106,8 @@ class Layout:
                 else:
                     axes = _parse_axes(axes_text, text)
             if not dim_part.strip():
+                if partial_text and not slash and len(entries) == 1:
+                    continue  # "loss[@ 1/tp]": a scalar partial sum, as __str__ prints it
                 raise ShardingError(f"cannot read the layout {text!r}: a dim has no name")
             dims.append(dim_part.strip())
             shards.append(axes)

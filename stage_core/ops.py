@@ -317,7 +317,9 @@ class Attention(BaseOp):
     output ``[B, Sq, N, D]``. Forward FLOPs ``4·B·Sq·Skv·N·D`` (two matmuls), halved when
     ``causal``; the backward costs twice the forward (dQ, dK, dV and dP: four matmuls), as in
     Narayanan et al. 2021. Kv heads must be partitioned like the query heads; Skv may be whole
-    while Sq is partitioned (context parallelism). Saves q, k, v and the output (the softmax
+    while Sq is partitioned (all-gather context parallelism), or partitioned like Sq (ring
+    attention: :meth:`ring_axes`; the K/V chunks then travel around the ring, and lowering adds
+    those point-to-point steps). Saves q, k, v and the output (the softmax
     statistics, O(S) per head, are counted as ``4·B·Sq·N`` bytes of the output's size class).
     """
 
@@ -332,8 +334,11 @@ class Attention(BaseOp):
             raise ShardingError(f"{self.name}: k {k} and v {v} must share a layout")
         if q.shards[0] != k.shards[0] or q.shards[2] != k.shards[2] or q.shards[3] != k.shards[3]:
             raise ShardingError(f"{self.name}: q {q} and k {k} differ in batch, heads or head dim")
-        if k.shards[1]:
-            raise ShardingError(f"{self.name}: keys {k} must hold the whole sequence")
+        if k.shards[1] and k.shards[1] != q.shards[1]:
+            raise ShardingError(
+                f"{self.name}: keys {k} must hold the whole sequence, or be partitioned like the "
+                f"queries {q} (ring attention)"
+            )
         out = tensors[self.outputs[0]]
         return [Layout(out.dims, q.shards, (), out.name)]
 
@@ -342,7 +347,7 @@ class Attention(BaseOp):
         qt, kt = tensors[self.inputs[0]], tensors[self.inputs[1]]
         batch = local_extent(qt.dims[0], q.shards[0], sizes, axis_sizes)
         sq = local_extent(qt.dims[1], q.shards[1], sizes, axis_sizes)
-        skv = local_extent(kt.dims[1], k.shards[1], sizes, axis_sizes)
+        skv = sizes[kt.dims[1]]  # every key: whole, or visited around the ring
         heads = local_extent(qt.dims[2], q.shards[2], sizes, axis_sizes)
         head_dim = local_extent(qt.dims[3], q.shards[3], sizes, axis_sizes)
         flops = 4 * batch * sq * skv * heads * head_dim
@@ -354,6 +359,11 @@ class Attention(BaseOp):
     @property
     def saved(self) -> tuple[str, ...]:
         return (*self.inputs, *self.outputs)
+
+    @staticmethod
+    def ring_axes(layouts: Sequence[Layout]) -> tuple[str, ...]:
+        """The axes K/V chunks circulate over (empty unless keys are partitioned)."""
+        return layouts[1].shards[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +438,8 @@ class Custom(BaseOp):
     def _eval(self, text: str, sizes: Sizes, axis_sizes: Sizes) -> Size:
         expr = sympy.sympify(text, locals={k: sympy.Symbol(k) for k in sizes})
         value = expr.subs({sympy.Symbol(k): v for k, v in sizes.items()})
+        if isinstance(value, sympy.Expr) and value.is_Integer:
+            value = int(value)  # bound sizes: let _div check divisibility exactly
         per_rank = _div(value, axis_product(self.divide_by, axis_sizes), f"{self.name} cost")
         if isinstance(per_rank, sympy.Expr) and per_rank.is_Integer:
             return int(per_rank)

@@ -90,16 +90,17 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             consumed[("attn.scores", kv)] = kv_layout
             consumed[("attn.context", "v")] = kv_layout
         stored[_op_name(block, "attn.proj")] = act
+        ops = {op.name for op in block.ops}
         for consumer in ("mlp.fc1", "mlp.gate", "mlp.up", "shared.fc1", "shared.gate", "shared.up", "moe.logits", "moe.dispatch"):
-            if consumer in names or _op_name(block, consumer) in names:
+            if _op_name(block, consumer) in ops:
                 consumed[(_op_name(block, consumer), "ln2")] = _GATHERED
         if "mlp.fc2" in names:
             stored[_op_name(block, "mlp.fc2")] = act
         if "moe.tokens" in names:
-            for consumer in ("experts.fc1", "experts.gate", "experts.up"):
-                if consumer in names:
-                    consumed[(consumer, "moe.tokens")] = "[E/ep, C/(dp*cp), H]"
-            consumed[("moe.combine", "experts.fc2")] = "[E, C/(dp*cp*ep), H @ 1/tp]"
+            # Tokens are stored after the dispatch all-to-all, expert outputs after the combine
+            # all-to-all: the saved tensors are the permuted ones, as in Megatron-core.
+            stored["moe.tokens"] = "[E/ep, C/(dp*cp), H]"
+            stored["experts.fc2"] = "[E, C/(dp*cp*ep), H @ 1/tp]"
             stored["moe.sum" if "moe.sum" in names else "moe.out"] = act
     elif block.name == "embedding":
         stored["ids"] = f"[{TOKENS}, S/cp]"

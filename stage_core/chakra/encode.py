@@ -2,27 +2,18 @@
 
 Holds:
 
-- :class:`UnitScale` and :func:`unit_scale`: the ``units`` option ("bytes": bytes and FLOPs;
-  "stage": element counts and multiply-accumulates);
-- :func:`attribute_plan`: the ordered Chakra attributes of a node, the single description of
-  the TraceNode → Chakra mapping (also used by the JSON writer);
-- :class:`ChakraEncoder`: encodes single nodes (:meth:`ChakraEncoder.encode_node`) and compiles
-  whole rank programs into :class:`RankTemplate` objects;
+- :class:`ChakraEncoder`: encodes single nodes (:meth:`ChakraEncoder.encode_node`), caching
+  attribute bytes by value and node bytes by node, and compiles whole rank programs into
+  :class:`RankTemplate` objects;
 - :class:`RankTemplate`: a rank program pre-encoded once, which then emits the file of every
-  rank that runs the same program with only the differing fields re-encoded.
+  rank that runs the same program with only the differing fields re-encoded;
+- :func:`encode_program`: one rank's whole file, node by node.
 
 Bytes produced are identical to ``SerializeToString`` of the message classes in
 :mod:`stage_core.chakra.schema` (fields in number order, proto3 defaults omitted, packed deps,
-oneof values always present), each message preceded by its length as a varint.
-
-Mapping. Every node gets ``is_cpu_op`` = false first. COMP_NODE: ``num_ops`` (FLOPs),
-``tensor_size`` (bytes). COMM_COLL_NODE: ``comm_type``, ``comm_size``, ``pg_name`` (absent for
-all ranks), ``involved_dim`` (only when given). COMM_SEND_NODE: ``comm_src`` (own rank),
-``comm_dst`` (peer), ``comm_size``, ``comm_tag``. COMM_RECV_NODE: ``comm_src`` (peer),
-``comm_dst`` (own rank), ``comm_size``, ``comm_tag``. Then ``inputs``/``outputs`` when the node
-has them, as ``string_list`` attributes of alternating tensor name and size — the form
-ASTRA-sim's memory tracker reads (the ``Node.inputs``/``outputs`` IOInfo fields stay empty).
-Integers are ``int64_val``.
+oneof values always present), each message preceded by its length as a varint, one
+``GlobalMetadata`` (version :data:`CHAKRA_VERSION`) first. Which attributes a node gets is
+decided by :func:`stage_core.chakra.mapping.attribute_plan`.
 
 Template API. ``template = encoder.compile(program, rank)`` encodes ``program`` as run by
 ``rank`` and records its *slots*: ``template.groups`` (the distinct communicator groups of its
@@ -39,23 +30,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from stage_core.chakra.mapping import (
+    GROUP,
+    OWN_RANK,
+    PEER,
+    UnitScale,
+    attribute_plan,
+    describe,
+)
 from stage_core.chakra.wire import (
-    INT64_MAX,
     SMALL_VARINTS,
-    UINT64_LIMIT,
     encode_int64,
     encode_length_delimited,
     encode_varint,
 )
 from stage_core.errors import ConfigError
-from stage_core.trace import CHAKRA_COMM_TYPE, NodeKind, TraceNode
+from stage_core.trace import NodeKind, TraceNode
 
 #: ``GlobalMetadata.version`` written in every file.
 CHAKRA_VERSION = "0.0.4"
-
-Units = Literal["bytes", "stage"]
 
 # Wire tags (field number << 3 | wire type) of the fields written.
 _ATTR_NAME = b"\x0a"
@@ -70,128 +64,6 @@ _NODE_TYPE = b"\x18"
 _NODE_CTRL_DEPS = b"\x22"
 _NODE_DATA_DEPS = b"\x2a"
 _NODE_ATTR = b"\x52"
-
-# Markers of the per-rank values in an attribute plan.
-OWN_RANK: Literal["own_rank"] = "own_rank"
-PEER: Literal["peer"] = "peer"
-GROUP: Literal["group"] = "group"
-
-
-@dataclass(frozen=True, slots=True)
-class UnitScale:
-    """Divisors applied to sizes (``bytes_per_element``) and to FLOPs (``flops_per_op``)."""
-
-    units: Units = "bytes"
-    bytes_per_element: int = 1
-    flops_per_op: int = 1
-
-    def size(self, size_bytes: int, what: str) -> int:
-        """A byte size in output units; a size that is not whole elements is an error."""
-        count, remainder = divmod(size_bytes, self.bytes_per_element)
-        if remainder:
-            raise ConfigError(
-                f"{what} of {size_bytes} bytes is not a whole number of "
-                f"{self.bytes_per_element}-byte elements"
-            )
-        return count
-
-    def ops(self, flops: int) -> int:
-        """FLOPs in output units (multiply-accumulates round down for odd FLOP counts)."""
-        return flops // self.flops_per_op
-
-
-def unit_scale(units: str = "bytes", bytes_per_element: int | None = None) -> UnitScale:
-    """Validate the ``units`` option: "bytes" (default) or "stage" with ``bytes_per_element``."""
-    if units == "bytes":
-        if bytes_per_element is not None:
-            raise ConfigError(
-                f"`bytes_per_element` only applies to units='stage', but got {bytes_per_element=}"
-            )
-        return UnitScale()
-    if units == "stage":
-        if isinstance(bytes_per_element, bool) or not isinstance(bytes_per_element, int) or (
-            bytes_per_element < 1
-        ):
-            raise ConfigError(
-                f"units='stage' needs an integer `bytes_per_element` >= 1, but got {bytes_per_element!r}"
-            )
-        return UnitScale("stage", bytes_per_element, 2)
-    raise ConfigError(f"`units` must be 'bytes' or 'stage', but got {units!r}")
-
-
-#: One attribute of a plan: (name, kind, value). Kinds: "bool", "int64", "string_list", or a
-#: marker — OWN_RANK / PEER (value: the attribute name's integer, resolved per rank) and GROUP
-#: (pg_name and involved_dim, resolved per rank).
-PlannedAttribute = tuple[str, str, object]
-
-
-def _describe(node: TraceNode) -> str:
-    return f"node {node.id} {node.name!r}"
-
-
-def _check_uint64(value: int, what: str) -> None:
-    if value < 0 or value >= UINT64_LIMIT:
-        raise ConfigError(f"{what} must be in [0, 2**64), but got {value}")
-
-
-def _check_size(value: int, what: str) -> None:
-    if value < 0 or value > INT64_MAX:
-        raise ConfigError(f"{what} must be in [0, 2**63), but got {value}")
-
-
-def _io_list(pairs: tuple[tuple[str, int], ...], scale: UnitScale, what: str) -> list[str]:
-    values: list[str] = []
-    for tensor_name, size_bytes in pairs:
-        _check_size(size_bytes, f"{what} tensor {tensor_name!r}")
-        values.append(tensor_name)
-        values.append(str(scale.size(size_bytes, f"{what} tensor {tensor_name!r}")))
-    return values
-
-
-def attribute_plan(node: TraceNode, scale: UnitScale = UnitScale()) -> tuple[PlannedAttribute, ...]:
-    """The Chakra attributes of ``node`` in emission order, with per-rank values as markers.
-
-    Validates the node (kind, ids, sizes, peers, tags) and raises :class:`ConfigError` naming it.
-    """
-    what = _describe(node)
-    _check_uint64(node.id, f"{what}: id")
-    for dep in node.data_deps + node.ctrl_deps:
-        _check_uint64(dep, f"{what}: dependency")
-    plan: list[PlannedAttribute] = [("is_cpu_op", "bool", False)]
-    kind = node.kind
-    if kind is NodeKind.COMP:
-        _check_size(node.flops, f"{what}: flops")
-        _check_size(node.tensor_bytes, f"{what}: tensor_bytes")
-        plan.append(("num_ops", "int64", scale.ops(node.flops)))
-        plan.append(("tensor_size", "int64", scale.size(node.tensor_bytes, f"{what}: tensor_bytes")))
-    elif kind is NodeKind.COLL:
-        if node.collective is None:
-            raise ConfigError(f"{what} is a collective but has no `collective` kind")
-        _check_size(node.comm_bytes, f"{what}: comm_bytes")
-        plan.append(("comm_type", "int64", CHAKRA_COMM_TYPE[node.collective]))
-        plan.append(("comm_size", "int64", scale.size(node.comm_bytes, f"{what}: comm_bytes")))
-        plan.append(("pg_name", GROUP, node.group))
-    elif kind is NodeKind.SEND or kind is NodeKind.RECV:
-        _check_size(node.comm_bytes, f"{what}: comm_bytes")
-        if node.peer < 0 or node.peer > INT64_MAX:
-            raise ConfigError(f"{what} is a send/recv and needs a peer rank >= 0, but got {node.peer}")
-        if node.tag < 0 or node.tag > INT64_MAX:
-            raise ConfigError(f"{what} is a send/recv and needs a tag >= 0, but got {node.tag}")
-        if kind is NodeKind.SEND:
-            plan.append(("comm_src", OWN_RANK, None))
-            plan.append(("comm_dst", PEER, node.peer))
-        else:
-            plan.append(("comm_src", PEER, node.peer))
-            plan.append(("comm_dst", OWN_RANK, None))
-        plan.append(("comm_size", "int64", scale.size(node.comm_bytes, f"{what}: comm_bytes")))
-        plan.append(("comm_tag", "int64", node.tag))
-    else:
-        raise ConfigError(f"{what} has kind {kind!r}, which STAGE does not emit")
-    if node.inputs:
-        plan.append(("inputs", "string_list", _io_list(node.inputs, scale, f"{what}: input")))
-    if node.outputs:
-        plan.append(("outputs", "string_list", _io_list(node.outputs, scale, f"{what}: output")))
-    return tuple(plan)
 
 
 def _attr_message(name: str, tag: bytes, value: bytes) -> bytes:
@@ -232,8 +104,8 @@ class ChakraEncoder:
     trace set. It is not thread-safe.
     """
 
-    def __init__(self, scale: UnitScale = UnitScale(), *, node_cache_limit: int = 1 << 18) -> None:
-        self.scale = scale
+    def __init__(self, scale: UnitScale | None = None, *, node_cache_limit: int = 1 << 18) -> None:
+        self.scale = UnitScale() if scale is None else scale
         self._int_attributes: dict[tuple[str, int], bytes] = {}
         self._group_attributes: dict[tuple[str | None, tuple[bool, ...] | None], bytes] = {}
         self._nodes: dict[tuple[TraceNode, object], bytes] = {}
@@ -262,12 +134,14 @@ class ChakraEncoder:
         if cached is None:
             parts = []
             if pg_name is not None:
-                encoded = _string(pg_name, "pg_name")
-                parts.append(_attr_message("pg_name", _STRING_VAL, encode_varint(len(encoded)) + encoded))
+                text = _string(pg_name, "pg_name")
+                value = encode_varint(len(text)) + text
+                parts.append(_attr_message("pg_name", _STRING_VAL, value))
             if involved_dim is not None:
                 packed = bytes(1 if flag else 0 for flag in involved_dim)
                 bool_list = encode_length_delimited(b"\x0a", packed) if packed else b""
-                parts.append(_attr_message("involved_dim", _BOOL_LIST, encode_varint(len(bool_list)) + bool_list))
+                value = encode_varint(len(bool_list)) + bool_list
+                parts.append(_attr_message("involved_dim", _BOOL_LIST, value))
             cached = b"".join(parts)
             self._group_attributes[key] = cached
         return cached
@@ -286,10 +160,11 @@ class ChakraEncoder:
 
     def _pieces(self, node: TraceNode) -> list[_Piece]:
         """The node body as static bytes and holes, adjacent static bytes merged."""
+        plan = attribute_plan(node, self.scale)  # validates the node first
         head = [_NODE_ID + encode_varint(node.id)] if node.id else []
         if node.name:
-            name = _string(node.name, f"name of {_describe(node)}")
-            head.append(_NODE_NAME + encode_varint(len(name)) + name)
+            encoded_name = _string(node.name, f"name of {describe(node)}")
+            head.append(_NODE_NAME + encode_varint(len(encoded_name)) + encoded_name)
         head.append(_NODE_TYPE + encode_varint(int(node.kind)))
         if node.ctrl_deps:
             head.append(encode_length_delimited(_NODE_CTRL_DEPS, _packed(node.ctrl_deps)))
@@ -297,7 +172,7 @@ class ChakraEncoder:
             head.append(encode_length_delimited(_NODE_DATA_DEPS, _packed(node.data_deps)))
         pieces: list[_Piece] = []
         static = b"".join(head)
-        for name, kind, value in attribute_plan(node, self.scale):
+        for name, kind, value in plan:
             if kind in (OWN_RANK, PEER, GROUP):
                 pieces.append(static)
                 pieces.append((kind, name, value))
@@ -387,16 +262,16 @@ class ChakraEncoder:
                 node_slots.append(slot_index[slot])
                 resolved.append(slot_index[slot])
             if not node_slots:
-                body = b"".join(piece for piece in resolved if isinstance(piece, bytes))
+                body = b"".join(item for item in resolved if isinstance(item, bytes))
                 parts.append(encode_varint(len(body)) + body)
                 continue
             length_holes.append((len(parts), static_length, tuple(node_slots)))
             parts.append(b"")
-            for piece in resolved:
-                if isinstance(piece, bytes):
-                    parts.append(piece)
+            for item in resolved:
+                if isinstance(item, bytes):
+                    parts.append(item)
                 else:
-                    slot_holes.append((len(parts), piece))
+                    slot_holes.append((len(parts), item))
                     parts.append(b"")
         return RankTemplate(
             encoder=self,
@@ -531,9 +406,5 @@ __all__ = [
     "CHAKRA_VERSION",
     "ChakraEncoder",
     "RankTemplate",
-    "UnitScale",
-    "Units",
-    "attribute_plan",
     "encode_program",
-    "unit_scale",
 ]

@@ -91,13 +91,10 @@ def _field(
     repeated: bool = False,
     type_name: str | None = None,
     oneof_index: int | None = None,
-) -> _Field:
-    field = _Field(
-        name=name,
-        number=number,
-        type=field_type,  # type: ignore[arg-type]
-        label=_Field.LABEL_REPEATED if repeated else _Field.LABEL_OPTIONAL,
-    )
+) -> descriptor_pb2.FieldDescriptorProto:
+    field = descriptor_pb2.FieldDescriptorProto(name=name, number=number)
+    field.type = field_type
+    field.label = _Field.LABEL_REPEATED if repeated else _Field.LABEL_OPTIONAL
     if type_name is not None:
         field.type_name = f".{PACKAGE}.{type_name}"
     if oneof_index is not None:
@@ -105,7 +102,9 @@ def _field(
     return field
 
 
-def _message(name: str, fields: list[_Field]) -> descriptor_pb2.DescriptorProto:
+def _message(
+    name: str, fields: list[descriptor_pb2.FieldDescriptorProto]
+) -> descriptor_pb2.DescriptorProto:
     message = descriptor_pb2.DescriptorProto(name=name)
     message.field.extend(fields)
     return message
@@ -123,7 +122,8 @@ def build_file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     proto = descriptor_pb2.FileDescriptorProto(
         name="stage_chakra_et_def.proto", package=PACKAGE, syntax="proto3"
     )
-    proto.enum_type.extend([_enum("NodeType", NodeType), _enum("CollectiveCommType", CollectiveCommType)])
+    proto.enum_type.append(_enum("NodeType", NodeType))
+    proto.enum_type.append(_enum("CollectiveCommType", CollectiveCommType))
     message = _Field.TYPE_MESSAGE
     proto.message_type.append(
         _message("GlobalMetadata", [
@@ -167,9 +167,8 @@ def build_file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     attribute.oneof_decl.add(name="value")
     proto.message_type.append(attribute)
     for kind in SCALAR_KINDS:
-        proto.message_type.append(
-            _message(list_message_name(kind), [_field("values", 1, _PROTO_TYPE[kind], repeated=True)])
-        )
+        values = _field("values", 1, _PROTO_TYPE[kind], repeated=True)
+        proto.message_type.append(_message(list_message_name(kind), [values]))
     return proto
 
 

@@ -25,7 +25,7 @@ from stage_core.blocks import (
 from stage_core.errors import InfeasibleError, ShardingError
 from stage_core.layout import Layout
 from stage_core.mesh import Mesh
-from stage_core.ops import axis_product, layout_bytes, local_elements
+from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
 from stage_core.plans import PlanFlags, plan_for
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
@@ -57,6 +57,7 @@ class Instr:
     axes: tuple[str, ...] = ()
     comm_bytes: int = 0
     deps: tuple[int, ...] = ()
+    ring_steps: int = 0
 
     @property
     def is_comm(self) -> bool:
@@ -150,6 +151,10 @@ def bind_block(
             assert isinstance(step, OpStep)
             cost = step.op.cost(step.in_layouts, step.out_layouts, tensors, sizes, axis_sizes)
             deps = tuple(sorted({writer[t] for t in step.op.inputs if t in writer}))
+            ring = _ring(step, tensors, sizes, axis_sizes, deps)
+            if ring is not None:
+                deps = (len(bucket),)
+                bucket.append(ring)
             for name in step.op.outputs:
                 writer[name] = len(bucket)
             instr = Instr(
@@ -164,6 +169,27 @@ def bind_block(
     except ShardingError as error:
         raise InfeasibleError(f"{kind}: {error}") from None
     return BoundBlock(kind, tuple(phases["fwd"]), tuple(phases["bwd"]), weights, saved, fwd_model_flops)
+
+
+def _ring(
+    step: OpStep, tensors: Mapping[str, Tensor], sizes: Mapping[str, int],
+    axis_sizes: Mapping[str, int], deps: tuple[int, ...],
+) -> Instr | None:
+    """The K/V exchanges of ring attention before its forward (cp−1 steps) or backward
+    (2·(cp−1): K/V again, then dK/dV back to their owners)."""
+    forward = step.op if isinstance(step.op, Attention) else getattr(step.op, "forward", None)
+    if not isinstance(forward, Attention):
+        return None
+    layouts = step.in_layouts if step.op is forward else step.op.forward_in  # type: ignore[attr-defined]
+    axes = tuple(a for a in Attention.ring_axes(layouts) if axis_sizes[a] > 1)
+    if not axes:
+        return None
+    ring = group_size(axes, axis_sizes)
+    chunk = sum(
+        int(layout_bytes(layouts[i], tensors[forward.inputs[i]], sizes, axis_sizes)) for i in (1, 2)
+    )
+    steps = (ring - 1) * (1 if step.op is forward else 2)
+    return Instr(f"ring:{forward.name}", step.phase, "ring", axes=axes, comm_bytes=chunk, deps=deps, ring_steps=steps)
 
 
 def _weights(symbolic: SymbolicBlock, sizes: Mapping[str, int], axis_sizes: Mapping[str, int]) -> tuple[WeightShard, ...]:

@@ -24,12 +24,18 @@ from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 
 @dataclass(frozen=True, slots=True)
 class ProgramNode:
-    """A trace node of a stage template: ``group_axes`` for collectives, ``peer_shift`` (+1 or
-    −1 along pp, wrapping) for sends and receives."""
+    """A trace node of a stage template: ``group_axes`` for collectives; for sends and receives
+    the peer is ``peer_shift`` (+1 or −1, wrapping) along ``peer_axis`` (pp, or cp for ring
+    attention)."""
 
     node: TraceNode
     group_axes: tuple[str, ...] = ()
     peer_shift: int = 0
+    peer_axis: str = "pp"
+
+
+#: Tags of ring-attention messages start here (pipeline tags stay far below).
+RING_TAG_BASE = 1 << 30
 
 
 def message_tag(sender_stage: int, micro_batch: int, micro_batches: int, backward: bool) -> int:
@@ -39,13 +45,34 @@ def message_tag(sender_stage: int, micro_batch: int, micro_batches: int, backwar
 class _Emitter:
     def __init__(self) -> None:
         self.nodes: list[ProgramNode] = []
+        self.ring_messages = 0
 
-    def add(self, node: TraceNode, group_axes: tuple[str, ...] = (), peer_shift: int = 0) -> int:
+    def add(
+        self, node: TraceNode, group_axes: tuple[str, ...] = (), peer_shift: int = 0,
+        peer_axis: str = "pp",
+    ) -> int:
         node = replace(node, id=len(self.nodes))
-        self.nodes.append(ProgramNode(node, group_axes, peer_shift))
+        self.nodes.append(ProgramNode(node, group_axes, peer_shift, peer_axis))
         return node.id
 
+    def ring(self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...]) -> int:
+        """Ring attention: each step sends the chunk held to the next rank and receives the
+        previous rank's; a step forwards what the one before received."""
+        (axis,) = instr.axes
+        last = -1
+        for step in range(instr.ring_steps):
+            tag = RING_TAG_BASE + self.ring_messages
+            self.ring_messages += 1
+            send = TraceNode(0, f"{name}.send{step}", NodeKind.SEND, deps, ctrl, comm_bytes=instr.comm_bytes, tag=tag)
+            self.add(send, peer_shift=1, peer_axis=axis)
+            recv = TraceNode(0, f"{name}.recv{step}", NodeKind.RECV, deps, ctrl, comm_bytes=instr.comm_bytes, tag=tag)
+            last = self.add(recv, peer_shift=-1, peer_axis=axis)
+            deps, ctrl = (last,), ()
+        return last
+
     def instr(self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...] = ()) -> int:
+        if instr.kind == "ring":
+            return self.ring(instr, name, deps, ctrl)
         if instr.collective is not None:
             node = TraceNode(
                 0, name, NodeKind.COLL, deps, ctrl, collective=instr.collective,
@@ -163,18 +190,19 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     return em.nodes
 
 
-def peer_of(mesh: Mesh, rank: int, shift: int) -> int:
+def peer_of(mesh: Mesh, rank: int, shift: int, axis: str = "pp") -> int:
+    """The rank ``shift`` steps along ``axis`` from ``rank`` (wrapping)."""
     coords = mesh.coordinates(rank)
-    stages = mesh.size("pp")
-    assert isinstance(stages, int)
-    coords["pp"] = (coords["pp"] + shift) % stages
+    size = mesh.size(axis)
+    assert isinstance(size, int)
+    coords[axis] = (coords[axis] + shift) % size
     return mesh.rank_of(coords)
 
 
 def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[TraceNode]:
     """The concrete nodes of ``rank``: groups and peers bound (slow path; for tests and JSON)."""
     groups: dict[tuple[str, ...], tuple[int, ...]] = {}
-    peers: dict[int, int] = {}
+    peers: dict[tuple[str, int], int] = {}
     for item in template:
         node = item.node
         if node.kind == NodeKind.COLL:
@@ -182,8 +210,9 @@ def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[
                 groups[item.group_axes] = mesh.group(rank, item.group_axes)
             yield replace(node, group=groups[item.group_axes])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):
-            if item.peer_shift not in peers:
-                peers[item.peer_shift] = peer_of(mesh, rank, item.peer_shift)
-            yield replace(node, peer=peers[item.peer_shift])
+            key = (item.peer_axis, item.peer_shift)
+            if key not in peers:
+                peers[key] = peer_of(mesh, rank, item.peer_shift, item.peer_axis)
+            yield replace(node, peer=peers[key])
         else:
             yield node

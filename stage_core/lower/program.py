@@ -13,7 +13,7 @@ stage: generation cost grows with ``pp``, not with the number of GPUs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stage_core.blocks import BlockOptions, Structure, default_options
 from stage_core.errors import ConfigError
@@ -64,12 +64,8 @@ class Workload:
         return self.parallel.global_batch * self.sizes["S"]
 
 
-def make_workload(model: ModelSpec, parallel: ParallelConfig, grad_bytes: int = 4) -> Workload:
-    """Validate ``parallel`` against ``model`` and bind every dim and axis size.
-
-    ``grad_bytes`` is 4 for fp32 gradient accumulation (Megatron's default for mixed
-    precision: 18 bytes of model state per parameter) or 2 (ZeRO paper's 16 bytes).
-    """
+def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
+    """Validate ``parallel`` against ``model`` and bind every dim and axis size."""
     parallel.validate(model)
     model = parallel.resolve(model)
     if parallel.dp % parallel.ep:
@@ -77,8 +73,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig, grad_bytes: int = 
             "this generator carves expert parallelism out of data parallelism: `ep` must divide "
             f"`dp`, but got (ep={parallel.ep}, dp={parallel.dp})"
         )
-    if grad_bytes not in (2, 4):
-        raise ConfigError(f"`grad_bytes` must be 2 or 4, but got {grad_bytes}")
+    grad_bytes = 4 if parallel.grad_fp32 else 2
     axis_sizes = {
         "pp": parallel.pp, "dp": parallel.dp // parallel.ep, "ep": parallel.ep,
         "cp": parallel.cp, "tp": parallel.tp,
@@ -274,10 +269,15 @@ def boundary_bytes(workload: Workload) -> int:
     return local_batch * (sizes["S"] // seq_split) * sizes["H"] * 2
 
 
-def lower(model: ModelSpec, parallel: ParallelConfig, grad_bytes: int = 4) -> ProgramSet:
+def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
     """The per-stage programs of one training step."""
-    workload = make_workload(model, parallel, grad_bytes)
+    workload = make_workload(model, parallel)
     blocks = bind_all(workload)
+    if workload.model.tied_embeddings and parallel.pp == 1:
+        # One rank holds both ends: the output layer reuses the embedding table (one copy of
+        # the weight, its state and its gradient). Across pipeline stages each end keeps a copy.
+        head = blocks["head"]
+        blocks["head"] = replace(head, weights=tuple(w for w in head.weights if w.name != "output"))
     p, vpp = parallel.pp, parallel.vpp
     kind = str(parallel.schedule)
     stages = []

@@ -15,8 +15,10 @@ Four fields are *derived* when left at 0: ``kv_heads`` (= ``heads``, i.e. MHA), 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from stage_core.errors import ConfigError
@@ -49,25 +51,26 @@ class Position(StrEnum):
     ROTARY = "rotary"
 
 
-_MATRICES_PER_MLP = {Activation.GELU: 2, Activation.SWIGLU: 3}
+_MATRICES_PER_MLP: Mapping[Activation, int] = MappingProxyType(
+    {Activation.GELU: 2, Activation.SWIGLU: 3}
+)
 
 #: Derived fields and the fields they are derived from (see :meth:`ModelSpec.with_overrides`).
-_DERIVED_FROM: dict[str, tuple[str, ...]] = {
-    "kv_heads": ("heads",),
-    "head_dim": ("hidden", "heads"),
-    "max_position": ("seq_len",),
-    "expert_ffn": ("ffn",),
-}
+_DERIVED_FROM: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "kv_heads": ("heads",),
+        "head_dim": ("hidden", "heads"),
+        "max_position": ("seq_len",),
+        "expert_ffn": ("ffn",),
+    }
+)
 
 
 def _coerce_enum(owner: str, name: str, value: object, kind: type[StrEnum]) -> StrEnum:
-    try:
+    if isinstance(value, str) and value in {member.value for member in kind}:
         return kind(value)
-    except ValueError:
-        allowed = ", ".join(repr(member.value) for member in kind)
-        raise ConfigError(
-            f"{owner}: `{name}` must be one of {allowed}, but got {name}={value!r}"
-        ) from None
+    allowed = ", ".join(repr(member.value) for member in kind)
+    raise ConfigError(f"{owner}: `{name}` must be one of {allowed}, but got {name}={value!r}")
 
 
 def _is_int(value: object) -> bool:
@@ -79,10 +82,10 @@ class ModelSpec:
     """Every dim of a decoder-only transformer; validated on construction (:class:`ConfigError`).
 
     MoE layout: when ``num_experts > 0``, layer ``i`` (0-based) is an MoE layer iff
-    ``i >= first_k_dense`` and ``i % moe_layer_interval == 0`` (DeepSeek's rule; with the defaults
-    every layer is MoE). Dense layers use an FFN of width ``ffn``; MoE layers a router, ``num_experts``
-    routed experts of width ``expert_ffn`` of which ``top_k`` are active per token, and
-    ``num_shared_experts`` always-active experts, also of width ``expert_ffn``.
+    ``i >= first_k_dense`` and ``i % moe_layer_interval == 0`` (DeepSeek's rule; with the
+    defaults every layer is MoE). Dense layers use an FFN of width ``ffn``; MoE layers a router,
+    ``num_experts`` routed experts of width ``expert_ffn`` of which ``top_k`` are active per
+    token, and ``num_shared_experts`` always-active experts, also of width ``expert_ffn``.
     ``capacity_factor=None`` means dropless routing. ``bias`` covers the linear layers and the
     layer-norm shift; an RMSNorm never has a bias.
     """
@@ -115,7 +118,9 @@ class ModelSpec:
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"model `name` must be a non-empty string, but got name={self.name!r}")
+            raise ConfigError(
+                f"model `name` must be a non-empty string, but got name={self.name!r}"
+            )
         for name, kind in (
             ("family", Family),
             ("norm", Norm),
@@ -125,11 +130,14 @@ class ModelSpec:
             object.__setattr__(self, name, _coerce_enum(owner, name, getattr(self, name), kind))
         for name in ("dropout", "tied_embeddings", "bias"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{owner}: `{name}` must be a bool, but got {getattr(self, name)!r}")
+                value = getattr(self, name)
+                raise ConfigError(f"{owner}: `{name}` must be a bool, but got {name}={value!r}")
         for name in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len", "moe_layer_interval"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
-                raise ConfigError(f"{owner}: `{name}` must be a positive int, but got {name}={value!r}")
+                raise ConfigError(
+                    f"{owner}: `{name}` must be a positive int, but got {name}={value!r}"
+                )
         for name in (*_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense"):
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
@@ -161,7 +169,9 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", hidden // heads)
         kv_heads = self.kv_heads
         if heads % kv_heads:
-            raise ConfigError(f"{owner}: `kv_heads` must divide `heads`, but got ({heads=}, {kv_heads=})")
+            raise ConfigError(
+                f"{owner}: `kv_heads` must divide `heads`, but got ({heads=}, {kv_heads=})"
+            )
 
     def _resolve_and_check_moe(self, owner: str) -> None:
         num_experts, top_k = self.num_experts, self.top_k
@@ -174,7 +184,9 @@ class ModelSpec:
                 "moe_layer_interval": 1,
                 "first_k_dense": 0,
             }
-            stray = [f"{k}={getattr(self, k)!r}" for k, v in moe_only.items() if getattr(self, k) != v]
+            stray = [
+                f"{k}={getattr(self, k)!r}" for k, v in moe_only.items() if getattr(self, k) != v
+            ]
             if stray:
                 raise ConfigError(
                     f"{owner}: MoE fields need `num_experts` > 0, but got num_experts=0 with "
@@ -195,7 +207,9 @@ class ModelSpec:
                     f"but got {capacity_factor=}"
                 )
             if not capacity_factor > 0:
-                raise ConfigError(f"{owner}: `capacity_factor` must be > 0, but got {capacity_factor=}")
+                raise ConfigError(
+                    f"{owner}: `capacity_factor` must be > 0, but got {capacity_factor=}"
+                )
             object.__setattr__(self, "capacity_factor", float(capacity_factor))
         first_k_dense, layers = self.first_k_dense, self.layers
         if first_k_dense >= layers:
@@ -220,9 +234,7 @@ class ModelSpec:
         """Whether layer ``index`` (0-based) holds experts instead of a dense FFN."""
         if not 0 <= index < self.layers:
             raise ConfigError(f"layer index must be in 0..{self.layers - 1}, but got {index}")
-        return (
-            self.is_moe and index >= self.first_k_dense and index % self.moe_layer_interval == 0
-        )
+        return self.is_moe and index >= self.first_k_dense and index % self.moe_layer_interval == 0
 
     @property
     def num_moe_layers(self) -> int:
@@ -240,12 +252,13 @@ class ModelSpec:
 
     def attention_params(self) -> int:
         """``h·(a·d) + 2·h·(k·d) + (a·d)·h`` weights, plus ``a·d + 2·k·d + h`` biases."""
-        h, q_width, kv_width = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h = self.hidden
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         weights = h * q_width + 2 * h * kv_width + q_width * h
         return weights + (q_width + 2 * kv_width + h if self.bias else 0)
 
     def mlp_params(self, width: int) -> int:
-        """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu, 3 swiglu), ``(m−1)·f + h`` biases."""
+        """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu, 3 swiglu), ``(m−1)·f + h`` bias."""
         matrices = _MATRICES_PER_MLP[self.activation]
         biases = (matrices - 1) * width + self.hidden if self.bias else 0
         return matrices * self.hidden * width + biases

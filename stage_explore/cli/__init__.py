@@ -18,6 +18,10 @@ from stage_core.errors import StageError
 #: Subcommand modules, in the order ``stage --help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "redistribute",
+    "memory",
+    "check",
+    "explore",
+    "report",
 )
 
 
@@ -43,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StageError as error:
         print(f"stage {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head & co.
+        return 0
     except KeyboardInterrupt:
         print(f"stage {args.command}: interrupted", file=sys.stderr)
         return 130

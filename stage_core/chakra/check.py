@@ -1,0 +1,278 @@
+"""Soundness check of a trace set, and per-rank totals.
+
+Holds :func:`check_trace_set` → :class:`CheckReport` (violations as one-line strings, plus
+:class:`RankTotals` per rank) and :func:`format_group`.
+
+What is checked, per rank: node ids are unique; every dependency names a node of the same rank;
+the dependency graph is acyclic; at least one node has no dependency; every collective's group
+contains the rank and only ranks that exist; no node of a type STAGE does not emit (METADATA and
+other foreign nodes). Across ranks: the members of each group issue matching collectives (kind
+and size) in the same order, and every send has exactly one matching receive (source,
+destination, size, tag) and vice versa.
+
+Order. A rank's *issue order* is the topological order of its dependency graph that always takes
+the ready node with the smallest id — the order in which ASTRA-sim issues ready nodes. The
+collectives of one group on a rank, in issue order, form that rank's sequence for the group;
+every member's sequence must equal the sequence of the group's lowest-ranked member. Nodes on
+a dependency cycle never become ready and are left out of the order (the cycle is reported).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stage_core.chakra.traceset import ForeignNode, TraceSet
+from stage_core.trace import CollectiveKind, NodeKind, TraceNode
+
+_COLLECTIVE_KEYS: tuple[str, ...] = tuple(kind.value for kind in CollectiveKind)
+
+
+@dataclass(frozen=True, slots=True)
+class RankTotals:
+    """What one rank computes and communicates: FLOPs and bytes (exact integers)."""
+
+    flops: int
+    comm_bytes: dict[str, int]
+    send_bytes: int
+    recv_bytes: int
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form: ``flops``, ``comm_bytes`` (all four kinds), ``send_bytes``, ``recv_bytes``."""
+        return {
+            "flops": self.flops,
+            "comm_bytes": dict(self.comm_bytes),
+            "send_bytes": self.send_bytes,
+            "recv_bytes": self.recv_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """Result of :func:`check_trace_set`: totals per rank and the violations found."""
+
+    ranks: dict[int, RankTotals]
+    violations: tuple[str, ...]
+
+    @property
+    def sound(self) -> bool:
+        """True when there is no violation."""
+        return not self.violations
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form: ``violations`` (list) and ``ranks`` (rank id string → totals)."""
+        return {
+            "violations": list(self.violations),
+            "ranks": {str(rank): totals.to_dict() for rank, totals in self.ranks.items()},
+        }
+
+
+def format_group(group: tuple[int, ...] | None, names: dict[tuple[int, ...], str]) -> str:
+    """``group "1" [0, 1]``; long groups abbreviated; ``all ranks`` for ``None``."""
+    if group is None:
+        return "all ranks"
+    shown = ", ".join(map(str, group)) if len(group) <= 8 else (
+        f"{group[0]}, {group[1]}, {group[2]}, …, {group[-1]} ({len(group)} ranks)"
+    )
+    name = names.get(group)
+    return f'group "{name}" [{shown}]' if name else f"group [{shown}]"
+
+
+def _describe(node: TraceNode | ForeignNode) -> str:
+    return f"node {node.id} {node.name!r}"
+
+
+def _totals(nodes: Sequence[TraceNode]) -> RankTotals:
+    flops = send = recv = 0
+    comm = dict.fromkeys(_COLLECTIVE_KEYS, 0)
+    for node in nodes:
+        if node.kind is NodeKind.COMP:
+            flops += node.flops
+        elif node.kind is NodeKind.COLL and node.collective is not None:
+            comm[node.collective.value] += node.comm_bytes
+        elif node.kind is NodeKind.SEND:
+            send += node.comm_bytes
+        elif node.kind is NodeKind.RECV:
+            recv += node.comm_bytes
+    return RankTotals(flops, comm, send, recv)
+
+
+def _find_cycle(remaining: set[int], deps: list[list[int]]) -> list[int]:
+    """A cycle among ``remaining`` node indices (each has a dependency in ``remaining``)."""
+    start = min(remaining)
+    path: list[int] = []
+    position: dict[int, int] = {}
+    current = start
+    while current not in position:
+        position[current] = len(path)
+        path.append(current)
+        current = min(dep for dep in deps[current] if dep in remaining)
+    cycle = path[position[current]:]
+    return cycle + [cycle[0]]
+
+
+def _rank_graph(
+    rank: int, nodes: Sequence[TraceNode | ForeignNode], violations: list[str]
+) -> list[int]:
+    """Check one rank's ids and dependencies; return node indices in issue order."""
+    if not nodes:
+        violations.append(f"rank {rank}: the trace holds no nodes")
+        return []
+    index_of: dict[int, int] = {}
+    for index, node in enumerate(nodes):
+        if node.id in index_of:
+            violations.append(f"rank {rank}: node id {node.id} is used by more than one node")
+        else:
+            index_of[node.id] = index
+    deps: list[list[int]] = []
+    for node in nodes:
+        node_deps = []
+        for dep in dict.fromkeys(node.data_deps + node.ctrl_deps):
+            if dep in index_of:
+                node_deps.append(index_of[dep])
+            else:
+                violations.append(
+                    f"rank {rank}: {_describe(node)} depends on node {dep}, "
+                    "which is not in the rank's trace"
+                )
+        deps.append(node_deps)
+    if all(node.data_deps or node.ctrl_deps for node in nodes):
+        violations.append(f"rank {rank}: every node has a dependency, so none can start")
+    waiting = [len(node_deps) for node_deps in deps]
+    users: list[list[int]] = [[] for _ in nodes]
+    for index, node_deps in enumerate(deps):
+        for dep in node_deps:
+            users[dep].append(index)
+    ready = [(nodes[index].id, index) for index, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, index = heapq.heappop(ready)
+        order.append(index)
+        for user in users[index]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (nodes[user].id, user))
+    if len(order) < len(nodes):
+        remaining = set(range(len(nodes))) - set(order)
+        cycle = " -> ".join(str(nodes[index].id) for index in _find_cycle(remaining, deps))
+        violations.append(
+            f"rank {rank}: dependency cycle {cycle} ({len(remaining)} node(s) can never run)"
+        )
+    return order
+
+
+def _compare_group(
+    group: tuple[int, ...],
+    sequences: dict[int, list[tuple[str, int]]],
+    nodes: dict[int, list[TraceNode]],
+    label: str,
+    violations: list[str],
+) -> None:
+    """Compare every member's collective sequence with the lowest member's."""
+    first = group[0]
+    reference = sequences.get(first, [])
+
+    def item(rank: int, position: int) -> str:
+        kind, size = sequences[rank][position]
+        return f"{kind} of {size} B ({_describe(nodes[rank][position])})"
+
+    for rank in group[1:]:
+        sequence = sequences.get(rank, [])
+        if sequence == reference:
+            continue
+        if sorted(sequence) == sorted(reference):
+            position = next(
+                i for i, (a, b) in enumerate(zip(sequence, reference, strict=True)) if a != b
+            )
+            violations.append(
+                f"{label}: rank {rank} issues the same collectives as rank {first} in another "
+                f"order: #{position + 1} is {item(rank, position)} on rank {rank} but "
+                f"{item(first, position)} on rank {first}"
+            )
+            continue
+        common = min(len(sequence), len(reference))
+        position = next(
+            (i for i in range(common) if sequence[i] != reference[i]), common
+        )
+        if position < common:
+            violations.append(
+                f"{label}: collective #{position + 1} is {item(rank, position)} on rank {rank} "
+                f"but {item(first, position)} on rank {first}"
+            )
+        else:
+            violations.append(
+                f"{label}: rank {rank} issues {len(sequence)} collective(s) but rank {first} "
+                f"issues {len(reference)}"
+            )
+
+
+def check_trace_set(trace_set: TraceSet) -> CheckReport:
+    """Check ``trace_set`` (see the module docstring) and total each rank's work."""
+    violations: list[str] = []
+    world = trace_set.world_size
+    all_ranks = tuple(range(world))
+    names = {tuple(ranks): name for name, ranks in trace_set.groups.items()}
+    sequences: dict[tuple[int, ...], dict[int, list[tuple[str, int]]]] = defaultdict(dict)
+    sequence_nodes: dict[tuple[int, ...], dict[int, list[TraceNode]]] = defaultdict(dict)
+    sends: Counter[tuple[int, int, int, int]] = Counter()
+    receives: Counter[tuple[int, int, int, int]] = Counter()
+    totals: dict[int, RankTotals] = {}
+    bad_groups: set[tuple[int, ...]] = set()
+    for rank, own_nodes in sorted(trace_set.ranks.items()):
+        foreign = trace_set.foreign.get(rank, ())
+        every: list[TraceNode | ForeignNode] = [*own_nodes, *foreign]
+        for alien in foreign:
+            reason = (
+                "on which ASTRA-sim aborts" if alien.type_name == "METADATA_NODE"
+                else "which STAGE traces never contain"
+            )
+            violations.append(f"rank {rank}: {_describe(alien)} is a {alien.type_name}, {reason}")
+        order = _rank_graph(rank, every, violations)
+        totals[rank] = _totals(own_nodes)
+        for index in order:
+            node = every[index]
+            if not isinstance(node, TraceNode):
+                continue
+            if node.kind is NodeKind.COLL and node.collective is not None:
+                group = all_ranks if node.group is None else node.group
+                if rank not in group:
+                    violations.append(
+                        f"rank {rank}: {_describe(node)} is a {node.collective.value} in "
+                        f"{format_group(group, names)}, which does not contain rank {rank}"
+                    )
+                    continue
+                if group[-1] >= world and group not in bad_groups:
+                    bad_groups.add(group)
+                    violations.append(
+                        f"{format_group(group, names)} names rank {group[-1]}, but the trace "
+                        f"set has ranks 0..{world - 1}"
+                    )
+                entry = (node.collective.value, node.comm_bytes)
+                sequences[group].setdefault(rank, []).append(entry)
+                sequence_nodes[group].setdefault(rank, []).append(node)
+            elif node.kind is NodeKind.SEND:
+                sends[(rank, node.peer, node.comm_bytes, node.tag)] += 1
+            elif node.kind is NodeKind.RECV:
+                receives[(node.peer, rank, node.comm_bytes, node.tag)] += 1
+    for group in sorted(sequences):
+        members = tuple(rank for rank in group if rank < world)
+        if len(members) > 1:
+            label = format_group(None if group == all_ranks else group, names)
+            _compare_group(members, sequences[group], sequence_nodes[group], label, violations)
+    for key in sorted(set(sends) | set(receives)):
+        source, destination, size, tag = key
+        posted, expected = sends[key], receives[key]
+        if posted > expected:
+            violations.append(
+                f"rank {source} sends {posted} message(s) of {size} B with tag {tag} to rank "
+                f"{destination}, which posts {expected} matching receive(s)"
+            )
+        elif expected > posted:
+            violations.append(
+                f"rank {destination} posts {expected} receive(s) of {size} B with tag {tag} "
+                f"from rank {source}, which sends {posted} matching message(s)"
+            )
+    return CheckReport(ranks=totals, violations=tuple(violations))

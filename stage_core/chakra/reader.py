@@ -1,0 +1,414 @@
+"""Reading Chakra ``.et`` files back into trace nodes, with a pure-Python decoder.
+
+Holds :func:`decode_trace` (bytes → :class:`DecodedTrace`), :func:`read_trace_file` (one rank's
+file → its :class:`~stage_core.trace.TraceNode` list) and :func:`read_trace_set` (a directory
+of ``<prefix>.<rank>.et`` files plus ``comm_group.json`` → :class:`TraceSet`).
+
+The decoder accepts files written by other tools: any integer attribute kind (int32, int64,
+uint32, uint64, sint32, sint64, fixed32, fixed64, sfixed32, sfixed64) where an integer is
+expected, packed or unpacked dependency lists, unknown fields and attributes (skipped). A
+floating-point or boolean value where an integer is expected, an integer ``pg_name``, a
+``pg_name`` missing from the group table, a missing required attribute or a malformed stream is
+a :class:`~stage_core.errors.ConfigError` naming the file and node. ``pg_name`` absent, empty or
+"0" means all ranks (``group=None``). Nodes of types the trace IR does not hold (METADATA,
+MEM_LOAD/STORE, INVALID, collectives other than the four STAGE emits) are returned as
+:class:`~stage_core.chakra.traceset.ForeignNode` by :func:`decode_trace` and
+:func:`read_trace_set`, and refused by :func:`read_trace_file`.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stage_core.chakra.groups import COMM_GROUP_FILE, read_comm_groups
+from stage_core.chakra.schema import ATTRIBUTE_VALUE_FIELDS, CollectiveCommType, NodeType
+from stage_core.chakra.traceset import ForeignNode, TraceSet
+from stage_core.chakra.wire import (
+    WIRE_FIXED32,
+    WIRE_FIXED64,
+    WIRE_LENGTH,
+    WIRE_VARINT,
+    decode_varint,
+    to_signed,
+    zigzag_decode,
+)
+from stage_core.errors import ConfigError
+from stage_core.trace import CHAKRA_COMM_TYPE, CollectiveKind, NodeKind, TraceNode
+
+_COLLECTIVES: dict[int, CollectiveKind] = {value: kind for kind, value in CHAKRA_COMM_TYPE.items()}
+_NODE_KINDS: dict[int, NodeKind] = {int(kind): kind for kind in NodeKind}
+_INTEGER_KINDS = frozenset(
+    {"int32", "int64", "uint32", "uint64", "sint32", "sint64",
+     "fixed32", "fixed64", "sfixed32", "sfixed64"}
+)
+_WIRE_OF_KIND = {
+    "double": WIRE_FIXED64, "fixed64": WIRE_FIXED64, "sfixed64": WIRE_FIXED64,
+    "float": WIRE_FIXED32, "fixed32": WIRE_FIXED32, "sfixed32": WIRE_FIXED32,
+    "string": WIRE_LENGTH, "bytes": WIRE_LENGTH,
+}
+
+
+class _Malformed(Exception):
+    """Raised inside the decoder; turned into a ConfigError naming the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedTrace:
+    """One decoded rank file: metadata version, STAGE nodes and foreign nodes, in file order."""
+
+    version: str
+    nodes: tuple[TraceNode, ...]
+    foreign: tuple[ForeignNode, ...]
+
+
+def _fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int | bytes]]:
+    """The fields of the message in ``data[start:end]``: (number, wire type, value)."""
+    fields: list[tuple[int, int, int | bytes]] = []
+    position = start
+    while position < end:
+        key, position = decode_varint(data, position)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == WIRE_VARINT:
+            value, position = decode_varint(data, position)
+        elif wire == WIRE_LENGTH:
+            length, position = decode_varint(data, position)
+            value = data[position : position + length]
+            position += length
+        elif wire == WIRE_FIXED64:
+            value = int.from_bytes(data[position : position + 8], "little")
+            position += 8
+        elif wire == WIRE_FIXED32:
+            value = int.from_bytes(data[position : position + 4], "little")
+            position += 4
+        else:
+            raise _Malformed(f"unsupported wire type {wire} in field {number}")
+        if position > end:
+            raise _Malformed("message truncated")
+        fields.append((number, wire, value))
+    return fields
+
+
+def _scalar(kind: str, wire: int, value: int | bytes) -> object:
+    """Convert one raw field value of ``kind`` (e.g. "sint64") to Python."""
+    expected = _WIRE_OF_KIND.get(kind, WIRE_VARINT)
+    if wire != expected:
+        raise _Malformed(f"{kind} value with wire type {wire}")
+    if isinstance(value, bytes):
+        if kind == "string":
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise _Malformed("string is not valid UTF-8") from error
+        return value
+    if kind in ("int32", "sfixed32"):
+        return to_signed(value, 32)
+    if kind in ("int64", "sfixed64"):
+        return to_signed(value, 64)
+    if kind == "uint32":
+        return value & 0xFFFFFFFF
+    if kind in ("sint32", "sint64"):
+        return zigzag_decode(value)
+    if kind == "bool":
+        return value != 0
+    if kind == "double":
+        return struct.unpack("<d", value.to_bytes(8, "little"))[0]
+    if kind == "float":
+        return struct.unpack("<f", value.to_bytes(4, "little"))[0]
+    return value  # uint64, fixed32, fixed64
+
+
+def _packed(kind: str, data: bytes) -> list[object]:
+    if kind in ("double", "fixed64", "sfixed64", "float", "fixed32", "sfixed32"):
+        wire = _WIRE_OF_KIND[kind]
+        width = 8 if wire == WIRE_FIXED64 else 4
+        if len(data) % width:
+            raise _Malformed(f"packed {kind} list of {len(data)} bytes")
+        return [
+            _scalar(kind, wire, int.from_bytes(data[index : index + width], "little"))
+            for index in range(0, len(data), width)
+        ]
+    values: list[object] = []
+    position = 0
+    while position < len(data):
+        raw, position = decode_varint(data, position)
+        values.append(_scalar(kind, WIRE_VARINT, raw))
+    return values
+
+
+def _attribute(data: bytes) -> tuple[str, str, object]:
+    """Decode an ``AttributeProto``: (name, value kind such as "int64" or "bool_list", value)."""
+    name = ""
+    kind = "none"
+    value: object = None
+    for number, wire, raw in _fields(data, 0, len(data)):
+        if number == 1 and isinstance(raw, bytes):
+            name = raw.decode("utf-8", errors="replace")
+        elif number in ATTRIBUTE_VALUE_FIELDS:
+            _, scalar_kind, is_list = ATTRIBUTE_VALUE_FIELDS[number]
+            if not is_list:
+                kind, value = scalar_kind, _scalar(scalar_kind, wire, raw)
+                continue
+            if not isinstance(raw, bytes):
+                raise _Malformed(f"{scalar_kind}_list with wire type {wire}")
+            items: list[object] = []
+            for item_number, item_wire, item in _fields(raw, 0, len(raw)):
+                if item_number != 1:
+                    continue
+                if item_wire == WIRE_LENGTH and scalar_kind not in ("string", "bytes"):
+                    assert isinstance(item, bytes)
+                    items.extend(_packed(scalar_kind, item))
+                else:
+                    items.append(_scalar(scalar_kind, item_wire, item))
+            kind, value = f"{scalar_kind}_list", items
+    return name, kind, value
+
+
+def _deps(wire: int, raw: int | bytes) -> list[int]:
+    if isinstance(raw, bytes):
+        return [value for value in _packed("uint64", raw) if isinstance(value, int)]
+    return [raw]
+
+
+class _NodeAttributes:
+    """A node's attributes by name (first occurrence wins), with typed accessors."""
+
+    def __init__(self, attributes: dict[str, tuple[str, object]], what: str) -> None:
+        self._attributes = attributes
+        self._what = what
+
+    def integer(self, name: str, required: bool) -> int:
+        if name not in self._attributes:
+            if required:
+                raise _Malformed(f"{self._what} lacks the required attribute {name!r}")
+            return 0
+        kind, value = self._attributes[name]
+        if kind not in _INTEGER_KINDS or not isinstance(value, int):
+            raise _Malformed(f"{self._what}: attribute {name!r} must be an integer, got {kind}")
+        return value
+
+    def string(self, name: str) -> str | None:
+        if name not in self._attributes:
+            return None
+        kind, value = self._attributes[name]
+        if kind != "string" or not isinstance(value, str):
+            raise _Malformed(f"{self._what}: attribute {name!r} must be a string, got {kind}")
+        return value
+
+    def tensors(self, name: str) -> tuple[tuple[str, int], ...]:
+        if name not in self._attributes:
+            return ()
+        kind, value = self._attributes[name]
+        if kind != "string_list" or not isinstance(value, list) or len(value) % 2:
+            raise _Malformed(f"{self._what}: {name!r} must be a string list of name, size pairs")
+        pairs = []
+        for tensor, size in zip(value[::2], value[1::2], strict=True):
+            if not isinstance(size, str) or not size.isascii() or not size.isdigit():
+                raise _Malformed(f"{self._what}: {name!r} size {size!r} is not an integer")
+            pairs.append((str(tensor), int(size)))
+        return tuple(pairs)
+
+
+def _group(pg_name: str | None, groups: Mapping[str, Sequence[int]] | None, what: str) -> (
+    tuple[int, ...] | None
+):
+    if pg_name is None or pg_name in ("", "0"):
+        return None
+    if groups is None:
+        raise _Malformed(f"{what} names pg_name {pg_name!r}, but no group table was given")
+    if pg_name not in groups:
+        raise _Malformed(f"{what} names pg_name {pg_name!r}, which is not in the group table")
+    return tuple(sorted(groups[pg_name]))
+
+
+def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode | ForeignNode:
+    node_id = 0
+    name = ""
+    node_type = 0
+    data_deps: list[int] = []
+    ctrl_deps: list[int] = []
+    raw_attributes: list[bytes] = []
+    for number, wire, raw in _fields(data, 0, len(data)):
+        if number == 1 and isinstance(raw, int):
+            node_id = raw
+        elif number == 2 and isinstance(raw, bytes):
+            name = raw.decode("utf-8", errors="replace")
+        elif number == 3 and isinstance(raw, int):
+            node_type = raw
+        elif number == 4:
+            ctrl_deps.extend(_deps(wire, raw))
+        elif number == 5:
+            data_deps.extend(_deps(wire, raw))
+        elif number == 10 and isinstance(raw, bytes):
+            raw_attributes.append(raw)
+    what = f"node {node_id} {name!r}"
+    by_name: dict[str, tuple[str, object]] = {}
+    for raw in raw_attributes:
+        attribute_name, value_kind, value = _attribute(raw)
+        by_name.setdefault(attribute_name, (value_kind, value))
+    attributes = _NodeAttributes(by_name, what)
+    kind = _NODE_KINDS.get(node_type)
+    type_name = NodeType(node_type).name if node_type in NodeType._value2member_map_ else (
+        f"NodeType({node_type})"
+    )
+    collective: CollectiveKind | None = None
+    if kind is NodeKind.COLL:
+        comm_type = attributes.integer("comm_type", required=True)
+        collective = _COLLECTIVES.get(comm_type)
+        if collective is None:
+            known = comm_type in CollectiveCommType._value2member_map_
+            comm_name = CollectiveCommType(comm_type).name if known else str(comm_type)
+            type_name, kind = f"{type_name}({comm_name})", None
+    if kind is None:
+        return ForeignNode(node_id, name, type_name, tuple(data_deps), tuple(ctrl_deps))
+    flops = tensor_bytes = size = 0
+    peer = tag = -1
+    group: tuple[int, ...] | None = None
+    if kind is NodeKind.COMP:
+        flops = attributes.integer("num_ops", required=False)
+        tensor_bytes = attributes.integer("tensor_size", required=False)
+    else:
+        size = attributes.integer("comm_size", required=True)
+        if kind is NodeKind.COLL:
+            group = _group(attributes.string("pg_name"), groups, what)
+        else:
+            peer_attribute = "comm_dst" if kind is NodeKind.SEND else "comm_src"
+            peer = attributes.integer(peer_attribute, required=True)
+            tag = attributes.integer("comm_tag", required=True)
+    return TraceNode(
+        id=node_id,
+        name=name,
+        kind=kind,
+        data_deps=tuple(data_deps),
+        ctrl_deps=tuple(ctrl_deps),
+        flops=flops,
+        tensor_bytes=tensor_bytes,
+        collective=collective,
+        comm_bytes=size,
+        group=group,
+        peer=peer,
+        tag=tag,
+        inputs=attributes.tensors("inputs"),
+        outputs=attributes.tensors("outputs"),
+    )
+
+
+#: Decoded nodes by their message bytes, shared by the files of one trace set (whose nodes
+#: repeat across ranks); valid for one group table only.
+NodeCache = dict[bytes, TraceNode | ForeignNode]
+_NODE_CACHE_LIMIT = 1 << 20
+
+
+def decode_trace(
+    data: bytes,
+    groups: Mapping[str, Sequence[int]] | None = None,
+    source: str = "<bytes>",
+    cache: NodeCache | None = None,
+) -> DecodedTrace:
+    """Decode one rank file's bytes; ``groups`` (id → ranks) resolves ``pg_name``.
+
+    An empty input decodes to no nodes; otherwise the first message is the GlobalMetadata.
+    ``cache`` (see :data:`NodeCache`) skips decoding messages already seen with ``groups``.
+    """
+    if cache is None:
+        cache = {}
+    data = bytes(data)
+    version = ""
+    nodes: list[TraceNode] = []
+    foreign: list[ForeignNode] = []
+    position = 0
+    index = 0
+    try:
+        while position < len(data):
+            length, position = decode_varint(data, position)
+            end = position + length
+            if end > len(data):
+                raise _Malformed(f"message {index} is truncated ({length} bytes announced)")
+            if index == 0:
+                for number, _, raw in _fields(data, position, end):
+                    if number == 1 and isinstance(raw, bytes):
+                        version = raw.decode("utf-8", errors="replace")
+            else:
+                message = data[position:end]
+                node = cache.get(message)
+                if node is None:
+                    node = _node(message, groups)
+                    if len(cache) >= _NODE_CACHE_LIMIT:
+                        cache.clear()
+                    cache[message] = node
+                if isinstance(node, TraceNode):
+                    nodes.append(node)
+                else:
+                    foreign.append(node)
+            position = end
+            index += 1
+    except (_Malformed, ValueError) as error:
+        raise ConfigError(f"{source}: malformed Chakra trace: {error}") from error
+    return DecodedTrace(version, tuple(nodes), tuple(foreign))
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror or error}") from error
+
+
+def read_trace_file(
+    path: Path | str, groups: Mapping[str, Sequence[int]] | None = None
+) -> list[TraceNode]:
+    """The nodes of one ``.et`` file, in file order.
+
+    ``groups`` (id → ranks, as in ``comm_group.json``) is needed when collectives name a
+    ``pg_name``. A node whose type the trace IR does not hold is a ConfigError.
+    """
+    path = Path(path)
+    decoded = decode_trace(_read_bytes(path), groups, str(path))
+    if decoded.foreign:
+        first = decoded.foreign[0]
+        raise ConfigError(
+            f"{path}: node {first.id} {first.name!r} is a {first.type_name}, which STAGE's "
+            f"trace IR cannot hold ({len(decoded.foreign)} such node(s))"
+        )
+    return list(decoded.nodes)
+
+
+def read_trace_set(directory: Path | str, prefix: str = "workload") -> TraceSet:
+    """Read ``<prefix>.<rank>.et`` for ranks 0 … N−1 and ``comm_group.json`` (if present).
+
+    Missing ranks (a gap in 0 … N−1) or no trace file at all are a ConfigError.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory} is not a directory")
+    pattern = re.compile(re.escape(prefix) + r"\.(\d+)\.et")
+    try:
+        names = [path.name for path in directory.iterdir()]
+    except OSError as error:
+        raise ConfigError(f"cannot list {directory}: {error.strerror or error}") from error
+    files = {int(match.group(1)): name for name in names if (match := pattern.fullmatch(name))}
+    if not files:
+        raise ConfigError(f"{directory} holds no {prefix}.<rank>.et files")
+    missing = sorted(set(range(max(files) + 1)) - set(files))
+    if missing:
+        shown = ", ".join(f"{prefix}.{rank}.et" for rank in missing[:5])
+        raise ConfigError(
+            f"{directory}: ranks 0..{max(files)} need one file each, but {shown}"
+            f"{' …' if len(missing) > 5 else ''} ({len(missing)} file(s)) are missing"
+        )
+    group_file = directory / COMM_GROUP_FILE
+    groups = read_comm_groups(group_file) if group_file.exists() else {}
+    ranks: dict[int, tuple[TraceNode, ...]] = {}
+    foreign: dict[int, tuple[ForeignNode, ...]] = {}
+    cache: NodeCache = {}
+    for rank in sorted(files):
+        path = directory / files[rank]
+        decoded = decode_trace(_read_bytes(path), groups, str(path), cache)
+        ranks[rank] = decoded.nodes
+        if decoded.foreign:
+            foreign[rank] = decoded.foreign
+    return TraceSet(ranks=ranks, groups=groups, foreign=foreign)

@@ -1,0 +1,32 @@
+"""Model descriptions: what is trained, independent of how it is parallelized.
+
+Contents:
+
+- :mod:`~stage_core.models.spec`: :class:`ModelSpec` and its vocabularies (:class:`Family`,
+  :class:`Norm`, :class:`Activation`, :class:`Position`).
+- :mod:`~stage_core.models.flavors`: named flavors with published dims (:func:`get_flavor`,
+  :func:`list_flavors`).
+- :mod:`~stage_core.models.files`: models from TOML files and Hugging Face ``config.json``
+  (:func:`load_model`, :func:`load_model_toml`, :func:`load_hf_config`,
+  :func:`model_from_mapping`).
+"""
+
+from __future__ import annotations
+
+from stage_core.models.files import load_hf_config, load_model, load_model_toml, model_from_mapping
+from stage_core.models.flavors import get_flavor, list_flavors
+from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
+
+__all__ = [
+    "Activation",
+    "Family",
+    "ModelSpec",
+    "Norm",
+    "Position",
+    "get_flavor",
+    "list_flavors",
+    "load_hf_config",
+    "load_model",
+    "load_model_toml",
+    "model_from_mapping",
+]

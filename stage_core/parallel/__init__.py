@@ -1,0 +1,38 @@
+"""Parallel execution configurations.
+
+Contents:
+
+- :mod:`~stage_core.parallel.config`: :class:`ParallelConfig` (degrees dp, tp, cp, pp, ep;
+  sequence parallelism, schedule, ZeRO, recompute, batch sizes, precision, rank order), its
+  vocabularies (:class:`Schedule`, :class:`Recompute`, :class:`CpStyle`, :class:`Precision`),
+  :func:`pad_vocab` and the conventions it documents (EP folded into dp×cp, KV-head replication,
+  vocabulary padding, gradient bucket size).
+"""
+
+from __future__ import annotations
+
+from stage_core.parallel.config import (
+    DEFAULT_AXIS_ORDER,
+    DEFAULT_GRAD_BUCKET_BYTES,
+    DEFAULT_VOCAB_DIVISIBLE_BY,
+    EXPERT_DP_AXIS,
+    CpStyle,
+    ParallelConfig,
+    Precision,
+    Recompute,
+    Schedule,
+    pad_vocab,
+)
+
+__all__ = [
+    "DEFAULT_AXIS_ORDER",
+    "DEFAULT_GRAD_BUCKET_BYTES",
+    "DEFAULT_VOCAB_DIVISIBLE_BY",
+    "EXPERT_DP_AXIS",
+    "CpStyle",
+    "ParallelConfig",
+    "Precision",
+    "Recompute",
+    "Schedule",
+    "pad_vocab",
+]

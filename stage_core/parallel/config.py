@@ -1,0 +1,360 @@
+"""How a model is executed across devices: the parallel configuration.
+
+Contents:
+
+- :class:`Schedule`, :class:`Recompute`, :class:`CpStyle`, :class:`Precision`: vocabularies.
+- :class:`ParallelConfig`: degrees, options and batch sizes, checked on construction; derived
+  sizes; the device meshes of dense and expert layers; :meth:`ParallelConfig.validate` against a
+  model, which rejects every invalid combination before any work is done.
+- :func:`pad_vocab`: Megatron's vocabulary padding.
+
+Conventions (Megatron-core unless stated):
+
+- **World.** ``world_size = pp·dp·cp·tp``; ``ep`` does not multiply it.
+- **Rank order.** ``axis_order`` lists axes outermost first (the last varies fastest in the rank
+  id); the default ``("pp", "dp", "ep", "cp", "tp")`` is Megatron's ``"tp-cp-ep-dp-pp"`` read
+  backwards: TP innermost, then CP, EP, DP, PP. Dense layers use :meth:`ParallelConfig.mesh`,
+  i.e. ``axis_order`` without ``ep``.
+- **EP is carved out of the dp×cp ranks** ("MoE parallel folding"): ``ep`` must divide ``dp·cp``.
+  Expert layers use :meth:`ParallelConfig.expert_mesh`, where the dp and cp axes become
+  ``edp = dp·cp/ep`` (outer) and ``ep`` (inner) over the same flattened index, so an EP group
+  spans the innermost ``ep`` ranks of the dp×cp block (cp first) at fixed pp and tp coordinates.
+  Experts are tensor-parallel over ``tp``. dp, ep and cp must be adjacent in ``axis_order``
+  with ep right after dp (Megatron requires ep next to dp). ZeRO and gradient reduction run
+  over the dp×cp ranks for dense weights and over the ``edp`` ranks for expert weights.
+- **GQA with tp > kv_heads.** Allowed when ``kv_heads`` divides ``tp``: each KV head is
+  replicated on ``tp/kv_heads`` ranks (:meth:`ParallelConfig.kv_replication`), as PaLM's
+  multi-query attention and inference engines do; Megatron-core itself requires tp | kv_heads.
+- **Vocabulary** is padded to a multiple of ``vocab_divisible_by·tp`` (Megatron's
+  ``--make-vocab-size-divisible-by``, default 128).
+- **Gradient buckets** default to 25 MiB, PyTorch DDP's ``bucket_cap_mb=25``, a fixed size in
+  bytes (Megatron's DDP uses ``max(4e7, 1e6·dp·cp)`` elements instead).
+- **Sequence parallelism** with ``tp == 1`` is a no-op, as in Megatron
+  (:attr:`ParallelConfig.sequence_parallel`).
+- **Context parallelism** splits each sequence into ``2·cp`` chunks for causal load balance,
+  whatever ``cp_style``: ``2·cp`` must divide the sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.mesh import Mesh, MeshAxis
+from stage_core.models.spec import ModelSpec
+
+
+class Schedule(StrEnum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class CpStyle(StrEnum):
+    """Context parallelism: all-gather K and V, or pass K/V chunks around a ring."""
+
+    ALLGATHER = "allgather"
+    RING = "ring"
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+
+#: Default rank order, outermost first.
+DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
+#: Name of the expert-data-parallel axis of :meth:`ParallelConfig.expert_mesh`.
+EXPERT_DP_AXIS = "edp"
+#: PyTorch DDP's default bucket (``bucket_cap_mb=25``).
+DEFAULT_GRAD_BUCKET_BYTES = 25 * 1024 * 1024
+#: Megatron's ``--make-vocab-size-divisible-by`` default.
+DEFAULT_VOCAB_DIVISIBLE_BY = 128
+
+_ZERO_ALIASES: Mapping[str, int] = MappingProxyType({"fsdp": 3})
+_POSITIVE = ("dp", "tp", "cp", "pp", "ep", "vpp", "micro_batch", "grad_bucket_bytes")
+
+
+def pad_vocab(vocab: int, multiple: int) -> int:
+    """``vocab`` rounded up to a multiple of ``multiple`` (Megatron's vocabulary padding)."""
+    return -(-vocab // multiple) * multiple
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelConfig:
+    """Parallel degrees and execution options; model-independent rules are checked on construction.
+
+    ``global_batch`` and ``micro_batch`` count sequences; ``global_batch=0`` means
+    ``dp·micro_batch`` (one micro-batch per step). ``seq_len`` and ``dropout`` override the
+    model's when not None (:meth:`resolve`). ``zero`` is the ZeRO stage; ``"fsdp"`` is stage 3.
+    ``vpp`` is the number of model chunks per pipeline rank (interleaved schedule only).
+    ``grad_fp32``: gradients accumulate in fp32 (Megatron's default with mixed precision,
+    18 bytes of model state per parameter); false keeps them in the compute precision (the
+    ZeRO paper's 16 bytes).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    ep: int = 1
+    sp: bool = False
+    cp_style: CpStyle = CpStyle.ALLGATHER
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    vpp: int = 1
+    zero: int = 0
+    recompute: Recompute = Recompute.NONE
+    micro_batch: int = 1
+    global_batch: int = 0
+    seq_len: int | None = None
+    dropout: bool | None = None
+    precision: Precision = Precision.BF16
+    master_weights_fp32: bool = True
+    grad_fp32: bool = True
+    grad_bucket_bytes: int = DEFAULT_GRAD_BUCKET_BYTES
+    vocab_divisible_by: int = DEFAULT_VOCAB_DIVISIBLE_BY
+    axis_order: tuple[str, ...] = DEFAULT_AXIS_ORDER
+
+    def __post_init__(self) -> None:
+        problems = self._type_problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
+        if self.global_batch == 0:
+            object.__setattr__(self, "global_batch", self.dp * self.micro_batch)
+        problems = self._combination_problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def _type_problems(self) -> list[str]:
+        problems: list[str] = []
+        for name, kind in (
+            ("cp_style", CpStyle),
+            ("schedule", Schedule),
+            ("recompute", Recompute),
+            ("precision", Precision),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, str) and value in {member.value for member in kind}:
+                object.__setattr__(self, name, kind(value))
+            else:
+                allowed = ", ".join(repr(member.value) for member in kind)
+                problems.append(f"`{name}` must be one of {allowed}, but got {name}={value!r}")
+        for name in (*_POSITIVE, "vocab_divisible_by"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                problems.append(f"`{name}` must be a positive int, but got {name}={value!r}")
+        global_batch = self.global_batch
+        if not _is_int(global_batch) or global_batch < 0:
+            problems.append(
+                "`global_batch` must be a positive int (0 = dp·micro_batch), "
+                f"but got {global_batch=}"
+            )
+        seq_len = self.seq_len
+        if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
+            problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
+        for name in ("sp", "master_weights_fp32", "grad_fp32"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"`{name}` must be a bool, but got {name}={getattr(self, name)!r}")
+        if self.dropout is not None and not isinstance(self.dropout, bool):
+            problems.append(f"`dropout` must be a bool or None, but got dropout={self.dropout!r}")
+        zero: object = self.zero
+        if isinstance(zero, str):
+            zero = _ZERO_ALIASES.get(zero.lower(), zero)
+        if isinstance(zero, int) and not isinstance(zero, bool) and 0 <= zero <= 3:
+            object.__setattr__(self, "zero", zero)
+        else:
+            problems.append(f"`zero` must be 0, 1, 2, 3 or 'fsdp', but got zero={self.zero!r}")
+        order: object = self.axis_order
+        names = tuple(order) if isinstance(order, tuple | list) else ()
+        if all(isinstance(name, str) for name in names):
+            object.__setattr__(self, "axis_order", names)
+        if not self._axis_order_ok(names):
+            problems.append(
+                f"`axis_order` must order {DEFAULT_AXIS_ORDER} with dp, ep and cp adjacent and ep "
+                f"right after dp, but got axis_order={order!r}"
+            )
+        return problems
+
+    @staticmethod
+    def _axis_order_ok(names: tuple[object, ...]) -> bool:
+        if not all(isinstance(name, str) for name in names):
+            return False
+        if sorted(map(str, names)) != sorted(DEFAULT_AXIS_ORDER) or len(names) != len(set(names)):
+            return False
+        data_positions = sorted(names.index(name) for name in ("dp", "ep", "cp"))
+        return data_positions[2] - data_positions[0] == 2 and (
+            names.index("ep") == names.index("dp") + 1
+        )
+
+    def _combination_problems(self) -> list[str]:
+        problems: list[str] = []
+        dp, cp, pp, ep, vpp = self.dp, self.cp, self.pp, self.ep, self.vpp
+        micro_batch, global_batch, schedule = self.micro_batch, self.global_batch, self.schedule
+        if global_batch % (micro_batch * dp):
+            problems.append(
+                "`micro_batch`·`dp` must divide `global_batch`, "
+                f"but got ({global_batch=}, {micro_batch=}, {dp=})"
+            )
+        if vpp > 1 and schedule is not Schedule.INTERLEAVED:
+            problems.append(
+                f"`vpp` > 1 needs schedule='interleaved', but got ({vpp=}, schedule='{schedule}')"
+            )
+        if schedule is Schedule.INTERLEAVED:
+            if pp == 1:
+                problems.append(f"schedule='interleaved' needs `pp` > 1, but got ({pp=})")
+            elif not problems and self.num_micro_batches % pp:
+                num_micro_batches = self.num_micro_batches
+                problems.append(
+                    "schedule='interleaved' needs `pp` to divide the number of micro-batches "
+                    f"(global_batch/(micro_batch·dp)), but got ({num_micro_batches=}, {pp=})"
+                )
+        if (dp * cp) % ep:
+            problems.append(
+                "`ep` must divide `dp`·`cp` (expert-parallel ranks are carved out of the dp×cp "
+                f"ranks), but got ({ep=}, {dp=}, {cp=})"
+            )
+        return problems
+
+    # ------------------------------------------------------------------ derived sizes
+
+    @property
+    def world_size(self) -> int:
+        """``pp·dp·cp·tp`` (``ep`` re-divides the dp×cp ranks, it adds none)."""
+        return self.pp * self.dp * self.cp * self.tp
+
+    @property
+    def num_micro_batches(self) -> int:
+        """Micro-batches per step on each pipeline: ``global_batch / (micro_batch·dp)``."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def expert_dp(self) -> int:
+        """Data-parallel degree of expert weights: ``dp·cp/ep``."""
+        return self.dp * self.cp // self.ep
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Whether sequence parallelism is in effect (``sp`` with ``tp`` > 1)."""
+        return self.sp and self.tp > 1
+
+    def sequence_length(self, model: ModelSpec) -> int:
+        """The training sequence length: this config's ``seq_len`` or else the model's."""
+        return model.seq_len if self.seq_len is None else self.seq_len
+
+    def resolve(self, model: ModelSpec) -> ModelSpec:
+        """``model`` with this config's ``seq_len`` and ``dropout`` overrides applied."""
+        changes: dict[str, Any] = {}
+        if self.seq_len is not None and self.seq_len != model.seq_len:
+            changes["seq_len"] = self.seq_len
+        if self.dropout is not None and self.dropout != model.dropout:
+            changes["dropout"] = self.dropout
+        return model.with_overrides(**changes) if changes else model
+
+    def padded_vocab(self, model: ModelSpec) -> int:
+        """The vocabulary rounded up to a multiple of ``vocab_divisible_by·tp`` (Megatron)."""
+        return pad_vocab(model.vocab, self.vocab_divisible_by * self.tp)
+
+    def kv_replication(self, model: ModelSpec) -> int:
+        """How many TP ranks hold each KV head: ``tp/kv_heads`` when ``tp > kv_heads``, else 1."""
+        return max(1, self.tp // model.kv_heads)
+
+    def layers_per_chunk(self, model: ModelSpec) -> int:
+        """Layers per model chunk: ``layers/(pp·vpp)`` (a pipeline rank holds ``vpp`` chunks)."""
+        return model.layers // (self.pp * self.vpp)
+
+    # ------------------------------------------------------------------ meshes
+
+    def mesh(self) -> Mesh:
+        """The mesh of dense layers: ``axis_order`` without ``ep`` (world size pp·dp·cp·tp)."""
+        sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp}
+        return Mesh(tuple(MeshAxis(name, sizes[name]) for name in self.axis_order if name != "ep"))
+
+    def expert_mesh(self) -> Mesh:
+        """The mesh of expert layers: dp and cp refolded into ``edp`` (outer) and ``ep`` (inner)."""
+        sizes = {"pp": self.pp, EXPERT_DP_AXIS: self.expert_dp, "ep": self.ep, "tp": self.tp}
+        axes = []
+        for name in self.axis_order:
+            if name == "cp":
+                continue
+            key = EXPERT_DP_AXIS if name == "dp" else name
+            axes.append(MeshAxis(key, sizes[key]))
+        return Mesh(tuple(axes))
+
+    # ------------------------------------------------------------------ validation
+
+    def violations(self, model: ModelSpec) -> tuple[str, ...]:
+        """Every rule this config breaks for ``model``, one message each (empty when valid)."""
+        try:
+            model = self.resolve(model)
+        except ConfigError as error:
+            return (str(error),)
+        problems: list[str] = []
+        tp, pp, vpp, ep, cp = self.tp, self.pp, self.vpp, self.ep, self.cp
+        heads, kv_heads, layers = model.heads, model.kv_heads, model.layers
+        if heads % tp:
+            problems.append(f"`tp` must divide `heads`, but got ({tp=}, {heads=})")
+        if kv_heads % tp and tp % kv_heads:
+            problems.append(
+                "`tp` must divide `kv_heads`, or `kv_heads` divide `tp` (KV heads replicated), "
+                f"but got ({tp=}, {kv_heads=})"
+            )
+        ffn, expert_ffn = model.ffn, model.expert_ffn
+        if model.num_dense_layers and ffn % tp:
+            problems.append(f"`tp` must divide `ffn`, but got ({tp=}, {ffn=})")
+        if model.is_moe and expert_ffn % tp:
+            problems.append(f"`tp` must divide `expert_ffn`, but got ({tp=}, {expert_ffn=})")
+        if layers % (pp * vpp):
+            problems.append(f"`pp`·`vpp` must divide `layers`, but got ({pp=}, {vpp=}, {layers=})")
+        num_experts = model.num_experts
+        if ep > 1 and not model.is_moe:
+            problems.append(f"`ep` > 1 needs an MoE model, but got ({ep=}, {num_experts=})")
+        elif model.is_moe and num_experts % ep:
+            problems.append(f"`ep` must divide `num_experts`, but got ({ep=}, {num_experts=})")
+        seq_len = model.seq_len
+        if cp > 1 and seq_len % (2 * cp):
+            problems.append(
+                "2·`cp` must divide `seq_len` (causal load balancing splits it in 2·cp chunks), "
+                f"but got ({cp=}, {seq_len=})"
+            )
+        if self.sequence_parallel and seq_len % (cp * tp):
+            problems.append(
+                "`cp`·`tp` must divide `seq_len` with sequence parallelism, "
+                f"but got ({cp=}, {tp=}, {seq_len=})"
+            )
+        return tuple(problems)
+
+    def validate(self, model: ModelSpec) -> None:
+        """Raise a :class:`ConfigError` naming every rule broken for ``model``."""
+        problems = self.violations(model)
+        if problems:
+            raise ConfigError(
+                f"invalid parallel config for model {model.name!r}: " + "; ".join(problems)
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (enums as strings, tuples as lists), in field order."""
+        result: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, StrEnum):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            result[field.name] = value
+        return result

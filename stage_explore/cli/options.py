@@ -1,0 +1,147 @@
+"""The workload options shared by every subcommand that takes a model and a parallel config.
+
+Contents:
+
+- :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
+- :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --sp/--no-sp --zero --recompute
+  --schedule --vpp --micro-batch --global-batch --cp-style --precision``.
+- :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
+
+Subcommands call all three, so the options are spelled, defaulted and checked the same way
+everywhere. Every rule lives in :class:`~stage_core.parallel.ParallelConfig` and
+:class:`~stage_core.models.ModelSpec`; nothing is checked here twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from stage_core.errors import ConfigError
+from stage_core.models import ModelSpec, load_model
+from stage_core.parallel import CpStyle, ParallelConfig, Precision, Recompute, Schedule
+
+
+def _choices(kind: type[CpStyle | Precision | Recompute | Schedule]) -> list[str]:
+    return [member.value for member in kind]
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Add the model options to ``parser`` (in an argument group of their own)."""
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model",
+        required=True,
+        metavar="FLAVOR_OR_FILE",
+        help="a flavor name (e.g. llama3-70b), a model .toml file or a Hugging Face config.json",
+    )
+    group.add_argument(
+        "--layers", type=int, default=None, help="override the number of layers (default: model's)"
+    )
+    group.add_argument(
+        "--seq-len", type=int, default=None, help="training sequence length (default: model's)"
+    )
+    group.add_argument(
+        "--dropout",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="force dropout on or off (default: model's)",
+    )
+
+
+def add_parallel_options(parser: argparse.ArgumentParser) -> None:
+    """Add the parallel-configuration options to ``parser`` (in an argument group of their own)."""
+    group = parser.add_argument_group("parallelism")
+    for flag, what in (
+        ("--dp", "data"),
+        ("--tp", "tensor"),
+        ("--cp", "context"),
+        ("--pp", "pipeline"),
+        ("--ep", "expert (carved out of dp×cp)"),
+    ):
+        group.add_argument(flag, type=int, default=1, help=f"{what} parallel degree (default: 1)")
+    group.add_argument(
+        "--sp",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Megatron sequence parallelism (needs --tp > 1 to have an effect)",
+    )
+    group.add_argument(
+        "--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage; 3 is FSDP"
+    )
+    group.add_argument(
+        "--recompute",
+        choices=_choices(Recompute),
+        default=Recompute.NONE.value,
+        help="activation recomputation",
+    )
+    group.add_argument(
+        "--schedule",
+        choices=_choices(Schedule),
+        default=Schedule.ONE_F_ONE_B.value,
+        help="pipeline schedule",
+    )
+    group.add_argument(
+        "--vpp", type=int, default=1, help="model chunks per pipeline rank (interleaved only)"
+    )
+    group.add_argument(
+        "--micro-batch", type=int, default=1, help="sequences per micro-batch (default: 1)"
+    )
+    group.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="sequences per step (default: dp × micro-batch)",
+    )
+    group.add_argument(
+        "--cp-style",
+        choices=_choices(CpStyle),
+        default=CpStyle.ALLGATHER.value,
+        help="context parallelism: all-gather K/V or ring",
+    )
+    group.add_argument(
+        "--precision",
+        choices=_choices(Precision),
+        default=Precision.BF16.value,
+        help="compute precision (master weights stay fp32)",
+    )
+    group.add_argument(
+        "--fp32-grads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="accumulate gradients in fp32 (Megatron's default; --no-fp32-grads keeps 16-bit)",
+    )
+
+
+def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]:
+    """The model (with overrides applied) and the parallel config, validated together.
+
+    Raises :class:`~stage_core.errors.ConfigError` for an unknown model, a bad value or an
+    invalid combination; the message names the values.
+    """
+    if args.global_batch is not None and args.global_batch < 1:
+        global_batch = args.global_batch
+        raise ConfigError(f"`global_batch` must be a positive int, but got {global_batch=}")
+    model = load_model(args.model)
+    if args.layers is not None:
+        model = model.with_overrides(layers=args.layers)
+    config = ParallelConfig(
+        dp=args.dp,
+        tp=args.tp,
+        cp=args.cp,
+        pp=args.pp,
+        ep=args.ep,
+        sp=args.sp,
+        cp_style=CpStyle(args.cp_style),
+        schedule=Schedule(args.schedule),
+        vpp=args.vpp,
+        zero=args.zero,
+        recompute=Recompute(args.recompute),
+        micro_batch=args.micro_batch,
+        global_batch=0 if args.global_batch is None else args.global_batch,
+        seq_len=args.seq_len,
+        dropout=args.dropout,
+        precision=Precision(args.precision),
+        grad_fp32=args.fp32_grads,
+    )
+    config.validate(model)
+    return config.resolve(model), config
