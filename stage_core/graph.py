@@ -52,7 +52,15 @@ class Block:
     def output(self, *names: str) -> None:
         self.outputs.extend(names)
 
+    def _known(self, name: str) -> Tensor:
+        if name not in self.tensors:
+            raise ConfigError(f"block {self.name!r}: unknown tensor {name!r}")
+        return self.tensors[name]
+
     def _add(self, op: BaseOp, out: str, dims: Iterable[str], dtype_bytes: int) -> str:
+        unknown = [t for t in op.inputs if t not in self.tensors]
+        if unknown:
+            raise ConfigError(f"block {self.name!r}: op {op.name!r} reads unknown tensor {unknown[0]!r}")
         self.tensor(out, dims, dtype_bytes)
         self.ops.append(op)
         return out
@@ -62,7 +70,7 @@ class Block:
         left, _, right = subscripts.replace(" ", "").partition("->")
         dims_of: dict[str, str] = {}
         for labels, tensor in zip(left.split(","), inputs, strict=True):
-            dims = self.tensors[tensor].dims
+            dims = self._known(tensor).dims
             if len(labels) != len(dims):
                 raise ConfigError(
                     f"block {self.name!r}: einsum {subscripts!r} gives {len(labels)} labels for "
@@ -89,20 +97,20 @@ class Block:
         backward_ops_per_element: int = 1,
         name: str = "",
     ) -> str:
-        dims = self.tensors[inputs[0]].dims
+        dims = self._known(inputs[0]).dims
         for tensor in inputs[1:]:
-            other = self.tensors[tensor]
+            other = self._known(tensor)
             broadcast = set(other.dims) < set(dims)  # a bias, a norm scale, positions
             if other.dims != dims and not broadcast:
                 raise ConfigError(
                     f"block {self.name!r}: element-wise {out!r} mixes dims {dims} and "
-                    f"{self.tensors[tensor].dims}"
+                    f"{self._known(tensor).dims}"
                 )
         op = Elementwise(
             name or out, tuple(inputs), (out,), ops_per_element, linear, saves, mask_bytes,
             backward_ops_per_element,
         )
-        return self._add(op, out, dims, self.tensors[inputs[0]].dtype_bytes)
+        return self._add(op, out, dims, self._known(inputs[0]).dtype_bytes)
 
     def reduction(
         self,
@@ -118,10 +126,10 @@ class Block:
             name or out, inputs, (out,), reduce_dims, ops_per_element, saves,
             backward_ops_per_element,
         )
-        return self._add(op, out, self.tensors[inputs[0]].dims, 2)
+        return self._add(op, out, self._known(inputs[0]).dims, 2)
 
     def attention(self, q: str, k: str, v: str, out: str, causal: bool, name: str = "") -> str:
-        qd, kd, vd = (self.tensors[t].dims for t in (q, k, v))
+        qd, kd, vd = (self._known(t).dims for t in (q, k, v))
         if len(qd) != 4 or kd != vd or len(kd) != 4 or qd[0] != kd[0] or qd[3] != kd[3]:
             raise ConfigError(
                 f"block {self.name!r}: attention needs q[B,S,N,D], k/v[B,S,K,D]; got {qd}, {kd}, {vd}"
@@ -129,11 +137,11 @@ class Block:
         return self._add(Attention(name or out, (q, k, v), (out,), causal), out, qd, 2)
 
     def embedding(self, ids: str, table: str, out: str, name: str = "") -> str:
-        dims = (*self.tensors[ids].dims, self.tensors[table].dims[1])
+        dims = (*self._known(ids).dims, self._known(table).dims[1])
         return self._add(Embedding(name or out, (ids, table), (out,)), out, dims, 2)
 
     def cross_entropy(self, logits: str, targets: str, out: str, name: str = "") -> str:
-        dims = self.tensors[logits].dims[:-1]
+        dims = self._known(logits).dims[:-1]
         op = CrossEntropy(name or out, (logits, targets), (out,))
         return self._add(op, out, dims, 4)
 

@@ -120,7 +120,13 @@ class _Plan:
         return count
 
     def bytes_of(self, layout: Layout) -> Size:
-        size = layout.local_elements(self.mesh) * self.dtype_bytes
+        elements = layout.local_elements(self.mesh)
+        if isinstance(elements, sympy.Expr) and elements.is_number and not elements.is_Integer:
+            raise ShardingError(
+                f"layout {layout} does not divide evenly on the mesh {self.mesh}: "
+                f"{elements} elements per rank"
+            )
+        size = elements * self.dtype_bytes
         return sympy.simplify(size) if isinstance(size, sympy.Expr) else size
 
 

@@ -8,7 +8,8 @@ rank templates), :mod:`~stage_core.chakra.reference` (slow encoder through the m
 :mod:`~stage_core.chakra.traceset` (the in-memory trace set),
 :mod:`~stage_core.chakra.writer` (``.et`` files and the JSON form),
 :mod:`~stage_core.chakra.reader` (decoding), :mod:`~stage_core.chakra.check` (soundness and
-totals), :mod:`~stage_core.chakra.dump` (the text dump).
+totals), :mod:`~stage_core.chakra.dump` (the text dump), :mod:`~stage_core.chakra.examples`
+(small ready-made trace sets).
 """
 
 from __future__ import annotations

@@ -127,9 +127,12 @@ def _rank_graph(
         else:
             index_of[node.id] = index
     deps: list[list[int]] = []
+    backward_only = len(index_of) == len(nodes)  # unique ids, every dependency on a smaller id
     for node in nodes:
         node_deps = []
         for dep in dict.fromkeys(node.data_deps + node.ctrl_deps):
+            if dep >= node.id:
+                backward_only = False
             if dep in index_of:
                 node_deps.append(index_of[dep])
             else:
@@ -140,6 +143,8 @@ def _rank_graph(
         deps.append(node_deps)
     if all(node.data_deps or node.ctrl_deps for node in nodes):
         violations.append(f"rank {rank}: every node has a dependency, so none can start")
+    if backward_only:  # ascending ids are a topological order, and the smallest id is ready
+        return sorted(range(len(nodes)), key=lambda index: nodes[index].id)
     waiting = [len(node_deps) for node_deps in deps]
     users: list[list[int]] = [[] for _ in nodes]
     for index, node_deps in enumerate(deps):
@@ -166,7 +171,7 @@ def _rank_graph(
 
 def _compare_group(
     group: tuple[int, ...],
-    sequences: dict[int, list[tuple[str, int]]],
+    sequences: dict[int, list[tuple[CollectiveKind, int]]],
     nodes: dict[int, list[TraceNode]],
     label: str,
     violations: list[str],
@@ -215,7 +220,9 @@ def check_trace_set(trace_set: TraceSet) -> CheckReport:
     world = trace_set.world_size
     all_ranks = tuple(range(world))
     names = {tuple(ranks): name for name, ranks in trace_set.groups.items()}
-    sequences: dict[tuple[int, ...], dict[int, list[tuple[str, int]]]] = defaultdict(dict)
+    sequences: dict[tuple[int, ...], dict[int, list[tuple[CollectiveKind, int]]]] = (
+        defaultdict(dict)
+    )
     sequence_nodes: dict[tuple[int, ...], dict[int, list[TraceNode]]] = defaultdict(dict)
     sends: Counter[tuple[int, int, int, int]] = Counter()
     receives: Counter[tuple[int, int, int, int]] = Counter()
@@ -250,7 +257,7 @@ def check_trace_set(trace_set: TraceSet) -> CheckReport:
                         f"{format_group(group, names)} names rank {group[-1]}, but the trace "
                         f"set has ranks 0..{world - 1}"
                     )
-                entry = (node.collective.value, node.comm_bytes)
+                entry = (node.collective, node.comm_bytes)
                 sequences[group].setdefault(rank, []).append(entry)
                 sequence_nodes[group].setdefault(rank, []).append(node)
             elif node.kind is NodeKind.SEND:

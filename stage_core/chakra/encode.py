@@ -232,20 +232,30 @@ class ChakraEncoder:
         """Pre-encode ``program`` as run by ``rank`` (see the module docstring)."""
         groups: dict[tuple[int, ...] | None, int] = {}
         peers: dict[int, int] = {}
-        slots: list[_Slot] = []
-        slot_index: dict[_Slot, int] = {}
-        parts: list[bytes] = [self.metadata()]
+        slots: dict[_Slot, int] = {}
+        parts: list[bytes] = []
+        run: list[bytes] = [self.metadata()]  # static bytes not yet appended to ``parts``
         length_holes: list[tuple[int, int, tuple[int, ...]]] = []
         slot_holes: list[tuple[int, int]] = []
+
+        def hole() -> int:
+            parts.append(b"".join(run))
+            run.clear()
+            parts.append(b"")
+            return len(parts) - 1
+
         for node in program:
             pieces = self._pieces(node)
-            static_length = 0
-            node_slots: list[int] = []
-            resolved: list[bytes | int] = []
+            static = [piece for piece in pieces if isinstance(piece, bytes)]
+            if len(static) == len(pieces):
+                body = b"".join(static)
+                run.append(encode_varint(len(body)) + body)
+                continue
+            length_at = hole()
+            refs: list[int] = []
             for piece in pieces:
                 if isinstance(piece, bytes):
-                    static_length += len(piece)
-                    resolved.append(piece)
+                    run.append(piece)
                     continue
                 marker, attribute, value = piece
                 if marker == GROUP:
@@ -256,59 +266,19 @@ class ChakraEncoder:
                     slot = _Slot(PEER, attribute, peers.setdefault(value, len(peers)))
                 else:
                     slot = _Slot(OWN_RANK, attribute, 0)
-                if slot not in slot_index:
-                    slot_index[slot] = len(slots)
-                    slots.append(slot)
-                node_slots.append(slot_index[slot])
-                resolved.append(slot_index[slot])
-            if not node_slots:
-                body = b"".join(item for item in resolved if isinstance(item, bytes))
-                parts.append(encode_varint(len(body)) + body)
-                continue
-            length_holes.append((len(parts), static_length, tuple(node_slots)))
-            parts.append(b"")
-            for item in resolved:
-                if isinstance(item, bytes):
-                    parts.append(item)
-                else:
-                    slot_holes.append((len(parts), item))
-                    parts.append(b"")
+                number = slots.setdefault(slot, len(slots))
+                refs.append(number)
+                slot_holes.append((hole(), number))
+            length_holes.append((length_at, sum(map(len, static)), tuple(refs)))
+        parts.append(b"".join(run))
         return RankTemplate(
             encoder=self,
             rank=rank,
             groups=tuple(groups),
             peers=tuple(peers),
             slots=tuple(slots),
-            parts=_merge_static(parts, length_holes, slot_holes),
+            parts=(parts, length_holes, slot_holes),
         )
-
-
-def _merge_static(
-    parts: list[bytes],
-    length_holes: list[tuple[int, int, tuple[int, ...]]],
-    slot_holes: list[tuple[int, int]],
-) -> tuple[list[bytes], list[tuple[int, int, tuple[int, ...]]], list[tuple[int, int]]]:
-    """Join runs of static parts; return the parts and the holes re-indexed."""
-    holes = {index for index, _, _ in length_holes} | {index for index, _ in slot_holes}
-    merged: list[bytes] = []
-    new_index: dict[int, int] = {}
-    run: list[bytes] = []
-    for index, part in enumerate(parts):
-        if index in holes:
-            if run:
-                merged.append(b"".join(run))
-                run = []
-            new_index[index] = len(merged)
-            merged.append(b"")
-        else:
-            run.append(part)
-    if run:
-        merged.append(b"".join(run))
-    return (
-        merged,
-        [(new_index[index], base, refs) for index, base, refs in length_holes],
-        [(new_index[index], slot) for index, slot in slot_holes],
-    )
 
 
 class RankTemplate:

@@ -19,7 +19,6 @@ MEM_LOAD/STORE, INVALID, collectives other than the four STAGE emits) are return
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +27,11 @@ from stage_core.chakra.groups import COMM_GROUP_FILE, read_comm_groups
 from stage_core.chakra.schema import ATTRIBUTE_VALUE_FIELDS, CollectiveCommType, NodeType
 from stage_core.chakra.traceset import ForeignNode, TraceSet
 from stage_core.chakra.wire import (
-    WIRE_FIXED32,
-    WIRE_FIXED64,
     WIRE_LENGTH,
-    WIRE_VARINT,
+    decode_packed,
+    decode_scalar,
     decode_varint,
-    to_signed,
-    zigzag_decode,
+    message_fields,
 )
 from stage_core.errors import ConfigError
 from stage_core.trace import CHAKRA_COMM_TYPE, CollectiveKind, NodeKind, TraceNode
@@ -45,11 +42,6 @@ _INTEGER_KINDS = frozenset(
     {"int32", "int64", "uint32", "uint64", "sint32", "sint64",
      "fixed32", "fixed64", "sfixed32", "sfixed64"}
 )
-_WIRE_OF_KIND = {
-    "double": WIRE_FIXED64, "fixed64": WIRE_FIXED64, "sfixed64": WIRE_FIXED64,
-    "float": WIRE_FIXED32, "fixed32": WIRE_FIXED32, "sfixed32": WIRE_FIXED32,
-    "string": WIRE_LENGTH, "bytes": WIRE_LENGTH,
-}
 
 
 class _Malformed(Exception):
@@ -65,112 +57,37 @@ class DecodedTrace:
     foreign: tuple[ForeignNode, ...]
 
 
-def _fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int | bytes]]:
-    """The fields of the message in ``data[start:end]``: (number, wire type, value)."""
-    fields: list[tuple[int, int, int | bytes]] = []
-    position = start
-    while position < end:
-        key, position = decode_varint(data, position)
-        number, wire = key >> 3, key & 7
-        value: int | bytes
-        if wire == WIRE_VARINT:
-            value, position = decode_varint(data, position)
-        elif wire == WIRE_LENGTH:
-            length, position = decode_varint(data, position)
-            value = data[position : position + length]
-            position += length
-        elif wire == WIRE_FIXED64:
-            value = int.from_bytes(data[position : position + 8], "little")
-            position += 8
-        elif wire == WIRE_FIXED32:
-            value = int.from_bytes(data[position : position + 4], "little")
-            position += 4
-        else:
-            raise _Malformed(f"unsupported wire type {wire} in field {number}")
-        if position > end:
-            raise _Malformed("message truncated")
-        fields.append((number, wire, value))
-    return fields
-
-
-def _scalar(kind: str, wire: int, value: int | bytes) -> object:
-    """Convert one raw field value of ``kind`` (e.g. "sint64") to Python."""
-    expected = _WIRE_OF_KIND.get(kind, WIRE_VARINT)
-    if wire != expected:
-        raise _Malformed(f"{kind} value with wire type {wire}")
-    if isinstance(value, bytes):
-        if kind == "string":
-            try:
-                return value.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise _Malformed("string is not valid UTF-8") from error
-        return value
-    if kind in ("int32", "sfixed32"):
-        return to_signed(value, 32)
-    if kind in ("int64", "sfixed64"):
-        return to_signed(value, 64)
-    if kind == "uint32":
-        return value & 0xFFFFFFFF
-    if kind in ("sint32", "sint64"):
-        return zigzag_decode(value)
-    if kind == "bool":
-        return value != 0
-    if kind == "double":
-        return struct.unpack("<d", value.to_bytes(8, "little"))[0]
-    if kind == "float":
-        return struct.unpack("<f", value.to_bytes(4, "little"))[0]
-    return value  # uint64, fixed32, fixed64
-
-
-def _packed(kind: str, data: bytes) -> list[object]:
-    if kind in ("double", "fixed64", "sfixed64", "float", "fixed32", "sfixed32"):
-        wire = _WIRE_OF_KIND[kind]
-        width = 8 if wire == WIRE_FIXED64 else 4
-        if len(data) % width:
-            raise _Malformed(f"packed {kind} list of {len(data)} bytes")
-        return [
-            _scalar(kind, wire, int.from_bytes(data[index : index + width], "little"))
-            for index in range(0, len(data), width)
-        ]
-    values: list[object] = []
-    position = 0
-    while position < len(data):
-        raw, position = decode_varint(data, position)
-        values.append(_scalar(kind, WIRE_VARINT, raw))
-    return values
-
-
 def _attribute(data: bytes) -> tuple[str, str, object]:
     """Decode an ``AttributeProto``: (name, value kind such as "int64" or "bool_list", value)."""
     name = ""
     kind = "none"
     value: object = None
-    for number, wire, raw in _fields(data, 0, len(data)):
+    for number, wire, raw in message_fields(data, 0, len(data)):
         if number == 1 and isinstance(raw, bytes):
             name = raw.decode("utf-8", errors="replace")
         elif number in ATTRIBUTE_VALUE_FIELDS:
             _, scalar_kind, is_list = ATTRIBUTE_VALUE_FIELDS[number]
             if not is_list:
-                kind, value = scalar_kind, _scalar(scalar_kind, wire, raw)
+                kind, value = scalar_kind, decode_scalar(scalar_kind, wire, raw)
                 continue
             if not isinstance(raw, bytes):
                 raise _Malformed(f"{scalar_kind}_list with wire type {wire}")
             items: list[object] = []
-            for item_number, item_wire, item in _fields(raw, 0, len(raw)):
+            for item_number, item_wire, item in message_fields(raw, 0, len(raw)):
                 if item_number != 1:
                     continue
                 if item_wire == WIRE_LENGTH and scalar_kind not in ("string", "bytes"):
                     assert isinstance(item, bytes)
-                    items.extend(_packed(scalar_kind, item))
+                    items.extend(decode_packed(scalar_kind, item))
                 else:
-                    items.append(_scalar(scalar_kind, item_wire, item))
+                    items.append(decode_scalar(scalar_kind, item_wire, item))
             kind, value = f"{scalar_kind}_list", items
     return name, kind, value
 
 
 def _deps(wire: int, raw: int | bytes) -> list[int]:
     if isinstance(raw, bytes):
-        return [value for value in _packed("uint64", raw) if isinstance(value, int)]
+        return [value for value in decode_packed("uint64", raw) if isinstance(value, int)]
     return [raw]
 
 
@@ -232,7 +149,7 @@ def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode 
     data_deps: list[int] = []
     ctrl_deps: list[int] = []
     raw_attributes: list[bytes] = []
-    for number, wire, raw in _fields(data, 0, len(data)):
+    for number, wire, raw in message_fields(data, 0, len(data)):
         if number == 1 and isinstance(raw, int):
             node_id = raw
         elif number == 2 and isinstance(raw, bytes):
@@ -329,7 +246,7 @@ def decode_trace(
             if end > len(data):
                 raise _Malformed(f"message {index} is truncated ({length} bytes announced)")
             if index == 0:
-                for number, _, raw in _fields(data, position, end):
+                for number, _, raw in message_fields(data, position, end):
                     if number == 1 and isinstance(raw, bytes):
                         version = raw.decode("utf-8", errors="replace")
             else:

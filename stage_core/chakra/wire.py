@@ -1,12 +1,16 @@
 """Protocol-buffer wire-format primitives shared by the Chakra encoder and decoder.
 
-Holds varint encoding (:func:`encode_varint`, with a table for small values), zigzag
-decoding, two's-complement conversion for signed kinds, and the wire-type constants. Only the
-parts of the wire format that Chakra traces use are here; the format itself is described at
+Holds varint encoding (:func:`encode_varint`, with a table for small values), the wire-type
+constants, and decoding: varints, zigzag and two's complement, a message's raw fields
+(:func:`message_fields`), scalar values of every protobuf kind (:func:`decode_scalar`) and packed
+lists (:func:`decode_packed`); decoding errors are :class:`ValueError`. Only the parts of the
+wire format that Chakra traces use are here; the format itself is described at
 https://protobuf.dev/programming-guides/encoding/.
 """
 
 from __future__ import annotations
+
+import struct
 
 from stage_core.errors import ConfigError
 
@@ -89,3 +93,87 @@ def to_signed(value: int, bits: int) -> int:
 def zigzag_decode(value: int) -> int:
     """Decode a zigzag-encoded ``sint32``/``sint64`` value."""
     return (value >> 1) ^ -(value & 1)
+
+
+#: Wire type of each scalar kind that is not a varint.
+WIRE_OF_KIND: dict[str, int] = {
+    "double": WIRE_FIXED64, "fixed64": WIRE_FIXED64, "sfixed64": WIRE_FIXED64,
+    "float": WIRE_FIXED32, "fixed32": WIRE_FIXED32, "sfixed32": WIRE_FIXED32,
+    "string": WIRE_LENGTH, "bytes": WIRE_LENGTH,
+}
+
+
+def message_fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int | bytes]]:
+    """The fields of the message in ``data[start:end]``: (number, wire type, value)."""
+    fields: list[tuple[int, int, int | bytes]] = []
+    position = start
+    while position < end:
+        key, position = decode_varint(data, position)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == WIRE_VARINT:
+            value, position = decode_varint(data, position)
+        elif wire == WIRE_LENGTH:
+            length, position = decode_varint(data, position)
+            value = data[position : position + length]
+            position += length
+        elif wire == WIRE_FIXED64:
+            value = int.from_bytes(data[position : position + 8], "little")
+            position += 8
+        elif wire == WIRE_FIXED32:
+            value = int.from_bytes(data[position : position + 4], "little")
+            position += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire} in field {number}")
+        if position > end:
+            raise ValueError("message truncated")
+        fields.append((number, wire, value))
+    return fields
+
+
+def decode_scalar(kind: str, wire: int, value: int | bytes) -> object:
+    """Convert one raw field value of ``kind`` (e.g. "sint64") to Python."""
+    expected = WIRE_OF_KIND.get(kind, WIRE_VARINT)
+    if wire != expected:
+        raise ValueError(f"{kind} value with wire type {wire}")
+    if isinstance(value, bytes):
+        if kind == "string":
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError("string is not valid UTF-8") from error
+        return value
+    if kind in ("int32", "sfixed32"):
+        return to_signed(value, 32)
+    if kind in ("int64", "sfixed64"):
+        return to_signed(value, 64)
+    if kind == "uint32":
+        return value & 0xFFFFFFFF
+    if kind in ("sint32", "sint64"):
+        return zigzag_decode(value)
+    if kind == "bool":
+        return value != 0
+    if kind == "double":
+        return struct.unpack("<d", value.to_bytes(8, "little"))[0]
+    if kind == "float":
+        return struct.unpack("<f", value.to_bytes(4, "little"))[0]
+    return value  # uint64, fixed32, fixed64
+
+
+def decode_packed(kind: str, data: bytes) -> list[object]:
+    """The values of a packed repeated field of ``kind``."""
+    if kind in ("double", "fixed64", "sfixed64", "float", "fixed32", "sfixed32"):
+        wire = WIRE_OF_KIND[kind]
+        width = 8 if wire == WIRE_FIXED64 else 4
+        if len(data) % width:
+            raise ValueError(f"packed {kind} list of {len(data)} bytes")
+        return [
+            decode_scalar(kind, wire, int.from_bytes(data[index : index + width], "little"))
+            for index in range(0, len(data), width)
+        ]
+    values: list[object] = []
+    position = 0
+    while position < len(data):
+        raw, position = decode_varint(data, position)
+        values.append(decode_scalar(kind, WIRE_VARINT, raw))
+    return values

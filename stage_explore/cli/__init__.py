@@ -19,6 +19,7 @@ from stage_core.errors import StageError
 COMMANDS: tuple[str, ...] = (
     "redistribute",
     "memory",
+    "trace",
     "check",
     "explore",
     "report",

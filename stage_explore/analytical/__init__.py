@@ -1,0 +1,47 @@
+"""The analytical backend: collective timing and the event-driven trace simulator.
+
+- :mod:`~stage_explore.analytical.collectives` — collective and point-to-point times over the
+  network dims a group spans, in ASTRA-sim mode (ns, exact) and α–β mode (s);
+- :mod:`~stage_explore.analytical.tracesim` — per-rank traces simulated with ASTRA-sim's
+  execution semantics under a timing model.
+"""
+
+from __future__ import annotations
+
+from stage_explore.analytical.collectives import (
+    GroupSpan,
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
+    astra_collective_member_ns,
+    astra_collective_ns,
+    astra_point_to_point_ns,
+    group_span,
+)
+from stage_explore.analytical.tracesim import (
+    AlphaBetaTimingModel,
+    AstraTimingModel,
+    BaseTimingModel,
+    RankTiming,
+    SimulationResult,
+    astra_config_from_files,
+    astra_config_from_system,
+    simulate,
+)
+
+__all__ = [
+    "AlphaBetaTimingModel",
+    "AstraTimingModel",
+    "BaseTimingModel",
+    "GroupSpan",
+    "RankTiming",
+    "SimulationResult",
+    "alpha_beta_collective_s",
+    "alpha_beta_point_to_point_s",
+    "astra_collective_member_ns",
+    "astra_collective_ns",
+    "astra_config_from_files",
+    "astra_config_from_system",
+    "astra_point_to_point_ns",
+    "group_span",
+    "simulate",
+]

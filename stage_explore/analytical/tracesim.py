@@ -1,0 +1,357 @@
+"""An event-driven simulator of per-rank traces with ASTRA-sim's execution semantics.
+
+Holds:
+
+- :class:`BaseTimingModel` — the contract of what a node costs, and its two implementations:
+  :class:`AstraTimingModel` (integer ns, reproduces ASTRA-sim's congestion-unaware analytical
+  run) and :class:`AlphaBetaTimingModel` (float seconds, roofline with efficiencies and α–β);
+- :func:`simulate` — run a set of traces (rank → list of :class:`~stage_core.trace.TraceNode`);
+- :class:`RankTiming`, :class:`SimulationResult` — what it reports;
+- re-exported for convenience: :func:`astra_config_from_files`, :func:`astra_config_from_system`.
+
+Semantics (shared/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
+
+- each rank has one GPU compute slot, one CPU slot and one communication slot;
+- a node is ready when all its ``data_deps`` and ``ctrl_deps`` have finished; ready nodes are
+  issued in ascending id order whenever their slot is free;
+- collectives and sends hold the communication slot until they finish; receives hold no slot;
+- a collective starts when every member of its group has issued it (a rendezvous: the k-th
+  collective of a rank with a given kind, size and group meets the k-th of every other member),
+  then each member finishes after its own duration from the timing model;
+- a send finishes when its message arrives (it does not wait for the receive); a receive,
+  matched by (source, destination, tag, size) and order, finishes at the later of its issue and
+  the message's arrival;
+- compute nodes take the model's compute time; a rank's finish time is its last completion,
+  its exposed communication is ``finish − GPU compute time`` (ASTRA-sim's report).
+
+Completions at the same instant are applied together before any node is issued.
+"""
+
+from __future__ import annotations
+
+import abc
+import heapq
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from stage_core.errors import ConfigError
+from stage_core.trace import CollectiveKind, NodeKind, TraceNode
+from stage_explore.analytical.collectives import (
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
+    astra_collective_member_ns,
+    astra_point_to_point_ns,
+)
+from stage_explore.system.astra import (
+    AstraConfig,
+    astra_config_from_files,
+    astra_config_from_system,
+)
+from stage_explore.system.model import System
+
+T = TypeVar("T", int, float)
+
+__all__ = [
+    "AlphaBetaTimingModel",
+    "AstraTimingModel",
+    "BaseTimingModel",
+    "RankTiming",
+    "SimulationResult",
+    "astra_config_from_files",
+    "astra_config_from_system",
+    "simulate",
+]
+
+
+class BaseTimingModel(abc.ABC, Generic[T]):
+    """What each node of a trace costs.
+
+    Contract:
+        ``compute`` is the duration of a compute node; ``collective`` maps every member of
+        ``group`` (sorted global ranks) to its duration from the common start;
+        ``point_to_point`` is the time from a send's issue to its arrival. Durations are in the
+        model's unit (:class:`AstraTimingModel`: int ns; :class:`AlphaBetaTimingModel`: float
+        s) and never negative. Bad input raises :class:`~stage_core.errors.ConfigError`.
+        ``zero`` is the model's zero duration.
+    """
+
+    zero: T
+
+    def prepare(self, world: tuple[int, ...]) -> None:
+        """Check the ranks that have traces before a simulation (by default: nothing)."""
+
+    @abc.abstractmethod
+    def compute(self, node: TraceNode) -> T:
+        """Duration of the compute node ``node``."""
+
+    @abc.abstractmethod
+    def collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
+    ) -> Mapping[int, T]:
+        """Duration of a collective for every member of ``group``."""
+
+    @abc.abstractmethod
+    def point_to_point(self, source: int, destination: int, size_bytes: int) -> T:
+        """Time from the issue of a send to the arrival of its message."""
+
+
+class AstraTimingModel(BaseTimingModel[int]):
+    """ASTRA-sim's congestion-unaware analytical timing, in integer ns.
+
+    Compute (roofline): ``floor(num_ops / min(peak, local_mem_bw · num_ops/tensor_size) · 1e9)``
+    with peak in FLOP/s and local_mem_bw in bytes/s; a node with ``tensor_bytes == 0`` is
+    skipped (0 ns), as ASTRA-sim skips it.
+    """
+
+    zero = 0
+
+    def __init__(self, config: AstraConfig) -> None:
+        if not config.roofline_enabled:
+            raise ConfigError(
+                "the trace simulator needs `roofline-enabled` (nodes carry no durations)"
+            )
+        self.config = config
+        self._peak_flops_per_s = config.peak_perf_tflops * 1e12
+        self._memory_bytes_per_s = config.local_mem_bw_gbps * 1e9
+        self._collectives: dict[tuple[CollectiveKind, int, tuple[int, ...]], dict[int, int]] = {}
+
+    def prepare(self, world: tuple[int, ...]) -> None:
+        if world != tuple(range(self.config.total_npus)):
+            raise ConfigError(
+                f"ASTRA-sim runs one trace per NPU: the network has {self.config.total_npus} "
+                f"ranks, but traces were given for {len(world)} ranks ({world[0]}..{world[-1]})"
+            )
+
+    def compute(self, node: TraceNode) -> int:
+        if node.tensor_bytes == 0 or node.flops == 0:
+            return 0
+        intensity = node.flops / node.tensor_bytes
+        performance = min(self._memory_bytes_per_s * intensity, self._peak_flops_per_s)
+        return int(node.flops / performance * 1e9)
+
+    def collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
+    ) -> dict[int, int]:
+        key = (kind, size_bytes, group)
+        if key not in self._collectives:
+            self._collectives[key] = astra_collective_member_ns(
+                self.config, kind, size_bytes, group
+            )
+        return self._collectives[key]
+
+    def point_to_point(self, source: int, destination: int, size_bytes: int) -> int:
+        return astra_point_to_point_ns(self.config, source, destination, size_bytes)
+
+
+class AlphaBetaTimingModel(BaseTimingModel[float]):
+    """The fast default: roofline with efficiencies for compute, α–β for communication (s)."""
+
+    zero = 0.0
+
+    def __init__(self, system: System, dtype: str = "bf16") -> None:
+        system.accelerator.peak(dtype)  # fail early on an unknown dtype
+        self.system = system
+        self.dtype = dtype
+        self._collectives: dict[tuple[CollectiveKind, int, tuple[int, ...]], dict[int, float]] = {}
+
+    def compute(self, node: TraceNode) -> float:
+        return self.system.accelerator.compute_time_s(node.flops, node.tensor_bytes, self.dtype)
+
+    def collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
+    ) -> dict[int, float]:
+        key = (kind, size_bytes, group)
+        if key not in self._collectives:
+            duration = alpha_beta_collective_s(self.system, kind, size_bytes, group)
+            self._collectives[key] = dict.fromkeys(group, duration)
+        return self._collectives[key]
+
+    def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
+        return alpha_beta_point_to_point_s(self.system, source, destination, size_bytes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankTiming(Generic[T]):
+    """One rank's totals: finish time, GPU compute time and exposed communication."""
+
+    finish: T
+    compute: T
+    exposed_communication: T
+
+    def to_dict(self) -> dict[str, T]:
+        return {
+            "finish": self.finish,
+            "compute": self.compute,
+            "exposed_communication": self.exposed_communication,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationResult(Generic[T]):
+    """Per-rank totals, and per-node (start, end) when the simulation recorded them."""
+
+    ranks: dict[int, RankTiming[T]]
+    node_times: dict[tuple[int, int], tuple[T, T]] = field(default_factory=dict)
+
+    @property
+    def makespan(self) -> T:
+        return max(timing.finish for timing in self.ranks.values())
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ranks": {rank: timing.to_dict() for rank, timing in self.ranks.items()}}
+
+
+def _slot(node: TraceNode) -> str:
+    if node.kind is NodeKind.COMP:
+        return "cpu" if getattr(node, "is_cpu_op", False) else "gpu"
+    return "recv" if node.kind is NodeKind.RECV else "comm"
+
+
+class _Rank(Generic[T]):
+    """The mutable state of one rank during a simulation."""
+
+    def __init__(self, rank: int, nodes: Sequence[TraceNode], zero: T) -> None:
+        self.rank = rank
+        self.nodes = {node.id: node for node in nodes}
+        if len(self.nodes) != len(nodes):
+            raise ConfigError(f"rank {rank}: node ids must be unique within a rank")
+        self.missing: dict[int, int] = {}
+        self.dependents: dict[int, list[int]] = defaultdict(list)
+        self.ready: dict[str, list[int]] = {"gpu": [], "cpu": [], "comm": [], "recv": []}
+        self.busy = {"gpu": False, "cpu": False, "comm": False, "recv": False}
+        self.finish: T = zero
+        self.compute: T = zero
+        self.finished: set[int] = set()
+        self.counters: dict[tuple[object, ...], int] = defaultdict(int)
+        for node in nodes:
+            deps = set(node.data_deps) | set(node.ctrl_deps)
+            for dep in deps:
+                if dep not in self.nodes:
+                    raise ConfigError(f"rank {rank}: node {node.id} depends on unknown node {dep}")
+                self.dependents[dep].append(node.id)
+            self.missing[node.id] = len(deps)
+            if not deps:
+                heapq.heappush(self.ready[_slot(node)], node.id)
+
+    def next_index(self, key: tuple[object, ...]) -> int:
+        """The occurrence number of ``key`` on this rank (0 for the first)."""
+        index = self.counters[key]
+        self.counters[key] = index + 1
+        return index
+
+
+def simulate(
+    traces: Mapping[int, Sequence[TraceNode]],
+    model: BaseTimingModel[T],
+    *,
+    record_nodes: bool = False,
+) -> SimulationResult[T]:
+    """Run every rank's trace to completion under ``model``; a deadlock is a ConfigError."""
+    if not traces:
+        raise ConfigError("simulate needs at least one rank trace")
+    zero = model.zero
+    world = tuple(sorted(traces))
+    model.prepare(world)
+    ranks = {rank: _Rank(rank, nodes, zero) for rank, nodes in traces.items()}
+    events: list[tuple[T, int, int, int]] = []  # (time, order, rank, node id)
+    arrivals: dict[tuple[int, ...], T] = {}
+    waiting_receives: dict[tuple[int, ...], tuple[int, int, T]] = {}
+    rendezvous: dict[tuple[object, ...], dict[int, int]] = defaultdict(dict)
+    node_times: dict[tuple[int, int], tuple[T, T]] = {}
+    order = 0
+
+    def finish_at(rank: int, node_id: int, start: T, end: T) -> None:
+        nonlocal order
+        heapq.heappush(events, (end, order, rank, node_id))
+        order += 1
+        if record_nodes:
+            node_times[(rank, node_id)] = (start, end)
+
+    def issue(state: _Rank[T], now: T) -> None:
+        for slot, queue in state.ready.items():
+            while queue and not state.busy[slot]:
+                node = state.nodes[heapq.heappop(queue)]
+                state.busy[slot] = slot != "recv"
+                start(state, node, now)
+
+    def start(state: _Rank[T], node: TraceNode, now: T) -> None:
+        rank = state.rank
+        if node.kind is NodeKind.COMP:
+            duration = model.compute(node)
+            if _slot(node) == "gpu":
+                state.compute += duration
+            finish_at(rank, node.id, now, now + duration)
+        elif node.kind is NodeKind.COLL:
+            if node.collective is None:
+                raise ConfigError(f"rank {rank}: collective node {node.id} has no collective kind")
+            group = world if node.group is None else tuple(sorted(node.group))
+            if rank not in group:
+                raise ConfigError(f"rank {rank}: node {node.id} runs a collective over {group}")
+            collective = (node.collective, node.comm_bytes, group)
+            meeting = collective + (state.next_index(collective),)
+            if meeting not in rendezvous and not all(member in ranks for member in group):
+                raise ConfigError(f"rank {rank}: node {node.id} has group members without traces")
+            rendezvous[meeting][rank] = node.id
+            if len(rendezvous[meeting]) == len(group):
+                durations = model.collective(node.collective, node.comm_bytes, group)
+                for member, member_node in rendezvous.pop(meeting).items():
+                    finish_at(member, member_node, now, now + durations[member])
+        elif node.kind in (NodeKind.SEND, NodeKind.RECV):
+            sending = node.kind is NodeKind.SEND
+            source, destination = (rank, node.peer) if sending else (node.peer, rank)
+            if node.peer not in ranks or node.peer == rank:
+                raise ConfigError(f"rank {rank}: node {node.id} has an invalid peer {node.peer}")
+            route: tuple[int, int, int, int] = (source, destination, node.tag, node.comm_bytes)
+            message = (*route, state.next_index((node.kind, *route)))
+            if sending:
+                arrival = now + model.point_to_point(source, destination, node.comm_bytes)
+                finish_at(rank, node.id, now, arrival)
+                if message in waiting_receives:
+                    receiver, receive_node, posted = waiting_receives.pop(message)
+                    finish_at(receiver, receive_node, posted, arrival)
+                else:
+                    arrivals[message] = arrival
+            elif message in arrivals:
+                finish_at(rank, node.id, now, max(now, arrivals.pop(message)))
+            else:
+                waiting_receives[message] = (rank, node.id, now)
+        else:
+            raise ConfigError(f"rank {rank}: node {node.id} has an unsupported kind {node.kind!r}")
+
+    for state in ranks.values():
+        issue(state, zero)
+    while events:
+        now = events[0][0]
+        touched: set[int] = set()
+        while events and events[0][0] == now:
+            _, _, rank, node_id = heapq.heappop(events)
+            state = ranks[rank]
+            node = state.nodes[node_id]
+            state.busy[_slot(node)] = False
+            state.finish = now
+            state.finished.add(node_id)
+            for dependent in state.dependents.get(node_id, ()):
+                state.missing[dependent] -= 1
+                if state.missing[dependent] == 0:
+                    heapq.heappush(state.ready[_slot(state.nodes[dependent])], dependent)
+            touched.add(rank)
+        for rank in sorted(touched):
+            issue(ranks[rank], now)
+    unfinished = sum(len(s.nodes) - len(s.finished) for s in ranks.values())
+    if unfinished:
+        first = next(s for s in ranks.values() if len(s.finished) < len(s.nodes))
+        blocked = min(set(first.nodes) - first.finished)
+        raise ConfigError(
+            f"the traces deadlock with {unfinished} unfinished nodes, e.g. rank {first.rank} node "
+            f"{blocked} {first.nodes[blocked].name!r} (a collective some member never issues, a "
+            "receive without its send, or a dependency cycle)"
+        )
+    timings = {
+        rank: RankTiming(
+            finish=s.finish, compute=s.compute, exposed_communication=s.finish - s.compute
+        )
+        for rank, s in sorted(ranks.items())
+    }
+    return SimulationResult(ranks=timings, node_times=node_times)

@@ -1,0 +1,93 @@
+"""``stage check DIR``: read a Chakra trace set, verify it, and print per-rank totals.
+
+Exit status: 0 when the trace set is sound, 1 when it has violations, 2 when it cannot be read
+(raised as a :class:`~stage_core.errors.StageError`, printed by the CLI entry point). The text
+output is a table of per-rank totals, ranks with identical totals sharing one row, followed by
+the violations; ``--json`` prints ``{"violations": [...], "ranks": {rank: totals}}`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from stage_core.chakra.check import CheckReport, RankTotals, check_trace_set
+from stage_core.chakra.reader import read_trace_set
+
+_COLUMNS = ("flops", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """Compact rank list: ``[0, 1, 2, 5]`` → ``0-2,5``."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in spans)
+
+
+def _row(totals: RankTotals) -> tuple[int, ...]:
+    comm = totals.comm_bytes
+    return (
+        totals.flops, comm["all_reduce"], comm["all_gather"], comm["reduce_scatter"],
+        comm["all_to_all"], totals.send_bytes, totals.recv_bytes,
+    )
+
+
+def format_report(report: CheckReport) -> str:
+    """The text output: totals table (identical rows grouped), then the violations."""
+    rows: dict[tuple[int, ...], list[int]] = {}
+    for rank, totals in sorted(report.ranks.items()):
+        rows.setdefault(_row(totals), []).append(rank)
+    table = [("ranks",) + tuple(f"{name} (B)" if name != "flops" else name for name in _COLUMNS)]
+    for values, ranks in sorted(rows.items(), key=lambda item: item[1][0]):
+        table.append((rank_ranges(ranks),) + tuple(f"{value:,}" for value in values))
+    widths = [max(len(row[column]) for row in table) for column in range(len(table[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if column == 0 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in table
+    ]
+    count = len(report.ranks)
+    lines.append("")
+    if report.sound:
+        lines.append(f"sound: {count} rank(s), no violations")
+    else:
+        lines.append(f"{len(report.violations)} violation(s) in {count} rank(s):")
+        lines.extend(f"  {violation}" for violation in report.violations)
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read, check and print; return the exit status."""
+    report = check_trace_set(read_trace_set(args.directory, args.prefix))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_report(report))
+    return 0 if report.sound else 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``stage check``."""
+    parser = subparsers.add_parser(
+        "check",
+        help="verify a Chakra trace set and print per-rank totals",
+        description=(
+            "Read DIR/<prefix>.<rank>.et and DIR/comm_group.json, check dependencies, groups, "
+            "collective order and send/receive matching, and print FLOPs and bytes per rank. "
+            "Exit 0 when sound, 1 with violations, 2 when the input cannot be read."
+        ),
+    )
+    parser.add_argument("directory", metavar="DIR", help="directory holding the trace set")
+    parser.add_argument(
+        "--prefix", default="workload", help="trace file prefix (default: workload)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print {violations, ranks} as JSON"
+    )
+    parser.set_defaults(func=run)

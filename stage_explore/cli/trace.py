@@ -1,0 +1,81 @@
+"""``stage trace``: build the trace set of one training configuration.
+
+Formats: ``chakra`` (``<prefix>.<rank>.et`` per rank plus ``comm_group.json``, for ASTRA-sim),
+``json`` (the same traces, readable, one file ``trace.json``) and ``symmetric`` (one program per
+rank class plus the rank map, ``symmetric.json``). Progress goes to stderr on long runs; a
+summary line ends every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from stage_core.lower.emit import write_chakra, write_json, write_symmetric
+from stage_core.lower.program import lower
+from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
+
+
+class _Progress:
+    """A one-line progress meter on stderr, updated at most ten times a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.perf_counter()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (now - self.last < 0.1 and done != total):
+            return
+        self.last = now
+        end = "\n" if done == total else ""
+        print(f"\r  writing rank files: {done}/{total} ({now - self.start:.1f} s)", end=end,
+              file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    model, parallel = parse_workload(args)
+    programs = lower(model, parallel)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    world = programs.workload.world_size
+    if args.format == "chakra":
+        show = not args.quiet and sys.stderr.isatty() or args.progress
+        written = write_chakra(programs, out, args.prefix, units=args.units, progress=_Progress(show))
+        files, size = world + 1, written.byte_count
+        detail = f"{written.node_count} nodes, {len(written.groups)} communicator groups"
+    elif args.format == "json":
+        path = out / "trace.json"
+        write_json(programs, path, units=args.units)
+        files, size, detail = 1, path.stat().st_size, "readable JSON"
+    else:
+        size = write_symmetric(programs, out / "symmetric.json")
+        files, detail = 1, f"{len(programs.stages)} rank classes"
+    seconds = time.perf_counter() - start
+    print(f"{model.name}: {world} ranks, {files} files, {size} bytes ({detail}) in {out} "
+          f"[{seconds:.2f} s]")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "trace",
+        help="write the execution traces of one training step (Chakra, JSON or symmetric)",
+        description="Build the per-rank programs of one training step and write them.",
+    )
+    add_model_options(parser)
+    add_parallel_options(parser)
+    parser.add_argument("--format", choices=("chakra", "json", "symmetric"), default="chakra")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--prefix", default="workload", help="trace file prefix (chakra)")
+    parser.add_argument(
+        "--units", choices=("bytes", "stage"), default="bytes",
+        help="bytes and FLOPs, or the published generator's elements and MACs",
+    )
+    parser.add_argument("--progress", action="store_true", help="show progress even when piped")
+    parser.add_argument("--quiet", action="store_true", help="no progress meter")
+    parser.set_defaults(func=run)

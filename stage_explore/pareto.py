@@ -1,0 +1,140 @@
+"""Pareto fronts of trial records, vectorised with numpy.
+
+Contents:
+    :func:`parse_objectives`
+        ``{"step_time_s": "min", "mfu": "max"}`` or ``["step_time_s", "mfu"]`` (default
+        directions) → ordered ``(column, Direction)`` pairs.
+    :func:`pareto_mask`
+        the non-dominated rows of a value matrix.
+    :func:`pareto_front`
+        the non-dominated rows of a records DataFrame.
+
+A row *dominates* another when it is at least as good in every objective and strictly better
+in one; rows that are equal in every objective do not dominate each other, so all of them
+stay on the front. Rows with a missing (NaN) objective are never on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from stage_core.errors import ConfigError
+from stage_explore.study.spec import OBJECTIVE_METRICS, Direction
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Rows of the sorted matrix compared at once against the front found so far.
+_BLOCK_ROWS = 512
+
+Objectives = Mapping[str, str] | Sequence[str]
+
+
+def parse_objectives(objectives: Objectives) -> list[tuple[str, Direction]]:
+    """Objective columns and directions; a bare name takes its natural direction."""
+    if isinstance(objectives, str):
+        objectives = [objectives]
+    if isinstance(objectives, Mapping):
+        pairs = list(objectives.items())
+    else:
+        pairs = []
+        for name in objectives:
+            if name not in OBJECTIVE_METRICS:
+                known = ", ".join(OBJECTIVE_METRICS)
+                raise ConfigError(
+                    f"objective {name!r} has no default direction; give it as "
+                    f'{{"{name}": "min"}} or use one of: {known}'
+                )
+            pairs.append((name, OBJECTIVE_METRICS[name]))
+    if not pairs:
+        raise ConfigError("expected at least one objective, got none")
+    parsed = []
+    for name, direction in pairs:
+        word = {"minimize": "min", "minimise": "min", "maximize": "max", "maximise": "max"}.get(
+            str(direction), str(direction)
+        )
+        if word not in ("min", "max"):
+            raise ConfigError(
+                f'objective {name!r}: expected direction "min" or "max", got {direction!r}'
+            )
+        parsed.append((str(name), Direction(word)))
+    return parsed
+
+
+def pareto_mask(
+    values: npt.ArrayLike, maximize: Sequence[bool] | None = None
+) -> npt.NDArray[np.bool_]:
+    """Which rows of ``values`` (rows × objectives) are non-dominated.
+
+    ``maximize[j]`` says objective ``j`` is maximised (default: all minimised).
+
+    Method: sort the rows lexicographically (a row can only be dominated by rows before it in
+    that order), then sweep blocks of rows in order, keeping a row when no row of the front so
+    far and no earlier row of its block dominates it. Cost O(n·|front|·m).
+    """
+    matrix = np.asarray(values, dtype=np.float64)
+    if matrix.ndim == 1:
+        matrix = matrix[:, None]
+    rows, columns = matrix.shape
+    signs = (
+        np.ones(columns) if maximize is None else np.where(np.asarray(maximize, bool), -1.0, 1.0)
+    )
+    if signs.shape != (columns,):
+        raise ConfigError(f"expected {columns} directions, got {len(signs)}")
+    costs = matrix * signs  # rows × objectives, all minimised
+    mask = np.zeros(rows, dtype=bool)
+    valid = np.flatnonzero(~np.isnan(costs).any(axis=1))
+    if valid.size == 0:
+        return mask
+    order = valid[np.lexsort(costs[valid].T[::-1])]  # lexicographic, first objective first
+    front = np.empty((0, columns))
+    for start in range(0, order.size, _BLOCK_ROWS):
+        block_index = order[start : start + _BLOCK_ROWS]
+        block = costs[block_index]
+        # against the front: front × block × objectives
+        no_worse = (front[:, None, :] <= block[None, :, :]).all(axis=2)
+        better = (front[:, None, :] < block[None, :, :]).any(axis=2)
+        dominated = (no_worse & better).any(axis=0)
+        # within the block, earlier rows only: block × block
+        no_worse = (block[:, None, :] <= block[None, :, :]).all(axis=2)
+        better = (block[:, None, :] < block[None, :, :]).any(axis=2)
+        earlier = np.tri(len(block), k=-1, dtype=bool).T  # earlier[i, j]: i before j
+        dominated |= (no_worse & better & earlier).any(axis=0)
+        kept = block_index[~dominated]
+        mask[kept] = True
+        front = np.concatenate([front, costs[kept]])
+    return mask
+
+
+def pareto_front(
+    df: pd.DataFrame, objectives: Objectives, *, feasible_only: bool = True
+) -> pd.DataFrame:
+    """The rows of ``df`` on the Pareto front of ``objectives``, sorted by the first objective.
+
+    ``objectives``: ``{"step_time_s": "min", "mfu": "max"}`` or a list of metric names with
+    their natural directions. With ``feasible_only`` (the default) and a ``status`` column, only
+    rows whose status is ``"ok"`` compete.
+    """
+    pairs = parse_objectives(objectives)
+    missing = [name for name, _ in pairs if name not in df.columns]
+    if missing:
+        raise ConfigError(
+            f"objective column(s) {', '.join(missing)} not in the records; "
+            f"columns are: {', '.join(map(str, df.columns))}"
+        )
+    candidates = df[df["status"] == "ok"] if feasible_only and "status" in df.columns else df
+    values = (
+        np.column_stack(
+            [candidates[name].to_numpy(dtype=np.float64, na_value=np.nan) for name, _ in pairs]
+        )
+        if len(candidates)
+        else np.empty((0, len(pairs)))
+    )
+    mask = pareto_mask(values, [direction is Direction.MAX for _, direction in pairs])
+    front = candidates[mask]
+    first, direction = pairs[0]
+    return front.sort_values(first, ascending=direction is Direction.MIN, kind="stable")

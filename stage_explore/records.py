@@ -1,0 +1,310 @@
+"""Trial records: one flat, versioned Parquet schema, written atomically part by part.
+
+Contents:
+    :data:`RECORDS_VERSION`, :data:`BREAKDOWN_COMPONENTS`
+        the schema version and the fixed breakdown columns.
+    :class:`TrialStatus`, :class:`Outcome`
+        what became of a trial (ok / infeasible / failed) and its flattened metrics.
+    :func:`flatten_evaluation`
+        an :class:`~stage_explore.evaluation.Evaluation` → metric columns.
+    :func:`records_schema`, :func:`make_row`
+        the Arrow schema of a study's records and one row of it.
+    :class:`RecordWriter`
+        buffers rows and writes ``part-NNNNN.parquet`` files (temp file + rename).
+    :func:`read_records`, :func:`load_results`
+        read a study's records back (Arrow table / pandas DataFrame).
+
+Layout: ``<out>/<study>/part-00000.parquet …`` plus ``_study.json`` (the study definition; the
+underscore and the dot of temporary files make Parquet readers of the folder skip them, so
+``pandas.read_parquet("<out>/<study>")`` works too).
+Columns, in order: ``trial study status reason backend``; the parameters ``num_gpus dp tp pp
+cp ep sp zero recompute schedule vpp micro_batch`` and one ``hw_*`` column per searched
+hardware parameter; the metrics ``feasible step_time_s mfu hfu tokens_per_s_per_gpu
+peak_memory_bytes memory_capacity_bytes model_flops_per_step hardware_flops_per_step
+cost_per_step cost_per_million_tokens``, ``breakdown_<component>`` for the fixed components,
+``breakdown_other`` (the rest, summed), ``breakdown_json`` and ``extra_json`` (lossless maps);
+the timings ``eval_s finished_at worker``. FLOP counts are float64 (they overflow int64).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stage_core.errors import ConfigError
+from stage_explore.evaluation import Evaluation
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from stage_explore.study.spec import SearchSpace
+
+RECORDS_VERSION = 1
+VERSION_KEY = b"stage.records_version"
+
+#: Breakdown components that get a column of their own; others add up in ``breakdown_other``.
+BREAKDOWN_COMPONENTS: tuple[str, ...] = (
+    "compute",
+    "exposed_all_reduce",
+    "exposed_all_gather",
+    "exposed_reduce_scatter",
+    "exposed_all_to_all",
+    "exposed_p2p",
+    "pipeline_bubble",
+    "recompute",
+    "optimizer",
+    "idle",
+)
+
+_PART = re.compile(r"^part-(\d{5,})\.parquet$")
+
+_META = [
+    ("trial", pa.int64()),
+    ("study", pa.string()),
+    ("status", pa.string()),
+    ("reason", pa.string()),
+    ("backend", pa.string()),
+]
+_PARAMS = [
+    ("num_gpus", pa.int64()),
+    ("dp", pa.int64()),
+    ("tp", pa.int64()),
+    ("pp", pa.int64()),
+    ("cp", pa.int64()),
+    ("ep", pa.int64()),
+    ("sp", pa.bool_()),
+    ("zero", pa.int64()),
+    ("recompute", pa.string()),
+    ("schedule", pa.string()),
+    ("vpp", pa.int64()),
+    ("micro_batch", pa.int64()),
+]
+_METRICS = [
+    ("feasible", pa.bool_()),
+    ("step_time_s", pa.float64()),
+    ("mfu", pa.float64()),
+    ("hfu", pa.float64()),
+    ("tokens_per_s_per_gpu", pa.float64()),
+    ("peak_memory_bytes", pa.int64()),
+    ("memory_capacity_bytes", pa.int64()),
+    ("model_flops_per_step", pa.float64()),
+    ("hardware_flops_per_step", pa.float64()),
+    ("cost_per_step", pa.float64()),
+    ("cost_per_million_tokens", pa.float64()),
+]
+_BREAKDOWN = [(f"breakdown_{name}", pa.float64()) for name in BREAKDOWN_COMPONENTS] + [
+    ("breakdown_other", pa.float64()),
+    ("breakdown_json", pa.string()),
+    ("extra_json", pa.string()),
+]
+_TIMINGS = [
+    ("eval_s", pa.float64()),
+    ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("worker", pa.string()),
+]
+
+#: The study definition written beside the parts.
+STUDY_FILE = "_study.json"
+
+#: Names of the metric columns (what :func:`flatten_evaluation` fills).
+METRIC_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _METRICS + _BREAKDOWN)
+
+
+class TrialStatus(StrEnum):
+    """What became of a trial."""
+
+    OK = "ok"
+    INFEASIBLE = "infeasible"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """A finished trial: status, why (for infeasible and failed), metric columns, timings."""
+
+    status: TrialStatus
+    reason: str = ""
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    backend: str = ""
+    eval_s: float = 0.0
+    worker: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "status": str(self.status),
+            "reason": self.reason,
+            "metrics": dict(self.metrics),
+            "backend": self.backend,
+            "eval_s": self.eval_s,
+            "worker": self.worker,
+        }
+
+
+def flatten_evaluation(evaluation: Evaluation) -> dict[str, Any]:
+    """The metric columns of one evaluation (breakdown spread over the fixed columns)."""
+    row: dict[str, Any] = {name: getattr(evaluation, name) for name, _ in _METRICS}
+    row["feasible"] = bool(evaluation.feasible)
+    breakdown = {str(key): float(value) for key, value in evaluation.breakdown.items()}
+    for name in BREAKDOWN_COMPONENTS:
+        row[f"breakdown_{name}"] = breakdown.get(name)
+    other = [value for key, value in breakdown.items() if key not in BREAKDOWN_COMPONENTS]
+    row["breakdown_other"] = math.fsum(other) if other else None
+    row["breakdown_json"] = json.dumps(breakdown, sort_keys=True)
+    row["extra_json"] = json.dumps(dict(evaluation.extra), sort_keys=True, default=str)
+    for name in ("model_flops_per_step", "hardware_flops_per_step"):
+        row[name] = float(row[name])
+    return row
+
+
+def _arrow_type(values: Sequence[Any]) -> pa.DataType:
+    if all(isinstance(value, bool) for value in values):
+        return pa.bool_()
+    if all(isinstance(value, int) and not isinstance(value, bool) for value in values):
+        return pa.int64()
+    if all(isinstance(value, int | float) and not isinstance(value, bool) for value in values):
+        return pa.float64()
+    return pa.string()
+
+
+def records_schema(study_name: str, space: SearchSpace) -> pa.Schema:
+    """The Arrow schema of a study's records (the hardware columns come from its space)."""
+    hardware = [(param.column, _arrow_type(param.values)) for param in space.hardware]
+    fields = _META + _PARAMS + hardware + _METRICS + _BREAKDOWN + _TIMINGS
+    metadata = {VERSION_KEY: str(RECORDS_VERSION).encode(), b"stage.study": study_name.encode()}
+    return pa.schema(fields, metadata=metadata)
+
+
+def make_row(
+    *,
+    trial: int,
+    study: str,
+    params: Mapping[str, Any],
+    dp: int,
+    outcome: Outcome,
+    finished_at: datetime,
+) -> dict[str, Any]:
+    """One record: trial number, parameters (with the derived ``dp``) and the outcome."""
+    row: dict[str, Any] = {
+        "trial": trial,
+        "study": study,
+        "status": str(outcome.status),
+        "reason": outcome.reason,
+        "backend": outcome.backend,
+    }
+    row.update(params)
+    row["dp"] = dp
+    row["feasible"] = False
+    row.update(outcome.metrics)
+    row.update(eval_s=outcome.eval_s, finished_at=finished_at, worker=outcome.worker)
+    return row
+
+
+def write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
+    """Write ``content`` as JSON to ``path`` through a temporary file and a rename."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def part_files(directory: Path) -> list[Path]:
+    """The part files of a study folder, in order."""
+    if not directory.is_dir():
+        return []
+    return sorted(path for path in directory.iterdir() if _PART.match(path.name))
+
+
+class RecordWriter:
+    """Buffers rows and writes them as numbered Parquet parts, each atomically.
+
+    A part is first written as ``.part-NNNNN.parquet.tmp`` and then renamed, so a reader (or a
+    resumed study) never sees half a part; leftover ``.tmp`` files of a crash are removed.
+    """
+
+    def __init__(self, directory: Path, schema: pa.Schema) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for leftover in directory.glob(".*.tmp"):
+            leftover.unlink()
+        self._directory = directory
+        self._schema = schema
+        parts = part_files(directory)
+        self._next_part = int(_PART.match(parts[-1].name).group(1)) + 1 if parts else 0  # type: ignore[union-attr]
+        self._rows: list[dict[str, Any]] = []
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered and not yet written."""
+        return len(self._rows)
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        """Buffer one row."""
+        self._rows.append(dict(row))
+
+    def flush(self) -> Path | None:
+        """Write the buffered rows as the next part; ``None`` if there were none."""
+        if not self._rows:
+            return None
+        table = pa.Table.from_pylist(self._rows, schema=self._schema)
+        path = self._directory / f"part-{self._next_part:05d}.parquet"
+        temporary = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table, temporary)
+        with open(temporary, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+        self._next_part += 1
+        self._rows = []
+        return path
+
+
+def _read_part(path: Path) -> pa.Table:
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as error:
+        raise ConfigError(f"{path}: not a readable Parquet part ({error})") from None
+    metadata = table.schema.metadata or {}
+    version = int(metadata.get(VERSION_KEY, b"0"))
+    if not 1 <= version <= RECORDS_VERSION:
+        raise ConfigError(
+            f"{path}: records version {version} is not supported (expected 1 to {RECORDS_VERSION})"
+        )
+    return table
+
+
+def read_records(directory: Path) -> pa.Table | None:
+    """All records of one study folder as one Arrow table (``None`` if it has no parts)."""
+    parts = part_files(directory)
+    if not parts:
+        return None
+    return pa.concat_tables([_read_part(path) for path in parts], promote_options="default")
+
+
+def load_results(directory: str | Path) -> pd.DataFrame:
+    """Load a study's records as a pandas DataFrame, one row per trial, sorted by ``trial``.
+
+    ``directory`` is a study folder (``<out>/<study>``) or an output folder holding several
+    studies (their rows are concatenated; the ``study`` column tells them apart).
+    """
+    root = Path(directory)
+    folders = (
+        [root]
+        if part_files(root)
+        else sorted(path for path in root.iterdir() if path.is_dir() and part_files(path))
+        if root.is_dir()
+        else []
+    )
+    if not folders:
+        raise ConfigError(f"{root}: no trial records (part-*.parquet) found")
+    tables = [table for table in (read_records(folder) for folder in folders) if table is not None]
+    frame = pa.concat_tables(tables, promote_options="default").to_pandas()
+    return frame.sort_values(["study", "trial"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,166 @@
+"""Study reports: the best configurations and the Pareto front, as text and as HTML.
+
+Contents:
+    :class:`Report`
+        a study's records with the objectives, the front and the best rows; ``text()``.
+    :func:`build_report`
+        load a study folder and compute its report.
+    :func:`parse_objective_option`
+        ``"step_time_s:min,mfu"`` → an objectives mapping.
+    :func:`write_html`
+        the self-contained HTML report (inline SVG plots with tooltips, embedded PNGs) and the
+        PNG images beside it (see :mod:`.html` and :mod:`.images`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stage_core.errors import ConfigError
+from stage_explore.pareto import pareto_front, parse_objectives
+from stage_explore.records import STUDY_FILE, load_results
+from stage_explore.report.tables import format_table
+from stage_explore.study.spec import PARALLEL_KNOBS, Direction
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_DEFAULT_OBJECTIVES = {"step_time_s": "min", "mfu": "max"}
+_ALWAYS = ("num_gpus", "dp", "tp", "pp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """A study's records and what the report shows of them."""
+
+    study: str
+    directory: Path
+    frame: pd.DataFrame
+    objectives: tuple[tuple[str, Direction], ...]
+    front: pd.DataFrame
+    best: Mapping[str, pd.DataFrame]
+    parameters: tuple[str, ...]
+
+    def counts(self) -> dict[str, int]:
+        """Trials by status."""
+        counts = self.frame["status"].value_counts()
+        return {status: int(counts.get(status, 0)) for status in ("ok", "infeasible", "failed")}
+
+    def columns(self) -> list[str]:
+        """The columns of the tables: trial, varying parameters, objectives, memory."""
+        metrics = [name for name, _ in self.objectives]
+        extra = [name for name in ("peak_memory_gib",) if name not in metrics]
+        return ["trial", *self.parameters, *metrics, *extra]
+
+    def reasons(self, status: str, limit: int = 5) -> list[tuple[str, int]]:
+        """The most frequent reasons of trials with ``status``."""
+        counts = self.frame.loc[self.frame["status"] == status, "reason"].value_counts()
+        return [(str(reason), int(count)) for reason, count in counts.head(limit).items()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "study": self.study,
+            "directory": str(self.directory),
+            "counts": self.counts(),
+            "objectives": {name: str(direction) for name, direction in self.objectives},
+            "front_size": len(self.front),
+        }
+
+    def text(self) -> str:
+        """The terminal report."""
+        counts = self.counts()
+        lines = [
+            f"study {self.study}: {len(self.frame)} trials, {counts['ok']} ok, "
+            f"{counts['infeasible']} infeasible, {counts['failed']} failed"
+        ]
+        for status in ("infeasible", "failed"):
+            for reason, count in self.reasons(status, 3):
+                lines.append(f"  {status} ×{count}: {reason}")
+        columns = self.columns()
+        for metric, rows in self.best.items():
+            direction = dict(self.objectives)[metric]
+            word = "lowest" if direction is Direction.MIN else "highest"
+            lines += [
+                "",
+                f"best by {metric} ({word} first):",
+                format_table(columns, rows[columns].itertuples(index=False)),
+            ]
+        if len(self.objectives) > 1:
+            names = ", ".join(f"{name} ({direction})" for name, direction in self.objectives)
+            lines += [
+                "",
+                f"Pareto front of {names}: {len(self.front)} configurations",
+                format_table(columns, self.front[columns].itertuples(index=False)),
+            ]
+        return "\n".join(lines)
+
+
+def parse_objective_option(text: str) -> dict[str, str]:
+    """``"step_time_s:min,mfu"`` → ``{"step_time_s": "min", "mfu": "max"}``."""
+    words = [word.strip() for word in text.split(",") if word.strip()]
+    if not words:
+        raise ConfigError("--objectives: expected NAME[:min|max],…, got nothing")
+    objectives: dict[str, str] = {}
+    for word in words:
+        name, _, direction = word.partition(":")
+        objectives.update(parse_objectives({name: direction} if direction else [name]))
+    return {name: str(direction) for name, direction in parse_objectives(objectives)}
+
+
+def _study_objectives(directory: Path) -> dict[str, str] | None:
+    meta = directory / STUDY_FILE
+    if not meta.is_file():
+        return None
+    study = json.loads(meta.read_text(encoding="utf-8")).get("study", {})
+    return {item["metric"]: item["direction"] for item in study.get("objectives", [])} or None
+
+
+def build_report(
+    directory: str | Path, *, objectives: Mapping[str, str] | None = None, top: int = 10
+) -> Report:
+    """The report of the study recorded in ``directory``."""
+    folder = Path(directory)
+    frame = load_results(folder)
+    frame["peak_memory_gib"] = frame["peak_memory_bytes"] / float(1 << 30)
+    chosen = objectives or _study_objectives(folder) or _DEFAULT_OBJECTIVES
+    pairs = tuple(parse_objectives(chosen))
+    searched = [
+        name for name in (*PARALLEL_KNOBS[:1], "dp", *PARALLEL_KNOBS[1:]) if name in frame.columns
+    ]
+    searched += [name for name in frame.columns if name.startswith("hw_")]
+    # one row per configuration (a sampler may propose a point twice): the first trial of it
+    ok = frame[frame["status"] == "ok"].drop_duplicates(subset=["study", *searched])
+    best = {
+        name: ok.sort_values(name, ascending=direction is Direction.MIN, kind="stable").head(top)
+        for name, direction in pairs
+    }
+    parameters = tuple(
+        name for name in searched if name in _ALWAYS or frame[name].nunique(dropna=True) > 1
+    )
+    studies = frame["study"].unique()
+    front = pareto_front(ok, {name: str(direction) for name, direction in pairs})
+    return Report(
+        study=", ".join(map(str, studies)),
+        directory=folder,
+        frame=frame,
+        objectives=pairs,
+        front=front,
+        best=best,
+        parameters=parameters,
+    )
+
+
+def write_html(report: Report, path: Path) -> list[Path]:
+    """Write the HTML report to ``path`` and its PNG images beside it; the files written."""
+    from stage_explore.report.html import render_html
+    from stage_explore.report.images import write_images
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = write_images(report, path.with_suffix(""))
+    path.write_text(render_html(report, images), encoding="utf-8")
+    return [path, *images]

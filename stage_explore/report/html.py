@@ -1,0 +1,247 @@
+"""The self-contained HTML report: inline SVG plots with hover tooltips, tables, PNGs.
+
+Contents:
+    :class:`Scale`        a linear or log axis mapping values to pixels, with tick labels.
+    :func:`scatter_svg`   an SVG scatter of all feasible trials with the Pareto front
+                          highlighted (points carry an index into a JSON table for tooltips).
+    :func:`render_html`   the whole page. No CDN, no external file: it works offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stage_explore.report.tables import format_value
+from stage_explore.study.spec import Direction
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from stage_explore.report import Report
+
+_WIDTH, _HEIGHT = 680, 420
+_LEFT, _RIGHT, _TOP, _BOTTOM = 80, 20, 20, 50
+_MAX_POINTS = 5000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scale:
+    """Maps ``[low, high]`` (log10 when ``log``) onto pixels ``[start, end]``."""
+
+    low: float
+    high: float
+    start: float
+    end: float
+    log: bool = False
+
+    @staticmethod
+    def fit(values: np.ndarray[Any, Any], start: float, end: float) -> Scale:
+        """A scale covering ``values`` (log when positive and spanning over two decades)."""
+        finite = values[np.isfinite(values)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        log = low > 0 and high / low > 100
+        if log:
+            low, high = math.log10(low), math.log10(high)
+        pad = (high - low) * 0.05 or max(abs(high) * 0.05, 1e-9)
+        return Scale(low=low - pad, high=high + pad, start=start, end=end, log=log)
+
+    def __call__(self, value: float) -> float:
+        position = math.log10(value) if self.log else value
+        return self.start + (position - self.low) / (self.high - self.low) * (self.end - self.start)
+
+    def ticks(self, count: int = 6) -> list[tuple[float, str]]:
+        """Round tick positions with their labels."""
+        if self.log:
+            decades = range(math.ceil(self.low), math.floor(self.high) + 1)
+            return [(10.0**d, format_value(10.0**d)) for d in decades]
+        raw = (self.high - self.low) / count
+        step = 10 ** math.floor(math.log10(raw))
+        step *= next(m for m in (1, 2, 5, 10) if raw <= step * m)
+        first = math.ceil(self.low / step) * step
+        values = [first + k * step for k in range(int((self.high - first) / step) + 1)]
+        return [(value, format_value(round(value, 12))) for value in values]
+
+
+def _axes(x: Scale, y: Scale, x_label: str, y_label: str) -> list[str]:
+    parts = [
+        f'<rect x="{_LEFT}" y="{_TOP}" width="{_WIDTH - _LEFT - _RIGHT}" '
+        f'height="{_HEIGHT - _TOP - _BOTTOM}" class="frame"/>'
+    ]
+    for value, label in x.ticks():
+        px = x(value)
+        parts.append(
+            f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{_TOP}" y2="{_HEIGHT - _BOTTOM}" class="grid"/>'
+            f'<text x="{px:.1f}" y="{_HEIGHT - _BOTTOM + 16}" text-anchor="middle">{label}</text>'
+        )
+    for value, label in y.ticks():
+        py = y(value)
+        parts.append(
+            f'<line x1="{_LEFT}" x2="{_WIDTH - _RIGHT}" y1="{py:.1f}" y2="{py:.1f}" class="grid"/>'
+            f'<text x="{_LEFT - 6}" y="{py + 4:.1f}" text-anchor="end">{label}</text>'
+        )
+    parts.append(
+        f'<text x="{(_LEFT + _WIDTH - _RIGHT) / 2}" y="{_HEIGHT - 8}" text-anchor="middle" '
+        f'class="label">{html.escape(x_label)}</text>'
+    )
+    parts.append(
+        f'<text transform="translate(16 {(_TOP + _HEIGHT - _BOTTOM) / 2}) rotate(-90)" '
+        f'text-anchor="middle" class="label">{html.escape(y_label)}</text>'
+    )
+    return parts
+
+
+def _tooltip_rows(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, str]]:
+    return [
+        {name: format_value(value) for name, value in zip(columns, row, strict=True)}
+        for row in frame[columns].itertuples(index=False)
+    ]
+
+
+def scatter_svg(report: Report, plot_id: str) -> tuple[str, list[dict[str, str]], str]:
+    """The scatter SVG, its tooltip table, and a caption."""
+    ok = report.frame[report.frame["status"] == "ok"]
+    (x_name, _), *rest = report.objectives
+    if rest:
+        y_name, x_values_name = rest[0][0], x_name
+    else:
+        y_name, x_values_name = x_name, "trial"
+    front_index = set(report.front.index)
+    others = ok[~ok.index.isin(front_index)]
+    shown = others.iloc[:: max(1, math.ceil(len(others) / _MAX_POINTS))]
+    points = [*((index, False) for index in shown.index), *((i, True) for i in report.front.index)]
+    columns = report.columns()
+    table = _tooltip_rows(ok.loc[[index for index, _ in points]], columns) if points else []
+    xs = ok[x_values_name].to_numpy(np.float64) if len(ok) else np.zeros(0)
+    ys = ok[y_name].to_numpy(np.float64) if len(ok) else np.zeros(0)
+    x = Scale.fit(xs, _LEFT, _WIDTH - _RIGHT)
+    y = Scale.fit(ys, _HEIGHT - _BOTTOM, _TOP)
+    parts = _axes(
+        x, y, x_values_name + (" (log)" if x.log else ""), y_name + (" (log)" if y.log else "")
+    )
+    front_xy = []
+    for number, (index, on_front) in enumerate(points):
+        px, py = x(float(ok.at[index, x_values_name])), y(float(ok.at[index, y_name]))
+        css = "front" if on_front else "point"
+        parts.append(
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{5 if on_front else 3}" class="{css}" '
+            f'data-i="{number}"/>'
+        )
+        if on_front:
+            front_xy.append((px, py))
+    if len(front_xy) > 1:
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in sorted(front_xy))
+        parts.insert(1, f'<polyline points="{path}" class="front-line"/>')
+    caption = (
+        f"{len(ok)} feasible trials ({len(shown) + len(report.front)} drawn), "
+        f"front of {len(report.front)} highlighted"
+    )
+    svg = (
+        f'<svg id="{plot_id}" viewBox="0 0 {_WIDTH} {_HEIGHT}" width="{_WIDTH}" '
+        f'height="{_HEIGHT}" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
+    )
+    return svg, table, caption
+
+
+def _convergence_svg(report: Report) -> str:
+    name, direction = report.objectives[0]
+    ok = report.frame[report.frame["status"] == "ok"].sort_values("trial")
+    if ok.empty:
+        return "<p>No feasible trial.</p>"
+    values = ok[name].to_numpy(np.float64)
+    best = (
+        np.minimum.accumulate(values)
+        if direction is Direction.MIN
+        else np.maximum.accumulate(values)
+    )
+    trials = ok["trial"].to_numpy(np.float64)
+    x = Scale.fit(trials, _LEFT, _WIDTH - _RIGHT)
+    y = Scale.fit(best, _HEIGHT - _BOTTOM, _TOP)
+    parts = _axes(x, y, "trial", f"best {name} so far")
+    path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(trials, best, strict=True))
+    parts.append(f'<polyline points="{path}" class="front-line"/>')
+    return (
+        f'<svg viewBox="0 0 {_WIDTH} {_HEIGHT}" width="{_WIDTH}" height="{_HEIGHT}" '
+        f'xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
+    )
+
+
+def _html_table(frame: pd.DataFrame, columns: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(format_value(v))}</td>" for v in row) + "</tr>"
+        for row in frame[columns].itertuples(index=False)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{padding:2px 8px;text-align:right;
+border-bottom:1px solid #ddd}th{background:#f3f3f3}svg text{font-size:11px;fill:#444}
+.label{font-size:12px;fill:#222}.frame{fill:none;stroke:#888}.grid{stroke:#eee}
+.point{fill:#9aa5b1;fill-opacity:.6}.front{fill:#e8590c;stroke:#7a2e06}
+.front-line{fill:none;stroke:#e8590c;stroke-width:1.5}circle:hover{stroke:#000;stroke-width:2}
+#tip{position:fixed;display:none;background:#fff;border:1px solid #888;padding:6px;
+font:12px monospace;pointer-events:none;white-space:pre;box-shadow:2px 2px 6px #0003}"""
+
+_SCRIPT = """const tip=document.getElementById('tip');
+for(const svg of document.querySelectorAll('svg[data-table]')){
+ const rows=JSON.parse(document.getElementById(svg.dataset.table).textContent);
+ svg.addEventListener('mousemove',e=>{const i=e.target.dataset.i;
+  if(i===undefined){tip.style.display='none';return;}
+  tip.textContent=Object.entries(rows[+i]).map(([k,v])=>k.padEnd(18)+v).join('\\n');
+  tip.style.left=(e.clientX+14)+'px';tip.style.top=(e.clientY+14)+'px';tip.style.display='block';});
+ svg.addEventListener('mouseleave',()=>{tip.style.display='none';});}"""
+
+
+def render_html(report: Report, images: list[Path]) -> str:
+    """The report page; ``images`` are PNG files embedded as data URIs."""
+    counts = report.counts()
+    svg, table, caption = scatter_svg(report, "scatter")
+    svg = svg.replace("<svg ", '<svg data-table="scatter-data" ', 1)
+    data = json.dumps(table).replace("</", "<\\/")
+    columns = report.columns()
+    sections = [
+        f"<h1>Study {html.escape(report.study)}</h1>",
+        f"<p>{len(report.frame)} trials: {counts['ok']} ok, {counts['infeasible']} "
+        f"infeasible, {counts['failed']} failed. Records: {html.escape(str(report.directory))}</p>",
+    ]
+    for status in ("infeasible", "failed"):
+        reasons = report.reasons(status)
+        if reasons:
+            items = "".join(
+                f"<li>×{count}: {html.escape(reason)}</li>" for reason, count in reasons
+            )
+            summary = f"<summary>Most frequent {status} reasons</summary>"
+            sections.append(f"<details>{summary}<ul>{items}</ul></details>")
+    names = ", ".join(f"{name} ({direction})" for name, direction in report.objectives)
+    sections += [
+        f"<h2>Trials and Pareto front of {html.escape(names)}</h2>",
+        svg,
+        f"<p>{html.escape(caption)}. Hover a point for its configuration.</p>",
+        f'<script type="application/json" id="scatter-data">{data}</script>',
+        f"<h2>Pareto front ({len(report.front)} configurations)</h2>",
+        _html_table(report.front, columns),
+        f"<h2>Convergence of {html.escape(report.objectives[0][0])}</h2>",
+        _convergence_svg(report),
+    ]
+    for metric, rows in report.best.items():
+        sections += [f"<h2>Best by {html.escape(metric)}</h2>", _html_table(rows, columns)]
+    for image in images:
+        encoded = base64.b64encode(image.read_bytes()).decode("ascii")
+        sections.append(
+            f'<h2>{html.escape(image.stem)}</h2><img alt="{html.escape(image.name)}" '
+            f'src="data:image/png;base64,{encoded}">'
+        )
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        f"<title>STAGE study {html.escape(report.study)}</title><style>{_STYLE}</style></head>"
+        f'<body>{"".join(sections)}<div id="tip"></div><script>{_SCRIPT}</script></body></html>'
+    )

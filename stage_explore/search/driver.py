@@ -1,0 +1,374 @@
+"""The study driver: ask a batch, evaluate it on the executor, tell and record each trial.
+
+Contents:
+    :class:`Explorer`
+        runs one study: output folder checks, resume, the ask/evaluate/tell loop, records,
+        progress, time limit, and a clean stop on Ctrl-C (SIGINT) or SIGTERM.
+    :func:`explore`
+        load nothing, inject everything: a convenience wrapper around :class:`Explorer`.
+
+Trial numbers in the records count finished trials in the order they finished (0, 1, 2 …),
+so a study stopped at any point, even killed, leaves the trials ``0 … n-1`` and a resumed
+study continues at ``n``; trials that were running when it stopped are simply asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import optuna
+
+from stage_core.errors import ConfigError
+from stage_explore.pareto import pareto_mask
+from stage_explore.records import (
+    RECORDS_VERSION,
+    STUDY_FILE,
+    Outcome,
+    RecordWriter,
+    TrialStatus,
+    make_row,
+    part_files,
+    read_records,
+    records_schema,
+    write_json_atomic,
+)
+from stage_explore.search.backends import BackendFactory, create_backend, resolve_backend
+from stage_explore.search.executors import BaseExecutor
+from stage_explore.search.outcomes import outcome_from_row, verdict
+from stage_explore.search.progress import Progress, StudySummary
+from stage_explore.search.samplers import BaseSearch, Proposal, create_search
+from stage_explore.search.worker import Candidate, EvaluationJob
+from stage_explore.study.space import derive_dp, structural_reason
+from stage_explore.study.spec import Direction, SamplerKind, StudySpec
+
+logger = logging.getLogger(__name__)
+
+ExecutorFactory = Callable[[EvaluationJob], BaseExecutor]
+
+_FLUSH_ROWS = 1000
+_FLUSH_EVERY_S = 2.0
+_PROGRESS_EVERY_S = 0.5
+_POLL_S = 0.1
+
+
+class Explorer:
+    """Runs one study with an injected executor (and, optionally, an injected backend factory).
+
+    ``out`` is the output folder (the records go to ``out/<study name>``); ``trials`` overrides
+    the study's budget (resumed trials included); ``resume`` continues a study whose folder
+    already holds records, which is refused otherwise.
+    """
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        out: Path,
+        executor_factory: ExecutorFactory,
+        backend_factory: BackendFactory | None = None,
+        trials: int | None = None,
+        resume: bool = False,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.directory = out / spec.name
+        self._executor_factory = executor_factory
+        self._backend_factory = backend_factory
+        self._budget = trials if trials is not None else spec.sampler.trials
+        if self._budget is None and spec.sampler.kind is not SamplerKind.GRID:
+            raise ConfigError(
+                f"{spec.path}: [sampler] trials: expected a trial budget for sampler "
+                f'"{spec.sampler.kind}" (or pass --trials), got none'
+            )
+        self._resume = resume
+        self._on_progress = on_progress
+        self._stop: str | None = None
+        self._counts = dict.fromkeys(TrialStatus, 0)
+        self._ok_values: list[tuple[float, ...]] = []
+        self._cache: dict[tuple[Any, ...], Outcome] = {}
+        self._next_trial = 0
+        self._started = time.monotonic()
+        #: The in-memory Optuna study of the last run (every trial, resumed ones included).
+        self.study: optuna.Study | None = None
+        self._new = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def _check_folder(self) -> None:
+        meta = self.directory / STUDY_FILE
+        if part_files(self.directory) and not self._resume:
+            raise ConfigError(
+                f"{self.directory} already holds records of study {self.spec.name!r}; "
+                "pass --resume to continue it, or choose another --out"
+            )
+        if self._resume and meta.exists():
+            stored = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint", {})
+            for section, value in self.spec.fingerprint().items():
+                if json.dumps(stored.get(section), sort_keys=True) != json.dumps(
+                    value, sort_keys=True
+                ):
+                    raise ConfigError(
+                        f"{self.spec.path}: [{section}] differs from the study recorded "
+                        f"in {meta}; a resumed study must keep it unchanged"
+                    )
+
+    def _write_meta(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(
+            self.directory / STUDY_FILE,
+            {
+                "records_version": RECORDS_VERSION,
+                "fingerprint": self.spec.fingerprint(),
+                "study": self.spec.to_dict(),
+            },
+        )
+
+    def _load_previous(self, search: BaseSearch) -> int:
+        table = read_records(self.directory)
+        if table is None:
+            return 0
+        rows = sorted(table.to_pylist(), key=lambda row: row["trial"])
+        for row in rows:
+            params = {name: row[name] for name in search.names}
+            self._account(params, outcome_from_row(row), search, None)
+        self._next_trial = rows[-1]["trial"] + 1 if rows else 0
+        logger.info("resumed %d trials of study %s", len(rows), self.spec.name)
+        return len(rows)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _account(
+        self,
+        params: dict[str, Any],
+        outcome: Outcome,
+        search: BaseSearch,
+        proposal: Proposal | None,
+    ) -> None:
+        result = verdict(outcome, self.spec.objectives, self.spec.constraints)
+        if proposal is None:
+            search.add_finished(params, result)
+        else:
+            search.tell(proposal, result)
+        self._counts[outcome.status] += 1
+        if outcome.status is TrialStatus.OK and result.values is not None:
+            self._ok_values.append(result.values)
+        if outcome.status is not TrialStatus.FAILED:
+            self._cache.setdefault(tuple(params[name] for name in search.names), outcome)
+
+    def _best_text(self) -> str:
+        if not self._ok_values:
+            return "none feasible yet"
+        values = np.asarray(self._ok_values)
+        objectives = self.spec.objectives
+        if len(objectives) == 1:
+            column = values[:, 0]
+            best = column.min() if objectives[0].direction is Direction.MIN else column.max()
+            return f"best {objectives[0].metric} {best:.6g}"
+        mask = pareto_mask(values, [o.direction is Direction.MAX for o in objectives])
+        return f"front {int(mask.sum())} points"
+
+    def progress(self) -> Progress:
+        """The current snapshot."""
+        elapsed = time.monotonic() - self._started
+        return Progress(
+            study=self.spec.name,
+            done=sum(self._counts.values()),
+            total=self._budget,
+            ok=self._counts[TrialStatus.OK],
+            infeasible=self._counts[TrialStatus.INFEASIBLE],
+            failed=self._counts[TrialStatus.FAILED],
+            best=self._best_text(),
+            rate_per_s=self._new / elapsed if elapsed > 0 else 0.0,
+            elapsed_s=elapsed,
+        )
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(number: int, frame: FrameType | None) -> None:
+            if self._stop == "interrupted":
+                raise KeyboardInterrupt
+            self._stop = "interrupted"
+            logger.warning("stopping: finished trials are kept (interrupt again to abort)")
+
+        previous = {
+            number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            yield
+        finally:
+            for number, old in previous.items():
+                signal.signal(number, old)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> StudySummary:
+        """Run the study to its budget, the end of its grid, its time limit or a signal."""
+        self._check_folder()
+        factory = self._backend_factory or resolve_backend(self.spec.backend.name)
+        create_backend(factory, self.spec.backend.options)  # options checked before any task
+        search = create_search(self.spec)
+        self.study = search.study
+        resumed = self._load_previous(search)
+        job = EvaluationJob(study=self.spec, factory=factory, options=self.spec.backend.options)
+        executor = self._executor_factory(job)
+        try:
+            self._write_meta()
+            writer = RecordWriter(self.directory, records_schema(self.spec.name, self.spec.space))
+        except BaseException:
+            executor.close()
+            raise
+        self._started = time.monotonic()
+        try:
+            with self._signals():
+                stopped_by = self._loop(search, executor, writer)
+        finally:
+            if self._stop == "interrupted":
+                executor.cancel()
+            writer.flush()
+            executor.close()
+        progress = self.progress()
+        if self._on_progress is not None:
+            self._on_progress(progress)
+        return StudySummary(
+            directory=self.directory, progress=progress, resumed=resumed, stopped_by=stopped_by
+        )
+
+    def _loop(self, search: BaseSearch, executor: BaseExecutor, writer: RecordWriter) -> str:
+        spec = self.spec
+        batch = spec.sampler.batch_size
+        chunk = spec.executor.chunk_size or max(1, min(256, batch // (2 * executor.parallelism)))
+        # candidate key → the proposals waiting for its outcome (a point proposed again while
+        # in flight waits for the same evaluation); point → candidate key
+        waiting: dict[int, list[Proposal]] = {}
+        in_flight: dict[tuple[Any, ...], int] = {}
+        buffer: list[Candidate] = []
+        keys = iter(range(1 << 62))
+        last_flush = last_progress = time.monotonic()
+
+        def point(proposal: Proposal) -> tuple[Any, ...]:
+            return tuple(proposal.params[name] for name in search.names)
+
+        def finish(proposal: Proposal, outcome: Outcome) -> None:
+            params = dict(proposal.params)
+            self._account(params, outcome, search, proposal)
+            row = make_row(
+                trial=self._next_trial,
+                study=spec.name,
+                params=params,
+                dp=derive_dp(params),
+                outcome=outcome,
+                finished_at=datetime.now(UTC),
+            )
+            writer.append(row)
+            self._next_trial += 1
+            self._new += 1
+
+        def room() -> int:
+            asked = sum(len(proposals) for proposals in waiting.values())
+            done = sum(self._counts.values())
+            left = math.inf if self._budget is None else self._budget - done - asked
+            return int(min(batch - asked, left, chunk))
+
+        def dispatch(proposal: Proposal) -> None:
+            reason = structural_reason(proposal.params, spec.workload, spec.constraints)
+            cached = self._cache.get(point(proposal))
+            if reason is not None:
+                finish(
+                    proposal,
+                    Outcome(
+                        status=TrialStatus.INFEASIBLE, reason=reason, backend=spec.backend.name
+                    ),
+                )
+            elif cached is not None:
+                finish(proposal, _reused(cached))
+            elif point(proposal) in in_flight:
+                waiting[in_flight[point(proposal)]].append(proposal)
+            else:
+                candidate = Candidate(key=next(keys), params=dict(proposal.params))
+                waiting[candidate.key] = [proposal]
+                in_flight[point(proposal)] = candidate.key
+                buffer.append(candidate)
+
+        while True:
+            limit = spec.sampler.time_limit_s
+            if self._stop is None and limit is not None:
+                if time.monotonic() - self._started >= limit:
+                    self._stop = "time limit"
+            while self._stop is None and not search.exhausted and room() > 0:
+                for proposal in search.propose(room()):
+                    dispatch(proposal)
+                while len(buffer) >= chunk:
+                    executor.submit(buffer[:chunk])
+                    del buffer[:chunk]
+            if buffer and (executor.in_flight == 0 or room() <= 0 or search.exhausted):
+                executor.submit(buffer)
+                buffer = []
+            if self._stop == "interrupted" or (executor.in_flight == 0 and not buffer):
+                break
+            for key, outcome in executor.poll(_POLL_S):
+                first, *others = waiting.pop(key)
+                del in_flight[point(first)]
+                finish(first, outcome)
+                for proposal in others:
+                    finish(proposal, _reused(outcome))
+            now = time.monotonic()
+            if writer.pending >= _FLUSH_ROWS or (
+                writer.pending and now - last_flush >= _FLUSH_EVERY_S
+            ):
+                writer.flush()
+                last_flush = now
+            if self._on_progress is not None and now - last_progress >= _PROGRESS_EVERY_S:
+                self._on_progress(self.progress())
+                last_progress = now
+        if self._stop is not None:
+            return self._stop
+        return "grid" if search.exhausted else "budget"
+
+
+def _reused(outcome: Outcome) -> Outcome:
+    """The outcome of a point evaluated before, for a trial that proposed it again."""
+    return Outcome(
+        status=outcome.status,
+        reason=outcome.reason,
+        metrics=outcome.metrics,
+        backend=outcome.backend,
+        worker="cache",
+    )
+
+
+def explore(
+    spec: StudySpec,
+    *,
+    out: Path,
+    executor_factory: ExecutorFactory,
+    backend_factory: BackendFactory | None = None,
+    trials: int | None = None,
+    resume: bool = False,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> StudySummary:
+    """Run ``spec`` (see :class:`Explorer` for the arguments) and return its summary."""
+    return Explorer(
+        spec,
+        out=out,
+        executor_factory=executor_factory,
+        backend_factory=backend_factory,
+        trials=trials,
+        resume=resume,
+        on_progress=on_progress,
+    ).run()

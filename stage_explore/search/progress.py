@@ -1,0 +1,65 @@
+"""What the driver reports: progress snapshots while a study runs, a summary when it ends.
+
+Contents:
+    :class:`Progress`       trials done, by status, the best so far and the rate.
+    :class:`StudySummary`   where the records are, the final progress, why the run stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A snapshot of a running study (``rate_per_s`` counts this run's trials only)."""
+
+    study: str
+    done: int
+    total: int | None
+    ok: int
+    infeasible: int
+    failed: int
+    best: str
+    rate_per_s: float
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "study": self.study,
+            "done": self.done,
+            "total": self.total,
+            "ok": self.ok,
+            "infeasible": self.infeasible,
+            "failed": self.failed,
+            "best": self.best,
+            "rate_per_s": self.rate_per_s,
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudySummary:
+    """How a run of a study ended. ``stopped_by``: budget, grid, time limit or interrupted."""
+
+    directory: Path
+    progress: Progress
+    resumed: int
+    stopped_by: str
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was stopped by a signal before its budget was spent."""
+        return self.stopped_by == "interrupted"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "directory": str(self.directory),
+            "progress": self.progress.to_dict(),
+            "resumed": self.resumed,
+            "stopped_by": self.stopped_by,
+        }

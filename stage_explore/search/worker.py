@@ -1,0 +1,130 @@
+"""What runs in a worker: evaluating a chunk of candidates with one backend instance.
+
+Contents:
+    :class:`Candidate`
+        one trial's parameters and the driver's key for it.
+    :class:`EvaluationJob`
+        everything a worker needs besides the candidates (sent once per executor).
+    :func:`evaluate_chunk`
+        evaluate candidates one by one; each becomes an :class:`~stage_explore.records.Outcome`.
+
+Errors never escape: a ConfigError, ShardingError or InfeasibleError (the point is invalid
+for this model or system) makes the trial infeasible with the error's message; any other
+exception makes it failed with the exception's type and message.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stage_core.errors import ConfigError, InfeasibleError, ShardingError
+from stage_explore.evaluation import BaseBackend, Evaluation
+from stage_explore.records import Outcome, TrialStatus, flatten_evaluation
+from stage_explore.search.backends import BackendFactory, create_backend
+from stage_explore.search.design import build_design_point
+from stage_explore.search.outcomes import judge
+from stage_explore.study.spec import StudySpec
+
+DesignPointBuilder = Callable[[StudySpec, Mapping[str, Any]], tuple[Any, Any, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One trial to evaluate: the driver's key and the parameters."""
+
+    key: int
+    params: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"key": self.key, "params": dict(self.params)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationJob:
+    """The study and the backend factory with its options."""
+
+    study: StudySpec
+    factory: BackendFactory
+    options: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "study": self.study.name,
+            "factory": repr(self.factory),
+            "options": dict(self.options),
+        }
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _evaluate(
+    backend: BaseBackend,
+    builder: DesignPointBuilder,
+    job: EvaluationJob,
+    candidate: Candidate,
+    worker: str,
+    backend_name: str,
+) -> Outcome:
+    start = time.perf_counter()
+    metrics: dict[str, Any] = {}
+    try:
+        model, parallel, system = builder(job.study, candidate.params)
+        evaluation = backend.evaluate(model, parallel, system)
+    except InfeasibleError as error:
+        status, reason, metrics = TrialStatus.INFEASIBLE, error.reason, {}
+    except (ConfigError, ShardingError) as error:
+        status, reason, metrics = TrialStatus.INFEASIBLE, " ".join(str(error).split()), {}
+    except Exception as error:  # a failing evaluation is a failed trial, never a crashed study
+        status, reason, metrics = TrialStatus.FAILED, _one_line(error), {}
+    else:
+        if isinstance(evaluation, Evaluation):
+            metrics = flatten_evaluation(evaluation)
+            status, reason = judge(evaluation, metrics, job.study.objectives, job.study.constraints)
+            backend_name = evaluation.backend or backend_name
+        else:
+            status, reason, metrics = (
+                TrialStatus.FAILED,
+                f"the backend returned {type(evaluation).__name__}, expected an Evaluation",
+                {},
+            )
+    return Outcome(
+        status=status,
+        reason=reason,
+        metrics=metrics,
+        backend=backend_name,
+        eval_s=time.perf_counter() - start,
+        worker=worker,
+    )
+
+
+def evaluate_chunk(
+    job: EvaluationJob, candidates: Sequence[Candidate]
+) -> list[tuple[int, Outcome]]:
+    """Evaluate ``candidates`` with one backend built from ``job``; one outcome per key."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        backend = create_backend(job.factory, job.options)
+    except Exception as error:
+        failed = Outcome(
+            status=TrialStatus.FAILED,
+            reason=f"creating the backend: {_one_line(error)}",
+            worker=worker,
+            backend=job.study.backend.name,
+        )
+        return [(candidate.key, failed) for candidate in candidates]
+    builder: DesignPointBuilder = getattr(backend, "build_design_point", build_design_point)
+    name = str(getattr(backend, "name", type(backend).__name__))
+    return [
+        (candidate.key, _evaluate(backend, builder, job, candidate, worker, name))
+        for candidate in candidates
+    ]

@@ -1,0 +1,261 @@
+"""Loading a study file (TOML) into a validated :class:`~.spec.StudySpec`.
+
+Contents:
+    :func:`load_study`
+        read, parse and validate a study file; every problem is one
+        :class:`~stage_core.errors.ConfigError` line ``FILE:LINE: [table] key: expected …, got …``.
+    :func:`parse_study`
+        the same from text already read (used by tests and by ``load_study``).
+
+Everything is checked before a single trial runs: unknown tables and keys (with the closest
+known key suggested), types, vocabularies, empty lists and ranges, and a space with no
+structurally possible point.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from stage_core.errors import ConfigError
+from stage_explore.study._reader import Source, Table, choices_text, describe
+from stage_explore.study.space import has_possible_point, parse_space
+from stage_explore.study.spec import (
+    OBJECTIVE_METRICS,
+    BackendSpec,
+    Constraints,
+    Direction,
+    ExecutorKind,
+    ExecutorSpec,
+    ModelSource,
+    Objective,
+    SamplerKind,
+    SamplerSpec,
+    StudySpec,
+    SystemSource,
+    WorkloadKind,
+    WorkloadSpec,
+)
+
+_SECTIONS = (
+    "study",
+    "model",
+    "workload",
+    "system",
+    "space",
+    "objectives",
+    "constraints",
+    "sampler",
+    "backend",
+    "executor",
+)
+_REQUIRED = ("study", "model", "workload", "system", "space", "objectives", "sampler")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_BACKEND_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_-]*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$")
+_GIB = 1 << 30
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read and validate the study file at ``path``."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: study file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{file}: cannot read the study file ({error})") from None
+    return parse_study(text, file)
+
+
+def parse_study(text: str, path: Path) -> StudySpec:
+    """Validate the study file content ``text``; ``path`` names it and anchors relative paths."""
+    source = Source(path=path, text=text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    root = Table(source=source, name="", data=data)
+    for key, value in data.items():
+        if key not in _SECTIONS or not isinstance(value, dict):
+            section = isinstance(value, dict)
+            line = source.line_of(key, None) if section else source.line_of("", key)
+            where = f"{path}:{line}" if line is not None else str(path)
+            what = f"section [{key}]" if section else f"top-level key {key!r}"
+            sections = ", ".join(f"[{name}]" for name in _SECTIONS)
+            raise ConfigError(f"{where}: unknown {what}; expected the sections {sections}")
+    for required in _REQUIRED:
+        if required not in data:
+            raise source.error("", None, f"missing section [{required}]")
+
+    study = _table(root, "study")
+    study.reject_unknown(("name", "seed"))
+    name = study.string("name", required=True)
+    assert name is not None
+    if not _NAME.match(name):
+        raise study.expect("name", "letters, digits, '_', '.' or '-' (it names the output folder)")
+    seed = study.integer("seed", default=0, minimum=0)
+    assert seed is not None
+
+    workload = _workload(_table(root, "workload"))
+    constraints = _constraints(root.table("constraints"))
+    system_table = _table(root, "system")
+    space = parse_space(_table(root, "space"), system_table.table("search"), workload)
+    if not has_possible_point(space, workload, constraints):
+        raise source.error(
+            "space",
+            None,
+            "expected at least one structurally possible point "
+            "(tp·pp·cp dividing num_gpus, dp·micro_batch dividing global_batch, "
+            "num_gpus within max_gpus), got none",
+        )
+    return StudySpec(
+        name=name,
+        seed=seed,
+        path=path,
+        model=_model(_table(root, "model"), path),
+        workload=workload,
+        system=_system(system_table, path),
+        space=space,
+        objectives=_objectives(_table(root, "objectives")),
+        constraints=constraints,
+        sampler=_sampler(_table(root, "sampler")),
+        backend=_backend(root.table("backend")),
+        executor=_executor(root.table("executor")),
+    )
+
+
+def _table(root: Table, name: str) -> Table:
+    table = root.table(name, required=True)
+    assert table is not None
+    return table
+
+
+def _one_of(table: Table, keys: tuple[str, ...]) -> str:
+    present = [key for key in keys if table.has(key)]
+    if len(present) != 1:
+        options = choices_text(keys)
+        got = ", ".join(f'"{key}"' for key in present) or "none"
+        raise table.error(
+            present[-1] if present else None, f"expected exactly one of {options}, got {got}"
+        )
+    return present[0]
+
+
+def _file(table: Table, key: str, study_path: Path) -> Path:
+    value = table.string(key, required=True)
+    assert value is not None
+    file = Path(value)
+    if not file.is_absolute():
+        file = (study_path.parent / file).resolve()
+    if not file.is_file():
+        raise table.error(
+            key, f"expected an existing file, got {describe(value)} (looked for {file})"
+        )
+    return file
+
+
+def _model(table: Table, study_path: Path) -> ModelSource:
+    table.reject_unknown(("flavor", "file", "dims"))
+    chosen = _one_of(table, ("flavor", "file", "dims"))
+    if chosen == "flavor":
+        return ModelSource(flavor=table.string("flavor"))
+    if chosen == "file":
+        return ModelSource(file=_file(table, "file", study_path))
+    dims = table.table("dims")
+    assert dims is not None
+    if not dims.data:
+        raise table.expect("dims", "a non-empty table of model dims")
+    return ModelSource(dims=dict(dims.data))
+
+
+def _workload(table: Table) -> WorkloadSpec:
+    table.reject_unknown(("kind", "global_batch", "sequence_length"))
+    kind = table.string("kind", default="training", choices=tuple(WorkloadKind))
+    global_batch = table.integer("global_batch", required=True)
+    sequence_length = table.integer("sequence_length", required=True)
+    assert kind is not None and global_batch is not None and sequence_length is not None
+    return WorkloadSpec(
+        kind=WorkloadKind(kind), global_batch=global_batch, sequence_length=sequence_length
+    )
+
+
+def _system(table: Table, study_path: Path) -> SystemSource:
+    table.reject_unknown(("preset", "file", "inline", "search"))
+    chosen = _one_of(table, ("preset", "file", "inline"))
+    if chosen == "preset":
+        return SystemSource(preset=table.string("preset"))
+    if chosen == "file":
+        return SystemSource(file=_file(table, "file", study_path))
+    inline = table.table("inline")
+    assert inline is not None
+    return SystemSource(inline=dict(inline.data))
+
+
+def _objectives(table: Table) -> tuple[Objective, ...]:
+    table.reject_unknown(tuple(OBJECTIVE_METRICS))
+    if not table.data:
+        raise table.error(None, 'expected at least one objective such as step_time_s = "min"')
+    objectives = []
+    for metric in table.data:
+        direction = table.string(metric, choices=("min", "max"))
+        assert direction is not None
+        objectives.append(Objective(metric=metric, direction=Direction(direction)))
+    return tuple(objectives)
+
+
+def _constraints(table: Table | None) -> Constraints:
+    if table is None:
+        return Constraints()
+    table.reject_unknown(("max_memory_gib", "max_gpus"))
+    memory_gib = table.number("max_memory_gib")
+    return Constraints(
+        max_memory_bytes=None if memory_gib is None else int(memory_gib * _GIB),
+        max_gpus=table.integer("max_gpus"),
+    )
+
+
+def _sampler(table: Table) -> SamplerSpec:
+    table.reject_unknown(("kind", "trials", "time_limit_s", "batch_size"))
+    kind = table.string("kind", required=True, choices=tuple(SamplerKind))
+    batch_size = table.integer("batch_size", default=64)
+    assert kind is not None and batch_size is not None
+    return SamplerSpec(
+        kind=SamplerKind(kind),
+        trials=table.integer("trials"),
+        time_limit_s=table.number("time_limit_s"),
+        batch_size=batch_size,
+    )
+
+
+def _backend(table: Table | None) -> BackendSpec:
+    if table is None:
+        return BackendSpec()
+    table.reject_unknown(("name", "options"))
+    name = table.string("name", default="analytical")
+    assert name is not None
+    if not _BACKEND_NAME.match(name):
+        raise table.expect(
+            "name",
+            'a backend name ("analytical", "astra-sim", a registered name) or "module:Class"',
+        )
+    options = table.table("options")
+    return BackendSpec(name=name, options={} if options is None else dict(options.data))
+
+
+def _executor(table: Table | None) -> ExecutorSpec:
+    if table is None:
+        return ExecutorSpec()
+    table.reject_unknown(("kind", "address", "workers", "chunk_size"))
+    kind = ExecutorKind(table.string("kind", default="ray", choices=tuple(ExecutorKind)) or "ray")
+    address = table.string("address")
+    if address is not None and kind is not ExecutorKind.RAY:
+        raise table.error(
+            "address", 'expected no address with kind = "local" (an address names a Ray cluster)'
+        )
+    return ExecutorSpec(
+        kind=kind,
+        address=address,
+        workers=table.integer("workers"),
+        chunk_size=table.integer("chunk_size"),
+    )

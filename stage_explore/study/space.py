@@ -1,0 +1,270 @@
+"""The search space: parsing each knob's values, structural checks, dp, grid enumeration.
+
+Contents:
+    :func:`parse_space`
+        the ``[space]`` table and ``[system.search]`` → :class:`~.spec.SearchSpace`.
+    :func:`derive_dp`, :func:`structural_reason`
+        dp from the other degrees, and why a point cannot exist at all (``None`` if it can).
+    :func:`grid_points`
+        every structurally possible point of the space, in a fixed order, lazily.
+
+A knob is written as a value (fixed), a list of values, a range table
+``{ min = 1, max = 8, step = 1 }`` or ``{ min = 1, max = 64, scale = "pow2" }``, or ``"auto"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from stage_explore.study._reader import Table, choices_text, describe
+from stage_explore.study.spec import (
+    PARALLEL_KNOBS,
+    Constraints,
+    HardwareParam,
+    Knob,
+    SearchSpace,
+    WorkloadSpec,
+)
+
+#: Closed vocabularies of the string knobs.
+RECOMPUTE_CHOICES: tuple[str, ...] = ("none", "selective", "full")
+SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+
+#: The value a knob takes when ``[space]`` does not mention it.
+KNOB_DEFAULTS: Mapping[str, Any] = {
+    "tp": 1,
+    "pp": 1,
+    "cp": 1,
+    "ep": 1,
+    "sp": False,
+    "zero": 0,
+    "recompute": "none",
+    "schedule": "1f1b",
+    "vpp": 1,
+    "micro_batch": 1,
+}
+
+_DEGREES = ("tp", "pp", "cp", "ep")
+_RANGE_KEYS = frozenset({"min", "max", "step", "scale"})
+
+
+def _powers_of_two(low: int, high: int) -> tuple[int, ...]:
+    return tuple(1 << k for k in range(high.bit_length()) if low <= 1 << k <= high)
+
+
+def _auto_values(name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any, ...]:
+    if name in _DEGREES:
+        return _powers_of_two(1, max_gpus)
+    if name == "micro_batch":
+        return _powers_of_two(1, workload.global_batch)
+    return {
+        "sp": (False, True),
+        "zero": (0, 1, 2, 3),
+        "recompute": RECOMPUTE_CHOICES,
+        "schedule": SCHEDULE_CHOICES,
+        "vpp": (1, 2, 4),
+    }[name]
+
+
+def _range_values(table: Table, key: str, spec: Mapping[str, Any], numbers: str) -> tuple[Any, ...]:
+    expected = (
+        'a range table { min = …, max = …, step = … } or { min = …, max = …, scale = "pow2" }'
+    )
+    unknown = set(spec) - _RANGE_KEYS
+    if unknown or "min" not in spec or "max" not in spec:
+        raise table.error(key, f"expected {expected}, got keys {', '.join(sorted(spec))}")
+    low, high, step = spec["min"], spec["max"], spec.get("step", 1)
+    allowed: tuple[type, ...] = (int,) if numbers == "int" else (int, float)
+    for value in (low, high, step):
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            raise table.error(
+                key, f"expected {expected} with {numbers} bounds, got {describe(value)}"
+            )
+    scale = spec.get("scale", "linear")
+    if scale not in ("linear", "pow2"):
+        raise table.error(key, f'expected scale "linear" or "pow2", got {describe(scale)}')
+    if scale == "pow2":
+        if "step" in spec or not isinstance(low, int) or not isinstance(high, int) or low < 1:
+            raise table.error(key, 'expected integer bounds >= 1 and no step with scale = "pow2"')
+        values: tuple[Any, ...] = _powers_of_two(low, high)
+    else:
+        if not step > 0:
+            raise table.error(key, f"expected a positive step, got {describe(step)}")
+        count = int((high - low) / step + 1e-9) + 1 if high >= low else 0
+        values = tuple(low + k * step for k in range(count))
+        if any(isinstance(v, float) for v in (low, high, step)):
+            values = tuple(round(float(v), 12) for v in values)
+    if not values:
+        raise table.error(key, f"expected a non-empty range, got min = {low}, max = {high}")
+    return values
+
+
+def _check_value(table: Table, key: str, value: Any, kind: str, minimum: int) -> None:
+    if kind == "bool":
+        ok = isinstance(value, bool)
+        expected = "true or false"
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        expected = f"integers >= {minimum}"
+    elif kind == "zero":
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
+        expected = "ZeRO stages 0, 1, 2 or 3"
+    else:
+        choices = RECOMPUTE_CHOICES if key == "recompute" else SCHEDULE_CHOICES
+        ok = isinstance(value, str) and value in choices
+        expected = choices_text(choices)
+    if not ok:
+        raise table.error(key, f"expected {expected}, got {describe(value)}")
+
+
+def _knob_kind(name: str) -> str:
+    if name == "sp":
+        return "bool"
+    if name == "zero":
+        return "zero"
+    if name in ("recompute", "schedule"):
+        return "str"
+    return "int"
+
+
+def _knob_values(table: Table, name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any, ...]:
+    kind = _knob_kind(name)
+    raw = table.data.get(name, KNOB_DEFAULTS.get(name))
+    if raw == "auto" and name != "num_gpus":
+        return _auto_values(name, max_gpus, workload)
+    if isinstance(raw, dict):
+        if kind not in ("int", "zero"):
+            raise table.error(
+                name,
+                f"expected a value or a list (a range needs an integer knob), got {describe(raw)}",
+            )
+        values = _range_values(table, name, raw, "int")
+    elif isinstance(raw, list):
+        if not raw:
+            raise table.error(name, "expected a non-empty list, got []")
+        values = tuple(raw)
+    else:
+        values = (raw,)
+    for value in values:
+        _check_value(table, name, value, kind, 1)
+    if len(set(values)) != len(values):
+        raise table.error(name, f"expected distinct values, got {describe(list(values))}")
+    return values
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and not {"min", "max"} & set(value):
+            yield from _flatten(value, path + ".")
+        else:
+            yield path, value
+
+
+def _hardware(table: Table) -> tuple[HardwareParam, ...]:
+    params: list[HardwareParam] = []
+    columns: dict[str, str] = {}
+    for path, raw in _flatten(table.data):
+        if isinstance(raw, dict):
+            values = _range_values(table, path, raw, "numeric")
+        elif isinstance(raw, list) and raw:
+            values = tuple(raw)
+        else:
+            raise table.error(
+                path, f"expected a non-empty list of values or a range table, got {describe(raw)}"
+            )
+        kinds = {
+            "bool"
+            if isinstance(v, bool)
+            else "str"
+            if isinstance(v, str)
+            else "number"
+            if isinstance(v, int | float)
+            else "other"
+            for v in values
+        }
+        if len(kinds) != 1 or "other" in kinds or len(set(values)) != len(values):
+            raise table.error(
+                path,
+                "expected distinct values, all numbers, all strings or all "
+                f"booleans, got {describe(list(values))}",
+            )
+        if kinds == {"number"} and any(isinstance(v, float) for v in values):
+            values = tuple(float(v) for v in values)
+        column = "hw_" + re.sub(r"[^0-9A-Za-z]+", "_", path).strip("_").lower()
+        if column in columns:
+            raise table.error(
+                path,
+                f'expected a distinct parameter, but its column "{column}" is also that of '
+                f'"{columns[column]}"',
+            )
+        columns[column] = path
+        params.append(HardwareParam(path=path, column=column, values=values))
+    return tuple(params)
+
+
+def parse_space(space: Table, hardware: Table | None, workload: WorkloadSpec) -> SearchSpace:
+    """Validate ``[space]`` (and ``[system.search]``) into a :class:`SearchSpace`."""
+    space.reject_unknown(PARALLEL_KNOBS)
+    if "num_gpus" not in space.data:
+        raise space.error(None, 'missing key "num_gpus" (an integer or a list of integers)')
+    num_gpus = _knob_values(space, "num_gpus", 1, workload)
+    knobs = [Knob(name="num_gpus", values=num_gpus)]
+    knobs += [
+        Knob(name=name, values=_knob_values(space, name, max(num_gpus), workload))
+        for name in PARALLEL_KNOBS[1:]
+    ]
+    return SearchSpace(knobs=tuple(knobs), hardware=() if hardware is None else _hardware(hardware))
+
+
+def derive_dp(params: Mapping[str, Any]) -> int:
+    """The data-parallel degree: ``num_gpus / (tp·pp·cp)``, 0 when that does not divide."""
+    model_parallel = params["tp"] * params["pp"] * params["cp"]
+    quotient, remainder = divmod(params["num_gpus"], model_parallel)
+    return quotient if remainder == 0 else 0
+
+
+def structural_reason(
+    params: Mapping[str, Any], workload: WorkloadSpec, constraints: Constraints
+) -> str | None:
+    """Why a point cannot exist whatever the model and system (``None`` if it can)."""
+    num_gpus = params["num_gpus"]
+    if constraints.max_gpus is not None and num_gpus > constraints.max_gpus:
+        return f"num_gpus={num_gpus} exceeds the constraint max_gpus={constraints.max_gpus}"
+    model_parallel = params["tp"] * params["pp"] * params["cp"]
+    if num_gpus % model_parallel:
+        return f"tp·pp·cp={model_parallel} does not divide num_gpus={num_gpus}"
+    per_step = derive_dp(params) * params["micro_batch"]
+    if workload.global_batch % per_step:
+        return f"dp·micro_batch={per_step} does not divide global_batch={workload.global_batch}"
+    return None
+
+
+def has_possible_point(
+    space: SearchSpace, workload: WorkloadSpec, constraints: Constraints
+) -> bool:
+    """Whether at least one point of the space passes :func:`structural_reason`."""
+    choices = space.choices()
+    names = ("num_gpus", "tp", "pp", "cp", "micro_batch")
+    for combination in itertools.product(*(choices[name] for name in names)):
+        if (
+            structural_reason(dict(zip(names, combination, strict=True)), workload, constraints)
+            is None
+        ):
+            return True
+    return False
+
+
+def grid_points(
+    space: SearchSpace, workload: WorkloadSpec, constraints: Constraints
+) -> Iterator[dict[str, Any]]:
+    """Every structurally possible point, in the order of the space's Cartesian product."""
+    choices = space.choices()
+    names = tuple(choices)
+    for combination in itertools.product(*choices.values()):
+        params = dict(zip(names, combination, strict=True))
+        if structural_reason(params, workload, constraints) is None:
+            yield params

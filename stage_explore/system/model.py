@@ -1,0 +1,274 @@
+"""The hardware description as data: accelerator, network dimensions and the system.
+
+Holds:
+
+- :class:`Topology` and :class:`CollectiveAlgorithm`, the closed vocabularies of a network dim;
+- :class:`EfficiencyModel`, the achieved fraction of peak compute and memory bandwidth;
+- :class:`Accelerator`, peak FLOP/s per dtype, memory capacity and bandwidth, efficiency;
+- :class:`CollectiveAlgorithms` and :class:`NetworkDim`, one level of the network;
+- :class:`System`, an accelerator plus its network dims from the scale-up domain outwards.
+
+Ranks map to network coordinates as in ASTRA-sim: dimension 0 varies fastest in the rank id, so
+with dims of sizes ``(8, 1024)`` ranks 0–7 share a node and rank 8 starts the next node.
+
+The efficiency model (documented in :class:`EfficiencyModel`) is a saturating curve in FLOPs::
+
+    matmul_efficiency(F) = matmul_peak · F / (F + matmul_half_saturation_flops)
+
+which is the same as charging every kernel a fixed overhead: the compute time
+``F / (peak · matmul_efficiency(F))`` equals ``(F + F_half) / (peak · matmul_peak)``.
+Memory-bound work runs at ``memory`` × the HBM bandwidth; a kernel takes the larger of the two
+(roofline with efficiencies; Williams et al., CACM 2009).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.trace import CollectiveKind
+from stage_explore.system.ranks import coordinates
+
+
+class Topology(StrEnum):
+    """How the ranks of one network dim are connected."""
+
+    RING = "ring"
+    SWITCH = "switch"
+    FULLY_CONNECTED = "fully_connected"
+
+
+class CollectiveAlgorithm(StrEnum):
+    """The algorithm a collective uses on one network dim."""
+
+    RING = "ring"
+    DIRECT = "direct"
+    HALVING_DOUBLING = "halving_doubling"
+
+
+def _positive(value: float, what: str) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"{what} must be a finite number > 0, but got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EfficiencyModel:
+    """Achieved fraction of peak, per kind of work.
+
+    - ``matmul_peak``: the efficiency large matmuls saturate at (0 < x ≤ 1);
+    - ``matmul_half_saturation_flops``: the FLOPs of a kernel that reaches half of
+      ``matmul_peak`` (≥ 0; 0 means every kernel runs at ``matmul_peak``);
+    - ``memory``: the fraction of the HBM bandwidth that memory-bound kernels reach.
+    """
+
+    matmul_peak: float = 1.0
+    matmul_half_saturation_flops: float = 0.0
+    memory: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("matmul_peak", "memory"):
+            value = getattr(self, name)
+            _positive(value, f"efficiency `{name}`")
+            if value > 1:
+                raise ConfigError(f"efficiency `{name}` must be <= 1, but got {value!r}")
+        half = self.matmul_half_saturation_flops
+        if not (isinstance(half, int | float) and math.isfinite(half) and half >= 0):
+            raise ConfigError(
+                f"efficiency `matmul_half_saturation_flops` must be >= 0, but got {half!r}"
+            )
+
+    def matmul_efficiency(self, flops: float) -> float:
+        """The fraction of peak a kernel of ``flops`` FLOPs achieves."""
+        if flops <= 0:
+            return 0.0
+        return self.matmul_peak * flops / (flops + self.matmul_half_saturation_flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "matmul_peak": self.matmul_peak,
+            "matmul_half_saturation_flops": self.matmul_half_saturation_flops,
+            "memory": self.memory,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accelerator:
+    """One accelerator: peak FLOP/s per dtype, memory capacity (bytes) and bandwidth (bytes/s)."""
+
+    name: str
+    peak_flops_per_s: dict[str, float] = field(hash=False)
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: float
+    efficiency: EfficiencyModel = field(default_factory=EfficiencyModel)
+
+    def __post_init__(self) -> None:
+        if not self.peak_flops_per_s:
+            raise ConfigError(f"accelerator {self.name!r} needs at least one peak FLOP/s entry")
+        for dtype, peak in self.peak_flops_per_s.items():
+            _positive(peak, f"accelerator {self.name!r} peak FLOP/s for {dtype!r}")
+        if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
+            raise ConfigError(
+                f"accelerator {self.name!r} `memory_bytes` must be an integer, "
+                f"but got {self.memory_bytes!r}"
+            )
+        if self.memory_bytes <= 0:
+            raise ConfigError(
+                f"accelerator {self.name!r} `memory_bytes` must be > 0, but got {self.memory_bytes}"
+            )
+        _positive(self.memory_bandwidth_bytes_per_s, f"accelerator {self.name!r} memory bandwidth")
+        object.__setattr__(self, "peak_flops_per_s", dict(self.peak_flops_per_s))
+
+    def peak(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``."""
+        try:
+            return self.peak_flops_per_s[dtype]
+        except KeyError:
+            known = ", ".join(sorted(self.peak_flops_per_s))
+            raise ConfigError(
+                f"accelerator {self.name!r} has no peak FLOP/s for dtype {dtype!r}; known: {known}"
+            ) from None
+
+    def compute_time_s(self, flops: int, memory_bytes: int, dtype: str) -> float:
+        """Roofline time with efficiencies: the larger of the compute and the memory time."""
+        compute_s = 0.0
+        if flops > 0:
+            compute_s = flops / (self.peak(dtype) * self.efficiency.matmul_efficiency(flops))
+        memory_s = memory_bytes / (self.memory_bandwidth_bytes_per_s * self.efficiency.memory)
+        return max(compute_s, memory_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "peak_flops_per_s": dict(self.peak_flops_per_s),
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "efficiency": self.efficiency.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveAlgorithms:
+    """The algorithm each collective kind uses on one network dim."""
+
+    all_reduce: CollectiveAlgorithm = CollectiveAlgorithm.RING
+    all_gather: CollectiveAlgorithm = CollectiveAlgorithm.RING
+    reduce_scatter: CollectiveAlgorithm = CollectiveAlgorithm.RING
+    all_to_all: CollectiveAlgorithm = CollectiveAlgorithm.DIRECT
+
+    def for_kind(self, kind: CollectiveKind) -> CollectiveAlgorithm:
+        algorithm: CollectiveAlgorithm = getattr(self, kind.value)
+        return algorithm
+
+    def to_dict(self) -> dict[str, str]:
+        return {kind.value: self.for_kind(kind).value for kind in CollectiveKind}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkDim:
+    """One level of the network.
+
+    ``bandwidth_bytes_per_s`` is per rank and per direction (for a ring: the link to each
+    neighbour). ``latency_s`` is the time of an empty message between two ranks of this dim
+    (through the switch for a switch), the α of the α–β model.
+    """
+
+    name: str = ""
+    size: int
+    topology: Topology
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    algorithms: CollectiveAlgorithms = field(default_factory=CollectiveAlgorithms)
+
+    def __post_init__(self) -> None:
+        label = f"network dim {self.name!r}" if self.name else "network dim"
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+            raise ConfigError(f"{label} `size` must be an integer >= 1, but got {self.size!r}")
+        try:
+            object.__setattr__(self, "topology", Topology(self.topology))
+        except ValueError:
+            known = ", ".join(t.value for t in Topology)
+            raise ConfigError(
+                f"{label} `topology` must be one of {known}, but got {self.topology!r}"
+            ) from None
+        _positive(self.bandwidth_bytes_per_s, f"{label} `bandwidth_bytes_per_s`")
+        latency = self.latency_s
+        if not (isinstance(latency, int | float) and math.isfinite(latency) and latency >= 0):
+            raise ConfigError(f"{label} `latency_s` must be >= 0, but got {latency!r}")
+        for kind in CollectiveKind:
+            algorithm = self.algorithms.for_kind(kind)
+            if algorithm is CollectiveAlgorithm.HALVING_DOUBLING and self.size & (self.size - 1):
+                raise ConfigError(
+                    f"{label}: halving_doubling for {kind.value} needs a power-of-two size, "
+                    f"but got size={self.size}"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "size": self.size,
+            "topology": self.topology.value,
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "latency_s": self.latency_s,
+            "algorithms": self.algorithms.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class System:
+    """An accelerator and its network dims, from the scale-up domain outwards.
+
+    The product of the dim sizes is the largest number of GPUs the system describes; a design
+    point may use fewer. Dim 0 varies fastest in the rank id.
+    """
+
+    name: str
+    accelerator: Accelerator
+    network: tuple[NetworkDim, ...]
+    description: str = ""
+    price_per_gpu_hour: float | None = None
+    power_w: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.network:
+            raise ConfigError(f"system {self.name!r} needs at least one network dim")
+        object.__setattr__(self, "network", tuple(self.network))
+        if self.price_per_gpu_hour is not None:
+            _positive(self.price_per_gpu_hour, f"system {self.name!r} `price_per_gpu_hour`")
+        if self.power_w is not None:
+            _positive(self.power_w, f"system {self.name!r} `power_w`")
+
+    @property
+    def dim_sizes(self) -> tuple[int, ...]:
+        return tuple(dim.size for dim in self.network)
+
+    @property
+    def max_gpus(self) -> int:
+        return math.prod(self.dim_sizes)
+
+    def coordinates(self, rank: int) -> tuple[int, ...]:
+        """The coordinate of ``rank`` in every network dim (dim 0 fastest)."""
+        if not 0 <= rank < self.max_gpus:
+            raise ConfigError(
+                f"rank {rank} is outside system {self.name!r}, which has {self.max_gpus} GPUs"
+            )
+        return coordinates(rank, self.dim_sizes)
+
+    def rank_of(self, coordinates: tuple[int, ...]) -> int:
+        """The rank at ``coordinates`` (dim 0 fastest)."""
+        rank = 0
+        for coordinate, size in zip(reversed(coordinates), reversed(self.dim_sizes), strict=True):
+            rank = rank * size + coordinate
+        return rank
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "accelerator": self.accelerator.to_dict(),
+            "network": [dim.to_dict() for dim in self.network],
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "power_w": self.power_w,
+        }

@@ -1,0 +1,106 @@
+"""``stage check``: JSON keys, the grouped text table, and exit codes 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from stage_core.chakra.examples import sample_run_programs
+from stage_core.chakra.writer import write_trace_set
+from stage_explore.cli import COMMANDS, main
+from stage_explore.cli.check import rank_ranges
+
+SAMPLE_RUN = Path(__file__).parents[2] / ".." / "shared" / "reference" / "astra-sim" / "sample-run"
+COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+
+
+@pytest.fixture()
+def sound_dir(tmp_path: Path) -> Path:
+    write_trace_set(tmp_path, sample_run_programs())
+    return tmp_path
+
+
+@pytest.fixture()
+def broken_dir(tmp_path: Path) -> Path:
+    programs = sample_run_programs()
+    programs[0] = tuple(replace(node, tag=8) if node.id == 3 else node for node in programs[0])
+    write_trace_set(tmp_path, programs)
+    return tmp_path
+
+
+def test_check_is_registered() -> None:
+    assert "check" in COMMANDS
+
+
+def test_sound_trace_set_json(sound_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(sound_dir), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert set(document) == {"violations", "ranks"}
+    assert document["violations"] == []
+    assert set(document["ranks"]) == {"0", "1", "2", "3"}
+    for totals in document["ranks"].values():
+        assert set(totals) == {"flops", "comm_bytes", "send_bytes", "recv_bytes"}
+        assert set(totals["comm_bytes"]) == COLLECTIVES
+        assert totals["flops"] == 6 * 4096**3
+    assert document["ranks"]["0"]["send_bytes"] == 16 << 20
+    assert document["ranks"]["3"]["recv_bytes"] == 16 << 20
+
+
+def test_text_table_groups_identical_ranks(
+    sound_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", str(sound_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["ranks", "flops"]
+    assert [line.split()[0] for line in lines[1:3]] == ["0-1", "2-3"]
+    assert "412,316,860,416" in lines[1] and "16,777,216" in lines[1]
+    assert lines[-1] == "sound: 4 rank(s), no violations"
+
+
+def test_violations_exit_1(broken_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(broken_dir), "--json"]) == 1
+    violations = json.loads(capsys.readouterr().out)["violations"]
+    assert len(violations) == 2 and any("tag 8 to rank 2" in line for line in violations)
+    assert main(["check", str(broken_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "2 violation(s) in 4 rank(s):" in out and f"  {violations[1]}" in out
+
+
+@pytest.mark.parametrize("problem", ["missing directory", "garbled file", "wrong prefix"])
+def test_unreadable_input_exits_2_with_one_line(
+    sound_dir: Path, capsys: pytest.CaptureFixture[str], problem: str
+) -> None:
+    argv = ["check", str(sound_dir)]
+    if problem == "missing directory":
+        argv = ["check", str(sound_dir / "nope")]
+    elif problem == "garbled file":
+        (sound_dir / "workload.2.et").write_bytes(b"\x07\x0a\x05")
+    else:
+        argv += ["--prefix", "trace"]
+    assert main(argv + ["--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("stage check: error: ") and captured.err.count("\n") == 1
+
+
+def test_prefix_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_trace_set(tmp_path, sample_run_programs(), prefix="trace")
+    assert main(["check", str(tmp_path), "--prefix", "trace", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["violations"] == []
+
+
+def test_the_real_astra_sim_inputs_are_sound(capsys: pytest.CaptureFixture[str]) -> None:
+    if not SAMPLE_RUN.is_dir():
+        pytest.fail(f"reference data missing: {SAMPLE_RUN.resolve()}")
+    assert main(["check", str(SAMPLE_RUN), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"]["1"]["comm_bytes"]["all_gather"] == 8 << 20
+
+
+@pytest.mark.parametrize(
+    ("ranks", "text"), [([0], "0"), ([0, 1, 2, 5], "0-2,5"), ([3, 5, 6, 7, 9], "3,5-7,9")]
+)
+def test_rank_ranges(ranks: list[int], text: str) -> None:
+    assert rank_ranges(ranks) == text

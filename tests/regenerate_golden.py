@@ -1,0 +1,42 @@
+"""Rewrite the golden files from the code: ``python -m tests.regenerate_golden`` (``make golden``).
+
+:data:`GOLDEN` is the registry: one ``(path, function)`` pair per golden file, the function
+returning the file's full text. Add a pair to cover a new golden file; review the diff before
+committing it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from tests.core.test_graph import golden_block_dumps
+from tests.core.test_sharding_mlp import golden_mlp_dump
+
+CORE = Path(__file__).parent / "core" / "golden"
+
+GOLDEN: list[tuple[Path, Callable[[], str]]] = [
+    (CORE / "blocks.txt", golden_block_dumps),
+    (CORE / "mlp_dp.txt", partial(golden_mlp_dump, "dp")),
+    (CORE / "mlp_tp.txt", partial(golden_mlp_dump, "tp")),
+    (CORE / "mlp_tpsp.txt", partial(golden_mlp_dump, "tpsp")),
+]
+
+
+def main() -> int:
+    for path, render in GOLDEN:
+        text = render()
+        old = path.read_text() if path.exists() else None
+        if text != old:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        status = "unchanged" if text == old else ("written" if old is None else "updated")
+        shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        print(f"{status:9s} {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
