@@ -18,8 +18,18 @@ import math
 from dataclasses import dataclass
 
 from stage_core.blocks import Structure
-from stage_core.lower.bind import DATA_AXES, MESH_AXES, WeightShard, bind_block, symbolic_block
-from stage_core.lower.program import ProgramSet, StageProgram, Workload
+from collections.abc import Mapping, Sequence
+
+from stage_core.lower.bind import (
+    DATA_AXES,
+    MESH_AXES,
+    BoundBlock,
+    WeightShard,
+    bind_block,
+    symbolic_block,
+)
+from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
+from stage_core.lower.schedule import Task
 
 
 def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) -> int:
@@ -63,57 +73,75 @@ class MemoryBreakdown:
         }
 
 
-def activation_peak(stage: StageProgram) -> int:
-    """Peak bytes of saved activations over the stage's task order."""
+def activation_peak(chunks: Sequence[Chunk], tasks: Sequence[Task]) -> int:
+    """Peak bytes of saved activations over a stage's task order."""
+    saved = [chunk.saved_bytes for chunk in chunks]
     live = peak = 0
-    for task in stage.tasks:
-        saved = stage.chunks[task.chunk].saved_bytes
+    for task in tasks:
         if task.phase == "F":
-            live += saved
+            live += saved[task.chunk]
             peak = max(peak, live)
         else:
-            live -= saved
+            live -= saved[task.chunk]
     return peak
 
 
-def _recompute_working_set(programs: ProgramSet) -> int:
+def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) -> int:
     """Bytes one layer re-materialises during its backward under recompute."""
-    workload = programs.workload
     mode = str(workload.parallel.recompute)
     if mode == "none":
         return 0
     structure = Structure.of(workload.model)
-    kinds = [k for k in ("layer", "moe_layer") if k in programs.blocks]
     largest = 0
-    for kind in kinds:
+    for kind in ("layer", "moe_layer"):
+        if kind not in blocks:
+            continue
         full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
-        kept = programs.blocks[kind].saved_bytes
         bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)
-        largest = max(largest, bound.saved_bytes - kept)
+        largest = max(largest, bound.saved_bytes - blocks[kind].saved_bytes)
     return largest
 
 
-def stage_memory(programs: ProgramSet, stage: StageProgram, ranks: tuple[int, ...] = ()) -> MemoryBreakdown:
-    workload = programs.workload
+def _block_states(workload: Workload, block: BoundBlock) -> tuple[int, int, int, int]:
+    """Weights, gradients, optimizer bytes one rank holds for ``block``, and its full weights."""
     zero = workload.parallel.zero
+    weights = grads = optimizer = full = 0
+    for weight in block.weights:
+        elements = weight.elements
+        weights += elements * workload.weight_bytes // weight_shard_factor(workload, weight, zero >= 3)
+        grads += elements * workload.grad_bytes // weight_shard_factor(workload, weight, zero >= 2)
+        optimizer += elements * workload.optimizer_bytes // weight_shard_factor(workload, weight, zero >= 1)
+        full += elements * workload.weight_bytes
+    return weights, grads, optimizer, full
+
+
+def chunks_memory(
+    workload: Workload, chunks: Sequence[Chunk], tasks: Sequence[Task], working_set: int,
+    stage: int = 0, ranks: tuple[int, ...] = (),
+) -> MemoryBreakdown:
+    """The breakdown of a stage holding ``chunks`` and running ``tasks``."""
     weights = grads = optimizer = 0
     gathered: list[int] = []
-    for chunk in stage.chunks:
+    states: dict[int, tuple[int, int, int, int]] = {}
+    for chunk in chunks:
         for block in chunk.blocks:
-            block_full = 0
-            for weight in block.weights:
-                elements = weight.elements
-                weights += elements * workload.weight_bytes // weight_shard_factor(workload, weight, zero >= 3)
-                grads += elements * workload.grad_bytes // weight_shard_factor(workload, weight, zero >= 2)
-                optimizer += elements * workload.optimizer_bytes // weight_shard_factor(workload, weight, zero >= 1)
-                block_full += elements * workload.weight_bytes
-            gathered.append(block_full)
-    transient = _recompute_working_set(programs)
-    if zero >= 3:
+            key = id(block)
+            if key not in states:
+                states[key] = _block_states(workload, block)
+            w, g, o, full = states[key]
+            weights, grads, optimizer = weights + w, grads + g, optimizer + o
+            gathered.append(full)
+    transient = working_set
+    if workload.parallel.zero >= 3:
         transient += sum(sorted(gathered, reverse=True)[:2])
     return MemoryBreakdown(
-        stage.stage, ranks, weights, grads, optimizer, activation_peak(stage), transient
+        stage, ranks, weights, grads, optimizer, activation_peak(chunks, tasks), transient
     )
+
+
+def stage_memory(programs: ProgramSet, stage: StageProgram, ranks: tuple[int, ...] = ()) -> MemoryBreakdown:
+    working_set = recompute_working_set(programs.workload, programs.blocks)
+    return chunks_memory(programs.workload, stage.chunks, stage.tasks, working_set, stage.stage, ranks)
 
 
 def memory_report(programs: ProgramSet, with_ranks: bool = True) -> list[MemoryBreakdown]:

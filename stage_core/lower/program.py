@@ -100,6 +100,12 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         sp=parallel.sequence_parallel, attention=options.attention,
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
     )
+    if flags.cp_ring and options.attention != "fused":
+        raise ConfigError(
+            "ring context parallelism passes K/V chunks to a fused attention kernel, but the "
+            f"{model.family} family uses Megatron's unfused core attention: use "
+            f"cp_style='allgather' (got cp={parallel.cp}, cp_style='ring')"
+        )
     return Workload(
         model, parallel, options, flags, mesh, sizes, axis_sizes, parallel.num_micro_batches,
         grad_bytes=grad_bytes,
@@ -189,7 +195,17 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     }
 
 
-def _chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage: int) -> Chunk:
+def tie_embeddings(workload: Workload, blocks: dict[str, BoundBlock]) -> dict[str, BoundBlock]:
+    """With tied embeddings and one pipeline stage, the output layer reuses the embedding table
+    (one copy of the weight, its state and its gradient); across stages each end keeps a copy."""
+    if not (workload.model.tied_embeddings and workload.parallel.pp == 1):
+        return blocks
+    head = blocks["head"]
+    weights = tuple(w for w in head.weights if w.name != "output")
+    return {**blocks, "head": replace(head, weights=weights)}
+
+
+def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage: int) -> Chunk:
     p, vpp = workload.parallel.pp, workload.parallel.vpp
     per = workload.model.layers // (p * vpp)
     layers = tuple(range(global_stage * per, (global_stage + 1) * per))
@@ -272,17 +288,12 @@ def boundary_bytes(workload: Workload) -> int:
 def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
     """The per-stage programs of one training step."""
     workload = make_workload(model, parallel)
-    blocks = bind_all(workload)
-    if workload.model.tied_embeddings and parallel.pp == 1:
-        # One rank holds both ends: the output layer reuses the embedding table (one copy of
-        # the weight, its state and its gradient). Across pipeline stages each end keeps a copy.
-        head = blocks["head"]
-        blocks["head"] = replace(head, weights=tuple(w for w in head.weights if w.name != "output"))
+    blocks = tie_embeddings(workload, bind_all(workload))
     p, vpp = parallel.pp, parallel.vpp
     kind = str(parallel.schedule)
     stages = []
     for stage in range(p):
-        chunks = tuple(_chunk_blocks(workload, blocks, v * p + stage) for v in range(vpp))
+        chunks = tuple(chunk_blocks(workload, blocks, v * p + stage) for v in range(vpp))
         tasks = tuple(schedule(kind, stage, p, workload.micro_batches, vpp))
         sync = tuple(op for chunk in chunks for op in _sync_ops(workload, chunk))
         stages.append(StageProgram(

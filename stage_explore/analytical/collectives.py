@@ -107,7 +107,7 @@ def _ring_reductions(kind: CollectiveKind, ranks: int) -> list[bool]:
     sends = {AR: 2 * (ranks - 1), RS: ranks - 1, AG: ranks - 1, A2A: ranks * (ranks - 1) // 2}
     flags, toggle = [], False
     for index in range(sends[kind] + 1):
-        position = index % ranks  # packets come in groups: one hand-off, then ranks-1 messages
+        position = index % ranks  # rounds of `ranks` packets; a round's first never reduces
         toggle = not toggle if position == 0 else toggle
         flags.append(position != 0 and (kind is RS or (kind is AR and toggle)))
     return flags
@@ -345,13 +345,16 @@ def alpha_beta_collective_s(
 
     ``size_bytes`` follows the trace convention (the per-rank shard for all-gather).
     """
-    span = group_span(system.dim_sizes, range(system.max_gpus) if group is None else group)
-    if len(span.members) <= 1:
-        return 0.0
-    if span.regular:
-        levels = [(index, span.counts[index]) for index in span.dims]
+    if group is None:  # every rank: every dim, without listing the ranks
+        levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
     else:
-        levels = [(span.dims[-1], len(span.members))]
+        span = group_span(system.dim_sizes, group)
+        if span.regular:
+            levels = [(index, span.counts[index]) for index in span.dims]
+        else:
+            levels = [(span.dims[-1], len(span.members))]
+    if not levels:
+        return 0.0
     network = system.network
 
     def level(phase: CollectiveKind, index: int, ranks: int, buffer_bytes: float) -> float:

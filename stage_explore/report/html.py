@@ -126,19 +126,20 @@ def scatter_svg(report: Report, plot_id: str) -> tuple[str, list[dict[str, str]]
     parts = _axes(
         x, y, x_values_name + (" (log)" if x.log else ""), y_name + (" (log)" if y.log else "")
     )
-    front_xy = []
+    circles, front_xy = [], []
     for number, (index, on_front) in enumerate(points):
         px, py = x(float(ok.at[index, x_values_name])), y(float(ok.at[index, y_name]))
         css = "front" if on_front else "point"
-        parts.append(
+        circles.append(
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{5 if on_front else 3}" class="{css}" '
             f'data-i="{number}"/>'
         )
         if on_front:
             front_xy.append((px, py))
-    if len(front_xy) > 1:
+    if len(front_xy) > 1:  # drawn under the points, over the grid
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py in sorted(front_xy))
-        parts.insert(1, f'<polyline points="{path}" class="front-line"/>')
+        parts.append(f'<polyline points="{path}" class="front-line"/>')
+    parts += circles
     caption = (
         f"{len(ok)} feasible trials ({len(shown) + len(report.front)} drawn), "
         f"front of {len(report.front)} highlighted"

@@ -47,16 +47,14 @@ class AstraAlgorithm(StrEnum):
     HALVING_DOUBLING = "halvingDoubling"
 
 
-#: Links a message crosses between two ranks of a dim (a switch: up and down).
-_LINKS_PER_MESSAGE = {Topology.RING: 1, Topology.SWITCH: 2, Topology.FULLY_CONNECTED: 1}
-_SYSTEM_JSON_KEYS = {
+_SYSTEM_JSON_KEYS = frozenset({
     "scheduling-policy", "collective-optimization", "endpoint-delay",
     "active-chunks-per-dimension", "preferred-dataset-splits", "all-reduce-implementation",
     "all-gather-implementation", "reduce-scatter-implementation", "all-to-all-implementation",
     "local-mem-bw", "roofline-enabled", "peak-perf", "L", "o", "g", "G", "model-shared-bus",
     "local-reduction-delay", "trace-enabled", "replay-only", "intra-dimension-scheduling",
     "inter-dimension-scheduling",
-}  # fmt: skip
+})  # fmt: skip
 _NETWORK_YML_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 
 
@@ -359,7 +357,8 @@ def astra_dims_from_system(system: System, num_gpus: int | None = None) -> tuple
                 topology=AstraTopology[dim.topology.name],
                 npus=npus,
                 bandwidth_gbps=dim.bandwidth_bytes_per_s / (1 << 30),
-                latency_ns=dim.latency_s * 1e9 / _LINKS_PER_MESSAGE[dim.topology],
+                # a message between two ranks crosses two links of a switch (up and down)
+                latency_ns=dim.latency_s * 1e9 / (2 if dim.topology is Topology.SWITCH else 1),
             )
         )
     return tuple(dims)

@@ -1,0 +1,132 @@
+"""Reports: terminal tables, the self-contained HTML page with its SVG plots, PNG images, and
+the ``stage explore`` / ``stage report`` commands."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_explore import load_results, pareto_front
+from stage_explore.cli import main
+from stage_explore.report import build_report, parse_objective_option, write_html
+from stage_explore.search import explore
+from stage_explore.study import parse_study
+
+support = import_module(
+    f"{__package__}.test_search_support" if __package__ else "test_search_support"
+)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def study_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    spec = parse_study(support.study_text(trials=150, options="fail_tp = 8"), root / "s.toml")
+    return explore(spec, out=root / "out", executor_factory=support.InlineExecutor).directory
+
+
+def test_text_report_lists_counts_best_rows_and_the_front(study_folder: Path) -> None:
+    report = build_report(study_folder, top=3)
+    frame = load_results(study_folder)
+    text = report.text()
+    counts = frame["status"].value_counts()
+    assert text.splitlines()[0] == (
+        f"study demo: 150 trials, {counts['ok']} ok, {counts['infeasible']} infeasible, "
+        f"{counts['failed']} failed"
+    )
+    assert "failed ×" in text and "RuntimeError: synthetic failure at tp=8" in text
+    assert "best by step_time_s (lowest first):" in text and "best by mfu (highest first):" in text
+    assert all(len(rows) == 3 for rows in report.best.values())
+    best_time = frame.loc[frame["status"] == "ok", "step_time_s"].min()
+    assert report.best["step_time_s"]["step_time_s"].iloc[0] == best_time
+    configs = pareto_front(frame, {"step_time_s": "min", "mfu": "max"}).drop_duplicates(
+        subset=["num_gpus", "tp", "pp", "zero", "recompute", "micro_batch"]
+    )
+    assert len(report.front) == len(configs)
+    assert f"Pareto front of step_time_s (min), mfu (max): {len(configs)} configurations" in text
+    assert {"trial", "num_gpus", "dp", "tp", "pp", "peak_memory_gib"} <= set(report.columns())
+    assert "cp" not in report.parameters  # not searched: not shown
+
+
+def test_html_report_is_self_contained_with_interactive_svg(
+    study_folder: Path, tmp_path: Path
+) -> None:
+    report = build_report(study_folder)
+    written = write_html(report, tmp_path / "html" / "report.html")
+    page_path, *images = written
+    assert [image.name for image in images] == ["report-front.png", "report-convergence.png"]
+    for image in images:
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = page_path.read_text()
+    urls = set(re.findall(r"https?://[^\s\"'<>]+", page))
+    assert urls <= {"http://www.w3.org/2000/svg"}  # nothing fetched: works offline
+    assert "<script src" not in page and "<link" not in page
+    assert page.count("data:image/png;base64,") == 2
+    svgs = re.findall(r"<svg .*?</svg>", page, flags=re.S)
+    scatter = ElementTree.fromstring(svgs[0])
+    circles = scatter.findall(f"{SVG}circle")
+    front = [c for c in circles if c.get("class") == "front"]
+    assert len(front) == len(report.front)
+    data = re.search(
+        r'<script type="application/json" id="scatter-data">(.*?)</script>', page, re.S
+    )
+    assert data is not None
+    table = json.loads(data.group(1))
+    assert sorted(int(c.get("data-i", -1)) for c in circles) == list(range(len(table)))
+    assert set(table[0]) == set(report.columns())
+    assert scatter.findall(f"{SVG}polyline")  # the front is drawn as a line
+    ElementTree.fromstring(svgs[1])  # the convergence plot is well-formed too
+
+
+def test_single_objective_report(tmp_path: Path) -> None:
+    spec = parse_study(
+        support.study_text(trials=30, objectives='tokens_per_s_per_gpu = "max"'),
+        tmp_path / "s.toml",
+    )
+    folder = explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor).directory
+    report = build_report(folder)
+    assert [name for name, _ in report.objectives] == ["tokens_per_s_per_gpu"]
+    assert "Pareto front" not in report.text()
+    assert len(write_html(report, tmp_path / "r.html")) == 3
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("step_time_s:min,mfu", {"step_time_s": "min", "mfu": "max"}),
+        ("peak_memory_bytes", {"peak_memory_bytes": "min"}),
+        ("mfu:min", {"mfu": "min"}),
+    ],
+)
+def test_objective_option(option: str, expected: dict[str, str]) -> None:
+    assert parse_objective_option(option) == expected
+
+
+def test_bad_objective_option_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no default direction"):
+        parse_objective_option("latency")
+
+
+def test_explore_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "study.toml"
+    study.write_text(support.study_text(trials=20))
+    out = tmp_path / "out"
+    assert main(["explore", str(study), "--out", str(out), "--executor", "local"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("study demo: 20 trials: ") and "stopped by budget" in printed
+    assert main(["explore", str(study), "--out", str(out), "--executor", "local"]) == 2
+    assert "error: " in capsys.readouterr().err
+    assert main(["explore", str(study), "--out", str(out), "--trials", "30", "--resume"]) == 0
+    assert "30 trials (20 resumed)" in capsys.readouterr().out
+    html = tmp_path / "report.html"
+    assert main(["report", str(out / "demo"), "--html", str(html), "--top", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "best by step_time_s" in printed and f"wrote {html}" in printed
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "no trial records" in capsys.readouterr().err
