@@ -159,7 +159,9 @@ def embedding_block(model: Structure, options: BlockOptions) -> Block:
     b.inputs.append(ids)
     x = b.embedding(ids, b.weight("embed", ("V", "H")), out="embed.tokens")
     if model.position == Position.LEARNED:
-        pos_ids = b.tensor("pos_ids", ("S",), 4, "index")
+        # Positions per token ([B, S], as Megatron's position_ids): the table's gradient is then
+        # a partial sum over the token axes, reduced once per step with the other weights.
+        pos_ids = b.tensor("pos_ids", ("B", "S"), 4, "index")
         b.inputs.append(pos_ids)
         pos = b.embedding(pos_ids, b.weight("embed.pos", ("P", "H")), out="embed.pos_out")
         x = b.elementwise(x, pos, out="embed.sum", linear=True)

@@ -106,8 +106,8 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         stored["ids"] = f"[{TOKENS}, S/cp]"
         stored["embed.tokens"] = act
         if "pos_ids" in names:
-            stored["pos_ids"] = "[S/cp]"
-            consumed[("embed.sum", "embed.pos_out")] = f"[{_seq_stored(flags)}, H]"
+            stored["pos_ids"] = f"[{TOKENS}, S/cp]"
+            consumed[("embed.sum", "embed.pos_out")] = act
     elif block.name == "head":
         stored["targets"] = f"[{TOKENS}, S/cp]"
         consumed[("logits", "ln_f")] = _GATHERED

@@ -225,6 +225,12 @@ def part_files(directory: Path) -> list[Path]:
     return sorted(path for path in directory.iterdir() if _PART.match(path.name))
 
 
+def _part_number(path: Path) -> int:
+    match = _PART.match(path.name)
+    assert match is not None, "part_files() lists only part files"
+    return int(match.group(1))
+
+
 class RecordWriter:
     """Buffers rows and writes them as numbered Parquet parts, each atomically.
 
@@ -239,7 +245,7 @@ class RecordWriter:
         self._directory = directory
         self._schema = schema
         parts = part_files(directory)
-        self._next_part = int(_PART.match(parts[-1].name).group(1)) + 1 if parts else 0  # type: ignore[union-attr]
+        self._next_part = _part_number(parts[-1]) + 1 if parts else 0
         self._rows: list[dict[str, Any]] = []
 
     @property

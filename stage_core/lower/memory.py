@@ -29,7 +29,7 @@ from stage_core.lower.bind import (
     symbolic_block,
 )
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
-from stage_core.lower.schedule import Task
+from stage_core.lower.schedule import Task, schedule
 
 
 def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) -> int:
@@ -86,6 +86,17 @@ def activation_peak(chunks: Sequence[Chunk], tasks: Sequence[Task]) -> int:
     return peak
 
 
+def steady_activation_peak(chunks: Sequence[Chunk], kind: str, stage: int, stages: int, micro_batches: int, vpp: int) -> int:
+    """:func:`activation_peak` without walking every micro-batch: GPipe holds all of them; in
+    1F1B and interleaved 1F1B the live set is periodic after the warm-up, so a prefix of
+    ``4·pp`` micro-batches (a multiple of pp) reaches the same peak."""
+    if kind == "gpipe":
+        return micro_batches * sum(chunk.saved_bytes for chunk in chunks)
+    cap = 4 * stages
+    prefix = micro_batches if micro_batches <= cap else cap
+    return activation_peak(chunks, schedule(kind, stage, stages, prefix, vpp))
+
+
 def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) -> int:
     """Bytes one layer re-materialises during its backward under recompute."""
     mode = str(workload.parallel.recompute)
@@ -116,10 +127,11 @@ def _block_states(workload: Workload, block: BoundBlock) -> tuple[int, int, int,
 
 
 def chunks_memory(
-    workload: Workload, chunks: Sequence[Chunk], tasks: Sequence[Task], working_set: int,
+    workload: Workload, chunks: Sequence[Chunk], tasks: Sequence[Task] | None, working_set: int,
     stage: int = 0, ranks: tuple[int, ...] = (),
 ) -> MemoryBreakdown:
-    """The breakdown of a stage holding ``chunks`` and running ``tasks``."""
+    """The breakdown of a stage holding ``chunks`` and running ``tasks`` (``None``: the stage's
+    schedule, by :func:`steady_activation_peak`)."""
     weights = grads = optimizer = 0
     gathered: list[int] = []
     states: dict[int, tuple[int, int, int, int]] = {}
@@ -134,9 +146,13 @@ def chunks_memory(
     transient = working_set
     if workload.parallel.zero >= 3:
         transient += sum(sorted(gathered, reverse=True)[:2])
-    return MemoryBreakdown(
-        stage, ranks, weights, grads, optimizer, activation_peak(chunks, tasks), transient
+    parallel = workload.parallel
+    activations = (
+        activation_peak(chunks, tasks) if tasks is not None else steady_activation_peak(
+            chunks, str(parallel.schedule), stage, parallel.pp, workload.micro_batches, parallel.vpp
+        )
     )
+    return MemoryBreakdown(stage, ranks, weights, grads, optimizer, activations, transient)
 
 
 def stage_memory(programs: ProgramSet, stage: StageProgram, ranks: tuple[int, ...] = ()) -> MemoryBreakdown:

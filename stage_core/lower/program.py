@@ -219,58 +219,74 @@ def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage
     return Chunk(global_stage // p if vpp > 1 else 0, global_stage, tuple(chosen), layers)
 
 
+def _block_sync(
+    workload: Workload, block: BoundBlock,
+) -> tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int]:
+    """A block's gradient bytes per (collective, axes), its ZeRO parameter-gather bytes per axes,
+    and the parameters its rank updates."""
+    zero = workload.parallel.zero
+    sizes = workload.axis_sizes
+    reductions: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
+    gathers: dict[tuple[str, ...], int] = {}
+    updated = 0
+    for weight in block.weights:
+        data = tuple(a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not weight.expert))
+        grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
+        grad_size = weight.elements * workload.grad_bytes
+        shard = weight.elements // math.prod(sizes[a] for a in data)
+        updated += shard if zero >= 1 else weight.elements
+        if zero == 0 or not data:
+            if grad_axes:
+                key = (CollectiveKind.ALL_REDUCE, grad_axes)
+                reductions[key] = reductions.get(key, 0) + grad_size
+            continue
+        other = tuple(a for a in grad_axes if a not in data)
+        if other:
+            key = (CollectiveKind.ALL_REDUCE, other)
+            reductions[key] = reductions.get(key, 0) + grad_size
+        if zero < 2:  # ZeRO-2/3 reduce-scatter every micro-batch (lower/nodes.py)
+            key = (CollectiveKind.REDUCE_SCATTER, data)
+            reductions[key] = reductions.get(key, 0) + grad_size
+        if zero < 3:
+            gathers[data] = gathers.get(data, 0) + shard * workload.weight_bytes
+    return reductions, gathers, updated
+
+
 def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
     """Gradient reduction in buckets (backward block order), and ZeRO parameter gathers."""
-    zero = workload.parallel.zero
     bucket_limit = workload.parallel.grad_bucket_bytes
-    sizes = workload.axis_sizes
     ops: list[SyncOp] = []
     pending: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
     gathers: dict[tuple[str, ...], int] = {}
+    per_block: dict[int, tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int]] = {}
     order = list(reversed(chunk.blocks))
-
-    def flush(after: int, force: bool) -> None:
-        for (kind, axes), size in list(pending.items()):
-            if force or size >= bucket_limit:
-                ops.append(SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, after))
-                del pending[(kind, axes)]
-
     for position, block in enumerate(order):
-        for weight in block.weights:
-            data = tuple(a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not weight.expert))
-            grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
-            grad_size = weight.elements * workload.grad_bytes
-            if zero == 0 or not data:
-                if grad_axes:
-                    key = (CollectiveKind.ALL_REDUCE, grad_axes)
-                    pending[key] = pending.get(key, 0) + grad_size
-                continue
-            other = tuple(a for a in grad_axes if a not in data)
-            if other:
-                key = (CollectiveKind.ALL_REDUCE, other)
-                pending[key] = pending.get(key, 0) + grad_size
-            if zero < 2:  # ZeRO-2/3 reduce-scatter every micro-batch (see lower_stage)
-                key = (CollectiveKind.REDUCE_SCATTER, data)
-                pending[key] = pending.get(key, 0) + grad_size
-            if zero < 3:
-                shard = weight.elements // math.prod(sizes[a] for a in data)
-                gathers[data] = gathers.get(data, 0) + shard * workload.weight_bytes
-        flush(position, force=False)
-    flush(len(order) - 1, force=True)
+        if id(block) not in per_block:
+            per_block[id(block)] = _block_sync(workload, block)
+        reductions, block_gathers, _ = per_block[id(block)]
+        for key, size in reductions.items():
+            pending[key] = pending.get(key, 0) + size
+        for axes, size in block_gathers.items():
+            gathers[axes] = gathers.get(axes, 0) + size
+        last = position == len(order) - 1
+        for (kind, axes), size in list(pending.items()):
+            if last or size >= bucket_limit:
+                ops.append(SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, position))
+                del pending[(kind, axes)]
     for axes, size in gathers.items():
         ops.append(SyncOp("param_all_gather", CollectiveKind.ALL_GATHER, axes, size, chunk.index, -1))
     return ops
 
 
 def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
-    from stage_core.lower.memory import weight_shard_factor
-
+    """Adam over the parameters this rank updates (a shard of them under ZeRO)."""
     params = 0
+    per_block: dict[int, int] = {}
     for chunk in chunks:
         for block in chunk.blocks:
-            for weight in block.weights:
-                factor = weight_shard_factor(workload, weight, workload.parallel.zero >= 1)
-                params += weight.elements // factor
+            if id(block) not in per_block:
+                per_block[id(block)] = _block_sync(workload, block)[2]
+            params += per_block[id(block)]
     return Instr(
         "optimizer.adam", "step", "optimizer", ADAM_FLOPS_PER_PARAM * params,
         ADAM_BYTES_READ_PER_PARAM * params, ADAM_BYTES_WRITTEN_PER_PARAM * params,

@@ -13,6 +13,7 @@ stage ``v·p + r`` (Megatron's interleaving).
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from stage_core.errors import ConfigError
@@ -34,8 +35,14 @@ def _interleaved_ids(k: int, p: int, vpp: int, forward: bool) -> tuple[int, int]
     return chunk, micro_batch
 
 
-def schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1) -> list[Task]:
-    """The task order of pipeline rank ``rank`` of ``stages`` for ``micro_batches``."""
+@functools.lru_cache(maxsize=1024)
+def schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1) -> tuple[Task, ...]:
+    """The task order of pipeline rank ``rank`` of ``stages`` for ``micro_batches`` (memoised:
+    a pure function of its arguments, called for every candidate of a search)."""
+    return tuple(_schedule(kind, rank, stages, micro_batches, vpp))
+
+
+def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -> list[Task]:
     p, m = stages, micro_batches
     if not 0 <= rank < p or m < 1 or vpp < 1:
         raise ConfigError(f"invalid pipeline position ({rank=}, {stages=}, {micro_batches=}, {vpp=})")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stage_core.blocks import Structure
@@ -36,7 +36,6 @@ from stage_core.lower.program import (
     make_workload,
     tie_embeddings,
 )
-from stage_core.lower.schedule import schedule
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.blocktime import BlockTiming, time_block
@@ -86,9 +85,9 @@ class AnalyticalBackend(BaseBackend):
 
     name = "analytical"
 
-    def __init__(self, cache_size: int = 256) -> None:
+    def __init__(self, cache_size: int = 1024) -> None:
         self._blocks = _Memo(cache_size)
-        self._times = _Memo(cache_size * 8)
+        self._times = _Memo(cache_size * 64)
 
     def __getstate__(self) -> dict[str, int]:
         return {"cache_size": self._blocks.size}
@@ -98,31 +97,64 @@ class AnalyticalBackend(BaseBackend):
 
     # -- binding and timing, memoised ---------------------------------------------------------
 
+    def _memo(self, key: Hashable, compute: Any) -> Any:
+        value = self._times.get(key)
+        return value if value is not None else self._times.put(key, compute())
+
     def _bound(self, workload: Workload) -> tuple[Hashable, dict[str, BoundBlock]]:
+        """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
+        communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
+        the global micro-batch B, whose per-rank share is the micro-batch either way)."""
+        canonical = _canonical(workload)
         key = (
-            Structure.of(workload.model), workload.options, workload.flags,
-            str(workload.parallel.recompute), tuple(sorted(workload.sizes.items())),
-            tuple(sorted(workload.axis_sizes.items())), workload.model.tied_embeddings,
+            Structure.of(canonical.model), canonical.options, canonical.flags,
+            str(canonical.parallel.recompute), tuple(sorted(canonical.sizes.items())),
+            tuple(sorted(canonical.axis_sizes.items())), canonical.model.tied_embeddings,
             workload.parallel.pp == 1,
         )
         blocks = self._blocks.get(key)
         if blocks is None:
-            blocks = self._blocks.put(key, tie_embeddings(workload, bind_all(workload)))
+            blocks = self._blocks.put(key, tie_embeddings(workload, bind_all(canonical)))
         return key, blocks
+
+    def _span(self, system: System, table: GroupTable, rank: int, axes: tuple[str, ...]) -> tuple[object, ...]:
+        key = ("span", id(system), table.shape, table.names, rank, axes)
+        return self._memo(key, lambda: _span_key(table, rank, axes, system))  # type: ignore[no-any-return]
+
+    def _comm_time(self, system: System, table: GroupTable, rank: int, instr: Instr) -> float:
+        """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
+        span = self._span(system, table, rank, instr.axes)
+        key = ("comm", id(system), span, instr.kind, instr.collective, instr.comm_bytes, instr.ring_steps)
+        return self._memo(key, lambda: _comm_time(system, table, rank, instr))  # type: ignore[no-any-return]
+
+    def _zero_time(
+        self, workload: Workload, key: Hashable, block: BoundBlock, system: System,
+        table: GroupTable, rank: int, gather: bool,
+    ) -> float:
+        memo_key = ("zero", key, block.kind, gather, id(system), tuple(workload.axis_sizes.items()), rank)
+        return self._memo(memo_key, lambda: sum(  # type: ignore[no-any-return]
+            self._comm_time(system, table, rank, i) for i in _zero_collectives(workload, block, gather)
+        ))
 
     def _block_timing(
         self, key: Hashable, block: BoundBlock, phase: str, system: System, table: GroupTable,
         rank: int, dtype: str,
     ) -> BlockTiming:
-        span = tuple(_span_key(table, rank, axes, system) for axes in _axes_of(block))
+        span = tuple(self._span(system, table, rank, axes) for axes in _axes_of(block))
         memo_key = (key, block.kind, phase, id(system), span, dtype)
+        return self._timed(memo_key, block, phase, system, table, rank, dtype)
+
+    def _timed(
+        self, memo_key: Hashable, block: BoundBlock, phase: str, system: System,
+        table: GroupTable, rank: int, dtype: str,
+    ) -> BlockTiming:
         timing = self._times.get(memo_key)
         if timing is None:
             instrs = block.fwd if phase == "fwd" else block.bwd
             timing = time_block(
                 instrs,
                 lambda i: system.accelerator.compute_time_s(i.flops, i.bytes_read + i.bytes_written, dtype),
-                lambda i: _comm_time(system, table, rank, i),
+                lambda i: self._comm_time(system, table, rank, i),
             )
             self._times.put(memo_key, timing)
         return timing
@@ -148,7 +180,7 @@ class AnalyticalBackend(BaseBackend):
         dtype = "fp16" if str(parallel.precision) == "fp16" else str(parallel.precision)
         if dtype not in system.accelerator.peak_flops_per_s:
             dtype = "bf16"
-        table = GroupTable(workload.mesh)
+        table = self._memo(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
         stage_times: list[_StageTiming] = []
         stage_chunks = []
         for stage in range(p):
@@ -166,14 +198,14 @@ class AnalyticalBackend(BaseBackend):
         pipeline = step_time(
             kind, [StageTimes(t.fwd, t.bwd) for t in stage_times], m, vpp, transfer
         )
-        working_set = recompute_working_set(workload, blocks)
+        working_set = self._memo(("working_set", key), lambda: recompute_working_set(workload, blocks))
         best: tuple[float, dict[str, float]] | None = None
         peak_memory = 0
         for stage in range(p):
             rank = workload.mesh.rank_of({"pp": stage})
             chunks, timing = stage_chunks[stage], stage_times[stage]
             sync_end, optimizer_s, gather_s = self._step_work(
-                workload, chunks, timing, pipeline.last_backward_start_s[stage], system, table, rank, dtype,
+                workload, key, chunks, timing, pipeline.last_backward_start_s[stage], system, table, rank, dtype,
             )
             end = pipeline.end_s[stage]
             total = max(end, sync_end) + optimizer_s + gather_s
@@ -188,8 +220,7 @@ class AnalyticalBackend(BaseBackend):
             breakdown["other"] = max(0.0, pipeline.busy_s[stage] - busy_parts)
             if best is None or total > best[0]:
                 best = (total, breakdown)
-            tasks = schedule(kind, stage, p, m, vpp)
-            memory = chunks_memory(workload, chunks, tasks, working_set, stage)
+            memory = chunks_memory(workload, chunks, None, working_set, stage)
             peak_memory = max(peak_memory, memory.peak_bytes)
         assert best is not None
         return self._result(workload, blocks, stage_chunks, best, peak_memory, system)
@@ -202,20 +233,26 @@ class AnalyticalBackend(BaseBackend):
         fwd, bwd, block_bwd = [], [], []
         compute = 0.0
         exposed: dict[str, float] = {}
+        seen: dict[int, tuple[BlockTiming, BlockTiming]] = {}
         for chunk in chunks:
             f_total = b_total = 0.0
             per_block = []
             for block in chunk.blocks:
-                tf = self._block_timing(key, block, "fwd", system, table, rank, dtype)
-                tb = self._block_timing(key, block, "bwd", system, table, rank, dtype)
+                pair = seen.get(id(block))
+                if pair is None:
+                    pair = seen[id(block)] = (
+                        self._block_timing(key, block, "fwd", system, table, rank, dtype),
+                        self._block_timing(key, block, "bwd", system, table, rank, dtype),
+                    )
+                tf, tb = pair
                 df, db = tf.duration_s, tb.duration_s
                 if zero >= 3:  # parameter gathers (and gradient scatters) on their own stream
-                    gather = _instrs_time(system, table, rank, _zero_collectives(workload, block, True))
-                    scatter = _instrs_time(system, table, rank, _zero_collectives(workload, block, False))
+                    gather = self._zero_time(workload, key, block, system, table, rank, True)
+                    scatter = self._zero_time(workload, key, block, system, table, rank, False)
                     exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + max(0.0, gather - df) + max(0.0, gather + scatter - db)
                     df, db = max(df, gather), max(db, gather + scatter)
                 elif zero == 2:
-                    scatter = _instrs_time(system, table, rank, _zero_collectives(workload, block, False))
+                    scatter = self._zero_time(workload, key, block, system, table, rank, False)
                     exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + max(0.0, scatter - db)
                     db = max(db, scatter)
                 f_total += df
@@ -230,7 +267,7 @@ class AnalyticalBackend(BaseBackend):
         return _StageTiming(tuple(fwd), tuple(bwd), compute, exposed, tuple(block_bwd))
 
     def _step_work(
-        self, workload: Workload, chunks: tuple[Any, ...], timing: _StageTiming,
+        self, workload: Workload, key: Hashable, chunks: tuple[Any, ...], timing: _StageTiming,
         last_backward: tuple[float, ...], system: System, table: GroupTable, rank: int, dtype: str,
     ) -> tuple[float, float, float]:
         """Gradient synchronisation overlapped with the last backward; optimizer; gathers."""
@@ -240,13 +277,23 @@ class AnalyticalBackend(BaseBackend):
             starts = [last_backward[chunk.index]]
             for seconds in timing.block_bwd[chunk.index]:
                 starts.append(starts[-1] + seconds)
-            for op in _sync_ops(workload, chunk):
-                seconds = alpha_beta_collective_s(system, op.collective, op.comm_bytes, table.group(rank, op.axes))
+            sync_key = ("sync", key, chunk.stage, workload.parallel.zero, workload.axis_sizes["dp"],
+                        workload.parallel.grad_bucket_bytes, workload.parallel.pp, workload.parallel.vpp)
+            for op in self._memo(sync_key, lambda chunk=chunk: _sync_ops(workload, chunk)):
+                span = self._span(system, table, rank, op.axes)
+                seconds = self._memo(
+                    ("sync_time", id(system), span, op.collective, op.comm_bytes),
+                    lambda op=op: alpha_beta_collective_s(system, op.collective, op.comm_bytes, table.group(rank, op.axes)),
+                )
                 if op.after < 0:
                     gather += seconds
                     continue
                 free = max(free, starts[op.after + 1]) + seconds
-        optimizer = _optimizer(workload, chunks)
+        optimizer = self._memo(
+            ("optimizer", key, chunks[0].stage, workload.parallel.zero, workload.axis_sizes["dp"],
+             workload.parallel.pp, workload.parallel.vpp),
+            lambda: _optimizer(workload, chunks),
+        )
         optimizer_s = system.accelerator.compute_time_s(
             optimizer.flops, optimizer.bytes_read + optimizer.bytes_written, "fp32"
             if "fp32" in system.accelerator.peak_flops_per_s else dtype,
@@ -262,14 +309,15 @@ class AnalyticalBackend(BaseBackend):
         per_stage_ranks = gpus // workload.parallel.pp
         m = workload.micro_batches
         model_flops = hardware_flops = 0
+        per_block: dict[int, tuple[int, int]] = {}
         for chunks in stage_chunks:
             for chunk in chunks:
                 for block in chunk.blocks:
-                    for instr in (*block.fwd, *block.bwd):
-                        if instr.kind in _MODEL_KINDS:
-                            hardware_flops += instr.flops
-                            if instr.phase != "recompute":
-                                model_flops += instr.flops
+                    if id(block) not in per_block:
+                        per_block[id(block)] = _block_flops(block)
+                    model, hardware = per_block[id(block)]
+                    model_flops += model
+                    hardware_flops += hardware
         model_flops *= m * per_stage_ranks
         hardware_flops *= m * per_stage_ranks
         peak = system.accelerator.peak(str(workload.parallel.precision) if str(workload.parallel.precision) in system.accelerator.peak_flops_per_s else "bf16")
@@ -299,13 +347,38 @@ class AnalyticalBackend(BaseBackend):
         )
 
 
+def _canonical(workload: Workload) -> Workload:
+    axes = dict(workload.axis_sizes)
+    sizes = dict(workload.sizes)
+    dp = axes["dp"]
+    axes["dp"] = min(dp, 2)
+    axes["pp"] = 1
+    sizes["B"] = sizes["B"] // dp * axes["dp"]
+    sizes["C"] = sizes["C"] // dp * axes["dp"] if workload.model.is_moe else sizes["C"]
+    return replace(workload, sizes=sizes, axis_sizes=axes)
+
+
+def _block_flops(block: BoundBlock) -> tuple[int, int]:
+    """Matmul and attention FLOPs of a block: without recompute (model), with it (hardware)."""
+    model = hardware = 0
+    for instr in (*block.fwd, *block.bwd):
+        if instr.kind in _MODEL_KINDS:
+            hardware += instr.flops
+            if instr.phase != "recompute":
+                model += instr.flops
+    return model, hardware
+
+
 def _axes_of(block: BoundBlock) -> list[tuple[str, ...]]:
     return sorted({i.axes for i in (*block.fwd, *block.bwd) if i.axes})
 
 
-def _span_key(table: GroupTable, rank: int, axes: tuple[str, ...], system: System) -> tuple[int, ...]:
+def _span_key(table: GroupTable, rank: int, axes: tuple[str, ...], system: System) -> tuple[object, ...]:
+    """What a group's timing depends on: its size and the network coordinates of its ends and
+    stride (groups with equal keys span the same dims the same way)."""
     group = table.group(rank, axes)
-    return tuple(system.coordinates(member) for member in (group[0], group[-1]))  # type: ignore[arg-type]
+    second = group[1] if len(group) > 1 else group[0]
+    return (len(group), system.coordinates(group[0]), system.coordinates(second), system.coordinates(group[-1]))
 
 
 def _comm_time(system: System, table: GroupTable, rank: int, instr: Instr) -> float:
@@ -315,10 +388,6 @@ def _comm_time(system: System, table: GroupTable, rank: int, instr: Instr) -> fl
         return instr.ring_steps * alpha_beta_point_to_point_s(system, rank, peer, instr.comm_bytes)
     assert instr.collective is not None
     return alpha_beta_collective_s(system, instr.collective, instr.comm_bytes, table.group(rank, instr.axes))
-
-
-def _instrs_time(system: System, table: GroupTable, rank: int, instrs: list[Instr]) -> float:
-    return sum(_comm_time(system, table, rank, i) for i in instrs)
 
 
 def _infeasible(reason: str, gpus: int, system: System) -> Evaluation:

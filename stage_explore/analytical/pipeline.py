@@ -13,10 +13,11 @@ three consecutive prefixes grow by exactly the same amount; otherwise it simulat
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stage_core.lower.schedule import Task, schedule
+from stage_core.lower.schedule import schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,59 +42,73 @@ class PipelineResult:
         return max(self.end_s)
 
 
+@functools.lru_cache(maxsize=256)
+def _orders(kind: str, p: int, m: int, vpp: int) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
+    """Per rank: (is forward, global stage, micro-batch, local chunk) in schedule order
+    (memoised: a pure function of the schedule's shape)."""
+    return tuple(
+        tuple((t.phase == "F", t.chunk * p + rank, t.micro_batch, t.chunk) for t in schedule(kind, rank, p, m, vpp))
+        for rank in range(p)
+    )
+
+
 def simulate(
     kind: str, stages: Sequence[StageTimes], micro_batches: int, vpp: int,
     transfer_s: float,
 ) -> PipelineResult:
     """Simulate every task of one step; ``transfer_s`` is one activation (or gradient) message."""
     p = len(stages)
+    m = micro_batches
     last_global = p * vpp - 1
-    orders = [schedule(kind, rank, p, micro_batches, vpp) for rank in range(p)]
+    orders = _orders(kind, p, m, vpp)
+    nan = -1.0
+    fwd_end = [[nan] * m for _ in range(p * vpp)]
+    bwd_end = [[nan] * m for _ in range(p * vpp)]
     position = [0] * p
     free = [0.0] * p
     busy = [0.0] * p
-    fwd_end: dict[tuple[int, int], float] = {}
-    bwd_end: dict[tuple[int, int], float] = {}
     last_bwd = [[0.0] * vpp for _ in range(p)]
     remaining = sum(len(order) for order in orders)
     while remaining:
         progressed = False
         for rank in range(p):
             order = orders[rank]
-            times = stages[rank]
-            while position[rank] < len(order):
-                task: Task = order[position[rank]]
-                j = task.chunk * p + rank
-                if task.phase == "F":
-                    if j == 0:
-                        ready = 0.0
-                    else:
-                        previous = fwd_end.get((j - 1, task.micro_batch))
-                        if previous is None:
+            forward_s, backward_s = stages[rank].forward_s, stages[rank].backward_s
+            index, now, spent = position[rank], free[rank], busy[rank]
+            length = len(order)
+            while index < length:
+                forward, j, mb, chunk = order[index]
+                if forward:
+                    if j:
+                        previous = fwd_end[j - 1][mb]
+                        if previous < 0:
                             break
                         ready = previous + transfer_s
-                    duration = times.forward_s[task.chunk]
+                    else:
+                        ready = 0.0
+                    duration = forward_s[chunk]
+                    start = now if now > ready else ready
+                    now = start + duration
+                    fwd_end[j][mb] = now
                 else:
                     if j == last_global:
-                        ready = fwd_end[(j, task.micro_batch)]
+                        ready = fwd_end[j][mb]
                     else:
-                        following = bwd_end.get((j + 1, task.micro_batch))
-                        if following is None:
+                        following = bwd_end[j + 1][mb]
+                        if following < 0:
                             break
                         ready = following + transfer_s
-                    duration = times.backward_s[task.chunk]
-                start = max(free[rank], ready)
-                end = start + duration
-                if task.phase == "F":
-                    fwd_end[(j, task.micro_batch)] = end
-                else:
-                    bwd_end[(j, task.micro_batch)] = end
-                    if task.micro_batch == micro_batches - 1:
-                        last_bwd[rank][task.chunk] = start
-                free[rank] = end
-                busy[rank] += duration
-                position[rank] += 1
-                remaining -= 1
+                    duration = backward_s[chunk]
+                    start = now if now > ready else ready
+                    now = start + duration
+                    bwd_end[j][mb] = now
+                    if mb == m - 1:
+                        last_bwd[rank][chunk] = start
+                spent += duration
+                index += 1
+            if index != position[rank]:
+                remaining -= index - position[rank]
+                position[rank], free[rank], busy[rank] = index, now, spent
                 progressed = True
         if not progressed:  # pragma: no cover - schedules are deadlock-free by construction
             raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
@@ -106,9 +121,8 @@ def step_time(
     """Like :func:`simulate`, extrapolating the steady state when that is exact."""
     p = len(stages)
     period = p if (kind == "interleaved" or vpp > 1) else 1
-    base = 2 * p + 2 * period
-    base += (-base) % period
-    if micro_batches < base + 2 * period + period:
+    base = 2 * p if period > 1 else p + 2  # past the warm-up; linearity is checked below
+    if micro_batches < 3 * (base + period):  # three prefixes would cost more than the whole
         return simulate(kind, stages, micro_batches, vpp, transfer_s)
     runs = [simulate(kind, stages, base + i * period, vpp, transfer_s) for i in range(3)]
     extra_periods = (micro_batches - base) // period

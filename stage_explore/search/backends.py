@@ -30,7 +30,7 @@ BackendFactory = Callable[..., BaseBackend]
 #: Reserved names → ``module:attribute`` of the built-in backends.
 BUILTIN_BACKENDS: Mapping[str, str] = MappingProxyType(
     {
-        "analytical": "stage_explore.analytical:AnalyticalBackend",
+        "analytical": "stage_explore.analytical.backend:AnalyticalBackend",
         "astra-sim": "stage_explore.astrasim:AstraSimBackend",
     }
 )

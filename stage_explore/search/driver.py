@@ -219,6 +219,7 @@ class Explorer:
 
     def run(self) -> StudySummary:
         """Run the study to its budget, the end of its grid, its time limit or a signal."""
+        assert self.study is None, "an Explorer runs once"
         self._check_folder()
         factory = self._backend_factory or resolve_backend(self.spec.backend.name)
         create_backend(factory, self.spec.backend.options)  # options checked before any task

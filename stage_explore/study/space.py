@@ -102,13 +102,13 @@ def _range_values(table: Table, key: str, spec: Mapping[str, Any], numbers: str)
     return values
 
 
-def _check_value(table: Table, key: str, value: Any, kind: str, minimum: int) -> None:
+def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
     if kind == "bool":
         ok = isinstance(value, bool)
         expected = "true or false"
     elif kind == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-        expected = f"integers >= {minimum}"
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        expected = "integers >= 1"
     elif kind == "zero":
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
         expected = "ZeRO stages 0, 1, 2 or 3"
@@ -149,7 +149,7 @@ def _knob_values(table: Table, name: str, max_gpus: int, workload: WorkloadSpec)
     else:
         values = (raw,)
     for value in values:
-        _check_value(table, name, value, kind, 1)
+        _check_value(table, name, value, kind)
     if len(set(values)) != len(values):
         raise table.error(name, f"expected distinct values, got {describe(list(values))}")
     return values
@@ -164,6 +164,14 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, A
             yield path, value
 
 
+def _value_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "str"
+    return "number" if isinstance(value, int | float) else "other"
+
+
 def _hardware(table: Table) -> tuple[HardwareParam, ...]:
     params: list[HardwareParam] = []
     columns: dict[str, str] = {}
@@ -176,16 +184,7 @@ def _hardware(table: Table) -> tuple[HardwareParam, ...]:
             raise table.error(
                 path, f"expected a non-empty list of values or a range table, got {describe(raw)}"
             )
-        kinds = {
-            "bool"
-            if isinstance(v, bool)
-            else "str"
-            if isinstance(v, str)
-            else "number"
-            if isinstance(v, int | float)
-            else "other"
-            for v in values
-        }
+        kinds = {_value_kind(value) for value in values}
         if len(kinds) != 1 or "other" in kinds or len(set(values)) != len(values):
             raise table.error(
                 path,

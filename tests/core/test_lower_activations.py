@@ -88,6 +88,11 @@ def test_data_parallelism_changes_nothing_per_rank() -> None:
 # -- along the pipeline schedule ----------------------------------------------------------------
 
 
+def peak(stage: StageProgram) -> int:
+    """The liveness walk of ``memory.activation_peak`` over the stage's chunks and tasks."""
+    return activation_peak(stage.chunks, stage.tasks)
+
+
 def without_ends(stage: StageProgram) -> StageProgram:
     """``stage`` with the embedding's and head's saved bytes set to zero (layers only)."""
     chunks = tuple(
@@ -119,9 +124,9 @@ def test_embedding_saves_its_dropout_mask() -> None:
 def test_first_stage_under_1f1b_holds_all_layers_of_one_micro_batch(p: int, m: int) -> None:
     programs, layer, embedding = _pipeline(p, m)
     first = programs.stages[0]
-    assert activation_peak(without_ends(first)) == GPT.layers * layer
-    assert activation_peak(first) == GPT.layers * layer + p * embedding
-    assert memory_report(programs, with_ranks=False)[0].activations_bytes == activation_peak(first)
+    assert peak(without_ends(first)) == GPT.layers * layer
+    assert peak(first) == GPT.layers * layer + p * embedding
+    assert memory_report(programs, with_ranks=False)[0].activations_bytes == peak(first)
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8)])
@@ -129,17 +134,19 @@ def test_last_stage_under_1f1b_holds_one_micro_batch(p: int, m: int) -> None:
     programs, layer, _ = _pipeline(p, m)
     last = programs.stages[-1]
     head = programs.blocks["head"].saved_bytes
-    assert activation_peak(last) == GPT.layers // p * layer + head
+    assert peak(last) == GPT.layers // p * layer + head
 
 
 @pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 4), (2, 4, 8), (4, 2, 8), (2, 2, 8)])
-def test_first_stage_under_interleaving_holds_the_korthikanti_factor(p: int, v: int, m: int) -> None:
+def test_first_stage_under_interleaving_holds_the_korthikanti_factor(
+    p: int, v: int, m: int,
+) -> None:
     """``L·(1 + (p−1)/(p·v))`` layers when the schedule reaches its steady state (m ≥ 2p)."""
     programs, layer, embedding = _pipeline(p, m, "interleaved", v)
     first = programs.stages[0]
     factor = 1 + Fraction(p - 1, p * v)
-    assert activation_peak(without_ends(first)) == GPT.layers * layer * factor
-    assert activation_peak(first) == GPT.layers * layer * factor + 2 * p * embedding
+    assert peak(without_ends(first)) == GPT.layers * layer * factor
+    assert peak(first) == GPT.layers * layer * factor + 2 * p * embedding
 
 
 def test_interleaving_with_as_many_micro_batches_as_stages_runs_every_forward_first() -> None:
@@ -147,14 +154,14 @@ def test_interleaving_with_as_many_micro_batches_as_stages_runs_every_forward_fi
     first stage then holds every micro-batch of every chunk, L layers × m/p — not the factor."""
     p, v, m = 4, 2, 4
     programs, layer, _ = _pipeline(p, m, "interleaved", v)
-    assert activation_peak(without_ends(programs.stages[0])) == GPT.layers * layer * m // p
+    assert peak(without_ends(programs.stages[0])) == GPT.layers * layer * m // p
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 2), (2, 6), (4, 8)])
 def test_gpipe_holds_every_micro_batch(p: int, m: int) -> None:
     programs, layer, embedding = _pipeline(p, m, "gpipe")
     first = programs.stages[0]
-    assert activation_peak(first) == m * (GPT.layers // p * layer + embedding)
+    assert peak(first) == m * (GPT.layers // p * layer + embedding)
 
 
 def test_head_saves_its_input_norm_and_16_bit_logits() -> None:

@@ -67,10 +67,15 @@ DENSE = [
     ("llama", LLAMA, 4, 2, 8, 1),
     ("llama-nodp", LLAMA, 2, 2, 1, 1),
 ]
+DENSE_IDS = [d[0] for d in DENSE]
+
+
+def report(programs: ProgramSet) -> list[MemoryBreakdown]:
+    return memory_report(programs, with_ranks=False)
 
 
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
-@pytest.mark.parametrize(("label", "model", "tp", "pp", "dp", "cp"), DENSE, ids=[d[0] for d in DENSE])
+@pytest.mark.parametrize(("label", "model", "tp", "pp", "dp", "cp"), DENSE, ids=DENSE_IDS)
 def test_dense_model_states_follow_the_zero_paper(
     label: str, model: object, tp: int, pp: int, dp: int, cp: int, zero: int,
 ) -> None:
@@ -80,7 +85,7 @@ def test_dense_model_states_follow_the_zero_paper(
     programs = lower(model, parallel)  # type: ignore[arg-type]
     replicas = dp * cp
     assert _all_divisible(programs, replicas)
-    for stage, entry in zip(programs.stages, memory_report(programs, with_ranks=False), strict=True):
+    for stage, entry in zip(programs.stages, report(programs), strict=True):
         psi = held(stage)
         assert psi > 0
         assert states(entry) == zero_formula(zero, psi, replicas), (label, stage.stage)
@@ -94,14 +99,14 @@ def test_expert_weights_are_sharded_over_their_own_replicas(zero: int) -> None:
         tp=2, pp=2, dp=dp, ep=ep, sp=True, zero=zero, grad_fp32=False, global_batch=2 * dp,
     )
     programs = lower(MIXTRAL, parallel)
-    for stage, entry in zip(programs.stages, memory_report(programs, with_ranks=False), strict=True):
+    for stage, entry in zip(programs.stages, report(programs), strict=True):
         dense = zero_formula(zero, held(stage, expert=False), dp)
         expert = zero_formula(zero, held(stage, expert=True), dp // ep)
         assert held(stage, expert=True) > 0
         assert states(entry) == tuple(a + b for a, b in zip(dense, expert, strict=True))
 
 
-@pytest.mark.parametrize(("label", "model", "tp", "pp", "dp", "cp"), DENSE, ids=[d[0] for d in DENSE])
+@pytest.mark.parametrize(("label", "model", "tp", "pp", "dp", "cp"), DENSE, ids=DENSE_IDS)
 def test_fp32_gradients_are_18_bytes_per_parameter(
     label: str, model: object, tp: int, pp: int, dp: int, cp: int,
 ) -> None:
@@ -109,7 +114,7 @@ def test_fp32_gradients_are_18_bytes_per_parameter(
     parallel = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, sp=True, global_batch=2 * dp)
     assert parallel.grad_fp32
     programs = lower(model, parallel)  # type: ignore[arg-type]
-    for stage, entry in zip(programs.stages, memory_report(programs, with_ranks=False), strict=True):
+    for stage, entry in zip(programs.stages, report(programs), strict=True):
         psi = held(stage)
         assert states(entry) == (2 * psi, 4 * psi, 12 * psi)
 
@@ -119,7 +124,7 @@ def test_megatron_distributed_optimizer_is_6_plus_12_over_d() -> None:
     dp = 4
     parallel = ParallelConfig(tp=2, pp=2, dp=dp, sp=True, zero=1, global_batch=dp)
     programs = lower(GPT, parallel)
-    for stage, entry in zip(programs.stages, memory_report(programs, with_ranks=False), strict=True):
+    for stage, entry in zip(programs.stages, report(programs), strict=True):
         psi = held(stage)
         assert sum(states(entry)) == 6 * psi + 12 * psi // dp
 
@@ -134,7 +139,8 @@ def test_stages_hold_every_parameter_once(name: str, pp: int) -> None:
     parallel = ParallelConfig(pp=pp, global_batch=2)
     programs = lower(model, parallel)
     padded = (parallel.padded_vocab(model) - model.vocab) * model.hidden
-    extra_copy = parallel.padded_vocab(model) * model.hidden if model.tied_embeddings and pp > 1 else 0
+    two_ends = model.tied_embeddings and pp > 1
+    extra_copy = parallel.padded_vocab(model) * model.hidden if two_ends else 0
     untied = 1 if model.tied_embeddings else 2
     assert sum(held(stage) for stage in programs.stages) == (
         model.params() + untied * padded + extra_copy

@@ -8,6 +8,8 @@ waiting for its neighbour's forward or backward of the same micro-batch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from stage_core.errors import ConfigError
@@ -27,7 +29,7 @@ CASES = [
 IDS = [f"{k}-p{p}-m{m}-v{v}" for k, p, m, v in CASES]
 
 
-def _leading_forwards(tasks: list[Task]) -> int:
+def _leading_forwards(tasks: Sequence[Task]) -> int:
     return next((i for i, t in enumerate(tasks) if t.phase == "B"), len(tasks))
 
 
@@ -67,7 +69,9 @@ def test_warmup_lengths(kind: str, p: int, m: int, v: int) -> None:
 
 
 @pytest.mark.parametrize(("kind", "p", "m", "v"), [c for c in CASES if c[0] == "1f1b"])
-def test_1f1b_alternates_after_warmup_and_bounds_in_flight(kind: str, p: int, m: int, v: int) -> None:
+def test_1f1b_alternates_after_warmup_and_bounds_in_flight(
+    kind: str, p: int, m: int, v: int,
+) -> None:
     for rank in range(p):
         tasks = schedule(kind, rank, p, m, v)
         warmup = expected_warmup(kind, rank, p, m, v)
@@ -154,7 +158,7 @@ def test_stage_programs_follow_the_schedule_and_assign_chunks() -> None:
     p, v, m = 2, 2, 4
     programs = lower(model, ParallelConfig(pp=p, vpp=v, schedule="interleaved", global_batch=m))
     for stage in programs.stages:
-        assert list(stage.tasks) == schedule("interleaved", stage.stage, p, m, v)
+        assert tuple(stage.tasks) == tuple(schedule("interleaved", stage.stage, p, m, v))
         for index, chunk in enumerate(stage.chunks):
             j = index * p + stage.stage
             assert chunk.stage == j and chunk.index == index

@@ -27,7 +27,7 @@ def test_study_on_a_local_ray_instance(tmp_path: Path, monkeypatch: pytest.Monke
     text = support.study_text(
         trials=120,
         batch_size=24,
-        options="fail_tp = 8",
+        options="fail_tp = 8, sleep_s = 0.01",
         executor='kind = "ray"\nworkers = 2\nchunk_size = 4',
     )
     spec = parse_study(text, tmp_path / "study.toml")
