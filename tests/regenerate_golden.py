@@ -8,21 +8,31 @@ committing it.
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from tests.core.test_chakra_writer import golden_chakra_dump
 from tests.core.test_graph import golden_block_dumps
+from tests.core.test_trace_golden import CONFIGS, golden_trace_dump
 from tests.core.test_sharding_mlp import golden_mlp_dump
 
 CORE = Path(__file__).parent / "core" / "golden"
+
+def _trace_dump(name: str) -> str:
+    with tempfile.TemporaryDirectory() as directory:
+        return golden_trace_dump(name, Path(directory))
+
 
 GOLDEN: list[tuple[Path, Callable[[], str]]] = [
     (CORE / "blocks.txt", golden_block_dumps),
     (CORE / "mlp_dp.txt", partial(golden_mlp_dump, "dp")),
     (CORE / "mlp_tp.txt", partial(golden_mlp_dump, "tp")),
     (CORE / "mlp_tpsp.txt", partial(golden_mlp_dump, "tpsp")),
+    (CORE / "chakra_small_trace_set.txt", golden_chakra_dump),
 ]
+GOLDEN += [(CORE / f"{name}.txt", partial(_trace_dump, name)) for name in sorted(CONFIGS)]
 
 
 def main() -> int:

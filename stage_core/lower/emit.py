@@ -78,6 +78,9 @@ def rank_classes(programs: ProgramSet) -> list[RankClass]:
         group_axes = sorted({item.group_axes for item in template if item.node.kind == NodeKind.COLL})
         peer_keys = sorted({(item.peer_axis, item.peer_shift) for item in template
                             if item.node.kind in (NodeKind.SEND, NodeKind.RECV)})
+        world = programs.workload.world_size
+        # Groups of every rank are written without pg_name (None): the same for every member.
+        group_axes = [a for a in group_axes if len(table.group(representative, a)) < world]
         rep_groups = {axes: table.group(representative, axes) for axes in group_axes}
         rep_peers = {key: table.shifted(representative, *key) for key in peer_keys}
         members = []

@@ -133,6 +133,7 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     previous: int | None = None
     last_mb_backward = {c.index: m - 1 for c in stage.chunks}
     sync_ids: list[int] = []
+    last_gather = -1
     for task in stage.tasks:
         chunk = stage.chunks[task.chunk]
         j, mb, backward = chunk.stage, task.micro_batch, task.phase == "B"
@@ -152,8 +153,11 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
         for position, block in enumerate(blocks):
             prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
             if zero >= 3:
+                # Parameter gathers are prefetched: each waits only for the previous gather.
                 for instr in _zero_collectives(workload, block, gather=True):
-                    entry = (*entry, em.instr(instr, f"{prefix}.{instr.name}", entry, ctrl))
+                    deps = (last_gather,) if last_gather >= 0 else ()
+                    last_gather = em.instr(instr, f"{prefix}.{instr.name}", deps, ctrl)
+                    entry = (*entry, last_gather)
             instrs = block.bwd if backward else block.fwd
             last = _block(em, instrs, prefix, entry, ctrl)
             if instrs:
@@ -200,14 +204,19 @@ def peer_of(mesh: Mesh, rank: int, shift: int, axis: str = "pp") -> int:
 
 
 def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[TraceNode]:
-    """The concrete nodes of ``rank``: groups and peers bound (slow path; for tests and JSON)."""
-    groups: dict[tuple[str, ...], tuple[int, ...]] = {}
+    """The concrete nodes of ``rank``: groups and peers bound (slow path; for tests and JSON).
+    A group of every rank is ``None``, as Chakra writes it (no ``pg_name``)."""
+    groups: dict[tuple[str, ...], tuple[int, ...] | None] = {}
+    world = 1
+    for name in mesh.names:
+        world *= int(mesh.size(name))  # type: ignore[call-overload]
     peers: dict[tuple[str, int], int] = {}
     for item in template:
         node = item.node
         if node.kind == NodeKind.COLL:
             if item.group_axes not in groups:
-                groups[item.group_axes] = mesh.group(rank, item.group_axes)
+                group = mesh.group(rank, item.group_axes)
+                groups[item.group_axes] = None if len(group) == world else group  # all ranks
             yield replace(node, group=groups[item.group_axes])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):
             key = (item.peer_axis, item.peer_shift)
