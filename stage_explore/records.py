@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 RECORDS_VERSION = 1
 VERSION_KEY = b"stage.records_version"
 
-#: Breakdown components that get a column of their own; others add up in ``breakdown_other``.
+#: Breakdown components that get a column of their own; any other component (a backend's
+#: ``other`` included) adds up in ``breakdown_other``.
 BREAKDOWN_COMPONENTS: tuple[str, ...] = (
     "compute",
     "exposed_all_reduce",
@@ -61,6 +62,8 @@ BREAKDOWN_COMPONENTS: tuple[str, ...] = (
     "exposed_reduce_scatter",
     "exposed_all_to_all",
     "exposed_p2p",
+    "exposed_gradient_sync",
+    "parameter_gather",
     "pipeline_bubble",
     "recompute",
     "optimizer",

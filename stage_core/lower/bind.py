@@ -58,6 +58,8 @@ class Instr:
     comm_bytes: int = 0
     deps: tuple[int, ...] = ()
     ring_steps: int = 0
+    inputs: tuple[tuple[str, int], ...] = ()
+    outputs: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_comm(self) -> bool:
@@ -140,12 +142,14 @@ def bind_block(
                 if not axes:
                     continue
                 size = layout_bytes(step.step.before, tensors[step.tensor], sizes, axis_sizes)
+                after = layout_bytes(step.step.after, tensors[step.tensor], sizes, axis_sizes)
                 deps = (writer[step.tensor],) if step.tensor in writer else ()
                 writer[step.tensor] = len(bucket)
                 bucket.append(Instr(
                     f"{step.step.kind}:{step.tensor}", step.phase, "comm",
                     collective=_collective(step.step.kind), axes=axes, comm_bytes=int(size),
-                    deps=deps,
+                    deps=deps, inputs=((step.tensor, int(size)),),
+                    outputs=((step.tensor, int(after)),),
                 ))
                 continue
             assert isinstance(step, OpStep)
@@ -160,6 +164,8 @@ def bind_block(
             instr = Instr(
                 step.op.name, step.phase, step.op.kind, int(cost.flops), int(cost.bytes_read),
                 int(cost.bytes_written), deps=deps,
+                inputs=_io(step.op.inputs, step.in_layouts, tensors, sizes, axis_sizes),
+                outputs=_io(step.op.outputs, step.out_layouts, tensors, sizes, axis_sizes),
             )
             bucket.append(instr)
             if step.phase == "fwd" and step.op.kind in _MODEL_FLOP_KINDS:
@@ -169,6 +175,16 @@ def bind_block(
     except ShardingError as error:
         raise InfeasibleError(f"{kind}: {error}") from None
     return BoundBlock(kind, tuple(phases["fwd"]), tuple(phases["bwd"]), weights, saved, fwd_model_flops)
+
+
+def _io(
+    names: tuple[str, ...], layouts: tuple[Layout, ...], tensors: Mapping[str, Tensor],
+    sizes: Mapping[str, int], axis_sizes: Mapping[str, int],
+) -> tuple[tuple[str, int], ...]:
+    return tuple(
+        (name, int(layout_bytes(layout, tensors[name], sizes, axis_sizes)))
+        for name, layout in zip(names, layouts, strict=True)
+    )
 
 
 def _ring(

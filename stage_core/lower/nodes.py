@@ -76,12 +76,13 @@ class _Emitter:
         if instr.collective is not None:
             node = TraceNode(
                 0, name, NodeKind.COLL, deps, ctrl, collective=instr.collective,
-                comm_bytes=instr.comm_bytes,
+                comm_bytes=instr.comm_bytes, inputs=instr.inputs, outputs=instr.outputs,
             )
             return self.add(node, instr.axes)
         node = TraceNode(
             0, name, NodeKind.COMP, deps, ctrl, flops=instr.flops,
-            tensor_bytes=instr.bytes_read + instr.bytes_written,
+            tensor_bytes=instr.bytes_read + instr.bytes_written, inputs=instr.inputs,
+            outputs=instr.outputs,
         )
         return self.add(node)
 

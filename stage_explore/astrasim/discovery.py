@@ -1,0 +1,128 @@
+"""Finding the ASTRA-sim binary: the ``binary`` option, then ``ASTRA_SIM_BIN``, then ``PATH``.
+
+Holds:
+
+- :class:`Variant` — the two analytical network builds, congestion-unaware and -aware;
+- :data:`BINARY_NAMES`, :data:`ENV_VAR` — what is looked for, and where;
+- :func:`find_binary` — the binary to run, or a one-line :class:`~stage_core.errors.ConfigError`
+  that names what was looked for and the three ways to point STAGE at it.
+
+ASTRA-sim is built from source by its users (it is on neither PyPI nor Debian), so its location
+is a fact about the machine, read when an evaluation needs it: ``ASTRA_SIM_BIN`` names where the
+binary is, it never changes what the backend does. An explicitly named binary (option or
+variable) that does not exist is an error, never a silent fall-back to ``PATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+
+from stage_core.errors import ConfigError
+
+
+class Variant(StrEnum):
+    """ASTRA-sim's analytical network builds."""
+
+    UNAWARE = "unaware"  # congestion-unaware: any number of network dims, no link queuing
+    AWARE = "aware"  # congestion-aware: link-level queuing
+
+
+#: The binary each variant's build produces (``build/astra_analytical/build/bin/`` in the tree).
+BINARY_NAMES: Mapping[Variant, str] = {
+    Variant.UNAWARE: "AstraSim_Analytical_Congestion_Unaware",
+    Variant.AWARE: "AstraSim_Analytical_Congestion_Aware",
+}
+#: The environment variable that names the binary when the ``binary`` option is not given.
+ENV_VAR = "ASTRA_SIM_BIN"
+
+_HOW = (
+    f"build ASTRA-sim (docs/astra-sim.md) and put the binary on PATH, set {ENV_VAR}=/path/to/"
+    "binary, or set `binary` in the study's [backend.options]"
+)
+
+
+def parse_variant(value: object) -> Variant:
+    """``value`` as a :class:`Variant`; anything else is a ConfigError naming the choices."""
+    try:
+        return Variant(value)
+    except ValueError:
+        known = ", ".join(repr(v.value) for v in Variant)
+        raise ConfigError(f"ASTRA-sim `variant` must be one of {known}, but got {value!r}") from None
+
+
+def _executable(path: Path, source: str) -> Path:
+    if path.is_dir():
+        raise ConfigError(
+            f"ASTRA-sim binary from {source} is a directory: {path}; name the executable itself, "
+            f"e.g. {path / BINARY_NAMES[Variant.UNAWARE]}"
+        )
+    if not path.is_file():
+        raise ConfigError(f"ASTRA-sim binary from {source} does not exist: {path}; {_HOW}")
+    if not os.access(path, os.X_OK):
+        raise ConfigError(f"ASTRA-sim binary from {source} is not executable: {path} (chmod +x)")
+    return path.absolute()
+
+
+def _explicit(value: str | os.PathLike[str], source: str, search_path: str | None) -> Path:
+    """A binary named by the option or the variable: a path, or a command name on PATH."""
+    text = os.fspath(value).strip()
+    if not text:
+        raise ConfigError(f"ASTRA-sim binary from {source} is empty; {_HOW}")
+    path = Path(text).expanduser()
+    if os.sep not in text and not path.exists():
+        found = shutil.which(text, path=search_path)
+        if found is None:
+            raise ConfigError(
+                f"ASTRA-sim binary from {source} is {text!r}, which is neither a file nor a "
+                f"command on PATH; {_HOW}"
+            )
+        return Path(found).absolute()
+    return _executable(path, source)
+
+
+def _check_variant(path: Path, variant: Variant, source: str) -> Path:
+    """An explicitly named binary of the other build would mislabel every result."""
+    for other, name in BINARY_NAMES.items():
+        if other is not variant and path.name == name:
+            raise ConfigError(
+                f"ASTRA-sim binary from {source} is the congestion-{other.value} build ({path}), "
+                f"but variant={variant.value!r}; set variant={other.value!r} or name the "
+                f"{BINARY_NAMES[variant]} binary"
+            )
+    return path
+
+
+def find_binary(
+    binary: str | os.PathLike[str] | None = None,
+    variant: Variant | str = Variant.UNAWARE,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """The ASTRA-sim binary to run, as an absolute path.
+
+    Looked up in order: ``binary`` (a path, or a command name on ``PATH``); the ``ASTRA_SIM_BIN``
+    environment variable; ``PATH`` for the variant's binary name (:data:`BINARY_NAMES`).
+    ``environ`` replaces ``os.environ`` (for tests). Not found → :class:`ConfigError`, one line.
+    """
+    chosen = parse_variant(variant)
+    env = os.environ if environ is None else environ
+    search_path = env.get("PATH")
+    if binary is not None:
+        source = "the `binary` option"
+        return _check_variant(_explicit(binary, source, search_path), chosen, source)
+    named = env.get(ENV_VAR)
+    if named:
+        source = f"{ENV_VAR}"
+        return _check_variant(_explicit(named, source, search_path), chosen, source)
+    name = BINARY_NAMES[chosen]
+    found = shutil.which(name, path=search_path)
+    if found is None:
+        raise ConfigError(
+            f"ASTRA-sim not found: no `binary` option, {ENV_VAR} is not set, and {name} is not "
+            f"on PATH; {_HOW}"
+        )
+    return Path(found).absolute()
