@@ -118,20 +118,20 @@ class AnalyticalBackend(BaseBackend):
         return key, blocks
 
     def _span(self, system: System, table: GroupTable, rank: int, axes: tuple[str, ...]) -> tuple[object, ...]:
-        key = ("span", id(system), table.shape, table.names, rank, axes)
+        key = ("span", _system_key(system), table.shape, table.names, rank, axes)
         return self._memo(key, lambda: _span_key(table, rank, axes, system))  # type: ignore[no-any-return]
 
     def _comm_time(self, system: System, table: GroupTable, rank: int, instr: Instr) -> float:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         span = self._span(system, table, rank, instr.axes)
-        key = ("comm", id(system), span, instr.kind, instr.collective, instr.comm_bytes, instr.ring_steps)
+        key = ("comm", _system_key(system), span, instr.kind, instr.collective, instr.comm_bytes, instr.ring_steps)
         return self._memo(key, lambda: _comm_time(system, table, rank, instr))  # type: ignore[no-any-return]
 
     def _zero_time(
         self, workload: Workload, key: Hashable, block: BoundBlock, system: System,
         table: GroupTable, rank: int, gather: bool,
     ) -> float:
-        memo_key = ("zero", key, block.kind, gather, id(system), tuple(workload.axis_sizes.items()), rank)
+        memo_key = ("zero", key, block.kind, gather, _system_key(system), tuple(workload.axis_sizes.items()), rank)
         return self._memo(memo_key, lambda: sum(  # type: ignore[no-any-return]
             self._comm_time(system, table, rank, i) for i in _zero_collectives(workload, block, gather)
         ))
@@ -141,7 +141,7 @@ class AnalyticalBackend(BaseBackend):
         rank: int, dtype: str,
     ) -> BlockTiming:
         span = tuple(self._span(system, table, rank, axes) for axes in _axes_of(block))
-        memo_key = (key, block.kind, phase, id(system), span, dtype)
+        memo_key = (key, block.kind, phase, _system_key(system), span, dtype)
         return self._timed(memo_key, block, phase, system, table, rank, dtype)
 
     def _timed(
@@ -282,7 +282,7 @@ class AnalyticalBackend(BaseBackend):
             for op in self._memo(sync_key, lambda chunk=chunk: _sync_ops(workload, chunk)):
                 span = self._span(system, table, rank, op.axes)
                 seconds = self._memo(
-                    ("sync_time", id(system), span, op.collective, op.comm_bytes),
+                    ("sync_time", _system_key(system), span, op.collective, op.comm_bytes),
                     lambda op=op: alpha_beta_collective_s(system, op.collective, op.comm_bytes, table.group(rank, op.axes)),
                 )
                 if op.after < 0:
@@ -345,6 +345,11 @@ class AnalyticalBackend(BaseBackend):
             cost_per_million_tokens=None if cost is None else cost / tokens * 1e6,
             backend=self.name,
         )
+
+
+def _system_key(system: System) -> str:
+    """A value key of a system (its dataclass repr): equal systems share memo entries."""
+    return repr(system)
 
 
 def _canonical(workload: Workload) -> Workload:

@@ -5,7 +5,8 @@ Holds:
 - :class:`Variant` — the two analytical network builds, congestion-unaware and -aware;
 - :data:`BINARY_NAMES`, :data:`ENV_VAR` — what is looked for, and where;
 - :func:`find_binary` — the binary to run, or a one-line :class:`~stage_core.errors.ConfigError`
-  that names what was looked for and the three ways to point STAGE at it.
+  that names what was looked for and the three ways to point STAGE at it;
+- :func:`check_available` — the same, for failing fast before a study starts.
 
 ASTRA-sim is built from source by its users (it is on neither PyPI nor Debian), so its location
 is a fact about the machine, read when an evaluation needs it: ``ASTRA_SIM_BIN`` names where the
@@ -48,10 +49,14 @@ _HOW = (
 def parse_variant(value: object) -> Variant:
     """``value`` as a :class:`Variant`; anything else is a ConfigError naming the choices."""
     try:
+        if not isinstance(value, str):
+            raise ValueError(value)
         return Variant(value)
     except ValueError:
         known = ", ".join(repr(v.value) for v in Variant)
-        raise ConfigError(f"ASTRA-sim `variant` must be one of {known}, but got {value!r}") from None
+        raise ConfigError(
+            f"ASTRA-sim `variant` must be one of {known}, but got {value!r}"
+        ) from None
 
 
 def _executable(path: Path, source: str) -> Path:
@@ -67,7 +72,7 @@ def _executable(path: Path, source: str) -> Path:
     return path.absolute()
 
 
-def _explicit(value: str | os.PathLike[str], source: str, search_path: str | None) -> Path:
+def _explicit(value: str | os.PathLike[str], source: str, search_path: str) -> Path:
     """A binary named by the option or the variable: a path, or a command name on PATH."""
     text = os.fspath(value).strip()
     if not text:
@@ -110,7 +115,7 @@ def find_binary(
     """
     chosen = parse_variant(variant)
     env = os.environ if environ is None else environ
-    search_path = env.get("PATH")
+    search_path = env.get("PATH", os.defpath)
     if binary is not None:
         source = "the `binary` option"
         return _check_variant(_explicit(binary, source, search_path), chosen, source)
@@ -126,3 +131,10 @@ def find_binary(
             f"on PATH; {_HOW}"
         )
     return Path(found).absolute()
+
+
+def check_available(
+    binary: str | os.PathLike[str] | None = None, variant: Variant | str = Variant.UNAWARE
+) -> Path:
+    """Fail fast, before any evaluation, when ASTRA-sim cannot be found (a ConfigError)."""
+    return find_binary(binary, variant)

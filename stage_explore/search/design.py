@@ -16,6 +16,7 @@ instead of this module's function (test and plug-in backends that take raw param
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +59,13 @@ def _replace(root: Any, steps: list[str], value: Any, path: str) -> Any:
     raise ConfigError(f"{where}: cannot step into {type(root).__name__} at {head!r}")
 
 
+@functools.lru_cache(maxsize=64)
+def _cached(loader: Any, argument: Any) -> Any:
+    """Models and systems from names or files, loaded once per process (a memo of pure
+    loaders: every candidate of a study shares them, and so do the backend's own memos)."""
+    return loader(argument)
+
+
 def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """The (model, parallel config, system) of one trial; invalid combinations raise ConfigError."""
     from stage_core.models import load_model, model_from_mapping
@@ -67,11 +75,11 @@ def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any
     if study.model.dims is not None:
         model = model_from_mapping(study.model.dims, f"{study.path} [model.dims]")
     else:
-        model = load_model(study.model.argument())
+        model = _cached(load_model, study.model.argument())
     if study.system.inline is not None:
         system = system_from_mapping(study.system.inline, source=f"{study.path} [system.inline]")
     else:
-        system = load_system(study.system.argument())
+        system = _cached(load_system, study.system.argument())
     for param in study.space.hardware:
         system = replace_path(system, param.path, params[param.column])
     knobs = {name: params[name] for name in PARALLEL_KNOBS if name != "num_gpus"}

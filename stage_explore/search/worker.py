@@ -107,13 +107,27 @@ def _evaluate(
     )
 
 
+#: Backends of this worker process by (factory, options): a backend's memo (bound blocks,
+#: timings) then serves every chunk the process evaluates instead of one chunk. Process-local by
+#: design; the explorer's driver process never fills it.
+_PROCESS_BACKENDS: dict[tuple[Any, str], BaseBackend] = {}
+
+
+def _process_backend(job: EvaluationJob) -> BaseBackend:
+    key = (job.factory, repr(sorted(job.options.items())))
+    backend = _PROCESS_BACKENDS.get(key)
+    if backend is None:
+        backend = _PROCESS_BACKENDS[key] = create_backend(job.factory, job.options)
+    return backend
+
+
 def evaluate_chunk(
     job: EvaluationJob, candidates: Sequence[Candidate]
 ) -> list[tuple[int, Outcome]]:
     """Evaluate ``candidates`` with one backend built from ``job``; one outcome per key."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        backend = create_backend(job.factory, job.options)
+        backend = _process_backend(job)
     except Exception as error:
         failed = Outcome(
             status=TrialStatus.FAILED,

@@ -107,7 +107,8 @@ def test_trace_set_is_sound(case: tuple[str, dict[str, Any]]) -> None:
         expected: Counter[str] = Counter()
         for node in ranks[rank]:
             if node.kind == NodeKind.COLL:
-                assert node.group is not None and rank in node.group
+                # a group of every rank is None, as Chakra writes it (no pg_name)
+                assert node.group is None or rank in node.group
                 expected[str(node.collective)] += node.comm_bytes
         assert {k: v for k, v in totals.comm_bytes.items() if v} == dict(expected)
 

@@ -1,0 +1,165 @@
+"""Running the ASTRA-sim binary on a run directory, with a timeout, and judging the run.
+
+Holds :class:`AstraSimError`, :func:`command_line`, :class:`AstraSimRun` and
+:func:`run_astra_sim`. The command line is the one in ASTRA-sim's README::
+
+    <binary> --workload-configuration=<dir>/workload --system-configuration=<dir>/system.json
+             --network-configuration=<dir>/network.yml
+             --remote-memory-configuration=<dir>/memory.json
+             --comm-group-configuration=<dir>/comm_group.json --logging-folder=<dir>/log
+
+run with ``<dir>`` as working directory, stdout and stderr together into ``<dir>/astra-sim.log``
+(a file, not a pipe: large runs print a lot). The binary runs in a session of its own, so a
+timeout kills it and anything it started.
+
+A run counts only when every rank printed its ``finished`` line. Non-zero exit, death by a
+signal (ASTRA-sim aborts with SIGABRT on invalid input), a timeout, or a missing rank (ASTRA-sim
+exits 0 without results when ``collective-optimization`` is absent, or when a trace stalls) is an
+:class:`AstraSimError` carrying the reason and the tail of the output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stage_core.errors import StageError
+from stage_explore.astrasim.inputs import AstraInputs
+from stage_explore.astrasim.parse import AstraSimReport, parse_output
+
+OUTPUT_FILE = "astra-sim.log"
+TAIL_LINES = 20
+_TAIL_BYTES = 64 * 1024
+
+
+class AstraSimError(StageError):
+    """An ASTRA-sim run that did not complete; the explorer records a failed trial.
+
+    ``reason`` says what went wrong; ``tail`` holds the last lines of ASTRA-sim's output.
+    """
+
+    def __init__(self, reason: str, tail: Sequence[str] = ()) -> None:
+        self.reason = reason
+        self.tail = tuple(tail)
+        text = reason
+        if self.tail:
+            text += f"\n--- last {len(self.tail)} lines of ASTRA-sim's output ---\n"
+            text += "\n".join(self.tail)
+        super().__init__(text)
+
+    def with_note(self, note: str) -> AstraSimError:
+        """The same error with ``note`` appended to its reason."""
+        return AstraSimError(f"{self.reason}; {note}", self.tail)
+
+
+def command_line(binary: Path, inputs: AstraInputs) -> list[str]:
+    """The argument vector of one run (absolute paths into ``inputs.directory``)."""
+    groups = str(inputs.comm_group_json)
+    if "empty" in groups:  # ASTRA-sim reads a group path containing "empty" as "no groups"
+        groups = inputs.comm_group_json.name  # relative to the working directory
+    return [
+        str(binary),
+        f"--workload-configuration={inputs.workload_prefix}",
+        f"--system-configuration={inputs.system_json}",
+        f"--network-configuration={inputs.network_yml}",
+        f"--remote-memory-configuration={inputs.memory_json}",
+        f"--comm-group-configuration={groups}",
+        f"--logging-folder={inputs.logging_folder}",
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AstraSimRun:
+    """A completed run: what was run, what every rank reported, how long it took."""
+
+    command: tuple[str, ...]
+    report: AstraSimReport
+    seconds: float
+    output: Path
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of ``path`` (empty if it cannot be read)."""
+    try:
+        with path.open("rb") as stream:
+            size = stream.seek(0, os.SEEK_END)
+            stream.seek(max(0, size - _TAIL_BYTES))
+            data = stream.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """Kill the run's whole session (the binary is its leader), then reap the binary."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+    process.wait()
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (ASTRA-sim aborts on invalid input)" if -code == signal.SIGABRT else ""
+        return f"ASTRA-sim was killed by {name}{hint}"
+    return f"ASTRA-sim exited with status {code}"
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8]))
+    return shown + (f", … ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+
+
+def run_astra_sim(binary: Path, inputs: AstraInputs, *, timeout_s: float | None) -> AstraSimRun:
+    """Run ``binary`` on ``inputs``; every rank must finish, else :class:`AstraSimError`."""
+    command = command_line(binary, inputs)
+    output = inputs.directory / OUTPUT_FILE
+    start = time.perf_counter()
+    with output.open("wb") as log:
+        try:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=inputs.directory, start_new_session=True,
+            )  # fmt: skip
+        except OSError as error:
+            raise AstraSimError(f"cannot start ASTRA-sim binary {binary}: {error}") from error
+        try:
+            code = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(process)
+            raise AstraSimError(
+                f"ASTRA-sim timed out after {timeout_s:g} s and was killed", tail(output)
+            ) from None
+        except BaseException:
+            _kill(process)
+            raise
+    seconds = time.perf_counter() - start
+    with output.open(encoding="utf-8", errors="replace") as lines:
+        report = parse_output(lines)
+    world = inputs.world_size
+    missing = report.missing(world)
+    problems = []
+    if code != 0:
+        problems.append(_exit_reason(code))
+    if missing:
+        problems.append(
+            f"{len(missing)} of {world} ranks printed no `finished` line (ranks {_ranks(missing)})"
+            + (" — with exit status 0 ASTRA-sim prints no results when system.json lacks "
+               "collective-optimization, or when a trace stalls" if code == 0 else "")
+        )
+    unexpected = report.unexpected(world)
+    if unexpected:
+        problems.append(f"ranks {_ranks(unexpected)} reported, but the run has {world} ranks")
+    if problems:
+        raise AstraSimError("; ".join(problems), tail(output))
+    return AstraSimRun(command=tuple(command), report=report, seconds=seconds, output=output)
