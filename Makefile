@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: install
-	$(BIN)/stage demo
+	@# A second run continues (and, for the finished grid, just reports) the recorded study.
+	$(BIN)/stage explore studies/quickstart.toml --out results $$(test -e results/quickstart/_study.json && echo --resume)
+	$(BIN)/stage report results/quickstart --html results/quickstart/report.html
 
 test: install
 	$(BIN)/python -m pytest

@@ -10,16 +10,20 @@ batch 64 (8 micro-batches per pipeline). Measured in this process:
 - ``materialize`` of one rank per stage (groups and peers bound);
 - peak RSS of the process (``resource.getrusage``).
 
-Run: ``python benchmarks/bench_lowering.py``; ``main()`` is what ``benchmarks/run_all.py`` calls.
+Run: ``python benchmarks/bench_lowering.py``; ``main()`` is what ``benchmarks/run_all.py`` calls
+(``--quick`` is accepted and changes nothing: the full-depth run takes about a second). The
+figures are printed as a table and written to ``benchmarks/results/lowering.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from stage_core.lower.memory import memory_report
@@ -29,6 +33,7 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 
 T = TypeVar("T")
+HERE = Path(__file__).resolve().parent
 
 
 def _timed(function: Callable[[], T]) -> tuple[T, float]:
@@ -82,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tp", type=int, default=8)
     parser.add_argument("--pp", type=int, default=4)
     parser.add_argument("--global-batch", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="accepted for run_all; no change")
     args = parser.parse_args(argv)
     result = run(args.dp, args.tp, args.pp, args.global_batch)
     print(f"lowering: {result['config']}")
@@ -99,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / "lowering.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -68,6 +68,12 @@ class BackwardOp(BaseOp):
     def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
         return list(self.grad_layouts)
 
+    @property
+    def kind(self) -> str:
+        """``attention`` for the attention backward (its FLOPs are model FLOPs, like the
+        forward's); ``backwardop`` for the other derived gradients."""
+        return "attention" if isinstance(self.forward, Attention) else "backwardop"
+
     def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
         flops = backward_flops(self.forward, self.forward_in, self.forward_out, tensors, sizes, axis_sizes)
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)

@@ -187,10 +187,10 @@ class Einsum(BaseOp):
             partial.update(axes_of.get(label, ()))
         shards = [axes_of.get(label, ()) for label in out]
         used = [a for axes in shards for a in axes]
-        clash = sorted(set(used) & partial)
-        if clash or len(set(used)) != len(used):
+        clash = sorted(set(used) & partial) or sorted({a for a in used if used.count(a) > 1})
+        if clash:
             raise ShardingError(
-                f"{self.name}: the output would use axis {(clash or used)[0]!r} twice; "
+                f"{self.name}: the output would use axis {clash[0]!r} twice; "
                 "redistribute an input first"
             )
         tensor = tensors[self.outputs[0]]

@@ -168,8 +168,12 @@ class AstraSimBackend(BaseBackend):
         peak_memory = max(breakdown.peak_bytes for breakdown in memory_report(programs, False))
         capacity = system.accelerator.memory_bytes
         feasible = peak_memory <= capacity
-        reason = "" if feasible else (
-            f"out of memory: peak {peak_memory / 2**30:.2f} GiB exceeds {capacity / 2**30:.2f} GiB"
+        reason = (
+            ""
+            if feasible
+            else (
+                f"out of memory: peak {peak_memory / 2**30:.2f} GiB exceeds {capacity / 2**30:.2f} GiB"
+            )
         )
         if not feasible and not self.simulate_infeasible:
             return self._infeasible(reason, gpus, system, peak_memory)
@@ -181,7 +185,11 @@ class AstraSimBackend(BaseBackend):
         return self._result(programs, report, extra, peak_memory, feasible, reason, system)
 
     def _run(
-        self, binary: Path, programs: ProgramSet, model: ModelSpec, parallel: ParallelConfig,
+        self,
+        binary: Path,
+        programs: ProgramSet,
+        model: ModelSpec,
+        parallel: ParallelConfig,
         system: System,
     ) -> tuple[AstraSimReport, dict[str, Any]]:
         dtype = compute_dtype(parallel, system)
@@ -195,8 +203,10 @@ class AstraSimBackend(BaseBackend):
             inputs = write_inputs(programs, system, directory, dtype=dtype, settings=self.settings)
             run = run_astra_sim(binary, inputs, timeout_s=self.timeout_s)
         except AstraSimError as error:
-            note = f"inputs kept in {directory}" if self.keep_dir else (
-                "set the backend option keep_dir to keep the inputs"
+            note = (
+                f"inputs kept in {directory}"
+                if self.keep_dir
+                else ("set the backend option keep_dir to keep the inputs")
             )
             raise error.with_note(f"binary {binary}; {note}") from None
         finally:
@@ -213,8 +223,14 @@ class AstraSimBackend(BaseBackend):
         return run.report, extra
 
     def _result(
-        self, programs: ProgramSet, report: AstraSimReport, extra: dict[str, Any],
-        peak_memory: int, feasible: bool, reason: str, system: System,
+        self,
+        programs: ProgramSet,
+        report: AstraSimReport,
+        extra: dict[str, Any],
+        peak_memory: int,
+        feasible: bool,
+        reason: str,
+        system: System,
     ) -> Evaluation:
         workload = programs.workload
         gpus = workload.world_size

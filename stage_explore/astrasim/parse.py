@@ -20,9 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-_FINISHED = re.compile(
-    r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles\."
-)
+_FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles\.")
 _STATISTIC = re.compile(r"sys\[(\d+)\], ([A-Za-z][A-Za-z ]*?): ([-+]?\d+(?:\.\d+)?)(%?)\s*$")
 
 

@@ -154,8 +154,12 @@ def run_astra_sim(binary: Path, inputs: AstraInputs, *, timeout_s: float | None)
     if missing:
         problems.append(
             f"{len(missing)} of {world} ranks printed no `finished` line (ranks {_ranks(missing)})"
-            + (" — with exit status 0 ASTRA-sim prints no results when system.json lacks "
-               "collective-optimization, or when a trace stalls" if code == 0 else "")
+            + (
+                " — with exit status 0 ASTRA-sim prints no results when system.json lacks "
+                "collective-optimization, or when a trace stalls"
+                if code == 0
+                else ""
+            )
         )
     unexpected = report.unexpected(world)
     if unexpected:

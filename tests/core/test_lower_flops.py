@@ -165,12 +165,8 @@ MODELS = {
 
 
 def _is_matmul_backward(instr: Instr) -> bool:
-    """A backward einsum, or the backward of a fused attention kernel (whose instruction kind is
-    the generic ``backwardop``: only its name tells it is attention)."""
-    if instr.phase != "bwd":
-        return False
-    attention = instr.kind == "backwardop" and instr.name == "attn.core.backward"
-    return instr.kind == "einsum" or attention
+    """A backward einsum, or the backward of a fused attention kernel (kind ``attention``)."""
+    return instr.phase == "bwd" and instr.kind in ("einsum", "attention")
 
 
 @pytest.mark.parametrize("sp", [False, True])
