@@ -168,13 +168,12 @@ class AstraSimBackend(BaseBackend):
         peak_memory = max(breakdown.peak_bytes for breakdown in memory_report(programs, False))
         capacity = system.accelerator.memory_bytes
         feasible = peak_memory <= capacity
-        reason = (
-            ""
-            if feasible
-            else (
-                f"out of memory: peak {peak_memory / 2**30:.2f} GiB exceeds {capacity / 2**30:.2f} GiB"
+        reason = ""
+        if not feasible:
+            gib = 2**30
+            reason = (
+                f"out of memory: peak {peak_memory / gib:.2f} GiB exceeds {capacity / gib:.2f} GiB"
             )
-        )
         if not feasible and not self.simulate_infeasible:
             return self._infeasible(reason, gpus, system, peak_memory)
         try:
@@ -193,12 +192,16 @@ class AstraSimBackend(BaseBackend):
         system: System,
     ) -> tuple[AstraSimReport, dict[str, Any]]:
         dtype = compute_dtype(parallel, system)
-        if self.keep_dir is not None:
-            self.keep_dir.mkdir(parents=True, exist_ok=True)
-        directory = Path(tempfile.mkdtemp(
-            prefix=_slug(model, parallel) if self.keep_dir else "stage-astra-sim-",
-            dir=self.keep_dir,
-        )).absolute()  # fmt: skip
+        try:
+            if self.keep_dir is not None:
+                self.keep_dir.mkdir(parents=True, exist_ok=True)
+            directory = Path(tempfile.mkdtemp(
+                prefix=_slug(model, parallel) if self.keep_dir else "stage-astra-sim-",
+                dir=self.keep_dir,
+            )).absolute()  # fmt: skip
+        except OSError as error:
+            where = self.keep_dir or tempfile.gettempdir()
+            raise AstraSimError(f"cannot create a run directory in {where}: {error}") from error
         try:
             inputs = write_inputs(programs, system, directory, dtype=dtype, settings=self.settings)
             run = run_astra_sim(binary, inputs, timeout_s=self.timeout_s)

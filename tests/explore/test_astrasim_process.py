@@ -126,8 +126,10 @@ from stage_explore.analytical.tracesim import AstraTimingModel, simulate
 from stage_explore.system.astra import astra_config_from_files
 prefix = Path(args["--workload-configuration"])
 memory = json.loads(Path(args["--remote-memory-configuration"]).read_text())
-if memory != {{"memory-type": "NO_MEMORY_EXPANSION"}} or not Path(args["--logging-folder"]).is_dir():
-    sys.exit("bad memory.json or logging folder")
+if memory != {{"memory-type": "NO_MEMORY_EXPANSION"}}:
+    sys.exit("bad memory.json")
+if not Path(args["--logging-folder"]).is_dir():
+    sys.exit("no logging folder")
 traces = read_trace_set(prefix.parent, prefix.name)
 if read_comm_groups(args["--comm-group-configuration"]) != traces.groups:
     sys.exit("comm groups differ")
