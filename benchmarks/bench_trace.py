@@ -39,7 +39,17 @@ def _run(args: list[str]) -> dict[str, float | int | str]:
     """Run ``stage trace ARGS`` in a fresh process; its own peak RSS is reported back."""
     out = Path(tempfile.mkdtemp(prefix="stage-bench-"))
     rss_file = out.with_suffix(".rss")
-    command = [sys.executable, "-c", _CHILD, str(rss_file), "trace", *args, "--out", str(out), "--quiet"]
+    command = [
+        sys.executable,
+        "-c",
+        _CHILD,
+        str(rss_file),
+        "trace",
+        *args,
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
@@ -69,18 +79,62 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for dp in chakra_dp:
         ranks = dp * 8 * 2 * 2
-        flags = ["--model", "llama3-70b", "--layers", "2", "--dp", str(dp), "--tp", "8",
-                 "--cp", "2", "--pp", "2", "--sp", "--format", "chakra"]
-        rows.append({"form": "chakra", "model": "llama3-70b (2 layers)", "ranks": ranks, **_run(flags)})
+        flags = [
+            "--model",
+            "llama3-70b",
+            "--layers",
+            "2",
+            "--dp",
+            str(dp),
+            "--tp",
+            "8",
+            "--cp",
+            "2",
+            "--pp",
+            "2",
+            "--sp",
+            "--format",
+            "chakra",
+        ]
+        rows.append(
+            {"form": "chakra", "model": "llama3-70b (2 layers)", "ranks": ranks, **_run(flags)}
+        )
     for dp in symmetric_dp:
         ranks = dp * 8 * 8 * 2
-        flags = ["--model", "llama3-405b", "--dp", str(dp), "--tp", "8", "--cp", "8", "--pp", "2",
-                 "--sp", "--global-batch", str(dp * 16), "--format", "symmetric"]
-        rows.append({"form": "symmetric", "model": "llama3-405b (126 layers)", "ranks": ranks, **_run(flags)})
-    print(f"{'form':10s} {'model':26s} {'ranks':>8s} {'seconds':>8s} {'peak RSS MiB':>13s} {'files':>7s} {'bytes':>12s}")
+        flags = [
+            "--model",
+            "llama3-405b",
+            "--dp",
+            str(dp),
+            "--tp",
+            "8",
+            "--cp",
+            "8",
+            "--pp",
+            "2",
+            "--sp",
+            "--global-batch",
+            str(dp * 16),
+            "--format",
+            "symmetric",
+        ]
+        rows.append(
+            {
+                "form": "symmetric",
+                "model": "llama3-405b (126 layers)",
+                "ranks": ranks,
+                **_run(flags),
+            }
+        )
+    print(
+        f"{'form':10s} {'model':26s} {'ranks':>8s} {'seconds':>8s} "
+        f"{'peak RSS MiB':>13s} {'files':>7s} {'bytes':>12s}"
+    )
     for row in rows:
-        print(f"{row['form']:10s} {row['model']:26s} {row['ranks']:>8d} {row['seconds']:>8.2f} "
-              f"{row['peak_rss_mib']:>13.1f} {row['files']:>7d} {row['bytes']:>12d}")
+        print(
+            f"{row['form']:10s} {row['model']:26s} {row['ranks']:>8d} {row['seconds']:>8.2f} "
+            f"{row['peak_rss_mib']:>13.1f} {row['files']:>7d} {row['bytes']:>12d}"
+        )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     (results / "trace.json").write_text(json.dumps(rows, indent=1))

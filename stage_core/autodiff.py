@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from stage_core.errors import ShardingError
 from stage_core.layout import Layout
+from stage_core.mesh import Size
 from stage_core.ops import (
     Attention,
     BaseOp,
@@ -65,7 +66,9 @@ class BackwardOp(BaseOp):
     forward_out: tuple[Layout, ...] = ()
     grad_layouts: tuple[Layout, ...] = ()
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         return list(self.grad_layouts)
 
     @property
@@ -74,8 +77,17 @@ class BackwardOp(BaseOp):
         forward's); ``backwardop`` for the other derived gradients."""
         return "attention" if isinstance(self.forward, Attention) else "backwardop"
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
-        flops = backward_flops(self.forward, self.forward_in, self.forward_out, tensors, sizes, axis_sizes)
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
+        flops = backward_flops(
+            self.forward, self.forward_in, self.forward_out, tensors, sizes, axis_sizes
+        )
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(flops, read, written)
 
@@ -87,7 +99,7 @@ def backward_flops(
     tensors: Mapping[str, Tensor],
     sizes: Sizes,
     axis_sizes: Sizes,
-) -> int | object:
+) -> Size:
     """The documented backward FLOPs of a non-einsum op."""
     assert op is not None
     if isinstance(op, Elementwise):
@@ -135,7 +147,9 @@ def grad_name(tensor: str) -> str:
     return f"d.{tensor}"
 
 
-def _saved_tensors(fwd: ShardedForward, recompute: str, region: frozenset[str]) -> tuple[SavedTensor, ...]:
+def _saved_tensors(
+    fwd: ShardedForward, recompute: str, region: frozenset[str]
+) -> tuple[SavedTensor, ...]:
     tensors = fwd.tensors
     result: dict[str, SavedTensor] = {}
 
@@ -151,7 +165,9 @@ def _saved_tensors(fwd: ShardedForward, recompute: str, region: frozenset[str]) 
             if tensors[name].role != "index":
                 keep(name)
         return tuple(result.values())
-    produced_in_region = {o for s in fwd.steps if isinstance(s, OpStep) and s.op.name in region for o in s.op.outputs}
+    produced_in_region = {
+        o for s in fwd.steps if isinstance(s, OpStep) and s.op.name in region for o in s.op.outputs
+    }
     for step in fwd.steps:
         if not isinstance(step, OpStep):
             continue
@@ -261,7 +277,9 @@ def _einsum_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
         others = [i for i in range(len(op.inputs)) if i != index]
         gname = b.grad_tensor(name)
         grad_subs = ",".join([right] + [subs[i] for i in others]) + "->" + subs[index]
-        grad_op = Einsum(f"{op.name}.d{name}", (dout, *(op.inputs[i] for i in others)), (gname,), grad_subs)
+        grad_op = Einsum(
+            f"{op.name}.d{name}", (dout, *(op.inputs[i] for i in others)), (gname,), grad_subs
+        )
         layouts = (dout_layout, *(step.in_layouts[i] for i in others))
         natural = _renamed(grad_op.infer(layouts, b.tensors)[0], gname)
         b.steps.append(OpStep(grad_op, layouts, (natural,), "bwd"))
@@ -272,7 +290,9 @@ def _broadcast_grad_layout(activation: Layout, weight: Tensor) -> Layout:
     """Gradient of a weight broadcast against ``activation``: partial over the other axes."""
     shards = []
     for dim in weight.dims:
-        shards.append(activation.shards[activation.dims.index(dim)] if dim in activation.dims else ())
+        shards.append(
+            activation.shards[activation.dims.index(dim)] if dim in activation.dims else ()
+        )
     used = {a for axes in shards for a in axes}
     partial = tuple(a for a in activation.axes_used if a not in used)
     return Layout(weight.dims, tuple(shards), partial, weight.name)

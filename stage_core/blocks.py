@@ -23,7 +23,9 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_core.ops_moe import Combine, Dispatch
 
 #: Ops of the attention core, recomputed by selective recompute (Korthikanti et al. 2022).
-ATTENTION_CORE = frozenset({"attn.scores", "attn.softmax", "attn.dropout", "attn.context", "attn.core"})
+ATTENTION_CORE = frozenset(
+    {"attn.scores", "attn.softmax", "attn.dropout", "attn.context", "attn.core"}
+)
 
 _NORM_OPS = {Norm.LAYERNORM: 5, Norm.RMSNORM: 3}
 
@@ -42,7 +44,11 @@ class Structure:
     @classmethod
     def of(cls, model: ModelSpec) -> Structure:
         return cls(
-            str(model.family), model.norm, model.activation, model.position, model.bias,
+            str(model.family),
+            model.norm,
+            model.activation,
+            model.position,
+            model.bias,
             1 if model.num_shared_experts else 0,
         )
 
@@ -67,7 +73,7 @@ def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptio
 
 def _norm(b: Block, model: Structure, x: str, out: str) -> str:
     scale = b.weight(f"{out}.scale", ("H",))
-    inputs = (x, scale)
+    inputs: tuple[str, ...] = (x, scale)
     if model.norm == Norm.LAYERNORM and model.bias:
         inputs = (x, scale, b.weight(f"{out}.shift", ("H",)))
     return b.reduction(inputs, out, ("H",), _NORM_OPS[model.norm], saves=(x,))
@@ -79,7 +85,15 @@ def _dropout(b: Block, x: str, out: str, options: BlockOptions) -> str:
     return b.elementwise(x, out=out, ops_per_element=2, mask_bytes=1, backward_ops_per_element=1)
 
 
-def _linear(b: Block, model: Structure, subscripts: str, x: str, w: str, out: str, bias_dims: tuple[str, ...]) -> str:
+def _linear(
+    b: Block,
+    model: Structure,
+    subscripts: str,
+    x: str,
+    w: str,
+    out: str,
+    bias_dims: tuple[str, ...],
+) -> str:
     if not model.bias:
         return b.einsum(subscripts, x, w, out=out)
     raw = b.einsum(subscripts, x, w, out=f"{out}.nobias")
@@ -98,12 +112,21 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
         k = b.elementwise(k, out="k.rope", ops_per_element=3, backward_ops_per_element=3)
     if options.attention == "unfused":
         scores = b.einsum("bsnd,btnd->bnst", q, k, out="attn.scores")
-        probs = b.reduction((scores,), "attn.softmax", ("S",), 5, saves=("attn.softmax",), backward_ops_per_element=3)
+        probs = b.reduction(
+            (scores,),
+            "attn.softmax",
+            ("S",),
+            5,
+            saves=("attn.softmax",),
+            backward_ops_per_element=3,
+        )
         probs = _dropout(b, probs, "attn.dropout", options)
         context = b.einsum("bnst,btnd->bsnd", probs, v, out="attn.context")
     else:
         context = b.attention(q, k, v, out="attn.core", causal=options.causal)
-    proj = _linear(b, model, "bsnd,ndh->bsh", context, b.weight("wo", ("N", "D", "H")), "attn.proj", ("H",))
+    proj = _linear(
+        b, model, "bsnd,ndh->bsh", context, b.weight("wo", ("N", "D", "H")), "attn.proj", ("H",)
+    )
     dropped = _dropout(b, proj, "attn.proj.dropout", options)
     return b.elementwise(x, dropped, out="attn.residual", linear=True)
 
@@ -111,27 +134,72 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
 def _mlp(b: Block, model: Structure, x: str, width: str, prefix: str) -> str:
     """A dense MLP of width ``width`` (GELU: two matrices; SwiGLU: three) on ``x``."""
     if model.activation == Activation.SWIGLU:
-        gate = b.einsum("bsh,hf->bsf", x, b.weight(f"{prefix}.wg", ("H", width)), out=f"{prefix}.gate")
+        gate = b.einsum(
+            "bsh,hf->bsf", x, b.weight(f"{prefix}.wg", ("H", width)), out=f"{prefix}.gate"
+        )
         up = b.einsum("bsh,hf->bsf", x, b.weight(f"{prefix}.wu", ("H", width)), out=f"{prefix}.up")
-        act = b.elementwise(gate, up, out=f"{prefix}.act", ops_per_element=5, saves=(gate, up), backward_ops_per_element=8)
+        act = b.elementwise(
+            gate,
+            up,
+            out=f"{prefix}.act",
+            ops_per_element=5,
+            saves=(gate, up),
+            backward_ops_per_element=8,
+        )
     else:
-        up = _linear(b, model, "bsh,hf->bsf", x, b.weight(f"{prefix}.w1", ("H", width)), f"{prefix}.fc1", (width,))
-        act = b.elementwise(up, out=f"{prefix}.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8)
-    return _linear(b, model, "bsf,fh->bsh", act, b.weight(f"{prefix}.w2", (width, "H")), f"{prefix}.fc2", ("H",))
+        up = _linear(
+            b,
+            model,
+            "bsh,hf->bsf",
+            x,
+            b.weight(f"{prefix}.w1", ("H", width)),
+            f"{prefix}.fc1",
+            (width,),
+        )
+        act = b.elementwise(
+            up, out=f"{prefix}.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8
+        )
+    return _linear(
+        b,
+        model,
+        "bsf,fh->bsh",
+        act,
+        b.weight(f"{prefix}.w2", (width, "H")),
+        f"{prefix}.fc2",
+        ("H",),
+    )
 
 
 def _moe(b: Block, model: Structure, x: str) -> str:
-    """Router, top-k dispatch into per-expert capacity slots, expert MLPs, combine, shared experts."""
+    """Router, top-k dispatch into per-expert capacity slots, expert MLPs, combine, and the
+    shared experts."""
     logits = b.einsum("bsh,he->bse", x, b.weight("router", ("H", "E")), out="moe.logits")
-    gates = b.reduction((logits,), "moe.gates", ("E",), 8, saves=("moe.gates",), backward_ops_per_element=4)
+    gates = b.reduction(
+        (logits,), "moe.gates", ("E",), 8, saves=("moe.gates",), backward_ops_per_element=4
+    )
     tokens = b.add_op(Dispatch("moe.dispatch", (x, gates), ("moe.tokens",)), ("E", "C", "H"))
     if model.activation == Activation.SWIGLU:
-        gate = b.einsum("ech,ehg->ecg", tokens, b.weight("experts.wg", ("E", "H", "G")), out="experts.gate")
-        up = b.einsum("ech,ehg->ecg", tokens, b.weight("experts.wu", ("E", "H", "G")), out="experts.up")
-        act = b.elementwise(gate, up, out="experts.act", ops_per_element=5, saves=(gate, up), backward_ops_per_element=8)
+        gate = b.einsum(
+            "ech,ehg->ecg", tokens, b.weight("experts.wg", ("E", "H", "G")), out="experts.gate"
+        )
+        up = b.einsum(
+            "ech,ehg->ecg", tokens, b.weight("experts.wu", ("E", "H", "G")), out="experts.up"
+        )
+        act = b.elementwise(
+            gate,
+            up,
+            out="experts.act",
+            ops_per_element=5,
+            saves=(gate, up),
+            backward_ops_per_element=8,
+        )
     else:
-        up = b.einsum("ech,ehg->ecg", tokens, b.weight("experts.w1", ("E", "H", "G")), out="experts.fc1")
-        act = b.elementwise(up, out="experts.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8)
+        up = b.einsum(
+            "ech,ehg->ecg", tokens, b.weight("experts.w1", ("E", "H", "G")), out="experts.fc1"
+        )
+        act = b.elementwise(
+            up, out="experts.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8
+        )
     down = b.einsum("ecg,egh->ech", act, b.weight("experts.w2", ("E", "G", "H")), out="experts.fc2")
     out = b.add_op(Combine("moe.combine", (down, gates), ("moe.out",)), ("B", "S", "H"))
     if model.num_shared_experts:

@@ -36,7 +36,9 @@ class Block:
 
     # -- builder ------------------------------------------------------------------------------
 
-    def tensor(self, name: str, dims: Iterable[str], dtype_bytes: int = 2, role: str = "activation") -> str:
+    def tensor(
+        self, name: str, dims: Iterable[str], dtype_bytes: int = 2, role: str = "activation"
+    ) -> str:
         if name in self.tensors:
             raise ConfigError(f"block {self.name!r}: tensor {name!r} is defined twice")
         self.tensors[name] = Tensor(name, tuple(dims), dtype_bytes, role)
@@ -60,7 +62,9 @@ class Block:
     def _add(self, op: BaseOp, out: str, dims: Iterable[str], dtype_bytes: int) -> str:
         unknown = [t for t in op.inputs if t not in self.tensors]
         if unknown:
-            raise ConfigError(f"block {self.name!r}: op {op.name!r} reads unknown tensor {unknown[0]!r}")
+            raise ConfigError(
+                f"block {self.name!r}: op {op.name!r} reads unknown tensor {unknown[0]!r}"
+            )
         self.tensor(out, dims, dtype_bytes)
         self.ops.append(op)
         return out
@@ -107,7 +111,13 @@ class Block:
                     f"{self._known(tensor).dims}"
                 )
         op = Elementwise(
-            name or out, tuple(inputs), (out,), ops_per_element, linear, saves, mask_bytes,
+            name or out,
+            tuple(inputs),
+            (out,),
+            ops_per_element,
+            linear,
+            saves,
+            mask_bytes,
             backward_ops_per_element,
         )
         return self._add(op, out, dims, self._known(inputs[0]).dtype_bytes)
@@ -123,7 +133,12 @@ class Block:
         name: str = "",
     ) -> str:
         op = Reduction(
-            name or out, inputs, (out,), reduce_dims, ops_per_element, saves,
+            name or out,
+            inputs,
+            (out,),
+            reduce_dims,
+            ops_per_element,
+            saves,
             backward_ops_per_element,
         )
         return self._add(op, out, self._known(inputs[0]).dims, 2)
@@ -132,7 +147,8 @@ class Block:
         qd, kd, vd = (self._known(t).dims for t in (q, k, v))
         if len(qd) != 4 or kd != vd or len(kd) != 4 or qd[0] != kd[0] or qd[3] != kd[3]:
             raise ConfigError(
-                f"block {self.name!r}: attention needs q[B,S,N,D], k/v[B,S,K,D]; got {qd}, {kd}, {vd}"
+                f"block {self.name!r}: attention needs q[B,S,N,D], k/v[B,S,K,D]; "
+                f"got {qd}, {kd}, {vd}"
             )
         return self._add(Attention(name or out, (q, k, v), (out,), causal), out, qd, 2)
 
@@ -167,10 +183,13 @@ class Block:
             names.add(op.name)
             for tensor in op.inputs:
                 if tensor not in self.tensors:
-                    raise ConfigError(f"block {self.name!r}: op {op.name!r} reads unknown {tensor!r}")
+                    raise ConfigError(
+                        f"block {self.name!r}: op {op.name!r} reads unknown {tensor!r}"
+                    )
                 if tensor not in available:
                     raise ConfigError(
-                        f"block {self.name!r}: op {op.name!r} reads {tensor!r} before it is produced"
+                        f"block {self.name!r}: op {op.name!r} reads {tensor!r} "
+                        "before it is produced"
                     )
             available.update(op.outputs)
         for tensor in self.outputs:
@@ -186,6 +205,8 @@ class Block:
                 f"  {tensor.role:10s} {tensor.name}[{', '.join(tensor.dims)}] {tensor.dtype_bytes}B"
             )
         for op in self.ops:
-            lines.append(f"  {op.kind:12s} {op.name}: {', '.join(op.inputs)} -> {', '.join(op.outputs)}")
+            lines.append(
+                f"  {op.kind:12s} {op.name}: {', '.join(op.inputs)} -> {', '.join(op.outputs)}"
+            )
         lines.append(f"  outputs {', '.join(self.outputs)}")
         return "\n".join(lines)

@@ -63,13 +63,16 @@ class Layout:
         used: list[str] = [axis for axes in self.shards for axis in axes]
         twice = sorted({axis for axis in used if used.count(axis) > 1})
         if twice:
-            raise ShardingError(f"invalid layout {self}: axis {twice[0]!r} partitions more than once")
+            raise ShardingError(
+                f"invalid layout {self}: axis {twice[0]!r} partitions more than once"
+            )
         if len(set(self.partial)) != len(self.partial):
             raise ShardingError(f"invalid layout {self}: a partial-sum axis is repeated")
         both = sorted(set(used) & set(self.partial))
         if both:
             raise ShardingError(
-                f"invalid layout {self}: axis {both[0]!r} both partitions a dim and is a partial sum"
+                f"invalid layout {self}: axis {both[0]!r} both partitions a dim "
+                "and is a partial sum"
             )
 
     # -- construction -------------------------------------------------------------------------
@@ -165,11 +168,11 @@ class Layout:
         sizes = tuple(sympy.sympify(s).subs(subs) for s in self.sizes)
         return Layout(self.dims, self.shards, self.partial, self.name, sizes)
 
-    def with_shards(
-        self, shards: Sequence[Sequence[str]], partial: Sequence[str] = ()
-    ) -> Layout:
+    def with_shards(self, shards: Sequence[Sequence[str]], partial: Sequence[str] = ()) -> Layout:
         """Same dims and name, other placement."""
-        return Layout(self.dims, tuple(tuple(s) for s in shards), tuple(partial), self.name, self.sizes)
+        return Layout(
+            self.dims, tuple(tuple(s) for s in shards), tuple(partial), self.name, self.sizes
+        )
 
     # -- printing -----------------------------------------------------------------------------
 

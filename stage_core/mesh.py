@@ -12,12 +12,13 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeAlias
 
 import sympy
 
 from stage_core.errors import ShardingError
 
-Size = int | sympy.Expr
+Size: TypeAlias = "int | sympy.Expr"
 
 
 class Axis(StrEnum):
@@ -36,7 +37,7 @@ def symbol(name: str) -> sympy.Symbol:
 
 
 def as_int(value: Size, what: str) -> int:
-    """``value`` as an exact ``int``; a :class:`ShardingError` if it is still symbolic or fractional."""
+    """``value`` as an exact ``int``; a :class:`ShardingError` if it is symbolic or fractional."""
     if isinstance(value, int):
         return value
     simplified = sympy.nsimplify(value)
@@ -109,7 +110,11 @@ class Mesh:
             size = axis.size
             if not isinstance(size, int):
                 size = size.subs({symbol(k): v for k, v in values.items()})
-                size = as_int(size, f"size of mesh axis {axis.name!r}") if not size.free_symbols else size
+                size = (
+                    as_int(size, f"size of mesh axis {axis.name!r}")
+                    if not size.free_symbols
+                    else size
+                )
             axes.append(MeshAxis(axis.name, size))
         return Mesh(tuple(axes))
 

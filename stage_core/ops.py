@@ -198,7 +198,14 @@ class Einsum(BaseOp):
         ordered_partial = tuple(dict.fromkeys(a for a in order if a in partial))
         return [Layout(tensor.dims, tuple(shards), ordered_partial, tensor.name)]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         ins, out = self._split()
         axes_of, _ = _label_axes(ins, layouts, self.name)
         dims_of: dict[str, str] = {}
@@ -220,9 +227,7 @@ def _same_layouts(op: BaseOp, layouts: Sequence[Layout], linear: bool) -> Layout
     first = layouts[0]
     for layout in layouts[1:]:
         if layout.shards != first.shards or set(layout.partial) != set(first.partial):
-            raise ShardingError(
-                f"{op.name}: inputs have different layouts {first} and {layout}"
-            )
+            raise ShardingError(f"{op.name}: inputs have different layouts {first} and {layout}")
     if first.partial and not linear:
         raise ShardingError(
             f"{op.name}: a non-linear op cannot take the partial sum {first}; reduce it first"
@@ -254,18 +259,29 @@ class Elementwise(BaseOp):
     mask_bytes: int = 0
     backward_ops_per_element: int = 1
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         dims = tensors[self.inputs[0]].dims
-        full = [lay for name, lay in zip(self.inputs, layouts, strict=True) if tensors[name].dims == dims]
+        full = [
+            lay
+            for name, lay in zip(self.inputs, layouts, strict=True)
+            if tensors[name].dims == dims
+        ]
         layout = _same_layouts(self, full, self.linear)
         for name, lay in zip(self.inputs, layouts, strict=True):
             if tensors[name].dims != dims:
                 _check_broadcast(self, layout, lay)
-        return [
-            Layout(tensors[o].dims, layout.shards, layout.partial, o) for o in self.outputs
-        ]
+        return [Layout(tensors[o].dims, layout.shards, layout.partial, o) for o in self.outputs]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         elements = local_elements(out_layouts[0], sizes, axis_sizes)
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(self.ops_per_element * elements, read, written)
@@ -287,7 +303,9 @@ class Reduction(BaseOp):
     saves: tuple[str, ...] = ()
     backward_ops_per_element: int = 8
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         layout = _same_layouts(self, layouts[:1], linear=False)
         for dim in self.reduce_dims:
             # A dim name may repeat (attention scores [B, N, S, S]): the last one is reduced.
@@ -299,7 +317,14 @@ class Reduction(BaseOp):
                 )
         return [Layout(tensors[o].dims, layout.shards, (), o) for o in self.outputs]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         elements = local_elements(layouts[0], sizes, axis_sizes)
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(self.ops_per_element * elements, read, written)
@@ -325,7 +350,9 @@ class Attention(BaseOp):
 
     causal: bool = False
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         q, k, v = layouts
         for layout in layouts:
             if layout.partial:
@@ -342,7 +369,14 @@ class Attention(BaseOp):
         out = tensors[self.outputs[0]]
         return [Layout(out.dims, q.shards, (), out.name)]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         q, k, _ = layouts
         qt, kt = tensors[self.inputs[0]], tensors[self.inputs[1]]
         batch = local_extent(qt.dims[0], q.shards[0], sizes, axis_sizes)
@@ -374,14 +408,23 @@ class Embedding(BaseOp):
     (each rank contributes the rows it owns). Zero FLOPs; bytes are the rows read and written.
     """
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         ids, table = layouts
         out = tensors[self.outputs[0]]
         if table.shards[1]:
             raise ShardingError(f"{self.name}: the embedding's hidden dim must be whole: {table}")
         return [Layout(out.dims, (*ids.shards, ()), tuple(table.shards[0]), out.name)]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         out_bytes = layout_bytes(out_layouts[0], tensors[self.outputs[0]], sizes, axis_sizes)
         ids_bytes = layout_bytes(layouts[0], tensors[self.inputs[0]], sizes, axis_sizes)
         return Cost(0, ids_bytes + out_bytes, out_bytes)
@@ -399,7 +442,9 @@ class CrossEntropy(BaseOp):
     ops_per_logit: int = 5
     stat_collectives: int = 3
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         logits = layouts[0]
         if logits.partial:
             raise ShardingError(f"{self.name}: logits {logits} are a partial sum")
@@ -409,7 +454,14 @@ class CrossEntropy(BaseOp):
     def vocab_axes(self, layouts: Sequence[Layout]) -> tuple[str, ...]:
         return layouts[0].shards[-1]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         elements = local_elements(layouts[0], sizes, axis_sizes)
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(self.ops_per_logit * elements, read, written)
@@ -431,7 +483,9 @@ class Custom(BaseOp):
     divide_by: tuple[str, ...] = ()
     saves: tuple[str, ...] = field(default=())
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         first = layouts[0]
         return [Layout(tensors[o].dims, first.shards, first.partial, o) for o in self.outputs]
 
@@ -445,7 +499,14 @@ class Custom(BaseOp):
             return int(per_rank)
         return per_rank
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         return Cost(
             self._eval(self.flops, sizes, axis_sizes),
             self._eval(self.bytes_read, sizes, axis_sizes),

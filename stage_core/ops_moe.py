@@ -9,11 +9,12 @@ over that axis then need an all-to-all (derived from the layout change, not writ
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stage_core.errors import ShardingError
 from stage_core.layout import Layout
-from stage_core.ops import BaseOp, Cost, local_elements
+from stage_core.ops import BaseOp, Cost, Sizes, Tensor, local_elements
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,16 +23,27 @@ class Dispatch(BaseOp):
 
     expert_axis: str = "ep"
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         x = layouts[0]
         if x.partial or x.shards[2]:
             raise ShardingError(f"{self.name}: tokens {x} must be whole in H and not partial")
         axes = [a for axes in x.shards[:2] for a in axes]
-        ordered = tuple([a for a in axes if a != self.expert_axis] + [a for a in axes if a == self.expert_axis])
+        ordered = tuple(
+            [a for a in axes if a != self.expert_axis] + [a for a in axes if a == self.expert_axis]
+        )
         out = tensors[self.outputs[0]]
         return [Layout(out.dims, ((), ordered, ()), (), out.name)]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(0, read, written)
 
@@ -44,12 +56,21 @@ class Dispatch(BaseOp):
 class Combine(BaseOp):
     """``y[B, S, H] = combine(slots[E, C, H], gates[B, S, E])``: 2 FLOPs per slot element."""
 
-    def infer(self, layouts, tensors):  # type: ignore[no-untyped-def]
+    def infer(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
+    ) -> list[Layout]:
         slots, gates = layouts
         out = tensors[self.outputs[0]]
         return [Layout(out.dims, (gates.shards[0], gates.shards[1], ()), slots.partial, out.name)]
 
-    def cost(self, layouts, out_layouts, tensors, sizes, axis_sizes):  # type: ignore[no-untyped-def]
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(2 * local_elements(layouts[0], sizes, axis_sizes), read, written)
 

@@ -46,7 +46,12 @@ def _op_name(block: Block, tensor: str) -> str:
 
 def _weights(block: Block, stored: dict[str, str]) -> None:
     """Column/row-parallel weights and biases, expert weights; the rest replicated."""
-    column = {"wq": "[H, N/tp, D]", "wk": "[H, K/tp, D]", "wv": "[H, K/tp, D]", "wo": "[N/tp, D, H]"}
+    column = {
+        "wq": "[H, N/tp, D]",
+        "wk": "[H, K/tp, D]",
+        "wv": "[H, K/tp, D]",
+        "wo": "[N/tp, D, H]",
+    }
     for name, tensor in block.tensors.items():
         if tensor.role != "weight":
             continue
@@ -54,7 +59,8 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         if name in column:
             layout = column[name].replace("K/tp", f"{dims[1]}/tp")
         elif name.startswith("experts."):
-            layout = f"[E/ep, {dims[1]}{'/tp' if dims[1] != 'H' else ''}, {dims[2]}{'/tp' if dims[2] != 'H' else ''}]"
+            inner = [f"{d}/tp" if d != "H" else d for d in dims[1:]]
+            layout = f"[E/ep, {inner[0]}, {inner[1]}]"
         elif name.endswith((".w1", ".wg", ".wu")):
             layout = f"[H, {dims[1]}/tp]"
         elif name.endswith(".w2"):
@@ -82,7 +88,9 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             consumed[(_op_name(block, tensor), "ln1")] = _GATHERED
         kv = [t for t in ("k.rope", "k") if t in names][0]
         heads = names[kv].dims[2]
-        kv_layout = f"[{TOKENS}, S/cp, {heads}/tp, D]" if flags.cp_ring else f"[{TOKENS}, S, {heads}/tp, D]"
+        kv_layout = (
+            f"[{TOKENS}, S/cp, {heads}/tp, D]" if flags.cp_ring else f"[{TOKENS}, S, {heads}/tp, D]"
+        )
         if "attn.core" in names:
             consumed[("attn.core", kv)] = kv_layout
             consumed[("attn.core", "v")] = kv_layout
@@ -91,7 +99,16 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             consumed[("attn.context", "v")] = kv_layout
         stored[_op_name(block, "attn.proj")] = act
         ops = {op.name for op in block.ops}
-        for consumer in ("mlp.fc1", "mlp.gate", "mlp.up", "shared.fc1", "shared.gate", "shared.up", "moe.logits", "moe.dispatch"):
+        for consumer in (
+            "mlp.fc1",
+            "mlp.gate",
+            "mlp.up",
+            "shared.fc1",
+            "shared.gate",
+            "shared.up",
+            "moe.logits",
+            "moe.dispatch",
+        ):
             if _op_name(block, consumer) in ops:
                 consumed[(_op_name(block, consumer), "ln2")] = _GATHERED
         if "mlp.fc2" in names:

@@ -167,8 +167,13 @@ def _reduce(plan: _Plan, layout: Layout, scatter: bool) -> RedistributionStep | 
         if scatter and target is not None and plan.target_prefix_ok(layout, target, axis):
             after = _append(layout, target, axis, partial)
             return RedistributionStep(
-                StepKind.REDUCE_SCATTER, (axis,), None, layout.dims[target],
-                plan.bytes_of(layout), layout, after,
+                StepKind.REDUCE_SCATTER,
+                (axis,),
+                None,
+                layout.dims[target],
+                plan.bytes_of(layout),
+                layout,
+                after,
             )
         if not scatter and target is None:
             after = layout.with_shards(layout.shards, partial)
@@ -195,8 +200,13 @@ def _all_to_all(plan: _Plan, layout: Layout) -> RedistributionStep | None:
         popped, _ = _pop(layout, dim)
         after = _append(popped, target, axis, layout.partial)
         return RedistributionStep(
-            StepKind.ALL_TO_ALL, (axis,), layout.dims[dim], layout.dims[target],
-            plan.bytes_of(layout), layout, after,
+            StepKind.ALL_TO_ALL,
+            (axis,),
+            layout.dims[dim],
+            layout.dims[target],
+            plan.bytes_of(layout),
+            layout,
+            after,
         )
     return None
 
@@ -210,8 +220,13 @@ def _all_gather(plan: _Plan, layout: Layout) -> RedistributionStep | None:
             )
         after, _ = _pop(layout, dim)
         return RedistributionStep(
-            StepKind.ALL_GATHER, (axis,), layout.dims[dim], None,
-            plan.bytes_of(layout), layout, after,
+            StepKind.ALL_GATHER,
+            (axis,),
+            layout.dims[dim],
+            None,
+            plan.bytes_of(layout),
+            layout,
+            after,
         )
     return None
 

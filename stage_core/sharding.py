@@ -122,7 +122,9 @@ def _statistics(
     partial = Layout(outs[0].dims, outs[0].shards, op.vocab_axes(in_layouts), stats)
     steps: list[CommStep] = []
     for _ in range(op.stat_collectives):
-        steps += _comm_steps(stats, partial, strip_partial(partial), mesh, "fwd", f"stats:{op.name}", 4)
+        steps += _comm_steps(
+            stats, partial, strip_partial(partial), mesh, "fwd", f"stats:{op.name}", 4
+        )
     return steps
 
 
@@ -132,9 +134,9 @@ def shard_forward(block: Block, plan: ShardingPlan, mesh: Mesh) -> ShardedForwar
     stored: dict[str, Layout] = {}
     natural: dict[str, Layout] = {}
     consumed: dict[tuple[str, str], Layout] = {}
-    for name, tensor in block.tensors.items():
-        if tensor.role in ("input", "weight", "index"):
-            layout = plan.stored.get(name) or Layout.replicated(tensor.dims, name)
+    for name, spec in block.tensors.items():
+        if spec.role in ("input", "weight", "index"):
+            layout = plan.stored.get(name) or Layout.replicated(spec.dims, name)
             stored[name] = natural[name] = layout.validate(mesh)
     steps: list[Step] = []
     available: set[tuple[str, tuple[tuple[str, ...], ...], frozenset[str]]] = set()
@@ -147,7 +149,9 @@ def shard_forward(block: Block, plan: ShardingPlan, mesh: Mesh) -> ShardedForwar
             if not same_layout(want, stored[tensor]) and key not in available:
                 available.add(key)
                 dtype = block.tensors[tensor].dtype_bytes
-                steps += _comm_steps(tensor, stored[tensor], want, mesh, "fwd", f"consume:{op.name}", dtype)
+                steps += _comm_steps(
+                    tensor, stored[tensor], want, mesh, "fwd", f"consume:{op.name}", dtype
+                )
             consumed[(op.name, tensor)] = want
             in_layouts.append(want)
         try:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from tests.core.test_chakra_writer import golden_chakra_dump
 from tests.core.test_graph import golden_block_dumps
-from tests.core.test_trace_golden import CONFIGS, golden_trace_dump
 from tests.core.test_sharding_mlp import golden_mlp_dump
+from tests.core.test_trace_golden import CONFIGS, golden_trace_dump
+from tests.explore.test_astrasim_inputs import GOLDEN_FILES as ASTRASIM_GOLDEN
 
 CORE = Path(__file__).parent / "core" / "golden"
 
@@ -33,6 +34,7 @@ GOLDEN: list[tuple[Path, Callable[[], str]]] = [
     (CORE / "chakra_small_trace_set.txt", golden_chakra_dump),
 ]
 GOLDEN += [(CORE / f"{name}.txt", partial(_trace_dump, name)) for name in sorted(CONFIGS)]
+GOLDEN += ASTRASIM_GOLDEN
 
 
 def main() -> int:

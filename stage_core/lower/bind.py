@@ -125,7 +125,10 @@ _MODEL_FLOP_KINDS = ("einsum", "attention")
 
 
 def bind_block(
-    symbolic: SymbolicBlock, kind: BlockKind, sizes: Mapping[str, int], axis_sizes: Mapping[str, int]
+    symbolic: SymbolicBlock,
+    kind: BlockKind,
+    sizes: Mapping[str, int],
+    axis_sizes: Mapping[str, int],
 ) -> BoundBlock:
     """Bind a symbolic block to integer ``sizes`` (dims) and ``axis_sizes`` (mesh axes)."""
     tensors = symbolic.backward.tensors
@@ -143,14 +146,21 @@ def bind_block(
                     continue
                 size = layout_bytes(step.step.before, tensors[step.tensor], sizes, axis_sizes)
                 after = layout_bytes(step.step.after, tensors[step.tensor], sizes, axis_sizes)
-                deps = (writer[step.tensor],) if step.tensor in writer else ()
+                deps: tuple[int, ...] = (writer[step.tensor],) if step.tensor in writer else ()
                 writer[step.tensor] = len(bucket)
-                bucket.append(Instr(
-                    f"{step.step.kind}:{step.tensor}", step.phase, "comm",
-                    collective=_collective(step.step.kind), axes=axes, comm_bytes=int(size),
-                    deps=deps, inputs=((step.tensor, int(size)),),
-                    outputs=((step.tensor, int(after)),),
-                ))
+                bucket.append(
+                    Instr(
+                        f"{step.step.kind}:{step.tensor}",
+                        step.phase,
+                        "comm",
+                        collective=_collective(step.step.kind),
+                        axes=axes,
+                        comm_bytes=int(size),
+                        deps=deps,
+                        inputs=((step.tensor, int(size)),),
+                        outputs=((step.tensor, int(after)),),
+                    )
+                )
                 continue
             assert isinstance(step, OpStep)
             cost = step.op.cost(step.in_layouts, step.out_layouts, tensors, sizes, axis_sizes)
@@ -162,8 +172,13 @@ def bind_block(
             for name in step.op.outputs:
                 writer[name] = len(bucket)
             instr = Instr(
-                step.op.name, step.phase, step.op.kind, int(cost.flops), int(cost.bytes_read),
-                int(cost.bytes_written), deps=deps,
+                step.op.name,
+                step.phase,
+                step.op.kind,
+                int(cost.flops),
+                int(cost.bytes_read),
+                int(cost.bytes_written),
+                deps=deps,
                 inputs=_io(step.op.inputs, step.in_layouts, tensors, sizes, axis_sizes),
                 outputs=_io(step.op.outputs, step.out_layouts, tensors, sizes, axis_sizes),
             )
@@ -174,12 +189,17 @@ def bind_block(
         saved = sum(int(item.bytes(sizes, axis_sizes)) for item in symbolic.backward.saved)  # type: ignore[call-overload]
     except ShardingError as error:
         raise InfeasibleError(f"{kind}: {error}") from None
-    return BoundBlock(kind, tuple(phases["fwd"]), tuple(phases["bwd"]), weights, saved, fwd_model_flops)
+    return BoundBlock(
+        kind, tuple(phases["fwd"]), tuple(phases["bwd"]), weights, saved, fwd_model_flops
+    )
 
 
 def _io(
-    names: tuple[str, ...], layouts: tuple[Layout, ...], tensors: Mapping[str, Tensor],
-    sizes: Mapping[str, int], axis_sizes: Mapping[str, int],
+    names: tuple[str, ...],
+    layouts: tuple[Layout, ...],
+    tensors: Mapping[str, Tensor],
+    sizes: Mapping[str, int],
+    axis_sizes: Mapping[str, int],
 ) -> tuple[tuple[str, int], ...]:
     return tuple(
         (name, int(layout_bytes(layout, tensors[name], sizes, axis_sizes)))
@@ -188,8 +208,11 @@ def _io(
 
 
 def _ring(
-    step: OpStep, tensors: Mapping[str, Tensor], sizes: Mapping[str, int],
-    axis_sizes: Mapping[str, int], deps: tuple[int, ...],
+    step: OpStep,
+    tensors: Mapping[str, Tensor],
+    sizes: Mapping[str, int],
+    axis_sizes: Mapping[str, int],
+    deps: tuple[int, ...],
 ) -> Instr | None:
     """The K/V exchanges of ring attention before its forward (cp−1 steps) or backward
     (2·(cp−1): K/V again, then dK/dV back to their owners)."""
@@ -205,10 +228,20 @@ def _ring(
         int(layout_bytes(layouts[i], tensors[forward.inputs[i]], sizes, axis_sizes)) for i in (1, 2)
     )
     steps = (ring - 1) * (1 if step.op is forward else 2)
-    return Instr(f"ring:{forward.name}", step.phase, "ring", axes=axes, comm_bytes=chunk, deps=deps, ring_steps=steps)
+    return Instr(
+        f"ring:{forward.name}",
+        step.phase,
+        "ring",
+        axes=axes,
+        comm_bytes=chunk,
+        deps=deps,
+        ring_steps=steps,
+    )
 
 
-def _weights(symbolic: SymbolicBlock, sizes: Mapping[str, int], axis_sizes: Mapping[str, int]) -> tuple[WeightShard, ...]:
+def _weights(
+    symbolic: SymbolicBlock, sizes: Mapping[str, int], axis_sizes: Mapping[str, int]
+) -> tuple[WeightShard, ...]:
     result = []
     stored = symbolic.forward.stored
     for name, tensor in symbolic.forward.tensors.items():

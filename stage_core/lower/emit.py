@@ -39,7 +39,7 @@ class GroupTable:
 
     def __init__(self, mesh: Mesh) -> None:
         self.names = mesh.names
-        self.shape = tuple(int(mesh.size(n)) for n in self.names)  # type: ignore[call-overload]
+        self.shape = tuple(int(mesh.size(n)) for n in self.names)
         self.ranks = np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
         self._groups: dict[tuple[str, ...], tuple[list[tuple[int, ...]], np.ndarray]] = {}
 
@@ -75,9 +75,16 @@ def rank_classes(programs: ProgramSet) -> list[RankClass]:
         ranks = programs.ranks(stage.stage)
         representative = ranks[0]
         program = list(materialize(template, representative, programs.workload.mesh))
-        group_axes = sorted({item.group_axes for item in template if item.node.kind == NodeKind.COLL})
-        peer_keys = sorted({(item.peer_axis, item.peer_shift) for item in template
-                            if item.node.kind in (NodeKind.SEND, NodeKind.RECV)})
+        group_axes = sorted(
+            {item.group_axes for item in template if item.node.kind == NodeKind.COLL}
+        )
+        peer_keys = sorted(
+            {
+                (item.peer_axis, item.peer_shift)
+                for item in template
+                if item.node.kind in (NodeKind.SEND, NodeKind.RECV)
+            }
+        )
         world = programs.workload.world_size
         # Groups of every rank are written without pg_name (None): the same for every member.
         group_axes = [a for a in group_axes if len(table.group(representative, a)) < world]
@@ -85,20 +92,36 @@ def rank_classes(programs: ProgramSet) -> list[RankClass]:
         rep_peers = {key: table.shifted(representative, *key) for key in peer_keys}
         members = []
         for rank in ranks:
-            groups = {rep_groups[a]: table.group(rank, a) for a in group_axes} if rank != representative else {}
-            peers = {rep_peers[k]: table.shifted(rank, *k) for k in peer_keys} if rank != representative else {}
+            groups: dict[tuple[int, ...] | None, tuple[int, ...] | None] = (
+                {rep_groups[a]: table.group(rank, a) for a in group_axes}
+                if rank != representative
+                else {}
+            )
+            peers = (
+                {rep_peers[k]: table.shifted(rank, *k) for k in peer_keys}
+                if rank != representative
+                else {}
+            )
             members.append(RankMember(rank, groups, peers))
         classes.append(RankClass(program, representative, members))
     return classes
 
 
 def write_chakra(
-    programs: ProgramSet, out_dir: Path | str, prefix: str = "workload", *, units: str = "bytes",
+    programs: ProgramSet,
+    out_dir: Path | str,
+    prefix: str = "workload",
+    *,
+    units: str = "bytes",
     progress: ProgressCallback | None = None,
 ) -> WrittenTraceSet:
     """``<prefix>.<rank>.et`` for every rank and ``comm_group.json``."""
     return write_rank_classes(
-        out_dir, rank_classes(programs), prefix, units=units, bytes_per_element=2 if units == "stage" else None,
+        out_dir,
+        rank_classes(programs),
+        prefix,
+        units=units,
+        bytes_per_element=2 if units == "stage" else None,
         progress=progress,
     )
 
@@ -111,7 +134,9 @@ def write_json(programs: ProgramSet, path: Path | str, *, units: str = "bytes") 
         for rank in programs.ranks(stage.stage):
             ranks[rank] = tuple(materialize(template, rank, programs.workload.mesh))
     write_trace_json(
-        path, dict(sorted(ranks.items())), units=units,
+        path,
+        dict(sorted(ranks.items())),
+        units=units,
         bytes_per_element=2 if units == "stage" else None,
     )
 
@@ -144,15 +169,17 @@ def symmetric_form(programs: ProgramSet) -> dict[str, Any]:
     classes = []
     for stage in programs.stages:
         template = stage_nodes(programs, stage)
-        classes.append({
-            "class": stage.stage,
-            "select": {"pp": stage.stage},
-            "nodes": [_node_json(item) for item in template],
-        })
+        classes.append(
+            {
+                "class": stage.stage,
+                "select": {"pp": stage.stage},
+                "nodes": [_node_json(item) for item in template],
+            }
+        )
     return {
         "format": "stage-symmetric",
         "version": 1,
-        "mesh": [{"axis": name, "size": int(mesh.size(name))} for name in mesh.names],  # type: ignore[call-overload]
+        "mesh": [{"axis": name, "size": int(mesh.size(name))} for name in mesh.names],
         "rank_order": "row-major over mesh axes, last axis fastest",
         "model": workload.model.to_dict(),
         "parallel": workload.parallel.to_dict(),

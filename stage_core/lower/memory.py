@@ -15,11 +15,10 @@ ZeRO-3 the gathered weights of two blocks (one in use, one prefetched).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stage_core.blocks import Structure
-from collections.abc import Mapping, Sequence
-
 from stage_core.lower.bind import (
     DATA_AXES,
     MESH_AXES,
@@ -56,8 +55,11 @@ class MemoryBreakdown:
     @property
     def peak_bytes(self) -> int:
         return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.transient_bytes
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.transient_bytes
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -86,7 +88,9 @@ def activation_peak(chunks: Sequence[Chunk], tasks: Sequence[Task]) -> int:
     return peak
 
 
-def steady_activation_peak(chunks: Sequence[Chunk], kind: str, stage: int, stages: int, micro_batches: int, vpp: int) -> int:
+def steady_activation_peak(
+    chunks: Sequence[Chunk], kind: str, stage: int, stages: int, micro_batches: int, vpp: int
+) -> int:
     """:func:`activation_peak` without walking every micro-batch: GPipe holds all of them; in
     1F1B and interleaved 1F1B the live set is periodic after the warm-up, so a prefix of
     ``4·pp`` micro-batches (a multiple of pp) reaches the same peak."""
@@ -119,16 +123,24 @@ def _block_states(workload: Workload, block: BoundBlock) -> tuple[int, int, int,
     weights = grads = optimizer = full = 0
     for weight in block.weights:
         elements = weight.elements
-        weights += elements * workload.weight_bytes // weight_shard_factor(workload, weight, zero >= 3)
+        weights += (
+            elements * workload.weight_bytes // weight_shard_factor(workload, weight, zero >= 3)
+        )
         grads += elements * workload.grad_bytes // weight_shard_factor(workload, weight, zero >= 2)
-        optimizer += elements * workload.optimizer_bytes // weight_shard_factor(workload, weight, zero >= 1)
+        optimizer += (
+            elements * workload.optimizer_bytes // weight_shard_factor(workload, weight, zero >= 1)
+        )
         full += elements * workload.weight_bytes
     return weights, grads, optimizer, full
 
 
 def chunks_memory(
-    workload: Workload, chunks: Sequence[Chunk], tasks: Sequence[Task] | None, working_set: int,
-    stage: int = 0, ranks: tuple[int, ...] = (),
+    workload: Workload,
+    chunks: Sequence[Chunk],
+    tasks: Sequence[Task] | None,
+    working_set: int,
+    stage: int = 0,
+    ranks: tuple[int, ...] = (),
 ) -> MemoryBreakdown:
     """The breakdown of a stage holding ``chunks`` and running ``tasks`` (``None``: the stage's
     schedule, by :func:`steady_activation_peak`)."""
@@ -148,16 +160,22 @@ def chunks_memory(
         transient += sum(sorted(gathered, reverse=True)[:2])
     parallel = workload.parallel
     activations = (
-        activation_peak(chunks, tasks) if tasks is not None else steady_activation_peak(
+        activation_peak(chunks, tasks)
+        if tasks is not None
+        else steady_activation_peak(
             chunks, str(parallel.schedule), stage, parallel.pp, workload.micro_batches, parallel.vpp
         )
     )
     return MemoryBreakdown(stage, ranks, weights, grads, optimizer, activations, transient)
 
 
-def stage_memory(programs: ProgramSet, stage: StageProgram, ranks: tuple[int, ...] = ()) -> MemoryBreakdown:
+def stage_memory(
+    programs: ProgramSet, stage: StageProgram, ranks: tuple[int, ...] = ()
+) -> MemoryBreakdown:
     working_set = recompute_working_set(programs.workload, programs.blocks)
-    return chunks_memory(programs.workload, stage.chunks, stage.tasks, working_set, stage.stage, ranks)
+    return chunks_memory(
+        programs.workload, stage.chunks, stage.tasks, working_set, stage.stage, ranks
+    )
 
 
 def memory_report(programs: ProgramSet, with_ranks: bool = True) -> list[MemoryBreakdown]:

@@ -48,7 +48,10 @@ class _Emitter:
         self.ring_messages = 0
 
     def add(
-        self, node: TraceNode, group_axes: tuple[str, ...] = (), peer_shift: int = 0,
+        self,
+        node: TraceNode,
+        group_axes: tuple[str, ...] = (),
+        peer_shift: int = 0,
         peer_axis: str = "pp",
     ) -> int:
         node = replace(node, id=len(self.nodes))
@@ -63,25 +66,56 @@ class _Emitter:
         for step in range(instr.ring_steps):
             tag = RING_TAG_BASE + self.ring_messages
             self.ring_messages += 1
-            send = TraceNode(0, f"{name}.send{step}", NodeKind.SEND, deps, ctrl, comm_bytes=instr.comm_bytes, tag=tag)
+            send = TraceNode(
+                0,
+                f"{name}.send{step}",
+                NodeKind.SEND,
+                deps,
+                ctrl,
+                comm_bytes=instr.comm_bytes,
+                tag=tag,
+            )
             self.add(send, peer_shift=1, peer_axis=axis)
-            recv = TraceNode(0, f"{name}.recv{step}", NodeKind.RECV, deps, ctrl, comm_bytes=instr.comm_bytes, tag=tag)
+            recv = TraceNode(
+                0,
+                f"{name}.recv{step}",
+                NodeKind.RECV,
+                deps,
+                ctrl,
+                comm_bytes=instr.comm_bytes,
+                tag=tag,
+            )
             last = self.add(recv, peer_shift=-1, peer_axis=axis)
             deps, ctrl = (last,), ()
         return last
 
-    def instr(self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...] = ()) -> int:
+    def instr(
+        self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...] = ()
+    ) -> int:
         if instr.kind == "ring":
             return self.ring(instr, name, deps, ctrl)
         if instr.collective is not None:
             node = TraceNode(
-                0, name, NodeKind.COLL, deps, ctrl, collective=instr.collective,
-                comm_bytes=instr.comm_bytes, inputs=instr.inputs, outputs=instr.outputs,
+                0,
+                name,
+                NodeKind.COLL,
+                deps,
+                ctrl,
+                collective=instr.collective,
+                comm_bytes=instr.comm_bytes,
+                inputs=instr.inputs,
+                outputs=instr.outputs,
             )
             return self.add(node, instr.axes)
         node = TraceNode(
-            0, name, NodeKind.COMP, deps, ctrl, flops=instr.flops,
-            tensor_bytes=instr.bytes_read + instr.bytes_written, inputs=instr.inputs,
+            0,
+            name,
+            NodeKind.COMP,
+            deps,
+            ctrl,
+            flops=instr.flops,
+            tensor_bytes=instr.bytes_read + instr.bytes_written,
+            inputs=instr.inputs,
             outputs=instr.outputs,
         )
         return self.add(node)
@@ -89,7 +123,9 @@ class _Emitter:
 
 def _data_axes(workload: Workload, expert: bool) -> tuple[str, ...]:
     sizes = workload.axis_sizes
-    return tuple(a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not expert))
+    return tuple(
+        a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not expert)
+    )
 
 
 def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> list[Instr]:
@@ -108,11 +144,17 @@ def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> li
             by_axes[axes] = by_axes.get(axes, 0) + weight.elements * workload.grad_bytes
     kind = CollectiveKind.ALL_GATHER if gather else CollectiveKind.REDUCE_SCATTER
     name = "zero.param_all_gather" if gather else "zero.grad_reduce_scatter"
-    return [Instr(name, "step", "comm", collective=kind, axes=a, comm_bytes=s) for a, s in by_axes.items()]
+    return [
+        Instr(name, "step", "comm", collective=kind, axes=a, comm_bytes=s)
+        for a, s in by_axes.items()
+    ]
 
 
 def _block(
-    em: _Emitter, instrs: tuple[Instr, ...], prefix: str, entry: tuple[int, ...],
+    em: _Emitter,
+    instrs: tuple[Instr, ...],
+    prefix: str,
+    entry: tuple[int, ...],
     ctrl: tuple[int, ...],
 ) -> int:
     """Emit a block's instructions; those without in-block deps depend on ``entry``; the first
@@ -144,8 +186,13 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
         receive_from = j + 1 if backward else j - 1
         if 0 <= receive_from <= last_stage:
             node = TraceNode(
-                0, f"{tag}{mb}.c{chunk.index}.recv", NodeKind.RECV, (), ctrl,
-                comm_bytes=stage.boundary_bytes, tag=message_tag(receive_from, mb, m, backward),
+                0,
+                f"{tag}{mb}.c{chunk.index}.recv",
+                NodeKind.RECV,
+                (),
+                ctrl,
+                comm_bytes=stage.boundary_bytes,
+                tag=message_tag(receive_from, mb, m, backward),
             )
             entry = (em.add(node, peer_shift=1 if backward else -1),)
             ctrl = ()
@@ -156,7 +203,7 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
             if zero >= 3:
                 # Parameter gathers are prefetched: each waits only for the previous gather.
                 for instr in _zero_collectives(workload, block, gather=True):
-                    deps = (last_gather,) if last_gather >= 0 else ()
+                    deps: tuple[int, ...] = (last_gather,) if last_gather >= 0 else ()
                     last_gather = em.instr(instr, f"{prefix}.{instr.name}", deps, ctrl)
                     entry = (*entry, last_gather)
             instrs = block.bwd if backward else block.fwd
@@ -171,25 +218,37 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                 for op in stage.sync:
                     if op.chunk == chunk.index and op.after == position:
                         node = TraceNode(
-                            0, f"step.c{chunk.index}.{op.name}", NodeKind.COLL, (last,),
-                            collective=op.collective, comm_bytes=op.comm_bytes,
+                            0,
+                            f"step.c{chunk.index}.{op.name}",
+                            NodeKind.COLL,
+                            (last,),
+                            collective=op.collective,
+                            comm_bytes=op.comm_bytes,
                         )
                         sync_ids.append(em.add(node, op.axes))
         send_to = j - 1 if backward else j + 1
         if 0 <= send_to <= last_stage:
             node = TraceNode(
-                0, f"{tag}{mb}.c{chunk.index}.send", NodeKind.SEND, (last,) if last >= 0 else (),
-                comm_bytes=stage.boundary_bytes, tag=message_tag(j, mb, m, backward),
+                0,
+                f"{tag}{mb}.c{chunk.index}.send",
+                NodeKind.SEND,
+                (last,) if last >= 0 else (),
+                comm_bytes=stage.boundary_bytes,
+                tag=message_tag(j, mb, m, backward),
             )
             last = em.add(node, peer_shift=-1 if backward else 1)
         previous = last if last >= 0 else previous
-    deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
-    optimizer = em.instr(stage.optimizer, "step.optimizer", deps)
+    step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
+    optimizer = em.instr(stage.optimizer, "step.optimizer", step_deps)
     for op in stage.sync:
         if op.after == -1:
             node = TraceNode(
-                0, f"step.c{op.chunk}.{op.name}", NodeKind.COLL, (optimizer,),
-                collective=op.collective, comm_bytes=op.comm_bytes,
+                0,
+                f"step.c{op.chunk}.{op.name}",
+                NodeKind.COLL,
+                (optimizer,),
+                collective=op.collective,
+                comm_bytes=op.comm_bytes,
             )
             em.add(node, op.axes)
     return em.nodes
@@ -210,7 +269,7 @@ def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[
     groups: dict[tuple[str, ...], tuple[int, ...] | None] = {}
     world = 1
     for name in mesh.names:
-        world *= int(mesh.size(name))  # type: ignore[call-overload]
+        world *= int(mesh.size(name))
     peers: dict[tuple[str, int], int] = {}
     for item in template:
         node = item.node

@@ -75,20 +75,30 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         )
     grad_bytes = 4 if parallel.grad_fp32 else 2
     axis_sizes = {
-        "pp": parallel.pp, "dp": parallel.dp // parallel.ep, "ep": parallel.ep,
-        "cp": parallel.cp, "tp": parallel.tp,
+        "pp": parallel.pp,
+        "dp": parallel.dp // parallel.ep,
+        "ep": parallel.ep,
+        "cp": parallel.cp,
+        "tp": parallel.tp,
     }
     order = [a for a in parallel.axis_order if a in MESH_AXES]
     mesh = Mesh(tuple(MeshAxis(a, axis_sizes[a]) for a in order))
     seq = model.seq_len
     batch = parallel.micro_batch * parallel.dp  # the global micro-batch dim B
     sizes = {
-        "B": batch, "S": seq, "H": model.hidden, "N": model.heads,
-        "K": model.kv_heads * parallel.kv_replication(model), "D": model.head_dim,
-        "F": model.ffn, "G": model.expert_ffn or model.ffn,
+        "B": batch,
+        "S": seq,
+        "H": model.hidden,
+        "N": model.heads,
+        "K": model.kv_heads * parallel.kv_replication(model),
+        "D": model.head_dim,
+        "F": model.ffn,
+        "G": model.expert_ffn or model.ffn,
         "Z": max(1, model.num_shared_experts) * (model.expert_ffn or model.ffn),
-        "V": parallel.padded_vocab(model), "P": model.max_position,
-        "E": max(1, model.num_experts), "C": 1,
+        "V": parallel.padded_vocab(model),
+        "P": model.max_position,
+        "E": max(1, model.num_experts),
+        "C": 1,
     }
     if model.is_moe:
         local_tokens = parallel.micro_batch * seq // parallel.cp
@@ -97,7 +107,8 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         sizes["C"] = per_rank * parallel.dp * parallel.cp
     options = default_options(model, parallel.dropout)
     flags = PlanFlags(
-        sp=parallel.sequence_parallel, attention=options.attention,
+        sp=parallel.sequence_parallel,
+        attention=options.attention,
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
     )
     if flags.cp_ring and options.attention != "fused":
@@ -107,7 +118,14 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
             f"cp_style='allgather' (got cp={parallel.cp}, cp_style='ring')"
         )
     return Workload(
-        model, parallel, options, flags, mesh, sizes, axis_sizes, parallel.num_micro_batches,
+        model,
+        parallel,
+        options,
+        flags,
+        mesh,
+        sizes,
+        axis_sizes,
+        parallel.num_micro_batches,
         grad_bytes=grad_bytes,
     )
 
@@ -189,7 +207,9 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     return {
         kind: bind_block(
             symbolic_block(kind, structure, workload.options, workload.flags, recompute),
-            kind, workload.sizes, workload.axis_sizes,
+            kind,
+            workload.sizes,
+            workload.axis_sizes,
         )
         for kind in kinds
     }
@@ -220,7 +240,8 @@ def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage
 
 
 def _block_sync(
-    workload: Workload, block: BoundBlock,
+    workload: Workload,
+    block: BoundBlock,
 ) -> tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int]:
     """A block's gradient bytes per (collective, axes), its ZeRO parameter-gather bytes per axes,
     and the parameters its rank updates."""
@@ -230,7 +251,11 @@ def _block_sync(
     gathers: dict[tuple[str, ...], int] = {}
     updated = 0
     for weight in block.weights:
-        data = tuple(a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not weight.expert))
+        data = tuple(
+            a
+            for a in MESH_AXES
+            if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not weight.expert)
+        )
         grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
         grad_size = weight.elements * workload.grad_bytes
         shard = weight.elements // math.prod(sizes[a] for a in data)
@@ -258,7 +283,10 @@ def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
     ops: list[SyncOp] = []
     pending: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
     gathers: dict[tuple[str, ...], int] = {}
-    per_block: dict[int, tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int]] = {}
+    per_block: dict[
+        int,
+        tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int],
+    ] = {}
     order = list(reversed(chunk.blocks))
     for position, block in enumerate(order):
         if id(block) not in per_block:
@@ -274,7 +302,9 @@ def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
                 ops.append(SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, position))
                 del pending[(kind, axes)]
     for axes, size in gathers.items():
-        ops.append(SyncOp("param_all_gather", CollectiveKind.ALL_GATHER, axes, size, chunk.index, -1))
+        ops.append(
+            SyncOp("param_all_gather", CollectiveKind.ALL_GATHER, axes, size, chunk.index, -1)
+        )
     return ops
 
 
@@ -288,8 +318,12 @@ def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
                 per_block[id(block)] = _block_sync(workload, block)[2]
             params += per_block[id(block)]
     return Instr(
-        "optimizer.adam", "step", "optimizer", ADAM_FLOPS_PER_PARAM * params,
-        ADAM_BYTES_READ_PER_PARAM * params, ADAM_BYTES_WRITTEN_PER_PARAM * params,
+        "optimizer.adam",
+        "step",
+        "optimizer",
+        ADAM_FLOPS_PER_PARAM * params,
+        ADAM_BYTES_READ_PER_PARAM * params,
+        ADAM_BYTES_WRITTEN_PER_PARAM * params,
     )
 
 
@@ -312,7 +346,14 @@ def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
         chunks = tuple(chunk_blocks(workload, blocks, v * p + stage) for v in range(vpp))
         tasks = tuple(schedule(kind, stage, p, workload.micro_batches, vpp))
         sync = tuple(op for chunk in chunks for op in _sync_ops(workload, chunk))
-        stages.append(StageProgram(
-            stage, chunks, tasks, sync, _optimizer(workload, chunks), boundary_bytes(workload),
-        ))
+        stages.append(
+            StageProgram(
+                stage,
+                chunks,
+                tasks,
+                sync,
+                _optimizer(workload, chunks),
+                boundary_bytes(workload),
+            )
+        )
     return ProgramSet(workload, tuple(stages), blocks)

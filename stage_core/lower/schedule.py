@@ -36,7 +36,9 @@ def _interleaved_ids(k: int, p: int, vpp: int, forward: bool) -> tuple[int, int]
 
 
 @functools.lru_cache(maxsize=1024)
-def schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1) -> tuple[Task, ...]:
+def schedule(
+    kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1
+) -> tuple[Task, ...]:
     """The task order of pipeline rank ``rank`` of ``stages`` for ``micro_batches`` (memoised:
     a pure function of its arguments, called for every candidate of a search)."""
     return tuple(_schedule(kind, rank, stages, micro_batches, vpp))
@@ -45,7 +47,9 @@ def schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1
 def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -> list[Task]:
     p, m = stages, micro_batches
     if not 0 <= rank < p or m < 1 or vpp < 1:
-        raise ConfigError(f"invalid pipeline position ({rank=}, {stages=}, {micro_batches=}, {vpp=})")
+        raise ConfigError(
+            f"invalid pipeline position ({rank=}, {stages=}, {micro_batches=}, {vpp=})"
+        )
     if kind == "gpipe":
         return [Task("F", 0, i) for i in range(m)] + [Task("B", 0, i) for i in range(m)]
     if kind == "1f1b" and vpp == 1:
@@ -62,7 +66,8 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
     if kind in ("interleaved", "1f1b"):
         if m % p:
             raise ConfigError(
-                f"the interleaved schedule needs micro-batches divisible by `pp`, but got ({m=}, {p=})"
+                "the interleaved schedule needs micro-batches divisible by `pp`, "
+                f"but got ({m=}, {p=})"
             )
         total = m * vpp
         warmup = min((p - rank - 1) * 2 + (vpp - 1) * p, total)

@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every registered subcommand."""
     parser = argparse.ArgumentParser(
         prog="stage",
-        description="STAGE: generate distributed LLM workloads and explore parallel configurations.",
+        description=(
+            "STAGE: generate distributed LLM workloads and explore parallel configurations."
+        ),
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:

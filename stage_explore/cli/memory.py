@@ -23,19 +23,33 @@ def run(args: argparse.Namespace) -> int:
     programs = lower(model, parallel)
     report = memory_report(programs)
     if args.json:
-        print(json.dumps({
-            "model": model.name,
-            "parallel": parallel.to_dict(),
-            "ranks": [entry.to_dict() for entry in report],
-        }, indent=1))
+        print(
+            json.dumps(
+                {
+                    "model": model.name,
+                    "parallel": parallel.to_dict(),
+                    "ranks": [entry.to_dict() for entry in report],
+                },
+                indent=1,
+            )
+        )
         return 0
-    print(f"{model.name}: {parallel.world_size} GPUs, {programs.workload.micro_batches} micro-batches "
-          f"per step, one program per pipeline stage")
-    header = f"{'stage':>5} {'weights':>9} {'grads':>9} {'optim':>9} {'activ':>9} {'transient':>9} {'peak':>9}  ranks"
+    print(
+        f"{model.name}: {parallel.world_size} GPUs, {programs.workload.micro_batches} "
+        "micro-batches per step, one program per pipeline stage"
+    )
+    columns = ("weights", "grads", "optim", "activ", "transient", "peak")
+    header = f"{'stage':>5} " + " ".join(f"{c:>9}" for c in columns) + "  ranks"
     print(header + "\n" + "-" * len(header))
     for entry in report:
-        values = (entry.weights_bytes, entry.gradients_bytes, entry.optimizer_bytes,
-                  entry.activations_bytes, entry.transient_bytes, entry.peak_bytes)
+        values = (
+            entry.weights_bytes,
+            entry.gradients_bytes,
+            entry.optimizer_bytes,
+            entry.activations_bytes,
+            entry.transient_bytes,
+            entry.peak_bytes,
+        )
         cells = " ".join(f"{v / GIB:9.2f}" for v in values)
         print(f"{entry.stage:>5} {cells}  {_ranks_text(list(entry.ranks))}")
     print("(GiB; activations: saved tensors of the micro-batches in flight at the schedule's peak)")

@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([step.to_dict() for step in steps], indent=2))
         return 0
-    print(f"{src}  ->  {Layout(dst.dims, dst.shards, dst.partial, dst.name or src.name)}  on {mesh}")
+    print(
+        f"{src}  ->  {Layout(dst.dims, dst.shards, dst.partial, dst.name or src.name)}  on {mesh}"
+    )
     if not steps:
         print("  (no communication: the layouts are equal)")
     for index, step in enumerate(steps, 1):

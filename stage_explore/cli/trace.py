@@ -32,8 +32,12 @@ class _Progress:
             return
         self.last = now
         end = "\n" if done == total else ""
-        print(f"\r  writing rank files: {done}/{total} ({now - self.start:.1f} s)", end=end,
-              file=sys.stderr, flush=True)
+        print(
+            f"\r  writing rank files: {done}/{total} ({now - self.start:.1f} s)",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     world = programs.workload.world_size
     if args.format == "chakra":
         show = not args.quiet and sys.stderr.isatty() or args.progress
-        written = write_chakra(programs, out, args.prefix, units=args.units, progress=_Progress(show))
+        written = write_chakra(
+            programs, out, args.prefix, units=args.units, progress=_Progress(show)
+        )
         files, size = world + 1, written.byte_count
         detail = f"{written.node_count} nodes, {len(written.groups)} communicator groups"
     elif args.format == "json":
@@ -56,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
         size = write_symmetric(programs, out / "symmetric.json")
         files, detail = 1, f"{len(programs.stages)} rank classes"
     seconds = time.perf_counter() - start
-    print(f"{model.name}: {world} ranks, {files} files, {size} bytes ({detail}) in {out} "
-          f"[{seconds:.2f} s]")
+    print(
+        f"{model.name}: {world} ranks, {files} files, {size} bytes ({detail}) in {out} "
+        f"[{seconds:.2f} s]"
+    )
     return 0
 
 
@@ -73,7 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--prefix", default="workload", help="trace file prefix (chakra)")
     parser.add_argument(
-        "--units", choices=("bytes", "stage"), default="bytes",
+        "--units",
+        choices=("bytes", "stage"),
+        default="bytes",
         help="bytes and FLOPs, or the published generator's elements and MACs",
     )
     parser.add_argument("--progress", action="store_true", help="show progress even when piped")

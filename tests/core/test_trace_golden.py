@@ -26,18 +26,37 @@ GOLDEN = Path(__file__).parent / "golden"
 
 CONFIGS: dict[str, tuple[str, dict[str, object], dict[str, object]]] = {
     "trace_gpt_tp_sp_pp_1f1b": (
-        "gpt3-1.3b", {"layers": 2, "seq_len": 256},
+        "gpt3-1.3b",
+        {"layers": 2, "seq_len": 256},
         {"dp": 2, "tp": 2, "pp": 2, "sp": True, "micro_batch": 1, "global_batch": 4},
     ),
     "trace_llama_cp_ring_zero3": (
-        "llama3-8b", {"layers": 2, "seq_len": 256},
-        {"dp": 2, "cp": 2, "pp": 1, "cp_style": "ring", "zero": 3, "recompute": "full",
-         "micro_batch": 1, "global_batch": 2},
+        "llama3-8b",
+        {"layers": 2, "seq_len": 256},
+        {
+            "dp": 2,
+            "cp": 2,
+            "pp": 1,
+            "cp_style": "ring",
+            "zero": 3,
+            "recompute": "full",
+            "micro_batch": 1,
+            "global_batch": 2,
+        },
     ),
     "trace_mixtral_ep_interleaved": (
-        "mixtral-8x7b", {"layers": 4, "seq_len": 128},
-        {"dp": 2, "ep": 2, "pp": 2, "vpp": 2, "schedule": "interleaved", "micro_batch": 1,
-         "global_batch": 4, "zero": 1},
+        "mixtral-8x7b",
+        {"layers": 4, "seq_len": 128},
+        {
+            "dp": 2,
+            "ep": 2,
+            "pp": 2,
+            "vpp": 2,
+            "schedule": "interleaved",
+            "micro_batch": 1,
+            "global_batch": 4,
+            "zero": 1,
+        },
     ),
 }
 
@@ -67,7 +86,9 @@ def test_round_trip_and_check(name: str, tmp_path: Path) -> None:
     for stage in programs.stages:
         template = stage_nodes(programs, stage)
         for rank in programs.ranks(stage.stage):
-            assert trace_set.ranks[rank] == tuple(materialize(template, rank, programs.workload.mesh))
+            assert trace_set.ranks[rank] == tuple(
+                materialize(template, rank, programs.workload.mesh)
+            )
     report = check_trace_set(trace_set)
     assert report.violations == ()
 
