@@ -302,7 +302,8 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     """Load a study's records as a pandas DataFrame, one row per trial, sorted by ``trial``.
 
     ``directory`` is a study folder (``<out>/<study>``) or an output folder holding several
-    studies (their rows are concatenated; the ``study`` column tells them apart).
+    studies (their rows are concatenated; the ``study`` column tells them apart). Points a
+    two-stage study re-evaluated carry the second backend's numbers as ``refined_*`` columns.
     """
     root = Path(directory)
     folders = (
@@ -314,6 +315,14 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     )
     if not folders:
         raise ConfigError(f"{root}: no trial records (part-*.parquet) found")
-    tables = [table for table in (read_records(folder) for folder in folders) if table is not None]
-    frame = pa.concat_tables(tables, promote_options="default").to_pandas()
+    import pandas as pd  # noqa: F811 - imported here: the CLI starts faster without it
+
+    from stage_explore.search.refine import join_refined
+
+    frames = []
+    for folder in folders:
+        table = read_records(folder)
+        if table is not None:
+            frames.append(join_refined(table.to_pandas(), folder))
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return frame.sort_values(["study", "trial"], kind="stable").reset_index(drop=True)

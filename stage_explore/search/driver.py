@@ -32,6 +32,7 @@ import optuna
 
 from stage_core.errors import ConfigError
 from stage_explore.pareto import pareto_mask
+from stage_explore.search.refine import refine
 from stage_explore.records import (
     RECORDS_VERSION,
     STUDY_FILE,
@@ -103,6 +104,8 @@ class Explorer:
         #: The in-memory Optuna study of the last run (every trial, resumed ones included).
         self.study: optuna.Study | None = None
         self._new = 0
+        #: Points of the front re-evaluated by the second backend of a two-stage study.
+        self.refined = 0
 
     # ------------------------------------------------------------------ setup
 
@@ -221,12 +224,18 @@ class Explorer:
         """Run the study to its budget, the end of its grid, its time limit or a signal."""
         assert self.study is None, "an Explorer runs once"
         self._check_folder()
-        factory = self._backend_factory or resolve_backend(self.spec.backend.name)
-        create_backend(factory, self.spec.backend.options)  # options checked before any task
+        backend = self.spec.backend
+        factory = self._backend_factory or resolve_backend(backend.search_name)
+        # Options are checked, and a backend that needs a program finds it, before any task.
+        _preflight(create_backend(factory, backend.search_options))
+        refine_factory = None
+        if backend.screen is not None:
+            refine_factory = resolve_backend(backend.name)
+            _preflight(create_backend(refine_factory, backend.options))
         search = create_search(self.spec)
         self.study = search.study
         resumed = self._load_previous(search)
-        job = EvaluationJob(study=self.spec, factory=factory, options=self.spec.backend.options)
+        job = EvaluationJob(study=self.spec, factory=factory, options=backend.search_options)
         executor = self._executor_factory(job)
         try:
             self._write_meta()
@@ -243,6 +252,12 @@ class Explorer:
                 executor.cancel()
             writer.flush()
             executor.close()
+        if refine_factory is not None and self._stop != "interrupted":
+            with self._signals():
+                self.refined = refine(
+                    self.spec, self.directory, search.names, refine_factory,
+                    self._executor_factory, lambda: self._stop == "interrupted",
+                )
         progress = self.progress()
         if self._on_progress is not None:
             self._on_progress(progress)
@@ -340,6 +355,13 @@ class Explorer:
         if self._stop is not None:
             return self._stop
         return "grid" if search.exhausted else "budget"
+
+
+def _preflight(backend: Any) -> None:
+    """Let a backend that depends on an external program fail fast (ASTRA-sim's binary)."""
+    check = getattr(backend, "preflight", None)
+    if callable(check):
+        check()
 
 
 def _reused(outcome: Outcome) -> Outcome:

@@ -231,16 +231,28 @@ def _sampler(table: Table) -> SamplerSpec:
 def _backend(table: Table | None) -> BackendSpec:
     if table is None:
         return BackendSpec()
-    table.reject_unknown(("name", "options"))
+    table.reject_unknown(("name", "options", "screen", "screen_options"))
     name = table.string("name", default="analytical")
     assert name is not None
-    if not _BACKEND_NAME.match(name):
-        raise table.expect(
-            "name",
-            'a backend name ("analytical", "astra-sim", a registered name) or "module:Class"',
-        )
+    for key, value in (("name", name), ("screen", table.string("screen"))):
+        if value is not None and not _BACKEND_NAME.match(value):
+            raise table.expect(
+                key,
+                'a backend name ("analytical", "astra-sim", a registered name) or "module:Class"',
+            )
+    screen = table.string("screen")
+    if screen is not None and screen == name:
+        raise table.expect("screen", f"a faster backend than name = {name!r} to screen with")
     options = table.table("options")
-    return BackendSpec(name=name, options={} if options is None else dict(options.data))
+    screen_options = table.table("screen_options")
+    if screen_options is not None and screen is None:
+        raise table.error("screen_options", "expected `screen` too (options of the screening backend)")
+    return BackendSpec(
+        name=name,
+        options={} if options is None else dict(options.data),
+        screen=screen,
+        screen_options={} if screen_options is None else dict(screen_options.data),
+    )
 
 
 def _executor(table: Table | None) -> ExecutorSpec:

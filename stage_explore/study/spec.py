@@ -258,14 +258,34 @@ class SamplerSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackendSpec:
-    """The evaluator: a built-in or registered name, or ``module:attribute``; its options."""
+    """The evaluator: a built-in or registered name, or ``module:attribute``; its options.
+
+    With ``screen`` set, the study is two-stage: the search runs on the ``screen`` backend
+    (with ``screen_options``) and the Pareto front is then re-evaluated with ``name``.
+    """
 
     name: str = "analytical"
     options: Mapping[str, Any] = field(default_factory=dict)
+    screen: str | None = None
+    screen_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def search_name(self) -> str:
+        """The backend the search itself runs on."""
+        return self.screen if self.screen is not None else self.name
+
+    @property
+    def search_options(self) -> Mapping[str, Any]:
+        return self.screen_options if self.screen is not None else self.options
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {"name": self.name, "options": dict(self.options)}
+        return {
+            "name": self.name,
+            "options": dict(self.options),
+            "screen": self.screen,
+            "screen_options": dict(self.screen_options),
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,123 @@
+"""Two-stage studies: a fast backend screens the space, a slow one re-evaluates the front.
+
+With ``[backend] screen = "analytical"`` and ``name = "astra-sim"``, the search runs on the
+screening backend; when it ends, the Pareto front of the study's objectives (feasible points)
+is evaluated again with the named backend, on the same executor kind. Those records go to
+``<out>/<study>/refined/part-NNNNN.parquet`` with the screened trial's number, and
+:func:`~stage_explore.records.load_results` shows them beside the screening numbers as
+``refined_*`` columns, so both numbers are in one row. Points already refined (a resumed study)
+are not evaluated again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from stage_explore.pareto import pareto_front
+from stage_explore.records import (
+    RecordWriter,
+    TrialStatus,
+    load_results,
+    make_row,
+    part_files,
+    read_records,
+    records_schema,
+)
+from stage_explore.search.backends import BackendFactory
+from stage_explore.search.executors import BaseExecutor
+from stage_explore.search.worker import Candidate, EvaluationJob
+from stage_explore.study.space import derive_dp
+from stage_explore.study.spec import Direction, StudySpec
+
+REFINED_FOLDER = "refined"
+_POLL_S = 0.2
+
+
+def _python(value: Any) -> Any:
+    """A pandas/numpy scalar as the plain Python value a backend expects."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def front_to_refine(spec: StudySpec, directory: Path, names: Sequence[str]) -> list[dict[str, Any]]:
+    """The feasible Pareto front of the screening records, minus points already refined."""
+    frame = load_results(directory)
+    ok = frame[frame.status == str(TrialStatus.OK)]
+    if ok.empty:
+        return []
+    objectives = {o.metric: ("max" if o.direction is Direction.MAX else "min") for o in spec.objectives}
+    front = pareto_front(ok, objectives)
+    done: set[int] = set()
+    refined = read_records(directory / REFINED_FOLDER)
+    if refined is not None:
+        done = set(refined.column("trial").to_pylist())
+    points = []
+    for _, row in front.iterrows():
+        trial = int(row["trial"])
+        if trial in done:
+            continue
+        points.append({"trial": trial, "params": {name: _python(row[name]) for name in names}})
+    return points
+
+
+def refine(
+    spec: StudySpec,
+    directory: Path,
+    names: Sequence[str],
+    factory: BackendFactory,
+    executor_factory: Callable[[EvaluationJob], BaseExecutor],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> int:
+    """Re-evaluate the screened front with ``factory``; returns how many points were refined."""
+    points = front_to_refine(spec, directory, names)
+    if not points:
+        return 0
+    job = EvaluationJob(study=spec, factory=factory, options=spec.backend.options)
+    executor = executor_factory(job)
+    writer = RecordWriter(directory / REFINED_FOLDER, records_schema(spec.name, spec.space))
+    by_key = {index: point for index, point in enumerate(points)}
+    try:
+        executor.submit([Candidate(key=k, params=p["params"]) for k, p in by_key.items()])
+        remaining = len(by_key)
+        while remaining and not should_stop():
+            for key, outcome in executor.poll(_POLL_S):
+                point = by_key[key]
+                writer.append(make_row(
+                    trial=point["trial"], study=spec.name, params=point["params"],
+                    dp=derive_dp(point["params"]), outcome=outcome,
+                    finished_at=datetime.now(UTC),
+                ))
+                remaining -= 1
+            time.sleep(0)
+    finally:
+        writer.flush()
+        if should_stop():
+            executor.cancel()
+        executor.close()
+    return len(points) - remaining
+
+
+#: Columns of a refined record shown beside the screening row (with the ``refined_`` prefix).
+REFINED_COLUMNS = (
+    "status", "reason", "backend", "feasible", "step_time_s", "mfu", "hfu",
+    "tokens_per_s_per_gpu", "peak_memory_bytes", "cost_per_step", "cost_per_million_tokens",
+)
+
+
+def join_refined(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``frame`` (one study's records) with the refined numbers as ``refined_*`` columns."""
+    refined_dir = folder / REFINED_FOLDER
+    if not part_files(refined_dir):
+        return frame
+    table = read_records(refined_dir)
+    assert table is not None
+    refined = table.to_pandas()
+    columns = [c for c in REFINED_COLUMNS if c in refined.columns]
+    refined = refined[["trial", *columns]].drop_duplicates("trial", keep="last")
+    refined = refined.rename(columns={c: f"refined_{c}" for c in columns})
+    return frame.merge(refined, on="trial", how="left")

@@ -1,0 +1,107 @@
+"""Two-stage studies: a screening backend searches, a second backend re-evaluates the front.
+
+The refining backend here is the synthetic backend with step times 10 % longer, so the test
+can tell which numbers came from which stage; its ``preflight`` can be made to fail, standing
+in for a missing ASTRA-sim binary.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_explore import load_results, pareto_front
+from stage_explore.evaluation import Evaluation
+from stage_explore.search import explore
+from stage_explore.study import parse_study
+
+support = importlib.import_module(f"{__package__}.test_search_support" if __package__ else "test_search_support")
+
+
+class RefiningBackend(support.SyntheticBackend):  # type: ignore[name-defined,misc]
+    """The synthetic backend, 10 % slower, with a preflight that can fail."""
+
+    name = "synthetic-refined"
+
+    def __init__(self, missing: bool = False, **options: Any) -> None:
+        super().__init__(**options)
+        self.missing = missing
+
+    def preflight(self) -> None:
+        if self.missing:
+            raise ConfigError("refining backend: its program was not found (stand-in)")
+
+    def evaluate(self, model: Any, parallel: Any, system: Any) -> Evaluation:
+        base = super().evaluate(model, parallel, system)
+        values = base.to_dict()
+        values.update(step_time_s=base.step_time_s * 1.1, backend=self.name)
+        values.pop("breakdown")
+        values.pop("extra")
+        return Evaluation(**values, breakdown=base.breakdown)
+
+
+REFINER = f"{__name__}:RefiningBackend"
+
+
+def two_stage_text(options: str = "") -> str:
+    text = support.study_text(name="two-stage", trials=40)
+    screen = f'[backend]\nname = "{REFINER}"\noptions = {{ {options} }}\nscreen = "{support.BACKEND}"\n'
+    start = text.index("[backend]")
+    end = text.index("[executor]")
+    return text[:start] + screen + "\n" + text[end:]
+
+
+def run(tmp_path: Path, options: str = "", resume: bool = False) -> Any:
+    spec = parse_study(two_stage_text(options), tmp_path / "study.toml")
+    return explore(
+        spec, out=tmp_path / "out", executor_factory=support.InlineExecutor, resume=resume
+    )
+
+
+def test_the_front_is_re_evaluated_and_both_numbers_are_in_the_records(tmp_path: Path) -> None:
+    run(tmp_path)
+    frame = load_results(tmp_path / "out" / "two-stage")
+    screened = frame[frame.status == "ok"]
+    front = pareto_front(screened, {"step_time_s": "min", "mfu": "max"})
+    refined = frame[frame.refined_status.notna()]
+    assert sorted(refined.trial) == sorted(front.trial)
+    assert (refined.backend == "synthetic").all()
+    assert (refined.refined_backend == "synthetic-refined").all()
+    for _, row in refined.iterrows():
+        assert math.isclose(row.refined_step_time_s, 1.1 * row.step_time_s, rel_tol=1e-12)
+    others = frame[frame.refined_status.isna()]
+    assert len(others) == len(frame) - len(front)
+
+
+def test_resume_refines_nothing_twice(tmp_path: Path) -> None:
+    run(tmp_path)
+    parts = sorted((tmp_path / "out" / "two-stage" / "refined").glob("part-*.parquet"))
+    run(tmp_path, resume=True)
+    again = sorted((tmp_path / "out" / "two-stage" / "refined").glob("part-*.parquet"))
+    assert again == parts
+
+
+def test_a_missing_refining_backend_fails_before_any_trial(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="was not found"):
+        run(tmp_path, options="missing = true")
+    assert not (tmp_path / "out" / "two-stage").exists()
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ('name = "analytical"\nscreen = "analytical"', "a faster backend"),
+        ('name = "astra-sim"\nscreen_options = { a = 1 }', "expected `screen` too"),
+    ],
+)
+def test_two_stage_study_errors(tmp_path: Path, backend: str, message: str) -> None:
+    text = support.study_text()
+    start, end = text.index("[backend]"), text.index("[executor]")
+    broken = text[:start] + "[backend]\n" + backend + "\n\n" + text[end:]
+    with pytest.raises(ConfigError, match=message):
+        parse_study(broken, tmp_path / "study.toml")
