@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from stage_core.errors import ConfigError, InfeasibleError
-from stage_core.lower.bind import BoundBlock
+from stage_core.lower.flops import step_flops
 from stage_core.lower.memory import memory_report
 from stage_core.lower.program import ProgramSet, lower, make_workload
 from stage_core.models.spec import ModelSpec
@@ -39,7 +39,6 @@ from stage_explore.astrasim.run import AstraSimError, run_astra_sim
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 
-_MODEL_KINDS = ("einsum", "attention")
 NS_PER_CYCLE = 1e-9
 
 
@@ -47,32 +46,6 @@ def compute_dtype(parallel: ParallelConfig, system: System) -> str:
     """The dtype whose peak times compute: the precision, else bf16 (as the analytical backend)."""
     precision = str(parallel.precision)
     return precision if precision in system.accelerator.peak_flops_per_s else "bf16"
-
-
-def block_flops(block: BoundBlock) -> tuple[int, int]:
-    """Matmul and attention FLOPs of a block: without recompute (model), with it (hardware)."""
-    model = hardware = 0
-    for instr in (*block.fwd, *block.bwd):
-        if instr.kind in _MODEL_KINDS:
-            hardware += instr.flops
-            if instr.phase != "recompute":
-                model += instr.flops
-    return model, hardware
-
-
-def step_flops(programs: ProgramSet) -> tuple[int, int]:
-    """Model and hardware FLOPs of one step over all ranks: Σ per block × micro-batches × ranks
-    per pipeline stage."""
-    workload = programs.workload
-    model = hardware = 0
-    for stage in programs.stages:
-        for chunk in stage.chunks:
-            for block in chunk.blocks:
-                block_model, block_hardware = block_flops(block)
-                model += block_model
-                hardware += block_hardware
-    scale = workload.micro_batches * (workload.world_size // workload.parallel.pp)
-    return model * scale, hardware * scale
 
 
 def _slug(model: ModelSpec, parallel: ParallelConfig) -> str:
