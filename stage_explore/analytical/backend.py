@@ -1,53 +1,103 @@
 """The analytical backend: step time, its breakdown, MFU, memory and feasibility in microseconds.
 
-For one (model, parallel config, system) point it binds the generator's blocks (memoised:
-candidates of a search share them), times each block kind once per pipeline stage on a compute
-and a communication stream (:mod:`~stage_explore.analytical.blocktime`; identical layers and
-micro-batches are timed once), simulates the pipeline schedule across stages with the
-activation transfers between them (:mod:`~stage_explore.analytical.pipeline`), overlaps the
-bucketed gradient synchronisation of the last micro-batch with the rest of the backward, and
-adds the optimizer step and ZeRO's parameter gathers.
+For one (model, parallel config, system) point it
 
-Step time = busy (compute + exposed communication) + pipeline bubble + exposed gradient
-synchronisation + optimizer + parameter gathers, for the slowest pipeline rank; the breakdown
-reports those components and adds up to the step time.
+1. binds the generator's blocks (memoised: candidates with the same per-rank shapes share them);
+2. times every block kind on a compute and a communication stream
+   (:mod:`~stage_explore.analytical.blocktime`): compute by the accelerator's roofline with
+   efficiencies, collectives by α–β over the network dims their group spans, at the achieved
+   fraction of the link bandwidth (``network_efficiency``: NCCL's bus bandwidth is well below
+   the link's);
+3. simulates the pipeline schedule (:mod:`~stage_explore.analytical.pipeline`) with blocking
+   activation transfers between stages — Megatron's scatter/gather optimisation sends
+   ``1/tp`` of a replicated activation over the inter-stage link and all-gathers it over tp;
+4. overlaps each chunk's bucketed gradient synchronisation with its last backward, then adds
+   the optimizer step (Adam plus the mixed-precision bookkeeping around it) and ZeRO's
+   parameter gathers;
+5. computes every pipeline stage's peak memory (model states by ZeRO stage, saved activations
+   at the schedule's peak, recompute and ZeRO-3 buffers), exactly as ``stage memory``.
+
+Step time is the slowest pipeline rank's ``max(pipeline end, gradient sync end) + optimizer +
+parameter gathers``; its breakdown (``compute``, ``exposed_<collective>``, ``pipeline_p2p``,
+``pipeline_bubble``, ``exposed_gradient_sync``, ``optimizer``, ``parameter_gather``) adds up to
+the step time.
+
+Speed: a configuration's *plan* — everything that depends neither on the schedule nor on the
+number of micro-batches — is computed once per distinct pipeline-stage class (stages holding
+the same blocks, whose groups span the network the same way) from memoised parts (bound blocks,
+block timings, bucketed reductions, model states), then the schedule is simulated. All memos
+are bounded LRUs owned by the backend instance (no module state); ``cache_stats()`` reports
+them. (The module is a little over 600 lines because the memoised parts share the instance's
+memos; the pure pieces — block and chunk timing, gradient buckets, the pipeline and the step
+assembly — live in :mod:`~stage_explore.analytical.blocktime` and
+:mod:`~stage_explore.analytical.pipeline`.)
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from stage_core.blocks import Structure
-from stage_core.errors import InfeasibleError
+from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
-from stage_core.lower.memory import chunks_memory, recompute_working_set
+from stage_core.lower.memory import _block_states, recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
+    ADAM_BYTES_READ_PER_PARAM,
+    ADAM_BYTES_WRITTEN_PER_PARAM,
+    ADAM_FLOPS_PER_PARAM,
     Workload,
-    _optimizer,
-    _sync_ops,
+    _block_sync,
     bind_all,
     boundary_bytes,
-    chunk_blocks,
     make_workload,
     tie_embeddings,
 )
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
-from stage_explore.analytical.blocktime import BlockTiming, time_block
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.blocktime import (
+    BlockCost,
+    BlockTiming,
+    Runs,
+    bucket_gradients,
+    chunk_runs,
+    chunk_timing,
+    fuse_elementwise,
+    sync_timing,
+    time_block,
+)
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
+    group_span,
 )
-from stage_explore.analytical.pipeline import StageTimes, step_time
+from stage_explore.analytical.pipeline import StageClass, Step, StepPlan, SyncCost, assemble_step
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 
 _MODEL_KINDS = ("einsum", "attention")
+
+#: Achieved fraction of each network dim's link bandwidth (dim 0 = the scale-up domain; the
+#: last value applies to further dims). NCCL's bus bandwidth on DGX A100 is ~200–230 GB/s of the
+#: 300 GB/s NVLink per direction for large all-reduces (nccl-tests reports, e.g.
+#: NVIDIA/nccl-tests#149 and #178: 200–208 GB/s); HDR InfiniBand reaches 85–96 % of 25 GB/s per
+#: GPU (NVIDIA/nccl-tests#119: 84.8 average, 96 peak of 100 GB/s over four HDR ports).
+DEFAULT_NETWORK_EFFICIENCY: tuple[float, ...] = (0.7, 0.9)
+
+#: Bytes per updated parameter that a mixed-precision optimizer step moves besides Adam's own
+#: (``ADAM_BYTES_*`` in :mod:`stage_core.lower.program`): the gradient-norm reduction reads the
+#: fp32 gradient (4), copying the fp32 master weight to the 16-bit weight reads it (4; the write
+#: is Adam's), zeroing the gradient buffer for the next step writes it (4) — Megatron-LM's
+#: ``MixedPrecisionOptimizer.step`` and ``zero_grad``.
+OPTIMIZER_EXTRA_BYTES_PER_PARAM = 12
+#: fp16 adds dynamic loss scaling: unscale the gradients and check them for inf/NaN (read and
+#: write the fp32 gradient: 8).
+LOSS_SCALING_BYTES_PER_PARAM = 8
 
 
 class _Memo:
@@ -56,50 +106,278 @@ class _Memo:
     def __init__(self, size: int) -> None:
         self.size = size
         self.items: OrderedDict[Hashable, Any] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
 
-    def get(self, key: Hashable) -> Any:
-        value = self.items.get(key)
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        items = self.items
+        value = items.get(key)
         if value is not None:
-            self.items.move_to_end(key)
-        return value
-
-    def put(self, key: Hashable, value: Any) -> Any:
-        self.items[key] = value
-        if len(self.items) > self.size:
-            self.items.popitem(last=False)
+            self.hits += 1
+            items.move_to_end(key)
+            return value
+        self.misses += 1
+        value = compute()
+        items[key] = value
+        if len(items) > self.size:
+            items.popitem(last=False)
         return value
 
 
 @dataclass(frozen=True, slots=True)
-class _StageTiming:
-    fwd: tuple[float, ...]
-    bwd: tuple[float, ...]
-    compute_s: float  # per micro-batch, all chunks, forward and backward
-    exposed: dict[str, float]  # per micro-batch
-    block_bwd: tuple[tuple[float, ...], ...]  # per chunk, backward block order
+class _States:
+    """Model-state bytes, saved activations, parameters updated, the two largest full weights
+    (ZeRO-3 buffers), model and hardware FLOPs per micro-batch — of a block or a chunk."""
+
+    states_bytes: int
+    saved_bytes: int
+    params: int
+    largest: tuple[int, ...]
+    model_flops: int
+    hardware_flops: int
+
+
+#: A block kind's gradient bytes per bucket key, parameter-gather bytes per axes, its states.
+_BlockSync = tuple[dict[Any, int], dict[tuple[str, ...], int], _States]
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """One evaluation's inputs as the memoised parts need them: ``key`` names the bound
+    ``blocks``; ``system`` has the network efficiency applied and ``token`` names it."""
+
+    workload: Workload
+    key: Hashable
+    blocks: dict[str, BoundBlock]
+    system: System
+    token: int
+    dtype: str
+    table: GroupTable
+    state_key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a configuration costs whatever its schedule and number of micro-batches: the step
+    plan and the FLOPs per micro-batch of one rank of every stage."""
+
+    step: StepPlan
+    model_flops: int
+    hardware_flops: int
 
 
 class AnalyticalBackend(BaseBackend):
-    """Roofline compute, α–β collectives over the network dims a group spans, event-driven
-    streams within a block and across pipeline stages."""
+    """Roofline compute, α–β collectives over the network dims a group spans at NCCL's achieved
+    bandwidth, in-order compute and communication streams within a block, an event simulation
+    across pipeline stages.
+
+    ``network_efficiency``: achieved fraction of each network dim's bandwidth (dim 0 first; the
+    last value repeats), default :data:`DEFAULT_NETWORK_EFFICIENCY`. ``cache_size`` bounds the
+    memos (bound blocks; plans and steps are bounded at 4× and 16× it, parts at 64×).
+    """
 
     name = "analytical"
 
-    def __init__(self, cache_size: int = 1024) -> None:
+    def __init__(
+        self,
+        cache_size: int = 1024,
+        network_efficiency: Sequence[float] = DEFAULT_NETWORK_EFFICIENCY,
+    ) -> None:
+        efficiency = tuple(network_efficiency)
+        if not efficiency or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and 0 < x <= 1
+            for x in efficiency
+        ):
+            raise ConfigError(
+                "`network_efficiency` must be a non-empty list of numbers in (0, 1], "
+                f"but got {network_efficiency!r}"
+            )
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ConfigError(f"`cache_size` must be a positive int, but got {cache_size!r}")
+        self.cache_size = cache_size
+        self.network_efficiency = efficiency
         self._blocks = _Memo(cache_size)
-        self._times = _Memo(cache_size * 64)
+        self._plans = _Memo(cache_size * 4)
+        self._steps = _Memo(cache_size * 16)
+        self._parts = _Memo(cache_size * 64)
+        self._systems: dict[int, tuple[System, System, int]] = {}
+        self._tokens = 0
 
-    def __getstate__(self) -> dict[str, int]:
-        return {"cache_size": self._blocks.size}
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cache_size": self.cache_size, "network_efficiency": self.network_efficiency}
 
-    def __setstate__(self, state: dict[str, int]) -> None:
-        self.__init__(state["cache_size"])  # type: ignore[misc]
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["cache_size"], state["network_efficiency"])  # type: ignore[misc]
 
-    # -- binding and timing, memoised ---------------------------------------------------------
+    def cache_stats(self) -> dict[str, dict[str, int]]:
+        """Hits, misses and entries of each memo (for benchmarks)."""
+        memos = {
+            "blocks": self._blocks, "plans": self._plans, "steps": self._steps,
+            "parts": self._parts,
+        }  # fmt: skip
+        return {
+            name: {"hits": memo.hits, "misses": memo.misses, "entries": len(memo.items)}
+            for name, memo in memos.items()
+        }
 
-    def _memo(self, key: Hashable, compute: Any) -> Any:
-        value = self._times.get(key)
-        return value if value is not None else self._times.put(key, compute())
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:
+        workload = make_workload(model, parallel)
+        gpus = workload.world_size
+        if gpus > system.max_gpus:
+            return _infeasible(f"{gpus} GPUs exceed the system's {system.max_gpus}", gpus, system)
+        try:
+            key, blocks = self._bound(workload)
+        except InfeasibleError as error:
+            return _infeasible(error.reason, gpus, system)
+        net, token = self._network(system)
+        dtype = _dtype(parallel, system)
+        axis_sizes = tuple(workload.axis_sizes.items())
+        plan_key = (
+            key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
+            workload.grad_bytes, parallel.grad_bucket_bytes, _layout_key(workload),
+        )  # fmt: skip
+
+        def plan() -> _Plan:
+            table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
+            state_key = (parallel.zero, axis_sizes, workload.grad_bytes)
+            return self._plan(_Point(workload, key, blocks, net, token, dtype, table, state_key))
+
+        planned: _Plan = self._plans.get(plan_key, plan)
+        kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
+        step: Step = self._steps.get(
+            (plan_key, kind, m), lambda: assemble_step(planned.step, kind, m, vpp)
+        )
+        scale = m * (gpus // parallel.pp)
+        flops = (planned.model_flops * scale, planned.hardware_flops * scale)
+        return self._result(workload, step, flops, system)
+
+    def _plan(self, point: _Point) -> _Plan:
+        """Everything about a configuration that does not depend on the schedule or the number
+        of micro-batches, computed once per pipeline-stage class: stages holding the same
+        blocks whose groups span the network the same way behave the same."""
+        workload, blocks = point.workload, point.blocks
+        parallel = workload.parallel
+        p, vpp, zero = parallel.pp, parallel.vpp, parallel.zero
+        layout = chunk_runs(*_layout_key(workload))
+        kinds = sorted({kind for runs in layout for kind, _ in runs})
+        syncs = {kind: self._block_sync(point, kind) for kind in kinds}
+        zero_ops = {
+            kind: (
+                _zero_collectives(workload, blocks[kind], True) if zero >= 3 else [],
+                _zero_collectives(workload, blocks[kind], False) if zero >= 2 else [],
+            )
+            for kind in kinds
+        }
+        relevant = sorted(
+            {axes for kind in kinds for axes in self._axes(point, kind)}
+            | {bucket[1] for kind in kinds for bucket in syncs[kind][0]}
+            | {axes for kind in kinds for axes in syncs[kind][1]}
+            | {i.axes for pair in zero_ops.values() for ops in pair for i in ops}
+        )
+        spans = {axes: self._spans(point, axes) for axes in relevant}
+        class_of: dict[Hashable, int] = {}
+        stage_class = []
+        classes: list[tuple[StageClass, tuple[int, int]]] = []
+        for stage in range(p):
+            signature = tuple(layout[v * p + stage] for v in range(vpp))
+            class_key = (signature, tuple(spans[axes][stage][0] for axes in relevant))
+            if class_key not in class_of:
+                class_of[class_key] = len(classes)
+                here = {axes: spans[axes][stage] for axes in relevant}
+                classes.append(self._class(point, signature, syncs, zero_ops, here))
+            stage_class.append(class_of[class_key])
+        transfer = self._transfer(point) if p > 1 else 0.0
+        working_set = self._parts.get(
+            ("working_set", point.key), lambda: recompute_working_set(workload, blocks)
+        )
+        plan = StepPlan(tuple(stage_class), tuple(c for c, _ in classes), transfer, working_set)
+        flops = [classes[c][1] for c in stage_class]
+        return _Plan(plan, sum(f[0] for f in flops), sum(f[1] for f in flops))
+
+    def _class(
+        self,
+        point: _Point,
+        signature: tuple[Runs, ...],
+        syncs: dict[str, _BlockSync],
+        zero_ops: dict[str, tuple[list[Instr], list[Instr]]],
+        spans: dict[tuple[str, ...], Any],
+    ) -> tuple[StageClass, tuple[int, int]]:
+        """One pipeline-stage class (chunk timings, gradient synchronisation, model states)
+        and its model and hardware FLOPs per micro-batch."""
+        parallel = point.workload.parallel
+        costs = {}
+        for kind in sorted({kind for runs in signature for kind, _ in runs}):
+            gathers, scatters = zero_ops[kind]
+            costs[kind] = BlockCost(
+                self._block_timing(point, kind, "fwd", spans),
+                self._block_timing(point, kind, "bwd", spans),
+                sum(self._comm_time(point, spans[i.axes], i) for i in gathers),
+                sum(self._comm_time(point, spans[i.axes], i) for i in scatters),
+            )
+        chunks, sync_costs, states = [], [], []
+        for runs in signature:
+            timing = chunk_timing(runs, costs, parallel.zero)
+            chunks.append(timing)
+            backward = [(syncs[kind][0], count) for kind, count in reversed(runs)]
+            groups = []
+            for bucket, size, first, step, count in bucket_gradients(
+                backward, parallel.grad_bucket_bytes
+            ):
+                collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
+                seconds = self._collective_time(point, spans[axes], collective, size)
+                groups.append((seconds, first, step, count))
+            total, latest = sync_timing(groups, timing.backward_runs)
+            gathered: dict[tuple[str, ...], int] = {}
+            for kind, count in reversed(runs):
+                for axes, size in syncs[kind][1].items():
+                    gathered[axes] = gathered.get(axes, 0) + count * size
+            gather = sum(
+                self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
+                for axes, size in gathered.items()
+            )
+            sync_costs.append(SyncCost(total, latest, gather))
+            states.append(_sum_states([(syncs[kind][2], count) for kind, count in runs]))
+        exposed: dict[str, float] = {}
+        for chunk in chunks:
+            for label, seconds in chunk.exposed_s:
+                exposed[label] = exposed.get(label, 0.0) + seconds
+        largest = sorted((x for s in states for x in s.largest), reverse=True)[:2]
+        stage_class = StageClass(
+            forward_s=tuple(c.forward_s for c in chunks),
+            backward_s=tuple(c.backward_s for c in chunks),
+            sync=tuple(sync_costs),
+            saved_bytes=tuple(s.saved_bytes for s in states),
+            compute_s=sum(c.compute_s for c in chunks),
+            exposed_s=tuple(sorted(exposed.items())),
+            states_bytes=sum(s.states_bytes for s in states),
+            buffers_bytes=sum(largest) if parallel.zero >= 3 else 0,
+            optimizer_s=self._optimizer_s(point, sum(s.params for s in states)),
+        )
+        flops = (sum(s.model_flops for s in states), sum(s.hardware_flops for s in states))
+        return stage_class, flops
+
+    # -- memoised parts -----------------------------------------------------------------------
+
+    def _network(self, system: System) -> tuple[System, int]:
+        """``system`` with every dim's bandwidth scaled by its efficiency, and a token naming it
+        in memo keys (a new token whenever a new system object appears)."""
+        entry = self._systems.get(id(system))
+        if entry is None or entry[0] is not system:
+            efficiency = self.network_efficiency
+            dims = tuple(
+                replace(dim, bandwidth_bytes_per_s=dim.bandwidth_bytes_per_s * factor)
+                for dim, factor in zip(
+                    system.network,
+                    (efficiency[min(i, len(efficiency) - 1)] for i in range(len(system.network))),
+                    strict=True,
+                )
+            )
+            self._tokens += 1
+            entry = (system, replace(system, network=dims), self._tokens)
+            self._systems[id(system)] = entry
+        return entry[1], entry[2]
 
     def _bound(self, workload: Workload) -> tuple[Hashable, dict[str, BoundBlock]]:
         """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
@@ -111,245 +389,193 @@ class AnalyticalBackend(BaseBackend):
             str(canonical.parallel.recompute), tuple(sorted(canonical.sizes.items())),
             tuple(sorted(canonical.axis_sizes.items())), canonical.model.tied_embeddings,
             workload.parallel.pp == 1,
-        )
-        blocks = self._blocks.get(key)
-        if blocks is None:
-            blocks = self._blocks.put(key, tie_embeddings(workload, bind_all(canonical)))
+        )  # fmt: skip
+        blocks = self._blocks.get(key, lambda: tie_embeddings(workload, bind_all(canonical)))
         return key, blocks
 
-    def _span(self, system: System, table: GroupTable, rank: int, axes: tuple[str, ...]) -> tuple[object, ...]:
-        key = ("span", _system_key(system), table.shape, table.names, rank, axes)
-        return self._memo(key, lambda: _span_key(table, rank, axes, system))  # type: ignore[no-any-return]
+    def _spans(self, point: _Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
+        """Per pipeline stage: (what the α–β time of a group over ``axes`` depends on — its
+        size, ranks per network dim, regularity —, a representative group, its rank)."""
+        workload, table, system = point.workload, point.table, point.system
 
-    def _comm_time(self, system: System, table: GroupTable, rank: int, instr: Instr) -> float:
+        def compute() -> tuple[Any, ...]:
+            result = []
+            for stage in range(workload.parallel.pp):
+                rank = workload.mesh.rank_of({"pp": stage})
+                group = table.group(rank, axes)
+                span = group_span(system.dim_sizes, group)
+                result.append(((len(group), span.counts, span.regular), group, rank))
+            return tuple(result)
+
+        key = ("spans", point.token, table.names, table.shape, axes)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _collective_time(self, point: _Point, span: Any, kind: CollectiveKind, size: int) -> float:
+        shape, group, _ = span
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("comm", point.token, shape, kind, size),
+            lambda: alpha_beta_collective_s(point.system, kind, size, group),
+        )
+
+    def _comm_time(self, point: _Point, span: Any, instr: Instr) -> float:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
-        span = self._span(system, table, rank, instr.axes)
-        key = ("comm", _system_key(system), span, instr.kind, instr.collective, instr.comm_bytes, instr.ring_steps)
-        return self._memo(key, lambda: _comm_time(system, table, rank, instr))  # type: ignore[no-any-return]
-
-    def _zero_time(
-        self, workload: Workload, key: Hashable, block: BoundBlock, system: System,
-        table: GroupTable, rank: int, gather: bool,
-    ) -> float:
-        memo_key = ("zero", key, block.kind, gather, _system_key(system), tuple(workload.axis_sizes.items()), rank)
-        return self._memo(memo_key, lambda: sum(  # type: ignore[no-any-return]
-            self._comm_time(system, table, rank, i) for i in _zero_collectives(workload, block, gather)
-        ))
+        if instr.kind != "ring":
+            assert instr.collective is not None
+            return self._collective_time(point, span, instr.collective, instr.comm_bytes)
+        system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
+        (axis,) = instr.axes
+        peer = point.table.shifted(rank, axis, 1)
+        a, b = system.coordinates(rank), system.coordinates(peer)
+        dim = next(i for i in range(len(a)) if a[i] != b[i])
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("ring", point.token, dim, instr.comm_bytes, instr.ring_steps),
+            lambda: (
+                instr.ring_steps * alpha_beta_point_to_point_s(system, rank, peer, instr.comm_bytes)
+            ),
+        )
 
     def _block_timing(
-        self, key: Hashable, block: BoundBlock, phase: str, system: System, table: GroupTable,
-        rank: int, dtype: str,
+        self, point: _Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any]
     ) -> BlockTiming:
-        span = tuple(self._span(system, table, rank, axes) for axes in _axes_of(block))
-        memo_key = (key, block.kind, phase, _system_key(system), span, dtype)
-        return self._timed(memo_key, block, phase, system, table, rank, dtype)
+        """A block's timing with its element-wise chains fused; ``spans`` maps its
+        collectives' axes to the rank's groups."""
+        block = point.blocks[kind]
+        axes_list = self._axes(point, kind)
+        shapes = tuple(spans[a][0] for a in axes_list)
+        accelerator, dtype = point.system.accelerator, point.dtype
 
-    def _timed(
-        self, memo_key: Hashable, block: BoundBlock, phase: str, system: System,
-        table: GroupTable, rank: int, dtype: str,
-    ) -> BlockTiming:
-        timing = self._times.get(memo_key)
-        if timing is None:
-            instrs = block.fwd if phase == "fwd" else block.bwd
-            timing = time_block(
-                instrs,
-                lambda i: system.accelerator.compute_time_s(i.flops, i.bytes_read + i.bytes_written, dtype),
-                lambda i: self._comm_time(system, table, rank, i),
+        def compute() -> BlockTiming:
+            return time_block(
+                fuse_elementwise(block.fwd if phase == "fwd" else block.bwd),
+                lambda i: accelerator.compute_time_s(
+                    i.flops, i.bytes_read + i.bytes_written, dtype
+                ),
+                lambda i: self._comm_time(point, spans[i.axes], i),
             )
-            self._times.put(memo_key, timing)
-        return timing
 
-    # -- evaluation ---------------------------------------------------------------------------
+        key = (point.key, kind, phase, point.token, shapes, dtype)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
-    def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:  # type: ignore[override]
-        workload = make_workload(model, parallel)
-        gpus = workload.world_size
-        if gpus > system.max_gpus:
-            return _infeasible(f"{gpus} GPUs exceed the system's {system.max_gpus}", gpus, system)
-        try:
-            key, blocks = self._bound(workload)
-        except InfeasibleError as error:
-            return _infeasible(error.reason, gpus, system)
-        return self._evaluate(workload, key, blocks, system)
+    def _axes(self, point: _Point, kind: str) -> list[tuple[str, ...]]:
+        block = point.blocks[kind]
+        return self._parts.get(("axes", point.key, kind), lambda: _axes_of(block))  # type: ignore[no-any-return]
 
-    def _evaluate(
-        self, workload: Workload, key: Hashable, blocks: dict[str, BoundBlock], system: System,
-    ) -> Evaluation:
-        parallel = workload.parallel
-        p, vpp, m = parallel.pp, parallel.vpp, workload.micro_batches
-        dtype = "fp16" if str(parallel.precision) == "fp16" else str(parallel.precision)
-        if dtype not in system.accelerator.peak_flops_per_s:
-            dtype = "bf16"
-        table = self._memo(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
-        stage_times: list[_StageTiming] = []
-        stage_chunks = []
-        for stage in range(p):
-            rank = workload.mesh.rank_of({"pp": stage})
-            chunks = tuple(chunk_blocks(workload, blocks, v * p + stage) for v in range(vpp))
-            stage_chunks.append(chunks)
-            stage_times.append(self._stage_timing(workload, key, chunks, system, table, rank, dtype))
-        transfer = 0.0
-        if p > 1:
-            transfer = alpha_beta_point_to_point_s(
-                system, workload.mesh.rank_of({"pp": 0}), workload.mesh.rank_of({"pp": 1}),
-                boundary_bytes(workload),
+    def _block_sync(self, point: _Point, kind: str) -> _BlockSync:
+        """A block's gradient bytes per bucket key, parameter-gather bytes per axes (ZeRO-1/2),
+        and its model states (:func:`stage_core.lower.program._block_sync`,
+        :func:`stage_core.lower.memory._block_states`)."""
+        workload, block = point.workload, point.blocks[kind]
+
+        def compute() -> _BlockSync:
+            reductions, gathers, params = _block_sync(workload, block)
+            weights, grads, optimizer, full = _block_states(workload, block)
+            model, hardware = _block_flops(block)
+            states = weights + grads + optimizer
+            return (
+                reductions,
+                gathers,
+                _States(states, block.saved_bytes, params, (full,), model, hardware),
             )
-        kind = str(parallel.schedule)
-        pipeline = step_time(
-            kind, [StageTimes(t.fwd, t.bwd) for t in stage_times], m, vpp, transfer
-        )
-        working_set = self._memo(("working_set", key), lambda: recompute_working_set(workload, blocks))
-        best: tuple[float, dict[str, float]] | None = None
-        peak_memory = 0
-        for stage in range(p):
-            rank = workload.mesh.rank_of({"pp": stage})
-            chunks, timing = stage_chunks[stage], stage_times[stage]
-            sync_end, optimizer_s, gather_s = self._step_work(
-                workload, key, chunks, timing, pipeline.last_backward_start_s[stage], system, table, rank, dtype,
+
+        key = ("block_sync", point.key, kind, point.state_key)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _transfer(self, point: _Point) -> float:
+        """One activation (or gradient) message between adjacent stages. Without sequence
+        parallelism tp ranks hold the same activation: Megatron's scatter/gather sends 1/tp
+        of it and all-gathers it over tp on the receiver (Narayanan et al. 2021, §4.1)."""
+        workload, system = point.workload, point.system
+        mesh, tp = workload.mesh, workload.axis_sizes["tp"]
+        size = boundary_bytes(workload)
+        gathered = tp > 1 and not workload.flags.sp
+        first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
+
+        def compute() -> float:
+            seconds = alpha_beta_point_to_point_s(
+                system, first, second, size // tp if gathered else size
             )
-            end = pipeline.end_s[stage]
-            total = max(end, sync_end) + optimizer_s + gather_s
-            breakdown = {"compute": m * timing.compute_s}
-            for label, seconds in timing.exposed.items():
-                breakdown[f"exposed_{label}"] = m * seconds
-            breakdown["pipeline_bubble"] = end - pipeline.busy_s[stage]
-            breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
-            breakdown["optimizer"] = optimizer_s
-            breakdown["parameter_gather"] = gather_s
-            busy_parts = breakdown["compute"] + sum(m * s for s in timing.exposed.values())
-            breakdown["other"] = max(0.0, pipeline.busy_s[stage] - busy_parts)
-            if best is None or total > best[0]:
-                best = (total, breakdown)
-            memory = chunks_memory(workload, chunks, None, working_set, stage)
-            peak_memory = max(peak_memory, memory.peak_bytes)
-        assert best is not None
-        return self._result(workload, blocks, stage_chunks, best, peak_memory, system)
-
-    def _stage_timing(
-        self, workload: Workload, key: Hashable, chunks: tuple[Any, ...], system: System,
-        table: GroupTable, rank: int, dtype: str,
-    ) -> _StageTiming:
-        zero = workload.parallel.zero
-        fwd, bwd, block_bwd = [], [], []
-        compute = 0.0
-        exposed: dict[str, float] = {}
-        seen: dict[int, tuple[BlockTiming, BlockTiming]] = {}
-        for chunk in chunks:
-            f_total = b_total = 0.0
-            per_block = []
-            for block in chunk.blocks:
-                pair = seen.get(id(block))
-                if pair is None:
-                    pair = seen[id(block)] = (
-                        self._block_timing(key, block, "fwd", system, table, rank, dtype),
-                        self._block_timing(key, block, "bwd", system, table, rank, dtype),
-                    )
-                tf, tb = pair
-                df, db = tf.duration_s, tb.duration_s
-                if zero >= 3:  # parameter gathers (and gradient scatters) on their own stream
-                    gather = self._zero_time(workload, key, block, system, table, rank, True)
-                    scatter = self._zero_time(workload, key, block, system, table, rank, False)
-                    exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + max(0.0, gather - df) + max(0.0, gather + scatter - db)
-                    df, db = max(df, gather), max(db, gather + scatter)
-                elif zero == 2:
-                    scatter = self._zero_time(workload, key, block, system, table, rank, False)
-                    exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + max(0.0, scatter - db)
-                    db = max(db, scatter)
-                f_total += df
-                b_total += db
-                per_block.append(db)
-                compute += tf.compute_s + tb.compute_s
-                for label, seconds in (*tf.exposed_s.items(), *tb.exposed_s.items()):
-                    exposed[label] = exposed.get(label, 0.0) + seconds
-            fwd.append(f_total)
-            bwd.append(b_total)
-            block_bwd.append(tuple(reversed(per_block)))
-        return _StageTiming(tuple(fwd), tuple(bwd), compute, exposed, tuple(block_bwd))
-
-    def _step_work(
-        self, workload: Workload, key: Hashable, chunks: tuple[Any, ...], timing: _StageTiming,
-        last_backward: tuple[float, ...], system: System, table: GroupTable, rank: int, dtype: str,
-    ) -> tuple[float, float, float]:
-        """Gradient synchronisation overlapped with the last backward; optimizer; gathers."""
-        free = 0.0
-        gather = 0.0
-        for chunk in chunks:
-            starts = [last_backward[chunk.index]]
-            for seconds in timing.block_bwd[chunk.index]:
-                starts.append(starts[-1] + seconds)
-            sync_key = ("sync", key, chunk.stage, workload.parallel.zero, workload.axis_sizes["dp"],
-                        workload.parallel.grad_bucket_bytes, workload.parallel.pp, workload.parallel.vpp)
-            for op in self._memo(sync_key, lambda chunk=chunk: _sync_ops(workload, chunk)):
-                span = self._span(system, table, rank, op.axes)
-                seconds = self._memo(
-                    ("sync_time", _system_key(system), span, op.collective, op.comm_bytes),
-                    lambda op=op: alpha_beta_collective_s(system, op.collective, op.comm_bytes, table.group(rank, op.axes)),
+            if gathered:
+                group = point.table.group(second, ("tp",))
+                seconds += alpha_beta_collective_s(
+                    system, CollectiveKind.ALL_GATHER, size // tp, group
                 )
-                if op.after < 0:
-                    gather += seconds
-                    continue
-                free = max(free, starts[op.after + 1]) + seconds
-        optimizer = self._memo(
-            ("optimizer", key, chunks[0].stage, workload.parallel.zero, workload.axis_sizes["dp"],
-             workload.parallel.pp, workload.parallel.vpp),
-            lambda: _optimizer(workload, chunks),
-        )
-        optimizer_s = system.accelerator.compute_time_s(
-            optimizer.flops, optimizer.bytes_read + optimizer.bytes_written, "fp32"
-            if "fp32" in system.accelerator.peak_flops_per_s else dtype,
-        )
-        return free, optimizer_s, gather
+            return seconds
+
+        ends = (system.coordinates(first), system.coordinates(second))
+        key = ("transfer", point.token, ends, size, tp, gathered)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _optimizer_s(self, point: _Point, params: int) -> float:
+        """Adam over this rank's ``params`` (a shard of them under ZeRO; the count of
+        :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
+        bookkeeping (:data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`)."""
+        accelerator, dtype = point.system.accelerator, point.dtype
+
+        def compute() -> float:
+            extra = OPTIMIZER_EXTRA_BYTES_PER_PARAM
+            if dtype == "fp16":
+                extra += LOSS_SCALING_BYTES_PER_PARAM
+            per_param = ADAM_BYTES_READ_PER_PARAM + ADAM_BYTES_WRITTEN_PER_PARAM + extra
+            fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
+            return accelerator.compute_time_s(
+                ADAM_FLOPS_PER_PARAM * params, per_param * params, fp32
+            )
+
+        return self._parts.get(("optimizer", point.token, params, dtype), compute)  # type: ignore[no-any-return]
 
     def _result(
-        self, workload: Workload, blocks: dict[str, BoundBlock], stage_chunks: list[tuple[Any, ...]],
-        best: tuple[float, dict[str, float]], peak_memory: int, system: System,
+        self, workload: Workload, step: Step, flops: tuple[int, int], system: System
     ) -> Evaluation:
-        step, breakdown = best
         gpus = workload.world_size
-        per_stage_ranks = gpus // workload.parallel.pp
-        m = workload.micro_batches
-        model_flops = hardware_flops = 0
-        per_block: dict[int, tuple[int, int]] = {}
-        for chunks in stage_chunks:
-            for chunk in chunks:
-                for block in chunk.blocks:
-                    if id(block) not in per_block:
-                        per_block[id(block)] = _block_flops(block)
-                    model, hardware = per_block[id(block)]
-                    model_flops += model
-                    hardware_flops += hardware
-        model_flops *= m * per_stage_ranks
-        hardware_flops *= m * per_stage_ranks
-        peak = system.accelerator.peak(str(workload.parallel.precision) if str(workload.parallel.precision) in system.accelerator.peak_flops_per_s else "bf16")
+        seconds = step.step_time_s
+        peak = system.accelerator.peak(_dtype(workload.parallel, system))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
-        feasible = peak_memory <= capacity
-        reason = "" if feasible else (
-            f"out of memory: peak {peak_memory / 2**30:.2f} GiB exceeds {capacity / 2**30:.2f} GiB"
-        )
-        cost = None if system.price_per_gpu_hour is None else system.price_per_gpu_hour * gpus * step / 3600
+        feasible = step.peak_memory_bytes <= capacity
+        reason = ""
+        if not feasible:
+            reason = (
+                f"out of memory: peak {step.peak_memory_bytes / 2**30:.2f} GiB exceeds "
+                f"{capacity / 2**30:.2f} GiB"
+            )
+        price = system.price_per_gpu_hour
+        cost = None if price is None else price * gpus * seconds / 3600
         return Evaluation(
-            step_time_s=step,
-            mfu=model_flops / (step * gpus * peak),
-            hfu=hardware_flops / (step * gpus * peak),
-            tokens_per_s_per_gpu=tokens / step / gpus,
-            peak_memory_bytes=peak_memory,
+            step_time_s=seconds,
+            mfu=flops[0] / (seconds * gpus * peak),
+            hfu=flops[1] / (seconds * gpus * peak),
+            tokens_per_s_per_gpu=tokens / seconds / gpus,
+            peak_memory_bytes=step.peak_memory_bytes,
             feasible=feasible,
             reason=reason,
-            breakdown={k: v for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")},
+            breakdown=dict(step.breakdown),
             memory_capacity_bytes=capacity,
             num_gpus=gpus,
-            model_flops_per_step=model_flops,
-            hardware_flops_per_step=hardware_flops,
+            model_flops_per_step=flops[0],
+            hardware_flops_per_step=flops[1],
             cost_per_step=cost,
             cost_per_million_tokens=None if cost is None else cost / tokens * 1e6,
             backend=self.name,
+            extra={
+                "micro_batches": workload.micro_batches,
+                "pipeline_stages": workload.parallel.pp,
+                "slowest_stage": step.slowest_stage,
+                "pipeline_end_s": step.pipeline_end_s,
+            },
         )
 
 
-def _system_key(system: System) -> str:
-    """A value key of a system (its dataclass repr): equal systems share memo entries."""
-    return repr(system)
+def _sum_states(parts: Sequence[tuple[_States, int]]) -> _States:
+    """The states of runs of ``count`` identical blocks."""
+    largest = [x for part, count in parts for x in part.largest * min(count, 2)]
+    return _States(
+        sum(part.states_bytes * count for part, count in parts),
+        sum(part.saved_bytes * count for part, count in parts),
+        sum(part.params * count for part, count in parts),
+        tuple(sorted(largest, reverse=True)[:2]),
+        sum(part.model_flops * count for part, count in parts),
+        sum(part.hardware_flops * count for part, count in parts),
+    )
 
 
 def _canonical(workload: Workload) -> Workload:
@@ -361,6 +587,18 @@ def _canonical(workload: Workload) -> Workload:
     sizes["B"] = sizes["B"] // dp * axes["dp"]
     sizes["C"] = sizes["C"] // dp * axes["dp"] if workload.model.is_moe else sizes["C"]
     return replace(workload, sizes=sizes, axis_sizes=axes)
+
+
+def _dtype(parallel: ParallelConfig, system: System) -> str:
+    """The dtype whose peak times compute: the precision, else bf16 (e.g. fp8 on an A100)."""
+    precision = str(parallel.precision)
+    return precision if precision in system.accelerator.peak_flops_per_s else "bf16"
+
+
+def _layout_key(workload: Workload) -> tuple[Any, ...]:
+    model, parallel = workload.model, workload.parallel
+    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
+    return (model.layers, pattern, parallel.pp, parallel.vpp)
 
 
 def _block_flops(block: BoundBlock) -> tuple[int, int]:
@@ -378,26 +616,10 @@ def _axes_of(block: BoundBlock) -> list[tuple[str, ...]]:
     return sorted({i.axes for i in (*block.fwd, *block.bwd) if i.axes})
 
 
-def _span_key(table: GroupTable, rank: int, axes: tuple[str, ...], system: System) -> tuple[object, ...]:
-    """What a group's timing depends on: its size and the network coordinates of its ends and
-    stride (groups with equal keys span the same dims the same way)."""
-    group = table.group(rank, axes)
-    second = group[1] if len(group) > 1 else group[0]
-    return (len(group), system.coordinates(group[0]), system.coordinates(second), system.coordinates(group[-1]))
-
-
-def _comm_time(system: System, table: GroupTable, rank: int, instr: Instr) -> float:
-    if instr.kind == "ring":
-        (axis,) = instr.axes
-        peer = table.shifted(rank, axis, 1)
-        return instr.ring_steps * alpha_beta_point_to_point_s(system, rank, peer, instr.comm_bytes)
-    assert instr.collective is not None
-    return alpha_beta_collective_s(system, instr.collective, instr.comm_bytes, table.group(rank, instr.axes))
-
-
 def _infeasible(reason: str, gpus: int, system: System) -> Evaluation:
+    nan = float("nan")
     return Evaluation(
-        step_time_s=float("nan"), mfu=float("nan"), hfu=float("nan"),
-        tokens_per_s_per_gpu=float("nan"), peak_memory_bytes=0, feasible=False, reason=reason,
-        memory_capacity_bytes=system.accelerator.memory_bytes, num_gpus=gpus,
-    )
+        step_time_s=nan, mfu=nan, hfu=nan, tokens_per_s_per_gpu=nan, peak_memory_bytes=0,
+        feasible=False, reason=reason, memory_capacity_bytes=system.accelerator.memory_bytes,
+        num_gpus=gpus,
+    )  # fmt: skip

@@ -1,20 +1,44 @@
-"""Timing one block's instructions on one rank: a compute stream and a communication stream.
+"""Timing one rank's work: a block's instructions on two streams, chunks of blocks, and the
+gradient synchronisation that overlaps a chunk's last backward.
 
-The instructions of a bound block form a DAG (their ``deps``). Like ASTRA-sim, a rank has one
-compute slot and one communication slot; an instruction is ready when its dependencies have
-finished, and each slot serves ready instructions in index order. Compute instructions take the
-accelerator's roofline time; collectives the α–β time over the network dims their group spans;
-ring-attention exchanges ``ring_steps`` point-to-point messages. The result is the block's
-duration, its busy compute time, and the communication time left exposed (not hidden behind
-compute), by collective kind.
+**Blocks** (:func:`time_block`). The instructions of a bound block form a DAG (their
+``deps``). A rank has one compute stream and one communication stream, and — as CUDA streams
+do — each runs its instructions in program (index) order: an instruction starts when its
+stream has finished the previous one and its dependencies have finished. Communication thus
+overlaps the compute the program places after it and that does not need it (Megatron-LM's
+weight-gradient GEMM behind the input-gradient reduction), never an earlier wait. (ASTRA-sim
+instead issues any *ready* node of a free slot in id order, so an independent node may run
+ahead of one that waits; the two agree when the program order is a valid schedule without such
+waits.) Compute instructions take the time the caller gives (the accelerator's roofline with
+efficiencies); collectives the α–β time over the network dims their group spans; ring-attention
+exchanges ``ring_steps`` point-to-point messages. The result is the block's duration, its busy
+compute time, and the communication time left exposed (not hidden behind compute), by
+collective kind.
+
+**Chunks** (:func:`chunk_timing`). A pipeline chunk is a run-length list of block kinds
+(:data:`Runs`: ``(("embedding", 1), ("layer", 12))``); its forward and backward take the sum of
+its blocks', ZeRO-3 parameter gathers and ZeRO-2/3 gradient scatters running beside each block
+on their own stream and exposed where they outlast it.
+
+**Gradient buckets** (:func:`bucket_gradients`, :func:`sync_timing`). Walking a chunk's blocks
+in backward order, each block adds its gradients' bytes to a pending bucket per (collective,
+axes); a bucket is reduced as soon as it holds ``limit`` bytes, and every bucket at the chunk's
+last block — the rule of :func:`stage_core.lower.program._sync_ops`, computed here per run of
+identical blocks in a few arithmetic steps instead of once per block (the tests check both give
+the same operations). The reductions run on one communication stream in that order, each no
+earlier than the end of the block that completed it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import Instr
+
+#: A chunk as runs of identical blocks in forward order: ``((kind, count), ...)``.
+Runs = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,52 +64,29 @@ def time_block(
     compute_s: Callable[[Instr], float],
     comm_s: Callable[[Instr], float],
 ) -> BlockTiming:
-    """Event-driven timing of ``instrs`` with one compute and one communication slot."""
-    count = len(instrs)
-    if not count:
+    """Timing of ``instrs`` on one in-order compute stream and one in-order communication
+    stream: an instruction starts when its stream has finished the previous one and its
+    dependencies have finished."""
+    if not instrs:
         return BlockTiming.zero()
-    durations = [comm_s(i) if (i.collective is not None or i.kind == "ring") else compute_s(i) for i in instrs]
-    is_comm = [i.collective is not None or i.kind == "ring" for i in instrs]
-    finish = [-1.0] * count
-    ready_at = [0.0] * count
-    remaining = [len(i.deps) for i in instrs]
-    dependents: list[list[int]] = [[] for _ in range(count)]
-    for index, instr in enumerate(instrs):
-        for dep in instr.deps:
-            dependents[dep].append(index)
-    ready = [[i for i in range(count) if not is_comm[i] and remaining[i] == 0],
-             [i for i in range(count) if is_comm[i] and remaining[i] == 0]]
     free = [0.0, 0.0]
+    finish: list[float] = []
     intervals: list[list[tuple[float, float, int]]] = [[], []]
-    done = 0
-    while done < count:
-        # Start, on each slot, the lowest-index ready instruction (ASTRA-sim issues in id order).
-        candidates = []
-        for slot in (0, 1):
-            if ready[slot]:
-                index = min(ready[slot])
-                candidates.append((max(free[slot], ready_at[index]), slot, index))
-        if not candidates:  # pragma: no cover - the deps of a bound block form a DAG
-            raise RuntimeError("block instructions have a dependency cycle")
-        start, slot, index = min(candidates)
-        ready[slot].remove(index)
-        end = start + durations[index]
+    for index, instr in enumerate(instrs):
+        slot = 1 if instr.collective is not None or instr.kind == "ring" else 0
+        start = free[slot]
+        for dep in instr.deps:
+            if finish[dep] > start:
+                start = finish[dep]
+        end = start + (comm_s(instr) if slot else compute_s(instr))
+        finish.append(end)
         free[slot] = end
-        finish[index] = end
         intervals[slot].append((start, end, index))
-        done += 1
-        for follower in dependents[index]:
-            remaining[follower] -= 1
-            ready_at[follower] = max(ready_at[follower], end)
-            if remaining[follower] == 0:
-                ready[1 if is_comm[follower] else 0].append(follower)
-    duration = max(finish)
-    compute_busy = sum(end - start for start, end, _ in intervals[0])
+    compute = intervals[0]  # in start order: the stream is in order
     exposed: dict[str, float] = {}
-    compute_iv = sorted((s, e) for s, e, _ in intervals[0])
     for start, end, index in intervals[1]:
         hidden = 0.0
-        for c_start, c_end in compute_iv:
+        for c_start, c_end, _ in compute:
             if c_end <= start:
                 continue
             if c_start >= end:
@@ -93,5 +94,192 @@ def time_block(
             hidden += min(end, c_end) - max(start, c_start)
         label = comm_label(instrs[index])
         exposed[label] = exposed.get(label, 0.0) + (end - start - hidden)
-    flops = sum(i.flops for i in instrs)
-    return BlockTiming(duration, compute_busy, exposed, flops)
+    return BlockTiming(
+        max(finish),
+        sum(end - start for start, end, _ in compute),
+        exposed,
+        sum(i.flops for i in instrs),
+    )
+
+
+def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
+    """``instrs`` with chains of element-wise instructions fused, as Megatron-LM's fused
+    kernels do (bias + GeLU, bias + dropout + residual add): when an element-wise instruction's
+    output feeds exactly one instruction of the block and that one is element-wise too, the
+    output stays on chip — its bytes are neither written nor read back."""
+    dependents = [0] * len(instrs)
+    for instr in instrs:
+        for dep in instr.deps:
+            dependents[dep] += 1
+    fused = list(instrs)
+    for index, instr in enumerate(instrs):
+        if instr.kind != "elementwise":
+            continue
+        for dep in instr.deps:
+            producer = fused[dep]
+            if (
+                producer.kind == "elementwise"
+                and dependents[dep] == 1
+                and producer.phase == instr.phase
+            ):
+                kept = min(producer.bytes_written, fused[index].bytes_read)
+                fused[dep] = replace(producer, bytes_written=producer.bytes_written - kept)
+                fused[index] = replace(fused[index], bytes_read=fused[index].bytes_read - kept)
+    return tuple(fused)
+
+
+@functools.lru_cache(maxsize=1024)
+def chunk_runs(layers: int, moe_layers: tuple[bool, ...], pp: int, vpp: int) -> tuple[Runs, ...]:
+    """Per global pipeline stage (``pp·vpp`` of them): its blocks as runs of kinds in forward
+    order — the embedding on the first, ``layers/(pp·vpp)`` layers each (``moe_layer`` where
+    ``moe_layers`` says so; empty: all dense), the head on the last — as
+    :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised: a pure function)."""
+    per = layers // (pp * vpp)
+    result = []
+    for stage in range(pp * vpp):
+        kinds = ["embedding"] if stage == 0 else []
+        indices = range(stage * per, (stage + 1) * per)
+        kinds += ["moe_layer" if moe_layers and moe_layers[i] else "layer" for i in indices]
+        if stage == pp * vpp - 1:
+            kinds.append("head")
+        runs: list[tuple[str, int]] = []
+        for kind in kinds:
+            if runs and runs[-1][0] == kind:
+                runs[-1] = (kind, runs[-1][1] + 1)
+            else:
+                runs.append((kind, 1))
+        result.append(tuple(runs))
+    return tuple(result)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCost:
+    """One block kind on one rank: its forward and backward timing, and the seconds of its
+    ZeRO-3 parameter gathers and ZeRO-2/3 gradient reduce-scatters (0 when not used)."""
+
+    forward: BlockTiming
+    backward: BlockTiming
+    gather_s: float = 0.0
+    scatter_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTiming:
+    """Per micro-batch: a chunk's forward and backward seconds, busy compute, exposed
+    communication by label, and its blocks' backward seconds as runs in backward order."""
+
+    forward_s: float
+    backward_s: float
+    compute_s: float
+    exposed_s: tuple[tuple[str, float], ...]
+    backward_runs: tuple[tuple[float, int], ...]
+
+
+def chunk_timing(runs: Runs, costs: Mapping[str, BlockCost], zero: int) -> ChunkTiming:
+    """The timing of a chunk; ZeRO's per-block collectives run on their own stream beside the
+    block (gathers before forward and backward, scatters after the backward) and are exposed
+    where they outlast it."""
+    forward = backward = compute = 0.0
+    exposed: dict[str, float] = {}
+    backward_runs = []
+    for kind, count in runs:
+        cost = costs[kind]
+        df, db = cost.forward.duration_s, cost.backward.duration_s
+        if zero >= 3:
+            label_s = max(0.0, cost.gather_s - df) + max(0.0, cost.gather_s + cost.scatter_s - db)
+            exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * label_s
+            df, db = max(df, cost.gather_s), max(db, cost.gather_s + cost.scatter_s)
+        elif zero == 2:
+            exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + count * max(
+                0.0, cost.scatter_s - db
+            )
+            db = max(db, cost.scatter_s)
+        forward += count * df
+        backward += count * db
+        compute += count * (cost.forward.compute_s + cost.backward.compute_s)
+        for label, seconds in (*cost.forward.exposed_s.items(), *cost.backward.exposed_s.items()):
+            exposed[label] = exposed.get(label, 0.0) + count * seconds
+        backward_runs.append((db, count))
+    return ChunkTiming(
+        forward, backward, compute, tuple(sorted(exposed.items())), tuple(reversed(backward_runs))
+    )
+
+
+#: A group of equal reductions: (bucket key, bytes, first position, step, count) — positions
+#: ``first + i·step`` (i < count) in backward block order.
+Group = tuple[Hashable, int, int, int, int]
+
+
+def bucket_gradients(
+    runs: Sequence[tuple[Mapping[Hashable, int], int]],
+    limit: int,
+) -> list[Group]:
+    """The gradient reductions of a chunk, as groups.
+
+    ``runs`` are the chunk's blocks in *backward* order as (gradient bytes per bucket key, number
+    of identical blocks). A key's pending bytes grow by each block's contribution; the key is
+    reduced when they reach ``limit``, and every pending key at the chunk's last block.
+    """
+    total = sum(count for _, count in runs)
+    pending: dict[Hashable, int] = {}
+    groups: list[Group] = []
+    position = 0
+    for reductions, count in runs:
+        if count == 0:
+            continue
+        for key, size in reductions.items():
+            carried = pending.pop(key, 0)
+            if size >= limit:  # every block of the run reduces the key on its own
+                groups.append((key, carried + size, position, 1, 1))
+                if count > 1:
+                    groups.append((key, size, position + 1, 1, count - 1))
+                continue
+            first = -(-(limit - carried) // size)  # blocks until the pending bytes reach limit
+            if first > count:
+                pending[key] = carried + count * size
+                continue
+            groups.append((key, carried + first * size, position + first - 1, 1, 1))
+            period = -(-limit // size)
+            rest = count - first
+            full = rest // period
+            if full:
+                groups.append((key, period * size, position + first - 1 + period, period, full))
+            if rest - full * period:
+                pending[key] = (rest - full * period) * size
+        position += count
+    for key, size in pending.items():  # the chunk's last block reduces what is left
+        groups.append((key, size, total - 1, 1, 1))
+    return groups
+
+
+def sync_timing(
+    groups: Sequence[tuple[float, int, int, int]],
+    backward_runs: Sequence[tuple[float, int]],
+) -> tuple[float, float]:
+    """(total, latest) of a chunk's reductions on one stream: ``groups`` are (seconds, first,
+    step, count) in backward positions, ``backward_runs`` the blocks' backward seconds.
+
+    Reductions run in position order, each no earlier than the end of its block; started with
+    the stream free at ``f`` and the chunk's last backward starting at ``s``, the stream is free
+    again at ``max(f + total, s + latest)``, where ``latest`` is the largest (end of a block that
+    has reductions + the seconds of the reductions from there on).
+    """
+    seconds_at: dict[int, float] = {}
+    total = 0.0
+    for seconds, first, step, count in groups:
+        for position in range(first, first + step * count, step):
+            seconds_at[position] = seconds_at.get(position, 0.0) + seconds
+        total += seconds * count
+    if not seconds_at:
+        return 0.0, float("-inf")
+    ends: list[float] = []  # ends[i]: end of the block at backward position i
+    now = 0.0
+    for seconds, count in backward_runs:
+        for _ in range(count):
+            now += seconds
+            ends.append(now)
+    latest, tail = float("-inf"), 0.0
+    for position in sorted(seconds_at, reverse=True):
+        tail += seconds_at[position]
+        latest = max(latest, ends[position] + tail)
+    return total, latest

@@ -73,11 +73,16 @@ def _sends(forward: bool, global_stage: int, last_global: int) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _orders(kind: str, p: int, m: int, vpp: int) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
+def _orders(
+    kind: str, p: int, m: int, vpp: int
+) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
     """Per rank: (is forward, global stage, micro-batch, local chunk) in schedule order
     (memoised: a pure function of the schedule's shape)."""
     return tuple(
-        tuple((t.phase == "F", t.chunk * p + rank, t.micro_batch, t.chunk) for t in schedule(kind, rank, p, m, vpp))
+        tuple(
+            (t.phase == "F", t.chunk * p + rank, t.micro_batch, t.chunk)
+            for t in schedule(kind, rank, p, m, vpp)
+        )
         for rank in range(p)
     )
 
@@ -88,12 +93,19 @@ def _busy(stages: Sequence[StageTimes], m: int) -> tuple[float, ...]:
 
 def _send_time(p: int, m: int, vpp: int, transfer_s: float) -> tuple[float, ...]:
     last = p * vpp - 1
-    counts = [sum(_sends(True, c * p + r, last) + _sends(False, c * p + r, last) for c in range(vpp)) for r in range(p)]
+    counts = [
+        sum(_sends(True, c * p + r, last) + _sends(False, c * p + r, last) for c in range(vpp))
+        for r in range(p)
+    ]
     return tuple(m * count * transfer_s for count in counts)
 
 
 def simulate(
-    kind: str, stages: Sequence[StageTimes], micro_batches: int, vpp: int, transfer_s: float,
+    kind: str,
+    stages: Sequence[StageTimes],
+    micro_batches: int,
+    vpp: int,
+    transfer_s: float,
 ) -> PipelineResult:
     """Simulate every task of one step (the reference implementation)."""
     p = len(stages)
@@ -146,7 +158,9 @@ def simulate(
                 progressed = True
         if not progressed:  # pragma: no cover - schedules are deadlock-free by construction
             raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
-    return PipelineResult(tuple(free), tuple(busy), tuple(sending), tuple(tuple(x) for x in last_bwd))
+    return PipelineResult(
+        tuple(free), tuple(busy), tuple(sending), tuple(tuple(x) for x in last_bwd)
+    )
 
 
 # --- the fast path ---------------------------------------------------------------------------
@@ -197,7 +211,11 @@ def _compile(kind: str, p: int, m: int, vpp: int) -> _Compiled:
                     forward_task[j * m + mb] = len(tasks)
                     slot = slot_base + chunk
                 else:
-                    dependency = forward_task[j * m + mb] if j == last_global else backward_task[(j + 1) * m + mb]
+                    dependency = (
+                        forward_task[j * m + mb]
+                        if j == last_global
+                        else backward_task[(j + 1) * m + mb]
+                    )
                     if dependency == -2:
                         break
                     if mb == m - 1:
@@ -224,12 +242,17 @@ def _costs(stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[fl
     for rank, stage in enumerate(stages):
         for forward, times in ((True, stage.forward_s), (False, stage.backward_s)):
             for chunk, seconds in enumerate(times):
-                costs.append(seconds + transfer_s if _sends(forward, chunk * p + rank, last) else seconds)
+                costs.append(
+                    seconds + transfer_s if _sends(forward, chunk * p + rank, last) else seconds
+                )
     return costs
 
 
 def _run(
-    compiled: _Compiled, stages: Sequence[StageTimes], vpp: int, transfer_s: float,
+    compiled: _Compiled,
+    stages: Sequence[StageTimes],
+    vpp: int,
+    transfer_s: float,
 ) -> tuple[list[float], list[list[float]]]:
     """End of every rank and the last backward start of every (rank, chunk)."""
     p = len(stages)
@@ -261,19 +284,173 @@ def _run(
 
 
 def _result(
-    stages: Sequence[StageTimes], m: int, vpp: int, transfer_s: float,
-    ends: Sequence[float], starts: Sequence[Sequence[float]],
+    stages: Sequence[StageTimes],
+    m: int,
+    vpp: int,
+    transfer_s: float,
+    ends: Sequence[float],
+    starts: Sequence[Sequence[float]],
 ) -> PipelineResult:
     p = len(stages)
     return PipelineResult(
-        tuple(ends), _busy(stages, m), _send_time(p, m, vpp, transfer_s),
+        tuple(ends),
+        _busy(stages, m),
+        _send_time(p, m, vpp, transfer_s),
         tuple(tuple(row) for row in starts),
     )
 
 
 def step_time(
-    kind: str, stages: Sequence[StageTimes], micro_batches: int, vpp: int, transfer_s: float,
+    kind: str,
+    stages: Sequence[StageTimes],
+    micro_batches: int,
+    vpp: int,
+    transfer_s: float,
 ) -> PipelineResult:
     """:func:`simulate` by the compiled order: the same tasks, in one tight loop."""
     ends, starts = _run(_compile(kind, len(stages), micro_batches, vpp), stages, vpp, transfer_s)
     return _result(stages, micro_batches, vpp, transfer_s, ends, starts)
+
+
+@functools.lru_cache(maxsize=1024)
+def activation_profiles(
+    kind: str, stage: int, p: int, m: int, vpp: int
+) -> tuple[tuple[int, ...], ...]:
+    """The numbers of micro-batches in flight per local chunk at the candidate peaks of
+    ``stage``'s saved activations (1F1B and interleaved; GPipe holds all ``m``).
+
+    Walking the task order, a forward adds one micro-batch's saved activations of its chunk and
+    a backward frees them; the peak is right after some forward. Only count vectors not
+    dominated by another are kept, so for any chunk sizes ``max(Σ counts·saved)`` is the peak
+    :func:`stage_core.lower.memory.activation_peak` finds. After the warm-up the live set is
+    periodic, so a prefix of ``4·p`` micro-batches (a multiple of p) suffices, as in
+    :func:`stage_core.lower.memory.steady_activation_peak`.
+    """
+    prefix = min(m, 4 * p)
+    live = [0] * vpp
+    peaks: set[tuple[int, ...]] = set()
+    for task in schedule(kind, stage, p, prefix, vpp):
+        if task.phase == "F":
+            live[task.chunk] += 1
+            peaks.add(tuple(live))
+        else:
+            live[task.chunk] -= 1
+    kept: list[tuple[int, ...]] = []
+    for counts in sorted(peaks, key=sum, reverse=True):  # a dominating vector sorts first
+        if not any(all(x >= y for x, y in zip(other, counts, strict=True)) for other in kept):
+            kept.append(counts)
+    return tuple(sorted(kept))
+
+
+# --- a step: the pipeline, gradient synchronisation, optimizer, memory ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SyncCost:
+    """A chunk's gradient synchronisation as a function of its last backward's start ``s``: on
+    a communication stream free at ``f`` it ends at ``max(f + total_s, s + latest_s)``
+    (:func:`~stage_explore.analytical.blocktime.sync_timing`); ``gather_s``: ZeRO-1/2
+    parameter all-gathers after the optimizer."""
+
+    total_s: float
+    latest_s: float
+    gather_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StageClass:
+    """Pipeline ranks that hold the same blocks and whose groups span the network alike.
+
+    Per local chunk: forward and backward seconds per micro-batch, gradient synchronisation,
+    saved activation bytes per micro-batch. Per rank: busy compute and exposed communication
+    (by label) per micro-batch, model-state bytes, transient buffers (ZeRO-3's gathered
+    weights), optimizer seconds.
+    """
+
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    sync: tuple[SyncCost, ...]
+    saved_bytes: tuple[int, ...]
+    compute_s: float
+    exposed_s: tuple[tuple[str, float], ...]
+    states_bytes: int
+    buffers_bytes: int
+    optimizer_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """Every pipeline stage's class, the activation transfer between stages, and the bytes
+    recompute re-materialises (a transient on every rank)."""
+
+    stage_class: tuple[int, ...]
+    classes: tuple[StageClass, ...]
+    transfer_s: float
+    working_set_bytes: int
+
+    @property
+    def stage_times(self) -> tuple[StageTimes, ...]:
+        return tuple(
+            StageTimes(self.classes[c].forward_s, self.classes[c].backward_s)
+            for c in self.stage_class
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The slowest rank's step time and its breakdown (adding up to it), and the peak memory
+    over all ranks."""
+
+    step_time_s: float
+    breakdown: tuple[tuple[str, float], ...]
+    peak_memory_bytes: int
+    slowest_stage: int
+    pipeline_end_s: float
+
+
+def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
+    """Simulate the schedule and finish every rank's step: each chunk's gradient
+    synchronisation after its last backward (issued in the order those run, on one stream),
+    then the optimizer, then ZeRO-1/2 parameter gathers; and every rank's peak memory (model
+    states + saved activations at the schedule's peak + transients, as
+    :func:`stage_core.lower.memory.chunks_memory`)."""
+    p = len(plan.stage_class)
+    pipeline = step_time(kind, plan.stage_times, m, vpp, plan.transfer_s)
+    worst: tuple[float, int, float] | None = None
+    peak_memory = 0
+    for stage in range(p):
+        cls = plan.classes[plan.stage_class[stage]]
+        starts = pipeline.last_backward_start_s[stage]
+        free = gather = 0.0
+        for index in sorted(range(vpp), key=starts.__getitem__):
+            sync = cls.sync[index]
+            free = max(free + sync.total_s, starts[index] + sync.latest_s)
+            gather += sync.gather_s
+        total = max(pipeline.end_s[stage], free) + cls.optimizer_s + gather
+        if worst is None or total > worst[0]:
+            worst = (total, stage, free)
+        if kind == "gpipe":
+            activations = m * sum(cls.saved_bytes)
+        else:
+            activations = max(
+                sum(n * b for n, b in zip(counts, cls.saved_bytes, strict=True))
+                for counts in activation_profiles(kind, stage, p, m, vpp)
+            )
+        memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes
+        peak_memory = max(peak_memory, memory)
+    assert worst is not None
+    total, stage, sync_end = worst
+    cls = plan.classes[plan.stage_class[stage]]
+    end = pipeline.end_s[stage]
+    breakdown = {"compute": m * cls.compute_s}
+    for label, seconds in cls.exposed_s:
+        breakdown[f"exposed_{label}"] = m * seconds
+    breakdown["pipeline_p2p"] = pipeline.send_s[stage]
+    breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
+    breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
+    breakdown["optimizer"] = cls.optimizer_s
+    breakdown["parameter_gather"] = total - max(end, sync_end) - cls.optimizer_s
+    kept = tuple(
+        (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
+    )
+    return Step(total, kept, peak_memory, stage, end)

@@ -15,7 +15,8 @@ User documentation: ``docs/astra-sim.md``.
 
 from __future__ import annotations
 
-from stage_explore.astrasim.backend import AstraSimBackend, compute_dtype, step_flops
+from stage_core.lower.flops import step_flops
+from stage_explore.astrasim.backend import AstraSimBackend, compute_dtype
 from stage_explore.astrasim.discovery import (
     BINARY_NAMES,
     ENV_VAR,

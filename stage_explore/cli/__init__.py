@@ -21,8 +21,10 @@ COMMANDS: tuple[str, ...] = (
     "memory",
     "trace",
     "check",
+    "eval",
     "explore",
     "report",
+    "validate",
 )
 
 
