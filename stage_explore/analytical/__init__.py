@@ -1,5 +1,10 @@
-"""The analytical backend: collective timing and the event-driven trace simulator.
+"""The analytical backend and its parts.
 
+- :mod:`~stage_explore.analytical.backend` — :class:`AnalyticalBackend`: step time, breakdown,
+  MFU, memory and feasibility of one design point (``stage eval``, the explorer's default);
+- :mod:`~stage_explore.analytical.blocktime` — one block's instructions on a compute and a
+  communication stream;
+- :mod:`~stage_explore.analytical.pipeline` — the pipeline schedule simulated across stages;
 - :mod:`~stage_explore.analytical.collectives` — collective and point-to-point times over the
   network dims a group spans, in ASTRA-sim mode (ns, exact) and α–β mode (s);
 - :mod:`~stage_explore.analytical.tracesim` — per-rank traces simulated with ASTRA-sim's

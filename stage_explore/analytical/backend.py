@@ -1,4 +1,4 @@
-"""The analytical backend: step time, its breakdown, MFU, memory and feasibility in microseconds.
+"""The analytical backend: step time, its breakdown, MFU, memory and feasibility in about a ms.
 
 For one (model, parallel config, system) point it
 
@@ -44,6 +44,7 @@ from stage_core.blocks import Structure
 from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
+from stage_core.lower.flops import block_flops
 from stage_core.lower.memory import _block_states, recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
@@ -79,8 +80,6 @@ from stage_explore.analytical.collectives import (
 from stage_explore.analytical.pipeline import StageClass, Step, StepPlan, SyncCost, assemble_step
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
-
-_MODEL_KINDS = ("einsum", "attention")
 
 #: Achieved fraction of each network dim's link bandwidth (dim 0 = the scale-up domain; the
 #: last value applies to further dims). NCCL's bus bandwidth on DGX A100 is ~200–230 GB/s of the
@@ -200,7 +199,7 @@ class AnalyticalBackend(BaseBackend):
         self._plans = _Memo(cache_size * 4)
         self._steps = _Memo(cache_size * 16)
         self._parts = _Memo(cache_size * 64)
-        self._systems: dict[int, tuple[System, System, int]] = {}
+        self._systems = _Memo(64)
         self._tokens = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -362,22 +361,19 @@ class AnalyticalBackend(BaseBackend):
 
     def _network(self, system: System) -> tuple[System, int]:
         """``system`` with every dim's bandwidth scaled by its efficiency, and a token naming it
-        in memo keys (a new token whenever a new system object appears)."""
-        entry = self._systems.get(id(system))
-        if entry is None or entry[0] is not system:
+        in memo keys (equal systems share one)."""
+
+        def compute() -> tuple[System, int]:
             efficiency = self.network_efficiency
+            factors = [efficiency[min(i, len(efficiency) - 1)] for i in range(len(system.network))]
             dims = tuple(
                 replace(dim, bandwidth_bytes_per_s=dim.bandwidth_bytes_per_s * factor)
-                for dim, factor in zip(
-                    system.network,
-                    (efficiency[min(i, len(efficiency) - 1)] for i in range(len(system.network))),
-                    strict=True,
-                )
+                for dim, factor in zip(system.network, factors, strict=True)
             )
             self._tokens += 1
-            entry = (system, replace(system, network=dims), self._tokens)
-            self._systems[id(system)] = entry
-        return entry[1], entry[2]
+            return replace(system, network=dims), self._tokens
+
+        return self._systems.get(system, compute)  # type: ignore[no-any-return]
 
     def _bound(self, workload: Workload) -> tuple[Hashable, dict[str, BoundBlock]]:
         """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
@@ -469,7 +465,7 @@ class AnalyticalBackend(BaseBackend):
         def compute() -> _BlockSync:
             reductions, gathers, params = _block_sync(workload, block)
             weights, grads, optimizer, full = _block_states(workload, block)
-            model, hardware = _block_flops(block)
+            model, hardware = block_flops(block)
             states = weights + grads + optimizer
             return (
                 reductions,
@@ -502,7 +498,8 @@ class AnalyticalBackend(BaseBackend):
             return seconds
 
         ends = (system.coordinates(first), system.coordinates(second))
-        key = ("transfer", point.token, ends, size, tp, gathered)
+        mesh_key = (point.table.names, point.table.shape)
+        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _optimizer_s(self, point: _Point, params: int) -> float:
@@ -599,17 +596,6 @@ def _layout_key(workload: Workload) -> tuple[Any, ...]:
     model, parallel = workload.model, workload.parallel
     pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
     return (model.layers, pattern, parallel.pp, parallel.vpp)
-
-
-def _block_flops(block: BoundBlock) -> tuple[int, int]:
-    """Matmul and attention FLOPs of a block: without recompute (model), with it (hardware)."""
-    model = hardware = 0
-    for instr in (*block.fwd, *block.bwd):
-        if instr.kind in _MODEL_KINDS:
-            hardware += instr.flops
-            if instr.phase != "recompute":
-                model += instr.flops
-    return model, hardware
 
 
 def _axes_of(block: BoundBlock) -> list[tuple[str, ...]]:

@@ -20,16 +20,26 @@ Two implementations of the same semantics:
 
 - :func:`simulate`, the reference: a round-robin over the ranks, each running its order until a
   dependency is missing;
-- :func:`step_time`, the fast path the backend uses: the order in which the reference visits
-  tasks depends only on the schedule's shape ``(kind, p, m, vpp)``, never on durations, so it
-  is compiled once per shape into a flat topological order (memoised) and a step is one tight
-  loop over it (~60–80 ns per task). The tests check that both agree on many shapes.
+- :func:`step_time`, the fast path the backend uses: the task DAG depends only on the
+  schedule's shape ``(kind, p, m, vpp)``, never on durations, so it is compiled once per shape
+  into a flat topological order (memoised) and a step is one tight loop over it (~60–80 ns per
+  task); any topological order gives the same times.
 
-Every task is simulated: there is no steady-state extrapolation. Extrapolating from a few
-prefixes is not exact — a pipeline rank that is faster than the slowest can keep its own rate
-for many periods before the slowest rank's delay reaches it (an interleaved example with
-p = 4 changes rate only after 40 micro-batches), so the prefixes' ends grow linearly and
-then do not.
+:func:`activation_profiles` gives, per rank, the micro-batches in flight per chunk at the
+schedule's activation peaks; :func:`assemble_step` finishes a step from per-stage
+:class:`StageClass` costs — each chunk's gradient synchronisation after its last backward, the
+optimizer, ZeRO's parameter gathers — and returns the slowest rank's time and breakdown and the
+peak memory over all ranks.
+
+**Extrapolation, only when exact.** With many micro-batches the 1F1B and interleaved
+timelines become periodic, but checking a few prefixes is not enough: a rank faster than the
+slowest can keep its own rate for many periods before the slowest rank's delay reaches it (an
+interleaved example with p = 4 changes rate after 40 micro-batches). :func:`step_time`
+therefore simulates a short prefix and extrapolates only when the whole *state* — every task
+that later tasks depend on — is found one period later shifted by one and the same Δ
+(:func:`_periodic` proves that the rest then follows, by max-plus homogeneity); otherwise it
+tries a longer prefix, and in the end simulates every task. The tests check that both paths
+agree with the reference on many shapes, this one included.
 """
 
 from __future__ import annotations
@@ -173,65 +183,63 @@ class _Compiled:
     ``tasks[k] = (rank, dependency, slot)``: the task's rank, the index of the task whose
     release it waits for (−1: none) and its duration slot ``rank·2·vpp + phase·vpp + chunk``.
     ``last_backward[rank][chunk]`` = (the task, the rank's previous task) of the last
-    micro-batch's backward, to recover its start exactly.
+    micro-batch's backward, to recover its start exactly; ``last_task[rank]``: its last task.
     """
 
     tasks: tuple[tuple[int, int, int], ...]
     last_backward: tuple[tuple[tuple[int, int], ...], ...]
+    last_task: tuple[int, ...]  # per rank
 
 
-@functools.lru_cache(maxsize=128)
+@functools.lru_cache(maxsize=256)
 def _compile(kind: str, p: int, m: int, vpp: int) -> _Compiled:
-    """The reference's visiting order (a topological order of the task DAG), flattened."""
-    orders = _orders(kind, p, m, vpp)
+    """A topological order of the task DAG: each rank runs its order until a dependency is
+    missing and waits; producing that dependency wakes it (the times do not depend on which
+    topological order is used)."""
     last_global = p * vpp - 1
-    stages = p * vpp
-    # index of the task that produced (phase, global stage, micro-batch); -2: not yet run
-    forward_task = [-2] * (stages * m)
-    backward_task = [-2] * (stages * m)
+    size = p * vpp * m  # produced[j·m + mb]: forwards; produced[size + j·m + mb]: backwards
+    produced = [-1] * (2 * size)
+    waiting: dict[int, int] = {}  # the key a blocked rank needs → that rank
     tasks: list[tuple[int, int, int]] = []
     append = tasks.append
-    previous = [-1] * p
     last_backward = [[(-1, -1)] * vpp for _ in range(p)]
     position = [0] * p
-    remaining = sum(len(order) for order in orders)
-    while remaining:
-        progressed = False
-        for rank in range(p):
-            order = orders[rank]
-            index = start = position[rank]
-            length = len(order)
-            slot_base = rank * 2 * vpp
-            while index < length:
-                forward, j, mb, chunk = order[index]
-                if forward:
-                    dependency = forward_task[(j - 1) * m + mb] if j else -1
-                    if dependency == -2:
-                        break
-                    forward_task[j * m + mb] = len(tasks)
-                    slot = slot_base + chunk
-                else:
-                    dependency = (
-                        forward_task[j * m + mb]
-                        if j == last_global
-                        else backward_task[(j + 1) * m + mb]
-                    )
-                    if dependency == -2:
-                        break
-                    if mb == m - 1:
-                        last_backward[rank][chunk] = (len(tasks), previous[rank])
-                    backward_task[j * m + mb] = len(tasks)
-                    slot = slot_base + vpp + chunk
-                previous[rank] = len(tasks)
-                append((rank, dependency, slot))
-                index += 1
-            if index != start:
-                remaining -= index - start
-                position[rank] = index
-                progressed = True
-        if not progressed:  # pragma: no cover - schedules are deadlock-free by construction
-            raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
-    return _Compiled(tuple(tasks), tuple(tuple(x) for x in last_backward))
+    previous_of = [-1] * p  # each rank's last task so far
+    runnable = list(range(p - 1, -1, -1))
+    while runnable:
+        rank = runnable.pop()
+        order = schedule(kind, rank, p, m, vpp)
+        index, length = position[rank], len(order)
+        previous = previous_of[rank]
+        forward_slot, backward_slot = rank * 2 * vpp, rank * 2 * vpp + vpp
+        while index < length:
+            phase, chunk, mb = order[index]
+            j = chunk * p + rank
+            if phase == "F":
+                key, needed, slot = j * m + mb, (j - 1) * m + mb if j else -1, forward_slot + chunk
+            else:
+                key = size + j * m + mb
+                needed = j * m + mb if j == last_global else size + (j + 1) * m + mb
+                slot = backward_slot + chunk
+            dependency = -1
+            if needed >= 0:
+                dependency = produced[needed]
+                if dependency < 0:
+                    waiting[needed] = rank
+                    break
+            task = len(tasks)
+            if key >= size and mb == m - 1:
+                last_backward[rank][chunk] = (task, previous)
+            produced[key] = task
+            if waiting and key in waiting:
+                runnable.append(waiting.pop(key))
+            previous = task
+            append((rank, dependency, slot))
+            index += 1
+        position[rank], previous_of[rank] = index, previous
+    if len(tasks) != 2 * size:  # pragma: no cover - schedules are deadlock-free
+        raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
+    return _Compiled(tuple(tasks), tuple(tuple(x) for x in last_backward), tuple(previous_of))
 
 
 def _costs(stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[float]:
@@ -248,18 +256,14 @@ def _costs(stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[fl
     return costs
 
 
-def _run(
-    compiled: _Compiled,
-    stages: Sequence[StageTimes],
-    vpp: int,
-    transfer_s: float,
-) -> tuple[list[float], list[list[float]]]:
-    """End of every rank and the last backward start of every (rank, chunk)."""
-    p = len(stages)
+def _releases(
+    compiled: _Compiled, stages: Sequence[StageTimes], vpp: int, transfer_s: float
+) -> list[float]:
+    """When every task (and its send) ends, in compiled order; the extra last entry stays 0.0:
+    the release of index −1, "no dependency"."""
     cost = _costs(stages, vpp, transfer_s)
-    # release[-1] (one past the last task) stays 0.0: the "no dependency" of index -1
     release = [0.0] * (len(compiled.tasks) + 1)
-    free = [0.0] * p
+    free = [0.0] * len(stages)
     index = 0
     for rank, dependency, slot in compiled.tasks:
         now = free[rank]
@@ -270,6 +274,14 @@ def _run(
         release[index] = now
         free[rank] = now
         index += 1
+    return release
+
+
+def _ends_and_starts(
+    compiled: _Compiled, release: Sequence[float], p: int
+) -> tuple[list[float], list[list[float]]]:
+    """Every rank's end and the last backward start of every (rank, chunk)."""
+    ends = [release[task] for task in compiled.last_task]
     starts = []
     for rank in range(p):
         row = []
@@ -280,7 +292,7 @@ def _run(
                 start = release[dependency]
             row.append(start)
         starts.append(row)
-    return free, starts
+    return ends, starts
 
 
 def _result(
@@ -307,9 +319,127 @@ def step_time(
     vpp: int,
     transfer_s: float,
 ) -> PipelineResult:
-    """:func:`simulate` by the compiled order: the same tasks, in one tight loop."""
-    ends, starts = _run(_compile(kind, len(stages), micro_batches, vpp), stages, vpp, transfer_s)
-    return _result(stages, micro_batches, vpp, transfer_s, ends, starts)
+    """:func:`simulate` by compiled orders: the same tasks in one tight loop, or — when the
+    timeline is provably periodic (:func:`_periodic`) — a short prefix and the period's shift.
+
+    The state's shifts must agree to within 1e-11 of the prefix's length (rounding); the
+    periodic map does not expand differences, so the extrapolated times are then within
+    (periods extrapolated) × that of the simulated ones."""
+    p, m = len(stages), micro_batches
+    period = _period(kind, p, vpp)
+    periods = 2 if period > 1 else p + 1  # past the warm-up, and deep enough for the state
+    while kind != "gpipe" and p > 1:
+        base = periods * period + m % period
+        if 4 * (base + 2 * period) > m:
+            break  # the prefix would cost about as much as the whole
+        periodic = _periodic(kind, p, vpp, base)
+        if periodic is None:  # not yet one period deep: a longer prefix
+            periods *= 2
+            continue
+        release = _releases(periodic.compiled, stages, vpp, transfer_s)
+        shift = release[periodic.pairs[0][1]] - release[periodic.pairs[0][0]]
+        scale = 1e-11 * max(1.0, max(release))
+        if all(abs(release[b] - release[a] - shift) <= scale for a, b in periodic.pairs):
+            ends, starts = _ends_and_starts(periodic.compiled, release, p)
+            k = (m - base - period) // period  # periods beyond the simulated run
+            ends = [e + k * shift for e in ends]
+            starts = [[s + k * shift for s in row] for row in starts]
+            return _result(stages, m, vpp, transfer_s, ends, starts)
+        periods *= 2  # still in the transient: a longer prefix
+    compiled = _compile(kind, p, m, vpp)
+    ends, starts = _ends_and_starts(compiled, _releases(compiled, stages, vpp, transfer_s), p)
+    return _result(stages, m, vpp, transfer_s, ends, starts)
+
+
+def _period(kind: str, p: int, vpp: int) -> int:
+    """Micro-batches per period of the steady state: the interleaved schedule advances in
+    groups of ``p``, the others one at a time."""
+    return p if kind == "interleaved" or vpp > 1 else 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Periodic:
+    """A run of ``m`` micro-batches that decides every longer run (see :func:`_periodic`):
+    ``pairs`` are (task, the same task one period later) in ``compiled``."""
+
+    m: int
+    compiled: _Compiled
+    pairs: tuple[tuple[int, int], ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _periodic(kind: str, p: int, vpp: int, base: int) -> _Periodic | None:
+    """The structure that makes extrapolation exact, or None.
+
+    Going from ``base`` to ``base + P`` micro-batches (P = :func:`_period`) must insert, on
+    every rank ``r`` at the position ``c_r`` where the two orders part, one block of
+    ``B_r`` tasks — the previous ``B_r`` tasks shifted by P micro-batches — and shift the rest
+    by P; going to ``base + 2P`` must insert the shifted block after it (the schedules are
+    formulas in the micro-batch index, so the pattern then repeats). In the run of
+    ``base + P``, let the state be the last ``K`` periods before ``c_r`` on every rank, deep
+    enough to hold every task that a task at or after ``c_r`` waits for (its dependency or its
+    predecessor on the rank). Then all later tasks are determined by the state, so if the
+    state's tasks one period later all end exactly ``Δ`` later, so does everything after: each
+    further period adds ``Δ`` to the ends (max-plus homogeneity). ``pairs`` lists the state's
+    (task, task one period later) for the caller to check.
+    """
+    period = _period(kind, p, vpp)
+
+    def orders(m: int) -> list[list[tuple[str, int, int]]]:
+        return [[(t.phase, t.chunk, t.micro_batch) for t in schedule(kind, r, p, m, vpp)]
+                for r in range(p)]  # fmt: skip
+
+    def shifted(tasks: Sequence[tuple[str, int, int]], k: int) -> list[tuple[str, int, int]]:
+        return [(phase, chunk, mb + k * period) for phase, chunk, mb in tasks]
+
+    first, second, third = orders(base), orders(base + period), orders(base + 2 * period)
+    cuts, blocks = [], []
+    for a, b, c in zip(first, second, third, strict=True):
+        cut = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
+        block = len(b) - len(a)
+        if block <= 0 or cut < block or cut + block > len(b):
+            return None
+        if b[cut + block :] != shifted(a[cut:], 1) or b[cut : cut + block] != shifted(
+            b[cut - block : cut], 1
+        ):
+            return None
+        if c[: cut + block] != b[: cut + block] or c[cut + block : cut + 2 * block] != shifted(
+            b[cut : cut + block], 1
+        ):
+            return None
+        if c[cut + 2 * block :] != shifted(a[cut:], 2):
+            return None
+        cuts.append(cut)
+        blocks.append(block)
+    compiled = _compile(kind, p, base + period, vpp)
+    by_rank: list[list[int]] = [[] for _ in range(p)]
+    position = [0] * len(compiled.tasks)
+    for index, (rank, _, _) in enumerate(compiled.tasks):
+        position[index] = len(by_rank[rank])
+        by_rank[rank].append(index)
+    depth = 1  # periods before the cut that the rest refers to
+    for index, (rank, dependency, _) in enumerate(compiled.tasks):
+        if dependency < 0:
+            continue
+        owner = compiled.tasks[dependency][0]
+        behind = cuts[owner] - position[dependency]
+        if position[index] >= cuts[rank]:
+            depth = max(depth, -(-behind // blocks[owner]))
+        elif behind <= 0:  # the common prefix must not wait for what follows a cut
+            return None
+    pairs = []
+    for rank in range(p):
+        cut, block, order = cuts[rank], blocks[rank], second[rank]
+        if cut < depth * block:
+            return None
+        window = range(cut - depth * block, cut)
+        if any(order[i + block] != shifted([order[i]], 1)[0] for i in window):
+            return None
+        pairs += [(by_rank[rank][i], by_rank[rank][i + block]) for i in window]
+        for chunk_task, _ in compiled.last_backward[rank]:
+            if position[chunk_task] < cut:  # must follow the state, to be shifted with it
+                return None
+    return _Periodic(base + period, compiled, tuple(pairs))
 
 
 @functools.lru_cache(maxsize=1024)

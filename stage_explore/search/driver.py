@@ -32,7 +32,6 @@ import optuna
 
 from stage_core.errors import ConfigError
 from stage_explore.pareto import pareto_mask
-from stage_explore.search.refine import refine
 from stage_explore.records import (
     RECORDS_VERSION,
     STUDY_FILE,
@@ -49,6 +48,7 @@ from stage_explore.search.backends import BackendFactory, create_backend, resolv
 from stage_explore.search.executors import BaseExecutor
 from stage_explore.search.outcomes import outcome_from_row, verdict
 from stage_explore.search.progress import Progress, StudySummary
+from stage_explore.search.refine import refine
 from stage_explore.search.samplers import BaseSearch, Proposal, create_search
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp, structural_reason

@@ -50,7 +50,9 @@ def front_to_refine(spec: StudySpec, directory: Path, names: Sequence[str]) -> l
     ok = frame[frame.status == str(TrialStatus.OK)]
     if ok.empty:
         return []
-    objectives = {o.metric: ("max" if o.direction is Direction.MAX else "min") for o in spec.objectives}
+    objectives = {
+        o.metric: ("max" if o.direction is Direction.MAX else "min") for o in spec.objectives
+    }
     front = pareto_front(ok, objectives)
     done: set[int] = set()
     refined = read_records(directory / REFINED_FOLDER)
@@ -87,11 +89,16 @@ def refine(
         while remaining and not should_stop():
             for key, outcome in executor.poll(_POLL_S):
                 point = by_key[key]
-                writer.append(make_row(
-                    trial=point["trial"], study=spec.name, params=point["params"],
-                    dp=derive_dp(point["params"]), outcome=outcome,
-                    finished_at=datetime.now(UTC),
-                ))
+                writer.append(
+                    make_row(
+                        trial=point["trial"],
+                        study=spec.name,
+                        params=point["params"],
+                        dp=derive_dp(point["params"]),
+                        outcome=outcome,
+                        finished_at=datetime.now(UTC),
+                    )
+                )
                 remaining -= 1
             time.sleep(0)
     finally:
@@ -104,8 +111,17 @@ def refine(
 
 #: Columns of a refined record shown beside the screening row (with the ``refined_`` prefix).
 REFINED_COLUMNS = (
-    "status", "reason", "backend", "feasible", "step_time_s", "mfu", "hfu",
-    "tokens_per_s_per_gpu", "peak_memory_bytes", "cost_per_step", "cost_per_million_tokens",
+    "status",
+    "reason",
+    "backend",
+    "feasible",
+    "step_time_s",
+    "mfu",
+    "hfu",
+    "tokens_per_s_per_gpu",
+    "peak_memory_bytes",
+    "cost_per_step",
+    "cost_per_million_tokens",
 )
 
 

@@ -246,7 +246,9 @@ def _backend(table: Table | None) -> BackendSpec:
     options = table.table("options")
     screen_options = table.table("screen_options")
     if screen_options is not None and screen is None:
-        raise table.error("screen_options", "expected `screen` too (options of the screening backend)")
+        raise table.error(
+            "screen_options", "expected `screen` too (options of the screening backend)"
+        )
     return BackendSpec(
         name=name,
         options={} if options is None else dict(options.data),

@@ -20,7 +20,9 @@ from stage_explore.evaluation import Evaluation
 from stage_explore.search import explore
 from stage_explore.study import parse_study
 
-support = importlib.import_module(f"{__package__}.test_search_support" if __package__ else "test_search_support")
+support = importlib.import_module(
+    f"{__package__}.test_search_support" if __package__ else "test_search_support"
+)
 
 
 class RefiningBackend(support.SyntheticBackend):  # type: ignore[name-defined,misc]
@@ -50,7 +52,9 @@ REFINER = f"{__name__}:RefiningBackend"
 
 def two_stage_text(options: str = "") -> str:
     text = support.study_text(name="two-stage", trials=40)
-    screen = f'[backend]\nname = "{REFINER}"\noptions = {{ {options} }}\nscreen = "{support.BACKEND}"\n'
+    screen = (
+        f'[backend]\nname = "{REFINER}"\noptions = {{ {options} }}\nscreen = "{support.BACKEND}"\n'
+    )
     start = text.index("[backend]")
     end = text.index("[executor]")
     return text[:start] + screen + "\n" + text[end:]

@@ -1,0 +1,164 @@
+"""``stage eval``: evaluate one design point — step time, its breakdown, MFU, memory.
+
+The model and parallel options are those of every subcommand (:mod:`stage_explore.cli.options`);
+``--system`` is a preset name or a system TOML file; ``--backend`` a built-in backend
+(``analytical``, ``astra-sim``), a registered one or ``module:Class``
+(:func:`stage_explore.search.backends.resolve_backend`). ``--compare`` evaluates the point with
+the analytical backend too and shows both. The text output is a table; ``--json`` prints
+:meth:`Evaluation.to_dict` (plus ``model``, ``system``, ``parallel`` and, with ``--compare``,
+``analytical``); NaN (the times of a point that was not simulated) is printed as ``null``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
+from stage_explore.evaluation import Evaluation
+
+GIB = 2**30
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate one configuration: step time, breakdown, MFU, memory",
+        description="Evaluate one (model, parallel config, system) point with a backend and "
+        "print its step time, the breakdown of that time, MFU/HFU, throughput and peak memory.",
+    )
+    add_model_options(parser)
+    add_parallel_options(parser)
+    parser.add_argument(
+        "--system",
+        required=True,
+        metavar="PRESET_OR_FILE",
+        help="a system preset (e.g. a100-80gb) or a system .toml file",
+    )
+    parser.add_argument(
+        "--backend",
+        default="analytical",
+        metavar="NAME",
+        help="analytical (default), astra-sim, a registered name or module:Class",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also evaluate with the analytical backend and show both (needs another --backend)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stage_explore.search.backends import create_backend, resolve_backend
+    from stage_explore.system import load_system
+
+    if args.compare and args.backend == "analytical":
+        raise ConfigError("--compare needs a non-analytical --backend (e.g. --backend astra-sim)")
+    model, parallel = parse_workload(args)
+    system = load_system(args.system)
+    backend = create_backend(resolve_backend(args.backend), {})
+    preflight = getattr(backend, "preflight", None)
+    if callable(preflight):
+        preflight()
+    result = backend.evaluate(model, parallel, system)
+    reference = None
+    if args.compare:
+        reference = create_backend(resolve_backend("analytical"), {}).evaluate(
+            model, parallel, system
+        )
+    if args.json:
+        payload = {
+            "model": model.name,
+            "system": system.name,
+            "parallel": parallel.to_dict(),
+            **result.to_dict(),
+        }
+        if reference is not None:
+            payload["analytical"] = reference.to_dict()
+        print(json.dumps(_finite(payload), indent=1))
+        return 0
+    print(f"{model.name} on {system.name}: {_describe(parallel.to_dict())}")
+    columns = [(result.backend or args.backend, result)]
+    if reference is not None:
+        columns.append(("analytical", reference))
+    print(format_table(columns))
+    for name, evaluation in columns:
+        if not evaluation.feasible:
+            print(f"infeasible ({name}): {evaluation.reason}")
+    return 0
+
+
+def format_table(columns: list[tuple[str, Evaluation]]) -> str:
+    """Headline figures, then the breakdown (seconds and share of the step), one column per
+    backend."""
+    rows: list[tuple[str, list[str]]] = [
+        ("step time (s)", [_number(e.step_time_s, "{:.4f}") for _, e in columns]),
+        ("MFU", [_number(e.mfu, "{:.1%}") for _, e in columns]),
+        ("HFU", [_number(e.hfu, "{:.1%}") for _, e in columns]),
+        ("tokens/s per GPU", [_number(e.tokens_per_s_per_gpu, "{:,.0f}") for _, e in columns]),
+        ("peak memory (GiB)", [f"{e.peak_memory_bytes / GIB:.2f}" for _, e in columns]),
+        ("memory capacity (GiB)", [f"{e.memory_capacity_bytes / GIB:.2f}" for _, e in columns]),
+        ("feasible", ["yes" if e.feasible else "no" for _, e in columns]),
+        ("GPUs", [str(e.num_gpus) for _, e in columns]),
+    ]
+    components: list[str] = []
+    for _, evaluation in columns:
+        components += [k for k in evaluation.breakdown if k not in components]
+    if components:
+        rows.append(("breakdown (s, % of step)", ["" for _ in columns]))
+    for component in components:
+        cells = []
+        for _, evaluation in columns:
+            seconds = evaluation.breakdown.get(component)
+            step = evaluation.step_time_s
+            if seconds is None:
+                cells.append("-")
+            elif math.isfinite(step) and step > 0:
+                cells.append(f"{seconds:.4f} {seconds / step:6.1%}")
+            else:
+                cells.append(f"{seconds:.4f}")
+        rows.append((f"  {component}", cells))
+    header = ("", [name for name, _ in columns])
+    width = max(len(label) for label, _ in (header, *rows))
+    cell_width = max(len(cell) for _, cells in (header, *rows) for cell in cells)
+    lines = []
+    for index, (label, cells) in enumerate((header, *rows)):
+        lines.append(label.ljust(width) + "  " + "  ".join(c.rjust(cell_width) for c in cells))
+        if index == 0:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _number(value: float, template: str) -> str:
+    return template.format(value) if math.isfinite(value) else "n/a"
+
+
+def _describe(parallel: dict[str, Any]) -> str:
+    keys = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch")
+    text = " ".join(
+        f"{k}={parallel[k]}" for k in keys if parallel[k] != 1 or k in ("dp", "tp", "pp")
+    )
+    flags = [
+        f"zero={parallel['zero']}" if parallel["zero"] else "",
+        "sp" if parallel["sp"] else "",
+        f"recompute={parallel['recompute']}",
+        f"schedule={parallel['schedule']}",
+        parallel["precision"],
+    ]
+    return " ".join([text, *(f for f in flags if f)])
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,260 @@
+"""Block and chunk timing: in-order streams on hand-checked instruction DAGs, element-wise
+fusion, ZeRO beside the blocks, and the run-length gradient buckets and their timing against
+the per-block references (:func:`stage_core.lower.program._sync_ops`, a sequential stream)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+
+import pytest
+
+from stage_core.lower.bind import Instr
+from stage_core.lower.program import (
+    _block_sync,
+    _sync_ops,
+    bind_all,
+    chunk_blocks,
+    make_workload,
+    tie_embeddings,
+)
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.blocktime import (
+    BlockCost,
+    BlockTiming,
+    bucket_gradients,
+    chunk_runs,
+    chunk_timing,
+    fuse_elementwise,
+    sync_timing,
+    time_block,
+)
+
+AR = CollectiveKind.ALL_REDUCE
+
+
+def compute(name: str, seconds: float, deps: tuple[int, ...] = ()) -> Instr:
+    # the test's compute time is the instruction's FLOPs in seconds
+    return Instr(name, "fwd", "einsum", flops=int(seconds * 1000), deps=deps)
+
+
+def comm(name: str, seconds: float, deps: tuple[int, ...] = ()) -> Instr:
+    return Instr(
+        name, "fwd", "comm", collective=AR, axes=("tp",), comm_bytes=int(seconds * 1000), deps=deps
+    )
+
+
+def timed(instrs: list[Instr]) -> BlockTiming:
+    return time_block(instrs, lambda i: i.flops / 1000, lambda i: i.comm_bytes / 1000)
+
+
+# -- two in-order streams -----------------------------------------------------------------------
+
+
+def test_a_collective_between_dependent_computes_is_exposed() -> None:
+    result = timed([compute("a", 1), comm("c", 2, (0,)), compute("b", 1, (1,))])
+    assert (result.duration_s, result.compute_s) == (4.0, 2.0)
+    assert result.exposed_s == {"all_reduce": 2.0}
+
+
+def test_a_collective_hides_behind_independent_compute_placed_after_it() -> None:
+    # Megatron's input-gradient reduction behind the weight-gradient GEMM: a ─► c, a ─► b.
+    result = timed([compute("a", 1), comm("c", 2, (0,)), compute("b", 3, (0,))])
+    assert result.duration_s == 4.0
+    assert result.exposed_s == {"all_reduce": 0.0}
+
+
+def test_partial_overlap_exposes_the_rest() -> None:
+    # c runs 1–4 beside b (1–2); d needs c: 4–5. Exposed: 3 − 1 = 2.
+    result = timed(
+        [compute("a", 1), comm("c", 3, (0,)), compute("b", 1, (0,)), compute("d", 1, (1,))]
+    )
+    assert result.duration_s == 5.0
+    assert result.exposed_s == {"all_reduce": 2.0}
+
+
+def test_streams_run_in_program_order() -> None:
+    # b needs nothing but comes after a, which waits for c: a GPU stream does not reorder, so
+    # b runs after a (an issue-any-ready-node simulator would start b at 0 and end at 3).
+    result = timed([comm("c", 2), compute("a", 1, (0,)), compute("b", 1)])
+    assert result.duration_s == 4.0
+    assert result.exposed_s == {"all_reduce": 2.0}
+
+
+def test_collectives_share_one_stream() -> None:
+    result = timed([comm("c1", 2), comm("c2", 2), compute("a", 1, (1,))])
+    assert result.duration_s == 5.0
+    assert result.exposed_s == {"all_reduce": 4.0}
+
+
+def test_empty_block_takes_no_time() -> None:
+    assert timed([]) == BlockTiming.zero()
+
+
+# -- element-wise fusion ------------------------------------------------------------------------
+
+
+def elementwise(name: str, read: int, written: int, deps: tuple[int, ...] = ()) -> Instr:
+    return Instr(
+        name, "fwd", "elementwise", flops=1, bytes_read=read, bytes_written=written, deps=deps
+    )
+
+
+def test_a_chain_of_elementwise_ops_keeps_its_intermediates_on_chip() -> None:
+    # bias (read 10, write 10) → dropout (read 10, write 10) → residual add (read 20, write 10):
+    # fused, 10 + 10 (the residual) are read and 10 written.
+    chain = [
+        elementwise("bias", 10, 10),
+        elementwise("dropout", 10, 10, (0,)),
+        elementwise("add", 20, 10, (1,)),
+    ]
+    fused = fuse_elementwise(chain)
+    assert sum(i.bytes_read for i in fused) == 20
+    assert sum(i.bytes_written for i in fused) == 10
+
+
+def test_fusion_keeps_outputs_that_something_else_reads() -> None:
+    # the producer's output also feeds a matmul: it must be written.
+    instrs = [
+        elementwise("bias", 10, 10),
+        elementwise("act", 10, 10, (0,)),
+        Instr("mm", "fwd", "einsum", flops=100, bytes_read=10, deps=(0,)),
+    ]
+    assert fuse_elementwise(instrs) == tuple(instrs)
+
+
+def test_fusion_never_crosses_a_matmul_or_a_reduction() -> None:
+    instrs = [
+        Instr("mm", "fwd", "einsum", flops=100, bytes_read=10, bytes_written=10),
+        elementwise("bias", 10, 10, (0,)),
+        Instr("ln", "fwd", "reduction", flops=5, bytes_read=10, bytes_written=10, deps=(1,)),
+    ]
+    assert fuse_elementwise(instrs) == tuple(instrs)
+
+
+# -- chunks ---------------------------------------------------------------------------------------
+
+
+def block(duration: float, compute_s: float, exposed: float) -> BlockTiming:
+    return BlockTiming(duration, compute_s, {"all_reduce": exposed} if exposed else {}, 0)
+
+
+def test_a_chunk_adds_its_blocks_and_zero3_gathers_show_where_they_outlast_them() -> None:
+    costs = {
+        "layer": BlockCost(block(1.0, 0.8, 0.2), block(2.0, 2.0, 0.0), gather_s=1.5, scatter_s=0.4),
+        "head": BlockCost(block(0.5, 0.5, 0.0), block(1.0, 1.0, 0.0)),
+    }
+    plain = chunk_timing((("layer", 3), ("head", 1)), costs, zero=0)
+    assert (plain.forward_s, plain.backward_s) == (3.5, 7.0)
+    assert plain.compute_s == pytest.approx(3 * 2.8 + 1.5)
+    assert dict(plain.exposed_s) == {"all_reduce": pytest.approx(0.6)}
+    assert plain.backward_runs == ((1.0, 1), (2.0, 3))
+    sharded = chunk_timing((("layer", 3), ("head", 1)), costs, zero=3)
+    # per layer: forward max(1, 1.5) = 1.5, backward max(2, 1.5 + 0.4) = 2
+    assert (sharded.forward_s, sharded.backward_s) == (5.0, 7.0)
+    assert dict(sharded.exposed_s)["zero_gather"] == pytest.approx(3 * 0.5)
+
+
+def test_chunk_runs_follow_chunk_blocks() -> None:
+    model = get_flavor("mixtral-8x7b").with_overrides(layers=8)
+    parallel = ParallelConfig(pp=2, dp=2, ep=2, schedule="interleaved", vpp=2, global_batch=8)
+    workload = make_workload(model, parallel)
+    blocks = tie_embeddings(workload, bind_all(workload))
+    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers))
+    for stage, runs in enumerate(chunk_runs(model.layers, pattern, 2, 2)):
+        kinds = [kind for kind, count in runs for _ in range(count)]
+        assert kinds == [b.kind for b in chunk_blocks(workload, blocks, stage).blocks]
+
+
+# -- gradient buckets -----------------------------------------------------------------------------
+
+
+def expand(groups: list[tuple[Hashable, int, int, int, int]]) -> list[tuple[int, Hashable, int]]:
+    return sorted(
+        (first + i * step, key, size)  # type: ignore[misc]
+        for key, size, first, step, count in groups
+        for i in range(count)
+    )
+
+
+CONFIGS = [
+    ("gpt3-1.3b", ParallelConfig(tp=2, dp=4, sp=True)),
+    ("gpt3-1.3b", ParallelConfig(tp=2, dp=4, zero=1, grad_bucket_bytes=10**6)),
+    ("gpt3-1.3b", ParallelConfig(tp=1, dp=8, zero=2, grad_bucket_bytes=3 * 10**7)),
+    ("megatron-gpt-1.7b", ParallelConfig(tp=2, dp=2, pp=2, grad_bucket_bytes=123_456_789)),
+    ("llama3-8b", ParallelConfig(tp=4, dp=2, cp=2, sp=True, zero=1)),
+    ("mixtral-8x7b", ParallelConfig(tp=2, dp=4, ep=2, grad_bucket_bytes=5 * 10**7)),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "parallel"), CONFIGS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)]
+)
+def test_bucket_gradients_equals_sync_ops(name: str, parallel: ParallelConfig) -> None:
+    model = get_flavor(name)
+    if model.layers > 8:
+        model = model.with_overrides(layers=8)
+    workload = make_workload(model, parallel)
+    blocks = tie_embeddings(workload, bind_all(workload))
+    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
+    layout = chunk_runs(model.layers, pattern, parallel.pp, parallel.vpp)
+    for stage, runs in enumerate(layout):
+        chunk = chunk_blocks(workload, blocks, stage)
+        reference = [
+            (op.after, (op.collective, op.axes), op.comm_bytes)
+            for op in _sync_ops(workload, chunk)
+            if op.after >= 0
+        ]
+        backward = [
+            (_block_sync(workload, blocks[kind])[0], count) for kind, count in reversed(runs)
+        ]
+        assert expand(bucket_gradients(backward, parallel.grad_bucket_bytes)) == sorted(reference)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bucket_gradients_on_random_runs(seed: int) -> None:
+    # against a per-block walk of the same rule (stage_core.lower.program._sync_ops)
+    rng = random.Random(seed)
+    keys = ["a", "b", "c"]
+    runs = []
+    for _ in range(rng.randrange(1, 6)):
+        contributions = {k: rng.randrange(1, 50) for k in rng.sample(keys, rng.randrange(0, 4))}
+        runs.append((contributions, rng.randrange(0, 7)))
+    limit = rng.randrange(1, 120)
+    reference = []
+    pending: dict[str, int] = {}
+    blocks = [c for c, n in runs for _ in range(n)]
+    for position, contributions in enumerate(blocks):
+        for key, size in contributions.items():
+            pending[key] = pending.get(key, 0) + size
+        for key, size in list(pending.items()):
+            if position == len(blocks) - 1 or size >= limit:
+                reference.append((position, key, size))
+                del pending[key]
+    assert expand(bucket_gradients(runs, limit)) == sorted(reference)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_sync_timing_equals_a_sequential_stream(seed: int) -> None:
+    rng = random.Random(seed)
+    backward_runs = [
+        (rng.uniform(0.1, 2.0), rng.randrange(1, 5)) for _ in range(rng.randrange(1, 4))
+    ]
+    blocks = sum(count for _, count in backward_runs)
+    groups = [
+        (rng.uniform(0.0, 1.5), rng.randrange(blocks), 1, 1) for _ in range(rng.randrange(0, 6))
+    ]
+    ends, now = [], 0.0
+    for seconds, count in backward_runs:
+        for _ in range(count):
+            now += seconds
+            ends.append(now)
+    total, latest = sync_timing(groups, backward_runs)
+    for start in (0.0, 3.0):
+        for free in (0.0, 2.5, 40.0):
+            stream = free  # reductions in position order, none before its block ends
+            for seconds, position, _, _ in sorted(groups, key=lambda g: g[1]):
+                stream = max(stream, start + ends[position]) + seconds
+            assert max(free + total, start + latest) == pytest.approx(stream, rel=1e-12)

@@ -1,0 +1,128 @@
+"""``stage eval``: the table, the JSON keys, ``--compare``, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.cli import COMMANDS, main
+from stage_explore.system import load_system
+
+POINT = (
+    "--model", "megatron-gpt-1.7b", "--layers", "8", "--tp", "2", "--pp", "2", "--dp", "2",
+    "--global-batch", "16", "--sp", "--recompute", "selective", "--system", "a100-80gb",
+)  # fmt: skip
+KEYS = {
+    "step_time_s",
+    "mfu",
+    "hfu",
+    "tokens_per_s_per_gpu",
+    "peak_memory_bytes",
+    "feasible",
+    "breakdown",
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["eval", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_eval_and_validate_are_subcommands() -> None:
+    assert "eval" in COMMANDS and "validate" in COMMANDS
+
+
+def test_json_is_the_evaluation(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *POINT, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert KEYS <= set(data)
+    parallel = ParallelConfig(tp=2, pp=2, dp=2, global_batch=16, sp=True, recompute="selective")
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)
+    expected = AnalyticalBackend().evaluate(model, parallel, load_system("a100-80gb"))
+    assert data["step_time_s"] == pytest.approx(expected.step_time_s, rel=1e-12)
+    assert data["peak_memory_bytes"] == expected.peak_memory_bytes
+    assert sum(data["breakdown"].values()) == pytest.approx(data["step_time_s"], rel=1e-9)
+    assert (
+        data["parallel"]["tp"] == 2
+        and data["system"] == "a100-80gb"
+        and data["backend"] == "analytical"
+    )
+
+
+def test_table_lists_headline_figures_and_the_breakdown(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *POINT)
+    assert code == 0
+    for label in (
+        "step time (s)",
+        "MFU",
+        "HFU",
+        "tokens/s per GPU",
+        "peak memory (GiB)",
+        "compute",
+        "pipeline_bubble",
+    ):
+        assert label in out
+
+
+def test_an_infeasible_point_prints_its_reason_and_json_has_no_nan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ("--model", "gpt3-175b", "--tp", "8", "--dp", "4", "--system", "a100-80gb")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "infeasible (analytical): out of memory" in out
+    code, out, _ = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    assert data["feasible"] is False and math.isfinite(data["step_time_s"])
+
+
+def test_compare_shows_the_analytical_result_beside_another_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    reference = "stage_explore.analytical.backend:AnalyticalBackend"
+    code, out, _ = run(capsys, *POINT, "--backend", reference, "--compare", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert KEYS <= set(data["analytical"])
+    assert data["analytical"]["step_time_s"] == data["step_time_s"]
+    code, out, _ = run(capsys, *POINT, "--backend", reference, "--compare")
+    header = out.splitlines()[1]
+    assert header.split() == ["analytical", "analytical"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--backend", "nope"), "unknown backend 'nope'"),
+        (("--backend", "no.such.module:Backend"), "cannot import module"),
+        (("--compare",), "--compare needs a non-analytical --backend"),
+        (("--tp", "5"), "`tp` must divide `heads`"),
+    ],
+)
+def test_errors_are_one_line_with_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    code, out, err = run(capsys, *POINT, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("stage eval: error:") and err.count("\n") == 1 and message in err
+
+
+def test_unknown_system_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--model", "gpt3-125m", "--system", "no-such-preset")
+    assert code == 2 and "unknown system 'no-such-preset'" in err and err.count("\n") == 1
+
+
+def test_astra_sim_without_a_binary_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ASTRA_SIM_BIN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    code, out, err = run(capsys, *POINT, "--backend", "astra-sim")
+    assert code == 2 and out == ""
+    assert err.startswith("stage eval: error:") and err.count("\n") == 1
