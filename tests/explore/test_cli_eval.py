@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +128,27 @@ def test_astra_sim_without_a_binary_is_one_line(
     code, out, err = run(capsys, *POINT, "--backend", "astra-sim")
     assert code == 2 and out == ""
     assert err.startswith("stage eval: error:") and err.count("\n") == 1
+
+
+def test_astra_sim_compare_json_with_a_simulating_stand_in(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--backend astra-sim --compare --json`` end to end, with a stand-in executable that times
+    the inputs it is given with the ASTRA-sim-equivalent simulator (process handling and the
+    output's shape only; not evidence about the real binary)."""
+    process = importlib.import_module(
+        f"{__package__}.test_astrasim_process" if __package__ else "test_astrasim_process"
+    )
+    binary = process.simulating_stand_in(tmp_path / "astra", tmp_path / "record.json")
+    monkeypatch.setenv("ASTRA_SIM_BIN", str(binary))
+    small = ("--model", "gpt3-125m", "--layers", "2", "--tp", "2", "--dp", "2",
+             "--global-batch", "4", "--seq-len", "256", "--system", "a100-80gb")  # fmt: skip
+    code, out, _ = run(capsys, *small, "--backend", "astra-sim", "--compare", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert KEYS <= set(result) and KEYS <= set(result["analytical"])
+    assert result["backend"] == "astra-sim" and result["analytical"]["backend"] == "analytical"
+    assert (
+        result["step_time_s"] > 0
+        and result["peak_memory_bytes"] == result["analytical"]["peak_memory_bytes"]
+    )
