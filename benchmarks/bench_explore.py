@@ -123,13 +123,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sampler", default="random", choices=["random", "tpe", "nsga2", "grid"])
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--quick", action="store_true", help="1,000 trials instead of 10,000")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.trials = min(args.trials, 1_000)
     logging.basicConfig(level=logging.WARNING)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-explore-") as temporary:
         for executor in args.executors.split(","):
             results.append(run_one(args, executor.strip(), Path(temporary)))
+    if not args.quick:
+        written = Path(__file__).resolve().parent / "results" / "explore.json"
+        written.parent.mkdir(exist_ok=True)
+        written.write_text(json.dumps(results, indent=1))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
