@@ -26,8 +26,8 @@ from stage_core.chakra.writer import (
     write_rank_classes,
     write_trace_json,
 )
-from stage_core.lower.nodes import ProgramNode, materialize, stage_nodes
-from stage_core.lower.program import ProgramSet
+from stage_core.lower.nodes import ProgramNode, materialize, pipeline_ends, stage_nodes
+from stage_core.lower.program import PIPELINE_ENDS, ProgramSet
 from stage_core.mesh import Mesh
 from stage_core.trace import NodeKind
 
@@ -56,6 +56,8 @@ class GroupTable:
         return self._groups[axes]
 
     def group(self, rank: int, axes: tuple[str, ...]) -> tuple[int, ...]:
+        if axes == (PIPELINE_ENDS,):
+            return pipeline_ends(rank, self.names, self.shape)
         groups, row_of = self._table(axes)
         return groups[int(row_of[rank])]
 

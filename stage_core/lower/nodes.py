@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import DATA_AXES, MESH_AXES, BoundBlock, Instr
-from stage_core.lower.program import ProgramSet, StageProgram, Workload
+from stage_core.lower.program import (
+    AFTER_BACKWARD,
+    PIPELINE_ENDS,
+    ProgramSet,
+    StageProgram,
+    Workload,
+)
 from stage_core.mesh import Mesh
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 
@@ -238,6 +244,14 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
             )
             last = em.add(node, peer_shift=-1 if backward else 1)
         previous = last if last >= 0 else previous
+    for op in stage.sync:
+        if op.after == AFTER_BACKWARD:
+            node = TraceNode(
+                0, f"step.c{op.chunk}.{op.name}", NodeKind.COLL,
+                (previous,) if previous is not None else (),
+                collective=op.collective, comm_bytes=op.comm_bytes,
+            )
+            sync_ids.append(em.add(node, op.axes))
     step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
     optimizer = em.instr(stage.optimizer, "step.optimizer", step_deps)
     for op in stage.sync:
@@ -252,6 +266,22 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
             )
             em.add(node, op.axes)
     return em.nodes
+
+
+def pipeline_ends(rank: int, names: tuple[str, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The ranks at the first and the last pipeline stage with ``rank``'s other coordinates."""
+    coords = []
+    remaining = rank
+    for size in reversed(sizes):
+        coords.append(remaining % size)
+        remaining //= size
+    coords.reverse()
+    stage = names.index("pp")
+    stride = 1
+    for size in sizes[stage + 1 :]:
+        stride *= size
+    base = rank - coords[stage] * stride
+    return (base, base + (sizes[stage] - 1) * stride)
 
 
 def peer_of(mesh: Mesh, rank: int, shift: int, axis: str = "pp") -> int:
@@ -275,7 +305,11 @@ def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[
         node = item.node
         if node.kind == NodeKind.COLL:
             if item.group_axes not in groups:
-                group = mesh.group(rank, item.group_axes)
+                if item.group_axes == (PIPELINE_ENDS,):
+                    sizes = tuple(int(mesh.size(n)) for n in mesh.names)
+                    group = pipeline_ends(rank, mesh.names, sizes)
+                else:
+                    group = mesh.group(rank, item.group_axes)
                 groups[item.group_axes] = None if len(group) == world else group  # all ranks
             yield replace(node, group=groups[item.group_axes])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):

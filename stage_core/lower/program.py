@@ -135,7 +135,8 @@ class SyncOp:
     """A step-level collective over weight gradients or parameters.
 
     ``after`` is the index (in the chunk's backward block order) of the block whose last
-    micro-batch backward must finish first; -1 means after the optimizer.
+    micro-batch backward must finish first; -1 means after the optimizer, -2
+    (:data:`AFTER_BACKWARD`) after the whole backward of the step, before the optimizer.
     """
 
     name: str
@@ -301,10 +302,39 @@ def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
             if last or size >= bucket_limit:
                 ops.append(SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, position))
                 del pending[(kind, axes)]
+    ops += _tied_embedding_sync(workload, chunk, order)
     for axes, size in gathers.items():
         ops.append(
             SyncOp("param_all_gather", CollectiveKind.ALL_GATHER, axes, size, chunk.index, -1)
         )
+    return ops
+
+
+#: ``SyncOp.after`` of a collective issued when the whole backward of the step is done (the two
+#: pipeline ends reach their last backward at different times; issuing it earlier would hold
+#: the last stage's communication while the first still waits for its gradients).
+AFTER_BACKWARD = -2
+
+#: Pseudo mesh axis of the group {first pipeline stage, last pipeline stage} (other
+#: coordinates equal): the ranks holding the two copies of a tied embedding table.
+PIPELINE_ENDS = "pp_ends"
+
+
+def _tied_embedding_sync(workload: Workload, chunk: Chunk, order: list[BoundBlock]) -> list[SyncOp]:
+    """With tied embeddings split over pipeline stages, the first stage's table and the last
+    stage's output layer are one weight: their gradients are all-reduced between the two ends
+    once per step (Megatron's ``_allreduce_word_embedding_grads``)."""
+    if not (workload.model.tied_embeddings and workload.parallel.pp > 1):
+        return []
+    ops = []
+    for position, block in enumerate(order):
+        for weight in block.weights:
+            if (block.kind, weight.name) in (("embedding", "embed"), ("head", "output")):
+                size = weight.elements * workload.grad_bytes
+                ops.append(SyncOp(
+                    "embedding_grad_all_reduce", CollectiveKind.ALL_REDUCE, (PIPELINE_ENDS,),
+                    size, chunk.index, AFTER_BACKWARD,
+                ))
     return ops
 
 
