@@ -320,14 +320,16 @@ AFTER_BACKWARD = -2
 PIPELINE_ENDS = "pp_ends"
 
 
-def _tied_embedding_sync(workload: Workload, chunk: Chunk, order: list[BoundBlock]) -> list[SyncOp]:
+def _tied_embedding_sync(
+    workload: Workload, chunk: Chunk, order: list[BoundBlock]
+) -> list[SyncOp]:
     """With tied embeddings split over pipeline stages, the first stage's table and the last
     stage's output layer are one weight: their gradients are all-reduced between the two ends
     once per step (Megatron's ``_allreduce_word_embedding_grads``)."""
     if not (workload.model.tied_embeddings and workload.parallel.pp > 1):
         return []
     ops = []
-    for position, block in enumerate(order):
+    for block in order:
         for weight in block.weights:
             if (block.kind, weight.name) in (("embedding", "embed"), ("head", "output")):
                 size = weight.elements * workload.grad_bytes
