@@ -66,9 +66,7 @@ class BackwardOp(BaseOp):
     forward_out: tuple[Layout, ...] = ()
     grad_layouts: tuple[Layout, ...] = ()
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         return list(self.grad_layouts)
 
     @property

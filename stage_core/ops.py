@@ -259,9 +259,7 @@ class Elementwise(BaseOp):
     mask_bytes: int = 0
     backward_ops_per_element: int = 1
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         dims = tensors[self.inputs[0]].dims
         full = [
             lay
@@ -303,9 +301,7 @@ class Reduction(BaseOp):
     saves: tuple[str, ...] = ()
     backward_ops_per_element: int = 8
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         layout = _same_layouts(self, layouts[:1], linear=False)
         for dim in self.reduce_dims:
             # A dim name may repeat (attention scores [B, N, S, S]): the last one is reduced.
@@ -350,9 +346,7 @@ class Attention(BaseOp):
 
     causal: bool = False
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         q, k, v = layouts
         for layout in layouts:
             if layout.partial:
@@ -408,9 +402,7 @@ class Embedding(BaseOp):
     (each rank contributes the rows it owns). Zero FLOPs; bytes are the rows read and written.
     """
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         ids, table = layouts
         out = tensors[self.outputs[0]]
         if table.shards[1]:
@@ -442,9 +434,7 @@ class CrossEntropy(BaseOp):
     ops_per_logit: int = 5
     stat_collectives: int = 3
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         logits = layouts[0]
         if logits.partial:
             raise ShardingError(f"{self.name}: logits {logits} are a partial sum")
@@ -483,9 +473,7 @@ class Custom(BaseOp):
     divide_by: tuple[str, ...] = ()
     saves: tuple[str, ...] = field(default=())
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         first = layouts[0]
         return [Layout(tensors[o].dims, first.shards, first.partial, o) for o in self.outputs]
 

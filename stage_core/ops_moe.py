@@ -23,9 +23,7 @@ class Dispatch(BaseOp):
 
     expert_axis: str = "ep"
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         x = layouts[0]
         if x.partial or x.shards[2]:
             raise ShardingError(f"{self.name}: tokens {x} must be whole in H and not partial")
@@ -56,9 +54,7 @@ class Dispatch(BaseOp):
 class Combine(BaseOp):
     """``y[B, S, H] = combine(slots[E, C, H], gates[B, S, E])``: 2 FLOPs per slot element."""
 
-    def infer(
-        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]
-    ) -> list[Layout]:
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         slots, gates = layouts
         out = tensors[self.outputs[0]]
         return [Layout(out.dims, (gates.shards[0], gates.shards[1], ()), slots.partial, out.name)]

@@ -73,8 +73,10 @@ def format_group(group: tuple[int, ...] | None, names: dict[tuple[int, ...], str
     """``group "1" [0, 1]``; long groups abbreviated; ``all ranks`` for ``None``."""
     if group is None:
         return "all ranks"
-    shown = ", ".join(map(str, group)) if len(group) <= 8 else (
-        f"{group[0]}, {group[1]}, {group[2]}, …, {group[-1]} ({len(group)} ranks)"
+    shown = (
+        ", ".join(map(str, group))
+        if len(group) <= 8
+        else (f"{group[0]}, {group[1]}, {group[2]}, …, {group[-1]} ({len(group)} ranks)")
     )
     name = names.get(group)
     return f'group "{name}" [{shown}]' if name else f"group [{shown}]"
@@ -109,7 +111,7 @@ def _find_cycle(remaining: set[int], deps: list[list[int]]) -> list[int]:
         position[current] = len(path)
         path.append(current)
         current = min(dep for dep in deps[current] if dep in remaining)
-    cycle = path[position[current]:]
+    cycle = path[position[current] :]
     return cycle + [cycle[0]]
 
 
@@ -199,9 +201,7 @@ def _compare_group(
             )
             continue
         common = min(len(sequence), len(reference))
-        position = next(
-            (i for i in range(common) if sequence[i] != reference[i]), common
-        )
+        position = next((i for i in range(common) if sequence[i] != reference[i]), common)
         if position < common:
             violations.append(
                 f"{label}: collective #{position + 1} is {item(rank, position)} on rank {rank} "
@@ -220,8 +220,8 @@ def check_trace_set(trace_set: TraceSet) -> CheckReport:
     world = trace_set.world_size
     all_ranks = tuple(range(world))
     names = {tuple(ranks): name for name, ranks in trace_set.groups.items()}
-    sequences: dict[tuple[int, ...], dict[int, list[tuple[CollectiveKind, int]]]] = (
-        defaultdict(dict)
+    sequences: dict[tuple[int, ...], dict[int, list[tuple[CollectiveKind, int]]]] = defaultdict(
+        dict
     )
     sequence_nodes: dict[tuple[int, ...], dict[int, list[TraceNode]]] = defaultdict(dict)
     sends: Counter[tuple[int, int, int, int]] = Counter()
@@ -233,7 +233,8 @@ def check_trace_set(trace_set: TraceSet) -> CheckReport:
         every: list[TraceNode | ForeignNode] = [*own_nodes, *foreign]
         for alien in foreign:
             reason = (
-                "on which ASTRA-sim aborts" if alien.type_name == "METADATA_NODE"
+                "on which ASTRA-sim aborts"
+                if alien.type_name == "METADATA_NODE"
                 else "which STAGE traces never contain"
             )
             violations.append(f"rank {rank}: {_describe(alien)} is a {alien.type_name}, {reason}")

@@ -23,28 +23,52 @@ def sample_run_programs() -> dict[int, tuple[TraceNode, ...]]:
         tp_group = (0, 1) if rank < 2 else (2, 3)
         if rank < 2:
             transfer = TraceNode(
-                3, "pp_send_act", NodeKind.SEND, data_deps=(2,),
-                comm_bytes=16 * _MIB, peer=rank + 2, tag=7,
+                3,
+                "pp_send_act",
+                NodeKind.SEND,
+                data_deps=(2,),
+                comm_bytes=16 * _MIB,
+                peer=rank + 2,
+                tag=7,
             )
         else:
             transfer = TraceNode(
-                3, "pp_recv_act", NodeKind.RECV, data_deps=(2,),
-                comm_bytes=16 * _MIB, peer=rank - 2, tag=7,
+                3,
+                "pp_recv_act",
+                NodeKind.RECV,
+                data_deps=(2,),
+                comm_bytes=16 * _MIB,
+                peer=rank - 2,
+                tag=7,
             )
         programs[rank] = (
             TraceNode(1, "fwd_matmul", NodeKind.COMP, flops=2 * _N**3, tensor_bytes=3 * _N**2 * 2),
             TraceNode(
-                2, "tp_all_reduce", NodeKind.COLL, data_deps=(1,),
-                collective=CollectiveKind.ALL_REDUCE, comm_bytes=64 * _MIB, group=tp_group,
+                2,
+                "tp_all_reduce",
+                NodeKind.COLL,
+                data_deps=(1,),
+                collective=CollectiveKind.ALL_REDUCE,
+                comm_bytes=64 * _MIB,
+                group=tp_group,
             ),
             transfer,
             TraceNode(
-                4, "dp_all_gather", NodeKind.COLL, data_deps=(3,),
-                collective=CollectiveKind.ALL_GATHER, comm_bytes=8 * _MIB, group=None,
+                4,
+                "dp_all_gather",
+                NodeKind.COLL,
+                data_deps=(3,),
+                collective=CollectiveKind.ALL_GATHER,
+                comm_bytes=8 * _MIB,
+                group=None,
             ),
             TraceNode(
-                5, "bwd_matmul", NodeKind.COMP, data_deps=(4,),
-                flops=4 * _N**3, tensor_bytes=3 * _N**2 * 2,
+                5,
+                "bwd_matmul",
+                NodeKind.COMP,
+                data_deps=(4,),
+                flops=4 * _N**3,
+                tensor_bytes=3 * _N**2 * 2,
             ),
         )
     return programs

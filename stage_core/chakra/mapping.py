@@ -67,8 +67,10 @@ def unit_scale(units: str = "bytes", bytes_per_element: int | None = None) -> Un
             )
         return UnitScale()
     if units == "stage":
-        if isinstance(bytes_per_element, bool) or not isinstance(bytes_per_element, int) or (
-            bytes_per_element < 1
+        if (
+            isinstance(bytes_per_element, bool)
+            or not isinstance(bytes_per_element, int)
+            or (bytes_per_element < 1)
         ):
             raise ConfigError(
                 "units='stage' needs an integer `bytes_per_element` >= 1, "
@@ -152,4 +154,3 @@ def attribute_plan(node: TraceNode, scale: UnitScale = UnitScale()) -> tuple[Pla
     if node.outputs:
         plan.append(("outputs", "string_list", _io_list(node.outputs, scale, f"{what}: output")))
     return tuple(plan)
-

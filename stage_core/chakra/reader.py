@@ -39,8 +39,18 @@ from stage_core.trace import CHAKRA_COMM_TYPE, CollectiveKind, NodeKind, TraceNo
 _COLLECTIVES: dict[int, CollectiveKind] = {value: kind for kind, value in CHAKRA_COMM_TYPE.items()}
 _NODE_KINDS: dict[int, NodeKind] = {int(kind): kind for kind in NodeKind}
 _INTEGER_KINDS = frozenset(
-    {"int32", "int64", "uint32", "uint64", "sint32", "sint64",
-     "fixed32", "fixed64", "sfixed32", "sfixed64"}
+    {
+        "int32",
+        "int64",
+        "uint32",
+        "uint64",
+        "sint32",
+        "sint64",
+        "fixed32",
+        "fixed64",
+        "sfixed32",
+        "sfixed64",
+    }
 )
 
 
@@ -130,9 +140,9 @@ class _NodeAttributes:
         return tuple(pairs)
 
 
-def _group(pg_name: str | None, groups: Mapping[str, Sequence[int]] | None, what: str) -> (
-    tuple[int, ...] | None
-):
+def _group(
+    pg_name: str | None, groups: Mapping[str, Sequence[int]] | None, what: str
+) -> tuple[int, ...] | None:
     if pg_name is None or pg_name in ("", "0"):
         return None
     if groups is None:
@@ -169,8 +179,10 @@ def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode 
         by_name.setdefault(attribute_name, (value_kind, value))
     attributes = _NodeAttributes(by_name, what)
     kind = _NODE_KINDS.get(node_type)
-    type_name = NodeType(node_type).name if node_type in NodeType._value2member_map_ else (
-        f"NodeType({node_type})"
+    type_name = (
+        NodeType(node_type).name
+        if node_type in NodeType._value2member_map_
+        else (f"NodeType({node_type})")
     )
     collective: CollectiveKind | None = None
     if kind is NodeKind.COLL:

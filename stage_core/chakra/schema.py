@@ -58,17 +58,39 @@ class CollectiveCommType(IntEnum):
 #: Scalar kinds of the ``AttributeProto`` oneof, in field-number order (``double`` is 3/4,
 #: ``float`` 5/6, … ``bytes`` 31/32): each kind has a ``<kind>_val`` and a ``<kind>_list``.
 SCALAR_KINDS: tuple[str, ...] = (
-    "double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
-    "fixed32", "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes",
+    "double",
+    "float",
+    "int32",
+    "int64",
+    "uint32",
+    "uint64",
+    "sint32",
+    "sint64",
+    "fixed32",
+    "fixed64",
+    "sfixed32",
+    "sfixed64",
+    "bool",
+    "string",
+    "bytes",
 )
 
 _PROTO_TYPE: dict[str, int] = {
-    "double": _Field.TYPE_DOUBLE, "float": _Field.TYPE_FLOAT, "int32": _Field.TYPE_INT32,
-    "int64": _Field.TYPE_INT64, "uint32": _Field.TYPE_UINT32, "uint64": _Field.TYPE_UINT64,
-    "sint32": _Field.TYPE_SINT32, "sint64": _Field.TYPE_SINT64,
-    "fixed32": _Field.TYPE_FIXED32, "fixed64": _Field.TYPE_FIXED64,
-    "sfixed32": _Field.TYPE_SFIXED32, "sfixed64": _Field.TYPE_SFIXED64,
-    "bool": _Field.TYPE_BOOL, "string": _Field.TYPE_STRING, "bytes": _Field.TYPE_BYTES,
+    "double": _Field.TYPE_DOUBLE,
+    "float": _Field.TYPE_FLOAT,
+    "int32": _Field.TYPE_INT32,
+    "int64": _Field.TYPE_INT64,
+    "uint32": _Field.TYPE_UINT32,
+    "uint64": _Field.TYPE_UINT64,
+    "sint32": _Field.TYPE_SINT32,
+    "sint64": _Field.TYPE_SINT64,
+    "fixed32": _Field.TYPE_FIXED32,
+    "fixed64": _Field.TYPE_FIXED64,
+    "sfixed32": _Field.TYPE_SFIXED32,
+    "sfixed64": _Field.TYPE_SFIXED64,
+    "bool": _Field.TYPE_BOOL,
+    "string": _Field.TYPE_STRING,
+    "bytes": _Field.TYPE_BYTES,
 }
 
 #: ``AttributeProto`` oneof: field number → (field name, scalar kind, is a ``*List``).
@@ -126,31 +148,40 @@ def build_file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     proto.enum_type.append(_enum("CollectiveCommType", CollectiveCommType))
     message = _Field.TYPE_MESSAGE
     proto.message_type.append(
-        _message("GlobalMetadata", [
-            _field("version", 1, _Field.TYPE_STRING),
-            _field("attr", 2, message, repeated=True, type_name="AttributeProto"),
-        ])
+        _message(
+            "GlobalMetadata",
+            [
+                _field("version", 1, _Field.TYPE_STRING),
+                _field("attr", 2, message, repeated=True, type_name="AttributeProto"),
+            ],
+        )
     )
     proto.message_type.append(
-        _message("IOInfo", [
-            _field("values", 1, _Field.TYPE_STRING),
-            _field("shapes", 2, _Field.TYPE_STRING),
-            _field("types", 3, _Field.TYPE_STRING),
-        ])
+        _message(
+            "IOInfo",
+            [
+                _field("values", 1, _Field.TYPE_STRING),
+                _field("shapes", 2, _Field.TYPE_STRING),
+                _field("types", 3, _Field.TYPE_STRING),
+            ],
+        )
     )
     proto.message_type.append(
-        _message("Node", [
-            _field("id", 1, _Field.TYPE_UINT64),
-            _field("name", 2, _Field.TYPE_STRING),
-            _field("type", 3, _Field.TYPE_ENUM, type_name="NodeType"),
-            _field("ctrl_deps", 4, _Field.TYPE_UINT64, repeated=True),
-            _field("data_deps", 5, _Field.TYPE_UINT64, repeated=True),
-            _field("start_time_micros", 6, _Field.TYPE_UINT64),
-            _field("duration_micros", 7, _Field.TYPE_UINT64),
-            _field("inputs", 8, message, type_name="IOInfo"),
-            _field("outputs", 9, message, type_name="IOInfo"),
-            _field("attr", 10, message, repeated=True, type_name="AttributeProto"),
-        ])
+        _message(
+            "Node",
+            [
+                _field("id", 1, _Field.TYPE_UINT64),
+                _field("name", 2, _Field.TYPE_STRING),
+                _field("type", 3, _Field.TYPE_ENUM, type_name="NodeType"),
+                _field("ctrl_deps", 4, _Field.TYPE_UINT64, repeated=True),
+                _field("data_deps", 5, _Field.TYPE_UINT64, repeated=True),
+                _field("start_time_micros", 6, _Field.TYPE_UINT64),
+                _field("duration_micros", 7, _Field.TYPE_UINT64),
+                _field("inputs", 8, message, type_name="IOInfo"),
+                _field("outputs", 9, message, type_name="IOInfo"),
+                _field("attr", 10, message, repeated=True, type_name="AttributeProto"),
+            ],
+        )
     )
     attribute_fields = [
         _field("name", 1, _Field.TYPE_STRING),

@@ -97,9 +97,14 @@ def zigzag_decode(value: int) -> int:
 
 #: Wire type of each scalar kind that is not a varint.
 WIRE_OF_KIND: dict[str, int] = {
-    "double": WIRE_FIXED64, "fixed64": WIRE_FIXED64, "sfixed64": WIRE_FIXED64,
-    "float": WIRE_FIXED32, "fixed32": WIRE_FIXED32, "sfixed32": WIRE_FIXED32,
-    "string": WIRE_LENGTH, "bytes": WIRE_LENGTH,
+    "double": WIRE_FIXED64,
+    "fixed64": WIRE_FIXED64,
+    "sfixed64": WIRE_FIXED64,
+    "float": WIRE_FIXED32,
+    "fixed32": WIRE_FIXED32,
+    "sfixed32": WIRE_FIXED32,
+    "string": WIRE_LENGTH,
+    "bytes": WIRE_LENGTH,
 }
 
 

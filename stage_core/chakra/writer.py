@@ -169,8 +169,11 @@ def write_trace_set(
 
 def _class_order(classes: Sequence[RankClass]) -> list[tuple[int, int, RankMember]]:
     order = sorted(
-        ((member.rank, index, member) for index, rank_class in enumerate(classes)
-         for member in rank_class.members),
+        (
+            (member.rank, index, member)
+            for index, rank_class in enumerate(classes)
+            for member in rank_class.members
+        ),
         key=lambda item: item[0],
     )
     ranks = [rank for rank, _, _ in order]
@@ -274,15 +277,20 @@ def trace_set_json(
                 else:  # OWN_RANK is this rank; PEER and static kinds carry their value
                     attributes[name] = rank if kind == OWN_RANK else value
             entry = {
-                "id": node.id, "name": node.name, "type": _NODE_TYPE_NAMES[node.kind],
-                "data_deps": list(node.data_deps), "ctrl_deps": list(node.ctrl_deps),
+                "id": node.id,
+                "name": node.name,
+                "type": _NODE_TYPE_NAMES[node.kind],
+                "data_deps": list(node.data_deps),
+                "ctrl_deps": list(node.ctrl_deps),
                 "attr": attributes,
             }
             lines.append("      " + json.dumps(entry))
         body = ",\n".join(lines)
         rank_blocks.append(f'    "{rank}": [\n{body}\n    ]' if lines else f'    "{rank}": []')
     header: dict[str, object] = {
-        "format": "chakra-et-json", "version": CHAKRA_VERSION, "units": scale.units
+        "format": "chakra-et-json",
+        "version": CHAKRA_VERSION,
+        "units": scale.units,
     }
     if scale.units == "stage":
         header["bytes_per_element"] = scale.bytes_per_element

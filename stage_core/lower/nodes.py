@@ -247,9 +247,12 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     for op in stage.sync:
         if op.after == AFTER_BACKWARD:
             node = TraceNode(
-                0, f"step.c{op.chunk}.{op.name}", NodeKind.COLL,
+                0,
+                f"step.c{op.chunk}.{op.name}",
+                NodeKind.COLL,
                 (previous,) if previous is not None else (),
-                collective=op.collective, comm_bytes=op.comm_bytes,
+                collective=op.collective,
+                comm_bytes=op.comm_bytes,
             )
             sync_ids.append(em.add(node, op.axes))
     step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())

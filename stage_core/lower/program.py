@@ -320,9 +320,7 @@ AFTER_BACKWARD = -2
 PIPELINE_ENDS = "pp_ends"
 
 
-def _tied_embedding_sync(
-    workload: Workload, chunk: Chunk, order: list[BoundBlock]
-) -> list[SyncOp]:
+def _tied_embedding_sync(workload: Workload, chunk: Chunk, order: list[BoundBlock]) -> list[SyncOp]:
     """With tied embeddings split over pipeline stages, the first stage's table and the last
     stage's output layer are one weight: their gradients are all-reduced between the two ends
     once per step (Megatron's ``_allreduce_word_embedding_grads``)."""
@@ -333,10 +331,16 @@ def _tied_embedding_sync(
         for weight in block.weights:
             if (block.kind, weight.name) in (("embedding", "embed"), ("head", "output")):
                 size = weight.elements * workload.grad_bytes
-                ops.append(SyncOp(
-                    "embedding_grad_all_reduce", CollectiveKind.ALL_REDUCE, (PIPELINE_ENDS,),
-                    size, chunk.index, AFTER_BACKWARD,
-                ))
+                ops.append(
+                    SyncOp(
+                        "embedding_grad_all_reduce",
+                        CollectiveKind.ALL_REDUCE,
+                        (PIPELINE_ENDS,),
+                        size,
+                        chunk.index,
+                        AFTER_BACKWARD,
+                    )
+                )
     return ops
 
 
