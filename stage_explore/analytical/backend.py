@@ -51,6 +51,7 @@ from stage_core.lower.program import (
     ADAM_BYTES_READ_PER_PARAM,
     ADAM_BYTES_WRITTEN_PER_PARAM,
     ADAM_FLOPS_PER_PARAM,
+    PIPELINE_ENDS,
     Workload,
     _block_sync,
     bind_all,
@@ -274,6 +275,7 @@ class AnalyticalBackend(BaseBackend):
             | {bucket[1] for kind in kinds for bucket in syncs[kind][0]}
             | {axes for kind in kinds for axes in syncs[kind][1]}
             | {i.axes for pair in zero_ops.values() for ops in pair for i in ops}
+            | ({(PIPELINE_ENDS,)} if _tied_ends(workload) else set())
         )
         spans = {axes: self._spans(point, axes) for axes in relevant}
         class_of: dict[Hashable, int] = {}
@@ -336,7 +338,8 @@ class AnalyticalBackend(BaseBackend):
                 self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
                 for axes, size in gathered.items()
             )
-            sync_costs.append(SyncCost(total, latest, gather))
+            tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
+            sync_costs.append(SyncCost(total + tied, latest + tied, gather))
             states.append(_sum_states([(syncs[kind][2], count) for kind, count in runs]))
         exposed: dict[str, float] = {}
         for chunk in chunks:
@@ -388,6 +391,21 @@ class AnalyticalBackend(BaseBackend):
         )  # fmt: skip
         blocks = self._blocks.get(key, lambda: tie_embeddings(workload, bind_all(canonical)))
         return key, blocks
+
+    def _tied_sync_s(self, point: _Point, runs: Runs, spans: dict[tuple[str, ...], Any]) -> float:
+        """The tied word embedding's gradient all-reduce between the pipeline ends, for a chunk
+        holding the embedding or the head (``stage_core.lower.program._tied_embedding_sync``)."""
+        workload = point.workload
+        if not _tied_ends(workload):
+            return 0.0
+        seconds = 0.0
+        for kind, _ in runs:
+            for weight in point.blocks[kind].weights:
+                if (kind, weight.name) in (("embedding", "embed"), ("head", "output")):
+                    size = weight.elements * workload.grad_bytes
+                    span = spans[(PIPELINE_ENDS,)]
+                    seconds += self._collective_time(point, span, CollectiveKind.ALL_REDUCE, size)
+        return seconds
 
     def _spans(self, point: _Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
         """Per pipeline stage: (what the α–β time of a group over ``axes`` depends on — its
@@ -573,6 +591,10 @@ def _sum_states(parts: Sequence[tuple[_States, int]]) -> _States:
         sum(part.model_flops * count for part, count in parts),
         sum(part.hardware_flops * count for part, count in parts),
     )
+
+
+def _tied_ends(workload: Workload) -> bool:
+    return workload.model.tied_embeddings and workload.parallel.pp > 1
 
 
 def _canonical(workload: Workload) -> Workload:
