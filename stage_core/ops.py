@@ -122,6 +122,20 @@ class BaseOp(abc.ABC):
     def kind(self) -> str:
         return type(self).__name__.lower()
 
+    def _per_element(
+        self,
+        ops_per_element: int,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
+        """``ops_per_element`` FLOPs per element of the first output, and the I/O bytes."""
+        elements = local_elements(out_layouts[0], sizes, axis_sizes)
+        read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
+        return Cost(ops_per_element * elements, read, written)
+
     def _io_bytes(
         self,
         layouts: Sequence[Layout],
@@ -280,9 +294,9 @@ class Elementwise(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
-        elements = local_elements(out_layouts[0], sizes, axis_sizes)
-        read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
-        return Cost(self.ops_per_element * elements, read, written)
+        return self._per_element(
+            self.ops_per_element, layouts, out_layouts, tensors, sizes, axis_sizes
+        )
 
     @property
     def saved(self) -> tuple[str, ...]:
@@ -321,9 +335,9 @@ class Reduction(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
-        elements = local_elements(layouts[0], sizes, axis_sizes)
-        read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
-        return Cost(self.ops_per_element * elements, read, written)
+        return self._per_element(
+            self.ops_per_element, layouts, out_layouts, tensors, sizes, axis_sizes
+        )
 
     @property
     def saved(self) -> tuple[str, ...]:

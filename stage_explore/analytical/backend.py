@@ -27,17 +27,16 @@ number of micro-batches — is computed once per distinct pipeline-stage class (
 the same blocks, whose groups span the network the same way) from memoised parts (bound blocks,
 block timings, bucketed reductions, model states), then the schedule is simulated. All memos
 are bounded LRUs owned by the backend instance (no module state); ``cache_stats()`` reports
-them. (The module is a little over 600 lines because the memoised parts share the instance's
-memos; the pure pieces — block and chunk timing, gradient buckets, the pipeline and the step
+them. The pure pieces — block and chunk timing, gradient buckets, the pipeline and the step
 assembly — live in :mod:`~stage_explore.analytical.blocktime` and
-:mod:`~stage_explore.analytical.pipeline`.)
+:mod:`~stage_explore.analytical.pipeline`; the memo and its value types in
+:mod:`~stage_explore.analytical.parts`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from stage_core.blocks import Structure
@@ -78,6 +77,20 @@ from stage_explore.analytical.collectives import (
     alpha_beta_point_to_point_s,
     group_span,
 )
+from stage_explore.analytical.parts import (
+    BlockSync,
+    Memo,
+    Plan,
+    Point,
+    States,
+    axes_of,
+    canonical,
+    compute_dtype,
+    infeasible,
+    layout_key,
+    sum_states,
+    tied_ends,
+)
 from stage_explore.analytical.pipeline import StageClass, Step, StepPlan, SyncCost, assemble_step
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
@@ -98,72 +111,6 @@ OPTIMIZER_EXTRA_BYTES_PER_PARAM = 12
 #: fp16 adds dynamic loss scaling: unscale the gradients and check them for inf/NaN (read and
 #: write the fp32 gradient: 8).
 LOSS_SCALING_BYTES_PER_PARAM = 8
-
-
-class _Memo:
-    """A small LRU memo owned by one backend instance (no module-level state)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: OrderedDict[Hashable, Any] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
-        items = self.items
-        value = items.get(key)
-        if value is not None:
-            self.hits += 1
-            items.move_to_end(key)
-            return value
-        self.misses += 1
-        value = compute()
-        items[key] = value
-        if len(items) > self.size:
-            items.popitem(last=False)
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class _States:
-    """Model-state bytes, saved activations, parameters updated, the two largest full weights
-    (ZeRO-3 buffers), model and hardware FLOPs per micro-batch — of a block or a chunk."""
-
-    states_bytes: int
-    saved_bytes: int
-    params: int
-    largest: tuple[int, ...]
-    model_flops: int
-    hardware_flops: int
-
-
-#: A block kind's gradient bytes per bucket key, parameter-gather bytes per axes, its states.
-_BlockSync = tuple[dict[Any, int], dict[tuple[str, ...], int], _States]
-
-
-@dataclass(frozen=True, slots=True)
-class _Point:
-    """One evaluation's inputs as the memoised parts need them: ``key`` names the bound
-    ``blocks``; ``system`` has the network efficiency applied and ``token`` names it."""
-
-    workload: Workload
-    key: Hashable
-    blocks: dict[str, BoundBlock]
-    system: System
-    token: int
-    dtype: str
-    table: GroupTable
-    state_key: Hashable
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What a configuration costs whatever its schedule and number of micro-batches: the step
-    plan and the FLOPs per micro-batch of one rank of every stage."""
-
-    step: StepPlan
-    model_flops: int
-    hardware_flops: int
 
 
 class AnalyticalBackend(BaseBackend):
@@ -196,11 +143,11 @@ class AnalyticalBackend(BaseBackend):
             raise ConfigError(f"`cache_size` must be a positive int, but got {cache_size!r}")
         self.cache_size = cache_size
         self.network_efficiency = efficiency
-        self._blocks = _Memo(cache_size)
-        self._plans = _Memo(cache_size * 4)
-        self._steps = _Memo(cache_size * 16)
-        self._parts = _Memo(cache_size * 64)
-        self._systems = _Memo(64)
+        self._blocks = Memo(cache_size)
+        self._plans = Memo(cache_size * 4)
+        self._steps = Memo(cache_size * 16)
+        self._parts = Memo(cache_size * 64)
+        self._systems = Memo(64)
         self._tokens = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -226,25 +173,25 @@ class AnalyticalBackend(BaseBackend):
         workload = make_workload(model, parallel)
         gpus = workload.world_size
         if gpus > system.max_gpus:
-            return _infeasible(f"{gpus} GPUs exceed the system's {system.max_gpus}", gpus, system)
+            return infeasible(f"{gpus} GPUs exceed the system's {system.max_gpus}", gpus, system)
         try:
             key, blocks = self._bound(workload)
         except InfeasibleError as error:
-            return _infeasible(error.reason, gpus, system)
+            return infeasible(error.reason, gpus, system)
         net, token = self._network(system)
-        dtype = _dtype(parallel, system)
+        dtype = compute_dtype(parallel, system)
         axis_sizes = tuple(workload.axis_sizes.items())
         plan_key = (
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
-            workload.grad_bytes, parallel.grad_bucket_bytes, _layout_key(workload),
+            workload.grad_bytes, parallel.grad_bucket_bytes, layout_key(workload),
         )  # fmt: skip
 
-        def plan() -> _Plan:
+        def plan() -> Plan:
             table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
             state_key = (parallel.zero, axis_sizes, workload.grad_bytes)
-            return self._plan(_Point(workload, key, blocks, net, token, dtype, table, state_key))
+            return self._plan(Point(workload, key, blocks, net, token, dtype, table, state_key))
 
-        planned: _Plan = self._plans.get(plan_key, plan)
+        planned: Plan = self._plans.get(plan_key, plan)
         kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
         step: Step = self._steps.get(
             (plan_key, kind, m), lambda: assemble_step(planned.step, kind, m, vpp)
@@ -253,14 +200,14 @@ class AnalyticalBackend(BaseBackend):
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
         return self._result(workload, step, flops, system)
 
-    def _plan(self, point: _Point) -> _Plan:
+    def _plan(self, point: Point) -> Plan:
         """Everything about a configuration that does not depend on the schedule or the number
         of micro-batches, computed once per pipeline-stage class: stages holding the same
         blocks whose groups span the network the same way behave the same."""
         workload, blocks = point.workload, point.blocks
         parallel = workload.parallel
         p, vpp, zero = parallel.pp, parallel.vpp, parallel.zero
-        layout = chunk_runs(*_layout_key(workload))
+        layout = chunk_runs(*layout_key(workload))
         kinds = sorted({kind for runs in layout for kind, _ in runs})
         syncs = {kind: self._block_sync(point, kind) for kind in kinds}
         zero_ops = {
@@ -275,7 +222,7 @@ class AnalyticalBackend(BaseBackend):
             | {bucket[1] for kind in kinds for bucket in syncs[kind][0]}
             | {axes for kind in kinds for axes in syncs[kind][1]}
             | {i.axes for pair in zero_ops.values() for ops in pair for i in ops}
-            | ({(PIPELINE_ENDS,)} if _tied_ends(workload) else set())
+            | ({(PIPELINE_ENDS,)} if tied_ends(workload) else set())
         )
         spans = {axes: self._spans(point, axes) for axes in relevant}
         class_of: dict[Hashable, int] = {}
@@ -295,13 +242,13 @@ class AnalyticalBackend(BaseBackend):
         )
         plan = StepPlan(tuple(stage_class), tuple(c for c, _ in classes), transfer, working_set)
         flops = [classes[c][1] for c in stage_class]
-        return _Plan(plan, sum(f[0] for f in flops), sum(f[1] for f in flops))
+        return Plan(plan, sum(f[0] for f in flops), sum(f[1] for f in flops))
 
     def _class(
         self,
-        point: _Point,
+        point: Point,
         signature: tuple[Runs, ...],
-        syncs: dict[str, _BlockSync],
+        syncs: dict[str, BlockSync],
         zero_ops: dict[str, tuple[list[Instr], list[Instr]]],
         spans: dict[tuple[str, ...], Any],
     ) -> tuple[StageClass, tuple[int, int]]:
@@ -340,7 +287,7 @@ class AnalyticalBackend(BaseBackend):
             )
             tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
             sync_costs.append(SyncCost(total + tied, latest + tied, gather))
-            states.append(_sum_states([(syncs[kind][2], count) for kind, count in runs]))
+            states.append(sum_states([(syncs[kind][2], count) for kind, count in runs]))
         exposed: dict[str, float] = {}
         for chunk in chunks:
             for label, seconds in chunk.exposed_s:
@@ -382,21 +329,21 @@ class AnalyticalBackend(BaseBackend):
         """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
         communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
         the global micro-batch B, whose per-rank share is the micro-batch either way)."""
-        canonical = _canonical(workload)
+        shapes = canonical(workload)
         key = (
-            Structure.of(canonical.model), canonical.options, canonical.flags,
-            str(canonical.parallel.recompute), tuple(sorted(canonical.sizes.items())),
-            tuple(sorted(canonical.axis_sizes.items())), canonical.model.tied_embeddings,
+            Structure.of(shapes.model), shapes.options, shapes.flags,
+            str(shapes.parallel.recompute), tuple(sorted(shapes.sizes.items())),
+            tuple(sorted(shapes.axis_sizes.items())), shapes.model.tied_embeddings,
             workload.parallel.pp == 1,
         )  # fmt: skip
-        blocks = self._blocks.get(key, lambda: tie_embeddings(workload, bind_all(canonical)))
+        blocks = self._blocks.get(key, lambda: tie_embeddings(workload, bind_all(shapes)))
         return key, blocks
 
-    def _tied_sync_s(self, point: _Point, runs: Runs, spans: dict[tuple[str, ...], Any]) -> float:
+    def _tied_sync_s(self, point: Point, runs: Runs, spans: dict[tuple[str, ...], Any]) -> float:
         """The tied word embedding's gradient all-reduce between the pipeline ends, for a chunk
         holding the embedding or the head (``stage_core.lower.program._tied_embedding_sync``)."""
         workload = point.workload
-        if not _tied_ends(workload):
+        if not tied_ends(workload):
             return 0.0
         seconds = 0.0
         for kind, _ in runs:
@@ -407,7 +354,7 @@ class AnalyticalBackend(BaseBackend):
                     seconds += self._collective_time(point, span, CollectiveKind.ALL_REDUCE, size)
         return seconds
 
-    def _spans(self, point: _Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
+    def _spans(self, point: Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
         """Per pipeline stage: (what the α–β time of a group over ``axes`` depends on — its
         size, ranks per network dim, regularity —, a representative group, its rank)."""
         workload, table, system = point.workload, point.table, point.system
@@ -424,14 +371,14 @@ class AnalyticalBackend(BaseBackend):
         key = ("spans", point.token, table.names, table.shape, axes)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
-    def _collective_time(self, point: _Point, span: Any, kind: CollectiveKind, size: int) -> float:
+    def _collective_time(self, point: Point, span: Any, kind: CollectiveKind, size: int) -> float:
         shape, group, _ = span
         return self._parts.get(  # type: ignore[no-any-return]
             ("comm", point.token, shape, kind, size),
             lambda: alpha_beta_collective_s(point.system, kind, size, group),
         )
 
-    def _comm_time(self, point: _Point, span: Any, instr: Instr) -> float:
+    def _comm_time(self, point: Point, span: Any, instr: Instr) -> float:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         if instr.kind != "ring":
             assert instr.collective is not None
@@ -449,7 +396,7 @@ class AnalyticalBackend(BaseBackend):
         )
 
     def _block_timing(
-        self, point: _Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any]
+        self, point: Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any]
     ) -> BlockTiming:
         """A block's timing with its element-wise chains fused; ``spans`` maps its
         collectives' axes to the rank's groups."""
@@ -470,17 +417,17 @@ class AnalyticalBackend(BaseBackend):
         key = (point.key, kind, phase, point.token, shapes, dtype)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
-    def _axes(self, point: _Point, kind: str) -> list[tuple[str, ...]]:
+    def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:
         block = point.blocks[kind]
-        return self._parts.get(("axes", point.key, kind), lambda: _axes_of(block))  # type: ignore[no-any-return]
+        return self._parts.get(("axes", point.key, kind), lambda: axes_of(block))  # type: ignore[no-any-return]
 
-    def _block_sync(self, point: _Point, kind: str) -> _BlockSync:
+    def _block_sync(self, point: Point, kind: str) -> BlockSync:
         """A block's gradient bytes per bucket key, parameter-gather bytes per axes (ZeRO-1/2),
         and its model states (:func:`stage_core.lower.program._block_sync`,
         :func:`stage_core.lower.memory._block_states`)."""
         workload, block = point.workload, point.blocks[kind]
 
-        def compute() -> _BlockSync:
+        def compute() -> BlockSync:
             reductions, gathers, params = _block_sync(workload, block)
             weights, grads, optimizer, full = _block_states(workload, block)
             model, hardware = block_flops(block)
@@ -488,13 +435,13 @@ class AnalyticalBackend(BaseBackend):
             return (
                 reductions,
                 gathers,
-                _States(states, block.saved_bytes, params, (full,), model, hardware),
+                States(states, block.saved_bytes, params, (full,), model, hardware),
             )
 
         key = ("block_sync", point.key, kind, point.state_key)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
-    def _transfer(self, point: _Point) -> float:
+    def _transfer(self, point: Point) -> float:
         """One activation (or gradient) message between adjacent stages. Without sequence
         parallelism tp ranks hold the same activation: Megatron's scatter/gather sends 1/tp
         of it and all-gathers it over tp on the receiver (Narayanan et al. 2021, §4.1)."""
@@ -520,7 +467,7 @@ class AnalyticalBackend(BaseBackend):
         key = ("transfer", point.token, mesh_key, ends, size, tp, gathered)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
-    def _optimizer_s(self, point: _Point, params: int) -> float:
+    def _optimizer_s(self, point: Point, params: int) -> float:
         """Adam over this rank's ``params`` (a shard of them under ZeRO; the count of
         :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
         bookkeeping (:data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`)."""
@@ -543,7 +490,7 @@ class AnalyticalBackend(BaseBackend):
     ) -> Evaluation:
         gpus = workload.world_size
         seconds = step.step_time_s
-        peak = system.accelerator.peak(_dtype(workload.parallel, system))
+        peak = system.accelerator.peak(compute_dtype(workload.parallel, system))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
         feasible = step.peak_memory_bytes <= capacity
@@ -578,56 +525,3 @@ class AnalyticalBackend(BaseBackend):
                 "pipeline_end_s": step.pipeline_end_s,
             },
         )
-
-
-def _sum_states(parts: Sequence[tuple[_States, int]]) -> _States:
-    """The states of runs of ``count`` identical blocks."""
-    largest = [x for part, count in parts for x in part.largest * min(count, 2)]
-    return _States(
-        sum(part.states_bytes * count for part, count in parts),
-        sum(part.saved_bytes * count for part, count in parts),
-        sum(part.params * count for part, count in parts),
-        tuple(sorted(largest, reverse=True)[:2]),
-        sum(part.model_flops * count for part, count in parts),
-        sum(part.hardware_flops * count for part, count in parts),
-    )
-
-
-def _tied_ends(workload: Workload) -> bool:
-    return workload.model.tied_embeddings and workload.parallel.pp > 1
-
-
-def _canonical(workload: Workload) -> Workload:
-    axes = dict(workload.axis_sizes)
-    sizes = dict(workload.sizes)
-    dp = axes["dp"]
-    axes["dp"] = min(dp, 2)
-    axes["pp"] = 1
-    sizes["B"] = sizes["B"] // dp * axes["dp"]
-    sizes["C"] = sizes["C"] // dp * axes["dp"] if workload.model.is_moe else sizes["C"]
-    return replace(workload, sizes=sizes, axis_sizes=axes)
-
-
-def _dtype(parallel: ParallelConfig, system: System) -> str:
-    """The dtype whose peak times compute: the precision, else bf16 (e.g. fp8 on an A100)."""
-    precision = str(parallel.precision)
-    return precision if precision in system.accelerator.peak_flops_per_s else "bf16"
-
-
-def _layout_key(workload: Workload) -> tuple[Any, ...]:
-    model, parallel = workload.model, workload.parallel
-    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
-    return (model.layers, pattern, parallel.pp, parallel.vpp)
-
-
-def _axes_of(block: BoundBlock) -> list[tuple[str, ...]]:
-    return sorted({i.axes for i in (*block.fwd, *block.bwd) if i.axes})
-
-
-def _infeasible(reason: str, gpus: int, system: System) -> Evaluation:
-    nan = float("nan")
-    return Evaluation(
-        step_time_s=nan, mfu=nan, hfu=nan, tokens_per_s_per_gpu=nan, peak_memory_bytes=0,
-        feasible=False, reason=reason, memory_capacity_bytes=system.accelerator.memory_bytes,
-        num_gpus=gpus,
-    )  # fmt: skip

@@ -16,7 +16,8 @@ User documentation: ``docs/astra-sim.md``.
 from __future__ import annotations
 
 from stage_core.lower.flops import step_flops
-from stage_explore.astrasim.backend import AstraSimBackend, compute_dtype
+from stage_explore.analytical.parts import compute_dtype
+from stage_explore.astrasim.backend import AstraSimBackend
 from stage_explore.astrasim.discovery import (
     BINARY_NAMES,
     ENV_VAR,

@@ -32,6 +32,7 @@ from stage_core.lower.memory import memory_report
 from stage_core.lower.program import ProgramSet, lower, make_workload
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
+from stage_explore.analytical.parts import compute_dtype
 from stage_explore.astrasim.discovery import Variant, find_binary, parse_variant
 from stage_explore.astrasim.inputs import AstraInputs, AstraSettings, write_inputs
 from stage_explore.astrasim.parse import AstraSimReport
@@ -40,12 +41,6 @@ from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 
 NS_PER_CYCLE = 1e-9
-
-
-def compute_dtype(parallel: ParallelConfig, system: System) -> str:
-    """The dtype whose peak times compute: the precision, else bf16 (as the analytical backend)."""
-    precision = str(parallel.precision)
-    return precision if precision in system.accelerator.peak_flops_per_s else "bf16"
 
 
 def _slug(model: ModelSpec, parallel: ParallelConfig) -> str:

@@ -1,0 +1,141 @@
+"""The pieces the analytical backend's memos are made of, and its small pure helpers.
+
+Holds the bounded LRU :class:`Memo`, the value types of memoised parts (:class:`States`,
+:class:`Point`, :class:`Plan`, ``BlockSync``) and helpers: :func:`canonical` (the per-rank
+shapes bound blocks depend on), :func:`compute_dtype` (also used by the ASTRA-sim backend),
+:func:`layout_key`, :func:`axes_of`, :func:`tied_ends`, :func:`sum_states`, :func:`infeasible`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from stage_core.lower.bind import BoundBlock
+from stage_core.lower.emit import GroupTable
+from stage_core.lower.program import Workload
+from stage_core.parallel.config import ParallelConfig
+from stage_explore.analytical.pipeline import StepPlan
+from stage_explore.evaluation import Evaluation
+from stage_explore.system.model import System
+
+
+class Memo:
+    """A small LRU memo owned by one backend instance (no module-level state)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[Hashable, Any] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        items = self.items
+        value = items.get(key)
+        if value is not None:
+            self.hits += 1
+            items.move_to_end(key)
+            return value
+        self.misses += 1
+        value = compute()
+        items[key] = value
+        if len(items) > self.size:
+            items.popitem(last=False)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class States:
+    """Model-state bytes, saved activations, parameters updated, the two largest full weights
+    (ZeRO-3 buffers), model and hardware FLOPs per micro-batch — of a block or a chunk."""
+
+    states_bytes: int
+    saved_bytes: int
+    params: int
+    largest: tuple[int, ...]
+    model_flops: int
+    hardware_flops: int
+
+
+#: A block kind's gradient bytes per bucket key, parameter-gather bytes per axes, its states.
+BlockSync = tuple[dict[Any, int], dict[tuple[str, ...], int], States]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One evaluation's inputs as the memoised parts need them: ``key`` names the bound
+    ``blocks``; ``system`` has the network efficiency applied and ``token`` names it."""
+
+    workload: Workload
+    key: Hashable
+    blocks: dict[str, BoundBlock]
+    system: System
+    token: int
+    dtype: str
+    table: GroupTable
+    state_key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a configuration costs whatever its schedule and number of micro-batches: the step
+    plan and the FLOPs per micro-batch of one rank of every stage."""
+
+    step: StepPlan
+    model_flops: int
+    hardware_flops: int
+
+
+def sum_states(parts: Sequence[tuple[States, int]]) -> States:
+    """The states of runs of ``count`` identical blocks."""
+    largest = [x for part, count in parts for x in part.largest * min(count, 2)]
+    return States(
+        sum(part.states_bytes * count for part, count in parts),
+        sum(part.saved_bytes * count for part, count in parts),
+        sum(part.params * count for part, count in parts),
+        tuple(sorted(largest, reverse=True)[:2]),
+        sum(part.model_flops * count for part, count in parts),
+        sum(part.hardware_flops * count for part, count in parts),
+    )
+
+
+def tied_ends(workload: Workload) -> bool:
+    return workload.model.tied_embeddings and workload.parallel.pp > 1
+
+
+def canonical(workload: Workload) -> Workload:
+    axes = dict(workload.axis_sizes)
+    sizes = dict(workload.sizes)
+    dp = axes["dp"]
+    axes["dp"] = min(dp, 2)
+    axes["pp"] = 1
+    sizes["B"] = sizes["B"] // dp * axes["dp"]
+    sizes["C"] = sizes["C"] // dp * axes["dp"] if workload.model.is_moe else sizes["C"]
+    return replace(workload, sizes=sizes, axis_sizes=axes)
+
+
+def compute_dtype(parallel: ParallelConfig, system: System) -> str:
+    """The dtype whose peak times compute: the precision, else bf16 (e.g. fp8 on an A100)."""
+    precision = str(parallel.precision)
+    return precision if precision in system.accelerator.peak_flops_per_s else "bf16"
+
+
+def layout_key(workload: Workload) -> tuple[Any, ...]:
+    model, parallel = workload.model, workload.parallel
+    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
+    return (model.layers, pattern, parallel.pp, parallel.vpp)
+
+
+def axes_of(block: BoundBlock) -> list[tuple[str, ...]]:
+    return sorted({i.axes for i in (*block.fwd, *block.bwd) if i.axes})
+
+
+def infeasible(reason: str, gpus: int, system: System) -> Evaluation:
+    nan = float("nan")
+    return Evaluation(
+        step_time_s=nan, mfu=nan, hfu=nan, tokens_per_s_per_gpu=nan, peak_memory_bytes=0,
+        feasible=False, reason=reason, memory_capacity_bytes=system.accelerator.memory_bytes,
+        num_gpus=gpus,
+    )  # fmt: skip
