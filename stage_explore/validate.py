@@ -1,7 +1,7 @@
 """Validation of the analytical backend against published training runs (``stage validate``).
 
-Reads ``published_runs.csv`` (default: ``../shared/reference/published_runs.csv`` beside the
-repository, see :func:`default_csv_path`) and evaluates every row on the ``a100-80gb`` preset
+Reads ``published_runs.csv`` (default: the copy shipped in ``stage_explore/data``, see
+:func:`default_csv_path`) and evaluates every row on the ``a100-80gb`` preset
 (DGX A100 80 GB, as on Selene):
 
 - **KOR22-T5** (Korthikanti et al. 2022, Table 5): iteration time in seconds; tp, pp, dp,
@@ -61,11 +61,9 @@ SYSTEM = "a100-80gb"
 
 
 def default_csv_path() -> Path:
-    """``../shared/reference/published_runs.csv`` relative to the repository root (the folder
-    holding the ``stage_explore`` package)."""
-    return (
-        Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "published_runs.csv"
-    )
+    """``published_runs.csv`` shipped with the package (``stage_explore/data``, sources in its
+    README), so an installed ``stage validate`` finds it."""
+    return Path(__file__).resolve().parent / "data" / "published_runs.csv"
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ _GPT3 = (
 
 def _megatron(size: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelSpec:
     # Narayanan et al. SC'21 (arXiv 2104.04473) Table 1 and Korthikanti et al. 2022
-    # (arXiv 2205.05198) Table 3, as in /work/shared/reference/published_runs.csv: GPT blocks
+    # (arXiv 2205.05198) Table 3, as in stage_explore/data/published_runs.csv: GPT blocks
     # with vocabulary 51200, sequence 2048, learned positions, biases, dropout, tied embedding.
     return ModelSpec(
         name=f"megatron-gpt-{size}",

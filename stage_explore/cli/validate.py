@@ -1,7 +1,7 @@
 """``stage validate``: the analytical backend against published training runs.
 
 Runs every row of ``published_runs.csv`` (:mod:`stage_explore.validate`; default
-``../shared/reference/published_runs.csv`` beside the repository, ``--csv`` to override) and
+the copy shipped in ``stage_explore/data``, ``--csv`` to override) and
 prints predicted vs measured with the signed error per row and the mean absolute error per
 block (KOR22-T5 iteration time, NAR21-T1 TFLOP/s per GPU, KOR22-F1 peak memory). ``--json``
 prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error", ...}],
@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         default=None,
         metavar="PATH",
-        help="the published runs (default: ../shared/reference/published_runs.csv beside the repo)",
+        help="the published runs (default: the copy shipped with the package)",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")

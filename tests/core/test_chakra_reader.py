@@ -15,8 +15,8 @@ from stage_core.chakra.traceset import ForeignNode
 from stage_core.chakra.wire import encode_varint
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind, NodeKind
+from tests.fixtures import SAMPLE_RUN
 
-SAMPLE_RUN = Path(__file__).parents[2] / ".." / "shared" / "reference" / "astra-sim" / "sample-run"
 MIB = 1 << 20
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from stage_core.chakra.reference import parse_stream
@@ -17,8 +15,7 @@ from stage_core.chakra.schema import (
     message_class,
 )
 from stage_core.trace import CHAKRA_COMM_TYPE, NodeKind
-
-SAMPLE_RUN = Path(__file__).parents[2] / ".." / "shared" / "reference" / "astra-sim" / "sample-run"
+from tests.fixtures import SAMPLE_RUN
 
 
 def test_node_field_numbers() -> None:

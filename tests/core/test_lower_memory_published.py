@@ -1,5 +1,5 @@
 """Per-GPU memory against Korthikanti et al. 2022, Figure 1 (rows KOR22-F1-* of
-/work/shared/reference/published_runs.csv, transcribed below).
+stage_explore/data/published_runs.csv, transcribed below).
 
 Configuration per row: the flavor with the row's dims (vocabulary 51200, sequence 2048), tp 8,
 the row's pp and micro-batch, sequence parallelism with selective recompute, fp16 mixed

@@ -54,7 +54,7 @@ def test_params_near_published_totals(
         assert model.active_params() == pytest.approx(active, rel=tolerance), source
 
 
-# Every distinct model of /work/shared/reference/published_runs.csv (ids, label, layers, hidden,
+# Every distinct model of stage_explore/data/published_runs.csv (ids, label, layers, hidden,
 # ffn, heads), transcribed; all use vocabulary 51200 and sequence 2048.
 MEGATRON_ROWS = [
     ("NAR21-T1-1", "GPT-1.7B", "megatron-gpt-1.7b", 24, 2304, 9216, 24),

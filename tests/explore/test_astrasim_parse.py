@@ -1,9 +1,9 @@
-"""The ASTRA-sim output parser, on the real run in ``shared/reference/astra-sim/sample-run``.
+"""The ASTRA-sim output parser, on the real run in ``tests/fixtures/astra-sim/sample-run``.
 
 ``stdout.txt`` is what ``AstraSim_Analytical_Congestion_Unaware`` printed (README there): every
 rank finished at 1,087,986 cycles with 416,902 of GPU time and 671,084 of exposed communication.
-The reference lives next to the repository (``<repo>/../shared/reference/astra-sim``); without it
-these tests fail and say where they looked.
+The fixture is part of the repository (provenance in its README); without it these tests fail
+and say where they looked.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import pytest
 
 from stage_explore.astrasim import parse_output
 from stage_explore.astrasim.parse import statistic_key
+from tests.fixtures import SAMPLE_RUN
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-SAMPLE_RUN = REPOSITORY.parent / "shared" / "reference" / "astra-sim" / "sample-run"
 
 
 def sample_stdout() -> str:
     path = SAMPLE_RUN / "stdout.txt"
     if not path.is_file():
         pytest.fail(
-            f"the ASTRA-sim reference output is missing: expected {path} (the shared reference "
-            "folder next to the repository); these tests parse a real ASTRA-sim run"
+            f"the ASTRA-sim reference output is missing: expected {path} (a repository "
+            "fixture); these tests parse a real ASTRA-sim run"
         )
     return path.read_text()
 

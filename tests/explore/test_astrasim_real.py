@@ -3,7 +3,7 @@
 Found as the backend finds it: ``ASTRA_SIM_BIN``, else ``AstraSim_Analytical_Congestion_Unaware``
 on ``PATH``. These are the only tests that show what the real binary does with STAGE's files:
 
-- the reference run (``shared/reference/astra-sim/sample-run``) through the runner and parser
+- the reference run (``tests/fixtures/astra-sim/sample-run``) through the runner and parser
   gives 1,087,986 cycles on every rank, as recorded;
 - for small STAGE workloads, the backend's run completes and its step time equals, to the
   nanosecond, the ASTRA-sim-equivalent trace simulator on the same files (a disagreement is a
@@ -24,6 +24,7 @@ from stage_core.errors import ConfigError
 from stage_explore.analytical.tracesim import AstraTimingModel, simulate
 from stage_explore.astrasim import AstraInputs, AstraSimBackend, find_binary, run_astra_sim
 from stage_explore.system import astra_config_from_files, load_system
+from tests.fixtures import SAMPLE_RUN
 
 
 def _binary() -> tuple[Path | None, str]:
@@ -38,7 +39,6 @@ pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY)
 inputs_tests = importlib.import_module(
     f"{__package__}.test_astrasim_inputs" if __package__ else "test_astrasim_inputs"
 )
-SAMPLE_RUN = Path(__file__).resolve().parents[2].parent / "shared/reference/astra-sim/sample-run"
 
 
 def test_reference_run_through_the_real_binary(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from stage_core.chakra.examples import sample_run_programs
 from stage_core.chakra.writer import write_trace_set
 from stage_explore.cli import COMMANDS, main
 from stage_explore.cli.check import rank_ranges
+from tests.fixtures import SAMPLE_RUN
 
-SAMPLE_RUN = Path(__file__).parents[2] / ".." / "shared" / "reference" / "astra-sim" / "sample-run"
 COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
 
 

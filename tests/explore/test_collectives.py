@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -32,6 +31,7 @@ from stage_explore.system import (
     System,
     Topology,
 )
+from tests.fixtures import COLLECTIVES_CSV
 
 AR, AG, RS, A2A = (
     CollectiveKind.ALL_REDUCE,
@@ -41,8 +41,8 @@ AR, AG, RS, A2A = (
 )
 KINDS = {"AR": AR, "AG": AG, "RS": RS, "A2A": A2A}
 
-# shared/reference/astra-sim/collectives.csv: single-collective runs of the real binary.
-REFERENCE = Path("/work/shared/reference/astra-sim/collectives.csv")
+# tests/fixtures/astra-sim/collectives.csv: single-collective runs of the real binary.
+REFERENCE = COLLECTIVES_CSV
 ROWS = """\
 unaware,AR,1048576,"Ring,8,50,500",ring,4,1,10,50,117780
 unaware,RS,1048576,"Ring,4,50,500",ring,4,1,10,1600,22240
@@ -114,7 +114,6 @@ def parse_row(row: list[str]) -> tuple[AstraConfig, CollectiveKind, int, int]:
 CASES = list(csv.reader(io.StringIO(ROWS)))
 
 
-@pytest.mark.skipif(not REFERENCE.is_file(), reason="shared reference not present")
 def test_embedded_rows_are_the_reference_csv() -> None:
     with REFERENCE.open() as file:
         rows = list(csv.reader(file))[1:]  # the header's unquoted commas make it ragged

@@ -18,11 +18,11 @@ from stage_explore.system import (
     astra_dims_from_system,
     load_system,
 )
+from tests.fixtures import SAMPLE_RUN
 
-# The reference run's inputs are embedded below; when the shared copy is present, the test
-# below checks that the embedded copy is the same.
-SAMPLE = Path("/work/shared/reference/astra-sim/sample-run")
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="shared reference not present")
+# The reference run's inputs are embedded below; a test checks that the embedded copy is the
+# same as the fixture's files.
+SAMPLE = SAMPLE_RUN
 
 SYSTEM_JSON = {
     "scheduling-policy": "LIFO",
@@ -65,7 +65,6 @@ def test_reads_system_json_and_network_yml(tmp_path: Path) -> None:
     assert config.local_mem_bw_gbps == 3350 and config.peak_perf_tflops == 989
 
 
-@needs_sample
 def test_embedded_inputs_are_the_reference_sample_run(tmp_path: Path) -> None:
     reference = astra_config_from_files(SAMPLE / "system.json", SAMPLE / "network.yml")
     assert reference == astra_config_from_files(*write_pair(tmp_path, SYSTEM_JSON, NETWORK_YML))
