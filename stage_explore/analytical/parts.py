@@ -117,9 +117,9 @@ def canonical(workload: Workload) -> Workload:
 
 
 def compute_dtype(parallel: ParallelConfig, system: System) -> str:
-    """The dtype whose peak times compute: the precision, else bf16 (e.g. fp8 on an A100)."""
-    precision = str(parallel.precision)
-    return precision if precision in system.accelerator.peak_flops_per_s else "bf16"
+    """The dtype whose peak times compute: the precision; one the accelerator has no peak for
+    (e.g. fp8 on an A100) is a :class:`ConfigError` (:meth:`Accelerator.precision_dtype`)."""
+    return system.accelerator.precision_dtype(str(parallel.precision))
 
 
 def layout_key(workload: Workload) -> tuple[Any, ...]:

@@ -131,6 +131,19 @@ class Accelerator:
                 f"accelerator {self.name!r} has no peak FLOP/s for dtype {dtype!r}; known: {known}"
             ) from None
 
+    def precision_dtype(self, precision: str) -> str:
+        """The dtype whose peak times a run at ``precision``: the precision itself. A precision
+        the accelerator has no peak for is a one-line :class:`ConfigError`, never a silent
+        fallback to another peak (e.g. ``fp8`` on an A100, which has no FP8 tensor cores)."""
+        if precision in self.peak_flops_per_s:
+            return precision
+        known = ", ".join(sorted(self.peak_flops_per_s))
+        raise ConfigError(
+            f"precision {precision!r} needs a peak FLOP/s for it, but accelerator {self.name!r} "
+            f"has none (it has: {known}); choose one of those precisions or a system with a "
+            f"{precision} peak"
+        )
+
     def compute_time_s(self, flops: int, memory_bytes: int, dtype: str) -> float:
         """Roofline time with efficiencies: the larger of the compute and the memory time."""
         compute_s = 0.0

@@ -156,7 +156,6 @@ def test_one_implementation_per_dim_and_direct_all_to_all(system: System, tmp_pa
     ("system", "precision", "tflops"),
     [
         ("a100-80gb", "bf16", 312),
-        ("a100-80gb", "fp8", 312),  # no fp8 peak on A100: timed at bf16, as the analytical backend
         ("h100-80gb", "fp8", 1979),
         ("h100-80gb", "fp16", 989),
     ],
@@ -172,6 +171,14 @@ def test_peak_perf_is_the_accelerators_peak_for_the_precision(
     assert data["peak-perf"] == tflops
     assert data["local-mem-bw"] == hardware.accelerator.memory_bandwidth_bytes_per_s / 1e9
     assert hardware.accelerator.peak(compute_dtype(parallel, hardware)) == tflops * 1e12
+
+
+def test_a_precision_without_a_peak_is_a_config_error(tmp_path: Path) -> None:
+    # No fp8 peak on A100: a one-line error, as in the analytical backend, never bf16 silently.
+    model, parallel = point(GOLDEN_POINT)
+    parallel = replace(parallel, precision=Precision("fp8"))
+    with pytest.raises(ConfigError, match="precision 'fp8' needs a peak FLOP/s"):
+        AstraSimBackend().write_inputs(model, parallel, load_system("a100-80gb"), tmp_path)
 
 
 def test_settings_reach_system_json(tmp_path: Path) -> None:
