@@ -35,7 +35,7 @@ assembly — live in :mod:`~stage_explore.analytical.blocktime` and
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -76,6 +76,11 @@ from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
     group_span,
+)
+from stage_explore.analytical.frameworks import (
+    DEFAULT_FRAMEWORK,
+    FrameworkProfile,
+    get_framework,
 )
 from stage_explore.analytical.parts import (
     BlockSync,
@@ -121,6 +126,9 @@ class AnalyticalBackend(BaseBackend):
     ``network_efficiency``: achieved fraction of each network dim's bandwidth (dim 0 first; the
     last value repeats), default :data:`DEFAULT_NETWORK_EFFICIENCY`. ``cache_size`` bounds the
     memos (bound blocks; plans and steps are bounded at 4× and 16× it, parts at 64×).
+    ``framework`` names a :data:`~stage_explore.analytical.frameworks.FRAMEWORKS` profile
+    (default :data:`~stage_explore.analytical.frameworks.DEFAULT_FRAMEWORK`) and ``overrides``
+    replaces some of its options (``{"tp_comm_overlap": False}``).
     """
 
     name = "analytical"
@@ -129,6 +137,8 @@ class AnalyticalBackend(BaseBackend):
         self,
         cache_size: int = 1024,
         network_efficiency: Sequence[float] = DEFAULT_NETWORK_EFFICIENCY,
+        framework: str = DEFAULT_FRAMEWORK,
+        overrides: Mapping[str, Any] | None = None,
     ) -> None:
         efficiency = tuple(network_efficiency)
         if not efficiency or not all(
@@ -143,6 +153,8 @@ class AnalyticalBackend(BaseBackend):
             raise ConfigError(f"`cache_size` must be a positive int, but got {cache_size!r}")
         self.cache_size = cache_size
         self.network_efficiency = efficiency
+        self.framework: FrameworkProfile = get_framework(framework).with_overrides(overrides or {})
+        self._overrides = dict(overrides or {})
         self._blocks = Memo(cache_size)
         self._plans = Memo(cache_size * 4)
         self._steps = Memo(cache_size * 16)
@@ -151,10 +163,20 @@ class AnalyticalBackend(BaseBackend):
         self._tokens = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"cache_size": self.cache_size, "network_efficiency": self.network_efficiency}
+        return {
+            "cache_size": self.cache_size,
+            "network_efficiency": self.network_efficiency,
+            "framework": self.framework.name,
+            "overrides": self._overrides,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["cache_size"], state["network_efficiency"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["cache_size"],
+            state["network_efficiency"],
+            state.get("framework", DEFAULT_FRAMEWORK),
+            state.get("overrides"),
+        )
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         """Hits, misses and entries of each memo (for benchmarks)."""
@@ -485,6 +507,13 @@ class AnalyticalBackend(BaseBackend):
 
         return self._parts.get(("optimizer", point.token, params, dtype), compute)  # type: ignore[no-any-return]
 
+    def _process_bytes(self, tensor_peak_bytes: int) -> int:
+        """What the process holds at the tensors' peak: the caching allocator's reserve
+        (``allocator_overhead``) and the runtime's own buffers (``runtime_reserved_bytes``)."""
+        profile = self.framework
+        reserve = int(tensor_peak_bytes * profile.allocator_overhead)
+        return tensor_peak_bytes + reserve + profile.runtime_reserved_bytes
+
     def _result(
         self, workload: Workload, step: Step, flops: tuple[int, int], system: System
     ) -> Evaluation:
@@ -493,11 +522,12 @@ class AnalyticalBackend(BaseBackend):
         peak = system.accelerator.peak(compute_dtype(workload.parallel, system))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
-        feasible = step.peak_memory_bytes <= capacity
+        peak_bytes = self._process_bytes(step.peak_memory_bytes)
+        feasible = peak_bytes <= capacity
         reason = ""
         if not feasible:
             reason = (
-                f"out of memory: peak {step.peak_memory_bytes / 2**30:.2f} GiB exceeds "
+                f"out of memory: peak {peak_bytes / 2**30:.2f} GiB exceeds "
                 f"{capacity / 2**30:.2f} GiB"
             )
         price = system.price_per_gpu_hour
@@ -507,7 +537,7 @@ class AnalyticalBackend(BaseBackend):
             mfu=flops[0] / (seconds * gpus * peak),
             hfu=flops[1] / (seconds * gpus * peak),
             tokens_per_s_per_gpu=tokens / seconds / gpus,
-            peak_memory_bytes=step.peak_memory_bytes,
+            peak_memory_bytes=peak_bytes,
             feasible=feasible,
             reason=reason,
             breakdown=dict(step.breakdown),

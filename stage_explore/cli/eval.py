@@ -45,6 +45,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="analytical (default), astra-sim, a registered name or module:Class",
     )
     parser.add_argument(
+        "--framework",
+        default=None,
+        metavar="NAME",
+        help="training framework profile of the analytical backend: megatron-lm-2021 "
+        "(default), megatron-core, deepspeed, fsdp",
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="also evaluate with the analytical backend and show both (needs another --backend)",
@@ -61,14 +68,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--compare needs a non-analytical --backend (e.g. --backend astra-sim)")
     model, parallel = parse_workload(args)
     system = load_system(args.system)
-    backend = create_backend(resolve_backend(args.backend), {})
+    options = {} if args.framework is None else {"framework": args.framework}
+    if options and args.backend != "analytical" and not args.compare:
+        raise ConfigError(
+            f"--framework applies to the analytical backend, but got --backend {args.backend} "
+            "(add --compare to evaluate the analytical model beside it)"
+        )
+    backend_options = options if args.backend == "analytical" else {}
+    backend = create_backend(resolve_backend(args.backend), backend_options)
     preflight = getattr(backend, "preflight", None)
     if callable(preflight):
         preflight()
     result = backend.evaluate(model, parallel, system)
     reference = None
     if args.compare:
-        reference = create_backend(resolve_backend("analytical"), {}).evaluate(
+        reference = create_backend(resolve_backend("analytical"), options).evaluate(
             model, parallel, system
         )
     if args.json:
