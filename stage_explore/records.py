@@ -11,8 +11,16 @@ Contents:
         the Arrow schema of a study's records and one row of it.
     :class:`RecordWriter`
         buffers rows and writes ``part-NNNNN.parquet`` files (temp file + rename).
-    :func:`read_records`, :func:`load_results`
-        read a study's records back (Arrow table / pandas DataFrame).
+    :func:`read_records`, :func:`load_results`, :func:`count_records`
+        read a study's records back (Arrow table / pandas DataFrame / number of rows).
+    :func:`write_json_atomic`, :func:`read_study_meta`
+        the study definition ``_study.json``, written atomically and read back strictly.
+    :func:`make_folder`, :func:`storage_error`
+        a study folder created, and a failed write, as one-line errors naming the path.
+
+Failures of the file system (read-only folder, full disk, a file where a folder should be)
+become one-line :class:`~stage_core.errors.ConfigError` messages naming the path; a part is
+either whole or absent, so a failed write never damages what was recorded before it.
 
 Layout: ``<out>/<study>/part-00000.parquet …`` plus ``_study.json`` (the study definition; the
 underscore and the dot of temporary files make Parquet readers of the folder skip them, so
@@ -28,6 +36,7 @@ the timings ``eval_s finished_at worker``. FLOP counts are float64 (they overflo
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -214,11 +223,75 @@ def make_row(
     return row
 
 
+def storage_error(path: Path, error: OSError, what: str) -> ConfigError:
+    """A one-line error for a failed write of ``what`` at ``path`` (keeps the OS reason)."""
+    reason = error.strerror or str(error)
+    if error.errno == errno.ENOSPC:
+        reason += " (the disk is full)"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason += " (expected a writable folder)"
+    elif error.errno in (errno.ENOTDIR, errno.EEXIST):
+        reason += " (expected a folder, a file is in the way)"
+    return ConfigError(f"{path}: cannot write {what}: {reason}")
+
+
+def _discard(temporary: Path) -> None:
+    """Remove a temporary file a failed write left behind, if the folder still allows it."""
+    try:
+        temporary.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def make_folder(directory: Path, what: str = "trial records") -> None:
+    """``mkdir -p directory``; a :class:`ConfigError` naming it when that is impossible."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise storage_error(directory, error, what) from None
+
+
 def write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
-    """Write ``content`` as JSON to ``path`` through a temporary file and a rename."""
+    """Write ``content`` as JSON to ``path`` through a temporary file and a rename.
+
+    Raises :class:`ConfigError` naming ``path`` when the folder cannot be written; the file
+    that was there before (if any) is left as it was.
+    """
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    text = json.dumps(content, indent=2, sort_keys=True) + "\n"
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as error:
+        _discard(temporary)
+        raise storage_error(path, error, "the study definition") from None
+
+
+def read_study_meta(directory: Path) -> dict[str, Any] | None:
+    """The study definition recorded in ``directory`` (``None`` if there is none).
+
+    A truncated or otherwise unreadable ``_study.json`` is a :class:`ConfigError` that says
+    the records beside it are untouched and how to go on.
+    """
+    path = directory / STUDY_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read the study definition ({error})") from None
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as error:
+        content = error
+    if not isinstance(content, dict) or not isinstance(content.get("fingerprint", {}), dict):
+        problem = content if isinstance(content, json.JSONDecodeError) else "not a JSON object"
+        raise ConfigError(
+            f"{path}: corrupt study definition ({problem}); expected the JSON that stage "
+            "explore writes. The trial records beside it are not affected: delete the file to "
+            "resume or report from the records alone"
+        )
+    return content
 
 
 def part_files(directory: Path) -> list[Path]:
@@ -242,9 +315,12 @@ class RecordWriter:
     """
 
     def __init__(self, directory: Path, schema: pa.Schema) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        for leftover in directory.glob(".*.tmp"):
-            leftover.unlink()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for leftover in directory.glob(".*.tmp"):
+                leftover.unlink()
+        except OSError as error:
+            raise storage_error(directory, error, "trial records") from None
         self._directory = directory
         self._schema = schema
         parts = part_files(directory)
@@ -261,16 +337,31 @@ class RecordWriter:
         self._rows.append(dict(row))
 
     def flush(self) -> Path | None:
-        """Write the buffered rows as the next part; ``None`` if there were none."""
+        """Write the buffered rows as the next part; ``None`` if there were none.
+
+        When the write fails (full disk, folder made read-only) the temporary file is removed,
+        the rows stay buffered and a :class:`ConfigError` says how many trials the earlier
+        parts hold; those parts are not touched.
+        """
         if not self._rows:
             return None
         table = pa.Table.from_pylist(self._rows, schema=self._schema)
         path = self._directory / f"part-{self._next_part:05d}.parquet"
         temporary = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, temporary)
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as handle:
+                pq.write_table(table, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except OSError as error:
+            _discard(temporary)
+            kept = count_records(self._directory)
+            raise ConfigError(
+                f"{storage_error(path, error, 'trial records')}; the {kept} trials recorded "
+                f"before are intact in {self._directory} (free the space or fix the folder, "
+                "then continue with --resume)"
+            ) from None
         self._next_part += 1
         self._rows = []
         return path
@@ -288,6 +379,17 @@ def _read_part(path: Path) -> pa.Table:
             f"{path}: records version {version} is not supported (expected 1 to {RECORDS_VERSION})"
         )
     return table
+
+
+def count_records(directory: Path) -> int:
+    """The number of trials recorded in a study folder (from the parts' footers; 0 if none)."""
+    total = 0
+    for path in part_files(directory):
+        try:
+            total += pq.ParquetFile(path).metadata.num_rows
+        except (OSError, pa.ArrowInvalid) as error:
+            raise ConfigError(f"{path}: not a readable Parquet part ({error})") from None
+    return total
 
 
 def read_records(directory: Path) -> pa.Table | None:

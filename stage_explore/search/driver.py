@@ -7,9 +7,13 @@ Contents:
     :func:`explore`
         load nothing, inject everything: a convenience wrapper around :class:`Explorer`.
 
-Trial numbers in the records count finished trials in the order they finished (0, 1, 2 …),
-so a study stopped at any point, even killed, leaves the trials ``0 … n-1`` and a resumed
-study continues at ``n``; trials that were running when it stopped are simply asked again.
+Each record is one distinct canonical configuration. Trial numbers count them in the order
+they were proposed (0, 1, 2 …): outcomes are told to the sampler and recorded in proposal
+order, never in completion order, so the same study file and seed give the same trials on any
+executor, chunking, batch size or timing. A proposal of a configuration already proposed is
+answered from the first evaluation (told to the sampler, not recorded, not counted against the
+budget). A study stopped at any point, even killed, leaves the trials ``0 … n-1`` and a
+resumed study continues at ``n``; trials that were running when it stopped are asked again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import math
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -38,9 +43,11 @@ from stage_explore.records import (
     Outcome,
     RecordWriter,
     TrialStatus,
+    make_folder,
     make_row,
     part_files,
     read_records,
+    read_study_meta,
     records_schema,
     write_json_atomic,
 )
@@ -49,7 +56,8 @@ from stage_explore.search.executors import BaseExecutor
 from stage_explore.search.outcomes import outcome_from_row, verdict
 from stage_explore.search.progress import Progress, StudySummary
 from stage_explore.search.refine import refine
-from stage_explore.search.samplers import BaseSearch, Proposal, create_search
+from stage_explore.search.design import model_is_moe
+from stage_explore.search.samplers import BaseSearch, Proposal, create_search, is_fast
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp, structural_reason
 from stage_explore.study.spec import Direction, SamplerKind, StudySpec
@@ -88,7 +96,7 @@ class Explorer:
         self._executor_factory = executor_factory
         self._backend_factory = backend_factory
         self._budget = trials if trials is not None else spec.sampler.trials
-        if self._budget is None and spec.sampler.kind is not SamplerKind.GRID:
+        if self._budget is None and spec.sampler.kind not in (SamplerKind.GRID, SamplerKind.AUTO):
             raise ConfigError(
                 f"{spec.path}: [sampler] trials: expected a trial budget for sampler "
                 f'"{spec.sampler.kind}" (or pass --trials), got none'
@@ -98,12 +106,15 @@ class Explorer:
         self._stop: str | None = None
         self._counts = dict.fromkeys(TrialStatus, 0)
         self._ok_values: list[tuple[float, ...]] = []
+        #: Outcome of every configuration finished (canonical key → outcome).
         self._cache: dict[tuple[Any, ...], Outcome] = {}
         self._next_trial = 0
         self._started = time.monotonic()
-        #: The in-memory Optuna study of the last run (every trial, resumed ones included).
-        self.study: optuna.Study | None = None
+        self._search: BaseSearch | None = None
         self._new = 0
+        self._distinct = 0
+        self._repeats = 0
+        self._sampler_s = 0.0
         #: Points of the front re-evaluated by the second backend of a two-stage study.
         self.refined = 0
 
@@ -116,8 +127,9 @@ class Explorer:
                 f"{self.directory} already holds records of study {self.spec.name!r}; "
                 "pass --resume to continue it, or choose another --out"
             )
-        if self._resume and meta.exists():
-            stored = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint", {})
+        recorded = read_study_meta(self.directory) if self._resume else None
+        if recorded is not None:
+            stored = recorded.get("fingerprint", {})
             for section, value in self.spec.fingerprint().items():
                 if json.dumps(stored.get(section), sort_keys=True) != json.dumps(
                     value, sort_keys=True
@@ -128,7 +140,7 @@ class Explorer:
                     )
 
     def _write_meta(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_folder(self.directory)
         write_json_atomic(
             self.directory / STUDY_FILE,
             {
@@ -137,6 +149,12 @@ class Explorer:
                 "study": self.spec.to_dict(),
             },
         )
+
+    @property
+    def study(self) -> optuna.Study | None:
+        """The in-memory Optuna study of the last run (resumed trials and repeats included;
+        TPE's history is bounded, see :mod:`~stage_explore.search.samplers`)."""
+        return None if self._search is None else self._search.study
 
     def _load_previous(self, search: BaseSearch) -> int:
         table = read_records(self.directory)
@@ -147,6 +165,7 @@ class Explorer:
             params = {name: row[name] for name in search.names}
             self._account(params, outcome_from_row(row), search, None)
         self._next_trial = rows[-1]["trial"] + 1 if rows else 0
+        self._distinct = len(rows)
         logger.info("resumed %d trials of study %s", len(rows), self.spec.name)
         return len(rows)
 
@@ -160,15 +179,20 @@ class Explorer:
         proposal: Proposal | None,
     ) -> None:
         result = verdict(outcome, self.spec.objectives, self.spec.constraints)
+        started = time.perf_counter()
         if proposal is None:
             search.add_finished(params, result)
+            if outcome.status is not TrialStatus.FAILED:
+                self._cache.setdefault(search.canonical(params)[1], outcome)
         else:
             search.tell(proposal, result)
+        self._sampler_s += time.perf_counter() - started
+        if proposal is not None and proposal.repeat:
+            self._repeats += 1
+            return
         self._counts[outcome.status] += 1
         if outcome.status is TrialStatus.OK and result.values is not None:
             self._ok_values.append(result.values)
-        if outcome.status is not TrialStatus.FAILED:
-            self._cache.setdefault(tuple(params[name] for name in search.names), outcome)
 
     def _best_text(self) -> str:
         if not self._ok_values:
@@ -195,6 +219,8 @@ class Explorer:
             best=self._best_text(),
             rate_per_s=self._new / elapsed if elapsed > 0 else 0.0,
             elapsed_s=elapsed,
+            repeats=self._repeats,
+            sampler_s=self._sampler_s,
         )
 
     @contextmanager
@@ -222,7 +248,7 @@ class Explorer:
 
     def run(self) -> StudySummary:
         """Run the study to its budget, the end of its grid, its time limit or a signal."""
-        assert self.study is None, "an Explorer runs once"
+        assert self._search is None, "an Explorer runs once"
         self._check_folder()
         backend = self.spec.backend
         factory = self._backend_factory or resolve_backend(backend.search_name)
@@ -232,8 +258,7 @@ class Explorer:
         if backend.screen is not None:
             refine_factory = resolve_backend(backend.name)
             _preflight(create_backend(refine_factory, backend.options))
-        search = create_search(self.spec)
-        self.study = search.study
+        search = self._create_search(factory)
         resumed = self._load_previous(search)
         job = EvaluationJob(study=self.spec, factory=factory, options=backend.search_options)
         executor = self._executor_factory(job)
@@ -250,8 +275,10 @@ class Explorer:
         finally:
             if self._stop == "interrupted":
                 executor.cancel()
-            writer.flush()
-            executor.close()
+            try:
+                writer.flush()
+            finally:
+                executor.close()
         if refine_factory is not None and self._stop != "interrupted":
             with self._signals():
                 self.refined = refine(
