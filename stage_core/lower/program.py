@@ -54,6 +54,7 @@ class Workload:
     weight_bytes: int = 2
     grad_bytes: int = 4
     optimizer_bytes: int = 12
+    stage_layers: tuple[int, ...] = ()  # layers per global virtual stage (ParallelConfig)
 
     @property
     def world_size(self) -> int:
@@ -127,6 +128,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         axis_sizes,
         parallel.num_micro_batches,
         grad_bytes=grad_bytes,
+        stage_layers=parallel.stage_layers(model),
     )
 
 
@@ -228,8 +230,9 @@ def tie_embeddings(workload: Workload, blocks: dict[str, BoundBlock]) -> dict[st
 
 def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage: int) -> Chunk:
     p, vpp = workload.parallel.pp, workload.parallel.vpp
-    per = workload.model.layers // (p * vpp)
-    layers = tuple(range(global_stage * per, (global_stage + 1) * per))
+    counts = workload.stage_layers or workload.parallel.stage_layers(workload.model)
+    start = sum(counts[:global_stage])
+    layers = tuple(range(start, start + counts[global_stage]))
     chosen: list[BoundBlock] = []
     if global_stage == 0:
         chosen.append(blocks["embedding"])

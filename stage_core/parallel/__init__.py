@@ -7,6 +7,8 @@ Contents:
   vocabularies (:class:`Schedule`, :class:`Recompute`, :class:`CpStyle`, :class:`Precision`),
   :func:`pad_vocab` and the conventions it documents (EP folded into dp×cp, KV-head replication,
   vocabulary padding, gradient bucket size).
+- :mod:`~stage_core.parallel.split`: :class:`PipelineSplit` and :func:`split_layers`, the layers
+  of every pipeline stage (even, Megatron's first/last-stage and embedding/loss rules, explicit).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from stage_core.parallel.config import (
     Schedule,
     pad_vocab,
 )
+from stage_core.parallel.split import PipelineSplit, split_layers
 
 __all__ = [
     "DEFAULT_AXIS_ORDER",
@@ -31,8 +34,10 @@ __all__ = [
     "EXPERT_DP_AXIS",
     "CpStyle",
     "ParallelConfig",
+    "PipelineSplit",
     "Precision",
     "Recompute",
     "Schedule",
     "pad_vocab",
+    "split_layers",
 ]

@@ -33,6 +33,10 @@ Conventions (Megatron-core unless stated):
   (:attr:`ParallelConfig.sequence_parallel`).
 - **Context parallelism** splits each sequence into ``2·cp`` chunks for causal load balance,
   whatever ``cp_style``: ``2·cp`` must divide the sequence length.
+- **Pipeline split.** ``pp_layers`` (one count per stage or per model chunk), else
+  ``pp_first_layers``/``pp_last_layers`` (Megatron's ``--decoder-first/last-pipeline-num-layers``),
+  else the ``pp_split`` policy decide each stage's layers (:mod:`stage_core.parallel.split`);
+  the default splits evenly when it can and otherwise lightens the two end stages.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
+from stage_core.parallel.split import PipelineSplit, split_layers
 
 
 class Schedule(StrEnum):
@@ -106,7 +111,8 @@ class ParallelConfig:
     ``vpp`` is the number of model chunks per pipeline rank (interleaved schedule only).
     ``grad_fp32``: gradients accumulate in fp32 (Megatron's default with mixed precision,
     18 bytes of model state per parameter); false keeps them in the compute precision (the
-    ZeRO paper's 16 bytes).
+    ZeRO paper's 16 bytes). ``pp_layers``, ``pp_first_layers``, ``pp_last_layers`` and
+    ``pp_split`` choose each pipeline stage's layers (:meth:`stage_layers`).
     """
 
     dp: int = 1
@@ -130,6 +136,10 @@ class ParallelConfig:
     grad_bucket_bytes: int = DEFAULT_GRAD_BUCKET_BYTES
     vocab_divisible_by: int = DEFAULT_VOCAB_DIVISIBLE_BY
     axis_order: tuple[str, ...] = DEFAULT_AXIS_ORDER
+    pp_split: PipelineSplit = PipelineSplit.AUTO
+    pp_layers: tuple[int, ...] = ()
+    pp_first_layers: int | None = None
+    pp_last_layers: int | None = None
 
     def __post_init__(self) -> None:
         problems = self._type_problems()
@@ -148,6 +158,7 @@ class ParallelConfig:
             ("schedule", Schedule),
             ("recompute", Recompute),
             ("precision", Precision),
+            ("pp_split", PipelineSplit),
         ):
             value = getattr(self, name)
             if isinstance(value, str) and value in {member.value for member in kind}:
@@ -180,6 +191,7 @@ class ParallelConfig:
             object.__setattr__(self, "zero", zero)
         else:
             problems.append(f"`zero` must be 0, 1, 2, 3 or 'fsdp', but got zero={self.zero!r}")
+        problems += self._split_type_problems()
         order: object = self.axis_order
         names = tuple(order) if isinstance(order, tuple | list) else ()
         if all(isinstance(name, str) for name in names):
@@ -189,6 +201,22 @@ class ParallelConfig:
                 f"`axis_order` must order {DEFAULT_AXIS_ORDER} with dp, ep and cp adjacent and ep "
                 f"right after dp, but got axis_order={order!r}"
             )
+        return problems
+
+    def _split_type_problems(self) -> list[str]:
+        problems: list[str] = []
+        listed: object = self.pp_layers
+        counts = tuple(listed) if isinstance(listed, tuple | list) else None
+        if counts is None or not all(_is_int(c) and c >= 0 for c in counts):
+            problems.append(
+                f"`pp_layers` must be a list of non-negative ints, but got pp_layers={listed!r}"
+            )
+        else:
+            object.__setattr__(self, "pp_layers", counts)
+        for name in ("pp_first_layers", "pp_last_layers"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                problems.append(f"`{name}` must be a non-negative int or None, but got {value!r}")
         return problems
 
     @staticmethod
@@ -229,6 +257,20 @@ class ParallelConfig:
                 "`ep` must divide `dp`·`cp` (expert-parallel ranks are carved out of the dp×cp "
                 f"ranks), but got ({ep=}, {dp=}, {cp=})"
             )
+        first, last, listed = self.pp_first_layers, self.pp_last_layers, self.pp_layers
+        ends = first is not None or last is not None
+        if listed and ends:
+            problems.append(
+                "give either `pp_layers` or `pp_first_layers`/`pp_last_layers`, not both, "
+                f"but got ({listed=}, {first=}, {last=})"
+            )
+        if (listed or ends) and self.pp_split not in (PipelineSplit.AUTO, PipelineSplit.EVEN):
+            problems.append(
+                f"pp_split='{self.pp_split}' cannot be combined with explicit stage layer counts "
+                "(Megatron forbids counting the embedding or loss with uneven first/last stages)"
+            )
+        if ends and pp == 1:
+            problems.append(f"`pp_first_layers`/`pp_last_layers` need `pp` > 1, but got ({pp=})")
         return problems
 
     # ------------------------------------------------------------------ derived sizes
@@ -275,8 +317,22 @@ class ParallelConfig:
         return max(1, self.tp // model.kv_heads)
 
     def layers_per_chunk(self, model: ModelSpec) -> int:
-        """Layers per model chunk: ``layers/(pp·vpp)`` (a pipeline rank holds ``vpp`` chunks)."""
+        """Layers per model chunk of an even split: ``layers/(pp·vpp)`` (a pipeline rank holds
+        ``vpp`` chunks); :meth:`stage_layers` gives each chunk's count of any split."""
         return model.layers // (self.pp * self.vpp)
+
+    def stage_layers(self, model: ModelSpec) -> tuple[int, ...]:
+        """The layers of every global virtual stage ``v·pp + r`` (``pp·vpp`` counts), by
+        :func:`stage_core.parallel.split.split_layers`; a :class:`ConfigError` if impossible."""
+        return split_layers(
+            model.layers,
+            self.pp,
+            self.vpp,
+            split=self.pp_split,
+            first=self.pp_first_layers,
+            last=self.pp_last_layers,
+            explicit=self.pp_layers,
+        )
 
     # ------------------------------------------------------------------ meshes
 
@@ -305,8 +361,8 @@ class ParallelConfig:
         except ConfigError as error:
             return (str(error),)
         problems: list[str] = []
-        tp, pp, vpp, ep, cp = self.tp, self.pp, self.vpp, self.ep, self.cp
-        heads, kv_heads, layers = model.heads, model.kv_heads, model.layers
+        tp, ep, cp = self.tp, self.ep, self.cp
+        heads, kv_heads = model.heads, model.kv_heads
         if heads % tp:
             problems.append(f"`tp` must divide `heads`, but got ({tp=}, {heads=})")
         if kv_heads % tp and tp % kv_heads:
@@ -319,8 +375,10 @@ class ParallelConfig:
             problems.append(f"`tp` must divide `ffn`, but got ({tp=}, {ffn=})")
         if model.is_moe and expert_ffn % tp:
             problems.append(f"`tp` must divide `expert_ffn`, but got ({tp=}, {expert_ffn=})")
-        if layers % (pp * vpp):
-            problems.append(f"`pp`·`vpp` must divide `layers`, but got ({pp=}, {vpp=}, {layers=})")
+        try:
+            self.stage_layers(model)
+        except ConfigError as error:
+            problems.append(str(error))
         num_experts = model.num_experts
         if ep > 1 and not model.is_moe:
             problems.append(f"`ep` > 1 needs an MoE model, but got ({ep=}, {num_experts=})")

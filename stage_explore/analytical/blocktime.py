@@ -129,16 +129,23 @@ def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def chunk_runs(layers: int, moe_layers: tuple[bool, ...], pp: int, vpp: int) -> tuple[Runs, ...]:
+def chunk_runs(
+    layers: int,
+    moe_layers: tuple[bool, ...],
+    pp: int,
+    vpp: int,
+    stage_layers: tuple[int, ...] = (),
+) -> tuple[Runs, ...]:
     """Per global pipeline stage (``pp·vpp`` of them): its blocks as runs of kinds in forward
-    order — the embedding on the first, ``layers/(pp·vpp)`` layers each (``moe_layer`` where
-    ``moe_layers`` says so; empty: all dense), the head on the last — as
-    :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised: a pure function)."""
-    per = layers // (pp * vpp)
+    order — the embedding on the first, ``stage_layers[stage]`` layers each (empty: the even
+    ``layers/(pp·vpp)``; ``moe_layer`` where ``moe_layers`` says so, empty: all dense), the head
+    on the last — as :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised)."""
+    counts = stage_layers or (layers // (pp * vpp),) * (pp * vpp)
     result = []
     for stage in range(pp * vpp):
         kinds = ["embedding"] if stage == 0 else []
-        indices = range(stage * per, (stage + 1) * per)
+        start = sum(counts[:stage])
+        indices = range(start, start + counts[stage])
         kinds += ["moe_layer" if moe_layers and moe_layers[i] else "layer" for i in indices]
         if stage == pp * vpp - 1:
             kinds.append("head")

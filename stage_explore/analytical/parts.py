@@ -125,7 +125,7 @@ def compute_dtype(parallel: ParallelConfig, system: System) -> str:
 def layout_key(workload: Workload) -> tuple[Any, ...]:
     model, parallel = workload.model, workload.parallel
     pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
-    return (model.layers, pattern, parallel.pp, parallel.vpp)
+    return (model.layers, pattern, parallel.pp, parallel.vpp, workload.stage_layers)
 
 
 def axes_of(block: BoundBlock) -> list[tuple[str, ...]]:

@@ -4,7 +4,8 @@ Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
 - :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --sp/--no-sp --zero --recompute
-  --schedule --vpp --micro-batch --global-batch --cp-style --precision``.
+  --schedule --vpp --micro-batch --global-batch --cp-style --precision``, and the pipeline split
+  ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
 - :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
 
 Subcommands call all three, so the options are spelled, defaulted and checked the same way
@@ -18,11 +19,34 @@ import argparse
 
 from stage_core.errors import ConfigError
 from stage_core.models import ModelSpec, load_model
-from stage_core.parallel import CpStyle, ParallelConfig, Precision, Recompute, Schedule
+from stage_core.parallel import (
+    CpStyle,
+    ParallelConfig,
+    PipelineSplit,
+    Precision,
+    Recompute,
+    Schedule,
+)
 
 
-def _choices(kind: type[CpStyle | Precision | Recompute | Schedule]) -> list[str]:
+def _choices(kind: type[CpStyle | Precision | Recompute | Schedule | PipelineSplit]) -> list[str]:
     return [member.value for member in kind]
+
+
+def parse_pp_layers(text: str | None) -> tuple[int, ...]:
+    """``"31,32,32,31"`` → ``(31, 32, 32, 31)``; a one-line :class:`ConfigError` otherwise."""
+    if text is None:
+        return ()
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or any(count < 0 for count in counts):
+        raise ConfigError(
+            "`--pp-layers` must be comma-separated non-negative layer counts, one per pipeline "
+            f"stage (or per model chunk), e.g. 31,32,32,31, but got {text!r}"
+        )
+    return counts
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +129,31 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         help="compute precision (master weights stay fp32)",
     )
     group.add_argument(
+        "--pp-layers",
+        default=None,
+        metavar="N,N,…",
+        help="layers per pipeline stage (pp counts) or per model chunk (pp·vpp counts)",
+    )
+    group.add_argument(
+        "--pp-first-layers",
+        type=int,
+        default=None,
+        help="layers of the first pipeline stage (Megatron --decoder-first-pipeline-num-layers)",
+    )
+    group.add_argument(
+        "--pp-last-layers",
+        type=int,
+        default=None,
+        help="layers of the last pipeline stage (Megatron --decoder-last-pipeline-num-layers)",
+    )
+    group.add_argument(
+        "--pp-split",
+        choices=_choices(PipelineSplit),
+        default=PipelineSplit.AUTO.value,
+        help="split policy: auto (even, else lighter end stages), even, ends, or count the "
+        "embedding/loss as a layer (Megatron --account-for-*-in-pipeline-split)",
+    )
+    group.add_argument(
         "--fp32-grads",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -142,6 +191,10 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         dropout=args.dropout,
         precision=Precision(args.precision),
         grad_fp32=args.fp32_grads,
+        pp_split=PipelineSplit(args.pp_split),
+        pp_layers=parse_pp_layers(args.pp_layers),
+        pp_first_layers=args.pp_first_layers,
+        pp_last_layers=args.pp_last_layers,
     )
     config.validate(model)
     return config.resolve(model), config

@@ -102,6 +102,19 @@ def test_defaults() -> None:
             "`ep` must divide `dp`·`cp` (expert-parallel ranks are carved out of the dp×cp ranks), "
             "but got (ep=8, dp=2, cp=2)",
         ),
+        ({"pp_split": "middle"}, "`pp_split` must be one of 'auto', 'even', 'ends', 'embedding'"),
+        ({"pp_layers": (3, -1)}, "`pp_layers` must be a list of non-negative ints, but got"),
+        ({"pp_layers": "3,3"}, "`pp_layers` must be a list of non-negative ints, but got"),
+        ({"pp_first_layers": 1.5}, "`pp_first_layers` must be a non-negative int or None"),
+        (
+            {"pp": 2, "pp_layers": (3, 3), "pp_last_layers": 3},
+            "give either `pp_layers` or `pp_first_layers`/`pp_last_layers`, not both",
+        ),
+        (
+            {"pp": 2, "pp_first_layers": 3, "pp_split": "embedding"},
+            "pp_split='embedding' cannot be combined with explicit stage layer counts",
+        ),
+        ({"pp_last_layers": 3}, "`pp_first_layers`/`pp_last_layers` need `pp` > 1, but got (pp=1)"),
     ],
 )
 def test_invalid_configs_are_rejected_on_construction(fields: dict[str, Any], message: str) -> None:
@@ -132,11 +145,59 @@ def test_construction_reports_every_problem_at_once() -> None:
             moe(expert_ffn=510),
             "`tp` must divide `expert_ffn`, but got (tp=4, expert_ffn=510)",
         ),
-        ({"pp": 8}, model(), "`pp`·`vpp` must divide `layers`, but got (pp=8, vpp=1, layers=12)"),
         (
-            {"pp": 4, "vpp": 2, "schedule": "interleaved", "global_batch": 4},
+            {"pp": 8, "pp_split": "even"},
             model(),
-            "`pp`·`vpp` must divide `layers`, but got (pp=4, vpp=2, layers=12)",
+            "`pp`·`vpp` must divide `layers` for an even pipeline split, but got (layers=12, "
+            "pp·vpp=8)",
+        ),
+        (
+            {"pp": 4, "vpp": 2, "schedule": "interleaved", "global_batch": 4, "pp_split": "even"},
+            model(layers=10),
+            "`pp`·`vpp` must divide `layers` for an even pipeline split, but got (layers=10, "
+            "pp·vpp=8)",
+        ),
+        (
+            {"pp": 4, "pp_layers": (3, 3, 3, 2)},
+            model(),
+            "`pp_layers` must add up to the model's layers, but got pp_layers=[3, 3, 3, 2] "
+            "(sum 11) with layers=12",
+        ),
+        (
+            {"pp": 4, "pp_layers": (4, 4, 4)},
+            model(),
+            "`pp_layers` must list one count per pipeline stage (pp=4) or per model chunk "
+            "(pp·vpp=4), but got 3 counts: [4, 4, 4]",
+        ),
+        (
+            {"pp": 4, "pp_layers": (6, 0, 3, 3)},
+            model(),
+            "every pipeline stage but the first and the last",
+        ),
+        (
+            {
+                "pp": 4,
+                "vpp": 2,
+                "schedule": "interleaved",
+                "global_batch": 4,
+                "pp_layers": (3, 3, 3, 3),
+            },
+            model(),
+            "with `vpp`=2 every pipeline rank's layer count must divide by vpp (Megatron), "
+            "but pp_layers=[3, 3, 3, 3] gives [3, 3, 3, 3]",
+        ),
+        (
+            {"pp": 4, "pp_first_layers": 2},
+            model(),
+            "the first/last-stage layer counts must leave a number of layers that the other "
+            "pipeline stages share equally (Megatron), but got (first=2, last=None, layers=12, "
+            "pp=4)",
+        ),
+        (
+            {"pp": 4, "pp_split": "embedding-loss"},
+            model(),
+            "counting the embedding and loss as layers needs `pp`·`vpp` to divide 14 "
+            "(layers=12 + 2), but got pp·vpp=4",
         ),
         ({"dp": 2, "ep": 2}, model(), "`ep` > 1 needs an MoE model, but got (ep=2, num_experts=0)"),
         (
@@ -178,7 +239,7 @@ def test_invalid_combinations_with_a_model(
 
 
 def test_validate_names_the_model_and_every_broken_rule() -> None:
-    config = ParallelConfig(tp=8, pp=8)
+    config = ParallelConfig(tp=8, pp=8, pp_split="even")
     with pytest.raises(
         ConfigError, match=r"^invalid parallel config for model 'small': "
     ) as caught:

@@ -18,6 +18,7 @@ EXPECTED_FLAGS = {
     "--dp", "--tp", "--cp", "--pp", "--ep", "--sp", "--no-sp", "--zero", "--recompute",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp32-grads", "--no-fp32-grads",
+    "--pp-layers", "--pp-first-layers", "--pp-last-layers", "--pp-split",
 }  # fmt: skip
 
 
@@ -92,8 +93,16 @@ def test_model_files_are_accepted(tmp_path: Path) -> None:
             ["--model", "llama3-8b", "--tp", "3"],
             "`tp` must divide `heads`, but got (tp=3, heads=32)",
         ),
-        (["--model", "llama3-8b", "--pp", "3"], "`pp`·`vpp` must divide `layers`"),
-        (["--model", "llama3-8b", "--layers", "30", "--pp", "4"], "(pp=4, vpp=1, layers=30)"),
+        (
+            ["--model", "llama3-8b", "--pp", "3", "--pp-split", "even"],
+            "`pp`·`vpp` must divide `layers` for an even pipeline split",
+        ),
+        (
+            ["--model", "llama3-8b", "--layers", "30", "--pp", "4", "--pp-split", "even"],
+            "(layers=30, pp·vpp=4)",
+        ),
+        (["--model", "llama3-8b", "--pp", "2", "--pp-layers", "16,x"], "`--pp-layers` must be"),
+        (["--model", "llama3-8b", "--pp", "2", "--pp-layers", "15,16"], "must add up to"),
         (["--model", "llama3-8b", "--ep", "2", "--dp", "2"], "`ep` > 1 needs an MoE model"),
         (["--model", "llama3-8b", "--vpp", "2", "--pp", "2"], "`vpp` > 1 needs schedule="),
         (["--model", "llama3-8b", "--dp", "0"], "`dp` must be a positive int, but got dp=0"),
