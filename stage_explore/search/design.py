@@ -8,6 +8,8 @@ Contents:
     :func:`replace_path`
         a copy of a frozen dataclass tree with the value at a dotted path replaced (how searched
         hardware parameters reach the system).
+    :func:`model_is_moe`
+        whether the study's model has experts (``ep`` has no effect on a dense model).
 
 A backend may bring its own ``build_design_point(study, params)`` method; the workers use it
 instead of this module's function (test and plug-in backends that take raw parameters do).
@@ -66,16 +68,29 @@ def _cached(loader: Any, argument: Any) -> Any:
     return loader(argument)
 
 
+def _study_model(study: StudySpec) -> Any:
+    from stage_core.models import load_model, model_from_mapping
+
+    if study.model.dims is not None:
+        return model_from_mapping(study.model.dims, f"{study.path} [model.dims]")
+    return _cached(load_model, study.model.argument())
+
+
+def model_is_moe(study: StudySpec) -> bool | None:
+    """Whether the study's model has experts; ``None`` when it cannot be loaded here (the
+    trials then say why, and ``ep`` is not pinned)."""
+    try:
+        return bool(_study_model(study).is_moe)
+    except ConfigError:
+        return None
+
+
 def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """The (model, parallel config, system) of one trial; invalid combinations raise ConfigError."""
-    from stage_core.models import load_model, model_from_mapping
     from stage_core.parallel import ParallelConfig
     from stage_explore.system import load_system, system_from_mapping
 
-    if study.model.dims is not None:
-        model = model_from_mapping(study.model.dims, f"{study.path} [model.dims]")
-    else:
-        model = _cached(load_model, study.model.argument())
+    model = _study_model(study)
     if study.system.inline is not None:
         system = system_from_mapping(study.system.inline, source=f"{study.path} [system.inline]")
     else:

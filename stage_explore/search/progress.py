@@ -14,7 +14,14 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Progress:
-    """A snapshot of a running study (``rate_per_s`` counts this run's trials only)."""
+    """A snapshot of a running study (``rate_per_s`` counts this run's trials only).
+
+    ``done`` counts distinct configurations (records); ``repeats`` counts proposals of a
+    configuration already proposed, answered from its first evaluation; ``sampler_s`` is the
+    time spent proposing and telling (the search's own cost). ``infrastructure_failed``
+    counts trials lost to the machinery after their retries (``--resume`` re-runs them);
+    ``where`` says where trials run (e.g. ``ray: 2 nodes, 4 CPUs``).
+    """
 
     study: str
     done: int
@@ -25,6 +32,10 @@ class Progress:
     best: str
     rate_per_s: float
     elapsed_s: float
+    repeats: int = 0
+    sampler_s: float = 0.0
+    infrastructure_failed: int = 0
+    where: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -38,12 +49,18 @@ class Progress:
             "best": self.best,
             "rate_per_s": self.rate_per_s,
             "elapsed_s": self.elapsed_s,
+            "repeats": self.repeats,
+            "sampler_s": self.sampler_s,
+            "infrastructure_failed": self.infrastructure_failed,
+            "where": self.where,
         }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StudySummary:
-    """How a run of a study ended. ``stopped_by``: budget, grid, time limit or interrupted."""
+    """How a run of a study ended. ``stopped_by``: budget, grid (every point of an enumerated
+    space evaluated), exhausted (a sampler found no configuration left), time limit or
+    interrupted."""
 
     directory: Path
     progress: Progress

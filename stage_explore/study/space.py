@@ -5,8 +5,16 @@ Contents:
         the ``[space]`` table and ``[system.search]`` → :class:`~.spec.SearchSpace`.
     :func:`derive_dp`, :func:`structural_reason`
         dp from the other degrees, and why a point cannot exist at all (``None`` if it can).
+    :func:`canonical_params`, :func:`canonical_key`
+        a point with every knob that has no effect in it pinned to its neutral value, so that
+        configurations that are the same workload are one point.
     :func:`grid_points`
-        every structurally possible point of the space, in a fixed order, lazily.
+        every structurally possible canonical point of the space, in a fixed order, lazily.
+
+Knobs without effect (see ``docs/explore.md``): ``sp`` when tp = 1 (Megatron's sequence
+parallelism is a no-op there), ``vpp`` unless the schedule is interleaved, ``zero`` when
+dp·cp = 1 (ZeRO shards over the dp×cp ranks), ``ep`` for a dense model. A pinned knob takes
+its neutral value (False, 1, 0, 1) when the study lists it, else the first value it lists.
 
 A knob is written as a value (fixed), a list of values, a range table
 ``{ min = 1, max = 8, step = 1 }`` or ``{ min = 1, max = 64, scale = "pow2" }``, or ``"auto"``.
@@ -239,7 +247,57 @@ def structural_reason(
     per_step = derive_dp(params) * params["micro_batch"]
     if workload.global_batch % per_step:
         return f"dp·micro_batch={per_step} does not divide global_batch={workload.global_batch}"
+    schedule, pp, vpp = params.get("schedule", "1f1b"), params["pp"], params.get("vpp", 1)
+    if schedule != "interleaved":
+        return f"vpp={vpp} needs schedule interleaved, got {schedule}" if vpp > 1 else None
+    if pp == 1:
+        return "schedule interleaved needs pp > 1, got pp=1"
+    micro_batches = workload.global_batch // per_step
+    if micro_batches % pp:
+        return (
+            f"schedule interleaved needs pp={pp} to divide the {micro_batches} micro-batches "
+            f"(global_batch/(dp·micro_batch))"
+        )
     return None
+
+
+#: The value a knob takes in a point where it has no effect.
+NEUTRAL_VALUES: Mapping[str, Any] = {"sp": False, "vpp": 1, "zero": 0, "ep": 1}
+
+
+def _pinned(name: str, choices: Mapping[str, tuple[Any, ...]]) -> Any:
+    neutral = NEUTRAL_VALUES[name]
+    values = choices.get(name, (neutral,))
+    # `False == 0` in Python: compare types too, so sp's False never matches zero's 0
+    if any(type(value) is type(neutral) and value == neutral for value in values):
+        return neutral
+    return values[0]
+
+
+def canonical_params(
+    params: Mapping[str, Any], choices: Mapping[str, tuple[Any, ...]], *, moe: bool | None
+) -> dict[str, Any]:
+    """``params`` with each knob that has no effect in this point pinned (see the module doc).
+
+    ``choices`` are the space's values (a pinned knob keeps a value the study lists); ``moe``
+    says whether the model has experts (``None``: unknown, ``ep`` is left as it is).
+    Idempotent: the knobs that decide a pin (tp, schedule, num_gpus, pp, cp) are never pinned.
+    """
+    result = dict(params)
+    if result["tp"] == 1:
+        result["sp"] = _pinned("sp", choices)
+    if result["schedule"] != "interleaved":
+        result["vpp"] = _pinned("vpp", choices)
+    if derive_dp(result) * result["cp"] == 1:
+        result["zero"] = _pinned("zero", choices)
+    if moe is False:
+        result["ep"] = _pinned("ep", choices)
+    return result
+
+
+def canonical_key(params: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The identity of a (canonical) point: its values in ``names`` order."""
+    return tuple(params[name] for name in names)
 
 
 def has_possible_point(
@@ -247,7 +305,7 @@ def has_possible_point(
 ) -> bool:
     """Whether at least one point of the space passes :func:`structural_reason`."""
     choices = space.choices()
-    names = ("num_gpus", "tp", "pp", "cp", "micro_batch")
+    names = ("num_gpus", "tp", "pp", "cp", "micro_batch", "schedule", "vpp")
     for combination in itertools.product(*(choices[name] for name in names)):
         if (
             structural_reason(dict(zip(names, combination, strict=True)), workload, constraints)
@@ -258,12 +316,22 @@ def has_possible_point(
 
 
 def grid_points(
-    space: SearchSpace, workload: WorkloadSpec, constraints: Constraints
+    space: SearchSpace,
+    workload: WorkloadSpec,
+    constraints: Constraints,
+    *,
+    moe: bool | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Every structurally possible point, in the order of the space's Cartesian product."""
+    """Every structurally possible canonical point once, in the Cartesian product's order.
+
+    A point of the product whose canonical form differs from it is the same workload as that
+    canonical point (also in the product), so it is skipped; nothing needs remembering.
+    """
     choices = space.choices()
     names = tuple(choices)
     for combination in itertools.product(*choices.values()):
         params = dict(zip(names, combination, strict=True))
-        if structural_reason(params, workload, constraints) is None:
+        if structural_reason(params, workload, constraints) is not None:
+            continue
+        if canonical_params(params, choices, moe=moe) == params:
             yield params

@@ -59,8 +59,10 @@ class WorkloadKind(StrEnum):
 
 
 class SamplerKind(StrEnum):
-    """How candidates are proposed."""
+    """How candidates are proposed. ``auto`` enumerates the canonical space when it fits the
+    budget and the backend is fast, else uses TPE (one objective) or NSGA-II (several)."""
 
+    AUTO = "auto"
     GRID = "grid"
     RANDOM = "random"
     TPE = "tpe"
@@ -236,9 +238,10 @@ class Constraints:
 class SamplerSpec:
     """The sampler and the budget.
 
-    ``trials`` is the study's total budget (resumed trials included); ``None`` means "the whole
-    grid" for the grid sampler and must be given on the command line for the others.
-    ``batch_size`` bounds the trials asked but not yet told.
+    ``trials`` is the study's budget of distinct configurations (resumed trials included);
+    ``None`` means "the whole grid" for the grid sampler and must be given on the command line
+    for the others. ``batch_size`` bounds the evaluations in flight; it never changes which
+    trials a study runs (model-based samplers ask in generations of their own size).
     """
 
     kind: SamplerKind
@@ -294,13 +297,15 @@ class ExecutorSpec:
 
     ``workers``: processes of the local executor, CPUs of a Ray instance started for the study
     (``None``: all CPUs). ``chunk_size``: candidates per task (``None``: chosen from the batch
-    size and the parallelism).
+    size and the parallelism). ``connect_timeout_s``: how long joining the Ray cluster at
+    ``address`` may wait for it to answer.
     """
 
     kind: ExecutorKind = ExecutorKind.RAY
     address: str | None = None
     workers: int | None = None
     chunk_size: int | None = None
+    connect_timeout_s: float = 30.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -309,6 +314,7 @@ class ExecutorSpec:
             "address": self.address,
             "workers": self.workers,
             "chunk_size": self.chunk_size,
+            "connect_timeout_s": self.connect_timeout_s,
         }
 
 

@@ -18,6 +18,7 @@ from stage_explore import load_results
 from stage_explore.search import Explorer, LocalExecutor, explore
 from stage_explore.search.progress import Progress, StudySummary
 from stage_explore.study import StudySpec, parse_study
+from stage_explore.study.space import canonical_params
 
 support = import_module(
     f"{__package__}.test_search_support" if __package__ else "test_search_support"
@@ -65,6 +66,11 @@ def assert_contiguous(frame: Any, count: int) -> None:
     assert sorted(frame["trial"]) == list(range(count))
 
 
+def completed(study: optuna.Study) -> int:
+    """Trials told with values (repeats of a configuration are told as failed)."""
+    return sum(trial.state is TrialState.COMPLETE for trial in study.trials)
+
+
 def test_local_executor_study_end_to_end(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, trials=60, batch_size=16)
     explorer = Explorer(
@@ -84,7 +90,7 @@ def test_local_executor_study_end_to_end(tmp_path: Path) -> None:
     assert (ok["peak_memory_bytes"] <= ok["memory_capacity_bytes"]).all()
     assert (ok["dp"] * ok["tp"] * ok["pp"] * ok["cp"] == ok["num_gpus"]).all()
     assert set(ok["worker"]) - {"cache"}  # evaluated in worker processes
-    assert explorer.study is not None and len(explorer.study.trials) == 60
+    assert explorer.study is not None and completed(explorer.study) == 60
 
 
 def test_infeasible_points_are_told_as_constraint_violations(tmp_path: Path) -> None:
@@ -96,12 +102,15 @@ def test_infeasible_points_are_told_as_constraint_violations(tmp_path: Path) -> 
     explorer.run()
     frame = load_results(tmp_path / "out" / "demo")
     assert explorer.study is not None
-    trials = explorer.study.trials
-    assert len(trials) == 48 and all(t.state is TrialState.COMPLETE for t in trials)
+    choices = explorer.spec.space.choices()
+    trials = [t for t in explorer.study.trials if t.state is TrialState.COMPLETE]
+    assert len(trials) == 48
     memory = frame[frame["reason"].str.startswith("out of memory")]
     structural = frame[frame["reason"].str.contains("does not divide")]
     assert len(memory) and len(structural)
-    by_params = {tuple(sorted(t.params.items())): t for t in trials}
+    by_params = {
+        tuple(sorted(canonical_params(t.params, choices, moe=False).items())): t for t in trials
+    }
     for _, row in memory.iterrows():
         told = by_params[tuple(sorted((name, row[name]) for name in trials[0].params))]
         assert told.constraints["memory"] > 0  # the excess, so the sampler learns how far off
@@ -168,7 +177,7 @@ def test_resume_continues_without_repeating_or_losing_trials(tmp_path: Path, sam
     frame = load_results(second.directory)
     assert second.resumed == 30 and second.progress.done == 50
     assert_contiguous(frame, 50)
-    assert explorer.study is not None and len(explorer.study.trials) == 50
+    assert explorer.study is not None and completed(explorer.study) == 50
     before = frame[frame["trial"] < 30].drop(columns=["finished_at"])
     again = load_results(first.directory).drop(columns=["finished_at"])
     assert before.equals(again[again["trial"] < 30])
@@ -203,7 +212,7 @@ def test_grid_visits_each_possible_point_once_and_ends_when_exhausted(tmp_path: 
         for t in (1, 2, 4, 8)
         for p in (1, 2, 3)
         for z in (1, 3)
-        if g % (t * p) == 0
+        if g % (t * p) == 0 and not (g == t * p and z == 3)  # at dp = 1 ZeRO is pinned
     }
     seen = list(zip(frame["num_gpus"], frame["tp"], frame["pp"], frame["zero"], strict=True))
     assert summary.stopped_by == "grid" and summary.resumed == 10
@@ -216,12 +225,11 @@ def test_grid_visits_each_possible_point_once_and_ends_when_exhausted(tmp_path: 
 
 def test_repeated_proposals_reuse_the_first_evaluation(tmp_path: Path) -> None:
     space = "num_gpus = 8\ntp = [1, 2]\n"
-    frame = load_results(run(spec_of(tmp_path, trials=12, space=space), tmp_path).directory)
-    cached = frame[frame["worker"] == "cache"]
-    assert len(cached) >= 12 - 2
-    for _, row in cached.iterrows():
-        first = frame[(frame["tp"] == row["tp"]) & (frame["worker"] != "cache")].iloc[0]
-        assert row["step_time_s"] == first["step_time_s"] and row["status"] == first["status"]
+    summary = run(spec_of(tmp_path, trials=12, space=space), tmp_path)
+    frame = load_results(summary.directory)
+    assert sorted(frame["tp"]) == [1, 2]  # two configurations, each recorded once
+    assert summary.stopped_by == "exhausted" and summary.progress.done == 2
+    assert summary.progress.repeats >= 1  # answered from the first evaluation
 
 
 def test_time_limit_stops_asking_and_keeps_what_finished(tmp_path: Path) -> None:
