@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from stage_core.graph import Block
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_core.ops_moe import Combine, Dispatch
+from stage_core.ops_serving import CacheAppend, LastToken
 
 #: Ops of the attention core, recomputed by selective recompute (Korthikanti et al. 2022).
 ATTENTION_CORE = frozenset(
@@ -60,6 +61,11 @@ class BlockOptions:
     attention: str = "fused"  # "fused" | "unfused"
     causal: bool = True
     dropout: bool = False
+    #: Serving: bytes per element of the KV cache the attention appends to and reads (``T``
+    #: cached tokens per sequence); 0 for training, which has no cache.
+    kv_cache_bytes: int = 0
+    #: Bytes per element of the layers' weights (1: FP8 serving weights).
+    weight_bytes: int = 2
 
 
 def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptions:
@@ -110,6 +116,9 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
     if model.position == Position.ROTARY:
         q = b.elementwise(q, out="q.rope", ops_per_element=3, backward_ops_per_element=3)
         k = b.elementwise(k, out="k.rope", ops_per_element=3, backward_ops_per_element=3)
+    if options.kv_cache_bytes:
+        k = _cache(b, k, kv, "k", options.kv_cache_bytes)
+        v = _cache(b, v, kv, "v", options.kv_cache_bytes)
     if options.attention == "unfused":
         scores = b.einsum("bsnd,btnd->bnst", q, k, out="attn.scores")
         probs = b.reduction(
@@ -123,12 +132,22 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
         probs = _dropout(b, probs, "attn.dropout", options)
         context = b.einsum("bnst,btnd->bsnd", probs, v, out="attn.context")
     else:
-        context = b.attention(q, k, v, out="attn.core", causal=options.causal)
+        cached = bool(options.kv_cache_bytes)
+        context = b.attention(q, k, v, out="attn.core", causal=options.causal, cached=cached)
     proj = _linear(
         b, model, "bsnd,ndh->bsh", context, b.weight("wo", ("N", "D", "H")), "attn.proj", ("H",)
     )
     dropped = _dropout(b, proj, "attn.proj.dropout", options)
     return b.elementwise(x, dropped, out="attn.residual", linear=True)
+
+
+def _cache(b: Block, new: str, heads: str, which: str, dtype_bytes: int) -> str:
+    """A step's new keys or values appended to the sequence's cache ``kv.{which}[B, T, heads,
+    D]``; returns the whole cached context the attention reads."""
+    cache = b.tensor(f"kv.{which}", ("B", "T", heads, "D"), dtype_bytes, "input")
+    b.inputs.append(cache)
+    op = CacheAppend(f"{which}.append", (new, cache), (f"{which}.ctx",))
+    return b.add_op(op, ("B", "T", heads, "D"), dtype_bytes)
 
 
 def _mlp(b: Block, model: Structure, x: str, width: str, prefix: str) -> str:
@@ -210,7 +229,7 @@ def _moe(b: Block, model: Structure, x: str) -> str:
 
 def layer_block(model: Structure, options: BlockOptions, moe: bool) -> Block:
     """One transformer layer: attention and a dense MLP or an MoE."""
-    b = Block("moe_layer" if moe else "layer")
+    b = Block("moe_layer" if moe else "layer", weight_bytes=options.weight_bytes)
     x = b.input("x", ("B", "S", "H"))
     h = _attention(b, model, x, options)
     ln = _norm(b, model, h, "ln2")
@@ -247,4 +266,16 @@ def head_block(model: Structure) -> Block:
     b.inputs.append(targets)
     b.tensor("loss.stats", ("B", "S"), 4, "buffer")
     b.output(b.cross_entropy(logits, targets, out="loss"))
+    return b.validate()
+
+
+def serving_head_block(model: Structure) -> Block:
+    """Serving's head: each sequence's last position, final norm, output layer (vocab-parallel
+    under TP) and the sampler's softmax over the vocabulary; no loss."""
+    b = Block("serving_head")
+    x = b.input("x", ("B", "S", "H"))
+    last = b.add_op(LastToken("last", (x,), ("last",)), ("B", "H"))
+    ln = _norm(b, model, last, "ln_f")
+    logits = b.einsum("bh,vh->bv", ln, b.weight("output", ("V", "H")), out="logits")
+    b.output(b.reduction((logits,), "sample", ("V",), 5))
     return b.validate()

@@ -33,6 +33,8 @@ class Block:
     ops: list[BaseOp] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    #: Bytes per weight element unless a weight says otherwise (1 for FP8 serving weights).
+    weight_bytes: int = 2
 
     # -- builder ------------------------------------------------------------------------------
 
@@ -48,8 +50,9 @@ class Block:
         self.inputs.append(self.tensor(name, dims, dtype_bytes, "input"))
         return name
 
-    def weight(self, name: str, dims: Iterable[str], dtype_bytes: int = 2) -> str:
-        return self.tensor(name, dims, dtype_bytes, "weight")
+    def weight(self, name: str, dims: Iterable[str], dtype_bytes: int | None = None) -> str:
+        width = self.weight_bytes if dtype_bytes is None else dtype_bytes
+        return self.tensor(name, dims, width, "weight")
 
     def output(self, *names: str) -> None:
         self.outputs.extend(names)
@@ -143,14 +146,16 @@ class Block:
         )
         return self._add(op, out, self._known(inputs[0]).dims, 2)
 
-    def attention(self, q: str, k: str, v: str, out: str, causal: bool, name: str = "") -> str:
+    def attention(
+        self, q: str, k: str, v: str, out: str, causal: bool, name: str = "", cached: bool = False
+    ) -> str:
         qd, kd, vd = (self._known(t).dims for t in (q, k, v))
         if len(qd) != 4 or kd != vd or len(kd) != 4 or qd[0] != kd[0] or qd[3] != kd[3]:
             raise ConfigError(
                 f"block {self.name!r}: attention needs q[B,S,N,D], k/v[B,S,K,D]; "
                 f"got {qd}, {kd}, {vd}"
             )
-        return self._add(Attention(name or out, (q, k, v), (out,), causal), out, qd, 2)
+        return self._add(Attention(name or out, (q, k, v), (out,), causal, cached), out, qd, 2)
 
     def embedding(self, ids: str, table: str, out: str, name: str = "") -> str:
         dims = (*self._known(ids).dims, self._known(table).dims[1])

@@ -359,6 +359,10 @@ class Attention(BaseOp):
     """
 
     causal: bool = False
+    #: Serving: the keys are the ``Skv`` cached tokens of each sequence, the queries its last
+    #: ``Sq``; query ``i`` sees the ``Skv − Sq + i + 1`` keys up to its own position (exact
+    #: count, FlashAttention/paged kernels skip the masked blocks).
+    cached: bool = False
 
     def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         q, k, v = layouts
@@ -392,8 +396,12 @@ class Attention(BaseOp):
         skv = sizes[kt.dims[1]]  # every key: whole, or visited around the ring
         heads = local_extent(qt.dims[2], q.shards[2], sizes, axis_sizes)
         head_dim = local_extent(qt.dims[3], q.shards[3], sizes, axis_sizes)
-        flops = 4 * batch * sq * skv * heads * head_dim
-        if self.causal:
+        if self.cached:
+            visible = sq * (skv - sq) + _div(sq * (sq + 1), 2, f"{self.name} cached keys")
+            flops = 4 * batch * visible * heads * head_dim
+        else:
+            flops = 4 * batch * sq * skv * heads * head_dim
+        if self.causal and not self.cached:
             flops = _div(flops, 2, f"{self.name} causal FLOPs")
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(flops, read, written)

@@ -91,7 +91,11 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         kv_layout = (
             f"[{TOKENS}, S/cp, {heads}/tp, D]" if flags.cp_ring else f"[{TOKENS}, S, {heads}/tp, D]"
         )
-        if "attn.core" in names:
+        if "k.ctx" in names:  # serving: a KV cache of T tokens per sequence, heads over tp
+            cache = f"[{TOKENS}, T, {heads}/tp, D]"
+            stored["kv.k"] = stored["kv.v"] = cache
+            consumed[("attn.core", "k.ctx")] = consumed[("attn.core", "v.ctx")] = cache
+        elif "attn.core" in names:
             consumed[("attn.core", kv)] = kv_layout
             consumed[("attn.core", "v")] = kv_layout
         else:
@@ -125,6 +129,9 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         if "pos_ids" in names:
             stored["pos_ids"] = f"[{TOKENS}, S/cp]"
             consumed[("embed.sum", "embed.pos_out")] = act
+    elif block.name == "serving_head":
+        consumed[("logits", "ln_f")] = f"[{TOKENS}, H]"
+        consumed[("sample", "logits")] = f"[{TOKENS}, V]"
     elif block.name == "head":
         stored["targets"] = f"[{TOKENS}, S/cp]"
         consumed[("logits", "ln_f")] = _GATHERED

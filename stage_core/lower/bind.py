@@ -21,6 +21,7 @@ from stage_core.blocks import (
     embedding_block,
     head_block,
     layer_block,
+    serving_head_block,
 )
 from stage_core.errors import InfeasibleError, ShardingError
 from stage_core.layout import Layout
@@ -35,7 +36,7 @@ MESH_AXES = ("pp", "dp", "ep", "cp", "tp")
 #: Axes over which weights are data-parallel replicas (gradients reduced, ZeRO shards).
 DATA_AXES = frozenset({"dp", "ep", "cp"})
 
-BlockKind = str  # "embedding" | "layer" | "moe_layer" | "head"
+BlockKind = str  # "embedding" | "layer" | "moe_layer" | "head" | "serving_head"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +104,20 @@ def symbolic_block(
     kind: BlockKind, model: Structure, options: BlockOptions, flags: PlanFlags, recompute: str
 ) -> SymbolicBlock:
     """The sharded forward and derived backward of one block kind (memoised: a pure function
-    of the model's structure and the plan flags, never of sizes)."""
+    of the model's structure and the plan flags, never of sizes). Serving blocks (a KV cache in
+    ``options``) run forward only: their backward is empty."""
     if kind == "embedding":
         block = embedding_block(model, options)
     elif kind == "head":
         block = head_block(model)
+    elif kind == "serving_head":
+        block = serving_head_block(model)
     else:
         block = layer_block(model, options, moe=kind == "moe_layer")
     mesh = Mesh.symbolic(MESH_AXES)
     forward = shard_forward(block, plan_for(block, flags), mesh)
+    if options.kv_cache_bytes:
+        return SymbolicBlock(forward, ShardedBackward((), {}, (), forward.tensors))
     mode = recompute if kind in ("layer", "moe_layer") else "none"
     backward = derive_backward(forward, recompute=mode, region=ATTENTION_CORE)
     return SymbolicBlock(forward, backward)

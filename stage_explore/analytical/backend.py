@@ -331,6 +331,11 @@ class AnalyticalBackend(BaseBackend):
 
     # -- memoised parts -----------------------------------------------------------------------
 
+    def achieved_network(self, system: System) -> System:
+        """``system`` with each network dim at the bandwidth collectives achieve (the backend's
+        network efficiency): what other evaluators built on this backend time messages on."""
+        return self._network(system)[0]
+
     def _network(self, system: System) -> tuple[System, int]:
         """``system`` with every dim's bandwidth scaled by its efficiency, and a token naming it
         in memo keys (equal systems share one)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
+from stage_explore.cli.serving import add_serving_options, run_serving
 from stage_explore.evaluation import Evaluation
 
 GIB = 2**30
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_model_options(parser)
     add_parallel_options(parser)
+    add_serving_options(parser)
     parser.add_argument(
         "--system",
         required=True,
@@ -64,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.search.backends import create_backend, resolve_backend
     from stage_explore.system import load_system
 
+    if args.phase != "train":
+        return run_serving(args)
     if args.compare and args.backend == "analytical":
         raise ConfigError("--compare needs a non-analytical --backend (e.g. --backend astra-sim)")
     model, parallel = parse_workload(args)

@@ -1,0 +1,197 @@
+"""Lowering one serving step to exact per-stage instructions, and its memory.
+
+:func:`lower_step` reuses the training path — :func:`~stage_core.lower.program.make_workload`
+binds the dims and the mesh, the same blocks are sharded by the same plans — with a KV cache in
+the attention (``T`` cached tokens per sequence), the serving head (last position, output
+layer, sampler softmax) and no backward. :func:`serving_memory` reads the bound instructions:
+weights, the KV cache (the bytes of every ``kv.*`` cache the layers read) and the activation
+workspace (the peak of live activations within a block, by liveness over its instructions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from stage_core.blocks import BlockOptions, Structure
+from stage_core.lower.bind import BoundBlock, bind_block, symbolic_block
+from stage_core.lower.program import Workload, chunk_blocks, make_workload, tie_embeddings
+from stage_core.models.spec import ModelSpec
+from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Precision
+from stage_core.plans import PlanFlags
+from stage_core.serving.config import ServingConfig, ServingStep
+
+_LAYER_KINDS = ("layer", "moe_layer")
+
+
+@dataclass(frozen=True, slots=True)
+class ServingStage:
+    """One pipeline stage of a serving step: its bound blocks in order and its layers."""
+
+    stage: int
+    blocks: tuple[BoundBlock, ...]
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServingProgram:
+    """A serving step bound to integers: per-stage blocks, the workload, the activation bytes
+    one micro-batch sends between stages."""
+
+    workload: Workload
+    config: ServingConfig
+    step: ServingStep
+    stages: tuple[ServingStage, ...]
+    blocks: dict[str, BoundBlock]
+    boundary_bytes: int
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.workload.model
+
+
+def _parallel(model: ModelSpec, config: ServingConfig, step: ServingStep) -> ParallelConfig:
+    return ParallelConfig(
+        dp=config.dp,
+        tp=config.tp,
+        pp=config.pp,
+        ep=config.ep,
+        micro_batch=config.batch // config.dp,
+        global_batch=config.batch,
+        seq_len=step.new_tokens,
+        dropout=False,
+        precision=Precision(config.precision),
+    )
+
+
+def lower_step(model: ModelSpec, config: ServingConfig, step: ServingStep) -> ServingProgram:
+    """The per-stage instructions of one serving step (forward only, exact integers)."""
+    base = make_workload(model, _parallel(model, config, step))
+    options = BlockOptions(
+        "fused", causal=True, dropout=False,
+        kv_cache_bytes=config.kv_bytes, weight_bytes=config.weight_bytes,
+    )  # fmt: skip
+    flags = PlanFlags(sp=False, attention="fused", cp_ring=False)
+    workload = replace(base, options=options, flags=flags, sizes={**base.sizes, "T": step.context})
+    structure = Structure.of(workload.model)
+    kinds = ["embedding"]
+    if workload.model.num_dense_layers:
+        kinds.append("layer")
+    if workload.model.is_moe:
+        kinds.append("moe_layer")
+    symbolic = {kind: symbolic_block(kind, structure, options, flags, "none") for kind in kinds}
+    symbolic["head"] = symbolic_block("serving_head", structure, options, flags, "none")
+    bound = {
+        kind: bind_block(block, kind, workload.sizes, workload.axis_sizes)
+        for kind, block in symbolic.items()
+    }
+    blocks = tie_embeddings(workload, bound)
+    stages = []
+    for stage in range(config.pp):
+        chunk = chunk_blocks(workload, blocks, stage)
+        stages.append(ServingStage(stage, chunk.blocks, chunk.layers))
+    sizes = workload.sizes
+    local_batch = sizes["B"] // (workload.axis_sizes["dp"] * workload.axis_sizes["ep"])
+    boundary = local_batch * sizes["S"] * sizes["H"] * 2
+    return ServingProgram(workload, config, step, tuple(stages), blocks, boundary)
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServingMemory:
+    """Bytes one GPU of a pipeline stage holds during a step."""
+
+    stage: int
+    weight_bytes: int
+    kv_cache_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_cache_bytes + self.activation_bytes
+
+
+def _is_cache(name: str) -> bool:
+    return name.startswith("kv.") or name.endswith(".ctx")
+
+
+def cache_bytes(block: BoundBlock) -> int:
+    """Bytes of the KV caches a block reads (one rank's share)."""
+    return sum(size for instr in block.fwd for name, size in instr.inputs if name.startswith("kv."))
+
+
+def activation_workspace(block: BoundBlock) -> int:
+    """Peak bytes of live activations while a block runs forward: a tensor lives from the
+    instruction that produces it (the block input from the start) to its last reader; weights
+    and caches are counted elsewhere."""
+    weights = {w.name for w in block.weights}
+    size: dict[str, int] = {}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for index, instr in enumerate(block.fwd):
+        for name, nbytes in instr.inputs:
+            if name in weights or _is_cache(name):
+                continue
+            size[name] = max(size.get(name, 0), nbytes)
+            first.setdefault(name, 0)
+            last[name] = index
+        for name, nbytes in instr.outputs:
+            if _is_cache(name):
+                continue
+            size[name] = max(size.get(name, 0), nbytes)
+            first.setdefault(name, index)
+            last.setdefault(name, index)
+    end = len(block.fwd)
+    live = [0] * (end + 1)
+    for name, nbytes in size.items():
+        for index in range(first[name], last[name] + 1):
+            live[index] += nbytes
+    return max(live)
+
+
+def serving_memory(program: ServingProgram) -> list[ServingMemory]:
+    """Weights, KV cache and activation workspace per GPU of each pipeline stage."""
+    config = program.config
+    result = []
+    for stage in program.stages:
+        weights = sum(
+            w.elements * (config.weight_bytes if block.kind in _LAYER_KINDS else 2)
+            for block in stage.blocks
+            for w in block.weights
+        )
+        kv = sum(cache_bytes(block) for block in stage.blocks)
+        workspace = max(activation_workspace(block) for block in stage.blocks)
+        result.append(ServingMemory(stage.stage, weights, kv, workspace))
+    return result
+
+
+def kv_cache_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:
+    """The closed form: keys and values of every layer, ``2·layers·kv_heads·head_dim·bytes``."""
+    return 2 * model.layers * model.kv_heads * model.head_dim * kv_bytes
+
+
+def max_batch(
+    model: ModelSpec, config: ServingConfig, capacity_bytes: int, steps: Sequence[ServingStep] = ()
+) -> int:
+    """The largest ``batch`` (a multiple of ``dp``) whose every step fits ``capacity_bytes`` on
+    every GPU (0 when one sequence per dp rank does not). Memory is affine in the batch per dp
+    rank, so two lowerings give the slope; the answer is then checked by lowering it."""
+    chosen = tuple(steps) or config.steps()
+
+    def peak(per_rank: int) -> int:
+        sized = replace(config, batch=per_rank * config.dp)
+        return max(
+            m.total_bytes for step in chosen for m in serving_memory(lower_step(model, sized, step))
+        )
+
+    one, two = peak(1), peak(2)
+    if one > capacity_bytes:
+        return 0
+    slope = max(1, two - one)
+    per_rank = max(1, 1 + (capacity_bytes - one) // slope)
+    while per_rank > 1 and peak(per_rank) > capacity_bytes:
+        per_rank -= 1
+    return per_rank * config.dp

@@ -1,0 +1,373 @@
+"""Serving metrics from the analytical model: prefill, decode and a steady serving state.
+
+A serving step (:func:`stage_core.serving.lower_step`) is timed block by block with the same
+two-stream engine as training (:func:`~stage_explore.analytical.blocktime.time_block`, element-
+wise chains fused): compute at the accelerator's roofline, collectives by the backend's
+collective model over the network dims their group spans. Decode reads every weight and the
+whole KV cache to produce one token per sequence, so its kernels sit below the roofline's ridge
+point: ``memory_bound_fraction`` is the share of compute time in kernels whose bytes per FLOP
+exceed the accelerator's (peak bandwidth over peak FLOP/s).
+
+- **prefill** (:func:`evaluate_prefill`): ``time_to_first_token_s`` is the latency of the
+  prompt's steps (one per chunk) through every pipeline stage.
+- **decode** (:func:`evaluate_decode`): ``time_per_output_token_s`` is one step's latency, or
+  the pipeline's cycle when ``pp`` micro-batches are in flight; tokens/s count ``pp·batch``
+  tokens per cycle.
+- **serve** (:func:`evaluate_serve`): a steady state of ``batch`` running sequences with
+  prompts of ``prompt_len`` and ``output_len`` generated tokens. Co-located, every decode step
+  also pays for the prefills of the ``batch/output_len`` requests that replace the finished
+  ones (vLLM's and SGLang's default scheduling, prefill first); disaggregated, a prefill pool
+  and a decode pool run apart, the KV cache of each prompt crosses the scale-out network, and
+  the slower pool sets the request rate.
+
+Memory is what a GPU holds: weights, KV cache, activation workspace; a point fits when that is
+at most ``memory_utilization`` of the accelerator (default 0.9, vLLM's
+``gpu_memory_utilization`` default, which leaves the rest to the CUDA context, NCCL and the
+allocator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from stage_core.errors import ConfigError, InfeasibleError
+from stage_core.lower.bind import Instr
+from stage_core.lower.emit import GroupTable
+from stage_core.models.spec import ModelSpec
+from stage_core.serving import (
+    ServingConfig,
+    ServingProgram,
+    kv_cache_bytes_per_token,
+    lower_step,
+    max_batch,
+    serving_memory,
+)
+from stage_core.serving.config import Phase, ServingStep
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.blocktime import fuse_elementwise, time_block
+from stage_explore.analytical.collectives import (
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
+)
+from stage_explore.system import System
+
+#: vLLM's default ``gpu_memory_utilization`` (docs.vllm.ai, engine arguments): the share of GPU
+#: memory the engine's tensors may take.
+DEFAULT_MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class StepTiming:
+    """One step through the pipeline: seconds per stage, its breakdown, and FLOPs/bytes."""
+
+    stage_s: tuple[float, ...]
+    transfer_s: float
+    breakdown: Mapping[str, float]
+    memory_bound_fraction: float
+    flops: int
+
+    @property
+    def latency_s(self) -> float:
+        return sum(self.stage_s) + self.transfer_s * (len(self.stage_s) - 1)
+
+    @property
+    def cycle_s(self) -> float:
+        """Seconds between two micro-batches leaving the last stage with ``pp`` in flight."""
+        return max(self.latency_s, len(self.stage_s) * (max(self.stage_s) + self.transfer_s))
+
+
+@dataclass(frozen=True, slots=True)
+class ServingEvaluation:
+    """What a serving configuration delivers (``stage eval --phase … --json`` keys)."""
+
+    phase: str
+    feasible: bool
+    reason: str
+    num_gpus: int
+    batch: int
+    time_to_first_token_s: float | None
+    time_per_output_token_s: float | None
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_node: float
+    peak_memory_bytes: int
+    weight_bytes: int
+    kv_cache_bytes: int
+    activation_bytes: int
+    memory_capacity_bytes: int
+    max_batch: int
+    memory_bound_fraction: float
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        result = asdict(self)
+        result["breakdown"] = dict(self.breakdown)
+        result["extra"] = dict(self.extra)
+        return result
+
+
+def _timers(
+    backend: AnalyticalBackend, system: System, program: ServingProgram, stage: int
+) -> tuple[Callable[[Instr], float], Callable[[Instr], float]]:
+    """Per-instruction seconds on a rank of ``stage``: roofline compute, collectives over the
+    rank's groups on the backend's achieved network bandwidth."""
+    accelerator = system.accelerator
+    dtype = accelerator.precision_dtype(program.config.precision)
+    network = backend.achieved_network(system)
+    table = GroupTable(program.workload.mesh)
+    rank = program.workload.mesh.rank_of({"pp": stage})
+
+    def compute_s(instr: Instr) -> float:
+        return accelerator.compute_time_s(
+            instr.flops, instr.bytes_read + instr.bytes_written, dtype
+        )
+
+    def comm_s(instr: Instr) -> float:
+        assert instr.collective is not None
+        group = table.group(rank, instr.axes)
+        return alpha_beta_collective_s(network, instr.collective, instr.comm_bytes, group)
+
+    return compute_s, comm_s
+
+
+def time_step(backend: AnalyticalBackend, system: System, program: ServingProgram) -> StepTiming:
+    """Latency of one step through every stage (blocks in order, two streams each)."""
+    accelerator = system.accelerator
+    dtype = accelerator.precision_dtype(program.config.precision)
+    ridge = accelerator.memory_bandwidth_bytes_per_s / accelerator.peak(dtype)  # bytes per FLOP
+    stage_s: list[float] = []
+    breakdown: dict[str, float] = {}
+    bound_s = total_compute_s = 0.0
+    flops = 0
+    for stage in program.stages:
+        compute_s, comm_s = _timers(backend, system, program, stage.stage)
+        seconds = 0.0
+        for block in stage.blocks:
+            instrs = fuse_elementwise(block.fwd)
+            timing = time_block(instrs, compute_s, comm_s)
+            seconds += timing.duration_s
+            flops += timing.flops
+            for instr in instrs:
+                if instr.is_comm or instr.kind == "ring":
+                    continue
+                spent = compute_s(instr)
+                total_compute_s += spent
+                if instr.bytes_read + instr.bytes_written > ridge * instr.flops:
+                    bound_s += spent
+            if stage.stage == len(program.stages) - 1 or len(program.stages) == 1:
+                breakdown["compute"] = breakdown.get("compute", 0.0) + timing.compute_s
+                for label, exposed in timing.exposed_s.items():
+                    key = f"exposed_{label}"
+                    breakdown[key] = breakdown.get(key, 0.0) + exposed
+        stage_s.append(seconds)
+    transfer = 0.0
+    if len(program.stages) > 1:
+        mesh = program.workload.mesh
+        first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
+        network = backend.achieved_network(system)
+        transfer = alpha_beta_point_to_point_s(network, first, second, program.boundary_bytes)
+    if len(stage_s) > 1:  # the breakdown above is the last stage's; the rest is upstream
+        breakdown["upstream_stages"] = sum(stage_s[:-1])
+        breakdown["pipeline_p2p"] = transfer * (len(stage_s) - 1)
+    fraction = bound_s / total_compute_s if total_compute_s else 0.0
+    return StepTiming(tuple(stage_s), transfer, breakdown, fraction, flops)
+
+
+# -- the three phases ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Lowered:
+    programs: tuple[ServingProgram, ...]
+    memory: tuple[int, int, int, int]  # peak, weights, kv, activations (the peak stage's)
+
+
+def _lower(model: ModelSpec, config: ServingConfig, steps: tuple[ServingStep, ...]) -> _Lowered:
+    programs = tuple(lower_step(model, config, step) for step in steps)
+    worst = max(
+        (m for program in programs for m in serving_memory(program)), key=lambda m: m.total_bytes
+    )
+    memory = (worst.total_bytes, worst.weight_bytes, worst.kv_cache_bytes, worst.activation_bytes)
+    return _Lowered(programs, memory)
+
+
+def _usable(system: System, utilization: float) -> int:
+    if not 0 < utilization <= 1:
+        raise ConfigError(f"`memory_utilization` must be in (0, 1], but got {utilization!r}")
+    return int(system.accelerator.memory_bytes * utilization)
+
+
+def _result(
+    phase: str,
+    config: ServingConfig,
+    system: System,
+    lowered: _Lowered,
+    usable: int,
+    model: ModelSpec,
+    *,
+    ttft: float | None,
+    tpot: float | None,
+    tokens_per_s: float,
+    timing: StepTiming,
+    extra: Mapping[str, Any] | None = None,
+) -> ServingEvaluation:
+    gpus = config.gpus
+    peak, weights, kv, activations = lowered.memory
+    fits = peak <= usable
+    reason = "" if fits else (
+        f"out of memory: {peak / 2**30:.1f} GiB per GPU (weights {weights / 2**30:.1f}, KV cache "
+        f"{kv / 2**30:.1f}, activations {activations / 2**30:.2f}) exceed the usable "
+        f"{usable / 2**30:.1f} GiB"
+    )  # fmt: skip
+    per_node = min(gpus, system.network[0].size) if system.network else gpus
+    largest = max_batch(model, config, usable, config.steps())
+    return ServingEvaluation(
+        phase=phase, feasible=fits, reason=reason, num_gpus=gpus, batch=config.batch,
+        time_to_first_token_s=ttft, time_per_output_token_s=tpot, tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / gpus,
+        tokens_per_s_per_node=tokens_per_s / gpus * per_node,
+        peak_memory_bytes=peak, weight_bytes=weights, kv_cache_bytes=kv,
+        activation_bytes=activations, memory_capacity_bytes=system.accelerator.memory_bytes,
+        max_batch=largest, memory_bound_fraction=timing.memory_bound_fraction,
+        breakdown=dict(timing.breakdown), extra=dict(extra or {}),
+    )  # fmt: skip
+
+
+def _check_gpus(config: ServingConfig, system: System) -> None:
+    if config.gpus > system.max_gpus:
+        raise InfeasibleError(f"{config.gpus} GPUs exceed the system's {system.max_gpus}")
+
+
+def evaluate_prefill(
+    backend: AnalyticalBackend,
+    model: ModelSpec,
+    config: ServingConfig,
+    system: System,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> ServingEvaluation:
+    """Time to first token of ``batch`` prompts of ``prompt_len`` (chunked when ``chunk``)."""
+    _check_gpus(config, system)
+    steps = config.steps()
+    lowered = _lower(model, config, steps)
+    timings = [time_step(backend, system, program) for program in lowered.programs]
+    ttft = sum(t.latency_s for t in timings)
+    cycle = sum(t.cycle_s for t in timings)
+    tokens = config.batch * config.prompt_len * config.pp
+    combined = _combine(timings)
+    return _result(
+        "prefill", config, system, lowered, _usable(system, memory_utilization), model,
+        ttft=ttft, tpot=None, tokens_per_s=tokens / cycle, timing=combined,
+        extra={"prefill_steps": len(steps)},
+    )  # fmt: skip
+
+
+def evaluate_decode(
+    backend: AnalyticalBackend,
+    model: ModelSpec,
+    config: ServingConfig,
+    system: System,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> ServingEvaluation:
+    """One decode step of ``batch`` sequences over ``context_len`` cached tokens."""
+    _check_gpus(config, system)
+    lowered = _lower(model, config, config.steps())
+    timing = time_step(backend, system, lowered.programs[0])
+    tpot = timing.cycle_s
+    return _result(
+        "decode", config, system, lowered, _usable(system, memory_utilization), model,
+        ttft=None, tpot=tpot, tokens_per_s=config.batch * config.pp / tpot, timing=timing,
+    )  # fmt: skip
+
+
+def _combine(timings: list[StepTiming]) -> StepTiming:
+    """Several steps' timings as one: summed stage times and breakdowns, time-weighted
+    memory-bound fraction."""
+    stages = tuple(sum(t.stage_s[i] for t in timings) for i in range(len(timings[0].stage_s)))
+    breakdown: dict[str, float] = {}
+    for t in timings:
+        for key, value in t.breakdown.items():
+            breakdown[key] = breakdown.get(key, 0.0) + value
+    total = sum(t.latency_s for t in timings)
+    fraction = sum(t.memory_bound_fraction * t.latency_s for t in timings) / total if total else 0.0
+    transfer = sum(t.transfer_s for t in timings)
+    return StepTiming(stages, transfer, breakdown, fraction, sum(t.flops for t in timings))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestMix:
+    """A steady serving load: prompt and output lengths per request (means)."""
+
+    prompt_len: int
+    output_len: int
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_len", "output_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive int, but got {name}={value!r}")
+
+
+def evaluate_serve(
+    backend: AnalyticalBackend,
+    model: ModelSpec,
+    config: ServingConfig,
+    system: System,
+    mix: RequestMix,
+    *,
+    prefill: ServingConfig | None = None,
+    prefill_instances: int = 0,
+    decode_instances: int = 1,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> ServingEvaluation:
+    """Steady serving of ``config.batch`` running sequences (module docstring). With
+    ``prefill`` and ``prefill_instances`` the prefill runs on its own pool (disaggregated)."""
+    decode_cfg = replace(
+        config, phase=Phase.DECODE, context_len=mix.prompt_len + mix.output_len // 2
+    )
+    one_prompt = replace(
+        prefill or config, phase=Phase.PREFILL, batch=(prefill or config).dp,
+        prompt_len=mix.prompt_len, context_len=0,
+    )  # fmt: skip
+    decode = evaluate_decode(backend, model, decode_cfg, system, memory_utilization)
+    first = evaluate_prefill(backend, model, one_prompt, system, memory_utilization)
+    assert decode.time_per_output_token_s is not None and first.time_to_first_token_s is not None
+    step_s, ttft = decode.time_per_output_token_s, first.time_to_first_token_s
+    in_flight = config.batch * config.pp
+    prompts_per_s = first.tokens_per_s / mix.prompt_len  # one prefill instance, saturated
+    if prefill is None or prefill_instances == 0:
+        # Each decode step adds the prefills of the requests that replace the finished ones.
+        prefill_s = in_flight / mix.output_len / prompts_per_s
+        cycle = step_s + prefill_s
+        rate = in_flight / mix.output_len / cycle  # requests per second per instance
+        gpus = config.gpus
+        tpot = cycle
+        extra: dict[str, Any] = {"mode": "co-located", "prefill_share": prefill_s / cycle}
+    else:
+        decode_rate = decode_instances * in_flight / mix.output_len / step_s
+        prefill_rate = prefill_instances * prompts_per_s
+        rate = min(decode_rate, prefill_rate)
+        gpus = decode_instances * config.gpus + prefill_instances * one_prompt.gpus
+        kv = mix.prompt_len * kv_cache_bytes_per_token(model, config.kv_bytes)
+        network = backend.achieved_network(system)
+        last = len(system.network) - 1
+        ttft += kv / network.network[last].bandwidth_bytes_per_s + network.network[last].latency_s
+        tpot = step_s
+        extra = {
+            "mode": "disaggregated", "prefill_instances": prefill_instances,
+            "decode_instances": decode_instances, "bottleneck": (
+                "prefill" if prefill_rate < decode_rate else "decode"),
+            "kv_transfer_bytes_per_request": kv,
+        }  # fmt: skip
+    tokens_per_s = rate * mix.output_len
+    per_node = min(config.gpus, system.network[0].size) if system.network else config.gpus
+    fits = decode.feasible and first.feasible
+    return replace(
+        decode, phase="serve", feasible=fits, reason=decode.reason or first.reason,
+        num_gpus=gpus, time_to_first_token_s=ttft, time_per_output_token_s=tpot,
+        tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / gpus,
+        tokens_per_s_per_node=tokens_per_s / gpus * per_node,
+        extra={**extra, "requests_per_s": rate},
+    )  # fmt: skip

@@ -1,0 +1,164 @@
+"""``stage eval --phase prefill|decode|serve``: serving metrics of one configuration.
+
+The model options are every subcommand's; the serving layout is ``--dp`` (data-parallel
+attention), ``--tp``, ``--pp`` and ``--ep`` (experts over the dp ranks) with ``--precision``
+for weights and GEMMs; the step is ``--batch`` sequences with ``--prompt-len`` (prefill,
+``--chunk`` for chunked prefill), ``--context-len`` (decode: tokens already cached) or
+``--prompt-len`` and ``--output-len`` (serve: a steady state of ``--batch`` running sequences,
+co-located, or disaggregated with ``--prefill-instances`` and ``--decode-instances``).
+Training-only options (cp, sp, ZeRO, recompute, schedules, micro-batches) are refused with a
+one-line error. Only the analytical backend evaluates serving so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from stage_core.errors import ConfigError, InfeasibleError
+from stage_core.models import ModelSpec, load_model
+from stage_core.serving import Phase, ServingConfig
+
+PHASES = ("train", "prefill", "decode", "serve")
+GIB = 2**30
+
+#: Training options and their defaults: a serving evaluation refuses other values.
+_TRAINING_ONLY = {
+    "cp": 1, "sp": False, "zero": 0, "recompute": "none", "vpp": 1, "micro_batch": 1,
+    "global_batch": None, "seq_len": None, "pp_layers": None, "framework": None, "compare": False,
+}  # fmt: skip
+
+
+def add_serving_options(parser: argparse.ArgumentParser) -> None:
+    """The serving options of ``stage eval`` (and ``stage trace``)."""
+    group = parser.add_argument_group("serving (--phase prefill, decode or serve)")
+    group.add_argument(
+        "--phase", choices=PHASES, default="train",
+        help="what to evaluate: a training step (default), a prefill step, a decode step, or a "
+        "steady serving state",
+    )  # fmt: skip
+    group.add_argument("--batch", type=int, default=1, help="sequences per step (default: 1)")
+    group.add_argument("--prompt-len", type=int, default=0, help="prompt tokens per sequence")
+    group.add_argument("--output-len", type=int, default=0, help="generated tokens per request")
+    group.add_argument(
+        "--context-len", type=int, default=0, help="tokens already in each sequence's KV cache"
+    )
+    group.add_argument("--chunk", type=int, default=0, help="chunked prefill: tokens per step")
+    group.add_argument(
+        "--kv-precision", choices=("bf16", "fp16", "fp8"), default="bf16",
+        help="KV-cache element type (default: bf16)",
+    )  # fmt: skip
+    group.add_argument(
+        "--memory-utilization", type=float, default=0.9,
+        help="share of GPU memory the server may use (default: 0.9, vLLM's default)",
+    )  # fmt: skip
+    group.add_argument(
+        "--prefill-instances", type=int, default=0,
+        help="serve: a separate prefill pool of this many instances (disaggregation)",
+    )  # fmt: skip
+    group.add_argument(
+        "--decode-instances", type=int, default=1,
+        help="serve: decode instances beside the prefill pool (default: 1)",
+    )  # fmt: skip
+
+
+def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
+    """The :class:`ServingConfig` the options describe (training-only options refused)."""
+    for name, default in _TRAINING_ONLY.items():
+        value = getattr(args, name, default)
+        if value != default:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{flag} is a training option, but got {flag}={value!r} with --phase {args.phase}"
+            )
+    if args.schedule != "1f1b":
+        raise ConfigError(f"--schedule is a training option (got {args.schedule!r} with --phase)")
+    phase = Phase.DECODE if args.phase == "serve" else Phase(args.phase)
+    if args.phase == "serve" and (args.prompt_len < 1 or args.output_len < 1):
+        raise ConfigError(
+            "--phase serve needs --prompt-len and --output-len ≥ 1, but got "
+            f"(prompt_len={args.prompt_len}, output_len={args.output_len})"
+        )
+    return ServingConfig(
+        phase=phase, batch=args.batch, prompt_len=args.prompt_len, context_len=args.context_len,
+        chunk=args.chunk, kv_precision=args.kv_precision, precision=args.precision,
+        dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep,
+    )  # fmt: skip
+
+
+def run_serving(args: argparse.Namespace) -> int:
+    from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.analytical.serving import (
+        RequestMix,
+        evaluate_decode,
+        evaluate_prefill,
+        evaluate_serve,
+    )
+    from stage_explore.system import load_system
+
+    if args.backend != "analytical":
+        raise ConfigError(
+            f"--phase {args.phase} is evaluated by the analytical backend only, but got "
+            f"--backend {args.backend}"
+        )
+    model = load_model(args.model)
+    if args.layers is not None:
+        model = model.with_overrides(layers=args.layers)
+    config = serving_config(args, model)
+    system = load_system(args.system)
+    backend = AnalyticalBackend()
+    utilization = args.memory_utilization
+    payload: dict[str, Any] = {"model": model.name, "system": system.name, **config.to_dict()}
+    try:
+        if args.phase == "prefill":
+            result = evaluate_prefill(backend, model, config, system, utilization)
+        elif args.phase == "decode":
+            result = evaluate_decode(backend, model, config, system, utilization)
+        else:
+            result = evaluate_serve(
+                backend, model, config, system,
+                RequestMix(prompt_len=args.prompt_len, output_len=args.output_len),
+                prefill=config if args.prefill_instances else None,
+                prefill_instances=args.prefill_instances,
+                decode_instances=args.decode_instances, memory_utilization=utilization,
+            )  # fmt: skip
+    except InfeasibleError as error:
+        payload.update(feasible=False, reason=error.reason)
+        print(json.dumps(payload, indent=1) if args.json else f"infeasible: {error.reason}")
+        return 0
+    payload.update(result.to_dict())
+    if args.json:
+        print(json.dumps(payload, indent=1))
+        return 0
+    print(_table(model.name, system.name, config, payload))
+    if not result.feasible:
+        print(f"infeasible: {result.reason}")
+    return 0
+
+
+def _table(model: str, system: str, config: ServingConfig, p: dict[str, Any]) -> str:
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:,.2f} ms"
+
+    rows = [
+        ("time to first token", seconds(p["time_to_first_token_s"])),
+        ("time per output token", seconds(p["time_per_output_token_s"])),
+        ("tokens/s", f"{p['tokens_per_s']:,.0f}"),
+        ("tokens/s per GPU", f"{p['tokens_per_s_per_gpu']:,.0f}"),
+        ("memory per GPU (GiB)", f"{p['peak_memory_bytes'] / GIB:.2f}"),
+        ("  weights / KV cache / activations (GiB)",
+         f"{p['weight_bytes'] / GIB:.2f} / {p['kv_cache_bytes'] / GIB:.2f} / "
+         f"{p['activation_bytes'] / GIB:.2f}"),
+        ("largest batch that fits", f"{p['max_batch']:,}"),
+        ("compute time memory-bound", f"{p['memory_bound_fraction']:.0%}"),
+    ]  # fmt: skip
+    rows += [(f"  {k} (s)", f"{v:.6f}") for k, v in p["breakdown"].items() if math.isfinite(v)]
+    rows += [
+        (f"  {k}", f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in p["extra"].items()
+    ]
+    layout = f"dp{config.dp} tp{config.tp} pp{config.pp} ep{config.ep}"
+    head = f"{model} on {system}, {p['phase']}: batch {config.batch}, {layout}"
+    width = max(len(r[0]) for r in rows)
+    return "\n".join([head, *(f"{name:<{width}}  {value}" for name, value in rows)])
