@@ -134,11 +134,18 @@ METRIC_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _METRICS + _BREAKDOW
 
 
 class TrialStatus(StrEnum):
-    """What became of a trial."""
+    """What became of a trial.
+
+    ``ok``, ``infeasible`` and ``failed`` (the backend raised) are final. An
+    ``infrastructure_failed`` trial lost its evaluation to the machinery (a node or worker died,
+    a Ray task was lost, ASTRA-sim was killed by a signal) after its retries: ``--resume``
+    evaluates it again, and the new row of the same trial number supersedes it.
+    """
 
     OK = "ok"
     INFEASIBLE = "infeasible"
     FAILED = "failed"
+    INFRASTRUCTURE_FAILED = "infrastructure_failed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -397,7 +404,18 @@ def read_records(directory: Path) -> pa.Table | None:
     parts = part_files(directory)
     if not parts:
         return None
-    return pa.concat_tables([_read_part(path) for path in parts], promote_options="default")
+    table = pa.concat_tables([_read_part(path) for path in parts], promote_options="default")
+    return _latest_per_trial(table)
+
+
+def _latest_per_trial(table: pa.Table) -> pa.Table:
+    """One row per trial number: a trial re-run on resume (it had failed for infrastructure
+    reasons) is recorded again under its number, and the later row, in part order, wins."""
+    trials = table.column("trial").to_pylist()
+    if len(set(trials)) == len(trials):
+        return table
+    last = {trial: index for index, trial in enumerate(trials)}
+    return table.take(sorted(last.values()))
 
 
 def load_results(directory: str | Path) -> pd.DataFrame:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -48,8 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--address",
-        help="Ray cluster address (default: $RAY_ADDRESS, else the "
-        "study's [executor] address, else a local Ray instance)",
+        help="join the Ray cluster at HOST:PORT, ray://HOST:PORT, or auto (Ray's discovery: "
+        "$RAY_ADDRESS, else this machine's `ray start` cluster); default: the study's "
+        "[executor] address, else a new local Ray instance ($RAY_ADDRESS is then ignored)",
     )
     parser.add_argument(
         "--trials",
@@ -113,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
     spec = load_study(args.study)
     kind = ExecutorKind(args.executor) if args.executor else spec.executor.kind
     address = args.address
-    if address is None and kind is ExecutorKind.RAY:
-        address = os.environ.get("RAY_ADDRESS") or None
 
     def executor_factory(job: EvaluationJob) -> BaseExecutor:
         return create_executor(spec.executor, job, kind=kind, address=address)

@@ -53,9 +53,10 @@ from stage_explore.records import (
 )
 from stage_explore.search.backends import BackendFactory, create_backend, resolve_backend
 from stage_explore.search.executors import BaseExecutor
-from stage_explore.search.outcomes import outcome_from_row, verdict
+from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, StudySummary
 from stage_explore.search.refine import refine
+from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.design import model_is_moe
 from stage_explore.search.samplers import BaseSearch, Proposal, create_search, is_fast
 from stage_explore.search.worker import Candidate, EvaluationJob
@@ -77,7 +78,9 @@ class Explorer:
 
     ``out`` is the output folder (the records go to ``out/<study name>``); ``trials`` overrides
     the study's budget (resumed trials included); ``resume`` continues a study whose folder
-    already holds records, which is refused otherwise.
+    already holds records, which is refused otherwise, first evaluating again its trials lost
+    to infrastructure failures. ``retry`` is the policy for those failures (the executor is
+    wrapped in a :class:`~stage_explore.search.retry.RetryingExecutor`).
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class Explorer:
         trials: int | None = None,
         resume: bool = False,
         on_progress: Callable[[Progress], None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.spec = spec
+        self._retry = retry
         self.directory = out / spec.name
         self._executor_factory = executor_factory
         self._backend_factory = backend_factory
@@ -117,6 +122,9 @@ class Explorer:
         self._sampler_s = 0.0
         #: Points of the front re-evaluated by the second backend of a two-stage study.
         self.refined = 0
+        #: Resumed trials lost to infrastructure failures: (trial number, params), re-run first.
+        self._lost: list[tuple[int, dict[str, Any]]] = []
+        self._executor: BaseExecutor | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -161,13 +169,23 @@ class Explorer:
         if table is None:
             return 0
         rows = sorted(table.to_pylist(), key=lambda row: row["trial"])
+        final = 0
         for row in rows:
             params = {name: row[name] for name in search.names}
-            self._account(params, outcome_from_row(row), search, None)
+            outcome = outcome_from_row(row)
+            if not is_final(outcome.status):  # lost to the machinery: evaluated again first
+                self._lost.append((row["trial"], params))
+                continue
+            self._account(params, outcome, search, None)
+            final += 1
         self._next_trial = rows[-1]["trial"] + 1 if rows else 0
-        self._distinct = len(rows)
-        logger.info("resumed %d trials of study %s", len(rows), self.spec.name)
-        return len(rows)
+        self._distinct = final
+        logger.info(
+            "resumed %d trials of study %s (%d lost to infrastructure failures, re-run)",
+            final, self.spec.name, len(self._lost),
+        )  # fmt: skip
+        return final
+
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -221,6 +239,8 @@ class Explorer:
             elapsed_s=elapsed,
             repeats=self._repeats,
             sampler_s=self._sampler_s,
+            infrastructure_failed=self._counts[TrialStatus.INFRASTRUCTURE_FAILED],
+            where="" if self._executor is None else self._executor.where(),
         )
 
     @contextmanager
@@ -261,7 +281,7 @@ class Explorer:
         search = self._create_search(factory)
         resumed = self._load_previous(search)
         job = EvaluationJob(study=self.spec, factory=factory, options=backend.search_options)
-        executor = self._executor_factory(job)
+        executor = self._executor = RetryingExecutor(self._executor_factory(job), self._retry)
         try:
             self._write_meta()
             writer = RecordWriter(self.directory, records_schema(self.spec.name, self.spec.space))
@@ -271,7 +291,8 @@ class Explorer:
         self._started = time.monotonic()
         try:
             with self._signals():
-                stopped_by = self._loop(search, executor, writer)
+                self._rerun_lost(search, executor, writer)
+                stopped_by = self._stop or self._loop(search, executor, writer)
         finally:
             if self._stop == "interrupted":
                 executor.cancel()
@@ -291,6 +312,35 @@ class Explorer:
         return StudySummary(
             directory=self.directory, progress=progress, resumed=resumed, stopped_by=stopped_by
         )
+
+    def _rerun_lost(self, search: BaseSearch, executor: BaseExecutor, writer: RecordWriter) -> None:
+        """Evaluate again the resumed trials lost to infrastructure failures; each new row keeps
+        its trial number (and supersedes the lost one, see :func:`read_records`)."""
+        lost = dict(enumerate(self._lost))
+        width = executor.parallelism
+        chunk = self.spec.executor.chunk_size or max(1, min(256, len(lost) // (2 * width)))
+        candidates = [Candidate(key=key, params=dict(params)) for key, (_, params) in lost.items()]
+        for start in range(0, len(candidates), chunk):
+            executor.submit(candidates[start : start + chunk])
+        while executor.in_flight and self._stop is None:
+            for key, outcome in executor.poll(_POLL_S):
+                trial, params = lost.pop(key)
+                self._account(params, outcome, search, None)
+                self._distinct += 1
+                self._new += 1
+                row = make_row(
+                    trial=trial,
+                    study=self.spec.name,
+                    params=params,
+                    dp=derive_dp(params),
+                    outcome=outcome,
+                    finished_at=datetime.now(UTC),
+                )
+                writer.append(row)
+            if self._on_progress is not None:
+                self._on_progress(self.progress())
+        writer.flush()
+        self._lost = [lost[key] for key in sorted(lost)]
 
     def _loop(self, search: BaseSearch, executor: BaseExecutor, writer: RecordWriter) -> str:
         spec = self.spec
@@ -411,6 +461,7 @@ def explore(
     trials: int | None = None,
     resume: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> StudySummary:
     """Run ``spec`` (see :class:`Explorer` for the arguments) and return its summary."""
     return Explorer(
@@ -421,4 +472,5 @@ def explore(
         trials=trials,
         resume=resume,
         on_progress=on_progress,
+        retry=retry,
     ).run()

@@ -7,27 +7,41 @@ Contents:
         a pool of worker processes (spawned, ignoring Ctrl-C so the driver handles it).
     :class:`RayExecutor`
         Ray tasks on a local instance started for the study, or on an existing cluster.
+    :func:`connect_ray`
+        join a Ray cluster with a bounded wait, or start a local instance of our own.
     :func:`create_executor`
         the executor a study (and the command line) asks for.
 
-A task that fails as a whole (a worker process dies, Ray loses the task) returns a failed
-outcome for each of its candidates; the study goes on.
+A task that fails as a whole returns one outcome per candidate: ``infrastructure_failed`` when
+the machinery lost it (a worker process or node died, Ray lost the task), which the driver's
+:class:`~stage_explore.search.retry.RetryingExecutor` retries; ``failed`` otherwise. The study
+goes on either way.
+
+Ray's address: ``None`` (or ``"local"``) always starts a Ray instance of our own on this
+machine, whatever ``RAY_ADDRESS`` or a leftover ``ray start`` cluster file says; ``"auto"``
+follows Ray's discovery (``RAY_ADDRESS``, then the cluster last started with ``ray start`` on
+this machine); ``HOST:PORT`` or ``ray://HOST:PORT`` joins that cluster. Joining waits at most
+``connect_timeout_s`` for the address to answer, then fails with a one-line ConfigError.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
+import math
 import multiprocessing
 import os
 import signal
+import socket
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from stage_core.errors import ConfigError
-from stage_explore.records import Outcome, TrialStatus
+from stage_explore.records import Outcome
+from stage_explore.search.outcomes import task_failure_status
 from stage_explore.search.worker import Candidate, EvaluationJob, evaluate_chunk
 from stage_explore.study.spec import ExecutorKind, ExecutorSpec
 
@@ -36,8 +50,16 @@ logger = logging.getLogger(__name__)
 Results = list[tuple[int, Outcome]]
 
 
-def _failed(keys: Sequence[int], reason: str) -> Results:
-    outcome = Outcome(status=TrialStatus.FAILED, reason=reason)
+#: Default bound on the wait for a Ray cluster's address to answer.
+CONNECT_TIMEOUT_S = 30.0
+_NODES_EVERY_S = 2.0
+
+
+def _failed(keys: Sequence[int], error: BaseException, what: str) -> Results:
+    text = " ".join(str(error).split())[:500]
+    outcome = Outcome(
+        status=task_failure_status(error), reason=f"{what}: {type(error).__name__}: {text}"
+    )
     return [(key, outcome) for key in keys]
 
 
@@ -50,7 +72,8 @@ class BaseExecutor(abc.ABC):
         none), each candidate exactly once. ``in_flight`` counts tasks submitted and not yet
         returned. ``cancel`` abandons them (their candidates are never returned). ``close``
         releases the workers; the executor is unusable afterwards. ``parallelism`` is the number
-        of tasks that can run at once.
+        of tasks that can run at once. ``where`` describes, for the progress line, where tasks
+        run now (e.g. ``ray: 2 nodes, 4 CPUs``).
     """
 
     parallelism: int = 1
@@ -71,6 +94,10 @@ class BaseExecutor(abc.ABC):
     @abc.abstractmethod
     def cancel(self) -> None:
         """Abandon every task in flight."""
+
+    def where(self) -> str:
+        """Where tasks run, in a few words (empty when the executor does not say)."""
+        return ""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -123,12 +150,15 @@ class LocalExecutor(BaseExecutor):
                 results.extend(future.result())
             except BrokenProcessPool as error:
                 broken |= pool is self._pool
-                results.extend(_failed(keys, f"the worker process died ({error})"))
+                results.extend(_failed(keys, error, "the worker process died"))
             except Exception as error:
-                results.extend(_failed(keys, f"the task failed: {type(error).__name__}: {error}"))
+                results.extend(_failed(keys, error, "the task failed"))
         if broken:
             self._restart()
         return results
+
+    def where(self) -> str:
+        return f"local: {self.parallelism} worker processes"
 
     @property
     def in_flight(self) -> int:
@@ -147,38 +177,124 @@ class LocalExecutor(BaseExecutor):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    """The host and port of ``HOST:PORT`` or ``ray://HOST:PORT``; a ConfigError otherwise."""
+    bare = address.removeprefix("ray://")
+    host, _, port = bare.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--address {address}: expected HOST:PORT, ray://HOST:PORT, auto or local"
+        )
+    return host, int(port)
+
+
+def _resolve_auto() -> str:
+    """What Ray's ``auto`` names: ``RAY_ADDRESS``, else this machine's latest ``ray start``."""
+    from ray._private.services import get_ray_address_from_environment
+
+    try:
+        found = get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        found = None
+    if not found or found == "auto":
+        raise ConfigError(
+            "--address auto: found no Ray cluster (RAY_ADDRESS is unset and no cluster was "
+            "started with `ray start` on this machine); pass its HOST:PORT"
+        )
+    return str(found)
+
+
+def wait_for_address(address: str, timeout_s: float) -> None:
+    """Return once ``address`` accepts a TCP connection; a one-line ConfigError after
+    ``timeout_s`` seconds of trying."""
+    host, port = _host_port(address)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, remaining))):
+                return
+        except OSError as error:
+            problem = " ".join(str(error).split()) or type(error).__name__
+        if deadline - time.monotonic() <= 0:
+            raise ConfigError(
+                f"cannot reach the Ray cluster at {address} within {timeout_s:g} s ({problem}); "
+                "expected the address of a running Ray head node (`ray start --head`)"
+            )
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def connect_ray(
+    address: str | None, *, workers: int | None, connect_timeout_s: float = CONNECT_TIMEOUT_S
+) -> None:
+    """Initialise Ray in this process: join the cluster at ``address`` or start a local one.
+
+    See the module docstring for the addresses; ``workers`` is the CPU count of a local
+    instance (``None``: every CPU). Failures are one-line ConfigErrors naming the address.
+    """
+    import ray
+
+    target = None if address in (None, "", "local") else address
+    if target == "auto":
+        target = _resolve_auto()
+    if target is not None:
+        wait_for_address(target, connect_timeout_s)
+    try:
+        if target is None:
+            ray.init(
+                address="local",
+                num_cpus=workers,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
+        else:
+            ray.init(address=target, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as error:
+        where = f"the Ray cluster at {target}" if target else "a local Ray instance"
+        text = " ".join(str(error).split())
+        raise ConfigError(f"cannot start or reach {where}: {text}") from None
+
+
+def _evaluate_on_ray_node(
+    job: EvaluationJob, candidates: Sequence[Candidate]
+) -> list[tuple[int, Outcome]]:
+    """:func:`evaluate_chunk` in a Ray task, each outcome's worker naming the node."""
+    import ray
+
+    node = str(ray.get_runtime_context().get_node_id())[:8]
+    return evaluate_chunk(job, candidates, node)
+
+
 class RayExecutor(BaseExecutor):
     """Ray tasks, one per chunk, on a cluster at ``address`` or on a local instance.
 
     A local instance is started with ``workers`` CPUs (default: every CPU) and without the
-    dashboard. When Ray is already initialised in this process, that instance is used and
-    left running.
+    dashboard (:func:`connect_ray`). When Ray is already initialised in this process, that
+    instance is used and left running. Ray's own task retries are off: infrastructure failures
+    come back as ``infrastructure_failed`` outcomes and the driver retries them.
     """
 
     def __init__(
-        self, job: EvaluationJob, address: str | None = None, workers: int | None = None
+        self,
+        job: EvaluationJob,
+        address: str | None = None,
+        workers: int | None = None,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         import ray
 
         self._ray: Any = ray
         self._owns = not ray.is_initialized()
         if self._owns:
-            try:
-                if address:
-                    ray.init(address=address, logging_level=logging.WARNING)
-                else:
-                    ray.init(
-                        num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING
-                    )
-            except (ConnectionError, RuntimeError, ValueError) as error:
-                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                raise ConfigError(
-                    f"cannot start or reach {where}: {' '.join(str(error).split())}"
-                ) from None
+            connect_ray(address, workers=workers, connect_timeout_s=connect_timeout_s)
         self.parallelism = max(1, int(self._ray.cluster_resources().get("CPU", 1)))
-        self._task = ray.remote(num_cpus=1, max_retries=0)(evaluate_chunk)
+        self._task = ray.remote(num_cpus=1, max_retries=0)(_evaluate_on_ray_node)
         self._job = ray.put(job)
         self._refs: dict[Any, list[int]] = {}
+        self._where = ""
+        self._where_at = -math.inf
 
     def submit(self, candidates: Sequence[Candidate]) -> None:
         reference = self._task.remote(self._job, list(candidates))
@@ -197,15 +313,30 @@ class RayExecutor(BaseExecutor):
             try:
                 results.extend(ray.get(reference))
             except Exception as error:
-                text = " ".join(str(error).split())[:500]
-                results.extend(
-                    _failed(keys, f"the Ray task failed: {type(error).__name__}: {text}")
-                )
+                results.extend(_failed(keys, error, "the Ray task failed"))
         return results
 
     @property
     def in_flight(self) -> int:
         return len(self._refs)
+
+    def where(self) -> str:
+        """The live nodes with CPUs and their CPUs (asked of Ray at most every 2 s)."""
+        now = time.monotonic()
+        if now - self._where_at >= _NODES_EVERY_S:
+            self._where_at = now
+            try:
+                nodes = [
+                    node for node in self._ray.nodes()
+                    if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0
+                ]  # fmt: skip
+            except Exception as error:  # the head went away: say so rather than fail a study
+                logger.debug("listing Ray nodes: %s", error)
+                return "ray: nodes unknown"
+            cpus = sum(int(node["Resources"]["CPU"]) for node in nodes)
+            count = len(nodes)
+            self._where = f"ray: {count} node{'s' if count != 1 else ''}, {cpus} CPUs"
+        return self._where
 
     def cancel(self) -> None:
         for reference in self._refs:
@@ -227,10 +358,16 @@ def create_executor(
     kind: ExecutorKind | None = None,
     address: str | None = None,
 ) -> BaseExecutor:
-    """The executor of ``spec``; ``kind`` and ``address`` (command line) take precedence."""
+    """The executor of ``spec``; ``kind`` and ``address`` (command line) take precedence.
+
+    Without an address from either, a Ray executor starts a local instance of its own
+    (``RAY_ADDRESS`` is honoured only through ``address = "auto"``).
+    """
     chosen = kind or spec.kind
     if chosen is ExecutorKind.LOCAL:
         if address:
             raise ConfigError(f"--address {address} names a Ray cluster; it needs --executor ray")
         return LocalExecutor(job, spec.workers)
-    return RayExecutor(job, address or spec.address, spec.workers)
+    return RayExecutor(
+        job, address or spec.address, spec.workers, connect_timeout_s=spec.connect_timeout_s
+    )

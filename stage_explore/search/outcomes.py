@@ -10,6 +10,13 @@ Contents:
         limit) and ``feasibility`` (1 for points infeasible for any other reason).
     :func:`outcome_from_row`
         an :class:`~stage_explore.records.Outcome` rebuilt from a stored record (resume).
+    :func:`is_infrastructure_error`, :func:`task_failure_status`, :func:`is_final`
+        which failures are the machinery's (a node or worker died, a Ray task was lost, an
+        external simulator was killed by a signal) rather than the model's.
+
+Only model outcomes are final: ``ok``, ``infeasible``, and ``failed`` (the backend raised, which
+it would do again). An infrastructure failure is retried by the executor and, if it persists,
+recorded as ``infrastructure_failed``, which ``--resume`` evaluates again.
 
 Infeasible points keep their objective values when the backend computed them (an
 out-of-memory point still has a step time), so the sampler learns from them; points without
@@ -91,7 +98,7 @@ class Verdict:
 
 def verdict(outcome: Outcome, objectives: Sequence[Objective], constraints: Constraints) -> Verdict:
     """The Optuna state, values and constraints of an outcome (the same at tell and at resume)."""
-    if outcome.status is TrialStatus.FAILED:
+    if not is_success(outcome.status):
         return Verdict(state=TrialState.FAIL, values=None, constraints={})
     values = []
     for objective in objectives:
@@ -125,3 +132,46 @@ def outcome_from_row(row: Mapping[str, Any]) -> Outcome:
         eval_s=float(row.get("eval_s") or 0.0),
         worker=row.get("worker") or "",
     )
+
+
+def is_success(status: TrialStatus) -> bool:
+    """Whether the point was evaluated (feasible or not), as opposed to an evaluation failure."""
+    return status in (TrialStatus.OK, TrialStatus.INFEASIBLE)
+
+
+def is_final(status: TrialStatus) -> bool:
+    """Whether an outcome stands (a model outcome), or the point must be evaluated again."""
+    return status is not TrialStatus.INFRASTRUCTURE_FAILED
+
+
+def is_infrastructure_error(error: BaseException) -> bool:
+    """Whether an exception raised while evaluating says the machinery failed, not the model.
+
+    A backend marks such an error with a true ``infrastructure`` attribute (the ASTRA-sim backend
+    does when its run was killed by SIGKILL, SIGTERM, SIGINT or SIGHUP, for example by the
+    out-of-memory killer); ``MemoryError`` counts too (this host ran out, another may not).
+    """
+    return bool(getattr(error, "infrastructure", False)) or isinstance(error, MemoryError)
+
+
+#: Ray errors that are the task's own exception (deterministic, not worth a retry).
+_RAY_TASK_ERRORS = frozenset({"RayTaskError", "TaskCancelledError"})
+
+
+def task_failure_status(error: BaseException) -> TrialStatus:
+    """The status of every candidate of a task that failed as a whole with ``error``.
+
+    A dead worker process (``BrokenProcessPool``) and Ray's system errors (worker crashed, node
+    died, object or owner lost, raylet or GCS unreachable …) are infrastructure failures; an
+    exception raised by the task's own code (``RayTaskError``) or any other error is ``failed``.
+    Ray is recognised by module name, so this module does not import it.
+    """
+    kind = type(error)
+    names = {cls.__name__ for cls in kind.__mro__}
+    if "BrokenProcessPool" in names:
+        return TrialStatus.INFRASTRUCTURE_FAILED
+    if kind.__module__.startswith("ray.") and not names & _RAY_TASK_ERRORS:
+        return TrialStatus.INFRASTRUCTURE_FAILED
+    if is_infrastructure_error(error):
+        return TrialStatus.INFRASTRUCTURE_FAILED
+    return TrialStatus.FAILED

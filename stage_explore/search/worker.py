@@ -9,8 +9,10 @@ Contents:
         evaluate candidates one by one; each becomes an :class:`~stage_explore.records.Outcome`.
 
 Errors never escape: a ConfigError, ShardingError or InfeasibleError (the point is invalid
-for this model or system) makes the trial infeasible with the error's message; any other
-exception makes it failed with the exception's type and message.
+for this model or system) makes the trial infeasible with the error's message; an error that
+says the machinery failed (:func:`~stage_explore.search.outcomes.is_infrastructure_error`, e.g.
+ASTRA-sim killed by the out-of-memory killer) makes it ``infrastructure_failed`` (retried); any
+other exception makes it failed with the exception's type and message.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.records import Outcome, TrialStatus, flatten_evaluation
 from stage_explore.search.backends import BackendFactory, create_backend
 from stage_explore.search.design import build_design_point
-from stage_explore.search.outcomes import judge
+from stage_explore.search.outcomes import is_infrastructure_error, judge
 from stage_explore.study.spec import StudySpec
 
 DesignPointBuilder = Callable[[StudySpec, Mapping[str, Any]], tuple[Any, Any, Any]]
@@ -85,7 +87,12 @@ def _evaluate(
     except (ConfigError, ShardingError) as error:
         status, reason, metrics = TrialStatus.INFEASIBLE, " ".join(str(error).split()), {}
     except Exception as error:  # a failing evaluation is a failed trial, never a crashed study
-        status, reason, metrics = TrialStatus.FAILED, _one_line(error), {}
+        status = (
+            TrialStatus.INFRASTRUCTURE_FAILED
+            if is_infrastructure_error(error)
+            else TrialStatus.FAILED
+        )
+        reason, metrics = _one_line(error), {}
     else:
         if isinstance(evaluation, Evaluation):
             metrics = flatten_evaluation(evaluation)
@@ -122,10 +129,16 @@ def _process_backend(job: EvaluationJob) -> BaseBackend:
 
 
 def evaluate_chunk(
-    job: EvaluationJob, candidates: Sequence[Candidate]
+    job: EvaluationJob, candidates: Sequence[Candidate], node: str = ""
 ) -> list[tuple[int, Outcome]]:
-    """Evaluate ``candidates`` with one backend built from ``job``; one outcome per key."""
+    """Evaluate ``candidates`` with one backend built from ``job``; one outcome per key.
+
+    The ``worker`` of each outcome is ``host:pid``, prefixed with ``node/`` when ``node`` names
+    the cluster node the task runs on (Ray tasks do: several nodes may share a host).
+    """
     worker = f"{socket.gethostname()}:{os.getpid()}"
+    if node:
+        worker = f"{node}/{worker}"
     try:
         backend = _process_backend(job)
     except Exception as error:

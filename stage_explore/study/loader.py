@@ -14,6 +14,7 @@ structurally possible point.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -260,7 +261,7 @@ def _backend(table: Table | None) -> BackendSpec:
 def _executor(table: Table | None) -> ExecutorSpec:
     if table is None:
         return ExecutorSpec()
-    table.reject_unknown(("kind", "address", "workers", "chunk_size"))
+    table.reject_unknown(("kind", "address", "workers", "chunk_size", "connect_timeout_s"))
     kind = ExecutorKind(table.string("kind", default="ray", choices=tuple(ExecutorKind)) or "ray")
     address = table.string("address")
     if address is not None and kind is not ExecutorKind.RAY:
@@ -272,4 +273,12 @@ def _executor(table: Table | None) -> ExecutorSpec:
         address=address,
         workers=table.integer("workers"),
         chunk_size=table.integer("chunk_size"),
+        connect_timeout_s=_positive_seconds(table, "connect_timeout_s", 30.0),
     )
+
+
+def _positive_seconds(table: Table, key: str, default: float) -> float:
+    value = table.number(key, default=default)
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise table.error(key, f"expected a number of seconds > 0, got {value!r}")
+    return float(value)
