@@ -7,11 +7,14 @@ Contents:
     :func:`pareto_mask`
         the non-dominated rows of a value matrix.
     :func:`pareto_front`
-        the non-dominated rows of a records DataFrame.
+        the non-dominated rows of a records DataFrame, one row per configuration.
 
 A row *dominates* another when it is at least as good in every objective and strictly better
 in one; rows that are equal in every objective do not dominate each other, so all of them
-stay on the front. Rows with a missing (NaN) objective are never on it.
+stay on the front. Rows with a missing (NaN) objective are never on it. Rows that are the same
+configuration (the same canonical point, see :func:`~stage_explore.study.space.canonical_params`,
+e.g. ``sp`` true and false at tp = 1 in records written before the space was canonical, or a
+repeated trial) count once: the first by trial number.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from stage_core.errors import ConfigError
-from stage_explore.study.spec import OBJECTIVE_METRICS, Direction
+from stage_explore.study.space import canonical_params
+from stage_explore.study.spec import OBJECTIVE_METRICS, PARALLEL_KNOBS, Direction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,6 +131,7 @@ def pareto_front(
             f"columns are: {', '.join(map(str, df.columns))}"
         )
     candidates = df[df["status"] == "ok"] if feasible_only and "status" in df.columns else df
+    candidates = distinct_configurations(candidates)
     values = (
         np.column_stack(
             [candidates[name].to_numpy(dtype=np.float64, na_value=np.nan) for name, _ in pairs]
@@ -138,3 +143,27 @@ def pareto_front(
     front = candidates[mask]
     first, direction = pairs[0]
     return front.sort_values(first, ascending=direction is Direction.MIN, kind="stable")
+
+
+def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with one row per canonical configuration (the lowest trial number of each).
+
+    Needs every parallel knob as a column (hardware ``hw_*`` columns join the key); a frame
+    without them is returned as it is.
+    """
+    if not len(df) or not set(PARALLEL_KNOBS) <= set(df.columns):
+        return df
+    ordered = df.sort_values("trial", kind="stable") if "trial" in df.columns else df
+    names = [*PARALLEL_KNOBS, *sorted(c for c in df.columns if str(c).startswith("hw_"))]
+    records = ordered[names].to_dict("records")
+    keys = [
+        tuple(canonical_params(record, {}, moe=None)[name] for name in names)
+        for record in records
+    ]
+    first: dict[tuple[object, ...], int] = {}
+    for position, key in enumerate(keys):
+        first.setdefault(key, position)
+    if len(first) == len(keys):
+        return df
+    kept = ordered.iloc[sorted(first.values())]
+    return df.loc[df.index.isin(kept.index)]

@@ -171,7 +171,7 @@ global_batch = 64
 sequence_length = 4096
 
 [system]
-preset = "h100-dgx"
+preset = "h100-80gb"
 {extra}
 [space]
 {space}
