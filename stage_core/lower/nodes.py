@@ -255,6 +255,8 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                 comm_bytes=op.comm_bytes,
             )
             sync_ids.append(em.add(node, op.axes))
+    if stage.optimizer is None:  # a serving step: forward only, no update
+        return em.nodes
     step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
     optimizer = em.instr(stage.optimizer, "step.optimizer", step_deps)
     for op in stage.sync:

@@ -171,7 +171,7 @@ class StageProgram:
     chunks: tuple[Chunk, ...]
     tasks: tuple[Task, ...]
     sync: tuple[SyncOp, ...]
-    optimizer: Instr
+    optimizer: Instr | None  # None: a serving step (no update)
     boundary_bytes: int
     zero3_gathers: tuple[tuple[int, int, int], ...] = field(default=())
 
