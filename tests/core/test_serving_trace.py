@@ -19,8 +19,9 @@ from stage_core.trace import NodeKind
 MODEL = get_flavor("llama3-8b").with_overrides(layers=4)
 MOE = get_flavor("mixtral-8x7b").with_overrides(layers=2)
 
+DECODE = ServingConfig(phase="decode", batch=4, context_len=100, tp=2, pp=2, dp=2)
 CASES = {
-    "decode-tp2-pp2-dp2": (MODEL, ServingConfig(phase="decode", batch=4, context_len=100, tp=2, pp=2, dp=2)),
+    "decode-tp2-pp2-dp2": (MODEL, DECODE),
     "prefill-tp2-pp2": (MODEL, ServingConfig(phase="prefill", batch=2, prompt_len=256, tp=2, pp=2)),
     "chunked-prefill-tp4": (
         MODEL, ServingConfig(phase="prefill", batch=1, prompt_len=300, chunk=128, tp=4)
