@@ -35,7 +35,7 @@ assembly — live in :mod:`~stage_explore.analytical.blocktime` and
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -82,6 +82,8 @@ from stage_explore.analytical.frameworks import (
     FrameworkProfile,
     get_framework,
 )
+from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -280,11 +282,19 @@ class AnalyticalBackend(BaseBackend):
         costs = {}
         for kind in sorted({kind for runs in signature for kind, _ in runs}):
             gathers, scatters = zero_ops[kind]
+            gather_s = sum(self._zero_time(point, spans[i.axes], i) for i in gathers)
+            scatter_s = sum(self._zero_time(point, spans[i.axes], i) for i in scatters)
+            if (
+                self.framework.zero3_gathers == 3
+                and str(parallel.recompute) != "none"
+                and kind in ("layer", "moe_layer")
+            ):  # the recomputed forward gathers again before the backward's own gather
+                scatter_s += gather_s
             costs[kind] = BlockCost(
                 self._block_timing(point, kind, "fwd", spans),
                 self._block_timing(point, kind, "bwd", spans),
-                sum(self._comm_time(point, spans[i.axes], i) for i in gathers),
-                sum(self._comm_time(point, spans[i.axes], i) for i in scatters),
+                gather_s,
+                scatter_s,
             )
         chunks, sync_costs, states = [], [], []
         for runs in signature:
@@ -292,9 +302,8 @@ class AnalyticalBackend(BaseBackend):
             chunks.append(timing)
             backward = [(syncs[kind][0], count) for kind, count in reversed(runs)]
             groups = []
-            for bucket, size, first, step, count in bucket_gradients(
-                backward, parallel.grad_bucket_bytes
-            ):
+            limit = parallel.grad_bucket_bytes if self.framework.overlap_grad_reduce else 2**62
+            for bucket, size, first, step, count in bucket_gradients(backward, limit):
                 collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
                 seconds = self._collective_time(point, spans[axes], collective, size)
                 groups.append((seconds, first, step, count))
@@ -308,6 +317,8 @@ class AnalyticalBackend(BaseBackend):
                 for axes, size in gathered.items()
             )
             tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
+            if self.framework.overlap_param_gather:  # during the next step's first forward
+                gather = max(0.0, gather - timing.forward_s)
             sync_costs.append(SyncCost(total + tied, latest + tied, gather))
             states.append(sum_states([(syncs[kind][2], count) for kind, count in runs]))
         exposed: dict[str, float] = {}
@@ -337,12 +348,18 @@ class AnalyticalBackend(BaseBackend):
         return self._network(system)[0]
 
     def _network(self, system: System) -> tuple[System, int]:
-        """``system`` with every dim's bandwidth scaled by its efficiency, and a token naming it
-        in memo keys (equal systems share one)."""
+        """``system`` with every dim's bandwidth scaled by its achieved fraction — the dim's
+        ``bus_efficiency`` from the system file, else this backend's ``network_efficiency`` —
+        and a token naming it in memo keys (equal systems share one)."""
 
         def compute() -> tuple[System, int]:
             efficiency = self.network_efficiency
-            factors = [efficiency[min(i, len(efficiency) - 1)] for i in range(len(system.network))]
+            factors = [
+                efficiency[min(i, len(efficiency) - 1)]
+                if dim.bus_efficiency is None
+                else dim.bus_efficiency
+                for i, dim in enumerate(system.network)
+            ]
             dims = tuple(
                 replace(dim, bandwidth_bytes_per_s=dim.bandwidth_bytes_per_s * factor)
                 for dim, factor in zip(system.network, factors, strict=True)
@@ -405,6 +422,18 @@ class AnalyticalBackend(BaseBackend):
             lambda: alpha_beta_collective_s(point.system, kind, size, group),
         )
 
+    def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
+        """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
+        one flat ring at the slowest dim's bandwidth under ``zero3_flat_ring``."""
+        if not self.framework.zero3_flat_ring or instr.collective is None:
+            return self._comm_time(point, span, instr)
+        shape, group, _ = span
+        kind, size = instr.collective, instr.comm_bytes
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("flat", point.token, shape, kind, size),
+            lambda: flat_ring_s(point.system, kind, size, group),
+        )
+
     def _comm_time(self, point: Point, span: Any, instr: Instr) -> float:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         if instr.kind != "ring":
@@ -430,19 +459,43 @@ class AnalyticalBackend(BaseBackend):
         block = point.blocks[kind]
         axes_list = self._axes(point, kind)
         shapes = tuple(spans[a][0] for a in axes_list)
-        accelerator, dtype = point.system.accelerator, point.dtype
+        dtype = point.dtype
+
+        rule = overlap_rule(
+            self.framework, point.workload.axis_sizes["tp"], point.workload.flags.sp
+        )
 
         def compute() -> BlockTiming:
+            instrs = fuse_elementwise(block.fwd if phase == "fwd" else block.bwd)
             return time_block(
-                fuse_elementwise(block.fwd if phase == "fwd" else block.bwd),
-                lambda i: accelerator.compute_time_s(
-                    i.flops, i.bytes_read + i.bytes_written, dtype
-                ),
+                instrs if rule is None else overlap_collectives(instrs, rule),
+                self._compute_timer(point, kind),
                 lambda i: self._comm_time(point, spans[i.axes], i),
             )
 
         key = (point.key, kind, phase, point.token, shapes, dtype)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
+        """How long a compute instruction of block ``kind`` takes: the accelerator's kernel
+        model (:mod:`~stage_explore.analytical.kernels`) when its system has one, else the
+        roofline with efficiencies."""
+        accelerator, dtype = point.system.accelerator, point.dtype
+        kernels = accelerator.kernels
+        if kernels is None:
+            return lambda i: accelerator.compute_time_s(
+                i.flops, i.bytes_read + i.bytes_written, dtype
+            )
+        sizes = point.workload.sizes
+        return KernelTimer(
+            accelerator,
+            kernels,
+            dtype,
+            frozenset(weight.name for weight in point.blocks[kind].weights),
+            keys=sizes.get("S", point.workload.model.seq_len),
+            head_dim=sizes.get("D", point.workload.model.head_dim),
+            causal=True,  # decoder language models
+        )
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:
         block = point.blocks[kind]
@@ -478,7 +531,11 @@ class AnalyticalBackend(BaseBackend):
         gathered = tp > 1 and not workload.flags.sp
         first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
 
+        blocking = self.framework.pipeline_p2p_blocking
+
         def compute() -> float:
+            if not blocking:  # beside compute: only the message latency holds the ranks
+                return alpha_beta_point_to_point_s(system, first, second, 0)
             seconds = alpha_beta_point_to_point_s(
                 system, first, second, size // tp if gathered else size
             )
@@ -491,7 +548,7 @@ class AnalyticalBackend(BaseBackend):
 
         ends = (system.coordinates(first), system.coordinates(second))
         mesh_key = (point.table.names, point.table.shape)
-        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered)
+        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, blocking)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _optimizer_s(self, point: Point, params: int) -> float:

@@ -40,7 +40,9 @@ and hops: see :mod:`stage_explore.system.astra`; ``d`` the endpoint delay; reduc
 **α–β mode** (formulas.md §6; Thakur et al., IJHPCA 2005; Chan et al., CCPE 2007): on one dim
 of ``n`` ranks with latency α and bandwidth β, buffer ``S`` (the full gathered size), ring and
 direct: all-reduce ``2(n−1)α + 2(n−1)/n·S/β``, all-gather, reduce-scatter and all-to-all
-``(n−1)α + (n−1)/n·S/β``; halving-doubling replaces ``n−1`` latency steps by ``log2 n``. A group
+``(n−1)α + (n−1)/n·S/β``, each plus the dim's fixed ``collective_overhead_s`` (so the bus
+bandwidth grows with the message size as nccl-tests measure it); halving-doubling replaces
+``n−1`` latency steps by ``log2 n``. A group
 spanning several dims runs hierarchically as in 2. (no chunk pipelining); a group that is not
 a full sub-grid of the dims it spans is costed as one flat level on the slowest of them.
 """
@@ -334,8 +336,8 @@ def _level_s(
         steps = ranks - 1
     volume_s = (ranks - 1) / ranks * buffer_bytes / dim.bandwidth_bytes_per_s
     if kind is AR:
-        return 2 * steps * dim.latency_s + 2 * volume_s
-    return steps * dim.latency_s + volume_s
+        return dim.collective_overhead_s + 2 * steps * dim.latency_s + 2 * volume_s
+    return dim.collective_overhead_s + steps * dim.latency_s + volume_s
 
 
 def alpha_beta_collective_s(

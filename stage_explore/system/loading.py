@@ -55,6 +55,7 @@ from stage_explore.system.model import (
     CollectiveAlgorithm,
     CollectiveAlgorithms,
     EfficiencyModel,
+    KernelModel,
     NetworkDim,
     System,
     Topology,
@@ -69,9 +70,29 @@ _ACCELERATOR_KEYS = (
     "memory_bandwidth_bytes_per_s",
     "peak_flops_per_s",
     "efficiency",
+    "kernels",
+)
+_KERNEL_KEYS = (
+    "sm_count",
+    "gemm_tile",
+    "gemm_k_overhead",
+    "gemm_efficiency",
+    "attention_forward",
+    "attention_backward",
+    "attention_half_keys",
+    "attention_head_dim_half",
 )
 _EFFICIENCY_KEYS = ("matmul_peak", "matmul_half_saturation_flops", "memory")
-_DIM_KEYS = ("name", "size", "topology", "bandwidth_bytes_per_s", "latency_s", "algorithms")
+_DIM_KEYS = (
+    "name",
+    "size",
+    "topology",
+    "bandwidth_bytes_per_s",
+    "latency_s",
+    "algorithms",
+    "bus_efficiency",
+    "collective_overhead_s",
+)
 _ALGORITHM_KEYS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -183,7 +204,33 @@ def _accelerator(table: _Table) -> Accelerator:
     }
     if table.has("efficiency"):
         values["efficiency"] = _efficiency(table.table("efficiency"))
+    if table.has("kernels"):
+        values["kernels"] = _kernels(table.table("kernels"))
     return _build(table, Accelerator, values)
+
+
+def _kernels(table: _Table) -> KernelModel:
+    table.check_keys(_KERNEL_KEYS)
+    tile = table._get("gemm_tile", None)
+    if not isinstance(tile, list):
+        raise table.fail("gemm_tile", f"must be a list of two integers, but got {tile!r}")
+    gemm = table.table("gemm_efficiency")
+    values: dict[str, Any] = {
+        "sm_count": table.integer("sm_count"),
+        "gemm_tile": tuple(tile),
+        "gemm_k_overhead": table.integer("gemm_k_overhead"),
+        "gemm_efficiency": {dtype: gemm.number(dtype) for dtype in gemm.data},
+        **{
+            name: table.number(name)
+            for name in (
+                "attention_forward",
+                "attention_backward",
+                "attention_half_keys",
+                "attention_head_dim_half",
+            )
+        },
+    }
+    return _build(table, KernelModel, values)
 
 
 def _build(table: _Table, factory: Callable[..., _T], values: dict[str, Any]) -> _T:
@@ -225,7 +272,15 @@ def _network_dim(table: _Table) -> NetworkDim:
     }
     if table.has("algorithms"):
         values["algorithms"] = _algorithms(table.table("algorithms"))
+    for key in ("bus_efficiency", "collective_overhead_s"):
+        if data_has_value(table, key):
+            values[key] = table.number(key)
     return _build(table, NetworkDim, values)
+
+
+def data_has_value(table: _Table, key: str) -> bool:
+    """``key`` is present and not None (a to_dict() round trip writes no None)."""
+    return table.data.get(key) is not None
 
 
 def system_from_mapping(

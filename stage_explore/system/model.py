@@ -95,6 +95,78 @@ class EfficiencyModel:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KernelModel:
+    """Per-kernel throughput of one accelerator (timed by :mod:`stage_explore.analytical.kernels`).
+
+    - ``sm_count``: streaming multiprocessors (the width of one wave of GEMM tiles);
+    - ``gemm_tile``: (rows, columns) of the output tile one SM computes at a time;
+    - ``gemm_k_overhead``: the reduction length a tile's prologue and epilogue cost, in elements
+      of K (a GEMM's main loop runs at ``K / (K + gemm_k_overhead)``);
+    - ``gemm_efficiency``: per dtype, the fraction of peak a large, wave-aligned GEMM sustains;
+    - ``attention_forward`` / ``attention_backward``: the fraction of the BF16 peak a fused
+      (FlashAttention-style) kernel reaches on long sequences, head dim 128;
+    - ``attention_half_keys``: the keys per query row at which the kernel reaches half of that
+      (causal attention sees half the keys on average);
+    - ``attention_head_dim_half``: the head dim at which it reaches half (``d / (d + d½)``,
+      normalised to head dim 128).
+    """
+
+    sm_count: int
+    gemm_tile: tuple[int, int]
+    gemm_k_overhead: int
+    gemm_efficiency: dict[str, float] = field(hash=False)
+    attention_forward: float
+    attention_backward: float
+    attention_half_keys: float
+    attention_head_dim_half: float
+
+    def __post_init__(self) -> None:
+        for name in ("sm_count", "gemm_k_overhead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"kernels `{name}` must be an integer >= 0, but got {value!r}")
+        if self.sm_count < 1:
+            raise ConfigError(f"kernels `sm_count` must be >= 1, but got {self.sm_count}")
+        tile = tuple(self.gemm_tile)
+        if len(tile) != 2 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in tile
+        ):
+            raise ConfigError(
+                f"kernels `gemm_tile` must be two positive integers, but got {self.gemm_tile!r}"
+            )
+        object.__setattr__(self, "gemm_tile", tile)
+        if not self.gemm_efficiency:
+            raise ConfigError("kernels `gemm_efficiency` needs at least one dtype")
+        for dtype, value in self.gemm_efficiency.items():
+            _fraction(value, f"kernels `gemm_efficiency.{dtype}`")
+        object.__setattr__(self, "gemm_efficiency", dict(self.gemm_efficiency))
+        for name in ("attention_forward", "attention_backward"):
+            _fraction(getattr(self, name), f"kernels `{name}`")
+        for name in ("attention_half_keys", "attention_head_dim_half"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"kernels `{name}` must be >= 0, but got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sm_count": self.sm_count,
+            "gemm_tile": list(self.gemm_tile),
+            "gemm_k_overhead": self.gemm_k_overhead,
+            "gemm_efficiency": dict(self.gemm_efficiency),
+            "attention_forward": self.attention_forward,
+            "attention_backward": self.attention_backward,
+            "attention_half_keys": self.attention_half_keys,
+            "attention_head_dim_half": self.attention_head_dim_half,
+        }
+
+
+def _fraction(value: Any, what: str) -> None:
+    _positive(value, what)
+    if value > 1:
+        raise ConfigError(f"{what} must be <= 1, but got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Accelerator:
     """One accelerator: peak FLOP/s per dtype, memory capacity (bytes) and bandwidth (bytes/s)."""
 
@@ -103,6 +175,7 @@ class Accelerator:
     memory_bytes: int
     memory_bandwidth_bytes_per_s: float
     efficiency: EfficiencyModel = field(default_factory=EfficiencyModel)
+    kernels: KernelModel | None = None
 
     def __post_init__(self) -> None:
         if not self.peak_flops_per_s:
@@ -159,6 +232,7 @@ class Accelerator:
             "memory_bytes": self.memory_bytes,
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "efficiency": self.efficiency.to_dict(),
+            **({} if self.kernels is None else {"kernels": self.kernels.to_dict()}),
         }
 
 
@@ -185,7 +259,10 @@ class NetworkDim:
 
     ``bandwidth_bytes_per_s`` is per rank and per direction (for a ring: the link to each
     neighbour). ``latency_s`` is the time of an empty message between two ranks of this dim
-    (through the switch for a switch), the α of the α–β model.
+    (through the switch for a switch), the α of the α–β model. ``bus_efficiency`` (optional) is
+    the fraction of the link bandwidth that NCCL's bus bandwidth reaches on large messages
+    (nccl-tests' ``busbw``); ``collective_overhead_s`` a fixed cost per collective on this dim
+    (kernel launch and protocol set-up), which makes small messages reach a lower bus bandwidth.
     """
 
     name: str = ""
@@ -194,9 +271,16 @@ class NetworkDim:
     bandwidth_bytes_per_s: float
     latency_s: float
     algorithms: CollectiveAlgorithms = field(default_factory=CollectiveAlgorithms)
+    bus_efficiency: float | None = None
+    collective_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         label = f"network dim {self.name!r}" if self.name else "network dim"
+        if self.bus_efficiency is not None:
+            _fraction(self.bus_efficiency, f"{label} `bus_efficiency`")
+        overhead = self.collective_overhead_s
+        if not (isinstance(overhead, int | float) and math.isfinite(overhead) and overhead >= 0):
+            raise ConfigError(f"{label} `collective_overhead_s` must be >= 0, but got {overhead!r}")
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
             raise ConfigError(f"{label} `size` must be an integer >= 1, but got {self.size!r}")
         try:
@@ -226,6 +310,12 @@ class NetworkDim:
             "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
             "latency_s": self.latency_s,
             "algorithms": self.algorithms.to_dict(),
+            **({} if self.bus_efficiency is None else {"bus_efficiency": self.bus_efficiency}),
+            **(
+                {"collective_overhead_s": self.collective_overhead_s}
+                if self.collective_overhead_s
+                else {}
+            ),
         }
 
 

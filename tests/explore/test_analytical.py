@@ -185,10 +185,20 @@ def test_bad_backend_options_raise_config_error(options: dict[str, object]) -> N
 
 
 def test_network_efficiency_slows_communication_only() -> None:
-    slow = evaluate("tp-sp-selective", AnalyticalBackend(network_efficiency=(0.35, 0.45)))
-    fast = evaluate("tp-sp-selective", AnalyticalBackend(network_efficiency=(1.0,)))
+    """The backend option applies to dims whose system file gives no ``bus_efficiency``; a
+    dim's own ``bus_efficiency`` wins over it."""
+    model, parallel = POINTS["tp-sp-selective"]
+    plain = dataclasses.replace(
+        A100,
+        network=tuple(dataclasses.replace(d, bus_efficiency=None) for d in A100.network),
+    )
+    slow = AnalyticalBackend(network_efficiency=(0.35, 0.45)).evaluate(model, parallel, plain)
+    fast = AnalyticalBackend(network_efficiency=(1.0,)).evaluate(model, parallel, plain)
     assert slow.step_time_s > fast.step_time_s
     assert slow.breakdown["compute"] == pytest.approx(fast.breakdown["compute"], rel=1e-12)
+    on_preset = AnalyticalBackend(network_efficiency=(0.35, 0.45)).evaluate(model, parallel, A100)
+    assert on_preset.step_time_s == AnalyticalBackend().evaluate(model, parallel, A100).step_time_s
+    assert on_preset.step_time_s < slow.step_time_s
 
 
 # -- monotonicity ----------------------------------------------------------------------------------

@@ -4,22 +4,29 @@ profile changes in an evaluation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.blocktime import BlockTiming, time_block
+from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
     OPTION_FLAGS,
     get_framework,
 )
+from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
 from stage_explore.cli import main
+from stage_explore.evaluation import Evaluation
 from stage_explore.search.backends import create_backend, resolve_backend
 from stage_explore.system import load_system
 
@@ -104,3 +111,101 @@ def test_eval_framework_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["step_time_s"] == pytest.approx(expected.step_time_s, rel=1e-12)
     assert main([*argv, "--framework", "nope"]) == 2
     assert "unknown framework 'nope'" in capsys.readouterr().err
+
+
+# -- overlap rewrites ------------------------------------------------------------------------------
+
+AG = CollectiveKind.ALL_GATHER
+
+
+def _gemm(name: str, seconds: float, deps: tuple[int, ...] = ()) -> Instr:
+    return Instr(name, "fwd", "einsum", flops=int(seconds * 1000), deps=deps)
+
+
+def _gather(seconds: float, deps: tuple[int, ...], axes: tuple[str, ...] = ("tp",)) -> Instr:
+    return Instr(
+        "ag", "fwd", "comm", collective=AG, axes=axes, comm_bytes=int(seconds * 1000), deps=deps
+    )
+
+
+def _timed(instrs: tuple[Instr, ...] | list[Instr]) -> BlockTiming:
+    return time_block(instrs, lambda i: i.flops / 1000, lambda i: i.comm_bytes / 1000)
+
+
+def test_chunked_overlap_leaves_one_chunk_on_the_path() -> None:
+    block = [_gemm("a", 1), _gather(4, (0,)), _gemm("b", 8, (1,))]
+    assert _timed(block).duration_s == 13.0
+    rule = overlap_rule(get_framework("megatron-core"), tp=4, sp=True)
+    assert rule is not None
+    rewritten = overlap_collectives(block, rule)
+    assert [i.comm_bytes for i in rewritten if i.collective] == [1000, 3000]
+    assert _timed(rewritten).duration_s == 10.0  # 1 + 4/4 + 8; the other 3 hide behind "b"
+
+
+def test_full_overlap_hides_a_collective_up_to_the_block_end() -> None:
+    block = [_gemm("a", 1), _gather(4, (0,), ("ep",)), _gemm("b", 2, (1,))]
+    block[1] = dataclasses.replace(block[1], collective=CollectiveKind.ALL_TO_ALL)
+    profile = get_framework("megatron-core").with_overrides({"moe_comm_overlap": True})
+    rule = overlap_rule(profile, tp=1, sp=False)
+    assert rule is not None
+    assert _timed(overlap_collectives(block, rule)).duration_s == 5.0  # the comm stream ends last
+    assert overlap_rule(get_framework("megatron-lm-2021"), tp=8, sp=True) is None
+    assert overlap_rule(get_framework("megatron-core"), tp=8, sp=False) is None
+
+
+def test_a_flat_ring_over_nodes_is_slower_than_the_hierarchical_collective() -> None:
+    system = load_system("a100-80gb")
+    group = list(range(64))
+    size = 2**30
+    assert flat_ring_s(system, AG, size, group) > alpha_beta_collective_s(system, AG, size, group)
+    assert flat_ring_s(system, AG, size, [3]) == 0.0
+
+
+# -- what each profile changes ---------------------------------------------------------------------
+
+
+def _tflops(framework: str, dp: int, micro_batch: int) -> float:
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
+    parallel = ParallelConfig(
+        dp=dp, micro_batch=micro_batch, global_batch=512, zero=3, recompute="full",
+        precision="fp16",
+    )  # fmt: skip
+    result = AnalyticalBackend(framework=framework).evaluate(
+        model, parallel, load_system("a100-80gb")
+    )
+    return result.hardware_flops_per_step / result.step_time_s / dp
+
+
+def test_deepspeed_zero3_throughput_collapses_as_gpus_double_at_a_fixed_batch() -> None:
+    """NAR21-T2's mechanism: each GPU gathers the whole model per micro-batch whatever the
+    number of GPUs, over a flat ring at the scale-out bandwidth; its compute halves."""
+    deepspeed = [_tflops("deepspeed", dp, 512 // dp) for dp in (128, 256, 512)]
+    assert deepspeed[0] > 1.6 * deepspeed[1] > 2.5 * deepspeed[2]
+    hierarchical = [_tflops("fsdp", dp, 512 // dp) for dp in (128, 256, 512)]
+    assert all(h > d for h, d in zip(hierarchical, deepspeed, strict=True))
+
+
+def _gpt_on_h100(framework: str, **overrides: object) -> Evaluation:
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
+    parallel = ParallelConfig(tp=8, dp=16, sp=True, zero=1, global_batch=32)
+    backend = AnalyticalBackend(framework=framework, overrides=overrides)
+    return backend.evaluate(model, parallel, load_system("h100-80gb"))
+
+
+def test_megatron_core_overlaps_tp_communication_and_the_parameter_gather() -> None:
+    on = _gpt_on_h100("megatron-core")
+    off = _gpt_on_h100("megatron-core", tp_comm_overlap=False, overlap_param_gather=False)
+    exposed = ("exposed_all_gather", "exposed_reduce_scatter")
+    assert sum(on.breakdown.get(k, 0.0) for k in exposed) < sum(
+        off.breakdown.get(k, 0.0) for k in exposed
+    )
+    assert on.breakdown["parameter_gather"] < off.breakdown["parameter_gather"]
+    assert on.breakdown["compute"] == pytest.approx(off.breakdown["compute"], rel=1e-12)
+    for result in (on, off):
+        assert sum(result.breakdown.values()) == pytest.approx(result.step_time_s, rel=1e-9)
+
+
+def test_gradient_reduction_without_overlap_is_exposed_after_the_backward() -> None:
+    on = _gpt_on_h100("megatron-core")
+    off = _gpt_on_h100("megatron-core", overlap_grad_reduce=False)
+    assert off.breakdown["exposed_gradient_sync"] > on.breakdown["exposed_gradient_sync"]

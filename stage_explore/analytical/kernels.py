@@ -1,0 +1,150 @@
+"""Per-kernel compute time: GEMMs by shape and dtype, fused attention by sequence, head dim,
+mask and direction, everything else at the achieved HBM bandwidth.
+
+Holds :func:`gemm_shape` (an einsum's batch, M, N, K recovered from its exact byte and FLOP
+counts), :func:`gemm_efficiency`, :func:`attention_efficiency`, :class:`KernelTimer` (the time
+of one bound instruction on an accelerator with a :class:`~stage_explore.system.model.KernelModel`)
+and :func:`is_linear` (which einsums a mixed-precision recipe runs in FP8).
+
+**GEMM.** A GEMM of ``b`` batches of (M×K)·(K×N) runs as ``b·⌈M/tm⌉·⌈N/tn⌉`` output tiles on
+``sm_count`` SMs, in waves (NVIDIA, "Matrix Multiplication Background User's Guide": tile and
+wave quantization). The useful fraction of the work issued is
+``b·M·N / (waves · sm_count · tm · tn)``; each tile's main loop runs at
+``K / (K + gemm_k_overhead)`` (prologue and epilogue); both orientations of the tile are tried,
+as cuBLAS's heuristics would. The result multiplies ``gemm_efficiency[dtype]``, the sustained
+efficiency of a large wave-aligned GEMM, and the kernel takes the larger of that compute time and
+its bytes at the achieved HBM bandwidth (roofline).
+
+**Attention.** A fused kernel (FlashAttention-2/3 style) reaches ``attention_forward`` or
+``attention_backward`` of the BF16 peak on long sequences at head dim 128, scaled by
+``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
+sequence under a causal mask) — and by ``d / (d + d½)`` normalised to d = 128.
+
+**Precision.** Under an FP8 recipe only the linear layers' GEMMs (forward, input gradient and
+weight gradient of a weight) run in FP8 (Transformer Engine's ``fp8_autocast`` covers its
+``Linear`` modules; attention stays BF16 unless FP8 attention is asked for); every other kernel
+runs in BF16.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from stage_core.lower.bind import Instr
+from stage_explore.system.model import Accelerator, KernelModel
+
+#: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
+#: activations and weights in 16 bits between kernels.
+ELEMENT_BYTES = 2
+#: The head dim at which :attr:`KernelModel.attention_forward` is stated.
+REFERENCE_HEAD_DIM = 128
+
+
+def gemm_shape(instr: Instr) -> tuple[int, int, int, int] | None:
+    """``(batch, M, N, K)`` of a two-operand einsum, from its operand and result bytes and its
+    FLOPs (``a = b·M·K``, ``w = b·K·N``, ``o = b·M·N`` elements and ``F = 2·b·M·N·K``), or None
+    when the instruction is not such an einsum."""
+    if instr.kind != "einsum" or len(instr.inputs) != 2 or len(instr.outputs) != 1:
+        return None
+    a, w = (size // ELEMENT_BYTES for _, size in instr.inputs)
+    o = instr.outputs[0][1] // ELEMENT_BYTES
+    half = instr.flops // 2
+    if min(a, w, o, half) <= 0:
+        return None
+    batch = max(1, round(a * w * o / (half * half)))
+    m = math.sqrt(a * o / (w * batch))
+    if m <= 0:
+        return None
+    m_int = max(1, round(m))
+    n = max(1, round(o / (batch * m)))
+    k = max(1, round(a / (batch * m)))
+    return batch, m_int, n, k
+
+
+def _issued_fraction(batch: int, m: int, n: int, tile: tuple[int, int], sms: int) -> float:
+    tm, tn = tile
+    tiles = batch * -(-m // tm) * -(-n // tn)
+    waves = -(-tiles // sms)
+    return batch * m * n / (waves * sms * tm * tn)
+
+
+def gemm_efficiency(kernels: KernelModel, dtype: str, shape: tuple[int, int, int, int]) -> float:
+    """The fraction of ``dtype``'s peak a GEMM of ``shape`` reaches (module docstring)."""
+    batch, m, n, k = shape
+    tm, tn = kernels.gemm_tile
+    issued = max(
+        _issued_fraction(batch, m, n, (tm, tn), kernels.sm_count),
+        _issued_fraction(batch, m, n, (tn, tm), kernels.sm_count),
+    )
+    main_loop = k / (k + kernels.gemm_k_overhead)
+    sustained = kernels.gemm_efficiency.get(dtype)
+    if sustained is None:
+        sustained = kernels.gemm_efficiency.get("bf16", min(kernels.gemm_efficiency.values()))
+    return sustained * issued * main_loop
+
+
+def attention_efficiency(
+    kernels: KernelModel, keys: float, head_dim: int, causal: bool, backward: bool
+) -> float:
+    """The fraction of the BF16 peak a fused attention kernel reaches (module docstring)."""
+    seen = keys / 2 if causal else keys
+    base = kernels.attention_backward if backward else kernels.attention_forward
+    half_d = kernels.attention_head_dim_half
+    head = (head_dim / (head_dim + half_d)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + half_d))
+    return base * min(1.0, head) * seen / (seen + kernels.attention_half_keys)
+
+
+def is_linear(instr: Instr, weights: Collection[str]) -> bool:
+    """An einsum with a weight operand (forward, input gradient) or a weight-gradient result."""
+    if instr.kind != "einsum":
+        return False
+    if any(name in weights for name, _ in instr.inputs):
+        return True
+    return any(name.startswith("d.") and name[2:] in weights for name, _ in instr.outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTimer:
+    """Times the compute instructions of one block kind on ``accelerator``.
+
+    ``dtype`` is the run's compute precision; ``weights`` the block's weight names (which
+    einsums are linear layers); ``keys`` the keys a query row attends to (the sequence, or its
+    gathered length under context parallelism), ``head_dim`` and ``causal`` the attention's.
+    """
+
+    accelerator: Accelerator
+    kernels: KernelModel
+    dtype: str
+    weights: frozenset[str]
+    keys: int
+    head_dim: int
+    causal: bool
+
+    def __call__(self, instr: Instr) -> float:
+        accelerator = self.accelerator
+        memory_s = (instr.bytes_read + instr.bytes_written) / (
+            accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        )
+        if instr.flops <= 0:
+            return memory_s
+        if instr.kind == "attention":
+            backward = instr.phase == "bwd"
+            efficiency = attention_efficiency(
+                self.kernels, self.keys, self.head_dim, self.causal, backward
+            )
+            return max(memory_s, instr.flops / (accelerator.peak(self._bf16()) * efficiency))
+        shape = gemm_shape(instr)
+        if shape is None:  # element-wise, reductions, custom ops: CUDA cores, bandwidth-bound
+            scalar = "fp32" if "fp32" in accelerator.peak_flops_per_s else self._bf16()
+            return max(memory_s, instr.flops / accelerator.peak(scalar))
+        dtype = self.dtype if is_linear(instr, self.weights) else self._bf16()
+        efficiency = gemm_efficiency(self.kernels, dtype, shape)
+        return max(memory_s, instr.flops / (accelerator.peak(dtype) * efficiency))
+
+    def _bf16(self) -> str:
+        """Non-linear kernels of an FP8 run use BF16 (or the 16-bit type the run uses)."""
+        if self.dtype != "fp8":
+            return self.dtype
+        return "bf16" if "bf16" in self.accelerator.peak_flops_per_s else "fp16"
