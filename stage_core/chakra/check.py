@@ -1,7 +1,8 @@
 """Soundness check of a trace set, and per-rank totals.
 
 Holds :func:`check_trace_set` → :class:`CheckReport` (violations as one-line strings, plus
-:class:`RankTotals` per rank) and :func:`format_group`.
+:class:`RankTotals` per rank), :func:`astra_sim_node_problem` (the ``--for astra-sim`` rule of
+one node) and :func:`format_group`.
 
 What is checked, per rank: node ids are unique; every dependency names a node of the same rank;
 the dependency graph is acyclic; at least one node has no dependency; every collective's group
@@ -9,6 +10,13 @@ contains the rank and only ranks that exist; no node of a type STAGE does not em
 other foreign nodes). Across ranks: the members of each group issue matching collectives (kind
 and size) in the same order, and every send has exactly one matching receive (source,
 destination, size, tag) and vice versa.
+
+With ``for_astra_sim`` (``stage check --for astra-sim``), also what makes ASTRA-sim 518bd51's
+analytical backends abort or silently mistime a node under ``roofline-enabled``: a compute
+node with ``num_ops`` 0 and ``tensor_size`` > 0 (a 0/0 roofline time; the event queue asserts
+``event_time_ns >= current_time`` and the run ends in SIGABRT), and a compute node with FLOPs
+but ``tensor_size`` 0 (skipped: its work takes no time). METADATA nodes (abort) are flagged in
+both modes.
 
 Order. A rank's *issue order* is the topological order of its dependency graph that always takes
 the ready node with the smallest id — the order in which ASTRA-sim issues ready nodes. The
@@ -84,6 +92,24 @@ def format_group(group: tuple[int, ...] | None, names: dict[tuple[int, ...], str
 
 def _describe(node: TraceNode | ForeignNode) -> str:
     return f"node {node.id} {node.name!r}"
+
+
+def astra_sim_node_problem(node: TraceNode) -> str | None:
+    """Why ASTRA-sim (roofline enabled) cannot time ``node`` as written, or None."""
+    if node.kind is not NodeKind.COMP:
+        return None
+    if node.flops == 0 and node.tensor_bytes > 0:
+        return (
+            f"{_describe(node)} is a compute node with num_ops 0 and tensor_size "
+            f"{node.tensor_bytes}: ASTRA-sim's roofline divides 0 by 0 and aborts (SIGABRT); "
+            "write num_ops >= 1 (STAGE writes 1, which times the node's memory traffic)"
+        )
+    if node.flops > 0 and node.tensor_bytes == 0:
+        return (
+            f"{_describe(node)} is a compute node with num_ops {node.flops} and tensor_size 0: "
+            "ASTRA-sim skips it, so its work takes no time; write the bytes it moves"
+        )
+    return None
 
 
 def _totals(nodes: Sequence[TraceNode]) -> RankTotals:
@@ -214,8 +240,11 @@ def _compare_group(
             )
 
 
-def check_trace_set(trace_set: TraceSet) -> CheckReport:
-    """Check ``trace_set`` (see the module docstring) and total each rank's work."""
+def check_trace_set(trace_set: TraceSet, *, for_astra_sim: bool = False) -> CheckReport:
+    """Check ``trace_set`` (see the module docstring) and total each rank's work.
+
+    ``for_astra_sim`` adds the rules of :func:`astra_sim_node_problem` for every node.
+    """
     violations: list[str] = []
     world = trace_set.world_size
     all_ranks = tuple(range(world))
@@ -240,6 +269,11 @@ def check_trace_set(trace_set: TraceSet) -> CheckReport:
             violations.append(f"rank {rank}: {_describe(alien)} is a {alien.type_name}, {reason}")
         order = _rank_graph(rank, every, violations)
         totals[rank] = _totals(own_nodes)
+        if for_astra_sim:
+            for own in own_nodes:
+                problem = astra_sim_node_problem(own)
+                if problem is not None:
+                    violations.append(f"rank {rank}: {problem}")
         for index in order:
             node = every[index]
             if not isinstance(node, TraceNode):

@@ -5,22 +5,25 @@ Holds:
 - :class:`UnitScale` and :func:`unit_scale`: the ``units`` option ("bytes": bytes and FLOPs;
   "stage": element counts and multiply-accumulates, for comparison with the published
   generator — sizes divided by bytes per element, FLOPs halved, rounding odd counts down);
+- :func:`emitted_num_ops` and :func:`as_written`: the one adjustment of a node on its way
+  out (a compute node without FLOPs is written with ``num_ops`` 1);
 - :func:`attribute_plan`: the ordered Chakra attributes of a node, with the per-rank values
   (own rank, peer, communicator group) left as markers, plus validation of the node.
 
 Mapping. Every node gets ``is_cpu_op`` = false first. COMP_NODE: ``num_ops`` (FLOPs),
-``tensor_size`` (bytes). COMM_COLL_NODE: ``comm_type``, ``comm_size``, then ``pg_name`` (absent
-for all ranks) and ``involved_dim`` (only when given) at the GROUP marker. COMM_SEND_NODE:
-``comm_src`` (own rank), ``comm_dst`` (peer), ``comm_size``, ``comm_tag``. COMM_RECV_NODE:
-``comm_src`` (peer), ``comm_dst`` (own rank), ``comm_size``, ``comm_tag``. Then
-``inputs``/``outputs`` when the node has them, as ``string_list`` attributes of alternating
-tensor name and size: the form ASTRA-sim's memory tracker reads (the ``Node.inputs`` and
-``Node.outputs`` IOInfo fields stay empty). Integers are written as ``int64_val``.
+``tensor_size`` (bytes); see :func:`emitted_num_ops` for the one adjustment. COMM_COLL_NODE:
+``comm_type``, ``comm_size``, then ``pg_name`` (absent for all ranks) and ``involved_dim`` (only
+when given) at the GROUP marker. COMM_SEND_NODE: ``comm_src`` (own rank), ``comm_dst`` (peer),
+``comm_size``, ``comm_tag``. COMM_RECV_NODE: ``comm_src`` (peer), ``comm_dst`` (own rank),
+``comm_size``, ``comm_tag``. Then ``inputs``/``outputs`` when the node has them, as ``string_list``
+attributes of alternating tensor name and size: the form ASTRA-sim's memory tracker reads (the
+``Node.inputs`` and ``Node.outputs`` IOInfo fields stay empty). Integers are written as
+``int64_val``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from stage_core.chakra.wire import INT64_MAX, UINT64_LIMIT
@@ -56,6 +59,31 @@ class UnitScale:
     def ops(self, flops: int) -> int:
         """FLOPs in output units (multiply-accumulates round down for odd FLOP counts)."""
         return flops // self.flops_per_op
+
+
+def emitted_num_ops(ops: int, tensor_size: int) -> int:
+    """The ``num_ops`` written for a compute node of ``ops`` FLOPs (in output units) that moves
+    ``tensor_size`` bytes: ``ops``, except that a node that moves memory but does no arithmetic
+    (an embedding lookup, a copy, a mask) gets 1.
+
+    Why: with ``roofline-enabled`` ASTRA-sim times a node as ``num_ops / min(peak,
+    local_mem_bw · num_ops/tensor_size)``, which is 0/0 when ``num_ops`` is 0; the event queue
+    then aborts (``event_time_ns >= current_time``). With 1 the roofline's memory roof gives
+    ``tensor_size / local_mem_bw``, the time of moving the node's bytes, which is the honest cost
+    of a memory-bound op; the extra FLOP (1/peak, femtoseconds) is below ASTRA-sim's 1 ns tick.
+    A node with ``tensor_size`` 0 is skipped by ASTRA-sim whatever its ``num_ops``, so it is
+    written as it is.
+    """
+    return 1 if ops == 0 and tensor_size > 0 else ops
+
+
+def as_written(node: TraceNode) -> TraceNode:
+    """``node`` as a Chakra file in bytes units holds it (and the reader returns it): a compute
+    node's FLOPs are :func:`emitted_num_ops`; everything else is unchanged."""
+    if node.kind is not NodeKind.COMP:
+        return node
+    num_ops = emitted_num_ops(node.flops, node.tensor_bytes)
+    return node if num_ops == node.flops else replace(node, flops=num_ops)
 
 
 def unit_scale(units: str = "bytes", bytes_per_element: int | None = None) -> UnitScale:
@@ -123,8 +151,8 @@ def attribute_plan(node: TraceNode, scale: UnitScale = UnitScale()) -> tuple[Pla
     if kind is NodeKind.COMP:
         _check_size(node.flops, f"{what}: flops")
         _check_size(node.tensor_bytes, f"{what}: tensor_bytes")
-        plan.append(("num_ops", "int64", scale.ops(node.flops)))
         tensor_size = scale.size(node.tensor_bytes, f"{what}: tensor_bytes")
+        plan.append(("num_ops", "int64", emitted_num_ops(scale.ops(node.flops), tensor_size)))
         plan.append(("tensor_size", "int64", tensor_size))
     elif kind is NodeKind.COLL:
         if node.collective is None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stage_core.chakra.encode import CHAKRA_VERSION
-from stage_core.chakra.mapping import UnitScale
+from stage_core.chakra.mapping import UnitScale, emitted_num_ops
 from stage_core.chakra.schema import GlobalMetadata, Node, NodeType
 from stage_core.chakra.wire import decode_varint, encode_varint
 from stage_core.errors import ConfigError
@@ -62,8 +62,9 @@ def node_message(
     cpu.name = "is_cpu_op"
     cpu.bool_val = False
     if node.kind is NodeKind.COMP:
-        _add_int(message, "num_ops", scale.ops(node.flops))
-        _add_int(message, "tensor_size", scale.size(node.tensor_bytes, "tensor_bytes"))
+        tensor_size = scale.size(node.tensor_bytes, "tensor_bytes")
+        _add_int(message, "num_ops", emitted_num_ops(scale.ops(node.flops), tensor_size))
+        _add_int(message, "tensor_size", tensor_size)
     elif node.kind is NodeKind.COLL:
         if node.collective is None:
             raise ConfigError(f"node {node.id} is a collective without `collective`")

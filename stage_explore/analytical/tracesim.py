@@ -25,6 +25,18 @@ Semantics (shared/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
   its exposed communication is ``finish − GPU compute time`` (ASTRA-sim's report).
 
 Completions at the same instant are applied together before any node is issued.
+
+Agreement with the real binary (``tests/explore/test_astrasim_conformance.py``, ASTRA-sim
+518bd51, congestion-unaware): on every configuration of the conformance matrix each rank's
+``finished`` cycles and exposed communication are equal to the nanosecond, with one named
+exception. A collective whose members issue it at different times (the tied-embedding
+all-reduce between the first and the last pipeline stage, whose backward passes end at
+different times) is a rendezvous here: every member starts when the last one issues. ASTRA-sim
+instead runs the collective's chunks as messages, and a member that issued early has already
+sent its part, so it finishes earlier than the last member, by about one chunk step of the
+collective (65,389 ns for GPT-3 125M's 77 MB embedding gradient over NVLink). The last member,
+and so the step time (the slowest rank), is still exact; the early members' finish here is an
+upper bound, late by less than the collective's duration divided by ``preferred-dataset-splits``.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from stage_core.chakra.mapping import emitted_num_ops
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.collectives import (
@@ -102,7 +115,8 @@ class AstraTimingModel(BaseTimingModel[int]):
 
     Compute (roofline): ``floor(num_ops / min(peak, local_mem_bw · num_ops/tensor_size) · 1e9)``
     with peak in FLOP/s and local_mem_bw in bytes/s; a node with ``tensor_bytes == 0`` is
-    skipped (0 ns), as ASTRA-sim skips it.
+    skipped (0 ns), as ASTRA-sim skips it. A node with no FLOPs is timed with ``num_ops`` 1, as
+    STAGE writes it (:func:`stage_core.chakra.mapping.emitted_num_ops`): its memory time.
     """
 
     zero = 0
@@ -125,11 +139,12 @@ class AstraTimingModel(BaseTimingModel[int]):
             )
 
     def compute(self, node: TraceNode) -> int:
-        if node.tensor_bytes == 0 or node.flops == 0:
+        if node.tensor_bytes == 0:
             return 0
-        intensity = node.flops / node.tensor_bytes
+        num_ops = emitted_num_ops(node.flops, node.tensor_bytes)
+        intensity = num_ops / node.tensor_bytes
         performance = min(self._memory_bytes_per_s * intensity, self._peak_flops_per_s)
-        return int(node.flops / performance * 1e9)
+        return int(num_ops / performance * 1e9)
 
     def collective(
         self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
@@ -190,10 +205,15 @@ class RankTiming(Generic[T]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimulationResult(Generic[T]):
-    """Per-rank totals, and per-node (start, end) when the simulation recorded them."""
+    """Per-rank totals, and per-node (start, end) when the simulation recorded them.
+
+    ``issued`` holds, for collectives only (when recorded), the time each member issued the
+    node: earlier than its start when the member waited for the others.
+    """
 
     ranks: dict[int, RankTiming[T]]
     node_times: dict[tuple[int, int], tuple[T, T]] = field(default_factory=dict)
+    issued: dict[tuple[int, int], T] = field(default_factory=dict)
 
     @property
     def makespan(self) -> T:
@@ -260,6 +280,7 @@ def simulate(
     waiting_receives: dict[tuple[int, ...], tuple[int, int, T]] = {}
     rendezvous: dict[tuple[object, ...], dict[int, int]] = defaultdict(dict)
     node_times: dict[tuple[int, int], tuple[T, T]] = {}
+    issued: dict[tuple[int, int], T] = {}
     order = 0
 
     def finish_at(rank: int, node_id: int, start: T, end: T) -> None:
@@ -294,6 +315,8 @@ def simulate(
             if meeting not in rendezvous and not all(member in ranks for member in group):
                 raise ConfigError(f"rank {rank}: node {node.id} has group members without traces")
             rendezvous[meeting][rank] = node.id
+            if record_nodes:
+                issued[(rank, node.id)] = now
             if len(rendezvous[meeting]) == len(group):
                 durations = model.collective(node.collective, node.comm_bytes, group)
                 for member, member_node in rendezvous.pop(meeting).items():
@@ -354,4 +377,4 @@ def simulate(
         )
         for rank, s in sorted(ranks.items())
     }
-    return SimulationResult(ranks=timings, node_times=node_times)
+    return SimulationResult(ranks=timings, node_times=node_times, issued=issued)

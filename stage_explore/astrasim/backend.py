@@ -34,7 +34,7 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.parts import compute_dtype
 from stage_explore.astrasim.discovery import Variant, find_binary, parse_variant
-from stage_explore.astrasim.inputs import AstraInputs, AstraSettings, write_inputs
+from stage_explore.astrasim.inputs import AstraInputs, AstraSettings, astra_config, write_inputs
 from stage_explore.astrasim.parse import AstraSimReport
 from stage_explore.astrasim.run import AstraSimError, run_astra_sim
 from stage_explore.evaluation import BaseBackend, Evaluation
@@ -74,6 +74,7 @@ class AstraSimBackend(BaseBackend):
         preferred_dataset_splits: int = 4,
         active_chunks_per_dimension: int = 1,
         collective_optimization: str = "localBWAware",
+        scheduling_policy: str = "LIFO",
     ) -> None:
         self.binary = None if binary is None else os.fspath(binary)
         self.variant: Variant = parse_variant(variant)
@@ -95,6 +96,7 @@ class AstraSimBackend(BaseBackend):
             preferred_dataset_splits=preferred_dataset_splits,
             active_chunks_per_dimension=active_chunks_per_dimension,
             collective_optimization=collective_optimization,
+            scheduling_policy=scheduling_policy,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +112,23 @@ class AstraSimBackend(BaseBackend):
     def preflight(self) -> Path:
         """The binary this backend will run; a one-line ConfigError if there is none."""
         return find_binary(self.binary, self.variant)
+
+    def check_network(self, system: System, gpus: int, dtype: str) -> None:
+        """A one-line ConfigError when the chosen build cannot simulate the job's network.
+
+        The congestion-aware build (ASTRA-sim 518bd51) accepts 1-D topologies only; it exits
+        with ``only support 1-dim topology`` otherwise.
+        """
+        if self.variant is not Variant.AWARE:
+            return
+        dims = astra_config(system, num_gpus=gpus, dtype=dtype, settings=self.settings).dims
+        if len(dims) > 1:
+            sizes = " x ".join(str(dim.npus) for dim in dims)
+            raise ConfigError(
+                f"ASTRA-sim variant 'aware' (congestion-aware) simulates 1-D networks only, but "
+                f"{gpus} GPUs on system {system.name!r} span {len(dims)} network dims ({sizes}); "
+                "use variant 'unaware' or a system whose first dim holds every GPU"
+            )
 
     def write_inputs(
         self, model: ModelSpec, parallel: ParallelConfig, system: System, directory: Path | str
@@ -144,6 +163,7 @@ class AstraSimBackend(BaseBackend):
             )
         if not feasible and not self.simulate_infeasible:
             return self._infeasible(reason, gpus, system, peak_memory)
+        self.check_network(system, gpus, compute_dtype(parallel, system))
         try:
             binary = find_binary(self.binary, self.variant)
         except ConfigError as error:  # on a worker: a failed trial, not an infeasible point
@@ -191,6 +211,8 @@ class AstraSimBackend(BaseBackend):
         }
         if self.keep_dir is not None:
             extra["astra_sim_dir"] = str(directory)
+        if run.teardown_crash:
+            extra["astra_sim_note"] = run.teardown_crash
         return run.report, extra
 
     def _result(

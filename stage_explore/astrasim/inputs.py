@@ -46,6 +46,7 @@ LOGGING_FOLDER = "log"
 #: ASTRA-sim's remote memory: none (every tensor lives in the GPU's own memory).
 MEMORY_JSON: dict[str, str] = {"memory-type": "NO_MEMORY_EXPANSION"}
 _OPTIMIZATIONS = ("localBWAware", "baseline")
+_POLICIES = ("LIFO", "FIFO")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,13 +55,16 @@ class AstraSettings:
 
     ``preferred_dataset_splits``: chunks per collective; ``active_chunks_per_dimension``: chunks
     a network dim serves at once; ``endpoint_delay_ns``: ns per message hand-off;
-    ``collective_optimization``: ``localBWAware`` (hierarchical all-reduce) or ``baseline``.
+    ``collective_optimization``: ``localBWAware`` (hierarchical all-reduce) or ``baseline``;
+    ``scheduling_policy``: ``LIFO`` or ``FIFO``, the order in which ASTRA-sim serves the chunks
+    of collectives that wait for the network.
     """
 
     endpoint_delay_ns: int = 10
     preferred_dataset_splits: int = 4
     active_chunks_per_dimension: int = 1
     collective_optimization: str = "localBWAware"
+    scheduling_policy: str = "LIFO"
 
     def __post_init__(self) -> None:
         for name, minimum in (
@@ -78,6 +82,11 @@ class AstraSettings:
                 f"ASTRA-sim `collective_optimization` must be one of {_OPTIMIZATIONS}, "
                 f"but got {self.collective_optimization!r}"
             )
+        if self.scheduling_policy not in _POLICIES:
+            raise ConfigError(
+                f"ASTRA-sim `scheduling_policy` must be one of {_POLICIES}, "
+                f"but got {self.scheduling_policy!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +94,7 @@ class AstraSettings:
             "preferred_dataset_splits": self.preferred_dataset_splits,
             "active_chunks_per_dimension": self.active_chunks_per_dimension,
             "collective_optimization": self.collective_optimization,
+            "scheduling_policy": self.scheduling_policy,
         }
 
 
@@ -104,6 +114,7 @@ def astra_config(
         preferred_dataset_splits=settings.preferred_dataset_splits,
         active_chunks_per_dimension=settings.active_chunks_per_dimension,
         collective_optimization=settings.collective_optimization,
+        scheduling_policy=settings.scheduling_policy,
     )
     config = replace(config, all_to_all_implementation=(AstraAlgorithm.DIRECT,) * len(config.dims))
     if config.total_npus != num_gpus:  # astra_dims_from_system folds exactly or raises

@@ -4,6 +4,8 @@ Exit status: 0 when the trace set is sound, 1 when it has violations, 2 when it 
 (raised as a :class:`~stage_core.errors.StageError`, printed by the CLI entry point). The text
 output is a table of per-rank totals, ranks with identical totals sharing one row, followed by
 the violations; ``--json`` prints ``{"violations": [...], "ranks": {rank: totals}}`` instead.
+``--for astra-sim`` adds the rules for what makes ASTRA-sim abort or mistime a node
+(:func:`stage_core.chakra.check.astra_sim_node_problem`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,13 @@ def rank_ranges(ranks: list[int]) -> str:
 def _row(totals: RankTotals) -> tuple[int, ...]:
     comm = totals.comm_bytes
     return (
-        totals.flops, comm["all_reduce"], comm["all_gather"], comm["reduce_scatter"],
-        comm["all_to_all"], totals.send_bytes, totals.recv_bytes,
+        totals.flops,
+        comm["all_reduce"],
+        comm["all_gather"],
+        comm["reduce_scatter"],
+        comm["all_to_all"],
+        totals.send_bytes,
+        totals.recv_bytes,
     )
 
 
@@ -64,7 +71,9 @@ def format_report(report: CheckReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Read, check and print; return the exit status."""
-    report = check_trace_set(read_trace_set(args.directory, args.prefix))
+    report = check_trace_set(
+        read_trace_set(args.directory, args.prefix), for_astra_sim=args.target == "astra-sim"
+    )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -87,7 +96,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--prefix", default="workload", help="trace file prefix (default: workload)"
     )
+    parser.add_argument("--json", action="store_true", help="print {violations, ranks} as JSON")
     parser.add_argument(
-        "--json", action="store_true", help="print {violations, ranks} as JSON"
+        "--for",
+        dest="target",
+        choices=("any", "astra-sim"),
+        default="any",
+        help="astra-sim: also flag what makes ASTRA-sim abort (zero-FLOP compute nodes with "
+        "bytes, FLOPs without bytes)",
     )
     parser.set_defaults(func=run)

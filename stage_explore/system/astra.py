@@ -123,8 +123,13 @@ class AstraConfig:
     active_chunks_per_dimension: int = 1
     preferred_dataset_splits: int = 1
     collective_optimization: str = "localBWAware"
+    scheduling_policy: str = "LIFO"
 
     def __post_init__(self) -> None:
+        if self.scheduling_policy not in ("LIFO", "FIFO"):
+            raise ConfigError(
+                f"`scheduling-policy` must be LIFO or FIFO, but got {self.scheduling_policy!r}"
+            )
         if not self.dims:
             raise ConfigError("ASTRA-sim config needs at least one network dim")
         if self.collective_optimization not in ("localBWAware", "baseline"):
@@ -168,7 +173,7 @@ class AstraConfig:
     def system_json(self) -> dict[str, Any]:
         """The ``system.json`` content ASTRA-sim reads."""
         return {
-            "scheduling-policy": "LIFO",
+            "scheduling-policy": self.scheduling_policy,
             "endpoint-delay": self.endpoint_delay_ns,
             "active-chunks-per-dimension": self.active_chunks_per_dimension,
             "preferred-dataset-splits": self.preferred_dataset_splits,
@@ -323,6 +328,7 @@ def astra_config_from_files(system_json: str | Path, network_yml: str | Path) ->
             active_chunks_per_dimension=integer("active-chunks-per-dimension", 1),
             preferred_dataset_splits=integer("preferred-dataset-splits", 1),
             collective_optimization=str(system["collective-optimization"]),
+            scheduling_policy=str(system.get("scheduling-policy", "LIFO")),
         )
     except (ConfigError, TypeError, ValueError) as error:
         raise ConfigError(f"{source}: {error}") from None
@@ -373,6 +379,7 @@ def astra_config_from_system(
     preferred_dataset_splits: int = 4,
     active_chunks_per_dimension: int = 1,
     collective_optimization: str = "localBWAware",
+    scheduling_policy: str = "LIFO",
 ) -> AstraConfig:
     """The ASTRA-sim settings that describe ``system`` (roofline on, at the ``dtype`` peak)."""
     dims = astra_dims_from_system(system, num_gpus)
@@ -394,4 +401,5 @@ def astra_config_from_system(
         preferred_dataset_splits=preferred_dataset_splits,
         active_chunks_per_dimension=active_chunks_per_dimension,
         collective_optimization=collective_optimization,
+        scheduling_policy=scheduling_policy,
     )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from stage_core.chakra.check import check_trace_set
 from stage_core.chakra.examples import sample_run_programs
+from stage_core.chakra.reader import read_trace_set
 from stage_core.chakra.traceset import ForeignNode, TraceSet, trace_set_from_programs
+from stage_core.chakra.writer import write_trace_set
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 
 MIB = 1 << 20
@@ -194,3 +198,41 @@ def test_foreign_nodes_are_violations_and_count_in_the_graph() -> None:
         "rank 0: node 99 'meta' is a METADATA_NODE, on which ASTRA-sim aborts",
         "rank 0: node 98 'load' is a MEM_LOAD_NODE, which STAGE traces never contain",
     )
+
+
+# -- --for astra-sim ----------------------------------------------------------------------------
+
+
+def _comp(node_id: int, flops: int, tensor_bytes: int) -> TraceNode:
+    return TraceNode(node_id, "op", NodeKind.COMP, flops=flops, tensor_bytes=tensor_bytes)
+
+
+@pytest.mark.parametrize(
+    ("flops", "tensor_bytes", "message"),
+    [
+        (0, 4096, r"rank 0: node 0 'op' is a compute node with num_ops 0 and tensor_size 4096: "
+                  r"ASTRA-sim's roofline divides 0 by 0 and aborts \(SIGABRT\)"),
+        (10**9, 0, r"rank 0: node 0 'op' is a compute node with num_ops 1000000000 and "
+                   r"tensor_size 0: ASTRA-sim skips it"),
+    ],
+)  # fmt: skip
+def test_astra_sim_rules_fire(flops: int, tensor_bytes: int, message: str) -> None:
+    trace_set = trace_set_from_programs({0: (_comp(0, flops, tensor_bytes),)})
+    assert check_trace_set(trace_set).violations == ()  # not a soundness problem
+    violations = check_trace_set(trace_set, for_astra_sim=True).violations
+    assert len(violations) == 1
+    assert re.match(message, violations[0]), violations[0]
+
+
+@pytest.mark.parametrize(("flops", "tensor_bytes"), [(1, 4096), (10**9, 4096), (0, 0)])
+def test_astra_sim_rules_accept_what_astra_sim_times(flops: int, tensor_bytes: int) -> None:
+    trace_set = trace_set_from_programs({0: (_comp(0, flops, tensor_bytes),)})
+    assert check_trace_set(trace_set, for_astra_sim=True).violations == ()
+
+
+def test_written_zero_flop_nodes_pass_the_astra_sim_rules(tmp_path: Path) -> None:
+    """The writer emits num_ops 1 for a node that moves bytes without arithmetic."""
+    write_trace_set(tmp_path, {0: (_comp(0, 0, 4096), _comp(1, 0, 0))})
+    trace_set = read_trace_set(tmp_path)
+    assert [node.flops for node in trace_set.ranks[0]] == [1, 0]
+    assert check_trace_set(trace_set, for_astra_sim=True).violations == ()

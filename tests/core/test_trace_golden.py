@@ -15,6 +15,7 @@ import pytest
 
 from stage_core.chakra.check import check_trace_set
 from stage_core.chakra.dump import dump_trace_set
+from stage_core.chakra.mapping import as_written
 from stage_core.chakra.reader import read_trace_set
 from stage_core.lower.emit import write_chakra
 from stage_core.lower.nodes import materialize, stage_nodes
@@ -87,7 +88,7 @@ def test_round_trip_and_check(name: str, tmp_path: Path) -> None:
         template = stage_nodes(programs, stage)
         for rank in programs.ranks(stage.stage):
             assert trace_set.ranks[rank] == tuple(
-                materialize(template, rank, programs.workload.mesh)
+                map(as_written, materialize(template, rank, programs.workload.mesh))
             )
     report = check_trace_set(trace_set)
     assert report.violations == ()

@@ -104,3 +104,26 @@ def test_the_real_astra_sim_inputs_are_sound(capsys: pytest.CaptureFixture[str])
 )
 def test_rank_ranges(ranks: list[int], text: str) -> None:
     assert rank_ranges(ranks) == text
+
+
+def test_for_astra_sim_flags_work_astra_sim_would_skip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    programs = sample_run_programs()
+    first = next(node.id for node in programs[0] if node.kind.name == "COMP")
+    programs[0] = tuple(
+        replace(node, tensor_bytes=0) if node.id == first else node for node in programs[0]
+    )
+    write_trace_set(tmp_path, programs)
+    assert main(["check", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path), "--for", "astra-sim"]) == 1
+    out = capsys.readouterr().out
+    assert "1 violation(s)" in out and "ASTRA-sim skips it, so its work takes no time" in out
+
+
+def test_for_astra_sim_passes_stage_traces(
+    sound_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", str(sound_dir), "--for", "astra-sim"]) == 0
+    assert "sound: 4 rank(s), no violations" in capsys.readouterr().out

@@ -1,0 +1,169 @@
+"""The conformance matrix through the real ASTRA-sim binary (skipped, with the reason, without it).
+
+For every case of :data:`tests.explore.astrasim_matrix.CASES` (DP, TP, TP+SP, CP all-gather
+and ring, PP GPipe / 1F1B / interleaved, EP on an MoE, ZeRO-1/2/3, full and selective
+recompute, tied embeddings across pipeline ends, fp8, 1-D ring / switch / fully connected and
+2-D networks, LIFO and FIFO, up to 64 ranks):
+
+- STAGE writes the run directory, ``stage check --for astra-sim`` finds nothing, and the binary
+  runs with every rank printing its ``finished`` line;
+- the ASTRA-sim-exact model (:mod:`stage_explore.analytical.tracesim`, timing read from the
+  written ``system.json``/``network.yml`` only, so no calibrated constant enters) gives every
+  rank's ``finished`` cycles and exposed communication exactly, except the one named
+  difference: members that issue a collective before its last member (the tied-embedding
+  all-reduce between pipeline ends) finish earlier in ASTRA-sim, by less than the collective's
+  duration over ``preferred-dataset-splits``; the slowest rank (the step time) stays exact.
+
+The binary is found as the backend finds it (``ASTRA_SIM_BIN``, else ``PATH``); ``.ci/run``
+exports ``ASTRA_SIM_BIN`` when the prebuilt binary sits beside the clone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stage_core.chakra.check import check_trace_set
+from stage_core.chakra.reader import read_trace_set
+from stage_core.errors import ConfigError
+from stage_explore.analytical.tracesim import AstraTimingModel, SimulationResult, simulate
+from stage_explore.astrasim import AstraSimBackend, find_binary, run_astra_sim
+from stage_explore.astrasim.parse import AstraSimReport
+from stage_explore.system import astra_config_from_files, load_system
+from tests.explore.astrasim_matrix import CASES, Case, system_for, write_case
+
+#: Where ``.ci/run`` names the congestion-aware binary (``ASTRA_SIM_BIN`` holds the unaware one).
+AWARE_ENV_VAR = "ASTRA_SIM_AWARE_BIN"
+
+
+def _binary(variant: str = "unaware") -> tuple[Path | None, str]:
+    environ = dict(os.environ)
+    if variant == "aware":  # its own variable, else PATH
+        environ.pop("ASTRA_SIM_BIN", None)
+        if environ.get(AWARE_ENV_VAR):
+            environ["ASTRA_SIM_BIN"] = environ[AWARE_ENV_VAR]
+    try:
+        return find_binary(None, variant, environ=environ), ""
+    except ConfigError as error:
+        return None, f"the real ASTRA-sim {variant} binary is not available here ({error})"
+
+
+BINARY, WHY = _binary()
+needs_binary = pytest.mark.skipif(BINARY is None, reason=WHY)
+
+
+def _skewed_slack(case_splits: int, sim: SimulationResult[int]) -> dict[int, int]:
+    """Per rank that issued some collective before its last member: the allowed difference."""
+    slack: dict[int, int] = {}
+    for key, issued in sim.issued.items():
+        start, end = sim.node_times[key]
+        if issued < start:
+            rank = key[0]
+            slack[rank] = max(slack.get(rank, 0), (end - start) // case_splits)
+    return slack
+
+
+def _compare(report: AstraSimReport, sim: SimulationResult[int], splits: int) -> list[str]:
+    """Every rank's disagreement beyond the named difference (an empty list when none)."""
+    slack = _skewed_slack(splits, sim)
+    problems = []
+    for rank, timing in sim.ranks.items():
+        real = report.ranks[rank]
+        pairs = (
+            ("finished", real.finished_cycles, timing.finish),
+            ("exposed communication", real.exposed_communication_cycles,
+             timing.exposed_communication),
+        )  # fmt: skip
+        for what, measured, modelled in pairs:
+            if measured == modelled:
+                continue
+            allowed = slack.get(rank, 0)
+            if not 0 < modelled - measured < allowed:
+                problems.append(
+                    f"rank {rank} {what}: ASTRA-sim {measured}, tracesim {modelled} "
+                    f"(allowed: exact{f', or up to {allowed} ns over' if allowed else ''})"
+                )
+    if report.makespan_cycles != sim.makespan:
+        problems.append(f"step: ASTRA-sim {report.makespan_cycles}, tracesim {sim.makespan}")
+    return problems
+
+
+@needs_binary
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matrix_case_runs_in_astra_sim_and_tracesim_matches(name: str, tmp_path: Path) -> None:
+    assert BINARY is not None
+    case: Case = CASES[name]
+    inputs = write_case(case, tmp_path)
+    trace_set = read_trace_set(tmp_path)
+    assert check_trace_set(trace_set, for_astra_sim=True).violations == ()
+    run = run_astra_sim(BINARY, inputs, timeout_s=300)  # every rank finished, or it raises
+    assert sorted(run.report.ranks) == list(range(inputs.world_size))
+    config = astra_config_from_files(inputs.system_json, inputs.network_yml)
+    assert config.scheduling_policy == case.scheduling
+    sim = simulate(trace_set.ranks, AstraTimingModel(config), record_nodes=True)
+    problems = _compare(run.report, sim, config.preferred_dataset_splits)
+    assert not problems, f"{case.what}: " + "; ".join(problems[:5])
+
+
+@needs_binary
+def test_skewed_collective_is_the_named_difference(tmp_path: Path) -> None:
+    """The tied-embedding all-reduce between pipeline ends: the first stage's ranks issue it
+    before the last stage's, and ASTRA-sim lets them finish earlier than tracesim does."""
+    assert BINARY is not None
+    inputs = write_case(CASES["tied-embeddings-pp"], tmp_path)
+    run = run_astra_sim(BINARY, inputs, timeout_s=300)
+    config = astra_config_from_files(inputs.system_json, inputs.network_yml)
+    trace_set = read_trace_set(tmp_path)
+    sim = simulate(trace_set.ranks, AstraTimingModel(config), record_nodes=True)
+    early = _skewed_slack(config.preferred_dataset_splits, sim)
+    assert early, "the case must hold a collective whose members issue it at different times"
+    names = {
+        node.name
+        for (rank, node_id), issued in sim.issued.items()
+        for node in trace_set.ranks[rank]
+        if node.id == node_id and issued < sim.node_times[(rank, node_id)][0]
+    }
+    assert all("embedding_grad_all_reduce" in name for name in names), names
+    for rank in early:
+        assert run.report.ranks[rank].finished_cycles < sim.ranks[rank].finish
+    late = set(sim.ranks) - set(early)
+    assert late and all(
+        run.report.ranks[rank].finished_cycles == sim.ranks[rank].finish for rank in late
+    )
+
+
+AWARE, WHY_AWARE = _binary("aware")
+
+
+@pytest.mark.skipif(AWARE is None, reason=WHY_AWARE)
+def test_congestion_aware_binary_runs_a_1d_case(tmp_path: Path) -> None:
+    case = CASES["ring-1d"]
+    backend = AstraSimBackend(binary=str(AWARE), variant="aware", timeout_s=300)
+    evaluation = backend.evaluate(case.model(), case.parallel_config(), system_for(case))
+    assert evaluation.extra["astra_sim_variant"] == "aware"
+    assert evaluation.step_time_s > 0 and evaluation.breakdown["compute"] > 0
+
+
+def test_congestion_aware_variant_rejects_a_2d_network() -> None:
+    case = CASES["switch-ring-2d"]
+    backend = AstraSimBackend(binary=None, variant="aware")
+    with pytest.raises(ConfigError, match=r"1-D networks only.*2 network dims \(4 x 4\)"):
+        backend.evaluate(case.model(), case.parallel_config(), system_for(case))
+
+
+@needs_binary
+def test_backend_reports_the_real_binary_step_on_a100(tmp_path: Path) -> None:
+    """The issue's first failing command, end to end: GPT-3 1.3B, 2 layers, dp 4."""
+    from stage_core.models import get_flavor
+    from stage_core.parallel import ParallelConfig
+
+    model = get_flavor("gpt3-1.3b").with_overrides(layers=2)
+    parallel = ParallelConfig(dp=4, tp=1, micro_batch=1, global_batch=4)
+    backend = AstraSimBackend(binary=str(BINARY), keep_dir=tmp_path, timeout_s=300)
+    evaluation = backend.evaluate(model, parallel, load_system("a100-80gb"))
+    kept = Path(evaluation.extra["astra_sim_dir"])
+    config = astra_config_from_files(kept / "system.json", kept / "network.yml")
+    expected = simulate(read_trace_set(kept).ranks, AstraTimingModel(config)).makespan
+    assert evaluation.step_time_s == expected * 1e-9
