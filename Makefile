@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 run: install
 	@# A second run continues (and, for the finished grid, just reports) the recorded study.
-	$(BIN)/stage explore studies/quickstart.toml --out results $$(test -e results/quickstart/_study.json && echo --resume)
+	$(BIN)/stage explore quickstart --out results $$(test -e results/quickstart/_study.json && echo --resume)
 	$(BIN)/stage report results/quickstart --html results/quickstart/report.html
 
 test: install

@@ -296,7 +296,7 @@ def read_study_meta(directory: Path) -> dict[str, Any] | None:
         raise ConfigError(
             f"{path}: corrupt study definition ({problem}); expected the JSON that stage "
             "explore writes. The trial records beside it are not affected: delete the file to "
-            "resume or report from the records alone"
+            "resume from the records alone (stage report also takes --objectives instead)"
         )
     return content
 
@@ -388,15 +388,24 @@ def _read_part(path: Path) -> pa.Table:
     return table
 
 
-def count_records(directory: Path) -> int:
-    """The number of trials recorded in a study folder (from the parts' footers; 0 if none)."""
-    total = 0
+def count_records(directory: Path, *, final: bool = False) -> int:
+    """The number of trials recorded in a study folder (0 if none), each trial number once.
+
+    With ``final``, trials whose latest row is ``infrastructure_failed`` (``--resume`` runs
+    them again) are left out. Only the ``trial`` and ``status`` columns are read.
+    """
+    last: dict[int, str] = {}
     for path in part_files(directory):
         try:
-            total += pq.ParquetFile(path).metadata.num_rows
+            table = pq.read_table(path, columns=["trial", "status"])
         except (OSError, pa.ArrowInvalid) as error:
             raise ConfigError(f"{path}: not a readable Parquet part ({error})") from None
-    return total
+        trials, statuses = table.column("trial").to_pylist(), table.column("status").to_pylist()
+        last.update(zip(trials, statuses, strict=True))
+    if not final:
+        return len(last)
+    lost = str(TrialStatus.INFRASTRUCTURE_FAILED)
+    return sum(1 for status in last.values() if status != lost)
 
 
 def read_records(directory: Path) -> pa.Table | None:

@@ -1,12 +1,21 @@
-"""``stage explore STUDY.toml``: run a study and record every trial.
+"""``stage explore STUDY``: run a study and record every trial.
 
 Contents:
     :func:`register`        the subcommand's parser.
     :class:`ProgressLine`   the progress line (rewritten in place on a terminal, else every 10 s).
-    :func:`run`             load the study, pick the executor, run, print the summary.
+    :func:`run`             load the study, check the output folder, pick the executor, run,
+                            print the summary.
 
-Exit status: 0 when the study ran to its end, 130 when it was interrupted (what finished is
-kept and ``--resume`` continues it), 2 on a configuration error.
+``STUDY`` is a study file or the name of a study shipped with the package (``quickstart``,
+``gpt3_175b_a100`` …, :func:`~stage_explore.study.loader.bundled_studies`).
+
+Resume semantics: ``--trials N`` is the *total* budget, trials recorded before included. With
+``--resume`` the folder must hold a recorded study (``_study.json`` or record parts); when it
+already holds ``N`` or more trials nothing runs and a message says so (exit 0).
+
+Exit status: 0 when the study ran to its end (or its budget was already reached), 130 when it
+was interrupted (what finished is kept and ``--resume`` continues it), 2 on a configuration
+error (including an output folder that cannot be written or a corrupt ``_study.json``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from stage_explore.cli.paths import writable_folder
 from stage_explore.study.spec import ExecutorKind
 
 if TYPE_CHECKING:
@@ -36,9 +46,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run the study in STUDY.toml: propose design points, evaluate them in "
         "parallel, and record every trial under OUT/<study name>.",
     )
-    parser.add_argument("study", type=Path, metavar="STUDY.toml", help="the study file")
     parser.add_argument(
-        "--out", type=Path, default=Path("results"), help="output folder (default: results)"
+        "study",
+        metavar="STUDY",
+        help="a study file, or the name of a bundled study (e.g. quickstart, gpt3_175b_a100)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results"),
+        help="output folder; records go to OUT/<study name> (default: results)",
     )
     parser.add_argument(
         "--executor",
@@ -55,10 +72,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--trials",
         type=int,
         metavar="N",
-        help="total trial budget, resumed trials included (default: [sampler] trials)",
+        help="total trial budget, trials recorded before included: with --resume, "
+        "--trials 100 runs up to 100 minus those (default: [sampler] trials)",
     )
     parser.add_argument(
-        "--resume", action="store_true", help="continue the study recorded in the output folder"
+        "--resume",
+        action="store_true",
+        help="continue the study recorded in OUT/<study name> (an error if there is none)",
     )
     parser.set_defaults(func=run)
 
@@ -103,14 +123,28 @@ def run(args: argparse.Namespace) -> int:
     from stage_core.errors import ConfigError
     from stage_explore.search.driver import explore
     from stage_explore.search.executors import create_executor
-    from stage_explore.study.loader import load_study
+    from stage_explore.study.loader import load_study, resolve_study
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="stage explore: %(message)s")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials: expected a positive integer, got {args.trials}")
-    spec = load_study(args.study)
+    spec = load_study(resolve_study(args.study))
+    directory = writable_folder(args.out, "--out") / spec.name
+    if directory.is_dir() and not args.resume:
+        writable_folder(directory, "--out")
+    if args.resume:
+        recorded = _recorded_trials(directory)
+        budget = args.trials if args.trials is not None else spec.sampler.trials
+        if budget is not None and recorded >= budget:
+            print(
+                f"study {spec.name}: {recorded} trials already recorded in {directory}, "
+                f"which reaches the budget of {budget} (--trials counts every trial, recorded "
+                "ones included); nothing to run: pass a larger --trials to continue"
+            )
+            print(f"records: {directory}  (stage report {directory})")
+            return 0
     kind = ExecutorKind(args.executor) if args.executor else spec.executor.kind
     address = args.address
 
@@ -142,3 +176,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"interrupted: continue with stage explore {args.study} --out {args.out} --resume")
         return 130
     return 0
+
+
+def _recorded_trials(directory: Path) -> int:
+    """How many final trials the folder to resume holds (trials lost to the infrastructure are
+    run again, so they do not count); an error if it holds no study."""
+    from stage_core.errors import ConfigError
+    from stage_explore.records import STUDY_FILE, count_records, read_study_meta
+
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"--resume: {directory}: expected a study folder, got a file")
+    meta = read_study_meta(directory) if directory.is_dir() else None
+    if meta is None and count_records(directory) == 0:
+        raise ConfigError(
+            f"--resume: {directory} holds no recorded study (expected {STUDY_FILE} or "
+            "part-*.parquet files there); run without --resume to start it, or check --out"
+        )
+    if directory.is_dir():
+        writable_folder(directory, "--resume")
+    return count_records(directory, final=True)

@@ -45,11 +45,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Print the report of ``args.directory``; write the HTML one when asked."""
     from stage_core.errors import ConfigError
+    from stage_explore.cli.paths import writable_folder
     from stage_explore.report import build_report, parse_objective_option, write_html
 
     if args.top < 1:
         raise ConfigError(f"--top: expected a positive integer, got {args.top}")
     objectives = None if args.objectives is None else parse_objective_option(args.objectives)
+    if args.html is not None:
+        if args.html.is_dir():
+            raise ConfigError(f"--html {args.html}: expected the HTML file to write, got a folder")
+        writable_folder(args.html.parent, "--html")
     report = build_report(args.directory, objectives=objectives, top=args.top)
     print(report.text())
     if args.html is not None:

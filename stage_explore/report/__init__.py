@@ -14,7 +14,6 @@ Contents:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
 from stage_explore.pareto import pareto_front, parse_objectives
-from stage_explore.records import STUDY_FILE, load_results
+from stage_explore.records import (
+    STUDY_FILE,
+    load_results,
+    make_folder,
+    read_study_meta,
+    storage_error,
+)
 from stage_explore.report.tables import format_table
+from stage_explore.report.units import display, in_display_units
 from stage_explore.study.spec import PARALLEL_KNOBS, Direction
 
 if TYPE_CHECKING:
@@ -52,9 +58,19 @@ class Report:
 
     def columns(self) -> list[str]:
         """The columns of the tables: trial, varying parameters, objectives, memory."""
-        metrics = [name for name, _ in self.objectives]
+        metrics = [
+            "peak_memory_gib" if name == "peak_memory_bytes" else name
+            for name, _ in self.objectives
+        ]
         extra = [name for name in ("peak_memory_gib",) if name not in metrics]
         return ["trial", *self.parameters, *metrics, *extra]
+
+    def table(self, rows: pd.DataFrame) -> str:
+        """``rows`` as a terminal table: the report's columns, headers with units."""
+        columns = self.columns()
+        shown = in_display_units(rows, columns)
+        headers = [display(name).header for name in columns]
+        return format_table(headers, list(shown.itertuples(index=False)))
 
     def reasons(self, status: str, limit: int = 5) -> list[tuple[str, int]]:
         """The most frequent reasons of trials with ``status``."""
@@ -81,21 +97,18 @@ class Report:
         for status in ("infeasible", "failed"):
             for reason, count in self.reasons(status, 3):
                 lines.append(f"  {status} ×{count}: {reason}")
-        columns = self.columns()
         for metric, rows in self.best.items():
             direction = dict(self.objectives)[metric]
             word = "lowest" if direction is Direction.MIN else "highest"
-            lines += [
-                "",
-                f"best by {metric} ({word} first):",
-                format_table(columns, rows[columns].itertuples(index=False)),
-            ]
+            lines += ["", f"best by {display(metric).label}, {word} first:", self.table(rows)]
         if len(self.objectives) > 1:
-            names = ", ".join(f"{name} ({direction})" for name, direction in self.objectives)
+            names = " and ".join(
+                f"{display(name).label} [{direction}]" for name, direction in self.objectives
+            )
             lines += [
                 "",
                 f"Pareto front of {names}: {len(self.front)} configurations",
-                format_table(columns, self.front[columns].itertuples(index=False)),
+                self.table(self.front),
             ]
         return "\n".join(lines)
 
@@ -113,11 +126,17 @@ def parse_objective_option(text: str) -> dict[str, str]:
 
 
 def _study_objectives(directory: Path) -> dict[str, str] | None:
-    meta = directory / STUDY_FILE
-    if not meta.is_file():
+    meta = read_study_meta(directory)
+    if meta is None:
         return None
-    study = json.loads(meta.read_text(encoding="utf-8")).get("study", {})
-    return {item["metric"]: item["direction"] for item in study.get("objectives", [])} or None
+    study = meta.get("study", {})
+    try:
+        return {item["metric"]: item["direction"] for item in study.get("objectives", [])} or None
+    except (AttributeError, KeyError, TypeError):
+        raise ConfigError(
+            f"{directory / STUDY_FILE}: corrupt study definition (its objectives are not "
+            "[{metric, direction}, …]); pass --objectives to report without it"
+        ) from None
 
 
 def build_report(
@@ -160,7 +179,12 @@ def write_html(report: Report, path: Path) -> list[Path]:
     from stage_explore.report.html import render_html
     from stage_explore.report.images import write_images
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    images = write_images(report, path.with_suffix(""))
-    path.write_text(render_html(report, images), encoding="utf-8")
+    if path.is_dir():
+        raise ConfigError(f"{path}: expected the HTML file to write, got a folder")
+    make_folder(path.parent, "the report")
+    try:
+        images = write_images(report, path.with_suffix(""))
+        path.write_text(render_html(report, images), encoding="utf-8")
+    except OSError as error:
+        raise storage_error(Path(error.filename or path), error, "the report") from None
     return [path, *images]

@@ -1,15 +1,18 @@
-"""The self-contained HTML report: inline SVG plots with hover tooltips, tables, PNGs.
+"""The self-contained HTML report: inline SVG plots with hover tooltips, and tables.
 
 Contents:
     :class:`Scale`        a linear or log axis mapping values to pixels, with tick labels.
     :func:`scatter_svg`   an SVG scatter of all feasible trials with the Pareto front
                           highlighted (points carry an index into a JSON table for tooltips).
     :func:`render_html`   the whole page. No CDN, no external file: it works offline.
+
+Each plot appears once, as inline SVG; the PNG images written beside the page (for slides and
+papers) are linked, not shown again. Axes and headers carry units (:mod:`.units`): memory in
+GiB, times in seconds, costs in USD.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stage_explore.report.tables import format_value
+from stage_explore.report.units import display, in_display_units, tick_label
 from stage_explore.study.spec import Direction
 
 if TYPE_CHECKING:
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
     from stage_explore.report import Report
 
 _WIDTH, _HEIGHT = 680, 420
-_LEFT, _RIGHT, _TOP, _BOTTOM = 80, 20, 20, 50
+_LEFT, _RIGHT, _TOP, _BOTTOM = 92, 24, 20, 50
 _MAX_POINTS = 5000
 
 
@@ -61,13 +65,13 @@ class Scale:
         """Round tick positions with their labels."""
         if self.log:
             decades = range(math.ceil(self.low), math.floor(self.high) + 1)
-            return [(10.0**d, format_value(10.0**d)) for d in decades]
+            return [(10.0**d, tick_label(10.0**d, 10.0**d)) for d in decades]
         raw = (self.high - self.low) / count
         step = 10 ** math.floor(math.log10(raw))
         step *= next(m for m in (1, 2, 5, 10) if raw <= step * m)
         first = math.ceil(self.low / step) * step
         values = [first + k * step for k in range(int((self.high - first) / step) + 1)]
-        return [(value, format_value(round(value, 12))) for value in values]
+        return [(value, tick_label(round(value, 12), step)) for value in values]
 
 
 def _axes(x: Scale, y: Scale, x_label: str, y_label: str) -> list[str]:
@@ -99,10 +103,23 @@ def _axes(x: Scale, y: Scale, x_label: str, y_label: str) -> list[str]:
 
 
 def _tooltip_rows(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, str]]:
+    headers = [display(name).header for name in columns]
     return [
-        {name: format_value(value) for name, value in zip(columns, row, strict=True)}
-        for row in frame[columns].itertuples(index=False)
+        {header: format_value(value) for header, value in zip(headers, row, strict=True)}
+        for row in in_display_units(frame, columns).itertuples(index=False)
     ]
+
+
+def _values(frame: pd.DataFrame, name: str) -> np.ndarray[Any, Any]:
+    """A column in its display unit (GiB for bytes, % for utilisation)."""
+    if not len(frame):
+        return np.zeros(0)
+    values: np.ndarray[Any, Any] = frame[name].to_numpy(np.float64) * display(name).scale
+    return values
+
+
+def _axis_label(name: str, scale: Scale) -> str:
+    return display(name).label + (", log scale" if scale.log else "")
 
 
 def scatter_svg(report: Report, plot_id: str) -> tuple[str, list[dict[str, str]], str]:
@@ -119,16 +136,14 @@ def scatter_svg(report: Report, plot_id: str) -> tuple[str, list[dict[str, str]]
     points = [*((index, False) for index in shown.index), *((i, True) for i in report.front.index)]
     columns = report.columns()
     table = _tooltip_rows(ok.loc[[index for index, _ in points]], columns) if points else []
-    xs = ok[x_values_name].to_numpy(np.float64) if len(ok) else np.zeros(0)
-    ys = ok[y_name].to_numpy(np.float64) if len(ok) else np.zeros(0)
-    x = Scale.fit(xs, _LEFT, _WIDTH - _RIGHT)
-    y = Scale.fit(ys, _HEIGHT - _BOTTOM, _TOP)
-    parts = _axes(
-        x, y, x_values_name + (" (log)" if x.log else ""), y_name + (" (log)" if y.log else "")
-    )
+    x = Scale.fit(_values(ok, x_values_name), _LEFT, _WIDTH - _RIGHT)
+    y = Scale.fit(_values(ok, y_name), _HEIGHT - _BOTTOM, _TOP)
+    parts = _axes(x, y, _axis_label(x_values_name, x), _axis_label(y_name, y))
+    x_scale, y_scale = display(x_values_name).scale, display(y_name).scale
     circles, front_xy = [], []
     for number, (index, on_front) in enumerate(points):
-        px, py = x(float(ok.at[index, x_values_name])), y(float(ok.at[index, y_name]))
+        px = x(float(ok.at[index, x_values_name]) * x_scale)
+        py = y(float(ok.at[index, y_name]) * y_scale)
         css = "front" if on_front else "point"
         circles.append(
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{5 if on_front else 3}" class="{css}" '
@@ -156,7 +171,7 @@ def _convergence_svg(report: Report) -> str:
     ok = report.frame[report.frame["status"] == "ok"].sort_values("trial")
     if ok.empty:
         return "<p>No feasible trial.</p>"
-    values = ok[name].to_numpy(np.float64)
+    values = _values(ok, name)
     best = (
         np.minimum.accumulate(values)
         if direction is Direction.MIN
@@ -165,7 +180,7 @@ def _convergence_svg(report: Report) -> str:
     trials = ok["trial"].to_numpy(np.float64)
     x = Scale.fit(trials, _LEFT, _WIDTH - _RIGHT)
     y = Scale.fit(best, _HEIGHT - _BOTTOM, _TOP)
-    parts = _axes(x, y, "trial", f"best {name} so far")
+    parts = _axes(x, y, "trial", "best " + _axis_label(name, y) + " so far")
     path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(trials, best, strict=True))
     parts.append(f'<polyline points="{path}" class="front-line"/>')
     return (
@@ -175,10 +190,10 @@ def _convergence_svg(report: Report) -> str:
 
 
 def _html_table(frame: pd.DataFrame, columns: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
+    head = "".join(f"<th>{html.escape(display(name).header)}</th>" for name in columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(format_value(v))}</td>" for v in row) + "</tr>"
-        for row in frame[columns].itertuples(index=False)
+        for row in in_display_units(frame, columns).itertuples(index=False)
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -203,7 +218,7 @@ for(const svg of document.querySelectorAll('svg[data-table]')){
 
 
 def render_html(report: Report, images: list[Path]) -> str:
-    """The report page; ``images`` are PNG files embedded as data URIs."""
+    """The report page; ``images`` (PNG versions of its plots) are linked by relative name."""
     counts = report.counts()
     svg, table, caption = scatter_svg(report, "scatter")
     svg = svg.replace("<svg ", '<svg data-table="scatter-data" ', 1)
@@ -222,7 +237,9 @@ def render_html(report: Report, images: list[Path]) -> str:
             )
             summary = f"<summary>Most frequent {status} reasons</summary>"
             sections.append(f"<details>{summary}<ul>{items}</ul></details>")
-    names = ", ".join(f"{name} ({direction})" for name, direction in report.objectives)
+    names = " and ".join(
+        f"{display(name).label} [{direction}]" for name, direction in report.objectives
+    )
     sections += [
         f"<h2>Trials and Pareto front of {html.escape(names)}</h2>",
         svg,
@@ -230,17 +247,20 @@ def render_html(report: Report, images: list[Path]) -> str:
         f'<script type="application/json" id="scatter-data">{data}</script>',
         f"<h2>Pareto front ({len(report.front)} configurations)</h2>",
         _html_table(report.front, columns),
-        f"<h2>Convergence of {html.escape(report.objectives[0][0])}</h2>",
+        f"<h2>Convergence of {html.escape(display(report.objectives[0][0]).label)}</h2>",
         _convergence_svg(report),
     ]
     for metric, rows in report.best.items():
-        sections += [f"<h2>Best by {html.escape(metric)}</h2>", _html_table(rows, columns)]
-    for image in images:
-        encoded = base64.b64encode(image.read_bytes()).decode("ascii")
-        sections.append(
-            f'<h2>{html.escape(image.stem)}</h2><img alt="{html.escape(image.name)}" '
-            f'src="data:image/png;base64,{encoded}">'
+        sections += [
+            f"<h2>Best by {html.escape(display(metric).label)}</h2>",
+            _html_table(rows, columns),
+        ]
+    if images:
+        links = ", ".join(
+            f'<a href="{html.escape(image.name)}">{html.escape(image.name)}</a>'
+            for image in images
         )
+        sections.append(f"<p>The plots as PNG images, beside this page: {links}.</p>")
     return (
         '<!DOCTYPE html><html><head><meta charset="utf-8">'
         f"<title>STAGE study {html.escape(report.study)}</title><style>{_STYLE}</style></head>"

@@ -3,6 +3,9 @@
 Contents:
     :func:`write_images`   ``<stem>-front.png`` (trials and the Pareto front) and
                            ``<stem>-convergence.png`` (best value so far per trial).
+
+Axes are in display units with their unit in the label (:mod:`.units`: GiB, seconds, USD, %),
+and the layout is tightened so no tick label is clipped.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from stage_explore.report.units import display
 from stage_explore.study.spec import Direction
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from stage_explore.report import Report
 
 
@@ -26,6 +32,15 @@ def _log_if_wide(values: npt.NDArray[np.float64]) -> str:
         if finite.size and finite.min() > 0 and finite.max() / finite.min() > 100
         else "linear"
     )
+
+
+def _shown(frame: pd.DataFrame, name: str) -> npt.NDArray[np.float64]:
+    values: npt.NDArray[np.float64] = frame[name].to_numpy(np.float64) * display(name).scale
+    return values
+
+
+def _label(name: str, scale: str) -> str:
+    return display(name).label + (", log scale" if scale == "log" else "")
 
 
 def write_images(report: Report, stem: Path) -> list[Path]:
@@ -39,20 +54,22 @@ def write_images(report: Report, stem: Path) -> list[Path]:
 
     figure = Figure(figsize=(7, 4.5), dpi=100)
     axes = figure.add_subplot()
-    axes.scatter(ok[x_name], ok[y_name], s=8, color="#9aa5b1", alpha=0.6, label="feasible trials")
+    xs, ys = _shown(ok, x_name), _shown(ok, y_name)
+    axes.scatter(xs, ys, s=8, color="#9aa5b1", alpha=0.6, label="feasible trials")
     front = report.front.sort_values(x_name)
     axes.plot(
-        front[x_name],
-        front[y_name],
+        _shown(front, x_name),
+        _shown(front, y_name),
         "o-",
         color="#e8590c",
         markersize=5,
         label="Pareto front" if rest else "best",
     )
-    axes.set_xscale(_log_if_wide(ok[x_name].to_numpy(np.float64)))
-    axes.set_yscale(_log_if_wide(ok[y_name].to_numpy(np.float64)))
-    axes.set_xlabel(x_name)
-    axes.set_ylabel(y_name)
+    x_scale, y_scale = _log_if_wide(xs), _log_if_wide(ys)
+    axes.set_xscale(x_scale)
+    axes.set_yscale(y_scale)
+    axes.set_xlabel(_label(x_name, x_scale))
+    axes.set_ylabel(_label(y_name, y_scale))
     axes.set_title(f"study {report.study}")
     axes.grid(alpha=0.3)
     axes.legend()
@@ -63,7 +80,7 @@ def write_images(report: Report, stem: Path) -> list[Path]:
 
     name, direction = report.objectives[0]
     ordered = ok.sort_values("trial")
-    values = ordered[name].to_numpy(np.float64)
+    values = _shown(ordered, name)
     best = (
         np.minimum.accumulate(values)
         if direction is Direction.MIN
@@ -73,7 +90,7 @@ def write_images(report: Report, stem: Path) -> list[Path]:
     axes = figure.add_subplot()
     axes.step(ordered["trial"], best, where="post", color="#e8590c")
     axes.set_xlabel("trial")
-    axes.set_ylabel(f"best {name} so far")
+    axes.set_ylabel(f"best {display(name).label}\nso far")
     axes.grid(alpha=0.3)
     figure.tight_layout()
     path = stem.with_name(stem.name + "-convergence.png")

@@ -6,6 +6,9 @@ Contents:
         :class:`~stage_core.errors.ConfigError` line ``FILE:LINE: [table] key: expected …, got …``.
     :func:`parse_study`
         the same from text already read (used by tests and by ``load_study``).
+    :func:`bundled_studies`, :func:`resolve_study`
+        the study files shipped in the package (``stage_explore/studies/*.toml``) and the
+        lookup of a command-line argument: an existing file, else a bundled study's name.
 
 Everything is checked before a single trial runs: unknown tables and keys (with the closest
 known key suggested), types, vocabularies, empty lists and ranges, and a space with no
@@ -14,12 +17,15 @@ structurally possible point.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import tomllib
+from importlib import resources
 from pathlib import Path
 
 from stage_core.errors import ConfigError
+from stage_explore.limits import check_sizes
 from stage_explore.study._reader import Source, Table, choices_text, describe
 from stage_explore.study.space import has_possible_point, parse_space
 from stage_explore.study.spec import (
@@ -55,6 +61,39 @@ _REQUIRED = ("study", "model", "workload", "system", "space", "objectives", "sam
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BACKEND_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_-]*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$")
 _GIB = 1 << 30
+
+
+def bundled_studies() -> dict[str, Path]:
+    """The study files shipped with the package, by name (the file name without ``.toml``)."""
+    folder = Path(str(resources.files("stage_explore").joinpath("studies")))
+    if not folder.is_dir():
+        return {}
+    return {path.stem: path for path in sorted(folder.glob("*.toml"))}
+
+
+def resolve_study(argument: str | Path) -> Path:
+    """The study file an argument names: an existing file, else a bundled study by name.
+
+    ``quickstart`` (or ``quickstart.toml``) names ``stage_explore/studies/quickstart.toml``
+    unless a file of that name exists in the working folder. Anything else is a
+    :class:`ConfigError` that lists the bundled studies (closest first).
+    """
+    path = Path(argument)
+    if path.is_file():
+        return path
+    if path.exists():
+        raise ConfigError(f"{path}: expected a study file (.toml), got a folder")
+    bundled = bundled_studies()
+    name = path.name.removesuffix(".toml")
+    if len(path.parts) == 1 and name in bundled:
+        return bundled[name]
+    close = difflib.get_close_matches(name, list(bundled), n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    names = ", ".join(bundled) or "none"
+    raise ConfigError(
+        f"{argument}: no such study file, and not a bundled study{hint}; "
+        f"bundled studies: {names}"
+    )
 
 
 def load_study(path: str | Path) -> StudySpec:
@@ -110,7 +149,7 @@ def parse_study(text: str, path: Path) -> StudySpec:
             "(tp·pp·cp dividing num_gpus, dp·micro_batch dividing global_batch, "
             "num_gpus within max_gpus), got none",
         )
-    return StudySpec(
+    spec = StudySpec(
         name=name,
         seed=seed,
         path=path,
@@ -124,6 +163,50 @@ def parse_study(text: str, path: Path) -> StudySpec:
         backend=_backend(root.table("backend")),
         executor=_executor(root.table("executor")),
     )
+    _check_sources(spec, root)
+    return spec
+
+
+def _check_sources(spec: StudySpec, root: Table) -> None:
+    """Load the model and the system now, so a misspelled flavor or preset (or a searched
+    hardware path the system does not have) is one error at load time, with close names,
+    rather than every trial recorded as infeasible."""
+    from stage_core.models import load_model, model_from_mapping
+    from stage_explore.search.design import replace_path
+    from stage_explore.system import load_system, system_from_mapping
+
+    model_table, system_table = _table(root, "model"), _table(root, "system")
+    key = next(key for key in ("flavor", "file", "dims") if model_table.has(key))
+    try:
+        if spec.model.dims is not None:
+            model_from_mapping(spec.model.dims, f"{spec.path} [model.dims]")
+        else:
+            load_model(spec.model.argument())
+    except ConfigError as error:
+        raise model_table.error(key, str(error)) from None
+    key = next(key for key in ("preset", "file", "inline") if system_table.has(key))
+    try:
+        if spec.system.inline is not None:
+            system = system_from_mapping(spec.system.inline, source=f"{spec.path} [system.inline]")
+        else:
+            system = load_system(spec.system.argument())
+    except ConfigError as error:
+        raise system_table.error(key, str(error)) from None
+    for knob in spec.space.knobs:
+        if knob.name == "num_gpus" and knob.values:
+            try:
+                check_sizes({"gpus": max(knob.values)}, names={"gpus": "num_gpus"})
+            except ConfigError as error:
+                message = str(error).removeprefix("num_gpus: ")
+                raise _table(root, "space").error("num_gpus", message) from None
+    search = system_table.table("search")
+    for param in spec.space.hardware:
+        try:
+            replace_path(system, param.path, param.values[0])
+        except ConfigError as error:
+            assert search is not None, "hardware parameters come from [system.search]"
+            message = str(error).removeprefix(f"[system.search] {param.path}: ")
+            raise search.error(param.path, message) from None
 
 
 def _table(root: Table, name: str) -> Table:
@@ -176,6 +259,11 @@ def _workload(table: Table) -> WorkloadSpec:
     global_batch = table.integer("global_batch", required=True)
     sequence_length = table.integer("sequence_length", required=True)
     assert kind is not None and global_batch is not None and sequence_length is not None
+    for key, size in (("global_batch", global_batch), ("sequence_length", sequence_length)):
+        try:
+            check_sizes({"global_batch" if key == "global_batch" else "seq_len": size})
+        except ConfigError as error:
+            raise table.error(key, str(error).split(": ", 1)[1]) from None
     return WorkloadSpec(
         kind=WorkloadKind(kind), global_batch=global_batch, sequence_length=sequence_length
     )

@@ -15,6 +15,7 @@ from stage_core.errors import ConfigError
 from stage_explore import load_results, pareto_front
 from stage_explore.cli import main
 from stage_explore.report import build_report, parse_objective_option, write_html
+from stage_explore.report.units import display
 from stage_explore.search import explore
 from stage_explore.study import parse_study
 
@@ -41,7 +42,8 @@ def test_text_report_lists_counts_best_rows_and_the_front(study_folder: Path) ->
         f"{counts['failed']} failed"
     )
     assert "failed ×" in text and "RuntimeError: synthetic failure at tp=8" in text
-    assert "best by step_time_s (lowest first):" in text and "best by mfu (highest first):" in text
+    assert "best by step time (s), lowest first:" in text
+    assert "best by MFU (% of peak FLOP/s), highest first:" in text
     assert all(len(rows) == 3 for rows in report.best.values())
     best_time = frame.loc[frame["status"] == "ok", "step_time_s"].min()
     assert report.best["step_time_s"]["step_time_s"].iloc[0] == best_time
@@ -49,7 +51,12 @@ def test_text_report_lists_counts_best_rows_and_the_front(study_folder: Path) ->
         subset=["num_gpus", "tp", "pp", "zero", "recompute", "micro_batch"]
     )
     assert len(report.front) == len(configs)
-    assert f"Pareto front of step_time_s (min), mfu (max): {len(configs)} configurations" in text
+    assert (
+        f"Pareto front of step time (s) [min] and MFU (% of peak FLOP/s) [max]: "
+        f"{len(configs)} configurations" in text
+    )
+    header = text.splitlines()[text.splitlines().index("best by step time (s), lowest first:") + 1]
+    assert "step time (s)" in header and "MFU (%)" in header and "peak memory (GiB)" in header
     assert {"trial", "num_gpus", "dp", "tp", "pp", "peak_memory_gib"} <= set(report.columns())
     assert "cp" not in report.parameters  # not searched: not shown
 
@@ -67,7 +74,9 @@ def test_html_report_is_self_contained_with_interactive_svg(
     urls = set(re.findall(r"https?://[^\s\"'<>]+", page))
     assert urls <= {"http://www.w3.org/2000/svg"}  # nothing fetched: works offline
     assert "<script src" not in page and "<link" not in page
-    assert page.count("data:image/png;base64,") == 2
+    assert "data:image/png" not in page  # each plot once: the PNGs are linked, not repeated
+    assert all(f'<a href="{image.name}">' in page for image in images)
+    assert page.count("<svg ") == 2
     svgs = re.findall(r"<svg .*?</svg>", page, flags=re.S)
     scatter = ElementTree.fromstring(svgs[0])
     circles = scatter.findall(f"{SVG}circle")
@@ -79,7 +88,7 @@ def test_html_report_is_self_contained_with_interactive_svg(
     assert data is not None
     table = json.loads(data.group(1))
     assert sorted(int(c.get("data-i", -1)) for c in circles) == list(range(len(table)))
-    assert set(table[0]) == set(report.columns())
+    assert set(table[0]) == {display(name).header for name in report.columns()}
     assert scatter.findall(f"{SVG}polyline")  # the front is drawn as a line
     ElementTree.fromstring(svgs[1])  # the convergence plot is well-formed too
 
@@ -127,6 +136,6 @@ def test_explore_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     html = tmp_path / "report.html"
     assert main(["report", str(out / "demo"), "--html", str(html), "--top", "2"]) == 0
     printed = capsys.readouterr().out
-    assert "best by step_time_s" in printed and f"wrote {html}" in printed
+    assert "best by step time (s)" in printed and f"wrote {html}" in printed
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "no trial records" in capsys.readouterr().err

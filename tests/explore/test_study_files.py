@@ -3,6 +3,7 @@ fails with its one-line message naming the file, the line, the table and the key
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ from stage_explore.study import (
 from stage_explore.study.spec import Constraints, WorkloadKind, WorkloadSpec
 
 CORPUS = Path(__file__).resolve().parent / "study_errors"
+PRESET = (
+    Path(__file__).resolve().parents[2] / "stage_explore" / "system" / "presets" / "h100-80gb.toml"
+)
 BROKEN = sorted(CORPUS.glob("*.toml"))
 
 FULL = """\
@@ -37,11 +41,11 @@ global_batch = 256
 sequence_length = 8192
 
 [system]
-preset = "h100-dgx"
+preset = "h100-80gb"
 
 [system.search]
-network.scale_out.bandwidth_gbps = [200, 400]
-"accelerator.memory_gib" = { min = 40.0, max = 80.0, step = 20.0 }
+network.1.bandwidth_bytes_per_s = [25e9, 50e9]
+"accelerator.memory_bandwidth_bytes_per_s" = { min = 2.0e12, max = 3.0e12, step = 0.5e12 }
 
 [space]
 num_gpus = [64, 128]
@@ -85,7 +89,7 @@ def test_full_example_loads_every_section(tmp_path: Path) -> None:
     assert spec.workload == WorkloadSpec(
         kind=WorkloadKind.TRAINING, global_batch=256, sequence_length=8192
     )
-    assert spec.system.argument() == "h100-dgx"
+    assert spec.system.argument() == "h100-80gb"
     choices = spec.space.choices()
     assert choices["num_gpus"] == (64, 128)
     assert choices["tp"] == (1, 2, 4, 8)
@@ -95,11 +99,11 @@ def test_full_example_loads_every_section(tmp_path: Path) -> None:
     assert choices["recompute"] == ("none", "selective", "full")
     assert choices["schedule"] == ("1f1b",) and choices["vpp"] == (1,)
     assert choices["micro_batch"] == (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    assert choices["hw_network_scale_out_bandwidth_gbps"] == (200, 400)
-    assert choices["hw_accelerator_memory_gib"] == (40.0, 60.0, 80.0)
+    assert choices["hw_network_1_bandwidth_bytes_per_s"] == (25e9, 50e9)
+    assert choices["hw_accelerator_memory_bandwidth_bytes_per_s"] == (2.0e12, 2.5e12, 3.0e12)
     assert [param.path for param in spec.space.hardware] == [
-        "network.scale_out.bandwidth_gbps",
-        "accelerator.memory_gib",
+        "network.1.bandwidth_bytes_per_s",
+        "accelerator.memory_bandwidth_bytes_per_s",
     ]
     assert [(o.metric, o.direction) for o in spec.objectives] == [
         ("step_time_s", Direction.MIN),
@@ -135,10 +139,10 @@ def test_defaults_fill_unsearched_knobs_and_optional_sections(tmp_path: Path) ->
 
 def test_model_and_system_files_resolve_relative_to_the_study(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "tiny.toml").write_text("hidden = 64\n")
-    (tmp_path / "sys.toml").write_text("x = 1\n")
+    (tmp_path / "models" / "tiny.toml").write_text('base = "llama3-8b"\nlayers = 2\n')
+    (tmp_path / "sys.toml").write_text(PRESET.read_text())
     text = FULL.replace('flavor = "llama3-8b"', 'file = "models/tiny.toml"').replace(
-        'preset = "h100-dgx"', 'file = "sys.toml"'
+        'preset = "h100-80gb"', 'file = "sys.toml"'
     )
     spec = load_study(_write(tmp_path / "study.toml", text))
     assert spec.model.file == (tmp_path / "models" / "tiny.toml").resolve()
@@ -146,12 +150,26 @@ def test_model_and_system_files_resolve_relative_to_the_study(tmp_path: Path) ->
 
 
 def test_inline_model_dims_and_inline_system(tmp_path: Path) -> None:
-    text = FULL.replace('flavor = "llama3-8b"', "dims = { hidden = 4096, layers = 32 }").replace(
-        'preset = "h100-dgx"', "inline = { accelerator = { memory_gib = 80 } }"
-    )
+    inline = tomllib.loads(PRESET.read_text())
+    text = FULL.replace(
+        'flavor = "llama3-8b"', 'dims = { base = "llama3-8b", layers = 32 }'
+    ).replace('preset = "h100-80gb"', "inline = " + _inline_toml(inline))
     spec = parse_study(text, tmp_path / "s.toml")
-    assert spec.model.argument() == {"hidden": 4096, "layers": 32}
-    assert spec.system.argument() == {"accelerator": {"memory_gib": 80}}
+    assert spec.model.argument() == {"base": "llama3-8b", "layers": 32}
+    assert spec.system.argument() == inline
+
+
+def _inline_toml(value: object) -> str:
+    """``value`` as a one-line TOML inline value."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f'"{k}" = {_inline_toml(v)}' for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline_toml(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
 
 
 def _write(path: Path, text: str) -> Path:
@@ -226,7 +244,7 @@ flavor = "llama3-8b"
 global_batch = 32
 sequence_length = 1024
 [system]
-preset = "h100-dgx"
+preset = "h100-80gb"
 [space]
 num_gpus = [8, 12]
 tp = [1, 2, 4, 8]
@@ -253,7 +271,9 @@ def test_dp_is_derived_and_the_grid_holds_exactly_the_possible_points(tmp_path: 
         for pp in (1, 3)
         for zero in (0, 1)
         for mb in (1, 4)
-        if gpus <= 8 and gpus % (tp * pp) == 0 and 32 % (gpus // (tp * pp) * mb) == 0
+        if gpus <= 8
+        and gpus % (tp * pp) == 0
+        and 32 % (gpus // (tp * pp) * mb) == 0
         and not (gpus == tp * pp and zero == 1)  # ZeRO has no effect at dp = 1: pinned to 0
     ]
     assert [

@@ -1,0 +1,53 @@
+"""Output paths of the command line, checked before any work starts.
+
+Contents:
+    :func:`writable_folder`   create an output folder (``--out``, the folder of ``--html``) and
+                              prove it can be written, or raise a one-line
+                              :class:`~stage_core.errors.ConfigError` naming the option and
+                              the path.
+    :func:`os_error_text`     an :class:`OSError` as one line (``path: reason``).
+
+The check writes and removes a small probe file rather than asking ``os.access``: ``os.access``
+says yes to root on a read-only (immutable) folder, and the probe tells the truth for everyone.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from stage_core.errors import ConfigError
+
+
+def os_error_text(error: OSError) -> str:
+    """``path: reason`` (or the reason alone) for an error of the operating system."""
+    reason = error.strerror or str(error)
+    if error.errno == errno.ENOSPC:
+        reason += " (the disk is full)"
+    return f"{error.filename}: {reason}" if error.filename is not None else reason
+
+
+def writable_folder(path: Path, option: str) -> Path:
+    """``path`` created (with its parents) and checked writable; ``ConfigError`` otherwise."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path}: expected a folder, got an existing file")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (NotADirectoryError, FileExistsError):
+        raise ConfigError(
+            f"{option} {path}: expected a folder, but a file stands in its path"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"{option} {path}: cannot create the folder ({error.strerror})") from None
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".stage-probe-", dir=path)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise ConfigError(
+            f"{option} {path}: expected a writable folder, but writing there fails "
+            f"({error.strerror})"
+        ) from None
+    return path

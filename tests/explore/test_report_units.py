@@ -1,0 +1,108 @@
+"""The report a user reads: memory in GiB and times in seconds on the axes, tick labels that fit
+the margin and do not collide, units on every cost and time, each plot once."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ElementTree
+from importlib import import_module
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stage_explore.report import build_report, write_html
+from stage_explore.report.html import _LEFT, Scale, scatter_svg
+from stage_explore.report.units import GIB, display, tick_label
+from stage_explore.search import explore
+from stage_explore.study import parse_study
+
+support = import_module(
+    f"{__package__}.test_search_support" if __package__ else "test_search_support"
+)
+SVG = "{http://www.w3.org/2000/svg}"
+#: Width of one character of the 11 px axis font, generously (digits are ~6.1 px in system-ui).
+CHAR_PX = 7.0
+
+
+@pytest.fixture(scope="module")
+def memory_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("units")
+    text = support.study_text(
+        trials=80, objectives='step_time_s = "min"\npeak_memory_bytes = "min"'
+    )
+    spec = parse_study(text, root / "s.toml")
+    return explore(spec, out=root / "out", executor_factory=support.InlineExecutor).directory
+
+
+def _texts(svg: ElementTree.Element) -> list[ElementTree.Element]:
+    return svg.findall(f"{SVG}text")
+
+
+def test_memory_axis_is_in_gib_with_short_labels_that_fit(memory_study: Path) -> None:
+    report = build_report(memory_study)
+    svg_text, _, _ = scatter_svg(report, "s")
+    svg = ElementTree.fromstring(svg_text)
+    labels = [element.text or "" for element in _texts(svg)]
+    assert "step time (s)" in labels and "peak memory per GPU (GiB)" in labels
+    ok = report.frame[report.frame["status"] == "ok"]
+    gib = ok["peak_memory_bytes"].to_numpy(np.float64) / GIB
+    y_ticks = [
+        element for element in _texts(svg) if element.get("text-anchor") == "end"
+    ]  # the y tick labels, right-aligned against the plot frame
+    values = [float((element.text or "").replace(",", "")) for element in y_ticks]
+    assert values and min(values) >= gib.min() - (gib.max() - gib.min()) and max(values) < 1e4
+    for element in y_ticks:
+        assert "e+" not in (element.text or "")  # no scientific notation of byte counts
+        width = len(element.text or "") * CHAR_PX
+        assert width < _LEFT - 6 - 24, element.text  # clear of the rotated axis title
+    x_ticks = [element for element in _texts(svg) if element.get("text-anchor") == "middle"]
+    positions = [
+        (float(element.get("x", 0)), len(element.text or "") * CHAR_PX)
+        for element in x_ticks
+        if element.get("class") != "label"
+    ]
+    for (left, left_width), (right, right_width) in zip(positions, positions[1:], strict=False):
+        assert right - left > (left_width + right_width) / 2  # neighbours do not overlap
+
+
+def test_every_cost_and_time_carries_its_unit(memory_study: Path, tmp_path: Path) -> None:
+    report = build_report(memory_study)
+    page = write_html(report, tmp_path / "r.html")[0].read_text()
+    headers = re.findall(r"<th>(.*?)</th>", page)
+    assert "step time (s)" in headers and "peak memory (GiB)" in headers
+    assert "peak_memory_bytes" not in headers and "step_time_s" not in headers
+    assert page.count("<svg ") == 2 and "data:image/png" not in page
+    for name in ("cost_per_step", "cost_per_million_tokens"):
+        assert "USD" in display(name).label and "USD" in display(name).header
+    for name in ("step_time_s", "eval_s", "breakdown_compute"):
+        assert display(name).label.endswith("(s)")
+
+
+@pytest.mark.parametrize(
+    ("value", "step", "text"),
+    [
+        (0.0, 0.5, "0"),
+        (2.5, 0.5, "2.5"),
+        (40.0, 20.0, "40"),
+        (12000.0, 2000.0, "12,000"),
+        (0.05, 0.01, "0.05"),
+        (3e9, 1e9, "3e+09"),
+    ],
+)
+def test_tick_labels_have_the_decimals_their_step_needs(
+    value: float, step: float, text: str
+) -> None:
+    assert tick_label(value, step) == text
+
+
+def test_linear_ticks_of_a_gib_range_are_round_numbers() -> None:
+    scale = Scale.fit(np.array([21.3, 77.9]), 0.0, 500.0)
+    values = [value for value, _ in scale.ticks()]
+    assert all(label == f"{value:.0f}" for value, label in scale.ticks())  # whole GiB
+    steps = {round(b - a, 9) for a, b in zip(values, values[1:], strict=False)}
+    assert len(steps) == 1
+    step = steps.pop()
+    mantissa = step / 10 ** np.floor(np.log10(step))
+    assert mantissa in (1.0, 2.0, 5.0) and 3 <= len(values) <= 8
+    assert values[0] <= 21.3 + step and values[-1] >= 77.9 - step
