@@ -11,7 +11,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the types only: the system model and the generator import nothing from here
+    from stage_core.models.spec import ModelSpec
+    from stage_core.parallel import ParallelConfig
+    from stage_explore.system.model import System
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,16 +56,26 @@ class Evaluation:
 class BaseBackend(abc.ABC):
     """An evaluator of design points.
 
-    Contract:
-        ``evaluate`` takes a model spec, a parallel config and a system, and returns an
-        :class:`Evaluation`. A valid but infeasible point (out of memory, indivisible) is
-        returned with ``feasible=False`` and a ``reason``, never raised. Invalid input raises
-        :class:`~stage_core.errors.ConfigError`. Backends hold no mutable module state, so they
-        can be pickled to worker processes.
+    Contract (checked for every backend by ``tests/explore/test_backend_contract.py``; a new
+    backend joins by one line in its ``BACKENDS`` list):
+        ``evaluate(model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation``.
+
+        - *Breakdown*: for a feasible point, the values of ``breakdown`` add up to
+          ``step_time_s``.
+        - *Infeasible is a result*: a valid but infeasible point (out of memory, more GPUs than
+          the system has, indivisible sizes) is returned with ``feasible=False`` and a
+          ``reason``, never raised.
+        - *Bad input*: invalid input — a configuration the model cannot run, a precision the
+          accelerator has no peak for — raises :class:`~stage_core.errors.ConfigError` with a
+          one-line message.
+        - *Deterministic*: the same point gives the same :class:`Evaluation` (``extra`` aside:
+          diagnostics such as a simulator's wall time), on this instance and on a fresh one.
+        - *Picklable*: backends hold no mutable module state; a pickled copy evaluates the same
+          (worker processes receive them so).
     """
 
     name: str = "base"
 
     @abc.abstractmethod
-    def evaluate(self, model: Any, parallel: Any, system: Any) -> Evaluation:
+    def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:
         """Evaluate one design point."""

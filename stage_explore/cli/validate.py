@@ -1,51 +1,77 @@
-"""``stage validate``: the analytical backend against published training runs.
+"""``stage validate``: the analytical backend against every published training run.
 
-Runs every row of ``published_runs.csv`` (:mod:`stage_explore.validate`; default
-the copy shipped in ``stage_explore/data``, ``--csv`` to override) and
-prints predicted vs measured with the signed error per row and the mean absolute error per
-block (KOR22-T5 iteration time, NAR21-T1 TFLOP/s per GPU, KOR22-F1 peak memory). ``--json``
-prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error", ...}],
-"mean_abs_error": {block: fraction}}``; ``--markdown`` prints the tables of
-``benchmarks/results/validation.md``.
+Evaluates every row of the published runs shipped in ``stage_explore/data`` with the setups of
+``setups.toml`` (:mod:`stage_explore.validation`; ``--data DIR`` for another folder holding the
+same files) and prints, per source, the mean absolute error on in-sample rows (used to choose
+a constant) and on held-out rows, the vTrain ranking quality, the targets of issue #11 and every
+row. ``--loso`` adds the leave-one-source-out figure (a fit per source: minutes). ``--json``
+prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error", "in_sample",
+...}], "mean_abs_error": {source: fraction}, "sources": {source: {"in_sample_mae",
+"held_out_mae", "rows", ...}}, "leave_one_source_out", "targets"}``; ``--markdown`` prints
+``benchmarks/results/validation.md``. ``--check`` exits 1 when a target is missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "validate",
         help="compare the analytical backend with published training runs",
-        description="Evaluate every published run (Narayanan et al. 2021, Korthikanti et al. "
-        "2022) and print predicted vs measured, the signed error per row and the mean absolute "
-        "error per block.",
+        description="Evaluate every published run (stage_explore/data, setups in setups.toml) "
+        "and print in-sample and held-out error per source, vTrain ranking quality, the "
+        "targets and every row.",
     )
     parser.add_argument(
-        "--csv",
+        "--data",
         type=Path,
         default=None,
-        metavar="PATH",
-        help="the published runs (default: the copy shipped with the package)",
+        metavar="DIR",
+        help="a folder with the published CSV files and setups.toml (default: the package's)",
+    )
+    parser.add_argument(
+        "--loso", action="store_true", help="add the leave-one-source-out figure (minutes)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a target of issue #11 is missed"
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
-    output.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    output.add_argument("--markdown", action="store_true", help="print the Markdown report")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from stage_explore.validate import run_validation
+def _finite(value: Any) -> Any:
+    """JSON without NaN: non-finite floats become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
-    report = run_validation(args.csv)
+
+def run(args: argparse.Namespace) -> int:
+    from stage_explore.validation.render import to_markdown, to_text
+    from stage_explore.validation.suite import run_validation
+
+    report = run_validation(args.data, loso=args.loso)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=1))
+        print(json.dumps(_finite(report.to_dict()), indent=1))
     elif args.markdown:
-        print(report.to_markdown())
+        print(to_markdown(report), end="")
     else:
-        print(f"published runs: {report.source}")
-        print(report.to_text())
+        print(to_text(report))
+    if args.check:
+        missed = [t for t in report.targets() if not t.passed]
+        if missed:
+            print(f"stage validate: {len(missed)} of {len(report.targets())} targets missed")
+            return 1
     return 0

@@ -1,0 +1,384 @@
+"""``stage calibrate``: fit a system's declared efficiency parameters to measured runs.
+
+Holds :data:`FITTABLE` (the parameters a fit may change, with their bounds), :func:`apply`
+(a system with parameter values), :func:`objective`, :func:`fit` (Nelder–Mead over the
+parameters scaled to their bounds — no SciPy), :func:`leave_one_out`,
+:func:`user_cases` (a CSV of measured runs, same columns as ``published_runs.csv``) and
+:func:`system_toml` (the fitted system as a TOML file :func:`~stage_explore.system.load_system`
+reads).
+
+Fittable parameters:
+
+- ``matmul_peak`` — the efficiency large matmuls saturate at ([0.2, 1]);
+- ``matmul_half_saturation_flops`` — the GEMM size at half of it (log-searched in [1e7, 1e11]);
+- ``memory`` — the achieved fraction of HBM bandwidth ([0.2, 1]);
+- ``network.<dim name>`` — the achieved fraction of that network dim's link bandwidth
+  ([0.2, 1]). The analytical backend multiplies each link by its default efficiency
+  (``DEFAULT_NETWORK_EFFICIENCY``); the fitted file therefore holds
+  ``bandwidth_bytes_per_s = link × fitted / default``, so the default backend achieves
+  ``link × fitted`` (the comment in the file gives the link's own value).
+
+The objective is the mean absolute relative error of the runs' metric (robust to one bad run;
+no squared terms); rows the backend cannot evaluate are left out and reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.models import list_flavors
+from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
+from stage_explore.system.model import System
+from stage_explore.validation.run import BackendFactory, RowResult, evaluate_cases
+from stage_explore.validation.setups import METRICS, Case, SourceSetup, make_case, read_csv
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """A fittable parameter: bounds, and whether it is searched on a log scale."""
+
+    lower: float
+    upper: float
+    log: bool = False
+
+
+#: Accelerator efficiencies a fit may change (``[accelerator.efficiency]``).
+FITTABLE: dict[str, Parameter] = {
+    "matmul_peak": Parameter(0.2, 1.0),
+    "matmul_half_saturation_flops": Parameter(1e7, 1e11, log=True),
+    "memory": Parameter(0.2, 1.0),
+}
+#: Per-kernel efficiencies a fit may change when the system has ``[accelerator.kernels]``
+#: (``gemm_efficiency.<dtype>`` for each dtype it lists, and these).
+KERNEL_FITTABLE: dict[str, Parameter] = {
+    "attention_forward": Parameter(0.2, 1.0),
+    "attention_backward": Parameter(0.2, 1.0),
+}
+FRACTION = Parameter(0.2, 1.0)
+
+
+def network_default(system: System, index: int) -> float:
+    """Network dim ``index``'s achieved fraction of its link: its ``bus_efficiency`` when the
+    system file gives one, else the backend's default."""
+    own = getattr(system.network[index], "bus_efficiency", None)
+    if own is not None:
+        return float(own)
+    return DEFAULT_NETWORK_EFFICIENCY[min(index, len(DEFAULT_NETWORK_EFFICIENCY) - 1)]
+
+
+def _kernels(system: System) -> Any:
+    return getattr(system.accelerator, "kernels", None)
+
+
+def parameters_of(system: System) -> dict[str, Parameter]:
+    """Every parameter of ``system`` a fit may change."""
+    params = dict(FITTABLE)
+    kernels = _kernels(system)
+    if kernels is not None:
+        params.update({f"gemm_efficiency.{d}": FRACTION for d in kernels.gemm_efficiency})
+        params.update(KERNEL_FITTABLE)
+    params.update({f"network.{d.name or i}": FRACTION for i, d in enumerate(system.network)})
+    return params
+
+
+def default_parameters(system: System, dtypes: Iterable[str]) -> list[str]:
+    """What ``stage calibrate`` fits unless told: the GEMM efficiency of the runs' dtypes (or
+    ``matmul_peak`` without a kernel model), the HBM efficiency and every network dim."""
+    kernels = _kernels(system)
+    if kernels is None:
+        compute = ["matmul_peak"]
+    else:
+        compute = [
+            f"gemm_efficiency.{d}" for d in sorted(set(dtypes)) if d in kernels.gemm_efficiency
+        ]
+    networks = [f"network.{d.name or i}" for i, d in enumerate(system.network)]
+    return [*compute, "memory", *networks]
+
+
+def current_values(system: System) -> dict[str, float]:
+    """The system's values of every fittable parameter."""
+    efficiency = system.accelerator.efficiency
+    values = {
+        "matmul_peak": efficiency.matmul_peak,
+        "matmul_half_saturation_flops": efficiency.matmul_half_saturation_flops,
+        "memory": efficiency.memory,
+    }
+    kernels = _kernels(system)
+    if kernels is not None:
+        values.update({f"gemm_efficiency.{d}": v for d, v in kernels.gemm_efficiency.items()})
+        values.update({name: getattr(kernels, name) for name in KERNEL_FITTABLE})
+    for i, dim in enumerate(system.network):
+        values[f"network.{dim.name or i}"] = network_default(system, i)
+    return values
+
+
+def apply(system: System, values: Mapping[str, float]) -> System:
+    """``system`` with ``values`` (names of :func:`parameters_of`); others unchanged."""
+    known = parameters_of(system)
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown fittable parameter {unknown[0]!r}; known: {sorted(known)}")
+    accelerator = system.accelerator
+    changes = {k: values[k] for k in FITTABLE if k in values}
+    if changes:
+        accelerator = replace(accelerator, efficiency=replace(accelerator.efficiency, **changes))
+    kernels = _kernels(system)
+    if kernels is not None:
+        gemm = dict(kernels.gemm_efficiency)
+        gemm.update({k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("gemm_")})
+        other = {k: values[k] for k in KERNEL_FITTABLE if k in values}
+        kernels = replace(kernels, gemm_efficiency=gemm, **other)
+        accelerator = replace(accelerator, kernels=kernels)  # type: ignore[call-arg,unused-ignore]
+    dims = []
+    for i, dim in enumerate(system.network):
+        name = f"network.{dim.name or i}"
+        if name in values and hasattr(dim, "bus_efficiency"):
+            dim = replace(dim, bus_efficiency=values[name])  # type: ignore[call-arg,unused-ignore]
+        elif name in values:  # no per-dim field: scale the link against the backend default
+            scale = values[name] / network_default(system, i)
+            dim = replace(dim, bandwidth_bytes_per_s=dim.bandwidth_bytes_per_s * scale)
+        dims.append(dim)
+    return replace(system, accelerator=accelerator, network=tuple(dims))
+
+
+def objective(
+    cases: Sequence[Case], system: System, factory: BackendFactory | None = None
+) -> tuple[float, list[RowResult]]:
+    """Mean |relative error| of ``cases`` on ``system`` (NaN if none evaluates), and the rows."""
+    systems = {case.system: system for case in cases}
+    results = evaluate_cases(cases, factory, systems)
+    errors = [abs(r.error) for r in results if r.evaluated]
+    return (sum(errors) / len(errors) if errors else float("nan")), results
+
+
+def _nelder_mead(
+    f: Callable[[list[float]], float],
+    start: list[float],
+    step: float,
+    max_evaluations: int,
+    tolerance: float,
+) -> tuple[list[float], float, int]:
+    """Minimise ``f`` on the unit cube from ``start`` (points are clipped into it) by
+    Nelder–Mead (reflection 1, expansion 2, contraction ½, shrink ½); stops when the simplex's
+    values agree within ``tolerance`` or after ``max_evaluations``."""
+
+    def clip(x: list[float]) -> list[float]:
+        return [min(1.0, max(0.0, v)) for v in x]
+
+    n = len(start)
+    simplex = [clip(start)]
+    for i in range(n):
+        vertex = list(start)
+        vertex[i] = vertex[i] + step if vertex[i] + step <= 1 else vertex[i] - step
+        simplex.append(clip(vertex))
+    values = [f(x) for x in simplex]
+    evaluations = len(values)
+    while evaluations < max_evaluations:
+        order = sorted(range(n + 1), key=lambda i: values[i])
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] <= tolerance:
+            break
+        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+
+        def towards(
+            t: float, centroid: list[float] = centroid, worst: list[float] = worst
+        ) -> list[float]:
+            return clip([c + t * (c - w) for c, w in zip(centroid, worst, strict=True)])
+
+        reflected = towards(1.0)
+        fr = f(reflected)
+        evaluations += 1
+        if fr < values[0]:
+            expanded = towards(2.0)
+            fe = f(expanded)
+            evaluations += 1
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = towards(0.5) if fr < values[-1] else towards(-0.5)
+            fc = f(contracted)
+            evaluations += 1
+            if fc < min(fr, values[-1]):
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                best = simplex[0]
+                for i in range(1, n + 1):
+                    simplex[i] = [b + 0.5 * (x - b) for b, x in zip(best, simplex[i], strict=True)]
+                    values[i] = f(simplex[i])
+                evaluations += n
+    i = min(range(n + 1), key=lambda k: values[k])
+    return simplex[i], values[i], evaluations
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A fit: the values found, the system with them, and the in-sample error."""
+
+    values: dict[str, float]
+    system: System
+    in_sample_mae: float
+    evaluations: int
+
+
+def _to_unit(p: Parameter, value: float) -> float:
+    if p.log:
+        return (math.log(value) - math.log(p.lower)) / (math.log(p.upper) - math.log(p.lower))
+    return (value - p.lower) / (p.upper - p.lower)
+
+
+def _from_unit(p: Parameter, x: float) -> float:
+    if p.log:
+        return math.exp(math.log(p.lower) + x * (math.log(p.upper) - math.log(p.lower)))
+    return p.lower + x * (p.upper - p.lower)
+
+
+def fit(
+    cases: Sequence[Case],
+    system: System,
+    names: Sequence[str],
+    factory: BackendFactory | None = None,
+    max_evaluations: int = 150,
+    tolerance: float = 1e-7,
+) -> Fit:
+    """Fit parameters ``names`` of ``system`` to ``cases``: Nelder–Mead over the parameters
+    scaled to their bounds (log-scaled where declared), from the system's current values,
+    minimising the mean squared log ratio of predicted to measured (smooth, scale-free and
+    symmetric in over- and under-prediction); the fit reports the mean absolute error."""
+    bounds = parameters_of(system)
+    for name in names:
+        if name not in bounds:
+            raise ConfigError(f"unknown fittable parameter {name!r}; known: {sorted(bounds)}")
+    if not names:
+        raise ConfigError("nothing to fit: name at least one parameter")
+    current = current_values(system)
+    params = [bounds[name] for name in names]
+
+    def values_at(x: Sequence[float]) -> dict[str, float]:
+        return {n: _from_unit(p, v) for n, p, v in zip(names, params, x, strict=True)}
+
+    def cost(x: list[float]) -> float:
+        _, rows = objective(cases, apply(system, values_at(x)), factory)
+        logs = [
+            math.log(r.predicted / r.case.measured) ** 2
+            for r in rows
+            if r.evaluated and r.predicted > 0 and r.case.measured > 0
+        ]
+        return sum(logs) / len(logs) if logs else math.inf
+
+    start = [
+        min(1.0, max(0.0, _to_unit(p, current[n]))) for n, p in zip(names, params, strict=True)
+    ]
+    if not math.isfinite(cost(start)):
+        raise ConfigError("no run could be evaluated: nothing to fit (see the rows' reasons)")
+    best, _, evaluations = _nelder_mead(cost, start, 0.15, max_evaluations, tolerance)
+    values = values_at(best)
+    fitted = apply(system, values)
+    mae, _ = objective(cases, fitted, factory)
+    return Fit(values, fitted, mae, evaluations)
+
+
+def leave_one_out(
+    cases: Sequence[Case],
+    system: System,
+    names: Sequence[str],
+    factory: BackendFactory | None = None,
+    **options: Any,
+) -> list[RowResult]:
+    """Each case predicted by a fit on all the others (the rows, in order)."""
+    out = []
+    for i, case in enumerate(cases):
+        others = [c for j, c in enumerate(cases) if j != i]
+        fitted = fit(others, system, names, factory, **options)
+        _, rows = objective([case], fitted.system, factory)
+        out.extend(rows)
+    return out
+
+
+def _precision(cell: str) -> str:
+    token = cell.strip().lower().split()[0] if cell.strip() else "bf16"
+    return token.split("-")[0]
+
+
+def user_cases(path: Path, system: str, framework: str, model_base: str) -> list[Case]:
+    """The runs of a user's CSV (``published_runs.csv`` columns; the metric is the first of
+    ``iter_time_s``, ``tflops_per_gpu`` (Megatron model FLOPs), ``tokens_per_s_per_gpu`` the
+    header has). A ``model`` cell naming a flavor is the row's base model; dims override it."""
+    rows = read_csv(path)
+    if not rows:
+        raise ConfigError(f"{str(path)!r} has no runs")
+    metric = next((m for m in METRICS[:3] if m in rows[0]), None)
+    if metric is None:
+        raise ConfigError(
+            f"{str(path)!r} needs a column iter_time_s, tflops_per_gpu or tokens_per_s_per_gpu"
+        )
+    flavors = set(list_flavors())
+    cases = []
+    for i, row in enumerate(rows):
+        row.setdefault("id", "")
+        row["id"] = row["id"] or f"run-{i + 1}"
+        base = row.get("model", "").strip()
+        source = SourceSetup(
+            name="runs", title=str(path), file=path.name, id_prefix="", metric=metric,
+            system=system, framework=framework, precision=_precision(row.get("precision", "")),
+            model_base=base if base in flavors else model_base, in_sample=True,
+            flops="megatron-model",
+        )  # fmt: skip
+        parallel = {"zero": int(row["zero"])} if row.get("zero", "").strip() else {}
+        cases.append(make_case(source, row, {"parallel": parallel} if parallel else {}))
+    return cases
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def _table(name: str, table: Mapping[str, Any], array: bool = False) -> list[str]:
+    """A TOML table (scalars first, then its sub-tables) from a ``to_dict`` mapping."""
+    lines = [f"[[{name}]]" if array else f"[{name}]"] if name else []
+    subtables = {k: v for k, v in table.items() if isinstance(v, dict)}
+    for key, value in table.items():
+        if value is not None and key not in subtables and not _is_table_list(value):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in subtables.items():
+        lines += ["", *_table(f"{name}.{key}" if name else key, value)]
+    for key, value in table.items():
+        if _is_table_list(value):
+            for item in value:
+                lines += ["", *_table(key, item, array=True)]
+    return lines
+
+
+def _is_table_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def system_toml(base: System, fitted: Fit, header: Sequence[str]) -> str:
+    """The fitted system as TOML (``load_system`` reads it), ``header`` lines as comments
+    (then one line per fitted network dim: its link and achieved fraction)."""
+    lines = [f"# {line}" for line in header]
+    for i, dim in enumerate(base.network):
+        name = f"network.{dim.name or i}"
+        if name in fitted.values:
+            how = (
+                "its bus_efficiency"
+                if hasattr(dim, "bus_efficiency")
+                else f"bandwidth_bytes_per_s = link x fitted / {network_default(base, i)}"
+            )
+            lines.append(
+                f"# {name}: {fitted.values[name]:.4f} of the link's "
+                f"{dim.bandwidth_bytes_per_s:g} B/s, written as {how}"
+            )
+    return "\n".join([*lines, "", *_table("", fitted.system.to_dict())]) + "\n"

@@ -1,0 +1,108 @@
+"""``stage calibrate``: fit a system file's efficiency parameters to your measured runs.
+
+``stage calibrate --runs RUNS.csv --system PRESET_OR_FILE [--fit NAME ...] [--framework NAME]
+[--model-base FLAVOR] [--out FITTED.toml] [--json]`` reads a CSV of measured runs with the
+columns of ``published_runs.csv`` (``docs/validation.md``: ``layers``, ``hidden``, ``ffn``,
+``heads``, ``vocab``, ``seq_len``, ``global_batch_seqs``, ``micro_batch``, ``tp``, ``pp``,
+``dp``, ``sp``, ``vpp``, ``recompute``, ``precision``, optional ``zero`` and ``model`` (a
+flavor), and one measured metric column: ``iter_time_s``, ``tflops_per_gpu`` or
+``tokens_per_s_per_gpu``), fits the declared parameters (:mod:`stage_explore.calibrate`;
+default: ``matmul_peak``, ``memory`` and every network dim), prints the fitted values, the
+in-sample error and the leave-one-out error, and writes the fitted system as TOML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="fit a system's efficiency parameters to measured runs",
+        description="Fit the declared efficiency parameters of a system to a CSV of measured "
+        "runs; print the in-sample and leave-one-out error and write the fitted system file.",
+    )
+    parser.add_argument("--runs", type=Path, required=True, metavar="CSV", help="measured runs")
+    parser.add_argument("--system", required=True, help="a preset name or a system TOML file")
+    parser.add_argument(
+        "--fit",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="parameters to fit (default: the GEMM efficiency of the runs' precisions, or "
+        "matmul_peak, then memory and network.<each dim>)",
+    )
+    parser.add_argument("--framework", default=None, help="framework profile of the runs")
+    parser.add_argument(
+        "--model-base",
+        default="megatron-gpt-1.7b",
+        help="flavor giving the block structure when a row's `model` is not a flavor",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write the fitted system here")
+    parser.add_argument(
+        "--no-loo", action="store_true", help="skip the leave-one-out error (one fit per run)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stage_core.errors import ConfigError
+    from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK
+    from stage_explore.calibrate import (
+        default_parameters,
+        fit,
+        leave_one_out,
+        system_toml,
+        user_cases,
+    )
+    from stage_explore.system import load_system
+
+    system = load_system(args.system)
+    framework = args.framework or DEFAULT_FRAMEWORK
+    cases = user_cases(args.runs, args.system, framework, args.model_base)
+    dtypes = {str(c.parallel.precision) for c in cases if c.parallel is not None}
+    names = args.fit or default_parameters(system, dtypes)
+    skipped = {c.id: c.reason for c in cases if c.reason}
+    usable = [c for c in cases if not c.reason]
+    if not usable:
+        raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {skipped}")
+    fitted = fit(usable, system, names)
+    loo = [] if args.no_loo or len(usable) < 2 else leave_one_out(usable, system, names)
+    loo_errors = [abs(r.error) for r in loo if r.evaluated]
+    loo_mae = sum(loo_errors) / len(loo_errors) if loo_errors else math.nan
+    if args.out is not None:
+        header = [
+            f"{system.name} calibrated by `stage calibrate` on {args.runs.name} "
+            f"({len(usable)} runs, framework {framework}).",
+            "Fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in fitted.values.items()) + ".",
+            f"In-sample mean |error| {fitted.in_sample_mae * 100:.2f} %; leave-one-out "
+            + (f"{loo_mae * 100:.2f} %." if math.isfinite(loo_mae) else "not computed."),
+        ]
+        args.out.write_text(system_toml(system, fitted, header), encoding="utf-8")
+    if args.json:
+        print(json.dumps({
+            "fitted": fitted.values,
+            "in_sample_mae": fitted.in_sample_mae,
+            "leave_one_out_mae": loo_mae if math.isfinite(loo_mae) else None,
+            "leave_one_out": [r.to_dict() for r in loo],
+            "runs": len(usable),
+            "not_evaluated": skipped,
+            "evaluations": fitted.evaluations,
+            "out": None if args.out is None else str(args.out),
+        }, indent=1))  # fmt: skip
+        return 0
+    for name, value in fitted.values.items():
+        print(f"{name:<32} {value:.4g}")
+    print(f"in-sample mean |error|: {fitted.in_sample_mae * 100:.2f} % over {len(usable)} runs")
+    if math.isfinite(loo_mae):
+        print(f"leave-one-out mean |error|: {loo_mae * 100:.2f} %")
+    for run_id, reason in skipped.items():
+        print(f"not evaluated: {run_id}: {reason}")
+    if args.out is not None:
+        print(f"fitted system written to {args.out}")
+    return 0

@@ -1,0 +1,167 @@
+"""Evaluating published cases: :func:`evaluate_cases`, :func:`predict` (the compared metric
+from an :class:`~stage_explore.evaluation.Evaluation`, counted as the source counts it),
+:class:`RowResult`, and :func:`leave_one_source_out`.
+
+A backend factory maps a framework name (``setups.toml``) to a backend; the default builds an
+:class:`~stage_explore.analytical.backend.AnalyticalBackend` with that framework profile and the
+given network efficiencies. Efficiency constants of a system come from
+:mod:`stage_explore.calibrate` (``apply``) when a fit is asked for.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.models.spec import ModelSpec
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY, AnalyticalBackend
+from stage_explore.evaluation import BaseBackend, Evaluation
+from stage_explore.system import load_system
+from stage_explore.system.model import System
+from stage_explore.validation.setups import Case
+
+BackendFactory = Callable[[str], BaseBackend]
+
+
+def supports_framework() -> bool:
+    """Whether :class:`AnalyticalBackend` takes a ``framework`` profile name."""
+    return "framework" in inspect.signature(AnalyticalBackend.__init__).parameters
+
+
+def analytical_factory(
+    network_efficiency: Sequence[float] = DEFAULT_NETWORK_EFFICIENCY,
+) -> BackendFactory:
+    """Framework name → a memoised analytical backend with that profile (when the backend
+    has profiles; otherwise the framework is only recorded) and ``network_efficiency``."""
+    backends: dict[str, BaseBackend] = {}
+    with_framework = supports_framework()
+
+    def make(framework: str) -> BaseBackend:
+        key = framework if with_framework else ""
+        if key not in backends:
+            options: dict[str, Any] = {"network_efficiency": tuple(network_efficiency)}
+            if with_framework:
+                options["framework"] = framework
+            backends[key] = AnalyticalBackend(**options)
+        return backends[key]
+
+    return make
+
+
+def megatron_flops(model: ModelSpec, global_batch: int, recompute: bool) -> float:
+    """FLOPs per iteration as Megatron counts them (Narayanan et al. 2021, eq. 3):
+    ``96·B·s·l·h²·(1 + s/6h + V/16lh)`` with full recompute, ``72·B·s·l·h²·(1 + s/6h +
+    V/12lh)`` without (model FLOPs). Exact for GPT blocks with ffn = 4h and as many kv as
+    query heads; the vocabulary is the source's (unpadded)."""
+    b, s, layers, h, v = global_batch, model.seq_len, model.layers, model.hidden, model.vocab
+    if recompute:
+        return 96 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+    return 72 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (12 * layers * h))
+
+
+def predict(case: Case, result: Evaluation) -> float:
+    """The compared metric of ``case`` from the backend's ``result``, counted as the source
+    counts it (NaN when the backend gave no time)."""
+    assert case.model is not None and case.parallel is not None
+    parallel, gpus = case.parallel, result.num_gpus
+    if case.metric == "iter_time_s":
+        return result.step_time_s
+    if case.metric == "peak_mem_gib":
+        return result.peak_memory_bytes / 2**30
+    if case.metric == "tokens_per_s_per_gpu":
+        tokens = parallel.global_batch * case.model.seq_len
+        return tokens / (result.step_time_s * gpus)
+    flops = megatron_flops(case.model, parallel.global_batch, case.flops == "megatron-recompute")
+    return flops / (result.step_time_s * gpus) / 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """One published row: predicted vs measured, or why it was not evaluated."""
+
+    case: Case
+    predicted: float
+    feasible: bool = True
+    note: str = ""
+
+    @property
+    def evaluated(self) -> bool:
+        return math.isfinite(self.predicted)
+
+    @property
+    def error(self) -> float:
+        """``(predicted − measured) / measured``; NaN when not evaluated."""
+        if not self.evaluated:
+            return float("nan")
+        return (self.predicted - self.case.measured) / self.case.measured
+
+    def to_dict(self) -> dict[str, Any]:
+        case = self.case
+        return {
+            "id": case.id,
+            "source": case.source,
+            "metric": case.metric,
+            "predicted": self.predicted if self.evaluated else None,
+            "measured": case.measured,
+            "error": self.error if self.evaluated else None,
+            "in_sample": case.in_sample,
+            "in_sample_why": case.in_sample_why,
+            "evaluated": self.evaluated,
+            "not_evaluated_reason": "" if self.evaluated else self.note,
+            "feasible": self.feasible,
+            "note": self.note if self.evaluated else "",
+            "system": case.system,
+            "framework": case.framework,
+            "setup": describe(case.parallel) if case.parallel is not None else "",
+            "group": case.group,
+            "assumptions": list(case.assumptions),
+        }
+
+
+def describe(parallel: ParallelConfig) -> str:
+    """``tp8 pp8 dp1 mb1 vpp3 sp zero1 selective recompute fp16``."""
+    parts = [f"tp{parallel.tp} pp{parallel.pp} dp{parallel.dp}", f"mb{parallel.micro_batch}"]
+    for name, value in (("cp", parallel.cp), ("ep", parallel.ep), ("vpp", parallel.vpp)):
+        if value > 1:
+            parts.append(f"{name}{value}")
+    if parallel.sp:
+        parts.append("sp")
+    if parallel.zero:
+        parts.append(f"zero{parallel.zero}")
+    parts.append(f"{parallel.recompute} recompute {parallel.precision}")
+    return " ".join(parts)
+
+
+def evaluate_case(case: Case, backend: BaseBackend, system: System) -> RowResult:
+    """One case on ``backend``; a point the backend refuses becomes a not-evaluated row."""
+    if case.model is None or case.parallel is None or not math.isfinite(case.measured):
+        return RowResult(case, float("nan"), note=case.reason)
+    try:
+        result = backend.evaluate(case.model, case.parallel, system)
+    except ConfigError as error:
+        return RowResult(case, float("nan"), note=f"the backend refuses it: {error}")
+    if not math.isfinite(result.step_time_s):
+        return RowResult(case, float("nan"), False, f"no prediction: {result.reason}")
+    note = "" if result.feasible else f"predicted infeasible: {result.reason}"
+    return RowResult(case, predict(case, result), result.feasible, note)
+
+
+def evaluate_cases(
+    cases: Sequence[Case],
+    factory: BackendFactory | None = None,
+    systems: Mapping[str, System] | None = None,
+) -> list[RowResult]:
+    """Every case, on its system (``systems[name]``, else the preset) and framework."""
+    factory = factory or analytical_factory()
+    loaded: dict[str, System] = dict(systems or {})
+    results = []
+    for case in cases:
+        if case.system not in loaded:
+            loaded[case.system] = load_system(case.system)
+        results.append(evaluate_case(case, factory(case.framework), loaded[case.system]))
+    return results

@@ -1,0 +1,295 @@
+"""Published runs and their setups as data: :func:`load_cases` turns the CSV rows of
+``stage_explore/data`` and ``setups.toml`` (the assumptions for what each source omits) into
+:class:`Case` values — model, parallel config, system preset, framework, precision, metric and
+measured value, in-sample flag — or a reason the row cannot be evaluated.
+
+Holds :class:`SourceSetup` (one ``[sources.NAME]`` table), :class:`Case`, :func:`load_setups`,
+:func:`read_csv`, :func:`load_cases` and :func:`data_dir`. Rules (also in ``setups.toml``'s
+header): the CSV's values come first; a setup field fills a cell the CSV leaves empty, and one
+that contradicts a value the CSV states is a :class:`ConfigError`. A schedule is interleaved
+1F1B when ``vpp`` > 1, else 1F1B.
+"""
+
+from __future__ import annotations
+
+import csv
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_core.models.spec import ModelSpec
+from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule
+
+METRICS = ("iter_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_mem_gib")
+FLOP_CONVENTIONS = ("megatron-recompute", "megatron-model")
+#: Model dims read from a CSV (when the cell is an integer).
+MODEL_COLUMNS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "seq_len")
+#: Parallel fields read from a CSV: column → ParallelConfig field.
+PARALLEL_COLUMNS = {
+    "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "vpp": "vpp",
+    "micro_batch": "micro_batch", "global_batch_seqs": "global_batch",
+}  # fmt: skip
+_SOURCE_KEYS = {
+    "title", "file", "id_prefix", "metric", "flops", "system", "framework", "precision",
+    "model_base", "in_sample", "in_sample_why", "group_by", "columns", "metric_scale", "model",
+    "parallel", "assumptions",
+}  # fmt: skip
+_ROW_KEYS = {
+    "framework", "precision", "in_sample", "in_sample_why", "not_evaluated", "model", "parallel",
+    "assumptions",
+}  # fmt: skip
+
+
+def data_dir() -> Path:
+    """``stage_explore/data``: the published runs and ``setups.toml`` (package data)."""
+    return Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSetup:
+    """One ``[sources.NAME]`` table of ``setups.toml`` (its header documents every key)."""
+
+    name: str
+    title: str
+    file: str
+    id_prefix: str
+    metric: str
+    system: str
+    framework: str
+    precision: str
+    model_base: str
+    in_sample: bool
+    in_sample_why: str = ""
+    flops: str = ""
+    group_by: str = ""
+    metric_scale: float = 1.0
+    columns: Mapping[str, str] = field(default_factory=dict)
+    model: Mapping[str, Any] = field(default_factory=dict)
+    parallel: Mapping[str, Any] = field(default_factory=dict)
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One published row, ready to evaluate (``model``/``parallel`` set) or not (``reason``)."""
+
+    id: str
+    source: str
+    metric: str
+    measured: float
+    system: str
+    framework: str
+    in_sample: bool
+    in_sample_why: str
+    assumptions: tuple[str, ...]
+    group: str = ""
+    flops: str = ""
+    model: ModelSpec | None = None
+    parallel: ParallelConfig | None = None
+    reason: str = ""
+
+
+def _assumptions(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    items = table.get("assumptions", [])
+    if not isinstance(items, list) or not all(
+        isinstance(a, dict) and set(a) == {"what", "why"} for a in items
+    ):
+        raise ConfigError(f"{where}: `assumptions` must be a list of {{what, why}} tables")
+    return tuple(f"{a['what']} ({a['why']})" for a in items)
+
+
+def _source(name: str, table: Mapping[str, Any]) -> SourceSetup:
+    where = f"setups.toml [sources.{name}]"
+    unknown = sorted(set(table) - _SOURCE_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known: {sorted(_SOURCE_KEYS)}")
+    if table.get("metric") not in METRICS:
+        raise ConfigError(
+            f"{where}: `metric` must be one of {METRICS}, got {table.get('metric')!r}"
+        )
+    if table["metric"] == "tflops_per_gpu" and table.get("flops") not in FLOP_CONVENTIONS:
+        raise ConfigError(f"{where}: tflops_per_gpu needs `flops` in {FLOP_CONVENTIONS}")
+    try:
+        return SourceSetup(
+            name=name,
+            title=str(table["title"]),
+            file=str(table["file"]),
+            id_prefix=str(table["id_prefix"]),
+            metric=str(table["metric"]),
+            system=str(table["system"]),
+            framework=str(table["framework"]),
+            precision=str(table["precision"]),
+            model_base=str(table["model_base"]),
+            in_sample=bool(table["in_sample"]),
+            in_sample_why=str(table.get("in_sample_why", "")),
+            flops=str(table.get("flops", "")),
+            group_by=str(table.get("group_by", "")),
+            metric_scale=float(table.get("metric_scale", 1.0)),
+            columns=dict(table.get("columns", {})),
+            model=dict(table.get("model", {})),
+            parallel=dict(table.get("parallel", {})),
+            assumptions=_assumptions(table, where),
+        )
+    except KeyError as error:
+        raise ConfigError(f"{where}: missing key {error.args[0]!r}") from None
+
+
+def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, dict[str, Any]]]:
+    """The sources (in file order) and the per-row tables of ``setups.toml``."""
+    path = path or data_dir() / "setups.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"cannot read setups {str(path)!r}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"setups {str(path)!r}: {error}") from None
+    sources = [_source(name, table) for name, table in data.get("sources", {}).items()]
+    rows: dict[str, dict[str, Any]] = data.get("rows", {})
+    for row_id, table in rows.items():
+        unknown = sorted(set(table) - _ROW_KEYS)
+        if unknown:
+            raise ConfigError(f"setups.toml [rows.{row_id!r}]: unknown key {unknown[0]!r}")
+    return sources, rows
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A CSV's rows; a missing or unreadable file is a one-line :class:`ConfigError`."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+    except OSError as error:
+        raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
+
+
+def _int_cell(value: str) -> int | None:
+    value = value.strip()
+    return int(value) if value.isdigit() else None
+
+
+def _merge(
+    stated: dict[str, Any], setup: Mapping[str, Any], where: str, fields: str
+) -> dict[str, Any]:
+    """``stated`` (from the CSV) filled with ``setup``; a contradiction is a ConfigError."""
+    merged = dict(stated)
+    for key, value in setup.items():
+        if key in merged and merged[key] != value:
+            raise ConfigError(
+                f"{where}: setups.toml gives {fields} {key}={value!r} but the CSV states "
+                f"{merged[key]!r}; a setup may only fill what the source leaves empty"
+            )
+        merged[key] = value
+    return merged
+
+
+def _model_fields(
+    source: SourceSetup, row: dict[str, str], extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    stated = {k: v for k in MODEL_COLUMNS if (v := _int_cell(row.get(k, ""))) is not None}
+    fields = _merge(stated, {**source.model, **extra}, row["id"], "model")
+    per_hidden = fields.pop("ffn_per_hidden", None)
+    if per_hidden is not None and "ffn" not in fields:
+        fields["ffn"] = int(per_hidden) * int(fields["hidden"])
+    return fields
+
+
+def _model(source: SourceSetup, row: dict[str, str], fields: dict[str, Any]) -> ModelSpec:
+    base = get_flavor(source.model_base)
+    seq_len = int(fields.get("seq_len", base.seq_len))
+    fields.setdefault("max_position", max(base.max_position, seq_len))
+    name = row.get("model", "").strip() or (
+        f"GPT-{row['params']}B" if row.get("params") else row["id"]
+    )
+    return base.with_overrides(name=name, **fields)
+
+
+def _parallel_fields(
+    source: SourceSetup, row: dict[str, str], extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    stated: dict[str, Any] = {}
+    for column, name in PARALLEL_COLUMNS.items():
+        value = _int_cell(row.get(column, ""))
+        if value is not None:
+            stated[name] = value
+    sp = row.get("sp", "").strip().lower()
+    if sp:
+        stated["sp"] = sp.startswith("yes")
+    recompute = row.get("recompute", "").strip()
+    if recompute:
+        stated["recompute"] = recompute.split()[0]
+    return _merge(stated, {**source.parallel, **extra}, row["id"], "parallel")
+
+
+def _parallel(row: dict[str, str], fields: dict[str, Any], precision: str) -> ParallelConfig:
+    for required in ("micro_batch", "global_batch"):
+        if required not in fields:
+            raise ConfigError(f"{row['id']}: `{required}` is neither in the CSV nor in setups.toml")
+    fields["recompute"] = Recompute(fields.get("recompute", "none"))
+    vpp = int(fields.get("vpp", 1))
+    fields["schedule"] = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    return ParallelConfig(precision=Precision(precision), **fields)
+
+
+def _renamed(source: SourceSetup, raw: dict[str, str], line: int) -> dict[str, str]:
+    if not source.columns:
+        return raw
+    row = {name: raw.get(column, "") for name, column in source.columns.items()}
+    row["id"] = f"{source.id_prefix}{line}"
+    return row
+
+
+def source_rows(source: SourceSetup, folder: Path) -> list[dict[str, str]]:
+    """The rows of ``source`` (its file, filtered by id prefix, columns renamed)."""
+    raw = read_csv(folder / source.file)
+    rows = [_renamed(source, r, i + 1) for i, r in enumerate(raw)]
+    return [r for r in rows if r.get("id", "").startswith(source.id_prefix)]
+
+
+def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, Any]) -> Case:
+    """The :class:`Case` of one CSV row (``reason`` set when it cannot be built)."""
+    in_sample = bool(row_setup.get("in_sample", source.in_sample))
+    why = str(row_setup.get("in_sample_why", source.in_sample_why)) if in_sample else ""
+    measured_cell = row.get(source.metric, "").strip()
+    case = Case(
+        id=row["id"],
+        source=source.name,
+        metric=source.metric,
+        measured=float(measured_cell) * source.metric_scale if measured_cell else float("nan"),
+        system=source.system,
+        framework=str(row_setup.get("framework", source.framework)),
+        in_sample=in_sample,
+        in_sample_why=why,
+        assumptions=source.assumptions + _assumptions(row_setup, f"[rows.{row['id']!r}]"),
+        group=row.get(source.group_by, "") if source.group_by else "",
+        flops=source.flops,
+    )
+    if not measured_cell:
+        return replace(case, reason=f"the source gives no {source.metric}")
+    if "not_evaluated" in row_setup:
+        return replace(case, reason=str(row_setup["not_evaluated"]))
+    precision = str(row_setup.get("precision", source.precision))
+    model_fields = _model_fields(source, row, row_setup.get("model", {}))
+    parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}))
+    try:
+        model = _model(source, row, model_fields)
+        parallel = _parallel(row, parallel_fields, precision)
+    except ConfigError as error:
+        return replace(case, reason=f"the generator cannot express it: {error}")
+    if source.group_by:
+        gpus = parallel.dp * parallel.tp * parallel.pp * parallel.cp
+        case = replace(case, group=f"{model.name} on {gpus} GPUs")
+    return replace(case, model=model, parallel=parallel)
+
+
+def load_cases(folder: Path | None = None, setups: Path | None = None) -> list[Case]:
+    """Every published row of every source in ``setups.toml``, in file order."""
+    folder = folder or data_dir()
+    sources, rows = load_setups(setups or folder / "setups.toml")
+    return [
+        make_case(source, row, rows.get(row["id"], {}))
+        for source in sources
+        for row in source_rows(source, folder)
+    ]

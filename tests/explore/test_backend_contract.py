@@ -1,0 +1,160 @@
+"""The backend contract (:class:`stage_explore.evaluation.BaseBackend`), checked for every
+backend by one battery, in the style of Optuna's ``testing/pytest_samplers.py``: a backend joins
+by one entry in :data:`BACKENDS` (a name and a factory; a factory may skip with its reason).
+
+The battery: the breakdown adds up to the step time; an infeasible point (out of memory, more
+GPUs than the system has) is a result with a reason, not an exception; bad input (a tp that does
+not divide the heads, a precision the accelerator has no peak for) raises ``ConfigError``; the
+same point gives the same evaluation on the instance and on a fresh one; a pickled backend
+evaluates the same. The ASTRA-sim backend needs the real binary (``ASTRA_SIM_BIN`` or ``PATH``)
+and is skipped with the reason where it is absent.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models import ModelSpec, get_flavor
+from stage_core.parallel import ParallelConfig, Precision
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.evaluation import BaseBackend, Evaluation
+from stage_explore.system import load_system
+from stage_explore.system.model import System
+
+
+def _astra_sim() -> BaseBackend:
+    from stage_explore.astrasim import AstraSimBackend, find_binary
+
+    try:
+        find_binary(None)
+    except ConfigError as error:
+        pytest.skip(f"ASTRA-sim is not installed here ({error})")
+    return AstraSimBackend(timeout_s=300)
+
+
+#: Every backend that fulfils the contract: (name, factory).
+BACKENDS: list[tuple[str, Callable[[], BaseBackend]]] = [
+    ("analytical", AnalyticalBackend),
+    ("astra-sim", _astra_sim),
+]
+
+SMALL = get_flavor("megatron-gpt-1.7b").with_overrides(layers=2)
+SYSTEM = "a100-80gb"
+#: Feasible points exercising tp, pp (1F1B and interleaved), dp, sp, ZeRO and recompute.
+FEASIBLE = [
+    ParallelConfig(tp=2, pp=1, dp=2, micro_batch=1, global_batch=4),
+    ParallelConfig(tp=2, pp=2, dp=1, sp=True, micro_batch=1, global_batch=4, recompute="selective"),
+    ParallelConfig(tp=1, pp=2, dp=2, vpp=1, zero=1, micro_batch=2, global_batch=8),
+]
+
+
+@pytest.fixture(params=[name for name, _ in BACKENDS], scope="module")
+def factory(request: pytest.FixtureRequest) -> Callable[[], BaseBackend]:
+    make = dict(BACKENDS)[request.param]
+    make()  # skips here, with the reason, when the backend cannot run on this machine
+    return make
+
+
+@pytest.fixture(scope="module")
+def backend(factory: Callable[[], BaseBackend]) -> BaseBackend:
+    return factory()
+
+
+@pytest.fixture(scope="module")
+def system() -> System:
+    return load_system(SYSTEM)
+
+
+def _check(result: Evaluation) -> None:
+    assert isinstance(result, Evaluation)
+    assert result.num_gpus > 0
+
+
+def outputs(result: Evaluation) -> dict[str, object]:
+    """What the contract holds deterministic: everything but ``extra`` (diagnostics such as a
+    simulator's wall time)."""
+    return {k: v for k, v in result.to_dict().items() if k != "extra"}
+
+
+@pytest.mark.parametrize("parallel", FEASIBLE, ids=["tp-dp", "tp-pp-sp-selective", "pp-dp-zero1"])
+def test_breakdown_adds_up_to_the_step_time(
+    backend: BaseBackend, system: System, parallel: ParallelConfig
+) -> None:
+    result = backend.evaluate(SMALL, parallel, system)
+    _check(result)
+    assert result.feasible, result.reason
+    assert result.step_time_s > 0
+    assert result.breakdown
+    assert all(value >= 0 for value in result.breakdown.values()), result.breakdown
+    assert math.isclose(sum(result.breakdown.values()), result.step_time_s, rel_tol=1e-9)
+
+
+def test_out_of_memory_is_a_result_with_a_reason(backend: BaseBackend, system: System) -> None:
+    # 175B parameters over tp 8 and no sharding: ~22B per GPU, ~350 GB of model states.
+    big = get_flavor("megatron-gpt-175b")
+    result = backend.evaluate(big, ParallelConfig(tp=8, micro_batch=1, global_batch=1), system)
+    _check(result)
+    assert not result.feasible
+    assert "memory" in result.reason
+    assert result.peak_memory_bytes > system.accelerator.memory_bytes
+
+
+def test_more_gpus_than_the_system_has_is_a_result(backend: BaseBackend) -> None:
+    tiny = replace(load_system(SYSTEM), network=load_system(SYSTEM).network[:1])  # one node: 8
+    result = backend.evaluate(SMALL, ParallelConfig(tp=2, dp=8, global_batch=8), tiny)
+    assert not result.feasible
+    assert "16" in result.reason and "8" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("model", "parallel", "match"),
+    [
+        (SMALL, ParallelConfig(tp=2, global_batch=1, precision=Precision.FP8), "fp8"),
+        (SMALL.with_overrides(heads=24), ParallelConfig(tp=16, global_batch=1), "tp"),
+    ],
+    ids=["fp8-on-a100", "tp-does-not-divide-heads"],
+)
+def test_bad_input_raises_config_error(
+    backend: BaseBackend, system: System, model: ModelSpec, parallel: ParallelConfig, match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match):
+        backend.evaluate(model, parallel, system)
+
+
+def test_deterministic_on_the_instance_and_a_fresh_one(
+    backend: BaseBackend, factory: Callable[[], BaseBackend], system: System
+) -> None:
+    parallel = FEASIBLE[1]
+    first = outputs(backend.evaluate(SMALL, parallel, system))
+    assert outputs(backend.evaluate(SMALL, parallel, system)) == first
+    assert outputs(factory().evaluate(SMALL, parallel, system)) == first
+
+
+def test_picklable_and_the_copy_evaluates_the_same(backend: BaseBackend, system: System) -> None:
+    copy = pickle.loads(pickle.dumps(backend))
+    assert type(copy) is type(backend)
+    for parallel in FEASIBLE:
+        expected = outputs(backend.evaluate(SMALL, parallel, system))
+        assert outputs(copy.evaluate(SMALL, parallel, system)) == expected
+
+
+def test_evaluate_is_typed_as_the_contract() -> None:
+    import typing
+
+    for name, _ in BACKENDS:
+        cls = {"analytical": AnalyticalBackend}.get(name)
+        if cls is None:
+            from stage_explore.astrasim import AstraSimBackend
+
+            cls = AstraSimBackend
+        hints = typing.get_type_hints(cls.evaluate)
+        assert hints["model"] is ModelSpec
+        assert hints["parallel"] is ParallelConfig
+        assert hints["system"] is System
+        assert hints["return"] is Evaluation
