@@ -41,6 +41,7 @@ class Structure:
     position: Position
     bias: bool
     num_shared_experts: int
+    qk_norm: bool = False
 
     @classmethod
     def of(cls, model: ModelSpec) -> Structure:
@@ -51,6 +52,7 @@ class Structure:
             model.position,
             model.bias,
             1 if model.num_shared_experts else 0,
+            model.qk_norm,
         )
 
 
@@ -113,6 +115,9 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
     q = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wq", ("H", "N", "D")), "q", ("N", "D"))
     k = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wk", ("H", kv, "D")), "k", (kv, "D"))
     v = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wv", ("H", kv, "D")), "v", (kv, "D"))
+    if model.qk_norm:  # RMSNorm over each head's D, one [D] scale shared by the heads (Qwen3)
+        q = _head_norm(b, q, "q.norm")
+        k = _head_norm(b, k, "k.norm")
     if model.position == Position.ROTARY:
         q = b.elementwise(q, out="q.rope", ops_per_element=3, backward_ops_per_element=3)
         k = b.elementwise(k, out="k.rope", ops_per_element=3, backward_ops_per_element=3)
@@ -150,6 +155,29 @@ def _cache(b: Block, new: str, heads: str, which: str, dtype_bytes: int) -> str:
     return b.add_op(op, ("B", "T", heads, "D"), dtype_bytes)
 
 
+def _head_norm(b: Block, x: str, out: str) -> str:
+    """QK-norm: an RMSNorm of ``x[B, S, heads, D]`` over ``D`` with a ``[D]`` scale."""
+    scale = b.weight(f"{out}.scale", ("D",))
+    return b.reduction((x, scale), out, ("D",), _NORM_OPS[Norm.RMSNORM], saves=(x,))
+
+
+#: Squared ReLU ``relu(x)²``: forward a compare and a multiply per element; backward
+#: ``2·relu(x)·g``: a compare and two multiplies.
+_SQUARED_RELU_OPS, _SQUARED_RELU_BACKWARD_OPS = 2, 3
+
+
+def _activation(b: Block, model: Structure, up: str, out: str) -> str:
+    """The non-gated activation: GELU (8 ops per element, as Megatron's bias-GELU) or squared
+    ReLU."""
+    if model.activation == Activation.SQUARED_RELU:
+        ops, backward = _SQUARED_RELU_OPS, _SQUARED_RELU_BACKWARD_OPS
+    else:
+        ops, backward = 8, 8
+    return b.elementwise(
+        up, out=out, ops_per_element=ops, saves=(up,), backward_ops_per_element=backward
+    )
+
+
 def _mlp(b: Block, model: Structure, x: str, width: str, prefix: str) -> str:
     """A dense MLP of width ``width`` (GELU: two matrices; SwiGLU: three) on ``x``."""
     if model.activation == Activation.SWIGLU:
@@ -175,9 +203,7 @@ def _mlp(b: Block, model: Structure, x: str, width: str, prefix: str) -> str:
             f"{prefix}.fc1",
             (width,),
         )
-        act = b.elementwise(
-            up, out=f"{prefix}.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8
-        )
+        act = _activation(b, model, up, f"{prefix}.act")
     return _linear(
         b,
         model,
@@ -216,9 +242,7 @@ def _moe(b: Block, model: Structure, x: str) -> str:
         up = b.einsum(
             "ech,ehg->ecg", tokens, b.weight("experts.w1", ("E", "H", "G")), out="experts.fc1"
         )
-        act = b.elementwise(
-            up, out="experts.act", ops_per_element=8, saves=(up,), backward_ops_per_element=8
-        )
+        act = _activation(b, model, up, "experts.act")
     down = b.einsum("ecg,egh->ech", act, b.weight("experts.w2", ("E", "G", "H")), out="experts.fc2")
     out = b.add_op(Combine("moe.combine", (down, gates), ("moe.out",)), ("B", "S", "H"))
     if model.num_shared_experts:

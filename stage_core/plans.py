@@ -86,7 +86,7 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     if block.name in ("layer", "moe_layer"):
         for tensor in ("q", "k", "v"):
             consumed[(_op_name(block, tensor), "ln1")] = _GATHERED
-        kv = [t for t in ("k.rope", "k") if t in names][0]
+        kv = [t for t in ("k.rope", "k.norm", "k") if t in names][0]
         heads = names[kv].dims[2]
         kv_layout = (
             f"[{TOKENS}, S/cp, {heads}/tp, D]" if flags.cp_ring else f"[{TOKENS}, S, {heads}/tp, D]"

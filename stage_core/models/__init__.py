@@ -6,15 +6,17 @@ Contents:
   :class:`Norm`, :class:`Activation`, :class:`Position`).
 - :mod:`~stage_core.models.flavors`: named flavors with published dims (:func:`get_flavor`,
   :func:`list_flavors`).
-- :mod:`~stage_core.models.files`: models from TOML files and Hugging Face ``config.json``
-  (:func:`load_model`, :func:`load_model_toml`, :func:`load_hf_config`,
-  :func:`model_from_mapping`).
+- :mod:`~stage_core.models.files`: models from TOML files (:func:`load_model`,
+  :func:`load_model_toml`, :func:`model_from_mapping`).
+- :mod:`~stage_core.models.hf`: models from Hugging Face ``config.json`` (:func:`load_hf_config`:
+  Llama, Mistral, Mixtral, Qwen3, Qwen3-MoE, Nemotron; unmappable keys are named).
 """
 
 from __future__ import annotations
 
-from stage_core.models.files import load_hf_config, load_model, load_model_toml, model_from_mapping
+from stage_core.models.files import load_model, load_model_toml, model_from_mapping
 from stage_core.models.flavors import get_flavor, list_flavors
+from stage_core.models.hf import load_hf_config
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
 
 __all__ = [

@@ -135,6 +135,12 @@ _LLAMA = (
     _llama(
         "llama3-405b", 126, 16384, 53248, 128, 8, vocab=128256, seq_len=8192, max_position=131072
     ),
+    # The same model under its release name (meta-llama/Llama-3.1-405B config.json: 126 layers,
+    # hidden 16384, intermediate 53248, 128 heads, 8 KV heads, vocab 128256, 131072 positions,
+    # rope_scaling.original_max_position_embeddings 8192 = the pre-training sequence).
+    _llama(
+        "llama3.1-405b", 126, 16384, 53248, 128, 8, vocab=128256, seq_len=8192, max_position=131072
+    ),
 )
 
 
@@ -211,8 +217,65 @@ _OTHERS = (
     ),
 )
 
+_FRONTIER = (
+    # Nvidia 2024, "Nemotron-4 340B Technical Report" (arXiv 2406.11704) Table 1: 96 layers,
+    # hidden 18432, 96 attention heads, 8 KV heads, sequence 4096, vocabulary 256,000; the
+    # architecture of Nemotron-4 15B (Parmar et al. 2024, arXiv 2402.16819, Section 2): squared
+    # ReLU MLP (not gated) of width 4·hidden = 73728, RoPE, no biases, no dropout, untied
+    # embeddings. Not modelled: RoPE on half of each head (partial_rotary_factor 0.5 in the
+    # nvidia/Nemotron-4-340B config, an element-wise cost) and the layer norms' shift
+    # (LayerNorm1p has one; 2·h per layer, 0.001 % of the parameters).
+    ModelSpec(
+        name="nemotron-4-340b",
+        family=Family.NEMOTRON,
+        layers=96,
+        hidden=18432,
+        ffn=73728,
+        heads=96,
+        kv_heads=8,
+        vocab=256000,
+        seq_len=4096,
+        norm=Norm.LAYERNORM,
+        activation=Activation.SQUARED_RELU,
+        position=Position.ROTARY,
+    ),
+    # Qwen Team 2025, "Qwen3 Technical Report" (arXiv 2505.09388) Table 2: 48 / 94 layers,
+    # 32 / 64 query heads and 4 KV heads, 128 experts of which 8 are active, no shared experts,
+    # QK-norm (Section 2); config.json of Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B: hidden
+    # 2048 / 4096, head_dim 128, moe_intermediate_size 768 / 1536, vocab 151936, untied
+    # embeddings, every layer MoE (decoder_sparse_step 1, no mlp_only_layers). Pre-training
+    # sequence 4096 (report Section 3.2, stages S1 and S2). ``ffn`` (config intermediate_size)
+    # is unused: no layer is dense.
+    *(
+        ModelSpec(
+            name=name,
+            family=Family.QWEN3,
+            layers=layers,
+            hidden=hidden,
+            ffn=dense_ffn,
+            heads=heads,
+            kv_heads=4,
+            head_dim=128,
+            vocab=151936,
+            seq_len=4096,
+            max_position=40960,
+            norm=Norm.RMSNORM,
+            activation=Activation.SWIGLU,
+            position=Position.ROTARY,
+            num_experts=128,
+            top_k=8,
+            expert_ffn=expert_ffn,
+            qk_norm=True,
+        )
+        for name, layers, hidden, dense_ffn, heads, expert_ffn in (
+            ("qwen3-30b-a3b", 48, 2048, 6144, 32, 768),
+            ("qwen3-235b-a22b", 94, 4096, 12288, 64, 1536),
+        )
+    ),
+)
+
 _REGISTRY: Mapping[str, ModelSpec] = MappingProxyType(
-    {spec.name: spec for spec in (*_GPT3, *_MEGATRON, *_LLAMA, *_MIXTRAL, *_OTHERS)}
+    {spec.name: spec for spec in (*_GPT3, *_MEGATRON, *_LLAMA, *_MIXTRAL, *_OTHERS, *_FRONTIER)}
 )
 
 

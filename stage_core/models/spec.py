@@ -32,6 +32,8 @@ class Family(StrEnum):
     MIXTRAL = "mixtral"
     DEEPSEEK_MOE = "deepseek-moe"
     PALM = "palm"
+    NEMOTRON = "nemotron"
+    QWEN3 = "qwen3"
 
 
 class Norm(StrEnum):
@@ -40,10 +42,12 @@ class Norm(StrEnum):
 
 
 class Activation(StrEnum):
-    """``gelu``: two FFN matrices (up, down); ``swiglu``: three (gate, up, down)."""
+    """``gelu``: two FFN matrices (up, down); ``swiglu``: three (gate, up, down);
+    ``squared-relu``: two, ``relu(x)²`` between them (Primer, So et al. 2021; Nemotron-4)."""
 
     GELU = "gelu"
     SWIGLU = "swiglu"
+    SQUARED_RELU = "squared-relu"
 
 
 class Position(StrEnum):
@@ -52,7 +56,7 @@ class Position(StrEnum):
 
 
 _MATRICES_PER_MLP: Mapping[Activation, int] = MappingProxyType(
-    {Activation.GELU: 2, Activation.SWIGLU: 3}
+    {Activation.GELU: 2, Activation.SWIGLU: 3, Activation.SQUARED_RELU: 2}
 )
 
 #: Derived fields and the fields they are derived from (see :meth:`ModelSpec.with_overrides`).
@@ -87,7 +91,9 @@ class ModelSpec:
     ``num_experts`` routed experts of width ``expert_ffn`` of which ``top_k`` are active per
     token, and ``num_shared_experts`` always-active experts, also of width ``expert_ffn``.
     ``capacity_factor=None`` means dropless routing. ``bias`` covers the linear layers and the
-    layer-norm shift; an RMSNorm never has a bias.
+    layer-norm shift; an RMSNorm never has a bias. ``qk_norm``: an RMSNorm over each head's
+    ``head_dim`` on the queries and on the keys, one ``head_dim`` scale each shared by all heads
+    (Qwen3, OLMo 2; Dehghani et al. 2023).
     """
 
     name: str
@@ -114,6 +120,7 @@ class ModelSpec:
     capacity_factor: float | None = None
     moe_layer_interval: int = 1
     first_k_dense: int = 0
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -128,7 +135,7 @@ class ModelSpec:
             ("position", Position),
         ):
             object.__setattr__(self, name, _coerce_enum(owner, name, getattr(self, name), kind))
-        for name in ("dropout", "tied_embeddings", "bias"):
+        for name in ("dropout", "tied_embeddings", "bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
                 raise ConfigError(f"{owner}: `{name}` must be a bool, but got {name}={value!r}")
@@ -251,14 +258,17 @@ class ModelSpec:
         return self.hidden * (2 if shift else 1)
 
     def attention_params(self) -> int:
-        """``h·(a·d) + 2·h·(k·d) + (a·d)·h`` weights, plus ``a·d + 2·k·d + h`` biases."""
+        """``h·(a·d) + 2·h·(k·d) + (a·d)·h`` weights, plus ``a·d + 2·k·d + h`` biases, plus
+        ``2·d`` QK-norm scales."""
         h = self.hidden
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         weights = h * q_width + 2 * h * kv_width + q_width * h
-        return weights + (q_width + 2 * kv_width + h if self.bias else 0)
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return weights + (q_width + 2 * kv_width + h if self.bias else 0) + qk_norm
 
     def mlp_params(self, width: int) -> int:
-        """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu, 3 swiglu), ``(m−1)·f + h`` bias."""
+        """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu and squared-relu, 3 swiglu),
+        ``(m−1)·f + h`` bias."""
         matrices = _MATRICES_PER_MLP[self.activation]
         biases = (matrices - 1) * width + self.hidden if self.bias else 0
         return matrices * self.hidden * width + biases

@@ -35,6 +35,13 @@ PUBLISHED_TOTALS = [
     ("deepseek-moe-16b", 16.4e9, 2.8e9, 0.02, "DeepSeekMoE Section 5"),
     # Chowdhery et al. 2022, Table 1: 540.35B.
     ("palm-540b", 540.35e9, None, 0.001, "PaLM Table 1"),
+    ("llama3.1-405b", 406e9, None, 0.005, "meta-llama/Llama-3.1-405B"),
+    # The name's 340B (three digits, so 0.5%).
+    ("nemotron-4-340b", 340e9, None, 0.005, "Nemotron-4 340B Technical Report"),
+    # Model cards: "30.5B in total and 3.3B activated", "235B in total and 22B activated"
+    # (the active counts have two digits, so 2%).
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02, "Qwen/Qwen3-30B-A3B model card"),
+    ("qwen3-235b-a22b", 235e9, 22e9, 0.02, "Qwen/Qwen3-235B-A22B model card"),
 ]
 
 
@@ -130,7 +137,8 @@ def test_family_conventions(flavor: str) -> None:
     assert model.dropout == gpt, "GPT-3-style models train with dropout, the others without"
     assert model.bias == gpt
     assert model.position == ("learned" if gpt else "rotary")
-    assert model.is_moe == (model.family in (Family.MIXTRAL, Family.DEEPSEEK_MOE))
+    if model.family is not Family.QWEN3:  # Qwen3 has dense and MoE flavors
+        assert model.is_moe == (model.family in (Family.MIXTRAL, Family.DEEPSEEK_MOE))
     assert model.name == flavor
 
 
@@ -150,7 +158,7 @@ def test_lookup_is_case_insensitive() -> None:
     [
         ("llama3-7b", r"unknown model flavor 'llama3-7b'; close names: .*llama3-8b"),
         ("gpt3-175", r"unknown model flavor 'gpt3-175'; close names: gpt3-175b"),
-        ("zzz", r"unknown model flavor 'zzz'; known: gpt3-125m, .*palm-540b$"),
+        ("zzz", r"unknown model flavor 'zzz'; known: gpt3-125m, .*qwen3-235b-a22b$"),
     ],
 )
 def test_unknown_flavor_is_one_line_with_close_names(name: str, expected: str) -> None:

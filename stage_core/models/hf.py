@@ -1,0 +1,201 @@
+"""Models from Hugging Face ``config.json`` files.
+
+Contents:
+
+- :func:`load_hf_config`: a :class:`ModelSpec` from the config of a Llama, Mistral, Mixtral,
+  Qwen3, Qwen3-MoE or Nemotron model; every key is mapped, known to be irrelevant to cost
+  (:data:`IGNORED_KEYS`), or a one-line :class:`ConfigError` naming it.
+
+Mapping (all types): ``hidden_size``, ``intermediate_size`` (the dense FFN; Mixtral's experts),
+``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads`` (default: MHA),
+``head_dim`` (optional), ``vocab_size``, ``max_position_embeddings``, ``tie_word_embeddings``
+(default false), ``attention_bias``/``mlp_bias`` (must agree), ``attention_dropout``,
+``hidden_act`` (``silu`` for the gated SwiGLU types, ``relu2`` — squared ReLU, not gated — for
+Nemotron), ``rms_norm_eps`` (RMSNorm; otherwise LayerNorm, e.g. Nemotron's ``norm_eps``). The
+training sequence is ``rope_scaling.original_max_position_embeddings`` when the context was
+extended after pre-training, else ``max_position_embeddings``. MoE: ``num_local_experts``
+(Mixtral) or ``num_experts`` (Qwen3-MoE), ``num_experts_per_tok``, ``moe_intermediate_size``
+(Qwen3-MoE expert width), ``decoder_sparse_step`` (must be 1: every layer MoE) and
+``mlp_only_layers`` (a prefix ``[0, …, k−1]`` of dense layers → ``first_k_dense = k``).
+Qwen3 and Qwen3-MoE always have QK-norm (``q_norm``/``k_norm`` in their modelling code; no key).
+Sliding-window attention is not modelled: ``sliding_window`` must be null unless
+``use_sliding_window`` is false, and ``layer_types`` must all be ``full_attention``.
+Approximated: Nemotron's ``partial_rotary_factor`` (RoPE's element-wise cost is counted over
+the whole head).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
+
+#: ``model_type`` → family.
+HF_FAMILIES: Mapping[str, Family] = MappingProxyType(
+    {
+        "llama": Family.LLAMA,
+        "mistral": Family.LLAMA,
+        "mixtral": Family.MIXTRAL,
+        "qwen3": Family.QWEN3,
+        "qwen3_moe": Family.QWEN3,
+        "nemotron": Family.NEMOTRON,
+    }
+)
+#: ``model_type`` → the ``hidden_act`` its MLP must use, and the activation that means.
+_ACTIVATIONS: Mapping[str, tuple[str, Activation]] = MappingProxyType(
+    {
+        **{name: ("silu", Activation.SWIGLU) for name in HF_FAMILIES if name != "nemotron"},
+        "nemotron": ("relu2", Activation.SQUARED_RELU),
+    }
+)
+_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
+
+#: Keys read by :func:`load_hf_config`.
+MAPPED_KEYS = frozenset(
+    {
+        "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+        "max_position_embeddings", "rope_scaling", "rms_norm_eps", "norm_eps",
+        "tie_word_embeddings", "attention_bias", "mlp_bias", "attention_dropout", "hidden_act",
+        "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+        "decoder_sparse_step", "mlp_only_layers", "sliding_window", "use_sliding_window",
+        "max_window_layers", "layer_types", "partial_rotary_factor",
+    }
+)  # fmt: skip
+#: Keys that change no FLOP, byte or parameter count: metadata, token ids, initialisation,
+#: numerics (eps, RoPE base), inference caching and router loss coefficients.
+IGNORED_KEYS = frozenset(
+    {
+        "architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+        "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
+        "rope_theta", "pretraining_tp", "output_router_logits", "router_aux_loss_coef",
+        "router_jitter_noise", "norm_topk_prob", "auto_map", "tokenizer_class",
+    }
+)  # fmt: skip
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"model file {str(path)!r} does not exist") from None
+    except OSError as error:
+        raise ConfigError(f"cannot read model file {str(path)!r}: {error.strerror}") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object, but got {type(config).__name__}")
+    return config
+
+
+def _int(config: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise ConfigError(f"{where}: missing key {key!r}")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{where}: {key!r} must be an integer, but got {key}={value!r}")
+    return value
+
+
+def _unmappable(where: str, key: str, value: Any, why: str) -> ConfigError:
+    return ConfigError(f"{where}: cannot map key {key!r} (= {value!r}): {why}")
+
+
+def _check_keys(config: Mapping[str, Any], where: str, model_type: str) -> None:
+    for key, value in config.items():
+        if key not in MAPPED_KEYS and key not in IGNORED_KEYS:
+            raise _unmappable(
+                where, key, value, f"not a key of the {model_type} architectures STAGE models"
+            )
+    wanted, _ = _ACTIVATIONS[model_type]
+    act = config.get("hidden_act", wanted)
+    if act != wanted:
+        raise _unmappable(where, "hidden_act", act, f"a {model_type} MLP uses {wanted!r}")
+    window = config.get("sliding_window")
+    if window is not None and config.get("use_sliding_window", True):
+        raise _unmappable(where, "sliding_window", window, "sliding-window attention")
+    types = config.get("layer_types")
+    if types is not None and set(types) - {"full_attention"}:
+        raise _unmappable(where, "layer_types", sorted(set(types)), "only full_attention layers")
+    step = config.get("decoder_sparse_step", 1)
+    if step != 1:
+        raise _unmappable(where, "decoder_sparse_step", step, "every layer must be MoE (1)")
+
+
+def _first_k_dense(config: Mapping[str, Any], where: str) -> int:
+    dense = config.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or dense != list(range(len(dense))):
+        raise _unmappable(where, "mlp_only_layers", dense, "only a prefix [0, …, k−1] of layers")
+    return len(dense)
+
+
+def _moe_fields(config: Mapping[str, Any], where: str, ffn: int) -> dict[str, Any]:
+    experts_key = "num_experts" if "num_experts" in config else "num_local_experts"
+    num_experts = _int(config, experts_key, where, 0)
+    if not num_experts:
+        return {}
+    return {
+        "num_experts": num_experts,
+        "top_k": _int(config, "num_experts_per_tok", where),
+        "expert_ffn": _int(config, "moe_intermediate_size", where, ffn),
+        "first_k_dense": _first_k_dense(config, where),
+    }
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """A model from a Hugging Face ``config.json`` (see the module docstring for the mapping).
+
+    The name is the enclosing folder's for a file called ``config.json``, else the file stem.
+    """
+    path = Path(path)
+    where = str(path)
+    config = _read(path)
+    model_type = config.get("model_type")
+    family = HF_FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None or not isinstance(model_type, str):
+        raise ConfigError(
+            f"{where}: unsupported model_type {model_type!r}; supported: {', '.join(HF_FAMILIES)}"
+        )
+    _check_keys(config, where, model_type)
+    attention_bias = bool(config.get("attention_bias", False))
+    if bool(config.get("mlp_bias", attention_bias)) != attention_bias:
+        raise ConfigError(f"{where}: `attention_bias` and `mlp_bias` must agree, but they differ")
+    heads = _int(config, "num_attention_heads", where)
+    max_position = _int(config, "max_position_embeddings", where)
+    rope_scaling = config.get("rope_scaling")
+    seq_len = max_position
+    if isinstance(rope_scaling, dict) and "original_max_position_embeddings" in rope_scaling:
+        seq_len = _int(rope_scaling, "original_max_position_embeddings", f"{where} rope_scaling")
+    ffn = _int(config, "intermediate_size", where)
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    try:
+        return ModelSpec(
+            name=name or "hf-model",
+            family=family,
+            layers=_int(config, "num_hidden_layers", where),
+            hidden=_int(config, "hidden_size", where),
+            ffn=ffn,
+            heads=heads,
+            kv_heads=_int(config, "num_key_value_heads", where, heads),
+            head_dim=config.get("head_dim") or 0,
+            vocab=_int(config, "vocab_size", where),
+            seq_len=seq_len,
+            max_position=max_position,
+            norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
+            activation=_ACTIVATIONS[model_type][1],
+            position=Position.ROTARY,
+            dropout=float(config.get("attention_dropout", 0.0) or 0.0) > 0.0,
+            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+            bias=attention_bias,
+            qk_norm=model_type in _QK_NORM_TYPES,
+            **_moe_fields(config, where, ffn),
+        )
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
