@@ -495,6 +495,7 @@ class AnalyticalBackend(BaseBackend):
             keys=sizes.get("S", point.workload.model.seq_len),
             head_dim=sizes.get("D", point.workload.model.head_dim),
             causal=True,  # decoder language models
+            attention_kernel=self.framework.attention_kernel,
         )
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:

@@ -34,6 +34,10 @@ Options (all booleans unless said):
   ring at the per-GPU scale-out bandwidth rather than hierarchically (DeepSpeed ZeRO-3 of 2021:
   per-parameter all-gathers over the whole data-parallel group; declared calibration: see
   :data:`FRAMEWORKS` ``deepspeed``).
+- ``attention_kernel`` (str or None) — the fused attention kernel the framework's software of
+  its time runs (``"fa2"``: FlashAttention-2), looked up in the accelerator's
+  ``attention_kernels``; None: the best kernel the preset lists (FA3 / cuDNN on Hopper, FA4 on
+  Blackwell).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -57,6 +61,7 @@ OPTION_FLAGS: dict[str, str] = {
     "pipeline_p2p_blocking": "Megatron --overlap-p2p-communication (off = blocking)",
     "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
+    "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
 }
@@ -79,6 +84,7 @@ class FrameworkProfile:
     pipeline_p2p_blocking: bool
     zero3_gathers: int
     zero3_flat_ring: bool
+    attention_kernel: str | None
     runtime_reserved_bytes: int
     allocator_overhead: float
 
@@ -96,6 +102,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `runtime_reserved_bytes` must be an int >= 0, "
                         f"but got {value!r}"
+                    )
+            elif option == "attention_kernel":
+                if value is not None and not (isinstance(value, str) and value):
+                    raise ConfigError(
+                        f"framework {self.name!r}: `attention_kernel` must be a kernel name or "
+                        f"None, but got {value!r}"
                     )
             elif option == "allocator_overhead":
                 if (
@@ -159,6 +171,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_p2p_blocking=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
+            attention_kernel=None,  # unfused core attention (the generator's GPT blocks)
             runtime_reserved_bytes=0,  # the published peaks are allocator figures
             allocator_overhead=0.0,
         ),
@@ -173,6 +186,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_p2p_blocking=False,
             zero3_gathers=2,
             zero3_flat_ring=False,
+            attention_kernel=None,  # Transformer Engine: cuDNN fused attention (FA3-class)
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),
@@ -181,13 +195,16 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             description="DeepSpeed ZeRO (Rajbhandari et al. SC'20) as run in Narayanan et al. "
             "SC'21 Table 2 and MT-NLG",
             source="https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training",
-            overlap_grad_reduce=True,  # overlap_comm (true by default under stage 3)
+            # overlap_comm: false by default, true by default under stage 3 (whose per-layer
+            # reduce-scatters run beside the backward here whatever this option says)
+            overlap_grad_reduce=False,
             overlap_param_gather=False,
             tp_comm_overlap=False,
             moe_comm_overlap=False,
             pipeline_p2p_blocking=True,
             zero3_gathers=3,
             zero3_flat_ring=True,
+            attention_kernel="fa2",
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),
@@ -202,6 +219,22 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_p2p_blocking=True,
             zero3_gathers=2,  # reshard_after_forward: gathered again for the backward
             zero3_flat_ring=False,
+            attention_kernel=None,  # PyTorch SDPA: cuDNN / flash backends of its release
+            runtime_reserved_bytes=1 * GIB,
+            allocator_overhead=0.05,
+        ),
+        FrameworkProfile(
+            name="llm-foundry-2023",
+            description="MosaicML LLM Foundry / Composer FSDP of 2023 (the MPT benchmarks)",
+            source="https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/benchmarking/README.md",
+            overlap_grad_reduce=True,
+            overlap_param_gather=True,
+            tp_comm_overlap=False,
+            moe_comm_overlap=False,
+            pipeline_p2p_blocking=True,
+            zero3_gathers=2,
+            zero3_flat_ring=False,
+            attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),

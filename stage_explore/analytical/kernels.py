@@ -16,7 +16,8 @@ efficiency of a large wave-aligned GEMM, and the kernel takes the larger of that
 its bytes at the achieved HBM bandwidth (roofline).
 
 **Attention.** A fused kernel (FlashAttention-2/3 style) reaches ``attention_forward`` or
-``attention_backward`` of the BF16 peak on long sequences at head dim 128, scaled by
+``attention_backward`` of the BF16 peak on long sequences at head dim 128 (or a named older
+kernel's figures, :attr:`~stage_explore.system.model.KernelModel.attention_kernels`), scaled by
 ``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
 sequence under a causal mask) — and by ``d / (d + d½)`` normalised to d = 128.
 
@@ -86,11 +87,18 @@ def gemm_efficiency(kernels: KernelModel, dtype: str, shape: tuple[int, int, int
 
 
 def attention_efficiency(
-    kernels: KernelModel, keys: float, head_dim: int, causal: bool, backward: bool
+    kernels: KernelModel,
+    keys: float,
+    head_dim: int,
+    causal: bool,
+    backward: bool,
+    kernel: str | None = None,
 ) -> float:
-    """The fraction of the BF16 peak a fused attention kernel reaches (module docstring)."""
+    """The fraction of the BF16 peak a fused attention kernel (``kernel``: a named one of the
+    accelerator's, else its best) reaches (module docstring)."""
     seen = keys / 2 if causal else keys
-    base = kernels.attention_backward if backward else kernels.attention_forward
+    forward_fraction, backward_fraction = kernels.attention(kernel)
+    base = backward_fraction if backward else forward_fraction
     half_d = kernels.attention_head_dim_half
     head = (head_dim / (head_dim + half_d)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + half_d))
     return base * min(1.0, head) * seen / (seen + kernels.attention_half_keys)
@@ -121,6 +129,7 @@ class KernelTimer:
     keys: int
     head_dim: int
     causal: bool
+    attention_kernel: str | None = None
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -132,8 +141,9 @@ class KernelTimer:
         if instr.kind == "attention":
             backward = instr.phase == "bwd"
             efficiency = attention_efficiency(
-                self.kernels, self.keys, self.head_dim, self.causal, backward
-            )
+                self.kernels, self.keys, self.head_dim, self.causal, backward,
+                self.attention_kernel,
+            )  # fmt: skip
             return max(memory_s, instr.flops / (accelerator.peak(self._bf16()) * efficiency))
         shape = gemm_shape(instr)
         if shape is None:  # element-wise, reductions, custom ops: CUDA cores, bandwidth-bound

@@ -81,6 +81,7 @@ _KERNEL_KEYS = (
     "attention_backward",
     "attention_half_keys",
     "attention_head_dim_half",
+    "attention_kernels",
 )
 _EFFICIENCY_KEYS = ("matmul_peak", "matmul_half_saturation_flops", "memory")
 _DIM_KEYS = (
@@ -230,6 +231,14 @@ def _kernels(table: _Table) -> KernelModel:
             )
         },
     }
+    if table.has("attention_kernels"):
+        named = table.table("attention_kernels")
+        kernels = {}
+        for kernel, pair in named.data.items():
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise named.fail(kernel, f"must be [forward, backward], but got {pair!r}")
+            kernels[kernel] = (pair[0], pair[1])
+        values["attention_kernels"] = kernels
     return _build(table, KernelModel, values)
 
 

@@ -108,7 +108,10 @@ class KernelModel:
     - ``attention_half_keys``: the keys per query row at which the kernel reaches half of that
       (causal attention sees half the keys on average);
     - ``attention_head_dim_half``: the head dim at which it reaches half (``d / (d + d½)``,
-      normalised to head dim 128).
+      normalised to head dim 128);
+    - ``attention_kernels``: other named attention kernels (e.g. ``fa2`` on a GPU whose best
+      kernel is FA3) as (forward, backward) fractions, for software that uses them (a framework
+      profile's ``attention_kernel``).
     """
 
     sm_count: int
@@ -119,8 +122,28 @@ class KernelModel:
     attention_backward: float
     attention_half_keys: float
     attention_head_dim_half: float
+    attention_kernels: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
+
+    def attention(self, kernel: str | None) -> tuple[float, float]:
+        """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
+        (``attention_forward``/``attention_backward``) when ``kernel`` is None or not listed."""
+        if kernel is not None and kernel in self.attention_kernels:
+            return self.attention_kernels[kernel]
+        return self.attention_forward, self.attention_backward
 
     def __post_init__(self) -> None:
+        named = {}
+        for kernel, pair in dict(self.attention_kernels).items():
+            values = tuple(pair)
+            if len(values) != 2:
+                raise ConfigError(
+                    f"kernels `attention_kernels.{kernel}` must be [forward, backward], "
+                    f"but got {pair!r}"
+                )
+            for value in values:
+                _fraction(value, f"kernels `attention_kernels.{kernel}`")
+            named[kernel] = (float(values[0]), float(values[1]))
+        object.__setattr__(self, "attention_kernels", named)
         for name in ("sm_count", "gemm_k_overhead"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -157,6 +180,11 @@ class KernelModel:
             "attention_backward": self.attention_backward,
             "attention_half_keys": self.attention_half_keys,
             "attention_head_dim_half": self.attention_head_dim_half,
+            **(
+                {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
+                if self.attention_kernels
+                else {}
+            ),
         }
 
 

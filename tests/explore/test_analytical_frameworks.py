@@ -14,6 +14,7 @@ from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Precision, Recompute
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import BlockTiming, time_block
@@ -31,7 +32,7 @@ from stage_explore.search.backends import create_backend, resolve_backend
 from stage_explore.system import load_system
 
 MODEL = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
-PARALLEL = ParallelConfig(tp=2, pp=2, dp=2, global_batch=16, sp=True, recompute="selective")
+PARALLEL = ParallelConfig(tp=2, pp=2, dp=2, global_batch=16, sp=True, recompute=Recompute.SELECTIVE)
 
 
 def test_the_registry_holds_the_four_frameworks_the_validation_maps_rows_to() -> None:
@@ -167,8 +168,8 @@ def test_a_flat_ring_over_nodes_is_slower_than_the_hierarchical_collective() -> 
 def _tflops(framework: str, dp: int, micro_batch: int) -> float:
     model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
     parallel = ParallelConfig(
-        dp=dp, micro_batch=micro_batch, global_batch=512, zero=3, recompute="full",
-        precision="fp16",
+        dp=dp, micro_batch=micro_batch, global_batch=512, zero=3, recompute=Recompute.FULL,
+        precision=Precision.FP16,
     )  # fmt: skip
     result = AnalyticalBackend(framework=framework).evaluate(
         model, parallel, load_system("a100-80gb")

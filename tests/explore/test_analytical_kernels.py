@@ -13,6 +13,7 @@ from stage_core.lower.bind import Instr
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.kernels import (
     KernelTimer,
@@ -25,8 +26,15 @@ from stage_explore.system import load_system, system_from_mapping
 from stage_explore.system.model import KernelModel
 
 H100 = load_system("h100-80gb")
-KERNELS = H100.accelerator.kernels
-assert KERNELS is not None
+
+
+def _kernels() -> KernelModel:
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    return kernels
+
+
+KERNELS = _kernels()
 
 
 def einsum(batch: int, m: int, n: int, k: int, names: tuple[str, str] = ("x", "w")) -> Instr:
@@ -100,7 +108,7 @@ def test_linear_means_a_weight_operand_or_a_weight_gradient() -> None:
 
 def test_fp8_speeds_up_only_the_linear_gemms() -> None:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
-    parallel = ParallelConfig(tp=2, dp=1, sp=True, global_batch=1, precision="fp8")
+    parallel = ParallelConfig(tp=2, dp=1, sp=True, global_batch=1, precision=Precision.FP8)
     block = bind_all(make_workload(model, parallel))["layer"]
     weights = frozenset(w.name for w in block.weights)
     fp8 = KernelTimer(H100.accelerator, KERNELS, "fp8", weights, 8192, 128, True)
@@ -122,7 +130,9 @@ def test_fp8_step_is_faster_but_far_from_twice_as_fast() -> None:
     model = get_flavor("llama3-8b").with_overrides(layers=4)
     times = {}
     for precision in ("bf16", "fp8"):
-        parallel = ParallelConfig(tp=2, dp=4, sp=True, global_batch=8, precision=precision)
+        parallel = ParallelConfig(
+            tp=2, dp=4, sp=True, global_batch=8, precision=Precision(precision)
+        )
         times[precision] = AnalyticalBackend().evaluate(model, parallel, H100).step_time_s
     assert 1.1 < times["bf16"] / times["fp8"] < 1.8
 
@@ -150,7 +160,7 @@ def test_the_gpu_presets_have_kernel_tables_and_link_efficiencies_that_round_tri
 def test_bad_kernel_values_are_config_errors(change: dict[str, object], message: str) -> None:
     values = {**KERNELS.to_dict(), "gemm_tile": KERNELS.gemm_tile, **change}
     with pytest.raises(ConfigError, match=message):
-        KernelModel(**values)  # type: ignore[arg-type]
+        KernelModel(**values)
 
 
 def test_an_unknown_kernel_key_in_a_file_names_it(tmp_path: object) -> None:
@@ -158,3 +168,21 @@ def test_an_unknown_kernel_key_in_a_file_names_it(tmp_path: object) -> None:
     data["accelerator"]["kernels"]["tile"] = 3
     with pytest.raises(ConfigError, match="accelerator.kernels.tile"):
         system_from_mapping(data)
+
+
+def test_a_named_older_attention_kernel_is_slower_and_unknown_names_fall_back() -> None:
+    best = attention_efficiency(KERNELS, 8192, 128, causal=True, backward=False)
+    fa2 = attention_efficiency(KERNELS, 8192, 128, causal=True, backward=False, kernel="fa2")
+    forward, _ = KERNELS.attention_kernels["fa2"]
+    assert fa2 / best == pytest.approx(forward / KERNELS.attention_forward)
+    assert attention_efficiency(KERNELS, 8192, 128, True, False, kernel="fa9") == best
+    with pytest.raises(ConfigError, match="attention_kernels.fa2"):
+        KernelModel(**{**KERNELS.to_dict(), "attention_kernels": {"fa2": (0.3,)}})
+
+
+def test_a_framework_on_fa2_is_slower_on_hopper_only_where_attention_runs() -> None:
+    model = get_flavor("llama3-8b").with_overrides(layers=2)
+    parallel = ParallelConfig(tp=2, dp=2, sp=True, global_batch=4)
+    fast = AnalyticalBackend(framework="fsdp").evaluate(model, parallel, H100)
+    slow = AnalyticalBackend(framework="llm-foundry-2023").evaluate(model, parallel, H100)
+    assert slow.breakdown["compute"] > fast.breakdown["compute"]
