@@ -16,7 +16,8 @@ exceed the accelerator's (peak bandwidth over peak FLOP/s).
 - **serve** (:func:`evaluate_serve`): a steady state of ``batch`` running sequences with
   prompts of ``prompt_len`` and ``output_len`` generated tokens. Co-located, every decode step
   also pays for the prefills of the ``batch/output_len`` requests that replace the finished
-  ones (vLLM's and SGLang's default scheduling, prefill first); disaggregated, a prefill pool
+  ones (vLLM's and SGLang's default scheduling, prefill first), prompts batched up to
+  ``prefill_tokens_per_step`` tokens per step (at least one prompt); disaggregated, a prefill pool
   and a decode pool run apart, the KV cache of each prompt crosses the scale-out network, and
   the slower pool sets the request rate.
 
@@ -45,14 +46,19 @@ from stage_core.serving import (
     serving_memory,
 )
 from stage_core.serving.config import Phase, ServingStep
+from stage_core.serving.program import ServingStage
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
+from stage_explore.analytical.kernels import ELEMENT_BYTES, KernelTimer
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
 )
 from stage_explore.system import System
 
+#: Prompt tokens one step prefills at most: TensorRT-LLM's default ``max_num_tokens`` (8192,
+#: ``tensorrt_llm/llmapi/llm_args.py``); a steady server batches short prompts up to it.
+DEFAULT_PREFILL_TOKENS_PER_STEP = 8192
 #: vLLM's default ``gpu_memory_utilization`` (docs.vllm.ai, engine arguments): the share of GPU
 #: memory the engine's tensors may take.
 DEFAULT_MEMORY_UTILIZATION = 0.9
@@ -109,21 +115,47 @@ class ServingEvaluation:
         return result
 
 
-def _timers(
-    backend: AnalyticalBackend, system: System, program: ServingProgram, stage: int
-) -> tuple[Callable[[Instr], float], Callable[[Instr], float]]:
-    """Per-instruction seconds on a rank of ``stage``: roofline compute, collectives over the
-    rank's groups on the backend's achieved network bandwidth."""
+def _compute_timer(
+    system: System, program: ServingProgram, stage: ServingStage
+) -> Callable[[Instr], float]:
+    """Seconds of a compute instruction: the accelerator's kernel model (GEMMs by shape, FP8
+    only on linear layers, attention over the ``T`` cached keys) as training uses it, else the
+    roofline. FP8 weights are read at one byte: the GEMM's shape is recovered as if its weight
+    were 16-bit (:func:`~stage_explore.analytical.kernels.gemm_shape` assumes so) and the
+    memory bound takes the bytes really moved."""
     accelerator = system.accelerator
     dtype = accelerator.precision_dtype(program.config.precision)
-    network = backend.achieved_network(system)
-    table = GroupTable(program.workload.mesh)
-    rank = program.workload.mesh.rank_of({"pp": stage})
+    kernels = accelerator.kernels
+    if kernels is None:
+        return lambda i: accelerator.compute_time_s(i.flops, i.bytes_read + i.bytes_written, dtype)
+    weights = frozenset(w.name for block in stage.blocks for w in block.weights)
+    sizes = program.workload.sizes
+    timer = KernelTimer(
+        accelerator, kernels, dtype, weights, keys=sizes["T"], head_dim=sizes["D"],
+        causal=sizes["S"] > 1,
+    )  # fmt: skip
+    widen = ELEMENT_BYTES // program.config.weight_bytes
+    if widen == 1:
+        return timer
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
 
     def compute_s(instr: Instr) -> float:
-        return accelerator.compute_time_s(
-            instr.flops, instr.bytes_read + instr.bytes_written, dtype
-        )
+        inputs = tuple((n, b * widen if n in weights else b) for n, b in instr.inputs)
+        busy = timer(replace(instr, bytes_read=0, bytes_written=0, inputs=inputs))
+        return max(busy, (instr.bytes_read + instr.bytes_written) / bandwidth)
+
+    return compute_s
+
+
+def _timers(
+    backend: AnalyticalBackend, system: System, program: ServingProgram, stage: ServingStage
+) -> tuple[Callable[[Instr], float], Callable[[Instr], float]]:
+    """Per-instruction seconds on a rank of ``stage``: compute by :func:`_compute_timer`,
+    collectives over the rank's groups on the backend's achieved network bandwidth."""
+    network = backend.achieved_network(system)
+    table = GroupTable(program.workload.mesh)
+    rank = program.workload.mesh.rank_of({"pp": stage.stage})
+    compute_s = _compute_timer(system, program, stage)
 
     def comm_s(instr: Instr) -> float:
         assert instr.collective is not None
@@ -143,7 +175,7 @@ def time_step(backend: AnalyticalBackend, system: System, program: ServingProgra
     bound_s = total_compute_s = 0.0
     flops = 0
     for stage in program.stages:
-        compute_s, comm_s = _timers(backend, system, program, stage.stage)
+        compute_s, comm_s = _timers(backend, system, program, stage)
         seconds = 0.0
         for block in stage.blocks:
             instrs = fuse_elementwise(block.fwd)
@@ -321,15 +353,22 @@ def evaluate_serve(
     prefill_instances: int = 0,
     decode_instances: int = 1,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    prefill_tokens_per_step: int = DEFAULT_PREFILL_TOKENS_PER_STEP,
 ) -> ServingEvaluation:
     """Steady serving of ``config.batch`` running sequences (module docstring). With
     ``prefill`` and ``prefill_instances`` the prefill runs on its own pool (disaggregated)."""
     decode_cfg = replace(
         config, phase=Phase.DECODE, context_len=mix.prompt_len + mix.output_len // 2
     )
+    if prefill_tokens_per_step < 1:
+        raise ConfigError(
+            f"`prefill_tokens_per_step` must be ≥ 1, but got {prefill_tokens_per_step!r}"
+        )
+    pool = prefill or config
+    prompts = max(1, prefill_tokens_per_step // mix.prompt_len)  # per dp rank and step
     one_prompt = replace(
-        prefill or config, phase=Phase.PREFILL, batch=(prefill or config).dp,
-        prompt_len=mix.prompt_len, context_len=0,
+        pool, phase=Phase.PREFILL, batch=pool.dp * prompts, prompt_len=mix.prompt_len,
+        context_len=0,
     )  # fmt: skip
     decode = evaluate_decode(backend, model, decode_cfg, system, memory_utilization)
     first = evaluate_prefill(backend, model, one_prompt, system, memory_utilization)

@@ -1,0 +1,134 @@
+"""Serving validation: the analytical serving model against published serving measurements.
+
+Reads ``stage_explore/data/serving_runs.csv`` (each row: source, URL and commit, model and its
+flavor, precision, GPU and system preset, tp/pp/ep, input and output lengths, the measured
+metric, what the source leaves uncertain). Every row is held out: no constant of the serving
+model was chosen by looking at one (the kernel and link constants come from the system presets,
+cited there).
+
+A row of ``output_tokens_per_s`` is a maximum-load throughput benchmark (every request queued at
+once, uniform lengths): the model serves the largest batch whose average sequence
+(``isl + osl/2`` tokens) fits in ``memory_utilization`` of the GPU, co-located prefill and
+decode (:func:`~stage_explore.analytical.serving.evaluate_serve`), and reports output tokens/s.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stage_core.errors import ConfigError, StageError
+from stage_core.models import get_flavor
+from stage_core.serving import Phase, ServingConfig, max_batch
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.serving import (
+    DEFAULT_MEMORY_UTILIZATION,
+    RequestMix,
+    evaluate_serve,
+)
+from stage_explore.system import load_system
+
+#: Where the shipped measurements live.
+SERVING_RUNS = Path(__file__).resolve().parents[1] / "data" / "serving_runs.csv"
+METRICS = ("output_tokens_per_s",)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRow:
+    """One published serving measurement and the model's prediction (NaN: not evaluated)."""
+
+    id: str
+    source: str
+    metric: str
+    measured: float
+    predicted: float
+    setup: str
+    note: str = ""
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+    def to_dict(self) -> dict[str, Any]:
+        evaluated = math.isfinite(self.predicted)
+        return {
+            "id": self.id, "source": self.source, "metric": self.metric,
+            "predicted": self.predicted if evaluated else None, "measured": self.measured,
+            "error": self.error if evaluated else None, "in_sample": False,
+            "setup": self.setup, "note": self.note,
+        }  # fmt: skip
+
+
+def _int(row: dict[str, str], key: str, line: int) -> int:
+    try:
+        return int(row[key])
+    except (KeyError, ValueError):
+        raise ConfigError(
+            f"serving_runs.csv line {line}: `{key}` must be an int, got {row.get(key)!r}"
+        ) from None
+
+
+def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> ServingRow:
+    """Predict one row (see the module docstring)."""
+    if row["metric"] not in METRICS:
+        raise ConfigError(
+            f"serving_runs.csv line {line}: metric {row['metric']!r} is not one of {METRICS}"
+        )
+    isl, osl = _int(row, "isl", line), _int(row, "osl", line)
+    tp, pp, ep = _int(row, "tp", line), _int(row, "pp", line), _int(row, "ep", line)
+    setup = f"tp{tp} pp{pp} ep{ep} {row['precision']} isl {isl} osl {osl} on {row['system']}"
+    measured = float(row["measured"])
+    try:
+        model = get_flavor(row["flavor"])
+        system = load_system(row["system"])
+        base = ServingConfig(
+            phase=Phase.DECODE, batch=1, tp=tp, pp=pp, ep=ep, precision=row["precision"],
+            kv_precision=row["kv_precision"], context_len=isl + osl // 2,
+        )  # fmt: skip
+        usable = int(system.accelerator.memory_bytes * DEFAULT_MEMORY_UTILIZATION)
+        batch = max_batch(model, base, usable)
+        if batch == 0:
+            return ServingRow(row["id"], row["source"], row["metric"], measured, math.nan,
+                              setup, "the model does not fit")  # fmt: skip
+        result = evaluate_serve(
+            backend, model, replace(base, batch=batch), system,
+            RequestMix(prompt_len=isl, output_len=osl),
+        )  # fmt: skip
+    except StageError as error:
+        return ServingRow(row["id"], row["source"], row["metric"], measured, math.nan, setup,
+                          f"not evaluated: {error}")  # fmt: skip
+    return ServingRow(
+        row["id"], row["source"], row["metric"], measured, result.tokens_per_s,
+        f"{setup}, batch {batch}",
+    )  # fmt: skip
+
+
+def validate_serving(path: Path | None = None) -> list[ServingRow]:
+    """Every row of the serving measurements, predicted."""
+    source = path or SERVING_RUNS
+    try:
+        with source.open(newline="") as file:
+            rows = list(csv.DictReader(file))
+    except OSError as error:
+        raise ConfigError(f"cannot read serving measurements {source}: {error}") from None
+    backend = AnalyticalBackend()
+    return [evaluate_row(row, line, backend) for line, row in enumerate(rows, start=2)]
+
+
+def serving_summary(rows: list[ServingRow]) -> dict[str, Any]:
+    """Per source: rows, held-out mean absolute error and the largest error."""
+    result: dict[str, Any] = {}
+    for source in sorted({r.source for r in rows}):
+        mine = [r for r in rows if r.source == source]
+        errors = [abs(r.error) for r in mine if math.isfinite(r.predicted)]
+        result[source] = {
+            "in_sample_mae": None,
+            "held_out_mae": sum(errors) / len(errors) if errors else None,
+            "max_abs_error": max(errors) if errors else None,
+            "evaluated": len(errors),
+            "rows": [r.to_dict() for r in mine],
+        }
+    return result
