@@ -49,11 +49,11 @@ from stage_core.serving.config import Phase, ServingStep
 from stage_core.serving.program import ServingStage
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
-from stage_explore.analytical.kernels import ELEMENT_BYTES, KernelTimer
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
 )
+from stage_explore.analytical.kernels import ELEMENT_BYTES, KernelTimer
 from stage_explore.system import System
 
 #: Prompt tokens one step prefills at most: TensorRT-LLM's default ``max_num_tokens`` (8192,
