@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from stage_core.lower import flops as flops_module
 from stage_core.lower.bind import Instr
 from stage_core.lower.program import ProgramSet, lower
 from stage_core.models import ModelSpec, get_flavor
@@ -206,3 +207,52 @@ def test_causal_fused_attention_is_half_the_full_square() -> None:
     (attention,) = [i for i in programs.blocks["layer"].fwd if i.kind == "attention"]
     s, h = model.seq_len, model.heads * model.head_dim
     assert attention.flops == 4 * s * s * h // 2 // 2
+
+
+# -- One attention-FLOP convention for every family (stage_core.lower.flops.AttentionFlops) --
+
+LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
+
+
+def _attention_core_full(model: ModelSpec, parallel: ParallelConfig, recomputed: bool) -> int:
+    """Attention-core FLOPs of a step over every (query, key) pair: forward ``4·B·s²·N·D`` per
+    layer (scores and context), backward twice that; plus one forward per recomputed layer."""
+    b, s, n_d = parallel.global_batch, model.seq_len, model.heads * model.head_dim
+    return (12 + (4 if recomputed else 0)) * b * s * s * n_d * model.layers
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+def test_full_convention_counts_every_pair_for_every_family(name: str) -> None:
+    # GPT emits Megatron's unfused core (every pair); Llama a fused causal kernel (half the
+    # pairs): under the default FULL convention both count the attention core over every pair.
+    model = GPT if name == "gpt" else LLAMA
+    parallel = ParallelConfig(tp=2, global_batch=2, micro_batch=1)
+    programs = lower(model, parallel)
+    model_flops, hardware = flops_module.step_flops(programs)
+    assert flops_module.DEFAULT_ATTENTION_FLOPS is flops_module.AttentionFlops.FULL
+    causal_model, causal_hardware = flops_module.step_flops(
+        programs, flops_module.AttentionFlops.CAUSAL
+    )
+    core = _attention_core_full(model, parallel, recomputed=False)
+    assert model_flops - causal_model == core // 2  # the causal convention counts half the core
+    assert hardware == model_flops and causal_hardware == causal_model  # no recompute here
+    if name == "gpt":
+        assert model_flops == model_flops_72(GPT, parallel)  # Megatron's formula is FULL
+
+
+def test_causal_convention_halves_the_gpt_formulas_attention_term() -> None:
+    parallel = ParallelConfig(tp=2, global_batch=4, micro_batch=2, recompute="full")
+    programs = lower(GPT, parallel)
+    b, s, layers, h = parallel.global_batch, GPT.seq_len, GPT.layers, GPT.hidden
+    model_flops, hardware = flops_module.step_flops(programs, flops_module.AttentionFlops.CAUSAL)
+    assert model_flops == model_flops_72(GPT, parallel) - 6 * b * s * s * layers * h
+    assert hardware == model_flops_96(GPT, parallel) - 8 * b * s * s * layers * h
+
+
+def test_the_convention_is_the_same_in_the_analytical_backend() -> None:
+    from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.system import load_system
+
+    parallel = ParallelConfig(tp=2, global_batch=2, micro_batch=1)
+    result = AnalyticalBackend().evaluate(LLAMA, parallel, load_system("h100-80gb"))
+    assert result.model_flops_per_step == flops_module.step_flops(lower(LLAMA, parallel))[0]
