@@ -7,6 +7,7 @@ rank templates), :mod:`~stage_core.chakra.reference` (slow encoder through the m
 :mod:`~stage_core.chakra.groups` (group ids and ``comm_group.json``),
 :mod:`~stage_core.chakra.traceset` (the in-memory trace set),
 :mod:`~stage_core.chakra.writer` (``.et`` files and the JSON form),
+:mod:`~stage_core.chakra.filesink` (writing many files, over forked workers),
 :mod:`~stage_core.chakra.reader` (decoding), :mod:`~stage_core.chakra.check` (soundness and
 totals), :mod:`~stage_core.chakra.dump` (the text dump), :mod:`~stage_core.chakra.examples`
 (small ready-made trace sets).
@@ -27,12 +28,14 @@ from stage_core.chakra.mapping import UnitScale, unit_scale
 from stage_core.chakra.reader import DecodedTrace, decode_trace, read_trace_file, read_trace_set
 from stage_core.chakra.traceset import ForeignNode, TraceSet, trace_set_from_programs
 from stage_core.chakra.writer import (
+    ClassColumns,
     RankClass,
     RankMember,
     WrittenTraceSet,
     expand_rank_classes,
     trace_file_name,
     trace_set_json,
+    write_class_columns,
     write_rank_classes,
     write_trace_json,
     write_trace_set,
@@ -43,6 +46,7 @@ __all__ = [
     "COMM_GROUP_FILE",
     "ChakraEncoder",
     "CheckReport",
+    "ClassColumns",
     "DecodedTrace",
     "ForeignNode",
     "GroupRegistry",
@@ -65,6 +69,7 @@ __all__ = [
     "trace_set_from_programs",
     "trace_set_json",
     "unit_scale",
+    "write_class_columns",
     "write_comm_groups",
     "write_rank_classes",
     "write_trace_json",

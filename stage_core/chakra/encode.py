@@ -28,8 +28,10 @@ attributes themselves (cached by value) are assembled per rank.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
 
 from stage_core.chakra.mapping import (
     GROUP,
@@ -40,13 +42,15 @@ from stage_core.chakra.mapping import (
     describe,
 )
 from stage_core.chakra.wire import (
-    SMALL_VARINTS,
     encode_int64,
     encode_length_delimited,
     encode_varint,
 )
 from stage_core.errors import ConfigError
 from stage_core.trace import NodeKind, TraceNode
+
+#: Layouts (see :meth:`RankTemplate._layout`) kept per template.
+_LAYOUT_CACHE_LIMIT = 64
 
 #: ``GlobalMetadata.version`` written in every file.
 CHAKRA_VERSION = "0.0.4"
@@ -304,6 +308,7 @@ class RankTemplate:
         self._encoder = encoder
         self._slots = slots
         self._parts, self._length_holes, self._slot_holes = parts
+        self._layouts: dict[tuple[int, ...], tuple[list[bytes], Callable[[list[bytes]], Any]]] = {}
 
     def emit_file(
         self,
@@ -336,17 +341,47 @@ class RankTemplate:
                 values.append(encoder.int_attribute(slot.attribute, peers[slot.index]))
             else:
                 values.append(encoder.int_attribute(slot.attribute, rank))
-        lengths = [len(value) for value in values]
-        parts = self._parts.copy()
-        for index, slot_number in self._slot_holes:
-            parts[index] = values[slot_number]
-        small = SMALL_VARINTS
+        lengths = tuple([len(value) for value in values])
+        layout = self._layouts.get(lengths)
+        if layout is None:
+            layout = self._layout(lengths)
+        chunks, pick = layout
+        return b"".join(pick(chunks + values))
+
+    def _layout(self, lengths: tuple[int, ...]) -> tuple[list[bytes], Callable[[list[bytes]], Any]]:
+        """The file for slot values of ``lengths``: static chunks (length prefixes filled in),
+        and a picker that orders chunks and slot values (appended after the chunks) into the
+        file's parts. Cached per ``lengths``: ranks whose slot values have equal lengths share
+        everything but the values themselves."""
+        parts: list[bytes | None] = list(self._parts)
         for index, base, refs in self._length_holes:
             length = base
             for slot_number in refs:
                 length += lengths[slot_number]
-            parts[index] = small[length] if length < 16384 else encode_varint(length)
-        return b"".join(parts)
+            parts[index] = encode_varint(length)
+        holes = dict(self._slot_holes)
+        chunks: list[bytes] = []
+        order: list[int] = []
+        run: list[bytes] = []
+        for index, part in enumerate(parts):
+            if index in holes:
+                chunks.append(b"".join(run))
+                order.append(len(chunks) - 1)
+                order.append(-1 - holes[index])
+                run = []
+            else:
+                assert part is not None
+                run.append(part)
+        chunks.append(b"".join(run))
+        order.append(len(chunks) - 1)
+        # Slot values follow the chunks in the list the picker reads.
+        resolved = [place if place >= 0 else len(chunks) - 1 - place for place in order]
+        picker = itemgetter(*resolved) if len(resolved) > 1 else (lambda items: (items[0],))
+        if len(self._layouts) >= _LAYOUT_CACHE_LIMIT:
+            self._layouts.clear()
+        layout = (chunks, picker)
+        self._layouts[lengths] = layout
+        return layout
 
 
 def encode_program(

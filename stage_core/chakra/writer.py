@@ -30,8 +30,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from stage_core.chakra.encode import CHAKRA_VERSION, ChakraEncoder, RankTemplate, encode_program
+from stage_core.chakra.filesink import write_file, write_rank_files
 from stage_core.chakra.groups import COMM_GROUP_FILE, GroupRegistry, write_comm_groups
 from stage_core.chakra.mapping import GROUP, OWN_RANK, attribute_plan, unit_scale
 from stage_core.chakra.schema import NodeType
@@ -46,6 +48,7 @@ ProgressCallback = Callable[[int, int], None]
 InvolvedDim = Callable[[tuple[int, ...] | None], tuple[bool, ...] | None]
 
 _NODE_TYPE_NAMES = {kind: NodeType(int(kind)).name for kind in NodeKind}
+_Key = TypeVar("_Key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +111,6 @@ def _prepare_directory(out_dir: Path | str, prefix: str, world_size: int) -> Pat
     return directory
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    try:
-        path.write_bytes(data)
-    except OSError as error:
-        raise ConfigError(f"cannot write {path}: {error}") from error
-
-
 class _Dims:
     """``involved_dim`` per pg_name, computed once per group."""
 
@@ -158,7 +154,7 @@ def write_trace_set(
         pg_names = assign_pg_names({rank: program}, registry)[rank]
         node_dims = [dims(name) for name in pg_names] if involved_dim is not None else None
         data = encode_program(encoder, program, rank, pg_names, node_dims)
-        _write_file(directory / trace_file_name(prefix, rank), data)
+        write_file(directory / trace_file_name(prefix, rank), data)
         nodes += len(program)
         total += len(data)
         if progress is not None:
@@ -176,15 +172,84 @@ def _class_order(classes: Sequence[RankClass]) -> list[tuple[int, int, RankMembe
         ),
         key=lambda item: item[0],
     )
-    ranks = [rank for rank, _, _ in order]
-    if ranks != list(range(len(ranks))) or not ranks:
-        repeated = sorted(rank for rank, count in Counter(ranks).items() if count > 1)
-        missing = sorted(set(range(max(ranks, default=-1) + 1)) - set(ranks))
+    _check_cover([rank for rank, _, _ in order])
+    return order
+
+
+def _check_cover(ranks: Sequence[int]) -> None:
+    """``ranks`` sorted must be 0 … N−1, each once; a ConfigError naming the faults otherwise."""
+    ordered = sorted(ranks)
+    if ordered != list(range(len(ordered))) or not ordered:
+        repeated = sorted(rank for rank, count in Counter(ordered).items() if count > 1)
+        missing = sorted(set(range(max(ordered, default=-1) + 1)) - set(ordered))
         raise ConfigError(
             "rank classes must cover ranks 0..N-1 exactly once, but ranks "
             f"{repeated[:8]} repeat and ranks {missing[:8]} are missing"
         )
-    return order
+
+
+@dataclass(frozen=True, slots=True)
+class ClassColumns:
+    """Ranks that run one program, their groups and peers given as columns (one per member).
+
+    ``program`` is written as run by ``rank``; ``ranks`` lists every member (``rank`` included).
+    ``groups`` maps each group of the program (``None``: all ranks) to a column holding, per
+    member, the index of that member's group in the group table passed to
+    :func:`write_class_columns`; ``peers`` maps each send/recv peer of the program to the
+    column of the members' peers. This is the form to use for many ranks: nothing per rank is
+    hashed but small integers.
+    """
+
+    program: Sequence[TraceNode]
+    rank: int
+    ranks: Sequence[int]
+    groups: Mapping[tuple[int, ...] | None, Sequence[int]]
+    peers: Mapping[int, Sequence[int]]
+
+
+def _program_slots(
+    program: Sequence[TraceNode],
+) -> tuple[list[tuple[int, ...] | None], list[int]]:
+    """The distinct groups of the program's collectives and peers of its sends and receives."""
+    groups: dict[tuple[int, ...] | None, None] = {}
+    peers: dict[int, None] = {}
+    for node in program:
+        if node.kind is NodeKind.COLL:
+            groups.setdefault(node.group)
+        elif node.kind is NodeKind.SEND or node.kind is NodeKind.RECV:
+            peers.setdefault(node.peer)
+    return list(groups), list(peers)
+
+
+def _columns_of(
+    classes: Sequence[RankClass],
+) -> tuple[list[ClassColumns], list[tuple[int, ...] | None]]:
+    """The column form of ``classes`` and its group table."""
+    table: dict[tuple[int, ...] | None, int] = {}
+    result = []
+    for rank_class in classes:
+        groups, peers = _program_slots(rank_class.program)
+        for member in rank_class.members:
+            if not set(member.groups) <= set(groups) or not set(member.peers) <= set(peers):
+                raise ConfigError(
+                    f"rank {member.rank}: its `groups`/`peers` maps name groups or peers that "
+                    f"the class program (written for rank {rank_class.rank}) does not use"
+                )
+        group_columns = {
+            group: [
+                table.setdefault(target, len(table))
+                for target in (member.groups.get(group, group) for member in rank_class.members)
+            ]
+            for group in groups
+        }
+        peer_columns = {
+            peer: [member.peers.get(peer, peer) for member in rank_class.members] for peer in peers
+        }
+        ranks = [member.rank for member in rank_class.members]
+        result.append(
+            ClassColumns(rank_class.program, rank_class.rank, ranks, group_columns, peer_columns)
+        )
+    return result, list(table)
 
 
 def write_rank_classes(
@@ -196,42 +261,119 @@ def write_rank_classes(
     bytes_per_element: int | None = None,
     involved_dim: InvolvedDim | None = None,
     progress: ProgressCallback | None = None,
+    workers: int | None = None,
 ) -> WrittenTraceSet:
     """Write the trace set of ``classes``: the same bytes as :func:`write_trace_set` on
     :func:`expand_rank_classes`, with each class's program encoded once.
     """
-    order = _class_order(classes)
-    world_size = len(order)
+    _class_order(classes)
+    columns, table = _columns_of(classes)
+    return write_class_columns(
+        out_dir,
+        columns,
+        table,
+        prefix,
+        units=units,
+        bytes_per_element=bytes_per_element,
+        involved_dim=involved_dim,
+        progress=progress,
+        workers=workers,
+    )
+
+
+def write_class_columns(
+    out_dir: Path | str,
+    classes: Sequence[ClassColumns],
+    group_table: Sequence[tuple[int, ...] | None],
+    prefix: str = "workload",
+    *,
+    units: str = "bytes",
+    bytes_per_element: int | None = None,
+    involved_dim: InvolvedDim | None = None,
+    progress: ProgressCallback | None = None,
+    workers: int | None = None,
+) -> WrittenTraceSet:
+    """Write the trace set of ``classes`` (see :class:`ClassColumns`): the same bytes as
+    :func:`write_trace_set` on the programs they stand for.
+
+    Group ids are assigned first, in one pass over the ranks in ascending order; then every
+    rank's file is emitted from its class template and written, over ``workers`` processes
+    (``None``: as many as there are CPUs, up to 4; see :mod:`stage_core.chakra.filesink`). The
+    bytes do not depend on ``workers``.
+    """
+    _check_cover([rank for rank_class in classes for rank in rank_class.ranks])
+    world_size = sum(len(rank_class.ranks) for rank_class in classes)
     encoder = ChakraEncoder(unit_scale(units, bytes_per_element))
     directory = _prepare_directory(out_dir, prefix, world_size)
     registry = GroupRegistry(world_size)
     dims = _Dims(involved_dim, registry)
-    templates: dict[int, RankTemplate] = {}
-    nodes = total = 0
-    for rank, index, member in order:
-        template = templates.get(index)
-        if template is None:
-            template = encoder.compile(classes[index].program, classes[index].rank)
-            templates[index] = template
-        if not set(member.groups) <= set(template.groups) or not set(member.peers) <= set(
-            template.peers
-        ):
-            raise ConfigError(
-                f"rank {rank}: its `groups`/`peers` maps name groups or peers that the class "
-                f"program (written for rank {classes[index].rank}) does not use"
-            )
-        member_groups, member_peers = member.groups, member.peers
-        pg_names = [registry.pg_name(member_groups.get(group, group)) for group in template.groups]
-        peers = [member_peers.get(peer, peer) for peer in template.peers]
-        node_dims = [dims(name) for name in pg_names] if involved_dim is not None else None
-        data = template.emit_file(rank, pg_names, peers, node_dims)
-        _write_file(directory / trace_file_name(prefix, rank), data)
-        nodes += len(classes[index].program)
-        total += len(data)
-        if progress is not None:
-            progress(rank + 1, world_size)
+    class_of = [0] * world_size
+    member_of = [0] * world_size
+    templates: list[RankTemplate] = []
+    group_columns: list[list[list[int]]] = []
+    peer_columns: list[list[list[int]]] = []
+    for index, rank_class in enumerate(classes):
+        for member, rank in enumerate(rank_class.ranks):
+            class_of[rank], member_of[rank] = index, member
+        template = encoder.compile(rank_class.program, rank_class.rank)
+        templates.append(template)
+        group_columns.append(
+            [_column(rank_class.groups, group, rank_class, "group") for group in template.groups]
+        )
+        peer_columns.append(
+            [_column(rank_class.peers, peer, rank_class, "peer") for peer in template.peers]
+        )
+    unset = object()
+    pg_of: list[object] = [unset] * len(group_table)
+    pg_names: list[list[str | None]] = []
+    for rank in range(world_size):
+        member = member_of[rank]
+        names: list[str | None] = []
+        for column in group_columns[class_of[rank]]:
+            index = column[member]
+            if not 0 <= index < len(group_table):
+                raise ConfigError(
+                    f"rank {rank}: group index {index} is outside the group table "
+                    f"(0..{len(group_table) - 1})"
+                )
+            name = pg_of[index]
+            if name is unset:
+                name = pg_of[index] = registry.pg_name(group_table[index])
+            assert name is None or isinstance(name, str)
+            names.append(name)
+        pg_names.append(names)
+
+    def emit(rank: int) -> bytes:
+        index, member = class_of[rank], member_of[rank]
+        names = pg_names[rank]
+        node_dims = [dims(name) for name in names] if involved_dim is not None else None
+        peers = [column[member] for column in peer_columns[index]]
+        return templates[index].emit_file(rank, names, peers, node_dims)
+
+    total = write_rank_files(
+        directory,
+        lambda rank: trace_file_name(prefix, rank),
+        emit,
+        world_size,
+        workers=workers,
+        progress=progress,
+    )
     write_comm_groups(directory / COMM_GROUP_FILE, registry.groups)
+    nodes = sum(len(rank_class.program) * len(rank_class.ranks) for rank_class in classes)
     return WrittenTraceSet(directory, prefix, world_size, registry.groups, nodes, total)
+
+
+def _column(
+    columns: Mapping[_Key, Sequence[int]], key: _Key, rank_class: ClassColumns, what: str
+) -> list[int]:
+    column = columns.get(key)
+    if column is None or len(column) != len(rank_class.ranks):
+        raise ConfigError(
+            f"the class of rank {rank_class.rank} needs a column of {len(rank_class.ranks)} "
+            f"entries for its {what} {key!r}, but got "
+            f"{'none' if column is None else len(column)}"
+        )
+    return [int(value) for value in column]
 
 
 def expand_rank_classes(classes: Sequence[RankClass]) -> dict[int, tuple[TraceNode, ...]]:

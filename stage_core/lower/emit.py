@@ -1,9 +1,10 @@
 """Emitting a program set: Chakra files for every rank, readable JSON, and the symmetric form.
 
 The ranks of one pipeline stage run one template (:mod:`stage_core.lower.nodes`); they differ
-only in their communicator groups and peers. :func:`rank_classes` computes every group once per
+only in their communicator groups and peers. :func:`class_columns` computes every group once per
 (axes, group) with numpy — never once per rank — and hands the Chakra writer one class per
-stage, which it encodes once and re-emits per rank with the differing fields patched.
+stage with the members' groups and peers as integer columns; the writer encodes each class once
+and re-emits it per rank with the differing fields patched.
 
 The symmetric form (``symmetric.json``, documented in ``docs/trace-formats.md``) stores the
 mesh, one node list per stage with groups as mesh axes and peers as shifts, and the rank map:
@@ -20,13 +21,14 @@ from typing import Any
 import numpy as np
 
 from stage_core.chakra.writer import (
+    ClassColumns,
     RankClass,
     RankMember,
     WrittenTraceSet,
-    write_rank_classes,
+    write_class_columns,
     write_trace_json,
 )
-from stage_core.lower.nodes import ProgramNode, materialize, pipeline_ends, stage_nodes
+from stage_core.lower.nodes import ProgramNode, materialize, stage_nodes
 from stage_core.lower.program import PIPELINE_ENDS, ProgramSet
 from stage_core.mesh import Mesh
 from stage_core.trace import NodeKind
@@ -35,77 +37,110 @@ ProgressCallback = Callable[[int, int], None]
 
 
 class GroupTable:
-    """Communicator groups of a mesh, computed per axes set with numpy and shared as tuples."""
+    """Communicator groups of a mesh, computed per axes set with numpy and shared as tuples.
+
+    Every group gets an index in :attr:`table` (index 0 is ``None``, all ranks), so the ranks'
+    groups can be handed to the Chakra writer as columns of small integers.
+    """
 
     def __init__(self, mesh: Mesh) -> None:
         self.names = mesh.names
         self.shape = tuple(int(mesh.size(n)) for n in self.names)
         self.ranks = np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
-        self._groups: dict[tuple[str, ...], tuple[list[tuple[int, ...]], np.ndarray]] = {}
+        self.table: list[tuple[int, ...] | None] = [None]
+        self._groups: dict[tuple[str, ...], tuple[int, np.ndarray]] = {}
 
-    def _table(self, axes: tuple[str, ...]) -> tuple[list[tuple[int, ...]], np.ndarray]:
-        if axes not in self._groups:
-            inside = [self.names.index(a) for a in self.names if a in axes]
-            outside = [i for i in range(len(self.names)) if i not in inside]
-            size = int(np.prod([self.shape[i] for i in inside])) if inside else 1
-            rows = self.ranks.transpose(outside + inside).reshape(-1, size)
-            groups = [tuple(int(r) for r in row) for row in rows]
+    def _rows(self, axes: tuple[str, ...]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """The groups of ``axes`` and, per rank, the row of its group."""
+        if axes == (PIPELINE_ENDS,):
+            stages = self.names.index("pp")
+            by_stage = np.moveaxis(self.ranks, stages, 0).reshape(self.shape[stages], -1)
+            first, last = by_stage[0].tolist(), by_stage[-1].tolist()
             row_of = np.empty(self.ranks.size, dtype=np.int64)
-            row_of[rows.reshape(-1)] = np.repeat(np.arange(rows.shape[0]), size)
-            self._groups[axes] = (groups, row_of)
+            row_of[by_stage] = np.arange(by_stage.shape[1])
+            return list(zip(first, last, strict=True)), row_of
+        inside = [self.names.index(a) for a in self.names if a in axes]
+        outside = [i for i in range(len(self.names)) if i not in inside]
+        size = int(np.prod([self.shape[i] for i in inside])) if inside else 1
+        rows = self.ranks.transpose(outside + inside).reshape(-1, size)
+        row_of = np.empty(self.ranks.size, dtype=np.int64)
+        row_of[rows.reshape(-1)] = np.repeat(np.arange(rows.shape[0]), size)
+        return [tuple(row) for row in rows.tolist()], row_of
+
+    def _index(self, axes: tuple[str, ...]) -> tuple[int, np.ndarray]:
+        if axes not in self._groups:
+            groups, row_of = self._rows(axes)
+            self._groups[axes] = (len(self.table), row_of)
+            self.table.extend(groups)
         return self._groups[axes]
 
     def group(self, rank: int, axes: tuple[str, ...]) -> tuple[int, ...]:
-        if axes == (PIPELINE_ENDS,):
-            return pipeline_ends(rank, self.names, self.shape)
-        groups, row_of = self._table(axes)
-        return groups[int(row_of[rank])]
+        """The group of ``rank`` over ``axes`` (sorted ranks)."""
+        offset, row_of = self._index(axes)
+        group = self.table[offset + int(row_of[rank])]
+        assert group is not None
+        return group
 
-    def shifted(self, rank: int, axis: str, shift: int) -> int:
-        index = list(np.unravel_index(rank, self.shape))
+    def column(self, ranks: np.ndarray, axes: tuple[str, ...]) -> list[int]:
+        """The :attr:`table` index of the group over ``axes`` of each of ``ranks``."""
+        offset, row_of = self._index(axes)
+        return (row_of[ranks] + offset).tolist()  # type: ignore[no-any-return]
+
+    def shifted(self, ranks: np.ndarray, axis: str, shift: int) -> list[int]:
+        """The rank ``shift`` steps along ``axis`` (wrapping) from each of ``ranks``."""
+        coords = list(np.unravel_index(ranks, self.shape))
         position = self.names.index(axis)
-        index[position] = (index[position] + shift) % self.shape[position]
-        return int(self.ranks[tuple(index)])
+        coords[position] = (coords[position] + shift) % self.shape[position]
+        return np.ravel_multi_index(tuple(coords), self.shape).tolist()  # type: ignore[no-any-return]
+
+    def stage_ranks(self, stage: int) -> np.ndarray:
+        """The ranks of pipeline stage ``stage``, ascending."""
+        ranks: np.ndarray = np.moveaxis(self.ranks, self.names.index("pp"), 0)[stage]
+        return np.sort(ranks.reshape(-1))
 
 
-def rank_classes(programs: ProgramSet) -> list[RankClass]:
-    """One Chakra rank class per pipeline stage."""
-    table = GroupTable(programs.workload.mesh)
+def class_columns(programs: ProgramSet) -> tuple[list[ClassColumns], list[tuple[int, ...] | None]]:
+    """One Chakra rank class per pipeline stage, in column form, and the group table."""
+    mesh = programs.workload.mesh
+    table = GroupTable(mesh)
+    world = programs.workload.world_size
     classes = []
     for stage in programs.stages:
         template = stage_nodes(programs, stage)
-        ranks = programs.ranks(stage.stage)
-        representative = ranks[0]
-        program = list(materialize(template, representative, programs.workload.mesh))
-        group_axes = sorted(
-            {item.group_axes for item in template if item.node.kind == NodeKind.COLL}
-        )
-        peer_keys = sorted(
-            {
-                (item.peer_axis, item.peer_shift)
-                for item in template
-                if item.node.kind in (NodeKind.SEND, NodeKind.RECV)
-            }
-        )
-        world = programs.workload.world_size
-        # Groups of every rank are written without pg_name (None): the same for every member.
-        group_axes = [a for a in group_axes if len(table.group(representative, a)) < world]
-        rep_groups = {axes: table.group(representative, axes) for axes in group_axes}
-        rep_peers = {key: table.shifted(representative, *key) for key in peer_keys}
+        ranks = table.stage_ranks(stage.stage)
+        representative = int(ranks[0])
+        program = list(materialize(template, representative, mesh))
+        # A group of every rank is written without pg_name (None), the same for every member.
+        by_group: dict[tuple[int, ...] | None, list[int]] = {}
+        for item in template:
+            if item.node.kind == NodeKind.COLL:
+                group = table.group(representative, item.group_axes)
+                if len(group) < world and group not in by_group:
+                    by_group[group] = table.column(ranks, item.group_axes)
+        if any(node.kind == NodeKind.COLL and node.group is None for node in program):
+            by_group[None] = [0] * len(ranks)
+        by_peer: dict[int, list[int]] = {}
+        for item in template:
+            if item.node.kind in (NodeKind.SEND, NodeKind.RECV):
+                key = (item.peer_axis, item.peer_shift)
+                column = table.shifted(ranks, *key)
+                by_peer.setdefault(column[0], column)
+        classes.append(ClassColumns(program, representative, ranks.tolist(), by_group, by_peer))
+    return classes, table.table
+
+
+def rank_classes(programs: ProgramSet) -> list[RankClass]:
+    """The classes of :func:`class_columns` with one :class:`RankMember` per rank (the general
+    form of the Chakra writer; slower for many ranks, kept to cross-check the column form)."""
+    columns, table = class_columns(programs)
+    classes = []
+    for rank_class in columns:
         members = []
-        for rank in ranks:
-            groups: dict[tuple[int, ...] | None, tuple[int, ...] | None] = (
-                {rep_groups[a]: table.group(rank, a) for a in group_axes}
-                if rank != representative
-                else {}
-            )
-            peers = (
-                {rep_peers[k]: table.shifted(rank, *k) for k in peer_keys}
-                if rank != representative
-                else {}
-            )
+        for member, rank in enumerate(rank_class.ranks):
+            groups = {group: table[column[member]] for group, column in rank_class.groups.items()}
+            peers = {peer: column[member] for peer, column in rank_class.peers.items()}
             members.append(RankMember(rank, groups, peers))
-        classes.append(RankClass(program, representative, members))
+        classes.append(RankClass(rank_class.program, rank_class.rank, members))
     return classes
 
 
@@ -116,15 +151,23 @@ def write_chakra(
     *,
     units: str = "bytes",
     progress: ProgressCallback | None = None,
+    workers: int | None = None,
 ) -> WrittenTraceSet:
-    """``<prefix>.<rank>.et`` for every rank and ``comm_group.json``."""
-    return write_rank_classes(
+    """``<prefix>.<rank>.et`` for every rank and ``comm_group.json``.
+
+    ``workers``: processes writing files (``None``: one per CPU, up to 4); the bytes written do
+    not depend on it.
+    """
+    classes, table = class_columns(programs)
+    return write_class_columns(
         out_dir,
-        rank_classes(programs),
+        classes,
+        table,
         prefix,
         units=units,
         bytes_per_element=2 if units == "stage" else None,
         progress=progress,
+        workers=workers,
     )
 
 
