@@ -6,7 +6,9 @@ The model and parallel options are those of every subcommand (:mod:`stage_explor
 (:func:`stage_explore.search.backends.resolve_backend`). ``--compare`` evaluates the point with
 the analytical backend too and shows both. The text output is a table; ``--json`` prints
 :meth:`Evaluation.to_dict` (plus ``model``, ``system``, ``parallel`` and, with ``--compare``,
-``analytical``); NaN (the times of a point that was not simulated) is printed as ``null``.
+``analytical`` and ``comparison``: the gap split into compute and exposed communication with
+its causes, :mod:`stage_explore.astrasim.compare`); NaN (the times of a point that was not
+simulated) is printed as ``null``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, run_serving
 from stage_explore.evaluation import Evaluation
+
+if TYPE_CHECKING:
+    from stage_core.models.spec import ModelSpec
+    from stage_core.parallel.config import ParallelConfig
+    from stage_explore.astrasim.compare import GapExplanation
+    from stage_explore.system.model import System
 
 GIB = 2**30
 
@@ -85,10 +93,12 @@ def run(args: argparse.Namespace) -> int:
         preflight()
     result = backend.evaluate(model, parallel, system)
     reference = None
+    gap = None
     if args.compare:
         reference = create_backend(resolve_backend("analytical"), options).evaluate(
             model, parallel, system
         )
+        gap = _explain(backend, result, reference, model, parallel, system)
     if args.json:
         payload = {
             "model": model.name,
@@ -98,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if reference is not None:
             payload["analytical"] = reference.to_dict()
+        if gap is not None:
+            payload["comparison"] = gap.to_dict()
         print(json.dumps(_finite(payload), indent=1))
         return 0
     print(f"{model.name} on {system.name}: {_describe(parallel.to_dict())}")
@@ -105,10 +117,39 @@ def run(args: argparse.Namespace) -> int:
     if reference is not None:
         columns.append(("analytical", reference))
     print(format_table(columns))
+    if gap is not None:
+        from stage_explore.astrasim.compare import format_gap
+
+        print(format_gap(gap))
     for name, evaluation in columns:
         if not evaluation.feasible:
             print(f"infeasible ({name}): {evaluation.reason}")
     return 0
+
+
+def _explain(
+    backend: object,
+    result: Evaluation,
+    reference: Evaluation,
+    model: ModelSpec,
+    parallel: ParallelConfig,
+    system: System,
+) -> GapExplanation | None:
+    """ASTRA-sim against the analytical model, split into compute and waiting, with causes
+    (:mod:`stage_explore.astrasim.compare`); None for other backends or unsimulated points."""
+    from stage_core.lower.program import lower
+    from stage_explore.analytical.parts import compute_dtype
+    from stage_explore.astrasim import AstraSimBackend
+    from stage_explore.astrasim.compare import explain_gap
+
+    if not isinstance(backend, AstraSimBackend) or not math.isfinite(result.step_time_s):
+        return None
+    if not math.isfinite(reference.step_time_s):
+        return None
+    return explain_gap(
+        result, reference, lower(model, parallel), system,
+        dtype=compute_dtype(parallel, system), settings=backend.settings,
+    )  # fmt: skip
 
 
 def format_table(columns: list[tuple[str, Evaluation]]) -> str:

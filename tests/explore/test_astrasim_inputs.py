@@ -10,9 +10,9 @@ and ``shared/reference/chakra_et.md`` (trace files, comm_group.json).
 - the trace set passes ``stage_core.chakra`` read + check;
 - the files this backend writes are accepted by the exact ASTRA-sim-equivalent simulator
   (``stage_explore.analytical.tracesim``, which reproduces the reference run to the ns): every
-  rank runs to completion. This is the best stand-in available here for "ASTRA-sim runs our files
-  to completion" — it is NOT evidence from the real binary (test_astrasim_real.py is, where
-  ASTRA-sim is installed).
+  rank runs to completion. This is NOT evidence from the real binary; the real binary runs the
+  same kind of files in test_astrasim_real.py and the conformance matrix
+  (test_astrasim_conformance.py), skipped where it is not installed.
 """
 
 from __future__ import annotations
@@ -321,3 +321,15 @@ def test_default_settings_are_the_reference_run_settings() -> None:
     assert (settings.endpoint_delay_ns, settings.preferred_dataset_splits) == (10, 4)
     assert settings.active_chunks_per_dimension == 1
     assert settings.collective_optimization == "localBWAware"
+
+
+def test_scheduling_policy_is_written_and_checked(tmp_path: Path) -> None:
+    model, parallel = point(GOLDEN_POINT)
+    backend = AstraSimBackend(scheduling_policy="FIFO")
+    inputs = backend.write_inputs(model, parallel, A100, tmp_path)
+    assert json.loads(inputs.system_json.read_text())["scheduling-policy"] == "FIFO"
+    assert astra_config_from_files(inputs.system_json, inputs.network_yml).scheduling_policy == (
+        "FIFO"
+    )
+    with pytest.raises(ConfigError, match=r"`scheduling_policy` must be one of .*'RR'"):
+        AstraSimBackend(scheduling_policy="RR")

@@ -1,15 +1,17 @@
 """Finding ASTRA-sim, running it, and judging the run — with STAND-IN executables.
 
-ASTRA-sim is not installed here, so each test writes a small Python script into ``tmp_path``,
-makes it executable and points the backend at it. A stand-in tests process handling only:
-discovery order, the command line, the working directory, timeouts (the whole process group is
-killed), signals, exit codes, missing ranks, the output tail in errors, scratch directories.
+These tests must not depend on the real binary, so each writes a small Python script into
+``tmp_path``, makes it executable and points the backend at it. A stand-in tests process
+handling only: discovery order, the command line, the working directory, timeouts (the whole
+process group is killed), signals, exit codes, missing ranks, the output tail in errors, scratch
+directories.
 
 One stand-in goes further: it reads the files named on its command line exactly as the reference
 describes them and times them with the ASTRA-sim-equivalent trace simulator, printing
 ASTRA-sim's output lines. It proves that the command line names a complete, consistent input
 set and that the backend turns the printed numbers into the Evaluation correctly. It says
-nothing about what the real binary would print (see test_astrasim_real.py for that).
+nothing about what the real binary would print or accept: that is the job of
+test_astrasim_real.py and test_astrasim_conformance.py, which run the real binary.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from stage_explore.astrasim import (
     step_flops,
     write_inputs,
 )
+from stage_explore.astrasim.run import TEARDOWN_ATTEMPTS
 from stage_explore.search.backends import create_backend, resolve_backend
 from stage_explore.system import astra_config_from_files, load_system
 
@@ -85,6 +88,21 @@ if behaviour in ("ok", "omit", "extra"):
         print(f"[2026-12-02 16:39:25.704] [workload] [info] sys[{{rank}}] finished, "
               f"{{1000 + rank}} cycles, exposed communication {{400 + rank}} cycles.")
         print(f"[2026-12-02 16:39:25.704] [statistics] [info] sys[{{rank}}], GPU time: 600")
+if behaviour in ("teardown", "cut-short-once", "cut-short-always"):
+    # ASTRA-sim's exit-time double free: results printed (all, or cut short), then SIGABRT
+    with open("attempts", "a+") as counter:
+        counter.write("x")
+        counter.seek(0)
+        attempt = len(counter.read())
+    partial = behaviour == "cut-short-always" or (behaviour == "cut-short-once" and attempt == 1)
+    for rank in ranks[:2] if partial else ranks:
+        print(f"[workload] [info] sys[{{rank}}] finished, 1000 cycles, "
+              "exposed communication 400 cycles.")
+        print(f"[statistics] [info] sys[{{rank}}], GPU time: 600")
+    print("malloc_consolidate(): unaligned fastbin chunk detected", flush=True)
+    if behaviour == "cut-short-once" and not partial:
+        sys.exit(0)
+    os.abort()
 if behaviour == "chatty-fail":
     for line in range(100):
         print(f"line {{line}}")
@@ -324,6 +342,30 @@ def test_a_run_that_does_not_complete_is_an_astra_sim_error(
     assert "--- last" in str(error)
     if behaviour == "exit":
         assert error.tail[-1] == "error: cannot parse system.json"  # stderr is captured too
+
+
+def test_a_crash_after_every_rank_finished_is_a_complete_run(tmp_path: Path) -> None:
+    """ASTRA-sim 518bd51 may abort in its teardown (a double free) after printing every result."""
+    binary = stand_in(tmp_path / "astra", "teardown")
+    run = run_astra_sim(binary, four_rank_inputs(tmp_path / "run"), timeout_s=30)
+    assert sorted(run.report.ranks) == [0, 1, 2, 3]
+    assert run.teardown_crash.startswith("ASTRA-sim was killed by SIGABRT")
+    assert "after every rank finished" in run.teardown_crash
+    assert (tmp_path / "run" / "attempts").read_text() == "x"  # not run again
+
+
+def test_a_teardown_crash_that_cut_the_report_short_is_run_again(tmp_path: Path) -> None:
+    binary = stand_in(tmp_path / "astra", "cut-short-once")
+    run = run_astra_sim(binary, four_rank_inputs(tmp_path / "run"), timeout_s=30)
+    assert sorted(run.report.ranks) == [0, 1, 2, 3] and run.teardown_crash == ""
+    assert (tmp_path / "run" / "attempts").read_text() == "xx"
+
+
+def test_a_report_cut_short_every_time_is_an_astra_sim_error(tmp_path: Path) -> None:
+    binary = stand_in(tmp_path / "astra", "cut-short-always")
+    with pytest.raises(AstraSimError, match=r"killed by SIGABRT.*2 of 4 ranks printed no"):
+        run_astra_sim(binary, four_rank_inputs(tmp_path / "run"), timeout_s=30)
+    assert (tmp_path / "run" / "attempts").read_text() == "x" * TEARDOWN_ATTEMPTS
 
 
 def test_the_tail_is_the_last_twenty_lines(tmp_path: Path) -> None:

@@ -1,0 +1,181 @@
+"""Why ASTRA-sim and the analytical model differ on one design point (``stage eval --compare``).
+
+Holds :class:`GapPart`, :class:`GapExplanation` and :func:`explain_gap`. The step of each
+backend splits into two parts that mean the same thing on both sides:
+
+- **compute**: the slowest rank's kernels. ASTRA-sim times each compute node at the roofline
+  *peak* (``peak-perf``, ``local-mem-bw``, no efficiency); the analytical model at the
+  accelerator's calibrated efficiencies (matmul efficiency curve, memory efficiency) plus its
+  own kernel model. To separate the two causes, the slowest rank's compute nodes are timed
+  again both ways here: at the roofline peak (which must equal ASTRA-sim's reported GPU time:
+  ``roofline_check``) and with the calibrated efficiencies (``Accelerator.compute_time_s``).
+- **exposed communication and waiting**: everything else. ASTRA-sim runs one collective at a
+  time per rank in issue order, with its algorithm per network dim at the full link bandwidth
+  in ``preferred-dataset-splits`` chunks, and counts pipeline waits as exposed communication;
+  the analytical model uses α–β collectives at the achieved (NCCL-level) bandwidth and overlaps
+  gradient synchronisation with the backward pass as the framework does, with the pipeline
+  bubble its own component.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stage_core.lower.nodes import stage_nodes
+from stage_core.lower.program import ProgramSet
+from stage_core.trace import NodeKind
+from stage_explore.analytical.tracesim import AstraTimingModel
+from stage_explore.astrasim.inputs import AstraSettings, astra_config
+from stage_explore.evaluation import Evaluation
+from stage_explore.system.model import System
+
+COMPUTE_WHY = (
+    "ASTRA-sim runs every kernel at the roofline peak ({peak:.0f} TFLOP/s, {bandwidth:.0f} GB/s, "
+    "no efficiency); the analytical model at calibrated efficiency (matmul up to "
+    "{matmul:.0%} of peak, memory {memory:.0%} of bandwidth). The same kernels at calibrated "
+    "efficiency take {calibrated:.4f} s."
+)
+WAIT_WHY = (
+    "ASTRA-sim: one collective at a time per rank in issue order, its algorithm on each network "
+    "dim at full link bandwidth in {splits} chunks, pipeline waits counted as exposed "
+    "communication; analytical: α-β collectives at achieved (NCCL-level) bandwidth, gradient "
+    "sync overlapped with the backward pass, the pipeline bubble its own component."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GapPart:
+    """One part of the step on both backends (seconds) and why they differ."""
+
+    astra_sim_s: float
+    analytical_s: float
+    why: str
+
+    @property
+    def gap_s(self) -> float:
+        return self.astra_sim_s - self.analytical_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "astra_sim_s": self.astra_sim_s,
+            "analytical_s": self.analytical_s,
+            "gap_s": self.gap_s,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GapExplanation:
+    """The step gap split into compute and exposed communication/waiting.
+
+    ``compute_at_peak_s`` and ``compute_at_calibrated_efficiency_s``: the slowest ASTRA-sim
+    rank's compute nodes timed at the roofline peak and with the calibrated efficiencies;
+    ``roofline_check``: the former equals ASTRA-sim's GPU time for that rank (to the ns).
+    """
+
+    step: GapPart
+    compute: GapPart
+    exposed_communication_and_waiting: GapPart
+    compute_at_peak_s: float
+    compute_at_calibrated_efficiency_s: float
+    roofline_check: bool
+    slowest_rank: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step.to_dict(),
+            "compute": self.compute.to_dict(),
+            "exposed_communication_and_waiting": self.exposed_communication_and_waiting.to_dict(),
+            "compute_at_peak_s": self.compute_at_peak_s,
+            "compute_at_calibrated_efficiency_s": self.compute_at_calibrated_efficiency_s,
+            "roofline_check": self.roofline_check,
+            "slowest_rank": self.slowest_rank,
+        }
+
+
+def is_waiting(component: str) -> bool:
+    """A breakdown component that is communication or waiting rather than kernels."""
+    return any(word in component for word in ("exposed", "bubble", "idle", "wait"))
+
+
+def explain_gap(
+    astra: Evaluation,
+    analytical: Evaluation,
+    programs: ProgramSet,
+    system: System,
+    *,
+    dtype: str,
+    settings: AstraSettings | None = None,
+) -> GapExplanation:
+    """Split the gap between ``astra`` (an ASTRA-sim evaluation of ``programs``) and
+    ``analytical`` into compute and exposed communication/waiting, with the causes."""
+    settings = AstraSettings() if settings is None else settings
+    rank = int(astra.extra.get("slowest_rank", 0))
+    stage = programs.stages[programs.stage_of(rank)]
+    config = astra_config(
+        system, num_gpus=programs.workload.world_size, dtype=dtype, settings=settings
+    )
+    peak_model = AstraTimingModel(config)
+    accelerator = system.accelerator
+    peak_ns = 0
+    calibrated_s = 0.0
+    for item in stage_nodes(programs, stage):
+        node = item.node
+        if node.kind is NodeKind.COMP:
+            peak_ns += peak_model.compute(node)
+            calibrated_s += accelerator.compute_time_s(node.flops, node.tensor_bytes, dtype)
+    astra_compute = astra.breakdown.get("compute", 0.0)
+    analytical_compute = sum(v for k, v in analytical.breakdown.items() if not is_waiting(k))
+    analytical_waiting = sum(v for k, v in analytical.breakdown.items() if is_waiting(k))
+    efficiency = accelerator.efficiency
+    compute_why = COMPUTE_WHY.format(
+        peak=config.peak_perf_tflops, bandwidth=config.local_mem_bw_gbps,
+        matmul=efficiency.matmul_peak, memory=efficiency.memory, calibrated=calibrated_s,
+    )  # fmt: skip
+    step_why = (
+        "the sum of the two parts below"
+        if astra.step_time_s >= analytical.step_time_s
+        else "the sum of the two parts below (ASTRA-sim is faster)"
+    )
+    return GapExplanation(
+        step=GapPart(
+            astra_sim_s=astra.step_time_s, analytical_s=analytical.step_time_s, why=step_why
+        ),
+        compute=GapPart(astra_sim_s=astra_compute, analytical_s=analytical_compute,
+                        why=compute_why),  # fmt: skip
+        exposed_communication_and_waiting=GapPart(
+            astra_sim_s=astra.step_time_s - astra_compute,
+            analytical_s=analytical_waiting,
+            why=WAIT_WHY.format(splits=settings.preferred_dataset_splits),
+        ),
+        compute_at_peak_s=peak_ns * 1e-9,
+        compute_at_calibrated_efficiency_s=calibrated_s,
+        roofline_check=round(astra_compute * 1e9) == peak_ns,
+        slowest_rank=rank,
+    )
+
+
+def format_gap(explanation: GapExplanation) -> str:
+    """The text form: one line per part (ASTRA-sim, analytical, gap), then the causes."""
+    rows = [
+        ("step", explanation.step),
+        ("compute", explanation.compute),
+        ("exposed communication + waiting", explanation.exposed_communication_and_waiting),
+    ]
+    lines = [
+        f"gap (ASTRA-sim − analytical, slowest ASTRA-sim rank {explanation.slowest_rank}):",
+        f"  {'':32s} {'ASTRA-sim':>10s} {'analytical':>10s} {'gap':>10s}",
+    ]
+    for label, part in rows:
+        lines.append(
+            f"  {label:32s} {part.astra_sim_s:10.4f} {part.analytical_s:10.4f} "
+            f"{part.gap_s:+10.4f}"
+        )
+    check = "equals" if explanation.roofline_check else "DIFFERS FROM"
+    lines.append(
+        f"  compute: {explanation.compute.why} (The same kernels at the roofline peak: "
+        f"{explanation.compute_at_peak_s:.4f} s, which {check} ASTRA-sim's GPU time.)"
+    )
+    lines.append(f"  communication: {explanation.exposed_communication_and_waiting.why}")
+    return "\n".join(lines)
