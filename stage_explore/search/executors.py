@@ -323,7 +323,7 @@ class RayExecutor(BaseExecutor):
     def where(self) -> str:
         """The live nodes with CPUs and their CPUs (asked of Ray at most every 2 s)."""
         now = time.monotonic()
-        if now - self._where_at >= _NODES_EVERY_S:
+        if self._ray.is_initialized() and now - self._where_at >= _NODES_EVERY_S:
             self._where_at = now
             try:
                 nodes = [
@@ -334,8 +334,7 @@ class RayExecutor(BaseExecutor):
                 logger.debug("listing Ray nodes: %s", error)
                 return "ray: nodes unknown"
             cpus = sum(int(node["Resources"]["CPU"]) for node in nodes)
-            count = len(nodes)
-            self._where = f"ray: {count} node{'s' if count != 1 else ''}, {cpus} CPUs"
+            self._where = f"ray: {_count(len(nodes), 'node')}, {_count(cpus, 'CPU')}"
         return self._where
 
     def cancel(self) -> None:
@@ -347,8 +346,14 @@ class RayExecutor(BaseExecutor):
         self._refs.clear()
 
     def close(self) -> None:
+        self._where_at = -math.inf
+        self.where()  # the last word on the nodes, for the final progress line
         if self._owns:
             self._ray.shutdown()
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def create_executor(

@@ -1,8 +1,13 @@
-"""A study on a local Ray instance started for it (num_cpus=2, no dashboard), and the
-executor choices of the command line."""
+"""A study on a local Ray instance started for it (num_cpus=2, no dashboard), the executor
+choices of the command line, and joining a Ray cluster: a bounded wait ending in a one-line
+error naming the address, and a plain run that never joins a cluster it was not asked to."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from importlib import import_module
 from pathlib import Path
 
@@ -10,7 +15,9 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_explore import load_results
-from stage_explore.search import EvaluationJob, Explorer, create_executor
+from stage_explore.search import EvaluationJob, Explorer, RayExecutor, create_executor
+from stage_explore.search.executors import wait_for_address
+from stage_explore.search.progress import Progress
 from stage_explore.study import ExecutorKind, parse_study
 
 support = import_module(
@@ -24,6 +31,8 @@ def test_study_on_a_local_ray_instance(tmp_path: Path, monkeypatch: pytest.Monke
 
     # the Ray workers are new processes: they find the synthetic backend through PYTHONPATH
     monkeypatch.setenv("PYTHONPATH", support.subprocess_env()["PYTHONPATH"])
+    # a leftover address of a dead cluster: a plain run starts its own instance regardless
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_closed_port()}")
     text = support.study_text(
         trials=120,
         batch_size=24,
@@ -39,7 +48,10 @@ def test_study_on_a_local_ray_instance(tmp_path: Path, monkeypatch: pytest.Monke
         return executor
 
     assert not ray.is_initialized()
-    summary = Explorer(spec, out=tmp_path / "out", executor_factory=executor_factory).run()
+    seen: list[Progress] = []
+    summary = Explorer(
+        spec, out=tmp_path / "out", executor_factory=executor_factory, on_progress=seen.append
+    ).run()
     assert not ray.is_initialized()  # the instance started for the study is shut down
     assert tasks == [2]
     frame = load_results(summary.directory)
@@ -50,6 +62,8 @@ def test_study_on_a_local_ray_instance(tmp_path: Path, monkeypatch: pytest.Monke
     evaluated = frame[frame["status"].isin(["ok", "failed"]) & (frame["worker"] != "cache")]
     assert len(evaluated) and evaluated["worker"].str.fullmatch(r".+:\d+").all()  # host:pid
     assert evaluated["worker"].nunique() >= 2  # more than one Ray worker process
+    assert evaluated["worker"].str.fullmatch(r"[0-9a-f]{8}/.+:\d+").all()  # node/host:pid
+    assert seen and seen[-1].where == "ray: 1 node, 2 CPUs"
 
 
 def test_an_address_needs_the_ray_executor(tmp_path: Path) -> None:
@@ -57,3 +71,59 @@ def test_an_address_needs_the_ray_executor(tmp_path: Path) -> None:
     job = EvaluationJob(study=spec, factory=support.SyntheticBackend, options={})
     with pytest.raises(ConfigError, match="--address 10.0.0.1:6379 names a Ray cluster"):
         create_executor(spec.executor, job, kind=ExecutorKind.LOCAL, address="10.0.0.1:6379")
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}"])
+def test_an_unreachable_cluster_is_a_bounded_wait_and_a_one_line_error(
+    tmp_path: Path, address: str
+) -> None:
+    address = address.format(port=_closed_port())
+    spec = parse_study(support.study_text(), tmp_path / "study.toml")
+    job = EvaluationJob(study=spec, factory=support.SyntheticBackend, options={})
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        RayExecutor(job, address, connect_timeout_s=1.5)
+    waited = time.monotonic() - started
+    assert 1.5 <= waited < 10
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot reach the Ray cluster at {address} within 1.5 s (")
+    assert "expected the address of a running Ray head node" in message
+
+
+@pytest.mark.parametrize("address", ["nonsense", "host:port", "10.0.0.1:99999", ":6379"])
+def test_a_malformed_address_is_a_config_error(address: str) -> None:
+    with pytest.raises(ConfigError, match="expected HOST:PORT, ray://HOST:PORT, auto or local"):
+        wait_for_address(address, 1.0)
+
+
+def test_auto_follows_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stage_explore.search.executors import connect_ray
+
+    dead = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", dead)
+    with pytest.raises(ConfigError, match=f"cannot reach the Ray cluster at {dead} within 0.5 s"):
+        connect_ray("auto", workers=1, connect_timeout_s=0.5)
+
+
+def test_the_command_line_names_the_unreachable_address(tmp_path: Path) -> None:
+    study = tmp_path / "study.toml"
+    study.write_text(support.study_text(executor='kind = "ray"\nconnect_timeout_s = 1'))
+    address = f"127.0.0.1:{_closed_port()}"
+    command = [sys.executable, "-m", "stage_explore", "explore", str(study)]
+    command += ["--out", str(tmp_path / "out"), "--address", address]
+    started = time.monotonic()
+    result = subprocess.run(
+        command, env=support.subprocess_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert f"cannot reach the Ray cluster at {address} within 1 s" in result.stderr
+    assert result.stderr.count("\n") == 1  # one line, no traceback
+    assert time.monotonic() - started < 60
