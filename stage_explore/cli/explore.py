@@ -100,6 +100,10 @@ class ProgressLine:
             f"{progress.infeasible} infeasible · {progress.failed} failed · {progress.best} · "
             f"{progress.rate_per_s:.1f} trials/s · {minutes}:{seconds:02d}"
         )
+        if progress.infrastructure_failed:
+            text += f" · {progress.infrastructure_failed} lost to infrastructure failures"
+        if progress.where:
+            text += f" · {progress.where}"
         if self._tty:
             self._stream.write("\r" + text.ljust(self._width))
             self._width = len(text)
@@ -172,6 +176,11 @@ def run(args: argparse.Namespace) -> int:
         f"({progress.rate_per_s:.1f} trials/s)"
     )
     print(f"records: {summary.directory}  (stage report {summary.directory})")
+    if progress.infrastructure_failed:
+        print(
+            f"{progress.infrastructure_failed} trials lost to infrastructure failures after "
+            f"their retries: stage explore {args.study} --out {args.out} --resume re-runs them"
+        )
     if summary.interrupted:
         print(f"interrupted: continue with stage explore {args.study} --out {args.out} --resume")
         return 130

@@ -127,3 +127,19 @@ def test_the_command_line_names_the_unreachable_address(tmp_path: Path) -> None:
     assert f"cannot reach the Ray cluster at {address} within 1 s" in result.stderr
     assert result.stderr.count("\n") == 1  # one line, no traceback
     assert time.monotonic() - started < 60
+
+
+def test_the_progress_line_shows_the_nodes_in_use_and_the_lost_trials() -> None:
+    import io
+
+    from stage_explore.cli.explore import ProgressLine
+
+    stream = io.StringIO()
+    progress = Progress(
+        study="demo", done=40, total=100, ok=30, infeasible=8, failed=0, best="front 3 points",
+        rate_per_s=12.5, elapsed_s=75.0, infrastructure_failed=2, where="ray: 2 nodes, 8 CPUs",
+    )  # fmt: skip
+    ProgressLine(stream)(progress)
+    line = stream.getvalue()
+    assert line.endswith(" · 2 lost to infrastructure failures · ray: 2 nodes, 8 CPUs\n")
+    assert line.startswith("demo: 40/100 trials · 30 feasible · 8 infeasible · 0 failed")
