@@ -256,6 +256,12 @@ def _model(table: Table, study_path: Path) -> ModelSource:
 def _workload(table: Table) -> WorkloadSpec:
     table.reject_unknown(("kind", "global_batch", "sequence_length"))
     kind = table.string("kind", default="training", choices=tuple(WorkloadKind))
+    if kind == WorkloadKind.INFERENCE:  # accepted by the vocabulary, not by the search yet
+        raise table.error(
+            "kind",
+            "inference studies are not supported yet; evaluate serving configurations with "
+            "`stage eval --phase prefill|decode|serve` (docs/serving.md)",
+        )
     global_batch = table.integer("global_batch", required=True)
     sequence_length = table.integer("sequence_length", required=True)
     assert kind is not None and global_batch is not None and sequence_length is not None
