@@ -137,7 +137,9 @@ def apply(system: System, values: Mapping[str, float]) -> System:
     dims = []
     for i, dim in enumerate(system.network):
         name = f"network.{dim.name or i}"
-        if name in values and hasattr(dim, "bus_efficiency"):
+        if name in values and values[name] == network_default(system, i):
+            pass  # unchanged (a dim without its own bus_efficiency keeps the backend default)
+        elif name in values and hasattr(dim, "bus_efficiency"):
             dim = replace(dim, bus_efficiency=values[name])  # type: ignore[call-arg,unused-ignore]
         elif name in values:  # no per-dim field: scale the link against the backend default
             scale = values[name] / network_default(system, i)
