@@ -11,9 +11,11 @@ and :func:`is_linear` (which einsums a mixed-precision recipe runs in FP8).
 wave quantization). The useful fraction of the work issued is
 ``b·M·N / (waves · sm_count · tm · tn)``; each tile's main loop runs at
 ``K / (K + gemm_k_overhead)`` (prologue and epilogue); both orientations of the tile are tried,
-as cuBLAS's heuristics would. The result multiplies ``gemm_efficiency[dtype]``, the sustained
-efficiency of a large wave-aligned GEMM, and the kernel takes the larger of that compute time and
-its bytes at the achieved HBM bandwidth (roofline).
+and split-K (the reduction dim cut into 2–4 slices whose FP32 partial tiles are summed in a
+second pass) when it fills the waves better, as cuBLAS's heuristics would. The result
+multiplies ``gemm_efficiency[dtype]``, the sustained efficiency of a large wave-aligned GEMM,
+and the kernel takes the larger of that compute time and its bytes at the achieved HBM
+bandwidth (roofline).
 
 **Attention.** A fused kernel (FlashAttention-2/3 style) reaches ``attention_forward`` or
 ``attention_backward`` of the BF16 peak on long sequences at head dim 128 (or a named older
@@ -71,19 +73,56 @@ def _issued_fraction(batch: int, m: int, n: int, tile: tuple[int, int], sms: int
     return batch * m * n / (waves * sms * tm * tn)
 
 
-def gemm_efficiency(kernels: KernelModel, dtype: str, shape: tuple[int, int, int, int]) -> float:
-    """The fraction of ``dtype``'s peak a GEMM of ``shape`` reaches (module docstring)."""
+#: Split-K factors tried for a GEMM whose tiles under-fill the last wave (cuBLAS and CUTLASS
+#: split the reduction dim across CTAs and sum the partial tiles in a second pass).
+SPLIT_K = (1, 2, 3, 4)
+#: The shortest K slice a split may leave.
+MIN_SPLIT_K = 256
+#: Bytes per element of a split-K partial result (FP32 accumulators), written and read back.
+PARTIAL_BYTES = 4
+
+
+def gemm_efficiency(
+    kernels: KernelModel, dtype: str, shape: tuple[int, int, int, int], split: int = 1
+) -> float:
+    """The fraction of ``dtype``'s peak a GEMM of ``shape`` reaches with its reduction dim
+    split ``split`` ways (module docstring)."""
     batch, m, n, k = shape
     tm, tn = kernels.gemm_tile
     issued = max(
-        _issued_fraction(batch, m, n, (tm, tn), kernels.sm_count),
-        _issued_fraction(batch, m, n, (tn, tm), kernels.sm_count),
+        _issued_fraction(batch * split, m, n, (tm, tn), kernels.sm_count),
+        _issued_fraction(batch * split, m, n, (tn, tm), kernels.sm_count),
     )
+    k = k / split
     main_loop = k / (k + kernels.gemm_k_overhead)
     sustained = kernels.gemm_efficiency.get(dtype)
     if sustained is None:
         sustained = kernels.gemm_efficiency.get("bf16", min(kernels.gemm_efficiency.values()))
     return sustained * issued * main_loop
+
+
+def gemm_time_s(
+    accelerator: Accelerator,
+    kernels: KernelModel,
+    dtype: str,
+    shape: tuple[int, int, int, int],
+    flops: int,
+    memory_s: float,
+) -> float:
+    """The fastest of the split-K choices (:data:`SPLIT_K`): the roofline of the split GEMM plus,
+    for a split, writing and reading back its FP32 partial tiles at the achieved bandwidth."""
+    batch, m, n, k = shape
+    peak = accelerator.peak(dtype)
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    best = math.inf
+    for split in SPLIT_K:
+        if split > 1 and k // split < MIN_SPLIT_K:
+            break
+        seconds = max(memory_s, flops / (peak * gemm_efficiency(kernels, dtype, shape, split)))
+        if split > 1:
+            seconds += 2 * split * batch * m * n * PARTIAL_BYTES / bandwidth
+        best = min(best, seconds)
+    return best
 
 
 def attention_efficiency(
@@ -150,8 +189,7 @@ class KernelTimer:
             scalar = "fp32" if "fp32" in accelerator.peak_flops_per_s else self._bf16()
             return max(memory_s, instr.flops / accelerator.peak(scalar))
         dtype = self.dtype if is_linear(instr, self.weights) else self._bf16()
-        efficiency = gemm_efficiency(self.kernels, dtype, shape)
-        return max(memory_s, instr.flops / (accelerator.peak(dtype) * efficiency))
+        return gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
 
     def _bf16(self) -> str:
         """Non-linear kernels of an FP8 run use BF16 (or the 16-bit type the run uses)."""

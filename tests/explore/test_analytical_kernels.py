@@ -20,6 +20,7 @@ from stage_explore.analytical.kernels import (
     attention_efficiency,
     gemm_efficiency,
     gemm_shape,
+    gemm_time_s,
     is_linear,
 )
 from stage_explore.system import load_system, system_from_mapping
@@ -186,3 +187,15 @@ def test_a_framework_on_fa2_is_slower_on_hopper_only_where_attention_runs() -> N
     fast = AnalyticalBackend(framework="fsdp").evaluate(model, parallel, H100)
     slow = AnalyticalBackend(framework="llm-foundry-2023").evaluate(model, parallel, H100)
     assert slow.breakdown["compute"] > fast.breakdown["compute"]
+
+
+def test_split_k_fills_an_under_filled_wave_when_k_is_long() -> None:
+    tm, tn = KERNELS.gemm_tile
+    sms = KERNELS.sm_count
+    shape = (1, tm * (sms // 2 + 1), tn, 16384)  # just over half a wave of tiles
+    one = gemm_efficiency(KERNELS, "bf16", shape, split=1)
+    assert gemm_efficiency(KERNELS, "bf16", shape, split=2) < one  # 2·(half + 1) spills
+    assert gemm_efficiency(KERNELS, "bf16", (1, tm * (sms // 2), tn, 16384), split=2) > one
+    flops = 2 * shape[1] * shape[2] * shape[3]
+    unsplit = flops / (H100.accelerator.peak("bf16") * one)
+    assert gemm_time_s(H100.accelerator, KERNELS, "bf16", shape, flops, 0.0) <= unsplit
