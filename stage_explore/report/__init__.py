@@ -63,7 +63,12 @@ class Report:
             for name, _ in self.objectives
         ]
         extra = [name for name in ("peak_memory_gib",) if name not in metrics]
-        return ["trial", *self.parameters, *metrics, *extra]
+        return ["trial", *self.parameters, *metrics, *extra, *self.refined_columns()]
+
+    def refined_columns(self) -> list[str]:
+        """A two-stage study's second-backend numbers of the objectives, where any were made."""
+        names = [f"refined_{name}" for name, _ in self.objectives]
+        return [name for name in names if name in self.frame and self.frame[name].notna().any()]
 
     def table(self, rows: pd.DataFrame) -> str:
         """``rows`` as a terminal table: the report's columns, headers with units."""
@@ -101,6 +106,14 @@ class Report:
             direction = dict(self.objectives)[metric]
             word = "lowest" if direction is Direction.MIN else "highest"
             lines += ["", f"best by {display(metric).label}, {word} first:", self.table(rows)]
+        if "refined_status" in self.frame and self.frame["refined_status"].notna().any():
+            refined = self.frame[self.frame["refined_status"].notna()]
+            backends = ", ".join(sorted(map(str, refined["refined_backend"].dropna().unique())))
+            lines += [
+                "",
+                f"two-stage: {len(refined)} front configuration(s) re-evaluated with {backends} "
+                "(columns marked [2nd])",
+            ]
         if len(self.objectives) > 1:
             names = " and ".join(
                 f"{display(name).label} [{direction}]" for name, direction in self.objectives

@@ -60,6 +60,10 @@ def display(column: str) -> Display:
     known = _DISPLAYS.get(column)
     if known is not None:
         return known
+    if column.startswith("refined_"):  # a two-stage study's second backend
+        base = display(column.removeprefix("refined_"))
+        return Display(label=f"{base.label}, re-evaluated", header=f"{base.header} [2nd]",
+                       scale=base.scale)  # fmt: skip
     if column.startswith("breakdown_"):
         name = column.removeprefix("breakdown_").replace("_", " ")
         return Display(label=f"{name} (s)", header=f"{name} (s)")
