@@ -1,0 +1,92 @@
+"""``make validate``: the whole published data set through ``stage validate`` and the
+leave-one-source-out fit (``slow``; the targets themselves are checked by
+``stage validate --loso --check``, the second half of ``make validate``)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from stage_explore.calibrate import apply, objective
+from stage_explore.cli.validate import _finite
+from stage_explore.system import load_system
+from stage_explore.validation.loso import leave_one_source_out
+from stage_explore.validation.render import to_markdown, to_text
+from stage_explore.validation.report import ValidationReport
+from stage_explore.validation.run import RowResult
+from stage_explore.validation.setups import load_cases
+from stage_explore.validation.suite import run_validation
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report() -> ValidationReport:
+    return run_validation()
+
+
+def test_every_row_is_evaluated_or_says_why(report: ValidationReport) -> None:
+    assert len(report.results) == len(load_cases())
+    for result in report.results:
+        if result.evaluated:
+            assert math.isfinite(result.error) and result.case.measured > 0
+        else:
+            assert result.note, f"{result.case.id} dropped without a reason"
+    evaluated = sum(r.evaluated for r in report.results)
+    assert evaluated >= len(report.results) - 3  # today: the three MoE rows of Megatron-Bridge
+
+
+def test_every_source_reports_in_sample_and_held_out(report: ValidationReport) -> None:
+    data = json.loads(json.dumps(_finite(report.to_dict()), allow_nan=False))
+    for name, source in data["sources"].items():
+        rows = source["rows"]
+        in_sample = [abs(r["error"]) for r in rows if r["in_sample"] and r["error"] is not None]
+        held = [abs(r["error"]) for r in rows if not r["in_sample"] and r["error"] is not None]
+        assert source["in_sample_mae"] == (
+            pytest.approx(sum(in_sample) / len(in_sample)) if in_sample else None
+        ), name
+        assert source["held_out_mae"] == (pytest.approx(sum(held) / len(held)) if held else None), (
+            name
+        )
+
+
+def test_vtrain_groups_are_ranked(report: ValidationReport) -> None:
+    ranking = report.source_summary("VTRAIN")["ranking"]
+    assert len(ranking) == 4
+    for group in ranking:
+        assert -1 <= group["spearman"] <= 1 and group["best_gap"] >= 0
+
+
+def test_text_and_markdown_cover_every_source(report: ValidationReport) -> None:
+    text, markdown = to_text(report), to_markdown(report)
+    for source in report.sources:
+        assert f"## {source}:" in markdown and source in text
+
+
+def test_leave_one_source_out_fits_on_the_other_sources(report: ValidationReport) -> None:
+    rows = [r for r in report.results if r.case.source in ("KOR22-T5", "NAR21-T1")]
+    figure = leave_one_source_out(rows, max_evaluations=12)
+    assert set(figure) == {"KOR22-T5", "NAR21-T1"}
+    for source, other in (("KOR22-T5", "NAR21-T1"), ("NAR21-T1", "KOR22-T5")):
+        fold = figure[source]
+        assert fold["trained_on"] == [other] and math.isfinite(fold["mae"])
+        train = [r.case for r in rows if r.case.source == other]
+        system = load_system("a100-80gb")
+        # The simplex holds the starting point: a fit never ends worse than the preset on the
+        # objective it minimises (mean squared log ratio), and reports its MAE.
+        _, before = objective(train, system)
+        mae, after = objective(train, apply(system, fold["fitted"]))
+        assert _log2(after) <= _log2(before) + 1e-12
+        assert fold["train_mae"] == pytest.approx(mae)
+        assert all(
+            0.2 <= v <= 1.0
+            for k, v in fold["fitted"].items()
+            if k != "matmul_half_saturation_flops"
+        )
+
+
+def _log2(rows: list[RowResult]) -> float:
+    logs = [math.log(r.predicted / r.case.measured) ** 2 for r in rows if r.evaluated]
+    return sum(logs) / len(logs)
