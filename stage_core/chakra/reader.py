@@ -14,13 +14,21 @@ a :class:`~stage_core.errors.ConfigError` naming the file and node. ``pg_name`` 
 MEM_LOAD/STORE, INVALID, collectives other than the four STAGE emits) are returned as
 :class:`~stage_core.chakra.traceset.ForeignNode` by :func:`decode_trace` and
 :func:`read_trace_set`, and refused by :func:`read_trace_file`.
+
+Traces of the published STAGE generator (``symbolic_tensor_graph``, Chakra 0.0.4 backend) are
+read too, with warnings (:data:`LENIENT`; :attr:`TraceSet.warnings` holds one line per kind,
+with counts and the first node): its ``inputs``/``outputs`` tensor sizes written as
+floating-point strings (``"4096.0"``) are read as the integers they equal, and an
+``inputs``/``outputs`` attribute that carries no value at all (its empty lists, e.g. the outputs
+of communication nodes) as no tensors. A fractional size stays an error.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from stage_core.chakra.groups import COMM_GROUP_FILE, read_comm_groups
@@ -60,11 +68,18 @@ class _Malformed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class DecodedTrace:
-    """One decoded rank file: metadata version, STAGE nodes and foreign nodes, in file order."""
+    """One decoded rank file: metadata version, STAGE nodes and foreign nodes, in file order.
+
+    ``notes`` counts the nodes read with leniency by :data:`LENIENT` code and attribute
+    (``"float:inputs"``, ``"valueless:outputs"``); ``first_noted`` names the first such node per
+    code.
+    """
 
     version: str
     nodes: tuple[TraceNode, ...]
     foreign: tuple[ForeignNode, ...]
+    notes: Mapping[str, int] = field(default_factory=dict)
+    first_noted: Mapping[str, str] = field(default_factory=dict)
 
 
 def _attribute(data: bytes) -> tuple[str, str, object]:
@@ -102,11 +117,15 @@ def _deps(wire: int, raw: int | bytes) -> list[int]:
 
 
 class _NodeAttributes:
-    """A node's attributes by name (first occurrence wins), with typed accessors."""
+    """A node's attributes by name (first occurrence wins), with typed accessors.
+
+    ``notes`` collects the :data:`LENIENT` codes of what was accepted only for compatibility.
+    """
 
     def __init__(self, attributes: dict[str, tuple[str, object]], what: str) -> None:
         self._attributes = attributes
         self._what = what
+        self.notes: list[str] = []
 
     def integer(self, name: str, required: bool) -> int:
         if name not in self._attributes:
@@ -130,14 +149,55 @@ class _NodeAttributes:
         if name not in self._attributes:
             return ()
         kind, value = self._attributes[name]
+        if kind == "none":  # the published STAGE generator's empty lists
+            self.notes.append(f"valueless:{name}")
+            return ()
         if kind != "string_list" or not isinstance(value, list) or len(value) % 2:
             raise _Malformed(f"{self._what}: {name!r} must be a string list of name, size pairs")
         pairs = []
         for tensor, size in zip(value[::2], value[1::2], strict=True):
-            if not isinstance(size, str) or not size.isascii() or not size.isdigit():
+            if not isinstance(size, str) or not size.isascii():
                 raise _Malformed(f"{self._what}: {name!r} size {size!r} is not an integer")
-            pairs.append((str(tensor), int(size)))
+            if size.isdigit():
+                pairs.append((str(tensor), int(size)))
+                continue
+            whole = _whole_float(size)
+            if whole is None:
+                raise _Malformed(
+                    f"{self._what}: {name!r} size {size!r} is not an integer (nor a "
+                    "floating-point number equal to one)"
+                )
+            self.notes.append(f"float:{name}")
+            pairs.append((str(tensor), whole))
         return tuple(pairs)
+
+
+_FLOAT = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")
+
+
+def _whole_float(text: str) -> int | None:
+    """The integer a decimal floating-point literal such as ``"4096.0"`` or ``"1e+16"`` equals
+    exactly; ``None`` for anything else (a fraction, a sign, ``inf``, ``nan``)."""
+    if not _FLOAT.fullmatch(text):
+        return None
+    value = Decimal(text)
+    if value != value.to_integral_value():
+        return None
+    return int(value)
+
+
+#: What the reader accepts only for compatibility with the published STAGE generator
+#: (``symbolic_tensor_graph``), by note code: reported as warnings, never silently.
+LENIENT: dict[str, str] = {
+    "valueless": (
+        "carry {attribute!r} attributes without a value (the published STAGE generator writes "
+        "its empty tensor lists so, e.g. the outputs of communication nodes); read as no tensors"
+    ),
+    "float": (
+        "give {attribute!r} tensor sizes as floating-point numbers (the published STAGE "
+        "generator writes them so); read as the integers they equal"
+    ),
+}
 
 
 def _group(
@@ -152,7 +212,10 @@ def _group(
     return tuple(sorted(groups[pg_name]))
 
 
-def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode | ForeignNode:
+def _node(
+    data: bytes, groups: Mapping[str, Sequence[int]] | None
+) -> tuple[TraceNode | ForeignNode, tuple[str, ...]]:
+    """The decoded node and the :data:`LENIENT` codes of what it needed leniency for."""
     node_id = 0
     name = ""
     node_type = 0
@@ -193,7 +256,7 @@ def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode 
             comm_name = CollectiveCommType(comm_type).name if known else str(comm_type)
             type_name, kind = f"{type_name}({comm_name})", None
     if kind is None:
-        return ForeignNode(node_id, name, type_name, tuple(data_deps), tuple(ctrl_deps))
+        return ForeignNode(node_id, name, type_name, tuple(data_deps), tuple(ctrl_deps)), ()
     flops = tensor_bytes = size = 0
     peer = tag = -1
     group: tuple[int, ...] | None = None
@@ -208,7 +271,9 @@ def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode 
             peer_attribute = "comm_dst" if kind is NodeKind.SEND else "comm_src"
             peer = attributes.integer(peer_attribute, required=True)
             tag = attributes.integer("comm_tag", required=True)
-    return TraceNode(
+    inputs = attributes.tensors("inputs")
+    outputs = attributes.tensors("outputs")
+    node = TraceNode(
         id=node_id,
         name=name,
         kind=kind,
@@ -221,14 +286,15 @@ def _node(data: bytes, groups: Mapping[str, Sequence[int]] | None) -> TraceNode 
         group=group,
         peer=peer,
         tag=tag,
-        inputs=attributes.tensors("inputs"),
-        outputs=attributes.tensors("outputs"),
+        inputs=inputs,
+        outputs=outputs,
     )
+    return node, tuple(dict.fromkeys(attributes.notes))
 
 
-#: Decoded nodes by their message bytes, shared by the files of one trace set (whose nodes
-#: repeat across ranks); valid for one group table only.
-NodeCache = dict[bytes, TraceNode | ForeignNode]
+#: Decoded nodes (with their :data:`LENIENT` note codes) by their message bytes, shared by the
+#: files of one trace set (whose nodes repeat across ranks); valid for one group table only.
+NodeCache = dict[bytes, tuple[TraceNode | ForeignNode, tuple[str, ...]]]
 _NODE_CACHE_LIMIT = 1 << 20
 
 
@@ -249,6 +315,8 @@ def decode_trace(
     version = ""
     nodes: list[TraceNode] = []
     foreign: list[ForeignNode] = []
+    notes: dict[str, int] = {}
+    first_noted: dict[str, str] = {}
     position = 0
     index = 0
     try:
@@ -263,12 +331,17 @@ def decode_trace(
                         version = raw.decode("utf-8", errors="replace")
             else:
                 message = data[position:end]
-                node = cache.get(message)
-                if node is None:
-                    node = _node(message, groups)
+                entry = cache.get(message)
+                if entry is None:
+                    entry = _node(message, groups)
                     if len(cache) >= _NODE_CACHE_LIMIT:
                         cache.clear()
-                    cache[message] = node
+                    cache[message] = entry
+                node, node_notes = entry
+                for note in node_notes:
+                    if note not in notes:
+                        first_noted[note] = f"{source} node {node.id} {node.name!r}"
+                    notes[note] = notes.get(note, 0) + 1
                 if isinstance(node, TraceNode):
                     nodes.append(node)
                 else:
@@ -277,7 +350,25 @@ def decode_trace(
             index += 1
     except (_Malformed, ValueError) as error:
         raise ConfigError(f"{source}: malformed Chakra trace: {error}") from error
-    return DecodedTrace(version, tuple(nodes), tuple(foreign))
+    return DecodedTrace(version, tuple(nodes), tuple(foreign), notes, first_noted)
+
+
+def lenient_warnings(
+    notes: Mapping[str, int], first_noted: Mapping[str, str], ranks: Mapping[str, int]
+) -> tuple[str, ...]:
+    """One warning line per note code: how many nodes in how many ranks, and the first one.
+
+    ``notes``: nodes per code; ``ranks``: ranks per code; ``first_noted``: first node per code.
+    """
+    lines = []
+    for code in sorted(notes):
+        kind, _, attribute = code.partition(":")
+        what = LENIENT[kind].format(attribute=attribute)
+        lines.append(
+            f"{notes[code]} node(s) in {ranks.get(code, 1)} rank(s) {what} "
+            f"(first: {first_noted.get(code, '?')})"
+        )
+    return tuple(lines)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -334,10 +425,18 @@ def read_trace_set(directory: Path | str, prefix: str = "workload") -> TraceSet:
     ranks: dict[int, tuple[TraceNode, ...]] = {}
     foreign: dict[int, tuple[ForeignNode, ...]] = {}
     cache: NodeCache = {}
+    notes: dict[str, int] = {}
+    noted_ranks: dict[str, int] = {}
+    first_noted: dict[str, str] = {}
     for rank in sorted(files):
         path = directory / files[rank]
         decoded = decode_trace(_read_bytes(path), groups, str(path), cache)
         ranks[rank] = decoded.nodes
         if decoded.foreign:
             foreign[rank] = decoded.foreign
-    return TraceSet(ranks=ranks, groups=groups, foreign=foreign)
+        for code, count in decoded.notes.items():
+            first_noted.setdefault(code, decoded.first_noted[code])
+            notes[code] = notes.get(code, 0) + count
+            noted_ranks[code] = noted_ranks.get(code, 0) + 1
+    warnings = lenient_warnings(notes, first_noted, noted_ranks)
+    return TraceSet(ranks=ranks, groups=groups, foreign=foreign, warnings=warnings)

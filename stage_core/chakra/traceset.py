@@ -42,11 +42,14 @@ class TraceSet:
 
     ``groups`` maps a group id (``pg_name``) to its sorted ranks, as in ``comm_group.json``;
     the nodes themselves carry their groups as rank tuples (``None``: all ranks).
+    ``warnings`` are one-line notes of what the reader accepted only for compatibility (traces
+    of the published STAGE generator), for the user to see.
     """
 
     ranks: Mapping[int, tuple[TraceNode, ...]]
     groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     foreign: Mapping[int, tuple[ForeignNode, ...]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:

@@ -5,13 +5,16 @@ Exit status: 0 when the trace set is sound, 1 when it has violations, 2 when it 
 output is a table of per-rank totals, ranks with identical totals sharing one row, followed by
 the violations; ``--json`` prints ``{"violations": [...], "ranks": {rank: totals}}`` instead.
 ``--for astra-sim`` adds the rules for what makes ASTRA-sim abort or mistime a node
-(:func:`stage_core.chakra.check.astra_sim_node_problem`).
+(:func:`stage_core.chakra.check.astra_sim_node_problem`). What the reader accepted only for
+compatibility (traces of the published STAGE generator) is printed as ``warning:`` lines on
+stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from stage_core.chakra.check import CheckReport, RankTotals, check_trace_set
 from stage_core.chakra.reader import read_trace_set
@@ -71,9 +74,10 @@ def format_report(report: CheckReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Read, check and print; return the exit status."""
-    report = check_trace_set(
-        read_trace_set(args.directory, args.prefix), for_astra_sim=args.target == "astra-sim"
-    )
+    trace_set = read_trace_set(args.directory, args.prefix)
+    for warning in trace_set.warnings:  # accepted for compatibility: stderr, not the report
+        print(f"warning: {warning}", file=sys.stderr)
+    report = check_trace_set(trace_set, for_astra_sim=args.target == "astra-sim")
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
