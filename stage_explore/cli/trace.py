@@ -11,10 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from stage_core.chakra.check import astra_sim_node_problem
+from stage_core.chakra.mapping import emitted_num_ops
 from stage_core.lower.emit import write_chakra, write_json, write_symmetric
-from stage_core.lower.program import lower
+from stage_core.lower.nodes import stage_nodes
+from stage_core.lower.program import ProgramSet, lower
+from stage_core.trace import NodeKind
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 
 
@@ -40,6 +45,22 @@ class _Progress:
         )
 
 
+def astra_sim_problems(programs: ProgramSet) -> list[str]:
+    """What would make ASTRA-sim abort or mistime the Chakra trace of ``programs`` (bytes units):
+    each stage's template nodes, with the ``num_ops`` the writer emits, against
+    :func:`stage_core.chakra.check.astra_sim_node_problem`."""
+    problems = []
+    for stage in programs.stages:
+        for item in stage_nodes(programs, stage):
+            node = item.node
+            if node.kind is NodeKind.COMP:
+                node = replace(node, flops=emitted_num_ops(node.flops, node.tensor_bytes))
+            problem = astra_sim_node_problem(node)
+            if problem is not None:
+                problems.append(f"stage {stage.stage}: {problem}")
+    return problems
+
+
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     model, parallel = parse_workload(args)
@@ -47,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     world = programs.workload.world_size
+    problems: list[str] = []
+    if args.format == "chakra" and args.target == "astra-sim" and args.units == "bytes":
+        problems = astra_sim_problems(programs)
     if args.format == "chakra":
         show = not args.quiet and sys.stderr.isatty() or args.progress
         written = write_chakra(
@@ -66,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         f"{model.name}: {world} ranks, {files} files, {size} bytes ({detail}) in {out} "
         f"[{seconds:.2f} s]"
     )
-    return 0
+    for problem in problems:  # the files are written; ASTRA-sim would fail on them
+        print(f"ASTRA-sim: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,6 +111,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("bytes", "stage"),
         default="bytes",
         help="bytes and FLOPs, or the published generator's elements and MACs",
+    )
+    parser.add_argument(
+        "--for",
+        dest="target",
+        choices=("astra-sim", "any"),
+        default="astra-sim",
+        help="astra-sim (default): check that ASTRA-sim can run the Chakra output; any: skip it",
     )
     parser.add_argument("--progress", action="store_true", help="show progress even when piped")
     parser.add_argument("--quiet", action="store_true", help="no progress meter")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,35 @@ def test_for_astra_sim_passes_stage_traces(
 ) -> None:
     assert main(["check", str(sound_dir), "--for", "astra-sim"]) == 0
     assert "sound: 4 rank(s), no violations" in capsys.readouterr().out
+
+
+TRACE_ARGS = ("trace", "--model", "gpt3-125m", "--layers", "2", "--tp", "2", "--pp", "2",
+              "--global-batch", "4", "--seq-len", "256")  # fmt: skip
+
+
+def test_stage_trace_checks_for_astra_sim_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*TRACE_ARGS, "--out", str(tmp_path)]) == 0
+    assert "ASTRA-sim:" not in capsys.readouterr().err
+    assert main(["check", str(tmp_path), "--for", "astra-sim"]) == 0
+
+
+def test_stage_trace_reports_what_astra_sim_would_mistime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stage_explore.cli.trace as trace_cli
+
+    original = trace_cli.stage_nodes  # type: ignore[attr-defined]
+
+    def without_bytes(programs: Any, stage: Any) -> list[Any]:
+        items = original(programs, stage)
+        first = next(i for i, item in enumerate(items) if item.node.kind.name == "COMP")
+        node = replace(items[first].node, flops=10**6, tensor_bytes=0)
+        return [*items[:first], replace(items[first], node=node), *items[first + 1 :]]
+
+    monkeypatch.setattr(trace_cli, "stage_nodes", without_bytes)
+    assert main([*TRACE_ARGS, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "ASTRA-sim: stage 0: node" in err and "ASTRA-sim skips it" in err
+    assert main([*TRACE_ARGS, "--out", str(tmp_path), "--for", "any"]) == 0
