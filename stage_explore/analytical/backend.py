@@ -529,7 +529,7 @@ class AnalyticalBackend(BaseBackend):
         workload, system = point.workload, point.system
         mesh, tp = workload.mesh, workload.axis_sizes["tp"]
         size = boundary_bytes(workload)
-        gathered = tp > 1 and not workload.flags.sp
+        gathered = tp > 1 and not workload.flags.sp and self.framework.pipeline_scatter_gather
         first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
 
         blocking = self.framework.pipeline_p2p_blocking

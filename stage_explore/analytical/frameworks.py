@@ -26,6 +26,9 @@ Options (all booleans unless said):
 - ``pipeline_p2p_blocking`` — activation transfers between pipeline stages hold both ranks
   (Megatron-LM 2021/22 ``batch_isend_irecv`` + synchronise); off: Megatron-Core's
   ``--overlap-p2p-communication`` (transfers beside compute; only their latency is exposed).
+- ``pipeline_scatter_gather`` — without sequence parallelism, a stage sends ``1/tp`` of the
+  replicated activation and the receiver all-gathers it over tp (Narayanan et al. 2021, §4.1;
+  Megatron-LM); off: every tp rank sends the whole activation (DeepSpeed's pipeline engine).
 - ``zero3_gathers`` — parameter all-gathers per layer and micro-batch under ZeRO-3 / FSDP:
   2 (forward, backward; FSDP ``reshard_after_forward=True``, whose backward gather also serves
   the recompute) or 3 (DeepSpeed ZeRO-3 with activation checkpointing: the recomputed forward
@@ -59,6 +62,7 @@ OPTION_FLAGS: dict[str, str] = {
     "tp_comm_overlap": "Megatron --tp-comm-overlap",
     "moe_comm_overlap": "Megatron --overlap-moe-expert-parallel-comm",
     "pipeline_p2p_blocking": "Megatron --overlap-p2p-communication (off = blocking)",
+    "pipeline_scatter_gather": "Megatron-LM pipeline scatter/gather (Narayanan et al. §4.1)",
     "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
@@ -82,6 +86,7 @@ class FrameworkProfile:
     tp_comm_overlap: bool
     moe_comm_overlap: bool
     pipeline_p2p_blocking: bool
+    pipeline_scatter_gather: bool
     zero3_gathers: int
     zero3_flat_ring: bool
     attention_kernel: str | None
@@ -169,6 +174,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             tp_comm_overlap=False,
             moe_comm_overlap=False,
             pipeline_p2p_blocking=True,
+            pipeline_scatter_gather=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
             attention_kernel=None,  # unfused core attention (the generator's GPT blocks)
@@ -184,6 +190,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             tp_comm_overlap=True,
             moe_comm_overlap=False,  # off by default; recipes switch it on per model
             pipeline_p2p_blocking=False,
+            pipeline_scatter_gather=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
             attention_kernel=None,  # Transformer Engine: cuDNN fused attention (FA3-class)
@@ -202,6 +209,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             tp_comm_overlap=False,
             moe_comm_overlap=False,
             pipeline_p2p_blocking=True,
+            pipeline_scatter_gather=False,  # DeepSpeed's PipelineEngine sends whole tensors
             zero3_gathers=3,
             zero3_flat_ring=True,
             attention_kernel="fa2",
@@ -217,6 +225,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             tp_comm_overlap=False,
             moe_comm_overlap=False,
             pipeline_p2p_blocking=True,
+            pipeline_scatter_gather=True,
             zero3_gathers=2,  # reshard_after_forward: gathered again for the backward
             zero3_flat_ring=False,
             attention_kernel=None,  # PyTorch SDPA: cuDNN / flash backends of its release
@@ -232,6 +241,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             tp_comm_overlap=False,
             moe_comm_overlap=False,
             pipeline_p2p_blocking=True,
+            pipeline_scatter_gather=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
             attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023

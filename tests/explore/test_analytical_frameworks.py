@@ -210,3 +210,14 @@ def test_gradient_reduction_without_overlap_is_exposed_after_the_backward() -> N
     on = _gpt_on_h100("megatron-core")
     off = _gpt_on_h100("megatron-core", overlap_grad_reduce=False)
     assert off.breakdown["exposed_gradient_sync"] > on.breakdown["exposed_gradient_sync"]
+
+
+def test_without_scatter_gather_every_tp_rank_sends_the_whole_activation() -> None:
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)
+    parallel = ParallelConfig(tp=8, pp=4, dp=1, global_batch=16)
+    system = load_system("a100-80gb")
+    megatron = AnalyticalBackend(framework="megatron-lm-2021").evaluate(model, parallel, system)
+    whole = AnalyticalBackend(
+        framework="megatron-lm-2021", overrides={"pipeline_scatter_gather": False}
+    ).evaluate(model, parallel, system)
+    assert whole.breakdown["pipeline_p2p"] > megatron.breakdown["pipeline_p2p"]
