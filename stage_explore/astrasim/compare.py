@@ -142,8 +142,9 @@ def explain_gap(
         step=GapPart(
             astra_sim_s=astra.step_time_s, analytical_s=analytical.step_time_s, why=step_why
         ),
-        compute=GapPart(astra_sim_s=astra_compute, analytical_s=analytical_compute,
-                        why=compute_why),  # fmt: skip
+        compute=GapPart(
+            astra_sim_s=astra_compute, analytical_s=analytical_compute, why=compute_why
+        ),  # fmt: skip
         exposed_communication_and_waiting=GapPart(
             astra_sim_s=astra.step_time_s - astra_compute,
             analytical_s=analytical_waiting,
@@ -169,8 +170,7 @@ def format_gap(explanation: GapExplanation) -> str:
     ]
     for label, part in rows:
         lines.append(
-            f"  {label:32s} {part.astra_sim_s:10.4f} {part.analytical_s:10.4f} "
-            f"{part.gap_s:+10.4f}"
+            f"  {label:32s} {part.astra_sim_s:10.4f} {part.analytical_s:10.4f} {part.gap_s:+10.4f}"
         )
     check = "equals" if explanation.roofline_check else "DIFFERS FROM"
     lines.append(

@@ -68,7 +68,5 @@ def test_compare_text_shows_the_gap_table(capsys: pytest.CaptureFixture[str]) ->
     [("compute", False), ("optimizer", False), ("exposed_communication", True),
      ("exposed_gradient_sync", True), ("pipeline_bubble", True), ("other", False)],
 )  # fmt: skip
-def test_breakdown_components_split_into_kernels_and_waiting(
-    component: str, waiting: bool
-) -> None:
+def test_breakdown_components_split_into_kernels_and_waiting(component: str, waiting: bool) -> None:
     assert is_waiting(component) is waiting
