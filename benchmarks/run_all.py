@@ -13,7 +13,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BENCHMARKS = ("bench_lowering", "bench_trace", "bench_analytical", "bench_explore")
+BENCHMARKS = (
+    "bench_lowering",
+    "bench_trace",
+    "bench_analytical",
+    "bench_explore",
+    "bench_astra_vs_analytical",  # needs ASTRA-sim (ASTRA_SIM_BIN or PATH); skipped without it
+)
 
 
 def main(argv: list[str] | None = None) -> int:
