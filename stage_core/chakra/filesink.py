@@ -70,9 +70,10 @@ def _write_block(
 ) -> tuple[int, int]:
     """Write ``ranks``; return (files, bytes). Progress is the caller's business."""
     total = 0
+    base = os.fspath(directory)
     for rank in ranks:
         data = emit(rank)
-        write_file(directory / names(rank), data)
+        write_file(os.path.join(base, names(rank)), data)
         total += len(data)
     return len(ranks), total
 
@@ -157,9 +158,10 @@ def write_rank_files(
     count = min(count, world_size)
     if count == 1:
         total = 0
+        base = os.fspath(directory)
         for rank in range(world_size):
             data = emit(rank)
-            write_file(directory / names(rank), data)
+            write_file(os.path.join(base, names(rank)), data)
             total += len(data)
             if progress is not None:
                 progress(rank + 1, world_size)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from stage_core.chakra.writer import (
 from stage_core.lower.nodes import ProgramNode, materialize, stage_nodes
 from stage_core.lower.program import PIPELINE_ENDS, ProgramSet
 from stage_core.mesh import Mesh
-from stage_core.trace import NodeKind
+from stage_core.trace import NodeKind, TraceNode
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -99,6 +100,29 @@ class GroupTable:
         return np.sort(ranks.reshape(-1))
 
 
+def _bind(
+    template: list[ProgramNode], rank: int, table: GroupTable, world: int
+) -> list[TraceNode]:
+    """:func:`~stage_core.lower.nodes.materialize` with the groups and peers of ``table``."""
+    groups: dict[tuple[str, ...], tuple[int, ...] | None] = {}
+    peers: dict[tuple[str, int], int] = {}
+    nodes = []
+    for item in template:
+        node = item.node
+        if node.kind == NodeKind.COLL:
+            if item.group_axes not in groups:
+                group = table.group(rank, item.group_axes)
+                groups[item.group_axes] = None if len(group) == world else group
+            node = replace(node, group=groups[item.group_axes])
+        elif node.kind in (NodeKind.SEND, NodeKind.RECV):
+            key = (item.peer_axis, item.peer_shift)
+            if key not in peers:
+                peers[key] = table.shifted(np.array([rank]), *key)[0]
+            node = replace(node, peer=peers[key])
+        nodes.append(node)
+    return nodes
+
+
 def class_columns(programs: ProgramSet) -> tuple[list[ClassColumns], list[tuple[int, ...] | None]]:
     """One Chakra rank class per pipeline stage, in column form, and the group table."""
     mesh = programs.workload.mesh
@@ -109,7 +133,7 @@ def class_columns(programs: ProgramSet) -> tuple[list[ClassColumns], list[tuple[
         template = stage_nodes(programs, stage)
         ranks = table.stage_ranks(stage.stage)
         representative = int(ranks[0])
-        program = list(materialize(template, representative, mesh))
+        program = _bind(template, representative, table, world)
         # A group of every rank is written without pg_name (None), the same for every member.
         by_group: dict[tuple[int, ...] | None, list[int]] = {}
         for item in template:
