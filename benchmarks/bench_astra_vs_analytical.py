@@ -9,7 +9,8 @@ roofline at peak against calibrated efficiency) and exposed communication plus w
 
     python benchmarks/bench_astra_vs_analytical.py [--out benchmarks/results/astra_vs_analytical.md]
 
-Without a binary it says so and exits 0 (nothing is written).
+With the default ``--out`` the same table also goes between the markers of
+``docs/astra-sim.md`` (section 9). Without a binary it says so and exits 0 (nothing is written).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from stage_explore.system import astra_config_from_files  # noqa: E402
 from tests.explore.astrasim_matrix import CASES, backend_for, system_for  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "astra_vs_analytical.md"
+DOCS = ROOT / "docs" / "astra-sim.md"  # the same table, between these markers
+BEGIN, END = "<!-- astra_vs_analytical:begin -->", "<!-- astra_vs_analytical:end -->"
 
 
 def _commit() -> str:
@@ -152,7 +155,18 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, binary, time.perf_counter() - start)
     args.out.write_text(text)
     print(f"wrote {args.out}")
+    if args.out == DEFAULT_OUT:
+        update_docs(text)
+        print(f"updated {DOCS}")
     return 0
+
+
+def update_docs(text: str) -> None:
+    """Put ``text`` (without its title) between the markers of ``docs/astra-sim.md``."""
+    document = DOCS.read_text()
+    begin, end = document.index(BEGIN), document.index(END)
+    body = text.split("\n", 2)[2]  # drop the "# …" title and the blank line after it
+    DOCS.write_text(document[: begin + len(BEGIN)] + "\n" + body + document[end:])
 
 
 if __name__ == "__main__":
