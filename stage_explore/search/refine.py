@@ -6,7 +6,9 @@ is evaluated again with the named backend, on the same executor kind. Those reco
 ``<out>/<study>/refined/part-NNNNN.parquet`` with the screened trial's number, and
 :func:`~stage_explore.records.load_results` shows them beside the screening numbers as
 ``refined_*`` columns, so both numbers are in one row. Points already refined (a resumed study)
-are not evaluated again.
+are not evaluated again, unless their refinement was lost to an infrastructure failure (e.g.
+ASTRA-sim killed by the out-of-memory killer) after its retries: those are evaluated again, and
+the new row supersedes the old one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from stage_explore.records import (
 )
 from stage_explore.search.backends import BackendFactory
 from stage_explore.search.executors import BaseExecutor
+from stage_explore.search.outcomes import is_final
+from stage_explore.search.retry import RetryingExecutor
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp
 from stage_explore.study.spec import Direction, StudySpec
@@ -57,7 +61,13 @@ def front_to_refine(spec: StudySpec, directory: Path, names: Sequence[str]) -> l
     done: set[int] = set()
     refined = read_records(directory / REFINED_FOLDER)
     if refined is not None:
-        done = set(refined.column("trial").to_pylist())
+        trials = refined.column("trial").to_pylist()
+        statuses = refined.column("status").to_pylist()
+        done = {
+            trial
+            for trial, status in zip(trials, statuses, strict=True)
+            if is_final(TrialStatus(status))
+        }
     points = []
     for _, row in front.iterrows():
         trial = int(row["trial"])
@@ -80,7 +90,7 @@ def refine(
     if not points:
         return 0
     job = EvaluationJob(study=spec, factory=factory, options=spec.backend.options)
-    executor = executor_factory(job)
+    executor = RetryingExecutor(executor_factory(job))
     writer = RecordWriter(directory / REFINED_FOLDER, records_schema(spec.name, spec.space))
     by_key = {index: point for index, point in enumerate(points)}
     try:
