@@ -8,8 +8,9 @@ weights, over the data-parallel axes of each weight (dp·ep·cp; dp·cp for expe
 Activations are the tensors each block saves for its backward (exact bytes from the derived
 backward), summed over the micro-batches in flight: walking the stage's task order, a forward
 adds its chunk's saved bytes and a backward frees them; the peak is the activation term.
-Transient buffers: the working set that recompute re-materialises for one layer, and under
-ZeRO-3 the gathered weights of two blocks (one in use, one prefetched).
+Transient buffers: what one block's backward holds at once (activation gradients, re-gathered
+inputs and, under recompute, the activations it re-materialises; by liveness over its
+instructions), and under ZeRO-3 the gathered weights of two blocks (one in use, one prefetched).
 """
 
 from __future__ import annotations
@@ -101,13 +102,45 @@ def steady_activation_peak(
     return activation_peak(chunks, schedule(kind, stage, stages, prefix, vpp))
 
 
+def backward_working_set(block: BoundBlock) -> int:
+    """Peak bytes of the tensors a block's backward creates and holds at once — activation
+    gradients, re-gathered inputs, recomputed activations — by liveness over its instructions in
+    program order (a tensor lives from its first write to its last read or write). Weight
+    gradients are excluded: they accumulate into the gradient buffers of the model states."""
+    weight_grads = {f"d.{weight.name}" for weight in block.weights}
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for index, instr in enumerate(block.bwd):
+        for name, nbytes in instr.outputs:
+            if name in weight_grads:
+                continue
+            first.setdefault(name, index)
+            last[name] = index
+            size[name] = max(size.get(name, 0), nbytes)
+        for name, _ in instr.inputs:
+            if name in first:
+                last[name] = index
+    changes = [0] * (len(block.bwd) + 1)
+    for name, start in first.items():
+        changes[start] += size[name]
+        changes[last[name] + 1] -= size[name]
+    live = peak = 0
+    for change in changes:
+        live += change
+        peak = max(peak, live)
+    return peak
+
+
 def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) -> int:
-    """Bytes one layer re-materialises during its backward under recompute."""
-    mode = str(workload.parallel.recompute)
-    if mode == "none":
-        return 0
+    """Transient bytes at the peak of a backward: the largest over block kinds of what one
+    block's backward holds at once (:func:`backward_working_set`: activation gradients and, under
+    recompute, the activations it re-materialises), and never less than the recomputed layer's
+    saved activations (the difference between its saved bytes without and with recompute)."""
+    largest = max((backward_working_set(block) for block in blocks.values()), default=0)
+    if str(workload.parallel.recompute) == "none":
+        return largest
     structure = Structure.of(workload.model)
-    largest = 0
     for kind in ("layer", "moe_layer"):
         if kind not in blocks:
             continue
