@@ -43,6 +43,7 @@ from stage_core.ops import (
     layout_bytes,
     local_elements,
 )
+from stage_core.ops_mla import HeadConcat
 from stage_core.ops_moe import Combine, Dispatch
 from stage_core.sharding import (
     CommStep,
@@ -114,6 +115,8 @@ def backward_flops(
         return 2 * op.cost(in_layouts, out_layouts, tensors, sizes, axis_sizes).flops
     if isinstance(op, Dispatch):
         return 0
+    if isinstance(op, HeadConcat):
+        return op.shared_grad_flops(in_layouts, out_layouts, sizes, axis_sizes)
     if isinstance(op, Combine):
         return 2 * op.cost(in_layouts, out_layouts, tensors, sizes, axis_sizes).flops
     raise ShardingError(f"no backward rule for op {op.name!r} of kind {op.kind}")
@@ -313,6 +316,9 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
             # dK, dV: every query chunk contributes; with ring attention the ring returns them.
             q_axes = tuple(a for a in step.in_layouts[0].shards[1] if a not in consumed.shards[1])
             layouts.append(consumed.with_shards(consumed.shards, q_axes))
+        elif isinstance(op, HeadConcat) and index == 1 and len(tensor.dims) == 3:
+            # MLA's RoPE key, shared by the heads: its gradient sums over the local heads.
+            layouts.append(_broadcast_grad_layout(dout_layout, tensor))
         elif isinstance(op, Embedding) and tensor.role == "weight":
             layouts.append(consumed.with_shards(consumed.shards, step.in_layouts[0].axes_used))
         elif set(tensor.dims) < set(b.tensors[op.outputs[0]].dims):

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stage_core.errors import ConfigError
 from stage_core.graph import Block
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
+from stage_core.ops_mla import HeadConcat
 from stage_core.ops_moe import Combine, Dispatch
 from stage_core.ops_serving import CacheAppend, LastToken
 
@@ -42,6 +44,9 @@ class Structure:
     bias: bool
     num_shared_experts: int
     qk_norm: bool = False
+    #: Multi-head latent attention, and whether its queries come from a latent too.
+    latent_attention: bool = False
+    query_latent: bool = False
 
     @classmethod
     def of(cls, model: ModelSpec) -> Structure:
@@ -53,6 +58,8 @@ class Structure:
             model.bias,
             1 if model.num_shared_experts else 0,
             model.qk_norm,
+            model.is_mla,
+            model.q_lora_rank > 0,
         )
 
 
@@ -144,6 +151,53 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
     )
     dropped = _dropout(b, proj, "attn.proj.dropout", options)
     return b.elementwise(x, dropped, out="attn.residual", linear=True)
+
+
+def _latent_attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Section 2.1), as trained.
+
+    Dims: ``Q`` query latent, ``L`` key-value latent, ``D`` the per-head query/key dim without
+    RoPE, ``R`` the decoupled RoPE dim, ``A = D + R``, ``U`` the value dim. Queries: ``ln1``
+    (or its RMS-normed down-projection ``[Q]``) up-projected per head to a part without RoPE
+    and a RoPE part. Keys and values: a shared latent ``[L]`` (RMS-normed) up-projected per
+    head to the key's part without RoPE and to the value, plus one RoPE key ``[R]`` projected
+    from ``ln1`` and shared by the heads (:class:`~stage_core.ops_mla.HeadConcat`). DeepSeek
+    fuses the ``[L]`` and ``[R]`` down-projections and splits each up-projection's output:
+    the same FLOPs and weights as the separate einsums here.
+    """
+    if options.kv_cache_bytes:
+        raise ConfigError(
+            "serving a multi-head latent attention model needs its compressed KV cache (the "
+            "latent), which is not modelled yet"
+        )
+    ln = _norm(b, model, x, "ln1")
+    source, width = ln, "H"
+    if model.query_latent:
+        latent = b.einsum("bsh,hq->bsq", ln, b.weight("wq_a", ("H", "Q")), out="q.latent")
+        source, width = _latent_norm(b, latent, "Q", "q.latent.norm"), "Q"
+    q_nope = b.einsum(
+        "bsc,cnd->bsnd", source, b.weight("wq_b_nope", (width, "N", "D")), out="q.nope"
+    )
+    q_pe = b.einsum("bsc,cnr->bsnr", source, b.weight("wq_b_rope", (width, "N", "R")), out="q.pe")
+    q_pe = b.elementwise(q_pe, out="q.pe.rope", ops_per_element=3, backward_ops_per_element=3)
+    q = b.add_op(HeadConcat("q", (q_nope, q_pe), ("q",)), ("B", "S", "N", "A"))
+    kv = b.einsum("bsh,hl->bsl", ln, b.weight("wkv_a", ("H", "L")), out="kv.latent")
+    kv = _latent_norm(b, kv, "L", "kv.latent.norm")
+    k_pe = b.einsum("bsh,hr->bsr", ln, b.weight("wk_rope", ("H", "R")), out="k.pe")
+    k_pe = b.elementwise(k_pe, out="k.pe.rope", ops_per_element=3, backward_ops_per_element=3)
+    k_nope = b.einsum("bsl,lnd->bsnd", kv, b.weight("wkv_b_k", ("L", "N", "D")), out="k.nope")
+    v = b.einsum("bsl,lnu->bsnu", kv, b.weight("wkv_b_v", ("L", "N", "U")), out="v")
+    k = b.add_op(HeadConcat("k", (k_nope, k_pe), ("k",)), ("B", "S", "N", "A"))
+    context = b.attention(q, k, v, out="attn.core", causal=options.causal)
+    proj = b.einsum("bsnu,nuh->bsh", context, b.weight("wo", ("N", "U", "H")), out="attn.proj")
+    dropped = _dropout(b, proj, "attn.proj.dropout", options)
+    return b.elementwise(x, dropped, out="attn.residual", linear=True)
+
+
+def _latent_norm(b: Block, x: str, dim: str, out: str) -> str:
+    """An RMSNorm of a latent over ``dim``, with a ``[dim]`` scale."""
+    scale = b.weight(f"{out}.scale", (dim,))
+    return b.reduction((x, scale), out, (dim,), _NORM_OPS[Norm.RMSNORM], saves=(x,))
 
 
 def _cache(b: Block, new: str, heads: str, which: str, dtype_bytes: int) -> str:
@@ -255,7 +309,8 @@ def layer_block(model: Structure, options: BlockOptions, moe: bool) -> Block:
     """One transformer layer: attention and a dense MLP or an MoE."""
     b = Block("moe_layer" if moe else "layer", weight_bytes=options.weight_bytes)
     x = b.input("x", ("B", "S", "H"))
-    h = _attention(b, model, x, options)
+    attention = _latent_attention if model.latent_attention else _attention
+    h = attention(b, model, x, options)
     ln = _norm(b, model, h, "ln2")
     y = _moe(b, model, ln) if moe else _mlp(b, model, ln, "F", "mlp")
     dropped = _dropout(b, y, "mlp.dropout", options)

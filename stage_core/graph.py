@@ -150,12 +150,16 @@ class Block:
         self, q: str, k: str, v: str, out: str, causal: bool, name: str = "", cached: bool = False
     ) -> str:
         qd, kd, vd = (self._known(t).dims for t in (q, k, v))
-        if len(qd) != 4 or kd != vd or len(kd) != 4 or qd[0] != kd[0] or qd[3] != kd[3]:
+        if (
+            len(qd) != 4 or len(kd) != 4 or len(vd) != 4 or kd[:3] != vd[:3]
+            or qd[0] != kd[0] or qd[3] != kd[3]
+        ):  # fmt: skip
             raise ConfigError(
-                f"block {self.name!r}: attention needs q[B,S,N,D], k/v[B,S,K,D]; "
+                f"block {self.name!r}: attention needs q[B,S,N,D], k[B,S,K,D], v[B,S,K,Dv]; "
                 f"got {qd}, {kd}, {vd}"
             )
-        return self._add(Attention(name or out, (q, k, v), (out,), causal, cached), out, qd, 2)
+        dims = (*qd[:3], vd[3])
+        return self._add(Attention(name or out, (q, k, v), (out,), causal, cached), out, dims, 2)
 
     def embedding(self, ids: str, table: str, out: str, name: str = "") -> str:
         dims = (*self._known(ids).dims, self._known(table).dims[1])

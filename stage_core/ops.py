@@ -348,8 +348,9 @@ class Reduction(BaseOp):
 class Attention(BaseOp):
     """Fused (flash-style) attention core: ``o = softmax(q·kᵀ/√d)·v``.
 
-    Inputs q ``[B, Sq, N, D]``, k and v ``[B, Skv, K, D]`` (K kv heads, N a multiple of K);
-    output ``[B, Sq, N, D]``. Forward FLOPs ``4·B·Sq·Skv·N·D`` (two matmuls), halved when
+    Inputs q ``[B, Sq, N, D]``, k ``[B, Skv, K, D]`` and v ``[B, Skv, K, Dv]`` (K kv heads, N a
+    multiple of K; ``Dv = D`` except in latent attention); output ``[B, Sq, N, Dv]``. Forward
+    FLOPs ``2·B·Sq·Skv·N·(D + Dv)`` — ``4·B·Sq·Skv·N·D`` for ``Dv = D`` — (two matmuls), halved when
     ``causal``; the backward costs twice the forward (dQ, dK, dV and dP: four matmuls), as in
     Narayanan et al. 2021. Kv heads must be partitioned like the query heads; Skv may be whole
     while Sq is partitioned (all-gather context parallelism), or partitioned like Sq (ring
@@ -396,11 +397,14 @@ class Attention(BaseOp):
         skv = sizes[kt.dims[1]]  # every key: whole, or visited around the ring
         heads = local_extent(qt.dims[2], q.shards[2], sizes, axis_sizes)
         head_dim = local_extent(qt.dims[3], q.shards[3], sizes, axis_sizes)
+        vt = tensors[self.inputs[2]]
+        value_dim = local_extent(vt.dims[3], layouts[2].shards[3], sizes, axis_sizes)
+        # Q·Kᵀ over the query/key dim, P·V over the value dim (equal except in MLA).
         if self.cached:
             visible = sq * (skv - sq) + _div(sq * (sq + 1), 2, f"{self.name} cached keys")
-            flops = 4 * batch * visible * heads * head_dim
+            flops = 2 * batch * visible * heads * (head_dim + value_dim)
         else:
-            flops = 4 * batch * sq * skv * heads * head_dim
+            flops = 2 * batch * sq * skv * heads * (head_dim + value_dim)
         if self.causal and not self.cached:
             flops = _div(flops, 2, f"{self.name} causal FLOPs")
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)

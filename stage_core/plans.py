@@ -44,6 +44,11 @@ def _op_name(block: Block, tensor: str) -> str:
     return f"{tensor}.nobias" if f"{tensor}.nobias" in block.tensors else tensor
 
 
+#: Multi-head latent attention's per-head up-projections (its down-projections, the RoPE key's
+#: projection and the latents' norms are replicated over tp, as Megatron-Core's MLA does).
+_LATENT_UP = frozenset({"wq_b_nope", "wq_b_rope", "wkv_b_k", "wkv_b_v"})
+
+
 def _weights(block: Block, stored: dict[str, str]) -> None:
     """Column/row-parallel weights and biases, expert weights; the rest replicated."""
     column = {
@@ -56,8 +61,12 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         if tensor.role != "weight":
             continue
         dims = tensor.dims
-        if name in column:
+        if name == "wo":  # row-parallel; latent attention's value dim is ``U``
+            layout = f"[N/tp, {dims[1]}, H]"
+        elif name in column:
             layout = column[name].replace("K/tp", f"{dims[1]}/tp")
+        elif name in _LATENT_UP:  # latent attention's per-head up-projections: column-parallel
+            layout = f"[{dims[0]}, N/tp, {dims[2]}]"
         elif name.startswith("experts."):
             inner = [f"{d}/tp" if d != "H" else d for d in dims[1:]]
             layout = f"[E/ep, {inner[0]}, {inner[1]}]"
@@ -84,23 +93,26 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     if "x" in names:
         stored["x"] = act
     if block.name in ("layer", "moe_layer"):
-        for tensor in ("q", "k", "v"):
-            consumed[(_op_name(block, tensor), "ln1")] = _GATHERED
+        for op in block.ops:  # q/k/v projections, or latent attention's down-projections
+            if "ln1" in op.inputs:
+                consumed[(op.name, "ln1")] = _GATHERED
         kv = [t for t in ("k.rope", "k.norm", "k") if t in names][0]
         heads = names[kv].dims[2]
-        kv_layout = (
-            f"[{TOKENS}, S/cp, {heads}/tp, D]" if flags.cp_ring else f"[{TOKENS}, S, {heads}/tp, D]"
-        )
+        seq = "S/cp" if flags.cp_ring else "S"
+
+        def kv_layout(tensor: str) -> str:
+            return f"[{TOKENS}, {seq}, {heads}/tp, {names[tensor].dims[3]}]"
+
         if "k.ctx" in names:  # serving: a KV cache of T tokens per sequence, heads over tp
             cache = f"[{TOKENS}, T, {heads}/tp, D]"
             stored["kv.k"] = stored["kv.v"] = cache
             consumed[("attn.core", "k.ctx")] = consumed[("attn.core", "v.ctx")] = cache
         elif "attn.core" in names:
-            consumed[("attn.core", kv)] = kv_layout
-            consumed[("attn.core", "v")] = kv_layout
+            consumed[("attn.core", kv)] = kv_layout(kv)
+            consumed[("attn.core", "v")] = kv_layout("v")
         else:
-            consumed[("attn.scores", kv)] = kv_layout
-            consumed[("attn.context", "v")] = kv_layout
+            consumed[("attn.scores", kv)] = kv_layout(kv)
+            consumed[("attn.context", "v")] = kv_layout("v")
         stored[_op_name(block, "attn.proj")] = act
         ops = {op.name for op in block.ops}
         for consumer in (

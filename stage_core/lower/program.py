@@ -101,6 +101,12 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         "E": max(1, model.num_experts),
         "C": 1,
     }
+    if model.is_mla:  # latent attention's dims (blocks.py, _latent_attention)
+        rope = model.qk_rope_head_dim
+        sizes.update(
+            Q=max(1, model.q_lora_rank), L=model.kv_lora_rank, R=rope,
+            A=model.head_dim + rope, U=model.v_head_dim,
+        )  # fmt: skip
     if model.is_moe:
         local_tokens = parallel.micro_batch * seq // parallel.cp
         factor = model.capacity_factor or 1.0

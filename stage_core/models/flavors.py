@@ -196,6 +196,63 @@ _OTHERS = (
         num_shared_experts=2,
         first_k_dense=1,
     ),
+    # DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437) Section 4.2 and the
+    # config.json of deepseek-ai/DeepSeek-V3: 61 layers, d_model 7168, 128 heads with multi-head
+    # latent attention (query latent 1536, key-value latent 512, 128 + 64 RoPE query/key dims,
+    # 128 value dims), the first 3 layers dense (FFN 18432), then 256 routed experts (top-8,
+    # each 2048 wide) and 1 shared expert; 129,280-token vocabulary, untied; 4K pre-training
+    # sequences. 671B parameters, 37B active per token (the report's figures; the one
+    # multi-token-prediction module is not modelled).
+    ModelSpec(
+        name="deepseek-v3",
+        family=Family.DEEPSEEK_MOE,
+        layers=61,
+        hidden=7168,
+        ffn=18432,
+        heads=128,
+        head_dim=128,
+        vocab=129280,
+        seq_len=4096,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+        num_experts=256,
+        top_k=8,
+        expert_ffn=2048,
+        num_shared_experts=1,
+        first_k_dense=3,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    ),
+    # DeepSeek-AI 2024, "DeepSeek-V2" (arXiv 2405.04434) Appendix B and the config.json of
+    # deepseek-ai/DeepSeek-V2-Lite: 27 layers, d_model 2048, 16 heads with latent attention
+    # (no query latent, key-value latent 512, 128 + 64 RoPE dims, 128 value dims), the first
+    # layer dense (FFN 10944), then 64 routed experts (top-6, each 1408 wide) and 2 shared;
+    # 102,400-token vocabulary. 15.7B parameters, 2.4B active per token.
+    ModelSpec(
+        name="deepseek-v2-lite",
+        family=Family.DEEPSEEK_MOE,
+        layers=27,
+        hidden=2048,
+        ffn=10944,
+        heads=16,
+        head_dim=128,
+        vocab=102400,
+        seq_len=4096,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+        num_experts=64,
+        top_k=6,
+        expert_ffn=1408,
+        num_shared_experts=2,
+        first_k_dense=1,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    ),
     # Chowdhery et al. 2022, "PaLM" (arXiv 2204.02311) Table 1 and Section 2: d_ff = 4·d_model
     # with SwiGLU, multi-query attention, d_head 256 (48·256 ≠ d_model), RoPE, shared
     # input/output embedding, no biases (layer norms have a scale only), 256k vocabulary,

@@ -59,6 +59,9 @@ _MATRICES_PER_MLP: Mapping[Activation, int] = MappingProxyType(
     {Activation.GELU: 2, Activation.SWIGLU: 3, Activation.SQUARED_RELU: 2}
 )
 
+#: Multi-head latent attention's fields (0 when the model uses standard attention).
+_MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")
+
 #: Derived fields and the fields they are derived from (see :meth:`ModelSpec.with_overrides`).
 _DERIVED_FROM: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -94,6 +97,14 @@ class ModelSpec:
     layer-norm shift; an RMSNorm never has a bias. ``qk_norm``: an RMSNorm over each head's
     ``head_dim`` on the queries and on the keys, one ``head_dim`` scale each shared by all heads
     (Qwen3, OLMo 2; Dehghani et al. 2023).
+
+    Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Section 2.1) when
+    ``kv_lora_rank > 0``: keys and values are up-projected per head from a shared latent of
+    ``kv_lora_rank`` (RMS-normed), queries from a latent of ``q_lora_rank`` (0: projected from
+    the hidden state directly); ``head_dim`` is then the per-head query/key dim without RoPE
+    (``qk_nope_head_dim``), ``qk_rope_head_dim`` the decoupled RoPE dim (one key shared by the
+    heads) and ``v_head_dim`` the value dim (default ``head_dim``). ``kv_heads`` must equal
+    ``heads``.
     """
 
     name: str
@@ -121,6 +132,10 @@ class ModelSpec:
     moe_layer_interval: int = 1
     first_k_dense: int = 0
     qk_norm: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -145,7 +160,10 @@ class ModelSpec:
                 raise ConfigError(
                     f"{owner}: `{name}` must be a positive int, but got {name}={value!r}"
                 )
-        for name in (*_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense"):
+        for name in (
+            *_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense",
+            *_MLA_FIELDS,
+        ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
                 raise ConfigError(
@@ -153,6 +171,7 @@ class ModelSpec:
                     f"but got {name}={value!r}"
                 )
         self._resolve_and_check_attention(owner)
+        self._resolve_and_check_mla(owner)
         if self.max_position == 0:
             object.__setattr__(self, "max_position", self.seq_len)
         if self.position is Position.LEARNED and self.seq_len > self.max_position:
@@ -179,6 +198,29 @@ class ModelSpec:
             raise ConfigError(
                 f"{owner}: `kv_heads` must divide `heads`, but got ({heads=}, {kv_heads=})"
             )
+
+    def _resolve_and_check_mla(self, owner: str) -> None:
+        if not self.kv_lora_rank:
+            stray = [f"{k}={getattr(self, k)!r}" for k in _MLA_FIELDS if getattr(self, k)]
+            if stray:
+                raise ConfigError(
+                    f"{owner}: latent-attention fields need `kv_lora_rank` > 0, but got "
+                    f"kv_lora_rank=0 with {', '.join(stray)}"
+                )
+            return
+        if self.qk_rope_head_dim < 1:
+            raise ConfigError(
+                f"{owner}: multi-head latent attention needs `qk_rope_head_dim` > 0, but got "
+                f"qk_rope_head_dim={self.qk_rope_head_dim}"
+            )
+        if self.kv_heads != self.heads or self.qk_norm or self.bias:
+            raise ConfigError(
+                f"{owner}: multi-head latent attention has one key and value per head, no QK-norm "
+                f"and no biases, but got (kv_heads={self.kv_heads}, heads={self.heads}, "
+                f"qk_norm={self.qk_norm}, bias={self.bias})"
+            )
+        if self.v_head_dim == 0:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
 
     def _resolve_and_check_moe(self, owner: str) -> None:
         num_experts, top_k = self.num_experts, self.top_k
@@ -234,6 +276,10 @@ class ModelSpec:
     # ------------------------------------------------------------------ structure
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
@@ -259,12 +305,27 @@ class ModelSpec:
 
     def attention_params(self) -> int:
         """``h·(a·d) + 2·h·(k·d) + (a·d)·h`` weights, plus ``a·d + 2·k·d + h`` biases, plus
-        ``2·d`` QK-norm scales."""
+        ``2·d`` QK-norm scales; latent attention: :meth:`mla_params`."""
+        if self.is_mla:
+            return self.mla_params()
         h = self.hidden
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         weights = h * q_width + 2 * h * kv_width + q_width * h
         qk_norm = 2 * self.head_dim if self.qk_norm else 0
         return weights + (q_width + 2 * kv_width + h if self.bias else 0) + qk_norm
+
+    def mla_params(self) -> int:
+        """Latent attention (DeepSeek-V2 Section 2.1): queries ``h·q_r + q_r + q_r·a·(d + d_r)``
+        (``h·a·(d + d_r)`` without a query latent), keys and values
+        ``h·(c + d_r) + c + c·a·(d + d_v)``, output ``a·d_v·h`` (``c`` the kv latent rank,
+        ``q_r`` the query's, ``d_r`` the RoPE dim; the ``+ q_r``, ``+ c`` are the latents'
+        RMSNorm scales)."""
+        h, a, d = self.hidden, self.heads, self.head_dim
+        rope, latent, q_rank = self.qk_rope_head_dim, self.kv_lora_rank, self.q_lora_rank
+        qk = d + rope
+        query = h * q_rank + q_rank + q_rank * a * qk if q_rank else h * a * qk
+        key_value = h * (latent + rope) + latent + latent * a * (d + self.v_head_dim)
+        return query + key_value + a * self.v_head_dim * h
 
     def mlp_params(self, width: int) -> int:
         """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu and squared-relu, 3 swiglu),

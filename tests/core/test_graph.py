@@ -164,9 +164,13 @@ def test_attention_shapes_are_checked() -> None:
     b = Block("b")
     q = b.input("q", ("B", "S", "N", "D"))
     k = b.input("k", ("B", "S", "K", "D"))
-    v = b.input("v", ("B", "S", "K", "E"))
+    v = b.input("v", ("B", "S", "N", "D"))  # values must have the keys' heads
     with pytest.raises(ConfigError, match="attention needs q\\[B,S,N,D\\]"):
         b.attention(q, k, v, out="o", causal=False)
+    # A value dim of its own is allowed (latent attention): the output takes it.
+    u = b.input("u", ("B", "S", "K", "U"))
+    out = b.attention(q, k, u, out="o2", causal=False)
+    assert b.tensors[out].dims == ("B", "S", "N", "U")
 
 
 # -- golden dump -------------------------------------------------------------------------------
