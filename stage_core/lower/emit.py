@@ -100,9 +100,7 @@ class GroupTable:
         return np.sort(ranks.reshape(-1))
 
 
-def _bind(
-    template: list[ProgramNode], rank: int, table: GroupTable, world: int
-) -> list[TraceNode]:
+def _bind(template: list[ProgramNode], rank: int, table: GroupTable, world: int) -> list[TraceNode]:
     """:func:`~stage_core.lower.nodes.materialize` with the groups and peers of ``table``."""
     groups: dict[tuple[str, ...], tuple[int, ...] | None] = {}
     peers: dict[tuple[str, int], int] = {}

@@ -184,3 +184,19 @@ def test_bad_column_classes_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         write_class_columns(tmp_path, classes, [None, (0, 1)])
+
+
+def test_stage_trace_jobs_option(
+    tmp_path: Path, always_fork: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stage_explore.cli import main
+
+    flags = ["trace", "--model", "gpt3-1.3b", "--layers", "2", "--dp", "2", "--tp", "2"]
+    flags += ["--pp", "2", "--global-batch", "4", "--quiet"]
+    assert main([*flags, "--out", str(tmp_path / "one"), "--jobs", "1"]) == 0
+    assert main([*flags, "--out", str(tmp_path / "two"), "--jobs", "2"]) == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    capsys.readouterr()
+    assert main([*flags, "--out", str(tmp_path / "bad"), "--jobs", "0"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--jobs must be an integer >= 1, but got 0" in line
