@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -147,14 +148,17 @@ def write_rank_files(
 ) -> int:
     """Write the file ``directory / names(rank)`` holding ``emit(rank)`` for every rank.
 
-    ``workers``: processes to use (``None``: :func:`default_workers`; below
-    :data:`PARALLEL_MIN_RANKS` ranks, or without ``fork``, always 1). Returns the bytes written.
+    ``workers``: processes to use (``None``: :func:`default_workers`, or 1 when the caller runs
+    other Python threads; below :data:`PARALLEL_MIN_RANKS` ranks, or without ``fork``, always
+    1). Returns the bytes written.
     """
     if workers is not None and (isinstance(workers, bool) or workers < 1):
         raise ConfigError(f"`workers` must be an integer >= 1, but got {workers!r}")
     count = default_workers() if workers is None else workers
     if world_size < PARALLEL_MIN_RANKS or not hasattr(os, "fork"):
         count = 1
+    if workers is None and threading.active_count() > 1:
+        count = 1  # forking a threaded process may copy a lock another thread holds
     count = min(count, world_size)
     if count == 1:
         total = 0
