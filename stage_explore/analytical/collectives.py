@@ -34,7 +34,9 @@ and hops: see :mod:`stage_explore.system.astra`; ``d`` the endpoint delay; reduc
    the sorted members, always with the ring algorithm and ``d`` fixed at 10 ns, and each
    neighbour-to-neighbour message takes ``n`` over the lowest dim where the two differ. A ring
    whose links differ is run as a dataflow (a rank sends its next packet once it has received
-   the previous one), so its members may finish at different times.
+   the previous one), so its members may finish at different times; so is a ring whose members
+   issued the collective at different times (:func:`astra_skewed_collective_ns`: each member
+   starts at its own issue).
 6. Point to point: ``n(size)`` over the lowest dim in which the two ranks differ.
 
 **α–β mode** (formulas.md §6; Thakur et al., IJHPCA 2005; Chan et al., CCPE 2007): on one dim
@@ -69,6 +71,7 @@ __all__ = [
     "astra_collective_member_ns",
     "astra_collective_ns",
     "astra_point_to_point_ns",
+    "astra_skewed_collective_ns",
     "coordinates",
     "group_span",
 ]
@@ -244,8 +247,14 @@ def _chunking(config: AstraConfig, kind: CollectiveKind, size_bytes: int) -> tup
 
 
 def _sub_group_ns(
-    config: AstraConfig, kind: CollectiveKind, members: tuple[int, ...], chunk: int, chunks: int
+    config: AstraConfig,
+    kind: CollectiveKind,
+    members: tuple[int, ...],
+    chunk: int,
+    chunks: int,
+    starts: Sequence[int] | None = None,
 ) -> dict[int, int]:
+    """Each member's finish; from a common start 0, or from each member's own ``starts``."""
     ranks, capacity = len(members), config.active_chunks_per_dimension
     message = _ring_message(kind, ranks, chunk)
     # links[i]: the message from members[i-1] to members[i] (the ring runs clockwise)
@@ -260,10 +269,13 @@ def _sub_group_ns(
     hand_offs = [
         SUB_GROUP_ENDPOINT_DELAY_NS + (reduction if f else 0) for f in _ring_reductions(kind, ranks)
     ]
-    if (links == links[0]).all():
+    if starts is None and (links == links[0]).all():
         phase = sum(hand_offs) + (len(hand_offs) - 1) * int(links[0])
         return dict.fromkeys(members, _pipeline_ns([(0, phase)], chunks, capacity))
-    free = np.zeros((ranks, capacity), dtype=np.int64)  # when each member's queue slots free up
+    # when each member's queue slots free up
+    free = np.zeros((ranks, capacity), dtype=np.int64)
+    if starts is not None:
+        free += np.array(starts, dtype=np.int64)[:, None]
     finish = np.zeros(ranks, dtype=np.int64)
     rows = np.arange(ranks)
     for _ in range(chunks):
@@ -294,6 +306,41 @@ def astra_collective_member_ns(
             members, _pipeline_ns(phases, chunks, config.active_chunks_per_dimension)
         )
     return _sub_group_ns(config, kind, members, chunk, chunks)
+
+
+def astra_skewed_collective_ns(
+    config: AstraConfig,
+    kind: CollectiveKind,
+    size_bytes: int,
+    group: Sequence[int] | None,
+    issued: dict[int, int],
+) -> dict[int, int] | None:
+    """Each member's finish (absolute ns) when the members issued the collective at different
+    times ``issued``, or None where this is not modelled (the caller then starts every member
+    at the last issue).
+
+    Modelled: a collective that ASTRA-sim runs as one ring of messages — a sub-group (rule 5),
+    or every rank of a network with one dim whose algorithm for ``kind`` is the ring, with the
+    sub-group hand-over delay. A member that issued early has sent its first packets already,
+    so it finishes earlier than the last member (rule 5's dataflow from each member's issue).
+    """
+    members = _members(config, group)
+    chunk, chunks = _chunking(config, kind, size_bytes)
+    if len(members) <= 1 or chunks == 0:
+        return None
+    if len(members) == config.total_npus:
+        used = [i for i, dim in enumerate(config.dims) if dim.npus > 1]
+        algorithms = config.implementations(kind)
+        if not (
+            len(used) == 1
+            and used[0] < len(algorithms)
+            and algorithms[used[0]] is AstraAlgorithm.RING
+            and config.endpoint_delay_ns == SUB_GROUP_ENDPOINT_DELAY_NS
+        ):
+            return None
+    return _sub_group_ns(
+        config, kind, members, chunk, chunks, starts=[issued[member] for member in members]
+    )
 
 
 def astra_collective_ns(

@@ -17,7 +17,9 @@ Semantics (shared/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
 - collectives and sends hold the communication slot until they finish; receives hold no slot;
 - a collective starts when every member of its group has issued it (a rendezvous: the k-th
   collective of a rank with a given kind, size and group meets the k-th of every other member),
-  then each member finishes after its own duration from the timing model;
+  then each member finishes after its own duration from the timing model; when the members
+  issued it at different times and the model times such a skewed collective
+  (:meth:`BaseTimingModel.skewed_collective`), each member runs from its own issue instead;
 - a send finishes when its message arrives (it does not wait for the receive); a receive,
   matched by (source, destination, tag, size) and order, finishes at the later of its issue and
   the message's arrival;
@@ -28,15 +30,15 @@ Completions at the same instant are applied together before any node is issued.
 
 Agreement with the real binary (``tests/explore/test_astrasim_conformance.py``, ASTRA-sim
 518bd51, congestion-unaware): on every configuration of the conformance matrix each rank's
-``finished`` cycles and exposed communication are equal to the nanosecond, with one named
-exception. A collective whose members issue it at different times (the tied-embedding
-all-reduce between the first and the last pipeline stage, whose backward passes end at
-different times) is a rendezvous here: every member starts when the last one issues. ASTRA-sim
-instead runs the collective's chunks as messages, and a member that issued early has already
-sent its part, so it finishes earlier than the last member, by about one chunk step of the
-collective (65,389 ns for GPT-3 125M's 77 MB embedding gradient over NVLink). The last member,
-and so the step time (the slowest rank), is still exact; the early members' finish here is an
-upper bound, late by less than the collective's duration divided by ``preferred-dataset-splits``.
+``finished`` cycles and exposed communication are equal to the nanosecond. That includes
+collectives whose members issue them at different times (the tied-embedding all-reduce between
+the first and the last pipeline stage): ASTRA-sim runs their chunks as messages, so a member
+that issued early has sent its first packets and finishes earlier than the last member (65,389
+ns earlier for GPT-3 125M's 77 MB embedding gradient over NVLink), which
+:func:`~stage_explore.analytical.collectives.astra_skewed_collective_ns` reproduces. Not
+modelled (a rendezvous at the last issue, an upper bound on the early members' finish): a skewed
+collective over every rank of a multi-dimensional network or with a non-ring algorithm — none
+in the matrix.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from stage_explore.analytical.collectives import (
     alpha_beta_point_to_point_s,
     astra_collective_member_ns,
     astra_point_to_point_ns,
+    astra_skewed_collective_ns,
 )
 from stage_explore.system.astra import (
     AstraConfig,
@@ -109,6 +112,13 @@ class BaseTimingModel(abc.ABC, Generic[T]):
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> T:
         """Time from the issue of a send to the arrival of its message."""
 
+    def skewed_collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...], issued: dict[int, T]
+    ) -> Mapping[int, T] | None:
+        """Each member's finish (absolute) when the members issued the collective at the times
+        ``issued``, or None to start every member at the last issue (by default: None)."""
+        return None
+
 
 class AstraTimingModel(BaseTimingModel[int]):
     """ASTRA-sim's congestion-unaware analytical timing, in integer ns.
@@ -158,6 +168,12 @@ class AstraTimingModel(BaseTimingModel[int]):
 
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> int:
         return astra_point_to_point_ns(self.config, source, destination, size_bytes)
+
+    def skewed_collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...], issued: dict[int, int]
+    ) -> dict[int, int] | None:
+        members = None if len(group) == self.config.total_npus else group
+        return astra_skewed_collective_ns(self.config, kind, size_bytes, members, issued)
 
 
 class AlphaBetaTimingModel(BaseTimingModel[float]):
@@ -279,6 +295,7 @@ def simulate(
     arrivals: dict[tuple[int, ...], T] = {}
     waiting_receives: dict[tuple[int, ...], tuple[int, int, T]] = {}
     rendezvous: dict[tuple[object, ...], dict[int, int]] = defaultdict(dict)
+    issue_times: dict[tuple[object, ...], dict[int, T]] = defaultdict(dict)
     node_times: dict[tuple[int, int], tuple[T, T]] = {}
     issued: dict[tuple[int, int], T] = {}
     order = 0
@@ -315,12 +332,25 @@ def simulate(
             if meeting not in rendezvous and not all(member in ranks for member in group):
                 raise ConfigError(f"rank {rank}: node {node.id} has group members without traces")
             rendezvous[meeting][rank] = node.id
+            issue_times[meeting][rank] = now
             if record_nodes:
                 issued[(rank, node.id)] = now
             if len(rendezvous[meeting]) == len(group):
-                durations = model.collective(node.collective, node.comm_bytes, group)
-                for member, member_node in rendezvous.pop(meeting).items():
-                    finish_at(member, member_node, now, now + durations[member])
+                nodes_of, issues = rendezvous.pop(meeting), issue_times.pop(meeting)
+                skewed = None
+                if min(issues.values()) < now:
+                    skewed = model.skewed_collective(
+                        node.collective, node.comm_bytes, group, issues
+                    )
+                if skewed is not None:
+                    # every member waits for a packet of the last one, so none ends before now
+                    assert min(skewed.values()) >= now, (skewed, now)
+                    for member, member_node in nodes_of.items():
+                        finish_at(member, member_node, issues[member], skewed[member])
+                else:
+                    durations = model.collective(node.collective, node.comm_bytes, group)
+                    for member, member_node in nodes_of.items():
+                        finish_at(member, member_node, now, now + durations[member])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):
             sending = node.kind is NodeKind.SEND
             source, destination = (rank, node.peer) if sending else (node.peer, rank)

@@ -262,3 +262,42 @@ def test_astra_model_needs_one_trace_per_npu() -> None:
 def test_astra_model_needs_roofline() -> None:
     with pytest.raises(ConfigError, match="roofline-enabled"):
         AstraTimingModel(dataclasses.replace(SAMPLE, roofline_enabled=False, peak_perf_tflops=0))
+
+
+# -- collectives issued at different times ------------------------------------------------------
+
+
+def test_a_skewed_sub_group_collective_lets_early_members_finish_first() -> None:
+    """Ranks 0 and 2 (a sub-group of the 4-rank sample network): rank 0 computes first, so it
+    issues the all-reduce earlier and finishes it earlier than rank 2, which still ends exactly
+    a rendezvous duration after its own issue (it is the last member)."""
+    model = AstraTimingModel(SAMPLE)
+    size, group = 64 * MIB, (0, 2)
+    traces = {
+        0: [comp(1, 10**9, 10**6), coll(2, CollectiveKind.ALL_REDUCE, size, group, 1)],
+        1: [comp(1, 10**9, 10**6)],
+        2: [comp(1, 10**11, 10**6), coll(2, CollectiveKind.ALL_REDUCE, size, group, 1)],
+        3: [comp(1, 10**9, 10**6)],
+    }
+    result = simulate(traces, model, record_nodes=True)
+    issue_0, issue_2 = result.issued[(0, 2)], result.issued[(2, 2)]
+    assert issue_0 < issue_2
+    end_0, end_2 = result.node_times[(0, 2)][1], result.node_times[(2, 2)][1]
+    rendezvous = model.collective(CollectiveKind.ALL_REDUCE, size, group)
+    assert end_2 == issue_2 + rendezvous[2]
+    assert issue_2 < end_0 < end_2
+    assert result.node_times[(0, 2)][0] == issue_0  # it ran from its own issue
+
+
+def test_skewed_collective_with_equal_issues_is_the_rendezvous() -> None:
+    model = AstraTimingModel(SAMPLE)
+    size, group = 64 * MIB, (0, 2)
+    skewed = model.skewed_collective(CollectiveKind.ALL_REDUCE, size, group, {0: 500, 2: 500})
+    rendezvous = model.collective(CollectiveKind.ALL_REDUCE, size, group)
+    assert skewed == {rank: 500 + duration for rank, duration in rendezvous.items()}
+
+
+def test_a_skewed_collective_over_a_multi_dim_world_is_a_rendezvous() -> None:
+    model = AstraTimingModel(SAMPLE)  # 2 x 2 network: hierarchical phases, not one ring
+    issued = {0: 0, 1: 10, 2: 20, 3: 30}
+    assert model.skewed_collective(CollectiveKind.ALL_REDUCE, MIB, (0, 1, 2, 3), issued) is None
