@@ -1,19 +1,33 @@
-"""Explorer throughput: trials per second of a 10,000-trial study, on Ray and on the local
-process pool, with the backend named on the command line.
+"""Explorer speed: whole studies on the local executor, and the search's share of wall time.
 
-    python benchmarks/bench_explore.py                        # analytical backend, both executors
-    python benchmarks/bench_explore.py --backend module:Class --trials 2000 --executors local
+    python benchmarks/bench_explore.py                      # every scenario, writes results
+    python benchmarks/bench_explore.py --scenarios gpt3-tpe --quick
 
-The study is of the quickstart kind (one model on one system, the usual parallel knobs, two
-objectives, the random sampler so the sampler's own cost does not dominate). Startup (process
-pool or Ray instance) is reported apart from the steady rate.
+Scenarios (analytical backend, local executor, ``--workers`` processes):
+
+- ``gpt3-tpe``: ``studies/gpt3_175b_a100.toml`` as shipped (TPE) with a 10,000-trial budget.
+  Its canonical space holds fewer configurations, so the study ends when each has been
+  evaluated once (target: ≤ 60 s on 2 cores).
+- ``gpt3-auto``: the same study with ``kind = "auto"`` (the space fits the budget and the
+  backend is fast, so it is enumerated).
+- ``large-nsga2`` / ``large-tpe``: a larger Llama-3 405B space (``studies/llama3_405b_h100_16k``
+  with every knob widened: 55,296 raw points, 20,628 distinct configurations), 10,000 trials
+  with NSGA-II or TPE (target: ≤ 5 min on 2 cores).
+
+Each row reports the distinct configurations evaluated, why the study stopped, the wall time
+(executor startup included), the time spent proposing and telling (``sampler_s``) and its share
+of the wall time, the summed evaluation time of the workers (``eval_s``), the repeats answered
+from the cache and the rate. ``--quick`` runs 1,000 trials and does not write the results file.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import os
+import re
 import sys
 import tempfile
 import time
@@ -22,108 +36,94 @@ from typing import Any
 
 import optuna
 
+from stage_explore import load_results
 from stage_explore.search import BaseExecutor, EvaluationJob, Explorer, create_executor
 from stage_explore.study import ExecutorKind, parse_study
 
-STUDY = """\
-[study]
-name = "bench-{executor}"
-seed = 0
+ROOT = Path(__file__).resolve().parents[1]
 
-[model]
-flavor = "{model}"
-
-[workload]
-global_batch = 1024
-sequence_length = 4096
-
-[system]
-preset = "{system}"
-
-[space]
-num_gpus = [64, 128, 256, 512]
+LARGE_SPACE = """[space]
+num_gpus = [8192, 16384]
 tp = [1, 2, 4, 8]
-pp = [1, 2, 4, 8]
-cp = [1, 2]
+pp = [1, 2, 4, 8, 16, 32]
+cp = [1, 2, 4, 8]
 sp = [false, true]
 zero = [0, 1, 2, 3]
 recompute = ["none", "selective", "full"]
 schedule = ["1f1b", "interleaved"]
-vpp = [1, 2]
-micro_batch = [1, 2, 4]
+vpp = [1, 2, 4]
+micro_batch = [1, 2]
 
-[objectives]
-step_time_s = "min"
-mfu = "max"
-
-[sampler]
-kind = "{sampler}"
-trials = {trials}
-batch_size = {batch_size}
-
-[backend]
-name = "{backend}"
-
-[executor]
-kind = "{executor}"
 """
 
 
-def run_one(args: argparse.Namespace, executor: str, folder: Path) -> dict[str, Any]:
-    """Run the benchmark study on one executor; its timings and counts."""
-    text = STUDY.format(
-        executor=executor,
-        model=args.model,
-        system=args.system,
-        sampler=args.sampler,
-        trials=args.trials,
-        batch_size=args.batch_size,
-        backend=args.backend,
+def _study_text(name: str) -> str:
+    for folder in (ROOT / "studies", ROOT / "stage_explore" / "studies"):
+        path = folder / f"{name}.toml"
+        if path.exists():
+            return path.read_text(encoding="utf-8")
+    raise SystemExit(f"study {name}.toml not found under studies/ or stage_explore/studies/")
+
+
+def _with_sampler(text: str, kind: str) -> str:
+    return re.sub(r'(\[sampler\][^\[]*?kind = )"\w+"', rf'\1"{kind}"', text, count=1, flags=re.S)
+
+
+def _scenario_text(scenario: str) -> str:
+    if scenario.startswith("gpt3-"):
+        return _with_sampler(_study_text("gpt3_175b_a100"), scenario.removeprefix("gpt3-"))
+    text = re.sub(
+        r"\[space\].*?\n\n", LARGE_SPACE, _study_text("llama3_405b_h100_16k"), flags=re.S
     )
-    spec = parse_study(text, folder / f"bench-{executor}.toml")
+    return _with_sampler(text, scenario.removeprefix("large-"))
+
+
+SCENARIOS = ("gpt3-tpe", "gpt3-auto", "large-nsga2", "large-tpe")
+
+
+def run_one(scenario: str, trials: int, workers: int, folder: Path) -> dict[str, Any]:
+    """Run one scenario on the local executor; its timings and counts."""
+    spec = parse_study(_scenario_text(scenario), folder / f"{scenario}.toml")
     startup: list[float] = []
 
     def factory(job: EvaluationJob) -> BaseExecutor:
         start = time.perf_counter()
-        made = create_executor(
-            spec.executor, job, kind=ExecutorKind(executor), address=args.address
-        )
+        made = create_executor(spec.executor, job, kind=ExecutorKind.LOCAL)
         startup.append(time.perf_counter() - start)
         return made
 
+    spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor, workers=workers))
     start = time.perf_counter()
-    summary = Explorer(spec, out=folder / "out", executor_factory=factory).run()
-    total = time.perf_counter() - start
+    summary = Explorer(spec, out=folder / scenario, executor_factory=factory, trials=trials).run()
+    wall = time.perf_counter() - start
     progress = summary.progress
+    frame = load_results(summary.directory)
     return {
-        "executor": executor,
-        "backend": args.backend,
-        "trials": progress.done,
+        "scenario": scenario,
+        "sampler": str(spec.sampler.kind),
+        "budget": trials,
+        "distinct": progress.done,
         "ok": progress.ok,
         "infeasible": progress.infeasible,
-        "failed": progress.failed,
-        "startup_s": round(startup[0], 3),
-        "run_s": round(progress.elapsed_s, 3),
-        "total_s": round(total, 3),
-        "trials_per_s": round(progress.rate_per_s, 1),
+        "stopped_by": summary.stopped_by,
+        "repeats": progress.repeats,
+        "wall_s": round(wall, 2),
+        "startup_s": round(startup[0], 2) if startup else None,
+        "sampler_s": round(progress.sampler_s, 2),
+        "sampler_share": round(progress.sampler_s / wall, 3),
+        "eval_s": round(float(frame["eval_s"].sum()), 2),
+        "trials_per_s": round(progress.done / wall, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line, run each executor, print a table (or JSON)."""
+    """Parse the command line, run each scenario, print a table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--backend", default="analytical", help="backend name or module:Class (default: analytical)"
-    )
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     parser.add_argument("--trials", type=int, default=10_000)
-    parser.add_argument("--executors", default="ray,local", help="comma-separated: ray, local")
-    parser.add_argument("--address", help="an existing Ray cluster (default: a local instance)")
-    parser.add_argument("--model", default="llama3-8b")
-    parser.add_argument("--system", default="h100-80gb")
-    parser.add_argument("--sampler", default="random", choices=["random", "tpe", "nsga2", "grid"])
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--quick", action="store_true", help="1,000 trials instead of 10,000")
+    parser.add_argument("--quick", action="store_true", help="1,000 trials, results not written")
     args = parser.parse_args(argv)
     if args.quick:
         args.trials = min(args.trials, 1_000)
@@ -131,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-explore-") as temporary:
-        for executor in args.executors.split(","):
-            results.append(run_one(args, executor.strip(), Path(temporary)))
+        for scenario in args.scenarios.split(","):
+            if scenario.strip() not in SCENARIOS:
+                parser.error(f"unknown scenario {scenario!r}; expected: {', '.join(SCENARIOS)}")
+            results.append(run_one(scenario.strip(), args.trials, args.workers, Path(temporary)))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     if not args.quick:
         written = Path(__file__).resolve().parent / "results" / "explore.json"
         written.parent.mkdir(exist_ok=True)
-        written.write_text(json.dumps(results, indent=1))
+        machine = {"cpus": os.cpu_count(), "workers": args.workers, "executor": "local"}
+        written.write_text(json.dumps({"machine": machine, "runs": results}, indent=1) + "\n")
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

@@ -27,6 +27,7 @@ depend on the executor, the chunking, the batch size or the timing.
 from __future__ import annotations
 
 import abc
+import math
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -55,13 +56,18 @@ TPE_STARTUP_TRIALS = 10
 TPE_EI_CANDIDATES = 24
 #: TPE's history is cut back to :data:`TPE_HISTORY` trials (the best :data:`TPE_KEEP_BEST`
 #: by non-domination rank, then the most recent) when it exceeds twice that, so an ask costs
-#: O(TPE_HISTORY) however long the study runs (Optuna's TPE costs O(trials) per ask).
-TPE_HISTORY = 256
-TPE_KEEP_BEST = 64
+#: O(TPE_HISTORY) however long the study runs (Optuna's TPE costs O(trials) per ask). TPE's
+#: "below" group is at most 25 trials and it down-weights older trials past 25, so a window
+#: of a few hundred keeps what its model uses.
+TPE_HISTORY = 128
+TPE_KEEP_BEST = 32
 #: NSGA-II's population, which is also its generation.
 NSGA2_POPULATION = 50
 #: Consecutive proposals of known points after which a sampler is given an unseen point.
 REPEAT_STREAK = 16
+#: An adaptive sampler asks at most this many times the points a generation needs; the
+#: rest of the generation is unseen points (bounds the asks to this multiple of the budget).
+ASKS_PER_POINT = 2
 #: Spaces up to this many raw points are enumerated up front (to count them for ``auto``,
 #: and to draw unseen points from); larger ones are sampled.
 ENUMERATION_LIMIT = 500_000
@@ -194,9 +200,10 @@ class OptunaSearch(BaseSearch):
     """Random, TPE or NSGA-II proposals through ask/tell, deduplicated on the canonical key.
 
     A repeat is told as failed, so the sampler's model holds each configuration once. After
-    :data:`REPEAT_STREAK` repeats in a row the next point is an unseen one, drawn with this
-    search's own seeded generator and enqueued, so the study always progresses and ends when
-    the space is exhausted.
+    :data:`REPEAT_STREAK` repeats in a row, or once an adaptive generation has used
+    :data:`ASKS_PER_POINT` asks per point it needs, the next point is an unseen one, drawn
+    with this search's own seeded generator and enqueued, so the study always progresses, its
+    asks stay proportional to its budget, and it ends when the space is exhausted.
     """
 
     def __init__(
@@ -249,8 +256,9 @@ class OptunaSearch(BaseSearch):
             self._bound_history()
         proposals: list[Proposal] = []
         new = 0
+        asks = ASKS_PER_POINT * count if self.generation is not None else math.inf
         while new < count:
-            if self._streak >= REPEAT_STREAK:
+            if self._streak >= REPEAT_STREAK or len(proposals) >= asks:
                 point = self._unseen()
                 if point is None:
                     self.exhausted = True
@@ -325,7 +333,6 @@ def _tpe(seed: int) -> optuna.samplers.TPESampler:
         constant_liar=True,
         n_startup_trials=TPE_STARTUP_TRIALS,
         n_ei_candidates=TPE_EI_CANDIDATES,
-        warn_independent_sampling=False,
     )
 
 
