@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stage_core.errors import ConfigError
 from stage_core.graph import Block
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
-from stage_core.ops_mla import HeadConcat
+from stage_core.ops_mla import HeadConcat, LatentAttention
 from stage_core.ops_moe import Combine, Dispatch
 from stage_core.ops_serving import CacheAppend, LastToken
 
@@ -75,6 +74,9 @@ class BlockOptions:
     kv_cache_bytes: int = 0
     #: Bytes per element of the layers' weights (1: FP8 serving weights).
     weight_bytes: int = 2
+    #: Serving decode of latent attention: the key up-projection absorbed into the queries,
+    #: attention over the cached latent (prefill up-projects keys and values instead).
+    absorb_latent: bool = False
 
 
 def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptions:
@@ -129,8 +131,8 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
         q = b.elementwise(q, out="q.rope", ops_per_element=3, backward_ops_per_element=3)
         k = b.elementwise(k, out="k.rope", ops_per_element=3, backward_ops_per_element=3)
     if options.kv_cache_bytes:
-        k = _cache(b, k, kv, "k", options.kv_cache_bytes)
-        v = _cache(b, v, kv, "v", options.kv_cache_bytes)
+        k = _cache(b, k, "k", options.kv_cache_bytes)
+        v = _cache(b, v, "v", options.kv_cache_bytes)
     if options.attention == "unfused":
         scores = b.einsum("bsnd,btnd->bnst", q, k, out="attn.scores")
         probs = b.reduction(
@@ -164,12 +166,13 @@ def _latent_attention(b: Block, model: Structure, x: str, options: BlockOptions)
     from ``ln1`` and shared by the heads (:class:`~stage_core.ops_mla.HeadConcat`). DeepSeek
     fuses the ``[L]`` and ``[R]`` down-projections and splits each up-projection's output:
     the same FLOPs and weights as the separate einsums here.
+
+    Serving caches the compressed form: the normed latent ``kv.c[B, T, L]`` and the RoPE key
+    ``kv.r[B, T, R]``. Prefill up-projects keys and values from the cached context; decode
+    (``options.absorb_latent``) absorbs the key up-projection into the queries and attends over
+    the latent itself (:class:`~stage_core.ops_mla.LatentAttention`), then up-projects the
+    result to the value dim.
     """
-    if options.kv_cache_bytes:
-        raise ConfigError(
-            "serving a multi-head latent attention model needs its compressed KV cache (the "
-            "latent), which is not modelled yet"
-        )
     ln = _norm(b, model, x, "ln1")
     source, width = ln, "H"
     if model.query_latent:
@@ -185,10 +188,22 @@ def _latent_attention(b: Block, model: Structure, x: str, options: BlockOptions)
     kv = _latent_norm(b, kv, "L", "kv.latent.norm")
     k_pe = b.einsum("bsh,hr->bsr", ln, b.weight("wk_rope", ("H", "R")), out="k.pe")
     k_pe = b.elementwise(k_pe, out="k.pe.rope", ops_per_element=3, backward_ops_per_element=3)
-    k_nope = b.einsum("bsl,lnd->bsnd", kv, b.weight("wkv_b_k", ("L", "N", "D")), out="k.nope")
-    v = b.einsum("bsl,lnu->bsnu", kv, b.weight("wkv_b_v", ("L", "N", "U")), out="v")
-    k = b.add_op(HeadConcat("k", (k_nope, k_pe), ("k",)), ("B", "S", "N", "A"))
-    context = b.attention(q, k, v, out="attn.core", causal=options.causal)
+    w_k, w_v = b.weight("wkv_b_k", ("L", "N", "D")), b.weight("wkv_b_v", ("L", "N", "U"))
+    cached = bool(options.kv_cache_bytes)
+    if cached:
+        kv = _cache(b, kv, "c", options.kv_cache_bytes)
+        k_pe = _cache(b, k_pe, "r", options.kv_cache_bytes)
+    if cached and options.absorb_latent:
+        q_lat = b.einsum("bsnd,lnd->bsnl", q_nope, w_k, out="q.absorbed")
+        op = LatentAttention("attn.latent", (q_lat, q_pe, kv, k_pe), ("attn.latent",))
+        latent = b.add_op(op, ("B", "S", "N", "L"))
+        context = b.einsum("bsnl,lnu->bsnu", latent, w_v, out="attn.core")
+    else:
+        keys = b.tensors[kv].dims[1]  # S, or the cached context T
+        k_nope = b.einsum("bsl,lnd->bsnd", kv, w_k, out="k.nope")
+        v = b.einsum("bsl,lnu->bsnu", kv, w_v, out="v")
+        k = b.add_op(HeadConcat("k", (k_nope, k_pe), ("k",)), ("B", keys, "N", "A"))
+        context = b.attention(q, k, v, out="attn.core", causal=options.causal, cached=cached)
     proj = b.einsum("bsnu,nuh->bsh", context, b.weight("wo", ("N", "U", "H")), out="attn.proj")
     dropped = _dropout(b, proj, "attn.proj.dropout", options)
     return b.elementwise(x, dropped, out="attn.residual", linear=True)
@@ -200,13 +215,14 @@ def _latent_norm(b: Block, x: str, dim: str, out: str) -> str:
     return b.reduction((x, scale), out, (dim,), _NORM_OPS[Norm.RMSNORM], saves=(x,))
 
 
-def _cache(b: Block, new: str, heads: str, which: str, dtype_bytes: int) -> str:
-    """A step's new keys or values appended to the sequence's cache ``kv.{which}[B, T, heads,
-    D]``; returns the whole cached context the attention reads."""
-    cache = b.tensor(f"kv.{which}", ("B", "T", heads, "D"), dtype_bytes, "input")
+def _cache(b: Block, new: str, which: str, dtype_bytes: int) -> str:
+    """A step's new entries ``new[B, S, …]`` appended to the sequences' cache
+    ``kv.{which}[B, T, …]``; returns the whole cached context the attention reads."""
+    dims = ("B", "T", *b.tensors[new].dims[2:])
+    cache = b.tensor(f"kv.{which}", dims, dtype_bytes, "input")
     b.inputs.append(cache)
     op = CacheAppend(f"{which}.append", (new, cache), (f"{which}.ctx",))
-    return b.add_op(op, ("B", "T", heads, "D"), dtype_bytes)
+    return b.add_op(op, dims, dtype_bytes)
 
 
 def _head_norm(b: Block, x: str, out: str) -> str:

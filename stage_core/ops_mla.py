@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stage_core.errors import ShardingError
 from stage_core.layout import Layout
-from stage_core.ops import BaseOp, Cost, Sizes, Tensor, local_elements
+from stage_core.ops import BaseOp, Cost, Sizes, Tensor, local_elements, local_extent
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +61,51 @@ class HeadConcat(BaseOp):
         out = local_elements(out_layouts[0], sizes, axis_sizes)
         head = local_elements(in_layouts[0], sizes, axis_sizes)
         return int(out - head)
+
+
+@dataclass(frozen=True, slots=True)
+class LatentAttention(BaseOp):
+    """Decode-time latent attention with the key up-projection absorbed into the queries
+    (DeepSeek-V2 Section 2.1.2; FlashMLA): ``o[B, S, N, L] = softmax(q_lat·cᵀ + q_pe·rᵀ)·c``
+    over the cached latent ``c[B, T, L]`` and RoPE keys ``r[B, T, R]``, shared by every head.
+
+    Inputs ``q_lat[B, S, N, L]``, ``q_pe[B, S, N, R]``, ``c[B, T, L]``, ``r[B, T, R]``. Query
+    ``i`` of the ``S`` new tokens sees ``T − S + i + 1`` positions; FLOPs
+    ``2·B·keys·N·((L + R) + L)``. The caches are read once per rank whatever the heads it holds
+    (they are replicated over the axes that partition the heads). Forward only (serving).
+    """
+
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
+        q_lat, q_pe, latent, rope = layouts
+        if any(layout.partial for layout in layouts):
+            raise ShardingError(f"{self.name}: inputs must not be partial")
+        if latent.shards[1] or rope.shards[1] or q_lat.shards[:3] != q_pe.shards[:3]:
+            raise ShardingError(
+                f"{self.name}: the caches {latent}, {rope} must hold whole sequences and the "
+                f"queries {q_lat}, {q_pe} share their layout"
+            )
+        if (latent.shards[0], rope.shards[0]) != (q_lat.shards[0], q_lat.shards[0]):
+            raise ShardingError(f"{self.name}: caches and queries must shard sequences alike")
+        out = tensors[self.outputs[0]]
+        return [Layout(out.dims, q_lat.shards, (), out.name)]
+
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
+        q_lat, q_pe, latent, _ = layouts
+        qt, ct = tensors[self.inputs[0]], tensors[self.inputs[2]]
+        batch = local_extent(qt.dims[0], q_lat.shards[0], sizes, axis_sizes)
+        sq = local_extent(qt.dims[1], q_lat.shards[1], sizes, axis_sizes)
+        heads = local_extent(qt.dims[2], q_lat.shards[2], sizes, axis_sizes)
+        rank = local_extent(qt.dims[3], q_lat.shards[3], sizes, axis_sizes)
+        rope = local_extent(tensors[self.inputs[1]].dims[3], q_pe.shards[3], sizes, axis_sizes)
+        skv = sizes[ct.dims[1]]
+        keys = sq * (skv - sq) + sq * (sq + 1) // 2
+        flops = 2 * batch * keys * heads * ((rank + rope) + rank)
+        read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
+        return Cost(flops, read, written)

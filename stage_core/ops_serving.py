@@ -18,7 +18,8 @@ from stage_core.ops import BaseOp, Cost, Sizes, Tensor, local_elements
 
 @dataclass(frozen=True, slots=True)
 class CacheAppend(BaseOp):
-    """``ctx[B, T, K, D] = append(new[B, S, K, D], cache[B, T, K, D])``.
+    """``ctx[B, T, …] = append(new[B, S, …], cache[B, T, …])`` (keys or values ``[…] = [K,
+    D]``; latent attention's latent ``[L]`` or RoPE key ``[R]``).
 
     Reads the ``S`` new entries and writes them into their cache slots at the cache's width
     (one FLOP per element to scale and cast when the cache is narrower, e.g. an FP8 cache fed
@@ -33,11 +34,7 @@ class CacheAppend(BaseOp):
             raise ShardingError(f"{self.name}: cache inputs {new}, {cache} must not be partial")
         if cache.shards[1]:
             raise ShardingError(f"{self.name}: the cache {cache} must hold whole sequences")
-        if (new.shards[0], new.shards[2], new.shards[3]) != (
-            cache.shards[0],
-            cache.shards[2],
-            cache.shards[3],
-        ):
+        if (new.shards[0], *new.shards[2:]) != (cache.shards[0], *cache.shards[2:]):
             raise ShardingError(
                 f"{self.name}: new entries {new} and cache {cache} differ in batch or heads"
             )

@@ -96,17 +96,23 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         for op in block.ops:  # q/k/v projections, or latent attention's down-projections
             if "ln1" in op.inputs:
                 consumed[(op.name, "ln1")] = _GATHERED
-        kv = [t for t in ("k.rope", "k.norm", "k") if t in names][0]
-        heads = names[kv].dims[2]
-        seq = "S/cp" if flags.cp_ring else "S"
+        if "kv.c" in names:  # latent attention's compressed cache, replicated over tp
+            stored["kv.c"] = f"[{TOKENS}, T, L]"
+            stored["kv.r"] = f"[{TOKENS}, T, R]"
+        kv = [t for t in ("k.rope", "k.norm", "k") if t in names][0] if "k" in names else ""
+        heads = names[kv].dims[2] if kv else "N"
 
         def kv_layout(tensor: str) -> str:
-            return f"[{TOKENS}, {seq}, {heads}/tp, {names[tensor].dims[3]}]"
+            dims = names[tensor].dims  # the sequence is S, or T over a cache
+            seq = f"{dims[1]}/cp" if flags.cp_ring else dims[1]
+            return f"[{TOKENS}, {seq}, {heads}/tp, {dims[3]}]"
 
         if "k.ctx" in names:  # serving: a KV cache of T tokens per sequence, heads over tp
             cache = f"[{TOKENS}, T, {heads}/tp, D]"
             stored["kv.k"] = stored["kv.v"] = cache
             consumed[("attn.core", "k.ctx")] = consumed[("attn.core", "v.ctx")] = cache
+        elif "attn.latent" in names:  # absorbed decode: the latent attention reads the caches
+            pass
         elif "attn.core" in names:
             consumed[("attn.core", kv)] = kv_layout(kv)
             consumed[("attn.core", "v")] = kv_layout("v")

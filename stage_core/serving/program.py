@@ -20,7 +20,7 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_core.plans import PlanFlags
-from stage_core.serving.config import ServingConfig, ServingStep
+from stage_core.serving.config import Phase, ServingConfig, ServingStep
 
 _LAYER_KINDS = ("layer", "moe_layer")
 
@@ -71,6 +71,7 @@ def lower_step(model: ModelSpec, config: ServingConfig, step: ServingStep) -> Se
     options = BlockOptions(
         "fused", causal=True, dropout=False,
         kv_cache_bytes=config.kv_bytes, weight_bytes=config.weight_bytes,
+        absorb_latent=config.phase == Phase.DECODE,
     )  # fmt: skip
     flags = PlanFlags(sp=False, attention="fused", cp_ring=False)
     workload = replace(base, options=options, flags=flags, sizes={**base.sizes, "T": step.context})
@@ -114,13 +115,21 @@ class ServingMemory:
         return self.weight_bytes + self.kv_cache_bytes + self.activation_bytes
 
 
-def _is_cache(name: str) -> bool:
-    return name.startswith("kv.") or name.endswith(".ctx")
+def _caches(block: BoundBlock) -> dict[str, int]:
+    """The caches a block appends to — the second operand of each ``CacheAppend`` — and their
+    bytes on one rank; their appended contexts (the ops' outputs) are the same memory."""
+    result: dict[str, int] = {}
+    for instr in block.fwd:
+        if instr.kind == "cacheappend":
+            (name, size), (context, _) = instr.inputs[1], instr.outputs[0]
+            result[name] = size
+            result[context] = 0
+    return result
 
 
 def cache_bytes(block: BoundBlock) -> int:
-    """Bytes of the KV caches a block reads (one rank's share)."""
-    return sum(size for instr in block.fwd for name, size in instr.inputs if name.startswith("kv."))
+    """Bytes of the KV caches a block holds (one rank's share)."""
+    return sum(_caches(block).values())
 
 
 def activation_workspace(block: BoundBlock) -> int:
@@ -128,18 +137,19 @@ def activation_workspace(block: BoundBlock) -> int:
     instruction that produces it (the block input from the start) to its last reader; weights
     and caches are counted elsewhere."""
     weights = {w.name for w in block.weights}
+    caches = _caches(block)
     size: dict[str, int] = {}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, instr in enumerate(block.fwd):
         for name, nbytes in instr.inputs:
-            if name in weights or _is_cache(name):
+            if name in weights or name in caches:
                 continue
             size[name] = max(size.get(name, 0), nbytes)
             first.setdefault(name, 0)
             last[name] = index
         for name, nbytes in instr.outputs:
-            if _is_cache(name):
+            if name in caches:
                 continue
             size[name] = max(size.get(name, 0), nbytes)
             first.setdefault(name, index)
@@ -169,7 +179,11 @@ def serving_memory(program: ServingProgram) -> list[ServingMemory]:
 
 
 def kv_cache_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:
-    """The closed form: keys and values of every layer, ``2·layers·kv_heads·head_dim·bytes``."""
+    """The closed form: keys and values of every layer, ``2·layers·kv_heads·head_dim·bytes``;
+    latent attention caches its compressed latent and RoPE key,
+    ``layers·(kv_lora_rank + qk_rope_head_dim)·bytes``."""
+    if model.is_mla:
+        return model.layers * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
     return 2 * model.layers * model.kv_heads * model.head_dim * kv_bytes
 
 

@@ -19,7 +19,13 @@ from stage_core.lower.emit import write_chakra
 from stage_core.lower.program import lower
 from stage_core.models import ModelSpec, get_flavor
 from stage_core.parallel import ParallelConfig
-from stage_core.serving import ServingConfig, lower_step
+from stage_core.serving import (
+    ServingConfig,
+    kv_cache_bytes_per_token,
+    lower_step,
+    serving_memory,
+)
+from stage_core.serving.trace import serving_program_set
 from stage_core.trace import CollectiveKind
 
 
@@ -95,11 +101,41 @@ def test_traces_of_a_latent_attention_moe_pass_the_checker(tmp_path: Path) -> No
     assert report.sound, report.violations
 
 
-def test_serving_refuses_latent_attention_until_its_cache_is_modelled() -> None:
-    config = ServingConfig(phase="decode", batch=1, context_len=10)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="compressed KV cache") as error:
-        lower_step(small(), config, config.steps()[0])
-    assert "\n" not in str(error.value)
+@pytest.mark.parametrize(("tp", "dp"), [(1, 1), (2, 1), (1, 2)])
+def test_serving_caches_the_compressed_latent(tp: int, dp: int) -> None:
+    model = small()
+    config = ServingConfig(phase="decode", batch=2, context_len=99, tp=tp, dp=dp)  # type: ignore[arg-type]
+    program = lower_step(model, config, config.steps()[0])
+    per_token = kv_cache_bytes_per_token(model, 2)
+    assert per_token == model.layers * (model.kv_lora_rank + model.qk_rope_head_dim) * 2
+    per_gpu = sum(m.kv_cache_bytes for m in serving_memory(program))
+    # Each dp rank holds its sequences; the latent is replicated over tp (shared by the heads).
+    assert per_gpu * dp == config.batch * 100 * per_token
+
+
+def test_decode_absorbs_and_prefill_up_projects() -> None:
+    model = small()
+    n, d, r = model.heads, model.head_dim, model.qk_rope_head_dim
+    rank, u = model.kv_lora_rank, model.v_head_dim
+    decode = ServingConfig(phase="decode", batch=2, context_len=99)  # type: ignore[arg-type]
+    layer = lower_step(model, decode, decode.steps()[0]).blocks["layer"]
+    latent = next(i for i in layer.fwd if i.kind == "latentattention")
+    assert latent.flops == 2 * 2 * 100 * n * ((rank + r) + rank)
+    assert {"q.absorbed", "attn.core"} <= {i.name for i in layer.fwd}  # absorbed W_uk, W_uv
+    prefill = ServingConfig(phase="prefill", batch=2, prompt_len=64)  # type: ignore[arg-type]
+    layer = lower_step(model, prefill, prefill.steps()[0]).blocks["layer"]
+    attention = next(i for i in layer.fwd if i.kind == "attention")
+    assert attention.flops == 2 * 2 * (64 * 65 // 2) * n * ((d + r) + u)
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_serving_traces_of_latent_attention_pass_the_checker(phase: str, tmp_path: Path) -> None:
+    config = ServingConfig(  # type: ignore[arg-type]
+        phase=phase, batch=4, context_len=32, prompt_len=64, tp=2, pp=1, dp=2, ep=2
+    )
+    write_chakra(serving_program_set(small(), config), tmp_path)
+    report = check_trace_set(read_trace_set(tmp_path), for_astra_sim=True)
+    assert report.sound, report.violations
 
 
 @pytest.mark.parametrize(
