@@ -62,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default), megatron-core, deepspeed, fsdp",
     )
     parser.add_argument(
+        "--astra-sim-variant",
+        choices=("unaware", "aware"),
+        default=None,
+        help="ASTRA-sim build for --backend astra-sim: unaware (default, any network) or "
+        "aware (congestion-aware, 1-D networks only)",
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="also evaluate with the analytical backend and show both (needs another --backend)",
@@ -86,7 +93,14 @@ def run(args: argparse.Namespace) -> int:
             f"--framework applies to the analytical backend, but got --backend {args.backend} "
             "(add --compare to evaluate the analytical model beside it)"
         )
-    backend_options = options if args.backend == "analytical" else {}
+    backend_options: dict[str, Any] = options if args.backend == "analytical" else {}
+    if args.astra_sim_variant is not None:
+        if args.backend != "astra-sim":
+            raise ConfigError(
+                f"--astra-sim-variant applies to --backend astra-sim, but got --backend "
+                f"{args.backend}"
+            )
+        backend_options = {"variant": args.astra_sim_variant}
     backend = create_backend(resolve_backend(args.backend), backend_options)
     preflight = getattr(backend, "preflight", None)
     if callable(preflight):

@@ -19,6 +19,7 @@ exports ``ASTRA_SIM_BIN`` when the prebuilt binary sits beside the clone.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -148,3 +149,22 @@ def test_backend_reports_the_real_binary_step_on_a100(tmp_path: Path) -> None:
     config = astra_config_from_files(kept / "system.json", kept / "network.yml")
     expected = simulate(read_trace_set(kept).ranks, AstraTimingModel(config)).makespan
     assert evaluation.step_time_s == expected * 1e-9
+
+
+@pytest.mark.skipif(AWARE is None, reason=WHY_AWARE)
+def test_stage_eval_runs_the_congestion_aware_build(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stage_explore.cli import main
+
+    monkeypatch.setenv("ASTRA_SIM_BIN", str(AWARE))
+    point = [
+        "eval", "--model", "gpt3-125m", "--layers", "2", "--tp", "2", "--global-batch", "8",
+        "--system", "a100-80gb", "--backend", "astra-sim", "--astra-sim-variant", "aware",
+    ]  # fmt: skip
+    assert main([*point, "--dp", "4", "--json"]) == 0  # 8 GPUs: one NVSwitch node, 1-D
+    result = json.loads(capsys.readouterr().out)
+    assert result["extra"]["astra_sim_variant"] == "aware" and result["step_time_s"] > 0
+    assert main([*point, "--dp", "8"]) == 2  # 16 GPUs: two network dims
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "simulates 1-D networks only" in err and "(8 x 2)" in err
