@@ -466,7 +466,9 @@ class AnalyticalBackend(BaseBackend):
         )
 
         def compute() -> BlockTiming:
-            instrs = fuse_elementwise(block.fwd if phase == "fwd" else block.bwd)
+            instrs = block.fwd if phase == "fwd" else block.bwd
+            if self.framework.fused_elementwise:
+                instrs = fuse_elementwise(instrs)
             return time_block(
                 instrs if rule is None else overlap_collectives(instrs, rule),
                 self._compute_timer(point, kind),

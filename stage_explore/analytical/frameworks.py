@@ -41,6 +41,9 @@ Options (all booleans unless said):
   its time runs (``"fa2"``: FlashAttention-2), looked up in the accelerator's
   ``attention_kernels``; None: the best kernel the preset lists (FA3 / cuDNN on Hopper, FA4 on
   Blackwell).
+- ``fused_elementwise`` — chains of element-wise kernels keep their intermediates on chip
+  (Megatron-LM's fused bias-GeLU / bias-dropout-add / fused norms, or ``torch.compile``); off:
+  eager PyTorch, every element-wise op reads and writes HBM.
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -66,6 +69,7 @@ OPTION_FLAGS: dict[str, str] = {
     "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
+    "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
 }
@@ -90,6 +94,7 @@ class FrameworkProfile:
     zero3_gathers: int
     zero3_flat_ring: bool
     attention_kernel: str | None
+    fused_elementwise: bool
     runtime_reserved_bytes: int
     allocator_overhead: float
 
@@ -178,6 +183,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_gathers=2,
             zero3_flat_ring=False,
             attention_kernel=None,  # unfused core attention (the generator's GPT blocks)
+            fused_elementwise=True,
             runtime_reserved_bytes=0,  # the published peaks are allocator figures
             allocator_overhead=0.0,
         ),
@@ -194,6 +200,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_gathers=2,
             zero3_flat_ring=False,
             attention_kernel=None,  # Transformer Engine: cuDNN fused attention (FA3-class)
+            fused_elementwise=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),
@@ -213,6 +220,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_gathers=3,
             zero3_flat_ring=True,
             attention_kernel="fa2",
+            fused_elementwise=True,  # Megatron-DeepSpeed keeps Megatron's fused kernels
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),
@@ -229,6 +237,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_gathers=2,  # reshard_after_forward: gathered again for the backward
             zero3_flat_ring=False,
             attention_kernel=None,  # PyTorch SDPA: cuDNN / flash backends of its release
+            fused_elementwise=False,  # eager PyTorch unless the model is compiled
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),
@@ -245,6 +254,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_gathers=2,
             zero3_flat_ring=False,
             attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023
+            fused_elementwise=False,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),

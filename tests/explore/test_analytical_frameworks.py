@@ -221,3 +221,14 @@ def test_without_scatter_gather_every_tp_rank_sends_the_whole_activation() -> No
         framework="megatron-lm-2021", overrides={"pipeline_scatter_gather": False}
     ).evaluate(model, parallel, system)
     assert whole.breakdown["pipeline_p2p"] > megatron.breakdown["pipeline_p2p"]
+
+
+def test_eager_frameworks_pay_for_every_elementwise_round_trip() -> None:
+    model = get_flavor("llama3-8b").with_overrides(layers=2)
+    parallel = ParallelConfig(tp=2, dp=2, sp=True, global_batch=4)
+    system = load_system("h100-80gb")
+    fused = AnalyticalBackend(framework="fsdp", overrides={"fused_elementwise": True})
+    eager = AnalyticalBackend(framework="fsdp")
+    assert not eager.framework.fused_elementwise
+    slow = eager.evaluate(model, parallel, system).breakdown["compute"]
+    assert slow > fused.evaluate(model, parallel, system).breakdown["compute"]
