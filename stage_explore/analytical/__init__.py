@@ -2,6 +2,12 @@
 
 - :mod:`~stage_explore.analytical.backend` — :class:`AnalyticalBackend`: step time, breakdown,
   MFU, memory and feasibility of one design point (``stage eval``, the explorer's default);
+- :mod:`~stage_explore.analytical.frameworks` — :class:`FrameworkProfile` and
+  :data:`FRAMEWORKS`: what Megatron-LM, Megatron-Core, DeepSpeed and FSDP overlap and hold;
+- :mod:`~stage_explore.analytical.kernels` — per-kernel compute time (GEMM shape and dtype,
+  fused attention, memory-bound operators);
+- :mod:`~stage_explore.analytical.overlap` — the communication a framework overlaps, as
+  rewrites of a block's instructions;
 - :mod:`~stage_explore.analytical.blocktime` — one block's instructions on a compute and a
   communication stream;
 - :mod:`~stage_explore.analytical.pipeline` — the pipeline schedule simulated across stages;
@@ -22,6 +28,7 @@ from stage_explore.analytical.collectives import (
     astra_point_to_point_ns,
     group_span,
 )
+from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
 from stage_explore.analytical.tracesim import (
     AlphaBetaTimingModel,
     AstraTimingModel,
@@ -34,9 +41,11 @@ from stage_explore.analytical.tracesim import (
 )
 
 __all__ = [
+    "FRAMEWORKS",
     "AlphaBetaTimingModel",
     "AstraTimingModel",
     "BaseTimingModel",
+    "FrameworkProfile",
     "GroupSpan",
     "RankTiming",
     "SimulationResult",
@@ -47,6 +56,7 @@ __all__ = [
     "astra_config_from_files",
     "astra_config_from_system",
     "astra_point_to_point_ns",
+    "get_framework",
     "group_span",
     "simulate",
 ]
