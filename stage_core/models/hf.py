@@ -3,7 +3,8 @@
 Contents:
 
 - :func:`load_hf_config`: a :class:`ModelSpec` from the config of a Llama, Mistral, Mixtral,
-  Qwen3, Qwen3-MoE or Nemotron model; every key is mapped, known to be irrelevant to cost
+  Qwen3, Qwen3-MoE, Nemotron, DeepSeek-V2 or DeepSeek-V3 model; every key is mapped, known to
+  be irrelevant to cost
   (:data:`IGNORED_KEYS`), or a one-line :class:`ConfigError` naming it.
 
 Mapping (all types): ``hidden_size``, ``intermediate_size`` (the dense FFN; Mixtral's experts),
@@ -20,8 +21,15 @@ extended after pre-training, else ``max_position_embeddings``. MoE: ``num_local_
 Qwen3 and Qwen3-MoE always have QK-norm (``q_norm``/``k_norm`` in their modelling code; no key).
 Sliding-window attention is not modelled: ``sliding_window`` must be null unless
 ``use_sliding_window`` is false, and ``layer_types`` must all be ``full_attention``.
+DeepSeek-V2/V3 (multi-head latent attention, DeepSeek MoE): ``q_lora_rank`` (null: no query
+latent), ``kv_lora_rank``, ``qk_nope_head_dim`` (the model's ``head_dim``),
+``qk_rope_head_dim``, ``v_head_dim``, ``n_routed_experts``, ``n_shared_experts``,
+``first_k_dense_replace``, ``moe_layer_freq``; the routing rule's numerics (``topk_method``,
+``n_group``, ``topk_group``, ``scoring_func``, ``routed_scaling_factor``, ``aux_loss_alpha``,
+``seq_aux``) and the checkpoint's ``quantization_config`` and ``ep_size`` change no count.
 Approximated: Nemotron's ``partial_rotary_factor`` (RoPE's element-wise cost is counted over
-the whole head).
+the whole head); DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``) is
+not modelled (the main model is).
 """
 
 from __future__ import annotations
@@ -44,8 +52,11 @@ HF_FAMILIES: Mapping[str, Family] = MappingProxyType(
         "qwen3": Family.QWEN3,
         "qwen3_moe": Family.QWEN3,
         "nemotron": Family.NEMOTRON,
+        "deepseek_v2": Family.DEEPSEEK_MOE,
+        "deepseek_v3": Family.DEEPSEEK_MOE,
     }
 )
+_DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3"})
 #: ``model_type`` → the ``hidden_act`` its MLP must use, and the activation that means.
 _ACTIVATIONS: Mapping[str, tuple[str, Activation]] = MappingProxyType(
     {
@@ -75,6 +86,16 @@ IGNORED_KEYS = frozenset(
         "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
         "rope_theta", "pretraining_tp", "output_router_logits", "router_aux_loss_coef",
         "router_jitter_noise", "norm_topk_prob", "auto_map", "tokenizer_class",
+    }
+)  # fmt: skip
+#: Keys of DeepSeek-V2/V3 configs only: mapped (latent attention, DeepSeek MoE) or, for the
+#: routing numerics, the checkpoint's quantization and the MTP module, changing no count.
+DEEPSEEK_KEYS = frozenset(
+    {
+        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+        "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+        "num_nextn_predict_layers", "topk_method", "n_group", "topk_group", "scoring_func",
+        "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "quantization_config", "ep_size",
     }
 )  # fmt: skip
 
@@ -109,8 +130,9 @@ def _unmappable(where: str, key: str, value: Any, why: str) -> ConfigError:
 
 
 def _check_keys(config: Mapping[str, Any], where: str, model_type: str) -> None:
+    extra = DEEPSEEK_KEYS if model_type in _DEEPSEEK_TYPES else frozenset()
     for key, value in config.items():
-        if key not in MAPPED_KEYS and key not in IGNORED_KEYS:
+        if key not in MAPPED_KEYS and key not in IGNORED_KEYS and key not in extra:
             raise _unmappable(
                 where, key, value, f"not a key of the {model_type} architectures STAGE models"
             )
@@ -134,6 +156,27 @@ def _first_k_dense(config: Mapping[str, Any], where: str) -> int:
     if not isinstance(dense, list) or dense != list(range(len(dense))):
         raise _unmappable(where, "mlp_only_layers", dense, "only a prefix [0, …, k−1] of layers")
     return len(dense)
+
+
+def _deepseek_fields(config: Mapping[str, Any], where: str, ffn: int) -> dict[str, Any]:
+    """Latent attention and DeepSeek MoE (module docstring)."""
+    fields: dict[str, Any] = {
+        "q_lora_rank": config.get("q_lora_rank") or 0,
+        "kv_lora_rank": _int(config, "kv_lora_rank", where),
+        "qk_rope_head_dim": _int(config, "qk_rope_head_dim", where),
+        "v_head_dim": _int(config, "v_head_dim", where),
+    }
+    experts = _int(config, "n_routed_experts", where, 0)
+    if experts:
+        fields.update(
+            num_experts=experts,
+            top_k=_int(config, "num_experts_per_tok", where),
+            expert_ffn=_int(config, "moe_intermediate_size", where, ffn),
+            num_shared_experts=_int(config, "n_shared_experts", where, 0),
+            first_k_dense=_int(config, "first_k_dense_replace", where, 0),
+            moe_layer_interval=_int(config, "moe_layer_freq", where, 1),
+        )
+    return fields
 
 
 def _moe_fields(config: Mapping[str, Any], where: str, ffn: int) -> dict[str, Any]:
@@ -184,7 +227,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             ffn=ffn,
             heads=heads,
             kv_heads=_int(config, "num_key_value_heads", where, heads),
-            head_dim=config.get("head_dim") or 0,
+            head_dim=(
+                _int(config, "qk_nope_head_dim", where)
+                if model_type in _DEEPSEEK_TYPES
+                else config.get("head_dim") or 0
+            ),
             vocab=_int(config, "vocab_size", where),
             seq_len=seq_len,
             max_position=max_position,
@@ -195,7 +242,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             bias=attention_bias,
             qk_norm=model_type in _QK_NORM_TYPES,
-            **_moe_fields(config, where, ffn),
+            **(
+                _deepseek_fields(config, where, ffn)
+                if model_type in _DEEPSEEK_TYPES
+                else _moe_fields(config, where, ffn)
+            ),
         )
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None
