@@ -16,6 +16,13 @@ A run counts only when every rank printed its ``finished`` line. Non-zero exit, 
 signal (ASTRA-sim aborts with SIGABRT on invalid input), a timeout, or a missing rank (ASTRA-sim
 exits 0 without results when ``collective-optimization`` is absent, or when a trace stalls) is an
 :class:`AstraSimError` carrying the reason and the tail of the output.
+
+Memory: before starting, the run's memory is estimated (:mod:`~stage_explore.astrasim.memory`)
+and a run this host cannot hold is refused (:class:`~stage_explore.astrasim.memory.
+HostMemoryError`, an infeasible point for this host). A run killed from outside (SIGKILL,
+SIGTERM, SIGINT, SIGHUP) is an infrastructure failure (``AstraSimError.infrastructure``: the
+explorer retries it and ``--resume`` re-runs it); SIGKILL is reported as likely the
+out-of-memory killer, with the estimate and the memory that was available.
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from stage_core.errors import StageError
 from stage_explore.astrasim.inputs import AstraInputs
+from stage_explore.astrasim.memory import available_bytes, check_memory, gib
 from stage_explore.astrasim.parse import AstraSimReport, parse_output
 
 OUTPUT_FILE = "astra-sim.log"
@@ -40,12 +48,17 @@ _TAIL_BYTES = 64 * 1024
 class AstraSimError(StageError):
     """An ASTRA-sim run that did not complete; the explorer records a failed trial.
 
-    ``reason`` says what went wrong; ``tail`` holds the last lines of ASTRA-sim's output.
+    ``reason`` says what went wrong; ``tail`` holds the last lines of ASTRA-sim's output;
+    ``infrastructure`` is true when the run was killed from outside (the out-of-memory killer,
+    a signal): the explorer then retries the trial instead of recording it failed.
     """
 
-    def __init__(self, reason: str, tail: Sequence[str] = ()) -> None:
+    def __init__(
+        self, reason: str, tail: Sequence[str] = (), *, infrastructure: bool = False
+    ) -> None:
         self.reason = reason
         self.tail = tuple(tail)
+        self.infrastructure = infrastructure
         text = reason
         if self.tail:
             text += f"\n--- last {len(self.tail)} lines of ASTRA-sim's output ---\n"
@@ -54,7 +67,9 @@ class AstraSimError(StageError):
 
     def with_note(self, note: str) -> AstraSimError:
         """The same error with ``note`` appended to its reason."""
-        return AstraSimError(f"{self.reason}; {note}", self.tail)
+        return AstraSimError(
+            f"{self.reason}; {note}", self.tail, infrastructure=self.infrastructure
+        )
 
 
 def command_line(binary: Path, inputs: AstraInputs) -> list[str]:
@@ -107,13 +122,22 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _exit_reason(code: int) -> str:
+#: Signals that end a run from outside (the OOM killer, an operator, a dying node): not the
+#: simulation's fault, so an infrastructure failure.
+KILL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+def _exit_reason(code: int, estimate: int | None = None, available: int | None = None) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
         hint = " (ASTRA-sim aborts on invalid input)" if -code == signal.SIGABRT else ""
+        if -code == signal.SIGKILL:
+            known = f"estimated {gib(estimate)}" if estimate is not None else "no estimate"
+            free = "unknown" if available is None else gib(available)
+            hint = f", likely the out-of-memory killer: {known}, available {free}"
         return f"ASTRA-sim was killed by {name}{hint}"
     return f"ASTRA-sim exited with status {code}"
 
@@ -152,8 +176,20 @@ def _ranks(ranks: Sequence[int]) -> str:
     return shown + (f", … ({len(ranks)} ranks)" if len(ranks) > 8 else "")
 
 
-def run_astra_sim(binary: Path, inputs: AstraInputs, *, timeout_s: float | None) -> AstraSimRun:
-    """Run ``binary`` on ``inputs``; every rank must finish, else :class:`AstraSimError`."""
+def run_astra_sim(
+    binary: Path,
+    inputs: AstraInputs,
+    *,
+    timeout_s: float | None,
+    available: Callable[[], int | None] | None = None,
+) -> AstraSimRun:
+    """Run ``binary`` on ``inputs``; every rank must finish, else :class:`AstraSimError`.
+
+    A run whose memory estimate exceeds ``available()`` (default: this host's available
+    memory) is refused before it starts
+    (:class:`~stage_explore.astrasim.memory.HostMemoryError`).
+    """
+    estimate, free = check_memory(inputs, available or available_bytes)
     command = command_line(binary, inputs)
     output = inputs.directory / OUTPUT_FILE
     world = inputs.world_size
@@ -169,7 +205,7 @@ def run_astra_sim(binary: Path, inputs: AstraInputs, *, timeout_s: float | None)
     problems = []
     teardown = _finished_before_crash(code, report, world)
     if code != 0 and not teardown:
-        problems.append(_exit_reason(code))
+        problems.append(_exit_reason(code, estimate, free))
     if missing:
         problems.append(
             f"{len(missing)} of {world} ranks printed no `finished` line (ranks {_ranks(missing)})"
@@ -184,7 +220,8 @@ def run_astra_sim(binary: Path, inputs: AstraInputs, *, timeout_s: float | None)
     if unexpected:
         problems.append(f"ranks {_ranks(unexpected)} reported, but the run has {world} ranks")
     if problems:
-        raise AstraSimError("; ".join(problems), tail(output))
+        killed = code < 0 and -code in KILL_SIGNALS
+        raise AstraSimError("; ".join(problems), tail(output), infrastructure=killed)
     return AstraSimRun(
         command=tuple(command), report=report, seconds=seconds, output=output,
         teardown_crash=f"{_exit_reason(code)}: {TEARDOWN_CRASH}" if teardown else "",
