@@ -52,13 +52,19 @@ from stage_explore.records import (
     write_json_atomic,
 )
 from stage_explore.search.backends import BackendFactory, create_backend, resolve_backend
+from stage_explore.search.design import model_is_moe
 from stage_explore.search.executors import BaseExecutor
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, StudySummary
 from stage_explore.search.refine import refine
 from stage_explore.search.retry import RetryingExecutor, RetryPolicy
-from stage_explore.search.design import model_is_moe
-from stage_explore.search.samplers import BaseSearch, Proposal, create_search, is_fast
+from stage_explore.search.samplers import (
+    BaseSearch,
+    GridSearch,
+    Proposal,
+    create_search,
+    is_fast,
+)
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp, structural_reason
 from stage_explore.study.spec import Direction, SamplerKind, StudySpec
@@ -186,7 +192,6 @@ class Explorer:
         )  # fmt: skip
         return final
 
-
     # ------------------------------------------------------------------ bookkeeping
 
     def _account(
@@ -313,6 +318,22 @@ class Explorer:
             directory=self.directory, progress=progress, resumed=resumed, stopped_by=stopped_by
         )
 
+    def _create_search(self, factory: BackendFactory) -> BaseSearch:
+        """The search (``auto`` resolved with the budget and the backend's speed)."""
+        spec = self.spec
+        fast = is_fast(spec, factory)
+        started = time.perf_counter()
+        search = create_search(spec, budget=self._budget, fast=fast, moe=model_is_moe(spec))
+        self._sampler_s += time.perf_counter() - started
+        if self._budget is None and not isinstance(search, GridSearch):
+            raise ConfigError(
+                f"{spec.path}: [sampler] trials: expected a trial budget for sampler "
+                f'"{spec.sampler.kind}" with backend {spec.backend.search_name!r}, which it does '
+                "not enumerate (or pass --trials), got none"
+            )
+        self._search = search
+        return search
+
     def _rerun_lost(self, search: BaseSearch, executor: BaseExecutor, writer: RecordWriter) -> None:
         """Evaluate again the resumed trials lost to infrastructure failures; each new row keeps
         its trial number (and supersedes the lost one, see :func:`read_records`)."""
@@ -344,59 +365,58 @@ class Explorer:
 
     def _loop(self, search: BaseSearch, executor: BaseExecutor, writer: RecordWriter) -> str:
         spec = self.spec
-        batch = spec.sampler.batch_size
-        chunk = spec.executor.chunk_size or max(1, min(256, batch // (2 * executor.parallelism)))
-        # candidate key → the proposals waiting for its outcome (a point proposed again while
-        # in flight waits for the same evaluation); point → candidate key
-        waiting: dict[int, list[Proposal]] = {}
-        in_flight: dict[tuple[Any, ...], int] = {}
+        window = spec.sampler.batch_size  # evaluations in flight at once
+        chunk = spec.executor.chunk_size or max(1, min(256, window // (2 * executor.parallelism)))
+        # proposals not yet told, in proposal order; a repeat waits for the first evaluation
+        queue: deque[Proposal] = deque()
+        running: dict[int, tuple[Any, ...]] = {}  # candidate key → configuration key
         buffer: list[Candidate] = []
         keys = iter(range(1 << 62))
         last_flush = last_progress = time.monotonic()
 
-        def point(proposal: Proposal) -> tuple[Any, ...]:
-            return tuple(proposal.params[name] for name in search.names)
-
         def finish(proposal: Proposal, outcome: Outcome) -> None:
             params = dict(proposal.params)
             self._account(params, outcome, search, proposal)
-            row = make_row(
-                trial=self._next_trial,
-                study=spec.name,
-                params=params,
-                dp=derive_dp(params),
-                outcome=outcome,
-                finished_at=datetime.now(UTC),
+            if proposal.repeat:
+                return
+            writer.append(
+                make_row(
+                    trial=self._next_trial,
+                    study=spec.name,
+                    params=params,
+                    dp=derive_dp(params),
+                    outcome=outcome,
+                    finished_at=datetime.now(UTC),
+                )
             )
-            writer.append(row)
             self._next_trial += 1
             self._new += 1
 
+        def drain() -> None:
+            while queue and queue[0].key in self._cache:
+                proposal = queue.popleft()
+                finish(proposal, self._cache[proposal.key])
+
         def room() -> int:
-            asked = sum(len(proposals) for proposals in waiting.values())
-            done = sum(self._counts.values())
-            left = math.inf if self._budget is None else self._budget - done - asked
-            return int(min(batch - asked, left, chunk))
+            left = math.inf if self._budget is None else self._budget - self._distinct
+            if search.generation is not None:  # adaptive: one whole generation at a time
+                return int(min(search.generation, left)) if not queue else 0
+            return int(min(window - len(running), left, 8 * window - len(queue)))
 
         def dispatch(proposal: Proposal) -> None:
+            queue.append(proposal)
+            if proposal.repeat:
+                return
+            self._distinct += 1
             reason = structural_reason(proposal.params, spec.workload, spec.constraints)
-            cached = self._cache.get(point(proposal))
             if reason is not None:
-                finish(
-                    proposal,
-                    Outcome(
-                        status=TrialStatus.INFEASIBLE, reason=reason, backend=spec.backend.name
-                    ),
+                self._cache[proposal.key] = Outcome(
+                    status=TrialStatus.INFEASIBLE, reason=reason, backend=spec.backend.name
                 )
-            elif cached is not None:
-                finish(proposal, _reused(cached))
-            elif point(proposal) in in_flight:
-                waiting[in_flight[point(proposal)]].append(proposal)
-            else:
-                candidate = Candidate(key=next(keys), params=dict(proposal.params))
-                waiting[candidate.key] = [proposal]
-                in_flight[point(proposal)] = candidate.key
-                buffer.append(candidate)
+                return
+            candidate = Candidate(key=next(keys), params=dict(proposal.params))
+            running[candidate.key] = proposal.key
+            buffer.append(candidate)
 
         while True:
             limit = spec.sampler.time_limit_s
@@ -404,22 +424,25 @@ class Explorer:
                 if time.monotonic() - self._started >= limit:
                     self._stop = "time limit"
             while self._stop is None and not search.exhausted and room() > 0:
-                for proposal in search.propose(room()):
+                started = time.perf_counter()
+                proposals = search.propose(room())
+                self._sampler_s += time.perf_counter() - started
+                for proposal in proposals:
                     dispatch(proposal)
                 while len(buffer) >= chunk:
                     executor.submit(buffer[:chunk])
                     del buffer[:chunk]
+                if not proposals:
+                    break
             if buffer and (executor.in_flight == 0 or room() <= 0 or search.exhausted):
                 executor.submit(buffer)
                 buffer = []
+            drain()
             if self._stop == "interrupted" or (executor.in_flight == 0 and not buffer):
                 break
             for key, outcome in executor.poll(_POLL_S):
-                first, *others = waiting.pop(key)
-                del in_flight[point(first)]
-                finish(first, outcome)
-                for proposal in others:
-                    finish(proposal, _reused(outcome))
+                self._cache[running.pop(key)] = outcome
+            drain()
             now = time.monotonic()
             if writer.pending >= _FLUSH_ROWS or (
                 writer.pending and now - last_flush >= _FLUSH_EVERY_S
@@ -429,9 +452,15 @@ class Explorer:
             if self._on_progress is not None and now - last_progress >= _PROGRESS_EVERY_S:
                 self._on_progress(self.progress())
                 last_progress = now
+        # interrupted: keep what finished, in proposal order, behind any unfinished trial
+        for proposal in queue:
+            if not proposal.repeat and proposal.key in self._cache:
+                finish(proposal, self._cache[proposal.key])
         if self._stop is not None:
             return self._stop
-        return "grid" if search.exhausted else "budget"
+        if not search.exhausted:
+            return "budget"
+        return "grid" if isinstance(search, GridSearch) else "exhausted"
 
 
 def _preflight(backend: Any) -> None:
@@ -439,17 +468,6 @@ def _preflight(backend: Any) -> None:
     check = getattr(backend, "preflight", None)
     if callable(check):
         check()
-
-
-def _reused(outcome: Outcome) -> Outcome:
-    """The outcome of a point evaluated before, for a trial that proposed it again."""
-    return Outcome(
-        status=outcome.status,
-        reason=outcome.reason,
-        metrics=outcome.metrics,
-        backend=outcome.backend,
-        worker="cache",
-    )
 
 
 def explore(
