@@ -257,8 +257,7 @@ def render_html(report: Report, images: list[Path]) -> str:
         ]
     if images:
         links = ", ".join(
-            f'<a href="{html.escape(image.name)}">{html.escape(image.name)}</a>'
-            for image in images
+            f'<a href="{html.escape(image.name)}">{html.escape(image.name)}</a>' for image in images
         )
         sections.append(f"<p>The plots as PNG images, beside this page: {links}.</p>")
     return (

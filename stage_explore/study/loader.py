@@ -91,8 +91,7 @@ def resolve_study(argument: str | Path) -> Path:
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     names = ", ".join(bundled) or "none"
     raise ConfigError(
-        f"{argument}: no such study file, and not a bundled study{hint}; "
-        f"bundled studies: {names}"
+        f"{argument}: no such study file, and not a bundled study{hint}; bundled studies: {names}"
     )
 
 
