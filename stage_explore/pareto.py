@@ -151,11 +151,14 @@ def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
     Needs every parallel knob as a column (hardware ``hw_*`` columns join the key); a frame
     without them is returned as it is.
     """
-    if not len(df) or not set(PARALLEL_KNOBS) <= set(df.columns):
+    # records written before the pp_split knob existed ran STAGE's default split, "auto"
+    defaults = {"pp_split": "auto"}
+    if not len(df) or not set(PARALLEL_KNOBS) - set(defaults) <= set(df.columns):
         return df
     ordered = df.sort_values("trial", kind="stable") if "trial" in df.columns else df
     names = [*PARALLEL_KNOBS, *sorted(c for c in df.columns if str(c).startswith("hw_"))]
-    records = ordered[names].to_dict("records")
+    missing = {k: v for k, v in defaults.items() if k not in ordered.columns}
+    records = ordered.assign(**missing)[names].to_dict("records")
     keys = [
         tuple(canonical_params(record, {}, moe=None)[name] for name in names)
         for record in records

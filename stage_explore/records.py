@@ -101,6 +101,7 @@ _PARAMS = [
     ("schedule", pa.string()),
     ("vpp", pa.int64()),
     ("micro_batch", pa.int64()),
+    ("pp_split", pa.string()),
 ]
 _METRICS = [
     ("feasible", pa.bool_()),

@@ -13,7 +13,8 @@ Contents:
 
 Knobs without effect (see ``docs/explore.md``): ``sp`` when tp = 1 (Megatron's sequence
 parallelism is a no-op there), ``vpp`` unless the schedule is interleaved, ``zero`` when
-dp·cp = 1 (ZeRO shards over the dp×cp ranks), ``ep`` for a dense model. A pinned knob takes
+dp·cp = 1 (ZeRO shards over the dp×cp ranks), ``ep`` for a dense model, ``pp_split`` when
+pp = 1 (``pp_split = "auto"`` is STAGE's default split, not "every policy"). A pinned knob takes
 its neutral value (False, 1, 0, 1) when the study lists it, else the first value it lists.
 
 A knob is written as a value (fixed), a list of values, a range table
@@ -40,6 +41,9 @@ from stage_explore.study.spec import (
 #: Closed vocabularies of the string knobs.
 RECOMPUTE_CHOICES: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: Pipeline split policies (:class:`stage_core.parallel.PipelineSplit`); ``"auto"`` is STAGE's
+#: default split (even when it divides, else lighter end stages), also as the knob's "auto".
+PP_SPLIT_CHOICES: tuple[str, ...] = ("auto", "even", "ends", "embedding", "loss", "embedding-loss")
 
 #: The value a knob takes when ``[space]`` does not mention it.
 KNOB_DEFAULTS: Mapping[str, Any] = {
@@ -53,6 +57,7 @@ KNOB_DEFAULTS: Mapping[str, Any] = {
     "schedule": "1f1b",
     "vpp": 1,
     "micro_batch": 1,
+    "pp_split": "auto",
 }
 
 _DEGREES = ("tp", "pp", "cp", "ep")
@@ -74,6 +79,7 @@ def _auto_values(name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any,
         "recompute": RECOMPUTE_CHOICES,
         "schedule": SCHEDULE_CHOICES,
         "vpp": (1, 2, 4),
+        "pp_split": ("auto",),
     }[name]
 
 
@@ -121,7 +127,9 @@ def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
         expected = "ZeRO stages 0, 1, 2 or 3"
     else:
-        choices = RECOMPUTE_CHOICES if key == "recompute" else SCHEDULE_CHOICES
+        choices = {"recompute": RECOMPUTE_CHOICES, "pp_split": PP_SPLIT_CHOICES}.get(
+            key, SCHEDULE_CHOICES
+        )
         ok = isinstance(value, str) and value in choices
         expected = choices_text(choices)
     if not ok:
@@ -133,7 +141,7 @@ def _knob_kind(name: str) -> str:
         return "bool"
     if name == "zero":
         return "zero"
-    if name in ("recompute", "schedule"):
+    if name in ("recompute", "schedule", "pp_split"):
         return "str"
     return "int"
 
@@ -262,7 +270,13 @@ def structural_reason(
 
 
 #: The value a knob takes in a point where it has no effect.
-NEUTRAL_VALUES: Mapping[str, Any] = {"sp": False, "vpp": 1, "zero": 0, "ep": 1}
+NEUTRAL_VALUES: Mapping[str, Any] = {
+    "sp": False,
+    "vpp": 1,
+    "zero": 0,
+    "ep": 1,
+    "pp_split": "auto",
+}
 
 
 def _pinned(name: str, choices: Mapping[str, tuple[Any, ...]]) -> Any:
@@ -292,6 +306,8 @@ def canonical_params(
         result["zero"] = _pinned("zero", choices)
     if moe is False:
         result["ep"] = _pinned("ep", choices)
+    if result["pp"] == 1 and "pp_split" in result:
+        result["pp_split"] = _pinned("pp_split", choices)
     return result
 
 

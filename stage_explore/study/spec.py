@@ -37,6 +37,7 @@ PARALLEL_KNOBS: tuple[str, ...] = (
     "schedule",
     "vpp",
     "micro_batch",
+    "pp_split",
 )
 
 #: Metrics a study may optimise, with their natural direction.

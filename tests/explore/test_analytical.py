@@ -16,7 +16,7 @@ from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.memory import memory_report
 from stage_core.lower.program import lower
 from stage_core.models import get_flavor
-from stage_core.parallel import ParallelConfig
+from stage_core.parallel import ParallelConfig, PipelineSplit
 from stage_explore.analytical import backend as backend_module
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.evaluation import Evaluation
@@ -165,7 +165,7 @@ def test_an_indivisible_binding_is_infeasible_not_raised(monkeypatch: pytest.Mon
     ("parallel", "message"),
     [
         (ParallelConfig(tp=5), "`tp` must divide `heads`"),
-        (ParallelConfig(pp=3), "`pp`·`vpp` must divide `layers`"),
+        (ParallelConfig(pp=3, pp_split=PipelineSplit.EVEN), "`pp`·`vpp` must divide `layers`"),
         (ParallelConfig(ep=2, dp=2), "`ep` > 1 needs an MoE model"),
     ],
 )

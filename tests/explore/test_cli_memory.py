@@ -91,7 +91,7 @@ def test_text_output_is_a_table_with_one_row_per_stage(capsys: pytest.CaptureFix
     ("argv", "message"),
     [
         (("--tp", "5"), "`tp` must divide `heads`"),
-        (("--pp", "3"), "`pp`·`vpp` must divide `layers`"),
+        (("--pp", "3", "--pp-split", "even"), "`pp`·`vpp` must divide `layers`"),
         (("--cp", "2", "--cp-style", "ring"), "ring context parallelism"),
         (("--dp", "2", "--global-batch", "3"), "must divide `global_batch`"),
         (

@@ -1,0 +1,104 @@
+"""Uneven pipeline splits in exploration: the ``pp_split`` study knob (parsing, canonical pin,
+design points) and the analytical timing of uneven stages."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig, PipelineSplit
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.search.design import build_design_point
+from stage_explore.study import StudySpec, parse_study
+from stage_explore.study.space import canonical_params
+from stage_explore.system import load_system
+
+STUDY = """\
+[study]
+name = "split"
+
+[model]
+flavor = "llama3.1-405b"
+
+[workload]
+kind = "training"
+global_batch = 1024
+sequence_length = 8192
+
+[system]
+preset = "h100-80gb"
+
+[objectives]
+step_time_s = "min"
+
+[sampler]
+kind = "grid"
+
+[backend]
+name = "analytical"
+
+[executor]
+kind = "local"
+
+[space]
+num_gpus = 8192
+tp = 8
+pp = [1, 16]
+sp = true
+recompute = "full"
+{split}
+"""
+
+
+def study(tmp_path: Path, split: str) -> StudySpec:
+    return parse_study(STUDY.format(split=split), tmp_path / "split.toml")
+
+
+def test_pp_split_knob_defaults_to_auto_and_lists_policies(tmp_path: Path) -> None:
+    assert study(tmp_path, "").space.choices()["pp_split"] == ("auto",)
+    assert study(tmp_path, 'pp_split = "auto"').space.choices()["pp_split"] == ("auto",)
+    listed = study(tmp_path, 'pp_split = ["auto", "embedding-loss", "even"]')
+    assert listed.space.choices()["pp_split"] == ("auto", "embedding-loss", "even")
+
+
+def test_bad_pp_split_names_the_key_and_the_choices(tmp_path: Path) -> None:
+    expected = '[space] pp_split: expected "auto", "even", "ends", "embedding", "loss" or '
+    with pytest.raises(ConfigError, match=re.escape(expected + '"embedding-loss", got "middle"')):
+        study(tmp_path, 'pp_split = "middle"')
+
+
+def test_design_points_carry_the_split_and_pp1_pins_it(tmp_path: Path) -> None:
+    spec = study(tmp_path, 'pp_split = ["auto", "embedding-loss", "even"]')
+    choices = spec.space.choices()
+    params = {name: values[0] for name, values in choices.items()}
+    params.update(pp=16, pp_split="embedding-loss")
+    model, parallel, _ = build_design_point(spec, params)
+    assert parallel.pp_split is PipelineSplit.EMBEDDING_LOSS
+    assert parallel.stage_layers(model) == (7,) + (8,) * 14 + (7,)
+    with pytest.raises(ConfigError, match="must divide `layers` for an even pipeline split"):
+        build_design_point(spec, {**params, "pp_split": "even"})
+    pinned = canonical_params({**params, "pp": 1}, choices, moe=False)
+    assert pinned["pp_split"] == "auto"
+    assert canonical_params(params, choices, moe=False)["pp_split"] == "embedding-loss"
+
+
+def test_analytical_timing_follows_the_stage_layer_counts() -> None:
+    """A stage holding more layers is the slowest and lengthens the step; moving layers off the
+    heaviest stage shortens it."""
+    model = get_flavor("llama3-8b").with_overrides(layers=8, seq_len=2048)
+    system = load_system("h100-80gb")
+    backend = AnalyticalBackend()
+    times = {}
+    for counts in ((2, 2, 2, 2), (1, 5, 1, 1), (1, 3, 2, 2)):
+        parallel = ParallelConfig(pp=4, pp_layers=counts, global_batch=16)
+        result = backend.evaluate(model, parallel, system)
+        assert result.feasible
+        times[counts] = result.step_time_s
+        if counts == (1, 5, 1, 1):
+            assert result.extra["slowest_stage"] == 1
+    assert times[(1, 5, 1, 1)] > times[(1, 3, 2, 2)]
+    assert times[(1, 5, 1, 1)] > times[(2, 2, 2, 2)]
