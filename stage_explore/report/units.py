@@ -55,6 +55,17 @@ _DISPLAYS: dict[str, Display] = {
 }
 
 
+#: Unit suffixes of column names (searched hardware parameters ``hw_…`` among them), longest
+#: first: the name without the suffix, the unit shown, the factor to it.
+_SUFFIXES: tuple[tuple[str, str, float], ...] = (
+    ("_bytes_per_s", "GB/s", 1e-9),
+    ("_flops_per_s", "TFLOP/s", 1e-12),
+    ("_bytes", "GiB", 1 / GIB),
+    ("_gbps", "Gb/s", 1.0),
+    ("_s", "s", 1.0),
+)
+
+
 def display(column: str) -> Display:
     """The label, table header and scale of ``column`` (the name itself when it has no unit)."""
     known = _DISPLAYS.get(column)
@@ -67,6 +78,10 @@ def display(column: str) -> Display:
     if column.startswith("breakdown_"):
         name = column.removeprefix("breakdown_").replace("_", " ")
         return Display(label=f"{name} (s)", header=f"{name} (s)")
+    for suffix, unit, scale in _SUFFIXES:
+        if column.endswith(suffix):
+            name = column.removesuffix(suffix)
+            return Display(label=f"{name} ({unit})", header=f"{name} ({unit})", scale=scale)
     return Display(label=column, header=column)
 
 

@@ -106,3 +106,21 @@ def test_linear_ticks_of_a_gib_range_are_round_numbers() -> None:
     mantissa = step / 10 ** np.floor(np.log10(step))
     assert mantissa in (1.0, 2.0, 5.0) and 3 <= len(values) <= 8
     assert values[0] <= 21.3 + step and values[-1] >= 77.9 - step
+
+
+@pytest.mark.parametrize(
+    ("column", "header", "value", "shown"),
+    [
+        ("hw_accelerator_memory_bytes", "hw_accelerator_memory (GiB)", 80 * 2**30, 80.0),
+        ("hw_network_1_bandwidth_bytes_per_s", "hw_network_1_bandwidth (GB/s)", 5e10, 50.0),
+        ("breakdown_pipeline_bubble", "pipeline bubble (s)", 1.5, 1.5),
+        ("mfu", "MFU (%)", 0.5, 50.0),
+        ("tp", "tp", 8, 8),
+    ],
+)
+def test_searched_hardware_and_metric_columns_show_their_unit(
+    column: str, header: str, value: float, shown: float
+) -> None:
+    unit = display(column)
+    assert unit.header == header
+    assert value * unit.scale == pytest.approx(shown)
