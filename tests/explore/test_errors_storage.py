@@ -322,3 +322,32 @@ def test_real_full_disk_keeps_every_part_written_before(tiny_filesystem: Path) -
     assert isinstance(table, pa.Table)
     assert table.column("trial").to_pylist() == list(range(rows_written))
     assert not list(folder.glob(".*.tmp"))  # the half-written part is gone
+
+
+def test_study_definition_with_broken_objectives_is_one_line_under_report(
+    recorded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = recorded / STUDY_FILE
+    meta.write_text('{"fingerprint": {}, "study": {"objectives": [{"metric": "step_time_s"}]}}')
+    assert main(["report", str(recorded)]) == 2
+    _one_line_error(capsys, str(meta), "pass --objectives to report without it")
+
+
+def test_an_os_error_no_subcommand_foresaw_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stage_explore.cli.redistribute as redistribute
+
+    def full_disk(args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", "/somewhere/file")
+
+    monkeypatch.setattr(redistribute, "run", full_disk)
+    parser_args = ["redistribute", "x[B, S]", "[B, S]"]
+    assert main(parser_args) == 2
+    _one_line_error(capsys, "/somewhere/file: No space left on device (the disk is full)")
+
+    def closed_pipe(args: object) -> int:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(redistribute, "run", closed_pipe)
+    assert main(parser_args) == 0  # output piped into head: not an error
