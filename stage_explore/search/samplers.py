@@ -65,9 +65,10 @@ TPE_KEEP_BEST = 32
 NSGA2_POPULATION = 50
 #: Consecutive proposals of known points after which a sampler is given an unseen point.
 REPEAT_STREAK = 16
-#: An adaptive sampler asks at most this many times the points a generation needs; the
-#: rest of the generation is unseen points (bounds the asks to this multiple of the budget).
-ASKS_PER_POINT = 2
+#: An adaptive sampler may repeat known points this fraction of the points a generation
+#: needs; the rest of the generation is unseen points. Asks stay within (1 + this) times the
+#: budget: a repeat costs a whole ask (milliseconds for TPE) and brings nothing new.
+REPEATS_PER_POINT = 0.25
 #: Spaces up to this many raw points are enumerated up front (to count them for ``auto``,
 #: and to draw unseen points from); larger ones are sampled.
 ENUMERATION_LIMIT = 500_000
@@ -200,8 +201,8 @@ class OptunaSearch(BaseSearch):
     """Random, TPE or NSGA-II proposals through ask/tell, deduplicated on the canonical key.
 
     A repeat is told as failed, so the sampler's model holds each configuration once. After
-    :data:`REPEAT_STREAK` repeats in a row, or once an adaptive generation has used
-    :data:`ASKS_PER_POINT` asks per point it needs, the next point is an unseen one, drawn
+    :data:`REPEAT_STREAK` repeats in a row, or once an adaptive generation has made
+    :data:`REPEATS_PER_POINT` repeats per point it needs, the next point is an unseen one, drawn
     with this search's own seeded generator and enqueued, so the study always progresses, its
     asks stay proportional to its budget, and it ends when the space is exhausted.
     """
@@ -256,9 +257,9 @@ class OptunaSearch(BaseSearch):
             self._bound_history()
         proposals: list[Proposal] = []
         new = 0
-        asks = ASKS_PER_POINT * count if self.generation is not None else math.inf
+        allowed = math.ceil(REPEATS_PER_POINT * count) if self.generation else math.inf
         while new < count:
-            if self._streak >= REPEAT_STREAK or len(proposals) >= asks:
+            if self._streak >= REPEAT_STREAK or len(proposals) - new >= allowed:
                 point = self._unseen()
                 if point is None:
                     self.exhausted = True
