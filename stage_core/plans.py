@@ -128,18 +128,27 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             "shared.fc1",
             "shared.gate",
             "shared.up",
-            "moe.logits",
-            "moe.dispatch",
         ):
             if _op_name(block, consumer) in ops:
                 consumed[(_op_name(block, consumer), "ln2")] = _GATHERED
+        if not flags.sp:  # the router and the dispatch see the tokens every tp rank holds
+            for consumer in ("moe.logits", "moe.dispatch"):
+                if consumer in ops:
+                    consumed[(consumer, "ln2")] = _GATHERED
         if "mlp.fc2" in names:
             stored[_op_name(block, "mlp.fc2")] = act
+        if "shared.fc2" in names and flags.sp:  # summed with the routed experts' shard output
+            stored[_op_name(block, "shared.fc2")] = act
         if "moe.tokens" in names:
             # Tokens are stored after the dispatch all-to-all, expert outputs after the combine
-            # all-to-all: the saved tensors are the permuted ones, as in Megatron-core.
+            # all-to-all: the saved tensors are the permuted ones, as in Megatron-core. Under
+            # sequence parallelism each rank routes its own sequence shard (Megatron-Core's
+            # all-to-all dispatcher): all-to-all over ep, then all-gather over tp for the
+            # experts' tp shards; back, reduce-scatter over tp, then all-to-all over ep.
             stored["moe.tokens"] = "[E/ep, C/(dp*cp), H]"
-            stored["experts.fc2"] = "[E, C/(dp*cp*ep), H @ 1/tp]"
+            stored["experts.fc2"] = (
+                "[E, C/(dp*cp*tp*ep), H]" if flags.sp else "[E, C/(dp*cp*ep), H @ 1/tp]"
+            )
             stored["moe.sum" if "moe.sum" in names else "moe.out"] = act
     elif block.name == "embedding":
         stored["ids"] = f"[{TOKENS}, S/cp]"

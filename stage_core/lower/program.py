@@ -108,10 +108,13 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
             A=model.head_dim + rope, U=model.v_head_dim,
         )  # fmt: skip
     if model.is_moe:
-        local_tokens = parallel.micro_batch * seq // parallel.cp
+        # Expert slots per rank for the tokens it routes: its sequence shard under sequence
+        # parallelism (each tp rank routes its own), else its whole sequence chunk.
+        shards = parallel.cp * (parallel.tp if parallel.sequence_parallel else 1)
+        local_tokens = parallel.micro_batch * seq // shards
         factor = model.capacity_factor or 1.0
         per_rank = math.ceil(factor * model.top_k * local_tokens / model.num_experts)
-        sizes["C"] = per_rank * parallel.dp * parallel.cp
+        sizes["C"] = per_rank * parallel.dp * shards
     options = default_options(model, parallel.dropout)
     flags = PlanFlags(
         sp=parallel.sequence_parallel,

@@ -53,7 +53,8 @@ def test_tp_is_two_all_reduces_forward_and_two_backward(t: int, b: int) -> None:
     bsh = b * GPT.seq_len * GPT.hidden * 2
     # Megatron's g after the row-parallel attention projection and FFN down-projection ...
     assert comms(layer, "fwd") == [
-        (AR, "attn.proj.nobias", ("tp",), bsh), (AR, "mlp.fc2.nobias", ("tp",), bsh),
+        (AR, "attn.proj.nobias", ("tp",), bsh),
+        (AR, "mlp.fc2.nobias", ("tp",), bsh),
     ]
     # ... and f, the all-reduce of the input gradient of each column-parallel region.
     assert comms(layer, "bwd") == [(AR, "d.ln2", ("tp",), bsh), (AR, "d.ln1", ("tp",), bsh)]
@@ -71,8 +72,10 @@ def test_tp_sp_gathers_and_scatters_and_regathers_the_saved_inputs(t: int, b: in
     bsh = b * GPT.seq_len * GPT.hidden * 2
     shard = bsh // t
     assert comms(layer, "fwd") == [
-        (AG, "ln1", ("tp",), shard), (RS, "attn.proj.nobias", ("tp",), bsh),
-        (AG, "ln2", ("tp",), shard), (RS, "mlp.fc2.nobias", ("tp",), bsh),
+        (AG, "ln1", ("tp",), shard),
+        (RS, "attn.proj.nobias", ("tp",), bsh),
+        (AG, "ln2", ("tp",), shard),
+        (RS, "mlp.fc2.nobias", ("tp",), bsh),
     ]
     assert comms(layer, "bwd") == [
         (AG, "d.mlp.fc2.nobias", ("tp",), shard),  # conjugate of the FFN reduce-scatter
@@ -104,9 +107,11 @@ def test_vocab_parallel_head_and_embedding() -> None:
     programs = lower(GPT, ParallelConfig(tp=t, sp=True, micro_batch=b))
     bsh = b * GPT.seq_len * GPT.hidden * 2
     assert comms(programs.blocks["embedding"], "fwd") == [(RS, "embed.tokens", ("tp",), bsh)]
-    assert comms(programs.blocks["head"], "fwd") == [(AG, "ln_f", ("tp",), bsh // t)] + [
-        (AR, "loss.stats", ("tp",), b * GPT.seq_len * 4)
-    ] * 3
+    assert (
+        comms(programs.blocks["head"], "fwd")
+        == [(AG, "ln_f", ("tp",), bsh // t)]
+        + [(AR, "loss.stats", ("tp",), b * GPT.seq_len * 4)] * 3
+    )
 
 
 # -- data parallelism and ZeRO -------------------------------------------------------------------
@@ -115,8 +120,14 @@ def test_vocab_parallel_head_and_embedding() -> None:
 def _programs(model: object, zero: int, micro_batches: int = 1, **kw: object) -> ProgramSet:
     dp = int(kw.pop("dp", 4))  # type: ignore[call-overload]
     parallel = ParallelConfig(
-        dp=dp, tp=2, pp=2, sp=True, zero=zero, global_batch=dp * micro_batches,
-        grad_bucket_bytes=40 * 2**20, **kw,  # type: ignore[arg-type]
+        dp=dp,
+        tp=2,
+        pp=2,
+        sp=True,
+        zero=zero,
+        global_batch=dp * micro_batches,
+        grad_bucket_bytes=40 * 2**20,
+        **kw,  # type: ignore[arg-type]
     )
     return lower(model, parallel)  # type: ignore[arg-type]
 
@@ -162,7 +173,8 @@ def test_position_embedding_gradient_is_reduced_with_the_step(sp: bool) -> None:
     assert grad_axes["embed.pos"] == grad_axes["embed"] == ("dp",)
     bsh = GPT.seq_len * GPT.hidden * 2
     expected = [
-        (AG, "d.embed.pos_out", ("tp",), bsh // 2), (AG, "d.embed.tokens", ("tp",), bsh // 2),
+        (AG, "d.embed.pos_out", ("tp",), bsh // 2),
+        (AG, "d.embed.tokens", ("tp",), bsh // 2),
     ]
     assert comms(embedding, "bwd") == (expected if sp else [])
 
@@ -248,11 +260,19 @@ def _p2p(template: list[ProgramNode], axis: str = "pp") -> Counter[tuple[str, st
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
 @pytest.mark.parametrize(("sp", "cp"), [(False, 1), (True, 1), (True, 2)])
 def test_pp_sends_one_activation_and_one_gradient_per_micro_batch_and_boundary(
-    schedule: str, sp: bool, cp: int,
+    schedule: str,
+    sp: bool,
+    cp: int,
 ) -> None:
     p, m, t, b = 4, 6, 2, 2
     parallel = ParallelConfig(
-        tp=t, pp=p, cp=cp, sp=sp, micro_batch=b, global_batch=b * m, schedule=schedule,
+        tp=t,
+        pp=p,
+        cp=cp,
+        sp=sp,
+        micro_batch=b,
+        global_batch=b * m,
+        schedule=schedule,
     )
     programs = lower(LLAMA, parallel)
     boundary = b * LLAMA.seq_len * LLAMA.hidden * 2 // cp // (t if sp else 1)
@@ -272,15 +292,25 @@ def test_interleaving_sends_at_every_chunk_boundary() -> None:
     """With v chunks per rank, global stage ``v·p + r`` sends to ``v·p + r + 1`` — the next rank,
     wrapping from the last rank to the first: m messages per chunk boundary and direction."""
     p, v, m = 4, 2, 8
-    programs = lower(LLAMA.with_overrides(layers=8), ParallelConfig(
-        tp=2, pp=p, sp=True, global_batch=m, schedule="interleaved", vpp=v,
-    ))
+    programs = lower(
+        LLAMA.with_overrides(layers=8),
+        ParallelConfig(
+            tp=2,
+            pp=p,
+            sp=True,
+            global_batch=m,
+            schedule="interleaved",
+            vpp=v,
+        ),
+    )
     for stage in programs.stages:
         sends_forward = sum(1 for c in range(v) if c * p + stage.stage < p * v - 1)
         receives_forward = sum(1 for c in range(v) if c * p + stage.stage > 0)
         assert _p2p(stage_nodes(programs, stage)) == {
-            ("SEND", "F", 1): m * sends_forward, ("RECV", "B", 1): m * sends_forward,
-            ("RECV", "F", -1): m * receives_forward, ("SEND", "B", -1): m * receives_forward,
+            ("SEND", "F", 1): m * sends_forward,
+            ("RECV", "B", 1): m * sends_forward,
+            ("RECV", "F", -1): m * receives_forward,
+            ("SEND", "B", -1): m * receives_forward,
         }
 
 
@@ -295,10 +325,12 @@ def test_ep_dispatch_and_combine_all_to_all_forward_and_backward(dp: int, ep: in
     routed = b * model.seq_len * model.top_k * model.hidden * 2
     moe = programs.blocks["moe_layer"]
     assert comms(moe, "fwd") == [
-        (A2A, "moe.tokens", ("ep",), routed), (A2A, "experts.fc2", ("ep",), routed),
+        (A2A, "moe.tokens", ("ep",), routed),
+        (A2A, "experts.fc2", ("ep",), routed),
     ]
     assert comms(moe, "bwd") == [
-        (A2A, "d.experts.fc2", ("ep",), routed), (A2A, "d.moe.tokens", ("ep",), routed),
+        (A2A, "d.experts.fc2", ("ep",), routed),
+        (A2A, "d.moe.tokens", ("ep",), routed),
     ]
 
 
@@ -310,23 +342,42 @@ def test_capacity_factor_scales_the_all_to_all() -> None:
     assert dispatch[3] == slots * model.num_experts * model.hidden * 2
 
 
-def test_ep_with_tp_all_to_alls_the_gathered_tokens() -> None:
-    """Known deviation: the generator gathers the sequence-parallel tokens over tp *before* the
-    dispatch, so every TP rank all-to-alls the full ``b·s·k·h`` (Megatron-core dispatches its
-    ``1/t`` sequence shard and gathers inside the expert-TP group), and the backward all-reduces
-    the routed-token gradient over tp."""
+def test_ep_with_tp_and_sp_routes_each_ranks_own_tokens() -> None:
+    """Megatron-Core's all-to-all dispatcher with expert TP = TP: each rank sends its own
+    sequence shard's ``(s/t)·k·h`` over ep, then gathers over tp for the experts' tp shards;
+    back, a reduce-scatter over tp, then the all-to-all. Remaining deviation: the routed-token
+    gradient is all-reduced over tp (gradients arrive in the stored layout) where a
+    reduce-scatter would do."""
     programs = lower(MIXTRAL, ParallelConfig(dp=4, ep=2, tp=2, sp=True, global_batch=4))
     routed = MIXTRAL.seq_len * MIXTRAL.top_k * MIXTRAL.hidden * 2
     bsh = MIXTRAL.seq_len * MIXTRAL.hidden * 2
     moe = programs.blocks["moe_layer"]
-    assert [c for c in comms(moe, "fwd") if c[2] == ("ep",)] == [
-        (A2A, "moe.tokens", ("ep",), routed), (A2A, "experts.fc2", ("ep",), routed),
-    ]
     assert comms(moe, "fwd")[2:] == [
-        (AG, "ln2", ("tp",), bsh // 2), (A2A, "moe.tokens", ("ep",), routed),
-        (A2A, "experts.fc2", ("ep",), routed), (RS, "moe.out", ("tp",), bsh),
+        (A2A, "moe.tokens", ("ep",), routed // 2),
+        (AG, "moe.tokens", ("tp",), routed // 2),
+        (RS, "experts.fc2", ("tp",), routed),
+        (A2A, "experts.fc2", ("ep",), routed // 2),
     ]
+    assert all(c[1] != "ln2" for c in comms(moe, "fwd"))  # the router sees the shard only
     assert (AR, "d.moe.tokens", ("tp",), routed) in comms(moe, "bwd")
+    assert bsh == routed // MIXTRAL.top_k
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("ep", [1, 2, 4])
+def test_all_to_all_bytes_are_the_ranks_own_tokens_times_top_k(tp: int, sp: bool, ep: int) -> None:
+    """Issue #12's property: per rank and direction, the dispatch all-to-all moves the tokens
+    the rank holds (its sequence shard under sequence parallelism) × top-k × hidden."""
+    parallel = ParallelConfig(dp=4, ep=ep, tp=tp, sp=sp, global_batch=4)
+    moe = lower(MIXTRAL, parallel).blocks["moe_layer"]
+    held = MIXTRAL.seq_len // (tp if sp and tp > 1 else 1)
+    expected = held * MIXTRAL.top_k * MIXTRAL.hidden * 2
+    dispatched = [c for c in comms(moe, "fwd") if c[0] == A2A]
+    if ep == 1:
+        assert not dispatched
+    else:
+        assert [c[3] for c in dispatched] == [expected, expected]
 
 
 def test_expert_gradients_reduce_over_the_expert_data_parallel_ranks() -> None:
@@ -356,12 +407,17 @@ def test_cp_all_gather_style(cp: int) -> None:
     layer = programs.blocks["layer"]
     cp_comms = [c for c in comms(layer) if c[2] == ("cp",)]
     assert [c for c in comms(layer, "fwd") if c[2] == ("cp",)] == [
-        (AG, "k.rope", ("cp",), kv_shard), (AG, "v", ("cp",), kv_shard),
+        (AG, "k.rope", ("cp",), kv_shard),
+        (AG, "v", ("cp",), kv_shard),
     ]
-    assert sorted(c for c in comms(layer, "bwd") if c[2] == ("cp",)) == sorted([
-        (AG, "k.rope", ("cp",), kv_shard), (AG, "v", ("cp",), kv_shard),
-        (RS, "d.k.rope", ("cp",), kv_shard * cp), (RS, "d.v", ("cp",), kv_shard * cp),
-    ])
+    assert sorted(c for c in comms(layer, "bwd") if c[2] == ("cp",)) == sorted(
+        [
+            (AG, "k.rope", ("cp",), kv_shard),
+            (AG, "v", ("cp",), kv_shard),
+            (RS, "d.k.rope", ("cp",), kv_shard * cp),
+            (RS, "d.v", ("cp",), kv_shard * cp),
+        ]
+    )
     assert len(cp_comms) == 6
 
 
@@ -384,8 +440,10 @@ def test_cp_ring_style(cp: int) -> None:
     steps = m * LLAMA.layers * 3 * (cp - 1)
     forward, backward = steps // 3, 2 * steps // 3
     assert _p2p(template, "cp") == {
-        ("SEND", "F", 1): forward, ("RECV", "F", -1): forward,
-        ("SEND", "B", 1): backward, ("RECV", "B", -1): backward,
+        ("SEND", "F", 1): forward,
+        ("RECV", "F", -1): forward,
+        ("SEND", "B", 1): backward,
+        ("RECV", "B", -1): backward,
     }
     assert {n.node.comm_bytes for n in template if n.peer_axis == "cp"} == {chunk}
 
