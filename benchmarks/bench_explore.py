@@ -37,7 +37,7 @@ from typing import Any
 import optuna
 
 from stage_explore import load_results
-from stage_explore.search import BaseExecutor, EvaluationJob, Explorer, create_executor
+from stage_explore.search import BaseExecutor, EvaluationJob, Explorer, Progress, create_executor
 from stage_explore.study import ExecutorKind, parse_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,9 +72,7 @@ def _with_sampler(text: str, kind: str) -> str:
 def _scenario_text(scenario: str) -> str:
     if scenario.startswith("gpt3-"):
         return _with_sampler(_study_text("gpt3_175b_a100"), scenario.removeprefix("gpt3-"))
-    text = re.sub(
-        r"\[space\].*?\n\n", LARGE_SPACE, _study_text("llama3_405b_h100_16k"), flags=re.S
-    )
+    text = re.sub(r"\[space\].*?\n\n", LARGE_SPACE, _study_text("llama3_405b_h100_16k"), flags=re.S)
     return _with_sampler(text, scenario.removeprefix("large-"))
 
 
@@ -93,8 +91,22 @@ def run_one(scenario: str, trials: int, workers: int, folder: Path) -> dict[str,
         return made
 
     spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor, workers=workers))
+
+    def report(progress: Progress) -> None:
+        if progress.elapsed_s - shown[0] >= 30:
+            shown[0] = progress.elapsed_s
+            print(
+                f"  {scenario}: {progress.done} configurations, {progress.repeats} repeats, "
+                f"sampler {progress.sampler_s:.0f} s of {progress.elapsed_s:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    shown = [0.0]
     start = time.perf_counter()
-    summary = Explorer(spec, out=folder / scenario, executor_factory=factory, trials=trials).run()
+    summary = Explorer(
+        spec, out=folder / scenario, executor_factory=factory, trials=trials, on_progress=report
+    ).run()
     wall = time.perf_counter() - start
     progress = summary.progress
     frame = load_results(summary.directory)
@@ -136,11 +148,13 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"unknown scenario {scenario!r}; expected: {', '.join(SCENARIOS)}")
             results.append(run_one(scenario.strip(), args.trials, args.workers, Path(temporary)))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    if not args.quick:
-        written = Path(__file__).resolve().parent / "results" / "explore.json"
-        written.parent.mkdir(exist_ok=True)
-        machine = {"cpus": os.cpu_count(), "workers": args.workers, "executor": "local"}
-        written.write_text(json.dumps({"machine": machine, "runs": results}, indent=1) + "\n")
+            if not args.quick:  # after each scenario, so a long run keeps what finished
+                written = Path(__file__).resolve().parent / "results" / "explore.json"
+                written.parent.mkdir(exist_ok=True)
+                machine = {"cpus": os.cpu_count(), "workers": args.workers, "executor": "local"}
+                written.write_text(
+                    json.dumps({"machine": machine, "runs": results}, indent=1) + "\n"
+                )
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

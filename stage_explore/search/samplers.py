@@ -337,6 +337,33 @@ def _tpe(seed: int) -> optuna.samplers.TPESampler:
     )
 
 
+class _NSGAII(optuna.samplers.NSGAIISampler):
+    """Optuna's NSGA-II, remembering each generation's parent population.
+
+    Optuna caches a generation's parents as trial ids and finds them again by scanning every
+    trial at each ask, so an ask costs O(trials). The same trials, in the order Optuna returns
+    them from that cache (by trial id), are kept here, so an ask costs O(population) and the
+    proposals are unchanged.
+    """
+
+    def __init__(self, *, seed: int, population_size: int) -> None:
+        super().__init__(seed=seed, population_size=population_size)
+        self._parents: dict[int, list[FrozenTrial]] = {}
+        self._study: int | None = None
+
+    def get_parent_population(self, study: optuna.Study, generation: int) -> list[FrozenTrial]:
+        if self._study != id(study):
+            self._parents.clear()
+            self._study = id(study)
+        found = self._parents.get(generation)
+        if found is not None:
+            return found
+        parents = super().get_parent_population(study, generation)
+        self._parents = {g: p for g, p in self._parents.items() if g >= generation - 2}
+        self._parents[generation] = sorted(parents, key=lambda trial: trial._trial_id)
+        return parents
+
+
 def canonical_size(spec: StudySpec, *, moe: bool | None) -> int | None:
     """The number of possible canonical points, ``None`` past :data:`ENUMERATION_LIMIT`."""
     if spec.space.size() > ENUMERATION_LIMIT:
@@ -380,7 +407,7 @@ def create_search(
     if kind is SamplerKind.TPE:
         return OptunaSearch(spec, _tpe(seed), moe=moe, generation=TPE_GENERATION, rebuild=True)
     population = NSGA2_POPULATION
-    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
+    sampler = _NSGAII(seed=seed, population_size=population)
     return OptunaSearch(spec, sampler, moe=moe, generation=population)
 
 

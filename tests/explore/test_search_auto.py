@@ -6,6 +6,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 from stage_core.errors import ConfigError
@@ -136,3 +137,30 @@ def test_tpe_cost_is_bounded_by_its_history_and_the_budget(tmp_path: Path) -> No
     assert len(explorer.study.trials) <= limit
     assert summary.progress.repeats <= REPEATS_PER_POINT * 700 + TPE_GENERATION  # rounding
     assert summary.progress.sampler_s > 0
+
+
+def test_nsga2_with_remembered_parents_proposes_what_optuna_does() -> None:
+    from optuna.distributions import CategoricalDistribution
+
+    from stage_explore.search.samplers import _NSGAII
+
+    distributions = {
+        "a": CategoricalDistribution((1, 2, 4, 8)),
+        "b": CategoricalDistribution(("x", "y", "z")),
+        "c": CategoricalDistribution((False, True)),
+    }
+    proposals = []
+    for sampler in (
+        optuna.samplers.NSGAIISampler(seed=3, population_size=8),
+        _NSGAII(seed=3, population_size=8),
+    ):
+        study = optuna.create_study(directions=["minimize", "maximize"], sampler=sampler)
+        asked = []
+        for _ in range(12):  # generations
+            trials = [study.ask(distributions) for _ in range(8)]
+            for trial in trials:
+                a, b, c = trial.params["a"], trial.params["b"], trial.params["c"]
+                study.tell(trial, [a * (1 + "xyz".index(b)), a / 8 + c])
+            asked += [tuple(trial.params.values()) for trial in trials]
+        proposals.append(asked)
+    assert proposals[0] == proposals[1] and len(set(proposals[0])) > 8
