@@ -29,8 +29,17 @@ from stage_core.chakra.check import check_trace_set
 from stage_core.chakra.reader import read_trace_set
 from stage_core.errors import ConfigError
 from stage_explore.analytical.tracesim import AstraTimingModel, SimulationResult, simulate
-from stage_explore.astrasim import AstraSimBackend, find_binary, run_astra_sim
+from stage_explore.astrasim import (
+    AstraInputs,
+    AstraSimBackend,
+    astra_config,
+    find_binary,
+    memory_json_text,
+    run_astra_sim,
+    system_json_text,
+)
 from stage_explore.astrasim.parse import AstraSimReport
+from stage_explore.cli import main
 from stage_explore.system import astra_config_from_files, load_system
 from tests.explore.astrasim_matrix import CASES, Case, system_for, write_case
 
@@ -155,8 +164,6 @@ def test_backend_reports_the_real_binary_step_on_a100(tmp_path: Path) -> None:
 def test_stage_eval_runs_the_congestion_aware_build(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stage_explore.cli import main
-
     monkeypatch.setenv("ASTRA_SIM_BIN", str(AWARE))
     point = [
         "eval", "--model", "gpt3-125m", "--layers", "2", "--tp", "2", "--global-batch", "8",
@@ -168,3 +175,25 @@ def test_stage_eval_runs_the_congestion_aware_build(
     assert main([*point, "--dp", "8"]) == 2  # 16 GPUs: two network dims
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "simulates 1-D networks only" in err and "(8 x 2)" in err
+
+
+@needs_binary
+def test_stage_trace_output_runs_unmodified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``stage trace … --out DIR`` (traces and comm_group.json) plus ASTRA-sim's settings
+    files: the binary runs the directory as written, and every rank finishes."""
+    assert BINARY is not None
+    argv = ["trace", "--model", "gpt3-125m", "--layers", "2", "--tp", "2", "--pp", "2",
+            "--dp", "2", "--sp", "--global-batch", "8", "--seq-len", "256"]  # fmt: skip
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    config = astra_config(load_system("a100-80gb"), num_gpus=8, dtype="bf16")
+    (tmp_path / "system.json").write_text(system_json_text(config))
+    (tmp_path / "network.yml").write_text(config.network_yml())
+    (tmp_path / "memory.json").write_text(memory_json_text())
+    (tmp_path / "log").mkdir()
+    groups = json.loads((tmp_path / "comm_group.json").read_text())
+    inputs = AstraInputs(directory=tmp_path, world_size=8, config=config, groups=groups)
+    run = run_astra_sim(BINARY, inputs, timeout_s=300)
+    assert sorted(run.report.ranks) == list(range(8))
