@@ -31,17 +31,18 @@ _TRAINING_ONLY = {
 }  # fmt: skip
 
 
-def add_serving_options(parser: argparse.ArgumentParser) -> None:
-    """The serving options of ``stage eval`` (and ``stage trace``)."""
-    group = parser.add_argument_group("serving (--phase prefill, decode or serve)")
+def add_serving_options(parser: argparse.ArgumentParser, steady_state: bool = True) -> None:
+    """The serving options of ``stage eval`` (``steady_state``: with ``--phase serve`` and its
+    options) and of ``stage trace`` (one step: prefill or decode)."""
+    phases = PHASES if steady_state else PHASES[:3]
+    group = parser.add_argument_group(f"serving (--phase {', '.join(phases[1:])})")
     group.add_argument(
-        "--phase", choices=PHASES, default="train",
-        help="what to evaluate: a training step (default), a prefill step, a decode step, or a "
-        "steady serving state",
+        "--phase", choices=phases, default="train",
+        help="a training step (default), a prefill step, a decode step"
+        + (", or a steady serving state" if steady_state else ""),
     )  # fmt: skip
     group.add_argument("--batch", type=int, default=1, help="sequences per step (default: 1)")
     group.add_argument("--prompt-len", type=int, default=0, help="prompt tokens per sequence")
-    group.add_argument("--output-len", type=int, default=0, help="generated tokens per request")
     group.add_argument(
         "--context-len", type=int, default=0, help="tokens already in each sequence's KV cache"
     )
@@ -50,6 +51,9 @@ def add_serving_options(parser: argparse.ArgumentParser) -> None:
         "--kv-precision", choices=("bf16", "fp16", "fp8"), default="bf16",
         help="KV-cache element type (default: bf16)",
     )  # fmt: skip
+    if not steady_state:
+        return
+    group.add_argument("--output-len", type=int, default=0, help="generated tokens per request")
     group.add_argument(
         "--memory-utilization", type=float, default=0.9,
         help="share of GPU memory the server may use (default: 0.9, vLLM's default)",
@@ -76,7 +80,7 @@ def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
     if args.schedule != "1f1b":
         raise ConfigError(f"--schedule is a training option (got {args.schedule!r} with --phase)")
     phase = Phase.DECODE if args.phase == "serve" else Phase(args.phase)
-    if args.phase == "serve" and (args.prompt_len < 1 or args.output_len < 1):
+    if args.phase == "serve" and (args.prompt_len < 1 or getattr(args, "output_len", 0) < 1):
         raise ConfigError(
             "--phase serve needs --prompt-len and --output-len ≥ 1, but got "
             f"(prompt_len={args.prompt_len}, output_len={args.output_len})"
@@ -86,6 +90,14 @@ def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
         chunk=args.chunk, kv_precision=args.kv_precision, precision=args.precision,
         dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep,
     )  # fmt: skip
+
+
+def serving_workload(args: argparse.Namespace) -> tuple[ModelSpec, ServingConfig]:
+    """The model (with ``--layers``) and the serving configuration the options describe."""
+    model = load_model(args.model)
+    if args.layers is not None:
+        model = model.with_overrides(layers=args.layers)
+    return model, serving_config(args, model)
 
 
 def run_serving(args: argparse.Namespace) -> int:
@@ -103,10 +115,7 @@ def run_serving(args: argparse.Namespace) -> int:
             f"--phase {args.phase} is evaluated by the analytical backend only, but got "
             f"--backend {args.backend}"
         )
-    model = load_model(args.model)
-    if args.layers is not None:
-        model = model.with_overrides(layers=args.layers)
-    config = serving_config(args, model)
+    model, config = serving_workload(args)
     system = load_system(args.system)
     backend = AnalyticalBackend()
     utilization = args.memory_utilization

@@ -20,8 +20,10 @@ from stage_core.errors import ConfigError
 from stage_core.lower.emit import write_chakra, write_json, write_symmetric
 from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet, lower
+from stage_core.serving.trace import serving_program_set
 from stage_core.trace import NodeKind
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
+from stage_explore.cli.serving import add_serving_options, serving_workload
 
 
 class _Progress:
@@ -66,8 +68,12 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be an integer >= 1, but got {args.jobs}")
-    model, parallel = parse_workload(args)
-    programs = lower(model, parallel)
+    if args.phase == "train":
+        model, parallel = parse_workload(args)
+        programs = lower(model, parallel)
+    else:  # a prefill or decode step (the last chunk of a chunked prefill)
+        model, config = serving_workload(args)
+        programs = serving_program_set(model, config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     world = programs.workload.world_size
@@ -111,6 +117,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_model_options(parser)
     add_parallel_options(parser)
+    add_serving_options(parser, steady_state=False)
     parser.add_argument("--format", choices=("chakra", "json", "symmetric"), default="chakra")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--prefix", default="workload", help="trace file prefix (chakra)")
