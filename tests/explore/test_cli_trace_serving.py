@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,16 @@ def test_training_options_are_refused_in_one_line(
     ])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "--recompute is a training option" in err and err.count("\n") == 1
+
+
+def test_memory_of_a_decode_step(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["memory", "--model", "llama3-8b", "--phase", "decode", "--tp", "2", "--batch", "8"]
+    assert main([*args, "--context-len", "1023", "--kv-precision", "fp8", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    per_token = payload["kv_cache_bytes_per_token"]
+    assert per_token == 2 * 32 * 8 * 128 * 1  # layers, kv heads, head dim, one byte (fp8)
+    (stage,) = payload["stages"]
+    assert stage["kv_cache_bytes"] * 2 == 8 * 1024 * per_token  # split over tp 2
+    assert stage["peak_bytes"] == sum(
+        stage[k] for k in ("weight_bytes", "kv_cache_bytes", "activation_bytes")
+    )
