@@ -1,21 +1,21 @@
 """The analytical backend: step time, its breakdown, MFU, memory and feasibility in about a ms.
 
-For one (model, parallel config, system) point it
+For one (model, parallel config, system) point, under a framework profile
+(:mod:`~stage_explore.analytical.frameworks`), it
 
 1. binds the generator's blocks (memoised: candidates with the same per-rank shapes share them);
 2. times every block kind on a compute and a communication stream
-   (:mod:`~stage_explore.analytical.blocktime`): compute by the accelerator's roofline with
-   efficiencies, collectives by α–β over the network dims their group spans, at the achieved
-   fraction of the link bandwidth (``network_efficiency``: NCCL's bus bandwidth is well below
-   the link's);
-3. simulates the pipeline schedule (:mod:`~stage_explore.analytical.pipeline`) with blocking
-   activation transfers between stages — Megatron's scatter/gather optimisation sends
-   ``1/tp`` of a replicated activation over the inter-stage link and all-gathers it over tp;
+   (:mod:`~stage_explore.analytical.blocktime`): compute per kernel
+   (:mod:`~stage_explore.analytical.kernels`; the roofline with efficiencies for systems without
+   a kernel table), collectives by α–β over the network dims their group spans at each dim's
+   achieved bus bandwidth, the communication the profile overlaps taken off the critical path
+   (:mod:`~stage_explore.analytical.overlap`);
+3. simulates the pipeline schedule (:mod:`~stage_explore.analytical.pipeline`) with the
+   profile's activation transfers between stages (:mod:`~stage_explore.analytical.costs`);
 4. overlaps each chunk's bucketed gradient synchronisation with its last backward, then adds
-   the optimizer step (Adam plus the mixed-precision bookkeeping around it) and ZeRO's
-   parameter gathers;
-5. computes every pipeline stage's peak memory (model states by ZeRO stage, saved activations
-   at the schedule's peak, recompute and ZeRO-3 buffers), exactly as ``stage memory``.
+   the optimizer step and ZeRO's parameter gathers;
+5. computes every pipeline stage's peak memory exactly as ``stage memory``, plus what the
+   process holds besides tensors (the profile's runtime reserve and allocator overhead).
 
 Step time is the slowest pipeline rank's ``max(pipeline end, gradient sync end) + optimizer +
 parameter gathers``; its breakdown (``compute``, ``exposed_<collective>``, ``pipeline_p2p``,
@@ -23,13 +23,10 @@ parameter gathers``; its breakdown (``compute``, ``exposed_<collective>``, ``pip
 the step time.
 
 Speed: a configuration's *plan* — everything that depends neither on the schedule nor on the
-number of micro-batches — is computed once per distinct pipeline-stage class (stages holding
-the same blocks, whose groups span the network the same way) from memoised parts (bound blocks,
-block timings, bucketed reductions, model states), then the schedule is simulated. All memos
-are bounded LRUs owned by the backend instance (no module state); ``cache_stats()`` reports
-them. The pure pieces — block and chunk timing, gradient buckets, the pipeline and the step
-assembly — live in :mod:`~stage_explore.analytical.blocktime` and
-:mod:`~stage_explore.analytical.pipeline`; the memo and its value types in
+number of micro-batches — is computed once per distinct pipeline-stage class from memoised
+parts (bound blocks, block timings, bucketed reductions, model states), then the schedule is
+simulated. All memos are bounded LRUs owned by the backend instance (no module state);
+``cache_stats()`` reports them; the memo and its value types live in
 :mod:`~stage_explore.analytical.parts`.
 """
 
@@ -47,9 +44,6 @@ from stage_core.lower.flops import block_flops
 from stage_core.lower.memory import _block_states, recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
-    ADAM_BYTES_READ_PER_PARAM,
-    ADAM_BYTES_WRITTEN_PER_PARAM,
-    ADAM_FLOPS_PER_PARAM,
     PIPELINE_ENDS,
     Workload,
     _block_sync,
@@ -76,6 +70,12 @@ from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
     group_span,
+)
+from stage_explore.analytical.costs import (
+    LOSS_SCALING_BYTES_PER_PARAM,
+    OPTIMIZER_EXTRA_BYTES_PER_PARAM,
+    optimizer_step_s,
+    stage_transfer_s,
 )
 from stage_explore.analytical.frameworks import (
     DEFAULT_FRAMEWORK,
@@ -109,20 +109,19 @@ from stage_explore.system.model import System
 #: GPU (NVIDIA/nccl-tests#119: 84.8 average, 96 peak of 100 GB/s over four HDR ports).
 DEFAULT_NETWORK_EFFICIENCY: tuple[float, ...] = (0.7, 0.9)
 
-#: Bytes per updated parameter that a mixed-precision optimizer step moves besides Adam's own
-#: (``ADAM_BYTES_*`` in :mod:`stage_core.lower.program`): the gradient-norm reduction reads the
-#: fp32 gradient (4), copying the fp32 master weight to the 16-bit weight reads it (4; the write
-#: is Adam's), zeroing the gradient buffer for the next step writes it (4) — Megatron-LM's
-#: ``MixedPrecisionOptimizer.step`` and ``zero_grad``.
-OPTIMIZER_EXTRA_BYTES_PER_PARAM = 12
-#: fp16 adds dynamic loss scaling: unscale the gradients and check them for inf/NaN (read and
-#: write the fp32 gradient: 8).
-LOSS_SCALING_BYTES_PER_PARAM = 8
+
+__all__ = [
+    "DEFAULT_NETWORK_EFFICIENCY",
+    "LOSS_SCALING_BYTES_PER_PARAM",
+    "OPTIMIZER_EXTRA_BYTES_PER_PARAM",
+    "AnalyticalBackend",
+]
 
 
 class AnalyticalBackend(BaseBackend):
-    """Roofline compute, α–β collectives over the network dims a group spans at NCCL's achieved
-    bandwidth, in-order compute and communication streams within a block, an event simulation
+    """Per-kernel compute (or the roofline with efficiencies), α–β collectives over the network
+    dims a group spans at NCCL's achieved bandwidth, the communication the framework profile
+    overlaps, in-order compute and communication streams within a block, an event simulation
     across pipeline stages.
 
     ``network_efficiency``: achieved fraction of each network dim's bandwidth (dim 0 first; the
@@ -525,52 +524,33 @@ class AnalyticalBackend(BaseBackend):
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _transfer(self, point: Point) -> float:
-        """One activation (or gradient) message between adjacent stages. Without sequence
-        parallelism tp ranks hold the same activation: Megatron's scatter/gather sends 1/tp
-        of it and all-gathers it over tp on the receiver (Narayanan et al. 2021, §4.1)."""
+        """One activation (or gradient) message between adjacent stages
+        (:func:`~stage_explore.analytical.costs.stage_transfer_s`), memoised."""
         workload, system = point.workload, point.system
         mesh, tp = workload.mesh, workload.axis_sizes["tp"]
         size = boundary_bytes(workload)
-        gathered = tp > 1 and not workload.flags.sp and self.framework.pipeline_scatter_gather
+        profile = self.framework
+        gathered = tp > 1 and not workload.flags.sp and profile.pipeline_scatter_gather
         first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
-
-        blocking = self.framework.pipeline_p2p_blocking
-
-        def compute() -> float:
-            if not blocking:  # beside compute: only the message latency holds the ranks
-                return alpha_beta_point_to_point_s(system, first, second, 0)
-            seconds = alpha_beta_point_to_point_s(
-                system, first, second, size // tp if gathered else size
-            )
-            if gathered:
-                group = point.table.group(second, ("tp",))
-                seconds += alpha_beta_collective_s(
-                    system, CollectiveKind.ALL_GATHER, size // tp, group
-                )
-            return seconds
-
+        blocking = profile.pipeline_p2p_blocking
         ends = (system.coordinates(first), system.coordinates(second))
         mesh_key = (point.table.names, point.table.shape)
         key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, blocking)
-        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+        return self._parts.get(  # type: ignore[no-any-return]
+            key,
+            lambda: stage_transfer_s(
+                system, point.table, (first, second), size, tp if gathered else 1, blocking
+            ),
+        )
 
     def _optimizer_s(self, point: Point, params: int) -> float:
-        """Adam over this rank's ``params`` (a shard of them under ZeRO; the count of
-        :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
-        bookkeeping (:data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`)."""
+        """The optimizer step over this rank's ``params``
+        (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
         accelerator, dtype = point.system.accelerator, point.dtype
-
-        def compute() -> float:
-            extra = OPTIMIZER_EXTRA_BYTES_PER_PARAM
-            if dtype == "fp16":
-                extra += LOSS_SCALING_BYTES_PER_PARAM
-            per_param = ADAM_BYTES_READ_PER_PARAM + ADAM_BYTES_WRITTEN_PER_PARAM + extra
-            fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
-            return accelerator.compute_time_s(
-                ADAM_FLOPS_PER_PARAM * params, per_param * params, fp32
-            )
-
-        return self._parts.get(("optimizer", point.token, params, dtype), compute)  # type: ignore[no-any-return]
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("optimizer", point.token, params, dtype),
+            lambda: optimizer_step_s(accelerator, dtype, params),
+        )
 
     def _process_bytes(self, tensor_peak_bytes: int) -> int:
         """What the process holds at the tensors' peak: the caching allocator's reserve

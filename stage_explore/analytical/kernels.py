@@ -93,8 +93,8 @@ def gemm_efficiency(
         _issued_fraction(batch * split, m, n, (tm, tn), kernels.sm_count),
         _issued_fraction(batch * split, m, n, (tn, tm), kernels.sm_count),
     )
-    k = k / split
-    main_loop = k / (k + kernels.gemm_k_overhead)
+    per_split = k / split
+    main_loop = per_split / (per_split + kernels.gemm_k_overhead)
     sustained = kernels.gemm_efficiency.get(dtype)
     if sustained is None:
         sustained = kernels.gemm_efficiency.get("bf16", min(kernels.gemm_efficiency.values()))
