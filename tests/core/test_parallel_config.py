@@ -14,6 +14,7 @@ from stage_core.parallel import (
     EXPERT_DP_AXIS,
     CpStyle,
     ParallelConfig,
+    PipelineSplit,
     Precision,
     Recompute,
     Schedule,
@@ -124,7 +125,7 @@ def test_invalid_configs_are_rejected_on_construction(fields: dict[str, Any], me
 
 def test_construction_reports_every_problem_at_once() -> None:
     with pytest.raises(ConfigError) as caught:
-        ParallelConfig(dp=0, tp=0, precision="fp4")
+        ParallelConfig(dp=0, tp=0, precision="fp4")  # type: ignore[arg-type]
     message = str(caught.value)
     assert "`dp` must" in message and "`tp` must" in message and "`precision` must" in message
 
@@ -239,7 +240,7 @@ def test_invalid_combinations_with_a_model(
 
 
 def test_validate_names_the_model_and_every_broken_rule() -> None:
-    config = ParallelConfig(tp=8, pp=8, pp_split="even")
+    config = ParallelConfig(tp=8, pp=8, pp_split=PipelineSplit.EVEN)
     with pytest.raises(
         ConfigError, match=r"^invalid parallel config for model 'small': "
     ) as caught:
@@ -321,7 +322,7 @@ def test_kv_replication(flavor: str, tp: int, expected: int) -> None:
 
 
 def test_layers_per_chunk() -> None:
-    config = ParallelConfig(pp=4, vpp=3, schedule="interleaved", global_batch=8)
+    config = ParallelConfig(pp=4, vpp=3, schedule=Schedule.INTERLEAVED, global_batch=8)
     assert config.layers_per_chunk(get_flavor("gpt3-175b")) == 8
 
 
@@ -383,7 +384,9 @@ def test_default_mesh_puts_tp_innermost() -> None:
 
 
 def test_to_dict_is_plain_and_round_trips() -> None:
-    config = ParallelConfig(dp=2, tp=2, sp=True, zero=1, schedule="gpipe", recompute="full")
+    config = ParallelConfig(
+        dp=2, tp=2, sp=True, zero=1, schedule=Schedule.GPIPE, recompute=Recompute.FULL
+    )
     values = config.to_dict()
     assert values["schedule"] == "gpipe" and type(values["schedule"]) is str
     assert values["axis_order"] == ["pp", "dp", "ep", "cp", "tp"]
