@@ -598,5 +598,6 @@ class AnalyticalBackend(BaseBackend):
                 "pipeline_stages": workload.parallel.pp,
                 "slowest_stage": step.slowest_stage,
                 "pipeline_end_s": step.pipeline_end_s,
+                "framework": self.framework.name,
             },
         )

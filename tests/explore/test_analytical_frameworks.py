@@ -232,3 +232,8 @@ def test_eager_frameworks_pay_for_every_elementwise_round_trip() -> None:
     assert not eager.framework.fused_elementwise
     slow = eager.evaluate(model, parallel, system).breakdown["compute"]
     assert slow > fused.evaluate(model, parallel, system).breakdown["compute"]
+
+
+def test_the_evaluation_names_its_framework() -> None:
+    result = AnalyticalBackend(framework="fsdp").evaluate(MODEL, PARALLEL, load_system("h100-80gb"))
+    assert result.extra["framework"] == "fsdp"
