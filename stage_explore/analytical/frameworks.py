@@ -236,7 +236,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,
             zero3_gathers=2,  # reshard_after_forward: gathered again for the backward
             zero3_flat_ring=False,
-            attention_kernel=None,  # PyTorch SDPA: cuDNN / flash backends of its release
+            # PyTorch SDPA's flash backend is FlashAttention-2 (torch.nn.functional.
+            # scaled_dot_product_attention docs); FA3 needs the separate flash-attn package
+            attention_kernel="fa2",
             fused_elementwise=False,  # eager PyTorch unless the model is compiled
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,

@@ -184,8 +184,9 @@ def test_a_named_older_attention_kernel_is_slower_and_unknown_names_fall_back() 
 def test_a_framework_on_fa2_is_slower_on_hopper_only_where_attention_runs() -> None:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
     parallel = ParallelConfig(tp=2, dp=2, sp=True, global_batch=4)
-    fast = AnalyticalBackend(framework="fsdp").evaluate(model, parallel, H100)
-    slow = AnalyticalBackend(framework="llm-foundry-2023").evaluate(model, parallel, H100)
+    best = AnalyticalBackend(framework="fsdp", overrides={"attention_kernel": None})
+    fast = best.evaluate(model, parallel, H100)
+    slow = AnalyticalBackend(framework="fsdp").evaluate(model, parallel, H100)  # SDPA: FA2
     assert slow.breakdown["compute"] > fast.breakdown["compute"]
 
 
