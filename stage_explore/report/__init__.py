@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 _DEFAULT_OBJECTIVES = {"step_time_s": "min", "mfu": "max"}
 _ALWAYS = ("num_gpus", "dp", "tp", "pp")
+_LOST = "infrastructure_failed"
+_STATUSES = ("ok", "infeasible", "failed", _LOST)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +56,20 @@ class Report:
     def counts(self) -> dict[str, int]:
         """Trials by status."""
         counts = self.frame["status"].value_counts()
-        return {status: int(counts.get(status, 0)) for status in ("ok", "infeasible", "failed")}
+        return {status: int(counts.get(status, 0)) for status in _STATUSES}
+
+    def counts_text(self) -> str:
+        """``840 trials, 830 ok, 10 infeasible, 0 failed`` (and the trials lost to the
+        infrastructure, which ``--resume`` runs again, when there are any)."""
+        counts = self.counts()
+        text = (
+            f"{len(self.frame)} trials, {counts['ok']} ok, {counts['infeasible']} infeasible, "
+            f"{counts['failed']} failed"
+        )
+        lost = counts[_LOST]
+        return text + (
+            f", {lost} lost to the infrastructure (--resume runs them again)" if lost else ""
+        )
 
     def columns(self) -> list[str]:
         """The columns of the tables: trial, varying parameters, objectives, memory."""
@@ -94,12 +109,8 @@ class Report:
 
     def text(self) -> str:
         """The terminal report."""
-        counts = self.counts()
-        lines = [
-            f"study {self.study}: {len(self.frame)} trials, {counts['ok']} ok, "
-            f"{counts['infeasible']} infeasible, {counts['failed']} failed"
-        ]
-        for status in ("infeasible", "failed"):
+        lines = [f"study {self.study}: {self.counts_text()}"]
+        for status in ("infeasible", "failed", _LOST):
             for reason, count in self.reasons(status, 3):
                 lines.append(f"  {status} ×{count}: {reason}")
         for metric, rows in self.best.items():

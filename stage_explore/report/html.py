@@ -219,17 +219,16 @@ for(const svg of document.querySelectorAll('svg[data-table]')){
 
 def render_html(report: Report, images: list[Path]) -> str:
     """The report page; ``images`` (PNG versions of its plots) are linked by relative name."""
-    counts = report.counts()
     svg, table, caption = scatter_svg(report, "scatter")
     svg = svg.replace("<svg ", '<svg data-table="scatter-data" ', 1)
     data = json.dumps(table).replace("</", "<\\/")
     columns = report.columns()
     sections = [
         f"<h1>Study {html.escape(report.study)}</h1>",
-        f"<p>{len(report.frame)} trials: {counts['ok']} ok, {counts['infeasible']} "
-        f"infeasible, {counts['failed']} failed. Records: {html.escape(str(report.directory))}</p>",
+        f"<p>{html.escape(report.counts_text())}. "
+        f"Records: {html.escape(str(report.directory))}</p>",
     ]
-    for status in ("infeasible", "failed"):
+    for status in ("infeasible", "failed", "infrastructure_failed"):
         reasons = report.reasons(status)
         if reasons:
             items = "".join(

@@ -124,3 +124,42 @@ def test_searched_hardware_and_metric_columns_show_their_unit(
     unit = display(column)
     assert unit.header == header
     assert value * unit.scale == pytest.approx(shown)
+
+
+def test_trials_lost_to_the_infrastructure_are_counted_and_explained(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from stage_explore.records import (
+        Outcome,
+        RecordWriter,
+        TrialStatus,
+        make_row,
+        read_records,
+        records_schema,
+    )
+
+    spec = parse_study(support.study_text(trials=12), tmp_path / "s.toml")
+    folder = explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor).directory
+    table = read_records(folder)
+    assert table is not None
+    first = table.to_pylist()[0]
+    params = {name: first[name] for name in spec.space.choices()}
+    writer = RecordWriter(folder, records_schema(spec.name, spec.space))
+    lost = Outcome(status=TrialStatus.INFRASTRUCTURE_FAILED, reason="worker died (SIGKILL)")
+    writer.append(
+        make_row(
+            trial=12,
+            study=spec.name,
+            params=params,
+            dp=first["dp"],
+            outcome=lost,
+            finished_at=datetime.now(UTC),
+        )
+    )
+    writer.flush()
+    report = build_report(folder)
+    first_line = report.text().splitlines()[0]
+    counts = report.counts()
+    assert sum(counts.values()) == len(report.frame) == 13
+    assert first_line.endswith(", 1 lost to the infrastructure (--resume runs them again)")
+    assert "infrastructure_failed ×1: worker died (SIGKILL)" in report.text()
