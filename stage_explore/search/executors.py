@@ -7,8 +7,6 @@ Contents:
         a pool of worker processes (spawned, ignoring Ctrl-C so the driver handles it).
     :class:`RayExecutor`
         Ray tasks on a local instance started for the study, or on an existing cluster.
-    :func:`connect_ray`
-        join a Ray cluster with a bounded wait, or start a local instance of our own.
     :func:`create_executor`
         the executor a study (and the command line) asks for.
 
@@ -32,7 +30,6 @@ import math
 import multiprocessing
 import os
 import signal
-import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -41,6 +38,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_explore.records import Outcome
+from stage_explore.search.connect import CONNECT_TIMEOUT_S, connect_ray
 from stage_explore.search.outcomes import task_failure_status
 from stage_explore.search.worker import Candidate, EvaluationJob, evaluate_chunk
 from stage_explore.study.spec import ExecutorKind, ExecutorSpec
@@ -50,8 +48,6 @@ logger = logging.getLogger(__name__)
 Results = list[tuple[int, Outcome]]
 
 
-#: Default bound on the wait for a Ray cluster's address to answer.
-CONNECT_TIMEOUT_S = 30.0
 _NODES_EVERY_S = 2.0
 
 
@@ -175,85 +171,6 @@ class LocalExecutor(BaseExecutor):
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    """The host and port of ``HOST:PORT`` or ``ray://HOST:PORT``; a ConfigError otherwise."""
-    bare = address.removeprefix("ray://")
-    host, _, port = bare.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(
-            f"--address {address}: expected HOST:PORT, ray://HOST:PORT, auto or local"
-        )
-    return host, int(port)
-
-
-def _resolve_auto() -> str:
-    """What Ray's ``auto`` names: ``RAY_ADDRESS``, else this machine's latest ``ray start``."""
-    from ray._private.services import get_ray_address_from_environment
-
-    try:
-        found = get_ray_address_from_environment("auto", None)
-    except ConnectionError:
-        found = None
-    if not found or found == "auto":
-        raise ConfigError(
-            "--address auto: found no Ray cluster (RAY_ADDRESS is unset and no cluster was "
-            "started with `ray start` on this machine); pass its HOST:PORT"
-        )
-    return str(found)
-
-
-def wait_for_address(address: str, timeout_s: float) -> None:
-    """Return once ``address`` accepts a TCP connection; a one-line ConfigError after
-    ``timeout_s`` seconds of trying."""
-    host, port = _host_port(address)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, remaining))):
-                return
-        except OSError as error:
-            problem = " ".join(str(error).split()) or type(error).__name__
-        if deadline - time.monotonic() <= 0:
-            raise ConfigError(
-                f"cannot reach the Ray cluster at {address} within {timeout_s:g} s ({problem}); "
-                "expected the address of a running Ray head node (`ray start --head`)"
-            )
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-
-
-def connect_ray(
-    address: str | None, *, workers: int | None, connect_timeout_s: float = CONNECT_TIMEOUT_S
-) -> None:
-    """Initialise Ray in this process: join the cluster at ``address`` or start a local one.
-
-    See the module docstring for the addresses; ``workers`` is the CPU count of a local
-    instance (``None``: every CPU). Failures are one-line ConfigErrors naming the address.
-    """
-    import ray
-
-    target = None if address in (None, "", "local") else address
-    if target == "auto":
-        target = _resolve_auto()
-    if target is not None:
-        wait_for_address(target, connect_timeout_s)
-    try:
-        if target is None:
-            ray.init(
-                address="local",
-                num_cpus=workers,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-            )
-        else:
-            ray.init(address=target, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as error:
-        where = f"the Ray cluster at {target}" if target else "a local Ray instance"
-        text = " ".join(str(error).split())
-        raise ConfigError(f"cannot start or reach {where}: {text}") from None
 
 
 def _evaluate_on_ray_node(

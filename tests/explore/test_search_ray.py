@@ -16,7 +16,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_explore import load_results
 from stage_explore.search import EvaluationJob, Explorer, RayExecutor, create_executor
-from stage_explore.search.executors import wait_for_address
+from stage_explore.search.connect import wait_for_address
 from stage_explore.search.progress import Progress
 from stage_explore.study import ExecutorKind, parse_study
 
@@ -98,6 +98,39 @@ def test_an_unreachable_cluster_is_a_bounded_wait_and_a_one_line_error(
     assert "expected the address of a running Ray head node" in message
 
 
+def test_an_address_that_answers_but_is_not_ray_is_a_bounded_wait_too() -> None:
+    """A port that accepts connections and never speaks Ray: ``ray.init`` itself would retry
+    for many minutes; the connection is tried in a child process killed when time is up."""
+    import threading
+
+    from stage_explore.search.connect import connect_ray
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        accepted: list[socket.socket] = []
+
+        def accept() -> None:
+            while True:
+                try:
+                    accepted.append(server.accept()[0])
+                except OSError:
+                    return
+
+        threading.Thread(target=accept, daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            connect_ray(address, workers=1, connect_timeout_s=6)
+        waited = time.monotonic() - started
+    assert 6 <= waited < 30
+    assert str(caught.value) == (
+        f"cannot reach the Ray cluster at {address} within 6 s (the address answers, but no "
+        "Ray cluster completed the connection); expected the GCS port of a running Ray head "
+        "node of the same Ray version"
+    )
+
+
 @pytest.mark.parametrize("address", ["nonsense", "host:port", "10.0.0.1:99999", ":6379"])
 def test_a_malformed_address_is_a_config_error(address: str) -> None:
     with pytest.raises(ConfigError, match="expected HOST:PORT, ray://HOST:PORT, auto or local"):
@@ -105,7 +138,7 @@ def test_a_malformed_address_is_a_config_error(address: str) -> None:
 
 
 def test_auto_follows_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stage_explore.search.executors import connect_ray
+    from stage_explore.search.connect import connect_ray
 
     dead = f"127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("RAY_ADDRESS", dead)

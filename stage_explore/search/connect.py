@@ -1,0 +1,152 @@
+"""Joining a Ray cluster with a bounded wait, or starting a local Ray instance of our own.
+
+Contents:
+    :data:`CONNECT_TIMEOUT_S`
+        the default bound on joining a cluster.
+    :func:`wait_for_address`
+        wait until a cluster's address accepts a TCP connection (a dead cluster fails here).
+    :func:`probe_cluster`
+        connect to the cluster from a child process, killed when the time is up (an address
+        that answers but is not a working Ray cluster fails here).
+    :func:`connect_ray`
+        initialise Ray in this process for a study.
+
+Addresses: ``None``, ``""`` or ``"local"`` always start a new local instance (``ray.init(address=
+"local")``), whatever ``RAY_ADDRESS`` or a leftover ``ray start`` cluster file says, so a stale
+address can never make a plain run hang. ``"auto"`` follows Ray's own discovery (``RAY_ADDRESS``,
+then the cluster last started with ``ray start`` on this machine). ``HOST:PORT`` (the head's GCS
+port) or ``ray://HOST:PORT`` (Ray Client) joins that cluster.
+
+Why a child process: ``ray.init`` on an address that accepts connections but never completes
+Ray's handshake retries for many minutes and cannot be interrupted; the same connection made in
+a child process can be killed when ``connect_timeout_s`` is spent. Every failure is a one-line
+:class:`~stage_core.errors.ConfigError` naming the address.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from stage_core.errors import ConfigError
+
+#: Default bound, in seconds, on joining a Ray cluster (``[executor] connect_timeout_s``).
+CONNECT_TIMEOUT_S = 30.0
+
+_PROBE = """
+import logging, sys
+import ray
+ray.init(address=sys.argv[1], logging_level=logging.ERROR)
+ray.cluster_resources()
+ray.shutdown()
+"""
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """The host and port of ``HOST:PORT`` or ``ray://HOST:PORT``; a ConfigError otherwise."""
+    bare = address.removeprefix("ray://")
+    host, _, port = bare.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--address {address}: expected HOST:PORT, ray://HOST:PORT, auto or local"
+        )
+    return host, int(port)
+
+
+def _resolve_auto() -> str:
+    """What Ray's ``auto`` names: ``RAY_ADDRESS``, else this machine's latest ``ray start``
+    (found by Ray's own, private, discovery; with ``RAY_ADDRESS`` alone if that moves)."""
+    found: str | None
+    try:
+        from ray._private.services import get_ray_address_from_environment
+
+        found = get_ray_address_from_environment("auto", None)
+    except ImportError:
+        found = os.environ.get("RAY_ADDRESS") or None
+    except ConnectionError:
+        found = None
+    if not found or found == "auto":
+        raise ConfigError(
+            "--address auto: found no Ray cluster (RAY_ADDRESS is unset and no cluster was "
+            "started with `ray start` on this machine); pass its HOST:PORT"
+        )
+    return str(found)
+
+
+def wait_for_address(address: str, timeout_s: float) -> None:
+    """Return once ``address`` accepts a TCP connection; a one-line ConfigError after
+    ``timeout_s`` seconds of trying."""
+    host, port = _host_port(address)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, remaining))):
+                return
+        except OSError as error:
+            problem = " ".join(str(error).split()) or type(error).__name__
+        if deadline - time.monotonic() <= 0:
+            raise ConfigError(
+                f"cannot reach the Ray cluster at {address} within {timeout_s:g} s ({problem}); "
+                "expected the address of a running Ray head node (`ray start --head`)"
+            )
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def probe_cluster(address: str, timeout_s: float, total_s: float) -> None:
+    """Connect to the cluster at ``address`` from a child process and disconnect; a one-line
+    ConfigError if that fails, or does not finish within ``timeout_s`` (the child is killed).
+    ``total_s`` is the whole bound, for the message."""
+    command = [sys.executable, "-c", _PROBE, address]
+    try:
+        done = subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=max(timeout_s, 0.1), check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {address} within {total_s:g} s (the address "
+            "answers, but no Ray cluster completed the connection); expected the GCS port of a "
+            "running Ray head node of the same Ray version"
+        ) from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        last = lines[-1] if lines else f"exit status {done.returncode}"
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {last[:400]}")
+
+
+def connect_ray(
+    address: str | None, *, workers: int | None, connect_timeout_s: float = CONNECT_TIMEOUT_S
+) -> None:
+    """Initialise Ray in this process: join the cluster at ``address`` (at most
+    ``connect_timeout_s`` to find it answering and complete a connection) or start a local
+    instance with ``workers`` CPUs (``None``: every CPU). See the module for the addresses."""
+    import ray
+
+    target = None if address in (None, "", "local") else address
+    if target == "auto":
+        target = _resolve_auto()
+    if target is not None:
+        started = time.monotonic()
+        wait_for_address(target, connect_timeout_s)
+        spent = time.monotonic() - started
+        probe_cluster(target, connect_timeout_s - spent, connect_timeout_s)
+    try:
+        if target is None:
+            ray.init(
+                address="local",
+                num_cpus=workers,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
+        else:
+            ray.init(address=target, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as error:
+        where = f"the Ray cluster at {target}" if target else "a local Ray instance"
+        text = " ".join(str(error).split())
+        raise ConfigError(f"cannot start or reach {where}: {text}") from None
