@@ -43,8 +43,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "explore",
         help="run a design-space exploration study",
-        description="Run the study in STUDY.toml: propose design points, evaluate them in "
-        "parallel, and record every trial under OUT/<study name>.",
+        description="Run STUDY (a study file, or a study shipped with STAGE by name: "
+        + ", ".join(_bundled_names())
+        + "): propose design points, evaluate them in parallel, and record every trial under "
+        "OUT/<study name>.",
     )
     parser.add_argument(
         "study",
@@ -204,3 +206,9 @@ def _recorded_trials(directory: Path) -> int:
     if directory.is_dir():
         writable_folder(directory, "--resume")
     return count_records(directory, final=True)
+
+
+def _bundled_names() -> list[str]:
+    from stage_explore.study.loader import bundled_studies
+
+    return list(bundled_studies())
