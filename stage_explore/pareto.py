@@ -160,8 +160,7 @@ def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
     missing = {k: v for k, v in defaults.items() if k not in ordered.columns}
     records = ordered.assign(**missing)[names].to_dict("records")
     keys = [
-        tuple(canonical_params(record, {}, moe=None)[name] for name in names)
-        for record in records
+        tuple(canonical_params(record, {}, moe=None)[name] for name in names) for record in records
     ]
     first: dict[tuple[object, ...], int] = {}
     for position, key in enumerate(keys):

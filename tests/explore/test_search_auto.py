@@ -126,7 +126,8 @@ def test_a_model_based_study_evaluates_each_configuration_once_and_ends_when_exh
 
 def test_tpe_cost_is_bounded_by_its_history_and_the_budget(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, sampler="tpe", trials=700, space=LARGER)
-    assert canonical_size(spec, moe=False) > 700
+    size = canonical_size(spec, moe=False)
+    assert size is not None and size > 700
     explorer = Explorer(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor)
     summary = explorer.run()
     frame = load_results(summary.directory)
@@ -140,11 +141,11 @@ def test_tpe_cost_is_bounded_by_its_history_and_the_budget(tmp_path: Path) -> No
 
 
 def test_nsga2_with_remembered_parents_proposes_what_optuna_does() -> None:
-    from optuna.distributions import CategoricalDistribution
+    from optuna.distributions import BaseDistribution, CategoricalDistribution
 
     from stage_explore.search.samplers import _NSGAII
 
-    distributions = {
+    distributions: dict[str, BaseDistribution] = {
         "a": CategoricalDistribution((1, 2, 4, 8)),
         "b": CategoricalDistribution(("x", "y", "z")),
         "c": CategoricalDistribution((False, True)),
