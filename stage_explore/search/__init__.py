@@ -5,6 +5,8 @@ Contents:
     :mod:`.progress`   :class:`Progress`, :class:`StudySummary`.
     :mod:`.samplers`   grid, random, TPE and NSGA-II proposals over an in-memory Optuna study.
     :mod:`.executors`  :class:`LocalExecutor` (process pool) and :class:`RayExecutor`.
+    :mod:`.connect`    :func:`connect_ray`: joining a Ray cluster (bounded wait) or a local one.
+    :mod:`.retry`      :class:`RetryingExecutor`, :class:`RetryPolicy`: infrastructure failures.
     :mod:`.worker`     :func:`evaluate_chunk`, what runs in a worker.
     :mod:`.outcomes`   judging evaluations; what Optuna is told (values, constraints).
     :mod:`.backends`   :func:`register_backend`, :func:`resolve_backend`.
@@ -28,6 +30,7 @@ from stage_explore.search.executors import (
     create_executor,
 )
 from stage_explore.search.progress import Progress, StudySummary
+from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.worker import Candidate, EvaluationJob, evaluate_chunk
 
 __all__ = [
@@ -39,6 +42,8 @@ __all__ = [
     "LocalExecutor",
     "Progress",
     "RayExecutor",
+    "RetryPolicy",
+    "RetryingExecutor",
     "StudySummary",
     "build_design_point",
     "create_backend",

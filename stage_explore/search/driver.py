@@ -85,8 +85,9 @@ class Explorer:
     ``out`` is the output folder (the records go to ``out/<study name>``); ``trials`` overrides
     the study's budget (resumed trials included); ``resume`` continues a study whose folder
     already holds records, which is refused otherwise, first evaluating again its trials lost
-    to infrastructure failures. ``retry`` is the policy for those failures (the executor is
-    wrapped in a :class:`~stage_explore.search.retry.RetryingExecutor`).
+    to infrastructure failures. ``retry`` is the policy for those failures (default: the
+    study's ``[executor] retries`` with backoff; the executor is wrapped in a
+    :class:`~stage_explore.search.retry.RetryingExecutor`).
     """
 
     def __init__(
@@ -286,7 +287,8 @@ class Explorer:
         search = self._create_search(factory)
         resumed = self._load_previous(search)
         job = EvaluationJob(study=self.spec, factory=factory, options=backend.search_options)
-        executor = self._executor = RetryingExecutor(self._executor_factory(job), self._retry)
+        policy = self._retry or RetryPolicy(retries=self.spec.executor.retries)
+        executor = self._executor = RetryingExecutor(self._executor_factory(job), policy)
         try:
             self._write_meta()
             writer = RecordWriter(self.directory, records_schema(self.spec.name, self.spec.space))

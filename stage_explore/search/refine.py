@@ -34,7 +34,7 @@ from stage_explore.records import (
 from stage_explore.search.backends import BackendFactory
 from stage_explore.search.executors import BaseExecutor
 from stage_explore.search.outcomes import is_final
-from stage_explore.search.retry import RetryingExecutor
+from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp
 from stage_explore.study.spec import Direction, StudySpec
@@ -90,7 +90,7 @@ def refine(
     if not points:
         return 0
     job = EvaluationJob(study=spec, factory=factory, options=spec.backend.options)
-    executor = RetryingExecutor(executor_factory(job))
+    executor = RetryingExecutor(executor_factory(job), RetryPolicy(retries=spec.executor.retries))
     writer = RecordWriter(directory / REFINED_FOLDER, records_schema(spec.name, spec.space))
     by_key = {index: point for index, point in enumerate(points)}
     try:

@@ -127,9 +127,8 @@ class RetryingExecutor(BaseExecutor):
                         self.policy.retries,
                     )
                     continue
-                outcome = replace(
-                    outcome, reason=f"{outcome.reason} (gave up after {attempts + 1} attempts)"
-                )
+                tries = f"{attempts + 1} attempt{'s' if attempts else ''}"
+                outcome = replace(outcome, reason=f"{outcome.reason} (gave up after {tries})")
             del self._candidates[key], self._attempts[key]
             finished.append((key, outcome))
         now = self._clock()

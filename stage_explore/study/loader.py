@@ -354,7 +354,9 @@ def _backend(table: Table | None) -> BackendSpec:
 def _executor(table: Table | None) -> ExecutorSpec:
     if table is None:
         return ExecutorSpec()
-    table.reject_unknown(("kind", "address", "workers", "chunk_size", "connect_timeout_s"))
+    table.reject_unknown(
+        ("kind", "address", "workers", "chunk_size", "connect_timeout_s", "retries")
+    )
     kind = ExecutorKind(table.string("kind", default="ray", choices=tuple(ExecutorKind)) or "ray")
     address = table.string("address")
     if address is not None and kind is not ExecutorKind.RAY:
@@ -367,6 +369,7 @@ def _executor(table: Table | None) -> ExecutorSpec:
         workers=table.integer("workers"),
         chunk_size=table.integer("chunk_size"),
         connect_timeout_s=_positive_seconds(table, "connect_timeout_s", 30.0),
+        retries=table.integer("retries", default=3, minimum=0) or 0,
     )
 
 

@@ -299,7 +299,9 @@ class ExecutorSpec:
     ``workers``: processes of the local executor, CPUs of a Ray instance started for the study
     (``None``: all CPUs). ``chunk_size``: candidates per task (``None``: chosen from the batch
     size and the parallelism). ``connect_timeout_s``: how long joining the Ray cluster at
-    ``address`` may wait for it to answer.
+    ``address`` may wait for it to answer. ``retries``: further attempts at a trial lost to an
+    infrastructure failure (a node or worker died, ASTRA-sim was killed) before it is recorded
+    as ``infrastructure_failed``.
     """
 
     kind: ExecutorKind = ExecutorKind.RAY
@@ -307,6 +309,7 @@ class ExecutorSpec:
     workers: int | None = None
     chunk_size: int | None = None
     connect_timeout_s: float = 30.0
+    retries: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -316,6 +319,7 @@ class ExecutorSpec:
             "workers": self.workers,
             "chunk_size": self.chunk_size,
             "connect_timeout_s": self.connect_timeout_s,
+            "retries": self.retries,
         }
 
 

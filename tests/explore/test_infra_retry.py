@@ -297,3 +297,25 @@ def test_resume_keeps_a_trial_lost_again_as_lost(tmp_path: Path) -> None:
     lost = frame[frame["status"] == "infrastructure_failed"]
     assert len(lost) and summary.progress.infrastructure_failed == len(lost)
     assert summary.resumed == TRIALS - len(lost)
+
+
+def test_the_study_file_sets_the_retries(tmp_path: Path) -> None:
+    text = support.study_text(trials=TRIALS, executor='kind = "local"\nretries = 0')
+    spec = parse_study(text, tmp_path / "study.toml")
+    assert spec.executor.retries == 0 and spec.executor.to_dict()["retries"] == 0
+    summary = Explorer(
+        spec, out=tmp_path / "out", executor_factory=support.InlineExecutor,
+        backend_factory=LostAtTp8Backend,
+    ).run()  # fmt: skip
+    lost = load_results(summary.directory).query("status == 'infrastructure_failed'")
+    assert len(lost) and lost["reason"].str.endswith("(gave up after 1 attempt)").all()
+    default = parse_study(support.study_text(), tmp_path / "default.toml")
+    assert default.executor.retries == RetryPolicy().retries == 3
+
+
+def test_a_negative_retry_count_in_the_study_file_is_one_line(tmp_path: Path) -> None:
+    text = support.study_text(executor='kind = "local"\nretries = -1')
+    with pytest.raises(ConfigError) as caught:
+        parse_study(text, tmp_path / "study.toml")
+    message = str(caught.value)
+    assert "retries" in message and "an integer >= 0" in message and "\n" not in message
