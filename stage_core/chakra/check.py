@@ -12,11 +12,14 @@ and size) in the same order, and every send has exactly one matching receive (so
 destination, size, tag) and vice versa.
 
 With ``for_astra_sim`` (``stage check --for astra-sim``), also what makes ASTRA-sim 518bd51's
-analytical backends abort or silently mistime a node under ``roofline-enabled``: a compute
-node with ``num_ops`` 0 and ``tensor_size`` > 0 (a 0/0 roofline time; the event queue asserts
-``event_time_ns >= current_time`` and the run ends in SIGABRT), and a compute node with FLOPs
-but ``tensor_size`` 0 (skipped: its work takes no time). METADATA nodes (abort) are flagged in
-both modes.
+analytical backends abort, hang or silently mistime a node under ``roofline-enabled``, each
+seen with the real binary: a compute node with ``num_ops`` 0 and ``tensor_size`` > 0 (a 0/0
+roofline time, cast to 2^63 ns: SIGABRT from the event queue's ``event_time_ns >=
+current_time`` assertion, a rank that never finishes, or a finish at 2^63 ns); a compute
+node with FLOPs but ``tensor_size`` 0 (skipped: its work takes no time); a send or receive of
+0 bytes (SIGABRT in the chunk-id generator); a collective over a one-rank group (never
+completes: no ``finished`` line); an all-gather of fewer bytes than ``preferred-dataset-splits``
+(runs forever). METADATA nodes (abort) are flagged in both modes.
 
 Order. A rank's *issue order* is the topological order of its dependency graph that always takes
 the ready node with the smallest id — the order in which ASTRA-sim issues ready nodes. The
@@ -94,14 +97,44 @@ def _describe(node: TraceNode | ForeignNode) -> str:
     return f"node {node.id} {node.name!r}"
 
 
-def astra_sim_node_problem(node: TraceNode) -> str | None:
-    """Why ASTRA-sim (roofline enabled) cannot time ``node`` as written, or None."""
+#: ``preferred-dataset-splits`` as STAGE writes it (the ASTRA-sim backend's default).
+ASTRA_SIM_SPLITS = 4
+
+
+def astra_sim_node_problem(
+    node: TraceNode, *, preferred_dataset_splits: int = ASTRA_SIM_SPLITS
+) -> str | None:
+    """Why ASTRA-sim (roofline enabled) cannot run or time ``node`` as written, or None."""
+    if node.kind is NodeKind.SEND or node.kind is NodeKind.RECV:
+        if node.comm_bytes == 0:
+            return (
+                f"{_describe(node)} is a {'send' if node.kind is NodeKind.SEND else 'receive'} "
+                "of 0 bytes: ASTRA-sim's chunk-id generator asserts and the run ends in SIGABRT"
+            )
+        return None
+    if node.kind is NodeKind.COLL:
+        if node.group is not None and len(node.group) == 1:
+            return (
+                f"{_describe(node)} runs {node.collective} over the one-rank group "
+                f"{list(node.group)}: ASTRA-sim never completes it, so no rank prints `finished`"
+            )
+        if (
+            node.collective is CollectiveKind.ALL_GATHER
+            and 0 < node.comm_bytes < preferred_dataset_splits
+        ):
+            return (
+                f"{_describe(node)} is an all_gather of {node.comm_bytes} B, fewer than "
+                f"preferred-dataset-splits ({preferred_dataset_splits}): ASTRA-sim cannot split "
+                "it and runs forever"
+            )
+        return None
     if node.kind is not NodeKind.COMP:
         return None
     if node.flops == 0 and node.tensor_bytes > 0:
         return (
             f"{_describe(node)} is a compute node with num_ops 0 and tensor_size "
-            f"{node.tensor_bytes}: ASTRA-sim's roofline divides 0 by 0 and aborts (SIGABRT); "
+            f"{node.tensor_bytes}: ASTRA-sim's roofline divides 0 by 0 (SIGABRT, a stall or "
+            "a 2^63 ns step); "
             "write num_ops >= 1 (STAGE writes 1, which times the node's memory traffic)"
         )
     if node.flops > 0 and node.tensor_bytes == 0:

@@ -211,7 +211,7 @@ def _comp(node_id: int, flops: int, tensor_bytes: int) -> TraceNode:
     ("flops", "tensor_bytes", "message"),
     [
         (0, 4096, r"rank 0: node 0 'op' is a compute node with num_ops 0 and tensor_size 4096: "
-                  r"ASTRA-sim's roofline divides 0 by 0 and aborts \(SIGABRT\)"),
+                  r"ASTRA-sim's roofline divides 0 by 0 \(SIGABRT, a stall or a 2\^63 ns step\)"),
         (10**9, 0, r"rank 0: node 0 'op' is a compute node with num_ops 1000000000 and "
                    r"tensor_size 0: ASTRA-sim skips it"),
     ],
@@ -228,6 +228,44 @@ def test_astra_sim_rules_fire(flops: int, tensor_bytes: int, message: str) -> No
 def test_astra_sim_rules_accept_what_astra_sim_times(flops: int, tensor_bytes: int) -> None:
     trace_set = trace_set_from_programs({0: (_comp(0, flops, tensor_bytes),)})
     assert check_trace_set(trace_set, for_astra_sim=True).violations == ()
+
+
+def _coll(node_id: int, kind: CollectiveKind, size: int, group: tuple[int, ...]) -> TraceNode:
+    return TraceNode(node_id, "c", NodeKind.COLL, collective=kind, comm_bytes=size, group=group)
+
+
+def _p2p(node_id: int, kind: NodeKind, peer: int, size: int) -> TraceNode:
+    return TraceNode(node_id, "p", kind, peer=peer, comm_bytes=size, tag=1)
+
+
+@pytest.mark.parametrize(
+    ("programs", "message"),
+    [
+        ({0: (_p2p(0, NodeKind.SEND, 1, 0),), 1: (_p2p(0, NodeKind.RECV, 0, 0),)},
+         r"rank 0: node 0 'p' is a send of 0 bytes: ASTRA-sim's chunk-id generator asserts"),
+        ({0: (_coll(0, CollectiveKind.ALL_REDUCE, 1024, (0,)),),
+          1: (_coll(0, CollectiveKind.ALL_REDUCE, 1024, (1,)),)},
+         r"rank 0: node 0 'c' runs all_reduce over the one-rank group \[0\]: ASTRA-sim never"),
+        ({0: (_coll(0, CollectiveKind.ALL_GATHER, 3, (0, 1)),),
+          1: (_coll(0, CollectiveKind.ALL_GATHER, 3, (0, 1)),)},
+         r"rank 0: node 0 'c' is an all_gather of 3 B, fewer than preferred-dataset-splits \(4\)"),
+    ],
+)  # fmt: skip
+def test_astra_sim_communication_rules_fire(programs: Programs, message: str) -> None:
+    trace_set = trace_set_from_programs(programs)
+    violations = check_trace_set(trace_set, for_astra_sim=True).violations
+    assert violations and re.match(message, violations[0]), violations
+    assert all(v.startswith(("rank 0:", "rank 1:")) for v in violations)
+    assert check_trace_set(trace_set).violations == ()
+
+
+def test_astra_sim_communication_rules_accept_what_astra_sim_runs() -> None:
+    programs = {
+        rank: (_coll(0, CollectiveKind.ALL_GATHER, 4, (0, 1)),
+               _coll(1, CollectiveKind.ALL_REDUCE, 0, (0, 1)))
+        for rank in (0, 1)
+    }  # fmt: skip
+    assert check_trace_set(trace_set_from_programs(programs), for_astra_sim=True).sound
 
 
 def test_written_zero_flop_nodes_pass_the_astra_sim_rules(tmp_path: Path) -> None:

@@ -21,17 +21,26 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stage_core.chakra.check import check_trace_set
+from stage_core.chakra.encode import CHAKRA_VERSION
 from stage_core.chakra.reader import read_trace_set
+from stage_core.chakra.reference import node_message
+from stage_core.chakra.schema import GlobalMetadata
+from stage_core.chakra.wire import encode_varint
+from stage_core.chakra.writer import write_trace_set
 from stage_core.errors import ConfigError
+from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.tracesim import AstraTimingModel, SimulationResult, simulate
 from stage_explore.astrasim import (
     AstraInputs,
     AstraSimBackend,
+    AstraSimError,
     astra_config,
     find_binary,
     memory_json_text,
@@ -197,3 +206,88 @@ def test_stage_trace_output_runs_unmodified(
     inputs = AstraInputs(directory=tmp_path, world_size=8, config=config, groups=groups)
     run = run_astra_sim(BINARY, inputs, timeout_s=300)
     assert sorted(run.report.ranks) == list(range(8))
+
+
+def write_raw_trace_set(directory: Path, programs: dict[int, tuple[TraceNode, ...]]) -> None:
+    """Compute-only ranks written through the protobuf classes with each node's ``num_ops`` as
+    its FLOPs, even 0 (as a generator without STAGE's adjustment writes it)."""
+    for rank, program in programs.items():
+        parts = [delimited(GlobalMetadata(version=CHAKRA_VERSION))]
+        for node in program:
+            message = node_message(node, rank)
+            for attribute in message.attr:
+                if attribute.name == "num_ops":
+                    attribute.int64_val = node.flops
+            parts.append(delimited(message))
+        (directory / f"workload.{rank}.et").write_bytes(b"".join(parts))
+    (directory / "comm_group.json").write_text("{}")
+
+
+def delimited(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return encode_varint(len(data)) + data
+
+
+def _trap_programs(trap: str) -> dict[int, tuple[TraceNode, ...]]:
+    """Four ranks that each run a compute node, then the trap ``stage check`` must flag."""
+
+    def comp(flops: int, tensor_bytes: int) -> TraceNode:
+        return TraceNode(0, "op", NodeKind.COMP, flops=flops, tensor_bytes=tensor_bytes)
+
+    def then(node: TraceNode) -> TraceNode:
+        return replace(node, id=1, data_deps=(0,))
+
+    work = comp(10**9, 10**6)
+    # a 0/0 roofline time is cast to 2^63 ns: first in a trace the rank "finishes" then; after
+    # other work the event is never reached (no `finished`), or, with more pending, SIGABRT
+    if trap == "zero-flops":
+        return {rank: (work, then(comp(0, 10**6))) for rank in range(4)}
+    if trap == "empty-send":
+        send = TraceNode(1, "send", NodeKind.SEND, peer=1, comm_bytes=0, tag=1)
+        recv = TraceNode(1, "recv", NodeKind.RECV, peer=0, comm_bytes=0, tag=1)
+        return {0: (work, then(send)), 1: (work, then(recv)), 2: (work,), 3: (work,)}
+    kind, size = {
+        "one-rank-group": (CollectiveKind.ALL_REDUCE, 1024),
+        "tiny-all-gather": (CollectiveKind.ALL_GATHER, 3),
+    }[trap]
+    programs: dict[int, tuple[TraceNode, ...]] = {}
+    for rank in range(4):
+        group = (rank,) if trap == "one-rank-group" else (0, 1, 2, 3)
+        node = TraceNode(1, "coll", NodeKind.COLL, collective=kind, comm_bytes=size, group=group)
+        programs[rank] = (work, then(node))
+    return programs
+
+
+@needs_binary
+@pytest.mark.parametrize(
+    ("trap", "failure"),
+    [
+        ("zero-flops", r"killed by SIGABRT|4 of 4 ranks printed no `finished` line"),
+        ("empty-send", r"killed by SIGABRT"),
+        ("one-rank-group", r"4 of 4 ranks printed no `finished` line"),
+        ("tiny-all-gather", r"timed out after 5 s"),
+    ],
+)
+def test_what_check_for_astra_sim_flags_does_fail_in_astra_sim(
+    trap: str, failure: str, tmp_path: Path
+) -> None:
+    """Each ``--for astra-sim`` rule stands for a real failure of the binary. The traces are
+    written node by node, so the zero-FLOP node keeps num_ops 0 here (STAGE's writer would
+    write 1)."""
+    assert BINARY is not None
+    programs = _trap_programs(trap)
+    if trap == "zero-flops":
+        write_raw_trace_set(tmp_path, programs)
+    else:
+        write_trace_set(tmp_path, programs)
+    violations = check_trace_set(read_trace_set(tmp_path), for_astra_sim=True).violations
+    assert violations, f"stage check --for astra-sim must flag {trap}"
+    config = astra_config(load_system("a100-80gb"), num_gpus=4, dtype="bf16")
+    (tmp_path / "system.json").write_text(system_json_text(config))
+    (tmp_path / "network.yml").write_text(config.network_yml())
+    (tmp_path / "memory.json").write_text(memory_json_text())
+    (tmp_path / "log").mkdir()
+    groups = json.loads((tmp_path / "comm_group.json").read_text())
+    inputs = AstraInputs(directory=tmp_path, world_size=4, config=config, groups=groups)
+    with pytest.raises(AstraSimError, match=failure):
+        run_astra_sim(BINARY, inputs, timeout_s=5)
