@@ -6,12 +6,16 @@ Holds:
   ``comm_group.json``, streamed one rank at a time;
 - :class:`RankClass`, :class:`RankMember` and :func:`write_rank_classes`: the same files from
   one program per class of symmetric ranks, each class encoded once (see
-  :class:`~stage_core.chakra.encode.RankTemplate`) — the fast path for large rank counts;
+  :class:`~stage_core.chakra.encode.RankTemplate`);
+- :class:`ClassColumns` and :func:`write_class_columns`: the same, with the members' groups and
+  peers as integer columns — the fast path for large rank counts (what ``stage trace`` uses);
+  files are written over forked workers (:mod:`stage_core.chakra.filesink`);
 - :func:`expand_rank_classes`: the per-rank programs that a list of rank classes stands for;
 - :func:`trace_set_json` / :func:`write_trace_json`: the readable JSON form.
 
-Both binary writers produce identical bytes for the same ranks, and identical bytes on every run:
-group ids are assigned in first-use order (:mod:`stage_core.chakra.groups`). Files named
+All binary writers produce identical bytes for the same ranks, whatever the number of worker
+processes, and identical bytes on every run: group ids are assigned in first-use order
+(:mod:`stage_core.chakra.groups`). Files named
 ``<prefix>.<rank>.et`` with a rank beyond the new world size, left by an earlier run in the same
 directory, are removed so that the directory holds one coherent trace set.
 
