@@ -116,8 +116,10 @@ def probe_cluster(address: str, timeout_s: float, total_s: float) -> None:
         ) from None
     if done.returncode != 0:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        last = lines[-1] if lines else f"exit status {done.returncode}"
-        raise ConfigError(f"cannot join the Ray cluster at {address}: {last[:400]}")
+        # Ray's last line only says it failed to connect; an authentication error says why
+        why = [line for line in lines if "AuthenticationError" in line] or lines[-1:]
+        text = why[0] if why else f"exit status {done.returncode}"
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {text[:400]}")
 
 
 def connect_ray(

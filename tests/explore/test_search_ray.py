@@ -176,3 +176,24 @@ def test_the_progress_line_shows_the_nodes_in_use_and_the_lost_trials() -> None:
     line = stream.getvalue()
     assert line.endswith(" · 2 lost to infrastructure failures · ray: 2 nodes, 8 CPUs\n")
     assert line.startswith("demo: 40/100 trials · 30 feasible · 8 infeasible · 0 failed")
+
+
+def test_a_refused_connection_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's last line says only that it failed to connect; an authentication error says why."""
+    from stage_explore.search import connect
+
+    refusal = (
+        "import sys\n"
+        "sys.stderr.write('Traceback (most recent call last):\\n'\n"
+        "    'ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken: Authentication "
+        "token is missing or incorrect.\\n'\n"
+        "    'ConnectionError: Failed to connect to Ray cluster at 10.0.0.5:6379\\n')\n"
+        "sys.exit(1)\n"
+    )
+    monkeypatch.setattr(connect, "_PROBE", refusal)
+    with pytest.raises(ConfigError) as caught:
+        connect.probe_cluster("10.0.0.5:6379", 60, 60)
+    assert str(caught.value) == (
+        "cannot join the Ray cluster at 10.0.0.5:6379: ray.exceptions.AuthenticationError: RPC "
+        "error: InvalidAuthToken: Authentication token is missing or incorrect."
+    )
