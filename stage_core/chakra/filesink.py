@@ -203,7 +203,9 @@ def write_rank_files(
             child.drain(block=True)
             _, status = os.waitpid(child.pid, 0)
             if child.error is None and (child.bytes is None or status != 0):
-                child.error = f"a writer process stopped unexpectedly (status {status})"
+                code = os.waitstatus_to_exitcode(status)
+                how = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+                child.error = f"a trace-writing worker process stopped unexpectedly ({how})"
     errors = [child.error for child in children if child.error is not None]
     if errors:
         raise ConfigError(errors[0])

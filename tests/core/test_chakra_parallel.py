@@ -200,3 +200,16 @@ def test_stage_trace_jobs_option(
     assert main([*flags, "--out", str(tmp_path / "bad"), "--jobs", "0"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "--jobs must be an integer >= 1, but got 0" in line
+
+
+@needs_fork
+def test_a_worker_that_dies_is_reported(tmp_path: Path, always_fork: None) -> None:
+    parent = os.getpid()
+
+    def emit(rank: int) -> bytes:
+        if rank == 37 and os.getpid() != parent:  # only ever in the forked worker
+            os._exit(3)
+        return b"x"
+
+    with pytest.raises(ConfigError, match=r"worker process stopped unexpectedly \(exit code 3\)"):
+        write_rank_files(tmp_path, lambda rank: f"f.{rank}", emit, 40, workers=2)
