@@ -7,8 +7,10 @@ Contents:
                               the path.
     :func:`os_error_text`     an :class:`OSError` as one line (``path: reason``).
 
-The check writes and removes a small probe file rather than asking ``os.access``: ``os.access``
-says yes to root on a read-only (immutable) folder, and the probe tells the truth for everyone.
+The check writes and removes a small probe file rather than asking ``os.access``: a real write
+is refused by everything that can refuse one (permissions, an immutable or read-only-mounted
+folder, security modules, some network file systems), for root as for anyone, while
+``access(2)`` only models part of that.
 """
 
 from __future__ import annotations

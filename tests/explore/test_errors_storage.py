@@ -3,7 +3,7 @@ a truncated ``_study.json``, ``--out`` naming a file, a read-only folder (new st
 ``report --html``, ``trace --out``) and a disk that fills up mid-study.
 
 Read-only folders are made two ways: with ``chattr +i`` (an immutable folder refuses writes even
-to root, where ``os.access`` would say yes; skipped where chattr is unavailable or not
+to root, unlike permission bits, which root bypasses; skipped where chattr is unavailable or not
 permitted) and by making the OS calls fail with EACCES/EROFS through monkeypatching (always
 runs). The full disk is a real tmpfs of a few pages where mounting is permitted (root), and a
 monkeypatched ``os.fsync`` failing with ENOSPC everywhere.
