@@ -40,7 +40,7 @@ from stage_core.blocks import Structure
 from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
-from stage_core.lower.flops import block_flops
+from stage_core.lower.flops import DEFAULT_ATTENTION_FLOPS, AttentionFlops, block_flops
 from stage_core.lower.memory import _block_states, recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
@@ -129,7 +129,9 @@ class AnalyticalBackend(BaseBackend):
     memos (bound blocks; plans and steps are bounded at 4× and 16× it, parts at 64×).
     ``framework`` names a :data:`~stage_explore.analytical.frameworks.FRAMEWORKS` profile
     (default :data:`~stage_explore.analytical.frameworks.DEFAULT_FRAMEWORK`) and ``overrides``
-    replaces some of its options (``{"tp_comm_overlap": False}``).
+    replaces some of its options (``{"tp_comm_overlap": False}``). ``attention_flops`` is the
+    attention-FLOP convention of MFU/HFU (:class:`~stage_core.lower.flops.AttentionFlops`:
+    ``"full"``, the default, or ``"causal"``); it changes the reported FLOPs, never the time.
     """
 
     name = "analytical"
@@ -140,7 +142,12 @@ class AnalyticalBackend(BaseBackend):
         network_efficiency: Sequence[float] = DEFAULT_NETWORK_EFFICIENCY,
         framework: str = DEFAULT_FRAMEWORK,
         overrides: Mapping[str, Any] | None = None,
+        attention_flops: str = DEFAULT_ATTENTION_FLOPS,
     ) -> None:
+        if attention_flops not in tuple(AttentionFlops):
+            known = ", ".join(repr(str(a)) for a in AttentionFlops)
+            raise ConfigError(f"`attention_flops` must be {known}, but got {attention_flops!r}")
+        self.attention_flops = AttentionFlops(attention_flops)
         efficiency = tuple(network_efficiency)
         if not efficiency or not all(
             isinstance(x, int | float) and not isinstance(x, bool) and 0 < x <= 1
@@ -169,6 +176,7 @@ class AnalyticalBackend(BaseBackend):
             "network_efficiency": self.network_efficiency,
             "framework": self.framework.name,
             "overrides": self._overrides,
+            "attention_flops": str(self.attention_flops),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -177,6 +185,7 @@ class AnalyticalBackend(BaseBackend):
             state["network_efficiency"],
             state.get("framework", DEFAULT_FRAMEWORK),
             state.get("overrides"),
+            state.get("attention_flops", DEFAULT_ATTENTION_FLOPS),
         )
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
@@ -512,7 +521,9 @@ class AnalyticalBackend(BaseBackend):
         def compute() -> BlockSync:
             reductions, gathers, params = _block_sync(workload, block)
             weights, grads, optimizer, full = _block_states(workload, block)
-            model, hardware = block_flops(block)
+            options = workload.options
+            fused_causal = options.attention == "fused" and options.causal
+            model, hardware = block_flops(block, self.attention_flops, fused_causal)
             states = weights + grads + optimizer
             return (
                 reductions,

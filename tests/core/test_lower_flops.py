@@ -256,3 +256,24 @@ def test_the_convention_is_the_same_in_the_analytical_backend() -> None:
     parallel = ParallelConfig(tp=2, global_batch=2, micro_batch=1)
     result = AnalyticalBackend().evaluate(LLAMA, parallel, load_system("h100-80gb"))
     assert result.model_flops_per_step == flops_module.step_flops(lower(LLAMA, parallel))[0]
+
+
+def test_the_analytical_backend_takes_the_convention_as_an_option() -> None:
+    import pickle
+
+    from stage_core.errors import ConfigError
+    from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.system import load_system
+
+    parallel = ParallelConfig(tp=2, global_batch=2, micro_batch=1)
+    system = load_system("h100-80gb")
+    full = AnalyticalBackend().evaluate(LLAMA, parallel, system)
+    causal_backend = AnalyticalBackend(attention_flops="causal")
+    causal = pickle.loads(pickle.dumps(causal_backend)).evaluate(LLAMA, parallel, system)
+    programs = lower(LLAMA, parallel)
+    expected = flops_module.step_flops(programs, flops_module.AttentionFlops.CAUSAL)[0]
+    assert causal.model_flops_per_step == expected < full.model_flops_per_step
+    assert causal.step_time_s == full.step_time_s  # the convention never changes the time
+    assert causal.mfu == pytest.approx(full.mfu * expected / full.model_flops_per_step)
+    with pytest.raises(ConfigError, match="`attention_flops` must be 'full', 'causal'"):
+        AnalyticalBackend(attention_flops="half")
