@@ -21,7 +21,7 @@ reordering first gathers and then slices again. A partial sum cannot be created 
 is already whole or partitioned: that and every other impossible change is a
 :class:`ShardingError`.
 
-Bytes follow ASTRA-sim's ``comm_size`` convention (``shared/reference/chakra_et.md``): for every
+Bytes follow ASTRA-sim's ``comm_size`` convention (``docs/reference/chakra_et.md``): for every
 kind it is the size of the rank's *input* buffer at the time of the collective (whole buffer for
 all-reduce and all-to-all, whole input for reduce-scatter, the per-rank shard for all-gather).
 """

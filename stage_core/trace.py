@@ -5,7 +5,7 @@ bytes. Lowering produces, for every distinct rank program, a list of nodes; the 
 encodes them, the reader decodes them back, ``stage check`` verifies them, and the analytical
 backend simulates them.
 
-Conventions (see ``shared/reference/chakra_et.md``):
+Conventions (see ``docs/reference/chakra_et.md``):
 
 - ``comm_bytes`` of a collective follows ASTRA-sim: ALL_REDUCE the whole buffer; REDUCE_SCATTER
   the whole input; ALL_GATHER the per-rank input shard; ALL_TO_ALL the whole send buffer.

@@ -1,7 +1,7 @@
 """Small ready-made trace sets, for tests, demos and checking a simulator set-up.
 
 Holds :func:`sample_run_programs`: the 4-rank workload of the real ASTRA-sim run kept in
-``shared/reference/astra-sim/sample-run`` (2×2 network, TP groups [0, 1] and [2, 3], a
+``tests/fixtures/astra-sim/sample-run`` (2×2 network, TP groups [0, 1] and [2, 3], a
 pipeline transfer from ranks 0, 1 to ranks 2, 3, a data-parallel all-gather over all ranks), as
 STAGE trace nodes. Written with :func:`~stage_core.chakra.writer.write_trace_set` it gives a
 trace set equivalent to that run's input files (same nodes and groups; the attribute integer

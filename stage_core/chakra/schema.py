@@ -4,7 +4,7 @@ Holds:
 
 - :data:`FILE_DESCRIPTOR`: a ``FileDescriptorProto`` equivalent to Chakra's ``et_def.proto``
   (proto3, package ``ChakraProtoMsg``), written from the schema facts in
-  ``shared/reference/chakra_et.md`` — no ``protoc``, no generated module;
+  ``docs/reference/chakra_et.md`` — no ``protoc``, no generated module;
 - the message classes made from it with ``message_factory``: :data:`GlobalMetadata`,
   :data:`Node`, :data:`IOInfo`, :data:`AttributeProto` and one ``*List`` class per list kind;
 - :class:`NodeType` and :class:`CollectiveCommType`, the two enums, as ``IntEnum``;

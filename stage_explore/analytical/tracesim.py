@@ -9,7 +9,7 @@ Holds:
 - :class:`RankTiming`, :class:`SimulationResult` — what it reports;
 - re-exported for convenience: :func:`astra_config_from_files`, :func:`astra_config_from_system`.
 
-Semantics (shared/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
+Semantics (docs/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
 
 - each rank has one GPU compute slot, one CPU slot and one communication slot;
 - a node is ready when all its ``data_deps`` and ``ctrl_deps`` have finished; ready nodes are

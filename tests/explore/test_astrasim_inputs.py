@@ -1,7 +1,7 @@
 """The ASTRA-sim backend's input files, checked against the documented format.
 
-Reference: ``shared/reference/astra-sim/README.md`` (keys that matter, network.yml, memory.json)
-and ``shared/reference/chakra_et.md`` (trace files, comm_group.json).
+Reference: ``tests/fixtures/astra-sim/README.md`` (keys that matter, network.yml, memory.json)
+and ``docs/reference/chakra_et.md`` (trace files, comm_group.json).
 
 - golden ``system.json`` / ``network.yml`` / ``memory.json`` for a 16-GPU job on a100-80gb
   (regenerate with ``make golden`` once :data:`GOLDEN_FILES` is registered);

@@ -28,7 +28,7 @@ from stage_explore.system import (
 MIB = 2**20
 RING = (AstraAlgorithm.RING, AstraAlgorithm.RING)
 
-# shared/reference/astra-sim/sample-run: system.json and network.yml (see test_system_astra)
+# tests/fixtures/astra-sim/sample-run: system.json and network.yml (see test_system_astra)
 SAMPLE = AstraConfig(
     dims=(
         AstraDim(topology=AstraTopology.RING, npus=2, bandwidth_gbps=450.0, latency_ns=500.0),
