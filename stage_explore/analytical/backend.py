@@ -36,6 +36,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
+import numpy as np
+
 from stage_core.blocks import Structure
 from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock, Instr
@@ -449,7 +451,7 @@ class AnalyticalBackend(BaseBackend):
             return self._collective_time(point, span, instr.collective, instr.comm_bytes)
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes
-        peer = point.table.shifted(rank, axis, 1)
+        (peer,) = point.table.shifted(np.array([rank]), axis, 1)
         a, b = system.coordinates(rank), system.coordinates(peer)
         dim = next(i for i in range(len(a)) if a[i] != b[i])
         return self._parts.get(  # type: ignore[no-any-return]
