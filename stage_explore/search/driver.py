@@ -83,10 +83,11 @@ class Explorer:
     """Runs one study with an injected executor (and, optionally, an injected backend factory).
 
     ``out`` is the output folder (the records go to ``out/<study name>``); ``trials`` overrides
-    the study's budget (resumed trials included); ``resume`` continues a study whose folder
-    already holds records, which is refused otherwise, first evaluating again its trials lost
-    to infrastructure failures. ``retry`` is the policy for those failures (default: the
-    study's ``[executor] retries`` with backoff; the executor is wrapped in a
+    the study's budget of distinct configurations (resumed trials included); ``resume``
+    continues a study whose folder already holds records, which is refused otherwise, first
+    evaluating again its trials lost to infrastructure failures. ``retry`` is the policy for
+    those failures (default: the study's ``[executor] retries`` with backoff; the executor is
+    wrapped in a
     :class:`~stage_explore.search.retry.RetryingExecutor`).
     """
 
