@@ -104,6 +104,8 @@ class ProgressLine:
         )
         if progress.infrastructure_failed:
             text += f" · {progress.infrastructure_failed} lost to infrastructure failures"
+        if progress.repeats:  # configurations the sampler proposed again: answered, not counted
+            text += f" · {progress.repeats} repeats from cache"
         if progress.where:
             text += f" · {progress.where}"
         if self._tty:
