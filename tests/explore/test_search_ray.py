@@ -197,3 +197,33 @@ def test_a_refused_connection_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
         "cannot join the Ray cluster at 10.0.0.5:6379: ray.exceptions.AuthenticationError: RPC "
         "error: InvalidAuthToken: Authentication token is missing or incorrect."
     )
+
+
+@pytest.mark.ray
+def test_a_plain_run_ignores_a_leftover_cluster_file(tmp_path: Path) -> None:
+    """``ray start`` leaves ``<RAY_TMPDIR>/ray/ray_current_cluster``; once that cluster is gone,
+    a plain ``stage explore`` must still start its own instance, not try to join the dead one."""
+    import shutil
+    import tempfile
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="stage-rt-", dir="/tmp"))  # short: Ray's socket paths
+    try:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}\n")
+        study = tmp_path / "study.toml"
+        study.write_text(
+            support.study_text(trials=6, batch_size=3, executor='kind = "ray"\nworkers = 1')
+        )
+        env = support.subprocess_env()
+        env.pop("RAY_ADDRESS", None)
+        env["RAY_TMPDIR"] = str(ray_tmp)
+        command = [sys.executable, "-m", "stage_explore", "explore", str(study)]
+        result = subprocess.run(
+            [*command, "--out", str(tmp_path / "out")],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "study demo: 6 trials" in result.stdout
+    assert len(load_results(tmp_path / "out" / "demo")) == 6
