@@ -264,3 +264,84 @@ def test_the_estimate_holds_for_a_run_outside_the_fit(tmp_path: Path) -> None:
     measured = int(match.group(1)) * 1024
     estimate = estimate_bytes(inputs.world_size, trace_bytes(inputs))
     assert estimate == pytest.approx(measured, rel=0.35), (estimate, measured)
+
+
+STUDY = """[study]
+name = "oom"
+seed = 0
+
+[model]
+file = "model.toml"
+
+[workload]
+global_batch = 8
+sequence_length = 256
+
+[system]
+preset = "a100-80gb"
+
+[space]
+num_gpus = [4, 8]
+tp = [1, 2]
+
+[objectives]
+step_time_s = "min"
+
+[sampler]
+kind = "grid"
+batch_size = 4
+
+[backend]
+name = "astra-sim"
+options = {{ binary = "{binary}", timeout_s = 300 }}
+
+[executor]
+kind = "local"
+workers = 1
+retries = 1
+"""
+
+
+@real
+def test_runs_killed_like_the_oom_killer_are_retried_then_re_run_by_resume(
+    tmp_path: Path,
+) -> None:
+    """The whole path with the ASTRA-sim backend: every run killed by SIGKILL (here by a
+    wrapper, as the OOM killer would) is retried, then recorded ``infrastructure_failed`` with
+    the estimate; once runs complete again, ``--resume`` evaluates those trials again."""
+    from stage_explore import load_results
+    from stage_explore.search import Explorer, LocalExecutor
+    from stage_explore.search.retry import RetryPolicy
+    from stage_explore.study import parse_study
+
+    assert BINARY is not None
+    (tmp_path / "model.toml").write_text('base = "gpt3-125m"\nlayers = 2\n')
+    wrapper = _script(tmp_path / "astra-sim", "kill -KILL $$")
+    spec = parse_study(STUDY.format(binary=wrapper), tmp_path / "study.toml")
+    out = tmp_path / "out"
+
+    def run(resume: bool) -> Any:
+        return Explorer(
+            spec, out=out, executor_factory=lambda job: LocalExecutor(job, 1),
+            retry=RetryPolicy(retries=1, backoff_s=0.0), resume=resume,
+        ).run()  # fmt: skip
+
+    first = run(resume=False)
+    lost = load_results(first.directory)
+    assert len(lost) == 4 and (lost["status"] == "infrastructure_failed").all()
+    assert (
+        lost["reason"]
+        .str.match(
+            r"AstraSimError: ASTRA-sim was killed by SIGKILL, likely the out-of-memory killer: "
+            r"estimated 0\.\d\d GiB, available \d+\.\d\d GiB"
+        )
+        .all()
+    ), lost["reason"].tolist()
+    assert lost["reason"].str.contains(r"\(gave up after 2 attempts\)").all()
+
+    _script(wrapper, f'exec "{BINARY}" "$@"')  # the host has memory again
+    second = run(resume=True)
+    again = load_results(second.directory)
+    assert second.resumed == 0 and sorted(again["trial"]) == [0, 1, 2, 3]
+    assert (again["status"] == "ok").all(), again["reason"].tolist()
+    assert (again["step_time_s"] > 0).all()
