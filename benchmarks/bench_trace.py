@@ -15,7 +15,14 @@
    ranks.
 
 The machine may be shared: wall times then read slow (CPU seconds much less so); the load
-average at the start of each run is recorded. Run: ``python benchmarks/bench_trace.py [--quick]
+average at the start of each run is recorded.
+
+Output directories are all removed at the end, not after each run. On an ext4 file system
+without a journal (this machine's), creating a file skips every inode freed in the last 60 to
+300 seconds after reading its on-disk record (``recently_deleted`` in the inode allocator, seen
+with ``perf`` taking 60 % of a run), so creating 32,768 files right after deleting 32,768 costs
+up to 30 s of kernel time: removing each run's output before the next would measure the
+previous run's deletion, not the writer. Run: ``python benchmarks/bench_trace.py [--quick]
 [--repeat N] [--no-profile]`` (``--quick``: 2 runs of the issue's set with no scale points
 beyond 8K). Results are printed and written to ``benchmarks/results/trace.json``.
 """
@@ -100,9 +107,20 @@ def _loadavg() -> float:
         return -1.0
 
 
+#: Output directories, removed together at the end (see the module docstring).
+_OUTPUTS: list[Path] = []
+
+
+def _cleanup() -> None:
+    for path in _OUTPUTS:
+        shutil.rmtree(path, ignore_errors=True)
+    _OUTPUTS.clear()
+
+
 def _run(args: list[str]) -> dict[str, Any]:
     """Run ``stage trace ARGS`` in a fresh process; its own peak RSS and CPU are reported."""
     out = Path(tempfile.mkdtemp(prefix="stage-bench-"))
+    _OUTPUTS.append(out)
     rss_file = out.with_suffix(".rss")
     command = [sys.executable, "-c", _CHILD, str(rss_file), "trace", *args, "--out", str(out)]
     load = _loadavg()
@@ -112,13 +130,12 @@ def _run(args: list[str]) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     after = os.times()
     if result.returncode != 0:
-        shutil.rmtree(out, ignore_errors=True)
+        _cleanup()
         raise SystemExit(f"benchmark run failed: {' '.join(args)}\n{result.stderr}")
     peak_kib = int(rss_file.read_text())
     rss_file.unlink()
     files = sum(1 for _ in out.iterdir())
     size = sum(p.stat().st_size for p in out.iterdir())
-    shutil.rmtree(out, ignore_errors=True)
     return {
         "seconds": round(seconds, 2),
         "user_cpu_s": round(after.children_user - before.children_user, 2),
@@ -152,16 +169,15 @@ def issue_set(repeat: int) -> dict[str, Any]:
 def profile_issue_set() -> dict[str, Any]:
     """Phases of one in-process, single-worker write of the issue's set under cProfile."""
     out = Path(tempfile.mkdtemp(prefix="stage-bench-profile-"))
-    try:
-        result = subprocess.run(
-            [sys.executable, "-c", _PROFILE, str(out), *ISSUE_FLAGS],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    _OUTPUTS.append(out)
+    result = subprocess.run(
+        [sys.executable, "-c", _PROFILE, str(out), *ISSUE_FLAGS],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
+        _cleanup()
         raise SystemExit(f"profile run failed\n{result.stderr}")
     phases: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     phases["note"] = (
@@ -197,10 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled run")
     args = parser.parse_args(argv)
     repeat = args.repeat if args.repeat is not None else (2 if args.quick else 3)
-    report: dict[str, Any] = {"python": sys.version.split()[0], "issue_set": issue_set(repeat)}
-    if not args.no_profile:
-        report["profile"] = profile_issue_set()
-    report["scale"] = scale_points(args.quick)
+    try:
+        report: dict[str, Any] = {"python": sys.version.split()[0], "issue_set": issue_set(repeat)}
+        if not args.no_profile:
+            report["profile"] = profile_issue_set()
+        report["scale"] = scale_points(args.quick)
+    finally:
+        _cleanup()
     issue = report["issue_set"]
     print(
         f"issue set (32,768 ranks): best {issue['best_seconds']:.2f} s, median "
