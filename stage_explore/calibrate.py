@@ -75,27 +75,45 @@ def _kernels(system: System) -> Any:
     return getattr(system.accelerator, "kernels", None)
 
 
+def tied_dtypes(system: System) -> list[tuple[str, ...]]:
+    """The GEMM dtypes of ``system``'s kernel model grouped by equal peak FLOP/s (bf16 and fp16
+    on one GPU run on the same tensor cores at the same datasheet peak): a fit gives each group
+    one efficiency, ``gemm_efficiency.bf16+fp16``, so runs in one dtype inform the other."""
+    kernels = _kernels(system)
+    if kernels is None:
+        return []
+    peaks = system.accelerator.peak_flops_per_s
+    groups: dict[float, list[str]] = {}
+    for dtype in sorted(kernels.gemm_efficiency):
+        groups.setdefault(peaks.get(dtype, -1.0), []).append(dtype)
+    return [tuple(group) for group in groups.values()]
+
+
+def _gemm_name(group: Sequence[str]) -> str:
+    return "gemm_efficiency." + "+".join(group)
+
+
 def parameters_of(system: System) -> dict[str, Parameter]:
     """Every parameter of ``system`` a fit may change."""
     params = dict(FITTABLE)
     kernels = _kernels(system)
     if kernels is not None:
         params.update({f"gemm_efficiency.{d}": FRACTION for d in kernels.gemm_efficiency})
+        params.update({_gemm_name(g): FRACTION for g in tied_dtypes(system) if len(g) > 1})
         params.update(KERNEL_FITTABLE)
     params.update({f"network.{d.name or i}": FRACTION for i, d in enumerate(system.network)})
     return params
 
 
 def default_parameters(system: System, dtypes: Iterable[str]) -> list[str]:
-    """What ``stage calibrate`` fits unless told: the GEMM efficiency of the runs' dtypes (or
-    ``matmul_peak`` without a kernel model), the HBM efficiency and every network dim."""
-    kernels = _kernels(system)
-    if kernels is None:
+    """What ``stage calibrate`` fits unless told: the GEMM efficiency of the runs' dtypes, one
+    per group of equal peak (:func:`tied_dtypes`; ``matmul_peak`` without a kernel model), the
+    HBM efficiency and every network dim."""
+    wanted = set(dtypes)
+    if _kernels(system) is None:
         compute = ["matmul_peak"]
     else:
-        compute = [
-            f"gemm_efficiency.{d}" for d in sorted(set(dtypes)) if d in kernels.gemm_efficiency
-        ]
+        compute = [_gemm_name(g) for g in tied_dtypes(system) if wanted & set(g)]
     networks = [f"network.{d.name or i}" for i, d in enumerate(system.network)]
     return [*compute, "memory", *networks]
 
@@ -111,6 +129,8 @@ def current_values(system: System) -> dict[str, float]:
     kernels = _kernels(system)
     if kernels is not None:
         values.update({f"gemm_efficiency.{d}": v for d, v in kernels.gemm_efficiency.items()})
+        for group in tied_dtypes(system):
+            values[_gemm_name(group)] = kernels.gemm_efficiency[group[0]]
         values.update({name: getattr(kernels, name) for name in KERNEL_FITTABLE})
     for i, dim in enumerate(system.network):
         values[f"network.{dim.name or i}"] = network_default(system, i)
@@ -130,7 +150,9 @@ def apply(system: System, values: Mapping[str, float]) -> System:
     kernels = _kernels(system)
     if kernels is not None:
         gemm = dict(kernels.gemm_efficiency)
-        gemm.update({k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("gemm_")})
+        for name, value in values.items():
+            if name.startswith("gemm_efficiency."):
+                gemm.update(dict.fromkeys(name.split(".", 1)[1].split("+"), value))
         other = {k: values[k] for k in KERNEL_FITTABLE if k in values}
         kernels = replace(kernels, gemm_efficiency=gemm, **other)
         accelerator = replace(accelerator, kernels=kernels)  # type: ignore[call-arg,unused-ignore]

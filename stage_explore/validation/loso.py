@@ -40,7 +40,8 @@ def leave_one_source_out(
             out[source] = {"reason": f"no other source on {system_name} to fit on"}
             continue
         system = load_system(system_name)
-        dtypes = {str(c.parallel.precision) for c in train if c.parallel is not None}
+        # The test source's precisions too: a dtype with the train rows' peak shares their fit.
+        dtypes = {str(c.parallel.precision) for c in [*train, *mine] if c.parallel is not None}
         names = [n for n in default_parameters(system, dtypes) if not n.startswith("network.")]
         fitted = fit(train, system, names, factory, max_evaluations=max_evaluations)
         mae, _ = objective(mine, fitted.system, factory)
