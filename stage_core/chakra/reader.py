@@ -20,7 +20,9 @@ read too, with warnings (:data:`LENIENT`; :attr:`TraceSet.warnings` holds one li
 with counts and the first node): its ``inputs``/``outputs`` tensor sizes written as
 floating-point strings (``"4096.0"``) are read as the integers they equal, and an
 ``inputs``/``outputs`` attribute that carries no value at all (its empty lists, e.g. the outputs
-of communication nodes) as no tensors. A fractional size stays an error.
+of communication nodes) as no tensors, and a collective naming its group with the legacy
+integer attribute ``comm_group`` instead of ``pg_name`` as that group id. A fractional size
+stays an error.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ class _NodeAttributes:
             raise _Malformed(f"{self._what}: attribute {name!r} must be an integer, got {kind}")
         return value
 
+    def has(self, name: str) -> bool:
+        return name in self._attributes
+
     def string(self, name: str) -> str | None:
         if name not in self._attributes:
             return None
@@ -196,6 +201,10 @@ LENIENT: dict[str, str] = {
     "float": (
         "give {attribute!r} tensor sizes as floating-point numbers (the published STAGE "
         "generator writes them so); read as the integers they equal"
+    ),
+    "legacy": (
+        "name their group with an integer {attribute!r} attribute instead of the string "
+        "pg_name (the published STAGE generator's legacy form); read as that group id"
     ),
 }
 
@@ -266,7 +275,12 @@ def _node(
     else:
         size = attributes.integer("comm_size", required=True)
         if kind is NodeKind.COLL:
-            group = _group(attributes.string("pg_name"), groups, what)
+            pg_name = attributes.string("pg_name")
+            if pg_name is None and attributes.has("comm_group"):
+                # the published generator's legacy form: the group id as an integer
+                pg_name = str(attributes.integer("comm_group", required=True))
+                attributes.notes.append("legacy:comm_group")
+            group = _group(pg_name, groups, what)
         else:
             peer_attribute = "comm_dst" if kind is NodeKind.SEND else "comm_src"
             peer = attributes.integer(peer_attribute, required=True)

@@ -36,6 +36,9 @@ from stage_core.chakra.wire import encode_varint
 #: Planted errors: a fractional tensor size (unreadable), a receive whose tag matches no send,
 #: collectives of one group with different sizes, a group id missing from comm_group.json.
 DEFECTS = ("fractional-size", "unmatched-recv", "collective-size", "unknown-group")
+#: Not a defect: the generator's legacy form, groups named by an ``int32_val`` ``comm_group``
+#: attribute instead of ``pg_name`` (and no ``is_cpu_op``).
+LEGACY = "legacy-comm-group"
 
 HIDDEN = 4096
 TOKENS = 2048
@@ -96,8 +99,11 @@ def rank_nodes(rank: int, defect: str | None = None) -> list[Any]:
     _tensors(coll, "outputs", [])
     _attr(coll, "comm_size", int64_val=comm_size)
     _attr(coll, "comm_type", int64_val=int(CollectiveCommType.ALL_REDUCE))
-    _attr(coll, "pg_name", string_val=pg_name)
-    _attr(coll, "is_cpu_op", int32_val=0)
+    if defect == LEGACY:
+        _attr(coll, "comm_group", int32_val=int(pg_name))
+    else:
+        _attr(coll, "pg_name", string_val=pg_name)
+        _attr(coll, "is_cpu_op", int32_val=0)
     peer_tag = 100 + rank % 2
     if rank < 2:
         send = _node(4, "Y_SEND", NodeType.COMM_SEND_NODE, (3,))
@@ -142,7 +148,7 @@ def _delimited(message: Any) -> bytes:
 
 def write_published_trace_set(directory: Path | str, defect: str | None = None) -> Path:
     """Write ``workload.<rank>.et`` for ranks 0-3 and ``comm_group.json`` into ``directory``."""
-    if defect is not None and defect not in DEFECTS:
+    if defect is not None and defect not in (*DEFECTS, LEGACY):
         raise ValueError(f"defect must be one of {DEFECTS}, got {defect!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from stage_core.lower.program import lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.cli import main
-from tests.core.published_stage_traces import write_published_trace_set
+from tests.core.published_stage_traces import LEGACY, write_published_trace_set
 
 
 def _nodes(directory: Path) -> dict[int, list[Any]]:
@@ -143,3 +143,20 @@ def test_traces_stage_writes_need_no_leniency(tmp_path: Path) -> None:
 )
 def test_whole_float_accepts_only_exact_integers(text: str, value: int | None) -> None:
     assert _whole_float(text) == value
+
+
+def test_legacy_integer_comm_group_is_read_as_the_group_id(
+    tmp_path: Path, published: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    legacy = read_trace_set(write_published_trace_set(tmp_path / "legacy", LEGACY))
+    current = read_trace_set(published)
+    assert legacy.ranks == current.ranks  # the same groups, however they are named
+    (line,) = [w for w in legacy.warnings if "'comm_group'" in w]
+    collectives = sum(
+        1
+        for messages in _nodes(tmp_path / "legacy").values()
+        for node in messages
+        if any(attribute.name == "comm_group" for attribute in node.attr)
+    )
+    assert line.startswith(f"{collectives} node(s) in 4 rank(s) name their group")
+    assert main(["check", str(tmp_path / "legacy")]) == 0
