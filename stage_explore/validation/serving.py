@@ -132,3 +132,61 @@ def serving_summary(rows: list[ServingRow]) -> dict[str, Any]:
             "rows": [r.to_dict() for r in mine],
         }
     return result
+
+
+def serving_rows(folder: Path | None) -> list[ServingRow]:
+    """The serving measurements of ``folder`` (default: the package's data); none when the
+    folder has no ``serving_runs.csv``."""
+    path = SERVING_RUNS if folder is None else Path(folder) / SERVING_RUNS.name
+    return validate_serving(path) if path.is_file() else []
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:+.1f} %"
+
+
+def serving_text(rows: list[ServingRow]) -> str:
+    """The serving section of ``stage validate``'s text output."""
+    if not rows:
+        return ""
+    lines = ["", "Serving (held out: no constant was chosen on these rows)"]
+    for source, summary in serving_summary(rows).items():
+        mae = summary["held_out_mae"]
+        shown = "—" if mae is None else f"{mae * 100:.2f} %"
+        lines.append(f"  {source}: {summary['evaluated']} rows, held-out MAE {shown}")
+    for row in rows:
+        error = _pct(row.error) if math.isfinite(row.predicted) else row.note
+        lines.append(f"    {row.id:30s} {row.predicted:>10,.0f} vs {row.measured:>10,.0f}  {error}")
+    return "\n".join(lines)
+
+
+def serving_markdown(rows: list[ServingRow]) -> str:
+    """The serving section of ``stage validate --markdown``."""
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "## Serving (held out)",
+        "",
+        "Published serving measurements (`stage_explore/data/serving_runs.csv`, sources and "
+        "uncertain fields there) against the analytical serving model (`docs/serving.md`): "
+        "output tokens/s at maximum load, the largest batch that fits, co-located prefill and "
+        "decode. No constant was chosen on these rows.",
+        "",
+        "| source | rows evaluated | held-out MAE | largest error |",
+        "|---|---:|---:|---:|",
+    ]
+    for source, summary in serving_summary(rows).items():
+        mae, worst = summary["held_out_mae"], summary["max_abs_error"]
+        lines.append(
+            f"| {source} | {summary['evaluated']} of {len(summary['rows'])} | "
+            f"{'—' if mae is None else f'{mae * 100:.2f} %'} | "
+            f"{'—' if worst is None else f'{worst * 100:.1f} %'} |"
+        )
+    lines += ["", "| id | predicted | measured | error | setup |", "|---|---:|---:|---:|---|"]
+    for row in rows:
+        error = _pct(row.error) if math.isfinite(row.predicted) else row.note
+        lines.append(
+            f"| {row.id} | {row.predicted:,.0f} | {row.measured:,.0f} | {error} | {row.setup} |"
+        )
+    return "\n".join(lines) + "\n"
