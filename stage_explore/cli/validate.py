@@ -23,7 +23,7 @@ from typing import Any
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="compare the analytical backend with published training runs",
+        help="compare the analytical backend with published training and serving runs",
         description="Evaluate every published run (stage_explore/data, setups in setups.toml) "
         "and print in-sample and held-out error per source, vTrain ranking quality, the "
         "targets and every row.",
@@ -60,15 +60,25 @@ def _finite(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from stage_explore.validation.render import to_markdown, to_text
+    from stage_explore.validation.serving import (
+        serving_markdown,
+        serving_rows,
+        serving_summary,
+        serving_text,
+    )
     from stage_explore.validation.suite import run_validation
 
     report = run_validation(args.data, loso=args.loso)
+    serving = serving_rows(args.data)  # beside training: the published serving measurements
     if args.json:
-        print(json.dumps(_finite(report.to_dict()), indent=1))
+        payload = report.to_dict()
+        payload.setdefault("sources", {}).update(serving_summary(serving))
+        print(json.dumps(_finite(payload), indent=1))
     elif args.markdown:
         print(to_markdown(report), end="")
+        print(serving_markdown(serving), end="")
     else:
-        print(to_text(report))
+        print(to_text(report) + serving_text(serving))
     if args.check:
         missed = [t for t in report.targets() if not t.passed]
         if missed:

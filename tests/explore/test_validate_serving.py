@@ -4,6 +4,7 @@ predicted by the analytical serving model (all held out: no constant was chosen 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -41,3 +42,17 @@ def test_a_bad_row_is_a_one_line_error(tmp_path: Path) -> None:
     bad.write_text(f"{header}\n{first}\n")
     with pytest.raises(ConfigError, match="line 2: metric 'joules_per_token'"):
         validate_serving(bad)
+
+
+def test_stage_validate_reports_serving_beside_training(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stage_explore.cli import main
+
+    assert main(["validate", "--json"]) == 0
+    sources = json.loads(capsys.readouterr().out)["sources"]
+    serving = [s for name, s in sources.items() if name.startswith("TensorRT-LLM")]
+    (source,) = serving
+    assert source["in_sample_mae"] is None and 0 < source["held_out_mae"] < 0.15
+    assert all(row["in_sample"] is False for row in source["rows"])
+    assert "KOR22-T5" in sources  # training sources are still there
