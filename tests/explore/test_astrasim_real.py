@@ -20,21 +20,12 @@ import pytest
 
 from stage_core.chakra.groups import read_comm_groups
 from stage_core.chakra.reader import read_trace_set
-from stage_core.errors import ConfigError
 from stage_explore.analytical.tracesim import AstraTimingModel, simulate
-from stage_explore.astrasim import AstraInputs, AstraSimBackend, find_binary, run_astra_sim
+from stage_explore.astrasim import AstraInputs, AstraSimBackend, run_astra_sim
 from stage_explore.system import astra_config_from_files, load_system
-from tests.fixtures import SAMPLE_RUN
+from tests.fixtures import SAMPLE_RUN, real_astra_sim
 
-
-def _binary() -> tuple[Path | None, str]:
-    try:
-        return find_binary(), ""
-    except ConfigError as error:
-        return None, f"ASTRA-sim is not installed here ({error})"
-
-
-BINARY, WHY = _binary()
+BINARY, WHY = real_astra_sim()
 pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY)
 inputs_tests = importlib.import_module(
     f"{__package__}.test_astrasim_inputs" if __package__ else "test_astrasim_inputs"

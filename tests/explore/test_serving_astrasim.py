@@ -11,23 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.serving import ServingConfig
 from stage_core.serving.trace import serving_program_set
-from stage_explore.astrasim import find_binary, run_astra_sim
+from stage_explore.astrasim import run_astra_sim
 from stage_explore.astrasim.inputs import write_inputs
 from stage_explore.system import load_system
+from tests.fixtures import real_astra_sim
 
-
-def _binary() -> tuple[Path | None, str]:
-    try:
-        return find_binary(), ""
-    except ConfigError as error:
-        return None, f"ASTRA-sim is not installed here ({error})"
-
-
-BINARY, WHY = _binary()
+BINARY, WHY = real_astra_sim()
 pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY)
 MODEL = get_flavor("llama3-8b").with_overrides(layers=4)
 SYSTEM = load_system("h100-80gb")
