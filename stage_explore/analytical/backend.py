@@ -28,6 +28,11 @@ parts (bound blocks, block timings, bucketed reductions, model states), then the
 simulated. All memos are bounded LRUs owned by the backend instance (no module state);
 ``cache_stats()`` reports them; the memo and its value types live in
 :mod:`~stage_explore.analytical.parts`.
+
+Size: just over 600 lines, all of it the memoised orchestration of one evaluation (each method
+builds one memo key and calls a pure function of :mod:`blocktime`, :mod:`pipeline`,
+:mod:`costs`, :mod:`kernels`, :mod:`overlap` or :mod:`collectives`); the next split is the
+"one timing engine" of issue #11, which replaces these methods rather than moving them.
 """
 
 from __future__ import annotations
