@@ -292,7 +292,7 @@ def evaluate_prefill(
     return _result(
         "prefill", config, system, lowered, _usable(system, memory_utilization), model,
         ttft=ttft, tpot=None, tokens_per_s=tokens / cycle, timing=combined,
-        extra={"prefill_steps": len(steps)},
+        extra={"prefill_steps": len(steps), "flops": combined.flops},
     )  # fmt: skip
 
 
@@ -311,6 +311,7 @@ def evaluate_decode(
     return _result(
         "decode", config, system, lowered, _usable(system, memory_utilization), model,
         ttft=None, tpot=tpot, tokens_per_s=config.batch * config.pp / tpot, timing=timing,
+        extra={"flops": timing.flops},
     )  # fmt: skip
 
 
