@@ -565,9 +565,10 @@ class AnalyticalBackend(BaseBackend):
         """The optimizer step over this rank's ``params``
         (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
         accelerator, dtype = point.system.accelerator, point.dtype
+        grad_bytes = point.workload.grad_bytes
         return self._parts.get(  # type: ignore[no-any-return]
-            ("optimizer", point.token, params, dtype),
-            lambda: optimizer_step_s(accelerator, dtype, params),
+            ("optimizer", point.token, params, dtype, grad_bytes),
+            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes),
         )
 
     def _process_bytes(self, tensor_peak_bytes: int) -> int:

@@ -1,8 +1,35 @@
 """Two pure costs of the analytical backend: the optimizer step and one activation transfer
 between pipeline stages.
 
-Holds :data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`, :data:`LOSS_SCALING_BYTES_PER_PARAM`,
-:func:`optimizer_step_s` and :func:`stage_transfer_s`.
+Holds the per-parameter byte counts of a mixed-precision optimizer step
+(:func:`optimizer_extra_bytes`, :data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`,
+:data:`LOSS_SCALING_BYTES_PER_PARAM`), :func:`optimizer_step_s` and :func:`stage_transfer_s`.
+
+The optimizer step is counted kernel by kernel from Megatron-LM's
+``Float16OptimizerWithFloat16Params.step`` of 2021-22 (``megatron/optimizer/optimizer.py``,
+``clip_grads.py`` and the local DDP's ``zero_grad_buffer`` in
+``megatron/model/distributed.py``, tags v2.5-v3.0), around Apex's fused Adam
+(``apex/optimizers/fused_adam.py`` → ``csrc/multi_tensor_adam.cu``), per updated parameter:
+
+===========================================  ===================================  =============
+kernel                                       bytes                                when
+===========================================  ===================================  =============
+``_copy_model_grads_to_main_grads``          ``main_grad.float()``: none for fp32  16-bit grads
+                                             grads; read 2 + write 4 otherwise
+``_unscale_main_grads_and_check_for_nan``    read and write the fp32 grad (8)     fp16 only
+``clip_grad_norm_fp32``                      ``multi_tensor_l2norm`` reads it (4)  always
+fused Adam (``multi_tensor_adam``)           read p, g, m, v (16), write p, m, v  always
+                                             (12): :mod:`stage_core.lower.program`
+``_copy_main_params_to_model_params``        read the fp32 master (4), write the   always
+                                             16-bit weight (2, counted in Adam's
+                                             written bytes)
+``zero_grad_buffer``                         write the gradient buffer (2 or 4)   always
+===========================================  ===================================  =============
+
+The clipping scale (``multi_tensor_scale`` when the norm exceeds the limit) and
+``count_zeros`` (``--log-num-zeros-in-grad``) are conditional and not counted. Every other
+framework's optimizer step is costed with the same count (DeepSpeed's and FSDP's steps are
+fractions of a per-cent of their step times in the published runs).
 """
 
 from __future__ import annotations
@@ -20,25 +47,43 @@ from stage_explore.analytical.collectives import (
 )
 from stage_explore.system.model import Accelerator, System
 
-#: Bytes per updated parameter that a mixed-precision optimizer step moves besides Adam's own
-#: (``ADAM_BYTES_*`` in :mod:`stage_core.lower.program`): the gradient-norm reduction reads the
-#: fp32 gradient (4), copying the fp32 master weight to the 16-bit weight reads it (4; the write
-#: is Adam's), zeroing the gradient buffer for the next step writes it (4) — Megatron-LM's
-#: ``MixedPrecisionOptimizer.step`` and ``zero_grad``.
-OPTIMIZER_EXTRA_BYTES_PER_PARAM = 12
-#: fp16 adds dynamic loss scaling: unscale the gradients and check them for inf/NaN (read and
-#: write the fp32 gradient: 8).
-LOSS_SCALING_BYTES_PER_PARAM = 8
+#: ``clip_grad_norm_fp32``: ``multi_tensor_l2norm`` reads each fp32 main gradient.
+GRAD_NORM_BYTES_PER_PARAM = 4
+#: ``_copy_main_params_to_model_params``: reads each fp32 master weight (its 16-bit write is in
+#: ``ADAM_BYTES_WRITTEN_PER_PARAM``).
+MASTER_COPY_READ_BYTES_PER_PARAM = 4
+#: Bytes of the fp32 main gradient the optimizer works on.
+MAIN_GRAD_BYTES = 4
+#: fp16 adds dynamic loss scaling: ``_amp_foreach_non_finite_check_and_unscale_`` reads and
+#: writes each fp32 main gradient (bf16 runs have no loss scaler in Megatron-LM).
+LOSS_SCALING_BYTES_PER_PARAM = 2 * MAIN_GRAD_BYTES
 
 
-def optimizer_step_s(accelerator: Accelerator, dtype: str, params: int) -> float:
-    """Adam over ``params`` parameters (a shard of them under ZeRO; the count of
-    :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
-    bookkeeping (:data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`, and
-    :data:`LOSS_SCALING_BYTES_PER_PARAM` with fp16), at the accelerator's fp32 rate."""
-    extra = OPTIMIZER_EXTRA_BYTES_PER_PARAM
+def optimizer_extra_bytes(dtype: str, grad_bytes: int) -> int:
+    """Bytes per updated parameter that the mixed-precision step moves besides Adam's own
+    (module docstring): the gradient-norm read, the master-weight read of the copy back,
+    zeroing the ``grad_bytes``-wide gradient buffer, the fp32 conversion of 16-bit gradients,
+    and loss scaling with fp16."""
+    extra = GRAD_NORM_BYTES_PER_PARAM + MASTER_COPY_READ_BYTES_PER_PARAM + grad_bytes
+    if grad_bytes != MAIN_GRAD_BYTES:  # main_grad.float() copies a 16-bit buffer
+        extra += grad_bytes + MAIN_GRAD_BYTES
     if dtype == "fp16":
         extra += LOSS_SCALING_BYTES_PER_PARAM
+    return extra
+
+
+#: The bookkeeping bytes with fp32 gradients and no loss scaling (12: norm 4, copy 4, zero 4).
+OPTIMIZER_EXTRA_BYTES_PER_PARAM = optimizer_extra_bytes("bf16", MAIN_GRAD_BYTES)
+
+
+def optimizer_step_s(
+    accelerator: Accelerator, dtype: str, params: int, grad_bytes: int = MAIN_GRAD_BYTES
+) -> float:
+    """Adam over ``params`` parameters (a shard of them under ZeRO; the count of
+    :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
+    bookkeeping (:func:`optimizer_extra_bytes` for gradients of ``grad_bytes``), at the
+    accelerator's fp32 rate."""
+    extra = optimizer_extra_bytes(dtype, grad_bytes)
     per_param = ADAM_BYTES_READ_PER_PARAM + ADAM_BYTES_WRITTEN_PER_PARAM + extra
     fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
     return accelerator.compute_time_s(ADAM_FLOPS_PER_PARAM * params, per_param * params, fp32)
