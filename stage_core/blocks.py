@@ -81,8 +81,11 @@ class BlockOptions:
 
 def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptions:
     """GPT-family models use Megatron's unfused core attention (as the published runs did);
-    the others a fused causal kernel."""
+    the others a fused causal kernel; a model's ``core_attention`` overrides its family's."""
     use_dropout = model.dropout if dropout is None else dropout
+    if model.core_attention:
+        fused = model.core_attention == "fused"
+        return BlockOptions(model.core_attention, causal=fused, dropout=use_dropout)
     if model.family == "gpt":
         return BlockOptions("unfused", causal=False, dropout=use_dropout)
     return BlockOptions("fused", causal=True, dropout=use_dropout)

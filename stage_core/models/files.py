@@ -29,7 +29,10 @@ from stage_core.models.spec import ModelSpec
 _FIELDS = MappingProxyType({field.name: field for field in dataclasses.fields(ModelSpec)})
 _INT_FIELDS = frozenset(name for name, field in _FIELDS.items() if field.type == "int")
 _BOOL_FIELDS = frozenset(name for name, field in _FIELDS.items() if field.type == "bool")
-_STR_FIELDS = frozenset({"name", "family", "norm", "activation", "position"})
+_STR_FIELDS = frozenset(
+    {"family", "norm", "activation", "position"}
+    | {name for name, field in _FIELDS.items() if field.type == "str"}
+)
 
 
 def _line_of(text: str, key: str) -> str:

@@ -132,6 +132,10 @@ class ModelSpec:
     moe_layer_interval: int = 1
     first_k_dense: int = 0
     qk_norm: bool = False
+    #: The attention core's kernel: "fused" (one FlashAttention-style causal kernel),
+    #: "unfused" (Megatron-LM 2021's scores/softmax/context kernels over every query-key pair), or
+    #: "" for the family's own (unfused for GPT, fused otherwise).
+    core_attention: str = ""
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -150,6 +154,11 @@ class ModelSpec:
             ("position", Position),
         ):
             object.__setattr__(self, name, _coerce_enum(owner, name, getattr(self, name), kind))
+        if self.core_attention not in ("", "fused", "unfused"):
+            raise ConfigError(
+                f"{owner}: `core_attention` must be 'fused', 'unfused' or '' (the family's own), "
+                f"but got core_attention={self.core_attention!r}"
+            )
         for name in ("dropout", "tied_embeddings", "bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
