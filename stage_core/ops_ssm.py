@@ -21,8 +21,9 @@ Held here:
 **Sharding (Megatron-Core's ``MambaMixer``).** Heads and groups are split over tp (Megatron
 asserts ``tp | heads`` and ``tp | groups``, so every rank holds whole groups and their heads);
 the conv channels, ``A_log``, ``D``, ``dt_bias`` and the norm scale follow their heads or groups.
-The scan runs over the whole sequence: a sequence partitioned over an axis (context
-parallelism) is a :class:`ShardingError`.
+The conv and the scan run over whole sequences: a sequence partitioned over an axis of size
+> 1 (context parallelism) is a :class:`ShardingError` when the sizes are bound (an infeasible
+design point).
 
 **Memory (Megatron's memory-efficient path, ``mamba_split_conv1d_scan_combined``).** The conv
 saves its input (the projected ``x``, ``B``, ``C``); the scan saves only ``dt`` and recomputes
@@ -57,6 +58,17 @@ ELEMENT_OPS = 6
 FP32_BYTES = 4
 
 
+def _whole_sequences(op: BaseOp, x: Layout, axis_sizes: Sizes) -> None:
+    """The conv and the scan run over whole sequences: a sequence split over axes larger than
+    one (context parallelism) is a :class:`ShardingError` when the sizes are bound."""
+    split = axis_product(x.shards[1], axis_sizes)
+    if isinstance(split, int) and split > 1:
+        raise ShardingError(
+            f"{op.name}: state-space layers run over whole sequences, but the sequence is split "
+            f"{split} ways ({x}); context parallelism of Mamba layers is not modelled"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class CausalConv1d(BaseOp):
     """Depthwise causal convolution of ``x[B, S, c1, c2]`` with ``weight[c1, c2, Ws]`` and
@@ -74,11 +86,6 @@ class CausalConv1d(BaseOp):
         x, weight, bias = layouts
         if any(layout.partial for layout in layouts):
             raise ShardingError(f"{self.name}: the convolution's inputs must not be partial sums")
-        if x.shards[1]:
-            raise ShardingError(
-                f"{self.name}: the causal convolution needs whole sequences, but got {x} "
-                "(context parallelism of state-space layers is not modelled)"
-            )
         if weight.shards[:2] != x.shards[2:] or bias.shards != x.shards[2:] or weight.shards[2]:
             raise ShardingError(
                 f"{self.name}: weight {weight} and bias {bias} must shard the channels like {x}"
@@ -97,6 +104,7 @@ class CausalConv1d(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
+        _whole_sequences(self, layouts[0], axis_sizes)
         elements = local_elements(out_layouts[0], sizes, axis_sizes)
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(elements * self.forward_ops_per_element(sizes), read, written)
@@ -183,11 +191,6 @@ class SSDScan(BaseOp):
         x, dt, b, c, *weights = layouts
         if any(layout.partial for layout in layouts):
             raise ShardingError(f"{self.name}: the scan's inputs must not be partial sums")
-        if x.shards[1]:
-            raise ShardingError(
-                f"{self.name}: the scan runs over whole sequences, but got {x} "
-                "(context parallelism of state-space layers is not modelled)"
-            )
         tokens, heads = x.shards[:2], x.shards[2]
         if dt.shards != (*tokens, heads) or b.shards[:2] != tokens or c.shards != b.shards:
             raise ShardingError(
@@ -229,6 +232,7 @@ class SSDScan(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
+        _whole_sequences(self, layouts[0], axis_sizes)
         local = self._local(layouts, tensors, sizes, axis_sizes)
         flops: Size = 0
         for term in ssd_flops(*local).values():

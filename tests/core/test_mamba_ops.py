@@ -170,7 +170,6 @@ def test_scan_under_tensor_parallelism_costs_its_local_heads_and_groups() -> Non
     [
         ("Hs/tp", "Gs", "S", "groups"),  # heads split, groups whole
         ("Hs", "Gs/tp", "S", "groups"),
-        ("Hs/tp", "Gs/tp", "S/cp", "whole sequences"),  # context parallelism
     ],
 )
 def test_scan_refuses_layouts_megatron_cannot_run(
@@ -192,8 +191,19 @@ def test_conv_costs_and_layouts() -> None:
     bad = [layouts[0], Layout.parse("[Hs, Ps, Ws]"), layouts[2]]
     with pytest.raises(ShardingError, match="channels"):
         conv.infer(bad, TENSORS)
+    split = [Layout.parse("[B/dp, S/cp, Hs/tp, Ps]"), *layouts[1:]]
+    (split_out,) = conv.infer(split, TENSORS)
+    assert conv.cost(split, [split_out], TENSORS, SIZES, {**AXES, "cp": 1}).flops == cost.flops
     with pytest.raises(ShardingError, match="whole sequences"):
-        conv.infer([Layout.parse("[B/dp, S/cp, Hs/tp, Ps]"), *layouts[1:]], TENSORS)
+        conv.cost(split, [split_out], TENSORS, SIZES, AXES)
+
+
+def test_scan_refuses_context_parallelism_when_bound() -> None:
+    layouts = scan_layouts("Hs/tp", "Gs/tp", "S/cp")
+    (out,) = SCAN.infer(layouts, TENSORS)
+    assert SCAN.cost(layouts, [out], TENSORS, SIZES, {**AXES, "cp": 1}).flops > 0
+    with pytest.raises(ShardingError, match="context parallelism"):
+        SCAN.cost(layouts, [out], TENSORS, SIZES, AXES)
 
 
 def test_group_norm_needs_whole_groups_per_rank() -> None:
