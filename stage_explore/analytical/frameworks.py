@@ -28,7 +28,10 @@ Options (all booleans unless said):
   ``--overlap-p2p-communication`` (transfers beside compute; only their latency is exposed).
 - ``pipeline_scatter_gather`` — without sequence parallelism, a stage sends ``1/tp`` of the
   replicated activation and the receiver all-gathers it over tp (Narayanan et al. 2021, §4.1;
-  Megatron-LM); off: every tp rank sends the whole activation (DeepSpeed's pipeline engine).
+  Megatron-LM; DeepSpeed's ``PipelineEngine`` likewise: ``is_pipe_partitioned`` and
+  ``is_grad_partitioned`` are on whenever the model-parallel group has more than one rank, and
+  the receiver rebuilds the tensor with ``PartitionedTensor.full()``, an all-gather over that
+  group — ``deepspeed/runtime/pipe/engine.py``); off: every tp rank sends the whole activation.
 - ``zero3_gathers`` — parameter all-gathers per layer and micro-batch under ZeRO-3 / FSDP:
   2 (forward, backward; FSDP ``reshard_after_forward=True``, whose backward gather also serves
   the recompute) or 3 (DeepSpeed ZeRO-3 with activation checkpointing: the recomputed forward
@@ -216,7 +219,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             tp_comm_overlap=False,
             moe_comm_overlap=False,
             pipeline_p2p_blocking=True,
-            pipeline_scatter_gather=False,  # DeepSpeed's PipelineEngine sends whole tensors
+            pipeline_scatter_gather=True,  # PipelineEngine.is_pipe_partitioned (tp > 1)
             zero3_gathers=3,
             zero3_flat_ring=True,
             attention_kernel="fa2",

@@ -44,9 +44,11 @@ def test_every_published_row_is_a_case(cases: list[Case]) -> None:
 
 def test_the_a100_calibration_rows_are_in_sample_and_say_why(cases: list[Case]) -> None:
     for case in cases:
-        if case.source in ("KOR22-T5", "NAR21-T1", "KOR22-F1"):
+        if case.source == "KOR22-F1":
             assert case.in_sample and case.in_sample_why, case.id
-        if case.source in ("VTRAIN", "MCORE08", "MPT", "MTNLG"):
+        # KOR22-T5 and NAR21-T1: held out since no constant is chosen on them any more
+        # (setups.toml keeps their history)
+        if case.source in ("KOR22-T5", "NAR21-T1", "VTRAIN", "MCORE08", "MPT", "MTNLG"):
             assert not case.in_sample, case.id
         assert case.assumptions, f"{case.id}: no assumption recorded"
 
