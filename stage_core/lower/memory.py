@@ -77,12 +77,21 @@ class MemoryBreakdown:
 
 
 def activation_peak(chunks: Sequence[Chunk], tasks: Sequence[Task]) -> int:
-    """Peak bytes of saved activations over a stage's task order."""
+    """Peak bytes of saved activations over a stage's task order. Under a schedule that splits
+    the backward (``W`` tasks: ZB-H1, DualPipe) a micro-batch's activations stay until its
+    ``W``, and from its ``B`` on the gradients ``W`` reads (``Chunk.pending_bytes``) too."""
     saved = [chunk.saved_bytes for chunk in chunks]
+    split = any(task.phase == "W" for task in tasks)
+    pending = [getattr(chunk, "pending_bytes", 0) if split else 0 for chunk in chunks]
     live = peak = 0
     for task in tasks:
         if task.phase == "F":
             live += saved[task.chunk]
+            peak = max(peak, live)
+        elif task.phase == "W":
+            live -= saved[task.chunk] + pending[task.chunk]
+        elif split:
+            live += pending[task.chunk]
             peak = max(peak, live)
         else:
             live -= saved[task.chunk]
@@ -93,11 +102,11 @@ def steady_activation_peak(
     chunks: Sequence[Chunk], kind: str, stage: int, stages: int, micro_batches: int, vpp: int
 ) -> int:
     """:func:`activation_peak` without walking every micro-batch: GPipe holds all of them; in
-    1F1B and interleaved 1F1B the live set is periodic after the warm-up, so a prefix of
-    ``4·pp`` micro-batches (a multiple of pp) reaches the same peak."""
+    1F1B, ZB-H1 and interleaved 1F1B the live set is periodic after the warm-up, so a prefix
+    of ``4·pp`` micro-batches (a multiple of pp) reaches the same peak (DualPipe: every one)."""
     if kind == "gpipe":
         return micro_batches * sum(chunk.saved_bytes for chunk in chunks)
-    cap = 4 * stages
+    cap = micro_batches if kind == "dualpipe" else 4 * stages
     prefix = micro_batches if micro_batches <= cap else cap
     return activation_peak(chunks, schedule(kind, stage, stages, prefix, vpp))
 

@@ -25,7 +25,8 @@ from stage_core.lower.bind import (
     bind_block,
     symbolic_block,
 )
-from stage_core.lower.schedule import Task, schedule
+from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
+from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
@@ -170,6 +171,12 @@ class Chunk:
     @property
     def saved_bytes(self) -> int:
         return sum(block.saved_bytes for block in self.blocks)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes a micro-batch's pending weight-gradient work (``W``) holds besides its saved
+        activations, under the schedules that split the backward (lower/weightgrad.py)."""
+        return sum(split_backward(block).pending_bytes for block in self.blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +398,10 @@ def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
     kind = str(parallel.schedule)
     stages = []
     for stage in range(p):
-        chunks = tuple(chunk_blocks(workload, blocks, v * p + stage) for v in range(vpp))
+        chunks = tuple(
+            replace(chunk_blocks(workload, blocks, global_stage(kind, stage, v, p)), index=v)
+            for v in range(chunks_per_rank(kind, vpp))
+        )  # DualPipe: stages r and p − 1 − r (lower/schedule.py)
         tasks = tuple(schedule(kind, stage, p, workload.micro_batches, vpp))
         sync = tuple(op for chunk in chunks for op in _sync_ops(workload, chunk))
         stages.append(

@@ -1,28 +1,71 @@
 """Pipeline schedules: the order in which a pipeline rank runs its forward and backward tasks.
 
-A task is ``(phase, chunk, micro_batch)``: phase ``"F"`` or ``"B"``, the rank's model chunk
-(0 … vpp−1) and the micro-batch (0 … m−1). Model chunk ``v`` of pipeline rank ``r`` is global
-stage ``v·p + r`` (Megatron's interleaving).
+A task is ``(phase, chunk, micro_batch)``: phase ``"F"`` (forward), ``"B"`` (backward) or
+``"W"`` (the weight-gradient part of a backward, when a schedule splits it off), the rank's
+model chunk and the micro-batch (0 … m−1). Model chunk ``v`` of pipeline rank ``r`` is global
+stage ``v·p + r`` (Megatron's interleaving), except under DualPipe (:func:`global_stage`).
 
 - GPipe: every forward, then every backward (Huang et al. 2019).
 - 1F1B: ``p − r − 1`` warm-up forwards, then one forward and one backward alternately, then the
   remaining backwards (PipeDream-Flush, Narayanan et al. 2021).
 - Interleaved 1F1B: Megatron's schedule over ``m·vpp`` virtual micro-batches, with
   ``(p − r − 1)·2 + (vpp − 1)·p`` warm-up forwards (Narayanan et al. 2021, Section 2.2.2).
+- ZB-H1 (``"zb"``; Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, arXiv 2401.10241,
+  Section 3.1): 1F1B's order and warm-up with every backward split into ``B`` (input gradient,
+  on the critical path: its result is sent upstream at once) and ``W`` (weight gradient), each
+  ``W`` run in the slot after its ``B``. A rank never holds more micro-batches than under 1F1B
+  (``p − r``), and the wait for a downstream ``B`` no longer includes the downstream ``W``:
+  with equal F, B and W the bubble is a third of 1F1B's (the paper's ``(p−1)(F+B−W)`` against
+  ``(p−1)(F+B+W)``; tests/explore/test_pipeline.py checks it).
+- DualPipe (``"dualpipe"``; DeepSeek-V3 technical report, arXiv 2412.19437, Section 3.2.1 and
+  Figure 5): the model is cut into ``p`` stages and every rank holds two of them, stage ``r``
+  (chunk 0) and stage ``p − 1 − r`` (chunk 1) — two copies of the pipeline in opposite
+  directions. Micro-batches ``0 … m/2 − 1`` enter at rank 0 and flow down through chunk 0;
+  ``m/2 … m − 1`` enter at rank ``p − 1`` and flow up through chunk 1. The order follows the
+  paper's eight phases (warm-up forwards of the rank's own direction, then both, zero-bubble
+  ``B``/``W`` pairs, the steady state of overlapped forward-backward pairs, and the cool-down
+  whose second half defers ``W``): :func:`overlapped` lists the forward/backward pairs a rank
+  runs together, so that the communication of one hides behind the computation of the other.
+  It needs an even ``p`` and an even number of micro-batches, at least ``2·p``.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from typing import NamedTuple
 
 from stage_core.errors import ConfigError
+
+#: Schedules that split the backward into input-gradient (``B``) and weight-gradient (``W``)
+#: tasks.
+SPLIT_BACKWARD = frozenset({"zb", "dualpipe"})
+#: Accepted spellings of schedule names.
+ALIASES = {"zb-h1": "zb", "zbh1": "zb", "zero-bubble": "zb"}
 
 
 class Task(NamedTuple):
     phase: str
     chunk: int
     micro_batch: int
+
+
+def chunks_per_rank(kind: str, vpp: int) -> int:
+    """Model chunks a pipeline rank holds: ``vpp``, or two under DualPipe."""
+    return 2 if kind == "dualpipe" else vpp
+
+
+def global_stages(kind: str, stages: int, vpp: int) -> int:
+    """Number of global pipeline stages: ``pp·vpp`` (DualPipe: ``pp``, held twice)."""
+    return stages if kind == "dualpipe" else stages * vpp
+
+
+def global_stage(kind: str, rank: int, chunk: int, stages: int) -> int:
+    """The global stage of ``chunk`` on ``rank``: ``chunk·p + rank``; under DualPipe chunk 0 is
+    stage ``rank`` and chunk 1 stage ``p − 1 − rank`` (the V-shape mapping)."""
+    if kind == "dualpipe":
+        return rank if chunk == 0 else stages - 1 - rank
+    return chunk * stages + rank
 
 
 def _interleaved_ids(k: int, p: int, vpp: int, forward: bool) -> tuple[int, int]:
@@ -41,7 +84,40 @@ def schedule(
 ) -> tuple[Task, ...]:
     """The task order of pipeline rank ``rank`` of ``stages`` for ``micro_batches`` (memoised:
     a pure function of its arguments, called for every candidate of a search)."""
+    kind = ALIASES.get(kind, kind)
+    if kind == "dualpipe":
+        return _dualpipe(rank, stages, micro_batches, vpp)[0]
     return tuple(_schedule(kind, rank, stages, micro_batches, vpp))
+
+
+@functools.lru_cache(maxsize=1024)
+def overlapped(
+    kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1
+) -> frozenset[int]:
+    """Indices ``i`` of the rank's order where the forward ``i`` runs overlapped with the
+    backward ``i + 1`` and its weight gradient ``i + 2`` (DualPipe's forward-backward pairs;
+    empty for the other schedules)."""
+    if ALIASES.get(kind, kind) != "dualpipe":
+        return frozenset()
+    return _dualpipe(rank, stages, micro_batches, vpp)[1]
+
+
+def check_dualpipe(stages: int, micro_batches: int, vpp: int = 1) -> None:
+    """DualPipe's constraints (DeepSeek-V3 report, Section 3.2.1: "DualPipe only requires that
+    the pipeline stages and micro-batches be divisible by 2"; its eight phases need at least
+    ``2·p`` micro-batches)."""
+    p, m = stages, micro_batches
+    if vpp != 1:
+        raise ConfigError(
+            f"schedule='dualpipe' holds two chunks per rank itself: `vpp` must be 1, got {vpp=}"
+        )
+    if p < 2 or p % 2:
+        raise ConfigError(f"schedule='dualpipe' needs an even `pp` ≥ 2, but got pp={p}")
+    if m % 2 or m < 2 * p:
+        raise ConfigError(
+            "schedule='dualpipe' needs an even number of micro-batches, at least 2·`pp`, "
+            f"but got (micro_batches={m}, pp={p})"
+        )
 
 
 def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -> list[Task]:
@@ -52,6 +128,8 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
         )
     if kind == "gpipe":
         return [Task("F", 0, i) for i in range(m)] + [Task("B", 0, i) for i in range(m)]
+    if kind == "zb" and vpp == 1:
+        return _zero_bubble_h1(rank, p, m)
     if kind == "1f1b" and vpp == 1:
         warmup = min(p - rank - 1, m)
         tasks = [Task("F", 0, i) for i in range(warmup)]
@@ -63,6 +141,8 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
             backward += 1
         tasks += [Task("B", 0, i) for i in range(backward, m)]
         return tasks
+    if kind == "zb":
+        raise ConfigError(f"schedule='zb' runs one chunk per rank: `vpp` must be 1, but got {vpp=}")
     if kind in ("interleaved", "1f1b"):
         if m % p:
             raise ConfigError(
@@ -80,4 +160,116 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
             backward += 1
         tasks += [Task("B", *_interleaved_ids(k, p, vpp, False)) for k in range(backward, total)]
         return tasks
-    raise ConfigError(f"`schedule` must be gpipe, 1f1b or interleaved, but got {kind!r}")
+    raise ConfigError(
+        f"`schedule` must be gpipe, 1f1b, interleaved, zb or dualpipe, but got {kind!r}"
+    )
+
+
+def _zero_bubble_h1(rank: int, p: int, m: int) -> list[Task]:
+    """ZB-H1 on rank ``r``: 1F1B's ``p − r − 1`` warm-up forwards and its F/B alternation, with
+    each ``W`` deferred by ``r`` micro-batches (run after the ``B`` of ``r`` micro-batches
+    later); in the cool-down a ``W`` follows every ``B`` (filling the wait for the next), and
+    the last ``r`` come at the end. Rank ``r`` then holds at most ``p − r + r = p``
+    micro-batches, 1F1B's peak (rank 0's): the memory bound of ZB-H1."""
+    warmup = min(p - rank - 1, m)
+    tasks = [Task("F", 0, i) for i in range(warmup)]
+    pending: deque[int] = deque()
+    forward = warmup
+    for backward in range(m):
+        if forward < m:
+            tasks.append(Task("F", 0, forward))
+            forward += 1
+        tasks.append(Task("B", 0, backward))
+        pending.append(backward)
+        if len(pending) > rank or forward == m:
+            tasks.append(Task("W", 0, pending.popleft()))
+    tasks += [Task("W", 0, i) for i in pending]
+    return tasks
+
+
+class _DualPipe:
+    """Builds one rank's DualPipe order: per local phase (0: the direction entering at the
+    rank's own end of the pipeline, 1: the other) the next forward and backward micro-batch,
+    and the queue of deferred weight gradients."""
+
+    def __init__(self, rank: int, p: int, m: int) -> None:
+        half = m // 2
+        first_half = rank < p // 2
+        # local phase → chunk (direction): the first half of the ranks sees direction 0 first
+        self.chunk = (0, 1) if first_half else (1, 0)
+        self.base = {0: 0, 1: half}  # direction 0 runs micro-batches 0…m/2−1, 1 the rest
+        self.next_forward = [0, 0]
+        self.next_backward = [0, 0]
+        self.deferred: deque[Task] = deque()
+        self.tasks: list[Task] = []
+        self.pairs: set[int] = set()
+
+    def _mb(self, phase: int, counter: list[int]) -> tuple[int, int]:
+        chunk = self.chunk[phase]
+        mb = self.base[chunk] + counter[phase]
+        counter[phase] += 1
+        return chunk, mb
+
+    def forward(self, phase: int) -> None:
+        self.tasks.append(Task("F", *self._mb(phase, self.next_forward)))
+
+    def backward(self, phase: int, defer_weight: bool = False) -> None:
+        chunk, mb = self._mb(phase, self.next_backward)
+        self.tasks.append(Task("B", chunk, mb))
+        if defer_weight:
+            self.deferred.append(Task("W", chunk, mb))
+        else:
+            self.tasks.append(Task("W", chunk, mb))
+
+    def weight(self) -> None:
+        self.tasks.append(self.deferred.popleft())
+
+    def forward_backward(self, forward_phase: int, backward_phase: int) -> None:
+        self.pairs.add(len(self.tasks))
+        self.forward(forward_phase)
+        self.backward(backward_phase)
+
+
+@functools.lru_cache(maxsize=256)
+def _dualpipe(rank: int, p: int, m: int, vpp: int) -> tuple[tuple[Task, ...], frozenset[int]]:
+    """One rank's DualPipe order and its overlapped pairs (the eight phases of the reference
+    schedule published with the report; ``k = min(r, p − 1 − r)``, ``h = p/2``)."""
+    if not 0 <= rank < p:
+        raise ConfigError(f"invalid pipeline position ({rank=}, stages={p}, micro_batches={m})")
+    check_dualpipe(p, m, vpp)
+    h, k, half = p // 2, min(rank, p - 1 - rank), m // 2
+    s = _DualPipe(rank, p, m)
+    for _ in range((h - k - 1) * 2):  # 1: forwards of the rank's own direction
+        s.forward(0)
+    for _ in range(k + 1):  # 2: forwards of both directions
+        s.forward(0)
+        s.forward(1)
+    for _ in range(h - k - 1):  # 3: B, W, F of the other direction (zero bubble)
+        s.backward(1, defer_weight=True)
+        s.weight()
+        s.forward(1)
+    for i in range(half - p + k + 1):  # 4: the steady state, forward-backward pairs
+        if i == 0 and k == h - 1:  # the middle ranks do not overlap the first pair
+            s.forward(0)
+            s.backward(1)
+        else:
+            s.forward_backward(0, 1)
+        s.forward_backward(1, 0)
+    for _ in range(h - k - 1):  # 5: B of one direction, a pair
+        s.backward(1)
+        s.forward_backward(1, 0)
+    defer = False
+    for i in range(k + 1):  # 6: backwards of both; the second half defers W
+        if i == (k + 1) // 2 and k % 2 == 1:
+            defer = True
+        s.backward(1, defer_weight=defer)
+        if i == (k + 1) // 2 and k % 2 == 0:
+            defer = True
+        s.backward(0, defer_weight=defer)
+    for _ in range(h - k - 1):  # 7: a deferred W, then a B whose W is deferred
+        s.weight()
+        s.backward(0, defer_weight=True)
+    for _ in range(k + 1):  # 8: the remaining W
+        s.weight()
+    assert not s.deferred and s.next_forward == s.next_backward == [half, half]
+    return tuple(s.tasks), frozenset(s.pairs)

@@ -58,6 +58,12 @@ class Schedule(StrEnum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    ZERO_BUBBLE = "zb"  # ZB-H1 (stage_core.lower.schedule); "zb-h1" is accepted as an alias
+    DUALPIPE = "dualpipe"
+
+
+#: Other accepted spellings of schedule names.
+SCHEDULE_ALIASES: Mapping[str, str] = MappingProxyType({"zb-h1": "zb"})
 
 
 class Recompute(StrEnum):
@@ -161,6 +167,8 @@ class ParallelConfig:
             ("pp_split", PipelineSplit),
         ):
             value = getattr(self, name)
+            if name == "schedule" and isinstance(value, str):
+                value = SCHEDULE_ALIASES.get(value, value)
             if isinstance(value, str) and value in {member.value for member in kind}:
                 object.__setattr__(self, name, kind(value))
             else:
@@ -251,6 +259,13 @@ class ParallelConfig:
                 problems.append(
                     "schedule='interleaved' needs `pp` to divide the number of micro-batches "
                     f"(global_batch/(micro_batch·dp)), but got ({num_micro_batches=}, {pp=})"
+                )
+        if schedule is Schedule.DUALPIPE and not problems:
+            m = self.num_micro_batches
+            if pp % 2 or m % 2 or m < 2 * pp:
+                problems.append(
+                    "schedule='dualpipe' needs an even `pp` and an even number of micro-batches "
+                    f"(global_batch/(micro_batch·dp)) of at least 2·`pp`, but got ({pp=}, {m=})"
                 )
         if (dp * cp) % ep:
             problems.append(

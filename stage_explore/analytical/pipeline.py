@@ -1,9 +1,14 @@
 """Event simulation of a pipeline-parallel step: bubbles come out of the schedule.
 
-Every pipeline rank runs its task order (:mod:`stage_core.lower.schedule`); a forward of global
-stage ``j`` waits for the forward of ``j−1`` on the same micro-batch, a backward of ``j`` for the
-backward of ``j+1`` (the last stage's backward follows its own forward). A rank is never busy
-with two tasks at once.
+Every pipeline rank runs its task order (:mod:`stage_core.lower.schedule`; the task graph in
+:mod:`~stage_explore.analytical.taskgraph`); a forward of global stage ``j`` waits for the
+forward of ``j−1`` on the same micro-batch, a backward of ``j`` for the backward of ``j+1``
+(the last stage's backward follows its own forward). A rank is never busy with two tasks at
+once. Schedules that split the backward (ZB-H1, DualPipe) run its input-gradient part as ``B``
+(what the previous stage waits for) and its weight-gradient part as a ``W`` task that waits for
+nothing but its own ``B``. DualPipe's overlapped pairs run a forward, a backward of another
+micro-batch and its ``W`` as one task of :attr:`StageTimes.pair_s` seconds (the computation of
+each hides the other's communication, :func:`pair_seconds`), started when both inputs are in.
 
 Point-to-point transfers are *blocking*, as in Megatron-LM's pipeline (``batch_isend_irecv``
 then ``wait`` and a device synchronise, before the 2023 ``overlap_p2p_comm`` option): a task
@@ -13,8 +18,8 @@ once that transfer is over. So ``transfer_s`` costs the sender time in every sch
 receiver waits for it.
 
 The result is each rank's timeline summary: when it ends, its busy (compute) time, the time it
-spends sending, and when each chunk's last backward starts (for overlapping the gradient
-synchronisation); the rest of a rank's time is its bubble.
+spends sending, and when each chunk's last weight-gradient work starts (its last backward, or
+its last ``W``: for overlapping the gradient synchronisation); the rest is its bubble.
 
 Two implementations of the same semantics:
 
@@ -31,15 +36,15 @@ schedule's activation peaks; :func:`assemble_step` finishes a step from per-stag
 optimizer, ZeRO's parameter gathers — and returns the slowest rank's time and breakdown and the
 peak memory over all ranks.
 
-**Extrapolation, only when exact.** With many micro-batches the 1F1B and interleaved
+**Extrapolation, only when exact.** With many micro-batches the 1F1B, ZB-H1 and interleaved
 timelines become periodic, but checking a few prefixes is not enough: a rank faster than the
 slowest can keep its own rate for many periods before the slowest rank's delay reaches it (an
 interleaved example with p = 4 changes rate after 40 micro-batches). :func:`step_time`
 therefore simulates a short prefix and extrapolates only when the whole *state* — every task
 that later tasks depend on — is found one period later shifted by one and the same Δ
-(:func:`_periodic` proves that the rest then follows, by max-plus homogeneity); otherwise it
-tries a longer prefix, and in the end simulates every task. The tests check that both paths
-agree with the reference on many shapes, this one included.
+(:func:`~stage_explore.analytical.taskgraph.periodic` proves that the rest then follows, by
+max-plus homogeneity); otherwise it tries a longer prefix, and in the end simulates every task.
+The tests check that both paths agree with the reference on many shapes, this one included.
 """
 
 from __future__ import annotations
@@ -48,21 +53,60 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stage_core.lower.schedule import schedule
+from stage_core.lower.schedule import (
+    SPLIT_BACKWARD,
+    chunks_per_rank,
+    global_stage,
+    global_stages,
+    schedule,
+)
+from stage_explore.analytical.taskgraph import (
+    BACKWARD,
+    FORWARD,
+    Compiled,
+    compile_shape,
+    period,
+    periodic,
+    sends,
+    shape,
+)
+
+_periodic = periodic  # the name the tests and older callers use
 
 
 @dataclass(frozen=True, slots=True)
 class StageTimes:
-    """Per pipeline rank: seconds of each local chunk's forward and backward task."""
+    """Per pipeline rank and local chunk: seconds of a forward and of a backward task (under a
+    split schedule its input-gradient part ``B``) and of a ``W`` task (empty: none); and of an
+    overlapped pair ``pair_s[forward chunk][backward chunk]`` (empty: F + B + W in a row)."""
 
     forward_s: tuple[float, ...]
     backward_s: tuple[float, ...]
+    weight_s: tuple[float, ...] = ()
+    pair_s: tuple[tuple[float, ...], ...] = ()
+
+    def pair(self, forward_chunk: int, backward_chunk: int) -> float:
+        if self.pair_s:
+            return self.pair_s[forward_chunk][backward_chunk]
+        weight = self.weight_s[backward_chunk] if self.weight_s else 0.0
+        return self.forward_s[forward_chunk] + self.backward_s[backward_chunk] + weight
+
+
+def pair_seconds(
+    forward_s: float, forward_compute_s: float, backward_s: float, backward_compute_s: float
+) -> float:
+    """A forward and a backward (with its ``W``) of two micro-batches run together, DualPipe's
+    overlap (DeepSeek-V3 report, Section 3.2.1, Figure 4): each one's communication runs during
+    the other's computation, so the pair takes its total computation or its total exposed
+    communication, whichever is longer, and never less than either part alone."""
+    exposed = (forward_s - forward_compute_s) + (backward_s - backward_compute_s)
+    return max(forward_s, backward_s, forward_compute_s + backward_compute_s, exposed)
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineResult:
     """Per pipeline rank: when its last task (and its send) ends, its busy time, the time it
-    is held by sends, and when each chunk's last backward starts."""
+    is held by sends, and when each chunk's last weight-gradient work starts."""
 
     end_s: tuple[float, ...]
     busy_s: tuple[float, ...]
@@ -78,36 +122,23 @@ class PipelineResult:
         return self.end_s[rank] - self.busy_s[rank] - self.send_s[rank]
 
 
-def _sends(forward: bool, global_stage: int, last_global: int) -> bool:
-    return global_stage != last_global if forward else global_stage != 0
+def _durations(stage: StageTimes, chunks: int) -> list[float]:
+    """Seconds of every duration slot of a rank (without sends)."""
+    weight = stage.weight_s or (0.0,) * chunks
+    pairs = [stage.pair(a, b) for a in range(chunks) for b in range(chunks)]
+    return [*stage.forward_s, *stage.backward_s, *weight, *pairs, 0.0]
 
 
-@functools.lru_cache(maxsize=256)
-def _orders(
-    kind: str, p: int, m: int, vpp: int
-) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
-    """Per rank: (is forward, global stage, micro-batch, local chunk) in schedule order
-    (memoised: a pure function of the schedule's shape)."""
+def _busy(kind: str, stages: Sequence[StageTimes], m: int, vpp: int) -> tuple[float, ...]:
+    s = shape(kind, len(stages), m, vpp)
     return tuple(
-        tuple(
-            (t.phase == "F", t.chunk * p + rank, t.micro_batch, t.chunk)
-            for t in schedule(kind, rank, p, m, vpp)
-        )
-        for rank in range(p)
+        sum(n * d for n, d in zip(s.slot_counts[r], _durations(st, s.chunks), strict=True))
+        for r, st in enumerate(stages)
     )
 
 
-def _busy(stages: Sequence[StageTimes], m: int) -> tuple[float, ...]:
-    return tuple(m * (sum(s.forward_s) + sum(s.backward_s)) for s in stages)
-
-
-def _send_time(p: int, m: int, vpp: int, transfer_s: float) -> tuple[float, ...]:
-    last = p * vpp - 1
-    counts = [
-        sum(_sends(True, c * p + r, last) + _sends(False, c * p + r, last) for c in range(vpp))
-        for r in range(p)
-    ]
-    return tuple(m * count * transfer_s for count in counts)
+def _send_time(kind: str, p: int, m: int, vpp: int, transfer_s: float) -> tuple[float, ...]:
+    return tuple(count * transfer_s for count in shape(kind, p, m, vpp).send_counts)
 
 
 def simulate(
@@ -120,48 +151,63 @@ def simulate(
     """Simulate every task of one step (the reference implementation)."""
     p = len(stages)
     m = micro_batches
-    last_global = p * vpp - 1
-    orders = _orders(kind, p, m, vpp)
+    s = shape(kind, p, m, vpp)
+    last_global = s.last_stage
     unset = -1.0
-    fwd_release = [[unset] * m for _ in range(p * vpp)]  # when the output may be consumed
-    bwd_release = [[unset] * m for _ in range(p * vpp)]
+    fwd_release = [[unset] * m for _ in range(last_global + 1)]  # when it may be consumed
+    bwd_release = [[unset] * m for _ in range(last_global + 1)]
     position = [0] * p
     free = [0.0] * p
     busy = [0.0] * p
     sending = [0.0] * p
-    last_bwd = [[0.0] * vpp for _ in range(p)]
-    remaining = sum(len(order) for order in orders)
+    last_bwd = [[0.0] * s.chunks for _ in range(p)]
+
+    def ready(code: int, j: int, mb: int) -> float:
+        if code == FORWARD:
+            return fwd_release[j - 1][mb] if j else 0.0
+        if code == BACKWARD:
+            return fwd_release[j][mb] if j == last_global else bwd_release[j + 1][mb]
+        return 0.0  # a W follows its own B on the same rank
+
+    remaining = sum(len(order) for order in s.orders)
     while remaining:
         progressed = False
         for rank in range(p):
-            order = orders[rank]
-            forward_s, backward_s = stages[rank].forward_s, stages[rank].backward_s
+            order, starts, grads, stage = (
+                s.orders[rank],
+                s.pairs[rank],
+                s.last_grad[rank],
+                stages[rank],
+            )
             index, now, spent, sent = position[rank], free[rank], busy[rank], sending[rank]
-            length = len(order)
-            while index < length:
-                forward, j, mb, chunk = order[index]
-                if forward:
-                    ready = 0.0
-                    if j:
-                        ready = fwd_release[j - 1][mb]
-                        if ready < 0:
-                            break
-                    duration = forward_s[chunk]
+            while index < len(order):
+                code, j, mb, chunk = order[index]
+                paired = index in starts
+                if paired:
+                    _, jb, mbb, chunk_b = order[index + 1]
+                    at_f, at_b = ready(FORWARD, j, mb), ready(BACKWARD, jb, mbb)
+                    at = unset if min(at_f, at_b) < 0 else max(at_f, at_b)
+                    duration = stage.pair(chunk, chunk_b)
+                    count = sends(FORWARD, j, last_global) + sends(BACKWARD, jb, last_global)
+                    grad_index, grad_chunk, width = index + 2, chunk_b, 3
                 else:
-                    ready = fwd_release[j][mb] if j == last_global else bwd_release[j + 1][mb]
-                    if ready < 0:
-                        break
-                    duration = backward_s[chunk]
-                start = now if now > ready else ready
-                if not forward and mb == m - 1:
-                    last_bwd[rank][chunk] = start
-                now = start + duration
+                    at = ready(code, j, mb)
+                    duration = (stage.forward_s, stage.backward_s, stage.weight_s)[code][chunk]
+                    count = int(sends(code, j, last_global))
+                    grad_index, grad_chunk, width = index, chunk, 1
+                if at < 0:
+                    break
+                start = now if now > at else at
+                if grads[grad_chunk] == grad_index:
+                    last_bwd[rank][grad_chunk] = start
+                now = start + duration + count * transfer_s
                 spent += duration
-                if _sends(forward, j, last_global):
-                    now += transfer_s
-                    sent += transfer_s
-                (fwd_release if forward else bwd_release)[j][mb] = now
-                index += 1
+                sent += count * transfer_s
+                if paired:
+                    fwd_release[j][mb] = bwd_release[jb][mbb] = now
+                elif code != 2:
+                    (fwd_release if code == FORWARD else bwd_release)[j][mb] = now
+                index += width
             if index != position[rank]:
                 remaining -= index - position[rank]
                 position[rank], free[rank], busy[rank], sending[rank] = index, now, spent, sent
@@ -176,92 +222,31 @@ def simulate(
 # --- the fast path ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    """One schedule shape as a flat topological order.
-
-    ``tasks[k] = (rank, dependency, slot)``: the task's rank, the index of the task whose
-    release it waits for (−1: none) and its duration slot ``rank·2·vpp + phase·vpp + chunk``.
-    ``last_backward[rank][chunk]`` = (the task, the rank's previous task) of the last
-    micro-batch's backward, to recover its start exactly; ``last_task[rank]``: its last task.
-    """
-
-    tasks: tuple[tuple[int, int, int], ...]
-    last_backward: tuple[tuple[tuple[int, int], ...], ...]
-    last_task: tuple[int, ...]  # per rank
-
-
-@functools.lru_cache(maxsize=256)
-def _compile(kind: str, p: int, m: int, vpp: int) -> _Compiled:
-    """A topological order of the task DAG: each rank runs its order until a dependency is
-    missing and waits; producing that dependency wakes it (the times do not depend on which
-    topological order is used)."""
-    last_global = p * vpp - 1
-    size = p * vpp * m  # produced[j·m + mb]: forwards; produced[size + j·m + mb]: backwards
-    produced = [-1] * (2 * size)
-    waiting: dict[int, int] = {}  # the key a blocked rank needs → that rank
-    tasks: list[tuple[int, int, int]] = []
-    append = tasks.append
-    last_backward = [[(-1, -1)] * vpp for _ in range(p)]
-    position = [0] * p
-    previous_of = [-1] * p  # each rank's last task so far
-    runnable = list(range(p - 1, -1, -1))
-    while runnable:
-        rank = runnable.pop()
-        order = schedule(kind, rank, p, m, vpp)
-        index, length = position[rank], len(order)
-        previous = previous_of[rank]
-        forward_slot, backward_slot = rank * 2 * vpp, rank * 2 * vpp + vpp
-        while index < length:
-            phase, chunk, mb = order[index]
-            j = chunk * p + rank
-            if phase == "F":
-                key, needed, slot = j * m + mb, (j - 1) * m + mb if j else -1, forward_slot + chunk
-            else:
-                key = size + j * m + mb
-                needed = j * m + mb if j == last_global else size + (j + 1) * m + mb
-                slot = backward_slot + chunk
-            dependency = -1
-            if needed >= 0:
-                dependency = produced[needed]
-                if dependency < 0:
-                    waiting[needed] = rank
-                    break
-            task = len(tasks)
-            if key >= size and mb == m - 1:
-                last_backward[rank][chunk] = (task, previous)
-            produced[key] = task
-            if waiting and key in waiting:
-                runnable.append(waiting.pop(key))
-            previous = task
-            append((rank, dependency, slot))
-            index += 1
-        position[rank], previous_of[rank] = index, previous
-    if len(tasks) != 2 * size:  # pragma: no cover - schedules are deadlock-free
-        raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
-    return _Compiled(tuple(tasks), tuple(tuple(x) for x in last_backward), tuple(previous_of))
-
-
-def _costs(stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[float]:
-    """Seconds each duration slot holds its rank: the task, plus its send if it sends."""
+def _costs(kind: str, stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[float]:
+    """Seconds each duration slot holds its rank: the task, plus its sends."""
     p = len(stages)
-    last = p * vpp - 1
+    chunks = chunks_per_rank(kind, vpp)
+    last = global_stages(kind, p, vpp) - 1
     costs = []
     for rank, stage in enumerate(stages):
-        for forward, times in ((True, stage.forward_s), (False, stage.backward_s)):
-            for chunk, seconds in enumerate(times):
-                costs.append(
-                    seconds + transfer_s if _sends(forward, chunk * p + rank, last) else seconds
-                )
+        stage_of = [global_stage(kind, rank, chunk, p) for chunk in range(chunks)]
+        for slot, seconds in enumerate(_durations(stage, chunks)):
+            count = 0
+            if slot < 2 * chunks:
+                count = sends(slot // chunks, stage_of[slot % chunks], last)
+            elif 3 * chunks <= slot < 3 * chunks + chunks * chunks:
+                a, b = divmod(slot - 3 * chunks, chunks)
+                count = sends(FORWARD, stage_of[a], last) + sends(BACKWARD, stage_of[b], last)
+            costs.append(seconds + count * transfer_s)
     return costs
 
 
 def _releases(
-    compiled: _Compiled, stages: Sequence[StageTimes], vpp: int, transfer_s: float
+    compiled: Compiled, stages: Sequence[StageTimes], vpp: int, transfer_s: float, kind: str = ""
 ) -> list[float]:
     """When every task (and its send) ends, in compiled order; the extra last entry stays 0.0:
     the release of index −1, "no dependency"."""
-    cost = _costs(stages, vpp, transfer_s)
+    cost = _costs(kind, stages, vpp, transfer_s)
     release = [0.0] * (len(compiled.tasks) + 1)
     free = [0.0] * len(stages)
     index = 0
@@ -278,9 +263,9 @@ def _releases(
 
 
 def _ends_and_starts(
-    compiled: _Compiled, release: Sequence[float], p: int
+    compiled: Compiled, release: Sequence[float], p: int
 ) -> tuple[list[float], list[list[float]]]:
-    """Every rank's end and the last backward start of every (rank, chunk)."""
+    """Every rank's end and the last weight-gradient start of every (rank, chunk)."""
     ends = [release[task] for task in compiled.last_task]
     starts = []
     for rank in range(p):
@@ -296,6 +281,7 @@ def _ends_and_starts(
 
 
 def _result(
+    kind: str,
     stages: Sequence[StageTimes],
     m: int,
     vpp: int,
@@ -306,8 +292,8 @@ def _result(
     p = len(stages)
     return PipelineResult(
         tuple(ends),
-        _busy(stages, m),
-        _send_time(p, m, vpp, transfer_s),
+        _busy(kind, stages, m, vpp),
+        _send_time(kind, p, m, vpp, transfer_s),
         tuple(tuple(row) for row in starts),
     )
 
@@ -320,126 +306,37 @@ def step_time(
     transfer_s: float,
 ) -> PipelineResult:
     """:func:`simulate` by compiled orders: the same tasks in one tight loop, or — when the
-    timeline is provably periodic (:func:`_periodic`) — a short prefix and the period's shift.
+    timeline is provably periodic (:func:`~stage_explore.analytical.taskgraph.periodic`) — a
+    short prefix and the period's shift.
 
     The state's shifts must agree to within 1e-11 of the prefix's length (rounding); the
     periodic map does not expand differences, so the extrapolated times are then within
     (periods extrapolated) × that of the simulated ones."""
     p, m = len(stages), micro_batches
-    period = _period(kind, p, vpp)
-    periods = 2 if period > 1 else p + 1  # past the warm-up, and deep enough for the state
-    while kind != "gpipe" and p > 1:
-        base = periods * period + m % period
-        if 4 * (base + 2 * period) > m:
+    step = period(kind, p, vpp)
+    periods = 2 if step > 1 else p + 1  # past the warm-up, and deep enough for the state
+    while step and p > 1:
+        base = periods * step + m % step
+        if 4 * (base + 2 * step) > m:
             break  # the prefix would cost about as much as the whole
-        periodic = _periodic(kind, p, vpp, base)
-        if periodic is None:  # not yet one period deep: a longer prefix
+        found = periodic(kind, p, vpp, base)
+        if found is None:  # not yet one period deep: a longer prefix
             periods *= 2
             continue
-        release = _releases(periodic.compiled, stages, vpp, transfer_s)
-        shift = release[periodic.pairs[0][1]] - release[periodic.pairs[0][0]]
+        release = _releases(found.compiled, stages, vpp, transfer_s, kind)
+        shift = release[found.pairs[0][1]] - release[found.pairs[0][0]]
         scale = 1e-11 * max(1.0, max(release))
-        if all(abs(release[b] - release[a] - shift) <= scale for a, b in periodic.pairs):
-            ends, starts = _ends_and_starts(periodic.compiled, release, p)
-            k = (m - base - period) // period  # periods beyond the simulated run
+        if all(abs(release[b] - release[a] - shift) <= scale for a, b in found.pairs):
+            ends, starts = _ends_and_starts(found.compiled, release, p)
+            k = (m - base - step) // step  # periods beyond the simulated run
             ends = [e + k * shift for e in ends]
             starts = [[s + k * shift for s in row] for row in starts]
-            return _result(stages, m, vpp, transfer_s, ends, starts)
+            return _result(kind, stages, m, vpp, transfer_s, ends, starts)
         periods *= 2  # still in the transient: a longer prefix
-    compiled = _compile(kind, p, m, vpp)
-    ends, starts = _ends_and_starts(compiled, _releases(compiled, stages, vpp, transfer_s), p)
-    return _result(stages, m, vpp, transfer_s, ends, starts)
-
-
-def _period(kind: str, p: int, vpp: int) -> int:
-    """Micro-batches per period of the steady state: the interleaved schedule advances in
-    groups of ``p``, the others one at a time."""
-    return p if kind == "interleaved" or vpp > 1 else 1
-
-
-@dataclass(frozen=True, slots=True)
-class _Periodic:
-    """A run of ``m`` micro-batches that decides every longer run (see :func:`_periodic`):
-    ``pairs`` are (task, the same task one period later) in ``compiled``."""
-
-    m: int
-    compiled: _Compiled
-    pairs: tuple[tuple[int, int], ...]
-
-
-@functools.lru_cache(maxsize=256)
-def _periodic(kind: str, p: int, vpp: int, base: int) -> _Periodic | None:
-    """The structure that makes extrapolation exact, or None.
-
-    Going from ``base`` to ``base + P`` micro-batches (P = :func:`_period`) must insert, on
-    every rank ``r`` at the position ``c_r`` where the two orders part, one block of
-    ``B_r`` tasks — the previous ``B_r`` tasks shifted by P micro-batches — and shift the rest
-    by P; going to ``base + 2P`` must insert the shifted block after it (the schedules are
-    formulas in the micro-batch index, so the pattern then repeats). In the run of
-    ``base + P``, let the state be the last ``K`` periods before ``c_r`` on every rank, deep
-    enough to hold every task that a task at or after ``c_r`` waits for (its dependency or its
-    predecessor on the rank). Then all later tasks are determined by the state, so if the
-    state's tasks one period later all end exactly ``Δ`` later, so does everything after: each
-    further period adds ``Δ`` to the ends (max-plus homogeneity). ``pairs`` lists the state's
-    (task, task one period later) for the caller to check.
-    """
-    period = _period(kind, p, vpp)
-
-    def orders(m: int) -> list[list[tuple[str, int, int]]]:
-        return [[(t.phase, t.chunk, t.micro_batch) for t in schedule(kind, r, p, m, vpp)]
-                for r in range(p)]  # fmt: skip
-
-    def shifted(tasks: Sequence[tuple[str, int, int]], k: int) -> list[tuple[str, int, int]]:
-        return [(phase, chunk, mb + k * period) for phase, chunk, mb in tasks]
-
-    first, second, third = orders(base), orders(base + period), orders(base + 2 * period)
-    cuts, blocks = [], []
-    for a, b, c in zip(first, second, third, strict=True):
-        cut = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
-        block = len(b) - len(a)
-        if block <= 0 or cut < block or cut + block > len(b):
-            return None
-        if b[cut + block :] != shifted(a[cut:], 1) or b[cut : cut + block] != shifted(
-            b[cut - block : cut], 1
-        ):
-            return None
-        if c[: cut + block] != b[: cut + block] or c[cut + block : cut + 2 * block] != shifted(
-            b[cut : cut + block], 1
-        ):
-            return None
-        if c[cut + 2 * block :] != shifted(a[cut:], 2):
-            return None
-        cuts.append(cut)
-        blocks.append(block)
-    compiled = _compile(kind, p, base + period, vpp)
-    by_rank: list[list[int]] = [[] for _ in range(p)]
-    position = [0] * len(compiled.tasks)
-    for index, (rank, _, _) in enumerate(compiled.tasks):
-        position[index] = len(by_rank[rank])
-        by_rank[rank].append(index)
-    depth = 1  # periods before the cut that the rest refers to
-    for index, (rank, dependency, _) in enumerate(compiled.tasks):
-        if dependency < 0:
-            continue
-        owner = compiled.tasks[dependency][0]
-        behind = cuts[owner] - position[dependency]
-        if position[index] >= cuts[rank]:
-            depth = max(depth, -(-behind // blocks[owner]))
-        elif behind <= 0:  # the common prefix must not wait for what follows a cut
-            return None
-    pairs = []
-    for rank in range(p):
-        cut, block, order = cuts[rank], blocks[rank], second[rank]
-        if cut < depth * block:
-            return None
-        window = range(cut - depth * block, cut)
-        if any(order[i + block] != shifted([order[i]], 1)[0] for i in window):
-            return None
-        pairs += [(by_rank[rank][i], by_rank[rank][i + block]) for i in window]
-        for chunk_task, _ in compiled.last_backward[rank]:
-            if position[chunk_task] < cut:  # must follow the state, to be shifted with it
-                return None
-    return _Periodic(base + period, compiled, tuple(pairs))
+    compiled = compile_shape(kind, p, m, vpp)
+    release = _releases(compiled, stages, vpp, transfer_s, kind)
+    ends, starts = _ends_and_starts(compiled, release, p)
+    return _result(kind, stages, m, vpp, transfer_s, ends, starts)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -447,24 +344,35 @@ def activation_profiles(
     kind: str, stage: int, p: int, m: int, vpp: int
 ) -> tuple[tuple[int, ...], ...]:
     """The numbers of micro-batches in flight per local chunk at the candidate peaks of
-    ``stage``'s saved activations (1F1B and interleaved; GPipe holds all ``m``).
+    ``stage``'s saved activations (GPipe holds all ``m``).
 
     Walking the task order, a forward adds one micro-batch's saved activations of its chunk and
-    a backward frees them; the peak is right after some forward. Only count vectors not
-    dominated by another are kept, so for any chunk sizes ``max(Σ counts·saved)`` is the peak
-    :func:`stage_core.lower.memory.activation_peak` finds. After the warm-up the live set is
-    periodic, so a prefix of ``4·p`` micro-batches (a multiple of p) suffices, as in
-    :func:`stage_core.lower.memory.steady_activation_peak`.
+    a backward frees them; the peak is right after some forward. Under a split schedule (ZB-H1,
+    DualPipe) a vector has two entries per chunk: micro-batches whose activations are held (a
+    forward ran, its ``W`` not yet) and micro-batches whose ``W`` is pending (its ``B`` ran:
+    the gradients ``W`` reads are held too); peaks follow a forward or a ``B``. Only count
+    vectors not dominated by another are kept, so for any chunk sizes ``max(Σ counts·bytes)``
+    is the peak :func:`stage_core.lower.memory.activation_peak` finds. After the warm-up the
+    live set is periodic, so a prefix of ``4·p`` micro-batches (a multiple of p) suffices, as in
+    :func:`stage_core.lower.memory.steady_activation_peak` (DualPipe walks every micro-batch).
     """
-    prefix = min(m, 4 * p)
-    live = [0] * vpp
+    prefix = m if kind == "dualpipe" else min(m, 4 * p)
+    chunks = chunks_per_rank(kind, vpp)
+    split = kind in SPLIT_BACKWARD
+    live = [0] * (2 * chunks if split else chunks)
     peaks: set[tuple[int, ...]] = set()
     for task in schedule(kind, stage, p, prefix, vpp):
         if task.phase == "F":
             live[task.chunk] += 1
             peaks.add(tuple(live))
+        elif not split:
+            live[task.chunk] -= 1
+        elif task.phase == "B":
+            live[chunks + task.chunk] += 1
+            peaks.add(tuple(live))
         else:
             live[task.chunk] -= 1
+            live[chunks + task.chunk] -= 1
     kept: list[tuple[int, ...]] = []
     for counts in sorted(peaks, key=sum, reverse=True):  # a dominating vector sorts first
         if not any(all(x >= y for x, y in zip(other, counts, strict=True)) for other in kept):
@@ -493,8 +401,13 @@ class StageClass:
 
     Per local chunk: forward and backward seconds per micro-batch, gradient synchronisation,
     saved activation bytes per micro-batch. Per rank: busy compute and exposed communication
-    (by label) per micro-batch, model-state bytes, transient buffers (ZeRO-3's gathered
-    weights), optimizer seconds.
+    (by label) per micro-batch of every chunk, model-state bytes, transient buffers (ZeRO-3's
+    gathered weights), optimizer seconds.
+
+    For the schedules that split the backward (ZB-H1, DualPipe): per chunk the seconds of its
+    input-gradient part ``input_grad_s`` (empty: all of the backward; ``W`` is the rest), the
+    bytes a pending ``W`` holds (``pending_bytes``, empty: none), and DualPipe's overlapped
+    pairs ``pair_s[forward chunk][backward chunk]`` (:func:`pair_seconds`; empty: no overlap).
     """
 
     forward_s: tuple[float, ...]
@@ -506,6 +419,17 @@ class StageClass:
     states_bytes: int
     buffers_bytes: int
     optimizer_s: float
+    input_grad_s: tuple[float, ...] = ()
+    pending_bytes: tuple[int, ...] = ()
+    pair_s: tuple[tuple[float, ...], ...] = ()
+
+    def stage_times(self, split: bool) -> StageTimes:
+        """The pipeline's view: whole backwards, or B and W apart."""
+        if not split:
+            return StageTimes(self.forward_s, self.backward_s)
+        b = self.input_grad_s or self.backward_s
+        w = tuple(max(0.0, total - part) for total, part in zip(self.backward_s, b, strict=True))
+        return StageTimes(self.forward_s, b, w, self.pair_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,10 +444,11 @@ class StepPlan:
 
     @property
     def stage_times(self) -> tuple[StageTimes, ...]:
-        return tuple(
-            StageTimes(self.classes[c].forward_s, self.classes[c].backward_s)
-            for c in self.stage_class
-        )
+        return self.schedule_times(False)
+
+    def schedule_times(self, split: bool) -> tuple[StageTimes, ...]:
+        """Every stage's :class:`StageTimes`, with B and W apart when ``split``."""
+        return tuple(self.classes[c].stage_times(split) for c in self.stage_class)
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,14 +470,17 @@ def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
     states + saved activations at the schedule's peak + transients, as
     :func:`stage_core.lower.memory.chunks_memory`)."""
     p = len(plan.stage_class)
-    pipeline = step_time(kind, plan.stage_times, m, vpp, plan.transfer_s)
+    split = kind in SPLIT_BACKWARD
+    chunks = chunks_per_rank(kind, vpp)
+    per_chunk = m // 2 if kind == "dualpipe" else m  # micro-batches through each chunk
+    pipeline = step_time(kind, plan.schedule_times(split), m, vpp, plan.transfer_s)
     worst: tuple[float, int, float] | None = None
     peak_memory = 0
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
         starts = pipeline.last_backward_start_s[stage]
         free = gather = 0.0
-        for index in sorted(range(vpp), key=starts.__getitem__):
+        for index in sorted(range(chunks), key=starts.__getitem__):
             sync = cls.sync[index]
             free = max(free + sync.total_s, starts[index] + sync.latest_s)
             gather += sync.gather_s
@@ -562,8 +490,11 @@ def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
         if kind == "gpipe":
             activations = m * sum(cls.saved_bytes)
         else:
+            sizes = cls.saved_bytes
+            if split:
+                sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
             activations = max(
-                sum(n * b for n, b in zip(counts, cls.saved_bytes, strict=True))
+                sum(n * b for n, b in zip(counts, sizes, strict=True))
                 for counts in activation_profiles(kind, stage, p, m, vpp)
             )
         memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes
@@ -572,9 +503,12 @@ def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
     total, stage, sync_end = worst
     cls = plan.classes[plan.stage_class[stage]]
     end = pipeline.end_s[stage]
-    breakdown = {"compute": m * cls.compute_s}
-    for label, seconds in cls.exposed_s:
-        breakdown[f"exposed_{label}"] = m * seconds
+    breakdown = {"compute": per_chunk * cls.compute_s}
+    hidden = _hidden_by_pairs(kind, plan, stage, m, vpp)
+    exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
+    kept_fraction = 1.0 - min(1.0, hidden / exposed) if exposed > 0 else 1.0
+    for label, seconds in cls.exposed_s:  # DualPipe's pairs hide some of it
+        breakdown[f"exposed_{label}"] = per_chunk * seconds * kept_fraction
     breakdown["pipeline_p2p"] = pipeline.send_s[stage]
     breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
     breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
@@ -584,3 +518,23 @@ def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
     return Step(total, kept, peak_memory, stage, end)
+
+
+def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:
+    """Seconds DualPipe's overlapped pairs save on ``stage`` against running their tasks in a
+    row (0 for the other schedules)."""
+    if kind != "dualpipe":
+        return 0.0
+    s = shape(kind, len(plan.stage_class), m, vpp)
+    times = plan.classes[plan.stage_class[stage]].stage_times(True)
+    chunks = s.chunks
+    counts = s.slot_counts[stage]
+    saved = 0.0
+    for a in range(chunks):
+        for b in range(chunks):
+            n = counts[3 * chunks + a * chunks + b]
+            if n:
+                weight = times.weight_s[b] if times.weight_s else 0.0
+                alone = times.forward_s[a] + times.backward_s[b] + weight
+                saved += n * (alone - times.pair(a, b))
+    return saved
