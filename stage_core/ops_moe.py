@@ -2,8 +2,10 @@
 
 :class:`Dispatch` permutes tokens ``x[B, S, H]`` into slots ``[E, C, H]`` (``C`` slots per
 expert). Each rank fills slots for its own tokens, so the natural layout partitions ``C`` over
-every axis that partitions the tokens, with the expert-parallel axis innermost; experts sharded
-over that axis then need an all-to-all (derived from the layout change, not written by hand).
+every axis that partitions the tokens, with the expert-parallel axes innermost in their mesh
+order (``ep``; with Megatron-Core's MoE parallel folding also ``cp`` and ``tp``); experts
+sharded over those axes then need one all-to-all over their group (derived from the layout
+change, not written by hand).
 :class:`Combine` is the inverse, weighting each token's ``top_k`` expert outputs by its gates.
 """
 
@@ -19,9 +21,12 @@ from stage_core.ops import BaseOp, Cost, Sizes, Tensor, local_elements
 
 @dataclass(frozen=True, slots=True)
 class Dispatch(BaseOp):
-    """``slots[E, C, H] = dispatch(x[B, S, H], gates[B, S, E])``; no FLOPs, a copy of k·tokens."""
+    """``slots[E, C, H] = dispatch(x[B, S, H], gates[B, S, E])``; no FLOPs, a copy of k·tokens.
 
-    expert_axis: str = "ep"
+    ``expert_axes``: the mesh axes the experts are partitioned over, outermost first.
+    """
+
+    expert_axes: tuple[str, ...] = ("ep",)
 
     def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         x = layouts[0]
@@ -29,7 +34,8 @@ class Dispatch(BaseOp):
             raise ShardingError(f"{self.name}: tokens {x} must be whole in H and not partial")
         axes = [a for axes in x.shards[:2] for a in axes]
         ordered = tuple(
-            [a for a in axes if a != self.expert_axis] + [a for a in axes if a == self.expert_axis]
+            [a for a in axes if a not in self.expert_axes]
+            + [a for a in self.expert_axes if a in axes]
         )
         out = tensors[self.outputs[0]]
         return [Layout(out.dims, ((), ordered, ()), (), out.name)]

@@ -14,7 +14,10 @@ replicated         partitioned        local slice
 
 Several axes compose: the planner applies one axis change at a time to the current layout,
 cheapest first (slices, then reductions, then all-to-alls, then all-gathers), and merges
-adjacent steps of the same kind on the same dims into one collective over several axes.
+adjacent steps of the same kind on the same dims into one collective over several axes. An
+all-to-all moves a run of a dim's innermost axes at once when the target dim wants exactly
+that run next, in the same nesting order: one all-to-all over the group of those axes (e.g.
+expert parallelism folded over ``ep`` and ``tp``), never a gather and a slice.
 Axes partitioning one dim nest (outermost first), so only the innermost axis of a dim can be
 gathered or moved away, and a new axis is always added innermost; a change that needs a
 reordering first gathers and then slices again. A partial sum cannot be created from data that
@@ -192,16 +195,42 @@ def _unsettled_innermost(plan: _Plan, layout: Layout) -> list[tuple[int, str]]:
     return found
 
 
-def _all_to_all(plan: _Plan, layout: Layout) -> RedistributionStep | None:
-    for dim, axis in _unsettled_innermost(plan, layout):
-        target = plan.dst.dim_of(axis)
-        if target is None or target == dim or not plan.target_prefix_ok(layout, target, axis):
+def _movable_run(plan: _Plan, layout: Layout, dim: int) -> tuple[tuple[str, ...], int] | None:
+    """The innermost unsettled axes of ``dim`` that one all-to-all can move onto another dim.
+
+    A run of the ``k`` innermost axes of ``dim`` (outermost first) moves together when it is,
+    in the same order, the next ``k`` axes the target dim wants after the axes it already
+    holds: every rank of the group over those axes then sends one block of the target dim to
+    each member, and the block index nests the axes identically on both dims.
+    """
+    axes = layout.shards[dim]
+    unsettled = len(axes) - plan.settled(layout, dim)
+    for count in range(1, unsettled + 1):
+        run = axes[len(axes) - count :]
+        target = plan.dst.dim_of(run[0])
+        if target is None or target == dim:
             continue
-        popped, _ = _pop(layout, dim)
-        after = _append(popped, target, axis, layout.partial)
+        wanted, held = plan.dst.shards[target], layout.shards[target]
+        start = len(held)
+        if wanted[:start] == held and wanted[start : start + count] == run:
+            return run, target
+    return None
+
+
+def _all_to_all(plan: _Plan, layout: Layout) -> RedistributionStep | None:
+    for dim, _ in _unsettled_innermost(plan, layout):
+        found = _movable_run(plan, layout, dim)
+        if found is None:
+            continue
+        run, target = found
+        after = layout
+        for _ in run:
+            after, _ = _pop(after, dim)
+        for axis in run:
+            after = _append(after, target, axis, layout.partial)
         return RedistributionStep(
             StepKind.ALL_TO_ALL,
-            (axis,),
+            run,
             layout.dims[dim],
             layout.dims[target],
             plan.bytes_of(layout),

@@ -10,18 +10,22 @@ Contents:
 
 Conventions (Megatron-core unless stated):
 
-- **World.** ``world_size = pp·dp·cp·tp``; ``ep`` does not multiply it.
+- **World.** ``world_size = pp·dp·cp·tp``; ``ep`` and ``etp`` do not multiply it.
 - **Rank order.** ``axis_order`` lists axes outermost first (the last varies fastest in the rank
   id); the default ``("pp", "dp", "ep", "cp", "tp")`` is Megatron's ``"tp-cp-ep-dp-pp"`` read
   backwards: TP innermost, then CP, EP, DP, PP. Dense layers use :meth:`ParallelConfig.mesh`,
   i.e. ``axis_order`` without ``ep``.
-- **EP is carved out of the dp×cp ranks** ("MoE parallel folding"): ``ep`` must divide ``dp·cp``.
-  Expert layers use :meth:`ParallelConfig.expert_mesh`, where the dp and cp axes become
-  ``edp = dp·cp/ep`` (outer) and ``ep`` (inner) over the same flattened index, so an EP group
-  spans the innermost ``ep`` ranks of the dp×cp block (cp first) at fixed pp and tp coordinates.
-  Experts are tensor-parallel over ``tp``. dp, ep and cp must be adjacent in ``axis_order``
-  with ep right after dp (Megatron requires ep next to dp). ZeRO and gradient reduction run
-  over the dp×cp ranks for dense weights and over the ``edp`` ranks for expert weights.
+- **MoE parallel folding** (Megatron-Core ``parallel_state``: attention layers use the
+  ``tp-cp-dp-pp`` rank generator, expert layers a second ``etp-ep-edp-pp`` generator over the
+  same ranks). Experts are tensor-parallel over ``etp`` (``--expert-tensor-parallel-size``,
+  default ``tp``; it must divide ``tp``), and ``ep·etp`` must divide ``tp·dp·cp``. Expert layers
+  use :meth:`ParallelConfig.expert_mesh`: the flattened dp×cp×tp index (tp fastest) is refolded
+  into ``edp = tp·dp·cp/(ep·etp)`` (outer), ``ep`` and ``etp`` (inner), so an EP group spans
+  the ranks right above the ``etp`` ranks: first the rest of tp (``tp/etp``), then cp, then dp,
+  at a fixed pp coordinate. With ``etp = tp`` the tp axis is kept whole. dp, ep and cp must be
+  adjacent in ``axis_order`` with ep right after dp (Megatron requires ep next to dp); ``etp <
+  tp`` also needs tp right after them. ZeRO and gradient reduction run over the dp×cp ranks for
+  dense weights and over the ``edp`` ranks for expert weights.
 - **GQA with tp > kv_heads.** Allowed when ``kv_heads`` divides ``tp``: each KV head is
   replicated on ``tp/kv_heads`` ranks (:meth:`ParallelConfig.kv_replication`), as PaLM's
   multi-query attention and inference engines do; Megatron-core itself requires tp | kv_heads.
@@ -83,6 +87,8 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+#: Name of the expert-tensor-parallel axis of :meth:`ParallelConfig.expert_mesh` when ``etp < tp``.
+EXPERT_TP_AXIS = "etp"
 
 
 #: Default rank order, outermost first.
@@ -117,9 +123,11 @@ class ParallelConfig:
     ``vpp`` is the number of model chunks per pipeline rank (interleaved schedule only).
     ``grad_fp32``: gradients accumulate in fp32 (Megatron's default with mixed precision,
     18 bytes of model state per parameter); false keeps them in the compute precision (the
-    ZeRO paper's 16 bytes). ``pp_layers``, ``pp_first_layers``, ``pp_last_layers`` and
-    ``pp_split`` choose each pipeline stage's layers (:meth:`stage_layers`).
+    ZeRO paper's 16 bytes). ``etp`` is the experts' tensor-parallel size (None: ``tp``,
+    Megatron's default; :attr:`expert_tp`). ``pp_layers``, ``pp_first_layers``,
+    ``pp_last_layers`` and ``pp_split`` choose each pipeline stage's layers (:meth:`stage_layers`).
     """
+    etp: int | None = None
 
     dp: int = 1
     tp: int = 1
@@ -176,6 +184,9 @@ class ParallelConfig:
                 problems.append(f"`{name}` must be one of {allowed}, but got {name}={value!r}")
         for name in (*_POSITIVE, "vocab_divisible_by"):
             value = getattr(self, name)
+        etp = self.etp
+        if etp is not None and (not _is_int(etp) or etp < 1):
+            problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
             if not _is_int(value) or value < 1:
                 problems.append(f"`{name}` must be a positive int, but got {name}={value!r}")
         global_batch = self.global_batch
@@ -267,10 +278,22 @@ class ParallelConfig:
                     "schedule='dualpipe' needs an even `pp` and an even number of micro-batches "
                     f"(global_batch/(micro_batch·dp)) of at least 2·`pp`, but got ({pp=}, {m=})"
                 )
-        if (dp * cp) % ep:
+        tp, etp = self.tp, self.expert_tp
+        if tp % etp:
             problems.append(
-                "`ep` must divide `dp`·`cp` (expert-parallel ranks are carved out of the dp×cp "
-                f"ranks), but got ({ep=}, {dp=}, {cp=})"
+                "`etp` (expert tensor parallel size) must divide `tp`, "
+                f"but got ({etp=}, {tp=})"
+            )
+        elif (dp * cp * tp) % (ep * etp):
+            problems.append(
+                "`ep`·`etp` must divide `tp`·`dp`·`cp` (expert layers refold the same ranks, "
+                "Megatron-Core's MoE parallel folding), "
+                f"but got ({ep=}, {etp=}, {tp=}, {dp=}, {cp=})"
+            )
+        elif etp < tp and [a for a in self.axis_order if a != "pp"] != ["dp", "ep", "cp", "tp"]:
+            problems.append(
+                "`etp` < `tp` needs tp innermost, right after dp, ep and cp in `axis_order`, "
+                f"but got ({etp=}, {tp=}, axis_order={self.axis_order!r})"
             )
         first, last, listed = self.pp_first_layers, self.pp_last_layers, self.pp_layers
         ends = first is not None or last is not None
@@ -285,6 +308,11 @@ class ParallelConfig:
                 "(Megatron forbids counting the embedding or loss with uneven first/last stages)"
             )
         if ends and pp == 1:
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the experts: ``etp``, or ``tp`` when it is None."""
+        return self.tp if self.etp is None else self.etp
+
             problems.append(f"`pp_first_layers`/`pp_last_layers` need `pp` > 1, but got ({pp=})")
         return problems
 
@@ -302,8 +330,8 @@ class ParallelConfig:
 
     @property
     def expert_dp(self) -> int:
-        """Data-parallel degree of expert weights: ``dp·cp/ep``."""
-        return self.dp * self.cp // self.ep
+        """Data-parallel degree of expert weights: ``tp·dp·cp/(ep·etp)``."""
+        return self.tp * self.dp * self.cp // (self.ep * self.expert_tp)
 
     @property
     def sequence_parallel(self) -> bool:
@@ -352,16 +380,20 @@ class ParallelConfig:
     # ------------------------------------------------------------------ meshes
 
     def mesh(self) -> Mesh:
+            if split and name == "ep":
+                axes.append(MeshAxis(EXPERT_TP_AXIS, self.expert_tp))
         """The mesh of dense layers: ``axis_order`` without ``ep`` (world size pp·dp·cp·tp)."""
         sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp}
         return Mesh(tuple(MeshAxis(name, sizes[name]) for name in self.axis_order if name != "ep"))
 
     def expert_mesh(self) -> Mesh:
-        """The mesh of expert layers: dp and cp refolded into ``edp`` (outer) and ``ep`` (inner)."""
+        """The mesh of expert layers: dp and cp (and tp when ``etp < tp``) refolded into
+        ``edp`` (outer), ``ep`` and, when ``etp < tp``, ``etp`` (inner)."""
+        split = self.expert_tp < self.tp
         sizes = {"pp": self.pp, EXPERT_DP_AXIS: self.expert_dp, "ep": self.ep, "tp": self.tp}
         axes = []
         for name in self.axis_order:
-            if name == "cp":
+            if name == "cp" or (split and name == "tp"):
                 continue
             key = EXPERT_DP_AXIS if name == "dp" else name
             axes.append(MeshAxis(key, sizes[key]))
@@ -388,8 +420,14 @@ class ParallelConfig:
         ffn, expert_ffn = model.ffn, model.expert_ffn
         if model.num_dense_layers and ffn % tp:
             problems.append(f"`tp` must divide `ffn`, but got ({tp=}, {ffn=})")
-        if model.is_moe and expert_ffn % tp:
-            problems.append(f"`tp` must divide `expert_ffn`, but got ({tp=}, {expert_ffn=})")
+        etp = self.expert_tp
+        if model.is_moe and expert_ffn % etp:
+            problems.append(
+                f"`etp` (expert tensor parallel size) must divide `expert_ffn`, "
+                f"but got ({etp=}, {expert_ffn=})"
+            )
+        if self.etp is not None and self.etp != tp and not model.is_moe:
+            problems.append(f"`etp` needs an MoE model, but got ({etp=}, {tp=})")
         try:
             self.stage_layers(model)
         except ConfigError as error:

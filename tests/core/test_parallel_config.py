@@ -102,8 +102,8 @@ def test_defaults() -> None:
         ),
         (
             {"dp": 2, "cp": 2, "ep": 8},
-            "`ep` must divide `dp`·`cp` (expert-parallel ranks are carved out of the dp×cp ranks), "
-            "but got (ep=8, dp=2, cp=2)",
+            "`ep`·`etp` must divide `tp`·`dp`·`cp` (expert layers refold the same ranks, "
+            "Megatron-Core's MoE parallel folding), but got (ep=8, etp=1, tp=1, dp=2, cp=2)",
         ),
         ({"pp_split": "middle"}, "`pp_split` must be one of 'auto', 'even', 'ends', 'embedding'"),
         ({"pp_layers": (3, -1)}, "`pp_layers` must be a list of non-negative ints, but got"),
@@ -146,7 +146,8 @@ def test_construction_reports_every_problem_at_once() -> None:
         (
             {"tp": 4},
             moe(expert_ffn=510),
-            "`tp` must divide `expert_ffn`, but got (tp=4, expert_ffn=510)",
+            "`etp` (expert tensor parallel size) must divide `expert_ffn`, "
+            "but got (etp=4, expert_ffn=510)",
         ),
         (
             {"pp": 8, "pp_split": "even"},

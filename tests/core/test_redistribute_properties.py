@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -216,7 +217,8 @@ def test_merging_keeps_kinds_and_never_adds_steps(
         return
     single = redistribute(src, dst, mesh, dtype_bytes=dtype_bytes, merge=False)
     merged = redistribute(src, dst, mesh, dtype_bytes=dtype_bytes, merge=True)
-    assert all(len(step.axes) == 1 for step in single)
+    # unmerged steps name one axis, but an all-to-all moving a run of axes at once
+    assert all(len(step.axes) == 1 or step.kind == StepKind.ALL_TO_ALL for step in single)
     assert len(merged) <= len(single)
     assert sorted(a for s in merged for a in s.axes) == sorted(a for s in single for a in s.axes)
     runs = [kind for kind, _ in itertools.groupby(s.kind for s in single)]
@@ -279,3 +281,59 @@ def test_hand_picked_multi_axis_changes_execute(src: str, dst: str) -> None:
     check_plan(
         _bound(src, **sizes), _bound(dst, **sizes), mesh, np.random.default_rng(7), 2, True
     )
+
+
+# -- multi-axis all-to-all (expert parallelism folded over several axes) --------------------------
+
+
+@st.composite
+def moved_runs(draw: st.DrawFn) -> tuple[Layout, Layout, Mesh, tuple[str, ...], int]:
+    """A run of a dim's innermost axes that the destination wants next on another dim."""
+    names = draw(st.permutations(list(AXIS_NAMES)))
+    mesh = Mesh.of(**{name: draw(st.sampled_from([2, 3])) for name in names})
+    count = draw(st.integers(2, 3))
+    run = tuple(names[:count])
+    rest = names[count:]
+    outer_src = tuple(a for a in rest if draw(st.booleans()))
+    held = tuple(a for a in rest if a not in outer_src)
+    sizes = (
+        sympy.Integer(math.prod(int(mesh.size(a)) for a in (*outer_src, *run))),
+        sympy.Integer(2 * math.prod(int(mesh.size(a)) for a in (*held, *run))),
+    )
+    src = Layout(("D0", "D1"), ((*outer_src, *run), held), (), "x", sizes)
+    dst = Layout(("D0", "D1"), (outer_src, (*held, *run)), (), "x", sizes)
+    return src, dst, mesh, run, draw(st.integers(0, 2**32 - 1))
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(moved_runs(), st.booleans())
+def test_a_run_of_axes_moves_in_one_all_to_all(
+    case: tuple[Layout, Layout, Mesh, tuple[str, ...], int], reverse: bool
+) -> None:
+    src, dst, mesh, run, seed = case
+    if reverse:
+        src, dst = dst, src
+    steps = check_plan(src, dst, mesh, np.random.default_rng(seed), 2, merge=False)
+    (step,) = steps
+    assert (step.kind, step.axes) == (StepKind.ALL_TO_ALL, run)
+    assert step.bytes_per_rank == 2 * int(src.local_elements(mesh))
+
+
+@pytest.mark.parametrize(("ep", "tp"), [(2, 2), (2, 3), (3, 2)])
+def test_model_rejects_a_multi_axis_all_to_all_in_the_wrong_block_order(ep: int, tp: int) -> None:
+    """Expert slots moving from C to E over (ep, tp): listing the axes as (tp, ep) sends every
+    block to the wrong rank, and the executable model sees it."""
+    mesh = Mesh.of(dp=2, ep=ep, tp=tp)
+    sizes = {"E": 2 * ep * tp, "C": 2 * 2 * ep * tp, "H": 2}
+    src = _bound("x[E, C/(dp*ep*tp), H]", **sizes)
+    dst = _bound("x[E/(ep*tp), C/dp, H]", **sizes)
+    (step,) = redistribute(src, dst, mesh)
+    assert (step.kind, step.axes) == (StepKind.ALL_TO_ALL, ("ep", "tp"))
+    rng = np.random.default_rng(3)
+    addends = make_addends(rng.integers(0, 100, size=tuple(sizes.values())), (), mesh, rng)
+    state = materialize(src, mesh, addends, ())
+    expected = materialize(dst, mesh, addends, ())
+    good = execute(step, state, mesh)
+    wrong = execute(replace(step, axes=("tp", "ep")), state, mesh)
+    assert all(np.array_equal(good[r], expected[r]) for r in good)
+    assert not all(np.array_equal(wrong[r], expected[r]) for r in wrong)
