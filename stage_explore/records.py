@@ -32,6 +32,12 @@ peak_memory_bytes memory_capacity_bytes model_flops_per_step hardware_flops_per_
 cost_per_step cost_per_million_tokens``, ``breakdown_<component>`` for the fixed components,
 ``breakdown_other`` (the rest, summed), ``breakdown_json`` and ``extra_json`` (lossless maps);
 the timings ``eval_s finished_at worker``. FLOP counts are float64 (they overflow int64).
+Inference studies record their serving knobs instead of the training ones (``num_gpus tp pp dp
+ep batch chunk kv_precision precision prefill_instances prefill_tp prefill_dp prefill_ep
+arrival_rate decode_instances``) and the serving metrics after the common ones
+(``time_to_first_token_s time_per_output_token_s tokens_per_s requests_per_s
+capacity_requests_per_s running_sequences max_running_sequences prefill_wait_s
+prefill_utilization kv_cache_bytes weight_bytes memory_bound_fraction``).
 """
 
 from __future__ import annotations
@@ -116,6 +122,39 @@ _METRICS = [
     ("cost_per_step", pa.float64()),
     ("cost_per_million_tokens", pa.float64()),
 ]
+#: Inference studies: their parameters (``decode_instances`` derived) and serving metrics
+#: (:data:`stage_explore.analytical.serving_design.SERVING_METRICS`, from ``extra``).
+_SERVING_PARAMS = [
+    ("num_gpus", pa.int64()),
+    ("tp", pa.int64()),
+    ("pp", pa.int64()),
+    ("dp", pa.int64()),
+    ("ep", pa.int64()),
+    ("batch", pa.int64()),
+    ("chunk", pa.int64()),
+    ("kv_precision", pa.string()),
+    ("precision", pa.string()),
+    ("prefill_instances", pa.int64()),
+    ("prefill_tp", pa.int64()),
+    ("prefill_dp", pa.int64()),
+    ("prefill_ep", pa.int64()),
+    ("arrival_rate", pa.float64()),
+    ("decode_instances", pa.int64()),
+]
+_SERVING_METRICS = [
+    ("time_to_first_token_s", pa.float64()),
+    ("time_per_output_token_s", pa.float64()),
+    ("tokens_per_s", pa.float64()),
+    ("requests_per_s", pa.float64()),
+    ("capacity_requests_per_s", pa.float64()),
+    ("running_sequences", pa.float64()),
+    ("max_running_sequences", pa.int64()),
+    ("prefill_wait_s", pa.float64()),
+    ("prefill_utilization", pa.float64()),
+    ("kv_cache_bytes", pa.int64()),
+    ("weight_bytes", pa.int64()),
+    ("memory_bound_fraction", pa.float64()),
+]
 _BREAKDOWN = [(f"breakdown_{name}", pa.float64()) for name in BREAKDOWN_COMPONENTS] + [
     ("breakdown_other", pa.float64()),
     ("breakdown_json", pa.string()),
@@ -131,7 +170,9 @@ _TIMINGS = [
 STUDY_FILE = "_study.json"
 
 #: Names of the metric columns (what :func:`flatten_evaluation` fills).
-METRIC_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _METRICS + _BREAKDOWN)
+METRIC_COLUMNS: tuple[str, ...] = tuple(
+    name for name, _ in _METRICS + _BREAKDOWN + _SERVING_METRICS + [("decode_instances", None)]
+)
 
 
 class TrialStatus(StrEnum):
@@ -185,6 +226,9 @@ def flatten_evaluation(evaluation: Evaluation) -> dict[str, Any]:
     row["extra_json"] = json.dumps(dict(evaluation.extra), sort_keys=True, default=str)
     for name in ("model_flops_per_step", "hardware_flops_per_step"):
         row[name] = float(row[name])
+    if "time_per_output_token_s" in evaluation.extra:  # a serving evaluation
+        for name, _ in [*_SERVING_METRICS, ("decode_instances", None)]:
+            row[name] = evaluation.extra.get(name)
     return row
 
 
@@ -201,7 +245,10 @@ def _arrow_type(values: Sequence[Any]) -> pa.DataType:
 def records_schema(study_name: str, space: SearchSpace) -> pa.Schema:
     """The Arrow schema of a study's records (the hardware columns come from its space)."""
     hardware = [(param.column, _arrow_type(param.values)) for param in space.hardware]
-    fields = _META + _PARAMS + hardware + _METRICS + _BREAKDOWN + _TIMINGS
+    if space.serving:
+        fields = _META + _SERVING_PARAMS + _METRICS + _SERVING_METRICS + _BREAKDOWN + _TIMINGS
+    else:
+        fields = _META + _PARAMS + hardware + _METRICS + _BREAKDOWN + _TIMINGS
     metadata = {VERSION_KEY: str(RECORDS_VERSION).encode(), b"stage.study": study_name.encode()}
     return pa.schema(fields, metadata=metadata)
 

@@ -179,8 +179,17 @@ class RequestLoad:
     output: LengthDistribution
     arrival_rate_per_s: float | None = None
     concurrency: int | None = None
+    #: Tokens of every prompt already in a prefix cache (their KV is reused, not computed):
+    #: the prefill computes ``prompt`` new tokens over them and decode attends to them too.
+    cached_prompt_len: int = 0
 
     def __post_init__(self) -> None:
+        cached = self.cached_prompt_len
+        if isinstance(cached, bool) or not isinstance(cached, int) or not 0 <= cached < MAX_CONTEXT:
+            raise ConfigError(
+                f"`cached_prompt_len` must be an int from 0 to {MAX_CONTEXT - 1}, "
+                f"but got {cached!r}"
+            )
         rate, clients = self.arrival_rate_per_s, self.concurrency
         if rate is not None and clients is not None:
             raise ConfigError(
@@ -209,9 +218,9 @@ class RequestLoad:
         A request of prompt ``P`` and output ``O`` runs ``O`` decode iterations with ``P + i``
         tokens cached at the ``i``-th, so a running sequence picked at random (the decode batch)
         has ``P`` plus half its own output, its output being length-biased by the time it runs:
-        ``E[P] + E[O²] / (2·E[O])`` for independent ``P`` and ``O``.
+        ``E[P] + E[O²] / (2·E[O])`` for independent ``P`` and ``O`` (plus the cached prefix).
         """
-        return self.prompt.mean() + self.output.size_biased_mean() / 2
+        return self.cached_prompt_len + self.prompt.mean() + self.output.size_biased_mean() / 2
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -220,4 +229,5 @@ class RequestLoad:
             "output": self.output.to_dict(),
             "arrival_rate_per_s": self.arrival_rate_per_s,
             "concurrency": self.concurrency,
+            "cached_prompt_len": self.cached_prompt_len,
         }

@@ -23,6 +23,7 @@ prefills interleave with decode, ``interleaved_prefill``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -140,6 +141,7 @@ def _prefills(
     of a step (the chunk, else TensorRT-LLM's 8,192), the latency of the prompt's own prefill
     (one prompt per dp rank, chunked when longer than the chunk), and its KV transfer."""
     layout = design.prefill_layout
+    cached = design.load.cached_prompt_len
     budget = design.chunk or design.prefill_tokens_per_step
     service, latency, transfer, flops = {}, {}, {}, {}
     worst: ServingEvaluation | None = None
@@ -149,7 +151,7 @@ def _prefills(
     for length in design.load.prompt.lengths():
         chunk = design.chunk if 0 < design.chunk < length else 0
         alone = replace(
-            layout, phase=Phase.PREFILL, batch=layout.dp, prompt_len=length, context_len=0,
+            layout, phase=Phase.PREFILL, batch=layout.dp, prompt_len=length, context_len=cached,
             chunk=chunk,
         )  # fmt: skip
         own = evaluate_prefill(backend, model, alone, system, design.memory_utilization)
@@ -166,7 +168,8 @@ def _prefills(
         flops[length] = own.extra["flops"] * layout.tp  # per rank per stage → one prompt's
         transfer[length] = 0.0
         if design.prefill_instances and last is not None:
-            transfer[length] = length * per_token / last.bandwidth_bytes_per_s + last.latency_s
+            cache_bytes = (cached + length) * per_token
+            transfer[length] = cache_bytes / last.bandwidth_bytes_per_s + last.latency_s
         for run in runs:
             if worst is None or run.peak_memory_bytes > worst.peak_memory_bytes:
                 worst = run
@@ -214,6 +217,18 @@ def _breakdown(
     return parts
 
 
+@functools.lru_cache(maxsize=64)
+def _steps(
+    backend: AnalyticalBackend, model: ModelSpec, design: ServingDesign, system: System
+) -> tuple[dict[int, ServingEvaluation], int, _Prefills | None]:
+    """The decode curve, its cap and the prefills of a design (a memo of pure evaluations,
+    per process, like the model and system loaders of :mod:`stage_explore.search.design`)."""
+    curve, cap = _decode_curve(backend, model, design, system)
+    if cap == 0:
+        return curve, cap, None
+    return curve, cap, _prefills(backend, model, design, system)
+
+
 def evaluate_design(
     backend: AnalyticalBackend, model: ModelSpec, design: ServingDesign, system: System
 ) -> Evaluation:
@@ -221,7 +236,13 @@ def evaluate_design(
     gpus = design.num_gpus
     if gpus > system.max_gpus:
         raise InfeasibleError(f"{gpus} GPUs exceed the system's {system.max_gpus}")
-    curve, cap = _decode_curve(backend, model, design, system)
+    # the steps depend neither on how requests arrive nor on how many instances serve them:
+    # designs that differ only there (a searched rate, a pool split) share them
+    steps_design = replace(
+        design, decode_instances=1, prefill_instances=min(1, design.prefill_instances),
+        load=replace(design.load, arrival_rate_per_s=None, concurrency=None),
+    )  # fmt: skip
+    curve, cap, prefills = _steps(backend, model, steps_design, system)
     top = curve[max(curve)]
     if cap == 0:
         reason = (
@@ -229,7 +250,7 @@ def evaluate_design(
             f"decode context of {round(design.load.decode_context())} tokens ({top.reason})"
         )
         return _infeasible(design, top, reason)
-    prefills = _prefills(backend, model, design, system)
+    assert prefills is not None
     decode = StepCurve(tuple((b, e.time_per_output_token_s or 0.0) for b, e in curve.items()))
     times = PoolTimes(
         decode=decode, max_running=cap, prefill_service_s=prefills.service_s,

@@ -30,6 +30,7 @@ from stage_explore.records import (
 )
 from stage_explore.report.tables import format_table
 from stage_explore.report.units import display, in_display_units
+from stage_explore.study.serving_space import SERVING_KNOBS
 from stage_explore.study.spec import PARALLEL_KNOBS, Direction
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 _DEFAULT_OBJECTIVES = {"step_time_s": "min", "mfu": "max"}
 _ALWAYS = ("num_gpus", "dp", "tp", "pp")
+#: Columns an inference study's tables always show besides its objectives.
+_SERVING_SHOWN = ("time_to_first_token_s", "time_per_output_token_s", "tokens_per_s_per_gpu")
 _LOST = "infrastructure_failed"
 _STATUSES = ("ok", "infeasible", "failed", _LOST)
 
@@ -77,7 +80,8 @@ class Report:
             "peak_memory_gib" if name == "peak_memory_bytes" else name
             for name, _ in self.objectives
         ]
-        extra = [name for name in ("peak_memory_gib",) if name not in metrics]
+        shown = ("peak_memory_gib", *_SERVING_SHOWN)
+        extra = [name for name in shown if name not in metrics and name in self.frame]
         return ["trial", *self.parameters, *metrics, *extra, *self.refined_columns()]
 
     def refined_columns(self) -> list[str]:
@@ -172,9 +176,10 @@ def build_report(
     frame["peak_memory_gib"] = frame["peak_memory_bytes"] / float(1 << 30)
     chosen = objectives or _study_objectives(folder) or _DEFAULT_OBJECTIVES
     pairs = tuple(parse_objectives(chosen))
-    searched = [
-        name for name in (*PARALLEL_KNOBS[:1], "dp", *PARALLEL_KNOBS[1:]) if name in frame.columns
-    ]
+    knobs = (*PARALLEL_KNOBS[:1], "dp", *PARALLEL_KNOBS[1:])
+    if "cp" not in frame.columns and "batch" in frame.columns:  # an inference study
+        knobs = (*SERVING_KNOBS, "decode_instances")
+    searched = [name for name in knobs if name in frame.columns]
     searched += [name for name in frame.columns if name.startswith("hw_")]
     # one row per configuration (a sampler may propose a point twice): the first trial of it
     ok = frame[frame["status"] == "ok"].drop_duplicates(subset=["study", *searched])

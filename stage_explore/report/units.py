@@ -52,6 +52,10 @@ _DISPLAYS: dict[str, Display] = {
         label="throughput (tokens/s per GPU)", header="tokens/s per GPU"
     ),
     "eval_s": Display(label="evaluation time (s)", header="eval (s)"),
+    "time_to_first_token_s": Display(label="time to first token (s)", header="TTFT (s)"),
+    "time_per_output_token_s": Display(label="time per output token (s)", header="TPOT (s)"),
+    "tokens_per_s": Display(label="output tokens/s", header="tokens/s"),
+    "requests_per_s": Display(label="requests/s", header="requests/s"),
 }
 
 

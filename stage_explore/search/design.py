@@ -86,17 +86,27 @@ def model_is_moe(study: StudySpec) -> bool | None:
 
 
 def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """The (model, parallel config, system) of one trial; invalid combinations raise ConfigError."""
+    """The (model, parallel config, system) of one trial; invalid combinations raise ConfigError.
+
+    For an inference study the second item is a
+    :class:`~stage_explore.analytical.serving_design.ServingDesign` instead.
+    """
     from stage_core.parallel import ParallelConfig
     from stage_explore.system import load_system, system_from_mapping
 
     model = _study_model(study)
+    if study.workload.requests is not None:  # an inference study: a serving deployment
+        from stage_explore.study.serving_space import serving_design
+
+        design = serving_design(params, study.workload.requests)
     if study.system.inline is not None:
         system = system_from_mapping(study.system.inline, source=f"{study.path} [system.inline]")
     else:
         system = _cached(load_system, study.system.argument())
     for param in study.space.hardware:
         system = replace_path(system, param.path, params[param.column])
+    if study.workload.requests is not None:
+        return model, design, system
     knobs = {name: params[name] for name in PARALLEL_KNOBS if name != "num_gpus"}
     workload = study.workload
     parallel = ParallelConfig(

@@ -70,6 +70,16 @@ def judge(
             f"peak memory {evaluation.peak_memory_bytes / _GIB:.2f} GiB exceeds the constraint "
             f"max_memory_gib = {limit / _GIB:g}"
         )
+    bounds = (
+        ("time to first token", "time_to_first_token_s", "max_ttft_s", constraints.max_ttft_s),
+        ("time per output token", "time_per_output_token_s", "max_tpot_s", constraints.max_tpot_s),
+    )
+    for label, column, key, bound in bounds:  # inference latency bounds
+        value = metrics.get(column)
+        if bound is not None and _finite(value) and value > bound:
+            return TrialStatus.INFEASIBLE, (
+                f"{label} {value:.4g} s exceeds the constraint {key} = {bound:g}"
+            )
     for objective in objectives:
         if not _finite(metrics.get(objective.metric)):
             return TrialStatus.FAILED, (

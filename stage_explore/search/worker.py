@@ -81,7 +81,10 @@ def _evaluate(
     metrics: dict[str, Any] = {}
     try:
         model, parallel, system = builder(job.study, candidate.params)
-        evaluation = backend.evaluate(model, parallel, system)
+        if job.study.workload.requests is not None:  # an inference study
+            evaluation = _evaluate_serving(backend, model, parallel, system)
+        else:
+            evaluation = backend.evaluate(model, parallel, system)
     except InfeasibleError as error:
         status, reason, metrics = TrialStatus.INFEASIBLE, error.reason, {}
     except (ConfigError, ShardingError) as error:
@@ -112,6 +115,19 @@ def _evaluate(
         eval_s=time.perf_counter() - start,
         worker=worker,
     )
+
+
+def _evaluate_serving(backend: BaseBackend, model: Any, design: Any, system: Any) -> Evaluation:
+    """A serving design point, evaluated with the analytical serving model."""
+    from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.analytical.serving_design import evaluate_design
+
+    if not isinstance(backend, AnalyticalBackend):
+        raise ConfigError(
+            "inference studies are evaluated by the analytical backend, got "
+            f"{type(backend).__name__}"
+        )
+    return evaluate_design(backend, model, design, system)
 
 
 #: Backends of this worker process by (factory, options): a backend's memo (bound blocks,

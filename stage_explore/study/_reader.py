@@ -106,7 +106,7 @@ class Table:
     def reject_unknown(self, allowed: Collection[str]) -> None:
         """Raise on the first key not in ``allowed``, suggesting the closest known key."""
         for key in self.data:
-            if key == "dp" and self.name == "space":
+            if key == "dp" and self.name == "space" and key not in allowed:
                 raise self.error(
                     key,
                     "dp is not searched: it is derived as num_gpus / (tp·pp·cp); "

@@ -27,9 +27,11 @@ from pathlib import Path
 from stage_core.errors import ConfigError
 from stage_explore.limits import check_sizes
 from stage_explore.study._reader import Source, Table, choices_text, describe
+from stage_explore.study.serving_space import parse_requests, parse_serving_space
 from stage_explore.study.space import has_possible_point, parse_space
 from stage_explore.study.spec import (
     OBJECTIVE_METRICS,
+    SERVING_OBJECTIVES,
     BackendSpec,
     Constraints,
     Direction,
@@ -137,16 +139,28 @@ def parse_study(text: str, path: Path) -> StudySpec:
     assert seed is not None
 
     workload = _workload(_table(root, "workload"))
-    constraints = _constraints(root.table("constraints"))
+    inference = workload.kind is WorkloadKind.INFERENCE
+    constraints = _constraints(root.table("constraints"), inference)
     system_table = _table(root, "system")
-    space = parse_space(_table(root, "space"), system_table.table("search"), workload)
+    if inference:
+        search = system_table.table("search")
+        if search is not None:
+            raise search.error(None, "hardware search is not supported in inference studies yet")
+        space = parse_serving_space(_table(root, "space"))
+    else:
+        space = parse_space(_table(root, "space"), system_table.table("search"), workload)
     if not has_possible_point(space, workload, constraints):
         raise source.error(
             "space",
             None,
             "expected at least one structurally possible point "
-            "(tp·pp·cp dividing num_gpus, dp·micro_batch dividing global_batch, "
-            "num_gpus within max_gpus), got none",
+            + (
+                "(ep dividing dp, dp·pp dividing batch, the GPUs beyond the prefill pool a "
+                "multiple of a decode instance, num_gpus within max_gpus), got none"
+                if inference
+                else "(tp·pp·cp dividing num_gpus, dp·micro_batch dividing global_batch, "
+                "num_gpus within max_gpus), got none"
+            ),
         )
     spec = StudySpec(
         name=name,
@@ -156,10 +170,10 @@ def parse_study(text: str, path: Path) -> StudySpec:
         workload=workload,
         system=_system(system_table, path),
         space=space,
-        objectives=_objectives(_table(root, "objectives")),
+        objectives=_objectives(_table(root, "objectives"), inference),
         constraints=constraints,
         sampler=_sampler(_table(root, "sampler")),
-        backend=_backend(root.table("backend")),
+        backend=_backend(root.table("backend"), inference),
         executor=_executor(root.table("executor")),
     )
     _check_sources(spec, root)
@@ -253,14 +267,13 @@ def _model(table: Table, study_path: Path) -> ModelSource:
 
 
 def _workload(table: Table) -> WorkloadSpec:
-    table.reject_unknown(("kind", "global_batch", "sequence_length"))
     kind = table.string("kind", default="training", choices=tuple(WorkloadKind))
-    if kind == WorkloadKind.INFERENCE:  # accepted by the vocabulary, not by the search yet
-        raise table.error(
-            "kind",
-            "inference studies are not supported yet; evaluate serving configurations with "
-            "`stage eval --phase prefill|decode|serve` (docs/serving.md)",
+    if kind == WorkloadKind.INFERENCE:
+        requests = parse_requests(table)
+        return WorkloadSpec(
+            kind=WorkloadKind.INFERENCE, global_batch=0, sequence_length=0, requests=requests
         )
+    table.reject_unknown(("kind", "global_batch", "sequence_length"))
     global_batch = table.integer("global_batch", required=True)
     sequence_length = table.integer("sequence_length", required=True)
     assert kind is not None and global_batch is not None and sequence_length is not None
@@ -286,10 +299,17 @@ def _system(table: Table, study_path: Path) -> SystemSource:
     return SystemSource(inline=dict(inline.data))
 
 
-def _objectives(table: Table) -> tuple[Objective, ...]:
-    table.reject_unknown(tuple(OBJECTIVE_METRICS))
+def _objectives(table: Table, inference: bool) -> tuple[Objective, ...]:
+    serving_only = SERVING_OBJECTIVES - {"tokens_per_s_per_gpu", "cost_per_million_tokens"}
+    allowed = [
+        name
+        for name in OBJECTIVE_METRICS
+        if (name in SERVING_OBJECTIVES if inference else name not in serving_only)
+    ]
+    table.reject_unknown(tuple(allowed))
     if not table.data:
-        raise table.error(None, 'expected at least one objective such as step_time_s = "min"')
+        example = 'tokens_per_s_per_gpu = "max"' if inference else 'step_time_s = "min"'
+        raise table.error(None, f"expected at least one objective such as {example}")
     objectives = []
     for metric in table.data:
         direction = table.string(metric, choices=("min", "max"))
@@ -298,14 +318,21 @@ def _objectives(table: Table) -> tuple[Objective, ...]:
     return tuple(objectives)
 
 
-def _constraints(table: Table | None) -> Constraints:
+def _constraints(table: Table | None, inference: bool) -> Constraints:
     if table is None:
         return Constraints()
-    table.reject_unknown(("max_memory_gib", "max_gpus"))
+    latency = ("max_ttft_s", "max_tpot_s")
+    if not inference:
+        for key in latency:
+            if key in table.data:
+                raise table.error(key, 'a latency bound of inference studies (kind = "inference")')
+    table.reject_unknown(("max_memory_gib", "max_gpus", *(latency if inference else ())))
     memory_gib = table.number("max_memory_gib")
     return Constraints(
         max_memory_bytes=None if memory_gib is None else int(memory_gib * _GIB),
         max_gpus=table.integer("max_gpus"),
+        max_ttft_s=table.number("max_ttft_s"),
+        max_tpot_s=table.number("max_tpot_s"),
     )
 
 
@@ -322,12 +349,18 @@ def _sampler(table: Table) -> SamplerSpec:
     )
 
 
-def _backend(table: Table | None) -> BackendSpec:
+def _backend(table: Table | None, inference: bool = False) -> BackendSpec:
     if table is None:
         return BackendSpec()
     table.reject_unknown(("name", "options", "screen", "screen_options"))
     name = table.string("name", default="analytical")
     assert name is not None
+    if inference and (name != "analytical" or table.has("screen")):
+        key = "screen" if table.has("screen") else "name"
+        raise table.error(
+            key,
+            'inference studies are evaluated by the analytical backend only (name = "analytical")',
+        )
     for key, value in (("name", name), ("screen", table.string("screen"))):
         if value is not None and not _BACKEND_NAME.match(value):
             raise table.expect(

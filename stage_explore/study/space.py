@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from stage_explore.study._reader import Table, choices_text, describe
+from stage_explore.study.serving_space import canonical_serving, serving_reason
 from stage_explore.study.spec import (
     PARALLEL_KNOBS,
     Constraints,
@@ -114,6 +115,10 @@ def _range_values(table: Table, key: str, spec: Mapping[str, Any], numbers: str)
     if not values:
         raise table.error(key, f"expected a non-empty range, got min = {low}, max = {high}")
     return values
+
+
+#: Public name of the range parser (inference spaces parse their ranges with it too).
+range_values = _range_values
 
 
 def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
@@ -236,7 +241,10 @@ def parse_space(space: Table, hardware: Table | None, workload: WorkloadSpec) ->
 
 
 def derive_dp(params: Mapping[str, Any]) -> int:
-    """The data-parallel degree: ``num_gpus / (tp·pp·cp)``, 0 when that does not divide."""
+    """The data-parallel degree: ``num_gpus / (tp·pp·cp)``, 0 when that does not divide
+    (an inference point searches ``dp`` itself: its value)."""
+    if "cp" not in params:
+        return int(params["dp"])
     model_parallel = params["tp"] * params["pp"] * params["cp"]
     quotient, remainder = divmod(params["num_gpus"], model_parallel)
     return quotient if remainder == 0 else 0
@@ -246,6 +254,8 @@ def structural_reason(
     params: Mapping[str, Any], workload: WorkloadSpec, constraints: Constraints
 ) -> str | None:
     """Why a point cannot exist whatever the model and system (``None`` if it can)."""
+    if workload.kind == "inference":
+        return serving_reason(params, constraints)
     num_gpus = params["num_gpus"]
     if constraints.max_gpus is not None and num_gpus > constraints.max_gpus:
         return f"num_gpus={num_gpus} exceeds the constraint max_gpus={constraints.max_gpus}"
@@ -297,6 +307,8 @@ def canonical_params(
     says whether the model has experts (``None``: unknown, ``ep`` is left as it is).
     Idempotent: the knobs that decide a pin (tp, schedule, num_gpus, pp, cp) are never pinned.
     """
+    if "cp" not in params:  # an inference point
+        return canonical_serving(params, choices, moe=moe)
     result = dict(params)
     if result["tp"] == 1:
         result["sp"] = _pinned("sp", choices)
@@ -321,6 +333,8 @@ def has_possible_point(
 ) -> bool:
     """Whether at least one point of the space passes :func:`structural_reason`."""
     choices = space.choices()
+    if space.serving:
+        return any(True for _ in grid_points(space, workload, constraints))
     names = ("num_gpus", "tp", "pp", "cp", "micro_batch", "schedule", "vpp")
     for combination in itertools.product(*(choices[name] for name in names)):
         if (

@@ -49,7 +49,24 @@ OBJECTIVE_METRICS: Mapping[str, str] = {
     "mfu": "max",
     "hfu": "max",
     "tokens_per_s_per_gpu": "max",
+    # inference studies (stage_explore.study.serving_space)
+    "time_to_first_token_s": "min",
+    "time_per_output_token_s": "min",
+    "requests_per_s": "max",
+    "tokens_per_s": "max",
 }
+#: Objectives of inference studies (the others are training's).
+SERVING_OBJECTIVES: frozenset[str] = frozenset(
+    {
+        "time_to_first_token_s",
+        "time_per_output_token_s",
+        "requests_per_s",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "cost_per_million_tokens",
+        "peak_memory_bytes",
+    }
+)
 
 
 class WorkloadKind(StrEnum):
@@ -111,14 +128,22 @@ class ModelSource:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadSpec:
-    """One step of the workload: its kind, the global batch in sequences, the sequence length."""
+    """One step of the workload: its kind, the global batch in sequences, the sequence length.
+
+    An inference workload has ``requests`` instead (prompt and output lengths, arrival rate or
+    concurrency: :func:`stage_explore.study.serving_space.parse_requests`); its global batch
+    and sequence length are 0.
+    """
 
     kind: WorkloadKind
     global_batch: int
     sequence_length: int
+    requests: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
+        if self.requests is not None:
+            return {"kind": str(self.kind), "requests": dict(self.requests)}
         return {
             "kind": str(self.kind),
             "global_batch": self.global_batch,
@@ -185,6 +210,8 @@ class SearchSpace:
 
     knobs: tuple[Knob, ...]
     hardware: tuple[HardwareParam, ...] = ()
+    #: An inference space (:data:`~stage_explore.study.serving_space.SERVING_KNOBS`).
+    serving: bool = False
 
     def choices(self) -> dict[str, tuple[Any, ...]]:
         """Parameter name → its values, knobs first, then hardware columns."""
@@ -229,10 +256,20 @@ class Constraints:
 
     max_memory_bytes: int | None = None
     max_gpus: int | None = None
+    #: Inference latency bounds: mean time to first token and per output token (seconds).
+    max_ttft_s: float | None = None
+    max_tpot_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {"max_memory_bytes": self.max_memory_bytes, "max_gpus": self.max_gpus}
+        """A JSON-ready dict (the latency bounds only when set)."""
+        result: dict[str, Any] = {
+            "max_memory_bytes": self.max_memory_bytes,
+            "max_gpus": self.max_gpus,
+        }
+        for name in ("max_ttft_s", "max_tpot_s"):
+            if getattr(self, name) is not None:
+                result[name] = getattr(self, name)
+        return result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
