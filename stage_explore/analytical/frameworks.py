@@ -1,5 +1,6 @@
-"""Training-framework behaviours that decide real step times: :class:`FrameworkProfile` and
-the registry :data:`FRAMEWORKS`.
+"""Training-framework behaviours that decide real step times: :class:`FrameworkProfile`,
+the registry :data:`FRAMEWORKS`, and :func:`zero3_gathered_bytes` (the gathered ZeRO-3
+parameters a rank holds under each framework's gathering rule).
 
 The same parallel configuration runs differently under Megatron-LM, Megatron-Core, DeepSpeed
 and PyTorch FSDP: which communication each overlaps with compute, how ZeRO-3 / FSDP gathers
@@ -40,6 +41,13 @@ Options (all booleans unless said):
   ring at the per-GPU scale-out bandwidth rather than hierarchically (DeepSpeed ZeRO-3 of 2021:
   per-parameter all-gathers over the whole data-parallel group; declared calibration: see
   :data:`FRAMEWORKS` ``deepspeed``).
+- ``zero3_live_elements`` (int ≥ 0) — how many gathered parameters a ZeRO-3 rank holds at
+  once. 0: whole blocks (FSDP units: the block in use and the next one, prefetched; with
+  ``limit_all_gathers`` FSDP keeps at most two all-gathers in flight). > 0: DeepSpeed ZeRO-3,
+  which gathers per sub-module (each ``Linear``) and releases parameters once more than
+  ``stage3_max_live_parameters`` elements are live — but never the sub-module in use.
+- ``zero3_prefetch_elements`` (int ≥ 0) — elements DeepSpeed ZeRO-3 gathers ahead of use
+  (``stage3_prefetch_bucket_size``), on top of the live ones.
 - ``attention_kernel`` (str or None) — the fused attention kernel the framework's software of
   its time runs (``"fa2"``: FlashAttention-2), looked up in the accelerator's
   ``attention_kernels``; None: the best kernel the preset lists (FA3 / cuDNN on Hopper, FA4 on
@@ -55,7 +63,7 @@ Options (all booleans unless said):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -71,6 +79,8 @@ OPTION_FLAGS: dict[str, str] = {
     "pipeline_scatter_gather": "Megatron-LM pipeline scatter/gather (Narayanan et al. §4.1)",
     "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
+    "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
+    "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
@@ -96,6 +106,8 @@ class FrameworkProfile:
     pipeline_scatter_gather: bool
     zero3_gathers: int
     zero3_flat_ring: bool
+    zero3_live_elements: int
+    zero3_prefetch_elements: int
     attention_kernel: str | None
     fused_elementwise: bool
     runtime_reserved_bytes: int
@@ -110,10 +122,14 @@ class FrameworkProfile:
                         f"framework {self.name!r}: `zero3_gathers` must be 2 or 3, "
                         f"but got {value!r}"
                     )
-            elif option == "runtime_reserved_bytes":
+            elif option in (
+                "runtime_reserved_bytes",
+                "zero3_live_elements",
+                "zero3_prefetch_elements",
+            ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(
-                        f"framework {self.name!r}: `runtime_reserved_bytes` must be an int >= 0, "
+                        f"framework {self.name!r}: `{option}` must be an int >= 0, "
                         f"but got {value!r}"
                     )
             elif option == "attention_kernel":
@@ -185,6 +201,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
+            zero3_live_elements=0,
+            zero3_prefetch_elements=0,
             attention_kernel=None,  # unfused core attention (the generator's GPT blocks)
             fused_elementwise=True,
             runtime_reserved_bytes=0,  # the published peaks are allocator figures
@@ -202,6 +220,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
+            zero3_live_elements=0,
+            zero3_prefetch_elements=0,
             attention_kernel=None,  # Transformer Engine: cuDNN fused attention (FA3-class)
             fused_elementwise=True,
             runtime_reserved_bytes=1 * GIB,
@@ -222,6 +242,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,  # PipelineEngine.is_pipe_partitioned (tp > 1)
             zero3_gathers=3,
             zero3_flat_ring=True,
+            # stage3_max_live_parameters 1e9 and stage3_prefetch_bucket_size 5e8, DeepSpeed's
+            # defaults (https://www.deepspeed.ai/docs/config-json/, ZeRO optimizations)
+            zero3_live_elements=10**9,
+            zero3_prefetch_elements=5 * 10**8,
             attention_kernel="fa2",
             fused_elementwise=True,  # Megatron-DeepSpeed keeps Megatron's fused kernels
             runtime_reserved_bytes=1 * GIB,
@@ -239,6 +263,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,
             zero3_gathers=2,  # reshard_after_forward: gathered again for the backward
             zero3_flat_ring=False,
+            zero3_live_elements=0,  # FSDP units (one per transformer block)
+            zero3_prefetch_elements=0,
             # PyTorch SDPA's flash backend is FlashAttention-2 (torch.nn.functional.
             # scaled_dot_product_attention docs); FA3 needs the separate flash-attn package
             attention_kernel="fa2",
@@ -258,6 +284,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,
             zero3_gathers=2,
             zero3_flat_ring=False,
+            zero3_live_elements=0,
+            zero3_prefetch_elements=0,
             attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023
             fused_elementwise=False,
             runtime_reserved_bytes=1 * GIB,
@@ -269,6 +297,24 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
 #: The profile the analytical backend uses when none is named (the behaviour the backend was
 #: first validated with).
 DEFAULT_FRAMEWORK = "megatron-lm-2021"
+
+
+def zero3_gathered_bytes(
+    profile: FrameworkProfile,
+    blocks_bytes: Sequence[int],
+    largest_tensor_elements: int,
+    weight_bytes: int,
+) -> int:
+    """Bytes of gathered (unsharded) ZeRO-3 parameters a rank holds at its peak, given the full
+    weight bytes of each block it runs (``blocks_bytes``) and its largest single weight tensor:
+    two whole blocks (the one in use and the prefetched next; ``zero3_live_elements`` 0), or
+    DeepSpeed's per-sub-module bound — the live elements (at least the largest tensor, which
+    must be whole to run) plus the prefetch bucket — when that is smaller."""
+    two_blocks = sum(sorted(blocks_bytes, reverse=True)[:2])
+    if profile.zero3_live_elements == 0:
+        return two_blocks
+    live = max(largest_tensor_elements, profile.zero3_live_elements)
+    return min(two_blocks, (live + profile.zero3_prefetch_elements) * weight_bytes)
 
 
 def get_framework(name: str) -> FrameworkProfile:

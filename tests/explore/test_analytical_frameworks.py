@@ -24,6 +24,7 @@ from stage_explore.analytical.frameworks import (
     FRAMEWORKS,
     OPTION_FLAGS,
     get_framework,
+    zero3_gathered_bytes,
 )
 from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
 from stage_explore.cli import main
@@ -50,6 +51,7 @@ def test_the_registry_holds_the_four_frameworks_the_validation_maps_rows_to() ->
         ({"zero3_gathers": 4}, "`zero3_gathers` must be 2 or 3"),
         ({"allocator_overhead": -0.1}, "`allocator_overhead`"),
         ({"runtime_reserved_bytes": 1.5}, "`runtime_reserved_bytes`"),
+        ({"zero3_live_elements": -1}, "`zero3_live_elements` must be an int >= 0"),
         ({"overlap_everything": True}, "unknown framework option 'overlap_everything'"),
     ],
 )
@@ -237,3 +239,17 @@ def test_eager_frameworks_pay_for_every_elementwise_round_trip() -> None:
 def test_the_evaluation_names_its_framework() -> None:
     result = AnalyticalBackend(framework="fsdp").evaluate(MODEL, PARALLEL, load_system("h100-80gb"))
     assert result.extra["framework"] == "fsdp"
+
+
+def test_fsdp_holds_two_gathered_blocks_deepspeed_its_live_bound() -> None:
+    blocks = [10_000, 30_000, 20_000]  # full weight bytes of three blocks
+    fsdp, deepspeed = get_framework("fsdp"), get_framework("deepspeed")
+    assert zero3_gathered_bytes(fsdp, blocks, 4_000, 2) == 50_000
+    # DeepSpeed: max(largest tensor, stage3_max_live_parameters) + prefetch bucket, in bytes,
+    # unless two whole blocks are smaller
+    small = deepspeed.with_overrides({"zero3_live_elements": 1_000, "zero3_prefetch_elements": 500})
+    assert zero3_gathered_bytes(small, blocks, 4_000, 2) == (4_000 + 500) * 2
+    assert zero3_gathered_bytes(small, blocks, 400, 2) == (1_000 + 500) * 2
+    assert zero3_gathered_bytes(deepspeed, blocks, 4_000, 2) == 50_000
+    assert deepspeed.zero3_live_elements == 10**9  # stage3_max_live_parameters default
+    assert deepspeed.zero3_prefetch_elements == 5 * 10**8  # stage3_prefetch_bucket_size
