@@ -300,7 +300,8 @@ def _system(table: Table, study_path: Path) -> SystemSource:
 
 
 def _objectives(table: Table, inference: bool) -> tuple[Objective, ...]:
-    serving_only = SERVING_OBJECTIVES - {"tokens_per_s_per_gpu", "cost_per_million_tokens"}
+    shared = {"tokens_per_s_per_gpu", "cost_per_million_tokens", "peak_memory_bytes"}
+    serving_only = SERVING_OBJECTIVES - shared
     allowed = [
         name
         for name in OBJECTIVE_METRICS
