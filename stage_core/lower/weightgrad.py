@@ -78,7 +78,12 @@ def split_backward(block: BoundBlock) -> BackwardSplit:
                 in_w[index] = changed = True
     b_index = tuple(i for i in range(len(instrs)) if not in_w[i])
     w_index = tuple(i for i in range(len(instrs)) if in_w[i])
-    produced_by_w = {name for i in w_index for name, _ in instrs[i].outputs}
+    produced_by_w = {  # a collective in place (all_gather:d.x → d.x) produces nothing new
+        name
+        for i in w_index
+        for name, _ in instrs[i].outputs
+        if name not in {n for n, _ in instrs[i].inputs}
+    }
     read_by_w = {
         name: nbytes
         for i in w_index

@@ -59,6 +59,8 @@ from stage_core.lower.program import (
     make_workload,
     tie_embeddings,
 )
+from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank, global_stage
+from stage_core.lower.weightgrad import split_backward
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.trace import CollectiveKind
@@ -105,7 +107,14 @@ from stage_explore.analytical.parts import (
     sum_states,
     tied_ends,
 )
-from stage_explore.analytical.pipeline import StageClass, Step, StepPlan, SyncCost, assemble_step
+from stage_explore.analytical.pipeline import (
+    StageClass,
+    Step,
+    StepPlan,
+    SyncCost,
+    assemble_step,
+    pair_table,
+)
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 
@@ -223,6 +232,7 @@ class AnalyticalBackend(BaseBackend):
         plan_key = (
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
             workload.grad_bytes, parallel.grad_bucket_bytes, layout_key(workload),
+            str(parallel.schedule) if str(parallel.schedule) in SPLIT_BACKWARD else "",
         )  # fmt: skip
 
         def plan() -> Plan:
@@ -235,7 +245,7 @@ class AnalyticalBackend(BaseBackend):
         step: Step = self._steps.get(
             (plan_key, kind, m), lambda: assemble_step(planned.step, kind, m, vpp)
         )
-        scale = m * (gpus // parallel.pp)
+        scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
         return self._result(workload, step, flops, system)
 
@@ -268,7 +278,11 @@ class AnalyticalBackend(BaseBackend):
         stage_class = []
         classes: list[tuple[StageClass, tuple[int, int]]] = []
         for stage in range(p):
-            signature = tuple(layout[v * p + stage] for v in range(vpp))
+            schedule = str(parallel.schedule)  # DualPipe: stages r and p − 1 − r
+            signature = tuple(
+                layout[global_stage(schedule, stage, v, p)]
+                for v in range(chunks_per_rank(schedule, vpp))
+            )
             class_key = (signature, tuple(spans[axes][stage][0] for axes in relevant))
             if class_key not in class_of:
                 class_of[class_key] = len(classes)
@@ -311,10 +325,30 @@ class AnalyticalBackend(BaseBackend):
                 gather_s,
                 scatter_s,
             )
+        split = str(parallel.schedule) in SPLIT_BACKWARD  # B and W apart (lower/weightgrad.py)
+        b_costs = {
+            k: replace(c, backward=self._block_timing(point, k, "bwd_b", spans), scatter_s=0.0)
+            for k, c in costs.items()
+        } if split else costs  # fmt: skip
+        w_costs = {
+            k: replace(c, backward=self._block_timing(point, k, "bwd_w", spans), gather_s=0.0)
+            for k, c in costs.items()
+        } if split else costs  # fmt: skip
+        input_grad, pending, computes = [], [], []
         chunks, sync_costs, states = [], [], []
         for runs in signature:
             timing = chunk_timing(runs, costs, parallel.zero)
             chunks.append(timing)
+            w_timing = chunk_timing(runs, w_costs, parallel.zero) if split else timing
+            if split:
+                input_grad.append(chunk_timing(runs, b_costs, parallel.zero).backward_s)
+                pending.append(
+                    sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
+                )
+                computes.append(
+                    (sum(n * costs[k].forward.compute_s for k, n in runs),
+                     sum(n * costs[k].backward.compute_s for k, n in runs))
+                )  # fmt: skip
             backward = [(syncs[kind][0], count) for kind, count in reversed(runs)]
             groups = []
             limit = parallel.grad_bucket_bytes if self.framework.overlap_grad_reduce else 2**62
@@ -322,7 +356,7 @@ class AnalyticalBackend(BaseBackend):
                 collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
                 seconds = self._collective_time(point, spans[axes], collective, size)
                 groups.append((seconds, first, step, count))
-            total, latest = sync_timing(groups, timing.backward_runs)
+            total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
             gathered: dict[tuple[str, ...], int] = {}
             for kind, count in reversed(runs):
                 for axes, size in syncs[kind][1].items():
@@ -351,7 +385,13 @@ class AnalyticalBackend(BaseBackend):
             states_bytes=sum(s.states_bytes for s in states),
             buffers_bytes=sum(largest) if parallel.zero >= 3 else 0,
             optimizer_s=self._optimizer_s(point, sum(s.params for s in states)),
-        )
+            input_grad_s=tuple(input_grad),
+            pending_bytes=tuple(pending),
+            pair_s=pair_table(
+                [c.forward_s for c in chunks], [f for f, _ in computes],
+                [c.backward_s for c in chunks], [b for _, b in computes],
+            ) if str(parallel.schedule) == "dualpipe" else (),
+        )  # fmt: skip
         flops = (sum(s.model_flops for s in states), sum(s.hardware_flops for s in states))
         return stage_class, flops
 
@@ -482,6 +522,9 @@ class AnalyticalBackend(BaseBackend):
 
         def compute() -> BlockTiming:
             instrs = block.fwd if phase == "fwd" else block.bwd
+            if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
+                halves = split_backward(block)
+                instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
             if self.framework.fused_elementwise:
                 instrs = fuse_elementwise(instrs)
             return time_block(

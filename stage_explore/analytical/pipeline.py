@@ -538,3 +538,20 @@ def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) ->
                 alone = times.forward_s[a] + times.backward_s[b] + weight
                 saved += n * (alone - times.pair(a, b))
     return saved
+
+
+def pair_table(
+    forward_s: Sequence[float],
+    forward_compute_s: Sequence[float],
+    backward_s: Sequence[float],
+    backward_compute_s: Sequence[float],
+) -> tuple[tuple[float, ...], ...]:
+    """``pair_s[a][b]``: :func:`pair_seconds` of chunk ``a``'s forward with chunk ``b``'s whole
+    backward (B and W), for every pair of a rank's chunks."""
+    return tuple(
+        tuple(
+            pair_seconds(forward_s[a], forward_compute_s[a], backward_s[b], backward_compute_s[b])
+            for b in range(len(backward_s))
+        )
+        for a in range(len(forward_s))
+    )

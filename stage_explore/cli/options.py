@@ -100,9 +100,9 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--schedule",
-        choices=_choices(Schedule),
+        choices=(*_choices(Schedule), "zb-h1"),
         default=Schedule.ONE_F_ONE_B.value,
-        help="pipeline schedule",
+        help="pipeline schedule (zb = ZB-H1, alias zb-h1; dualpipe = DeepSeek-V3's DualPipe)",
     )
     group.add_argument(
         "--vpp", type=int, default=1, help="model chunks per pipeline rank (interleaved only)"
@@ -181,7 +181,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         ep=args.ep,
         sp=args.sp,
         cp_style=CpStyle(args.cp_style),
-        schedule=Schedule(args.schedule),
+        schedule=Schedule("zb" if args.schedule == "zb-h1" else args.schedule),
         vpp=args.vpp,
         zero=args.zero,
         recompute=Recompute(args.recompute),

@@ -41,7 +41,7 @@ from stage_explore.study.spec import (
 
 #: Closed vocabularies of the string knobs.
 RECOMPUTE_CHOICES: tuple[str, ...] = ("none", "selective", "full")
-SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 #: Pipeline split policies (:class:`stage_core.parallel.PipelineSplit`); ``"auto"`` is STAGE's
 #: default split (even when it divides, else lighter end stages), also as the knob's "auto".
 PP_SPLIT_CHOICES: tuple[str, ...] = ("auto", "even", "ends", "embedding", "loss", "embedding-loss")
@@ -266,6 +266,13 @@ def structural_reason(
     if workload.global_batch % per_step:
         return f"dp·micro_batch={per_step} does not divide global_batch={workload.global_batch}"
     schedule, pp, vpp = params.get("schedule", "1f1b"), params["pp"], params.get("vpp", 1)
+    if schedule == "dualpipe":  # stage_core.lower.schedule.check_dualpipe
+        micro_batches = workload.global_batch // per_step
+        if pp % 2 or micro_batches % 2 or micro_batches < 2 * pp:
+            return (
+                f"schedule dualpipe needs an even pp and an even number of micro-batches "
+                f"of at least 2·pp, got pp={pp} and {micro_batches} micro-batches"
+            )
     if schedule != "interleaved":
         return f"vpp={vpp} needs schedule interleaved, got {schedule}" if vpp > 1 else None
     if pp == 1:

@@ -122,7 +122,7 @@ def test_invalid_workloads_raise_config_errors(argv: list[str], message: str) ->
     "argv",
     [
         ["--model", "gpt3-125m", "--zero", "4"],
-        ["--model", "gpt3-125m", "--schedule", "zb"],
+        ["--model", "gpt3-125m", "--schedule", "zigzag"],
         ["--model", "gpt3-125m", "--precision", "fp32"],
         ["--model", "gpt3-125m", "--tp", "two"],
     ],
