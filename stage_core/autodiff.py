@@ -312,7 +312,7 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
         index = op.inputs.index(name)
         consumed = step.in_layouts[index]
         tensor = b.tensors[name]
-        if isinstance(op, Attention) and index > 0:
+        if isinstance(op, Attention) and index in (1, 2):
             # dK, dV: every query chunk contributes; with ring attention the ring returns them.
             q_axes = tuple(a for a in step.in_layouts[0].shards[1] if a not in consumed.shards[1])
             layouts.append(consumed.with_shards(consumed.shards, q_axes))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stage_core.graph import Block
+from stage_core.models.layers import DENSE_LAYER, Ffn, LayerKind, Mixer
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_core.ops_mla import HeadConcat, LatentAttention
 from stage_core.ops_moe import Combine, Dispatch
@@ -46,6 +47,8 @@ class Structure:
     #: Multi-head latent attention, and whether its queries come from a latent too.
     latent_attention: bool = False
     query_latent: bool = False
+    #: One learned logit per head added to the softmax's denominator (GPT-OSS).
+    attention_sinks: bool = False
 
     @classmethod
     def of(cls, model: ModelSpec) -> Structure:
@@ -59,6 +62,7 @@ class Structure:
             model.qk_norm,
             model.is_mla,
             model.q_lora_rank > 0,
+            model.attention_sinks,
         )
 
 
@@ -121,7 +125,9 @@ def _linear(
     return b.elementwise(raw, bias, out=out, linear=True)
 
 
-def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str:
+def _attention(
+    b: Block, model: Structure, x: str, options: BlockOptions, window: bool = False
+) -> str:
     ln = _norm(b, model, x, "ln1")
     kv = "N" if options.attention == "unfused" else "K"
     q = _linear(b, model, "bsh,hnd->bsnd", ln, b.weight("wq", ("H", "N", "D")), "q", ("N", "D"))
@@ -150,7 +156,11 @@ def _attention(b: Block, model: Structure, x: str, options: BlockOptions) -> str
         context = b.einsum("bnst,btnd->bsnd", probs, v, out="attn.context")
     else:
         cached = bool(options.kv_cache_bytes)
-        context = b.attention(q, k, v, out="attn.core", causal=options.causal, cached=cached)
+        sinks = b.weight("attn.sinks", ("N",)) if model.attention_sinks else ""
+        context = b.attention(
+            q, k, v, out="attn.core", causal=options.causal, cached=cached,
+            window="W" if window else "", sinks=sinks,
+        )  # fmt: skip
     proj = _linear(
         b, model, "bsnd,ndh->bsh", context, b.weight("wo", ("N", "D", "H")), "attn.proj", ("H",)
     )
@@ -324,14 +334,24 @@ def _moe(b: Block, model: Structure, x: str) -> str:
     return out
 
 
-def layer_block(model: Structure, options: BlockOptions, moe: bool) -> Block:
-    """One transformer layer: attention and a dense MLP or an MoE."""
-    b = Block("moe_layer" if moe else "layer", weight_bytes=options.weight_bytes)
+def layer_block(model: Structure, options: BlockOptions, kind: LayerKind = DENSE_LAYER) -> Block:
+    """One decoder layer of ``kind`` (:mod:`stage_core.models.layers`): its mixer (full or
+    sliding-window attention) and its FFN (dense MLP or MoE), each pre-normed with a residual;
+    a kind without a mixer or without an FFN leaves that half out (Nemotron-H's layers)."""
+    b = Block(kind.block, weight_bytes=options.weight_bytes)
     x = b.input("x", ("B", "S", "H"))
-    attention = _latent_attention if model.latent_attention else _attention
-    h = attention(b, model, x, options)
+    h = x
+    if kind.attends:
+        window = kind.mixer is Mixer.SLIDING
+        if model.latent_attention:
+            h = _latent_attention(b, model, x, options)
+        else:
+            h = _attention(b, model, x, options, window=window)
+    if kind.ffn is Ffn.NONE:
+        b.output(h)
+        return b.validate()
     ln = _norm(b, model, h, "ln2")
-    y = _moe(b, model, ln) if moe else _mlp(b, model, ln, "F", "mlp")
+    y = _moe(b, model, ln) if kind.ffn is Ffn.MOE else _mlp(b, model, ln, "F", "mlp")
     dropped = _dropout(b, y, "mlp.dropout", options)
     b.output(b.elementwise(h, dropped, out="y", linear=True))
     return b.validate()

@@ -147,7 +147,16 @@ class Block:
         return self._add(op, out, self._known(inputs[0]).dims, 2)
 
     def attention(
-        self, q: str, k: str, v: str, out: str, causal: bool, name: str = "", cached: bool = False
+        self,
+        q: str,
+        k: str,
+        v: str,
+        out: str,
+        causal: bool,
+        name: str = "",
+        cached: bool = False,
+        window: str = "",
+        sinks: str = "",
     ) -> str:
         qd, kd, vd = (self._known(t).dims for t in (q, k, v))
         if (
@@ -159,7 +168,9 @@ class Block:
                 f"got {qd}, {kd}, {vd}"
             )
         dims = (*qd[:3], vd[3])
-        return self._add(Attention(name or out, (q, k, v), (out,), causal, cached), out, dims, 2)
+        inputs = (q, k, v, sinks) if sinks else (q, k, v)
+        op = Attention(name or out, inputs, (out,), causal, cached, window)
+        return self._add(op, out, dims, 2)
 
     def embedding(self, ids: str, table: str, out: str, name: str = "") -> str:
         dims = (*self._known(ids).dims, self._known(table).dims[1])

@@ -364,9 +364,17 @@ class Attention(BaseOp):
     #: ``Sq``; query ``i`` sees the ``Skv − Sq + i + 1`` keys up to its own position (exact
     #: count, FlashAttention/paged kernels skip the masked blocks).
     cached: bool = False
+    #: Sliding-window attention: the dim whose size is the window ``w`` (query ``p`` sees the
+    #: ``min(p + 1, w)`` keys up to its own position); "" for full attention.
+    window: str = ""
 
     def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
-        q, k, v = layouts
+        q, k, v = layouts[:3]
+        if len(layouts) == 4 and layouts[3].shards[0] != q.shards[2]:
+            raise ShardingError(
+                f"{self.name}: attention sinks {layouts[3]} must be partitioned like the heads "
+                f"of {q}"
+            )
         for layout in layouts:
             if layout.partial:
                 raise ShardingError(f"{self.name}: attention input {layout} is a partial sum")
@@ -390,7 +398,7 @@ class Attention(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
-        q, k, _ = layouts
+        q = layouts[0]
         qt, kt = tensors[self.inputs[0]], tensors[self.inputs[1]]
         batch = local_extent(qt.dims[0], q.shards[0], sizes, axis_sizes)
         sq = local_extent(qt.dims[1], q.shards[1], sizes, axis_sizes)
@@ -400,15 +408,29 @@ class Attention(BaseOp):
         vt = tensors[self.inputs[2]]
         value_dim = local_extent(vt.dims[3], layouts[2].shards[3], sizes, axis_sizes)
         # Q·Kᵀ over the query/key dim, P·V over the value dim (equal except in MLA).
-        if self.cached:
+        if self.window:
+            flops = 2 * batch * self._window_pairs(sq, skv, sizes[self.window]) * heads
+            flops *= head_dim + value_dim
+        elif self.cached:
             visible = sq * (skv - sq) + _div(sq * (sq + 1), 2, f"{self.name} cached keys")
             flops = 2 * batch * visible * heads * (head_dim + value_dim)
         else:
             flops = 2 * batch * sq * skv * heads * (head_dim + value_dim)
-        if self.causal and not self.cached:
+        if self.causal and not self.cached and not self.window:
             flops = _div(flops, 2, f"{self.name} causal FLOPs")
+        if len(self.inputs) == 4:  # sinks: exp of one logit per (query, head), added to the sum
+            flops += 2 * batch * sq * heads
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(flops, read, written)
+
+    def _window_pairs(self, queries: Size, keys: Size, window: Size) -> Size:
+        """(query, key) pairs inside a causal window: the ``queries`` last of ``keys`` positions
+        when cached; else all ``keys`` positions' pairs, the local ``queries``' share of them
+        (context parallelism: the mean over the ranks, exact when ``queries == keys``)."""
+        if self.cached:
+            return window_pairs(keys, window) - window_pairs(keys - queries, window)
+        total = window_pairs(keys, window)
+        return total if queries == keys else total * queries // keys
 
     @property
     def saved(self) -> tuple[str, ...]:
@@ -418,6 +440,16 @@ class Attention(BaseOp):
     def ring_axes(layouts: Sequence[Layout]) -> tuple[str, ...]:
         """The axes K/V chunks circulate over (empty unless keys are partitioned)."""
         return layouts[1].shards[1]
+
+
+def window_pairs(positions: Size, window: Size) -> Size:
+    """Causal (query, key) pairs of ``positions`` tokens when each sees at most ``window`` keys:
+    ``Σ_{p<n} min(p + 1, w)`` = ``n(n+1)/2`` for ``n ≤ w``, else ``w(w+1)/2 + (n − w)·w``."""
+    if not isinstance(positions, int) or not isinstance(window, int):
+        raise ShardingError(f"window pairs need bound sizes, got ({positions}, {window})")
+    if positions <= window:
+        return positions * (positions + 1) // 2
+    return window * (window + 1) // 2 + (positions - window) * window
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stage_core.graph import Block
+from stage_core.models.layers import is_layer_block
 from stage_core.sharding import ShardingPlan
 
 TOKENS = "B/(dp*ep)"
@@ -74,6 +75,8 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
             layout = f"[H, {dims[1]}/tp]"
         elif name.endswith(".w2"):
             layout = f"[{dims[0]}/tp, H]"
+        elif name == "attn.sinks":  # one logit per query head (GPT-OSS), with its head
+            layout = "[N/tp]"
         elif name in ("embed", "output"):
             layout = "[V/tp, H]"
         elif name.endswith(".bias") and dims and dims[0] in ("N", "K", "F", "G", "Z"):
@@ -92,7 +95,7 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     names = block.tensors
     if "x" in names:
         stored["x"] = act
-    if block.name in ("layer", "moe_layer"):
+    if is_layer_block(block.name):
         for op in block.ops:  # q/k/v projections, or latent attention's down-projections
             if "ln1" in op.inputs:
                 consumed[(op.name, "ln1")] = _GATHERED
@@ -116,10 +119,11 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         elif "attn.core" in names:
             consumed[("attn.core", kv)] = kv_layout(kv)
             consumed[("attn.core", "v")] = kv_layout("v")
-        else:
+        elif "attn.scores" in names:
             consumed[("attn.scores", kv)] = kv_layout(kv)
             consumed[("attn.context", "v")] = kv_layout("v")
-        stored[_op_name(block, "attn.proj")] = act
+        if _op_name(block, "attn.proj") in names:  # a layer without attention has none
+            stored[_op_name(block, "attn.proj")] = act
         ops = {op.name for op in block.ops}
         for consumer in (
             "mlp.fc1",

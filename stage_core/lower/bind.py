@@ -26,6 +26,7 @@ from stage_core.blocks import (
 from stage_core.errors import InfeasibleError, ShardingError
 from stage_core.layout import Layout
 from stage_core.mesh import Mesh
+from stage_core.models.layers import is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
 from stage_core.plans import PlanFlags, plan_for
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
@@ -36,7 +37,7 @@ MESH_AXES = ("pp", "dp", "ep", "cp", "tp")
 #: Axes over which weights are data-parallel replicas (gradients reduced, ZeRO shards).
 DATA_AXES = frozenset({"dp", "ep", "cp"})
 
-BlockKind = str  # "embedding" | "layer" | "moe_layer" | "head" | "serving_head"
+BlockKind = str  # "embedding" | "head" | "serving_head" | a layer's (models.layers.LayerKind.block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +114,14 @@ def symbolic_block(
     elif kind == "serving_head":
         block = serving_head_block(model)
     else:
-        block = layer_block(model, options, moe=kind == "moe_layer")
+        layer = layer_kind_of_block(kind)
+        assert layer is not None, f"unknown block kind {kind!r}"
+        block = layer_block(model, options, layer)
     mesh = Mesh.symbolic(MESH_AXES)
     forward = shard_forward(block, plan_for(block, flags), mesh)
     if options.kv_cache_bytes:
         return SymbolicBlock(forward, ShardedBackward((), {}, (), forward.tensors))
-    mode = recompute if kind in ("layer", "moe_layer") else "none"
+    mode = recompute if is_layer_block(kind) else "none"
     backward = derive_backward(forward, recompute=mode, region=ATTENTION_CORE)
     return SymbolicBlock(forward, backward)
 

@@ -30,6 +30,7 @@ from stage_core.lower.bind import (
 )
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
+from stage_core.models.layers import is_layer_block
 
 
 def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) -> int:
@@ -150,8 +151,8 @@ def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) 
     if str(workload.parallel.recompute) == "none":
         return largest
     structure = Structure.of(workload.model)
-    for kind in ("layer", "moe_layer"):
-        if kind not in blocks:
+    for kind in blocks:
+        if not is_layer_block(kind):
             continue
         full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
         bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)

@@ -101,6 +101,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         "P": model.max_position,
         "E": max(1, model.num_experts),
         "C": 1,
+        "W": max(1, model.sliding_window),
     }
     if model.is_mla:  # latent attention's dims (blocks.py, _latent_attention)
         rope = model.qk_rope_head_dim
@@ -122,6 +123,12 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         attention=options.attention,
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
     )
+    if model.sliding_window and options.attention != "fused":
+        raise ConfigError(
+            f"sliding-window attention needs a fused attention kernel, but the {model.family} "
+            f"family uses Megatron's unfused core attention (got sliding_window="
+            f"{model.sliding_window})"
+        )
     if flags.cp_ring and options.attention != "fused":
         raise ConfigError(
             "ring context parallelism passes K/V chunks to a fused attention kernel, but the "
@@ -215,13 +222,9 @@ class ProgramSet:
 
 
 def bind_all(workload: Workload) -> dict[str, BoundBlock]:
-    """Bind every block kind the model uses, once."""
+    """Bind every block kind the model uses, once (one per distinct layer kind)."""
     structure = Structure.of(workload.model)
-    kinds = ["embedding", "head"]
-    if workload.model.num_dense_layers:
-        kinds.append("layer")
-    if workload.model.is_moe:
-        kinds.append("moe_layer")
+    kinds = ["embedding", "head", *dict.fromkeys(workload.model.layer_blocks())]
     recompute = str(workload.parallel.recompute)
     return {
         kind: bind_block(
@@ -252,8 +255,9 @@ def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage
     chosen: list[BoundBlock] = []
     if global_stage == 0:
         chosen.append(blocks["embedding"])
+    layer_blocks = workload.model.layer_blocks()
     for index in layers:
-        chosen.append(blocks["moe_layer" if workload.model.is_moe_layer(index) else "layer"])
+        chosen.append(blocks[layer_blocks[index]])
     if global_stage == p * vpp - 1:
         chosen.append(blocks["head"])
     return Chunk(global_stage // p if vpp > 1 else 0, global_stage, tuple(chosen), layers)

@@ -15,6 +15,7 @@ Four fields are *derived* when left at 0: ``kv_heads`` (= ``heads``, i.e. MHA), 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -22,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.models.layers import Ffn, LayerKind, Mixer, expand_pattern
 
 
 class Family(StrEnum):
@@ -140,6 +142,9 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    layer_pattern: str = ""
+    sliding_window: int = 0
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -159,7 +164,7 @@ class ModelSpec:
                 f"{owner}: `core_attention` must be 'fused', 'unfused' or '' (the family's own), "
                 f"but got core_attention={self.core_attention!r}"
             )
-        for name in ("dropout", "tied_embeddings", "bias", "qk_norm"):
+        for name in ("dropout", "tied_embeddings", "bias", "qk_norm", "attention_sinks"):
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
                 raise ConfigError(f"{owner}: `{name}` must be a bool, but got {name}={value!r}")
@@ -171,7 +176,7 @@ class ModelSpec:
                 )
         for name in (
             *_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense",
-            *_MLA_FIELDS,
+            *_MLA_FIELDS, "sliding_window",
         ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
@@ -189,7 +194,34 @@ class ModelSpec:
                 f"{owner}: learned positions need `seq_len` <= `max_position`, "
                 f"but got ({seq_len=}, {max_position=})"
             )
+        self._check_pattern(owner)
         self._resolve_and_check_moe(owner)
+
+    def _check_pattern(self, owner: str) -> None:
+        pattern = self.layer_pattern
+        if not isinstance(pattern, str):
+            raise ConfigError(f"{owner}: `layer_pattern` must be a string, but got {pattern!r}")
+        if pattern and (self.first_k_dense or self.moe_layer_interval != 1):
+            raise ConfigError(
+                f"{owner}: give either `layer_pattern` or `first_k_dense`/`moe_layer_interval`, "
+                f"but got layer_pattern={pattern!r} with first_k_dense={self.first_k_dense}, "
+                f"moe_layer_interval={self.moe_layer_interval}"
+            )
+        kinds = self.layer_kinds()
+        tokens = {kind.token for kind in kinds}
+        if not self.is_moe and any(kind.ffn is Ffn.MOE for kind in kinds):
+            raise ConfigError(
+                f"{owner}: layer_pattern {pattern!r} has MoE layers but num_experts=0"
+            )
+        sliding = any(kind.mixer is Mixer.SLIDING for kind in kinds)
+        if sliding != (self.sliding_window > 0):
+            raise ConfigError(
+                f"{owner}: sliding-window layers ('swa') need `sliding_window` > 0 and "
+                f"`sliding_window` needs some, but got sliding_window={self.sliding_window} "
+                f"with layer kinds {sorted(tokens)}"
+            )
+        if self.attention_sinks and not any(kind.attends for kind in kinds):
+            raise ConfigError(f"{owner}: `attention_sinks` needs attention layers, but got none")
 
     def _resolve_and_check_attention(self, owner: str) -> None:
         heads, hidden = self.heads, self.hidden
@@ -292,11 +324,24 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """The kind of every layer, in order: ``layer_pattern`` expanded over ``layers``
+        (:mod:`stage_core.models.layers`), or by default attention (sliding when
+        ``sliding_window`` > 0) with an MoE where DeepSeek's rule says, else a dense FFN."""
+        return _layer_kinds(
+            self.layer_pattern, self.layers, self.is_moe, self.first_k_dense,
+            self.moe_layer_interval, self.sliding_window > 0,
+        )  # fmt: skip
+
+    def layer_blocks(self) -> tuple[str, ...]:
+        """The block kind of every layer (``"layer"``, ``"moe_layer"``, ``"layer_swa_moe"``…)."""
+        return tuple(kind.block for kind in self.layer_kinds())
+
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) holds experts instead of a dense FFN."""
         if not 0 <= index < self.layers:
             raise ConfigError(f"layer index must be in 0..{self.layers - 1}, but got {index}")
-        return self.is_moe and index >= self.first_k_dense and index % self.moe_layer_interval == 0
+        return self.layer_kinds()[index].ffn is Ffn.MOE
 
     @property
     def num_moe_layers(self) -> int:
@@ -344,14 +389,22 @@ class ModelSpec:
         return matrices * self.hidden * width + biases
 
     def layer_params(self, index: int, *, active: bool = False) -> int:
-        """Parameters of layer ``index``; with ``active``, only ``top_k`` routed experts count."""
-        total = self.attention_params() + 2 * self._norm_params()
-        if not self.is_moe_layer(index):
-            return total + self.mlp_params(self.ffn)
-        routed = self.top_k if active else self.num_experts
-        router = self.hidden * self.num_experts
-        experts = (routed + self.num_shared_experts) * self.mlp_params(self.expert_ffn)
-        return total + router + experts
+        """Parameters of layer ``index``: its mixer and its FFN, each with its pre-norm; with
+        ``active``, only ``top_k`` routed experts count. Attention sinks add one logit per
+        head (GPT-OSS)."""
+        kind = self.layer_kinds()[index]
+        total = 0
+        if kind.attends:
+            sinks = self.heads if self.attention_sinks else 0
+            total += self._norm_params() + self.attention_params() + sinks
+        if kind.ffn is Ffn.DENSE:
+            total += self._norm_params() + self.mlp_params(self.ffn)
+        elif kind.ffn is Ffn.MOE:
+            routed = self.top_k if active else self.num_experts
+            router = self.hidden * self.num_experts
+            experts = (routed + self.num_shared_experts) * self.mlp_params(self.expert_ffn)
+            total += self._norm_params() + router + experts
+        return total
 
     def embedding_params(self) -> int:
         """Token embedding ``V·h`` plus learned position embedding ``max_position·h``."""
@@ -422,3 +475,19 @@ class ModelSpec:
             value = getattr(self, field.name)
             result[field.name] = str(value) if isinstance(value, StrEnum) else value
         return result
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_kinds(
+    pattern: str, layers: int, moe: bool, first_k_dense: int, interval: int, sliding: bool
+) -> tuple[LayerKind, ...]:
+    if pattern:
+        return expand_pattern(pattern, layers)
+    mixer = Mixer.SLIDING if sliding else Mixer.ATTENTION
+    return tuple(
+        LayerKind(
+            mixer,
+            Ffn.MOE if moe and i >= first_k_dense and i % interval == 0 else Ffn.DENSE,
+        )
+        for i in range(layers)
+    )

@@ -16,13 +16,12 @@ from dataclasses import dataclass, replace
 from stage_core.blocks import BlockOptions, Structure
 from stage_core.lower.bind import BoundBlock, bind_block, symbolic_block
 from stage_core.lower.program import Workload, chunk_blocks, make_workload, tie_embeddings
+from stage_core.models.layers import is_layer_block
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_core.plans import PlanFlags
 from stage_core.serving.config import Phase, ServingConfig, ServingStep
-
-_LAYER_KINDS = ("layer", "moe_layer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +75,7 @@ def lower_step(model: ModelSpec, config: ServingConfig, step: ServingStep) -> Se
     flags = PlanFlags(sp=False, attention="fused", cp_ring=False)
     workload = replace(base, options=options, flags=flags, sizes={**base.sizes, "T": step.context})
     structure = Structure.of(workload.model)
-    kinds = ["embedding"]
-    if workload.model.num_dense_layers:
-        kinds.append("layer")
-    if workload.model.is_moe:
-        kinds.append("moe_layer")
+    kinds = ["embedding", *dict.fromkeys(workload.model.layer_blocks())]
     symbolic = {kind: symbolic_block(kind, structure, options, flags, "none") for kind in kinds}
     symbolic["head"] = symbolic_block("serving_head", structure, options, flags, "none")
     bound = {
@@ -168,7 +163,7 @@ def serving_memory(program: ServingProgram) -> list[ServingMemory]:
     result = []
     for stage in program.stages:
         weights = sum(
-            w.elements * (config.weight_bytes if block.kind in _LAYER_KINDS else 2)
+            w.elements * (config.weight_bytes if is_layer_block(block.kind) else 2)
             for block in stage.blocks
             for w in block.weights
         )

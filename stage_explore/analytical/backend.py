@@ -61,6 +61,7 @@ from stage_core.lower.program import (
 )
 from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank, global_stage
 from stage_core.lower.weightgrad import split_backward
+from stage_core.models.layers import is_layer_block
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.trace import CollectiveKind
@@ -316,7 +317,7 @@ class AnalyticalBackend(BaseBackend):
             if (
                 self.framework.zero3_gathers == 3
                 and str(parallel.recompute) != "none"
-                and kind in ("layer", "moe_layer")
+                and is_layer_block(kind)
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
             costs[kind] = BlockCost(

@@ -131,14 +131,15 @@ def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
 @functools.lru_cache(maxsize=1024)
 def chunk_runs(
     layers: int,
-    moe_layers: tuple[bool, ...],
+    layer_blocks: tuple[str, ...],
     pp: int,
     vpp: int,
     stage_layers: tuple[int, ...] = (),
 ) -> tuple[Runs, ...]:
     """Per global pipeline stage (``pp·vpp`` of them): its blocks as runs of kinds in forward
     order — the embedding on the first, ``stage_layers[stage]`` layers each (empty: the even
-    ``layers/(pp·vpp)``; ``moe_layer`` where ``moe_layers`` says so, empty: all dense), the head
+    ``layers/(pp·vpp)``; each layer's block kind from ``layer_blocks``, empty: all ``layer``;
+    consecutive identical kinds form one run), the head
     on the last — as :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised)."""
     counts = stage_layers or (layers // (pp * vpp),) * (pp * vpp)
     result = []
@@ -146,7 +147,7 @@ def chunk_runs(
         kinds = ["embedding"] if stage == 0 else []
         start = sum(counts[:stage])
         indices = range(start, start + counts[stage])
-        kinds += ["moe_layer" if moe_layers and moe_layers[i] else "layer" for i in indices]
+        kinds += [layer_blocks[i] if layer_blocks else "layer" for i in indices]
         if stage == pp * vpp - 1:
             kinds.append("head")
         runs: list[tuple[str, int]] = []

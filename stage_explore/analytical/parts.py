@@ -124,7 +124,8 @@ def compute_dtype(parallel: ParallelConfig, system: System) -> str:
 
 def layout_key(workload: Workload) -> tuple[Any, ...]:
     model, parallel = workload.model, workload.parallel
-    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
+    blocks = model.layer_blocks()
+    pattern = () if all(kind == "layer" for kind in blocks) else blocks
     return (model.layers, pattern, parallel.pp, parallel.vpp, workload.stage_layers)
 
 

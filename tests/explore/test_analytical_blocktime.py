@@ -162,7 +162,7 @@ def test_chunk_runs_follow_chunk_blocks() -> None:
     parallel = ParallelConfig(pp=2, dp=2, ep=2, schedule="interleaved", vpp=2, global_batch=8)
     workload = make_workload(model, parallel)
     blocks = tie_embeddings(workload, bind_all(workload))
-    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers))
+    pattern = model.layer_blocks()
     for stage, runs in enumerate(chunk_runs(model.layers, pattern, 2, 2)):
         kinds = [kind for kind, count in runs for _ in range(count)]
         assert kinds == [b.kind for b in chunk_blocks(workload, blocks, stage).blocks]
@@ -198,7 +198,7 @@ def test_bucket_gradients_equals_sync_ops(name: str, parallel: ParallelConfig) -
         model = model.with_overrides(layers=8)
     workload = make_workload(model, parallel)
     blocks = tie_embeddings(workload, bind_all(workload))
-    pattern = tuple(model.is_moe_layer(i) for i in range(model.layers)) if model.is_moe else ()
+    pattern = model.layer_blocks()
     layout = chunk_runs(model.layers, pattern, parallel.pp, parallel.vpp)
     for stage, runs in enumerate(layout):
         chunk = chunk_blocks(workload, blocks, stage)
