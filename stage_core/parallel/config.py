@@ -87,14 +87,14 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
-#: Name of the expert-tensor-parallel axis of :meth:`ParallelConfig.expert_mesh` when ``etp < tp``.
-EXPERT_TP_AXIS = "etp"
 
 
 #: Default rank order, outermost first.
 DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
 #: Name of the expert-data-parallel axis of :meth:`ParallelConfig.expert_mesh`.
 EXPERT_DP_AXIS = "edp"
+#: Name of the expert-tensor-parallel axis of :meth:`ParallelConfig.expert_mesh` when ``etp < tp``.
+EXPERT_TP_AXIS = "etp"
 #: PyTorch DDP's default bucket (``bucket_cap_mb=25``).
 DEFAULT_GRAD_BUCKET_BYTES = 25 * 1024 * 1024
 #: Megatron's ``--make-vocab-size-divisible-by`` default.
@@ -127,13 +127,13 @@ class ParallelConfig:
     Megatron's default; :attr:`expert_tp`). ``pp_layers``, ``pp_first_layers``,
     ``pp_last_layers`` and ``pp_split`` choose each pipeline stage's layers (:meth:`stage_layers`).
     """
-    etp: int | None = None
 
     dp: int = 1
     tp: int = 1
     cp: int = 1
     pp: int = 1
     ep: int = 1
+    etp: int | None = None
     sp: bool = False
     cp_style: CpStyle = CpStyle.ALLGATHER
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -184,9 +184,6 @@ class ParallelConfig:
                 problems.append(f"`{name}` must be one of {allowed}, but got {name}={value!r}")
         for name in (*_POSITIVE, "vocab_divisible_by"):
             value = getattr(self, name)
-        etp = self.etp
-        if etp is not None and (not _is_int(etp) or etp < 1):
-            problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
             if not _is_int(value) or value < 1:
                 problems.append(f"`{name}` must be a positive int, but got {name}={value!r}")
         global_batch = self.global_batch
@@ -195,6 +192,9 @@ class ParallelConfig:
                 "`global_batch` must be a positive int (0 = dp·micro_batch), "
                 f"but got {global_batch=}"
             )
+        etp = self.etp
+        if etp is not None and (not _is_int(etp) or etp < 1):
+            problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
         seq_len = self.seq_len
         if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
             problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
@@ -308,11 +308,6 @@ class ParallelConfig:
                 "(Megatron forbids counting the embedding or loss with uneven first/last stages)"
             )
         if ends and pp == 1:
-    @property
-    def expert_tp(self) -> int:
-        """Tensor-parallel degree of the experts: ``etp``, or ``tp`` when it is None."""
-        return self.tp if self.etp is None else self.etp
-
             problems.append(f"`pp_first_layers`/`pp_last_layers` need `pp` > 1, but got ({pp=})")
         return problems
 
@@ -327,6 +322,11 @@ class ParallelConfig:
     def num_micro_batches(self) -> int:
         """Micro-batches per step on each pipeline: ``global_batch / (micro_batch·dp)``."""
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the experts: ``etp``, or ``tp`` when it is None."""
+        return self.tp if self.etp is None else self.etp
 
     @property
     def expert_dp(self) -> int:
@@ -380,8 +380,6 @@ class ParallelConfig:
     # ------------------------------------------------------------------ meshes
 
     def mesh(self) -> Mesh:
-            if split and name == "ep":
-                axes.append(MeshAxis(EXPERT_TP_AXIS, self.expert_tp))
         """The mesh of dense layers: ``axis_order`` without ``ep`` (world size pp·dp·cp·tp)."""
         sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp}
         return Mesh(tuple(MeshAxis(name, sizes[name]) for name in self.axis_order if name != "ep"))
@@ -397,6 +395,8 @@ class ParallelConfig:
                 continue
             key = EXPERT_DP_AXIS if name == "dp" else name
             axes.append(MeshAxis(key, sizes[key]))
+            if split and name == "ep":
+                axes.append(MeshAxis(EXPERT_TP_AXIS, self.expert_tp))
         return Mesh(tuple(axes))
 
     # ------------------------------------------------------------------ validation
