@@ -253,3 +253,26 @@ def test_fsdp_holds_two_gathered_blocks_deepspeed_its_live_bound() -> None:
     assert zero3_gathered_bytes(deepspeed, blocks, 4_000, 2) == 50_000
     assert deepspeed.zero3_live_elements == 10**9  # stage3_max_live_parameters default
     assert deepspeed.zero3_prefetch_elements == 5 * 10**8  # stage3_prefetch_bucket_size
+
+
+def test_deepspeed_zero3_peak_holds_the_largest_tensor_not_two_layers() -> None:
+    """NAR21-T2-4 ran (530B, ZeRO-3, micro-batch 4 on 80 GB) where two gathered layers of
+    10 GB each did not fit: DeepSpeed gathers per sub-module."""
+    # a small vocabulary, so that the layers are the largest blocks
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4, vocab=128)
+    parallel = ParallelConfig(dp=8, global_batch=8, zero=3, recompute=Recompute.FULL)
+    system = load_system("a100-80gb")
+    bare = {"runtime_reserved_bytes": 0, "allocator_overhead": 0.0, "zero3_prefetch_elements": 0}
+    whole = AnalyticalBackend(
+        framework="deepspeed", overrides={**bare, "zero3_live_elements": 0}
+    ).evaluate(model, parallel, system)
+    one = AnalyticalBackend(
+        framework="deepspeed", overrides={**bare, "zero3_live_elements": 1}
+    ).evaluate(model, parallel, system)
+    h = model.hidden
+    layer_bytes = 2 * (12 * h * h + 13 * h)  # GPT layer: QKV, proj, 2 MLP, biases, 2 norms
+    largest_tensor_bytes = 2 * 4 * h * h  # an MLP matrix
+    assert whole.peak_memory_bytes - one.peak_memory_bytes == 2 * layer_bytes - (
+        largest_tensor_bytes
+    )
+    assert whole.step_time_s == one.step_time_s
