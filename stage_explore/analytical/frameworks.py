@@ -173,9 +173,12 @@ class FrameworkProfile:
 
 
 #: The shipped profiles. Memory besides tensors (``runtime_reserved_bytes``): a PyTorch
-#: process holds its CUDA context (kernels of the loaded libraries; several hundred MiB on
-#: A100/H100), cuBLAS workspaces and NCCL's communicator buffers (``NCCL_BUFFSIZE``, 4 MiB by
-#: default, per channel and peer; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
+#: process holds its CUDA context (the driver and the loaded kernels: ~300 MB with CUDA >= 11.7's
+#: lazy module loading, over 1,000 MB before it, when every kernel of the loaded libraries was
+#: loaded at start — a PyTorch maintainer's figures, pytorch/pytorch#107667; the 2021 runs of
+#: the deepspeed profile predate lazy loading), cuBLAS workspaces and NCCL's communicator
+#: buffers (``NCCL_BUFFSIZE``, 4 MiB by default, per channel and peer;
+#: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
 #: for each of a 3-D job's communicators: 1 GiB in all is an estimate from those parts, not a
 #: measured figure. ``allocator_overhead`` 0.05: PyTorch's caching allocator keeps freed blocks
 #: reserved (https://pytorch.org/docs/stable/notes/cuda.html#memory-management), so what a
