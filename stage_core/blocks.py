@@ -140,8 +140,9 @@ def _attention(
         q = b.elementwise(q, out="q.rope", ops_per_element=3, backward_ops_per_element=3)
         k = b.elementwise(k, out="k.rope", ops_per_element=3, backward_ops_per_element=3)
     if options.kv_cache_bytes:
-        k = _cache(b, k, "k", options.kv_cache_bytes)
-        v = _cache(b, v, "v", options.kv_cache_bytes)
+        context = "TW" if window else "T"  # a sliding layer keeps its window's keys only
+        k = _cache(b, k, "k", options.kv_cache_bytes, context)
+        v = _cache(b, v, "v", options.kv_cache_bytes, context)
     if options.attention == "unfused":
         scores = b.einsum("bsnd,btnd->bnst", q, k, out="attn.scores")
         probs = b.reduction(
@@ -228,10 +229,12 @@ def _latent_norm(b: Block, x: str, dim: str, out: str) -> str:
     return b.reduction((x, scale), out, (dim,), _NORM_OPS[Norm.RMSNORM], saves=(x,))
 
 
-def _cache(b: Block, new: str, which: str, dtype_bytes: int) -> str:
+def _cache(b: Block, new: str, which: str, dtype_bytes: int, context: str = "T") -> str:
     """A step's new entries ``new[B, S, …]`` appended to the sequences' cache
-    ``kv.{which}[B, T, …]``; returns the whole cached context the attention reads."""
-    dims = ("B", "T", *b.tensors[new].dims[2:])
+    ``kv.{which}[B, T, …]``; returns the whole cached context the attention reads. A
+    sliding-window layer's cache holds ``TW = min(T, W + S − 1)`` tokens, the keys its
+    queries can see (``W`` in decode)."""
+    dims = ("B", context, *b.tensors[new].dims[2:])
     cache = b.tensor(f"kv.{which}", dims, dtype_bytes, "input")
     b.inputs.append(cache)
     op = CacheAppend(f"{which}.append", (new, cache), (f"{which}.ctx",))

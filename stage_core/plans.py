@@ -111,7 +111,7 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             return f"[{TOKENS}, {seq}, {heads}/tp, {dims[3]}]"
 
         if "k.ctx" in names:  # serving: a KV cache of T tokens per sequence, heads over tp
-            cache = f"[{TOKENS}, T, {heads}/tp, D]"
+            cache = f"[{TOKENS}, {names['kv.k'].dims[1]}, {heads}/tp, D]"  # T, or TW (window)
             stored["kv.k"] = stored["kv.v"] = cache
             consumed[("attn.core", "k.ctx")] = consumed[("attn.core", "v.ctx")] = cache
         elif "attn.latent" in names:  # absorbed decode: the latent attention reads the caches

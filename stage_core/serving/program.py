@@ -73,7 +73,10 @@ def lower_step(model: ModelSpec, config: ServingConfig, step: ServingStep) -> Se
         absorb_latent=config.phase == Phase.DECODE,
     )  # fmt: skip
     flags = PlanFlags(sp=False, attention="fused", cp_ring=False)
-    workload = replace(base, options=options, flags=flags, sizes={**base.sizes, "T": step.context})
+    window = model.sliding_window  # a sliding layer's cache: the keys its queries can see
+    context = min(step.context, window + step.new_tokens - 1) if window else step.context
+    sizes = {**base.sizes, "T": step.context, "TW": context}
+    workload = replace(base, options=options, flags=flags, sizes=sizes)
     structure = Structure.of(workload.model)
     kinds = ["embedding", *dict.fromkeys(workload.model.layer_blocks())]
     symbolic = {kind: symbolic_block(kind, structure, options, flags, "none") for kind in kinds}

@@ -61,8 +61,9 @@ from stage_core.lower.program import (
 )
 from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank, global_stage
 from stage_core.lower.weightgrad import split_backward
-from stage_core.models.layers import is_layer_block
+from stage_core.models.layers import Mixer, is_layer_block, layer_kind_of_block
 from stage_core.models.spec import ModelSpec
+from stage_core.ops import window_pairs
 from stage_core.parallel.config import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import (
@@ -555,14 +556,19 @@ class AnalyticalBackend(BaseBackend):
                 i.flops, i.bytes_read + i.bytes_written, dtype
             )
         sizes = point.workload.sizes
+        keys = sizes.get("S", point.workload.model.seq_len)
+        layer = layer_kind_of_block(kind)
+        sliding = layer is not None and layer.mixer is Mixer.SLIDING
+        if sliding:  # the mean keys a query row sees inside its window (no further halving)
+            keys = max(1, window_pairs(keys, sizes["W"]) // keys)
         return KernelTimer(
             accelerator,
             kernels,
             dtype,
             frozenset(weight.name for weight in point.blocks[kind].weights),
-            keys=sizes.get("S", point.workload.model.seq_len),
+            keys=keys,
             head_dim=sizes.get("D", point.workload.model.head_dim),
-            causal=True,  # decoder language models
+            causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel,
         )
 
