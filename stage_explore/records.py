@@ -34,7 +34,7 @@ cost_per_step cost_per_million_tokens``, ``breakdown_<component>`` for the fixed
 the timings ``eval_s finished_at worker``. FLOP counts are float64 (they overflow int64).
 Inference studies record their serving knobs instead of the training ones (``num_gpus tp pp dp
 ep batch chunk kv_precision precision prefill_instances prefill_tp prefill_dp prefill_ep
-arrival_rate decode_instances``) and the serving metrics after the common ones
+arrival_rate two_batch_overlap decode_instances``) and the serving metrics after the common ones
 (``time_to_first_token_s time_per_output_token_s tokens_per_s requests_per_s
 capacity_requests_per_s running_sequences max_running_sequences prefill_wait_s
 prefill_utilization kv_cache_bytes weight_bytes memory_bound_fraction``).
@@ -139,6 +139,7 @@ _SERVING_PARAMS = [
     ("prefill_dp", pa.int64()),
     ("prefill_ep", pa.int64()),
     ("arrival_rate", pa.float64()),
+    ("two_batch_overlap", pa.bool_()),
     ("decode_instances", pa.int64()),
 ]
 _SERVING_METRICS = [

@@ -10,6 +10,11 @@ instance; with ``pp > 1`` it is one micro-batch and ``pp`` of them are in flight
 - **prefill** runs each prompt's ``prompt_len`` tokens (in chunks of ``chunk`` tokens when
   ``chunk`` is set: one step per chunk, each attending to the cache of the chunks before it);
 - **decode** generates one token per sequence over a cache of ``context_len`` tokens.
+
+``two_batch_overlap`` runs each step as two micro-batches of half the sequences whose
+communication overlaps the other's computation (DeepSeek's "dual micro-batch overlap" in its
+inference system, SGLang's ``--enable-two-batch-overlap``); it needs an even number of sequences
+per dp rank and is off by default, as in SGLang.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class ServingConfig:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    two_batch_overlap: bool = False
 
     def __post_init__(self) -> None:
         phase = self.phase
@@ -85,6 +91,10 @@ class ServingConfig:
                     f"`{name}` must be one of {', '.join(map(repr, PRECISION_BYTES))}, "
                     f"but got {name}={value!r}"
                 )
+        if not isinstance(self.two_batch_overlap, bool):
+            raise ConfigError(
+                f"`two_batch_overlap` must be true or false, but got {self.two_batch_overlap!r}"
+            )
         if self.phase == Phase.PREFILL and self.prompt_len < 1:
             raise ConfigError(f"prefill needs `prompt_len` ≥ 1, but got {self.prompt_len}")
         if self.phase == Phase.DECODE and self.context_len + 1 > MAX_CONTEXT:
@@ -103,6 +113,11 @@ class ServingConfig:
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the step runs as two overlapped micro-batches (see the module docstring)."""
+        return self.two_batch_overlap and (self.batch // self.dp) % 2 == 0
 
     @property
     def kv_bytes(self) -> int:

@@ -130,10 +130,21 @@ def _compute_timer(
         return lambda i: accelerator.compute_time_s(i.flops, i.bytes_read + i.bytes_written, dtype)
     weights = frozenset(w.name for block in stage.blocks for w in block.weights)
     sizes = program.workload.sizes
-    timer = KernelTimer(
+    kernel_timer = KernelTimer(
         accelerator, kernels, dtype, weights, keys=sizes["T"], head_dim=sizes["D"],
         causal=sizes["S"] > 1,
     )  # fmt: skip
+
+    def timer(instr: Instr) -> float:
+        # Decode's absorbed latent attention (FlashMLA) is a fused tensor-core attention kernel
+        # like FlashAttention's: FlashMLA reaches 580-660 TFLOP/s compute-bound and 3,000 GB/s
+        # memory-bound on H800 SXM5 (github.com/deepseek-ai/FlashMLA, README), i.e. 0.59-0.67 of
+        # the BF16 peak, where the attention model's forward fraction is 0.64 (not the CUDA
+        # cores the kernel model gives an unknown kind).
+        if instr.kind == "latentattention":
+            return kernel_timer(replace(instr, kind="attention"))
+        return kernel_timer(instr)
+
     widen = ELEMENT_BYTES // program.config.weight_bytes
     if widen == 1:
         return timer
@@ -165,8 +176,31 @@ def _timers(
     return compute_s, comm_s
 
 
-def time_step(backend: AnalyticalBackend, system: System, program: ServingProgram) -> StepTiming:
-    """Latency of one step through every stage (blocks in order, two streams each)."""
+def interleave_two_batches(instrs: tuple[Instr, ...]) -> tuple[Instr, ...]:
+    """Two copies of a block's instructions (two micro-batches), interleaved as a two-batch
+    overlap schedule runs them: the block is cut after each collective into segments, and each
+    segment runs for the first micro-batch and then for the second, so one micro-batch's
+    collective (its MoE all-to-all, its TP all-reduce) runs on the communication stream while
+    the other computes (DeepSeek-V3/R1 inference system overview, "dual micro-batch overlap";
+    SGLang's two-batch overlap)."""
+    segments: list[list[int]] = [[]]
+    for index, instr in enumerate(instrs):
+        segments[-1].append(index)
+        if instr.is_comm or instr.kind == "ring":
+            segments.append([])
+    order = [(copy, index) for segment in segments for copy in (0, 1) for index in segment]
+    position = {key: new for new, key in enumerate(order)}
+    return tuple(
+        replace(instrs[index], deps=tuple(position[(copy, dep)] for dep in instrs[index].deps))
+        for copy, index in order
+    )
+
+
+def time_step(
+    backend: AnalyticalBackend, system: System, program: ServingProgram, overlap: bool = False
+) -> StepTiming:
+    """Latency of one step through every stage (blocks in order, two streams each); with
+    ``overlap``, ``program`` is one of two micro-batches run as :func:`interleave_two_batches`."""
     accelerator = system.accelerator
     dtype = accelerator.precision_dtype(program.config.precision)
     ridge = accelerator.memory_bandwidth_bytes_per_s / accelerator.peak(dtype)  # bytes per FLOP
@@ -179,6 +213,8 @@ def time_step(backend: AnalyticalBackend, system: System, program: ServingProgra
         seconds = 0.0
         for block in stage.blocks:
             instrs = fuse_elementwise(block.fwd)
+            if overlap:
+                instrs = interleave_two_batches(instrs)
             timing = time_block(instrs, compute_s, comm_s)
             seconds += timing.duration_s
             flops += timing.flops
@@ -215,6 +251,12 @@ def time_step(backend: AnalyticalBackend, system: System, program: ServingProgra
 class _Lowered:
     programs: tuple[ServingProgram, ...]
     memory: tuple[int, int, int, int]  # peak, weights, kv, activations (the peak stage's)
+    #: What is timed: ``programs``, or with two-batch overlap one half-batch micro-batch each
+    timed: tuple[ServingProgram, ...]
+    overlap: bool
+
+    def time(self, backend: AnalyticalBackend, system: System) -> list[StepTiming]:
+        return [time_step(backend, system, p, self.overlap) for p in self.timed]
 
 
 def _lower(model: ModelSpec, config: ServingConfig, steps: tuple[ServingStep, ...]) -> _Lowered:
@@ -223,7 +265,11 @@ def _lower(model: ModelSpec, config: ServingConfig, steps: tuple[ServingStep, ..
         (m for program in programs for m in serving_memory(program)), key=lambda m: m.total_bytes
     )
     memory = (worst.total_bytes, worst.weight_bytes, worst.kv_cache_bytes, worst.activation_bytes)
-    return _Lowered(programs, memory)
+    timed = programs
+    if config.overlaps:  # the same memory (the sequences and their caches), two half batches
+        half = replace(config, batch=config.batch // 2)
+        timed = tuple(lower_step(model, half, step) for step in steps)
+    return _Lowered(programs, memory, timed, config.overlaps)
 
 
 def _usable(system: System, utilization: float) -> int:
@@ -284,7 +330,7 @@ def evaluate_prefill(
     _check_gpus(config, system)
     steps = config.steps()
     lowered = _lower(model, config, steps)
-    timings = [time_step(backend, system, program) for program in lowered.programs]
+    timings = lowered.time(backend, system)
     ttft = sum(t.latency_s for t in timings)
     cycle = sum(t.cycle_s for t in timings)
     tokens = config.batch * config.prompt_len * config.pp
@@ -306,7 +352,7 @@ def evaluate_decode(
     """One decode step of ``batch`` sequences over ``context_len`` cached tokens."""
     _check_gpus(config, system)
     lowered = _lower(model, config, config.steps())
-    timing = time_step(backend, system, lowered.programs[0])
+    timing = lowered.time(backend, system)[0]
     tpot = timing.cycle_s
     return _result(
         "decode", config, system, lowered, _usable(system, memory_utilization), model,

@@ -53,6 +53,11 @@ def add_serving_options(parser: argparse.ArgumentParser, steady_state: bool = Tr
     )  # fmt: skip
     if not steady_state:
         return
+    group.add_argument(
+        "--two-batch-overlap", action="store_true",
+        help="run each step as two micro-batches whose communication overlaps the other's "
+        "compute (DeepSeek's dual micro-batch overlap; needs an even batch per dp rank)",
+    )  # fmt: skip
     group.add_argument("--output-len", type=int, default=0, help="generated tokens per request")
     group.add_argument(
         "--memory-utilization", type=float, default=0.9,
@@ -89,6 +94,7 @@ def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
         phase=phase, batch=args.batch, prompt_len=args.prompt_len, context_len=args.context_len,
         chunk=args.chunk, kv_precision=args.kv_precision, precision=args.precision,
         dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep,
+        two_batch_overlap=getattr(args, "two_batch_overlap", False),
     )  # fmt: skip
 
 

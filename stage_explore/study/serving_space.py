@@ -23,7 +23,8 @@ carved out of it (DeepSeek's serving layout); ``batch`` caps the running sequenc
 instance (the KV cache may cap it lower); ``chunk`` is the chunked-prefill token budget per step
 (0: whole prompts, batched up to 8,192 tokens); ``arrival_rate``, when searched, replaces the
 workload's load by that many requests per second (the highest rate that meets latency bounds
-is then what a study finds).
+is then what a study finds); ``two_batch_overlap`` runs every step as two overlapped
+micro-batches (:class:`stage_core.serving.ServingConfig`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ SERVING_KNOBS: tuple[str, ...] = (
     "prefill_dp",
     "prefill_ep",
     "arrival_rate",
+    "two_batch_overlap",
 )
 
 SERVING_DEFAULTS: Mapping[str, Any] = {
@@ -69,6 +71,7 @@ SERVING_DEFAULTS: Mapping[str, Any] = {
     "prefill_dp": 1,
     "prefill_ep": 1,
     "arrival_rate": None,
+    "two_batch_overlap": False,
 }
 
 PRECISION_CHOICES: tuple[str, ...] = ("bf16", "fp8")
@@ -130,6 +133,11 @@ def _values(table: Table, name: str, max_gpus: int) -> tuple[Any, ...]:
     raw = table.data.get(name, SERVING_DEFAULTS.get(name))
     if name == "arrival_rate":
         return _rates(table, raw)
+    if name == "two_batch_overlap":
+        values = (False, True) if raw == "auto" else tuple(raw) if isinstance(raw, list) else (raw,)
+        if not values or any(not isinstance(value, bool) for value in values):
+            raise table.error(name, f"expected true or false, got {describe(raw)}")
+        return values
     if name in ("kv_precision", "precision"):
         if raw == "auto":
             return PRECISION_CHOICES
@@ -253,7 +261,10 @@ def serving_design(params: Mapping[str, Any], requests: Mapping[str, Any]) -> An
     from stage_core.serving import Phase, ServingConfig
     from stage_explore.analytical.serving_design import ServingDesign
 
-    precisions = {"kv_precision": params["kv_precision"], "precision": params["precision"]}
+    precisions = {
+        "kv_precision": params["kv_precision"], "precision": params["precision"],
+        "two_batch_overlap": params.get("two_batch_overlap", False),
+    }  # fmt: skip
     decode = ServingConfig(
         phase=Phase.DECODE, batch=params["dp"], tp=params["tp"], pp=params["pp"], dp=params["dp"],
         ep=params["ep"], **precisions,
