@@ -229,13 +229,15 @@ class _Builder:
         add = Elementwise(f"{op}.accumulate.{gname}", (gname, gname), (gname,), 1, True)
         self.steps.append(OpStep(add, (layout, layout), (layout,), "bwd"))
 
-    def settle(self, name: str, op: str) -> None:
-        """Sum the pending contributions to ``name`` and bring them to the stored layout."""
+    def settle(self, name: str, op: str, target: Layout | None = None) -> None:
+        """Sum the pending contributions to ``name`` and bring them to ``target`` (default: the
+        stored layout)."""
         contributions = self.pending.pop(name, [])
         if not contributions:
             return
         gname = grad_name(name)
-        target = _renamed(strip_partial(self.fwd.stored[name]), gname)
+        if target is None:
+            target = _renamed(strip_partial(self.fwd.stored[name]), gname)
         groups: list[Layout] = []
         for layout in contributions:
             if any(same_layout(layout, seen) for seen in groups):
@@ -249,8 +251,12 @@ class _Builder:
         self.grad[name] = target
 
     def need_output_grad(self, name: str, natural: Layout, op: str) -> Layout:
-        self.settle(name, op)
+        """The gradient of ``name`` in the layout its producer's backward needs. Contributions
+        not yet summed go straight there (e.g. the routed tokens' gradient, partial over tp, is
+        reduce-scattered into the slots the dispatch filled instead of all-reduced into the
+        stored layout and sliced)."""
         need = _renamed(strip_partial(natural), grad_name(name))
+        self.settle(name, op, None if name in self.grad else need)
         self.comm(self.grad_tensor(name), self.grad[name], need, f"dout:{op}")
         return need
 

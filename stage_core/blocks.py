@@ -81,6 +81,9 @@ class BlockOptions:
     #: Serving decode of latent attention: the key up-projection absorbed into the queries,
     #: attention over the cached latent (prefill up-projects keys and values instead).
     absorb_latent: bool = False
+    #: Mesh axes the experts are partitioned over, outermost first (``ep``; with Megatron-Core's
+    #: MoE parallel folding also ``cp`` and, with expert tensor parallel size 1, ``tp``).
+    expert_axes: tuple[str, ...] = ("ep",)
 
 
 def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptions:
@@ -301,14 +304,15 @@ def _mlp(b: Block, model: Structure, x: str, width: str, prefix: str) -> str:
     )
 
 
-def _moe(b: Block, model: Structure, x: str) -> str:
+def _moe(b: Block, model: Structure, x: str, expert_axes: tuple[str, ...]) -> str:
     """Router, top-k dispatch into per-expert capacity slots, expert MLPs, combine, and the
     shared experts."""
     logits = b.einsum("bsh,he->bse", x, b.weight("router", ("H", "E")), out="moe.logits")
     gates = b.reduction(
         (logits,), "moe.gates", ("E",), 8, saves=("moe.gates",), backward_ops_per_element=4
     )
-    tokens = b.add_op(Dispatch("moe.dispatch", (x, gates), ("moe.tokens",)), ("E", "C", "H"))
+    dispatch = Dispatch("moe.dispatch", (x, gates), ("moe.tokens",), expert_axes)
+    tokens = b.add_op(dispatch, ("E", "C", "H"))
     if model.activation == Activation.SWIGLU:
         gate = b.einsum(
             "ech,ehg->ecg", tokens, b.weight("experts.wg", ("E", "H", "G")), out="experts.gate"
@@ -354,7 +358,10 @@ def layer_block(model: Structure, options: BlockOptions, kind: LayerKind = DENSE
         b.output(h)
         return b.validate()
     ln = _norm(b, model, h, "ln2")
-    y = _moe(b, model, ln) if kind.ffn is Ffn.MOE else _mlp(b, model, ln, "F", "mlp")
+    if kind.ffn is Ffn.MOE:
+        y = _moe(b, model, ln, options.expert_axes)
+    else:
+        y = _mlp(b, model, ln, "F", "mlp")
     dropped = _dropout(b, y, "mlp.dropout", options)
     b.output(b.elementwise(h, dropped, out="y", linear=True))
     return b.validate()

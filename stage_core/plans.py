@@ -6,15 +6,19 @@ axis of size 1 yields no communication). Mesh axes, outermost first: ``pp, dp, e
 Tokens (``B``) are partitioned over ``dp*ep`` (expert parallelism is carved out of data
 parallelism, as in Megatron-core), the sequence over ``cp`` (and ``tp`` between blocks under
 sequence parallelism). Megatron's column/row tensor parallelism partitions heads and FFN width
-over ``tp``; experts are partitioned over ``ep`` and their FFN width over ``tp``.
+over ``tp``; experts are partitioned over the dispatch's expert axes (``ep``, folded over
+``cp`` and ``tp`` as Megatron-Core's MoE parallel folding does: :mod:`stage_core.lower.experts`)
+and their FFN width over ``tp`` unless tp is one of those axes (expert tensor parallel size 1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stage_core.graph import Block
 from stage_core.models.layers import is_layer_block
+from stage_core.ops_moe import Dispatch
 from stage_core.sharding import ShardingPlan
 
 TOKENS = "B/(dp*ep)"
@@ -50,6 +54,53 @@ def _op_name(block: Block, tensor: str) -> str:
 _LATENT_UP = frozenset({"wq_b_nope", "wq_b_rope", "wkv_b_k", "wkv_b_v"})
 
 
+def _expert_axes(block: Block) -> tuple[str, ...]:
+    """The mesh axes partitioning the experts, from the block's dispatch (``("ep",)`` if none)."""
+    for op in block.ops:
+        if isinstance(op, Dispatch):
+            return op.expert_axes
+    return ("ep",)
+
+
+def _over(axes: Sequence[str]) -> str:
+    """``/ep`` or ``/(ep*tp)``: the partition suffix of a dim over ``axes`` (none if empty)."""
+    if not axes:
+        return ""
+    return f"/{axes[0]}" if len(axes) == 1 else "/(" + "*".join(axes) + ")"
+
+
+def _expert_weight(dims: Sequence[str], expert_axes: tuple[str, ...]) -> str:
+    """``experts.*``: experts over the expert axes; their FFN width over tp unless tp is one of
+    them (expert tensor parallel size 1)."""
+    inner = [d if d == "H" or "tp" in expert_axes else f"{d}/tp" for d in dims[1:]]
+    return f"[E{_over(expert_axes)}, {inner[0]}, {inner[1]}]"
+
+
+def _moe_layouts(
+    names: Mapping[str, object], flags: PlanFlags, expert_axes: tuple[str, ...]
+) -> dict[str, str]:
+    """Routed tokens and expert outputs, stored after the dispatch and before the combine.
+
+    The saved tensors are the permuted ones, as in Megatron-Core. Under sequence parallelism
+    each rank routes its own sequence shard (Megatron-Core's all-to-all dispatcher): the slots
+    ``C`` are partitioned over every token axis, the expert axes innermost (the dispatch's
+    natural layout). Forward: one all-to-all over the expert axes (``ep``, with MoE parallel
+    folding also ``cp`` and ``tp``), then, when the experts are tensor-parallel over tp, an
+    all-gather over tp; back, a reduce-scatter over tp, then the all-to-all.
+    """
+    token_axes = ["dp", "ep", "cp"] + (["tp"] if flags.sp else [])
+    routed = [a for a in token_axes if a not in expert_axes] + list(expert_axes)
+    kept = [a for a in ("dp", "ep", "cp") if a not in expert_axes]
+    tp_whole = "tp" in expert_axes or flags.sp
+    layouts = {"moe.tokens": f"[E{_over(expert_axes)}, C{_over(kept)}, H]"}
+    if tp_whole:
+        layouts["experts.fc2"] = f"[E, C{_over(routed)}, H]"
+    else:  # no sequence parallelism: tp ranks route the same tokens; outputs partial over tp
+        layouts["experts.fc2"] = f"[E, C{_over(routed)}, H @ 1/tp]"
+    layouts["moe.sum" if "moe.sum" in names else "moe.out"] = _activation(flags)
+    return layouts
+
+
 def _weights(block: Block, stored: dict[str, str]) -> None:
     """Column/row-parallel weights and biases, expert weights; the rest replicated."""
     column = {
@@ -58,6 +109,7 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         "wv": "[H, K/tp, D]",
         "wo": "[N/tp, D, H]",
     }
+    expert_axes = _expert_axes(block)
     for name, tensor in block.tensors.items():
         if tensor.role != "weight":
             continue
@@ -69,8 +121,7 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         elif name in _LATENT_UP:  # latent attention's per-head up-projections: column-parallel
             layout = f"[{dims[0]}, N/tp, {dims[2]}]"
         elif name.startswith("experts."):
-            inner = [f"{d}/tp" if d != "H" else d for d in dims[1:]]
-            layout = f"[E/ep, {inner[0]}, {inner[1]}]"
+            layout = _expert_weight(dims, expert_axes)
         elif name.endswith((".w1", ".wg", ".wu")):
             layout = f"[H, {dims[1]}/tp]"
         elif name.endswith(".w2"):
@@ -144,16 +195,7 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         if "shared.fc2" in names and flags.sp:  # summed with the routed experts' shard output
             stored[_op_name(block, "shared.fc2")] = act
         if "moe.tokens" in names:
-            # Tokens are stored after the dispatch all-to-all, expert outputs after the combine
-            # all-to-all: the saved tensors are the permuted ones, as in Megatron-core. Under
-            # sequence parallelism each rank routes its own sequence shard (Megatron-Core's
-            # all-to-all dispatcher): all-to-all over ep, then all-gather over tp for the
-            # experts' tp shards; back, reduce-scatter over tp, then all-to-all over ep.
-            stored["moe.tokens"] = "[E/ep, C/(dp*cp), H]"
-            stored["experts.fc2"] = (
-                "[E, C/(dp*cp*tp*ep), H]" if flags.sp else "[E, C/(dp*cp*ep), H @ 1/tp]"
-            )
-            stored["moe.sum" if "moe.sum" in names else "moe.out"] = act
+            stored.update(_moe_layouts(names, flags, _expert_axes(block)))
     elif block.name == "embedding":
         stored["ids"] = f"[{TOKENS}, S/cp]"
         stored["embed.tokens"] = act

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 
 from stage_core.blocks import Structure
 from stage_core.lower.bind import (
-    DATA_AXES,
-    MESH_AXES,
     BoundBlock,
     WeightShard,
     bind_block,
     symbolic_block,
 )
+from stage_core.lower.experts import data_axes
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
@@ -38,8 +37,7 @@ def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) 
     if not sharded:
         return 1
     sizes = workload.axis_sizes
-    axes = [a for a in MESH_AXES if a in DATA_AXES and (a != "ep" or not weight.expert)]
-    return math.prod(sizes[a] for a in axes)
+    return math.prod(sizes[a] for a in data_axes(sizes, workload.expert_axes, weight.expert))
 
 
 @dataclass(frozen=True, slots=True)

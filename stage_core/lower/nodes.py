@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from stage_core.lower.bind import DATA_AXES, MESH_AXES, BoundBlock, Instr
+from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.experts import data_axes
 from stage_core.lower.program import (
     AFTER_BACKWARD,
     PIPELINE_ENDS,
@@ -128,10 +129,7 @@ class _Emitter:
 
 
 def _data_axes(workload: Workload, expert: bool) -> tuple[str, ...]:
-    sizes = workload.axis_sizes
-    return tuple(
-        a for a in MESH_AXES if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not expert)
-    )
+    return data_axes(workload.axis_sizes, workload.expert_axes, expert)
 
 
 def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> list[Instr]:

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 from stage_core.blocks import BlockOptions, Structure, default_options
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import (
-    DATA_AXES,
     MESH_AXES,
     BoundBlock,
     Instr,
     bind_block,
     symbolic_block,
 )
+from stage_core.lower.experts import ExpertFold, data_axes, fold_experts
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
 from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
@@ -56,6 +56,7 @@ class Workload:
     grad_bytes: int = 4
     optimizer_bytes: int = 12
     stage_layers: tuple[int, ...] = ()  # layers per global virtual stage (ParallelConfig)
+    expert_axes: tuple[str, ...] = ("ep",)  # mesh axes partitioning the experts (experts.py)
 
     @property
     def world_size(self) -> int:
@@ -70,16 +71,12 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
     """Validate ``parallel`` against ``model`` and bind every dim and axis size."""
     parallel.validate(model)
     model = parallel.resolve(model)
-    if parallel.dp % parallel.ep:
-        raise ConfigError(
-            "this generator carves expert parallelism out of data parallelism: `ep` must divide "
-            f"`dp`, but got (ep={parallel.ep}, dp={parallel.dp})"
-        )
+    fold = fold_experts(parallel) if model.is_moe else ExpertFold(("ep",), 1)
     grad_bytes = 4 if parallel.grad_fp32 else 2
     axis_sizes = {
         "pp": parallel.pp,
-        "dp": parallel.dp // parallel.ep,
-        "ep": parallel.ep,
+        "dp": parallel.dp // fold.ep_from_dp,
+        "ep": fold.ep_from_dp,
         "cp": parallel.cp,
         "tp": parallel.tp,
     }
@@ -117,7 +114,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         factor = model.capacity_factor or 1.0
         per_rank = math.ceil(factor * model.top_k * local_tokens / model.num_experts)
         sizes["C"] = per_rank * parallel.dp * shards
-    options = default_options(model, parallel.dropout)
+    options = replace(default_options(model, parallel.dropout), expert_axes=fold.axes)
     flags = PlanFlags(
         sp=parallel.sequence_parallel,
         attention=options.attention,
@@ -146,6 +143,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         parallel.num_micro_batches,
         grad_bytes=grad_bytes,
         stage_layers=parallel.stage_layers(model),
+        expert_axes=fold.axes,
     )
 
 
@@ -275,11 +273,7 @@ def _block_sync(
     gathers: dict[tuple[str, ...], int] = {}
     updated = 0
     for weight in block.weights:
-        data = tuple(
-            a
-            for a in MESH_AXES
-            if a in DATA_AXES and sizes[a] > 1 and (a != "ep" or not weight.expert)
-        )
+        data = data_axes(sizes, workload.expert_axes, weight.expert)
         grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
         grad_size = weight.elements * workload.grad_bytes
         shard = weight.elements // math.prod(sizes[a] for a in data)

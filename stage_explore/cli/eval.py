@@ -216,6 +216,8 @@ def _describe(parallel: dict[str, Any]) -> str:
     text = " ".join(
         f"{k}={parallel[k]}" for k in keys if parallel[k] != 1 or k in ("dp", "tp", "pp")
     )
+    if parallel.get("etp") is not None and parallel["etp"] != parallel["tp"]:
+        text += f" etp={parallel['etp']}"
     flags = [
         f"zero={parallel['zero']}" if parallel["zero"] else "",
         "sp" if parallel["sp"] else "",

@@ -3,7 +3,7 @@
 Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
-- :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --sp/--no-sp --zero --recompute
+- :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --etp --sp/--no-sp --zero --recompute
   --schedule --vpp --micro-batch --global-batch --cp-style --precision``, and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
 - :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
@@ -80,9 +80,16 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         ("--tp", "tensor"),
         ("--cp", "context"),
         ("--pp", "pipeline"),
-        ("--ep", "expert (carved out of dp×cp)"),
+        ("--ep", "expert (folded over tp·cp·dp as Megatron-Core does)"),
     ):
         group.add_argument(flag, type=int, default=1, help=f"{what} parallel degree (default: 1)")
+    group.add_argument(
+        "--etp",
+        type=int,
+        default=None,
+        help="expert tensor parallel degree (Megatron's --expert-tensor-parallel-size; "
+        "default: --tp; 1 folds the expert-parallel group over the tp ranks)",
+    )
     group.add_argument(
         "--sp",
         action=argparse.BooleanOptionalAction,
@@ -179,6 +186,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         cp=args.cp,
         pp=args.pp,
         ep=args.ep,
+        etp=args.etp,
         sp=args.sp,
         cp_style=CpStyle(args.cp_style),
         schedule=Schedule("zb" if args.schedule == "zb-h1" else args.schedule),

@@ -345,9 +345,8 @@ def test_capacity_factor_scales_the_all_to_all() -> None:
 def test_ep_with_tp_and_sp_routes_each_ranks_own_tokens() -> None:
     """Megatron-Core's all-to-all dispatcher with expert TP = TP: each rank sends its own
     sequence shard's ``(s/t)·k·h`` over ep, then gathers over tp for the experts' tp shards;
-    back, a reduce-scatter over tp, then the all-to-all. Remaining deviation: the routed-token
-    gradient is all-reduced over tp (gradients arrive in the stored layout) where a
-    reduce-scatter would do."""
+    back, a reduce-scatter over tp, then the all-to-all; the routed-token gradient is
+    reduce-scattered over tp (the backward of the all-gather)."""
     programs = lower(MIXTRAL, ParallelConfig(dp=4, ep=2, tp=2, sp=True, global_batch=4))
     routed = MIXTRAL.seq_len * MIXTRAL.top_k * MIXTRAL.hidden * 2
     bsh = MIXTRAL.seq_len * MIXTRAL.hidden * 2
@@ -359,7 +358,8 @@ def test_ep_with_tp_and_sp_routes_each_ranks_own_tokens() -> None:
         (A2A, "experts.fc2", ("ep",), routed // 2),
     ]
     assert all(c[1] != "ln2" for c in comms(moe, "fwd"))  # the router sees the shard only
-    assert (AR, "d.moe.tokens", ("tp",), routed) in comms(moe, "bwd")
+    assert (RS, "d.moe.tokens", ("tp",), routed) in comms(moe, "bwd")
+    assert (AR, "d.moe.tokens", ("tp",), routed) not in comms(moe, "bwd")
     assert bsh == routed // MIXTRAL.top_k
 
 
@@ -388,10 +388,14 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_ranks() -> None:
     assert set(weights["wq"].grad_axes) == {"dp", "ep"}
 
 
-def test_ep_must_divide_dp() -> None:
-    """ParallelConfig accepts ep | dp·cp (Megatron's folding); this generator needs ep | dp."""
-    with pytest.raises(ConfigError, match="`ep` must divide `dp`"):
-        lower(MIXTRAL, ParallelConfig(dp=1, cp=2, ep=2))
+def test_ep_folds_over_cp_as_megatron_does() -> None:
+    """ep 2 over dp 1 × cp 2 (Megatron-Core's MoE parallel folding): the expert-parallel group
+    is the cp ranks, so the all-to-all runs over ep×cp of the generator's mesh
+    (tests/core/test_lower_moe.py checks every folding)."""
+    programs = lower(MIXTRAL, ParallelConfig(dp=1, cp=2, ep=2))
+    assert programs.workload.expert_axes == ("ep", "cp")
+    assert {c[2] for c in comms(programs.blocks["moe_layer"]) if c[0] == A2A} == {("cp",)}
+    assert programs.workload.axis_sizes["ep"] == 1  # an axis of size 1 drops out of the group
 
 
 # -- context parallelism -------------------------------------------------------------------------

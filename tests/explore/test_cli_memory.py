@@ -110,9 +110,21 @@ def test_bad_combination_exits_2_with_one_line(
     assert message in err
 
 
-def test_expert_parallelism_must_divide_dp(capsys: pytest.CaptureFixture[str]) -> None:
+def test_expert_parallelism_the_generator_cannot_fold(capsys: pytest.CaptureFixture[str]) -> None:
+    """An expert-parallel group inside the cp ranks (ep 2 < cp 4, dp 1) is one line, exit 2."""
     code, out, err = run(
-        capsys, "--model", "mixtral-8x7b", "--layers", "2", "--cp", "2", "--ep", "2", "--json",
+        capsys, "--model", "mixtral-8x7b", "--layers", "2", "--cp", "4", "--ep", "2", "--json",
     )
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "`ep` must divide `dp`" in err
+    assert "must divide `dp`" in err and "ep=2" in err
+
+
+def test_memory_json_accepts_etp(capsys: pytest.CaptureFixture[str]) -> None:
+    """Megatron-Bridge's Qwen3 layout scaled down: tp 2, ep folded over tp×dp, etp 1."""
+    code, out, _ = run(
+        capsys, "--model", "mixtral-8x7b", "--layers", "2", "--dp", "4", "--tp", "2", "--ep",
+        "8", "--etp", "1", "--sp", "--global-batch", "4", "--json",
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads(out)
+    assert report["parallel"]["etp"] == 1 and report["parallel"]["ep"] == 8

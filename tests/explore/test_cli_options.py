@@ -15,7 +15,7 @@ from stage_explore.cli.options import add_model_options, add_parallel_options, p
 
 EXPECTED_FLAGS = {
     "--model", "--layers", "--seq-len", "--dropout", "--no-dropout",
-    "--dp", "--tp", "--cp", "--pp", "--ep", "--sp", "--no-sp", "--zero", "--recompute",
+    "--dp", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero", "--recompute",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp32-grads", "--no-fp32-grads",
     "--pp-layers", "--pp-first-layers", "--pp-last-layers", "--pp-split",
@@ -60,6 +60,14 @@ def test_every_option_reaches_the_config() -> None:
         dropout=True, cp_style=CpStyle.RING, precision=Precision.FP8,
     )  # fmt: skip
     assert spec == get_flavor("mixtral-8x7b").with_overrides(layers=16, seq_len=4096, dropout=True)
+
+
+def test_etp_reaches_the_config_and_defaults_to_tp() -> None:
+    argv = "--model mixtral-8x7b --dp 4 --tp 2 --ep 8 --etp 1 --sp".split()
+    _, config = workload(*argv)
+    assert (config.etp, config.expert_tp, config.expert_dp) == (1, 1, 1)
+    _, config = workload("--model", "mixtral-8x7b", "--dp", "4", "--tp", "2", "--ep", "2")
+    assert (config.etp, config.expert_tp, config.expert_dp) == (None, 2, 2)
 
 
 @pytest.mark.parametrize(

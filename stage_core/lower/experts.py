@@ -1,0 +1,90 @@
+"""Where the experts live on the generator's mesh: Megatron-Core's MoE parallel folding.
+
+Megatron-Core builds two rank generators over the same ranks (``parallel_state``: attention
+layers ``tp-cp-dp-pp``, expert layers ``etp-ep-edp-pp``; NVIDIA's "MoE parallel folding",
+Liu et al. 2025, arXiv:2504.14960). With tp fastest in the rank id, an expert-parallel group
+is the ``ep`` ranks right above the ``etp`` ranks: first what is left of tp (``tp/etp``), then
+cp, then dp.
+
+The generator's mesh is ``pp, dp, ep, cp, tp`` (the ``dp`` axis has size ``dp/ep_d``), and
+:func:`fold_experts` says which of its axes partition the experts:
+
+- ``etp = tp``: the experts are tensor-parallel over ``tp``; the group folds over cp when
+  ``cp`` divides ``ep`` (axes ``ep, cp``), else it is carved out of dp alone (axis ``ep``);
+- ``etp = 1``: every tp rank holds whole experts and routes its own sequence shard (sequence
+  parallelism, which Megatron-Core requires for MoE with tp > 1); the group folds over tp and
+  then as above (axes ``ep, tp`` or ``ep, cp, tp``).
+
+What is left, ``ep_d``, is the size of the mesh's ``ep`` axis and must divide ``dp``. An
+expert tensor parallel size strictly between 1 and tp would need tp split into two axes: it is
+a :class:`ConfigError` here (``ParallelConfig`` itself accepts it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from stage_core.errors import ConfigError
+from stage_core.parallel.config import ParallelConfig
+
+#: Axes of the generator's mesh, outermost first by default (as :data:`bind.MESH_AXES`).
+_MESH_ORDER = ("pp", "dp", "ep", "cp", "tp")
+#: Axes over which weights are data-parallel replicas unless they partition the weight.
+_DATA_AXES = ("dp", "ep", "cp")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertFold:
+    """The mesh axes partitioning the experts (outermost first) and the ``ep`` axis's size."""
+
+    axes: tuple[str, ...]
+    ep_from_dp: int
+
+
+def fold_experts(parallel: ParallelConfig) -> ExpertFold:
+    """Megatron-Core's expert-parallel group as axes of the generator's mesh (module docstring)."""
+    tp, cp, dp, ep, etp = parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.expert_tp
+    order = [a for a in parallel.axis_order if a != "pp"]
+    axes = ["ep"]
+    rest = ep
+    if etp < tp:
+        if etp != 1:
+            raise ConfigError(
+                "this generator expresses expert tensor parallel size tp (experts split like "
+                f"dense layers) or 1 (whole experts, tp folded into ep), but got ({etp=}, {tp=})"
+            )
+        if not parallel.sequence_parallel:
+            raise ConfigError(
+                "`etp` < `tp` routes each tp rank's own sequence shard: it needs sequence "
+                f"parallelism (Megatron-Core requires it for MoE with tp > 1), but got ({etp=}, "
+                f"{tp=}, sp={parallel.sp})"
+            )
+        if ep % tp:
+            raise ConfigError(
+                "with `etp` = 1 the expert-parallel group spans the tp ranks first: `tp` must "
+                f"divide `ep`, but got ({ep=}, {tp=})"
+            )
+        axes.append("tp")
+        rest //= tp
+    if cp > 1 and rest % cp == 0 and order.index("cp") == order.index("ep") + 1:
+        axes.insert(1, "cp")
+        rest //= cp
+    if dp % rest:
+        folded = "·".join(a for a in ("tp", "cp") if a in axes) or "nothing"
+        raise ConfigError(
+            "the expert-parallel group left after folding over "
+            f"{folded} must divide `dp`, but got ({ep=}, {etp=}, {tp=}, {cp=}, {dp=})"
+        )
+    return ExpertFold(tuple(axes), rest)
+
+
+def data_axes(
+    axis_sizes: Mapping[str, int], expert_axes: tuple[str, ...], expert: bool
+) -> tuple[str, ...]:
+    """The axes (size > 1, mesh order) over which a weight is replicated: ``dp, ep, cp`` for a
+    dense weight, those not partitioning the experts for an expert weight."""
+    excluded = expert_axes if expert else ()
+    return tuple(
+        a for a in _MESH_ORDER if a in _DATA_AXES and a not in excluded and axis_sizes[a] > 1
+    )

@@ -1,0 +1,176 @@
+"""Megatron-style expert parallelism in the lowering (issue #12): etp, MoE parallel folding.
+
+Every collective is derived from the MoE block's layouts (``plans.py``), none written by hand.
+The properties checked for every tp/sp/ep/etp/cp combination the generator accepts:
+
+- each dispatch and combine all-to-all carries the rank's *own* tokens × top-k × hidden × 2 B
+  (its sequence shard under sequence parallelism), forward and backward;
+- the all-to-all's communicator group is exactly Megatron-Core's expert-parallel group
+  (:meth:`ParallelConfig.expert_mesh`, the ``etp-ep-edp-pp`` rank generator);
+- expert weights are reduced over the expert-data-parallel ranks, ``tp·dp·cp/(ep·etp)`` of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import BoundBlock
+from stage_core.lower.experts import fold_experts
+from stage_core.lower.program import lower
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+
+A2A, AR, RS = "all_to_all", "all_reduce", "reduce_scatter"
+MIXTRAL = get_flavor("mixtral-8x7b").with_overrides(layers=2, seq_len=256, num_experts=16)
+
+
+def _collectives(block: BoundBlock, kind: str) -> list[tuple[str, str, tuple[str, ...], int]]:
+    return [
+        (i.phase, i.name.partition(":")[2], i.axes, i.comm_bytes)
+        for i in block.fwd + block.bwd
+        if i.is_comm and str(i.collective) == kind
+    ]
+
+
+def _combinations() -> list[ParallelConfig]:
+    """Every accepted config of a small grid (refused ones are checked separately)."""
+    found = []
+    grid = itertools.product((1, 2, 4), (False, True), (1, 2, 4, 8), (None, 1), (1, 2), (2, 4))
+    for tp, sp, ep, etp, cp, dp in grid:
+        if etp == 1 and tp == 1:
+            continue  # the same config as etp=None
+        try:
+            config = ParallelConfig(tp=tp, sp=sp, ep=ep, etp=etp, cp=cp, dp=dp, global_batch=dp)
+            fold_experts(config)
+        except ConfigError:
+            continue
+        found.append(config)
+    return found
+
+
+COMBINATIONS = _combinations()
+
+
+def test_the_grid_covers_every_folding() -> None:
+    folds = {fold_experts(c).axes for c in COMBINATIONS if c.ep > 1}
+    assert folds == {("ep",), ("ep", "cp"), ("ep", "tp"), ("ep", "cp", "tp")}
+    assert len(COMBINATIONS) > 60
+
+
+def _name(c: ParallelConfig) -> str:
+    return f"tp{c.tp}sp{int(c.sp)}ep{c.ep}etp{c.etp}cp{c.cp}dp{c.dp}"
+
+
+@pytest.mark.parametrize("parallel", COMBINATIONS, ids=_name)
+def test_all_to_all_bytes_are_the_ranks_own_tokens_times_top_k(parallel: ParallelConfig) -> None:
+    """Issue #12's property: per rank, every all-to-all moves the tokens the rank holds × top-k
+    × hidden × 2 B, over a group of exactly ``ep`` ranks, the one Megatron-Core builds."""
+    programs = lower(MIXTRAL, parallel)
+    moe = programs.blocks["moe_layer"]
+    held = MIXTRAL.seq_len // parallel.cp // (parallel.tp if parallel.sequence_parallel else 1)
+    own = held * MIXTRAL.top_k * MIXTRAL.hidden * 2
+    exchanged = _collectives(moe, A2A)
+    if parallel.ep == 1:
+        assert exchanged == []
+        return
+    assert [(phase, size) for phase, _, _, size in exchanged] == [
+        ("fwd", own), ("fwd", own), ("bwd", own), ("bwd", own)
+    ]  # fmt: skip
+    mesh = programs.workload.mesh
+    axes = exchanged[0][2]
+    assert math.prod(int(mesh.size(a)) for a in axes) == parallel.ep
+    if parallel.cp == 1 or "cp" in axes:  # Megatron's group (cp folded first when it divides)
+        megatron = parallel.expert_mesh()
+        for rank in range(0, parallel.world_size, 3):
+            assert mesh.group(rank, axes) == megatron.group(rank, ["ep"])
+
+
+@pytest.mark.parametrize("parallel", COMBINATIONS[::5], ids=_name)
+def test_expert_weights_reduce_over_the_expert_data_parallel_ranks(
+    parallel: ParallelConfig,
+) -> None:
+    programs = lower(MIXTRAL, parallel)
+    sizes = programs.workload.axis_sizes
+    weights = {w.name: w for w in programs.blocks["moe_layer"].weights}
+    w2 = weights["experts.w2"]
+    assert math.prod(sizes[a] for a in w2.grad_axes) == parallel.expert_dp
+    total = MIXTRAL.num_experts * MIXTRAL.expert_ffn * MIXTRAL.hidden
+    assert w2.elements * parallel.ep * parallel.expert_tp == total
+
+
+def test_routed_token_gradient_is_reduce_scattered_over_tp() -> None:
+    """Experts tensor-parallel over tp (etp = tp) under sequence parallelism: the routed tokens'
+    gradient, partial over tp, is reduce-scattered into the rank's slots (Megatron's backward
+    of its all-gather), never all-reduced over tp."""
+    programs = lower(MIXTRAL, ParallelConfig(dp=4, ep=2, tp=2, sp=True, global_batch=4))
+    moe = programs.blocks["moe_layer"]
+    routed = MIXTRAL.seq_len * MIXTRAL.top_k * MIXTRAL.hidden * 2
+    assert ("bwd", "d.moe.tokens", ("tp",), routed) in _collectives(moe, RS)
+    assert [c for c in _collectives(moe, AR) if "moe" in c[1] or "experts" in c[1]] == []
+
+
+def test_expert_tensor_parallel_one_is_a_single_all_to_all_over_ep_and_tp() -> None:
+    """Qwen3-235B on Megatron-Bridge's layout (tp 2, ep over tp×dp, etp 1), scaled down: one
+    all-to-all over the folded group each way, no tp collective in the expert region."""
+    parallel = ParallelConfig(dp=4, tp=2, ep=8, etp=1, sp=True, global_batch=4)
+    programs = lower(MIXTRAL, parallel)
+    moe = programs.blocks["moe_layer"]
+    experts = [
+        (str(i.collective), i.axes)
+        for i in moe.fwd + moe.bwd
+        if i.is_comm and ("moe" in i.name or "experts" in i.name)
+    ]
+    assert experts == [(A2A, ("ep", "tp"))] * 4
+    assert programs.workload.axis_sizes["ep"] == 4 and programs.workload.axis_sizes["dp"] == 1
+    assert parallel.expert_dp == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(tp=2, etp=1, ep=2, dp=2), "needs sequence parallelism"),
+        (dict(tp=4, etp=2, ep=2, dp=2, sp=True), "expert tensor parallel size tp"),
+        (dict(tp=4, etp=1, ep=2, dp=4, sp=True), "`tp` must divide `ep`"),
+        (dict(ep=2, dp=1, cp=4), "must divide `dp`"),  # an ep group inside cp
+    ],
+)
+def test_refused_foldings_name_the_values(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        lower(MIXTRAL.with_overrides(seq_len=6 * 64), ParallelConfig(**fields))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(tp=4, etp=3), "`etp` \\(expert tensor parallel size\\) must divide `tp`"),
+        (dict(tp=2, dp=2, ep=8, etp=1), "`ep`·`etp` must divide `tp`·`dp`·`cp`"),
+        (dict(etp=0), "`etp` must be a positive int or None"),
+    ],
+)
+def test_parallel_config_rejects_bad_etp(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ParallelConfig(**fields)  # type: ignore[arg-type]
+
+
+def test_expert_mesh_splits_tp_when_etp_is_smaller() -> None:
+    """Megatron-Core's expert rank generator ``etp-ep-edp-pp``: with tp 4, etp 2, ep 4 the
+    expert-parallel group of rank 0 is ranks 0, 2, 4, 6 (the rest of tp, then dp)."""
+    config = ParallelConfig(tp=4, etp=2, ep=4, dp=2, pp=2, global_batch=2)
+    mesh = config.expert_mesh()
+    assert str(mesh) == "{pp=2, edp=1, ep=4, etp=2}"
+    assert mesh.group(0, ["ep"]) == (0, 2, 4, 6)
+    assert mesh.group(0, ["etp"]) == (0, 1)
+
+
+@pytest.mark.parametrize("parallel", [ParallelConfig(), COMBINATIONS[-1]], ids=_name)
+def test_router_flops_are_two_h_e_per_token_the_rank_routes(parallel: ParallelConfig) -> None:
+    """The router is a [h, E] matmul on the tokens the rank holds (its sequence shard under
+    sequence parallelism), replicated over every rank that holds them: 2·h·E FLOPs a token."""
+    moe = lower(MIXTRAL, parallel).blocks["moe_layer"]
+    (router,) = [i for i in moe.fwd if i.name == "moe.logits"]
+    held = MIXTRAL.seq_len // parallel.cp // (parallel.tp if parallel.sequence_parallel else 1)
+    assert router.flops == 2 * held * MIXTRAL.hidden * MIXTRAL.num_experts
