@@ -25,6 +25,8 @@ from stage_core.lower.program import (
     StageProgram,
     Workload,
 )
+from stage_core.lower.schedule import SPLIT_BACKWARD, Task, overlapped
+from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 
@@ -170,6 +172,73 @@ def _block(
     return ids[-1] if ids else (entry[0] if entry else -1)
 
 
+def _emit_indexed(
+    em: _Emitter,
+    instrs: tuple[Instr, ...],
+    indices: tuple[int, ...],
+    prefix: str,
+    entry: tuple[int, ...],
+    ctrl: tuple[int, ...],
+    known: dict[int, int],
+) -> dict[int, int]:
+    """Emit ``instrs[i]`` for ``i`` in ``indices`` (one part of a split backward); a dependency
+    on an instruction emitted before (``known``: the B part, for W) keeps its node, one without
+    dependencies waits for ``entry``; the first carries ``ctrl``. Returns index → node id."""
+    ids: dict[int, int] = {}
+    for i in indices:
+        instr = instrs[i]
+        deps = tuple(ids[d] if d in ids else known[d] for d in instr.deps if d in ids or d in known)
+        name = f"{prefix}.{instr.name}"
+        ids[i] = em.instr(instr, name, deps or entry, ctrl if not ids else ())
+    return ids
+
+
+def _weight_nodes(
+    em: _Emitter,
+    programs: ProgramSet,
+    stage: StageProgram,
+    task: Task,
+    ctrl: tuple[int, ...],
+    b_ids: dict[tuple[int, int, int], dict[int, int]],
+    sync_ids: list[int],
+    last_mb: dict[int, int],
+) -> int | None:
+    """A W task: every block's weight-gradient instructions (backward block order), waiting for
+    their inputs from the same micro-batch's B; then ZeRO-2/3 gradient scatters and, after the
+    chunk's last W, the gradient synchronisation. Returns the task's last node."""
+    workload = programs.workload
+    chunk = stage.chunks[task.chunk]
+    mb = task.micro_batch
+    entry = ctrl
+    last: int | None = ctrl[0] if ctrl else None
+    for position, block in enumerate(reversed(chunk.blocks)):
+        prefix = f"W{mb}.c{chunk.index}.b{position}.{block.kind}"
+        known = b_ids.pop((chunk.index, mb, position), {})
+        ids = _emit_indexed(
+            em, block.bwd, split_backward(block).weight_grad_index, prefix, entry, ctrl, known
+        )
+        if ids:
+            ctrl = ()
+            last = max(ids.values())
+            entry = (last,)
+        if workload.parallel.zero >= 2 and last is not None:
+            for instr in _zero_collectives(workload, block, gather=False):
+                em.instr(instr, f"{prefix}.{instr.name}", (last,))
+        if mb == last_mb[chunk.index] and last is not None:
+            for op in stage.sync:
+                if op.chunk == chunk.index and op.after == position:
+                    node = TraceNode(
+                        0,
+                        f"step.c{chunk.index}.{op.name}",
+                        NodeKind.COLL,
+                        (last,),
+                        collective=op.collective,
+                        comm_bytes=op.comm_bytes,
+                    )
+                    sync_ids.append(em.add(node, op.axes))
+    return last
+
+
 def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     """The template node list of one pipeline stage."""
     workload = programs.workload
@@ -178,13 +247,31 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     zero = workload.parallel.zero
     em = _Emitter()
     previous: int | None = None
-    last_mb_backward = {c.index: m - 1 for c in stage.chunks}
+    last_mb_backward = {  # DualPipe: chunk 0 runs micro-batches 0…m/2−1, chunk 1 the rest
+        c.index: max(t.micro_batch for t in stage.tasks if t.chunk == c.index) for c in stage.chunks
+    }
+    kind = str(workload.parallel.schedule)
+    split = kind in SPLIT_BACKWARD  # B and W apart (lower/weightgrad.py)
+    pairs = overlapped(kind, stage.stage, p, m, vpp)
+    b_ids: dict[tuple[int, int, int], dict[int, int]] = {}  # (chunk, mb, position) → B ids
+    pair_ctrl: tuple[int, ...] | None = None
     sync_ids: list[int] = []
     last_gather = -1
-    for task in stage.tasks:
+    for index, task in enumerate(stage.tasks):
         chunk = stage.chunks[task.chunk]
         j, mb, backward = chunk.stage, task.micro_batch, task.phase == "B"
-        ctrl = (previous,) if previous is not None else ()
+        ctrl: tuple[int, ...] = (previous,) if previous is not None else ()
+        if pair_ctrl is not None:  # DualPipe: the pair's backward does not wait for its forward
+            ctrl, pair_ctrl = pair_ctrl, None
+        if index in pairs:
+            pair_ctrl = ctrl
+        if task.phase == "W":
+            previous = _weight_nodes(
+                em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward
+            )
+            continue
+        # the pipeline neighbour: ±1 along pp; DualPipe's second chunk runs the other way
+        toward = -1 if kind == "dualpipe" and task.chunk == 1 else 1
         tag = "B" if backward else "F"
         entry: tuple[int, ...] = ()
         receive_from = j + 1 if backward else j - 1
@@ -198,7 +285,7 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                 comm_bytes=stage.boundary_bytes,
                 tag=message_tag(receive_from, mb, m, backward),
             )
-            entry = (em.add(node, peer_shift=1 if backward else -1),)
+            entry = (em.add(node, peer_shift=(1 if backward else -1) * toward),)
             ctrl = ()
         blocks = list(reversed(chunk.blocks)) if backward else list(chunk.blocks)
         last = -1
@@ -211,14 +298,21 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                     last_gather = em.instr(instr, f"{prefix}.{instr.name}", deps, ctrl)
                     entry = (*entry, last_gather)
             instrs = block.bwd if backward else block.fwd
-            last = _block(em, instrs, prefix, entry, ctrl)
+            if backward and split:
+                ids = _emit_indexed(
+                    em, instrs, split_backward(block).input_grad_index, prefix, entry, ctrl, {}
+                )
+                b_ids[(chunk.index, mb, position)] = ids
+                last = max(ids.values(), default=entry[0] if entry else -1)
+            else:
+                last = _block(em, instrs, prefix, entry, ctrl)
             if instrs:
                 ctrl = ()
             entry = (last,)
-            if backward and zero >= 2:
+            if backward and zero >= 2 and not split:
                 for instr in _zero_collectives(workload, block, gather=False):
                     em.instr(instr, f"{prefix}.{instr.name}", entry)
-            if backward and mb == last_mb_backward[chunk.index]:
+            if backward and mb == last_mb_backward[chunk.index] and not split:
                 for op in stage.sync:
                     if op.chunk == chunk.index and op.after == position:
                         node = TraceNode(
@@ -240,7 +334,7 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                 comm_bytes=stage.boundary_bytes,
                 tag=message_tag(j, mb, m, backward),
             )
-            last = em.add(node, peer_shift=-1 if backward else 1)
+            last = em.add(node, peer_shift=(-1 if backward else 1) * toward)
         previous = last if last >= 0 else previous
     for op in stage.sync:
         if op.after == AFTER_BACKWARD:
