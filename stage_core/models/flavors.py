@@ -331,8 +331,50 @@ _FRONTIER = (
     ),
 )
 
+# OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" (arXiv 2508.10925), Section 2.1 and
+# Table 1, and the config.json of openai/gpt-oss-120b and openai/gpt-oss-20b: 36 / 24 layers,
+# residual width 2880, 64 query heads and 8 KV heads of 64 dims (GQA), biases on the attention
+# and expert projections (attention_bias true; the experts' gate_up_proj_bias, down_proj_bias),
+# a learned attention sink per head, layers alternating a 128-token banded (sliding) window
+# (even layers: layer_types "sliding_attention") and dense attention, 128 / 32 experts of
+# width 2880 (intermediate_size) with top-4 routing, a SwiGLU variant with clamping and a
+# residual connection (swiglu_limit 7; FLOPs counted as SwiGLU), RMSNorm, RoPE (YaRN, 4,096
+# -token initial context: the training sequence here), o200k_harmony vocabulary 201,088,
+# untied embedding. Totals: 116.83B / 20.91B parameters (card: 116.8B / 20.9B; the 128 / 32
+# router biases per layer are not counted: 4,608 / 768 parameters).
+_GPT_OSS = tuple(
+    ModelSpec(
+        name=name,
+        family=Family.GPT_OSS,
+        layers=layers,
+        hidden=2880,
+        ffn=2880,
+        heads=64,
+        kv_heads=8,
+        head_dim=64,
+        vocab=201088,
+        seq_len=4096,
+        max_position=131072,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.ROTARY,
+        bias=True,
+        num_experts=experts,
+        top_k=4,
+        expert_ffn=2880,
+        layer_pattern="(swa+moe, attn+moe)*",
+        sliding_window=128,
+        attention_sinks=True,
+    )
+    for name, layers, experts in (("gpt-oss-120b", 36, 128), ("gpt-oss-20b", 24, 32))
+)
+
+
 _REGISTRY: Mapping[str, ModelSpec] = MappingProxyType(
-    {spec.name: spec for spec in (*_GPT3, *_MEGATRON, *_LLAMA, *_MIXTRAL, *_OTHERS, *_FRONTIER)}
+    {
+        spec.name: spec
+        for spec in (*_GPT3, *_MEGATRON, *_LLAMA, *_MIXTRAL, *_OTHERS, *_FRONTIER, *_GPT_OSS)
+    }
 )
 
 

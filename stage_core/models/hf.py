@@ -41,6 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.models.layers import Ffn, LayerKind, Mixer, compress_kinds
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
 
 #: ``model_type`` → family.
@@ -54,6 +55,7 @@ HF_FAMILIES: Mapping[str, Family] = MappingProxyType(
         "nemotron": Family.NEMOTRON,
         "deepseek_v2": Family.DEEPSEEK_MOE,
         "deepseek_v3": Family.DEEPSEEK_MOE,
+        "gpt_oss": Family.GPT_OSS,
     }
 )
 _DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3"})
@@ -65,6 +67,18 @@ _ACTIVATIONS: Mapping[str, tuple[str, Activation]] = MappingProxyType(
     }
 )
 _QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
+#: Types with a learned attention sink per head (GPT-OSS; ``sinks`` in its modelling code).
+_SINK_TYPES = frozenset({"gpt_oss"})
+#: GPT-OSS keys: ``experts_per_token`` (= ``num_experts_per_tok``); the clamp of its SwiGLU
+#: (``swiglu_limit``), the RoPE's ``initial_context_length`` (= rope_scaling's original
+#: length) and the checkpoint's MXFP4 ``quantization_config`` change no count.
+GPT_OSS_KEYS = frozenset(
+    {"experts_per_token", "swiglu_limit", "initial_context_length", "quantization_config"}
+)
+#: ``layer_types`` entries and the mixer each means.
+_LAYER_TYPES: Mapping[str, Mixer] = MappingProxyType(
+    {"full_attention": Mixer.ATTENTION, "sliding_attention": Mixer.SLIDING}
+)
 
 #: Keys read by :func:`load_hf_config`.
 MAPPED_KEYS = frozenset(
@@ -76,6 +90,7 @@ MAPPED_KEYS = frozenset(
         "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
         "decoder_sparse_step", "mlp_only_layers", "sliding_window", "use_sliding_window",
         "max_window_layers", "layer_types", "partial_rotary_factor",
+        "experts_per_token",
     }
 )  # fmt: skip
 #: Keys that change no FLOP, byte or parameter count: metadata, token ids, initialisation,
@@ -131,6 +146,7 @@ def _unmappable(where: str, key: str, value: Any, why: str) -> ConfigError:
 
 def _check_keys(config: Mapping[str, Any], where: str, model_type: str) -> None:
     extra = DEEPSEEK_KEYS if model_type in _DEEPSEEK_TYPES else frozenset()
+    extra = GPT_OSS_KEYS if model_type in _SINK_TYPES else extra
     for key, value in config.items():
         if key not in MAPPED_KEYS and key not in IGNORED_KEYS and key not in extra:
             raise _unmappable(
@@ -140,15 +156,41 @@ def _check_keys(config: Mapping[str, Any], where: str, model_type: str) -> None:
     act = config.get("hidden_act", wanted)
     if act != wanted:
         raise _unmappable(where, "hidden_act", act, f"a {model_type} MLP uses {wanted!r}")
-    window = config.get("sliding_window")
-    if window is not None and config.get("use_sliding_window", True):
-        raise _unmappable(where, "sliding_window", window, "sliding-window attention")
     types = config.get("layer_types")
-    if types is not None and set(types) - {"full_attention"}:
-        raise _unmappable(where, "layer_types", sorted(set(types)), "only full_attention layers")
+    if types is not None and (not isinstance(types, list) or set(types) - set(_LAYER_TYPES)):
+        why = f"a list of {sorted(_LAYER_TYPES)}, one per layer"
+        raise _unmappable(where, "layer_types", types, why)
+    top_k = config.get("num_experts_per_tok")
+    alias = config.get("experts_per_token", top_k)
+    if top_k is not None and alias != top_k:
+        raise _unmappable(where, "experts_per_token", alias, f"num_experts_per_tok is {top_k}")
     step = config.get("decoder_sparse_step", 1)
     if step != 1:
         raise _unmappable(where, "decoder_sparse_step", step, "every layer must be MoE (1)")
+
+
+def _window_fields(config: Mapping[str, Any], where: str, layers: int) -> dict[str, Any]:
+    """Sliding-window attention: ``sliding_window`` (null or ``use_sliding_window`` false:
+    none) on the layers ``layer_types`` marks ``sliding_attention``; without ``layer_types``,
+    every layer (Mistral) or, with ``max_window_layers`` (Qwen), the layers from that index on."""
+    window = config.get("sliding_window")
+    types = config.get("layer_types")
+    if types is not None and len(types) != layers:
+        why = f"one entry per layer (num_hidden_layers={layers})"
+        raise _unmappable(where, "layer_types", f"{len(types)} entries", why)
+    if window is None or not config.get("use_sliding_window", True):
+        if types is not None and "sliding_attention" in types:
+            raise _unmappable(where, "layer_types", "sliding_attention", "no sliding_window")
+        return {}
+    window = _int(config, "sliding_window", where)
+    if types is not None:
+        mixers = [_LAYER_TYPES[t] for t in types]
+    else:
+        first = _int(config, "max_window_layers", where, 0)
+        mixers = [Mixer.SLIDING if i >= first else Mixer.ATTENTION for i in range(layers)]
+    if Mixer.SLIDING not in mixers:
+        return {}
+    return {"sliding_window": window, "layer_mixers": mixers}
 
 
 def _first_k_dense(config: Mapping[str, Any], where: str) -> int:
@@ -218,11 +260,27 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         seq_len = _int(rope_scaling, "original_max_position_embeddings", f"{where} rope_scaling")
     ffn = _int(config, "intermediate_size", where)
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    layers = _int(config, "num_hidden_layers", where)
+    moe = (
+        _deepseek_fields(config, where, ffn)
+        if model_type in _DEEPSEEK_TYPES
+        else _moe_fields(config, where, ffn)
+    )
+    windows = _window_fields(config, where, layers)
+    if windows:  # a per-layer pattern: each layer's mixer, the FFN by the MoE rule
+        mixers = windows.pop("layer_mixers")
+        first, interval = moe.pop("first_k_dense", 0), moe.pop("moe_layer_interval", 1)
+        expert = moe.get("num_experts", 0) > 0
+        kinds = tuple(
+            LayerKind(mixer, Ffn.MOE if expert and i >= first and i % interval == 0 else Ffn.DENSE)
+            for i, mixer in enumerate(mixers)
+        )
+        windows["layer_pattern"] = compress_kinds(kinds)
     try:
         return ModelSpec(
             name=name or "hf-model",
             family=family,
-            layers=_int(config, "num_hidden_layers", where),
+            layers=layers,
             hidden=_int(config, "hidden_size", where),
             ffn=ffn,
             heads=heads,
@@ -242,11 +300,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             bias=attention_bias,
             qk_norm=model_type in _QK_NORM_TYPES,
-            **(
-                _deepseek_fields(config, where, ffn)
-                if model_type in _DEEPSEEK_TYPES
-                else _moe_fields(config, where, ffn)
-            ),
+            attention_sinks=model_type in _SINK_TYPES,
+            **moe,
+            **windows,
         )
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None

@@ -36,6 +36,7 @@ class Family(StrEnum):
     PALM = "palm"
     NEMOTRON = "nemotron"
     QWEN3 = "qwen3"
+    GPT_OSS = "gpt-oss"
 
 
 class Norm(StrEnum):

@@ -135,10 +135,11 @@ def test_family_conventions(flavor: str) -> None:
     model = get_flavor(flavor)
     gpt = model.family is Family.GPT
     assert model.dropout == gpt, "GPT-3-style models train with dropout, the others without"
-    assert model.bias == gpt
+    assert model.bias == (gpt or model.family is Family.GPT_OSS)  # GPT-OSS: biased layers
     assert model.position == ("learned" if gpt else "rotary")
     if model.family is not Family.QWEN3:  # Qwen3 has dense and MoE flavors
-        assert model.is_moe == (model.family in (Family.MIXTRAL, Family.DEEPSEEK_MOE))
+        moe_families = (Family.MIXTRAL, Family.DEEPSEEK_MOE, Family.GPT_OSS)
+        assert model.is_moe == (model.family in moe_families)
     assert model.name == flavor
 
 
@@ -158,7 +159,7 @@ def test_lookup_is_case_insensitive() -> None:
     [
         ("llama3-7b", r"unknown model flavor 'llama3-7b'; close names: .*llama3-8b"),
         ("gpt3-175", r"unknown model flavor 'gpt3-175'; close names: gpt3-175b"),
-        ("zzz", r"unknown model flavor 'zzz'; known: gpt3-125m, .*qwen3-235b-a22b$"),
+        ("zzz", r"unknown model flavor 'zzz'; known: gpt3-125m, .*qwen3-235b-a22b, .*"),
     ],
 )
 def test_unknown_flavor_is_one_line_with_close_names(name: str, expected: str) -> None:

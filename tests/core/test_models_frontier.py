@@ -200,12 +200,12 @@ def test_hf_qwen3_dense_has_qk_norm_and_a_dense_prefix_maps_to_first_k_dense(
         ("qwen", {"q_lora_rank": 1536}, "cannot map key 'q_lora_rank' (= 1536): not a key of"),
         ("qwen", {"decoder_sparse_step": 2}, "cannot map key 'decoder_sparse_step' (= 2)"),
         ("qwen", {"mlp_only_layers": [3]}, "cannot map key 'mlp_only_layers' (= [3])"),
-        ("qwen", {"use_sliding_window": True, "sliding_window": 4096}, "'sliding_window' (= 4096)"),
+        ("qwen", {"use_sliding_window": True, "layer_types": ["full_attention"]}, "one entry"),
         ("qwen", {"layer_types": ["sliding_attention"]}, "cannot map key 'layer_types'"),
         ("llama", {"hidden_act": "gelu"}, "cannot map key 'hidden_act' (= 'gelu'): a llama MLP"),
         ("llama", {"quantization_config": {"quant_method": "fp8"}}, "'quantization_config'"),
         ("nemotron", {"hidden_act": "silu"}, "a nemotron MLP uses 'relu2'"),
-        ("mixtral", {"sliding_window": 4096}, "sliding-window attention"),
+        ("mixtral", {"sliding_window": 4096, "layer_types": ["local"] * 56}, "'layer_types'"),
     ],
 )
 def test_hf_keys_that_cannot_be_mapped_are_named_in_one_line(
