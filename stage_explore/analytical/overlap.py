@@ -81,8 +81,9 @@ def overlap_rule(profile: FrameworkProfile, tp: int, sp: bool) -> OverlapRule | 
             and kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
         ):
             return 1 / tp
-        if moe_overlap and kind is CollectiveKind.ALL_TO_ALL and "ep" in instr.axes:
-            return 0.0
+        if moe_overlap and kind is CollectiveKind.ALL_TO_ALL:
+            return 0.0  # in training only the expert dispatch/combine are all-to-alls; their
+            # group may be ep, ep×tp, ep×cp or, with the ep axis of size 1, cp alone
         return None
 
     return rule

@@ -23,7 +23,7 @@ from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY, Analyti
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system import load_system
 from stage_explore.system.model import System
-from stage_explore.validation.setups import Case
+from stage_explore.validation.setups import Case, parse_backend_key
 
 BackendFactory = Callable[[str], BaseBackend]
 
@@ -45,8 +45,10 @@ def analytical_factory(
         key = framework if with_framework else ""
         if key not in backends:
             options: dict[str, Any] = {"network_efficiency": tuple(network_efficiency)}
-            if with_framework:
-                options["framework"] = framework
+            if with_framework:  # a Case.backend_key: the profile and the row's options
+                options["framework"], overrides = parse_backend_key(framework)
+                if overrides:
+                    options["overrides"] = overrides
             backends[key] = AnalyticalBackend(**options)
         return backends[key]
 
@@ -163,5 +165,5 @@ def evaluate_cases(
     for case in cases:
         if case.system not in loaded:
             loaded[case.system] = load_system(case.system)
-        results.append(evaluate_case(case, factory(case.framework), loaded[case.system]))
+        results.append(evaluate_case(case, factory(case.backend_key), loaded[case.system]))
     return results

@@ -3,8 +3,10 @@
 :class:`Case` values — model, parallel config, system preset, framework, precision, metric and
 measured value, in-sample flag — or a reason the row cannot be evaluated.
 
-Holds :class:`SourceSetup` (one ``[sources.NAME]`` table), :class:`Case`, :func:`load_setups`,
-:func:`read_csv`, :func:`load_cases` and :func:`data_dir`. Rules (also in ``setups.toml``'s
+Holds :class:`SourceSetup` (one ``[sources.NAME]`` table), :class:`Case` (with
+:attr:`Case.backend_key`, the framework plus the row's ``framework_options``, read back by
+:func:`parse_backend_key`), :func:`load_setups`, :func:`read_csv`, :func:`load_cases` and
+:func:`data_dir`. A row may name its own ``model_base`` flavor. Rules (also in ``setups.toml``'s
 header): the CSV's values come first; a setup field fills a cell the CSV leaves empty, and one
 that contradicts a value the CSV states is a :class:`ConfigError`. A schedule is interleaved
 1F1B when ``vpp`` > 1, else 1F1B.
@@ -40,7 +42,7 @@ _SOURCE_KEYS = {
 }  # fmt: skip
 _ROW_KEYS = {
     "framework", "precision", "in_sample", "in_sample_why", "not_evaluated", "model", "parallel",
-    "assumptions",
+    "assumptions", "model_base", "framework_options",
 }  # fmt: skip
 
 
@@ -91,6 +93,30 @@ class Case:
     model: ModelSpec | None = None
     parallel: ParallelConfig | None = None
     reason: str = ""
+    #: Framework-profile options the row's recipe switches (``setups.toml`` framework_options).
+    framework_options: tuple[tuple[str, bool | int | float | str], ...] = ()
+
+    @property
+    def backend_key(self) -> str:
+        """The framework name, with the row's options: ``megatron-core+moe_comm_overlap=true``
+        (:func:`parse_backend_key` reads it back)."""
+        options = ",".join(f"{k}={str(v).lower()}" for k, v in self.framework_options)
+        return f"{self.framework}+{options}" if options else self.framework
+
+
+def parse_backend_key(key: str) -> tuple[str, dict[str, bool | int | float | str]]:
+    """``(framework, options)`` of a :attr:`Case.backend_key`."""
+    framework, _, text = key.partition("+")
+    options: dict[str, bool | int | float | str] = {}
+    for item in filter(None, text.split(",")):
+        name, _, raw = item.partition("=")
+        value: bool | int | float | str = raw
+        if raw in ("true", "false"):
+            value = raw == "true"
+        elif raw.lstrip("-").isdigit():
+            value = int(raw)
+        options[name] = value
+    return framework, options
 
 
 def _assumptions(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -196,8 +222,8 @@ def _model_fields(
     return fields
 
 
-def _model(source: SourceSetup, row: dict[str, str], fields: dict[str, Any]) -> ModelSpec:
-    base = get_flavor(source.model_base)
+def _model(base_name: str, row: dict[str, str], fields: dict[str, Any]) -> ModelSpec:
+    base = get_flavor(base_name)
     seq_len = int(fields.get("seq_len", base.seq_len))
     fields.setdefault("max_position", max(base.max_position, seq_len))
     name = row.get("model", "").strip() or (
@@ -251,6 +277,14 @@ def source_rows(source: SourceSetup, folder: Path) -> list[dict[str, str]]:
 def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, Any]) -> Case:
     """The :class:`Case` of one CSV row (``reason`` set when it cannot be built)."""
     in_sample = bool(row_setup.get("in_sample", source.in_sample))
+    options = row_setup.get("framework_options", {})
+    if not isinstance(options, dict) or not all(
+        isinstance(v, bool | int | float | str) for v in options.values()
+    ):
+        raise ConfigError(
+            f"setups.toml [rows.{row['id']!r}]: `framework_options` must be a table of "
+            f"option = value, but got {options!r}"
+        )
     why = str(row_setup.get("in_sample_why", source.in_sample_why)) if in_sample else ""
     measured_cell = row.get(source.metric, "").strip()
     case = Case(
@@ -265,16 +299,19 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         assumptions=source.assumptions + _assumptions(row_setup, f"[rows.{row['id']!r}]"),
         group=row.get(source.group_by, "") if source.group_by else "",
         flops=source.flops,
+        framework_options=tuple(sorted(options.items())),
     )
     if not measured_cell:
         return replace(case, reason=f"the source gives no {source.metric}")
     if "not_evaluated" in row_setup:
         return replace(case, reason=str(row_setup["not_evaluated"]))
+    base_name = str(row_setup.get("model_base", source.model_base))
+    get_flavor(base_name)  # an unknown flavor is an error in setups.toml, not a row's reason
     precision = str(row_setup.get("precision", source.precision))
     model_fields = _model_fields(source, row, row_setup.get("model", {}))
     parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}))
     try:
-        model = _model(source, row, model_fields)
+        model = _model(base_name, row, model_fields)
         parallel = _parallel(row, parallel_fields, precision)
     except ConfigError as error:
         return replace(case, reason=f"the generator cannot express it: {error}")

@@ -1,0 +1,53 @@
+"""The Megatron-Bridge MoE rows in ``stage validate`` (issues #11, #12): per-row model bases,
+the recipe's framework options, and Qwen3-235B's folded expert parallelism (held out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_explore.validation.run import evaluate_cases
+from stage_explore.validation.setups import data_dir, load_cases, parse_backend_key
+
+QWEN_ROW = "MBRIDGE25.11-DGX-H100-Qwen3_235B_a22B-256"
+DEEPSEEK_ROW = "MBRIDGE25.09-DGX-H100-DeepSeekV3-1024"
+
+
+def test_the_qwen3_row_names_its_own_base_and_megatron_bridge_layout() -> None:
+    (case,) = [c for c in load_cases() if c.id == QWEN_ROW]
+    assert case.reason == "" and not case.in_sample
+    assert case.model is not None and case.parallel is not None
+    base = get_flavor("qwen3-235b-a22b")
+    assert (case.model.num_experts, case.model.top_k, case.model.expert_ffn) == (128, 8, 1536)
+    assert case.model.qk_norm == base.qk_norm and case.model.layers == 94
+    p = case.parallel
+    assert (p.tp, p.pp, p.vpp, p.dp, p.ep, p.etp, p.sp) == (2, 8, 4, 16, 32, 1, True)
+    assert case.backend_key == "megatron-core+moe_comm_overlap=true"
+    assert parse_backend_key(case.backend_key) == ("megatron-core", {"moe_comm_overlap": True})
+
+
+def test_the_qwen3_row_is_evaluated_with_one_all_to_all_over_the_folded_group() -> None:
+    (case,) = [c for c in load_cases() if c.id == QWEN_ROW]
+    (result,) = evaluate_cases([case])
+    assert result.evaluated and result.predicted > 0
+    assert result.case.parallel is not None and result.case.parallel.expert_dp == 1
+
+
+def test_the_deepseek_row_names_its_base_and_says_what_is_missing() -> None:
+    (case,) = [c for c in load_cases() if c.id == DEEPSEEK_ROW]
+    assert "multi-token prediction" in case.reason and "HybridEP" in case.reason
+
+
+def test_an_unknown_row_model_base_is_an_error_not_a_reason(tmp_path: Path) -> None:
+    for name in ("published_runs.csv", "published_runs_more.csv", "vtrain_multi.csv"):
+        source = data_dir() / name
+        if source.exists():
+            (tmp_path / name).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    text = (data_dir() / "setups.toml").read_text(encoding="utf-8")
+    text = text.replace('model_base = "qwen3-235b-a22b"', 'model_base = "qwen9-1t"', 1)
+    (tmp_path / "setups.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="qwen9-1t"):
+        load_cases(tmp_path)
