@@ -45,6 +45,7 @@ from stage_core.ops import (
 )
 from stage_core.ops_mla import HeadConcat
 from stage_core.ops_moe import Combine, Dispatch
+from stage_core.ops_ssm import SSM_OPS, SSDScan, grad_layouts, ssm_backward_flops
 from stage_core.sharding import (
     CommStep,
     OpStep,
@@ -72,8 +73,10 @@ class BackwardOp(BaseOp):
 
     @property
     def kind(self) -> str:
-        """``attention`` for the attention backward (its FLOPs are model FLOPs, like the
-        forward's); ``backwardop`` for the other derived gradients."""
+        """``attention`` for the attention backward and ``ssdscan`` for Mamba-2's scan (their
+        FLOPs are model FLOPs, like the forward's); ``backwardop`` for the other gradients."""
+        if isinstance(self.forward, SSDScan):
+            return "ssdscan"
         return "attention" if isinstance(self.forward, Attention) else "backwardop"
 
     def cost(
@@ -119,6 +122,8 @@ def backward_flops(
         return op.shared_grad_flops(in_layouts, out_layouts, sizes, axis_sizes)
     if isinstance(op, Combine):
         return 2 * op.cost(in_layouts, out_layouts, tensors, sizes, axis_sizes).flops
+    if isinstance(op, SSM_OPS):
+        return ssm_backward_flops(op, in_layouts, out_layouts, tensors, sizes, axis_sizes)
     raise ShardingError(f"no backward rule for op {op.name!r} of kind {op.kind}")
 
 
@@ -318,6 +323,9 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
         index = op.inputs.index(name)
         consumed = step.in_layouts[index]
         tensor = b.tensors[name]
+        if isinstance(op, SSM_OPS):  # Mamba-2's conv and scan: weight gradients reduced per step
+            layouts.append(grad_layouts(op, step.in_layouts, dout_layout, b.tensors)[index])
+            continue
         if isinstance(op, Attention) and index in (1, 2):
             # dK, dV: every query chunk contributes; with ring attention the ring returns them.
             q_axes = tuple(a for a in step.in_layouts[0].shards[1] if a not in consumed.shards[1])

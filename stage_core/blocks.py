@@ -24,6 +24,7 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_core.ops_mla import HeadConcat, LatentAttention
 from stage_core.ops_moe import Combine, Dispatch
 from stage_core.ops_serving import CacheAppend, LastToken
+from stage_core.ops_ssm import CausalConv1d, GroupRMSNorm, SSDScan, StateUpdate
 
 #: Ops of the attention core, recomputed by selective recompute (Korthikanti et al. 2022).
 ATTENTION_CORE = frozenset(
@@ -226,6 +227,68 @@ def _latent_attention(b: Block, model: Structure, x: str, options: BlockOptions)
     return b.elementwise(x, dropped, out="attn.residual", linear=True)
 
 
+def _mamba_mixer(b: Block, model: Structure, x: str, options: BlockOptions) -> str:
+    """A Mamba-2 mixer (Dao & Gu 2024, arXiv 2405.21060, Section 7; ops in
+    :mod:`stage_core.ops_ssm`), as Megatron-Core's ``MambaMixer`` runs it in training.
+
+    ``ln1`` is projected to ``z``, ``x`` ``[Hs, Ps]``, ``B``, ``C`` ``[Gs, Ns]`` and ``dt``
+    ``[Hs]`` (one fused ``in_proj`` in Megatron: the same FLOPs and weights as these five
+    einsums); ``x``, ``B``, ``C`` are convolved causally (width ``Ws``, bias, SiLU); the SSD scan
+    (with the ``D·x`` skip) is gated by ``silu(z)``, normalised per group and projected back by
+    ``out_proj``. No biases on the projections (Megatron asserts ``bias=False``).
+
+    Serving (a cache in ``options``) keeps per sequence the conv states ``kv.conv_*`` (the last
+    ``Ws − 1`` inputs of each channel) and the SSM state ``kv.ssm[B, Hs, Ps, Ns]``, read and
+    rewritten every step (:class:`~stage_core.ops_ssm.StateUpdate`): constant in the context.
+    """
+    ln = _norm(b, model, x, "ln1")
+    parts = {"z": "mp", "x": "mp", "b": "gn", "c": "gn", "dt": "m"}
+    dims = {"m": "Hs", "p": "Ps", "g": "Gs", "n": "Ns"}
+    proj = {
+        name: b.einsum(
+            f"bsh,h{labels}->bs{labels}",
+            ln,
+            b.weight(f"ssm.in_{name}", ("H", *(dims[label] for label in labels))),
+            out=f"ssm.{name}",
+        )
+        for name, labels in parts.items()
+    }
+    conv = {}
+    for name in ("x", "b", "c"):
+        channels = tuple(dims[label] for label in parts[name])
+        if options.kv_cache_bytes:  # serving: the last Ws − 1 inputs of every channel
+            _state(b, proj[name], f"conv_{name}", (*channels, "Wc"), options.kv_cache_bytes)
+        weight = b.weight(f"ssm.conv_{name}", (*channels, "Ws"))
+        bias = b.weight(f"ssm.conv_{name}.bias", channels)
+        op = CausalConv1d(f"ssm.conv.{name}", (proj[name], weight, bias), (f"ssm.conv.{name}",))
+        conv[name] = b.add_op(op, ("B", "S", *channels))
+    heads = tuple(b.weight(f"ssm.{name}", ("Hs",)) for name in ("a_log", "d", "dt_bias"))
+    inputs = (conv["x"], proj["dt"], conv["b"], conv["c"], *heads)
+    scan = b.add_op(SSDScan("ssm.scan", inputs, ("ssm.scan",)), ("B", "S", "Hs", "Ps"))
+    if options.kv_cache_bytes:  # serving: the SSM state the scan starts from and leaves
+        _state(b, scan, "ssm", ("Hs", "Ps", "Ns"), options.kv_cache_bytes)
+    gated = b.elementwise(  # y·silu(z), as SwiGLU's product
+        scan, proj["z"], out="ssm.gate", ops_per_element=5, saves=(scan, proj["z"]),
+        backward_ops_per_element=8,
+    )  # fmt: skip
+    scale = b.weight("ssm.norm.scale", ("Hs", "Ps"))
+    rms = _NORM_OPS[Norm.RMSNORM]
+    norm = GroupRMSNorm("ssm.norm", (gated, scale), ("ssm.norm",), ("Ps",), rms, (gated,))
+    normed = b.add_op(norm, ("B", "S", "Hs", "Ps"))
+    out_proj = b.weight("ssm.out_proj", ("Hs", "Ps", "H"))
+    out = b.einsum("bsmp,mph->bsh", normed, out_proj, out="ssm.out")
+    dropped = _dropout(b, out, "ssm.dropout", options)
+    return b.elementwise(x, dropped, out="ssm.residual", linear=True)
+
+
+def _state(b: Block, new: str, which: str, dims: tuple[str, ...], dtype_bytes: int) -> None:
+    """Serving: a sequence's recurrent state ``kv.{which}[B, …]``, updated from ``new``."""
+    state = b.tensor(f"kv.{which}", ("B", *dims), dtype_bytes, "input")
+    b.inputs.append(state)
+    op = StateUpdate(f"{which}.update", (new, state), (f"{which}.state",))
+    b.add_op(op, ("B", *dims), dtype_bytes)
+
+
 def _latent_norm(b: Block, x: str, dim: str, out: str) -> str:
     """An RMSNorm of a latent over ``dim``, with a ``[dim]`` scale."""
     scale = b.weight(f"{out}.scale", (dim,))
@@ -348,6 +411,8 @@ def layer_block(model: Structure, options: BlockOptions, kind: LayerKind = DENSE
     b = Block(kind.block, weight_bytes=options.weight_bytes)
     x = b.input("x", ("B", "S", "H"))
     h = x
+    if kind.mixer is Mixer.MAMBA:
+        h = _mamba_mixer(b, model, x, options)
     if kind.attends:
         window = kind.mixer is Mixer.SLIDING
         if model.latent_attention:

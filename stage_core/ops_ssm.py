@@ -16,6 +16,8 @@ Held here:
   ``dt``, ``B``, ``C`` and the per-head ``A_log``, ``D``, ``dt_bias``; exact chunked FLOPs
   (:func:`ssd_flops`) and the HBM traffic of its five kernels (:func:`ssd_intermediate_bytes`).
 - :class:`GroupRMSNorm`: Mamba-2's RMSNorm over each group of ``Hs/Gs`` heads × ``Ps``.
+- :class:`StateUpdate`, :func:`state_bytes_per_sequence`: serving's recurrent states (SSM and
+  conv), constant in the context length.
 - :func:`grad_layouts` and :func:`ssm_backward_flops`: what the derived backward needs from them.
 
 **Sharding (Megatron-Core's ``MambaMixer``).** Heads and groups are split over tp (Megatron
@@ -40,6 +42,8 @@ from dataclasses import dataclass
 from stage_core.errors import ShardingError
 from stage_core.layout import Layout
 from stage_core.mesh import Size
+from stage_core.models.layers import Mixer
+from stage_core.models.spec import ModelSpec
 from stage_core.ops import BaseOp, Cost, Reduction, Sizes, Tensor, axis_product, local_elements
 from stage_core.ops import local_extent as _extent
 
@@ -273,6 +277,52 @@ class GroupRMSNorm(Reduction):
                 f"groups are split {split} ways"
             )
         return Reduction.cost(self, layouts, out_layouts, tensors, sizes, axis_sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class StateUpdate(BaseOp):
+    """Serving: a sequence's recurrent state ``state[B, c1, c2, k]`` read and rewritten by a
+    step whose new values are ``new[B, S, c1, c2]`` — the SSM state ``[B, Hs, Ps, Ns]`` after
+    the scan, or a conv state ``[B, c1, c2, Ws − 1]`` (the last inputs) before the conv
+    (Megatron-Core's ``ssm_state`` / ``conv_state``, vLLM's Mamba cache). Its size does not
+    grow with the context. No FLOPs (the arithmetic is the scan's and the conv's); reads and
+    writes the whole state once. The output is the state: the same layout, which must shard
+    batch and channels like ``new``.
+    """
+
+    def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
+        new, state = layouts
+        if new.partial or state.partial:
+            raise ShardingError(f"{self.name}: state inputs {new}, {state} must not be partial")
+        if (new.shards[0], *new.shards[2:]) != state.shards[:3] or state.shards[3]:
+            raise ShardingError(
+                f"{self.name}: the state {state} must shard batch and channels like {new}"
+            )
+        out = tensors[self.outputs[0]]
+        return [Layout(out.dims, state.shards, (), out.name)]
+
+    def cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
+        state = local_elements(layouts[1], sizes, axis_sizes) * tensors[self.inputs[1]].dtype_bytes
+        return Cost(0, state, state)
+
+
+def state_bytes_per_sequence(model: ModelSpec, state_bytes: int) -> int:
+    """Serving: the recurrent state one sequence keeps in every Mamba layer, whatever its
+    context: the SSM state ``M·P·N`` and the conv states ``(M·P + 2·G·N)·(W − 1)`` elements of
+    ``state_bytes`` each, times the Mamba layers."""
+    if not model.ssm_heads:
+        return 0
+    inner, bc = model.ssm_heads * model.ssm_head_dim, 2 * model.ssm_groups * model.ssm_state
+    per_layer = inner * model.ssm_state + (inner + bc) * (model.ssm_conv - 1)
+    layers = sum(kind.mixer is Mixer.MAMBA for kind in model.layer_kinds())
+    return layers * per_layer * state_bytes
 
 
 #: The ops whose derived backward :func:`grad_layouts` and :func:`ssm_backward_flops` describe.

@@ -114,7 +114,9 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         if tensor.role != "weight":
             continue
         dims = tensor.dims
-        if name == "wo":  # row-parallel; latent attention's value dim is ``U``
+        if name.startswith("ssm."):  # Mamba-2 (Megatron-Core's MambaMixer): heads, groups /tp
+            layout = "[" + ", ".join(f"{d}/tp" if d in ("Hs", "Gs") else d for d in dims) + "]"
+        elif name == "wo":  # row-parallel; latent attention's value dim is ``U``
             layout = f"[N/tp, {dims[1]}, H]"
         elif name in column:
             layout = column[name].replace("K/tp", f"{dims[1]}/tp")
@@ -175,6 +177,12 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             consumed[("attn.context", "v")] = kv_layout("v")
         if _op_name(block, "attn.proj") in names:  # a layer without attention has none
             stored[_op_name(block, "attn.proj")] = act
+        if "ssm.out" in names:  # Mamba-2's row-parallel out_proj, like the attention's
+            stored["ssm.out"] = act
+        for state in ("kv.ssm", "kv.conv_x", "kv.conv_b", "kv.conv_c"):  # serving Mamba states
+            if state in names:
+                dims = names[state].dims
+                stored[state] = f"[{TOKENS}, {dims[1]}/tp, {dims[2]}, {dims[3]}]"
         ops = {op.name for op in block.ops}
         for consumer in (
             "mlp.fc1",

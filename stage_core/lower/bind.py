@@ -130,7 +130,7 @@ def _collective(kind: str) -> CollectiveKind:
     return CollectiveKind(kind)
 
 
-_MODEL_FLOP_KINDS = ("einsum", "attention")
+_MODEL_FLOP_KINDS = ("einsum", "attention", "ssdscan")
 
 
 def bind_block(

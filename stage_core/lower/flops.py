@@ -24,7 +24,9 @@ from stage_core.blocks import BlockOptions
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.program import Chunk, ProgramSet, Workload
 
-MODEL_FLOP_KINDS = frozenset({"einsum", "attention"})
+#: ``ssdscan``: Mamba-2's SSD scan (chunked matmuls on tensor cores; Megatron-LM's hybrid FLOP
+#: count includes the scan, ``7·b·s·d_inner·N`` per layer).
+MODEL_FLOP_KINDS = frozenset({"einsum", "attention", "ssdscan"})
 #: The unfused attention core's einsums (forward names; their backward einsums extend them).
 ATTENTION_CORE_EINSUMS = ("attn.scores", "attn.context")
 

@@ -106,6 +106,11 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
             Q=max(1, model.q_lora_rank), L=model.kv_lora_rank, R=rope,
             A=model.head_dim + rope, U=model.v_head_dim,
         )  # fmt: skip
+    if model.ssm_heads:  # Mamba-2's dims (blocks.py, _mamba_mixer; ops_ssm)
+        sizes.update(
+            Hs=model.ssm_heads, Ps=model.ssm_head_dim, Gs=model.ssm_groups, Ns=model.ssm_state,
+            Ws=model.ssm_conv, Wc=model.ssm_conv - 1, Qs=model.ssm_chunk,
+        )  # fmt: skip
     if model.is_moe:
         # Expert slots per rank for the tokens it routes: its sequence shard under sequence
         # parallelism (each tp rank routes its own), else its whole sequence chunk.

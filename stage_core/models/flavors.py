@@ -331,6 +331,44 @@ _FRONTIER = (
     ),
 )
 
+_HYBRID = (
+    # NVIDIA 2025, "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer
+    # Models" (arXiv 2504.03624), Nemotron-H-8B: 52 layers (24 Mamba-2, 24 FFN, 4 self-attention)
+    # and the config.json of nvidia/Nemotron-H-8B-Base-8K (as in Megatron-Bridge's
+    # tests/unit_tests/models/nemotronh): hidden_size 4096, hybrid_override_pattern
+    # "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-" (M Mamba-2, * attention, - MLP;
+    # written below in STAGE's pattern language), intermediate_size 21504 with relu2 (squared
+    # ReLU, not gated), 32 attention heads, 8 KV heads, attention_head_dim 128, mamba_num_heads
+    # 128, mamba_head_dim 64, ssm_state_size 128, n_groups 8, conv_kernel 4, chunk_size 128
+    # (TensorRT-LLM's copy of the config says 256), vocab 131072, untied embeddings, RMSNorm,
+    # no biases, no position encoding (Megatron-Bridge: position_embedding_type "none"),
+    # 8K-token pre-training sequences. 8,100,852,736 parameters: the checkpoint's tensor shapes.
+    ModelSpec(
+        name="nemotron-h-8b",
+        family=Family.NEMOTRON,
+        layers=52,
+        hidden=4096,
+        ffn=21504,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        vocab=131072,
+        seq_len=8192,
+        norm=Norm.RMSNORM,
+        activation=Activation.SQUARED_RELU,
+        position=Position.NONE,
+        layer_pattern=(
+            "(mamba, mlp)*3, mamba, attn, mlp, ((mamba, mlp)*4, mamba, attn, mlp)*3, (mamba, mlp)*5"
+        ),
+        ssm_heads=128,
+        ssm_head_dim=64,
+        ssm_state=128,
+        ssm_groups=8,
+        ssm_conv=4,
+        ssm_chunk=128,
+    ),
+)
+
 # OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" (arXiv 2508.10925), Section 2.1 and
 # Table 1, and the config.json of openai/gpt-oss-120b and openai/gpt-oss-20b: 36 / 24 layers,
 # residual width 2880, 64 query heads and 8 KV heads of 64 dims (GQA), biases on the attention
@@ -373,7 +411,16 @@ _GPT_OSS = tuple(
 _REGISTRY: Mapping[str, ModelSpec] = MappingProxyType(
     {
         spec.name: spec
-        for spec in (*_GPT3, *_MEGATRON, *_LLAMA, *_MIXTRAL, *_OTHERS, *_FRONTIER, *_GPT_OSS)
+        for spec in (
+            *_GPT3,
+            *_MEGATRON,
+            *_LLAMA,
+            *_MIXTRAL,
+            *_OTHERS,
+            *_FRONTIER,
+            *_GPT_OSS,
+            *_HYBRID,
+        )
     }
 )
 

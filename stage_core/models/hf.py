@@ -3,7 +3,8 @@
 Contents:
 
 - :func:`load_hf_config`: a :class:`ModelSpec` from the config of a Llama, Mistral, Mixtral,
-  Qwen3, Qwen3-MoE, Nemotron, DeepSeek-V2 or DeepSeek-V3 model; every key is mapped, known to
+  Qwen3, Qwen3-MoE, Nemotron, DeepSeek-V2 or DeepSeek-V3 model, or a Nemotron-H hybrid
+  (:mod:`stage_core.models.hf_ssm`); every key is mapped, known to
   be irrelevant to cost
   (:data:`IGNORED_KEYS`), or a one-line :class:`ConfigError` naming it.
 
@@ -243,11 +244,15 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     where = str(path)
     config = _read(path)
     model_type = config.get("model_type")
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    if model_type == "nemotron_h":  # hybrid Mamba-2 stacks: stage_core/models/hf_ssm.py
+        from stage_core.models.hf_ssm import nemotron_h_spec
+
+        return nemotron_h_spec(config, where, name or "hf-model")
     family = HF_FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None or not isinstance(model_type, str):
-        raise ConfigError(
-            f"{where}: unsupported model_type {model_type!r}; supported: {', '.join(HF_FAMILIES)}"
-        )
+        supported = ", ".join((*HF_FAMILIES, "nemotron_h"))
+        raise ConfigError(f"{where}: unsupported model_type {model_type!r}; supported: {supported}")
     _check_keys(config, where, model_type)
     attention_bias = bool(config.get("attention_bias", False))
     if bool(config.get("mlp_bias", attention_bias)) != attention_bias:
@@ -259,7 +264,6 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if isinstance(rope_scaling, dict) and "original_max_position_embeddings" in rope_scaling:
         seq_len = _int(rope_scaling, "original_max_position_embeddings", f"{where} rope_scaling")
     ffn = _int(config, "intermediate_size", where)
-    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     layers = _int(config, "num_hidden_layers", where)
     moe = (
         _deepseek_fields(config, where, ffn)

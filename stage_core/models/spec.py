@@ -54,8 +54,11 @@ class Activation(StrEnum):
 
 
 class Position(StrEnum):
+    """``none``: no position encoding at all (Nemotron-H: its Mamba layers carry position)."""
+
     LEARNED = "learned"
     ROTARY = "rotary"
+    NONE = "none"
 
 
 _MATRICES_PER_MLP: Mapping[Activation, int] = MappingProxyType(
@@ -64,6 +67,13 @@ _MATRICES_PER_MLP: Mapping[Activation, int] = MappingProxyType(
 
 #: Multi-head latent attention's fields (0 when the model uses standard attention).
 _MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")
+#: Mamba-2 (state-space) mixer fields (0 when the model has no ``mamba`` layers).
+_SSM_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state", "ssm_groups", "ssm_conv", "ssm_chunk")
+#: Mamba-2 defaults: the conv width of the reference implementation (``d_conv=4``, mamba_ssm
+#: ``Mamba2``) and the chunk length of Megatron-Core's ``MambaMixer`` (``chunk_size=128``).
+_SSM_DEFAULTS: Mapping[str, int] = MappingProxyType(
+    {"ssm_groups": 1, "ssm_conv": 4, "ssm_chunk": 128}
+)
 
 #: Derived fields and the fields they are derived from (see :meth:`ModelSpec.with_overrides`).
 _DERIVED_FROM: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -108,6 +118,12 @@ class ModelSpec:
     (``qk_nope_head_dim``), ``qk_rope_head_dim`` the decoupled RoPE dim (one key shared by the
     heads) and ``v_head_dim`` the value dim (default ``head_dim``). ``kv_heads`` must equal
     ``heads``.
+
+    Mamba-2 layers (kind ``mamba`` in ``layer_pattern``; Dao & Gu 2024, arXiv 2405.21060) need
+    ``ssm_heads`` heads of ``ssm_head_dim`` (``d_inner = ssm_heads·ssm_head_dim``), a state of
+    ``ssm_state``, ``ssm_groups`` groups sharing ``B`` and ``C`` (default 1; must divide the
+    heads), a causal conv of width ``ssm_conv`` (default 4) and a scan chunk of ``ssm_chunk``
+    tokens (default 128, Megatron-Core's); see :meth:`mamba_params`.
     """
 
     name: str
@@ -146,6 +162,12 @@ class ModelSpec:
     layer_pattern: str = ""
     sliding_window: int = 0
     attention_sinks: bool = False
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_state: int = 0
+    ssm_groups: int = 0
+    ssm_conv: int = 0
+    ssm_chunk: int = 0
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -177,7 +199,7 @@ class ModelSpec:
                 )
         for name in (
             *_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense",
-            *_MLA_FIELDS, "sliding_window",
+            *_MLA_FIELDS, "sliding_window", *_SSM_FIELDS,
         ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
@@ -196,7 +218,39 @@ class ModelSpec:
                 f"but got ({seq_len=}, {max_position=})"
             )
         self._check_pattern(owner)
+        self._resolve_and_check_ssm(owner)
         self._resolve_and_check_moe(owner)
+
+    def _resolve_and_check_ssm(self, owner: str) -> None:
+        mamba = sum(kind.mixer is Mixer.MAMBA for kind in self.layer_kinds())
+        if not self.ssm_heads:
+            stray = [f"{k}={getattr(self, k)!r}" for k in _SSM_FIELDS if getattr(self, k)]
+            if stray or mamba:
+                raise ConfigError(
+                    f"{owner}: Mamba layers and the `ssm_*` fields go together, but got "
+                    f"ssm_heads=0 with {mamba} mamba layers{', ' if stray else ''}"
+                    f"{', '.join(stray)}"
+                )
+            return
+        if not mamba:
+            raise ConfigError(
+                f"{owner}: `ssm_heads`={self.ssm_heads} needs mamba layers in `layer_pattern`, "
+                f"but got layer_pattern={self.layer_pattern!r}"
+            )
+        for name, default in _SSM_DEFAULTS.items():
+            if getattr(self, name) == 0:
+                object.__setattr__(self, name, default)
+        if self.ssm_head_dim < 1 or self.ssm_state < 1:
+            raise ConfigError(
+                f"{owner}: Mamba layers need `ssm_head_dim` and `ssm_state` > 0, but got "
+                f"(ssm_head_dim={self.ssm_head_dim}, ssm_state={self.ssm_state})"
+            )
+        heads, groups = self.ssm_heads, self.ssm_groups
+        if heads % groups:
+            raise ConfigError(
+                f"{owner}: `ssm_groups` must divide `ssm_heads`, but got "
+                f"(ssm_heads={heads}, ssm_groups={groups})"
+            )
 
     def _check_pattern(self, owner: str) -> None:
         pattern = self.layer_pattern
@@ -382,6 +436,18 @@ class ModelSpec:
         key_value = h * (latent + rope) + latent + latent * a * (d + self.v_head_dim)
         return query + key_value + a * self.v_head_dim * h
 
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer (mamba_ssm ``Mamba2``, Megatron-Core ``MambaMixer``):
+        ``in_proj`` ``h·(2·d_in + 2·G·N + M)`` (z, x, B, C, dt), the depthwise conv
+        ``(d_in + 2·G·N)·(W + 1)`` (weights and bias), ``A_log``, ``D``, ``dt_bias`` ``3·M``,
+        the gated norm's scale ``d_in`` and ``out_proj`` ``d_in·h``, with ``d_in = M·P``
+        (``M`` heads of ``P``, ``G`` groups, state ``N``, conv width ``W``)."""
+        h, m, n = self.hidden, self.ssm_heads, self.ssm_state
+        inner, bc = m * self.ssm_head_dim, 2 * self.ssm_groups * n
+        in_proj = h * (2 * inner + bc + m)
+        conv = (inner + bc) * (self.ssm_conv + 1)
+        return in_proj + conv + 3 * m + inner + inner * h
+
     def mlp_params(self, width: int) -> int:
         """One FFN of ``width``: ``m·h·f`` weights (m = 2 gelu and squared-relu, 3 swiglu),
         ``(m−1)·f + h`` bias."""
@@ -395,6 +461,8 @@ class ModelSpec:
         head (GPT-OSS)."""
         kind = self.layer_kinds()[index]
         total = 0
+        if kind.mixer is Mixer.MAMBA:
+            total += self._norm_params() + self.mamba_params()
         if kind.attends:
             sinks = self.heads if self.attention_sinks else 0
             total += self._norm_params() + self.attention_params() + sinks

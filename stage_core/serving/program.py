@@ -114,11 +114,12 @@ class ServingMemory:
 
 
 def _caches(block: BoundBlock) -> dict[str, int]:
-    """The caches a block appends to — the second operand of each ``CacheAppend`` — and their
-    bytes on one rank; their appended contexts (the ops' outputs) are the same memory."""
+    """The caches a block appends to — the second operand of each ``CacheAppend``, or of each
+    Mamba ``StateUpdate`` (its recurrent states) — and their bytes on one rank; their appended
+    contexts or updated states (the ops' outputs) are the same memory."""
     result: dict[str, int] = {}
     for instr in block.fwd:
-        if instr.kind == "cacheappend":
+        if instr.kind in ("cacheappend", "stateupdate"):
             (name, size), (context, _) = instr.inputs[1], instr.outputs[0]
             result[name] = size
             result[context] = 0

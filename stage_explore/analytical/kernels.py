@@ -23,6 +23,10 @@ kernel's figures, :attr:`~stage_explore.system.model.KernelModel.attention_kerne
 ``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
 sequence under a causal mask) — and by ``d / (d + d½)`` normalised to d = 128.
 
+**Mamba-2's SSD scan** (kind ``ssdscan``): the roofline of its FLOPs at the 16-bit tensor-core
+peak times the sustained GEMM efficiency and of its bytes — inputs, output and the FP32
+intermediates of the five SSD kernels — at the achieved HBM bandwidth (memory-bound in practice).
+
 **Precision.** Under an FP8 recipe only the linear layers' GEMMs (forward, input gradient and
 weight gradient of a weight) run in FP8 (Transformer Engine's ``fp8_autocast`` covers its
 ``Linear`` modules; attention stays BF16 unless FP8 attention is asked for); every other kernel
@@ -184,12 +188,26 @@ class KernelTimer:
                 self.attention_kernel,
             )  # fmt: skip
             return max(memory_s, instr.flops / (accelerator.peak(self._bf16()) * efficiency))
+        if instr.kind == "ssdscan":
+            return max(memory_s, instr.flops / self._ssd_rate())
         shape = gemm_shape(instr)
         if shape is None:  # element-wise, reductions, custom ops: CUDA cores, bandwidth-bound
             scalar = "fp32" if "fp32" in accelerator.peak_flops_per_s else self._bf16()
             return max(memory_s, instr.flops / accelerator.peak(scalar))
         dtype = self.dtype if is_linear(instr, self.weights) else self._bf16()
         return gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
+
+    def _ssd_rate(self) -> float:
+        """FLOP/s of Mamba-2's SSD scan: its chunked matmuls run on the tensor cores (Triton
+        ``tl.dot``) at the sustained 16-bit GEMM efficiency; its bytes include the five
+        kernels' FP32 intermediates (:func:`stage_core.ops_ssm.ssd_intermediate_bytes`), which
+        bound it at the HBM bandwidth ("mostly bottlenecked by memory bandwidth", PyTorch
+        blog "Accelerating Mamba2 with Kernel Fusion", 2025)."""
+        dtype = self._bf16()
+        sustained = self.kernels.gemm_efficiency.get(dtype)
+        if sustained is None:
+            sustained = min(self.kernels.gemm_efficiency.values())
+        return self.accelerator.peak(dtype) * sustained
 
     def _bf16(self) -> str:
         """Non-linear kernels of an FP8 run use BF16 (or the 16-bit type the run uses)."""

@@ -136,7 +136,8 @@ def test_family_conventions(flavor: str) -> None:
     gpt = model.family is Family.GPT
     assert model.dropout == gpt, "GPT-3-style models train with dropout, the others without"
     assert model.bias == (gpt or model.family is Family.GPT_OSS)  # GPT-OSS: biased layers
-    assert model.position == ("learned" if gpt else "rotary")
+    hybrid = bool(model.ssm_heads)  # Nemotron-H: no position encoding (Mamba layers carry it)
+    assert model.position == ("learned" if gpt else "none" if hybrid else "rotary")
     if model.family is not Family.QWEN3:  # Qwen3 has dense and MoE flavors
         moe_families = (Family.MIXTRAL, Family.DEEPSEEK_MOE, Family.GPT_OSS)
         assert model.is_moe == (model.family in moe_families)
