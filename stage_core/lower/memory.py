@@ -27,6 +27,7 @@ from stage_core.lower.bind import (
     symbolic_block,
 )
 from stage_core.lower.experts import data_axes
+from stage_core.lower.fp8 import fp8_block, linear_weights, weight_copy_bytes
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
@@ -51,6 +52,9 @@ class MemoryBreakdown:
     optimizer_bytes: int
     activations_bytes: int
     transient_bytes: int
+    #: Of ``weights_bytes``, the FP8 copies of the linear layers' weights and their scales that
+    #: an FP8 recipe keeps beside the 16-bit weights (:mod:`stage_core.lower.fp8`).
+    fp8_weights_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
@@ -71,6 +75,7 @@ class MemoryBreakdown:
             "optimizer_bytes": self.optimizer_bytes,
             "activations_bytes": self.activations_bytes,
             "transient_bytes": self.transient_bytes,
+            "fp8_weights_bytes": self.fp8_weights_bytes,
             "peak_bytes": self.peak_bytes,
         }
 
@@ -158,10 +163,27 @@ def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) 
     return largest
 
 
+def fp8_weights(workload: Workload, block: BoundBlock) -> int:
+    """Bytes of the FP8 weight copies and scales one rank holds for ``block`` (0 unless the
+    run's precision is FP8); sharded like the weights under ZeRO-3."""
+    parallel = workload.parallel
+    if str(parallel.precision) != "fp8" or not fp8_block(str(block.kind)):
+        return 0
+    linear = linear_weights(block)
+    recipe, gemms = str(parallel.fp8_recipe), parallel.fp8_gemms
+    return sum(
+        weight_copy_bytes(weight.elements, recipe, gemms)
+        // weight_shard_factor(workload, weight, parallel.zero >= 3)
+        for weight in block.weights
+        if weight.name in linear
+    )
+
+
 def _block_states(workload: Workload, block: BoundBlock) -> tuple[int, int, int, int]:
-    """Weights, gradients, optimizer bytes one rank holds for ``block``, and its full weights."""
+    """Weights (with their FP8 copies under an FP8 recipe), gradients, optimizer bytes one rank
+    holds for ``block``, and its full weights."""
     zero = workload.parallel.zero
-    weights = grads = optimizer = full = 0
+    weights, grads, optimizer, full = fp8_weights(workload, block), 0, 0, 0
     for weight in block.weights:
         elements = weight.elements
         weights += (
@@ -185,16 +207,19 @@ def chunks_memory(
 ) -> MemoryBreakdown:
     """The breakdown of a stage holding ``chunks`` and running ``tasks`` (``None``: the stage's
     schedule, by :func:`steady_activation_peak`)."""
-    weights = grads = optimizer = 0
+    weights = grads = optimizer = fp8 = 0
     gathered: list[int] = []
     states: dict[int, tuple[int, int, int, int]] = {}
+    copies: dict[int, int] = {}
     for chunk in chunks:
         for block in chunk.blocks:
             key = id(block)
             if key not in states:
                 states[key] = _block_states(workload, block)
+                copies[key] = fp8_weights(workload, block)
             w, g, o, full = states[key]
             weights, grads, optimizer = weights + w, grads + g, optimizer + o
+            fp8 += copies[key]
             gathered.append(full)
     transient = working_set
     if workload.parallel.zero >= 3:
@@ -207,7 +232,7 @@ def chunks_memory(
             chunks, str(parallel.schedule), stage, parallel.pp, workload.micro_batches, parallel.vpp
         )
     )
-    return MemoryBreakdown(stage, ranks, weights, grads, optimizer, activations, transient)
+    return MemoryBreakdown(stage, ranks, weights, grads, optimizer, activations, transient, fp8)
 
 
 def stage_memory(

@@ -89,6 +89,25 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
+class Fp8Recipe(StrEnum):
+    """How an FP8 run scales its tensors (Megatron-Core ``--fp8-recipe``, Transformer Engine's
+    recipes): ``delayed``: one scale per tensor from an amax history (DelayedScaling);
+    ``tensorwise``: one scale per tensor from the tensor itself, "current scaling"
+    (Float8CurrentScaling); ``blockwise``: 1×128 activation and 128×128 weight blocks (DeepSeek-V3,
+    arXiv 2412.19437 Section 3.3; Float8BlockScaling); ``mxfp8``: 32-element blocks with E8M0
+    scales (OCP Microscaling; MXFP8BlockScaling), Blackwell tensor cores only."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    BLOCKWISE = "blockwise"
+    MXFP8 = "mxfp8"
+
+
+#: The three GEMMs of a linear layer an FP8 recipe can run in FP8: forward, input gradient,
+#: weight gradient (Transformer Engine's ``override_linear_precision`` order).
+FP8_GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
+
+
 #: Default rank order, outermost first.
 DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
 #: Name of the expert-data-parallel axis of :meth:`ParallelConfig.expert_mesh`.
@@ -145,6 +164,8 @@ class ParallelConfig:
     seq_len: int | None = None
     dropout: bool | None = None
     precision: Precision = Precision.BF16
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    fp8_gemms: tuple[str, ...] = FP8_GEMMS
     master_weights_fp32: bool = True
     grad_fp32: bool = True
     grad_bucket_bytes: int = DEFAULT_GRAD_BUCKET_BYTES
@@ -172,6 +193,7 @@ class ParallelConfig:
             ("schedule", Schedule),
             ("recompute", Recompute),
             ("precision", Precision),
+            ("fp8_recipe", Fp8Recipe),
             ("pp_split", PipelineSplit),
         ):
             value = getattr(self, name)
@@ -198,6 +220,17 @@ class ParallelConfig:
         seq_len = self.seq_len
         if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
             problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
+        listed: object = self.fp8_gemms
+        gemms = tuple(listed) if isinstance(listed, tuple | list) else None
+        if gemms is None or not gemms or len(set(gemms)) != len(gemms) or any(
+            g not in FP8_GEMMS for g in gemms
+        ):
+            problems.append(
+                f"`fp8_gemms` must name some of {', '.join(FP8_GEMMS)} once each, "
+                f"but got fp8_gemms={listed!r}"
+            )
+        else:
+            object.__setattr__(self, "fp8_gemms", gemms)
         for name in ("sp", "master_weights_fp32", "grad_fp32"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"`{name}` must be a bool, but got {name}={getattr(self, name)!r}")

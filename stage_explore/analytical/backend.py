@@ -48,6 +48,7 @@ from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.flops import DEFAULT_ATTENTION_FLOPS, AttentionFlops, block_flops
+from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import _block_states, recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
@@ -94,13 +95,13 @@ from stage_explore.analytical.frameworks import (
     get_framework,
     zero3_gathered_bytes,
 )
-from stage_explore.analytical.kernels import KernelTimer
-from stage_explore.analytical.overlap import (
-    flat_ring_s,
-    overlap_collectives,
-    overlap_rule,
-    overlap_shared_experts,
+from stage_explore.analytical.kernels import (
+    KernelTimer,
+    cast_shares,
+    check_fp8_recipe,
+    fp8_key,
 )
+from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -237,15 +238,16 @@ class AnalyticalBackend(BaseBackend):
         net, token = self._network(system)
         dtype = compute_dtype(parallel, system)
         axis_sizes = tuple(workload.axis_sizes.items())
+        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
         plan_key = (
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
-            workload.grad_bytes, parallel.grad_bucket_bytes, layout_key(workload),
+            workload.grad_bytes, parallel.grad_bucket_bytes, layout_key(workload), fp8,
             str(parallel.schedule) if str(parallel.schedule) in SPLIT_BACKWARD else "",
         )  # fmt: skip
 
         def plan() -> Plan:
             table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
-            state_key = (parallel.zero, axis_sizes, workload.grad_bytes)
+            state_key = (parallel.zero, axis_sizes, workload.grad_bytes, fp8)
             return self._plan(Point(workload, key, blocks, net, token, dtype, table, state_key))
 
         planned: Plan = self._plans.get(plan_key, plan)
@@ -541,15 +543,15 @@ class AnalyticalBackend(BaseBackend):
                 instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
             if self.framework.fused_elementwise:
                 instrs = fuse_elementwise(instrs)
-            if self.framework.moe_shared_expert_overlap:
-                instrs = overlap_shared_experts(instrs)
             return time_block(
                 instrs if rule is None else overlap_collectives(instrs, rule),
                 self._compute_timer(point, kind),
                 lambda i: self._comm_time(point, spans[i.axes], i),
             )
 
-        key = (point.key, kind, phase, point.token, shapes, dtype)
+        parallel = point.workload.parallel
+        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
+        key = (point.key, kind, phase, point.token, shapes, dtype, fp8)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
@@ -562,7 +564,11 @@ class AnalyticalBackend(BaseBackend):
             return lambda i: accelerator.compute_time_s(
                 i.flops, i.bytes_read + i.bytes_written, dtype
             )
-        sizes = point.workload.sizes
+        sizes, parallel = point.workload.sizes, point.workload.parallel
+        block = point.blocks[kind]
+        weights = frozenset(weight.name for weight in block.weights)
+        if dtype == "fp8":
+            check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
         keys = sizes.get("S", point.workload.model.seq_len)
         layer = layer_kind_of_block(kind)
         sliding = layer is not None and layer.mixer is Mixer.SLIDING
@@ -572,11 +578,16 @@ class AnalyticalBackend(BaseBackend):
             accelerator,
             kernels,
             dtype,
-            frozenset(weight.name for weight in point.blocks[kind].weights),
+            weights,
             keys=keys,
             head_dim=sizes.get("D", point.workload.model.head_dim),
             causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel,
+            fp8_recipe=str(parallel.fp8_recipe),
+            fp8_gemms=parallel.fp8_gemms,
+            fp8_block=fp8_block(kind),
+            fp8_training=True,
+            shares=cast_shares((*block.fwd, *block.bwd), weights, parallel.fp8_gemms),
         )
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:

@@ -27,19 +27,29 @@ sequence under a causal mask) — and by ``d / (d + d½)`` normalised to d = 128
 peak times the sustained GEMM efficiency and of its bytes — inputs, output and the FP32
 intermediates of the five SSD kernels — at the achieved HBM bandwidth (memory-bound in practice).
 
-**Precision.** Under an FP8 recipe only the linear layers' GEMMs (forward, input gradient and
-weight gradient of a weight) run in FP8 (Transformer Engine's ``fp8_autocast`` covers its
-``Linear`` modules; attention stays BF16 unless FP8 attention is asked for); every other kernel
-runs in BF16.
+**Precision.** Under an FP8 recipe only the decoder layers' linear GEMMs run in FP8 —
+those of forward (``fprop``), input gradient (``dgrad``) and weight gradient (``wgrad``) that
+the run's ``fp8_gemms`` names (Transformer Engine's ``fp8_autocast`` covers its ``Linear``
+modules; Megatron-Core's embedding and output layer are not TE modules, attention stays BF16
+unless FP8 attention is asked for); every other kernel runs in BF16. An FP8 GEMM first casts its
+16-bit activation or gradient operand (:func:`stage_core.lower.fp8.cast_bytes`, memory-bound, at
+the achieved HBM bandwidth): one row-wise copy, plus a column-wise one for an FP8 weight-gradient
+GEMM on Hopper (whose FP8 tensor cores take only the TN layout) or under the block-scaled
+recipes. Weights are cast once per step (TE keeps the FP8 copies across micro-batches); that
+cast is not charged. ``mxfp8`` needs MXFP8 tensor cores (an ``mxfp8`` peak in the preset:
+Blackwell), else a :class:`~stage_core.errors.ConfigError`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 
+from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
+from stage_core.lower.fp8 import cast_bytes
+from stage_core.parallel import FP8_GEMMS
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -149,11 +159,63 @@ def attention_efficiency(
 
 def is_linear(instr: Instr, weights: Collection[str]) -> bool:
     """An einsum with a weight operand (forward, input gradient) or a weight-gradient result."""
+    return gemm_role(instr, weights) is not None
+
+
+def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
+    """``fprop``, ``dgrad`` or ``wgrad`` for a linear layer's GEMM, None for any other kernel."""
     if instr.kind != "einsum":
-        return False
+        return None
     if any(name in weights for name, _ in instr.inputs):
-        return True
-    return any(name.startswith("d.") and name[2:] in weights for name, _ in instr.outputs)
+        return "dgrad" if instr.phase == "bwd" else "fprop"
+    if any(name.startswith("d.") and name[2:] in weights for name, _ in instr.outputs):
+        return "wgrad"
+    return None
+
+
+#: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
+BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
+
+
+def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
+    """A one-line :class:`ConfigError` when ``recipe`` needs tensor cores ``accelerator`` lacks."""
+    if recipe == "mxfp8" and "mxfp8" not in accelerator.peak_flops_per_s:
+        raise ConfigError(
+            f"`fp8_recipe` 'mxfp8' needs MXFP8 tensor cores (Blackwell), but {accelerator.name} "
+            "has none: use 'delayed', 'tensorwise' or 'blockwise'"
+        )
+
+
+def fp8_cast_elements(
+    instr: Instr, role: str, weights: Collection[str], gemms: Collection[str]
+) -> tuple[tuple[str, int, int], ...]:
+    """``(operand, elements, column-wise needed)`` of each 16-bit operand an FP8 GEMM of
+    ``role`` casts: the activation (fprop) or output gradient (dgrad), with a column-wise copy
+    when the weight gradient also runs in FP8; for wgrad, what no FP8 fprop/dgrad cast already."""
+    operands = [(n, size // ELEMENT_BYTES) for n, size in instr.inputs if n not in weights]
+    if role != "wgrad":
+        return tuple((name, elements, int("wgrad" in gemms)) for name, elements in operands)
+    cast = []
+    for name, elements in operands:
+        earlier = "dgrad" if name.startswith("d.") else "fprop"
+        if earlier not in gemms:
+            cast.append((name, elements, 1))
+    return tuple(cast)
+
+
+def cast_shares(
+    instrs: Iterable[Instr], weights: Collection[str], gemms: Collection[str]
+) -> dict[tuple[str, str], int]:
+    """How many FP8 linear GEMMs of each phase cast the same 16-bit operand (q, k and v read
+    one normed input), so that one cast is charged once."""
+    shares: dict[tuple[str, str], int] = {}
+    for instr in instrs:
+        role = gemm_role(instr, weights)
+        if role is None or role not in gemms:
+            continue
+        for name, _, _ in fp8_cast_elements(instr, role, weights, gemms):
+            shares[instr.phase, name] = shares.get((instr.phase, name), 0) + 1
+    return shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +235,17 @@ class KernelTimer:
     head_dim: int
     causal: bool
     attention_kernel: str | None = None
+    #: The run's FP8 recipe and FP8 GEMMs (:class:`~stage_core.parallel.Fp8Recipe`), and whether
+    #: this block's linear layers run in FP8 (not the embedding or output layer).
+    fp8_recipe: str = "delayed"
+    fp8_gemms: tuple[str, ...] = FP8_GEMMS
+    fp8_block: bool = True
+    #: A training step's FP8 recipe (roles, casts, FP8 operand bytes); False keeps the plain
+    #: rule — every linear GEMM at the run's dtype, bytes as given — that serving relies on.
+    fp8_training: bool = False
+    #: FP8 GEMMs reading each ``(phase, operand)`` (:func:`cast_shares`): one cast serves them
+    #: all (Megatron-Core's fused QKV projection casts its input once).
+    shares: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -194,8 +267,33 @@ class KernelTimer:
         if shape is None:  # element-wise, reductions, custom ops: CUDA cores, bandwidth-bound
             scalar = "fp32" if "fp32" in accelerator.peak_flops_per_s else self._bf16()
             return max(memory_s, instr.flops / accelerator.peak(scalar))
-        dtype = self.dtype if is_linear(instr, self.weights) else self._bf16()
-        return gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
+        role = gemm_role(instr, self.weights)
+        if self.dtype != "fp8" or role is None or not self.fp8_training:
+            dtype = self.dtype if role is not None else self._bf16()
+            return gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
+        if not self.fp8_block or role not in self.fp8_gemms:
+            bf16 = self._bf16()
+            return gemm_time_s(accelerator, self.kernels, bf16, shape, instr.flops, memory_s)
+        # FP8 operands are half as wide: the GEMM's own traffic, then its operand casts
+        fp8_memory_s = (
+            memory_s
+            * (instr.bytes_read // 2 + instr.bytes_written)
+            / max(1, instr.bytes_read + instr.bytes_written)
+        )
+        seconds = gemm_time_s(accelerator, self.kernels, "fp8", shape, instr.flops, fp8_memory_s)
+        return seconds + self._cast_s(instr, role)
+
+    def _cast_s(self, instr: Instr, role: str) -> float:
+        """Seconds of the quantization kernels an FP8 GEMM of ``role`` needs first."""
+        accelerator = self.accelerator
+        columnwise = self.fp8_recipe in BLOCK_SCALED or "mxfp8" not in accelerator.peak_flops_per_s
+        total = 0.0
+        for name, elements, column in fp8_cast_elements(instr, role, self.weights, self.fp8_gemms):
+            # wgrad casts only what no FP8 fprop/dgrad cast: one (column-wise) copy
+            copies = 1 if role == "wgrad" else 1 + (column if columnwise else 0)
+            share = self.shares.get((instr.phase, name), 1)
+            total += cast_bytes(elements, self.fp8_recipe, copies) / share
+        return total / (accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory)
 
     def _ssd_rate(self) -> float:
         """FLOP/s of Mamba-2's SSD scan: its chunked matmuls run on the tensor cores (Triton
@@ -214,3 +312,8 @@ class KernelTimer:
         if self.dtype != "fp8":
             return self.dtype
         return "bf16" if "bf16" in self.accelerator.peak_flops_per_s else "fp16"
+
+
+def fp8_key(recipe: str, gemms: tuple[str, ...], dtype: str) -> tuple[str, tuple[str, ...]] | None:
+    """What of an FP8 recipe changes a block's timing and states (memo keys): None unless FP8."""
+    return (recipe, gemms) if dtype == "fp8" else None

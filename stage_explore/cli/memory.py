@@ -104,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
         cells = " ".join(f"{v / GIB:9.2f}" for v in values)
         print(f"{entry.stage:>5} {cells}  {_ranks_text(list(entry.ranks))}")
     print("(GiB; activations: saved tensors of the micro-batches in flight at the schedule's peak)")
+    fp8 = max(entry.fp8_weights_bytes for entry in report)
+    if fp8:
+        print(
+            f"(weights include up to {fp8 / GIB:.2f} GiB of FP8 weight copies and scales per rank, "
+            f"recipe {parallel.fp8_recipe}, FP8 GEMMs {','.join(parallel.fp8_gemms)})"
+        )
     return 0
 
 

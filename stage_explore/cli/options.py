@@ -4,7 +4,8 @@ Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
 - :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --etp --sp/--no-sp --zero --recompute
-  --schedule --vpp --micro-batch --global-batch --cp-style --precision``, and the pipeline split
+  --schedule --vpp --micro-batch --global-batch --cp-style --precision --fp8-recipe --fp8-gemms``,
+  and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
 - :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
 
@@ -20,7 +21,9 @@ import argparse
 from stage_core.errors import ConfigError
 from stage_core.models import ModelSpec, load_model
 from stage_core.parallel import (
+    FP8_GEMMS,
     CpStyle,
+    Fp8Recipe,
     ParallelConfig,
     PipelineSplit,
     Precision,
@@ -29,7 +32,9 @@ from stage_core.parallel import (
 )
 
 
-def _choices(kind: type[CpStyle | Precision | Recompute | Schedule | PipelineSplit]) -> list[str]:
+def _choices(
+    kind: type[CpStyle | Precision | Recompute | Schedule | PipelineSplit | Fp8Recipe],
+) -> list[str]:
     return [member.value for member in kind]
 
 
@@ -136,6 +141,20 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         help="compute precision (master weights stay fp32)",
     )
     group.add_argument(
+        "--fp8-recipe",
+        choices=_choices(Fp8Recipe),
+        default=Fp8Recipe.DELAYED.value,
+        help="with --precision fp8: per-tensor delayed or current (tensorwise) scaling, "
+        "DeepSeek-V3 blockwise, or mxfp8 (Blackwell); Megatron-Core --fp8-recipe",
+    )
+    group.add_argument(
+        "--fp8-gemms",
+        default=",".join(FP8_GEMMS),
+        metavar="GEMM,…",
+        help="which GEMMs of the linear layers run in FP8 with --precision fp8: some of "
+        "fprop,dgrad,wgrad (default all three; the others run in BF16)",
+    )
+    group.add_argument(
         "--pp-layers",
         default=None,
         metavar="N,N,…",
@@ -198,6 +217,8 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         seq_len=args.seq_len,
         dropout=args.dropout,
         precision=Precision(args.precision),
+        fp8_recipe=Fp8Recipe(args.fp8_recipe),
+        fp8_gemms=tuple(name.strip() for name in args.fp8_gemms.split(",") if name.strip()),
         grad_fp32=args.fp32_grads,
         pp_split=PipelineSplit(args.pp_split),
         pp_layers=parse_pp_layers(args.pp_layers),

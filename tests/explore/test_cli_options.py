@@ -17,6 +17,7 @@ EXPECTED_FLAGS = {
     "--model", "--layers", "--seq-len", "--dropout", "--no-dropout",
     "--dp", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero", "--recompute",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
+    "--fp8-recipe", "--fp8-gemms",
     "--fp32-grads", "--no-fp32-grads",
     "--pp-layers", "--pp-first-layers", "--pp-last-layers", "--pp-split",
 }  # fmt: skip

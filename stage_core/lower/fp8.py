@@ -1,0 +1,93 @@
+"""What an FP8 recipe adds beside the GEMMs it speeds up: FP8 copies of the weights and their
+scales (memory), and the quantization kernels that cast 16-bit tensors to FP8 (traffic).
+
+Contents: :func:`fp8_block`, :func:`linear_weights`, :func:`weight_copies`,
+:func:`weight_copy_bytes` (per weight, one rank), :func:`cast_bytes` (HBM bytes of one cast).
+
+Conventions (NVIDIA Transformer Engine, which Megatron-Core's ``--fp8-format``/``--fp8-recipe``
+drive):
+
+- **Which GEMMs.** Only the linear layers of the decoder layers run in FP8 (TE's ``Linear``
+  modules under ``fp8_autocast``); the embedding and the output layer are not TE modules in
+  Megatron-Core and stay BF16, as do attention, softmax and norms. ``fp8_gemms`` chooses among a
+  linear layer's forward (``fprop``), input-gradient (``dgrad``) and weight-gradient (``wgrad``)
+  GEMMs (TE's ``override_linear_precision``).
+- **Weight copies.** The 16-bit weight stays (the optimizer updates it); FP8 GEMMs read a
+  quantized copy, kept across the micro-batches of a step: a row-wise copy for ``fprop`` and a
+  column-wise (transposed) one for ``dgrad`` — Hopper's FP8 tensor cores take only the "TN"
+  layout, and the block-scaled recipes scale rows and columns differently on any GPU.
+- **Scales.** Per-tensor recipes keep a scale, its inverse and an amax history per tensor
+  (Megatron-Core's ``--fp8-amax-history-len`` default 1): bytes, not per element. ``blockwise``
+  (DeepSeek-V3, arXiv 2412.19437 Section 3.3) keeps one FP32 scale per 128×128 weight block and
+  per 1×128 activation block; ``mxfp8`` (OCP Microscaling spec v1.0) one E8M0 byte per 32
+  elements.
+- **Casts.** A cast reads the 16-bit tensor (2 bytes per element) and writes each FP8 copy
+  (1 byte per element) and its scales; current (``tensorwise``) scaling reads the tensor once
+  more for its amax before casting (TE computes the amax, then casts). Casts that TE fuses into
+  a preceding LayerNorm or activation kernel are charged as separate kernels: an upper bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from stage_core.lower.bind import BoundBlock
+
+#: Blocks that hold no FP8 linear layer (Megatron-Core's embedding and output layer are not
+#: Transformer Engine modules).
+NON_FP8_BLOCKS = frozenset({"embedding", "head"})
+#: Bytes of per-tensor scaling state: scale, inverse scale and a one-entry amax history (FP32).
+PER_TENSOR_STATE_BYTES = 12
+#: Elements per scale: 128×128 weight blocks and 1×128 activation blocks (DeepSeek-V3).
+BLOCKWISE_WEIGHT_BLOCK = 128 * 128
+BLOCKWISE_ACTIVATION_BLOCK = 128
+#: MXFP8: one E8M0 scale byte per 32 elements (OCP Microscaling Formats v1.0).
+MX_BLOCK = 32
+#: Bytes of an element before and after the cast.
+HIGH_BYTES = 2
+FP8_BYTES = 1
+
+
+def fp8_block(kind: str) -> bool:
+    """Whether a block of ``kind`` runs its linear layers in FP8 under an FP8 recipe."""
+    return kind not in NON_FP8_BLOCKS
+
+
+def linear_weights(block: BoundBlock) -> frozenset[str]:
+    """The weights of ``block`` that are a matmul operand (linear layers, not norms or biases)."""
+    names = {weight.name for weight in block.weights}
+    return frozenset(
+        name
+        for instr in block.fwd
+        if instr.kind == "einsum"
+        for name, _ in instr.inputs
+        if name in names
+    )
+
+
+def weight_copies(gemms: Collection[str]) -> int:
+    """FP8 copies of a weight: row-wise for ``fprop``, column-wise for ``dgrad``."""
+    return ("fprop" in gemms) + ("dgrad" in gemms)
+
+
+def _scale_bytes(elements: int, recipe: str, weight: bool) -> int:
+    if recipe == "blockwise":
+        block = BLOCKWISE_WEIGHT_BLOCK if weight else BLOCKWISE_ACTIVATION_BLOCK
+        return -(-elements // block) * 4
+    if recipe == "mxfp8":
+        return -(-elements // MX_BLOCK)
+    return PER_TENSOR_STATE_BYTES if weight else 0
+
+
+def weight_copy_bytes(elements: int, recipe: str, gemms: Collection[str]) -> int:
+    """Bytes of the FP8 copies (and their scales) of a weight of ``elements`` elements."""
+    copies = weight_copies(gemms)
+    return copies * (elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=True))
+
+
+def cast_bytes(elements: int, recipe: str, copies: int) -> int:
+    """HBM bytes of casting a 16-bit activation or gradient of ``elements`` elements to
+    ``copies`` FP8 copies (row-wise, and column-wise for a weight-gradient GEMM)."""
+    reads = 2 if recipe == "tensorwise" else 1
+    writes = copies * (elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=False))
+    return reads * elements * HIGH_BYTES + writes
