@@ -30,7 +30,7 @@ from stage_core.chakra.writer import (
     write_trace_json,
 )
 from stage_core.lower.nodes import ProgramNode, materialize, stage_nodes
-from stage_core.lower.program import PIPELINE_ENDS, ProgramSet
+from stage_core.lower.program import PIPELINE_ENDS, PIPELINE_MIRROR, ProgramSet
 from stage_core.mesh import Mesh
 from stage_core.trace import NodeKind, TraceNode
 
@@ -60,6 +60,18 @@ class GroupTable:
             row_of = np.empty(self.ranks.size, dtype=np.int64)
             row_of[by_stage] = np.arange(by_stage.shape[1])
             return list(zip(first, last, strict=True)), row_of
+        if axes == (PIPELINE_MIRROR,):  # stage s with stage p − 1 − s (DualPipe's two copies)
+            stages = self.names.index("pp")
+            by_stage = np.moveaxis(self.ranks, stages, 0).reshape(self.shape[stages], -1)
+            count, width = by_stage.shape
+            pairs: list[tuple[int, ...]] = []
+            row_of = np.empty(self.ranks.size, dtype=np.int64)
+            for stage in range(count // 2):
+                low, high = by_stage[stage], by_stage[count - 1 - stage]
+                numbers = np.arange(len(pairs), len(pairs) + width)
+                row_of[low], row_of[high] = numbers, numbers
+                pairs += list(zip(low.tolist(), high.tolist(), strict=True))
+            return pairs, row_of
         inside = [self.names.index(a) for a in self.names if a in axes]
         outside = [i for i in range(len(self.names)) if i not in inside]
         size = int(np.prod([self.shape[i] for i in inside])) if inside else 1

@@ -21,6 +21,7 @@ from stage_core.lower.experts import data_axes
 from stage_core.lower.program import (
     AFTER_BACKWARD,
     PIPELINE_ENDS,
+    PIPELINE_MIRROR,
     ProgramSet,
     StageProgram,
     Workload,
@@ -405,6 +406,10 @@ def materialize(template: list[ProgramNode], rank: int, mesh: Mesh) -> Iterator[
                 if item.group_axes == (PIPELINE_ENDS,):
                     sizes = tuple(int(mesh.size(n)) for n in mesh.names)
                     group = pipeline_ends(rank, mesh.names, sizes)
+                elif item.group_axes == (PIPELINE_MIRROR,):
+                    mirror = mesh.coordinates(rank)
+                    mirror["pp"] = int(mesh.size("pp")) - 1 - mirror["pp"]
+                    group = tuple(sorted((rank, mesh.rank_of(mirror))))
                 else:
                     group = mesh.group(rank, item.group_axes)
                 groups[item.group_axes] = None if len(group) == world else group  # all ranks

@@ -341,6 +341,23 @@ AFTER_BACKWARD = -2
 #: coordinates equal): the ranks holding the two copies of a tied embedding table.
 PIPELINE_ENDS = "pp_ends"
 
+#: Pseudo mesh axis of the group {pipeline stage s, pipeline stage p − 1 − s} (other coordinates
+#: equal): under DualPipe the two ranks holding copies of the same two model stages.
+PIPELINE_MIRROR = "pp_mirror"
+
+
+def _mirror_sync(workload: Workload, chunks: tuple[Chunk, ...]) -> list[SyncOp]:
+    """DualPipe keeps two copies of every stage (stage r on rank r and on rank p − 1 − r, lower/
+    schedule.py), each accumulating the gradients of its own micro-batches: once the step's
+    backward is done the two ranks all-reduce their gradients (one collective: both hold the
+    same pair of stages, so the same bytes)."""
+    if str(workload.parallel.schedule) != "dualpipe":
+        return []
+    elements = sum(w.elements for chunk in chunks for block in chunk.blocks for w in block.weights)
+    size = elements * workload.grad_bytes
+    kind = CollectiveKind.ALL_REDUCE
+    return [SyncOp("mirror_grad_all_reduce", kind, (PIPELINE_MIRROR,), size, 0, AFTER_BACKWARD)]
+
 
 def _tied_embedding_sync(workload: Workload, chunk: Chunk, order: list[BoundBlock]) -> list[SyncOp]:
     """With tied embeddings split over pipeline stages, the first stage's table and the last
@@ -407,6 +424,7 @@ def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
         )  # DualPipe: stages r and p − 1 − r (lower/schedule.py)
         tasks = tuple(schedule(kind, stage, p, workload.micro_batches, vpp))
         sync = tuple(op for chunk in chunks for op in _sync_ops(workload, chunk))
+        sync += tuple(_mirror_sync(workload, chunks))
         stages.append(
             StageProgram(
                 stage,

@@ -53,6 +53,7 @@ from stage_core.lower.memory import _block_states, recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
     PIPELINE_ENDS,
+    PIPELINE_MIRROR,
     Workload,
     _block_sync,
     bind_all,
@@ -282,6 +283,7 @@ class AnalyticalBackend(BaseBackend):
             | {axes for kind in kinds for axes in syncs[kind][1]}
             | {i.axes for pair in zero_ops.values() for ops in pair for i in ops}
             | ({(PIPELINE_ENDS,)} if tied_ends(workload) else set())
+            | ({(PIPELINE_MIRROR,)} if str(parallel.schedule) == "dualpipe" else set())
         )
         spans = {axes: self._spans(point, axes) for axes in relevant}
         class_of: dict[Hashable, int] = {}
@@ -407,6 +409,11 @@ class AnalyticalBackend(BaseBackend):
                 [c.forward_s for c in chunks], [f for f, _ in computes],
                 [c.backward_s for c in chunks], [b for _, b in computes],
             ) if str(parallel.schedule) == "dualpipe" else (),
+            after_backward_s=self._collective_time(
+                point, spans[(PIPELINE_MIRROR,)], CollectiveKind.ALL_REDUCE,
+                sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
+                * point.workload.grad_bytes,
+            ) if str(parallel.schedule) == "dualpipe" else 0.0,  # program._mirror_sync
         )  # fmt: skip
         flops = (sum(s.model_flops for s in states), sum(s.hardware_flops for s in states))
         return stage_class, flops

@@ -408,6 +408,8 @@ class StageClass:
     input-gradient part ``input_grad_s`` (empty: all of the backward; ``W`` is the rest), the
     bytes a pending ``W`` holds (``pending_bytes``, empty: none), and DualPipe's overlapped
     pairs ``pair_s[forward chunk][backward chunk]`` (:func:`pair_seconds`; empty: no overlap).
+    ``after_backward_s``: a collective that waits for the rank's whole backward (DualPipe's
+    all-reduce between the two copies of its stages).
     """
 
     forward_s: tuple[float, ...]
@@ -422,6 +424,7 @@ class StageClass:
     input_grad_s: tuple[float, ...] = ()
     pending_bytes: tuple[int, ...] = ()
     pair_s: tuple[tuple[float, ...], ...] = ()
+    after_backward_s: float = 0.0  # a collective once the whole backward is done (DualPipe's)
 
     def stage_times(self, split: bool) -> StageTimes:
         """The pipeline's view: whole backwards, or B and W apart."""
@@ -484,6 +487,8 @@ def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
             sync = cls.sync[index]
             free = max(free + sync.total_s, starts[index] + sync.latest_s)
             gather += sync.gather_s
+        if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
+            free = max(free, pipeline.end_s[stage]) + cls.after_backward_s
         total = max(pipeline.end_s[stage], free) + cls.optimizer_s + gather
         if worst is None or total > worst[0]:
             worst = (total, stage, free)

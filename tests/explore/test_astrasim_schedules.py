@@ -72,3 +72,21 @@ def test_astra_sim_runs_the_traces_and_tracesim_matches(name: str, tmp_path: Pat
     sim = simulate(trace_set.ranks, AstraTimingModel(config), record_nodes=True)
     for rank, timing in sim.ranks.items():
         assert run.report.ranks[rank].finished_cycles == timing.finish, case.what
+
+
+def test_dualpipe_sums_the_two_copies_of_each_stage(tmp_path: Path) -> None:
+    """Ranks r and p − 1 − r hold the same two stages: one all-reduce of their gradients, over
+    exactly those two ranks, of the same bytes on both, after the whole backward."""
+    case = CASES["dualpipe-dp"]  # pp 2, dp 2: ranks (stage, dp) = 2·stage + dp
+    write_case(case, tmp_path)
+    trace_set = read_trace_set(tmp_path)
+    found = {}
+    for rank, nodes in trace_set.ranks.items():
+        (node,) = [n for n in nodes if n.name.endswith("mirror_grad_all_reduce")]
+        found[rank] = (node.group, node.comm_bytes)
+    assert found[0][0] == found[2][0] == (0, 2) and found[1][0] == found[3][0] == (1, 3)
+    programs = lower(case.model(), case.parallel_config())
+    elements = sum(
+        w.elements for c in programs.stages[0].chunks for b in c.blocks for w in b.weights
+    )
+    assert {size for _, size in found.values()} == {elements * programs.workload.grad_bytes}

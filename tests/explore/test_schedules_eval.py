@@ -101,3 +101,14 @@ def test_cli_refuses_bad_dualpipe_shapes_in_one_line(capsys: pytest.CaptureFixtu
     code, _, err = _cli(capsys, "eval", *point, "--schedule", "dualpipe")
     assert code == 2
     assert "schedule='dualpipe' needs an even `pp`" in err and len(err.strip().splitlines()) == 1
+
+
+def test_dualpipe_pays_the_all_reduce_between_the_copies() -> None:
+    backend = AnalyticalBackend()
+    parallel = ParallelConfig(**{**FIELDS, "schedule": "dualpipe"})  # type: ignore[arg-type]
+    result = backend.evaluate(MODEL, parallel, load_system("a100-80gb"))
+    (plan,) = backend._plans.items.values()
+    assert all(cls.after_backward_s > 0 for cls in plan.step.classes)
+    assert result.breakdown["exposed_gradient_sync"] >= min(
+        cls.after_backward_s for cls in plan.step.classes
+    )
