@@ -161,3 +161,27 @@ def test_lowering_follows_the_pattern(pattern: str) -> None:
         for w in b.weights
     )  # fmt: skip
     assert elements == model.params()
+
+
+def test_uneven_splits_follow_the_pattern_and_keep_the_flops() -> None:
+    model = tiny(
+        layers=7, layer_pattern="(swa+moe, attn+moe)*", sliding_window=16, attention_sinks=True
+    )
+    uneven = ParallelConfig(pp=2, pp_layers=(3, 4), global_batch=4, micro_batch=1)
+    programs = lower(model, uneven)
+    layers = [b.kind for s in programs.stages for c in s.chunks for b in c.blocks]
+    assert [k for k in layers if is_layer_block(k)] == list(model.layer_blocks())
+    assert [len(c.layers) for s in programs.stages for c in s.chunks] == [3, 4]
+    workload = make_workload(model, uneven)
+    blocks = tie_embeddings(workload, bind_all(workload))
+    for stage, runs in enumerate(chunk_runs(*layout_key(workload))):
+        kinds = [kind for kind, count in runs for _ in range(count)]
+        assert kinds == [b.kind for b in chunk_blocks(workload, blocks, stage).blocks]
+
+    def flops(config: ParallelConfig) -> int:
+        return sum(
+            i.flops for s in lower(model, config).stages for c in s.chunks for b in c.blocks
+            for i in (*b.fwd, *b.bwd)
+        )  # fmt: skip
+
+    assert flops(uneven) == flops(ParallelConfig(global_batch=4, micro_batch=1))
