@@ -594,7 +594,11 @@ class AnalyticalBackend(BaseBackend):
             fp8_gemms=parallel.fp8_gemms,
             fp8_block=fp8_block(kind),
             fp8_training=True,
-            shares=cast_shares((*block.fwd, *block.bwd), weights, parallel.fp8_gemms),
+            shares=(
+                cast_shares((*block.fwd, *block.bwd), weights, parallel.fp8_gemms)
+                if dtype == "fp8"
+                else {}
+            ),
         )
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:

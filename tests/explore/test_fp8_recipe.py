@@ -178,3 +178,19 @@ def test_stage_memory_shows_the_fp8_copies(capsys: pytest.CaptureFixture[str]) -
     assert "FP8 weight copies and scales" in capsys.readouterr().out
     assert main([*argv, "--precision", "fp8", "--fp8-gemms", "fprop,bwd"]) == 2
     assert "`fp8_gemms` must name some of" in capsys.readouterr().err
+
+
+def test_one_backend_keeps_recipes_apart() -> None:
+    """The memoised parts are keyed by the recipe: the same backend gives each recipe its own
+    step time and memory, and BF16 is unaffected by the FP8 fields."""
+    backend, model = AnalyticalBackend(), get_flavor("llama3-8b").with_overrides(layers=4)
+    base = ParallelConfig(tp=2, dp=4, sp=True, global_batch=8, precision=Precision.FP8)
+    delayed = backend.evaluate(model, base, H100)
+    current = backend.evaluate(model, dataclasses.replace(base, fp8_recipe="tensorwise"), H100)
+    fprop = backend.evaluate(model, dataclasses.replace(base, fp8_gemms=("fprop",)), H100)
+    assert delayed.step_time_s < current.step_time_s
+    assert delayed.step_time_s < fprop.step_time_s
+    assert fprop.peak_memory_bytes < delayed.peak_memory_bytes
+    bf16 = dataclasses.replace(base, precision=Precision.BF16)
+    other = dataclasses.replace(bf16, fp8_recipe="blockwise", fp8_gemms=("wgrad",))
+    assert backend.evaluate(model, bf16, H100) == backend.evaluate(model, other, H100)
