@@ -276,3 +276,19 @@ def test_deepspeed_zero3_peak_holds_the_largest_tensor_not_two_layers() -> None:
         largest_tensor_bytes
     )
     assert whole.step_time_s == one.step_time_s
+
+
+def test_deepspeed_pipeline_engine_partitions_activations_over_tp_like_megatron() -> None:
+    """DeepSpeed's PipelineEngine sends 1/tp of a stage's output and all-gathers it on the
+    receiver (is_pipe_partitioned / is_grad_partitioned when the model-parallel group has more
+    than one rank), as Megatron's scatter/gather does."""
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)
+    parallel = ParallelConfig(tp=8, pp=4, dp=1, global_batch=16)
+    system = load_system("a100-80gb")
+    deepspeed = AnalyticalBackend(framework="deepspeed").evaluate(model, parallel, system)
+    megatron = AnalyticalBackend(framework="megatron-lm-2021").evaluate(model, parallel, system)
+    whole = AnalyticalBackend(
+        framework="deepspeed", overrides={"pipeline_scatter_gather": False}
+    ).evaluate(model, parallel, system)
+    assert deepspeed.breakdown["pipeline_p2p"] == pytest.approx(megatron.breakdown["pipeline_p2p"])
+    assert whole.breakdown["pipeline_p2p"] > deepspeed.breakdown["pipeline_p2p"]
