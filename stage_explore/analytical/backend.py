@@ -386,13 +386,15 @@ class AnalyticalBackend(BaseBackend):
         for chunk in chunks:
             for label, seconds in chunk.exposed_s:
                 exposed[label] = exposed.get(label, 0.0) + seconds
-        gathered = 0
+        gathered_bytes = 0
         if parallel.zero >= 3:  # the gathered weights held at once (the framework's rule)
             kinds = {kind for runs in signature for kind, _ in runs}
             tensor = max((w.elements for k in kinds for w in point.blocks[k].weights), default=0)
             blocks_bytes = [x for s in states for x in s.largest]
             weight_bytes = point.workload.weight_bytes
-            gathered = zero3_gathered_bytes(self.framework, blocks_bytes, tensor, weight_bytes)
+            gathered_bytes = zero3_gathered_bytes(
+                self.framework, blocks_bytes, tensor, weight_bytes
+            )
         stage_class = StageClass(
             forward_s=tuple(c.forward_s for c in chunks),
             backward_s=tuple(c.backward_s for c in chunks),
@@ -401,7 +403,7 @@ class AnalyticalBackend(BaseBackend):
             compute_s=sum(c.compute_s for c in chunks),
             exposed_s=tuple(sorted(exposed.items())),
             states_bytes=sum(s.states_bytes for s in states),
-            buffers_bytes=gathered,
+            buffers_bytes=gathered_bytes,
             optimizer_s=self._optimizer_s(point, sum(s.params for s in states)),
             input_grad_s=tuple(input_grad),
             pending_bytes=tuple(pending),
