@@ -26,12 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stage_core.errors import ConfigError
+from stage_core.lower.bind import DATA_AXES, MESH_AXES
 from stage_core.parallel.config import ParallelConfig
-
-#: Axes of the generator's mesh, outermost first by default (as :data:`bind.MESH_AXES`).
-_MESH_ORDER = ("pp", "dp", "ep", "cp", "tp")
-#: Axes over which weights are data-parallel replicas unless they partition the weight.
-_DATA_AXES = ("dp", "ep", "cp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,5 +82,5 @@ def data_axes(
     dense weight, those not partitioning the experts for an expert weight."""
     excluded = expert_axes if expert else ()
     return tuple(
-        a for a in _MESH_ORDER if a in _DATA_AXES and a not in excluded and axis_sizes[a] > 1
+        a for a in MESH_AXES if a in DATA_AXES and a not in excluded and axis_sizes[a] > 1
     )
