@@ -101,6 +101,7 @@ from stage_explore.analytical.kernels import (
     cast_shares,
     check_fp8_recipe,
     fp8_key,
+    loss_logits,
 )
 from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
 from stage_explore.analytical.parts import (
@@ -601,6 +602,7 @@ class AnalyticalBackend(BaseBackend):
                 if dtype == "fp8"
                 else {}
             ),
+            loss_logits=loss_logits(block.fwd),
         )
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:

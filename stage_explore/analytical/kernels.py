@@ -173,6 +173,16 @@ def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
     return None
 
 
+#: HBM bytes per logit of the loss, forward and backward, as Megatron computes it
+#: (megatron/core/tensor_parallel/cross_entropy.py, VocabParallelCrossEntropy, unfused):
+#: forward ``logits.float()`` (read 2, write 4), max (read 4), in-place subtract (4 + 4),
+#: in-place exp (4 + 4), sum (4), in-place divide into the saved softmax (4 + 4) = 38;
+#: backward in-place ``mul_`` by the loss gradient (4 + 4) and the cast back to 16 bits of the
+#: ``float()`` (read 4, write 2) = 14. PyTorch's autocast ``cross_entropy`` (FP32 log-softmax and
+#: its backward) moves a similar 40 bytes per logit. The generator's op counts reading the
+#: 16-bit logits once (2) and the gradient's read and write (4).
+CROSS_ENTROPY_BYTES = (38, 14)
+
 #: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
 BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
 
@@ -246,12 +256,17 @@ class KernelTimer:
     #: FP8 GEMMs reading each ``(phase, operand)`` (:func:`cast_shares`): one cast serves them
     #: all (Megatron-Core's fused QKV projection casts its input once).
     shares: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
+    #: The logits a training loss reads (:data:`CROSS_ENTROPY_BYTES`); empty: the generator's
+    #: bytes for the loss (serving has none).
+    loss_logits: frozenset[str] = frozenset()
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
         memory_s = (instr.bytes_read + instr.bytes_written) / (
             accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
         )
+        if self.loss_logits:
+            memory_s = max(memory_s, self._loss_s(instr))
         if instr.flops <= 0:
             return memory_s
         if instr.kind == "attention":
@@ -282,6 +297,24 @@ class KernelTimer:
         )
         seconds = gemm_time_s(accelerator, self.kernels, "fp8", shape, instr.flops, fp8_memory_s)
         return seconds + self._cast_s(instr, role)
+
+    def _loss_s(self, instr: Instr) -> float:
+        """The FP32 multi-pass cross-entropy's traffic (:data:`CROSS_ENTROPY_BYTES`), or 0 for
+        any other instruction."""
+        forward, backward = CROSS_ENTROPY_BYTES
+        if instr.kind == "crossentropy":
+            sizes = [size for name, size in instr.inputs if name in self.loss_logits]
+            per_element = forward
+        else:
+            sizes = [size for name, size in instr.outputs if name[2:] in self.loss_logits]
+            sizes = sizes if name_is_gradient(instr) else []
+            per_element = backward
+        if not sizes:
+            return 0.0
+        elements = max(sizes) // ELEMENT_BYTES  # the logits, not the integer targets
+        accelerator = self.accelerator
+        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        return elements * per_element / bandwidth
 
     def _cast_s(self, instr: Instr, role: str) -> float:
         """Seconds of the quantization kernels an FP8 GEMM of ``role`` needs first."""
@@ -317,3 +350,15 @@ class KernelTimer:
 def fp8_key(recipe: str, gemms: tuple[str, ...], dtype: str) -> tuple[str, tuple[str, ...]] | None:
     """What of an FP8 recipe changes a block's timing and states (memo keys): None unless FP8."""
     return (recipe, gemms) if dtype == "fp8" else None
+
+
+def name_is_gradient(instr: Instr) -> bool:
+    """A backward instruction writing a gradient (``d.<tensor>``) that is not a GEMM."""
+    return instr.kind != "einsum" and any(name.startswith("d.") for name, _ in instr.outputs)
+
+
+def loss_logits(instrs: Iterable[Instr]) -> frozenset[str]:
+    """The tensors a block's cross-entropy loss reads (its logits and targets)."""
+    return frozenset(
+        name for instr in instrs if instr.kind == "crossentropy" for name, _ in instr.inputs
+    )
