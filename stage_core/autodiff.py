@@ -91,6 +91,11 @@ class BackwardOp(BaseOp):
             self.forward, self.forward_in, self.forward_out, tensors, sizes, axis_sizes
         )
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
+        if isinstance(self.forward, SSDScan):  # the backward kernels' HBM intermediates
+            extra = self.forward.backward_intermediate_bytes(
+                self.forward_in, tensors, sizes, axis_sizes
+            )
+            read, written = read + extra, written + extra
         return Cost(flops, read, written)
 
 

@@ -186,7 +186,8 @@ class SSDScan(BaseOp):
     FLOPs: :func:`ssd_flops` on the local sizes; bytes: inputs, output and
     :func:`ssd_intermediate_bytes`. Backward: twice the forward FLOPs (each of Listing 1's
     matmuls gives two of its size, one per operand needing a gradient; the element-wise
-    terms likewise). Saves ``dt`` only (module docstring: the conv output is recomputed).
+    terms likewise) and twice its intermediate bytes (:meth:`backward_intermediate_bytes`).
+    Saves ``dt`` only (module docstring: the conv output is recomputed).
     """
 
     chunk_dim: str = "Qs"
@@ -244,6 +245,15 @@ class SSDScan(BaseOp):
         extra = ssd_intermediate_bytes(*local)
         read, written = self._io_bytes(layouts, out_layouts, tensors, sizes, axis_sizes)
         return Cost(flops, read + extra, written + extra)
+
+    def backward_intermediate_bytes(
+        self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor], sizes: Sizes, axes: Sizes
+    ) -> Size:
+        """HBM bytes the backward kernels write and read back beyond their operands: twice the
+        forward's (:func:`ssd_intermediate_bytes`) — mamba_ssm's backward recomputes the chunk
+        states, reads them and the FP32 ``dt``/``dA_cumsum`` and ``C·Bᵀ`` again, and writes and
+        passes back the states' gradients, each the forward's size."""
+        return 2 * ssd_intermediate_bytes(*self._local(layouts, tensors, sizes, axes))
 
     @property
     def saved(self) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from stage_core.lower.bind import BoundBlock
 from stage_core.lower.emit import write_chakra
 from stage_core.lower.program import lower
 from stage_core.models import ModelSpec
-from stage_core.ops_ssm import SILU_OPS, ssd_flops
+from stage_core.ops_ssm import SILU_OPS, ssd_flops, ssd_intermediate_bytes
 from stage_core.parallel import ParallelConfig
 from tests.fixtures import real_astra_sim
 
@@ -93,6 +93,10 @@ def test_forward_and_backward_flops(tp: int, sp: bool) -> None:
         bwd[instr.kind] = bwd.get(instr.kind, 0) + instr.flops
     assert bwd["einsum"] == 2 * by_kind["einsum"]
     assert bwd["ssdscan"] == 2 * by_kind["ssdscan"]
+    (scan,) = [i for i in block.bwd if i.kind == "ssdscan"]
+    extra = ssd_intermediate_bytes(2, 32, 8 // tp, 4 // tp, 16, 8, 8)
+    operands = sum(size for _, size in (*scan.inputs, *scan.outputs))
+    assert scan.bytes_read + scan.bytes_written == operands + 4 * extra
 
 
 def test_saved_activations_are_megatrons() -> None:
