@@ -1,7 +1,8 @@
 """Transformer blocks, written once for a single device.
 
 A model is a sequence of four kinds of block: the embedding, dense layers, MoE layers and the
-head (final norm, output layer, cross-entropy). Builders here read only the
+head (final norm, output layer, cross-entropy); with multi-token prediction, each MTP module
+is an :func:`mtp_block` and an :data:`MTP_HEAD`. Builders here read only the
 :class:`~stage_core.models.spec.ModelSpec`; no sharding appears in them.
 
 Dims: ``B`` micro-batch (sequences), ``S`` sequence, ``H`` hidden, ``N`` query heads, ``K`` kv
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stage_core.graph import Block
-from stage_core.models.layers import DENSE_LAYER, Ffn, LayerKind, Mixer
+from stage_core.models.layers import DENSE_LAYER, Ffn, LayerKind, Mixer, layer_kind_of_block
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_core.ops_mla import HeadConcat, LatentAttention
 from stage_core.ops_moe import Combine, Dispatch
@@ -99,12 +100,12 @@ def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptio
     return BlockOptions("fused", causal=True, dropout=use_dropout)
 
 
-def _norm(b: Block, model: Structure, x: str, out: str) -> str:
-    scale = b.weight(f"{out}.scale", ("H",))
+def _norm(b: Block, model: Structure, x: str, out: str, dim: str = "H") -> str:
+    scale = b.weight(f"{out}.scale", (dim,))
     inputs: tuple[str, ...] = (x, scale)
     if model.norm == Norm.LAYERNORM and model.bias:
-        inputs = (x, scale, b.weight(f"{out}.shift", ("H",)))
-    return b.reduction(inputs, out, ("H",), _NORM_OPS[model.norm], saves=(x,))
+        inputs = (x, scale, b.weight(f"{out}.shift", (dim,)))
+    return b.reduction(inputs, out, (dim,), _NORM_OPS[model.norm], saves=(x,))
 
 
 def _dropout(b: Block, x: str, out: str, options: BlockOptions) -> str:
@@ -409,7 +410,12 @@ def layer_block(model: Structure, options: BlockOptions, kind: LayerKind = DENSE
     sliding-window attention) and its FFN (dense MLP or MoE), each pre-normed with a residual;
     a kind without a mixer or without an FFN leaves that half out (Nemotron-H's layers)."""
     b = Block(kind.block, weight_bytes=options.weight_bytes)
-    x = b.input("x", ("B", "S", "H"))
+    b.output(_layer_body(b, model, options, kind, b.input("x", ("B", "S", "H"))))
+    return b.validate()
+
+
+def _layer_body(b: Block, model: Structure, options: BlockOptions, kind: LayerKind, x: str) -> str:
+    """The ops of one decoder layer of ``kind`` on ``x[B, S, H]``; returns its output."""
     h = x
     if kind.mixer is Mixer.MAMBA:
         h = _mamba_mixer(b, model, x, options)
@@ -420,15 +426,65 @@ def layer_block(model: Structure, options: BlockOptions, kind: LayerKind = DENSE
         else:
             h = _attention(b, model, x, options, window=window)
     if kind.ffn is Ffn.NONE:
-        b.output(h)
-        return b.validate()
+        return h
     ln = _norm(b, model, h, "ln2")
     if kind.ffn is Ffn.MOE:
         y = _moe(b, model, ln, options.expert_axes)
     else:
         y = _mlp(b, model, ln, "F", "mlp")
     dropped = _dropout(b, y, "mlp.dropout", options)
-    b.output(b.elementwise(h, dropped, out="y", linear=True))
+    return b.elementwise(h, dropped, out="y", linear=True)
+
+
+#: Block kind of a multi-token-prediction module's loss: the module's final norm, the output
+#: layer it shares with the main model, and its cross-entropy (:func:`head_block`'s ops).
+MTP_HEAD = "mtp_head"
+_MTP_PREFIX = "mtp_"
+
+
+def mtp_block_name(layer_block_name: str) -> str:
+    """The block kind of an MTP module whose transformer layer is ``layer_block_name``."""
+    return f"{_MTP_PREFIX}{layer_block_name}"
+
+
+def mtp_layer_of_block(name: str) -> LayerKind | None:
+    """The layer kind inside an MTP module's block ``name`` (None for any other block)."""
+    if not name.startswith(_MTP_PREFIX) or name == MTP_HEAD:
+        return None
+    return layer_kind_of_block(name.removeprefix(_MTP_PREFIX))
+
+
+def mtp_block(model: Structure, options: BlockOptions, kind: LayerKind) -> Block:
+    """One multi-token-prediction module up to its transformer layer's output (DeepSeek-V3
+    technical report, arXiv 2412.19437, Section 2.2, Eq. 21-22).
+
+    Module ``k`` gets the previous depth's hidden state ``x`` (``h^{k-1}``, the main model's
+    last layer output for ``k = 1``) and the tokens ``k`` positions ahead (``ids``), looked up
+    in the embedding table it SHARES with the main model; both are normed (RMSNorm in
+    DeepSeek-V3), concatenated and projected back to ``H`` by ``M_k`` (``2H × H``), then run
+    through one transformer layer of ``kind`` (DeepSeek-V3: latent attention + MoE, as the main
+    model's last layer).
+    Its output feeds module ``k + 1``; its loss (final norm, the SHARED output layer,
+    cross-entropy) is the :data:`MTP_HEAD` block. The weight of the MTP loss in the total
+    loss (DeepSeek's λ, Megatron's ``mtp_loss_scaling_factor``) scales a gradient and
+    changes no op's cost.
+
+    The concatenation is written as two einsums into ``H`` (``M_k``'s halves ``[Hc, H]``,
+    ``Hc = H`` a dim of its own for the contracted hidden) summed: the same FLOPs and weights
+    as one ``2H × H`` projection of the concatenation.
+    """
+    b = Block(mtp_block_name(kind.block), weight_bytes=options.weight_bytes)
+    x = b.input("x", ("B", "S", "Hc"))
+    ids = b.tensor("ids", ("B", "S"), 4, "index")
+    b.inputs.append(ids)
+    embedded = b.embedding(ids, b.weight("embed", ("V", "Hc")), out="embed.tokens")
+    halves = []
+    for part, source in (("h", x), ("e", embedded)):
+        normed = _norm(b, model, source, f"mtp.{part}norm", "Hc")
+        weight = b.weight(f"mtp.eh_proj_{part}", ("Hc", "H"))
+        halves.append(b.einsum("bsc,ch->bsh", normed, weight, out=f"mtp.proj_{part}"))
+    projected = b.elementwise(*halves, out="mtp.proj", linear=True)
+    b.output(_layer_body(b, model, options, kind, projected))
     return b.validate()
 
 

@@ -148,7 +148,8 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     names = block.tensors
     if "x" in names:
         stored["x"] = act
-    if is_layer_block(block.name):
+    mtp = block.name.startswith("mtp_")  # a multi-token-prediction module (blocks.mtp_block)
+    if is_layer_block(block.name) or mtp:
         for op in block.ops:  # q/k/v projections, or latent attention's down-projections
             if "ln1" in op.inputs:
                 consumed[(op.name, "ln1")] = _GATHERED
@@ -204,6 +205,13 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             stored[_op_name(block, "shared.fc2")] = act
         if "moe.tokens" in names:
             stored.update(_moe_layouts(names, flags, _expert_axes(block)))
+    if mtp:  # its inputs like the embedding's; M_k column-parallel as in Megatron-Core
+        hidden = f"[{TOKENS}, {_seq_stored(flags)}, Hc]"
+        stored.update({"x": hidden, "embed.tokens": hidden, "ids": f"[{TOKENS}, S/cp]"})
+        stored.update({"embed": "[V/tp, Hc]", "mtp.proj": act})
+        for part in ("h", "e"):
+            stored[f"mtp.eh_proj_{part}"] = "[Hc, H/tp]"
+            consumed[(f"mtp.proj_{part}", f"mtp.{part}norm")] = f"[{TOKENS}, S/cp, Hc]"
     elif block.name == "embedding":
         stored["ids"] = f"[{TOKENS}, S/cp]"
         stored["embed.tokens"] = act

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from stage_core.autodiff import ShardedBackward, derive_backward
 from stage_core.blocks import (
     ATTENTION_CORE,
+    MTP_HEAD,
     BlockOptions,
     Structure,
     embedding_block,
     head_block,
     layer_block,
+    mtp_block,
+    mtp_layer_of_block,
     serving_head_block,
 )
 from stage_core.errors import InfeasibleError, ShardingError
@@ -38,6 +41,7 @@ MESH_AXES = ("pp", "dp", "ep", "cp", "tp")
 DATA_AXES = frozenset({"dp", "ep", "cp"})
 
 BlockKind = str  # "embedding" | "head" | "serving_head" | a layer's (models.layers.LayerKind.block)
+# | an MTP module's ("mtp_<layer block>", "mtp_head"; blocks.mtp_block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +113,12 @@ def symbolic_block(
     ``options``) run forward only: their backward is empty."""
     if kind == "embedding":
         block = embedding_block(model, options)
-    elif kind == "head":
+    elif kind in ("head", MTP_HEAD):  # an MTP module's loss runs the head's ops
         block = head_block(model)
     elif kind == "serving_head":
         block = serving_head_block(model)
+    elif (mtp_layer := mtp_layer_of_block(kind)) is not None:
+        block = mtp_block(model, options, mtp_layer)
     else:
         layer = layer_kind_of_block(kind)
         assert layer is not None, f"unknown block kind {kind!r}"
@@ -121,7 +127,7 @@ def symbolic_block(
     forward = shard_forward(block, plan_for(block, flags), mesh)
     if options.kv_cache_bytes:
         return SymbolicBlock(forward, ShardedBackward((), {}, (), forward.tensors))
-    mode = recompute if is_layer_block(kind) else "none"
+    mode = recompute if is_layer_block(kind) or mtp_layer_of_block(kind) else "none"
     backward = derive_backward(forward, recompute=mode, region=ATTENTION_CORE)
     return SymbolicBlock(forward, backward)
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from stage_core.blocks import BlockOptions, Structure, default_options
+from stage_core.blocks import (
+    MTP_HEAD,
+    BlockOptions,
+    Structure,
+    default_options,
+    mtp_block_name,
+)
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import (
     MESH_AXES,
@@ -106,6 +112,8 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
             Q=max(1, model.q_lora_rank), L=model.kv_lora_rank, R=rope,
             A=model.head_dim + rope, U=model.v_head_dim,
         )  # fmt: skip
+    if model.mtp_layers:  # the hidden dim M_k contracts (blocks.py, mtp_block)
+        sizes["Hc"] = model.hidden
     if model.ssm_heads:  # Mamba-2's dims (blocks.py, _mamba_mixer; ops_ssm)
         sizes.update(
             Hs=model.ssm_heads, Ps=model.ssm_head_dim, Gs=model.ssm_groups, Ns=model.ssm_state,
@@ -228,6 +236,8 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     """Bind every block kind the model uses, once (one per distinct layer kind)."""
     structure = Structure.of(workload.model)
     kinds = ["embedding", "head", *dict.fromkeys(workload.model.layer_blocks())]
+    if workload.model.mtp_layers:
+        kinds += [mtp_blocks(workload.model)[0], MTP_HEAD]
     recompute = str(workload.parallel.recompute)
     return {
         kind: bind_block(
@@ -240,14 +250,58 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     }
 
 
+def mtp_blocks(model: ModelSpec) -> tuple[str, ...]:
+    """The block kinds of the model's multi-token-prediction modules, in order (one per depth;
+    each module's transformer layer is of the main model's last layer kind). Their losses are
+    as many :data:`~stage_core.blocks.MTP_HEAD` blocks."""
+    if not model.mtp_layers:
+        return ()
+    return (mtp_block_name(model.layer_blocks()[-1]),) * model.mtp_layers
+
+
+def _without(block: BoundBlock, name: str) -> BoundBlock:
+    return replace(block, weights=tuple(w for w in block.weights if w.name != name))
+
+
 def tie_embeddings(workload: Workload, blocks: dict[str, BoundBlock]) -> dict[str, BoundBlock]:
     """With tied embeddings and one pipeline stage, the output layer reuses the embedding table
-    (one copy of the weight, its state and its gradient); across stages each end keeps a copy."""
-    if not (workload.model.tied_embeddings and workload.parallel.pp == 1):
-        return blocks
-    head = blocks["head"]
-    weights = tuple(w for w in head.weights if w.name != "output")
-    return {**blocks, "head": replace(head, weights=weights)}
+    (one copy of the weight, its state and its gradient); across stages each end keeps a copy.
+
+    Multi-token prediction shares the main model's embedding and output layer: an MTP block
+    holds neither (its ops read them); with pipeline stages the last stage keeps a copy of the
+    embedding table (listed with its head, once however many modules), synchronised with the
+    first stage's like a tied embedding (:func:`embedding_ends`), as Megatron-Core does."""
+    model, pp = workload.model, workload.parallel.pp
+    result = dict(blocks)
+    if model.tied_embeddings and pp == 1:
+        result["head"] = _without(blocks["head"], "output")
+    for kind in dict.fromkeys(mtp_blocks(model)):
+        if kind not in blocks:  # serving binds no MTP module
+            continue
+        module = blocks[kind]
+        result[kind] = _without(module, "embed")
+        result[MTP_HEAD] = _without(blocks[MTP_HEAD], "output")
+        if pp > 1 and not model.tied_embeddings:  # else the head's output layer is the copy
+            copy = tuple(w for w in module.weights if w.name == "embed")
+            result["head"] = replace(result["head"], weights=result["head"].weights + copy)
+    return result
+
+
+def embedding_ends(workload: Workload) -> bool:
+    """Whether the first and the last pipeline stage each hold a copy of the embedding table,
+    all-reduced once per step: tied embeddings, or multi-token prediction (its modules on the
+    last stage share the table; Megatron-Core all-reduces the MTP stage's embedding gradient
+    with the first stage's as it does a tied embedding's)."""
+    model = workload.model
+    return bool(model.tied_embeddings or model.mtp_layers) and workload.parallel.pp > 1
+
+
+def shared_embedding_weights(model: ModelSpec) -> frozenset[tuple[str, str]]:
+    """The (block kind, weight) pairs that are the two copies of the embedding table at the
+    pipeline ends: the embedding's, and the head's output layer (tied) or MTP's copy."""
+    return frozenset(
+        {("embedding", "embed"), ("head", "output" if model.tied_embeddings else "embed")}
+    )
 
 
 def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage: int) -> Chunk:
@@ -262,7 +316,12 @@ def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage
     for index in layers:
         chosen.append(blocks[layer_blocks[index]])
     if global_stage == p * vpp - 1:
+        # Multi-token prediction on the last stage (Megatron-Core's default placement): the
+        # modules after the last layer, their losses after the main model's (training only).
+        modules = [blocks[kind] for kind in mtp_blocks(workload.model) if kind in blocks]
+        chosen += modules
         chosen.append(blocks["head"])
+        chosen += [blocks[MTP_HEAD] for _ in modules]
     return Chunk(global_stage // p if vpp > 1 else 0, global_stage, tuple(chosen), layers)
 
 
@@ -362,13 +421,15 @@ def _mirror_sync(workload: Workload, chunks: tuple[Chunk, ...]) -> list[SyncOp]:
 def _tied_embedding_sync(workload: Workload, chunk: Chunk, order: list[BoundBlock]) -> list[SyncOp]:
     """With tied embeddings split over pipeline stages, the first stage's table and the last
     stage's output layer are one weight: their gradients are all-reduced between the two ends
-    once per step (Megatron's ``_allreduce_word_embedding_grads``)."""
-    if not (workload.model.tied_embeddings and workload.parallel.pp > 1):
+    once per step (Megatron's ``_allreduce_word_embedding_grads``); so are the two copies of
+    the embedding table multi-token prediction keeps (:func:`embedding_ends`)."""
+    if not embedding_ends(workload):
         return []
+    shared = shared_embedding_weights(workload.model)
     ops = []
     for block in order:
         for weight in block.weights:
-            if (block.kind, weight.name) in (("embedding", "embed"), ("head", "output")):
+            if (block.kind, weight.name) in shared:
                 size = weight.elements * workload.grad_bytes
                 ops.append(
                     SyncOp(

@@ -201,8 +201,9 @@ _OTHERS = (
     # latent attention (query latent 1536, key-value latent 512, 128 + 64 RoPE query/key dims,
     # 128 value dims), the first 3 layers dense (FFN 18432), then 256 routed experts (top-8,
     # each 2048 wide) and 1 shared expert; 129,280-token vocabulary, untied; 4K pre-training
-    # sequences. 671B parameters, 37B active per token (the report's figures; the one
-    # multi-token-prediction module is not modelled).
+    # sequences. 671B parameters, 37B active per token (the report's figures), plus one
+    # multi-token-prediction module (report Section 2.2 and Section 4.2 "we set the MTP depth D
+    # to 1"; config.json num_nextn_predict_layers = 1; the README's 685B = 671B main + 14B MTP).
     ModelSpec(
         name="deepseek-v3",
         family=Family.DEEPSEEK_MOE,
@@ -225,6 +226,7 @@ _OTHERS = (
         kv_lora_rank=512,
         qk_rope_head_dim=64,
         v_head_dim=128,
+        mtp_layers=1,
     ),
     # DeepSeek-AI 2024, "DeepSeek-V2" (arXiv 2405.04434) Appendix B and the config.json of
     # deepseek-ai/DeepSeek-V2-Lite: 27 layers, d_model 2048, 16 heads with latent attention

@@ -29,8 +29,8 @@ latent), ``kv_lora_rank``, ``qk_nope_head_dim`` (the model's ``head_dim``),
 ``n_group``, ``topk_group``, ``scoring_func``, ``routed_scaling_factor``, ``aux_loss_alpha``,
 ``seq_aux``) and the checkpoint's ``quantization_config`` and ``ep_size`` change no count.
 Approximated: Nemotron's ``partial_rotary_factor`` (RoPE's element-wise cost is counted over
-the whole head); DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``) is
-not modelled (the main model is).
+the whole head). DeepSeek-V3's ``num_nextn_predict_layers`` maps to ``mtp_layers`` (its
+multi-token-prediction modules).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ IGNORED_KEYS = frozenset(
     }
 )  # fmt: skip
 #: Keys of DeepSeek-V2/V3 configs only: mapped (latent attention, DeepSeek MoE) or, for the
-#: routing numerics, the checkpoint's quantization and the MTP module, changing no count.
+#: routing numerics and the checkpoint's quantization, changing no count; the MTP modules.
 DEEPSEEK_KEYS = frozenset(
     {
         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -208,6 +208,7 @@ def _deepseek_fields(config: Mapping[str, Any], where: str, ffn: int) -> dict[st
         "kv_lora_rank": _int(config, "kv_lora_rank", where),
         "qk_rope_head_dim": _int(config, "qk_rope_head_dim", where),
         "v_head_dim": _int(config, "v_head_dim", where),
+        "mtp_layers": _int(config, "num_nextn_predict_layers", where, 0),
     }
     experts = _int(config, "n_routed_experts", where, 0)
     if experts:

@@ -168,6 +168,9 @@ class ModelSpec:
     ssm_groups: int = 0
     ssm_conv: int = 0
     ssm_chunk: int = 0
+    #: Multi-token-prediction modules (DeepSeek-V3's D; HF ``num_nextn_predict_layers``,
+    #: Megatron-Core ``mtp_num_layers``); 0: none. See :meth:`mtp_params`.
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -199,7 +202,7 @@ class ModelSpec:
                 )
         for name in (
             *_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense",
-            *_MLA_FIELDS, "sliding_window", *_SSM_FIELDS,
+            *_MLA_FIELDS, "sliding_window", *_SSM_FIELDS, "mtp_layers",
         ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
@@ -499,6 +502,20 @@ class ModelSpec:
         """
         body = sum(self.layer_params(index) for index in range(self.layers))
         return self.embedding_params() + body + self.output_params()
+
+    def mtp_params(self) -> int:
+        """Parameters of the ``mtp_layers`` multi-token-prediction modules (DeepSeek-V3, arXiv
+        2412.19437, Section 2.2), not part of :meth:`params`: per module two norms (of the
+        previous depth's hidden state and of the token embedding), the projection ``M_k``
+        ``2h·h``, one transformer layer of the main model's last layer kind and the module's
+        final norm. The embedding and the output layer are shared with the main model and
+        not counted again (DeepSeek-V3's checkpoint stores copies of both with the module:
+        its 14B MTP figure includes them)."""
+        if not self.mtp_layers:
+            return 0
+        norm, h = self._norm_params(), self.hidden
+        module = 2 * norm + 2 * h * h + self.layer_params(self.layers - 1) + norm
+        return self.mtp_layers * module
 
     def active_params(self) -> int:
         """Parameters used per token: as :meth:`params` with ``top_k`` of the routed experts."""

@@ -59,6 +59,7 @@ from stage_core.lower.program import (
     bind_all,
     boundary_bytes,
     make_workload,
+    shared_embedding_weights,
     tie_embeddings,
 )
 from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank, global_stage
@@ -473,7 +474,7 @@ class AnalyticalBackend(BaseBackend):
         seconds = 0.0
         for kind, _ in runs:
             for weight in point.blocks[kind].weights:
-                if (kind, weight.name) in (("embedding", "embed"), ("head", "output")):
+                if (kind, weight.name) in shared_embedding_weights(workload.model):
                     size = weight.elements * workload.grad_bytes
                     span = spans[(PIPELINE_ENDS,)]
                     seconds += self._collective_time(point, span, CollectiveKind.ALL_REDUCE, size)

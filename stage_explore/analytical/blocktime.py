@@ -35,6 +35,7 @@ import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from stage_core.blocks import MTP_HEAD
 from stage_core.lower.bind import Instr
 
 #: A chunk as runs of identical blocks in forward order: ``((kind, count), ...)``.
@@ -135,12 +136,14 @@ def chunk_runs(
     pp: int,
     vpp: int,
     stage_layers: tuple[int, ...] = (),
+    mtp: tuple[str, ...] = (),
 ) -> tuple[Runs, ...]:
     """Per global pipeline stage (``pp·vpp`` of them): its blocks as runs of kinds in forward
     order — the embedding on the first, ``stage_layers[stage]`` layers each (empty: the even
     ``layers/(pp·vpp)``; each layer's block kind from ``layer_blocks``, empty: all ``layer``;
     consecutive identical kinds form one run), the head
-    on the last — as :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised)."""
+    on the last (after the multi-token-prediction modules ``mtp``, before their losses) — as
+    :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised)."""
     counts = stage_layers or (layers // (pp * vpp),) * (pp * vpp)
     result = []
     for stage in range(pp * vpp):
@@ -149,7 +152,7 @@ def chunk_runs(
         indices = range(start, start + counts[stage])
         kinds += [layer_blocks[i] if layer_blocks else "layer" for i in indices]
         if stage == pp * vpp - 1:
-            kinds.append("head")
+            kinds += [*mtp, "head", *([MTP_HEAD] * len(mtp))]
         runs: list[tuple[str, int]] = []
         for kind in kinds:
             if runs and runs[-1][0] == kind:

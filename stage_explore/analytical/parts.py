@@ -15,7 +15,7 @@ from typing import Any
 
 from stage_core.lower.bind import BoundBlock
 from stage_core.lower.emit import GroupTable
-from stage_core.lower.program import Workload
+from stage_core.lower.program import Workload, embedding_ends, mtp_blocks
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.pipeline import StepPlan
 from stage_explore.evaluation import Evaluation
@@ -102,7 +102,9 @@ def sum_states(parts: Sequence[tuple[States, int]]) -> States:
 
 
 def tied_ends(workload: Workload) -> bool:
-    return workload.model.tied_embeddings and workload.parallel.pp > 1
+    """Two copies of the embedding table at the pipeline ends (tied, or multi-token
+    prediction): :func:`stage_core.lower.program.embedding_ends`."""
+    return embedding_ends(workload)
 
 
 def canonical(workload: Workload) -> Workload:
@@ -126,7 +128,8 @@ def layout_key(workload: Workload) -> tuple[Any, ...]:
     model, parallel = workload.model, workload.parallel
     blocks = model.layer_blocks()
     pattern = () if all(kind == "layer" for kind in blocks) else blocks
-    return (model.layers, pattern, parallel.pp, parallel.vpp, workload.stage_layers)
+    layout = (model.layers, pattern, parallel.pp, parallel.vpp, workload.stage_layers)
+    return (*layout, mtp_blocks(model)) if model.mtp_layers else layout
 
 
 def axes_of(block: BoundBlock) -> list[tuple[str, ...]]:
