@@ -3,6 +3,7 @@ attention kernel."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -19,6 +20,7 @@ from stage_explore.analytical.serving import (
     evaluate_decode,
     interleave_two_batches,
 )
+from stage_explore.cli import main
 from stage_explore.system import load_system
 
 
@@ -79,3 +81,18 @@ def test_latent_attention_runs_as_a_fused_attention_kernel() -> None:
     peak = system.accelerator.peak("bf16")
     # FlashMLA: 580-660 TFLOP/s of the H800's 989 compute-bound (github.com/deepseek-ai/FlashMLA)
     assert 0.5 * peak < achieved < 0.7 * peak
+
+
+def test_cli_two_batch_overlap_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    base = [
+        "eval", "--phase", "decode", "--model", "mixtral-8x7b", "--dp", "2", "--ep", "2",
+        "--batch", "64", "--context-len", "1024", "--system", "h100-80gb", "--json",
+    ]  # fmt: skip
+    results = []
+    for extra in ([], ["--two-batch-overlap"]):
+        assert main([*base, *extra]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    plain, overlapped = results
+    assert not plain["two_batch_overlap"] and overlapped["two_batch_overlap"]
+    assert overlapped["breakdown"] != plain["breakdown"]
+    assert overlapped["peak_memory_bytes"] == plain["peak_memory_bytes"]
