@@ -125,11 +125,15 @@ class PipelineResult:
 def _durations(stage: StageTimes, chunks: int) -> list[float]:
     """Seconds of every duration slot of a rank (without sends)."""
     weight = stage.weight_s or (0.0,) * chunks
+    if chunks == 1 and not stage.pair_s:  # the common case, without a call per slot
+        return [stage.forward_s[0], stage.backward_s[0], weight[0], 0.0, 0.0]
     pairs = [stage.pair(a, b) for a in range(chunks) for b in range(chunks)]
     return [*stage.forward_s, *stage.backward_s, *weight, *pairs, 0.0]
 
 
 def _busy(kind: str, stages: Sequence[StageTimes], m: int, vpp: int) -> tuple[float, ...]:
+    if kind not in SPLIT_BACKWARD:  # every chunk runs every micro-batch's F and B once
+        return tuple(m * (sum(s.forward_s) + sum(s.backward_s)) for s in stages)
     s = shape(kind, len(stages), m, vpp)
     return tuple(
         sum(n * d for n, d in zip(s.slot_counts[r], _durations(st, s.chunks), strict=True))
@@ -138,7 +142,12 @@ def _busy(kind: str, stages: Sequence[StageTimes], m: int, vpp: int) -> tuple[fl
 
 
 def _send_time(kind: str, p: int, m: int, vpp: int, transfer_s: float) -> tuple[float, ...]:
-    return tuple(count * transfer_s for count in shape(kind, p, m, vpp).send_counts)
+    if kind == "dualpipe":  # pairs send twice; each direction runs m/2 micro-batches
+        return tuple(count * transfer_s for count in shape(kind, p, m, vpp).send_counts)
+    forward_and_backward = 2 * chunks_per_rank(kind, vpp)  # each chunk's F and B, m times
+    return tuple(
+        m * sum(row[:forward_and_backward]) * transfer_s for row in _slot_sends(kind, p, vpp)
+    )
 
 
 def simulate(
@@ -222,22 +231,34 @@ def simulate(
 # --- the fast path ---------------------------------------------------------------------------
 
 
-def _costs(kind: str, stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[float]:
-    """Seconds each duration slot holds its rank: the task, plus its sends."""
-    p = len(stages)
+@functools.lru_cache(maxsize=256)
+def _slot_sends(kind: str, p: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """Per rank and duration slot: how many sends a task of that slot makes (memoised)."""
     chunks = chunks_per_rank(kind, vpp)
     last = global_stages(kind, p, vpp) - 1
-    costs = []
-    for rank, stage in enumerate(stages):
+    result = []
+    for rank in range(p):
         stage_of = [global_stage(kind, rank, chunk, p) for chunk in range(chunks)]
-        for slot, seconds in enumerate(_durations(stage, chunks)):
+        counts = []
+        for slot in range(3 * chunks + chunks * chunks + 1):
             count = 0
             if slot < 2 * chunks:
-                count = sends(slot // chunks, stage_of[slot % chunks], last)
+                count = int(sends(slot // chunks, stage_of[slot % chunks], last))
             elif 3 * chunks <= slot < 3 * chunks + chunks * chunks:
                 a, b = divmod(slot - 3 * chunks, chunks)
                 count = sends(FORWARD, stage_of[a], last) + sends(BACKWARD, stage_of[b], last)
-            costs.append(seconds + count * transfer_s)
+            counts.append(count)
+        result.append(tuple(counts))
+    return tuple(result)
+
+
+def _costs(kind: str, stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[float]:
+    """Seconds each duration slot holds its rank: the task, plus its sends."""
+    chunks = chunks_per_rank(kind, vpp)
+    costs: list[float] = []
+    for stage, counts in zip(stages, _slot_sends(kind, len(stages), vpp), strict=True):
+        durations = _durations(stage, chunks)
+        costs += [d + n * transfer_s if n else d for d, n in zip(durations, counts, strict=True)]
     return costs
 
 
