@@ -329,7 +329,9 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
         consumed = step.in_layouts[index]
         tensor = b.tensors[name]
         if isinstance(op, SSM_OPS):  # Mamba-2's conv and scan: weight gradients reduced per step
-            layouts.append(grad_layouts(op, step.in_layouts, dout_layout, b.tensors)[index])
+            stored = [b.fwd.stored[n] for n in op.inputs]
+            every = grad_layouts(op, step.in_layouts, stored, dout_layout, b.tensors)
+            layouts.append(every[index])
             continue
         if isinstance(op, Attention) and index in (1, 2):
             # dK, dV: every query chunk contributes; with ring attention the ring returns them.

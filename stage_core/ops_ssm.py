@@ -24,8 +24,9 @@ Held here:
 asserts ``tp | heads`` and ``tp | groups``, so every rank holds whole groups and their heads);
 the conv channels, ``A_log``, ``D``, ``dt_bias`` and the norm scale follow their heads or groups.
 The conv and the scan run over whole sequences: a sequence partitioned over an axis of size
-> 1 (context parallelism) is a :class:`ShardingError` when the sizes are bound (an infeasible
-design point).
+> 1 is a :class:`ShardingError` when the sizes are bound. Under context parallelism the plan
+(``plans._mamba_context_parallel``, Megatron-Core's ``MambaContextParallel``) first moves the
+cp split from the sequence onto the heads and groups with all-to-alls.
 
 **Memory (Megatron's memory-efficient path, ``mamba_split_conv1d_scan_combined``).** The conv
 saves its input (the projected ``x``, ``B``, ``C``); the scan saves only ``dt`` and recomputes
@@ -69,7 +70,7 @@ def _whole_sequences(op: BaseOp, x: Layout, axis_sizes: Sizes) -> None:
     if isinstance(split, int) and split > 1:
         raise ShardingError(
             f"{op.name}: state-space layers run over whole sequences, but the sequence is split "
-            f"{split} ways ({x}); context parallelism of Mamba layers is not modelled"
+            f"{split} ways ({x}); context parallelism must move the split onto the heads first"
         )
 
 
@@ -340,16 +341,24 @@ SSM_OPS = (CausalConv1d, SSDScan)
 
 
 def grad_layouts(
-    op: BaseOp, consumed: Sequence[Layout], out_grad: Layout, tensors: Mapping[str, Tensor]
+    op: BaseOp,
+    consumed: Sequence[Layout],
+    stored: Sequence[Layout],
+    out_grad: Layout,
+    tensors: Mapping[str, Tensor],
 ) -> list[Layout]:
     """The natural layouts of the gradients of ``op``'s inputs: activations' as consumed
-    (whole sums), weights' sharded like the weight and a partial sum over every axis of the
-    output gradient the weight does not use (the token axes), reduced once per step."""
+    (whole sums); weights' sharded as the weight is stored, a partial sum over every other axis
+    of the output gradient or of the consumed slice (the token axes; under context parallelism
+    also cp, whose ranks each use one slice of the weight and contribute a zero-padded
+    gradient, summed with the data-parallel reduction as Megatron-Core's DDP does), reduced
+    once per step."""
     result = []
-    for name, layout in zip(op.inputs, consumed, strict=True):
+    for name, layout, kept in zip(op.inputs, consumed, stored, strict=True):
         if tensors[name].role == "weight":
-            partial = tuple(a for a in out_grad.axes_used if a not in layout.axes_used)
-            result.append(layout.with_shards(layout.shards, partial))
+            used = (*out_grad.axes_used, *layout.axes_used)
+            partial = tuple(dict.fromkeys(a for a in used if a not in kept.axes_used))
+            result.append(kept.with_shards(kept.shards, partial))
         else:
             result.append(layout.with_shards(layout.shards, ()))
     return result

@@ -139,6 +139,27 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         stored[name] = layout
 
 
+def _mamba_context_parallel(
+    block: Block, stored: dict[str, str], consumed: dict[tuple[str, str], str]
+) -> None:
+    """Megatron-Core's ``MambaContextParallel``: the in-projection's outputs go from sequence
+    shards over cp to head (and group) shards over cp by one all-to-all each (stored that way:
+    what the fused kernel saves), the conv and the scan run over whole sequences on
+    ``Hs/(tp*cp)`` heads with the matching slice of their weights, and the gated output comes
+    back to sequence shards by an all-to-all before the norm. At cp = 1 none of it moves."""
+    split = {"Hs": "Hs/(tp*cp)", "Gs": "Gs/(tp*cp)"}
+    for name in ("ssm.z", "ssm.x", "ssm.b", "ssm.c", "ssm.dt"):
+        dims = block.tensors[name].dims
+        stored[name] = f"[{TOKENS}, S, " + ", ".join(split.get(d, d) for d in dims[2:]) + "]"
+    stored["ssm.gate"] = f"[{TOKENS}, S/cp, Hs/tp, Ps]"
+    for op in block.ops:
+        if op.name.startswith(("ssm.conv.", "ssm.scan")):
+            for name in op.inputs:
+                if block.tensors[name].role == "weight":
+                    dims = block.tensors[name].dims
+                    consumed[(op.name, name)] = "[" + ", ".join(split.get(d, d) for d in dims) + "]"
+
+
 def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     """The sharding plan of ``block`` (a layer, MoE layer, embedding or head block)."""
     stored: dict[str, str] = {}
@@ -180,10 +201,11 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             stored[_op_name(block, "attn.proj")] = act
         if "ssm.out" in names:  # Mamba-2's row-parallel out_proj, like the attention's
             stored["ssm.out"] = act
+            _mamba_context_parallel(block, stored, consumed)
         for state in ("kv.ssm", "kv.conv_x", "kv.conv_b", "kv.conv_c"):  # serving Mamba states
-            if state in names:
+            if state in names:  # sharded like the heads the scan runs (cp is 1 in serving)
                 dims = names[state].dims
-                stored[state] = f"[{TOKENS}, {dims[1]}/tp, {dims[2]}, {dims[3]}]"
+                stored[state] = f"[{TOKENS}, {dims[1]}/(tp*cp), {dims[2]}, {dims[3]}]"
         ops = {op.name for op in block.ops}
         for consumer in (
             "mlp.fc1",

@@ -452,15 +452,11 @@ class ParallelConfig:
             )
         if model.ssm_heads:  # Mamba-2: Megatron-Core's MambaMixer asserts tp | heads, groups
             ssm_heads, ssm_groups = model.ssm_heads, model.ssm_groups
-            if ssm_heads % tp or ssm_groups % tp:
+            if ssm_heads % (tp * cp) or ssm_groups % (tp * cp):
                 problems.append(
-                    "`tp` must divide `ssm_heads` and `ssm_groups` (each rank holds whole "
-                    f"Mamba-2 groups), but got ({tp=}, {ssm_heads=}, {ssm_groups=})"
-                )
-            if cp > 1:
-                problems.append(
-                    "context parallelism of Mamba-2 layers is not modelled: `cp` must be 1 "
-                    f"for a model with Mamba layers, but got ({cp=})"
+                    "`tp`·`cp` must divide `ssm_heads` and `ssm_groups` (each rank holds whole "
+                    "Mamba-2 groups; MambaContextParallel splits a tp rank's heads and groups "
+                    f"over cp), but got ({tp=}, {cp=}, {ssm_heads=}, {ssm_groups=})"
                 )
         ffn, expert_ffn = model.ffn, model.expert_ffn
         if model.num_dense_layers and ffn % tp:

@@ -134,6 +134,35 @@ def test_tensor_parallel_collectives_are_an_attention_blocks() -> None:
     assert collectives(mamba_block(dp=2)) == []  # weight gradients reduce once per step
 
 
+@pytest.mark.parametrize(("tp", "sp"), [(1, False), (2, True)])
+def test_context_parallelism_is_megatrons_all_to_all(tp: int, sp: bool) -> None:
+    """Megatron-Core's MambaContextParallel: z, x, B, C, dt go from sequence to head shards
+    over cp (one all-to-all each), the gated output comes back; the backward has the
+    conjugates; every rank does half the work and keeps half the activations at cp 2; the
+    weights (each cp rank uses a slice) reduce their gradients over dp and cp."""
+    one = mamba_block(tp, sp)
+    two = mamba_block(tp, sp, cp=2)
+    b, s, heads, p, g, n = 2, 32, 8 // tp, 16, 4 // tp, 8
+    shard = b * (s // 2) * 2  # bytes per channel of a cp rank's sequence shard
+    pre = [shard * c for c in (heads * p, heads * p, g * n, g * n, heads)]  # z, x, B, C, dt
+    cp_steps = [
+        (i.phase, str(i.collective), i.comm_bytes)
+        for i in (*two.fwd, *two.bwd)
+        if i.is_comm and i.axes == ("cp",)
+    ]
+    forward = [("fwd", "all_to_all", size) for size in (*pre, shard * heads * p)]
+    backward = [("bwd", "all_to_all", size) for size in (shard * heads * p, *pre[::-1])]
+    assert cp_steps == forward + backward
+    compute = [sum(i.flops for i in phase if not i.is_comm) for phase in (one.fwd, one.bwd)]
+    assert [sum(i.flops for i in phase if not i.is_comm) for phase in (two.fwd, two.bwd)] == [
+        c // 2 for c in compute
+    ]
+    assert two.saved_bytes * 2 == one.saved_bytes
+    mixer = [w for w in mamba_block(tp, sp, cp=2, dp=2).weights if w.name.startswith("ssm.")]
+    assert len(mixer) == 16
+    assert all(set(w.grad_axes) == {"dp", "cp"} for w in mixer)
+
+
 def test_weight_gradients_reduce_over_the_data_axes_once_per_step() -> None:
     block = mamba_block(tp=2, dp=2)
     for weight in block.weights:
@@ -160,9 +189,9 @@ def test_selective_recompute_leaves_the_mixer_alone() -> None:
 @pytest.mark.parametrize(
     ("changes", "parallel", "message"),
     [
-        ({}, {"tp": 8}, "`tp` must divide `ssm_heads` and `ssm_groups`"),
-        ({"ssm_groups": 1}, {"tp": 2}, "`tp` must divide `ssm_heads` and `ssm_groups`"),
-        ({}, {"cp": 2}, "context parallelism of Mamba-2 layers is not modelled"),
+        ({}, {"tp": 8}, "`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"),
+        ({"ssm_groups": 1}, {"tp": 2}, "`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"),
+        ({}, {"tp": 2, "cp": 4}, "`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"),
     ],
 )
 def test_layouts_megatron_refuses_are_config_errors(
@@ -196,8 +225,9 @@ def test_defaults_are_the_reference_implementations() -> None:
 PARALLEL = ParallelConfig(dp=2, tp=2, pp=2, sp=True, micro_batch=1, global_batch=4)
 
 
-def test_hybrid_traces_pass_the_checker(tmp_path: Path) -> None:
-    written = write_chakra(lower(hybrid(), PARALLEL), tmp_path)
+@pytest.mark.parametrize("parallel", [PARALLEL, ParallelConfig(cp=2, tp=2, pp=2, global_batch=2)])
+def test_hybrid_traces_pass_the_checker(parallel: ParallelConfig, tmp_path: Path) -> None:
+    written = write_chakra(lower(hybrid(), parallel), tmp_path)
     assert written.world_size == 8
     report = check_trace_set(read_trace_set(tmp_path), for_astra_sim=True)
     assert report.sound, report.violations
@@ -207,13 +237,15 @@ BINARY, WHY = real_astra_sim()
 
 
 @pytest.mark.skipif(BINARY is None, reason=WHY)
-def test_hybrid_runs_in_the_real_astra_sim(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cp", [1, 2])
+def test_hybrid_runs_in_the_real_astra_sim(cp: int, tmp_path: Path) -> None:
     from stage_explore.analytical.tracesim import AstraTimingModel, simulate
     from stage_explore.astrasim import AstraSimBackend
     from stage_explore.system import astra_config_from_files, load_system
 
     backend = AstraSimBackend(binary=str(BINARY), keep_dir=str(tmp_path), timeout_s=600)
-    evaluation = backend.evaluate(hybrid(), PARALLEL, load_system("h100-80gb"))
+    parallel = PARALLEL if cp == 1 else ParallelConfig(cp=2, tp=2, pp=2, global_batch=2)
+    evaluation = backend.evaluate(hybrid(), parallel, load_system("h100-80gb"))
     kept = Path(str(evaluation.extra["astra_sim_dir"]))
     config = astra_config_from_files(kept / "system.json", kept / "network.yml")
     expected = simulate(read_trace_set(kept).ranks, AstraTimingModel(config)).makespan

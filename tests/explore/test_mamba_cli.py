@@ -58,8 +58,8 @@ def test_trace_passes_the_checker(tmp_path: Path, capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--tp", "16"], "`tp` must divide `ssm_heads` and `ssm_groups`"),
-        (["--cp", "2"], "context parallelism of Mamba-2 layers is not modelled"),
+        (["--tp", "16"], "`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"),
+        (["--tp", "4", "--cp", "4"], "`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"),
     ],
 )
 def test_refused_layouts_exit_2(
