@@ -104,7 +104,12 @@ from stage_explore.analytical.kernels import (
     fp8_key,
     loss_logits,
 )
-from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
+from stage_explore.analytical.overlap import (
+    flat_ring_s,
+    overlap_collectives,
+    overlap_rule,
+    overlap_shared_experts,
+)
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -554,6 +559,8 @@ class AnalyticalBackend(BaseBackend):
                 instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
             if self.framework.fused_elementwise:
                 instrs = fuse_elementwise(instrs)
+            if self.framework.moe_shared_expert_overlap:
+                instrs = overlap_shared_experts(instrs)
             return time_block(
                 instrs if rule is None else overlap_collectives(instrs, rule),
                 self._compute_timer(point, kind),

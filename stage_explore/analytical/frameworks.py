@@ -24,6 +24,10 @@ Options (all booleans unless said):
   dependents wait only for the first of ``tp`` chunks.
 - ``moe_comm_overlap`` — expert-parallel dispatch/combine all-to-alls run beside another
   micro-batch's compute (Megatron ``--overlap-moe-expert-parallel-comm``).
+- ``moe_shared_expert_overlap`` — the shared experts' MLP runs while the dispatch all-to-all is
+  in flight (Megatron ``--moe-shared-expert-overlap``: "overlap between shared expert
+  computations and dispatcher communications; without this, the shared experts execute after
+  the routed experts"); off: after the routed experts, as Megatron's default.
 - ``pipeline_p2p_blocking`` — activation transfers between pipeline stages hold both ranks
   (Megatron-LM 2021/22 ``batch_isend_irecv`` + synchronise); off: Megatron-Core's
   ``--overlap-p2p-communication`` (transfers beside compute; only their latency is exposed).
@@ -75,6 +79,7 @@ OPTION_FLAGS: dict[str, str] = {
     "overlap_param_gather": "Megatron --overlap-param-gather",
     "tp_comm_overlap": "Megatron --tp-comm-overlap",
     "moe_comm_overlap": "Megatron --overlap-moe-expert-parallel-comm",
+    "moe_shared_expert_overlap": "Megatron --moe-shared-expert-overlap",
     "pipeline_p2p_blocking": "Megatron --overlap-p2p-communication (off = blocking)",
     "pipeline_scatter_gather": "Megatron-LM pipeline scatter/gather (Narayanan et al. §4.1)",
     "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
@@ -102,6 +107,7 @@ class FrameworkProfile:
     overlap_param_gather: bool
     tp_comm_overlap: bool
     moe_comm_overlap: bool
+    moe_shared_expert_overlap: bool
     pipeline_p2p_blocking: bool
     pipeline_scatter_gather: bool
     zero3_gathers: int
@@ -200,6 +206,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             overlap_param_gather=False,
             tp_comm_overlap=False,
             moe_comm_overlap=False,
+            moe_shared_expert_overlap=False,
             pipeline_p2p_blocking=True,
             pipeline_scatter_gather=True,
             zero3_gathers=2,
@@ -219,6 +226,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             overlap_param_gather=True,
             tp_comm_overlap=True,
             moe_comm_overlap=False,  # off by default; recipes switch it on per model
+            moe_shared_expert_overlap=False,  # Megatron's default; recipes switch it on
             pipeline_p2p_blocking=False,
             pipeline_scatter_gather=True,
             zero3_gathers=2,
@@ -241,6 +249,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             overlap_param_gather=False,
             tp_comm_overlap=False,
             moe_comm_overlap=False,
+            moe_shared_expert_overlap=False,
             pipeline_p2p_blocking=True,
             pipeline_scatter_gather=True,  # PipelineEngine.is_pipe_partitioned (tp > 1)
             zero3_gathers=3,
@@ -262,6 +271,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             overlap_param_gather=True,  # forward_prefetch / BACKWARD_PRE prefetching
             tp_comm_overlap=False,
             moe_comm_overlap=False,
+            moe_shared_expert_overlap=False,
             pipeline_p2p_blocking=True,
             pipeline_scatter_gather=True,
             zero3_gathers=2,  # reshard_after_forward: gathered again for the backward
@@ -283,6 +293,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             overlap_param_gather=True,
             tp_comm_overlap=False,
             moe_comm_overlap=False,
+            moe_shared_expert_overlap=False,
             pipeline_p2p_blocking=True,
             pipeline_scatter_gather=True,
             zero3_gathers=2,

@@ -1,7 +1,8 @@
 """Communication that frameworks overlap with compute, as rewrites of a block's instructions.
 
 Holds :func:`overlap_collectives` (take a collective, or all but a first chunk of it, off its
-dependents' critical path), :func:`overlap_rule` (which collectives a
+dependents' critical path), :func:`overlap_shared_experts` (run an MoE block's shared experts
+while its dispatch all-to-all is in flight), :func:`overlap_rule` (which collectives a
 :class:`~stage_explore.analytical.frameworks.FrameworkProfile` overlaps, and how much of each
 stays on the path) and :func:`flat_ring_s` (a collective run as one flat ring over a group that
 spans several network dims).
@@ -62,6 +63,49 @@ def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Ins
             result.append(replace(instr, deps=deps))
             waits.append(deps)
     return tuple(result)
+
+
+def _shared_expert_group(instrs: Sequence[Instr]) -> set[int]:
+    """Indices of the shared experts' instructions (``shared.*``) and of the collectives that
+    only they consume (e.g. the sequence-parallel all-gather of their input)."""
+    group = {i for i, instr in enumerate(instrs) if "shared." in instr.name}
+    users: dict[int, set[int]] = {}
+    for index, instr in enumerate(instrs):
+        for dep in instr.deps:
+            users.setdefault(dep, set()).add(index)
+    for index, instr in enumerate(instrs):
+        if instr.collective is not None and users.get(index) and users[index] <= group:
+            group.add(index)
+    return group
+
+
+def overlap_shared_experts(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
+    """``instrs`` reordered as Megatron's ``--moe-shared-expert-overlap`` runs them: the
+    shared experts' leading collectives just before the first all-to-all (the dispatch, or the
+    combine's gradient in the backward) and their compute just after it, so the compute stream
+    runs them while the all-to-all is on the communication stream; without it they run in
+    program order (forward: after the routed experts; backward: before the combine's gradient
+    all-to-all is issued). Blocks without shared experts or all-to-alls, or whose
+    dependencies would not allow it, are returned unchanged."""
+    first = next(
+        (i for i, x in enumerate(instrs) if x.collective is CollectiveKind.ALL_TO_ALL), None
+    )
+    group = _shared_expert_group(instrs)
+    if first is None or not group:
+        return tuple(instrs)
+    computes = [i for i in sorted(group) if instrs[i].collective is None]
+    if not computes:
+        return tuple(instrs)
+    leading = [i for i in sorted(group) if instrs[i].collective is not None and i < computes[0]]
+    moved = set(computes) | set(leading)
+    order = [i for i in range(first) if i not in moved] + leading + [first] + computes
+    order += [i for i in range(first + 1, len(instrs)) if i not in moved]
+    position = {old: new for new, old in enumerate(order)}
+    if any(position[d] >= position[i] for i in order for d in instrs[i].deps):
+        return tuple(instrs)
+    return tuple(
+        replace(instrs[i], deps=tuple(sorted(position[d] for d in instrs[i].deps))) for i in order
+    )
 
 
 def overlap_rule(profile: FrameworkProfile, tp: int, sp: bool) -> OverlapRule | None:

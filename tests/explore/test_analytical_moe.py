@@ -14,7 +14,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s, group_span
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.kernels import gemm_shape
-from stage_explore.analytical.overlap import overlap_rule
+from stage_explore.analytical.overlap import overlap_rule, overlap_shared_experts
 from stage_explore.system import load_system
 
 QWEN = get_flavor("qwen3-235b-a22b").with_overrides(layers=8)
@@ -85,3 +85,40 @@ def test_moe_overlap_shortens_the_step_of_an_all_to_all_bound_layout() -> None:
     assert plain.breakdown["exposed_all_to_all"] > 0
     assert overlapped.step_time_s < plain.step_time_s
     assert overlapped.breakdown["exposed_all_to_all"] < plain.breakdown["exposed_all_to_all"]
+
+
+DEEPSEEK = get_flavor("deepseek-v3").with_overrides(layers=4, first_k_dense=1)
+SHARED = ParallelConfig(tp=2, dp=16, ep=32, etp=1, sp=True, global_batch=16)
+
+
+@pytest.mark.parametrize("phase", ["fwd", "bwd"])
+def test_shared_expert_overlap_runs_the_shared_mlp_beside_the_first_all_to_all(
+    phase: str,
+) -> None:
+    """Megatron's --moe-shared-expert-overlap: the shared experts' compute moves right after
+    the first all-to-all (their own collectives before it), every dependency still earlier."""
+    block = lower(DEEPSEEK, SHARED).blocks["moe_layer"]
+    instrs = block.fwd if phase == "fwd" else block.bwd
+    moved = overlap_shared_experts(instrs)
+    assert sorted(i.name for i in moved) == sorted(i.name for i in instrs)
+    assert all(d < index for index, instr in enumerate(moved) for d in instr.deps)
+    first = next(i for i, x in enumerate(moved) if x.collective is CollectiveKind.ALL_TO_ALL)
+    after = moved[first + 1]
+    assert "shared." in after.name and after.collective is None
+    routed = next(i for i, x in enumerate(moved) if x.name.startswith("experts."))
+    shared = [i for i, x in enumerate(moved) if "shared." in x.name and x.collective is None]
+    assert first < min(shared) and max(shared) < routed  # beside the all-to-all, before routed
+    assert overlap_shared_experts(lower(QWEN, SHARED).blocks["moe_layer"].fwd) == tuple(
+        lower(QWEN, SHARED).blocks["moe_layer"].fwd
+    )  # no shared expert: unchanged
+
+
+def test_shared_expert_overlap_shortens_an_all_to_all_bound_step() -> None:
+    """Off by default (Megatron's default); on, the shared MLP hides under the dispatch."""
+    assert not get_framework("megatron-core").moe_shared_expert_overlap
+    plain = AnalyticalBackend(framework="megatron-core").evaluate(DEEPSEEK, SHARED, H100)
+    overlapped = AnalyticalBackend(
+        framework="megatron-core", overrides={"moe_shared_expert_overlap": True}
+    ).evaluate(DEEPSEEK, SHARED, H100)
+    assert overlapped.step_time_s < plain.step_time_s
+    assert overlapped.breakdown["compute"] == pytest.approx(plain.breakdown["compute"])

@@ -103,14 +103,12 @@ def test_an_unknown_setup_key_is_an_error(tmp_path: Path) -> None:
 
 
 def test_rows_the_generator_cannot_express_are_reported(cases: list[Case]) -> None:
-    moe = [c for c in cases if c.source == "MBRIDGE" and c.reason]
-    results = evaluate_cases(moe)
-    assert len(results) == len(moe) >= 1
+    unexpressed = [c for c in cases if c.reason]
+    results = evaluate_cases(unexpressed)
+    assert len(results) == len(unexpressed)
     for result in results:
         assert not result.evaluated and result.note, result.case.id
         assert result.to_dict()["not_evaluated_reason"] == result.note
-    by_id = {r.case.id: r.note for r in results}
-    assert "multi-token prediction" in by_id["MBRIDGE25.09-DGX-H100-DeepSeekV3-1024"]
 
 
 def test_megatron_flops_formulas() -> None:

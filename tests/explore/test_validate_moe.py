@@ -26,6 +26,7 @@ def test_the_qwen3_row_names_its_own_base_and_megatron_bridge_layout() -> None:
     p = case.parallel
     assert (p.tp, p.pp, p.vpp, p.dp, p.ep, p.etp, p.sp) == (2, 8, 4, 16, 32, 1, True)
     assert case.backend_key == "megatron-core+moe_comm_overlap=true"
+    assert str(p.fp8_recipe) == "tensorwise"  # FP8-CS: current scaling
     assert parse_backend_key(case.backend_key) == ("megatron-core", {"moe_comm_overlap": True})
 
 
@@ -36,9 +37,16 @@ def test_the_qwen3_row_is_evaluated_with_one_all_to_all_over_the_folded_group() 
     assert result.case.parallel is not None and result.case.parallel.expert_dp == 1
 
 
-def test_the_deepseek_row_names_its_base_and_says_what_is_missing() -> None:
+def test_the_deepseek_row_runs_megatron_bridges_layout_with_its_mtp_module() -> None:
+    """pp_layout 'Et|(tt|)*30mL': one layer on the first chunk, two on each of the next 30, the
+    multi-token-prediction module and the loss on the last; ep 64 folded over tp 2 x dp 64."""
     (case,) = [c for c in load_cases() if c.id == DEEPSEEK_ROW]
-    assert "multi-token prediction" in case.reason and "HybridEP" in case.reason
+    assert case.reason == "" and case.model is not None and case.parallel is not None
+    assert case.model.mtp_layers == 1 and case.model.is_mla
+    p = case.parallel
+    assert (p.tp, p.pp, p.vpp, p.dp, p.ep, p.etp) == (2, 8, 4, 64, 64, 1)
+    assert p.stage_layers(case.model) == (1, *[2] * 30, 0)
+    assert str(p.fp8_recipe) == "blockwise"
 
 
 def test_an_unknown_row_model_base_is_an_error_not_a_reason(tmp_path: Path) -> None:
