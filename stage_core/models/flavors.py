@@ -369,6 +369,37 @@ _HYBRID = (
         ssm_conv=4,
         ssm_chunk=128,
     ),
+    # Dao & Gu 2024, "Transformers are SSMs" (arXiv 2405.21060) Section 9.2 and the config.json
+    # of state-spaces/mamba2-2.7b (mamba_ssm): d_model 2560, n_layer 64, d_intermediate 0 (no
+    # MLP), ssm_cfg {"layer": "Mamba2"} with the Mamba2 module's defaults d_state 128, d_conv 4,
+    # expand 2, headdim 64 (80 heads), ngroups 1, chunk_size 256; vocab_size 50277 (GPT-NeoX
+    # tokenizer) padded to a multiple of pad_vocab_size_multiple 16: 50288; tie_embeddings true;
+    # RMSNorm; trained on the Pile at 2048 tokens. No attention and no MLP: `heads`/`head_dim`
+    # repeat the Mamba heads, `ffn` the inner width and `activation` is the default only because
+    # a ModelSpec needs them (no layer reads them). 2,702,599,680 parameters (the checkpoint's in_proj 10576×2560,
+    # conv1d 5376×4 + 5376, A_log, D, dt_bias, norm 5120, out_proj 2560×5120 per layer).
+    ModelSpec(
+        name="mamba2-2.7b",
+        family=Family.MAMBA2,
+        layers=64,
+        hidden=2560,
+        ffn=5120,
+        heads=80,
+        head_dim=64,
+        vocab=50288,
+        seq_len=2048,
+        norm=Norm.RMSNORM,
+        activation=Activation.SWIGLU,
+        position=Position.NONE,
+        tied_embeddings=True,
+        layer_pattern="mamba*",
+        ssm_heads=80,
+        ssm_head_dim=64,
+        ssm_state=128,
+        ssm_groups=1,
+        ssm_conv=4,
+        ssm_chunk=256,
+    ),
 )
 
 # OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" (arXiv 2508.10925), Section 2.1 and

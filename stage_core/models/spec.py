@@ -37,6 +37,8 @@ class Family(StrEnum):
     NEMOTRON = "nemotron"
     QWEN3 = "qwen3"
     GPT_OSS = "gpt-oss"
+    #: Pure Mamba-2 stacks (every layer a ``mamba`` mixer; no attention, no MLP).
+    MAMBA2 = "mamba2"
 
 
 class Norm(StrEnum):

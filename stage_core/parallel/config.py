@@ -54,6 +54,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.mesh import Mesh, MeshAxis
+from stage_core.models.layers import Ffn
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.split import PipelineSplit, split_layers
 
@@ -443,9 +444,11 @@ class ParallelConfig:
         problems: list[str] = []
         tp, ep, cp = self.tp, self.ep, self.cp
         heads, kv_heads = model.heads, model.kv_heads
-        if heads % tp:
+        kinds = model.layer_kinds()
+        attends = any(kind.attends for kind in kinds)  # a pure Mamba stack has no attention
+        if attends and heads % tp:
             problems.append(f"`tp` must divide `heads`, but got ({tp=}, {heads=})")
-        if kv_heads % tp and tp % kv_heads:
+        if attends and kv_heads % tp and tp % kv_heads:
             problems.append(
                 "`tp` must divide `kv_heads`, or `kv_heads` divide `tp` (KV heads replicated), "
                 f"but got ({tp=}, {kv_heads=})"
@@ -459,7 +462,7 @@ class ParallelConfig:
                     f"over cp), but got ({tp=}, {cp=}, {ssm_heads=}, {ssm_groups=})"
                 )
         ffn, expert_ffn = model.ffn, model.expert_ffn
-        if model.num_dense_layers and ffn % tp:
+        if any(kind.ffn is Ffn.DENSE for kind in kinds) and ffn % tp:
             problems.append(f"`tp` must divide `ffn`, but got ({tp=}, {ffn=})")
         etp = self.expert_tp
         if model.is_moe and expert_ffn % etp:

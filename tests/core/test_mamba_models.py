@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.lower.program import lower
 from stage_core.models import get_flavor, load_hf_config, load_model
 from stage_core.models.hf_ssm import hybrid_pattern
 from stage_core.models.layers import expand_pattern
+from stage_core.parallel import ParallelConfig
 
 PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
@@ -171,3 +173,24 @@ def test_a_model_file_can_describe_a_hybrid(tmp_path: Path) -> None:
     assert model.params() == model.mamba_params() + base.hidden + attention + 2 * mlp + (
         base.embedding_params() + base.output_params()
     )
+
+
+def test_mamba2_2_7b_is_a_pure_mamba_stack() -> None:
+    """state-spaces/mamba2-2.7b: 64 Mamba-2 layers of d_model 2560 (80 heads of 64, state 128,
+    one group), tied embeddings over the padded 50288-token vocabulary."""
+    model = get_flavor("mamba2-2.7b")
+    h, v, inner, conv_dim, heads = 2560, 50288, 5120, 5120 + 2 * 128, 80
+    assert 2 * inner + 2 * 128 + heads == 10576  # the checkpoint's in_proj rows
+    layer = 10576 * h + conv_dim * 4 + conv_dim + 3 * heads + inner + h * inner + h
+    assert model.params() == v * h + 64 * layer + h == 2_702_599_680
+    assert model.params() / 1e9 == pytest.approx(2.7, abs=0.05)
+    assert {k.token for k in model.layer_kinds()} == {"mamba"}
+    assert model.with_overrides(layers=4).layer_kinds() == model.layer_kinds()[:4]
+
+
+def test_mamba2_2_7b_lowers_and_refuses_what_megatron_refuses() -> None:
+    model = get_flavor("mamba2-2.7b").with_overrides(layers=2, seq_len=512)
+    programs = lower(model, ParallelConfig(dp=2, global_batch=2))
+    assert set(programs.blocks) == {"embedding", "layer_mamba_none", "head"}
+    with pytest.raises(ConfigError, match="`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"):
+        lower(model, ParallelConfig(tp=2, global_batch=2))  # one group: Megatron needs tp | 1
