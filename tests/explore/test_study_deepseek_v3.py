@@ -52,21 +52,54 @@ def test_the_reports_layout_evaluates_and_dualpipe_beats_1f1b_on_h800() -> None:
     assert results["dualpipe", "full"].peak_memory_bytes > results["1f1b", "full"].peak_memory_bytes
 
 
-def test_nvl72_keeps_the_all_to_all_inside_the_rack() -> None:
+@pytest.mark.parametrize("rack", [64, 72])
+def test_nvl72_keeps_the_all_to_all_inside_the_rack(rack: int) -> None:
     """The same layout, EP16: on H800 its all-to-all crosses InfiniBand (two nodes), on
-    GB200 NVL72 it stays in the NVLink domain; the GB200 step is faster by more than the
-    compute ratio alone would make it."""
-    backend = AnalyticalBackend()
-    steps = {}
+    GB200 NVL72 racks using 64 GPUs each it stays in the NVLink domain: the MoE stages'
+    exposed all-to-all per micro-batch drops, and the step is faster. With all 72 GPUs of a
+    rack in use, some EP16 groups straddle two racks: their stage is the slowest."""
+    steps, exposed = {}, {}
     for name in NAMES:
+        backend = AnalyticalBackend()
         study = load_study(bundled_studies()[name])
-        params = _point(name, tp=1, pp=16, ep=16, micro_batch=1, schedule="1f1b",
-                        recompute="full")  # fmt: skip
+        knobs: dict[str, object] = dict(tp=1, pp=16, ep=16, micro_batch=1, schedule="1f1b",
+                                        recompute="full")  # fmt: skip
+        if name == "deepseek_v3_gb200_nvl72":
+            knobs["hw_network_0_size"] = rack
+        params = _point(name, **knobs)
         model, parallel, system = build_design_point(study, params)
-        steps[name] = backend.evaluate(model, parallel, system)
-    h800, gb200 = steps["deepseek_v3_h800"], steps["deepseek_v3_gb200_nvl72"]
-    assert gb200.step_time_s < h800.step_time_s
-    exposed = {
-        n: sum(v for k, v in r.breakdown.items() if "all_to_all" in k) for n, r in steps.items()
-    }
-    assert exposed["deepseek_v3_gb200_nvl72"] < exposed["deepseek_v3_h800"]
+        steps[name] = backend.evaluate(model, parallel, system).step_time_s
+        (plan,) = backend._plans.items.values()
+        exposed[name] = max(
+            sum(s for label, s in cls.exposed_s if "all_to_all" in label)
+            for cls in plan.step.classes
+        )
+    assert steps["deepseek_v3_gb200_nvl72"] < steps["deepseek_v3_h800"]
+    if rack == 64:
+        assert 0 < exposed["deepseek_v3_gb200_nvl72"] < exposed["deepseek_v3_h800"] / 4
+    else:  # the straddling groups' all-to-all crosses InfiniBand, slower than on H800 nodes
+        assert exposed["deepseek_v3_gb200_nvl72"] > exposed["deepseek_v3_h800"] / 4
+
+
+@pytest.mark.parametrize(
+    ("pp", "global_batch", "reason"),
+    [
+        (4, 64, None),
+        (3, 48, "schedule dualpipe needs an even pp and an even number of micro-batches of at "
+                "least 2·pp, got pp=3 and 48 micro-batches"),
+        (4, 6, "schedule dualpipe needs an even pp and an even number of micro-batches of at "
+               "least 2·pp, got pp=4 and 6 micro-batches"),
+    ],
+)  # fmt: skip
+def test_a_study_point_with_a_bad_dualpipe_shape_is_structurally_impossible(
+    pp: int, global_batch: int, reason: str | None
+) -> None:
+    from stage_explore.study import structural_reason
+    from stage_explore.study.spec import Constraints, WorkloadKind, WorkloadSpec
+
+    workload = WorkloadSpec(
+        kind=WorkloadKind.TRAINING, global_batch=global_batch, sequence_length=128
+    )
+    params = {"num_gpus": pp, "tp": 1, "pp": pp, "cp": 1, "ep": 1, "micro_batch": 1,
+              "schedule": "dualpipe", "vpp": 1}  # fmt: skip
+    assert structural_reason(params, workload, Constraints()) == reason
