@@ -9,7 +9,10 @@ Contents:
 - :mod:`~stage_core.models.files`: models from TOML files (:func:`load_model`,
   :func:`load_model_toml`, :func:`model_from_mapping`).
 - :mod:`~stage_core.models.hf`: models from Hugging Face ``config.json`` (:func:`load_hf_config`:
-  Llama, Mistral, Mixtral, Qwen3, Qwen3-MoE, Nemotron; unmappable keys are named).
+  Llama, Mistral, Mixtral, Qwen3, Qwen3-MoE, Nemotron, DeepSeek, GPT-OSS; Nemotron-H hybrids
+  through :mod:`~stage_core.models.hf_ssm`; unmappable keys are named).
+- :mod:`~stage_core.models.layers`: per-layer kinds (attention, sliding window, Mamba-2; MLP,
+  MoE) and the ``layer_pattern`` language.
 """
 
 from __future__ import annotations
