@@ -89,7 +89,9 @@ def test_design_points_carry_the_split_and_pp1_pins_it(tmp_path: Path) -> None:
 def test_analytical_timing_follows_the_stage_layer_counts() -> None:
     """A stage holding more layers is the slowest and lengthens the step; moving layers off the
     heaviest stage shortens it."""
-    model = get_flavor("llama3-8b").with_overrides(layers=8, seq_len=2048)
+    # vocabulary 32000: Llama-3's 128256-token output layer and FP32 loss would make the last
+    # stage (head + 2 layers in (1, 3, 2, 2)) the slowest, hiding the layers' effect
+    model = get_flavor("llama3-8b").with_overrides(layers=8, seq_len=2048, vocab=32000)
     system = load_system("h100-80gb")
     backend = AnalyticalBackend()
     times = {}
