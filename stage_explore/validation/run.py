@@ -131,6 +131,8 @@ def describe(parallel: ParallelConfig) -> str:
     for name, value in (("cp", parallel.cp), ("ep", parallel.ep), ("vpp", parallel.vpp)):
         if value > 1:
             parts.append(f"{name}{value}")
+    if parallel.ep > 1 and parallel.expert_tp != parallel.tp:
+        parts.append(f"etp{parallel.expert_tp}")
     if parallel.sp:
         parts.append("sp")
     if parallel.zero:

@@ -3,13 +3,14 @@ the recipe's framework options, and Qwen3-235B's folded expert parallelism (held
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
-from stage_explore.validation.run import evaluate_cases
+from stage_explore.validation.run import describe, evaluate_cases
 from stage_explore.validation.setups import data_dir, load_cases, parse_backend_key
 
 QWEN_ROW = "MBRIDGE25.11-DGX-H100-Qwen3_235B_a22B-256"
@@ -59,3 +60,10 @@ def test_an_unknown_row_model_base_is_an_error_not_a_reason(tmp_path: Path) -> N
     (tmp_path / "setups.toml").write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match="qwen9-1t"):
         load_cases(tmp_path)
+
+
+def test_the_row_description_names_the_expert_tensor_parallel_size() -> None:
+    (case,) = [c for c in load_cases() if c.id == QWEN_ROW]
+    assert case.parallel is not None
+    assert "etp1" in describe(case.parallel).split()
+    assert "etp" not in describe(replace(case.parallel, etp=None, ep=16))  # etp = tp
