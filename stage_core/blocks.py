@@ -377,13 +377,11 @@ def _moe(b: Block, model: Structure, x: str, expert_axes: tuple[str, ...]) -> st
     )
     dispatch = Dispatch("moe.dispatch", (x, gates), ("moe.tokens",), expert_axes)
     tokens = b.add_op(dispatch, ("E", "C", "H"))
-    if model.activation == Activation.SWIGLU:
-        gate = b.einsum(
-            "ech,ehg->ecg", tokens, b.weight("experts.wg", ("E", "H", "G")), out="experts.gate"
-        )
-        up = b.einsum(
-            "ech,ehg->ecg", tokens, b.weight("experts.wu", ("E", "H", "G")), out="experts.up"
-        )
+    if model.activation == Activation.SWIGLU:  # biased models: one bias per expert and output
+        expert_w = b.weight("experts.wg", ("E", "H", "G"))
+        gate = _linear(b, model, "ech,ehg->ecg", tokens, expert_w, "experts.gate", ("E", "G"))
+        expert_w = b.weight("experts.wu", ("E", "H", "G"))
+        up = _linear(b, model, "ech,ehg->ecg", tokens, expert_w, "experts.up", ("E", "G"))
         act = b.elementwise(
             gate,
             up,
@@ -393,11 +391,11 @@ def _moe(b: Block, model: Structure, x: str, expert_axes: tuple[str, ...]) -> st
             backward_ops_per_element=8,
         )
     else:
-        up = b.einsum(
-            "ech,ehg->ecg", tokens, b.weight("experts.w1", ("E", "H", "G")), out="experts.fc1"
-        )
+        expert_w = b.weight("experts.w1", ("E", "H", "G"))
+        up = _linear(b, model, "ech,ehg->ecg", tokens, expert_w, "experts.fc1", ("E", "G"))
         act = _activation(b, model, up, "experts.act")
-    down = b.einsum("ecg,egh->ech", act, b.weight("experts.w2", ("E", "G", "H")), out="experts.fc2")
+    expert_w = b.weight("experts.w2", ("E", "G", "H"))
+    down = _linear(b, model, "ecg,egh->ech", act, expert_w, "experts.fc2", ("E", "H"))
     out = b.add_op(Combine("moe.combine", (down, gates), ("moe.out",)), ("B", "S", "H"))
     if model.num_shared_experts:
         shared = _mlp(b, model, x, "Z", "shared")

@@ -70,10 +70,10 @@ def _over(axes: Sequence[str]) -> str:
 
 
 def _expert_weight(dims: Sequence[str], expert_axes: tuple[str, ...]) -> str:
-    """``experts.*``: experts over the expert axes; their FFN width over tp unless tp is one of
-    them (expert tensor parallel size 1)."""
+    """``experts.*`` (weights ``[E, ·, ·]``, biases ``[E, ·]``): experts over the expert axes;
+    their FFN width over tp unless tp is one of them (expert tensor parallel size 1)."""
     inner = [d if d == "H" or "tp" in expert_axes else f"{d}/tp" for d in dims[1:]]
-    return f"[E{_over(expert_axes)}, {inner[0]}, {inner[1]}]"
+    return "[" + ", ".join([f"E{_over(expert_axes)}", *inner]) + "]"
 
 
 def _moe_layouts(
@@ -93,7 +93,11 @@ def _moe_layouts(
     kept = [a for a in ("dp", "ep", "cp") if a not in expert_axes]
     tp_whole = "tp" in expert_axes or flags.sp
     layouts = {"moe.tokens": f"[E{_over(expert_axes)}, C{_over(kept)}, H]"}
-    if tp_whole:
+    if "experts.fc2.nobias" in names:  # a bias per expert, added after the tp reduction
+        reduced = kept + (["tp"] if flags.sp and "tp" not in expert_axes else [])
+        layouts["experts.fc2.nobias"] = f"[E{_over(expert_axes)}, C{_over(reduced)}, H]"
+        layouts["experts.fc2"] = f"[E, C{_over(routed)}, H]"
+    elif tp_whole:
         layouts["experts.fc2"] = f"[E, C{_over(routed)}, H]"
     else:  # no sequence parallelism: tp ranks route the same tokens; outputs partial over tp
         layouts["experts.fc2"] = f"[E, C{_over(routed)}, H @ 1/tp]"

@@ -174,3 +174,29 @@ def test_router_flops_are_two_h_e_per_token_the_rank_routes(parallel: ParallelCo
     (router,) = [i for i in moe.fwd if i.name == "moe.logits"]
     held = MIXTRAL.seq_len // parallel.cp // (parallel.tp if parallel.sequence_parallel else 1)
     assert router.flops == 2 * held * MIXTRAL.hidden * MIXTRAL.num_experts
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [dict(dp=4, ep=4), dict(dp=4, ep=8, tp=2, etp=1, sp=True), dict(dp=4, ep=2, tp=2, sp=True)],
+    ids=["ep4", "ep8-etp1", "ep2-tp2"],
+)
+def test_biased_experts_hold_one_bias_per_expert_and_output(fields: dict[str, object]) -> None:
+    """GPT-OSS's expert projections carry biases (Hugging Face gate_up_proj_bias [E, 2G],
+    down_proj_bias [E, H]): lowered, a rank holds its experts' share, E·(2G+H)/(ep·etp) in
+    all, split over etp for the FFN width like the weights; the down-projection's bias is
+    added after the tp reduction, as a row-parallel layer adds it."""
+    model = get_flavor("gpt-oss-20b").with_overrides(layers=2)
+    parallel = ParallelConfig(global_batch=4, **fields)  # type: ignore[arg-type]
+    programs = lower(model, parallel)
+    block = next(b for name, b in programs.blocks.items() if "moe" in name)
+    biases = {w.name: w.elements for w in block.weights if w.name.endswith(".bias")}
+    expert = {k: v for k, v in biases.items() if k.startswith("experts.")}
+    e, g, h = model.num_experts, model.expert_ffn, model.hidden
+    etp = parallel.expert_tp
+    assert expert == {
+        "experts.wg.bias": e * g // (parallel.ep * etp),
+        "experts.wu.bias": e * g // (parallel.ep * etp),
+        "experts.w2.bias": e * h // parallel.ep,
+    }
+    assert {w.name: w.expert for w in block.weights}["experts.w2.bias"]
