@@ -34,8 +34,8 @@ from collections.abc import Collection
 from stage_core.lower.bind import BoundBlock
 
 #: Blocks that hold no FP8 linear layer (Megatron-Core's embedding and output layer are not
-#: Transformer Engine modules).
-NON_FP8_BLOCKS = frozenset({"embedding", "head"})
+#: Transformer Engine modules; nor is the output layer a multi-token-prediction loss shares).
+NON_FP8_BLOCKS = frozenset({"embedding", "head", "mtp_head"})
 #: Bytes of per-tensor scaling state: scale, inverse scale and a one-entry amax history (FP32).
 PER_TENSOR_STATE_BYTES = 12
 #: Elements per scale: 128×128 weight blocks and 1×128 activation blocks (DeepSeek-V3).

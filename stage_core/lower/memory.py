@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from stage_core.blocks import Structure
+from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import (
     BoundBlock,
     WeightShard,
@@ -155,7 +155,7 @@ def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) 
         return largest
     structure = Structure.of(workload.model)
     for kind in blocks:
-        if not is_layer_block(kind):
+        if not (is_layer_block(kind) or mtp_layer_of_block(kind)):  # MTP: its layer recomputes
             continue
         full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
         bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)

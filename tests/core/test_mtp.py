@@ -13,9 +13,11 @@ import pytest
 
 from stage_core.blocks import MTP_HEAD, mtp_block_name
 from stage_core.lower.flops import block_flops, step_flops
+from stage_core.lower.fp8 import fp8_block
+from stage_core.lower.memory import fp8_weights
 from stage_core.lower.program import PIPELINE_ENDS, lower, mtp_blocks
 from stage_core.models import ModelSpec, get_flavor, load_hf_config, load_model
-from stage_core.parallel import ParallelConfig
+from stage_core.parallel import Fp8Recipe, ParallelConfig, Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.astrasim import AstraSimBackend
 from stage_explore.cli import main
@@ -147,6 +149,24 @@ def test_the_shared_embedding_is_all_reduced_between_the_pipeline_ends(tied: boo
         assert [op.comm_bytes for op in syncs] == [shard * programs.workload.grad_bytes]
     single = lower(model, ParallelConfig(tp=2, global_batch=4))
     assert not [op for op in single.stages[0].sync if op.axes == (PIPELINE_ENDS,)]
+
+
+def test_the_mtp_layer_recomputes_and_its_loss_stays_out_of_fp8() -> None:
+    """Full recompute re-runs the module's layer, not its loss (Megatron-Core checkpoints the
+    MTP layer; the output layer and loss are the model's postprocess); under FP8 the module's
+    linear layers hold FP8 copies, its shared output layer does not (not a TE module)."""
+    parallel = ParallelConfig(
+        global_batch=4,
+        recompute=Recompute.FULL,
+        precision=Precision.FP8,
+        fp8_recipe=Fp8Recipe.BLOCKWISE,
+    )
+    programs = lower(small(1), parallel)
+    module, loss = programs.blocks[mtp_block_name("moe_layer")], programs.blocks[MTP_HEAD]
+    assert any(i.phase == "recompute" for i in module.bwd)
+    assert not any(i.phase == "recompute" for i in loss.bwd)
+    assert fp8_weights(programs.workload, module) > 0
+    assert fp8_block(module.kind) and not fp8_block(loss.kind)  # how the timing picks GEMMs
 
 
 def test_the_analytical_backend_times_and_holds_the_modules() -> None:

@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -103,12 +104,14 @@ def test_an_unknown_setup_key_is_an_error(tmp_path: Path) -> None:
 
 
 def test_rows_the_generator_cannot_express_are_reported(cases: list[Case]) -> None:
-    unexpressed = [c for c in cases if c.reason]
-    results = evaluate_cases(unexpressed)
-    assert len(results) == len(unexpressed)
-    for result in results:
-        assert not result.evaluated and result.note, result.case.id
-        assert result.to_dict()["not_evaluated_reason"] == result.note
+    # Every MoE row is expressible since multi-token prediction (the DeepSeek-V3 row's last
+    # reason); a row with a reason is reported with it, not evaluated (SMALL_SETUPS below).
+    moe = [c for c in cases if c.source == "MBRIDGE"]
+    assert len(moe) >= 3 and not [c.id for c in moe if c.reason]
+    unexpressed = replace(moe[0], model=None, parallel=None, reason="no such block")
+    results = evaluate_cases([unexpressed])
+    assert not results[0].evaluated and results[0].note == "no such block"
+    assert results[0].to_dict()["not_evaluated_reason"] == "no such block"
 
 
 def test_megatron_flops_formulas() -> None:
