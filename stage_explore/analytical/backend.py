@@ -112,6 +112,8 @@ from stage_explore.analytical.overlap import (
 )
 from stage_explore.analytical.parts import (
     BlockSync,
+    ChunkParts,
+    KindParts,
     Memo,
     Plan,
     Point,
@@ -201,6 +203,7 @@ class AnalyticalBackend(BaseBackend):
         self._steps = Memo(cache_size * 16)
         self._parts = Memo(cache_size * 64)
         self._systems = Memo(64)
+        self._plan_numbers = Memo(cache_size * 16)
         self._tokens = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -220,6 +223,12 @@ class AnalyticalBackend(BaseBackend):
             state.get("overrides"),
             state.get("attention_flops", DEFAULT_ATTENTION_FLOPS),
         )
+
+    def _token(self) -> int:
+        """A new number, to name a memoised value (bound blocks, a system, a plan) in other
+        memos' keys instead of the larger key it was found by."""
+        self._tokens += 1
+        return self._tokens
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         """Hits, misses and entries of each memo (for benchmarks)."""
@@ -255,13 +264,17 @@ class AnalyticalBackend(BaseBackend):
 
         def plan() -> Plan:
             table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
-            state_key = (parallel.zero, axis_sizes, workload.grad_bytes, fp8)
+            state_key = (
+                parallel.zero, axis_sizes, workload.mesh.names, workload.expert_axes,
+                workload.grad_bytes, workload.weight_bytes, workload.optimizer_bytes, fp8,
+            )  # fmt: skip
             return self._plan(Point(workload, key, blocks, net, token, dtype, table, state_key))
 
-        planned: Plan = self._plans.get(plan_key, plan)
+        number: int = self._plan_numbers.get(plan_key, self._token)  # names it in the memos
+        planned: Plan = self._plans.get(number, plan)
         kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
         step: Step = self._steps.get(
-            (plan_key, kind, m), lambda: assemble_step(planned.step, kind, m, vpp)
+            (number, kind, m), lambda: assemble_step(planned.step, kind, m, vpp)
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
@@ -271,161 +284,215 @@ class AnalyticalBackend(BaseBackend):
         """Everything about a configuration that does not depend on the schedule or the number
         of micro-batches, computed once per pipeline-stage class: stages holding the same
         blocks whose groups span the network the same way behave the same."""
-        workload, blocks = point.workload, point.blocks
+        workload = point.workload
         parallel = workload.parallel
-        p, vpp, zero = parallel.pp, parallel.vpp, parallel.zero
+        p, vpp, schedule = parallel.pp, parallel.vpp, str(parallel.schedule)
         layout = chunk_runs(*layout_key(workload))
-        kinds = sorted({kind for runs in layout for kind, _ in runs})
-        syncs = {kind: self._block_sync(point, kind) for kind in kinds}
-        zero_ops = {
-            kind: (
-                _zero_collectives(workload, blocks[kind], True) if zero >= 3 else [],
-                _zero_collectives(workload, blocks[kind], False) if zero >= 2 else [],
-            )
-            for kind in kinds
-        }
-        relevant = sorted(
-            {axes for kind in kinds for axes in self._axes(point, kind)}
-            | {bucket[1] for kind in kinds for bucket in syncs[kind][0]}
-            | {axes for kind in kinds for axes in syncs[kind][1]}
-            | {i.axes for pair in zero_ops.values() for ops in pair for i in ops}
-            | ({(PIPELINE_ENDS,)} if tied_ends(workload) else set())
-            | ({(PIPELINE_MIRROR,)} if str(parallel.schedule) == "dualpipe" else set())
-        )
-        spans = {axes: self._spans(point, axes) for axes in relevant}
+        kinds = {k: self._kind(point, k) for k in sorted({k for runs in layout for k, _ in runs})}
+        relevant_set = {axes for parts in kinds.values() for axes in parts.span_axes}
+        if tied_ends(workload):
+            relevant_set.add((PIPELINE_ENDS,))
+        if schedule == "dualpipe":
+            relevant_set.add((PIPELINE_MIRROR,))
+        relevant = sorted(relevant_set)
+        spans = [self._spans(point, axes) for axes in relevant]
         class_of: dict[Hashable, int] = {}
         stage_class = []
         classes: list[tuple[StageClass, tuple[int, int]]] = []
+        chunks: dict[Hashable, ChunkParts] = {}  # chunks alike within this plan are one
         for stage in range(p):
-            schedule = str(parallel.schedule)  # DualPipe: stages r and p − 1 − r
-            signature = tuple(
+            signature = tuple(  # DualPipe: stages r and p − 1 − r
                 layout[global_stage(schedule, stage, v, p)]
                 for v in range(chunks_per_rank(schedule, vpp))
             )
-            class_key = (signature, tuple(spans[axes][stage][0] for axes in relevant))
-            if class_key not in class_of:
-                class_of[class_key] = len(classes)
-                here = {axes: spans[axes][stage] for axes in relevant}
-                classes.append(self._class(point, signature, syncs, zero_ops, here))
-            stage_class.append(class_of[class_key])
+            shapes = tuple(span[stage][0] for span in spans)
+            class_key = (signature, shapes)
+            index = class_of.get(class_key)
+            if index is None:
+                index = class_of[class_key] = len(classes)
+                here = {axes: span[stage] for axes, span in zip(relevant, spans, strict=True)}
+                classes.append(self._class(point, signature, kinds, here, shapes, chunks))
+            stage_class.append(index)
         transfer = self._transfer(point) if p > 1 else 0.0
         working_set = self._parts.get(
-            ("working_set", point.key), lambda: recompute_working_set(workload, blocks)
+            ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
         )
         plan = StepPlan(tuple(stage_class), tuple(c for c, _ in classes), transfer, working_set)
-        flops = [classes[c][1] for c in stage_class]
-        return Plan(plan, sum(f[0] for f in flops), sum(f[1] for f in flops))
+        model = hardware = 0
+        for index in stage_class:
+            flops = classes[index][1]
+            model += flops[0]
+            hardware += flops[1]
+        return Plan(plan, model, hardware)
 
     def _class(
         self,
         point: Point,
         signature: tuple[Runs, ...],
-        syncs: dict[str, BlockSync],
-        zero_ops: dict[str, tuple[list[Instr], list[Instr]]],
+        kinds: dict[str, KindParts],
         spans: dict[tuple[str, ...], Any],
+        shapes: tuple[Any, ...],
+        chunks: dict[Hashable, ChunkParts],
     ) -> tuple[StageClass, tuple[int, int]]:
         """One pipeline-stage class (chunk timings, gradient synchronisation, model states)
-        and its model and hardware FLOPs per micro-batch."""
+        and its model and hardware FLOPs per micro-batch; ``chunks`` holds the chunks already
+        costed in this plan, by runs and the shapes of the groups the class spans."""
+        workload = point.workload
+        parts = []
+        for runs in signature:
+            chunk_key = (runs, shapes)
+            part = chunks.get(chunk_key)
+            if part is None:
+                part = chunks[chunk_key] = self._chunk(point, runs, kinds, spans)
+            parts.append(part)
+        exposed: dict[str, float] = {}
+        compute_s = 0.0
+        states_bytes = params = model = hardware = 0
+        for part in parts:
+            for label, seconds in part.timing.exposed_s:
+                exposed[label] = exposed.get(label, 0.0) + seconds
+            compute_s += part.timing.compute_s
+            states = part.states
+            states_bytes += states.states_bytes
+            params += states.params
+            model += states.model_flops
+            hardware += states.hardware_flops
+        gathered_bytes = 0
+        if workload.parallel.zero >= 3:  # the gathered weights held at once (the framework's rule)
+            present = {kind for runs in signature for kind, _ in runs}
+            tensor = max((w.elements for k in present for w in point.blocks[k].weights), default=0)
+            blocks_bytes = [x for part in parts for x in part.states.largest]
+            gathered_bytes = zero3_gathered_bytes(
+                self.framework, blocks_bytes, tensor, workload.weight_bytes
+            )
+        dualpipe = str(workload.parallel.schedule) == "dualpipe"
+        stage_class = StageClass(
+            forward_s=tuple(part.timing.forward_s for part in parts),
+            backward_s=tuple(part.timing.backward_s for part in parts),
+            sync=tuple(part.sync for part in parts),
+            saved_bytes=tuple(part.states.saved_bytes for part in parts),
+            compute_s=compute_s,
+            exposed_s=tuple(sorted(exposed.items())),
+            states_bytes=states_bytes,
+            buffers_bytes=gathered_bytes,
+            optimizer_s=self._optimizer_s(point, params),
+            input_grad_s=tuple(p.input_grad_s for p in parts if p.input_grad_s is not None),
+            pending_bytes=tuple(p.pending_bytes for p in parts if p.input_grad_s is not None),
+            pair_s=pair_table(
+                [p.timing.forward_s for p in parts], [p.compute_s[0] for p in parts],
+                [p.timing.backward_s for p in parts], [p.compute_s[1] for p in parts],
+            ) if dualpipe else (),
+            after_backward_s=self._collective_time(
+                point, spans[(PIPELINE_MIRROR,)], CollectiveKind.ALL_REDUCE,
+                sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
+                * workload.grad_bytes,
+            ) if dualpipe else 0.0,  # program._mirror_sync
+        )  # fmt: skip
+        return stage_class, (model, hardware)
+
+    def _chunk(
+        self, point: Point, runs: Runs, kinds: dict[str, KindParts], spans: dict[Any, Any]
+    ) -> ChunkParts:
+        """One chunk on one rank: its timing per micro-batch, its gradient synchronisation
+        after its last backward (after its last W under a split backward) and its ZeRO-1/2
+        parameter gathers, its model states; under a split backward (zero-bubble schedules,
+        :mod:`stage_core.lower.weightgrad`) also its B seconds, W-pending bytes and compute."""
         parallel = point.workload.parallel
-        costs = {}
-        for kind in sorted({kind for runs in signature for kind, _ in runs}):
-            gathers, scatters = zero_ops[kind]
-            gather_s = sum(self._zero_time(point, spans[i.axes], i) for i in gathers)
-            scatter_s = sum(self._zero_time(point, spans[i.axes], i) for i in scatters)
+        zero = parallel.zero
+        split = str(parallel.schedule) in SPLIT_BACKWARD
+        costs, b_costs, w_costs = {}, {}, {}
+        for kind, _ in runs:
+            costs[kind], b_costs[kind], w_costs[kind] = self._block_costs(
+                point, kind, kinds[kind], spans, split
+            )
+        timing = chunk_timing(runs, costs, zero)
+        w_timing = chunk_timing(runs, w_costs, zero) if split else timing
+        input_grad_s = pending = None
+        computes = (0.0, 0.0)
+        if split:
+            input_grad_s = chunk_timing(runs, b_costs, zero).backward_s
+            pending = sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
+        if str(parallel.schedule) == "dualpipe":
+            computes = (
+                sum(n * costs[k].forward.compute_s for k, n in runs),
+                sum(n * costs[k].backward.compute_s for k, n in runs),
+            )
+        backward = [(kinds[kind].sync[0], count) for kind, count in reversed(runs)]
+        groups = []
+        limit = parallel.grad_bucket_bytes if self.framework.overlap_grad_reduce else 2**62
+        for bucket, size, first, step, count in bucket_gradients(backward, limit):
+            collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
+            seconds = self._collective_time(point, spans[axes], collective, size)
+            groups.append((seconds, first, step, count))
+        total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
+        gathered: dict[tuple[str, ...], int] = {}
+        for kind, count in reversed(runs):
+            for axes, size in kinds[kind].sync[1].items():
+                gathered[axes] = gathered.get(axes, 0) + count * size
+        gather = 0.0
+        for axes, size in gathered.items():
+            gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
+        tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
+        if self.framework.overlap_param_gather:  # during the next step's first forward
+            gather = max(0.0, gather - timing.forward_s)
+        states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
+        sync = SyncCost(total + tied, latest + tied, gather)
+        return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+
+    def _block_costs(
+        self, point: Point, kind: str, parts: KindParts, spans: dict[Any, Any], split: bool
+    ) -> tuple[BlockCost, BlockCost, BlockCost]:
+        """A block kind's forward and backward timing and its ZeRO collectives' seconds on
+        this rank; under a split backward also the B and the W part as the backward
+        (memoised by the shapes of the groups they span)."""
+        shapes = tuple(spans[axes][0] for axes in parts.cost_axes)
+
+        def compute() -> tuple[BlockCost, BlockCost, BlockCost]:
+            gather_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.gathers)
+            scatter_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.scatters)
             if (
                 self.framework.zero3_gathers == 3
-                and str(parallel.recompute) != "none"
+                and str(point.workload.parallel.recompute) != "none"
                 and is_layer_block(kind)
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
-            costs[kind] = BlockCost(
+            cost = BlockCost(
                 self._block_timing(point, kind, "fwd", spans),
                 self._block_timing(point, kind, "bwd", spans),
                 gather_s,
                 scatter_s,
             )
-        split = str(parallel.schedule) in SPLIT_BACKWARD  # B and W apart (lower/weightgrad.py)
-        b_costs = {
-            k: replace(c, backward=self._block_timing(point, k, "bwd_b", spans), scatter_s=0.0)
-            for k, c in costs.items()
-        } if split else costs  # fmt: skip
-        w_costs = {
-            k: replace(c, backward=self._block_timing(point, k, "bwd_w", spans), gather_s=0.0)
-            for k, c in costs.items()
-        } if split else costs  # fmt: skip
-        input_grad, pending, computes = [], [], []
-        chunks, sync_costs, states = [], [], []
-        for runs in signature:
-            timing = chunk_timing(runs, costs, parallel.zero)
-            chunks.append(timing)
-            w_timing = chunk_timing(runs, w_costs, parallel.zero) if split else timing
-            if split:
-                input_grad.append(chunk_timing(runs, b_costs, parallel.zero).backward_s)
-                pending.append(
-                    sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
-                )
-                computes.append(
-                    (sum(n * costs[k].forward.compute_s for k, n in runs),
-                     sum(n * costs[k].backward.compute_s for k, n in runs))
-                )  # fmt: skip
-            backward = [(syncs[kind][0], count) for kind, count in reversed(runs)]
-            groups = []
-            limit = parallel.grad_bucket_bytes if self.framework.overlap_grad_reduce else 2**62
-            for bucket, size, first, step, count in bucket_gradients(backward, limit):
-                collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
-                seconds = self._collective_time(point, spans[axes], collective, size)
-                groups.append((seconds, first, step, count))
-            total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
-            gathered: dict[tuple[str, ...], int] = {}
-            for kind, count in reversed(runs):
-                for axes, size in syncs[kind][1].items():
-                    gathered[axes] = gathered.get(axes, 0) + count * size
-            gather = sum(
-                self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
-                for axes, size in gathered.items()
+            if not split:
+                return cost, cost, cost
+            b_timing = self._block_timing(point, kind, "bwd_b", spans)
+            w_timing = self._block_timing(point, kind, "bwd_w", spans)
+            return (
+                cost,
+                replace(cost, backward=b_timing, scatter_s=0.0),
+                replace(cost, backward=w_timing, gather_s=0.0),
             )
-            tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
-            if self.framework.overlap_param_gather:  # during the next step's first forward
-                gather = max(0.0, gather - timing.forward_s)
-            sync_costs.append(SyncCost(total + tied, latest + tied, gather))
-            states.append(sum_states([(syncs[kind][2], count) for kind, count in runs]))
-        exposed: dict[str, float] = {}
-        for chunk in chunks:
-            for label, seconds in chunk.exposed_s:
-                exposed[label] = exposed.get(label, 0.0) + seconds
-        gathered_bytes = 0
-        if parallel.zero >= 3:  # the gathered weights held at once (the framework's rule)
-            kinds = {kind for runs in signature for kind, _ in runs}
-            tensor = max((w.elements for k in kinds for w in point.blocks[k].weights), default=0)
-            blocks_bytes = [x for s in states for x in s.largest]
-            weight_bytes = point.workload.weight_bytes
-            gathered_bytes = zero3_gathered_bytes(
-                self.framework, blocks_bytes, tensor, weight_bytes
-            )
-        stage_class = StageClass(
-            forward_s=tuple(c.forward_s for c in chunks),
-            backward_s=tuple(c.backward_s for c in chunks),
-            sync=tuple(sync_costs),
-            saved_bytes=tuple(s.saved_bytes for s in states),
-            compute_s=sum(c.compute_s for c in chunks),
-            exposed_s=tuple(sorted(exposed.items())),
-            states_bytes=sum(s.states_bytes for s in states),
-            buffers_bytes=gathered_bytes,
-            optimizer_s=self._optimizer_s(point, sum(s.params for s in states)),
-            input_grad_s=tuple(input_grad),
-            pending_bytes=tuple(pending),
-            pair_s=pair_table(
-                [c.forward_s for c in chunks], [f for f, _ in computes],
-                [c.backward_s for c in chunks], [b for _, b in computes],
-            ) if str(parallel.schedule) == "dualpipe" else (),
-            after_backward_s=self._collective_time(
-                point, spans[(PIPELINE_MIRROR,)], CollectiveKind.ALL_REDUCE,
-                sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
-                * point.workload.grad_bytes,
-            ) if str(parallel.schedule) == "dualpipe" else 0.0,  # program._mirror_sync
-        )  # fmt: skip
-        flops = (sum(s.model_flops for s in states), sum(s.hardware_flops for s in states))
-        return stage_class, flops
+
+        key = ("costs", point.key, kind, point.token, point.dtype, point.state_key, shapes, split)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _kind(self, point: Point, kind: str) -> KindParts:
+        """What a block kind's costs need besides the network: its gradient and parameter
+        gather bytes and model states (:meth:`_block_sync`), its ZeRO-3 gathers and ZeRO-2/3
+        scatters, and the axes its collectives span (memoised)."""
+        workload, block = point.workload, point.blocks[kind]
+
+        def compute() -> KindParts:
+            zero = workload.parallel.zero
+            sync = self._block_sync(point, kind)
+            gathers = tuple(_zero_collectives(workload, block, True)) if zero >= 3 else ()
+            scatters = tuple(_zero_collectives(workload, block, False)) if zero >= 2 else ()
+            zero_axes = {i.axes for i in (*gathers, *scatters)}
+            cost_axes = tuple(sorted(set(axes_of(block)) | zero_axes))
+            span_axes = set(cost_axes) | {bucket[1] for bucket in sync[0]} | set(sync[1])
+            return KindParts(sync, gathers, scatters, cost_axes, tuple(sorted(span_axes)))
+
+        key = ("kind", point.key, kind, point.state_key)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     # -- memoised parts -----------------------------------------------------------------------
 
@@ -451,12 +518,11 @@ class AnalyticalBackend(BaseBackend):
                 replace(dim, bandwidth_bytes_per_s=dim.bandwidth_bytes_per_s * factor)
                 for dim, factor in zip(system.network, factors, strict=True)
             )
-            self._tokens += 1
-            return replace(system, network=dims), self._tokens
+            return replace(system, network=dims), self._token()
 
         return self._systems.get(system, compute)  # type: ignore[no-any-return]
 
-    def _bound(self, workload: Workload) -> tuple[Hashable, dict[str, BoundBlock]]:
+    def _bound(self, workload: Workload) -> tuple[int, dict[str, BoundBlock]]:
         """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
         communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
         the global micro-batch B, whose per-rank share is the micro-batch either way)."""
@@ -467,8 +533,11 @@ class AnalyticalBackend(BaseBackend):
             tuple(sorted(shapes.axis_sizes.items())), shapes.model.tied_embeddings,
             workload.parallel.pp == 1,
         )  # fmt: skip
-        blocks = self._blocks.get(key, lambda: tie_embeddings(workload, bind_all(shapes)))
-        return key, blocks
+
+        def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys
+            return self._token(), tie_embeddings(workload, bind_all(shapes))
+
+        return self._blocks.get(key, compute)  # type: ignore[no-any-return]
 
     def _tied_sync_s(self, point: Point, runs: Runs, spans: dict[tuple[str, ...], Any]) -> float:
         """The tied word embedding's gradient all-reduce between the pipeline ends, for a chunk
@@ -628,7 +697,10 @@ class AnalyticalBackend(BaseBackend):
             weights, grads, optimizer, full = _block_states(workload, block)
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal
-            model, hardware = block_flops(block, self.attention_flops, fused_causal)
+            model, hardware = self._parts.get(
+                ("flops", point.key, kind),
+                lambda: block_flops(block, self.attention_flops, fused_causal),
+            )
             states = weights + grads + optimizer
             return (
                 reductions,

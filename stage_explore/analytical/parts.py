@@ -13,11 +13,12 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stage_core.lower.bind import BoundBlock
+from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.program import Workload, embedding_ends, mtp_blocks
 from stage_core.parallel.config import ParallelConfig
-from stage_explore.analytical.pipeline import StepPlan
+from stage_explore.analytical.blocktime import ChunkTiming
+from stage_explore.analytical.pipeline import StepPlan, SyncCost
 from stage_explore.evaluation import Evaluation
 from stage_explore.system.model import System
 
@@ -61,6 +62,34 @@ class States:
 
 #: A block kind's gradient bytes per bucket key, parameter-gather bytes per axes, its states.
 BlockSync = tuple[dict[Any, int], dict[tuple[str, ...], int], States]
+
+
+@dataclass(frozen=True, slots=True)
+class KindParts:
+    """A block kind on one configuration, before the network: its :data:`BlockSync`, its
+    ZeRO-3 parameter gathers and ZeRO-2/3 gradient scatters, the axes of the groups its timing
+    needs (``cost_axes``: its collectives and ZeRO's) and of every group it uses
+    (``span_axes``: those and its gradient reductions and parameter gathers)."""
+
+    sync: BlockSync
+    gathers: tuple[Instr, ...]
+    scatters: tuple[Instr, ...]
+    cost_axes: tuple[tuple[str, ...], ...]
+    span_axes: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkParts:
+    """One chunk on one rank: its timing per micro-batch, its gradient synchronisation, its
+    model states; under a split backward its B seconds (else None) and W-pending bytes; under
+    DualPipe its forward and backward compute seconds."""
+
+    timing: ChunkTiming
+    sync: SyncCost
+    states: States
+    input_grad_s: float | None
+    pending_bytes: int
+    compute_s: tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
