@@ -92,7 +92,7 @@ def points(count: int, seed: int) -> list[tuple[int, str, str, ParallelConfig]]:
     """``count`` valid (model index, system, framework, config) points."""
     rng = random.Random(seed)
     models = [_model(*spec) for spec in MODELS]
-    result = []
+    result: list[tuple[int, str, str, ParallelConfig]] = []
     attempts = 0
     while len(result) < count and attempts < 200 * count:
         attempts += 1
