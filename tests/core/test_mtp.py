@@ -236,3 +236,28 @@ def test_the_real_astra_sim_runs_it(tmp_path: Path) -> None:
     evaluation = backend.evaluate(small(1), parallel, H100)
     assert evaluation.feasible and evaluation.step_time_s > 0
     assert evaluation.num_gpus == 8
+
+
+@pytest.mark.skipif(BINARY is None, reason=WHY)
+def test_astra_sim_and_tracesim_agree_on_every_rank(tmp_path: Path) -> None:
+    """As the conformance matrix checks its cases: the pp_ends all-reduce of the shared
+    embedding and the last stage's modules, every rank's finish and exposed communication."""
+    from stage_core.chakra.check import check_trace_set
+    from stage_core.chakra.reader import read_trace_set
+    from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+    from stage_explore.astrasim import run_astra_sim
+    from stage_explore.system import astra_config_from_files
+    from tests.explore.astrasim_matrix import Case, write_case
+    from tests.explore.test_astrasim_conformance import _compare
+
+    assert BINARY is not None
+    dims = {k: v for k, v in small(1).to_dict().items() if k not in ("name", "family")}
+    parallel = {"tp": 2, "pp": 2, "dp": 2, "ep": 2, "sp": True, "global_batch": 8}
+    case = Case("deepseek-v3", dims, parallel, preset="h100-80gb", what="MTP on pp 2")
+    inputs = write_case(case, tmp_path)
+    traces = read_trace_set(tmp_path)
+    assert check_trace_set(traces, for_astra_sim=True).violations == ()
+    run = run_astra_sim(BINARY, inputs, timeout_s=300)
+    config = astra_config_from_files(inputs.system_json, inputs.network_yml)
+    sim = simulate(traces.ranks, AstraTimingModel(config), record_nodes=True)
+    assert not _compare(run.report, sim)
