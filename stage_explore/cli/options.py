@@ -70,6 +70,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--seq-len", type=int, default=None, help="training sequence length (default: model's)"
     )
     group.add_argument(
+        "--mtp-layers",
+        type=int,
+        default=None,
+        help="training: multi-token-prediction modules (DeepSeek-V3's D; default: model's, "
+        "1 for deepseek-v3; serving runs the main model only)",
+    )
+    group.add_argument(
         "--dropout",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -199,6 +206,8 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
     model = load_model(args.model)
     if args.layers is not None:
         model = model.with_overrides(layers=args.layers)
+    if getattr(args, "mtp_layers", None) is not None:
+        model = model.with_overrides(mtp_layers=args.mtp_layers)
     config = ParallelConfig(
         dp=args.dp,
         tp=args.tp,

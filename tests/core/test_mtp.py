@@ -229,6 +229,20 @@ def test_trace_check_eval_and_memory_run(
     assert main(["memory", "--model", str(model_file), *PARALLEL, "--json"]) == 0
 
 
+def test_the_cli_overrides_the_depth(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--mtp-layers``: the module's weights sit on the last stage only; a bad depth is a
+    one-line error (exit 2)."""
+    base = ["memory", "--model", "deepseek-v3", "--layers", "4", "--seq-len", "256", "--json"]
+    weights = []
+    for depth in ("0", "1"):
+        assert main([*base, *PARALLEL, "--etp", "1", "--mtp-layers", depth]) == 0
+        stages = json.loads(capsys.readouterr().out)["ranks"]
+        weights.append([stage["weights_bytes"] for stage in stages])
+    assert weights[1][0] == weights[0][0] and weights[1][1] > weights[0][1]
+    assert main([*base, "--mtp-layers", "-1"]) == 2
+    assert "mtp_layers=-1" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(BINARY is None, reason=WHY)
 def test_the_real_astra_sim_runs_it(tmp_path: Path) -> None:
     parallel = ParallelConfig(tp=2, pp=2, dp=2, ep=2, sp=True, global_batch=8, micro_batch=1)

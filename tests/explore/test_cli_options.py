@@ -14,7 +14,7 @@ from stage_core.parallel import CpStyle, ParallelConfig, Precision, Recompute, S
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 
 EXPECTED_FLAGS = {
-    "--model", "--layers", "--seq-len", "--dropout", "--no-dropout",
+    "--model", "--layers", "--seq-len", "--mtp-layers", "--dropout", "--no-dropout",
     "--dp", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero", "--recompute",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp8-recipe", "--fp8-gemms",
