@@ -5,7 +5,8 @@ Holds:
 - :class:`BaseTimingModel` — the contract of what a node costs, and its two implementations:
   :class:`AstraTimingModel` (integer ns, reproduces ASTRA-sim's congestion-unaware analytical
   run) and :class:`AlphaBetaTimingModel` (float seconds, roofline with efficiencies and α–β);
-- :func:`simulate` — run a set of traces (rank → list of :class:`~stage_core.trace.TraceNode`);
+- :func:`simulate` — run a set of traces (rank → list of :class:`~stage_core.trace.TraceNode`)
+  under an :class:`IssuePolicy`;
 - :class:`RankTiming`, :class:`SimulationResult` — what it reports;
 - re-exported for convenience: :func:`astra_config_from_files`, :func:`astra_config_from_system`.
 
@@ -13,7 +14,12 @@ Semantics (docs/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
 
 - each rank has one GPU compute slot, one CPU slot and one communication slot;
 - a node is ready when all its ``data_deps`` and ``ctrl_deps`` have finished; ready nodes are
-  issued in ascending id order whenever their slot is free;
+  issued in ascending id order whenever their slot is free (:attr:`IssuePolicy.READY_FIRST`);
+  under :attr:`IssuePolicy.IN_ORDER` a slot issues its nodes in id order only, as a CUDA
+  stream runs its kernels, so a ready node waits behind an earlier one that is not ready —
+  the analytical backend's block timing
+  (:func:`~stage_explore.analytical.blocktime.time_block`; docs/analytical.md, "The timing
+  engine": one semantics, the issue rule is a policy);
 - collectives and sends hold the communication slot until they finish; receives hold no slot;
 - a collective starts when every member of its group has issued it (a rendezvous: the k-th
   collective of a rank with a given kind, size and group meets the k-th of every other member),
@@ -48,6 +54,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Generic, TypeVar
 
 from stage_core.chakra.mapping import emitted_num_ops
@@ -73,12 +80,21 @@ __all__ = [
     "AlphaBetaTimingModel",
     "AstraTimingModel",
     "BaseTimingModel",
+    "IssuePolicy",
     "RankTiming",
     "SimulationResult",
     "astra_config_from_files",
     "astra_config_from_system",
     "simulate",
 ]
+
+
+class IssuePolicy(StrEnum):
+    """Which node a free slot takes next: any ready node, lowest id first (ASTRA-sim), or the
+    slot's next node in id order once it is ready (CUDA streams)."""
+
+    READY_FIRST = "ready-first"
+    IN_ORDER = "in-order"
 
 
 class BaseTimingModel(abc.ABC, Generic[T]):
@@ -261,6 +277,10 @@ class _Rank(Generic[T]):
         self.compute: T = zero
         self.finished: set[int] = set()
         self.counters: dict[tuple[object, ...], int] = defaultdict(int)
+        self.order: dict[str, list[int]] = {"gpu": [], "cpu": [], "comm": [], "recv": []}
+        for node_id in sorted(self.nodes):  # each slot's nodes in id (program) order
+            self.order[_slot(self.nodes[node_id])].append(node_id)
+        self.position = {"gpu": 0, "cpu": 0, "comm": 0, "recv": 0}
         for node in nodes:
             deps = set(node.data_deps) | set(node.ctrl_deps)
             for dep in deps:
@@ -283,8 +303,11 @@ def simulate(
     model: BaseTimingModel[T],
     *,
     record_nodes: bool = False,
+    issue_policy: IssuePolicy = IssuePolicy.READY_FIRST,
 ) -> SimulationResult[T]:
-    """Run every rank's trace to completion under ``model``; a deadlock is a ConfigError."""
+    """Run every rank's trace to completion under ``model`` and ``issue_policy``; a deadlock is
+    a ConfigError."""
+    in_order = IssuePolicy(issue_policy) is IssuePolicy.IN_ORDER
     if not traces:
         raise ConfigError("simulate needs at least one rank trace")
     zero = model.zero
@@ -310,6 +333,10 @@ def simulate(
     def issue(state: _Rank[T], now: T) -> None:
         for slot, queue in state.ready.items():
             while queue and not state.busy[slot]:
+                if in_order and slot != "recv":  # only the slot's next node in id order
+                    if queue[0] != state.order[slot][state.position[slot]]:
+                        break  # ready nodes all have larger ids: the next one is not ready
+                    state.position[slot] += 1
                 node = state.nodes[heapq.heappop(queue)]
                 state.busy[slot] = slot != "recv"
                 start(state, node, now)
