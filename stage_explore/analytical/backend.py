@@ -43,7 +43,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from stage_core.blocks import Structure
+from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
@@ -453,7 +453,7 @@ class AnalyticalBackend(BaseBackend):
             if (
                 self.framework.zero3_gathers == 3
                 and str(point.workload.parallel.recompute) != "none"
-                and is_layer_block(kind)
+                and (is_layer_block(kind) or mtp_layer_of_block(kind))
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
             cost = BlockCost(
@@ -657,7 +657,7 @@ class AnalyticalBackend(BaseBackend):
         if dtype == "fp8":
             check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
         keys = sizes.get("S", point.workload.model.seq_len)
-        layer = layer_kind_of_block(kind)
+        layer = layer_kind_of_block(kind) or mtp_layer_of_block(kind)  # an MTP module's layer
         sliding = layer is not None and layer.mixer is Mixer.SLIDING
         if sliding:  # the mean keys a query row sees inside its window (no further halving)
             keys = max(1, window_pairs(keys, sizes["W"]) // keys)
