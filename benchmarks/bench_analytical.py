@@ -32,6 +32,7 @@ import cProfile
 import dataclasses
 import io
 import json
+import os
 import pstats
 import random
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
-from stage_core.parallel import ParallelConfig
+from stage_core.parallel import ParallelConfig, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.system import load_system
 
@@ -95,7 +96,7 @@ def candidates(count: int, seed: int = 0) -> list[ParallelConfig]:
                 zero=pick["zero"],
                 schedule=schedule,
                 vpp=vpp,
-                precision="bf16",
+                precision=Precision.BF16,
             )
             config.validate(model)
         except ConfigError:
@@ -116,16 +117,19 @@ def run(count: int = 10_000, profile: bool = False) -> dict[str, Any]:
         ParallelConfig(**kwargs)
     build_s = (time.perf_counter() - start) / len(configs)
 
-    def sweep(backend: AnalyticalBackend) -> tuple[float, list[Any]]:
-        start = time.perf_counter()
+    cpu: dict[str, float] = {}  # the process's CPU seconds: what a shared machine distorts least
+
+    def sweep(backend: AnalyticalBackend, name: str = "") -> tuple[float, list[Any]]:
+        start, start_cpu = time.perf_counter(), time.process_time()
         results = [backend.evaluate(model, config, system) for config in configs]
+        cpu[name] = time.process_time() - start_cpu
         return time.perf_counter() - start, results
 
     backend = AnalyticalBackend()
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
-    cold, results = sweep(backend)  # fresh backend in a fresh process
+    cold, results = sweep(backend, "cold")  # fresh backend in a fresh process
     if profiler:
         profiler.disable()
     stats = backend.cache_stats()
@@ -140,6 +144,8 @@ def run(count: int = 10_000, profile: bool = False) -> dict[str, Any]:
         "infeasible_out_of_memory": sum(r.reason.startswith("out of memory") for r in results),
         "cold_evals_per_s": len(configs) / cold,
         "cold_total_s": cold,
+        "cold_cpu_evals_per_s": len(configs) / cpu["cold"],
+        "load_average_1min": os.getloadavg()[0],
         "fresh_backend_warm_process_evals_per_s": len(configs) / fresh,
         "warm_evals_per_s": len(configs) / warm,
         "parallel_config_build_us": build_s * 1e6,
