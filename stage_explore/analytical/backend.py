@@ -77,6 +77,7 @@ from stage_explore.analytical.blocktime import (
     chunk_runs,
     chunk_timing,
     fuse_elementwise,
+    imbalanced_timers,
     sync_timing,
     time_block,
 )
@@ -630,10 +631,13 @@ class AnalyticalBackend(BaseBackend):
                 instrs = fuse_elementwise(instrs)
             if self.framework.moe_shared_expert_overlap:
                 instrs = overlap_shared_experts(instrs)
-            return time_block(
-                instrs if rule is None else overlap_collectives(instrs, rule),
+            compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
                 self._compute_timer(point, kind),
                 lambda i: self._comm_time(point, spans[i.axes], i),
+                self.framework.moe_load_imbalance,
+            )
+            return time_block(
+                instrs if rule is None else overlap_collectives(instrs, rule), compute_s, comm_s
             )
 
         parallel = point.workload.parallel

@@ -27,16 +27,24 @@ last block — the rule of :func:`stage_core.lower.program._sync_ops`, computed 
 identical blocks in a few arithmetic steps instead of once per block (the tests check both give
 the same operations). The reductions run on one communication stream in that order, each no
 earlier than the end of the block that completed it.
+
+**Expert load imbalance** (:func:`imbalanced_timers`). With routing imbalance ``f`` (max/mean
+tokens per expert-parallel rank), the step waits for the busiest rank: its routed experts'
+instructions take ``f`` × their balanced time and the collectives on routed tokens (the
+dispatch/combine all-to-alls, the expert-tensor-parallel gathers and scatters) move ``f`` × the
+balanced bytes (:func:`routed_instr` names them).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from stage_core.blocks import MTP_HEAD
 from stage_core.lower.bind import Instr
+from stage_core.trace import CollectiveKind
 
 #: A chunk as runs of identical blocks in forward order: ``((kind, count), ...)``.
 Runs = tuple[tuple[str, int], ...]
@@ -101,6 +109,44 @@ def time_block(
         exposed,
         sum(i.flops for i in instrs),
     )
+
+
+def routed_instr(instr: Instr) -> bool:
+    """Whether ``instr``'s work is proportional to the tokens routed to this rank's experts:
+    the routed experts' compute (``experts.*``, forward and backward, and the accumulation of the
+    routed tokens' gradient) and the collectives on routed tokens — every all-to-all (in
+    training only the expert dispatch and combine are all-to-alls) and the expert-tensor-parallel
+    all-gathers / reduce-scatters of ``moe.tokens`` and ``experts.*`` outputs (and gradients)."""
+    if instr.collective is None:
+        return instr.name.startswith("experts.") or instr.name.endswith(".d.moe.tokens")
+    if instr.collective is CollectiveKind.ALL_TO_ALL:
+        return True
+    tensor = instr.name.partition(":")[2].removeprefix("d.")
+    return tensor == "moe.tokens" or tensor.startswith("experts.")
+
+
+def imbalanced_timers(
+    compute_s: Callable[[Instr], float],
+    comm_s: Callable[[Instr], float],
+    factor: float,
+) -> tuple[Callable[[Instr], float], Callable[[Instr], float]]:
+    """The busiest expert-parallel rank's timers under routing imbalance ``factor`` (max/mean
+    tokens per rank, ≥ 1): a :func:`routed_instr` compute instruction takes ``factor`` × its
+    time, a routed collective moves ``ceil(factor × comm_bytes)`` bytes; the rest unchanged.
+    ``factor`` 1 returns the timers themselves."""
+    if factor == 1:
+        return compute_s, comm_s
+
+    def busiest_compute_s(instr: Instr) -> float:
+        seconds = compute_s(instr)
+        return factor * seconds if routed_instr(instr) else seconds
+
+    def busiest_comm_s(instr: Instr) -> float:
+        if instr.kind == "ring" or not routed_instr(instr):
+            return comm_s(instr)
+        return comm_s(replace(instr, comm_bytes=math.ceil(factor * instr.comm_bytes)))
+
+    return busiest_compute_s, busiest_comm_s
 
 
 def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:

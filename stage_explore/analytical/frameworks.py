@@ -63,6 +63,12 @@ Options (all booleans unless said):
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
   of the tensor peak (fragmentation): reserved = peak × (1 + overhead).
+- ``moe_load_imbalance`` (float ≥ 1) — tokens routed to the busiest expert-parallel rank over
+  the mean (the max/mean tokens-per-expert ratio Megatron-Core's MoE router balances with its
+  auxiliary loss). The step waits for that rank, so its routed experts' compute and the
+  dispatch/combine traffic are charged at this factor (:func:`~stage_explore.analytical.blocktime.
+  imbalanced_timers`). 1.0 (every profile's default): balanced routing, what benchmarks run
+  with Megatron's ``--moe-router-force-load-balancing``.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ OPTION_FLAGS: dict[str, str] = {
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
+    "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
 }
 
 GIB = 2**30
@@ -118,6 +125,7 @@ class FrameworkProfile:
     fused_elementwise: bool
     runtime_reserved_bytes: int
     allocator_overhead: float
+    moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -153,6 +161,16 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `allocator_overhead` must be a number in "
                         f"[0, 1), but got {value!r}"
+                    )
+            elif option == "moe_load_imbalance":
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or not (1 <= value < float("inf"))
+                ):
+                    raise ConfigError(
+                        f"framework {self.name!r}: `moe_load_imbalance` (max/mean tokens per "
+                        f"expert-parallel rank) must be a finite number >= 1, but got {value!r}"
                     )
             elif not isinstance(value, bool):
                 raise ConfigError(
