@@ -62,6 +62,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default), megatron-core, deepspeed, fsdp",
     )
     parser.add_argument(
+        "--moe-load-imbalance",
+        type=float,
+        default=None,
+        metavar="F",
+        help="MoE routing imbalance for the analytical backend: max/mean tokens per "
+        "expert-parallel rank (>= 1; default 1, balanced); the busiest rank's routed experts and "
+        "dispatch/combine bytes are charged at F",
+    )
+    parser.add_argument(
         "--astra-sim-variant",
         choices=("unaware", "aware"),
         default=None,
@@ -87,7 +96,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--compare needs a non-analytical --backend (e.g. --backend astra-sim)")
     model, parallel = parse_workload(args)
     system = load_system(args.system)
-    options = {} if args.framework is None else {"framework": args.framework}
+    options: dict[str, Any] = {} if args.framework is None else {"framework": args.framework}
+    if args.moe_load_imbalance is not None:
+        if args.backend != "analytical" and not args.compare:
+            raise ConfigError(
+                "--moe-load-imbalance applies to the analytical backend, but got --backend "
+                f"{args.backend} (add --compare to evaluate the analytical model beside it)"
+            )
+        options["overrides"] = {"moe_load_imbalance": args.moe_load_imbalance}
     if options and args.backend != "analytical" and not args.compare:
         raise ConfigError(
             f"--framework applies to the analytical backend, but got --backend {args.backend} "

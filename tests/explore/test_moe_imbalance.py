@@ -4,6 +4,7 @@ the collectives on routed tokens at the factor × their bytes; 1.0 changes nothi
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -104,3 +105,22 @@ def test_bad_factors_are_refused_in_one_line(bad: object) -> None:
         AnalyticalBackend(overrides={"moe_load_imbalance": bad})
     assert "\n" not in str(error.value)
     assert ">= 1" in str(error.value)
+
+
+def test_stage_eval_moe_load_imbalance(capsys: pytest.CaptureFixture[str]) -> None:
+    """``stage eval --moe-load-imbalance F``: the analytical step of the busiest rank; a bad F
+    is the one-line error (exit 2), and another backend without --compare is refused."""
+    from stage_explore.cli import main
+
+    base = ["eval", "--model", "qwen3-30b-a3b", "--layers", "2", "--tp", "2", "--dp", "4",
+            "--ep", "4", "--etp", "1", "--sp", "--global-batch", "8", "--system", "h100-80gb",
+            "--framework", "megatron-core", "--json"]  # fmt: skip
+    steps = []
+    for argv in (base, [*base, "--moe-load-imbalance", "1"], [*base, "--moe-load-imbalance", "2"]):
+        assert main(argv) == 0
+        steps.append(json.loads(capsys.readouterr().out)["step_time_s"])
+    assert steps[0] == steps[1] < steps[2]
+    assert main([*base, "--moe-load-imbalance", "0.9"]) == 2
+    assert "moe_load_imbalance" in capsys.readouterr().err
+    assert main([*base[:-3], "--backend", "astra-sim", "--moe-load-imbalance", "2"]) == 2
+    assert "--moe-load-imbalance applies to the analytical backend" in capsys.readouterr().err
