@@ -123,6 +123,7 @@ from stage_explore.analytical.parts import (
     canonical,
     compute_dtype,
     infeasible,
+    layer_pattern,
     layout_key,
     sum_states,
     tied_ends,
@@ -205,6 +206,7 @@ class AnalyticalBackend(BaseBackend):
         self._parts = Memo(cache_size * 64)
         self._systems = Memo(64)
         self._plan_numbers = Memo(cache_size * 16)
+        self._patterns = Memo(64)  # by the model object's identity
         self._tokens = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -259,7 +261,7 @@ class AnalyticalBackend(BaseBackend):
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
         plan_key = (
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
-            workload.grad_bytes, parallel.grad_bucket_bytes, layout_key(workload), fp8,
+            workload.grad_bytes, parallel.grad_bucket_bytes, self._layout_key(workload), fp8,
             str(parallel.schedule) if str(parallel.schedule) in SPLIT_BACKWARD else "",
         )  # fmt: skip
 
@@ -288,7 +290,7 @@ class AnalyticalBackend(BaseBackend):
         workload = point.workload
         parallel = workload.parallel
         p, vpp, schedule = parallel.pp, parallel.vpp, str(parallel.schedule)
-        layout = chunk_runs(*layout_key(workload))
+        layout = chunk_runs(*self._layout_key(workload))
         kinds = {k: self._kind(point, k) for k in sorted({k for runs in layout for k, _ in runs})}
         relevant_set = {axes for parts in kinds.values() for axes in parts.span_axes}
         if tied_ends(workload):
@@ -496,6 +498,16 @@ class AnalyticalBackend(BaseBackend):
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     # -- memoised parts -----------------------------------------------------------------------
+
+    def _layout_key(self, workload: Workload) -> tuple[Any, ...]:
+        """:func:`~stage_explore.analytical.parts.layout_key`, with the model's layer pattern
+        memoised by the model object (a study evaluates one model many times; the pattern
+        walks every layer)."""
+        model = workload.model
+        entry = self._patterns.get(id(model), lambda: (model, layer_pattern(model)))
+        if entry[0] is not model:  # another object got the id of a collected one
+            entry = self._patterns.items[id(model)] = (model, layer_pattern(model))
+        return layout_key(workload, entry[1])
 
     def achieved_network(self, system: System) -> System:
         """``system`` with each network dim at the bandwidth collectives achieve (the backend's

@@ -16,6 +16,7 @@ from typing import Any
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.program import Workload, embedding_ends, mtp_blocks
+from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.blocktime import ChunkTiming
 from stage_explore.analytical.pipeline import StepPlan, SyncCost
@@ -153,12 +154,20 @@ def compute_dtype(parallel: ParallelConfig, system: System) -> str:
     return system.accelerator.precision_dtype(str(parallel.precision))
 
 
-def layout_key(workload: Workload) -> tuple[Any, ...]:
+def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+    """What :func:`~stage_explore.analytical.blocktime.chunk_runs` takes; ``pattern``: the
+    model's :func:`layer_pattern`, if the caller has it."""
     model, parallel = workload.model, workload.parallel
-    blocks = model.layer_blocks()
-    pattern = () if all(kind == "layer" for kind in blocks) else blocks
+    if pattern is None:
+        pattern = layer_pattern(model)
     layout = (model.layers, pattern, parallel.pp, parallel.vpp, workload.stage_layers)
     return (*layout, mtp_blocks(model)) if model.mtp_layers else layout
+
+
+def layer_pattern(model: ModelSpec) -> tuple[str, ...]:
+    """Every layer's block kind, or () when all are the dense ``layer``."""
+    blocks = model.layer_blocks()
+    return () if all(kind == "layer" for kind in blocks) else blocks
 
 
 def axes_of(block: BoundBlock) -> list[tuple[str, ...]]:
