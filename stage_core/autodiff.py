@@ -260,12 +260,25 @@ class _Builder:
                 self._accumulate(gname, target, op)
         self.grad[name] = target
 
-    def need_output_grad(self, name: str, natural: Layout, op: str) -> Layout:
+    def need_output_grad(
+        self, name: str, natural: Layout, op: str, keep_partial: bool = False
+    ) -> Layout:
         """The gradient of ``name`` in the layout its producer's backward needs. Contributions
         not yet summed go straight there (e.g. the routed tokens' gradient, partial over tp, is
         reduce-scattered into the slots the dispatch filled instead of all-reduced into the
-        stored layout and sliced)."""
+        stored layout and sliced). ``keep_partial``: contributions partial over some axes in
+        the natural shards stay partial (the all-gather dispatcher's reduce-scatter sums them
+        with the experts' partial sums)."""
         need = _renamed(strip_partial(natural), grad_name(name))
+        pending = self.pending.get(name, [])
+        if (  # a local dispatch's backward sums partial slot gradients into its own reduction
+            keep_partial
+            and name not in self.grad
+            and pending
+            and all(same_layout(c, pending[0]) for c in pending)
+            and pending[0].shards == need.shards
+        ):
+            need = _renamed(pending[0], grad_name(name))
         self.settle(name, op, None if name in self.grad else need)
         self.comm(self.grad_tensor(name), self.grad[name], need, f"dout:{op}")
         return need
@@ -315,6 +328,20 @@ def _broadcast_grad_layout(activation: Layout, weight: Tensor) -> Layout:
     return Layout(weight.dims, tuple(shards), partial, weight.name)
 
 
+def _local_experts(op: BaseOp, step: OpStep, consumed: Layout) -> tuple[str, ...]:
+    """The axes partitioning the experts of a dispatch's slots or a combine's, when the token
+    input ``consumed`` (tokens or gates, not the slots) is whole over them; else ()."""
+    if isinstance(op, Dispatch):
+        slots = step.out_layouts[0]
+    elif isinstance(op, Combine):
+        slots = step.in_layouts[0]
+    else:
+        return ()
+    if consumed.dims == slots.dims:
+        return ()
+    return tuple(a for a in slots.shards[0] if a not in consumed.axes_used)
+
+
 def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
     op = step.op
     wanted = [n for n in op.inputs if b.tensors[n].role not in NO_GRAD_ROLES]
@@ -344,6 +371,11 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
             layouts.append(consumed.with_shards(consumed.shards, step.in_layouts[0].axes_used))
         elif set(tensor.dims) < set(b.tensors[op.outputs[0]].dims):
             layouts.append(_broadcast_grad_layout(dout_layout, tensor))
+        elif local := _local_experts(op, step, consumed):
+            # tokens gathered over the expert group (all-gather dispatcher): a rank's local
+            # experts give a partial gradient of every gathered token, reduce-scattered back
+            partial = local + tuple(a for a in dout_layout.partial if a not in local)
+            layouts.append(consumed.with_shards(consumed.shards, partial))
         else:
             layouts.append(strip_partial(consumed))
     grads = tuple(b.grad_tensor(n) for n in wanted)
@@ -383,7 +415,8 @@ def derive_backward(
         if not recomputed and op.name in region:
             b.steps += [_as_recompute(s) for s in fwd.steps if _in_region(s, region)]
             recomputed = True
-        dout_layout = b.need_output_grad(live[0], step.out_layouts[0], op.name)
+        local = isinstance(op, Dispatch) and bool(step.out_layouts[0].shards[0])
+        dout_layout = b.need_output_grad(live[0], step.out_layouts[0], op.name, local)
         if isinstance(op, Einsum):
             _einsum_grads(b, step, dout_layout)
         else:

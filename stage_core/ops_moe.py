@@ -38,6 +38,9 @@ class Dispatch(BaseOp):
             + [a for a in self.expert_axes if a in axes]
         )
         out = tensors[self.outputs[0]]
+        if not any(a in axes for a in self.expert_axes):  # tokens gathered over the expert
+            # group (Megatron's all-gather dispatcher): each rank fills its local experts' slots
+            return [Layout(out.dims, (self.expert_axes, ordered, ()), (), out.name)]
         return [Layout(out.dims, ((), ordered, ()), (), out.name)]
 
     def cost(
@@ -63,7 +66,9 @@ class Combine(BaseOp):
     def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
         slots, gates = layouts
         out = tensors[self.outputs[0]]
-        return [Layout(out.dims, (gates.shards[0], gates.shards[1], ()), slots.partial, out.name)]
+        local = tuple(a for a in slots.shards[0] if a not in slots.partial)  # experts sharded:
+        partial = slots.partial + local  # each rank sums its local experts' outputs only
+        return [Layout(out.dims, (gates.shards[0], gates.shards[1], ()), partial, out.name)]
 
     def cost(
         self,

@@ -31,6 +31,7 @@ class PlanFlags:
     sp: bool = False
     attention: str = "fused"
     cp_ring: bool = False
+    moe_allgather: bool = False  # Megatron's all-gather token dispatcher (_moe_allgather)
 
 
 def _seq_stored(flags: PlanFlags) -> str:
@@ -103,6 +104,26 @@ def _moe_layouts(
         layouts["experts.fc2"] = f"[E, C{_over(routed)}, H @ 1/tp]"
     layouts["moe.sum" if "moe.sum" in names else "moe.out"] = _activation(flags)
     return layouts
+
+
+def _moe_allgather(flags: PlanFlags, expert_axes: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """Megatron-Core's all-gather token dispatcher (``--moe-token-dispatcher-type allgather``,
+    ``MoEAllGatherTokenDispatcher``: "this allgather spans the communication domain of TP*EP"):
+    the router runs on the rank's own tokens; the dispatch and the combine read the tokens and
+    gates gathered over the expert axes and, under sequence parallelism, tp. From that layout
+    change alone the planner derives one all-gather of the rank's own tokens (and gates) over
+    the group, the dispatch fills only the rank's local experts' slots
+    (:class:`~stage_core.ops_moe.Dispatch`), the combine's output is partial over the expert
+    axes and is reduce-scattered back; the backward mirrors it."""
+    gathered = set(expert_axes) | ({"tp"} if flags.sp else set())
+    seq_axes = ["cp"] + (["tp"] if flags.sp else [])
+    seq = "S" + _over([a for a in seq_axes if a not in gathered])  # ep is always gathered
+    tokens, gates = f"[B/dp, {seq}, H]", f"[B/dp, {seq}, E]"
+    return {
+        ("moe.dispatch", "ln2"): tokens,
+        ("moe.dispatch", "moe.gates"): gates,
+        ("moe.combine", "moe.gates"): gates,
+    }
 
 
 def _weights(block: Block, stored: dict[str, str]) -> None:
@@ -229,7 +250,10 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
             stored[_op_name(block, "mlp.fc2")] = act
         if "shared.fc2" in names and flags.sp:  # summed with the routed experts' shard output
             stored[_op_name(block, "shared.fc2")] = act
-        if "moe.tokens" in names:
+        if "moe.tokens" in names and flags.moe_allgather:
+            consumed.update(_moe_allgather(flags, _expert_axes(block)))
+            stored.update({t: act for t in ("moe.out", "moe.sum") if t in names})
+        elif "moe.tokens" in names:
             stored.update(_moe_layouts(names, flags, _expert_axes(block)))
     if mtp:  # its inputs like the embedding's; M_k column-parallel as in Megatron-Core
         hidden = f"[{TOKENS}, {_seq_stored(flags)}, Hc]"

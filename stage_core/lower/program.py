@@ -132,6 +132,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         sp=parallel.sequence_parallel,
         attention=options.attention,
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
+        moe_allgather=model.is_moe and str(parallel.moe_dispatcher) == "allgather",
     )
     if model.sliding_window and options.attention != "fused":
         raise ConfigError(

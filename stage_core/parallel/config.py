@@ -84,6 +84,15 @@ class CpStyle(StrEnum):
     RING = "ring"
 
 
+class MoeDispatcher(StrEnum):
+    """Megatron-Core's MoE token dispatcher (``--moe-token-dispatcher-type``): all-to-all of
+    each rank's routed tokens over the expert group, or all-gather of the tokens over it (and
+    tp) with a reduce-scatter back (``MoEAllGatherTokenDispatcher``)."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+
+
 class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
@@ -144,7 +153,8 @@ class ParallelConfig:
     ``grad_fp32``: gradients accumulate in fp32 (Megatron's default with mixed precision,
     18 bytes of model state per parameter); false keeps them in the compute precision (the
     ZeRO paper's 16 bytes). ``etp`` is the experts' tensor-parallel size (None: ``tp``,
-    Megatron's default; :attr:`expert_tp`). ``pp_layers``, ``pp_first_layers``,
+    Megatron's default; :attr:`expert_tp`); ``moe_dispatcher`` Megatron-Core's MoE token
+    dispatcher (:class:`MoeDispatcher`). ``pp_layers``, ``pp_first_layers``,
     ``pp_last_layers`` and ``pp_split`` choose each pipeline stage's layers (:meth:`stage_layers`).
     """
 
@@ -154,6 +164,7 @@ class ParallelConfig:
     pp: int = 1
     ep: int = 1
     etp: int | None = None
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
     sp: bool = False
     cp_style: CpStyle = CpStyle.ALLGATHER
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -191,6 +202,7 @@ class ParallelConfig:
         problems: list[str] = []
         for name, kind in (
             ("cp_style", CpStyle),
+            ("moe_dispatcher", MoeDispatcher),
             ("schedule", Schedule),
             ("recompute", Recompute),
             ("precision", Precision),

@@ -3,8 +3,9 @@
 Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
-- :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --etp --sp/--no-sp --zero --recompute
-  --schedule --vpp --micro-batch --global-batch --cp-style --precision --fp8-recipe --fp8-gemms``,
+- :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --etp --moe-dispatcher --sp/--no-sp
+  --zero --recompute --schedule --vpp --micro-batch --global-batch --cp-style --precision
+  --fp8-recipe --fp8-gemms``,
   and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
 - :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
@@ -101,6 +102,13 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="expert tensor parallel degree (Megatron's --expert-tensor-parallel-size; "
         "default: --tp; 1 folds the expert-parallel group over the tp ranks)",
+    )
+    group.add_argument(
+        "--moe-dispatcher",
+        choices=("alltoall", "allgather"),
+        default="alltoall",
+        help="MoE token dispatcher (Megatron's --moe-token-dispatcher-type): all-to-all of "
+        "routed tokens, or all-gather over the expert group and reduce-scatter back",
     )
     group.add_argument(
         "--sp",
@@ -215,6 +223,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         pp=args.pp,
         ep=args.ep,
         etp=args.etp,
+        moe_dispatcher=args.moe_dispatcher,
         sp=args.sp,
         cp_style=CpStyle(args.cp_style),
         schedule=Schedule("zb" if args.schedule == "zb-h1" else args.schedule),

@@ -16,6 +16,7 @@ from stage_explore.cli.options import add_model_options, add_parallel_options, p
 EXPECTED_FLAGS = {
     "--model", "--layers", "--seq-len", "--mtp-layers", "--dropout", "--no-dropout",
     "--dp", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero", "--recompute",
+    "--moe-dispatcher",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp8-recipe", "--fp8-gemms",
     "--fp32-grads", "--no-fp32-grads",
