@@ -29,68 +29,48 @@ simulated. All memos are bounded LRUs owned by the backend instance (no module s
 ``cache_stats()`` reports them; the memo and its value types live in
 :mod:`~stage_explore.analytical.parts`.
 
-Size: just over 600 lines, all of it the memoised orchestration of one evaluation (each method
-builds one memo key and calls a pure function of :mod:`blocktime`, :mod:`pipeline`,
-:mod:`costs`, :mod:`kernels`, :mod:`overlap` or :mod:`collectives`); the next split is the
-"one timing engine" of issue #11, which replaces these methods rather than moving them.
+Size: the per-block cost methods (bound blocks, collectives, ZeRO and gradient-sync costs, block
+timings, the compute timer, transfers, the optimizer step) live in
+:mod:`~stage_explore.analytical.costing` as a mixin; this module keeps the orchestration of one
+evaluation (plan, chunk, kind, step, result).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-import numpy as np
-
-from stage_core.blocks import Structure, mtp_layer_of_block
+from stage_core.blocks import mtp_layer_of_block
 from stage_core.errors import ConfigError, InfeasibleError
-from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
-from stage_core.lower.flops import DEFAULT_ATTENTION_FLOPS, AttentionFlops, block_flops
-from stage_core.lower.fp8 import fp8_block
-from stage_core.lower.memory import _block_states, recompute_working_set
+from stage_core.lower.flops import DEFAULT_ATTENTION_FLOPS, AttentionFlops
+from stage_core.lower.memory import recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
     PIPELINE_ENDS,
     PIPELINE_MIRROR,
     Workload,
-    _block_sync,
-    bind_all,
-    boundary_bytes,
     make_workload,
-    shared_embedding_weights,
-    tie_embeddings,
 )
 from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank, global_stage
 from stage_core.lower.weightgrad import split_backward
-from stage_core.models.layers import Mixer, is_layer_block, layer_kind_of_block
+from stage_core.models.layers import is_layer_block
 from stage_core.models.spec import ModelSpec
-from stage_core.ops import window_pairs
 from stage_core.parallel.config import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import (
     BlockCost,
-    BlockTiming,
     Runs,
     bucket_gradients,
     chunk_runs,
     chunk_timing,
-    fuse_elementwise,
-    imbalanced_timers,
     sync_timing,
-    time_block,
 )
-from stage_explore.analytical.collectives import (
-    alpha_beta_collective_s,
-    alpha_beta_point_to_point_s,
-    group_span,
-)
+from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.costs import (
     LOSS_SCALING_BYTES_PER_PARAM,
     OPTIMIZER_EXTRA_BYTES_PER_PARAM,
-    optimizer_step_s,
-    stage_transfer_s,
 )
 from stage_explore.analytical.frameworks import (
     DEFAULT_FRAMEWORK,
@@ -99,28 +79,15 @@ from stage_explore.analytical.frameworks import (
     zero3_gathered_bytes,
 )
 from stage_explore.analytical.kernels import (
-    KernelTimer,
-    cast_shares,
-    check_fp8_recipe,
     fp8_key,
-    loss_logits,
-)
-from stage_explore.analytical.overlap import (
-    flat_ring_s,
-    overlap_collectives,
-    overlap_rule,
-    overlap_shared_experts,
 )
 from stage_explore.analytical.parts import (
-    BlockSync,
     ChunkParts,
     KindParts,
     Memo,
     Plan,
     Point,
-    States,
     axes_of,
-    canonical,
     compute_dtype,
     infeasible,
     layer_pattern,
@@ -155,7 +122,7 @@ __all__ = [
 ]
 
 
-class AnalyticalBackend(BaseBackend):
+class AnalyticalBackend(BlockCosting, BaseBackend):
     """Per-kernel compute (or the roofline with efficiencies), α–β collectives over the network
     dims a group spans at NCCL's achieved bandwidth, the communication the framework profile
     overlaps, in-order compute and communication streams within a block, an event simulation
@@ -226,12 +193,6 @@ class AnalyticalBackend(BaseBackend):
             state.get("overrides"),
             state.get("attention_flops", DEFAULT_ATTENTION_FLOPS),
         )
-
-    def _token(self) -> int:
-        """A new number, to name a memoised value (bound blocks, a system, a plan) in other
-        memos' keys instead of the larger key it was found by."""
-        self._tokens += 1
-        return self._tokens
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         """Hits, misses and entries of each memo (for benchmarks)."""
@@ -534,235 +495,6 @@ class AnalyticalBackend(BaseBackend):
             return replace(system, network=dims), self._token()
 
         return self._systems.get(system, compute)  # type: ignore[no-any-return]
-
-    def _bound(self, workload: Workload) -> tuple[int, dict[str, BoundBlock]]:
-        """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
-        communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
-        the global micro-batch B, whose per-rank share is the micro-batch either way)."""
-        shapes = canonical(workload)
-        key = (
-            Structure.of(shapes.model), shapes.options, shapes.flags,
-            str(shapes.parallel.recompute), tuple(sorted(shapes.sizes.items())),
-            tuple(sorted(shapes.axis_sizes.items())), shapes.model.tied_embeddings,
-            workload.parallel.pp == 1,
-        )  # fmt: skip
-
-        def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys
-            return self._token(), tie_embeddings(workload, bind_all(shapes))
-
-        return self._blocks.get(key, compute)  # type: ignore[no-any-return]
-
-    def _tied_sync_s(self, point: Point, runs: Runs, spans: dict[tuple[str, ...], Any]) -> float:
-        """The tied word embedding's gradient all-reduce between the pipeline ends, for a chunk
-        holding the embedding or the head (``stage_core.lower.program._tied_embedding_sync``)."""
-        workload = point.workload
-        if not tied_ends(workload):
-            return 0.0
-        seconds = 0.0
-        for kind, _ in runs:
-            for weight in point.blocks[kind].weights:
-                if (kind, weight.name) in shared_embedding_weights(workload.model):
-                    size = weight.elements * workload.grad_bytes
-                    span = spans[(PIPELINE_ENDS,)]
-                    seconds += self._collective_time(point, span, CollectiveKind.ALL_REDUCE, size)
-        return seconds
-
-    def _spans(self, point: Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
-        """Per pipeline stage: (what the α–β time of a group over ``axes`` depends on — its
-        size, ranks per network dim, regularity —, a representative group, its rank)."""
-        workload, table, system = point.workload, point.table, point.system
-
-        def compute() -> tuple[Any, ...]:
-            result = []
-            for stage in range(workload.parallel.pp):
-                rank = workload.mesh.rank_of({"pp": stage})
-                group = table.group(rank, axes)
-                span = group_span(system.dim_sizes, group)
-                result.append(((len(group), span.counts, span.regular), group, rank))
-            return tuple(result)
-
-        key = ("spans", point.token, table.names, table.shape, axes)
-        return self._parts.get(key, compute)  # type: ignore[no-any-return]
-
-    def _collective_time(self, point: Point, span: Any, kind: CollectiveKind, size: int) -> float:
-        shape, group, _ = span
-        return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size),
-            lambda: alpha_beta_collective_s(point.system, kind, size, group),
-        )
-
-    def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
-        """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
-        one flat ring at the slowest dim's bandwidth under ``zero3_flat_ring``."""
-        if not self.framework.zero3_flat_ring or instr.collective is None:
-            return self._comm_time(point, span, instr)
-        shape, group, _ = span
-        kind, size = instr.collective, instr.comm_bytes
-        return self._parts.get(  # type: ignore[no-any-return]
-            ("flat", point.token, shape, kind, size),
-            lambda: flat_ring_s(point.system, kind, size, group),
-        )
-
-    def _comm_time(self, point: Point, span: Any, instr: Instr) -> float:
-        """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
-        if instr.kind != "ring":
-            assert instr.collective is not None
-            return self._collective_time(point, span, instr.collective, instr.comm_bytes)
-        system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
-        (axis,) = instr.axes
-        (peer,) = point.table.shifted(np.array([rank]), axis, 1)
-        a, b = system.coordinates(rank), system.coordinates(peer)
-        dim = next(i for i in range(len(a)) if a[i] != b[i])
-        return self._parts.get(  # type: ignore[no-any-return]
-            ("ring", point.token, dim, instr.comm_bytes, instr.ring_steps),
-            lambda: (
-                instr.ring_steps * alpha_beta_point_to_point_s(system, rank, peer, instr.comm_bytes)
-            ),
-        )
-
-    def _block_timing(
-        self, point: Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any]
-    ) -> BlockTiming:
-        """A block's timing with its element-wise chains fused; ``spans`` maps its
-        collectives' axes to the rank's groups."""
-        block = point.blocks[kind]
-        axes_list = self._axes(point, kind)
-        shapes = tuple(spans[a][0] for a in axes_list)
-        dtype = point.dtype
-
-        rule = overlap_rule(
-            self.framework, point.workload.axis_sizes["tp"], point.workload.flags.sp
-        )
-
-        def compute() -> BlockTiming:
-            instrs = block.fwd if phase == "fwd" else block.bwd
-            if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
-                halves = split_backward(block)
-                instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
-            if self.framework.fused_elementwise:
-                instrs = fuse_elementwise(instrs)
-            if self.framework.moe_shared_expert_overlap:
-                instrs = overlap_shared_experts(instrs)
-            compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
-                self._compute_timer(point, kind),
-                lambda i: self._comm_time(point, spans[i.axes], i),
-                self.framework.moe_load_imbalance,
-            )
-            return time_block(
-                instrs if rule is None else overlap_collectives(instrs, rule), compute_s, comm_s
-            )
-
-        parallel = point.workload.parallel
-        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
-        key = (point.key, kind, phase, point.token, shapes, dtype, fp8)
-        return self._parts.get(key, compute)  # type: ignore[no-any-return]
-
-    def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
-        """How long a compute instruction of block ``kind`` takes: the accelerator's kernel
-        model (:mod:`~stage_explore.analytical.kernels`) when its system has one, else the
-        roofline with efficiencies."""
-        accelerator, dtype = point.system.accelerator, point.dtype
-        kernels = accelerator.kernels
-        if kernels is None:
-            return lambda i: accelerator.compute_time_s(
-                i.flops, i.bytes_read + i.bytes_written, dtype
-            )
-        sizes, parallel = point.workload.sizes, point.workload.parallel
-        block = point.blocks[kind]
-        weights = frozenset(weight.name for weight in block.weights)
-        if dtype == "fp8":
-            check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
-        keys = sizes.get("S", point.workload.model.seq_len)
-        layer = layer_kind_of_block(kind) or mtp_layer_of_block(kind)  # an MTP module's layer
-        sliding = layer is not None and layer.mixer is Mixer.SLIDING
-        if sliding:  # the mean keys a query row sees inside its window (no further halving)
-            keys = max(1, window_pairs(keys, sizes["W"]) // keys)
-        return KernelTimer(
-            accelerator,
-            kernels,
-            dtype,
-            weights,
-            keys=keys,
-            head_dim=sizes.get("D", point.workload.model.head_dim),
-            causal=not sliding,  # decoder language models; a window's keys are counted above
-            attention_kernel=self.framework.attention_kernel,
-            fp8_recipe=str(parallel.fp8_recipe),
-            fp8_gemms=parallel.fp8_gemms,
-            fp8_block=fp8_block(kind),
-            fp8_training=True,
-            shares=(
-                cast_shares((*block.fwd, *block.bwd), weights, parallel.fp8_gemms)
-                if dtype == "fp8"
-                else {}
-            ),
-            loss_logits=loss_logits(block.fwd),
-        )
-
-    def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:
-        block = point.blocks[kind]
-        return self._parts.get(("axes", point.key, kind), lambda: axes_of(block))  # type: ignore[no-any-return]
-
-    def _block_sync(self, point: Point, kind: str) -> BlockSync:
-        """A block's gradient bytes per bucket key, parameter-gather bytes per axes (ZeRO-1/2),
-        and its model states (:func:`stage_core.lower.program._block_sync`,
-        :func:`stage_core.lower.memory._block_states`)."""
-        workload, block = point.workload, point.blocks[kind]
-
-        def compute() -> BlockSync:
-            reductions, gathers, params = _block_sync(workload, block)
-            weights, grads, optimizer, full = _block_states(workload, block)
-            options = workload.options
-            fused_causal = options.attention == "fused" and options.causal
-            model, hardware = self._parts.get(
-                ("flops", point.key, kind),
-                lambda: block_flops(block, self.attention_flops, fused_causal),
-            )
-            states = weights + grads + optimizer
-            return (
-                reductions,
-                gathers,
-                States(states, block.saved_bytes, params, (full,), model, hardware),
-            )
-
-        key = ("block_sync", point.key, kind, point.state_key)
-        return self._parts.get(key, compute)  # type: ignore[no-any-return]
-
-    def _transfer(self, point: Point) -> float:
-        """One activation (or gradient) message between adjacent stages
-        (:func:`~stage_explore.analytical.costs.stage_transfer_s`), memoised."""
-        workload, system = point.workload, point.system
-        mesh, tp = workload.mesh, workload.axis_sizes["tp"]
-        size = boundary_bytes(workload)
-        profile = self.framework
-        gathered = tp > 1 and not workload.flags.sp and profile.pipeline_scatter_gather
-        first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
-        blocking = profile.pipeline_p2p_blocking
-        ends = (system.coordinates(first), system.coordinates(second))
-        mesh_key = (point.table.names, point.table.shape)
-        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, blocking)
-        return self._parts.get(  # type: ignore[no-any-return]
-            key,
-            lambda: stage_transfer_s(
-                system, point.table, (first, second), size, tp if gathered else 1, blocking
-            ),
-        )
-
-    def _optimizer_s(self, point: Point, params: int) -> float:
-        """The optimizer step over this rank's ``params``
-        (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
-        accelerator, dtype = point.system.accelerator, point.dtype
-        grad_bytes = point.workload.grad_bytes
-        return self._parts.get(  # type: ignore[no-any-return]
-            ("optimizer", point.token, params, dtype, grad_bytes),
-            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes),
-        )
-
-    def _process_bytes(self, tensor_peak_bytes: int) -> int:
-        """What the process holds at the tensors' peak: the caching allocator's reserve
-        (``allocator_overhead``) and the runtime's own buffers (``runtime_reserved_bytes``)."""
-        profile = self.framework
-        reserve = int(tensor_peak_bytes * profile.allocator_overhead)
-        return tensor_peak_bytes + reserve + profile.runtime_reserved_bytes
 
     def _result(
         self, workload: Workload, step: Step, flops: tuple[int, int], system: System

@@ -17,7 +17,7 @@ from stage_core.lower.memory import memory_report
 from stage_core.lower.program import lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, PipelineSplit
-from stage_explore.analytical import backend as backend_module
+from stage_explore.analytical import costing as costing_module
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.evaluation import Evaluation
 from stage_explore.system import load_system
@@ -155,7 +155,7 @@ def test_an_indivisible_binding_is_infeasible_not_raised(monkeypatch: pytest.Mon
     def indivisible(workload: object) -> None:
         raise InfeasibleError("layer: dim S over cp*tp: 2050 is not divisible by 4")
 
-    monkeypatch.setattr(backend_module, "bind_all", indivisible)
+    monkeypatch.setattr(costing_module, "bind_all", indivisible)
     result = AnalyticalBackend().evaluate(SMALL, ParallelConfig(tp=4), A100)
     assert not result.feasible
     assert result.reason == "layer: dim S over cp*tp: 2050 is not divisible by 4"
