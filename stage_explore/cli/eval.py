@@ -234,6 +234,8 @@ def _describe(parallel: dict[str, Any]) -> str:
     )
     if parallel.get("etp") is not None and parallel["etp"] != parallel["tp"]:
         text += f" etp={parallel['etp']}"
+    if parallel.get("moe_dispatcher", "alltoall") != "alltoall":
+        text += f" moe_dispatcher={parallel['moe_dispatcher']}"
     flags = [
         f"zero={parallel['zero']}" if parallel["zero"] else "",
         "sp" if parallel["sp"] else "",
