@@ -194,6 +194,30 @@ def _emit_indexed(
     return ids
 
 
+def _sync_nodes(
+    em: _Emitter,
+    stage: StageProgram,
+    chunk: int | None,
+    after: int,
+    deps: tuple[int, ...],
+    sync_ids: list[int],
+) -> None:
+    """Emit the gradient synchronisations of ``stage`` scheduled ``after`` a block position (of
+    ``chunk``; ``None``: any chunk, for the step-end ones), each waiting for ``deps``; their node
+    ids go to ``sync_ids`` (the optimizer waits for all of them)."""
+    for op in stage.sync:
+        if op.after == after and (chunk is None or op.chunk == chunk):
+            node = TraceNode(
+                0,
+                f"step.c{op.chunk}.{op.name}",
+                NodeKind.COLL,
+                deps,
+                collective=op.collective,
+                comm_bytes=op.comm_bytes,
+            )
+            sync_ids.append(em.add(node, op.axes))
+
+
 def _weight_nodes(
     em: _Emitter,
     programs: ProgramSet,
@@ -226,17 +250,7 @@ def _weight_nodes(
             for instr in _zero_collectives(workload, block, gather=False):
                 em.instr(instr, f"{prefix}.{instr.name}", (last,))
         if mb == last_mb[chunk.index] and last is not None:
-            for op in stage.sync:
-                if op.chunk == chunk.index and op.after == position:
-                    node = TraceNode(
-                        0,
-                        f"step.c{chunk.index}.{op.name}",
-                        NodeKind.COLL,
-                        (last,),
-                        collective=op.collective,
-                        comm_bytes=op.comm_bytes,
-                    )
-                    sync_ids.append(em.add(node, op.axes))
+            _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
     return last
 
 
@@ -314,17 +328,7 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                 for instr in _zero_collectives(workload, block, gather=False):
                     em.instr(instr, f"{prefix}.{instr.name}", entry)
             if backward and mb == last_mb_backward[chunk.index] and not split:
-                for op in stage.sync:
-                    if op.chunk == chunk.index and op.after == position:
-                        node = TraceNode(
-                            0,
-                            f"step.c{chunk.index}.{op.name}",
-                            NodeKind.COLL,
-                            (last,),
-                            collective=op.collective,
-                            comm_bytes=op.comm_bytes,
-                        )
-                        sync_ids.append(em.add(node, op.axes))
+                _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
         send_to = j - 1 if backward else j + 1
         if 0 <= send_to <= last_stage:
             node = TraceNode(
@@ -337,17 +341,8 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
             )
             last = em.add(node, peer_shift=(-1 if backward else 1) * toward)
         previous = last if last >= 0 else previous
-    for op in stage.sync:
-        if op.after == AFTER_BACKWARD:
-            node = TraceNode(
-                0,
-                f"step.c{op.chunk}.{op.name}",
-                NodeKind.COLL,
-                (previous,) if previous is not None else (),
-                collective=op.collective,
-                comm_bytes=op.comm_bytes,
-            )
-            sync_ids.append(em.add(node, op.axes))
+    after_step = (previous,) if previous is not None else ()
+    _sync_nodes(em, stage, None, AFTER_BACKWARD, after_step, sync_ids)
     if stage.optimizer is None:  # a serving step: forward only, no update
         return em.nodes
     step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
