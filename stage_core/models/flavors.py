@@ -376,8 +376,9 @@ _HYBRID = (
     # tokenizer) padded to a multiple of pad_vocab_size_multiple 16: 50288; tie_embeddings true;
     # RMSNorm; trained on the Pile at 2048 tokens. No attention and no MLP: `heads`/`head_dim`
     # repeat the Mamba heads, `ffn` the inner width and `activation` is the default only because
-    # a ModelSpec needs them (no layer reads them). 2,702,599,680 parameters (the checkpoint's in_proj 10576×2560,
-    # conv1d 5376×4 + 5376, A_log, D, dt_bias, norm 5120, out_proj 2560×5120 per layer).
+    # a ModelSpec needs them (no layer reads them). 2,702,599,680 parameters (the checkpoint's
+    # in_proj 10576×2560, conv1d 5376×4 + 5376, A_log, D, dt_bias, norm 5120, out_proj 2560×5120
+    # per layer).
     ModelSpec(
         name="mamba2-2.7b",
         family=Family.MAMBA2,
