@@ -144,6 +144,11 @@ class Explorer:
                 "pass --resume to continue it, or choose another --out"
             )
         recorded = read_study_meta(self.directory) if self._resume else None
+        if self._resume and recorded is None and not part_files(self.directory):
+            raise ConfigError(
+                f"resume: {self.directory} holds no recorded study (expected {STUDY_FILE} or "
+                "part-*.parquet files there); start it without resume, or check the output folder"
+            )
         if recorded is not None:
             stored = recorded.get("fingerprint", {})
             for section, value in self.spec.fingerprint().items():

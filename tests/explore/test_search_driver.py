@@ -203,6 +203,13 @@ def test_resume_refuses_a_changed_study_definition(tmp_path: Path) -> None:
         run(changed, tmp_path, resume=True)
 
 
+def test_python_resume_of_an_empty_folder_is_refused_as_the_cli_refuses(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, trials=5)
+    with pytest.raises(ConfigError, match=r"holds no recorded study .*start it without resume"):
+        run(spec, tmp_path, resume=True)
+    assert not (tmp_path / "out" / "demo" / "_study.json").exists()
+
+
 def test_grid_visits_each_possible_point_once_and_ends_when_exhausted(tmp_path: Path) -> None:
     space = "num_gpus = [8, 16]\ntp = [1, 2, 4, 8]\npp = [1, 2, 3]\nzero = [1, 3]\n"
     spec = spec_of(tmp_path, sampler="grid", trials=None, space=space, batch_size=8)
