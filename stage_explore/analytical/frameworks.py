@@ -323,6 +323,35 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
         ),
+        # TorchTitan (Liang et al., arXiv 2410.06511): FSDP2 ``fully_shard`` per transformer
+        # block, TP/SP through DTensor plans, torch.distributed.pipelining. Each default is the
+        # job config's default; recipes switch options per run (setups.toml framework_options).
+        FrameworkProfile(
+            name="torchtitan",
+            description="TorchTitan (FSDP2, DTensor TP/SP, torch.distributed.pipelining; 2024-25)",
+            source="https://github.com/pytorch/torchtitan (torchtitan/config_manager.py, "
+            "parallelisms/parallelize_llama.py, docs/performance.md)",
+            overlap_grad_reduce=True,  # FSDP2 reduce-scatters in the post-backward hook
+            overlap_param_gather=True,  # FSDP2 implicit forward/backward prefetch
+            # experimental.enable_async_tensor_parallel, default false (needs training.compile)
+            tp_comm_overlap=False,
+            moe_comm_overlap=False,
+            moe_shared_expert_overlap=False,
+            # Schedule1F1B fires a stage's forward sends with its backward receives in one
+            # batch_isend_irecv and waits on it before the backward (torch.distributed.
+            # pipelining schedules.py, "fwd_send_bwd_recv")
+            pipeline_p2p_blocking=True,
+            pipeline_scatter_gather=True,  # TP plans keep activations sequence-sharded
+            zero3_gathers=2,  # fully_shard(reshard_after_forward=True) without PP
+            zero3_flat_ring=False,
+            zero3_live_elements=0,  # one FSDP unit per transformer block
+            zero3_prefetch_elements=0,
+            # F.scaled_dot_product_attention: PyTorch's flash backend is FlashAttention-2
+            attention_kernel="fa2",
+            fused_elementwise=False,  # training.compile, default false (eager PyTorch)
+            runtime_reserved_bytes=1 * GIB,  # the same estimate as the other PyTorch profiles
+            allocator_overhead=0.05,  # the same estimate (torchtitan logs max_reserved_gib)
+        ),
     )
 }
 

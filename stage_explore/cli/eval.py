@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         metavar="NAME",
         help="training framework profile of the analytical backend: megatron-lm-2021 "
-        "(default), megatron-core, deepspeed, fsdp",
+        "(default), megatron-core, deepspeed, fsdp, llm-foundry-2023, torchtitan",
     )
     parser.add_argument(
         "--moe-load-imbalance",

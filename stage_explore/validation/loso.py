@@ -39,7 +39,7 @@ def leave_one_source_out(
         if not train:
             out[source] = {"reason": f"no other source on {system_name} to fit on"}
             continue
-        system = load_system(system_name)
+        system = load_system(mine[0].system_source)
         # The test source's precisions too: a dtype with the train rows' peak shares their fit.
         dtypes = {str(c.parallel.precision) for c in [*train, *mine] if c.parallel is not None}
         names = [n for n in default_parameters(system, dtypes) if not n.startswith("network.")]

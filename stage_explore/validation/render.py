@@ -32,15 +32,17 @@ def _row_cells(r: RowResult) -> list[str]:
 def to_text(report: ValidationReport) -> str:
     """Per-source summary, rankings, targets and the rows (vTrain rows summarised)."""
     lines = [f"published runs and setups: {report.source}", ""]
+    width = max([10, *(len(source) for source in report.sources)])
     header = (
-        f"{'source':<10} {'rows':>9} {'in-sample MAE':>14} {'held-out MAE':>13} {'LOSO MAE':>9}"
+        f"{'source':<{width}} {'rows':>9} {'in-sample MAE':>14} {'held-out MAE':>13} "
+        f"{'LOSO MAE':>9}"
     )
     lines += [header, "-" * len(header)]
     for source in report.sources:
         s = report.source_summary(source)
         loso = (s.get("leave_one_source_out") or {}).get("mae")
         lines.append(
-            f"{source:<10} {s['rows_evaluated']:>4}/{s['rows_total']:<4} "
+            f"{source:<{width}} {s['rows_evaluated']:>4}/{s['rows_total']:<4} "
             f"{_pct(s['in_sample_mae']):>14} {_pct(s['held_out_mae']):>13} {_pct(loso):>9}"
         )
     lines.append("")

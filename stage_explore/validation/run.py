@@ -166,6 +166,6 @@ def evaluate_cases(
     results = []
     for case in cases:
         if case.system not in loaded:
-            loaded[case.system] = load_system(case.system)
+            loaded[case.system] = load_system(case.system_source)
         results.append(evaluate_case(case, factory(case.backend_key), loaded[case.system]))
     return results

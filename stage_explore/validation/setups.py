@@ -6,10 +6,11 @@ measured value, in-sample flag — or a reason the row cannot be evaluated.
 Holds :class:`SourceSetup` (one ``[sources.NAME]`` table), :class:`Case` (with
 :attr:`Case.backend_key`, the framework plus the row's ``framework_options``, read back by
 :func:`parse_backend_key`), :func:`load_setups`, :func:`read_csv`, :func:`load_cases` and
-:func:`data_dir`. A row may name its own ``model_base`` flavor. Rules (also in ``setups.toml``'s
-header): the CSV's values come first; a setup field fills a cell the CSV leaves empty, and one
-that contradicts a value the CSV states is a :class:`ConfigError`. A schedule is interleaved
-1F1B when ``vpp`` > 1, else 1F1B.
+:func:`data_dir`. A row may name its own ``model_base`` flavor; a source's ``system`` is a
+preset name or a ``.toml`` system file of the data folder (:func:`system_file`). Rules (also in
+``setups.toml``'s header): the CSV's values come first; a setup field fills a cell the CSV leaves
+empty, and one that contradicts a value the CSV states is a :class:`ConfigError`. A schedule is
+interleaved 1F1B when ``vpp`` > 1, else 1F1B.
 """
 
 from __future__ import annotations
@@ -95,6 +96,14 @@ class Case:
     reason: str = ""
     #: Framework-profile options the row's recipe switches (``setups.toml`` framework_options).
     framework_options: tuple[tuple[str, bool | int | float | str], ...] = ()
+    #: Where :attr:`system` is loaded from: "" for a preset (``system`` is its name), else the
+    #: absolute path of the system file ``system`` names inside the data folder.
+    system_file: str = ""
+
+    @property
+    def system_source(self) -> str:
+        """What :func:`~stage_explore.system.load_system` takes for this case's system."""
+        return self.system_file or self.system
 
     @property
     def backend_key(self) -> str:
@@ -321,12 +330,29 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
     return replace(case, model=model, parallel=parallel)
 
 
+def system_file(source: SourceSetup, folder: Path) -> str:
+    """The absolute path of the system file a source names (a ``.toml`` path relative to the
+    data folder, e.g. ``systems/grand-teton-h100.toml``), or "" when it names a preset; a
+    missing file is a :class:`ConfigError`."""
+    if not source.system.endswith(".toml"):
+        return ""
+    path = (folder / source.system).resolve()
+    if not path.is_file():
+        raise ConfigError(
+            f"setups.toml [sources.{source.name}]: system file {source.system!r} not found in "
+            f"{str(folder)!r}; expected a preset name or a .toml file of the data folder"
+        )
+    return str(path)
+
+
 def load_cases(folder: Path | None = None, setups: Path | None = None) -> list[Case]:
     """Every published row of every source in ``setups.toml``, in file order."""
     folder = folder or data_dir()
     sources, rows = load_setups(setups or folder / "setups.toml")
-    return [
-        make_case(source, row, rows.get(row["id"], {}))
-        for source in sources
-        for row in source_rows(source, folder)
-    ]
+    cases = []
+    for source in sources:
+        where = system_file(source, folder)
+        for row in source_rows(source, folder):
+            case = make_case(source, row, rows.get(row["id"], {}))
+            cases.append(replace(case, system_file=where) if where else case)
+    return cases

@@ -1,0 +1,151 @@
+"""The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables): the CSV
+parses with ``published_runs_more.csv``'s schema, every row is a case of the two sources that
+read it (TPS/GPU and memory), every case is evaluated or says why, the system file states what
+the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults, and
+memory targets are reported per source, in-sample apart."""
+
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_explore.analytical.frameworks import get_framework
+from stage_explore.system import load_system
+from stage_explore.validation.report import MEMORY_TARGET, ValidationReport
+from stage_explore.validation.run import RowResult, evaluate_cases
+from stage_explore.validation.setups import Case, data_dir, load_cases, load_setups
+
+DATA = data_dir()
+HELD_OUT = "published_runs_held_out.csv"
+SOURCES = {"TORCHTITAN": "tokens_per_s_per_gpu", "TORCHTITAN-MEM": "peak_mem_gib"}
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    with (DATA / name).open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[Case]:
+    return [c for c in load_cases() if c.source in SOURCES]
+
+
+@pytest.fixture(scope="module")
+def results(cases: list[Case]) -> list[RowResult]:
+    return evaluate_cases(cases)
+
+
+def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
+    with (DATA / "published_runs_more.csv").open(newline="", encoding="utf-8") as handle:
+        schema = next(csv.reader(handle))
+    with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
+        assert next(csv.reader(handle)) == schema
+    rows = _rows(HELD_OUT)
+    assert len(rows) == 18 and len({r["id"] for r in rows}) == len(rows)
+    for row in rows:
+        assert row["url"].startswith("https://") and row["source_table"], row["id"]
+        assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
+        for metric in SOURCES.values():
+            assert float(row[metric]) > 0, row["id"]
+        gpus = int(row["num_gpus"])
+        parallel = int(row["tp"]) * int(row["pp"]) * int(row["dp"]) * int(row["cp"])
+        assert parallel == gpus, f"{row['id']}: tp·pp·dp·cp = {parallel}, GPUs {gpus}"
+
+
+def test_both_sources_read_every_row_held_out_with_their_assumptions(cases: list[Case]) -> None:
+    ids = [r["id"] for r in _rows(HELD_OUT)]
+    for source, metric in SOURCES.items():
+        mine = [c for c in cases if c.source == source]
+        assert [c.id for c in mine] == ids
+        for case in mine:
+            assert case.metric == metric and not case.in_sample
+            assert case.framework == "torchtitan" and case.assumptions, case.id
+            assert case.system_file == str(DATA / "systems" / "grand-teton-h100.toml")
+    sources, _ = load_setups()
+    declared = {s.name: s for s in sources}
+    assert {declared[name].file for name in SOURCES} == {HELD_OUT}
+
+
+def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> None:
+    assert len(results) == 2 * len(_rows(HELD_OUT))
+    for result in results:
+        if result.evaluated:
+            assert math.isfinite(result.error) and result.predicted > 0, result.case.id
+        else:
+            assert result.note or result.case.reason, f"{result.case.id} dropped silently"
+
+
+def test_recipes_switch_compile_and_async_tp_per_row(cases: list[Case]) -> None:
+    by_id = {c.id: c for c in cases if c.source == "TORCHTITAN"}
+    assert by_id["TTITAN-T1-1"].backend_key == "torchtitan"  # "FSDP": eager, no Float8
+    assert by_id["TTITAN-T1-2"].backend_key == "torchtitan+fused_elementwise=true"
+    assert "tp_comm_overlap=true" in by_id["TTITAN-T4-2"].backend_key
+    assert "tp_comm_overlap" not in by_id["TTITAN-T4-1"].backend_key
+    one, interleaved = by_id["TTITAN-T5-1"].parallel, by_id["TTITAN-T5-2"].parallel
+    assert one is not None and interleaved is not None
+    # the table's local batch 32 per FSDP rank, split into the default number of micro-batches
+    assert one.global_batch == 32 * one.dp and one.global_batch // (one.dp * one.micro_batch) == 8
+    assert interleaved.vpp == 2 and str(interleaved.schedule) == "interleaved"
+    for case in by_id.values():
+        assert case.parallel is not None and case.model is not None
+        assert case.parallel.zero == 3
+        precision = "bf16" if case.id in {"TTITAN-T1-1", "TTITAN-T1-2", "TTITAN-T3-1",
+                                          "TTITAN-T3-2"} else "fp8"  # fmt: skip
+        assert str(case.parallel.precision) == precision, case.id
+
+
+def test_the_system_file_changes_only_what_the_source_states() -> None:
+    teton = load_system(DATA / "systems" / "grand-teton-h100.toml")
+    preset = load_system("h100-80gb")
+    assert teton.accelerator.memory_bytes == 96 * 2**30
+    assert teton.accelerator.memory_bandwidth_bytes_per_s == 2.4e12
+    assert teton.accelerator.peak_flops_per_s == preset.accelerator.peak_flops_per_s
+    assert teton.accelerator.kernels == preset.accelerator.kernels
+    assert [(d.size, d.bandwidth_bytes_per_s) for d in teton.network] == [
+        (d.size, d.bandwidth_bytes_per_s) for d in preset.network
+    ]
+    assert teton.network[1].bandwidth_bytes_per_s * 8 == 400e9  # "400 Gb/s per GPU"
+
+
+def test_the_torchtitan_profile_has_the_job_configs_defaults() -> None:
+    profile = get_framework("torchtitan")
+    # training.compile and experimental.enable_async_tensor_parallel default to false
+    assert not profile.fused_elementwise and not profile.tp_comm_overlap
+    assert profile.zero3_gathers == 2 and profile.zero3_live_elements == 0  # FSDP2 blocks
+    assert profile.pipeline_p2p_blocking  # Schedule1F1B waits on fwd_send_bwd_recv
+
+
+def test_a_missing_system_file_is_a_one_line_error(tmp_path: Path) -> None:
+    for name in ("published_runs.csv", "published_runs_more.csv", "vtrain_multi.csv", HELD_OUT):
+        shutil.copy(DATA / name, tmp_path / name)
+    text = (DATA / "setups.toml").read_text(encoding="utf-8")
+    (tmp_path / "setups.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="system file 'systems/grand-teton-h100.toml' not found"):
+        load_cases(tmp_path)
+
+
+def _memory_row(case: Case, source: str, in_sample: bool, error: float) -> RowResult:
+    moved = replace(case, source=source, in_sample=in_sample, metric="peak_mem_gib", measured=50.0)
+    return RowResult(moved, 50.0 * (1 + error))
+
+
+def test_memory_targets_are_per_source_with_the_in_sample_rows_apart(cases: list[Case]) -> None:
+    case = cases[0]
+    rows = [
+        _memory_row(case, "TUNED", True, 0.05),
+        _memory_row(case, "TUNED", True, -0.08),
+        _memory_row(case, "HELD", False, 0.04),
+        _memory_row(case, "HELD", False, -0.30),
+    ]
+    targets = {t.name: t for t in ValidationReport(tuple(rows), "test").targets()}
+    tuned = targets[f"TUNED: peak memory within {MEMORY_TARGET:.0%} on every row"]
+    held = targets[f"HELD: peak memory within {MEMORY_TARGET:.0%} on every row"]
+    assert tuned.passed and "(in-sample)" in tuned.detail
+    assert f"{(0.05 + 0.08) / 2 * 100:.2f} %" in tuned.detail
+    assert not held.passed and "(held out)" in held.detail and "-30.0 %" in held.detail
