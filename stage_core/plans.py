@@ -9,6 +9,10 @@ sequence parallelism). Megatron's column/row tensor parallelism partitions heads
 over ``tp``; experts are partitioned over the dispatch's expert axes (``ep``, folded over
 ``cp`` and ``tp`` as Megatron-Core's MoE parallel folding does: :mod:`stage_core.lower.experts`)
 and their FFN width over ``tp`` unless tp is one of those axes (expert tensor parallel size 1).
+With an expert tensor parallel size strictly between 1 and tp (``PlanFlags.tp_split``) the mesh
+splits tp into ``tpo`` (outer, ``tp/etp``) and ``tp`` (inner, ``etp``): every dense layout's
+``tp`` becomes ``(tpo*tp)`` (:func:`split_tp`), the expert region's layouts keep ``tp`` (the
+experts' tensor-parallel ranks) and fold ``tpo`` into the expert axes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stage_core.graph import Block
+from stage_core.layout import Layout
 from stage_core.models.layers import is_layer_block
 from stage_core.ops_moe import Dispatch
 from stage_core.sharding import ShardingPlan
@@ -32,6 +37,17 @@ class PlanFlags:
     attention: str = "fused"
     cp_ring: bool = False
     moe_allgather: bool = False  # Megatron's all-gather token dispatcher (_moe_allgather)
+    tp_split: bool = False  # tp is two mesh axes tpo, tp (1 < etp < tp; lower/experts.py)
+
+
+#: The outer sub-axis of tp when the experts' tensor-parallel size is strictly between 1 and tp
+#: (:data:`stage_core.lower.bind.TP_OUTER`).
+TP_OUTER = "tpo"
+
+
+def _tp_axes(flags: PlanFlags) -> list[str]:
+    """The mesh axes a dense layer's tensor parallelism spans: ``tpo, tp`` or ``tp``."""
+    return [TP_OUTER, "tp"] if flags.tp_split else ["tp"]
 
 
 def _seq_stored(flags: PlanFlags) -> str:
@@ -89,7 +105,7 @@ def _moe_layouts(
     folding also ``cp`` and ``tp``), then, when the experts are tensor-parallel over tp, an
     all-gather over tp; back, a reduce-scatter over tp, then the all-to-all.
     """
-    token_axes = ["dp", "ep", "cp"] + (["tp"] if flags.sp else [])
+    token_axes = ["dp", "ep", "cp"] + (_tp_axes(flags) if flags.sp else [])
     routed = [a for a in token_axes if a not in expert_axes] + list(expert_axes)
     kept = [a for a in ("dp", "ep", "cp") if a not in expert_axes]
     tp_whole = "tp" in expert_axes or flags.sp
@@ -116,7 +132,7 @@ def _moe_allgather(flags: PlanFlags, expert_axes: tuple[str, ...]) -> dict[tuple
     (:class:`~stage_core.ops_moe.Dispatch`), the combine's output is partial over the expert
     axes and is reduce-scattered back; the backward mirrors it."""
     gathered = set(expert_axes) | ({"tp"} if flags.sp else set())
-    seq_axes = ["cp"] + (["tp"] if flags.sp else [])
+    seq_axes = ["cp"] + (_tp_axes(flags) if flags.sp else [])
     seq = "S" + _over([a for a in seq_axes if a not in gathered])  # ep is always gathered
     tokens, gates = f"[B/dp, {seq}, H]", f"[B/dp, {seq}, E]"
     return {
@@ -126,8 +142,9 @@ def _moe_allgather(flags: PlanFlags, expert_axes: tuple[str, ...]) -> dict[tuple
     }
 
 
-def _weights(block: Block, stored: dict[str, str]) -> None:
-    """Column/row-parallel weights and biases, expert weights; the rest replicated."""
+def _weights(block: Block, stored: dict[str, str], experts: dict[str, str]) -> None:
+    """Column/row-parallel weights and biases into ``stored``, expert weights into ``experts``;
+    the rest replicated."""
     column = {
         "wq": "[H, N/tp, D]",
         "wk": "[H, K/tp, D]",
@@ -148,7 +165,8 @@ def _weights(block: Block, stored: dict[str, str]) -> None:
         elif name in _LATENT_UP:  # latent attention's per-head up-projections: column-parallel
             layout = f"[{dims[0]}, N/tp, {dims[2]}]"
         elif name.startswith("experts."):
-            layout = _expert_weight(dims, expert_axes)
+            experts[name] = _expert_weight(dims, expert_axes)
+            continue
         elif name.endswith((".w1", ".wg", ".wu")):
             layout = f"[H, {dims[1]}/tp]"
         elif name.endswith(".w2"):
@@ -189,7 +207,9 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     """The sharding plan of ``block`` (a layer, MoE layer, embedding or head block)."""
     stored: dict[str, str] = {}
     consumed: dict[tuple[str, str], str] = {}
-    _weights(block, stored)
+    expert_stored: dict[str, str] = {}  # the expert region: its tp is the experts' own
+    expert_consumed: dict[tuple[str, str], str] = {}
+    _weights(block, stored, expert_stored)
     act = _activation(flags)
     names = block.tensors
     if "x" in names:
@@ -251,10 +271,12 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
         if "shared.fc2" in names and flags.sp:  # summed with the routed experts' shard output
             stored[_op_name(block, "shared.fc2")] = act
         if "moe.tokens" in names and flags.moe_allgather:
-            consumed.update(_moe_allgather(flags, _expert_axes(block)))
+            expert_consumed.update(_moe_allgather(flags, _expert_axes(block)))
             stored.update({t: act for t in ("moe.out", "moe.sum") if t in names})
         elif "moe.tokens" in names:
-            stored.update(_moe_layouts(names, flags, _expert_axes(block)))
+            for name, layout in _moe_layouts(names, flags, _expert_axes(block)).items():
+                region = name == "moe.tokens" or name.startswith("experts.")
+                (expert_stored if region else stored)[name] = layout
     if mtp:  # its inputs like the embedding's; M_k column-parallel as in Megatron-Core
         hidden = f"[{TOKENS}, {_seq_stored(flags)}, Hc]"
         stored.update({"x": hidden, "embed.tokens": hidden, "ids": f"[{TOKENS}, S/cp]"})
@@ -274,4 +296,22 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     elif block.name == "head":
         stored["targets"] = f"[{TOKENS}, S/cp]"
         consumed[("logits", "ln_f")] = _GATHERED
-    return ShardingPlan.from_strings(block, stored, consumed)
+    dense = ShardingPlan.from_strings(block, stored, consumed)
+    experts = ShardingPlan.from_strings(block, expert_stored, expert_consumed)
+    dense_stored, dense_consumed = dense.stored, dense.consumed
+    if flags.tp_split:
+        dense_stored = {name: split_tp(layout) for name, layout in dense_stored.items()}
+        dense_consumed = {key: split_tp(layout) for key, layout in dense_consumed.items()}
+    return ShardingPlan({**dense_stored, **experts.stored}, {**dense_consumed, **experts.consumed})
+
+
+def split_tp(layout: Layout) -> Layout:
+    """``layout`` with the whole tp axis as its two sub-axes ``tpo`` (outer) and ``tp``
+    (inner): ``[N/tp, H @ 1/tp]`` → ``[N/(tpo*tp), H @ 1/(tpo*tp)]``. Rank ``t`` of the tp
+    group is ``tpo·etp + tp`` on the split mesh, so every rank holds the same shard as before."""
+
+    def split(axes: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(part for a in axes for part in ((TP_OUTER, "tp") if a == "tp" else (a,)))
+
+    shards = tuple(split(axes) for axes in layout.shards)
+    return Layout(layout.dims, shards, split(layout.partial), layout.name, layout.sizes)

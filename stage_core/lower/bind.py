@@ -31,12 +31,15 @@ from stage_core.layout import Layout
 from stage_core.mesh import Mesh
 from stage_core.models.layers import is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
-from stage_core.plans import PlanFlags, plan_for
+from stage_core.plans import TP_OUTER, PlanFlags, plan_for
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
 
-#: Axes of the generator's mesh, outermost first by default.
-MESH_AXES = ("pp", "dp", "ep", "cp", "tp")
+#: Axes of the generator's mesh, outermost first by default. ``tpo`` (plans.TP_OUTER) is the
+#: outer sub-axis of tp when the experts' tensor-parallel size is strictly between 1 and tp
+#: (size ``tp/etp``; ``tp`` is then the inner ``etp`` ranks, lower/experts.py); it is in a
+#: workload's mesh only then.
+MESH_AXES = ("pp", "dp", "ep", "cp", TP_OUTER, "tp")
 #: Axes over which weights are data-parallel replicas (gradients reduced, ZeRO shards).
 DATA_AXES = frozenset({"dp", "ep", "cp"})
 

@@ -13,11 +13,15 @@ The generator's mesh is ``pp, dp, ep, cp, tp`` (the ``dp`` axis has size ``dp/ep
   ``cp`` divides ``ep`` (axes ``ep, cp``), else it is carved out of dp alone (axis ``ep``);
 - ``etp = 1``: every tp rank holds whole experts and routes its own sequence shard (sequence
   parallelism, which Megatron-Core requires for MoE with tp > 1); the group folds over tp and
-  then as above (axes ``ep, tp`` or ``ep, cp, tp``).
+  then as above (axes ``ep, tp`` or ``ep, cp, tp``);
+- ``1 < etp < tp``: the tp axis is split in two mesh axes, :data:`TP_OUTER` (``tpo``, size
+  ``tp/etp``, outer) and ``tp`` (size ``etp``, inner). Dense layers partition over both (one
+  tensor-parallel group of ``tp`` consecutive ranks, as before); the experts are
+  tensor-parallel over the inner ``tp`` alone and the group folds over ``tpo`` and then as
+  above (axes ``ep, tpo`` or ``ep, cp, tpo``); sequence parallelism is required as for
+  ``etp = 1``.
 
-What is left, ``ep_d``, is the size of the mesh's ``ep`` axis and must divide ``dp``. An
-expert tensor parallel size strictly between 1 and tp would need tp split into two axes: it is
-a :class:`ConfigError` here (``ParallelConfig`` itself accepts it).
+What is left, ``ep_d``, is the size of the mesh's ``ep`` axis and must divide ``dp``.
 """
 
 from __future__ import annotations
@@ -28,14 +32,18 @@ from dataclasses import dataclass
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import DATA_AXES, MESH_AXES
 from stage_core.parallel.config import ParallelConfig
+from stage_core.plans import TP_OUTER
 
 
 @dataclass(frozen=True, slots=True)
 class ExpertFold:
-    """The mesh axes partitioning the experts (outermost first) and the ``ep`` axis's size."""
+    """The mesh axes partitioning the experts (outermost first), the ``ep`` axis's size and
+    the size of the outer tp sub-axis :data:`TP_OUTER` (``tp/etp`` when ``1 < etp < tp``,
+    else 1: the tp axis is not split)."""
 
     axes: tuple[str, ...]
     ep_from_dp: int
+    tp_outer: int = 1
 
 
 def fold_experts(parallel: ParallelConfig) -> ExpertFold:
@@ -44,35 +52,32 @@ def fold_experts(parallel: ParallelConfig) -> ExpertFold:
     order = [a for a in parallel.axis_order if a != "pp"]
     axes = ["ep"]
     rest = ep
+    outer = tp // etp
     if etp < tp:
-        if etp != 1:
-            raise ConfigError(
-                "this generator expresses expert tensor parallel size tp (experts split like "
-                f"dense layers) or 1 (whole experts, tp folded into ep), but got ({etp=}, {tp=})"
-            )
         if not parallel.sequence_parallel:
             raise ConfigError(
                 "`etp` < `tp` routes each tp rank's own sequence shard: it needs sequence "
                 f"parallelism (Megatron-Core requires it for MoE with tp > 1), but got ({etp=}, "
                 f"{tp=}, sp={parallel.sp})"
             )
-        if ep % tp:
+        if ep % outer:
             raise ConfigError(
-                "with `etp` = 1 the expert-parallel group spans the tp ranks first: `tp` must "
-                f"divide `ep`, but got ({ep=}, {tp=})"
+                "with `etp` < `tp` the expert-parallel group spans the tp ranks outside an "
+                f"expert's tensor-parallel group first: `tp`/`etp` = {outer} must divide `ep`, "
+                f"but got ({ep=}, {etp=}, {tp=})"
             )
-        axes.append("tp")
-        rest //= tp
+        axes.append("tp" if etp == 1 else TP_OUTER)
+        rest //= outer
     if cp > 1 and rest % cp == 0 and order.index("cp") == order.index("ep") + 1:
         axes.insert(1, "cp")
         rest //= cp
     if dp % rest:
-        folded = "·".join(a for a in ("tp", "cp") if a in axes) or "nothing"
+        folded = "·".join(a for a in ("tp", TP_OUTER, "cp") if a in axes) or "nothing"
         raise ConfigError(
             "the expert-parallel group left after folding over "
             f"{folded} must divide `dp`, but got ({ep=}, {etp=}, {tp=}, {cp=}, {dp=})"
         )
-    return ExpertFold(tuple(axes), rest)
+    return ExpertFold(tuple(axes), rest, outer if 1 < etp < tp else 1)
 
 
 def data_axes(

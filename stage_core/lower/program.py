@@ -36,7 +36,7 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
-from stage_core.plans import PlanFlags
+from stage_core.plans import TP_OUTER, PlanFlags
 from stage_core.trace import CollectiveKind
 
 #: Adam: FLOPs per parameter of the update, bytes read and written per parameter (fp32 master
@@ -84,9 +84,12 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         "dp": parallel.dp // fold.ep_from_dp,
         "ep": fold.ep_from_dp,
         "cp": parallel.cp,
-        "tp": parallel.tp,
+        TP_OUTER: fold.tp_outer,  # tp split in two when 1 < etp < tp (lower/experts.py)
+        "tp": parallel.tp // fold.tp_outer,
     }
     order = [a for a in parallel.axis_order if a in MESH_AXES]
+    if fold.tp_outer > 1:  # the outer sub-axis right above the inner (etp) tp ranks
+        order.insert(order.index("tp"), TP_OUTER)
     mesh = Mesh(tuple(MeshAxis(a, axis_sizes[a]) for a in order))
     seq = model.seq_len
     batch = parallel.micro_batch * parallel.dp  # the global micro-batch dim B
@@ -133,6 +136,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         attention=options.attention,
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
         moe_allgather=model.is_moe and str(parallel.moe_dispatcher) == "allgather",
+        tp_split=fold.tp_outer > 1,
     )
     if model.sliding_window and options.attention != "fused":
         raise ConfigError(
@@ -467,7 +471,7 @@ def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
 def boundary_bytes(workload: Workload) -> int:
     """Bytes of the activation (or its gradient) crossing a stage boundary per micro-batch."""
     sizes, axes = workload.sizes, workload.axis_sizes
-    seq_split = axes["cp"] * (axes["tp"] if workload.flags.sp else 1)
+    seq_split = axes["cp"] * (axes[TP_OUTER] * axes["tp"] if workload.flags.sp else 1)
     local_batch = sizes["B"] // (axes["dp"] * axes["ep"])
     return local_batch * (sizes["S"] // seq_split) * sizes["H"] * 2
 

@@ -5,9 +5,16 @@ The properties checked for every tp/sp/ep/etp/cp combination the generator accep
 
 - each dispatch and combine all-to-all carries the rank's *own* tokens × top-k × hidden × 2 B
   (its sequence shard under sequence parallelism), forward and backward;
-- the all-to-all's communicator group is exactly Megatron-Core's expert-parallel group
-  (:meth:`ParallelConfig.expert_mesh`, the ``etp-ep-edp-pp`` rank generator);
-- expert weights are reduced over the expert-data-parallel ranks, ``tp·dp·cp/(ep·etp)`` of them.
+- the all-to-all's communicator group is exactly Megatron-Core's expert-parallel group, the
+  experts' tensor-parallel collectives run over exactly its expert-tensor-parallel group and the
+  dense layers' over its tensor-parallel group (:func:`megatron_groups` computes them from
+  Megatron-Core's documented rank order, independently of the generator's meshes);
+- expert weights are reduced over the expert-data-parallel ranks, ``tp·dp·cp/(ep·etp)`` of them,
+  and the shards of one expert-parallel × expert-tensor-parallel group add up to the model's
+  routed-expert parameters.
+
+Expert tensor parallel sizes 1, tp and strictly between (tp split into the mesh axes ``tpo``
+and ``tp``) are all in the grid.
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ def _collectives(block: BoundBlock, kind: str) -> list[tuple[str, str, tuple[str
 def _combinations() -> list[ParallelConfig]:
     """Every accepted config of a small grid (refused ones are checked separately)."""
     found = []
-    grid = itertools.product((1, 2, 4), (False, True), (1, 2, 4, 8), (None, 1), (1, 2), (2, 4))
+    grid = itertools.product(
+        (1, 2, 4, 8), (False, True), (1, 2, 4, 8), (None, 1, 2, 4), (1, 2), (2, 4)
+    )
     for tp, sp, ep, etp, cp, dp in grid:
-        if etp == 1 and tp == 1:
-            continue  # the same config as etp=None
+        if etp is not None and etp >= tp:
+            continue  # etp = tp is the config with etp=None; etp > tp is refused elsewhere
         try:
             config = ParallelConfig(tp=tp, sp=sp, ep=ep, etp=etp, cp=cp, dp=dp, global_batch=dp)
             fold_experts(config)
@@ -57,8 +66,31 @@ COMBINATIONS = _combinations()
 
 def test_the_grid_covers_every_folding() -> None:
     folds = {fold_experts(c).axes for c in COMBINATIONS if c.ep > 1}
-    assert folds == {("ep",), ("ep", "cp"), ("ep", "tp"), ("ep", "cp", "tp")}
-    assert len(COMBINATIONS) > 60
+    assert folds == {
+        ("ep",), ("ep", "cp"), ("ep", "tp"), ("ep", "cp", "tp"), ("ep", "tpo"), ("ep", "cp", "tpo")
+    }  # fmt: skip
+    assert len(COMBINATIONS) > 140
+    split = [c for c in COMBINATIONS if 1 < c.expert_tp < c.tp]
+    assert {(c.tp, c.expert_tp) for c in split} == {(4, 2), (8, 2), (8, 4)}
+
+
+def megatron_groups(parallel: ParallelConfig, rank: int) -> dict[str, tuple[int, ...]]:
+    """Rank ``rank``'s tensor-parallel, expert-parallel and expert-tensor-parallel groups as
+    Megatron-Core's ``parallel_state`` builds them (``RankGenerator``: the first name of the
+    order varies fastest in the rank id): dense layers ``tp-cp-ep-dp-pp`` with ep = 1, expert
+    layers ``tp-ep-dp-pp`` with tp = etp, dp = edp = tp·cp·dp/(ep·etp) and cp = 1."""
+    tp, etp, ep = parallel.tp, parallel.expert_tp, parallel.ep
+    per_stage = parallel.tp * parallel.cp * parallel.dp
+    edp = per_stage // (ep * etp)
+    base = rank - rank % per_stage  # the pipeline stage's first rank
+    t, e, d = rank % etp, rank // etp % ep, rank // (etp * ep) % edp
+    first_tp = rank - rank % tp
+    return {
+        "tp": tuple(range(first_tp, first_tp + tp)),
+        "ep": tuple(base + t + etp * (j + ep * d) for j in range(ep)),
+        "etp": tuple(base + j + etp * (e + ep * d) for j in range(etp)),
+        "edp": tuple(base + t + etp * (e + ep * j) for j in range(edp)),
+    }
 
 
 def _name(c: ParallelConfig) -> str:
@@ -82,11 +114,39 @@ def test_all_to_all_bytes_are_the_ranks_own_tokens_times_top_k(parallel: Paralle
     ]  # fmt: skip
     mesh = programs.workload.mesh
     axes = exchanged[0][2]
+    assert {a for _, _, a, _ in exchanged} == {axes}
     assert math.prod(int(mesh.size(a)) for a in axes) == parallel.ep
     if parallel.cp == 1 or "cp" in axes:  # Megatron's group (cp folded first when it divides)
         megatron = parallel.expert_mesh()
         for rank in range(0, parallel.world_size, 3):
+            assert mesh.group(rank, axes) == megatron_groups(parallel, rank)["ep"]
             assert mesh.group(rank, axes) == megatron.group(rank, ["ep"])
+
+
+@pytest.mark.parametrize("parallel", [c for c in COMBINATIONS if c.sequence_parallel], ids=_name)
+def test_tensor_parallel_groups_are_megatrons(parallel: ParallelConfig) -> None:
+    """The dense layers' sequence-parallel gathers run over Megatron's tensor-parallel group
+    (tp consecutive ranks, whether or not the mesh splits tp); the experts' own tensor-parallel
+    collectives (the routed tokens' all-gather and reduce-scatter) over its
+    expert-tensor-parallel group of ``etp`` ranks, and not at all when etp = 1."""
+    programs = lower(MIXTRAL, parallel)
+    mesh = programs.workload.mesh
+    moe = programs.blocks["moe_layer"]
+    (dense,) = {i.axes for i in moe.fwd if i.name == "all_gather:ln1"}
+    expert_tp = {
+        i.axes
+        for i in moe.fwd + moe.bwd
+        if i.is_comm and str(i.collective) != A2A and ("moe.tokens" in i.name or "fc2" in i.name)
+    }
+    if parallel.expert_tp == 1:
+        assert expert_tp == set()
+    else:
+        assert expert_tp == {("tp",)}
+    for rank in range(0, parallel.world_size, 5):
+        megatron = megatron_groups(parallel, rank)
+        assert mesh.group(rank, dense) == megatron["tp"]
+        if parallel.expert_tp > 1:
+            assert mesh.group(rank, ("tp",)) == megatron["etp"]
 
 
 @pytest.mark.parametrize("parallel", COMBINATIONS[::5], ids=_name)
@@ -100,6 +160,31 @@ def test_expert_weights_reduce_over_the_expert_data_parallel_ranks(
     assert math.prod(sizes[a] for a in w2.grad_axes) == parallel.expert_dp
     total = MIXTRAL.num_experts * MIXTRAL.expert_ffn * MIXTRAL.hidden
     assert w2.elements * parallel.ep * parallel.expert_tp == total
+
+
+@pytest.mark.parametrize(
+    "parallel", [c for c in COMBINATIONS if c.expert_tp < c.tp] + COMBINATIONS[::7], ids=_name
+)
+def test_expert_shards_sum_to_the_models_expert_parameters(parallel: ParallelConfig) -> None:
+    """The ep·etp ranks of one Megatron expert-parallel × expert-tensor-parallel group hold
+    disjoint shards of every routed expert: their expert parameters add up to the model's
+    (``num_experts`` × one SwiGLU FFN of ``expert_ffn``, ``ModelSpec.mlp_params``), and the
+    other ``edp`` such groups hold copies, reduced over the expert-data-parallel axes."""
+    programs = lower(MIXTRAL, parallel)
+    weights = [w for w in programs.blocks["moe_layer"].weights if w.expert]
+    mesh, sizes = programs.workload.mesh, programs.workload.axis_sizes
+    ep_group = megatron_groups(parallel, 0)["ep"]
+    group = {m for rank in ep_group for m in megatron_groups(parallel, rank)["etp"]}
+    assert len(group) == parallel.ep * parallel.expert_tp
+    held = sum(w.elements for w in weights) * len(group)  # every rank runs the same program
+    assert held == MIXTRAL.num_experts * MIXTRAL.mlp_params(MIXTRAL.expert_ffn)
+    folded = parallel.cp == 1 or "cp" in programs.workload.expert_axes
+    for weight in weights:
+        assert math.prod(sizes[a] for a in weight.grad_axes) == parallel.expert_dp
+        if folded:  # Megatron's expert-data-parallel group (cp folded as Megatron folds it)
+            for rank in range(0, parallel.world_size, 5):
+                edp = megatron_groups(parallel, rank)["edp"]
+                assert mesh.group(rank, weight.grad_axes) == edp
 
 
 def test_routed_token_gradient_is_reduce_scattered_over_tp() -> None:
@@ -133,8 +218,9 @@ def test_expert_tensor_parallel_one_is_a_single_all_to_all_over_ep_and_tp() -> N
     ("fields", "message"),
     [
         (dict(tp=2, etp=1, ep=2, dp=2), "needs sequence parallelism"),
-        (dict(tp=4, etp=2, ep=2, dp=2, sp=True), "expert tensor parallel size tp"),
-        (dict(tp=4, etp=1, ep=2, dp=4, sp=True), "`tp` must divide `ep`"),
+        (dict(tp=4, etp=2, ep=2, dp=2), "needs sequence parallelism"),
+        (dict(tp=4, etp=1, ep=2, dp=4, sp=True), "`tp`/`etp` = 4 must divide `ep`"),
+        (dict(tp=8, etp=2, ep=2, dp=2, sp=True), "`tp`/`etp` = 4 must divide `ep`"),
         (dict(ep=2, dp=1, cp=4), "must divide `dp`"),  # an ep group inside cp
     ],
 )
@@ -178,8 +264,13 @@ def test_router_flops_are_two_h_e_per_token_the_rank_routes(parallel: ParallelCo
 
 @pytest.mark.parametrize(
     "fields",
-    [dict(dp=4, ep=4), dict(dp=4, ep=8, tp=2, etp=1, sp=True), dict(dp=4, ep=2, tp=2, sp=True)],
-    ids=["ep4", "ep8-etp1", "ep2-tp2"],
+    [
+        dict(dp=4, ep=4),
+        dict(dp=4, ep=8, tp=2, etp=1, sp=True),
+        dict(dp=4, ep=2, tp=2, sp=True),
+        dict(dp=2, ep=4, tp=4, etp=2, sp=True),
+    ],
+    ids=["ep4", "ep8-etp1", "ep2-tp2", "ep4-tp4-etp2"],
 )
 def test_biased_experts_hold_one_bias_per_expert_and_output(fields: dict[str, object]) -> None:
     """GPT-OSS's expert projections carry biases (Hugging Face gate_up_proj_bias [E, 2G],
