@@ -1,8 +1,9 @@
-"""The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables): the CSV
-parses with ``published_runs_more.csv``'s schema, every row is a case of the two sources that
-read it (TPS/GPU and memory), every case is evaluated or says why, the system file states what
-the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults, and
-memory targets are reported per source, in-sample apart."""
+"""The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables and the
+dense Llama rows of the Megatron-Bridge performance summary): the CSV parses with
+``published_runs_more.csv``'s schema, every row is a case of the sources that read it
+(TorchTitan's: TPS/GPU and memory), every case is evaluated or says why, the system file states
+what the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults,
+and memory targets are reported per source, in-sample apart."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from stage_explore.validation.setups import Case, data_dir, load_cases, load_set
 DATA = data_dir()
 HELD_OUT = "published_runs_held_out.csv"
 SOURCES = {"TORCHTITAN": "tokens_per_s_per_gpu", "TORCHTITAN-MEM": "peak_mem_gib"}
+#: Megatron-Bridge dense rows: source → (id prefix, system preset).
+MBRIDGE = {"MBRIDGE-H100": ("MBD-H100-", "h100-80gb"), "MBRIDGE-B200": ("MBD-B200-", "b200")}
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -33,7 +36,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
-    return [c for c in load_cases() if c.source in SOURCES]
+    return [c for c in load_cases() if c.source in SOURCES or c.source in MBRIDGE]
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +50,28 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 18 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 27 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
-        for metric in SOURCES.values():
-            assert float(row[metric]) > 0, row["id"]
+        assert float(row["tokens_per_s_per_gpu"]) > 0, row["id"]
+        if row["id"].startswith("TTITAN-"):
+            assert float(row["peak_mem_gib"]) > 0, row["id"]
         gpus = int(row["num_gpus"])
         parallel = int(row["tp"]) * int(row["pp"]) * int(row["dp"]) * int(row["cp"])
         assert parallel == gpus, f"{row['id']}: tp·pp·dp·cp = {parallel}, GPUs {gpus}"
 
 
-def test_both_sources_read_every_row_held_out_with_their_assumptions(cases: list[Case]) -> None:
-    ids = [r["id"] for r in _rows(HELD_OUT)]
+def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> None:
+    all_ids = [r["id"] for r in _rows(HELD_OUT)]
+    assert {c.id for c in cases} == set(all_ids)
+    for source, (prefix, system) in MBRIDGE.items():
+        mine = [c for c in cases if c.source == source]
+        assert [c.id for c in mine] == [i for i in all_ids if i.startswith(prefix)] and mine
+        for case in mine:
+            assert case.system == system and not case.system_file and not case.in_sample
+            assert case.framework == "megatron-core" and case.assumptions, case.id
+    ids = [i for i in all_ids if i.startswith("TTITAN-")]
     for source, metric in SOURCES.items():
         mine = [c for c in cases if c.source == source]
         assert [c.id for c in mine] == ids
@@ -69,11 +81,12 @@ def test_both_sources_read_every_row_held_out_with_their_assumptions(cases: list
             assert case.system_file == str(DATA / "systems" / "grand-teton-h100.toml")
     sources, _ = load_setups()
     declared = {s.name: s for s in sources}
-    assert {declared[name].file for name in SOURCES} == {HELD_OUT}
+    assert {declared[name].file for name in [*SOURCES, *MBRIDGE]} == {HELD_OUT}
 
 
 def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> None:
-    assert len(results) == 2 * len(_rows(HELD_OUT))
+    ids = [r["id"] for r in _rows(HELD_OUT)]
+    assert len(results) == sum(2 if i.startswith("TTITAN-") else 1 for i in ids)
     for result in results:
         if result.evaluated:
             assert math.isfinite(result.error) and result.predicted > 0, result.case.id
@@ -98,6 +111,20 @@ def test_recipes_switch_compile_and_async_tp_per_row(cases: list[Case]) -> None:
         precision = "bf16" if case.id in {"TTITAN-T1-1", "TTITAN-T1-2", "TTITAN-T3-1",
                                           "TTITAN-T3-2"} else "fp8"  # fmt: skip
         assert str(case.parallel.precision) == precision, case.id
+
+
+def test_megatron_bridge_rows_take_the_tables_layout_and_recipe(cases: list[Case]) -> None:
+    by_id = {c.id: c for c in cases}
+    fsdp = by_id["MBD-H100-25.11-LLAMA3_8B"].parallel
+    assert fsdp is not None and fsdp.zero == 3 and fsdp.dp == 8  # the table's FSDP 8
+    big = by_id["MBD-H100-25.11-LLAMA3.1_405B"].parallel
+    assert big is not None
+    assert (big.tp, big.pp, big.cp, big.vpp, big.dp) == (8, 8, 2, 8, 1024 // (8 * 8 * 2))
+    assert big.sp and big.zero == 1 and not big.grad_fp32
+    for row_id, recipe in (("MBD-B200-25.11-LLAMA3_8B-CS", "tensorwise"),
+                           ("MBD-B200-25.11-LLAMA3_8B-MX", "mxfp8")):  # fmt: skip
+        parallel = by_id[row_id].parallel
+        assert parallel is not None and str(parallel.fp8_recipe) == recipe
 
 
 def test_the_system_file_changes_only_what_the_source_states() -> None:
