@@ -12,12 +12,13 @@ one evaluation: plan, chunk, kind, step, result.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from stage_core.blocks import Structure, mtp_layer_of_block
-from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.bind import BoundBlock, Instr, group_size
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import _block_states
@@ -52,6 +53,7 @@ from stage_explore.analytical.costs import (
 )
 from stage_explore.analytical.frameworks import (
     FrameworkProfile,
+    grad_accumulation_bytes,
 )
 from stage_explore.analytical.kernels import (
     KernelTimer,
@@ -191,6 +193,9 @@ class BlockCosting:
         rule = overlap_rule(
             self.framework, point.workload.axis_sizes["tp"], point.workload.flags.sp
         )
+        accumulate_s = (
+            self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
+        )
 
         def compute() -> BlockTiming:
             instrs = block.fwd if phase == "fwd" else block.bwd
@@ -206,14 +211,42 @@ class BlockCosting:
                 lambda i: self._comm_time(point, spans[i.axes], i),
                 self.framework.moe_load_imbalance,
             )
-            return time_block(
+            timing = time_block(
                 instrs if rule is None else overlap_collectives(instrs, rule), compute_s, comm_s
+            )
+            if accumulate_s == 0.0:
+                return timing
+            return replace(  # the accumulation kernels run on the compute stream, at the end
+                timing,
+                duration_s=timing.duration_s + accumulate_s,
+                compute_s=timing.compute_s + accumulate_s,
             )
 
         parallel = point.workload.parallel
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
-        key = (point.key, kind, phase, point.token, shapes, dtype, fp8)
+        key = (point.key, kind, phase, point.token, shapes, dtype, fp8, accumulate_s)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _grad_accumulation_s(self, point: Point, kind: str) -> float:
+        """Seconds per micro-batch of adding a block's weight gradients to the buffers that
+        accumulate them over the step, a memory-bound pass at the achieved HBM bandwidth
+        (:func:`~stage_explore.analytical.frameworks.grad_accumulation_bytes`). Under ZeRO-2/3
+        a micro-batch's gradients are reduce-scattered first and only this rank's partition
+        (1/group of each weight's gradient-reduction group) is accumulated."""
+        workload = point.workload
+        per_element = grad_accumulation_bytes(
+            self.framework, point.dtype, workload.weight_bytes, workload.grad_bytes
+        )
+        if per_element == 0:
+            return 0.0
+        sharded = workload.parallel.zero >= 2
+        elements = 0
+        for weight in point.blocks[kind].weights:
+            group = group_size(weight.grad_axes, workload.axis_sizes) if sharded else 1
+            elements += weight.elements // max(1, group)
+        accelerator = point.system.accelerator
+        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        return elements * per_element / bandwidth
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
         """How long a compute instruction of block ``kind`` takes: the accelerator's kernel

