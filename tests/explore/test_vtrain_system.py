@@ -1,0 +1,96 @@
+"""vTrain's cluster as data (``stage_explore/data/systems/vtrain-a100.toml``): it differs from the
+a100-80gb preset only where the source states otherwise, its NVSwitch all-reduce reproduces the
+source's own measured table, and cross-node collectives and pipeline transfers are charged at each
+GPU's share of the node's 800 Gb/s (closed forms computed here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.collectives import (
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
+)
+from stage_explore.system import load_system
+from stage_explore.system.model import System
+from stage_explore.validation.setups import data_dir
+
+VTRAIN_SYSTEM = data_dir() / "systems" / "vtrain-a100.toml"
+MIB = 2**20
+
+#: VIA-Research/vTrain trace/a100/AR_GPU{2,4,8}_1M_1024M_LUT: nccl-tests all_reduce on the
+#: source's A100 node, (bytes, microseconds) — the measurement the file's overhead comes from.
+SOURCE_ALL_REDUCE_US = {
+    2: [(16 * MIB, 131.9), (32 * MIB, 230.0), (64 * MIB, 404.7), (128 * MIB, 763.6),
+        (256 * MIB, 1455.8)],
+    4: [(16 * MIB, 179.6), (32 * MIB, 284.2), (64 * MIB, 543.8), (128 * MIB, 998.6),
+        (256 * MIB, 1929.0)],
+    8: [(16 * MIB, 232.4), (32 * MIB, 358.1), (64 * MIB, 579.9), (128 * MIB, 1162.0),
+        (256 * MIB, 2162.3)],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def system() -> System:
+    return load_system(VTRAIN_SYSTEM)
+
+
+@pytest.fixture(scope="module")
+def achieved(system: System) -> System:
+    """The network at the bandwidth collectives achieve (each dim's bus efficiency applied)."""
+    return AnalyticalBackend().achieved_network(system)
+
+
+def test_only_what_the_source_states_differs_from_the_a100_preset(system: System) -> None:
+    preset = load_system("a100-80gb")
+    assert system.accelerator == preset.accelerator
+    nvswitch, infiniband = system.network
+    assert nvswitch.size == 8  # vTrain src/config.py: node_size = 8
+    # inter_node_bandwidth = 800 Gb/s per node, shared by the node's 8 GPUs
+    assert infiniband.bandwidth_bytes_per_s * nvswitch.size == 800e9 / 8
+    assert infiniband.bandwidth_bytes_per_s == preset.network[1].bandwidth_bytes_per_s / 2
+    for mine, theirs in zip(system.network, preset.network, strict=True):
+        assert (mine.size, mine.latency_s, mine.bus_efficiency) == (
+            theirs.size, theirs.latency_s, theirs.bus_efficiency,
+        )  # fmt: skip
+    assert nvswitch.bandwidth_bytes_per_s == preset.network[0].bandwidth_bytes_per_s
+    assert preset.network[0].collective_overhead_s == 0
+    assert nvswitch.collective_overhead_s == 50e-6
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_nvswitch_all_reduce_is_the_closed_form_and_the_source_table(
+    achieved: System, gpus: int
+) -> None:
+    nvswitch = achieved.network[0]
+    for size, measured_us in SOURCE_ALL_REDUCE_US[gpus]:
+        seconds = alpha_beta_collective_s(
+            achieved, CollectiveKind.ALL_REDUCE, size, tuple(range(gpus))
+        )
+        closed = (
+            nvswitch.collective_overhead_s
+            + 2 * (gpus - 1) * nvswitch.latency_s
+            + 2 * (gpus - 1) / gpus * size / (0.69 * 300e9)
+        )
+        assert seconds == pytest.approx(closed, rel=1e-12)
+        assert seconds * 1e6 == pytest.approx(measured_us, rel=0.12), (gpus, size)
+
+
+def test_cross_node_tensor_parallel_all_reduce_shares_the_node_links(achieved: System) -> None:
+    """tp16 over two nodes: reduce-scatter over 8 on NVSwitch, all-reduce of an eighth over
+    the 2 nodes at 12.5 GB/s x 0.9 per GPU, all-gather back."""
+    size = 8 * 2048 * 3072 * 2  # GPT-3.6B, micro-batch 8: one activation in fp16
+    nvswitch, infiniband = achieved.network
+    reduce_scatter = nvswitch.collective_overhead_s + 7 * 1e-6 + 7 / 8 * size / (0.69 * 300e9)
+    inter_node = 20e-6 + 2 * 5e-6 + 2 * (1 / 2) * (size / 8) / (0.9 * 12.5e9)
+    seconds = alpha_beta_collective_s(achieved, CollectiveKind.ALL_REDUCE, size, tuple(range(16)))
+    assert seconds == pytest.approx(2 * reduce_scatter + inter_node, rel=1e-12)
+    assert infiniband.bandwidth_bytes_per_s == pytest.approx(0.9 * 12.5e9)
+
+
+def test_pipeline_transfer_across_nodes_runs_at_a_gpus_share(achieved: System) -> None:
+    size = 2 * 2048 * 8192 * 2 // 4  # GPT-39.1B, micro-batch 2, scattered over tp 4
+    seconds = alpha_beta_point_to_point_s(achieved, 0, 8, size)
+    assert seconds == pytest.approx(5e-6 + size / (0.9 * 12.5e9), rel=1e-12)
