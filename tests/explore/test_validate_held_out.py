@@ -1,5 +1,6 @@
-"""The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables and the
-dense Llama rows of the Megatron-Bridge performance summary): the CSV parses with
+"""The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables, the
+dense Llama rows of the Megatron-Bridge performance summary, NeMo AutoModel's FSDP2 MoE
+rows): the CSV parses with
 ``published_runs_more.csv``'s schema, every row is a case of the sources that read it
 (TorchTitan's: TPS/GPU and memory), every case is evaluated or says why, the system file states
 what the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults,
@@ -27,6 +28,11 @@ HELD_OUT = "published_runs_held_out.csv"
 SOURCES = {"TORCHTITAN": "tokens_per_s_per_gpu", "TORCHTITAN-MEM": "peak_mem_gib"}
 #: Megatron-Bridge dense rows: source → (id prefix, system preset).
 MBRIDGE = {"MBRIDGE-H100": ("MBD-H100-", "h100-80gb"), "MBRIDGE-B200": ("MBD-B200-", "b200")}
+#: One-metric sources of the file: source → (id prefix, system preset, framework).
+OTHERS = {
+    **{name: (prefix, system, "megatron-core") for name, (prefix, system) in MBRIDGE.items()},
+    "AUTOMODEL": ("AUTOMODEL-H100-", "h100-80gb", "fsdp"),
+}
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -36,7 +42,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
-    return [c for c in load_cases() if c.source in SOURCES or c.source in MBRIDGE]
+    return [c for c in load_cases() if c.source in SOURCES or c.source in OTHERS]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +56,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 27 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 33 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -60,17 +66,18 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
         gpus = int(row["num_gpus"])
         parallel = int(row["tp"]) * int(row["pp"]) * int(row["dp"]) * int(row["cp"])
         assert parallel == gpus, f"{row['id']}: tp·pp·dp·cp = {parallel}, GPUs {gpus}"
+        assert int(row["global_batch_seqs"]) % (int(row["dp"]) * int(row["micro_batch"] or 1)) == 0
 
 
 def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> None:
     all_ids = [r["id"] for r in _rows(HELD_OUT)]
     assert {c.id for c in cases} == set(all_ids)
-    for source, (prefix, system) in MBRIDGE.items():
+    for source, (prefix, system, framework) in OTHERS.items():
         mine = [c for c in cases if c.source == source]
         assert [c.id for c in mine] == [i for i in all_ids if i.startswith(prefix)] and mine
         for case in mine:
             assert case.system == system and not case.system_file and not case.in_sample
-            assert case.framework == "megatron-core" and case.assumptions, case.id
+            assert case.framework == framework and case.assumptions, case.id
     ids = [i for i in all_ids if i.startswith("TTITAN-")]
     for source, metric in SOURCES.items():
         mine = [c for c in cases if c.source == source]
@@ -81,7 +88,7 @@ def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> N
             assert case.system_file == str(DATA / "systems" / "grand-teton-h100.toml")
     sources, _ = load_setups()
     declared = {s.name: s for s in sources}
-    assert {declared[name].file for name in [*SOURCES, *MBRIDGE]} == {HELD_OUT}
+    assert {declared[name].file for name in [*SOURCES, *OTHERS]} == {HELD_OUT}
 
 
 def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> None:
@@ -92,6 +99,8 @@ def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> Non
             assert math.isfinite(result.error) and result.predicted > 0, result.case.id
         else:
             assert result.note or result.case.reason, f"{result.case.id} dropped silently"
+    not_evaluated = {r.case.id for r in results if not r.evaluated}
+    assert not_evaluated == {"AUTOMODEL-H100-KIMIK2-256"}  # no Kimi K2 flavor (setups.toml)
 
 
 def test_recipes_switch_compile_and_async_tp_per_row(cases: list[Case]) -> None:
