@@ -190,8 +190,11 @@ class BlockCosting:
         shapes = tuple(spans[a][0] for a in axes_list)
         dtype = point.dtype
 
-        rule = overlap_rule(
-            self.framework, point.workload.axis_sizes["tp"], point.workload.flags.sp
+        rule = overlap_rule(  # the dense tp, and the mesh's inner tp when split (1 < etp < tp)
+            self.framework,
+            point.workload.parallel.tp,
+            point.workload.flags.sp,
+            point.workload.axis_sizes["tp"],
         )
         accumulate_s = (
             self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from stage_core.lower.bind import Instr
+from stage_core.plans import TP_OUTER
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.collectives import _level_s
 from stage_explore.analytical.frameworks import FrameworkProfile
@@ -108,23 +109,29 @@ def overlap_shared_experts(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
     )
 
 
-def overlap_rule(profile: FrameworkProfile, tp: int, sp: bool) -> OverlapRule | None:
+def overlap_rule(
+    profile: FrameworkProfile, tp: int, sp: bool, inner_tp: int | None = None
+) -> OverlapRule | None:
     """The collectives ``profile`` overlaps inside a block, or None when it overlaps none:
     tensor-parallel all-gathers and reduce-scatters (sequence parallelism only, as Transformer
-    Engine requires) with ``1/tp`` on the path, and expert-parallel all-to-alls fully."""
+    Engine requires) with ``1/tp`` on the path, and expert-parallel all-to-alls fully.
+    ``inner_tp``: the size of the mesh's ``tp`` axis when the lowering splits tp into ``tpo``
+    and ``tp`` (an expert tensor parallel size strictly between 1 and tp): the dense layers'
+    collectives over both keep ``1/tp``, the experts' over ``tp`` alone ``1/inner_tp``."""
     tp_overlap = profile.tp_comm_overlap and sp and tp > 1
     moe_overlap = profile.moe_comm_overlap
     if not tp_overlap and not moe_overlap:
         return None
+    chunks = {("tp",): inner_tp or tp, (TP_OUTER, "tp"): tp}
 
     def rule(instr: Instr) -> float | None:
         kind = instr.collective
         if (
             tp_overlap
-            and instr.axes == ("tp",)
+            and instr.axes in chunks
             and kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
         ):
-            return 1 / tp
+            return 1 / chunks[instr.axes]
         if moe_overlap and kind is CollectiveKind.ALL_TO_ALL:
             return 0.0  # in training only the expert dispatch/combine are all-to-alls; their
             # group may be ep, ep×tp, ep×cp or, with the ep axis of size 1, cp alone

@@ -84,6 +84,10 @@ CASES: dict[str, Case] = {
     "ep-etp1-moe": Case("mixtral-8x7b", _MOE,
                         {"dp": 4, "ep": 8, "tp": 2, "etp": 1, "sp": True, "global_batch": 4},
                         what="expert parallel folded over tp (etp 1), one all-to-all over ep×tp"),
+    "ep-etp2-moe": Case("mixtral-8x7b", _MOE,
+                        {"dp": 2, "ep": 4, "tp": 4, "etp": 2, "sp": True, "global_batch": 2},
+                        what="expert tp 2 inside tp 4: tp split in tpo×tp, all-to-all over "
+                             "ep×tpo, expert all-gather over etp"),
     "zero1": Case("gpt3-125m", _GPT, {"dp": 4, "zero": 1, "global_batch": 4}, what="ZeRO-1"),
     "zero2": Case("gpt3-125m", _GPT, {"dp": 4, "zero": 2, "global_batch": 4}, what="ZeRO-2"),
     "zero3": Case("gpt3-125m", _GPT, {"dp": 4, "zero": 3, "global_batch": 4}, what="ZeRO-3"),
