@@ -84,7 +84,8 @@ class BlockOptions:
     #: attention over the cached latent (prefill up-projects keys and values instead).
     absorb_latent: bool = False
     #: Mesh axes the experts are partitioned over, outermost first (``ep``; with Megatron-Core's
-    #: MoE parallel folding also ``cp`` and, with expert tensor parallel size 1, ``tp``).
+    #: MoE parallel folding also ``cp`` and, with expert tensor parallel size 1, ``tp``; with
+    #: one strictly between 1 and tp, ``tpo``: lower/experts.py).
     expert_axes: tuple[str, ...] = ("ep",)
 
 

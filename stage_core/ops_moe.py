@@ -3,9 +3,9 @@
 :class:`Dispatch` permutes tokens ``x[B, S, H]`` into slots ``[E, C, H]`` (``C`` slots per
 expert). Each rank fills slots for its own tokens, so the natural layout partitions ``C`` over
 every axis that partitions the tokens, with the expert-parallel axes innermost in their mesh
-order (``ep``; with Megatron-Core's MoE parallel folding also ``cp`` and ``tp``); experts
-sharded over those axes then need one all-to-all over their group (derived from the layout
-change, not written by hand).
+order (``ep``; with Megatron-Core's MoE parallel folding also ``cp`` and ``tp``, or ``tpo``
+when ``1 < etp < tp`` splits tp); experts sharded over those axes then need one all-to-all
+over their group (derived from the layout change, not written by hand).
 :class:`Combine` is the inverse, weighting each token's ``top_k`` expert outputs by its gates.
 """
 

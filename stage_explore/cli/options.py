@@ -101,7 +101,8 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="expert tensor parallel degree (Megatron's --expert-tensor-parallel-size; "
-        "default: --tp; 1 folds the expert-parallel group over the tp ranks)",
+        "default: --tp; a divisor of --tp: the expert-parallel group folds over the other "
+        "tp/etp ranks, e.g. --tp 4 --etp 2)",
     )
     group.add_argument(
         "--moe-dispatcher",
