@@ -2,7 +2,9 @@
 scales (memory), and the quantization kernels that cast 16-bit tensors to FP8 (traffic).
 
 Contents: :func:`fp8_block`, :func:`linear_weights`, :func:`weight_copies`,
-:func:`weight_copy_bytes` (per weight, one rank), :func:`cast_bytes` (HBM bytes of one cast).
+:func:`weight_copy_bytes` (per weight, one rank), :func:`cast_bytes` (HBM bytes of one cast),
+:func:`saved_activation_bytes` and :func:`with_fp8_saved` (the activations a block keeps for its
+backward, as an FP8 recipe stores them).
 
 Conventions (NVIDIA Transformer Engine, which Megatron-Core's ``--fp8-format``/``--fp8-recipe``
 drive):
@@ -25,13 +27,29 @@ drive):
   (1 byte per element) and its scales; current (``tensorwise``) scaling reads the tensor once
   more for its amax before casting (TE computes the amax, then casts). Casts that TE fuses into
   a preceding LayerNorm or activation kernel are charged as separate kernels: an upper bound.
+- **Saved activations.** A TE linear layer keeps for its weight-gradient GEMM the FP8 copy of its
+  input it quantized in the forward (TE ``Linear``/``LayerNormLinear``/``GroupedLinear`` save
+  ``inputmat``/``ln_out`` quantized, column-wise usage only, when ``wgrad`` runs in FP8), not the
+  16-bit tensor: 1 byte per element plus the recipe's activation scales. A 16-bit tensor stays
+  only when another consumer keeps it (a norm's or attention's backward, the router, a
+  recomputed region): then both are held. The MoE router is a plain 16/32-bit GEMM in
+  Megatron-Core (``TopKRouter``, not a TE module), so its input stays 16-bit. One FP8 copy is
+  counted per tensor (the generator's q/k/v and gate/up einsums are one fused TE module each in
+  Megatron-Core).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 
-from stage_core.lower.bind import BoundBlock
+from stage_core.blocks import mtp_layer_of_block
+from stage_core.graph import Block
+from stage_core.lower.bind import BoundBlock, SymbolicBlock
+from stage_core.models.layers import is_layer_block
+from stage_core.ops import Einsum, local_elements
+from stage_core.parallel.config import ParallelConfig
+from stage_core.sharding import OpStep
 
 #: Blocks that hold no FP8 linear layer (Megatron-Core's embedding and output layer are not
 #: Transformer Engine modules; nor is the output layer a multi-token-prediction loss shares).
@@ -43,6 +61,9 @@ BLOCKWISE_WEIGHT_BLOCK = 128 * 128
 BLOCKWISE_ACTIVATION_BLOCK = 128
 #: MXFP8: one E8M0 scale byte per 32 elements (OCP Microscaling Formats v1.0).
 MX_BLOCK = 32
+#: Weights of GEMMs outside Transformer Engine's FP8 linear modules inside an FP8 block: the MoE
+#: router (Megatron-Core ``TopKRouter.gating``: ``torch`` linear in 16 or 32 bit).
+NON_FP8_WEIGHTS = frozenset({"router"})
 #: Bytes of an element before and after the cast.
 HIGH_BYTES = 2
 FP8_BYTES = 1
@@ -91,3 +112,78 @@ def cast_bytes(elements: int, recipe: str, copies: int) -> int:
     reads = 2 if recipe == "tensorwise" else 1
     writes = copies * (elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=False))
     return reads * elements * HIGH_BYTES + writes
+
+
+def _fp8_linear(op: object, block: Block) -> bool:
+    """Whether ``op`` is a linear layer's GEMM that an FP8 recipe runs in FP8."""
+    if not isinstance(op, Einsum):
+        return False
+    weights = [n for n in op.inputs if block.tensors[n].role == "weight"]
+    return bool(weights) and not any(n in NON_FP8_WEIGHTS for n in weights)
+
+
+def saved_activation_bytes(
+    symbolic: SymbolicBlock,
+    sizes: Mapping[str, int],
+    axis_sizes: Mapping[str, int],
+    recipe: str,
+    region: Collection[str] = (),
+) -> int:
+    """Bytes one rank keeps per micro-batch for the backward of an FP8 block whose linear layers'
+    weight-gradient GEMMs run in FP8 (module docstring, *Saved activations*): a saved tensor that
+    only FP8 linear GEMMs keep counts its FP8 copy (1 byte per element and the recipe's
+    activation scales); one that another op keeps too counts both; the rest as they are.
+    ``region``: the ops a selective recompute re-runs (their inputs stay 16-bit)."""
+    forward = symbolic.forward
+    high: set[str] = set()
+    low: set[str] = set()
+    for step in forward.steps:
+        if not isinstance(step, OpStep):
+            continue
+        op = step.op
+        if op.name in region:
+            high.update(op.inputs)
+        elif _fp8_linear(op, forward.block):
+            low.update(op.saved)
+        else:
+            high.update(op.saved)
+    total = 0
+    for item in symbolic.backward.saved:
+        elements = int(local_elements(item.layout, sizes, axis_sizes))
+        kept = item.name in high or item.name not in low  # masks and inputs are never FP8
+        copy = item.name in low
+        total += kept * elements * item.bytes_per_element + copy * (
+            elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=False)
+        )
+    return total
+
+
+def with_fp8_saved(
+    bound: BoundBlock,
+    symbolic: SymbolicBlock,
+    sizes: Mapping[str, int],
+    axis_sizes: Mapping[str, int],
+    parallel: ParallelConfig,
+    recompute: str | None = None,
+) -> BoundBlock:
+    """``bound`` with its saved bytes as the FP8 recipe keeps them (unchanged unless the run is
+    FP8 with FP8 weight-gradient GEMMs and the block has FP8 linear layers, or when the block is
+    fully recomputed: full recompute keeps the block's 16-bit inputs only). ``recompute``: the
+    mode ``symbolic`` was derived with, when not the run's. The ops a selective recompute
+    re-runs are read from ``symbolic``'s backward (its ``recompute`` steps)."""
+    mode = str(parallel.recompute) if recompute is None else recompute
+    kind = str(bound.kind)
+    if not (is_layer_block(kind) or mtp_layer_of_block(kind)):
+        mode = "none"  # recompute applies to the decoder layers only (bind.symbolic_block)
+    if str(parallel.precision) != "fp8" or "wgrad" not in parallel.fp8_gemms:
+        return bound
+    if mode == "full" or not fp8_block(kind):
+        return bound
+    region = frozenset(
+        step.op.name
+        for step in symbolic.backward.steps
+        if isinstance(step, OpStep) and step.phase == "recompute"
+    )
+    recipe = str(parallel.fp8_recipe)
+    saved = saved_activation_bytes(symbolic, sizes, axis_sizes, recipe, region)
+    return replace(bound, saved_bytes=saved)

@@ -6,8 +6,10 @@ per parameter; ZeRO-1 shards the optimizer states, ZeRO-2 also the gradients, Ze
 weights, over the data-parallel axes of each weight (dp·ep·cp; dp·cp for experts).
 
 Activations are the tensors each block saves for its backward (exact bytes from the derived
-backward), summed over the micro-batches in flight: walking the stage's task order, a forward
-adds its chunk's saved bytes and a backward frees them; the peak is the activation term.
+backward; under an FP8 recipe the linear layers' inputs as their FP8 copies,
+:func:`stage_core.lower.fp8.with_fp8_saved`), summed over the micro-batches in flight: walking
+the stage's task order, a forward adds its chunk's saved bytes and a backward frees them; the
+peak is the activation term.
 Transient buffers: what one block's backward holds at once (activation gradients, re-gathered
 inputs and, under recompute, the activations it re-materialises; by liveness over its
 instructions), and under ZeRO-3 the gathered weights of two blocks (one in use, one prefetched).
@@ -27,7 +29,7 @@ from stage_core.lower.bind import (
     symbolic_block,
 )
 from stage_core.lower.experts import data_axes
-from stage_core.lower.fp8 import fp8_block, linear_weights, weight_copy_bytes
+from stage_core.lower.fp8 import fp8_block, linear_weights, weight_copy_bytes, with_fp8_saved
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
@@ -159,6 +161,9 @@ def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) 
             continue
         full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
         bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)
+        bound = with_fp8_saved(
+            bound, full, workload.sizes, workload.axis_sizes, workload.parallel, "none"
+        )
         largest = max(largest, bound.saved_bytes - blocks[kind].saved_bytes)
     return largest
 

@@ -31,6 +31,7 @@ from stage_core.lower.bind import (
     symbolic_block,
 )
 from stage_core.lower.experts import ExpertFold, data_axes, fold_experts
+from stage_core.lower.fp8 import with_fp8_saved
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
 from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
@@ -244,15 +245,14 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     if workload.model.mtp_layers:
         kinds += [mtp_blocks(workload.model)[0], MTP_HEAD]
     recompute = str(workload.parallel.recompute)
-    return {
-        kind: bind_block(
-            symbolic_block(kind, structure, workload.options, workload.flags, recompute),
-            kind,
-            workload.sizes,
-            workload.axis_sizes,
+    blocks: dict[str, BoundBlock] = {}
+    for kind in kinds:
+        symbolic = symbolic_block(kind, structure, workload.options, workload.flags, recompute)
+        bound = bind_block(symbolic, kind, workload.sizes, workload.axis_sizes)
+        blocks[kind] = with_fp8_saved(
+            bound, symbolic, workload.sizes, workload.axis_sizes, workload.parallel
         )
-        for kind in kinds
-    }
+    return blocks
 
 
 def mtp_blocks(model: ModelSpec) -> tuple[str, ...]:
