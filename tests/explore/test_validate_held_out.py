@@ -162,7 +162,8 @@ def test_a_missing_system_file_is_a_one_line_error(tmp_path: Path) -> None:
         shutil.copy(DATA / name, tmp_path / name)
     text = (DATA / "setups.toml").read_text(encoding="utf-8")
     (tmp_path / "setups.toml").write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError, match="system file 'systems/grand-teton-h100.toml' not found"):
+    # the first source naming a system file of the data folder (VTRAIN's, then TorchTitan's)
+    with pytest.raises(ConfigError, match=r"system file 'systems/[\w.-]+\.toml' not found"):
         load_cases(tmp_path)
 
 

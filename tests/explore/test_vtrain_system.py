@@ -15,7 +15,7 @@ from stage_explore.analytical.collectives import (
 )
 from stage_explore.system import load_system
 from stage_explore.system.model import System
-from stage_explore.validation.setups import data_dir
+from stage_explore.validation.setups import data_dir, load_cases
 
 VTRAIN_SYSTEM = data_dir() / "systems" / "vtrain-a100.toml"
 MIB = 2**20
@@ -94,3 +94,11 @@ def test_pipeline_transfer_across_nodes_runs_at_a_gpus_share(achieved: System) -
     size = 2 * 2048 * 8192 * 2 // 4  # GPT-39.1B, micro-batch 2, scattered over tp 4
     seconds = alpha_beta_point_to_point_s(achieved, 0, 8, size)
     assert seconds == pytest.approx(5e-6 + size / (0.9 * 12.5e9), rel=1e-12)
+
+
+def test_the_vtrain_source_runs_on_its_cluster_with_fp16_gradient_all_reduce() -> None:
+    cases = [c for c in load_cases() if c.source == "VTRAIN"]
+    assert len(cases) == 109
+    for case in cases:
+        assert case.system_file == str(VTRAIN_SYSTEM.resolve())
+        assert case.parallel is not None and not case.parallel.grad_fp32
