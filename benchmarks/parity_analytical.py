@@ -13,7 +13,9 @@ checkouts with the same venv and compare:
     python benchmarks/parity_analytical.py --compare /tmp/base.json /tmp/new.json
 
 Both checkouts must be at the same commit apart from the code compared (other modules'
-constants change results too). Not a unit test: it needs two checkouts.
+constants change results too). Not a unit test: it needs two checkouts. ``--sweep N`` adds the
+first ``N`` candidates of :mod:`bench_analytical`'s sweep (GPT-3 175B on A100, up to 16
+stages and 1,536 micro-batches: long pipelines, the extrapolated and the simulated paths).
 """
 
 from __future__ import annotations
@@ -119,12 +121,20 @@ def _exact(value: Any) -> Any:
     return value
 
 
-def run(count: int, seed: int) -> list[dict[str, Any]]:
+def run(count: int, seed: int, sweep: int = 0) -> list[dict[str, Any]]:
     models = [_model(*spec) for spec in MODELS]
     systems = {name: load_system(name) for name in SYSTEMS}
     backends = {name: AnalyticalBackend(framework=name) for name in FRAMEWORKS}
+    drawn = points(count, seed)
+    if sweep:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_analytical import MODEL, SYSTEM, candidates
+
+        index = next(i for i, spec in enumerate(MODELS) if spec == (MODEL, None, None))
+        framework = AnalyticalBackend().framework.name
+        drawn += [(index, SYSTEM, framework, config) for config in candidates(sweep)]
     rows = []
-    for index, system, framework, config in points(count, seed):
+    for index, system, framework, config in drawn:
         label = f"{MODELS[index][0]} {system} {framework} {config}"
         try:
             result = backends[framework].evaluate(models[index], config, systems[system])
@@ -156,13 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the results here")
     parser.add_argument("--count", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweep", type=int, default=0, help="add N bench_analytical candidates")
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"))
     args = parser.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
     if args.out is None:
         parser.error("give --out FILE or --compare A B")
-    rows = run(args.count, args.seed)
+    rows = run(args.count, args.seed, args.sweep)
     args.out.write_text(json.dumps(rows, indent=0) + "\n")
     print(f"{len(rows)} points written to {args.out}")
     return 0

@@ -10,6 +10,7 @@ on the last one. The local shape is derived, never written by hand.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,8 +30,10 @@ _AXES_RE = re.compile(r"^\(?\s*([A-Za-z_]\w*(?:\s*\*\s*[A-Za-z_]\w*)*)\s*\)?$")
 _NAME_RE = re.compile(r"^\s*([A-Za-z_]\w*)?\s*\[(.*)\]\s*$", re.DOTALL)
 
 
+@functools.lru_cache(maxsize=1024)
 def dim_size(text: str) -> sympy.Expr:
-    """The symbolic size of a dim written as ``text`` (``B``, ``4H``, ``4*H``, ``S/2``)."""
+    """The symbolic size of a dim written as ``text`` (``B``, ``4H``, ``4*H``, ``S/2``);
+    memoised: a pure function of the text, parsed for every layout a derivation builds."""
     names = set(re.findall(r"[A-Za-z_]\w*", text))
     local = {name: symbol(name) for name in names}
     try:
@@ -40,6 +43,14 @@ def dim_size(text: str) -> sympy.Expr:
     if not isinstance(expr, sympy.Expr):
         raise ShardingError(f"the dim {text!r} is not an expression")
     return expr
+
+
+@functools.lru_cache(maxsize=4096)
+def simplified(expr: sympy.Expr) -> sympy.Expr:
+    """``sympy.simplify(expr)``, memoised: a pure function of the (immutable) expression, and
+    a symbolic derivation simplifies the same few sizes hundreds of times."""
+    result: sympy.Expr = sympy.simplify(expr)
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +168,7 @@ class Layout:
         result: Size = 1
         for extent in self.local_shape(mesh):
             result = result * extent
-        return sympy.simplify(result) if isinstance(result, sympy.Expr) else result
+        return simplified(result) if isinstance(result, sympy.Expr) else result
 
     def global_elements(self) -> sympy.Expr:
         return sympy.Mul(*self.sizes)

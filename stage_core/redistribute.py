@@ -38,7 +38,7 @@ from enum import StrEnum
 import sympy
 
 from stage_core.errors import ShardingError
-from stage_core.layout import Layout
+from stage_core.layout import Layout, simplified
 from stage_core.mesh import Mesh, Size
 
 
@@ -130,7 +130,7 @@ class _Plan:
                 f"{elements} elements per rank"
             )
         size = elements * self.dtype_bytes
-        return sympy.simplify(size) if isinstance(size, sympy.Expr) else size
+        return simplified(size) if isinstance(size, sympy.Expr) else size
 
 
 def _append(layout: Layout, dim: int, axis: str, partial: tuple[str, ...]) -> Layout:
@@ -277,7 +277,7 @@ def _check_compatible(src: Layout, dst: Layout, mesh: Mesh) -> None:
             f"cannot turn {src} into {dst}: they have {len(src.dims)} and {len(dst.dims)} dims"
         )
     for a, b, size_a, size_b in zip(src.dims, dst.dims, src.sizes, dst.sizes, strict=True):
-        if sympy.simplify(size_a - size_b) != 0:
+        if simplified(size_a - size_b) != 0:
             raise ShardingError(
                 f"cannot turn {src} into {dst}: dim {a} and dim {b} differ in global size"
             )

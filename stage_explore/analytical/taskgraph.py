@@ -120,11 +120,18 @@ class Compiled:
     release it waits for (−1: none) and its duration slot. ``last_backward[rank][chunk]`` =
     (the task, the rank's previous task) of the chunk's last weight-gradient task (a pair: the
     pair), to recover its start exactly; ``last_task[rank]``: its last task.
+
+    The same order as three flat columns, the fast path's input (numbered from 1, so that 0
+    names "nothing", a release of 0.0): ``after[k]`` = 1 + the rank's previous task (0: the
+    rank's first), ``waits[k]`` = 1 + ``dependency`` and ``slot_of[k]`` = ``slot``.
     """
 
     tasks: tuple[tuple[int, int, int], ...]
     last_backward: tuple[tuple[tuple[int, int], ...], ...]
     last_task: tuple[int, ...]  # per rank
+    after: tuple[int, ...] = ()
+    waits: tuple[int, ...] = ()
+    slot_of: tuple[int, ...] = ()
 
 
 @functools.lru_cache(maxsize=256)
@@ -202,7 +209,18 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
         position[rank], previous_of[rank] = index, previous
     if any(position[r] != len(s.orders[r]) for r in range(p)):  # pragma: no cover
         raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
-    return Compiled(tuple(tasks), tuple(tuple(x) for x in last_backward), tuple(previous_of))
+    after, latest = [], [0] * p
+    for index, (rank, _, _) in enumerate(tasks):
+        after.append(latest[rank])
+        latest[rank] = index + 1
+    return Compiled(
+        tuple(tasks),
+        tuple(tuple(x) for x in last_backward),
+        tuple(previous_of),
+        tuple(after),
+        tuple(dependency + 1 for _, dependency, _ in tasks),
+        tuple(slot for _, _, slot in tasks),
+    )
 
 
 def period(kind: str, p: int, vpp: int) -> int:
