@@ -33,6 +33,7 @@ from stage_core.lower.fp8 import fp8_block, linear_weights, weight_copy_bytes, w
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
+from stage_core.ops import CrossEntropy
 
 
 def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) -> int:
@@ -166,6 +167,51 @@ def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) 
         )
         largest = max(largest, bound.saved_bytes - blocks[kind].saved_bytes)
     return largest
+
+
+#: The op kind of the softmax cross-entropy (:class:`stage_core.ops.CrossEntropy`).
+CROSS_ENTROPY_KIND = CrossEntropy.__name__.lower()
+FP32_BYTES = 4
+
+
+def loss_logits_elements(block: BoundBlock, activation_bytes: int) -> int:
+    """Logits one rank's cross-entropy in ``block`` reads per micro-batch (0 if it has none):
+    the local logits' bytes over the 16-bit activation size."""
+    return sum(
+        instr.inputs[0][1] // activation_bytes
+        for instr in block.fwd
+        if instr.kind == CROSS_ENTROPY_KIND and instr.inputs
+    )
+
+
+def loss_peak_bytes(logits_elements: int, fp32_buffers: int, activation_bytes: int) -> int:
+    """Bytes the loss holds at its backward's peak when it runs in fp32 on upcast logits
+    (``fp32_buffers`` fp32 copies of the logits at once; 0: the generator's own count, the
+    16-bit logits saved plus their 16-bit gradient). Eager ``F.cross_entropy`` (3 buffers):
+    ``log_softmax`` saves its fp32 output; its backward holds that, the ``nll_loss`` gradient
+    and its result, 3 x 4 bytes per logit. Megatron's vocab-parallel cross-entropy (1 buffer)
+    saves the fp32 softmax, turns it into the gradient in place and casts that to 16 bits, so
+    the fp32 gradient and its 16-bit copy are live together (4 + 2 bytes per logit)."""
+    sixteen_bit = 2 * activation_bytes * logits_elements  # the generator's saved logits + grad
+    if fp32_buffers == 0:
+        return sixteen_bit
+    return max(
+        fp32_buffers * FP32_BYTES * logits_elements,
+        (FP32_BYTES + activation_bytes) * logits_elements,
+    )
+
+
+def loss_working_set(blocks: Sequence[BoundBlock], fp32_buffers: int, activation_bytes: int) -> int:
+    """The backward working set of the loss among ``blocks`` (0 with none): its peak
+    (:func:`loss_peak_bytes`) less the 16-bit logits the activation term already counts as
+    saved. A stage holding the loss holds at least this beside its saved activations."""
+    extra = 0
+    for block in blocks:
+        logits = loss_logits_elements(block, activation_bytes)
+        if logits:
+            peak = loss_peak_bytes(logits, fp32_buffers, activation_bytes)
+            extra = max(extra, peak - activation_bytes * logits)
+    return extra
 
 
 def fp8_weights(workload: Workload, block: BoundBlock) -> int:

@@ -21,7 +21,7 @@ from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr, group_size
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import fp8_block
-from stage_core.lower.memory import _block_states
+from stage_core.lower.memory import _block_states, loss_working_set, recompute_working_set
 from stage_core.lower.program import (
     PIPELINE_ENDS,
     Workload,
@@ -357,3 +357,26 @@ class BlockCosting:
         profile = self.framework
         reserve = int(tensor_peak_bytes * profile.allocator_overhead)
         return tensor_peak_bytes + reserve + profile.runtime_reserved_bytes
+
+    def _held_bytes(self, point: Point, signature: tuple[Runs, ...], gathered: int) -> int:
+        """Buffers a pipeline-stage class holds beside its model states, saved activations and
+        the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's
+        rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
+        parameters and unsharded gradients; and, on the stage holding the loss, what a loss
+        on fp32 logits (``loss_fp32_buffers``) holds beyond the working set."""
+        workload, profile = point.workload, self.framework
+        parallel = workload.parallel
+        held = gathered
+        if profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
+            elements = sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
+            held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
+        if profile.loss_fp32_buffers:
+            kinds = sorted({kind for runs in signature for kind, _ in runs})
+            loss = loss_working_set(
+                [point.blocks[k] for k in kinds], profile.loss_fp32_buffers, workload.weight_bytes
+            )
+            working_set: int = self._parts.get(
+                ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
+            )
+            held += max(0, loss - working_set)
+        return held

@@ -79,6 +79,21 @@ Options (all booleans unless said):
   ``BF16_Optimizer.update_hp_grads`` runs after every micro-batch's backward and adds the bf16
   gradient, first cast to an fp32 temporary, to fp32 accumulators; under fp16 only autograd's
   own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`).
+- ``loss_fp32_buffers`` (int ≥ 0) — fp32 buffers of the logits' size the loss holds at once
+  (:func:`stage_core.lower.memory.loss_peak_bytes`): the logits are upcast to fp32 for the
+  cross-entropy. 3: eager ``F.cross_entropy`` on fp32 logits (autocast runs it in fp32; torchtitan
+  casts ``.float()``): ``log_softmax`` saves its fp32 output, and its backward holds that, the
+  ``nll_loss`` gradient and its own result at once. 1: Megatron's ``vocab_parallel_cross_entropy``
+  on ``output.float()``, which saves the fp32 softmax and turns it into the gradient in place.
+  0: the generator's own count (16-bit logits saved, a 16-bit gradient; a fused kernel).
+- ``pp_unsharded_params`` — FSDP2 under pipeline parallelism keeps a stage's parameters gathered
+  from its first forward to its last backward, and accumulates unsharded gradients in the reduce
+  dtype over the micro-batches, reduce-scattering them once (torchtitan ``apply_fsdp``:
+  ``reshard_after_forward = not pp_enabled``; ``torch.distributed.pipelining`` ``stage.py``
+  ``backward_maybe_with_nosync``: ``set_requires_gradient_sync(False)`` and
+  ``set_reshard_after_backward(False)`` but on the last backward; FSDP2's
+  ``FSDPParam.to_accumulated_grad_if_needed`` keeps ``unsharded_accumulated_grad`` in the reduce
+  dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards.
 """
 
 from __future__ import annotations
@@ -108,6 +123,8 @@ OPTION_FLAGS: dict[str, str] = {
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "grad_accumulation": "Megatron --gradient-accumulation-fusion (fused) / a separate add",
+    "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
+    "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
 }
 
 #: The values of ``grad_accumulation``.
@@ -141,6 +158,8 @@ class FrameworkProfile:
     allocator_overhead: float
     moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
     grad_accumulation: str = "add"  # PyTorch's AccumulateGrad: no fused weight-gradient kernel
+    loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
+    pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -155,6 +174,7 @@ class FrameworkProfile:
                 "runtime_reserved_bytes",
                 "zero3_live_elements",
                 "zero3_prefetch_elements",
+                "loss_fp32_buffers",
             ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(
@@ -264,6 +284,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # -4 %), so the kernel constants the profile is validated with are taken to
             # include it. The same reading leaves DeepSpeed's fp16 autograd add untimed.
             grad_accumulation="fused",
+            # megatron/model/gpt_model.py: vocab_parallel_cross_entropy(output.float(), labels)
+            # unless --fp16-lm-cross-entropy; mpu/cross_entropy.py saves the fp32 softmax and
+            # computes the gradient in it in place
+            loss_fp32_buffers=1,
         ),
         FrameworkProfile(
             name="megatron-core",
@@ -287,6 +311,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # --gradient-accumulation-fusion is on by default (--no-gradient-accumulation-fusion
             # turns it off): the wgrad GEMM accumulates into main_grad (grad_added_to_main_grad)
             grad_accumulation="fused",
+            # core/tensor_parallel/cross_entropy.py: calculate_logits_max casts the logits to
+            # float, the fp32 softmax is saved and becomes the gradient in place
+            loss_fp32_buffers=1,
         ),
         FrameworkProfile(
             name="deepspeed",
@@ -319,6 +346,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # "20 bytes of memory per parameter" (Smith et al. 2022, arXiv 2201.11990) reads as
             # ZeRO's 16 bytes of mixed-precision Adam states plus those 4 of fp32 gradients
             grad_accumulation="deepspeed",
+            loss_fp32_buffers=1,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel loss
         ),
         FrameworkProfile(
             name="fsdp",
@@ -341,6 +369,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=False,  # eager PyTorch unless the model is compiled
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
+            # torch.autocast runs cross_entropy / log_softmax / nll_loss in float32 (the CUDA
+            # ops that autocast to float32, https://pytorch.org/docs/stable/amp.html)
+            loss_fp32_buffers=3,
         ),
         FrameworkProfile(
             name="llm-foundry-2023",
@@ -390,6 +421,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=False,  # training.compile, default false (eager PyTorch)
             runtime_reserved_bytes=1 * GIB,  # the same estimate as the other PyTorch profiles
             allocator_overhead=0.05,  # the same estimate (torchtitan logs max_reserved_gib)
+            # models/llama/model.py: output = self.output(h).float(); train.py's loss_fn:
+            # F.cross_entropy(pred.flatten(0, 1).float(), ...), eager (not compiled in 2024/12)
+            loss_fp32_buffers=3,
+            pp_unsharded_params=True,  # apply_fsdp: reshard_after_forward = not pp_enabled
         ),
     )
 }
