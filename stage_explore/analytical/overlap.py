@@ -11,11 +11,21 @@ A block's instructions run on an in-order compute stream and an in-order communi
 (:func:`~stage_explore.analytical.blocktime.time_block`); a collective's dependents wait for all
 of it. Overlap is expressed without changing that engine:
 
-- **Chunked overlap** (Megatron ``--tp-comm-overlap``: Transformer Engine splits a
-  tensor-parallel all-gather or reduce-scatter into ``tp`` chunks pipelined with the GEMM that
-  consumes or produces it): the collective becomes a *head* carrying ``1/tp`` of the bytes, which
-  its dependents wait for, and a *tail* carrying the rest, which runs after it on the
+- **Chunked overlap** (Megatron ``--tp-comm-overlap``: Transformer Engine's userbuffers
+  "ring_exchange" splits a tensor-parallel all-gather into ``tp`` chunks pipelined with the GEMM
+  that consumes it): the collective becomes a *head* carrying ``1/tp`` of the bytes, which its
+  dependents wait for, and a *tail* carrying the rest, which runs after it on the
   communication stream while the GEMM computes.
+- **Pipelined reduce-scatter** (userbuffers "pipeline", the forward reduce-scatters after the
+  attention projection and fc2): the GEMM that produces the partial sums is split into
+  :data:`UB_PIPELINE_SPLITS` row chunks, and chunk ``i``'s reduce-scatter runs while chunk
+  ``i+1`` computes; the dependents wait for the last chunk's. (Overlapping the reduce-scatter
+  with what *follows* it instead would be wrong: the residual add and the next norm read its
+  result, and the next all-gather queues behind it.)
+- **Bulk reduce-scatter** (userbuffers "bulk", the input-gradient reduce-scatters of the qkv and
+  fc1 projections in the backward): it runs beside the weight-gradient GEMMs of the same
+  linear layers (those reading the output gradient its producers read), which
+  :func:`defer_weight_gradients` moves after it; its dependents wait for all of it.
 - **Full overlap** (Megatron ``--overlap-moe-expert-parallel-comm``: one micro-batch's
   dispatch/combine all-to-all runs beside another micro-batch's compute): the dependents wait only
   for what the collective itself waited for; the collective still occupies the communication
@@ -25,7 +35,7 @@ of it. Overlap is expressed without changing that engine:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import Instr
 from stage_core.plans import TP_OUTER
@@ -35,18 +45,66 @@ from stage_explore.analytical.frameworks import FrameworkProfile
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
 
-#: A rule: for a collective, None (not overlapped) or the fraction of it its dependents wait for.
-OverlapRule = Callable[[Instr], float | None]
+#: Row chunks of a GEMM whose output userbuffers reduce-scatter in a pipeline: Transformer
+#: Engine's default ``num_splits`` for the "pipeline" method (transformer_engine/pytorch/module/
+#: base.py, ``initialize_ub``: ``"num_splits": tp_size if method == "ring_exchange" else 4``).
+UB_PIPELINE_SPLITS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Pipelined:
+    """A rule's answer for a collective pipelined with the GEMM that produces it, in
+    ``splits`` chunks (module docstring)."""
+
+    splits: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bulk:
+    """A rule's answer for a collective that runs beside the weight-gradient GEMMs of the
+    linear layers it reduces (:func:`defer_weight_gradients`); its dependents wait for all of
+    it."""
+
+
+#: A rule: for a collective, None (not overlapped), the fraction of it its dependents wait for,
+#: :class:`Pipelined` (split with its producing GEMM) or :class:`Bulk`.
+OverlapRule = Callable[[Instr], "float | Pipelined | Bulk | None"]
+
+
+def _is_gemm(instr: Instr) -> bool:
+    return instr.kind == "einsum" and len(instr.inputs) == 2 and len(instr.outputs) == 1
 
 
 def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Instr, ...]:
     """``instrs`` with the collectives ``rule`` selects taken (partly) off the critical path
     (module docstring); dependency indices are renumbered."""
+    if any(isinstance(rule(i), Bulk) for i in instrs if i.collective is not None):
+        instrs = defer_weight_gradients(
+            instrs, lambda i: i.collective is not None and isinstance(rule(i), Bulk)
+        )
+    pipelined = _pipelined(instrs, rule)  # producing GEMM's index -> (collective's, splits)
     result: list[Instr] = []
     waits: list[tuple[int, ...]] = []  # old index -> what its dependents wait for, renumbered
-    for instr in instrs:
+    emitted: dict[int, tuple[int, ...]] = {}  # pipelined collectives, emitted with their GEMM
+    for old, instr in enumerate(instrs):
         deps = tuple(sorted({d for dep in instr.deps for d in waits[dep]}))
+        if old in emitted:
+            waits.append(emitted[old])
+            continue
+        if old in pipelined:
+            collective, splits = pipelined[old]
+            for index in range(splits):
+                result.append(_chunk(instr, splits, index, deps))
+                chunk = _chunk(instrs[collective], splits, index, (len(result) - 1,))
+                result.append(chunk)
+            waits.append((len(result) - 2,))  # the GEMM's other readers: its last chunk
+            emitted[collective] = (len(result) - 1,)
+            continue
         fraction = rule(instr) if instr.collective is not None else None
+        if isinstance(fraction, Pipelined):  # no GEMM to pipeline with: chunked like a gather
+            fraction = 1 / fraction.splits
+        if isinstance(fraction, Bulk):  # beside the weight gradients moved after it
+            fraction = None
         if fraction is None or instr.comm_bytes == 0:
             result.append(replace(instr, deps=deps))
             waits.append((len(result) - 1,))
@@ -64,6 +122,91 @@ def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Ins
             result.append(replace(instr, deps=deps))
             waits.append(deps)
     return tuple(result)
+
+
+def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[int, int]]:
+    """The collectives ``rule`` pipelines with their producer, by that GEMM's index: each reads
+    one GEMM and nothing else. Its chunks move up to the GEMM's, ahead of any collective
+    issued in between (userbuffers run on their own communicator, not behind NCCL's)."""
+    found: dict[int, tuple[int, int]] = {}
+    for index, instr in enumerate(instrs):
+        if instr.collective is None:
+            continue
+        answer = rule(instr)
+        if isinstance(answer, Pipelined) and len(instr.deps) == 1:
+            (producer,) = instr.deps
+            if (
+                _is_gemm(instrs[producer])
+                and producer not in found
+                and instr.comm_bytes >= answer.splits
+            ):
+                found[producer] = (index, answer.splits)
+    return found
+
+
+def _chunk(instr: Instr, splits: int, index: int, deps: tuple[int, ...]) -> Instr:
+    """Chunk ``index`` of ``splits`` of a GEMM cut along the rows of its first operand and of
+    its output (the second operand, the weight, is read whole by every chunk), or of a
+    collective's bytes."""
+
+    def share(total: int) -> int:
+        return total // splits + (1 if index < total % splits else 0)
+
+    name = f"{instr.name}.chunk{index}"
+    if instr.collective is not None:
+        return replace(instr, name=name, deps=deps, comm_bytes=share(instr.comm_bytes))
+    (first, first_bytes), second = instr.inputs
+    ((out, out_bytes),) = instr.outputs
+    return replace(
+        instr, name=name, deps=deps, flops=share(instr.flops),
+        bytes_read=share(first_bytes) + second[1], bytes_written=share(out_bytes),
+        inputs=((first, share(first_bytes)), second), outputs=((out, share(out_bytes)),),
+    )  # fmt: skip
+
+
+def defer_weight_gradients(
+    instrs: Sequence[Instr], selected: Callable[[Instr], bool]
+) -> tuple[Instr, ...]:
+    """``instrs`` with each ``selected`` collective (a backward input-gradient reduce-scatter)
+    moved before the weight-gradient GEMMs it runs beside (userbuffers "bulk" overlap): those of
+    the linear layers whose input gradients it reduces — the einsums that read the output
+    gradient an einsum writing the collective's operand reads — and that it does not wait for.
+    Dependency order is kept; a block where it would not be is returned unchanged."""
+    order = list(range(len(instrs)))
+    for position in range(len(instrs)):
+        index = order[position]
+        instr = instrs[index]
+        if not selected(instr):
+            continue
+        ancestors: set[int] = set()
+        stack = list(instr.deps)
+        while stack:
+            dep = stack.pop()
+            if dep not in ancestors:
+                ancestors.add(dep)
+                stack.extend(instrs[dep].deps)
+        reduced = {name for name, _ in instr.inputs}
+        gradients = {  # what the einsums writing the reduced input gradient read
+            name
+            for producer in order[:position]
+            if _is_gemm(instrs[producer]) and instrs[producer].outputs[0][0] in reduced
+            for name, _ in instrs[producer].inputs
+        }
+        moved = [
+            i for i in order[:position]
+            if i not in ancestors and _is_gemm(instrs[i])
+            and instrs[i].outputs[0][0] not in reduced
+            and any(name in gradients for name, _ in instrs[i].inputs)
+        ]  # fmt: skip
+        if moved:
+            kept = [i for i in order[:position] if i not in moved]
+            order = kept + [index] + moved + order[position + 1 :]
+    placed = {old: new for new, old in enumerate(order)}
+    if any(placed[d] >= placed[i] for i in order for d in instrs[i].deps):
+        return tuple(instrs)
+    return tuple(
+        replace(instrs[i], deps=tuple(sorted(placed[d] for d in instrs[i].deps))) for i in order
+    )
 
 
 def _shared_expert_group(instrs: Sequence[Instr]) -> set[int]:
@@ -117,20 +260,23 @@ def overlap_rule(
     Engine requires) with ``1/tp`` on the path, and expert-parallel all-to-alls fully.
     ``inner_tp``: the size of the mesh's ``tp`` axis when the lowering splits tp into ``tpo``
     and ``tp`` (an expert tensor parallel size strictly between 1 and tp): the dense layers'
-    collectives over both keep ``1/tp``, the experts' over ``tp`` alone ``1/inner_tp``."""
-    tp_overlap = profile.tp_comm_overlap and sp and tp > 1
+    collectives over both keep ``1/tp``, the experts' over ``tp`` alone ``1/inner_tp``.
+    Transformer Engine's userbuffers pipeline a forward reduce-scatter with the GEMM that
+    produces it (:class:`Pipelined`) and run a backward one beside the weight gradients
+    (:class:`Bulk`)."""
+    tp_overlap = profile.tp_comm_overlap and sp and tp > 1  # userbuffers need SP
     moe_overlap = profile.moe_comm_overlap
     if not tp_overlap and not moe_overlap:
         return None
     chunks = {("tp",): inner_tp or tp, (TP_OUTER, "tp"): tp}
 
-    def rule(instr: Instr) -> float | None:
+    def rule(instr: Instr) -> float | Pipelined | Bulk | None:
         kind = instr.collective
-        if (
-            tp_overlap
-            and instr.axes in chunks
-            and kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
-        ):
+        if tp_overlap and instr.axes in chunks and kind is CollectiveKind.REDUCE_SCATTER:
+            # forward: pipelined with the GEMM producing it; backward: bulk beside the weight
+            # gradients (defer_weight_gradients), its dependents wait for all of it
+            return Pipelined(UB_PIPELINE_SPLITS) if instr.phase != "bwd" else Bulk()
+        if tp_overlap and instr.axes in chunks and kind is CollectiveKind.ALL_GATHER:
             return 1 / chunks[instr.axes]
         if moe_overlap and kind is CollectiveKind.ALL_TO_ALL:
             return 0.0  # in training only the expert dispatch/combine are all-to-alls; their

@@ -203,7 +203,9 @@ def test_megatron_core_overlaps_tp_communication_and_the_parameter_gather() -> N
         off.breakdown.get(k, 0.0) for k in exposed
     )
     assert on.breakdown["parameter_gather"] < off.breakdown["parameter_gather"]
-    assert on.breakdown["compute"] == pytest.approx(off.breakdown["compute"], rel=1e-12)
+    # the same kernels, but userbuffers cut the GEMMs before a reduce-scatter into 4 row
+    # chunks, each a smaller GEMM (tests/explore/test_userbuffers.py)
+    assert on.breakdown["compute"] == pytest.approx(off.breakdown["compute"], rel=0.1)
     for result in (on, off):
         assert sum(result.breakdown.values()) == pytest.approx(result.step_time_s, rel=1e-9)
 
