@@ -159,7 +159,10 @@ def grad_name(tensor: str) -> str:
 
 
 def _saved_tensors(
-    fwd: ShardedForward, recompute: str, region: frozenset[str]
+    fwd: ShardedForward,
+    recompute: str,
+    region: frozenset[str],
+    discard: frozenset[str] = frozenset(),
 ) -> tuple[SavedTensor, ...]:
     tensors = fwd.tensors
     result: dict[str, SavedTensor] = {}
@@ -194,7 +197,16 @@ def _saved_tensors(
             )
         for name in op.saved:
             keep(name)
+    if recompute == "selective":  # output-discarding regions: outputs freed once consumed
+        for name in _outputs_of(fwd, discard):
+            result.pop(name, None)
     return tuple(result.values())
+
+
+def _outputs_of(fwd: ShardedForward, ops: frozenset[str]) -> set[str]:
+    return {
+        o for s in fwd.steps if isinstance(s, OpStep) and s.op.name in ops for o in s.op.outputs
+    }
 
 
 class _Builder:
@@ -395,9 +407,13 @@ def derive_backward(
     output_grads: Mapping[str, Layout] | None = None,
     recompute: str = "none",
     region: frozenset[str] = frozenset(),
+    discard: frozenset[str] = frozenset(),
 ) -> ShardedBackward:
     """The backward pass of ``fwd``; block outputs receive gradients in their stored layouts
-    (or ``output_grads``)."""
+    (or ``output_grads``). Under selective recompute the ops in ``region`` re-run (once, before
+    the first backward op that is in the region or reads an output of a ``discard`` op); the
+    outputs of ``discard`` ops (output-discarding checkpoints, :mod:`stage_core.recompute`) are
+    not kept."""
     b = _Builder(fwd)
     for name in fwd.block.outputs:
         b.grad_tensor(name)
@@ -407,12 +423,13 @@ def derive_backward(
         b.steps += [_as_recompute(s) for s in fwd.steps]
     op_steps = [s for s in fwd.steps if isinstance(s, OpStep)]
     recomputed = recompute != "selective"
+    discarded = _outputs_of(fwd, discard)
     for step in reversed(op_steps):
         op = step.op
         live = [o for o in op.outputs if o in b.grad or o in b.pending]
         if not live:
             continue
-        if not recomputed and op.name in region:
+        if not recomputed and (op.name in region or discarded.intersection(op.saved)):
             b.steps += [_as_recompute(s) for s in fwd.steps if _in_region(s, region)]
             recomputed = True
         local = isinstance(op, Dispatch) and bool(step.out_layouts[0].shards[0])
@@ -423,7 +440,7 @@ def derive_backward(
             _generic_grads(b, step, dout_layout)
     for name in fwd.block.inputs:
         b.settle(name, "inputs")
-    saved = _saved_tensors(fwd, recompute, region)
+    saved = _saved_tensors(fwd, recompute, region, discard)
     return ShardedBackward(tuple(b.steps), b.weight_grads, saved, b.tensors)
 
 

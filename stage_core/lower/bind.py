@@ -32,6 +32,7 @@ from stage_core.mesh import Mesh
 from stage_core.models.layers import is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
 from stage_core.plans import TP_OUTER, PlanFlags, plan_for
+from stage_core.recompute import recompute_regions
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
 
@@ -109,11 +110,18 @@ class SymbolicBlock:
 
 @functools.lru_cache(maxsize=256)
 def symbolic_block(
-    kind: BlockKind, model: Structure, options: BlockOptions, flags: PlanFlags, recompute: str
+    kind: BlockKind,
+    model: Structure,
+    options: BlockOptions,
+    flags: PlanFlags,
+    recompute: str,
+    modules: tuple[str, ...] = (),
 ) -> SymbolicBlock:
     """The sharded forward and derived backward of one block kind (memoised: a pure function
     of the model's structure and the plan flags, never of sizes). Serving blocks (a KV cache in
-    ``options``) run forward only: their backward is empty."""
+    ``options``) run forward only: their backward is empty. ``modules``: what a selective
+    recompute re-runs (Megatron's ``--recompute-modules``, :mod:`stage_core.recompute`; empty:
+    the attention core)."""
     if kind == "embedding":
         block = embedding_block(model, options)
     elif kind in ("head", MTP_HEAD):  # an MTP module's loss runs the head's ops
@@ -131,7 +139,10 @@ def symbolic_block(
     if options.kv_cache_bytes:
         return SymbolicBlock(forward, ShardedBackward((), {}, (), forward.tensors))
     mode = recompute if is_layer_block(kind) or mtp_layer_of_block(kind) else "none"
-    backward = derive_backward(forward, recompute=mode, region=ATTENTION_CORE)
+    region, discard = ATTENTION_CORE, frozenset[str]()
+    if mode == "selective":
+        region, discard = recompute_regions(block, modules)
+    backward = derive_backward(forward, recompute=mode, region=region, discard=discard)
     return SymbolicBlock(forward, backward)
 
 

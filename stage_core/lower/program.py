@@ -244,10 +244,12 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     kinds = ["embedding", "head", *dict.fromkeys(workload.model.layer_blocks())]
     if workload.model.mtp_layers:
         kinds += [mtp_blocks(workload.model)[0], MTP_HEAD]
-    recompute = str(workload.parallel.recompute)
+    recompute, modules = str(workload.parallel.recompute), workload.parallel.recompute_modules
     blocks: dict[str, BoundBlock] = {}
     for kind in kinds:
-        symbolic = symbolic_block(kind, structure, workload.options, workload.flags, recompute)
+        symbolic = symbolic_block(
+            kind, structure, workload.options, workload.flags, recompute, modules
+        )
         bound = bind_block(symbolic, kind, workload.sizes, workload.axis_sizes)
         blocks[kind] = with_fp8_saved(
             bound, symbolic, workload.sizes, workload.axis_sizes, workload.parallel

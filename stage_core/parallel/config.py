@@ -77,6 +77,24 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+#: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):
+#: ``core_attn``, ``mlp`` (a dense MLP), ``moe`` (the MoE layer) and ``shared_experts`` are
+#: checkpointed (their inputs kept, re-run in the backward); ``layernorm`` (a norm that is its
+#: own module: an MoE layer's pre-MLP norm, a latent attention's input norm), ``moe_act`` (the
+#: experts' activation) and ``mla_up_proj`` (latent attention's up-projections and RoPE) are
+#: output-discarding checkpoints: their outputs are freed once consumed and re-made before the
+#: backward needs them.
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "mlp",
+    "moe",
+    "shared_experts",
+    "layernorm",
+    "moe_act",
+    "mla_up_proj",
+)
+
+
 class CpStyle(StrEnum):
     """Context parallelism: all-gather K and V, or pass K/V chunks around a ring."""
 
@@ -187,6 +205,9 @@ class ParallelConfig:
     pp_layers: tuple[int, ...] = ()
     pp_first_layers: int | None = None
     pp_last_layers: int | None = None
+    #: Megatron-Core's ``--recompute-modules`` under ``recompute='selective'`` (names in
+    #: :data:`RECOMPUTE_MODULES`); empty: its default, the core attention (``core_attn``).
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self._type_problems()
@@ -244,6 +265,19 @@ class ParallelConfig:
             )
         else:
             object.__setattr__(self, "fp8_gemms", gemms)
+        modules: object = self.recompute_modules
+        names = tuple(modules) if isinstance(modules, tuple | list) else None
+        if (
+            names is None
+            or len(set(names)) != len(names)
+            or any(m not in RECOMPUTE_MODULES for m in names)
+        ):
+            problems.append(
+                f"`recompute_modules` must name some of {', '.join(RECOMPUTE_MODULES)} once "
+                f"each, but got recompute_modules={modules!r}"
+            )
+        else:
+            object.__setattr__(self, "recompute_modules", names)
         for name in ("sp", "master_weights_fp32", "grad_fp32"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"`{name}` must be a bool, but got {name}={getattr(self, name)!r}")
@@ -303,6 +337,11 @@ class ParallelConfig:
             problems.append(
                 "`micro_batch`·`dp` must divide `global_batch`, "
                 f"but got ({global_batch=}, {micro_batch=}, {dp=})"
+            )
+        if self.recompute_modules and self.recompute is not Recompute.SELECTIVE:
+            problems.append(
+                "`recompute_modules` needs recompute='selective', but got "
+                f"(recompute='{self.recompute}', recompute_modules={list(self.recompute_modules)})"
             )
         if vpp > 1 and schedule is not Schedule.INTERLEAVED:
             problems.append(
@@ -523,5 +562,7 @@ class ParallelConfig:
                 value = str(value)
             elif isinstance(value, tuple):
                 value = list(value)
+            if field.name == "recompute_modules" and not value:
+                continue  # listed only when set: records of earlier studies keep their keys
             result[field.name] = value
         return result

@@ -100,11 +100,14 @@ class BlockCosting:
         communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
         the global micro-batch B, whose per-rank share is the micro-batch either way)."""
         shapes = canonical(workload)
+        parallel = shapes.parallel
+        fp8 = str(parallel.precision) == "fp8"  # FP8 copies of saved inputs (lower.fp8)
         key = (
             Structure.of(shapes.model), shapes.options, shapes.flags,
-            str(shapes.parallel.recompute), tuple(sorted(shapes.sizes.items())),
+            str(parallel.recompute), tuple(sorted(shapes.sizes.items())),
             tuple(sorted(shapes.axis_sizes.items())), shapes.model.tied_embeddings,
-            workload.parallel.pp == 1,
+            workload.parallel.pp == 1, parallel.recompute_modules,
+            (str(parallel.fp8_recipe), parallel.fp8_gemms) if fp8 else (),
         )  # fmt: skip
 
         def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys

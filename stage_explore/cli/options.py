@@ -4,8 +4,8 @@ Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
 - :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --etp --moe-dispatcher --sp/--no-sp
-  --zero --recompute --schedule --vpp --micro-batch --global-batch --cp-style --precision
-  --fp8-recipe --fp8-gemms``,
+  --zero --recompute --recompute-modules --schedule --vpp --micro-batch --global-batch
+  --cp-style --precision --fp8-recipe --fp8-gemms``,
   and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
 - :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
@@ -23,6 +23,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import ModelSpec, load_model
 from stage_core.parallel import (
     FP8_GEMMS,
+    RECOMPUTE_MODULES,
     CpStyle,
     Fp8Recipe,
     ParallelConfig,
@@ -125,6 +126,13 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         choices=_choices(Recompute),
         default=Recompute.NONE.value,
         help="activation recomputation",
+    )
+    group.add_argument(
+        "--recompute-modules",
+        default="",
+        metavar="MODULE,…",
+        help="with --recompute selective: Megatron-Core's --recompute-modules, some of "
+        f"{','.join(RECOMPUTE_MODULES)} (default core_attn)",
     )
     group.add_argument(
         "--schedule",
@@ -231,6 +239,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         vpp=args.vpp,
         zero=args.zero,
         recompute=Recompute(args.recompute),
+        recompute_modules=tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip()),
         micro_batch=args.micro_batch,
         global_batch=0 if args.global_batch is None else args.global_batch,
         seq_len=args.seq_len,

@@ -9,7 +9,9 @@ Holds :class:`SourceSetup` (one ``[sources.NAME]`` table), :class:`Case` (with
 :func:`data_dir`. A row may name its own ``model_base`` flavor; a source's ``system`` is a
 preset name or a ``.toml`` system file of the data folder (:func:`system_file`). Rules (also in
 ``setups.toml``'s header): the CSV's values come first; a setup field fills a cell the CSV leaves
-empty, and one that contradicts a value the CSV states is a :class:`ConfigError`. A schedule is
+empty, and one that contradicts a value the CSV states is a :class:`ConfigError` — unless the
+row lists it under ``csv_corrections`` with its reason (a source that contradicts itself), which
+is reported among the row's assumptions. A schedule is
 interleaved 1F1B when ``vpp`` > 1, else 1F1B.
 """
 
@@ -43,7 +45,7 @@ _SOURCE_KEYS = {
 }  # fmt: skip
 _ROW_KEYS = {
     "framework", "precision", "in_sample", "in_sample_why", "not_evaluated", "model", "parallel",
-    "assumptions", "model_base", "framework_options",
+    "assumptions", "model_base", "framework_options", "csv_corrections",
 }  # fmt: skip
 
 
@@ -283,8 +285,34 @@ def source_rows(source: SourceSetup, folder: Path) -> list[dict[str, str]]:
     return [r for r in rows if r.get("id", "").startswith(source.id_prefix)]
 
 
+def _corrected(
+    row: dict[str, str], row_setup: Mapping[str, Any]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``row`` with the cells a row's ``csv_corrections`` replace (``{column = {value = …, why =
+    "…"}}``: only where the source contradicts itself, each correction reported as an
+    assumption naming the published value), and those assumptions."""
+    corrections = row_setup.get("csv_corrections", {})
+    where = f"setups.toml [rows.{row['id']!r}]"
+    if not isinstance(corrections, dict):
+        raise ConfigError(f"{where}: `csv_corrections` must be a table, but got {corrections!r}")
+    fixed, notes = dict(row), []
+    for column, entry in corrections.items():
+        if column not in row or not isinstance(entry, dict) or set(entry) != {"value", "why"}:
+            raise ConfigError(
+                f"{where}: csv_corrections.{column} must correct a CSV column with "
+                f'{{ value = …, why = "…" }}, but got {entry!r}'
+            )
+        fixed[column] = str(entry["value"])
+        notes.append(
+            f"{column} {entry['value']} instead of the published {row[column]!r} "
+            f"(correction: {entry['why']})"
+        )
+    return fixed, tuple(notes)
+
+
 def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, Any]) -> Case:
     """The :class:`Case` of one CSV row (``reason`` set when it cannot be built)."""
+    row, corrections = _corrected(row, row_setup)
     in_sample = bool(row_setup.get("in_sample", source.in_sample))
     options = row_setup.get("framework_options", {})
     if not isinstance(options, dict) or not all(
@@ -305,7 +333,9 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         framework=str(row_setup.get("framework", source.framework)),
         in_sample=in_sample,
         in_sample_why=why,
-        assumptions=source.assumptions + _assumptions(row_setup, f"[rows.{row['id']!r}]"),
+        assumptions=source.assumptions
+        + corrections
+        + _assumptions(row_setup, f"[rows.{row['id']!r}]"),
         group=row.get(source.group_by, "") if source.group_by else "",
         flops=source.flops,
         framework_options=tuple(sorted(options.items())),

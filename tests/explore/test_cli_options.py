@@ -16,6 +16,7 @@ from stage_explore.cli.options import add_model_options, add_parallel_options, p
 EXPECTED_FLAGS = {
     "--model", "--layers", "--seq-len", "--mtp-layers", "--dropout", "--no-dropout",
     "--dp", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero", "--recompute",
+    "--recompute-modules",
     "--moe-dispatcher",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp8-recipe", "--fp8-gemms",
@@ -147,3 +148,14 @@ def test_model_is_required(capsys: pytest.CaptureFixture[str]) -> None:
         build().parse_args(["--tp", "2"])
     assert caught.value.code == 2
     assert "the following arguments are required: --model" in capsys.readouterr().err
+
+
+def test_recompute_modules() -> None:
+    _, config = workload(
+        "--model", "deepseek-v3", "--recompute", "selective",
+        "--recompute-modules", "mla_up_proj, mlp",
+    )  # fmt: skip
+    assert config.recompute_modules == ("mla_up_proj", "mlp")
+    assert workload("--model", "llama3-8b")[1].recompute_modules == ()
+    with pytest.raises(ConfigError, match="recompute_modules"):
+        workload("--model", "llama3-8b", "--recompute-modules", "moe_act")

@@ -67,3 +67,57 @@ def test_the_row_description_names_the_expert_tensor_parallel_size() -> None:
     assert case.parallel is not None
     assert "etp1" in describe(case.parallel).split()
     assert "etp" not in describe(replace(case.parallel, etp=None, ep=16))  # etp = tp
+
+
+GPT_OSS_ROW = "MBRIDGE25.11-DGX-H100-GPTOSS120B-64"
+
+
+def test_the_gpt_oss_row_runs_the_recipes_micro_batch_and_recompute_modules() -> None:
+    """The page's MBS 4 contradicts its own GA 2 (512 / (4 x 16) = 8): the recipe's MBS 1 is
+    used and said so among the assumptions; its recompute_modules are layernorm and moe_act."""
+    (case,) = [c for c in load_cases() if c.id == GPT_OSS_ROW]
+    assert case.parallel is not None
+    p = case.parallel
+    assert (p.micro_batch, p.global_batch, p.pp, p.ep, p.dp) == (1, 512, 4, 8, 16)
+    assert (str(p.recompute), p.recompute_modules) == ("selective", ("layernorm", "moe_act"))
+    assert any("instead of the published '4'" in a for a in case.assumptions)
+
+
+def test_the_deepseek_row_recomputes_the_recipes_modules() -> None:
+    (case,) = [c for c in load_cases() if c.id == DEEPSEEK_ROW]
+    assert case.parallel is not None
+    assert case.parallel.recompute_modules == ("mla_up_proj", "mlp")
+
+
+def test_the_moe_runs_that_ran_are_not_called_out_of_memory() -> None:
+    """All three ran on 80 GB H100s (the page's measurements): with the recipes' micro-batch and
+    recompute modules and FP8 activations saved as TE saves them, none is predicted to OOM."""
+    rows = (GPT_OSS_ROW, QWEN_ROW, DEEPSEEK_ROW)
+    results = evaluate_cases([c for c in load_cases() if c.id in rows])
+    assert len(results) == 3
+    for result in results:
+        assert result.evaluated and result.feasible, (result.case.id, result.note)
+
+
+@pytest.mark.parametrize(
+    ("correction", "message"),
+    [
+        ("micro_batch = { value = 1 }", "csv_corrections.micro_batch must correct"),
+        ('micro_batchez = { value = 1, why = "x" }', "csv_corrections.micro_batchez"),
+    ],
+)
+def test_a_malformed_csv_correction_is_an_error(
+    tmp_path: Path, correction: str, message: str
+) -> None:
+    for name in ("published_runs.csv", "published_runs_more.csv", "vtrain_multi.csv"):
+        source = data_dir() / name
+        if source.exists():
+            (tmp_path / name).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    text = (data_dir() / "setups.toml").read_text(encoding="utf-8")
+    head = f'[rows."{GPT_OSS_ROW}".csv_corrections]\n'
+    start = text.index(head) + len(head)
+    end = text.index("\n", start)
+    text = text[:start] + correction + text[end:]
+    (tmp_path / "setups.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_cases(tmp_path)

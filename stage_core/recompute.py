@@ -1,0 +1,91 @@
+"""Selective recompute by module, as Megatron-Core's ``--recompute-modules``: which ops of a
+block each module names (:func:`recompute_regions`), and which of those are output-discarding.
+
+Megatron-Core (``TransformerConfig.recompute_modules``, ``transformer_layer.py``,
+``multi_latent_attention.py``, ``moe/experts.py``) recomputes, under
+``--recompute-granularity selective``:
+
+- ``core_attn`` — the attention core (its default; Korthikanti et al. 2022), checkpointed;
+- ``mlp`` — a dense layer's MLP (with Transformer Engine its pre-MLP norm is fused into fc1),
+  checkpointed;
+- ``moe`` — the MoE layer (router, dispatch, experts, combine, shared experts), checkpointed;
+- ``shared_experts`` — the MoE layer's shared experts, checkpointed;
+- ``layernorm`` — the norms that are modules of their own: an MoE layer's pre-MLP norm (a dense
+  MLP or a standard attention fuses its norm into the following TE linear), and a latent
+  attention's input norm; output-discarding;
+- ``moe_act`` — the routed experts' activation function; output-discarding;
+- ``mla_up_proj`` — latent attention's latent norms, up-projections and RoPE (the queries, keys
+  and values the attention core reads); output-discarding.
+
+A checkpointed module keeps its inputs and re-runs in the backward; an output-discarding one
+(Megatron's ``CheckpointWithoutOutput``) also frees its outputs once its consumers have run, and
+re-makes them before the first backward that needs them — so neither it nor its consumers keep
+them (:func:`stage_core.autodiff.derive_backward`, ``discard``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from stage_core.blocks import ATTENTION_CORE
+from stage_core.graph import Block
+from stage_core.ops_moe import Dispatch
+
+#: Modules whose outputs are freed after use and recomputed (``CheckpointWithoutOutput``).
+OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj"})
+#: Latent attention's up-projection part: latent norms, up-projections, RoPE, head concats.
+MLA_UP_PROJ = frozenset(
+    {
+        "q.latent.norm",
+        "q.nope",
+        "q.pe",
+        "q.pe.rope",
+        "q",
+        "kv.latent.norm",
+        "k.nope",
+        "v",
+        "k.pe.rope",
+        "k",
+    }
+)
+#: Op-name prefixes of an MoE layer's parts (blocks._moe).
+MOE_PREFIXES = ("moe.", "experts.", "shared.")
+
+
+def _module_ops(block: Block, module: str) -> set[str]:
+    """The names of ``block``'s ops that Megatron's recompute ``module`` covers."""
+    names = {op.name for op in block.ops}
+    moe = any(isinstance(op, Dispatch) for op in block.ops)
+    latent = "kv.latent" in names
+    if module == "core_attn":
+        return names & ATTENTION_CORE
+    if module == "mlp":
+        return set() if moe else {n for n in names if n.startswith("mlp.")} | (names & {"ln2"})
+    if module == "moe":
+        return {n for n in names if n.startswith(MOE_PREFIXES)} if moe else set()
+    if module == "shared_experts":
+        return {n for n in names if n.startswith("shared.")}
+    if module == "layernorm":
+        return (names & {"ln2"} if moe else set()) | (names & {"ln1"} if latent else set())
+    if module == "moe_act":
+        return {n for n in names if n == "experts.act"}
+    if module == "mla_up_proj":
+        return names & MLA_UP_PROJ if latent else set()
+    raise AssertionError(f"unknown recompute module {module!r}")
+
+
+def recompute_regions(
+    block: Block, modules: Collection[str]
+) -> tuple[frozenset[str], frozenset[str]]:
+    """``(region, discard)``: the ops of ``block`` a selective recompute of ``modules`` re-runs
+    (empty ``modules``: Megatron's default, the core attention) and, of those, the ones whose
+    outputs are freed after use (output-discarding modules)."""
+    chosen = tuple(modules) or ("core_attn",)
+    region: set[str] = set()
+    discard: set[str] = set()
+    for module in chosen:
+        ops = _module_ops(block, module)
+        region |= ops
+        if module in OUTPUT_DISCARDING:
+            discard |= ops
+    return frozenset(region), frozenset(discard)
