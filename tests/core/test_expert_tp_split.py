@@ -28,9 +28,11 @@ from stage_core.lower.program import ProgramSet, lower
 from stage_core.models import get_flavor
 from stage_core.parallel import MoeDispatcher, ParallelConfig
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import overlap_rule
 from stage_explore.cli import main
+from stage_explore.system import load_system
 
 MIXTRAL = get_flavor("mixtral-8x7b").with_overrides(layers=2, seq_len=256, num_experts=16)
 QWEN = get_flavor("qwen3-30b-a3b").with_overrides(layers=2, seq_len=1024)
@@ -174,3 +176,20 @@ def test_trace_check_eval_and_memory(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert report["parallel"]["etp"] == int(etp)
         weights[etp] = report["ranks"][0]["weights_bytes"]
     assert weights["1"] > weights["2"] > weights["4"]
+
+
+def test_analytical_evaluations_of_each_etp_are_their_own() -> None:
+    """One backend evaluating etp = tp, 1 and 2 in turn (its memo tables shared) gives what a
+    fresh backend gives for each: the split mesh is part of every memo key; and the three are
+    distinct design points."""
+    model = QWEN.with_overrides(layers=4)
+    h100 = load_system("h100-80gb")
+    configs = [_config(etp, tp=4, ep=4, dp=8, global_batch=16) for etp in (None, 1, 2)]
+    shared = AnalyticalBackend(framework="megatron-core")
+    steps = [shared.evaluate(model, c, h100).step_time_s for c in configs]
+    fresh = [
+        AnalyticalBackend(framework="megatron-core").evaluate(model, c, h100).step_time_s
+        for c in configs
+    ]
+    assert steps == fresh
+    assert len(set(steps)) == 3
