@@ -17,6 +17,16 @@ Megatron-Core (``TransformerConfig.recompute_modules``, ``transformer_layer.py``
 - ``mla_up_proj`` — latent attention's latent norms, up-projections and RoPE (the queries, keys
   and values the attention core reads); output-discarding.
 
+and one module that is not Megatron's:
+
+- ``op`` — torchtitan's op-level selective activation checkpointing (``selective_ac_option =
+  'op'``, ``parallelisms/parallelize_llama.py``: a ``create_selective_checkpoint_contexts``
+  policy over each transformer block that saves the outputs of ``aten.mm`` — all but every
+  second call, counted in forward order — and of the SDPA kernels, and recomputes everything
+  else): the whole layer but its attention kernels and every other einsum (the 1st, 3rd, ...;
+  a Llama layer's q, v, gate and down projections) re-runs, output-discarding, so the layer
+  keeps its input and the outputs of those ops only. Used alone.
+
 A checkpointed module keeps its inputs and re-runs in the backward; an output-discarding one
 (Megatron's ``CheckpointWithoutOutput``) also frees its outputs once its consumers have run, and
 re-makes them before the first backward that needs them — so neither it nor its consumers keep
@@ -29,10 +39,11 @@ from collections.abc import Collection
 
 from stage_core.blocks import ATTENTION_CORE
 from stage_core.graph import Block
+from stage_core.ops import Attention, Einsum
 from stage_core.ops_moe import Dispatch
 
 #: Modules whose outputs are freed after use and recomputed (``CheckpointWithoutOutput``).
-OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj"})
+OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj", "op"})
 #: Latent attention's up-projection part: latent norms, up-projections, RoPE, head concats.
 MLA_UP_PROJ = frozenset(
     {
@@ -50,6 +61,13 @@ MLA_UP_PROJ = frozenset(
 )
 #: Op-name prefixes of an MoE layer's parts (blocks._moe).
 MOE_PREFIXES = ("moe.", "experts.", "shared.")
+
+
+def op_sac_saved(block: Block) -> set[str]:
+    """The ops whose outputs torchtitan's op-level SAC keeps (module docstring, ``op``): the
+    attention kernels and every other einsum in forward order, starting with the first."""
+    einsums = [op.name for op in block.ops if isinstance(op, Einsum)]
+    return {op.name for op in block.ops if isinstance(op, Attention)} | set(einsums[::2])
 
 
 def _module_ops(block: Block, module: str) -> set[str]:
@@ -71,6 +89,8 @@ def _module_ops(block: Block, module: str) -> set[str]:
         return {n for n in names if n == "experts.act"}
     if module == "mla_up_proj":
         return names & MLA_UP_PROJ if latent else set()
+    if module == "op":
+        return names - op_sac_saved(block)
     raise AssertionError(f"unknown recompute module {module!r}")
 
 

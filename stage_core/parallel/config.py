@@ -83,7 +83,8 @@ class Recompute(StrEnum):
 #: own module: an MoE layer's pre-MLP norm, a latent attention's input norm), ``moe_act`` (the
 #: experts' activation) and ``mla_up_proj`` (latent attention's up-projections and RoPE) are
 #: output-discarding checkpoints: their outputs are freed once consumed and re-made before the
-#: backward needs them.
+#: backward needs them. ``op`` is torchtitan's op-level selective checkpointing
+#: (:mod:`stage_core.recompute`), not a Megatron module.
 RECOMPUTE_MODULES = (
     "core_attn",
     "mlp",
@@ -92,6 +93,7 @@ RECOMPUTE_MODULES = (
     "layernorm",
     "moe_act",
     "mla_up_proj",
+    "op",
 )
 
 
@@ -342,6 +344,11 @@ class ParallelConfig:
             problems.append(
                 "`recompute_modules` needs recompute='selective', but got "
                 f"(recompute='{self.recompute}', recompute_modules={list(self.recompute_modules)})"
+            )
+        if "op" in self.recompute_modules and len(self.recompute_modules) > 1:
+            problems.append(
+                "`recompute_modules` 'op' (torchtitan's op-level checkpointing) covers the whole "
+                f"layer and takes no other module, but got {list(self.recompute_modules)}"
             )
         if vpp > 1 and schedule is not Schedule.INTERLEAVED:
             problems.append(

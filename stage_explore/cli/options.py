@@ -132,7 +132,8 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         default="",
         metavar="MODULE,…",
         help="with --recompute selective: Megatron-Core's --recompute-modules, some of "
-        f"{','.join(RECOMPUTE_MODULES)} (default core_attn)",
+        f"{','.join(RECOMPUTE_MODULES)} (default core_attn; op: torchtitan's op-level "
+        "selective checkpointing, alone)",
     )
     group.add_argument(
         "--schedule",
