@@ -78,10 +78,21 @@ def _is_gemm(instr: Instr) -> bool:
 def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Instr, ...]:
     """``instrs`` with the collectives ``rule`` selects taken (partly) off the critical path
     (module docstring); dependency indices are renumbered."""
+    return overlap_block(instrs, rule)[0]
+
+
+def overlap_block(
+    instrs: Sequence[Instr], rule: OverlapRule
+) -> tuple[tuple[Instr, ...], frozenset[Instr]]:
+    """:func:`overlap_collectives`, and the GEMMs of the result that share the GPU with a
+    userbuffers communication kernel (the pipelined chunks and the weight gradients beside a
+    bulk reduce-scatter), which run on :data:`UB_COMM_SMS` fewer SMs (:func:`sm_margin`)."""
+    shared: set[Instr] = set()
     if any(isinstance(rule(i), Bulk) for i in instrs if i.collective is not None):
-        instrs = defer_weight_gradients(
+        instrs, moved = _defer(
             instrs, lambda i: i.collective is not None and isinstance(rule(i), Bulk)
         )
+        shared.update(instrs[i] for i in moved)
     pipelined = _pipelined(instrs, rule)  # producing GEMM's index -> (collective's, splits)
     result: list[Instr] = []
     waits: list[tuple[int, ...]] = []  # old index -> what its dependents wait for, renumbered
@@ -95,6 +106,7 @@ def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Ins
             collective, splits = pipelined[old]
             for index in range(splits):
                 result.append(_chunk(instr, splits, index, deps))
+                shared.add(result[-1])
                 chunk = _chunk(instrs[collective], splits, index, (len(result) - 1,))
                 result.append(chunk)
             waits.append((len(result) - 2,))  # the GEMM's other readers: its last chunk
@@ -106,7 +118,11 @@ def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Ins
         if isinstance(fraction, Bulk):  # beside the weight gradients moved after it
             fraction = None
         if fraction is None or instr.comm_bytes == 0:
+            moved_gemm = instr in shared
             result.append(replace(instr, deps=deps))
+            if moved_gemm:  # renumbered: the rewritten instruction is the one timed
+                shared.discard(instr)
+                shared.add(result[-1])
             waits.append((len(result) - 1,))
             continue
         head_bytes = int(instr.comm_bytes * fraction)
@@ -121,7 +137,31 @@ def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Ins
         else:
             result.append(replace(instr, deps=deps))
             waits.append(deps)
-    return tuple(result)
+    return tuple(result), frozenset(shared)
+
+
+#: SMs a userbuffers "pipeline" or "bulk" communication kernel takes from the GEMM it overlaps:
+#: Transformer Engine's defaults (``initialize_ub``: ``"num_sm": 1 if method ==
+#: "ring_exchange" else 16``, ``"set_sm_margin": not method == "ring_exchange"``: the GEMM is
+#: launched on the SMs the communication leaves). Ring-exchange all-gathers copy with the copy
+#: engines and take none.
+UB_COMM_SMS = 16
+
+
+def sm_margin(
+    compute_s: Callable[[Instr], float], shared: frozenset[Instr], sm_count: int
+) -> Callable[[Instr], float]:
+    """``compute_s`` with the GEMMs in ``shared`` running on ``sm_count - UB_COMM_SMS`` SMs
+    (their time scaled by ``sm_count / (sm_count - UB_COMM_SMS)``)."""
+    if not shared or sm_count <= UB_COMM_SMS:
+        return compute_s
+    scale = sm_count / (sm_count - UB_COMM_SMS)
+
+    def timed(instr: Instr) -> float:
+        seconds = compute_s(instr)
+        return seconds * scale if instr in shared else seconds
+
+    return timed
 
 
 def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[int, int]]:
@@ -172,7 +212,15 @@ def defer_weight_gradients(
     the linear layers whose input gradients it reduces — the einsums that read the output
     gradient an einsum writing the collective's operand reads — and that it does not wait for.
     Dependency order is kept; a block where it would not be is returned unchanged."""
+    return _defer(instrs, selected)[0]
+
+
+def _defer(
+    instrs: Sequence[Instr], selected: Callable[[Instr], bool]
+) -> tuple[tuple[Instr, ...], frozenset[int]]:
+    """:func:`defer_weight_gradients` and the new indices of the GEMMs it moved."""
     order = list(range(len(instrs)))
+    moved_all: set[int] = set()
     for position in range(len(instrs)):
         index = order[position]
         instr = instrs[index]
@@ -201,12 +249,14 @@ def defer_weight_gradients(
         if moved:
             kept = [i for i in order[:position] if i not in moved]
             order = kept + [index] + moved + order[position + 1 :]
+            moved_all.update(moved)
     placed = {old: new for new, old in enumerate(order)}
     if any(placed[d] >= placed[i] for i in order for d in instrs[i].deps):
-        return tuple(instrs)
-    return tuple(
+        return tuple(instrs), frozenset()
+    deferred = tuple(
         replace(instrs[i], deps=tuple(sorted(placed[d] for d in instrs[i].deps))) for i in order
     )
+    return deferred, frozenset(placed[i] for i in moved_all)
 
 
 def _shared_expert_group(instrs: Sequence[Instr]) -> set[int]:

@@ -16,10 +16,13 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import BlockTiming, time_block
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import (
+    UB_COMM_SMS,
     UB_PIPELINE_SPLITS,
     defer_weight_gradients,
+    overlap_block,
     overlap_collectives,
     overlap_rule,
+    sm_margin,
 )
 from stage_explore.system import load_system
 
@@ -125,3 +128,41 @@ def test_userbuffers_shorten_a_tensor_parallel_megatron_core_step() -> None:
     )
     assert on.step_time_s < off.step_time_s
     assert on.model_flops_per_step == off.model_flops_per_step  # chunking moves no FLOP
+
+
+def test_gemms_beside_a_userbuffers_kernel_run_on_the_sms_it_leaves() -> None:
+    """TE's "pipeline" and "bulk" overlaps launch the GEMM on ``sm - 16`` SMs (set_sm_margin)."""
+    sms = 132
+    scale = sms / (sms - UB_COMM_SMS)
+    block = [
+        _gemm("proj", 8.0, ("attn", "wo"), "proj.partial"),
+        _scatter(4.0, (0,), "proj.partial"),
+    ]
+    rewritten, shared = overlap_block(block, _rule())  # type: ignore[arg-type]
+    assert shared == {i for i in rewritten if i.kind == "einsum"}  # the 4 chunks
+    timed = time_block(
+        rewritten,
+        sm_margin(lambda i: i.flops / UNIT, shared, sms),
+        lambda i: i.comm_bytes / UNIT,
+    )
+    n = UB_PIPELINE_SPLITS
+    g, r = 8.0 / n * scale, 4.0 / n
+    assert timed.duration_s == pytest.approx(g + r + (n - 1) * max(g, r))
+    backward = [
+        _gemm("q.dx", 2.0, ("d.q", "wq"), "d.x", phase="bwd"),
+        _gemm("q.dw", 3.0, ("d.q", "x"), "d.wq", phase="bwd"),
+        _scatter(5.0, (0,), "d.x", phase="bwd"),
+    ]
+    rewritten, shared = overlap_block(backward, _rule())  # type: ignore[arg-type]
+    assert [i.name for i in shared] == ["q.dw"]  # the weight gradient beside the scatter
+    timed = time_block(
+        rewritten,
+        sm_margin(lambda i: i.flops / UNIT, shared, sms),
+        lambda i: i.comm_bytes / UNIT,
+    )
+    assert timed.duration_s == pytest.approx(2 + max(5.0, 3 * scale))
+
+    def plain(instr: Instr) -> float:
+        return instr.flops / UNIT
+
+    assert sm_margin(plain, frozenset(), sms) is plain  # nothing shared: the timer unchanged
