@@ -186,3 +186,16 @@ def test_memory_targets_are_per_source_with_the_in_sample_rows_apart(cases: list
     assert tuned.passed and "(in-sample)" in tuned.detail
     assert f"{(0.05 + 0.08) / 2 * 100:.2f} %" in tuned.detail
     assert not held.passed and "(held out)" in held.detail and "-30.0 %" in held.detail
+
+
+def test_stage_validate_targets_cover_the_held_out_sources(results: list[RowResult]) -> None:
+    report = ValidationReport(tuple(results), "test")
+    names = {t.name: t for t in report.targets()}
+    for source in ("TORCHTITAN", *OTHERS):
+        target = names[f"{source}: held-out MAE <= 10%"]
+        rows = [r for r in results if r.case.source == source and r.evaluated]
+        mae = sum(abs(r.error) for r in rows) / len(rows)
+        assert target.passed == (mae <= 0.10) and f"over {len(rows)} held-out rows" in target.detail
+    memory = names["TORCHTITAN-MEM: peak memory within 10% on every row"]
+    assert "(held out)" in memory.detail and "over 18 rows" in memory.detail
+    assert "TORCHTITAN-MEM: held-out MAE <= 10%" not in names  # memory has its own target
