@@ -6,7 +6,8 @@ Holds:
   group spans (dim 0 fastest in the rank id) and how many ranks it has in each;
 - ASTRA-sim mode, integer nanoseconds: :func:`astra_collective_ns`,
   :func:`astra_collective_member_ns`, :func:`astra_point_to_point_ns`;
-- α–β mode, float seconds: :func:`alpha_beta_collective_s`, :func:`alpha_beta_point_to_point_s`.
+- α–β mode, float seconds: :func:`alpha_beta_collective_s`, :func:`alpha_beta_point_to_point_s`,
+  and :func:`deepep_scale_out_fraction` (DeepEP's share of an expert all-to-all's scale-out bytes).
 
 **ASTRA-sim mode** reproduces ASTRA-sim 2.0's congestion-unaware analytical timing (``n(m)``
 and hops: see :mod:`stage_explore.system.astra`; ``d`` the endpoint delay; reduction
@@ -67,6 +68,7 @@ from stage_explore.system.ranks import GroupSpan, coordinates, group_span
 __all__ = [
     "GroupSpan",
     "alpha_beta_collective_s",
+    "deepep_scale_out_fraction",
     "alpha_beta_point_to_point_s",
     "astra_collective_member_ns",
     "astra_collective_ns",
@@ -387,12 +389,31 @@ def _level_s(
     return dim.collective_overhead_s + steps * dim.latency_s + volume_s
 
 
+def deepep_scale_out_fraction(experts: int, top_k: int, nodes: int) -> float:
+    """The share of an NCCL expert all-to-all's scale-out bytes DeepEP sends: a token goes once
+    to each remote node holding one of its ``top_k`` experts (DeepEP README, normal kernels:
+    RDMA to the node, NVLink forwarding inside it) instead of once per (token, expert) pair.
+    With balanced routing (``top_k`` distinct experts uniform over ``experts`` placed evenly on
+    ``nodes`` nodes) a given remote node is hit with probability ``1 − C(E − E/n, k) / C(E, k)``
+    and holds ``k/n`` of the pairs on average: the ratio is ``n·(1 − C(E−E/n, k)/C(E, k)) / k``."""
+    if nodes <= 1 or experts % nodes or not 0 < top_k <= experts:
+        return 1.0
+    miss = math.comb(experts - experts // nodes, top_k) / math.comb(experts, top_k)
+    return min(1.0, nodes * (1.0 - miss) / top_k)
+
+
 def alpha_beta_collective_s(
-    system: System, kind: CollectiveKind, size_bytes: int, group: Sequence[int] | None
+    system: System,
+    kind: CollectiveKind,
+    size_bytes: int,
+    group: Sequence[int] | None,
+    scale_out_fraction: float = 1.0,
 ) -> float:
     """Seconds for a collective over ``group`` (``None``: every rank of ``system``), α–β mode.
 
     ``size_bytes`` follows the trace convention (the per-rank shard for all-gather).
+    ``scale_out_fraction``: an all-to-all spanning several dims carries that share of its bytes
+    on the outermost one (DeepEP's deduplicated expert dispatch, :func:`deepep_scale_out_fraction`).
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
@@ -427,7 +448,11 @@ def alpha_beta_collective_s(
             buffer *= ranks
             total += level(AG, index, ranks, buffer)
         return total
-    return sum(level(A2A, index, ranks, buffer) for index, ranks in levels)
+    outer = levels[-1][0] if len(levels) > 1 else -1
+    return sum(
+        level(A2A, index, ranks, buffer * (scale_out_fraction if index == outer else 1.0))
+        for index, ranks in levels
+    )
 
 
 def alpha_beta_point_to_point_s(

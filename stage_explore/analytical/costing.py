@@ -45,6 +45,7 @@ from stage_explore.analytical.blocktime import (
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
+    deepep_scale_out_fraction,
     group_span,
 )
 from stage_explore.analytical.costs import (
@@ -64,10 +65,9 @@ from stage_explore.analytical.kernels import (
 )
 from stage_explore.analytical.overlap import (
     flat_ring_s,
-    overlap_block,
+    overlap_collectives,
     overlap_rule,
     overlap_shared_experts,
-    sm_margin,
 )
 from stage_explore.analytical.parts import (
     BlockSync,
@@ -78,6 +78,10 @@ from stage_explore.analytical.parts import (
     canonical,
     tied_ends,
 )
+
+#: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
+#: tokens ``moe.tokens`` and the experts' outputs ``experts.fc2``).
+EXPERT_ALL_TO_ALL = ("moe.tokens", "experts.")
 
 
 class BlockCosting:
@@ -148,12 +152,28 @@ class BlockCosting:
         key = ("spans", point.token, table.names, table.shape, axes)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
-    def _collective_time(self, point: Point, span: Any, kind: CollectiveKind, size: int) -> float:
+    def _collective_time(
+        self, point: Point, span: Any, kind: CollectiveKind, size: int, scale_out: float = 1.0
+    ) -> float:
         shape, group, _ = span
         return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size),
-            lambda: alpha_beta_collective_s(point.system, kind, size, group),
+            ("comm", point.token, shape, kind, size, scale_out),
+            lambda: alpha_beta_collective_s(point.system, kind, size, group, scale_out),
         )
+
+    def _deepep_scale_out(self, point: Point, span: Any, instr: Instr) -> float:
+        """DeepEP's share of an expert all-to-all's scale-out bytes (``moe_deepep``; 1 for
+        every other collective): experts evenly on the nodes of the group's outermost dim."""
+        model = point.workload.model
+        if not (self.framework.moe_deepep and instr.collective is CollectiveKind.ALL_TO_ALL):
+            return 1.0
+        if not (model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)):
+            return 1.0
+        (_, counts, regular), _, _ = span
+        spanned = [count for count in counts if count > 1]
+        if not regular or len(spanned) < 2:
+            return 1.0
+        return deepep_scale_out_fraction(model.num_experts, model.top_k, spanned[-1])
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
         """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
@@ -171,7 +191,8 @@ class BlockCosting:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         if instr.kind != "ring":
             assert instr.collective is not None
-            return self._collective_time(point, span, instr.collective, instr.comm_bytes)
+            scale_out = self._deepep_scale_out(point, span, instr)
+            return self._collective_time(point, span, instr.collective, instr.comm_bytes, scale_out)
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes
         (peer,) = point.table.shifted(np.array([rank]), axis, 1)
@@ -218,12 +239,9 @@ class BlockCosting:
                 lambda i: self._comm_time(point, spans[i.axes], i),
                 self.framework.moe_load_imbalance,
             )
-            if rule is not None:  # userbuffers' GEMMs run on the SMs their kernels leave
-                instrs, shared = overlap_block(instrs, rule)
-                kernels = point.system.accelerator.kernels
-                if kernels is not None:
-                    compute_s = sm_margin(compute_s, shared, kernels.sm_count)
-            timing = time_block(instrs, compute_s, comm_s)
+            timing = time_block(
+                instrs if rule is None else overlap_collectives(instrs, rule), compute_s, comm_s
+            )
             if accumulate_s == 0.0:
                 return timing
             return replace(  # the accumulation kernels run on the compute stream, at the end

@@ -94,6 +94,14 @@ Options (all booleans unless said):
   ``set_reshard_after_backward(False)`` but on the last backward; FSDP2's
   ``FSDPParam.to_accumulated_grad_if_needed`` keeps ``unsharded_accumulated_grad`` in the reduce
   dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards.
+- ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
+  ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
+  ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
+  remote node holding any of its top-k experts and fan it out over NVLink there (DeepEP README,
+  "normal kernels": NVLink-to-RDMA forwarding), so the scale-out level of the expert
+  all-to-all carries :func:`~stage_explore.analytical.collectives.deepep_scale_out_fraction`
+  of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
+  sent.
 """
 
 from __future__ import annotations
@@ -123,6 +131,7 @@ OPTION_FLAGS: dict[str, str] = {
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "grad_accumulation": "Megatron --gradient-accumulation-fusion (fused) / a separate add",
+    "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
 }
@@ -160,6 +169,7 @@ class FrameworkProfile:
     grad_accumulation: str = "add"  # PyTorch's AccumulateGrad: no fused weight-gradient kernel
     loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
+    moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
