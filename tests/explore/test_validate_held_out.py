@@ -19,6 +19,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
+from stage_explore.system.model import System
 from stage_explore.validation.report import MEMORY_TARGET, ValidationReport
 from stage_explore.validation.run import RowResult, evaluate_cases
 from stage_explore.validation.setups import Case, data_dir, load_cases, load_setups
@@ -199,3 +200,23 @@ def test_stage_validate_targets_cover_the_held_out_sources(results: list[RowResu
     memory = names["TORCHTITAN-MEM: peak memory within 10% on every row"]
     assert "(held out)" in memory.detail and "over 18 rows" in memory.detail
     assert "TORCHTITAN-MEM: held-out MAE <= 10%" not in names  # memory has its own target
+
+
+def test_leave_one_source_out_trains_a_system_file_source_on_its_accelerators_rows() -> None:
+    from stage_explore.validation.loso import _training_rows
+
+    every = [c for c in load_cases() if c.parallel is not None and c.metric != "peak_mem_gib"]
+    systems: dict[str, System] = {}
+
+    def train_of(source: str) -> list[Case]:
+        mine = [c for c in every if c.source == source]
+        return _training_rows(mine, [c for c in every if c.source != source], systems)
+
+    # vTrain runs on its own file with the A100 accelerator: trained on the A100 preset's rows
+    vtrain = train_of("VTRAIN")
+    assert vtrain and {c.system for c in vtrain} == {"a100-80gb"}
+    assert {c.source for c in vtrain} >= {"KOR22-T5", "NAR21-T1"}
+    # a preset source trains on the same preset only
+    assert {c.system for c in train_of("MBRIDGE-H100")} == {"h100-80gb"}
+    # TorchTitan's 96 GB HBM2e part is on no other source's system
+    assert train_of("TORCHTITAN") == []

@@ -90,3 +90,20 @@ def test_leave_one_source_out_fits_on_the_other_sources(report: ValidationReport
 def _log2(rows: list[RowResult]) -> float:
     logs = [math.log(r.predicted / r.case.measured) ** 2 for r in rows if r.evaluated]
     return sum(logs) / len(logs)
+
+
+def test_a_source_on_its_own_system_file_is_fitted_on_its_accelerators_preset(
+    report: ValidationReport,
+) -> None:
+    # vTrain runs on systems/vtrain-a100.toml (its cluster's links), KOR22-T5 on the a100-80gb
+    # preset: the same accelerator, so each is fitted on the other and measured on its own
+    # system with the fitted accelerator efficiencies only.
+    vtrain = [r for r in report.results if r.case.source == "VTRAIN" and r.evaluated][:4]
+    kor = [r for r in report.results if r.case.source == "KOR22-T5" and r.evaluated]
+    figure = leave_one_source_out([*kor, *vtrain], max_evaluations=6)
+    fold = figure["VTRAIN"]
+    assert fold["trained_on"] == ["KOR22-T5"] and fold["trained_on_system"] == "a100-80gb"
+    own = load_system(vtrain[0].case.system_source)
+    mae, _ = objective([r.case for r in vtrain], apply(own, fold["fitted"]))
+    assert fold["mae"] == pytest.approx(mae) and math.isfinite(mae)
+    assert figure["KOR22-T5"]["trained_on_system"] == vtrain[0].case.system
