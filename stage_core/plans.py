@@ -9,10 +9,12 @@ sequence parallelism). Megatron's column/row tensor parallelism partitions heads
 over ``tp``; experts are partitioned over the dispatch's expert axes (``ep``, folded over
 ``cp`` and ``tp`` as Megatron-Core's MoE parallel folding does: :mod:`stage_core.lower.experts`)
 and their FFN width over ``tp`` unless tp is one of those axes (expert tensor parallel size 1).
-With an expert tensor parallel size strictly between 1 and tp (``PlanFlags.tp_split``) the mesh
-splits tp into ``tpo`` (outer, ``tp/etp``) and ``tp`` (inner, ``etp``): every dense layout's
-``tp`` becomes ``(tpo*tp)`` (:func:`split_tp`), the expert region's layouts keep ``tp`` (the
-experts' tensor-parallel ranks) and fold ``tpo`` into the expert axes.
+With an expert tensor parallel size strictly between 1 and tp, or an expert-parallel group
+smaller than the tp ranks outside the experts' own (``PlanFlags.tp_split``), the mesh splits tp
+into ``tpr`` (outermost, expert data parallel), ``tpo`` (folded into the expert-parallel group)
+and ``tp`` (innermost, ``etp``): every dense layout's ``tp`` becomes ``(tpr*tpo*tp)``
+(:func:`split_tp`), the expert region's layouts keep ``tp`` (the experts' tensor-parallel
+ranks), fold ``tpo`` into the expert axes and keep the routed tokens apart over ``tpr``.
 """
 
 from __future__ import annotations
@@ -37,17 +39,21 @@ class PlanFlags:
     attention: str = "fused"
     cp_ring: bool = False
     moe_allgather: bool = False  # Megatron's all-gather token dispatcher (_moe_allgather)
-    tp_split: bool = False  # tp is two mesh axes tpo, tp (1 < etp < tp; lower/experts.py)
+    tp_split: bool = False  # tp is three mesh axes tpr, tpo, tp (lower/experts.py)
 
 
-#: The outer sub-axis of tp when the experts' tensor-parallel size is strictly between 1 and tp
-#: (:data:`stage_core.lower.bind.TP_OUTER`).
+#: The sub-axis of tp folded into the expert-parallel group when tp is split (lower/experts.py).
 TP_OUTER = "tpo"
+#: The outermost sub-axis of tp when tp is split: the tp ranks over which the experts are
+#: replicated (part of Megatron's expert data parallel group; size 1 unless ``ep < tp/etp``).
+TP_REST = "tpr"
+#: The axes of a dense layer's tensor parallelism on a split mesh, outermost first.
+SPLIT_TP = (TP_REST, TP_OUTER, "tp")
 
 
 def _tp_axes(flags: PlanFlags) -> list[str]:
-    """The mesh axes a dense layer's tensor parallelism spans: ``tpo, tp`` or ``tp``."""
-    return [TP_OUTER, "tp"] if flags.tp_split else ["tp"]
+    """The mesh axes a dense layer's tensor parallelism spans: ``tpr, tpo, tp`` or ``tp``."""
+    return list(SPLIT_TP) if flags.tp_split else ["tp"]
 
 
 def _seq_stored(flags: PlanFlags) -> str:
@@ -107,7 +113,8 @@ def _moe_layouts(
     """
     token_axes = ["dp", "ep", "cp"] + (_tp_axes(flags) if flags.sp else [])
     routed = [a for a in token_axes if a not in expert_axes] + list(expert_axes)
-    kept = [a for a in ("dp", "ep", "cp") if a not in expert_axes]
+    held = ("dp", "ep", "cp") + ((TP_REST,) if flags.tp_split else ())
+    kept = [a for a in held if a not in expert_axes]  # token axes the routed slots keep
     tp_whole = "tp" in expert_axes or flags.sp
     layouts = {"moe.tokens": f"[E{_over(expert_axes)}, C{_over(kept)}, H]"}
     if "experts.fc2.nobias" in names:  # a bias per expert, added after the tp reduction
@@ -306,12 +313,13 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
 
 
 def split_tp(layout: Layout) -> Layout:
-    """``layout`` with the whole tp axis as its two sub-axes ``tpo`` (outer) and ``tp``
-    (inner): ``[N/tp, H @ 1/tp]`` → ``[N/(tpo*tp), H @ 1/(tpo*tp)]``. Rank ``t`` of the tp
-    group is ``tpo·etp + tp`` on the split mesh, so every rank holds the same shard as before."""
+    """``layout`` with the whole tp axis as its sub-axes ``tpr``, ``tpo``, ``tp`` (outermost
+    first): ``[N/tp, H @ 1/tp]`` → ``[N/(tpr*tpo*tp), H @ 1/(tpr*tpo*tp)]``. Rank ``t`` of the
+    tp group is ``(tpr·|tpo| + tpo)·|tp| + tp`` on the split mesh, so every rank holds the same
+    shard as before."""
 
     def split(axes: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(part for a in axes for part in ((TP_OUTER, "tp") if a == "tp" else (a,)))
+        return tuple(part for a in axes for part in (SPLIT_TP if a == "tp" else (a,)))
 
     shards = tuple(split(axes) for axes in layout.shards)
     return Layout(layout.dims, shards, split(layout.partial), layout.name, layout.sizes)

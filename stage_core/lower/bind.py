@@ -31,16 +31,16 @@ from stage_core.layout import Layout
 from stage_core.mesh import Mesh
 from stage_core.models.layers import is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
-from stage_core.plans import TP_OUTER, PlanFlags, plan_for
+from stage_core.plans import TP_OUTER, TP_REST, PlanFlags, plan_for
 from stage_core.recompute import recompute_regions
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
 
-#: Axes of the generator's mesh, outermost first by default. ``tpo`` (plans.TP_OUTER) is the
-#: outer sub-axis of tp when the experts' tensor-parallel size is strictly between 1 and tp
-#: (size ``tp/etp``; ``tp`` is then the inner ``etp`` ranks, lower/experts.py); it is in a
-#: workload's mesh only then.
-MESH_AXES = ("pp", "dp", "ep", "cp", TP_OUTER, "tp")
+#: Axes of the generator's mesh, outermost first by default. ``tpr`` and ``tpo``
+#: (plans.TP_REST, plans.TP_OUTER) are sub-axes of tp when the lowering splits it for the
+#: experts (``tp`` is then the inner ``etp`` ranks, lower/experts.py); each is in a workload's
+#: mesh only when its size is more than 1.
+MESH_AXES = ("pp", "dp", "ep", "cp", TP_REST, TP_OUTER, "tp")
 #: Axes over which weights are data-parallel replicas (gradients reduced, ZeRO shards).
 DATA_AXES = frozenset({"dp", "ep", "cp"})
 

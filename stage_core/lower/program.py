@@ -37,7 +37,7 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
-from stage_core.plans import TP_OUTER, PlanFlags
+from stage_core.plans import TP_OUTER, TP_REST, PlanFlags
 from stage_core.trace import CollectiveKind
 
 #: Adam: FLOPs per parameter of the update, bytes read and written per parameter (fp32 master
@@ -85,12 +85,14 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         "dp": parallel.dp // fold.ep_from_dp,
         "ep": fold.ep_from_dp,
         "cp": parallel.cp,
-        TP_OUTER: fold.tp_outer,  # tp split in two when 1 < etp < tp (lower/experts.py)
-        "tp": parallel.tp // fold.tp_outer,
+        TP_REST: fold.tp_rest,  # tp split when etp < tp and tp/etp does not divide ep
+        TP_OUTER: fold.tp_outer,  # tp split when 1 < etp < tp (lower/experts.py)
+        "tp": parallel.tp // (fold.tp_outer * fold.tp_rest),
     }
     order = [a for a in parallel.axis_order if a in MESH_AXES]
-    if fold.tp_outer > 1:  # the outer sub-axis right above the inner (etp) tp ranks
-        order.insert(order.index("tp"), TP_OUTER)
+    for sub in (TP_REST, TP_OUTER):  # tp's sub-axes right above the inner (etp) tp ranks
+        if axis_sizes[sub] > 1:
+            order.insert(order.index("tp"), sub)
     mesh = Mesh(tuple(MeshAxis(a, axis_sizes[a]) for a in order))
     seq = model.seq_len
     batch = parallel.micro_batch * parallel.dp  # the global micro-batch dim B
@@ -137,7 +139,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         attention=options.attention,
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
         moe_allgather=model.is_moe and str(parallel.moe_dispatcher) == "allgather",
-        tp_split=fold.tp_outer > 1,
+        tp_split=fold.tp_split,
     )
     if model.sliding_window and options.attention != "fused":
         raise ConfigError(
@@ -473,7 +475,8 @@ def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
 def boundary_bytes(workload: Workload) -> int:
     """Bytes of the activation (or its gradient) crossing a stage boundary per micro-batch."""
     sizes, axes = workload.sizes, workload.axis_sizes
-    seq_split = axes["cp"] * (axes[TP_OUTER] * axes["tp"] if workload.flags.sp else 1)
+    tp = axes[TP_REST] * axes[TP_OUTER] * axes["tp"]
+    seq_split = axes["cp"] * (tp if workload.flags.sp else 1)
     local_batch = sizes["B"] // (axes["dp"] * axes["ep"])
     return local_batch * (sizes["S"] // seq_split) * sizes["H"] * 2
 

@@ -305,6 +305,7 @@ class BlockCosting:
             head_dim=sizes.get("D", point.workload.model.head_dim),
             causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel,
+            cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,
             fp8_recipe=str(parallel.fp8_recipe),
             fp8_gemms=parallel.fp8_gemms,
             fp8_block=fp8_block(kind),

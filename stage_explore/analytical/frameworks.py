@@ -94,6 +94,11 @@ Options (all booleans unless said):
   ``set_reshard_after_backward(False)`` but on the last backward; FSDP2's
   ``FSDPParam.to_accumulated_grad_if_needed`` keeps ``unsharded_accumulated_grad`` in the reduce
   dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards.
+- ``cp_merge_fp32`` — context-parallel attention runs one SDPA kernel per K/V chunk and merges
+  the chunks' outputs (and, in the backward, accumulates their gradients) in fp32 element-wise
+  kernels of its own (PyTorch's ``context_parallel``: ``_SDPAMerger`` with ``convert_to_f32``;
+  :mod:`stage_explore.analytical.context_parallel`). Off: the merge is inside the attention
+  kernel (Transformer Engine's fused CP attention) or there is no context parallelism.
 - ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
   ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
   ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
@@ -134,6 +139,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
+    "cp_merge_fp32": "torch context_parallel: per-chunk SDPA merged in fp32 (_SDPAMerger)",
 }
 
 #: The values of ``grad_accumulation``.
@@ -169,6 +175,7 @@ class FrameworkProfile:
     grad_accumulation: str = "add"  # PyTorch's AccumulateGrad: no fused weight-gradient kernel
     loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
+    cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
 
     def __post_init__(self) -> None:
@@ -435,6 +442,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # F.cross_entropy(pred.flatten(0, 1).float(), ...), eager (not compiled in 2024/12)
             loss_fp32_buffers=3,
             pp_unsharded_params=True,  # apply_fsdp: reshard_after_forward = not pp_enabled
+            # experimental.context_parallel_degree: torch.distributed.tensor.experimental.
+            # context_parallel (ring attention of SDPA calls, _SDPAMerger convert_to_f32)
+            cp_merge_fp32=True,
         ),
     )
 }

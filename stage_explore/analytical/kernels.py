@@ -50,6 +50,7 @@ from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
+from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -259,6 +260,10 @@ class KernelTimer:
     #: The logits a training loss reads (:data:`CROSS_ENTROPY_BYTES`); empty: the generator's
     #: bytes for the loss (serving has none).
     loss_logits: frozenset[str] = frozenset()
+    #: The context-parallel degree when attention merges per-chunk results in fp32 kernels of
+    #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
+    #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
+    cp_merge: int = 0
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -275,7 +280,12 @@ class KernelTimer:
                 self.kernels, self.keys, self.head_dim, self.causal, backward,
                 self.attention_kernel,
             )  # fmt: skip
-            return max(memory_s, instr.flops / (accelerator.peak(self._bf16()) * efficiency))
+            seconds = max(memory_s, instr.flops / (accelerator.peak(self._bf16()) * efficiency))
+            if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
+                seconds += cp_merge_bytes(instr, self.cp_merge) / (
+                    accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+                )
+            return seconds
         if instr.kind == "ssdscan":
             return max(memory_s, instr.flops / self._ssd_rate())
         shape = gemm_shape(instr)

@@ -34,11 +34,12 @@ of it. Overlap is expressed without changing that engine:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import Instr
-from stage_core.plans import TP_OUTER
+from stage_core.plans import SPLIT_TP
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.collectives import _level_s
 from stage_explore.analytical.frameworks import FrameworkProfile
@@ -308,9 +309,10 @@ def overlap_rule(
     """The collectives ``profile`` overlaps inside a block, or None when it overlaps none:
     tensor-parallel all-gathers and reduce-scatters (sequence parallelism only, as Transformer
     Engine requires) with ``1/tp`` on the path, and expert-parallel all-to-alls fully.
-    ``inner_tp``: the size of the mesh's ``tp`` axis when the lowering splits tp into ``tpo``
-    and ``tp`` (an expert tensor parallel size strictly between 1 and tp): the dense layers'
-    collectives over both keep ``1/tp``, the experts' over ``tp`` alone ``1/inner_tp``.
+    ``inner_tp``: the size of the mesh's ``tp`` axis when the lowering splits tp into sub-axes
+    (``tpr``, ``tpo``, ``tp``: an expert tensor parallel size below tp,
+    :mod:`stage_core.lower.experts`): the dense layers' collectives over them keep ``1/tp``,
+    the experts' over the inner ``tp`` alone ``1/inner_tp``.
     Transformer Engine's userbuffers pipeline a forward reduce-scatter with the GEMM that
     produces it (:class:`Pipelined`) and run a backward one beside the weight gradients
     (:class:`Bulk`)."""
@@ -318,7 +320,8 @@ def overlap_rule(
     moe_overlap = profile.moe_comm_overlap
     if not tp_overlap and not moe_overlap:
         return None
-    chunks = {("tp",): inner_tp or tp, (TP_OUTER, "tp"): tp}
+    chunks = {axes: tp for n in (1, 2, 3) for axes in itertools.combinations(SPLIT_TP, n)}
+    chunks[("tp",)] = inner_tp or tp  # the experts' own tp on a split mesh
 
     def rule(instr: Instr) -> float | Pipelined | Bulk | None:
         kind = instr.collective

@@ -73,16 +73,22 @@ def _dense(programs: ProgramSet, block: BoundBlock) -> list[tuple[object, ...]]:
     ]
 
 
-@pytest.mark.parametrize(("tp", "etp", "ep"), [(4, 2, 4), (8, 2, 4), (8, 4, 2)])
+#: (tp, etp, ep): tp split in two (ep a multiple of tp/etp), or in three (ep below tp/etp,
+#: including etp 1 and ep 1).
+SPLITS = [(4, 2, 4), (8, 2, 4), (8, 4, 2), (8, 2, 2), (4, 1, 2), (4, 2, 1)]
+
+
+@pytest.mark.parametrize(("tp", "etp", "ep"), SPLITS)
 def test_dense_layers_are_the_unsplit_program(tp: int, etp: int, ep: int) -> None:
     """At the same tp, sp, ep, dp the split changes nothing outside the experts: the
     embedding, the head, the attention and the router lower to the same instructions with the
     same groups (tp consecutive ranks), the dense weights to the same shards."""
     split = lower(MIXTRAL, _config(etp, tp=tp, ep=ep))
     whole = lower(MIXTRAL, _config(None, tp=tp, ep=ep))
-    assert split.workload.axis_sizes["tpo"] == tp // etp
-    assert split.workload.axis_sizes["tp"] == etp
-    assert "tpo" not in whole.workload.mesh
+    sizes = split.workload.axis_sizes
+    assert (sizes["tpr"] * sizes["tpo"], sizes["tp"]) == (tp // etp, etp)
+    assert sizes["tpo"] == min(ep, tp // etp)
+    assert "tpo" not in whole.workload.mesh and "tpr" not in whole.workload.mesh
     for kind in ("embedding", "head", "moe_layer"):
         assert _dense(split, split.blocks[kind]) == _dense(whole, whole.blocks[kind]), kind
         dense_split = [(w.name, w.elements) for w in split.blocks[kind].weights if not w.expert]
@@ -91,12 +97,13 @@ def test_dense_layers_are_the_unsplit_program(tp: int, etp: int, ep: int) -> Non
     assert split.stages[0].boundary_bytes == whole.stages[0].boundary_bytes
 
 
-@pytest.mark.parametrize(("tp", "etp", "ep"), [(4, 2, 4), (8, 2, 4), (8, 4, 2)])
+@pytest.mark.parametrize(("tp", "etp", "ep"), SPLITS)
 def test_expert_collectives_and_flops(tp: int, etp: int, ep: int) -> None:
     """The routed tokens cross one all-to-all over ep ranks each way, then an all-gather over
-    the etp ranks (a reduce-scatter back), forward and backward. An expert GEMM per rank does
-    the etp = tp work: it sees the tokens gathered over etp ranks instead of tp (etp/tp as many)
-    on a shard of the FFN width tp/etp times wider."""
+    the etp ranks (a reduce-scatter back), forward and backward (no all-to-all at ep 1, no
+    gather at etp 1). An expert GEMM per rank does the etp = tp work: it sees the tokens
+    gathered over etp ranks instead of tp (etp/tp as many) on a shard of the FFN width tp/etp
+    times wider."""
     split = lower(MIXTRAL, _config(etp, tp=tp, ep=ep))
     whole = lower(MIXTRAL, _config(None, tp=tp, ep=ep))
     mesh, sizes = split.workload.mesh, split.workload.axis_sizes
@@ -104,8 +111,11 @@ def test_expert_collectives_and_flops(tp: int, etp: int, ep: int) -> None:
     routed = [i for i in moe.fwd + moe.bwd if i.is_comm and _expert_region(i)]
     kinds = [(str(i.collective), len(mesh.group(0, i.axes))) for i in routed]
     a2a, ag, rs = "all_to_all", "all_gather", "reduce_scatter"
-    assert kinds == [(a2a, ep), (ag, etp), (rs, etp), (a2a, ep)] * 2
-    assert {i.axes for i in routed if str(i.collective) != a2a} == {("tp",)}
+    exchange = [(a2a, ep)] if ep > 1 else []
+    gather = [(ag, etp), (rs, etp)] if etp > 1 else []
+    assert kinds == (exchange + gather + exchange) * 2
+    expert_tp = {i.axes for i in routed if str(i.collective) != a2a}
+    assert expert_tp == ({("tp",)} if gather else set())
     assert sizes["tp"] == etp
     flops = {i.name: i.flops for i in moe.fwd if i.name.startswith("experts.")}
     flops_whole = {i.name: i.flops for i in whole.blocks["moe_layer"].fwd if i.name in flops}
@@ -139,16 +149,17 @@ def test_overlap_rule_keeps_one_tp_chunk_of_dense_and_expert_collectives() -> No
     assert profile.tp_comm_overlap
     rule = overlap_rule(profile, 4, True, 2)
     assert rule is not None
-    gather = CollectiveKind.ALL_GATHER
-    assert (
-        rule(Instr("all_gather:ln1", "fwd", "comm", collective=gather, axes=("tpo", "tp"))) == 0.25
-    )
-    assert (
-        rule(Instr("all_gather:moe.tokens", "fwd", "comm", collective=gather, axes=("tp",))) == 0.5
-    )
+
+    def gather(axes: tuple[str, ...]) -> Instr:
+        return Instr("all_gather:x", "fwd", "comm", collective=CollectiveKind.ALL_GATHER, axes=axes)
+
+    for dense in (("tpo", "tp"), ("tpr", "tpo", "tp"), ("tpr", "tpo"), ("tpr", "tp")):
+        assert rule(gather(dense)) == 0.25, dense  # a dense layer's group: all of tp
+    assert rule(gather(("tp",))) == 0.5  # the experts' own tp
+    assert rule(gather(("ep", "tp"))) is None
     unsplit = overlap_rule(profile, 4, True)
     assert unsplit is not None
-    assert unsplit(Instr("all_gather:ln1", "fwd", "comm", collective=gather, axes=("tp",))) == 0.25
+    assert unsplit(gather(("tp",))) == 0.25
 
 
 def test_trace_check_eval_and_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

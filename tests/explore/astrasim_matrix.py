@@ -88,6 +88,11 @@ CASES: dict[str, Case] = {
                         {"dp": 2, "ep": 4, "tp": 4, "etp": 2, "sp": True, "global_batch": 2},
                         what="expert tp 2 inside tp 4: tp split in tpo×tp, all-to-all over "
                              "ep×tpo, expert all-gather over etp"),
+    "ep-inside-tp-moe": Case("mixtral-8x7b", _MOE,
+                             {"dp": 2, "ep": 2, "tp": 8, "etp": 2, "sp": True,
+                              "global_batch": 2},
+                             what="expert group inside tp (tp 8, etp 2, ep 2): tp split in "
+                                  "tpr×tpo×tp, experts replicated over tpr"),
     "zero1": Case("gpt3-125m", _GPT, {"dp": 4, "zero": 1, "global_batch": 4}, what="ZeRO-1"),
     "zero2": Case("gpt3-125m", _GPT, {"dp": 4, "zero": 2, "global_batch": 4}, what="ZeRO-2"),
     "zero3": Case("gpt3-125m", _GPT, {"dp": 4, "zero": 3, "global_batch": 4}, what="ZeRO-3"),
