@@ -71,11 +71,14 @@ Options (all booleans unless said):
   imbalanced_timers`). 1.0 (every profile's default): balanced routing, what benchmarks run
   with Megatron's ``--moe-router-force-load-balancing``.
 - ``grad_accumulation`` (str) — how each micro-batch's weight gradients reach the buffer that
-  accumulates them over the step (:func:`grad_accumulation_bytes`): ``"fused"``, the
-  weight-gradient GEMM accumulates into it (Megatron-Core ``--gradient-accumulation-fusion``,
-  on by default); ``"add"``, the GEMM writes a fresh gradient that a separate memory-bound
-  kernel adds to the buffer (Megatron-LM 2021's local-DDP hook ``main_grad.add_(grad)``;
-  PyTorch's ``AccumulateGrad``); ``"deepspeed"``, DeepSpeed's pipeline engine: under bf16 its
+  accumulates them over the step (:func:`grad_accumulation_bytes`): ``"none"``, no pass is
+  timed — the weight-gradient GEMM accumulates into the buffer (Megatron-Core
+  ``--gradient-accumulation-fusion``, on by default), or the profile leaves its add untimed
+  (PyTorch's ``AccumulateGrad`` under FSDP assigns the first micro-batch's gradient and adds the
+  later ones only into the rank's shard, 1/dp of the weights; Megatron-LM 2021: see its
+  profile); ``"add"``, the GEMM writes a fresh gradient that a separate memory-bound kernel
+  adds to the buffer every micro-batch (Megatron-LM 2021's local-DDP hook
+  ``main_grad.add_(grad)``); ``"deepspeed"``, DeepSpeed's pipeline engine: under bf16 its
   ``BF16_Optimizer.update_hp_grads`` runs after every micro-batch's backward and adds the bf16
   gradient, first cast to an fp32 temporary, to fp32 accumulators; under fp16 only autograd's
   own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`).
@@ -135,7 +138,7 @@ OPTION_FLAGS: dict[str, str] = {
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
-    "grad_accumulation": "Megatron --gradient-accumulation-fusion (fused) / a separate add",
+    "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed bf16",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
@@ -143,7 +146,7 @@ OPTION_FLAGS: dict[str, str] = {
 }
 
 #: The values of ``grad_accumulation``.
-GRAD_ACCUMULATION = ("fused", "add", "deepspeed")
+GRAD_ACCUMULATION = ("none", "add", "deepspeed")
 
 GIB = 2**30
 MIB = 2**20
@@ -172,7 +175,7 @@ class FrameworkProfile:
     runtime_reserved_bytes: int
     allocator_overhead: float
     moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
-    grad_accumulation: str = "add"  # PyTorch's AccumulateGrad: no fused weight-gradient kernel
+    grad_accumulation: str = "none"  # no separate accumulation pass timed (module docstring)
     loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
@@ -300,7 +303,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # this profile the wrong way (KOR22-T5 MAE 4.9 -> 10.9 %, NAR21-T2 PTD-P rows by
             # -4 %), so the kernel constants the profile is validated with are taken to
             # include it. The same reading leaves DeepSpeed's fp16 autograd add untimed.
-            grad_accumulation="fused",
+            grad_accumulation="none",
             # megatron/model/gpt_model.py: vocab_parallel_cross_entropy(output.float(), labels)
             # unless --fp16-lm-cross-entropy; mpu/cross_entropy.py saves the fp32 softmax and
             # computes the gradient in it in place
@@ -327,7 +330,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             allocator_overhead=0.05,
             # --gradient-accumulation-fusion is on by default (--no-gradient-accumulation-fusion
             # turns it off): the wgrad GEMM accumulates into main_grad (grad_added_to_main_grad)
-            grad_accumulation="fused",
+            grad_accumulation="none",
             # core/tensor_parallel/cross_entropy.py: calculate_logits_max casts the logits to
             # float, the fp32 softmax is saved and becomes the gradient in place
             loss_fp32_buffers=1,
@@ -477,13 +480,13 @@ def grad_accumulation_bytes(
 ) -> int:
     """HBM bytes moved per weight-gradient element and micro-batch to accumulate it
     (``grad_accumulation``, module docstring), for a run computing in ``dtype`` with
-    ``weight_bytes`` weights and ``grad_bytes`` accumulators: 0 when fused into the GEMM; a
+    ``weight_bytes`` weights and ``grad_bytes`` accumulators: 0 for ``"none"``; a
     separate add reads the fresh gradient and reads and writes the accumulator
     (``weight_bytes + 2·grad_bytes``: 10 for bf16 into fp32, 6 for fp16 into fp16); DeepSpeed
     under bf16 reads the bf16 gradient, writes and reads its fp32 cast, and reads and writes
     the fp32 accumulator (2 + 2·4 + 2·4 = 18); under fp16 it runs no such pass (0)."""
     mode = profile.grad_accumulation
-    if mode == "fused":
+    if mode == "none":
         return 0
     if mode == "deepspeed":
         if dtype != "bf16":

@@ -2,7 +2,7 @@
 option): a memory-bound pass over every weight gradient a rank accumulates, charged once per
 micro-batch at the achieved HBM bandwidth — 18 bytes per element under DeepSpeed bf16
 (``BF16_Optimizer.update_hp_grads``), ``2 + 2·grad_bytes`` for a separate add, none when fused
-into the weight-gradient GEMM; under ZeRO-2/3 only the rank's partition."""
+into the weight-gradient GEMM or left untimed; under ZeRO-2/3 only the rank's partition."""
 
 from __future__ import annotations
 
@@ -41,20 +41,24 @@ def _pass_s(elements: int, bytes_per_element: int, micro_batches: int) -> float:
 
 
 @pytest.mark.parametrize(
-    ("framework", "dtype", "grad_bytes", "expected"),
+    ("framework", "mode", "dtype", "grad_bytes", "expected"),
     [
-        ("deepspeed", "bf16", 4, 2 + 2 * 4 + 2 * 4),  # read bf16, write+read fp32 cast, RMW fp32
-        ("deepspeed", "bf16", 2, 18),  # BF16_Optimizer's accumulators are fp32 whatever the run
-        ("deepspeed", "fp16", 4, 0),  # no hp-gradient pass under fp16
-        ("megatron-core", "bf16", 4, 0),  # --gradient-accumulation-fusion
-        ("fsdp", "bf16", 4, 2 + 2 * 4),  # a separate add into fp32
-        ("fsdp", "fp16", 2, 3 * 2),  # in place into a 16-bit gradient
+        ("deepspeed", None, "bf16", 4, 2 + 2 * 4 + 2 * 4),  # read bf16, cast to fp32, RMW fp32
+        ("deepspeed", None, "bf16", 2, 18),  # BF16_Optimizer's accumulators are fp32 anyway
+        ("deepspeed", None, "fp16", 4, 0),  # no hp-gradient pass under fp16
+        ("megatron-core", None, "bf16", 4, 0),  # --gradient-accumulation-fusion
+        ("fsdp", None, "bf16", 4, 0),  # AccumulateGrad on the shard: untimed
+        ("megatron-lm-2021", "add", "bf16", 4, 2 + 2 * 4),  # main_grad.add_ into fp32
+        ("megatron-lm-2021", "add", "fp16", 2, 3 * 2),  # in place into a 16-bit buffer
     ],
 )
 def test_bytes_per_element_in_closed_form(
-    framework: str, dtype: str, grad_bytes: int, expected: int
+    framework: str, mode: str | None, dtype: str, grad_bytes: int, expected: int
 ) -> None:
-    assert grad_accumulation_bytes(get_framework(framework), dtype, 2, grad_bytes) == expected
+    profile = get_framework(framework)
+    if mode is not None:
+        profile = profile.with_overrides({"grad_accumulation": mode})
+    assert grad_accumulation_bytes(profile, dtype, 2, grad_bytes) == expected
 
 
 def test_deepspeed_bf16_charges_every_micro_batch_the_hp_gradient_pass() -> None:
@@ -68,7 +72,7 @@ def test_deepspeed_bf16_charges_every_micro_batch_the_hp_gradient_pass() -> None
     )
     charged = AnalyticalBackend(framework="deepspeed").evaluate(GPT, parallel, A100)
     fused = AnalyticalBackend(
-        framework="deepspeed", overrides={"grad_accumulation": "fused"}
+        framework="deepspeed", overrides={"grad_accumulation": "none"}
     ).evaluate(GPT, parallel, A100)
     expected = _pass_s(_rank_weight_elements(tp), 18, micro_batches)
     assert charged.breakdown["compute"] - fused.breakdown["compute"] == pytest.approx(expected)
@@ -82,16 +86,16 @@ def test_zero3_accumulates_only_the_partition() -> None:
     )
     charged = AnalyticalBackend(framework="deepspeed").evaluate(GPT, parallel, A100)
     fused = AnalyticalBackend(
-        framework="deepspeed", overrides={"grad_accumulation": "fused"}
+        framework="deepspeed", overrides={"grad_accumulation": "none"}
     ).evaluate(GPT, parallel, A100)
     expected = _pass_s(_rank_weight_elements(tp) // dp, 18, micro_batches)
     gap = charged.breakdown["compute"] - fused.breakdown["compute"]
     assert gap == pytest.approx(expected, rel=1e-4)  # per-weight integer division
 
 
-def test_fused_and_fp16_deepspeed_change_nothing() -> None:
+def test_fp16_deepspeed_changes_nothing() -> None:
     parallel = ParallelConfig(tp=2, dp=2, global_batch=16, precision=Precision.FP16)
-    base = AnalyticalBackend(framework="deepspeed", overrides={"grad_accumulation": "fused"})
+    base = AnalyticalBackend(framework="deepspeed", overrides={"grad_accumulation": "none"})
     same = AnalyticalBackend(framework="deepspeed")
     assert same.evaluate(GPT, parallel, A100).step_time_s == pytest.approx(
         base.evaluate(GPT, parallel, A100).step_time_s, rel=0, abs=0
@@ -100,10 +104,11 @@ def test_fused_and_fp16_deepspeed_change_nothing() -> None:
 
 def test_profiles_name_their_accumulation() -> None:
     assert FRAMEWORKS["deepspeed"].grad_accumulation == "deepspeed"
-    assert FRAMEWORKS["megatron-core"].grad_accumulation == "fused"
+    assert FRAMEWORKS["megatron-core"].grad_accumulation == "none"
+    assert FRAMEWORKS["fsdp"].grad_accumulation == "none"
 
 
-@pytest.mark.parametrize("bad", ["fp32", "", 1, None])
+@pytest.mark.parametrize("bad", ["fused", "fp32", "", 1, None])
 def test_bad_modes_are_refused_in_one_line(bad: object) -> None:
     with pytest.raises(ConfigError, match="grad_accumulation") as error:
         AnalyticalBackend(framework="deepspeed", overrides={"grad_accumulation": bad})
