@@ -26,9 +26,10 @@ def test_the_qwen3_row_names_its_own_base_and_megatron_bridge_layout() -> None:
     assert case.model.qk_norm == base.qk_norm and case.model.layers == 94
     p = case.parallel
     assert (p.tp, p.pp, p.vpp, p.dp, p.ep, p.etp, p.sp) == (2, 8, 4, 16, 32, 1, True)
-    assert case.backend_key == "megatron-core+moe_comm_overlap=true"
+    assert case.backend_key == "megatron-core+moe_comm_overlap=true,tp_comm_overlap=false"
     assert str(p.fp8_recipe) == "tensorwise"  # FP8-CS: current scaling
-    assert parse_backend_key(case.backend_key) == ("megatron-core", {"moe_comm_overlap": True})
+    options = {"moe_comm_overlap": True, "tp_comm_overlap": False}  # the H100 recipe's switches
+    assert parse_backend_key(case.backend_key) == ("megatron-core", options)
 
 
 def test_the_qwen3_row_is_evaluated_with_one_all_to_all_over_the_folded_group() -> None:
