@@ -28,7 +28,11 @@ DATA = data_dir()
 HELD_OUT = "published_runs_held_out.csv"
 SOURCES = {"TORCHTITAN": "tokens_per_s_per_gpu", "TORCHTITAN-MEM": "peak_mem_gib"}
 #: Megatron-Bridge dense rows: source → (id prefix, system preset).
-MBRIDGE = {"MBRIDGE-H100": ("MBD-H100-", "h100-80gb"), "MBRIDGE-B200": ("MBD-B200-", "b200")}
+MBRIDGE = {
+    "MBRIDGE-H100": ("MBD-H100-", "h100-80gb"),
+    "MBRIDGE-B200": ("MBD-B200-", "b200"),
+    "MBRIDGE-GB200": ("MBD-GB200-", "gb200-nvl72"),
+}
 #: One-metric sources of the file: source → (id prefix, system preset, framework).
 OTHERS = {
     **{name: (prefix, system, "megatron-core") for name, (prefix, system) in MBRIDGE.items()},
@@ -57,7 +61,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 33 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 39 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
