@@ -65,9 +65,10 @@ from stage_explore.analytical.kernels import (
 )
 from stage_explore.analytical.overlap import (
     flat_ring_s,
-    overlap_collectives,
+    overlap_block,
     overlap_rule,
     overlap_shared_experts,
+    sm_margin,
 )
 from stage_explore.analytical.parts import (
     BlockSync,
@@ -239,9 +240,12 @@ class BlockCosting:
                 lambda i: self._comm_time(point, spans[i.axes], i),
                 self.framework.moe_load_imbalance,
             )
-            timing = time_block(
-                instrs if rule is None else overlap_collectives(instrs, rule), compute_s, comm_s
-            )
+            if rule is not None:  # userbuffers' GEMMs run on the SMs their kernels leave
+                instrs, shared = overlap_block(instrs, rule)
+                kernels = point.system.accelerator.kernels
+                if kernels is not None:
+                    compute_s = sm_margin(compute_s, shared, kernels.sm_count)
+            timing = time_block(instrs, compute_s, comm_s)
             if accumulate_s == 0.0:
                 return timing
             return replace(  # the accumulation kernels run on the compute stream, at the end
