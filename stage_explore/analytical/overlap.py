@@ -67,6 +67,10 @@ class Bulk:
     it."""
 
 
+#: The axes of a tensor-parallel group: ``tp``, or any of its sub-axes (outermost first) on a
+#: mesh that splits tp for the experts (stage_core.lower.experts).
+_TP_GROUPS = frozenset(axes for n in (1, 2, 3) for axes in itertools.combinations(SPLIT_TP, n))
+
 #: A rule: for a collective, None (not overlapped), the fraction of it its dependents wait for,
 #: :class:`Pipelined` (split with its producing GEMM) or :class:`Bulk`.
 OverlapRule = Callable[[Instr], "float | Pipelined | Bulk | None"]
@@ -320,17 +324,16 @@ def overlap_rule(
     moe_overlap = profile.moe_comm_overlap
     if not tp_overlap and not moe_overlap:
         return None
-    chunks = {axes: tp for n in (1, 2, 3) for axes in itertools.combinations(SPLIT_TP, n)}
-    chunks[("tp",)] = inner_tp or tp  # the experts' own tp on a split mesh
+    expert_tp = inner_tp or tp  # the experts' own tp (the mesh's tp axis) on a split mesh
 
     def rule(instr: Instr) -> float | Pipelined | Bulk | None:
         kind = instr.collective
-        if tp_overlap and instr.axes in chunks and kind is CollectiveKind.REDUCE_SCATTER:
+        if tp_overlap and instr.axes in _TP_GROUPS and kind is CollectiveKind.REDUCE_SCATTER:
             # forward: pipelined with the GEMM producing it; backward: bulk beside the weight
             # gradients (defer_weight_gradients), its dependents wait for all of it
             return Pipelined(UB_PIPELINE_SPLITS) if instr.phase != "bwd" else Bulk()
-        if tp_overlap and instr.axes in chunks and kind is CollectiveKind.ALL_GATHER:
-            return 1 / chunks[instr.axes]
+        if tp_overlap and instr.axes in _TP_GROUPS and kind is CollectiveKind.ALL_GATHER:
+            return 1 / (expert_tp if instr.axes == ("tp",) else tp)
         if moe_overlap and kind is CollectiveKind.ALL_TO_ALL:
             return 0.0  # in training only the expert dispatch/combine are all-to-alls; their
             # group may be ep, ep×tp, ep×cp or, with the ep axis of size 1, cp alone
