@@ -166,3 +166,17 @@ def test_gemms_beside_a_userbuffers_kernel_run_on_the_sms_it_leaves() -> None:
         return instr.flops / UNIT
 
     assert sm_margin(plain, frozenset(), sms) is plain  # nothing shared: the timer unchanged
+
+
+def test_the_backend_charges_the_sm_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wired into the analytical backend: without the margin (0 SMs taken) the same step
+    computes for less, by at most the margin's factor on every kernel."""
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=2)
+    parallel = ParallelConfig(tp=8, dp=1, sp=True, global_batch=2)
+    system = load_system("h100-80gb")
+    charged = AnalyticalBackend(framework="megatron-core").evaluate(model, parallel, system)
+    monkeypatch.setattr("stage_explore.analytical.overlap.UB_COMM_SMS", 0)
+    free = AnalyticalBackend(framework="megatron-core").evaluate(model, parallel, system)
+    sms = system.accelerator.kernels.sm_count if system.accelerator.kernels else 0
+    assert free.breakdown["compute"] < charged.breakdown["compute"]
+    assert charged.breakdown["compute"] < free.breakdown["compute"] * sms / (sms - UB_COMM_SMS)
