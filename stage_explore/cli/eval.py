@@ -71,6 +71,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "dispatch/combine bytes are charged at F",
     )
     parser.add_argument(
+        "--moe-deepep",
+        action="store_true",
+        help="MoE dispatch on DeepEP for the analytical backend (Megatron --moe-enable-deepep): "
+        "a token crosses the scale-out network once per remote node holding one of its experts",
+    )
+    parser.add_argument(
         "--astra-sim-variant",
         choices=("unaware", "aware"),
         default=None,
@@ -97,13 +103,22 @@ def run(args: argparse.Namespace) -> int:
     model, parallel = parse_workload(args)
     system = load_system(args.system)
     options: dict[str, Any] = {} if args.framework is None else {"framework": args.framework}
+    overrides: dict[str, Any] = {}
     if args.moe_load_imbalance is not None:
-        if args.backend != "analytical" and not args.compare:
+        overrides["moe_load_imbalance"] = args.moe_load_imbalance
+    if args.moe_deepep:
+        overrides["moe_deepep"] = True
+    for flag, name in (
+        ("--moe-load-imbalance", "moe_load_imbalance"),
+        ("--moe-deepep", "moe_deepep"),
+    ):
+        if name in overrides and args.backend != "analytical" and not args.compare:
             raise ConfigError(
-                "--moe-load-imbalance applies to the analytical backend, but got --backend "
+                f"{flag} applies to the analytical backend, but got --backend "
                 f"{args.backend} (add --compare to evaluate the analytical model beside it)"
             )
-        options["overrides"] = {"moe_load_imbalance": args.moe_load_imbalance}
+    if overrides:
+        options["overrides"] = overrides
     if options and args.backend != "analytical" and not args.compare:
         raise ConfigError(
             f"--framework applies to the analytical backend, but got --backend {args.backend} "
