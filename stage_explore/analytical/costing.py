@@ -53,6 +53,7 @@ from stage_explore.analytical.costs import (
     stage_transfer_s,
 )
 from stage_explore.analytical.frameworks import (
+    FP32_BYTES,
     FrameworkProfile,
     grad_accumulation_bytes,
 )
@@ -178,7 +179,15 @@ class BlockCosting:
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
         """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
-        one flat ring at the slowest dim's bandwidth under ``zero3_flat_ring``."""
+        one flat ring at the slowest dim's bandwidth under ``zero3_flat_ring``. Under
+        ``fsdp_param_fp32`` a gather moves the fp32 parameters (4 bytes per element)."""
+        weight_bytes = point.workload.weight_bytes
+        if (
+            self.framework.fsdp_param_fp32
+            and instr.collective is CollectiveKind.ALL_GATHER
+            and weight_bytes < FP32_BYTES
+        ):
+            instr = replace(instr, comm_bytes=instr.comm_bytes * FP32_BYTES // weight_bytes)
         if not self.framework.zero3_flat_ring or instr.collective is None:
             return self._comm_time(point, span, instr)
         shape, group, _ = span

@@ -110,6 +110,14 @@ Options (all booleans unless said):
   all-to-all carries :func:`~stage_explore.analytical.collectives.deepep_scale_out_fraction`
   of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
   sent.
+- ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
+  parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
+  held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
+  DEFAULT`` of 2023 (``get_mixed_precision``: DEFAULT sets only ``reduce_dtype`` to the amp
+  precision and ``buffer_dtype`` to fp32, composer/trainer/mosaic_fsdp_utils.py), the "MP Mode
+  DEFAULT" of the llm-foundry H100 benchmark tables. Off: parameters gathered in the run's
+  16-bit type (``param_dtype`` bf16, FSDP2's and later Composer's default). The per-use casts
+  are not timed.
 """
 
 from __future__ import annotations
@@ -143,6 +151,7 @@ OPTION_FLAGS: dict[str, str] = {
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel: per-chunk SDPA merged in fp32 (_SDPAMerger)",
+    "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
 }
 
 #: The values of ``grad_accumulation``.
@@ -150,6 +159,8 @@ GRAD_ACCUMULATION = ("none", "add", "deepspeed")
 
 GIB = 2**30
 MIB = 2**20
+#: Bytes of an fp32 element (``fsdp_param_fp32``: the sharded master parameters gathered as is).
+FP32_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +191,7 @@ class FrameworkProfile:
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
+    fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -415,6 +427,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=False,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
+            # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves
+            # param_dtype None (fp32 all-gathers), reduce_dtype = amp precision (bf16)
+            fsdp_param_fp32=True,
         ),
         # TorchTitan (Liang et al., arXiv 2410.06511): FSDP2 ``fully_shard`` per transformer
         # block, TP/SP through DTensor plans, torch.distributed.pipelining. Each default is the
@@ -472,6 +487,8 @@ def zero3_gathered_bytes(
     DeepSpeed's per-sub-module bound — the live elements (at least the largest tensor, which
     must be whole to run) plus the prefetch bucket — when that is smaller."""
     two_blocks = sum(sorted(blocks_bytes, reverse=True)[:2])
+    if profile.fsdp_param_fp32 and weight_bytes < FP32_BYTES:  # fp32 units gathered
+        two_blocks = two_blocks * FP32_BYTES // weight_bytes
     if profile.zero3_live_elements == 0:
         return two_blocks
     live = max(largest_tensor_elements, profile.zero3_live_elements)

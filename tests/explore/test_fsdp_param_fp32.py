@@ -1,0 +1,51 @@
+"""FSDP with ``MixedPrecision(param_dtype=None)`` (the ``fsdp_param_fp32`` framework option,
+Composer's FSDP ``DEFAULT`` of 2023): parameters gathered in fp32, twice a 16-bit gather's bytes,
+in time and in the gathered units a rank holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework, zero3_gathered_bytes
+from stage_explore.system import load_system
+
+
+def test_only_the_2023_llm_foundry_profile_gathers_fp32_parameters() -> None:
+    assert FRAMEWORKS["llm-foundry-2023"].fsdp_param_fp32
+    assert not any(p.fsdp_param_fp32 for n, p in FRAMEWORKS.items() if n != "llm-foundry-2023")
+    with pytest.raises(ConfigError, match="fsdp_param_fp32"):
+        get_framework("fsdp").with_overrides({"fsdp_param_fp32": 1})
+
+
+@pytest.mark.parametrize("weight_bytes", [2, 4])
+def test_gathered_units_are_held_in_fp32(weight_bytes: int) -> None:
+    blocks = [10 * weight_bytes, 30 * weight_bytes, 20 * weight_bytes]
+    fsdp = get_framework("fsdp")
+    fp32 = fsdp.with_overrides({"fsdp_param_fp32": True})
+    two_blocks = (30 + 20) * weight_bytes  # the block in use and the prefetched next
+    assert zero3_gathered_bytes(fsdp, blocks, 5, weight_bytes) == two_blocks
+    assert zero3_gathered_bytes(fp32, blocks, 5, weight_bytes) == (30 + 20) * 4
+
+
+def test_fp32_gathers_cost_time_only_where_they_are_exposed() -> None:
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
+    parallel = ParallelConfig(dp=64, zero=3, micro_batch=1, global_batch=64)
+    system = load_system("h100-80gb")
+    plain = AnalyticalBackend(framework="fsdp").evaluate(model, parallel, system)
+    fp32 = AnalyticalBackend(framework="fsdp", overrides={"fsdp_param_fp32": True}).evaluate(
+        model, parallel, system
+    )
+    assert fp32.breakdown["compute"] == pytest.approx(plain.breakdown["compute"], rel=1e-12)
+    assert fp32.breakdown["exposed_zero_gather"] > plain.breakdown["exposed_zero_gather"]
+    assert fp32.step_time_s > plain.step_time_s
+    zero1 = ParallelConfig(dp=64, zero=1, micro_batch=1, global_batch=64)
+    assert AnalyticalBackend(framework="fsdp", overrides={"fsdp_param_fp32": True}).evaluate(
+        model, zero1, system
+    ).step_time_s == pytest.approx(
+        AnalyticalBackend(framework="fsdp").evaluate(model, zero1, system).step_time_s,
+        rel=1e-12,
+    )  # no ZeRO-3 gather: nothing changes
