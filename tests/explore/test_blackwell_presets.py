@@ -54,3 +54,9 @@ def test_fp8_over_bf16_at_the_llama_qkv_shape_matches_the_measured_ratio(system:
     # the shape's tile and K factors are common to both dtypes: the ratio is the sustained one
     ratio = gemm_efficiency(kernels, "fp8", QKV_SHAPE) / gemm_efficiency(kernels, "bf16", QKV_SHAPE)
     assert ratio == pytest.approx(kernels.gemm_efficiency["fp8"] / kernels.gemm_efficiency["bf16"])
+
+
+@pytest.mark.parametrize("system", [B200, GB200], ids=["b200", "gb200-nvl72"])
+def test_nvlink5_efficiency_is_nccls_per_link_figure(system: System) -> None:
+    # NCCL src/graph/topo.h: SM100_NVLINK_BW 40.1 GB/s per NVLink 5 link of 50 GB/s per direction
+    assert system.network[0].bus_efficiency == pytest.approx(40.1 / 50, abs=0.005)
