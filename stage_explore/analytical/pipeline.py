@@ -21,14 +21,12 @@ The result is each rank's timeline summary: when it ends, its busy (compute) tim
 spends sending, and when each chunk's last weight-gradient work starts (its last backward, or
 its last ``W``: for overlapping the gradient synchronisation); the rest is its bubble.
 
-Two implementations of the same semantics:
-
-- :func:`simulate`, the reference: a round-robin over the ranks, each running its order until a
-  dependency is missing;
-- :func:`step_time`, the fast path the backend uses: the task DAG depends only on the
-  schedule's shape ``(kind, p, m, vpp)``, never on durations, so it is compiled once per shape
-  into a flat topological order (memoised) and a step is one tight loop over it (~60–80 ns per
-  task); any topological order gives the same times.
+:func:`step_time` times it: the task DAG depends only on the schedule's shape
+``(kind, p, m, vpp)``, never on durations, so it is compiled once per shape into a flat
+topological order (memoised) and a step is one tight loop over it (~60–130 ns per task); any
+topological order gives the same times. Its oracle, the plain round-robin over the ranks (each
+running its order until a dependency is missing), is test code: ``simulate`` in
+``tests/explore/pipeline_reference.py``.
 
 :func:`activation_profiles` gives, per rank, the micro-batches in flight per chunk at the
 schedule's activation peaks; :func:`assemble_step` finishes a step from per-stage
@@ -151,84 +149,6 @@ def _send_time(kind: str, p: int, m: int, vpp: int, transfer_s: float) -> tuple[
     )
 
 
-def simulate(
-    kind: str,
-    stages: Sequence[StageTimes],
-    micro_batches: int,
-    vpp: int,
-    transfer_s: float,
-) -> PipelineResult:
-    """Simulate every task of one step (the reference implementation)."""
-    p = len(stages)
-    m = micro_batches
-    s = shape(kind, p, m, vpp)
-    last_global = s.last_stage
-    unset = -1.0
-    fwd_release = [[unset] * m for _ in range(last_global + 1)]  # when it may be consumed
-    bwd_release = [[unset] * m for _ in range(last_global + 1)]
-    position = [0] * p
-    free = [0.0] * p
-    busy = [0.0] * p
-    sending = [0.0] * p
-    last_bwd = [[0.0] * s.chunks for _ in range(p)]
-
-    def ready(code: int, j: int, mb: int) -> float:
-        if code == FORWARD:
-            return fwd_release[j - 1][mb] if j else 0.0
-        if code == BACKWARD:
-            return fwd_release[j][mb] if j == last_global else bwd_release[j + 1][mb]
-        return 0.0  # a W follows its own B on the same rank
-
-    remaining = sum(len(order) for order in s.orders)
-    while remaining:
-        progressed = False
-        for rank in range(p):
-            order, starts, grads, stage = (
-                s.orders[rank],
-                s.pairs[rank],
-                s.last_grad[rank],
-                stages[rank],
-            )
-            index, now, spent, sent = position[rank], free[rank], busy[rank], sending[rank]
-            while index < len(order):
-                code, j, mb, chunk = order[index]
-                paired = index in starts
-                if paired:
-                    _, jb, mbb, chunk_b = order[index + 1]
-                    at_f, at_b = ready(FORWARD, j, mb), ready(BACKWARD, jb, mbb)
-                    at = unset if min(at_f, at_b) < 0 else max(at_f, at_b)
-                    duration = stage.pair(chunk, chunk_b)
-                    count = sends(FORWARD, j, last_global) + sends(BACKWARD, jb, last_global)
-                    grad_index, grad_chunk, width = index + 2, chunk_b, 3
-                else:
-                    at = ready(code, j, mb)
-                    duration = (stage.forward_s, stage.backward_s, stage.weight_s)[code][chunk]
-                    count = int(sends(code, j, last_global))
-                    grad_index, grad_chunk, width = index, chunk, 1
-                if at < 0:
-                    break
-                start = now if now > at else at
-                if grads[grad_chunk] == grad_index:
-                    last_bwd[rank][grad_chunk] = start
-                now = start + duration + count * transfer_s
-                spent += duration
-                sent += count * transfer_s
-                if paired:
-                    fwd_release[j][mb] = bwd_release[jb][mbb] = now
-                elif code != 2:
-                    (fwd_release if code == FORWARD else bwd_release)[j][mb] = now
-                index += width
-            if index != position[rank]:
-                remaining -= index - position[rank]
-                position[rank], free[rank], busy[rank], sending[rank] = index, now, spent, sent
-                progressed = True
-        if not progressed:  # pragma: no cover - schedules are deadlock-free by construction
-            raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
-    return PipelineResult(
-        tuple(free), tuple(busy), tuple(sending), tuple(tuple(x) for x in last_bwd)
-    )
-
-
 # --- the fast path ---------------------------------------------------------------------------
 
 
@@ -331,7 +251,7 @@ def step_time(
     vpp: int,
     transfer_s: float,
 ) -> PipelineResult:
-    """:func:`simulate` by compiled orders: the same tasks in one tight loop, or — when the
+    """Every task of one step by the compiled order, in one tight loop, or — when the
     timeline is provably periodic (:func:`~stage_explore.analytical.taskgraph.periodic`) — a
     short prefix and the period's shift.
 
@@ -525,7 +445,7 @@ def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
             if split:
                 sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
             activations = max(
-                sum(n * b for n, b in zip(counts, sizes, strict=True))
+                sum(map(operator.mul, counts, sizes))  # exact ints; every vector has len(sizes)
                 for counts in activation_profiles(kind, stage, p, m, vpp)
             )
         memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes

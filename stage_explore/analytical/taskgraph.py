@@ -77,30 +77,41 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
     grad_code = WEIGHT if kind in SPLIT_BACKWARD else BACKWARD
     orders, pairs, last_grad, slot_counts, send_counts = [], [], [], [], []
     for rank in range(p):
+        stage_of = [global_stage(kind, rank, chunk, p) for chunk in range(chunks)]
         order = tuple(
-            (_CODE[t.phase], global_stage(kind, rank, t.chunk, p), t.micro_batch, t.chunk)
-            for t in schedule(kind, rank, p, m, vpp)
+            [
+                (_CODE[phase], stage_of[chunk], mb, chunk)
+                for phase, chunk, mb in schedule(kind, rank, p, m, vpp)
+            ]
         )
         starts = overlapped(kind, rank, p, m, vpp)
         last = [-1] * chunks
         counts = [0] * slots(chunks)
-        sent = 0
         index = 0
         while index < len(order):
-            code, j, _, chunk = order[index]
-            if index in starts:
-                backward = order[index + 1]
-                counts[3 * chunks + chunk * chunks + backward[3]] += 1
+            code, _, _, chunk = order[index]
+            if starts and index in starts:
+                backward_chunk = order[index + 1][3]
+                counts[3 * chunks + chunk * chunks + backward_chunk] += 1
                 counts[3 * chunks + chunks * chunks] += 1
-                sent += sends(FORWARD, j, last_stage) + sends(BACKWARD, backward[1], last_stage)
-                last[backward[3]] = index + 2
+                last[backward_chunk] = index + 2
                 index += 3
                 continue
             counts[code * chunks + chunk] += 1
-            sent += sends(code, j, last_stage)
             if code == grad_code:
                 last[chunk] = index
             index += 1
+        # a chunk's tasks all run its global stage: its sends follow from the counts
+        forward_sends = [int(sends(FORWARD, j, last_stage)) for j in stage_of]
+        backward_sends = [int(sends(BACKWARD, j, last_stage)) for j in stage_of]
+        sent = sum(
+            counts[c] * forward_sends[c] + counts[chunks + c] * backward_sends[c]
+            for c in range(chunks)
+        ) + sum(
+            counts[3 * chunks + a * chunks + b] * (forward_sends[a] + backward_sends[b])
+            for a in range(chunks)
+            for b in range(chunks)
+        )
         orders.append(order)
         pairs.append(starts)
         last_grad.append(tuple(last))

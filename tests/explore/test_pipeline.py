@@ -20,9 +20,9 @@ from stage_explore.analytical.pipeline import (
     _periodic,
     activation_profiles,
     assemble_step,
-    simulate,
     step_time,
 )
+from tests.explore.pipeline_reference import simulate
 
 
 def uniform(p: int, vpp: int, forward_s: float, backward_s: float) -> list[StageTimes]:

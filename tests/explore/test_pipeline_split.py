@@ -19,10 +19,10 @@ from stage_explore.analytical.pipeline import (
     activation_profiles,
     assemble_step,
     pair_seconds,
-    simulate,
     step_time,
 )
 from stage_explore.analytical.taskgraph import periodic
+from tests.explore.pipeline_reference import simulate
 
 
 @pytest.mark.parametrize("p", [2, 4, 6, 8, 16])
