@@ -234,6 +234,7 @@ class BlockCosting:
         accumulate_s = (
             self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         )
+        accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
 
         def compute() -> BlockTiming:
             instrs = block.fwd if phase == "fwd" else block.bwd
@@ -288,6 +289,27 @@ class BlockCosting:
         accelerator = point.system.accelerator
         bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
         return elements * per_element / bandwidth
+
+    def _param_cast_s(self, point: Point, kind: str, phase: str) -> float:
+        """Seconds per micro-batch of autocast's casts of a block's gathered fp32 parameters
+        (``fsdp_param_fp32`` under ZeRO-3): each forward use casts a weight to the 16-bit type
+        (read 4, write 2 bytes per element), again in a fully recomputed forward, and the
+        backward casts its 16-bit gradient back to fp32 (read 2, write 4); memory-bound at the
+        achieved HBM bandwidth (``torch.autocast`` caches casts only of leaf tensors, and
+        FSDP's unsharded parameters are views of its flat parameter)."""
+        workload = point.workload
+        if not self.framework.fsdp_param_fp32 or workload.parallel.zero < 3:
+            return 0.0
+        if phase not in ("fwd", "bwd"):
+            return 0.0
+        passes = 1
+        if phase == "bwd" and str(workload.parallel.recompute) == "full":
+            passes = 2  # the recomputed forward casts again
+        elements = sum(weight.elements for weight in point.blocks[kind].weights)
+        per_element = FP32_BYTES + workload.weight_bytes  # one side fp32, the other 16-bit
+        accelerator = point.system.accelerator
+        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        return passes * elements * per_element / bandwidth
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
         """How long a compute instruction of block ``kind`` takes: the accelerator's kernel

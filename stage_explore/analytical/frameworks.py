@@ -116,8 +116,9 @@ Options (all booleans unless said):
   DEFAULT`` of 2023 (``get_mixed_precision``: DEFAULT sets only ``reduce_dtype`` to the amp
   precision and ``buffer_dtype`` to fp32, composer/trainer/mosaic_fsdp_utils.py), the "MP Mode
   DEFAULT" of the llm-foundry H100 benchmark tables. Off: parameters gathered in the run's
-  16-bit type (``param_dtype`` bf16, FSDP2's and later Composer's default). The per-use casts
-  are not timed.
+  16-bit type (``param_dtype`` bf16, FSDP2's and later Composer's default). Autocast's per-use
+  casts (fp32 -> 16-bit in each forward, the gradient back in the backward) are timed as
+  memory-bound passes (``BlockCosting._param_cast_s``).
 """
 
 from __future__ import annotations

@@ -7,10 +7,14 @@ from __future__ import annotations
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.lower.emit import GroupTable
+from stage_core.lower.program import make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework, zero3_gathered_bytes
+from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.system import load_system
 
 
@@ -39,7 +43,7 @@ def test_fp32_gathers_cost_time_only_where_they_are_exposed() -> None:
     fp32 = AnalyticalBackend(framework="fsdp", overrides={"fsdp_param_fp32": True}).evaluate(
         model, parallel, system
     )
-    assert fp32.breakdown["compute"] == pytest.approx(plain.breakdown["compute"], rel=1e-12)
+    assert fp32.breakdown["compute"] > plain.breakdown["compute"]  # the per-use casts
     assert fp32.breakdown["exposed_zero_gather"] > plain.breakdown["exposed_zero_gather"]
     assert fp32.step_time_s > plain.step_time_s
     zero1 = ParallelConfig(dp=64, zero=1, micro_batch=1, global_batch=64)
@@ -49,3 +53,34 @@ def test_fp32_gathers_cost_time_only_where_they_are_exposed() -> None:
         AnalyticalBackend(framework="fsdp").evaluate(model, zero1, system).step_time_s,
         rel=1e-12,
     )  # no ZeRO-3 gather: nothing changes
+
+
+@pytest.mark.parametrize(
+    ("recompute", "backward_passes"), [(Recompute.SELECTIVE, 1), (Recompute.FULL, 2)]
+)
+def test_autocast_casts_each_gathered_weight_per_use(
+    recompute: Recompute, backward_passes: int
+) -> None:
+    """Forward: one fp32 -> bf16 cast per weight (4 + 2 bytes per element); backward: the
+    gradient cast back, and under full recompute the recomputed forward's casts."""
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=2)
+    parallel = ParallelConfig(dp=8, zero=3, global_batch=8, recompute=recompute)
+    system = load_system("h100-80gb")
+    backend = AnalyticalBackend(framework="llm-foundry-2023")
+    workload = make_workload(model, parallel)
+    key, blocks = backend._bound(workload)
+    net, token = backend._network(system)
+    point = Point(
+        workload, key, blocks, net, token, compute_dtype(parallel, system),
+        GroupTable(workload.mesh), None,
+    )  # fmt: skip
+    accelerator = system.accelerator
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    elements = sum(weight.elements for weight in blocks["layer"].weights)
+    per_pass = elements * (4 + 2) / bandwidth
+    assert backend._param_cast_s(point, "layer", "fwd") == pytest.approx(per_pass, rel=1e-12)
+    assert backend._param_cast_s(point, "layer", "bwd") == pytest.approx(
+        backward_passes * per_pass, rel=1e-12
+    )
+    fsdp = AnalyticalBackend(framework="fsdp")
+    assert fsdp._param_cast_s(point, "layer", "fwd") == 0.0  # gathers 16-bit parameters
