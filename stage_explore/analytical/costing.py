@@ -52,6 +52,7 @@ from stage_explore.analytical.costs import (
     optimizer_step_s,
     stage_transfer_s,
 )
+from stage_explore.analytical.eager import eager_op_bytes
 from stage_explore.analytical.frameworks import (
     FP32_BYTES,
     FrameworkProfile,
@@ -351,6 +352,11 @@ class BlockCosting:
                 else {}
             ),
             loss_logits=loss_logits(block.fwd),
+            eager_bytes=eager_op_bytes(
+                point.workload.model,
+                self.framework.eager_modules,
+                fused=self.framework.fused_elementwise,
+            ),
         )
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:

@@ -60,6 +60,12 @@ Options (all booleans unless said):
 - ``fused_elementwise`` — chains of element-wise kernels keep their intermediates on chip
   (Megatron-LM's fused bias-GeLU / bias-dropout-add / fused norms, or ``torch.compile``); off:
   eager PyTorch, every element-wise op reads and writes HBM.
+- ``eager_modules`` (str) — whose module code eager PyTorch runs when ``fused_elementwise`` is
+  off (:mod:`~stage_explore.analytical.eager`): ``"generator"``, each generator op one kernel
+  reading its inputs and writing its outputs once (ATen's native ``F.layer_norm``, ``F.gelu``);
+  ``"torchtitan"``, torchtitan's Llama code op by op — ``RMSNorm`` on ``x.float()``, the
+  complex64 rotary embedding, ``F.silu(w1(x)) * w3(x)``, residual adds whose backward is free —
+  each ATen op and each autograd formula a kernel over whole tensors.
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -128,6 +134,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_explore.analytical.eager import EAGER_MODULES
 
 #: Each option and the flag (or config key) the framework exposes it under.
 OPTION_FLAGS: dict[str, str] = {
@@ -144,6 +151,7 @@ OPTION_FLAGS: dict[str, str] = {
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
+    "eager_modules": "eager module code: generator ops / torchtitan Llama (training.compile off)",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
@@ -193,6 +201,7 @@ class FrameworkProfile:
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
+    eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -239,6 +248,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `moe_load_imbalance` (max/mean tokens per "
                         f"expert-parallel rank) must be a finite number >= 1, but got {value!r}"
+                    )
+            elif option == "eager_modules":
+                if value not in EAGER_MODULES:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `eager_modules` must be one of "
+                        f"{', '.join(EAGER_MODULES)}, but got {value!r}"
                     )
             elif option == "grad_accumulation":
                 if value not in GRAD_ACCUMULATION:
@@ -426,6 +441,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_prefetch_elements=0,
             attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023
             fused_elementwise=False,
+            # MPT's modules are single ATen kernels: LPLayerNorm is F.layer_norm under
+            # autocast(enabled=False) (llmfoundry/models/layers/norm.py), the MLP's nn.GELU,
+            # ALiBi inside the attention kernel, no rotary embedding
+            eager_modules="generator",
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves
@@ -458,6 +477,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # F.scaled_dot_product_attention: PyTorch's flash backend is FlashAttention-2
             attention_kernel="fa2",
             fused_elementwise=False,  # training.compile, default false (eager PyTorch)
+            # models/norms.py RMSNorm (norm_type "rmsnorm" in the Llama 3 train configs),
+            # models/llama/model.py apply_rotary_emb and FeedForward, run op by op when not
+            # compiled (stage_explore/analytical/eager.py counts their kernels)
+            eager_modules="torchtitan",
             runtime_reserved_bytes=1 * GIB,  # the same estimate as the other PyTorch profiles
             allocator_overhead=0.05,  # the same estimate (torchtitan logs max_reserved_gib)
             # models/llama/model.py: output = self.output(h).float(); train.py's loss_fn:

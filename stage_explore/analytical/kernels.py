@@ -51,6 +51,7 @@ from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
+from stage_explore.analytical.eager import eager_instr_bytes
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -264,10 +265,14 @@ class KernelTimer:
     #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
     #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
     cp_merge: int = 0
+    #: Bytes per element of the generator ops eager PyTorch runs as several kernels
+    #: (:func:`~stage_explore.analytical.eager.eager_op_bytes`); empty: the generator's bytes.
+    eager_bytes: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
-        memory_s = (instr.bytes_read + instr.bytes_written) / (
+        moved = eager_instr_bytes(instr, self.eager_bytes) if self.eager_bytes else None
+        memory_s = (instr.bytes_read + instr.bytes_written if moved is None else moved) / (
             accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
         )
         if self.loss_logits:

@@ -1,0 +1,201 @@
+"""Eager PyTorch's element-wise kernels, counted from a framework's model code.
+
+The generator emits each norm, activation, rotary embedding and residual add as one op reading
+its inputs and writing its outputs once: what a fused kernel (Transformer Engine, apex,
+Megatron's fused bias-GeLU) or a ``torch.compile`` fusion group moves. Eager PyTorch runs the
+model code as written instead: every ATen op is a kernel that reads and writes whole tensors,
+often after an upcast to fp32, and autograd runs one kernel per backward formula on the tensors
+it saved. This module holds those kernels, op by op, as bytes per element of the module's
+output (``B`` 16-bit, ``F`` fp32 = 4 bytes; per-row statistics and broadcast weights are
+negligible beside a row of thousands of elements and are not counted):
+
+- :data:`TORCHTITAN_RMSNORM` — torchtitan ``models/norms.py`` ``RMSNorm`` (``norm_type =
+  "rmsnorm"``, the Llama 3 train configs of 2024): ``output = self._norm(x.float()).type_as(x);
+  return output * self.weight`` with ``_norm(x) = x * torch.rsqrt(x.pow(2).mean(-1,
+  keepdim=True) + eps)``.
+- :data:`TORCHTITAN_ROPE` — torchtitan ``models/llama/model.py`` ``apply_rotary_emb`` (Meta's
+  Llama code): ``torch.view_as_complex(xq.float().reshape(..., -1, 2))``, a complex64 product
+  with ``freqs_cis``, ``view_as_real(...).flatten(3).type_as(xq)``; per element of q or k.
+- :data:`TORCHTITAN_SWIGLU` — ``FeedForward.forward``: ``self.w2(F.silu(self.w1(x)) *
+  self.w3(x))``; per element of the FFN width.
+- :data:`RESIDUAL_ADD` — ``h = x + self.attention(...)``, ``out = h + self.feed_forward(...)``.
+  Autograd's ``AddBackward0`` hands the gradient to both inputs unchanged
+  (``maybe_multiply(grad, alpha)`` returns it as is for ``alpha == 1``): no backward kernel,
+  where the generator counts a copy; the add of two gradients into one tensor is the
+  generator's separate ``accumulate`` instruction (autograd's ``InputBuffer``).
+
+Backward formulas are PyTorch's ``tools/autograd/derivatives.yaml`` and
+``torch/csrc/autograd/FunctionsManual.cpp`` (``mul``: ``grad * other`` and ``grad * self``
+summed to the other's shape for a broadcast operand; ``_to_copy``: the gradient cast back;
+``mean``: ``grad.expand(sizes) / numel``; ``pow_backward``: ``grad * (exponent *
+self.pow(exponent - 1))``, where ``pow(x, 1)`` is a copy (ATen ``pow_Tensor_Scalar_out``);
+``silu_backward(grad, self)``; complex ``mul``: ``grad * other.conj()``, the conjugate a lazy
+view). Views (``reshape``, ``view_as_complex``, ``view_as_real``, ``flatten``) move nothing.
+
+:func:`eager_op_bytes` maps the generator's op names of a model to these counts for a
+framework's ``eager_modules`` (:mod:`~stage_explore.analytical.frameworks`); the kernel timer
+charges ``elements × bytes / achieved HBM bandwidth`` for those instructions instead of their
+generator bytes (:class:`~stage_explore.analytical.kernels.KernelTimer`). Under
+``fused_elementwise`` (``torch.compile``, fused kernels) the table is empty: Inductor fuses each
+module into one kernel reading its inputs and writing its outputs once
+(:attr:`EagerModule.compiled_bytes`, the generator's own count). Not modelled: a per-kernel
+launch floor (the tensors here are tens of MB per kernel, far above it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from stage_core.lower.bind import Instr
+from stage_core.models.spec import Activation, ModelSpec, Norm, Position
+
+#: The values of a framework profile's ``eager_modules``: ``"generator"``, each generator op
+#: one kernel (ATen's native fused ops: ``F.layer_norm``, ``F.gelu``); ``"torchtitan"``, the
+#: module code of torchtitan's Llama models counted here.
+EAGER_MODULES = ("generator", "torchtitan")
+
+BF16 = 2  # bytes of a 16-bit element
+FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One eager kernel: the op as the code writes it and its bytes per element."""
+
+    op: str
+    read_bytes: int
+    written_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.read_bytes + self.written_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EagerModule:
+    """A module's eager kernels, forward and backward (module docstring), and what one
+    fused kernel per direction moves (``compiled_bytes``: forward, backward)."""
+
+    name: str
+    source: str
+    forward: tuple[Kernel, ...]
+    backward: tuple[Kernel, ...]
+    compiled_bytes: tuple[int, int]
+
+    def bytes_per_element(self, backward: bool) -> int:
+        """HBM bytes per element of the module's output over its eager kernels."""
+        return sum(k.bytes for k in (self.backward if backward else self.forward))
+
+
+TORCHTITAN_RMSNORM = EagerModule(
+    name="rmsnorm",
+    source="torchtitan/models/norms.py RMSNorm (norm_type 'rmsnorm')",
+    forward=(
+        Kernel("x.float()", BF16, FP32),
+        Kernel("x.pow(2)", FP32, FP32),
+        Kernel(".mean(-1, keepdim=True)", FP32, 0),  # one value per row
+        Kernel("x * rsqrt(...)", FP32, FP32),
+        Kernel(".type_as(x)", FP32, BF16),
+        Kernel("output * self.weight", BF16, BF16),
+    ),
+    backward=(
+        Kernel("MulBackward0 (weight): grad * weight", BF16, BF16),
+        Kernel("MulBackward0 (weight): grad * output", 2 * BF16, BF16),
+        Kernel("MulBackward0 (weight): .sum_to_size(weight)", BF16, 0),
+        Kernel("ToCopyBackward0 (type_as): grad.float()", BF16, FP32),
+        Kernel("MulBackward0 (rsqrt): grad * rsqrt", FP32, FP32),
+        Kernel("MulBackward0 (rsqrt): grad * x", 2 * FP32, FP32),
+        Kernel("MulBackward0 (rsqrt): .sum(-1)", FP32, 0),
+        Kernel("MeanBackward1: grad.expand(x) / numel", 0, FP32),
+        Kernel("PowBackward0: x.pow(1) (a copy)", FP32, FP32),
+        Kernel("PowBackward0: 2 * x", FP32, FP32),
+        Kernel("PowBackward0: grad * (2 * x)", 2 * FP32, FP32),
+        Kernel("InputBuffer: the two gradients of x.float() added", 2 * FP32, FP32),
+        Kernel("ToCopyBackward0 (x.float()): grad.to(bf16)", FP32, BF16),
+    ),
+    compiled_bytes=(BF16 + BF16, 2 * BF16 + BF16),  # read x, write y; read dy and x, write dx
+)
+
+TORCHTITAN_ROPE = EagerModule(
+    name="rope",
+    source="torchtitan/models/llama/model.py apply_rotary_emb",
+    forward=(
+        Kernel("xq.float()", BF16, FP32),
+        Kernel("xq_ * freqs_cis (complex64)", FP32, FP32),
+        Kernel(".type_as(xq)", FP32, BF16),
+    ),
+    backward=(
+        Kernel("ToCopyBackward0 (type_as): grad.float()", BF16, FP32),
+        Kernel("MulBackward0 (complex): grad * freqs_cis.conj()", FP32, FP32),
+        Kernel("ToCopyBackward0 (xq.float()): grad.to(bf16)", FP32, BF16),
+    ),
+    compiled_bytes=(BF16 + BF16, BF16 + BF16),
+)
+
+TORCHTITAN_SWIGLU = EagerModule(
+    name="swiglu",
+    source="torchtitan/models/llama/model.py FeedForward: w2(F.silu(w1(x)) * w3(x))",
+    forward=(
+        Kernel("F.silu(w1(x))", BF16, BF16),
+        Kernel("silu * w3(x)", 2 * BF16, BF16),
+    ),
+    backward=(
+        Kernel("MulBackward0: grad * w3(x)", 2 * BF16, BF16),
+        Kernel("MulBackward0: grad * silu", 2 * BF16, BF16),
+        Kernel("SiluBackward0: silu_backward(grad, w1(x))", 2 * BF16, BF16),
+    ),
+    compiled_bytes=(2 * BF16 + BF16, 3 * BF16 + 2 * BF16),  # the two inputs, one output
+)
+
+RESIDUAL_ADD = EagerModule(
+    name="residual",
+    source="torchtitan/models/llama/model.py TransformerBlock: h = x + attention(...)",
+    forward=(Kernel("x + attention(...)", 2 * BF16, BF16),),
+    backward=(),  # AddBackward0 passes the gradient through (module docstring)
+    compiled_bytes=(2 * BF16 + BF16, 0),
+)
+
+#: The generator's op names (stage_core/blocks.py) each torchtitan module runs as.
+_NORM_OPS = ("ln1", "ln2", "ln_f", "q.norm", "k.norm")
+_ROPE_OPS = ("q.rope", "k.rope", "q.pe.rope", "k.pe.rope")
+_SWIGLU_OPS = ("mlp.act", "shared.act", "experts.act")
+_RESIDUAL_OPS = ("attn.residual", "y")
+
+
+def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[str, int]:
+    """Bytes per element of each generator op (and of its ``<op>.backward``) that the
+    framework's eager model code runs as several kernels; empty when its element-wise kernels
+    are fused (``fused``) or its modules are the generator's own (``"generator"``)."""
+    if fused or eager_modules != "torchtitan":
+        return {}
+    modules: list[tuple[tuple[str, ...], EagerModule]] = [(_RESIDUAL_OPS, RESIDUAL_ADD)]
+    if model.norm is Norm.RMSNORM:  # norm_type "layernorm" is nn.LayerNorm: one ATen kernel
+        modules.append((_NORM_OPS, TORCHTITAN_RMSNORM))
+    if model.position is Position.ROTARY:
+        modules.append((_ROPE_OPS, TORCHTITAN_ROPE))
+    if model.activation is Activation.SWIGLU:
+        modules.append((_SWIGLU_OPS, TORCHTITAN_SWIGLU))
+    table: dict[str, int] = {}
+    for names, module in modules:
+        for name in names:
+            table[name] = module.bytes_per_element(backward=False)
+            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
+    return table
+
+
+def eager_instr_bytes(instr: Instr, table: Mapping[str, int]) -> int | None:
+    """HBM bytes of ``instr`` under the eager ``table`` (:func:`eager_op_bytes`): its bytes
+    per element times the elements of the op's output (forward, recomputed forward) or of
+    that output's gradient (backward); None when the table does not name it."""
+    per_element = table.get(instr.name)
+    if per_element is None or instr.kind in ("einsum", "attention", "comm"):
+        return None
+    op = instr.name.removesuffix(".backward")
+    if instr.name.endswith(".backward"):
+        sizes = [size for name, size in instr.inputs if name == f"d.{op}"]
+    else:
+        sizes = [size for name, size in instr.outputs if name == op]
+    if not sizes:
+        return None
+    return sizes[0] // BF16 * per_element

@@ -1,0 +1,154 @@
+"""Eager PyTorch's element-wise kernels (stage_explore/analytical/eager.py): bytes per element
+counted from torchtitan's model code, checked against closed forms written out here op by op,
+and the framework option that switches them on."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
+from stage_core.lower.program import bind_all, make_workload
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.eager import (
+    RESIDUAL_ADD,
+    TORCHTITAN_RMSNORM,
+    TORCHTITAN_ROPE,
+    TORCHTITAN_SWIGLU,
+    EagerModule,
+    eager_instr_bytes,
+    eager_op_bytes,
+)
+from stage_explore.analytical.frameworks import get_framework
+from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.system import load_system
+
+H100 = load_system("h100-80gb")
+MODEL = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
+B, F = 2, 4  # bytes of a bf16 and of an fp32 element
+
+# Closed forms, one term (read + write) per kernel of the code:
+# RMSNorm forward: x.float(), pow(2), mean (read only), x * rsqrt, type_as, * weight
+RMSNORM_FWD = (B + F) + (F + F) + F + (F + F) + (F + B) + (B + B)
+# backward: MulBackward0 of `* weight` (grad*w, grad*out, sum), ToCopy, MulBackward0 of
+# `x * rsqrt` (grad*r, grad*x, sum), MeanBackward (write), PowBackward0 (pow(x, 1) copy,
+# 2*x, grad*that), the InputBuffer add of x.float()'s two gradients, ToCopy back to bf16
+RMSNORM_BWD = (
+    (B + B) + (2 * B + B) + B
+    + (B + F)
+    + (F + F) + (2 * F + F) + F
+    + F
+    + (F + F) + (F + F) + (2 * F + F)
+    + (2 * F + F)
+    + (F + B)
+)  # fmt: skip
+# RoPE: float(), complex64 product (4 bytes per real element), type_as; backward the same three
+ROPE_FWD = (B + F) + (F + F) + (F + B)
+ROPE_BWD = (B + F) + (F + F) + (F + B)
+# SwiGLU: silu, product; backward: grad*up, grad*silu, silu_backward(grad, gate)
+SWIGLU_FWD = (B + B) + (2 * B + B)
+SWIGLU_BWD = (2 * B + B) + (2 * B + B) + (2 * B + B)
+
+
+@pytest.mark.parametrize(
+    ("module", "forward", "backward"),
+    [
+        (TORCHTITAN_RMSNORM, RMSNORM_FWD, RMSNORM_BWD),
+        (TORCHTITAN_ROPE, ROPE_FWD, ROPE_BWD),
+        (TORCHTITAN_SWIGLU, SWIGLU_FWD, SWIGLU_BWD),
+        (RESIDUAL_ADD, 2 * B + B, 0),
+    ],
+)
+def test_eager_bytes_per_element_are_the_code_counted_op_by_op(
+    module: EagerModule, forward: int, backward: int
+) -> None:
+    assert module.bytes_per_element(backward=False) == forward
+    assert module.bytes_per_element(backward=True) == backward
+    if module is RESIDUAL_ADD:  # one kernel either way; autograd's AddBackward0 runs none
+        assert module.compiled_bytes == (forward, 0)
+    else:  # eager moves more than one fused kernel per direction
+        assert forward > module.compiled_bytes[0] and backward > module.compiled_bytes[1]
+
+
+def _layer() -> tuple[tuple[Instr, ...], tuple[Instr, ...], frozenset[str]]:
+    parallel = ParallelConfig(tp=2, sp=True, global_batch=1)
+    layer = bind_all(make_workload(MODEL, parallel))["layer"]
+    return layer.fwd, layer.bwd, frozenset(w.name for w in layer.weights)
+
+
+@pytest.mark.parametrize(
+    ("op", "module"),
+    [
+        ("ln1", TORCHTITAN_RMSNORM),
+        ("q.rope", TORCHTITAN_ROPE),
+        ("k.rope", TORCHTITAN_ROPE),
+        ("mlp.act", TORCHTITAN_SWIGLU),
+        ("y", RESIDUAL_ADD),
+    ],
+)
+def test_the_generator_counts_one_fused_kernel_and_eager_its_kernels(
+    op: str, module: EagerModule
+) -> None:
+    fwd, bwd, weights = _layer()
+    (forward,) = [i for i in fwd if i.name == op]
+    (backward,) = [i for i in bwd if i.name == f"{op}.backward"]
+    elements = dict(forward.outputs)[op] // B
+    weight_bytes = sum(size for name, size in forward.inputs if name in weights)
+    # the generator's op reads its inputs and writes its output once: a compiled module
+    assert forward.bytes_read + forward.bytes_written - weight_bytes == (
+        elements * module.compiled_bytes[0]
+    )
+    table = eager_op_bytes(MODEL, "torchtitan", fused=False)
+    assert eager_instr_bytes(forward, table) == elements * module.bytes_per_element(False)
+    assert eager_instr_bytes(backward, table) == elements * module.bytes_per_element(True)
+
+
+def test_the_option_switches_the_time_by_exactly_the_bytes_over_the_bandwidth() -> None:
+    fwd, bwd, weights = _layer()
+    accelerator = H100.accelerator
+    assert accelerator.kernels is not None
+    table = eager_op_bytes(MODEL, "torchtitan", fused=False)
+    eager = KernelTimer(
+        accelerator, accelerator.kernels, "bf16", weights, MODEL.seq_len, 128, True,
+        eager_bytes=table,
+    )  # fmt: skip
+    plain = KernelTimer(accelerator, accelerator.kernels, "bf16", weights, MODEL.seq_len, 128, True)
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    (norm,) = [i for i in fwd if i.name == "ln2"]
+    (norm_grad,) = [i for i in bwd if i.name == "ln2.backward"]
+    elements = dict(norm.outputs)["ln2"] // B
+    assert eager(norm) == pytest.approx(elements * RMSNORM_FWD / bandwidth, rel=1e-12)
+    assert eager(norm_grad) == pytest.approx(elements * RMSNORM_BWD / bandwidth, rel=1e-12)
+    assert plain(norm) == pytest.approx((norm.bytes_read + norm.bytes_written) / bandwidth)
+    # GEMMs, attention and the ops the table does not name are timed as before
+    for instr in (*fwd, *bwd):
+        if instr.collective is None and instr.kind != "ring" and instr.name not in table:
+            assert eager(instr) == plain(instr)
+
+
+def test_eager_is_slower_than_compiled_and_the_table_is_empty_when_fused() -> None:
+    parallel = ParallelConfig(dp=2, zero=3, global_batch=2)
+    eager = AnalyticalBackend(framework="torchtitan")
+    generator = AnalyticalBackend(framework="torchtitan", overrides={"eager_modules": "generator"})
+    compiled = AnalyticalBackend(framework="torchtitan", overrides={"fused_elementwise": True})
+    times = [b.evaluate(MODEL, parallel, H100).breakdown["compute"] for b in (eager, generator)]
+    fused = compiled.evaluate(MODEL, parallel, H100).breakdown["compute"]
+    assert times[0] > times[1] > fused
+    assert eager_op_bytes(MODEL, "torchtitan", fused=True) == {}
+    assert eager_op_bytes(MODEL, "generator", fused=False) == {}
+
+
+def test_the_profiles_and_a_layernorm_gelu_model() -> None:
+    assert get_framework("torchtitan").eager_modules == "torchtitan"
+    for name in ("megatron-lm-2021", "megatron-core", "deepspeed", "fsdp", "llm-foundry-2023"):
+        assert get_framework(name).eager_modules == "generator"
+    gpt = get_flavor("megatron-gpt-1.7b")  # LayerNorm (nn.LayerNorm: one kernel), GeLU
+    table = eager_op_bytes(gpt, "torchtitan", fused=False)
+    assert "ln1" not in table and "mlp.act" not in table and table["y"] == 3 * B
+
+
+def test_a_bad_value_is_a_one_line_config_error() -> None:
+    with pytest.raises(ConfigError, match="`eager_modules` must be one of generator, torchtitan"):
+        get_framework("torchtitan").with_overrides({"eager_modules": "inductor"})
