@@ -396,8 +396,10 @@ class StepPlan:
         return self.schedule_times(False)
 
     def schedule_times(self, split: bool) -> tuple[StageTimes, ...]:
-        """Every stage's :class:`StageTimes`, with B and W apart when ``split``."""
-        return tuple(self.classes[c].stage_times(split) for c in self.stage_class)
+        """Every stage's :class:`StageTimes`, with B and W apart when ``split`` (one object
+        per class, shared by its stages)."""
+        times = [stage_class.stage_times(split) for stage_class in self.classes]
+        return tuple([times[c] for c in self.stage_class])
 
 
 @dataclass(frozen=True, slots=True)
