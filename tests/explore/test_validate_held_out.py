@@ -1,6 +1,7 @@
 """The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables, the
 dense Llama rows of the Megatron-Bridge performance summary, NeMo AutoModel's FSDP2 MoE
-rows): the CSV parses with
+rows and its dense Llama 3 70B row, the PyTorch/IBM FSDP blog's Table 1, NeMo 24.07's
+DGX-H100 FP8 table): the CSV parses with
 ``published_runs_more.csv``'s schema, every row is a case of the sources that read it
 (TorchTitan's: TPS/GPU and memory), every case is evaluated or says why, the system file states
 what the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults,
@@ -37,7 +38,21 @@ MBRIDGE = {
 OTHERS = {
     **{name: (prefix, system, "megatron-core") for name, (prefix, system) in MBRIDGE.items()},
     "AUTOMODEL": ("AUTOMODEL-H100-", "h100-80gb", "fsdp"),
+    "AUTOMODEL-DENSE": ("AUTOMODEL-DENSE-H100-", "h100-80gb", "fsdp"),
+    "NEMO2407-H100": ("NEMO2407-H100-", "h100-80gb", "megatron-core"),
 }
+#: One-metric sources on a system file of the data folder: source → (id prefix, file, framework).
+ON_FILES = {
+    "IBMFSDP-H100": ("IBMFSDP-H100-", "ibm-h100-800g.toml", "fsdp"),
+    "IBMFSDP-A100": ("IBMFSDP-A100-", "ibm-a100-400g.toml", "fsdp"),
+}
+#: Rows the generator cannot express (each with its reason in setups.toml).
+NOT_EVALUATED = {
+    "AUTOMODEL-H100-KIMIK2-256",  # no Kimi K2 flavor
+    # fms-fsdp's HSDP (and, for the 13b, checkpointing a fraction of the blocks)
+    "IBMFSDP-H100-LLAMA2-7B", "IBMFSDP-H100-LLAMA2-13B",
+    "IBMFSDP-A100-LLAMA2-7B", "IBMFSDP-A100-LLAMA2-13B",
+}  # fmt: skip
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -47,7 +62,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
-    return [c for c in load_cases() if c.source in SOURCES or c.source in OTHERS]
+    return [c for c in load_cases() if c.source in {*SOURCES, *OTHERS, *ON_FILES}]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +76,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 39 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 60 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -83,6 +98,12 @@ def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> N
         for case in mine:
             assert case.system == system and not case.system_file and not case.in_sample
             assert case.framework == framework and case.assumptions, case.id
+    for source, (prefix, name, framework) in ON_FILES.items():
+        mine = [c for c in cases if c.source == source]
+        assert [c.id for c in mine] == [i for i in all_ids if i.startswith(prefix)] and mine
+        for case in mine:
+            assert case.system_file == str(DATA / "systems" / name) and not case.in_sample
+            assert case.framework == framework and case.assumptions, case.id
     ids = [i for i in all_ids if i.startswith("TTITAN-")]
     for source, metric in SOURCES.items():
         mine = [c for c in cases if c.source == source]
@@ -93,7 +114,7 @@ def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> N
             assert case.system_file == str(DATA / "systems" / "grand-teton-h100.toml")
     sources, _ = load_setups()
     declared = {s.name: s for s in sources}
-    assert {declared[name].file for name in [*SOURCES, *OTHERS]} == {HELD_OUT}
+    assert {declared[name].file for name in [*SOURCES, *OTHERS, *ON_FILES]} == {HELD_OUT}
 
 
 def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> None:
@@ -105,7 +126,7 @@ def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> Non
         else:
             assert result.note or result.case.reason, f"{result.case.id} dropped silently"
     not_evaluated = {r.case.id for r in results if not r.evaluated}
-    assert not_evaluated == {"AUTOMODEL-H100-KIMIK2-256"}  # no Kimi K2 flavor (setups.toml)
+    assert not_evaluated == NOT_EVALUATED
 
 
 def test_recipes_switch_compile_and_async_tp_per_row(cases: list[Case]) -> None:
@@ -196,7 +217,7 @@ def test_memory_targets_are_per_source_with_the_in_sample_rows_apart(cases: list
 def test_stage_validate_targets_cover_the_held_out_sources(results: list[RowResult]) -> None:
     report = ValidationReport(tuple(results), "test")
     names = {t.name: t for t in report.targets()}
-    for source in ("TORCHTITAN", *OTHERS):
+    for source in ("TORCHTITAN", *OTHERS, *ON_FILES):
         target = names[f"{source}: held-out MAE <= 10%"]
         rows = [r for r in results if r.case.source == source and r.evaluated]
         mae = sum(abs(r.error) for r in rows) / len(rows)
@@ -224,3 +245,69 @@ def test_leave_one_source_out_trains_a_system_file_source_on_its_accelerators_ro
     assert {c.system for c in train_of("MBRIDGE-H100")} == {"h100-80gb"}
     # TorchTitan's 96 GB HBM2e part is on no other source's system
     assert train_of("TORCHTITAN") == []
+
+
+def test_the_fsdp_blog_rows_take_two_sequences_of_4096_per_gpu(cases: list[Case]) -> None:
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    evaluated = [c for c in cases if c.source in ON_FILES and c.parallel is not None]
+    assert sorted(c.id.rsplit("-", 1)[1] for c in evaluated) == ["34B", "34B", "70B", "70B"]
+    for case in evaluated:
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None
+        gpus = int(rows[case.id]["num_gpus"])
+        # the blog: batch 2 per GPU, 4k sequences, 1M tokens per batch on 128 GPUs
+        assert (parallel.dp, parallel.micro_batch, parallel.global_batch) == (gpus, 2, 2 * gpus)
+        assert model.seq_len == 4096 and model.vocab == 32000 and model.kv_heads == 8
+        assert parallel.zero == 3 and not parallel.grad_fp32  # FSDP, bfSixteen reduce dtype
+        assert str(parallel.recompute) == "full" and str(parallel.precision) == "bf16"
+    assert rows["IBMFSDP-A100-LLAMA2-7B"]["tokens_per_s_per_gpu"] == "3700"
+    assert 128 * 2 * 4096 == 1_048_576  # the blog's "1 million tokens per batch for 128 GPUs"
+
+
+def test_the_fsdp_blog_system_files_change_only_the_scale_out_link() -> None:
+    for name, preset, per_node_bits in (("ibm-h100-800g.toml", "h100-80gb", 800e9),
+                                        ("ibm-a100-400g.toml", "a100-80gb", 400e9)):  # fmt: skip
+        system, base = load_system(DATA / "systems" / name), load_system(preset)
+        mine, theirs = system.accelerator, base.accelerator  # the preset's datasheet figures
+        assert mine.name == theirs.name and mine.peak_flops_per_s == theirs.peak_flops_per_s
+        assert mine.memory_bytes == theirs.memory_bytes
+        assert mine.memory_bandwidth_bytes_per_s == theirs.memory_bandwidth_bytes_per_s
+        assert system.network[0] == base.network[0]  # the NVSwitch dim
+        link, base_link = system.network[1], base.network[1]
+        assert link.bandwidth_bytes_per_s * 8 * 8 == per_node_bits  # per node of 8 GPUs
+        moved = replace(base_link, name=link.name, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s)
+        assert link == moved  # latency, efficiency, overhead, size: the preset's
+
+
+def test_nemo_2407_rows_take_each_models_launcher_recipe(cases: list[Case]) -> None:
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    by_id = {c.id: c for c in cases if c.source == "NEMO2407-H100"}
+    assert len(by_id) == 12
+    for row_id, case in by_id.items():
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None
+        row = rows[row_id]
+        gpus = int(row["num_gpus"])
+        assert parallel.dp * parallel.tp * parallel.pp * parallel.cp == gpus
+        assert (parallel.global_batch, parallel.micro_batch) == (
+            int(row["global_batch_seqs"]),
+            int(row["micro_batch"]),
+        )
+        assert str(parallel.precision) == "fp8" and str(parallel.fp8_recipe) == "delayed"
+        assert parallel.zero == 1 and parallel.sp == (parallel.tp > 1)
+        gpt3 = "GPT3" in row_id  # *_fp8_performance.yaml: selective, grad_sync_dtype bf16
+        assert str(parallel.recompute) == ("selective" if gpt3 else "none"), row_id
+        assert parallel.grad_fp32 == (not gpt3 and row_id != "NEMO2407-H100-NEMOTRON-340B")
+    nemotron = by_id["NEMO2407-H100-NEMOTRON-8B"].model
+    assert nemotron is not None and nemotron.kv_heads == nemotron.heads == 32  # no GQA
+    assert str(nemotron.activation) == "squared-relu" and nemotron.vocab == 256000
+
+
+def test_leave_one_source_out_trains_the_fsdp_blog_on_its_accelerators_rows() -> None:
+    from stage_explore.validation.loso import _training_rows
+
+    every = [c for c in load_cases() if c.parallel is not None and c.metric != "peak_mem_gib"]
+    systems: dict[str, System] = {}
+    mine = [c for c in every if c.source == "IBMFSDP-H100"]
+    train = _training_rows(mine, [c for c in every if c.source != "IBMFSDP-H100"], systems)
+    assert train and {c.system for c in train} == {"h100-80gb"}  # the same H100 SXM5 part
