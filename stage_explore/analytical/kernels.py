@@ -21,7 +21,9 @@ bandwidth (roofline).
 ``attention_backward`` of the BF16 peak on long sequences at head dim 128 (or a named older
 kernel's figures, :attr:`~stage_explore.system.model.KernelModel.attention_kernels`), scaled by
 ``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
-sequence under a causal mask) — and by ``d / (d + d½)`` normalised to d = 128.
+sequence under a causal mask; a named kernel may state its own half-saturation keys) — and by
+``d / (d + d½)`` normalised to d = 128. A backward runs the kernel's five matmuls where the
+generator counts four (:data:`ATTENTION_BACKWARD_MATMULS`).
 
 **Mamba-2's SSD scan** (kind ``ssdscan``): the roofline of its FLOPs at the 16-bit tensor-core
 peak times the sustained GEMM efficiency and of its bytes — inputs, output and the FP32
@@ -37,7 +39,8 @@ the achieved HBM bandwidth): one row-wise copy, plus a column-wise one for an FP
 GEMM on Hopper (whose FP8 tensor cores take only the TN layout) or under the block-scaled
 recipes. Weights are cast once per step (TE keeps the FP8 copies across micro-batches); that
 cast is not charged. ``mxfp8`` needs MXFP8 tensor cores (an ``mxfp8`` peak in the preset:
-Blackwell), else a :class:`~stage_core.errors.ConfigError`.
+Blackwell), else a :class:`~stage_core.errors.ConfigError`; its block-scaled GEMMs run at the
+preset's ``gemm_efficiency.mxfp8`` when stated (else at the ``fp8`` fraction).
 """
 
 from __future__ import annotations
@@ -156,7 +159,19 @@ def attention_efficiency(
     base = backward_fraction if backward else forward_fraction
     half_d = kernels.attention_head_dim_half
     head = (head_dim / (head_dim + half_d)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + half_d))
-    return base * min(1.0, head) * seen / (seen + kernels.attention_half_keys)
+    return base * min(1.0, head) * seen / (seen + kernels.half_keys(kernel))
+
+
+#: A fused attention backward runs five matmuls — it recomputes the scores ``S = Q·Kᵀ`` before
+#: ``dV = Pᵀ·dO``, ``dP = dO·Vᵀ``, ``dQ = dS·K`` and ``dK = dSᵀ·Q`` (FlashAttention-2, Dao 2023,
+#: arXiv 2307.08691, Algorithm 2; FA3/FA4 and cuDNN's fused SDPA do the same) — where the
+#: generator's backward counts four (2× the forward's FLOPs, ``stage_core.ops.Attention``). The
+#: kernels' published throughputs divide 2.5× the forward's FLOPs by the backward's time
+#: (flash-attention ``benchmarks/benchmark_flash_attention.py`` and cudnn-frontend
+#: ``benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py``: ``flops(mode="bwd") = 2.5 *
+#: f``), so a backward takes its counted FLOPs × 5/4 over that throughput. Timing only: MFU
+#: and HFU count the generator's FLOPs.
+ATTENTION_BACKWARD_MATMULS = (5, 4)
 
 
 def is_linear(instr: Instr, weights: Collection[str]) -> bool:
@@ -285,7 +300,11 @@ class KernelTimer:
                 self.kernels, self.keys, self.head_dim, self.causal, backward,
                 self.attention_kernel,
             )  # fmt: skip
-            seconds = max(memory_s, instr.flops / (accelerator.peak(self._bf16()) * efficiency))
+            flops: float = instr.flops
+            if backward:  # the kernel's five matmuls over the generator's four
+                executed, counted = ATTENTION_BACKWARD_MATMULS
+                flops = flops * executed / counted
+            seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
                 seconds += cp_merge_bytes(instr, self.cp_merge) / (
                     accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
@@ -310,8 +329,17 @@ class KernelTimer:
             * (instr.bytes_read // 2 + instr.bytes_written)
             / max(1, instr.bytes_read + instr.bytes_written)
         )
-        seconds = gemm_time_s(accelerator, self.kernels, "fp8", shape, instr.flops, fp8_memory_s)
+        fp8 = self._fp8_dtype()
+        seconds = gemm_time_s(accelerator, self.kernels, fp8, shape, instr.flops, fp8_memory_s)
         return seconds + self._cast_s(instr, role)
+
+    def _fp8_dtype(self) -> str:
+        """The GEMM kind an FP8 linear layer runs: ``mxfp8`` (block-scaled tensor-core MMA, its
+        own sustained fraction) under the ``mxfp8`` recipe when the accelerator states one in
+        ``gemm_efficiency``, else ``fp8`` (per-tensor scales, or a blockwise recipe)."""
+        if self.fp8_recipe == "mxfp8" and "mxfp8" in self.kernels.gemm_efficiency:
+            return "mxfp8"
+        return "fp8"
 
     def _loss_s(self, instr: Instr) -> float:
         """The FP32 multi-pass cross-entropy's traffic (:data:`CROSS_ENTROPY_BYTES`), or 0 for

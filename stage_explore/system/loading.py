@@ -235,9 +235,13 @@ def _kernels(table: _Table) -> KernelModel:
         named = table.table("attention_kernels")
         kernels = {}
         for kernel, pair in named.data.items():
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise named.fail(kernel, f"must be [forward, backward], but got {pair!r}")
-            kernels[kernel] = (pair[0], pair[1])
+            if not isinstance(pair, list) or len(pair) not in (2, 3):
+                raise named.fail(
+                    kernel,
+                    f"must be [forward, backward] or [forward, backward, half_keys], "
+                    f"but got {pair!r}",
+                )
+            kernels[kernel] = tuple(pair)
         values["attention_kernels"] = kernels
     return _build(table, KernelModel, values)
 

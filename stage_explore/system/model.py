@@ -110,8 +110,10 @@ class KernelModel:
     - ``attention_head_dim_half``: the head dim at which it reaches half (``d / (d + d½)``,
       normalised to head dim 128);
     - ``attention_kernels``: other named attention kernels (e.g. ``fa2`` on a GPU whose best
-      kernel is FA3) as (forward, backward) fractions, for software that uses them (a framework
-      profile's ``attention_kernel``).
+      kernel is FA3, ``cudnn`` for Transformer Engine's cuDNN attention) as (forward, backward)
+      fractions, optionally with the kernel's own half-saturation keys as a third value (else
+      ``attention_half_keys``), for software that uses them (a framework profile's
+      ``attention_kernel``).
     """
 
     sm_count: int
@@ -122,27 +124,36 @@ class KernelModel:
     attention_backward: float
     attention_half_keys: float
     attention_head_dim_half: float
-    attention_kernels: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
+    attention_kernels: dict[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
 
     def attention(self, kernel: str | None) -> tuple[float, float]:
         """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
         (``attention_forward``/``attention_backward``) when ``kernel`` is None or not listed."""
         if kernel is not None and kernel in self.attention_kernels:
-            return self.attention_kernels[kernel]
+            forward, backward = self.attention_kernels[kernel][:2]
+            return forward, backward
         return self.attention_forward, self.attention_backward
+
+    def half_keys(self, kernel: str | None) -> float:
+        """The keys per query row at which the named kernel reaches half its long-sequence
+        fraction: its own third value when listed with one, else ``attention_half_keys``."""
+        entry = self.attention_kernels.get(kernel, ()) if kernel is not None else ()
+        return entry[2] if len(entry) == 3 else self.attention_half_keys
 
     def __post_init__(self) -> None:
         named = {}
         for kernel, pair in dict(self.attention_kernels).items():
             values = tuple(pair)
-            if len(values) != 2:
+            if len(values) not in (2, 3):
                 raise ConfigError(
-                    f"kernels `attention_kernels.{kernel}` must be [forward, backward], "
-                    f"but got {pair!r}"
+                    f"kernels `attention_kernels.{kernel}` must be [forward, backward] or "
+                    f"[forward, backward, half_keys], but got {pair!r}"
                 )
-            for value in values:
+            for value in values[:2]:
                 _fraction(value, f"kernels `attention_kernels.{kernel}`")
-            named[kernel] = (float(values[0]), float(values[1]))
+            if len(values) == 3:
+                _positive(values[2], f"kernels `attention_kernels.{kernel}` half_keys")
+            named[kernel] = tuple(float(value) for value in values)
         object.__setattr__(self, "attention_kernels", named)
         for name in ("sm_count", "gemm_k_overhead"):
             value = getattr(self, name)
