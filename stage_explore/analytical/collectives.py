@@ -408,12 +408,17 @@ def alpha_beta_collective_s(
     size_bytes: int,
     group: Sequence[int] | None,
     scale_out_fraction: float = 1.0,
+    pipelined: bool = False,
 ) -> float:
     """Seconds for a collective over ``group`` (``None``: every rank of ``system``), α–β mode.
 
     ``size_bytes`` follows the trace convention (the per-rank shard for all-gather).
     ``scale_out_fraction``: an all-to-all spanning several dims carries that share of its bytes
     on the outermost one (DeepEP's deduplicated expert dispatch, :func:`deepep_scale_out_fraction`).
+    ``pipelined``: the levels of such an all-to-all run at once and it lasts as long as its
+    slowest level, not their sum (DeepEP's internode dispatch and combine are one kernel whose
+    warps are RDMA senders, RDMA-to-NVLink forwarders and NVLink receivers working on a stream
+    of chunks: ``csrc/kernels/internode.cu``, ``WarpRole``); off: one level after the other.
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
@@ -449,10 +454,11 @@ def alpha_beta_collective_s(
             total += level(AG, index, ranks, buffer)
         return total
     outer = levels[-1][0] if len(levels) > 1 else -1
-    return sum(
+    times = [
         level(A2A, index, ranks, buffer * (scale_out_fraction if index == outer else 1.0))
         for index, ranks in levels
-    )
+    ]
+    return max(times) if pipelined else sum(times)
 
 
 def alpha_beta_point_to_point_s(

@@ -152,6 +152,21 @@ def overlap_block(
 #: engines and take none.
 UB_COMM_SMS = 16
 
+#: SMs DeepEP's dispatch and combine kernels occupy while they run: Megatron-Core's
+#: ``TransformerConfig.moe_deepep_num_sms`` = 20 ("Number of SMs to use for DeepEP"), the
+#: ``Buffer.set_num_sms`` Megatron's flex dispatcher passes to DeepEP.
+DEEPEP_SMS = 20
+
+
+def deepep_sm_share_s(all_to_all_s: float, compute_s: float, sm_count: int) -> float:
+    """Compute seconds lost to DeepEP's SMs when its all-to-alls (``all_to_all_s`` on the
+    communication stream) run beside ``compute_s`` of compute (``moe_deepep`` with
+    ``moe_comm_overlap``): while they overlap, compute runs on ``sm_count − DEEPEP_SMS`` SMs, so
+    ``min(all_to_all_s, compute_s) · DEEPEP_SMS / sm_count`` of its work is left for after."""
+    if sm_count <= DEEPEP_SMS:
+        return 0.0
+    return min(all_to_all_s, compute_s) * DEEPEP_SMS / sm_count
+
 
 def sm_margin(
     compute_s: Callable[[Instr], float], shared: frozenset[Instr], sm_count: int
