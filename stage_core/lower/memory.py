@@ -230,16 +230,28 @@ def fp8_weights(workload: Workload, block: BoundBlock) -> int:
     )
 
 
-def _block_states(workload: Workload, block: BoundBlock) -> tuple[int, int, int, int]:
+def _block_states(
+    workload: Workload, block: BoundBlock, fp32_shards: bool = False, fp8_params: bool = False
+) -> tuple[int, int, int, int]:
     """Weights (with their FP8 copies under an FP8 recipe), gradients, optimizer bytes one rank
-    holds for ``block``, and its full weights."""
+    holds for ``block``, and its full weights. Without a 16-bit copy of some weights (0 bytes
+    for them): ``fp32_shards`` under ZeRO-3, all of them (FSDP keeps the shard in fp32, the
+    master the optimizer bytes count); ``fp8_params`` under an FP8 recipe, the FP8 linear
+    layers' (Megatron ``--fp8-param-gather``: the FP8 copies are the parameters)."""
     zero = workload.parallel.zero
     weights, grads, optimizer, full = fp8_weights(workload, block), 0, 0, 0
+    no_copy: frozenset[str] = frozenset()
+    if fp32_shards and zero >= 3:
+        no_copy = frozenset(weight.name for weight in block.weights)
+    elif fp8_params and str(workload.parallel.precision) == "fp8" and fp8_block(str(block.kind)):
+        no_copy = linear_weights(block)
     for weight in block.weights:
         elements = weight.elements
-        weights += (
-            elements * workload.weight_bytes // weight_shard_factor(workload, weight, zero >= 3)
-        )
+        if weight.name not in no_copy:
+            weights += (
+                elements * workload.weight_bytes
+                // weight_shard_factor(workload, weight, zero >= 3)
+            )
         grads += elements * workload.grad_bytes // weight_shard_factor(workload, weight, zero >= 2)
         optimizer += (
             elements * workload.optimizer_bytes // weight_shard_factor(workload, weight, zero >= 1)

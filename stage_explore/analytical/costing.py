@@ -55,6 +55,7 @@ from stage_explore.analytical.costs import (
 from stage_explore.analytical.eager import eager_op_bytes
 from stage_explore.analytical.frameworks import (
     FP32_BYTES,
+    LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
     grad_accumulation_bytes,
 )
@@ -371,7 +372,10 @@ class BlockCosting:
 
         def compute() -> BlockSync:
             reductions, gathers, params = _block_sync(workload, block)
-            weights, grads, optimizer, full = _block_states(workload, block)
+            profile = self.framework
+            weights, grads, optimizer, full = _block_states(
+                workload, block, profile.fsdp_fp32_shards, profile.fp8_param_gather
+            )
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal
             model, hardware = self._parts.get(
@@ -430,18 +434,21 @@ class BlockCosting:
         the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's
         rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
         parameters and unsharded gradients; and, on the stage holding the loss, what a loss
-        on fp32 logits (``loss_fp32_buffers``) holds beyond the working set."""
+        on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
+        :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set."""
         workload, profile = point.workload, self.framework
         parallel = workload.parallel
         held = gathered
         if profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
             elements = sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
             held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
-        if profile.loss_fp32_buffers:
+        buffers = profile.loss_fp32_buffers
+        if profile.loss_parallel and parallel.tp > 1:  # DTensor loss_parallel's backward
+            buffers = LOSS_PARALLEL_FP32_BUFFERS
+        if buffers:
             kinds = sorted({kind for runs in signature for kind, _ in runs})
-            loss = loss_working_set(
-                [point.blocks[k] for k in kinds], profile.loss_fp32_buffers, workload.weight_bytes
-            )
+            blocks = [point.blocks[k] for k in kinds]
+            loss = loss_working_set(blocks, buffers, workload.weight_bytes)
             working_set: int = self._parts.get(
                 ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
             )

@@ -125,6 +125,25 @@ Options (all booleans unless said):
   16-bit type (``param_dtype`` bf16, FSDP2's and later Composer's default). Autocast's per-use
   casts (fp32 -> 16-bit in each forward, the gradient back in the backward) are timed as
   memory-bound passes (``BlockCosting._param_cast_s``).
+- ``fsdp_fp32_shards`` — under ZeRO-3 the rank keeps no 16-bit copy of its parameter shard: the
+  sharded parameters are the fp32 master weights and the 16-bit ones exist only gathered, per
+  unit, while it runs (PyTorch FSDP ``MixedPrecision``: "outside forward and backward, the
+  sharded parameters are kept in full precision"; FSDP2 ``MixedPrecisionPolicy``: the sharded
+  parameter stays fp32, ``param_dtype`` is the dtype of the unsharded one). 16 bytes per
+  parameter (fp32 parameter, fp32 gradient, two Adam moments) instead of ZeRO's 18; DeepSpeed's
+  and Megatron's ZeRO-3 keep the 16-bit partition beside the optimizer's fp32 copy.
+- ``loss_parallel`` — with tensor parallelism the cross-entropy runs on vocabulary-sharded
+  logits through DTensor's ``loss_parallel`` (torchtitan: on unless
+  ``training.disable_loss_parallel``), whose backward is decomposed into element-wise ops on
+  the fp32 log-probabilities (``torch/distributed/tensor/parallel/loss.py``,
+  ``_nll_loss_and_log_softmax_backward``: ``zeros_like``, ``exp``, the sum and the product
+  with the incoming gradient): with the saved log-probabilities, 4 fp32 buffers of the local
+  logits are live at once (:data:`LOSS_PARALLEL_FP32_BUFFERS`), not ``loss_fp32_buffers``.
+- ``fp8_param_gather`` — under an FP8 recipe the parameters of the FP8 linear layers are stored
+  only as FP8 (Transformer Engine ``Float8Tensor`` parameters; Megatron ``--fp8-param-gather``:
+  "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
+  param all-gather in fp8"); the 16-bit copy of those weights is not held, the fp32 master
+  stays in the optimizer. Off (Megatron-Core's default): the 16-bit weights and their FP8 copies.
 """
 
 from __future__ import annotations
@@ -161,7 +180,16 @@ OPTION_FLAGS: dict[str, str] = {
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel: per-chunk SDPA merged in fp32 (_SDPAMerger)",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
+    "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
+    "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
+    "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
 }
+
+#: fp32 logits-sized buffers DTensor's ``loss_parallel`` cross-entropy holds at its backward's
+#: peak (``loss_parallel``): the saved log-probabilities, and ``zeros_like``, ``exp`` and their
+#: sum in ``_nll_loss_and_log_softmax_backward`` (the product reuses no buffer while the sum is
+#: live); torch/distributed/tensor/parallel/loss.py.
+LOSS_PARALLEL_FP32_BUFFERS = 4
 
 #: The values of ``grad_accumulation``.
 GRAD_ACCUMULATION = ("none", "add", "deepspeed")
@@ -202,6 +230,9 @@ class FrameworkProfile:
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
+    fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
+    loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
+    fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -423,6 +454,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # torch.autocast runs cross_entropy / log_softmax / nll_loss in float32 (the CUDA
             # ops that autocast to float32, https://pytorch.org/docs/stable/amp.html)
             loss_fp32_buffers=3,
+            # https://pytorch.org/docs/stable/fsdp.html MixedPrecision: "outside forward and
+            # backward, the sharded parameters are kept in full precision" (FSDP2 likewise)
+            fsdp_fp32_shards=True,
         ),
         FrameworkProfile(
             name="llm-foundry-2023",
@@ -450,6 +484,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves
             # param_dtype None (fp32 all-gathers), reduce_dtype = amp precision (bf16)
             fsdp_param_fp32=True,
+            fsdp_fp32_shards=True,  # FSDP's flat parameter shard is fp32 (MixedPrecision)
         ),
         # TorchTitan (Liang et al., arXiv 2410.06511): FSDP2 ``fully_shard`` per transformer
         # block, TP/SP through DTensor plans, torch.distributed.pipelining. Each default is the
@@ -490,6 +525,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # experimental.context_parallel_degree: torch.distributed.tensor.experimental.
             # context_parallel (ring attention of SDPA calls, _SDPAMerger convert_to_f32)
             cp_merge_fp32=True,
+            # FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16): the sharded
+            # parameters stay fp32, bf16 only once gathered (torch FSDPParam)
+            fsdp_fp32_shards=True,
+            # parallelize_llama.py: the output layer's ColwiseParallel keeps the logits
+            # vocabulary-sharded (use_local_output=not loss_parallel); train.py runs the loss
+            # under loss_parallel() unless training.disable_loss_parallel (default false)
+            loss_parallel=True,
         ),
     )
 }
