@@ -1,7 +1,8 @@
 """The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables, the
 dense Llama rows of the Megatron-Bridge performance summary, NeMo AutoModel's FSDP2 MoE
 rows and its dense Llama 3 70B row, the PyTorch/IBM FSDP blog's Table 1, NeMo 24.07's
-DGX-H100 FP8 table): the CSV parses with
+DGX-H100 FP8 table, the DGX Cloud Benchmarking Llama 3.1 and Nemotron-4 recipes, NeMo 25.02's
+DGX-B200 FP8 table): the CSV parses with
 ``published_runs_more.csv``'s schema, every row is a case of the sources that read it
 (TorchTitan's: TPS/GPU and memory), every case is evaluated or says why, the system file states
 what the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults,
@@ -40,6 +41,9 @@ OTHERS = {
     "AUTOMODEL": ("AUTOMODEL-H100-", "h100-80gb", "fsdp"),
     "AUTOMODEL-DENSE": ("AUTOMODEL-DENSE-H100-", "h100-80gb", "fsdp"),
     "NEMO2407-H100": ("NEMO2407-H100-", "h100-80gb", "megatron-core"),
+    "DGXC-H100-BF16": ("DGXC-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC-H100-FP8": ("DGXC-H100-FP8-", "h100-80gb", "megatron-core"),
+    "NEMO2502-B200": ("NEMO2502-B200-", "b200", "megatron-core"),
 }
 #: One-metric sources on a system file of the data folder: source → (id prefix, file, framework).
 ON_FILES = {
@@ -76,7 +80,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 60 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 126 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -311,3 +315,35 @@ def test_leave_one_source_out_trains_the_fsdp_blog_on_its_accelerators_rows() ->
     mine = [c for c in every if c.source == "IBMFSDP-H100"]
     train = _training_rows(mine, [c for c in every if c.source != "IBMFSDP-H100"], systems)
     assert train and {c.system for c in train} == {"h100-80gb"}  # the same H100 SXM5 part
+
+
+def test_dgx_cloud_rows_weak_scale_one_layout_per_model(cases: list[Case]) -> None:
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    by_id = {c.id: c for c in cases if c.source.startswith("DGXC-")}
+    assert len(by_id) == 60
+    # the READMEs' (TP, PP, CP, VP, MBS) per model, and the full model's layer count
+    layouts = {
+        "8B": ((1, 1, 2, 1, 1), 32),
+        "70B": ((4, 4, 2, 5, 1), 80),
+        "405B": ((8, 9, 2, 7, 1), 126),
+        "15B": ((4, 1, 1, 1, 4), 32),
+        "340B": ((8, 8, 1, 12, 1), 96),
+    }
+    for row_id, case in by_id.items():
+        parallel, model, row = case.parallel, case.model, rows[row_id]
+        assert parallel is not None and model is not None
+        gpus, gbs = int(row["num_gpus"]), int(row["global_batch_seqs"])
+        # the table's throughput is sequence x GBS / step time, over all GPUs
+        tokens = model.seq_len * gbs / float(row["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(row["tokens_per_s_per_gpu"]), rel=0.02), row_id
+        assert parallel.dp * parallel.tp * parallel.pp * parallel.cp == gpus
+        layout, layers = layouts[row_id.split("-")[-2]]
+        if model.layers == layers:  # the full models (the 405B proxies differ in pp)
+            got = (parallel.tp, parallel.pp, parallel.cp, parallel.vpp, parallel.micro_batch)
+            assert got == layout, row_id
+        assert parallel.zero == 1 and str(parallel.recompute) == "none"
+        assert parallel.sp == (parallel.tp > 1) and str(parallel.cp_style) == "ring"
+        assert str(parallel.precision) == ("fp8" if "-FP8-" in row_id else "bf16")
+    # the 405B recipe's GPT-2 BPE proxy tokenizer; Nemotron-4's 256k vocabulary and 4k sequences
+    vocab = {i.split("-")[-2]: c.model.vocab for i, c in by_id.items() if c.model is not None}
+    assert vocab == {"8B": 128256, "70B": 128256, "405B": 50257, "15B": 256000, "340B": 256000}
