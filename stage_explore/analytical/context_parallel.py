@@ -1,55 +1,179 @@
-"""What PyTorch's context-parallel attention costs beyond its attention kernels:
-:func:`cp_merge_bytes`, the HBM traffic of merging per-chunk results in fp32.
+"""What PyTorch's context-parallel attention costs beyond its attention kernels, as torch's
+``context_parallel`` ran under TorchTitan's Llama in Dec 2024 (``cp_merge_fp32``):
+:func:`cp_merge_bytes`, the HBM traffic of its element-wise kernels, and :func:`cp_comm_timer`,
+the exposed time of its key/value all-gather and of its key/value-gradient ring.
 
-``torch.distributed.tensor.experimental.context_parallel`` (TorchTitan's context parallelism,
-``_templated_ring_attention`` in ``torch/distributed/tensor/experimental/_attention.py``) runs
-one SDPA kernel per K/V chunk — ``cp`` of them per rank, K/V all-gathered or passed around the
-ring — and merges each chunk's output into the running result with separate element-wise
-kernels (``_SDPAMerger``, ``convert_to_f32`` on by default): per chunk after the first, the
-chunk's output is cast to fp32 (2 bytes read, 4 written per element), then
-``out - sigmoid(block_lse - lse) * (out - block_out)`` runs as three kernels (the difference:
-4 + 4 read, 4 written; the scaled product: 4 read, 4 written; the update: 4 + 4 read, 4 written;
-the per-row log-sum-exp terms are negligible): 38 bytes per output element. The first chunk's
-output is cast once (6) and the result cast back to 16 bits at the end (4 read, 2 written).
-With load balancing (on by default for causal attention) the rank holding the last chunks
+``torch.distributed.tensor.experimental.context_parallel`` (``_templated_ring_attention`` and
+``_templated_ring_attention_backward`` in ``torch/distributed/tensor/experimental/
+_attention.py``; load balancing and the all-gather rotater on by default) runs one SDPA kernel
+per key/value chunk — ``cp`` of them per rank — and does the rest in separate kernels:
+
+**Forward** (also the recomputed one). Per output element: the first chunk's output cast to
+fp32 (``_SDPAMerger``, ``convert_to_f32``: 2 bytes read, 4 written), each later chunk's cast (6)
+and its merge ``out - sigmoid(block_lse - lse) * (out - block_out)`` as three fp32 kernels (the
+difference 4 + 4 read, 4 written; the scaled product 4 read, 4 written; the update 4 + 4 read, 4
+written; the per-row log-sum-exp terms are negligible): 38 bytes per step; the result cast back
+to 16 bits at the end (4 read, 2 written). With load balancing the rank holding the last chunks
 merges whole outputs at every step (the others merge half of them, plus a concatenation): the
-step waits for that rank, which :func:`cp_merge_bytes` counts.
+step waits for that rank. Per key/value element: ``key.contiguous()`` / ``value.contiguous()``
+copy the transposed inputs (2 read, 2 written), and every step but the last concatenates them
+into the buffer it would send (``torch.cat([key.flatten(), value.flatten()])``, 4 more; the
+all-gather rotater sends only the first).
 
-The backward (``_templated_ring_attention_backward``) accumulates each chunk's query and
-key/value gradients into fp32 buffers: zero-filled (4 bytes written per element), one add per
-chunk (the fp32 accumulator read and written, the 16-bit gradient read: 10) and a cast back to
-16 bits (6). The key/value buffers are a chunk's (1/cp of the gathered keys and values).
+**Backward.** Per query element: an fp32 zero-filled accumulator (4), one add per chunk (the
+accumulator read and written, the 16-bit gradient read: 10), the cast back (6). Per key/value
+element: the zero fill (4), the ``contiguous()`` copy (4), the send-buffer concatenation of
+every step but the last (4), the first chunk's add (10), then on the busiest rank — it takes
+only the first local half of each later chunk (``i <= rank``) — ``_partial_update``: the add on
+half the elements (5) and a ``torch.cat`` of the chunks (4 read, 4 written); every step
+concatenates the fp32 key and value gradients into the message of the gradient ring (8), and the
+last message is cast back to 16 bits (6).
+
+**Keys and values** reach SDPA already repeated to the query heads: TorchTitan's Llama calls
+``repeat_kv`` before ``F.scaled_dot_product_attention`` (``models/llama/model.py``), so every
+copy, accumulator and message above is query-sized per tensor (:func:`kv_repeat`: the query heads
+per key/value head). The generator's instructions carry the un-repeated grouped-query sizes.
+
+**Communication.** The all-gather rotater gathers the (repeated) keys and values once per
+attention call, launched before the first chunk's SDPA and waited for before the second: it
+hides behind that first (local, causal) chunk — ``1/cp`` of the attention's time — and the rest
+is exposed. The backward gathers them again the same way, and sends the fp32 key/value gradient
+accumulators around the ring: after each chunk's SDPA backward, ``dkv_rotater`` (an all-to-all
+with one peer, ``_RotateMethod.ALL_TO_ALL``) passes the rank's accumulators to the next cp rank,
+and the next step waits for the previous rank's. ``cp`` messages of the local keys' and values'
+fp32 gradients, each hidden behind the next chunk's SDPA backward except the last one, and
+whatever a message takes beyond a chunk's compute.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
 from stage_core.lower.bind import Instr
+from stage_core.trace import CollectiveKind
 
 #: Bytes of a 16-bit activation element (the attention's inputs and outputs; as
 #: :data:`stage_explore.analytical.kernels.ELEMENT_BYTES`, which imports this module).
 ELEMENT_BYTES = 2
+#: Bytes of an fp32 element (the merged outputs, the gradient accumulators and ring messages).
+FP32_BYTES = 4
 
 #: Casting a 16-bit tensor to fp32 (2 read, 4 written) or back (4 read, 2 written), per element.
 CAST_BYTES = 6
 #: One merge step per output element: the fp32 cast (6) and three fp32 element-wise kernels
 #: (12 + 8 + 12) (module docstring).
 MERGE_STEP_BYTES = 38
+#: Copying a 16-bit tensor (``contiguous()``, a concatenation): 2 read, 2 written.
+COPY_BYTES = 4
 #: Zero-filling an fp32 gradient accumulator, per element.
 ZERO_FILL_BYTES = 4
 #: Adding a 16-bit gradient into an fp32 accumulator: 4 + 2 read, 4 written, per element.
 ACCUMULATE_BYTES = 10
+#: The busiest rank's key/value accumulation per later chunk: the add on half the elements (5)
+#: and ``_partial_update``'s concatenation of the fp32 chunks (4 read, 4 written).
+PARTIAL_UPDATE_BYTES = ACCUMULATE_BYTES // 2 + 2 * FP32_BYTES
+#: Concatenating the fp32 key and value gradients into the ring's message (4 read, 4 written).
+RING_MESSAGE_COPY_BYTES = 2 * FP32_BYTES
 
 
-def cp_merge_bytes(instr: Instr, cp: int) -> int:
-    """HBM bytes the most loaded rank moves merging a context-parallel attention instruction's
-    per-chunk results (forward or recompute: the outputs; backward: the gradient accumulators),
-    0 for other instructions or ``cp`` of 1 (module docstring)."""
+def _query_and_kv(instr: Instr) -> tuple[int, tuple[int, ...]]:
+    """Elements of the rank's queries and of the gathered keys and values an attention
+    instruction reads (forward: its inputs ``q, k, v``) or whose gradients it writes
+    (backward: its outputs ``dq, dk, dv``)."""
+    if instr.phase in ("fwd", "recompute"):
+        query, *kv = (size // ELEMENT_BYTES for _, size in instr.inputs[:3])
+    else:
+        query, *kv = (size // ELEMENT_BYTES for _, size in instr.outputs[:3])
+    return query, tuple(kv)
+
+
+def kv_repeat(instr: Instr, cp: int) -> int:
+    """Query heads per key/value head of an attention instruction whose keys and values are
+    gathered over ``cp`` ranks (1 without grouped-query attention): the rank's query elements
+    over its local key elements (equal head dims)."""
+    query, kv = _query_and_kv(instr)
+    local_key = kv[0] // cp if kv else 0
+    return max(1, query // local_key) if local_key > 0 else 1
+
+
+def cp_merge_bytes(instr: Instr, cp: int, repeat: bool = True) -> int:
+    """HBM bytes the most loaded rank moves in the element-wise kernels of a context-parallel
+    attention instruction (forward or recompute: the merges and the key/value copies; backward:
+    the gradient accumulators and ring messages), 0 for other instructions or ``cp`` of 1
+    (module docstring). ``repeat``: keys and values repeated to the query heads before SDPA."""
     if cp <= 1 or instr.kind != "attention" or not instr.outputs:
         return 0
+    query, kv = _query_and_kv(instr)
+    factor = kv_repeat(instr, cp) if repeat else 1
+    local_kv = sum(kv) // cp * factor
     if instr.phase in ("fwd", "recompute"):
         out = instr.outputs[0][1] // ELEMENT_BYTES
-        return out * (CAST_BYTES + (cp - 1) * MERGE_STEP_BYTES + CAST_BYTES)
-    query = instr.outputs[0][1] // ELEMENT_BYTES
-    chunk_kv = sum(nbytes for _, nbytes in instr.outputs[1:]) // ELEMENT_BYTES // cp
-    per_element = ZERO_FILL_BYTES + cp * ACCUMULATE_BYTES + CAST_BYTES
-    return (query + chunk_kv) * per_element
+        merges = out * (CAST_BYTES + (cp - 1) * MERGE_STEP_BYTES + CAST_BYTES)
+        return merges + local_kv * (COPY_BYTES + (cp - 1) * COPY_BYTES)
+    per_query = ZERO_FILL_BYTES + cp * ACCUMULATE_BYTES + CAST_BYTES
+    per_kv = (
+        ZERO_FILL_BYTES
+        + COPY_BYTES  # contiguous()
+        + (cp - 1) * COPY_BYTES  # the all-gather rotater's send buffers
+        + ACCUMULATE_BYTES  # the first (local) chunk
+        + (cp - 1) * PARTIAL_UPDATE_BYTES
+        + cp * RING_MESSAGE_COPY_BYTES
+        + CAST_BYTES
+    )
+    return query * per_query + local_kv * per_kv
+
+
+def _is_cp_collective(instr: Instr, kind: CollectiveKind) -> bool:
+    return instr.collective is kind and instr.axes == ("cp",)
+
+
+def cp_comm_timer(
+    instrs: Sequence[Instr],
+    cp: int,
+    comm_s: Callable[[Instr], float],
+    attention_s: Callable[[Instr], float],
+    message_s: Callable[[int], float],
+) -> Callable[[Instr], float]:
+    """The communication timer of a block's instructions under torch's ``context_parallel``
+    (module docstring): a key/value all-gather over ``cp`` moves the repeated keys or values
+    and is charged only what the first chunk's SDPA (``1/cp`` of the same phase's attention,
+    ``attention_s``) does not hide; a key/value-gradient reduce-scatter over ``cp`` becomes the
+    fp32 gradient ring — ``cp`` messages of the local repeated keys' and values' gradients
+    (``message_s``: seconds of one message to the next cp rank), each hidden behind a chunk's
+    SDPA backward but the last, plus what a message takes beyond a chunk's compute — charged
+    to the reduce-scatters in proportion to their bytes. Every other instruction: ``comm_s``."""
+    if cp <= 1:
+        return comm_s
+    attention = {i.phase: i for i in instrs if i.kind == "attention"}
+    gathers: dict[str, list[Instr]] = {}
+    scatters: dict[str, list[Instr]] = {}
+    for instr in instrs:
+        if instr.phase not in attention:
+            continue
+        if _is_cp_collective(instr, CollectiveKind.ALL_GATHER):
+            gathers.setdefault(instr.phase, []).append(instr)
+        elif _is_cp_collective(instr, CollectiveKind.REDUCE_SCATTER):
+            scatters.setdefault(instr.phase, []).append(instr)
+    charged: dict[Instr, float] = {}
+    for phase, group in gathers.items():
+        repeat = kv_repeat(attention[phase], cp)
+        seconds = [comm_s(replace(i, comm_bytes=i.comm_bytes * repeat)) for i in group]
+        hidden = attention_s(attention[phase]) / cp  # the first chunk's SDPA
+        exposed = max(0.0, 1.0 - hidden / sum(seconds)) if sum(seconds) > 0 else 0.0
+        for instr, time_s in zip(group, seconds, strict=True):
+            charged[instr] = time_s * exposed
+    for phase, group in scatters.items():
+        repeat = kv_repeat(attention[phase], cp)
+        sizes = [i.comm_bytes // cp * repeat * FP32_BYTES // ELEMENT_BYTES for i in group]
+        message = message_s(sum(sizes))
+        step = attention_s(attention[phase]) / cp  # one chunk's SDPA backward
+        ring = message + (cp - 1) * max(0.0, message - step)
+        for instr, size in zip(group, sizes, strict=True):
+            charged[instr] = ring * size / sum(sizes) if sum(sizes) else 0.0
+
+    def timer(instr: Instr) -> float:
+        seconds = charged.get(instr)
+        return comm_s(instr) if seconds is None else seconds
+
+    return timer

@@ -48,6 +48,7 @@ from stage_explore.analytical.collectives import (
     deepep_scale_out_fraction,
     group_span,
 )
+from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costs import (
     optimizer_step_s,
     stage_transfer_s,
@@ -217,6 +218,23 @@ class BlockCosting:
             ),
         )
 
+    def _cp_message(
+        self, point: Point, spans: dict[tuple[str, ...], Any]
+    ) -> Callable[[int], float]:
+        """Seconds of one point-to-point message of the given bytes from this rank to the next
+        context-parallel rank (torch ``context_parallel``'s gradient ring), memoised."""
+        span = spans.get(("cp",))
+        if span is None:
+            return lambda size: 0.0
+        system, rank = point.system, span[2]
+        (peer,) = point.table.shifted(np.array([rank]), "cp", 1)
+        a, b = system.coordinates(rank), system.coordinates(int(peer))
+        dim = next(i for i in range(len(a)) if a[i] != b[i])
+        return lambda size: self._parts.get(
+            ("cp_message", point.token, dim, size),
+            lambda: alpha_beta_point_to_point_s(system, rank, int(peer), size),
+        )
+
     def _block_timing(
         self, point: Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any]
     ) -> BlockTiming:
@@ -257,6 +275,10 @@ class BlockCosting:
                 kernels = point.system.accelerator.kernels
                 if kernels is not None:
                     compute_s = sm_margin(compute_s, shared, kernels.sm_count)
+            cp = point.workload.axis_sizes.get("cp", 1)
+            if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
+                message = self._cp_message(point, spans)
+                comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
             timing = time_block(instrs, compute_s, comm_s)
             if accumulate_s == 0.0:
                 return timing

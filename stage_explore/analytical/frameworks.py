@@ -103,11 +103,14 @@ Options (all booleans unless said):
   ``set_reshard_after_backward(False)`` but on the last backward; FSDP2's
   ``FSDPParam.to_accumulated_grad_if_needed`` keeps ``unsharded_accumulated_grad`` in the reduce
   dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards.
-- ``cp_merge_fp32`` — context-parallel attention runs one SDPA kernel per K/V chunk and merges
-  the chunks' outputs (and, in the backward, accumulates their gradients) in fp32 element-wise
-  kernels of its own (PyTorch's ``context_parallel``: ``_SDPAMerger`` with ``convert_to_f32``;
-  :mod:`stage_explore.analytical.context_parallel`). Off: the merge is inside the attention
-  kernel (Transformer Engine's fused CP attention) or there is no context parallelism.
+- ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
+  TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
+  chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32
+  element-wise kernels of its own (``_SDPAMerger`` with ``convert_to_f32``); the keys and values,
+  repeated to the query heads before SDPA, all-gathered behind the first chunk only; their fp32
+  gradients passed around the cp ring. Off: the merge is inside the attention kernel
+  (Transformer Engine's fused CP attention) and the generator's grouped-query collectives are
+  timed as they are, or there is no context parallelism.
 - ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
   ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
   ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
@@ -178,7 +181,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
-    "cp_merge_fp32": "torch context_parallel: per-chunk SDPA merged in fp32 (_SDPAMerger)",
+    "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
@@ -523,7 +526,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             loss_fp32_buffers=3,
             pp_unsharded_params=True,  # apply_fsdp: reshard_after_forward = not pp_enabled
             # experimental.context_parallel_degree: torch.distributed.tensor.experimental.
-            # context_parallel (ring attention of SDPA calls, _SDPAMerger convert_to_f32)
+            # context_parallel (ring attention of SDPA calls, _SDPAMerger convert_to_f32, the
+            # all-gather rotater, the all-to-all dK/dV ring) on models/llama/model.py's
+            # repeat_kv'd keys and values
             cp_merge_fp32=True,
             # FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16): the sharded
             # parameters stay fp32, bf16 only once gathered (torch FSDPParam)

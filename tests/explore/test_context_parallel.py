@@ -1,37 +1,48 @@
-"""PyTorch context-parallel attention's fp32 merges (``cp_merge_fp32``,
-:mod:`stage_explore.analytical.context_parallel`) against closed forms computed here."""
+"""PyTorch context-parallel attention as TorchTitan ran it (``cp_merge_fp32``,
+:mod:`stage_explore.analytical.context_parallel`): its element-wise traffic and its key/value
+communication, against closed forms computed here."""
 
 from __future__ import annotations
 
 import pytest
 
+from stage_core.lower.bind import Instr
 from stage_core.lower.program import lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
+from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.context_parallel import cp_merge_bytes
+from stage_explore.analytical.context_parallel import cp_comm_timer, cp_merge_bytes, kv_repeat
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=8192)
 H, KV = 4096, 8 * 128
+REPEAT = 32 // 8  # query heads per key/value head (Llama 3 8B)
 
 
-def _parallel(cp: int, recompute: Recompute = Recompute.FULL) -> ParallelConfig:
-    return ParallelConfig(dp=2, cp=cp, zero=3, recompute=recompute, global_batch=4)
+def _parallel(cp: int, recompute: Recompute = Recompute.FULL, dp: int = 2) -> ParallelConfig:
+    return ParallelConfig(dp=dp, cp=cp, zero=3, recompute=recompute, global_batch=2 * dp)
 
 
 @pytest.mark.parametrize("cp", [2, 4, 8])
-def test_merge_bytes_follow_the_merger_s_kernels(cp: int) -> None:
+def test_element_wise_bytes_follow_torch_s_kernels(cp: int) -> None:
     layer = lower(LLAMA, _parallel(cp)).blocks["layer"]
     attention = [i for i in (*layer.fwd, *layer.bwd) if i.kind == "attention"]
     local = 8192 // cp  # queries of one rank (one sequence per micro-batch)
     out = local * H
+    kv = 2 * local * KV * REPEAT  # the rank's keys and values, repeated to the query heads
+    assert kv == 2 * out
     for instr in attention:
+        assert kv_repeat(instr, cp) == REPEAT
         if instr.phase in ("fwd", "recompute"):
-            assert cp_merge_bytes(instr, cp) == out * (6 + 38 * (cp - 1) + 6)
-        else:  # dq, and one chunk's dk and dv, accumulated in fp32 over cp chunks
-            assert cp_merge_bytes(instr, cp) == (out + 2 * local * KV) * (4 + 10 * cp + 6)
+            merges = out * (6 + 38 * (cp - 1) + 6)
+            copies = kv * (4 + 4 * (cp - 1))  # contiguous(), the send buffers but the last
+            assert cp_merge_bytes(instr, cp) == merges + copies
+            assert cp_merge_bytes(instr, cp, repeat=False) == merges + copies // REPEAT
+        else:  # dq accumulated in fp32; dk, dv accumulated and passed around the ring
+            per_kv = 4 + 4 + 4 * (cp - 1) + 10 + 13 * (cp - 1) + 8 * cp + 6
+            assert cp_merge_bytes(instr, cp) == out * (4 + 10 * cp + 6) + kv * per_kv
     assert {i.phase for i in attention} == {"fwd", "recompute", "bwd"}
     assert all(cp_merge_bytes(i, 1) == 0 for i in attention)
     assert all(cp_merge_bytes(i, cp) == 0 for i in layer.fwd if i.kind != "attention")
@@ -64,3 +75,66 @@ def test_without_context_parallelism_nothing_changes() -> None:
         for flag in (False, True)
     ]
     assert times[0] == times[1]
+
+
+def _comm(name: str, phase: str, kind: CollectiveKind, size: int) -> Instr:
+    return Instr(
+        name=name, phase=phase, kind="comm", collective=kind, axes=("cp",), comm_bytes=size
+    )
+
+
+@pytest.mark.parametrize("cp", [2, 8])
+@pytest.mark.parametrize("attention_s", [1e-3, 0.5])
+def test_the_gather_hides_behind_the_first_chunk_and_the_ring_behind_the_others(
+    cp: int, attention_s: float
+) -> None:
+    layer = lower(LLAMA, _parallel(cp)).blocks["layer"]
+    forward = next(i for i in layer.fwd if i.kind == "attention")
+    backward = next(i for i in layer.bwd if i.kind == "attention" and i.phase == "bwd")
+    local = 8192 // cp * KV * 2  # bytes of the rank's un-repeated keys (or values)
+    gathers = [_comm(f"all_gather:{t}", "fwd", CollectiveKind.ALL_GATHER, local) for t in "kv"]
+    scatters = [
+        _comm(f"reduce_scatter:d.{t}", "bwd", CollectiveKind.REDUCE_SCATTER, local * cp)
+        for t in "kv"
+    ]
+    other = Instr(name="tp", phase="fwd", kind="comm", collective=CollectiveKind.ALL_GATHER,
+                  axes=("tp",), comm_bytes=local)  # fmt: skip
+    rate = 100e9  # bytes per second of the synthetic links
+
+    def comm_s(instr: Instr) -> float:
+        return instr.comm_bytes / rate
+
+    def message_s(size: int) -> float:
+        return 1e-5 + size / rate
+
+    timer = cp_comm_timer(
+        (*gathers, forward, other, backward, *scatters),
+        cp,
+        comm_s,
+        lambda instr: attention_s,
+        message_s,
+    )
+    gathered_s = 2 * local * REPEAT / rate  # keys and values repeated to the query heads
+    exposed = max(0.0, gathered_s - attention_s / cp)
+    assert sum(timer(g) for g in gathers) == pytest.approx(exposed)
+    message = message_s(2 * local * REPEAT * 2)  # the fp32 key and value gradients, repeated
+    ring = message + (cp - 1) * max(0.0, message - attention_s / cp)
+    assert sum(timer(s) for s in scatters) == pytest.approx(ring)
+    assert timer(scatters[0]) == pytest.approx(timer(scatters[1]))
+    assert timer(other) == comm_s(other)
+    assert cp_comm_timer((*gathers, forward), 1, comm_s, lambda i: 1.0, message_s) is comm_s
+
+
+def test_cross_node_context_parallelism_pays_for_the_repeated_keys() -> None:
+    """cp spanning hosts (tp fills each host): torch's gathers and gradient ring of repeated
+    keys and values cost more than the generator's grouped-query collectives."""
+    model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=32768)
+    parallel = ParallelConfig(tp=8, cp=2, zero=3, sp=True, recompute=Recompute.FULL, global_batch=1)
+    system = load_system("h100-80gb")
+    on = AnalyticalBackend(framework="torchtitan").evaluate(model, parallel, system)
+    off = AnalyticalBackend(framework="torchtitan", overrides={"cp_merge_fp32": False}).evaluate(
+        model, parallel, system
+    )
+    # the fp32 ring of repeated key/value gradients outlasts the grouped-query reduce-scatters
+    assert on.breakdown["exposed_reduce_scatter"] > off.breakdown["exposed_reduce_scatter"]
+    assert on.step_time_s > off.step_time_s  # two backends: the option is in what is memoised
