@@ -18,6 +18,21 @@ negligible beside a row of thousands of elements and are not counted):
   with ``freqs_cis``, ``view_as_real(...).flatten(3).type_as(xq)``; per element of q or k.
 - :data:`TORCHTITAN_SWIGLU` — ``FeedForward.forward``: ``self.w2(F.silu(self.w1(x)) *
   self.w3(x))``; per element of the FFN width.
+- :data:`LLMFOUNDRY_LPLAYERNORM`, :data:`LLMFOUNDRY_RESIDUAL_ADD`,
+  :data:`LLMFOUNDRY_FP32_ACCUMULATE` — llm-foundry's MPT of 2023 under Composer's autocast with
+  FSDP parameters kept in fp32 (``fsdp_param_fp32``): the token embedding is an fp32 parameter
+  and ``F.embedding`` is not an autocast op, so the residual stream ``x`` is fp32 from the
+  embedding on (``MPTBlock.forward``: ``x = x + self.resid_attn_dropout(b)`` adds the bf16
+  output of an autocast linear to it, fp32 by type promotion; dropout with ``resid_pdrop`` 0
+  returns its input, no kernel). ``LPLayerNorm.forward`` (``low_precision_layernorm``, the MPT
+  yamls' norm) casts ``x`` to the autocast dtype (``_cast_if_autocast_enabled``, a ``to``
+  kernel) and runs ``F.layer_norm`` on it with autocast off (one bf16 kernel). In the backward
+  the gradient of ``x`` stays fp32: ``ToCopyBackward0`` casts the norm's input gradient up, the
+  add's gradient reaches the bf16 branch output through the engine's cast to that input's dtype
+  (``validate_outputs``), and the two gradients of ``x`` (residual path and norm path) are
+  summed in fp32 (autograd's ``InputBuffer``). MPT's ``Wqkv`` is one fused linear, so its input
+  gradient is one GEMM's output and nothing accumulates there (the generator's separate q, k,
+  v einsums add their three input gradients: 0 bytes here).
 - :data:`RESIDUAL_ADD` — ``h = x + self.attention(...)``, ``out = h + self.feed_forward(...)``.
   Autograd's ``AddBackward0`` hands the gradient to both inputs unchanged
   (``maybe_multiply(grad, alpha)`` returns it as is for ``alpha == 1``): no backward kernel,
@@ -52,8 +67,9 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 
 #: The values of a framework profile's ``eager_modules``: ``"generator"``, each generator op
 #: one kernel (ATen's native fused ops: ``F.layer_norm``, ``F.gelu``); ``"torchtitan"``, the
-#: module code of torchtitan's Llama models counted here.
-EAGER_MODULES = ("generator", "torchtitan")
+#: module code of torchtitan's Llama models counted here; ``"llm-foundry-2023"``, MPT's blocks
+#: of llm-foundry 2023 with an fp32 residual stream (module docstring).
+EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023")
 
 BF16 = 2  # bytes of a 16-bit element
 FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
@@ -156,6 +172,35 @@ RESIDUAL_ADD = EagerModule(
     compiled_bytes=(2 * BF16 + BF16, 0),
 )
 
+LLMFOUNDRY_LPLAYERNORM = EagerModule(
+    name="lplayernorm",
+    source="llmfoundry/models/layers/norm.py LPLayerNorm.forward on an fp32 residual stream",
+    forward=(
+        Kernel("_cast_if_autocast_enabled(x): x.to(bf16)", FP32, BF16),
+        Kernel("F.layer_norm(downcast_x, ...) with autocast off", BF16, BF16),
+    ),
+    backward=(
+        Kernel("NativeLayerNormBackward0: dx from grad and downcast_x", 2 * BF16, BF16),
+        Kernel("ToCopyBackward0 (x.to(bf16)): grad.to(fp32)", BF16, FP32),
+    ),
+    compiled_bytes=(BF16 + BF16, 2 * BF16 + BF16),
+)
+
+LLMFOUNDRY_RESIDUAL_ADD = EagerModule(
+    name="residual-fp32",
+    source="llmfoundry/models/layers/blocks.py MPTBlock.forward: x = x + resid_dropout(b)",
+    forward=(Kernel("x + b: fp32 + bf16 -> fp32", FP32 + BF16, FP32),),
+    # AddBackward0 passes the fp32 gradient to x; the engine casts b's copy to bf16
+    backward=(Kernel("validate_outputs: grad.to(bf16) for the bf16 branch output", FP32, BF16),),
+    compiled_bytes=(2 * BF16 + BF16, BF16 + 2 * BF16),
+)
+
+#: Autograd's ``InputBuffer`` sum of the residual stream's two fp32 gradients (per element of
+#: the gradient): read both, write one.
+LLMFOUNDRY_FP32_ACCUMULATE = Kernel(
+    "InputBuffer: the two fp32 gradients of x added", 2 * FP32, FP32
+)
+
 #: The generator's op names (stage_core/blocks.py) each torchtitan module runs as.
 _NORM_OPS = ("ln1", "ln2", "ln_f", "q.norm", "k.norm")
 _ROPE_OPS = ("q.rope", "k.rope", "q.pe.rope", "k.pe.rope")
@@ -163,12 +208,23 @@ _SWIGLU_OPS = ("mlp.act", "shared.act", "experts.act")
 _RESIDUAL_OPS = ("attn.residual", "y")
 
 
+#: The generator's gradient accumulations (``<op>.accumulate.<gradient>``) on MPT's residual
+#: stream (fp32) and at the input of its fused ``Wqkv`` (none: one GEMM writes that gradient).
+_LLMFOUNDRY_ACCUMULATES = {
+    "attn.residual.accumulate": LLMFOUNDRY_FP32_ACCUMULATE.bytes,
+    "inputs.accumulate": LLMFOUNDRY_FP32_ACCUMULATE.bytes,
+    "ln1.accumulate": 0,
+}
+
+
 def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[str, int]:
     """Bytes per element of each generator op (and of its ``<op>.backward``) that the
     framework's eager model code runs as several kernels; empty when its element-wise kernels
     are fused (``fused``) or its modules are the generator's own (``"generator"``)."""
-    if fused or eager_modules != "torchtitan":
+    if fused or eager_modules == "generator":
         return {}
+    if eager_modules == "llm-foundry-2023":
+        return _llmfoundry_op_bytes(model)
     modules: list[tuple[tuple[str, ...], EagerModule]] = [(_RESIDUAL_OPS, RESIDUAL_ADD)]
     if model.norm is Norm.RMSNORM:  # norm_type "layernorm" is nn.LayerNorm: one ATen kernel
         modules.append((_NORM_OPS, TORCHTITAN_RMSNORM))
@@ -184,10 +240,31 @@ def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[st
     return table
 
 
+def _llmfoundry_op_bytes(model: ModelSpec) -> dict[str, int]:
+    """:func:`eager_op_bytes` for ``"llm-foundry-2023"``: LPLayerNorm (LayerNorm models), the
+    fp32 residual adds and the residual stream's fp32 gradient sums (module docstring)."""
+    modules: list[tuple[tuple[str, ...], EagerModule]] = [(_RESIDUAL_OPS, LLMFOUNDRY_RESIDUAL_ADD)]
+    if model.norm is Norm.LAYERNORM:
+        modules.append((("ln1", "ln2", "ln_f"), LLMFOUNDRY_LPLAYERNORM))
+    table: dict[str, int] = dict(_LLMFOUNDRY_ACCUMULATES)
+    for names, module in modules:
+        for name in names:
+            table[name] = module.bytes_per_element(backward=False)
+            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
+    return table
+
+
 def eager_instr_bytes(instr: Instr, table: Mapping[str, int]) -> int | None:
     """HBM bytes of ``instr`` under the eager ``table`` (:func:`eager_op_bytes`): its bytes
     per element times the elements of the op's output (forward, recomputed forward) or of
     that output's gradient (backward); None when the table does not name it."""
+    if ".accumulate." in instr.name:  # <op>.accumulate.<gradient>: sums into the gradient
+        op, gradient = instr.name.split(".accumulate.", 1)
+        per_element = table.get(f"{op}.accumulate")
+        sizes = [size for name, size in instr.outputs if name == gradient]
+        if per_element is None or not sizes:
+            return None
+        return sizes[0] // BF16 * per_element
     per_element = table.get(instr.name)
     if per_element is None or instr.kind in ("einsum", "attention", "comm"):
         return None
