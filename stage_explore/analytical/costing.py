@@ -58,6 +58,7 @@ from stage_explore.analytical.frameworks import (
     FP32_BYTES,
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
+    fsdp2_copy_bytes,
     grad_accumulation_bytes,
 )
 from stage_explore.analytical.kernels import (
@@ -255,6 +256,7 @@ class BlockCosting:
             self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         )
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
+        accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
 
         def compute() -> BlockTiming:
             instrs = block.fwd if phase == "fwd" else block.bwd
@@ -313,6 +315,32 @@ class BlockCosting:
         accelerator = point.system.accelerator
         bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
         return elements * per_element / bandwidth
+
+    def _fsdp2_copies_s(self, point: Point, kind: str, phase: str) -> float:
+        """Seconds per micro-batch of FSDP2's copies on the compute stream for a block's
+        parameters (``fsdp2_copies`` under ZeRO-3, :func:`~stage_explore.analytical.frameworks.
+        fsdp2_copy_bytes`): the all-gather copy-out of each gather (the forward's, and the
+        backward's unless the parameters stay gathered under pipeline parallelism), the
+        reduce-scatter copy-in of the backward; under ``pp_unsharded_params`` with pp > 1 the
+        stage gathers and reduce-scatters once per step, spread over its micro-batches."""
+        workload = point.workload
+        if not self.framework.fsdp2_copies or workload.parallel.zero < 3:
+            return 0.0
+        held = self.framework.pp_unsharded_params and workload.parallel.pp > 1
+        gathers = int(phase == "fwd") + int(phase in ("bwd", "bwd_b") and not held)
+        scatters = int(phase in ("bwd", "bwd_w"))
+        elements = sum(weight.elements for weight in point.blocks[kind].weights)
+        per_element = fsdp2_copy_bytes(
+            gathers, scatters, workload.weight_bytes, workload.grad_bytes
+        )
+        accelerator = point.system.accelerator
+        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        seconds = elements * per_element / bandwidth
+        if held and phase == "fwd":
+            seconds /= workload.micro_batches  # one gather per step
+        if held and phase in ("bwd", "bwd_w"):
+            seconds /= workload.micro_batches  # one reduce-scatter per step
+        return seconds
 
     def _param_cast_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of autocast's casts of a block's gathered fp32 parameters

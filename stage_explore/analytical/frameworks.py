@@ -128,6 +128,14 @@ Options (all booleans unless said):
   16-bit type (``param_dtype`` bf16, FSDP2's and later Composer's default). Autocast's per-use
   casts (fp32 -> 16-bit in each forward, the gradient back in the backward) are timed as
   memory-bound passes (``BlockCosting._param_cast_s``).
+- ``fsdp2_copies`` — ZeRO-3 is FSDP2 (``fully_shard``, per-parameter sharding), whose
+  collectives copy on the compute stream (:func:`fsdp2_copy_bytes`): each all-gather's output is
+  copied out into the unsharded parameters (``foreach_all_gather_copy_out``:
+  ``torch.split_with_sizes_copy``, run on the current stream after the all-gather), and each
+  reduce-scatter first concatenates the unsharded gradients into a reduce-dtype buffer
+  (``foreach_reduce_scatter_copy_in``: ``torch.cat``, which the compute stream waits for before
+  it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. Off:
+  FSDP1's flat parameter, gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
 - ``fsdp_fp32_shards`` — under ZeRO-3 the rank keeps no 16-bit copy of its parameter shard: the
   sharded parameters are the fp32 master weights and the 16-bit ones exist only gathered, per
   unit, while it runs (PyTorch FSDP ``MixedPrecision``: "outside forward and backward, the
@@ -183,6 +191,7 @@ OPTION_FLAGS: dict[str, str] = {
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
+    "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
@@ -232,6 +241,7 @@ class FrameworkProfile:
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
+    fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
@@ -530,6 +540,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # all-gather rotater, the all-to-all dK/dV ring) on models/llama/model.py's
             # repeat_kv'd keys and values
             cp_merge_fp32=True,
+            fsdp2_copies=True,  # fully_shard: FSDP2's all-gather copy-out, reduce-scatter copy-in
             # FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16): the sharded
             # parameters stay fp32, bf16 only once gathered (torch FSDPParam)
             fsdp_fp32_shards=True,
@@ -564,6 +575,16 @@ def zero3_gathered_bytes(
         return two_blocks
     live = max(largest_tensor_elements, profile.zero3_live_elements)
     return min(two_blocks, (live + profile.zero3_prefetch_elements) * weight_bytes)
+
+
+def fsdp2_copy_bytes(gathers: int, scatters: int, weight_bytes: int, grad_bytes: int) -> int:
+    """HBM bytes per parameter element of FSDP2's copies (``fsdp2_copies``) for ``gathers``
+    all-gathers and ``scatters`` reduce-scatters: a copy-out reads the gathered buffer and writes
+    the unsharded parameter (``2·weight_bytes``); a copy-in reads the unsharded gradient, in the
+    parameter dtype, and writes it into the reduce-dtype buffer (``weight_bytes + grad_bytes``:
+    6 for bf16 into fp32). The shard-sized copy-in of an all-gather and the accumulation of the
+    reduce-scatter output (1/dp of the elements) are not counted."""
+    return gathers * 2 * weight_bytes + scatters * (weight_bytes + grad_bytes)
 
 
 def grad_accumulation_bytes(
