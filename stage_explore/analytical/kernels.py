@@ -335,9 +335,12 @@ class KernelTimer:
 
     def _fp8_dtype(self) -> str:
         """The GEMM kind an FP8 linear layer runs: ``mxfp8`` (block-scaled tensor-core MMA, its
-        own sustained fraction) under the ``mxfp8`` recipe when the accelerator states one in
-        ``gemm_efficiency``, else ``fp8`` (per-tensor scales, or a blockwise recipe)."""
-        if self.fp8_recipe == "mxfp8" and "mxfp8" in self.kernels.gemm_efficiency:
+        own sustained fraction) when the accelerator states one in ``gemm_efficiency`` and the
+        recipe is ``mxfp8`` — or ``blockwise``, whose GEMMs Transformer Engine runs as MXFP8 on
+        Blackwell (TE PR #2157: cuBLASLt has no 128-block scaling on sm100, the GEMMs are
+        emulated with MXFP8; TE docs/examples/gemm_profiling) — else ``fp8``."""
+        recipe_blocks = self.fp8_recipe in BLOCK_SCALED  # mxfp8, blockwise
+        if recipe_blocks and "mxfp8" in self.kernels.gemm_efficiency:
             return "mxfp8"
         return "fp8"
 

@@ -131,6 +131,13 @@ def test_mxfp8_gemms_run_at_the_block_scaled_fraction() -> None:
     assert ratio == pytest.approx(kernels.gemm_efficiency["fp8"] / kernels.gemm_efficiency["mxfp8"])
 
 
+def test_blockwise_gemms_run_as_mxfp8_on_blackwell_only() -> None:
+    """TE emulates the DeepSeek-style blockwise recipe's GEMMs with MXFP8 on sm100."""
+    assert _timer(B200, dtype="fp8", fp8_recipe="blockwise")._fp8_dtype() == "mxfp8"
+    assert _timer(B200, dtype="fp8", fp8_recipe="delayed")._fp8_dtype() == "fp8"
+    assert _timer(H100, dtype="fp8", fp8_recipe="blockwise")._fp8_dtype() == "fp8"
+
+
 def test_a_preset_without_an_mxfp8_fraction_times_mxfp8_as_fp8() -> None:
     kernels = _kernels(B200)
     plain = dict(kernels.gemm_efficiency)
