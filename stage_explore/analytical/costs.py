@@ -96,16 +96,23 @@ def stage_transfer_s(
     size_bytes: int,
     scatter: int,
     blocking: bool,
+    separate: bool = False,
 ) -> float:
     """One activation message of ``size_bytes`` from rank ``ends[0]`` to ``ends[1]`` (adjacent
     stages). With ``scatter`` > 1 (Megatron's scatter/gather, Narayanan et al. 2021, §4.1: tp
     ranks hold the same activation without sequence parallelism) ``1/scatter`` of it crosses the
     link and the receiver all-gathers it over tp. Not ``blocking`` (Megatron-Core's overlapped
-    p2p): only the message latency holds the ranks."""
+    p2p): only the message latency holds the ranks. ``separate`` (DeepSpeed's pipeline engine:
+    the send and the matching receive are separate blocking instructions, each holding its
+    rank while the message crosses): the link time counts twice — the schedule simulation holds
+    only the sender for a transfer, so the receiver's hold is added to it — the all-gather once.
+    """
     first, second = ends
     if not blocking:
         return alpha_beta_point_to_point_s(system, first, second, 0)
     seconds = alpha_beta_point_to_point_s(system, first, second, size_bytes // scatter)
+    if separate:
+        seconds *= 2
     if scatter > 1:
         group = table.group(second, ("tp",))
         seconds += alpha_beta_collective_s(
