@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stage_core.lower.schedule import (
@@ -414,17 +414,27 @@ class Step:
     pipeline_end_s: float
 
 
-def assemble_step(plan: StepPlan, kind: str, m: int, vpp: int) -> Step:
+#: :func:`step_time`'s signature: (kind, stages, micro-batches, vpp, transfer seconds).
+Timeline = Callable[[str, tuple[StageTimes, ...], int, int, float], PipelineResult]
+
+
+def assemble_step(
+    plan: StepPlan, kind: str, m: int, vpp: int, timeline: Timeline = step_time
+) -> Step:
     """Simulate the schedule and finish every rank's step: each chunk's gradient
     synchronisation after its last backward (issued in the order those run, on one stream),
     then the optimizer, then ZeRO-1/2 parameter gathers; and every rank's peak memory (model
     states + saved activations at the schedule's peak + transients, as
-    :func:`stage_core.lower.memory.chunks_memory`)."""
+    :func:`stage_core.lower.memory.chunks_memory`).
+
+    ``timeline`` times the schedule: :func:`step_time` or a memo of it (a pure function of
+    its arguments: plans that differ only in what the timeline does not read — gradient
+    synchronisation, model states, the optimizer — share one simulation)."""
     p = len(plan.stage_class)
     split = kind in SPLIT_BACKWARD
     chunks = chunks_per_rank(kind, vpp)
     per_chunk = m // 2 if kind == "dualpipe" else m  # micro-batches through each chunk
-    pipeline = step_time(kind, plan.schedule_times(split), m, vpp, plan.transfer_s)
+    pipeline = timeline(kind, plan.schedule_times(split), m, vpp, plan.transfer_s)
     worst: tuple[float, int, float] | None = None
     peak_memory = 0
     for stage in range(p):

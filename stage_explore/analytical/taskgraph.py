@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from stage_core.lower.schedule import (
     SPLIT_BACKWARD,
+    Task,
     chunks_per_rank,
     global_stage,
     global_stages,
@@ -39,6 +40,14 @@ from stage_core.lower.schedule import (
 
 FORWARD, BACKWARD, WEIGHT = 0, 1, 2
 _CODE = {"F": FORWARD, "B": BACKWARD, "W": WEIGHT}
+
+
+def rank_order(kind: str, rank: int, p: int, m: int, vpp: int) -> tuple[Task, ...]:
+    """:func:`~stage_core.lower.schedule.schedule` without its process-wide memo: the memoised
+    shapes here keep only plain int tuples, so a sweep's schedules (hundreds of thousands of
+    ``Task`` objects the garbage collector would traverse on every full collection) are freed
+    once a shape is built."""
+    return schedule.__wrapped__(kind, rank, p, m, vpp)
 
 
 def slots(chunks: int) -> int:
@@ -81,7 +90,7 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
         order = tuple(
             [
                 (_CODE[phase], stage_of[chunk], mb, chunk)
-                for phase, chunk, mb in schedule(kind, rank, p, m, vpp)
+                for phase, chunk, mb in rank_order(kind, rank, p, m, vpp)
             ]
         )
         starts = overlapped(kind, rank, p, m, vpp)
@@ -200,7 +209,14 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
                 previous = task
                 index += 3
                 continue
-            key, needed = needs(code, j, mb)
+            # needs(code, j, mb), inlined: this loop runs once per task of every new shape
+            if code == FORWARD:
+                key, needed = j * m + mb, (j - 1) * m + mb if j else -1
+            elif code == BACKWARD:
+                key = size + j * m + mb
+                needed = j * m + mb if j == last_stage else key + m
+            else:
+                key = needed = -1
             dependency = -1
             if needed >= 0:
                 dependency = produced[needed]
@@ -224,13 +240,14 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
     for index, (rank, _, _) in enumerate(tasks):
         after.append(latest[rank])
         latest[rank] = index + 1
+    _, dependencies, slots_of = zip(*tasks, strict=True)
     return Compiled(
         tuple(tasks),
         tuple(tuple(x) for x in last_backward),
         tuple(previous_of),
         tuple(after),
-        tuple(dependency + 1 for _, dependency, _ in tasks),
-        tuple(slot for _, _, slot in tasks),
+        tuple([dependency + 1 for dependency in dependencies]),
+        slots_of,
     )
 
 
@@ -274,7 +291,7 @@ def periodic(kind: str, p: int, vpp: int, base: int) -> Periodic | None:
         return None
 
     def orders(m: int) -> list[list[tuple[str, int, int]]]:
-        return [[(t.phase, t.chunk, t.micro_batch) for t in schedule(kind, r, p, m, vpp)]
+        return [[(t.phase, t.chunk, t.micro_batch) for t in rank_order(kind, r, p, m, vpp)]
                 for r in range(p)]  # fmt: skip
 
     def shifted(tasks: Sequence[tuple[str, int, int]], k: int) -> list[tuple[str, int, int]]:
