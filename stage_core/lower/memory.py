@@ -29,7 +29,13 @@ from stage_core.lower.bind import (
     symbolic_block,
 )
 from stage_core.lower.experts import data_axes
-from stage_core.lower.fp8 import fp8_block, linear_weights, weight_copy_bytes, with_fp8_saved
+from stage_core.lower.fp8 import (
+    fp8_block,
+    linear_weights,
+    weight_copies,
+    weight_copy_bytes,
+    with_fp8_saved,
+)
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
@@ -214,16 +220,24 @@ def loss_working_set(blocks: Sequence[BoundBlock], fp32_buffers: int, activation
     return extra
 
 
-def fp8_weights(workload: Workload, block: BoundBlock) -> int:
+def fp8_weights(workload: Workload, block: BoundBlock, transposed: bool = True) -> int:
     """Bytes of the FP8 weight copies and scales one rank holds for ``block`` (0 unless the
-    run's precision is FP8); sharded like the weights under ZeRO-3."""
+    run's precision is FP8); sharded like the weights under ZeRO-3. ``transposed`` False: one
+    copy serves both ``fprop`` and ``dgrad`` (a GPU whose FP8 GEMMs take any layout, under a
+    per-tensor recipe: Transformer Engine's ``is_non_tn_fp8_gemm_supported``, sm100 on)."""
     parallel = workload.parallel
     if str(parallel.precision) != "fp8" or not fp8_block(str(block.kind)):
         return 0
     linear = linear_weights(block)
     recipe, gemms = str(parallel.fp8_recipe), parallel.fp8_gemms
+    copies = weight_copies(gemms)
+    if copies == 0:  # only wgrad in FP8: no weight copy (its operands are activations)
+        return 0
+    held = copies if transposed else 1
     return sum(
         weight_copy_bytes(weight.elements, recipe, gemms)
+        // copies
+        * held
         // weight_shard_factor(workload, weight, parallel.zero >= 3)
         for weight in block.weights
         if weight.name in linear
@@ -231,15 +245,20 @@ def fp8_weights(workload: Workload, block: BoundBlock) -> int:
 
 
 def _block_states(
-    workload: Workload, block: BoundBlock, fp32_shards: bool = False, fp8_params: bool = False
+    workload: Workload,
+    block: BoundBlock,
+    fp32_shards: bool = False,
+    fp8_params: bool = False,
+    fp8_transposed: bool = True,
 ) -> tuple[int, int, int, int]:
-    """Weights (with their FP8 copies under an FP8 recipe), gradients, optimizer bytes one rank
-    holds for ``block``, and its full weights. Without a 16-bit copy of some weights (0 bytes
-    for them): ``fp32_shards`` under ZeRO-3, all of them (FSDP keeps the shard in fp32, the
-    master the optimizer bytes count); ``fp8_params`` under an FP8 recipe, the FP8 linear
-    layers' (Megatron ``--fp8-param-gather``: the FP8 copies are the parameters)."""
+    """Weights (with their FP8 copies under an FP8 recipe, :func:`fp8_weights` with
+    ``fp8_transposed``), gradients, optimizer bytes one rank holds for ``block``, and its full
+    weights. Without a 16-bit copy of some weights (0 bytes for them): ``fp32_shards`` under
+    ZeRO-3, all of them (FSDP keeps the shard in fp32, the master the optimizer bytes count);
+    ``fp8_params`` under an FP8 recipe, the FP8 linear layers' (Megatron
+    ``--fp8-param-gather``: the FP8 copies are the parameters)."""
     zero = workload.parallel.zero
-    weights, grads, optimizer, full = fp8_weights(workload, block), 0, 0, 0
+    weights, grads, optimizer, full = fp8_weights(workload, block, fp8_transposed), 0, 0, 0
     no_copy: frozenset[str] = frozenset()
     if fp32_shards and zero >= 3:
         no_copy = frozenset(weight.name for weight in block.weights)

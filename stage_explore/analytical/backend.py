@@ -504,7 +504,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         peak = system.accelerator.peak(compute_dtype(workload.parallel, system))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
-        peak_bytes = self._process_bytes(step.peak_memory_bytes)
+        peak_bytes = self._process_bytes(step.peak_memory_bytes, capacity)
         feasible = peak_bytes <= capacity
         reason = ""
         if not feasible:

@@ -20,7 +20,7 @@ import numpy as np
 from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr, group_size
 from stage_core.lower.flops import AttentionFlops, block_flops
-from stage_core.lower.fp8 import fp8_block
+from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.memory import _block_states, loss_working_set, recompute_working_set
 from stage_core.lower.program import (
     PIPELINE_ENDS,
@@ -55,6 +55,7 @@ from stage_explore.analytical.costs import (
 )
 from stage_explore.analytical.eager import eager_op_bytes
 from stage_explore.analytical.frameworks import (
+    FP8_DYNAMIC_CAST_BYTES,
     FP32_BYTES,
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
@@ -257,6 +258,7 @@ class BlockCosting:
         )
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
         accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
+        accumulate_s += self._fp8_weight_casts_s(point, kind, phase)  # torchao Float8Linear
 
         def compute() -> BlockTiming:
             instrs = block.fwd if phase == "fwd" else block.bwd
@@ -315,6 +317,30 @@ class BlockCosting:
         accelerator = point.system.accelerator
         bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
         return elements * per_element / bandwidth
+
+    def _fp8_weight_casts_s(self, point: Point, kind: str, phase: str) -> float:
+        """Seconds per micro-batch of casting a block's linear weights to FP8 at every use
+        (``fp8_weight_cast_per_use``, :data:`~stage_explore.analytical.frameworks.
+        FP8_DYNAMIC_CAST_BYTES` per element and use): the forward's (an FP8 ``fprop``), the
+        fully recomputed forward's, and the backward's for the input gradient (an FP8 ``dgrad``).
+        Blocks whose linears stay in 16 bits (the output layer) and non-FP8 runs: 0."""
+        workload = point.workload
+        parallel = workload.parallel
+        if not self.framework.fp8_weight_cast_per_use or point.dtype != "fp8":
+            return 0.0
+        if not fp8_block(kind) or phase not in ("fwd", "bwd", "bwd_b"):
+            return 0.0
+        gemms = parallel.fp8_gemms
+        uses = int("fprop" in gemms)
+        if phase != "fwd":
+            recomputed = str(parallel.recompute) == "full" and "fprop" in gemms
+            uses = int("dgrad" in gemms) + int(recomputed)
+        block = point.blocks[kind]
+        linear = linear_weights(block)
+        elements = sum(w.elements for w in block.weights if w.name in linear)
+        accelerator = point.system.accelerator
+        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        return uses * elements * FP8_DYNAMIC_CAST_BYTES / bandwidth
 
     def _fsdp2_copies_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of FSDP2's copies on the compute stream for a block's

@@ -136,6 +136,15 @@ Options (all booleans unless said):
   (``foreach_reduce_scatter_copy_in``: ``torch.cat``, which the compute stream waits for before
   it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. Off:
   FSDP1's flat parameter, gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
+- ``fp8_weight_cast_per_use`` — under an FP8 recipe every use of a linear weight casts it
+  again from its 16-bit copy with a fresh dynamic scale: an amax over the weight, then the
+  cast (:data:`FP8_DYNAMIC_CAST_BYTES` per element), in the forward, in a fully recomputed
+  forward and for the backward's input gradient (torchao ``Float8Linear``:
+  ``matmul_with_hp_or_float8_args`` saves the high-precision input and weight and casts the
+  weight again in the backward, "to have a chance to reuse max(abs(weight)) from the forward"
+  waiting on pytorch/pytorch#136267; without FSDP float8 all-gather the gathered weight is
+  16-bit). Off: Transformer Engine, whose FP8 weight copies are made once per step and kept
+  across micro-batches (not timed).
 - ``fsdp_fp32_shards`` — under ZeRO-3 the rank keeps no 16-bit copy of its parameter shard: the
   sharded parameters are the fp32 master weights and the 16-bit ones exist only gathered, per
   unit, while it runs (PyTorch FSDP ``MixedPrecision``: "outside forward and backward, the
@@ -192,6 +201,7 @@ OPTION_FLAGS: dict[str, str] = {
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
+    "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
@@ -242,6 +252,7 @@ class FrameworkProfile:
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
+    fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
@@ -541,6 +552,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # repeat_kv'd keys and values
             cp_merge_fp32=True,
             fsdp2_copies=True,  # fully_shard: FSDP2's all-gather copy-out, reduce-scatter copy-in
+            # float8 training is torchao's Float8Linear (dynamic scaling, no float8 all-gather
+            # assumed): the weight is cast at every use (matmul_with_hp_or_float8_args)
+            fp8_weight_cast_per_use=True,
             # FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16): the sharded
             # parameters stay fp32, bf16 only once gathered (torch FSDPParam)
             fsdp_fp32_shards=True,
@@ -575,6 +589,12 @@ def zero3_gathered_bytes(
         return two_blocks
     live = max(largest_tensor_elements, profile.zero3_live_elements)
     return min(two_blocks, (live + profile.zero3_prefetch_elements) * weight_bytes)
+
+
+#: HBM bytes per element of a dynamically scaled FP8 cast of a 16-bit tensor: the amax
+#: reduction reads it (2), the scale-and-cast kernel reads it again (2) and writes FP8 (1); the
+#: reduction must finish before the cast, so even a compiled graph runs two kernels.
+FP8_DYNAMIC_CAST_BYTES = 5
 
 
 def fsdp2_copy_bytes(gathers: int, scatters: int, weight_bytes: int, grad_bytes: int) -> int:

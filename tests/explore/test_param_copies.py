@@ -1,9 +1,13 @@
 """Which copies of the parameters and of the logits a real process holds, against closed forms
 computed here: FSDP's fp32 shards (``fsdp_fp32_shards``: no 16-bit copy of the shard),
 Megatron's ``--fp8-param-gather`` (``fp8_param_gather``: the FP8 linear weights without their
-16-bit copy) and DTensor's ``loss_parallel`` cross-entropy (4 fp32 logits buffers)."""
+16-bit copy), DTensor's ``loss_parallel`` cross-entropy (4 fp32 logits buffers), one FP8 copy
+of a weight on Blackwell under a per-tensor recipe, and the caching allocator's reserve, which
+the allocator gives back rather than run out of memory."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +23,7 @@ from stage_core.lower.memory import (
 from stage_core.lower.program import lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
-from stage_core.parallel.config import Precision, Recompute
+from stage_core.parallel.config import Fp8Recipe, Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import LOSS_PARALLEL_FP32_BUFFERS, get_framework
 from stage_explore.system import load_system
@@ -145,3 +149,59 @@ def test_the_profiles_state_the_options_and_bad_values_are_config_errors() -> No
     for option in ("fsdp_fp32_shards", "loss_parallel", "fp8_param_gather"):
         with pytest.raises(ConfigError, match=option):
             AnalyticalBackend(framework="megatron-core", overrides={option: 1})
+
+
+def _fp8_copy_bytes(parallel: ParallelConfig) -> int:
+    """The FP8 weight copies one rank of the single stage holds (from the lowering's report)."""
+    (report,) = memory_report(lower(LLAMA, parallel))
+    return report.fp8_weights_bytes
+
+
+@pytest.mark.parametrize(("recipe", "halved"), [("tensorwise", True), ("mxfp8", False)])
+def test_on_blackwell_a_per_tensor_recipe_holds_one_fp8_copy_of_each_weight(
+    recipe: str, halved: bool
+) -> None:
+    parallel = ParallelConfig(
+        dp=2, precision=Precision.FP8, fp8_recipe=Fp8Recipe(recipe), global_batch=2
+    )
+    copies = _fp8_copy_bytes(parallel)  # row- and column-wise: fprop and dgrad run in FP8
+    assert copies > 0
+    (report,) = memory_report(lower(LLAMA, parallel))
+    tensors = {**TENSORS, "loss_fp32_buffers": 0}
+    b200 = AnalyticalBackend(framework="megatron-core", overrides=tensors)
+    peak = b200.evaluate(LLAMA, parallel, load_system("b200")).peak_memory_bytes
+    assert peak == report.peak_bytes - (copies // 2 if halved else 0)
+    if recipe != "mxfp8":  # MXFP8 needs Blackwell; Hopper's FP8 GEMMs take only TN
+        hopper = AnalyticalBackend(framework="megatron-core", overrides=tensors)
+        h100 = load_system("h100-80gb")
+        assert hopper.evaluate(LLAMA, parallel, h100).peak_memory_bytes == report.peak_bytes
+
+
+def test_the_allocator_reserve_never_pushes_a_fitting_run_out_of_memory() -> None:
+    parallel = ParallelConfig(dp=8, zero=3, recompute=Recompute.FULL, global_batch=8)
+    h100 = load_system("h100-80gb")
+    runtime, overhead = 2**30, 0.05
+    tensors = (
+        AnalyticalBackend(framework="fsdp", overrides=TENSORS)
+        .evaluate(LLAMA, parallel, h100)
+        .peak_memory_bytes
+    )
+    backend = AnalyticalBackend(
+        framework="fsdp",
+        overrides={"runtime_reserved_bytes": runtime, "allocator_overhead": overhead},
+    )
+    reserved = tensors + int(tensors * overhead) + runtime
+    assert backend.evaluate(LLAMA, parallel, h100).peak_memory_bytes == reserved  # room left
+
+    def on(capacity: int) -> tuple[bool, int]:
+        accelerator = replace(h100.accelerator, memory_bytes=capacity)
+        result = backend.evaluate(LLAMA, parallel, replace(h100, accelerator=accelerator))
+        return result.feasible, result.peak_memory_bytes
+
+    # the tensors and the runtime fit, their cached free blocks do not: the allocator gives
+    # them back (a cache flush and retry), the process fills the device and runs
+    tight = tensors + runtime + (reserved - tensors - runtime) // 2
+    assert on(tight) == (True, tight)
+    assert on(tensors + runtime) == (True, tensors + runtime)
+    # the tensors and the runtime alone exceed it: out of memory, at the full reserved peak
+    assert on(tensors + runtime - 1) == (False, reserved)

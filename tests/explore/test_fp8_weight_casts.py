@@ -1,0 +1,55 @@
+"""torchao's Float8Linear casts a weight to FP8 at every use (``fp8_weight_cast_per_use``,
+:data:`stage_explore.analytical.frameworks.FP8_DYNAMIC_CAST_BYTES`), against closed forms
+computed here."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.lower.fp8 import fp8_block, linear_weights
+from stage_core.lower.program import lower
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Precision, Recompute
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.frameworks import FP8_DYNAMIC_CAST_BYTES, FRAMEWORKS
+from stage_explore.system import load_system
+
+LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
+
+
+def _compute(parallel: ParallelConfig, flag: bool) -> float:
+    backend = AnalyticalBackend(framework="torchtitan", overrides={"fp8_weight_cast_per_use": flag})
+    return backend.evaluate(LLAMA, parallel, load_system("h100-80gb")).breakdown["compute"]
+
+
+@pytest.mark.parametrize(("recompute", "uses"), [(Recompute.FULL, 3), (Recompute.NONE, 2)])
+def test_each_use_casts_the_layer_weights(recompute: Recompute, uses: int) -> None:
+    parallel = ParallelConfig(
+        dp=4, zero=3, recompute=recompute, global_batch=8, precision=Precision.FP8
+    )
+    blocks = lower(LLAMA, parallel).blocks
+    elements = 0
+    for kind, block in blocks.items():
+        linear = linear_weights(block)
+        if fp8_block(kind):  # the decoder layers; the output layer stays in 16 bits
+            count = LLAMA.layers if kind == "layer" else 1
+            elements += count * sum(w.elements for w in block.weights if w.name in linear)
+    system = load_system("h100-80gb")
+    bandwidth = (
+        system.accelerator.memory_bandwidth_bytes_per_s * system.accelerator.efficiency.memory
+    )
+    micro_batches = 8 // 4
+    # forward, backward input gradient, and the recomputed forward under full recompute
+    expected = micro_batches * uses * elements * FP8_DYNAMIC_CAST_BYTES / bandwidth
+    assert _compute(parallel, True) - _compute(parallel, False) == pytest.approx(expected)
+
+
+def test_bf16_runs_cast_nothing() -> None:
+    parallel = ParallelConfig(dp=4, zero=3, recompute=Recompute.FULL, global_batch=8)
+    assert _compute(parallel, True) == _compute(parallel, False)
+
+
+def test_only_the_torchtitan_profile_casts_per_use() -> None:
+    assert FP8_DYNAMIC_CAST_BYTES == 2 + 2 + 1  # amax read, cast read, fp8 write
+    assert [n for n, p in FRAMEWORKS.items() if p.fp8_weight_cast_per_use] == ["torchtitan"]
