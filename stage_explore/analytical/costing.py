@@ -63,6 +63,7 @@ from stage_explore.analytical.frameworks import (
     grad_accumulation_bytes,
 )
 from stage_explore.analytical.kernels import (
+    BLOCK_SCALED,
     KernelTimer,
     cast_shares,
     check_fp8_recipe,
@@ -443,14 +444,24 @@ class BlockCosting:
     def _block_sync(self, point: Point, kind: str) -> BlockSync:
         """A block's gradient bytes per bucket key, parameter-gather bytes per axes (ZeRO-1/2),
         and its model states (:func:`stage_core.lower.program._block_sync`,
-        :func:`stage_core.lower.memory._block_states`)."""
+        :func:`stage_core.lower.memory._block_states`). The FP8 weight copies: one per weight
+        on a GPU whose FP8 GEMMs take any layout under a per-tensor recipe (an ``mxfp8`` peak
+        in the preset, the Blackwell test :meth:`KernelTimer._cast_s` uses; Transformer
+        Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise."""
         workload, block = point.workload, point.blocks[kind]
+        peaks = point.system.accelerator.peak_flops_per_s
+        recipe = str(workload.parallel.fp8_recipe)
+        transposed = recipe in BLOCK_SCALED or "mxfp8" not in peaks
 
         def compute() -> BlockSync:
             reductions, gathers, params = _block_sync(workload, block)
             profile = self.framework
             weights, grads, optimizer, full = _block_states(
-                workload, block, profile.fsdp_fp32_shards, profile.fp8_param_gather
+                workload,
+                block,
+                profile.fsdp_fp32_shards,
+                profile.fp8_param_gather,
+                transposed,
             )
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal
@@ -465,7 +476,7 @@ class BlockCosting:
                 States(states, block.saved_bytes, params, (full,), model, hardware),
             )
 
-        key = ("block_sync", point.key, kind, point.state_key)
+        key = ("block_sync", point.key, kind, point.state_key, transposed)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _transfer(self, point: Point) -> float:
@@ -498,12 +509,21 @@ class BlockCosting:
             lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes),
         )
 
-    def _process_bytes(self, tensor_peak_bytes: int) -> int:
+    def _process_bytes(self, tensor_peak_bytes: int, capacity_bytes: int) -> int:
         """What the process holds at the tensors' peak: the caching allocator's reserve
-        (``allocator_overhead``) and the runtime's own buffers (``runtime_reserved_bytes``)."""
+        (``allocator_overhead``) and the runtime's own buffers (``runtime_reserved_bytes``).
+        The reserve is cached free blocks, which the allocator gives back when the device is
+        full: on a failed ``cudaMalloc`` PyTorch's caching allocator frees its cached blocks
+        and retries (c10/cuda/CUDACachingAllocator.cpp ``release_cached_blocks``; the
+        ``num_alloc_retries`` of ``torch.cuda.memory_stats``: "failed cudaMalloc calls that
+        result in a cache flush and retry"). So when the tensors and the runtime fit
+        ``capacity_bytes`` the process holds at most the capacity; only they can exceed it."""
         profile = self.framework
         reserve = int(tensor_peak_bytes * profile.allocator_overhead)
-        return tensor_peak_bytes + reserve + profile.runtime_reserved_bytes
+        needed = tensor_peak_bytes + profile.runtime_reserved_bytes
+        if needed > capacity_bytes:
+            return needed + reserve
+        return min(needed + reserve, capacity_bytes)
 
     def _held_bytes(self, point: Point, signature: tuple[Runs, ...], gathered: int) -> int:
         """Buffers a pipeline-stage class holds beside its model states, saved activations and
