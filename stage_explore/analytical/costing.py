@@ -59,7 +59,6 @@ from stage_explore.analytical.frameworks import (
     FP32_BYTES,
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
-    fsdp1_flat_grad_bytes,
     fsdp2_copy_bytes,
     grad_accumulation_bytes,
 )
@@ -72,7 +71,6 @@ from stage_explore.analytical.kernels import (
     loss_logits,
 )
 from stage_explore.analytical.overlap import (
-    deepep_sm_share_s,
     flat_ring_s,
     overlap_block,
     overlap_rule,
@@ -163,38 +161,26 @@ class BlockCosting:
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _collective_time(
-        self,
-        point: Point,
-        span: Any,
-        kind: CollectiveKind,
-        size: int,
-        scale_out: float = 1.0,
-        pipelined: bool = False,
+        self, point: Point, span: Any, kind: CollectiveKind, size: int, scale_out: float = 1.0
     ) -> float:
         shape, group, _ = span
         return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size, scale_out, pipelined),
-            lambda: alpha_beta_collective_s(point.system, kind, size, group, scale_out, pipelined),
+            ("comm", point.token, shape, kind, size, scale_out),
+            lambda: alpha_beta_collective_s(point.system, kind, size, group, scale_out),
         )
 
-    def _deepep_all_to_all(self, point: Point, instr: Instr) -> bool:
-        """Whether ``instr`` is an expert dispatch/combine all-to-all run on DeepEP."""
+    def _deepep_scale_out(self, point: Point, span: Any, instr: Instr) -> float:
+        """DeepEP's share of an expert all-to-all's scale-out bytes (``moe_deepep``; 1 for
+        every other collective): experts evenly on the nodes of the group's outermost dim."""
+        model = point.workload.model
         if not (self.framework.moe_deepep and instr.collective is CollectiveKind.ALL_TO_ALL):
-            return False
-        model = point.workload.model
-        return model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)
-
-    def _deepep_scale_out(self, point: Point, span: Any, instr: Instr) -> float | None:
-        """DeepEP's share of an expert all-to-all's scale-out bytes (``moe_deepep``): experts
-        evenly on the nodes of the group's outermost dim; None for every other collective and
-        for one spanning a single dim (NCCL's or DeepEP's intranode kernel, all bytes)."""
-        model = point.workload.model
-        if not self._deepep_all_to_all(point, instr):
-            return None
+            return 1.0
+        if not (model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)):
+            return 1.0
         (_, counts, regular), _, _ = span
         spanned = [count for count in counts if count > 1]
         if not regular or len(spanned) < 2:
-            return None
+            return 1.0
         return deepep_scale_out_fraction(model.num_experts, model.top_k, spanned[-1])
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
@@ -221,12 +207,8 @@ class BlockCosting:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         if instr.kind != "ring":
             assert instr.collective is not None
-            scale_out = self._deepep_scale_out(point, span, instr)  # DeepEP: levels at once
-            if scale_out is None:
-                return self._collective_time(point, span, instr.collective, instr.comm_bytes)
-            return self._collective_time(
-                point, span, instr.collective, instr.comm_bytes, scale_out, pipelined=True
-            )
+            scale_out = self._deepep_scale_out(point, span, instr)
+            return self._collective_time(point, span, instr.collective, instr.comm_bytes, scale_out)
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes
         (peer,) = point.table.shifted(np.array([rank]), axis, 1)
@@ -277,7 +259,6 @@ class BlockCosting:
         )
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
         accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
-        accumulate_s += self._flat_grad_s(point, kind, phase)  # 0 unless fsdp1_flat_grad
         accumulate_s += self._fp8_weight_casts_s(point, kind, phase)  # torchao Float8Linear
 
         def compute() -> BlockTiming:
@@ -304,17 +285,6 @@ class BlockCosting:
                 message = self._cp_message(point, spans)
                 comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
             timing = time_block(instrs, compute_s, comm_s)
-            kernels = point.system.accelerator.kernels
-            if self.framework.moe_deepep and rule is not None and kernels is not None:
-                deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
-                    comm_s(i) for i in instrs if self._deepep_all_to_all(point, i)
-                )
-                lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count)
-                timing = replace(
-                    timing,
-                    duration_s=timing.duration_s + lost_s,
-                    compute_s=timing.compute_s + lost_s,
-                )
             if accumulate_s == 0.0:
                 return timing
             return replace(  # the accumulation kernels run on the compute stream, at the end
@@ -398,22 +368,6 @@ class BlockCosting:
         if held and phase in ("bwd", "bwd_w"):
             seconds /= workload.micro_batches  # one reduce-scatter per step
         return seconds
-
-    def _flat_grad_s(self, point: Point, kind: str, phase: str) -> float:
-        """Seconds per micro-batch of FSDP1's flat-gradient concatenation of a block's weight
-        gradients in the backward (``fsdp1_flat_grad`` under ZeRO-3, :func:`~stage_explore.
-        analytical.frameworks.fsdp1_flat_grad_bytes`): the unsharded gradient, every element,
-        on the compute stream, once per backward (a recomputed forward adds none)."""
-        workload = point.workload
-        if workload.parallel.zero < 3 or phase not in ("bwd", "bwd_w"):
-            return 0.0
-        per_element = fsdp1_flat_grad_bytes(self.framework, workload.weight_bytes)
-        if per_element == 0:
-            return 0.0
-        elements = sum(weight.elements for weight in point.blocks[kind].weights)
-        accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        return elements * per_element / bandwidth
 
     def _param_cast_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of autocast's casts of a block's gathered fp32 parameters
