@@ -71,6 +71,7 @@ from stage_explore.analytical.kernels import (
     loss_logits,
 )
 from stage_explore.analytical.overlap import (
+    deepep_sm_share_s,
     flat_ring_s,
     overlap_block,
     overlap_rule,
@@ -161,26 +162,38 @@ class BlockCosting:
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _collective_time(
-        self, point: Point, span: Any, kind: CollectiveKind, size: int, scale_out: float = 1.0
+        self,
+        point: Point,
+        span: Any,
+        kind: CollectiveKind,
+        size: int,
+        scale_out: float = 1.0,
+        pipelined: bool = False,
     ) -> float:
         shape, group, _ = span
         return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size, scale_out),
-            lambda: alpha_beta_collective_s(point.system, kind, size, group, scale_out),
+            ("comm", point.token, shape, kind, size, scale_out, pipelined),
+            lambda: alpha_beta_collective_s(point.system, kind, size, group, scale_out, pipelined),
         )
 
-    def _deepep_scale_out(self, point: Point, span: Any, instr: Instr) -> float:
-        """DeepEP's share of an expert all-to-all's scale-out bytes (``moe_deepep``; 1 for
-        every other collective): experts evenly on the nodes of the group's outermost dim."""
-        model = point.workload.model
+    def _deepep_all_to_all(self, point: Point, instr: Instr) -> bool:
+        """Whether ``instr`` is an expert dispatch/combine all-to-all run on DeepEP."""
         if not (self.framework.moe_deepep and instr.collective is CollectiveKind.ALL_TO_ALL):
-            return 1.0
-        if not (model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)):
-            return 1.0
+            return False
+        model = point.workload.model
+        return model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)
+
+    def _deepep_scale_out(self, point: Point, span: Any, instr: Instr) -> float | None:
+        """DeepEP's share of an expert all-to-all's scale-out bytes (``moe_deepep``): experts
+        evenly on the nodes of the group's outermost dim; None for every other collective and
+        for one spanning a single dim (NCCL's or DeepEP's intranode kernel, all bytes)."""
+        model = point.workload.model
+        if not self._deepep_all_to_all(point, instr):
+            return None
         (_, counts, regular), _, _ = span
         spanned = [count for count in counts if count > 1]
         if not regular or len(spanned) < 2:
-            return 1.0
+            return None
         return deepep_scale_out_fraction(model.num_experts, model.top_k, spanned[-1])
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
@@ -207,8 +220,12 @@ class BlockCosting:
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         if instr.kind != "ring":
             assert instr.collective is not None
-            scale_out = self._deepep_scale_out(point, span, instr)
-            return self._collective_time(point, span, instr.collective, instr.comm_bytes, scale_out)
+            scale_out = self._deepep_scale_out(point, span, instr)  # DeepEP: levels at once
+            if scale_out is None:
+                return self._collective_time(point, span, instr.collective, instr.comm_bytes)
+            return self._collective_time(
+                point, span, instr.collective, instr.comm_bytes, scale_out, pipelined=True
+            )
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes
         (peer,) = point.table.shifted(np.array([rank]), axis, 1)
@@ -285,6 +302,17 @@ class BlockCosting:
                 message = self._cp_message(point, spans)
                 comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
             timing = time_block(instrs, compute_s, comm_s)
+            kernels = point.system.accelerator.kernels
+            if self.framework.moe_deepep and rule is not None and kernels is not None:
+                deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
+                    comm_s(i) for i in instrs if self._deepep_all_to_all(point, i)
+                )
+                lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count)
+                timing = replace(
+                    timing,
+                    duration_s=timing.duration_s + lost_s,
+                    compute_s=timing.compute_s + lost_s,
+                )
             if accumulate_s == 0.0:
                 return timing
             return replace(  # the accumulation kernels run on the compute stream, at the end

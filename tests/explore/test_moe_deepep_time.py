@@ -1,16 +1,23 @@
 """MoE time mechanisms of DeepEP and NeMo AutoModel: DeepEP's internode all-to-all lasts as long
 as its slowest level (its RDMA and NVLink stages run in one kernel), its SMs slow the compute it
-overlaps, and the FlexAttention kernel on H100."""
+overlaps, the automodel profile (Transformer Engine attention) and the FlexAttention kernel."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
+from stage_core.models.flavors import get_flavor
+from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical import costing
+from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s
+from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.overlap import DEEPEP_SMS, deepep_sm_share_s
 from stage_explore.system import load_system
-from stage_explore.system.model import NetworkDim
+from stage_explore.system.model import NetworkDim, System
 
 A2A = CollectiveKind.ALL_TO_ALL
 
@@ -45,6 +52,58 @@ def test_deepep_sm_share_is_the_overlapped_work_on_its_sms(a2a: float, compute: 
         min(a2a, compute) * DEEPEP_SMS / 132
     )
     assert deepep_sm_share_s(a2a, compute, DEEPEP_SMS) == 0.0
+
+
+def _breakdown(parallel: ParallelConfig, **options: bool) -> dict[str, float]:
+    model = get_flavor("qwen3-30b-a3b").with_overrides(layers=4, seq_len=1024)
+    backend = AnalyticalBackend(framework="megatron-core", overrides=options)
+    result = backend.evaluate(model, parallel, load_system("h100-80gb"))
+    return {"step": result.step_time_s, **result.breakdown}
+
+
+ACROSS = ParallelConfig(dp=32, ep=32, micro_batch=1, global_batch=64)  # ep over 4 nodes
+
+
+def test_deepep_beside_overlapped_compute_slows_it() -> None:
+    """Under --overlap-moe-expert-parallel-comm DeepEP's kernels hold SMs the overlapped compute
+    needs; without the overlap nothing runs beside them and compute is unchanged."""
+    on = _breakdown(ACROSS, moe_deepep=True, moe_comm_overlap=True)
+    off = _breakdown(ACROSS, moe_deepep=False, moe_comm_overlap=True)
+    assert on["compute"] > off["compute"]
+    alone_on = _breakdown(ACROSS, moe_deepep=True, moe_comm_overlap=False)
+    alone_off = _breakdown(ACROSS, moe_deepep=False, moe_comm_overlap=False)
+    assert alone_on["compute"] == pytest.approx(alone_off["compute"], rel=1e-12)
+
+
+def test_backend_times_deepep_all_to_alls_pipelined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend asks for the pipelined time of DeepEP's expert all-to-alls: forcing the
+    serial sum instead exposes more all-to-all time."""
+    pipelined = _breakdown(ACROSS, moe_deepep=True)
+    real = alpha_beta_collective_s
+
+    def serial(
+        system: System, kind: CollectiveKind, size: int, group: list[int], *rest: object
+    ) -> float:
+        scale_out = rest[0] if rest else 1.0
+        assert isinstance(scale_out, float)
+        return real(system, kind, size, group, scale_out, pipelined=False)
+
+    monkeypatch.setattr(costing, "alpha_beta_collective_s", serial)
+    forced = _breakdown(ACROSS, moe_deepep=True)
+    assert forced["exposed_all_to_all"] > pipelined["exposed_all_to_all"]
+
+
+def test_automodel_profile_is_fsdp_with_transformer_engine_attention() -> None:
+    automodel, fsdp = FRAMEWORKS["automodel"], FRAMEWORKS["fsdp"]
+    differ = {f.name for f in fields(fsdp) if getattr(automodel, f.name) != getattr(fsdp, f.name)}
+    assert differ == {"name", "description", "source", "attention_kernel"}
+    assert automodel.attention_kernel is None and fsdp.attention_kernel == "fa2"
+    model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
+    parallel = ParallelConfig(dp=8, zero=3, micro_batch=1, global_batch=8)
+    system = load_system("h100-80gb")
+    te = AnalyticalBackend(framework="automodel").evaluate(model, parallel, system)
+    fa2 = AnalyticalBackend(framework="fsdp").evaluate(model, parallel, system)
+    assert te.breakdown["compute"] < fa2.breakdown["compute"]
 
 
 def test_flex_attention_kernel_on_h100_is_a_share_of_fa3() -> None:

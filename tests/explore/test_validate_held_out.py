@@ -38,7 +38,7 @@ MBRIDGE = {
 #: One-metric sources of the file: source → (id prefix, system preset, framework).
 OTHERS = {
     **{name: (prefix, system, "megatron-core") for name, (prefix, system) in MBRIDGE.items()},
-    "AUTOMODEL": ("AUTOMODEL-H100-", "h100-80gb", "fsdp"),
+    "AUTOMODEL": ("AUTOMODEL-H100-", "h100-80gb", "automodel"),
     "AUTOMODEL-DENSE": ("AUTOMODEL-DENSE-H100-", "h100-80gb", "fsdp"),
     "NEMO2407-H100": ("NEMO2407-H100-", "h100-80gb", "megatron-core"),
     "DGXC-H100-BF16": ("DGXC-H100-BF16-", "h100-80gb", "megatron-core"),
