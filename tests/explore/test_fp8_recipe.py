@@ -136,7 +136,10 @@ def test_blackwell_per_tensor_needs_no_transposed_copy() -> None:
     delayed, mx = _timer(B200, parallel), _timer(B200, _fp8(fp8_recipe="mxfp8"))
     extra = cast_bytes(size // 2, "mxfp8", 2) - cast_bytes(size // 2, "delayed", 1)
     share = delayed.shares[fprop.phase, name]
-    assert mx(fprop) - delayed(fprop) == pytest.approx(extra / bandwidth / share)
+    casts = mx._cast_s(fprop, "fprop") - delayed._cast_s(fprop, "fprop")
+    assert casts == pytest.approx(extra / bandwidth / share)
+    # the rest is the GEMM itself (MXFP8's block-scaled fraction, test_blackwell_kernels.py)
+    assert mx(fprop) - delayed(fprop) >= casts
 
 
 @pytest.mark.parametrize(
