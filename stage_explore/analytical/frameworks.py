@@ -568,15 +568,16 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
 
 #: NeMo AutoModel: FSDP2 per block (experts over the expert mesh), torch.distributed.pipelining,
 #: and its BackendConfig's Transformer Engine modules (attn/linear/rms_norm "te", rope_fusion):
-#: the fsdp profile's behaviours but for attention. TE's DotProductAttention on Hopper prefers
-#: cuDNN FusedAttention when FlashAttention also qualifies, and only it serves MLA's unequal head
-#: dims (get_attention_backend): the preset's best kernel. attn "flex" is the kernel "flex".
+#: the fsdp profile's behaviours but for attention. TE's DotProductAttention on Hopper and later
+#: prefers cuDNN FusedAttention when FlashAttention also qualifies, and only it serves MLA's
+#: unequal head dims (get_attention_backend): the preset's `cudnn` kernel, or its best kernel
+#: where it lists none (h100-80gb). attn "flex" is the kernel "flex".
 FRAMEWORKS["automodel"] = replace(
     FRAMEWORKS["fsdp"],
     name="automodel",
     description="NeMo AutoModel (FSDP2 + EP + PP, Transformer Engine modules; 2025)",
     source="https://github.com/NVIDIA-NeMo/Automodel (components/moe/parallelizer.py)",
-    attention_kernel=None,
+    attention_kernel="cudnn",
 )
 
 #: The profile the analytical backend uses when none is named (the behaviour the backend was

@@ -97,7 +97,7 @@ def test_automodel_profile_is_fsdp_with_transformer_engine_attention() -> None:
     automodel, fsdp = FRAMEWORKS["automodel"], FRAMEWORKS["fsdp"]
     differ = {f.name for f in fields(fsdp) if getattr(automodel, f.name) != getattr(fsdp, f.name)}
     assert differ == {"name", "description", "source", "attention_kernel"}
-    assert automodel.attention_kernel is None and fsdp.attention_kernel == "fa2"
+    assert automodel.attention_kernel == "cudnn" and fsdp.attention_kernel == "fa2"
     model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
     parallel = ParallelConfig(dp=8, zero=3, micro_batch=1, global_batch=8)
     system = load_system("h100-80gb")
