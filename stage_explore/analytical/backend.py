@@ -96,12 +96,15 @@ from stage_explore.analytical.parts import (
     tied_ends,
 )
 from stage_explore.analytical.pipeline import (
+    PipelineResult,
     StageClass,
+    StageTimes,
     Step,
     StepPlan,
     SyncCost,
     assemble_step,
     pair_table,
+    step_time,
 )
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
@@ -170,6 +173,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         self._blocks = Memo(cache_size)
         self._plans = Memo(cache_size * 4)
         self._steps = Memo(cache_size * 16)
+        self._timelines = Memo(cache_size * 16)
         self._parts = Memo(cache_size * 64)
         self._systems = Memo(64)
         self._plan_numbers = Memo(cache_size * 16)
@@ -198,7 +202,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         """Hits, misses and entries of each memo (for benchmarks)."""
         memos = {
             "blocks": self._blocks, "plans": self._plans, "steps": self._steps,
-            "parts": self._parts,
+            "timelines": self._timelines, "parts": self._parts,
         }  # fmt: skip
         return {
             name: {"hits": memo.hits, "misses": memo.misses, "entries": len(memo.items)}
@@ -238,11 +242,22 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         planned: Plan = self._plans.get(number, plan)
         kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
         step: Step = self._steps.get(
-            (number, kind, m), lambda: assemble_step(planned.step, kind, m, vpp)
+            (number, kind, m), lambda: assemble_step(planned.step, kind, m, vpp, self._timeline)
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
         return self._result(workload, step, flops, system)
+
+    def _timeline(
+        self, kind: str, stages: tuple[StageTimes, ...], m: int, vpp: int, transfer_s: float
+    ) -> PipelineResult:
+        """:func:`~stage_explore.analytical.pipeline.step_time`, memoised by its arguments
+        (the values themselves: an exact memo; plans differing only in gradient
+        synchronisation, model states or the optimizer, e.g. ZeRO 0 and 1, share it)."""
+        return self._timelines.get(  # type: ignore[no-any-return]
+            (kind, stages, m, vpp, transfer_s),
+            lambda: step_time(kind, stages, m, vpp, transfer_s),
+        )
 
     def _plan(self, point: Point) -> Plan:
         """Everything about a configuration that does not depend on the schedule or the number

@@ -240,14 +240,13 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
     for index, (rank, _, _) in enumerate(tasks):
         after.append(latest[rank])
         latest[rank] = index + 1
-    _, dependencies, slots_of = zip(*tasks, strict=True)
     return Compiled(
         tuple(tasks),
         tuple(tuple(x) for x in last_backward),
         tuple(previous_of),
         tuple(after),
-        tuple([dependency + 1 for dependency in dependencies]),
-        slots_of,
+        tuple([task[1] + 1 for task in tasks]),
+        tuple([task[2] for task in tasks]),
     )
 
 
