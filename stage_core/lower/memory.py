@@ -39,7 +39,8 @@ from stage_core.lower.fp8 import (
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
-from stage_core.ops import CrossEntropy
+from stage_core.ops import CrossEntropy, Einsum, local_elements
+from stage_core.sharding import OpStep
 
 
 def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) -> int:
@@ -217,6 +218,44 @@ def loss_working_set(blocks: Sequence[BoundBlock], fp32_buffers: int, activation
         if logits:
             peak = loss_peak_bytes(logits, fp32_buffers, activation_bytes)
             extra = max(extra, peak - activation_bytes * logits)
+    return extra
+
+
+def gathered_input_bytes(workload: Workload, kind: str) -> int:
+    """Bytes per micro-batch a block of ``kind`` saves beyond the generator's count when
+    autograd keeps a linear layer's input as the GEMM read it, gathered, rather than as it is
+    stored: under sequence parallelism the generator (Megatron: ``LinearWithGradAccumulation
+    AndAsyncCommunication`` saves the sequence shard and all-gathers it again in the backward)
+    keeps the shard; DTensor's tensor parallelism (a ``Shard(1)`` -> ``Replicate`` redistribute
+    before a ``ColwiseParallel`` linear, torchtitan's plans) keeps the all-gathered tensor the
+    ``mm`` saved. Per saved tensor read gathered by an einsum, its largest such read less its
+    stored bytes (0 without sequence parallelism, or when the tensor is not saved: a fully
+    recomputed layer keeps only its input)."""
+    parallel = workload.parallel
+    symbolic = symbolic_block(
+        kind,
+        Structure.of(workload.model),
+        workload.options,
+        workload.flags,
+        str(parallel.recompute),
+        parallel.recompute_modules,
+    )
+    sizes, axis_sizes = workload.sizes, workload.axis_sizes
+    saved = {item.name: item for item in symbolic.backward.saved}
+    tensors = symbolic.forward.tensors
+    read: dict[str, int] = {}
+    for step in symbolic.forward.steps:
+        if not (isinstance(step, OpStep) and isinstance(step.op, Einsum)):
+            continue
+        for name, layout in zip(step.op.inputs, step.in_layouts, strict=True):
+            if name in saved and tensors[name].role != "weight":
+                elements = int(local_elements(layout, sizes, axis_sizes))
+                read[name] = max(read.get(name, 0), elements)
+    extra = 0
+    for name, elements in read.items():
+        item = saved[name]
+        stored = int(local_elements(item.layout, sizes, axis_sizes))
+        extra += max(0, elements - stored) * item.bytes_per_element
     return extra
 
 

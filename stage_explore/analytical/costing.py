@@ -21,7 +21,12 @@ from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr, group_size
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import fp8_block, linear_weights
-from stage_core.lower.memory import _block_states, loss_working_set, recompute_working_set
+from stage_core.lower.memory import (
+    _block_states,
+    gathered_input_bytes,
+    loss_working_set,
+    recompute_working_set,
+)
 from stage_core.lower.program import (
     PIPELINE_ENDS,
     Workload,
@@ -498,10 +503,13 @@ class BlockCosting:
                 lambda: block_flops(block, self.attention_flops, fused_causal),
             )
             states = weights + grads + optimizer
+            saved = block.saved_bytes
+            if profile.tp_saves_gathered_input and workload.parallel.sp:
+                saved += gathered_input_bytes(workload, kind)
             return (
                 reductions,
                 gathers,
-                States(states, block.saved_bytes, params, (full,), model, hardware),
+                States(states, saved, params, (full,), model, hardware),
             )
 
         key = ("block_sync", point.key, kind, point.state_key, transposed)

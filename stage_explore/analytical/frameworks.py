@@ -159,6 +159,11 @@ Options (all booleans unless said):
   ``_nll_loss_and_log_softmax_backward``: ``zeros_like``, ``exp``, the sum and the product
   with the incoming gradient): with the saved log-probabilities, 4 fp32 buffers of the local
   logits are live at once (:data:`LOSS_PARALLEL_FP32_BUFFERS`), not ``loss_fp32_buffers``.
+- ``tp_saves_gathered_input`` — under sequence parallelism a linear layer's autograd keeps its
+  all-gathered input (DTensor tensor parallelism: the ``Shard(1)`` -> ``Replicate``
+  redistribute before a ``ColwiseParallel`` linear is an ordinary op whose output the ``mm``
+  saves; torchtitan's plans), not the sequence shard Megatron saves and gathers again in the
+  backward (:func:`stage_core.lower.memory.gathered_input_bytes`).
 - ``fp8_param_gather`` — under an FP8 recipe the parameters of the FP8 linear layers are stored
   only as FP8 (Transformer Engine ``Float8Tensor`` parameters; Megatron ``--fp8-param-gather``:
   "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
@@ -205,6 +210,7 @@ OPTION_FLAGS: dict[str, str] = {
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
+    "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
 }
 
 #: fp32 logits-sized buffers DTensor's ``loss_parallel`` cross-entropy holds at its backward's
@@ -257,6 +263,7 @@ class FrameworkProfile:
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
+    tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -562,6 +569,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # vocabulary-sharded (use_local_output=not loss_parallel); train.py runs the loss
             # under loss_parallel() unless training.disable_loss_parallel (default false)
             loss_parallel=True,
+            # parallelize_llama.py: attention / feed_forward PrepareModuleInput (Shard(1) ->
+            # Replicate) and the output layer's ColwiseParallel(input_layouts=Shard(1)): DTensor
+            # all-gathers, and the linears' mm save the gathered tensor
+            tp_saves_gathered_input=True,
         ),
     )
 }

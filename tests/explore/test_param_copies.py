@@ -2,8 +2,8 @@
 computed here: FSDP's fp32 shards (``fsdp_fp32_shards``: no 16-bit copy of the shard),
 Megatron's ``--fp8-param-gather`` (``fp8_param_gather``: the FP8 linear weights without their
 16-bit copy), DTensor's ``loss_parallel`` cross-entropy (4 fp32 logits buffers), one FP8 copy
-of a weight on Blackwell under a per-tensor recipe, and the caching allocator's reserve, which
-the allocator gives back rather than run out of memory."""
+of a weight on Blackwell under a per-tensor recipe, the caching allocator's reserve, which the
+allocator gives back rather than run out of memory, and DTensor's saved all-gathered inputs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from stage_core.errors import ConfigError
 from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.memory import (
     _block_states,
+    gathered_input_bytes,
     loss_logits_elements,
     memory_report,
     recompute_working_set,
@@ -205,3 +206,44 @@ def test_the_allocator_reserve_never_pushes_a_fitting_run_out_of_memory() -> Non
     assert on(tensors + runtime) == (True, tensors + runtime)
     # the tensors and the runtime alone exceed it: out of memory, at the full reserved peak
     assert on(tensors + runtime - 1) == (False, reserved)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_dtensor_saves_the_gathered_input_of_each_column_parallel_linear(tp: int) -> None:
+    tokens, hidden = 2 * 1024, LLAMA.hidden  # micro-batch 2 of 1,024 tokens
+    parallel = ParallelConfig(tp=tp, dp=2, sp=True, micro_batch=2, global_batch=4)
+    workload = lower(LLAMA, parallel).workload
+    shard_gap = tokens * hidden * 2 * (tp - 1) // tp  # gathered less stored, 16-bit
+    # a layer: the attention and MLP norms' outputs (q/k/v and gate/up read one gathered
+    # tensor each); the head: the final norm's output the output layer reads
+    assert gathered_input_bytes(workload, "layer") == 2 * shard_gap
+    assert gathered_input_bytes(workload, "head") == shard_gap
+    assert gathered_input_bytes(workload, "embedding") == 0
+    full = lower(LLAMA, replace(parallel, recompute=Recompute.FULL)).workload
+    assert gathered_input_bytes(full, "layer") == 0  # only the layer's input is kept
+    assert gathered_input_bytes(full, "head") == shard_gap  # the head is not recomputed
+    no_sp = lower(LLAMA, replace(parallel, sp=False)).workload
+    assert gathered_input_bytes(no_sp, "layer") == gathered_input_bytes(no_sp, "head") == 0
+
+
+def test_the_backend_adds_the_gathered_inputs_of_the_micro_batches_in_flight() -> None:
+    parallel = ParallelConfig(tp=2, dp=2, sp=True, micro_batch=1, global_batch=2)
+    system = load_system("h100-80gb")
+    programs = lower(LLAMA, parallel)
+    (report,) = memory_report(programs)
+    plain = {**TENSORS, "loss_fp32_buffers": 0, "loss_parallel": False}
+    off = AnalyticalBackend(
+        framework="torchtitan", overrides={**plain, "tp_saves_gathered_input": False}
+    )
+    on = AnalyticalBackend(framework="torchtitan", overrides=plain)
+    (stage,) = programs.stages
+    extra = sum(
+        gathered_input_bytes(programs.workload, str(b.kind))
+        for chunk in stage.chunks
+        for b in chunk.blocks
+    )
+    assert extra > 0
+    held_off = off.evaluate(LLAMA, parallel, system).peak_memory_bytes
+    assert on.evaluate(LLAMA, parallel, system).peak_memory_bytes - held_off == extra
+    assert get_framework("torchtitan").tp_saves_gathered_input
+    assert not get_framework("megatron-core").tp_saves_gathered_input
