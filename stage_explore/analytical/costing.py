@@ -64,6 +64,7 @@ from stage_explore.analytical.frameworks import (
     FP32_BYTES,
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
+    fsdp1_flat_grad_bytes,
     fsdp2_copy_bytes,
     grad_accumulation_bytes,
 )
@@ -281,6 +282,7 @@ class BlockCosting:
         )
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
         accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
+        accumulate_s += self._flat_grad_s(point, kind, phase)  # 0 unless fsdp1_flat_grad
         accumulate_s += self._fp8_weight_casts_s(point, kind, phase)  # torchao Float8Linear
 
         def compute() -> BlockTiming:
@@ -401,6 +403,22 @@ class BlockCosting:
         if held and phase in ("bwd", "bwd_w"):
             seconds /= workload.micro_batches  # one reduce-scatter per step
         return seconds
+
+    def _flat_grad_s(self, point: Point, kind: str, phase: str) -> float:
+        """Seconds per micro-batch of FSDP1's flat-gradient concatenation of a block's weight
+        gradients in the backward (``fsdp1_flat_grad`` under ZeRO-3, :func:`~stage_explore.
+        analytical.frameworks.fsdp1_flat_grad_bytes`): the unsharded gradient, every element,
+        on the compute stream, once per backward (a recomputed forward adds none)."""
+        workload = point.workload
+        if workload.parallel.zero < 3 or phase not in ("bwd", "bwd_w"):
+            return 0.0
+        per_element = fsdp1_flat_grad_bytes(self.framework, workload.weight_bytes)
+        if per_element == 0:
+            return 0.0
+        elements = sum(weight.elements for weight in point.blocks[kind].weights)
+        accelerator = point.system.accelerator
+        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        return elements * per_element / bandwidth
 
     def _param_cast_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of autocast's casts of a block's gathered fp32 parameters

@@ -65,7 +65,9 @@ Options (all booleans unless said):
   reading its inputs and writing its outputs once (ATen's native ``F.layer_norm``, ``F.gelu``);
   ``"torchtitan"``, torchtitan's Llama code op by op — ``RMSNorm`` on ``x.float()``, the
   complex64 rotary embedding, ``F.silu(w1(x)) * w3(x)``, residual adds whose backward is free —
-  each ATen op and each autograd formula a kernel over whole tensors.
+  each ATen op and each autograd formula a kernel over whole tensors; ``"llm-foundry-2023"``,
+  MPT's blocks of 2023 on an fp32 residual stream (``LPLayerNorm`` casting ``x`` down per
+  norm, fp32 residual adds and gradient sums).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -136,6 +138,16 @@ Options (all booleans unless said):
   (``foreach_reduce_scatter_copy_in``: ``torch.cat``, which the compute stream waits for before
   it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. Off:
   FSDP1's flat parameter, gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
+- ``fsdp1_flat_grad`` — ZeRO-3 is FSDP1 (``FullyShardedDataParallel``), whose unsharded
+  parameters are views of one flat parameter (``FlatParamHandle._get_unflat_views``:
+  ``torch.split(flat_param, numels)`` then ``.view(shape)``): autograd's
+  ``SplitWithSizesBackward0`` concatenates the views' gradients into the flat gradient
+  (``torch.cat``, a new tensor) on the compute stream once per backward, reading and writing
+  each gradient element in the flat parameter's dtype (:func:`fsdp1_flat_grad_bytes`; fp32
+  under ``fsdp_param_fp32``). FSDP1's later passes over that gradient — the cast to the reduce
+  dtype, ``F.pad`` and the pre-divide (``torch/distributed/fsdp/_runtime_utils.py``
+  ``_post_backward_hook``) — run on its post-backward stream beside the next unit's compute and
+  are not timed. Off: FSDP2, Megatron and DeepSpeed buffers (no such concatenation).
 - ``fp8_weight_cast_per_use`` — under an FP8 recipe every use of a linear weight casts it
   again from its 16-bit copy with a fresh dynamic scale: an amax over the weight, then the
   cast (:data:`FP8_DYNAMIC_CAST_BYTES` per element), in the forward, in a fully recomputed
@@ -195,7 +207,7 @@ OPTION_FLAGS: dict[str, str] = {
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
-    "eager_modules": "eager module code: generator ops / torchtitan Llama (training.compile off)",
+    "eager_modules": "eager module code: generator ops / torchtitan Llama / llm-foundry 2023 MPT",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
@@ -206,6 +218,7 @@ OPTION_FLAGS: dict[str, str] = {
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
+    "fsdp1_flat_grad": "FSDP1 FlatParameter: the views' gradients concatenated per backward",
     "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
@@ -258,6 +271,7 @@ class FrameworkProfile:
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
+    fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed
     fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
@@ -506,16 +520,19 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_prefetch_elements=0,
             attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023
             fused_elementwise=False,
-            # MPT's modules are single ATen kernels: LPLayerNorm is F.layer_norm under
-            # autocast(enabled=False) (llmfoundry/models/layers/norm.py), the MLP's nn.GELU,
-            # ALiBi inside the attention kernel, no rotary embedding
-            eager_modules="generator",
+            # MPT's blocks on an fp32 residual stream (the fp32 embedding parameter under
+            # param_dtype None): LPLayerNorm casts x to bf16 before F.layer_norm
+            # (llmfoundry/models/layers/norm.py), residual adds are fp32 + bf16, the stream's
+            # gradients fp32 (eager.py); the MLP's nn.GELU one kernel, ALiBi in the attention
+            eager_modules="llm-foundry-2023",
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves
             # param_dtype None (fp32 all-gathers), reduce_dtype = amp precision (bf16)
             fsdp_param_fp32=True,
             fsdp_fp32_shards=True,  # FSDP's flat parameter shard is fp32 (MixedPrecision)
+            # Composer 0.15-0.16 wraps blocks in torch FSDP1 (FullyShardedDataParallel)
+            fsdp1_flat_grad=True,
         ),
         # TorchTitan (Liang et al., arXiv 2410.06511): FSDP2 ``fully_shard`` per transformer
         # block, TP/SP through DTensor plans, torch.distributed.pipelining. Each default is the
@@ -620,6 +637,17 @@ def zero3_gathered_bytes(
 #: reduction reads it (2), the scale-and-cast kernel reads it again (2) and writes FP8 (1); the
 #: reduction must finish before the cast, so even a compiled graph runs two kernels.
 FP8_DYNAMIC_CAST_BYTES = 5
+
+
+def fsdp1_flat_grad_bytes(profile: FrameworkProfile, weight_bytes: int) -> int:
+    """HBM bytes per parameter element of FSDP1's flat-gradient concatenation
+    (``fsdp1_flat_grad``): one read and one write of a gradient element in the flat parameter's
+    dtype during the backward — fp32 under ``fsdp_param_fp32`` (autocast's cast backward has
+    already turned the 16-bit gradient into the fp32 view's), else ``weight_bytes``."""
+    if not profile.fsdp1_flat_grad:
+        return 0
+    element = FP32_BYTES if profile.fsdp_param_fp32 else weight_bytes
+    return 2 * element
 
 
 def fsdp2_copy_bytes(gathers: int, scatters: int, weight_bytes: int, grad_bytes: int) -> int:
