@@ -431,7 +431,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_flat_ring=False,
             zero3_live_elements=0,
             zero3_prefetch_elements=0,
-            attention_kernel=None,  # Transformer Engine: cuDNN fused attention (FA3-class)
+            # Transformer Engine prefers cuDNN's fused attention on sm90+ (get_attention_backend:
+            # "Disabling FlashAttention to give FusedAttention preference on Hopper+"); presets
+            # without a `cudnn` entry (Hopper: cuDNN ~ FA3) fall back to their best kernel
+            attention_kernel="cudnn",
             fused_elementwise=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
