@@ -20,7 +20,7 @@ import numpy as np
 from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr, group_size
 from stage_core.lower.flops import AttentionFlops, block_flops
-from stage_core.lower.fp8 import fp8_block, linear_weights
+from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import (
     _block_states,
     gathered_input_bytes,
@@ -74,6 +74,7 @@ from stage_explore.analytical.kernels import (
     cast_shares,
     check_fp8_recipe,
     fp8_key,
+    gemm_role,
     loss_logits,
 )
 from stage_explore.analytical.overlap import (
@@ -357,26 +358,36 @@ class BlockCosting:
     def _fp8_weight_casts_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of casting a block's linear weights to FP8 at every use
         (``fp8_weight_cast_per_use``, :data:`~stage_explore.analytical.frameworks.
-        FP8_DYNAMIC_CAST_BYTES` per element and use): the forward's (an FP8 ``fprop``), the
-        fully recomputed forward's, and the backward's for the input gradient (an FP8 ``dgrad``).
-        Blocks whose linears stay in 16 bits (the output layer) and non-FP8 runs: 0."""
-        workload = point.workload
-        parallel = workload.parallel
+        FP8_DYNAMIC_CAST_BYTES` per element and use): one cast per FP8 GEMM of the phase that
+        reads the weight — the forward's and a recomputed forward's ``fprop`` (every linear
+        under full recompute, the recomputed ones under a module recompute such as TorchTitan's
+        ``op``) and the backward's ``dgrad``. Blocks whose linears stay in 16 bits (the output
+        layer) and non-FP8 runs: 0."""
         if not self.framework.fp8_weight_cast_per_use or point.dtype != "fp8":
             return 0.0
-        if not fp8_block(kind) or phase not in ("fwd", "bwd", "bwd_b"):
+        if not fp8_block(kind):
             return 0.0
-        gemms = parallel.fp8_gemms
-        uses = int("fprop" in gemms)
-        if phase != "fwd":
-            recomputed = str(parallel.recompute) == "full" and "fprop" in gemms
-            uses = int("dgrad" in gemms) + int(recomputed)
+        gemms = point.workload.parallel.fp8_gemms
         block = point.blocks[kind]
-        linear = linear_weights(block)
-        elements = sum(w.elements for w in block.weights if w.name in linear)
+
+        def elements() -> int:
+            instrs = block.fwd if phase == "fwd" else block.bwd
+            if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
+                halves = split_backward(block)
+                instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
+            sizes = {weight.name: weight.elements for weight in block.weights}
+            total = 0
+            for instr in instrs:
+                role = gemm_role(instr, sizes.keys())
+                if role in ("fprop", "dgrad") and role in gemms:
+                    total += sum(sizes[name] for name, _ in instr.inputs if name in sizes)
+            return total
+
+        key = ("fp8_weight_casts", point.key, kind, phase, gemms)
+        cast: int = self._parts.get(key, elements)
         accelerator = point.system.accelerator
         bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        return uses * elements * FP8_DYNAMIC_CAST_BYTES / bandwidth
+        return cast * FP8_DYNAMIC_CAST_BYTES / bandwidth
 
     def _fsdp2_copies_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of FSDP2's copies on the compute stream for a block's
