@@ -468,6 +468,12 @@ class BlockCosting:
         if dtype == "fp8":
             check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
         keys = sizes.get("S", point.workload.model.seq_len)
+        if parallel.cp > 1 and str(parallel.cp_style) == "ring":
+            # load-balanced ring attention runs one kernel per step on S/cp-long chunks (TE
+            # AttnFuncWithCPAndKVP2P, causal: step 0 the local two chunks under the mask, then
+            # all local queries x the first KV chunk or the second query chunk x both): every
+            # step's slowest rank sees S/(2·cp) keys per query row, the causal half of S/cp
+            keys = max(1, keys // parallel.cp)
         layer = layer_kind_of_block(kind) or mtp_layer_of_block(kind)  # an MTP module's layer
         sliding = layer is not None and layer.mixer is Mixer.SLIDING
         if sliding:  # the mean keys a query row sees inside its window (no further halving)
