@@ -40,6 +40,11 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import Mixer, layer_kind_of_block
 from stage_core.ops import window_pairs
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.async_tp import (
+    async_grad_allreduce_rule,
+    combine_rules,
+    nccl_sm_share_s,
+)
 from stage_explore.analytical.blocktime import (
     BlockTiming,
     Runs,
@@ -278,6 +283,10 @@ class BlockCosting:
             point.workload.flags.sp,
             point.workload.axis_sizes["tp"],
         )
+        async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce, no SP
+            self.framework, point.workload.parallel.tp, point.workload.flags.sp
+        )
+        rule = combine_rules(rule, async_rule)
         accumulate_s = (
             self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         )
@@ -300,16 +309,28 @@ class BlockCosting:
                 lambda i: self._comm_time(point, spans[i.axes], i),
                 self.framework.moe_load_imbalance,
             )
+            shared: frozenset[Instr] = frozenset()
             if rule is not None:  # userbuffers' GEMMs run on the SMs their kernels leave
                 instrs, shared = overlap_block(instrs, rule)
                 kernels = point.system.accelerator.kernels
-                if kernels is not None:
+                if kernels is not None and async_rule is None:
                     compute_s = sm_margin(compute_s, shared, kernels.sm_count)
             cp = point.workload.axis_sizes.get("cp", 1)
             if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
                 message = self._cp_message(point, spans)
                 comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
             timing = time_block(instrs, compute_s, comm_s)
+            kernels = point.system.accelerator.kernels
+            if async_rule is not None and shared and kernels is not None:
+                bulk_s = sum(comm_s(i) for i in instrs if async_rule(i) is not None)
+                lost_s = nccl_sm_share_s(  # NCCL's blocks beside the weight gradients
+                    bulk_s, sum(compute_s(i) for i in shared), kernels.sm_count
+                )
+                timing = replace(
+                    timing,
+                    duration_s=timing.duration_s + lost_s,
+                    compute_s=timing.compute_s + lost_s,
+                )
             kernels = point.system.accelerator.kernels
             if self.framework.moe_deepep and rule is not None and kernels is not None:
                 deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
@@ -560,13 +581,15 @@ class BlockCosting:
         gathered = tp > 1 and not workload.flags.sp and profile.pipeline_scatter_gather
         first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
         blocking = profile.pipeline_p2p_blocking
+        separate = blocking and profile.pipeline_p2p_separate  # DeepSpeed's send, then recv
         ends = (system.coordinates(first), system.coordinates(second))
         mesh_key = (point.table.names, point.table.shape)
-        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, blocking)
+        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, blocking, separate)
+        scatter = tp if gathered else 1
         return self._parts.get(  # type: ignore[no-any-return]
             key,
             lambda: stage_transfer_s(
-                system, point.table, (first, second), size, tp if gathered else 1, blocking
+                system, point.table, (first, second), size, scatter, blocking, separate
             ),
         )
 

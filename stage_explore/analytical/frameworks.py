@@ -38,6 +38,19 @@ Options (all booleans unless said):
   ``is_grad_partitioned`` are on whenever the model-parallel group has more than one rank, and
   the receiver rebuilds the tensor with ``PartitionedTensor.full()``, an all-gather over that
   group — ``deepspeed/runtime/pipe/engine.py``); off: every tp rank sends the whole activation.
+- ``tp_async_grad_allreduce`` — without sequence parallelism, the backward all-reduce of a
+  column-parallel linear's input gradient over tp runs beside that linear's weight-gradient
+  GEMM (Megatron ``--async-tensor-model-parallel-allreduce``, on unless
+  ``--no-async-tensor-model-parallel-allreduce``; Megatron-DeepSpeed likewise:
+  ``LinearWithGradAccumulationAndAsyncCommunication``); its dependents still wait for all of
+  it (:mod:`~stage_explore.analytical.async_tp`). Off: on the path, as Megatron-LM of 2021.
+- ``pipeline_p2p_separate`` — with blocking transfers, a stage's send and the next stage's
+  receive are separate blocking instructions that each hold their rank while the message
+  crosses (DeepSpeed's ``PipelineEngine``: ``SendActivation``, ``RecvActivation``, ``SendGrad``
+  and ``RecvGrad`` are steps of their own in ``TrainSchedule``, each a ``dist.send`` /
+  ``dist.recv``, "the communication is blocking", ``deepspeed/runtime/pipe/schedule.py``); off:
+  Megatron's batched exchange, the sender held (:func:`~stage_explore.analytical.costs.
+  stage_transfer_s`).
 - ``zero3_gathers`` — parameter all-gathers per layer and micro-batch under ZeRO-3 / FSDP:
   2 (forward, backward; FSDP ``reshard_after_forward=True``, whose backward gather also serves
   the recompute) or 3 (DeepSpeed ZeRO-3 with activation checkpointing: the recomputed forward
@@ -201,6 +214,8 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_shared_expert_overlap": "Megatron --moe-shared-expert-overlap",
     "pipeline_p2p_blocking": "Megatron --overlap-p2p-communication (off = blocking)",
     "pipeline_scatter_gather": "Megatron-LM pipeline scatter/gather (Narayanan et al. §4.1)",
+    "tp_async_grad_allreduce": "Megatron --async-tensor-model-parallel-allreduce (no SP)",
+    "pipeline_p2p_separate": "DeepSpeed PipelineEngine Send/Recv{Activation,Grad} instructions",
     "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
@@ -274,6 +289,8 @@ class FrameworkProfile:
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed
     fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
+    tp_async_grad_allreduce: bool = False  # backward tp all-reduces on the path (2021)
+    pipeline_p2p_separate: bool = False  # Megatron's batched send/receive exchange
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
@@ -477,6 +494,14 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # ZeRO's 16 bytes of mixed-precision Adam states plus those 4 of fp32 gradients
             grad_accumulation="deepspeed",
             loss_fp32_buffers=1,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel loss
+            # Megatron-DeepSpeed's megatron/mpu/layers.py of MT-NLG's time: ColumnParallelLinear
+            # .forward's copy_to_tensor_model_parallel_region, a synchronous backward all-reduce;
+            # its later megatron/core/tensor_parallel/layers.py issues it asynchronously
+            # (which one vTrain ran is not stated: a row's framework_options can switch it on)
+            tp_async_grad_allreduce=False,
+            # deepspeed/runtime/pipe/schedule.py TrainSchedule.steps: RecvActivation/SendGrad
+            # and SendActivation/RecvGrad as separate blocking instructions (p2p.send/recv)
+            pipeline_p2p_separate=True,
         ),
         FrameworkProfile(
             name="fsdp",

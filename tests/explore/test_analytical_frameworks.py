@@ -288,10 +288,15 @@ def test_deepspeed_pipeline_engine_partitions_activations_over_tp_like_megatron(
     model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)
     parallel = ParallelConfig(tp=8, pp=4, dp=1, global_batch=16)
     system = load_system("a100-80gb")
-    deepspeed = AnalyticalBackend(framework="deepspeed").evaluate(model, parallel, system)
+    # Megatron's batched exchange; DeepSpeed's separate blocking send and receive
+    # (pipeline_p2p_separate) are tests/explore/test_deepspeed_pipeline.py's
+    batched = {"pipeline_p2p_separate": False}
+    deepspeed = AnalyticalBackend(framework="deepspeed", overrides=batched).evaluate(
+        model, parallel, system
+    )
     megatron = AnalyticalBackend(framework="megatron-lm-2021").evaluate(model, parallel, system)
     whole = AnalyticalBackend(
-        framework="deepspeed", overrides={"pipeline_scatter_gather": False}
+        framework="deepspeed", overrides={**batched, "pipeline_scatter_gather": False}
     ).evaluate(model, parallel, system)
     assert deepspeed.breakdown["pipeline_p2p"] == pytest.approx(megatron.breakdown["pipeline_p2p"])
     assert whole.breakdown["pipeline_p2p"] > deepspeed.breakdown["pipeline_p2p"]

@@ -18,8 +18,10 @@ from stage_core.lower.emit import GroupTable
 from stage_core.lower.program import make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_point_to_point_s
 from stage_explore.analytical.costs import stage_transfer_s
+from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.pipeline import StageTimes, step_time
 from stage_explore.system import load_system
 
@@ -143,3 +145,18 @@ def test_the_option_adds_the_receivers_hold_of_the_link_time() -> None:
     assert stage_transfer_s(system, table, (first, second), size, 8, False, separate=True) == (
         stage_transfer_s(system, table, (first, second), size, 8, False)
     )
+
+
+def test_the_deepspeed_profile_pays_its_separate_transfers() -> None:
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
+    parallel = ParallelConfig(tp=1, pp=4, dp=1, global_batch=8, micro_batch=1)
+    system = load_system("a100-80gb")
+    assert get_framework("deepspeed").pipeline_p2p_separate is True
+    assert get_framework("megatron-lm-2021").pipeline_p2p_separate is False
+    on = AnalyticalBackend(framework="deepspeed").evaluate(model, parallel, system)
+    off = AnalyticalBackend(
+        framework="deepspeed", overrides={"pipeline_p2p_separate": False}
+    ).evaluate(model, parallel, system)
+    assert on.step_time_s > off.step_time_s  # two configurations differing only in the option
+    # tp = 1: no all-gather, the whole transfer is link time, held twice as long
+    assert on.breakdown["pipeline_p2p"] == pytest.approx(2 * off.breakdown["pipeline_p2p"])

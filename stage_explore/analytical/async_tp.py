@@ -1,0 +1,79 @@
+"""Megatron's asynchronous tensor-parallel all-reduce of input gradients
+(``tp_async_grad_allreduce``): :func:`async_grad_allreduce_rule`, :func:`combine_rules` and
+:func:`nccl_sm_share_s`.
+
+Without sequence parallelism, the backward of a column-parallel linear (the qkv and fc1
+projections, the vocabulary-parallel output layer) all-reduces its input gradient over the
+tensor-parallel group. Megatron-LM since 2022 and Megatron-DeepSpeed issue that all-reduce
+asynchronously and compute the linear's weight gradient while it runs
+(``megatron/core/tensor_parallel/layers.py``, ``LinearWithGradAccumulationAndAsyncCommunication
+.backward``: ``handle = torch.distributed.all_reduce(grad_input, group=..., async_op=True)``,
+then the weight-gradient GEMM, then ``handle.wait()``; on unless
+``--no-async-tensor-model-parallel-allreduce``, and switched off under sequence parallelism,
+whose reduce-scatter takes its place). The all-reduce's dependents (the norm's backward, the
+residual add) still wait for all of it.
+
+That is the same two-stream shape as Transformer Engine's "bulk" overlap
+(:class:`~stage_explore.analytical.overlap.Bulk`): the rule answers ``Bulk`` for a backward
+all-reduce over a tensor-parallel group and :func:`~stage_explore.analytical.overlap.
+overlap_block` moves the weight-gradient GEMMs of the same linear layers after it. The NCCL
+kernel is not a userbuffers kernel: it runs one thread block per channel on the SMs the GEMM
+would use, so while both run the GEMM has ``sm_count − NCCL_ALL_REDUCE_SMS`` SMs
+(:func:`nccl_sm_share_s`, the share of the overlapped time), not TE's fixed SM margin.
+"""
+
+from __future__ import annotations
+
+from stage_core.lower.bind import Instr
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.frameworks import FrameworkProfile
+from stage_explore.analytical.overlap import _TP_GROUPS, Bulk, OverlapRule, Pipelined
+
+#: Thread blocks (one per channel, each on its own SM) of an NCCL all-reduce on an 8-GPU A100
+#: NVSwitch node: NCCL's own log for nccl-tests all_reduce_perf on HGX A100 lists channels
+#: "00/24" to "23/24", each a ring over the 8 GPUs (https://github.com/NVIDIA/nccl-tests/issues/100).
+NCCL_ALL_REDUCE_SMS = 24
+
+
+def async_grad_allreduce_rule(profile: FrameworkProfile, tp: int, sp: bool) -> OverlapRule | None:
+    """The backward tensor-parallel all-reduces ``profile`` runs beside the weight-gradient
+    GEMMs (:class:`~stage_explore.analytical.overlap.Bulk`), or None when it runs none that
+    way: ``tp_async_grad_allreduce`` on, tp > 1, no sequence parallelism."""
+    if not profile.tp_async_grad_allreduce or tp <= 1 or sp:
+        return None
+
+    def rule(instr: Instr) -> float | Pipelined | Bulk | None:
+        if (
+            instr.collective is CollectiveKind.ALL_REDUCE
+            and instr.phase == "bwd"
+            and instr.axes in _TP_GROUPS
+        ):
+            return Bulk()
+        return None
+
+    return rule
+
+
+def combine_rules(first: OverlapRule | None, second: OverlapRule | None) -> OverlapRule | None:
+    """One rule answering ``first``'s answer, else ``second``'s; None when both are None."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    primary, fallback = first, second
+
+    def rule(instr: Instr) -> float | Pipelined | Bulk | None:
+        answer = primary(instr)
+        return answer if answer is not None else fallback(instr)
+
+    return rule
+
+
+def nccl_sm_share_s(all_reduce_s: float, gemm_s: float, sm_count: int) -> float:
+    """Compute seconds lost to NCCL's thread blocks while ``all_reduce_s`` of asynchronous
+    all-reduces run beside ``gemm_s`` of weight-gradient GEMMs: for ``min(all_reduce_s,
+    gemm_s)`` the GEMMs run on ``sm_count − NCCL_ALL_REDUCE_SMS`` SMs, so that time times
+    ``NCCL_ALL_REDUCE_SMS / sm_count`` of their work is left for after."""
+    if sm_count <= NCCL_ALL_REDUCE_SMS or all_reduce_s <= 0.0 or gemm_s <= 0.0:
+        return 0.0
+    return min(all_reduce_s, gemm_s) * NCCL_ALL_REDUCE_SMS / sm_count
