@@ -133,7 +133,8 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
 
     ``network_efficiency``: achieved fraction of each network dim's bandwidth (dim 0 first; the
     last value repeats), default :data:`DEFAULT_NETWORK_EFFICIENCY`. ``cache_size`` bounds the
-    memos (bound blocks; plans and steps are bounded at 4× and 16× it, parts at 64×).
+    memos (bound blocks; plans, steps and pipeline timelines are bounded at 16× it, parts at
+    64×).
     ``framework`` names a :data:`~stage_explore.analytical.frameworks.FRAMEWORKS` profile
     (default :data:`~stage_explore.analytical.frameworks.DEFAULT_FRAMEWORK`) and ``overrides``
     replaces some of its options (``{"tp_comm_overlap": False}``). ``attention_flops`` is the
@@ -171,7 +172,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         self.framework: FrameworkProfile = get_framework(framework).with_overrides(overrides or {})
         self._overrides = dict(overrides or {})
         self._blocks = Memo(cache_size)
-        self._plans = Memo(cache_size * 4)
+        self._plans = Memo(cache_size * 16)  # a 10,000-candidate sweep has ~7,300 plans
         self._steps = Memo(cache_size * 16)
         self._timelines = Memo(cache_size * 16)
         self._parts = Memo(cache_size * 64)

@@ -57,7 +57,6 @@ from stage_core.lower.schedule import (
     chunks_per_rank,
     global_stage,
     global_stages,
-    schedule,
 )
 from stage_explore.analytical.taskgraph import (
     BACKWARD,
@@ -66,6 +65,7 @@ from stage_explore.analytical.taskgraph import (
     compile_shape,
     period,
     periodic,
+    rank_order,
     sends,
     shape,
 )
@@ -307,7 +307,7 @@ def activation_profiles(
     split = kind in SPLIT_BACKWARD
     live = [0] * (2 * chunks if split else chunks)
     peaks: set[tuple[int, ...]] = set()
-    for task in schedule(kind, stage, p, prefix, vpp):
+    for task in rank_order(kind, stage, p, prefix, vpp):  # memoised here, not there
         if task.phase == "F":
             live[task.chunk] += 1
             peaks.add(tuple(live))
