@@ -53,7 +53,7 @@ from stage_core.lower.program import (
     Workload,
     make_workload,
 )
-from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank, global_stage
+from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_layer_block
 from stage_core.models.spec import ModelSpec
@@ -67,6 +67,7 @@ from stage_explore.analytical.blocktime import (
     chunk_timing,
     sync_timing,
 )
+from stage_explore.analytical.buckets import grad_bucket_bytes
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.costs import (
     LOSS_SCALING_BYTES_PER_PARAM,
@@ -266,7 +267,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         blocks whose groups span the network the same way behave the same."""
         workload = point.workload
         parallel = workload.parallel
-        p, vpp, schedule = parallel.pp, parallel.vpp, str(parallel.schedule)
+        p, schedule = parallel.pp, str(parallel.schedule)
         layout = chunk_runs(*self._layout_key(workload))
         kinds = {k: self._kind(point, k) for k in sorted({k for runs in layout for k, _ in runs})}
         relevant_set = {axes for parts in kinds.values() for axes in parts.span_axes}
@@ -280,12 +281,17 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         stage_class = []
         classes: list[tuple[StageClass, tuple[int, int]]] = []
         chunks: dict[Hashable, ChunkParts] = {}  # chunks alike within this plan are one
+        if schedule == "dualpipe":  # stages r and p − 1 − r
+            signatures = [
+                tuple(layout[global_stage(schedule, stage, v, p)] for v in range(2))
+                for stage in range(p)
+            ]
+        else:  # chunk v of stage r is global stage v·p + r
+            signatures = [layout[stage::p] for stage in range(p)]
+        stage_shapes = list(zip(*[[entry[0] for entry in span] for span in spans], strict=True))
         for stage in range(p):
-            signature = tuple(  # DualPipe: stages r and p − 1 − r
-                layout[global_stage(schedule, stage, v, p)]
-                for v in range(chunks_per_rank(schedule, vpp))
-            )
-            shapes = tuple(span[stage][0] for span in spans)
+            signature = signatures[stage]
+            shapes = stage_shapes[stage] if spans else ()
             class_key = (signature, shapes)
             index = class_of.get(class_key)
             if index is None:
@@ -399,7 +405,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
             )
         backward = [(kinds[kind].sync[0], count) for kind, count in reversed(runs)]
         groups = []
-        limit = parallel.grad_bucket_bytes if self.framework.overlap_grad_reduce else 2**62
+        limit = grad_bucket_bytes(self.framework, parallel, point.workload.grad_bytes)
         for bucket, size, first, step, count in bucket_gradients(backward, limit):
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
             seconds = self._collective_time(point, spans[axes], collective, size)
