@@ -194,6 +194,9 @@ Options (all booleans unless said):
   "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
   param all-gather in fp8"); the 16-bit copy of those weights is not held, the fp32 master
   stays in the optimizer. Off (Megatron-Core's default): the 16-bit weights and their FP8 copies.
+- ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
+  when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
+  ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
 """
 
 from __future__ import annotations
@@ -239,6 +242,7 @@ OPTION_FLAGS: dict[str, str] = {
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
+    "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
 }
 
 #: fp32 logits-sized buffers DTensor's ``loss_parallel`` cross-entropy holds at its backward's
@@ -295,6 +299,7 @@ class FrameworkProfile:
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
+    ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -461,6 +466,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # core/tensor_parallel/cross_entropy.py: calculate_logits_max casts the logits to
             # float, the fp32 softmax is saved and becomes the gradient in place
             loss_fp32_buffers=1,
+            # core/distributed/distributed_data_parallel.py: bucket_size = max(40000000,
+            # 1000000 * dp_group.size()) parameters unless set (stage_explore/analytical/buckets.py)
+            ddp_bucket_scales_with_dp=True,
         ),
         FrameworkProfile(
             name="deepspeed",
