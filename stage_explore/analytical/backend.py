@@ -406,7 +406,9 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         backward = [(kinds[kind].sync[0], count) for kind, count in reversed(runs)]
         groups = []
         limit = grad_bucket_bytes(self.framework, parallel, point.workload.grad_bytes)
+        grad_total = 0
         for bucket, size, first, step, count in bucket_gradients(backward, limit):
+            grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
@@ -420,7 +422,15 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
             gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
         if self.framework.overlap_param_gather:  # during the next step's first forward
-            gather = max(0.0, gather - timing.forward_s)
+            # one bucket at a time (Megatron-Core: the first bucket's all-gather is launched
+            # just before the forward and waited for by its first layer; each next one when the
+            # previous ends): the first bucket's share is exposed, the rest behind the forward
+            share = min(1.0, limit / grad_total) if grad_total else 1.0
+            head = sum(
+                self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, int(n * share))
+                for axes, n in gathered.items()
+            )
+            gather = head + max(0.0, gather - head - timing.forward_s)
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
         sync = SyncCost(total + tied, latest + tied, gather)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)

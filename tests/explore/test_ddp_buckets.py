@@ -68,3 +68,26 @@ def test_megatron_buckets_reach_the_backend_and_past_dp_87_hold_every_gradient()
     # a bucket the config states is kept: both profiles agree on it
     stated = 25 * 2**20 + 4096
     assert _exposed_sync(scaled, 256, stated) == _exposed_sync(fixed, 256, stated)
+
+
+def _parameter_gather(bucket_bytes: int, overlap: bool = True) -> float:
+    backend = AnalyticalBackend(
+        framework="megatron-core", overrides={"overlap_param_gather": overlap}
+    )
+    model = get_flavor("llama3-8b").with_overrides(layers=2, vocab=32000)
+    parallel = ParallelConfig(tp=8, dp=16, zero=1, global_batch=64, grad_bucket_bytes=bucket_bytes)
+    result = backend.evaluate(model, parallel, load_system("h100-80gb"))
+    assert result.feasible, result.reason
+    return result.breakdown.get("parameter_gather", 0.0)
+
+
+def test_the_first_parameter_bucket_is_gathered_before_the_forward() -> None:
+    """Under overlap_param_gather the first bucket's all-gather is exposed and the rest hides
+    behind the forward: the exposed time is the all-gather of the first bucket's share of the
+    parameters, affine in the bucket (an α-β all-gather is affine in its bytes), and below
+    the whole gather without overlap."""
+    mib = 2**20
+    b1, b2, b3 = 16 * mib, 32 * mib, 80 * mib
+    h1, h2, h3 = (_parameter_gather(b) for b in (b1, b2, b3))
+    assert 0 < h1 < h2 < h3 < _parameter_gather(b1, overlap=False)
+    assert (h3 - h1) / (h2 - h1) == pytest.approx((b3 - b1) / (b2 - b1), rel=1e-6)
