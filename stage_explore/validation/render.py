@@ -48,7 +48,7 @@ def to_text(report: ValidationReport) -> str:
     lines.append("")
     for ranking in rankings(report.results):
         lines.append(
-            f"ranking {ranking.group}: Spearman {ranking.spearman:.3f}, predicted best measured "
+            f"ranking {ranking.group}: Spearman {ranking.spearman:.4f}, predicted best measured "
             f"+{ranking.best_gap * 100:.1f} % from the best ({ranking.configurations} configs)"
         )
     lines += ["", "targets (issue #11):"]
@@ -96,7 +96,7 @@ def to_markdown(report: ValidationReport) -> str:
                   "|---|---:|---:|---|---|---:|"]  # fmt: skip
         for k in ranked:
             lines.append(
-                f"| {k.group} | {k.configurations} | {k.spearman:.3f} | {k.predicted_best} | "
+                f"| {k.group} | {k.configurations} | {k.spearman:.4f} | {k.predicted_best} | "
                 f"{k.measured_best} | +{k.best_gap * 100:.1f} % |"
             )
     lines += ["", "## Targets (issue #11)", "", "| target | result | detail |", "|---|---|---|"]

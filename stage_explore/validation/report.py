@@ -218,7 +218,7 @@ class ValidationReport:
                 Target(
                     f"{ranking.group}: Spearman >= {SPEARMAN_TARGET}",
                     ranking.spearman >= SPEARMAN_TARGET,
-                    f"{ranking.spearman:.3f} over {ranking.configurations} configurations",
+                    f"{ranking.spearman:.4f} over {ranking.configurations} configurations",
                 )
             )
             targets.append(
