@@ -1,386 +1,45 @@
-"""Training-framework behaviours that decide real step times: :class:`FrameworkProfile`,
-the registry :data:`FRAMEWORKS`, :func:`zero3_gathered_bytes` (the gathered ZeRO-3
-parameters a rank holds under each framework's gathering rule) and
-:func:`grad_accumulation_bytes` (the traffic of accumulating gradients over micro-batches).
-
-The same parallel configuration runs differently under Megatron-LM, Megatron-Core, DeepSpeed
-and PyTorch FSDP: which communication each overlaps with compute, how ZeRO-3 / FSDP gathers
-parameters, whether pipeline transfers block, what memory the process holds beyond the tensors.
-A profile states those behaviours as data, each option under the framework's own flag name
-(:data:`OPTION_FLAGS`) with the default that framework ships; the analytical backend reads it
-(``AnalyticalBackend(framework="deepspeed")``, ``[backend.options] framework = "fsdp"`` in a
-study, ``stage eval --framework fsdp``) and one option can be overridden
-(``AnalyticalBackend(framework="megatron-core", overrides={"tp_comm_overlap": False})``).
-
-Options (all booleans unless said):
-
-- ``overlap_grad_reduce`` — data-parallel gradient reductions run in buckets during the
-  backward (Megatron ``--overlap-grad-reduce``, DeepSpeed ``overlap_comm``, FSDP always, torch
-  DDP always). Off: they run after the last backward of the step.
-- ``overlap_param_gather`` — the distributed optimizer's / ZeRO-1/2 parameter all-gather runs
-  during the next forward instead of after the optimizer step (Megatron
-  ``--overlap-param-gather``).
-- ``tp_comm_overlap`` — tensor-parallel all-gathers and reduce-scatters are split and
-  pipelined with their GEMMs (Megatron ``--tp-comm-overlap``, Transformer Engine userbuffers);
-  dependents wait only for the first of ``tp`` chunks.
-- ``moe_comm_overlap`` — expert-parallel dispatch/combine all-to-alls run beside another
-  micro-batch's compute (Megatron ``--overlap-moe-expert-parallel-comm``).
-- ``moe_shared_expert_overlap`` — the shared experts' MLP runs while the dispatch all-to-all is
-  in flight (Megatron ``--moe-shared-expert-overlap``: "overlap between shared expert
-  computations and dispatcher communications; without this, the shared experts execute after
-  the routed experts"); off: after the routed experts, as Megatron's default.
-- ``pipeline_p2p_blocking`` — activation transfers between pipeline stages hold both ranks
-  (Megatron-LM 2021/22 ``batch_isend_irecv`` + synchronise); off: Megatron-Core's
-  ``--overlap-p2p-communication`` (transfers beside compute; only their latency is exposed).
-- ``pipeline_scatter_gather`` — without sequence parallelism, a stage sends ``1/tp`` of the
-  replicated activation and the receiver all-gathers it over tp (Narayanan et al. 2021, §4.1;
-  Megatron-LM; DeepSpeed's ``PipelineEngine`` likewise: ``is_pipe_partitioned`` and
-  ``is_grad_partitioned`` are on whenever the model-parallel group has more than one rank, and
-  the receiver rebuilds the tensor with ``PartitionedTensor.full()``, an all-gather over that
-  group — ``deepspeed/runtime/pipe/engine.py``); off: every tp rank sends the whole activation.
-- ``tp_async_grad_allreduce`` — without sequence parallelism, the backward all-reduce of a
-  column-parallel linear's input gradient over tp runs beside that linear's weight-gradient
-  GEMM (Megatron ``--async-tensor-model-parallel-allreduce``, on unless
-  ``--no-async-tensor-model-parallel-allreduce``; Megatron-DeepSpeed likewise:
-  ``LinearWithGradAccumulationAndAsyncCommunication``); its dependents still wait for all of
-  it (:mod:`~stage_explore.analytical.async_tp`). Off: on the path, as Megatron-LM of 2021.
-- ``pipeline_p2p_separate`` — with blocking transfers, a stage's send and the next stage's
-  receive are separate blocking instructions that each hold their rank while the message
-  crosses (DeepSpeed's ``PipelineEngine``: ``SendActivation``, ``RecvActivation``, ``SendGrad``
-  and ``RecvGrad`` are steps of their own in ``TrainSchedule``, each a ``dist.send`` /
-  ``dist.recv``, "the communication is blocking", ``deepspeed/runtime/pipe/schedule.py``); off:
-  Megatron's batched exchange, the sender held (:func:`~stage_explore.analytical.costs.
-  stage_transfer_s`).
-- ``zero3_gathers`` — parameter all-gathers per layer and micro-batch under ZeRO-3 / FSDP:
-  2 (forward, backward; FSDP ``reshard_after_forward=True``, whose backward gather also serves
-  the recompute) or 3 (DeepSpeed ZeRO-3 with activation checkpointing: the recomputed forward
-  gathers again before the backward gathers).
-- ``zero3_flat_ring`` — ZeRO-3 collectives over a group spanning several nodes run as one flat
-  ring at the per-GPU scale-out bandwidth rather than hierarchically (DeepSpeed ZeRO-3 of 2021:
-  per-parameter all-gathers over the whole data-parallel group; declared calibration: see
-  :data:`FRAMEWORKS` ``deepspeed``).
-- ``zero3_live_elements`` (int ≥ 0) — how many gathered parameters a ZeRO-3 rank holds at
-  once. 0: whole blocks (FSDP units: the block in use and the next one, prefetched; with
-  ``limit_all_gathers`` FSDP keeps at most two all-gathers in flight). > 0: DeepSpeed ZeRO-3,
-  which gathers per sub-module (each ``Linear``) and releases parameters once more than
-  ``stage3_max_live_parameters`` elements are live — but never the sub-module in use.
-- ``zero3_prefetch_elements`` (int ≥ 0) — elements DeepSpeed ZeRO-3 gathers ahead of use
-  (``stage3_prefetch_bucket_size``), on top of the live ones.
-- ``attention_kernel`` (str or None) — the fused attention kernel the framework's software of
-  its time runs (``"fa2"``: FlashAttention-2), looked up in the accelerator's
-  ``attention_kernels``; None: the best kernel the preset lists (FA3 / cuDNN on Hopper, FA4 on
-  Blackwell).
-- ``fused_elementwise`` — chains of element-wise kernels keep their intermediates on chip
-  (Megatron-LM's fused bias-GeLU / bias-dropout-add / fused norms, or ``torch.compile``); off:
-  eager PyTorch, every element-wise op reads and writes HBM.
-- ``eager_modules`` (str) — whose module code eager PyTorch runs when ``fused_elementwise`` is
-  off (:mod:`~stage_explore.analytical.eager`): ``"generator"``, each generator op one kernel
-  reading its inputs and writing its outputs once (ATen's native ``F.layer_norm``, ``F.gelu``);
-  ``"torchtitan"``, torchtitan's Llama code op by op — ``RMSNorm`` on ``x.float()``, the
-  complex64 rotary embedding, ``F.silu(w1(x)) * w3(x)``, residual adds whose backward is free —
-  each ATen op and each autograd formula a kernel over whole tensors; ``"llm-foundry-2023"``,
-  MPT's blocks of 2023 on an fp32 residual stream (``LPLayerNorm`` casting ``x`` down per
-  norm, fp32 residual adds and gradient sums).
-- ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
-  context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
-- ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
-  of the tensor peak (fragmentation): reserved = peak × (1 + overhead).
-- ``moe_load_imbalance`` (float ≥ 1) — tokens routed to the busiest expert-parallel rank over
-  the mean (the max/mean tokens-per-expert ratio Megatron-Core's MoE router balances with its
-  auxiliary loss). The step waits for that rank, so its routed experts' compute and the
-  dispatch/combine traffic are charged at this factor (:func:`~stage_explore.analytical.blocktime.
-  imbalanced_timers`). 1.0 (every profile's default): balanced routing, what benchmarks run
-  with Megatron's ``--moe-router-force-load-balancing``.
-- ``grad_accumulation`` (str) — how each micro-batch's weight gradients reach the buffer that
-  accumulates them over the step (:func:`grad_accumulation_bytes`): ``"none"``, no pass is
-  timed — the weight-gradient GEMM accumulates into the buffer (Megatron-Core
-  ``--gradient-accumulation-fusion``, on by default), or the profile leaves its add untimed
-  (PyTorch's ``AccumulateGrad`` under FSDP assigns the first micro-batch's gradient and adds the
-  later ones only into the rank's shard, 1/dp of the weights; Megatron-LM 2021: see its
-  profile); ``"add"``, the GEMM writes a fresh gradient that a separate memory-bound kernel
-  adds to the buffer every micro-batch (Megatron-LM 2021's local-DDP hook
-  ``main_grad.add_(grad)``); ``"deepspeed"``, DeepSpeed's pipeline engine: under bf16 its
-  ``BF16_Optimizer.update_hp_grads`` runs after every micro-batch's backward and adds the bf16
-  gradient, first cast to an fp32 temporary, to fp32 accumulators; under fp16 only autograd's
-  own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`).
-- ``loss_fp32_buffers`` (int ≥ 0) — fp32 buffers of the logits' size the loss holds at once
-  (:func:`stage_core.lower.memory.loss_peak_bytes`): the logits are upcast to fp32 for the
-  cross-entropy. 3: eager ``F.cross_entropy`` on fp32 logits (autocast runs it in fp32; torchtitan
-  casts ``.float()``): ``log_softmax`` saves its fp32 output, and its backward holds that, the
-  ``nll_loss`` gradient and its own result at once. 1: Megatron's ``vocab_parallel_cross_entropy``
-  on ``output.float()``, which saves the fp32 softmax and turns it into the gradient in place.
-  0: the generator's own count (16-bit logits saved, a 16-bit gradient; a fused kernel).
-- ``pp_unsharded_params`` — FSDP2 under pipeline parallelism keeps a stage's parameters gathered
-  from its first forward to its last backward, and accumulates unsharded gradients in the reduce
-  dtype over the micro-batches, reduce-scattering them once (torchtitan ``apply_fsdp``:
-  ``reshard_after_forward = not pp_enabled``; ``torch.distributed.pipelining`` ``stage.py``
-  ``backward_maybe_with_nosync``: ``set_requires_gradient_sync(False)`` and
-  ``set_reshard_after_backward(False)`` but on the last backward; FSDP2's
-  ``FSDPParam.to_accumulated_grad_if_needed`` keeps ``unsharded_accumulated_grad`` in the reduce
-  dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards.
-- ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
-  TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
-  chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32
-  element-wise kernels of its own (``_SDPAMerger`` with ``convert_to_f32``); the keys and values,
-  repeated to the query heads before SDPA, all-gathered behind the first chunk only; their fp32
-  gradients passed around the cp ring. Off: the merge is inside the attention kernel
-  (Transformer Engine's fused CP attention) and the generator's grouped-query collectives are
-  timed as they are, or there is no context parallelism.
-- ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
-  ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
-  ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
-  remote node holding any of its top-k experts and fan it out over NVLink there (DeepEP README,
-  "normal kernels": NVLink-to-RDMA forwarding), so the scale-out level of the expert
-  all-to-all carries :func:`~stage_explore.analytical.collectives.deepep_scale_out_fraction`
-  of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
-  sent.
-- ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
-  parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
-  held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
-  DEFAULT`` of 2023 (``get_mixed_precision``: DEFAULT sets only ``reduce_dtype`` to the amp
-  precision and ``buffer_dtype`` to fp32, composer/trainer/mosaic_fsdp_utils.py), the "MP Mode
-  DEFAULT" of the llm-foundry H100 benchmark tables. Off: parameters gathered in the run's
-  16-bit type (``param_dtype`` bf16, FSDP2's and later Composer's default). Autocast's per-use
-  casts (fp32 -> 16-bit in each forward, the gradient back in the backward) are timed as
-  memory-bound passes (``BlockCosting._param_cast_s``).
-- ``fsdp2_copies`` — ZeRO-3 is FSDP2 (``fully_shard``, per-parameter sharding), whose
-  collectives copy on the compute stream (:func:`fsdp2_copy_bytes`): each all-gather's output is
-  copied out into the unsharded parameters (``foreach_all_gather_copy_out``:
-  ``torch.split_with_sizes_copy``, run on the current stream after the all-gather), and each
-  reduce-scatter first concatenates the unsharded gradients into a reduce-dtype buffer
-  (``foreach_reduce_scatter_copy_in``: ``torch.cat``, which the compute stream waits for before
-  it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. Off:
-  FSDP1's flat parameter, gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
-- ``fsdp1_flat_grad`` — ZeRO-3 is FSDP1 (``FullyShardedDataParallel``), whose unsharded
-  parameters are views of one flat parameter (``FlatParamHandle._get_unflat_views``:
-  ``torch.split(flat_param, numels)`` then ``.view(shape)``): autograd's
-  ``SplitWithSizesBackward0`` concatenates the views' gradients into the flat gradient
-  (``torch.cat``, a new tensor) on the compute stream once per backward, reading and writing
-  each gradient element in the flat parameter's dtype (:func:`fsdp1_flat_grad_bytes`; fp32
-  under ``fsdp_param_fp32``). FSDP1's later passes over that gradient — the cast to the reduce
-  dtype, ``F.pad`` and the pre-divide (``torch/distributed/fsdp/_runtime_utils.py``
-  ``_post_backward_hook``) — run on its post-backward stream beside the next unit's compute and
-  are not timed. Off: FSDP2, Megatron and DeepSpeed buffers (no such concatenation).
-- ``fp8_weight_cast_per_use`` — under an FP8 recipe every use of a linear weight casts it
-  again from its 16-bit copy with a fresh dynamic scale: an amax over the weight, then the
-  cast (:data:`FP8_DYNAMIC_CAST_BYTES` per element), in the forward, in a fully recomputed
-  forward and for the backward's input gradient (torchao ``Float8Linear``:
-  ``matmul_with_hp_or_float8_args`` saves the high-precision input and weight and casts the
-  weight again in the backward, "to have a chance to reuse max(abs(weight)) from the forward"
-  waiting on pytorch/pytorch#136267; without FSDP float8 all-gather the gathered weight is
-  16-bit). Off: Transformer Engine, whose FP8 weight copies are made once per step and kept
-  across micro-batches (not timed).
-- ``fsdp_fp32_shards`` — under ZeRO-3 the rank keeps no 16-bit copy of its parameter shard: the
-  sharded parameters are the fp32 master weights and the 16-bit ones exist only gathered, per
-  unit, while it runs (PyTorch FSDP ``MixedPrecision``: "outside forward and backward, the
-  sharded parameters are kept in full precision"; FSDP2 ``MixedPrecisionPolicy``: the sharded
-  parameter stays fp32, ``param_dtype`` is the dtype of the unsharded one). 16 bytes per
-  parameter (fp32 parameter, fp32 gradient, two Adam moments) instead of ZeRO's 18; DeepSpeed's
-  and Megatron's ZeRO-3 keep the 16-bit partition beside the optimizer's fp32 copy.
-- ``loss_parallel`` — with tensor parallelism the cross-entropy runs on vocabulary-sharded
-  logits through DTensor's ``loss_parallel`` (torchtitan: on unless
-  ``training.disable_loss_parallel``), whose backward is decomposed into element-wise ops on
-  the fp32 log-probabilities (``torch/distributed/tensor/parallel/loss.py``,
-  ``_nll_loss_and_log_softmax_backward``: ``zeros_like``, ``exp``, the sum and the product
-  with the incoming gradient): with the saved log-probabilities, 4 fp32 buffers of the local
-  logits are live at once (:data:`LOSS_PARALLEL_FP32_BUFFERS`), not ``loss_fp32_buffers``.
-- ``tp_saves_gathered_input`` — under sequence parallelism a linear layer's autograd keeps its
-  all-gathered input (DTensor tensor parallelism: the ``Shard(1)`` -> ``Replicate``
-  redistribute before a ``ColwiseParallel`` linear is an ordinary op whose output the ``mm``
-  saves; torchtitan's plans), not the sequence shard Megatron saves and gathers again in the
-  backward (:func:`stage_core.lower.memory.gathered_input_bytes`).
-- ``fp8_param_gather`` — under an FP8 recipe the parameters of the FP8 linear layers are stored
-  only as FP8 (Transformer Engine ``Float8Tensor`` parameters; Megatron ``--fp8-param-gather``:
-  "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
-  param all-gather in fp8"); the 16-bit copy of those weights is not held, the fp32 master
-  stays in the optimizer. Off (Megatron-Core's default): the 16-bit weights and their FP8 copies.
-- ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
-  when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
-  ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
+"""Training-framework behaviours that decide real step times: the registry :data:`FRAMEWORKS`
+of shipped profiles (Megatron-LM 2021, Megatron-Core, DeepSpeed, PyTorch FSDP, NeMo AutoModel,
+llm-foundry 2023, TorchTitan), :func:`get_framework`, :func:`zero3_gathered_bytes` (the
+gathered ZeRO-3 parameters a rank holds under each framework's gathering rule),
+:func:`grad_accumulation_bytes` (the traffic of accumulating gradients over micro-batches) and
+the FSDP copy-kernel byte counts. The profile type and its options are in
+:mod:`stage_explore.analytical.framework_profile` (re-exported here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
 from stage_core.errors import ConfigError
-from stage_explore.analytical.eager import EAGER_MODULES
+from stage_explore.analytical.framework_profile import (
+    FP32_BYTES,
+    GIB,
+    GRAD_ACCUMULATION,
+    LOSS_PARALLEL_FP32_BUFFERS,
+    MIB,
+    OPTION_FLAGS,
+    FrameworkProfile,
+)
 
-#: Each option and the flag (or config key) the framework exposes it under.
-OPTION_FLAGS: dict[str, str] = {
-    "overlap_grad_reduce": "Megatron --overlap-grad-reduce / DeepSpeed overlap_comm",
-    "overlap_param_gather": "Megatron --overlap-param-gather",
-    "tp_comm_overlap": "Megatron --tp-comm-overlap",
-    "moe_comm_overlap": "Megatron --overlap-moe-expert-parallel-comm",
-    "moe_shared_expert_overlap": "Megatron --moe-shared-expert-overlap",
-    "pipeline_p2p_blocking": "Megatron --overlap-p2p-communication (off = blocking)",
-    "pipeline_scatter_gather": "Megatron-LM pipeline scatter/gather (Narayanan et al. §4.1)",
-    "tp_async_grad_allreduce": "Megatron --async-tensor-model-parallel-allreduce (no SP)",
-    "pipeline_p2p_separate": "DeepSpeed PipelineEngine Send/Recv{Activation,Grad} instructions",
-    "zero3_gathers": "DeepSpeed ZeRO-3 + activation checkpointing (3) / FSDP (2)",
-    "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
-    "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
-    "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
-    "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
-    "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
-    "eager_modules": "eager module code: generator ops / torchtitan Llama / llm-foundry 2023 MPT",
-    "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
-    "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
-    "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
-    "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed bf16",
-    "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
-    "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
-    "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
-    "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
-    "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
-    "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
-    "fsdp1_flat_grad": "FSDP1 FlatParameter: the views' gradients concatenated per backward",
-    "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
-    "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
-    "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
-    "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
-    "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
-    "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
-}
-
-#: fp32 logits-sized buffers DTensor's ``loss_parallel`` cross-entropy holds at its backward's
-#: peak (``loss_parallel``): the saved log-probabilities, and ``zeros_like``, ``exp`` and their
-#: sum in ``_nll_loss_and_log_softmax_backward`` (the product reuses no buffer while the sum is
-#: live); torch/distributed/tensor/parallel/loss.py.
-LOSS_PARALLEL_FP32_BUFFERS = 4
-
-#: The values of ``grad_accumulation``.
-GRAD_ACCUMULATION = ("none", "add", "deepspeed")
-
-GIB = 2**30
-MIB = 2**20
-#: Bytes of an fp32 element (``fsdp_param_fp32``: the sharded master parameters gathered as is).
-FP32_BYTES = 4
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrameworkProfile:
-    """One framework's behaviours (module docstring); ``source`` names where they come from."""
-
-    name: str
-    description: str
-    source: str
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-    tp_comm_overlap: bool
-    moe_comm_overlap: bool
-    moe_shared_expert_overlap: bool
-    pipeline_p2p_blocking: bool
-    pipeline_scatter_gather: bool
-    zero3_gathers: int
-    zero3_flat_ring: bool
-    zero3_live_elements: int
-    zero3_prefetch_elements: int
-    attention_kernel: str | None
-    fused_elementwise: bool
-    runtime_reserved_bytes: int
-    allocator_overhead: float
-    moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
-    grad_accumulation: str = "none"  # no separate accumulation pass timed (module docstring)
-    loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
-    pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
-    cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
-    moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
-    fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
-    fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
-    fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed
-    fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
-    eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
-    tp_async_grad_allreduce: bool = False  # backward tp all-reduces on the path (2021)
-    pipeline_p2p_separate: bool = False  # Megatron's batched send/receive exchange
-    fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
-    loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
-    fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
-    tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
-    ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
-
-    def __post_init__(self) -> None:
-        for option in OPTION_FLAGS:
-            value = getattr(self, option)
-            if option == "zero3_gathers":
-                if isinstance(value, bool) or value not in (2, 3):
-                    raise ConfigError(
-                        f"framework {self.name!r}: `zero3_gathers` must be 2 or 3, "
-                        f"but got {value!r}"
-                    )
-            elif option in (
-                "runtime_reserved_bytes",
-                "zero3_live_elements",
-                "zero3_prefetch_elements",
-                "loss_fp32_buffers",
-            ):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `{option}` must be an int >= 0, "
-                        f"but got {value!r}"
-                    )
-            elif option == "attention_kernel":
-                if value is not None and not (isinstance(value, str) and value):
-                    raise ConfigError(
-                        f"framework {self.name!r}: `attention_kernel` must be a kernel name or "
-                        f"None, but got {value!r}"
-                    )
-            elif option == "allocator_overhead":
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, int | float)
-                    or not (0 <= value < 1)
-                ):
-                    raise ConfigError(
-                        f"framework {self.name!r}: `allocator_overhead` must be a number in "
-                        f"[0, 1), but got {value!r}"
-                    )
-            elif option == "moe_load_imbalance":
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, int | float)
-                    or not (1 <= value < float("inf"))
-                ):
-                    raise ConfigError(
-                        f"framework {self.name!r}: `moe_load_imbalance` (max/mean tokens per "
-                        f"expert-parallel rank) must be a finite number >= 1, but got {value!r}"
-                    )
-            elif option == "eager_modules":
-                if value not in EAGER_MODULES:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `eager_modules` must be one of "
-                        f"{', '.join(EAGER_MODULES)}, but got {value!r}"
-                    )
-            elif option == "grad_accumulation":
-                if value not in GRAD_ACCUMULATION:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `grad_accumulation` must be one of "
-                        f"{', '.join(GRAD_ACCUMULATION)}, but got {value!r}"
-                    )
-            elif not isinstance(value, bool):
-                raise ConfigError(
-                    f"framework {self.name!r}: `{option}` ({OPTION_FLAGS[option]}) must be "
-                    f"true or false, but got {value!r}"
-                )
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> FrameworkProfile:
-        """This profile with some options replaced (validated like the profile itself)."""
-        if not isinstance(overrides, Mapping):
-            raise ConfigError(
-                f"framework overrides must be a table of option = value, but got {overrides!r}"
-            )
-        unknown = sorted(set(overrides) - set(OPTION_FLAGS))
-        if unknown:
-            known = ", ".join(OPTION_FLAGS)
-            raise ConfigError(f"unknown framework option {unknown[0]!r}; known: {known}")
-        if not overrides:
-            return self
-        return replace(self, **dict(overrides))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+__all__ = [
+    "DEFAULT_FRAMEWORK",
+    "FP32_BYTES",
+    "FP8_DYNAMIC_CAST_BYTES",
+    "FRAMEWORKS",
+    "GIB",
+    "GRAD_ACCUMULATION",
+    "LOSS_PARALLEL_FP32_BUFFERS",
+    "MIB",
+    "OPTION_FLAGS",
+    "FrameworkProfile",
+    "fsdp1_flat_grad_bytes",
+    "fsdp2_copy_bytes",
+    "get_framework",
+    "grad_accumulation_bytes",
+    "zero3_gathered_bytes",
+]
 
 
 #: The shipped profiles. Memory besides tensors (``runtime_reserved_bytes``): a PyTorch
