@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from stage_core.blocks import Structure, mtp_layer_of_block
-from stage_core.lower.bind import BoundBlock, Instr, group_size
+from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import (
@@ -65,13 +65,9 @@ from stage_explore.analytical.costs import (
 )
 from stage_explore.analytical.eager import eager_op_bytes
 from stage_explore.analytical.frameworks import (
-    FP8_DYNAMIC_CAST_BYTES,
     FP32_BYTES,
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
-    fsdp1_flat_grad_bytes,
-    fsdp2_copy_bytes,
-    grad_accumulation_bytes,
 )
 from stage_explore.analytical.kernels import (
     BLOCK_SCALED,
@@ -79,7 +75,6 @@ from stage_explore.analytical.kernels import (
     cast_shares,
     check_fp8_recipe,
     fp8_key,
-    gemm_role,
     loss_logits,
 )
 from stage_explore.analytical.overlap import (
@@ -99,13 +94,14 @@ from stage_explore.analytical.parts import (
     canonical,
     tied_ends,
 )
+from stage_explore.analytical.passes import PhasePasses
 
 #: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
 #: tokens ``moe.tokens`` and the experts' outputs ``experts.fc2``).
 EXPERT_ALL_TO_ALL = ("moe.tokens", "experts.")
 
 
-class BlockCosting:
+class BlockCosting(PhasePasses):
     """The memoised per-block cost methods of the analytical backend (a mixin: the backend
     creates the memos and the framework profile in its ``__init__``)."""
 
@@ -354,124 +350,6 @@ class BlockCosting:
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
         key = (point.key, kind, phase, point.token, shapes, dtype, fp8, accumulate_s)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
-
-    def _grad_accumulation_s(self, point: Point, kind: str) -> float:
-        """Seconds per micro-batch of adding a block's weight gradients to the buffers that
-        accumulate them over the step, a memory-bound pass at the achieved HBM bandwidth
-        (:func:`~stage_explore.analytical.frameworks.grad_accumulation_bytes`). Under ZeRO-2/3
-        a micro-batch's gradients are reduce-scattered first and only this rank's partition
-        (1/group of each weight's gradient-reduction group) is accumulated."""
-        workload = point.workload
-        per_element = grad_accumulation_bytes(
-            self.framework, point.dtype, workload.weight_bytes, workload.grad_bytes
-        )
-        if per_element == 0:
-            return 0.0
-        sharded = workload.parallel.zero >= 2
-        elements = 0
-        for weight in point.blocks[kind].weights:
-            group = group_size(weight.grad_axes, workload.axis_sizes) if sharded else 1
-            elements += weight.elements // max(1, group)
-        accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        return elements * per_element / bandwidth
-
-    def _fp8_weight_casts_s(self, point: Point, kind: str, phase: str) -> float:
-        """Seconds per micro-batch of casting a block's linear weights to FP8 at every use
-        (``fp8_weight_cast_per_use``, :data:`~stage_explore.analytical.frameworks.
-        FP8_DYNAMIC_CAST_BYTES` per element and use): one cast per FP8 GEMM of the phase that
-        reads the weight — the forward's and a recomputed forward's ``fprop`` (every linear
-        under full recompute, the recomputed ones under a module recompute such as TorchTitan's
-        ``op``) and the backward's ``dgrad``. Blocks whose linears stay in 16 bits (the output
-        layer) and non-FP8 runs: 0."""
-        if not self.framework.fp8_weight_cast_per_use or point.dtype != "fp8":
-            return 0.0
-        if not fp8_block(kind):
-            return 0.0
-        gemms = point.workload.parallel.fp8_gemms
-        block = point.blocks[kind]
-
-        def elements() -> int:
-            instrs = block.fwd if phase == "fwd" else block.bwd
-            if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
-                halves = split_backward(block)
-                instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
-            sizes = {weight.name: weight.elements for weight in block.weights}
-            total = 0
-            for instr in instrs:
-                role = gemm_role(instr, sizes.keys())
-                if role in ("fprop", "dgrad") and role in gemms:
-                    total += sum(sizes[name] for name, _ in instr.inputs if name in sizes)
-            return total
-
-        key = ("fp8_weight_casts", point.key, kind, phase, gemms)
-        cast: int = self._parts.get(key, elements)
-        accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        return cast * FP8_DYNAMIC_CAST_BYTES / bandwidth
-
-    def _fsdp2_copies_s(self, point: Point, kind: str, phase: str) -> float:
-        """Seconds per micro-batch of FSDP2's copies on the compute stream for a block's
-        parameters (``fsdp2_copies`` under ZeRO-3, :func:`~stage_explore.analytical.frameworks.
-        fsdp2_copy_bytes`): the all-gather copy-out of each gather (the forward's, and the
-        backward's unless the parameters stay gathered under pipeline parallelism), the
-        reduce-scatter copy-in of the backward; under ``pp_unsharded_params`` with pp > 1 the
-        stage gathers and reduce-scatters once per step, spread over its micro-batches."""
-        workload = point.workload
-        if not self.framework.fsdp2_copies or workload.parallel.zero < 3:
-            return 0.0
-        held = self.framework.pp_unsharded_params and workload.parallel.pp > 1
-        gathers = int(phase == "fwd") + int(phase in ("bwd", "bwd_b") and not held)
-        scatters = int(phase in ("bwd", "bwd_w"))
-        elements = sum(weight.elements for weight in point.blocks[kind].weights)
-        per_element = fsdp2_copy_bytes(
-            gathers, scatters, workload.weight_bytes, workload.grad_bytes
-        )
-        accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        seconds = elements * per_element / bandwidth
-        if held and phase == "fwd":
-            seconds /= workload.micro_batches  # one gather per step
-        if held and phase in ("bwd", "bwd_w"):
-            seconds /= workload.micro_batches  # one reduce-scatter per step
-        return seconds
-
-    def _flat_grad_s(self, point: Point, kind: str, phase: str) -> float:
-        """Seconds per micro-batch of FSDP1's flat-gradient concatenation of a block's weight
-        gradients in the backward (``fsdp1_flat_grad`` under ZeRO-3, :func:`~stage_explore.
-        analytical.frameworks.fsdp1_flat_grad_bytes`): the unsharded gradient, every element,
-        on the compute stream, once per backward (a recomputed forward adds none)."""
-        workload = point.workload
-        if workload.parallel.zero < 3 or phase not in ("bwd", "bwd_w"):
-            return 0.0
-        per_element = fsdp1_flat_grad_bytes(self.framework, workload.weight_bytes)
-        if per_element == 0:
-            return 0.0
-        elements = sum(weight.elements for weight in point.blocks[kind].weights)
-        accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        return elements * per_element / bandwidth
-
-    def _param_cast_s(self, point: Point, kind: str, phase: str) -> float:
-        """Seconds per micro-batch of autocast's casts of a block's gathered fp32 parameters
-        (``fsdp_param_fp32`` under ZeRO-3): each forward use casts a weight to the 16-bit type
-        (read 4, write 2 bytes per element), again in a fully recomputed forward, and the
-        backward casts its 16-bit gradient back to fp32 (read 2, write 4); memory-bound at the
-        achieved HBM bandwidth (``torch.autocast`` caches casts only of leaf tensors, and
-        FSDP's unsharded parameters are views of its flat parameter)."""
-        workload = point.workload
-        if not self.framework.fsdp_param_fp32 or workload.parallel.zero < 3:
-            return 0.0
-        if phase not in ("fwd", "bwd"):
-            return 0.0
-        passes = 1
-        if phase == "bwd" and str(workload.parallel.recompute) == "full":
-            passes = 2  # the recomputed forward casts again
-        elements = sum(weight.elements for weight in point.blocks[kind].weights)
-        per_element = FP32_BYTES + workload.weight_bytes  # one side fp32, the other 16-bit
-        accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        return passes * elements * per_element / bandwidth
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
         """How long a compute instruction of block ``kind`` takes: the accelerator's kernel
