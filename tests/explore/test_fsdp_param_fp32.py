@@ -7,15 +7,13 @@ from __future__ import annotations
 import pytest
 
 from stage_core.errors import ConfigError
-from stage_core.lower.emit import GroupTable
-from stage_core.lower.program import make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework, zero3_gathered_bytes
-from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.system import load_system
+from tests.explore.analytical_point import bound_point
 
 
 def test_only_the_2023_llm_foundry_profile_gathers_fp32_parameters() -> None:
@@ -67,16 +65,10 @@ def test_autocast_casts_each_gathered_weight_per_use(
     parallel = ParallelConfig(dp=8, zero=3, global_batch=8, recompute=recompute)
     system = load_system("h100-80gb")
     backend = AnalyticalBackend(framework="llm-foundry-2023")
-    workload = make_workload(model, parallel)
-    key, blocks = backend._bound(workload)
-    net, token = backend._network(system)
-    point = Point(
-        workload, key, blocks, net, token, compute_dtype(parallel, system),
-        GroupTable(workload.mesh), None,
-    )  # fmt: skip
+    point = bound_point(backend, model, parallel, system)
     accelerator = system.accelerator
     bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-    elements = sum(weight.elements for weight in blocks["layer"].weights)
+    elements = sum(weight.elements for weight in point.blocks["layer"].weights)
     per_pass = elements * (4 + 2) / bandwidth
     assert backend._param_cast_s(point, "layer", "fwd") == pytest.approx(per_pass, rel=1e-12)
     assert backend._param_cast_s(point, "layer", "bwd") == pytest.approx(

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from stage_core.lower.emit import GroupTable
-from stage_core.lower.program import make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import CpStyle
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.kernels import KernelTimer, attention_efficiency
-from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.system import load_system
+from tests.explore.analytical_point import bound_point
 
 SEQ = 8192
 
@@ -24,13 +22,7 @@ def _timer(system_name: str, cp_style: CpStyle) -> KernelTimer:
     parallel = ParallelConfig(cp=2, dp=2, global_batch=4, cp_style=cp_style)
     system = load_system(system_name)
     backend = AnalyticalBackend(framework="megatron-core")
-    workload = make_workload(model, parallel)
-    key, blocks = backend._bound(workload)
-    net, token = backend._network(system)
-    point = Point(
-        workload, key, blocks, net, token, compute_dtype(parallel, system),
-        GroupTable(workload.mesh), None,
-    )  # fmt: skip
+    point = bound_point(backend, model, parallel, system)
     timer = backend._compute_timer(point, "layer")
     assert isinstance(timer, KernelTimer)
     return timer
