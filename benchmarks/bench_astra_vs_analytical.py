@@ -65,10 +65,11 @@ def _row(name: str, binary: Path) -> tuple[str, ...]:
         kept = Path(astra.extra["astra_sim_dir"])
         config = astra_config_from_files(kept / "system.json", kept / "network.yml")
         exact = simulate(read_trace_set(kept).ranks, AstraTimingModel(config)).makespan
-    analytical = AnalyticalBackend().evaluate(model, parallel, system)
+    reference = AnalyticalBackend()
+    analytical = reference.evaluate(model, parallel, system)
     gap = explain_gap(
-        astra, analytical, lower(model, parallel), system,
-        dtype=compute_dtype(parallel, system), settings=backend.settings,
+        astra, analytical, lower(model, parallel), system, dtype=compute_dtype(parallel, system),
+        policy=reference.policy, settings=backend.settings,
     )  # fmt: skip
     astra_ns = round(astra.step_time_s * 1e9)
     wait = gap.exposed_communication_and_waiting

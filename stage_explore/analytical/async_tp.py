@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.frameworks import FrameworkProfile
 from stage_explore.analytical.overlap import _TP_GROUPS, Bulk, OverlapRule, Pipelined
+from stage_explore.analytical.policy import Overlap, TimingPolicy
 
 #: Thread blocks (one per channel, each on its own SM) of an NCCL all-reduce on an 8-GPU A100
 #: NVSwitch node: NCCL's own log for nccl-tests all_reduce_perf on HGX A100 lists channels
@@ -35,11 +35,11 @@ from stage_explore.analytical.overlap import _TP_GROUPS, Bulk, OverlapRule, Pipe
 NCCL_ALL_REDUCE_SMS = 24
 
 
-def async_grad_allreduce_rule(profile: FrameworkProfile, tp: int, sp: bool) -> OverlapRule | None:
-    """The backward tensor-parallel all-reduces ``profile`` runs beside the weight-gradient
+def async_grad_allreduce_rule(policy: TimingPolicy, tp: int, sp: bool) -> OverlapRule | None:
+    """The backward tensor-parallel all-reduces ``policy`` runs beside the weight-gradient
     GEMMs (:class:`~stage_explore.analytical.overlap.Bulk`), or None when it runs none that
-    way: ``tp_async_grad_allreduce`` on, tp > 1, no sequence parallelism."""
-    if not profile.tp_async_grad_allreduce or tp <= 1 or sp:
+    way: :attr:`Overlap.TP_ASYNC_GRAD_ALLREDUCE` on, tp > 1, no sequence parallelism."""
+    if Overlap.TP_ASYNC_GRAD_ALLREDUCE not in policy.overlaps or tp <= 1 or sp:
         return None
 
     def rule(instr: Instr) -> float | Pipelined | Bulk | None:

@@ -67,7 +67,7 @@ from stage_explore.analytical.blocktime import (
     chunk_timing,
     sync_timing,
 )
-from stage_explore.analytical.buckets import grad_bucket_bytes
+from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.costs import (
     LOSS_SCALING_BYTES_PER_PARAM,
@@ -107,6 +107,7 @@ from stage_explore.analytical.pipeline import (
     pair_table,
     step_time,
 )
+from stage_explore.analytical.policy import Overlap, TimingPolicy
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 
@@ -171,6 +172,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         self.cache_size = cache_size
         self.network_efficiency = efficiency
         self.framework: FrameworkProfile = get_framework(framework).with_overrides(overrides or {})
+        self.policy = TimingPolicy.from_profile(self.framework)
         self._overrides = dict(overrides or {})
         self._blocks = Memo(cache_size)
         self._plans = Memo(cache_size * 16)  # a 10,000-candidate sweep has ~7,300 plans
@@ -405,7 +407,11 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
             )
         backward = [(kinds[kind].sync[0], count) for kind, count in reversed(runs)]
         groups = []
-        limit = grad_bucket_bytes(self.framework, parallel, point.workload.grad_bytes)
+        limit = (  # a bucket at a time during the backward, or one after it
+            grad_bucket_bytes(self.framework, parallel, point.workload.grad_bytes)
+            if Overlap.GRAD_REDUCE in self.policy.overlaps
+            else UNBUCKETED
+        )
         grad_total = 0
         for bucket, size, first, step, count in bucket_gradients(backward, limit):
             grad_total += size * count
@@ -421,7 +427,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         for axes, size in gathered.items():
             gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
-        if self.framework.overlap_param_gather:  # during the next step's first forward
+        if Overlap.PARAM_GATHER in self.policy.overlaps:  # during the next step's first forward
             # one bucket at a time (Megatron-Core: the first bucket's all-gather is launched
             # just before the forward and waited for by its first layer; each next one when the
             # previous ends): the first bucket's share is exposed, the rest behind the forward

@@ -37,11 +37,11 @@ UNBUCKETED = 2**62
 
 def grad_bucket_bytes(profile: FrameworkProfile, parallel: ParallelConfig, grad_bytes: int) -> int:
     """Bytes of one gradient bucket under ``profile``, with ``grad_bytes`` per gradient
-    element: one bucket per chunk without ``overlap_grad_reduce``; under
-    ``ddp_bucket_scales_with_dp`` and a config that leaves ``grad_bucket_bytes`` at its default,
-    Megatron-Core's ``max(40M, 1M · dp · cp)`` parameters; otherwise the config's bytes."""
-    if not profile.overlap_grad_reduce:
-        return UNBUCKETED
+    element, when its timing policy overlaps the reduction with the backward
+    (:attr:`~stage_explore.analytical.policy.Overlap.GRAD_REDUCE`; otherwise the backend uses
+    :data:`UNBUCKETED`): under ``ddp_bucket_scales_with_dp`` and a config that leaves
+    ``grad_bucket_bytes`` at its default, Megatron-Core's ``max(40M, 1M · dp · cp)``
+    parameters; otherwise the config's bytes."""
     if (
         profile.ddp_bucket_scales_with_dp
         and parallel.grad_bucket_bytes == DEFAULT_GRAD_BUCKET_BYTES

@@ -78,11 +78,10 @@ from stage_explore.analytical.kernels import (
     loss_logits,
 )
 from stage_explore.analytical.overlap import (
+    apply_overlaps,
     deepep_sm_share_s,
     flat_ring_s,
-    overlap_block,
     overlap_rule,
-    overlap_shared_experts,
     sm_margin,
 )
 from stage_explore.analytical.parts import (
@@ -95,6 +94,7 @@ from stage_explore.analytical.parts import (
     tied_ends,
 )
 from stage_explore.analytical.passes import PhasePasses
+from stage_explore.analytical.policy import TimingPolicy
 
 #: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
 #: tokens ``moe.tokens`` and the experts' outputs ``experts.fc2``).
@@ -103,9 +103,10 @@ EXPERT_ALL_TO_ALL = ("moe.tokens", "experts.")
 
 class BlockCosting(PhasePasses):
     """The memoised per-block cost methods of the analytical backend (a mixin: the backend
-    creates the memos and the framework profile in its ``__init__``)."""
+    creates the memos, the framework profile and its timing policy in its ``__init__``)."""
 
     framework: FrameworkProfile
+    policy: TimingPolicy  # the framework's timing policy: what the timing code reads
     attention_flops: AttentionFlops
     _blocks: Memo
     _parts: Memo
@@ -273,14 +274,15 @@ class BlockCosting(PhasePasses):
         shapes = tuple(spans[a][0] for a in axes_list)
         dtype = point.dtype
 
+        policy = self.policy
         rule = overlap_rule(  # the dense tp, and the mesh's inner tp when split (1 < etp < tp)
-            self.framework,
+            policy,
             point.workload.parallel.tp,
             point.workload.flags.sp,
             point.workload.axis_sizes["tp"],
         )
         async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce, no SP
-            self.framework, point.workload.parallel.tp, point.workload.flags.sp
+            policy, point.workload.parallel.tp, point.workload.flags.sp
         )
         rule = combine_rules(rule, async_rule)
         accumulate_s = (
@@ -298,19 +300,16 @@ class BlockCosting(PhasePasses):
                 instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
             if self.framework.fused_elementwise:
                 instrs = fuse_elementwise(instrs)
-            if self.framework.moe_shared_expert_overlap:
-                instrs = overlap_shared_experts(instrs)
             compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
                 self._compute_timer(point, kind),
                 lambda i: self._comm_time(point, spans[i.axes], i),
                 self.framework.moe_load_imbalance,
             )
-            shared: frozenset[Instr] = frozenset()
-            if rule is not None:  # userbuffers' GEMMs run on the SMs their kernels leave
-                instrs, shared = overlap_block(instrs, rule)
-                kernels = point.system.accelerator.kernels
-                if kernels is not None and async_rule is None:
-                    compute_s = sm_margin(compute_s, shared, kernels.sm_count)
+            instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
+            kernels = point.system.accelerator.kernels
+            if shared and kernels is not None and async_rule is None:
+                # userbuffers' GEMMs run on the SMs their kernels leave
+                compute_s = sm_margin(compute_s, shared, kernels.sm_count)
             cp = point.workload.axis_sizes.get("cp", 1)
             if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
                 message = self._cp_message(point, spans)
@@ -455,20 +454,17 @@ class BlockCosting(PhasePasses):
         workload, system = point.workload, point.system
         mesh, tp = workload.mesh, workload.axis_sizes["tp"]
         size = boundary_bytes(workload)
-        profile = self.framework
-        gathered = tp > 1 and not workload.flags.sp and profile.pipeline_scatter_gather
+        policy = self.policy
+        gathered = tp > 1 and not workload.flags.sp and policy.p2p_scatter_gather
         first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
-        blocking = profile.pipeline_p2p_blocking
-        separate = blocking and profile.pipeline_p2p_separate  # DeepSpeed's send, then recv
+        semantics = policy.point_to_point  # blocking (Megatron), separate (DeepSpeed), overlapped
         ends = (system.coordinates(first), system.coordinates(second))
         mesh_key = (point.table.names, point.table.shape)
-        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, blocking, separate)
+        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, semantics)
         scatter = tp if gathered else 1
+        ends_ranks = (first, second)
         return self._parts.get(  # type: ignore[no-any-return]
-            key,
-            lambda: stage_transfer_s(
-                system, point.table, (first, second), size, scatter, blocking, separate
-            ),
+            key, lambda: stage_transfer_s(system, point.table, ends_ranks, size, scatter, semantics)
         )
 
     def _optimizer_s(self, point: Point, params: int) -> float:

@@ -34,6 +34,7 @@ fractions of a per-cent of their step times in the published runs).
 
 from __future__ import annotations
 
+from stage_core.errors import ConfigError
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.program import (
     ADAM_BYTES_READ_PER_PARAM,
@@ -45,7 +46,13 @@ from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
 )
+from stage_explore.analytical.policy import PointToPoint
 from stage_explore.system.model import Accelerator, System
+
+#: The transfers the pipeline simulation times (ASTRA-sim's ``arrival`` is tracesim's).
+_PIPELINE_POINT_TO_POINT = frozenset(
+    {PointToPoint.BLOCKING, PointToPoint.BLOCKING_SEPARATE, PointToPoint.OVERLAPPED}
+)
 
 #: ``clip_grad_norm_fp32``: ``multi_tensor_l2norm`` reads each fp32 main gradient.
 GRAD_NORM_BYTES_PER_PARAM = 4
@@ -95,23 +102,29 @@ def stage_transfer_s(
     ends: tuple[int, int],
     size_bytes: int,
     scatter: int,
-    blocking: bool,
-    separate: bool = False,
+    point_to_point: PointToPoint,
 ) -> float:
     """One activation message of ``size_bytes`` from rank ``ends[0]`` to ``ends[1]`` (adjacent
     stages). With ``scatter`` > 1 (Megatron's scatter/gather, Narayanan et al. 2021, §4.1: tp
     ranks hold the same activation without sequence parallelism) ``1/scatter`` of it crosses the
-    link and the receiver all-gathers it over tp. Not ``blocking`` (Megatron-Core's overlapped
-    p2p): only the message latency holds the ranks. ``separate`` (DeepSpeed's pipeline engine:
-    the send and the matching receive are separate blocking instructions, each holding its
-    rank while the message crosses): the link time counts twice — the schedule simulation holds
-    only the sender for a transfer, so the receiver's hold is added to it — the all-gather once.
+    link and the receiver all-gathers it over tp. ``point_to_point`` (the timing policy's,
+    :class:`~stage_explore.analytical.policy.PointToPoint`): ``overlapped`` (Megatron-Core's
+    overlapped p2p), only the message latency holds the ranks; ``blocking``, the sender is held
+    for the transfer; ``blocking-separate`` (DeepSpeed's pipeline engine: the send and the
+    matching receive are separate blocking instructions, each holding its rank while the
+    message crosses), the link time counts twice — the schedule simulation holds only the
+    sender for a transfer, so the receiver's hold is added to it — the all-gather once.
     """
+    if point_to_point not in _PIPELINE_POINT_TO_POINT:
+        raise ConfigError(
+            f"pipeline transfers are timed as blocking, blocking-separate or overlapped, but got "
+            f"point_to_point {str(point_to_point)!r}"
+        )
     first, second = ends
-    if not blocking:
+    if point_to_point is PointToPoint.OVERLAPPED:
         return alpha_beta_point_to_point_s(system, first, second, 0)
     seconds = alpha_beta_point_to_point_s(system, first, second, size_bytes // scatter)
-    if separate:
+    if point_to_point is PointToPoint.BLOCKING_SEPARATE:
         seconds *= 2
     if scatter > 1:
         group = table.group(second, ("tp",))

@@ -1,11 +1,12 @@
 """Communication that frameworks overlap with compute, as rewrites of a block's instructions.
 
-Holds :func:`overlap_collectives` (take a collective, or all but a first chunk of it, off its
-dependents' critical path), :func:`overlap_shared_experts` (run an MoE block's shared experts
-while its dispatch all-to-all is in flight), :func:`overlap_rule` (which collectives a
-:class:`~stage_explore.analytical.frameworks.FrameworkProfile` overlaps, and how much of each
-stays on the path) and :func:`flat_ring_s` (a collective run as one flat ring over a group that
-spans several network dims).
+Holds :func:`apply_overlaps` (a block as a timing policy runs it), :func:`overlap_collectives`
+(take a collective, or all but a first chunk of it, off its dependents' critical path),
+:func:`overlap_shared_experts` (run an MoE block's shared experts while its dispatch all-to-all
+is in flight), :func:`overlap_rule` (which collectives a
+:class:`~stage_explore.analytical.policy.TimingPolicy` overlaps, and how much of each stays on
+the path) and :func:`flat_ring_s` (a collective run as one flat ring over a group that spans
+several network dims).
 
 A block's instructions run on an in-order compute stream and an in-order communication stream
 (:func:`~stage_explore.analytical.blocktime.time_block`); a collective's dependents wait for all
@@ -42,7 +43,7 @@ from stage_core.lower.bind import Instr
 from stage_core.plans import SPLIT_TP
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.collectives import _level_s
-from stage_explore.analytical.frameworks import FrameworkProfile
+from stage_explore.analytical.policy import Overlap, TimingPolicy
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
 
@@ -322,10 +323,27 @@ def overlap_shared_experts(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
     )
 
 
+def apply_overlaps(
+    instrs: Sequence[Instr], policy: TimingPolicy, rule: OverlapRule | None
+) -> tuple[tuple[Instr, ...], frozenset[Instr]]:
+    """A block's instructions as ``policy`` runs them, and the GEMMs that share the GPU with a
+    userbuffers kernel (:func:`overlap_block`): the shared experts beside the dispatch
+    (:attr:`Overlap.MOE_SHARED_EXPERT`), then the collectives ``rule`` (the policy's
+    :func:`overlap_rule`, with :func:`~stage_explore.analytical.async_tp.
+    async_grad_allreduce_rule`) takes off the path. The analytical backend times the result
+    with :func:`~stage_explore.analytical.blocktime.time_block`."""
+    if Overlap.MOE_SHARED_EXPERT in policy.overlaps:
+        instrs = overlap_shared_experts(instrs)
+    if rule is None:
+        return tuple(instrs), frozenset()
+    return overlap_block(instrs, rule)
+
+
 def overlap_rule(
-    profile: FrameworkProfile, tp: int, sp: bool, inner_tp: int | None = None
+    policy: TimingPolicy, tp: int, sp: bool, inner_tp: int | None = None
 ) -> OverlapRule | None:
-    """The collectives ``profile`` overlaps inside a block, or None when it overlaps none:
+    """The collectives ``policy`` overlaps inside a block (:attr:`Overlap.TP_COMM`,
+    :attr:`Overlap.MOE_COMM`), or None when it overlaps none:
     tensor-parallel all-gathers and reduce-scatters (sequence parallelism only, as Transformer
     Engine requires) with ``1/tp`` on the path, and expert-parallel all-to-alls fully.
     ``inner_tp``: the size of the mesh's ``tp`` axis when the lowering splits tp into sub-axes
@@ -335,8 +353,8 @@ def overlap_rule(
     Transformer Engine's userbuffers pipeline a forward reduce-scatter with the GEMM that
     produces it (:class:`Pipelined`) and run a backward one beside the weight gradients
     (:class:`Bulk`)."""
-    tp_overlap = profile.tp_comm_overlap and sp and tp > 1  # userbuffers need SP
-    moe_overlap = profile.moe_comm_overlap
+    tp_overlap = Overlap.TP_COMM in policy.overlaps and sp and tp > 1  # userbuffers need SP
+    moe_overlap = Overlap.MOE_COMM in policy.overlaps
     if not tp_overlap and not moe_overlap:
         return None
     expert_tp = inner_tp or tp  # the experts' own tp (the mesh's tp axis) on a split mesh

@@ -6,29 +6,38 @@ Holds:
   :class:`AstraTimingModel` (integer ns, reproduces ASTRA-sim's congestion-unaware analytical
   run) and :class:`AlphaBetaTimingModel` (float seconds, roofline with efficiencies and α–β);
 - :func:`simulate` — run a set of traces (rank → list of :class:`~stage_core.trace.TraceNode`)
-  under an :class:`IssuePolicy`;
+  under a :class:`~stage_explore.analytical.policy.TimingPolicy` (default
+  :data:`~stage_explore.analytical.policy.ASTRA_SIM_POLICY`);
 - :class:`RankTiming`, :class:`SimulationResult` — what it reports;
-- re-exported for convenience: :func:`astra_config_from_files`, :func:`astra_config_from_system`.
+- re-exported for convenience: :func:`astra_config_from_files`, :func:`astra_config_from_system`,
+  :class:`IssuePolicy`, :class:`TimingPolicy`.
 
-Semantics (docs/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"):
+Semantics (docs/reference/chakra_et.md, "How ASTRA-sim runs a rank's trace"), the policy's
+values named in brackets:
 
 - each rank has one GPU compute slot, one CPU slot and one communication slot;
 - a node is ready when all its ``data_deps`` and ``ctrl_deps`` have finished; ready nodes are
-  issued in ascending id order whenever their slot is free (:attr:`IssuePolicy.READY_FIRST`);
-  under :attr:`IssuePolicy.IN_ORDER` a slot issues its nodes in id order only, as a CUDA
+  issued in ascending id order whenever their slot is free (``issue`` ready-first);
+  under ``issue`` in-order a slot issues its nodes in id order only, as a CUDA
   stream runs its kernels, so a ready node waits behind an earlier one that is not ready —
   the analytical backend's block timing
   (:func:`~stage_explore.analytical.blocktime.time_block`; docs/analytical.md, "The timing
   engine": one semantics, the issue rule is a policy);
 - collectives and sends hold the communication slot until they finish; receives hold no slot;
-- a collective starts when every member of its group has issued it (a rendezvous: the k-th
+- a collective starts when every member of its group has issued it (``collective_start``
+  rendezvous: the k-th
   collective of a rank with a given kind, size and group meets the k-th of every other member),
   then each member finishes after its own duration from the timing model; when the members
   issued it at different times and the model times such a skewed collective
   (:meth:`BaseTimingModel.skewed_collective`), each member runs from its own issue instead;
+  under ``collective_start`` local each rank runs it from its own issue for its own duration,
+  as if its group's members were symmetric (the analytical backend's block timing);
 - a send finishes when its message arrives (it does not wait for the receive); a receive,
   matched by (source, destination, tag, size) and order, finishes at the later of its issue and
-  the message's arrival;
+  the message's arrival (``point_to_point`` arrival, the only value traces are run with: the
+  blocking and overlapped transfers of a framework are timed by the analytical pipeline);
+- the policy's ``overlaps`` and ``p2p_scatter_gather`` are rewrites of the program before
+  timing: a trace is run as written.
 - compute nodes take the model's compute time; a rank's finish time is its last completion,
   its exposed communication is ``finish − GPU compute time`` (ASTRA-sim's report).
 
@@ -54,7 +63,6 @@ import heapq
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Generic, TypeVar
 
 from stage_core.chakra.mapping import emitted_num_ops
@@ -66,6 +74,13 @@ from stage_explore.analytical.collectives import (
     astra_collective_member_ns,
     astra_point_to_point_ns,
     astra_skewed_collective_ns,
+)
+from stage_explore.analytical.policy import (
+    ASTRA_SIM_POLICY,
+    CollectiveStart,
+    IssuePolicy,
+    PointToPoint,
+    TimingPolicy,
 )
 from stage_explore.system.astra import (
     AstraConfig,
@@ -83,18 +98,11 @@ __all__ = [
     "IssuePolicy",
     "RankTiming",
     "SimulationResult",
+    "TimingPolicy",
     "astra_config_from_files",
     "astra_config_from_system",
     "simulate",
 ]
-
-
-class IssuePolicy(StrEnum):
-    """Which node a free slot takes next: any ready node, lowest id first (ASTRA-sim), or the
-    slot's next node in id order once it is ready (CUDA streams)."""
-
-    READY_FIRST = "ready-first"
-    IN_ORDER = "in-order"
 
 
 class BaseTimingModel(abc.ABC, Generic[T]):
@@ -303,11 +311,12 @@ def simulate(
     model: BaseTimingModel[T],
     *,
     record_nodes: bool = False,
-    issue_policy: IssuePolicy = IssuePolicy.READY_FIRST,
+    policy: TimingPolicy = ASTRA_SIM_POLICY,
 ) -> SimulationResult[T]:
-    """Run every rank's trace to completion under ``model`` and ``issue_policy``; a deadlock is
-    a ConfigError."""
-    in_order = IssuePolicy(issue_policy) is IssuePolicy.IN_ORDER
+    """Run every rank's trace to completion under ``model`` and ``policy`` (its issue rule,
+    collective start and point-to-point semantics); a deadlock is a ConfigError."""
+    in_order = policy.issue is IssuePolicy.IN_ORDER
+    local = policy.collective_start is CollectiveStart.LOCAL
     if not traces:
         raise ConfigError("simulate needs at least one rank trace")
     zero = model.zero
@@ -354,14 +363,18 @@ def simulate(
             group = world if node.group is None else tuple(sorted(node.group))
             if rank not in group:
                 raise ConfigError(f"rank {rank}: node {node.id} runs a collective over {group}")
+            if record_nodes:
+                issued[(rank, node.id)] = now
+            if local:  # symmetric members: this rank stands for its group
+                duration = model.collective(node.collective, node.comm_bytes, group)[rank]
+                finish_at(rank, node.id, now, now + duration)
+                return
             collective = (node.collective, node.comm_bytes, group)
             meeting = collective + (state.next_index(collective),)
             if meeting not in rendezvous and not all(member in ranks for member in group):
                 raise ConfigError(f"rank {rank}: node {node.id} has group members without traces")
             rendezvous[meeting][rank] = node.id
             issue_times[meeting][rank] = now
-            if record_nodes:
-                issued[(rank, node.id)] = now
             if len(rendezvous[meeting]) == len(group):
                 nodes_of, issues = rendezvous.pop(meeting), issue_times.pop(meeting)
                 skewed = None
@@ -379,6 +392,12 @@ def simulate(
                     for member, member_node in nodes_of.items():
                         finish_at(member, member_node, now, now + durations[member])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):
+            if policy.point_to_point is not PointToPoint.ARRIVAL:
+                raise ConfigError(
+                    f"rank {rank}: node {node.id} is a point-to-point message, which traces "
+                    f"run with point_to_point 'arrival', but the policy has "
+                    f"{str(policy.point_to_point)!r}"
+                )
             sending = node.kind is NodeKind.SEND
             source, destination = (rank, node.peer) if sending else (node.peer, rank)
             if node.peer not in ranks or node.peer == rank:

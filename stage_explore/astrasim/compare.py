@@ -12,9 +12,15 @@ backend splits into two parts that mean the same thing on both sides:
 - **exposed communication and waiting**: everything else. ASTRA-sim runs one collective at a
   time per rank in issue order, with its algorithm per network dim at the full link bandwidth
   in ``preferred-dataset-splits`` chunks, and counts pipeline waits as exposed communication;
-  the analytical model uses α–β collectives at the achieved (NCCL-level) bandwidth and overlaps
-  gradient synchronisation with the backward pass as the framework does, with the pipeline
-  bubble its own component.
+  the analytical model uses α–β collectives at the achieved (NCCL-level) bandwidth and
+  overlaps what its framework's timing policy overlaps, with the pipeline bubble its own
+  component.
+
+The two sides' execution rules are named by their
+:class:`~stage_explore.analytical.policy.TimingPolicy` values: the analytical backend's (built
+from its framework profile, passed in) and :data:`~stage_explore.analytical.policy.
+ASTRA_SIM_POLICY`, the one :func:`~stage_explore.analytical.tracesim.simulate` reproduces
+ASTRA-sim with.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet
 from stage_core.trace import NodeKind
+from stage_explore.analytical.policy import ASTRA_SIM_POLICY, TimingPolicy
 from stage_explore.analytical.tracesim import AstraTimingModel
 from stage_explore.astrasim.inputs import AstraSettings, astra_config
 from stage_explore.evaluation import Evaluation
@@ -39,8 +46,9 @@ COMPUTE_WHY = (
 WAIT_WHY = (
     "ASTRA-sim: one collective at a time per rank in issue order, its algorithm on each network "
     "dim at full link bandwidth in {splits} chunks, pipeline waits counted as exposed "
-    "communication; analytical: α-β collectives at achieved (NCCL-level) bandwidth, gradient "
-    "sync overlapped with the backward pass, the pipeline bubble its own component."
+    "communication; analytical: α-β collectives at achieved (NCCL-level) bandwidth, the "
+    "pipeline bubble its own component. Timing policies: ASTRA-sim {astra_policy}; "
+    "analytical {analytical_policy}."
 )
 
 
@@ -81,6 +89,8 @@ class GapExplanation:
     compute_at_calibrated_efficiency_s: float
     roofline_check: bool
     slowest_rank: int
+    analytical_policy: TimingPolicy
+    astra_sim_policy: TimingPolicy = ASTRA_SIM_POLICY
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +101,8 @@ class GapExplanation:
             "compute_at_calibrated_efficiency_s": self.compute_at_calibrated_efficiency_s,
             "roofline_check": self.roofline_check,
             "slowest_rank": self.slowest_rank,
+            "analytical_policy": self.analytical_policy.to_dict(),
+            "astra_sim_policy": self.astra_sim_policy.to_dict(),
         }
 
 
@@ -106,10 +118,12 @@ def explain_gap(
     system: System,
     *,
     dtype: str,
+    policy: TimingPolicy,
     settings: AstraSettings | None = None,
 ) -> GapExplanation:
     """Split the gap between ``astra`` (an ASTRA-sim evaluation of ``programs``) and
-    ``analytical`` into compute and exposed communication/waiting, with the causes."""
+    ``analytical`` (evaluated under the timing ``policy``: the analytical backend's
+    ``policy``) into compute and exposed communication/waiting, with the causes."""
     settings = AstraSettings() if settings is None else settings
     rank = int(astra.extra.get("slowest_rank", 0))
     stage = programs.stages[programs.stage_of(rank)]
@@ -148,12 +162,17 @@ def explain_gap(
         exposed_communication_and_waiting=GapPart(
             astra_sim_s=astra.step_time_s - astra_compute,
             analytical_s=analytical_waiting,
-            why=WAIT_WHY.format(splits=settings.preferred_dataset_splits),
+            why=WAIT_WHY.format(
+                splits=settings.preferred_dataset_splits,
+                astra_policy=ASTRA_SIM_POLICY.describe(),
+                analytical_policy=policy.describe(),
+            ),
         ),
         compute_at_peak_s=peak_ns * 1e-9,
         compute_at_calibrated_efficiency_s=calibrated_s,
         roofline_check=round(astra_compute * 1e9) == peak_ns,
         slowest_rank=rank,
+        analytical_policy=policy,
     )
 
 

@@ -26,6 +26,7 @@ from stage_explore.evaluation import Evaluation
 if TYPE_CHECKING:
     from stage_core.models.spec import ModelSpec
     from stage_core.parallel.config import ParallelConfig
+    from stage_explore.analytical.policy import TimingPolicy
     from stage_explore.astrasim.compare import GapExplanation
     from stage_explore.system.model import System
 
@@ -140,10 +141,12 @@ def run(args: argparse.Namespace) -> int:
     reference = None
     gap = None
     if args.compare:
-        reference = create_backend(resolve_backend("analytical"), options).evaluate(
-            model, parallel, system
-        )
-        gap = _explain(backend, result, reference, model, parallel, system)
+        from stage_explore.analytical.backend import AnalyticalBackend
+
+        analytical = create_backend(AnalyticalBackend, options)
+        assert isinstance(analytical, AnalyticalBackend)
+        reference = analytical.evaluate(model, parallel, system)
+        gap = _explain(backend, result, reference, analytical.policy, model, parallel, system)
     if args.json:
         payload = {
             "model": model.name,
@@ -176,12 +179,14 @@ def _explain(
     backend: object,
     result: Evaluation,
     reference: Evaluation,
+    policy: TimingPolicy,
     model: ModelSpec,
     parallel: ParallelConfig,
     system: System,
 ) -> GapExplanation | None:
-    """ASTRA-sim against the analytical model, split into compute and waiting, with causes
-    (:mod:`stage_explore.astrasim.compare`); None for other backends or unsimulated points."""
+    """ASTRA-sim against the analytical model (evaluated under the timing ``policy``), split
+    into compute and waiting, with causes (:mod:`stage_explore.astrasim.compare`); None for
+    other backends or unsimulated points."""
     from stage_core.lower.program import lower
     from stage_explore.analytical.parts import compute_dtype
     from stage_explore.astrasim import AstraSimBackend
@@ -193,7 +198,7 @@ def _explain(
         return None
     return explain_gap(
         result, reference, lower(model, parallel), system,
-        dtype=compute_dtype(parallel, system), settings=backend.settings,
+        dtype=compute_dtype(parallel, system), policy=policy, settings=backend.settings,
     )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import overlap_rule
+from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.cli import main
 from stage_explore.system import load_system
 
@@ -147,7 +148,7 @@ def test_allgather_dispatcher_gathers_over_ep_times_etp() -> None:
 def test_overlap_rule_keeps_one_tp_chunk_of_dense_and_expert_collectives() -> None:
     profile = get_framework("megatron-core")
     assert profile.tp_comm_overlap
-    rule = overlap_rule(profile, 4, True, 2)
+    rule = overlap_rule(TimingPolicy.from_profile(profile), 4, True, 2)
     assert rule is not None
 
     def gather(axes: tuple[str, ...]) -> Instr:
@@ -157,7 +158,7 @@ def test_overlap_rule_keeps_one_tp_chunk_of_dense_and_expert_collectives() -> No
         assert rule(gather(dense)) == 0.25, dense  # a dense layer's group: all of tp
     assert rule(gather(("tp",))) == 0.5  # the experts' own tp
     assert rule(gather(("ep", "tp"))) is None
-    unsplit = overlap_rule(profile, 4, True)
+    unsplit = overlap_rule(TimingPolicy.from_profile(profile), 4, True)
     assert unsplit is not None
     assert unsplit(gather(("tp",))) == 0.25
 

@@ -27,6 +27,7 @@ from stage_explore.analytical.frameworks import (
     zero3_gathered_bytes,
 )
 from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
+from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.cli import main
 from stage_explore.evaluation import Evaluation
 from stage_explore.search.backends import create_backend, resolve_backend
@@ -139,7 +140,7 @@ def _timed(instrs: tuple[Instr, ...] | list[Instr]) -> BlockTiming:
 def test_chunked_overlap_leaves_one_chunk_on_the_path() -> None:
     block = [_gemm("a", 1), _gather(4, (0,)), _gemm("b", 8, (1,))]
     assert _timed(block).duration_s == 13.0
-    rule = overlap_rule(get_framework("megatron-core"), tp=4, sp=True)
+    rule = overlap_rule(TimingPolicy.from_profile(get_framework("megatron-core")), tp=4, sp=True)
     assert rule is not None
     rewritten = overlap_collectives(block, rule)
     assert [i.comm_bytes for i in rewritten if i.collective] == [1000, 3000]
@@ -150,11 +151,17 @@ def test_full_overlap_hides_a_collective_up_to_the_block_end() -> None:
     block = [_gemm("a", 1), _gather(4, (0,), ("ep",)), _gemm("b", 2, (1,))]
     block[1] = dataclasses.replace(block[1], collective=CollectiveKind.ALL_TO_ALL)
     profile = get_framework("megatron-core").with_overrides({"moe_comm_overlap": True})
-    rule = overlap_rule(profile, tp=1, sp=False)
+    rule = overlap_rule(TimingPolicy.from_profile(profile), tp=1, sp=False)
     assert rule is not None
     assert _timed(overlap_collectives(block, rule)).duration_s == 5.0  # the comm stream ends last
-    assert overlap_rule(get_framework("megatron-lm-2021"), tp=8, sp=True) is None
-    assert overlap_rule(get_framework("megatron-core"), tp=8, sp=False) is None
+    assert (
+        overlap_rule(TimingPolicy.from_profile(get_framework("megatron-lm-2021")), tp=8, sp=True)
+        is None
+    )
+    assert (
+        overlap_rule(TimingPolicy.from_profile(get_framework("megatron-core")), tp=8, sp=False)
+        is None
+    )
 
 
 def test_a_flat_ring_over_nodes_is_slower_than_the_hierarchical_collective() -> None:

@@ -15,6 +15,7 @@ from stage_explore.analytical.collectives import alpha_beta_collective_s, group_
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.kernels import gemm_shape
 from stage_explore.analytical.overlap import overlap_rule, overlap_shared_experts
+from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 
 QWEN = get_flavor("qwen3-235b-a22b").with_overrides(layers=8)
@@ -56,10 +57,10 @@ def test_moe_comm_overlap_takes_every_expert_all_to_all_off_the_path(axes: tuple
 
     instr = Instr("all_to_all:moe.tokens", "fwd", "comm", collective=CollectiveKind.ALL_TO_ALL,
                   axes=axes, comm_bytes=1 << 20)  # fmt: skip
-    on = overlap_rule(get_framework("megatron-core").with_overrides({"moe_comm_overlap": True}),
-                      tp=2, sp=True)  # fmt: skip
+    profile = get_framework("megatron-core").with_overrides({"moe_comm_overlap": True})
+    on = overlap_rule(TimingPolicy.from_profile(profile), tp=2, sp=True)
     assert on is not None and on(instr) == 0.0
-    off = overlap_rule(get_framework("megatron-core"), tp=2, sp=True)
+    off = overlap_rule(TimingPolicy.from_profile(get_framework("megatron-core")), tp=2, sp=True)
     assert off is not None and off(instr) is None  # Megatron's default: off
 
 

@@ -25,6 +25,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import BlockTiming, time_block
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
 from stage_explore.analytical.overlap import Bulk, overlap_collectives, overlap_rule
+from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 
 AR = CollectiveKind.ALL_REDUCE
@@ -76,7 +77,7 @@ def test_the_input_gradient_all_reduce_runs_beside_the_weight_gradients(
     ]
     serial = 2 * dx_s + 2 * dw_s + 1 + ar_s + 1  # the all-reduce after every GEMM
     assert _timed(block).duration_s == pytest.approx(serial)
-    rule = async_grad_allreduce_rule(_deepspeed(), tp=8, sp=False)
+    rule = async_grad_allreduce_rule(TimingPolicy.from_profile(_deepspeed()), tp=8, sp=False)
     assert rule is not None
     rewritten = overlap_collectives(block, rule)
     assert [i.name for i in rewritten] == [
@@ -88,7 +89,7 @@ def test_the_input_gradient_all_reduce_runs_beside_the_weight_gradients(
 
 
 def test_only_backward_tensor_parallel_all_reduces_are_taken_off_the_path() -> None:
-    rule = async_grad_allreduce_rule(_deepspeed(), tp=4, sp=False)
+    rule = async_grad_allreduce_rule(TimingPolicy.from_profile(_deepspeed()), tp=4, sp=False)
     assert rule is not None
     assert isinstance(rule(_all_reduce(1.0, (), "d.x", "bwd")), Bulk)
     for phase in ("fwd", "recompute"):  # the row-parallel output all-reduces stay on the path
@@ -102,9 +103,10 @@ def test_only_backward_tensor_parallel_all_reduces_are_taken_off_the_path() -> N
 
 
 def test_the_rule_applies_only_without_sequence_parallelism_and_with_tp() -> None:
-    assert async_grad_allreduce_rule(_deepspeed(), tp=8, sp=True) is None  # SP: reduce-scatter
-    assert async_grad_allreduce_rule(_deepspeed(), tp=1, sp=False) is None
-    assert async_grad_allreduce_rule(_deepspeed(False), tp=8, sp=False) is None
+    on, off = TimingPolicy.from_profile(_deepspeed()), TimingPolicy.from_profile(_deepspeed(False))
+    assert async_grad_allreduce_rule(on, tp=8, sp=True) is None  # SP: reduce-scatter
+    assert async_grad_allreduce_rule(on, tp=1, sp=False) is None
+    assert async_grad_allreduce_rule(off, tp=8, sp=False) is None
     # off in every shipped profile: Megatron-LM 2021 and the Megatron-DeepSpeed of MT-NLG's
     # time all-reduce synchronously (megatron/mpu/layers.py copy_to_tensor_model_parallel_region)
     assert not any(get_framework(name).tp_async_grad_allreduce for name in FRAMEWORKS)
@@ -113,7 +115,7 @@ def test_the_rule_applies_only_without_sequence_parallelism_and_with_tp() -> Non
 def test_combined_rules_answer_the_first_then_the_second() -> None:
     forward = _all_reduce(1.0, (), "y", "fwd")
     backward = _all_reduce(1.0, (), "d.x", "bwd")
-    second = async_grad_allreduce_rule(_deepspeed(), tp=8, sp=False)
+    second = async_grad_allreduce_rule(TimingPolicy.from_profile(_deepspeed()), tp=8, sp=False)
 
     def first(instr: Instr) -> float | None:
         return 0.5 if instr.phase == "fwd" else None
@@ -124,7 +126,9 @@ def test_combined_rules_answer_the_first_then_the_second() -> None:
     both = combine_rules(first, second)
     assert both is not None
     assert both(forward) == 0.5 and isinstance(both(backward), Bulk)
-    assert overlap_rule(_deepspeed(), 8, False) is None  # userbuffers need SP: no other rule
+    assert (
+        overlap_rule(TimingPolicy.from_profile(_deepspeed()), 8, False) is None
+    )  # userbuffers need SP: no other rule
 
 
 @pytest.mark.parametrize(("ar_s", "gemm_s"), [(3.0, 5.0), (5.0, 3.0), (0.0, 2.0)])

@@ -15,6 +15,7 @@ from stage_core.parallel.config import DEFAULT_GRAD_BUCKET_BYTES
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.frameworks import get_framework
+from stage_explore.analytical.policy import Overlap, TimingPolicy
 from stage_explore.system import load_system
 
 
@@ -33,11 +34,11 @@ def test_a_stated_bucket_and_other_frameworks_keep_the_config_bytes() -> None:
     assert default.grad_bucket_bytes == DEFAULT_GRAD_BUCKET_BYTES
     assert grad_bucket_bytes(get_framework("megatron-core"), stated, 4) == 50 * 2**20
     for name in ("megatron-lm-2021", "fsdp", "torchtitan"):
-        profile = get_framework(name)
-        expected = DEFAULT_GRAD_BUCKET_BYTES if profile.overlap_grad_reduce else UNBUCKETED
-        assert grad_bucket_bytes(profile, default, 4) == expected
+        assert grad_bucket_bytes(get_framework(name), default, 4) == DEFAULT_GRAD_BUCKET_BYTES
+    # without overlap_grad_reduce the policy reduces one bucket per chunk (UNBUCKETED), after it
     off = get_framework("megatron-core").with_overrides({"overlap_grad_reduce": False})
-    assert grad_bucket_bytes(off, default, 4) == UNBUCKETED
+    assert Overlap.GRAD_REDUCE not in TimingPolicy.from_profile(off).overlaps
+    assert Overlap.GRAD_REDUCE in TimingPolicy.from_profile(get_framework("megatron-core")).overlaps
 
 
 def _exposed_sync(backend: AnalyticalBackend, dp: int, bucket: int | None = None) -> float:

@@ -7,7 +7,7 @@ when both ranks reach them and hold both for the message time) checks that:
 - with free messages it is 1F1B: the analytical schedule simulation's step time exactly;
 - with messages of ``t`` seconds what they add is within 15 % of what the analytical
   simulation adds with ``2t`` per transfer (the link time counted for the sender and for the
-  receiver), the costing the option selects (``stage_transfer_s(..., separate=True)``).
+  receiver), the costing the option selects (``stage_transfer_s(..., BLOCKING_SEPARATE)``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from stage_explore.analytical.collectives import alpha_beta_point_to_point_s
 from stage_explore.analytical.costs import stage_transfer_s
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.pipeline import StageTimes, step_time
+from stage_explore.analytical.policy import PointToPoint, TimingPolicy
 from stage_explore.system import load_system
+
+BLOCKING, OVERLAPPED = PointToPoint.BLOCKING, PointToPoint.OVERLAPPED
 
 Command = tuple[str, ...]
 
@@ -136,15 +139,19 @@ def test_the_option_adds_the_receivers_hold_of_the_link_time() -> None:
     size = 2 * 2048 * 8192 * 2
     for scatter in (1, 8):  # the whole activation, or Megatron's / DeepSpeed's 1/tp of it
         link = alpha_beta_point_to_point_s(system, first, second, size // scatter)
-        batched = stage_transfer_s(system, table, (first, second), size, scatter, True)
+        batched = stage_transfer_s(system, table, (first, second), size, scatter, BLOCKING)
         separate = stage_transfer_s(
-            system, table, (first, second), size, scatter, True, separate=True
+            system, table, (first, second), size, scatter, PointToPoint.BLOCKING_SEPARATE
         )
         assert separate == pytest.approx(batched + link)  # the all-gather once
-    # not blocking: only the latency, whatever the option
-    assert stage_transfer_s(system, table, (first, second), size, 8, False, separate=True) == (
-        stage_transfer_s(system, table, (first, second), size, 8, False)
-    )
+    # not blocking: only the latency
+    overlapped = stage_transfer_s(system, table, (first, second), size, 8, OVERLAPPED)
+    assert overlapped == alpha_beta_point_to_point_s(system, first, second, 0)
+    # the DeepSpeed profile's policy is the separate one; without blocking, overlapped
+    deepspeed = get_framework("deepspeed")
+    assert TimingPolicy.from_profile(deepspeed).point_to_point is PointToPoint.BLOCKING_SEPARATE
+    unblocked = deepspeed.with_overrides({"pipeline_p2p_blocking": False})
+    assert TimingPolicy.from_profile(unblocked).point_to_point is OVERLAPPED
 
 
 def test_the_deepspeed_profile_pays_its_separate_transfers() -> None:

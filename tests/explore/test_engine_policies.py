@@ -2,28 +2,48 @@
 
 The analytical backend's block timing (:func:`~stage_explore.analytical.blocktime.time_block`:
 one rank, in-order compute and communication streams) and the trace simulator
-(:func:`~stage_explore.analytical.tracesim.simulate`) are one semantics with a different issue
-policy. Here the trace simulator with :attr:`IssuePolicy.IN_ORDER` and the same per-instruction
-costs is the oracle of ``time_block`` on the generator's own blocks (dense, Llama, MoE; forward,
-backward, with tensor- and sequence-parallel collectives and recompute), and a small case shows
-where ASTRA-sim's ready-first policy differs.
+(:func:`~stage_explore.analytical.tracesim.simulate`) are one semantics under different
+:class:`~stage_explore.analytical.policy.TimingPolicy` values. Here:
+
+- the policy built from each framework profile: every timing flag of the profile moves its own
+  field, and nothing else;
+- the trace simulator under a profile's policy (in order, local collective start) and the same
+  per-instruction costs is the oracle of ``time_block`` on the generator's own blocks (dense,
+  Llama, MoE with shared experts; forward, backward; tensor- and sequence-parallel collectives,
+  recompute), rewritten as that policy runs them (:func:`~stage_explore.analytical.overlap.
+  apply_overlaps`: userbuffers, the asynchronous tp all-reduce, MoE overlaps);
+- small cases show where ASTRA-sim's policy (ready first, rendezvous) differs;
+- the ASTRA-sim comparison names the analytical backend's policy.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
+from stage_explore.analytical.async_tp import async_grad_allreduce_rule, combine_rules
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
-from stage_explore.analytical.tracesim import BaseTimingModel, IssuePolicy, simulate
+from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
+from stage_explore.analytical.overlap import apply_overlaps, overlap_rule
+from stage_explore.analytical.policy import (
+    ASTRA_SIM_POLICY,
+    CollectiveStart,
+    IssuePolicy,
+    Overlap,
+    PointToPoint,
+    TimingPolicy,
+)
+from stage_explore.analytical.tracesim import AlphaBetaTimingModel, BaseTimingModel, simulate
 from stage_explore.system import load_system
 
 SYSTEM = load_system("h100-80gb")
@@ -56,14 +76,14 @@ class SameCosts(BaseTimingModel[float]):
         raise AssertionError("no point-to-point node in a block")
 
 
-def as_trace(instrs: Sequence[Instr]) -> list[TraceNode]:
-    """A block's instructions as one rank's trace: node id = instruction index."""
+def as_trace(instrs: Sequence[Instr], group: tuple[int, ...] = (0,)) -> list[TraceNode]:
+    """A block's instructions as one rank's trace (rank 0): node id = instruction index."""
     nodes = []
     for index, instr in enumerate(instrs):
         if instr.collective is not None:
             node = TraceNode(
                 index, instr.name, NodeKind.COLL, data_deps=instr.deps,
-                collective=instr.collective, comm_bytes=instr.comm_bytes, group=(0,),
+                collective=instr.collective, comm_bytes=instr.comm_bytes, group=group,
             )  # fmt: skip
         else:
             tensor_bytes = instr.bytes_read + instr.bytes_written
@@ -83,6 +103,9 @@ def block_timing(instrs: Sequence[Instr]) -> tuple[float, float]:
     )
     return timing.duration_s, timing.compute_s
 
+
+#: ASTRA-sim's policy with CUDA streams' issue rule (a one-rank trace: its rendezvous is local).
+IN_ORDER_RENDEZVOUS = replace(ASTRA_SIM_POLICY, issue=IssuePolicy.IN_ORDER)
 
 CASES = [
     ("gpt-tp4-sp-selective", "megatron-gpt-1.7b",
@@ -109,7 +132,7 @@ def test_block_timing_is_the_trace_engine_with_in_order_streams(
             program = fuse_elementwise(instrs) if fused else tuple(instrs)
             duration, busy = block_timing(program)
             trace = {0: as_trace(program)}
-            result = simulate(trace, SameCosts(), issue_policy=IssuePolicy.IN_ORDER)
+            result = simulate(trace, SameCosts(), policy=IN_ORDER_RENDEZVOUS)
             rank = result.ranks[0]
             assert rank.finish == duration, (kind, rank.finish, duration)
             assert math.isclose(rank.compute, busy, rel_tol=1e-12), (kind, rank.compute, busy)
@@ -128,7 +151,7 @@ def test_ready_first_lets_an_independent_kernel_pass_a_waiting_one() -> None:
         Instr("independent", "bwd", "einsum", flops=flops),
     ]
     kernel_s = compute_s(flops, 0)
-    in_order = simulate({0: as_trace(instrs)}, SameCosts(), issue_policy=IssuePolicy.IN_ORDER)
+    in_order = simulate({0: as_trace(instrs)}, SameCosts(), policy=IN_ORDER_RENDEZVOUS)
     ready_first = simulate({0: as_trace(instrs)}, SameCosts())
     duration, _ = block_timing(instrs)
     # CUDA stream order: the independent kernel waits behind the one waiting for the reduce.
@@ -136,3 +159,163 @@ def test_ready_first_lets_an_independent_kernel_pass_a_waiting_one() -> None:
     # ASTRA-sim issues any ready node: the independent kernel runs under the reduce.
     assert ready_first.ranks[0].finish == wait_s + kernel_s
     assert ready_first.ranks[0].finish < in_order.ranks[0].finish
+
+
+#: The profile options that are timing flags, and the policy field each moves.
+TIMING_FLAGS = {
+    "pipeline_p2p_blocking": "point_to_point",
+    "pipeline_p2p_separate": "point_to_point",
+    "pipeline_scatter_gather": "p2p_scatter_gather",
+    **{str(overlap): "overlaps" for overlap in Overlap},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_the_policy_of_each_framework_profile(name: str) -> None:
+    profile = get_framework(name)
+    policy = TimingPolicy.from_profile(profile)
+    assert policy.issue is IssuePolicy.IN_ORDER  # CUDA streams
+    assert policy.collective_start is CollectiveStart.LOCAL  # one rank stands for its group
+    assert policy.p2p_scatter_gather is profile.pipeline_scatter_gather
+    on = {overlap for overlap in Overlap if getattr(profile, str(overlap))}
+    assert policy.overlaps == on
+    if not profile.pipeline_p2p_blocking:
+        assert policy.point_to_point is PointToPoint.OVERLAPPED
+    elif profile.pipeline_p2p_separate:
+        assert policy.point_to_point is PointToPoint.BLOCKING_SEPARATE
+    else:
+        assert policy.point_to_point is PointToPoint.BLOCKING
+    for flag, field in TIMING_FLAGS.items():  # each timing flag moves its field, only it
+        base = profile
+        if flag == "pipeline_p2p_separate":  # separate matters only for blocking transfers
+            base = profile.with_overrides({"pipeline_p2p_blocking": True})
+        flipped = base.with_overrides({flag: not getattr(base, flag)})
+        before, after = TimingPolicy.from_profile(base), TimingPolicy.from_profile(flipped)
+        changed = {k for k, v in before.to_dict().items() if after.to_dict()[k] != v}
+        assert changed == {field}, (name, flag, changed)
+    # options that change costs and bytes, not the timing rules, leave the policy alone
+    for option in ("fused_elementwise", "fsdp2_copies", "ddp_bucket_scales_with_dp"):
+        other = profile.with_overrides({option: not getattr(profile, option)})
+        assert TimingPolicy.from_profile(other) == policy
+
+
+def test_the_shipped_profiles_name_their_framework_transfers() -> None:
+    semantics = {
+        name: TimingPolicy.from_profile(get_framework(name)).point_to_point
+        for name in ("megatron-lm-2021", "megatron-core", "deepspeed")
+    }
+    assert semantics == {
+        "megatron-lm-2021": PointToPoint.BLOCKING,  # batch_isend_irecv + synchronise
+        "megatron-core": PointToPoint.OVERLAPPED,  # --overlap-p2p-communication
+        "deepspeed": PointToPoint.BLOCKING_SEPARATE,  # PipelineEngine Send/Recv instructions
+    }
+
+
+#: Every framework profile, and Megatron-Core with every overlap on (the asynchronous tp
+#: all-reduce, the MoE all-to-alls and shared experts, which no shipped profile combines).
+PROFILES: list[tuple[str, FrameworkProfile]] = [
+    *((name, get_framework(name)) for name in sorted(FRAMEWORKS)),
+    (
+        "megatron-core+all-overlaps",
+        get_framework("megatron-core").with_overrides({str(overlap): True for overlap in Overlap}),
+    ),
+]
+#: Workloads whose blocks the policies rewrite: userbuffers (tp + sp), the asynchronous tp
+#: all-reduce (tp without sp), MoE dispatch with shared experts (DeepSeek-V2-Lite, ep).
+POLICY_CASES = [
+    ("gpt-tp4-sp", "megatron-gpt-1.7b", ParallelConfig(tp=4, dp=2, sp=True, global_batch=4)),
+    ("gpt-tp8-selective", "megatron-gpt-1.7b",
+     ParallelConfig(tp=8, recompute=Recompute.SELECTIVE, global_batch=2)),
+    ("deepseek-tp2-ep2-sp", "deepseek-v2-lite",
+     ParallelConfig(tp=2, dp=2, ep=2, sp=True, global_batch=4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flavor", "parallel"), [c[1:] for c in POLICY_CASES], ids=[c[0] for c in POLICY_CASES]
+)
+@pytest.mark.parametrize("profile", [p for _, p in PROFILES], ids=[n for n, _ in PROFILES])
+def test_block_timing_is_the_trace_engine_under_each_profile_policy(
+    flavor: str, parallel: ParallelConfig, profile: FrameworkProfile
+) -> None:
+    policy = TimingPolicy.from_profile(profile)
+    model = get_flavor(flavor).with_overrides(layers=2, seq_len=1024)
+    workload = make_workload(model, parallel)
+    tp, sp = parallel.tp, workload.flags.sp
+    rule = combine_rules(  # as the backend builds it (costing._block_timing)
+        overlap_rule(policy, tp, sp, workload.axis_sizes["tp"]),
+        async_grad_allreduce_rule(policy, tp, sp),
+    )
+    rewritten = 0
+    for kind, block in bind_all(workload).items():
+        for instrs in (block.fwd, block.bwd):
+            if not instrs or any(i.kind == "ring" for i in instrs):
+                continue
+            program, _ = apply_overlaps(instrs, policy, rule)
+            rewritten += program != tuple(instrs)
+            duration, busy = block_timing(program)
+            result = simulate({0: as_trace(program, GROUP)}, SameCosts(), policy=policy)
+            rank = result.ranks[0]
+            assert rank.finish == duration, (kind, rank.finish, duration)
+            assert math.isclose(rank.compute, busy, rel_tol=1e-12), (kind, rank.compute, busy)
+    if policy.overlaps & {Overlap.TP_COMM, Overlap.MOE_COMM, Overlap.MOE_SHARED_EXPERT}:
+        assert rewritten or not sp  # userbuffers and the MoE overlaps rewrite sp blocks
+    if Overlap.TP_ASYNC_GRAD_ALLREDUCE in policy.overlaps and not sp:
+        assert rewritten
+
+
+def test_a_local_collective_start_does_not_wait_for_the_group() -> None:
+    # rank 1 computes first, then both all-reduce: a rendezvous starts both at rank 1's issue
+    size = 1 << 24
+    kernel = Instr("k", "fwd", "einsum", flops=int(SYSTEM.accelerator.peak("bf16") * 1e-3))
+    reduce = Instr("r", "fwd", "comm", collective=CollectiveKind.ALL_REDUCE, comm_bytes=size)
+    group = (0, 1)
+    traces = {
+        0: as_trace([reduce], group),
+        1: as_trace([kernel, replace(reduce, deps=(0,))], group),
+    }
+    kernel_s, reduce_s = compute_s(kernel.flops, 0), comm_s(CollectiveKind.ALL_REDUCE, size)
+    met = simulate(traces, SameCosts(), policy=IN_ORDER_RENDEZVOUS)
+    local = simulate(traces, SameCosts(), policy=replace(ASTRA_SIM_POLICY,
+                     collective_start=CollectiveStart.LOCAL))  # fmt: skip
+    assert met.ranks[0].finish == met.ranks[1].finish == kernel_s + reduce_s
+    assert local.ranks[0].finish == reduce_s
+    assert local.ranks[1].finish == kernel_s + reduce_s
+
+
+def test_traces_run_point_to_point_messages_on_arrival_only() -> None:
+    send = TraceNode(0, "send", NodeKind.SEND, peer=1, tag=7, comm_bytes=1 << 20)
+    receive = TraceNode(0, "recv", NodeKind.RECV, peer=0, tag=7, comm_bytes=1 << 20)
+    traces = {0: [send], 1: [receive]}
+    model = AlphaBetaTimingModel(load_system("a100-80gb"))
+    arrival = model.point_to_point(0, 1, 1 << 20)
+    assert simulate(traces, model).ranks[1].finish == arrival
+    policy = TimingPolicy.from_profile(get_framework("megatron-lm-2021"))  # blocking
+    with pytest.raises(ConfigError, match="point_to_point 'arrival'.*'blocking'"):
+        simulate(traces, model, policy=policy)
+
+
+def test_the_astra_sim_comparison_names_the_analytical_policy() -> None:
+    from stage_core.lower.program import lower
+    from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.astrasim.compare import explain_gap
+    from stage_explore.evaluation import Evaluation
+
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=2)
+    parallel = ParallelConfig(tp=2, dp=2, global_batch=4)
+    system = load_system("a100-80gb")
+    backend = AnalyticalBackend(framework="deepspeed")
+    analytical = backend.evaluate(model, parallel, system)
+    astra = Evaluation(  # what an ASTRA-sim run reports, as far as the comparison reads it
+        step_time_s=2 * analytical.step_time_s, mfu=0.0, hfu=0.0, tokens_per_s_per_gpu=0.0,
+        peak_memory_bytes=0, feasible=True, breakdown={"compute": analytical.step_time_s},
+        extra={"slowest_rank": 0}, backend="astra-sim",
+    )  # fmt: skip
+    gap = explain_gap(
+        astra, analytical, lower(model, parallel), system, dtype="bf16", policy=backend.policy
+    )
+    assert gap.analytical_policy == backend.policy
+    assert gap.astra_sim_policy == ASTRA_SIM_POLICY
+    assert gap.to_dict()["analytical_policy"]["point_to_point"] == "blocking-separate"
+    why = gap.exposed_communication_and_waiting.why
+    assert backend.policy.describe() in why and ASTRA_SIM_POLICY.describe() in why

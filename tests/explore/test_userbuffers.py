@@ -24,6 +24,7 @@ from stage_explore.analytical.overlap import (
     overlap_rule,
     sm_margin,
 )
+from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 
 RS = CollectiveKind.REDUCE_SCATTER
@@ -53,7 +54,7 @@ def _timed(instrs: tuple[Instr, ...] | list[Instr]) -> BlockTiming:
 
 
 def _rule() -> object:
-    rule = overlap_rule(get_framework("megatron-core"), tp=8, sp=True)
+    rule = overlap_rule(TimingPolicy.from_profile(get_framework("megatron-core")), tp=8, sp=True)
     assert rule is not None
     return rule
 
