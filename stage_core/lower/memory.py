@@ -289,13 +289,16 @@ def _block_states(
     fp32_shards: bool = False,
     fp8_params: bool = False,
     fp8_transposed: bool = True,
+    optimizer_bytes: int | None = None,
 ) -> tuple[int, int, int, int]:
     """Weights (with their FP8 copies under an FP8 recipe, :func:`fp8_weights` with
     ``fp8_transposed``), gradients, optimizer bytes one rank holds for ``block``, and its full
     weights. Without a 16-bit copy of some weights (0 bytes for them): ``fp32_shards`` under
     ZeRO-3, all of them (FSDP keeps the shard in fp32, the master the optimizer bytes count);
     ``fp8_params`` under an FP8 recipe, the FP8 linear layers' (Megatron
-    ``--fp8-param-gather``: the FP8 copies are the parameters)."""
+    ``--fp8-param-gather``: the FP8 copies are the parameters). ``optimizer_bytes``: the
+    optimizer's state per parameter before sharding (``None``: the workload's, Megatron's 12)."""
+    state_bytes = workload.optimizer_bytes if optimizer_bytes is None else optimizer_bytes
     zero = workload.parallel.zero
     weights, grads, optimizer, full = fp8_weights(workload, block, fp8_transposed), 0, 0, 0
     no_copy: frozenset[str] = frozenset()
@@ -312,7 +315,7 @@ def _block_states(
             )
         grads += elements * workload.grad_bytes // weight_shard_factor(workload, weight, zero >= 2)
         optimizer += (
-            elements * workload.optimizer_bytes // weight_shard_factor(workload, weight, zero >= 1)
+            elements * state_bytes // weight_shard_factor(workload, weight, zero >= 1)
         )
         full += elements * workload.weight_bytes
     return weights, grads, optimizer, full

@@ -68,6 +68,7 @@ from stage_explore.analytical.frameworks import (
     FP32_BYTES,
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
+    distributed_fused_adam_state_bytes,
 )
 from stage_explore.analytical.kernels import (
     BLOCK_SCALED,
@@ -413,7 +414,10 @@ class BlockCosting(PhasePasses):
         :func:`stage_core.lower.memory._block_states`). The FP8 weight copies: one per weight
         on a GPU whose FP8 GEMMs take any layout under a per-tensor recipe (an ``mxfp8`` peak
         in the preset, the Blackwell test :meth:`KernelTimer._cast_s` uses; Transformer
-        Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise."""
+        Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise. The
+        optimizer state per parameter: Megatron's, or Apex's ``DistributedFusedAdam``'s under
+        ``distributed_fused_adam`` (:func:`~stage_explore.analytical.frameworks.
+        distributed_fused_adam_state_bytes`)."""
         workload, block = point.workload, point.blocks[kind]
         peaks = point.system.accelerator.peak_flops_per_s
         recipe = str(workload.parallel.fp8_recipe)
@@ -422,12 +426,14 @@ class BlockCosting(PhasePasses):
         def compute() -> BlockSync:
             reductions, gathers, params = _block_sync(workload, block)
             profile = self.framework
+            fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
             weights, grads, optimizer, full = _block_states(
                 workload,
                 block,
                 profile.fsdp_fp32_shards,
                 profile.fp8_param_gather,
                 transposed,
+                distributed_fused_adam_state_bytes(profile, fp8_params),
             )
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal

@@ -193,6 +193,17 @@ Options (all booleans unless said):
   "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
   param all-gather in fp8"); the 16-bit copy of those weights is not held, the fp32 master
   stays in the optimizer. Off (Megatron-Core's default): the 16-bit weights and their FP8 copies.
+- ``distributed_fused_adam`` (``"off"``, ``"fp32"`` or ``"bf16"``) — the optimizer is Apex's
+  ``DistributedFusedAdam`` as NeMo 1.x sets it up (``optim.name: distributed_fused_adam``),
+  with the optimizer-state dtype ``optim.dtype`` (NeMo's default fp32). Its sharded state per
+  parameter is two Adam moments in that dtype plus, by NeMo's rule
+  (``MegatronBaseModel.setup_optimization``): under ``fp8_param_gather`` (NeMo's
+  ``fp8_params``) a stored parameter copy in that dtype (``store_params``); with an fp32 state
+  for a bf16 model the 16 trailing bits of the fp32 master only (``store_param_remainders``);
+  with a bf16 state for a bf16 model no copy at all (:func:`~stage_explore.analytical.
+  frameworks.distributed_fused_adam_state_bytes`: 10, 4, or with FP8 parameters 12, 6 bytes
+  instead of Megatron's 12). Memory only: the optimizer step is timed as Megatron's. Off:
+  Megatron-Core's distributed optimizer (fp32 master and moments).
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
@@ -242,7 +253,12 @@ OPTION_FLAGS: dict[str, str] = {
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
+    "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
 }
+
+#: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
+#: optimizer-state dtype of Apex's ``DistributedFusedAdam``.
+DISTRIBUTED_FUSED_ADAM = ("off", "fp32", "bf16")
 
 #: fp32 logits-sized buffers DTensor's ``loss_parallel`` cross-entropy holds at its backward's
 #: peak (``loss_parallel``): the saved log-probabilities, and ``zeros_like``, ``exp`` and their
@@ -299,6 +315,7 @@ class FrameworkProfile:
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
+    distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -351,6 +368,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `eager_modules` must be one of "
                         f"{', '.join(EAGER_MODULES)}, but got {value!r}"
+                    )
+            elif option == "distributed_fused_adam":
+                if value not in DISTRIBUTED_FUSED_ADAM:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `distributed_fused_adam` must be one of "
+                        f"{', '.join(DISTRIBUTED_FUSED_ADAM)}, but got {value!r}"
                     )
             elif option == "grad_accumulation":
                 if value not in GRAD_ACCUMULATION:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from stage_core.errors import ConfigError
 from stage_explore.analytical.framework_profile import (
+    DISTRIBUTED_FUSED_ADAM,
     FP32_BYTES,
     GIB,
     GRAD_ACCUMULATION,
@@ -25,6 +26,7 @@ from stage_explore.analytical.framework_profile import (
 
 __all__ = [
     "DEFAULT_FRAMEWORK",
+    "DISTRIBUTED_FUSED_ADAM",
     "FP32_BYTES",
     "FP8_DYNAMIC_CAST_BYTES",
     "FRAMEWORKS",
@@ -34,6 +36,7 @@ __all__ = [
     "MIB",
     "OPTION_FLAGS",
     "FrameworkProfile",
+    "distributed_fused_adam_state_bytes",
     "fsdp1_flat_grad_bytes",
     "fsdp2_copy_bytes",
     "get_framework",
@@ -374,6 +377,34 @@ def grad_accumulation_bytes(
         fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
         return weight_bytes + 2 * fp32 + 2 * fp32
     return weight_bytes + 2 * grad_bytes
+
+
+#: Bytes of the 16 trailing bits of an fp32 master weight Apex's ``DistributedFusedAdam`` keeps
+#: under ``store_param_remainders`` ("store bits required to reconstruct FP32 params" from the
+#: bf16 parameter; apex/contrib/optimizers/distributed_fused_adam.py).
+PARAM_REMAINDER_BYTES = 2
+
+
+def distributed_fused_adam_state_bytes(profile: FrameworkProfile, fp8_params: bool) -> int | None:
+    """Optimizer-state bytes per parameter (before sharding) of Apex's ``DistributedFusedAdam``
+    under ``profile.distributed_fused_adam`` (``None`` when off: Megatron's 12) for a bf16
+    model, ``fp8_params`` when its FP8 layers' parameters are FP8 (NeMo ``fp8_params``). Two
+    Adam moments in the state dtype, and NeMo's choice of the parameter copy
+    (nemo/collections/nlp/models/language_modeling/megatron_base_model.py,
+    ``setup_optimization``): ``fp8_params`` -> ``store_params`` (a copy in the state dtype);
+    state dtype = model dtype (bf16) -> ``store_params=False`` (none); fp32 state for a bf16
+    model -> ``store_param_remainders`` (:data:`PARAM_REMAINDER_BYTES`)."""
+    dtype = profile.distributed_fused_adam
+    if dtype == "off":
+        return None
+    state = FP32_BYTES if dtype == "fp32" else 2
+    if fp8_params:
+        copy = state
+    elif dtype == "bf16":
+        copy = 0
+    else:
+        copy = PARAM_REMAINDER_BYTES
+    return 2 * state + copy
 
 
 def get_framework(name: str) -> FrameworkProfile:
