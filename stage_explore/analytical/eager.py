@@ -33,6 +33,21 @@ negligible beside a row of thousands of elements and are not counted):
   summed in fp32 (autograd's ``InputBuffer``). MPT's ``Wqkv`` is one fused linear, so its input
   gradient is one GEMM's output and nothing accumulates there (the generator's separate q, k,
   v einsums add their three input gradients: 0 bytes here).
+- :data:`FMS_ROPE`, :data:`FMS_KV_EXPAND` — IBM's foundation-model-stack Llama (``fms``, the
+  model fms-fsdp trains; ``fms/models/llama.py`` ``LLaMABlock`` on ``fms/modules``), whose norm
+  is ``LayerNormParameterized(..., use_mean=False, use_high_precision_pow=True)``: ``xf =
+  x.float(); xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)``, ``type_as(x)``, ``weight
+  * x`` — torchtitan's RMSNorm op for op (:data:`TORCHTITAN_RMSNORM`); its ``GatedLinearUnit``
+  ``a(wg(x)) * w1(x)`` with ``nn.SiLU`` is torchtitan's SwiGLU. Its ``RotaryEmbedding`` avoids
+  complex numbers: ``adjusted_qk`` views ``q.float()`` as pairs and multiplies them by cached
+  2×2 rotation matrices, ``freqs[...].mul(q_.unsqueeze(-2)).sum(5).flatten(3).type_as(q)`` — an
+  fp32 product at twice the elements, a reduction, a cast; backward the casts, the product's
+  gradient at the broadcast shape and its reduction to ``q_``'s (autograd's ``sum_to``; the
+  ``sum``'s own backward is an expand, a view). ``MultiHeadAttention`` repeats grouped keys and
+  values for SDPA ("Expand kv so black-box attn will work":
+  ``keys.unsqueeze(2).expand(-1, -1, expansion, -1, -1).flatten(1, 2)``, a copy of each to
+  ``nheads / kvheads`` times its size; backward the expand's sum back), counted per element of
+  ``k`` for both.
 - :data:`RESIDUAL_ADD` — ``h = x + self.attention(...)``, ``out = h + self.feed_forward(...)``.
   Autograd's ``AddBackward0`` hands the gradient to both inputs unchanged
   (``maybe_multiply(grad, alpha)`` returns it as is for ``alpha == 1``): no backward kernel,
@@ -68,8 +83,9 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 #: The values of a framework profile's ``eager_modules``: ``"generator"``, each generator op
 #: one kernel (ATen's native fused ops: ``F.layer_norm``, ``F.gelu``); ``"torchtitan"``, the
 #: module code of torchtitan's Llama models counted here; ``"llm-foundry-2023"``, MPT's blocks
-#: of llm-foundry 2023 with an fp32 residual stream (module docstring).
-EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023")
+#: of llm-foundry 2023 with an fp32 residual stream; ``"fms"``, IBM foundation-model-stack's
+#: Llama of 2024 (fms-fsdp; module docstring).
+EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms")
 
 BF16 = 2  # bytes of a 16-bit element
 FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
@@ -172,6 +188,47 @@ RESIDUAL_ADD = EagerModule(
     compiled_bytes=(2 * BF16 + BF16, 0),
 )
 
+FMS_ROPE = EagerModule(
+    name="rope-fms",
+    source="fms/modules/positions.py RotaryEmbedding.adjusted_qk (2x2 rotation matrices)",
+    forward=(
+        Kernel("q.float().view(..., -1, 2)", BF16, FP32),
+        Kernel("freqs.mul(q_.unsqueeze(-2)): two fp32 products per element", FP32, 2 * FP32),
+        Kernel(".sum(5)", 2 * FP32, FP32),
+        Kernel(".flatten(3).type_as(q)", FP32, BF16),
+    ),
+    backward=(
+        Kernel("ToCopyBackward0 (type_as): grad.float()", BF16, FP32),
+        Kernel("MulBackward0: grad (expanded by SumBackward1) * freqs", FP32, 2 * FP32),
+        Kernel("sum_to: the product's gradient reduced to q_.unsqueeze(-2)", 2 * FP32, FP32),
+        Kernel("ToCopyBackward0 (q.float()): grad.to(bf16)", FP32, BF16),
+    ),
+    compiled_bytes=(BF16 + BF16, BF16 + BF16),
+)
+
+
+def fms_kv_expand(expansion: int) -> EagerModule:
+    """FMS's grouped-query repeat of the keys and the values (module docstring), per element
+    of ``k``: each of the two read once and written ``expansion`` times; backward the
+    expand's reduction (read ``expansion`` gradients, write one) for each. Nothing when every
+    query head has its own key head (``expansion`` 1: no copy)."""
+    if expansion <= 1:
+        return EagerModule("kv-expand-fms", "fms/modules/attention.py", (), (), (0, 0))
+    return EagerModule(
+        name="kv-expand-fms",
+        source="fms/modules/attention.py MultiHeadAttention ('Expand kv so black-box attn')",
+        forward=(
+            Kernel("keys.unsqueeze(2).expand(...).flatten(1, 2)", BF16, expansion * BF16),
+            Kernel("values.unsqueeze(2).expand(...).flatten(1, 2)", BF16, expansion * BF16),
+        ),
+        backward=(
+            Kernel("ExpandBackward0 (keys): sum over the repeats", expansion * BF16, BF16),
+            Kernel("ExpandBackward0 (values): sum over the repeats", expansion * BF16, BF16),
+        ),
+        compiled_bytes=(0, 0),
+    )
+
+
 LLMFOUNDRY_LPLAYERNORM = EagerModule(
     name="lplayernorm",
     source="llmfoundry/models/layers/norm.py LPLayerNorm.forward on an fp32 residual stream",
@@ -225,11 +282,12 @@ def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[st
         return {}
     if eager_modules == "llm-foundry-2023":
         return _llmfoundry_op_bytes(model)
+    fms = eager_modules == "fms"
     modules: list[tuple[tuple[str, ...], EagerModule]] = [(_RESIDUAL_OPS, RESIDUAL_ADD)]
     if model.norm is Norm.RMSNORM:  # norm_type "layernorm" is nn.LayerNorm: one ATen kernel
-        modules.append((_NORM_OPS, TORCHTITAN_RMSNORM))
+        modules.append((_NORM_OPS, TORCHTITAN_RMSNORM))  # fms: the same ops (docstring)
     if model.position is Position.ROTARY:
-        modules.append((_ROPE_OPS, TORCHTITAN_ROPE))
+        modules.append((_ROPE_OPS, FMS_ROPE if fms else TORCHTITAN_ROPE))
     if model.activation is Activation.SWIGLU:
         modules.append((_SWIGLU_OPS, TORCHTITAN_SWIGLU))
     table: dict[str, int] = {}
@@ -237,6 +295,10 @@ def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[st
         for name in names:
             table[name] = module.bytes_per_element(backward=False)
             table[f"{name}.backward"] = module.bytes_per_element(backward=True)
+    if fms and "k.rope" in table:  # the repeated keys and values, per element of k
+        expand = fms_kv_expand(model.heads // max(1, model.kv_heads))
+        table["k.rope"] += expand.bytes_per_element(backward=False)
+        table["k.rope.backward"] += expand.bytes_per_element(backward=True)
     return table
 
 

@@ -79,7 +79,9 @@ Options (all booleans unless said):
   complex64 rotary embedding, ``F.silu(w1(x)) * w3(x)``, residual adds whose backward is free —
   each ATen op and each autograd formula a kernel over whole tensors; ``"llm-foundry-2023"``,
   MPT's blocks of 2023 on an fp32 residual stream (``LPLayerNorm`` casting ``x`` down per
-  norm, fp32 residual adds and gradient sums).
+  norm, fp32 residual adds and gradient sums); ``"fms"``, IBM foundation-model-stack's Llama
+  (fms-fsdp): torchtitan's RMSNorm and SwiGLU ops, a rotary embedding by fp32 2×2 rotation
+  matrices, grouped keys and values repeated by a copy for SDPA.
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -235,7 +237,7 @@ OPTION_FLAGS: dict[str, str] = {
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
-    "eager_modules": "eager module code: generator ops / torchtitan Llama / llm-foundry 2023 MPT",
+    "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",

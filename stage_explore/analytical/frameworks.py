@@ -1,10 +1,10 @@
 """Training-framework behaviours that decide real step times: the registry :data:`FRAMEWORKS`
 of shipped profiles (Megatron-LM 2021, Megatron-Core, DeepSpeed, PyTorch FSDP, NeMo AutoModel,
-llm-foundry 2023, TorchTitan), :func:`get_framework`, :func:`zero3_gathered_bytes` (the
-gathered ZeRO-3 parameters a rank holds under each framework's gathering rule),
-:func:`grad_accumulation_bytes` (the traffic of accumulating gradients over micro-batches) and
-the FSDP copy-kernel byte counts. The profile type and its options are in
-:mod:`stage_explore.analytical.framework_profile` (re-exported here).
+IBM fms-fsdp, llm-foundry 2023, TorchTitan), :func:`get_framework`,
+:func:`zero3_gathered_bytes` (the gathered ZeRO-3 parameters a rank holds under each
+framework's gathering rule), :func:`grad_accumulation_bytes` (the traffic of accumulating
+gradients over micro-batches) and the FSDP copy-kernel byte counts. The profile type and its
+options are in :mod:`stage_explore.analytical.framework_profile` (re-exported here).
 """
 
 from __future__ import annotations
@@ -304,6 +304,23 @@ FRAMEWORKS["automodel"] = replace(
     description="NeMo AutoModel (FSDP2 + EP + PP, Transformer Engine modules; 2025)",
     source="https://github.com/NVIDIA-NeMo/Automodel (components/moe/parallelizer.py)",
     attention_kernel="cudnn",
+)
+
+#: IBM's fms-fsdp (github.com/foundation-model-stack/fms-fsdp, the PyTorch/IBM FSDP blog of
+#: March 2024): torch FSDP1 (main_training.py: FullyShardedDataParallel(..., use_orig_params=
+#: cfg.use_torch_compile, limit_all_gathers=True), no backward_prefetch given: BACKWARD_PRE) on
+#: IBM foundation-model-stack's Llama run eager (the blog's runs predate its torch.compile),
+#: bf16 MixedPrecision for parameters and reductions (policies/mixed_precision.py bfSixteen).
+#: Without use_orig_params the unsharded parameters are views of the flat parameter, so each
+#: backward concatenates their gradients into the flat gradient (fsdp1_flat_grad, bf16 here);
+#: the eager modules are fms's (eager.py, "fms").
+FRAMEWORKS["fms-fsdp"] = replace(
+    FRAMEWORKS["fsdp"],
+    name="fms-fsdp",
+    description="IBM fms-fsdp (PyTorch FSDP1, eager foundation-model-stack Llama; 2024)",
+    source="https://github.com/foundation-model-stack/fms-fsdp (main_training.py)",
+    eager_modules="fms",
+    fsdp1_flat_grad=True,
 )
 
 #: The profile the analytical backend uses when none is named (the behaviour the backend was

@@ -57,5 +57,6 @@ def test_without_zero3_nothing_is_concatenated() -> None:
     assert _compute(parallel, True) == _compute(parallel, False)
 
 
-def test_only_the_llm_foundry_profile_runs_fsdp1() -> None:
-    assert [name for name, p in FRAMEWORKS.items() if p.fsdp1_flat_grad] == ["llm-foundry-2023"]
+def test_only_the_llm_foundry_and_fms_fsdp_profiles_run_fsdp1() -> None:
+    fsdp1 = [name for name, p in FRAMEWORKS.items() if p.fsdp1_flat_grad]
+    assert sorted(fsdp1) == ["fms-fsdp", "llm-foundry-2023"]

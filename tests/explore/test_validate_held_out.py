@@ -47,8 +47,8 @@ OTHERS = {
 }
 #: One-metric sources on a system file of the data folder: source → (id prefix, file, framework).
 ON_FILES = {
-    "IBMFSDP-H100": ("IBMFSDP-H100-", "ibm-h100-800g.toml", "fsdp"),
-    "IBMFSDP-A100": ("IBMFSDP-A100-", "ibm-a100-400g.toml", "fsdp"),
+    "IBMFSDP-H100": ("IBMFSDP-H100-", "ibm-h100-800g.toml", "fms-fsdp"),
+    "IBMFSDP-A100": ("IBMFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
 }
 #: Rows the generator cannot express (each with its reason in setups.toml).
 NOT_EVALUATED = {
