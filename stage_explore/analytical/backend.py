@@ -294,12 +294,13 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         for stage in range(p):
             signature = signatures[stage]
             shapes = stage_shapes[stage] if spans else ()
-            class_key = (signature, shapes)
+            first = stage == 0 or not self.framework.ddp_bucket_first_chunk_only
+            class_key = (signature, shapes, first)
             index = class_of.get(class_key)
             if index is None:
                 index = class_of[class_key] = len(classes)
                 here = {axes: span[stage] for axes, span in zip(relevant, spans, strict=True)}
-                classes.append(self._class(point, signature, kinds, here, shapes, chunks))
+                classes.append(self._class(point, signature, kinds, here, shapes, chunks, first))
             stage_class.append(index)
         transfer = self._transfer(point) if p > 1 else 0.0
         working_set = self._parts.get(
@@ -321,17 +322,23 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         spans: dict[tuple[str, ...], Any],
         shapes: tuple[Any, ...],
         chunks: dict[Hashable, ChunkParts],
+        first_stage: bool = True,
     ) -> tuple[StageClass, tuple[int, int]]:
         """One pipeline-stage class (chunk timings, gradient synchronisation, model states)
         and its model and hardware FLOPs per micro-batch; ``chunks`` holds the chunks already
-        costed in this plan, by runs and the shapes of the groups the class spans."""
+        costed in this plan, by runs, the shapes of the groups the class spans and whether
+        the chunk's gradients are bucketed (under ``ddp_bucket_first_chunk_only`` only the first
+        chunk of the first pipeline stage: ``first_stage``)."""
         workload = point.workload
         parts = []
-        for runs in signature:
-            chunk_key = (runs, shapes)
+        for index, runs in enumerate(signature):
+            bucketed = not self.framework.ddp_bucket_first_chunk_only or (
+                first_stage and index == 0
+            )
+            chunk_key = (runs, shapes, bucketed)
             part = chunks.get(chunk_key)
             if part is None:
-                part = chunks[chunk_key] = self._chunk(point, runs, kinds, spans)
+                part = chunks[chunk_key] = self._chunk(point, runs, kinds, spans, bucketed)
             parts.append(part)
         exposed: dict[str, float] = {}
         compute_s = 0.0
@@ -379,12 +386,19 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         return stage_class, (model, hardware)
 
     def _chunk(
-        self, point: Point, runs: Runs, kinds: dict[str, KindParts], spans: dict[Any, Any]
+        self,
+        point: Point,
+        runs: Runs,
+        kinds: dict[str, KindParts],
+        spans: dict[Any, Any],
+        bucketed: bool = True,
     ) -> ChunkParts:
         """One chunk on one rank: its timing per micro-batch, its gradient synchronisation
         after its last backward (after its last W under a split backward) and its ZeRO-1/2
         parameter gathers, its model states; under a split backward (zero-bubble schedules,
-        :mod:`stage_core.lower.weightgrad`) also its B seconds, W-pending bytes and compute."""
+        :mod:`stage_core.lower.weightgrad`) also its B seconds, W-pending bytes and compute.
+        Not ``bucketed`` (Megatron-Core's ``disable_bucketing``): its gradients are one bucket,
+        reduced after its last backward, and its parameters are gathered in one all-gather."""
         parallel = point.workload.parallel
         zero = parallel.zero
         split = str(parallel.schedule) in SPLIT_BACKWARD
@@ -409,7 +423,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         groups = []
         limit = (  # a bucket at a time during the backward, or one after it
             grad_bucket_bytes(self.framework, parallel, point.workload.grad_bytes)
-            if Overlap.GRAD_REDUCE in self.policy.overlaps
+            if Overlap.GRAD_REDUCE in self.policy.overlaps and bucketed
             else UNBUCKETED
         )
         grad_total = 0
@@ -427,7 +441,16 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         for axes, size in gathered.items():
             gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
-        if Overlap.PARAM_GATHER in self.policy.overlaps:  # during the next step's first forward
+        gather_overlapped = Overlap.PARAM_GATHER in self.policy.overlaps
+        if gather_overlapped and not bucketed:
+            # one all-gather for the chunk, dispatched before an earlier forward: at the step's
+            # start on a later pipeline stage (waiting for its first input), with the previous
+            # chunk's first forward for a later virtual chunk (Megatron-Core 0.8 chains every
+            # chunk's gathers; NeMo/Megatron-Bridge set align_param_gather with vp > 1, whose
+            # schedule dispatches chunk k+1's gather when chunk k's first forward starts):
+            # hidden behind one forward of the chunk
+            gather = max(0.0, gather - timing.forward_s)
+        elif gather_overlapped:  # during the next step's first forward
             # one bucket at a time (Megatron-Core: the first bucket's all-gather is launched
             # just before the forward and waited for by its first layer; each next one when the
             # previous ends): the first bucket's share is exposed, the rest behind the forward

@@ -209,6 +209,14 @@ Options (all booleans unless said):
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
+- ``ddp_bucket_first_chunk_only`` — only the first model chunk of the first pipeline stage
+  reduces its gradients in buckets: Megatron-Core's ``DistributedDataParallel`` sets
+  ``bucket_size = None`` when ``disable_bucketing`` (the training loops pass
+  ``model_chunk_idx > 0``: "communication for these model chunks is overlapped with compute
+  anyway") or on a pipeline rank past the first ("data-parallel communication on these stages
+  is not on the critical path"). Such a chunk reduces all its gradients after its last
+  backward and gathers its parameters in one all-gather, dispatched before an earlier forward
+  (:meth:`~stage_explore.analytical.backend.AnalyticalBackend._chunk`).
 """
 
 from __future__ import annotations
@@ -256,6 +264,7 @@ OPTION_FLAGS: dict[str, str] = {
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
+    "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
@@ -318,6 +327,7 @@ class FrameworkProfile:
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
+    ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:

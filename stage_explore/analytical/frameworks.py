@@ -131,6 +131,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # core/distributed/distributed_data_parallel.py: bucket_size = max(40000000,
             # 1000000 * dp_group.size()) parameters unless set (stage_explore/analytical/buckets.py)
             ddp_bucket_scales_with_dp=True,
+            # the same file: bucket_size None with disable_bucketing (training.py get_model:
+            # model_chunk_idx > 0; NeMo's MegatronParallel likewise) or pp rank > 0
+            ddp_bucket_first_chunk_only=True,
         ),
         FrameworkProfile(
             name="deepspeed",
