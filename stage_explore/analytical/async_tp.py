@@ -36,18 +36,32 @@ NCCL_ALL_REDUCE_SMS = 24
 
 
 def async_grad_allreduce_rule(policy: TimingPolicy, tp: int, sp: bool) -> OverlapRule | None:
-    """The backward tensor-parallel all-reduces ``policy`` runs beside the weight-gradient
-    GEMMs (:class:`~stage_explore.analytical.overlap.Bulk`), or None when it runs none that
-    way: :attr:`Overlap.TP_ASYNC_GRAD_ALLREDUCE` on, tp > 1, no sequence parallelism."""
-    if Overlap.TP_ASYNC_GRAD_ALLREDUCE not in policy.overlaps or tp <= 1 or sp:
+    """The backward tensor-parallel collectives of input gradients ``policy`` issues before
+    the weight-gradient GEMMs and runs beside them (:class:`~stage_explore.analytical.overlap.
+    Bulk`), or None when it runs none that way (tp 1, or neither case below).
+
+    Without sequence parallelism: the all-reduces, when :attr:`Overlap.TP_ASYNC_GRAD_ALLREDUCE`
+    is on. With it: the reduce-scatters, which Megatron's sequence-parallel linear always
+    issues with ``async_op=True`` before its weight gradient
+    (``ColumnParallelLinearWithSequenceParallelism.backward`` in the Megatron-LM of Korthikanti
+    et al. 2022, later ``LinearWithGradAccumulationAndAsyncCommunication``), when the policy's
+    collectives wait for the compute issued before them
+    (:attr:`TimingPolicy.collectives_wait_for_issued_compute`; otherwise
+    :func:`~stage_explore.analytical.blocktime.time_block` already starts the reduce-scatter as
+    soon as its input gradient is ready, beside the weight gradient)."""
+    if tp <= 1:
+        return None
+    if sp:
+        if not policy.collectives_wait_for_issued_compute:
+            return None
+        kind = CollectiveKind.REDUCE_SCATTER
+    elif Overlap.TP_ASYNC_GRAD_ALLREDUCE in policy.overlaps:
+        kind = CollectiveKind.ALL_REDUCE
+    else:
         return None
 
     def rule(instr: Instr) -> float | Pipelined | Bulk | None:
-        if (
-            instr.collective is CollectiveKind.ALL_REDUCE
-            and instr.phase == "bwd"
-            and instr.axes in _TP_GROUPS
-        ):
+        if instr.collective is kind and instr.phase == "bwd" and instr.axes in _TP_GROUPS:
             return Bulk()
         return None
 

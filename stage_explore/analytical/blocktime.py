@@ -6,7 +6,11 @@ gradient synchronisation that overlaps a chunk's last backward.
 do — each runs its instructions in program (index) order: an instruction starts when its
 stream has finished the previous one and its dependencies have finished. Communication thus
 overlaps the compute the program places after it and that does not need it (Megatron-LM's
-weight-gradient GEMM behind the input-gradient reduction), never an earlier wait. (ASTRA-sim
+weight-gradient GEMM behind the input-gradient reduction), never an earlier wait. A collective
+starts when its own inputs are ready, or — ``collectives_wait_for_issued_compute``, a
+framework option — only once every compute instruction placed before it has finished, as a
+``torch.distributed`` collective issued from the compute stream does (the NCCL stream waits for
+the issuing stream). (ASTRA-sim
 instead issues any *ready* node of a free slot in id order, so an independent node may run
 ahead of one that waits; the two agree when the program order is a valid schedule without such
 waits.) Compute instructions take the time the caller gives (the accelerator's roofline with
@@ -72,10 +76,13 @@ def time_block(
     instrs: Sequence[Instr],
     compute_s: Callable[[Instr], float],
     comm_s: Callable[[Instr], float],
+    collectives_wait_for_issued_compute: bool = False,
 ) -> BlockTiming:
     """Timing of ``instrs`` on one in-order compute stream and one in-order communication
     stream: an instruction starts when its stream has finished the previous one and its
-    dependencies have finished."""
+    dependencies have finished. With ``collectives_wait_for_issued_compute`` a collective also
+    waits for every compute instruction placed before it (PyTorch's ProcessGroupNCCL makes
+    the NCCL stream wait for the issuing stream: ``syncStream`` in ``collective()``)."""
     if not instrs:
         return BlockTiming.zero()
     free = [0.0, 0.0]
@@ -84,6 +91,8 @@ def time_block(
     for index, instr in enumerate(instrs):
         slot = 1 if instr.collective is not None or instr.kind == "ring" else 0
         start = free[slot]
+        if slot and collectives_wait_for_issued_compute and free[0] > start:
+            start = free[0]  # the compute stream's work issued so far ends at free[0]
         for dep in instr.deps:
             if finish[dep] > start:
                 start = finish[dep]

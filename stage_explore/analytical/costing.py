@@ -282,7 +282,7 @@ class BlockCosting(PhasePasses):
             point.workload.flags.sp,
             point.workload.axis_sizes["tp"],
         )
-        async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce, no SP
+        async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce / SP scatter
             policy, point.workload.parallel.tp, point.workload.flags.sp
         )
         rule = combine_rules(rule, async_rule)
@@ -315,7 +315,9 @@ class BlockCosting(PhasePasses):
             if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
                 message = self._cp_message(point, spans)
                 comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
-            timing = time_block(instrs, compute_s, comm_s)
+            timing = time_block(  # under torch.distributed: behind the compute issued before
+                instrs, compute_s, comm_s, policy.collectives_wait_for_issued_compute
+            )
             kernels = point.system.accelerator.kernels
             if async_rule is not None and shared and kernels is not None:
                 bulk_s = sum(comm_s(i) for i in instrs if async_rule(i) is not None)

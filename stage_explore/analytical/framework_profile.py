@@ -206,6 +206,17 @@ Options (all booleans unless said):
   frameworks.distributed_fused_adam_state_bytes`: 10, 4, or with FP8 parameters 12, 6 bytes
   instead of Megatron's 12). Memory only: the optimizer step is timed as Megatron's. Off:
   Megatron-Core's distributed optimizer (fp32 master and moments).
+- ``collectives_wait_for_issued_compute`` — a collective issued from the compute stream
+  starts only when every kernel issued before it on that stream has finished, not as soon as
+  its own input is ready: PyTorch's ``ProcessGroupNCCL::collective`` makes the NCCL stream wait
+  for the issuing stream (``syncStream``, "let NCCL streams wait for input tensors allocation
+  streams"), ``async_op`` or not (:func:`~stage_explore.analytical.blocktime.time_block`). So
+  Megatron-LM 2021's synchronous all-reduce of fc1's input gradient (``mpu/mappings.py``
+  ``_reduce`` in the backward of ``copy_to_tensor_model_parallel_region``, run after the whole
+  backward of the linear: input gradient, then weight gradient) waits for the weight-gradient
+  GEMM. On in the profiles whose tensor-parallel collectives are plain ``torch.distributed``
+  calls on the compute stream (megatron-lm-2021, deepspeed); off where Transformer Engine's
+  userbuffers run them on streams of their own, and in the profiles not yet reviewed.
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
@@ -265,6 +276,7 @@ OPTION_FLAGS: dict[str, str] = {
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
+    "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
@@ -328,6 +340,7 @@ class FrameworkProfile:
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
+    collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:

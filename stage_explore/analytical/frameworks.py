@@ -99,6 +99,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # that the default profile's memory is exactly `stage memory`'s and the ASTRA-sim
             # backend's (the tests compare them); KOR22-F1 is the same either way
             loss_fp32_buffers=0,
+            # megatron/mpu/mappings.py: every tensor-parallel collective is a synchronous
+            # torch.distributed call on the compute stream (ProcessGroupNCCL: the NCCL stream
+            # waits for that stream at issue)
+            collectives_wait_for_issued_compute=True,
         ),
         FrameworkProfile(
             name="megatron-core",
@@ -175,6 +179,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # deepspeed/runtime/pipe/schedule.py TrainSchedule.steps: RecvActivation/SendGrad
             # and SendActivation/RecvGrad as separate blocking instructions (p2p.send/recv)
             pipeline_p2p_separate=True,
+            # Megatron-DeepSpeed's tensor-parallel collectives are torch.distributed calls on the
+            # compute stream, as Megatron-LM's (megatron/mpu/mappings.py)
+            collectives_wait_for_issued_compute=True,
         ),
         FrameworkProfile(
             name="fsdp",

@@ -17,6 +17,10 @@ between the analytical backend under each framework and ASTRA-sim is a policy:
   stands for its group, the analytical backend) or when every member has (a rendezvous,
   :func:`~stage_explore.analytical.tracesim.simulate`);
 - ``point_to_point`` — what a pipeline transfer holds (:class:`PointToPoint`);
+- ``collectives_wait_for_issued_compute`` — a collective starts only once the compute issued
+  before it on the rank has finished (``torch.distributed`` on the compute stream: the NCCL
+  stream waits for the issuing stream), not as soon as its own inputs are ready (profile
+  option of the same name);
 - ``p2p_scatter_gather`` — without sequence parallelism a stage sends ``1/tp`` of an activation
   and the receiver all-gathers it over tp;
 - ``overlaps`` — the communication the framework takes off the critical path, each a rewrite of
@@ -96,6 +100,7 @@ class TimingPolicy:
     point_to_point: PointToPoint
     p2p_scatter_gather: bool
     overlaps: frozenset[Overlap]
+    collectives_wait_for_issued_compute: bool = False
 
     @classmethod
     def from_profile(cls, profile: FrameworkProfile) -> TimingPolicy:
@@ -113,6 +118,7 @@ class TimingPolicy:
             point_to_point=point_to_point,
             p2p_scatter_gather=profile.pipeline_scatter_gather,
             overlaps=frozenset(o for o in Overlap if getattr(profile, o.value)),
+            collectives_wait_for_issued_compute=profile.collectives_wait_for_issued_compute,
         )
 
     def overlapped(self, overlap: Overlap) -> bool:
@@ -123,9 +129,10 @@ class TimingPolicy:
         """One line for people: the policy's values."""
         overlaps = ", ".join(sorted(self.overlaps)) or "none"
         scatter = ", p2p scatter/gather" if self.p2p_scatter_gather else ""
+        waits = ", collectives after issued compute" if self.collectives_wait_for_issued_compute else ""
         return (
-            f"issue {self.issue}, collective start {self.collective_start}, point-to-point "
-            f"{self.point_to_point}{scatter}; overlaps: {overlaps}"
+            f"issue {self.issue}{waits}, collective start {self.collective_start}, "
+            f"point-to-point {self.point_to_point}{scatter}; overlaps: {overlaps}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,6 +142,7 @@ class TimingPolicy:
             "point_to_point": str(self.point_to_point),
             "p2p_scatter_gather": self.p2p_scatter_gather,
             "overlaps": sorted(str(o) for o in self.overlaps),
+            "collectives_wait_for_issued_compute": self.collectives_wait_for_issued_compute,
         }
 
 
