@@ -129,7 +129,9 @@ class TimingPolicy:
         """One line for people: the policy's values."""
         overlaps = ", ".join(sorted(self.overlaps)) or "none"
         scatter = ", p2p scatter/gather" if self.p2p_scatter_gather else ""
-        waits = ", collectives after issued compute" if self.collectives_wait_for_issued_compute else ""
+        waits = ""
+        if self.collectives_wait_for_issued_compute:
+            waits = ", collectives after issued compute"
         return (
             f"issue {self.issue}{waits}, collective start {self.collective_start}, "
             f"point-to-point {self.point_to_point}{scatter}; overlaps: {overlaps}"
