@@ -409,6 +409,7 @@ def alpha_beta_collective_s(
     group: Sequence[int] | None,
     scale_out_fraction: float = 1.0,
     pipelined: bool = False,
+    level_fractions: Sequence[float] = (),
 ) -> float:
     """Seconds for a collective over ``group`` (``None``: every rank of ``system``), α–β mode.
 
@@ -419,6 +420,9 @@ def alpha_beta_collective_s(
     slowest level, not their sum (DeepEP's internode dispatch and combine are one kernel whose
     warps are RDMA senders, RDMA-to-NVLink forwarders and NVLink receivers working on a stream
     of chunks: ``csrc/kernels/internode.cu``, ``WarpRole``); off: one level after the other.
+    ``level_fractions`` (one per level the group spans, innermost first): an all-to-all carries
+    that share of its bytes on each level instead (DeepEP's per-rank and per-node deduplication,
+    :func:`~stage_explore.analytical.deepep.deepep_level_fractions`); empty: as above.
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
@@ -454,9 +458,17 @@ def alpha_beta_collective_s(
             total += level(AG, index, ranks, buffer)
         return total
     outer = levels[-1][0] if len(levels) > 1 else -1
+    shares = [scale_out_fraction if index == outer else 1.0 for index, _ in levels]
+    if level_fractions:
+        if len(level_fractions) != len(levels):
+            raise ConfigError(
+                f"`level_fractions` needs one share per level the group spans ({len(levels)}), "
+                f"but got {tuple(level_fractions)!r}"
+            )
+        shares = list(level_fractions)
     times = [
-        level(A2A, index, ranks, buffer * (scale_out_fraction if index == outer else 1.0))
-        for index, ranks in levels
+        level(A2A, index, ranks, buffer * share)
+        for (index, ranks), share in zip(levels, shares, strict=True)
     ]
     return max(times) if pipelined else sum(times)
 

@@ -55,7 +55,6 @@ from stage_explore.analytical.blocktime import (
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
-    deepep_scale_out_fraction,
     group_span,
 )
 from stage_explore.analytical.context_parallel import cp_comm_timer
@@ -63,6 +62,7 @@ from stage_explore.analytical.costs import (
     optimizer_step_s,
     stage_transfer_s,
 )
+from stage_explore.analytical.deepep import deepep_level_fractions
 from stage_explore.analytical.eager import eager_op_bytes
 from stage_explore.analytical.frameworks import (
     FP32_BYTES,
@@ -179,11 +179,14 @@ class BlockCosting(PhasePasses):
         size: int,
         scale_out: float = 1.0,
         pipelined: bool = False,
+        fractions: tuple[float, ...] = (),
     ) -> float:
         shape, group, _ = span
         return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size, scale_out, pipelined),
-            lambda: alpha_beta_collective_s(point.system, kind, size, group, scale_out, pipelined),
+            ("comm", point.token, shape, kind, size, scale_out, pipelined, fractions),
+            lambda: alpha_beta_collective_s(
+                point.system, kind, size, group, scale_out, pipelined, fractions
+            ),
         )
 
     def _deepep_all_to_all(self, point: Point, instr: Instr) -> bool:
@@ -193,18 +196,22 @@ class BlockCosting(PhasePasses):
         model = point.workload.model
         return model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)
 
-    def _deepep_scale_out(self, point: Point, span: Any, instr: Instr) -> float | None:
-        """DeepEP's share of an expert all-to-all's scale-out bytes (``moe_deepep``): experts
-        evenly on the nodes of the group's outermost dim; None for every other collective and
-        for one spanning a single dim (NCCL's or DeepEP's intranode kernel, all bytes)."""
+    def _deepep_fractions(self, point: Point, span: Any, instr: Instr) -> tuple[float, ...]:
+        """DeepEP's share of an expert all-to-all's bytes on each level its group spans
+        (``moe_deepep``; :func:`~stage_explore.analytical.deepep.deepep_level_fractions`: a
+        token sent once per destination rank inside a node and once per destination node
+        across nodes, experts contiguous on the ranks; the router ``moe_fake_balanced_gate``
+        or random balanced routing); empty for every other collective and for a group that is
+        not a full sub-grid of the dims it spans (all bytes on one flat level)."""
         model = point.workload.model
         if not self._deepep_all_to_all(point, instr):
-            return None
+            return ()
         (_, counts, regular), _, _ = span
         spanned = [count for count in counts if count > 1]
-        if not regular or len(spanned) < 2:
-            return None
-        return deepep_scale_out_fraction(model.num_experts, model.top_k, spanned[-1])
+        if not regular or not spanned:
+            return ()
+        routing = "round_robin" if self.framework.moe_fake_balanced_gate else "random"
+        return deepep_level_fractions(model.num_experts, model.top_k, spanned, routing)
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
         """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
@@ -230,12 +237,13 @@ class BlockCosting(PhasePasses):
         """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
         if instr.kind != "ring":
             assert instr.collective is not None
-            scale_out = self._deepep_scale_out(point, span, instr)  # DeepEP: levels at once
-            if scale_out is None:
+            fractions = self._deepep_fractions(point, span, instr)  # DeepEP: levels at once
+            if not fractions:
                 return self._collective_time(point, span, instr.collective, instr.comm_bytes)
             return self._collective_time(
-                point, span, instr.collective, instr.comm_bytes, scale_out, pipelined=True
-            )
+                point, span, instr.collective, instr.comm_bytes, pipelined=True,
+                fractions=fractions,
+            )  # fmt: skip
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes
         (peer,) = point.table.shifted(np.array([rank]), axis, 1)

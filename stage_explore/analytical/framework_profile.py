@@ -134,7 +134,14 @@ Options (all booleans unless said):
   "normal kernels": NVLink-to-RDMA forwarding), so the scale-out level of the expert
   all-to-all carries :func:`~stage_explore.analytical.collectives.deepep_scale_out_fraction`
   of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
-  sent.
+  sent. Inside a node DeepEP sends a token once per destination rank, not once per expert
+  (:mod:`~stage_explore.analytical.deepep`).
+- ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
+  (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
+  ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
+  fewer ranks and nodes than under random balanced routing (the default, Megatron-Core's
+  ``--moe-router-force-load-balancing``: random router logits). Only DeepEP's traffic depends
+  on it; the experts' work is balanced either way.
 - ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
   parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
   held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
@@ -262,6 +269,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed bf16",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
+    "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
@@ -326,6 +334,7 @@ class FrameworkProfile:
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
+    moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed

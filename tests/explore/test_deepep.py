@@ -58,13 +58,14 @@ def _step(parallel: ParallelConfig, deepep: bool) -> dict[str, float]:
     return {"step": result.step_time_s, **result.breakdown}
 
 
-def test_the_backend_shrinks_only_cross_node_expert_all_to_alls() -> None:
+def test_the_backend_shrinks_expert_all_to_alls() -> None:
     across = ParallelConfig(dp=32, ep=32, micro_batch=1, global_batch=64)  # ep over 4 nodes
     off, on = _step(across, False), _step(across, True)
     assert on["exposed_all_to_all"] < off["exposed_all_to_all"]
     assert on["step"] < off["step"]
     within = ParallelConfig(dp=8, ep=8, micro_batch=1, global_batch=16)  # one node
-    assert _step(within, True) == _step(within, False)
+    # inside a node DeepEP sends a token once per destination rank, not once per expert
+    assert _step(within, True)["exposed_all_to_all"] < _step(within, False)["exposed_all_to_all"]
     assert math.isfinite(on["step"])
 
 

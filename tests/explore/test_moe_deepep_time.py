@@ -86,7 +86,9 @@ def test_backend_times_deepep_all_to_alls_pipelined(monkeypatch: pytest.MonkeyPa
     ) -> float:
         scale_out = rest[0] if rest else 1.0
         assert isinstance(scale_out, float)
-        return real(system, kind, size, group, scale_out, pipelined=False)
+        fractions = rest[2] if len(rest) > 2 else ()
+        assert isinstance(fractions, tuple)
+        return real(system, kind, size, group, scale_out, False, fractions)
 
     monkeypatch.setattr(costing, "alpha_beta_collective_s", serial)
     forced = _breakdown(ACROSS, moe_deepep=True)
