@@ -69,6 +69,7 @@ from stage_explore.analytical.frameworks import (
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
     distributed_fused_adam_state_bytes,
+    pipelining_buffer_bytes,
 )
 from stage_explore.analytical.kernels import (
     BLOCK_SCALED,
@@ -515,13 +516,24 @@ class BlockCosting(PhasePasses):
         rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
         parameters and unsharded gradients; and, on the stage holding the loss, what a loss
         on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
-        :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set."""
+        :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set; under
+        ``pipelining_stage_buffers`` with pp > 1, torch pipelining's receive buffers and kept
+        outputs (:func:`~stage_explore.analytical.frameworks.pipelining_buffer_bytes`; the first
+        stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe)."""
         workload, profile = point.workload, self.framework
         parallel = workload.parallel
         held = gathered
         if profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
             elements = sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
             held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
+        if profile.pipelining_stage_buffers and parallel.pp > 1:
+            chunks = [
+                (any(k == "embedding" for k, _ in runs), any(k == "head" for k, _ in runs))
+                for runs in signature
+            ]
+            m = workload.micro_batches
+            in_flight = m if str(parallel.schedule) == "gpipe" else min(parallel.pp, m)
+            held += pipelining_buffer_bytes(chunks, m, boundary_bytes(workload), in_flight)
         buffers = profile.loss_fp32_buffers
         if profile.loss_parallel and parallel.tp > 1:  # DTensor loss_parallel's backward
             buffers = LOSS_PARALLEL_FP32_BUFFERS

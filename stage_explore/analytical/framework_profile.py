@@ -224,6 +224,16 @@ Options (all booleans unless said):
   GEMM. On in the profiles whose tensor-parallel collectives are plain ``torch.distributed``
   calls on the compute stream (megatron-lm-2021, deepspeed); off where Transformer Engine's
   userbuffers run them on streams of their own, and in the profiles not yet reviewed.
+- ``pipelining_stage_buffers`` — pipeline stages are ``torch.distributed.pipelining``
+  ``PipelineStage`` s (torchtitan): each stage allocates, once and for the whole run, a receive
+  buffer for the input of every micro-batch (``_prepare_forward_infra``: one
+  ``_make_tensor_from_meta`` per micro-batch and input, stages after the first) and one for the
+  output gradient of every micro-batch (``_prepare_backward_infra``, stages before the last),
+  and keeps each micro-batch's output in ``fwd_cache`` until its backward (Megatron frees the
+  sent output's data, ``deallocate_output_tensor``). Beside the saved activations a stage
+  holds ``2·m`` boundary-sized buffers (``m`` micro-batches), the first stage ``m`` plus the
+  outputs in flight (:func:`~stage_explore.analytical.frameworks.pipelining_buffer_bytes`).
+  Memory only.
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
@@ -283,6 +293,7 @@ OPTION_FLAGS: dict[str, str] = {
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
+    "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
 }
@@ -348,6 +359,7 @@ class FrameworkProfile:
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
+    pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
 

@@ -41,6 +41,7 @@ __all__ = [
     "fsdp2_copy_bytes",
     "get_framework",
     "grad_accumulation_bytes",
+    "pipelining_buffer_bytes",
     "zero3_gathered_bytes",
 ]
 
@@ -278,6 +279,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # F.cross_entropy(pred.flatten(0, 1).float(), ...), eager (not compiled in 2024/12)
             loss_fp32_buffers=3,
             pp_unsharded_params=True,  # apply_fsdp: reshard_after_forward = not pp_enabled
+            # parallelisms/pipeline_llama.py builds torch.distributed.pipelining PipelineStages
+            # (their per-micro-batch receive buffers and kept outputs)
+            pipelining_stage_buffers=True,
             # experimental.context_parallel_degree: torch.distributed.tensor.experimental.
             # context_parallel (ring attention of SDPA calls, _SDPAMerger convert_to_f32, the
             # all-gather rotater, the all-to-all dK/dV ring) on models/llama/model.py's
@@ -432,6 +436,34 @@ def distributed_fused_adam_state_bytes(profile: FrameworkProfile, fp8_params: bo
     else:
         copy = PARAM_REMAINDER_BYTES
     return 2 * state + copy
+
+
+def pipelining_buffer_bytes(
+    chunks: Sequence[tuple[bool, bool]], micro_batches: int, boundary: int, first_in_flight: int
+) -> int:
+    """Bytes a rank's ``torch.distributed.pipelining`` stages hold beside the saved activations
+    (``pipelining_stage_buffers``), for its ``chunks`` as (holds the first stage, holds the
+    last stage), ``micro_batches`` per step and ``boundary`` bytes per micro-batch crossing a
+    stage boundary. A stage after the first has an input receive buffer per micro-batch
+    (``PipelineStage._prepare_forward_infra``), a stage before the last an output-gradient
+    receive buffer per micro-batch (``_prepare_backward_infra``); both live for the whole run.
+    A stage keeps the outputs of its micro-batches in flight (``fwd_cache``) until their
+    backward; on a middle stage these are as many as the inputs in flight, which are the
+    receive buffers themselves and already counted among the saved activations (the first
+    layer saves its input), so the two cancel. The first stage has no receive buffer: its
+    ``first_in_flight`` outputs count; the last keeps no output: its micro-batch in flight's
+    input, counted twice, comes off."""
+    total = 0
+    for first, last in chunks:
+        if not first:
+            total += micro_batches * boundary
+        if not last:
+            total += micro_batches * boundary
+        if first and not last:
+            total += first_in_flight * boundary
+        if last and not first:
+            total -= boundary
+    return total
 
 
 def get_framework(name: str) -> FrameworkProfile:
