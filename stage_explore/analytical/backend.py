@@ -77,6 +77,7 @@ from stage_explore.analytical.frameworks import (
     DEFAULT_FRAMEWORK,
     FrameworkProfile,
     get_framework,
+    local_schedule_micro_batches,
     zero3_gathered_bytes,
 )
 from stage_explore.analytical.kernels import (
@@ -245,8 +246,11 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         number: int = self._plan_numbers.get(plan_key, self._token)  # names it in the memos
         planned: Plan = self._plans.get(number, plan)
         kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
+        per_schedule = local_schedule_micro_batches(self.framework, parallel, m)
+        schedules = m // per_schedule
         step: Step = self._steps.get(
-            (number, kind, m), lambda: assemble_step(planned.step, kind, m, vpp, self._timeline)
+            (number, kind, m, schedules),
+            lambda: assemble_step(planned.step, kind, per_schedule, vpp, self._timeline, schedules),
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)

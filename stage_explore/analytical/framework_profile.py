@@ -136,6 +136,12 @@ Options (all booleans unless said):
   of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
   sent. Inside a node DeepEP sends a token once per destination rank, not once per expert
   (:mod:`~stage_explore.analytical.deepep`).
+- ``local_batch_size`` (int ≥ 0) — sequences per data-parallel rank that run as one pipeline
+  schedule, each with its own fill and drain (NeMo AutoModel's ``step_scheduler.
+  local_batch_size``: its recipe calls ``schedule.step`` once per local batch; the step's
+  gradient accumulation is a loop over such schedules). 0 (every profile's default): all the
+  step's micro-batches in one schedule (Megatron-Core, DeepSpeed). No effect without pipeline
+  parallelism.
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -279,6 +285,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed bf16",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
+    "local_batch_size": "AutoModel step_scheduler.local_batch_size (a PP schedule per batch)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
@@ -346,6 +353,7 @@ class FrameworkProfile:
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
+    local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed
@@ -377,6 +385,7 @@ class FrameworkProfile:
                 "zero3_live_elements",
                 "zero3_prefetch_elements",
                 "loss_fp32_buffers",
+                "local_batch_size",
             ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from stage_core.errors import ConfigError
+from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.framework_profile import (
     DISTRIBUTED_FUSED_ADAM,
     FP32_BYTES,
@@ -464,6 +465,32 @@ def pipelining_buffer_bytes(
         if last and not first:
             total -= boundary
     return total
+
+
+def local_schedule_micro_batches(
+    profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
+) -> int:
+    """Micro-batches per pipeline schedule: the step's ``micro_batches`` in one schedule, or,
+    under ``local_batch_size`` with pipeline parallelism, the local batch's
+    ``local_batch_size / micro_batch`` (NeMo AutoModel runs ``schedule.step`` once per local
+    batch: recipes/llm/train_ft.py ``_forward_backward_step``). A one-line
+    :class:`ConfigError` when the local batch does not split into whole micro-batches or the
+    step into whole local batches."""
+    local = profile.local_batch_size
+    if not local or parallel.pp == 1:
+        return micro_batches
+    if local % parallel.micro_batch:
+        raise ConfigError(
+            f"`local_batch_size` must be a multiple of the micro-batch, but got "
+            f"({local=}, micro_batch={parallel.micro_batch})"
+        )
+    per_schedule = local // parallel.micro_batch
+    if micro_batches % per_schedule:
+        raise ConfigError(
+            f"the step's {micro_batches} micro-batches per data-parallel rank must split into "
+            f"local batches of {per_schedule} (`local_batch_size` {local})"
+        )
+    return per_schedule
 
 
 def get_framework(name: str) -> FrameworkProfile:

@@ -419,7 +419,12 @@ Timeline = Callable[[str, tuple[StageTimes, ...], int, int, float], PipelineResu
 
 
 def assemble_step(
-    plan: StepPlan, kind: str, m: int, vpp: int, timeline: Timeline = step_time
+    plan: StepPlan,
+    kind: str,
+    m: int,
+    vpp: int,
+    timeline: Timeline = step_time,
+    schedules: int = 1,
 ) -> Step:
     """Simulate the schedule and finish every rank's step: each chunk's gradient
     synchronisation after its last backward (issued in the order those run, on one stream),
@@ -429,12 +434,26 @@ def assemble_step(
 
     ``timeline`` times the schedule: :func:`step_time` or a memo of it (a pure function of
     its arguments: plans that differ only in what the timeline does not read — gradient
-    synchronisation, model states, the optimizer — share one simulation)."""
+    synchronisation, model states, the optimizer — share one simulation).
+
+    ``schedules``: the step runs that many schedules of ``m`` micro-batches one after the other,
+    each with its own fill and drain (a framework that runs every local batch as its own
+    pipeline schedule, ``FrameworkProfile.local_batch_size``); a schedule starts when the one
+    before has ended on every rank, and the gradients are synchronised after the last."""
     p = len(plan.stage_class)
     split = kind in SPLIT_BACKWARD
     chunks = chunks_per_rank(kind, vpp)
     per_chunk = m // 2 if kind == "dualpipe" else m  # micro-batches through each chunk
     pipeline = timeline(kind, plan.schedule_times(split), m, vpp, plan.transfer_s)
+    if schedules > 1:  # the earlier schedules end before the last one starts
+        offset = (schedules - 1) * pipeline.makespan_s
+        pipeline = PipelineResult(
+            tuple(end + offset for end in pipeline.end_s),
+            tuple(busy * schedules for busy in pipeline.busy_s),
+            tuple(send * schedules for send in pipeline.send_s),
+            tuple(tuple(s + offset for s in row) for row in pipeline.last_backward_start_s),
+        )
+        per_chunk *= schedules
     worst: tuple[float, int, float] | None = None
     peak_memory = 0
     for stage in range(p):
@@ -467,7 +486,7 @@ def assemble_step(
     cls = plan.classes[plan.stage_class[stage]]
     end = pipeline.end_s[stage]
     breakdown = {"compute": per_chunk * cls.compute_s}
-    hidden = _hidden_by_pairs(kind, plan, stage, m, vpp)
+    hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
     kept_fraction = 1.0 - min(1.0, hidden / exposed) if exposed > 0 else 1.0
     for label, seconds in cls.exposed_s:  # DualPipe's pairs hide some of it
