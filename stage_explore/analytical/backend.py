@@ -411,12 +411,13 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
             costs[kind], b_costs[kind], w_costs[kind] = self._block_costs(
                 point, kind, kinds[kind], spans, split
             )
-        timing = chunk_timing(runs, costs, zero)
-        w_timing = chunk_timing(runs, w_costs, zero) if split else timing
+        root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
+        timing = chunk_timing(runs, costs, zero, root)
+        w_timing = chunk_timing(runs, w_costs, zero, root) if split else timing
         input_grad_s = pending = None
         computes = (0.0, 0.0)
         if split:
-            input_grad_s = chunk_timing(runs, b_costs, zero).backward_s
+            input_grad_s = chunk_timing(runs, b_costs, zero, root).backward_s
             pending = sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
         if str(parallel.schedule) == "dualpipe":
             computes = (

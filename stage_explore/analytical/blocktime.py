@@ -22,7 +22,8 @@ collective kind.
 **Chunks** (:func:`chunk_timing`). A pipeline chunk is a run-length list of block kinds
 (:data:`Runs`: ``(("embedding", 1), ("layer", 12))``); its forward and backward take the sum of
 its blocks', ZeRO-3 parameter gathers and ZeRO-2/3 gradient scatters running beside each block
-on their own stream and exposed where they outlast it.
+on their own stream and exposed where they outlast it (FSDP's root unit, the embedding's and
+the head's parameters, exposed whole: ``root_unit``).
 
 **Gradient buckets** (:func:`bucket_gradients`, :func:`sync_timing`). Walking a chunk's blocks
 in backward order, each block adds its gradients' bytes to a pending bucket per (collective,
@@ -241,17 +242,31 @@ class ChunkTiming:
     backward_runs: tuple[tuple[float, int], ...]
 
 
-def chunk_timing(runs: Runs, costs: Mapping[str, BlockCost], zero: int) -> ChunkTiming:
+#: The blocks whose parameters an FSDP root unit holds (``root_unit`` of :func:`chunk_timing`).
+ROOT_UNIT_KINDS = frozenset({"embedding", "head"})
+
+
+def chunk_timing(
+    runs: Runs, costs: Mapping[str, BlockCost], zero: int, root_unit: bool = False
+) -> ChunkTiming:
     """The timing of a chunk; ZeRO's per-block collectives run on their own stream beside the
     block (gathers before forward and backward, scatters after the backward) and are exposed
-    where they outlast it."""
+    where they outlast it. With ``root_unit`` (ZeRO-3, FSDP's root unit: the framework option
+    ``fsdp_root_unit``) the embedding's and the head's parameters are one unit gathered once
+    before the forward and reduce-scattered once after the backward, beside no compute: their
+    gathers and scatters are exposed whole, once per micro-batch."""
     forward = backward = compute = 0.0
     exposed: dict[str, float] = {}
     backward_runs = []
     for kind, count in runs:
         cost = costs[kind]
         df, db = cost.forward.duration_s, cost.backward.duration_s
-        if zero >= 3:
+        if zero >= 3 and root_unit and kind in ROOT_UNIT_KINDS:
+            exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * (
+                cost.gather_s + cost.scatter_s
+            )
+            df, db = df + cost.gather_s, db + cost.scatter_s
+        elif zero >= 3:
             label_s = max(0.0, cost.gather_s - df) + max(0.0, cost.gather_s + cost.scatter_s - db)
             exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * label_s
             df, db = max(df, cost.gather_s), max(db, cost.gather_s + cost.scatter_s)

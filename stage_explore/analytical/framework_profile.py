@@ -165,6 +165,17 @@ Options (all booleans unless said):
   (``foreach_reduce_scatter_copy_in``: ``torch.cat``, which the compute stream waits for before
   it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. Off:
   FSDP1's flat parameter, gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
+- ``fsdp_root_unit`` — under ZeRO-3 without pipeline parallelism the parameters outside the
+  transformer blocks (the token embedding, the final norm, the output layer) are the root
+  module's own FSDP unit, gathered once before the forward and reduce-scattered once after the
+  backward, neither beside any compute: FSDP2 ``fully_shard(model)`` after the per-block
+  ``fully_shard`` calls (torchtitan ``apply_fsdp``) is one parameter group, all-gathered in the
+  root's pre-forward before the embedding runs; the root keeps it unsharded for the backward
+  (``fully_shard``'s ``reshard_after_forward`` docs: the root's value is set to False as a
+  heuristic, its parameters being all-gathered again right away for the backward), and its
+  gradients are reduce-scattered by the root's
+  post-backward final callback, after the embedding's backward ends the whole backward. Off:
+  the embedding's and the head's collectives run beside their own blocks like a layer's.
 - ``fsdp1_flat_grad`` — ZeRO-3 is FSDP1 (``FullyShardedDataParallel``), whose unsharded
   parameters are views of one flat parameter (``FlatParamHandle._get_unflat_views``:
   ``torch.split(flat_param, numels)`` then ``.view(shape)``): autograd's
@@ -293,6 +304,7 @@ OPTION_FLAGS: dict[str, str] = {
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
     "fsdp1_flat_grad": "FSDP1 FlatParameter: the views' gradients concatenated per backward",
+    "fsdp_root_unit": "FSDP root unit (embedding, final norm, output) gathered before forward",
     "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
@@ -357,6 +369,7 @@ class FrameworkProfile:
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed
+    fsdp_root_unit: bool = False  # embedding and head collectives beside their own blocks
     fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     tp_async_grad_allreduce: bool = False  # backward tp all-reduces on the path (2021)

@@ -289,6 +289,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # repeat_kv'd keys and values
             cp_merge_fp32=True,
             fsdp2_copies=True,  # fully_shard: FSDP2's all-gather copy-out, reduce-scatter copy-in
+            # apply_fsdp: fully_shard(model) after the blocks, the embedding, final norm and
+            # output layer one root group (gathered before the forward, reduced at the end)
+            fsdp_root_unit=True,
             # float8 training is torchao's Float8Linear (dynamic scaling, no float8 all-gather
             # assumed): the weight is cast at every use (matmul_with_hp_or_float8_args)
             fp8_weight_cast_per_use=True,
