@@ -243,6 +243,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fsdp_fp32_shards=True,  # FSDP's flat parameter shard is fp32 (MixedPrecision)
             # Composer 0.15-0.16 wraps blocks in torch FSDP1 (FullyShardedDataParallel)
             fsdp1_flat_grad=True,
+            # Composer's FSDP wraps the model with an auto-wrap policy of MPT's fsdp_wrap_fn
+            # (MPTBlock): the root unit holds wte (tied output) and norm_f; FSDP1's
+            # _post_forward_reshard never frees the root's flat parameter
+            fsdp_root_unit=True,
         ),
         # TorchTitan (Liang et al., arXiv 2410.06511): FSDP2 ``fully_shard`` per transformer
         # block, TP/SP through DTensor plans, torch.distributed.pipelining. Each default is the
@@ -331,7 +335,7 @@ FRAMEWORKS["automodel"] = replace(
 #: bf16 MixedPrecision for parameters and reductions (policies/mixed_precision.py bfSixteen).
 #: Without use_orig_params the unsharded parameters are views of the flat parameter, so each
 #: backward concatenates their gradients into the flat gradient (fsdp1_flat_grad, bf16 here);
-#: the eager modules are fms's (eager.py, "fms").
+#: the eager modules are fms's (eager.py, "fms"); the root unit as FSDP1 runs it.
 FRAMEWORKS["fms-fsdp"] = replace(
     FRAMEWORKS["fsdp"],
     name="fms-fsdp",
@@ -339,6 +343,10 @@ FRAMEWORKS["fms-fsdp"] = replace(
     source="https://github.com/foundation-model-stack/fms-fsdp (main_training.py)",
     eager_modules="fms",
     fsdp1_flat_grad=True,
+    # auto_wrap_policy wraps each LLaMABlock (policies/wrapping.py): the root FSDP unit holds
+    # the embedding, the final norm and the head, kept unsharded from its pre-forward gather to
+    # its post-backward reduce-scatter (FSDP1 _post_forward_reshard: not freed for the root)
+    fsdp_root_unit=True,
 )
 
 #: The profile the analytical backend uses when none is named (the behaviour the backend was

@@ -74,5 +74,6 @@ def test_under_pipeline_parallelism_the_stages_keep_their_overlap() -> None:
     assert on == off
 
 
-def test_only_the_torchtitan_profile_has_a_root_unit() -> None:
-    assert [name for name, p in FRAMEWORKS.items() if p.fsdp_root_unit] == ["torchtitan"]
+def test_the_profiles_with_a_root_unit() -> None:
+    root = [name for name, p in FRAMEWORKS.items() if p.fsdp_root_unit]
+    assert sorted(root) == ["fms-fsdp", "llm-foundry-2023", "torchtitan"]
