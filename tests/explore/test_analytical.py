@@ -194,8 +194,16 @@ def test_network_efficiency_slows_communication_only() -> None:
         A100,
         network=tuple(dataclasses.replace(d, bus_efficiency=None) for d in A100.network),
     )
-    slow = AnalyticalBackend(network_efficiency=(0.35, 0.45)).evaluate(model, parallel, plain)
-    fast = AnalyticalBackend(network_efficiency=(1.0,)).evaluate(model, parallel, plain)
+    # without the issue-order rule: under it the sequence-parallel reduce-scatter runs beside
+    # the weight gradients, whose GEMMs lose NCCL's SMs for a share of its (network-dependent)
+    # time (async_tp.nccl_sm_share_s), so compute would move with the network too
+    ready = {"collectives_wait_for_issued_compute": False}
+    slow = AnalyticalBackend(network_efficiency=(0.35, 0.45), overrides=ready).evaluate(
+        model, parallel, plain
+    )
+    fast = AnalyticalBackend(network_efficiency=(1.0,), overrides=ready).evaluate(
+        model, parallel, plain
+    )
     assert slow.step_time_s > fast.step_time_s
     assert slow.breakdown["compute"] == pytest.approx(fast.breakdown["compute"], rel=1e-12)
     on_preset = AnalyticalBackend(network_efficiency=(0.35, 0.45)).evaluate(model, parallel, A100)
