@@ -39,7 +39,7 @@ MBRIDGE = {
 OTHERS = {
     **{name: (prefix, system, "megatron-core") for name, (prefix, system) in MBRIDGE.items()},
     "AUTOMODEL": ("AUTOMODEL-H100-", "h100-80gb", "automodel"),
-    "AUTOMODEL-DENSE": ("AUTOMODEL-DENSE-H100-", "h100-80gb", "fsdp"),
+    "AUTOMODEL-DENSE": ("AUTOMODEL-DENSE-H100-", "h100-80gb", "automodel"),
     "NEMO2407-H100": ("NEMO2407-H100-", "h100-80gb", "megatron-core"),
     "DGXC-H100-BF16": ("DGXC-H100-BF16-", "h100-80gb", "megatron-core"),
     "DGXC-H100-FP8": ("DGXC-H100-FP8-", "h100-80gb", "megatron-core"),
