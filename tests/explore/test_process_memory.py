@@ -72,7 +72,12 @@ def test_fsdp2_under_pp_holds_each_stage_unsharded_parameters_and_gradients() ->
         pp=2, dp=4, zero=3, recompute=Recompute.FULL, global_batch=16, grad_fp32=True
     )
     system = load_system("h100-80gb")
-    plain = {**TENSORS, "loss_fp32_buffers": 0, "fsdp_fp32_shards": False}
+    plain = {
+        **TENSORS,
+        "loss_fp32_buffers": 0,
+        "fsdp_fp32_shards": False,
+        "pipelining_stage_buffers": False,  # tests/explore/test_pipelining_buffers.py
+    }
     off = AnalyticalBackend(
         framework="torchtitan", overrides={**plain, "pp_unsharded_params": False}
     )
