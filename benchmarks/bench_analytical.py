@@ -19,7 +19,9 @@ shape is computed once and shared by later candidates). The memo statistics afte
 reported; then a second fresh backend in the same process (the generator's pure, process-wide
 memos warm) and a second pass of the first backend (everything memoised) are timed for
 reference. ``ParallelConfig`` construction (validation included) is timed apart: a study builds
-one per trial, outside ``evaluate``.
+one per trial, outside ``evaluate``. Every pass runs under the explorer worker's garbage policy
+(:class:`~stage_explore.search.worker.GarbagePolicy`: what survived is frozen every 256
+evaluations), as a study's worker does; ``--no-freeze`` times the interpreter's default.
 
 Run: ``python benchmarks/bench_analytical.py [--quick] [--candidates N] [--profile]``; writes
 ``benchmarks/results/analytical.json``.
@@ -44,6 +46,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.search.worker import GarbagePolicy
 from stage_explore.system import load_system
 
 HERE = Path(__file__).resolve().parent
@@ -107,7 +110,7 @@ def candidates(count: int, seed: int = 0) -> list[ParallelConfig]:
     return result
 
 
-def run(count: int = 10_000, profile: bool = False) -> dict[str, Any]:
+def run(count: int = 10_000, profile: bool = False, freeze: bool = True) -> dict[str, Any]:
     model, system = get_flavor(MODEL), load_system(SYSTEM)
     configs = candidates(count)
     fields = [f.name for f in dataclasses.fields(ParallelConfig)]
@@ -119,9 +122,15 @@ def run(count: int = 10_000, profile: bool = False) -> dict[str, Any]:
 
     cpu: dict[str, float] = {}  # the process's CPU seconds: what a shared machine distorts least
 
+    garbage = GarbagePolicy()
+
     def sweep(backend: AnalyticalBackend, name: str = "") -> tuple[float, list[Any]]:
         start, start_cpu = time.perf_counter(), time.process_time()
-        results = [backend.evaluate(model, config, system) for config in configs]
+        results = []
+        for config in configs:
+            results.append(backend.evaluate(model, config, system))
+            if freeze:
+                garbage.evaluated()
         cpu[name] = time.process_time() - start_cpu
         return time.perf_counter() - start, results
 
@@ -146,6 +155,7 @@ def run(count: int = 10_000, profile: bool = False) -> dict[str, Any]:
         "cold_total_s": cold,
         "cold_cpu_evals_per_s": len(configs) / cpu["cold"],
         "load_average_1min": os.getloadavg()[0],
+        "garbage_policy": "freeze every 256 evaluations" if freeze else "interpreter default",
         "fresh_backend_warm_process_evals_per_s": len(configs) / fresh,
         "warm_evals_per_s": len(configs) / warm,
         "parallel_config_build_us": build_s * 1e6,
@@ -163,9 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2,000 candidates instead of 10,000")
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--profile", action="store_true", help="cProfile the cold pass")
+    parser.add_argument(
+        "--no-freeze", action="store_true", help="the interpreter's default garbage collection"
+    )
     args = parser.parse_args(argv)
     count = args.candidates or (2_000 if args.quick else 10_000)
-    report = run(count, args.profile)
+    report = run(count, args.profile, not args.no_freeze)
     profile = report.pop("profile", None)
     for name, value in report.items():
         if isinstance(value, float):
@@ -173,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:>38}: {value}")
     if profile:
         print(profile)
-    if not args.quick and args.candidates is None:
+    if not args.quick and args.candidates is None and not args.no_freeze:
         (HERE / "results").mkdir(exist_ok=True)
         (HERE / "results" / "analytical.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
