@@ -50,6 +50,11 @@ class Task(NamedTuple):
     micro_batch: int
 
 
+#: ``_new(Task, (phase, chunk, micro_batch))`` builds a :class:`Task` without the named tuple's
+#: Python-level ``__new__`` (a schedule builds one per forward and backward of every micro-batch).
+_new = tuple.__new__
+
+
 def chunks_per_rank(kind: str, vpp: int) -> int:
     """Model chunks a pipeline rank holds: ``vpp``, or two under DualPipe."""
     return 2 if kind == "dualpipe" else vpp
@@ -66,16 +71,6 @@ def global_stage(kind: str, rank: int, chunk: int, stages: int) -> int:
     if kind == "dualpipe":
         return rank if chunk == 0 else stages - 1 - rank
     return chunk * stages + rank
-
-
-def _interleaved_ids(k: int, p: int, vpp: int, forward: bool) -> tuple[int, int]:
-    """Chunk and micro-batch of the ``k``-th forward (or backward) virtual micro-batch."""
-    group = k % (p * vpp)
-    chunk = group // p
-    if not forward:
-        chunk = vpp - 1 - chunk
-    micro_batch = (k // (p * vpp)) * p + group % p
-    return chunk, micro_batch
 
 
 @functools.lru_cache(maxsize=1024)
@@ -127,20 +122,15 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
             f"invalid pipeline position ({rank=}, {stages=}, {micro_batches=}, {vpp=})"
         )
     if kind == "gpipe":
-        return [Task("F", 0, i) for i in range(m)] + [Task("B", 0, i) for i in range(m)]
+        return [_new(Task, ("F", 0, i)) for i in range(m)] + [
+            _new(Task, ("B", 0, i)) for i in range(m)
+        ]
     if kind == "zb" and vpp == 1:
         return _zero_bubble_h1(rank, p, m)
     if kind == "1f1b" and vpp == 1:
-        warmup = min(p - rank - 1, m)
-        tasks = [Task("F", 0, i) for i in range(warmup)]
-        forward, backward = warmup, 0
-        while forward < m:
-            tasks.append(Task("F", 0, forward))
-            forward += 1
-            tasks.append(Task("B", 0, backward))
-            backward += 1
-        tasks += [Task("B", 0, i) for i in range(backward, m)]
-        return tasks
+        forwards = [_new(Task, ("F", 0, i)) for i in range(m)]
+        backwards = [_new(Task, ("B", 0, i)) for i in range(m)]
+        return _one_forward_one_backward(forwards, backwards, min(p - rank - 1, m))
     if kind == "zb":
         raise ConfigError(f"schedule='zb' runs one chunk per rank: `vpp` must be 1, but got {vpp=}")
     if kind in ("interleaved", "1f1b"):
@@ -150,19 +140,28 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
                 f"but got ({m=}, {p=})"
             )
         total = m * vpp
+        # the k-th forward (backward) virtual micro-batch, k = (g·vpp + c)·p + i, runs chunk c
+        # (backward: vpp − 1 − c) of micro-batch g·p + i: Megatron's groups of p micro-batches
+        ids = [(c, g * p + i) for g in range(m // p) for c in range(vpp) for i in range(p)]
+        forwards = [_new(Task, ("F", c, mb)) for c, mb in ids]
+        backwards = [_new(Task, ("B", vpp - 1 - c, mb)) for c, mb in ids]
         warmup = min((p - rank - 1) * 2 + (vpp - 1) * p, total)
-        tasks = [Task("F", *_interleaved_ids(k, p, vpp, True)) for k in range(warmup)]
-        forward, backward = warmup, 0
-        while forward < total:
-            tasks.append(Task("F", *_interleaved_ids(forward, p, vpp, True)))
-            forward += 1
-            tasks.append(Task("B", *_interleaved_ids(backward, p, vpp, False)))
-            backward += 1
-        tasks += [Task("B", *_interleaved_ids(k, p, vpp, False)) for k in range(backward, total)]
-        return tasks
+        return _one_forward_one_backward(forwards, backwards, warmup)
     raise ConfigError(
         f"`schedule` must be gpipe, 1f1b, interleaved, zb or dualpipe, but got {kind!r}"
     )
+
+
+def _one_forward_one_backward(
+    forwards: list[Task], backwards: list[Task], warmup: int
+) -> list[Task]:
+    """The ``warmup`` first forwards, then the next forward and the next backward alternately
+    until the forwards run out, then the remaining backwards."""
+    steady = len(forwards) - warmup
+    alternating: list[Task] = [forwards[0]] * (2 * steady)
+    alternating[0::2] = forwards[warmup:]
+    alternating[1::2] = backwards[:steady]
+    return forwards[:warmup] + alternating + backwards[steady:]
 
 
 def _zero_bubble_h1(rank: int, p: int, m: int) -> list[Task]:

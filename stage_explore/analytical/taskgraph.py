@@ -97,9 +97,9 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
         last = [-1] * chunks
         counts = [0] * slots(chunks)
         index = 0
-        while index < len(order):
+        while starts and index < len(order):  # DualPipe: pairs take three entries
             code, _, _, chunk = order[index]
-            if starts and index in starts:
+            if index in starts:
                 backward_chunk = order[index + 1][3]
                 counts[3 * chunks + chunk * chunks + backward_chunk] += 1
                 counts[3 * chunks + chunks * chunks] += 1
@@ -110,6 +110,11 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
             if code == grad_code:
                 last[chunk] = index
             index += 1
+        if not starts:  # the same, without pairs
+            for index, (code, _, _, chunk) in enumerate(order):
+                counts[code * chunks + chunk] += 1
+                if code == grad_code:
+                    last[chunk] = index
         # a chunk's tasks all run its global stage: its sends follow from the counts
         forward_sends = [int(sends(FORWARD, j, last_stage)) for j in stage_of]
         backward_sends = [int(sends(BACKWARD, j, last_stage)) for j in stage_of]
