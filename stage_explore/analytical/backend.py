@@ -92,7 +92,6 @@ from stage_explore.analytical.parts import (
     axes_of,
     compute_dtype,
     infeasible,
-    layer_pattern,
     layout_key,
     sum_states,
     tied_ends,
@@ -530,11 +529,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
         """:func:`~stage_explore.analytical.parts.layout_key`, with the model's layer pattern
         memoised by the model object (a study evaluates one model many times; the pattern
         walks every layer)."""
-        model = workload.model
-        entry = self._patterns.get(id(model), lambda: (model, layer_pattern(model)))
-        if entry[0] is not model:  # another object got the id of a collected one
-            entry = self._patterns.items[id(model)] = (model, layer_pattern(model))
-        return layout_key(workload, entry[1])
+        return layout_key(workload, self._model_facts(workload.model)[0])
 
     def achieved_network(self, system: System) -> System:
         """``system`` with each network dim at the bandwidth collectives achieve (the backend's

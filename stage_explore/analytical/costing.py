@@ -38,6 +38,7 @@ from stage_core.lower.program import (
 )
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import Mixer, layer_kind_of_block
+from stage_core.models.spec import ModelSpec
 from stage_core.ops import window_pairs
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.async_tp import (
@@ -93,6 +94,8 @@ from stage_explore.analytical.parts import (
     States,
     axes_of,
     canonical,
+    canonical_sizes,
+    layer_pattern,
     tied_ends,
 )
 from stage_explore.analytical.passes import PhasePasses
@@ -112,6 +115,7 @@ class BlockCosting(PhasePasses):
     attention_flops: AttentionFlops
     _blocks: Memo
     _parts: Memo
+    _patterns: Memo
     _tokens: int
 
     def _token(self) -> int:
@@ -120,23 +124,36 @@ class BlockCosting(PhasePasses):
         self._tokens += 1
         return self._tokens
 
+    def _model_facts(self, model: ModelSpec) -> tuple[tuple[str, ...], Structure]:
+        """The model's :func:`~stage_explore.analytical.parts.layer_pattern` (it walks every
+        layer) and its :class:`~stage_core.blocks.Structure`, memoised by the model object (a
+        study evaluates one model many times)."""
+
+        def compute() -> tuple[ModelSpec, tuple[str, ...], Structure]:
+            return model, layer_pattern(model), Structure.of(model)
+
+        entry = self._patterns.get(id(model), compute)
+        if entry[0] is not model:  # another object got the id of a collected one
+            entry = self._patterns.items[id(model)] = compute()
+        return entry[1], entry[2]
+
     def _bound(self, workload: Workload) -> tuple[int, dict[str, BoundBlock]]:
         """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
         communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
         the global micro-batch B, whose per-rank share is the micro-batch either way)."""
-        shapes = canonical(workload)
-        parallel = shapes.parallel
+        sizes, axis_sizes = canonical_sizes(workload)  # canonical(workload)'s, built on a miss
+        parallel, model = workload.parallel, workload.model
         fp8 = str(parallel.precision) == "fp8"  # FP8 copies of saved inputs (lower.fp8)
         key = (
-            Structure.of(shapes.model), shapes.options, shapes.flags,
-            str(parallel.recompute), tuple(sorted(shapes.sizes.items())),
-            tuple(sorted(shapes.axis_sizes.items())), shapes.model.tied_embeddings,
-            workload.parallel.pp == 1, parallel.recompute_modules,
+            self._model_facts(model)[1], workload.options, workload.flags,
+            str(parallel.recompute), tuple(sorted(sizes.items())),
+            tuple(sorted(axis_sizes.items())), model.tied_embeddings,
+            parallel.pp == 1, parallel.recompute_modules,
             (str(parallel.fp8_recipe), parallel.fp8_gemms) if fp8 else (),
         )  # fmt: skip
 
         def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys
-            return self._token(), tie_embeddings(workload, bind_all(shapes))
+            return self._token(), tie_embeddings(workload, bind_all(canonical(workload)))
 
         return self._blocks.get(key, compute)  # type: ignore[no-any-return]
 

@@ -1,9 +1,10 @@
 """The pieces the analytical backend's memos are made of, and its small pure helpers.
 
 Holds the bounded LRU :class:`Memo`, the value types of memoised parts (:class:`States`,
-:class:`Point`, :class:`Plan`, ``BlockSync``) and helpers: :func:`canonical` (the per-rank
-shapes bound blocks depend on), :func:`compute_dtype` (also used by the ASTRA-sim backend),
-:func:`layout_key`, :func:`axes_of`, :func:`tied_ends`, :func:`sum_states`, :func:`infeasible`.
+:class:`Point`, :class:`Plan`, ``BlockSync``) and helpers: :func:`canonical` and
+:func:`canonical_sizes` (the per-rank shapes bound blocks depend on), :func:`compute_dtype`
+(also used by the ASTRA-sim backend), :func:`layout_key`, :func:`axes_of`, :func:`tied_ends`,
+:func:`sum_states`, :func:`infeasible`.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def tied_ends(workload: Workload) -> bool:
     return embedding_ends(workload)
 
 
-def canonical(workload: Workload) -> Workload:
+def canonical_sizes(workload: Workload) -> tuple[dict[str, int], dict[str, int]]:
+    """The dim and axis sizes of :func:`canonical`, without building the workload."""
     axes = dict(workload.axis_sizes)
     sizes = dict(workload.sizes)
     dp = axes["dp"]
@@ -145,6 +147,13 @@ def canonical(workload: Workload) -> Workload:
     axes["pp"] = 1
     sizes["B"] = sizes["B"] // dp * axes["dp"]
     sizes["C"] = sizes["C"] // dp * axes["dp"] if workload.model.is_moe else sizes["C"]
+    return sizes, axes
+
+
+def canonical(workload: Workload) -> Workload:
+    """``workload`` as its bound blocks see it: pp 1 and dp "1 or more" (at most 2), the global
+    micro-batch dims scaled with dp."""
+    sizes, axes = canonical_sizes(workload)
     return replace(workload, sizes=sizes, axis_sizes=axes)
 
 
