@@ -51,6 +51,16 @@ def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) 
     return math.prod(sizes[a] for a in data_axes(sizes, workload.expert_axes, weight.expert))
 
 
+def shard_factors(workload: Workload, block: BoundBlock) -> dict[bool, int]:
+    """:func:`weight_shard_factor` of a sharded state, by ``weight.expert``, for the kinds of
+    weight ``block`` has (once per kind, not per weight)."""
+    sizes = workload.axis_sizes
+    return {
+        expert: math.prod(sizes[a] for a in data_axes(sizes, workload.expert_axes, expert))
+        for expert in {weight.expert for weight in block.weights}
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
     """Bytes one rank of a stage holds at its peak."""
@@ -306,17 +316,13 @@ def _block_states(
         no_copy = frozenset(weight.name for weight in block.weights)
     elif fp8_params and str(workload.parallel.precision) == "fp8" and fp8_block(str(block.kind)):
         no_copy = linear_weights(block)
+    shards = shard_factors(workload, block)  # weight_shard_factor(…, True) by weight.expert
     for weight in block.weights:
-        elements = weight.elements
+        elements, shard = weight.elements, shards[weight.expert]
         if weight.name not in no_copy:
-            weights += (
-                elements * workload.weight_bytes
-                // weight_shard_factor(workload, weight, zero >= 3)
-            )
-        grads += elements * workload.grad_bytes // weight_shard_factor(workload, weight, zero >= 2)
-        optimizer += (
-            elements * state_bytes // weight_shard_factor(workload, weight, zero >= 1)
-        )
+            weights += elements * workload.weight_bytes // (shard if zero >= 3 else 1)
+        grads += elements * workload.grad_bytes // (shard if zero >= 2 else 1)
+        optimizer += elements * state_bytes // (shard if zero >= 1 else 1)
         full += elements * workload.weight_bytes
     return weights, grads, optimizer, full
 

@@ -13,6 +13,7 @@ unique per step and computed identically by sender and receiver.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -138,13 +139,15 @@ def _data_axes(workload: Workload, expert: bool) -> tuple[str, ...]:
 def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> list[Instr]:
     """ZeRO-3 parameter all-gathers (``gather``) or ZeRO-2/3 gradient reduce-scatters of a block."""
     by_axes: dict[tuple[str, ...], int] = {}
+    data_of = {  # the data axes by weight.expert, and how many ranks share a copy over them
+        expert: (axes, math.prod(workload.axis_sizes[a] for a in axes))
+        for expert in {weight.expert for weight in block.weights}
+        for axes in (_data_axes(workload, expert),)
+    }
     for weight in block.weights:
-        axes = _data_axes(workload, weight.expert)
+        axes, factor = data_of[weight.expert]
         if not axes:
             continue
-        factor = 1
-        for a in axes:
-            factor *= workload.axis_sizes[a]
         if gather:
             by_axes[axes] = by_axes.get(axes, 0) + weight.elements // factor * workload.weight_bytes
         else:

@@ -345,11 +345,20 @@ def _block_sync(
     reductions: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
     gathers: dict[tuple[str, ...], int] = {}
     updated = 0
+    data_of = {  # data_axes by weight.expert, and how many ranks share a copy over them
+        expert: (data, math.prod(sizes[a] for a in data))
+        for expert in {weight.expert for weight in block.weights}
+        for data in (data_axes(sizes, workload.expert_axes, expert),)
+    }
+    in_mesh_order: dict[tuple[str, ...], tuple[str, ...]] = {}  # by weight.grad_axes
     for weight in block.weights:
-        data = data_axes(sizes, workload.expert_axes, weight.expert)
-        grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
+        data, ranks = data_of[weight.expert]
+        grad_axes = in_mesh_order.get(weight.grad_axes)
+        if grad_axes is None:
+            grad_axes = tuple(a for a in MESH_AXES if a in weight.grad_axes)
+            in_mesh_order[weight.grad_axes] = grad_axes
         grad_size = weight.elements * workload.grad_bytes
-        shard = weight.elements // math.prod(sizes[a] for a in data)
+        shard = weight.elements // ranks
         updated += shard if zero >= 1 else weight.elements
         if zero == 0 or not data:
             if grad_axes:
