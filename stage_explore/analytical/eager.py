@@ -48,6 +48,11 @@ negligible beside a row of thousands of elements and are not counted):
   ``keys.unsqueeze(2).expand(-1, -1, expansion, -1, -1).flatten(1, 2)``, a copy of each to
   ``nheads / kvheads`` times its size; backward the expand's sum back), counted per element of
   ``k`` for both.
+- :func:`torchtitan_repeat_kv` — ``Attention.forward`` repeats the grouped keys and values to
+  the query heads before SDPA (``repeat_kv``: ``x[:, :, :, None, :].expand(bs, slen,
+  n_kv_heads, n_rep, head_dim).reshape(bs, slen, n_kv_heads * n_rep, head_dim)``, a copy of
+  each to ``n_rep`` times its size; backward the expand's sum back), counted per element of
+  ``k`` for both, like FMS's expand below.
 - :data:`RESIDUAL_ADD` — ``h = x + self.attention(...)``, ``out = h + self.feed_forward(...)``.
   Autograd's ``AddBackward0`` hands the gradient to both inputs unchanged
   (``maybe_multiply(grad, alpha)`` returns it as is for ``alpha == 1``): no backward kernel,
@@ -66,10 +71,18 @@ view). Views (``reshape``, ``view_as_complex``, ``view_as_real``, ``flatten``) m
 framework's ``eager_modules`` (:mod:`~stage_explore.analytical.frameworks`); the kernel timer
 charges ``elements × bytes / achieved HBM bandwidth`` for those instructions instead of their
 generator bytes (:class:`~stage_explore.analytical.kernels.KernelTimer`). Under
-``fused_elementwise`` (``torch.compile``, fused kernels) the table is empty: Inductor fuses each
-module into one kernel reading its inputs and writing its outputs once
-(:attr:`EagerModule.compiled_bytes`, the generator's own count). Not modelled: a per-kernel
-launch floor (the tensors here are tens of MB per kernel, far above it).
+``fused_elementwise`` (``torch.compile``, fused kernels) Inductor fuses each module into one
+kernel reading its inputs and writing its outputs once (:attr:`EagerModule.compiled_bytes`, the
+generator's own count), with two exceptions in torchtitan's Llama (:func:`_compiled_op_bytes`):
+Inductor does not generate code for complex operators — its lowering warns "Torchinductor does
+not support code generation for complex operators. Performance may be worse than eager." and
+falls back to the ATen kernel (``torch/_inductor/lowering.py``; torchtitan issue #15 reports the
+warning for this very RoPE under ``torch.compile``) — so the complex64 product runs as in eager,
+its fp32 input and output written and read by kernels of their own: :data:`TORCHTITAN_ROPE`'s
+bytes, compiled as eager; and SDPA, an extern kernel, reads the repeated keys and values, so
+``repeat_kv``'s copies are made compiled too (the cast of ``k`` written straight into the copy
+would save 4 bytes per element of ``k``: not modelled). Not modelled: a per-kernel launch floor
+(the tensors here are tens of MB per kernel, far above it).
 """
 
 from __future__ import annotations
@@ -207,25 +220,45 @@ FMS_ROPE = EagerModule(
 )
 
 
-def fms_kv_expand(expansion: int) -> EagerModule:
-    """FMS's grouped-query repeat of the keys and the values (module docstring), per element
-    of ``k``: each of the two read once and written ``expansion`` times; backward the
-    expand's reduction (read ``expansion`` gradients, write one) for each. Nothing when every
-    query head has its own key head (``expansion`` 1: no copy)."""
+def _kv_repeat(name: str, source: str, expansion: int) -> EagerModule:
+    """A grouped-query repeat of the keys and the values for SDPA (an ``expand`` then a
+    reshape that copies), per element of ``k``: each of the two read once and written
+    ``expansion`` times; backward the expand's reduction (read ``expansion`` gradients, write
+    one) for each. Nothing when every query head has its own key head (``expansion`` 1)."""
     if expansion <= 1:
-        return EagerModule("kv-expand-fms", "fms/modules/attention.py", (), (), (0, 0))
+        return EagerModule(name, source, (), (), (0, 0))
     return EagerModule(
-        name="kv-expand-fms",
-        source="fms/modules/attention.py MultiHeadAttention ('Expand kv so black-box attn')",
+        name=name,
+        source=source,
         forward=(
-            Kernel("keys.unsqueeze(2).expand(...).flatten(1, 2)", BF16, expansion * BF16),
-            Kernel("values.unsqueeze(2).expand(...).flatten(1, 2)", BF16, expansion * BF16),
+            Kernel("keys expanded and copied", BF16, expansion * BF16),
+            Kernel("values expanded and copied", BF16, expansion * BF16),
         ),
         backward=(
             Kernel("ExpandBackward0 (keys): sum over the repeats", expansion * BF16, BF16),
             Kernel("ExpandBackward0 (values): sum over the repeats", expansion * BF16, BF16),
         ),
         compiled_bytes=(0, 0),
+    )
+
+
+def fms_kv_expand(expansion: int) -> EagerModule:
+    """FMS's grouped-query repeat of the keys and the values (module docstring):
+    ``keys.unsqueeze(2).expand(...).flatten(1, 2)`` (:func:`_kv_repeat`)."""
+    if expansion <= 1:
+        return _kv_repeat("kv-expand-fms", "fms/modules/attention.py", expansion)
+    return _kv_repeat(
+        "kv-expand-fms",
+        "fms/modules/attention.py MultiHeadAttention ('Expand kv so black-box attn')",
+        expansion,
+    )
+
+
+def torchtitan_repeat_kv(expansion: int) -> EagerModule:
+    """torchtitan's ``repeat_kv`` of the keys and the values before SDPA (module docstring):
+    ``x[:, :, :, None, :].expand(...).reshape(...)`` (:func:`_kv_repeat`)."""
+    return _kv_repeat(
+        "repeat-kv", "torchtitan/models/llama/model.py repeat_kv (Attention.forward)", expansion
     )
 
 
@@ -276,10 +309,13 @@ _LLMFOUNDRY_ACCUMULATES = {
 
 def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[str, int]:
     """Bytes per element of each generator op (and of its ``<op>.backward``) that the
-    framework's eager model code runs as several kernels; empty when its element-wise kernels
-    are fused (``fused``) or its modules are the generator's own (``"generator"``)."""
-    if fused or eager_modules == "generator":
+    framework's model code runs as several kernels; empty when its modules are the generator's
+    own (``"generator"``). Under ``fused`` (``torch.compile``) only what Inductor cannot fuse
+    (:func:`_compiled_op_bytes`)."""
+    if eager_modules == "generator":
         return {}
+    if fused:
+        return _compiled_op_bytes(model, eager_modules)
     if eager_modules == "llm-foundry-2023":
         return _llmfoundry_op_bytes(model)
     fms = eager_modules == "fms"
@@ -295,10 +331,27 @@ def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[st
         for name in names:
             table[name] = module.bytes_per_element(backward=False)
             table[f"{name}.backward"] = module.bytes_per_element(backward=True)
-    if fms and "k.rope" in table:  # the repeated keys and values, per element of k
-        expand = fms_kv_expand(model.heads // max(1, model.kv_heads))
+    if "k.rope" in table:  # the repeated keys and values, per element of k
+        expansion = model.heads // max(1, model.kv_heads)
+        expand = fms_kv_expand(expansion) if fms else torchtitan_repeat_kv(expansion)
         table["k.rope"] += expand.bytes_per_element(backward=False)
         table["k.rope.backward"] += expand.bytes_per_element(backward=True)
+    return table
+
+
+def _compiled_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
+    """:func:`eager_op_bytes` under ``torch.compile`` for ``"torchtitan"``: the rotary
+    embedding's complex64 product, which Inductor does not generate code for, and the
+    repeated keys and values SDPA reads (module docstring); empty for every other table."""
+    if eager_modules != "torchtitan" or model.position is not Position.ROTARY:
+        return {}
+    table: dict[str, int] = {}
+    for name in _ROPE_OPS:
+        table[name] = TORCHTITAN_ROPE.bytes_per_element(backward=False)
+        table[f"{name}.backward"] = TORCHTITAN_ROPE.bytes_per_element(backward=True)
+    expand = torchtitan_repeat_kv(model.heads // max(1, model.kv_heads))
+    table["k.rope"] += expand.bytes_per_element(backward=False)
+    table["k.rope.backward"] += expand.bytes_per_element(backward=True)
     return table
 
 

@@ -76,8 +76,10 @@ Options (all booleans unless said):
   off (:mod:`~stage_explore.analytical.eager`): ``"generator"``, each generator op one kernel
   reading its inputs and writing its outputs once (ATen's native ``F.layer_norm``, ``F.gelu``);
   ``"torchtitan"``, torchtitan's Llama code op by op — ``RMSNorm`` on ``x.float()``, the
-  complex64 rotary embedding, ``F.silu(w1(x)) * w3(x)``, residual adds whose backward is free —
-  each ATen op and each autograd formula a kernel over whole tensors; ``"llm-foundry-2023"``,
+  complex64 rotary embedding, ``repeat_kv``'s copies, ``F.silu(w1(x)) * w3(x)``, residual adds
+  whose backward is free — each ATen op and each autograd formula a kernel over whole tensors
+  (compiled too: the complex product, which Inductor leaves to ATen, and the K/V copies);
+  ``"llm-foundry-2023"``,
   MPT's blocks of 2023 on an fp32 residual stream (``LPLayerNorm`` casting ``x`` down per
   norm, fp32 residual adds and gradient sums); ``"fms"``, IBM foundation-model-stack's Llama
   (fms-fsdp): torchtitan's RMSNorm and SwiGLU ops, a rotary embedding by fp32 2×2 rotation

@@ -275,8 +275,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             attention_kernel="fa2",
             fused_elementwise=False,  # training.compile, default false (eager PyTorch)
             # models/norms.py RMSNorm (norm_type "rmsnorm" in the Llama 3 train configs),
-            # models/llama/model.py apply_rotary_emb and FeedForward, run op by op when not
-            # compiled (stage_explore/analytical/eager.py counts their kernels)
+            # models/llama/model.py apply_rotary_emb, repeat_kv and FeedForward, run op by op
+            # when not compiled; compiled, the complex RoPE (an ATen fallback in Inductor) and
+            # repeat_kv's copies still (stage_explore/analytical/eager.py counts their kernels)
             eager_modules="torchtitan",
             runtime_reserved_bytes=1 * GIB,  # the same estimate as the other PyTorch profiles
             allocator_overhead=0.05,  # the same estimate (torchtitan logs max_reserved_gib)
