@@ -327,6 +327,9 @@ FRAMEWORKS["automodel"] = replace(
     description="NeMo AutoModel (FSDP2 + EP + PP, Transformer Engine modules; 2025)",
     source="https://github.com/NVIDIA-NeMo/Automodel (components/moe/parallelizer.py)",
     attention_kernel="cudnn",
+    # docs/guides/autopipeline.md: AutoPipeline is "built on PyTorch's native
+    # torch.distributed.pipelining" (its PipelineStages' per-micro-batch receive buffers)
+    pipelining_stage_buffers=True,
 )
 
 #: IBM's fms-fsdp (github.com/foundation-model-stack/fms-fsdp, the PyTorch/IBM FSDP blog of
