@@ -506,9 +506,10 @@ class BlockCosting(PhasePasses):
         (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
         accelerator, dtype = point.system.accelerator, point.dtype
         grad_bytes = point.workload.grad_bytes
+        foreach = self.framework.optimizer_foreach  # torch.optim.AdamW(foreach=True)
         return self._parts.get(  # type: ignore[no-any-return]
-            ("optimizer", point.token, params, dtype, grad_bytes),
-            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes),
+            ("optimizer", point.token, params, dtype, grad_bytes, foreach),
+            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes, foreach),
         )
 
     def _process_bytes(self, tensor_peak_bytes: int, capacity_bytes: int) -> int:

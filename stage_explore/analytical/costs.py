@@ -3,7 +3,8 @@ between pipeline stages.
 
 Holds the per-parameter byte counts of a mixed-precision optimizer step
 (:func:`optimizer_extra_bytes`, :data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`,
-:data:`LOSS_SCALING_BYTES_PER_PARAM`), :func:`optimizer_step_s` and :func:`stage_transfer_s`.
+:data:`LOSS_SCALING_BYTES_PER_PARAM`; PyTorch's foreach AdamW, :func:`foreach_optimizer_bytes`),
+:func:`optimizer_step_s` and :func:`stage_transfer_s`.
 
 The optimizer step is counted kernel by kernel from Megatron-LM's
 ``Float16OptimizerWithFloat16Params.step`` of 2021-22 (``megatron/optimizer/optimizer.py``,
@@ -29,7 +30,29 @@ fused Adam (``multi_tensor_adam``)           read p, g, m, v (16), write p, m, v
 The clipping scale (``multi_tensor_scale`` when the norm exceeds the limit) and
 ``count_zeros`` (``--log-num-zeros-in-grad``) are conditional and not counted. Every other
 framework's optimizer step is costed with the same count (DeepSpeed's and FSDP's steps are
-fractions of a per-cent of their step times in the published runs).
+fractions of a per-cent of their step times in the published runs), except PyTorch's own
+``torch.optim.AdamW(foreach=True)`` (``foreach``; the framework option ``optimizer_foreach``),
+counted from ``torch/optim/adamw.py`` ``_multi_tensor_adamw`` (PyTorch 2.5-2.6; weight decay,
+no amsgrad, not capturable), each ``torch._foreach_*`` op a pass over whole tensors, on fp32
+parameters and moments and ``g``-byte gradients:
+
+=======================================================  ====================================
+kernel                                                   bytes per parameter
+=======================================================  ====================================
+``_foreach_mul_(params, 1 - lr * weight_decay)``         read and write p (8)
+``_foreach_lerp_(exp_avgs, grads, 1 - beta1)``           read m and g, write m (8 + g)
+``_foreach_mul_(exp_avg_sqs, beta2)``                    read and write v (8)
+``_foreach_addcmul_(exp_avg_sqs, grads, grads, ...)``    read v and g, write v (8 + g)
+``_foreach_sqrt(exp_avg_sqs)``                           read v, write the denominator (8)
+``_foreach_div_`` / ``_foreach_add_`` (bias, eps)        read and write it twice (16)
+``_foreach_addcdiv_(params, exp_avgs, denom, step)``     read p, m and it, write p (16)
+``clip_grad_norm_(foreach=True)``: the norms, then       read g; read and write g (3 g)
+``_foreach_mul_(grads, clip_coef_clamped)`` (always)
+=======================================================  ====================================
+
+``72 + 5·g`` bytes (92 with fp32 gradients), where the fused step moves its 42; the parameter
+is itself fp32 (FSDP's sharded parameter), so there is no master copy, and ``zero_grad`` sets
+the gradients to None (no kernel).
 """
 
 from __future__ import annotations
@@ -83,15 +106,36 @@ def optimizer_extra_bytes(dtype: str, grad_bytes: int) -> int:
 OPTIMIZER_EXTRA_BYTES_PER_PARAM = optimizer_extra_bytes("bf16", MAIN_GRAD_BYTES)
 
 
+#: ``torch.optim.AdamW(foreach=True)``'s passes over fp32 parameters and moments, bytes per
+#: parameter besides the gradient reads (module docstring): ``72 + 2·g`` for the step.
+FOREACH_ADAMW_BYTES_PER_PARAM = 72
+#: Gradient reads of the foreach step (``lerp`` and ``addcmul``) and of ``clip_grad_norm_``
+#: (the norm, then the scale's read and write), in gradient widths.
+FOREACH_GRAD_PASSES = 2 + 3
+
+
+def foreach_optimizer_bytes(grad_bytes: int) -> int:
+    """Bytes per parameter of PyTorch's foreach AdamW step and foreach gradient clipping on
+    ``grad_bytes``-wide gradients (module docstring): ``72 + 5·grad_bytes``."""
+    return FOREACH_ADAMW_BYTES_PER_PARAM + FOREACH_GRAD_PASSES * grad_bytes
+
+
 def optimizer_step_s(
-    accelerator: Accelerator, dtype: str, params: int, grad_bytes: int = MAIN_GRAD_BYTES
+    accelerator: Accelerator,
+    dtype: str,
+    params: int,
+    grad_bytes: int = MAIN_GRAD_BYTES,
+    foreach: bool = False,
 ) -> float:
     """Adam over ``params`` parameters (a shard of them under ZeRO; the count of
     :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
     bookkeeping (:func:`optimizer_extra_bytes` for gradients of ``grad_bytes``), at the
-    accelerator's fp32 rate."""
+    accelerator's fp32 rate; with ``foreach`` PyTorch's foreach AdamW and gradient clipping
+    instead (:func:`foreach_optimizer_bytes`)."""
     extra = optimizer_extra_bytes(dtype, grad_bytes)
     per_param = ADAM_BYTES_READ_PER_PARAM + ADAM_BYTES_WRITTEN_PER_PARAM + extra
+    if foreach:
+        per_param = foreach_optimizer_bytes(grad_bytes)
     fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
     return accelerator.compute_time_s(ADAM_FLOPS_PER_PARAM * params, per_param * params, fp32)
 

@@ -178,6 +178,12 @@ Options (all booleans unless said):
   gradients are reduce-scattered by the root's
   post-backward final callback, after the embedding's backward ends the whole backward. Off:
   the embedding's and the head's collectives run beside their own blocks like a layer's.
+- ``optimizer_foreach`` — the optimizer step is ``torch.optim.AdamW(foreach=True)`` with
+  ``clip_grad_norm_(foreach=True)`` on fp32 parameters: each ``torch._foreach_*`` op a pass
+  over whole tensors (:func:`~stage_explore.analytical.costs.foreach_optimizer_bytes`, 92
+  bytes per parameter with fp32 gradients), not Apex's fused Adam and Megatron's bookkeeping
+  (42). torchtitan builds AdamW with ``fused=job_config.optimizer.fused`` (a ``store_true``
+  flag, default off) and ``foreach=not fused`` (``build_optimizers``, 2024).
 - ``fsdp1_flat_grad`` — ZeRO-3 is FSDP1 (``FullyShardedDataParallel``), whose unsharded
   parameters are views of one flat parameter (``FlatParamHandle._get_unflat_views``:
   ``torch.split(flat_param, numels)`` then ``.view(shape)``): autograd's
@@ -307,6 +313,7 @@ OPTION_FLAGS: dict[str, str] = {
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
     "fsdp1_flat_grad": "FSDP1 FlatParameter: the views' gradients concatenated per backward",
     "fsdp_root_unit": "FSDP root unit (embedding, final norm, output) gathered before forward",
+    "optimizer_foreach": "torch.optim.AdamW(foreach=True) + clip_grad_norm_(foreach=True)",
     "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
@@ -372,6 +379,7 @@ class FrameworkProfile:
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed
     fsdp_root_unit: bool = False  # embedding and head collectives beside their own blocks
+    optimizer_foreach: bool = False  # Apex fused Adam with Megatron's bookkeeping
     fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     tp_async_grad_allreduce: bool = False  # backward tp all-reduces on the path (2021)

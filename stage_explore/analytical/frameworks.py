@@ -297,6 +297,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # apply_fsdp: fully_shard(model) after the blocks, the embedding, final norm and
             # output layer one root group (gathered before the forward, reduced at the end)
             fsdp_root_unit=True,
+            # optimizer.py build_optimizers: AdamW(fused=optimizer.fused, foreach=not fused),
+            # `--optimizer.fused` a store_true flag (off); utils.clip_grad_norm_(foreach=True)
+            optimizer_foreach=True,
             # float8 training is torchao's Float8Linear (dynamic scaling, no float8 all-gather
             # assumed): the weight is cast at every use (matmul_with_hp_or_float8_args)
             fp8_weight_cast_per_use=True,
