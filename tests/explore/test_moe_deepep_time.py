@@ -98,7 +98,14 @@ def test_backend_times_deepep_all_to_alls_pipelined(monkeypatch: pytest.MonkeyPa
 def test_automodel_profile_is_fsdp_with_transformer_engine_attention() -> None:
     automodel, fsdp = FRAMEWORKS["automodel"], FRAMEWORKS["fsdp"]
     differ = {f.name for f in fields(fsdp) if getattr(automodel, f.name) != getattr(fsdp, f.name)}
-    assert differ == {"name", "description", "source", "attention_kernel"}
+    # and torch pipelining's stage buffers (AutoPipeline; tests/explore/test_pipelining_buffers.py)
+    assert differ == {
+        "name",
+        "description",
+        "source",
+        "attention_kernel",
+        "pipelining_stage_buffers",
+    }
     assert automodel.attention_kernel == "cudnn" and fsdp.attention_kernel == "fa2"
     model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
     parallel = ParallelConfig(dp=8, zero=3, micro_batch=1, global_batch=8)
