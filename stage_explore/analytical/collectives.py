@@ -44,7 +44,9 @@ and hops: see :mod:`stage_explore.system.astra`; ``d`` the endpoint delay; reduc
 of ``n`` ranks with latency α and bandwidth β, buffer ``S`` (the full gathered size), ring and
 direct: all-reduce ``2(n−1)α + 2(n−1)/n·S/β``, all-gather, reduce-scatter and all-to-all
 ``(n−1)α + (n−1)/n·S/β``, each plus the dim's fixed ``collective_overhead_s`` (so the bus
-bandwidth grows with the message size as nccl-tests measure it); halving-doubling replaces
+bandwidth grows with the message size as nccl-tests measure it); β is the dim's achieved
+bandwidth, at ``bus_efficiency_by_ranks[n]`` instead of ``bus_efficiency`` when the dim lists
+``n`` (NCCL's bus bandwidth on one NVSwitch node grows with the group); halving-doubling replaces
 ``n−1`` latency steps by ``log2 n``. A group
 spanning several dims runs hierarchically as in 2. (no chunk pipelining); a group that is not
 a full sub-grid of the dims it spans is costed as one flat level on the slowest of them.
@@ -378,12 +380,15 @@ def _level_s(
     buffer_bytes: float,
     dim: NetworkDim,
 ) -> float:
-    """One level of ``ranks`` ranks on ``dim``; ``buffer_bytes`` is the full (gathered) size."""
+    """One level of ``ranks`` ranks on ``dim``; ``buffer_bytes`` is the full (gathered) size.
+    The dim's bandwidth is the achieved one, times its ``bus_efficiency_by_ranks`` factor for
+    a group of ``ranks`` (:meth:`~stage_explore.system.model.NetworkDim.bandwidth_factor`)."""
     if algorithm is CollectiveAlgorithm.HALVING_DOUBLING and kind is not A2A:
         steps = math.ceil(math.log2(ranks))
     else:
         steps = ranks - 1
-    volume_s = (ranks - 1) / ranks * buffer_bytes / dim.bandwidth_bytes_per_s
+    bandwidth = dim.bandwidth_bytes_per_s * dim.bandwidth_factor(ranks)
+    volume_s = (ranks - 1) / ranks * buffer_bytes / bandwidth
     if kind is AR:
         return dim.collective_overhead_s + 2 * steps * dim.latency_s + 2 * volume_s
     return dim.collective_overhead_s + steps * dim.latency_s + volume_s

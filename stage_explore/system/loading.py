@@ -93,6 +93,7 @@ _DIM_KEYS = (
     "algorithms",
     "bus_efficiency",
     "collective_overhead_s",
+    "bus_efficiency_by_ranks",
 )
 _ALGORITHM_KEYS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -288,7 +289,19 @@ def _network_dim(table: _Table) -> NetworkDim:
     for key in ("bus_efficiency", "collective_overhead_s"):
         if data_has_value(table, key):
             values[key] = table.number(key)
+    if table.has("bus_efficiency_by_ranks"):
+        values["bus_efficiency_by_ranks"] = _by_ranks(table.table("bus_efficiency_by_ranks"))
     return _build(table, NetworkDim, values)
+
+
+def _by_ranks(table: _Table) -> tuple[tuple[int, float], ...]:
+    """``{"2" = 0.64, "8" = 0.75}`` → ``((2, 0.64), (8, 0.75))``: rank counts as keys."""
+    pairs = []
+    for key in table.data:
+        if not key.isdigit():
+            raise table.fail(key, f"must be a rank count (an integer), but got {key!r}")
+        pairs.append((int(key), table.number(key)))
+    return tuple(sorted(pairs))
 
 
 def data_has_value(table: _Table, key: str) -> bool:

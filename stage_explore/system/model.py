@@ -302,6 +302,11 @@ class NetworkDim:
     the fraction of the link bandwidth that NCCL's bus bandwidth reaches on large messages
     (nccl-tests' ``busbw``); ``collective_overhead_s`` a fixed cost per collective on this dim
     (kernel launch and protocol set-up), which makes small messages reach a lower bus bandwidth.
+    ``bus_efficiency_by_ranks`` (optional, needs ``bus_efficiency``): ``(ranks, fraction)``
+    pairs, the bus bandwidth fraction NCCL reaches for a collective over exactly that many
+    ranks of this dim, in place of ``bus_efficiency`` (on an A100 NVSwitch node nccl-tests'
+    all-reduce bus bandwidth grows with the group: ~191 / 216 / 226 GB/s over 2 / 4 / 8 GPUs).
+    The α–β mode reads it; an ASTRA-sim configuration keeps one bandwidth per dim.
     """
 
     name: str = ""
@@ -312,11 +317,13 @@ class NetworkDim:
     algorithms: CollectiveAlgorithms = field(default_factory=CollectiveAlgorithms)
     bus_efficiency: float | None = None
     collective_overhead_s: float = 0.0
+    bus_efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         label = f"network dim {self.name!r}" if self.name else "network dim"
         if self.bus_efficiency is not None:
             _fraction(self.bus_efficiency, f"{label} `bus_efficiency`")
+        self._check_by_ranks(label)
         overhead = self.collective_overhead_s
         if not (isinstance(overhead, int | float) and math.isfinite(overhead) and overhead >= 0):
             raise ConfigError(f"{label} `collective_overhead_s` must be >= 0, but got {overhead!r}")
@@ -341,6 +348,31 @@ class NetworkDim:
                     f"but got size={self.size}"
                 )
 
+    def _check_by_ranks(self, label: str) -> None:
+        pairs = self.bus_efficiency_by_ranks
+        if pairs and self.bus_efficiency is None:
+            raise ConfigError(f"{label} `bus_efficiency_by_ranks` needs `bus_efficiency` as well")
+        seen: set[int] = set()
+        for ranks, fraction in pairs:
+            if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= self.size:
+                raise ConfigError(
+                    f"{label} `bus_efficiency_by_ranks` keys must be rank counts from 2 to the "
+                    f"dim's size {self.size}, but got {ranks!r}"
+                )
+            if ranks in seen:
+                raise ConfigError(f"{label} `bus_efficiency_by_ranks` lists {ranks} ranks twice")
+            seen.add(ranks)
+            _fraction(fraction, f"{label} `bus_efficiency_by_ranks.{ranks}`")
+
+    def bandwidth_factor(self, ranks: int) -> float:
+        """The factor on this dim's achieved bandwidth (scaled by ``bus_efficiency``) for a
+        collective over ``ranks`` of its ranks: ``bus_efficiency_by_ranks[ranks] /
+        bus_efficiency`` when listed, else 1."""
+        for count, fraction in self.bus_efficiency_by_ranks:
+            if count == ranks and self.bus_efficiency:
+                return fraction / self.bus_efficiency
+        return 1.0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -353,6 +385,11 @@ class NetworkDim:
             **(
                 {"collective_overhead_s": self.collective_overhead_s}
                 if self.collective_overhead_s
+                else {}
+            ),
+            **(
+                {"bus_efficiency_by_ranks": {str(n): f for n, f in self.bus_efficiency_by_ranks}}
+                if self.bus_efficiency_by_ranks
                 else {}
             ),
         }

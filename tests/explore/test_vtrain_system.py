@@ -21,14 +21,18 @@ VTRAIN_SYSTEM = data_dir() / "systems" / "vtrain-a100.toml"
 MIB = 2**20
 
 #: VIA-Research/vTrain trace/a100/AR_GPU{2,4,8}_1M_1024M_LUT: nccl-tests all_reduce on the
-#: source's A100 node, (bytes, microseconds) — the measurement the file's overhead comes from.
+#: source's A100 node, (MiB, out-of-place microseconds) — the measurement the file's overhead and
+#: per-size bus efficiencies come from. The sizes a tensor-parallel layer of vTrain's models
+#: all-reduces are multiples of 12 MiB (24 ... 576); the powers of two in between are the
+#: table's slower points. Below 24 MiB the fixed cost grows (8 GPUs, 16 MiB: 232 us measured,
+#: 194 us here), not modelled: vTrain's activations are never that small.
 SOURCE_ALL_REDUCE_US = {
-    2: [(16 * MIB, 131.9), (32 * MIB, 230.0), (64 * MIB, 404.7), (128 * MIB, 763.6),
-        (256 * MIB, 1455.8)],
-    4: [(16 * MIB, 179.6), (32 * MIB, 284.2), (64 * MIB, 543.8), (128 * MIB, 998.6),
-        (256 * MIB, 1929.0)],
-    8: [(16 * MIB, 232.4), (32 * MIB, 358.1), (64 * MIB, 579.9), (128 * MIB, 1162.0),
-        (256 * MIB, 2162.3)],
+    2: [(24, 176.5), (32, 230.0), (48, 313.0), (64, 404.7), (96, 572.0), (128, 763.6),
+        (192, 1104.7), (256, 1455.8)],
+    4: [(24, 220.2), (32, 284.2), (48, 396.4), (64, 543.8), (96, 762.7), (128, 998.6),
+        (192, 1442.3), (256, 1929.0)],
+    8: [(24, 265.3), (32, 358.1), (48, 439.4), (64, 579.9), (96, 828.5), (128, 1162.0),
+        (192, 1610.2), (256, 2162.3)],
 }  # fmt: skip
 
 
@@ -65,25 +69,28 @@ def test_nvswitch_all_reduce_is_the_closed_form_and_the_source_table(
     achieved: System, gpus: int
 ) -> None:
     nvswitch = achieved.network[0]
-    for size, measured_us in SOURCE_ALL_REDUCE_US[gpus]:
+    fraction = dict(nvswitch.bus_efficiency_by_ranks)[gpus]  # this group size's bus bandwidth
+    for mib, measured_us in SOURCE_ALL_REDUCE_US[gpus]:
+        size = mib * MIB
         seconds = alpha_beta_collective_s(
             achieved, CollectiveKind.ALL_REDUCE, size, tuple(range(gpus))
         )
         closed = (
             nvswitch.collective_overhead_s
             + 2 * (gpus - 1) * nvswitch.latency_s
-            + 2 * (gpus - 1) / gpus * size / (0.69 * 300e9)
+            + 2 * (gpus - 1) / gpus * size / (fraction * 300e9)
         )
         assert seconds == pytest.approx(closed, rel=1e-12)
-        assert seconds * 1e6 == pytest.approx(measured_us, rel=0.12), (gpus, size)
+        assert seconds * 1e6 == pytest.approx(measured_us, rel=0.10), (gpus, mib)
 
 
 def test_cross_node_tensor_parallel_all_reduce_shares_the_node_links(achieved: System) -> None:
-    """tp16 over two nodes: reduce-scatter over 8 on NVSwitch, all-reduce of an eighth over
-    the 2 nodes at 12.5 GB/s x 0.9 per GPU, all-gather back."""
+    """tp16 over two nodes: reduce-scatter over 8 on NVSwitch (at the 8-GPU bus bandwidth),
+    all-reduce of an eighth over the 2 nodes at 12.5 GB/s x 0.9 per GPU, all-gather back."""
     size = 8 * 2048 * 3072 * 2  # GPT-3.6B, micro-batch 8: one activation in fp16
     nvswitch, infiniband = achieved.network
-    reduce_scatter = nvswitch.collective_overhead_s + 7 * 1e-6 + 7 / 8 * size / (0.69 * 300e9)
+    eight = dict(nvswitch.bus_efficiency_by_ranks)[8]  # the node's 8-GPU bus bandwidth
+    reduce_scatter = nvswitch.collective_overhead_s + 7 * 1e-6 + 7 / 8 * size / (eight * 300e9)
     inter_node = 20e-6 + 2 * 5e-6 + 2 * (1 / 2) * (size / 8) / (0.9 * 12.5e9)
     seconds = alpha_beta_collective_s(achieved, CollectiveKind.ALL_REDUCE, size, tuple(range(16)))
     assert seconds == pytest.approx(2 * reduce_scatter + inter_node, rel=1e-12)
