@@ -298,7 +298,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # output layer one root group (gathered before the forward, reduced at the end)
             fsdp_root_unit=True,
             # optimizer.py build_optimizers: AdamW(fused=optimizer.fused, foreach=not fused),
-            # `--optimizer.fused` a store_true flag (off); utils.clip_grad_norm_(foreach=True)
+            # `--optimizer.fused` a store_true flag (off); utils.clip_grad_norm_(foreach=True).
+            # Later torchtitan (2025) has optimizer.implementation, default "fused": rows of
+            # such runs set optimizer_foreach = false
             optimizer_foreach=True,
             # float8 training is torchao's Float8Linear (dynamic scaling, no float8 all-gather
             # assumed): the weight is cast at every use (matmul_with_hp_or_float8_args)
