@@ -13,14 +13,15 @@ stage: generation cost grows with ``pp``, not with the number of GPUs.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from stage_core.blocks import (
     MTP_HEAD,
     BlockOptions,
     Structure,
     default_options,
-    mtp_block_name,
 )
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import (
@@ -30,6 +31,7 @@ from stage_core.lower.bind import (
     bind_block,
     symbolic_block,
 )
+from stage_core.lower.compact import bucket_gradients, chunk_runs, layout_key, mtp_blocks
 from stage_core.lower.experts import ExpertFold, data_axes, fold_experts
 from stage_core.lower.fp8 import with_fp8_saved
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
@@ -259,15 +261,6 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     return blocks
 
 
-def mtp_blocks(model: ModelSpec) -> tuple[str, ...]:
-    """The block kinds of the model's multi-token-prediction modules, in order (one per depth;
-    each module's transformer layer is of the main model's last layer kind). Their losses are
-    as many :data:`~stage_core.blocks.MTP_HEAD` blocks."""
-    if not model.mtp_layers:
-        return ()
-    return (mtp_block_name(model.layer_blocks()[-1]),) * model.mtp_layers
-
-
 def _without(block: BoundBlock, name: str) -> BoundBlock:
     return replace(block, weights=tuple(w for w in block.weights if w.name != name))
 
@@ -314,23 +307,25 @@ def shared_embedding_weights(model: ModelSpec) -> frozenset[tuple[str, str]]:
 
 
 def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage: int) -> Chunk:
+    """The chunk of ``global_stage``: the expansion of its runs (:func:`~stage_core.lower.
+    compact.chunk_runs`) into ``blocks``. Multi-token prediction sits on the last stage
+    (Megatron-Core's default placement): the modules after the last layer, their losses after
+    the main model's — in training only (a serving step binds no module, hence no loss)."""
     p, vpp = workload.parallel.pp, workload.parallel.vpp
     counts = workload.stage_layers or workload.parallel.stage_layers(workload.model)
     start = sum(counts[:global_stage])
     layers = tuple(range(start, start + counts[global_stage]))
+    runs = chunk_runs(*layout_key(workload))[global_stage]
+    modules = frozenset(mtp_blocks(workload.model))
+    bound = sum(count for kind, count in runs if kind in modules and kind in blocks)
     chosen: list[BoundBlock] = []
-    if global_stage == 0:
-        chosen.append(blocks["embedding"])
-    layer_blocks = workload.model.layer_blocks()
-    for index in layers:
-        chosen.append(blocks[layer_blocks[index]])
-    if global_stage == p * vpp - 1:
-        # Multi-token prediction on the last stage (Megatron-Core's default placement): the
-        # modules after the last layer, their losses after the main model's (training only).
-        modules = [blocks[kind] for kind in mtp_blocks(workload.model) if kind in blocks]
-        chosen += modules
-        chosen.append(blocks["head"])
-        chosen += [blocks[MTP_HEAD] for _ in modules]
+    for kind, count in runs:
+        if kind == MTP_HEAD:
+            count = bound  # one loss per module bound
+        elif kind in modules and kind not in blocks:
+            continue
+        if count:
+            chosen += [blocks[kind]] * count
     return Chunk(global_stage // p if vpp > 1 else 0, global_stage, tuple(chosen), layers)
 
 
@@ -378,29 +373,42 @@ def _block_sync(
 
 
 def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
-    """Gradient reduction in buckets (backward block order), and ZeRO parameter gathers."""
-    bucket_limit = workload.parallel.grad_bucket_bytes
-    ops: list[SyncOp] = []
-    pending: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
-    gathers: dict[tuple[str, ...], int] = {}
-    per_block: dict[
-        int,
-        tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int],
-    ] = {}
+    """Gradient reduction in buckets of ``grad_bucket_bytes`` (backward block order: the
+    expansion of :func:`~stage_core.lower.compact.bucket_gradients`), and ZeRO parameter
+    gathers. The reductions a block completes are issued in the order their buckets started
+    filling (then the block's own order of bucket keys), as a bucket queue does."""
     order = list(reversed(chunk.blocks))
-    for position, block in enumerate(order):
-        if id(block) not in per_block:
-            per_block[id(block)] = _block_sync(workload, block)
-        reductions, block_gathers, _ = per_block[id(block)]
-        for key, size in reductions.items():
-            pending[key] = pending.get(key, 0) + size
-        for axes, size in block_gathers.items():
-            gathers[axes] = gathers.get(axes, 0) + size
-        last = position == len(order) - 1
-        for (kind, axes), size in list(pending.items()):
-            if last or size >= bucket_limit:
-                ops.append(SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, position))
-                del pending[(kind, axes)]
+    runs: list[tuple[BoundBlock, int]] = []  # identical blocks in a row, backward order
+    for block in order:
+        if runs and runs[-1][0] is block:
+            runs[-1] = (block, runs[-1][1] + 1)
+        else:
+            runs.append((block, 1))
+    per_block = {id(block): _block_sync(workload, block) for block, _ in runs}
+    gathers: dict[tuple[str, ...], int] = {}
+    run_starts: list[int] = []  # the backward position of each run's first block
+    position = 0
+    for block, count in runs:
+        for axes, size in per_block[id(block)][1].items():
+            gathers[axes] = gathers.get(axes, 0) + count * size
+        run_starts.append(position)
+        position += count
+    groups = bucket_gradients(
+        [(per_block[id(block)][0], count) for block, count in runs],
+        workload.parallel.grad_bucket_bytes,
+    )
+    reductions: list[tuple[int, int, int, CollectiveKind, tuple[str, ...], int]] = []
+    for key, size, first, step, count, lead in groups:
+        kind, axes = cast(tuple[CollectiveKind, tuple[str, ...]], key)
+        for at in range(first, first + step * count, step):
+            start = at - lead  # where this bucket started filling: its block's order of keys
+            keys = list(per_block[id(runs[bisect_right(run_starts, start) - 1][0])][0])
+            reductions.append((at, start, keys.index((kind, axes)), kind, axes, size))
+    reductions.sort(key=lambda r: r[:3])
+    ops = [
+        SyncOp(f"grad_{kind}", kind, axes, size, chunk.index, at)
+        for at, _, _, kind, axes, size in reductions
+    ]
     ops += _tied_embedding_sync(workload, chunk, order)
     for axes, size in gathers.items():
         ops.append(

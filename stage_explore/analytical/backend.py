@@ -43,6 +43,7 @@ from typing import Any, cast
 
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.errors import ConfigError, InfeasibleError
+from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.flops import DEFAULT_ATTENTION_FLOPS, AttentionFlops
 from stage_core.lower.memory import recompute_working_set
@@ -59,14 +60,7 @@ from stage_core.models.layers import is_layer_block
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.blocktime import (
-    BlockCost,
-    Runs,
-    bucket_gradients,
-    chunk_runs,
-    chunk_timing,
-    sync_timing,
-)
+from stage_explore.analytical.blocktime import BlockCost, chunk_timing, sync_timing
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.costs import (
@@ -92,7 +86,6 @@ from stage_explore.analytical.parts import (
     axes_of,
     compute_dtype,
     infeasible,
-    layout_key,
     sum_states,
     tied_ends,
 )
@@ -431,7 +424,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
             else UNBUCKETED
         )
         grad_total = 0
-        for bucket, size, first, step, count in bucket_gradients(backward, limit):
+        for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
             seconds = self._collective_time(point, spans[axes], collective, size)
@@ -526,7 +519,7 @@ class AnalyticalBackend(BlockCosting, BaseBackend):
     # -- memoised parts -----------------------------------------------------------------------
 
     def _layout_key(self, workload: Workload) -> tuple[Any, ...]:
-        """:func:`~stage_explore.analytical.parts.layout_key`, with the model's layer pattern
+        """:func:`~stage_core.lower.compact.layout_key`, with the model's layer pattern
         memoised by the model object (a study evaluates one model many times; the pattern
         walks every layer)."""
         return layout_key(workload, self._model_facts(workload.model)[0])

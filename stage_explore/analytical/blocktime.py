@@ -19,19 +19,17 @@ exchanges ``ring_steps`` point-to-point messages. The result is the block's dura
 compute time, and the communication time left exposed (not hidden behind compute), by
 collective kind.
 
-**Chunks** (:func:`chunk_timing`). A pipeline chunk is a run-length list of block kinds
-(:data:`Runs`: ``(("embedding", 1), ("layer", 12))``); its forward and backward take the sum of
-its blocks', ZeRO-3 parameter gathers and ZeRO-2/3 gradient scatters running beside each block
-on their own stream and exposed where they outlast it (FSDP's root unit, the embedding's and
-the head's parameters, exposed whole: ``root_unit``).
+**Chunks** (:func:`chunk_timing`). A pipeline chunk is the lowering's compact form, a
+run-length list of block kinds (:data:`~stage_core.lower.compact.Runs`: ``(("embedding", 1),
+("layer", 12))``, :func:`~stage_core.lower.compact.chunk_runs`); its forward and backward take
+the sum of its blocks', ZeRO-3 parameter gathers and ZeRO-2/3 gradient scatters running beside
+each block on their own stream and exposed where they outlast it (FSDP's root unit, the
+embedding's and the head's parameters, exposed whole: ``root_unit``).
 
-**Gradient buckets** (:func:`bucket_gradients`, :func:`sync_timing`). Walking a chunk's blocks
-in backward order, each block adds its gradients' bytes to a pending bucket per (collective,
-axes); a bucket is reduced as soon as it holds ``limit`` bytes, and every bucket at the chunk's
-last block — the rule of :func:`stage_core.lower.program._sync_ops`, computed here per run of
-identical blocks in a few arithmetic steps instead of once per block (the tests check both give
-the same operations). The reductions run on one communication stream in that order, each no
-earlier than the end of the block that completed it.
+**Gradient buckets** (:func:`sync_timing`). The lowering's groups of bucketed reductions
+(:func:`~stage_core.lower.compact.bucket_gradients`, whose expansion is the program's
+:func:`~stage_core.lower.program._sync_ops`) run on one communication stream in backward
+position order, each no earlier than the end of the block that completed it.
 
 **Expert load imbalance** (:func:`imbalanced_timers`). With routing imbalance ``f`` (max/mean
 tokens per expert-parallel rank), the step waits for the busiest rank: its routed experts'
@@ -42,17 +40,13 @@ balanced bytes (:func:`routed_instr` names them).
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from stage_core.blocks import MTP_HEAD
 from stage_core.lower.bind import Instr
+from stage_core.lower.compact import Runs
 from stage_core.trace import CollectiveKind
-
-#: A chunk as runs of identical blocks in forward order: ``((kind, count), ...)``.
-Runs = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,40 +179,6 @@ def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
     return tuple(fused)
 
 
-@functools.lru_cache(maxsize=1024)
-def chunk_runs(
-    layers: int,
-    layer_blocks: tuple[str, ...],
-    pp: int,
-    vpp: int,
-    stage_layers: tuple[int, ...] = (),
-    mtp: tuple[str, ...] = (),
-) -> tuple[Runs, ...]:
-    """Per global pipeline stage (``pp·vpp`` of them): its blocks as runs of kinds in forward
-    order — the embedding on the first, ``stage_layers[stage]`` layers each (empty: the even
-    ``layers/(pp·vpp)``; each layer's block kind from ``layer_blocks``, empty: all ``layer``;
-    consecutive identical kinds form one run), the head
-    on the last (after the multi-token-prediction modules ``mtp``, before their losses) — as
-    :func:`stage_core.lower.program.chunk_blocks` assigns them (memoised)."""
-    counts = stage_layers or (layers // (pp * vpp),) * (pp * vpp)
-    result = []
-    for stage in range(pp * vpp):
-        kinds = ["embedding"] if stage == 0 else []
-        start = sum(counts[:stage])
-        indices = range(start, start + counts[stage])
-        kinds += [layer_blocks[i] if layer_blocks else "layer" for i in indices]
-        if stage == pp * vpp - 1:
-            kinds += [*mtp, "head", *([MTP_HEAD] * len(mtp))]
-        runs: list[tuple[str, int]] = []
-        for kind in kinds:
-            if runs and runs[-1][0] == kind:
-                runs[-1] = (kind, runs[-1][1] + 1)
-            else:
-                runs.append((kind, 1))
-        result.append(tuple(runs))
-    return tuple(result)
-
-
 @dataclass(frozen=True, slots=True)
 class BlockCost:
     """One block kind on one rank: its forward and backward timing, and the seconds of its
@@ -284,53 +244,6 @@ def chunk_timing(
     return ChunkTiming(
         forward, backward, compute, tuple(sorted(exposed.items())), tuple(reversed(backward_runs))
     )
-
-
-#: A group of equal reductions: (bucket key, bytes, first position, step, count) — positions
-#: ``first + i·step`` (i < count) in backward block order.
-Group = tuple[Hashable, int, int, int, int]
-
-
-def bucket_gradients(
-    runs: Sequence[tuple[Mapping[Hashable, int], int]],
-    limit: int,
-) -> list[Group]:
-    """The gradient reductions of a chunk, as groups.
-
-    ``runs`` are the chunk's blocks in *backward* order as (gradient bytes per bucket key, number
-    of identical blocks). A key's pending bytes grow by each block's contribution; the key is
-    reduced when they reach ``limit``, and every pending key at the chunk's last block.
-    """
-    total = sum(count for _, count in runs)
-    pending: dict[Hashable, int] = {}
-    groups: list[Group] = []
-    position = 0
-    for reductions, count in runs:
-        if count == 0:
-            continue
-        for key, size in reductions.items():
-            carried = pending.pop(key, 0)
-            if size >= limit:  # every block of the run reduces the key on its own
-                groups.append((key, carried + size, position, 1, 1))
-                if count > 1:
-                    groups.append((key, size, position + 1, 1, count - 1))
-                continue
-            first = -(-(limit - carried) // size)  # blocks until the pending bytes reach limit
-            if first > count:
-                pending[key] = carried + count * size
-                continue
-            groups.append((key, carried + first * size, position + first - 1, 1, 1))
-            period = -(-limit // size)
-            rest = count - first
-            full = rest // period
-            if full:
-                groups.append((key, period * size, position + first - 1 + period, period, full))
-            if rest - full * period:
-                pending[key] = (rest - full * period) * size
-        position += count
-    for key, size in pending.items():  # the chunk's last block reduces what is left
-        groups.append((key, size, total - 1, 1, 1))
-    return groups
 
 
 def sync_timing(

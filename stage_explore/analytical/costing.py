@@ -19,6 +19,7 @@ import numpy as np
 
 from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.compact import Runs, layer_pattern
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import (
@@ -48,7 +49,6 @@ from stage_explore.analytical.async_tp import (
 )
 from stage_explore.analytical.blocktime import (
     BlockTiming,
-    Runs,
     fuse_elementwise,
     imbalanced_timers,
     time_block,
@@ -95,7 +95,6 @@ from stage_explore.analytical.parts import (
     axes_of,
     canonical,
     canonical_sizes,
-    layer_pattern,
     tied_ends,
 )
 from stage_explore.analytical.passes import PhasePasses
@@ -125,7 +124,7 @@ class BlockCosting(PhasePasses):
         return self._tokens
 
     def _model_facts(self, model: ModelSpec) -> tuple[tuple[str, ...], Structure]:
-        """The model's :func:`~stage_explore.analytical.parts.layer_pattern` (it walks every
+        """The model's :func:`~stage_core.lower.compact.layer_pattern` (it walks every
         layer) and its :class:`~stage_core.blocks.Structure`, memoised by the model object (a
         study evaluates one model many times)."""
 

@@ -3,8 +3,8 @@
 Holds the bounded LRU :class:`Memo`, the value types of memoised parts (:class:`States`,
 :class:`Point`, :class:`Plan`, ``BlockSync``) and helpers: :func:`canonical` and
 :func:`canonical_sizes` (the per-rank shapes bound blocks depend on), :func:`compute_dtype`
-(also used by the ASTRA-sim backend), :func:`layout_key`, :func:`axes_of`, :func:`tied_ends`,
-:func:`sum_states`, :func:`infeasible`.
+(also used by the ASTRA-sim backend), :func:`axes_of`, :func:`tied_ends`, :func:`sum_states`,
+:func:`infeasible`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
-from stage_core.lower.program import Workload, embedding_ends, mtp_blocks
-from stage_core.models.spec import ModelSpec
+from stage_core.lower.program import Workload, embedding_ends
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.blocktime import ChunkTiming
 from stage_explore.analytical.pipeline import StepPlan, SyncCost
@@ -161,22 +160,6 @@ def compute_dtype(parallel: ParallelConfig, system: System) -> str:
     """The dtype whose peak times compute: the precision; one the accelerator has no peak for
     (e.g. fp8 on an A100) is a :class:`ConfigError` (:meth:`Accelerator.precision_dtype`)."""
     return system.accelerator.precision_dtype(str(parallel.precision))
-
-
-def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tuple[Any, ...]:
-    """What :func:`~stage_explore.analytical.blocktime.chunk_runs` takes; ``pattern``: the
-    model's :func:`layer_pattern`, if the caller has it."""
-    model, parallel = workload.model, workload.parallel
-    if pattern is None:
-        pattern = layer_pattern(model)
-    layout = (model.layers, pattern, parallel.pp, parallel.vpp, workload.stage_layers)
-    return (*layout, mtp_blocks(model)) if model.mtp_layers else layout
-
-
-def layer_pattern(model: ModelSpec) -> tuple[str, ...]:
-    """Every layer's block kind, or () when all are the dense ``layer``."""
-    blocks = model.layer_blocks()
-    return () if all(kind == "layer" for kind in blocks) else blocks
 
 
 def axes_of(block: BoundBlock) -> list[tuple[str, ...]]:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.lower.compact import chunk_runs, layout_key
 from stage_core.lower.program import bind_all, chunk_blocks, lower, make_workload, tie_embeddings
 from stage_core.models import Activation, Family, ModelSpec, Norm, Position, get_flavor
 from stage_core.models.layers import (
@@ -21,8 +22,6 @@ from stage_core.models.layers import (
     parse_kind,
 )
 from stage_core.parallel import ParallelConfig
-from stage_explore.analytical.blocktime import chunk_runs
-from stage_explore.analytical.parts import layout_key
 
 A, S = LayerKind(Mixer.ATTENTION, Ffn.MOE), LayerKind(Mixer.SLIDING, Ffn.MOE)
 D = LayerKind(Mixer.ATTENTION, Ffn.DENSE)

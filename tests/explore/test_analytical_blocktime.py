@@ -1,31 +1,18 @@
 """Block and chunk timing: in-order streams on hand-checked instruction DAGs, element-wise
-fusion, ZeRO beside the blocks, and the run-length gradient buckets and their timing against
-the per-block references (:func:`stage_core.lower.program._sync_ops`, a sequential stream)."""
+fusion, ZeRO beside the blocks, and the timing of the run-length gradient buckets against a
+sequential stream (the buckets themselves: tests/core/test_compact.py)."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable
 
 import pytest
 
 from stage_core.lower.bind import Instr
-from stage_core.lower.program import (
-    _block_sync,
-    _sync_ops,
-    bind_all,
-    chunk_blocks,
-    make_workload,
-    tie_embeddings,
-)
-from stage_core.models import get_flavor
-from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import (
     BlockCost,
     BlockTiming,
-    bucket_gradients,
-    chunk_runs,
     chunk_timing,
     fuse_elementwise,
     sync_timing,
@@ -157,83 +144,7 @@ def test_a_chunk_adds_its_blocks_and_zero3_gathers_show_where_they_outlast_them(
     assert dict(sharded.exposed_s)["zero_gather"] == pytest.approx(3 * 0.5)
 
 
-def test_chunk_runs_follow_chunk_blocks() -> None:
-    model = get_flavor("mixtral-8x7b").with_overrides(layers=8)
-    parallel = ParallelConfig(pp=2, dp=2, ep=2, schedule="interleaved", vpp=2, global_batch=8)
-    workload = make_workload(model, parallel)
-    blocks = tie_embeddings(workload, bind_all(workload))
-    pattern = model.layer_blocks()
-    for stage, runs in enumerate(chunk_runs(model.layers, pattern, 2, 2)):
-        kinds = [kind for kind, count in runs for _ in range(count)]
-        assert kinds == [b.kind for b in chunk_blocks(workload, blocks, stage).blocks]
-
-
-# -- gradient buckets -----------------------------------------------------------------------------
-
-
-def expand(groups: list[tuple[Hashable, int, int, int, int]]) -> list[tuple[int, Hashable, int]]:
-    return sorted(
-        (first + i * step, key, size)  # type: ignore[misc]
-        for key, size, first, step, count in groups
-        for i in range(count)
-    )
-
-
-CONFIGS = [
-    ("gpt3-1.3b", ParallelConfig(tp=2, dp=4, sp=True)),
-    ("gpt3-1.3b", ParallelConfig(tp=2, dp=4, zero=1, grad_bucket_bytes=10**6)),
-    ("gpt3-1.3b", ParallelConfig(tp=1, dp=8, zero=2, grad_bucket_bytes=3 * 10**7)),
-    ("megatron-gpt-1.7b", ParallelConfig(tp=2, dp=2, pp=2, grad_bucket_bytes=123_456_789)),
-    ("llama3-8b", ParallelConfig(tp=4, dp=2, cp=2, sp=True, zero=1)),
-    ("mixtral-8x7b", ParallelConfig(tp=2, dp=4, ep=2, grad_bucket_bytes=5 * 10**7)),
-]
-
-
-@pytest.mark.parametrize(
-    ("name", "parallel"), CONFIGS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)]
-)
-def test_bucket_gradients_equals_sync_ops(name: str, parallel: ParallelConfig) -> None:
-    model = get_flavor(name)
-    if model.layers > 8:
-        model = model.with_overrides(layers=8)
-    workload = make_workload(model, parallel)
-    blocks = tie_embeddings(workload, bind_all(workload))
-    pattern = model.layer_blocks()
-    layout = chunk_runs(model.layers, pattern, parallel.pp, parallel.vpp)
-    for stage, runs in enumerate(layout):
-        chunk = chunk_blocks(workload, blocks, stage)
-        reference = [
-            (op.after, (op.collective, op.axes), op.comm_bytes)
-            for op in _sync_ops(workload, chunk)
-            if op.after >= 0
-        ]
-        backward = [
-            (_block_sync(workload, blocks[kind])[0], count) for kind, count in reversed(runs)
-        ]
-        assert expand(bucket_gradients(backward, parallel.grad_bucket_bytes)) == sorted(reference)
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_bucket_gradients_on_random_runs(seed: int) -> None:
-    # against a per-block walk of the same rule (stage_core.lower.program._sync_ops)
-    rng = random.Random(seed)
-    keys = ["a", "b", "c"]
-    runs = []
-    for _ in range(rng.randrange(1, 6)):
-        contributions = {k: rng.randrange(1, 50) for k in rng.sample(keys, rng.randrange(0, 4))}
-        runs.append((contributions, rng.randrange(0, 7)))
-    limit = rng.randrange(1, 120)
-    reference = []
-    pending: dict[str, int] = {}
-    blocks = [c for c, n in runs for _ in range(n)]
-    for position, contributions in enumerate(blocks):
-        for key, size in contributions.items():
-            pending[key] = pending.get(key, 0) + size
-        for key, size in list(pending.items()):
-            if position == len(blocks) - 1 or size >= limit:
-                reference.append((position, key, size))
-                del pending[key]
-    assert expand(bucket_gradients(runs, limit)) == sorted(reference)
+# -- gradient buckets (their grouping is the lowering's: tests/core/test_compact.py) ----------
 
 
 @pytest.mark.parametrize("seed", range(10))

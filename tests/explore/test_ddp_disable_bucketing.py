@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from stage_core.lower.compact import chunk_runs
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Schedule
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.blocktime import chunk_runs
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point

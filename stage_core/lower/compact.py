@@ -1,0 +1,145 @@
+"""The lowering's compact per-stage form: chunks as runs of identical blocks, and the gradient
+buckets of a chunk as groups of equal reductions.
+
+Holds :data:`Runs`, :func:`chunk_runs` (every global pipeline stage's blocks as runs of block
+kinds), :func:`layout_key` (what ``chunk_runs`` takes, from a workload), :func:`layer_pattern`,
+:func:`mtp_blocks`, :data:`Group` and :func:`bucket_gradients` (a chunk's bucketed gradient
+reductions, computed per run of identical blocks in a few arithmetic steps).
+
+The full per-stage program is the expansion of this form: :func:`~stage_core.lower.program.
+chunk_blocks` expands a stage's runs into its bound blocks, :func:`~stage_core.lower.program.
+_sync_ops` expands the groups into one :class:`~stage_core.lower.program.SyncOp` per reduction.
+The analytical backend times the compact form itself (one block timing per run, the reductions
+of a group at once), so a chunk of a hundred identical layers costs it a handful of operations;
+both read the same derivation (docs/analytical.md, "The timing engine").
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from stage_core.blocks import MTP_HEAD, mtp_block_name
+from stage_core.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from stage_core.lower.program import Workload
+
+#: A chunk as runs of identical blocks in forward order: ``((kind, count), ...)``.
+Runs = tuple[tuple[str, int], ...]
+
+#: A group of equal reductions: (bucket key, bytes, first position, step, count, lead) — at
+#: positions ``first + i·step`` (i < count) in backward block order, each holding the gradients
+#: of the blocks from ``lead`` positions before its own (where its bucket started filling).
+Group = tuple[Hashable, int, int, int, int, int]
+
+
+def mtp_blocks(model: ModelSpec) -> tuple[str, ...]:
+    """The block kinds of the model's multi-token-prediction modules, in order (one per depth;
+    each module's transformer layer is of the main model's last layer kind). Their losses are
+    as many :data:`~stage_core.blocks.MTP_HEAD` blocks."""
+    if not model.mtp_layers:
+        return ()
+    return (mtp_block_name(model.layer_blocks()[-1]),) * model.mtp_layers
+
+
+def layer_pattern(model: ModelSpec) -> tuple[str, ...]:
+    """Every layer's block kind, or () when all are the dense ``layer``."""
+    blocks = model.layer_blocks()
+    return () if all(kind == "layer" for kind in blocks) else blocks
+
+
+def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+    """What :func:`chunk_runs` takes for ``workload``; ``pattern``: the model's
+    :func:`layer_pattern`, if the caller has it."""
+    model, parallel = workload.model, workload.parallel
+    if pattern is None:
+        pattern = layer_pattern(model)
+    stage_layers = workload.stage_layers or parallel.stage_layers(model)
+    layout = (model.layers, pattern, parallel.pp, parallel.vpp, stage_layers)
+    return (*layout, mtp_blocks(model)) if model.mtp_layers else layout
+
+
+@functools.lru_cache(maxsize=1024)
+def chunk_runs(
+    layers: int,
+    layer_blocks: tuple[str, ...],
+    pp: int,
+    vpp: int,
+    stage_layers: tuple[int, ...] = (),
+    mtp: tuple[str, ...] = (),
+) -> tuple[Runs, ...]:
+    """Per global pipeline stage (``pp·vpp`` of them): its blocks as runs of kinds in forward
+    order — the embedding on the first, ``stage_layers[stage]`` layers each (empty: the even
+    ``layers/(pp·vpp)``; each layer's block kind from ``layer_blocks``, empty: all ``layer``;
+    consecutive identical kinds form one run), on the last the multi-token-prediction modules
+    ``mtp`` after the layers (Megatron-Core's default placement), then the head, then the
+    modules' losses (memoised)."""
+    counts = stage_layers or (layers // (pp * vpp),) * (pp * vpp)
+    result = []
+    for stage in range(pp * vpp):
+        kinds = ["embedding"] if stage == 0 else []
+        start = sum(counts[:stage])
+        indices = range(start, start + counts[stage])
+        kinds += [layer_blocks[i] if layer_blocks else "layer" for i in indices]
+        if stage == pp * vpp - 1:
+            kinds += [*mtp, "head", *([MTP_HEAD] * len(mtp))]
+        runs: list[tuple[str, int]] = []
+        for kind in kinds:
+            if runs and runs[-1][0] == kind:
+                runs[-1] = (kind, runs[-1][1] + 1)
+            else:
+                runs.append((kind, 1))
+        result.append(tuple(runs))
+    return tuple(result)
+
+
+def bucket_gradients(
+    runs: Sequence[tuple[Mapping[Any, int], int]],
+    limit: int,
+) -> list[Group]:
+    """The gradient reductions of a chunk, as groups.
+
+    ``runs`` are the chunk's blocks in *backward* order as (gradient bytes per bucket key, number
+    of identical blocks; every byte count > 0). Walking the blocks, a key's pending bytes grow by
+    each block's contribution; the key is reduced when they reach ``limit``, and every pending
+    key at the chunk's last block (Megatron's and PyTorch DDP's buckets, filled in backward
+    order). Computed per run: a run adds ``count × size`` to a key, which reaches ``limit``
+    after ``⌈(limit − carried)/size⌉`` blocks and then every ``⌈limit/size⌉``.
+    """
+    total = sum(count for _, count in runs)
+    pending: dict[Hashable, int] = {}
+    started: dict[Hashable, int] = {}  # where each pending key's bucket started filling
+    groups: list[Group] = []
+    position = 0
+    for reductions, count in runs:
+        if count == 0:
+            continue
+        for key, size in reductions.items():
+            carried = pending.pop(key, 0)
+            start = started.pop(key, position)
+            if size >= limit:  # every block of the run reduces the key on its own
+                groups.append((key, carried + size, position, 1, 1, position - start))
+                if count > 1:
+                    groups.append((key, size, position + 1, 1, count - 1, 0))
+                continue
+            first = -(-(limit - carried) // size)  # blocks until the pending bytes reach limit
+            if first > count:
+                pending[key] = carried + count * size
+                started[key] = start
+                continue
+            at = position + first - 1
+            groups.append((key, carried + first * size, at, 1, 1, at - start))
+            period = -(-limit // size)
+            rest = count - first
+            full = rest // period
+            if full:
+                groups.append((key, period * size, at + period, period, full, period - 1))
+            if rest - full * period:
+                pending[key] = (rest - full * period) * size
+                started[key] = at + full * period + 1
+        position += count
+    for key, size in pending.items():  # the chunk's last block reduces what is left
+        groups.append((key, size, total - 1, 1, 1, total - 1 - started[key]))
+    return groups
