@@ -6,14 +6,17 @@ The battery: the breakdown adds up to the step time; an infeasible point (out of
 GPUs than the system has) is a result with a reason, not an exception; bad input (a tp that does
 not divide the heads, a precision the accelerator has no peak for) raises ``ConfigError``; the
 same point gives the same evaluation on the instance and on a fresh one; a pickled backend
-evaluates the same. The ASTRA-sim backend needs the real binary (``ASTRA_SIM_BIN`` or ``PATH``)
-and is skipped with the reason where it is absent.
+evaluates the same. Every built-in backend (``search.backends.BUILTIN_BACKENDS``, what a study's
+``[backend] name`` resolves to) must be in :data:`BACKENDS`, and its ``evaluate`` is typed
+``(ModelSpec, ParallelConfig, System) -> Evaluation``. The ASTRA-sim backend needs the real
+binary (``ASTRA_SIM_BIN`` or ``PATH``) and is skipped with the reason where it is absent.
 """
 
 from __future__ import annotations
 
 import math
 import pickle
+import typing
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -24,6 +27,7 @@ from stage_core.models import ModelSpec, get_flavor
 from stage_core.parallel import ParallelConfig, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.evaluation import BaseBackend, Evaluation
+from stage_explore.search.backends import BUILTIN_BACKENDS, resolve_backend
 from stage_explore.system import load_system
 from stage_explore.system.model import System
 
@@ -144,17 +148,17 @@ def test_picklable_and_the_copy_evaluates_the_same(backend: BaseBackend, system:
         assert outputs(copy.evaluate(SMALL, parallel, system)) == expected
 
 
-def test_evaluate_is_typed_as_the_contract() -> None:
-    import typing
+def test_every_built_in_backend_joins_the_battery() -> None:
+    assert set(BUILTIN_BACKENDS) <= {name for name, _ in BACKENDS}
 
-    for name, _ in BACKENDS:
-        cls = {"analytical": AnalyticalBackend}.get(name)
-        if cls is None:
-            from stage_explore.astrasim import AstraSimBackend
 
-            cls = AstraSimBackend
-        hints = typing.get_type_hints(cls.evaluate)
-        assert hints["model"] is ModelSpec
-        assert hints["parallel"] is ParallelConfig
-        assert hints["system"] is System
-        assert hints["return"] is Evaluation
+@pytest.mark.parametrize("name", sorted(BUILTIN_BACKENDS))
+def test_evaluate_is_typed_as_the_contract(name: str) -> None:
+    # the class a study's `[backend] name` resolves to (imported only, not run: no binary needed)
+    cls = resolve_backend(name)
+    assert isinstance(cls, type) and issubclass(cls, BaseBackend)
+    assert cls.name == name  # what its evaluations report as `backend`
+    hints = typing.get_type_hints(cls.evaluate)
+    assert hints == {
+        "model": ModelSpec, "parallel": ParallelConfig, "system": System, "return": Evaluation
+    }  # fmt: skip
