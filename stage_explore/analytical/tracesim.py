@@ -23,6 +23,9 @@ values named in brackets:
   the analytical backend's block timing
   (:func:`~stage_explore.analytical.blocktime.time_block`; docs/analytical.md, "The timing
   engine": one semantics, the issue rule is a policy);
+- with ``collectives_wait_for_issued_compute`` a communication node also waits until every GPU
+  compute node of a lower id has finished (the NCCL stream waiting for the issuing stream, as
+  :func:`~stage_explore.analytical.blocktime.time_block` times it);
 - collectives and sends hold the communication slot until they finish; receives hold no slot;
 - a collective starts when every member of its group has issued it (``collective_start``
   rendezvous: the k-th
@@ -289,6 +292,7 @@ class _Rank(Generic[T]):
         for node_id in sorted(self.nodes):  # each slot's nodes in id (program) order
             self.order[_slot(self.nodes[node_id])].append(node_id)
         self.position = {"gpu": 0, "cpu": 0, "comm": 0, "recv": 0}
+        self.gpu_cursor = 0  # order["gpu"][:gpu_cursor] have all finished
         for node in nodes:
             deps = set(node.data_deps) | set(node.ctrl_deps)
             for dep in deps:
@@ -298,6 +302,13 @@ class _Rank(Generic[T]):
             self.missing[node.id] = len(deps)
             if not deps:
                 heapq.heappush(self.ready[_slot(node)], node.id)
+
+    def compute_issued_before_done(self, node_id: int) -> bool:
+        """Whether every GPU compute node with an id below ``node_id`` has finished."""
+        gpu = self.order["gpu"]
+        while self.gpu_cursor < len(gpu) and gpu[self.gpu_cursor] in self.finished:
+            self.gpu_cursor += 1
+        return self.gpu_cursor == len(gpu) or gpu[self.gpu_cursor] > node_id
 
     def next_index(self, key: tuple[object, ...]) -> int:
         """The occurrence number of ``key`` on this rank (0 for the first)."""
@@ -317,6 +328,7 @@ def simulate(
     collective start and point-to-point semantics); a deadlock is a ConfigError."""
     in_order = policy.issue is IssuePolicy.IN_ORDER
     local = policy.collective_start is CollectiveStart.LOCAL
+    waits = policy.collectives_wait_for_issued_compute
     if not traces:
         raise ConfigError("simulate needs at least one rank trace")
     zero = model.zero
@@ -345,6 +357,9 @@ def simulate(
                 if in_order and slot != "recv":  # only the slot's next node in id order
                     if queue[0] != state.order[slot][state.position[slot]]:
                         break  # ready nodes all have larger ids: the next one is not ready
+                if waits and slot == "comm" and not state.compute_issued_before_done(queue[0]):
+                    break  # the stream waits for the compute issued before (and the rest too)
+                if in_order and slot != "recv":
                     state.position[slot] += 1
                 node = state.nodes[heapq.heappop(queue)]
                 state.busy[slot] = slot != "recv"

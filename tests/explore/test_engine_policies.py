@@ -95,11 +95,12 @@ def as_trace(instrs: Sequence[Instr], group: tuple[int, ...] = (0,)) -> list[Tra
     return nodes
 
 
-def block_timing(instrs: Sequence[Instr]) -> tuple[float, float]:
+def block_timing(instrs: Sequence[Instr], waits: bool = False) -> tuple[float, float]:
     timing = time_block(
         instrs,
         lambda i: compute_s(i.flops, i.bytes_read + i.bytes_written),
         lambda i: comm_s(i.collective, i.comm_bytes),  # type: ignore[arg-type]
+        collectives_wait_for_issued_compute=waits,
     )
     return timing.duration_s, timing.compute_s
 
@@ -166,6 +167,7 @@ TIMING_FLAGS = {
     "pipeline_p2p_blocking": "point_to_point",
     "pipeline_p2p_separate": "point_to_point",
     "pipeline_scatter_gather": "p2p_scatter_gather",
+    "collectives_wait_for_issued_compute": "collectives_wait_for_issued_compute",
     **{str(overlap): "overlaps" for overlap in Overlap},
 }
 
@@ -253,7 +255,7 @@ def test_block_timing_is_the_trace_engine_under_each_profile_policy(
                 continue
             program, _ = apply_overlaps(instrs, policy, rule)
             rewritten += program != tuple(instrs)
-            duration, busy = block_timing(program)
+            duration, busy = block_timing(program, policy.collectives_wait_for_issued_compute)
             result = simulate({0: as_trace(program, GROUP)}, SameCosts(), policy=policy)
             rank = result.ranks[0]
             assert rank.finish == duration, (kind, rank.finish, duration)
@@ -262,6 +264,24 @@ def test_block_timing_is_the_trace_engine_under_each_profile_policy(
         assert rewritten or not sp  # userbuffers and the MoE overlaps rewrite sp blocks
     if Overlap.TP_ASYNC_GRAD_ALLREDUCE in policy.overlaps and not sp:
         assert rewritten
+
+
+def test_collectives_waiting_for_issued_compute_in_both_engines() -> None:
+    # 0: a long kernel; 1: an all-reduce that needs nothing (issued after the kernel)
+    size = 1 << 26
+    flops = int(SYSTEM.accelerator.peak("bf16") * 2e-3)
+    instrs = [
+        Instr("kernel", "bwd", "einsum", flops=flops),
+        Instr("reduce", "bwd", "comm", collective=CollectiveKind.ALL_REDUCE, comm_bytes=size),
+    ]
+    kernel_s, reduce_s = compute_s(flops, 0), comm_s(CollectiveKind.ALL_REDUCE, size)
+    for waits, finish in ((False, max(kernel_s, reduce_s)), (True, kernel_s + reduce_s)):
+        policy = replace(
+            TimingPolicy.from_profile(get_framework("megatron-core")),
+            collectives_wait_for_issued_compute=waits,
+        )
+        traced = simulate({0: as_trace(instrs, GROUP)}, SameCosts(), policy=policy)
+        assert block_timing(instrs, waits)[0] == traced.ranks[0].finish == finish
 
 
 def test_a_local_collective_start_does_not_wait_for_the_group() -> None:
