@@ -8,12 +8,15 @@ not divide the heads, a precision the accelerator has no peak for) raises ``Conf
 same point gives the same evaluation on the instance and on a fresh one; a pickled backend
 evaluates the same. Every built-in backend (``search.backends.BUILTIN_BACKENDS``, what a study's
 ``[backend] name`` resolves to) must be in :data:`BACKENDS`, and its ``evaluate`` is typed
-``(ModelSpec, ParallelConfig, System) -> Evaluation``. The ASTRA-sim backend needs the real
-binary (``ASTRA_SIM_BIN`` or ``PATH``) and is skipped with the reason where it is absent.
+``(ModelSpec, ParallelConfig, System) -> Evaluation``. The analytical backend joins once per
+framework profile (each is another timing policy and other costs). The ASTRA-sim backend needs
+the real binary (``ASTRA_SIM_BIN`` or ``PATH``) and is skipped with the reason where it is
+absent.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 import typing
@@ -26,6 +29,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import ModelSpec, get_flavor
 from stage_core.parallel import ParallelConfig, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.search.backends import BUILTIN_BACKENDS, resolve_backend
 from stage_explore.system import load_system
@@ -42,9 +46,15 @@ def _astra_sim() -> BaseBackend:
     return AstraSimBackend(timeout_s=300)
 
 
-#: Every backend that fulfils the contract: (name, factory).
+#: Every backend that fulfils the contract: (name, factory). The analytical backend joins once
+#: per framework profile: each profile is another timing policy and other costs.
 BACKENDS: list[tuple[str, Callable[[], BaseBackend]]] = [
     ("analytical", AnalyticalBackend),
+    *(
+        (f"analytical:{name}", functools.partial(AnalyticalBackend, framework=name))
+        for name in sorted(FRAMEWORKS)
+        if name != DEFAULT_FRAMEWORK
+    ),
     ("astra-sim", _astra_sim),
 ]
 
