@@ -2,9 +2,11 @@
 
 Holds:
 
-- :class:`BaseTimingModel` — the contract of what a node costs, and its two implementations:
+- :class:`BaseTimingModel` — the contract of what a node costs, and its implementations:
   :class:`AstraTimingModel` (integer ns, reproduces ASTRA-sim's congestion-unaware analytical
-  run) and :class:`AlphaBetaTimingModel` (float seconds, roofline with efficiencies and α–β);
+  run), :class:`AlphaBetaTimingModel` (float seconds, roofline with efficiencies and α–β) and
+  :class:`InstructionTimingModel` (the analytical backend's per-instruction costs on a block's
+  trace, :func:`instruction_trace`);
 - :func:`simulate` — run a set of traces (rank → list of :class:`~stage_core.trace.TraceNode`)
   under a :class:`~stage_explore.analytical.policy.TimingPolicy` (default
   :data:`~stage_explore.analytical.policy.ASTRA_SIM_POLICY`);
@@ -64,12 +66,13 @@ from __future__ import annotations
 import abc
 import heapq
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from stage_core.chakra.mapping import emitted_num_ops
 from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
@@ -98,12 +101,14 @@ __all__ = [
     "AlphaBetaTimingModel",
     "AstraTimingModel",
     "BaseTimingModel",
+    "InstructionTimingModel",
     "IssuePolicy",
     "RankTiming",
     "SimulationResult",
     "TimingPolicy",
     "astra_config_from_files",
     "astra_config_from_system",
+    "instruction_trace",
     "simulate",
 ]
 
@@ -145,6 +150,13 @@ class BaseTimingModel(abc.ABC, Generic[T]):
         """Each member's finish (absolute) when the members issued the collective at the times
         ``issued``, or None to start every member at the last issue (by default: None)."""
         return None
+
+    def node_collective(self, node: TraceNode, group: tuple[int, ...]) -> Mapping[int, T]:
+        """Duration of the collective ``node`` for every member of ``group``: by default
+        :meth:`collective` of its kind and bytes; a model that costs each node on its own
+        (:class:`InstructionTimingModel`) overrides it."""
+        assert node.collective is not None
+        return self.collective(node.collective, node.comm_bytes, group)
 
 
 class AstraTimingModel(BaseTimingModel[int]):
@@ -228,6 +240,75 @@ class AlphaBetaTimingModel(BaseTimingModel[float]):
 
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
         return alpha_beta_point_to_point_s(self.system, source, destination, size_bytes)
+
+
+def instruction_trace(instrs: Sequence[Instr], group: tuple[int, ...]) -> list[TraceNode]:
+    """A block's instructions as one rank's trace (rank ``group[0]``): node id = instruction
+    index, the instruction's dependencies as data dependencies, every collective over
+    ``group`` (the rank standing for its groups, as under a local collective start)."""
+    nodes = []
+    for index, instr in enumerate(instrs):
+        if instr.kind == "ring":
+            raise ConfigError(
+                f"instruction {index} {instr.name!r} is a ring exchange: a one-rank trace has "
+                "no peer to exchange with"
+            )
+        if instr.collective is not None:
+            node = TraceNode(
+                index, instr.name, NodeKind.COLL, data_deps=instr.deps,
+                collective=instr.collective, comm_bytes=instr.comm_bytes, group=group,
+            )  # fmt: skip
+        else:
+            node = TraceNode(
+                index, instr.name, NodeKind.COMP, data_deps=instr.deps, flops=instr.flops,
+                tensor_bytes=instr.bytes_read + instr.bytes_written,
+            )  # fmt: skip
+        nodes.append(node)
+    return nodes
+
+
+class InstructionTimingModel(BaseTimingModel[float]):
+    """The analytical cost model on a trace of instructions (:func:`instruction_trace`: node id
+    = instruction index): ``compute_s`` and ``comm_s`` are the timers the analytical backend
+    gives :func:`~stage_explore.analytical.blocktime.time_block` (per-kernel compute from the
+    instruction's operands, α–β collectives over the network dims of the instruction's group),
+    so the trace simulator times a block with the backend's per-kernel costs. Every member of a
+    collective's group takes the instruction's time. A node that is not its instruction (another
+    name at its id) is a ConfigError."""
+
+    zero = 0.0
+
+    def __init__(
+        self,
+        instrs: Sequence[Instr],
+        compute_s: Callable[[Instr], float],
+        comm_s: Callable[[Instr], float],
+    ) -> None:
+        self.instrs = tuple(instrs)
+        self._compute_s = compute_s
+        self._comm_s = comm_s
+
+    def _instr(self, node: TraceNode) -> Instr:
+        if not 0 <= node.id < len(self.instrs) or self.instrs[node.id].name != node.name:
+            raise ConfigError(
+                f"node {node.id} {node.name!r} is not an instruction of this model's block "
+                f"({len(self.instrs)} instructions)"
+            )
+        return self.instrs[node.id]
+
+    def compute(self, node: TraceNode) -> float:
+        return self._compute_s(self._instr(node))
+
+    def node_collective(self, node: TraceNode, group: tuple[int, ...]) -> dict[int, float]:
+        return dict.fromkeys(group, self._comm_s(self._instr(node)))
+
+    def collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
+    ) -> Mapping[int, float]:
+        raise ConfigError("InstructionTimingModel times collective nodes, not kinds and sizes")
+
+    def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
+        raise ConfigError("InstructionTimingModel times one rank's block: no point-to-point")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -381,7 +462,7 @@ def simulate(
             if record_nodes:
                 issued[(rank, node.id)] = now
             if local:  # symmetric members: this rank stands for its group
-                duration = model.collective(node.collective, node.comm_bytes, group)[rank]
+                duration = model.node_collective(node, group)[rank]
                 finish_at(rank, node.id, now, now + duration)
                 return
             collective = (node.collective, node.comm_bytes, group)
@@ -403,7 +484,7 @@ def simulate(
                     for member, member_node in nodes_of.items():
                         finish_at(member, member_node, issues[member], skewed[member])
                 else:
-                    durations = model.collective(node.collective, node.comm_bytes, group)
+                    durations = model.node_collective(node, group)
                     for member, member_node in nodes_of.items():
                         finish_at(member, member_node, now, now + durations[member])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -31,10 +32,12 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.async_tp import async_grad_allreduce_rule, combine_rules
+from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
 from stage_explore.analytical.overlap import apply_overlaps, overlap_rule
+from stage_explore.analytical.parts import Point, axes_of
 from stage_explore.analytical.policy import (
     ASTRA_SIM_POLICY,
     CollectiveStart,
@@ -43,8 +46,15 @@ from stage_explore.analytical.policy import (
     PointToPoint,
     TimingPolicy,
 )
-from stage_explore.analytical.tracesim import AlphaBetaTimingModel, BaseTimingModel, simulate
+from stage_explore.analytical.tracesim import (
+    AlphaBetaTimingModel,
+    BaseTimingModel,
+    InstructionTimingModel,
+    instruction_trace,
+    simulate,
+)
 from stage_explore.system import load_system
+from tests.explore.analytical_point import bound_point
 
 SYSTEM = load_system("h100-80gb")
 GROUP = tuple(range(8))  # one NVLink domain: the collectives' cost in both engines
@@ -78,21 +88,7 @@ class SameCosts(BaseTimingModel[float]):
 
 def as_trace(instrs: Sequence[Instr], group: tuple[int, ...] = (0,)) -> list[TraceNode]:
     """A block's instructions as one rank's trace (rank 0): node id = instruction index."""
-    nodes = []
-    for index, instr in enumerate(instrs):
-        if instr.collective is not None:
-            node = TraceNode(
-                index, instr.name, NodeKind.COLL, data_deps=instr.deps,
-                collective=instr.collective, comm_bytes=instr.comm_bytes, group=group,
-            )  # fmt: skip
-        else:
-            tensor_bytes = instr.bytes_read + instr.bytes_written
-            node = TraceNode(
-                index, instr.name, NodeKind.COMP, data_deps=instr.deps,
-                flops=instr.flops, tensor_bytes=tensor_bytes,
-            )  # fmt: skip
-        nodes.append(node)
-    return nodes
+    return instruction_trace(instrs, group)
 
 
 def block_timing(instrs: Sequence[Instr], waits: bool = False) -> tuple[float, float]:
@@ -339,3 +335,60 @@ def test_the_astra_sim_comparison_names_the_analytical_policy() -> None:
     assert gap.to_dict()["analytical_policy"]["point_to_point"] == "blocking-separate"
     why = gap.exposed_communication_and_waiting.why
     assert backend.policy.describe() in why and ASTRA_SIM_POLICY.describe() in why
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_tracesim_times_blocks_with_the_analytical_per_kernel_costs(name: str) -> None:
+    # the backend's own timers (per-kernel compute, α–β over the group's network dims) as a
+    # trace timing model: time_block and tracesim agree under the profile's policy
+    backend = AnalyticalBackend(framework=name)
+    policy = backend.policy
+    for _, flavor, parallel in POLICY_CASES:
+        model = get_flavor(flavor).with_overrides(layers=2, seq_len=1024)
+        point = bound_point(backend, model, parallel, SYSTEM)
+        workload = point.workload
+        tp, sp = parallel.tp, workload.flags.sp
+        rule = combine_rules(
+            overlap_rule(policy, tp, sp, workload.axis_sizes["tp"]),
+            async_grad_allreduce_rule(policy, tp, sp),
+        )
+        for kind, block in point.blocks.items():
+            spans = {axes: backend._spans(point, axes)[0] for axes in axes_of(block)}
+            compute_s = backend._compute_timer(point, kind)
+
+            def comm_s(
+                instr: Instr, point: Point = point, spans: dict[tuple[str, ...], Any] = spans
+            ) -> float:
+                return backend._comm_time(point, spans[instr.axes], instr)
+
+            for phase, instrs in (("fwd", block.fwd), ("bwd", block.bwd)):
+                if not instrs or any(i.kind == "ring" for i in instrs):
+                    continue
+                if profile_fuses(name):
+                    instrs = fuse_elementwise(instrs)
+                program, _ = apply_overlaps(instrs, policy, rule)
+                waits = policy.collectives_wait_for_issued_compute
+                timing = time_block(program, compute_s, comm_s, waits)
+                model_ = InstructionTimingModel(program, compute_s, comm_s)
+                rank = simulate({0: instruction_trace(program, (0,))}, model_, policy=policy)
+                assert rank.ranks[0].finish == timing.duration_s, (name, kind, phase)
+                assert math.isclose(rank.ranks[0].compute, timing.compute_s, rel_tol=1e-12)
+                # the backend's block adds only (SM sharing, accumulation passes) to this
+                own = backend._block_timing(point, kind, phase, spans)
+                assert own.duration_s >= timing.duration_s * (1 - 1e-12), (name, kind, phase)
+
+
+def profile_fuses(name: str) -> bool:
+    return get_framework(name).fused_elementwise
+
+
+def test_an_instruction_model_refuses_a_node_that_is_not_its_instruction() -> None:
+    instrs = [Instr("a", "fwd", "einsum", flops=10), Instr("b", "fwd", "einsum", flops=20)]
+    model = InstructionTimingModel(instrs, lambda i: float(i.flops), lambda i: 0.0)
+    trace = instruction_trace(instrs, (0,))
+    assert simulate({0: trace}, model).ranks[0].finish == 30.0
+    with pytest.raises(ConfigError, match="not an instruction"):
+        simulate({0: [replace(trace[0], name="other"), trace[1]]}, model)
+    ring = Instr("r", "fwd", "ring", comm_bytes=8, axes=("cp",))
+    with pytest.raises(ConfigError, match="ring exchange"):
+        instruction_trace([ring], (0,))
