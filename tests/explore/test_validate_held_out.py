@@ -346,6 +346,12 @@ def test_dgx_cloud_rows_weak_scale_one_layout_per_model(cases: list[Case]) -> No
         assert parallel.zero == 1 and str(parallel.recompute) == recompute, row_id
         assert parallel.sp == (parallel.tp > 1) and str(parallel.cp_style) == "ring"
         assert str(parallel.precision) == ("fp8" if "-FP8-" in row_id else "bf16")
+        # the recipes' memory settings: configure.sh's +model.fp8_params=$FP8_ENABLED, and the
+        # 340B config's distributed_fused_adam with a bf16 state (nemotron4-340b-synth.yaml)
+        options = dict(case.framework_options)
+        assert options.get("fp8_param_gather", False) == ("-FP8-" in row_id), row_id
+        adam = "bf16" if row_id.split("-")[-2] == "340B" else "off"
+        assert options.get("distributed_fused_adam", "off") == adam, row_id
     # the 405B recipe's GPT-2 BPE proxy tokenizer; Nemotron-4's 256k vocabulary and 4k sequences
     vocab = {i.split("-")[-2]: c.model.vocab for i, c in by_id.items() if c.model is not None}
     assert vocab == {"8B": 128256, "70B": 128256, "405B": 50257, "15B": 256000, "340B": 256000}
