@@ -162,12 +162,24 @@ def apply(system: System, values: Mapping[str, float]) -> System:
         if name in values and values[name] == network_default(system, i):
             pass  # unchanged (a dim without its own bus_efficiency keeps the backend default)
         elif name in values and hasattr(dim, "bus_efficiency"):
-            dim = replace(dim, bus_efficiency=values[name])  # type: ignore[call-arg,unused-ignore]
+            dim = _with_bus_efficiency(dim, values[name])
         elif name in values:  # no per-dim field: scale the link against the backend default
             scale = values[name] / network_default(system, i)
             dim = replace(dim, bandwidth_bytes_per_s=dim.bandwidth_bytes_per_s * scale)
         dims.append(dim)
     return replace(system, accelerator=accelerator, network=tuple(dims))
+
+
+def _with_bus_efficiency(dim: Any, value: float) -> Any:
+    """``dim`` at bus efficiency ``value``; its per-group-size fractions
+    (``bus_efficiency_by_ranks``) scaled by the same ratio (at most 1), so a fit moves every
+    group size and keeps their measured proportions."""
+    pairs = getattr(dim, "bus_efficiency_by_ranks", ())
+    old = dim.bus_efficiency
+    if pairs and old:
+        scaled = tuple((n, min(1.0, f * value / old)) for n, f in pairs)
+        return replace(dim, bus_efficiency=value, bus_efficiency_by_ranks=scaled)
+    return replace(dim, bus_efficiency=value)
 
 
 def objective(

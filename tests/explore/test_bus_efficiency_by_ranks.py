@@ -16,6 +16,7 @@ from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s
+from stage_explore.calibrate import apply
 from stage_explore.system import load_system
 from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import NetworkDim, System, Topology
@@ -138,3 +139,16 @@ def test_vtrain_system_reads_its_source_tables() -> None:
         algbw = (192 - 48) * 2**20 / ((large - small) * 1e-6)
         busbw = algbw * 2 * (ranks - 1) / ranks
         assert listed[ranks] == pytest.approx(busbw / LINK, abs=1e-3)
+
+
+def test_calibrating_the_dim_scales_its_per_size_fractions() -> None:
+    """A fitted bus efficiency moves the listed group sizes by the same ratio (capped at 1)."""
+    fitted = apply(node(((2, 0.6), (8, 0.9))), {"network.nvswitch": BASE * 1.2})
+    dim = fitted.network[0]
+    assert dim.bus_efficiency == pytest.approx(BASE * 1.2)
+    (two, two_fraction), (eight, eight_fraction) = dim.bus_efficiency_by_ranks
+    assert (two, eight) == (2, 8)
+    assert two_fraction == pytest.approx(0.6 * 1.2)
+    assert eight_fraction == 1.0  # 0.9 x 1.2 capped
+    unchanged = apply(node(), {"network.nvswitch": BASE})
+    assert unchanged.network[0] == node().network[0]
