@@ -44,15 +44,19 @@ def async_grad_allreduce_rule(policy: TimingPolicy, tp: int, sp: bool) -> Overla
     is on. With it: the reduce-scatters, which Megatron's sequence-parallel linear always
     issues with ``async_op=True`` before its weight gradient
     (``ColumnParallelLinearWithSequenceParallelism.backward`` in the Megatron-LM of Korthikanti
-    et al. 2022, later ``LinearWithGradAccumulationAndAsyncCommunication``), when the policy's
+    et al. 2022, later ``LinearWithGradAccumulationAndAsyncCommunication``; Transformer
+    Engine's ``_Linear.backward`` without userbuffers: "Overlap dgrad-RS/AR with wgrad",
+    ``reduce_scatter_along_first_dim(dgrad, ctx.tp_group, async_op=True)``), when the policy's
     collectives wait for the compute issued before them
     (:attr:`TimingPolicy.collectives_wait_for_issued_compute`; otherwise
     :func:`~stage_explore.analytical.blocktime.time_block` already starts the reduce-scatter as
-    soon as its input gradient is ready, beside the weight gradient)."""
+    soon as its input gradient is ready, beside the weight gradient) and userbuffers do not run
+    it (with :attr:`Overlap.TP_COMM` it is :func:`~stage_explore.analytical.overlap.
+    overlap_rule`'s "bulk" kernel on ``UB_COMM_SMS`` SMs, not an NCCL kernel)."""
     if tp <= 1:
         return None
     if sp:
-        if not policy.collectives_wait_for_issued_compute:
+        if not policy.collectives_wait_for_issued_compute or Overlap.TP_COMM in policy.overlaps:
             return None
         kind = CollectiveKind.REDUCE_SCATTER
     elif Overlap.TP_ASYNC_GRAD_ALLREDUCE in policy.overlaps:

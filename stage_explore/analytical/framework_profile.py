@@ -247,8 +247,12 @@ Options (all booleans unless said):
   ``_reduce`` in the backward of ``copy_to_tensor_model_parallel_region``, run after the whole
   backward of the linear: input gradient, then weight gradient) waits for the weight-gradient
   GEMM. On in the profiles whose tensor-parallel collectives are plain ``torch.distributed``
-  calls on the compute stream (megatron-lm-2021, deepspeed); off where Transformer Engine's
-  userbuffers run them on streams of their own, and in the profiles not yet reviewed.
+  calls on the compute stream (megatron-lm-2021, deepspeed) and in megatron-core, whose
+  Transformer Engine layers issue them that way without ``tp_comm_overlap`` and whose
+  userbuffers kernels, with it, start on a stream that first waits for the main stream
+  (``CommOverlapBase::bulk_overlap`` / ``split_overlap_rs``: ``cudaEventRecord(_start_comm,
+  stream_main)``, ``cudaStreamWaitEvent(_stream_comm, ...)``); off in the profiles not yet
+  reviewed.
 - ``pipelining_stage_buffers`` — pipeline stages are ``torch.distributed.pipelining``
   ``PipelineStage`` s (torchtitan): each stage allocates, once and for the whole run, a receive
   buffer for the input of every micro-batch (``_prepare_forward_infra``: one

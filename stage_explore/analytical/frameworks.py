@@ -134,6 +134,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # core/tensor_parallel/cross_entropy.py: calculate_logits_max casts the logits to
             # float, the fp32 softmax is saved and becomes the gradient in place
             loss_fp32_buffers=1,
+            # Megatron-Core's TE layers issue every tp collective behind the compute issued
+            # before it: without --tp-comm-overlap torch.distributed calls on the compute
+            # stream (TE distributed.py gather_along_first_dim / reduce_scatter_along_first_dim;
+            # ProcessGroupNCCL syncStream), with it userbuffers' comm stream waits for the main
+            # stream at the GEMM that carries it (TE comm_gemm_overlap.cpp: "Catch up the
+            # default torch stream", cudaEventRecord + cudaStreamWaitEvent); docs/analytical.md
+            collectives_wait_for_issued_compute=True,
             # core/distributed/distributed_data_parallel.py: bucket_size = max(40000000,
             # 1000000 * dp_group.size()) parameters unless set (stage_explore/analytical/buckets.py)
             ddp_bucket_scales_with_dp=True,

@@ -126,12 +126,13 @@ def test_the_reduce_scatter_rule_needs_issue_order_and_picks_backward_tp_reduce_
     assert rule(data_parallel) is None
 
 
-def test_the_profiles_whose_tp_collectives_are_torch_distributed_calls_wait() -> None:
+def test_the_profiles_whose_tp_collectives_are_issued_from_the_compute_stream_wait() -> None:
     # Megatron-LM 2021 / Megatron-DeepSpeed: megatron/mpu/mappings.py on the compute stream;
-    # Megatron-Core's userbuffers run on streams of their own
+    # Megatron-Core: TE's torch.distributed calls, or userbuffers' stream waiting for the main
+    # one (tests/explore/test_mcore_issue_order.py)
     assert get_framework("megatron-lm-2021").collectives_wait_for_issued_compute
     assert get_framework("deepspeed").collectives_wait_for_issued_compute
-    assert not get_framework("megatron-core").collectives_wait_for_issued_compute
+    assert get_framework("megatron-core").collectives_wait_for_issued_compute
 
 
 def _profile_step(framework: str, on: bool, sp: bool) -> tuple[float, float]:

@@ -124,7 +124,10 @@ def test_userbuffers_shorten_a_tensor_parallel_megatron_core_step() -> None:
         framework="megatron-core", overrides={"tp_comm_overlap": False}
     ).evaluate(model, parallel, system)
     exposed = ("exposed_all_gather", "exposed_reduce_scatter")
-    assert sum(on.breakdown.get(k, 0.0) for k in exposed) < 0.5 * sum(
+    # without userbuffers TE still issues the backward input-gradient reduce-scatter before
+    # the weight gradient (async NCCL, test_mcore_issue_order.py): userbuffers' gain is the
+    # forward all-gathers and reduce-scatters and the backward all-gathers
+    assert sum(on.breakdown.get(k, 0.0) for k in exposed) < 0.75 * sum(
         off.breakdown.get(k, 0.0) for k in exposed
     )
     assert on.step_time_s < off.step_time_s
