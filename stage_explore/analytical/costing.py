@@ -81,11 +81,14 @@ from stage_explore.analytical.kernels import (
     loss_logits,
 )
 from stage_explore.analytical.overlap import (
+    Bulk,
     apply_overlaps,
     deepep_sm_share_s,
     flat_ring_s,
     overlap_rule,
+    pipelined_chunks,
     sm_margin,
+    ub_bulk_share_s,
 )
 from stage_explore.analytical.parts import (
     BlockSync,
@@ -333,9 +336,15 @@ class BlockCosting(PhasePasses):
             )
             instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
             kernels = point.system.accelerator.kernels
+            bulk_gemms: frozenset[Instr] = frozenset()
             if shared and kernels is not None and async_rule is None:
-                # userbuffers' GEMMs run on the SMs their kernels leave
-                compute_s = sm_margin(compute_s, shared, kernels.sm_count)
+                # userbuffers' GEMMs run on the SMs their kernels leave (bulk ones only with
+                # set_sm_margin: ub_bulk_sm_margin; otherwise ub_bulk_share_s below)
+                margined = shared
+                if not self.framework.ub_bulk_sm_margin:
+                    margined = pipelined_chunks(shared)
+                    bulk_gemms = shared - margined
+                compute_s = sm_margin(compute_s, margined, kernels.sm_count)
             cp = point.workload.axis_sizes.get("cp", 1)
             if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
                 message = self._cp_message(point, spans)
@@ -343,6 +352,17 @@ class BlockCosting(PhasePasses):
             timing = time_block(  # under torch.distributed: behind the compute issued before
                 instrs, compute_s, comm_s, policy.collectives_wait_for_issued_compute
             )
+            if bulk_gemms and kernels is not None and rule is not None:
+                lost_s = ub_bulk_share_s(  # bulk kernels' SMs beside full-grid GEMMs
+                    sum(comm_s(i) for i in instrs if isinstance(rule(i), Bulk)),
+                    sum(compute_s(i) for i in bulk_gemms),
+                    kernels.sm_count,
+                )
+                timing = replace(
+                    timing,
+                    duration_s=timing.duration_s + lost_s,
+                    compute_s=timing.compute_s + lost_s,
+                )
             kernels = point.system.accelerator.kernels
             if async_rule is not None and shared and kernels is not None:
                 bulk_s = sum(comm_s(i) for i in instrs if async_rule(i) is not None)

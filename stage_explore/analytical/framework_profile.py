@@ -253,6 +253,17 @@ Options (all booleans unless said):
   (``CommOverlapBase::bulk_overlap`` / ``split_overlap_rs``: ``cudaEventRecord(_start_comm,
   stream_main)``, ``cudaStreamWaitEvent(_stream_comm, ...)``); off in the profiles not yet
   reviewed.
+- ``ub_bulk_sm_margin`` — with ``tp_comm_overlap``, the weight-gradient GEMMs beside a
+  userbuffers "bulk" reduce-scatter are launched on the SMs its kernel leaves
+  (``set_sm_margin``; :func:`~stage_explore.analytical.overlap.sm_margin`). On: Transformer
+  Engine's default for a bulk overlap (``initialize_ub``: ``"set_sm_margin": not method ==
+  "ring_exchange"``), what Megatron-LM runs without ``--tp-comm-overlap-cfg`` and NeMo without
+  ``ub_tp_comm_overlap_cfg``. Off (set per row in setups.toml): a recipe that names one of the
+  per-GEMM userbuffers configs, which set ``set_sm_margin`` 0 / False on every bulk overlap
+  (NeMo-Framework-Launcher ``conf/training/tp_overlap/ub_cfg_*.yaml``, NeMo
+  ``llm/recipes/tp_overlap_configs/userbuffers.py``): the GEMMs keep every SM and lose only the
+  kernel's SMs while it runs, ``min(bulk, wgrad) · UB_COMM_SMS / sm_count``
+  (:func:`~stage_explore.analytical.overlap.ub_bulk_share_s`).
 - ``pipelining_stage_buffers`` — pipeline stages are ``torch.distributed.pipelining``
   ``PipelineStage`` s (torchtitan): each stage allocates, once and for the whole run, a receive
   buffer for the input of every micro-batch (``_prepare_forward_infra``: one
@@ -328,6 +339,7 @@ OPTION_FLAGS: dict[str, str] = {
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
+    "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
@@ -397,6 +409,7 @@ class FrameworkProfile:
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
+    ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:

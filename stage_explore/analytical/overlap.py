@@ -185,6 +185,22 @@ def sm_margin(
     return timed
 
 
+def pipelined_chunks(shared: frozenset[Instr]) -> frozenset[Instr]:
+    """The GEMM chunks of ``shared`` (:func:`overlap_block`) pipelined with a reduce-scatter
+    (:func:`_chunk` names them ``<gemm>.chunk<i>``); the rest run beside a bulk collective."""
+    return frozenset(i for i in shared if i.name.rpartition(".")[2].startswith("chunk"))
+
+
+def ub_bulk_share_s(bulk_s: float, gemm_s: float, sm_count: int) -> float:
+    """Compute seconds lost by weight-gradient GEMMs launched on every SM
+    (``set_sm_margin`` off, ``ub_bulk_sm_margin``) while ``bulk_s`` of userbuffers bulk
+    kernels hold :data:`UB_COMM_SMS` of the ``sm_count`` SMs beside ``gemm_s`` of them:
+    ``min(bulk_s, gemm_s) · UB_COMM_SMS / sm_count``."""
+    if sm_count <= UB_COMM_SMS or bulk_s <= 0.0 or gemm_s <= 0.0:
+        return 0.0
+    return min(bulk_s, gemm_s) * UB_COMM_SMS / sm_count
+
+
 def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[int, int]]:
     """The collectives ``rule`` pipelines with their producer, by that GEMM's index: each reads
     one GEMM and nothing else. Its chunks move up to the GEMM's, ahead of any collective

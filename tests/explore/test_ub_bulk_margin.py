@@ -1,0 +1,95 @@
+"""Userbuffers bulk overlaps with and without Transformer Engine's SM margin
+(``ub_bulk_sm_margin``): TE's default launches the weight-gradient GEMMs beside a bulk kernel
+on ``sm - UB_COMM_SMS`` SMs; the NeMo recipe configs (set_sm_margin off, set per row in
+setups.toml) launch them on every SM and lose the kernel's SMs only while it runs. Closed
+forms of both."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.frameworks import get_framework
+from stage_explore.analytical.overlap import (
+    UB_COMM_SMS,
+    overlap_block,
+    overlap_rule,
+    pipelined_chunks,
+    ub_bulk_share_s,
+)
+from stage_explore.analytical.policy import TimingPolicy
+from stage_explore.system import load_system
+
+UNIT = 1000
+OPTION = "ub_bulk_sm_margin"
+
+
+def _gemm(name: str, seconds: float, inputs: tuple[str, str], output: str, phase: str) -> Instr:
+    size = 4 * UNIT
+    return Instr(
+        name, phase, "einsum", flops=int(seconds * UNIT),
+        inputs=((inputs[0], size), (inputs[1], size)), outputs=((output, size),),
+    )  # fmt: skip
+
+
+def _scatter(seconds: float, deps: tuple[int, ...], operand: str, phase: str) -> Instr:
+    return Instr(
+        f"reduce_scatter:{operand}", phase, "comm", collective=CollectiveKind.REDUCE_SCATTER,
+        axes=("tp",), comm_bytes=int(seconds * UNIT), deps=deps, inputs=((operand, 1),),
+        outputs=((operand, 1),),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("bulk_s", "gemm_s"), [(1.0, 3.0), (4.0, 2.0), (0.0, 2.0)])
+def test_the_bulk_kernel_takes_its_sms_only_while_it_runs(bulk_s: float, gemm_s: float) -> None:
+    sms = 132
+    assert ub_bulk_share_s(bulk_s, gemm_s, sms) == pytest.approx(
+        min(bulk_s, gemm_s) * UB_COMM_SMS / sms
+    )
+    assert ub_bulk_share_s(bulk_s, gemm_s, UB_COMM_SMS) == 0.0
+    # below the margin's cost on the GEMMs: gemm_s * UB_COMM_SMS / (sms - UB_COMM_SMS)
+    assert ub_bulk_share_s(bulk_s, gemm_s, sms) < gemm_s * UB_COMM_SMS / (sms - UB_COMM_SMS)
+
+
+def test_pipelined_chunks_are_told_from_the_gemms_beside_a_bulk_kernel() -> None:
+    rule = overlap_rule(TimingPolicy.from_profile(get_framework("megatron-core")), tp=8, sp=True)
+    assert rule is not None
+    forward = [_gemm("proj", 8.0, ("attn", "wo"), "proj.partial", "fwd"),
+               _scatter(4.0, (0,), "proj.partial", "fwd")]  # fmt: skip
+    _, shared = overlap_block(forward, rule)
+    assert pipelined_chunks(shared) == shared and len(shared) > 1
+    backward = [
+        _gemm("q.dx", 2.0, ("d.q", "wq"), "d.x", "bwd"),
+        _gemm("q.dw", 3.0, ("d.q", "x"), "d.wq", "bwd"),
+        _scatter(5.0, (0,), "d.x", "bwd"),
+    ]
+    _, shared = overlap_block(backward, rule)
+    assert [i.name for i in shared] == ["q.dw"]
+    assert pipelined_chunks(shared) == frozenset()
+
+
+def _compute(tp: int, margin: bool) -> tuple[float, float]:
+    model = get_flavor("llama3-8b").with_overrides(layers=2)
+    parallel = ParallelConfig(tp=tp, dp=1, sp=tp > 1, global_batch=1, micro_batch=1)
+    backend = AnalyticalBackend(framework="megatron-core", overrides={OPTION: margin})
+    result = backend.evaluate(model, parallel, load_system("h100-80gb"))
+    return result.step_time_s, result.breakdown["compute"]
+
+
+def test_the_recipes_bulk_overlap_costs_less_than_the_margin() -> None:
+    assert get_framework("megatron-core").ub_bulk_sm_margin  # TE's default; recipes: per row
+    on_s, on_compute = _compute(4, True)
+    off_s, off_compute = _compute(4, False)
+    assert off_compute < on_compute and off_s < on_s  # options differ: results differ
+    # no tensor parallelism, no userbuffers kernel: the option changes nothing
+    assert _compute(1, True) == _compute(1, False)
+
+
+def test_a_non_boolean_value_is_a_one_line_error() -> None:
+    with pytest.raises(ConfigError, match=OPTION):
+        get_framework("megatron-core").with_overrides({OPTION: "no"})
