@@ -23,8 +23,8 @@ one per trial, outside ``evaluate``. Every pass runs under the explorer worker's
 (:class:`~stage_explore.search.worker.GarbagePolicy`: what survived is frozen every 256
 evaluations), as a study's worker does; ``--no-freeze`` times the interpreter's default.
 
-Run: ``python benchmarks/bench_analytical.py [--quick] [--candidates N] [--profile]``; writes
-``benchmarks/results/analytical.json``.
+Run: ``python benchmarks/bench_analytical.py [--quick] [--candidates N] [--profile] [--no-freeze]``;
+a full run (10,000 candidates, the garbage policy on) writes ``benchmarks/results/analytical.json``.
 """
 
 from __future__ import annotations
