@@ -19,6 +19,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
+from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, run_serving
 from stage_explore.evaluation import Evaluation
@@ -59,8 +60,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--framework",
         default=None,
         metavar="NAME",
-        help="training framework profile of the analytical backend: megatron-lm-2021 "
-        "(default), megatron-core, deepspeed, fsdp, llm-foundry-2023, torchtitan",
+        help="training framework profile of the analytical backend: "
+        + ", ".join(
+            f"{name} (default)" if name == DEFAULT_FRAMEWORK else name
+            for name in sorted(FRAMEWORKS)
+        ),
     )
     parser.add_argument(
         "--moe-load-imbalance",

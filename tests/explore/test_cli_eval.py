@@ -152,3 +152,17 @@ def test_astra_sim_compare_json_with_a_simulating_stand_in(
         result["step_time_s"] > 0
         and result["peak_memory_bytes"] == result["analytical"]["peak_memory_bytes"]
     )
+
+
+def test_help_lists_every_registered_framework_profile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stage_explore.analytical.frameworks import FRAMEWORKS
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    # argparse wraps at hyphens; undo the wrap before looking for each name
+    text = text.replace("- ", "-")
+    for name in FRAMEWORKS:
+        assert name in text, name
