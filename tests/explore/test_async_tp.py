@@ -27,26 +27,15 @@ from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, ge
 from stage_explore.analytical.overlap import Bulk, overlap_collectives, overlap_rule
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
+from tests.explore.synthetic_block import UNIT, collective, gemm
 
 AR = CollectiveKind.ALL_REDUCE
-#: One unit of time per 1,000 FLOPs or bytes in these synthetic blocks.
-UNIT = 1000
-
-
-def _gemm(name: str, seconds: float, inputs: tuple[str, str], output: str) -> Instr:
-    size = 4 * UNIT
-    return Instr(
-        name, "bwd", "einsum", flops=int(seconds * UNIT),
-        inputs=((inputs[0], size), (inputs[1], size)), outputs=((output, size),),
-    )  # fmt: skip
 
 
 def _all_reduce(seconds: float, deps: tuple[int, ...], operand: str, phase: str) -> Instr:
-    return Instr(
-        f"all_reduce:{operand}", phase, "comm", collective=AR, axes=("tp",),
-        comm_bytes=int(seconds * UNIT), deps=deps, inputs=((operand, 1),),
-        outputs=((operand, 1),),
-    )  # fmt: skip
+    return dataclasses.replace(
+        collective(AR, seconds, deps, operand, phase), name=f"all_reduce:{operand}"
+    )
 
 
 def _timed(instrs: tuple[Instr, ...] | list[Instr]) -> BlockTiming:
@@ -67,10 +56,10 @@ def test_the_input_gradient_all_reduce_runs_beside_the_weight_gradients(
     # the weight gradient, the input gradients summed, the tp all-reduce of the sum, and the
     # norm's backward that reads the reduced gradient
     block = [
-        _gemm("q.dx", dx_s, ("d.q", "wq"), "d.x"),
-        _gemm("q.dw", dw_s, ("d.q", "x"), "d.wq"),
-        _gemm("k.dx", dx_s, ("d.k", "wk"), "d.x"),
-        _gemm("k.dw", dw_s, ("d.k", "x"), "d.wk"),
+        gemm("q.dx", dx_s, ("d.q", "wq"), "d.x"),
+        gemm("q.dw", dw_s, ("d.q", "x"), "d.wq"),
+        gemm("k.dx", dx_s, ("d.k", "wk"), "d.x"),
+        gemm("k.dw", dw_s, ("d.k", "x"), "d.wk"),
         Instr("accumulate", "bwd", "elementwise", flops=1 * UNIT, deps=(0, 2)),
         _all_reduce(ar_s, (4,), "d.x", "bwd"),
         Instr("norm.backward", "bwd", "backwardop", flops=1 * UNIT, deps=(5,)),

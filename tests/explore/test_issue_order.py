@@ -21,28 +21,9 @@ from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import Bulk, overlap_collectives
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
+from tests.explore.synthetic_block import UNIT, collective, gemm
 
-#: One unit of time per 1,000 FLOPs or bytes in these synthetic blocks.
-UNIT = 1000
 OPTION = "collectives_wait_for_issued_compute"
-
-
-def _gemm(name: str, seconds: float, inputs: tuple[str, str], output: str) -> Instr:
-    size = 4 * UNIT
-    return Instr(
-        name, "bwd", "einsum", flops=int(seconds * UNIT),
-        inputs=((inputs[0], size), (inputs[1], size)), outputs=((output, size),),
-    )  # fmt: skip
-
-
-def _collective(
-    kind: CollectiveKind, seconds: float, deps: tuple[int, ...], operand: str, phase: str = "bwd"
-) -> Instr:
-    return Instr(
-        f"{kind}:{operand}", phase, "comm", collective=kind, axes=("tp",),
-        comm_bytes=int(seconds * UNIT), deps=deps, inputs=((operand, 1),),
-        outputs=((operand, 1),),
-    )  # fmt: skip
 
 
 def _timed(instrs: tuple[Instr, ...] | list[Instr], in_order: bool) -> BlockTiming:
@@ -53,9 +34,9 @@ def _fc1_backward(dx_s: float, dw_s: float, comm_s: float, kind: CollectiveKind)
     # a column-parallel linear's backward as the generator lowers it: the input gradient, the
     # weight gradient, the tp collective of the input gradient, the norm's backward reading it
     return [
-        _gemm("fc1.dx", dx_s, ("d.h", "w1"), "d.x"),
-        _gemm("fc1.dw", dw_s, ("d.h", "x"), "d.w1"),
-        _collective(kind, comm_s, (0,), "d.x"),
+        gemm("fc1.dx", dx_s, ("d.h", "w1"), "d.x"),
+        gemm("fc1.dw", dw_s, ("d.h", "x"), "d.w1"),
+        collective(kind, comm_s, (0,), "d.x"),
         Instr("norm.backward", "bwd", "backwardop", flops=1 * UNIT, deps=(2,)),
     ]
 
@@ -82,9 +63,9 @@ def test_compute_issued_after_a_collective_still_runs_beside_it(
     # a collective with a ready input between two independent GEMMs: it waits for the first
     # (issued before it), not for the second (issued after it)
     block = [
-        _gemm("a", first_s, ("x", "w"), "y"),
-        _collective(CollectiveKind.ALL_GATHER, comm_s, (), "z"),
-        _gemm("b", after_s, ("x", "v"), "u"),
+        gemm("a", first_s, ("x", "w"), "y"),
+        collective(CollectiveKind.ALL_GATHER, comm_s, (), "z"),
+        gemm("b", after_s, ("x", "v"), "u"),
     ]
     assert _timed(block, False).duration_s == pytest.approx(max(comm_s, first_s + after_s))
     expected = first_s + max(comm_s, after_s)
@@ -115,13 +96,13 @@ def test_the_reduce_scatter_rule_needs_issue_order_and_picks_backward_tp_reduce_
     assert async_grad_allreduce_rule(profile, tp=1, sp=True) is None
     rule = async_grad_allreduce_rule(profile, tp=8, sp=True)
     assert rule is not None
-    assert isinstance(rule(_collective(CollectiveKind.REDUCE_SCATTER, 1.0, (), "d.x")), Bulk)
+    assert isinstance(rule(collective(CollectiveKind.REDUCE_SCATTER, 1.0, (), "d.x")), Bulk)
     for phase in ("fwd", "recompute"):  # the row-parallel output's reduce-scatter stays
-        assert rule(_collective(CollectiveKind.REDUCE_SCATTER, 1.0, (), "y", phase)) is None
-    assert rule(_collective(CollectiveKind.ALL_GATHER, 1.0, (), "x")) is None
-    assert rule(_collective(CollectiveKind.ALL_REDUCE, 1.0, (), "d.x")) is None
+        assert rule(collective(CollectiveKind.REDUCE_SCATTER, 1.0, (), "y", phase)) is None
+    assert rule(collective(CollectiveKind.ALL_GATHER, 1.0, (), "x")) is None
+    assert rule(collective(CollectiveKind.ALL_REDUCE, 1.0, (), "d.x")) is None
     data_parallel = dataclasses.replace(
-        _collective(CollectiveKind.REDUCE_SCATTER, 1.0, (), "g"), axes=("dp",)
+        collective(CollectiveKind.REDUCE_SCATTER, 1.0, (), "g"), axes=("dp",)
     )
     assert rule(data_parallel) is None
 
