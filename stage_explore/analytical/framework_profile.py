@@ -284,7 +284,7 @@ Options (all booleans unless said):
   anyway") or on a pipeline rank past the first ("data-parallel communication on these stages
   is not on the critical path"). Such a chunk reduces all its gradients after its last
   backward and gathers its parameters in one all-gather, dispatched before an earlier forward
-  (:meth:`~stage_explore.analytical.backend.AnalyticalBackend._chunk`).
+  (:meth:`~stage_explore.analytical.planning.StagePlanning._chunk`).
 """
 
 from __future__ import annotations

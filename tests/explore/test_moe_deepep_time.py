@@ -11,7 +11,7 @@ import pytest
 from stage_core.models.flavors import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical import costing
+from stage_explore.analytical import costing_comm
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS
@@ -90,7 +90,7 @@ def test_backend_times_deepep_all_to_alls_pipelined(monkeypatch: pytest.MonkeyPa
         assert isinstance(fractions, tuple)
         return real(system, kind, size, group, scale_out, False, fractions)
 
-    monkeypatch.setattr(costing, "alpha_beta_collective_s", serial)
+    monkeypatch.setattr(costing_comm, "alpha_beta_collective_s", serial)
     forced = _breakdown(ACROSS, moe_deepep=True)
     assert forced["exposed_all_to_all"] > pipelined["exposed_all_to_all"]
 

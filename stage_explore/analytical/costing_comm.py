@@ -1,0 +1,213 @@
+"""Communication costs of the analytical backend: the groups a collective spans per pipeline
+stage, α–β collectives over the network dims they span (memoised by that span), DeepEP's
+expert all-to-alls, ZeRO-3 gathers and scatters, ring-attention and context-parallel
+messages, the tied embedding's gradient all-reduce and the activation transfer between
+pipeline stages.
+
+:class:`CommCosting` is a mixin of :class:`~stage_explore.analytical.costing.BlockCosting`
+(the analytical backend owns the memo, the framework profile and its timing policy it reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from stage_core.lower.bind import Instr
+from stage_core.lower.compact import Runs
+from stage_core.lower.program import (
+    PIPELINE_ENDS,
+    boundary_bytes,
+    shared_embedding_weights,
+)
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.collectives import (
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
+    group_span,
+)
+from stage_explore.analytical.costs import (
+    stage_transfer_s,
+)
+from stage_explore.analytical.deepep import deepep_level_fractions
+from stage_explore.analytical.frameworks import (
+    FP32_BYTES,
+    FrameworkProfile,
+)
+from stage_explore.analytical.overlap import (
+    flat_ring_s,
+)
+from stage_explore.analytical.parts import (
+    Memo,
+    Point,
+    tied_ends,
+)
+from stage_explore.analytical.policy import TimingPolicy
+
+#: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
+#: tokens ``moe.tokens`` and the experts' outputs ``experts.fc2``).
+EXPERT_ALL_TO_ALL = ("moe.tokens", "experts.")
+
+
+class CommCosting:
+    """The memoised communication costs of the analytical backend (module docstring)."""
+
+    framework: FrameworkProfile
+    policy: TimingPolicy  # the framework's timing policy: what the timing code reads
+    _parts: Memo
+
+    def _tied_sync_s(self, point: Point, runs: Runs, spans: dict[tuple[str, ...], Any]) -> float:
+        """The tied word embedding's gradient all-reduce between the pipeline ends, for a chunk
+        holding the embedding or the head (``stage_core.lower.program._tied_embedding_sync``)."""
+        workload = point.workload
+        if not tied_ends(workload):
+            return 0.0
+        seconds = 0.0
+        for kind, _ in runs:
+            for weight in point.blocks[kind].weights:
+                if (kind, weight.name) in shared_embedding_weights(workload.model):
+                    size = weight.elements * workload.grad_bytes
+                    span = spans[(PIPELINE_ENDS,)]
+                    seconds += self._collective_time(point, span, CollectiveKind.ALL_REDUCE, size)
+        return seconds
+
+    def _spans(self, point: Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
+        """Per pipeline stage: (what the α–β time of a group over ``axes`` depends on — its
+        size, ranks per network dim, regularity —, a representative group, its rank)."""
+        workload, table, system = point.workload, point.table, point.system
+
+        def compute() -> tuple[Any, ...]:
+            result = []
+            for stage in range(workload.parallel.pp):
+                rank = workload.mesh.rank_of({"pp": stage})
+                group = table.group(rank, axes)
+                span = group_span(system.dim_sizes, group)
+                result.append(((len(group), span.counts, span.regular), group, rank))
+            return tuple(result)
+
+        key = ("spans", point.token, table.names, table.shape, axes)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _collective_time(
+        self,
+        point: Point,
+        span: Any,
+        kind: CollectiveKind,
+        size: int,
+        scale_out: float = 1.0,
+        pipelined: bool = False,
+        fractions: tuple[float, ...] = (),
+    ) -> float:
+        shape, group, _ = span
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("comm", point.token, shape, kind, size, scale_out, pipelined, fractions),
+            lambda: alpha_beta_collective_s(
+                point.system, kind, size, group, scale_out, pipelined, fractions
+            ),
+        )
+
+    def _deepep_all_to_all(self, point: Point, instr: Instr) -> bool:
+        """Whether ``instr`` is an expert dispatch/combine all-to-all run on DeepEP."""
+        if not (self.framework.moe_deepep and instr.collective is CollectiveKind.ALL_TO_ALL):
+            return False
+        model = point.workload.model
+        return model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)
+
+    def _deepep_fractions(self, point: Point, span: Any, instr: Instr) -> tuple[float, ...]:
+        """DeepEP's share of an expert all-to-all's bytes on each level its group spans
+        (``moe_deepep``; :func:`~stage_explore.analytical.deepep.deepep_level_fractions`: a
+        token sent once per destination rank inside a node and once per destination node
+        across nodes, experts contiguous on the ranks; the router ``moe_fake_balanced_gate``
+        or random balanced routing); empty for every other collective and for a group that is
+        not a full sub-grid of the dims it spans (all bytes on one flat level)."""
+        model = point.workload.model
+        if not self._deepep_all_to_all(point, instr):
+            return ()
+        (_, counts, regular), _, _ = span
+        spanned = [count for count in counts if count > 1]
+        if not regular or not spanned:
+            return ()
+        routing = "round_robin" if self.framework.moe_fake_balanced_gate else "random"
+        return deepep_level_fractions(model.num_experts, model.top_k, spanned, routing)
+
+    def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
+        """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
+        one flat ring at the slowest dim's bandwidth under ``zero3_flat_ring``. Under
+        ``fsdp_param_fp32`` a gather moves the fp32 parameters (4 bytes per element)."""
+        weight_bytes = point.workload.weight_bytes
+        if (
+            self.framework.fsdp_param_fp32
+            and instr.collective is CollectiveKind.ALL_GATHER
+            and weight_bytes < FP32_BYTES
+        ):
+            instr = replace(instr, comm_bytes=instr.comm_bytes * FP32_BYTES // weight_bytes)
+        if not self.framework.zero3_flat_ring or instr.collective is None:
+            return self._comm_time(point, span, instr)
+        shape, group, _ = span
+        kind, size = instr.collective, instr.comm_bytes
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("flat", point.token, shape, kind, size),
+            lambda: flat_ring_s(point.system, kind, size, group),
+        )
+
+    def _comm_time(self, point: Point, span: Any, instr: Instr) -> float:
+        """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
+        if instr.kind != "ring":
+            assert instr.collective is not None
+            fractions = self._deepep_fractions(point, span, instr)  # DeepEP: levels at once
+            if not fractions:
+                return self._collective_time(point, span, instr.collective, instr.comm_bytes)
+            return self._collective_time(
+                point, span, instr.collective, instr.comm_bytes, pipelined=True,
+                fractions=fractions,
+            )  # fmt: skip
+        system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
+        (axis,) = instr.axes
+        (peer,) = point.table.shifted(np.array([rank]), axis, 1)
+        a, b = system.coordinates(rank), system.coordinates(peer)
+        dim = next(i for i in range(len(a)) if a[i] != b[i])
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("ring", point.token, dim, instr.comm_bytes, instr.ring_steps),
+            lambda: (
+                instr.ring_steps * alpha_beta_point_to_point_s(system, rank, peer, instr.comm_bytes)
+            ),
+        )
+
+    def _cp_message(
+        self, point: Point, spans: dict[tuple[str, ...], Any]
+    ) -> Callable[[int], float]:
+        """Seconds of one point-to-point message of the given bytes from this rank to the next
+        context-parallel rank (torch ``context_parallel``'s gradient ring), memoised."""
+        span = spans.get(("cp",))
+        if span is None:
+            return lambda size: 0.0
+        system, rank = point.system, span[2]
+        (peer,) = point.table.shifted(np.array([rank]), "cp", 1)
+        a, b = system.coordinates(rank), system.coordinates(int(peer))
+        dim = next(i for i in range(len(a)) if a[i] != b[i])
+        return lambda size: self._parts.get(
+            ("cp_message", point.token, dim, size),
+            lambda: alpha_beta_point_to_point_s(system, rank, int(peer), size),
+        )
+
+    def _transfer(self, point: Point) -> float:
+        """One activation (or gradient) message between adjacent stages
+        (:func:`~stage_explore.analytical.costs.stage_transfer_s`), memoised."""
+        workload, system = point.workload, point.system
+        mesh, tp = workload.mesh, workload.axis_sizes["tp"]
+        size = boundary_bytes(workload)
+        policy = self.policy
+        gathered = tp > 1 and not workload.flags.sp and policy.p2p_scatter_gather
+        first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
+        semantics = policy.point_to_point  # blocking (Megatron), separate (DeepSpeed), overlapped
+        ends = (system.coordinates(first), system.coordinates(second))
+        mesh_key = (point.table.names, point.table.shape)
+        key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, semantics)
+        scatter = tp if gathered else 1
+        ends_ranks = (first, second)
+        return self._parts.get(  # type: ignore[no-any-return]
+            key, lambda: stage_transfer_s(system, point.table, ends_ranks, size, scatter, semantics)
+        )

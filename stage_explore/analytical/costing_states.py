@@ -1,0 +1,161 @@
+"""Model states and memory-side costs of the analytical backend: a block kind's gradient and
+parameter-gather bytes and model states (ZeRO stage, FP8 weight copies, the framework's
+optimizer state), the optimizer step's seconds, the buffers a pipeline-stage class holds
+beside tensors it saves, and what the process holds beside tensors (runtime reserve,
+caching allocator).
+
+:class:`StateCosting` is a mixin of :class:`~stage_explore.analytical.costing.BlockCosting`
+(the analytical backend owns the memo and the framework profile it reads).
+"""
+
+from __future__ import annotations
+
+from stage_core.lower.compact import Runs
+from stage_core.lower.flops import AttentionFlops, block_flops
+from stage_core.lower.memory import (
+    _block_states,
+    gathered_input_bytes,
+    loss_working_set,
+    recompute_working_set,
+)
+from stage_core.lower.program import (
+    _block_sync,
+    boundary_bytes,
+)
+from stage_explore.analytical.costs import (
+    optimizer_step_s,
+)
+from stage_explore.analytical.frameworks import (
+    LOSS_PARALLEL_FP32_BUFFERS,
+    FrameworkProfile,
+    distributed_fused_adam_state_bytes,
+    pipelining_buffer_bytes,
+)
+from stage_explore.analytical.kernels import (
+    BLOCK_SCALED,
+)
+from stage_explore.analytical.parts import (
+    BlockSync,
+    Memo,
+    Point,
+    States,
+)
+
+
+class StateCosting:
+    """The memoised model-state, optimizer and memory costs of the analytical backend (module
+    docstring)."""
+
+    framework: FrameworkProfile
+    attention_flops: AttentionFlops
+    _parts: Memo
+
+    def _block_sync(self, point: Point, kind: str) -> BlockSync:
+        """A block's gradient bytes per bucket key, parameter-gather bytes per axes (ZeRO-1/2),
+        and its model states (:func:`stage_core.lower.program._block_sync`,
+        :func:`stage_core.lower.memory._block_states`). The FP8 weight copies: one per weight
+        on a GPU whose FP8 GEMMs take any layout under a per-tensor recipe (an ``mxfp8`` peak
+        in the preset, the Blackwell test :meth:`KernelTimer._cast_s` uses; Transformer
+        Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise. The
+        optimizer state per parameter: Megatron's, or Apex's ``DistributedFusedAdam``'s under
+        ``distributed_fused_adam`` (:func:`~stage_explore.analytical.frameworks.
+        distributed_fused_adam_state_bytes`)."""
+        workload, block = point.workload, point.blocks[kind]
+        peaks = point.system.accelerator.peak_flops_per_s
+        recipe = str(workload.parallel.fp8_recipe)
+        transposed = recipe in BLOCK_SCALED or "mxfp8" not in peaks
+
+        def compute() -> BlockSync:
+            reductions, gathers, params = _block_sync(workload, block)
+            profile = self.framework
+            fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
+            weights, grads, optimizer, full = _block_states(
+                workload,
+                block,
+                profile.fsdp_fp32_shards,
+                profile.fp8_param_gather,
+                transposed,
+                distributed_fused_adam_state_bytes(profile, fp8_params),
+            )
+            options = workload.options
+            fused_causal = options.attention == "fused" and options.causal
+            model, hardware = self._parts.get(
+                ("flops", point.key, kind),
+                lambda: block_flops(block, self.attention_flops, fused_causal),
+            )
+            states = weights + grads + optimizer
+            saved = block.saved_bytes
+            if profile.tp_saves_gathered_input and workload.parallel.sp:
+                saved += gathered_input_bytes(workload, kind)
+            return (
+                reductions,
+                gathers,
+                States(states, saved, params, (full,), model, hardware),
+            )
+
+        key = ("block_sync", point.key, kind, point.state_key, transposed)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _optimizer_s(self, point: Point, params: int) -> float:
+        """The optimizer step over this rank's ``params``
+        (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
+        accelerator, dtype = point.system.accelerator, point.dtype
+        grad_bytes = point.workload.grad_bytes
+        foreach = self.framework.optimizer_foreach  # torch.optim.AdamW(foreach=True)
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("optimizer", point.token, params, dtype, grad_bytes, foreach),
+            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes, foreach),
+        )
+
+    def _process_bytes(self, tensor_peak_bytes: int, capacity_bytes: int) -> int:
+        """What the process holds at the tensors' peak: the caching allocator's reserve
+        (``allocator_overhead``) and the runtime's own buffers (``runtime_reserved_bytes``).
+        The reserve is cached free blocks, which the allocator gives back when the device is
+        full: on a failed ``cudaMalloc`` PyTorch's caching allocator frees its cached blocks
+        and retries (c10/cuda/CUDACachingAllocator.cpp ``release_cached_blocks``; the
+        ``num_alloc_retries`` of ``torch.cuda.memory_stats``: "failed cudaMalloc calls that
+        result in a cache flush and retry"). So when the tensors and the runtime fit
+        ``capacity_bytes`` the process holds at most the capacity; only they can exceed it."""
+        profile = self.framework
+        reserve = int(tensor_peak_bytes * profile.allocator_overhead)
+        needed = tensor_peak_bytes + profile.runtime_reserved_bytes
+        if needed > capacity_bytes:
+            return needed + reserve
+        return min(needed + reserve, capacity_bytes)
+
+    def _held_bytes(self, point: Point, signature: tuple[Runs, ...], gathered: int) -> int:
+        """Buffers a pipeline-stage class holds beside its model states, saved activations and
+        the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's
+        rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
+        parameters and unsharded gradients; and, on the stage holding the loss, what a loss
+        on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
+        :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set; under
+        ``pipelining_stage_buffers`` with pp > 1, torch pipelining's receive buffers and kept
+        outputs (:func:`~stage_explore.analytical.frameworks.pipelining_buffer_bytes`; the first
+        stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe)."""
+        workload, profile = point.workload, self.framework
+        parallel = workload.parallel
+        held = gathered
+        if profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
+            elements = sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
+            held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
+        if profile.pipelining_stage_buffers and parallel.pp > 1:
+            chunks = [
+                (any(k == "embedding" for k, _ in runs), any(k == "head" for k, _ in runs))
+                for runs in signature
+            ]
+            m = workload.micro_batches
+            in_flight = m if str(parallel.schedule) == "gpipe" else min(parallel.pp, m)
+            held += pipelining_buffer_bytes(chunks, m, boundary_bytes(workload), in_flight)
+        buffers = profile.loss_fp32_buffers
+        if profile.loss_parallel and parallel.tp > 1:  # DTensor loss_parallel's backward
+            buffers = LOSS_PARALLEL_FP32_BUFFERS
+        if buffers:
+            kinds = sorted({kind for runs in signature for kind, _ in runs})
+            blocks = [point.blocks[k] for k in kinds]
+            loss = loss_working_set(blocks, buffers, workload.weight_bytes)
+            working_set: int = self._parts.get(
+                ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
+            )
+            held += max(0, loss - working_set)
+        return held

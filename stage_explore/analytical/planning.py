@@ -1,0 +1,319 @@
+"""The plan of one configuration in the analytical backend: everything that depends neither on
+the schedule nor on the number of micro-batches, per distinct pipeline-stage class — the chunk
+timings from the block kinds' costs, each chunk's bucketed gradient synchronisation and ZeRO
+parameter gathers, model states, held buffers and the optimizer step.
+
+:class:`StagePlanning` is the analytical backend's base
+(:class:`~stage_explore.analytical.backend.AnalyticalBackend` adds evaluation, the network and
+the result); it builds on the per-block costs of
+:class:`~stage_explore.analytical.costing.BlockCosting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import replace
+from typing import Any, cast
+
+from stage_core.blocks import mtp_layer_of_block
+from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key
+from stage_core.lower.memory import recompute_working_set
+from stage_core.lower.nodes import _zero_collectives
+from stage_core.lower.program import (
+    PIPELINE_ENDS,
+    PIPELINE_MIRROR,
+    Workload,
+)
+from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
+from stage_core.lower.weightgrad import split_backward
+from stage_core.models.layers import is_layer_block
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.blocktime import BlockCost, chunk_timing, sync_timing
+from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
+from stage_explore.analytical.costing import BlockCosting
+from stage_explore.analytical.frameworks import (
+    zero3_gathered_bytes,
+)
+from stage_explore.analytical.parts import (
+    ChunkParts,
+    KindParts,
+    Plan,
+    Point,
+    axes_of,
+    sum_states,
+    tied_ends,
+)
+from stage_explore.analytical.pipeline import (
+    StageClass,
+    StepPlan,
+    SyncCost,
+    pair_table,
+)
+from stage_explore.analytical.policy import Overlap
+
+
+class StagePlanning(BlockCosting):
+    """The plan of a configuration per pipeline-stage class (module docstring)."""
+
+    def _plan(self, point: Point) -> Plan:
+        """Everything about a configuration that does not depend on the schedule or the number
+        of micro-batches, computed once per pipeline-stage class: stages holding the same
+        blocks whose groups span the network the same way behave the same."""
+        workload = point.workload
+        parallel = workload.parallel
+        p, schedule = parallel.pp, str(parallel.schedule)
+        layout = chunk_runs(*self._layout_key(workload))
+        kinds = {k: self._kind(point, k) for k in sorted({k for runs in layout for k, _ in runs})}
+        relevant_set = {axes for parts in kinds.values() for axes in parts.span_axes}
+        if tied_ends(workload):
+            relevant_set.add((PIPELINE_ENDS,))
+        if schedule == "dualpipe":
+            relevant_set.add((PIPELINE_MIRROR,))
+        relevant = sorted(relevant_set)
+        spans = [self._spans(point, axes) for axes in relevant]
+        class_of: dict[Hashable, int] = {}
+        stage_class = []
+        classes: list[tuple[StageClass, tuple[int, int]]] = []
+        chunks: dict[Hashable, ChunkParts] = {}  # chunks alike within this plan are one
+        if schedule == "dualpipe":  # stages r and p − 1 − r
+            signatures = [
+                tuple(layout[global_stage(schedule, stage, v, p)] for v in range(2))
+                for stage in range(p)
+            ]
+        else:  # chunk v of stage r is global stage v·p + r
+            signatures = [layout[stage::p] for stage in range(p)]
+        stage_shapes = list(zip(*[[entry[0] for entry in span] for span in spans], strict=True))
+        for stage in range(p):
+            signature = signatures[stage]
+            shapes = stage_shapes[stage] if spans else ()
+            first = stage == 0 or not self.framework.ddp_bucket_first_chunk_only
+            class_key = (signature, shapes, first)
+            index = class_of.get(class_key)
+            if index is None:
+                index = class_of[class_key] = len(classes)
+                here = {axes: span[stage] for axes, span in zip(relevant, spans, strict=True)}
+                classes.append(self._class(point, signature, kinds, here, shapes, chunks, first))
+            stage_class.append(index)
+        transfer = self._transfer(point) if p > 1 else 0.0
+        working_set = self._parts.get(
+            ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
+        )
+        plan = StepPlan(tuple(stage_class), tuple(c for c, _ in classes), transfer, working_set)
+        model = hardware = 0
+        for index in stage_class:
+            flops = classes[index][1]
+            model += flops[0]
+            hardware += flops[1]
+        return Plan(plan, model, hardware)
+
+    def _class(
+        self,
+        point: Point,
+        signature: tuple[Runs, ...],
+        kinds: dict[str, KindParts],
+        spans: dict[tuple[str, ...], Any],
+        shapes: tuple[Any, ...],
+        chunks: dict[Hashable, ChunkParts],
+        first_stage: bool = True,
+    ) -> tuple[StageClass, tuple[int, int]]:
+        """One pipeline-stage class (chunk timings, gradient synchronisation, model states)
+        and its model and hardware FLOPs per micro-batch; ``chunks`` holds the chunks already
+        costed in this plan, by runs, the shapes of the groups the class spans and whether
+        the chunk's gradients are bucketed (under ``ddp_bucket_first_chunk_only`` only the first
+        chunk of the first pipeline stage: ``first_stage``)."""
+        workload = point.workload
+        parts = []
+        for index, runs in enumerate(signature):
+            bucketed = not self.framework.ddp_bucket_first_chunk_only or (
+                first_stage and index == 0
+            )
+            chunk_key = (runs, shapes, bucketed)
+            part = chunks.get(chunk_key)
+            if part is None:
+                part = chunks[chunk_key] = self._chunk(point, runs, kinds, spans, bucketed)
+            parts.append(part)
+        exposed: dict[str, float] = {}
+        compute_s = 0.0
+        states_bytes = params = model = hardware = 0
+        for part in parts:
+            for label, seconds in part.timing.exposed_s:
+                exposed[label] = exposed.get(label, 0.0) + seconds
+            compute_s += part.timing.compute_s
+            states = part.states
+            states_bytes += states.states_bytes
+            params += states.params
+            model += states.model_flops
+            hardware += states.hardware_flops
+        gathered_bytes = 0
+        if workload.parallel.zero >= 3:  # the gathered weights held at once (the framework's rule)
+            present = {kind for runs in signature for kind, _ in runs}
+            tensor = max((w.elements for k in present for w in point.blocks[k].weights), default=0)
+            blocks_bytes = [x for part in parts for x in part.states.largest]
+            gathered_bytes = zero3_gathered_bytes(
+                self.framework, blocks_bytes, tensor, workload.weight_bytes
+            )
+        dualpipe = str(workload.parallel.schedule) == "dualpipe"
+        stage_class = StageClass(
+            forward_s=tuple(part.timing.forward_s for part in parts),
+            backward_s=tuple(part.timing.backward_s for part in parts),
+            sync=tuple(part.sync for part in parts),
+            saved_bytes=tuple(part.states.saved_bytes for part in parts),
+            compute_s=compute_s,
+            exposed_s=tuple(sorted(exposed.items())),
+            states_bytes=states_bytes,
+            buffers_bytes=self._held_bytes(point, signature, gathered_bytes),
+            optimizer_s=self._optimizer_s(point, params),
+            input_grad_s=tuple(p.input_grad_s for p in parts if p.input_grad_s is not None),
+            pending_bytes=tuple(p.pending_bytes for p in parts if p.input_grad_s is not None),
+            pair_s=pair_table(
+                [p.timing.forward_s for p in parts], [p.compute_s[0] for p in parts],
+                [p.timing.backward_s for p in parts], [p.compute_s[1] for p in parts],
+            ) if dualpipe else (),
+            after_backward_s=self._collective_time(
+                point, spans[(PIPELINE_MIRROR,)], CollectiveKind.ALL_REDUCE,
+                sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
+                * workload.grad_bytes,
+            ) if dualpipe else 0.0,  # program._mirror_sync
+        )  # fmt: skip
+        return stage_class, (model, hardware)
+
+    def _chunk(
+        self,
+        point: Point,
+        runs: Runs,
+        kinds: dict[str, KindParts],
+        spans: dict[Any, Any],
+        bucketed: bool = True,
+    ) -> ChunkParts:
+        """One chunk on one rank: its timing per micro-batch, its gradient synchronisation
+        after its last backward (after its last W under a split backward) and its ZeRO-1/2
+        parameter gathers, its model states; under a split backward (zero-bubble schedules,
+        :mod:`stage_core.lower.weightgrad`) also its B seconds, W-pending bytes and compute.
+        Not ``bucketed`` (Megatron-Core's ``disable_bucketing``): its gradients are one bucket,
+        reduced after its last backward, and its parameters are gathered in one all-gather."""
+        parallel = point.workload.parallel
+        zero = parallel.zero
+        split = str(parallel.schedule) in SPLIT_BACKWARD
+        costs, b_costs, w_costs = {}, {}, {}
+        for kind, _ in runs:
+            costs[kind], b_costs[kind], w_costs[kind] = self._block_costs(
+                point, kind, kinds[kind], spans, split
+            )
+        root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
+        timing = chunk_timing(runs, costs, zero, root)
+        w_timing = chunk_timing(runs, w_costs, zero, root) if split else timing
+        input_grad_s = pending = None
+        computes = (0.0, 0.0)
+        if split:
+            input_grad_s = chunk_timing(runs, b_costs, zero, root).backward_s
+            pending = sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
+        if str(parallel.schedule) == "dualpipe":
+            computes = (
+                sum(n * costs[k].forward.compute_s for k, n in runs),
+                sum(n * costs[k].backward.compute_s for k, n in runs),
+            )
+        backward = [(kinds[kind].sync[0], count) for kind, count in reversed(runs)]
+        groups = []
+        limit = (  # a bucket at a time during the backward, or one after it
+            grad_bucket_bytes(self.framework, parallel, point.workload.grad_bytes)
+            if Overlap.GRAD_REDUCE in self.policy.overlaps and bucketed
+            else UNBUCKETED
+        )
+        grad_total = 0
+        for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
+            grad_total += size * count
+            collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
+            seconds = self._collective_time(point, spans[axes], collective, size)
+            groups.append((seconds, first, step, count))
+        total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
+        gathered: dict[tuple[str, ...], int] = {}
+        for kind, count in reversed(runs):
+            for axes, size in kinds[kind].sync[1].items():
+                gathered[axes] = gathered.get(axes, 0) + count * size
+        gather = 0.0
+        for axes, size in gathered.items():
+            gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
+        tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
+        gather_overlapped = Overlap.PARAM_GATHER in self.policy.overlaps
+        if gather_overlapped and not bucketed:
+            # one all-gather for the chunk, dispatched before an earlier forward: at the step's
+            # start on a later pipeline stage (waiting for its first input), with the previous
+            # chunk's first forward for a later virtual chunk (Megatron-Core 0.8 chains every
+            # chunk's gathers; NeMo/Megatron-Bridge set align_param_gather with vp > 1, whose
+            # schedule dispatches chunk k+1's gather when chunk k's first forward starts):
+            # hidden behind one forward of the chunk
+            gather = max(0.0, gather - timing.forward_s)
+        elif gather_overlapped:  # during the next step's first forward
+            # one bucket at a time (Megatron-Core: the first bucket's all-gather is launched
+            # just before the forward and waited for by its first layer; each next one when the
+            # previous ends): the first bucket's share is exposed, the rest behind the forward
+            share = min(1.0, limit / grad_total) if grad_total else 1.0
+            head = sum(
+                self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, int(n * share))
+                for axes, n in gathered.items()
+            )
+            gather = head + max(0.0, gather - head - timing.forward_s)
+        states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
+        sync = SyncCost(total + tied, latest + tied, gather)
+        return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+
+    def _block_costs(
+        self, point: Point, kind: str, parts: KindParts, spans: dict[Any, Any], split: bool
+    ) -> tuple[BlockCost, BlockCost, BlockCost]:
+        """A block kind's forward and backward timing and its ZeRO collectives' seconds on
+        this rank; under a split backward also the B and the W part as the backward
+        (memoised by the shapes of the groups they span)."""
+        shapes = tuple(spans[axes][0] for axes in parts.cost_axes)
+
+        def compute() -> tuple[BlockCost, BlockCost, BlockCost]:
+            gather_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.gathers)
+            scatter_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.scatters)
+            if (
+                self.framework.zero3_gathers == 3
+                and str(point.workload.parallel.recompute) != "none"
+                and (is_layer_block(kind) or mtp_layer_of_block(kind))
+            ):  # the recomputed forward gathers again before the backward's own gather
+                scatter_s += gather_s
+            cost = BlockCost(
+                self._block_timing(point, kind, "fwd", spans),
+                self._block_timing(point, kind, "bwd", spans),
+                gather_s,
+                scatter_s,
+            )
+            if not split:
+                return cost, cost, cost
+            b_timing = self._block_timing(point, kind, "bwd_b", spans)
+            w_timing = self._block_timing(point, kind, "bwd_w", spans)
+            return (
+                cost,
+                replace(cost, backward=b_timing, scatter_s=0.0),
+                replace(cost, backward=w_timing, gather_s=0.0),
+            )
+
+        key = ("costs", point.key, kind, point.token, point.dtype, point.state_key, shapes, split)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _kind(self, point: Point, kind: str) -> KindParts:
+        """What a block kind's costs need besides the network: its gradient and parameter
+        gather bytes and model states (:meth:`_block_sync`), its ZeRO-3 gathers and ZeRO-2/3
+        scatters, and the axes its collectives span (memoised)."""
+        workload, block = point.workload, point.blocks[kind]
+
+        def compute() -> KindParts:
+            zero = workload.parallel.zero
+            sync = self._block_sync(point, kind)
+            gathers = tuple(_zero_collectives(workload, block, True)) if zero >= 3 else ()
+            scatters = tuple(_zero_collectives(workload, block, False)) if zero >= 2 else ()
+            zero_axes = {i.axes for i in (*gathers, *scatters)}
+            cost_axes = tuple(sorted(set(axes_of(block)) | zero_axes))
+            span_axes = set(cost_axes) | {bucket[1] for bucket in sync[0]} | set(sync[1])
+            return KindParts(sync, gathers, scatters, cost_axes, tuple(sorted(span_axes)))
+
+        key = ("kind", point.key, kind, point.state_key)
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _layout_key(self, workload: Workload) -> tuple[Any, ...]:
+        """:func:`~stage_core.lower.compact.layout_key`, with the model's layer pattern
+        memoised by the model object (a study evaluates one model many times; the pattern
+        walks every layer)."""
+        return layout_key(workload, self._model_facts(workload.model)[0])
