@@ -44,6 +44,8 @@ OTHERS = {
     "DGXC-H100-BF16": ("DGXC-H100-BF16-", "h100-80gb", "megatron-core"),
     "DGXC-H100-FP8": ("DGXC-H100-FP8-", "h100-80gb", "megatron-core"),
     "NEMO2502-B200": ("NEMO2502-B200-", "b200", "megatron-core"),
+    "DGXC-GPT3-BF16": ("DGXC-GPT3-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC-GPT3-FP8": ("DGXC-GPT3-FP8-", "h100-80gb", "megatron-core"),
 }
 #: One-metric sources on a system file of the data folder: source → (id prefix, file, framework).
 ON_FILES = {
@@ -80,7 +82,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 126 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 136 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -319,7 +321,7 @@ def test_leave_one_source_out_trains_the_fsdp_blog_on_its_accelerators_rows() ->
 
 def test_dgx_cloud_rows_weak_scale_one_layout_per_model(cases: list[Case]) -> None:
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
-    by_id = {c.id: c for c in cases if c.source.startswith("DGXC-")}
+    by_id = {c.id: c for c in cases if c.source in ("DGXC-H100-BF16", "DGXC-H100-FP8")}
     assert len(by_id) == 60
     # the READMEs' (TP, PP, CP, VP, MBS) per model, and the full model's layer count
     layouts = {
@@ -355,3 +357,32 @@ def test_dgx_cloud_rows_weak_scale_one_layout_per_model(cases: list[Case]) -> No
     # the 405B recipe's GPT-2 BPE proxy tokenizer; Nemotron-4's 256k vocabulary and 4k sequences
     vocab = {i.split("-")[-2]: c.model.vocab for i, c in by_id.items() if c.model is not None}
     assert vocab == {"8B": 128256, "70B": 128256, "405B": 50257, "15B": 256000, "340B": 256000}
+
+
+def test_dgx_cloud_gpt3_rows_take_the_recipes_layout_and_settings(cases: list[Case]) -> None:
+    """nemo_megatron/README_175b.md (GSW 24.11): TP 4, PP 8, VP 12, MBS 1, sequence 2048, GBS
+    2 per GPU; gpt3_175b_hydra.yaml and launch.sh at the same commit give the rest."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if c.source in ("DGXC-GPT3-BF16", "DGXC-GPT3-FP8")]
+    assert len(mine) == 10
+    for case in mine:
+        parallel, model, row = case.parallel, case.model, rows[case.id]
+        assert parallel is not None and model is not None
+        gpus = int(row["num_gpus"])
+        assert parallel.global_batch == 2 * gpus and model.seq_len == 2048
+        # the table's throughput is sequence x GBS / step time, over all GPUs
+        tokens = model.seq_len * parallel.global_batch / float(row["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(row["tokens_per_s_per_gpu"]), rel=0.005), case.id
+        got = (parallel.tp, parallel.pp, parallel.vpp, parallel.micro_batch, parallel.dp)
+        assert got == (4, 8, 12, 1, gpus // 32), case.id
+        assert (model.layers, model.hidden, model.heads, model.vocab) == (96, 12288, 96, 50257)
+        assert parallel.sp and parallel.zero == 1 and str(parallel.recompute) == "none"
+        assert not parallel.grad_fp32  # optim.grad_sync_dtype bf16
+        fp8 = case.source.endswith("FP8")
+        assert str(parallel.precision) == ("fp8" if fp8 else "bf16"), case.id
+        options = dict(case.framework_options)
+        assert options["attention_kernel"] == "fa2"  # launch.sh: NVTE_FUSED_ATTN=0
+        assert options["distributed_fused_adam"] == "fp32" and not options["ub_bulk_sm_margin"]
+        assert options.get("fp8_param_gather", False) == fp8, case.id
+        if fp8:
+            assert str(parallel.fp8_recipe) == "delayed"
