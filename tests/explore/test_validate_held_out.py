@@ -46,6 +46,7 @@ OTHERS = {
     "NEMO2502-B200": ("NEMO2502-B200-", "b200", "megatron-core"),
     "DGXC-GPT3-BF16": ("DGXC-GPT3-BF16-", "h100-80gb", "megatron-core"),
     "DGXC-GPT3-FP8": ("DGXC-GPT3-FP8-", "h100-80gb", "megatron-core"),
+    "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
 }
 #: One-metric sources on a system file of the data folder: source → (id prefix, file, framework).
 ON_FILES = {
@@ -82,7 +83,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 136 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 137 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
