@@ -135,8 +135,9 @@ def system_for(case: Case) -> System:
     dims = []
     for index, (topology, size) in enumerate(NETWORKS[case.network]):
         template = nvlink if index == 0 else infiniband
+        # the per-group-size table is the preset's 8-GPU node's: not this dim's sizes
         dims.append(replace(template, name=f"{template.name}-{topology.value}", size=size,
-                            topology=topology))  # fmt: skip
+                            topology=topology, bus_efficiency_by_ranks=()))  # fmt: skip
     network: tuple[NetworkDim, ...] = tuple(dims)
     return replace(base, name=f"{case.preset}-{case.network}", network=network)
 

@@ -192,7 +192,10 @@ def test_network_efficiency_slows_communication_only() -> None:
     model, parallel = POINTS["tp-sp-selective"]
     plain = dataclasses.replace(
         A100,
-        network=tuple(dataclasses.replace(d, bus_efficiency=None) for d in A100.network),
+        network=tuple(
+            dataclasses.replace(d, bus_efficiency=None, bus_efficiency_by_ranks=())
+            for d in A100.network
+        ),
     )
     # without the issue-order rule: under it the sequence-parallel reduce-scatter runs beside
     # the weight gradients, whose GEMMs lose NCCL's SMs for a share of its (network-dependent)

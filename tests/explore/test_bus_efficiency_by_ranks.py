@@ -152,3 +152,21 @@ def test_calibrating_the_dim_scales_its_per_size_fractions() -> None:
     assert eight_fraction == 1.0  # 0.9 x 1.2 capped
     unchanged = apply(node(), {"network.nvswitch": BASE})
     assert unchanged.network[0] == node().network[0]
+
+
+def test_a100_preset_scales_its_8_gpu_figure_by_the_source_ratios() -> None:
+    """a100-80gb: 2- and 4-GPU groups at 0.69 times vTrain's nccl-tests ratios (191.0 / 225.7
+    and 216.1 / 225.7 GB/s); 8 GPUs at the dim's own 0.69."""
+    preset = load_system("a100-80gb")
+    nvswitch = preset.network[0]
+    table = dict(nvswitch.bus_efficiency_by_ranks)
+    assert nvswitch.bus_efficiency == 0.69 and 8 not in table
+    assert table[2] == pytest.approx(0.69 * 191.0 / 225.7, abs=5e-4)
+    assert table[4] == pytest.approx(0.69 * 216.1 / 225.7, abs=5e-4)
+    achieved = AnalyticalBackend().achieved_network(preset)
+    link, alpha = nvswitch.bandwidth_bytes_per_s, nvswitch.latency_s
+    for ranks in (2, 4, 8):
+        fraction = table.get(ranks, 0.69)
+        expected = 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * S / (link * fraction)
+        seconds = alpha_beta_collective_s(achieved, AR, S, list(range(ranks)))
+        assert seconds == pytest.approx(expected)
