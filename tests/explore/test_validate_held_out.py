@@ -83,7 +83,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 137 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 146 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -167,6 +167,18 @@ def test_megatron_bridge_rows_take_the_tables_layout_and_recipe(cases: list[Case
                            ("MBD-B200-25.11-LLAMA3_8B-MX", "mxfp8")):  # fmt: skip
         parallel = by_id[row_id].parallel
         assert parallel is not None and str(parallel.fp8_recipe) == recipe
+    # the 25.09 tables state the same layouts as the 25.11 ones for these rows (same recipes)
+    older = [i for i in by_id if i.startswith("MBD-") and "-25.09-" in i]
+    assert len(older) == 9
+    for row_id in older:
+        new, old = by_id[row_id.replace("-25.09-", "-25.11-")].parallel, by_id[row_id].parallel
+        assert new is not None and old is not None
+        fields = ("tp", "pp", "cp", "vpp", "dp", "micro_batch", "global_batch", "zero", "sp")
+        assert [getattr(old, f) for f in fields] == [getattr(new, f) for f in fields], row_id
+        assert str(old.fp8_recipe) == ("mxfp8" if row_id.endswith("-MX") else "tensorwise")
+        assert dict(by_id[row_id].framework_options) == dict(
+            by_id[row_id.replace("-25.09-", "-25.11-")].framework_options
+        )
 
 
 def test_the_system_file_changes_only_what_the_source_states() -> None:
