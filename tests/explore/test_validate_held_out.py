@@ -47,7 +47,12 @@ OTHERS = {
     "DGXC-GPT3-BF16": ("DGXC-GPT3-BF16-", "h100-80gb", "megatron-core"),
     "DGXC-GPT3-FP8": ("DGXC-GPT3-FP8-", "h100-80gb", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
+    "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
 }
+#: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
+MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
+#: Id prefixes of the rows that serve two sources (throughput and memory).
+TWO_METRICS = ("TTITAN-", "TRAINY-H200-")
 #: One-metric sources on a system file of the data folder: source → (id prefix, file, framework).
 ON_FILES = {
     "IBMFSDP-H100": ("IBMFSDP-H100-", "ibm-h100-800g.toml", "fms-fsdp"),
@@ -69,7 +74,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
-    return [c for c in load_cases() if c.source in {*SOURCES, *OTHERS, *ON_FILES}]
+    return [c for c in load_cases() if c.source in {*SOURCES, *OTHERS, *ON_FILES, *MEMORY}]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +88,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 146 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 148 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -99,7 +104,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
 def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> None:
     all_ids = [r["id"] for r in _rows(HELD_OUT)]
     assert {c.id for c in cases} == set(all_ids)
-    for source, (prefix, system, framework) in OTHERS.items():
+    for source, (prefix, system, framework) in {**OTHERS, **MEMORY}.items():
         mine = [c for c in cases if c.source == source]
         assert [c.id for c in mine] == [i for i in all_ids if i.startswith(prefix)] and mine
         for case in mine:
@@ -121,12 +126,12 @@ def test_every_row_is_read_held_out_with_its_assumptions(cases: list[Case]) -> N
             assert case.system_file == str(DATA / "systems" / "grand-teton-h100.toml")
     sources, _ = load_setups()
     declared = {s.name: s for s in sources}
-    assert {declared[name].file for name in [*SOURCES, *OTHERS, *ON_FILES]} == {HELD_OUT}
+    assert {declared[name].file for name in [*SOURCES, *OTHERS, *ON_FILES, *MEMORY]} == {HELD_OUT}
 
 
 def test_every_row_is_evaluated_or_has_a_reason(results: list[RowResult]) -> None:
     ids = [r["id"] for r in _rows(HELD_OUT)]
-    assert len(results) == sum(2 if i.startswith("TTITAN-") else 1 for i in ids)
+    assert len(results) == sum(2 if i.startswith(TWO_METRICS) else 1 for i in ids)
     for result in results:
         if result.evaluated:
             assert math.isfinite(result.error) and result.predicted > 0, result.case.id
@@ -403,3 +408,26 @@ def test_dgx_cloud_gpt3_rows_take_the_recipes_layout_and_settings(cases: list[Ca
         assert options.get("fp8_param_gather", False) == fp8, case.id
         if fp8:
             assert str(parallel.fp8_recipe) == "delayed"
+
+
+def test_the_trainy_h200_rows_serve_throughput_and_memory(
+    cases: list[Case], results: list[RowResult]
+) -> None:
+    """benchmarks/llama3_8b_h200_2025-06_torchtitan.md: llama3_8b.toml (sequence 8192, selective
+    op AC, FSDP over every GPU) with local batch 2, torch.compile and Float8, on 4 and 8 hosts."""
+    mine = [c for c in cases if c.source in ("TRAINY-H200", "TRAINY-H200-MEM")]
+    assert sorted({c.metric for c in mine}) == ["peak_mem_gib", "tokens_per_s_per_gpu"]
+    assert len(mine) == 4
+    for case in mine:
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None
+        gpus = int(case.id.rsplit("-", 1)[1])
+        assert parallel.dp == gpus and parallel.global_batch == 2 * gpus and parallel.zero == 3
+        assert parallel.micro_batch == 2 and model.seq_len == 8192 and parallel.grad_fp32
+        assert str(parallel.recompute) == "selective" and parallel.recompute_modules == ("op",)
+        assert str(parallel.precision) == "fp8" and str(parallel.fp8_recipe) == "tensorwise"
+        assert dict(case.framework_options) == {"fused_elementwise": True}  # --training.compile
+    report = ValidationReport(tuple(results), "test")
+    names = {t.name for t in report.targets()}
+    assert "TRAINY-H200-MEM: peak memory within 10% on every row" in names
+    assert "TRAINY-H200-MEM: held-out MAE <= 10%" not in names
