@@ -1,0 +1,65 @@
+"""Blackwell presets name cuDNN's fused attention by software generation: ``cudnn`` (before
+cuDNN 9.17) and ``cudnn-9.17`` carry the same fractions on B200 and GB200 (the same die), and a
+framework profile's ``attention_kernel`` picks one — checked against closed forms computed here
+from the presets' own values."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Precision
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.kernels import attention_efficiency
+from stage_explore.system import load_system
+from stage_explore.system.model import KernelModel
+
+B200 = load_system("b200")
+GB200 = load_system("gb200-nvl72")
+H100 = load_system("h100-80gb")
+
+
+def _kernels(system: object) -> KernelModel:
+    kernels = system.accelerator.kernels  # type: ignore[attr-defined]
+    assert isinstance(kernels, KernelModel)
+    return kernels
+
+
+@pytest.mark.parametrize("kernel", ["cudnn", "cudnn-9.17"])
+def test_b200_and_gb200_list_one_cudnn_generation_at_the_same_fractions(kernel: str) -> None:
+    b200, gb200 = _kernels(B200), _kernels(GB200)
+    assert b200.attention_kernels[kernel] == gb200.attention_kernels[kernel]
+    for keys in (2048, 8192, 32768):
+        for backward in (False, True):
+            forward_b, backward_b, half = b200.attention_kernels[kernel]
+            seen = keys / 2  # causal
+            expected = (backward_b if backward else forward_b) * seen / (seen + half)
+            for kernels in (b200, gb200):
+                efficiency = attention_efficiency(kernels, keys, 128, True, backward, kernel)
+                assert efficiency == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("system", [B200, GB200])
+def test_cudnn_9_17_is_faster_than_the_generation_before_on_short_sequences(
+    system: object,
+) -> None:
+    kernels = _kernels(system)
+    for backward in (False, True):
+        older = attention_efficiency(kernels, 4096, 128, True, backward, "cudnn")
+        newer = attention_efficiency(kernels, 4096, 128, True, backward, "cudnn-9.17")
+        assert newer > 1.3 * older  # 1.50-1.62x measured at 4k, less the part's 1.19x
+
+
+def _compute_s(system: object, kernel: str | None) -> float:
+    model = get_flavor("llama3-8b").with_overrides(layers=2)
+    parallel = ParallelConfig(dp=2, global_batch=4, precision=Precision.BF16)
+    backend = AnalyticalBackend(framework="megatron-core", overrides={"attention_kernel": kernel})
+    return backend.evaluate(model, parallel, system).breakdown["compute"]  # type: ignore[arg-type]
+
+
+def test_the_attention_kernel_option_picks_the_generation_and_hopper_falls_back() -> None:
+    assert _compute_s(GB200, "cudnn-9.17") < _compute_s(GB200, "cudnn")
+    assert _compute_s(B200, "cudnn-9.17") < _compute_s(B200, "cudnn")
+    # h100-80gb lists neither: both fall back to its best kernel, as None does
+    assert _compute_s(H100, "cudnn-9.17") == _compute_s(H100, "cudnn") == _compute_s(H100, None)
