@@ -282,6 +282,8 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 point.workload.model,
                 self.framework.eager_modules,
                 fused=self.framework.fused_elementwise,
+                deepep=self.framework.moe_deepep,
+                trained_router=not self.framework.moe_fake_balanced_gate,
             ),
         )
 

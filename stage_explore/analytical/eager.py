@@ -97,8 +97,10 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 #: one kernel (ATen's native fused ops: ``F.layer_norm``, ``F.gelu``); ``"torchtitan"``, the
 #: module code of torchtitan's Llama models counted here; ``"llm-foundry-2023"``, MPT's blocks
 #: of llm-foundry 2023 with an fp32 residual stream; ``"fms"``, IBM foundation-model-stack's
-#: Llama of 2024 (fms-fsdp; module docstring).
-EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms")
+#: Llama of 2024 (fms-fsdp; module docstring); ``"automodel"``, NeMo AutoModel's DeepEP experts,
+#: whose expert biases are added in eager PyTorch (:mod:`~stage_explore.analytical.eager_automodel`;
+#: its other modules are Transformer Engine's, the generator's count).
+EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms", "automodel")
 
 BF16 = 2  # bytes of a 16-bit element
 FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
@@ -307,15 +309,28 @@ _LLMFOUNDRY_ACCUMULATES = {
 }
 
 
-def eager_op_bytes(model: ModelSpec, eager_modules: str, fused: bool) -> dict[str, int]:
+def eager_op_bytes(
+    model: ModelSpec,
+    eager_modules: str,
+    fused: bool,
+    *,
+    deepep: bool = False,
+    trained_router: bool = True,
+) -> dict[str, int]:
     """Bytes per element of each generator op (and of its ``<op>.backward``) that the
     framework's model code runs as several kernels; empty when its modules are the generator's
     own (``"generator"``). Under ``fused`` (``torch.compile``) only what Inductor cannot fuse
-    (:func:`_compiled_op_bytes`)."""
+    (:func:`_compiled_op_bytes`). ``deepep`` (the experts dispatch on DeepEP) and
+    ``trained_router`` (the routing probabilities carry a gradient) matter only to
+    ``"automodel"``."""
     if eager_modules == "generator":
         return {}
     if fused:
         return _compiled_op_bytes(model, eager_modules)
+    if eager_modules == "automodel":  # imported here: eager_automodel builds on this module
+        from stage_explore.analytical.eager_automodel import automodel_op_bytes
+
+        return automodel_op_bytes(model, deepep=deepep, trained_router=trained_router)
     if eager_modules == "llm-foundry-2023":
         return _llmfoundry_op_bytes(model)
     fms = eager_modules == "fms"

@@ -83,7 +83,10 @@ Options (all booleans unless said):
   MPT's blocks of 2023 on an fp32 residual stream (``LPLayerNorm`` casting ``x`` down per
   norm, fp32 residual adds and gradient sums); ``"fms"``, IBM foundation-model-stack's Llama
   (fms-fsdp): torchtitan's RMSNorm and SwiGLU ops, a rotary embedding by fp32 2×2 rotation
-  matrices, grouped keys and values repeated by a copy for SDPA.
+  matrices, grouped keys and values repeated by a copy for SDPA; ``"automodel"``, NeMo
+  AutoModel's DeepEP experts (under ``moe_deepep``), which add a biased model's expert biases
+  in eager PyTorch, per expert then ``torch.cat``, the down projection's scaled by DeepEP's fp32
+  routing probabilities (:mod:`~stage_explore.analytical.eager_automodel`).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share

@@ -339,6 +339,8 @@ FRAMEWORKS["automodel"] = replace(
     description="NeMo AutoModel (FSDP2 + EP + PP, Transformer Engine modules; 2025)",
     source="https://github.com/NVIDIA-NeMo/Automodel (components/moe/parallelizer.py)",
     attention_kernel="cudnn",
+    # components/moe/layers.py GroupedExpertsDeepEP._apply_bias: eager expert biases
+    eager_modules="automodel",
     # docs/guides/autopipeline.md: AutoPipeline is "built on PyTorch's native
     # torch.distributed.pipelining" (its PipelineStages' per-micro-batch receive buffers)
     pipelining_stage_buffers=True,
