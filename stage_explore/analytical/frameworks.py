@@ -183,7 +183,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # Megatron-DeepSpeed's megatron/mpu/layers.py of MT-NLG's time: ColumnParallelLinear
             # .forward's copy_to_tensor_model_parallel_region, a synchronous backward all-reduce;
             # its later megatron/core/tensor_parallel/layers.py issues it asynchronously
-            # (which one vTrain ran is not stated: a row's framework_options can switch it on)
+            # (which one vTrain ran is not stated), but the rebased Megatron-DeepSpeed turns it off
+            # under DeepSpeed (megatron/arguments.py validate_args: "if args.deepspeed:
+            # args.async_tensor_model_parallel_allreduce = False", "DeepSpeed seems to be
+            # incompatible with async_tensor_model_parallel_allreduce"): synchronous in both
             tp_async_grad_allreduce=False,
             # deepspeed/runtime/pipe/schedule.py TrainSchedule.steps: RecvActivation/SendGrad
             # and SendActivation/RecvGrad as separate blocking instructions (p2p.send/recv)
