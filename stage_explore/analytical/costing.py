@@ -62,6 +62,7 @@ from stage_explore.analytical.overlap import (
     deepep_sm_share_s,
     overlap_rule,
     pipelined_chunks,
+    pipelined_collectives,
     sm_margin,
     ub_bulk_share_s,
 )
@@ -171,13 +172,17 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
             kernels = point.system.accelerator.kernels
             bulk_gemms: frozenset[Instr] = frozenset()
+            chunk_gemms: frozenset[Instr] = frozenset()
             if shared and kernels is not None and async_rule is None:
-                # userbuffers' GEMMs run on the SMs their kernels leave (bulk ones only with
-                # set_sm_margin: ub_bulk_sm_margin; otherwise ub_bulk_share_s below)
-                margined = shared
+                # userbuffers' GEMMs run on the SMs their kernels leave, where the overlap sets
+                # set_sm_margin (ub_bulk_sm_margin, ub_pipeline_sm_margin); otherwise on every
+                # SM, losing the kernel's SMs while it runs (ub_bulk_share_s below)
+                chunks = pipelined_chunks(shared)
                 if not self.framework.ub_bulk_sm_margin:
-                    margined = pipelined_chunks(shared)
-                    bulk_gemms = shared - margined
+                    bulk_gemms = shared - chunks
+                if not self.framework.ub_pipeline_sm_margin:
+                    chunk_gemms = chunks
+                margined = shared - bulk_gemms - chunk_gemms
                 compute_s = sm_margin(compute_s, margined, kernels.sm_count)
             cp = point.workload.axis_sizes.get("cp", 1)
             if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
@@ -190,6 +195,17 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 lost_s = ub_bulk_share_s(  # bulk kernels' SMs beside full-grid GEMMs
                     sum(comm_s(i) for i in instrs if isinstance(rule(i), Bulk)),
                     sum(compute_s(i) for i in bulk_gemms),
+                    kernels.sm_count,
+                )
+                timing = replace(
+                    timing,
+                    duration_s=timing.duration_s + lost_s,
+                    compute_s=timing.compute_s + lost_s,
+                )
+            if chunk_gemms and kernels is not None:
+                lost_s = ub_bulk_share_s(  # reduce-scatter chunks beside whole-grid GEMM chunks
+                    sum(comm_s(i) for i in pipelined_collectives(instrs)),
+                    sum(compute_s(i) for i in chunk_gemms),
                     kernels.sm_count,
                 )
                 timing = replace(

@@ -267,6 +267,15 @@ Options (all booleans unless said):
   ``llm/recipes/tp_overlap_configs/userbuffers.py``): the GEMMs keep every SM and lose only the
   kernel's SMs while it runs, ``min(bulk, wgrad) · UB_COMM_SMS / sm_count``
   (:func:`~stage_explore.analytical.overlap.ub_bulk_share_s`).
+- ``ub_pipeline_sm_margin`` — the same for the GEMM chunks pipelined with a userbuffers
+  reduce-scatter (``proj_fprop``, ``fc2_fprop``). On: Transformer Engine's default since its
+  userbuffers refactor (NVIDIA/TransformerEngine#1067, late 2024: ``get_default_config``,
+  ``"set_sm_margin": not method == "ring_exchange"``) and every NeMo / Megatron-Bridge config's
+  pipelined overlap. Off: the Transformer Engine of mid-2024 (1.6-1.9, Megatron-Core r0.8),
+  whose ``initialize_ub`` built every default overlap with ``add_ub(..., set_sm_margin: int =
+  0)`` (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
+  chunks then run on every SM and lose the kernel's SMs only while it runs, as
+  ``ub_bulk_share_s`` charges a bulk overlap.
 - ``pipelining_stage_buffers`` — pipeline stages are ``torch.distributed.pipelining``
   ``PipelineStage`` s (torchtitan): each stage allocates, once and for the whole run, a receive
   buffer for the input of every micro-batch (``_prepare_forward_infra``: one
@@ -343,6 +352,7 @@ OPTION_FLAGS: dict[str, str] = {
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
+    "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
@@ -413,6 +423,7 @@ class FrameworkProfile:
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
+    ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:

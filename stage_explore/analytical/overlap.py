@@ -191,6 +191,15 @@ def pipelined_chunks(shared: frozenset[Instr]) -> frozenset[Instr]:
     return frozenset(i for i in shared if i.name.rpartition(".")[2].startswith("chunk"))
 
 
+def pipelined_collectives(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
+    """The collective chunks of ``instrs`` pipelined with a GEMM's chunks (:func:`_chunk`
+    names them ``<collective>.chunk<i>``), whose kernels run beside the next GEMM chunk."""
+    return tuple(
+        i for i in instrs
+        if i.collective is not None and i.name.rpartition(".")[2].startswith("chunk")
+    )  # fmt: skip
+
+
 def ub_bulk_share_s(bulk_s: float, gemm_s: float, sm_count: int) -> float:
     """Compute seconds lost by weight-gradient GEMMs launched on every SM
     (``set_sm_margin`` off, ``ub_bulk_sm_margin``) while ``bulk_s`` of userbuffers bulk

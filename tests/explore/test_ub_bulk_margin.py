@@ -1,8 +1,9 @@
-"""Userbuffers bulk overlaps with and without Transformer Engine's SM margin
-(``ub_bulk_sm_margin``): TE's default launches the weight-gradient GEMMs beside a bulk kernel
-on ``sm - UB_COMM_SMS`` SMs; the NeMo recipe configs (set_sm_margin off, set per row in
-setups.toml) launch them on every SM and lose the kernel's SMs only while it runs. Closed
-forms of both."""
+"""Userbuffers bulk and pipelined overlaps with and without Transformer Engine's SM margin
+(``ub_bulk_sm_margin``, ``ub_pipeline_sm_margin``): TE's default launches the weight-gradient
+GEMMs beside a bulk kernel, and the GEMM chunks pipelined with a reduce-scatter, on
+``sm - UB_COMM_SMS`` SMs; the NeMo recipe configs (bulk set_sm_margin off) and the TE of
+mid-2024 (every default overlap without a margin) launch them on every SM and lose the
+kernel's SMs only while it runs. Closed forms of both."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from stage_explore.analytical.overlap import (
     overlap_block,
     overlap_rule,
     pipelined_chunks,
+    pipelined_collectives,
     ub_bulk_share_s,
 )
 from stage_explore.analytical.policy import TimingPolicy
@@ -73,10 +75,24 @@ def test_pipelined_chunks_are_told_from_the_gemms_beside_a_bulk_kernel() -> None
     assert pipelined_chunks(shared) == frozenset()
 
 
-def _compute(tp: int, margin: bool) -> tuple[float, float]:
+def test_the_pipelined_reduce_scatter_chunks_are_the_collectives_kernels() -> None:
+    rule = overlap_rule(TimingPolicy.from_profile(get_framework("megatron-core")), tp=8, sp=True)
+    assert rule is not None
+    forward = [_gemm("proj", 8.0, ("attn", "wo"), "proj.partial", "fwd"),
+               _scatter(4.0, (0,), "proj.partial", "fwd")]  # fmt: skip
+    instrs, shared = overlap_block(forward, rule)
+    scatters = pipelined_collectives(instrs)
+    assert len(scatters) == len(pipelined_chunks(shared)) > 1  # one kernel per GEMM chunk
+    assert sum(i.comm_bytes for i in scatters) == forward[1].comm_bytes  # the bytes, cut
+    backward = [_gemm("q.dw", 3.0, ("d.q", "x"), "d.wq", "bwd"),
+                _scatter(5.0, (), "d.x", "bwd")]  # fmt: skip
+    assert pipelined_collectives(backward) == ()  # unsplit collectives are not chunks
+
+
+def _compute(tp: int, margin: bool, option: str = OPTION) -> tuple[float, float]:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
     parallel = ParallelConfig(tp=tp, dp=1, sp=tp > 1, global_batch=1, micro_batch=1)
-    backend = AnalyticalBackend(framework="megatron-core", overrides={OPTION: margin})
+    backend = AnalyticalBackend(framework="megatron-core", overrides={option: margin})
     result = backend.evaluate(model, parallel, load_system("h100-80gb"))
     return result.step_time_s, result.breakdown["compute"]
 
@@ -90,6 +106,16 @@ def test_the_recipes_bulk_overlap_costs_less_than_the_margin() -> None:
     assert _compute(1, True) == _compute(1, False)
 
 
-def test_a_non_boolean_value_is_a_one_line_error() -> None:
-    with pytest.raises(ConfigError, match=OPTION):
-        get_framework("megatron-core").with_overrides({OPTION: "no"})
+def test_pipelined_chunks_on_every_sm_cost_less_than_the_margin() -> None:
+    option = "ub_pipeline_sm_margin"
+    assert getattr(get_framework("megatron-core"), option)  # TE's default since #1067
+    on_s, on_compute = _compute(4, True, option)
+    off_s, off_compute = _compute(4, False, option)
+    assert off_compute < on_compute and off_s < on_s  # options differ: results differ
+    assert _compute(1, True, option) == _compute(1, False, option)  # no userbuffers kernel
+
+
+@pytest.mark.parametrize("option", [OPTION, "ub_pipeline_sm_margin"])
+def test_a_non_boolean_value_is_a_one_line_error(option: str) -> None:
+    with pytest.raises(ConfigError, match=option):
+        get_framework("megatron-core").with_overrides({option: "no"})
