@@ -48,6 +48,7 @@ OTHERS = {
     "DGXC-GPT3-FP8": ("DGXC-GPT3-FP8-", "h100-80gb", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
+    "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
 }
 #: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
 MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
@@ -88,7 +89,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 148 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 157 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -431,3 +432,33 @@ def test_the_trainy_h200_rows_serve_throughput_and_memory(
     names = {t.name for t in report.targets()}
     assert "TRAINY-H200-MEM: peak memory within 10% on every row" in names
     assert "TRAINY-H200-MEM: held-out MAE <= 10%" not in names
+
+
+def test_nemo_long_sequence_rows_are_4m_tokens_per_step_with_k_of_1024(cases: list[Case]) -> None:
+    """NeMo's Long Input Sequences table (Llama 2 7B, 4K-1024K): every row's layout fills its
+    GPUs, steps carry 4M tokens, and the published model FLOPs per token grow as NeMo's attention
+    term 12·l·h·s with s = K·1024 (within 0.5 %; K·1000 is off by 2 % at 1024K)."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if c.source == "NEMO2403-LONGSEQ-H100"]
+    assert len(mine) == 9
+    layers, hidden = 32, 4096
+
+    def flops_per_token(row: dict[str, str]) -> float:
+        return float(row["tflops_per_gpu"]) * 1e12 / float(row["tokens_per_s_per_gpu"])
+
+    first = rows[mine[0].id]
+    base = flops_per_token(first) - 12 * layers * hidden * int(first["seq_len"])
+    for case in mine:
+        parallel, model, row = case.parallel, case.model, rows[case.id]
+        assert parallel is not None and model is not None
+        k = int(case.id.rsplit("-", 1)[1].rstrip("K"))
+        assert model.seq_len == 1024 * k and (model.layers, model.hidden) == (layers, hidden)
+        assert parallel.global_batch * model.seq_len == 4 * 2**20 and parallel.micro_batch == 1
+        gpus = parallel.tp * parallel.pp * parallel.cp * parallel.dp
+        assert gpus == int(row["num_gpus"]) == k  # one GPU per 1K tokens of sequence
+        assert parallel.sp == (parallel.tp > 1) and str(parallel.cp_style) == "ring"
+        assert str(parallel.recompute) == "none" and str(parallel.fp8_recipe) == "delayed"
+        expected = base + 12 * layers * hidden * model.seq_len
+        assert flops_per_token(row) == pytest.approx(expected, rel=0.005), case.id
+    last = rows[mine[-1].id]
+    assert abs(flops_per_token(last) / (base + 12 * layers * hidden * 1024 * 1000) - 1) > 0.01
