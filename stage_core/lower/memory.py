@@ -18,12 +18,13 @@ instructions), and under ZeRO-3 the gathered weights of two blocks (one in use, 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import (
     BoundBlock,
+    Instr,
     WeightShard,
     bind_block,
     symbolic_block,
@@ -41,6 +42,9 @@ from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_layer_block
 from stage_core.ops import CrossEntropy, Einsum, local_elements
 from stage_core.sharding import OpStep
+
+#: Bytes an instruction's implementation holds while it runs beside the program's tensors.
+InstrBytes = Callable[[Instr], int]
 
 
 def weight_shard_factor(workload: Workload, weight: WeightShard, sharded: bool) -> int:
@@ -135,11 +139,13 @@ def steady_activation_peak(
     return activation_peak(chunks, schedule(kind, stage, stages, prefix, vpp))
 
 
-def backward_working_set(block: BoundBlock) -> int:
+def backward_working_set(block: BoundBlock, extra: InstrBytes | None = None) -> int:
     """Peak bytes of the tensors a block's backward creates and holds at once — activation
     gradients, re-gathered inputs, recomputed activations — by liveness over its instructions in
     program order (a tensor lives from its first write to its last read or write). Weight
-    gradients are excluded: they accumulate into the gradient buffers of the model states."""
+    gradients are excluded: they accumulate into the gradient buffers of the model states.
+    ``extra``: bytes an instruction's implementation holds while it runs beyond the tensors the
+    program names (a framework's buffers; none by default, the generator's own count)."""
     weight_grads = {f"d.{weight.name}" for weight in block.weights}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -159,18 +165,22 @@ def backward_working_set(block: BoundBlock) -> int:
         changes[start] += size[name]
         changes[last[name] + 1] -= size[name]
     live = peak = 0
-    for change in changes:
+    for index, change in enumerate(changes):
         live += change
-        peak = max(peak, live)
+        held = extra(block.bwd[index]) if extra is not None and index < len(block.bwd) else 0
+        peak = max(peak, live + held)
     return peak
 
 
-def recompute_working_set(workload: Workload, blocks: Mapping[str, BoundBlock]) -> int:
+def recompute_working_set(
+    workload: Workload, blocks: Mapping[str, BoundBlock], extra: InstrBytes | None = None
+) -> int:
     """Transient bytes at the peak of a backward: the largest over block kinds of what one
     block's backward holds at once (:func:`backward_working_set`: activation gradients and, under
     recompute, the activations it re-materialises), and never less than the recomputed layer's
-    saved activations (the difference between its saved bytes without and with recompute)."""
-    largest = max((backward_working_set(block) for block in blocks.values()), default=0)
+    saved activations (the difference between its saved bytes without and with recompute).
+    ``extra`` as in :func:`backward_working_set`."""
+    largest = max((backward_working_set(block, extra) for block in blocks.values()), default=0)
     if str(workload.parallel.recompute) == "none":
         return largest
     structure = Structure.of(workload.model)

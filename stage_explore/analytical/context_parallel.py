@@ -1,7 +1,8 @@
 """What PyTorch's context-parallel attention costs beyond its attention kernels, as torch's
 ``context_parallel`` ran under TorchTitan's Llama in Dec 2024 (``cp_merge_fp32``):
-:func:`cp_merge_bytes`, the HBM traffic of its element-wise kernels, and :func:`cp_comm_timer`,
-the exposed time of its key/value all-gather and of its key/value-gradient ring.
+:func:`cp_merge_bytes`, the HBM traffic of its element-wise kernels, :func:`cp_comm_timer`,
+the exposed time of its key/value all-gather and of its key/value-gradient ring, and
+:func:`cp_ring_held_bytes`, the buffers it holds beside the program's tensors (memory).
 
 ``torch.distributed.tensor.experimental.context_parallel`` (``_templated_ring_attention`` and
 ``_templated_ring_attention_backward`` in ``torch/distributed/tensor/experimental/
@@ -122,6 +123,48 @@ def cp_merge_bytes(instr: Instr, cp: int, repeat: bool = True) -> int:
         + CAST_BYTES
     )
     return query * per_query + local_kv * per_kv
+
+
+#: The busiest rank's fp32 merge at its peak, per query element: the merged output, the
+#: chunk's output cast to fp32 and the 16-bit chunk output it came from, the scaled difference
+#: and the new merged output (4 + 4 + 2 + 4 + 4 bytes; ``_SDPAMerger._merge_one``).
+MERGE_PEAK_BYTES = 18
+
+
+def cp_ring_held_bytes(instr: Instr, cp: int, repeat: bool = True) -> int:
+    """Bytes torch's ring attention holds while a context-parallel attention instruction runs,
+    beyond the tensors the program names for it (its gathered keys and values and its
+    outputs): 0 for other instructions or ``cp`` of 1. Counted from ``_templated_ring_attention``
+    and its backward (Dec 2024) on keys and values repeated to the query heads (``repeat``),
+    ``q`` the rank's query elements and ``kv`` its local repeated elements per tensor:
+
+    - both: the all-gather rotater's buffer of every rank's keys and values (``cp`` x 2 x ``kv``
+      16-bit elements, held for the whole loop) and the send buffer ``torch.cat`` of the local
+      ones made at every step (2 x ``kv``);
+    - forward and recompute: the fp32 merge at its peak (:data:`MERGE_PEAK_BYTES` per query
+      element);
+    - backward, during a chunk's SDPA backward: the fp32 query-gradient accumulator (4 per query
+      element), the key/value-gradient accumulators received from the previous rank, the
+      message sent to the next one still in flight and the permute's receive buffer (3 x 2 x
+      ``kv`` fp32), the previous and the new chunk's 16-bit gradients, and the flash backward's
+      fp32 ``dq_accum`` (``flash_api.cpp`` ``mha_bwd``) — on rank 0 the chunks take half the
+      queries and all keys (q + 4 kv bytes a set, 2 q of ``dq_accum``), on the last rank all the
+      queries and half the keys (2 q + 2 kv, 4 q), the larger of the two."""
+    if cp <= 1 or instr.kind != "attention" or not instr.outputs:
+        return 0
+    query, kv = _query_and_kv(instr)
+    local = sum(kv) // len(kv) // cp * (kv_repeat(instr, cp) if repeat else 1) if kv else 0
+    ring = (cp + 1) * 2 * local * ELEMENT_BYTES
+    if instr.phase in ("fwd", "recompute"):
+        ring += MERGE_PEAK_BYTES * query
+        named = sum(size for _, size in instr.inputs[1:3]) + sum(s for _, s in instr.outputs)
+    else:
+        accumulators = FP32_BYTES * query + 3 * 2 * FP32_BYTES * local
+        first = 2 * (query + 4 * local) + 2 * query  # rank 0: half the queries
+        last = 2 * (2 * query + 2 * local) + 4 * query  # the last rank: half the keys
+        ring += accumulators + max(first, last)
+        named = sum(size for _, size in instr.inputs[2:4]) + sum(s for _, s in instr.outputs)
+    return max(0, ring - named)
 
 
 def _is_cp_collective(instr: Instr, kind: CollectiveKind) -> bool:

@@ -10,6 +10,8 @@ caching allocator).
 
 from __future__ import annotations
 
+from functools import partial
+
 from stage_core.lower.compact import Runs
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.memory import (
@@ -22,6 +24,7 @@ from stage_core.lower.program import (
     _block_sync,
     boundary_bytes,
 )
+from stage_explore.analytical.context_parallel import cp_ring_held_bytes
 from stage_explore.analytical.costs import (
     optimizer_step_s,
 )
@@ -123,6 +126,19 @@ class StateCosting:
             return needed + reserve
         return min(needed + reserve, capacity_bytes)
 
+    def _working_set(self, point: Point) -> int:
+        """What one block's backward holds at once at its peak
+        (:func:`~stage_core.lower.memory.recompute_working_set`), memoised; under torch's
+        ``context_parallel`` (``cp_merge_fp32`` with cp > 1) with the ring attention's own
+        buffers at the attention instructions
+        (:func:`~stage_explore.analytical.context_parallel.cp_ring_held_bytes`)."""
+        cp = point.workload.parallel.cp if self.framework.cp_merge_fp32 else 1
+        extra = None if cp <= 1 else partial(cp_ring_held_bytes, cp=cp)
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("working_set", point.key, cp),
+            lambda: recompute_working_set(point.workload, point.blocks, extra),
+        )
+
     def _held_bytes(self, point: Point, signature: tuple[Runs, ...], gathered: int) -> int:
         """Buffers a pipeline-stage class holds beside its model states, saved activations and
         the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's
@@ -154,8 +170,5 @@ class StateCosting:
             kinds = sorted({kind for runs in signature for kind, _ in runs})
             blocks = [point.blocks[k] for k in kinds]
             loss = loss_working_set(blocks, buffers, workload.weight_bytes)
-            working_set: int = self._parts.get(
-                ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
-            )
-            held += max(0, loss - working_set)
+            held += max(0, loss - self._working_set(point))
         return held

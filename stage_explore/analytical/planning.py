@@ -17,7 +17,6 @@ from typing import Any, cast
 
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key
-from stage_core.lower.memory import recompute_working_set
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
     PIPELINE_ENDS,
@@ -95,9 +94,7 @@ class StagePlanning(BlockCosting):
                 classes.append(self._class(point, signature, kinds, here, shapes, chunks, first))
             stage_class.append(index)
         transfer = self._transfer(point) if p > 1 else 0.0
-        working_set = self._parts.get(
-            ("working_set", point.key), lambda: recompute_working_set(workload, point.blocks)
-        )
+        working_set = self._working_set(point)
         plan = StepPlan(tuple(stage_class), tuple(c for c, _ in classes), transfer, working_set)
         model = hardware = 0
         for index in stage_class:
