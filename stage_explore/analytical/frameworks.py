@@ -292,7 +292,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             runtime_reserved_bytes=1 * GIB,  # the same estimate as the other PyTorch profiles
             allocator_overhead=0.05,  # the same estimate (torchtitan logs max_reserved_gib)
             # models/llama/model.py: output = self.output(h).float(); train.py's loss_fn:
-            # F.cross_entropy(pred.flatten(0, 1).float(), ...), eager (not compiled in 2024/12)
+            # F.cross_entropy(pred.flatten(0, 1).float(), ...), eager (not compiled in 2024/12).
+            # From pytorch/torchtitan#1033 (Apr 2025) training.compile compiles the loss too
+            # (components/loss.py build_cross_entropy_loss): rows of such runs with compile set
+            # loss_fp32_buffers = 0 (Inductor fuses the upcast, log-softmax, NLL and backward)
             loss_fp32_buffers=3,
             pp_unsharded_params=True,  # apply_fsdp: reshard_after_forward = not pp_enabled
             # parallelisms/pipeline_llama.py builds torch.distributed.pipelining PipelineStages
