@@ -1,12 +1,13 @@
 """The held-out published runs of ``published_runs_held_out.csv`` (TorchTitan's tables, the
 dense Llama rows of the Megatron-Bridge performance summary, NeMo AutoModel's FSDP2 MoE
 rows and its dense Llama 3 70B row, the PyTorch/IBM FSDP blog's Table 1, NeMo 24.07's
-DGX-H100 FP8 table, the DGX Cloud Benchmarking Llama 3.1 and Nemotron-4 recipes, NeMo 25.02's
-DGX-B200 FP8 table): the CSV parses with
+DGX-H100 FP8 table, the DGX Cloud Benchmarking Llama 3.1, Nemotron-4 and GPT3 175B recipes, NeMo
+25.02's DGX-B200 FP8 table and its one stored DGX-H100 row, the Megatron-Bridge 25.09 rows,
+torchtitan's Trainy H200 baseline, NeMo's Long Input Sequences table): the CSV parses with
 ``published_runs_more.csv``'s schema, every row is a case of the sources that read it
-(TorchTitan's: TPS/GPU and memory), every case is evaluated or says why, the system file states
-what the source states and nothing else, the ``torchtitan`` profile has TorchTitan's defaults,
-and memory targets are reported per source, in-sample apart."""
+(TorchTitan's and Trainy's: TPS/GPU and memory), every case is evaluated or says why, the
+system file states what the source states and nothing else, the ``torchtitan`` profile has
+TorchTitan's defaults, and memory targets are reported per source, in-sample apart."""
 
 from __future__ import annotations
 
