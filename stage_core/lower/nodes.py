@@ -7,6 +7,11 @@ issues ready nodes in id order); data dependencies follow the tensors (so commun
 independent compute); a control dependency chains each task to the previous one, encoding the
 pipeline schedule. :func:`materialize` binds a template to one rank.
 
+Each node says where it comes from (:attr:`ProgramNode.source`: a block kind, a phase and an
+index), so a cost model can time it as the analytical backend times that instruction
+(:mod:`stage_explore.analytical.trace_mode`); ``instructions`` lets the caller emit a block's
+instructions as a framework runs them (fused, overlaps applied) instead of as bound.
+
 Tags of point-to-point messages are ``1 + ((sender_stage·m + micro_batch)·2 + direction)``,
 unique per step and computed identically by sender and receiver.
 """
@@ -14,9 +19,10 @@ unique per step and computed identically by sender and receiver.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.experts import data_axes
 from stage_core.lower.program import (
@@ -32,17 +38,34 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 
+#: Where a template node comes from: (block kind, phase, index) (:attr:`ProgramNode.source`).
+NodeSource = tuple[str, str, int]
+
 
 @dataclass(frozen=True, slots=True)
 class ProgramNode:
     """A trace node of a stage template: ``group_axes`` for collectives; for sends and receives
     the peer is ``peer_shift`` (+1 or −1, wrapping) along ``peer_axis`` (pp, or cp for ring
-    attention)."""
+    attention). ``source`` is where the node comes from: ``(block kind, phase, index)`` of a
+    block's instruction (phase ``fwd`` or ``bwd``, the index into the instructions emitted for
+    that phase), of a ZeRO collective (phase :data:`ZERO_GATHER` or :data:`ZERO_SCATTER`, the
+    index into :func:`_zero_collectives`), of a synchronisation op (``("", SYNC, index into
+    StageProgram.sync)``) or the optimizer (``("", OPTIMIZER, 0)``); empty for pipeline
+    transfers and ring-attention messages."""
 
     node: TraceNode
     group_axes: tuple[str, ...] = ()
     peer_shift: int = 0
     peer_axis: str = "pp"
+    source: NodeSource | None = None
+
+
+#: Phases of :attr:`ProgramNode.source` besides a block's ``fwd`` and ``bwd``.
+ZERO_GATHER, ZERO_SCATTER, SYNC, OPTIMIZER = "zero_gather", "zero_scatter", "sync", "optimizer"
+
+#: How a block's instructions are emitted for a phase (``fwd`` or ``bwd``): by default as
+#: bound (``block.fwd`` / ``block.bwd``).
+Instructions = Callable[[BoundBlock, str], tuple[Instr, ...]]
 
 
 #: Tags of ring-attention messages start here (pipeline tags stay far below).
@@ -64,9 +87,10 @@ class _Emitter:
         group_axes: tuple[str, ...] = (),
         peer_shift: int = 0,
         peer_axis: str = "pp",
+        source: NodeSource | None = None,
     ) -> int:
         node = replace(node, id=len(self.nodes))
-        self.nodes.append(ProgramNode(node, group_axes, peer_shift, peer_axis))
+        self.nodes.append(ProgramNode(node, group_axes, peer_shift, peer_axis, source))
         return node.id
 
     def ring(self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...]) -> int:
@@ -101,7 +125,12 @@ class _Emitter:
         return last
 
     def instr(
-        self, instr: Instr, name: str, deps: tuple[int, ...], ctrl: tuple[int, ...] = ()
+        self,
+        instr: Instr,
+        name: str,
+        deps: tuple[int, ...],
+        ctrl: tuple[int, ...] = (),
+        source: NodeSource | None = None,
     ) -> int:
         if instr.kind == "ring":
             return self.ring(instr, name, deps, ctrl)
@@ -117,7 +146,7 @@ class _Emitter:
                 inputs=instr.inputs,
                 outputs=instr.outputs,
             )
-            return self.add(node, instr.axes)
+            return self.add(node, instr.axes, source=source)
         node = TraceNode(
             0,
             name,
@@ -129,7 +158,7 @@ class _Emitter:
             inputs=instr.inputs,
             outputs=instr.outputs,
         )
-        return self.add(node)
+        return self.add(node, source=source)
 
 
 def _data_axes(workload: Workload, expert: bool) -> tuple[str, ...]:
@@ -166,13 +195,17 @@ def _block(
     prefix: str,
     entry: tuple[int, ...],
     ctrl: tuple[int, ...],
+    source: tuple[str, str] = ("", ""),
 ) -> int:
     """Emit a block's instructions; those without in-block deps depend on ``entry``; the first
-    also carries the control dependency ``ctrl`` (the schedule's order)."""
+    also carries the control dependency ``ctrl`` (the schedule's order). ``source``: the
+    block kind and phase the nodes come from."""
     ids: list[int] = []
-    for instr in instrs:
+    for index, instr in enumerate(instrs):
         deps = tuple(ids[d] for d in instr.deps) if instr.deps else entry
-        ids.append(em.instr(instr, f"{prefix}.{instr.name}", deps, ctrl if not ids else ()))
+        node_ctrl = ctrl if not ids else ()
+        name = f"{prefix}.{instr.name}"
+        ids.append(em.instr(instr, name, deps, node_ctrl, (*source, index)))
     return ids[-1] if ids else (entry[0] if entry else -1)
 
 
@@ -184,6 +217,7 @@ def _emit_indexed(
     entry: tuple[int, ...],
     ctrl: tuple[int, ...],
     known: dict[int, int],
+    source: tuple[str, str] = ("", ""),
 ) -> dict[int, int]:
     """Emit ``instrs[i]`` for ``i`` in ``indices`` (one part of a split backward); a dependency
     on an instruction emitted before (``known``: the B part, for W) keeps its node, one without
@@ -193,7 +227,7 @@ def _emit_indexed(
         instr = instrs[i]
         deps = tuple(ids[d] if d in ids else known[d] for d in instr.deps if d in ids or d in known)
         name = f"{prefix}.{instr.name}"
-        ids[i] = em.instr(instr, name, deps or entry, ctrl if not ids else ())
+        ids[i] = em.instr(instr, name, deps or entry, ctrl if not ids else (), (*source, i))
     return ids
 
 
@@ -208,7 +242,7 @@ def _sync_nodes(
     """Emit the gradient synchronisations of ``stage`` scheduled ``after`` a block position (of
     ``chunk``; ``None``: any chunk, for the step-end ones), each waiting for ``deps``; their node
     ids go to ``sync_ids`` (the optimizer waits for all of them)."""
-    for op in stage.sync:
+    for index, op in enumerate(stage.sync):
         if op.after == after and (chunk is None or op.chunk == chunk):
             node = TraceNode(
                 0,
@@ -218,7 +252,7 @@ def _sync_nodes(
                 collective=op.collective,
                 comm_bytes=op.comm_bytes,
             )
-            sync_ids.append(em.add(node, op.axes))
+            sync_ids.append(em.add(node, op.axes, source=("", SYNC, index)))
 
 
 def _weight_nodes(
@@ -243,22 +277,29 @@ def _weight_nodes(
         prefix = f"W{mb}.c{chunk.index}.b{position}.{block.kind}"
         known = b_ids.pop((chunk.index, mb, position), {})
         ids = _emit_indexed(
-            em, block.bwd, split_backward(block).weight_grad_index, prefix, entry, ctrl, known
-        )
+            em, block.bwd, split_backward(block).weight_grad_index, prefix, entry, ctrl, known,
+            (block.kind, "bwd"),
+        )  # fmt: skip
         if ids:
             ctrl = ()
             last = max(ids.values())
             entry = (last,)
         if workload.parallel.zero >= 2 and last is not None:
-            for instr in _zero_collectives(workload, block, gather=False):
-                em.instr(instr, f"{prefix}.{instr.name}", (last,))
+            for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
+                em.instr(
+                    instr, f"{prefix}.{instr.name}", (last,), (), (block.kind, ZERO_SCATTER, i)
+                )
         if mb == last_mb[chunk.index] and last is not None:
             _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
     return last
 
 
-def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
-    """The template node list of one pipeline stage."""
+def stage_nodes(
+    programs: ProgramSet, stage: StageProgram, instructions: Instructions | None = None
+) -> list[ProgramNode]:
+    """The template node list of one pipeline stage; ``instructions`` gives the instructions a
+    block's phase emits (by default as bound; not with a split backward, whose B and W parts
+    index the bound backward)."""
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
     last_stage = p * vpp - 1
@@ -270,6 +311,11 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     }
     kind = str(workload.parallel.schedule)
     split = kind in SPLIT_BACKWARD  # B and W apart (lower/weightgrad.py)
+    if split and instructions is not None:
+        raise ConfigError(
+            f"schedule {kind!r} splits the backward into the bound instructions' B and W "
+            "parts: its blocks cannot be emitted as rewritten instructions"
+        )
     pairs = overlapped(kind, stage.stage, p, m, vpp)
     b_ids: dict[tuple[int, int, int], dict[int, int]] = {}  # (chunk, mb, position) → B ids
     pair_ctrl: tuple[int, ...] | None = None
@@ -311,25 +357,32 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
             prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
             if zero >= 3:
                 # Parameter gathers are prefetched: each waits only for the previous gather.
-                for instr in _zero_collectives(workload, block, gather=True):
+                for i, instr in enumerate(_zero_collectives(workload, block, gather=True)):
                     deps: tuple[int, ...] = (last_gather,) if last_gather >= 0 else ()
-                    last_gather = em.instr(instr, f"{prefix}.{instr.name}", deps, ctrl)
+                    name, source = f"{prefix}.{instr.name}", (block.kind, ZERO_GATHER, i)
+                    last_gather = em.instr(instr, name, deps, ctrl, source)
                     entry = (*entry, last_gather)
-            instrs = block.bwd if backward else block.fwd
+            phase = "bwd" if backward else "fwd"
+            if instructions is not None:
+                instrs = instructions(block, phase)
+            else:
+                instrs = block.bwd if backward else block.fwd
             if backward and split:
                 ids = _emit_indexed(
-                    em, instrs, split_backward(block).input_grad_index, prefix, entry, ctrl, {}
-                )
+                    em, instrs, split_backward(block).input_grad_index, prefix, entry, ctrl, {},
+                    (block.kind, "bwd"),
+                )  # fmt: skip
                 b_ids[(chunk.index, mb, position)] = ids
                 last = max(ids.values(), default=entry[0] if entry else -1)
             else:
-                last = _block(em, instrs, prefix, entry, ctrl)
+                last = _block(em, instrs, prefix, entry, ctrl, (block.kind, phase))
             if instrs:
                 ctrl = ()
             entry = (last,)
             if backward and zero >= 2 and not split:
-                for instr in _zero_collectives(workload, block, gather=False):
-                    em.instr(instr, f"{prefix}.{instr.name}", entry)
+                for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
+                    source = (block.kind, ZERO_SCATTER, i)
+                    em.instr(instr, f"{prefix}.{instr.name}", entry, (), source)
             if backward and mb == last_mb_backward[chunk.index] and not split:
                 _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
         send_to = j - 1 if backward else j + 1
@@ -349,8 +402,8 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
     if stage.optimizer is None:  # a serving step: forward only, no update
         return em.nodes
     step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
-    optimizer = em.instr(stage.optimizer, "step.optimizer", step_deps)
-    for op in stage.sync:
+    optimizer = em.instr(stage.optimizer, "step.optimizer", step_deps, (), ("", OPTIMIZER, 0))
+    for index, op in enumerate(stage.sync):
         if op.after == -1:
             node = TraceNode(
                 0,
@@ -360,7 +413,7 @@ def stage_nodes(programs: ProgramSet, stage: StageProgram) -> list[ProgramNode]:
                 collective=op.collective,
                 comm_bytes=op.comm_bytes,
             )
-            em.add(node, op.axes)
+            em.add(node, op.axes, source=("", SYNC, index))
     return em.nodes
 
 

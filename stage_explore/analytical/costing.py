@@ -14,7 +14,7 @@ passes (:class:`~stage_explore.analytical.passes.PhasePasses`); the analytical b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stage_core.blocks import Structure, mtp_layer_of_block
@@ -58,6 +58,7 @@ from stage_explore.analytical.kernels import (
 )
 from stage_explore.analytical.overlap import (
     Bulk,
+    OverlapRule,
     apply_overlaps,
     deepep_sm_share_s,
     overlap_rule,
@@ -75,6 +76,21 @@ from stage_explore.analytical.parts import (
 )
 from stage_explore.analytical.passes import PhasePasses
 from stage_explore.analytical.policy import TimingPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseProgram:
+    """A block's instructions in one phase as the timing policy runs them, the timers they
+    are taken with, the GEMMs sharing SMs with userbuffers kernels (``shared``) and those of
+    them on every SM beside bulk kernels (``bulk_gemms``) or pipelined reduce-scatter chunks
+    (``chunk_gemms``)."""
+
+    instrs: tuple[Instr, ...]
+    compute_s: Callable[[Instr], float]
+    comm_s: Callable[[Instr], float]
+    shared: frozenset[Instr]
+    bulk_gemms: frozenset[Instr]
+    chunk_gemms: frozenset[Instr]
 
 
 class BlockCosting(CommCosting, StateCosting, PhasePasses):
@@ -133,22 +149,12 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
     ) -> BlockTiming:
         """A block's timing with its element-wise chains fused; ``spans`` maps its
         collectives' axes to the rank's groups."""
-        block = point.blocks[kind]
         axes_list = self._axes(point, kind)
         shapes = tuple(spans[a][0] for a in axes_list)
         dtype = point.dtype
 
         policy = self.policy
-        rule = overlap_rule(  # the dense tp, and the mesh's inner tp when split (1 < etp < tp)
-            policy,
-            point.workload.parallel.tp,
-            point.workload.flags.sp,
-            point.workload.axis_sizes["tp"],
-        )
-        async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce / SP scatter
-            policy, point.workload.parallel.tp, point.workload.flags.sp
-        )
-        rule = combine_rules(rule, async_rule)
+        rule, async_rule = self._overlap_rules(point)
         accumulate_s = (
             self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         )
@@ -158,36 +164,11 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         accumulate_s += self._fp8_weight_casts_s(point, kind, phase)  # torchao Float8Linear
 
         def compute() -> BlockTiming:
-            instrs = block.fwd if phase == "fwd" else block.bwd
-            if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
-                halves = split_backward(block)
-                instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
-            if self.framework.fused_elementwise:
-                instrs = fuse_elementwise(instrs)
-            compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
-                self._compute_timer(point, kind),
-                lambda i: self._comm_time(point, spans[i.axes], i),
-                self.framework.moe_load_imbalance,
-            )
-            instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
+            program = self._phase_program(point, kind, phase, spans)
+            instrs, shared, bulk_gemms = program.instrs, program.shared, program.bulk_gemms
+            chunk_gemms = program.chunk_gemms
+            compute_s, comm_s = program.compute_s, program.comm_s
             kernels = point.system.accelerator.kernels
-            bulk_gemms: frozenset[Instr] = frozenset()
-            chunk_gemms: frozenset[Instr] = frozenset()
-            if shared and kernels is not None and async_rule is None:
-                # userbuffers' GEMMs run on the SMs their kernels leave, where the overlap sets
-                # set_sm_margin (ub_bulk_sm_margin, ub_pipeline_sm_margin); otherwise on every
-                # SM, losing the kernel's SMs while it runs (ub_bulk_share_s below)
-                chunks = pipelined_chunks(shared)
-                if not self.framework.ub_bulk_sm_margin:
-                    bulk_gemms = shared - chunks
-                if not self.framework.ub_pipeline_sm_margin:
-                    chunk_gemms = chunks
-                margined = shared - bulk_gemms - chunk_gemms
-                compute_s = sm_margin(compute_s, margined, kernels.sm_count)
-            cp = point.workload.axis_sizes.get("cp", 1)
-            if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
-                message = self._cp_message(point, spans)
-                comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
             timing = time_block(  # under torch.distributed: behind the compute issued before
                 instrs, compute_s, comm_s, policy.collectives_wait_for_issued_compute
             )
@@ -247,6 +228,59 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
         key = (point.key, kind, phase, point.token, shapes, dtype, fp8, accumulate_s)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _overlap_rules(self, point: Point) -> tuple[OverlapRule | None, OverlapRule | None]:
+        """The collectives the policy takes off a block's path (:func:`overlap_rule` combined
+        with the asynchronous tp all-reduce's), and the latter alone."""
+        policy, workload = self.policy, point.workload
+        rule = overlap_rule(  # the dense tp, and the mesh's inner tp when split (1 < etp < tp)
+            policy, workload.parallel.tp, workload.flags.sp, workload.axis_sizes["tp"]
+        )
+        async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce / SP scatter
+            policy, workload.parallel.tp, workload.flags.sp
+        )
+        return combine_rules(rule, async_rule), async_rule
+
+    def _phase_program(
+        self, point: Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any]
+    ) -> PhaseProgram:
+        """A block's instructions in ``phase`` as the policy runs them (fused, overlaps
+        applied) and the timers :func:`time_block` takes them with (per-kernel compute on the
+        busiest expert-parallel rank, userbuffers' SM margin, α–β collectives over ``spans``);
+        the trace mode (:mod:`~stage_explore.analytical.trace_mode`) emits and times the same."""
+        block, policy = point.blocks[kind], self.policy
+        rule, async_rule = self._overlap_rules(point)
+        instrs = block.fwd if phase == "fwd" else block.bwd
+        if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
+            halves = split_backward(block)
+            instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
+        if self.framework.fused_elementwise:
+            instrs = fuse_elementwise(instrs)
+        compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
+            self._compute_timer(point, kind),
+            lambda i: self._comm_time(point, spans[i.axes], i),
+            self.framework.moe_load_imbalance,
+        )
+        instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
+        kernels = point.system.accelerator.kernels
+        bulk_gemms: frozenset[Instr] = frozenset()
+        chunk_gemms: frozenset[Instr] = frozenset()
+        if shared and kernels is not None and async_rule is None:
+            # userbuffers' GEMMs run on the SMs their kernels leave, where the overlap sets
+            # set_sm_margin (ub_bulk_sm_margin, ub_pipeline_sm_margin); otherwise on every
+            # SM, losing the kernel's SMs while it runs (ub_bulk_share_s below)
+            chunks = pipelined_chunks(shared)
+            if not self.framework.ub_bulk_sm_margin:
+                bulk_gemms = shared - chunks
+            if not self.framework.ub_pipeline_sm_margin:
+                chunk_gemms = chunks
+            margined = shared - bulk_gemms - chunk_gemms
+            compute_s = sm_margin(compute_s, margined, kernels.sm_count)
+        cp = point.workload.axis_sizes.get("cp", 1)
+        if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
+            message = self._cp_message(point, spans)
+            comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
+        return PhaseProgram(tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms)
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
         """How long a compute instruction of block ``kind`` takes: the accelerator's kernel
