@@ -21,6 +21,12 @@ between the analytical backend under each framework and ASTRA-sim is a policy:
   before it on the rank has finished (``torch.distributed`` on the compute stream: the NCCL
   stream waits for the issuing stream), not as soon as its own inputs are ready (profile
   option of the same name);
+- ``side_streams`` — gradient synchronisation and ZeRO's collectives run on communication
+  streams of their own beside the blocks' collectives (each process group's NCCL work runs on
+  its own CUDA stream: pytorch ``torch/lib/c10d/ProcessGroupNCCL.hpp``, "each NCCL call is
+  scheduled on a separate CUDA stream"), as the analytical backend's levelled mode times them
+  (:func:`~stage_explore.analytical.blocktime.sync_timing`, :func:`~stage_explore.analytical.
+  blocktime.chunk_timing`), or share the rank's one communication slot (ASTRA-sim);
 - ``p2p_scatter_gather`` — without sequence parallelism a stage sends ``1/tp`` of an activation
   and the receiver all-gathers it over tp;
 - ``overlaps`` — the communication the framework takes off the critical path, each a rewrite of
@@ -101,6 +107,7 @@ class TimingPolicy:
     p2p_scatter_gather: bool
     overlaps: frozenset[Overlap]
     collectives_wait_for_issued_compute: bool = False
+    side_streams: bool = False
 
     @classmethod
     def from_profile(cls, profile: FrameworkProfile) -> TimingPolicy:
@@ -119,6 +126,7 @@ class TimingPolicy:
             p2p_scatter_gather=profile.pipeline_scatter_gather,
             overlaps=frozenset(o for o in Overlap if getattr(profile, o.value)),
             collectives_wait_for_issued_compute=profile.collectives_wait_for_issued_compute,
+            side_streams=True,
         )
 
     def overlapped(self, overlap: Overlap) -> bool:
@@ -132,6 +140,8 @@ class TimingPolicy:
         waits = ""
         if self.collectives_wait_for_issued_compute:
             waits = ", collectives after issued compute"
+        if self.side_streams:
+            waits += ", gradient sync and ZeRO on side streams"
         return (
             f"issue {self.issue}{waits}, collective start {self.collective_start}, "
             f"point-to-point {self.point_to_point}{scatter}; overlaps: {overlaps}"
@@ -145,6 +155,7 @@ class TimingPolicy:
             "p2p_scatter_gather": self.p2p_scatter_gather,
             "overlaps": sorted(str(o) for o in self.overlaps),
             "collectives_wait_for_issued_compute": self.collectives_wait_for_issued_compute,
+            "side_streams": self.side_streams,
         }
 
 

@@ -29,6 +29,9 @@ values named in brackets:
   compute node of a lower id has finished (the NCCL stream waiting for the issuing stream, as
   :func:`~stage_explore.analytical.blocktime.time_block` times it);
 - collectives and sends hold the communication slot until they finish; receives hold no slot;
+  a collective the caller puts on a named stream (``streams``: the program's gradient
+  synchronisation and ZeRO collectives under the policy's ``side_streams``) holds that stream's
+  slot instead, in order like the others;
 - a collective starts when every member of its group has issued it (``collective_start``
   rendezvous: the k-th
   collective of a rank with a given kind, size and group meets the k-th of every other member),
@@ -347,6 +350,10 @@ class SimulationResult(Generic[T]):
         return {"ranks": {rank: timing.to_dict() for rank, timing in self.ranks.items()}}
 
 
+#: A rank's slots; named communication streams add ``comm:<name>`` slots.
+_SLOTS = ("gpu", "cpu", "comm", "recv")
+
+
 def _slot(node: TraceNode) -> str:
     if node.kind is NodeKind.COMP:
         return "cpu" if getattr(node, "is_cpu_op", False) else "gpu"
@@ -354,25 +361,38 @@ def _slot(node: TraceNode) -> str:
 
 
 class _Rank(Generic[T]):
-    """The mutable state of one rank during a simulation."""
+    """The mutable state of one rank during a simulation; ``streams`` puts collectives on
+    named communication streams (node id → name) beside the ``comm`` slot."""
 
-    def __init__(self, rank: int, nodes: Sequence[TraceNode], zero: T) -> None:
+    def __init__(
+        self, rank: int, nodes: Sequence[TraceNode], zero: T, streams: Mapping[int, str]
+    ) -> None:
         self.rank = rank
         self.nodes = {node.id: node for node in nodes}
         if len(self.nodes) != len(nodes):
             raise ConfigError(f"rank {rank}: node ids must be unique within a rank")
+        self.slot_of = {node.id: _slot(node) for node in nodes}
+        for node_id, stream in streams.items():
+            node = self.nodes.get(node_id)
+            if node is None or node.kind is not NodeKind.COLL or stream in _SLOTS:
+                raise ConfigError(
+                    f"rank {rank}: stream {stream!r} of node {node_id} must name a stream other "
+                    f"than {', '.join(_SLOTS)} for a collective node of the trace"
+                )
+            self.slot_of[node_id] = "comm:" + stream
+        slots = (*_SLOTS, *sorted({"comm:" + s for s in streams.values()}))
         self.missing: dict[int, int] = {}
         self.dependents: dict[int, list[int]] = defaultdict(list)
-        self.ready: dict[str, list[int]] = {"gpu": [], "cpu": [], "comm": [], "recv": []}
-        self.busy = {"gpu": False, "cpu": False, "comm": False, "recv": False}
+        self.ready: dict[str, list[int]] = {slot: [] for slot in slots}
+        self.busy = dict.fromkeys(slots, False)
         self.finish: T = zero
         self.compute: T = zero
         self.finished: set[int] = set()
         self.counters: dict[tuple[object, ...], int] = defaultdict(int)
-        self.order: dict[str, list[int]] = {"gpu": [], "cpu": [], "comm": [], "recv": []}
+        self.order: dict[str, list[int]] = {slot: [] for slot in slots}
         for node_id in sorted(self.nodes):  # each slot's nodes in id (program) order
-            self.order[_slot(self.nodes[node_id])].append(node_id)
-        self.position = {"gpu": 0, "cpu": 0, "comm": 0, "recv": 0}
+            self.order[self.slot_of[node_id]].append(node_id)
+        self.position = dict.fromkeys(slots, 0)
         self.gpu_cursor = 0  # order["gpu"][:gpu_cursor] have all finished
         for node in nodes:
             deps = set(node.data_deps) | set(node.ctrl_deps)
@@ -382,7 +402,7 @@ class _Rank(Generic[T]):
                 self.dependents[dep].append(node.id)
             self.missing[node.id] = len(deps)
             if not deps:
-                heapq.heappush(self.ready[_slot(node)], node.id)
+                heapq.heappush(self.ready[self.slot_of[node.id]], node.id)
 
     def compute_issued_before_done(self, node_id: int) -> bool:
         """Whether every GPU compute node with an id below ``node_id`` has finished."""
@@ -404,9 +424,12 @@ def simulate(
     *,
     record_nodes: bool = False,
     policy: TimingPolicy = ASTRA_SIM_POLICY,
+    streams: Mapping[int, Mapping[int, str]] | None = None,
 ) -> SimulationResult[T]:
     """Run every rank's trace to completion under ``model`` and ``policy`` (its issue rule,
-    collective start and point-to-point semantics); a deadlock is a ConfigError."""
+    collective start and point-to-point semantics); a deadlock is a ConfigError.
+    ``streams``: per rank, the collectives (by node id) that run on a named communication
+    stream of their own (the policy's ``side_streams``; the program says which nodes)."""
     in_order = policy.issue is IssuePolicy.IN_ORDER
     local = policy.collective_start is CollectiveStart.LOCAL
     waits = policy.collectives_wait_for_issued_compute
@@ -415,7 +438,10 @@ def simulate(
     zero = model.zero
     world = tuple(sorted(traces))
     model.prepare(world)
-    ranks = {rank: _Rank(rank, nodes, zero) for rank, nodes in traces.items()}
+    streams = streams or {}
+    ranks = {
+        rank: _Rank(rank, nodes, zero, streams.get(rank, {})) for rank, nodes in traces.items()
+    }
     events: list[tuple[T, int, int, int]] = []  # (time, order, rank, node id)
     arrivals: dict[tuple[int, ...], T] = {}
     waiting_receives: dict[tuple[int, ...], tuple[int, int, T]] = {}
@@ -438,7 +464,8 @@ def simulate(
                 if in_order and slot != "recv":  # only the slot's next node in id order
                     if queue[0] != state.order[slot][state.position[slot]]:
                         break  # ready nodes all have larger ids: the next one is not ready
-                if waits and slot == "comm" and not state.compute_issued_before_done(queue[0]):
+                communication = slot == "comm" or slot.startswith("comm:")
+                if waits and communication and not state.compute_issued_before_done(queue[0]):
                     break  # the stream waits for the compute issued before (and the rest too)
                 if in_order and slot != "recv":
                     state.position[slot] += 1
@@ -450,7 +477,7 @@ def simulate(
         rank = state.rank
         if node.kind is NodeKind.COMP:
             duration = model.compute(node)
-            if _slot(node) == "gpu":
+            if state.slot_of[node.id] == "gpu":
                 state.compute += duration
             finish_at(rank, node.id, now, now + duration)
         elif node.kind is NodeKind.COLL:
@@ -523,14 +550,13 @@ def simulate(
         while events and events[0][0] == now:
             _, _, rank, node_id = heapq.heappop(events)
             state = ranks[rank]
-            node = state.nodes[node_id]
-            state.busy[_slot(node)] = False
+            state.busy[state.slot_of[node_id]] = False
             state.finish = now
             state.finished.add(node_id)
             for dependent in state.dependents.get(node_id, ()):
                 state.missing[dependent] -= 1
                 if state.missing[dependent] == 0:
-                    heapq.heappush(state.ready[_slot(state.nodes[dependent])], dependent)
+                    heapq.heappush(state.ready[state.slot_of[dependent]], dependent)
             touched.add(rank)
         for rank in sorted(touched):
             issue(ranks[rank], now)

@@ -1,0 +1,283 @@
+"""The trace mode of the timing engine: a whole training step of the generator's program —
+every pipeline stage's trace (:func:`stage_core.lower.nodes.stage_nodes`) — run by the trace
+simulator (:func:`~stage_explore.analytical.tracesim.simulate`) under the analytical backend's
+timing policy with the backend's own per-instruction costs. It is the oracle of the backend's
+levelled mode (docs/analytical.md, "The timing engine"), which times the same program block
+by block, chunk by chunk and task by task.
+
+Holds :class:`ProgramTimingModel` (a node's cost by where it comes from,
+:attr:`~stage_core.lower.nodes.ProgramNode.source`), :class:`TraceStep` and :func:`trace_step`.
+
+The backend's rewrites are applied to the trace as to its block timings: each block phase is
+emitted as :meth:`~stage_explore.analytical.costing.BlockCosting._phase_program` runs it
+(element-wise chains fused, the policy's overlaps applied) and its nodes are timed with that
+program's timers. What the backend adds to a block's timing beside its instructions (SM
+sharing with userbuffers, NCCL or DeepEP kernels; a framework's extra passes: gradient
+accumulation, casts, copies) is charged to the phase's last compute node. Gradient buckets are
+the lowering's (:func:`stage_core.lower.program._sync_ops`) at the backend's bucket size
+(:func:`~stage_explore.analytical.buckets.grad_bucket_bytes` under ``overlap_grad_reduce``,
+else one bucket); ZeRO collectives, bucketed reductions and the optimizer are costed by the
+backend's own methods. One rank stands for each pipeline stage (``rank_of({"pp": s})``, as the
+backend's group spans); collectives start locally (the policy's), gradient synchronisation and
+ZeRO's collectives run on streams of their own (the policy's ``side_streams``: a ``sync`` and a
+``zero`` stream beside the blocks' collectives), and pipeline transfers arrive
+(traces run point-to-point messages only so: a step with pp > 1 is timed with
+``point_to_point`` arrival whatever the profile's).
+
+Not covered: schedules that split the backward (their B and W parts index the bound
+instructions, not the rewritten ones: a ConfigError), context-parallel ring exchanges (messages
+to a rank without a trace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.emit import GroupTable
+from stage_core.lower.nodes import (
+    OPTIMIZER,
+    SYNC,
+    ZERO_GATHER,
+    ZERO_SCATTER,
+    Instructions,
+    NodeSource,
+    ProgramNode,
+    materialize,
+    stage_nodes,
+)
+from stage_core.lower.program import ProgramSet, StageProgram, Workload, lower, make_workload
+from stage_core.models.spec import ModelSpec
+from stage_core.parallel.config import ParallelConfig
+from stage_core.trace import CollectiveKind, NodeKind, TraceNode
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.blocktime import time_block
+from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
+from stage_explore.analytical.collectives import alpha_beta_point_to_point_s
+from stage_explore.analytical.costing import PhaseProgram
+from stage_explore.analytical.kernels import fp8_key
+from stage_explore.analytical.parts import Point, compute_dtype
+from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
+from stage_explore.analytical.tracesim import BaseTimingModel, SimulationResult, simulate
+from stage_explore.system.model import System
+
+
+class _StageCosts:
+    """One pipeline stage's costs as the backend gives them: its rank's group spans, each
+    block phase's program and the seconds its timing adds beside the instructions."""
+
+    def __init__(self, backend: AnalyticalBackend, point: Point, stage: int) -> None:
+        self.backend, self.point, self.stage = backend, point, stage
+        self._spans: dict[tuple[str, ...], object] = {}
+        self._programs: dict[tuple[str, str], tuple[PhaseProgram, float, int]] = {}
+
+    def span(self, axes: tuple[str, ...]) -> object:
+        if axes not in self._spans:
+            self._spans[axes] = self.backend._spans(self.point, axes)[self.stage]
+        return self._spans[axes]
+
+    def spans(self, kind: str) -> dict[tuple[str, ...], object]:
+        """The spans a block kind's timing reads (its collectives' and ZeRO's axes)."""
+        parts = self.backend._kind(self.point, kind)
+        return {axes: self.span(axes) for axes in parts.cost_axes}
+
+    def program(self, kind: str, phase: str) -> tuple[PhaseProgram, float, int]:
+        """The phase's program, the seconds the backend adds beside it, and the index of its
+        last compute instruction (-1 if none)."""
+        key = (kind, phase)
+        if key not in self._programs:
+            spans = self.spans(kind)
+            program = self.backend._phase_program(self.point, kind, phase, spans)
+            waits = self.backend.policy.collectives_wait_for_issued_compute
+            plain = time_block(program.instrs, program.compute_s, program.comm_s, waits)
+            timed = self.backend._block_timing(self.point, kind, phase, spans)
+            added_s = timed.duration_s - plain.duration_s
+            last = max(
+                (
+                    i
+                    for i, x in enumerate(program.instrs)
+                    if x.collective is None and x.kind != "ring"
+                ),
+                default=-1,
+            )
+            if added_s > 0.0 and last < 0:
+                raise ConfigError(f"block {kind!r} {phase}: extra seconds but no compute node")
+            self._programs[key] = (program, max(0.0, added_s), last)
+        return self._programs[key]
+
+
+class ProgramTimingModel(BaseTimingModel[float]):
+    """The analytical backend's costs of a step's trace nodes, found by where each node comes
+    from (its stage and :attr:`~stage_core.lower.nodes.ProgramNode.source`): a block phase's
+    instruction by that phase's program and timers, ZeRO collectives by the backend's
+    ``_zero_time``, gradient synchronisation by its α–β ``_collective_time``, the optimizer by
+    ``_optimizer_s``, pipeline transfers by α–β point-to-point on the achieved network. Nodes
+    are known by identity (the objects :func:`trace_step` built); any other node is a
+    ConfigError."""
+
+    zero = 0.0
+
+    def __init__(
+        self,
+        costs: Mapping[int, _StageCosts],
+        programs: Mapping[int, StageProgram],
+        nodes: Mapping[int, tuple[int, NodeSource | None, TraceNode]],
+        params: Mapping[int, int],
+    ) -> None:
+        self._costs, self._programs, self._nodes, self._params = costs, programs, nodes, params
+
+    def _source(self, node: TraceNode) -> tuple[_StageCosts, NodeSource]:
+        entry = self._nodes.get(id(node))
+        if entry is None or entry[2] is not node or entry[1] is None:
+            raise ConfigError(f"node {node.id} {node.name!r} is not a node of this step's trace")
+        return self._costs[entry[0]], entry[1]
+
+    def compute(self, node: TraceNode) -> float:
+        costs, (kind, phase, index) = self._source(node)
+        if phase == OPTIMIZER:
+            return costs.backend._optimizer_s(costs.point, self._params[costs.stage])
+        program, added_s, last = costs.program(kind, phase)
+        seconds = program.compute_s(program.instrs[index])
+        return seconds + added_s if index == last else seconds
+
+    def node_collective(self, node: TraceNode, group: tuple[int, ...]) -> dict[int, float]:
+        costs, (kind, phase, index) = self._source(node)
+        backend, point = costs.backend, costs.point
+        if phase in ("fwd", "bwd"):
+            program = costs.program(kind, phase)[0]
+            seconds = program.comm_s(program.instrs[index])
+        elif phase in (ZERO_GATHER, ZERO_SCATTER):
+            parts = backend._kind(point, kind)
+            instr = (parts.gathers if phase == ZERO_GATHER else parts.scatters)[index]
+            seconds = backend._zero_time(point, costs.span(instr.axes), instr)
+        else:
+            assert phase == SYNC, phase
+            op = self._programs[costs.stage].sync[index]
+            span = costs.span(op.axes)
+            seconds = backend._collective_time(point, span, op.collective, op.comm_bytes)
+        return dict.fromkeys(group, seconds)
+
+    def collective(
+        self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
+    ) -> Mapping[int, float]:
+        raise ConfigError("ProgramTimingModel times collective nodes, not kinds and sizes")
+
+    def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
+        system = next(iter(self._costs.values())).point.system
+        return alpha_beta_point_to_point_s(system, source, destination, size_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStep:
+    """A step timed in the trace mode: the simulation (ranks: one per pipeline stage), each
+    rank's stage and template nodes (``templates[stage]``, node id = index)."""
+
+    result: SimulationResult[float]
+    stage_of: dict[int, int]
+    templates: tuple[tuple[ProgramNode, ...], ...]
+
+    @property
+    def step_time_s(self) -> float:
+        return self.result.makespan
+
+    def end_of(self, rank: int, phase: str) -> float:
+        """When the last node of ``rank`` whose source has ``phase`` ends (needs
+        ``record_nodes``)."""
+        template = self.templates[self.stage_of[rank]]
+        ends = [
+            self.result.node_times[(rank, item.node.id)][1]
+            for item in template
+            if item.source is not None and item.source[1] == phase
+        ]
+        if not ends:
+            raise ConfigError(f"rank {rank} has no {phase!r} node")
+        return max(ends)
+
+
+def trace_step(
+    backend: AnalyticalBackend,
+    model: ModelSpec,
+    parallel: ParallelConfig,
+    system: System,
+    *,
+    record_nodes: bool = False,
+) -> TraceStep:
+    """Time one training step of ``model`` under ``parallel`` on ``system`` in the trace mode
+    (module docstring), with ``backend``'s costs and timing policy."""
+    workload = make_workload(model, parallel)
+    if workload.world_size > system.max_gpus:
+        raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
+    policy: TimingPolicy = backend.policy
+    limit = UNBUCKETED
+    if Overlap.GRAD_REDUCE in policy.overlaps:
+        limit = grad_bucket_bytes(backend.framework, parallel, workload.grad_bytes)
+    programs = lower(model, replace(parallel, grad_bucket_bytes=limit))
+    point = _point(backend, workload, system)
+    costs = {s: _StageCosts(backend, point, s) for s in range(parallel.pp)}
+
+    def emitted(stage: int) -> Instructions:
+        def instructions(block: BoundBlock, phase: str) -> tuple[Instr, ...]:
+            return costs[stage].program(block.kind, phase)[0].instrs
+
+        return instructions
+
+    side = {ZERO_GATHER: "zero_gather", ZERO_SCATTER: "zero_scatter", SYNC: "sync"}
+    streams: dict[int, dict[int, str]] = {}
+    traces: dict[int, list[TraceNode]] = {}
+    stage_of: dict[int, int] = {}
+    nodes: dict[int, tuple[int, NodeSource | None, TraceNode]] = {}
+    templates = []
+    params = {}
+    for stage_program in programs.stages:
+        stage = stage_program.stage
+        rank = workload.mesh.rank_of({"pp": stage})
+        template = stage_nodes(programs, stage_program, emitted(stage))
+        templates.append(tuple(template))
+        trace = list(materialize(template, rank, workload.mesh))
+        for item, node in zip(template, trace, strict=True):
+            nodes[id(node)] = (stage, item.source, node)
+            if node.kind is NodeKind.COLL and item.source is None:
+                raise ConfigError(f"rank {rank}: collective {node.name!r} has no source")
+        traces[rank], stage_of[rank] = trace, stage
+        if policy.side_streams:
+            streams[rank] = {
+                item.node.id: side[item.source[1]]
+                for item in template
+                if item.source is not None and item.source[1] in side
+            }
+        params[stage] = _params(backend, point, programs, stage_program)
+    timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params)
+    if parallel.pp > 1:  # traces run transfers on arrival only
+        policy = replace(policy, point_to_point=PointToPoint.ARRIVAL)
+    result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
+    return TraceStep(result, stage_of, tuple(templates))
+
+
+def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Point:
+    """The backend's per-evaluation point, as :meth:`AnalyticalBackend.evaluate` builds it."""
+    parallel = workload.parallel
+    key, blocks = backend._bound(workload)
+    net, token = backend._network(system)
+    dtype = compute_dtype(parallel, system)
+    fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
+    state_key = (
+        parallel.zero, tuple(workload.axis_sizes.items()), workload.mesh.names,
+        workload.expert_axes, workload.grad_bytes, workload.weight_bytes,
+        workload.optimizer_bytes, fp8,
+    )  # fmt: skip
+    table = GroupTable(workload.mesh)
+    return Point(workload, key, blocks, net, token, dtype, table, state_key)
+
+
+def _params(
+    backend: AnalyticalBackend, point: Point, programs: ProgramSet, stage: StageProgram
+) -> int:
+    """The parameters the stage's rank updates, as the backend counts them (its blocks'
+    model states)."""
+    return sum(
+        backend._kind(point, block.kind).sync[2].params
+        for chunk in stage.chunks
+        for block in chunk.blocks
+    )
