@@ -316,7 +316,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             keys=keys,
             head_dim=sizes.get("D", point.workload.model.head_dim),
             causal=not sliding,  # decoder language models; a window's keys are counted above
-            attention_kernel=self.framework.attention_kernel,
+            attention_kernel=self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
             cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,
             fp8_recipe=str(parallel.fp8_recipe),
             fp8_gemms=parallel.fp8_gemms,

@@ -69,6 +69,9 @@ Options (all booleans unless said):
   its time runs (``"fa2"``: FlashAttention-2), looked up in the accelerator's
   ``attention_kernels``; None: the best kernel the preset lists (FA3 / cuDNN on Hopper, FA4 on
   Blackwell).
+- ``sm100_attention_kernel`` (str or None) — the attention kernel on GPUs of compute capability
+  10.0 and later (an accelerator with an ``mxfp8`` peak: Blackwell's tensor cores), where the
+  framework's software asks for another kernel than ``attention_kernel``; None: as elsewhere.
 - ``fused_elementwise`` — chains of element-wise kernels keep their intermediates on chip
   (Megatron-LM's fused bias-GeLU / bias-dropout-add / fused norms, or ``torch.compile``); off:
   eager PyTorch, every element-wise op reads and writes HBM.
@@ -324,6 +327,7 @@ OPTION_FLAGS: dict[str, str] = {
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
+    "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
@@ -424,6 +428,15 @@ class FrameworkProfile:
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
+    sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
+
+    def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
+        """The attention kernel the framework runs on an accelerator with these peaks:
+        ``sm100_attention_kernel`` on Blackwell and later (an ``mxfp8`` peak, which only
+        compute capability 10.0+ tensor cores have), else ``attention_kernel``."""
+        if self.sm100_attention_kernel is not None and "mxfp8" in peak_flops_per_s:
+            return self.sm100_attention_kernel
+        return self.attention_kernel
 
     def __post_init__(self) -> None:
         for option in OPTION_FLAGS:
@@ -446,10 +459,10 @@ class FrameworkProfile:
                         f"framework {self.name!r}: `{option}` must be an int >= 0, "
                         f"but got {value!r}"
                     )
-            elif option == "attention_kernel":
+            elif option in ("attention_kernel", "sm100_attention_kernel"):
                 if value is not None and not (isinstance(value, str) and value):
                     raise ConfigError(
-                        f"framework {self.name!r}: `attention_kernel` must be a kernel name or "
+                        f"framework {self.name!r}: `{option}` must be a kernel name or "
                         f"None, but got {value!r}"
                     )
             elif option == "allocator_overhead":
