@@ -15,6 +15,8 @@ into ``tpr`` (outermost, expert data parallel), ``tpo`` (folded into the expert-
 and ``tp`` (innermost, ``etp``): every dense layout's ``tp`` becomes ``(tpr*tpo*tp)``
 (:func:`split_tp`), the expert region's layouts keep ``tp`` (the experts' tensor-parallel
 ranks), fold ``tpo`` into the expert axes and keep the routed tokens apart over ``tpr``.
+Under hybrid sharding (``PlanFlags.dp_split``) every layout's ``dp`` becomes ``(dpr*dp)``
+(:func:`split_dp`): replicas outermost, then the ZeRO shard group.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class PlanFlags:
     cp_ring: bool = False
     moe_allgather: bool = False  # Megatron's all-gather token dispatcher (_moe_allgather)
     tp_split: bool = False  # tp is three mesh axes tpr, tpo, tp (lower/experts.py)
+    dp_split: bool = False  # dp is two mesh axes dpr, dp: hybrid sharding (split_dp)
 
 
 #: The sub-axis of tp folded into the expert-parallel group when tp is split (lower/experts.py).
@@ -49,6 +52,11 @@ TP_OUTER = "tpo"
 TP_REST = "tpr"
 #: The axes of a dense layer's tensor parallelism on a split mesh, outermost first.
 SPLIT_TP = (TP_REST, TP_OUTER, "tp")
+#: The outer sub-axis of dp under hybrid sharding (HSDP, ``ParallelConfig.dp_shard``): the
+#: replicas; the inner ``dp`` is a ZeRO shard group.
+DP_REPLICATE = "dpr"
+#: The axes data parallelism spans on a mesh split for hybrid sharding, outermost first.
+SPLIT_DP = (DP_REPLICATE, "dp")
 
 
 def _tp_axes(flags: PlanFlags) -> list[str]:
@@ -309,7 +317,32 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     if flags.tp_split:
         dense_stored = {name: split_tp(layout) for name, layout in dense_stored.items()}
         dense_consumed = {key: split_tp(layout) for key, layout in dense_consumed.items()}
-    return ShardingPlan({**dense_stored, **experts.stored}, {**dense_consumed, **experts.consumed})
+    layouts = {**dense_stored, **experts.stored}
+    consumed_layouts = {**dense_consumed, **experts.consumed}
+    if flags.dp_split:
+        layouts = {name: split_dp(layout) for name, layout in layouts.items()}
+        consumed_layouts = {key: split_dp(layout) for key, layout in consumed_layouts.items()}
+    return ShardingPlan(layouts, consumed_layouts)
+
+
+def _split_axis(layout: Layout, axis: str, parts: tuple[str, ...]) -> Layout:
+    """``layout`` with mesh ``axis`` replaced by its sub-axes ``parts`` (outermost first) in
+    every dim's partition and in the partial-sum axes."""
+
+    def split(axes: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(part for a in axes for part in (parts if a == axis else (a,)))
+
+    shards = tuple(split(axes) for axes in layout.shards)
+    return Layout(layout.dims, shards, split(layout.partial), layout.name, layout.sizes)
+
+
+def split_dp(layout: Layout) -> Layout:
+    """``layout`` with the whole dp axis as its sub-axes ``dpr``, ``dp`` (hybrid sharding):
+    ``[B/(dp*ep), S, H]`` → ``[B/(dpr*dp*ep), S, H]``. Data-parallel rank ``d`` is
+    ``dpr·|dp| + dp`` on the split mesh, so every rank holds the same tokens as before; a
+    weight's gradient is then partial over both, and the lowering reduces it over the shard
+    group ``dp`` (reduce-scatter) and the replicas ``dpr`` (all-reduce)."""
+    return _split_axis(layout, "dp", SPLIT_DP)
 
 
 def split_tp(layout: Layout) -> Layout:
@@ -317,9 +350,4 @@ def split_tp(layout: Layout) -> Layout:
     first): ``[N/tp, H @ 1/tp]`` → ``[N/(tpr*tpo*tp), H @ 1/(tpr*tpo*tp)]``. Rank ``t`` of the
     tp group is ``(tpr·|tpo| + tpo)·|tp| + tp`` on the split mesh, so every rank holds the same
     shard as before."""
-
-    def split(axes: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(part for a in axes for part in (SPLIT_TP if a == "tp" else (a,)))
-
-    shards = tuple(split(axes) for axes in layout.shards)
-    return Layout(layout.dims, shards, split(layout.partial), layout.name, layout.sizes)
+    return _split_axis(layout, "tp", SPLIT_TP)

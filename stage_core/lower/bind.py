@@ -31,17 +31,20 @@ from stage_core.layout import Layout
 from stage_core.mesh import Mesh
 from stage_core.models.layers import is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
-from stage_core.plans import TP_OUTER, TP_REST, PlanFlags, plan_for
+from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags, plan_for
 from stage_core.recompute import recompute_regions
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
 
 #: Axes of the generator's mesh, outermost first by default. ``tpr`` and ``tpo``
 #: (plans.TP_REST, plans.TP_OUTER) are sub-axes of tp when the lowering splits it for the
-#: experts (``tp`` is then the inner ``etp`` ranks, lower/experts.py); each is in a workload's
-#: mesh only when its size is more than 1.
-MESH_AXES = ("pp", "dp", "ep", "cp", TP_REST, TP_OUTER, "tp")
-#: Axes over which weights are data-parallel replicas (gradients reduced, ZeRO shards).
+#: experts (``tp`` is then the inner ``etp`` ranks, lower/experts.py); ``dpr``
+#: (plans.DP_REPLICATE) is the outer sub-axis of dp under hybrid sharding (the replicas; ``dp``
+#: is then the ZeRO shard group); each is in a workload's mesh only when its size is more than 1.
+MESH_AXES = ("pp", DP_REPLICATE, "dp", "ep", "cp", TP_REST, TP_OUTER, "tp")
+#: Axes over which weights are data-parallel replicas that ZeRO shards their states over
+#: (gradients reduce-scattered, parameters gathered). The replicas of hybrid sharding (``dpr``)
+#: are not among them: gradients are all-reduced over it, the states are not sharded.
 DATA_AXES = frozenset({"dp", "ep", "cp"})
 
 BlockKind = str  # "embedding" | "head" | "serving_head" | a layer's (models.layers.LayerKind.block)

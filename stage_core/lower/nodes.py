@@ -36,6 +36,7 @@ from stage_core.lower.program import (
 from stage_core.lower.schedule import SPLIT_BACKWARD, Task, overlapped
 from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh
+from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 
 #: Where a template node comes from: (block kind, phase, index) (:attr:`ProgramNode.source`).
@@ -166,8 +167,14 @@ def _data_axes(workload: Workload, expert: bool) -> tuple[str, ...]:
 
 
 def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> list[Instr]:
-    """ZeRO-3 parameter all-gathers (``gather``) or ZeRO-2/3 gradient reduce-scatters of a block."""
+    """ZeRO-3 parameter all-gathers (``gather``) or ZeRO-2/3 gradient reduce-scatters of a block;
+    under hybrid sharding each reduce-scatter over the shard group is followed by an all-reduce
+    of the rank's gradient shard over the replicas (``dpr``), as FSDP's ``HYBRID_SHARD`` does
+    after every backward (``_reduce_grad``: ``reduce_scatter`` then ``all_reduce`` over the
+    inter-node group; FSDP2 HSDP likewise)."""
     by_axes: dict[tuple[str, ...], int] = {}
+    replicas = workload.axis_sizes[DP_REPLICATE] > 1 and not gather
+    replicated = 0  # gradient-shard bytes all-reduced over the replicas
     data_of = {  # the data axes by weight.expert, and how many ranks share a copy over them
         expert: (axes, math.prod(workload.axis_sizes[a] for a in axes))
         for expert in {weight.expert for weight in block.weights}
@@ -181,12 +188,22 @@ def _zero_collectives(workload: Workload, block: BoundBlock, gather: bool) -> li
             by_axes[axes] = by_axes.get(axes, 0) + weight.elements // factor * workload.weight_bytes
         else:
             by_axes[axes] = by_axes.get(axes, 0) + weight.elements * workload.grad_bytes
+            if replicas and DP_REPLICATE in weight.grad_axes:
+                replicated += weight.elements // factor * workload.grad_bytes
     kind = CollectiveKind.ALL_GATHER if gather else CollectiveKind.REDUCE_SCATTER
     name = "zero.param_all_gather" if gather else "zero.grad_reduce_scatter"
-    return [
+    result = [
         Instr(name, "step", "comm", collective=kind, axes=a, comm_bytes=s)
         for a, s in by_axes.items()
     ]
+    if replicated:
+        all_reduce = CollectiveKind.ALL_REDUCE
+        axes = (DP_REPLICATE,)
+        result.append(
+            Instr("zero.grad_replica_all_reduce", "step", "comm", collective=all_reduce,
+                  axes=axes, comm_bytes=replicated)
+        )  # fmt: skip
+    return result
 
 
 def _block(

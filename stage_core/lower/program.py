@@ -39,7 +39,7 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
-from stage_core.plans import TP_OUTER, TP_REST, PlanFlags
+from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags
 from stage_core.trace import CollectiveKind
 
 #: Adam: FLOPs per parameter of the update, bytes read and written per parameter (fp32 master
@@ -84,7 +84,8 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
     grad_bytes = 4 if parallel.grad_fp32 else 2
     axis_sizes = {
         "pp": parallel.pp,
-        "dp": parallel.dp // fold.ep_from_dp,
+        DP_REPLICATE: parallel.replicate_dp,  # hybrid sharding's replicas (dp_shard < dp)
+        "dp": parallel.shard_dp // fold.ep_from_dp,
         "ep": fold.ep_from_dp,
         "cp": parallel.cp,
         TP_REST: fold.tp_rest,  # tp split when etp < tp and tp/etp does not divide ep
@@ -92,6 +93,8 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         "tp": parallel.tp // (fold.tp_outer * fold.tp_rest),
     }
     order = [a for a in parallel.axis_order if a in MESH_AXES]
+    if axis_sizes[DP_REPLICATE] > 1:  # the replicas right above the shard group
+        order.insert(order.index("dp"), DP_REPLICATE)
     for sub in (TP_REST, TP_OUTER):  # tp's sub-axes right above the inner (etp) tp ranks
         if axis_sizes[sub] > 1:
             order.insert(order.index("tp"), sub)
@@ -142,6 +145,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         cp_ring=str(parallel.cp_style) == "ring" and parallel.cp > 1,
         moe_allgather=model.is_moe and str(parallel.moe_dispatcher) == "allgather",
         tp_split=fold.tp_split,
+        dp_split=axis_sizes[DP_REPLICATE] > 1,
     )
     if model.sliding_window and options.attention != "fused":
         raise ConfigError(
@@ -360,13 +364,17 @@ def _block_sync(
                 key = (CollectiveKind.ALL_REDUCE, grad_axes)
                 reductions[key] = reductions.get(key, 0) + grad_size
             continue
-        other = tuple(a for a in grad_axes if a not in data)
+        # hybrid sharding's replicas all-reduce the gradient shard after the reduce-scatter
+        other = tuple(a for a in grad_axes if a not in data and a != DP_REPLICATE)
         if other:
             key = (CollectiveKind.ALL_REDUCE, other)
             reductions[key] = reductions.get(key, 0) + grad_size
         if zero < 2:  # ZeRO-2/3 reduce-scatter every micro-batch (lower/nodes.py)
             key = (CollectiveKind.REDUCE_SCATTER, data)
             reductions[key] = reductions.get(key, 0) + grad_size
+            if DP_REPLICATE in grad_axes:
+                key = (CollectiveKind.ALL_REDUCE, (DP_REPLICATE,))
+                reductions[key] = reductions.get(key, 0) + shard * workload.grad_bytes
         if zero < 3:
             gathers[data] = gathers.get(data, 0) + shard * workload.weight_bytes
     return reductions, gathers, updated
@@ -494,7 +502,7 @@ def boundary_bytes(workload: Workload) -> int:
     sizes, axes = workload.sizes, workload.axis_sizes
     tp = axes[TP_REST] * axes[TP_OUTER] * axes["tp"]
     seq_split = axes["cp"] * (tp if workload.flags.sp else 1)
-    local_batch = sizes["B"] // (axes["dp"] * axes["ep"])
+    local_batch = sizes["B"] // (axes[DP_REPLICATE] * axes["dp"] * axes["ep"])
     return local_batch * (sizes["S"] // seq_split) * sizes["H"] * 2
 
 

@@ -31,6 +31,11 @@ Conventions (Megatron-core unless stated):
   multi-query attention and inference engines do; Megatron-core itself requires tp | kv_heads.
 - **Vocabulary** is padded to a multiple of ``vocab_divisible_by·tp`` (Megatron's
   ``--make-vocab-size-divisible-by``, default 128).
+- **Hybrid sharding (HSDP).** ``dp_shard`` < ``dp`` splits the data-parallel ranks into
+  ``dp/dp_shard`` replicas (outer) of ``dp_shard`` ranks (inner, consecutive) that shard the
+  ZeRO states among themselves: PyTorch FSDP's ``HYBRID_SHARD`` (shard group a node, replicas
+  across nodes), torchtitan's ``data_parallel_replicate_degree`` × ``data_parallel_shard_degree``.
+  The lowering splits the mesh's dp axis in two (:mod:`stage_core.lower.program`).
 - **Gradient buckets** default to 25 MiB, PyTorch DDP's ``bucket_cap_mb=25``, a fixed size in
   bytes (Megatron's DDP uses ``max(4e7, 1e6·dp·cp)`` elements instead).
 - **Sequence parallelism** with ``tp == 1`` is a no-op, as in Megatron
@@ -179,6 +184,10 @@ class ParallelConfig:
     """
 
     dp: int = 1
+    #: HSDP (FSDP's ``HYBRID_SHARD``, torchtitan's ``data_parallel_shard_degree``): the ranks
+    #: of a ZeRO shard group, a divisor of ``dp``; the ``dp/dp_shard`` groups are replicas whose
+    #: gradients are all-reduced after the reduce-scatter. None: ``dp`` (shard over all of dp).
+    dp_shard: int | None = None
     tp: int = 1
     cp: int = 1
     pp: int = 1
@@ -220,6 +229,8 @@ class ParallelConfig:
         problems = self._combination_problems()
         if problems:
             raise ConfigError("; ".join(problems))
+        if self.dp_shard == self.dp:  # one spelling of "shard over all of dp"
+            object.__setattr__(self, "dp_shard", None)
 
     def _type_problems(self) -> list[str]:
         problems: list[str] = []
@@ -253,6 +264,11 @@ class ParallelConfig:
         etp = self.etp
         if etp is not None and (not _is_int(etp) or etp < 1):
             problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
+        dp_shard = self.dp_shard
+        if dp_shard is not None and (not _is_int(dp_shard) or dp_shard < 1):
+            problems.append(
+                f"`dp_shard` must be a positive int or None (= dp), but got {dp_shard=}"
+            )
         seq_len = self.seq_len
         if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
             problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
@@ -370,6 +386,7 @@ class ParallelConfig:
                     "schedule='dualpipe' needs an even `pp` and an even number of micro-batches "
                     f"(global_batch/(micro_batch·dp)) of at least 2·`pp`, but got ({pp=}, {m=})"
                 )
+        problems += self._hybrid_shard_problems()
         tp, etp = self.tp, self.expert_tp
         if tp % etp:
             problems.append(
@@ -403,6 +420,24 @@ class ParallelConfig:
             problems.append(f"`pp_first_layers`/`pp_last_layers` need `pp` > 1, but got ({pp=})")
         return problems
 
+    def _hybrid_shard_problems(self) -> list[str]:
+        dp, dp_shard, zero, ep = self.dp, self.dp_shard, self.zero, self.ep
+        if dp_shard is None or dp_shard == dp:
+            return []
+        if dp % dp_shard:
+            return [f"`dp_shard` must divide `dp`, but got ({dp_shard=}, {dp=})"]
+        if zero == 0:
+            return [
+                "`dp_shard` < `dp` (hybrid sharding) needs ZeRO (zero 1, 2 or 3): without it "
+                f"nothing is sharded, but got ({dp_shard=}, {dp=}, {zero=})"
+            ]
+        if ep > 1:
+            return [
+                "`dp_shard` < `dp` (hybrid sharding) is not supported with expert parallelism "
+                f"(`ep` > 1), but got ({dp_shard=}, {dp=}, {ep=})"
+            ]
+        return []
+
     # ------------------------------------------------------------------ derived sizes
 
     @property
@@ -414,6 +449,16 @@ class ParallelConfig:
     def num_micro_batches(self) -> int:
         """Micro-batches per step on each pipeline: ``global_batch / (micro_batch·dp)``."""
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def shard_dp(self) -> int:
+        """The data-parallel ranks of a ZeRO shard group: ``dp_shard``, or ``dp`` when None."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    @property
+    def replicate_dp(self) -> int:
+        """The replicas of a hybrid-sharded (HSDP) run: ``dp/dp_shard`` (1 without HSDP)."""
+        return self.dp // self.shard_dp
 
     @property
     def expert_tp(self) -> int:
@@ -569,7 +614,7 @@ class ParallelConfig:
                 value = str(value)
             elif isinstance(value, tuple):
                 value = list(value)
-            if field.name == "recompute_modules" and not value:
+            if field.name in ("recompute_modules", "dp_shard") and not value:
                 continue  # listed only when set: records of earlier studies keep their keys
             result[field.name] = value
         return result

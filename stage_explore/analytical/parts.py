@@ -18,6 +18,7 @@ from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.program import Workload, embedding_ends
 from stage_core.parallel.config import ParallelConfig
+from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.blocktime import ChunkTiming
 from stage_explore.analytical.pipeline import StepPlan, SyncCost
 from stage_explore.evaluation import Evaluation
@@ -141,11 +142,13 @@ def canonical_sizes(workload: Workload) -> tuple[dict[str, int], dict[str, int]]
     """The dim and axis sizes of :func:`canonical`, without building the workload."""
     axes = dict(workload.axis_sizes)
     sizes = dict(workload.sizes)
-    dp = axes["dp"]
-    axes["dp"] = min(dp, 2)
+    dp = axes["dp"] * axes[DP_REPLICATE]
+    axes["dp"] = min(axes["dp"], 2)
+    axes[DP_REPLICATE] = min(axes[DP_REPLICATE], 2)  # hybrid sharding's replicas, likewise
     axes["pp"] = 1
-    sizes["B"] = sizes["B"] // dp * axes["dp"]
-    sizes["C"] = sizes["C"] // dp * axes["dp"] if workload.model.is_moe else sizes["C"]
+    canonical_dp = axes["dp"] * axes[DP_REPLICATE]
+    sizes["B"] = sizes["B"] // dp * canonical_dp
+    sizes["C"] = sizes["C"] // dp * canonical_dp if workload.model.is_moe else sizes["C"]
     return sizes, axes
 
 

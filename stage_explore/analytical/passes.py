@@ -12,6 +12,7 @@ from __future__ import annotations
 from stage_core.lower.bind import group_size
 from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.weightgrad import split_backward
+from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.frameworks import (
     FP8_DYNAMIC_CAST_BYTES,
     FP32_BYTES,
@@ -45,7 +46,9 @@ class PhasePasses:
         sharded = workload.parallel.zero >= 2
         elements = 0
         for weight in point.blocks[kind].weights:
-            group = group_size(weight.grad_axes, workload.axis_sizes) if sharded else 1
+            # the reduce-scatter's group: hybrid sharding's replicas (dpr) keep a whole shard
+            axes = tuple(a for a in weight.grad_axes if a != DP_REPLICATE)
+            group = group_size(axes, workload.axis_sizes) if sharded else 1
             elements += weight.elements // max(1, group)
         accelerator = point.system.accelerator
         bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory

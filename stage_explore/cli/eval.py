@@ -258,6 +258,8 @@ def _describe(parallel: dict[str, Any]) -> str:
     )
     if parallel.get("etp") is not None and parallel["etp"] != parallel["tp"]:
         text += f" etp={parallel['etp']}"
+    if parallel.get("dp_shard") is not None:  # hybrid sharding (HSDP)
+        text += f" dp_shard={parallel['dp_shard']}"
     if parallel.get("moe_dispatcher", "alltoall") != "alltoall":
         text += f" moe_dispatcher={parallel['moe_dispatcher']}"
     flags = [

@@ -3,8 +3,8 @@
 Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
-- :func:`add_parallel_options`: ``--dp --tp --cp --pp --ep --etp --moe-dispatcher --sp/--no-sp
-  --zero --recompute --recompute-modules --schedule --vpp --micro-batch --global-batch
+- :func:`add_parallel_options`: ``--dp --dp-shard --tp --cp --pp --ep --etp --moe-dispatcher
+  --sp/--no-sp --zero --recompute --recompute-modules --schedule --vpp --micro-batch --global-batch
   --cp-style --precision --fp8-recipe --fp8-gemms``,
   and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
@@ -97,6 +97,14 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         ("--ep", "expert (folded over tp·cp·dp as Megatron-Core does)"),
     ):
         group.add_argument(flag, type=int, default=1, help=f"{what} parallel degree (default: 1)")
+    group.add_argument(
+        "--dp-shard",
+        type=int,
+        default=None,
+        help="hybrid sharding (HSDP, FSDP's HYBRID_SHARD): the data-parallel ranks of a ZeRO "
+        "shard group, a divisor of --dp; the dp/dp-shard replicas all-reduce their gradient "
+        "shards (default: --dp, shard over all of dp; needs --zero >= 1)",
+    )
     group.add_argument(
         "--etp",
         type=int,
@@ -228,6 +236,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         model = model.with_overrides(mtp_layers=args.mtp_layers)
     config = ParallelConfig(
         dp=args.dp,
+        dp_shard=getattr(args, "dp_shard", None),
         tp=args.tp,
         cp=args.cp,
         pp=args.pp,

@@ -137,6 +137,8 @@ def describe(parallel: ParallelConfig) -> str:
         parts.append("sp")
     if parallel.zero:
         parts.append(f"zero{parallel.zero}")
+    if parallel.dp_shard is not None:  # hybrid sharding: ZeRO inside shard groups of dp_shard
+        parts.append(f"hsdp{parallel.dp_shard}")
     parts.append(f"{parallel.recompute} recompute {parallel.precision}")
     return " ".join(parts)
 

@@ -4,7 +4,8 @@ For every configuration: one template per pipeline stage (``stage_nodes``), mate
 every rank of the stage (``materialize``: communicator groups and point-to-point peers bound),
 then ``check_trace_set``: unique ids, dependencies inside the rank and acyclic, each group's
 members issuing matching collectives in the same order, every send matched by one receive
-(peer, size, tag). The matrix covers PP with every schedule, EP, CP in both styles, ZeRO 0–3,
+(peer, size, tag). The matrix covers PP with every schedule, EP, CP in both styles, ZeRO 0–3
+(and hybrid sharding),
 the three recompute modes, SP on and off, dense and MoE models (world sizes ≤ 32, ≤ 4 layers).
 The checker's per-rank totals must also equal the stage programs' exact integers.
 """
@@ -56,6 +57,11 @@ MATRIX: list[tuple[str, dict[str, Any]]] = [
     ("mixtral", dict(dp=2, ep=2, cp=2, tp=2, sp=True, zero=2, recompute="full", global_batch=4)),
     ("mixtral", dict(dp=4, ep=2, cp=2, sp=True, tp=2, cp_style="ring", global_batch=4)),
     ("deepseek-moe", dict(dp=2, ep=2, tp=2, pp=2, sp=True, schedule="1f1b", global_batch=4)),
+    # hybrid sharding (HSDP): ZeRO inside shard groups of dp_shard, replicas all-reduce
+    ("llama", dict(dp=4, dp_shard=2, tp=2, pp=2, zero=3, global_batch=8)),
+    ("llama", dict(dp=4, dp_shard=2, cp=2, sp=True, tp=2, zero=2, recompute="full",
+                   global_batch=8)),
+    ("gpt", dict(dp=8, dp_shard=4, pp=2, zero=1, global_batch=16)),
 ]
 
 

@@ -15,7 +15,8 @@ from stage_explore.cli.options import add_model_options, add_parallel_options, p
 
 EXPECTED_FLAGS = {
     "--model", "--layers", "--seq-len", "--mtp-layers", "--dropout", "--no-dropout",
-    "--dp", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero", "--recompute",
+    "--dp", "--dp-shard", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero",
+    "--recompute",
     "--recompute-modules",
     "--moe-dispatcher",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
