@@ -26,8 +26,8 @@ Layout: ``<out>/<study>/part-00000.parquet …`` plus ``_study.json`` (the study
 underscore and the dot of temporary files make Parquet readers of the folder skip them, so
 ``pandas.read_parquet("<out>/<study>")`` works too).
 Columns, in order: ``trial study status reason backend``; the parameters ``num_gpus dp tp pp
-cp ep sp zero recompute schedule vpp micro_batch`` and one ``hw_*`` column per searched
-hardware parameter; the metrics ``feasible step_time_s mfu hfu tokens_per_s_per_gpu
+cp ep sp zero recompute schedule vpp micro_batch pp_split dp_shard`` and one ``hw_*`` column
+per searched hardware parameter; the metrics ``feasible step_time_s mfu hfu tokens_per_s_per_gpu
 peak_memory_bytes memory_capacity_bytes model_flops_per_step hardware_flops_per_step
 cost_per_step cost_per_million_tokens``, ``breakdown_<component>`` for the fixed components,
 ``breakdown_other`` (the rest, summed), ``breakdown_json`` and ``extra_json`` (lossless maps);
@@ -108,6 +108,7 @@ _PARAMS = [
     ("vpp", pa.int64()),
     ("micro_batch", pa.int64()),
     ("pp_split", pa.string()),
+    ("dp_shard", pa.int64()),
 ]
 _METRICS = [
     ("feasible", pa.bool_()),

@@ -108,9 +108,12 @@ def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any
     if study.workload.requests is not None:
         return model, design, system
     knobs = {name: params[name] for name in PARALLEL_KNOBS if name != "num_gpus"}
+    dp = derive_dp(params)
+    shard = knobs.pop("dp_shard", 0)  # 0: all of dp; a group of dp or more, or no ZeRO: the same
     workload = study.workload
     parallel = ParallelConfig(
-        dp=derive_dp(params),
+        dp=dp,
+        dp_shard=shard if knobs["zero"] and 0 < shard < dp else None,
         global_batch=workload.global_batch,
         seq_len=workload.sequence_length,
         **knobs,

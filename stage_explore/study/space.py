@@ -59,6 +59,7 @@ KNOB_DEFAULTS: Mapping[str, Any] = {
     "vpp": 1,
     "micro_batch": 1,
     "pp_split": "auto",
+    "dp_shard": 0,
 }
 
 _DEGREES = ("tp", "pp", "cp", "ep")
@@ -74,6 +75,8 @@ def _auto_values(name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any,
         return _powers_of_two(1, max_gpus)
     if name == "micro_batch":
         return _powers_of_two(1, workload.global_batch)
+    if name == "dp_shard":  # all of dp, or shard groups of a power of two
+        return (0, *_powers_of_two(1, max_gpus))
     return {
         "sp": (False, True),
         "zero": (0, 1, 2, 3),
@@ -131,6 +134,9 @@ def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
     elif kind == "zero":
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
         expected = "ZeRO stages 0, 1, 2 or 3"
+    elif kind == "shard":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        expected = "integers >= 0 (0: shard over all of dp)"
     else:
         choices = {"recompute": RECOMPUTE_CHOICES, "pp_split": PP_SPLIT_CHOICES}.get(
             key, SCHEDULE_CHOICES
@@ -146,6 +152,8 @@ def _knob_kind(name: str) -> str:
         return "bool"
     if name == "zero":
         return "zero"
+    if name == "dp_shard":
+        return "shard"
     if name in ("recompute", "schedule", "pp_split"):
         return "str"
     return "int"
@@ -157,7 +165,7 @@ def _knob_values(table: Table, name: str, max_gpus: int, workload: WorkloadSpec)
     if raw == "auto" and name != "num_gpus":
         return _auto_values(name, max_gpus, workload)
     if isinstance(raw, dict):
-        if kind not in ("int", "zero"):
+        if kind not in ("int", "zero", "shard"):
             raise table.error(
                 name,
                 f"expected a value or a list (a range needs an integer knob), got {describe(raw)}",
@@ -265,6 +273,9 @@ def structural_reason(
     per_step = derive_dp(params) * params["micro_batch"]
     if workload.global_batch % per_step:
         return f"dp·micro_batch={per_step} does not divide global_batch={workload.global_batch}"
+    reason = _hybrid_shard_reason(params)
+    if reason is not None:
+        return reason
     schedule, pp, vpp = params.get("schedule", "1f1b"), params["pp"], params.get("vpp", 1)
     if schedule == "dualpipe":  # stage_core.lower.schedule.check_dualpipe
         micro_batches = workload.global_batch // per_step
@@ -286,6 +297,24 @@ def structural_reason(
     return None
 
 
+def _hybrid_shard(params: Mapping[str, Any]) -> bool:
+    """Whether a point shards ZeRO in groups smaller than dp (HSDP): ``0 < dp_shard < dp``
+    with ZeRO on (without ZeRO nothing is sharded and ``dp_shard`` has no effect)."""
+    shard = params.get("dp_shard", 0)
+    return bool(params.get("zero", 0)) and 0 < shard < derive_dp(params)
+
+
+def _hybrid_shard_reason(params: Mapping[str, Any]) -> str | None:
+    if not _hybrid_shard(params):
+        return None
+    shard, dp = params["dp_shard"], derive_dp(params)
+    if dp % shard:
+        return f"dp_shard={shard} does not divide dp={dp}"
+    if params.get("ep", 1) > 1:
+        return f"hybrid sharding (dp_shard={shard} < dp={dp}) is not supported with ep > 1"
+    return None
+
+
 #: The value a knob takes in a point where it has no effect.
 NEUTRAL_VALUES: Mapping[str, Any] = {
     "sp": False,
@@ -293,6 +322,7 @@ NEUTRAL_VALUES: Mapping[str, Any] = {
     "zero": 0,
     "ep": 1,
     "pp_split": "auto",
+    "dp_shard": 0,
 }
 
 
@@ -327,7 +357,19 @@ def canonical_params(
         result["ep"] = _pinned("ep", choices)
     if result["pp"] == 1 and "pp_split" in result:
         result["pp_split"] = _pinned("pp_split", choices)
+    if "dp_shard" in result and not _hybrid_shard(result):
+        result["dp_shard"] = _pinned_shard(derive_dp(result), choices)
     return result
+
+
+def _pinned_shard(dp: int, choices: Mapping[str, tuple[Any, ...]]) -> Any:
+    """``dp_shard`` where it has no effect (ZeRO off, or groups of all of dp): 0 when the study
+    lists it, else the first listed value of at least ``dp`` (the same workload), else the
+    first listed value."""
+    values = choices.get("dp_shard", (0,))
+    if 0 in values:
+        return 0
+    return next((value for value in values if value >= dp), values[0])
 
 
 def canonical_key(params: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any, ...]:

@@ -38,6 +38,7 @@ PARALLEL_KNOBS: tuple[str, ...] = (
     "vpp",
     "micro_batch",
     "pp_split",
+    "dp_shard",
 )
 
 #: Metrics a study may optimise, with their natural direction.
