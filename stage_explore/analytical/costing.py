@@ -45,7 +45,7 @@ from stage_explore.analytical.blocktime import (
 from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costing_comm import CommCosting
 from stage_explore.analytical.costing_states import StateCosting
-from stage_explore.analytical.eager import eager_op_bytes
+from stage_explore.analytical.eager import eager_attention, eager_op_bytes
 from stage_explore.analytical.frameworks import (
     FrameworkProfile,
 )
@@ -334,6 +334,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 fused=self.framework.fused_elementwise,
                 deepep=self.framework.moe_deepep,
                 trained_router=not self.framework.moe_fake_balanced_gate,
+            ),
+            attention_eager=eager_attention(
+                point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),
         )
 

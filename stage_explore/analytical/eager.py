@@ -384,6 +384,36 @@ def _llmfoundry_op_bytes(model: ModelSpec) -> dict[str, int]:
     return table
 
 
+def eager_attention(
+    model: ModelSpec, eager_modules: str, attention_kernel: str | None
+) -> tuple[int, int, int]:
+    """What the framework's model code runs around its attention kernel, per element
+    (:func:`attention_eager_bytes`): AutoModel's FlexAttention path under ``"automodel"``;
+    nothing for every other table."""
+    if eager_modules != "automodel":
+        return (0, 0, 0)
+    from stage_explore.analytical.eager_automodel import automodel_attention_eager
+
+    return automodel_attention_eager(model, attention_kernel)
+
+
+def attention_eager_bytes(instr: Instr, per_element: tuple[int, int, int]) -> int:
+    """HBM bytes of the element-wise kernels a framework runs around an attention kernel
+    (``per_element``: bytes per element of the query, key and value inputs the forward copies,
+    of the forward's output, of the backward's output gradient; e.g. AutoModel's FlexAttention
+    path, :func:`~stage_explore.analytical.eager_automodel.automodel_attention_eager`); 0 for
+    any other instruction."""
+    inputs_b, output_b, backward_b = per_element
+    if instr.kind != "attention" or not (inputs_b or output_b or backward_b):
+        return 0
+    if instr.name.endswith(".backward"):
+        op = instr.name.removesuffix(".backward")
+        return sum(size for name, size in instr.inputs if name == f"d.{op}") // BF16 * backward_b
+    qkv = sum(size for _, size in instr.inputs[:3])  # q, k, v (a sink vector may follow)
+    out = sum(size for name, size in instr.outputs if name == instr.name)
+    return qkv // BF16 * inputs_b + out // BF16 * output_b
+
+
 def eager_instr_bytes(instr: Instr, table: Mapping[str, int]) -> int | None:
     """HBM bytes of ``instr`` under the eager ``table`` (:func:`eager_op_bytes`): its bytes
     per element times the elements of the op's output (forward, recomputed forward) or of

@@ -30,6 +30,18 @@ bytes per element); here every kernel is counted, in bytes per element of the bi
   gradient (a trained router) also ``grad * b`` (F, F) reduced to ``p`` (F read). Under
   ``FakeBalancedGate`` (``weights = torch.ones(...) / k``) they carry none.
 
+Its FlexAttention path (``attn: flex``, the GPT-OSS benchmark configs) runs outside the kernel
+(``components/attention/utils.py``, ``components/attention/flex_attention.py``): the query, key
+and value transposed to ``[B, H, S, D]`` and made contiguous (a copy each: B, B), the output
+transposed back and made contiguous (B, B); with attention sinks (``sink_weights``) the kernel
+returns its log-sum-exp and the output is rescaled, ``out * sigmoid(lse - w)`` — a bf16 output
+times an fp32 per-row factor is an fp32 tensor (B in, F out) — and cast back ``.to(q.dtype)``
+(F, B). Backward of the rescale: ``ToCopyBackward0`` (B, F); ``MulBackward0``'s output gradient
+``grad * scale`` (F, F) cast to the bf16 output by the engine (F, B), and the factor's gradient
+``grad * out`` (F + B, F) reduced over the head dim (F read); the per-row ``sigmoid`` and
+``lse - w`` are a head dim's share of that and not counted. The copies' backwards
+(``CloneBackward0``, transposes) pass the gradient through.
+
 Backward formulas: PyTorch ``tools/autograd/derivatives.yaml`` (``add``, ``mul``, ``cat``,
 ``split_with_sizes``, ``_to_copy``) and the engine's cast of a gradient to its input's dtype
 (``validate_outputs``). Without DeepEP AutoModel's ``GroupedExperts`` adds the biases inside its
@@ -111,3 +123,40 @@ def automodel_op_bytes(model: ModelSpec, deepep: bool, trained_router: bool) -> 
             table[name] = module.bytes_per_element(backward=False)
             table[f"{name}.backward"] = module.bytes_per_element(backward=True)
     return table
+
+
+#: FlexAttention's layout copies, per element of each of q, k, v and of the output (forward).
+FLEX_LAYOUT_COPY = BF16 + BF16
+AUTOMODEL_FLEX_SINKS = EagerModule(
+    name="flex-sinks",
+    source="nemo_automodel/components/attention/flex_attention.py FlexAttention.forward (sinks)",
+    forward=(
+        Kernel("out * sigmoid(lse - w): bf16 times an fp32 per-row factor", BF16, FP32),
+        Kernel("out.to(q.dtype)", FP32, BF16),
+    ),
+    backward=(
+        Kernel("ToCopyBackward0: grad.to(fp32)", BF16, FP32),
+        Kernel("MulBackward0 (out): grad * scale", FP32, FP32),
+        Kernel("validate_outputs: the output's fp32 gradient cast to bf16", FP32, BF16),
+        Kernel("MulBackward0 (scale): grad * out", FP32 + BF16, FP32),
+        Kernel("MulBackward0 (scale): .sum_to_size(scale) over the head dim", FP32, 0),
+    ),
+    compiled_bytes=(0, 0),
+)
+
+
+def automodel_attention_eager(
+    model: ModelSpec, attention_kernel: str | None
+) -> tuple[int, int, int]:
+    """Bytes per element (q/k/v copied in, output, output gradient) AutoModel's FlexAttention
+    path moves outside the kernel (module docstring; the argument of
+    :func:`~stage_explore.analytical.eager.attention_eager_bytes`); zeros for another kernel."""
+    if attention_kernel != "flex":
+        return (0, 0, 0)
+    if not model.attention_sinks:
+        return (FLEX_LAYOUT_COPY, FLEX_LAYOUT_COPY, 0)
+    return (
+        FLEX_LAYOUT_COPY,
+        FLEX_LAYOUT_COPY + AUTOMODEL_FLEX_SINKS.bytes_per_element(backward=False),
+        AUTOMODEL_FLEX_SINKS.bytes_per_element(backward=True),
+    )

@@ -54,7 +54,7 @@ from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
-from stage_explore.analytical.eager import eager_instr_bytes
+from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -280,6 +280,10 @@ class KernelTimer:
     #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
     #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
     cp_merge: int = 0
+    #: Bytes per element of the element-wise kernels the framework runs around the attention
+    #: kernel (:func:`~stage_explore.analytical.eager.attention_eager_bytes`: the query, key and
+    #: value copied in, the output, the output gradient); zeros: none (a fused kernel's layout).
+    attention_eager: tuple[int, int, int] = (0, 0, 0)
     #: Bytes per element of the generator ops eager PyTorch runs as several kernels
     #: (:func:`~stage_explore.analytical.eager.eager_op_bytes`); empty: the generator's bytes.
     eager_bytes: Mapping[str, int] = field(default_factory=dict, compare=False)
@@ -307,6 +311,11 @@ class KernelTimer:
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
                 seconds += cp_merge_bytes(instr, self.cp_merge) / (
+                    accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+                )
+            outside = attention_eager_bytes(instr, self.attention_eager)  # e.g. layout copies
+            if outside:
+                seconds += outside / (
                     accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
                 )
             return seconds

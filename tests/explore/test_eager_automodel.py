@@ -1,6 +1,7 @@
-"""NeMo AutoModel's eager expert biases (``eager_modules = "automodel"``, the automodel profile):
-``GroupedExpertsDeepEP._apply_bias``'s kernels counted against closed forms written out here op
-by op from AutoModel's code, where the table applies, and what it changes in an evaluation."""
+"""NeMo AutoModel's eager code (``eager_modules = "automodel"``, the automodel profile):
+``GroupedExpertsDeepEP._apply_bias``'s kernels and the FlexAttention path's copies and sink
+rescale, counted against closed forms written out here op by op from AutoModel's code, where
+they apply, and what they change in an evaluation."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.eager import eager_instr_bytes, eager_op_bytes
+from stage_explore.analytical.eager import (
+    attention_eager_bytes,
+    eager_attention,
+    eager_instr_bytes,
+    eager_op_bytes,
+)
 from stage_explore.analytical.eager_automodel import (
     AUTOMODEL_EXPERT_BIAS,
+    AUTOMODEL_FLEX_SINKS,
     automodel_expert_bias_probs,
 )
 from stage_explore.analytical.frameworks import get_framework
@@ -107,3 +114,66 @@ def test_the_profile_and_its_effect_on_an_evaluation() -> None:
         GPTOSS, moe_fake_balanced_gate=False, eager_modules="generator"
     )
     assert _step(QWEN3) == _step(QWEN3, eager_modules="generator")
+
+
+# FlexAttention path (components/attention/utils.py, flex_attention.py): q, k, v and the output
+# transposed and made contiguous (read, write each); with sinks out * sigmoid(lse - w) (bf16 in,
+# fp32 out) and .to(q.dtype) (fp32 in, bf16 out)
+COPY = B + B
+SINKS_FWD = (B + F) + (F + B)
+# grad.to(fp32); grad * scale; its cast to the bf16 output; grad * out (fp32 and bf16 in); the
+# factor's reduction over the head dim
+SINKS_BWD = (B + F) + (F + F) + (F + B) + (F + B + F) + F
+
+
+def test_the_flex_path_moves_the_layout_copies_and_the_sink_rescale() -> None:
+    assert AUTOMODEL_FLEX_SINKS.bytes_per_element(backward=False) == SINKS_FWD == 12
+    assert AUTOMODEL_FLEX_SINKS.bytes_per_element(backward=True) == SINKS_BWD == 34
+    assert eager_attention(GPTOSS, "automodel", "flex") == (COPY, COPY + SINKS_FWD, SINKS_BWD)
+    no_sinks = GPTOSS.with_overrides(attention_sinks=False)
+    assert eager_attention(no_sinks, "automodel", "flex") == (COPY, COPY, 0)
+    # Transformer Engine's attention (the other rows) and every other table: nothing outside
+    assert eager_attention(GPTOSS, "automodel", "cudnn") == (0, 0, 0)
+    assert eager_attention(GPTOSS, "generator", "flex") == (0, 0, 0)
+
+
+def test_the_attention_kernel_time_gains_those_bytes_at_hbm_rate() -> None:
+    layer = bind_all(make_workload(GPTOSS, ParallelConfig(global_batch=1)))["moe_layer"]
+    (fwd,) = [i for i in layer.fwd if i.kind == "attention"]
+    (bwd,) = [i for i in layer.bwd if i.kind == "attention" and i.name.endswith(".backward")]
+    q, k, v = (size // B for _, size in fwd.inputs[:3])
+    out = dict(fwd.outputs)["attn.core"] // B
+    assert q == out == GPTOSS.seq_len * GPTOSS.heads * GPTOSS.head_dim
+    assert k == v == GPTOSS.seq_len * GPTOSS.kv_heads * GPTOSS.head_dim
+    per_element = eager_attention(GPTOSS, "automodel", "flex")
+    assert attention_eager_bytes(fwd, per_element) == (q + k + v) * COPY + out * (COPY + SINKS_FWD)
+    assert attention_eager_bytes(bwd, per_element) == out * SINKS_BWD
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
+
+    def timer(outside: tuple[int, int, int]) -> KernelTimer:
+        return KernelTimer(
+            H100.accelerator,
+            kernels,
+            "bf16",
+            frozenset(),
+            keys=512,
+            head_dim=GPTOSS.head_dim,
+            causal=True,
+            attention_kernel="flex",
+            attention_eager=outside,
+        )
+
+    plain, eager = timer((0, 0, 0)), timer(per_element)
+    for instr in (fwd, bwd):
+        extra = attention_eager_bytes(instr, per_element) / rate
+        assert eager(instr) == pytest.approx(plain(instr) + extra, rel=1e-12)
+
+
+def test_the_flex_path_in_an_evaluation() -> None:
+    flex = {"attention_kernel": "flex"}
+    # slower than the same kernel without AutoModel's code around it; a backend differing only
+    # in the kernel or the table gives a different result
+    assert _step(GPTOSS, **flex) > _step(GPTOSS, eager_modules="generator", **flex)
+    assert _step(GPTOSS, **flex) != _step(GPTOSS)
