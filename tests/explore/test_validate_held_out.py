@@ -472,3 +472,19 @@ def test_nemo_long_sequence_rows_are_4m_tokens_per_step_with_k_of_1024(cases: li
         assert flops_per_token(row) == pytest.approx(expected, rel=0.005), case.id
     last = rows[mine[-1].id]
     assert abs(flops_per_token(last) / (base + 12 * layers * hidden * 1024 * 1000) - 1) > 0.01
+
+
+def test_the_26_02_moe_rows_take_their_25_11_twins_setup_but_the_batch() -> None:
+    """The 26.02 tables' H100 GPT-OSS 120B and Qwen3-235B rows run the recipes' V2 variants,
+    which change only the global batch of the 25.11 rows' V1 (published_runs_more.csv)."""
+    by_id = {c.id: c for c in load_cases() if c.source == "MBRIDGE"}
+    for new_id, batch in (
+        ("MBRIDGE26.02-DGX-H100-GPTOSS120B-64", 1280),
+        ("MBRIDGE26.02-DGX-H100-Qwen3_235B_a22B-256", 8192),
+    ):
+        new, old = by_id[new_id], by_id[new_id.replace("26.02", "25.11")]
+        assert new.parallel is not None and old.parallel is not None
+        assert new.parallel.global_batch == batch != old.parallel.global_batch
+        assert replace(new.parallel, global_batch=old.parallel.global_batch) == old.parallel
+        assert new.model == old.model and new.framework_options == old.framework_options
+        assert not new.in_sample and new.system == old.system == "h100-80gb"
