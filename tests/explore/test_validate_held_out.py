@@ -50,6 +50,7 @@ OTHERS = {
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
+    "MBRIDGE-MOE-B200": ("MBM-B200-", "b200", "megatron-core"),
 }
 #: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
 MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
@@ -89,7 +90,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 157 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 161 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -488,3 +489,27 @@ def test_the_26_02_moe_rows_take_their_25_11_twins_setup_but_the_batch() -> None
         assert replace(new.parallel, global_batch=old.parallel.global_batch) == old.parallel
         assert new.model == old.model and new.framework_options == old.framework_options
         assert not new.in_sample and new.system == old.system == "h100-80gb"
+
+
+def test_the_b200_moe_rows_take_the_tables_layout(cases: list[Case]) -> None:
+    """Megatron-Bridge's DGX-B200 MoE rows: GPUs, GBS, MBS, PP, VP, EP as the tables state
+    (expert DP = GPUs / (EP x PP)), 26.02 rows on cuDNN 9.17's attention, MXFP8 for Qwen3."""
+    by_id = {c.id: c for c in cases if c.source == "MBRIDGE-MOE-B200"}
+    layouts = {  # GPUs, GBS, MBS, PP, VP, EP (the tables)
+        "MBM-B200-25.11-GPTOSS120B-64": (64, 512, 4, 1, 1, 8),
+        "MBM-B200-26.02-GPTOSS120B-64": (64, 1280, 4, 1, 1, 64),
+        "MBM-B200-25.11-QWEN3_235B_A22B-64": (64, 1024, 1, 8, 2, 8),
+        "MBM-B200-26.02-QWEN3_235B_A22B-256": (256, 8192, 1, 8, 1, 8),
+    }
+    assert set(by_id) == set(layouts)
+    for row_id, (gpus, gbs, mbs, pp, vpp, ep) in layouts.items():
+        parallel = by_id[row_id].parallel
+        assert parallel is not None
+        got = (parallel.tp * parallel.pp * parallel.cp * parallel.dp, parallel.global_batch)
+        assert got == (gpus, gbs), row_id
+        assert (parallel.micro_batch, parallel.pp, parallel.vpp, parallel.ep) == (mbs, pp, vpp, ep)
+        assert parallel.expert_tp == 1 and not parallel.grad_fp32 and parallel.zero == 1
+        qwen = "QWEN3" in row_id
+        assert str(parallel.fp8_recipe) == "mxfp8" if qwen else str(parallel.precision) == "bf16"
+        options = dict(by_id[row_id].framework_options)
+        assert (options.get("attention_kernel") == "cudnn-9.17") == ("-26.02-" in row_id)
