@@ -318,6 +318,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
             cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,
+            te_cp_merge=(  # Transformer Engine's ring (P2P) context parallelism
+                parallel.cp if self.framework.te_cp_merge and parallel.cp_style == "ring" else 0
+            ),
             fp8_recipe=str(parallel.fp8_recipe),
             fp8_gemms=parallel.fp8_gemms,
             fp8_block=fp8_block(kind),

@@ -135,6 +135,12 @@ Options (all booleans unless said):
   gradients passed around the cp ring. Off: the merge is inside the attention kernel
   (Transformer Engine's fused CP attention) and the generator's grouped-query collectives are
   timed as they are, or there is no context parallelism.
+- ``te_cp_merge`` — context-parallel attention under ``cp_style`` ring is Transformer Engine's
+  ``AttnFuncWithCP`` (Megatron-Core ``cp_comm_type`` p2p): one attention kernel per ring step,
+  the steps' outputs corrected into the running output, and in the backward the query and
+  key/value gradients copied, concatenated and accumulated, in element-wise kernels of its own
+  (:func:`~stage_explore.analytical.te_context_parallel.te_cp_merge_bytes`). Off: merged inside
+  the attention kernel, or not Transformer Engine's.
 - ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
   ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
   ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
@@ -340,6 +346,7 @@ OPTION_FLAGS: dict[str, str] = {
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
+    "te_cp_merge": "TE AttnFuncWithCP p2p (per-step out corrections, dQ/dKV accumulation)",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
     "fsdp1_flat_grad": "FSDP1 FlatParameter: the views' gradients concatenated per backward",
@@ -428,6 +435,7 @@ class FrameworkProfile:
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
+    te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:

@@ -147,6 +147,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # the same file: bucket_size None with disable_bucketing (training.py get_model:
             # model_chunk_idx > 0; NeMo's MegatronParallel likewise) or pp rank > 0
             ddp_bucket_first_chunk_only=True,
+            # cp_comm_type p2p (Megatron-Core's default) runs Transformer Engine's AttnFuncWithCP:
+            # per ring step an attention kernel, then flash_attn_fwd_out_correction per step and,
+            # in the backward, dq/dkv copies, torch.cat and adds (te_context_parallel.py)
+            te_cp_merge=True,
         ),
         FrameworkProfile(
             name="deepspeed",

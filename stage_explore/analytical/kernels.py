@@ -55,6 +55,7 @@ from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
+from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -284,6 +285,11 @@ class KernelTimer:
     #: kernel (:func:`~stage_explore.analytical.eager.attention_eager_bytes`: the query, key and
     #: value copied in, the output, the output gradient); zeros: none (a fused kernel's layout).
     attention_eager: tuple[int, int, int] = (0, 0, 0)
+    #: The context-parallel degree when attention is Transformer Engine's ring (P2P) context
+    #: parallelism, whose per-step output corrections and gradient accumulations are kernels
+    #: of their own (:func:`~stage_explore.analytical.te_context_parallel.te_cp_merge_bytes`);
+    #: 0: none (or merged inside the kernel).
+    te_cp_merge: int = 0
     #: Bytes per element of the generator ops eager PyTorch runs as several kernels
     #: (:func:`~stage_explore.analytical.eager.eager_op_bytes`); empty: the generator's bytes.
     eager_bytes: Mapping[str, int] = field(default_factory=dict, compare=False)
@@ -311,6 +317,10 @@ class KernelTimer:
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
                 seconds += cp_merge_bytes(instr, self.cp_merge) / (
+                    accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+                )
+            if self.te_cp_merge > 1:  # TE's per-step corrections and accumulations
+                seconds += te_cp_merge_bytes(instr, self.te_cp_merge) / (
                     accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
                 )
             outside = attention_eager_bytes(instr, self.attention_eager)  # e.g. layout copies

@@ -1,0 +1,62 @@
+"""What Transformer Engine's ring (P2P) context-parallel attention costs beyond its attention
+kernels (``te_cp_merge``, the megatron-core profile): :func:`te_cp_merge_bytes`, the HBM
+traffic of the element-wise kernels ``AttnFuncWithCP`` (Megatron-Core's ``cp_comm_type`` p2p)
+runs around its per-step attention kernels.
+
+Counted from ``transformer_engine/pytorch/attention.py`` ``AttnFuncWithCP`` of mid-2024
+(Transformer Engine 1.8-1.10: ``fused_attn_fwd`` / ``fused_attn_bwd`` per step, ``sbhd``,
+causal with load balancing, each rank holding two sequence chunks) on the busiest rank, the
+last cp rank, which runs every step on whole chunks. Per element of the rank's queries (``Q``)
+and of its local keys and values together (``KV``):
+
+**Forward** (also a recomputed one). ``torch.cat((k, v))`` builds the first send buffer (read
+and write: 4 bytes per ``KV``); each later step takes the first half of the received keys and
+values with ``.contiguous()`` (2 per ``KV`` and step); ``out = torch.empty_like(q).zero_()``
+(2 per ``Q``); then one ``flash_attn_fwd_out_correction`` per step (a fused kernel: the step's
+output and the running output read, the running output written: 6 per ``Q``; the per-row
+log-sum-exp corrections are negligible). In all ``Q·(2 + 6·cp) + KV·(4 + 2·(cp − 1))``.
+
+**Backward.** ``p2p_comm_buffers[0][0].copy_(kv)`` (4 per ``KV``); the query gradient copied
+from the first step's (4 per ``Q``) and added at every later one (6 each); every step
+concatenates the step's key and value gradients (``torch.cat((dk_, dv_))``: half the keys at
+the steps before the last, 2 per ``KV``, all of them at the last, 4); the key/value-gradient
+buffer passed around the ring takes the first step's half by copy (2), the middle steps'
+halves by an add (3 each) and the last step's whole by an add (6). In all
+``Q·(6·cp − 2) + KV·(5·cp + 8)``.
+
+Under ring context parallelism the generator's attention instruction reads the rank's own
+queries, keys and values (the exchanges are a ``ring`` instruction of their own) and writes
+its output, so ``Q`` and ``KV`` are its operands' elements (its outputs' in the backward). Later
+Transformer Engine versions fold the zero fill into the first correction and keep the
+structure (a fused correction per step, the per-step gradient concatenation and accumulation);
+the counts above stand for them.
+"""
+
+from __future__ import annotations
+
+from stage_core.lower.bind import Instr
+
+#: Bytes of a 16-bit activation element (as ``context_parallel.ELEMENT_BYTES``).
+ELEMENT_BYTES = 2
+
+
+def _query_and_local_kv(instr: Instr) -> tuple[int, int]:
+    """Elements of the rank's queries and of its keys and values together: the forward's inputs
+    ``q, k, v``, the backward's outputs ``dq, dk, dv`` (ring attention: the local shards)."""
+    sizes = instr.inputs[:3] if instr.phase in ("fwd", "recompute") else instr.outputs[:3]
+    query, *kv = (size // ELEMENT_BYTES for _, size in sizes)
+    return query, sum(kv)
+
+
+def te_cp_merge_bytes(instr: Instr, cp: int) -> int:
+    """HBM bytes the busiest rank moves in the element-wise kernels of Transformer Engine's
+    ring context-parallel attention around ``instr`` (module docstring): 0 for instructions
+    that are not attention or with ``cp`` of 1."""
+    if cp <= 1 or instr.kind != "attention" or len(instr.inputs) < 3 or len(instr.outputs) < 1:
+        return 0
+    query, kv = _query_and_local_kv(instr)
+    if instr.phase in ("fwd", "recompute"):
+        return query * (2 + 6 * cp) + kv * (4 + 2 * (cp - 1))
+    if len(instr.outputs) < 3:
+        return 0
+    return query * (6 * cp - 2) + kv * (5 * cp + 8)
