@@ -298,11 +298,14 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if dtype == "fp8":
             check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
         keys = sizes.get("S", point.workload.model.seq_len)
-        if parallel.cp > 1 and str(parallel.cp_style) == "ring":
+        if parallel.cp > 1 and (str(parallel.cp_style) == "ring" or self.framework.cp_merge_fp32):
             # load-balanced ring attention runs one kernel per step on S/cp-long chunks (TE
             # AttnFuncWithCPAndKVP2P, causal: step 0 the local two chunks under the mask, then
             # all local queries x the first KV chunk or the second query chunk x both): every
-            # step's slowest rank sees S/(2·cp) keys per query row, the causal half of S/cp
+            # step's slowest rank sees S/(2·cp) keys per query row, the causal half of S/cp.
+            # torch's context_parallel (cp_merge_fp32) gathers the keys but calls SDPA per
+            # chunk the same way (_templated_ring_attention: the last rank's query.chunk /
+            # key.chunk(2)[0] steps), whatever its rotater
             keys = max(1, keys // parallel.cp)
         layer = layer_kind_of_block(kind) or mtp_layer_of_block(kind)  # an MTP module's layer
         sliding = layer is not None and layer.mixer is Mixer.SLIDING

@@ -4,6 +4,8 @@ communication, against closed forms computed here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stage_core.lower.bind import Instr
@@ -14,6 +16,7 @@ from stage_core.parallel.config import Recompute
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.context_parallel import cp_comm_timer, cp_merge_bytes, kv_repeat
+from stage_explore.analytical.kernels import KernelTimer, attention_efficiency
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=8192)
@@ -59,6 +62,16 @@ def test_the_merges_add_their_memory_time_to_the_compute() -> None:
     bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
     layer = lower(LLAMA, parallel).blocks["layer"]
     per_layer = sum(cp_merge_bytes(i, 4) for i in (*layer.fwd, *layer.bwd)) / bandwidth
+    # and each SDPA call sees a chunk of S/cp keys, not the gathered S
+    kernels, peak = accelerator.kernels, accelerator.peak("bf16")
+    assert kernels is not None
+    for instr in (*layer.fwd, *layer.bwd):
+        if instr.kind == "attention":
+            backward = instr.phase == "bwd"
+            flops = instr.flops * (5 / 4 if backward else 1)
+            for keys, sign in ((8192 // 4, 1), (8192, -1)):
+                efficiency = attention_efficiency(kernels, keys, 128, True, backward, "fa2")
+                per_layer += sign * flops / (peak * efficiency)
     micro_batches = 4 // 2  # global batch over dp, micro-batch 1
     expected = LLAMA.layers * micro_batches * per_layer
     assert on.breakdown["compute"] - off.breakdown["compute"] == pytest.approx(expected)
@@ -138,3 +151,26 @@ def test_cross_node_context_parallelism_pays_for_the_repeated_keys() -> None:
     # the fp32 ring of repeated key/value gradients outlasts the grouped-query reduce-scatters
     assert on.breakdown["exposed_reduce_scatter"] > off.breakdown["exposed_reduce_scatter"]
     assert on.step_time_s > off.step_time_s  # two backends: the option is in what is memoised
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_torch_s_ring_kernels_see_a_chunk_of_the_keys(
+    cp: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's context_parallel gathers the keys but calls SDPA once per chunk: the slowest
+    (last) rank's kernels see S/cp keys, causal (step 0) or half of them (later steps), as a
+    load-balanced ring's; without cp_merge_fp32 the generator's one kernel sees all S."""
+    seen: list[int] = []
+
+    def record(*args: Any, **kwargs: Any) -> KernelTimer:
+        seen.append(kwargs["keys"])
+        return KernelTimer(*args, **kwargs)
+
+    monkeypatch.setattr("stage_explore.analytical.costing.KernelTimer", record)
+    system = load_system("h100-80gb")
+    AnalyticalBackend(framework="torchtitan").evaluate(LLAMA, _parallel(cp), system)
+    assert seen and set(seen) == {8192 // cp}
+    seen.clear()
+    off = AnalyticalBackend(framework="torchtitan", overrides={"cp_merge_fp32": False})
+    off.evaluate(LLAMA, _parallel(cp), system)
+    assert seen and set(seen) == {8192}
