@@ -51,6 +51,7 @@ OTHERS = {
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
     "MBRIDGE-MOE-B200": ("MBM-B200-", "b200", "megatron-core"),
+    "TORCHTITAN-A100": ("TTA100-", "a100-80gb", "torchtitan"),
 }
 #: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
 MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
@@ -66,6 +67,8 @@ NOT_EVALUATED = {
     "AUTOMODEL-H100-KIMIK2-256",  # no Kimi K2 flavor
     # fms-fsdp's 13b: checkpointing an unstated fraction of the blocks
     "IBMFSDP-H100-LLAMA2-13B", "IBMFSDP-A100-LLAMA2-13B",
+    # torchtitan's 'selective layer' AC: every n-th block, n not stated
+    "TTA100-L3-8B-BS1-SELLAYER", "TTA100-L2-13B-BS2-SELLAYER",
 }  # fmt: skip
 
 
@@ -90,7 +93,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 161 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 169 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -513,3 +516,26 @@ def test_the_b200_moe_rows_take_the_tables_layout(cases: list[Case]) -> None:
         assert str(parallel.fp8_recipe) == "mxfp8" if qwen else str(parallel.precision) == "bf16"
         options = dict(by_id[row_id].framework_options)
         assert (options.get("attention_kernel") == "cudnn-9.17") == ("-26.02-" in row_id)
+
+
+def test_the_torchtitan_a100_rows_run_fsdp2_over_64_gpus(cases: list[Case]) -> None:
+    """docs/performance.md (2024): FSDP2 alone on 64 A100, global batch = local batch x 64, the
+    table's AC per row, Llama 3 at 8192 tokens and Llama 2 at 4096."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if c.source == "TORCHTITAN-A100"]
+    assert len(mine) == 8
+    recompute = {"SELOP": "selective", "FULL": "full", "NOAC": "none"}
+    for case in mine:
+        if case.id.endswith("SELLAYER"):  # not evaluated: the layer interval is not stated
+            assert case.reason and case.parallel is None
+            continue
+        parallel, model, row = case.parallel, case.model, rows[case.id]
+        assert parallel is not None and model is not None
+        local = int(case.id.split("-BS")[1].split("-")[0])
+        assert (parallel.dp, parallel.zero, parallel.micro_batch) == (64, 3, local), case.id
+        assert parallel.global_batch == 64 * local and parallel.grad_fp32
+        assert model.seq_len == (8192 if "-L3-" in case.id else 4096), case.id
+        assert str(parallel.recompute) == recompute[case.id.rsplit("-", 1)[1]], case.id
+        if case.id.endswith("SELOP"):
+            assert parallel.recompute_modules == ("op",)
+        assert float(row["mfu_pct"]) > 50 and not dict(case.framework_options)  # eager, bf16

@@ -34,8 +34,10 @@ def test_every_row_is_evaluated_or_says_why(report: ValidationReport) -> None:
             assert math.isfinite(result.error) and result.case.measured > 0
         else:
             assert result.note, f"{result.case.id} dropped without a reason"
-    evaluated = sum(r.evaluated for r in report.results)
-    assert evaluated >= len(report.results) - 3  # today: the three MoE rows of Megatron-Bridge
+    not_evaluated = {r.case.id for r in report.results if not r.evaluated}
+    # today: AutoModel's Kimi K2 (no flavor), fms-fsdp's 13b and torchtitan's 'selective layer'
+    # rows (checkpointing an unstated fraction of the blocks)
+    assert len(not_evaluated) <= 5, sorted(not_evaluated)
 
 
 def test_every_source_reports_in_sample_and_held_out(report: ValidationReport) -> None:
