@@ -27,7 +27,8 @@ The generator's mesh is ``pp, dp, ep, cp, tp`` (the ``dp`` axis has size ``dp/ep
   (size ``etp``); the experts are partitioned over ``tpo`` alone (axes ``ep, tpo``, the ``ep``
   axis of size 1) and replicated over ``tpr``, which joins their data-parallel axes.
 
-What is left, ``ep_d``, is the size of the mesh's ``ep`` axis and must divide ``dp``.
+What is left, ``ep_d``, is the size of the mesh's ``ep`` axis and must divide ``dp`` (under hybrid
+sharding ``dp_shard``: the group lies inside a shard group, the replicas stay outside it).
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ class ExpertFold:
 
 def fold_experts(parallel: ParallelConfig) -> ExpertFold:
     """Megatron-Core's expert-parallel group as axes of the generator's mesh (module docstring)."""
-    tp, cp, dp, ep, etp = parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.expert_tp
+    # under hybrid sharding the group is carved out of a shard group (dp_shard), not the replicas
+    hybrid = parallel.dp_shard is not None
+    tp, cp, ep, etp = parallel.tp, parallel.cp, parallel.ep, parallel.expert_tp
+    dp = parallel.shard_dp
     order = [a for a in parallel.axis_order if a != "pp"]
     axes = ["ep"]
     rest = ep
@@ -90,7 +94,10 @@ def fold_experts(parallel: ParallelConfig) -> ExpertFold:
         folded = "·".join(a for a in ("tp", TP_OUTER, "cp") if a in axes) or "nothing"
         raise ConfigError(
             "the expert-parallel group left after folding over "
-            f"{folded} must divide `dp`, but got ({ep=}, {etp=}, {tp=}, {cp=}, {dp=})"
+            f"{folded} must divide `dp`"
+            + (" (its shard group `dp_shard` under hybrid sharding)" if hybrid else "")
+            + f", but got ({ep=}, {etp=}, {tp=}, {cp=}, dp={parallel.dp}"
+            + (f", dp_shard={dp})" if hybrid else ")")
         )
     return ExpertFold(tuple(axes), rest, outer if 1 < etp < tp else 1)
 

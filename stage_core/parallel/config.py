@@ -421,7 +421,7 @@ class ParallelConfig:
         return problems
 
     def _hybrid_shard_problems(self) -> list[str]:
-        dp, dp_shard, zero, ep = self.dp, self.dp_shard, self.zero, self.ep
+        dp, dp_shard, zero = self.dp, self.dp_shard, self.zero
         if dp_shard is None or dp_shard == dp:
             return []
         if dp % dp_shard:
@@ -430,11 +430,6 @@ class ParallelConfig:
             return [
                 "`dp_shard` < `dp` (hybrid sharding) needs ZeRO (zero 1, 2 or 3): without it "
                 f"nothing is sharded, but got ({dp_shard=}, {dp=}, {zero=})"
-            ]
-        if ep > 1:
-            return [
-                "`dp_shard` < `dp` (hybrid sharding) is not supported with expert parallelism "
-                f"(`ep` > 1), but got ({dp_shard=}, {dp=}, {ep=})"
             ]
         return []
 

@@ -310,8 +310,6 @@ def _hybrid_shard_reason(params: Mapping[str, Any]) -> str | None:
     shard, dp = params["dp_shard"], derive_dp(params)
     if dp % shard:
         return f"dp_shard={shard} does not divide dp={dp}"
-    if params.get("ep", 1) > 1:
-        return f"hybrid sharding (dp_shard={shard} < dp={dp}) is not supported with ep > 1"
     return None
 
 

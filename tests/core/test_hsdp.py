@@ -26,6 +26,7 @@ from stage_core.plans import DP_REPLICATE, split_dp
 from stage_core.trace import CollectiveKind, NodeKind
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
+MIXTRAL = get_flavor("mixtral-8x7b").with_overrides(layers=2, seq_len=1024)
 
 
 def _programs(**options: object) -> ProgramSet:
@@ -41,7 +42,6 @@ def _programs(**options: object) -> ProgramSet:
         (dict(dp=8, dp_shard=3, zero=3), "`dp_shard` must divide `dp`"),
         (dict(dp=8, dp_shard=2, zero=0), "needs ZeRO"),
         (dict(dp=8, dp_shard=0, zero=3), "`dp_shard` must be a positive int"),
-        (dict(dp=8, dp_shard=2, zero=3, ep=2), "not supported with expert parallelism"),
     ],
 )
 def test_bad_hybrid_sharding_is_a_config_error(options: dict[str, object], message: str) -> None:
@@ -160,3 +160,40 @@ def test_model_states_are_those_of_the_shard_group_alone(zero: int) -> None:
         assert h.activations_bytes == a.activations_bytes
     full = memory_report(_programs(dp=8, zero=zero, global_batch=8), False)
     assert full[0].optimizer_bytes * 4 == hybrid[0].optimizer_bytes
+
+
+# -- experts: the expert-parallel group inside a shard group ----------------------------------
+
+
+def test_expert_parallel_group_is_carved_out_of_the_shard_group() -> None:
+    """dp 8 in shard groups of 4 with ep 2: the mesh is dpr 2 × dp 2 × ep 2; dense weights
+    shard over the 4 ranks of a shard group, expert weights over the 2 outside their expert
+    group; both all-reduce their shard over the 2 replicas. A rank holds what a rank of dp 4,
+    ep 2 without replicas holds."""
+    parallel = ParallelConfig(dp=8, dp_shard=4, ep=2, zero=3, global_batch=8, grad_fp32=False)
+    programs = lower(MIXTRAL, parallel)
+    mesh = programs.workload.mesh
+    assert (mesh.size(DP_REPLICATE), mesh.size("dp"), mesh.size("ep")) == (2, 2, 2)
+    layer = next(b for b in programs.stages[0].chunks[0].blocks if any(w.expert for w in b.weights))
+    dense = sum(w.elements for w in layer.weights if not w.expert)
+    expert = sum(w.elements for w in layer.weights if w.expert)
+    scatters = _zero_collectives(programs.workload, layer, gather=False)
+    replica = [i for i in scatters if i.collective is CollectiveKind.ALL_REDUCE]
+    assert [(i.axes, i.comm_bytes) for i in replica] == [
+        ((DP_REPLICATE,), dense * 2 // 4 + expert * 2 // 2)
+    ]
+    alone = ParallelConfig(dp=4, ep=2, zero=3, global_batch=4, grad_fp32=False)
+    h = memory_report(programs, False)[0]
+    a = memory_report(lower(MIXTRAL, alone), False)[0]
+    assert (h.weights_bytes, h.gradients_bytes, h.optimizer_bytes, h.activations_bytes) == (
+        a.weights_bytes,
+        a.gradients_bytes,
+        a.optimizer_bytes,
+        a.activations_bytes,
+    )
+
+
+def test_an_expert_group_larger_than_the_shard_group_is_a_config_error() -> None:
+    parallel = ParallelConfig(dp=8, dp_shard=2, ep=4, zero=3, global_batch=8)
+    with pytest.raises(ConfigError, match="its shard group `dp_shard`"):
+        lower(MIXTRAL, parallel)

@@ -62,6 +62,7 @@ MATRIX: list[tuple[str, dict[str, Any]]] = [
     ("llama", dict(dp=4, dp_shard=2, cp=2, sp=True, tp=2, zero=2, recompute="full",
                    global_batch=8)),
     ("gpt", dict(dp=8, dp_shard=4, pp=2, zero=1, global_batch=16)),
+    ("mixtral", dict(dp=8, dp_shard=4, ep=2, zero=3, global_batch=8)),
 ]
 
 
