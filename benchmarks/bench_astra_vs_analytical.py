@@ -30,7 +30,8 @@ from stage_core.errors import ConfigError  # noqa: E402
 from stage_core.lower.program import lower  # noqa: E402
 from stage_explore.analytical.backend import AnalyticalBackend  # noqa: E402
 from stage_explore.analytical.parts import compute_dtype  # noqa: E402
-from stage_explore.analytical.tracesim import AstraTimingModel, simulate  # noqa: E402
+from stage_explore.analytical.trace_models import AstraTimingModel  # noqa: E402
+from stage_explore.analytical.tracesim import simulate  # noqa: E402
 from stage_explore.astrasim import find_binary  # noqa: E402
 from stage_explore.astrasim.compare import explain_gap  # noqa: E402
 from stage_explore.system import astra_config_from_files  # noqa: E402

@@ -14,7 +14,9 @@
 - :mod:`~stage_explore.analytical.collectives` — collective and point-to-point times over the
   network dims a group spans, in ASTRA-sim mode (ns, exact) and α–β mode (s);
 - :mod:`~stage_explore.analytical.tracesim` — per-rank traces simulated with ASTRA-sim's
-  execution semantics under a timing model.
+  execution semantics under a timing model (:mod:`~stage_explore.analytical.trace_models`);
+- :mod:`~stage_explore.analytical.trace_mode` — a whole step's traces timed with the analytical
+  backend's policy and costs (the oracle of its levelled timing).
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from stage_explore.analytical.collectives import (
     group_span,
 )
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
-from stage_explore.analytical.tracesim import (
+from stage_explore.analytical.trace_models import (
     AlphaBetaTimingModel,
     AstraTimingModel,
     BaseTimingModel,
+)
+from stage_explore.analytical.tracesim import (
     RankTiming,
     SimulationResult,
     astra_config_from_files,

@@ -60,7 +60,8 @@ from stage_explore.analytical.costing import PhaseProgram
 from stage_explore.analytical.kernels import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
-from stage_explore.analytical.tracesim import BaseTimingModel, SimulationResult, simulate
+from stage_explore.analytical.trace_models import BaseTimingModel
+from stage_explore.analytical.tracesim import SimulationResult, simulate
 from stage_explore.system.model import System
 
 

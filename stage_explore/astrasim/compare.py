@@ -32,7 +32,7 @@ from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet
 from stage_core.trace import NodeKind
 from stage_explore.analytical.policy import ASTRA_SIM_POLICY, TimingPolicy
-from stage_explore.analytical.tracesim import AstraTimingModel
+from stage_explore.analytical.trace_models import AstraTimingModel
 from stage_explore.astrasim.inputs import AstraSettings, astra_config
 from stage_explore.evaluation import Evaluation
 from stage_explore.system.model import System

@@ -239,7 +239,8 @@ BINARY, WHY = real_astra_sim()
 @pytest.mark.skipif(BINARY is None, reason=WHY)
 @pytest.mark.parametrize("cp", [1, 2])
 def test_hybrid_runs_in_the_real_astra_sim(cp: int, tmp_path: Path) -> None:
-    from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+    from stage_explore.analytical.trace_models import AstraTimingModel
+    from stage_explore.analytical.tracesim import simulate
     from stage_explore.astrasim import AstraSimBackend
     from stage_explore.system import astra_config_from_files, load_system
 

@@ -258,7 +258,8 @@ def test_astra_sim_and_tracesim_agree_on_every_rank(tmp_path: Path) -> None:
     embedding and the last stage's modules, every rank's finish and exposed communication."""
     from stage_core.chakra.check import check_trace_set
     from stage_core.chakra.reader import read_trace_set
-    from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+    from stage_explore.analytical.trace_models import AstraTimingModel
+    from stage_explore.analytical.tracesim import simulate
     from stage_explore.astrasim import run_astra_sim
     from stage_explore.system import astra_config_from_files
     from tests.explore.astrasim_matrix import Case, write_case

@@ -36,7 +36,8 @@ from stage_core.chakra.wire import encode_varint
 from stage_core.chakra.writer import write_trace_set
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
-from stage_explore.analytical.tracesim import AstraTimingModel, SimulationResult, simulate
+from stage_explore.analytical.trace_models import AstraTimingModel
+from stage_explore.analytical.tracesim import SimulationResult, simulate
 from stage_explore.astrasim import (
     AstraInputs,
     AstraSimBackend,

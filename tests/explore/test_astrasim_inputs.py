@@ -38,7 +38,8 @@ from stage_core.models import ModelSpec, get_flavor
 from stage_core.parallel import ParallelConfig, Precision
 from stage_core.trace import CollectiveKind, NodeKind
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+from stage_explore.analytical.trace_models import AstraTimingModel
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.astrasim import (
     AstraSettings,
     AstraSimBackend,

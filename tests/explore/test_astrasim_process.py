@@ -33,7 +33,8 @@ import pytest
 from stage_core.chakra.reader import read_trace_set
 from stage_core.errors import ConfigError, StageError
 from stage_core.lower.program import lower
-from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+from stage_explore.analytical.trace_models import AstraTimingModel
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.astrasim import (
     AstraInputs,
     AstraSimBackend,
@@ -140,7 +141,8 @@ if set(args) != expected:
     sys.exit(f"unexpected arguments {{sorted(args)}}")
 from stage_core.chakra.groups import read_comm_groups
 from stage_core.chakra.reader import read_trace_set
-from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+from stage_explore.analytical.trace_models import AstraTimingModel
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.system.astra import astra_config_from_files
 prefix = Path(args["--workload-configuration"])
 memory = json.loads(Path(args["--remote-memory-configuration"]).read_text())

@@ -20,7 +20,8 @@ import pytest
 
 from stage_core.chakra.groups import read_comm_groups
 from stage_core.chakra.reader import read_trace_set
-from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+from stage_explore.analytical.trace_models import AstraTimingModel
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.astrasim import AstraInputs, AstraSimBackend, run_astra_sim
 from stage_explore.system import astra_config_from_files, load_system
 from tests.fixtures import SAMPLE_RUN, real_astra_sim

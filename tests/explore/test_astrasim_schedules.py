@@ -14,7 +14,8 @@ from stage_core.chakra.reader import read_trace_set
 from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import lower
 from stage_core.trace import NodeKind
-from stage_explore.analytical.tracesim import AstraTimingModel, simulate
+from stage_explore.analytical.trace_models import AstraTimingModel
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.astrasim import run_astra_sim
 from stage_explore.system import astra_config_from_files
 from tests.explore.astrasim_matrix import Case, write_case

@@ -46,13 +46,13 @@ from stage_explore.analytical.policy import (
     PointToPoint,
     TimingPolicy,
 )
-from stage_explore.analytical.tracesim import (
+from stage_explore.analytical.trace_models import (
     AlphaBetaTimingModel,
     BaseTimingModel,
     InstructionTimingModel,
     instruction_trace,
-    simulate,
 )
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point
 

@@ -37,7 +37,8 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.policy import ASTRA_SIM_POLICY, Overlap
 from stage_explore.analytical.trace_mode import TraceStep, trace_step
-from stage_explore.analytical.tracesim import AlphaBetaTimingModel, simulate
+from stage_explore.analytical.trace_models import AlphaBetaTimingModel
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.evaluation import Evaluation
 from stage_explore.system import load_system
 

@@ -10,12 +10,12 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.collectives import alpha_beta_collective_s
-from stage_explore.analytical.tracesim import (
+from stage_explore.analytical.trace_models import (
     AlphaBetaTimingModel,
     AstraTimingModel,
     BaseTimingModel,
-    simulate,
 )
+from stage_explore.analytical.tracesim import simulate
 from stage_explore.system import (
     AstraAlgorithm,
     AstraConfig,
