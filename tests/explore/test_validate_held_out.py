@@ -61,6 +61,7 @@ TWO_METRICS = ("TTITAN-", "TRAINY-H200-")
 ON_FILES = {
     "IBMFSDP-H100": ("IBMFSDP-H100-", "ibm-h100-800g.toml", "fms-fsdp"),
     "IBMFSDP-A100": ("IBMFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
+    "FMSFSDP-A100": ("FMSFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
 }
 #: Rows the generator cannot express (each with its reason in setups.toml).
 NOT_EVALUATED = {
@@ -93,7 +94,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 169 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 172 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -278,7 +279,8 @@ def test_leave_one_source_out_trains_a_system_file_source_on_its_accelerators_ro
 
 def test_the_fsdp_blog_rows_take_two_sequences_of_4096_per_gpu(cases: list[Case]) -> None:
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
-    evaluated = [c for c in cases if c.source in ON_FILES and c.parallel is not None]
+    blog = ("IBMFSDP-H100", "IBMFSDP-A100")
+    evaluated = [c for c in cases if c.source in blog and c.parallel is not None]
     sizes = ["34B", "34B", "70B", "70B", "7B", "7B"]
     assert sorted(c.id.rsplit("-", 1)[1] for c in evaluated) == sizes
     for case in evaluated:
@@ -539,3 +541,24 @@ def test_the_torchtitan_a100_rows_run_fsdp2_over_64_gpus(cases: list[Case]) -> N
         if case.id.endswith("SELOP"):
             assert parallel.recompute_modules == ("op",)
         assert float(row["mfu_pct"]) > 50 and not dict(case.framework_options)  # eager, bf16
+
+
+def test_the_fms_fsdp_readme_rows_take_the_tables_strategy_batch_and_checkpointing(
+    cases: list[Case],
+) -> None:
+    """fms-fsdp's README table on 128 A100: 13b HSDP (shard groups of a node) without
+    checkpointing at batch 1, 34b / 70b FSDP with every block checkpointed at batch 8 / 6."""
+    by_id = {c.id: c for c in cases if c.source == "FMSFSDP-A100"}
+    expected = {  # dp_shard (None: FULL_SHARD over all of dp), micro-batch, recompute
+        "FMSFSDP-A100-LLAMA2-13B-HSDP-BS1": (8, 1, "none"),
+        "FMSFSDP-A100-LLAMA2-34B-FSDP-BS8": (None, 8, "full"),
+        "FMSFSDP-A100-LLAMA2-70B-FSDP-BS6": (None, 6, "full"),
+    }
+    assert set(by_id) == set(expected)
+    for row_id, (shard, batch, recompute) in expected.items():
+        parallel, model = by_id[row_id].parallel, by_id[row_id].model
+        assert parallel is not None and model is not None
+        assert (parallel.dp, parallel.zero, parallel.dp_shard) == (128, 3, shard), row_id
+        assert (parallel.micro_batch, parallel.global_batch) == (batch, 128 * batch)
+        assert str(parallel.recompute) == recompute and not parallel.grad_fp32
+        assert model.seq_len == 4096 and model.vocab == 32000
