@@ -182,12 +182,18 @@ def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
 @dataclass(frozen=True, slots=True)
 class BlockCost:
     """One block kind on one rank: its forward and backward timing, and the seconds of its
-    ZeRO-3 parameter gathers and ZeRO-2/3 gradient reduce-scatters (0 when not used)."""
+    ZeRO-3 parameter gathers and ZeRO-2/3 gradient reduce-scatters (0 when not used), and
+    under hybrid sharding the all-reduce of its gradient shard over the replicas
+    (``replica_s``), which FSDP issues on a stream of its own once the block's reduce-scatter
+    is done (FSDP1 ``_reduce_grad``: ``_all_reduce_stream.wait_stream(_post_backward_stream)``;
+    FSDP2 ``foreach_reduce``'s ``all_reduce_stream``): the next block's reduce-scatter does not
+    wait for it."""
 
     forward: BlockTiming
     backward: BlockTiming
     gather_s: float = 0.0
     scatter_s: float = 0.0
+    replica_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +220,10 @@ def chunk_timing(
     where they outlast it. With ``root_unit`` (ZeRO-3, FSDP's root unit: the framework option
     ``fsdp_root_unit``) the embedding's and the head's parameters are one unit gathered once
     before the forward and reduce-scattered once after the backward, beside no compute: their
-    gathers and scatters are exposed whole, once per micro-batch."""
+    gathers and scatters are exposed whole, once per micro-batch. A hybrid-sharded block's
+    replica all-reduce (``BlockCost.replica_s``) runs on its own stream: in the steady state a
+    block's backward lasts at least that long, beside its gathers and scatters, not after them;
+    the root unit's follows its reduce-scatter, beside no compute."""
     forward = backward = compute = 0.0
     exposed: dict[str, float] = {}
     backward_runs = []
@@ -222,19 +231,22 @@ def chunk_timing(
         cost = costs[kind]
         df, db = cost.forward.duration_s, cost.backward.duration_s
         if zero >= 3 and root_unit and kind in ROOT_UNIT_KINDS:
+            tail = cost.scatter_s + cost.replica_s
             exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * (
-                cost.gather_s + cost.scatter_s
+                cost.gather_s + tail
             )
-            df, db = df + cost.gather_s, db + cost.scatter_s
+            df, db = df + cost.gather_s, db + tail
         elif zero >= 3:
-            label_s = max(0.0, cost.gather_s - df) + max(0.0, cost.gather_s + cost.scatter_s - db)
+            comm = max(cost.gather_s + cost.scatter_s, cost.replica_s)
+            label_s = max(0.0, cost.gather_s - df) + max(0.0, comm - db)
             exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * label_s
-            df, db = max(df, cost.gather_s), max(db, cost.gather_s + cost.scatter_s)
+            df, db = max(df, cost.gather_s), max(db, comm)
         elif zero == 2:
+            comm = max(cost.scatter_s, cost.replica_s)
             exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + count * max(
-                0.0, cost.scatter_s - db
+                0.0, comm - db
             )
-            db = max(db, cost.scatter_s)
+            db = max(db, comm)
         forward += count * df
         backward += count * db
         compute += count * (cost.forward.compute_s + cost.backward.compute_s)

@@ -26,6 +26,7 @@ from stage_core.lower.program import (
 from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_layer_block
+from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import BlockCost, chunk_timing, sync_timing
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
@@ -264,7 +265,13 @@ class StagePlanning(BlockCosting):
 
         def compute() -> tuple[BlockCost, BlockCost, BlockCost]:
             gather_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.gathers)
-            scatter_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.scatters)
+            scatter_s = replica_s = 0.0
+            for i in parts.scatters:  # hybrid sharding's replica all-reduce: a stream of its own
+                seconds = self._zero_time(point, spans[i.axes], i)
+                if i.axes == (DP_REPLICATE,):
+                    replica_s += seconds
+                else:
+                    scatter_s += seconds
             if (
                 self.framework.zero3_gathers == 3
                 and str(point.workload.parallel.recompute) != "none"
@@ -276,6 +283,7 @@ class StagePlanning(BlockCosting):
                 self._block_timing(point, kind, "bwd", spans),
                 gather_s,
                 scatter_s,
+                replica_s,
             )
             if not split:
                 return cost, cost, cost
@@ -283,7 +291,7 @@ class StagePlanning(BlockCosting):
             w_timing = self._block_timing(point, kind, "bwd_w", spans)
             return (
                 cost,
-                replace(cost, backward=b_timing, scatter_s=0.0),
+                replace(cost, backward=b_timing, scatter_s=0.0, replica_s=0.0),
                 replace(cost, backward=w_timing, gather_s=0.0),
             )
 

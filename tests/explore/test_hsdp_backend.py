@@ -3,7 +3,9 @@
 The generator's side (collectives and memory against closed forms) is in
 ``tests/core/test_hsdp.py``; here: the shard-group size is part of every memo key that the
 results depend on, memory follows the shard group, the replicas' all-reduce costs time over
-a slow inter-node network, and the CLI spells it ``--dp-shard``.
+a slow inter-node network on a stream of its own (FSDP1 ``_all_reduce_stream``, FSDP2
+``all_reduce_stream``: beside the next block's reduce-scatter, not after it), and the CLI spells
+it ``--dp-shard``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.blocktime import BlockCost, BlockTiming, chunk_timing
 from stage_explore.cli import main
 from stage_explore.system import load_system
 
@@ -80,3 +83,49 @@ def test_cli_dp_shard(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*argv, "--dp-shard", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "`dp_shard` must divide `dp`" in err
+
+
+def _timing(duration: float) -> BlockTiming:
+    return BlockTiming(duration, duration, {}, 0)
+
+
+@pytest.mark.parametrize("replica_s", [0.0, 1.5, 2.5])
+def test_the_replica_all_reduce_runs_beside_the_gathers_and_scatters(replica_s: float) -> None:
+    """A layer of backward 2.0 s with a 0.5 s gather, a 0.4 s reduce-scatter and a replica
+    all-reduce of ``replica_s``: its backward lasts max(2.0, 0.5 + 0.4, replica_s) under ZeRO-3
+    and max(2.0, 0.4, replica_s) under ZeRO-2 (its own stream); the root unit's follows its
+    reduce-scatter beside no compute."""
+    layer = BlockCost(_timing(1.0), _timing(2.0), 0.5, 0.4, replica_s)
+    runs = (("layer", 3),)
+    zero3 = chunk_timing(runs, {"layer": layer}, zero=3)
+    assert zero3.backward_s == pytest.approx(3 * max(2.0, 0.9, replica_s))
+    assert dict(zero3.exposed_s)["zero_gather"] == pytest.approx(3 * max(0.0, replica_s - 2.0))
+    zero2 = chunk_timing(
+        runs, {"layer": BlockCost(_timing(1.0), _timing(2.0), 0.0, 0.4, replica_s)}, zero=2
+    )
+    assert zero2.backward_s == pytest.approx(3 * max(2.0, 0.4, replica_s))
+    root = BlockCost(_timing(0.1), _timing(0.2), 0.3, 0.6, replica_s)
+    unit = chunk_timing((("embedding", 1),), {"embedding": root}, zero=3, root_unit=True)
+    assert unit.backward_s == pytest.approx(0.2 + 0.6 + replica_s)
+
+
+def test_backend_separates_the_replica_all_reduce() -> None:
+    """The backend's per-block ZeRO seconds: a hybrid-sharded layer's replica all-reduce is
+    its own term, the reduce-scatter the same as without replicas over the same shard group."""
+    backend = AnalyticalBackend(framework="fsdp")
+    seen: list[BlockCost] = []
+    original = backend._block_costs
+
+    def spy(*args: object, **kwargs: object) -> tuple[BlockCost, BlockCost, BlockCost]:
+        costs = original(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(costs[0])
+        return costs
+
+    backend._block_costs = spy  # type: ignore[method-assign]
+    backend.evaluate(MODEL, _config(8, dp=16), SYSTEM)
+    hybrid = [c for c in seen if c.replica_s > 0]
+    seen.clear()
+    backend.evaluate(MODEL, _config(None, dp=8), SYSTEM)
+    alone = [c for c in seen if c.scatter_s > 0]
+    assert hybrid and not [c for c in seen if c.replica_s > 0]
+    assert sorted(c.scatter_s for c in hybrid) == pytest.approx(sorted(c.scatter_s for c in alone))
