@@ -282,7 +282,8 @@ Options (all booleans unless said):
   ``"set_sm_margin": not method == "ring_exchange"``) and every NeMo / Megatron-Bridge config's
   pipelined overlap. Off: the Transformer Engine of mid-2024 (Megatron-Core r0.8; its
   ``module/base.py`` between TransformerEngine#755, April 2024, and #914, June 2024), whose
-  ``initialize_ub`` built every default overlap with ``add_ub(..., set_sm_margin: int = 0)`` (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
+  ``initialize_ub`` built every default overlap with ``add_ub(..., set_sm_margin: int = 0)``
+  (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
   chunks then run on every SM and lose the kernel's SMs only while it runs, as
   ``ub_bulk_share_s`` charges a bulk overlap.
 - ``pipelining_stage_buffers`` — pipeline stages are ``torch.distributed.pipelining``
