@@ -111,7 +111,14 @@ Options (all booleans unless said):
   ``main_grad.add_(grad)``); ``"deepspeed"``, DeepSpeed's pipeline engine: under bf16 its
   ``BF16_Optimizer.update_hp_grads`` runs after every micro-batch's backward and adds the bf16
   gradient, first cast to an fp32 temporary, to fp32 accumulators; under fp16 only autograd's
-  own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`).
+  own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`);
+  ``"fused-linear"``, Megatron-Core with ``--gradient-accumulation-fusion``: the linear layers'
+  weight-gradient GEMMs accumulate into ``main_grad`` (no pass), every other parameter — the
+  embedding tables, norms, biases — gets a ``.grad`` that its DDP hook adds into ``main_grad``
+  every micro-batch (core/distributed/distributed_data_parallel.py, the per-parameter hook
+  ``_make_param_hook``, later ``_make_backward_post_hook``: ``if param.grad is not None and
+  not param.grad_added_to_main_grad: param.main_grad.add_(param.grad.data)``), the ``"add"``
+  bytes for those weights only.
 - ``loss_fp32_buffers`` (int ≥ 0) — fp32 buffers of the logits' size the loss holds at once
   (:func:`stage_core.lower.memory.loss_peak_bytes`): the logits are upcast to fp32 for the
   cross-entropy. 3: eager ``F.cross_entropy`` on fp32 logits (autocast runs it in fp32; torchtitan
@@ -378,7 +385,7 @@ DISTRIBUTED_FUSED_ADAM = ("off", "fp32", "bf16")
 LOSS_PARALLEL_FP32_BUFFERS = 4
 
 #: The values of ``grad_accumulation``.
-GRAD_ACCUMULATION = ("none", "add", "deepspeed")
+GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear")
 
 GIB = 2**30
 MIB = 2**20

@@ -129,8 +129,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # --gradient-accumulation-fusion is on by default (--no-gradient-accumulation-fusion
-            # turns it off): the wgrad GEMM accumulates into main_grad (grad_added_to_main_grad)
-            grad_accumulation="none",
+            # turns it off): the wgrad GEMM accumulates into main_grad (grad_added_to_main_grad);
+            # the embedding tables, norms and biases are added by the DDP hook each micro-batch
+            grad_accumulation="fused-linear",
             # core/tensor_parallel/cross_entropy.py: calculate_logits_max casts the logits to
             # float, the fp32 softmax is saved and becomes the gradient in place
             loss_fp32_buffers=1,
@@ -452,7 +453,7 @@ def grad_accumulation_bytes(
             return 0
         fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
         return weight_bytes + 2 * fp32 + 2 * fp32
-    return weight_bytes + 2 * grad_bytes
+    return weight_bytes + 2 * grad_bytes  # "add", and "fused-linear" for its unfused weights
 
 
 #: Bytes of the 16 trailing bits of an fp32 master weight Apex's ``DistributedFusedAdam`` keeps

@@ -1,5 +1,6 @@
 """The memory-bound passes a framework adds to a block's phases, beside its instructions:
-gradient accumulation over micro-batches (DeepSpeed's bf16 path), torchao's per-use FP8 weight
+gradient accumulation over micro-batches (DeepSpeed's bf16 path; Megatron-Core's DDP hook for
+the parameters its fused weight-gradient GEMMs do not cover), torchao's per-use FP8 weight
 casts, FSDP2's copy-in / copy-out kernels, FSDP1's flat-gradient concatenation and autocast's
 per-use parameter casts. Each is timed at the achieved HBM bandwidth.
 
@@ -10,7 +11,7 @@ analytical backend owns the memo and the framework profile it reads).
 from __future__ import annotations
 
 from stage_core.lower.bind import group_size
-from stage_core.lower.fp8 import fp8_block
+from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.weightgrad import split_backward
 from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.frameworks import (
@@ -45,7 +46,13 @@ class PhasePasses:
             return 0.0
         sharded = workload.parallel.zero >= 2
         elements = 0
-        for weight in point.blocks[kind].weights:
+        block = point.blocks[kind]
+        fused = (  # their weight-gradient GEMMs accumulate into main_grad themselves
+            linear_weights(block) if self.framework.grad_accumulation == "fused-linear" else ()
+        )
+        for weight in block.weights:
+            if weight.name in fused:
+                continue
             # the reduce-scatter's group: hybrid sharding's replicas (dpr) keep a whole shard
             axes = tuple(a for a in weight.grad_axes if a != DP_REPLICATE)
             group = group_size(axes, workload.axis_sizes) if sharded else 1

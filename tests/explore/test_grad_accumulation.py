@@ -1,8 +1,9 @@
 """Per-micro-batch weight-gradient accumulation (issue #11, the ``grad_accumulation`` framework
 option): a memory-bound pass over every weight gradient a rank accumulates, charged once per
 micro-batch at the achieved HBM bandwidth — 18 bytes per element under DeepSpeed bf16
-(``BF16_Optimizer.update_hp_grads``), ``2 + 2·grad_bytes`` for a separate add, none when fused
-into the weight-gradient GEMM or left untimed; under ZeRO-2/3 only the rank's partition."""
+(``BF16_Optimizer.update_hp_grads``), ``2 + 2·grad_bytes`` for a separate add (Megatron-Core:
+only for the weights its fused weight-gradient GEMMs do not cover), none when fused into the
+weight-gradient GEMM or left untimed; under ZeRO-2/3 only the rank's partition."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _pass_s(elements: int, bytes_per_element: int, micro_batches: int) -> float:
         ("deepspeed", None, "bf16", 4, 2 + 2 * 4 + 2 * 4),  # read bf16, cast to fp32, RMW fp32
         ("deepspeed", None, "bf16", 2, 18),  # BF16_Optimizer's accumulators are fp32 anyway
         ("deepspeed", None, "fp16", 4, 0),  # no hp-gradient pass under fp16
-        ("megatron-core", None, "bf16", 4, 0),  # --gradient-accumulation-fusion
+        ("megatron-core", "none", "bf16", 4, 0),  # every weight fused or untimed
+        ("megatron-core", None, "bf16", 4, 2 + 2 * 4),  # the hook's add (unfused weights only)
         ("fsdp", None, "bf16", 4, 0),  # AccumulateGrad on the shard: untimed
         ("megatron-lm-2021", "add", "bf16", 4, 2 + 2 * 4),  # main_grad.add_ into fp32
         ("megatron-lm-2021", "add", "fp16", 2, 3 * 2),  # in place into a 16-bit buffer
@@ -104,8 +106,28 @@ def test_fp16_deepspeed_changes_nothing() -> None:
 
 def test_profiles_name_their_accumulation() -> None:
     assert FRAMEWORKS["deepspeed"].grad_accumulation == "deepspeed"
-    assert FRAMEWORKS["megatron-core"].grad_accumulation == "none"
+    assert FRAMEWORKS["megatron-core"].grad_accumulation == "fused-linear"
     assert FRAMEWORKS["fsdp"].grad_accumulation == "none"
+
+
+def test_megatron_core_adds_only_what_its_fused_wgrad_gemms_do_not_cover() -> None:
+    """--gradient-accumulation-fusion: the linear layers' GEMMs accumulate into main_grad; the
+    DDP hook adds the rest (biases, layer norms, the embedding tables) every micro-batch, 10
+    bytes per element (bf16 gradient read, fp32 main_grad read and written)."""
+    model = GPT.with_overrides(tied_embeddings=False)
+    micro_batches = 4
+    parallel = ParallelConfig(global_batch=micro_batches, precision=Precision.BF16)
+    hooked = AnalyticalBackend(framework="megatron-core").evaluate(model, parallel, A100)
+    fused = AnalyticalBackend(
+        framework="megatron-core", overrides={"grad_accumulation": "none"}
+    ).evaluate(model, parallel, A100)
+    h = model.hidden
+    vocab = -(-model.vocab // 128) * 128  # Megatron's padding
+    # per layer: the qkv (3h), proj (h), fc1 (4h) and fc2 (h) biases and two layer norms (2 x 2h)
+    unfused = model.layers * (3 * h + h + 4 * h + h + 2 * 2 * h)
+    unfused += vocab * h + model.seq_len * h + 2 * h  # token and position tables, final norm
+    expected = _pass_s(unfused, 2 + 2 * 4, micro_batches)
+    assert hooked.step_time_s - fused.step_time_s == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("bad", ["fused", "fp32", "", 1, None])
