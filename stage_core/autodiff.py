@@ -96,6 +96,9 @@ class BackwardOp(BaseOp):
                 self.forward_in, tensors, sizes, axis_sizes
             )
             read, written = read + extra, written + extra
+        if isinstance(self.forward, Elementwise) and self.forward.mask_bytes:
+            # a dropout's backward reads the keep-mask its forward wrote (native_dropout_backward)
+            read += self.forward.mask_bytes * local_elements(self.forward_out[0], sizes, axis_sizes)
         return Cost(flops, read, written)
 
 
@@ -392,8 +395,15 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
             layouts.append(strip_partial(consumed))
     grads = tuple(b.grad_tensor(n) for n in wanted)
     layouts = [_renamed(layout, g) for layout, g in zip(layouts, grads, strict=True)]
-    reads = (b.grad_tensor(op.outputs[0]), *(n for n in op.inputs if n in op.saved))
-    read_layouts = (dout_layout, *(step.in_layouts[op.inputs.index(n)] for n in reads[1:]))
+    saved_in = tuple(n for n in op.inputs if n in op.saved)
+    # an op that saves its own output (softmax: dX = Y * (dY - sum(dY * Y))) reads it back
+    saved_out = tuple(n for n in op.outputs if n in op.saved and n not in op.inputs)
+    reads = (b.grad_tensor(op.outputs[0]), *saved_in, *saved_out)
+    read_layouts = (
+        dout_layout,
+        *(step.in_layouts[op.inputs.index(n)] for n in saved_in),
+        *(step.out_layouts[op.outputs.index(n)] for n in saved_out),
+    )
     grad_op = BackwardOp(
         f"{op.name}.backward", reads, grads, op, step.in_layouts, step.out_layouts, tuple(layouts)
     )

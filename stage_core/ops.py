@@ -294,9 +294,15 @@ class Elementwise(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
-        return self._per_element(
+        cost = self._per_element(
             self.ops_per_element, layouts, out_layouts, tensors, sizes, axis_sizes
         )
+        if not self.mask_bytes:
+            return cost
+        # a dropout writes its keep-mask beside its output (PyTorch's native_dropout returns
+        # (output, mask), a bool tensor: 1 byte per element)
+        mask = self.mask_bytes * local_elements(out_layouts[0], sizes, axis_sizes)
+        return Cost(cost.flops, cost.bytes_read, cost.bytes_written + mask)
 
     @property
     def saved(self) -> tuple[str, ...]:
