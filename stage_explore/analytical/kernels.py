@@ -175,6 +175,23 @@ def attention_efficiency(
 ATTENTION_BACKWARD_MATMULS = (5, 4)
 
 
+#: The generator's expert projections that frameworks run as one grouped GEMM each (forward,
+#: input gradient, weight gradient): the up (with the gate fused into it: Megatron-Core's
+#: ``linear_fc1`` of a gated unit, AutoModel's ``gate_and_up_projs``), the non-gated fc1 and
+#: fc2. The generator's separate gate projection (``experts.gate``) is half of the fused fc1.
+GROUPED_EXPERT_GEMMS = ("experts.up", "experts.fc1", "experts.fc2")
+
+
+def grouped_gemm_groups(instr: Instr, shape: tuple[int, int, int, int]) -> int:
+    """The groups (local experts) of an MoE expert GEMM that a framework runs as one grouped
+    GEMM (:data:`GROUPED_EXPERT_GEMMS`; ``shape``'s batch), each costing
+    :attr:`~stage_explore.system.model.KernelModel.grouped_gemm_group_s`; 0 for any other GEMM."""
+    name = instr.name
+    if not any(name == op or name.startswith(f"{op}.") for op in GROUPED_EXPERT_GEMMS):
+        return 0
+    return shape[0]
+
+
 def is_linear(instr: Instr, weights: Collection[str]) -> bool:
     """An einsum with a weight operand (forward, input gradient) or a weight-gradient result."""
     return gemm_role(instr, weights) is not None
@@ -335,13 +352,16 @@ class KernelTimer:
         if shape is None:  # element-wise, reductions, custom ops: CUDA cores, bandwidth-bound
             scalar = "fp32" if "fp32" in accelerator.peak_flops_per_s else self._bf16()
             return max(memory_s, instr.flops / accelerator.peak(scalar))
+        groups_s = grouped_gemm_groups(instr, shape) * self.kernels.grouped_gemm_group_s
         role = gemm_role(instr, self.weights)
         if self.dtype != "fp8" or role is None or not self.fp8_training:
             dtype = self.dtype if role is not None else self._bf16()
-            return gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
+            seconds = gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
+            return seconds + groups_s
         if not self.fp8_block or role not in self.fp8_gemms:
             bf16 = self._bf16()
-            return gemm_time_s(accelerator, self.kernels, bf16, shape, instr.flops, memory_s)
+            seconds = gemm_time_s(accelerator, self.kernels, bf16, shape, instr.flops, memory_s)
+            return seconds + groups_s
         # FP8 operands are half as wide: the GEMM's own traffic, then its operand casts
         fp8_memory_s = (
             memory_s
@@ -350,7 +370,7 @@ class KernelTimer:
         )
         fp8 = self._fp8_dtype()
         seconds = gemm_time_s(accelerator, self.kernels, fp8, shape, instr.flops, fp8_memory_s)
-        return seconds + self._cast_s(instr, role)
+        return seconds + self._cast_s(instr, role) + groups_s
 
     def _fp8_dtype(self) -> str:
         """The GEMM kind an FP8 linear layer runs: ``mxfp8`` (block-scaled tensor-core MMA, its

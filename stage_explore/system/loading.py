@@ -82,6 +82,7 @@ _KERNEL_KEYS = (
     "attention_half_keys",
     "attention_head_dim_half",
     "attention_kernels",
+    "grouped_gemm_group_s",
 )
 _EFFICIENCY_KEYS = ("matmul_peak", "matmul_half_saturation_flops", "memory")
 _DIM_KEYS = (
@@ -232,6 +233,8 @@ def _kernels(table: _Table) -> KernelModel:
             )
         },
     }
+    if table.has("grouped_gemm_group_s"):
+        values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
     if table.has("attention_kernels"):
         named = table.table("attention_kernels")
         kernels = {}

@@ -113,7 +113,10 @@ class KernelModel:
       kernel is FA3, ``cudnn`` for Transformer Engine's cuDNN attention) as (forward, backward)
       fractions, optionally with the kernel's own half-saturation keys as a third value (else
       ``attention_half_keys``), for software that uses them (a framework profile's
-      ``attention_kernel``).
+      ``attention_kernel``);
+    - ``grouped_gemm_group_s``: seconds each group of a grouped GEMM (one local expert's GEMM
+      of an MoE layer) costs beyond the batched-GEMM wave model, measured from public grouped-GEMM
+      benchmarks (0: none stated).
     """
 
     sm_count: int
@@ -125,6 +128,7 @@ class KernelModel:
     attention_half_keys: float
     attention_head_dim_half: float
     attention_kernels: dict[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
+    grouped_gemm_group_s: float = 0.0
 
     def attention(self, kernel: str | None) -> tuple[float, float]:
         """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
@@ -176,7 +180,7 @@ class KernelModel:
         object.__setattr__(self, "gemm_efficiency", dict(self.gemm_efficiency))
         for name in ("attention_forward", "attention_backward"):
             _fraction(getattr(self, name), f"kernels `{name}`")
-        for name in ("attention_half_keys", "attention_head_dim_half"):
+        for name in ("attention_half_keys", "attention_head_dim_half", "grouped_gemm_group_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"kernels `{name}` must be >= 0, but got {value!r}")
@@ -191,6 +195,11 @@ class KernelModel:
             "attention_backward": self.attention_backward,
             "attention_half_keys": self.attention_half_keys,
             "attention_head_dim_half": self.attention_head_dim_half,
+            **(
+                {"grouped_gemm_group_s": self.grouped_gemm_group_s}
+                if self.grouped_gemm_group_s
+                else {}
+            ),
             **(
                 {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
                 if self.attention_kernels

@@ -1,0 +1,131 @@
+"""The per-group cost of MoE grouped GEMMs (``KernelModel.grouped_gemm_group_s``): which GEMMs
+are grouped, what a group adds to a kernel's time, that the H100 preset's figure is the cited
+benchmark's time over the batched-GEMM wave model per group, and what it changes in an
+evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.program import bind_all, make_workload
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.kernels import (
+    KernelTimer,
+    gemm_shape,
+    gemm_time_s,
+    grouped_gemm_groups,
+)
+from stage_explore.system import load_system
+from stage_explore.system.loading import system_from_mapping
+from stage_explore.system.model import KernelModel, System
+
+H100 = load_system("h100-80gb")
+GPTOSS = get_flavor("gpt-oss-20b").with_overrides(layers=2, seq_len=1024)  # 32 experts, top-4
+LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
+
+
+def _kernels(system: System) -> KernelModel:
+    kernels = system.accelerator.kernels
+    assert kernels is not None
+    return kernels
+
+
+def _with_group_s(system: System, seconds: float) -> System:
+    kernels = replace(_kernels(system), grouped_gemm_group_s=seconds)
+    return replace(system, accelerator=replace(system.accelerator, kernels=kernels))
+
+
+def test_the_grouped_gemms_are_the_fused_fc1_and_fc2_of_each_pass() -> None:
+    layer = bind_all(make_workload(GPTOSS, ParallelConfig(global_batch=1)))["moe_layer"]
+    groups = {
+        i.name: grouped_gemm_groups(i, shape)
+        for i in (*layer.fwd, *layer.bwd)
+        if (shape := gemm_shape(i)) is not None
+    }
+    experts = GPTOSS.num_experts  # one rank holds every expert here
+    grouped = {name for name, n in groups.items() if n}
+    # forward up (gate fused into it) and fc2; backward each one's input and weight gradient
+    assert len(grouped) == 6 and all(groups[name] == experts for name in grouped)
+    assert all(name.startswith(("experts.up", "experts.fc2")) for name in grouped)
+    assert not any(n for name, n in groups.items() if name.startswith("experts.gate"))
+    assert not any(n for name, n in groups.items() if not name.startswith("experts."))
+
+
+def test_a_grouped_gemm_adds_its_groups_times_the_per_group_cost() -> None:
+    layer = bind_all(make_workload(GPTOSS, ParallelConfig(global_batch=1)))["moe_layer"]
+    (up,) = [i for i in layer.fwd if i.name.startswith("experts.up") and i.kind == "einsum"]
+    (q,) = [i for i in layer.fwd if i.name.startswith("q.") and i.kind == "einsum"]
+    kernels = _kernels(H100)
+    accelerator = H100.accelerator
+    timer = KernelTimer(
+        accelerator, kernels, "bf16", frozenset(), keys=512, head_dim=64, causal=True
+    )
+    rate = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    for instr, groups in ((up, GPTOSS.num_experts), (q, 0)):
+        shape = gemm_shape(instr)
+        assert shape is not None
+        memory_s = (instr.bytes_read + instr.bytes_written) / rate
+        alone = gemm_time_s(accelerator, kernels, "bf16", shape, instr.flops, memory_s)
+        expected = alone + groups * kernels.grouped_gemm_group_s
+        assert timer(instr) == pytest.approx(expected, rel=1e-12)
+
+
+# tgale96/grouped_gemm#37 (H100, multi-stream cuBLAS, the path of TE's GroupedLinear and of
+# AutoModel's grouped_gemm): 128 experts x 512 tokens, K 2048, N 1536 at 129.5 TFLOP/s — the
+# preset's figure; pytorch/ao#2490 (H100, torch._grouped_mm): 16 experts, 8192 tokens, K 5120,
+# N 8192 in 1.31 ms — a second implementation and shape in the same range
+CUBLAS = ((128, 512, 1536, 2048), 2 * 65536 * 1536 * 2048 / 129.5e12)
+GROUPED_MM = ((16, 512, 8192, 5120), 1.31e-3)
+
+
+def _per_group_s(shape: tuple[int, int, int, int], measured_s: float) -> float:
+    """The benchmark's time beyond this preset's batched-GEMM wave model, per group."""
+    kernels = _kernels(H100)
+    accelerator = H100.accelerator
+    batch, m, n, k = shape
+    rate = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    memory_s = 2 * batch * (m * k + k * n + m * n) / rate
+    flops = 2 * batch * m * n * k
+    model_s = gemm_time_s(accelerator, kernels, "bf16", shape, flops, memory_s)
+    return (measured_s - model_s) / batch
+
+
+def test_the_h100_figure_is_the_benchmarks_time_over_the_wave_model_per_group() -> None:
+    figure = _kernels(H100).grouped_gemm_group_s
+    assert _per_group_s(*CUBLAS) == pytest.approx(figure, abs=0.5e-6)
+    assert 15e-6 <= _per_group_s(*GROUPED_MM) <= figure
+
+
+def test_the_figure_is_read_from_a_preset_and_checked() -> None:
+    assert _kernels(H100).grouped_gemm_group_s == 20e-6
+    assert _kernels(load_system("b200")).grouped_gemm_group_s == 0.0  # no B200 figure
+    data = H100.to_dict()
+    assert data["accelerator"]["kernels"]["grouped_gemm_group_s"] == 20e-6
+    assert system_from_mapping(data) == H100
+    data["accelerator"]["kernels"]["grouped_gemm_group_s"] = -1.0
+    with pytest.raises(ConfigError, match="grouped_gemm_group_s.*>= 0, but got -1"):
+        system_from_mapping(data)
+
+
+EP8 = ParallelConfig(dp=8, ep=8, zero=1, micro_batch=1, global_batch=8)
+
+
+def test_the_cost_in_an_evaluation() -> None:
+    """An MoE step is slower by the groups' cost; a backend given the same point on systems that
+    differ only in the figure gives different results (no stale memo); a dense model is
+    untouched."""
+    backend = AnalyticalBackend(framework="megatron-core")
+    without = _with_group_s(H100, 0.0)
+    moe_with = backend.evaluate(GPTOSS, EP8, H100).step_time_s
+    moe_without = backend.evaluate(GPTOSS, EP8, without).step_time_s
+    assert moe_with > moe_without
+    dense = ParallelConfig(dp=8, zero=1, micro_batch=1, global_batch=8)
+    assert (
+        backend.evaluate(LLAMA, dense, H100).step_time_s
+        == backend.evaluate(LLAMA, dense, without).step_time_s
+    )
