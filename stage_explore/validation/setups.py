@@ -18,9 +18,11 @@ interleaved 1F1B when ``vpp`` > 1, else 1F1B.
 from __future__ import annotations
 
 import csv
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,9 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule
 
+#: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
+#: precision (a source's or row's own ``precision`` key).
+_PARALLEL_FIELDS = frozenset(f.name for f in dataclass_fields(ParallelConfig)) - {"precision"}
 METRICS = ("iter_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_mem_gib")
 FLOP_CONVENTIONS = ("megatron-recompute", "megatron-model")
 #: Model dims read from a CSV (when the cell is an integer).
@@ -202,9 +207,25 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
 
 
+#: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.
+_INTEGER_CELL = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.0*)?")
+#: How a table may state a yes/no cell (the first word, lower-cased).
+_YES, _NO = ("yes", "y", "true", "on", "1"), ("no", "n", "false", "off", "0")
+
+
 def _int_cell(value: str) -> int | None:
-    value = value.strip()
-    return int(value) if value.isdigit() else None
+    """The integer a cell states (``1,024`` and ``8.0`` included), or None when it states
+    none (empty, ``-``, or text such as ``1536 per expert`` that the flavor answers)."""
+    match = _INTEGER_CELL.fullmatch(value.strip())
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+def _first_word(cell: str) -> str:
+    """The lower-cased first word of a cell (``"Yes (assumed)"`` → ``"yes"``); "" for an
+    empty cell or a dash."""
+    words = cell.strip().lower().split()
+    word = words[0].rstrip(",;:") if words else ""
+    return "" if word in ("-", "–", "—", "n/a") else word
 
 
 def _merge(
@@ -251,13 +272,30 @@ def _parallel_fields(
         value = _int_cell(row.get(column, ""))
         if value is not None:
             stated[name] = value
-    sp = row.get("sp", "").strip().lower()
+    sp = _first_word(row.get("sp", ""))
     if sp:
-        stated["sp"] = sp.startswith("yes")
-    recompute = row.get("recompute", "").strip()
+        if sp not in (*_YES, *_NO):
+            raise ConfigError(
+                f"{row['id']}: the sp cell {row['sp']!r} must start with yes or no (or true/false)"
+            )
+        stated["sp"] = sp in _YES
+    recompute = _first_word(row.get("recompute", ""))
     if recompute:
-        stated["recompute"] = recompute.split()[0]
-    return _merge(stated, {**source.parallel, **extra}, row["id"], "parallel")
+        stated["recompute"] = recompute
+    fields = _merge(stated, {**source.parallel, **extra}, row["id"], "parallel")
+    unknown = sorted(set(fields) - _PARALLEL_FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"{row['id']}: setups.toml gives unknown parallel field {unknown[0]!r}; known: "
+            f"{sorted(_PARALLEL_FIELDS)}"
+        )
+    value = fields.get("recompute", Recompute.NONE.value)
+    if value not in {member.value for member in Recompute}:
+        raise ConfigError(
+            f"{row['id']}: recompute {value!r} must be one of "
+            f"{[member.value for member in Recompute]}"
+        )
+    return fields
 
 
 def _parallel(row: dict[str, str], fields: dict[str, Any], precision: str) -> ParallelConfig:
@@ -346,7 +384,13 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         return replace(case, reason=str(row_setup["not_evaluated"]))
     base_name = str(row_setup.get("model_base", source.model_base))
     get_flavor(base_name)  # an unknown flavor is an error in setups.toml, not a row's reason
-    precision = str(row_setup.get("precision", source.precision))
+    precision = str(row_setup.get("precision", source.precision)).strip().lower()
+    if precision not in {member.value for member in Precision}:
+        raise ConfigError(
+            f"setups.toml: {row['id']}'s precision {precision!r} must be one of "
+            f"{[member.value for member in Precision]} (the FP8 recipe goes in "
+            "[parallel] fp8_recipe)"
+        )
     model_fields = _model_fields(source, row, row_setup.get("model", {}))
     parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}))
     try:

@@ -12,6 +12,7 @@ import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,15 @@ from stage_core.errors import ConfigError
 from stage_explore.cli import main
 from stage_explore.validation.report import ValidationReport, rankings, spearman
 from stage_explore.validation.run import RowResult, evaluate_cases, megatron_flops
-from stage_explore.validation.setups import Case, data_dir, load_cases, load_setups
+from stage_explore.validation.setups import (
+    Case,
+    SourceSetup,
+    data_dir,
+    load_cases,
+    load_setups,
+    make_case,
+    source_rows,
+)
 
 DATA = data_dir()
 FILES = ("published_runs.csv", "published_runs_more.csv", "vtrain_multi.csv")
@@ -110,6 +119,66 @@ def test_an_unknown_setup_key_is_an_error(tmp_path: Path) -> None:
     folder = _copy_data(tmp_path, text.replace('metric = "iter_time_s"', 'metrik = "x"', 1))
     with pytest.raises(ConfigError, match="unknown key 'metrik'"):
         load_setups(folder / "setups.toml")
+
+
+def _mbridge_row(**cells: str) -> tuple[SourceSetup, dict[str, str]]:
+    """MBRIDGE-H100's first row with ``cells`` replaced, and its source without the setup's
+    recompute (so the CSV's cell decides it)."""
+    sources, _ = load_setups()
+    (source,) = [s for s in sources if s.name == "MBRIDGE-H100"]
+    source = replace(
+        source, parallel={k: v for k, v in source.parallel.items() if k != "recompute"}
+    )
+    row = {**source_rows(source, DATA)[0], **cells}
+    return source, row
+
+
+def test_integer_cells_read_as_tables_print_them() -> None:
+    source, row = _mbridge_row(global_batch_seqs="1,024", tp="8.0", pp=" 2 ")
+    parallel = make_case(source, row, {}).parallel
+    assert parallel is not None
+    assert (parallel.global_batch, parallel.tp, parallel.pp) == (1024, 8, 2)
+    source, row = _mbridge_row(ffn="1536 per expert", tp="-")  # text states no integer
+    case = make_case(source, row, {})
+    assert case.model is not None and case.parallel is not None
+    assert case.model.ffn == 14336 and case.parallel.tp == 1
+
+
+def test_sp_and_recompute_cells_are_read_whatever_their_case() -> None:
+    for cell, sp in (("True", True), ("yes (assumed)", True), ("No", False), ("false", False)):
+        source, row = _mbridge_row(sp=cell)
+        parallel = make_case(source, row, {}).parallel
+        assert parallel is not None and parallel.sp is sp, cell
+    for cell, mode in (("Full", "full"), ("Selective (attention)", "selective"), ("-", "none")):
+        source, row = _mbridge_row(recompute=cell)
+        parallel = make_case(source, row, {}).parallel
+        assert parallel is not None and parallel.recompute == mode, cell
+
+
+@pytest.mark.parametrize(
+    ("cells", "setup", "message"),
+    [
+        ({"sp": "maybe"}, {}, "sp cell 'maybe' must start with yes or no"),
+        ({"recompute": "partial"}, {}, "recompute 'partial' must be one of"),
+        ({}, {"parallel": {"recompute": "Full"}}, "recompute 'Full' must be one of"),
+        ({}, {"parallel": {"bogus": 1}}, "unknown parallel field 'bogus'"),
+        ({}, {"parallel": {"precision": "bf16"}}, "unknown parallel field 'precision'"),
+        ({}, {"precision": "fp8-cs"}, "precision 'fp8-cs' must be one of"),
+    ],
+)
+def test_bad_cells_and_setups_are_one_line_errors(
+    cells: dict[str, str], setup: dict[str, Any], message: str
+) -> None:
+    """Not a ValueError or TypeError traceback, and not a silently misread value."""
+    source, row = _mbridge_row(**cells)
+    with pytest.raises(ConfigError, match=message):
+        make_case(source, row, setup)
+
+
+def test_precision_names_are_case_insensitive() -> None:
+    source, row = _mbridge_row()
+    parallel = make_case(replace(source, precision="FP8"), row, {}).parallel
+    assert parallel is not None and parallel.precision == "fp8"
 
 
 def test_rows_the_generator_cannot_express_are_reported(cases: list[Case]) -> None:
