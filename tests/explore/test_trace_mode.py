@@ -201,3 +201,37 @@ def test_a_collective_on_a_side_stream_runs_beside_the_communication_slot() -> N
     assert beside.ranks[0].finish == seconds  # the bucket on its own stream
     with pytest.raises(ConfigError, match="stream 'comm' of node 1"):
         simulate({0: [reduce, bucket]}, model, policy=policy, streams={0: {1: "comm"}})
+
+
+def _random_cases(count: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
+    """Seeded one-stage configurations without ZeRO-2/3: tp, sp, dp, ep, recompute, ZeRO-1,
+    micro-batch size and count, over dense and MoE families."""
+    import random
+
+    rng = random.Random(seed)
+    flavors = ("megatron-gpt-1.7b", "llama3-8b", "mixtral-8x7b", "deepseek-v2-lite")
+    cases: list[tuple[str, dict[str, Any]]] = []
+    while len(cases) < count:
+        flavor = rng.choice(flavors)
+        tp, dp = rng.choice((1, 2, 4)), rng.choice((1, 2, 4))
+        ep = rng.choice((1, 2)) if flavor in ("mixtral-8x7b", "deepseek-v2-lite") else 1
+        if dp % ep or tp * dp > 8:
+            continue
+        micro_batch = rng.choice((1, 2))
+        kwargs: dict[str, Any] = dict(
+            tp=tp, dp=dp, ep=ep, sp=tp > 1 and rng.random() < 0.5, zero=rng.choice((0, 1)),
+            recompute=rng.choice(tuple(Recompute)), micro_batch=micro_batch,
+            global_batch=dp * micro_batch * rng.choice((1, 2, 3)),
+        )  # fmt: skip
+        cases.append((flavor, kwargs))
+    return cases
+
+
+@pytest.mark.parametrize("framework", ["megatron-lm-2021", "torchtitan"])
+@pytest.mark.parametrize(("flavor", "kwargs"), _random_cases(12, seed=11))
+def test_the_modes_agree_on_random_one_stage_configurations(
+    framework: str, flavor: str, kwargs: dict[str, Any]
+) -> None:
+    evaluation, traced = _run(framework, flavor, kwargs)
+    levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
+    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9), kwargs
