@@ -33,6 +33,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("llama-zero1", "llama3-8b", dict(tp=2, dp=2, sp=True, zero=1, global_batch=8)),
     ("llama-zero2", "llama3-8b", dict(tp=1, dp=4, zero=2, global_batch=8)),
     ("llama-zero3", "llama3-8b", dict(tp=1, dp=4, zero=3, global_batch=8)),
+    ("llama-hsdp", "llama3-8b", dict(tp=1, dp=4, dp_shard=2, zero=3, global_batch=8)),
     ("llama-selective", "llama3-8b",
      dict(tp=2, dp=2, sp=True, recompute=Recompute.SELECTIVE, global_batch=8)),
     ("llama-full", "llama3-8b",

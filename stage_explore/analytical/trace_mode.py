@@ -19,8 +19,8 @@ the lowering's (:func:`stage_core.lower.program._sync_ops`) at the backend's buc
 else one bucket); ZeRO collectives, bucketed reductions and the optimizer are costed by the
 backend's own methods. One rank stands for each pipeline stage (``rank_of({"pp": s})``, as the
 backend's group spans); collectives start locally (the policy's), gradient synchronisation and
-ZeRO's collectives run on streams of their own (the policy's ``side_streams``: a ``sync`` and a
-``zero`` stream beside the blocks' collectives), and pipeline transfers arrive
+ZeRO's collectives run on streams of their own (the policy's ``side_streams``:
+:func:`_side_stream`), and pipeline transfers arrive
 (traces run point-to-point messages only so: a step with pp > 1 is timed with
 ``point_to_point`` arrival whatever the profile's).
 
@@ -51,6 +51,7 @@ from stage_core.lower.nodes import (
 from stage_core.lower.program import ProgramSet, StageProgram, Workload, lower, make_workload
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
+from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import time_block
@@ -224,7 +225,6 @@ def trace_step(
 
         return instructions
 
-    side = {ZERO_GATHER: "zero_gather", ZERO_SCATTER: "zero_scatter", SYNC: "sync"}
     streams: dict[int, dict[int, str]] = {}
     traces: dict[int, list[TraceNode]] = {}
     stage_of: dict[int, int] = {}
@@ -243,17 +243,32 @@ def trace_step(
                 raise ConfigError(f"rank {rank}: collective {node.name!r} has no source")
         traces[rank], stage_of[rank] = trace, stage
         if policy.side_streams:
-            streams[rank] = {
-                item.node.id: side[item.source[1]]
-                for item in template
-                if item.source is not None and item.source[1] in side
-            }
+            on_side = ((item.node.id, _side_stream(item)) for item in template)
+            streams[rank] = {node_id: name for node_id, name in on_side if name}
         params[stage] = _params(backend, point, programs, stage_program)
     timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params)
     if parallel.pp > 1:  # traces run transfers on arrival only
         policy = replace(policy, point_to_point=PointToPoint.ARRIVAL)
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
     return TraceStep(result, stage_of, tuple(templates))
+
+
+#: The streams of the policy's ``side_streams``, by the phase of a node's source: gradient
+#: buckets, ZeRO's gathers and its gradient scatters (FSDP2's all-gather and reduce-scatter
+#: streams).
+SIDE_STREAMS = {SYNC: "sync", ZERO_GATHER: "zero_gather", ZERO_SCATTER: "zero_scatter"}
+
+
+def _side_stream(item: ProgramNode) -> str:
+    """The side stream ``item`` runs on ("" for none): hybrid sharding's replica all-reduce on
+    a stream of its own (FSDP1 ``_all_reduce_stream``, FSDP2 ``all_reduce_stream``; the
+    backend's ``BlockCost.replica_s``), the rest by :data:`SIDE_STREAMS`."""
+    if item.source is None:
+        return ""
+    phase = item.source[1]
+    if phase == ZERO_SCATTER and item.group_axes == (DP_REPLICATE,):
+        return "zero_replica"
+    return SIDE_STREAMS.get(phase, "")
 
 
 def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Point:

@@ -60,6 +60,7 @@ EQUAL_CASES: list[tuple[str, str, dict[str, Any]]] = [
 BOUNDED_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("llama-zero2", "llama3-8b", dict(tp=1, dp=4, zero=2, global_batch=8)),
     ("llama-zero3", "llama3-8b", dict(tp=1, dp=4, zero=3, global_batch=8)),
+    ("llama-hsdp", "llama3-8b", dict(tp=1, dp=4, dp_shard=2, zero=3, global_batch=8)),
     ("gpt-pp2", "megatron-gpt-1.7b", dict(tp=2, pp=2, global_batch=8)),
 ]
 
