@@ -62,6 +62,7 @@ ON_FILES = {
     "IBMFSDP-H100": ("IBMFSDP-H100-", "ibm-h100-800g.toml", "fms-fsdp"),
     "IBMFSDP-A100": ("IBMFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
     "FMSFSDP-A100": ("FMSFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
+    "TORCHTITAN-ASYNCTP": ("TTASYNC-", "grand-teton-h100.toml", "torchtitan"),
 }
 #: Rows the generator cannot express (each with its reason in setups.toml).
 NOT_EVALUATED = {
@@ -94,7 +95,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 172 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 180 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -273,8 +274,9 @@ def test_leave_one_source_out_trains_a_system_file_source_on_its_accelerators_ro
     assert {c.source for c in vtrain} >= {"KOR22-T5", "NAR21-T1"}
     # a preset source trains on the same preset only
     assert {c.system for c in train_of("MBRIDGE-H100")} == {"h100-80gb"}
-    # TorchTitan's 96 GB HBM2e part is on no other source's system
-    assert train_of("TORCHTITAN") == []
+    # TorchTitan's 96 GB HBM2e part: only the other Grand Teton source (the June 2025 async-TP
+    # benchmark) shares its system
+    assert {c.source for c in train_of("TORCHTITAN")} == {"TORCHTITAN-ASYNCTP"}
 
 
 def test_the_fsdp_blog_rows_take_two_sequences_of_4096_per_gpu(cases: list[Case]) -> None:
@@ -562,3 +564,23 @@ def test_the_fms_fsdp_readme_rows_take_the_tables_strategy_batch_and_checkpointi
         assert (parallel.micro_batch, parallel.global_batch) == (batch, 128 * batch)
         assert str(parallel.recompute) == recompute and not parallel.grad_fp32
         assert model.seq_len == 4096 and model.vocab == 32000
+
+
+def test_the_async_tp_rows_run_fsdp_x_tp8_compiled(cases: list[Case]) -> None:
+    """asyncTP_llama3_h100_2025-06: 70B on 256 GPUs (FSDP 32, local batch 16, full AC), 8B on
+    64 (FSDP 8, local batch 12, per-op SAC), TP 8, compile, bf16 / float8, vanilla / async TP."""
+    mine = [c for c in cases if c.source == "TORCHTITAN-ASYNCTP"]
+    assert len(mine) == 8
+    for case in mine:
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None
+        big = "-70B-" in case.id
+        dp, local, recompute = (32, 16, "full") if big else (8, 12, "selective")
+        got = (parallel.tp, parallel.dp, parallel.micro_batch, parallel.global_batch)
+        assert got == (8, dp, local, local * dp) and parallel.sp and parallel.zero == 3
+        assert str(parallel.recompute) == recompute and model.seq_len == 8192
+        assert model.layers == (80 if big else 32)
+        assert str(parallel.precision) == ("fp8" if "-FP8-" in case.id else "bf16")
+        options = dict(case.framework_options)
+        assert options.get("tp_comm_overlap", False) == case.id.endswith("-ASYNC")
+        assert options["fused_elementwise"] and options["loss_fp32_buffers"] == 0
