@@ -10,10 +10,14 @@ caching allocator).
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
+from stage_core.lower.bind import BoundBlock
 from stage_core.lower.compact import Runs
+from stage_core.lower.experts import data_axes
 from stage_core.lower.flops import AttentionFlops, block_flops
+from stage_core.lower.fp8 import FP8_BYTES, fp8_block, linear_weights
 from stage_core.lower.memory import (
     _block_states,
     gathered_input_bytes,
@@ -21,6 +25,7 @@ from stage_core.lower.memory import (
     recompute_working_set,
 )
 from stage_core.lower.program import (
+    Workload,
     _block_sync,
     boundary_bytes,
 )
@@ -72,6 +77,8 @@ class StateCosting:
             reductions, gathers, params = _block_sync(workload, block)
             profile = self.framework
             fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
+            if fp8_params and fp8_block(kind):
+                gathers = fp8_param_gathers(workload, block, gathers)
             weights, grads, optimizer, full = _block_states(
                 workload,
                 block,
@@ -172,3 +179,27 @@ class StateCosting:
             loss = loss_working_set(blocks, buffers, workload.weight_bytes)
             held += max(0, loss - self._working_set(point))
         return held
+
+
+def fp8_param_gathers(
+    workload: Workload, block: BoundBlock, gathers: dict[tuple[str, ...], int]
+) -> dict[tuple[str, ...], int]:
+    """ZeRO-1/2 parameter-gather bytes per axes when the FP8 linear layers' parameters are FP8
+    (``fp8_param_gather``): those are gathered at 1 byte per element, the rest at the 16-bit
+    width. Megatron-Core's ``DistributedDataParallel`` groups a ``Float8Tensor`` parameter into a
+    ``torch.uint8`` parameter buffer ("when creating the param buffer for fp8 params, it is
+    necessary to use torch.uint8, not the 'fake' dtype got from 'param.dtype'",
+    core/distributed/distributed_data_parallel.py), and the distributed optimizer all-gathers
+    that buffer."""
+    linear = linear_weights(block)
+    sizes = workload.axis_sizes
+    result = dict(gathers)
+    for weight in block.weights:
+        if weight.name not in linear:
+            continue
+        data = data_axes(sizes, workload.expert_axes, weight.expert)
+        if data not in result:
+            continue
+        shard = weight.elements // math.prod(sizes[a] for a in data)
+        result[data] -= shard * (workload.weight_bytes - FP8_BYTES)
+    return result
