@@ -48,14 +48,23 @@ bandwidth grows with the message size as nccl-tests measure it); β is the dim's
 bandwidth, at ``bus_efficiency_by_ranks[n]`` instead of ``bus_efficiency`` when the dim lists
 ``n`` (NCCL's bus bandwidth on one NVSwitch node grows with the group); halving-doubling replaces
 ``n−1`` latency steps by ``log2 n``. A group
-spanning several dims runs hierarchically as in 2. (no chunk pipelining); a group that is not
-a full sub-grid of the dims it spans is costed as one flat level on the slowest of them.
+spanning several dims runs hierarchically as in 2. (no chunk pipelining). A group that is not
+a full sub-grid of the dims it spans (12 ranks as 8 + 4 on two 8-GPU nodes; 128 ranks as
+72 + 56 on two NVL72 racks) runs hierarchically too, each level over the most ranks it has in
+that dim, and the buffer a level carries up is the one its smallest block holds
+(:attr:`GroupSpan.blocks`): the node with 4 GPUs has 4 NICs to move its share, as NCCL's rings
+(one channel per NIC) use every NIC of a node; a regular group's blocks are the products of
+its counts, so nothing changes for it. (Until 4 Dec 2026 such a group was one flat ring on the
+slowest dim, as if every hop crossed it: a 12-GPU data-parallel group cost 8x the inter-node
+time of a 16-GPU one.)
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+import operator
 from collections import deque
 from collections.abc import Sequence
 
@@ -431,37 +440,42 @@ def alpha_beta_collective_s(
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
+        blocks = list(itertools.accumulate([ranks for _, ranks in levels], operator.mul))
+        members = math.prod(system.dim_sizes)
     else:
         span = group_span(system.dim_sizes, group)
-        if span.regular:
-            levels = [(index, span.counts[index]) for index in span.dims]
-        else:
-            levels = [(span.dims[-1], len(span.members))]
+        levels = [(index, span.counts[index]) for index in span.dims]
+        blocks = [span.blocks[index] for index in span.dims]
+        members = len(span.members)
     if not levels:
         return 0.0
     network = system.network
+    # the buffer entering level j: what the smallest block below it holds (1 rank below level 0)
+    below = [1, *blocks[:-1]]
 
     def level(phase: CollectiveKind, index: int, ranks: int, buffer_bytes: float) -> float:
         return _level_s(
             phase, network[index].algorithms.for_kind(kind), ranks, buffer_bytes, network[index]
         )
 
-    total, buffer = 0.0, float(size_bytes)
-    if kind is AR:
-        for index, ranks in levels[:-1]:  # reduce-scatter up, and the mirrored all-gather down
-            total += 2 * level(RS, index, ranks, buffer)
-            buffer /= ranks
-        return total + level(AR, *levels[-1], buffer)
+    if kind is AR:  # reduce-scatter up, all-reduce on the last level, the mirrored all-gather down
+        total = sum(
+            2 * level(RS, index, ranks, size_bytes / block)
+            for (index, ranks), block in zip(levels[:-1], below, strict=False)
+        )
+        return total + level(AR, *levels[-1], size_bytes / below[-1])
     if kind is RS:
-        for index, ranks in levels:
-            total += level(RS, index, ranks, buffer)
-            buffer /= ranks
-        return total
-    if kind is AG:
-        for index, ranks in reversed(levels):
-            buffer *= ranks
-            total += level(AG, index, ranks, buffer)
-        return total
+        return sum(
+            level(RS, index, ranks, size_bytes / block)
+            for (index, ranks), block in zip(levels, below, strict=True)
+        )
+    if kind is AG:  # size_bytes is the per-rank shard: the gathered buffer is members times it
+        gathered = float(size_bytes) * members
+        return sum(
+            level(AG, index, ranks, gathered / block)
+            for (index, ranks), block in zip(levels, below, strict=True)
+        )
+    buffer = float(size_bytes)
     outer = levels[-1][0] if len(levels) > 1 else -1
     shares = [scale_out_fraction if index == outer else 1.0 for index, _ in levels]
     if level_fractions:

@@ -76,7 +76,8 @@ class CommCosting:
 
     def _spans(self, point: Point, axes: tuple[str, ...]) -> tuple[Any, ...]:
         """Per pipeline stage: (what the α–β time of a group over ``axes`` depends on — its
-        size, ranks per network dim, regularity —, a representative group, its rank)."""
+        size, ranks per network dim, regularity, smallest blocks —, a representative group, its
+        rank)."""
         workload, table, system = point.workload, point.table, point.system
 
         def compute() -> tuple[Any, ...]:
@@ -85,7 +86,7 @@ class CommCosting:
                 rank = workload.mesh.rank_of({"pp": stage})
                 group = table.group(rank, axes)
                 span = group_span(system.dim_sizes, group)
-                result.append(((len(group), span.counts, span.regular), group, rank))
+                result.append(((len(group), span.counts, span.regular, span.blocks), group, rank))
             return tuple(result)
 
         key = ("spans", point.token, table.names, table.shape, axes)
@@ -126,7 +127,7 @@ class CommCosting:
         model = point.workload.model
         if not self._deepep_all_to_all(point, instr):
             return ()
-        (_, counts, regular), _, _ = span
+        (_, counts, regular, _), _, _ = span
         spanned = [count for count in counts if count > 1]
         if not regular or not spanned:
             return ()

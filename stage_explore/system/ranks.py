@@ -2,12 +2,14 @@
 
 Holds :func:`coordinates` (rank → coordinate per network dim, dim 0 varying fastest, as in
 ASTRA-sim), :class:`GroupSpan` and :func:`group_span` (the distinct coordinates a communicator
-group takes in every dim, hence the dims it spans and its ranks per dim).
+group takes in every dim, hence the dims it spans and its ranks per dim, and the smallest block
+of members below each dim).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +31,11 @@ class GroupSpan:
 
     members: tuple[int, ...]
     counts: tuple[int, ...]
+    #: Per dim, the fewest members sharing one coordinate in every dim above it: the smallest
+    #: block a hierarchical collective has reduced into when it leaves that dim (for a regular
+    #: group the product of the counts up to the dim; 8 + 4 ranks on two 8-GPU nodes: 4 on the
+    #: node dim, whose 4 NICs then carry the node's share).
+    blocks: tuple[int, ...] = ()
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -51,4 +58,8 @@ def group_span(dim_sizes: Sequence[int], group: Sequence[int]) -> GroupSpan:
         raise ConfigError(f"communicator group {list(group)} has ranks outside 0..{world - 1}")
     coords = [coordinates(member, dim_sizes) for member in members]
     counts = tuple(len({c[index] for c in coords}) for index in range(len(dim_sizes)))
-    return GroupSpan(members=members, counts=counts)
+    blocks = tuple(
+        min(Counter(c[index + 1 :] for c in coords).values(), default=0)
+        for index in range(len(dim_sizes))
+    )
+    return GroupSpan(members=members, counts=counts, blocks=blocks)

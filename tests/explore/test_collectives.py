@@ -30,6 +30,7 @@ from stage_explore.system import (
     NetworkDim,
     System,
     Topology,
+    group_span,
 )
 from tests.fixtures import COLLECTIVES_CSV
 
@@ -331,11 +332,49 @@ def test_alpha_beta_halving_doubling_takes_log_steps() -> None:
 
 def test_alpha_beta_irregular_and_trivial_groups() -> None:
     sys = system()
-    # 0, 1 and 4 are not a sub-grid: one flat level of 3 on the slowest dim spanned (dim 1)
+    # 0, 1 and 4 are not a sub-grid (2 ranks on node 0, 1 on node 1): hierarchical, 2 ranks on
+    # dim 0, then 2 nodes on dim 1 carrying what the lone rank of node 1 holds, all of S
+    rs_inner = ALPHA0 + 1 / 2 * S / BETA0
     assert alpha_beta_collective_s(sys, AR, S, [0, 1, 4]) == pytest.approx(
-        2 * 2 * ALPHA1 + 2 * 2 / 3 * S / BETA1
+        2 * rs_inner + 2 * ALPHA1 + S / BETA1
     )
     assert alpha_beta_collective_s(sys, AR, S, [7]) == 0.0
+
+
+def test_alpha_beta_irregular_group_runs_at_its_smallest_block() -> None:
+    """4 + 2 ranks on two 4-rank nodes: each level over the most ranks it has there, and the
+    node dim carries the share of the 2-rank node (S/2 each), not S over every hop."""
+    sys, group = system(), [0, 1, 2, 3, 4, 5]
+    assert group_span(sys.dim_sizes, group).blocks == (2, 6)
+    rs_inner = 3 * ALPHA0 + 3 / 4 * S / BETA0
+    ar = 2 * rs_inner + 2 * ALPHA1 + 2 * 1 / 2 * (S / 2) / BETA1
+    assert alpha_beta_collective_s(sys, AR, S, group) == pytest.approx(ar)
+    rs = rs_inner + ALPHA1 + 1 / 2 * (S / 2) / BETA1
+    assert alpha_beta_collective_s(sys, RS, S, group) == pytest.approx(rs)
+    # all-gather of shard S: 6 S gathered, 4 ranks on dim 0, then 2 nodes with 6 S / 2
+    ag = (3 * ALPHA0 + 3 / 4 * 6 * S / BETA0) + (ALPHA1 + 1 / 2 * 3 * S / BETA1)
+    assert alpha_beta_collective_s(sys, AG, S, group) == pytest.approx(ag)
+    a2a = (3 * ALPHA0 + 3 / 4 * S / BETA0) + (ALPHA1 + 1 / 2 * S / BETA1)
+    assert alpha_beta_collective_s(sys, A2A, S, group) == pytest.approx(a2a)
+    # between the full first node alone and the two full nodes (8 ranks), far below one flat
+    # ring over the slow dim (what such a group cost until 4 Dec 2026)
+    flat = 2 * 5 * ALPHA1 + 2 * 5 / 6 * S / BETA1
+    full = alpha_beta_collective_s(sys, AR, S, list(range(8)))
+    assert full < alpha_beta_collective_s(sys, AR, S, group) < flat / 2
+
+
+def test_alpha_beta_groups_differing_only_in_their_smallest_block() -> None:
+    """4 + 4 + 2 and 4 + 3 + 3 ranks on three nodes: the same size and ranks per dim, but the
+    smallest block (2 vs 3) sets the node dim's share, so the times differ."""
+    sys = system()
+    a, b = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 1, 2, 3, 4, 5, 6, 8, 9, 10]
+    span_a, span_b = group_span(sys.dim_sizes, a), group_span(sys.dim_sizes, b)
+    assert (len(a), span_a.counts) == (len(b), span_b.counts)
+    assert (span_a.blocks[0], span_b.blocks[0]) == (2, 3)
+    slow_a = alpha_beta_collective_s(sys, AR, S, a) - 2 * (3 * ALPHA0 + 3 / 4 * S / BETA0)
+    slow_b = alpha_beta_collective_s(sys, AR, S, b) - 2 * (3 * ALPHA0 + 3 / 4 * S / BETA0)
+    assert slow_a == pytest.approx(4 * ALPHA1 + 2 * 2 / 3 * (S / 2) / BETA1)
+    assert slow_b == pytest.approx(4 * ALPHA1 + 2 * 2 / 3 * (S / 3) / BETA1)
 
 
 def test_alpha_beta_point_to_point() -> None:
