@@ -220,6 +220,21 @@ def _int_cell(value: str) -> int | None:
     return int(match.group(1).replace(",", "")) if match else None
 
 
+#: A measured value as a table may print it: ``5762``, ``14,451``, ``0.95``, ``1.2e3``.
+_NUMBER_CELL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d*)?(?:[eE][+-]?\d+)?")
+
+
+def _measured(cell: str, row_id: str, metric: str) -> float:
+    """The measured value of a metric cell (thousands separators allowed); anything else is a
+    :class:`ConfigError` naming the row and the cell, not a ``ValueError`` traceback."""
+    if _NUMBER_CELL.fullmatch(cell):
+        try:
+            return float(cell.replace(",", ""))
+        except ValueError:
+            pass
+    raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number")
+
+
 def _first_word(cell: str) -> str:
     """The lower-cased first word of a cell (``"Yes (assumed)"`` → ``"yes"``); "" for an
     empty cell or a dash."""
@@ -366,7 +381,9 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         id=row["id"],
         source=source.name,
         metric=source.metric,
-        measured=float(measured_cell) * source.metric_scale if measured_cell else float("nan"),
+        measured=_measured(measured_cell, row["id"], source.metric) * source.metric_scale
+        if measured_cell
+        else float("nan"),
         system=source.system,
         framework=str(row_setup.get("framework", source.framework)),
         in_sample=in_sample,

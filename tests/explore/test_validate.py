@@ -175,6 +175,14 @@ def test_bad_cells_and_setups_are_one_line_errors(
         make_case(source, row, setup)
 
 
+def test_measured_cells_with_thousands_separators() -> None:
+    source, row = _mbridge_row(tokens_per_s_per_gpu="14,451")
+    assert make_case(source, row, {}).measured == 14451.0
+    source, row = _mbridge_row(tokens_per_s_per_gpu="~14451")
+    with pytest.raises(ConfigError, match="tokens_per_s_per_gpu cell '~14451' is not a number"):
+        make_case(source, row, {})
+
+
 def test_precision_names_are_case_insensitive() -> None:
     source, row = _mbridge_row()
     parallel = make_case(replace(source, precision="FP8"), row, {}).parallel
