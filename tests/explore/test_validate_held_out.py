@@ -66,7 +66,6 @@ ON_FILES = {
 }
 #: Rows the generator cannot express (each with its reason in setups.toml).
 NOT_EVALUATED = {
-    "AUTOMODEL-H100-KIMIK2-256",  # no Kimi K2 flavor
     # fms-fsdp's 13b: checkpointing an unstated fraction of the blocks
     "IBMFSDP-H100-LLAMA2-13B", "IBMFSDP-A100-LLAMA2-13B",
     # torchtitan's 'selective layer' AC: every n-th block, n not stated
