@@ -96,9 +96,6 @@ class BackwardOp(BaseOp):
                 self.forward_in, tensors, sizes, axis_sizes
             )
             read, written = read + extra, written + extra
-        if isinstance(self.forward, Elementwise) and self.forward.mask_bytes:
-            # a dropout's backward reads the keep-mask its forward wrote (native_dropout_backward)
-            read += self.forward.mask_bytes * local_elements(self.forward_out[0], sizes, axis_sizes)
         return Cost(flops, read, written)
 
 
@@ -194,10 +191,6 @@ def _saved_tensors(
                 if name not in produced_in_region:
                     keep(name)
             continue
-        if isinstance(op, Elementwise) and op.mask_bytes:
-            result[f"{op.outputs[0]}.mask"] = SavedTensor(
-                f"{op.outputs[0]}.mask", fwd.stored[op.outputs[0]], op.mask_bytes
-            )
         for name in op.saved:
             keep(name)
     if recompute == "selective":  # output-discarding regions: outputs freed once consumed
@@ -395,8 +388,12 @@ def _generic_grads(b: _Builder, step: OpStep, dout_layout: Layout) -> None:
             layouts.append(strip_partial(consumed))
     grads = tuple(b.grad_tensor(n) for n in wanted)
     layouts = [_renamed(layout, g) for layout, g in zip(layouts, grads, strict=True)]
+    # The backward reads the output gradient and what the forward saved, inputs or outputs:
+    # softmax its output (derivatives.yaml: _softmax_backward_data(grad, result, dim, dtype);
+    # Megatron's scaled_masked_softmax_backward(output_grads, softmax_results, scale)), dropout
+    # its mask (native_dropout_backward(grad, result1, scale)), flash attention q, k, v and its
+    # output (_flash_attention_backward(grad_out, query, key, value, out, logsumexp, ...)).
     saved_in = tuple(n for n in op.inputs if n in op.saved)
-    # an op that saves its own output (softmax: dX = Y * (dY - sum(dY * Y))) reads it back
     saved_out = tuple(n for n in op.outputs if n in op.saved and n not in op.inputs)
     reads = (b.grad_tensor(op.outputs[0]), *saved_in, *saved_out)
     read_layouts = (

@@ -104,6 +104,11 @@ class Block:
         backward_ops_per_element: int = 1,
         name: str = "",
     ) -> str:
+        """``out`` element-wise of ``inputs`` (broadcast operands: biases, norm scales).
+        ``mask_bytes`` > 0 makes a dropout: like PyTorch's ``native_dropout`` (derivatives.yaml:
+        ``native_dropout_backward(grad, result1, scale)``) it also writes a mask ``<out>.mask``
+        of ``mask_bytes`` per element (a bool tensor: 1), which its backward reads instead of
+        any input; Megatron's fused bias-dropout-add keeps the same mask."""
         dims = self._known(inputs[0]).dims
         for tensor in inputs[1:]:
             other = self._known(tensor)
@@ -113,17 +118,23 @@ class Block:
                     f"block {self.name!r}: element-wise {out!r} mixes dims {dims} and "
                     f"{self._known(tensor).dims}"
                 )
+        outputs: tuple[str, ...] = (out,)
+        if mask_bytes:  # dropout: its mask is an output of its own, saved for the backward
+            mask = f"{out}.mask"
+            outputs, saves = (out, mask), (*saves, mask)
         op = Elementwise(
             name or out,
             tuple(inputs),
-            (out,),
+            outputs,
             ops_per_element,
             linear,
             saves,
-            mask_bytes,
             backward_ops_per_element,
         )
-        return self._add(op, out, dims, self._known(inputs[0]).dtype_bytes)
+        self._add(op, out, dims, self._known(inputs[0]).dtype_bytes)
+        if mask_bytes:
+            self.tensor(outputs[1], dims, mask_bytes)
+        return out
 
     def reduction(
         self,

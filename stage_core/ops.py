@@ -91,8 +91,8 @@ class BaseOp(abc.ABC):
         ``infer`` returns the natural layouts of the outputs for the given input layouts, or
         raises :class:`ShardingError` when the inputs' shardings are inconsistent. ``cost``
         returns the per-rank cost for the given layouts and sizes. ``saved`` names the tensors
-        the backward pass needs (inputs or outputs); ``mask_of`` names outputs whose backward
-        needs only a 1-byte mask (dropout).
+        the backward pass needs (inputs or outputs); the derived backward reads those and the
+        output gradient (:mod:`stage_core.autodiff`).
     """
 
     name: str
@@ -263,14 +263,15 @@ class Elementwise(BaseOp):
     """Element-wise op on same-shaped inputs; ``ops_per_element`` FLOPs per output element.
 
     ``linear`` ops (add, scale) accept partial sums; ``saves`` lists the tensors the backward
-    needs; ``mask_bytes`` > 0 marks a dropout that saves a mask of that many bytes per element.
-    ``backward_ops_per_element`` is the FLOPs per element of the derived backward.
+    needs (inputs or outputs: a dropout's second output is its mask, saved and read by its
+    backward, :meth:`stage_core.graph.Block.elementwise`). ``backward_ops_per_element`` is the
+    FLOPs per element of the derived backward. FLOPs count the first output's elements; bytes
+    every input and output (a dropout's mask at its own width).
     """
 
     ops_per_element: int = 1
     linear: bool = False
     saves: tuple[str, ...] = ()
-    mask_bytes: int = 0
     backward_ops_per_element: int = 1
 
     def infer(self, layouts: Sequence[Layout], tensors: Mapping[str, Tensor]) -> list[Layout]:
@@ -294,15 +295,9 @@ class Elementwise(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
-        cost = self._per_element(
+        return self._per_element(
             self.ops_per_element, layouts, out_layouts, tensors, sizes, axis_sizes
         )
-        if not self.mask_bytes:
-            return cost
-        # a dropout writes its keep-mask beside its output (PyTorch's native_dropout returns
-        # (output, mask), a bool tensor: 1 byte per element)
-        mask = self.mask_bytes * local_elements(out_layouts[0], sizes, axis_sizes)
-        return Cost(cost.flops, cost.bytes_read, cost.bytes_written + mask)
 
     @property
     def saved(self) -> tuple[str, ...]:

@@ -157,7 +157,8 @@ def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
     """``instrs`` with chains of element-wise instructions fused, as Megatron-LM's fused
     kernels do (bias + GeLU, bias + dropout + residual add): when an element-wise instruction's
     output feeds exactly one instruction of the block and that one is element-wise too, the
-    output stays on chip — its bytes are neither written nor read back."""
+    output stays on chip — its bytes are neither written nor read back. Only the outputs the
+    consumer reads stay on chip: a dropout's mask, saved for the backward, is still written."""
     dependents = [0] * len(instrs)
     for instr in instrs:
         for dep in instr.deps:
@@ -173,10 +174,21 @@ def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
                 and dependents[dep] == 1
                 and producer.phase == instr.phase
             ):
-                kept = min(producer.bytes_written, fused[index].bytes_read)
+                kept = min(
+                    producer.bytes_written, fused[index].bytes_read, _passed(producer, instr)
+                )
                 fused[dep] = replace(producer, bytes_written=producer.bytes_written - kept)
                 fused[index] = replace(fused[index], bytes_read=fused[index].bytes_read - kept)
     return tuple(fused)
+
+
+def _passed(producer: Instr, consumer: Instr) -> int:
+    """Bytes of ``producer``'s outputs that ``consumer`` reads (all it writes when the
+    instructions name no tensors)."""
+    if not producer.outputs or not consumer.inputs:
+        return producer.bytes_written
+    read = {name for name, _ in consumer.inputs}
+    return sum(nbytes for name, nbytes in producer.outputs if name in read)
 
 
 @dataclass(frozen=True, slots=True)

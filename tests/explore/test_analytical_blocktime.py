@@ -112,6 +112,19 @@ def test_fusion_keeps_outputs_that_something_else_reads() -> None:
     assert fuse_elementwise(instrs) == tuple(instrs)
 
 
+def test_fusion_keeps_on_chip_only_what_the_consumer_reads() -> None:
+    # dropout writes its output (10) and a mask (5) that only the backward reads; the residual
+    # add reads the output and the stream x (10): only the output stays on chip.
+    instrs = [
+        Instr("drop", "fwd", "elementwise", flops=1, bytes_read=10, bytes_written=15,
+              outputs=(("drop", 10), ("drop.mask", 5))),
+        Instr("add", "fwd", "elementwise", flops=1, bytes_read=20, bytes_written=10, deps=(0,),
+              inputs=(("x", 10), ("drop", 10)), outputs=(("add", 10),)),
+    ]  # fmt: skip
+    fused = fuse_elementwise(instrs)
+    assert (fused[0].bytes_written, fused[1].bytes_read) == (5, 10)
+
+
 def test_fusion_never_crosses_a_matmul_or_a_reduction() -> None:
     instrs = [
         Instr("mm", "fwd", "einsum", flops=100, bytes_read=10, bytes_written=10),
