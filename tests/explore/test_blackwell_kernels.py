@@ -20,18 +20,9 @@ from stage_explore.analytical.kernels import (
     attention_efficiency,
     gemm_time_s,
 )
-from stage_explore.system import load_system, system_from_mapping
+from stage_explore.system import system_from_mapping
 from stage_explore.system.model import KernelModel
-
-B200 = load_system("b200")
-GB200 = load_system("gb200-nvl72")
-H100 = load_system("h100-80gb")
-
-
-def _kernels(system: object) -> KernelModel:
-    kernels = system.accelerator.kernels  # type: ignore[attr-defined]
-    assert isinstance(kernels, KernelModel)
-    return kernels
+from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of
 
 
 def _attention(phase: str, flops: int) -> Instr:
@@ -41,7 +32,7 @@ def _attention(phase: str, flops: int) -> Instr:
 def _timer(system: object, **changes: object) -> KernelTimer:
     accelerator = system.accelerator  # type: ignore[attr-defined]
     timer = KernelTimer(
-        accelerator, _kernels(system), "bf16", frozenset({"w"}), keys=8192, head_dim=128,
+        accelerator, kernels_of(system), "bf16", frozenset({"w"}), keys=8192, head_dim=128,
         causal=True,
     )  # fmt: skip
     return dataclasses.replace(timer, **changes)  # type: ignore[arg-type]
@@ -50,7 +41,7 @@ def _timer(system: object, **changes: object) -> KernelTimer:
 @pytest.mark.parametrize("kernel", [None, "cudnn", "fa2"])
 def test_a_fused_backward_runs_five_matmuls_where_four_are_counted(kernel: str | None) -> None:
     timer = _timer(B200, attention_kernel=kernel)
-    kernels, peak = _kernels(B200), B200.accelerator.peak("bf16")
+    kernels, peak = kernels_of(B200), B200.accelerator.peak("bf16")
     flops = 10**15
     for phase, backward in (("fwd", False), ("bwd", True)):
         efficiency = attention_efficiency(kernels, 8192, 128, True, backward, kernel)
@@ -61,7 +52,7 @@ def test_a_fused_backward_runs_five_matmuls_where_four_are_counted(kernel: str |
 
 def test_a_kernel_with_its_own_half_keys_saturates_on_its_own_curve() -> None:
     kernels = dataclasses.replace(
-        _kernels(H100), attention_kernels={"slow": (0.5, 0.4, 1500.0), "fa2": (0.35, 0.31)}
+        kernels_of(H100), attention_kernels={"slow": (0.5, 0.4, 1500.0), "fa2": (0.35, 0.31)}
     )
     assert kernels.half_keys("slow") == 1500.0
     assert kernels.half_keys("fa2") == kernels.half_keys(None) == kernels.attention_half_keys
@@ -82,7 +73,7 @@ def test_a_kernel_with_its_own_half_keys_saturates_on_its_own_curve() -> None:
 def test_bad_kernel_entries_are_one_line_config_errors(
     entry: tuple[float, ...], message: str
 ) -> None:
-    values = {**_kernels(H100).to_dict(), "attention_kernels": {"cudnn": entry}}
+    values = {**kernels_of(H100).to_dict(), "attention_kernels": {"cudnn": entry}}
     with pytest.raises(ConfigError, match=message):
         KernelModel(**values)
 
@@ -98,7 +89,7 @@ def test_a_three_value_kernel_entry_loads_from_a_file_and_round_trips() -> None:
 
 @pytest.mark.parametrize("system", [B200, GB200])
 def test_blackwell_presets_list_cudnn_slower_than_fa4_at_8k(system: object) -> None:
-    kernels = _kernels(system)
+    kernels = kernels_of(system)
     for backward in (False, True):
         fa4 = attention_efficiency(kernels, 8192, 128, True, backward)
         cudnn = attention_efficiency(kernels, 8192, 128, True, backward, "cudnn")
@@ -131,7 +122,7 @@ def _linear_fp8(recipe: str) -> float:
 
 
 def test_mxfp8_gemms_run_at_the_block_scaled_fraction() -> None:
-    kernels, accelerator = _kernels(B200), B200.accelerator
+    kernels, accelerator = kernels_of(B200), B200.accelerator
     assert kernels.gemm_efficiency["mxfp8"] < kernels.gemm_efficiency["fp8"]
     m, n, k = 16384, 4096, 4096
     flops = 2 * m * n * k
@@ -153,7 +144,7 @@ def test_blockwise_gemms_run_as_mxfp8_on_blackwell_only() -> None:
 
 
 def test_a_preset_without_an_mxfp8_fraction_times_mxfp8_as_fp8() -> None:
-    kernels = _kernels(B200)
+    kernels = kernels_of(B200)
     plain = dict(kernels.gemm_efficiency)
     del plain["mxfp8"]
     timer = _timer(B200, dtype="fp8", fp8_recipe="mxfp8", fp8_training=True)

@@ -12,23 +12,12 @@ from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.kernels import attention_efficiency
-from stage_explore.system import load_system
-from stage_explore.system.model import KernelModel
-
-B200 = load_system("b200")
-GB200 = load_system("gb200-nvl72")
-H100 = load_system("h100-80gb")
-
-
-def _kernels(system: object) -> KernelModel:
-    kernels = system.accelerator.kernels  # type: ignore[attr-defined]
-    assert isinstance(kernels, KernelModel)
-    return kernels
+from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of
 
 
 @pytest.mark.parametrize("kernel", ["cudnn", "cudnn-9.17"])
 def test_b200_and_gb200_list_one_cudnn_generation_at_the_same_fractions(kernel: str) -> None:
-    b200, gb200 = _kernels(B200), _kernels(GB200)
+    b200, gb200 = kernels_of(B200), kernels_of(GB200)
     assert b200.attention_kernels[kernel] == gb200.attention_kernels[kernel]
     for keys in (2048, 8192, 32768):
         for backward in (False, True):
@@ -44,7 +33,7 @@ def test_b200_and_gb200_list_one_cudnn_generation_at_the_same_fractions(kernel: 
 def test_cudnn_9_17_is_faster_than_the_generation_before_on_short_sequences(
     system: object,
 ) -> None:
-    kernels = _kernels(system)
+    kernels = kernels_of(system)
     for backward in (False, True):
         older = attention_efficiency(kernels, 4096, 128, True, backward, "cudnn")
         newer = attention_efficiency(kernels, 4096, 128, True, backward, "cudnn-9.17")
