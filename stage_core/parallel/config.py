@@ -2,7 +2,8 @@
 
 Contents:
 
-- :class:`Schedule`, :class:`Recompute`, :class:`CpStyle`, :class:`Precision`: vocabularies.
+- The vocabularies (:class:`Schedule`, :class:`Recompute`, :class:`CpStyle`, :class:`Precision`, …)
+  live in :mod:`stage_core.parallel.vocab` and are imported here.
 - :class:`ParallelConfig`: degrees, options and batch sizes, checked on construction; derived
   sizes; the device meshes of dense and expert layers; :meth:`ParallelConfig.validate` against a
   model, which rejects every invalid combination before any work is done.
@@ -63,85 +64,34 @@ from stage_core.models.layers import Ffn
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.split import PipelineSplit, split_layers
 
-
-class Schedule(StrEnum):
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    ZERO_BUBBLE = "zb"  # ZB-H1 (stage_core.lower.schedule); "zb-h1" is accepted as an alias
-    DUALPIPE = "dualpipe"
-
-
-#: Other accepted spellings of schedule names.
-SCHEDULE_ALIASES: Mapping[str, str] = MappingProxyType({"zb-h1": "zb"})
-
-
-class Recompute(StrEnum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
-#: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):
-#: ``core_attn``, ``mlp`` (a dense MLP), ``moe`` (the MoE layer) and ``shared_experts`` are
-#: checkpointed (their inputs kept, re-run in the backward); ``layernorm`` (a norm that is its
-#: own module: an MoE layer's pre-MLP norm, a latent attention's input norm), ``moe_act`` (the
-#: experts' activation) and ``mla_up_proj`` (latent attention's up-projections and RoPE) are
-#: output-discarding checkpoints: their outputs are freed once consumed and re-made before the
-#: backward needs them. ``op`` is torchtitan's op-level selective checkpointing
-#: (:mod:`stage_core.recompute`), not a Megatron module.
-RECOMPUTE_MODULES = (
-    "core_attn",
-    "mlp",
-    "moe",
-    "shared_experts",
-    "layernorm",
-    "moe_act",
-    "mla_up_proj",
-    "op",
+# The configuration's vocabularies, re-exported (imported here from stage_core.parallel.vocab).
+from stage_core.parallel.vocab import (
+    FP8_GEMMS as FP8_GEMMS,
 )
-
-
-class CpStyle(StrEnum):
-    """Context parallelism: all-gather K and V, or pass K/V chunks around a ring."""
-
-    ALLGATHER = "allgather"
-    RING = "ring"
-
-
-class MoeDispatcher(StrEnum):
-    """Megatron-Core's MoE token dispatcher (``--moe-token-dispatcher-type``): all-to-all of
-    each rank's routed tokens over the expert group, or all-gather of the tokens over it (and
-    tp) with a reduce-scatter back (``MoEAllGatherTokenDispatcher``)."""
-
-    ALLTOALL = "alltoall"
-    ALLGATHER = "allgather"
-
-
-class Precision(StrEnum):
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-
-
-class Fp8Recipe(StrEnum):
-    """How an FP8 run scales its tensors (Megatron-Core ``--fp8-recipe``, Transformer Engine's
-    recipes): ``delayed``: one scale per tensor from an amax history (DelayedScaling);
-    ``tensorwise``: one scale per tensor from the tensor itself, "current scaling"
-    (Float8CurrentScaling); ``blockwise``: 1×128 activation and 128×128 weight blocks (DeepSeek-V3,
-    arXiv 2412.19437 Section 3.3; Float8BlockScaling); ``mxfp8``: 32-element blocks with E8M0
-    scales (OCP Microscaling; MXFP8BlockScaling), Blackwell tensor cores only."""
-
-    DELAYED = "delayed"
-    TENSORWISE = "tensorwise"
-    BLOCKWISE = "blockwise"
-    MXFP8 = "mxfp8"
-
-
-#: The three GEMMs of a linear layer an FP8 recipe can run in FP8: forward, input gradient,
-#: weight gradient (Transformer Engine's ``override_linear_precision`` order).
-FP8_GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
-
+from stage_core.parallel.vocab import (
+    RECOMPUTE_MODULES as RECOMPUTE_MODULES,
+)
+from stage_core.parallel.vocab import (
+    SCHEDULE_ALIASES as SCHEDULE_ALIASES,
+)
+from stage_core.parallel.vocab import (
+    CpStyle as CpStyle,
+)
+from stage_core.parallel.vocab import (
+    Fp8Recipe as Fp8Recipe,
+)
+from stage_core.parallel.vocab import (
+    MoeDispatcher as MoeDispatcher,
+)
+from stage_core.parallel.vocab import (
+    Precision as Precision,
+)
+from stage_core.parallel.vocab import (
+    Recompute as Recompute,
+)
+from stage_core.parallel.vocab import (
+    Schedule as Schedule,
+)
 
 #: Default rank order, outermost first.
 DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
@@ -274,8 +224,11 @@ class ParallelConfig:
             problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
         listed: object = self.fp8_gemms
         gemms = tuple(listed) if isinstance(listed, tuple | list) else None
-        if gemms is None or not gemms or len(set(gemms)) != len(gemms) or any(
-            g not in FP8_GEMMS for g in gemms
+        if (
+            gemms is None
+            or not gemms
+            or len(set(gemms)) != len(gemms)
+            or any(g not in FP8_GEMMS for g in gemms)
         ):
             problems.append(
                 f"`fp8_gemms` must name some of {', '.join(FP8_GEMMS)} once each, "
@@ -390,8 +343,7 @@ class ParallelConfig:
         tp, etp = self.tp, self.expert_tp
         if tp % etp:
             problems.append(
-                "`etp` (expert tensor parallel size) must divide `tp`, "
-                f"but got ({etp=}, {tp=})"
+                f"`etp` (expert tensor parallel size) must divide `tp`, but got ({etp=}, {tp=})"
             )
         elif (dp * cp * tp) % (ep * etp):
             problems.append(

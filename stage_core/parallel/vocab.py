@@ -1,0 +1,88 @@
+"""The vocabularies of a parallel configuration: pipeline schedules, recompute granularities and
+modules, context-parallel styles, MoE token dispatchers, precisions and FP8 recipes (the values
+:class:`stage_core.parallel.config.ParallelConfig` and the CLI accept)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class Schedule(StrEnum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    ZERO_BUBBLE = "zb"  # ZB-H1 (stage_core.lower.schedule); "zb-h1" is accepted as an alias
+    DUALPIPE = "dualpipe"
+
+
+#: Other accepted spellings of schedule names.
+SCHEDULE_ALIASES: Mapping[str, str] = MappingProxyType({"zb-h1": "zb"})
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+#: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):
+#: ``core_attn``, ``mlp`` (a dense MLP), ``moe`` (the MoE layer) and ``shared_experts`` are
+#: checkpointed (their inputs kept, re-run in the backward); ``layernorm`` (a norm that is its
+#: own module: an MoE layer's pre-MLP norm, a latent attention's input norm), ``moe_act`` (the
+#: experts' activation) and ``mla_up_proj`` (latent attention's up-projections and RoPE) are
+#: output-discarding checkpoints: their outputs are freed once consumed and re-made before the
+#: backward needs them. ``op`` is torchtitan's op-level selective checkpointing
+#: (:mod:`stage_core.recompute`), not a Megatron module.
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "mlp",
+    "moe",
+    "shared_experts",
+    "layernorm",
+    "moe_act",
+    "mla_up_proj",
+    "op",
+)
+
+
+class CpStyle(StrEnum):
+    """Context parallelism: all-gather K and V, or pass K/V chunks around a ring."""
+
+    ALLGATHER = "allgather"
+    RING = "ring"
+
+
+class MoeDispatcher(StrEnum):
+    """Megatron-Core's MoE token dispatcher (``--moe-token-dispatcher-type``): all-to-all of
+    each rank's routed tokens over the expert group, or all-gather of the tokens over it (and
+    tp) with a reduce-scatter back (``MoEAllGatherTokenDispatcher``)."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+
+class Fp8Recipe(StrEnum):
+    """How an FP8 run scales its tensors (Megatron-Core ``--fp8-recipe``, Transformer Engine's
+    recipes): ``delayed``: one scale per tensor from an amax history (DelayedScaling);
+    ``tensorwise``: one scale per tensor from the tensor itself, "current scaling"
+    (Float8CurrentScaling); ``blockwise``: 1×128 activation and 128×128 weight blocks (DeepSeek-V3,
+    arXiv 2412.19437 Section 3.3; Float8BlockScaling); ``mxfp8``: 32-element blocks with E8M0
+    scales (OCP Microscaling; MXFP8BlockScaling), Blackwell tensor cores only."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    BLOCKWISE = "blockwise"
+    MXFP8 = "mxfp8"
+
+
+#: The three GEMMs of a linear layer an FP8 recipe can run in FP8: forward, input gradient,
+#: weight gradient (Transformer Engine's ``override_linear_precision`` order).
+FP8_GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
