@@ -29,7 +29,7 @@ from stage_core.blocks import (
 from stage_core.errors import InfeasibleError, ShardingError
 from stage_core.layout import Layout
 from stage_core.mesh import Mesh
-from stage_core.models.layers import is_layer_block, layer_kind_of_block
+from stage_core.models.layers import is_kept_block, is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags, plan_for
 from stage_core.recompute import recompute_regions
@@ -142,6 +142,8 @@ def symbolic_block(
     if options.kv_cache_bytes:
         return SymbolicBlock(forward, ShardedBackward((), {}, (), forward.tensors))
     mode = recompute if is_layer_block(kind) or mtp_layer_of_block(kind) else "none"
+    if is_kept_block(kind):  # partial checkpointing: this layer keeps its activations
+        mode = "none"
     region, discard = ATTENTION_CORE, frozenset[str]()
     if mode == "selective":
         region, discard = recompute_regions(block, modules)

@@ -21,6 +21,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stage_core.blocks import MTP_HEAD, mtp_block_name
+from stage_core.models.layers import kept_block_name
 from stage_core.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -50,6 +51,26 @@ def layer_pattern(model: ModelSpec) -> tuple[str, ...]:
     return () if all(kind == "layer" for kind in blocks) else blocks
 
 
+@functools.lru_cache(maxsize=256)
+def partial_recompute_pattern(
+    pattern: tuple[str, ...], stage_layers: tuple[int, ...], recomputed: int
+) -> tuple[str, ...]:
+    """Every layer's block kind under Megatron-Core's ``--recompute-method block
+    --recompute-num-layers N``: in each global virtual stage (``stage_layers`` layers each) the
+    first ``recomputed`` layers keep their kind (fully recomputed), the others become
+    :func:`~stage_core.models.layers.kept_block_name` kinds (their activations kept). Megatron-
+    Core's ``TransformerBlock._checkpointed_forward`` checkpoints ``layer_idx <
+    recompute_num_layers`` over the layers of the block, one block per model chunk (memoised)."""
+    result: list[str] = []
+    start = 0
+    for count in stage_layers:
+        for offset in range(count):
+            kind = pattern[start + offset]
+            result.append(kind if offset < recomputed else kept_block_name(kind))
+        start += count
+    return tuple(result)
+
+
 def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tuple[Any, ...]:
     """What :func:`chunk_runs` takes for ``workload``; ``pattern``: the model's
     :func:`layer_pattern`, if the caller has it."""
@@ -57,6 +78,10 @@ def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tu
     if pattern is None:
         pattern = layer_pattern(model)
     stage_layers = workload.stage_layers or parallel.stage_layers(model)
+    if parallel.recompute_num_layers is not None:
+        pattern = partial_recompute_pattern(
+            pattern or ("layer",) * model.layers, stage_layers, parallel.recompute_num_layers
+        )
     layout = (model.layers, pattern, parallel.pp, parallel.vpp, stage_layers)
     return (*layout, mtp_blocks(model)) if model.mtp_layers else layout
 

@@ -46,7 +46,7 @@ from dataclasses import replace
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.graph import Block
 from stage_core.lower.bind import BoundBlock, SymbolicBlock
-from stage_core.models.layers import is_layer_block
+from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.ops import Einsum, local_elements
 from stage_core.parallel.config import ParallelConfig
 from stage_core.sharding import OpStep
@@ -173,7 +173,7 @@ def with_fp8_saved(
     re-runs are read from ``symbolic``'s backward (its ``recompute`` steps)."""
     mode = str(parallel.recompute) if recompute is None else recompute
     kind = str(bound.kind)
-    if not (is_layer_block(kind) or mtp_layer_of_block(kind)):
+    if not (is_layer_block(kind) or mtp_layer_of_block(kind)) or is_kept_block(kind):
         mode = "none"  # recompute applies to the decoder layers only (bind.symbolic_block)
     if str(parallel.precision) != "fp8" or "wgrad" not in parallel.fp8_gemms:
         return bound

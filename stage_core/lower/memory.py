@@ -39,7 +39,7 @@ from stage_core.lower.fp8 import (
 )
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
-from stage_core.models.layers import is_layer_block
+from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.ops import CrossEntropy, Einsum, local_elements
 from stage_core.sharding import OpStep
 
@@ -186,6 +186,8 @@ def recompute_working_set(
     structure = Structure.of(workload.model)
     for kind in blocks:
         if not (is_layer_block(kind) or mtp_layer_of_block(kind)):  # MTP: its layer recomputes
+            continue
+        if is_kept_block(kind):  # partial checkpointing: a layer that keeps its activations
             continue
         full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
         bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)

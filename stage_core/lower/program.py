@@ -37,6 +37,7 @@ from stage_core.lower.fp8 import with_fp8_saved
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
 from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
+from stage_core.models.layers import kept_block_name
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags
@@ -250,6 +251,8 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     """Bind every block kind the model uses, once (one per distinct layer kind)."""
     structure = Structure.of(workload.model)
     kinds = ["embedding", "head", *dict.fromkeys(workload.model.layer_blocks())]
+    if workload.parallel.recompute_num_layers is not None:  # partial: the kept layers' kinds
+        kinds += [kept_block_name(kind) for kind in dict.fromkeys(workload.model.layer_blocks())]
     if workload.model.mtp_layers:
         kinds += [mtp_blocks(workload.model)[0], MTP_HEAD]
     recompute, modules = str(workload.parallel.recompute), workload.parallel.recompute_modules

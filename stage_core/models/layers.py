@@ -6,7 +6,8 @@ Contents:
 - :class:`LayerKind`: one layer's (mixer, ffn) pair, its pattern token (``"swa+moe"``) and the
   name of the block that implements it (:attr:`LayerKind.block`).
 - :func:`parse_kind`, :func:`expand_pattern`, :func:`compress_kinds`: the pattern language.
-- :func:`layer_kind_of_block`, :func:`is_layer_block`: block names back to layer kinds.
+- :func:`layer_kind_of_block`, :func:`is_layer_block`: block names back to layer kinds;
+  :func:`kept_block_name`, :func:`is_kept_block`: a layer kept out of a partial recompute.
 
 **Pattern language.** A pattern is a comma-separated list of items; an item is a kind token or a
 parenthesised list, optionally followed by ``*N`` (repeat ``N`` times) or a bare ``*`` (the one
@@ -216,8 +217,25 @@ def compress_kinds(kinds: tuple[LayerKind, ...]) -> str:
     )
 
 
+#: Suffix of a decoder layer's block kind that keeps its activations while the run recomputes
+#: the others (partial checkpointing: ``ParallelConfig.recompute_num_layers``).
+KEPT_SUFFIX = "+kept"
+
+
+def kept_block_name(name: str) -> str:
+    """The block kind of a layer of kind ``name`` that is not recomputed under partial
+    checkpointing (:data:`KEPT_SUFFIX`)."""
+    return name + KEPT_SUFFIX
+
+
+def is_kept_block(name: str) -> bool:
+    """Whether ``name`` is a decoder layer kept out of a partial recompute."""
+    return name.endswith(KEPT_SUFFIX)
+
+
 def layer_kind_of_block(name: str) -> LayerKind | None:
     """The layer kind a block name implements, or None for embedding, head and serving head."""
+    name = name.removesuffix(KEPT_SUFFIX)
     if name == "layer":
         return DENSE_LAYER
     if name == "moe_layer":

@@ -69,6 +69,9 @@ from stage_core.parallel.vocab import (
     FP8_GEMMS as FP8_GEMMS,
 )
 from stage_core.parallel.vocab import (
+    RECOMPUTE_METHODS as RECOMPUTE_METHODS,
+)
+from stage_core.parallel.vocab import (
     RECOMPUTE_MODULES as RECOMPUTE_MODULES,
 )
 from stage_core.parallel.vocab import (
@@ -169,6 +172,14 @@ class ParallelConfig:
     #: Megatron-Core's ``--recompute-modules`` under ``recompute='selective'`` (names in
     #: :data:`RECOMPUTE_MODULES`); empty: its default, the core attention (``core_attn``).
     recompute_modules: tuple[str, ...] = ()
+    #: Partial activation checkpointing under ``recompute='full'`` (Megatron-Core's
+    #: ``--recompute-num-layers N``): None recomputes every layer; N, with ``recompute_method``
+    #: 'block', recomputes the first N layers of every pipeline stage's model chunk and keeps
+    #: the others' activations (Megatron-Core ``TransformerBlock._checkpointed_forward``).
+    recompute_num_layers: int | None = None
+    #: Megatron-Core's ``--recompute-method``: only 'block' is expressed ('uniform', groups
+    #: of N layers checkpointed as one unit, is refused: :data:`RECOMPUTE_METHODS`).
+    recompute_method: str = "block"
 
     def __post_init__(self) -> None:
         problems = self._type_problems()
@@ -249,6 +260,17 @@ class ParallelConfig:
             )
         else:
             object.__setattr__(self, "recompute_modules", names)
+        count = self.recompute_num_layers
+        if count is not None and (type(count) is not int or count < 1):
+            problems.append(
+                f"`recompute_num_layers` must be an integer >= 1 or None, but got {count!r}"
+            )
+        if self.recompute_method not in RECOMPUTE_METHODS:
+            problems.append(
+                f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)} (Megatron's "
+                "'uniform' is not expressed), but got "
+                f"recompute_method={self.recompute_method!r}"
+            )
         for name in ("sp", "master_weights_fp32", "grad_fp32"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"`{name}` must be a bool, but got {name}={getattr(self, name)!r}")
@@ -313,6 +335,11 @@ class ParallelConfig:
             problems.append(
                 "`recompute_modules` needs recompute='selective', but got "
                 f"(recompute='{self.recompute}', recompute_modules={list(self.recompute_modules)})"
+            )
+        if self.recompute_num_layers is not None and self.recompute is not Recompute.FULL:
+            problems.append(
+                "`recompute_num_layers` needs recompute='full', but got "
+                f"(recompute='{self.recompute}', recompute_num_layers={self.recompute_num_layers})"
             )
         if "op" in self.recompute_modules and len(self.recompute_modules) > 1:
             problems.append(
@@ -523,9 +550,16 @@ class ParallelConfig:
         if self.etp is not None and self.etp != tp and not model.is_moe:
             problems.append(f"`etp` needs an MoE model, but got ({etp=}, {tp=})")
         try:
-            self.stage_layers(model)
+            counts = self.stage_layers(model)
         except ConfigError as error:
             problems.append(str(error))
+        else:
+            count = self.recompute_num_layers
+            if count is not None and count > min(counts):
+                problems.append(
+                    f"`recompute_num_layers` must be at most the layers of every pipeline "
+                    f"stage's model chunk ({min(counts)}), but got recompute_num_layers={count}"
+                )
         num_experts = model.num_experts
         if ep > 1 and not model.is_moe:
             problems.append(f"`ep` > 1 needs an MoE model, but got ({ep=}, {num_experts=})")
@@ -561,7 +595,11 @@ class ParallelConfig:
                 value = str(value)
             elif isinstance(value, tuple):
                 value = list(value)
-            if field.name in ("recompute_modules", "dp_shard") and not value:
+            if field.name in ("recompute_modules", "dp_shard", "recompute_num_layers") and (
+                not value
+            ):
+                continue  # listed only when set: records of earlier studies keep their keys
+            if field.name == "recompute_method" and value == "block":
                 continue  # listed only when set: records of earlier studies keep their keys
             result[field.name] = value
         return result

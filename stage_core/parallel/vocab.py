@@ -27,6 +27,13 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+#: Megatron-Core's ``--recompute-method`` values the generator expresses: 'block' (the first
+#: ``recompute_num_layers`` layers of each model chunk fully recomputed, the rest not).
+#: 'uniform' (every group of N layers checkpointed as one unit, only the group's input kept) is
+#: not expressed: it needs a block that saves nothing but re-runs its forward.
+RECOMPUTE_METHODS = ("block",)
+
+
 #: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):
 #: ``core_attn``, ``mlp`` (a dense MLP), ``moe`` (the MoE layer) and ``shared_experts`` are
 #: checkpointed (their inputs kept, re-run in the backward); ``layernorm`` (a norm that is its

@@ -136,6 +136,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             str(parallel.recompute), tuple(sorted(sizes.items())),
             tuple(sorted(axis_sizes.items())), model.tied_embeddings,
             parallel.pp == 1, parallel.recompute_modules,
+            parallel.recompute_num_layers is not None,  # binds the kept layers' kinds too
             (str(parallel.fp8_recipe), parallel.fp8_gemms) if fp8 else (),
         )  # fmt: skip
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from stage_core.lower.bind import group_size
 from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.weightgrad import split_backward
+from stage_core.models.layers import is_kept_block
 from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.frameworks import (
     FP8_DYNAMIC_CAST_BYTES,
@@ -150,7 +151,8 @@ class PhasePasses:
         if phase not in ("fwd", "bwd"):
             return 0.0
         passes = 1
-        if phase == "bwd" and str(workload.parallel.recompute) == "full":
+        full = str(workload.parallel.recompute) == "full" and not is_kept_block(kind)
+        if phase == "bwd" and full:
             passes = 2  # the recomputed forward casts again
         elements = sum(weight.elements for weight in point.blocks[kind].weights)
         per_element = FP32_BYTES + workload.weight_bytes  # one side fp32, the other 16-bit

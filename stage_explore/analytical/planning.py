@@ -25,7 +25,7 @@ from stage_core.lower.program import (
 )
 from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
 from stage_core.lower.weightgrad import split_backward
-from stage_core.models.layers import is_layer_block
+from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import BlockCost, chunk_timing, sync_timing
@@ -276,6 +276,7 @@ class StagePlanning(BlockCosting):
                 self.framework.zero3_gathers == 3
                 and str(point.workload.parallel.recompute) != "none"
                 and (is_layer_block(kind) or mtp_layer_of_block(kind))
+                and not is_kept_block(kind)
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
             cost = BlockCost(

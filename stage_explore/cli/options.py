@@ -4,7 +4,8 @@ Contents:
 
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
 - :func:`add_parallel_options`: ``--dp --dp-shard --tp --cp --pp --ep --etp --moe-dispatcher
-  --sp/--no-sp --zero --recompute --recompute-modules --schedule --vpp --micro-batch --global-batch
+  --sp/--no-sp --zero --recompute --recompute-modules --recompute-num-layers
+  --recompute-method --schedule --vpp --micro-batch --global-batch
   --cp-style --precision --fp8-recipe --fp8-gemms``,
   and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
@@ -144,6 +145,20 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "selective checkpointing, alone)",
     )
     group.add_argument(
+        "--recompute-num-layers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --recompute full: Megatron-Core's --recompute-num-layers (partial "
+        "checkpointing: the first N layers of each pipeline stage's model chunk recomputed)",
+    )
+    group.add_argument(
+        "--recompute-method",
+        default="block",
+        metavar="METHOD",
+        help="with --recompute-num-layers: Megatron-Core's --recompute-method (block only)",
+    )
+    group.add_argument(
         "--schedule",
         choices=(*_choices(Schedule), "zb-h1"),
         default=Schedule.ONE_F_ONE_B.value,
@@ -250,6 +265,8 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         zero=args.zero,
         recompute=Recompute(args.recompute),
         recompute_modules=tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip()),
+        recompute_num_layers=args.recompute_num_layers,
+        recompute_method=args.recompute_method,
         micro_batch=args.micro_batch,
         global_batch=0 if args.global_batch is None else args.global_batch,
         seq_len=args.seq_len,

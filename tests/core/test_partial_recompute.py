@@ -1,0 +1,129 @@
+"""Partial activation checkpointing: Megatron-Core's ``--recompute-granularity full
+--recompute-method block --recompute-num-layers N`` (``ParallelConfig.recompute_num_layers``).
+In every pipeline stage's model chunk the first N layers are fully recomputed (each keeps only
+its input), the others keep their activations (``TransformerBlock._checkpointed_forward``).
+
+Closed forms (Korthikanti et al. 2022, 16-bit activations, 1-byte dropout masks, tp = 1): a
+layer without recompute saves ``34·s·b·h + 5·a·s²·b`` bytes, a fully recomputed one its input,
+``2·s·b·h``; a chunk of L layers with N recomputed saves ``N·2sbh + (L−N)·(34sbh + 5as²b)``,
+and its backward re-runs N layers' forward FLOPs."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.program import lower
+from stage_core.models import get_flavor
+from stage_core.models.layers import is_kept_block, kept_block_name
+from stage_core.parallel import ParallelConfig, Recompute
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.system import load_system
+
+GPT = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)  # a=24, h=2304, s=2048
+
+
+def _parallel(**fields: object) -> ParallelConfig:
+    base: dict[str, object] = {"pp": 2, "micro_batch": 1, "global_batch": 8}
+    base.update(fields)
+    return ParallelConfig(**base)  # type: ignore[arg-type]
+
+
+def _layer_saved(programs_stage: object) -> int:
+    chunk_blocks = programs_stage.chunks  # type: ignore[attr-defined]
+    return sum(
+        block.saved_bytes
+        for chunk in chunk_blocks
+        for block in chunk.blocks
+        if block.kind not in ("embedding", "head")
+    )
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_saved_activations_of_a_stage_are_the_closed_form(n: int) -> None:
+    s, h, a, b = GPT.seq_len, GPT.hidden, GPT.heads, 1
+    full_layer, recomputed_layer = 34 * s * b * h + 5 * a * s * s * b, 2 * s * b * h
+    programs = lower(GPT, _parallel(recompute=Recompute.FULL, recompute_num_layers=n))
+    for stage in programs.stages:
+        assert _layer_saved(stage) == n * recomputed_layer + (4 - n) * full_layer
+        kinds = [block.kind for block in stage.chunks[0].blocks if block.kind != "embedding"]
+        assert kinds[:4] == ["layer"] * n + [kept_block_name("layer")] * (4 - n)
+
+
+def test_the_kept_layer_is_the_unrecomputed_layer_and_recompute_flops_one_forward() -> None:
+    partial = lower(GPT, _parallel(recompute=Recompute.FULL, recompute_num_layers=1)).blocks
+    none = lower(GPT, _parallel()).blocks["layer"]
+    full = lower(GPT, _parallel(recompute=Recompute.FULL)).blocks["layer"]
+    kept = partial[kept_block_name("layer")]
+    assert (kept.fwd, kept.bwd, kept.saved_bytes) == (none.fwd, none.bwd, none.saved_bytes)
+    assert partial["layer"] == full
+    forward = sum(i.flops for i in full.fwd)
+    assert sum(i.flops for i in full.bwd if i.phase == "recompute") == forward
+    assert sum(i.flops for i in kept.bwd if i.phase == "recompute") == 0
+    # a stage's recompute FLOPs: N layers' forward
+    stage = lower(GPT, _parallel(recompute=Recompute.FULL, recompute_num_layers=3)).stages[1]
+    recomputed = sum(
+        i.flops for block in stage.chunks[0].blocks for i in block.bwd if i.phase == "recompute"
+    )
+    assert recomputed == 3 * forward
+
+
+def test_n_equal_to_the_chunk_is_full_recompute_and_none_is_unchanged() -> None:
+    full = lower(GPT, _parallel(recompute=Recompute.FULL))
+    every = lower(GPT, _parallel(recompute=Recompute.FULL, recompute_num_layers=4))
+    assert [s.chunks for s in full.stages] == [s.chunks for s in every.stages]
+    assert "recompute_num_layers" not in _parallel().to_dict()
+    assert "recompute_method" not in _parallel().to_dict()
+
+
+def test_each_virtual_chunk_recomputes_its_first_n_layers() -> None:
+    parallel = _parallel(
+        recompute=Recompute.FULL, recompute_num_layers=1, vpp=2, schedule="interleaved"
+    )
+    programs = lower(GPT, parallel)  # 4 global stages of 2 layers
+    for stage in programs.stages:
+        for chunk in stage.chunks:
+            layers = [b.kind for b in chunk.blocks if b.kind not in ("embedding", "head")]
+            assert layers == ["layer", kept_block_name("layer")]
+    assert is_kept_block(kept_block_name("layer")) and not is_kept_block("layer")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"recompute": Recompute.FULL, "recompute_num_layers": 5}, "at most the layers"),
+        ({"recompute": Recompute.SELECTIVE, "recompute_num_layers": 1}, "needs recompute='full'"),
+        ({"recompute_num_layers": 2}, "needs recompute='full'"),
+        ({"recompute": Recompute.FULL, "recompute_num_layers": 0}, "integer >= 1"),
+        ({"recompute": Recompute.FULL, "recompute_num_layers": "2"}, "integer >= 1"),
+        (
+            {"recompute": Recompute.FULL, "recompute_num_layers": 2, "recompute_method": "uniform"},
+            "recompute_method",
+        ),
+    ],
+)
+def test_bad_values_are_one_line_config_errors(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        lower(GPT, _parallel(**fields))
+    assert "\n" not in str(raised.value)
+
+
+def test_the_analytical_memo_keeps_partial_and_full_apart() -> None:
+    system = load_system("h100-80gb")
+    configs = [
+        _parallel(recompute=Recompute.FULL),
+        _parallel(recompute=Recompute.FULL, recompute_num_layers=2),
+        _parallel(),
+        _parallel(recompute=Recompute.FULL, recompute_num_layers=1),
+    ]
+    shared = AnalyticalBackend()
+    warm = [shared.evaluate(GPT, p, system) for p in configs]
+    cold = [AnalyticalBackend().evaluate(GPT, p, system) for p in configs]
+    for w, c in zip(warm, cold, strict=True):
+        assert (w.step_time_s, w.peak_memory_bytes) == (c.step_time_s, c.peak_memory_bytes)
+    full, two, none, one = warm
+    assert none.peak_memory_bytes > one.peak_memory_bytes > two.peak_memory_bytes
+    assert two.peak_memory_bytes > full.peak_memory_bytes
+    assert none.step_time_s < one.step_time_s < two.step_time_s < full.step_time_s
+    assert none.hardware_flops_per_step < two.hardware_flops_per_step
+    assert two.hardware_flops_per_step < full.hardware_flops_per_step
