@@ -53,22 +53,32 @@ def layer_pattern(model: ModelSpec) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def partial_recompute_pattern(
-    pattern: tuple[str, ...], stage_layers: tuple[int, ...], recomputed: int
+    pattern: tuple[str, ...], stage_layers: tuple[int, ...], recomputed: int, every_pp: int = 0
 ) -> tuple[str, ...]:
-    """Every layer's block kind under Megatron-Core's ``--recompute-method block
-    --recompute-num-layers N``: in each global virtual stage (``stage_layers`` layers each) the
-    first ``recomputed`` layers keep their kind (fully recomputed), the others become
-    :func:`~stage_core.models.layers.kept_block_name` kinds (their activations kept). Megatron-
-    Core's ``TransformerBlock._checkpointed_forward`` checkpoints ``layer_idx <
-    recompute_num_layers`` over the layers of the block, one block per model chunk (memoised)."""
-    result: list[str] = []
-    start = 0
-    for count in stage_layers:
-        for offset in range(count):
-            kind = pattern[start + offset]
-            result.append(kind if offset < recomputed else kept_block_name(kind))
-        start += count
-    return tuple(result)
+    """Every layer's block kind under partial checkpointing: recomputed layers keep their kind,
+    the others become :func:`~stage_core.models.layers.kept_block_name` kinds (activations
+    kept). ``every_pp`` 0: Megatron-Core's ``--recompute-method block --recompute-num-layers
+    N`` — in each global virtual stage (``stage_layers`` layers each) the first N layers
+    (``TransformerBlock._checkpointed_forward`` checkpoints ``layer_idx < recompute_num_layers``
+    over the layers of the block, one block per model chunk). ``every_pp`` = pp: torchtitan's
+    every N-th block — per pipeline rank a counter over its blocks (its chunks in order,
+    global stages r, r + pp, …), a block checkpointed when the count is a multiple of N
+    (``_apply_layer_sac``'s ``count % ac_freq == 0``) (memoised)."""
+    starts = [sum(stage_layers[:g]) for g in range(len(stage_layers))]
+    recompute = [False] * len(pattern)
+    for g, count in enumerate(stage_layers if not every_pp else ()):
+        for offset in range(min(count, recomputed)):
+            recompute[starts[g] + offset] = True
+    for rank in range(every_pp):
+        position = 0
+        for g in range(rank, len(stage_layers), every_pp):
+            for offset in range(stage_layers[g]):
+                position += 1
+                recompute[starts[g] + offset] = position % recomputed == 0
+    return tuple(
+        kind if again else kept_block_name(kind)
+        for kind, again in zip(pattern, recompute, strict=True)
+    )
 
 
 def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tuple[Any, ...]:
@@ -80,7 +90,10 @@ def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tu
     stage_layers = workload.stage_layers or parallel.stage_layers(model)
     if parallel.recompute_num_layers is not None:
         pattern = partial_recompute_pattern(
-            pattern or ("layer",) * model.layers, stage_layers, parallel.recompute_num_layers
+            pattern or ("layer",) * model.layers,
+            stage_layers,
+            parallel.recompute_num_layers,
+            parallel.pp if parallel.recompute_method == "every" else 0,
         )
     layout = (model.layers, pattern, parallel.pp, parallel.vpp, stage_layers)
     return (*layout, mtp_blocks(model)) if model.mtp_layers else layout

@@ -177,8 +177,8 @@ class ParallelConfig:
     #: 'block', recomputes the first N layers of every pipeline stage's model chunk and keeps
     #: the others' activations (Megatron-Core ``TransformerBlock._checkpointed_forward``).
     recompute_num_layers: int | None = None
-    #: Megatron-Core's ``--recompute-method``: only 'block' is expressed ('uniform', groups
-    #: of N layers checkpointed as one unit, is refused: :data:`RECOMPUTE_METHODS`).
+    #: Which N layers: 'block' (Megatron-Core's ``--recompute-method block``) or 'every'
+    #: (torchtitan's every N-th block); Megatron's 'uniform' is refused (:data:`RECOMPUTE_METHODS`).
     recompute_method: str = "block"
 
     def __post_init__(self) -> None:
@@ -555,10 +555,13 @@ class ParallelConfig:
             problems.append(str(error))
         else:
             count = self.recompute_num_layers
-            if count is not None and count > min(counts):
+            every = self.recompute_method == "every"
+            limit = min(sum(counts[r :: self.pp]) for r in range(self.pp)) if every else min(counts)
+            if count is not None and count > limit:
+                where = "pipeline rank" if every else "pipeline stage's model chunk"
                 problems.append(
-                    f"`recompute_num_layers` must be at most the layers of every pipeline "
-                    f"stage's model chunk ({min(counts)}), but got recompute_num_layers={count}"
+                    f"`recompute_num_layers` must be at most the layers of every {where} "
+                    f"({limit}), but got recompute_num_layers={count}"
                 )
         num_experts = model.num_experts
         if ep > 1 and not model.is_moe:

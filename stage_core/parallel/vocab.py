@@ -27,11 +27,15 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
-#: Megatron-Core's ``--recompute-method`` values the generator expresses: 'block' (the first
-#: ``recompute_num_layers`` layers of each model chunk fully recomputed, the rest not).
-#: 'uniform' (every group of N layers checkpointed as one unit, only the group's input kept) is
-#: not expressed: it needs a block that saves nothing but re-runs its forward.
-RECOMPUTE_METHODS = ("block",)
+#: How ``recompute_num_layers`` N picks the fully recomputed layers (the others keep their
+#: activations): 'block', Megatron-Core's ``--recompute-method block`` (the first N layers of
+#: each model chunk; NeMo's activation_recomputation.rst: "the layers per pipeline stage", "per
+#: virtual pipeline stage" with virtual pipelining); 'every', torchtitan's ``selective`` AC with
+#: ``selective_ac_option = N`` (every N-th block a rank builds, by a per-process counter:
+#: ``_apply_layer_sac`` checkpoints when ``count % N == 0``). Megatron's 'uniform' (groups of N
+#: layers checkpointed as one unit, only each group's input kept) is not expressed: it needs a
+#: block that saves nothing but re-runs its forward.
+RECOMPUTE_METHODS = ("block", "every")
 
 
 #: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):

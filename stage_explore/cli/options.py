@@ -156,7 +156,9 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--recompute-method",
         default="block",
         metavar="METHOD",
-        help="with --recompute-num-layers: Megatron-Core's --recompute-method (block only)",
+        help="with --recompute-num-layers: block (Megatron-Core's --recompute-method block: the "
+        "first N layers of each model chunk) or every (torchtitan's selective_ac_option N: "
+        "every N-th block)",
     )
     group.add_argument(
         "--schedule",

@@ -18,6 +18,7 @@ from stage_core.models import get_flavor
 from stage_core.models.layers import is_kept_block, kept_block_name
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.cli import main
 from stage_explore.system import load_system
 
 GPT = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)  # a=24, h=2304, s=2048
@@ -88,12 +89,44 @@ def test_each_virtual_chunk_recomputes_its_first_n_layers() -> None:
     assert is_kept_block(kept_block_name("layer")) and not is_kept_block("layer")
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_every_nth_block_of_a_rank_is_recomputed_torchtitan(n: int) -> None:
+    """torchtitan's ``selective_ac_option = n``: a counter over the blocks a rank builds, the
+    block checkpointed when the count (from 1) is a multiple of n; vpp 2: the rank's two chunks
+    continue one count."""
+    s, h, a, b = GPT.seq_len, GPT.hidden, GPT.heads, 1
+    full_layer, recomputed_layer = 34 * s * b * h + 5 * a * s * s * b, 2 * s * b * h
+    one = lower(GPT, ParallelConfig(recompute=Recompute.FULL, recompute_num_layers=n,
+                                    recompute_method="every"))  # fmt: skip
+    kinds = [b.kind for b in one.stages[0].chunks[0].blocks if b.kind not in ("embedding", "head")]
+    expected = ["layer" if i % n == 0 else kept_block_name("layer") for i in range(1, 9)]
+    assert kinds == expected
+    assert _layer_saved(one.stages[0]) == (8 // n) * recomputed_layer + (8 - 8 // n) * full_layer
+    interleaved = lower(
+        GPT,
+        _parallel(
+            recompute=Recompute.FULL,
+            recompute_num_layers=n,
+            recompute_method="every",
+            vpp=2,
+            schedule="interleaved",
+        ),
+    )
+    for stage in interleaved.stages:  # fmt: skip
+        kinds = [b.kind for c in stage.chunks for b in c.blocks if b.kind.startswith("layer")]
+        assert kinds == expected[:4]
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"recompute": Recompute.FULL, "recompute_num_layers": 5}, "at most the layers"),
         ({"recompute": Recompute.SELECTIVE, "recompute_num_layers": 1}, "needs recompute='full'"),
         ({"recompute_num_layers": 2}, "needs recompute='full'"),
+        (
+            {"recompute": Recompute.FULL, "recompute_num_layers": 5, "recompute_method": "every"},
+            "every pipeline rank",
+        ),
         ({"recompute": Recompute.FULL, "recompute_num_layers": 0}, "integer >= 1"),
         ({"recompute": Recompute.FULL, "recompute_num_layers": "2"}, "integer >= 1"),
         (
@@ -127,3 +160,21 @@ def test_the_analytical_memo_keeps_partial_and_full_apart() -> None:
     assert none.step_time_s < one.step_time_s < two.step_time_s < full.step_time_s
     assert none.hardware_flops_per_step < two.hardware_flops_per_step
     assert two.hardware_flops_per_step < full.hardware_flops_per_step
+
+
+def test_the_cli_flags_reach_the_config_and_bad_values_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.explore.test_cli_options import workload
+
+    _, parallel = workload(
+        "--model", "megatron-gpt-1.7b", "--pp", "2", "--recompute", "full",
+        "--recompute-num-layers", "3",
+    )  # fmt: skip
+    assert (parallel.recompute_num_layers, parallel.recompute_method) == (3, "block")
+    code = main(
+        ["eval", "--model", "megatron-gpt-1.7b", "--layers", "8", "--pp", "2", "--recompute",
+         "full", "--recompute-num-layers", "5", "--system", "h100-80gb"]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "recompute_num_layers=5" in err and len(err.splitlines()) == 1

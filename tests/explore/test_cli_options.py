@@ -17,7 +17,7 @@ EXPECTED_FLAGS = {
     "--model", "--layers", "--seq-len", "--mtp-layers", "--dropout", "--no-dropout",
     "--dp", "--dp-shard", "--tp", "--cp", "--pp", "--ep", "--etp", "--sp", "--no-sp", "--zero",
     "--recompute",
-    "--recompute-modules",
+    "--recompute-modules", "--recompute-num-layers", "--recompute-method",
     "--moe-dispatcher",
     "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp8-recipe", "--fp8-gemms",
