@@ -112,7 +112,7 @@ def test_every_nth_block_of_a_rank_is_recomputed_torchtitan(n: int) -> None:
             schedule="interleaved",
         ),
     )
-    for stage in interleaved.stages:  # fmt: skip
+    for stage in interleaved.stages:
         kinds = [b.kind for c in stage.chunks for b in c.blocks if b.kind.startswith("layer")]
         assert kinds == expected[:4]
 
