@@ -265,7 +265,12 @@ def _describe(parallel: dict[str, Any]) -> str:
     flags = [
         f"zero={parallel['zero']}" if parallel["zero"] else "",
         "sp" if parallel["sp"] else "",
-        f"recompute={parallel['recompute']}",
+        f"recompute={parallel['recompute']}"
+        + (  # partial checkpointing, listed only when set (ParallelConfig.to_dict)
+            f"({parallel['recompute_num_layers']} {parallel.get('recompute_method', 'block')})"
+            if parallel.get("recompute_num_layers") is not None
+            else ""
+        ),
         f"schedule={parallel['schedule']}",
         parallel["precision"],
     ]

@@ -139,7 +139,10 @@ def describe(parallel: ParallelConfig) -> str:
         parts.append(f"zero{parallel.zero}")
     if parallel.dp_shard is not None:  # hybrid sharding: ZeRO inside shard groups of dp_shard
         parts.append(f"hsdp{parallel.dp_shard}")
-    parts.append(f"{parallel.recompute} recompute {parallel.precision}")
+    recompute = str(parallel.recompute)
+    if parallel.recompute_num_layers is not None:  # partial: ``full(2 block)``
+        recompute += f"({parallel.recompute_num_layers} {parallel.recompute_method})"
+    parts.append(f"{recompute} recompute {parallel.precision}")
     return " ".join(parts)
 
 

@@ -19,7 +19,9 @@ from stage_core.models.layers import is_kept_block, kept_block_name
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.cli import main
+from stage_explore.cli.eval import _describe as describe_cli
 from stage_explore.system import load_system
+from stage_explore.validation.run import describe
 
 GPT = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)  # a=24, h=2304, s=2048
 
@@ -172,6 +174,11 @@ def test_the_cli_flags_reach_the_config_and_bad_values_exit_2(
         "--recompute-num-layers", "3",
     )  # fmt: skip
     assert (parallel.recompute_num_layers, parallel.recompute_method) == (3, "block")
+    assert "full(3 block) recompute" in describe(parallel)
+    assert "recompute=full(3 block) " in describe_cli(parallel.to_dict())
+    assert "recompute=full " in describe_cli(_parallel(recompute=Recompute.FULL).to_dict())
+    every = _parallel(recompute=Recompute.FULL, recompute_num_layers=2, recompute_method="every")
+    assert "recompute=full(2 every)" in describe_cli(every.to_dict())
     code = main(
         ["eval", "--model", "megatron-gpt-1.7b", "--layers", "8", "--pp", "2", "--recompute",
          "full", "--recompute-num-layers", "5", "--system", "h100-80gb"]
