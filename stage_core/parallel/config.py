@@ -96,6 +96,9 @@ from stage_core.parallel.vocab import (
     Schedule as Schedule,
 )
 
+#: Fields :meth:`ParallelConfig.to_dict` lists only when set (empty / None / 'block': unset).
+_LISTED_WHEN_SET = ("recompute_modules", "dp_shard", "recompute_num_layers", "recompute_method")
+
 #: Default rank order, outermost first.
 DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
 #: Name of the expert-data-parallel axis of :meth:`ParallelConfig.expert_mesh`.
@@ -172,13 +175,9 @@ class ParallelConfig:
     #: Megatron-Core's ``--recompute-modules`` under ``recompute='selective'`` (names in
     #: :data:`RECOMPUTE_MODULES`); empty: its default, the core attention (``core_attn``).
     recompute_modules: tuple[str, ...] = ()
-    #: Partial activation checkpointing under ``recompute='full'`` (Megatron-Core's
-    #: ``--recompute-num-layers N``): None recomputes every layer; N, with ``recompute_method``
-    #: 'block', recomputes the first N layers of every pipeline stage's model chunk and keeps
-    #: the others' activations (Megatron-Core ``TransformerBlock._checkpointed_forward``).
+    #: Partial checkpointing under ``recompute='full'``: N layers recomputed, the others keep
+    #: their activations; None: all. Which N: :data:`RECOMPUTE_METHODS` ('block', 'every').
     recompute_num_layers: int | None = None
-    #: Which N layers: 'block' (Megatron-Core's ``--recompute-method block``) or 'every'
-    #: (torchtitan's every N-th block); Megatron's 'uniform' is refused (:data:`RECOMPUTE_METHODS`).
     recompute_method: str = "block"
 
     def __post_init__(self) -> None:
@@ -267,9 +266,8 @@ class ParallelConfig:
             )
         if self.recompute_method not in RECOMPUTE_METHODS:
             problems.append(
-                f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)} (Megatron's "
-                "'uniform' is not expressed), but got "
-                f"recompute_method={self.recompute_method!r}"
+                f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)} ('uniform' is "
+                f"not expressed), but got recompute_method={self.recompute_method!r}"
             )
         for name in ("sp", "master_weights_fp32", "grad_fp32"):
             if not isinstance(getattr(self, name), bool):
@@ -554,14 +552,13 @@ class ParallelConfig:
         except ConfigError as error:
             problems.append(str(error))
         else:
-            count = self.recompute_num_layers
-            every = self.recompute_method == "every"
+            count, every = self.recompute_num_layers, self.recompute_method == "every"
             limit = min(sum(counts[r :: self.pp]) for r in range(self.pp)) if every else min(counts)
-            if count is not None and count > limit:
-                where = "pipeline rank" if every else "pipeline stage's model chunk"
+            if count is not None and count > limit:  # a rank's layers ('every'), else a chunk's
                 problems.append(
-                    f"`recompute_num_layers` must be at most the layers of every {where} "
-                    f"({limit}), but got recompute_num_layers={count}"
+                    "`recompute_num_layers` must be at most the layers of every pipeline "
+                    f"{'rank' if every else 'stage chunk'} ({limit}), "
+                    f"but got recompute_num_layers={count}"
                 )
         num_experts = model.num_experts
         if ep > 1 and not model.is_moe:
@@ -598,11 +595,8 @@ class ParallelConfig:
                 value = str(value)
             elif isinstance(value, tuple):
                 value = list(value)
-            if field.name in ("recompute_modules", "dp_shard", "recompute_num_layers") and (
-                not value
-            ):
-                continue  # listed only when set: records of earlier studies keep their keys
-            if field.name == "recompute_method" and value == "block":
+            unset = "block" if field.name == "recompute_method" else None
+            if field.name in _LISTED_WHEN_SET and (value or None) == unset:
                 continue  # listed only when set: records of earlier studies keep their keys
             result[field.name] = value
         return result

@@ -127,7 +127,7 @@ def test_every_nth_block_of_a_rank_is_recomputed_torchtitan(n: int) -> None:
         ({"recompute_num_layers": 2}, "needs recompute='full'"),
         (
             {"recompute": Recompute.FULL, "recompute_num_layers": 5, "recompute_method": "every"},
-            "every pipeline rank",
+            "every pipeline rank \\(4\\), but got recompute_num_layers=5",
         ),
         ({"recompute": Recompute.FULL, "recompute_num_layers": 0}, "integer >= 1"),
         ({"recompute": Recompute.FULL, "recompute_num_layers": "2"}, "integer >= 1"),
