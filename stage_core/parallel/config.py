@@ -60,8 +60,8 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.mesh import Mesh, MeshAxis
-from stage_core.models.layers import Ffn
 from stage_core.models.spec import ModelSpec
+from stage_core.parallel.model_rules import model_violations
 from stage_core.parallel.split import PipelineSplit, split_layers
 
 # The configuration's vocabularies, re-exported (imported here from stage_core.parallel.vocab).
@@ -511,72 +511,9 @@ class ParallelConfig:
     # ------------------------------------------------------------------ validation
 
     def violations(self, model: ModelSpec) -> tuple[str, ...]:
-        """Every rule this config breaks for ``model``, one message each (empty when valid)."""
-        try:
-            model = self.resolve(model)
-        except ConfigError as error:
-            return (str(error),)
-        problems: list[str] = []
-        tp, ep, cp = self.tp, self.ep, self.cp
-        heads, kv_heads = model.heads, model.kv_heads
-        kinds = model.layer_kinds()
-        attends = any(kind.attends for kind in kinds)  # a pure Mamba stack has no attention
-        if attends and heads % tp:
-            problems.append(f"`tp` must divide `heads`, but got ({tp=}, {heads=})")
-        if attends and kv_heads % tp and tp % kv_heads:
-            problems.append(
-                "`tp` must divide `kv_heads`, or `kv_heads` divide `tp` (KV heads replicated), "
-                f"but got ({tp=}, {kv_heads=})"
-            )
-        if model.ssm_heads:  # Mamba-2: Megatron-Core's MambaMixer asserts tp | heads, groups
-            ssm_heads, ssm_groups = model.ssm_heads, model.ssm_groups
-            if ssm_heads % (tp * cp) or ssm_groups % (tp * cp):
-                problems.append(
-                    "`tp`·`cp` must divide `ssm_heads` and `ssm_groups` (each rank holds whole "
-                    "Mamba-2 groups; MambaContextParallel splits a tp rank's heads and groups "
-                    f"over cp), but got ({tp=}, {cp=}, {ssm_heads=}, {ssm_groups=})"
-                )
-        ffn, expert_ffn = model.ffn, model.expert_ffn
-        if any(kind.ffn is Ffn.DENSE for kind in kinds) and ffn % tp:
-            problems.append(f"`tp` must divide `ffn`, but got ({tp=}, {ffn=})")
-        etp = self.expert_tp
-        if model.is_moe and expert_ffn % etp:
-            problems.append(
-                f"`etp` (expert tensor parallel size) must divide `expert_ffn`, "
-                f"but got ({etp=}, {expert_ffn=})"
-            )
-        if self.etp is not None and self.etp != tp and not model.is_moe:
-            problems.append(f"`etp` needs an MoE model, but got ({etp=}, {tp=})")
-        try:
-            counts = self.stage_layers(model)
-        except ConfigError as error:
-            problems.append(str(error))
-        else:
-            count, every = self.recompute_num_layers, self.recompute_method == "every"
-            limit = min(sum(counts[r :: self.pp]) for r in range(self.pp)) if every else min(counts)
-            if count is not None and count > limit:  # a rank's layers ('every'), else a chunk's
-                problems.append(
-                    "`recompute_num_layers` must be at most the layers of every pipeline "
-                    f"{'rank' if every else 'stage chunk'} ({limit}), "
-                    f"but got recompute_num_layers={count}"
-                )
-        num_experts = model.num_experts
-        if ep > 1 and not model.is_moe:
-            problems.append(f"`ep` > 1 needs an MoE model, but got ({ep=}, {num_experts=})")
-        elif model.is_moe and num_experts % ep:
-            problems.append(f"`ep` must divide `num_experts`, but got ({ep=}, {num_experts=})")
-        seq_len = model.seq_len
-        if cp > 1 and seq_len % (2 * cp):
-            problems.append(
-                "2·`cp` must divide `seq_len` (causal load balancing splits it in 2·cp chunks), "
-                f"but got ({cp=}, {seq_len=})"
-            )
-        if self.sequence_parallel and seq_len % (cp * tp):
-            problems.append(
-                "`cp`·`tp` must divide `seq_len` with sequence parallelism, "
-                f"but got ({cp=}, {tp=}, {seq_len=})"
-            )
-        return tuple(problems)
+        """Every rule this config breaks for ``model``, one message each (empty when valid;
+        :func:`stage_core.parallel.model_rules.model_violations`)."""
+        return model_violations(self, model)
 
     def validate(self, model: ModelSpec) -> None:
         """Raise a :class:`ConfigError` naming every rule broken for ``model``."""
