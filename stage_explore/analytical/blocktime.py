@@ -62,6 +62,13 @@ class BlockTiming:
     def zero() -> BlockTiming:
         return BlockTiming(0.0, 0.0, {}, 0)
 
+    def plus_compute(self, seconds: float) -> BlockTiming:
+        """This timing with ``seconds`` more of compute on the block's path (kernels that run on
+        the compute stream, or compute slowed by SMs that communication kernels hold)."""
+        return replace(
+            self, duration_s=self.duration_s + seconds, compute_s=self.compute_s + seconds
+        )
+
 
 def comm_label(instr: Instr) -> str:
     return "p2p" if instr.kind == "ring" else str(instr.collective)
@@ -255,9 +262,7 @@ def chunk_timing(
             df, db = max(df, cost.gather_s), max(db, comm)
         elif zero == 2:
             comm = max(cost.scatter_s, cost.replica_s)
-            exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + count * max(
-                0.0, comm - db
-            )
+            exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + count * max(0.0, comm - db)
             db = max(db, comm)
         forward += count * df
         backward += count * db

@@ -14,7 +14,7 @@ passes (:class:`~stage_explore.analytical.passes.PhasePasses`); the analytical b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from stage_core.blocks import Structure, mtp_layer_of_block
@@ -156,9 +156,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
 
         policy = self.policy
         rule, async_rule = self._overlap_rules(point)
-        accumulate_s = (
-            self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
-        )
+        accumulate_s = self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
         accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
         accumulate_s += self._flat_grad_s(point, kind, phase)  # 0 unless fsdp1_flat_grad
@@ -179,51 +177,30 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                     sum(compute_s(i) for i in bulk_gemms),
                     kernels.sm_count,
                 )
-                timing = replace(
-                    timing,
-                    duration_s=timing.duration_s + lost_s,
-                    compute_s=timing.compute_s + lost_s,
-                )
+                timing = timing.plus_compute(lost_s)
             if chunk_gemms and kernels is not None:
                 lost_s = ub_bulk_share_s(  # reduce-scatter chunks beside whole-grid GEMM chunks
                     sum(comm_s(i) for i in pipelined_collectives(instrs)),
                     sum(compute_s(i) for i in chunk_gemms),
                     kernels.sm_count,
                 )
-                timing = replace(
-                    timing,
-                    duration_s=timing.duration_s + lost_s,
-                    compute_s=timing.compute_s + lost_s,
-                )
-            kernels = point.system.accelerator.kernels
+                timing = timing.plus_compute(lost_s)
             if async_rule is not None and shared and kernels is not None:
                 bulk_s = sum(comm_s(i) for i in instrs if async_rule(i) is not None)
                 lost_s = nccl_sm_share_s(  # NCCL's blocks beside the weight gradients
                     bulk_s, sum(compute_s(i) for i in shared), kernels.sm_count
                 )
-                timing = replace(
-                    timing,
-                    duration_s=timing.duration_s + lost_s,
-                    compute_s=timing.compute_s + lost_s,
-                )
-            kernels = point.system.accelerator.kernels
+                timing = timing.plus_compute(lost_s)
             if self.framework.moe_deepep and rule is not None and kernels is not None:
                 deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
                     comm_s(i) for i in instrs if self._deepep_all_to_all(point, i)
                 )
                 lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count)
-                timing = replace(
-                    timing,
-                    duration_s=timing.duration_s + lost_s,
-                    compute_s=timing.compute_s + lost_s,
-                )
+                timing = timing.plus_compute(lost_s)
             if accumulate_s == 0.0:
                 return timing
-            return replace(  # the accumulation kernels run on the compute stream, at the end
-                timing,
-                duration_s=timing.duration_s + accumulate_s,
-                compute_s=timing.compute_s + accumulate_s,
-            )
+            # the accumulation kernels run on the compute stream, at the end
+            return timing.plus_compute(accumulate_s)
 
         parallel = point.workload.parallel
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
