@@ -52,6 +52,8 @@ OTHERS = {
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
     "MBRIDGE-MOE-B200": ("MBM-B200-", "b200", "megatron-core"),
     "TORCHTITAN-A100": ("TTA100-", "a100-80gb", "torchtitan"),
+    "MLPERF-GPT3-H100": ("MLPERF-GPT3-H100-", "h100-80gb", "megatron-core"),
+    "MLPERF-GPT3-B200": ("MLPERF-GPT3-B200-", "b200", "megatron-core"),
 }
 #: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
 MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
@@ -94,7 +96,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 180 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 189 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -499,13 +501,15 @@ def test_the_26_02_moe_rows_take_their_25_11_twins_setup_but_the_batch() -> None
 
 def test_the_b200_moe_rows_take_the_tables_layout(cases: list[Case]) -> None:
     """Megatron-Bridge's DGX-B200 MoE rows: GPUs, GBS, MBS, PP, VP, EP as the tables state
-    (expert DP = GPUs / (EP x PP)), 26.02 rows on cuDNN 9.17's attention, MXFP8 for Qwen3."""
+    (expert DP = GPUs / (EP x PP)), 26.02 / 26.04 rows on cuDNN 9.17's attention, MXFP8 for
+    Qwen3."""
     by_id = {c.id: c for c in cases if c.source == "MBRIDGE-MOE-B200"}
     layouts = {  # GPUs, GBS, MBS, PP, VP, EP (the tables)
         "MBM-B200-25.11-GPTOSS120B-64": (64, 512, 4, 1, 1, 8),
         "MBM-B200-26.02-GPTOSS120B-64": (64, 1280, 4, 1, 1, 64),
         "MBM-B200-25.11-QWEN3_235B_A22B-64": (64, 1024, 1, 8, 2, 8),
         "MBM-B200-26.02-QWEN3_235B_A22B-256": (256, 8192, 1, 8, 1, 8),
+        "MBM-B200-26.04-GPTOSS120B-64": (64, 1280, 4, 1, 1, 8),
     }
     assert set(by_id) == set(layouts)
     for row_id, (gpus, gbs, mbs, pp, vpp, ep) in layouts.items():
@@ -518,7 +522,8 @@ def test_the_b200_moe_rows_take_the_tables_layout(cases: list[Case]) -> None:
         qwen = "QWEN3" in row_id
         assert str(parallel.fp8_recipe) == "mxfp8" if qwen else str(parallel.precision) == "bf16"
         options = dict(by_id[row_id].framework_options)
-        assert (options.get("attention_kernel") == "cudnn-9.17") == ("-26.02-" in row_id)
+        later = "-26.02-" in row_id or "-26.04-" in row_id
+        assert (options.get("attention_kernel") == "cudnn-9.17") == later
 
 
 def test_the_torchtitan_a100_rows_run_fsdp2_over_64_gpus(cases: list[Case]) -> None:
@@ -583,3 +588,52 @@ def test_the_async_tp_rows_run_fsdp_x_tp8_compiled(cases: list[Case]) -> None:
         options = dict(case.framework_options)
         assert options.get("tp_comm_overlap", False) == case.id.endswith("-ASYNC")
         assert options["fused_elementwise"] and options["loss_fp32_buffers"] == 0
+
+
+def test_the_26_04_rows_take_their_26_02_twins_setup() -> None:
+    """The Megatron-Bridge 26.04 tables' rows whose 26.02 twins are here state the same layouts
+    (GPT-OSS 120B on DGX-B200 at EP 8 instead of 64): each is set up as its twin."""
+    by_id = {c.id: c for c in load_cases()}
+    new = sorted(i for i in by_id if "26.04" in i)
+    assert len(new) == 7
+    for row_id in new:
+        case, twin = by_id[row_id], by_id[row_id.replace("26.04", "26.02")]
+        assert case.parallel is not None and twin.parallel is not None
+        assert case.source == twin.source and not case.in_sample
+        assert case.model == twin.model and case.framework_options == twin.framework_options
+        if row_id.startswith("MBM-B200-"):
+            assert (case.parallel.ep, twin.parallel.ep) == (8, 64), row_id
+            assert replace(case.parallel, ep=64) == twin.parallel
+        else:
+            assert case.parallel == twin.parallel, row_id
+
+
+def test_the_mlperf_gpt3_rows_take_the_submissions_layout(cases: list[Case]) -> None:
+    """NVIDIA's MLPerf GPT-3 175B submissions: config_<system>_<nodes>x8x<MINIBS>x<TP>x<PP>
+    states TP, PP and the per-replica batch MINIBS (GBS = MINIBS x DP, conf/custom.yaml),
+    INTERLEAVED_PIPELINE and MICRO_BATCH_SIZE; the rate is GBS x 2048 tokens per step time."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    layouts = {  # GPUs, MINIBS, TP, PP, VP, MBS (the configs; the 512-GPU run's MINIBS is 144:
+        # its log's gradient_accumulation_steps 72 x MBS 2)
+        "MLPERF-GPT3-H100-V41-256": (256, 256, 4, 8, 6, 2),
+        "MLPERF-GPT3-H100-V40-512": (512, 144, 4, 8, 4, 2),
+        "MLPERF-GPT3-H100-V40-10752": (10752, 6, 4, 6, 8, 1),
+        "MLPERF-GPT3-B200-V41-64": (64, 1024, 4, 8, 6, 2),
+    }
+    mine = {c.id: c for c in cases if c.source.startswith("MLPERF-GPT3-")}
+    assert set(mine) == set(layouts)
+    for row_id, (gpus, minibs, tp, pp, vpp, mbs) in layouts.items():
+        case, row = mine[row_id], rows[row_id]
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None
+        dp = gpus // (tp * pp)
+        assert (parallel.tp, parallel.pp, parallel.vpp, parallel.micro_batch) == (tp, pp, vpp, mbs)
+        assert parallel.dp == dp and parallel.global_batch == minibs * dp, row_id
+        assert model.layers % (pp * vpp) == 0 and model.seq_len == 2048 and not model.dropout
+        tokens = model.seq_len * parallel.global_batch / float(row["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(row["tokens_per_s_per_gpu"]), rel=0.001), row_id
+        assert parallel.sp and parallel.zero == 1 and not parallel.grad_fp32
+        assert str(parallel.precision) == "fp8" and str(parallel.fp8_recipe) == "delayed"
+        options = dict(case.framework_options)
+        assert options["distributed_fused_adam"] == "fp32" and not options["ub_bulk_sm_margin"]
+        assert "attention_kernel" not in options  # TE's cuDNN fused attention (the default)
