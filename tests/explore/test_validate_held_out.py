@@ -54,6 +54,7 @@ OTHERS = {
     "TORCHTITAN-A100": ("TTA100-", "a100-80gb", "torchtitan"),
     "MLPERF-GPT3-H100": ("MLPERF-GPT3-H100-", "h100-80gb", "megatron-core"),
     "MLPERF-GPT3-B200": ("MLPERF-GPT3-B200-", "b200", "megatron-core"),
+    "MLPERF-L405B-H100": ("MLPERF-L405B-H100-", "h100-80gb", "megatron-core"),
 }
 #: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
 MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
@@ -96,7 +97,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 189 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 192 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -637,3 +638,28 @@ def test_the_mlperf_gpt3_rows_take_the_submissions_layout(cases: list[Case]) -> 
         options = dict(case.framework_options)
         assert options["distributed_fused_adam"] == "fp32" and not options["ub_bulk_sm_margin"]
         assert "attention_kernel" not in options  # TE's cuDNN fused attention (the default)
+
+
+def test_the_mlperf_llama_405b_rows_take_the_submissions_layout(cases: list[Case]) -> None:
+    """MLPerf v5.0 Llama 3.1 405B on H100: TP 8, PP 8, CP 2, VP 8, MBS 1; 'global batch size will
+    be DGXNNODES*MINIBS/16' (config_DGXH100_1024x8x24xtp8pp8cp2.sh); ASYM_PP_EMBED / _LOSS give
+    the embedding and the loss a layer's slot: 64 chunks of 2 over 126 layers + 2."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    layouts = {"MLPERF-L405B-H100-V50-512": (64, 288), "MLPERF-L405B-H100-V50-2048": (256, 72),
+               "MLPERF-L405B-H100-V50-8192": (1024, 24)}  # fmt: skip
+    mine = {c.id: c for c in cases if c.source == "MLPERF-L405B-H100"}
+    assert set(mine) == set(layouts)
+    for row_id, (nodes, minibs) in layouts.items():
+        case, row = mine[row_id], rows[row_id]
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None
+        gpus = 8 * nodes
+        assert (parallel.tp, parallel.pp, parallel.cp, parallel.vpp) == (8, 8, 2, 8)
+        assert parallel.dp == gpus // 128 and parallel.global_batch == nodes * minibs // 16
+        chunks = parallel.pp_layers
+        assert len(chunks) == parallel.pp * parallel.vpp and sum(chunks) == model.layers == 126
+        assert chunks[0] == chunks[-1] == 1 and set(chunks[1:-1]) == {2}
+        tokens = model.seq_len * parallel.global_batch / float(row["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(row["tokens_per_s_per_gpu"]), rel=0.001), row_id
+        assert str(parallel.fp8_recipe) == "delayed" and not parallel.grad_fp32
+        assert dict(case.framework_options)["fp8_param_gather"]
