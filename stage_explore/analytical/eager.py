@@ -70,7 +70,9 @@ view). Views (``reshape``, ``view_as_complex``, ``view_as_real``, ``flatten``) m
 :func:`eager_op_bytes` maps the generator's op names of a model to these counts for a
 framework's ``eager_modules`` (:mod:`~stage_explore.analytical.frameworks`); the kernel timer
 charges ``elements × bytes / achieved HBM bandwidth`` for those instructions instead of their
-generator bytes (:class:`~stage_explore.analytical.kernels.KernelTimer`). Under
+generator bytes (:class:`~stage_explore.analytical.kernels.KernelTimer`), at the accelerator's
+``kernels.eager_memory`` fraction — measured on chains of such kernels, below a single large
+kernel's ``efficiency.memory`` — when it states one. Under
 ``fused_elementwise`` (``torch.compile``, fused kernels) Inductor fuses each module into one
 kernel reading its inputs and writing its outputs once (:attr:`EagerModule.compiled_bytes`, the
 generator's own count), with two exceptions in torchtitan's Llama (:func:`_compiled_op_bytes`):

@@ -1,5 +1,6 @@
 """Per-kernel compute time: GEMMs by shape and dtype, fused attention by sequence, head dim,
-mask and direction, everything else at the achieved HBM bandwidth.
+mask and direction, everything else at the achieved HBM bandwidth (eager PyTorch's op-by-op
+element-wise kernels at their own, lower fraction, ``KernelModel.eager_memory``).
 
 Holds :func:`gemm_shape` (an einsum's batch, M, N, K recovered from its exact byte and FLOP
 counts), :func:`gemm_efficiency`, :func:`attention_efficiency`, :class:`KernelTimer` (the time
@@ -314,9 +315,13 @@ class KernelTimer:
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
         moved = eager_instr_bytes(instr, self.eager_bytes) if self.eager_bytes else None
-        memory_s = (instr.bytes_read + instr.bytes_written if moved is None else moved) / (
-            accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-        )
+        if moved is None:
+            memory_s = (instr.bytes_read + instr.bytes_written) / (
+                accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+            )
+        else:  # eager PyTorch's op-by-op kernels, at their own achieved bandwidth
+            eager = self.kernels.eager_memory or accelerator.efficiency.memory
+            memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
         if instr.flops <= 0:

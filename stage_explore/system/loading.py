@@ -83,6 +83,7 @@ _KERNEL_KEYS = (
     "attention_head_dim_half",
     "attention_kernels",
     "grouped_gemm_group_s",
+    "eager_memory",
 )
 _EFFICIENCY_KEYS = ("matmul_peak", "matmul_half_saturation_flops", "memory")
 _DIM_KEYS = (
@@ -235,6 +236,8 @@ def _kernels(table: _Table) -> KernelModel:
     }
     if table.has("grouped_gemm_group_s"):
         values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
+    if table.has("eager_memory"):
+        values["eager_memory"] = table.number("eager_memory")
     if table.has("attention_kernels"):
         named = table.table("attention_kernels")
         kernels = {}

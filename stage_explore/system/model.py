@@ -116,7 +116,11 @@ class KernelModel:
       ``attention_kernel``);
     - ``grouped_gemm_group_s``: seconds each group of a grouped GEMM (one local expert's GEMM
       of an MoE layer) costs beyond the batched-GEMM wave model, measured from public grouped-GEMM
-      benchmarks (0: none stated).
+      benchmarks (0: none stated);
+    - ``eager_memory``: the fraction of the HBM bandwidth eager PyTorch's element-wise kernels
+      reach (the op-by-op modules of :mod:`~stage_explore.analytical.eager`: casts, pow, mean,
+      products, adds, each a kernel of its own), measured on the same op list; 0: the
+      accelerator's ``efficiency.memory`` (none stated).
     """
 
     sm_count: int
@@ -129,6 +133,7 @@ class KernelModel:
     attention_head_dim_half: float
     attention_kernels: dict[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
     grouped_gemm_group_s: float = 0.0
+    eager_memory: float = 0.0
 
     def attention(self, kernel: str | None) -> tuple[float, float]:
         """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
@@ -180,6 +185,8 @@ class KernelModel:
         object.__setattr__(self, "gemm_efficiency", dict(self.gemm_efficiency))
         for name in ("attention_forward", "attention_backward"):
             _fraction(getattr(self, name), f"kernels `{name}`")
+        if self.eager_memory:
+            _fraction(self.eager_memory, "kernels `eager_memory`")
         for name in ("attention_half_keys", "attention_head_dim_half", "grouped_gemm_group_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -200,6 +207,7 @@ class KernelModel:
                 if self.grouped_gemm_group_s
                 else {}
             ),
+            **({"eager_memory": self.eager_memory} if self.eager_memory else {}),
             **(
                 {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
                 if self.attention_kernels

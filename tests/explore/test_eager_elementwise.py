@@ -135,11 +135,13 @@ def test_the_option_switches_the_time_by_exactly_the_bytes_over_the_bandwidth() 
     )  # fmt: skip
     plain = KernelTimer(accelerator, accelerator.kernels, "bf16", weights, MODEL.seq_len, 128, True)
     bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    # the eager kernels at their own achieved fraction of the HBM bandwidth (eager_memory)
+    eager_rate = accelerator.memory_bandwidth_bytes_per_s * accelerator.kernels.eager_memory
     (norm,) = [i for i in fwd if i.name == "ln2"]
     (norm_grad,) = [i for i in bwd if i.name == "ln2.backward"]
     elements = dict(norm.outputs)["ln2"] // B
-    assert eager(norm) == pytest.approx(elements * RMSNORM_FWD / bandwidth, rel=1e-12)
-    assert eager(norm_grad) == pytest.approx(elements * RMSNORM_BWD / bandwidth, rel=1e-12)
+    assert eager(norm) == pytest.approx(elements * RMSNORM_FWD / eager_rate, rel=1e-12)
+    assert eager(norm_grad) == pytest.approx(elements * RMSNORM_BWD / eager_rate, rel=1e-12)
     assert plain(norm) == pytest.approx((norm.bytes_read + norm.bytes_written) / bandwidth)
     # GEMMs, attention and the ops the table does not name are timed as before
     for instr in (*fwd, *bwd):
