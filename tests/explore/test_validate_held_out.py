@@ -55,6 +55,7 @@ OTHERS = {
     "MLPERF-GPT3-H100": ("MLPERF-GPT3-H100-", "h100-80gb", "megatron-core"),
     "MLPERF-GPT3-B200": ("MLPERF-GPT3-B200-", "b200", "megatron-core"),
     "MLPERF-L405B-H100": ("MLPERF-L405B-H100-", "h100-80gb", "megatron-core"),
+    "NEMOPERF-B200": ("NEMOPERF-B200-", "b200", "megatron-core"),
 }
 #: Memory sources on the rows of a throughput source: source → (id prefix, preset, framework).
 MEMORY = {"TRAINY-H200-MEM": ("TRAINY-H200-", "h200", "torchtitan")}
@@ -97,7 +98,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 192 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 195 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -663,3 +664,22 @@ def test_the_mlperf_llama_405b_rows_take_the_submissions_layout(cases: list[Case
         assert tokens == pytest.approx(float(row["tokens_per_s_per_gpu"]), rel=0.001), row_id
         assert str(parallel.fp8_recipe) == "delayed" and not parallel.grad_fp32
         assert dict(case.framework_options)["fp8_param_gather"]
+
+
+def test_the_third_party_b200_rows_differ_only_in_precision(cases: list[Case]) -> None:
+    """vuiseng9/nemo-perf-nvfp4: one 8xB200 node, GBS 128, MBS 2, sequence 8192, TP/PP/CP 1;
+    BF16, FP8 delayed scaling ('--fp8_recipe ds') and MXFP8 of NeMo's pretrain_llama3_8b.py."""
+    mine = {c.id.rsplit("-", 1)[-1]: c for c in cases if c.source == "NEMOPERF-B200"}
+    assert set(mine) == {"BF16", "FP8DS", "MXFP8"}
+    layouts = set()
+    for name, case in mine.items():
+        parallel = case.parallel
+        assert parallel is not None and case.model is not None and case.model.seq_len == 8192
+        layouts.add((parallel.tp, parallel.pp, parallel.cp, parallel.dp, parallel.micro_batch,
+                     parallel.global_batch, parallel.zero, str(parallel.recompute)))  # fmt: skip
+        fp8 = name != "BF16"
+        assert str(parallel.precision) == ("fp8" if fp8 else "bf16"), name
+        assert dict(case.framework_options).get("fp8_param_gather", False) == fp8, name
+        if fp8:
+            assert str(parallel.fp8_recipe) == {"FP8DS": "delayed", "MXFP8": "mxfp8"}[name]
+    assert layouts == {(1, 1, 1, 8, 2, 128, 1, "none")}
