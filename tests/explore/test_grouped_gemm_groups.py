@@ -1,7 +1,7 @@
 """The per-group cost of MoE grouped GEMMs (``KernelModel.grouped_gemm_group_s``): which GEMMs
 are grouped, what a group adds to a kernel's time, that the H100 preset's figure is the cited
-benchmark's time over the batched-GEMM wave model per group, and what it changes in an
-evaluation."""
+benchmark's time over the batched-GEMM wave model per group (and the B200 preset's, Transformer
+Engine's on SM100), and what it changes in an evaluation."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import KernelModel, System
 
 H100 = load_system("h100-80gb")
+B200 = load_system("b200")
 GPTOSS = get_flavor("gpt-oss-20b").with_overrides(layers=2, seq_len=1024)  # 32 experts, top-4
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
 
@@ -101,9 +102,40 @@ def test_the_h100_figure_is_the_benchmarks_time_over_the_wave_model_per_group() 
     assert 15e-6 <= _per_group_s(*GROUPED_MM) <= figure
 
 
+# NVIDIA/TransformerEngine#3134 (SM100, benchmarks/linear/benchmark_grouped_linear.py): TE's
+# multi-stream grouped GEMM (one cuBLASLt GEMM per expert) takes 0.267 ms for 8 experts x 128
+# tokens, N 2048, K 2048 ("pure": GEMMs only). Its operands were NVFP4; timed here at the B200
+# preset's FP8 and BF16 rates (the math is ~1 us per expert either way).
+TE_SM100 = ((8, 128, 2048, 2048), 0.267e-3)
+
+
+def _b200_per_group_s(dtype: str, element_bytes: int) -> float:
+    """TE#3134's time beyond the B200 preset's batched-GEMM wave model, per group."""
+    (batch, m, n, k), measured_s = TE_SM100
+    accelerator = B200.accelerator
+    rate = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    memory_s = (batch * (m * k + k * n) * element_bytes + 2 * batch * m * n) / rate
+    flops = 2 * batch * m * n * k
+    model_s = gemm_time_s(accelerator, _kernels(B200), dtype, (batch, m, n, k), flops, memory_s)
+    return (measured_s - model_s) / batch
+
+
+def test_the_b200_figure_is_the_te_benchmarks_time_over_the_wave_model_per_group() -> None:
+    figure = _kernels(B200).grouped_gemm_group_s
+    for dtype, element_bytes in (("fp8", 1), ("bf16", 2)):
+        assert _b200_per_group_s(dtype, element_bytes) == pytest.approx(figure, abs=1.5e-6)
+    # the same silicon, the same figure; Hopper parts take the H100's
+    assert _kernels(load_system("gb200-nvl72")).grouped_gemm_group_s == figure
+    for preset in ("h200", "h800"):
+        assert (
+            _kernels(load_system(preset)).grouped_gemm_group_s
+            == _kernels(H100).grouped_gemm_group_s
+        )
+
+
 def test_the_figure_is_read_from_a_preset_and_checked() -> None:
     assert _kernels(H100).grouped_gemm_group_s == 20e-6
-    assert _kernels(load_system("b200")).grouped_gemm_group_s == 0.0  # no B200 figure
+    assert _kernels(B200).grouped_gemm_group_s == 32e-6
     data = H100.to_dict()
     assert data["accelerator"]["kernels"]["grouped_gemm_group_s"] == 20e-6
     assert system_from_mapping(data) == H100
