@@ -87,6 +87,8 @@ class BackwardOp(BaseOp):
         sizes: Sizes,
         axis_sizes: Sizes,
     ) -> Cost:
+        if isinstance(self.forward, Elementwise) and self.forward.linear:
+            return self._add_cost(layouts, out_layouts, tensors, sizes, axis_sizes)
         flops = backward_flops(
             self.forward, self.forward_in, self.forward_out, tensors, sizes, axis_sizes
         )
@@ -97,6 +99,34 @@ class BackwardOp(BaseOp):
             )
             read, written = read + extra, written + extra
         return Cost(flops, read, written)
+
+    def _add_cost(
+        self,
+        layouts: Sequence[Layout],
+        out_layouts: Sequence[Layout],
+        tensors: Mapping[str, Tensor],
+        sizes: Sizes,
+        axis_sizes: Sizes,
+    ) -> Cost:
+        """The backward of an add (residual, bias, embedding sum): an operand of the output's
+        shape receives the output gradient itself — derivatives.yaml ``add.Tensor``: ``self:
+        grad``, ``other: maybe_multiply(grad, alpha)``, which returns ``grad`` for ``alpha``
+        1 — so no kernel runs for it; a broadcast operand (a bias) gets the gradient summed
+        to its shape (autograd's ``sum_to``, or ``grad_output.sum(dim=0)`` in Megatron's
+        linear layers): one reduction reading the gradient and writing the small one."""
+        dout = tensors[self.inputs[0]]
+        small = [
+            (layout, tensors[name])
+            for name, layout in zip(self.outputs, out_layouts, strict=True)
+            if set(tensors[name].dims) < set(dout.dims)
+        ]
+        if not small:
+            return Cost(0, 0, 0)
+        elements = local_elements(layouts[0], sizes, axis_sizes)
+        written: Size = 0
+        for layout, tensor in small:
+            written = written + layout_bytes(layout, tensor, sizes, axis_sizes)
+        return Cost(len(small) * elements, len(small) * elements * dout.dtype_bytes, written)
 
 
 def backward_flops(

@@ -16,7 +16,10 @@ analytical backends abort, hang or silently mistime a node under ``roofline-enab
 seen with the real binary: a compute node with ``num_ops`` 0 and ``tensor_size`` > 0 (a 0/0
 roofline time, cast to 2^63 ns: SIGABRT from the event queue's ``event_time_ns >=
 current_time`` assertion, a rank that never finishes, or a finish at 2^63 ns); a compute
-node with FLOPs but ``tensor_size`` 0 (skipped: its work takes no time); a send or receive of
+node with FLOPs but ``tensor_size`` 0 (skipped: its work takes no time); a compute node with
+neither ``num_ops`` nor ``tensor_size`` that another node waits for (skipped without releasing
+its dependents: the rank never finishes, no ``finished`` line; alone at the end of a trace it is
+harmless; STAGE's traces leave such nodes out, :mod:`stage_core.lower.elide`); a send or receive of
 0 bytes (SIGABRT in the chunk-id generator); a collective over a one-rank group (never
 completes: no ``finished`` line); an all-gather of fewer bytes than ``preferred-dataset-splits``
 (runs forever). METADATA nodes (abort) are flagged in both modes.
@@ -143,6 +146,26 @@ def astra_sim_node_problem(
             "ASTRA-sim skips it, so its work takes no time; write the bytes it moves"
         )
     return None
+
+
+def _empty_parents(nodes: Sequence[TraceNode]) -> list[str]:
+    """Compute nodes with neither ``num_ops`` nor ``tensor_size`` that another node of the rank
+    waits for: ASTRA-sim skips such a node without releasing its dependents (seen with the real
+    binary: a trace of work, an empty node, work after it never finishes)."""
+    waiting: dict[int, int] = {}
+    for node in nodes:
+        for dep in (*node.data_deps, *node.ctrl_deps):
+            waiting.setdefault(dep, node.id)
+    return [
+        f"{_describe(node)} is a compute node with num_ops 0 and tensor_size 0 that node "
+        f"{waiting[node.id]} waits for: ASTRA-sim skips it without releasing its dependents, so "
+        "the rank never finishes (no `finished` line); leave it out and pass its dependencies on"
+        for node in nodes
+        if node.kind is NodeKind.COMP
+        and node.flops == 0
+        and node.tensor_bytes == 0
+        and node.id in waiting
+    ]
 
 
 def _totals(nodes: Sequence[TraceNode]) -> RankTotals:
@@ -276,7 +299,8 @@ def _compare_group(
 def check_trace_set(trace_set: TraceSet, *, for_astra_sim: bool = False) -> CheckReport:
     """Check ``trace_set`` (see the module docstring) and total each rank's work.
 
-    ``for_astra_sim`` adds the rules of :func:`astra_sim_node_problem` for every node.
+    ``for_astra_sim`` adds the rules of :func:`astra_sim_node_problem` for every node and
+    flags empty compute nodes that other nodes wait for.
     """
     violations: list[str] = []
     world = trace_set.world_size
@@ -307,6 +331,7 @@ def check_trace_set(trace_set: TraceSet, *, for_astra_sim: bool = False) -> Chec
                 problem = astra_sim_node_problem(own)
                 if problem is not None:
                     violations.append(f"rank {rank}: {problem}")
+            violations.extend(f"rank {rank}: {p}" for p in _empty_parents(own_nodes))
         for index in order:
             node = every[index]
             if not isinstance(node, TraceNode):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.elide import elide_empty
 from stage_core.lower.experts import data_axes
 from stage_core.lower.program import (
     AFTER_BACKWARD,
@@ -312,11 +313,24 @@ def _weight_nodes(
 
 
 def stage_nodes(
-    programs: ProgramSet, stage: StageProgram, instructions: Instructions | None = None
+    programs: ProgramSet,
+    stage: StageProgram,
+    instructions: Instructions | None = None,
+    *,
+    keep_empty: bool = False,
 ) -> list[ProgramNode]:
     """The template node list of one pipeline stage; ``instructions`` gives the instructions a
     block's phase emits (by default as bound; not with a split backward, whose B and W parts
-    index the bound backward)."""
+    index the bound backward). Compute nodes without FLOPs or bytes (an add's backward) are
+    left out, their dependencies passed on (:func:`stage_core.lower.elide.elide_empty`), unless
+    ``keep_empty`` (a caller that times nodes by their source, not by their counts)."""
+    nodes = _stage_nodes(programs, stage, instructions)
+    return nodes if keep_empty else elide_empty(nodes)
+
+
+def _stage_nodes(
+    programs: ProgramSet, stage: StageProgram, instructions: Instructions | None
+) -> list[ProgramNode]:
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
     last_stage = p * vpp - 1

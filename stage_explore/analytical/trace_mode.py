@@ -234,7 +234,8 @@ def trace_step(
     for stage_program in programs.stages:
         stage = stage_program.stage
         rank = workload.mesh.rank_of({"pp": stage})
-        template = stage_nodes(programs, stage_program, emitted(stage))
+        # kept: a framework may charge a kernel where the generator counts no work
+        template = stage_nodes(programs, stage_program, emitted(stage), keep_empty=True)
         templates.append(tuple(template))
         trace = list(materialize(template, rank, workload.mesh))
         for item, node in zip(template, trace, strict=True):

@@ -45,3 +45,18 @@ def test_fused_attention_backward_reads_its_output() -> None:
     (backward,) = [instr for instr in bwd.values() if instr.kind == "attention"]
     tensor = B * s * h * ACT  # q, k, v, o and dO are [b, s, h] each
     assert backward.bytes_read == 5 * tensor
+
+
+def test_an_add_passes_its_gradient_through_and_a_bias_sums_it() -> None:
+    """derivatives.yaml ``add.Tensor``: ``self: grad``, ``other: maybe_multiply(grad, alpha)``
+    — no kernel for the residual add's full-size operands; a bias (a broadcast operand) gets
+    the gradient summed to its shape (one pass reading the gradient, writing [h])."""
+    _, bwd, s, h, _ = _layer("fused")
+    for name in ("attn.residual.backward", "y.backward"):
+        residual = bwd[name]
+        assert (residual.flops, residual.bytes_read, residual.bytes_written) == (0, 0, 0)
+        assert len(residual.outputs) == 2  # the gradients it hands on, named for the program
+    bias = bwd["attn.proj.backward"]  # out = proj.nobias + wo.bias
+    assert bias.flops == B * s * h
+    assert bias.bytes_read == B * s * h * ACT
+    assert bias.bytes_written == h * ACT

@@ -230,6 +230,23 @@ def test_astra_sim_rules_accept_what_astra_sim_times(flops: int, tensor_bytes: i
     assert check_trace_set(trace_set, for_astra_sim=True).violations == ()
 
 
+@pytest.mark.parametrize("ctrl", [False, True])
+def test_an_empty_node_that_others_wait_for_is_flagged(ctrl: bool) -> None:
+    """ASTRA-sim skips a compute node without num_ops and tensor_size without releasing its
+    dependents (work, empty, work: no rank finishes); alone at the end it is harmless."""
+    work = _comp(2, 10**9, 4096)
+    after = replace(work, ctrl_deps=(1,)) if ctrl else replace(work, data_deps=(1,))
+    nodes = (_comp(0, 10**9, 4096), replace(_comp(1, 0, 0), data_deps=(0,)), after)
+    violations = check_trace_set(trace_set_from_programs({0: nodes}), for_astra_sim=True).violations
+    assert violations == (
+        "rank 0: node 1 'op' is a compute node with num_ops 0 and tensor_size 0 that node 2 "
+        "waits for: ASTRA-sim skips it without releasing its dependents, so the rank never "
+        "finishes (no `finished` line); leave it out and pass its dependencies on",
+    )
+    leaf = trace_set_from_programs({0: nodes[:2]})
+    assert check_trace_set(leaf, for_astra_sim=True).violations == ()
+
+
 def _coll(node_id: int, kind: CollectiveKind, size: int, group: tuple[int, ...]) -> TraceNode:
     return TraceNode(node_id, "c", NodeKind.COLL, collective=kind, comm_bytes=size, group=group)
 

@@ -243,6 +243,9 @@ def _trap_programs(trap: str) -> dict[int, tuple[TraceNode, ...]]:
     # other work the event is never reached (no `finished`), or, with more pending, SIGABRT
     if trap == "zero-flops":
         return {rank: (work, then(comp(0, 10**6))) for rank in range(4)}
+    if trap == "empty-parent":  # skipped, but its dependent is never released
+        last = replace(work, id=2, data_deps=(1,))
+        return {rank: (work, then(comp(0, 0)), last) for rank in range(4)}
     if trap == "empty-send":
         send = TraceNode(1, "send", NodeKind.SEND, peer=1, comm_bytes=0, tag=1)
         recv = TraceNode(1, "recv", NodeKind.RECV, peer=0, comm_bytes=0, tag=1)
@@ -264,6 +267,7 @@ def _trap_programs(trap: str) -> dict[int, tuple[TraceNode, ...]]:
     ("trap", "failure"),
     [
         ("zero-flops", r"killed by SIGABRT|4 of 4 ranks printed no `finished` line"),
+        ("empty-parent", r"4 of 4 ranks printed no `finished` line"),
         ("empty-send", r"killed by SIGABRT"),
         ("one-rank-group", r"4 of 4 ranks printed no `finished` line"),
         ("tiny-all-gather", r"timed out after 5 s"),
