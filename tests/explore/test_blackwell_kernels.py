@@ -96,18 +96,15 @@ def test_blackwell_presets_list_cudnn_slower_than_fa4_at_8k(system: object) -> N
         assert cudnn < fa4
 
 
-def test_megatron_core_runs_cudnn_on_blackwell_and_the_best_kernel_on_hopper() -> None:
+def test_megatron_core_runs_cudnn_below_the_best_kernel_on_blackwell_and_hopper() -> None:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
     parallel = ParallelConfig(dp=2, global_batch=4, precision=Precision.BF16)
-    for system, slower in ((B200, True), (H100, False)):
+    for system in (B200, H100):  # both presets list a `cudnn` kernel below their best at 8k
         te = AnalyticalBackend(framework="megatron-core").evaluate(model, parallel, system)
         best = AnalyticalBackend(
             framework="megatron-core", overrides={"attention_kernel": None}
         ).evaluate(model, parallel, system)
-        if slower:
-            assert te.breakdown["compute"] > best.breakdown["compute"]
-        else:
-            assert te.step_time_s == best.step_time_s
+        assert te.breakdown["compute"] > best.breakdown["compute"]
 
 
 def _linear_fp8(recipe: str) -> float:

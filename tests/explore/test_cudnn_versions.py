@@ -1,7 +1,7 @@
 """Blackwell presets name cuDNN's fused attention by software generation: ``cudnn`` (before
 cuDNN 9.17) and ``cudnn-9.17`` carry the same fractions on B200 and GB200 (the same die), and a
-framework profile's ``attention_kernel`` picks one — checked against closed forms computed here
-from the presets' own values."""
+framework profile's ``attention_kernel`` picks one; h100-80gb's ``cudnn`` is cuDNN measured
+beside FA3 — checked against closed forms computed here from the presets' own values."""
 
 from __future__ import annotations
 
@@ -50,5 +50,29 @@ def _compute_s(system: object, kernel: str | None) -> float:
 def test_the_attention_kernel_option_picks_the_generation_and_hopper_falls_back() -> None:
     assert _compute_s(GB200, "cudnn-9.17") < _compute_s(GB200, "cudnn")
     assert _compute_s(B200, "cudnn-9.17") < _compute_s(B200, "cudnn")
-    # h100-80gb lists neither: both fall back to its best kernel, as None does
-    assert _compute_s(H100, "cudnn-9.17") == _compute_s(H100, "cudnn") == _compute_s(H100, None)
+    # h100-80gb lists no cudnn-9.17: it falls back to the best kernel (FA3), as None does;
+    # its `cudnn` (cuDNN measured beside FA3) is slower at Llama 3 8B's 8k sequence
+    assert _compute_s(H100, "cudnn-9.17") == _compute_s(H100, None)
+    assert _compute_s(H100, "cudnn") > _compute_s(H100, None)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_hopper_cudnn_against_fa3_by_sequence(backward: bool) -> None:
+    """h100-80gb's `cudnn`: its own fractions and half-saturation keys (closed form here);
+    below FA3 at long sequences (the paper's 16k: 539/616 forward, 516/561 backward), not
+    below it at 1k, where cuDNN saturates earlier (410/423 causal forward, 408/424 backward)."""
+    kernels = kernels_of(H100)
+    forward_c, backward_c, half = kernels.attention_kernels["cudnn"]
+    for keys in (1024, 4096, 16384, 131072):
+        seen = keys / 2  # causal
+        expected = (backward_c if backward else forward_c) * seen / (seen + half)
+        got = attention_efficiency(kernels, keys, 128, True, backward, "cudnn")
+        assert got == pytest.approx(expected)
+    long_ratio = attention_efficiency(kernels, 16384, 128, True, backward, "cudnn") / (
+        attention_efficiency(kernels, 16384, 128, True, backward, None)
+    )
+    assert 0.85 < long_ratio < 0.96
+    short_ratio = attention_efficiency(kernels, 1024, 128, True, backward, "cudnn") / (
+        attention_efficiency(kernels, 1024, 128, True, backward, None)
+    )
+    assert short_ratio > 0.97
