@@ -98,7 +98,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 195 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 197 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -620,6 +620,8 @@ def test_the_mlperf_gpt3_rows_take_the_submissions_layout(cases: list[Case]) -> 
         "MLPERF-GPT3-H100-V41-256": (256, 256, 4, 8, 6, 2),
         "MLPERF-GPT3-H100-V40-512": (512, 144, 4, 8, 4, 2),
         "MLPERF-GPT3-H100-V40-10752": (10752, 6, 4, 6, 8, 1),
+        "MLPERF-GPT3-H100-V40-11616": (11616, 6, 4, 6, 8, 1),
+        "MLPERF-GPT3-H100-V41-512": (512, 128, 4, 8, 6, 2),
         "MLPERF-GPT3-B200-V41-64": (64, 1024, 4, 8, 6, 2),
     }
     mine = {c.id: c for c in cases if c.source.startswith("MLPERF-GPT3-")}
