@@ -503,11 +503,11 @@ def test_the_26_02_moe_rows_take_their_25_11_twins_setup_but_the_batch() -> None
 
 def test_the_b200_moe_rows_take_the_tables_layout(cases: list[Case]) -> None:
     """Megatron-Bridge's DGX-B200 MoE rows: GPUs, GBS, MBS, PP, VP, EP as the tables state
-    (expert DP = GPUs / (EP x PP)), 26.02 / 26.04 rows on cuDNN 9.17's attention, MXFP8 for
-    Qwen3."""
+    (expert DP = GPUs / (EP x PP)) but the 25.11 GPT-OSS row's EP, which its recipe sets to 64
+    (a csv correction), 26.02 / 26.04 rows on cuDNN 9.17's attention, MXFP8 for Qwen3."""
     by_id = {c.id: c for c in cases if c.source == "MBRIDGE-MOE-B200"}
-    layouts = {  # GPUs, GBS, MBS, PP, VP, EP (the tables)
-        "MBM-B200-25.11-GPTOSS120B-64": (64, 512, 4, 1, 1, 8),
+    layouts = {  # GPUs, GBS, MBS, PP, VP, EP (the tables; the 25.11 GPT-OSS EP the recipe's)
+        "MBM-B200-25.11-GPTOSS120B-64": (64, 512, 4, 1, 1, 64),
         "MBM-B200-26.02-GPTOSS120B-64": (64, 1280, 4, 1, 1, 64),
         "MBM-B200-25.11-QWEN3_235B_A22B-64": (64, 1024, 1, 8, 2, 8),
         "MBM-B200-26.02-QWEN3_235B_A22B-256": (256, 8192, 1, 8, 1, 8),
@@ -526,6 +526,8 @@ def test_the_b200_moe_rows_take_the_tables_layout(cases: list[Case]) -> None:
         options = dict(by_id[row_id].framework_options)
         later = "-26.02-" in row_id or "-26.04-" in row_id
         assert (options.get("attention_kernel") == "cudnn-9.17") == later
+    corrected = by_id["MBM-B200-25.11-GPTOSS120B-64"].assumptions
+    assert any(a.startswith("ep 64 instead of the published '8'") for a in corrected)
 
 
 def test_the_torchtitan_a100_rows_run_fsdp2_over_64_gpus(cases: list[Case]) -> None:
