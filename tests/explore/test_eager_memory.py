@@ -25,12 +25,17 @@ H100 = load_system("h100-80gb")
 A100 = load_system("a100-80gb")
 MODEL = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
 
-# linkedin/Liger-Kernel benchmark/data/{h100,a100}_all_benchmark_data.csv, provider
-# "huggingface" (LlamaRMSNorm: the op list of eager.TORCHTITAN_RMSNORM), M = 2048 rows, bf16:
-# hidden size -> (forward ms, backward ms), and the measured part's HBM peak (datasheets)
+# linkedin/Liger-Kernel benchmark/data, provider "huggingface" (LlamaRMSNorm: the op list of
+# eager.TORCHTITAN_RMSNORM), M = 2048 rows, bf16: hidden size -> (forward ms, backward ms), and
+# the measured part's HBM peak (datasheets). H100 NVL: h100_all_benchmark_data.csv;
+# A100-SXM4-80GB: all_benchmark_data.csv (2024-09-03); A100 80GB PCIe: a100_all_benchmark_data.csv
 H100_NVL = (
     {8192: (0.32608, 0.80995), 16384: (0.60947, 1.58019), 32768: (1.21926, 3.02906)},
     3.9e12,
+)
+A100_SXM4 = (
+    {8192: (0.51904, 1.35155), 16384: (0.98563, 2.56963), 32768: (1.91907, 5.01472)},
+    2.039e12,
 )
 A100_PCIE = (
     {8192: (0.52326, 1.37626), 16384: (0.99226, 2.62451), 32768: (1.93331, 5.11898)},
@@ -60,13 +65,19 @@ def _mean_fraction(measured: dict[int, tuple[float, float]], peak: float) -> flo
     return sum(fractions) / len(fractions)
 
 
-@pytest.mark.parametrize(("system", "data"), [(H100, H100_NVL), (A100, A100_PCIE)])
+@pytest.mark.parametrize(("system", "data"), [(H100, H100_NVL), (A100, A100_SXM4)])
 def test_the_presets_figure_is_the_benchmarks_bytes_over_its_time(
     system: System, data: tuple[dict[int, tuple[float, float]], float]
 ) -> None:
     assert _kernels(system).eager_memory == pytest.approx(_mean_fraction(*data), abs=0.005)
     # eager chains of kernels reach less of the bandwidth than the one-kernel figure
     assert _kernels(system).eager_memory < system.accelerator.efficiency.memory
+
+
+def test_the_a100_pcie_run_moves_the_same_bytes_per_second_as_the_sxm4_run() -> None:
+    pcie = _mean_fraction(*A100_PCIE) * A100_PCIE[1]
+    sxm4 = _mean_fraction(*A100_SXM4) * A100_SXM4[1]
+    assert pcie == pytest.approx(sxm4, rel=0.03)
 
 
 def test_eager_table_instructions_run_at_it_and_the_rest_at_the_memory_fraction() -> None:
