@@ -14,7 +14,8 @@ Contents:
 Knobs without effect (see ``docs/explore.md``): ``sp`` when tp = 1 (Megatron's sequence
 parallelism is a no-op there), ``vpp`` unless the schedule is interleaved, ``zero`` when
 dp·cp = 1 (ZeRO shards over the dp×cp ranks), ``ep`` for a dense model, ``pp_split`` when
-pp = 1 (``pp_split = "auto"`` is STAGE's default split, not "every policy"). A pinned knob takes
+pp = 1 (``pp_split = "auto"`` is STAGE's default split, not "every policy"), ``dp_shard`` without
+ZeRO or at dp or more, ``recompute_num_layers`` unless ``recompute = "full"``. A pinned knob takes
 its neutral value (False, 1, 0, 1) when the study lists it, else the first value it lists.
 
 A knob is written as a value (fixed), a list of values, a range table
@@ -60,6 +61,7 @@ KNOB_DEFAULTS: Mapping[str, Any] = {
     "micro_batch": 1,
     "pp_split": "auto",
     "dp_shard": 0,
+    "recompute_num_layers": 0,
 }
 
 _DEGREES = ("tp", "pp", "cp", "ep")
@@ -137,6 +139,9 @@ def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
     elif kind == "shard":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         expected = "integers >= 0 (0: shard over all of dp)"
+    elif kind == "layers":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        expected = "integers >= 0 (0: every layer recomputed)"
     else:
         choices = {"recompute": RECOMPUTE_CHOICES, "pp_split": PP_SPLIT_CHOICES}.get(
             key, SCHEDULE_CHOICES
@@ -154,6 +159,8 @@ def _knob_kind(name: str) -> str:
         return "zero"
     if name == "dp_shard":
         return "shard"
+    if name == "recompute_num_layers":
+        return "layers"
     if name in ("recompute", "schedule", "pp_split"):
         return "str"
     return "int"
@@ -162,10 +169,12 @@ def _knob_kind(name: str) -> str:
 def _knob_values(table: Table, name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any, ...]:
     kind = _knob_kind(name)
     raw = table.data.get(name, KNOB_DEFAULTS.get(name))
+    if raw == "auto" and kind == "layers":  # its useful values depend on the layers per chunk
+        raise table.error(name, 'expected integers >= 0 (0: every layer recomputed), got "auto"')
     if raw == "auto" and name != "num_gpus":
         return _auto_values(name, max_gpus, workload)
     if isinstance(raw, dict):
-        if kind not in ("int", "zero", "shard"):
+        if kind not in ("int", "zero", "shard", "layers"):
             raise table.error(
                 name,
                 f"expected a value or a list (a range needs an integer knob), got {describe(raw)}",
@@ -321,6 +330,7 @@ NEUTRAL_VALUES: Mapping[str, Any] = {
     "ep": 1,
     "pp_split": "auto",
     "dp_shard": 0,
+    "recompute_num_layers": 0,
 }
 
 
@@ -357,6 +367,8 @@ def canonical_params(
         result["pp_split"] = _pinned("pp_split", choices)
     if "dp_shard" in result and not _hybrid_shard(result):
         result["dp_shard"] = _pinned_shard(derive_dp(result), choices)
+    if result.get("recompute") != "full" and "recompute_num_layers" in result:
+        result["recompute_num_layers"] = _pinned("recompute_num_layers", choices)
     return result
 
 

@@ -39,6 +39,7 @@ PARALLEL_KNOBS: tuple[str, ...] = (
     "micro_batch",
     "pp_split",
     "dp_shard",
+    "recompute_num_layers",
 )
 
 #: Metrics a study may optimise, with their natural direction.
