@@ -99,7 +99,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 199 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 201 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -652,6 +652,7 @@ def test_the_mlperf_llama_405b_rows_take_the_submissions_layout(cases: list[Case
     the embedding and the loss a layer's slot: 64 chunks of 2 over 126 layers + 2."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     layouts = {"MLPERF-L405B-H100-V50-512": (64, 288), "MLPERF-L405B-H100-V50-2048": (256, 72),
+               "MLPERF-L405B-H100-V50-2432": (304, 64), "MLPERF-L405B-H100-V50-2560": (320, 56),
                "MLPERF-L405B-H100-V50-8192": (1024, 24)}  # fmt: skip
     mine = {c.id: c for c in cases if c.source == "MLPERF-L405B-H100"}
     assert set(mine) == set(layouts)
