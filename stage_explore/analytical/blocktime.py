@@ -162,40 +162,54 @@ def imbalanced_timers(
 
 def fuse_elementwise(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
     """``instrs`` with chains of element-wise instructions fused, as Megatron-LM's fused
-    kernels do (bias + GeLU, bias + dropout + residual add): when an element-wise instruction's
-    output feeds exactly one instruction of the block and that one is element-wise too, the
-    output stays on chip — its bytes are neither written nor read back. Only the outputs the
-    consumer reads stay on chip: a dropout's mask, saved for the backward, is still written."""
+    kernels do (bias + GeLU, bias + dropout + residual add): an element-wise instruction's
+    output that only the next element-wise instruction reads stays on chip — its bytes are
+    neither written nor read back. What anything else reads is written: a dropout's mask,
+    saved for the backward, is, its output is not. Readers are counted per tensor, each read
+    resolved to its latest writer (as the lowering's dependencies are), so a recomputed
+    forward fuses as the forward does although the backward after it reads the recomputed
+    masks (Megatron re-runs the same fused bias-dropout-add under its checkpoint). Without
+    tensor names, an output stays on chip when its instruction has that one dependent."""
     dependents = [0] * len(instrs)
     for instr in instrs:
         for dep in instr.deps:
             dependents[dep] += 1
+    readers = _readers(instrs)
     fused = list(instrs)
     for index, instr in enumerate(instrs):
         if instr.kind != "elementwise":
             continue
         for dep in instr.deps:
             producer = fused[dep]
-            if (
-                producer.kind == "elementwise"
-                and dependents[dep] == 1
-                and producer.phase == instr.phase
-            ):
-                kept = min(
-                    producer.bytes_written, fused[index].bytes_read, _passed(producer, instr)
+            if producer.kind != "elementwise" or producer.phase != instr.phase:
+                continue
+            if producer.outputs and instr.inputs:
+                passed = sum(
+                    nbytes
+                    for name, nbytes in producer.outputs
+                    if readers.get((dep, name)) == {index}
                 )
-                fused[dep] = replace(producer, bytes_written=producer.bytes_written - kept)
-                fused[index] = replace(fused[index], bytes_read=fused[index].bytes_read - kept)
+            elif dependents[dep] == 1:
+                passed = producer.bytes_written
+            else:
+                continue
+            kept = min(producer.bytes_written, fused[index].bytes_read, passed)
+            fused[dep] = replace(producer, bytes_written=producer.bytes_written - kept)
+            fused[index] = replace(fused[index], bytes_read=fused[index].bytes_read - kept)
     return tuple(fused)
 
 
-def _passed(producer: Instr, consumer: Instr) -> int:
-    """Bytes of ``producer``'s outputs that ``consumer`` reads (all it writes when the
-    instructions name no tensors)."""
-    if not producer.outputs or not consumer.inputs:
-        return producer.bytes_written
-    read = {name for name, _ in consumer.inputs}
-    return sum(nbytes for name, nbytes in producer.outputs if name in read)
+def _readers(instrs: Sequence[Instr]) -> dict[tuple[int, str], set[int]]:
+    """(writer index, tensor name) → the instructions that read that write of the tensor."""
+    writer: dict[str, int] = {}
+    readers: dict[tuple[int, str], set[int]] = {}
+    for index, instr in enumerate(instrs):
+        for name, _ in instr.inputs:
+            if name in writer:
+                readers.setdefault((writer[name], name), set()).add(index)
+        for name, _ in instr.outputs:
+            writer[name] = index
+    return readers
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,39 @@ def test_fusion_keeps_on_chip_only_what_the_consumer_reads() -> None:
     assert (fused[0].bytes_written, fused[1].bytes_read) == (5, 10)
 
 
+def test_a_recomputed_chain_fuses_although_the_backward_reads_its_mask() -> None:
+    # Full recompute: the recomputed dropout writes its output (10) and mask (5), the residual
+    # add reads the output and x (10); the dropout's backward, later in the same list, reads
+    # only the mask. The output stays on chip as in the forward; the mask is written.
+    drop, mask, x = 10, 5, 10
+    instrs = [
+        Instr("drop", "recompute", "elementwise", flops=1, bytes_read=10,
+              bytes_written=drop + mask, outputs=(("drop", drop), ("drop.mask", mask))),
+        Instr("add", "recompute", "elementwise", flops=1, bytes_read=x + drop,
+              bytes_written=10, deps=(0,), inputs=(("x", x), ("drop", drop)),
+              outputs=(("add", 10),)),
+        Instr("drop.backward", "bwd", "backwardop", flops=1, bytes_read=10 + mask,
+              bytes_written=10, deps=(0,), inputs=(("d.drop", 10), ("drop.mask", mask)),
+              outputs=(("d.x", 10),)),
+    ]  # fmt: skip
+    fused = fuse_elementwise(instrs)
+    assert (fused[0].bytes_written, fused[1].bytes_read) == (mask, x)
+    assert fused[2] == instrs[2]
+
+
+def test_fusion_writes_an_output_that_a_later_instruction_also_reads() -> None:
+    # the add's output feeds the next element-wise op and a later one: it must be written
+    instrs = [
+        Instr("add", "fwd", "elementwise", flops=1, bytes_read=20, bytes_written=10,
+              outputs=(("h", 10),)),
+        Instr("scale", "fwd", "elementwise", flops=1, bytes_read=10, bytes_written=10,
+              deps=(0,), inputs=(("h", 10),), outputs=(("y", 10),)),
+        Instr("mm", "fwd", "einsum", flops=100, bytes_read=10, bytes_written=10, deps=(0,),
+              inputs=(("h", 10),), outputs=(("z", 10),)),
+    ]  # fmt: skip
+    assert fuse_elementwise(instrs) == tuple(instrs)
+
+
 def test_fusion_never_crosses_a_matmul_or_a_reduction() -> None:
     instrs = [
         Instr("mm", "fwd", "einsum", flops=100, bytes_read=10, bytes_written=10),
