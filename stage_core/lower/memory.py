@@ -41,6 +41,7 @@ from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.ops import CrossEntropy, Einsum, local_elements
+from stage_core.ops_moe import Combine
 from stage_core.sharding import OpStep
 
 #: Bytes an instruction's implementation holds while it runs beside the program's tensors.
@@ -279,6 +280,32 @@ def gathered_input_bytes(workload: Workload, kind: str) -> int:
         stored = int(local_elements(item.layout, sizes, axis_sizes))
         extra += max(0, elements - stored) * item.bytes_per_element
     return extra
+
+
+def weighted_combine_saved_bytes(workload: Workload, kind: str) -> int:
+    """Bytes per micro-batch a block of ``kind`` saves for its MoE combine's expert outputs
+    (the combine saves them for the router probabilities' gradient): what a framework that
+    scales the experts' activation by the probabilities instead does not keep (Megatron-Core's
+    ``TEGroupedMLP``, whose combine is a plain unpermute). 0 for a block without experts or
+    whose combine is re-run in the backward (full recompute, the ``moe`` module)."""
+    parallel = workload.parallel
+    symbolic = symbolic_block(
+        kind,
+        Structure.of(workload.model),
+        workload.options,
+        workload.flags,
+        str(parallel.recompute),
+        parallel.recompute_modules,
+    )
+    saved = {item.name: item for item in symbolic.backward.saved}
+    total = 0
+    for step in symbolic.forward.steps:
+        if isinstance(step, OpStep) and isinstance(step.op, Combine):
+            item = saved.get(step.op.inputs[0])
+            if item is not None:
+                elements = local_elements(item.layout, workload.sizes, workload.axis_sizes)
+                total += int(elements) * item.bytes_per_element
+    return total
 
 
 def fp8_weights(workload: Workload, block: BoundBlock, transposed: bool = True) -> int:

@@ -23,6 +23,7 @@ from stage_core.lower.memory import (
     gathered_input_bytes,
     loss_working_set,
     recompute_working_set,
+    weighted_combine_saved_bytes,
 )
 from stage_core.lower.program import (
     Workload,
@@ -97,6 +98,8 @@ class StateCosting:
             saved = block.saved_bytes
             if profile.tp_saves_gathered_input and workload.parallel.sp:
                 saved += gathered_input_bytes(workload, kind)
+            if profile.moe_probs_in_activation:
+                saved -= weighted_combine_saved_bytes(workload, kind)
             return (
                 reductions,
                 gathers,

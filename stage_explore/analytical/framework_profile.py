@@ -241,6 +241,13 @@ Options (all booleans unless said):
   redistribute before a ``ColwiseParallel`` linear is an ordinary op whose output the ``mm``
   saves; torchtitan's plans), not the sequence shard Megatron saves and gathers again in the
   backward (:func:`stage_core.lower.memory.gathered_input_bytes`).
+- ``moe_probs_in_activation`` — the router's probabilities scale the experts' activation
+  output (the FC2 input) instead of the combined expert outputs, so the combine is a plain
+  unpermute that keeps nothing for the backward and the experts' FC2 outputs are not saved:
+  Megatron-Core's ``TEGroupedMLP.forward`` passes ``permuted_probs`` into
+  ``weighted_bias_swiglu_impl`` (``moe/experts.py``) and the dispatcher unpermutes without
+  them. Memory only (the saved bytes of MoE layers whose combine is not recomputed). Off: the
+  generator's weighted combine, which saves the expert outputs for the probabilities' gradient.
 - ``fp8_param_gather`` — under an FP8 recipe the parameters of the FP8 linear layers are stored
   only as FP8 (Transformer Engine ``Float8Tensor`` parameters; Megatron ``--fp8-param-gather``:
   "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
@@ -365,6 +372,7 @@ OPTION_FLAGS: dict[str, str] = {
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
+    "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
@@ -436,6 +444,7 @@ class FrameworkProfile:
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
+    moe_probs_in_activation: bool = False  # the weighted combine saves the expert outputs
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed

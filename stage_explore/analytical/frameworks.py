@@ -153,6 +153,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # per ring step an attention kernel, then flash_attn_fwd_out_correction per step and,
             # in the backward, dq/dkv copies, torch.cat and adds (te_context_parallel.py)
             te_cp_merge=True,
+            # transformer/moe/experts.py TEGroupedMLP.forward: weighted_bias_swiglu_impl(fc1_output,
+            # bias, permuted_probs); the token dispatcher's combine unpermutes without probs
+            moe_probs_in_activation=True,
         ),
         FrameworkProfile(
             name="deepspeed",
