@@ -209,7 +209,7 @@ def test_trials_is_the_total_budget_of_a_resumed_study(
     argv = ["explore", str(study), "--out", str(tmp_path / "out"), "--resume"]
     for budget in (["--trials", "10"], ["--trials", "20"], []):  # below, at, the study's own
         assert main([*argv, *budget]) == 0
-        printed = capsys.readouterr().out
+        printed = capsys.readouterr().out.replace(str(tmp_path), "<tmp>")  # pytest-820/ …
         assert "20 trials already recorded" in printed and "nothing to run" in printed
         assert "20/" not in printed and "/10" not in printed
     assert sorted(folder.glob("part-*")) == parts and count_records(folder) == 20
