@@ -49,6 +49,7 @@ from stage_explore.analytical.eager import eager_attention, eager_op_bytes
 from stage_explore.analytical.frameworks import (
     FrameworkProfile,
 )
+from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.kernels import (
     KernelTimer,
     cast_shares,
@@ -232,6 +233,8 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
             halves = split_backward(block)
             instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
+        if self.framework.fused_qkv:  # one GEMM over the concatenated q, k, v weights
+            instrs = fuse_qkv(instrs, frozenset(weight.name for weight in block.weights))
         if self.framework.fused_elementwise:
             instrs = fuse_elementwise(instrs)
         compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
@@ -307,7 +310,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             fp8_block=fp8_block(kind),
             fp8_training=True,
             shares=(
-                cast_shares((*block.fwd, *block.bwd), weights, parallel.fp8_gemms)
+                cast_shares(self._timed_instrs(block, weights), weights, parallel.fp8_gemms)
                 if dtype == "fp8"
                 else {}
             ),
@@ -323,6 +326,12 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),
         )
+
+    def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
+        """A block's forward and backward instructions as the profile's GEMMs run them (one
+        cast per fused q, k, v GEMM input)."""
+        instrs = (*block.fwd, *block.bwd)
+        return fuse_qkv(instrs, weights) if self.framework.fused_qkv else instrs
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:
         block = point.blocks[kind]

@@ -75,6 +75,10 @@ Options (all booleans unless said):
 - ``fused_elementwise`` — chains of element-wise kernels keep their intermediates on chip
   (Megatron-LM's fused bias-GeLU / bias-dropout-add / fused norms, or ``torch.compile``); off:
   eager PyTorch, every element-wise op reads and writes HBM.
+- ``fused_qkv`` — the attention's query, key and value projections run as one GEMM over the
+  concatenated weights (Megatron-LM's ``query_key_value``, Megatron-Core's ``linear_qkv``;
+  :mod:`~stage_explore.analytical.fused_qkv`); off: three GEMMs whose input gradients autograd
+  sums, as separate ``q_proj`` / ``k_proj`` / ``v_proj`` linears (HuggingFace, TorchTitan) run.
 - ``eager_modules`` (str) — whose module code eager PyTorch runs when ``fused_elementwise`` is
   off (:mod:`~stage_explore.analytical.eager`): ``"generator"``, each generator op one kernel
   reading its inputs and writing its outputs once (ATen's native ``F.layer_norm``, ``F.gelu``);
@@ -350,6 +354,7 @@ OPTION_FLAGS: dict[str, str] = {
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
+    "fused_qkv": "Megatron query_key_value / linear_qkv (off: separate q, k, v linears)",
     "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
@@ -454,6 +459,7 @@ class FrameworkProfile:
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
+    fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:

@@ -36,6 +36,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
+from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.overlap import apply_overlaps, overlap_rule
 from stage_explore.analytical.parts import Point, axes_of
 from stage_explore.analytical.policy import (
@@ -364,6 +365,8 @@ def test_tracesim_times_blocks_with_the_analytical_per_kernel_costs(name: str) -
             for phase, instrs in (("fwd", block.fwd), ("bwd", block.bwd)):
                 if not instrs or any(i.kind == "ring" for i in instrs):
                     continue
+                if get_framework(name).fused_qkv:  # one q, k, v GEMM, as the backend
+                    instrs = fuse_qkv(instrs, frozenset(w.name for w in block.weights))
                 if profile_fuses(name):
                     instrs = fuse_elementwise(instrs)
                 program, _ = apply_overlaps(instrs, policy, rule)
