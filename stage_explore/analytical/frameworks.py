@@ -265,6 +265,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # (llmfoundry/models/layers/norm.py), residual adds are fp32 + bf16, the stream's
             # gradients fp32 (eager.py); the MLP's nn.GELU one kernel, ALiBi in the attention
             eager_modules="llm-foundry-2023",
+            # MPT's attention projects q, k and v with one linear (llmfoundry/models/layers/
+            # attention.py: self.Wqkv = nn.Linear(self.d_model, 3 * self.d_model); later
+            # d_model + 2 * kv_n_heads * head_dim): one GEMM each way
+            fused_qkv=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves

@@ -100,3 +100,10 @@ def test_the_option_reaches_the_step_time() -> None:
     # the same work: the fused GEMMs fill more of the GPU and skip two adds per backward
     assert fused.model_flops_per_step == separate.model_flops_per_step
     assert fused.step_time_s < separate.step_time_s
+
+
+def test_llm_foundrys_mpt_runs_its_wqkv_as_one_gemm() -> None:
+    """MPT's attention projects q, k and v with one linear (llm-foundry's ``Wqkv``); torchtitan's
+    Llama keeps three (``wq``, ``wk``, ``wv``)."""
+    assert get_framework("llm-foundry-2023").fused_qkv
+    assert not get_framework("torchtitan").fused_qkv
