@@ -400,6 +400,11 @@ FRAMEWORKS["fms-fsdp"] = replace(
     # the embedding, the final norm and the head, kept unsharded from its pre-forward gather to
     # its post-backward reduce-scatter (FSDP1 _post_forward_reshard: not freed for the root)
     fsdp_root_unit=True,
+    # main_training.py: optim.AdamW(model.parameters(), lr=..., betas=(0.9, 0.95),
+    # weight_decay=0.1) with neither foreach nor fused: torch's default on CUDA tensors is the
+    # foreach implementation; train_utils.py calls model.clip_grad_norm_ every step (FSDP1
+    # scales every gradient by the clamped coefficient)
+    optimizer_foreach=True,
 )
 
 #: The profile the analytical backend uses when none is named (the behaviour the backend was

@@ -54,5 +54,8 @@ def test_the_option_moves_the_optimizer_and_nothing_else() -> None:
         assert on.get(key, 0.0) == pytest.approx(off.get(key, 0.0), abs=1e-12)
 
 
-def test_only_the_torchtitan_profile_steps_with_foreach() -> None:
-    assert [name for name, p in FRAMEWORKS.items() if p.optimizer_foreach] == ["torchtitan"]
+def test_the_torchtitan_and_fms_fsdp_profiles_step_with_foreach() -> None:
+    # torchtitan's AdamW(foreach=not fused); fms-fsdp's AdamW with neither argument (torch's
+    # default on CUDA is foreach)
+    stepping = sorted(name for name, p in FRAMEWORKS.items() if p.optimizer_foreach)
+    assert stepping == ["fms-fsdp", "torchtitan"]
