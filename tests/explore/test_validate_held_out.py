@@ -99,7 +99,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 201 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 204 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -692,17 +692,21 @@ def test_the_third_party_b200_rows_differ_only_in_precision(cases: list[Case]) -
 
 
 def test_the_mlperf_llama_405b_gb200_rows_take_the_submissions_layout(cases: list[Case]) -> None:
-    """MLPerf v5.0 Llama 3.1 405B on GB200 (4 GPUs per tray): TP 4, PP 8, CP 2, VP 8, MBS 1,
-    MINIBS 112 sequences per data-parallel replica, the H100 rows' pipeline split."""
+    """MLPerf v5.0 Llama 3.1 405B on GB200 (4 GPUs per tray; NVIDIA's Tyche and CoreWeave's
+    Carina): TP 4, PP 8, CP 2, VP 8, MBS 1, MINIBS sequences per data-parallel replica (the
+    config names' third field), the H100 rows' pipeline split."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     mine = {c.id: c for c in cases if c.source == "MLPERF-L405B-GB200"}
-    assert set(mine) == {"MLPERF-L405B-GB200-V50-256", "MLPERF-L405B-GB200-V50-512"}
+    minibs = {"MLPERF-L405B-GB200-V50-256": 112, "MLPERF-L405B-GB200-V50-512": 112,
+              "MLPERF-L405B-GB200-CARINA-V50-512": 112, "MLPERF-L405B-GB200-CARINA-V50-1536": 48,
+              "MLPERF-L405B-GB200-CARINA-V50-2496": 32}  # fmt: skip
+    assert set(mine) == set(minibs)
     for row_id, case in mine.items():
         parallel, model = case.parallel, case.model
         assert parallel is not None and model is not None
         gpus = int(row_id.rsplit("-", 1)[-1])
         assert (parallel.tp, parallel.pp, parallel.cp, parallel.vpp) == (4, 8, 2, 8)
-        assert parallel.dp == gpus // 64 and parallel.global_batch == 112 * parallel.dp
+        assert parallel.dp == gpus // 64 and parallel.global_batch == minibs[row_id] * parallel.dp
         assert sum(parallel.pp_layers) == model.layers and len(parallel.pp_layers) == 64
         tokens = model.seq_len * parallel.global_batch / float(rows[row_id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[row_id]["tokens_per_s_per_gpu"]), rel=0.001)
