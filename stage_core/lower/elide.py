@@ -54,37 +54,46 @@ def elide_empty(template: Sequence[ProgramNode]) -> list[ProgramNode]:
     parents and the rest renumbered 0, 1, … in order (module docstring). Node ids must be the
     template's positions and every dependency must name an earlier node, as
     :func:`stage_core.lower.nodes.stage_nodes` emits them."""
-    if not any(is_empty(item.node) for item in template):
+    first = next((i for i, item in enumerate(template) if is_empty(item.node)), len(template))
+    if first == len(template):
         return list(template)
-    new_id: dict[int, int] = {}
+    result: list[ProgramNode] = list(template[:first])  # ids and dependencies unchanged
+    new_id: dict[int, int] = {i: i for i in range(first)}
     # an elided node's parents, in new ids: (data, control)
     through: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-    result: list[ProgramNode] = []
-    for position, item in enumerate(template):
+    for position in range(first, len(template)):
+        item = template[position]
         node = item.node
         assert node.id == position, f"node {node.name!r} has id {node.id} at {position}"
-        data: list[int] = []
-        ctrl: list[int] = []
-        for dep in node.data_deps:
-            assert dep < position, f"node {node.name!r} depends on the later node {dep}"
-            if dep in through:
-                data.extend(through[dep][0])
-                ctrl.extend(through[dep][1])
-            else:
-                data.append(new_id[dep])
-        for dep in node.ctrl_deps:
-            assert dep < position, f"node {node.name!r} depends on the later node {dep}"
-            if dep in through:
-                ctrl.extend(through[dep][0])
-                ctrl.extend(through[dep][1])
-            else:
-                ctrl.append(new_id[dep])
-        data_deps = _unique(data)
-        ctrl_deps = _unique(ctrl, without=data_deps)
+        deps = (*node.data_deps, *node.ctrl_deps)
+        assert all(dep < position for dep in deps), f"node {node.name!r} depends on a later node"
+        if any(dep in through for dep in deps):
+            data: list[int] = []
+            ctrl: list[int] = []
+            for dep in node.data_deps:
+                if dep in through:
+                    data.extend(through[dep][0])
+                    ctrl.extend(through[dep][1])
+                else:
+                    data.append(new_id[dep])
+            for dep in node.ctrl_deps:
+                if dep in through:
+                    ctrl.extend(through[dep][0])
+                    ctrl.extend(through[dep][1])
+                else:
+                    ctrl.append(new_id[dep])
+            data_deps = _unique(data)
+            ctrl_deps = _unique(ctrl, without=data_deps)
+        else:  # only renumbered
+            data_deps = tuple(new_id[dep] for dep in node.data_deps)
+            ctrl_deps = tuple(new_id[dep] for dep in node.ctrl_deps)
         if is_empty(node):
-            through[node.id] = (data_deps, ctrl_deps)
+            through[position] = (data_deps, ctrl_deps)
             continue
-        new_id[node.id] = len(result)
+        new_id[position] = len(result)
+        if (len(result), data_deps, ctrl_deps) == (node.id, node.data_deps, node.ctrl_deps):
+            result.append(item)
+            continue
         moved = replace(node, id=len(result), data_deps=data_deps, ctrl_deps=ctrl_deps)
         result.append(replace(item, node=moved))
     return result
