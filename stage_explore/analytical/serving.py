@@ -130,6 +130,11 @@ def _compute_timer(
         return lambda i: accelerator.compute_time_s(i.flops, i.bytes_read + i.bytes_written, dtype)
     weights = frozenset(w.name for block in stage.blocks for w in block.weights)
     sizes = program.workload.sizes
+    # Serving engines run every expert of an MoE layer's projection in one fused kernel (vLLM's
+    # and SGLang's fused_moe: one Triton launch over the expert-sorted token blocks,
+    # vllm/model_executor/layers/fused_moe/fused_moe.py invoke_fused_moe_kernel), not training's
+    # one GEMM per expert: no per-expert cost (KernelModel.grouped_gemm_group_s).
+    kernels = replace(kernels, grouped_gemm_group_s=0.0)
     kernel_timer = KernelTimer(
         accelerator, kernels, dtype, weights, keys=sizes["T"], head_dim=sizes["D"],
         causal=sizes["S"] > 1,

@@ -13,6 +13,7 @@ from stage_core.errors import ConfigError
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_core.serving import Phase, ServingConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.kernels import (
     KernelTimer,
@@ -20,6 +21,7 @@ from stage_explore.analytical.kernels import (
     gemm_time_s,
     grouped_gemm_groups,
 )
+from stage_explore.analytical.serving import evaluate_decode
 from stage_explore.system import load_system
 from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import KernelModel, System
@@ -161,3 +163,17 @@ def test_the_cost_in_an_evaluation() -> None:
         backend.evaluate(LLAMA, dense, H100).step_time_s
         == backend.evaluate(LLAMA, dense, without).step_time_s
     )
+
+
+def test_serving_runs_the_experts_fused_without_the_per_group_cost() -> None:
+    """A serving engine's fused MoE kernel (vLLM / SGLang fused_moe: one launch for every
+    expert) has no per-expert cost: a decode step is the same on systems that differ only in
+    the figure, while its MoE layer does have several local experts."""
+    config = ServingConfig(phase=Phase.DECODE, batch=64, context_len=1024, dp=8, ep=8)
+    backend = AnalyticalBackend()
+    with_figure = evaluate_decode(backend, GPTOSS, config, H100)
+    without = evaluate_decode(backend, GPTOSS, config, _with_group_s(H100, 0.0))
+    assert _kernels(H100).grouped_gemm_group_s > 0
+    assert GPTOSS.num_experts // config.ep > 1
+    assert with_figure.time_per_output_token_s == without.time_per_output_token_s
+    assert with_figure.breakdown == without.breakdown
