@@ -72,9 +72,21 @@ def local_extent(dim: str, axes: Sequence[str], sizes: Sizes, axis_sizes: Sizes)
 
 
 def local_elements(layout: Layout, sizes: Sizes, axis_sizes: Sizes) -> Size:
+    """The product of the local extents of ``layout``'s dims (:func:`local_extent`'s, with its
+    all-integer case inlined: binding calls this for every tensor of every op)."""
     result: Size = 1
     for dim, axes in zip(layout.dims, layout.shards, strict=True):
-        result = result * local_extent(dim, axes, sizes, axis_sizes)
+        size = sizes[dim]
+        if not axes and isinstance(size, int):  # an unsharded dim: itself
+            result = result * size
+            continue
+        shards: Size = 1
+        for axis in axes:
+            shards = shards * axis_sizes[axis]
+        if isinstance(size, int) and isinstance(shards, int) and not size % shards:
+            result = result * (size // shards)
+        else:  # symbolic, or not divisible (local_extent says so)
+            result = result * local_extent(dim, axes, sizes, axis_sizes)
     return result
 
 

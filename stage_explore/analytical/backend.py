@@ -39,11 +39,12 @@ keeps one evaluation: the backend's options and memos, the network, the step and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from stage_core.errors import ConfigError, InfeasibleError
+from stage_core.lower.bind import BoundBlock
 from stage_core.lower.emit import GroupTable
 from stage_core.lower.flops import DEFAULT_ATTENTION_FLOPS, AttentionFlops
 from stage_core.lower.program import (
@@ -209,12 +210,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         )  # fmt: skip
 
         def plan() -> Plan:
-            table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
-            state_key = (
-                parallel.zero, axis_sizes, workload.mesh.names, workload.expert_axes,
-                workload.grad_bytes, workload.weight_bytes, workload.optimizer_bytes, fp8,
-            )  # fmt: skip
-            return self._plan(Point(workload, key, blocks, net, token, dtype, table, state_key))
+            return self._plan(self._point(workload, key, blocks, net, token, dtype, fp8))
 
         number: int = self._plan_numbers.get(plan_key, self._token)  # names it in the memos
         planned: Plan = self._plans.get(number, plan)
@@ -228,6 +224,30 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
         return self._result(workload, step, flops, system)
+
+    def _point(
+        self,
+        workload: Workload,
+        key: int,
+        blocks: dict[str, BoundBlock],
+        net: System,
+        token: int,
+        dtype: str,
+        fp8: Hashable,
+    ) -> Point:
+        """One evaluation's :class:`~stage_explore.analytical.parts.Point` (the levelled
+        evaluation's and the trace mode's, :mod:`~stage_explore.analytical.trace_mode`): the
+        model-state inputs the memoised parts depend on are named by one number (equal inputs,
+        one number), so the memo keys that hold it hash an int, not the tuple."""
+        parallel = workload.parallel
+        state = (
+            parallel.zero, tuple(workload.axis_sizes.items()), workload.mesh.names,
+            workload.expert_axes, workload.grad_bytes, workload.weight_bytes,
+            workload.optimizer_bytes, fp8,
+        )  # fmt: skip
+        state_key: int = self._plan_numbers.get(("state", state), self._token)
+        table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))
+        return Point(workload, key, blocks, net, token, dtype, table, state_key)
 
     def _timeline(
         self, kind: str, stages: tuple[StageTimes, ...], m: int, vpp: int, transfer_s: float

@@ -66,9 +66,13 @@ class CommCosting:
         if not tied_ends(workload):
             return 0.0
         seconds = 0.0
+        shared = shared_embedding_weights(workload.model)
+        holders = {kind for kind, _ in shared}
         for kind, _ in runs:
+            if kind not in holders:  # a layer: none of its weights is a copy of the table
+                continue
             for weight in point.blocks[kind].weights:
-                if (kind, weight.name) in shared_embedding_weights(workload.model):
+                if (kind, weight.name) in shared:
                     size = weight.elements * workload.grad_bytes
                     span = spans[(PIPELINE_ENDS,)]
                     seconds += self._collective_time(point, span, CollectiveKind.ALL_REDUCE, size)

@@ -26,20 +26,27 @@ from stage_explore.system.model import System
 
 
 class Memo:
-    """A small LRU memo owned by one backend instance (no module-level state)."""
+    """A small LRU memo owned by one backend instance (no module-level state).
+
+    A hit marks its entry recently used only once the memo is half full: before that nothing
+    is evicted, and an entry used again later is moved then (an entry used only while the
+    memo was less than half full is evicted first, as in a strict LRU); a memo of pure values
+    gives the same answers whichever entry it evicts."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.items: OrderedDict[Hashable, Any] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self._recency_from = size // 2  # entries held before hits are ordered
 
     def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         items = self.items
         value = items.get(key)
         if value is not None:
             self.hits += 1
-            items.move_to_end(key)
+            if len(items) > self._recency_from:
+                items.move_to_end(key)
             return value
         self.misses += 1
         value = compute()

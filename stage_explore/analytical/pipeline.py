@@ -121,13 +121,17 @@ class PipelineResult:
         return self.end_s[rank] - self.busy_s[rank] - self.send_s[rank]
 
 
-def _durations(stage: StageTimes, chunks: int) -> list[float]:
-    """Seconds of every duration slot of a rank (without sends)."""
+def _durations(stage: StageTimes, chunks: int, pairs: bool = True) -> list[float]:
+    """Seconds of every duration slot of a rank (without sends); without ``pairs`` (a schedule
+    that runs no overlapped pair: every one but DualPipe) the pair slots, which no task then
+    uses, hold 0.0 instead of their sums."""
     weight = stage.weight_s or (0.0,) * chunks
     if chunks == 1 and not stage.pair_s:  # the common case, without a call per slot
         return [stage.forward_s[0], stage.backward_s[0], weight[0], 0.0, 0.0]
-    pairs = [stage.pair(a, b) for a in range(chunks) for b in range(chunks)]
-    return [*stage.forward_s, *stage.backward_s, *weight, *pairs, 0.0]
+    if not pairs:
+        return [*stage.forward_s, *stage.backward_s, *weight, *([0.0] * (chunks * chunks)), 0.0]
+    paired = [stage.pair(a, b) for a in range(chunks) for b in range(chunks)]
+    return [*stage.forward_s, *stage.backward_s, *weight, *paired, 0.0]
 
 
 def _busy(kind: str, stages: Sequence[StageTimes], m: int, vpp: int) -> tuple[float, ...]:
@@ -176,9 +180,10 @@ def _slot_sends(kind: str, p: int, vpp: int) -> tuple[tuple[int, ...], ...]:
 def _costs(kind: str, stages: Sequence[StageTimes], vpp: int, transfer_s: float) -> list[float]:
     """Seconds each duration slot holds its rank: the task, plus its sends."""
     chunks = chunks_per_rank(kind, vpp)
+    pairs = kind == "dualpipe"  # the only schedule whose tasks use the pair slots
     costs: list[float] = []
     for stage, counts in zip(stages, _slot_sends(kind, len(stages), vpp), strict=True):
-        durations = _durations(stage, chunks)
+        durations = _durations(stage, chunks, pairs)
         costs += [d + n * transfer_s if n else d for d, n in zip(durations, counts, strict=True)]
     return costs
 
@@ -217,7 +222,7 @@ def _ends_and_starts(
     for rank in range(p):
         row = []
         for task, previous in compiled.last_backward[rank]:
-            _, dependency, _ = compiled.tasks[task]
+            dependency = compiled.waits[task] - 1  # -1: none, a release of 0.0
             start = release[previous]  # -1: the rank's first task, free at 0.0
             if release[dependency] > start:
                 start = release[dependency]
@@ -324,6 +329,21 @@ def activation_profiles(
         if not any(all(x >= y for x, y in zip(other, counts, strict=True)) for other in kept):
             kept.append(counts)
     return tuple(sorted(kept))
+
+
+@functools.lru_cache(maxsize=4096)
+def _peak_activations(
+    kind: str, stage: int, p: int, m: int, vpp: int, sizes: tuple[int, ...]
+) -> int:
+    """Bytes of ``stage``'s saved activations at the schedule's peak, for ``sizes`` bytes per
+    micro-batch of each entry of :func:`activation_profiles`' vectors (exact ints; memoised:
+    plans that differ in what does not change the saved bytes, e.g. the ZeRO level, share
+    it)."""
+    peak: int = max(
+        sum(map(operator.mul, counts, sizes))  # every vector has len(sizes)
+        for counts in activation_profiles(kind, stage, p, m, vpp)
+    )
+    return peak
 
 
 # --- a step: the pipeline, gradient synchronisation, optimizer, memory ----------------------
@@ -456,17 +476,22 @@ def assemble_step(
         per_chunk *= schedules
     worst: tuple[float, int, float] | None = None
     peak_memory = 0
+    order: Sequence[int] = range(chunks)
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
         starts = pipeline.last_backward_start_s[stage]
         free = gather = 0.0
-        for index in sorted(range(chunks), key=starts.__getitem__):
+        if chunks > 1:
+            order = sorted(range(chunks), key=starts.__getitem__)
+        for index in order:
             sync = cls.sync[index]
-            free = max(free + sync.total_s, starts[index] + sync.latest_s)
+            queued, latest = free + sync.total_s, starts[index] + sync.latest_s
+            free = latest if latest > queued else queued  # max(queued, latest), as max picks
             gather += sync.gather_s
+        end = pipeline.end_s[stage]
         if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
-            free = max(free, pipeline.end_s[stage]) + cls.after_backward_s
-        total = max(pipeline.end_s[stage], free) + cls.optimizer_s + gather
+            free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
+        total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
         if worst is None or total > worst[0]:
             worst = (total, stage, free)
         if kind == "gpipe":
@@ -475,12 +500,10 @@ def assemble_step(
             sizes = cls.saved_bytes
             if split:
                 sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
-            activations = max(
-                sum(map(operator.mul, counts, sizes))  # exact ints; every vector has len(sizes)
-                for counts in activation_profiles(kind, stage, p, m, vpp)
-            )
+            activations = _peak_activations(kind, stage, p, m, vpp, sizes)
         memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes
-        peak_memory = max(peak_memory, memory)
+        if memory > peak_memory:
+            peak_memory = memory
     assert worst is not None
     total, stage, sync_end = worst
     cls = plan.classes[plan.stage_class[stage]]

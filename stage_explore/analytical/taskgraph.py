@@ -12,8 +12,9 @@ waits for both inputs.
   1 B, 2 W), the pairs, which task ends each chunk's weight gradients, per-slot task counts and
   sends (memoised);
 - :func:`compile_shape` — one flat topological order of the whole DAG (memoised), the fast
-  path's input: ``tasks[k] = (rank, dependency, slot)``; a pair is two entries, a zero-cost
-  wait for the backward's input, then the pair waiting for the forward's input;
+  path's input, in columns (:class:`Compiled`: each task's rank, previous task on its rank,
+  dependency and duration slot); a pair is two entries, a zero-cost wait for the backward's
+  input, then the pair waiting for the forward's input;
 - :func:`periodic` — the proof that extrapolating a long run from a prefix is exact (see its
   docstring), used by :func:`stage_explore.analytical.pipeline.step_time`.
 
@@ -139,24 +140,27 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    """One schedule shape as a flat topological order.
+    """One schedule shape as a flat topological order, in columns.
 
-    ``tasks[k] = (rank, dependency, slot)``: the task's rank, the index of the task whose
-    release it waits for (−1: none) and its duration slot. ``last_backward[rank][chunk]`` =
-    (the task, the rank's previous task) of the chunk's last weight-gradient task (a pair: the
-    pair), to recover its start exactly; ``last_task[rank]``: its last task.
-
-    The same order as three flat columns, the fast path's input (numbered from 1, so that 0
-    names "nothing", a release of 0.0): ``after[k]`` = 1 + the rank's previous task (0: the
-    rank's first), ``waits[k]`` = 1 + ``dependency`` and ``slot_of[k]`` = ``slot``.
+    Task ``k`` runs on rank ``ranks[k]``, in duration slot ``slot_of[k]``; numbered from 1, so
+    that 0 names "nothing" (a release of 0.0), ``after[k]`` = 1 + the rank's previous task (0:
+    the rank's first) and ``waits[k]`` = 1 + the task whose release it waits for (0: none).
+    ``last_backward[rank][chunk]`` = (the task, the rank's previous task) of the chunk's last
+    weight-gradient task (a pair: the pair), to recover its start exactly; ``last_task[rank]``:
+    its last task. The columns are the fast path's input; :attr:`tasks` gives them as rows.
     """
 
-    tasks: tuple[tuple[int, int, int], ...]
     last_backward: tuple[tuple[tuple[int, int], ...], ...]
     last_task: tuple[int, ...]  # per rank
-    after: tuple[int, ...] = ()
-    waits: tuple[int, ...] = ()
-    slot_of: tuple[int, ...] = ()
+    after: tuple[int, ...]
+    waits: tuple[int, ...]
+    slot_of: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    @property
+    def tasks(self) -> tuple[tuple[int, int, int], ...]:
+        """``tasks[k] = (rank, dependency, slot)`` (dependency −1: none), built on each call."""
+        return tuple(zip(self.ranks, [wait - 1 for wait in self.waits], self.slot_of, strict=True))
 
 
 @functools.lru_cache(maxsize=256)
@@ -169,8 +173,10 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
     size = (last_stage + 1) * m  # produced[j·m + mb]: forwards; produced[size + j·m + mb]: B
     produced = [-1] * (2 * size)
     waiting: dict[int, int] = {}  # the key a blocked rank needs → that rank
-    tasks: list[tuple[int, int, int]] = []
-    append = tasks.append
+    ranks: list[int] = []  # the columns of Compiled, one entry per task
+    after: list[int] = []
+    waits: list[int] = []
+    slot_of: list[int] = []
     last_backward = [[(-1, -1)] * chunks for _ in range(p)]
     position = [0] * p
     previous_of = [-1] * p  # each rank's last task so far
@@ -192,7 +198,7 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
         base = rank * per_rank
         while index < length:
             code, j, mb, chunk = order[index]
-            if index in starts:
+            if starts and index in starts:
                 _, jb, mbb, chunk_b = order[index + 1]
                 key_f, need_f = needs(FORWARD, j, mb)
                 key_b, need_b = needs(BACKWARD, jb, mbb)
@@ -200,11 +206,13 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
                 if missing >= 0:
                     waiting[missing] = rank
                     break
-                wait_task = len(tasks)
-                append((rank, produced[need_b] if need_b >= 0 else -1, base + per_rank - 1))
-                task = len(tasks)
-                slot = base + 3 * chunks + chunk * chunks + chunk_b
-                append((rank, produced[need_f] if need_f >= 0 else -1, slot))
+                wait_task = len(ranks)
+                ranks += (rank, rank)
+                after += (previous + 1, wait_task + 1)
+                waits += (produced[need_b] + 1 if need_b >= 0 else 0,
+                          produced[need_f] + 1 if need_f >= 0 else 0)  # fmt: skip
+                slot_of += (base + per_rank - 1, base + 3 * chunks + chunk * chunks + chunk_b)
+                task = wait_task + 1
                 if grads[chunk_b] == index + 2:
                     last_backward[rank][chunk_b] = (task, wait_task)
                 for key in (key_f, key_b):
@@ -228,30 +236,29 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
                 if dependency < 0:
                     waiting[needed] = rank
                     break
-            task = len(tasks)
+            task = len(ranks)
             if grads[chunk] == index:
                 last_backward[rank][chunk] = (task, previous)
             if key >= 0:
                 produced[key] = task
                 if waiting and key in waiting:
                     runnable.append(waiting.pop(key))
+            ranks.append(rank)
+            after.append(previous + 1)
+            waits.append(dependency + 1)
+            slot_of.append(base + code * chunks + chunk)
             previous = task
-            append((rank, dependency, base + code * chunks + chunk))
             index += 1
         position[rank], previous_of[rank] = index, previous
     if any(position[r] != len(s.orders[r]) for r in range(p)):  # pragma: no cover
         raise RuntimeError(f"pipeline schedule {kind!r} deadlocked")
-    after, latest = [], [0] * p
-    for index, (rank, _, _) in enumerate(tasks):
-        after.append(latest[rank])
-        latest[rank] = index + 1
     return Compiled(
-        tuple(tasks),
         tuple(tuple(x) for x in last_backward),
         tuple(previous_of),
         tuple(after),
-        tuple([task[1] + 1 for task in tasks]),
-        tuple([task[2] for task in tasks]),
+        tuple(waits),
+        tuple(slot_of),
+        tuple(ranks),
     )
 
 
@@ -321,16 +328,18 @@ def periodic(kind: str, p: int, vpp: int, base: int) -> Periodic | None:
         cuts.append(cut)
         blocks.append(block)
     compiled = compile_shape(kind, p, base + step, vpp)
+    ranks = compiled.ranks
     by_rank: list[list[int]] = [[] for _ in range(p)]
-    position = [0] * len(compiled.tasks)
-    for index, (rank, _, _) in enumerate(compiled.tasks):
+    position = [0] * len(ranks)
+    for index, rank in enumerate(ranks):
         position[index] = len(by_rank[rank])
         by_rank[rank].append(index)
     depth = 1  # periods before the cut that the rest refers to
-    for index, (rank, dependency, _) in enumerate(compiled.tasks):
+    for index, (rank, wait) in enumerate(zip(ranks, compiled.waits, strict=True)):
+        dependency = wait - 1
         if dependency < 0:
             continue
-        owner = compiled.tasks[dependency][0]
+        owner = ranks[dependency]
         behind = cuts[owner] - position[dependency]
         if position[index] >= cuts[rank]:
             depth = max(depth, -(-behind // blocks[owner]))

@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
-from stage_core.lower.emit import GroupTable
 from stage_core.lower.nodes import (
     OPTIMIZER,
     SYNC,
@@ -279,13 +278,7 @@ def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Po
     net, token = backend._network(system)
     dtype = compute_dtype(parallel, system)
     fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
-    state_key = (
-        parallel.zero, tuple(workload.axis_sizes.items()), workload.mesh.names,
-        workload.expert_axes, workload.grad_bytes, workload.weight_bytes,
-        workload.optimizer_bytes, fp8,
-    )  # fmt: skip
-    table = GroupTable(workload.mesh)
-    return Point(workload, key, blocks, net, token, dtype, table, state_key)
+    return backend._point(workload, key, blocks, net, token, dtype, fp8)
 
 
 def _params(
