@@ -12,6 +12,7 @@ stage: generation cost grows with ``pp``, not with the number of GPUs.
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,13 @@ class Workload:
         return self.parallel.global_batch * self.sizes["S"]
 
 
+@functools.lru_cache(maxsize=1024)
+def _mesh(axes: tuple[tuple[str, int], ...]) -> Mesh:
+    """The mesh of ``(name, size)`` axes, one object per distinct mesh (memoised: a search
+    builds one workload per candidate, from few distinct meshes)."""
+    return Mesh(tuple(MeshAxis(name, size) for name, size in axes))
+
+
 def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
     """Validate ``parallel`` against ``model`` and bind every dim and axis size."""
     parallel.validate(model)
@@ -99,7 +107,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
     for sub in (TP_REST, TP_OUTER):  # tp's sub-axes right above the inner (etp) tp ranks
         if axis_sizes[sub] > 1:
             order.insert(order.index("tp"), sub)
-    mesh = Mesh(tuple(MeshAxis(a, axis_sizes[a]) for a in order))
+    mesh = _mesh(tuple([(a, axis_sizes[a]) for a in order]))
     seq = model.seq_len
     batch = parallel.micro_batch * parallel.dp  # the global micro-batch dim B
     sizes = {

@@ -62,7 +62,7 @@ from stage_core.errors import ConfigError
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.model_rules import model_violations
-from stage_core.parallel.split import PipelineSplit, split_layers
+from stage_core.parallel.split import PipelineSplit, cached_split_layers
 
 # The configuration's vocabularies, re-exported (imported here from stage_core.parallel.vocab).
 from stage_core.parallel.vocab import (
@@ -476,14 +476,14 @@ class ParallelConfig:
     def stage_layers(self, model: ModelSpec) -> tuple[int, ...]:
         """The layers of every global virtual stage ``v·pp + r`` (``pp·vpp`` counts), by
         :func:`stage_core.parallel.split.split_layers`; a :class:`ConfigError` if impossible."""
-        return split_layers(
+        return cached_split_layers(
             model.layers,
             self.pp,
             self.vpp,
-            split=self.pp_split,
-            first=self.pp_first_layers,
-            last=self.pp_last_layers,
-            explicit=self.pp_layers,
+            self.pp_split,
+            self.pp_first_layers,
+            self.pp_last_layers,
+            self.pp_layers,
         )
 
     # ------------------------------------------------------------------ meshes

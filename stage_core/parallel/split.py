@@ -36,6 +36,7 @@ is expressible with Megatron's first/last-stage options; with ``vpp > 1`` it nee
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -156,6 +157,22 @@ def _explicit(layers: int, pp: int, vpp: int, explicit: Sequence[int]) -> tuple[
         f"`pp_layers` must list one count per pipeline stage (pp={pp}) or per model chunk "
         f"(pp·vpp={pp * vpp}), but got {len(listed)} counts: {listed}"
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def cached_split_layers(
+    layers: int,
+    pp: int,
+    vpp: int,
+    split: PipelineSplit | str,
+    first: int | None,
+    last: int | None,
+    explicit: tuple[int, ...],
+) -> tuple[int, ...]:
+    """:func:`split_layers` memoised (a pure function of hashable arguments; a configuration's
+    split is asked for by its validation and again by its workload, for every candidate of a
+    search); a :class:`ConfigError` is raised again on each call."""
+    return split_layers(layers, pp, vpp, split=split, first=first, last=last, explicit=explicit)
 
 
 def split_layers(

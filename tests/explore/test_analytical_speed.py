@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sympy
 
-from stage_core.errors import ShardingError
+from stage_core.errors import ConfigError, ShardingError
 from stage_core.layout import Layout
 from stage_core.lower.program import make_workload
 from stage_core.lower.schedule import schedule
@@ -18,6 +18,7 @@ from stage_core.models import get_flavor
 from stage_core.ops import local_elements, local_extent
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Schedule
+from stage_core.parallel.split import cached_split_layers, split_layers
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.parts import Memo
 from stage_explore.analytical.pipeline import _peak_activations, activation_profiles
@@ -148,3 +149,17 @@ def test_equal_model_state_inputs_share_one_number_and_others_do_not() -> None:
     assert state(fp32) == state(ParallelConfig(tp=2, dp=2, zero=1, grad_fp32=True))
     assert state(fp32) != state(bf16)
     assert backend.evaluate(model, fp32, A100) != backend.evaluate(model, bf16, A100)
+
+
+def test_the_memoised_split_is_the_split_and_raises_each_time() -> None:
+    """cached_split_layers gives split_layers' counts (summing to the layers) and raises its
+    ConfigError, with the same message, again on every call."""
+    counts = cached_split_layers(10, 4, 1, "ends", None, None, ())
+    assert counts == split_layers(10, 4, 1, split="ends")
+    assert len(counts) == 4 and sum(counts) == 10
+    with pytest.raises(ConfigError) as direct:
+        split_layers(2, 4, 1, split="even")
+    for _ in range(2):
+        with pytest.raises(ConfigError) as cached:
+            cached_split_layers(2, 4, 1, "even", None, None, ())
+        assert str(cached.value) == str(direct.value)
