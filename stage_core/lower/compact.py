@@ -3,8 +3,10 @@ buckets of a chunk as groups of equal reductions.
 
 Holds :data:`Runs`, :func:`chunk_runs` (every global pipeline stage's blocks as runs of block
 kinds), :func:`layout_key` (what ``chunk_runs`` takes, from a workload), :func:`layer_pattern`,
-:func:`mtp_blocks`, :data:`Group` and :func:`bucket_gradients` (a chunk's bucketed gradient
-reductions, computed per run of identical blocks in a few arithmetic steps).
+:func:`mtp_blocks`, :func:`partial_recompute_pattern` and :func:`recompute_groups` (the layers'
+block kinds under partial or uniform recompute, and a uniform recompute's groups), :data:`Group`
+and :func:`bucket_gradients` (a chunk's bucketed gradient reductions, computed per run of
+identical blocks in a few arithmetic steps).
 
 The full per-stage program is the expansion of this form: :func:`~stage_core.lower.program.
 chunk_blocks` expands a stage's runs into its bound blocks, :func:`~stage_core.lower.program.
@@ -21,7 +23,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stage_core.blocks import MTP_HEAD, mtp_block_name
-from stage_core.models.layers import kept_block_name
+from stage_core.models.layers import grouped_block_name, is_grouped_block, kept_block_name
 from stage_core.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -53,7 +55,11 @@ def layer_pattern(model: ModelSpec) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def partial_recompute_pattern(
-    pattern: tuple[str, ...], stage_layers: tuple[int, ...], recomputed: int, every_pp: int = 0
+    pattern: tuple[str, ...],
+    stage_layers: tuple[int, ...],
+    recomputed: int,
+    every_pp: int = 0,
+    uniform: bool = False,
 ) -> tuple[str, ...]:
     """Every layer's block kind under partial checkpointing: recomputed layers keep their kind,
     the others become :func:`~stage_core.models.layers.kept_block_name` kinds (activations
@@ -63,7 +69,20 @@ def partial_recompute_pattern(
     over the layers of the block, one block per model chunk). ``every_pp`` = pp: torchtitan's
     every N-th block — per pipeline rank a counter over its blocks (its chunks in order,
     global stages r, r + pp, …), a block checkpointed when the count is a multiple of N
-    (``_apply_layer_sac``'s ``count % ac_freq == 0``) (memoised)."""
+    (``_apply_layer_sac``'s ``count % ac_freq == 0``). ``uniform``: Megatron-Core's
+    ``--recompute-method uniform`` — every layer recomputed, in groups of N consecutive layers
+    of each global virtual stage from its first (the last group may be shorter); a layer after
+    the first of its group becomes a :func:`~stage_core.models.layers.grouped_block_name` kind
+    (it saves nothing: the group keeps only its input) (memoised)."""
+    if uniform:
+        result: list[str] = []
+        for count in stage_layers:
+            start = len(result)
+            result += [
+                kind if offset % recomputed == 0 else grouped_block_name(kind)
+                for offset, kind in enumerate(pattern[start : start + count])
+            ]
+        return tuple(result)
     starts = [sum(stage_layers[:g]) for g in range(len(stage_layers))]
     recompute = [False] * len(pattern)
     for g, count in enumerate(stage_layers if not every_pp else ()):
@@ -81,6 +100,35 @@ def partial_recompute_pattern(
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _groups_of(pattern: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The distinct uniform recompute groups of a partial pattern, each as its layers' kinds in
+    forward order (a kind, then the grouped kinds that follow it), only those of 2 or more."""
+    groups: set[tuple[str, ...]] = set()
+    current: list[str] = []
+    for kind in (*pattern, ""):
+        if current and not is_grouped_block(kind):
+            if len(current) > 1:
+                groups.add(tuple(current))
+            current = []
+        if kind:
+            current.append(kind)
+    return tuple(sorted(groups))
+
+
+def recompute_groups(workload: Workload) -> tuple[tuple[str, ...], ...]:
+    """The distinct groups of 2 or more layers a uniform recompute checkpoints as one unit
+    (``recompute_method = "uniform"``, :func:`partial_recompute_pattern`), as block kinds in
+    forward order; () for any other recompute (memoised by pattern). A group starts at a
+    global virtual stage's first layer, so groups never span two chunks."""
+    parallel = workload.parallel
+    if parallel.recompute_method != "uniform" or parallel.recompute_num_layers is None:
+        return ()
+    if parallel.recompute_num_layers < 2:
+        return ()
+    return _groups_of(layout_key(workload)[1])
+
+
 def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tuple[Any, ...]:
     """What :func:`chunk_runs` takes for ``workload``; ``pattern``: the model's
     :func:`layer_pattern`, if the caller has it."""
@@ -94,6 +142,7 @@ def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tu
             stage_layers,
             parallel.recompute_num_layers,
             parallel.pp if parallel.recompute_method == "every" else 0,
+            parallel.recompute_method == "uniform",
         )
     layout = (model.layers, pattern, parallel.pp, parallel.vpp, stage_layers)
     return (*layout, mtp_blocks(model)) if model.mtp_layers else layout

@@ -29,6 +29,7 @@ from stage_core.lower.bind import (
     bind_block,
     symbolic_block,
 )
+from stage_core.lower.compact import recompute_groups
 from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import (
     fp8_block,
@@ -39,7 +40,12 @@ from stage_core.lower.fp8 import (
 )
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
 from stage_core.lower.schedule import Task, schedule
-from stage_core.models.layers import is_kept_block, is_layer_block
+from stage_core.models.layers import (
+    base_block_name,
+    is_grouped_block,
+    is_kept_block,
+    is_layer_block,
+)
 from stage_core.ops import CrossEntropy, Einsum, local_elements
 from stage_core.ops_moe import Combine
 from stage_core.sharding import OpStep
@@ -180,23 +186,63 @@ def recompute_working_set(
     block's backward holds at once (:func:`backward_working_set`: activation gradients and, under
     recompute, the activations it re-materialises), and never less than the recomputed layer's
     saved activations (the difference between its saved bytes without and with recompute).
+    Under a uniform recompute (groups of N layers checkpointed as one unit,
+    :func:`~stage_core.lower.compact.recompute_groups`) the largest group's: its recompute
+    re-runs the group's forward, so while its last layer's backward runs the group's other
+    layers hold their full activations (:func:`uniform_group_working_set`).
     ``extra`` as in :func:`backward_working_set`."""
     largest = max((backward_working_set(block, extra) for block in blocks.values()), default=0)
     if str(workload.parallel.recompute) == "none":
         return largest
-    structure = Structure.of(workload.model)
+    full_saved: dict[str, int] = {}
     for kind in blocks:
         if not (is_layer_block(kind) or mtp_layer_of_block(kind)):  # MTP: its layer recomputes
             continue
-        if is_kept_block(kind):  # partial checkpointing: a layer that keeps its activations
+        if is_kept_block(kind) or is_grouped_block(kind):  # kept: no recompute; grouped: below
             continue
-        full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
-        bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)
-        bound = with_fp8_saved(
-            bound, full, workload.sizes, workload.axis_sizes, workload.parallel, "none"
-        )
-        largest = max(largest, bound.saved_bytes - blocks[kind].saved_bytes)
+        full_saved[kind] = unrecomputed_saved_bytes(workload, kind)
+        largest = max(largest, full_saved[kind] - blocks[kind].saved_bytes)
+    for group in recompute_groups(workload):
+        largest = max(largest, uniform_group_working_set(group, blocks, full_saved, extra))
     return largest
+
+
+def unrecomputed_saved_bytes(workload: Workload, kind: str) -> int:
+    """Bytes a layer of block kind ``kind`` saves per micro-batch without recompute (as its
+    forward keeps them, FP8 copies included): what its recompute re-materialises."""
+    structure = Structure.of(workload.model)
+    full = symbolic_block(kind, structure, workload.options, workload.flags, "none")
+    bound = bind_block(full, kind, workload.sizes, workload.axis_sizes)
+    bound = with_fp8_saved(
+        bound, full, workload.sizes, workload.axis_sizes, workload.parallel, "none"
+    )
+    return bound.saved_bytes
+
+
+def uniform_group_working_set(
+    group: Sequence[str],
+    blocks: Mapping[str, BoundBlock],
+    full_saved: Mapping[str, int],
+    extra: InstrBytes | None = None,
+) -> int:
+    """What the backward of one uniform recompute group holds beyond the saved activations
+    (Megatron-Core ``--recompute-method uniform``: ``tensor_parallel.checkpoint`` over
+    ``custom(layer_idx, layer_idx + N)``; its backward re-runs the N layers' forward with grad
+    enabled, then back-propagates through them, last layer first). At the peak, the start of
+    the last layer's backward: the other layers' activations (each its unrecomputed saved
+    bytes, ``full_saved`` of its kind; less the group's input, which the activation term
+    already counts as the first layer's saved bytes), the last layer's input (kept by its
+    re-run forward) and what the last layer's own recomputing backward holds (as a single
+    fully recomputed layer: :func:`backward_working_set` of its block, never less than its
+    re-materialised activations). ``group``: its layers' block kinds in forward order (the
+    first a recomputed kind, the rest :func:`~stage_core.models.layers.grouped_block_name`
+    kinds)."""
+    bases = [base_block_name(kind) for kind in group]
+    first, last = bases[0], bases[-1]
+    held = sum(full_saved[kind] for kind in bases[:-1]) - blocks[first].saved_bytes
+    last_input = blocks[last].saved_bytes  # a fully recomputed layer saves its input only
+    own = max(backward_working_set(blocks[group[-1]], extra), full_saved[last] - last_input)
+    return held + last_input + own
 
 
 #: The op kind of the softmax cross-entropy (:class:`stage_core.ops.CrossEntropy`).

@@ -38,7 +38,7 @@ from stage_core.lower.fp8 import with_fp8_saved
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
 from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
-from stage_core.models.layers import kept_block_name
+from stage_core.models.layers import grouped_block_name, is_grouped_block, kept_block_name
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags
@@ -261,6 +261,9 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
     kinds = ["embedding", "head", *dict.fromkeys(workload.model.layer_blocks())]
     if workload.parallel.recompute_num_layers is not None:  # partial: the kept layers' kinds
         kinds += [kept_block_name(kind) for kind in dict.fromkeys(workload.model.layer_blocks())]
+        if workload.parallel.recompute_method == "uniform":  # and the grouped layers' kinds
+            layer_kinds = dict.fromkeys(workload.model.layer_blocks())
+            kinds += [grouped_block_name(kind) for kind in layer_kinds]
     if workload.model.mtp_layers:
         kinds += [mtp_blocks(workload.model)[0], MTP_HEAD]
     recompute, modules = str(workload.parallel.recompute), workload.parallel.recompute_modules
@@ -273,6 +276,8 @@ def bind_all(workload: Workload) -> dict[str, BoundBlock]:
         blocks[kind] = with_fp8_saved(
             bound, symbolic, workload.sizes, workload.axis_sizes, workload.parallel
         )
+        if is_grouped_block(kind):  # inside a uniform recompute group: the group keeps its
+            blocks[kind] = replace(blocks[kind], saved_bytes=0)  # first layer's input only
     return blocks
 
 

@@ -7,7 +7,9 @@ Contents:
   name of the block that implements it (:attr:`LayerKind.block`).
 - :func:`parse_kind`, :func:`expand_pattern`, :func:`compress_kinds`: the pattern language.
 - :func:`layer_kind_of_block`, :func:`is_layer_block`: block names back to layer kinds;
-  :func:`kept_block_name`, :func:`is_kept_block`: a layer kept out of a partial recompute.
+  :func:`kept_block_name`, :func:`is_kept_block`: a layer kept out of a partial recompute;
+  :func:`grouped_block_name`, :func:`is_grouped_block`: a layer inside a group of layers
+  checkpointed as one unit (Megatron's ``--recompute-method uniform``).
 
 **Pattern language.** A pattern is a comma-separated list of items; an item is a kind token or a
 parenthesised list, optionally followed by ``*N`` (repeat ``N`` times) or a bare ``*`` (the one
@@ -233,9 +235,32 @@ def is_kept_block(name: str) -> bool:
     return name.endswith(KEPT_SUFFIX)
 
 
+#: Suffix of a decoder layer's block kind that is not the first of a group of layers
+#: checkpointed as one unit (``ParallelConfig.recompute_method = "uniform"``): it saves nothing
+#: across the step (the group keeps only its first layer's input) and re-runs its forward in
+#: the backward, inside the group's recompute.
+GROUPED_SUFFIX = "+grouped"
+
+
+def grouped_block_name(name: str) -> str:
+    """The block kind of a layer of kind ``name`` after the first of a uniform recompute group
+    (:data:`GROUPED_SUFFIX`)."""
+    return name + GROUPED_SUFFIX
+
+
+def is_grouped_block(name: str) -> bool:
+    """Whether ``name`` is a decoder layer inside (not first in) a uniform recompute group."""
+    return name.endswith(GROUPED_SUFFIX)
+
+
+def base_block_name(name: str) -> str:
+    """``name`` without a partial-recompute suffix (:data:`KEPT_SUFFIX`, :data:`GROUPED_SUFFIX`)."""
+    return name.removesuffix(KEPT_SUFFIX).removesuffix(GROUPED_SUFFIX)
+
+
 def layer_kind_of_block(name: str) -> LayerKind | None:
     """The layer kind a block name implements, or None for embedding, head and serving head."""
-    name = name.removesuffix(KEPT_SUFFIX)
+    name = base_block_name(name)
     if name == "layer":
         return DENSE_LAYER
     if name == "moe_layer":

@@ -176,7 +176,8 @@ class ParallelConfig:
     #: :data:`RECOMPUTE_MODULES`); empty: its default, the core attention (``core_attn``).
     recompute_modules: tuple[str, ...] = ()
     #: Partial checkpointing under ``recompute='full'``: N layers recomputed, the others keep
-    #: their activations; None: all. Which N: :data:`RECOMPUTE_METHODS` ('block', 'every').
+    #: their activations; None: all. Which N: :data:`RECOMPUTE_METHODS` ('block', 'every';
+    #: 'uniform': every layer, checkpointed in groups of N).
     recompute_num_layers: int | None = None
     recompute_method: str = "block"
 
@@ -266,8 +267,8 @@ class ParallelConfig:
             )
         if self.recompute_method not in RECOMPUTE_METHODS:
             problems.append(
-                f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)} ('uniform' is "
-                f"not expressed), but got recompute_method={self.recompute_method!r}"
+                f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)}, "
+                f"but got recompute_method={self.recompute_method!r}"
             )
         for name in ("sp", "master_weights_fp32", "grad_fp32"):
             if not isinstance(getattr(self, name), bool):

@@ -32,10 +32,13 @@ class Recompute(StrEnum):
 #: each model chunk; NeMo's activation_recomputation.rst: "the layers per pipeline stage", "per
 #: virtual pipeline stage" with virtual pipelining); 'every', torchtitan's ``selective`` AC with
 #: ``selective_ac_option = N`` (every N-th block a rank builds, by a per-process counter:
-#: ``_apply_layer_sac`` checkpoints when ``count % N == 0``). Megatron's 'uniform' (groups of N
-#: layers checkpointed as one unit, only each group's input kept) is not expressed: it needs a
-#: block that saves nothing but re-runs its forward.
-RECOMPUTE_METHODS = ("block", "every")
+#: ``_apply_layer_sac`` checkpoints when ``count % N == 0``); 'uniform', Megatron-Core's
+#: ``--recompute-method uniform``: every layer is recomputed, in groups of N consecutive layers of
+#: each model chunk checkpointed as one unit (``TransformerBlock._checkpointed_forward`` wraps
+#: ``custom(layer_idx, layer_idx + recompute_num_layers)`` in one checkpoint; the last group of a
+#: chunk may be shorter), so a group keeps only its first layer's input and its backward re-runs
+#: the group's N layers, holding their activations at once.
+RECOMPUTE_METHODS = ("block", "every", "uniform")
 
 
 #: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):

@@ -138,6 +138,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             tuple(sorted(axis_sizes.items())), model.tied_embeddings,
             parallel.pp == 1, parallel.recompute_modules,
             parallel.recompute_num_layers is not None,  # binds the kept layers' kinds too
+            parallel.recompute_method == "uniform",  # and the grouped layers' kinds
             (str(parallel.fp8_recipe), parallel.fp8_gemms) if fp8 else (),
         )  # fmt: skip
 

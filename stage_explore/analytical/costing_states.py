@@ -14,7 +14,7 @@ import math
 from functools import partial
 
 from stage_core.lower.bind import BoundBlock
-from stage_core.lower.compact import Runs
+from stage_core.lower.compact import Runs, recompute_groups
 from stage_core.lower.experts import data_axes
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import FP8_BYTES, fp8_block, linear_weights
@@ -138,14 +138,16 @@ class StateCosting:
 
     def _working_set(self, point: Point) -> int:
         """What one block's backward holds at once at its peak
-        (:func:`~stage_core.lower.memory.recompute_working_set`), memoised; under torch's
+        (:func:`~stage_core.lower.memory.recompute_working_set`; under a uniform recompute
+        its groups', :func:`~stage_core.lower.compact.recompute_groups`), memoised; under torch's
         ``context_parallel`` (``cp_merge_fp32`` with cp > 1) with the ring attention's own
         buffers at the attention instructions
         (:func:`~stage_explore.analytical.context_parallel.cp_ring_held_bytes`)."""
         cp = point.workload.parallel.cp if self.framework.cp_merge_fp32 else 1
         extra = None if cp <= 1 else partial(cp_ring_held_bytes, cp=cp)
+        groups = recompute_groups(point.workload)  # uniform recompute: the groups' layers
         return self._parts.get(  # type: ignore[no-any-return]
-            ("working_set", point.key, cp),
+            ("working_set", point.key, cp, groups),
             lambda: recompute_working_set(point.workload, point.blocks, extra),
         )
 

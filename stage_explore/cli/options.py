@@ -157,8 +157,9 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         default="block",
         metavar="METHOD",
         help="with --recompute-num-layers: block (Megatron-Core's --recompute-method block: the "
-        "first N layers of each model chunk) or every (torchtitan's selective_ac_option N: "
-        "every N-th block)",
+        "first N layers of each model chunk), every (torchtitan's selective_ac_option N: "
+        "every N-th block) or uniform (Megatron-Core's --recompute-method uniform: every layer, "
+        "checkpointed in groups of N)",
     )
     group.add_argument(
         "--schedule",
