@@ -130,12 +130,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # presets without one fall back to their best kernel
             attention_kernel="cudnn",
             fused_elementwise=True,
-            # megatron/core/transformer/attention.py SelfAttention.linear_qkv (output size
-            # query_projection_size + 2 * kv_projection_size) is one GEMM too, but fused_qkv is
-            # left off here: it makes the Hopper/Blackwell sources that are already too fast
-            # 0.5-3 % faster (DGXC-H100-BF16 4.82 -> 6.49 %, rows outside 15 % 58 -> 61,
-            # docs/analytical.md "Fused QKV projection"); switch on with their missing time found
-            fused_qkv=False,
+            # megatron/core/transformer/attention.py SelfAttention.__init__: self.linear_qkv =
+            # build_module(submodules.linear_qkv, hidden_size, query_projection_size + 2 *
+            # kv_projection_size, ...), one (TELayerNormColumnParallelLinear) GEMM each way
+            fused_qkv=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # --gradient-accumulation-fusion is on by default (--no-gradient-accumulation-fusion

@@ -102,6 +102,21 @@ def test_the_option_reaches_the_step_time() -> None:
     assert fused.step_time_s < separate.step_time_s
 
 
+def test_megatron_core_runs_linear_qkv_as_one_gemm() -> None:
+    """Megatron-Core's ``SelfAttention.linear_qkv`` (output ``query_projection_size + 2 *
+    kv_projection_size``) is one GEMM: the profile fuses, and a grouped-query layer's step is
+    faster than with three separate GEMMs for the same work."""
+    assert get_framework("megatron-core").fused_qkv
+    model = get_flavor("llama3-8b").with_overrides(layers=2)
+    parallel = ParallelConfig(tp=4, dp=1, global_batch=2, micro_batch=1)
+    fused = AnalyticalBackend(framework="megatron-core").evaluate(model, parallel, A100)
+    separate = AnalyticalBackend(
+        framework="megatron-core", overrides={"fused_qkv": False}
+    ).evaluate(model, parallel, A100)
+    assert fused.model_flops_per_step == separate.model_flops_per_step
+    assert fused.step_time_s < separate.step_time_s
+
+
 def test_llm_foundrys_mpt_runs_its_wqkv_as_one_gemm() -> None:
     """MPT's attention projects q, k and v with one linear (llm-foundry's ``Wqkv``); torchtitan's
     Llama keeps three (``wq``, ``wk``, ``wv``)."""
