@@ -77,6 +77,7 @@ from stage_explore.analytical.parts import (
 )
 from stage_explore.analytical.passes import PhasePasses
 from stage_explore.analytical.policy import TimingPolicy
+from stage_explore.analytical.te_context_parallel import te_ring_comm_timer
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +263,8 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
             message = self._cp_message(point, spans)
             comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
+        elif self.framework.te_cp_overlap and cp > 1 and point.workload.parallel.cp_style == "ring":
+            comm_s = te_ring_comm_timer(instrs, cp, comm_s, compute_s)  # TE: step i || msg i+1
         return PhaseProgram(tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms)
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:

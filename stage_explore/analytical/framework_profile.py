@@ -152,6 +152,11 @@ Options (all booleans unless said):
   key/value gradients copied, concatenated and accumulated, in element-wise kernels of its own
   (:func:`~stage_explore.analytical.te_context_parallel.te_cp_merge_bytes`). Off: merged inside
   the attention kernel, or not Transformer Engine's.
+- ``te_cp_overlap`` — under ``cp_style`` ring, Transformer Engine's ring exchanges run beside
+  the steps' attention kernels (``AttnFuncWithCP``: "overlap current-step compute with
+  next-step communication"): each message is charged only what one step's attention does not
+  hide (:func:`~stage_explore.analytical.te_context_parallel.te_ring_exposed_s`). Off: the
+  whole ring exchange before the attention (the generator's serial ring).
 - ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
   ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
   ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
@@ -367,6 +372,7 @@ OPTION_FLAGS: dict[str, str] = {
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "te_cp_merge": "TE AttnFuncWithCP p2p (per-step out corrections, dQ/dKV accumulation)",
+    "te_cp_overlap": "TE AttnFuncWithCP p2p: step i's attention beside step i+1's K/V exchange",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
     "fsdp1_flat_grad": "FSDP1 FlatParameter: the views' gradients concatenated per backward",
@@ -458,6 +464,7 @@ class FrameworkProfile:
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
+    te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
     fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
 

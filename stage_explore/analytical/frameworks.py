@@ -160,6 +160,11 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # per ring step an attention kernel, then flash_attn_fwd_out_correction per step and,
             # in the backward, dq/dkv copies, torch.cat and adds (te_context_parallel.py)
             te_cp_merge=True,
+            # the same AttnFuncWithCP posts step i+1's K/V send/receive before step i's
+            # attention kernel and waits for it at step i+1 (backward: K/V and the accumulated
+            # dK/dV in one buffer), "overlap current-step compute with next-step communication"
+            # (TE 1.x transformer_engine/pytorch/attention.py; 2.x context_parallel.py)
+            te_cp_overlap=True,
             # transformer/moe/experts.py TEGroupedMLP.forward: weighted_bias_swiglu_impl(fc1_output,
             # bias, permuted_probs); the token dispatcher's combine unpermutes without probs
             moe_probs_in_activation=True,

@@ -34,6 +34,8 @@ the counts above stand for them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from stage_core.lower.bind import Instr
 
 #: Bytes of a 16-bit activation element (as ``context_parallel.ELEMENT_BYTES``).
@@ -60,3 +62,60 @@ def te_cp_merge_bytes(instr: Instr, cp: int) -> int:
     if len(instr.outputs) < 3:
         return 0
     return query * (6 * cp - 2) + kv * (5 * cp + 8)
+
+
+def te_ring_exposed_s(phase: str, cp: int, message_s: float, step_s: float) -> float:
+    """Seconds of Transformer Engine's ring (P2P) exchanges that a phase's attention does not
+    hide, ``message_s`` the time of one key/value message to the next cp rank and ``step_s``
+    one step's attention (forward or backward), per ``AttnFuncWithCP`` (TE 1.x
+    ``transformer_engine/pytorch/attention.py``; since TE 2.x ``AttnFuncWithCPAndKVP2P`` in
+    ``attention/dot_product_attention/context_parallel.py``: "split attention compute into
+    multiple steps, and overlap current-step compute with next-step communication"):
+
+    - forward (and a recomputed one): step ``i`` waits for its keys and values, posts the
+      send/receive of step ``i + 1``'s and runs its attention kernel, so each of the ``cp − 1``
+      messages is hidden behind one step's attention: ``(cp − 1)·max(0, message − step)``;
+    - backward: step ``i`` posts one exchange and runs its attention backward beside it — the
+      keys and values alone at the first step, the keys and values with the accumulated key /
+      value gradients (``p2p_comm_buffers[i % 2]``, two messages' bytes) at the middle ones, the
+      gradients alone at the last — and the next step waits for it:
+      ``2·max(0, message − step) + (cp − 2)·max(0, 2·message − step)``.
+
+    The ``cp − 1`` (forward) and ``2·(cp − 1)`` (backward) messages are the lowering's ``ring``
+    instruction (``ring_steps`` of them); 0 for ``cp`` of 1."""
+    if cp <= 1:
+        return 0.0
+    if phase in ("fwd", "recompute"):
+        return (cp - 1) * max(0.0, message_s - step_s)
+    return 2 * max(0.0, message_s - step_s) + (cp - 2) * max(0.0, 2 * message_s - step_s)
+
+
+def te_ring_comm_timer(
+    instrs: Sequence[Instr],
+    cp: int,
+    comm_s: Callable[[Instr], float],
+    attention_s: Callable[[Instr], float],
+) -> Callable[[Instr], float]:
+    """The communication timer of a block's instructions under Transformer Engine's ring
+    context parallelism: a phase's ``ring`` instruction over cp (the key/value exchanges the
+    lowering puts before its attention, which waits for them) is charged only
+    :func:`te_ring_exposed_s` — one message ``comm_s(ring) / ring_steps``, one step ``1/cp`` of
+    the phase's attention instruction (kernels and the per-step merge kernels, ``attention_s``:
+    every step's slowest rank does the same work, the load-balanced causal chunks). Every other
+    instruction: ``comm_s``."""
+    if cp <= 1:
+        return comm_s
+    attention = {i.phase: i for i in instrs if i.kind == "attention"}
+    charged: dict[Instr, float] = {}
+    for instr in instrs:
+        if instr.kind != "ring" or instr.ring_steps <= 0 or instr.phase not in attention:
+            continue
+        message = comm_s(instr) / instr.ring_steps
+        step = attention_s(attention[instr.phase]) / cp
+        charged[instr] = te_ring_exposed_s(instr.phase, cp, message, step)
+
+    def timer(instr: Instr) -> float:
+        seconds = charged.get(instr)
+        return comm_s(instr) if seconds is None else seconds
+
+    return timer

@@ -1,6 +1,8 @@
-"""Transformer Engine's ring context-parallel attention (``te_cp_merge``): the element-wise
-traffic of ``AttnFuncWithCP`` around its per-step kernels, against a step-by-step walk of that
-code for the last cp rank, and the option's effect on a timed point."""
+"""Transformer Engine's ring context-parallel attention (``te_cp_merge``, ``te_cp_overlap``): the
+element-wise traffic of ``AttnFuncWithCP`` around its per-step kernels, against a step-by-step
+walk of that code for the last cp rank; the ring exchanges it runs beside the steps' attention,
+against a step-by-step walk of its send/receive and wait order; each option's effect on a timed
+point."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from stage_core.models import get_flavor
 from stage_core.parallel import CpStyle, ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
-from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes
+from stage_explore.analytical.te_context_parallel import (
+    te_cp_merge_bytes,
+    te_ring_comm_timer,
+    te_ring_exposed_s,
+)
 from stage_explore.system import load_system
 
 Q, K = 3000, 500  # query elements, key elements (= value elements: grouped-query attention)
@@ -87,3 +93,75 @@ def test_the_megatron_core_profile_times_the_merges_under_ring_context_paralleli
     assert not get_framework("torchtitan").te_cp_merge  # torch's context_parallel instead
     assert _step_s(2, True) > _step_s(2, False)  # options differ: results differ
     assert _step_s(1, True) == _step_s(1, False)  # no context parallelism: nothing to merge
+
+
+# --- te_cp_overlap: the ring's exchanges beside the steps' attention ------------------------
+
+
+def _ring(phase: str, cp: int) -> tuple[Instr, ...]:
+    """A phase's ring exchange (``ring_steps`` messages, the lowering's count) and its
+    attention, which waits for it."""
+    steps = (cp - 1) * (1 if phase in ("fwd", "recompute") else 2)
+    ring = Instr("ring:attn.core", phase, "ring", axes=("cp",), comm_bytes=1000, ring_steps=steps)
+    attention = _forward() if phase != "bwd" else _backward()
+    return ring, Instr(attention.name, phase, "attention", flops=1, deps=(0,),
+                       inputs=attention.inputs, outputs=attention.outputs)  # fmt: skip
+
+
+def _walk_exposed(phase: str, cp: int, message_s: float, step_s: float) -> float:
+    """Step by step as AttnFuncWithCP runs: each step posts one exchange, runs its attention
+    and the next step waits for both; what a step's exchange takes beyond its attention is
+    exposed."""
+    exposed = 0.0
+    for step in range(cp):
+        if phase in ("fwd", "recompute"):
+            messages = 1 if step < cp - 1 else 0  # step i sends the K/V of step i + 1
+        else:
+            messages = 1 if step in (0, cp - 1) else 2  # K/V, K/V + dK/dV, dK/dV
+        exposed += max(0.0, messages * message_s - step_s)
+    return exposed
+
+
+@pytest.mark.parametrize("phase", ["fwd", "recompute", "bwd"])
+@pytest.mark.parametrize("cp", [2, 3, 4, 8])
+@pytest.mark.parametrize("attention_s", [0.4, 2.0, 9.0])
+def test_the_ring_is_charged_what_the_steps_do_not_hide(
+    phase: str, cp: int, attention_s: float
+) -> None:
+    message_s = 0.5
+    instrs = _ring(phase, cp)
+
+    def serial(instr: Instr) -> float:  # the α–β ring: ring_steps messages one after another
+        return instr.ring_steps * message_s
+
+    timer = te_ring_comm_timer(instrs, cp, serial, lambda i: attention_s)
+    expected = _walk_exposed(phase, cp, message_s, attention_s / cp)
+    assert timer(instrs[0]) == pytest.approx(expected)
+    assert timer(instrs[0]) == pytest.approx(
+        te_ring_exposed_s(phase, cp, message_s, attention_s / cp)
+    )
+    assert timer(instrs[0]) <= serial(instrs[0])  # never more than the serial ring
+    assert timer(instrs[1]) == serial(instrs[1])  # other instructions keep their timer
+
+
+def test_a_fast_ring_is_hidden_and_a_slow_one_exposed() -> None:
+    # forward: cp - 1 messages each behind a step; backward: middle steps carry two messages
+    assert te_ring_exposed_s("fwd", 4, message_s=1.0, step_s=1.0) == 0.0
+    assert te_ring_exposed_s("fwd", 4, message_s=3.0, step_s=1.0) == 3 * 2.0
+    assert te_ring_exposed_s("bwd", 4, message_s=1.0, step_s=1.5) == 2 * 0.0 + 2 * 0.5
+    assert te_ring_exposed_s("bwd", 2, message_s=1.0, step_s=0.0) == 2.0  # = the serial ring
+    assert te_ring_exposed_s("bwd", 1, message_s=1.0, step_s=0.0) == 0.0
+
+
+def _overlap_step_s(cp: int, on: bool) -> float:
+    model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=65536)
+    parallel = ParallelConfig(dp=1, cp=cp, cp_style=CpStyle.RING, global_batch=1, micro_batch=1)
+    backend = AnalyticalBackend(framework="megatron-core", overrides={"te_cp_overlap": on})
+    return backend.evaluate(model, parallel, load_system("h100-80gb")).step_time_s
+
+
+def test_the_megatron_core_profile_overlaps_the_ring() -> None:
+    assert get_framework("megatron-core").te_cp_overlap
+    assert not get_framework("torchtitan").te_cp_overlap
+    assert _overlap_step_s(4, True) < _overlap_step_s(4, False)  # options differ: results differ
+    assert _overlap_step_s(1, True) == _overlap_step_s(1, False)  # no ring, nothing to hide
