@@ -58,23 +58,34 @@ def partial_recompute_pattern(
     pattern: tuple[str, ...],
     stage_layers: tuple[int, ...],
     recomputed: int,
-    every_pp: int = 0,
-    uniform: bool = False,
+    method: str = "block",
+    pp: int = 1,
 ) -> tuple[str, ...]:
     """Every layer's block kind under partial checkpointing: recomputed layers keep their kind,
     the others become :func:`~stage_core.models.layers.kept_block_name` kinds (activations
-    kept). ``every_pp`` 0: Megatron-Core's ``--recompute-method block --recompute-num-layers
-    N`` — in each global virtual stage (``stage_layers`` layers each) the first N layers
-    (``TransformerBlock._checkpointed_forward`` checkpoints ``layer_idx < recompute_num_layers``
-    over the layers of the block, one block per model chunk). ``every_pp`` = pp: torchtitan's
-    every N-th block — per pipeline rank a counter over its blocks (its chunks in order,
-    global stages r, r + pp, …), a block checkpointed when the count is a multiple of N
-    (``_apply_layer_sac``'s ``count % ac_freq == 0``). ``uniform``: Megatron-Core's
-    ``--recompute-method uniform`` — every layer recomputed, in groups of N consecutive layers
-    of each global virtual stage from its first (the last group may be shorter); a layer after
-    the first of its group becomes a :func:`~stage_core.models.layers.grouped_block_name` kind
-    (it saves nothing: the group keeps only its input) (memoised)."""
-    if uniform:
+    kept). ``method`` (:data:`~stage_core.parallel.vocab.RECOMPUTE_METHODS`), N = ``recomputed``:
+
+    - ``block``: Megatron-Core's ``--recompute-method block --recompute-num-layers N`` — in
+      each global virtual stage (``stage_layers`` layers each) the first N layers
+      (``TransformerBlock._checkpointed_forward`` checkpoints ``layer_idx <
+      recompute_num_layers`` over the layers of the block, one block per model chunk).
+    - ``every``: torchtitan's every N-th block — per pipeline rank (of ``pp``) a counter over
+      its blocks (its chunks in order, global stages r, r + pp, …), a block checkpointed when
+      the count is a multiple of N (``_apply_layer_sac``'s ``count % ac_freq == 0``).
+    - ``spread``: fms-fsdp's ``selective_checkpointing`` fraction p = N / L of a rank's L
+      blocks, as evenly spaced as its rule makes them — per pipeline rank the same counter,
+      a block checkpointed when ``count · p >= cut_off``, ``cut_off`` starting at 1/2 and
+      growing by 1 at each checkpointed block (fms_fsdp/policies/ac_handler.py
+      ``apply_fsdp_checkpointing``), so N = round(L·p) blocks: the j-th at count
+      ⌈(j − 1/2)·L/N⌉; exact integer arithmetic: ``2·count·N >= (2·j − 1)·L``.
+    - ``uniform``: Megatron-Core's ``--recompute-method uniform`` — every layer recomputed, in
+      groups of N consecutive layers of each global virtual stage from its first (the last
+      group may be shorter); a layer after the first of its group becomes a
+      :func:`~stage_core.models.layers.grouped_block_name` kind (it saves nothing: the group
+      keeps only its input).
+
+    (memoised)"""
+    if method == "uniform":
         result: list[str] = []
         for count in stage_layers:
             start = len(result)
@@ -85,15 +96,23 @@ def partial_recompute_pattern(
         return tuple(result)
     starts = [sum(stage_layers[:g]) for g in range(len(stage_layers))]
     recompute = [False] * len(pattern)
-    for g, count in enumerate(stage_layers if not every_pp else ()):
-        for offset in range(min(count, recomputed)):
-            recompute[starts[g] + offset] = True
-    for rank in range(every_pp):
-        position = 0
-        for g in range(rank, len(stage_layers), every_pp):
+    if method == "block":
+        for g, count in enumerate(stage_layers):
+            for offset in range(min(count, recomputed)):
+                recompute[starts[g] + offset] = True
+    for rank in range(pp if method in ("every", "spread") else 0):
+        chunks = range(rank, len(stage_layers), pp)
+        total = sum(stage_layers[g] for g in chunks)  # L: the rank's blocks
+        position = hits = 0
+        for g in chunks:
             for offset in range(stage_layers[g]):
                 position += 1
-                recompute[starts[g] + offset] = position % recomputed == 0
+                if method == "every":
+                    again = position % recomputed == 0
+                else:  # position·(N/L) >= hits + 1/2, in integers
+                    again = 2 * position * recomputed >= (2 * hits + 1) * total
+                    hits += again
+                recompute[starts[g] + offset] = again
     return tuple(
         kind if again else kept_block_name(kind)
         for kind, again in zip(pattern, recompute, strict=True)
@@ -141,8 +160,8 @@ def layout_key(workload: Workload, pattern: tuple[str, ...] | None = None) -> tu
             pattern or ("layer",) * model.layers,
             stage_layers,
             parallel.recompute_num_layers,
-            parallel.pp if parallel.recompute_method == "every" else 0,
-            parallel.recompute_method == "uniform",
+            parallel.recompute_method,
+            parallel.pp,
         )
     layout = (model.layers, pattern, parallel.pp, parallel.vpp, stage_layers)
     return (*layout, mtp_blocks(model)) if model.mtp_layers else layout

@@ -56,7 +56,8 @@ def model_violations(config: ParallelConfig, model: ModelSpec) -> tuple[str, ...
     except ConfigError as error:
         problems.append(str(error))
     else:
-        count, every = config.recompute_num_layers, config.recompute_method == "every"
+        count = config.recompute_num_layers
+        every = config.recompute_method in ("every", "spread")  # counted over a rank's blocks
         limit = min(sum(counts[r :: config.pp]) for r in range(config.pp)) if every else min(counts)
         if count is not None and count > limit:  # a rank's layers ('every'), else a chunk's
             problems.append(

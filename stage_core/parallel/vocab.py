@@ -37,8 +37,12 @@ class Recompute(StrEnum):
 #: each model chunk checkpointed as one unit (``TransformerBlock._checkpointed_forward`` wraps
 #: ``custom(layer_idx, layer_idx + recompute_num_layers)`` in one checkpoint; the last group of a
 #: chunk may be shorter), so a group keeps only its first layer's input and its backward re-runs
-#: the group's N layers, holding their activations at once.
-RECOMPUTE_METHODS = ("block", "every", "uniform")
+#: the group's N layers, holding their activations at once; 'spread', fms-fsdp's
+#: ``selective_checkpointing`` fraction p = N / L of a rank's L blocks (fms_fsdp/policies/
+#: ac_handler.py ``apply_fsdp_checkpointing``: a block checkpointed when ``block_idx · p >=
+#: cut_off``, ``cut_off`` from 1/2 up by 1 per checkpointed block, so round(L·p) blocks as evenly
+#: spaced as that rule makes them; a run's p gives N = round(L·p)).
+RECOMPUTE_METHODS = ("block", "every", "uniform", "spread")
 
 
 #: Megatron-Core's selective-recompute modules (``TransformerConfig.recompute_modules``):

@@ -158,8 +158,9 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         metavar="METHOD",
         help="with --recompute-num-layers: block (Megatron-Core's --recompute-method block: the "
         "first N layers of each model chunk), every (torchtitan's selective_ac_option N: "
-        "every N-th block) or uniform (Megatron-Core's --recompute-method uniform: every layer, "
-        "checkpointed in groups of N)",
+        "every N-th block), uniform (Megatron-Core's --recompute-method uniform: every layer, "
+        "checkpointed in groups of N) or spread (fms-fsdp's selective_checkpointing fraction "
+        "N/L of a rank's L blocks)",
     )
     group.add_argument(
         "--schedule",

@@ -129,6 +129,10 @@ def test_every_nth_block_of_a_rank_is_recomputed_torchtitan(n: int) -> None:
             {"recompute": Recompute.FULL, "recompute_num_layers": 5, "recompute_method": "every"},
             "every pipeline rank \\(4\\), but got recompute_num_layers=5",
         ),
+        (
+            {"recompute": Recompute.FULL, "recompute_num_layers": 5, "recompute_method": "spread"},
+            "every pipeline rank \\(4\\), but got recompute_num_layers=5",
+        ),
         ({"recompute": Recompute.FULL, "recompute_num_layers": 0}, "integer >= 1"),
         ({"recompute": Recompute.FULL, "recompute_num_layers": "2"}, "integer >= 1"),
         (
@@ -185,3 +189,34 @@ def test_the_cli_flags_reach_the_config_and_bad_values_exit_2(
     )  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and "recompute_num_layers=5" in err and len(err.splitlines()) == 1
+
+
+def _fms_fsdp_checkpointed(blocks: int, p: float) -> list[bool]:
+    """fms-fsdp's rule (fms_fsdp/policies/ac_handler.py apply_fsdp_checkpointing), in floats:
+    block_idx counts blocks from 1; a block is wrapped when block_idx * p >= cut_off, cut_off
+    starting at 1/2 and growing by 1 per wrapped block."""
+    wrapped, cut_off = [], 0.5
+    for block_idx in range(1, blocks + 1):
+        hit = block_idx * p >= cut_off
+        cut_off += hit
+        wrapped.append(hit)
+    return wrapped
+
+
+@pytest.mark.parametrize(("n", "layers"), [(4, 8), (1, 8), (3, 8), (8, 8), (2, 6), (4, 6)])
+def test_spread_is_fms_fsdp_fraction_n_over_l(n: int, layers: int) -> None:
+    """recompute_method 'spread' with N of a rank's L blocks is fms-fsdp's
+    selective_checkpointing p = N / L: round(L·p) = N blocks, placed by its cut-off rule
+    (p = 1/2: [ac, no-ac, …]; p = 2/3: [ac, no-ac, ac, ac, no-ac, ac])."""
+    s, h, a, b = GPT.seq_len, GPT.hidden, GPT.heads, 1
+    full_layer, recomputed_layer = 34 * s * b * h + 5 * a * s * s * b, 2 * s * b * h
+    model = GPT.with_overrides(layers=layers)
+    parallel = ParallelConfig(
+        recompute=Recompute.FULL, recompute_num_layers=n, recompute_method="spread"
+    )
+    stage = lower(model, parallel).stages[0]
+    kinds = [b.kind for b in stage.chunks[0].blocks if b.kind not in ("embedding", "head")]
+    wrapped = _fms_fsdp_checkpointed(layers, n / layers)
+    assert kinds == ["layer" if w else kept_block_name("layer") for w in wrapped]
+    assert sum(wrapped) == n
+    assert _layer_saved(stage) == n * recomputed_layer + (layers - n) * full_layer
