@@ -46,7 +46,9 @@ direct: all-reduce ``2(n−1)α + 2(n−1)/n·S/β``, all-gather, reduce-scatter
 ``(n−1)α + (n−1)/n·S/β``, each plus the dim's fixed ``collective_overhead_s`` (so the bus
 bandwidth grows with the message size as nccl-tests measure it); β is the dim's achieved
 bandwidth, at ``bus_efficiency_by_ranks[n]`` instead of ``bus_efficiency`` when the dim lists
-``n`` (NCCL's bus bandwidth on one NVSwitch node grows with the group); halving-doubling replaces
+``n`` (NCCL's bus bandwidth on one NVSwitch node grows with the group), and for every kind
+but all-to-all times the dim's ``bus_efficiency_scaling`` factor for ``n`` ranks (NCCL's ring
+bus bandwidth falling as the ring spans more nodes; NVIDIA/nccl#1229); halving-doubling replaces
 ``n−1`` latency steps by ``log2 n``. A group
 spanning several dims runs hierarchically as in 2. (no chunk pipelining). A group that is not
 a full sub-grid of the dims it spans (12 ranks as 8 + 4 on two 8-GPU nodes; 128 ranks as
@@ -388,15 +390,22 @@ def _level_s(
     ranks: int,
     buffer_bytes: float,
     dim: NetworkDim,
+    spanned: int = 0,
 ) -> float:
-    """One level of ``ranks`` ranks on ``dim``; ``buffer_bytes`` is the full (gathered) size.
-    The dim's bandwidth is the achieved one, times its ``bus_efficiency_by_ranks`` factor for
-    a group of ``ranks`` (:meth:`~stage_explore.system.model.NetworkDim.bandwidth_factor`)."""
+    """One level of ``ranks`` ranks on ``dim`` (a flat ring over several dims passes the
+    ranks of ``dim`` it spans as ``spanned``; 0: ``ranks``); ``buffer_bytes`` is the full
+    (gathered) size. The dim's bandwidth is the achieved one, times its
+    ``bus_efficiency_by_ranks`` factor for a group of ``ranks``
+    (:meth:`~stage_explore.system.model.NetworkDim.bandwidth_factor`) and, but for an
+    all-to-all, its ``bus_efficiency_scaling`` factor
+    (:meth:`~stage_explore.system.model.NetworkDim.scaling_factor`)."""
     if algorithm is CollectiveAlgorithm.HALVING_DOUBLING and kind is not A2A:
         steps = math.ceil(math.log2(ranks))
     else:
         steps = ranks - 1
     bandwidth = dim.bandwidth_bytes_per_s * dim.bandwidth_factor(ranks)
+    if kind is not A2A:  # a ring's bus bandwidth falls as it spans more nodes of the fabric
+        bandwidth *= dim.scaling_factor(spanned or ranks)
     volume_s = (ranks - 1) / ranks * buffer_bytes / bandwidth
     if kind is AR:
         return dim.collective_overhead_s + 2 * steps * dim.latency_s + 2 * volume_s

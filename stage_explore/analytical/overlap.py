@@ -413,4 +413,5 @@ def flat_ring_s(
     dim = system.network[span.dims[-1]]
     buffer = size_bytes * ranks if kind is CollectiveKind.ALL_GATHER else size_bytes
     algorithm = dim.algorithms.for_kind(kind)
-    return _level_s(kind, algorithm, ranks, float(buffer), dim)
+    spanned = span.counts[span.dims[-1]]  # the nodes (ranks of that dim) the ring crosses
+    return _level_s(kind, algorithm, ranks, float(buffer), dim, spanned)

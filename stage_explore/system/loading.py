@@ -96,6 +96,7 @@ _DIM_KEYS = (
     "bus_efficiency",
     "collective_overhead_s",
     "bus_efficiency_by_ranks",
+    "bus_efficiency_scaling",
 )
 _ALGORITHM_KEYS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -297,6 +298,8 @@ def _network_dim(table: _Table) -> NetworkDim:
             values[key] = table.number(key)
     if table.has("bus_efficiency_by_ranks"):
         values["bus_efficiency_by_ranks"] = _by_ranks(table.table("bus_efficiency_by_ranks"))
+    if table.has("bus_efficiency_scaling"):
+        values["bus_efficiency_scaling"] = _by_ranks(table.table("bus_efficiency_scaling"))
     return _build(table, NetworkDim, values)
 
 

@@ -23,6 +23,7 @@ Memory-bound work runs at ``memory`` × the HBM bandwidth; a kernel takes the la
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -323,7 +324,13 @@ class NetworkDim:
     pairs, the bus bandwidth fraction NCCL reaches for a collective over exactly that many
     ranks of this dim, in place of ``bus_efficiency`` (on an A100 NVSwitch node nccl-tests'
     all-reduce bus bandwidth grows with the group: ~191 / 216 / 226 GB/s over 2 / 4 / 8 GPUs).
-    The α–β mode reads it; an ASTRA-sim configuration keeps one bandwidth per dim.
+    ``bus_efficiency_scaling`` (optional): ``(ranks, factor)`` points, the factor on the
+    achieved bandwidth of a ring collective (all-reduce, reduce-scatter, all-gather; not
+    all-to-all) over ``ranks`` ranks of this dim — the bus bandwidth NCCL reaches falling as a
+    ring spans more nodes of a scale-out fabric. Between two points the factor is interpolated
+    linearly in ``log2(ranks)``; it is 1 below the first point and held at the last point's
+    value beyond it (not extrapolated): :meth:`scaling_factor`.
+    The α–β mode reads both; an ASTRA-sim configuration keeps one bandwidth per dim.
     """
 
     name: str = ""
@@ -335,12 +342,14 @@ class NetworkDim:
     bus_efficiency: float | None = None
     collective_overhead_s: float = 0.0
     bus_efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
+    bus_efficiency_scaling: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         label = f"network dim {self.name!r}" if self.name else "network dim"
         if self.bus_efficiency is not None:
             _fraction(self.bus_efficiency, f"{label} `bus_efficiency`")
         self._check_by_ranks(label)
+        self._check_scaling(label)
         overhead = self.collective_overhead_s
         if not (isinstance(overhead, int | float) and math.isfinite(overhead) and overhead >= 0):
             raise ConfigError(f"{label} `collective_overhead_s` must be >= 0, but got {overhead!r}")
@@ -381,6 +390,30 @@ class NetworkDim:
             seen.add(ranks)
             _fraction(fraction, f"{label} `bus_efficiency_by_ranks.{ranks}`")
 
+    def _check_scaling(self, label: str) -> None:
+        previous = 1
+        for ranks, factor in self.bus_efficiency_scaling:
+            if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks <= previous:
+                raise ConfigError(
+                    f"{label} `bus_efficiency_scaling` keys must be increasing rank counts >= 2, "
+                    f"but got {ranks!r} after {previous}"
+                )
+            previous = ranks
+            _fraction(factor, f"{label} `bus_efficiency_scaling.{ranks}`")
+
+    def scaling_factor(self, ranks: int) -> float:
+        """The factor on this dim's achieved bandwidth for a ring collective over ``ranks`` of
+        its ranks (``bus_efficiency_scaling``): 1 below the first point, the last point's factor
+        beyond the last, linear in ``log2(ranks)`` between two points."""
+        points = self.bus_efficiency_scaling
+        if not points or ranks < points[0][0]:
+            return 1.0
+        for (low, low_factor), (high, high_factor) in itertools.pairwise(points):
+            if ranks <= high:
+                share = math.log2(ranks / low) / math.log2(high / low)
+                return low_factor + share * (high_factor - low_factor)
+        return points[-1][1]
+
     def bandwidth_factor(self, ranks: int) -> float:
         """The factor on this dim's achieved bandwidth (scaled by ``bus_efficiency``) for a
         collective over ``ranks`` of its ranks: ``bus_efficiency_by_ranks[ranks] /
@@ -407,6 +440,11 @@ class NetworkDim:
             **(
                 {"bus_efficiency_by_ranks": {str(n): f for n, f in self.bus_efficiency_by_ranks}}
                 if self.bus_efficiency_by_ranks
+                else {}
+            ),
+            **(
+                {"bus_efficiency_scaling": {str(n): f for n, f in self.bus_efficiency_scaling}}
+                if self.bus_efficiency_scaling
                 else {}
             ),
         }
