@@ -250,14 +250,20 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         return Point(workload, key, blocks, net, token, dtype, table, state_key)
 
     def _timeline(
-        self, kind: str, stages: tuple[StageTimes, ...], m: int, vpp: int, transfer_s: float
+        self,
+        kind: str,
+        stages: tuple[StageTimes, ...],
+        m: int,
+        vpp: int,
+        transfer_s: float,
+        arrival_s: float = 0.0,
     ) -> PipelineResult:
         """:func:`~stage_explore.analytical.pipeline.step_time`, memoised by its arguments
         (the values themselves: an exact memo; plans differing only in gradient
         synchronisation, model states or the optimizer, e.g. ZeRO 0 and 1, share it)."""
         return self._timelines.get(  # type: ignore[no-any-return]
-            (kind, stages, m, vpp, transfer_s),
-            lambda: step_time(kind, stages, m, vpp, transfer_s),
+            (kind, stages, m, vpp, transfer_s, arrival_s),
+            lambda: step_time(kind, stages, m, vpp, transfer_s, arrival_s),
         )
 
     # -- network ------------------------------------------------------------------------------

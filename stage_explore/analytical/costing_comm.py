@@ -30,6 +30,7 @@ from stage_explore.analytical.collectives import (
     group_span,
 )
 from stage_explore.analytical.costs import (
+    stage_arrival_s,
     stage_transfer_s,
 )
 from stage_explore.analytical.deepep import deepep_level_fractions
@@ -45,7 +46,7 @@ from stage_explore.analytical.parts import (
     Point,
     tied_ends,
 )
-from stage_explore.analytical.policy import TimingPolicy
+from stage_explore.analytical.policy import PointToPoint, TimingPolicy
 
 #: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
 #: tokens ``moe.tokens`` and the experts' outputs ``experts.fc2``).
@@ -198,9 +199,11 @@ class CommCosting:
             lambda: alpha_beta_point_to_point_s(system, rank, int(peer), size),
         )
 
-    def _transfer(self, point: Point) -> float:
-        """One activation (or gradient) message between adjacent stages
-        (:func:`~stage_explore.analytical.costs.stage_transfer_s`), memoised."""
+    def _transfer(self, point: Point) -> tuple[float, float]:
+        """One activation (or gradient) message between adjacent stages: what it holds the
+        sender (:func:`~stage_explore.analytical.costs.stage_transfer_s`) and how long it
+        delays the receiver beyond that (:func:`~stage_explore.analytical.costs.
+        stage_arrival_s`), memoised."""
         workload, system = point.workload, point.system
         mesh, tp = workload.mesh, workload.axis_sizes["tp"]
         size = boundary_bytes(workload)
@@ -208,11 +211,21 @@ class CommCosting:
         gathered = tp > 1 and not workload.flags.sp and policy.p2p_scatter_gather
         first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
         semantics = policy.point_to_point  # blocking (Megatron), separate (DeepSpeed), overlapped
+        if semantics is PointToPoint.OVERLAPPED and str(workload.parallel.schedule) == "1f1b":
+            # Megatron-Core overlaps pipeline transfers only in its interleaved schedule:
+            # forward_backward_pipelining_without_interleaving raises "Non-interleaved pipeline
+            # parallelism does not support overlapping p2p communication" and runs blocking
+            # send_forward / send_forward_recv_backward calls (pipeline_parallel/schedules.py)
+            semantics = PointToPoint.BLOCKING
         ends = (system.coordinates(first), system.coordinates(second))
         mesh_key = (point.table.names, point.table.shape)
         key = ("transfer", point.token, mesh_key, ends, size, tp, gathered, semantics)
         scatter = tp if gathered else 1
         ends_ranks = (first, second)
         return self._parts.get(  # type: ignore[no-any-return]
-            key, lambda: stage_transfer_s(system, point.table, ends_ranks, size, scatter, semantics)
+            key,
+            lambda: (
+                stage_transfer_s(system, point.table, ends_ranks, size, scatter, semantics),
+                stage_arrival_s(system, point.table, ends_ranks, size, scatter, semantics),
+            ),
         )

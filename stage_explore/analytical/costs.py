@@ -4,7 +4,7 @@ between pipeline stages.
 Holds the per-parameter byte counts of a mixed-precision optimizer step
 (:func:`optimizer_extra_bytes`, :data:`OPTIMIZER_EXTRA_BYTES_PER_PARAM`,
 :data:`LOSS_SCALING_BYTES_PER_PARAM`; PyTorch's foreach AdamW, :func:`foreach_optimizer_bytes`),
-:func:`optimizer_step_s` and :func:`stage_transfer_s`.
+:func:`optimizer_step_s`, :func:`stage_transfer_s` and :func:`stage_arrival_s`.
 
 The optimizer step is counted kernel by kernel from Megatron-LM's
 ``Float16OptimizerWithFloat16Params.step`` of 2021-22 (``megatron/optimizer/optimizer.py``,
@@ -138,6 +138,37 @@ def optimizer_step_s(
         per_param = foreach_optimizer_bytes(grad_bytes)
     fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
     return accelerator.compute_time_s(ADAM_FLOPS_PER_PARAM * params, per_param * params, fp32)
+
+
+def stage_arrival_s(
+    system: System,
+    table: GroupTable,
+    ends: tuple[int, int],
+    size_bytes: int,
+    scatter: int,
+    point_to_point: PointToPoint,
+) -> float:
+    """How long an activation message of :func:`stage_transfer_s` delays the receiver beyond
+    the sender's hold: for an ``overlapped`` transfer (Megatron-Core's
+    ``--overlap-p2p-communication``: ``batch_isend_irecv`` on a communication stream, the
+    receive waited for just before the task that reads it) the message's bytes over the link
+    (its latency is the hold :func:`stage_transfer_s` gives) and, with ``scatter`` > 1, the
+    receiver's all-gather over tp; 0.0 for blocking transfers, whose sender is held for all of
+    it. NeMo's communication-overlap guide: the pipeline's transfers overlap "non-dependant
+    computations in the 1F1B stage"; "the PP communications in pipeline fill and flush still
+    exposed" — what this delay gives in the pipeline simulation (slack in the steady state,
+    none in the fill and the drain)."""
+    if point_to_point is not PointToPoint.OVERLAPPED:
+        return 0.0
+    first, second = ends
+    seconds = alpha_beta_point_to_point_s(system, first, second, size_bytes // scatter)
+    seconds -= alpha_beta_point_to_point_s(system, first, second, 0)  # the hold's latency
+    if scatter > 1:
+        group = table.group(second, ("tp",))
+        seconds += alpha_beta_collective_s(
+            system, CollectiveKind.ALL_GATHER, size_bytes // scatter, group
+        )
+    return seconds
 
 
 def stage_transfer_s(

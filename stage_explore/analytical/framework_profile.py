@@ -30,7 +30,11 @@ Options (all booleans unless said):
   the routed experts"); off: after the routed experts, as Megatron's default.
 - ``pipeline_p2p_blocking`` — activation transfers between pipeline stages hold both ranks
   (Megatron-LM 2021/22 ``batch_isend_irecv`` + synchronise); off: Megatron-Core's
-  ``--overlap-p2p-communication`` (transfers beside compute; only their latency is exposed).
+  ``--overlap-p2p-communication`` (transfers beside compute on a communication stream: the
+  receiver waits for the message, the sender is not held — hidden by the schedule's slack, on
+  the critical path in the fill and the drain; :func:`~stage_explore.analytical.costs.
+  stage_arrival_s`), which Megatron-Core runs only in its interleaved schedule: its 1F1B
+  without interleaving stays blocking.
 - ``pipeline_scatter_gather`` — without sequence parallelism, a stage sends ``1/tp`` of the
   replicated activation and the receiver all-gathers it over tp (Narayanan et al. 2021, §4.1;
   Megatron-LM; DeepSpeed's ``PipelineEngine`` likewise: ``is_pipe_partitioned`` and

@@ -189,7 +189,12 @@ def _costs(kind: str, stages: Sequence[StageTimes], vpp: int, transfer_s: float)
 
 
 def _releases(
-    compiled: Compiled, stages: Sequence[StageTimes], vpp: int, transfer_s: float, kind: str = ""
+    compiled: Compiled,
+    stages: Sequence[StageTimes],
+    vpp: int,
+    transfer_s: float,
+    kind: str = "",
+    arrival_s: float = 0.0,
 ) -> list[float]:
     """When every task (and its send) ends, in compiled order; the extra last entry stays 0.0:
     the release of index −1, "no dependency".
@@ -197,20 +202,37 @@ def _releases(
     One pass over the flat columns (:class:`~stage_explore.analytical.taskgraph.Compiled`): a
     task starts when both its rank's previous task and its dependency are released, so its
     release is ``max(previous, dependency) + cost``, the same sums in the same order as a
-    simulation (bit for bit)."""
+    simulation (bit for bit). With ``arrival_s`` a dependency on a task that sends (to another
+    stage) is ready ``arrival_s`` after that task's release: the message's flight, which holds
+    neither rank (:func:`step_time`)."""
     cost = _costs(kind, stages, vpp, transfer_s)
     slots = compiled.slot_of
     seconds_of = [cost[slots[0]]] if len(slots) == 1 else operator.itemgetter(*slots)(cost)
     release = [0.0]  # release[k + 1]: task k's; release[0]: "nothing"
     append = release.append
-    columns = zip(compiled.after, compiled.waits, seconds_of, strict=True)
-    for previous, dependency, seconds in columns:
-        now = release[previous]
-        ready = release[dependency]
-        append((ready if ready > now else now) + seconds)
+    if arrival_s > 0.0:
+        flight = _flights(kind, len(stages), vpp, arrival_s)
+        delay = [0.0, *[flight[slot] for slot in slots]]  # delay[k + 1]: task k's message
+        columns3 = zip(compiled.after, compiled.waits, seconds_of, strict=True)
+        for previous, dependency, seconds in columns3:
+            now = release[previous]
+            ready = release[dependency] + delay[dependency]
+            append((ready if ready > now else now) + seconds)
+    else:
+        columns = zip(compiled.after, compiled.waits, seconds_of, strict=True)
+        for previous, dependency, seconds in columns:
+            now = release[previous]
+            ready = release[dependency]
+            append((ready if ready > now else now) + seconds)
     shifted = release[1:]
     shifted.append(0.0)
     return shifted
+
+
+def _flights(kind: str, p: int, vpp: int, arrival_s: float) -> list[float]:
+    """Per flat duration slot (as :func:`_costs`): ``arrival_s`` when a task of that slot sends
+    its output to another stage, else 0.0."""
+    return [arrival_s if n else 0.0 for counts in _slot_sends(kind, p, vpp) for n in counts]
 
 
 def _ends_and_starts(
@@ -255,10 +277,17 @@ def step_time(
     micro_batches: int,
     vpp: int,
     transfer_s: float,
+    arrival_s: float = 0.0,
 ) -> PipelineResult:
     """Every task of one step by the compiled order, in one tight loop, or — when the
     timeline is provably periodic (:func:`~stage_explore.analytical.taskgraph.periodic`) — a
     short prefix and the period's shift.
+
+    ``transfer_s`` holds a sending rank after each task whose output goes to another stage
+    (blocking transfers); ``arrival_s`` delays only the receiver: the dependent task may start
+    ``arrival_s`` after its producer ends, and neither rank is held (overlapped transfers on a
+    communication stream, as Megatron-Core's ``--overlap-p2p-communication``: hidden where the
+    schedule has slack, on the critical path in the fill and the drain).
 
     The state's shifts must agree to within 1e-11 of the prefix's length (rounding); the
     periodic map does not expand differences, so the extrapolated times are then within
@@ -274,7 +303,7 @@ def step_time(
         if found is None:  # not yet one period deep: a longer prefix
             periods *= 2
             continue
-        release = _releases(found.compiled, stages, vpp, transfer_s, kind)
+        release = _releases(found.compiled, stages, vpp, transfer_s, kind, arrival_s)
         shift = release[found.pairs[0][1]] - release[found.pairs[0][0]]
         scale = 1e-11 * max(1.0, max(release))
         if all(abs(release[b] - release[a] - shift) <= scale for a, b in found.pairs):
@@ -285,7 +314,7 @@ def step_time(
             return _result(kind, stages, m, vpp, transfer_s, ends, starts)
         periods *= 2  # still in the transient: a longer prefix
     compiled = compile_shape(kind, p, m, vpp)
-    release = _releases(compiled, stages, vpp, transfer_s, kind)
+    release = _releases(compiled, stages, vpp, transfer_s, kind, arrival_s)
     ends, starts = _ends_and_starts(compiled, release, p)
     return _result(kind, stages, m, vpp, transfer_s, ends, starts)
 
@@ -403,13 +432,15 @@ class StageClass:
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
-    """Every pipeline stage's class, the activation transfer between stages, and the bytes
-    recompute re-materialises (a transient on every rank)."""
+    """Every pipeline stage's class, the activation transfer between stages (what it holds the
+    sender, ``transfer_s``, and how long it delays the receiver beyond that, ``arrival_s``), and
+    the bytes recompute re-materialises (a transient on every rank)."""
 
     stage_class: tuple[int, ...]
     classes: tuple[StageClass, ...]
     transfer_s: float
     working_set_bytes: int
+    arrival_s: float = 0.0  # an overlapped transfer's flight (:func:`step_time`)
 
     @property
     def stage_times(self) -> tuple[StageTimes, ...]:
@@ -434,8 +465,9 @@ class Step:
     pipeline_end_s: float
 
 
-#: :func:`step_time`'s signature: (kind, stages, micro-batches, vpp, transfer seconds).
-Timeline = Callable[[str, tuple[StageTimes, ...], int, int, float], PipelineResult]
+#: :func:`step_time`'s signature: (kind, stages, micro-batches, vpp, transfer seconds, arrival
+#: seconds).
+Timeline = Callable[[str, tuple[StageTimes, ...], int, int, float, float], PipelineResult]
 
 
 def assemble_step(
@@ -464,7 +496,7 @@ def assemble_step(
     split = kind in SPLIT_BACKWARD
     chunks = chunks_per_rank(kind, vpp)
     per_chunk = m // 2 if kind == "dualpipe" else m  # micro-batches through each chunk
-    pipeline = timeline(kind, plan.schedule_times(split), m, vpp, plan.transfer_s)
+    pipeline = timeline(kind, plan.schedule_times(split), m, vpp, plan.transfer_s, plan.arrival_s)
     if schedules > 1:  # the earlier schedules end before the last one starts
         offset = (schedules - 1) * pipeline.makespan_s
         pipeline = PipelineResult(

@@ -94,9 +94,10 @@ class StagePlanning(BlockCosting):
                 here = {axes: span[stage] for axes, span in zip(relevant, spans, strict=True)}
                 classes.append(self._class(point, signature, kinds, here, shapes, chunks, first))
             stage_class.append(index)
-        transfer = self._transfer(point) if p > 1 else 0.0
+        transfer, arrival = self._transfer(point) if p > 1 else (0.0, 0.0)
         working_set = self._working_set(point)
-        plan = StepPlan(tuple(stage_class), tuple(c for c, _ in classes), transfer, working_set)
+        stage_classes = tuple(c for c, _ in classes)
+        plan = StepPlan(tuple(stage_class), stage_classes, transfer, working_set, arrival)
         model = hardware = 0
         for index in stage_class:
             flops = classes[index][1]
