@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from stage_core.lower.bind import Instr
 from stage_core.lower.compact import Runs
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.contention import contended_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,13 +221,19 @@ class BlockCost:
     (``replica_s``), which FSDP issues on a stream of its own once the block's reduce-scatter
     is done (FSDP1 ``_reduce_grad``: ``_all_reduce_stream.wait_stream(_post_backward_stream)``;
     FSDP2 ``foreach_reduce``'s ``all_reduce_stream``): the next block's reduce-scatter does not
-    wait for it."""
+    wait for it. ``zero_share`` (forward, backward) and ``replica_share`` (backward): the share
+    of its rate the block's compute loses to the SMs the NCCL kernels of the gathers and
+    scatters, and of the replica all-reduce, hold while they run
+    (:func:`~stage_explore.analytical.contention.contended_share`; applied by
+    :func:`~stage_explore.analytical.contention.contended_s`)."""
 
     forward: BlockTiming
     backward: BlockTiming
     gather_s: float = 0.0
     scatter_s: float = 0.0
     replica_s: float = 0.0
+    zero_share: tuple[float, float] = (0.0, 0.0)
+    replica_share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +263,11 @@ def chunk_timing(
     gathers and scatters are exposed whole, once per micro-batch. A hybrid-sharded block's
     replica all-reduce (``BlockCost.replica_s``) runs on its own stream: in the steady state a
     block's backward lasts at least that long, beside its gathers and scatters, not after them;
-    the root unit's follows its reduce-scatter, beside no compute."""
-    forward = backward = compute = 0.0
+    the root unit's follows its reduce-scatter, beside no compute. A block's compute beside its
+    gathers, scatters and replica all-reduce runs on the SMs their NCCL kernels leave
+    (``BlockCost.zero_share``, ``replica_share``; :func:`~stage_explore.analytical.contention.
+    contended_s`): the seconds it loses are counted as compute."""
+    forward = backward = compute = lost = 0.0
     exposed: dict[str, float] = {}
     backward_runs = []
     for kind, count in runs:
@@ -273,11 +283,23 @@ def chunk_timing(
             comm = max(cost.gather_s + cost.scatter_s, cost.replica_s)
             label_s = max(0.0, cost.gather_s - df) + max(0.0, comm - db)
             exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * label_s
-            df, db = max(df, cost.gather_s), max(db, comm)
+            slowed_f = contended_s(
+                df, cost.forward.compute_s, cost.gather_s, ((cost.gather_s, cost.zero_share[0]),)
+            )
+            slowed_b = contended_s(db, cost.backward.compute_s, comm, (
+                (cost.gather_s + cost.scatter_s, cost.zero_share[1]),
+                (cost.replica_s, cost.replica_share),
+            ))  # fmt: skip
+            lost += count * (slowed_f - max(df, cost.gather_s) + slowed_b - max(db, comm))
+            df, db = slowed_f, slowed_b
         elif zero == 2:
             comm = max(cost.scatter_s, cost.replica_s)
             exposed["zero_scatter"] = exposed.get("zero_scatter", 0.0) + count * max(0.0, comm - db)
-            db = max(db, comm)
+            slowed_b = contended_s(db, cost.backward.compute_s, comm, (
+                (cost.scatter_s, cost.zero_share[1]), (cost.replica_s, cost.replica_share),
+            ))  # fmt: skip
+            lost += count * (slowed_b - max(db, comm))
+            db = slowed_b
         forward += count * df
         backward += count * db
         compute += count * (cost.forward.compute_s + cost.backward.compute_s)
@@ -285,8 +307,9 @@ def chunk_timing(
             exposed[label] = exposed.get(label, 0.0) + count * seconds
         backward_runs.append((db, count))
     return ChunkTiming(
-        forward, backward, compute, tuple(sorted(exposed.items())), tuple(reversed(backward_runs))
-    )
+        forward, backward, compute + lost, tuple(sorted(exposed.items())),
+        tuple(reversed(backward_runs)),
+    )  # fmt: skip
 
 
 def sync_timing(

@@ -42,6 +42,7 @@ from stage_explore.analytical.blocktime import (
     imbalanced_timers,
     time_block,
 )
+from stage_explore.analytical.contention import contended_share, on_fewer_sms
 from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costing_comm import CommCosting
 from stage_explore.analytical.costing_states import StateCosting
@@ -209,6 +210,29 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
         key = (point.key, kind, phase, point.token, shapes, dtype, fp8, accumulate_s)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _contention_share(
+        self, point: Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any], held: int
+    ) -> float:
+        """The share of its rate block ``kind``'s compute in ``phase`` loses while ``held`` SMs
+        run an NCCL collective beside it (:func:`~stage_explore.analytical.contention.
+        contended_share`; 0 without a kernel model or held SMs), memoised."""
+        timer = self._compute_timer(point, kind)
+        if held <= 0 or not isinstance(timer, KernelTimer):
+            return 0.0
+        fewer = on_fewer_sms(timer, held)
+        if fewer is None:
+            return 0.0
+        shapes = tuple(spans[a][0] for a in self._axes(point, kind))
+        parallel = point.workload.parallel
+        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
+        key = ("contention", point.key, kind, phase, point.token, shapes, point.dtype, fp8, held)
+        return self._parts.get(  # type: ignore[no-any-return]
+            key,
+            lambda: contended_share(
+                self._phase_program(point, kind, phase, spans).instrs, timer, fewer
+            ),
+        )
 
     def _overlap_rules(self, point: Point) -> tuple[OverlapRule | None, OverlapRule | None]:
         """The collectives the policy takes off a block's path (:func:`overlap_rule` combined

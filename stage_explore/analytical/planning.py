@@ -30,6 +30,7 @@ from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import BlockCost, chunk_timing, sync_timing
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
+from stage_explore.analytical.contention import nccl_channels
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.frameworks import (
     zero3_gathered_bytes,
@@ -280,12 +281,35 @@ class StagePlanning(BlockCosting):
                 and not is_kept_block(kind)
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
+            system = point.system  # NCCL's thread blocks beside the block's compute
+            zero_channels = max(
+                (nccl_channels(system, spans[i.axes][0][1])
+                 for i in (*parts.gathers, *parts.scatters) if i.axes != (DP_REPLICATE,)),
+                default=0,
+            )  # fmt: skip
+            replica_channels = max(
+                (nccl_channels(system, spans[i.axes][0][1])
+                 for i in parts.scatters if i.axes == (DP_REPLICATE,)),
+                default=0,
+            )  # fmt: skip
+            zero_share = (
+                self._contention_share(point, kind, "fwd", spans, zero_channels)
+                if gather_s > 0.0 else 0.0,
+                self._contention_share(point, kind, "bwd", spans, zero_channels)
+                if gather_s + scatter_s > 0.0 else 0.0,
+            )  # fmt: skip
+            replica_share = (
+                self._contention_share(point, kind, "bwd", spans, replica_channels)
+                if replica_s > 0.0 else 0.0
+            )  # fmt: skip
             cost = BlockCost(
                 self._block_timing(point, kind, "fwd", spans),
                 self._block_timing(point, kind, "bwd", spans),
                 gather_s,
                 scatter_s,
                 replica_s,
+                zero_share,
+                replica_share,
             )
             if not split:
                 return cost, cost, cost

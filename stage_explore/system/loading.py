@@ -97,6 +97,7 @@ _DIM_KEYS = (
     "collective_overhead_s",
     "bus_efficiency_by_ranks",
     "bus_efficiency_scaling",
+    "nccl_channels",
 )
 _ALGORITHM_KEYS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -300,6 +301,8 @@ def _network_dim(table: _Table) -> NetworkDim:
         values["bus_efficiency_by_ranks"] = _by_ranks(table.table("bus_efficiency_by_ranks"))
     if table.has("bus_efficiency_scaling"):
         values["bus_efficiency_scaling"] = _by_ranks(table.table("bus_efficiency_scaling"))
+    if data_has_value(table, "nccl_channels"):
+        values["nccl_channels"] = table.integer("nccl_channels")
     return _build(table, NetworkDim, values)
 
 

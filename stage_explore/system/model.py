@@ -331,6 +331,10 @@ class NetworkDim:
     linearly in ``log2(ranks)``; it is 1 below the first point and held at the last point's
     value beyond it (not extrapolated): :meth:`scaling_factor`.
     The α–β mode reads both; an ASTRA-sim configuration keeps one bandwidth per dim.
+    ``nccl_channels`` (optional): the thread blocks (one per channel, each holding an SM) an
+    NCCL collective over a group whose outermost dim is this one runs on every GPU of it; the
+    analytical backend slows compute that overlaps such a collective by that share of the SMs
+    (:mod:`stage_explore.analytical.contention`). None: no figure, no slowdown.
     """
 
     name: str = ""
@@ -343,9 +347,17 @@ class NetworkDim:
     collective_overhead_s: float = 0.0
     bus_efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
     bus_efficiency_scaling: tuple[tuple[int, float], ...] = ()
+    nccl_channels: int | None = None
 
     def __post_init__(self) -> None:
         label = f"network dim {self.name!r}" if self.name else "network dim"
+        channels = self.nccl_channels
+        if channels is not None and (
+            isinstance(channels, bool) or not isinstance(channels, int) or channels < 1
+        ):
+            raise ConfigError(
+                f"{label} `nccl_channels` must be an integer >= 1, but got {channels!r}"
+            )
         if self.bus_efficiency is not None:
             _fraction(self.bus_efficiency, f"{label} `bus_efficiency`")
         self._check_by_ranks(label)
@@ -447,6 +459,7 @@ class NetworkDim:
                 if self.bus_efficiency_scaling
                 else {}
             ),
+            **({} if self.nccl_channels is None else {"nccl_channels": self.nccl_channels}),
         }
 
 

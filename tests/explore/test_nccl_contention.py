@@ -1,0 +1,150 @@
+"""Compute slowed by the SMs overlapped NCCL collectives hold
+(:mod:`stage_explore.analytical.contention`), against closed forms computed here: the channel
+count of a group's outermost dim, the kernel model on the SMs left (many waves: the SM ratio;
+one exact wave: a second wave), the wall time of a block beside a collective, ZeRO-3 chunks,
+the system files' ``nccl_channels`` and the memo key (two systems differing only in it)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.blocktime import BlockCost, BlockTiming, chunk_timing
+from stage_explore.analytical.contention import (
+    contended_s,
+    contended_share,
+    nccl_channels,
+    on_fewer_sms,
+)
+from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.system import load_system
+from stage_explore.system.loading import system_from_mapping
+from stage_explore.system.model import NetworkDim
+
+H100 = load_system("h100-80gb")
+
+
+def _gemm(m: int, n: int, k: int) -> Instr:
+    """A bf16 GEMM [m, k] x [k, n] (not a linear layer: no weight names); K = 448 leaves no
+    split-K choice (:data:`~stage_explore.analytical.kernels.MIN_SPLIT_K`)."""
+    return Instr(
+        name="g", kind="einsum", phase="fwd", flops=2 * m * n * k,
+        bytes_read=2 * (m * k + k * n), bytes_written=2 * m * n,
+        inputs=(("a", 2 * m * k), ("b", 2 * k * n)), outputs=(("c", 2 * m * n),),
+    )  # fmt: skip
+
+
+def _timer() -> KernelTimer:
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    return KernelTimer(
+        H100.accelerator, kernels, "bf16", frozenset(), keys=4096, head_dim=128, causal=True
+    )
+
+
+def test_channels_are_the_outermost_spanned_dims() -> None:
+    nvswitch, infiniband = (dim.nccl_channels for dim in H100.network)
+    assert (nvswitch, infiniband) == (24, 16)
+    assert nccl_channels(H100, (8, 1)) == nvswitch  # inside a node
+    assert nccl_channels(H100, (8, 4)) == infiniband  # a ring across nodes
+    assert nccl_channels(H100, (1, 4)) == infiniband
+    assert nccl_channels(H100, (1, 1)) == 0  # one rank: no collective
+    unknown = replace(H100, network=(H100.network[0], replace(H100.network[1], nccl_channels=None)))
+    assert nccl_channels(unknown, (8, 4)) == 0  # no figure, no SMs taken
+
+
+def test_many_waves_lose_the_sm_ratio_and_one_exact_wave_doubles() -> None:
+    timer, sms, held = _timer(), 132, 24
+    fewer = on_fewer_sms(timer, held)
+    assert fewer is not None and fewer.kernels.sm_count == sms - held
+    tm, tn = timer.kernels.gemm_tile
+    # lcm(132, 108) = 1188 tiles (99 x 12): whole waves on both, only the SM count differs
+    many = _gemm(tm * 99, tn * 12, 448)
+    assert fewer(many) / timer(many) == pytest.approx(sms / (sms - held), rel=1e-12)
+    # exactly 132 tiles (11 x 12): one wave alone, two on 108 SMs (the tail effect)
+    one = _gemm(tm * 11, tn * 12, 448)
+    waves = -(-132 // (sms - held))
+    expected = sms / (sms - held) * waves * (sms - held) / 132
+    assert fewer(one) / timer(one) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(2.0)
+    copy = replace(many, flops=0)  # memory-bound: HBM, not SMs
+    assert fewer(copy) == timer(copy)
+    assert on_fewer_sms(timer, 0) is None and on_fewer_sms(timer, sms) is None
+
+
+def test_contended_share_weighs_the_kernels() -> None:
+    timer = _timer()
+    fewer = on_fewer_sms(timer, 24)
+    assert fewer is not None
+    many = _gemm(128 * 99, 256 * 12, 448)
+    copy = replace(many, flops=0, bytes_read=many.bytes_read * 50)
+    alone = timer(many) + timer(copy)
+    beside = fewer(many) + fewer(copy)
+    assert contended_share((many, copy), timer, fewer) == pytest.approx(1 - alone / beside)
+    assert 0 < contended_share((many, copy), timer, fewer) < 24 / 132
+    assert contended_share((copy,), timer, fewer) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("comm_s", "expected_s"),
+    [
+        (0.5, 1.0 + 0.2 * 0.5),  # all of the collective beside compute
+        (1.1, 1.0 + 0.2 * 1.1),  # compute outlasts it at 0.8 of its rate until 1.1
+        (1.25, 1.25),  # 1.0 of work at 0.8 fills exactly 1.25
+        (2.0, 2.0),  # the collective is the path
+        (0.0, 1.0),
+    ],
+)
+def test_contended_s_closed_form(comm_s: float, expected_s: float) -> None:
+    got = contended_s(1.0, 1.0, comm_s, ((comm_s, 0.2),))
+    assert got == pytest.approx(expected_s)
+
+
+def test_zero3_chunk_slows_the_overlapped_compute() -> None:
+    block = BlockTiming(1.0, 1.0, {}, 0)
+    plain = BlockCost(block, replace(block, duration_s=2.0, compute_s=2.0), 0.5, 0.4)
+    held = replace(plain, zero_share=(0.2, 0.1))
+    base = chunk_timing((("layer", 3),), {"layer": plain}, zero=3)
+    slow = chunk_timing((("layer", 3),), {"layer": held}, zero=3)
+    assert slow.forward_s == pytest.approx(3 * (1.0 + 0.2 * 0.5))
+    assert slow.backward_s == pytest.approx(3 * (2.0 + 0.1 * 0.9))
+    assert slow.compute_s - base.compute_s == pytest.approx(3 * (0.2 * 0.5 + 0.1 * 0.9))
+    assert slow.exposed_s == base.exposed_s
+    zero2 = chunk_timing((("layer", 3),), {"layer": held}, zero=2)
+    assert zero2.backward_s == pytest.approx(3 * (2.0 + 0.1 * 0.4))
+
+
+def test_nccl_channels_loads_round_trips_and_is_checked() -> None:
+    data = H100.to_dict()
+    assert data["network"][1]["nccl_channels"] == 16
+    assert system_from_mapping(data) == H100
+    data["network"][1]["nccl_channels"] = 0
+    with pytest.raises(ConfigError, match="nccl_channels"):
+        system_from_mapping(data)
+    with pytest.raises(ConfigError, match="nccl_channels"):
+        replace(H100.network[0], nccl_channels=True)
+    assert isinstance(H100.network[0], NetworkDim)
+
+
+MODEL = get_flavor("llama2-7b").with_overrides(layers=4, seq_len=2048)
+
+
+def test_nccl_channels_are_in_the_memo_keys() -> None:
+    """Two systems differing only in the inter-node dim's channels give different FSDP step
+    times, in one backend as in fresh ones (a memo keyed without them would not)."""
+    config = ParallelConfig(dp=32, zero=3, micro_batch=1, grad_fp32=False)
+    fewer = replace(H100, network=(H100.network[0], replace(H100.network[1], nccl_channels=2)))
+    shared = AnalyticalBackend(framework="fsdp")
+    times = []
+    for system in (H100, fewer, H100, fewer):
+        got = shared.evaluate(MODEL, config, system)
+        fresh = AnalyticalBackend(framework="fsdp").evaluate(MODEL, config, system)
+        assert got.step_time_s == fresh.step_time_s
+        times.append(got.step_time_s)
+    assert times[0] > times[1]  # 16 SMs held beside the layers cost more than 2
