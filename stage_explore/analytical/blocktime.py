@@ -29,7 +29,8 @@ embedding's and the head's parameters, exposed whole: ``root_unit``).
 **Gradient buckets** (:func:`sync_timing`). The lowering's groups of bucketed reductions
 (:func:`~stage_core.lower.compact.bucket_gradients`, whose expansion is the program's
 :func:`~stage_core.lower.program._sync_ops`) run on one communication stream in backward
-position order, each no earlier than the end of the block that completed it.
+position order, each no earlier than the end of the block that completed it;
+:func:`hidden_sync_s` is how long they run beside the backward's compute.
 
 **Expert load imbalance** (:func:`imbalanced_timers`). With routing imbalance ``f`` (max/mean
 tokens per expert-parallel rank), the step waits for the busiest rank: its routed experts'
@@ -343,3 +344,32 @@ def sync_timing(
         tail += seconds_at[position]
         latest = max(latest, ends[position] + tail)
     return total, latest
+
+
+def hidden_sync_s(
+    groups: Sequence[tuple[float, int, int, int]],
+    backward_runs: Sequence[tuple[float, int]],
+) -> float:
+    """Seconds of a chunk's reductions (``groups`` and ``backward_runs`` as in
+    :func:`sync_timing`) that run while its last backward still computes: on a stream free
+    when that backward starts, each no earlier than the end of its block and after the ones
+    before it, counted up to the backward's end."""
+    seconds_at: dict[int, float] = {}
+    for seconds, first, step, count in groups:
+        for position in range(first, first + step * count, step):
+            seconds_at[position] = seconds_at.get(position, 0.0) + seconds
+    if not seconds_at:
+        return 0.0
+    ends: list[float] = []
+    now = 0.0
+    for seconds, count in backward_runs:
+        for _ in range(count):
+            now += seconds
+            ends.append(now)
+    free = hidden = 0.0
+    for position in sorted(seconds_at):
+        start = max(free, ends[position])
+        free = start + seconds_at[position]
+        if start < now:
+            hidden += min(free, now) - start
+    return hidden

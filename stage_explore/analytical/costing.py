@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr
@@ -217,22 +217,23 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         """The share of its rate block ``kind``'s compute in ``phase`` loses while ``held`` SMs
         run an NCCL collective beside it (:func:`~stage_explore.analytical.contention.
         contended_share`; 0 without a kernel model or held SMs), memoised."""
-        timer = self._compute_timer(point, kind)
-        if held <= 0 or not isinstance(timer, KernelTimer):
-            return 0.0
-        fewer = on_fewer_sms(timer, held)
-        if fewer is None:
+        kernels = point.system.accelerator.kernels
+        if held <= 0 or kernels is None or held >= kernels.sm_count:
             return 0.0
         shapes = tuple(spans[a][0] for a in self._axes(point, kind))
         parallel = point.workload.parallel
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
         key = ("contention", point.key, kind, phase, point.token, shapes, point.dtype, fp8, held)
-        return self._parts.get(  # type: ignore[no-any-return]
-            key,
-            lambda: contended_share(
-                self._phase_program(point, kind, phase, spans).instrs, timer, fewer
-            ),
-        )
+
+        def compute() -> float:
+            timer = cast(KernelTimer, self._compute_timer(point, kind))  # kernels: a KernelTimer
+            fewer = on_fewer_sms(timer, held)
+            if fewer is None:
+                return 0.0
+            instrs = self._phase_program(point, kind, phase, spans).instrs
+            return contended_share(instrs, timer, fewer)
+
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _overlap_rules(self, point: Point) -> tuple[OverlapRule | None, OverlapRule | None]:
         """The collectives the policy takes off a block's path (:func:`overlap_rule` combined

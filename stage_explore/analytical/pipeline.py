@@ -383,11 +383,15 @@ class SyncCost:
     """A chunk's gradient synchronisation as a function of its last backward's start ``s``: on
     a communication stream free at ``f`` it ends at ``max(f + total_s, s + latest_s)``
     (:func:`~stage_explore.analytical.blocktime.sync_timing`); ``gather_s``: ZeRO-1/2
-    parameter all-gathers after the optimizer."""
+    parameter all-gathers after the optimizer. ``lost_s``: compute seconds the chunk's last
+    backward loses to the SMs of the reductions beside it (and the next step's first forward
+    to those of overlapped parameter gathers; :mod:`~stage_explore.analytical.contention`),
+    which extend the rank's schedule (``latest_s`` includes the backward's)."""
 
     total_s: float
     latest_s: float
     gather_s: float
+    lost_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,13 +510,13 @@ def assemble_step(
             tuple(tuple(s + offset for s in row) for row in pipeline.last_backward_start_s),
         )
         per_chunk *= schedules
-    worst: tuple[float, int, float] | None = None
+    worst: tuple[float, int, float, float] | None = None
     peak_memory = 0
     order: Sequence[int] = range(chunks)
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
         starts = pipeline.last_backward_start_s[stage]
-        free = gather = 0.0
+        free = gather = lost = 0.0
         if chunks > 1:
             order = sorted(range(chunks), key=starts.__getitem__)
         for index in order:
@@ -520,12 +524,13 @@ def assemble_step(
             queued, latest = free + sync.total_s, starts[index] + sync.latest_s
             free = latest if latest > queued else queued  # max(queued, latest), as max picks
             gather += sync.gather_s
-        end = pipeline.end_s[stage]
+            lost += sync.lost_s
+        end = pipeline.end_s[stage] + lost  # compute slowed by the reductions' SMs
         if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
             free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
         total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
         if worst is None or total > worst[0]:
-            worst = (total, stage, free)
+            worst = (total, stage, free, lost)
         if kind == "gpipe":
             activations = m * sum(cls.saved_bytes)
         else:
@@ -537,10 +542,10 @@ def assemble_step(
         if memory > peak_memory:
             peak_memory = memory
     assert worst is not None
-    total, stage, sync_end = worst
+    total, stage, sync_end, lost = worst
     cls = plan.classes[plan.stage_class[stage]]
-    end = pipeline.end_s[stage]
-    breakdown = {"compute": per_chunk * cls.compute_s}
+    end = pipeline.end_s[stage] + lost
+    breakdown = {"compute": per_chunk * cls.compute_s + lost}
     hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
     kept_fraction = 1.0 - min(1.0, hidden / exposed) if exposed > 0 else 1.0

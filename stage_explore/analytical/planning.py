@@ -28,7 +28,12 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.blocktime import BlockCost, chunk_timing, sync_timing
+from stage_explore.analytical.blocktime import (
+    BlockCost,
+    chunk_timing,
+    hidden_sync_s,
+    sync_timing,
+)
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import nccl_channels
 from stage_explore.analytical.costing import BlockCosting
@@ -219,20 +224,29 @@ class StagePlanning(BlockCosting):
             if Overlap.GRAD_REDUCE in self.policy.overlaps and bucketed
             else UNBUCKETED
         )
-        grad_total = 0
+        grad_total = reduce_channels = 0
         for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
+            reduce_channels = max(reduce_channels, nccl_channels(point.system, spans[axes][0][1]))
         total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
+        lost = 0.0  # the last backward's compute beside the reductions' NCCL kernels
+        hidden = hidden_sync_s(groups, w_timing.backward_runs) if reduce_channels else 0.0
+        if hidden > 0.0:
+            lost = hidden * self._chunk_share(point, runs, costs, spans, "bwd", reduce_channels)
+            latest += lost  # its last blocks, and the reductions after them, end that later
         gathered: dict[tuple[str, ...], int] = {}
         for kind, count in reversed(runs):
             for axes, size in kinds[kind].sync[1].items():
                 gathered[axes] = gathered.get(axes, 0) + count * size
         gather = 0.0
+        gather_channels = 0
         for axes, size in gathered.items():
             gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
+            gather_channels = max(gather_channels, nccl_channels(point.system, spans[axes][0][1]))
+        whole_gather, beside = gather, 0.0
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
         gather_overlapped = Overlap.PARAM_GATHER in self.policy.overlaps
         if gather_overlapped and not bucketed:
@@ -243,6 +257,7 @@ class StagePlanning(BlockCosting):
             # schedule dispatches chunk k+1's gather when chunk k's first forward starts):
             # hidden behind one forward of the chunk
             gather = max(0.0, gather - timing.forward_s)
+            beside = whole_gather - gather  # the first forward's compute beside it
         elif gather_overlapped:  # during the next step's first forward
             # one bucket at a time (Megatron-Core: the first bucket's all-gather is launched
             # just before the forward and waited for by its first layer; each next one when the
@@ -253,9 +268,34 @@ class StagePlanning(BlockCosting):
                 for axes, n in gathered.items()
             )
             gather = head + max(0.0, gather - head - timing.forward_s)
+            beside = whole_gather - gather
+        if gather_channels and beside > 0.0:
+            lost += beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_channels)
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
-        sync = SyncCost(total + tied, latest + tied, gather)
+        sync = SyncCost(total + tied, latest + tied, gather, lost)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+
+    def _chunk_share(
+        self,
+        point: Point,
+        runs: Runs,
+        costs: dict[str, BlockCost],
+        spans: dict[Any, Any],
+        phase: str,
+        held: int,
+    ) -> float:
+        """The share of its rate a chunk's compute in ``phase`` loses while ``held`` SMs run an
+        NCCL collective beside it: its blocks' shares
+        (:meth:`~stage_explore.analytical.costing.BlockCosting._contention_share`) weighted
+        by their busy compute seconds."""
+        weighted = busy = 0.0
+        for kind, count in runs:
+            timing = costs[kind].forward if phase == "fwd" else costs[kind].backward
+            seconds = count * timing.compute_s
+            if seconds > 0.0:
+                weighted += seconds * self._contention_share(point, kind, phase, spans, held)
+                busy += seconds
+        return weighted / busy if busy > 0.0 else 0.0
 
     def _block_costs(
         self, point: Point, kind: str, parts: KindParts, spans: dict[Any, Any], split: bool

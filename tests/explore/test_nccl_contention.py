@@ -15,7 +15,12 @@ from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.blocktime import BlockCost, BlockTiming, chunk_timing
+from stage_explore.analytical.blocktime import (
+    BlockCost,
+    BlockTiming,
+    chunk_timing,
+    hidden_sync_s,
+)
 from stage_explore.analytical.contention import (
     contended_s,
     contended_share,
@@ -23,6 +28,7 @@ from stage_explore.analytical.contention import (
     on_fewer_sms,
 )
 from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.analytical.pipeline import StageClass, StepPlan, SyncCost, assemble_step
 from stage_explore.system import load_system
 from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import NetworkDim
@@ -120,6 +126,35 @@ def test_zero3_chunk_slows_the_overlapped_compute() -> None:
     assert zero2.backward_s == pytest.approx(3 * (2.0 + 0.1 * 0.4))
 
 
+def test_hidden_sync_s_counts_the_reductions_beside_the_backward() -> None:
+    # blocks end at 1, 2, 3; a 0.5 s reduction after block 0 runs [1, 1.5], a 2 s one after
+    # block 1 runs [2, 4]: 0.5 + (3 - 2) of them beside the backward
+    runs = ((1.0, 3),)
+    assert hidden_sync_s(((0.5, 0, 1, 1), (2.0, 1, 1, 1)), runs) == pytest.approx(1.5)
+    assert hidden_sync_s(((0.5, 2, 1, 1),), runs) == 0.0  # after the last block: none
+    assert hidden_sync_s((), runs) == 0.0
+    # 1 s after blocks 0 and 1: [1, 2], [2, 3]; after blocks 0 and 2: [1, 2], then [3, 4]
+    assert hidden_sync_s(((1.0, 0, 1, 2),), runs) == pytest.approx(2.0)
+    assert hidden_sync_s(((1.0, 0, 2, 2),), runs) == pytest.approx(1.0)
+    # 1.5 s after block 0 delays the one after block 1: [1, 2.5], [2.5, 3.5] -> 1.5 + 0.5
+    assert hidden_sync_s(((1.5, 0, 1, 1), (1.0, 1, 1, 1)), runs) == pytest.approx(2.0)
+
+
+def test_lost_seconds_extend_the_schedule_and_the_breakdown_adds_up() -> None:
+    # one rank, two micro-batches of f = 1, b = 2: the pipeline ends at 6, the reductions at
+    # max(0 + 1, 4 + 1) = 5; 0.3 s of the last backward lost to their SMs
+    sync = SyncCost(total_s=1.0, latest_s=1.0, gather_s=0.0, lost_s=0.3)
+    cls = StageClass(
+        forward_s=(1.0,), backward_s=(2.0,), sync=(sync,), saved_bytes=(100,), compute_s=3.0,
+        exposed_s=(), states_bytes=1000, buffers_bytes=0, optimizer_s=0.5,
+    )  # fmt: skip
+    step = assemble_step(StepPlan((0,), (cls,), 0.0, 7), "1f1b", 2, 1)
+    assert step.step_time_s == pytest.approx(6.0 + 0.3 + 0.5)
+    breakdown = dict(step.breakdown)
+    assert breakdown["compute"] == pytest.approx(6.3)
+    assert sum(breakdown.values()) == pytest.approx(step.step_time_s, rel=1e-12)
+
+
 def test_nccl_channels_loads_round_trips_and_is_checked() -> None:
     data = H100.to_dict()
     assert data["network"][1]["nccl_channels"] == 16
@@ -148,3 +183,19 @@ def test_nccl_channels_are_in_the_memo_keys() -> None:
         assert got.step_time_s == fresh.step_time_s
         times.append(got.step_time_s)
     assert times[0] > times[1]  # 16 SMs held beside the layers cost more than 2
+
+
+def test_overlapped_gradient_reductions_are_in_the_memo_keys() -> None:
+    """Megatron-Core's overlapped gradient reduce-scatter and parameter all-gather across
+    nodes: fewer inter-node channels, a shorter step (the last backward and the first forward
+    lose fewer SMs), in one backend as in fresh ones."""
+    config = ParallelConfig(dp=16, zero=1, micro_batch=1, grad_fp32=False)
+    fewer = replace(H100, network=(H100.network[0], replace(H100.network[1], nccl_channels=2)))
+    shared = AnalyticalBackend(framework="megatron-core")
+    times = []
+    for system in (H100, fewer, H100, fewer):
+        got = shared.evaluate(MODEL, config, system)
+        fresh = AnalyticalBackend(framework="megatron-core").evaluate(MODEL, config, system)
+        assert got.step_time_s == fresh.step_time_s
+        times.append(got.step_time_s)
+    assert times[0] > times[1]

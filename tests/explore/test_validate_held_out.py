@@ -318,7 +318,11 @@ def test_the_fsdp_blog_system_files_change_only_the_scale_out_link() -> None:
         assert system.network[0] == base.network[0]  # the NVSwitch dim
         link, base_link = system.network[1], base.network[1]
         assert link.bandwidth_bytes_per_s * 8 * 8 == per_node_bits  # per node of 8 GPUs
-        moved = replace(base_link, name=link.name, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s)
+        assert link.nccl_channels == 4  # 2 NICs read from the per-node figure, 2 channels each
+        moved = replace(
+            base_link, name=link.name, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s,
+            nccl_channels=link.nccl_channels,
+        )  # fmt: skip
         assert link == moved  # latency, efficiency, overhead, size: the preset's
 
 
