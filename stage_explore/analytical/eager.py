@@ -101,8 +101,10 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 #: of llm-foundry 2023 with an fp32 residual stream; ``"fms"``, IBM foundation-model-stack's
 #: Llama of 2024 (fms-fsdp; module docstring); ``"automodel"``, NeMo AutoModel's DeepEP experts,
 #: whose expert biases are added in eager PyTorch (:mod:`~stage_explore.analytical.eager_automodel`;
-#: its other modules are Transformer Engine's, the generator's count).
-EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms", "automodel")
+#: its other modules are Transformer Engine's, the generator's count); ``"megatron-core"``,
+#: Megatron-Core's fused modules but for its grouped experts' down-projection bias, added in
+#: eager PyTorch (:mod:`~stage_explore.analytical.eager_megatron`; fused or not).
+EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms", "automodel", "megatron-core")
 
 BF16 = 2  # bytes of a 16-bit element
 FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
@@ -327,6 +329,10 @@ def eager_op_bytes(
     ``"automodel"``."""
     if eager_modules == "generator":
         return {}
+    if eager_modules == "megatron-core":  # eager whatever fuses the rest (eager_megatron)
+        from stage_explore.analytical.eager_megatron import megatron_op_bytes
+
+        return megatron_op_bytes(model)
     if fused:
         return _compiled_op_bytes(model, eager_modules)
     if eager_modules == "automodel":  # imported here: eager_automodel builds on this module

@@ -97,7 +97,10 @@ Options (all booleans unless said):
   matrices, grouped keys and values repeated by a copy for SDPA; ``"automodel"``, NeMo
   AutoModel's DeepEP experts (under ``moe_deepep``), which add a biased model's expert biases
   in eager PyTorch, per expert then ``torch.cat``, the down projection's scaled by DeepEP's fp32
-  routing probabilities (:mod:`~stage_explore.analytical.eager_automodel`).
+  routing probabilities (:mod:`~stage_explore.analytical.eager_automodel`); ``"megatron-core"``,
+  Megatron-Core's fused modules but for ``TEGroupedMLP``'s expert down-projection bias, which
+  ``_apply_bias`` adds per expert in eager PyTorch scaled by the 16-bit routing probabilities,
+  fused or not (:mod:`~stage_explore.analytical.eager_megatron`).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -364,7 +367,7 @@ OPTION_FLAGS: dict[str, str] = {
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "fused_qkv": "Megatron query_key_value / linear_qkv (off: separate q, k, v linears)",
-    "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama",
+    "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama / …",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",

@@ -168,6 +168,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # transformer/moe/experts.py TEGroupedMLP.forward: weighted_bias_swiglu_impl(fc1_output,
             # bias, permuted_probs); the token dispatcher's combine unpermutes without probs
             moe_probs_in_activation=True,
+            # the same TEGroupedMLP: linear_fc2 (skip_bias_add=True) returns its biases and
+            # _apply_bias adds them per expert, scaled by the probabilities, in eager PyTorch
+            # (torch.split, t + b * p, torch.cat); linear_fc1's in its GEMM epilogue
+            eager_modules="megatron-core",
         ),
         FrameworkProfile(
             name="deepspeed",

@@ -1,0 +1,87 @@
+"""Megatron-Core's expert biases: what ``TEGroupedMLP`` runs for a biased MoE model (GPT-OSS).
+
+Megatron-Core's grouped experts (``megatron/core/transformer/moe/experts.py``, ``TEGroupedMLP``;
+the module of ``--moe-grouped-gemm``, which Megatron-Bridge's GPT-OSS provider sets) build both
+projections as Transformer Engine ``GroupedLinear`` layers with the model's biases
+(``add_bias_linear``), but not alike:
+
+- ``linear_fc1`` with ``skip_bias_add=False``: TE adds each expert's bias inside its GEMM
+  (``general_grouped_gemm(..., bias=biases, use_bias=True)``, cuBLASLt's bias epilogue) and
+  reduces the bias gradient in the weight-gradient GEMM's epilogue (``grad=True``). Forward,
+  the generator's gate and up bias adds (``experts.gate``, ``experts.up``, ``experts.fc1``) fuse
+  into the activation that reads the GEMM's output (``fuse_elementwise``: that read is the
+  fused activation's, ``weighted_bias_quick_geglu_impl`` / ``weighted_bias_swiglu_impl``), the
+  generator's count; backward, their ``.backward`` (the gradient handed to the GEMM, the bias
+  gradient reduced from it) are the GEMMs' own: 0 bytes.
+- ``linear_fc2`` with ``skip_bias_add=True``: the layer returns its biases, and
+  ``TEGroupedMLP.forward`` adds them after the GEMM, scaled by each token's routing
+  probability, in eager PyTorch (``_apply_bias``)::
+
+      torch.cat([t + b * p for t, b, p in zip(torch.split(output.view(-1, H), tokens_per_expert),
+                                             bias_parallel,
+                                             torch.split(permuted_probs, tokens_per_expert))]
+               ).view(shape).to(output.dtype)
+
+  — the same code as NeMo AutoModel's DeepEP experts
+  (:mod:`~stage_explore.analytical.eager_automodel`), with Megatron's probabilities. Their
+  dtype is the router logits' (``TopKRouter.gating`` computes the logits in
+  ``moe_router_dtype``, the input's 16-bit dtype when it is None, Megatron-Core's default and
+  Megatron-Bridge's GPT-OSS provider's; the fused top-k router of ``moe_router_fusion``
+  allocates ``probs`` in ``logits.scalar_type()``, TE ``extensions/router.cpp``), so every
+  tensor here is 16-bit (``B``) and ``.to(output.dtype)`` is no kernel. Per element of the
+  down projection's output, forward: ``b * p`` (B written; ``b`` and ``p`` are a row and a
+  column), ``t + (b * p)`` (B + B in, B out), ``torch.cat`` (B, B). Backward (PyTorch
+  ``derivatives.yaml``): ``CatBackward0`` narrows (views) and ``AddBackward0`` passes the
+  gradient on; ``SplitWithSizesBackward0`` concatenates the experts' gradients of ``t`` (B, B);
+  ``MulBackward0`` for ``b``: ``grad * p`` (B, B) reduced to the bias (B read); for ``p``, which
+  carries the router's gradient: ``grad * b`` (B, B) reduced over the hidden dim (B read).
+
+The generator counts one fused bias add per projection; :func:`megatron_op_bytes` replaces
+those counts (the ``"megatron-core"`` eager table of
+:func:`~stage_explore.analytical.eager.eager_op_bytes`), at the accelerator's achieved eager
+bandwidth (``kernels.eager_memory``) like every eager table.
+"""
+
+from __future__ import annotations
+
+from stage_core.models.spec import ModelSpec
+from stage_explore.analytical.eager import BF16, EagerModule, Kernel
+
+MEGATRON_EXPERT_DOWN_BIAS = EagerModule(
+    name="expert-down-bias",
+    source="megatron/core/transformer/moe/experts.py TEGroupedMLP._apply_bias",
+    forward=(
+        Kernel("b * p: the bias row times the probability column", 0, BF16),
+        Kernel("t + (b * p)", BF16 + BF16, BF16),
+        Kernel("torch.cat", BF16, BF16),
+    ),
+    backward=(
+        Kernel("SplitWithSizesBackward0: torch.cat of the experts' gradients", BF16, BF16),
+        Kernel("MulBackward0 (b): grad * p", BF16, BF16),
+        Kernel("MulBackward0 (b): .sum_to_size(b)", BF16, 0),
+        Kernel("MulBackward0 (p): grad * b", BF16, BF16),
+        Kernel("MulBackward0 (p): .sum_to_size(p) over the hidden dim", BF16, 0),
+    ),
+    compiled_bytes=(BF16 + BF16, BF16),
+)
+
+#: The generator's expert bias adds whose backward ``linear_fc1``'s GEMMs perform (0 bytes) ...
+_EPILOGUE_BIAS_OPS = ("experts.gate", "experts.up", "experts.fc1")
+#: ... and the one ``_apply_bias`` adds in eager PyTorch.
+_EAGER_BIAS_OPS = ("experts.fc2",)
+
+
+def megatron_op_bytes(model: ModelSpec) -> dict[str, int]:
+    """Bytes per element of the generator's expert bias adds (and their ``.backward``) as
+    Megatron-Core's ``TEGroupedMLP`` runs them (module docstring); empty for a model without
+    routed experts or without biases (nothing else of Megatron-Core's differs from the
+    generator's count)."""
+    if not (model.bias and model.num_experts):
+        return {}
+    table: dict[str, int] = {}
+    for name in _EPILOGUE_BIAS_OPS:  # forward: the generator's count (module docstring)
+        table[f"{name}.backward"] = 0
+    for name in _EAGER_BIAS_OPS:
+        table[name] = MEGATRON_EXPERT_DOWN_BIAS.bytes_per_element(backward=False)
+        table[f"{name}.backward"] = MEGATRON_EXPERT_DOWN_BIAS.bytes_per_element(backward=True)
+    return table

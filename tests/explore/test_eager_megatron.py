@@ -1,0 +1,87 @@
+"""Megatron-Core's expert biases (``eager_modules = "megatron-core"``, the megatron-core profile):
+``TEGroupedMLP._apply_bias``'s eager kernels for the down projection and the fc1 biases in the
+GEMM epilogue, counted against closed forms written out here op by op from Megatron-Core's
+code, where they apply, and what they change in an evaluation."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.lower.program import bind_all, make_workload
+from stage_core.models import get_flavor
+from stage_core.models.spec import ModelSpec
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.eager import eager_instr_bytes, eager_op_bytes
+from stage_explore.analytical.eager_megatron import MEGATRON_EXPERT_DOWN_BIAS
+from stage_explore.analytical.frameworks import get_framework
+from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.system import load_system
+
+B = 2  # bytes of a bf16 element (the router's probabilities are bf16 too)
+H100 = load_system("h100-80gb")
+GPTOSS = get_flavor("gpt-oss-20b").with_overrides(layers=2, seq_len=1024)  # biased experts
+QWEN3 = get_flavor("qwen3-30b-a3b").with_overrides(layers=2, seq_len=1024)  # no biases
+
+# torch.cat([t + b * p ...]).to(dtype) with 16-bit p: b * p written; t + (b * p) (two reads, one
+# write); the concatenation (read, write); .to() of a bf16 tensor to bf16 is no kernel
+DOWN_FWD = B + (B + B + B) + (B + B)
+# CatBackward0 narrows and AddBackward0 passes the gradient on (no kernel); the split's
+# backward concatenates the experts' gradients (read, write); grad * p (read, write) reduced to
+# b (read); grad * b (read, write) reduced to p (read), the router being trained
+DOWN_BWD = (B + B) + (B + B) + B + (B + B) + B
+
+
+def test_the_down_bias_kernels_are_megatrons_code_counted_op_by_op() -> None:
+    assert MEGATRON_EXPERT_DOWN_BIAS.bytes_per_element(backward=False) == DOWN_FWD == 12
+    assert MEGATRON_EXPERT_DOWN_BIAS.bytes_per_element(backward=True) == DOWN_BWD == 16
+
+
+def test_the_table_holds_a_biased_moe_models_expert_biases_fused_or_not() -> None:
+    for fused in (True, False):
+        table = eager_op_bytes(GPTOSS, "megatron-core", fused=fused)
+        assert table["experts.fc2"] == DOWN_FWD and table["experts.fc2.backward"] == DOWN_BWD
+        # linear_fc1's biases: added and reduced by its GEMMs (the forward add stays the
+        # generator's, fused into the activation that reads the GEMM's output)
+        assert table["experts.gate.backward"] == table["experts.up.backward"] == 0
+        assert "experts.gate" not in table and "experts.up" not in table
+    # nothing for a model without biases or without experts
+    assert eager_op_bytes(QWEN3, "megatron-core", fused=True) == {}
+    dense = get_flavor("llama3-8b").with_overrides(layers=2, bias=True)
+    assert eager_op_bytes(dense, "megatron-core", fused=True) == {}
+
+
+def test_the_down_bias_kernel_time_is_its_elements_times_the_table_at_eager_rate() -> None:
+    layer = bind_all(make_workload(GPTOSS, ParallelConfig(global_batch=1)))["layer_swa_moe"]
+    (fc2,) = [i for i in layer.fwd if i.name == "experts.fc2"]
+    (fc2_bwd,) = [i for i in layer.bwd if i.name == "experts.fc2.backward"]
+    elements = dict(fc2.outputs)["experts.fc2"] // B
+    assert elements == GPTOSS.seq_len * GPTOSS.top_k * GPTOSS.hidden  # dropless (token, expert)
+    table = eager_op_bytes(GPTOSS, "megatron-core", fused=True)
+    assert eager_instr_bytes(fc2, table) == elements * DOWN_FWD
+    assert eager_instr_bytes(fc2_bwd, table) == elements * DOWN_BWD
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    timer = KernelTimer(
+        H100.accelerator, kernels, "bf16", frozenset(), keys=512, head_dim=64, causal=True,
+        eager_bytes=table,
+    )  # fmt: skip
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * kernels.eager_memory
+    assert timer(fc2) == pytest.approx(elements * DOWN_FWD / rate, rel=1e-12)
+    assert timer(fc2_bwd) == pytest.approx(elements * DOWN_BWD / rate, rel=1e-12)
+
+
+EP8 = ParallelConfig(dp=8, ep=8, zero=1, micro_batch=1, global_batch=8)
+
+
+def _step(model: ModelSpec, **options: object) -> float:
+    backend = AnalyticalBackend(framework="megatron-core", overrides=options)
+    return backend.evaluate(model, EP8, H100).step_time_s
+
+
+def test_the_profile_and_its_effect_on_an_evaluation() -> None:
+    assert get_framework("megatron-core").eager_modules == "megatron-core"
+    # the eager down bias slows a GPT-OSS step; a backend differing only in the option gives a
+    # different result (no stale memo); a model without biases is untouched
+    assert _step(GPTOSS) > _step(GPTOSS, eager_modules="generator")
+    assert _step(QWEN3) == _step(QWEN3, eager_modules="generator")
