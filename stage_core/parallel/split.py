@@ -7,6 +7,10 @@ Contents:
   chunk ``v`` of pipeline rank ``r`` is global stage ``v·pp + r``), from a policy, Megatron's
   first/last-stage counts or an explicit list; a one-line :class:`ConfigError` otherwise.
 
+``front`` is NeMo AutoModel's split (``torch.distributed.pipelining`` stages, :func:`_front`):
+``⌊L/n⌋`` layers each and one more on the first ``L mod n`` stages, embedding and head not
+counted.
+
 Layers are assigned consecutively in global-stage order; the embedding goes with global stage 0
 and the head (final norm, output layer, loss) with the last one.
 
@@ -52,6 +56,7 @@ class PipelineSplit(StrEnum):
     EMBEDDING = "embedding"  # --account-for-embedding-in-pipeline-split
     LOSS = "loss"  # --account-for-loss-in-pipeline-split
     EMBEDDING_LOSS = "embedding-loss"  # both
+    FRONT = "front"  # ⌊L/n⌋ each, the first L mod n stages one more (NeMo AutoModel)
 
 
 def _even(layers: int, stages: int) -> tuple[int, ...]:
@@ -107,6 +112,23 @@ def _ends(layers: int, stages: int) -> tuple[int, ...]:
     _, middle, first = best
     rest = layers - (stages - 2) * middle
     return (first, *(middle,) * (stages - 2), rest - first)
+
+
+def _front(layers: int, stages: int) -> tuple[int, ...]:
+    """``⌊layers/stages⌋`` layers per stage, the first ``layers mod stages`` stages one more:
+    NeMo AutoModel's split for ``torch.distributed.pipelining``
+    (``nemo_automodel/components/distributed/pipelining/functional.py``,
+    ``generate_hf_model_fqn_per_model_part``: ``layers_per_stage = num_layers // num_stages``,
+    ``stage_layer_count += 1`` while ``stage_idx < num_layers % num_stages``; the embedding on
+    the first stage, the final norm and ``lm_head`` on the last, neither counted), which refuses
+    more stages than layers."""
+    if stages > layers:
+        raise ConfigError(
+            f"pp_split='front' gives every pipeline stage at least one layer, but got more "
+            f"stages than layers ({layers=}, pp·vpp={stages})"
+        )
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if stage < extra else 0) for stage in range(stages))
 
 
 def _per_rank(counts: Sequence[int], pp: int, vpp: int, what: str) -> tuple[int, ...]:
@@ -203,6 +225,8 @@ def split_layers(
         counts = _even(layers, stages) if layers % stages == 0 else _ends(layers, stages)
     elif policy is PipelineSplit.ENDS:
         counts = _ends(layers, stages)
+    elif policy is PipelineSplit.FRONT:
+        counts = _front(layers, stages)
     else:
         embedding = int(policy in (PipelineSplit.EMBEDDING, PipelineSplit.EMBEDDING_LOSS))
         loss = int(policy in (PipelineSplit.LOSS, PipelineSplit.EMBEDDING_LOSS))

@@ -228,8 +228,9 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--pp-split",
         choices=_choices(PipelineSplit),
         default=PipelineSplit.AUTO.value,
-        help="split policy: auto (even, else lighter end stages), even, ends, or count the "
-        "embedding/loss as a layer (Megatron --account-for-*-in-pipeline-split)",
+        help="split policy: auto (even, else lighter end stages), even, ends, count the "
+        "embedding/loss as a layer (Megatron --account-for-*-in-pipeline-split), or front "
+        "(NeMo AutoModel: the first L mod n stages one layer more)",
     )
     group.add_argument(
         "--fp32-grads",

@@ -245,3 +245,18 @@ def test_llama31_405b_on_pp16_traces_are_sound() -> None:
     """Every rank of a 16-stage pipeline (tp 1, short sequences to keep the test fast)."""
     parallel = ParallelConfig(pp=16, global_batch=16)
     assert sound(lower(LLAMA31_405B_SHORT, parallel)) == 16
+
+
+def test_front_is_automodels_split_the_first_stages_one_layer_more() -> None:
+    # generate_hf_model_fqn_per_model_part: L // n each, +1 while stage < L % n; DeepSeek-V3's
+    # 61 layers on AutoModel's 32 stages (PP 4 x VP 8, or PP 8 x VP 4): 29 of 2, then 3 of 1
+    assert split_layers(61, 4, 8, split="front") == (2,) * 29 + (1,) * 3
+    assert split_layers(61, 8, 4, split="front") == (2,) * 29 + (1,) * 3
+    for layers, stages in itertools.product(range(1, 30), range(1, 12)):
+        if stages > layers:
+            with pytest.raises(ConfigError, match="more stages than layers"):
+                split_layers(layers, stages, split="front")
+            continue
+        counts = split_layers(layers, stages, split="front")
+        base = layers // stages
+        assert counts == tuple(base + 1 if s < layers % stages else base for s in range(stages))

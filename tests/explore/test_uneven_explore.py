@@ -104,3 +104,20 @@ def test_analytical_timing_follows_the_stage_layer_counts() -> None:
             assert result.extra["slowest_stage"] == 1
     assert times[(1, 5, 1, 1)] > times[(1, 3, 2, 2)]
     assert times[(1, 5, 1, 1)] > times[(2, 2, 2, 2)]
+
+
+def test_automodels_front_split_times_its_own_stages() -> None:
+    # 13 layers on 4 stages: AutoModel's split puts the extra layer first (4, 3, 3, 3) with the
+    # embedding; STAGE's ends split keeps the end stages light — the two configs differ only in
+    # pp_split and must not share a memo; the front split's first stage carries 4 layers and the
+    # embedding, the slowest, so its step is the longer
+    model = get_flavor("llama3-8b").with_overrides(layers=13, seq_len=2048)
+    system = load_system("h100-80gb")
+    front = ParallelConfig(pp=4, global_batch=32, pp_split=PipelineSplit.FRONT)
+    ends = ParallelConfig(pp=4, global_batch=32, pp_split=PipelineSplit.ENDS)
+    assert front.stage_layers(model) == (4, 3, 3, 3)
+    assert max(ends.stage_layers(model)) == 4 and ends.stage_layers(model)[0] < 4
+    backend = AnalyticalBackend(framework="megatron-core")
+    t_front = backend.evaluate(model, front, system).step_time_s
+    t_ends = backend.evaluate(model, ends, system).step_time_s
+    assert t_front > t_ends
