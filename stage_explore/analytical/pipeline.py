@@ -212,7 +212,8 @@ def _releases(
     append = release.append
     if arrival_s > 0.0:
         flight = _flights(kind, len(stages), vpp, arrival_s)
-        delay = [0.0, *[flight[slot] for slot in slots]]  # delay[k + 1]: task k's message
+        flight_of = [flight[slots[0]]] if len(slots) == 1 else operator.itemgetter(*slots)(flight)
+        delay = [0.0, *flight_of]  # delay[k + 1]: task k's message
         columns3 = zip(compiled.after, compiled.waits, seconds_of, strict=True)
         for previous, dependency, seconds in columns3:
             now = release[previous]
