@@ -98,21 +98,23 @@ def te_ring_comm_timer(
 ) -> Callable[[Instr], float]:
     """The communication timer of a block's instructions under Transformer Engine's ring
     context parallelism: a phase's ``ring`` instruction over cp (the key/value exchanges the
-    lowering puts before its attention, which waits for them) is charged only
+    lowering puts before its attention, which depends on it) is charged only
     :func:`te_ring_exposed_s` — one message ``comm_s(ring) / ring_steps``, one step ``1/cp`` of
-    the phase's attention instruction (kernels and the per-step merge kernels, ``attention_s``:
+    that attention instruction (kernels and the per-step merge kernels, ``attention_s``:
     every step's slowest rank does the same work, the load-balanced causal chunks). Every other
     instruction: ``comm_s``."""
     if cp <= 1:
         return comm_s
-    attention = {i.phase: i for i in instrs if i.kind == "attention"}
     charged: dict[Instr, float] = {}
-    for instr in instrs:
-        if instr.kind != "ring" or instr.ring_steps <= 0 or instr.phase not in attention:
+    for attention in instrs:  # the attention that waits for a ring exchange is its consumer
+        if attention.kind != "attention":
             continue
-        message = comm_s(instr) / instr.ring_steps
-        step = attention_s(attention[instr.phase]) / cp
-        charged[instr] = te_ring_exposed_s(instr.phase, cp, message, step)
+        for dep in attention.deps:
+            ring = instrs[dep]
+            if ring.kind == "ring" and ring.ring_steps > 0:
+                message = comm_s(ring) / ring.ring_steps
+                step = attention_s(attention) / cp
+                charged[ring] = te_ring_exposed_s(ring.phase, cp, message, step)
 
     def timer(instr: Instr) -> float:
         seconds = charged.get(instr)
