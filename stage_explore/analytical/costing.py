@@ -350,6 +350,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 fused=self.framework.fused_elementwise,
                 deepep=self.framework.moe_deepep,
                 trained_router=not self.framework.moe_fake_balanced_gate,
+                rope_fusion=self.framework.rope_fusion,
             ),
             attention_eager=eager_attention(
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel

@@ -103,7 +103,8 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 #: whose expert biases are added in eager PyTorch (:mod:`~stage_explore.analytical.eager_automodel`;
 #: its other modules are Transformer Engine's, the generator's count); ``"megatron-core"``,
 #: Megatron-Core's fused modules but for its grouped experts' down-projection bias, added in
-#: eager PyTorch (:mod:`~stage_explore.analytical.eager_megatron`; fused or not).
+#: eager PyTorch, and without ``rope_fusion`` its rotary embedding
+#: (:mod:`~stage_explore.analytical.eager_megatron`; fused or not).
 EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms", "automodel", "megatron-core")
 
 BF16 = 2  # bytes of a 16-bit element
@@ -320,19 +321,21 @@ def eager_op_bytes(
     *,
     deepep: bool = False,
     trained_router: bool = True,
+    rope_fusion: bool = True,
 ) -> dict[str, int]:
     """Bytes per element of each generator op (and of its ``<op>.backward``) that the
     framework's model code runs as several kernels; empty when its modules are the generator's
     own (``"generator"``). Under ``fused`` (``torch.compile``) only what Inductor cannot fuse
     (:func:`_compiled_op_bytes`). ``deepep`` (the experts dispatch on DeepEP) and
     ``trained_router`` (the routing probabilities carry a gradient) matter only to
-    ``"automodel"``."""
+    ``"automodel"``, ``rope_fusion`` (Megatron-Core's ``apply_rope_fusion``) only to
+    ``"megatron-core"``."""
     if eager_modules == "generator":
         return {}
     if eager_modules == "megatron-core":  # eager whatever fuses the rest (eager_megatron)
         from stage_explore.analytical.eager_megatron import megatron_op_bytes
 
-        return megatron_op_bytes(model)
+        return megatron_op_bytes(model, rope_fusion=rope_fusion)
     if fused:
         return _compiled_op_bytes(model, eager_modules)
     if eager_modules == "automodel":  # imported here: eager_automodel builds on this module

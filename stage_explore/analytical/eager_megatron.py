@@ -1,4 +1,4 @@
-"""Megatron-Core's expert biases: what ``TEGroupedMLP`` runs for a biased MoE model (GPT-OSS).
+"""Megatron-Core's eager code: ``TEGroupedMLP``'s expert biases (GPT-OSS) and unfused RoPE.
 
 Megatron-Core's grouped experts (``megatron/core/transformer/moe/experts.py``, ``TEGroupedMLP``;
 the module of ``--moe-grouped-gemm``, which Megatron-Bridge's GPT-OSS provider sets) build both
@@ -36,15 +36,34 @@ projections as Transformer Engine ``GroupedLinear`` layers with the model's bias
   ``MulBackward0`` for ``b``: ``grad * p`` (B, B) reduced to the bias (B read); for ``p``, which
   carries the router's gradient: ``grad * b`` (B, B) reduced over the hidden dim (B read).
 
-The generator counts one fused bias add per projection; :func:`megatron_op_bytes` replaces
-those counts (the ``"megatron-core"`` eager table of
+Megatron-Core's rotary embedding without ``apply_rope_fusion`` (``TransformerConfig``'s default,
+False: "If True, use fused RoPE kernel"; providers that want the fused kernel set it — the
+Llama and Nemotron ones — and Megatron-Bridge's GPT-OSS provider, bridge and performance recipes
+do not) is ``rope_utils._apply_rotary_pos_emb_bshd``::
+
+    t, t_pass = t[..., :rot_dim], t[..., rot_dim:]
+    cos_ = (torch.cos(freqs) * mscale).to(t.dtype); sin_ = ...   # [s, 1, 1, d]: negligible
+    t = (t * cos_) + (_rotate_half(t) * sin_)   # _rotate_half: chunk, torch.cat((-x2, x1))
+    return torch.cat((t, t_pass), dim=-1)
+
+per element of ``q`` or ``k`` (all 16-bit): forward ``t * cos_`` (B, B), ``-x2`` (half an
+element read and written), ``torch.cat((-x2, x1))`` (B, B), ``* sin_`` (B, B), the add (B + B,
+B), the final ``torch.cat`` with the empty ``t_pass`` (B, B). Backward: the cats' backwards
+narrow (views) and the add's passes the gradient on; ``grad * cos_`` (B, B), ``grad * sin_``
+(B, B), ``NegBackward0`` on half (half read and written), the chunk's backward concatenates
+the halves' gradients (B, B), and autograd sums the two gradients of ``t`` (B + B, B). (The
+slice ``t[..., :rot_dim]``'s backward, a copy into zeros when ``rot_dim`` is the whole head, is
+not counted.)
+
+The generator counts one fused bias add per projection and one rotary kernel per tensor;
+:func:`megatron_op_bytes` replaces those counts (the ``"megatron-core"`` eager table of
 :func:`~stage_explore.analytical.eager.eager_op_bytes`), at the accelerator's achieved eager
 bandwidth (``kernels.eager_memory``) like every eager table.
 """
 
 from __future__ import annotations
 
-from stage_core.models.spec import ModelSpec
+from stage_core.models.spec import ModelSpec, Position
 from stage_explore.analytical.eager import BF16, EagerModule, Kernel
 
 MEGATRON_EXPERT_DOWN_BIAS = EagerModule(
@@ -65,20 +84,49 @@ MEGATRON_EXPERT_DOWN_BIAS = EagerModule(
     compiled_bytes=(BF16 + BF16, BF16),
 )
 
+MEGATRON_UNFUSED_ROPE = EagerModule(
+    name="rope-unfused",
+    source="megatron/core/models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd",
+    forward=(
+        Kernel("t * cos_", BF16, BF16),
+        Kernel("-x2 (half of t)", BF16 // 2, BF16 // 2),
+        Kernel("torch.cat((-x2, x1))", BF16, BF16),
+        Kernel("_rotate_half(t) * sin_", BF16, BF16),
+        Kernel("(t * cos_) + (... * sin_)", BF16 + BF16, BF16),
+        Kernel("torch.cat((t, t_pass))", BF16, BF16),
+    ),
+    backward=(
+        Kernel("MulBackward0: grad * cos_", BF16, BF16),
+        Kernel("MulBackward0: grad * sin_", BF16, BF16),
+        Kernel("NegBackward0 (half of t)", BF16 // 2, BF16 // 2),
+        Kernel("the chunk's backward: torch.cat of the halves' gradients", BF16, BF16),
+        Kernel("InputBuffer: the two gradients of t summed", BF16 + BF16, BF16),
+    ),
+    compiled_bytes=(BF16 + BF16, BF16 + BF16),
+)
+
+#: The generator's rotary embeddings (``eager._ROPE_OPS``; MLA's too).
+_ROPE_OPS = ("q.rope", "k.rope", "q.pe.rope", "k.pe.rope")
+
 #: The generator's expert bias adds whose backward ``linear_fc1``'s GEMMs perform (0 bytes) ...
 _EPILOGUE_BIAS_OPS = ("experts.gate", "experts.up", "experts.fc1")
 #: ... and the one ``_apply_bias`` adds in eager PyTorch.
 _EAGER_BIAS_OPS = ("experts.fc2",)
 
 
-def megatron_op_bytes(model: ModelSpec) -> dict[str, int]:
+def megatron_op_bytes(model: ModelSpec, rope_fusion: bool = True) -> dict[str, int]:
     """Bytes per element of the generator's expert bias adds (and their ``.backward``) as
-    Megatron-Core's ``TEGroupedMLP`` runs them (module docstring); empty for a model without
-    routed experts or without biases (nothing else of Megatron-Core's differs from the
+    Megatron-Core's ``TEGroupedMLP`` runs them, and without ``rope_fusion`` of its rotary
+    embeddings as ``rope_utils`` runs them (module docstring); empty for a model without
+    routed-expert biases under fused RoPE (nothing else of Megatron-Core's differs from the
     generator's count)."""
-    if not (model.bias and model.num_experts):
-        return {}
     table: dict[str, int] = {}
+    if not rope_fusion and model.position is Position.ROTARY:
+        for name in _ROPE_OPS:
+            table[name] = MEGATRON_UNFUSED_ROPE.bytes_per_element(backward=False)
+            table[f"{name}.backward"] = MEGATRON_UNFUSED_ROPE.bytes_per_element(backward=True)
+    if not (model.bias and model.num_experts):
+        return table
     for name in _EPILOGUE_BIAS_OPS:  # forward: the generator's count (module docstring)
         table[f"{name}.backward"] = 0
     for name in _EAGER_BIAS_OPS:

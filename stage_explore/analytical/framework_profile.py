@@ -100,7 +100,12 @@ Options (all booleans unless said):
   routing probabilities (:mod:`~stage_explore.analytical.eager_automodel`); ``"megatron-core"``,
   Megatron-Core's fused modules but for ``TEGroupedMLP``'s expert down-projection bias, which
   ``_apply_bias`` adds per expert in eager PyTorch scaled by the 16-bit routing probabilities,
-  fused or not (:mod:`~stage_explore.analytical.eager_megatron`).
+  and without ``rope_fusion`` its unfused rotary embedding, fused or not
+  (:mod:`~stage_explore.analytical.eager_megatron`).
+- ``rope_fusion`` — the rotary embedding as one fused kernel (Transformer Engine's
+  ``fused_apply_rotary_pos_emb`` under Megatron-Core's ``apply_rope_fusion``, or any fused
+  kernel: the generator's count); off, with ``eager_modules = "megatron-core"``: Megatron-Core's
+  unfused ``_apply_rotary_pos_emb_bshd`` op by op (:mod:`~stage_explore.analytical.eager_megatron`).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -367,6 +372,7 @@ OPTION_FLAGS: dict[str, str] = {
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "fused_qkv": "Megatron query_key_value / linear_qkv (off: separate q, k, v linears)",
+    "rope_fusion": "Megatron-Core apply_rope_fusion (off: rope_utils' unfused ops, eager)",
     "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama / …",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
     "allocator_overhead": "PyTorch caching allocator (reserved / allocated - 1)",
@@ -474,6 +480,7 @@ class FrameworkProfile:
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
     fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
+    rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:

@@ -1,7 +1,8 @@
-"""Megatron-Core's expert biases (``eager_modules = "megatron-core"``, the megatron-core profile):
-``TEGroupedMLP._apply_bias``'s eager kernels for the down projection and the fc1 biases in the
-GEMM epilogue, counted against closed forms written out here op by op from Megatron-Core's
-code, where they apply, and what they change in an evaluation."""
+"""Megatron-Core's eager code (``eager_modules = "megatron-core"``, the megatron-core profile):
+``TEGroupedMLP._apply_bias``'s eager kernels for the down projection, the fc1 biases in the GEMM
+epilogue, and ``rope_utils``' unfused rotary embedding without ``rope_fusion``, counted against
+closed forms written out here op by op from Megatron-Core's code, where they apply, and what
+they change in an evaluation."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.eager import eager_instr_bytes, eager_op_bytes
-from stage_explore.analytical.eager_megatron import MEGATRON_EXPERT_DOWN_BIAS
+from stage_explore.analytical.eager_megatron import (
+    MEGATRON_EXPERT_DOWN_BIAS,
+    MEGATRON_UNFUSED_ROPE,
+)
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import load_system
@@ -85,3 +89,51 @@ def test_the_profile_and_its_effect_on_an_evaluation() -> None:
     # different result (no stale memo); a model without biases is untouched
     assert _step(GPTOSS) > _step(GPTOSS, eager_modules="generator")
     assert _step(QWEN3) == _step(QWEN3, eager_modules="generator")
+
+
+# rope_utils._apply_rotary_pos_emb_bshd, per element of q or k: t * cos_ (read, write); -x2 on
+# half the elements (half a read and a write); torch.cat((-x2, x1)) (read, write); * sin_ (read,
+# write); the add (two reads, a write); torch.cat((t, t_pass)) with t_pass empty (read, write)
+ROPE_FWD = (B + B) + (B // 2 + B // 2) + (B + B) + (B + B) + (B + B + B) + (B + B)
+# grad * cos_, grad * sin_ (read, write each); NegBackward0 on half; the chunk's backward
+# concatenates the halves (read, write); the two gradients of t summed (two reads, a write)
+ROPE_BWD = (B + B) + (B + B) + (B // 2 + B // 2) + (B + B) + (B + B + B)
+
+
+def test_the_unfused_rope_is_rope_utils_counted_op_by_op() -> None:
+    assert MEGATRON_UNFUSED_ROPE.bytes_per_element(backward=False) == ROPE_FWD == 24
+    assert MEGATRON_UNFUSED_ROPE.bytes_per_element(backward=True) == ROPE_BWD == 20
+    dense = get_flavor("llama3-8b").with_overrides(layers=2)
+    table = eager_op_bytes(dense, "megatron-core", fused=True, rope_fusion=False)
+    assert table["q.rope"] == table["k.rope"] == ROPE_FWD
+    assert table["q.rope.backward"] == table["k.rope.backward"] == ROPE_BWD
+    # fused RoPE (the default) or no rotary embedding: the generator's count
+    assert eager_op_bytes(dense, "megatron-core", fused=True) == {}
+    gpt = get_flavor("megatron-gpt-1.7b")  # learned positions
+    assert eager_op_bytes(gpt, "megatron-core", fused=True, rope_fusion=False) == {}
+    # with the expert biases of a biased MoE model
+    both = eager_op_bytes(GPTOSS, "megatron-core", fused=True, rope_fusion=False)
+    assert both["q.rope"] == ROPE_FWD and both["experts.fc2"] == DOWN_FWD
+
+
+def test_the_rope_kernel_time_is_its_elements_times_the_table_at_eager_rate() -> None:
+    layer = bind_all(make_workload(GPTOSS, ParallelConfig(global_batch=1)))["layer_swa_moe"]
+    (rope,) = [i for i in layer.fwd if i.name == "q.rope"]
+    elements = dict(rope.outputs)["q.rope"] // B
+    assert elements == GPTOSS.seq_len * GPTOSS.heads * GPTOSS.head_dim
+    table = eager_op_bytes(GPTOSS, "megatron-core", fused=True, rope_fusion=False)
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    timer = KernelTimer(
+        H100.accelerator, kernels, "bf16", frozenset(), keys=512, head_dim=64, causal=True,
+        eager_bytes=table,
+    )  # fmt: skip
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * kernels.eager_memory
+    assert timer(rope) == pytest.approx(elements * ROPE_FWD / rate, rel=1e-12)
+
+
+def test_rope_fusion_is_an_option_of_the_evaluation() -> None:
+    assert get_framework("megatron-core").rope_fusion is True
+    # a backend differing only in rope_fusion gives a different (slower) step: no stale memo
+    assert _step(GPTOSS, rope_fusion=False) > _step(GPTOSS)
+    assert _step(QWEN3, rope_fusion=False) > _step(QWEN3)
