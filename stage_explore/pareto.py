@@ -152,9 +152,15 @@ def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
     without them is returned as it is.
     """
     # records written before the pp_split knob existed ran STAGE's default split, "auto", and
-    # those before the dp_shard knob sharded over all of dp (0), and those before the
-    # recompute_num_layers knob recomputed every layer under full recompute (0)
-    defaults: dict[str, object] = {"pp_split": "auto", "dp_shard": 0, "recompute_num_layers": 0}
+    # those before the dp_shard knob sharded over all of dp (0), those before the
+    # recompute_num_layers knob recomputed every layer under full recompute (0), and those
+    # before the recompute_method knob picked Megatron-Core's "block" layers
+    defaults: dict[str, object] = {
+        "pp_split": "auto",
+        "dp_shard": 0,
+        "recompute_num_layers": 0,
+        "recompute_method": "block",
+    }
     if not len(df) or not set(PARALLEL_KNOBS) - set(defaults) <= set(df.columns):
         return df
     ordered = df.sort_values("trial", kind="stable") if "trial" in df.columns else df

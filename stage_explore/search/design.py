@@ -111,11 +111,13 @@ def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any
     dp = derive_dp(params)
     shard = knobs.pop("dp_shard", 0)  # 0: all of dp; a group of dp or more, or no ZeRO: the same
     layers = knobs.pop("recompute_num_layers", 0)  # 0: every layer; only under full recompute
+    method = knobs.pop("recompute_method", "block")  # which N layers (with N > 0 only)
     workload = study.workload
     parallel = ParallelConfig(
         dp=dp,
         dp_shard=shard if knobs["zero"] and 0 < shard < dp else None,
         recompute_num_layers=layers if layers and knobs["recompute"] == "full" else None,
+        recompute_method=method if layers and knobs["recompute"] == "full" else "block",
         global_batch=workload.global_batch,
         seq_len=workload.sequence_length,
         **knobs,

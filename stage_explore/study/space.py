@@ -15,8 +15,10 @@ Knobs without effect (see ``docs/explore.md``): ``sp`` when tp = 1 (Megatron's s
 parallelism is a no-op there), ``vpp`` unless the schedule is interleaved, ``zero`` when
 dp·cp = 1 (ZeRO shards over the dp×cp ranks), ``ep`` for a dense model, ``pp_split`` when
 pp = 1 (``pp_split = "auto"`` is STAGE's default split, not "every policy"), ``dp_shard`` without
-ZeRO or at dp or more, ``recompute_num_layers`` unless ``recompute = "full"``. A pinned knob takes
-its neutral value (False, 1, 0, 1) when the study lists it, else the first value it lists.
+ZeRO or at dp or more, ``recompute_num_layers`` unless ``recompute = "full"``,
+``recompute_method`` unless ``recompute = "full"`` with ``recompute_num_layers`` > 0. A pinned knob
+takes its neutral value (False, 1, 0, 1, "block") when the study lists it, else the first value it
+lists.
 
 A knob is written as a value (fixed), a list of values, a range table
 ``{ min = 1, max = 8, step = 1 }`` or ``{ min = 1, max = 64, scale = "pow2" }``, or ``"auto"``.
@@ -29,6 +31,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from stage_core.parallel.vocab import RECOMPUTE_METHODS
 from stage_explore.study._reader import Table, choices_text, describe
 from stage_explore.study.serving_space import canonical_serving, serving_reason
 from stage_explore.study.spec import (
@@ -46,6 +49,9 @@ SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb", "dual
 #: Pipeline split policies (:class:`stage_core.parallel.PipelineSplit`); ``"auto"`` is STAGE's
 #: default split (even when it divides, else lighter end stages), also as the knob's "auto".
 PP_SPLIT_CHOICES: tuple[str, ...] = ("auto", "even", "ends", "embedding", "loss", "embedding-loss")
+#: How ``recompute_num_layers`` N picks the recomputed layers
+#: (:data:`stage_core.parallel.vocab.RECOMPUTE_METHODS`: block, every, uniform, spread).
+RECOMPUTE_METHOD_CHOICES: tuple[str, ...] = RECOMPUTE_METHODS
 
 #: The value a knob takes when ``[space]`` does not mention it.
 KNOB_DEFAULTS: Mapping[str, Any] = {
@@ -62,6 +68,7 @@ KNOB_DEFAULTS: Mapping[str, Any] = {
     "pp_split": "auto",
     "dp_shard": 0,
     "recompute_num_layers": 0,
+    "recompute_method": "block",
 }
 
 _DEGREES = ("tp", "pp", "cp", "ep")
@@ -86,6 +93,7 @@ def _auto_values(name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any,
         "schedule": SCHEDULE_CHOICES,
         "vpp": (1, 2, 4),
         "pp_split": ("auto",),
+        "recompute_method": RECOMPUTE_METHOD_CHOICES,
     }[name]
 
 
@@ -143,9 +151,11 @@ def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         expected = "integers >= 0 (0: every layer recomputed)"
     else:
-        choices = {"recompute": RECOMPUTE_CHOICES, "pp_split": PP_SPLIT_CHOICES}.get(
-            key, SCHEDULE_CHOICES
-        )
+        choices = {
+            "recompute": RECOMPUTE_CHOICES,
+            "pp_split": PP_SPLIT_CHOICES,
+            "recompute_method": RECOMPUTE_METHOD_CHOICES,
+        }.get(key, SCHEDULE_CHOICES)
         ok = isinstance(value, str) and value in choices
         expected = choices_text(choices)
     if not ok:
@@ -161,7 +171,7 @@ def _knob_kind(name: str) -> str:
         return "shard"
     if name == "recompute_num_layers":
         return "layers"
-    if name in ("recompute", "schedule", "pp_split"):
+    if name in ("recompute", "schedule", "pp_split", "recompute_method"):
         return "str"
     return "int"
 
@@ -331,6 +341,7 @@ NEUTRAL_VALUES: Mapping[str, Any] = {
     "pp_split": "auto",
     "dp_shard": 0,
     "recompute_num_layers": 0,
+    "recompute_method": "block",
 }
 
 
@@ -369,6 +380,10 @@ def canonical_params(
         result["dp_shard"] = _pinned_shard(derive_dp(result), choices)
     if result.get("recompute") != "full" and "recompute_num_layers" in result:
         result["recompute_num_layers"] = _pinned("recompute_num_layers", choices)
+    if "recompute_method" in result and not (
+        result.get("recompute") == "full" and result.get("recompute_num_layers")
+    ):  # the method picks which N layers: nothing to pick without N (0: every layer)
+        result["recompute_method"] = _pinned("recompute_method", choices)
     return result
 
 

@@ -40,6 +40,7 @@ PARALLEL_KNOBS: tuple[str, ...] = (
     "pp_split",
     "dp_shard",
     "recompute_num_layers",
+    "recompute_method",
 )
 
 #: Metrics a study may optimise, with their natural direction.
