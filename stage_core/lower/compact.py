@@ -201,6 +201,11 @@ def chunk_runs(
     return tuple(result)
 
 
+#: A bucket limit no chunk reaches: every key's gradients are reduced once, after the chunk's
+#: last backward (one bucket per chunk).
+UNBUCKETED = 2**62
+
+
 def bucket_gradients(
     runs: Sequence[tuple[Mapping[Any, int], int]],
     limit: int,

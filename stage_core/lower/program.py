@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -32,7 +33,13 @@ from stage_core.lower.bind import (
     bind_block,
     symbolic_block,
 )
-from stage_core.lower.compact import bucket_gradients, chunk_runs, layout_key, mtp_blocks
+from stage_core.lower.compact import (
+    UNBUCKETED,
+    bucket_gradients,
+    chunk_runs,
+    layout_key,
+    mtp_blocks,
+)
 from stage_core.lower.experts import ExpertFold, data_axes, fold_experts
 from stage_core.lower.fp8 import with_fp8_saved
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
@@ -396,11 +403,12 @@ def _block_sync(
     return reductions, gathers, updated
 
 
-def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
-    """Gradient reduction in buckets of ``grad_bucket_bytes`` (backward block order: the
-    expansion of :func:`~stage_core.lower.compact.bucket_gradients`), and ZeRO parameter
-    gathers. The reductions a block completes are issued in the order their buckets started
-    filling (then the block's own order of bucket keys), as a bucket queue does."""
+def _sync_ops(workload: Workload, chunk: Chunk, limit: int | None = None) -> list[SyncOp]:
+    """Gradient reduction in buckets of ``limit`` bytes (by default ``grad_bucket_bytes``;
+    backward block order: the expansion of :func:`~stage_core.lower.compact.bucket_gradients`),
+    and ZeRO parameter gathers. The reductions a block completes are issued in the order their
+    buckets started filling (then the block's own order of bucket keys), as a bucket queue
+    does."""
     order = list(reversed(chunk.blocks))
     runs: list[tuple[BoundBlock, int]] = []  # identical blocks in a row, backward order
     for block in order:
@@ -419,7 +427,7 @@ def _sync_ops(workload: Workload, chunk: Chunk) -> list[SyncOp]:
         position += count
     groups = bucket_gradients(
         [(per_block[id(block)][0], count) for block, count in runs],
-        workload.parallel.grad_bucket_bytes,
+        workload.parallel.grad_bucket_bytes if limit is None else limit,
     )
     reductions: list[tuple[int, int, int, CollectiveKind, tuple[str, ...], int]] = []
     for key, size, first, step, count, lead in groups:
@@ -522,8 +530,17 @@ def boundary_bytes(workload: Workload) -> int:
     return local_batch * (sizes["S"] // seq_split) * sizes["H"] * 2
 
 
-def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
-    """The per-stage programs of one training step."""
+def lower(
+    model: ModelSpec,
+    parallel: ParallelConfig,
+    *,
+    bucketed: Callable[[int, int], bool] | None = None,
+) -> ProgramSet:
+    """The per-stage programs of one training step. ``bucketed(stage, chunk)``, if given, says
+    which chunks reduce their gradients in buckets of ``grad_bucket_bytes``; the others reduce
+    them in one bucket after their last backward (Megatron-Core DDP's ``disable_bucketing`` for
+    every chunk but the first of the first pipeline stage); by default every chunk is
+    bucketed."""
     workload = make_workload(model, parallel)
     blocks = tie_embeddings(workload, bind_all(workload))
     p, vpp = parallel.pp, parallel.vpp
@@ -535,7 +552,15 @@ def lower(model: ModelSpec, parallel: ParallelConfig) -> ProgramSet:
             for v in range(chunks_per_rank(kind, vpp))
         )  # DualPipe: stages r and p − 1 − r (lower/schedule.py)
         tasks = tuple(schedule(kind, stage, p, workload.micro_batches, vpp))
-        sync = tuple(op for chunk in chunks for op in _sync_ops(workload, chunk))
+        sync = tuple(
+            op
+            for chunk in chunks
+            for op in _sync_ops(
+                workload,
+                chunk,
+                None if bucketed is None or bucketed(stage, chunk.index) else UNBUCKETED,
+            )
+        )
         sync += tuple(_mirror_sync(workload, chunks))
         stages.append(
             StageProgram(

@@ -22,6 +22,7 @@ Benchmarking's weak-scaling tables, DGXC-H100-BF16 / -FP8).
 
 from __future__ import annotations
 
+from stage_core.lower.compact import UNBUCKETED as UNBUCKETED  # one bucket per chunk
 from stage_core.parallel.config import DEFAULT_GRAD_BUCKET_BYTES, ParallelConfig
 from stage_explore.analytical.frameworks import FrameworkProfile
 
@@ -31,8 +32,6 @@ MCORE_BUCKET_MIN_ELEMENTS = 40_000_000
 #: Megatron-Core's default bucket per data-parallel rank, in parameters (``1000000 *
 #: dp_group.size()``, the same line).
 MCORE_BUCKET_ELEMENTS_PER_DP_RANK = 1_000_000
-#: One bucket per chunk: the gradients are reduced after the chunk's last backward.
-UNBUCKETED = 2**62
 
 
 def grad_bucket_bytes(profile: FrameworkProfile, parallel: ParallelConfig, grad_bytes: int) -> int:

@@ -16,17 +16,19 @@ sharing with userbuffers, NCCL or DeepEP kernels; a framework's extra passes: gr
 accumulation, casts, copies) is charged to the phase's last compute node. Gradient buckets are
 the lowering's (:func:`stage_core.lower.program._sync_ops`) at the backend's bucket size
 (:func:`~stage_explore.analytical.buckets.grad_bucket_bytes` under ``overlap_grad_reduce``,
-else one bucket); ZeRO collectives, bucketed reductions and the optimizer are costed by the
-backend's own methods. One rank stands for each pipeline stage (``rank_of({"pp": s})``, as the
-backend's group spans); collectives start locally (the policy's), gradient synchronisation and
-ZeRO's collectives run on streams of their own (the policy's ``side_streams``:
-:func:`_side_stream`), and pipeline transfers arrive
-(traces run point-to-point messages only so: a step with pp > 1 is timed with
+else one bucket; under ``ddp_bucket_first_chunk_only`` only the first chunk of the first
+pipeline stage is bucketed, :func:`_first_chunk`); ZeRO collectives, bucketed reductions and
+the optimizer are costed by the backend's own methods. One rank stands for each pipeline
+stage (``rank_of({"pp": s})``, as the backend's group spans); collectives start locally (the
+policy's), gradient synchronisation and ZeRO's collectives run on streams of their own (the
+policy's ``side_streams``: :func:`_side_stream`), and pipeline transfers arrive (traces run
+point-to-point messages only so: a step with pp > 1 is timed with
 ``point_to_point`` arrival whatever the profile's).
 
 Not covered: schedules that split the backward (their B and W parts index the bound
 instructions, not the rewritten ones: a ConfigError), context-parallel ring exchanges (messages
-to a rank without a trace).
+to a rank without a trace), the next step's parameter gather behind its first forward
+(``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole).
 """
 
 from __future__ import annotations
@@ -214,7 +216,11 @@ def trace_step(
     limit = UNBUCKETED
     if Overlap.GRAD_REDUCE in policy.overlaps:
         limit = grad_bucket_bytes(backend.framework, parallel, workload.grad_bytes)
-    programs = lower(model, replace(parallel, grad_bucket_bytes=limit))
+    programs = lower(
+        model,
+        replace(parallel, grad_bucket_bytes=limit),
+        bucketed=_first_chunk if backend.framework.ddp_bucket_first_chunk_only else None,
+    )
     point = _point(backend, workload, system)
     costs = {s: _StageCosts(backend, point, s) for s in range(parallel.pp)}
 
@@ -269,6 +275,14 @@ def _side_stream(item: ProgramNode) -> str:
     if phase == ZERO_SCATTER and item.group_axes == (DP_REPLICATE,):
         return "zero_replica"
     return SIDE_STREAMS.get(phase, "")
+
+
+def _first_chunk(stage: int, chunk: int) -> bool:
+    """Under ``ddp_bucket_first_chunk_only`` (Megatron-Core DDP's ``disable_bucketing`` for
+    every model chunk but the first of the first pipeline stage) the chunks whose gradients
+    are reduced in buckets during the backward; the others' in one bucket after their last
+    backward, as the levelled mode's ``_chunk`` reduces them."""
+    return stage == 0 and chunk == 0
 
 
 def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Point:

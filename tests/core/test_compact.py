@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.compact import bucket_gradients, chunk_runs, layout_key
+from stage_core.lower.compact import UNBUCKETED, bucket_gradients, chunk_runs, layout_key
 from stage_core.lower.program import (
     _block_sync,
     _sync_ops,
@@ -127,3 +127,35 @@ def test_chunk_runs_expand_to_the_lowered_blocks() -> None:
     chunks = sorted((c for s in programs.stages for c in s.chunks), key=lambda c: c.stage)
     kinds = [b.kind for c in chunks for b in c.blocks if is_layer_block(b.kind)]
     assert kinds == list(model.layer_blocks())  # every layer once, in order over global stages
+
+
+def test_unbucketed_chunks_reduce_each_key_once_after_their_last_backward() -> None:
+    """``lower(..., bucketed=...)``: a chunk it names reduces as the walk at the config's
+    bucket size; any other chunk as the walk with one bucket (each key once, at its last
+    block), ahead of its ZeRO gathers as ever."""
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8)
+    limit = 1 << 26  # below one layer's gradient bytes: every layer reduces its own bucket
+    parallel = ParallelConfig(
+        tp=2, dp=2, pp=2, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=8,
+        grad_bucket_bytes=limit, zero=1,
+    )  # fmt: skip
+    programs = lower(model, parallel, bucketed=lambda s, c: (s, c) == (0, 0))
+    workload = programs.workload
+    for stage in programs.stages:
+        chunk_ops = [op for op in stage.sync if op.after >= 0]
+        for chunk in stage.chunks:
+            backward = [_block_sync(workload, block)[0] for block in reversed(chunk.blocks)]
+            first = (stage.stage, chunk.index) == (0, 0)
+            walk = reference_walk(backward, limit if first else UNBUCKETED)
+            ops = [op for op in chunk_ops if op.chunk == chunk.index]
+            assert [(op.after, (op.collective, op.axes), op.comm_bytes) for op in ops] == [
+                (position, key, size) for position, _, key, size in walk
+            ]
+            last = len(chunk.blocks) - 1
+            keys = {key for contributions in backward for key in contributions}
+            if first:  # bucketed: reductions during the backward
+                assert any(op.after < last for op in ops)
+            else:
+                assert [op.after for op in ops] == [last] * len(keys)
+        default = lower(model, parallel).stages[stage.stage].sync  # every chunk bucketed
+        assert [op for op in stage.sync if op.after < 0] == [op for op in default if op.after < 0]

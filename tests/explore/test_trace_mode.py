@@ -236,3 +236,29 @@ def test_the_modes_agree_on_random_one_stage_configurations(
     evaluation, traced = _run(framework, flavor, kwargs)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9), kwargs
+
+
+def test_megatron_core_buckets_only_the_first_chunk_in_the_trace_too() -> None:
+    """``ddp_bucket_first_chunk_only`` (Megatron-Core DDP's ``disable_bucketing``): the trace
+    reduces a later pipeline stage's gradients after its last backward, as the levelled mode
+    does, and only the first stage's first chunk reduces buckets during its backward."""
+    backend = AnalyticalBackend(framework="megatron-core")
+    assert backend.framework.ddp_bucket_first_chunk_only
+    assert Overlap.GRAD_REDUCE in backend.policy.overlaps
+    model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8, seq_len=1024)
+    parallel = ParallelConfig(tp=2, dp=2, pp=2, global_batch=8)
+    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
+    times = traced.result.node_times
+    early = {}
+    for rank in traced.result.ranks:
+        template = traced.templates[traced.stage_of[rank]]
+        backward_end = traced.end_of(rank, "bwd")
+        starts = [
+            times[(rank, item.node.id)][0]
+            for item in template
+            if item.source is not None and item.source[1] == SYNC
+            and item.node.collective is not CollectiveKind.ALL_GATHER
+        ]  # fmt: skip
+        assert starts
+        early[traced.stage_of[rank]] = sum(start < backward_end for start in starts)
+    assert early[0] > 0 and early[1] == 0, early
