@@ -248,6 +248,8 @@ class StagePlanning(BlockCosting):
             gather_channels = max(gather_channels, nccl_channels(point.system, spans[axes][0][1]))
         whole_gather, beside = gather, 0.0
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
+        if tied and not groups:  # no reduction to follow (dp = 1): after the last backward still
+            latest = w_timing.backward_s
         gather_overlapped = Overlap.PARAM_GATHER in self.policy.overlaps
         if gather_overlapped and not bucketed:
             # one all-gather for the chunk, dispatched before an earlier forward: at the step's

@@ -49,7 +49,14 @@ from stage_core.lower.nodes import (
     materialize,
     stage_nodes,
 )
-from stage_core.lower.program import ProgramSet, StageProgram, Workload, lower, make_workload
+from stage_core.lower.program import (
+    ProgramSet,
+    StageProgram,
+    Workload,
+    boundary_bytes,
+    lower,
+    make_workload,
+)
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.plans import DP_REPLICATE
@@ -57,8 +64,8 @@ from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import time_block
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
-from stage_explore.analytical.collectives import alpha_beta_point_to_point_s
 from stage_explore.analytical.costing import PhaseProgram
+from stage_explore.analytical.costs import stage_transfer_s
 from stage_explore.analytical.kernels import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
@@ -128,8 +135,10 @@ class ProgramTimingModel(BaseTimingModel[float]):
         programs: Mapping[int, StageProgram],
         nodes: Mapping[int, tuple[int, NodeSource | None, TraceNode]],
         params: Mapping[int, int],
+        policy: TimingPolicy,
     ) -> None:
         self._costs, self._programs, self._nodes, self._params = costs, programs, nodes, params
+        self._policy = policy
 
     def _source(self, node: TraceNode) -> tuple[_StageCosts, NodeSource]:
         entry = self._nodes.get(id(node))
@@ -168,8 +177,26 @@ class ProgramTimingModel(BaseTimingModel[float]):
         raise ConfigError("ProgramTimingModel times collective nodes, not kinds and sizes")
 
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
-        system = next(iter(self._costs.values())).point.system
-        return alpha_beta_point_to_point_s(system, source, destination, size_bytes)
+        """A pipeline transfer as the policy's ``point_to_point`` holds the sender
+        (:func:`~stage_explore.analytical.costs.stage_transfer_s`, what the levelled mode's
+        ``_transfer`` gives the schedule, here between the two ranks themselves): the trace's
+        next task of the sender waits for its send, and the receive ends at the send's end, so
+        a send lasting these seconds runs the policy's semantics on arrival. With the policy's
+        ``p2p_scatter_gather`` (tp > 1 without sequence parallelism) ``1/tp`` of the message
+        crosses and the receiver's all-gather is charged to it, as in the levelled mode."""
+        point = next(iter(self._costs.values())).point
+        workload, policy = point.workload, self._policy
+        if size_bytes != boundary_bytes(workload):
+            raise ConfigError(
+                f"a {size_bytes}-byte message from rank {source} to {destination} is not a "
+                f"pipeline transfer ({boundary_bytes(workload)} bytes)"
+            )
+        tp = workload.axis_sizes["tp"]
+        scatter = tp if tp > 1 and not workload.flags.sp and policy.p2p_scatter_gather else 1
+        return stage_transfer_s(
+            point.system, point.table, (source, destination), size_bytes, scatter,
+            policy.point_to_point,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +279,8 @@ def trace_step(
             on_side = ((item.node.id, _side_stream(item)) for item in template)
             streams[rank] = {node_id: name for node_id, name in on_side if name}
         params[stage] = _params(backend, point, programs, stage_program)
-    timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params)
-    if parallel.pp > 1:  # traces run transfers on arrival only
+    timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params, policy)
+    if parallel.pp > 1:  # the sends hold what the policy's semantics gives them, on arrival
         policy = replace(policy, point_to_point=PointToPoint.ARRIVAL)
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
     return TraceStep(result, stage_of, tuple(templates))

@@ -61,8 +61,17 @@ BOUNDED_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("llama-zero2", "llama3-8b", dict(tp=1, dp=4, zero=2, global_batch=8)),
     ("llama-zero3", "llama3-8b", dict(tp=1, dp=4, zero=3, global_batch=8)),
     ("llama-hsdp", "llama3-8b", dict(tp=1, dp=4, dp_shard=2, zero=3, global_batch=8)),
-    ("gpt-pp2", "megatron-gpt-1.7b", dict(tp=2, pp=2, global_batch=8)),
 ]
+
+#: Pipelines: the trace's sends hold what the policy's ``point_to_point`` gives a transfer
+#: (scatter/gather without sp under tp), on arrival; the modes end the step together.
+PIPELINE_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("gpt-pp2-tied-dp1", "megatron-gpt-1.7b", dict(tp=2, pp=2, global_batch=8)),
+    ("gpt-pp2-dp2", "megatron-gpt-1.7b", dict(tp=2, dp=2, pp=2, global_batch=8)),
+    ("llama-pp2-zero1-sp", "llama3-8b", dict(tp=2, dp=2, pp=2, zero=1, sp=True, global_batch=8)),
+    ("gpt-pp2-vpp2", "megatron-gpt-1.7b",
+     dict(tp=2, dp=2, pp=2, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=8)),
+]  # fmt: skip
 
 
 def _run(framework: str, flavor: str, kwargs: dict[str, Any]) -> tuple[Evaluation, TraceStep]:
@@ -145,12 +154,36 @@ def test_where_the_modes_differ_the_difference_is_bounded(
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     rank = max(traced.result.ranks, key=lambda r: traced.end_of(r, OPTIMIZER))
     difference = abs(levelled - _optimizer_end(traced))
-    if kwargs.get("pp", 1) > 1:  # transfers on arrival (trace) or the profile's semantics
-        bound = _seconds(traced, rank, lambda i: i.node.kind in (NodeKind.SEND, NodeKind.RECV))
-    else:  # ZeRO-2/3: queued on their own streams (trace) or beside their block (levelled)
-        zero = (ZERO_GATHER, ZERO_SCATTER)
-        bound = _seconds(traced, rank, lambda i: i.source is not None and i.source[1] in zero)
+    # ZeRO-2/3: queued on their own streams (trace) or beside their block (levelled)
+    zero = (ZERO_GATHER, ZERO_SCATTER)
+    bound = _seconds(traced, rank, lambda i: i.source is not None and i.source[1] in zero)
     assert 0.0 < difference <= bound * (1 + 1e-9), (difference, bound)
+
+
+@pytest.mark.parametrize(
+    ("flavor", "kwargs"), [c[1:] for c in PIPELINE_CASES], ids=[c[0] for c in PIPELINE_CASES]
+)
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_pipelines_end_the_step_as_the_trace_mode(
+    framework: str, flavor: str, kwargs: dict[str, Any]
+) -> None:
+    """Blocking, blocking-separate and overlapped transfers, tied embeddings (their all-reduce
+    after the last backward also without gradient reductions, dp = 1), bucketed and
+    unbucketed chunks, 1F1B and interleaved: the optimizer of the slowest stage ends at the
+    same time in both modes."""
+    evaluation, traced = _run(framework, flavor, kwargs)
+    levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
+    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9), (
+        _optimizer_end(traced),
+        levelled,
+    )
+    rank = max(traced.result.ranks, key=lambda r: traced.end_of(r, OPTIMIZER))
+    sends = [
+        traced.result.node_times[(rank, i.node.id)]
+        for i in traced.templates[traced.stage_of[rank]]
+        if i.node.kind is NodeKind.SEND
+    ]
+    assert sends and all(end > start for start, end in sends)
 
 
 def test_every_node_of_a_stage_says_where_it_comes_from() -> None:
@@ -262,3 +295,21 @@ def test_megatron_core_buckets_only_the_first_chunk_in_the_trace_too() -> None:
         assert starts
         early[traced.stage_of[rank]] = sum(start < backward_end for start in starts)
     assert early[0] > 0 and early[1] == 0, early
+
+
+def test_the_tied_embedding_all_reduce_follows_the_last_backward_without_dp() -> None:
+    """dp = 1 (no gradient bucket to queue behind): the all-reduce of the tied embedding between
+    the pipeline ends still runs after the first stage's last backward, exposed before the
+    optimizer, in both modes."""
+    for framework in ("megatron-lm-2021", "megatron-core"):
+        evaluation, traced = _run(framework, "megatron-gpt-1.7b", dict(tp=2, pp=2, global_batch=8))
+        rank = max(traced.result.ranks, key=lambda r: traced.end_of(r, OPTIMIZER))
+        (tied,) = [
+            traced.result.node_times[(rank, i.node.id)]
+            for i in traced.templates[traced.stage_of[rank]]
+            if i.node.name.endswith("embedding_grad_all_reduce")
+        ]
+        assert tied[0] == traced.end_of(rank, "bwd")  # issued when the backward ends
+        exposed = evaluation.breakdown.get("exposed_gradient_sync", 0.0)
+        assert exposed > 0.0
+        assert math.isclose(exposed, tied[1] - tied[0], rel_tol=1e-9), (exposed, tied)
