@@ -199,17 +199,21 @@ class CommCosting:
             lambda: alpha_beta_point_to_point_s(system, rank, int(peer), size),
         )
 
-    def _transfer(self, point: Point) -> tuple[float, float]:
+    def _transfer(self, point: Point, ranks: tuple[int, int] | None = None) -> tuple[float, float]:
         """One activation (or gradient) message between adjacent stages: what it holds the
         sender (:func:`~stage_explore.analytical.costs.stage_transfer_s`) and how long it
         delays the receiver beyond that (:func:`~stage_explore.analytical.costs.
-        stage_arrival_s`), memoised."""
+        stage_arrival_s`), memoised; between the first two stages' ranks (the levelled mode's
+        every transfer) or the sender and receiver ``ranks`` (the trace mode's sends)."""
         workload, system = point.workload, point.system
         mesh, tp = workload.mesh, workload.axis_sizes["tp"]
         size = boundary_bytes(workload)
         policy = self.policy
         gathered = tp > 1 and not workload.flags.sp and policy.p2p_scatter_gather
-        first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
+        if ranks is None:
+            first, second = mesh.rank_of({"pp": 0}), mesh.rank_of({"pp": 1})
+        else:
+            first, second = ranks
         semantics = policy.point_to_point  # blocking (Megatron), separate (DeepSpeed), overlapped
         if semantics is PointToPoint.OVERLAPPED and str(workload.parallel.schedule) == "1f1b":
             # Megatron-Core overlaps pipeline transfers only in its interleaved schedule:

@@ -237,9 +237,11 @@ def _flights(kind: str, p: int, vpp: int, arrival_s: float) -> list[float]:
 
 
 def _ends_and_starts(
-    compiled: Compiled, release: Sequence[float], p: int
+    compiled: Compiled, release: Sequence[float], p: int, flight: Sequence[float] = ()
 ) -> tuple[list[float], list[list[float]]]:
-    """Every rank's end and the last weight-gradient start of every (rank, chunk)."""
+    """Every rank's end and the last weight-gradient start of every (rank, chunk); ``flight``
+    (per duration slot, :func:`_flights`): a dependency's message arrives that long after its
+    release, as :func:`_releases` starts the task."""
     ends = [release[task] for task in compiled.last_task]
     starts = []
     for rank in range(p):
@@ -247,8 +249,11 @@ def _ends_and_starts(
         for task, previous in compiled.last_backward[rank]:
             dependency = compiled.waits[task] - 1  # -1: none, a release of 0.0
             start = release[previous]  # -1: the rank's first task, free at 0.0
-            if release[dependency] > start:
-                start = release[dependency]
+            ready = release[dependency]
+            if flight and dependency >= 0:
+                ready += flight[compiled.slot_of[dependency]]
+            if ready > start:
+                start = ready
             row.append(start)
         starts.append(row)
     return ends, starts
@@ -294,6 +299,7 @@ def step_time(
     periodic map does not expand differences, so the extrapolated times are then within
     (periods extrapolated) × that of the simulated ones."""
     p, m = len(stages), micro_batches
+    flight = _flights(kind, p, vpp, arrival_s) if arrival_s > 0.0 else []
     step = period(kind, p, vpp)
     periods = 2 if step > 1 else p + 1  # past the warm-up, and deep enough for the state
     while step and p > 1:
@@ -308,7 +314,7 @@ def step_time(
         shift = release[found.pairs[0][1]] - release[found.pairs[0][0]]
         scale = 1e-11 * max(1.0, max(release))
         if all(abs(release[b] - release[a] - shift) <= scale for a, b in found.pairs):
-            ends, starts = _ends_and_starts(found.compiled, release, p)
+            ends, starts = _ends_and_starts(found.compiled, release, p, flight)
             k = (m - base - step) // step  # periods beyond the simulated run
             ends = [e + k * shift for e in ends]
             starts = [[s + k * shift for s in row] for row in starts]
@@ -316,7 +322,7 @@ def step_time(
         periods *= 2  # still in the transient: a longer prefix
     compiled = compile_shape(kind, p, m, vpp)
     release = _releases(compiled, stages, vpp, transfer_s, kind, arrival_s)
-    ends, starts = _ends_and_starts(compiled, release, p)
+    ends, starts = _ends_and_starts(compiled, release, p, flight)
     return _result(kind, stages, m, vpp, transfer_s, ends, starts)
 
 

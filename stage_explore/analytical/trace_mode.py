@@ -21,9 +21,10 @@ pipeline stage is bucketed, :func:`_first_chunk`); ZeRO collectives, bucketed re
 the optimizer are costed by the backend's own methods. One rank stands for each pipeline
 stage (``rank_of({"pp": s})``, as the backend's group spans); collectives start locally (the
 policy's), gradient synchronisation and ZeRO's collectives run on streams of their own (the
-policy's ``side_streams``: :func:`_side_stream`), and pipeline transfers arrive (traces run
-point-to-point messages only so: a step with pp > 1 is timed with
-``point_to_point`` arrival whatever the profile's).
+policy's ``side_streams``: :func:`_side_stream`), and a pipeline transfer holds its sender and
+delays its receiver as the levelled mode's ``_transfer`` says (the policy's ``point_to_point``:
+the send lasts the hold, the message flies the arrival delay after it; traces run
+point-to-point messages on arrival only, which those two durations express).
 
 Not covered: schedules that split the backward (their B and W parts index the bound
 instructions, not the rewritten ones: a ConfigError), context-parallel ring exchanges (messages
@@ -65,7 +66,6 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import time_block
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.costing import PhaseProgram
-from stage_explore.analytical.costs import stage_transfer_s
 from stage_explore.analytical.kernels import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
@@ -135,10 +135,8 @@ class ProgramTimingModel(BaseTimingModel[float]):
         programs: Mapping[int, StageProgram],
         nodes: Mapping[int, tuple[int, NodeSource | None, TraceNode]],
         params: Mapping[int, int],
-        policy: TimingPolicy,
     ) -> None:
         self._costs, self._programs, self._nodes, self._params = costs, programs, nodes, params
-        self._policy = policy
 
     def _source(self, node: TraceNode) -> tuple[_StageCosts, NodeSource]:
         entry = self._nodes.get(id(node))
@@ -177,26 +175,28 @@ class ProgramTimingModel(BaseTimingModel[float]):
         raise ConfigError("ProgramTimingModel times collective nodes, not kinds and sizes")
 
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
-        """A pipeline transfer as the policy's ``point_to_point`` holds the sender
-        (:func:`~stage_explore.analytical.costs.stage_transfer_s`, what the levelled mode's
-        ``_transfer`` gives the schedule, here between the two ranks themselves): the trace's
-        next task of the sender waits for its send, and the receive ends at the send's end, so
-        a send lasting these seconds runs the policy's semantics on arrival. With the policy's
-        ``p2p_scatter_gather`` (tp > 1 without sequence parallelism) ``1/tp`` of the message
-        crosses and the receiver's all-gather is charged to it, as in the levelled mode."""
-        point = next(iter(self._costs.values())).point
-        workload, policy = point.workload, self._policy
-        if size_bytes != boundary_bytes(workload):
+        """What a pipeline transfer holds its sender, as the levelled mode charges it
+        (``_transfer`` between the two ranks: the policy's ``point_to_point``, Megatron-Core's
+        blocking 1F1B, ``p2p_scatter_gather``'s ``1/tp`` message and all-gather). The trace's
+        next task of a sender waits for its send and a receive ends at the message's arrival,
+        so a send lasting this, with :meth:`point_to_point_flight` after it, runs the
+        levelled mode's semantics."""
+        return self._transfer(source, destination, size_bytes)[0]
+
+    def point_to_point_flight(self, source: int, destination: int, size_bytes: int) -> float:
+        """How long the message flies after the send (the levelled mode's arrival delay: an
+        overlapped transfer's bytes and all-gather; 0.0 for blocking ones)."""
+        return self._transfer(source, destination, size_bytes)[1]
+
+    def _transfer(self, source: int, destination: int, size_bytes: int) -> tuple[float, float]:
+        costs = next(iter(self._costs.values()))
+        expected = boundary_bytes(costs.point.workload)
+        if size_bytes != expected:
             raise ConfigError(
                 f"a {size_bytes}-byte message from rank {source} to {destination} is not a "
-                f"pipeline transfer ({boundary_bytes(workload)} bytes)"
+                f"pipeline transfer ({expected} bytes)"
             )
-        tp = workload.axis_sizes["tp"]
-        scatter = tp if tp > 1 and not workload.flags.sp and policy.p2p_scatter_gather else 1
-        return stage_transfer_s(
-            point.system, point.table, (source, destination), size_bytes, scatter,
-            policy.point_to_point,
-        )  # fmt: skip
+        return costs.backend._transfer(costs.point, (source, destination))
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +279,8 @@ def trace_step(
             on_side = ((item.node.id, _side_stream(item)) for item in template)
             streams[rank] = {node_id: name for node_id, name in on_side if name}
         params[stage] = _params(backend, point, programs, stage_program)
-    timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params, policy)
-    if parallel.pp > 1:  # the sends hold what the policy's semantics gives them, on arrival
+    timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params)
+    if parallel.pp > 1:  # sends hold and fly what the policy's semantics gives them
         policy = replace(policy, point_to_point=PointToPoint.ARRIVAL)
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
     return TraceStep(result, stage_of, tuple(templates))

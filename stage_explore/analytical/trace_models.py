@@ -38,7 +38,9 @@ class BaseTimingModel(abc.ABC, Generic[T]):
     Contract:
         ``compute`` is the duration of a compute node; ``collective`` maps every member of
         ``group`` (sorted global ranks) to its duration from the common start;
-        ``point_to_point`` is the time from a send's issue to its arrival. Durations are in the
+        ``point_to_point`` is the time from a send's issue to its arrival, of which
+        ``point_to_point_flight`` (by default zero) is the last part, after the send has ended:
+        the message's flight, which holds neither rank. Durations are in the
         model's unit (:class:`AstraTimingModel`: int ns; :class:`AlphaBetaTimingModel`: float
         s) and never negative. Bad input raises :class:`~stage_core.errors.ConfigError`.
         ``zero`` is the model's zero duration.
@@ -62,6 +64,12 @@ class BaseTimingModel(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> T:
         """Time from the issue of a send to the arrival of its message."""
+
+    def point_to_point_flight(self, source: int, destination: int, size_bytes: int) -> T:
+        """How long a message flies after its send has ended (the send lasts
+        :meth:`point_to_point`; the message arrives this much later): by default ``zero``, a
+        send holds its rank until its message arrives (ASTRA-sim)."""
+        return self.zero
 
     def skewed_collective(
         self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...], issued: dict[int, T]

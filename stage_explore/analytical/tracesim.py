@@ -38,7 +38,9 @@ values named in brackets:
   (:meth:`BaseTimingModel.skewed_collective`), each member runs from its own issue instead;
   under ``collective_start`` local each rank runs it from its own issue for its own duration,
   as if its group's members were symmetric (the analytical backend's block timing);
-- a send finishes when its message arrives (it does not wait for the receive); a receive,
+- a send finishes when its message arrives (it does not wait for the receive), or, when the
+  model gives the message a flight (:meth:`BaseTimingModel.point_to_point_flight`), that long
+  before it arrives; a receive,
   matched by (source, destination, tag, size) and order, finishes at the later of its issue and
   the message's arrival (``point_to_point`` arrival, the only value traces are run with: the
   blocking and overlapped transfers of a framework are timed by the analytical pipeline);
@@ -312,8 +314,9 @@ def simulate(
             route: tuple[int, int, int, int] = (source, destination, node.tag, node.comm_bytes)
             message = (*route, state.next_index((node.kind, *route)))
             if sending:
-                arrival = now + model.point_to_point(source, destination, node.comm_bytes)
-                finish_at(rank, node.id, now, arrival)
+                sent = now + model.point_to_point(source, destination, node.comm_bytes)
+                arrival = sent + model.point_to_point_flight(source, destination, node.comm_bytes)
+                finish_at(rank, node.id, now, sent)
                 if message in waiting_receives:
                     receiver, receive_node, posted = waiting_receives.pop(message)
                     finish_at(receiver, receive_node, posted, arrival)

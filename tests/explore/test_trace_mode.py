@@ -23,6 +23,7 @@ on dense, Llama, Mixtral and DeepSeek configurations:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -42,7 +43,14 @@ from stage_explore.analytical.tracesim import simulate
 from stage_explore.evaluation import Evaluation
 from stage_explore.system import load_system
 
-SYSTEM = load_system("a100-80gb")
+#: The real preset: its network dims say how many SMs NCCL's kernels hold beside compute
+#: (``nccl_channels``), which the levelled mode charges (:mod:`~stage_explore.analytical.
+#: contention`) and the trace mode does not model yet.
+REAL_SYSTEM = load_system("a100-80gb")
+#: The same system without those figures: the contract of the two modes is checked on it.
+SYSTEM = replace(
+    REAL_SYSTEM, network=tuple(replace(dim, nccl_channels=None) for dim in REAL_SYSTEM.network)
+)
 
 #: One pipeline stage, ZeRO 0/1: tensor, sequence and expert parallelism, recompute, dense and
 #: MoE families.
@@ -313,3 +321,21 @@ def test_the_tied_embedding_all_reduce_follows_the_last_backward_without_dp() ->
         exposed = evaluation.breakdown.get("exposed_gradient_sync", 0.0)
         assert exposed > 0.0
         assert math.isclose(exposed, tied[1] - tied[0], rel_tol=1e-9), (exposed, tied)
+
+
+def test_the_trace_mode_does_not_see_the_sms_nccl_holds_beside_compute() -> None:
+    """What the levelled mode charges for NCCL's kernels holding SMs while compute runs beside
+    gradient buckets (:mod:`~stage_explore.analytical.contention`) is the whole difference
+    between the modes on the real preset: the trace ends where the levelled mode ends
+    without those figures (docs/analytical.md, "The timing engine", still separate)."""
+    kwargs = dict(tp=2, dp=2, sp=True, global_batch=8)
+    model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
+    parallel = ParallelConfig(**kwargs)
+    backend = AnalyticalBackend(framework="megatron-lm-2021")
+    real = backend.evaluate(model, parallel, REAL_SYSTEM)
+    plain = backend.evaluate(model, parallel, SYSTEM)
+    traced = trace_step(backend, model, parallel, REAL_SYSTEM, record_nodes=True)
+    levelled_real = real.step_time_s - real.breakdown.get("parameter_gather", 0.0)
+    levelled_plain = plain.step_time_s - plain.breakdown.get("parameter_gather", 0.0)
+    assert levelled_real > levelled_plain  # the preset's channels slow the compute
+    assert math.isclose(_optimizer_end(traced), levelled_plain, rel_tol=1e-9)
