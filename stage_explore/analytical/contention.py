@@ -1,5 +1,6 @@
-"""Compute slowed by the NCCL collectives it overlaps: :func:`nccl_channels`,
-:func:`on_fewer_sms`, :func:`contended_share` and :func:`contended_s`.
+"""Compute slowed by the NCCL collectives it overlaps: :class:`NcclLoad` and
+:func:`nccl_load` (what a collective holds), :func:`on_fewer_sms`, :func:`contended_share` and
+:func:`contended_s`.
 
 An NCCL collective is a kernel of one thread block per channel, and each block holds an SM for
 the whole collective: "NCCL CTAs won't share an SM with compute kernels" (NCCL maintainer,
@@ -9,33 +10,78 @@ SMs: for ``min(comm_s, compute_s)`` of overlap it runs at ``1 − channels / sm_
 rate — or less: a GEMM whose tiles filled its waves exactly needs one wave more (NVIDIA forum
 "Compute-Communication Overlap Causes Severe GEMM Performance Degradation because of Tail
 Effect": an H100 GEMM of exactly 132 tiles nearly doubles beside FSDP's 24-block all-gather).
-Memory-bound kernels lose nothing to it (a few SMs saturate HBM). So the slowdown of a block's
-compute is found by timing its kernels again on the SMs left (:func:`on_fewer_sms`: the wave
-model on ``sm_count − channels`` SMs, each SM's peak unchanged; memory-bound kernels as
-before), and :func:`contended_share` is the share of its rate lost.
+A memory-bound kernel needs few SMs but shares HBM with the collective, whose ring writes every
+byte it receives and reads every byte it sends (NCCL ``src/device/all_gather.h``:
+``directRecvCopyDirectSend``), and in a reduce-scatter also reads its own operand
+(``src/device/reduce_scatter.h``: ``recvReduceSend``): at least 2 (all-gather), 3
+(reduce-scatter) and 2.5 (all-reduce: a reduce-scatter then an all-gather) HBM bytes per byte
+on its link (:data:`RING_HBM_BYTES`; lower bounds read from the algorithm, no measurement
+found). So a block's compute is timed again on what the collective leaves
+(:func:`on_fewer_sms`: the wave model on ``sm_count − channels`` SMs with each SM's peak
+unchanged, and HBM at ``1 − hbm_share`` of its bandwidth), and :func:`contended_share` is the
+share of its rate lost.
 
 How many channels: NCCL "uses the minimal number of SMs to achieve the performance of the
 platform" (same thread: one NIC of 12-24 GB/s → 2 SMs, a DGX with 8 NICs → 16). A ring that
 crosses nodes runs as many channels as its inter-node graph found (one per NIC at up to NCCL's
 top per-channel speed), doubled ("execution channels are typically 2x the search channels",
 https://github.com/NVIDIA/nccl/issues/1041); a ring inside an NVLink node as many as the
-GPU's NVLinks carry. So the count is a property of the network dim a group's ring is
-bottlenecked by: its outermost dim (:attr:`~stage_explore.system.model.NetworkDim.
-nccl_channels`, each preset citing its NCCL log). A dim without a figure takes no SMs.
+GPU's NVLinks carry. So the count, and the ring's pace, are properties of the network dim a
+group's ring is bottlenecked by: its outermost dim (:attr:`~stage_explore.system.model.
+NetworkDim.nccl_channels`, each preset citing its NCCL log; a dim without a figure takes no
+SMs; its achieved bandwidth ``bandwidth_bytes_per_s · bus_efficiency`` paces the HBM traffic).
 
-Not modelled: the HBM bandwidth the collective's copies and reductions take from memory-bound
-kernels (an inter-node ring at 50 GB/s per GPU moves ~3× that through HBM, < 5 % of an H100's
-3.35 TB/s; an NVLink ring several times more), nor NVLS / CollNet channel counts.
+Not modelled: NVLS / CollNet channel counts and traffic, cuBLAS choosing its split-K for the
+full SM count (the re-timing chooses it for the SMs left).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import Instr
+from stage_core.trace import CollectiveKind
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system.model import System
+
+#: HBM bytes a GPU moves per byte on its ring link, by collective (module docstring).
+RING_HBM_BYTES = {
+    CollectiveKind.ALL_GATHER: 2.0,
+    CollectiveKind.REDUCE_SCATTER: 3.0,
+    CollectiveKind.ALL_REDUCE: (2.0 + 3.0) / 2,  # a reduce-scatter, then an all-gather
+}
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NcclLoad:
+    """What an NCCL collective takes from the compute beside it on each GPU: ``channels`` SMs
+    and ``hbm_share`` of the HBM bandwidth."""
+
+    channels: int = 0
+    hbm_share: float = 0.0
+
+    def __bool__(self) -> bool:
+        return self.channels > 0 or self.hbm_share > 0.0
+
+    def max(self, other: NcclLoad) -> NcclLoad:
+        """The larger of each (the heavier of two collectives that run one after the other)."""
+        return NcclLoad(max(self.channels, other.channels), max(self.hbm_share, other.hbm_share))
+
+
+def nccl_load(system: System, counts: Sequence[int], kind: CollectiveKind) -> NcclLoad:
+    """:class:`NcclLoad` of an NCCL ``kind`` collective over a group spanning ``counts`` ranks
+    per network dim (dim 0 fastest): :func:`nccl_channels`, and :data:`RING_HBM_BYTES` times
+    the outermost spanned dim's achieved bandwidth over the GPU's HBM bandwidth (nothing for an
+    all-to-all or a one-rank group)."""
+    for index in range(len(counts) - 1, -1, -1):
+        if counts[index] > 1:
+            dim = system.network[index]
+            rate = dim.bandwidth_bytes_per_s * (dim.bus_efficiency or 1.0)
+            hbm = RING_HBM_BYTES.get(kind, 0.0) * rate
+            share = min(1.0, hbm / system.accelerator.memory_bandwidth_bytes_per_s)
+            return NcclLoad(dim.nccl_channels or 0, share)
+    return NcclLoad()
 
 
 def nccl_channels(system: System, counts: Sequence[int]) -> int:
@@ -49,17 +95,22 @@ def nccl_channels(system: System, counts: Sequence[int]) -> int:
     return 0
 
 
-def on_fewer_sms(timer: KernelTimer, held: int) -> KernelTimer | None:
-    """``timer`` on the SMs ``held`` thread blocks leave: ``sm_count − held`` SMs in the GEMM
-    wave model and every peak FLOP/s scaled by ``(sm_count − held) / sm_count`` (HBM as
-    before); None when nothing is held or nothing would be left."""
+def on_fewer_sms(timer: KernelTimer, load: NcclLoad) -> KernelTimer | None:
+    """``timer`` on what ``load`` leaves: ``sm_count − channels`` SMs in the GEMM wave model
+    with every peak FLOP/s scaled by ``(sm_count − channels) / sm_count``, and the HBM
+    bandwidth scaled by ``1 − hbm_share``; None when nothing is taken, or when no SM or no
+    HBM bandwidth would be left (a collective outside the model's range)."""
     sms = timer.kernels.sm_count
-    if held <= 0 or held >= sms:
+    if not load or load.channels >= sms or load.hbm_share >= 1.0:
         return None
-    left = sms - held
+    left = sms - load.channels
     kernels = replace(timer.kernels, sm_count=left)
     peaks = {dtype: peak * left / sms for dtype, peak in timer.accelerator.peak_flops_per_s.items()}
-    accelerator = replace(timer.accelerator, peak_flops_per_s=peaks, kernels=kernels)
+    accelerator = replace(
+        timer.accelerator, peak_flops_per_s=peaks, kernels=kernels,
+        memory_bandwidth_bytes_per_s=timer.accelerator.memory_bandwidth_bytes_per_s
+        * (1.0 - load.hbm_share),
+    )  # fmt: skip
     return replace(timer, accelerator=accelerator, kernels=kernels)
 
 

@@ -42,7 +42,7 @@ from stage_explore.analytical.blocktime import (
     imbalanced_timers,
     time_block,
 )
-from stage_explore.analytical.contention import contended_share, on_fewer_sms
+from stage_explore.analytical.contention import NcclLoad, contended_share, on_fewer_sms
 from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costing_comm import CommCosting
 from stage_explore.analytical.costing_states import StateCosting
@@ -212,22 +212,27 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _contention_share(
-        self, point: Point, kind: str, phase: str, spans: dict[tuple[str, ...], Any], held: int
+        self,
+        point: Point,
+        kind: str,
+        phase: str,
+        spans: dict[tuple[str, ...], Any],
+        load: NcclLoad,
     ) -> float:
-        """The share of its rate block ``kind``'s compute in ``phase`` loses while ``held`` SMs
-        run an NCCL collective beside it (:func:`~stage_explore.analytical.contention.
-        contended_share`; 0 without a kernel model or held SMs), memoised."""
+        """The share of its rate block ``kind``'s compute in ``phase`` loses while an NCCL
+        collective taking ``load`` runs beside it (:func:`~stage_explore.analytical.
+        contention.contended_share`; 0 without a kernel model or a load), memoised."""
         kernels = point.system.accelerator.kernels
-        if held <= 0 or kernels is None or held >= kernels.sm_count:
+        if not load or kernels is None:
             return 0.0
         shapes = tuple(spans[a][0] for a in self._axes(point, kind))
         parallel = point.workload.parallel
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
-        key = ("contention", point.key, kind, phase, point.token, shapes, point.dtype, fp8, held)
+        key = ("contention", point.key, kind, phase, point.token, shapes, point.dtype, fp8, load)
 
         def compute() -> float:
             timer = cast(KernelTimer, self._compute_timer(point, kind))  # kernels: a KernelTimer
-            fewer = on_fewer_sms(timer, held)
+            fewer = on_fewer_sms(timer, load)
             if fewer is None:
                 return 0.0
             instrs = self._phase_program(point, kind, phase, spans).instrs

@@ -35,7 +35,7 @@ from stage_explore.analytical.blocktime import (
     sync_timing,
 )
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
-from stage_explore.analytical.contention import nccl_channels
+from stage_explore.analytical.contention import NcclLoad, nccl_load
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.frameworks import (
     zero3_gathered_bytes,
@@ -224,28 +224,30 @@ class StagePlanning(BlockCosting):
             if Overlap.GRAD_REDUCE in self.policy.overlaps and bucketed
             else UNBUCKETED
         )
-        grad_total = reduce_channels = 0
+        grad_total = 0
+        reduce_load = NcclLoad()
         for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
-            reduce_channels = max(reduce_channels, nccl_channels(point.system, spans[axes][0][1]))
+            reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
         total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
         lost = 0.0  # the last backward's compute beside the reductions' NCCL kernels
-        hidden = hidden_sync_s(groups, w_timing.backward_runs) if reduce_channels else 0.0
+        hidden = hidden_sync_s(groups, w_timing.backward_runs) if reduce_load else 0.0
         if hidden > 0.0:
-            lost = hidden * self._chunk_share(point, runs, costs, spans, "bwd", reduce_channels)
+            lost = hidden * self._chunk_share(point, runs, costs, spans, "bwd", reduce_load)
             latest += lost  # its last blocks, and the reductions after them, end that later
         gathered: dict[tuple[str, ...], int] = {}
         for kind, count in reversed(runs):
             for axes, size in kinds[kind].sync[1].items():
                 gathered[axes] = gathered.get(axes, 0) + count * size
         gather = 0.0
-        gather_channels = 0
+        gather_load = NcclLoad()
         for axes, size in gathered.items():
             gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
-            gather_channels = max(gather_channels, nccl_channels(point.system, spans[axes][0][1]))
+            load = nccl_load(point.system, spans[axes][0][1], CollectiveKind.ALL_GATHER)
+            gather_load = gather_load.max(load)
         whole_gather, beside = gather, 0.0
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
         if tied and not groups:  # no reduction to follow (dp = 1): after the last backward still
@@ -271,8 +273,8 @@ class StagePlanning(BlockCosting):
             )
             gather = head + max(0.0, gather - head - timing.forward_s)
             beside = whole_gather - gather
-        if gather_channels and beside > 0.0:
-            lost += beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_channels)
+        if gather_load and beside > 0.0:
+            lost += beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_load)
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
         sync = SyncCost(total + tied, latest + tied, gather, lost)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
@@ -284,10 +286,10 @@ class StagePlanning(BlockCosting):
         costs: dict[str, BlockCost],
         spans: dict[Any, Any],
         phase: str,
-        held: int,
+        load: NcclLoad,
     ) -> float:
-        """The share of its rate a chunk's compute in ``phase`` loses while ``held`` SMs run an
-        NCCL collective beside it: its blocks' shares
+        """The share of its rate a chunk's compute in ``phase`` loses while an NCCL collective
+        taking ``load`` runs beside it: its blocks' shares
         (:meth:`~stage_explore.analytical.costing.BlockCosting._contention_share`) weighted
         by their busy compute seconds."""
         weighted = busy = 0.0
@@ -295,7 +297,7 @@ class StagePlanning(BlockCosting):
             timing = costs[kind].forward if phase == "fwd" else costs[kind].backward
             seconds = count * timing.compute_s
             if seconds > 0.0:
-                weighted += seconds * self._contention_share(point, kind, phase, spans, held)
+                weighted += seconds * self._contention_share(point, kind, phase, spans, load)
                 busy += seconds
         return weighted / busy if busy > 0.0 else 0.0
 
@@ -324,24 +326,24 @@ class StagePlanning(BlockCosting):
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
             system = point.system  # NCCL's thread blocks beside the block's compute
-            zero_channels = max(
-                (nccl_channels(system, spans[i.axes][0][1])
-                 for i in (*parts.gathers, *parts.scatters) if i.axes != (DP_REPLICATE,)),
-                default=0,
-            )  # fmt: skip
-            replica_channels = max(
-                (nccl_channels(system, spans[i.axes][0][1])
-                 for i in parts.scatters if i.axes == (DP_REPLICATE,)),
-                default=0,
-            )  # fmt: skip
+            gather_load = scatter_load = replica_load = NcclLoad()
+            for i in (*parts.gathers, *parts.scatters):
+                assert i.collective is not None
+                load = nccl_load(system, spans[i.axes][0][1], i.collective)
+                if i.axes == (DP_REPLICATE,):
+                    replica_load = replica_load.max(load)
+                elif i.collective is CollectiveKind.ALL_GATHER:
+                    gather_load = gather_load.max(load)
+                else:
+                    scatter_load = scatter_load.max(load)
             zero_share = (
-                self._contention_share(point, kind, "fwd", spans, zero_channels)
+                self._contention_share(point, kind, "fwd", spans, gather_load)
                 if gather_s > 0.0 else 0.0,
-                self._contention_share(point, kind, "bwd", spans, zero_channels)
+                self._contention_share(point, kind, "bwd", spans, gather_load.max(scatter_load))
                 if gather_s + scatter_s > 0.0 else 0.0,
             )  # fmt: skip
             replica_share = (
-                self._contention_share(point, kind, "bwd", spans, replica_channels)
+                self._contention_share(point, kind, "bwd", spans, replica_load)
                 if replica_s > 0.0 else 0.0
             )  # fmt: skip
             cost = BlockCost(

@@ -1,8 +1,9 @@
-"""Compute slowed by the SMs overlapped NCCL collectives hold
+"""Compute slowed by the SMs and HBM overlapped NCCL collectives take
 (:mod:`stage_explore.analytical.contention`), against closed forms computed here: the channel
-count of a group's outermost dim, the kernel model on the SMs left (many waves: the SM ratio;
-one exact wave: a second wave), the wall time of a block beside a collective, ZeRO-3 chunks,
-the system files' ``nccl_channels`` and the memo key (two systems differing only in it)."""
+count and HBM share of a group's outermost dim, the kernel model on what is left (many waves:
+the SM ratio; one exact wave: a second wave; a memory-bound kernel: the HBM share), the wall
+time of a block beside a collective, ZeRO-3 chunks, the gradient buckets, the system files'
+``nccl_channels`` and the memo key (two systems differing only in it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
+from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import (
     BlockCost,
@@ -22,9 +24,12 @@ from stage_explore.analytical.blocktime import (
     hidden_sync_s,
 )
 from stage_explore.analytical.contention import (
+    RING_HBM_BYTES,
+    NcclLoad,
     contended_s,
     contended_share,
     nccl_channels,
+    nccl_load,
     on_fewer_sms,
 )
 from stage_explore.analytical.kernels import KernelTimer
@@ -65,9 +70,26 @@ def test_channels_are_the_outermost_spanned_dims() -> None:
     assert nccl_channels(unknown, (8, 4)) == 0  # no figure, no SMs taken
 
 
+@pytest.mark.parametrize(
+    "kind", [CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE]
+)
+def test_the_ring_s_hbm_traffic_is_paced_by_the_outermost_dim(kind: CollectiveKind) -> None:
+    hbm = H100.accelerator.memory_bandwidth_bytes_per_s
+    for counts, dim in (((8, 1), H100.network[0]), ((8, 4), H100.network[1])):
+        assert dim.bus_efficiency is not None
+        rate = dim.bandwidth_bytes_per_s * dim.bus_efficiency
+        load = nccl_load(H100, counts, kind)
+        assert load == NcclLoad(dim.nccl_channels or 0, RING_HBM_BYTES[kind] * rate / hbm)
+    # an NVLink all-gather moves 2 x 0.82 x 450 GB/s through HBM: 22 % of 3.35 TB/s
+    nvlink = nccl_load(H100, (8, 1), CollectiveKind.ALL_GATHER).hbm_share
+    assert nvlink == pytest.approx(2 * 0.82 * 450e9 / 3.35e12)
+    assert nccl_load(H100, (1, 1), kind) == NcclLoad()
+    assert not nccl_load(H100, (8, 4), CollectiveKind.ALL_TO_ALL).hbm_share
+
+
 def test_many_waves_lose_the_sm_ratio_and_one_exact_wave_doubles() -> None:
     timer, sms, held = _timer(), 132, 24
-    fewer = on_fewer_sms(timer, held)
+    fewer = on_fewer_sms(timer, NcclLoad(held))
     assert fewer is not None and fewer.kernels.sm_count == sms - held
     tm, tn = timer.kernels.gemm_tile
     # lcm(132, 108) = 1188 tiles (99 x 12): whole waves on both, only the SM count differs
@@ -81,12 +103,25 @@ def test_many_waves_lose_the_sm_ratio_and_one_exact_wave_doubles() -> None:
     assert expected == pytest.approx(2.0)
     copy = replace(many, flops=0)  # memory-bound: HBM, not SMs
     assert fewer(copy) == timer(copy)
-    assert on_fewer_sms(timer, 0) is None and on_fewer_sms(timer, sms) is None
+    assert on_fewer_sms(timer, NcclLoad()) is None
+    assert on_fewer_sms(timer, NcclLoad(sms)) is None
+    assert on_fewer_sms(timer, NcclLoad(0, 1.0)) is None
+
+
+def test_a_memory_bound_kernel_loses_the_hbm_share() -> None:
+    timer = _timer()
+    fewer = on_fewer_sms(timer, NcclLoad(24, 0.25))
+    assert fewer is not None
+    copy = replace(_gemm(128 * 99, 256 * 12, 448), flops=0)
+    assert fewer(copy) / timer(copy) == pytest.approx(1 / (1 - 0.25), rel=1e-12)
+    tm, tn = timer.kernels.gemm_tile
+    many = _gemm(tm * 99, tn * 12, 448)  # compute-bound even at 3/4 of the HBM bandwidth
+    assert fewer(many) / timer(many) == pytest.approx(132 / 108, rel=1e-12)
 
 
 def test_contended_share_weighs_the_kernels() -> None:
     timer = _timer()
-    fewer = on_fewer_sms(timer, 24)
+    fewer = on_fewer_sms(timer, NcclLoad(24))
     assert fewer is not None
     many = _gemm(128 * 99, 256 * 12, 448)
     copy = replace(many, flops=0, bytes_read=many.bytes_read * 50)
@@ -175,6 +210,7 @@ def test_nccl_channels_are_in_the_memo_keys() -> None:
     times, in one backend as in fresh ones (a memo keyed without them would not)."""
     config = ParallelConfig(dp=32, zero=3, micro_batch=1, grad_fp32=False)
     fewer = replace(H100, network=(H100.network[0], replace(H100.network[1], nccl_channels=2)))
+    # (the HBM share, the same in both, follows the bandwidth, itself in the keys)
     shared = AnalyticalBackend(framework="fsdp")
     times = []
     for system in (H100, fewer, H100, fewer):
