@@ -249,6 +249,12 @@ class ChunkTiming:
     backward_runs: tuple[tuple[float, int], ...]
 
 
+#: The label of the seconds compute loses to the SMs and HBM bandwidth of the NCCL collectives
+#: beside it (:mod:`~stage_explore.analytical.contention`): the step breakdown's
+#: ``exposed_nccl_contention``, apart from the kernels' own ``compute``.
+CONTENTION = "nccl_contention"
+
+
 #: The blocks whose parameters an FSDP root unit holds (``root_unit`` of :func:`chunk_timing`).
 ROOT_UNIT_KINDS = frozenset({"embedding", "head"})
 
@@ -267,8 +273,8 @@ def chunk_timing(
     the root unit's follows its reduce-scatter, beside no compute. A block's compute beside its
     gathers, scatters and replica all-reduce runs on the SMs their NCCL kernels leave
     (``BlockCost.zero_share``, ``replica_share``; :func:`~stage_explore.analytical.contention.
-    contended_s`): the seconds it loses are counted as compute."""
-    forward = backward = compute = lost = 0.0
+    contended_s`): the seconds it loses are labelled :data:`CONTENTION`."""
+    forward = backward = compute = 0.0
     exposed: dict[str, float] = {}
     backward_runs = []
     for kind, count in runs:
@@ -291,7 +297,9 @@ def chunk_timing(
                 (cost.gather_s + cost.scatter_s, cost.zero_share[1]),
                 (cost.replica_s, cost.replica_share),
             ))  # fmt: skip
-            lost += count * (slowed_f - max(df, cost.gather_s) + slowed_b - max(db, comm))
+            lost = count * (slowed_f - max(df, cost.gather_s) + slowed_b - max(db, comm))
+            if lost > 0.0:
+                exposed[CONTENTION] = exposed.get(CONTENTION, 0.0) + lost
             df, db = slowed_f, slowed_b
         elif zero == 2:
             comm = max(cost.scatter_s, cost.replica_s)
@@ -299,7 +307,9 @@ def chunk_timing(
             slowed_b = contended_s(db, cost.backward.compute_s, comm, (
                 (cost.scatter_s, cost.zero_share[1]), (cost.replica_s, cost.replica_share),
             ))  # fmt: skip
-            lost += count * (slowed_b - max(db, comm))
+            lost = count * (slowed_b - max(db, comm))
+            if lost > 0.0:
+                exposed[CONTENTION] = exposed.get(CONTENTION, 0.0) + lost
             db = slowed_b
         forward += count * df
         backward += count * db
@@ -308,7 +318,7 @@ def chunk_timing(
             exposed[label] = exposed.get(label, 0.0) + count * seconds
         backward_runs.append((db, count))
     return ChunkTiming(
-        forward, backward, compute + lost, tuple(sorted(exposed.items())),
+        forward, backward, compute, tuple(sorted(exposed.items())),
         tuple(reversed(backward_runs)),
     )  # fmt: skip
 

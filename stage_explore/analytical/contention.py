@@ -28,8 +28,9 @@ top per-channel speed), doubled ("execution channels are typically 2x the search
 https://github.com/NVIDIA/nccl/issues/1041); a ring inside an NVLink node as many as the
 GPU's NVLinks carry. So the count, and the ring's pace, are properties of the network dim a
 group's ring is bottlenecked by: its outermost dim (:attr:`~stage_explore.system.model.
-NetworkDim.nccl_channels`, each preset citing its NCCL log; a dim without a figure takes no
-SMs; its achieved bandwidth ``bandwidth_bytes_per_s · bus_efficiency`` paces the HBM traffic).
+NetworkDim.nccl_channels`, each preset citing its NCCL log; its achieved bandwidth
+``bandwidth_bytes_per_s · bus_efficiency`` paces the HBM traffic). A dim without a figure is
+outside the model: its collectives take nothing.
 
 Not modelled: NVLS / CollNet channel counts and traffic, cuBLAS choosing its split-K for the
 full SM count (the re-timing chooses it for the SMs left).
@@ -73,14 +74,17 @@ def nccl_load(system: System, counts: Sequence[int], kind: CollectiveKind) -> Nc
     """:class:`NcclLoad` of an NCCL ``kind`` collective over a group spanning ``counts`` ranks
     per network dim (dim 0 fastest): :func:`nccl_channels`, and :data:`RING_HBM_BYTES` times
     the outermost spanned dim's achieved bandwidth over the GPU's HBM bandwidth (nothing for an
-    all-to-all or a one-rank group)."""
+    all-to-all or a one-rank group). A dim without ``nccl_channels`` is outside the model:
+    nothing taken."""
     for index in range(len(counts) - 1, -1, -1):
         if counts[index] > 1:
             dim = system.network[index]
+            if dim.nccl_channels is None:
+                return NcclLoad()
             rate = dim.bandwidth_bytes_per_s * (dim.bus_efficiency or 1.0)
             hbm = RING_HBM_BYTES.get(kind, 0.0) * rate
             share = min(1.0, hbm / system.accelerator.memory_bandwidth_bytes_per_s)
-            return NcclLoad(dim.nccl_channels or 0, share)
+            return NcclLoad(dim.nccl_channels, share)
     return NcclLoad()
 
 

@@ -58,6 +58,7 @@ from stage_core.lower.schedule import (
     global_stage,
     global_stages,
 )
+from stage_explore.analytical.blocktime import CONTENTION
 from stage_explore.analytical.taskgraph import (
     BACKWARD,
     FORWARD,
@@ -552,12 +553,15 @@ def assemble_step(
     total, stage, sync_end, lost = worst
     cls = plan.classes[plan.stage_class[stage]]
     end = pipeline.end_s[stage] + lost
-    breakdown = {"compute": per_chunk * cls.compute_s + lost}
+    breakdown = {"compute": per_chunk * cls.compute_s}
     hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
     kept_fraction = 1.0 - min(1.0, hidden / exposed) if exposed > 0 else 1.0
     for label, seconds in cls.exposed_s:  # DualPipe's pairs hide some of it
         breakdown[f"exposed_{label}"] = per_chunk * seconds * kept_fraction
+    if lost:  # compute slowed by the reductions' and gathers' NCCL kernels (SyncCost.lost_s)
+        label = f"exposed_{CONTENTION}"
+        breakdown[label] = breakdown.get(label, 0.0) + lost
     breakdown["pipeline_p2p"] = pipeline.send_s[stage]
     breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
     breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
@@ -566,7 +570,7 @@ def assemble_step(
     kept = tuple(
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
-    return Step(total, kept, peak_memory, stage, end)
+    return Step(total, kept, peak_memory, stage, end - lost)  # the schedule's own end
 
 
 def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:

@@ -29,7 +29,10 @@ point-to-point messages on arrival only, which those two durations express).
 Not covered: schedules that split the backward (their B and W parts index the bound
 instructions, not the rewritten ones: a ConfigError), context-parallel ring exchanges (messages
 to a rank without a trace), the next step's parameter gather behind its first forward
-(``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole).
+(``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
+the compute that ZeRO's collectives, the gradient buckets and overlapped parameter gathers slow
+beside them (:mod:`~stage_explore.analytical.contention`, which the levelled mode applies where
+a network dim gives ``nccl_channels``).
 """
 
 from __future__ import annotations

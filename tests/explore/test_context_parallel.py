@@ -4,7 +4,6 @@ communication, against closed forms computed here."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -53,9 +52,7 @@ def test_element_wise_bytes_follow_torch_s_kernels(cp: int) -> None:
 
 
 def test_the_merges_add_their_memory_time_to_the_compute() -> None:
-    h100 = load_system("h100-80gb")  # without NCCL's SMs beside the compute (contention.py):
-    # the closed form below counts the merges alone, not the FSDP gathers' share of them
-    system = replace(h100, network=tuple(replace(d, nccl_channels=None) for d in h100.network))
+    system = load_system("h100-80gb")
     parallel = _parallel(4)
     on = AnalyticalBackend(framework="torchtitan").evaluate(LLAMA, parallel, system)
     off = AnalyticalBackend(framework="torchtitan", overrides={"cp_merge_fp32": False}).evaluate(
