@@ -220,3 +220,39 @@ def test_spread_is_fms_fsdp_fraction_n_over_l(n: int, layers: int) -> None:
     assert kinds == ["layer" if w else kept_block_name("layer") for w in wrapped]
     assert sum(wrapped) == n
     assert _layer_saved(stage) == n * recomputed_layer + (layers - n) * full_layer
+
+
+def test_the_analytical_memo_keeps_the_methods_apart() -> None:
+    """One backend evaluating the four methods at the same N (in both orders) gives what a fresh
+    backend gives each, and each recomputes its own layers: with N = 3 of 8 layers on one rank,
+    ``every`` recomputes 2 (blocks 3 and 6), ``block`` and ``spread`` 3, ``uniform`` all 8 (in
+    groups of 3, 3, 2) — one layer forward of hardware FLOPs per recomputed layer."""
+    system = load_system("h100-80gb")
+    methods = ("every", "spread", "block", "uniform")
+    configs = {
+        m: ParallelConfig(
+            micro_batch=1,
+            global_batch=8,
+            recompute=Recompute.FULL,
+            recompute_num_layers=3,
+            recompute_method=m,
+        )
+        for m in methods
+    }
+    shared = AnalyticalBackend()
+    warm = {m: shared.evaluate(GPT, configs[m], system) for m in (*methods, *reversed(methods))}
+    for m in methods:
+        fresh = AnalyticalBackend().evaluate(GPT, configs[m], system)
+        got = warm[m]
+        assert (got.step_time_s, got.peak_memory_bytes, got.hardware_flops_per_step) == (
+            fresh.step_time_s,
+            fresh.peak_memory_bytes,
+            fresh.hardware_flops_per_step,
+        ), m
+    recomputed = {"every": 2, "spread": 3, "block": 3, "uniform": 8}
+    per_layer = warm["spread"].hardware_flops_per_step - warm["every"].hardware_flops_per_step
+    assert per_layer > 0
+    for m in methods:
+        extra = warm[m].hardware_flops_per_step - warm["every"].hardware_flops_per_step
+        assert extra == pytest.approx((recomputed[m] - recomputed["every"]) * per_layer, rel=1e-9)
+    assert warm["every"].peak_memory_bytes > warm["spread"].peak_memory_bytes  # one more kept
