@@ -29,7 +29,8 @@ https://github.com/NVIDIA/nccl/issues/1041); a ring inside an NVLink node as man
 GPU's NVLinks carry. So the count, and the ring's pace, are properties of the network dim a
 group's ring is bottlenecked by: its outermost dim (:attr:`~stage_explore.system.model.
 NetworkDim.nccl_channels`, each preset citing its NCCL log; its achieved bandwidth
-``bandwidth_bytes_per_s · bus_efficiency`` paces the HBM traffic). A dim without a figure is
+``bandwidth_bytes_per_s · bus_efficiency`` — the backend's achieved network, where it is
+applied once — paces the HBM traffic). A dim without a figure is
 outside the model: its collectives take nothing.
 
 Not modelled: NVLS / CollNet channel counts and traffic, cuBLAS choosing its split-K for the
@@ -44,7 +45,7 @@ from dataclasses import dataclass, replace
 from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.kernels import KernelTimer
-from stage_explore.system.model import System
+from stage_explore.system.model import NetworkDim, System
 
 #: HBM bytes a GPU moves per byte on its ring link, by collective (module docstring).
 RING_HBM_BYTES = {
@@ -73,30 +74,34 @@ class NcclLoad:
 def nccl_load(system: System, counts: Sequence[int], kind: CollectiveKind) -> NcclLoad:
     """:class:`NcclLoad` of an NCCL ``kind`` collective over a group spanning ``counts`` ranks
     per network dim (dim 0 fastest): :func:`nccl_channels`, and :data:`RING_HBM_BYTES` times
-    the outermost spanned dim's achieved bandwidth over the GPU's HBM bandwidth (nothing for an
-    all-to-all or a one-rank group). A dim without ``nccl_channels`` is outside the model:
-    nothing taken."""
-    for index in range(len(counts) - 1, -1, -1):
-        if counts[index] > 1:
-            dim = system.network[index]
-            if dim.nccl_channels is None:
-                return NcclLoad()
-            rate = dim.bandwidth_bytes_per_s * (dim.bus_efficiency or 1.0)
-            hbm = RING_HBM_BYTES.get(kind, 0.0) * rate
-            share = min(1.0, hbm / system.accelerator.memory_bandwidth_bytes_per_s)
-            return NcclLoad(dim.nccl_channels, share)
-    return NcclLoad()
+    the outermost spanned dim's bandwidth over the GPU's HBM bandwidth (nothing for an
+    all-to-all or a one-rank group). ``system``: the achieved network, each dim's bandwidth
+    already at its ``bus_efficiency`` (:meth:`~stage_explore.analytical.backend.
+    AnalyticalBackend.achieved_network`, the evaluation's ``point.system``). A dim without
+    ``nccl_channels`` is outside the model: nothing taken."""
+    dim = _outermost(system, counts)
+    if dim is None or dim.nccl_channels is None:
+        return NcclLoad()
+    hbm = RING_HBM_BYTES.get(kind, 0.0) * dim.bandwidth_bytes_per_s
+    share = min(1.0, hbm / system.accelerator.memory_bandwidth_bytes_per_s)
+    return NcclLoad(dim.nccl_channels, share)
 
 
 def nccl_channels(system: System, counts: Sequence[int]) -> int:
     """Thread blocks per GPU of an NCCL collective over a group spanning ``counts`` ranks per
     network dim (dim 0 fastest): the ``nccl_channels`` of the outermost dim it spans (0 when
     that dim has no figure, or the group is one rank)."""
+    dim = _outermost(system, counts)
+    return 0 if dim is None else dim.nccl_channels or 0
+
+
+def _outermost(system: System, counts: Sequence[int]) -> NetworkDim | None:
+    """The outermost network dim a group spanning ``counts`` ranks per dim crosses (its ring's
+    bottleneck); None for a one-rank group."""
     for index in range(len(counts) - 1, -1, -1):
         if counts[index] > 1:
-            channels = system.network[index].nccl_channels
-            return channels or 0
-    return 0
+            return system.network[index]
+    return None
 
 
 def on_fewer_sms(timer: KernelTimer, load: NcclLoad) -> KernelTimer | None:
