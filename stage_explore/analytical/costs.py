@@ -164,10 +164,7 @@ def stage_arrival_s(
     seconds = alpha_beta_point_to_point_s(system, first, second, size_bytes // scatter)
     seconds -= alpha_beta_point_to_point_s(system, first, second, 0)  # the hold's latency
     if scatter > 1:
-        group = table.group(second, ("tp",))
-        seconds += alpha_beta_collective_s(
-            system, CollectiveKind.ALL_GATHER, size_bytes // scatter, group
-        )
+        seconds += _receiver_gather_s(system, table, second, size_bytes, scatter)
     return seconds
 
 
@@ -202,8 +199,14 @@ def stage_transfer_s(
     if point_to_point is PointToPoint.BLOCKING_SEPARATE:
         seconds *= 2
     if scatter > 1:
-        group = table.group(second, ("tp",))
-        seconds += alpha_beta_collective_s(
-            system, CollectiveKind.ALL_GATHER, size_bytes // scatter, group
-        )
+        seconds += _receiver_gather_s(system, table, second, size_bytes, scatter)
     return seconds
+
+
+def _receiver_gather_s(
+    system: System, table: GroupTable, receiver: int, size_bytes: int, scatter: int
+) -> float:
+    """The receiving stage's all-gather over tp of a message sent as ``1/scatter`` of its
+    ``size_bytes`` (Megatron's scatter/gather, :func:`stage_transfer_s`)."""
+    group = table.group(receiver, ("tp",))
+    return alpha_beta_collective_s(system, CollectiveKind.ALL_GATHER, size_bytes // scatter, group)
