@@ -250,8 +250,8 @@ class StagePlanning(BlockCosting):
             gather_load = gather_load.max(load)
         whole_gather, beside = gather, 0.0
         tied = self._tied_sync_s(point, runs, spans)  # after the chunk's whole backward
-        if tied and not groups:  # no reduction to follow (dp = 1): after the last backward still
-            latest = w_timing.backward_s
+        if tied and not groups:  # no bucket to follow (dp = 1, or ZeRO-2/3's per-block
+            latest = w_timing.backward_s  # reduce-scatters): after the last backward still
         gather_overlapped = Overlap.PARAM_GATHER in self.policy.overlaps
         if gather_overlapped and not bucketed:
             # one all-gather for the chunk, dispatched before an earlier forward: at the step's

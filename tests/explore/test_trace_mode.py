@@ -305,12 +305,19 @@ def test_megatron_core_buckets_only_the_first_chunk_in_the_trace_too() -> None:
     assert early[0] > 0 and early[1] == 0, early
 
 
-def test_the_tied_embedding_all_reduce_follows_the_last_backward_without_dp() -> None:
-    """dp = 1 (no gradient bucket to queue behind): the all-reduce of the tied embedding between
-    the pipeline ends still runs after the first stage's last backward, exposed before the
-    optimizer, in both modes."""
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(tp=2, pp=2, global_batch=8), dict(tp=2, dp=2, pp=2, zero=2, global_batch=8)],
+    ids=["dp1", "zero2"],
+)
+def test_the_tied_embedding_all_reduce_follows_the_last_backward_without_buckets(
+    kwargs: dict[str, Any],
+) -> None:
+    """No gradient bucket to queue behind (dp = 1; ZeRO-2, whose reduce-scatters run per
+    block): the all-reduce of the tied embedding between the pipeline ends still runs after
+    the first stage's last backward, exposed before the optimizer, in both modes."""
     for framework in ("megatron-lm-2021", "megatron-core"):
-        evaluation, traced = _run(framework, "megatron-gpt-1.7b", dict(tp=2, pp=2, global_batch=8))
+        evaluation, traced = _run(framework, "megatron-gpt-1.7b", kwargs)
         rank = max(traced.result.ranks, key=lambda r: traced.end_of(r, OPTIMIZER))
         (tied,) = [
             traced.result.node_times[(rank, i.node.id)]
