@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from stage_core.parallel.split import PipelineSplit
 from stage_core.parallel.vocab import RECOMPUTE_METHODS
 from stage_explore.study._reader import Table, choices_text, describe
 from stage_explore.study.serving_space import canonical_serving, serving_reason
@@ -48,7 +49,7 @@ RECOMPUTE_CHOICES: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 #: Pipeline split policies (:class:`stage_core.parallel.PipelineSplit`); ``"auto"`` is STAGE's
 #: default split (even when it divides, else lighter end stages), also as the knob's "auto".
-PP_SPLIT_CHOICES: tuple[str, ...] = ("auto", "even", "ends", "embedding", "loss", "embedding-loss")
+PP_SPLIT_CHOICES: tuple[str, ...] = tuple(policy.value for policy in PipelineSplit)
 #: How ``recompute_num_layers`` N picks the recomputed layers
 #: (:data:`stage_core.parallel.vocab.RECOMPUTE_METHODS`: block, every, uniform, spread).
 RECOMPUTE_METHOD_CHOICES: tuple[str, ...] = RECOMPUTE_METHODS

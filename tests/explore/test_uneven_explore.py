@@ -66,9 +66,11 @@ def test_pp_split_knob_defaults_to_auto_and_lists_policies(tmp_path: Path) -> No
 
 
 def test_bad_pp_split_names_the_key_and_the_choices(tmp_path: Path) -> None:
-    expected = '[space] pp_split: expected "auto", "even", "ends", "embedding", "loss" or '
-    with pytest.raises(ConfigError, match=re.escape(expected + '"embedding-loss", got "middle"')):
+    expected = '[space] pp_split: expected "auto", "even", "ends", "embedding", "loss", '
+    expected += '"embedding-loss" or "front", got "middle"'
+    with pytest.raises(ConfigError, match=re.escape(expected)) as error:
         study(tmp_path, 'pp_split = "middle"')
+    assert "\n" not in str(error.value)
 
 
 def test_design_points_carry_the_split_and_pp1_pins_it(tmp_path: Path) -> None:
@@ -84,6 +86,20 @@ def test_design_points_carry_the_split_and_pp1_pins_it(tmp_path: Path) -> None:
     pinned = canonical_params({**params, "pp": 1}, choices, moe=False)
     assert pinned["pp_split"] == "auto"
     assert canonical_params(params, choices, moe=False)["pp_split"] == "embedding-loss"
+
+
+def test_the_knob_takes_every_policy_the_config_takes(tmp_path: Path) -> None:
+    """NeMo AutoModel's 'front' split (the CLI's --pp-split front) is a study value too: 126
+    layers on 16 stages, 8 on the first 14 and 7 on the last 2 (⌊126/16⌋ = 7, 126 mod 16 = 14)."""
+    spec = study(tmp_path, 'pp_split = ["ends", "front"]')
+    choices = spec.space.choices()
+    assert choices["pp_split"] == ("ends", "front")
+    params = {name: values[0] for name, values in choices.items()}
+    params.update(pp=16, pp_split="front")
+    model, parallel, _ = build_design_point(spec, params)
+    assert parallel.pp_split is PipelineSplit.FRONT
+    base, extra = divmod(model.layers, 16)
+    assert parallel.stage_layers(model) == (base + 1,) * extra + (base,) * (16 - extra)
 
 
 def test_analytical_timing_follows_the_stage_layer_counts() -> None:
