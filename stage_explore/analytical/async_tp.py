@@ -87,11 +87,16 @@ def combine_rules(first: OverlapRule | None, second: OverlapRule | None) -> Over
     return rule
 
 
-def nccl_sm_share_s(all_reduce_s: float, gemm_s: float, sm_count: int) -> float:
+def nccl_sm_share_s(
+    all_reduce_s: float, gemm_s: float, sm_count: int, channels: int = NCCL_ALL_REDUCE_SMS
+) -> float:
     """Compute seconds lost to NCCL's thread blocks while ``all_reduce_s`` of asynchronous
     all-reduces run beside ``gemm_s`` of weight-gradient GEMMs: for ``min(all_reduce_s,
-    gemm_s)`` the GEMMs run on ``sm_count − NCCL_ALL_REDUCE_SMS`` SMs, so that time times
-    ``NCCL_ALL_REDUCE_SMS / sm_count`` of their work is left for after."""
-    if sm_count <= NCCL_ALL_REDUCE_SMS or all_reduce_s <= 0.0 or gemm_s <= 0.0:
+    gemm_s)`` the GEMMs run on ``sm_count − channels`` SMs, so that time times
+    ``channels / sm_count`` of their work is left for after. ``channels``: the tensor-parallel
+    group's network dim's ``nccl_channels`` (the backend passes it; 24 on A100 and H100
+    NVSwitch nodes, 32 on B200, 16 on H800), :data:`NCCL_ALL_REDUCE_SMS` for a dim without
+    one."""
+    if sm_count <= channels or all_reduce_s <= 0.0 or gemm_s <= 0.0:
         return 0.0
-    return min(all_reduce_s, gemm_s) * NCCL_ALL_REDUCE_SMS / sm_count
+    return min(all_reduce_s, gemm_s) * channels / sm_count

@@ -32,6 +32,7 @@ from stage_core.models.layers import Mixer, layer_kind_of_block
 from stage_core.models.spec import ModelSpec
 from stage_core.ops import window_pairs
 from stage_explore.analytical.async_tp import (
+    NCCL_ALL_REDUCE_SMS,
     async_grad_allreduce_rule,
     combine_rules,
     nccl_sm_share_s,
@@ -42,7 +43,12 @@ from stage_explore.analytical.blocktime import (
     imbalanced_timers,
     time_block,
 )
-from stage_explore.analytical.contention import NcclLoad, contended_share, on_fewer_sms
+from stage_explore.analytical.contention import (
+    NcclLoad,
+    contended_share,
+    nccl_channels,
+    on_fewer_sms,
+)
 from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costing_comm import CommCosting
 from stage_explore.analytical.costing_states import StateCosting
@@ -190,10 +196,14 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 )
                 timing = timing.plus_compute(lost_s)
             if async_rule is not None and shared and kernels is not None:
-                bulk_s = sum(comm_s(i) for i in instrs if async_rule(i) is not None)
+                bulk = [i for i in instrs if async_rule(i) is not None]
+                channels = max(  # the tp group's dim's figure, else the A100 node's 24
+                    (nccl_channels(point.system, spans[i.axes][0][1]) for i in bulk), default=0
+                )  # fmt: skip
                 lost_s = nccl_sm_share_s(  # NCCL's blocks beside the weight gradients
-                    bulk_s, sum(compute_s(i) for i in shared), kernels.sm_count
-                )
+                    sum(comm_s(i) for i in bulk), sum(compute_s(i) for i in shared),
+                    kernels.sm_count, channels or NCCL_ALL_REDUCE_SMS,
+                )  # fmt: skip
                 timing = timing.plus_compute(lost_s)
             if self.framework.moe_deepep and rule is not None and kernels is not None:
                 deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it

@@ -16,6 +16,7 @@ from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.async_tp import NCCL_ALL_REDUCE_SMS, nccl_sm_share_s
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import (
     CONTENTION,
@@ -246,3 +247,28 @@ def test_overlapped_gradient_reductions_are_in_the_memo_keys() -> None:
         assert got.step_time_s == fresh.step_time_s
         times.append(got.step_time_s)
     assert times[0] > times[1]
+
+
+def test_async_tp_all_reduce_takes_the_tp_dims_channels() -> None:
+    """Megatron's asynchronous tp all-reduce beside the weight gradients holds the tp group's
+    dim's channels (24 on an A100 node, the constant it had); a dim without a figure keeps
+    NCCL_ALL_REDUCE_SMS; fewer channels, less compute lost."""
+    assert nccl_sm_share_s(2.0, 1.0, 132, 32) == pytest.approx(1.0 * 32 / 132)
+    assert nccl_sm_share_s(2.0, 1.0, 132) == pytest.approx(1.0 * NCCL_ALL_REDUCE_SMS / 132)
+    a100 = load_system("a100-80gb")
+    config = ParallelConfig(tp=8, sp=False, micro_batch=1, global_batch=1)
+    overrides = {"tp_async_grad_allreduce": True}
+
+    def with_channels(channels: int | None) -> float:
+        nvswitch = replace(a100.network[0], nccl_channels=channels)
+        system = replace(a100, network=(nvswitch, *a100.network[1:]))
+        backend = AnalyticalBackend(framework="megatron-lm-2021", overrides=overrides)
+        return backend.evaluate(MODEL, config, system).step_time_s
+
+    assert with_channels(24) == with_channels(None)  # the preset's figure is the old constant
+    assert with_channels(12) < with_channels(24)
+    shared = AnalyticalBackend(framework="megatron-lm-2021", overrides=overrides)
+    for channels in (12, 24, 12):  # the figure is in the memo key
+        nvswitch = replace(a100.network[0], nccl_channels=channels)
+        system = replace(a100, network=(nvswitch, *a100.network[1:]))
+        assert shared.evaluate(MODEL, config, system).step_time_s == with_channels(channels)
