@@ -105,7 +105,8 @@ Options (all booleans unless said):
 - ``rope_fusion`` — the rotary embedding as one fused kernel (Transformer Engine's
   ``fused_apply_rotary_pos_emb`` under Megatron-Core's ``apply_rope_fusion``, or any fused
   kernel: the generator's count); off, with ``eager_modules = "megatron-core"``: Megatron-Core's
-  unfused ``_apply_rotary_pos_emb_bshd`` op by op (:mod:`~stage_explore.analytical.eager_megatron`).
+  unfused ``_apply_rotary_pos_emb_bshd`` op by op (:mod:`~stage_explore.analytical.eager_megatron`);
+  off with other ``eager_modules`` is a ConfigError (their tables count their own RoPE code).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
   context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
@@ -560,6 +561,14 @@ class FrameworkProfile:
                     f"framework {self.name!r}: `{option}` ({OPTION_FLAGS[option]}) must be "
                     f"true or false, but got {value!r}"
                 )
+        if not self.rope_fusion and self.eager_modules != "megatron-core":
+            # only Megatron-Core's module code runs the unfused RoPE op by op (eager_megatron);
+            # every other eager table counts its framework's own rotary code already
+            raise ConfigError(
+                f"framework {self.name!r}: `rope_fusion` false needs eager_modules "
+                f"'megatron-core' (Megatron-Core's unfused rope_utils), but got eager_modules="
+                f"{self.eager_modules!r}"
+            )
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> FrameworkProfile:
         """This profile with some options replaced (validated like the profile itself)."""

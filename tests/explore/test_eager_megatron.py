@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
@@ -137,3 +138,13 @@ def test_rope_fusion_is_an_option_of_the_evaluation() -> None:
     # a backend differing only in rope_fusion gives a different (slower) step: no stale memo
     assert _step(GPTOSS, rope_fusion=False) > _step(GPTOSS)
     assert _step(QWEN3, rope_fusion=False) > _step(QWEN3)
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "torchtitan", "megatron-lm-2021", "automodel"])
+def test_rope_fusion_off_outside_megatron_core_modules_is_a_one_line_error(framework: str) -> None:
+    """Only Megatron-Core's module code (eager_modules 'megatron-core') has the unfused RoPE
+    the option times; elsewhere it would change nothing, silently: an error naming both."""
+    with pytest.raises(ConfigError, match="rope_fusion.*eager_modules") as raised:
+        AnalyticalBackend(framework=framework, overrides={"rope_fusion": False})
+    assert "\n" not in str(raised.value)
+    assert AnalyticalBackend(framework="megatron-core", overrides={"rope_fusion": False})
