@@ -65,15 +65,20 @@ def test_the_down_bias_kernel_time_is_its_elements_times_the_table_at_eager_rate
     table = eager_op_bytes(GPTOSS, "megatron-core", fused=True)
     assert eager_instr_bytes(fc2, table) == elements * DOWN_FWD
     assert eager_instr_bytes(fc2_bwd, table) == elements * DOWN_BWD
+    timer, rate = _eager_timer(table)
+    assert timer(fc2) == pytest.approx(elements * DOWN_FWD / rate, rel=1e-12)
+    assert timer(fc2_bwd) == pytest.approx(elements * DOWN_BWD / rate, rel=1e-12)
+
+
+def _eager_timer(table: dict[str, int]) -> tuple[KernelTimer, float]:
+    """An H100 kernel timer with the eager table ``table``, and the eager HBM rate it charges."""
     kernels = H100.accelerator.kernels
     assert kernels is not None
     timer = KernelTimer(
         H100.accelerator, kernels, "bf16", frozenset(), keys=512, head_dim=64, causal=True,
         eager_bytes=table,
     )  # fmt: skip
-    rate = H100.accelerator.memory_bandwidth_bytes_per_s * kernels.eager_memory
-    assert timer(fc2) == pytest.approx(elements * DOWN_FWD / rate, rel=1e-12)
-    assert timer(fc2_bwd) == pytest.approx(elements * DOWN_BWD / rate, rel=1e-12)
+    return timer, H100.accelerator.memory_bandwidth_bytes_per_s * kernels.eager_memory
 
 
 EP8 = ParallelConfig(dp=8, ep=8, zero=1, micro_batch=1, global_batch=8)
@@ -123,13 +128,7 @@ def test_the_rope_kernel_time_is_its_elements_times_the_table_at_eager_rate() ->
     elements = dict(rope.outputs)["q.rope"] // B
     assert elements == GPTOSS.seq_len * GPTOSS.heads * GPTOSS.head_dim
     table = eager_op_bytes(GPTOSS, "megatron-core", fused=True, rope_fusion=False)
-    kernels = H100.accelerator.kernels
-    assert kernels is not None
-    timer = KernelTimer(
-        H100.accelerator, kernels, "bf16", frozenset(), keys=512, head_dim=64, causal=True,
-        eager_bytes=table,
-    )  # fmt: skip
-    rate = H100.accelerator.memory_bandwidth_bytes_per_s * kernels.eager_memory
+    timer, rate = _eager_timer(table)
     assert timer(rope) == pytest.approx(elements * ROPE_FWD / rate, rel=1e-12)
 
 
