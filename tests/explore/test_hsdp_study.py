@@ -4,6 +4,7 @@ canonical pin (checked against the analytical backend), design points and the re
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,8 @@ def study(tmp_path: Path, shard: str = "dp_shard = [0, 2, 4]") -> StudySpec:
     return parse_study(STUDY.format(shard=shard), tmp_path / "hsdp.toml")
 
 
-def params_of(spec: StudySpec, **values: Any) -> dict[str, Any]:
-    choices = spec.space.choices()
-    return {name: values.get(name, choices[name][0]) for name in spec.space.names()}
+#: A design point of a study's space: the given knobs, else each knob's first choice.
+params_of: Callable[..., dict[str, Any]] = support.params_of
 
 
 def test_the_knob_defaults_to_all_of_dp_and_takes_integers_from_0(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ and the records column."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,8 @@ def study(tmp_path: Path, layers: str = "recompute_num_layers = [0, 4, 12]") -> 
     return parse_study(STUDY.format(layers=layers), tmp_path / "partial.toml")
 
 
-def params_of(spec: StudySpec, **values: Any) -> dict[str, Any]:
-    choices = spec.space.choices()
-    return {name: values.get(name, choices[name][0]) for name in spec.space.names()}
+#: A design point of a study's space: the given knobs, else each knob's first choice.
+params_of: Callable[..., dict[str, Any]] = support.params_of
 
 
 def test_the_knob_defaults_to_every_layer_and_takes_integers_from_0(tmp_path: Path) -> None:

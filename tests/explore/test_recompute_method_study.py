@@ -5,6 +5,7 @@ backend: a pinned point is the same workload), design points and the records col
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,8 @@ def study(tmp_path: Path, methods: str = 'recompute_method = ["block", "uniform"
     return parse_study(STUDY.format(methods=methods), tmp_path / "methods.toml")
 
 
-def params_of(spec: StudySpec, **values: Any) -> dict[str, Any]:
-    choices = spec.space.choices()
-    return {name: values.get(name, choices[name][0]) for name in spec.space.names()}
+#: A design point of a study's space: the given knobs, else each knob's first choice.
+params_of: Callable[..., dict[str, Any]] = support.params_of
 
 
 def test_the_knob_defaults_to_block_and_takes_the_methods(tmp_path: Path) -> None:

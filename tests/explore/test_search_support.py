@@ -145,6 +145,13 @@ micro_batch = [1, 2]
 """
 
 
+def params_of(spec: Any, **values: Any) -> dict[str, Any]:
+    """A design point of ``spec``'s space (a :class:`~stage_explore.study.StudySpec`): each knob
+    at ``values`` where given, else at its first choice."""
+    choices = spec.space.choices()
+    return {name: values.get(name, choices[name][0]) for name in spec.space.names()}
+
+
 def study_text(
     *,
     name: str = "demo",
