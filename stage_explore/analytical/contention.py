@@ -124,16 +124,13 @@ def on_fewer_sms(timer: KernelTimer, load: NcclLoad) -> KernelTimer | None:
 
 
 def contended_share(
-    instrs: Iterable[Instr], timer: Callable[[Instr], float], fewer: Callable[[Instr], float]
+    instrs: Iterable[Instr], alone_s: float, fewer: Callable[[Instr], float]
 ) -> float:
-    """The share of its rate the compute of ``instrs`` loses on fewer SMs: ``1 − Σ timer /
-    Σ fewer`` over the compute instructions (0 when there is none)."""
-    alone = beside = 0.0
-    for instr in instrs:
-        if instr.collective is None and instr.kind != "ring":
-            alone += timer(instr)
-            beside += fewer(instr)
-    return 1.0 - alone / beside if beside > alone > 0.0 else 0.0
+    """The share of its rate the compute of ``instrs`` (compute instructions, ``alone_s``
+    seconds on the whole GPU) loses on what a collective leaves: ``1 − alone_s / Σ fewer``
+    (0 when nothing is lost)."""
+    beside = sum(fewer(instr) for instr in instrs)
+    return 1.0 - alone_s / beside if beside > alone_s > 0.0 else 0.0
 
 
 def contended_s(

@@ -175,6 +175,10 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         def compute() -> BlockTiming:
             program = self._phase_program(point, kind, phase, spans)
             instrs, shared, bulk_gemms = program.instrs, program.shared, program.bulk_gemms
+            self._parts.get(  # kept for _contention_share, which times them again
+                self._computes_key(point, kind, phase, shapes),
+                lambda: tuple(i for i in instrs if i.collective is None and i.kind != "ring"),
+            )
             chunk_gemms = program.chunk_gemms
             compute_s, comm_s = program.compute_s, program.comm_s
             kernels = point.system.accelerator.kernels
@@ -236,19 +240,34 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if not load or kernels is None:
             return 0.0
         shapes = tuple(spans[a][0] for a in self._axes(point, kind))
-        parallel = point.workload.parallel
-        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
-        key = ("contention", point.key, kind, phase, point.token, shapes, point.dtype, fp8, load)
+        base_key = self._computes_key(point, kind, phase, shapes)
+
+        def computes() -> tuple[Instr, ...]:  # the block timing's, unless evicted
+            instrs = self._phase_program(point, kind, phase, spans).instrs
+            return tuple(i for i in instrs if i.collective is None and i.kind != "ring")
+
+        def timed() -> tuple[KernelTimer, tuple[Instr, ...], float]:
+            timer = cast(KernelTimer, self._compute_timer(point, kind))  # kernels: a KernelTimer
+            instrs: tuple[Instr, ...] = self._parts.get(base_key, computes)
+            return timer, instrs, sum(timer(i) for i in instrs)
 
         def compute() -> float:
-            timer = cast(KernelTimer, self._compute_timer(point, kind))  # kernels: a KernelTimer
+            timer, instrs, alone = self._parts.get(("timed", *base_key), timed)
             fewer = on_fewer_sms(timer, load)
             if fewer is None:
                 return 0.0
-            instrs = self._phase_program(point, kind, phase, spans).instrs
-            return contended_share(instrs, timer, fewer)
+            return contended_share(instrs, alone, fewer)
 
-        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+        return self._parts.get((*base_key, load), compute)  # type: ignore[no-any-return]
+
+    def _computes_key(
+        self, point: Point, kind: str, phase: str, shapes: tuple[Any, ...]
+    ) -> tuple[Any, ...]:
+        """The memo key of block ``kind``'s compute instructions in ``phase`` as its timing
+        runs them (what :meth:`_contention_share` times again on fewer SMs)."""
+        parallel = point.workload.parallel
+        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
+        return ("computes", point.key, kind, phase, point.token, shapes, point.dtype, fp8)
 
     def _overlap_rules(self, point: Point) -> tuple[OverlapRule | None, OverlapRule | None]:
         """The collectives the policy takes off a block's path (:func:`overlap_rule` combined

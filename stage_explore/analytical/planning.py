@@ -325,6 +325,8 @@ class StagePlanning(BlockCosting):
                 and not is_kept_block(kind)
             ):  # the recomputed forward gathers again before the backward's own gather
                 scatter_s += gather_s
+            forward = self._block_timing(point, kind, "fwd", spans)  # before the shares,
+            backward = self._block_timing(point, kind, "bwd", spans)  # which reuse its kernels
             system = point.system  # NCCL's thread blocks beside the block's compute
             gather_load = scatter_load = replica_load = NcclLoad()
             for i in (*parts.gathers, *parts.scatters):
@@ -347,8 +349,8 @@ class StagePlanning(BlockCosting):
                 if replica_s > 0.0 else 0.0
             )  # fmt: skip
             cost = BlockCost(
-                self._block_timing(point, kind, "fwd", spans),
-                self._block_timing(point, kind, "bwd", spans),
+                forward,
+                backward,
                 gather_s,
                 scatter_s,
                 replica_s,
