@@ -25,6 +25,7 @@ from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import (
     BoundBlock,
     Instr,
+    SymbolicBlock,
     WeightShard,
     bind_block,
     symbolic_block,
@@ -290,6 +291,20 @@ def loss_working_set(blocks: Sequence[BoundBlock], fp32_buffers: int, activation
     return extra
 
 
+def _own_symbolic_block(workload: Workload, kind: str) -> SymbolicBlock:
+    """The symbolic block of ``kind`` as ``workload`` runs it (its options, flags, recompute
+    and recompute modules)."""
+    parallel = workload.parallel
+    return symbolic_block(
+        kind,
+        Structure.of(workload.model),
+        workload.options,
+        workload.flags,
+        str(parallel.recompute),
+        parallel.recompute_modules,
+    )
+
+
 def gathered_input_bytes(workload: Workload, kind: str) -> int:
     """Bytes per micro-batch a block of ``kind`` saves beyond the generator's count when
     autograd keeps a linear layer's input as the GEMM read it, gathered, rather than as it is
@@ -300,15 +315,7 @@ def gathered_input_bytes(workload: Workload, kind: str) -> int:
     ``mm`` saved. Per saved tensor read gathered by an einsum, its largest such read less its
     stored bytes (0 without sequence parallelism, or when the tensor is not saved: a fully
     recomputed layer keeps only its input)."""
-    parallel = workload.parallel
-    symbolic = symbolic_block(
-        kind,
-        Structure.of(workload.model),
-        workload.options,
-        workload.flags,
-        str(parallel.recompute),
-        parallel.recompute_modules,
-    )
+    symbolic = _own_symbolic_block(workload, kind)
     sizes, axis_sizes = workload.sizes, workload.axis_sizes
     saved = {item.name: item for item in symbolic.backward.saved}
     tensors = symbolic.forward.tensors
@@ -334,15 +341,7 @@ def weighted_combine_saved_bytes(workload: Workload, kind: str) -> int:
     scales the experts' activation by the probabilities instead does not keep (Megatron-Core's
     ``TEGroupedMLP``, whose combine is a plain unpermute). 0 for a block without experts or
     whose combine is re-run in the backward (full recompute, the ``moe`` module)."""
-    parallel = workload.parallel
-    symbolic = symbolic_block(
-        kind,
-        Structure.of(workload.model),
-        workload.options,
-        workload.flags,
-        str(parallel.recompute),
-        parallel.recompute_modules,
-    )
+    symbolic = _own_symbolic_block(workload, kind)
     saved = {item.name: item for item in symbolic.backward.saved}
     total = 0
     for step in symbolic.forward.steps:
