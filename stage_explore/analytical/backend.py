@@ -74,15 +74,10 @@ from stage_explore.analytical.parts import (
     compute_dtype,
     infeasible,
 )
-from stage_explore.analytical.pipeline import (
-    PipelineResult,
-    StageTimes,
-    Step,
-    assemble_step,
-    step_time,
-)
+from stage_explore.analytical.pipeline import PipelineResult, StageTimes, step_time
 from stage_explore.analytical.planning import StagePlanning
 from stage_explore.analytical.policy import TimingPolicy
+from stage_explore.analytical.step import Step, assemble_step
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 

@@ -20,7 +20,7 @@ from stage_core.lower.program import Workload, embedding_ends
 from stage_core.parallel.config import ParallelConfig
 from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.blocktime import ChunkTiming
-from stage_explore.analytical.pipeline import StepPlan, SyncCost
+from stage_explore.analytical.step import StepPlan, SyncCost
 from stage_explore.evaluation import Evaluation
 from stage_explore.system.model import System
 

@@ -49,13 +49,8 @@ from stage_explore.analytical.parts import (
     sum_states,
     tied_ends,
 )
-from stage_explore.analytical.pipeline import (
-    StageClass,
-    StepPlan,
-    SyncCost,
-    pair_table,
-)
 from stage_explore.analytical.policy import Overlap
+from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, pair_table
 
 
 class StagePlanning(BlockCosting):

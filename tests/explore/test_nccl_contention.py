@@ -35,7 +35,7 @@ from stage_explore.analytical.contention import (
     on_fewer_sms,
 )
 from stage_explore.analytical.kernels import KernelTimer
-from stage_explore.analytical.pipeline import StageClass, StepPlan, SyncCost, assemble_step
+from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
 from stage_explore.system import load_system
 from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import NetworkDim

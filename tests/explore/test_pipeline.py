@@ -12,16 +12,8 @@ import pytest
 from stage_core.lower.memory import activation_peak
 from stage_core.lower.schedule import schedule
 from stage_explore.analytical import pipeline
-from stage_explore.analytical.pipeline import (
-    StageClass,
-    StageTimes,
-    StepPlan,
-    SyncCost,
-    _periodic,
-    activation_profiles,
-    assemble_step,
-    step_time,
-)
+from stage_explore.analytical.pipeline import StageTimes, _periodic, activation_profiles, step_time
+from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
 from tests.explore.pipeline_reference import simulate
 
 

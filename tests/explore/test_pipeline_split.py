@@ -12,15 +12,12 @@ import pytest
 from stage_core.lower.memory import activation_peak
 from stage_core.lower.schedule import schedule
 from stage_explore.analytical.pipeline import (
-    StageClass,
     StageTimes,
-    StepPlan,
-    SyncCost,
     activation_profiles,
-    assemble_step,
     pair_seconds,
     step_time,
 )
+from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
 from stage_explore.analytical.taskgraph import periodic
 from tests.explore.pipeline_reference import simulate
 

@@ -1,0 +1,246 @@
+"""A training step from its pipeline: per-stage-class costs (:class:`StageClass`), each
+chunk's gradient synchronisation after its last backward (:class:`SyncCost`), the optimizer,
+ZeRO's parameter gathers, and every rank's peak memory; :func:`assemble_step` runs the
+schedule (:func:`~stage_explore.analytical.pipeline.step_time` or a memo of it) and returns
+the slowest rank's time and breakdown (:class:`Step`). Split from
+:mod:`~stage_explore.analytical.pipeline`, which keeps the schedule's event simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank
+from stage_explore.analytical.blocktime import CONTENTION
+from stage_explore.analytical.pipeline import (
+    PipelineResult,
+    StageTimes,
+    _peak_activations,
+    pair_seconds,
+    step_time,
+)
+from stage_explore.analytical.taskgraph import shape
+
+
+@dataclass(frozen=True, slots=True)
+class SyncCost:
+    """A chunk's gradient synchronisation as a function of its last backward's start ``s``: on
+    a communication stream free at ``f`` it ends at ``max(f + total_s, s + latest_s)``
+    (:func:`~stage_explore.analytical.blocktime.sync_timing`); ``gather_s``: ZeRO-1/2
+    parameter all-gathers after the optimizer. ``lost_s``: compute seconds the chunk's last
+    backward loses to the SMs of the reductions beside it (and the next step's first forward
+    to those of overlapped parameter gathers; :mod:`~stage_explore.analytical.contention`),
+    which extend the rank's schedule (``latest_s`` includes the backward's)."""
+
+    total_s: float
+    latest_s: float
+    gather_s: float
+    lost_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StageClass:
+    """Pipeline ranks that hold the same blocks and whose groups span the network alike.
+
+    Per local chunk: forward and backward seconds per micro-batch, gradient synchronisation,
+    saved activation bytes per micro-batch. Per rank: busy compute and exposed communication
+    (by label) per micro-batch of every chunk, model-state bytes, transient buffers (ZeRO-3's
+    gathered weights), optimizer seconds.
+
+    For the schedules that split the backward (ZB-H1, DualPipe): per chunk the seconds of its
+    input-gradient part ``input_grad_s`` (empty: all of the backward; ``W`` is the rest), the
+    bytes a pending ``W`` holds (``pending_bytes``, empty: none), and DualPipe's overlapped
+    pairs ``pair_s[forward chunk][backward chunk]`` (:func:`pair_seconds`; empty: no overlap).
+    ``after_backward_s``: a collective that waits for the rank's whole backward (DualPipe's
+    all-reduce between the two copies of its stages).
+    """
+
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    sync: tuple[SyncCost, ...]
+    saved_bytes: tuple[int, ...]
+    compute_s: float
+    exposed_s: tuple[tuple[str, float], ...]
+    states_bytes: int
+    buffers_bytes: int
+    optimizer_s: float
+    input_grad_s: tuple[float, ...] = ()
+    pending_bytes: tuple[int, ...] = ()
+    pair_s: tuple[tuple[float, ...], ...] = ()
+    after_backward_s: float = 0.0  # a collective once the whole backward is done (DualPipe's)
+
+    def stage_times(self, split: bool) -> StageTimes:
+        """The pipeline's view: whole backwards, or B and W apart."""
+        if not split:
+            return StageTimes(self.forward_s, self.backward_s)
+        b = self.input_grad_s or self.backward_s
+        w = tuple(max(0.0, total - part) for total, part in zip(self.backward_s, b, strict=True))
+        return StageTimes(self.forward_s, b, w, self.pair_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """Every pipeline stage's class, the activation transfer between stages (what it holds the
+    sender, ``transfer_s``, and how long it delays the receiver beyond that, ``arrival_s``), and
+    the bytes recompute re-materialises (a transient on every rank)."""
+
+    stage_class: tuple[int, ...]
+    classes: tuple[StageClass, ...]
+    transfer_s: float
+    working_set_bytes: int
+    arrival_s: float = 0.0  # an overlapped transfer's flight (:func:`step_time`)
+
+    @property
+    def stage_times(self) -> tuple[StageTimes, ...]:
+        return self.schedule_times(False)
+
+    def schedule_times(self, split: bool) -> tuple[StageTimes, ...]:
+        """Every stage's :class:`StageTimes`, with B and W apart when ``split`` (one object
+        per class, shared by its stages)."""
+        times = [stage_class.stage_times(split) for stage_class in self.classes]
+        return tuple([times[c] for c in self.stage_class])
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The slowest rank's step time and its breakdown (adding up to it), and the peak memory
+    over all ranks."""
+
+    step_time_s: float
+    breakdown: tuple[tuple[str, float], ...]
+    peak_memory_bytes: int
+    slowest_stage: int
+    pipeline_end_s: float
+
+
+#: :func:`step_time`'s signature: (kind, stages, micro-batches, vpp, transfer seconds, arrival
+#: seconds).
+Timeline = Callable[[str, tuple[StageTimes, ...], int, int, float, float], PipelineResult]
+
+
+def assemble_step(
+    plan: StepPlan,
+    kind: str,
+    m: int,
+    vpp: int,
+    timeline: Timeline = step_time,
+    schedules: int = 1,
+) -> Step:
+    """Simulate the schedule and finish every rank's step: each chunk's gradient
+    synchronisation after its last backward (issued in the order those run, on one stream),
+    then the optimizer, then ZeRO-1/2 parameter gathers; and every rank's peak memory (model
+    states + saved activations at the schedule's peak + transients, as
+    :func:`stage_core.lower.memory.chunks_memory`).
+
+    ``timeline`` times the schedule: :func:`step_time` or a memo of it (a pure function of
+    its arguments: plans that differ only in what the timeline does not read — gradient
+    synchronisation, model states, the optimizer — share one simulation).
+
+    ``schedules``: the step runs that many schedules of ``m`` micro-batches one after the other,
+    each with its own fill and drain (a framework that runs every local batch as its own
+    pipeline schedule, ``FrameworkProfile.local_batch_size``); a schedule starts when the one
+    before has ended on every rank, and the gradients are synchronised after the last."""
+    p = len(plan.stage_class)
+    split = kind in SPLIT_BACKWARD
+    chunks = chunks_per_rank(kind, vpp)
+    per_chunk = m // 2 if kind == "dualpipe" else m  # micro-batches through each chunk
+    pipeline = timeline(kind, plan.schedule_times(split), m, vpp, plan.transfer_s, plan.arrival_s)
+    if schedules > 1:  # the earlier schedules end before the last one starts
+        offset = (schedules - 1) * pipeline.makespan_s
+        pipeline = PipelineResult(
+            tuple(end + offset for end in pipeline.end_s),
+            tuple(busy * schedules for busy in pipeline.busy_s),
+            tuple(send * schedules for send in pipeline.send_s),
+            tuple(tuple(s + offset for s in row) for row in pipeline.last_backward_start_s),
+        )
+        per_chunk *= schedules
+    worst: tuple[float, int, float, float] | None = None
+    peak_memory = 0
+    order: Sequence[int] = range(chunks)
+    for stage in range(p):
+        cls = plan.classes[plan.stage_class[stage]]
+        starts = pipeline.last_backward_start_s[stage]
+        free = gather = lost = 0.0
+        if chunks > 1:
+            order = sorted(range(chunks), key=starts.__getitem__)
+        for index in order:
+            sync = cls.sync[index]
+            queued, latest = free + sync.total_s, starts[index] + sync.latest_s
+            free = latest if latest > queued else queued  # max(queued, latest), as max picks
+            gather += sync.gather_s
+            lost += sync.lost_s
+        end = pipeline.end_s[stage] + lost  # compute slowed by the reductions' SMs
+        if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
+            free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
+        total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
+        if worst is None or total > worst[0]:
+            worst = (total, stage, free, lost)
+        if kind == "gpipe":
+            activations = m * sum(cls.saved_bytes)
+        else:
+            sizes = cls.saved_bytes
+            if split:
+                sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
+            activations = _peak_activations(kind, stage, p, m, vpp, sizes)
+        memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes
+        if memory > peak_memory:
+            peak_memory = memory
+    assert worst is not None
+    total, stage, sync_end, lost = worst
+    cls = plan.classes[plan.stage_class[stage]]
+    end = pipeline.end_s[stage] + lost
+    breakdown = {"compute": per_chunk * cls.compute_s}
+    hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
+    exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
+    kept_fraction = 1.0 - min(1.0, hidden / exposed) if exposed > 0 else 1.0
+    for label, seconds in cls.exposed_s:  # DualPipe's pairs hide some of it
+        breakdown[f"exposed_{label}"] = per_chunk * seconds * kept_fraction
+    if lost:  # compute slowed by the reductions' and gathers' NCCL kernels (SyncCost.lost_s)
+        label = f"exposed_{CONTENTION}"
+        breakdown[label] = breakdown.get(label, 0.0) + lost
+    breakdown["pipeline_p2p"] = pipeline.send_s[stage]
+    breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
+    breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
+    breakdown["optimizer"] = cls.optimizer_s
+    breakdown["parameter_gather"] = total - max(end, sync_end) - cls.optimizer_s
+    kept = tuple(
+        (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
+    )
+    return Step(total, kept, peak_memory, stage, end - lost)  # the schedule's own end
+
+
+def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:
+    """Seconds DualPipe's overlapped pairs save on ``stage`` against running their tasks in a
+    row (0 for the other schedules)."""
+    if kind != "dualpipe":
+        return 0.0
+    s = shape(kind, len(plan.stage_class), m, vpp)
+    times = plan.classes[plan.stage_class[stage]].stage_times(True)
+    chunks = s.chunks
+    counts = s.slot_counts[stage]
+    saved = 0.0
+    for a in range(chunks):
+        for b in range(chunks):
+            n = counts[3 * chunks + a * chunks + b]
+            if n:
+                weight = times.weight_s[b] if times.weight_s else 0.0
+                alone = times.forward_s[a] + times.backward_s[b] + weight
+                saved += n * (alone - times.pair(a, b))
+    return saved
+
+
+def pair_table(
+    forward_s: Sequence[float],
+    forward_compute_s: Sequence[float],
+    backward_s: Sequence[float],
+    backward_compute_s: Sequence[float],
+) -> tuple[tuple[float, ...], ...]:
+    """``pair_s[a][b]``: :func:`pair_seconds` of chunk ``a``'s forward with chunk ``b``'s whole
+    backward (B and W), for every pair of a rank's chunks."""
+    return tuple(
+        tuple(
+            pair_seconds(forward_s[a], forward_compute_s[a], backward_s[b], backward_compute_s[b])
+            for b in range(len(backward_s))
+        )
+        for a in range(len(forward_s))
+    )
