@@ -56,7 +56,7 @@ from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
-from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes
+from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -306,7 +306,9 @@ class KernelTimer:
     #: The context-parallel degree when attention is Transformer Engine's ring (P2P) context
     #: parallelism, whose per-step output corrections and gradient accumulations are kernels
     #: of their own (:func:`~stage_explore.analytical.te_context_parallel.te_cp_merge_bytes`);
-    #: 0: none (or merged inside the kernel).
+    #: 0: none (or merged inside the kernel). Its steps after the first run the kernel
+    #: non-causal (:func:`~stage_explore.analytical.te_context_parallel.te_ring_time_factor`,
+    #: the kernel's ``attention_noncausal`` ratio).
     te_cp_merge: int = 0
     #: Bytes per element of the generator ops eager PyTorch runs as several kernels
     #: (:func:`~stage_explore.analytical.eager.eager_op_bytes`); empty: the generator's bytes.
@@ -336,6 +338,10 @@ class KernelTimer:
             if backward:  # the kernel's five matmuls over the generator's four
                 executed, counted = ATTENTION_BACKWARD_MATMULS
                 flops = flops * executed / counted
+            if self.te_cp_merge > 1 and self.causal:  # ring steps after the first: non-causal
+                flops *= te_ring_time_factor(
+                    self.te_cp_merge, self.kernels.noncausal_ratio(self.attention_kernel)
+                )
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
                 seconds += cp_merge_bytes(instr, self.cp_merge) / (

@@ -64,6 +64,23 @@ def te_cp_merge_bytes(instr: Instr, cp: int) -> int:
     return query * (6 * cp - 2) + kv * (5 * cp + 8)
 
 
+def te_ring_time_factor(cp: int, noncausal_ratio: float) -> float:
+    """The attention kernels' time under Transformer Engine's ring (P2P) context parallelism
+    over their time at the kernel's causal rate. ``AttnFuncWithCPAndKVP2P`` (TE 2.x
+    ``attention/dot_product_attention/context_parallel.py``; ``AttnFuncWithCP`` in TE 1.x
+    ``attention.py``), causal with load balancing, each rank holding chunks ``r`` and
+    ``2·cp − 1 − r``: step 0 runs the causal kernel on the rank's own two chunks against its
+    own (``2c × 2c`` under a causal mask: ``2c²`` scores, ``c`` a chunk); every later step runs
+    the kernel with ``causal=False`` on half blocks — both query chunks against the first
+    received key/value chunk, or the second query chunk against both (``2c × c`` or
+    ``c × 2c``: ``2c²`` each). Each of the ``cp`` steps is ``1/cp`` of the work; the ``cp − 1``
+    non-causal ones run at ``noncausal_ratio`` times the causal rate:
+    ``1/cp + (cp − 1)/(cp · noncausal_ratio)``; 1 for ``cp`` of 1."""
+    if cp <= 1:
+        return 1.0
+    return 1.0 / cp + (cp - 1) / (cp * noncausal_ratio)
+
+
 def te_ring_exposed_s(phase: str, cp: int, message_s: float, step_s: float) -> float:
     """Seconds of Transformer Engine's ring (P2P) exchanges that a phase's attention does not
     hide, ``message_s`` the time of one key/value message to the next cp rank and ``step_s``

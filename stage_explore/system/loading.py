@@ -82,6 +82,7 @@ _KERNEL_KEYS = (
     "attention_half_keys",
     "attention_head_dim_half",
     "attention_kernels",
+    "attention_noncausal",
     "grouped_gemm_group_s",
     "eager_memory",
 )
@@ -252,6 +253,9 @@ def _kernels(table: _Table) -> KernelModel:
                 )
             kernels[kernel] = tuple(pair)
         values["attention_kernels"] = kernels
+    if table.has("attention_noncausal"):
+        ratios = table.table("attention_noncausal")
+        values["attention_noncausal"] = {kernel: ratios.number(kernel) for kernel in ratios.data}
     return _build(table, KernelModel, values)
 
 

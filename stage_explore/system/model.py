@@ -115,6 +115,11 @@ class KernelModel:
       fractions, optionally with the kernel's own half-saturation keys as a third value (else
       ``attention_half_keys``), for software that uses them (a framework profile's
       ``attention_kernel``);
+    - ``attention_noncausal``: per named kernel, its non-causal over its causal long-sequence
+      rate, both read off one published figure (forward and backward alike); the steps after
+      the first of Transformer Engine's ring context parallelism run that kernel non-causal
+      (:func:`~stage_explore.analytical.te_context_parallel.te_ring_time_factor`). A kernel
+      not listed: 1 (its causal rate);
     - ``grouped_gemm_group_s``: seconds each group of a grouped GEMM (one local expert's GEMM
       of an MoE layer) costs beyond the batched-GEMM wave model, measured from public grouped-GEMM
       benchmarks (0: none stated);
@@ -133,6 +138,7 @@ class KernelModel:
     attention_half_keys: float
     attention_head_dim_half: float
     attention_kernels: dict[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
+    attention_noncausal: dict[str, float] = field(default_factory=dict, hash=False)
     grouped_gemm_group_s: float = 0.0
     eager_memory: float = 0.0
 
@@ -150,7 +156,26 @@ class KernelModel:
         entry = self.attention_kernels.get(kernel, ()) if kernel is not None else ()
         return entry[2] if len(entry) == 3 else self.attention_half_keys
 
+    def noncausal_ratio(self, kernel: str | None) -> float:
+        """The named kernel's non-causal over causal rate (``attention_noncausal``); 1 when
+        ``kernel`` is None (the best kernel) or not listed."""
+        return self.attention_noncausal.get(kernel, 1.0) if kernel is not None else 1.0
+
     def __post_init__(self) -> None:
+        ratios = {}
+        for kernel, ratio in dict(self.attention_noncausal).items():
+            if (
+                isinstance(ratio, bool)
+                or not isinstance(ratio, int | float)
+                or not math.isfinite(ratio)
+                or ratio <= 0
+            ):
+                raise ConfigError(
+                    f"kernels `attention_noncausal.{kernel}` must be a positive number "
+                    f"(non-causal over causal rate), but got {ratio!r}"
+                )
+            ratios[kernel] = float(ratio)
+        object.__setattr__(self, "attention_noncausal", ratios)
         named = {}
         for kernel, pair in dict(self.attention_kernels).items():
             values = tuple(pair)
@@ -212,6 +237,11 @@ class KernelModel:
             **(
                 {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
                 if self.attention_kernels
+                else {}
+            ),
+            **(
+                {"attention_noncausal": dict(self.attention_noncausal)}
+                if self.attention_noncausal
                 else {}
             ),
         }
