@@ -64,6 +64,7 @@ from stage_explore.analytical.kernels import (
     fp8_key,
     loss_logits,
 )
+from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
     Bulk,
     OverlapRule,
@@ -100,6 +101,12 @@ class PhaseProgram:
     shared: frozenset[Instr]
     bulk_gemms: frozenset[Instr]
     chunk_gemms: frozenset[Instr]
+    #: The overlap rule the instructions were rewritten with (the policy's, narrowed to the
+    #: collectives PyTorch's async TP fuses under ``micro_pipeline_tp``), None: no overlap.
+    rule: OverlapRule | None = None
+    #: HBM bytes the compute stream moves beside the instructions: PyTorch async TP's
+    #: reductions of its fused matmul-reduce-scatters (``micro_pipeline_tp``).
+    extra_bytes: int = 0
 
 
 class BlockCosting(CommCosting, StateCosting, PhasePasses):
@@ -165,7 +172,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         dtype = point.dtype
 
         policy = self.policy
-        rule, async_rule = self._overlap_rules(point)
+        async_rule = self._overlap_rules(point)[1]
         accumulate_s = self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
         accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
@@ -175,6 +182,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         def compute() -> BlockTiming:
             program = self._phase_program(point, kind, phase, spans)
             instrs, shared, bulk_gemms = program.instrs, program.shared, program.bulk_gemms
+            rule = program.rule
             self._parts.get(  # kept for _contention_share, which times them again
                 self._computes_key(point, kind, phase, shapes),
                 lambda: tuple(i for i in instrs if i.collective is None and i.kind != "ring"),
@@ -215,6 +223,12 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 )
                 lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count)
                 timing = timing.plus_compute(lost_s)
+            if program.extra_bytes:  # memory-bound kernels on the compute stream
+                accelerator = point.system.accelerator
+                timing = timing.plus_compute(
+                    program.extra_bytes
+                    / (accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory)
+                )
             if accumulate_s == 0.0:
                 return timing
             # the accumulation kernels run on the compute stream, at the end
@@ -298,6 +312,10 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             instrs = fuse_qkv(instrs, frozenset(weight.name for weight in block.weights))
         if self.framework.fused_elementwise:
             instrs = fuse_elementwise(instrs)
+        extra_bytes = 0
+        if rule is not None and self.framework.micro_pipeline_tp and self.framework.tp_comm_overlap:
+            rule = micro_pipeline_rule(rule, instrs)  # PyTorch async TP: GEMM-adjacent only
+            extra_bytes = fused_reduce_bytes(instrs, rule)  # its partials' sum, on compute
         compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
             self._compute_timer(point, kind),
             lambda i: self._comm_time(point, spans[i.axes], i),
@@ -324,7 +342,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
         elif self.framework.te_cp_overlap and cp > 1 and point.workload.parallel.cp_style == "ring":
             comm_s = te_ring_comm_timer(instrs, cp, comm_s, compute_s)  # TE: step i || msg i+1
-        return PhaseProgram(tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms)
+        return PhaseProgram(
+            tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms, rule, extra_bytes
+        )
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
         """How long a compute instruction of block ``kind`` takes: the accelerator's kernel

@@ -322,6 +322,14 @@ Options (all booleans unless said):
   (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
   chunks then run on every SM and lose the kernel's SMs only while it runs, as
   ``ub_bulk_share_s`` charges a bulk overlap.
+- ``micro_pipeline_tp`` — with ``tp_comm_overlap``, the overlap is PyTorch's asynchronous TP
+  (TorchTitan ``parallelism.enable_async_tensor_parallel``: Inductor's ``_micro_pipeline_tp``
+  pass), which fuses only an all-gather read as a GEMM's first operand and a reduce-scatter of
+  one GEMM's output; the other tensor-parallel collectives (the backward's reduce-scatters of
+  the summed q/k/v and w1/w3 input gradients, the gathers a weight gradient alone reads) stay
+  plain collectives on the path
+  (:mod:`~stage_explore.analytical.micro_pipeline_tp`). Off: Transformer Engine's userbuffers,
+  which overlap every tensor-parallel gather and scatter of a layer.
 - ``pipelining_stage_buffers`` — pipeline stages are ``torch.distributed.pipelining``
   ``PipelineStage`` s (torchtitan): each stage allocates, once and for the whole run, a receive
   buffer for the input of every micro-batch (``_prepare_forward_infra``: one
@@ -405,6 +413,7 @@ OPTION_FLAGS: dict[str, str] = {
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
+    "micro_pipeline_tp": "torchtitan enable_async_tensor_parallel (Inductor _micro_pipeline_tp)",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
@@ -482,6 +491,7 @@ class FrameworkProfile:
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
     fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
+    micro_pipeline_tp: bool = False  # tp_comm_overlap overlaps every tp gather and scatter (TE)
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:

@@ -301,6 +301,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             overlap_param_gather=True,  # FSDP2 implicit forward/backward prefetch
             # experimental.enable_async_tensor_parallel, default false (needs training.compile)
             tp_comm_overlap=False,
+            # ... and when on, it is Inductor's micro-pipeline TP pass (torch/_inductor/
+            # fx_passes/micro_pipeline_tp.py): all_gather -> mm (lhs) and mm -> reduce_scatter
+            # only; the summed wq/wk/wv and w1/w3 input gradients' reduce-scatters stay NCCL
+            micro_pipeline_tp=True,
             moe_comm_overlap=False,
             moe_shared_expert_overlap=False,
             # Schedule1F1B fires a stage's forward sends with its backward receives in one
