@@ -249,6 +249,22 @@ class ChunkTiming:
     backward_runs: tuple[tuple[float, int], ...]
 
 
+def plus_exposed(
+    timing: ChunkTiming, forward_s: float, backward_s: float, label: str
+) -> ChunkTiming:
+    """``timing`` with ``forward_s`` after each forward and ``backward_s`` after each backward
+    on the compute stream, exposed under ``label`` (e.g. the FP8 amax all-reduces a chunk
+    waits for); the blocks' backward runs, which the gradient reductions follow, unchanged."""
+    exposed = dict(timing.exposed_s)
+    exposed[label] = exposed.get(label, 0.0) + forward_s + backward_s
+    return replace(
+        timing,
+        forward_s=timing.forward_s + forward_s,
+        backward_s=timing.backward_s + backward_s,
+        exposed_s=tuple(sorted(exposed.items())),
+    )
+
+
 #: The label of the seconds compute loses to the SMs and HBM bandwidth of the NCCL collectives
 #: beside it (:mod:`~stage_explore.analytical.contention`): the step breakdown's
 #: ``exposed_nccl_contention``, apart from the kernels' own ``compute``.

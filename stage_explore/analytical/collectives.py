@@ -83,6 +83,7 @@ __all__ = [
     "alpha_beta_collective_s",
     "deepep_scale_out_fraction",
     "alpha_beta_point_to_point_s",
+    "latency_bound_all_reduce_s",
     "astra_collective_member_ns",
     "astra_collective_ns",
     "astra_point_to_point_ns",
@@ -433,6 +434,7 @@ def alpha_beta_collective_s(
     scale_out_fraction: float = 1.0,
     pipelined: bool = False,
     level_fractions: Sequence[float] = (),
+    algorithm: CollectiveAlgorithm | None = None,
 ) -> float:
     """Seconds for a collective over ``group`` (``None``: every rank of ``system``), α–β mode.
 
@@ -446,6 +448,7 @@ def alpha_beta_collective_s(
     ``level_fractions`` (one per level the group spans, innermost first): an all-to-all carries
     that share of its bytes on each level instead (DeepEP's per-rank and per-node deduplication,
     :func:`~stage_explore.analytical.deepep.deepep_level_fractions`); empty: as above.
+    ``algorithm``: every level runs it instead of its dim's (None: the dims' own).
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
@@ -463,9 +466,9 @@ def alpha_beta_collective_s(
     below = [1, *blocks[:-1]]
 
     def level(phase: CollectiveKind, index: int, ranks: int, buffer_bytes: float) -> float:
-        return _level_s(
-            phase, network[index].algorithms.for_kind(kind), ranks, buffer_bytes, network[index]
-        )
+        dim = network[index]
+        chosen = dim.algorithms.for_kind(kind) if algorithm is None else algorithm
+        return _level_s(phase, chosen, ranks, buffer_bytes, dim)
 
     if kind is AR:  # reduce-scatter up, all-reduce on the last level, the mirrored all-gather down
         total = sum(
@@ -499,6 +502,25 @@ def alpha_beta_collective_s(
         for (index, ranks), share in zip(levels, shares, strict=True)
     ]
     return max(times) if pipelined else sum(times)
+
+
+def latency_bound_all_reduce_s(system: System, size_bytes: int, group: Sequence[int]) -> float:
+    """Seconds for an all-reduce of a few bytes over ``group`` as NCCL runs it, α–β mode.
+
+    NCCL's tuner times every algorithm for the message size and takes the fastest
+    (``ncclTopoTuneModel``, src/graph/tuning.cc): a ring all-reduce pays ``2(n−1)`` latency
+    steps, its tree ``2·((ranks per node − 1)·intra + log2(nodes)·inter)``, so a message of a
+    few hundred bytes over many nodes runs on the tree. The model's counterpart of that
+    log-depth algorithm is halving-doubling (``2⌈log2 n⌉`` steps per level): the time is the
+    smaller of the dims' own algorithm and halving-doubling on every level (``⌈log2 n⌉``
+    steps for any ``n``, as NCCL's tree takes any rank count: an NVL72 rack too). Used for the
+    FP8 amax reduction (:meth:`~stage_explore.analytical.planning.StagePlanning._fp8_amax_s`);
+    the other all-reduces keep their dims' algorithm (large messages, where the ring wins)."""
+    own = alpha_beta_collective_s(system, AR, size_bytes, group)
+    tree = alpha_beta_collective_s(
+        system, AR, size_bytes, group, algorithm=CollectiveAlgorithm.HALVING_DOUBLING
+    )
+    return min(own, tree)
 
 
 def alpha_beta_point_to_point_s(

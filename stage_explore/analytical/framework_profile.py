@@ -275,6 +275,21 @@ Options (all booleans unless said):
   "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
   param all-gather in fp8"); the 16-bit copy of those weights is not held, the fp32 master
   stays in the optimizer. Off (Megatron-Core's default): the 16-bit weights and their FP8 copies.
+- ``fp8_amax_reduction`` (``"off"``, ``"tp_cp"`` or ``"tp_dp_cp"``) — under the per-tensor
+  delayed-scaling FP8 recipe (``fp8_recipe`` ``delayed``) the amaxes of a model chunk's FP8
+  tensors are all-reduced (max) over this group once per forward and once per backward of
+  the chunk, per micro-batch, on the compute stream: Megatron-Core's ``TransformerBlock``
+  runs its layers inside one Transformer Engine ``fp8_autocast`` whose ``fp8_group`` is
+  ``parallel_state.get_amax_reduction_group(with_context_parallel=True)`` — the tensor-,
+  data- and context-parallel group of the pipeline stage (``"tp_dp_cp"``), or the tensor- and
+  context-parallel group under ``--tp-only-amax-red`` (``"tp_cp"``); TE reduces at the exit
+  of the autocast (``FP8GlobalStateManager.fp8_autocast_exit`` →
+  ``reduce_and_update_fp8_tensors(forward=True)``) and at the end of the chunk's backward
+  (``hook_for_bwd_amax_reduction``), each a ``torch.distributed.all_reduce(..., op=MAX,
+  async_op=False)`` of the concatenated amaxes (transformer_engine/pytorch/fp8.py). A message
+  of a few hundred bytes: latency, timed as NCCL's tuner runs it (:func:`~stage_explore.
+  analytical.collectives.latency_bound_all_reduce_s`). Off: no reduction timed (a framework
+  without TE's delayed scaling, or ``DelayedScaling(reduce_amax=False)``).
 - ``distributed_fused_adam`` (``"off"``, ``"fp32"`` or ``"bf16"``) — the optimizer is Apex's
   ``DistributedFusedAdam`` as NeMo 1.x sets it up (``optim.name: distributed_fused_adam``),
   with the optimizer-state dtype ``optim.dtype`` (NeMo's default fp32). Its sharded state per
@@ -407,6 +422,7 @@ OPTION_FLAGS: dict[str, str] = {
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
     "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
+    "fp8_amax_reduction": "TE DelayedScaling amax all-reduce group (Megatron --tp-only-amax-red)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
@@ -415,6 +431,10 @@ OPTION_FLAGS: dict[str, str] = {
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
     "micro_pipeline_tp": "torchtitan enable_async_tensor_parallel (Inductor _micro_pipeline_tp)",
 }
+
+#: The values of ``fp8_amax_reduction``: no reduction timed, Megatron's ``--tp-only-amax-red``
+#: group (tensor- and context-parallel) or its default (tensor-, data- and context-parallel).
+FP8_AMAX_REDUCTION = ("off", "tp_cp", "tp_dp_cp")
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
 #: optimizer-state dtype of Apex's ``DistributedFusedAdam``.
@@ -481,6 +501,7 @@ class FrameworkProfile:
     moe_probs_in_activation: bool = False  # the weighted combine saves the expert outputs
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
+    fp8_amax_reduction: str = "off"  # no FP8 amax all-reduce timed
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
@@ -559,6 +580,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `distributed_fused_adam` must be one of "
                         f"{', '.join(DISTRIBUTED_FUSED_ADAM)}, but got {value!r}"
+                    )
+            elif option == "fp8_amax_reduction":
+                if value not in FP8_AMAX_REDUCTION:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `fp8_amax_reduction` must be one of "
+                        f"{', '.join(FP8_AMAX_REDUCTION)}, but got {value!r}"
                     )
             elif option == "grad_accumulation":
                 if value not in GRAD_ACCUMULATION:

@@ -172,6 +172,11 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # _apply_bias adds them per expert, scaled by the probabilities, in eager PyTorch
             # (torch.split, t + b * p, torch.cat); linear_fc1's in its GEMM epilogue
             eager_modules="megatron-core",
+            # transformer_block.py TransformerBlock.forward: the layers run inside one TE
+            # fp8_autocast(fp8_group=parallel_state.get_amax_reduction_group(
+            # with_context_parallel=True)), the tp x dp x cp group unless --tp-only-amax-red;
+            # TE's delayed scaling all-reduces the amaxes at its exit and after the backward
+            fp8_amax_reduction="tp_dp_cp",
         ),
         FrameworkProfile(
             name="deepspeed",

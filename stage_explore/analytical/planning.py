@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key
+from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
     PIPELINE_ENDS,
@@ -26,15 +27,17 @@ from stage_core.lower.program import (
 from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_kept_block, is_layer_block
-from stage_core.plans import DP_REPLICATE
+from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import (
     BlockCost,
     chunk_timing,
     hidden_sync_s,
+    plus_exposed,
     sync_timing,
 )
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
+from stage_explore.analytical.collectives import latency_bound_all_reduce_s
 from stage_explore.analytical.contention import NcclLoad, nccl_load
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.frameworks import (
@@ -52,6 +55,21 @@ from stage_explore.analytical.parts import (
 from stage_explore.analytical.policy import Overlap
 from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, pair_table
 
+#: Bytes of one amax entry (fp32) and Transformer Engine's scaling entries per FP8 GEMM in the
+#: forward (input, weight, output) and the backward (output gradient, input gradient):
+#: transformer_engine/pytorch/module/base.py ``set_meta_tensor`` (``num_fp8_tensors``
+#: = 3 × GEMMs forward, 2 × GEMMs backward).
+AMAX_BYTES = 4
+AMAX_FORWARD_ENTRIES = 3
+AMAX_BACKWARD_ENTRIES = 2
+
+#: The mesh axes of Megatron's ``--tp-only-amax-red`` group with context parallelism: tensor
+#: parallelism (and its sub-axes under expert tensor parallelism) and context parallelism.
+AMAX_TP_CP_AXES = frozenset({"tp", TP_OUTER, TP_REST, "cp"})
+
+#: The breakdown label of the FP8 amax reductions (``exposed_fp8_amax_reduction``).
+FP8_AMAX = "fp8_amax_reduction"
+
 
 class StagePlanning(BlockCosting):
     """The plan of a configuration per pipeline-stage class (module docstring)."""
@@ -66,6 +84,9 @@ class StagePlanning(BlockCosting):
         layout = chunk_runs(*self._layout_key(workload))
         kinds = {k: self._kind(point, k) for k in sorted({k for runs in layout for k, _ in runs})}
         relevant_set = {axes for parts in kinds.values() for axes in parts.span_axes}
+        amax_axes = self._fp8_amax_axes(point)
+        if amax_axes:  # the FP8 amax reduction's group (fp8_amax_reduction)
+            relevant_set.add(amax_axes)
         if tied_ends(workload):
             relevant_set.add((PIPELINE_ENDS,))
         if schedule == "dualpipe":
@@ -201,6 +222,9 @@ class StagePlanning(BlockCosting):
             )
         root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
         timing = chunk_timing(runs, costs, zero, root)
+        amax_s = self._fp8_amax_s(point, runs, spans)
+        if amax_s != (0.0, 0.0):  # on the compute stream after the forward and the backward
+            timing = plus_exposed(timing, *amax_s, FP8_AMAX)
         w_timing = chunk_timing(runs, w_costs, zero, root) if split else timing
         input_grad_s = pending = None
         computes = (0.0, 0.0)
@@ -273,6 +297,54 @@ class StagePlanning(BlockCosting):
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
         sync = SyncCost(total + tied, latest + tied, gather, lost)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+
+    def _fp8_amax_axes(self, point: Point) -> tuple[str, ...]:
+        """The mesh axes of the FP8 amax reduction group (``fp8_amax_reduction``), in mesh
+        order and of size > 1; empty when no reduction is timed: the option off, not FP8, a
+        recipe other than ``delayed`` (Transformer Engine's global amax buffer is delayed
+        scaling's only), or a group of one rank."""
+        mode = self.framework.fp8_amax_reduction
+        workload = point.workload
+        if mode == "off" or point.dtype != "fp8" or str(workload.parallel.fp8_recipe) != "delayed":
+            return ()
+        inside = AMAX_TP_CP_AXES if mode == "tp_cp" else None  # None: all but pp
+        sizes = workload.axis_sizes
+        return tuple(
+            axis
+            for axis in workload.mesh.names
+            if axis != "pp" and (inside is None or axis in inside) and sizes.get(axis, 1) > 1
+        )
+
+    def _fp8_amax_s(
+        self, point: Point, runs: Runs, spans: dict[Any, Any]
+    ) -> tuple[float, float]:
+        """Seconds per micro-batch of a chunk's FP8 amax reductions (``fp8_amax_reduction``),
+        forward and backward: one latency-bound all-reduce each over the group of
+        :meth:`_fp8_amax_axes` (:func:`~stage_explore.analytical.collectives.
+        latency_bound_all_reduce_s`) of :data:`AMAX_BYTES` per scaling entry — Transformer
+        Engine keeps 3 forward entries per FP8 GEMM (input, weight, output) and 2 backward
+        (output and input gradients) — for the chunk's FP8 linear layers; (0, 0) when none is
+        timed or the chunk has no FP8 linear layer (TE skips an empty amax buffer)."""
+        axes = self._fp8_amax_axes(point)
+        if not axes:
+            return 0.0, 0.0
+        linears = sum(
+            count * len(linear_weights(point.blocks[kind]))
+            for kind, count in runs
+            if fp8_block(kind)
+        )
+        if linears == 0:
+            return 0.0, 0.0
+        shape, group, _ = spans[axes]
+
+        def seconds(entries: int) -> float:
+            size = AMAX_BYTES * entries * linears
+            return self._parts.get(  # type: ignore[no-any-return]
+                ("amax", point.token, shape, size),
+                lambda: latency_bound_all_reduce_s(point.system, size, group),
+            )
+
+        return seconds(AMAX_FORWARD_ENTRIES), seconds(AMAX_BACKWARD_ENTRIES)
 
     def _chunk_share(
         self,

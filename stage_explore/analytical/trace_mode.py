@@ -32,7 +32,9 @@ to a rank without a trace), the next step's parameter gather behind its first fo
 (``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
 the compute that ZeRO's collectives, the gradient buckets and overlapped parameter gathers slow
 beside them (:mod:`~stage_explore.analytical.contention`, which the levelled mode applies where
-a network dim gives ``nccl_channels``).
+a network dim gives ``nccl_channels``), and the FP8 amax all-reduces per chunk and micro-batch
+(the framework option ``fp8_amax_reduction``, which the levelled mode adds to each chunk's
+forward and backward: not instructions of the generator's program).
 """
 
 from __future__ import annotations
