@@ -324,7 +324,9 @@ class StagePlanning(BlockCosting):
         latency_bound_all_reduce_s`) of :data:`AMAX_BYTES` per scaling entry — Transformer
         Engine keeps 3 forward entries per FP8 GEMM (input, weight, output) and 2 backward
         (output and input gradients) — for the chunk's FP8 linear layers; (0, 0) when none is
-        timed or the chunk has no FP8 linear layer (TE skips an empty amax buffer)."""
+        timed or the chunk has no FP8 linear layer. (TE's global amax buffer holds every FP8
+        module of the rank, ``add_fp8_tensors_to_global_buffer``, so each reduction carries
+        the other chunks' entries too: a few hundred bytes either way, latency-bound.)"""
         axes = self._fp8_amax_axes(point)
         if not axes:
             return 0.0, 0.0
