@@ -44,6 +44,19 @@ with one peer, ``_RotateMethod.ALL_TO_ALL``) passes the rank's accumulators to t
 and the next step waits for the previous rank's. ``cp`` messages of the local keys' and values'
 fp32 gradients, each hidden behind the next chunk's SDPA backward except the last one, and
 whatever a message takes beyond a chunk's compute.
+
+**Compiled** (``traced``: the torchtitan profile's ``cp_traced_ring`` on a row run with
+``training.compile``, ``fused_elementwise``). TorchTitan compiles each transformer block with
+``torch.compile(block, fullgraph=True)`` (``apply_compile``), so the ring above, reached through
+the DTensor SDPA handler, is traced into the block's graph, forward and backward. A functional
+collective traced there is waited for at once: ``_maybe_wrap_tensor`` returns
+``wait_tensor(self)`` when ``_are_we_tracing()`` (``torch/distributed/_functional_collectives.py``),
+and Inductor keeps that order — its ``reorder_for_compute_comm_overlap`` (``raise_comms``,
+``sink_waits``) is off by default (``torch/_inductor/config.py``). So the key/value all-gather
+(forward, recompute, backward) and every one of the ``cp`` key/value-gradient messages are
+exposed in full. Inductor fuses the element-wise kernels between the SDPA calls instead
+(:data:`FUSED_MERGE_BYTES`, :func:`cp_merge_bytes` with ``compiled``), and the send buffers
+the all-gather rotater never sends after the first are dead code.
 """
 
 from __future__ import annotations
@@ -77,6 +90,18 @@ PARTIAL_UPDATE_BYTES = ACCUMULATE_BYTES // 2 + 2 * FP32_BYTES
 #: Concatenating the fp32 key and value gradients into the ring's message (4 read, 4 written).
 RING_MESSAGE_COPY_BYTES = 2 * FP32_BYTES
 
+#: Compiled (module docstring): one fused merge kernel per later chunk, per output element —
+#: the running fp32 output read (4), the chunk's 16-bit output read (2), the new fp32 output
+#: written (4); the first merge reads the first chunk's 16-bit output instead (2 less), the last
+#: writes the 16-bit result (2 less).
+FUSED_MERGE_BYTES = FP32_BYTES + ELEMENT_BYTES + FP32_BYTES
+#: Compiled: a key/value-gradient step fused into one kernel writing the next ring message —
+#: the received fp32 message read (4), the chunk's 16-bit gradient added on the half it covers
+#: (2 on half the elements: 1), the message written (4); the first step reads only the 16-bit
+#: gradient (2) into the zero-initialised accumulator and writes the message (4).
+FUSED_RING_STEP_BYTES = FP32_BYTES + ELEMENT_BYTES // 2 + FP32_BYTES
+FUSED_FIRST_STEP_BYTES = ELEMENT_BYTES + FP32_BYTES
+
 
 def _query_and_kv(instr: Instr) -> tuple[int, tuple[int, ...]]:
     """Elements of the rank's queries and of the gathered keys and values an attention
@@ -98,16 +123,19 @@ def kv_repeat(instr: Instr, cp: int) -> int:
     return max(1, query // local_key) if local_key > 0 else 1
 
 
-def cp_merge_bytes(instr: Instr, cp: int, repeat: bool = True) -> int:
+def cp_merge_bytes(instr: Instr, cp: int, repeat: bool = True, compiled: bool = False) -> int:
     """HBM bytes the most loaded rank moves in the element-wise kernels of a context-parallel
     attention instruction (forward or recompute: the merges and the key/value copies; backward:
     the gradient accumulators and ring messages), 0 for other instructions or ``cp`` of 1
-    (module docstring). ``repeat``: keys and values repeated to the query heads before SDPA."""
+    (module docstring). ``repeat``: keys and values repeated to the query heads before SDPA;
+    ``compiled``: the ring traced into a compiled graph, its element-wise kernels fused."""
     if cp <= 1 or instr.kind != "attention" or not instr.outputs:
         return 0
     query, kv = _query_and_kv(instr)
     factor = kv_repeat(instr, cp) if repeat else 1
     local_kv = sum(kv) // cp * factor
+    if compiled:
+        return _compiled_merge_bytes(instr, cp, query, local_kv)
     if instr.phase in ("fwd", "recompute"):
         out = instr.outputs[0][1] // ELEMENT_BYTES
         merges = out * (CAST_BYTES + (cp - 1) * MERGE_STEP_BYTES + CAST_BYTES)
@@ -120,6 +148,28 @@ def cp_merge_bytes(instr: Instr, cp: int, repeat: bool = True) -> int:
         + ACCUMULATE_BYTES  # the first (local) chunk
         + (cp - 1) * PARTIAL_UPDATE_BYTES
         + cp * RING_MESSAGE_COPY_BYTES
+        + CAST_BYTES
+    )
+    return query * per_query + local_kv * per_kv
+
+
+def _compiled_merge_bytes(instr: Instr, cp: int, query: int, local_kv: int) -> int:
+    """:func:`cp_merge_bytes` of a ring traced into a compiled graph (module docstring): per
+    output element ``cp − 1`` fused merges (:data:`FUSED_MERGE_BYTES`, 4 less at the ends);
+    per repeated key/value element the ``contiguous()`` copy and the one send buffer the
+    all-gather rotater gathers. Backward: per query element ``cp`` fused accumulations (10
+    each, the zero fill and the final cast folded into the first and last: 6 less); per key/
+    value element the copy and the gathered buffer, the first step and ``cp − 1`` fused ring
+    steps (:data:`FUSED_FIRST_STEP_BYTES`, :data:`FUSED_RING_STEP_BYTES`) and the last
+    message's cast back to 16 bits."""
+    if instr.phase in ("fwd", "recompute"):
+        out = instr.outputs[0][1] // ELEMENT_BYTES
+        return out * (FUSED_MERGE_BYTES * (cp - 1) - 2 * ELEMENT_BYTES) + local_kv * 2 * COPY_BYTES
+    per_query = ACCUMULATE_BYTES * cp - CAST_BYTES
+    per_kv = (
+        2 * COPY_BYTES  # contiguous(), the gathered send buffer
+        + FUSED_FIRST_STEP_BYTES
+        + (cp - 1) * FUSED_RING_STEP_BYTES
         + CAST_BYTES
     )
     return query * per_query + local_kv * per_kv
@@ -177,6 +227,7 @@ def cp_comm_timer(
     comm_s: Callable[[Instr], float],
     attention_s: Callable[[Instr], float],
     message_s: Callable[[int], float],
+    traced: bool = False,
 ) -> Callable[[Instr], float]:
     """The communication timer of a block's instructions under torch's ``context_parallel``
     (module docstring): a key/value all-gather over ``cp`` moves the repeated keys or values
@@ -185,7 +236,9 @@ def cp_comm_timer(
     fp32 gradient ring — ``cp`` messages of the local repeated keys' and values' gradients
     (``message_s``: seconds of one message to the next cp rank), each hidden behind a chunk's
     SDPA backward but the last, plus what a message takes beyond a chunk's compute — charged
-    to the reduce-scatters in proportion to their bytes. Every other instruction: ``comm_s``."""
+    to the reduce-scatters in proportion to their bytes. ``traced`` (the ring compiled, module
+    docstring): every collective waited for where it is issued — the all-gather in full, the
+    ``cp`` messages one after another. Every other instruction: ``comm_s``."""
     if cp <= 1:
         return comm_s
     attention = {i.phase: i for i in instrs if i.kind == "attention"}
@@ -204,6 +257,8 @@ def cp_comm_timer(
         seconds = [comm_s(replace(i, comm_bytes=i.comm_bytes * repeat)) for i in group]
         hidden = attention_s(attention[phase]) / cp  # the first chunk's SDPA
         exposed = max(0.0, 1.0 - hidden / sum(seconds)) if sum(seconds) > 0 else 0.0
+        if traced:
+            exposed = 1.0
         for instr, time_s in zip(group, seconds, strict=True):
             charged[instr] = time_s * exposed
     for phase, group in scatters.items():
@@ -211,7 +266,7 @@ def cp_comm_timer(
         sizes = [i.comm_bytes // cp * repeat * FP32_BYTES // ELEMENT_BYTES for i in group]
         message = message_s(sum(sizes))
         step = attention_s(attention[phase]) / cp  # one chunk's SDPA backward
-        ring = message + (cp - 1) * max(0.0, message - step)
+        ring = cp * message if traced else message + (cp - 1) * max(0.0, message - step)
         for instr, size in zip(group, sizes, strict=True):
             charged[instr] = ring * size / sum(sizes) if sum(sizes) else 0.0
 

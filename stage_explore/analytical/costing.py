@@ -339,12 +339,18 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         cp = point.workload.axis_sizes.get("cp", 1)
         if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
             message = self._cp_message(point, spans)
-            comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message)
+            comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message, self._cp_traced)
         elif self.framework.te_cp_overlap and cp > 1 and point.workload.parallel.cp_style == "ring":
             comm_s = te_ring_comm_timer(instrs, cp, comm_s, compute_s)  # TE: step i || msg i+1
         return PhaseProgram(
             tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms, rule, extra_bytes
         )
+
+    @property
+    def _cp_traced(self) -> bool:
+        """torch's ``context_parallel`` ring traced into the compiled block's graph: the
+        profile's ``cp_traced_ring`` on a compiled run (``fused_elementwise``)."""
+        return self.framework.cp_traced_ring and self.framework.fused_elementwise
 
     def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
         """How long a compute instruction of block ``kind`` takes: the accelerator's kernel
@@ -385,6 +391,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
             cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,
+            cp_compiled=self._cp_traced,
             te_cp_merge=(  # Transformer Engine's ring (P2P) context parallelism
                 parallel.cp if self.framework.te_cp_merge and parallel.cp_style == "ring" else 0
             ),

@@ -159,6 +159,13 @@ Options (all booleans unless said):
   gradients passed around the cp ring. Off: the merge is inside the attention kernel
   (Transformer Engine's fused CP attention) and the generator's grouped-query collectives are
   timed as they are, or there is no context parallelism.
+- ``cp_traced_ring`` — with ``cp_merge_fp32``, on a compiled run (``fused_elementwise``, torchtitan
+  ``training.compile``): the ring is traced into the block's ``torch.compile`` graph, where each
+  functional collective is waited for where it is issued (``_maybe_wrap_tensor`` under tracing)
+  and Inductor does not move the waits (``reorder_for_compute_comm_overlap`` off by default), so
+  the key/value all-gathers and every key/value-gradient message are exposed, while the merges
+  and accumulations are fused kernels (:mod:`stage_explore.analytical.context_parallel`). Off,
+  or eager: the collectives overlap as eager PyTorch issues them.
 - ``te_cp_merge`` — context-parallel attention under ``cp_style`` ring is Transformer Engine's
   ``AttnFuncWithCP`` (Megatron-Core ``cp_comm_type`` p2p): one attention kernel per ring step,
   the steps' outputs corrected into the running output, and in the backward the query and
@@ -408,6 +415,7 @@ OPTION_FLAGS: dict[str, str] = {
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
+    "cp_traced_ring": "torchtitan training.compile + CP (traced waits; Inductor reorder off)",
     "te_cp_merge": "TE AttnFuncWithCP p2p (per-step out corrections, dQ/dKV accumulation)",
     "te_cp_overlap": "TE AttnFuncWithCP p2p: step i's attention beside step i+1's K/V exchange",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
@@ -482,6 +490,7 @@ class FrameworkProfile:
     loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
+    cp_traced_ring: bool = False  # torch's ring run eagerly (its collectives overlapped)
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule

@@ -351,6 +351,11 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # all-gather rotater, the all-to-all dK/dV ring) on models/llama/model.py's
             # repeat_kv'd keys and values
             cp_merge_fp32=True,
+            # parallelize_llama.py apply_compile (torchtitan 0596be3): torch.compile(block,
+            # fullgraph=True) traces the ring too; traced functional collectives are waited for at
+            # once and torch._inductor.config.reorder_for_compute_comm_overlap is False by default
+            # (applies to the compiled rows, fused_elementwise)
+            cp_traced_ring=True,
             fsdp2_copies=True,  # fully_shard: FSDP2's all-gather copy-out, reduce-scatter copy-in
             # apply_fsdp: fully_shard(model) after the blocks, the embedding, final norm and
             # output layer one root group (gathered before the forward, reduced at the end)

@@ -299,6 +299,9 @@ class KernelTimer:
     #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
     #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
     cp_merge: int = 0
+    #: Those merges traced into a compiled graph and fused by Inductor (``cp_traced_ring``,
+    #: :func:`~stage_explore.analytical.context_parallel.cp_merge_bytes` ``compiled``).
+    cp_compiled: bool = False
     #: Bytes per element of the element-wise kernels the framework runs around the attention
     #: kernel (:func:`~stage_explore.analytical.eager.attention_eager_bytes`: the query, key and
     #: value copied in, the output, the output gradient); zeros: none (a fused kernel's layout).
@@ -344,7 +347,7 @@ class KernelTimer:
                 )
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
-                seconds += cp_merge_bytes(instr, self.cp_merge) / (
+                seconds += cp_merge_bytes(instr, self.cp_merge, compiled=self.cp_compiled) / (
                     accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
                 )
             if self.te_cp_merge > 1:  # TE's per-step corrections and accumulations
