@@ -138,7 +138,7 @@ def test_fp8_step_is_faster_but_far_from_twice_as_fast() -> None:
     assert 1.1 < times["bf16"] / times["fp8"] < 1.8
 
 
-@pytest.mark.parametrize("name", ["a100-80gb", "h100-80gb", "h200", "b200"])
+@pytest.mark.parametrize("name", ["a100-80gb", "h100-80gb", "h200", "b200", "b300", "gb300-nvl72"])
 def test_the_gpu_presets_have_kernel_tables_and_link_efficiencies_that_round_trip(
     name: str,
 ) -> None:

@@ -22,7 +22,17 @@ from stage_explore.system import (
     system_from_mapping,
 )
 
-PRESETS = ("a100-80gb", "b200", "gb200-nvl72", "h100-80gb", "h200", "h800", "tpu-v4-like")
+PRESETS = (
+    "a100-80gb",
+    "b200",
+    "b300",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "h100-80gb",
+    "h200",
+    "h800",
+    "tpu-v4-like",
+)
 
 MINIMAL = """\
 name = "tiny"
@@ -78,6 +88,8 @@ def test_every_preset_loads_and_round_trips_through_to_dict(name: str) -> None:
         ("b200", 2.25e15, 191_500_000_000, 7.672e12, 900e9, 50e9, (8, 16384)),
         ("h800", 989e12, 80 * 2**30, 3.35e12, 200e9, 50e9, (8, 16384)),
         ("gb200-nvl72", 2.5e15, 186 * 10**9, 8e12, 900e9, 50e9, (72, 2048)),
+        ("b300", 2.25e15, 288 * 10**9, 7.672e12, 900e9, 100e9, (8, 16384)),
+        ("gb300-nvl72", 2.5e15, 279 * 10**9, 8e12, 900e9, 100e9, (72, 2048)),
         ("tpu-v4-like", 275e12, 32 * 2**30, 1.2e12, 50e9, 50e9, (4, 4, 4, 64)),
     ],
 )
