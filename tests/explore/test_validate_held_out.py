@@ -35,6 +35,7 @@ MBRIDGE = {
     "MBRIDGE-H100": ("MBD-H100-", "h100-80gb"),
     "MBRIDGE-B200": ("MBD-B200-", "b200"),
     "MBRIDGE-GB200": ("MBD-GB200-", "gb200-nvl72"),
+    "MBRIDGE-GB300": ("MBD-GB300-", "gb300-nvl72"),
 }
 #: One-metric sources of the file: source → (id prefix, system preset, framework).
 OTHERS = {
@@ -51,6 +52,7 @@ OTHERS = {
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
     "MBRIDGE-MOE-B200": ("MBM-B200-", "b200", "megatron-core"),
+    "MBRIDGE-MOE-B300": ("MBM-B300-", "b300", "megatron-core"),
     "TORCHTITAN-A100": ("TTA100-", "a100-80gb", "torchtitan"),
     "MLPERF-GPT3-H100": ("MLPERF-GPT3-H100-", "h100-80gb", "megatron-core"),
     "MLPERF-GPT3-B200": ("MLPERF-GPT3-B200-", "b200", "megatron-core"),
@@ -99,7 +101,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 204 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 216 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -601,10 +603,11 @@ def test_the_async_tp_rows_run_fsdp_x_tp8_compiled(cases: list[Case]) -> None:
 
 def test_the_26_04_rows_take_their_26_02_twins_setup() -> None:
     """The Megatron-Bridge 26.04 tables' rows whose 26.02 twins are here state the same layouts
-    (GPT-OSS 120B on DGX-B200 at EP 8 instead of 64): each is set up as its twin."""
+    (GPT-OSS 120B on DGX-B200 at EP 8 instead of 64; Qwen3-235B on DGX-B300 at MBS 2 without the
+    26.02 table's VP 4): each is set up as its twin."""
     by_id = {c.id: c for c in load_cases()}
     new = sorted(i for i in by_id if "26.04" in i)
-    assert len(new) == 7
+    assert len(new) == 11
     for row_id in new:
         case, twin = by_id[row_id], by_id[row_id.replace("26.04", "26.02")]
         assert case.parallel is not None and twin.parallel is not None
@@ -613,6 +616,12 @@ def test_the_26_04_rows_take_their_26_02_twins_setup() -> None:
         if row_id.startswith("MBM-B200-"):
             assert (case.parallel.ep, twin.parallel.ep) == (8, 64), row_id
             assert replace(case.parallel, ep=64) == twin.parallel
+        elif row_id.startswith("MBM-B300-"):
+            assert (case.parallel.micro_batch, case.parallel.vpp, twin.parallel.vpp) == (2, 1, 4)
+            unchanged = replace(
+                case.parallel, micro_batch=1, vpp=4, schedule=twin.parallel.schedule
+            )
+            assert unchanged == twin.parallel, row_id
         else:
             assert case.parallel == twin.parallel, row_id
 
