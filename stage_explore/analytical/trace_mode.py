@@ -30,11 +30,17 @@ Not covered: schedules that split the backward (their B and W parts index the bo
 instructions, not the rewritten ones: a ConfigError), context-parallel ring exchanges (messages
 to a rank without a trace), the next step's parameter gather behind its first forward
 (``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
-the compute that ZeRO's collectives, the gradient buckets and overlapped parameter gathers slow
-beside them (:mod:`~stage_explore.analytical.contention`, which the levelled mode applies where
-a network dim gives ``nccl_channels``), and the FP8 amax all-reduces per chunk and micro-batch
-(the framework option ``fp8_amax_reduction``, which the levelled mode adds to each chunk's
-forward and backward: not instructions of the generator's program).
+the FP8 amax all-reduces per chunk and micro-batch (the framework option
+``fp8_amax_reduction``, which the levelled mode adds to each chunk's forward and backward: not
+instructions of the generator's program).
+
+The SMs and HBM bandwidth NCCL's kernels hold beside compute
+(:mod:`~stage_explore.analytical.contention`, where a network dim gives ``nccl_channels``) are
+the simulator's: a block's compute node runs at ``1 − Σ share`` of its rate while ZeRO's
+gathers and scatters, hybrid sharding's replica all-reduce or gradient buckets run on their
+side streams beside it (:meth:`ProgramTimingModel.beside_share`: the levelled mode's share of
+the block phase for that collective's load), so what the levelled mode charges per block and
+per chunk the trace charges per node, for the seconds they actually overlap.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import time_block
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
+from stage_explore.analytical.contention import nccl_load
 from stage_explore.analytical.costing import PhaseProgram
 from stage_explore.analytical.kernels import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
@@ -173,6 +180,33 @@ class ProgramTimingModel(BaseTimingModel[float]):
             span = costs.span(op.axes)
             seconds = backend._collective_time(point, span, op.collective, op.comm_bytes)
         return dict.fromkeys(group, seconds)
+
+    def beside_share(self, compute: TraceNode, collective: TraceNode) -> float:
+        """The share of its rate a block's compute node loses while a collective of a side
+        stream runs on its rank — a ZeRO gather or scatter, hybrid sharding's replica
+        all-reduce or a gradient bucket (:data:`BESIDE`) —, as the levelled mode charges it:
+        the block phase's share on what that collective's NCCL kernels leave
+        (:meth:`~stage_explore.analytical.costing.BlockCosting._contention_share` of the
+        collective's :func:`~stage_explore.analytical.contention.nccl_load`: the
+        ``nccl_channels`` of the outermost dim its group spans and its ring's HBM traffic).
+        Nothing for the optimizer or for a block's own collectives (their SM sharing, where
+        modelled, is in the block's cost already)."""
+        costs, (kind, phase, _) = self._source(compute)
+        stage_costs, (owner, side, index) = self._source(collective)
+        if phase not in ("fwd", "bwd") or side not in BESIDE:
+            return 0.0
+        backend, point = costs.backend, costs.point
+        if side == SYNC:
+            op = self._programs[stage_costs.stage].sync[index]
+            axes, kind_of = op.axes, op.collective
+        else:
+            parts = backend._kind(point, owner)
+            instr = (parts.gathers if side == ZERO_GATHER else parts.scatters)[index]
+            assert instr.collective is not None
+            axes, kind_of = instr.axes, instr.collective
+        counts = stage_costs.span(axes)[0][1]  # type: ignore[index]
+        load = nccl_load(point.system, counts, kind_of)
+        return backend._contention_share(point, kind, phase, costs.spans(kind), load)
 
     def collective(
         self, kind: CollectiveKind, size_bytes: int, group: tuple[int, ...]
@@ -290,6 +324,12 @@ def trace_step(
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
     return TraceStep(result, stage_of, tuple(templates))
 
+
+#: The phases of the collectives whose NCCL kernels slow the compute beside them
+#: (:meth:`ProgramTimingModel.beside_share`; the levelled mode's :mod:`~stage_explore.
+#: analytical.contention`: ZeRO's gathers and scatters and the replica all-reduce beside their
+#: blocks, gradient buckets beside the backward).
+BESIDE = frozenset({SYNC, ZERO_GATHER, ZERO_SCATTER})
 
 #: The streams of the policy's ``side_streams``, by the phase of a node's source: gradient
 #: buckets, ZeRO's gathers and its gradient scatters (FSDP2's all-gather and reduce-scatter

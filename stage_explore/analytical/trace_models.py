@@ -78,6 +78,14 @@ class BaseTimingModel(abc.ABC, Generic[T]):
         ``issued``, or None to start every member at the last issue (by default: None)."""
         return None
 
+    def beside_share(self, compute: TraceNode, collective: TraceNode) -> float:
+        """The share of its rate the GPU compute node ``compute`` loses while the collective
+        node ``collective`` runs on the same rank (the SMs and HBM bandwidth its NCCL kernels
+        hold: :mod:`~stage_explore.analytical.contention`), in [0, 1): by default 0.0, the
+        collective takes nothing from compute. A model that returns a share must time in
+        float seconds (the contended node's end is a quotient)."""
+        return 0.0
+
     def node_collective(self, node: TraceNode, group: tuple[int, ...]) -> Mapping[int, T]:
         """Duration of the collective ``node`` for every member of ``group``: by default
         :meth:`collective` of its kind and bytes; a model that costs each node on its own

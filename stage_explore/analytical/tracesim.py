@@ -47,7 +47,14 @@ values named in brackets:
 - the policy's ``overlaps`` and ``p2p_scatter_gather`` are rewrites of the program before
   timing: a trace is run as written.
 - compute nodes take the model's compute time; a rank's finish time is its last completion,
-  its exposed communication is ``finish − GPU compute time`` (ASTRA-sim's report).
+  its exposed communication is ``finish − GPU compute time`` (ASTRA-sim's report);
+- a GPU compute node runs at a rate that may change while it runs: at ``1 − Σ share`` of its
+  speed while collectives run on its rank, each taking the share
+  :meth:`BaseTimingModel.beside_share` gives the pair (by default none: ASTRA-sim's models),
+  at full speed otherwise (the SMs NCCL's kernels hold beside compute,
+  :mod:`~stage_explore.analytical.contention`). A collective's start or end re-times the
+  running node's remaining work at the new rate (event-driven: its end event is replaced, no
+  time stepping); its GPU compute time stays the model's (the work, not the wall seconds).
 
 Completions at the same instant are applied together before any node is issued.
 
@@ -180,6 +187,8 @@ class _Rank(Generic[T]):
             self.order[self.slot_of[node_id]].append(node_id)
         self.position = dict.fromkeys(slots, 0)
         self.gpu_cursor = 0  # order["gpu"][:gpu_cursor] have all finished
+        self.running: dict[int, TraceNode] = {}  # collectives started and not finished
+        self.work: _Work[T] = _Work(zero)  # the GPU compute node running (at most one: one slot)
         for node in nodes:
             deps = set(node.data_deps) | set(node.ctrl_deps)
             for dep in deps:
@@ -202,6 +211,26 @@ class _Rank(Generic[T]):
         index = self.counters[key]
         self.counters[key] = index + 1
         return index
+
+
+class _Work(Generic[T]):
+    """The GPU compute node a rank runs (``node`` None when none): its start, its remaining
+    work in the model's seconds at full rate as of ``since``, its rate, the order of its end
+    event, and the share each running collective takes from it (:meth:`BaseTimingModel.
+    beside_share`, asked once per pair)."""
+
+    def __init__(self, zero: T) -> None:
+        self.node: TraceNode | None = None
+        self.started: T = zero
+        self.since: float = 0.0
+        self.left: float = 0.0
+        self.rate = 1.0
+        self.event = -1
+        self.shares: dict[int, float] = {}
+
+    def begin(self, node: TraceNode, now: T, duration: T, event: int) -> None:
+        self.node, self.started, self.since, self.left = node, now, now, duration
+        self.rate, self.event, self.shares = 1.0, event, {}
 
 
 def simulate(
@@ -236,13 +265,45 @@ def simulate(
     node_times: dict[tuple[int, int], tuple[T, T]] = {}
     issued: dict[tuple[int, int], T] = {}
     order = 0
+    superseded: set[int] = set()  # end events of compute nodes re-timed since
+    rated: set[int] = set()  # ranks whose running collectives or compute node changed
 
-    def finish_at(rank: int, node_id: int, start: T, end: T) -> None:
+    def finish_at(rank: int, node_id: int, start: T, end: T) -> int:
         nonlocal order
         heapq.heappush(events, (end, order, rank, node_id))
         order += 1
         if record_nodes:
             node_times[(rank, node_id)] = (start, end)
+        return order - 1
+
+    def collective_at(rank: int, node_id: int, start: T, end: T) -> None:
+        """A collective runs on ``rank`` from ``start`` (beside its compute) to ``end``."""
+        finish_at(rank, node_id, start, end)
+        state = ranks[rank]
+        state.running[node_id] = state.nodes[node_id]
+        rated.add(rank)
+
+    def rerate(state: _Rank[T], now: T) -> None:
+        """Re-time the running compute node at the rate its rank's collectives leave it."""
+        work = state.work
+        if work.node is None:
+            return
+        total = 0.0
+        for node_id, node in state.running.items():
+            share = work.shares.get(node_id)
+            if share is None:
+                share = work.shares[node_id] = model.beside_share(work.node, node)
+            total += share
+        rate = 1.0 - total
+        if rate == work.rate:
+            return
+        work.left = max(0.0, work.left - (now - work.since) * work.rate)
+        work.since, work.rate = now, rate
+        superseded.add(work.event)
+        work.event = -1
+        if rate > 0.0:  # else it waits for a collective to end
+            end = now + type(now)(work.left / rate)  # a float model's (beside_share)
+            work.event = finish_at(state.rank, work.node.id, work.started, end)
 
     def issue(state: _Rank[T], now: T) -> None:
         for slot, queue in state.ready.items():
@@ -263,9 +324,12 @@ def simulate(
         rank = state.rank
         if node.kind is NodeKind.COMP:
             duration = model.compute(node)
+            event = finish_at(rank, node.id, now, now + duration)
             if state.slot_of[node.id] == "gpu":
                 state.compute += duration
-            finish_at(rank, node.id, now, now + duration)
+                state.work.begin(node, now, duration, event)
+                if state.running:
+                    rated.add(rank)
         elif node.kind is NodeKind.COLL:
             if node.collective is None:
                 raise ConfigError(f"rank {rank}: collective node {node.id} has no collective kind")
@@ -276,7 +340,7 @@ def simulate(
                 issued[(rank, node.id)] = now
             if local:  # symmetric members: this rank stands for its group
                 duration = model.node_collective(node, group)[rank]
-                finish_at(rank, node.id, now, now + duration)
+                collective_at(rank, node.id, now, now + duration)
                 return
             collective = (node.collective, node.comm_bytes, group)
             meeting = collective + (state.next_index(collective),)
@@ -295,11 +359,11 @@ def simulate(
                     # every member waits for a packet of the last one, so none ends before now
                     assert min(skewed.values()) >= now, (skewed, now)
                     for member, member_node in nodes_of.items():
-                        finish_at(member, member_node, issues[member], skewed[member])
+                        collective_at(member, member_node, issues[member], skewed[member])
                 else:
                     durations = model.node_collective(node, group)
                     for member, member_node in nodes_of.items():
-                        finish_at(member, member_node, now, now + durations[member])
+                        collective_at(member, member_node, now, now + durations[member])
         elif node.kind in (NodeKind.SEND, NodeKind.RECV):
             if policy.point_to_point is not PointToPoint.ARRIVAL:
                 raise ConfigError(
@@ -329,15 +393,28 @@ def simulate(
         else:
             raise ConfigError(f"rank {rank}: node {node.id} has an unsupported kind {node.kind!r}")
 
+    def rerate_all(now: T) -> None:
+        for rank in sorted(rated):
+            rerate(ranks[rank], now)
+        rated.clear()
+
     for state in ranks.values():
         issue(state, zero)
+    rerate_all(zero)
     while events:
         now = events[0][0]
         touched: set[int] = set()
         while events and events[0][0] == now:
-            _, _, rank, node_id = heapq.heappop(events)
+            _, event, rank, node_id = heapq.heappop(events)
+            if event in superseded:  # a compute node's end before its rate changed
+                superseded.discard(event)
+                continue
             state = ranks[rank]
             state.busy[state.slot_of[node_id]] = False
+            if state.work.node is not None and state.work.node.id == node_id:
+                state.work.node = None
+            elif state.running.pop(node_id, None) is not None and state.work.node is not None:
+                rated.add(rank)
             state.finish = now
             state.finished.add(node_id)
             for dependent in state.dependents.get(node_id, ()):
@@ -347,6 +424,7 @@ def simulate(
             touched.add(rank)
         for rank in sorted(touched):
             issue(ranks[rank], now)
+        rerate_all(now)
     unfinished = sum(len(s.nodes) - len(s.finished) for s in ranks.values())
     if unfinished:
         first = next(s for s in ranks.values() if len(s.finished) < len(s.nodes))
