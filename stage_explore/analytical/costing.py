@@ -85,6 +85,7 @@ from stage_explore.analytical.parts import (
 )
 from stage_explore.analytical.passes import PhasePasses
 from stage_explore.analytical.policy import TimingPolicy
+from stage_explore.analytical.routing_tiles import routing_share
 from stage_explore.analytical.te_context_parallel import te_ring_comm_timer
 
 
@@ -416,6 +417,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             attention_eager=eager_attention(
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),
+            expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
         )
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:

@@ -56,6 +56,7 @@ from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
+from stage_explore.analytical.routing_tiles import expected_row_tiles
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.system.model import Accelerator, KernelModel
 
@@ -87,10 +88,20 @@ def gemm_shape(instr: Instr) -> tuple[int, int, int, int] | None:
     return batch, m_int, n, k
 
 
-def _issued_fraction(batch: int, m: int, n: int, tile: tuple[int, int], sms: int) -> float:
+def _issued_fraction(
+    batch: int, m: int, n: int, tile: tuple[int, int], sms: int, share: float = 0.0
+) -> float:
+    """The useful fraction of the tiles a GEMM issues over its waves. ``share`` > 0: the ``m``
+    rows are the mean of a routed expert's random token count (each of the group's tokens picks
+    the expert with probability ``share``), and each expert's row tiles are the expected
+    ``ceil`` of that count (:func:`~stage_explore.analytical.routing_tiles.expected_row_tiles`)."""
     tm, tn = tile
-    tiles = batch * -(-m // tm) * -(-n // tn)
-    waves = -(-tiles // sms)
+    if share <= 0.0:
+        tiles = batch * -(-m // tm) * -(-n // tn)
+        waves = -(-tiles // sms)
+    else:
+        expected = batch * expected_row_tiles(m, share, tm) * -(-n // tn)
+        waves = math.ceil(expected / sms)
     return batch * m * n / (waves * sms * tm * tn)
 
 
@@ -104,15 +115,20 @@ PARTIAL_BYTES = 4
 
 
 def gemm_efficiency(
-    kernels: KernelModel, dtype: str, shape: tuple[int, int, int, int], split: int = 1
+    kernels: KernelModel,
+    dtype: str,
+    shape: tuple[int, int, int, int],
+    split: int = 1,
+    share: float = 0.0,
 ) -> float:
     """The fraction of ``dtype``'s peak a GEMM of ``shape`` reaches with its reduction dim
-    split ``split`` ways (module docstring)."""
+    split ``split`` ways (module docstring); ``share`` > 0: its rows are a randomly routed
+    expert's tokens (:func:`_issued_fraction`)."""
     batch, m, n, k = shape
     tm, tn = kernels.gemm_tile
     issued = max(
-        _issued_fraction(batch * split, m, n, (tm, tn), kernels.sm_count),
-        _issued_fraction(batch * split, m, n, (tn, tm), kernels.sm_count),
+        _issued_fraction(batch * split, m, n, (tm, tn), kernels.sm_count, share),
+        _issued_fraction(batch * split, m, n, (tn, tm), kernels.sm_count, share),
     )
     per_split = k / split
     main_loop = per_split / (per_split + kernels.gemm_k_overhead)
@@ -129,9 +145,11 @@ def gemm_time_s(
     shape: tuple[int, int, int, int],
     flops: int,
     memory_s: float,
+    share: float = 0.0,
 ) -> float:
     """The fastest of the split-K choices (:data:`SPLIT_K`): the roofline of the split GEMM plus,
-    for a split, writing and reading back its FP32 partial tiles at the achieved bandwidth."""
+    for a split, writing and reading back its FP32 partial tiles at the achieved bandwidth.
+    ``share``: as :func:`gemm_efficiency`."""
     batch, m, n, k = shape
     peak = accelerator.peak(dtype)
     bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
@@ -139,7 +157,8 @@ def gemm_time_s(
     for split in SPLIT_K:
         if split > 1 and k // split < MIN_SPLIT_K:
             break
-        seconds = max(memory_s, flops / (peak * gemm_efficiency(kernels, dtype, shape, split)))
+        efficiency = gemm_efficiency(kernels, dtype, shape, split, share)
+        seconds = max(memory_s, flops / (peak * efficiency))
         if split > 1:
             seconds += 2 * split * batch * m * n * PARTIAL_BYTES / bandwidth
         best = min(best, seconds)
@@ -191,6 +210,19 @@ def grouped_gemm_groups(instr: Instr, shape: tuple[int, int, int, int]) -> int:
     if not any(name == op or name.startswith(f"{op}.") for op in GROUPED_EXPERT_GEMMS):
         return 0
     return shape[0]
+
+
+#: The generator's routed-expert projections (``experts.gate``, ``experts.up``, ``experts.fc1``,
+#: ``experts.fc2`` and their gradients); shared experts are ``shared.*``.
+ROUTED_EXPERT_PREFIX = "experts."
+
+
+def routed_rows_share(instr: Instr, weights: Collection[str], share: float) -> float:
+    """``share`` when ``instr`` is a routed expert's forward or input-gradient GEMM, whose rows
+    are the expert's tokens (its weight gradient reduces over them: no row tiles); else 0."""
+    if share <= 0.0 or not instr.name.startswith(ROUTED_EXPERT_PREFIX):
+        return 0.0
+    return share if gemm_role(instr, weights) in ("fprop", "dgrad") else 0.0
 
 
 def is_linear(instr: Instr, weights: Collection[str]) -> bool:
@@ -316,6 +348,11 @@ class KernelTimer:
     #: Bytes per element of the generator ops eager PyTorch runs as several kernels
     #: (:func:`~stage_explore.analytical.eager.eager_op_bytes`); empty: the generator's bytes.
     eager_bytes: Mapping[str, int] = field(default_factory=dict, compare=False)
+    #: ``k/E`` when the run routes tokens at random (Megatron-Core's
+    #: ``--moe-router-force-load-balancing``): each routed expert's forward and input-gradient
+    #: GEMMs see a Binomial token count, not the generator's mean
+    #: (:mod:`~stage_explore.analytical.routing_tiles`); 0: every expert gets the mean.
+    expert_share: float = 0.0
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -368,13 +405,15 @@ class KernelTimer:
             return max(memory_s, instr.flops / accelerator.peak(scalar))
         groups_s = grouped_gemm_groups(instr, shape) * self.kernels.grouped_gemm_group_s
         role = gemm_role(instr, self.weights)
+        share = routed_rows_share(instr, self.weights, self.expert_share)
+        kernels, flops = self.kernels, instr.flops
         if self.dtype != "fp8" or role is None or not self.fp8_training:
             dtype = self.dtype if role is not None else self._bf16()
-            seconds = gemm_time_s(accelerator, self.kernels, dtype, shape, instr.flops, memory_s)
+            seconds = gemm_time_s(accelerator, kernels, dtype, shape, flops, memory_s, share)
             return seconds + groups_s
         if not self.fp8_block or role not in self.fp8_gemms:
             bf16 = self._bf16()
-            seconds = gemm_time_s(accelerator, self.kernels, bf16, shape, instr.flops, memory_s)
+            seconds = gemm_time_s(accelerator, kernels, bf16, shape, flops, memory_s, share)
             return seconds + groups_s
         # FP8 operands are half as wide: the GEMM's own traffic, then its operand casts
         fp8_memory_s = (
@@ -383,7 +422,7 @@ class KernelTimer:
             / max(1, instr.bytes_read + instr.bytes_written)
         )
         fp8 = self._fp8_dtype()
-        seconds = gemm_time_s(accelerator, self.kernels, fp8, shape, instr.flops, fp8_memory_s)
+        seconds = gemm_time_s(accelerator, kernels, fp8, shape, flops, fp8_memory_s, share)
         return seconds + self._cast_s(instr, role) + groups_s
 
     def _fp8_dtype(self) -> str:
