@@ -31,6 +31,7 @@ from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import Mixer, layer_kind_of_block
 from stage_core.models.spec import ModelSpec
 from stage_core.ops import window_pairs
+from stage_core.parallel import MoeDispatcher
 from stage_explore.analytical.async_tp import (
     NCCL_ALL_REDUCE_SMS,
     async_grad_allreduce_rule,
@@ -418,7 +419,19 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
+            sort_chunks=self._sorts_chunks(point),
         )
+
+    def _sorts_chunks(self, point: Point) -> bool:
+        """Whether the MoE layers run Megatron-Core's all-to-all dispatcher's chunk sorts
+        (:mod:`~stage_explore.analytical.megatron_dispatch`): the profile's ``moe_sort_chunks``,
+        the all-to-all dispatcher without DeepEP, and more than one expert per rank."""
+        model, parallel = point.workload.model, point.workload.parallel
+        if not self.framework.moe_sort_chunks or self.framework.moe_deepep:
+            return False
+        if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+            return False
+        return model.num_experts // max(1, parallel.ep) > 1
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
         """A block's forward and backward instructions as the profile's GEMMs run them (one

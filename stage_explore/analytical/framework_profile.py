@@ -196,8 +196,15 @@ Options (all booleans unless said):
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
   fewer ranks and nodes than under random balanced routing (the default, Megatron-Core's
-  ``--moe-router-force-load-balancing``: random router logits). Only DeepEP's traffic depends
-  on it; the experts' work is balanced either way.
+  ``--moe-router-force-load-balancing``: random router logits). DeepEP's traffic depends on
+  it, and the experts' GEMMs' row tiles: random routing gives each expert a binomial token
+  count (:mod:`~stage_explore.analytical.routing_tiles`), the fake gate exactly the mean.
+- ``moe_sort_chunks`` — the MoE tokens go through Megatron-Core's all-to-all token dispatcher
+  (``--moe-token-dispatcher-type alltoall``), which sorts the received tokens by local expert
+  before the grouped GEMM and back after it (``sort_chunks_by_idxs``, with more than one local
+  expert): one more read and write of the routed tokens each way, forward and backward
+  (:mod:`~stage_explore.analytical.megatron_dispatch`). Not with ``moe_deepep`` (the flex
+  dispatcher permutes the received tokens itself) or the allgather dispatcher.
 - ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
   parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
   held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
@@ -412,6 +419,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "local_batch_size": "AutoModel step_scheduler.local_batch_size (a PP schedule per batch)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
+    "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
@@ -493,6 +501,7 @@ class FrameworkProfile:
     cp_traced_ring: bool = False  # torch's ring run eagerly (its collectives overlapped)
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
+    moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)

@@ -177,6 +177,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # with_context_parallel=True)), the tp x dp x cp group unless --tp-only-amax-red;
             # TE's delayed scaling all-reduces the amaxes at its exit and after the backward
             fp8_amax_reduction="tp_dp_cp",
+            # transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs
+            # of the received tokens by local expert, and back before the combine all-to-all
+            moe_sort_chunks=True,
         ),
         FrameworkProfile(
             name="deepspeed",

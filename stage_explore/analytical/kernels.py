@@ -56,6 +56,7 @@ from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
+from stage_explore.analytical.megatron_dispatch import sort_chunks_bytes
 from stage_explore.analytical.routing_tiles import expected_row_tiles
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.system.model import Accelerator, KernelModel
@@ -353,6 +354,10 @@ class KernelTimer:
     #: GEMMs see a Binomial token count, not the generator's mean
     #: (:mod:`~stage_explore.analytical.routing_tiles`); 0: every expert gets the mean.
     expert_share: float = 0.0
+    #: Megatron-Core's all-to-all dispatcher sorts the received tokens by local expert and back
+    #: (:mod:`~stage_explore.analytical.megatron_dispatch`): its dispatch and combine ops move
+    #: the permuted tokens once more each way, forward and backward.
+    sort_chunks: bool = False
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -364,6 +369,10 @@ class KernelTimer:
         else:  # eager PyTorch's op-by-op kernels, at their own achieved bandwidth
             eager = self.kernels.eager_memory or accelerator.efficiency.memory
             memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
+        if self.sort_chunks:  # a fused copy kernel beside the dispatch or combine
+            memory_s += sort_chunks_bytes(instr) / (
+                accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+            )
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
         if instr.flops <= 0:

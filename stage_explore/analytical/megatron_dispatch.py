@@ -1,0 +1,44 @@
+"""Megatron-Core's all-to-all token dispatcher: the chunk sorts around the local experts.
+
+Megatron-Core's ``MoEAlltoAllTokenDispatcher`` (``megatron/core/transformer/moe/
+token_dispatcher.py``, ``--moe-token-dispatcher-type alltoall``) permutes a rank's tokens by
+expert (``permute``: the generator's ``moe.dispatch``) and sends them with one all-to-all. What
+a rank receives is ordered by source rank, each source's block by local expert, while the
+grouped GEMM wants every local expert's tokens contiguous, so with more than one local expert it
+reorders them ("Permutation 2: Sort tokens by local expert"):
+
+    if self.num_local_experts > 1:
+        global_input_tokens = sort_chunks_by_idxs(
+            global_input_tokens, self.num_global_tokens_per_local_expert.ravel(),
+            self.sort_input_by_local_experts, fused=self.config.moe_permute_fusion)
+
+and ``token_unpermutation`` restores the source order before the combine all-to-all ("Unsort
+tokens by local expert", ``restore_output_by_local_experts``). Each sort reads every routed
+token's row and writes it to its new place — Transformer Engine's ``moe_sort_chunks_by_index``
+under ``moe_permute_fusion``, ``torch.split`` and ``torch.cat`` without it, one read and one
+write of the permuted tensor either way — and its autograd backward is the inverse sort of the
+gradient. The generator's block has no such op (its permute lands tokens in expert order), so
+:func:`sort_chunks_bytes` adds, per MoE layer and micro-batch, two reads and writes of the
+permuted tensor forward (after the dispatch, before the combine) and two backward, on the
+dispatch and combine ops and their backwards, at the achieved HBM rate. The flex dispatcher
+(DeepEP, ``moe_deepep``) permutes the received tokens itself and has no chunk sort; a single
+local expert needs none.
+"""
+
+from __future__ import annotations
+
+from stage_core.lower.bind import Instr
+
+#: The generator's ops a chunk sort runs beside: after the dispatch all-to-all (on the received
+#: tokens), before the combine all-to-all (on the experts' output), and their backwards.
+SORT_CHUNKS_OPS = ("moe.dispatch", "moe.combine", "moe.dispatch.backward", "moe.combine.backward")
+
+
+def sort_chunks_bytes(instr: Instr) -> int:
+    """HBM bytes of the chunk sort Megatron-Core's all-to-all dispatcher runs beside ``instr``:
+    one read and one write of the permuted tokens (the largest tensor the op touches: the routed
+    tokens, the experts' output or their gradients); 0 for any other op."""
+    if instr.name not in SORT_CHUNKS_OPS:
+        return 0
+    permuted = max(size for _, size in (*instr.inputs, *instr.outputs))
+    return 2 * permuted

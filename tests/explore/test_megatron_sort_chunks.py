@@ -1,0 +1,70 @@
+"""Megatron-Core's all-to-all dispatcher's chunk sorts (``analytical/megatron_dispatch.py``,
+framework option ``moe_sort_chunks``): which ops carry them, their bytes, and when a run has
+them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from stage_core.lower.program import bind_all, make_workload
+from stage_core.models import get_flavor
+from stage_core.parallel import MoeDispatcher, ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.frameworks import FRAMEWORKS
+from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.analytical.megatron_dispatch import SORT_CHUNKS_OPS, sort_chunks_bytes
+from stage_explore.system import load_system
+
+H100 = load_system("h100-80gb")
+GPTOSS = get_flavor("gpt-oss-20b").with_overrides(layers=2, seq_len=1024)  # 32 experts, top-4
+EP8 = ParallelConfig(dp=8, ep=8, zero=1, micro_batch=1, global_batch=8)  # 4 local experts
+
+
+def test_each_sort_moves_the_routed_tokens_once_each_way() -> None:
+    layer = bind_all(make_workload(GPTOSS, EP8))["moe_layer"]
+    # 1,024 tokens per rank, top-4, hidden 2,880, 16-bit: the permuted tokens
+    routed = 1024 * GPTOSS.top_k * GPTOSS.hidden * 2
+    found = {}
+    for instr in (*layer.fwd, *layer.bwd):
+        moved = sort_chunks_bytes(instr)
+        if instr.name in SORT_CHUNKS_OPS:
+            found[instr.name] = moved
+        else:
+            assert moved == 0, instr.name
+    assert found == {name: 2 * routed for name in SORT_CHUNKS_OPS}
+
+
+def test_the_timer_adds_them_at_the_achieved_bandwidth() -> None:
+    layer = bind_all(make_workload(GPTOSS, EP8))["moe_layer"]
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    plain = KernelTimer(
+        H100.accelerator, kernels, "bf16", frozenset(), keys=1024, head_dim=64, causal=True
+    )
+    sorting = replace(plain, sort_chunks=True)
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
+    for instr in (*layer.fwd, *layer.bwd):
+        extra = sort_chunks_bytes(instr) / rate
+        assert sorting(instr) == pytest.approx(plain(instr) + extra, rel=1e-12, abs=1e-15)
+
+
+def _step(overrides: dict[str, object], parallel: ParallelConfig) -> float:
+    backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
+    return backend.evaluate(GPTOSS, parallel, H100).step_time_s
+
+
+def test_when_a_run_sorts() -> None:
+    """Megatron-Core's profile sorts; the step is slower than without the option. No sort with
+    DeepEP's flex dispatcher, the allgather dispatcher or one expert per rank."""
+    assert FRAMEWORKS["megatron-core"].moe_sort_chunks
+    assert not FRAMEWORKS["automodel"].moe_sort_chunks
+    off = {"moe_sort_chunks": False}
+    assert _step({}, EP8) > _step(off, EP8)
+    assert _step({"moe_deepep": True}, EP8) == _step({"moe_deepep": True, **off}, EP8)
+    allgather = replace(EP8, moe_dispatcher=MoeDispatcher.ALLGATHER)
+    assert _step({}, allgather) == _step(off, allgather)
+    one_each = ParallelConfig(dp=32, ep=32, zero=1, micro_batch=1, global_batch=32)
+    assert GPTOSS.num_experts // one_each.ep == 1
+    assert _step({}, one_each) == _step(off, one_each)
