@@ -66,12 +66,14 @@ ACROSS = ParallelConfig(dp=32, ep=32, micro_batch=1, global_batch=64)  # ep over
 
 def test_deepep_beside_overlapped_compute_slows_it() -> None:
     """Under --overlap-moe-expert-parallel-comm DeepEP's kernels hold SMs the overlapped compute
-    needs; without the overlap nothing runs beside them and compute is unchanged."""
+    needs; without the overlap nothing runs beside them and compute is unchanged. (The NCCL
+    runs leave out the all-to-all dispatcher's chunk sorts, which DeepEP's flex dispatcher does
+    not run: tests/explore/test_megatron_sort_chunks.py.)"""
     on = _breakdown(ACROSS, moe_deepep=True, moe_comm_overlap=True)
-    off = _breakdown(ACROSS, moe_deepep=False, moe_comm_overlap=True)
+    off = _breakdown(ACROSS, moe_deepep=False, moe_comm_overlap=True, moe_sort_chunks=False)
     assert on["compute"] > off["compute"]
     alone_on = _breakdown(ACROSS, moe_deepep=True, moe_comm_overlap=False)
-    alone_off = _breakdown(ACROSS, moe_deepep=False, moe_comm_overlap=False)
+    alone_off = _breakdown(ACROSS, moe_deepep=False, moe_comm_overlap=False, moe_sort_chunks=False)
     assert alone_on["compute"] == pytest.approx(alone_off["compute"], rel=1e-12)
 
 
