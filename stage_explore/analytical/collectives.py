@@ -43,8 +43,7 @@ and hops: see :mod:`stage_explore.system.astra`; ``d`` the endpoint delay; reduc
 **α–β mode** (formulas.md §6; Thakur et al., IJHPCA 2005; Chan et al., CCPE 2007): on one dim
 of ``n`` ranks with latency α and bandwidth β, buffer ``S`` (the full gathered size), ring and
 direct: all-reduce ``2(n−1)α + 2(n−1)/n·S/β``, all-gather, reduce-scatter and all-to-all
-``(n−1)α + (n−1)/n·S/β``, each plus the dim's fixed ``collective_overhead_s`` (so the bus
-bandwidth grows with the message size as nccl-tests measure it); β is the dim's achieved
+``(n−1)α + (n−1)/n·S/β``; β is the dim's achieved
 bandwidth, at ``bus_efficiency_by_ranks[n]`` instead of ``bus_efficiency`` when the dim lists
 ``n`` (NCCL's bus bandwidth on one NVSwitch node grows with the group), and for every kind
 but all-to-all times the dim's ``bus_efficiency_scaling`` factor for ``n`` ranks (NCCL's ring
@@ -59,6 +58,15 @@ that dim, and the buffer a level carries up is the one its smallest block holds
 its counts, so nothing changes for it. (Until 4 Dec 2026 such a group was one flat ring on the
 slowest dim, as if every hop crossed it: a 12-GPU data-parallel group cost 8x the inter-node
 time of a 16-GPU one.)
+
+**NCCL's per-call cost** (``collective_overhead_s``, so the bus bandwidth grows with the
+message size as nccl-tests measure it): an NCCL collective is one kernel over all its ranks,
+whichever dims they span (rings and trees cross the nodes inside it), so a call pays the fixed
+cost once: the largest ``collective_overhead_s`` of the dims its group spans, not one per level
+(nccl-tests#232's 2-node all-reduce intercept, the InfiniBand dims' figure, is the whole call's).
+Until 4 Dec 2026 (a8) each level paid its dim's. A collective that does not run on NCCL
+(``nccl=False``: Transformer Engine's userbuffers and PyTorch's symmetric-memory tensor-parallel
+exchanges, DeepEP's dispatch and combine) pays none of it.
 """
 
 from __future__ import annotations
@@ -81,6 +89,7 @@ from stage_explore.system.ranks import GroupSpan, coordinates, group_span
 __all__ = [
     "GroupSpan",
     "alpha_beta_collective_s",
+    "call_overhead_s",
     "deepep_scale_out_fraction",
     "alpha_beta_point_to_point_s",
     "latency_bound_all_reduce_s",
@@ -395,7 +404,8 @@ def _level_s(
 ) -> float:
     """One level of ``ranks`` ranks on ``dim`` (a flat ring over several dims passes the
     ranks of ``dim`` it spans as ``spanned``; 0: ``ranks``); ``buffer_bytes`` is the full
-    (gathered) size. The dim's bandwidth is the achieved one, times its
+    (gathered) size; without NCCL's per-call cost (:func:`call_overhead_s`). The dim's
+    bandwidth is the achieved one, times its
     ``bus_efficiency_by_ranks`` factor for a group of ``ranks``
     (:meth:`~stage_explore.system.model.NetworkDim.bandwidth_factor`) and, but for an
     all-to-all, its ``bus_efficiency_scaling`` factor
@@ -409,8 +419,17 @@ def _level_s(
         bandwidth *= dim.scaling_factor(spanned or ranks)
     volume_s = (ranks - 1) / ranks * buffer_bytes / bandwidth
     if kind is AR:
-        return dim.collective_overhead_s + 2 * steps * dim.latency_s + 2 * volume_s
-    return dim.collective_overhead_s + steps * dim.latency_s + volume_s
+        return 2 * steps * dim.latency_s + 2 * volume_s
+    return steps * dim.latency_s + volume_s
+
+
+def call_overhead_s(network: Sequence[NetworkDim], dims: Sequence[int], nccl: bool = True) -> float:
+    """NCCL's fixed cost of one collective call over the network dims ``dims`` (module
+    docstring): the largest ``collective_overhead_s`` among them, paid once; 0 for a collective
+    that does not run on NCCL (``nccl`` False) or spans no dim."""
+    if not nccl:
+        return 0.0
+    return max((network[index].collective_overhead_s for index in dims), default=0.0)
 
 
 def deepep_scale_out_fraction(experts: int, top_k: int, nodes: int) -> float:
@@ -435,6 +454,7 @@ def alpha_beta_collective_s(
     pipelined: bool = False,
     level_fractions: Sequence[float] = (),
     algorithm: CollectiveAlgorithm | None = None,
+    nccl: bool = True,
 ) -> float:
     """Seconds for a collective over ``group`` (``None``: every rank of ``system``), α–β mode.
 
@@ -449,6 +469,8 @@ def alpha_beta_collective_s(
     that share of its bytes on each level instead (DeepEP's per-rank and per-node deduplication,
     :func:`~stage_explore.analytical.deepep.deepep_level_fractions`); empty: as above.
     ``algorithm``: every level runs it instead of its dim's (None: the dims' own).
+    ``nccl``: the collective runs on NCCL and pays its per-call cost once
+    (:func:`call_overhead_s`); False: it does not (userbuffers, symmetric memory, DeepEP).
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
@@ -462,6 +484,7 @@ def alpha_beta_collective_s(
     if not levels:
         return 0.0
     network = system.network
+    overhead = call_overhead_s(network, [index for index, _ in levels], nccl)
     # the buffer entering level j: what the smallest block below it holds (1 rank below level 0)
     below = [1, *blocks[:-1]]
 
@@ -475,15 +498,15 @@ def alpha_beta_collective_s(
             2 * level(RS, index, ranks, size_bytes / block)
             for (index, ranks), block in zip(levels[:-1], below, strict=False)
         )
-        return total + level(AR, *levels[-1], size_bytes / below[-1])
+        return overhead + total + level(AR, *levels[-1], size_bytes / below[-1])
     if kind is RS:
-        return sum(
+        return overhead + sum(
             level(RS, index, ranks, size_bytes / block)
             for (index, ranks), block in zip(levels, below, strict=True)
         )
     if kind is AG:  # size_bytes is the per-rank shard: the gathered buffer is members times it
         gathered = float(size_bytes) * members
-        return sum(
+        return overhead + sum(
             level(AG, index, ranks, gathered / block)
             for (index, ranks), block in zip(levels, below, strict=True)
         )
@@ -501,7 +524,7 @@ def alpha_beta_collective_s(
         level(A2A, index, ranks, buffer * share)
         for (index, ranks), share in zip(levels, shares, strict=True)
     ]
-    return max(times) if pipelined else sum(times)
+    return overhead + (max(times) if pipelined else sum(times))
 
 
 def latency_bound_all_reduce_s(system: System, size_bytes: int, group: Sequence[int]) -> float:

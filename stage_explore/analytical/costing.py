@@ -74,6 +74,7 @@ from stage_explore.analytical.overlap import (
     overlap_rule,
     pipelined_chunks,
     pipelined_collectives,
+    runs_outside_nccl,
     sm_margin,
     ub_bulk_share_s,
 )
@@ -318,9 +319,12 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if rule is not None and self.framework.micro_pipeline_tp and self.framework.tp_comm_overlap:
             rule = micro_pipeline_rule(rule, instrs)  # PyTorch async TP: GEMM-adjacent only
             extra_bytes = fused_reduce_bytes(instrs, rule)  # its partials' sum, on compute
+        outside_nccl = runs_outside_nccl(  # userbuffers / symmetric memory: no NCCL call
+            policy, point.workload.parallel.tp, point.workload.flags.sp, rule
+        )
         compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
             self._compute_timer(point, kind),
-            lambda i: self._comm_time(point, spans[i.axes], i),
+            lambda i: self._comm_time(point, spans[i.axes], i, nccl=not outside_nccl(i)),
             self.framework.moe_load_imbalance,
         )
         instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites

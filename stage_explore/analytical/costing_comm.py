@@ -106,12 +106,13 @@ class CommCosting:
         scale_out: float = 1.0,
         pipelined: bool = False,
         fractions: tuple[float, ...] = (),
+        nccl: bool = True,
     ) -> float:
         shape, group, _ = span
         return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size, scale_out, pipelined, fractions),
+            ("comm", point.token, shape, kind, size, scale_out, pipelined, fractions, nccl),
             lambda: alpha_beta_collective_s(
-                point.system, kind, size, group, scale_out, pipelined, fractions
+                point.system, kind, size, group, scale_out, pipelined, fractions, nccl=nccl
             ),
         )
 
@@ -159,16 +160,22 @@ class CommCosting:
             lambda: flat_ring_s(point.system, kind, size, group),
         )
 
-    def _comm_time(self, point: Point, span: Any, instr: Instr) -> float:
-        """α–β time of a collective or ring exchange, memoised by the dims its group spans."""
+    def _comm_time(self, point: Point, span: Any, instr: Instr, nccl: bool = True) -> float:
+        """α–β time of a collective or ring exchange, memoised by the dims its group spans.
+        ``nccl`` False: the collective does not run on NCCL and pays none of its per-call cost
+        (:func:`~stage_explore.analytical.overlap.runs_outside_nccl`); nor does a DeepEP
+        dispatch or combine (its own kernels over NVLink and RDMA)."""
         if instr.kind != "ring":
             assert instr.collective is not None
             fractions = self._deepep_fractions(point, span, instr)  # DeepEP: levels at once
             if not fractions:
-                return self._collective_time(point, span, instr.collective, instr.comm_bytes)
+                nccl = nccl and not self._deepep_all_to_all(point, instr)
+                return self._collective_time(
+                    point, span, instr.collective, instr.comm_bytes, nccl=nccl
+                )
             return self._collective_time(
                 point, span, instr.collective, instr.comm_bytes, pipelined=True,
-                fractions=fractions,
+                fractions=fractions, nccl=False,
             )  # fmt: skip
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from stage_core.lower.bind import Instr
 from stage_core.plans import SPLIT_TP
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.collectives import _level_s
+from stage_explore.analytical.collectives import _level_s, call_overhead_s
 from stage_explore.analytical.policy import Overlap, TimingPolicy
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
@@ -400,6 +400,34 @@ def overlap_rule(
     return rule
 
 
+def runs_outside_nccl(
+    policy: TimingPolicy, tp: int, sp: bool, rule: OverlapRule | None
+) -> Callable[[Instr], bool]:
+    """Whether a block's collective (as :func:`apply_overlaps` rewrote it with ``rule``) runs
+    outside NCCL, so that NCCL's per-call cost
+    (:func:`~stage_explore.analytical.collectives.call_overhead_s`) is not its to pay: a
+    tensor-parallel all-gather or reduce-scatter that ``rule`` overlaps under
+    :attr:`Overlap.TP_COMM` — Transformer Engine's userbuffers kernels (``initialize_ub``: their
+    own communicator over CUDA IPC / NVLink buffers, "ring_exchange" copies, "pipeline" and
+    "bulk" kernels) or, under ``micro_pipeline_tp``, PyTorch's symmetric-memory
+    ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` (copy-engine writes into
+    peers' buffers). A collective the rule leaves alone (``micro_pipeline_tp``'s unfused
+    reduce-scatters), Megatron's asynchronous tp all-reduce and every other group's
+    collective are NCCL calls."""
+    tp_overlap = Overlap.TP_COMM in policy.overlaps and sp and tp > 1  # as overlap_rule's
+
+    def outside(instr: Instr) -> bool:
+        return (
+            tp_overlap
+            and rule is not None
+            and instr.axes in _TP_GROUPS
+            and instr.collective in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+            and rule(instr) is not None
+        )
+
+    return outside
+
+
 def flat_ring_s(
     system: System, kind: CollectiveKind, size_bytes: int, group: Sequence[int]
 ) -> float:
@@ -414,4 +442,5 @@ def flat_ring_s(
     buffer = size_bytes * ranks if kind is CollectiveKind.ALL_GATHER else size_bytes
     algorithm = dim.algorithms.for_kind(kind)
     spanned = span.counts[span.dims[-1]]  # the nodes (ranks of that dim) the ring crosses
-    return _level_s(kind, algorithm, ranks, float(buffer), dim, spanned)
+    overhead = call_overhead_s(system.network, span.dims)  # NCCL's, once per call
+    return overhead + _level_s(kind, algorithm, ranks, float(buffer), dim, spanned)

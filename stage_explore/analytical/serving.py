@@ -47,11 +47,13 @@ from stage_core.serving import (
 )
 from stage_core.serving.config import Phase, ServingStep
 from stage_core.serving.program import ServingStage
+from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
+    group_span,
 )
 from stage_explore.analytical.kernels import ELEMENT_BYTES, KernelTimer
 from stage_explore.system import System
@@ -62,6 +64,16 @@ DEFAULT_PREFILL_TOKENS_PER_STEP = 8192
 #: vLLM's default ``gpu_memory_utilization`` (docs.vllm.ai, engine arguments): the share of GPU
 #: memory the engine's tensors may take.
 DEFAULT_MEMORY_UTILIZATION = 0.9
+#: Bytes up to which an inference engine runs a tensor-parallel all-reduce inside one NVLink
+#: domain on its own kernels, not NCCL (so it pays no NCCL per-call cost,
+#: :func:`~stage_explore.analytical.collectives.call_overhead_s`): vLLM's ``CustomAllreduce``
+#: ``max_size=8192 * 1024`` (``vllm/distributed/device_communicators/custom_all_reduce.py``;
+#: larger tensors fall back to NCCL); TensorRT-LLM's AUTO strategy picks its ONESHOT / TWOSHOT
+#: kernels up to its workspace, 8 MB for tp > 2 (16 MB for tp 2, not modelled), and NCCL beyond
+#: (``cpp/tensorrt_llm/common/customAllReduceUtils.h``: ``getMaxRequiredWorkspaceSize``,
+#: ``AllReduceBestStrategyTableSM90``, e.g. tp 8 / hidden 8192: one- or two-shot up to 256
+#: tokens, NCCL from 512, i.e. from 8 MiB).
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +188,14 @@ def _timers(
     def comm_s(instr: Instr) -> float:
         assert instr.collective is not None
         group = table.group(rank, instr.axes)
-        return alpha_beta_collective_s(network, instr.collective, instr.comm_bytes, group)
+        custom = (  # the engine's own all-reduce kernels (CUSTOM_ALL_REDUCE_MAX_BYTES)
+            instr.collective is CollectiveKind.ALL_REDUCE
+            and instr.comm_bytes <= CUSTOM_ALL_REDUCE_MAX_BYTES
+            and len(group_span(network.dim_sizes, group).dims) <= 1
+        )
+        return alpha_beta_collective_s(
+            network, instr.collective, instr.comm_bytes, group, nccl=not custom
+        )
 
     return compute_s, comm_s
 

@@ -19,7 +19,7 @@ one rank, in-order compute and communication streams) and the trace simulator
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -37,7 +37,7 @@ from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
 from stage_explore.analytical.fused_qkv import fuse_qkv
-from stage_explore.analytical.overlap import apply_overlaps, overlap_rule
+from stage_explore.analytical.overlap import apply_overlaps, overlap_rule, runs_outside_nccl
 from stage_explore.analytical.parts import Point, axes_of
 from stage_explore.analytical.policy import (
     ASTRA_SIM_POLICY,
@@ -353,14 +353,19 @@ def test_tracesim_times_blocks_with_the_analytical_per_kernel_costs(name: str) -
             overlap_rule(policy, tp, sp, workload.axis_sizes["tp"]),
             async_grad_allreduce_rule(policy, tp, sp),
         )
+        outside_nccl = runs_outside_nccl(policy, tp, sp, rule)  # userbuffers: no NCCL call
         for kind, block in point.blocks.items():
             spans = {axes: backend._spans(point, axes)[0] for axes in axes_of(block)}
             compute_s = backend._compute_timer(point, kind)
 
             def comm_s(
-                instr: Instr, point: Point = point, spans: dict[tuple[str, ...], Any] = spans
+                instr: Instr,
+                point: Point = point,
+                spans: dict[tuple[str, ...], Any] = spans,
+                outside: Callable[[Instr], bool] = outside_nccl,
             ) -> float:
-                return backend._comm_time(point, spans[instr.axes], instr)
+                nccl = not outside(instr)
+                return backend._comm_time(point, spans[instr.axes], instr, nccl=nccl)
 
             for phase, instrs in (("fwd", block.fwd), ("bwd", block.bwd)):
                 if not instrs or any(i.kind == "ring" for i in instrs):

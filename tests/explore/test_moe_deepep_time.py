@@ -13,7 +13,7 @@ from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical import costing_comm
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.collectives import alpha_beta_collective_s
+from stage_explore.analytical.collectives import alpha_beta_collective_s, call_overhead_s
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.overlap import DEEPEP_SMS, deepep_sm_share_s
 from stage_explore.system import load_system
@@ -23,10 +23,11 @@ A2A = CollectiveKind.ALL_TO_ALL
 
 
 def _level_s(dim: NetworkDim, ranks: int, size: float) -> float:
-    """α–β all-to-all on one dim (collectives module docstring): overhead + (n−1)α + (n−1)/n·S/β."""
+    """α–β all-to-all on one dim (collectives module docstring): (n−1)α + (n−1)/n·S/β, NCCL's
+    per-call cost aside (paid once per call: ``call_overhead_s``)."""
     steps = (ranks - 1) * dim.latency_s
     volume = (ranks - 1) / ranks * size / dim.bandwidth_bytes_per_s
-    return dim.collective_overhead_s + steps + volume
+    return steps + volume
 
 
 @pytest.mark.parametrize("fraction", [1.0, 0.5, 0.1])
@@ -36,14 +37,19 @@ def test_pipelined_all_to_all_lasts_its_slowest_level(fraction: float) -> None:
     size = 64 * 2**20
     inner = _level_s(system.network[0], 8, size)
     outer = _level_s(system.network[1], 4, size * fraction)
-    serial = alpha_beta_collective_s(system, A2A, size, group, fraction)
-    pipelined = alpha_beta_collective_s(system, A2A, size, group, fraction, pipelined=True)
+    serial = alpha_beta_collective_s(system, A2A, size, group, fraction, nccl=False)
+    pipelined = alpha_beta_collective_s(
+        system, A2A, size, group, fraction, pipelined=True, nccl=False
+    )
     assert serial == pytest.approx(inner + outer, rel=1e-12)
     assert pipelined == pytest.approx(max(inner, outer), rel=1e-12)
+    once = call_overhead_s(system.network, [0, 1])  # as an NCCL call: its fixed cost, once
+    nccl = alpha_beta_collective_s(system, A2A, size, group, fraction)
+    assert nccl == pytest.approx(once + inner + outer, rel=1e-12)
     one_node = list(range(8))  # a single level: nothing to pipeline
-    assert alpha_beta_collective_s(system, A2A, size, one_node, pipelined=True) == pytest.approx(
-        _level_s(system.network[0], 8, size), rel=1e-12
-    )
+    assert alpha_beta_collective_s(
+        system, A2A, size, one_node, pipelined=True, nccl=False
+    ) == pytest.approx(_level_s(system.network[0], 8, size), rel=1e-12)
 
 
 @pytest.mark.parametrize(("a2a", "compute"), [(1.0, 3.0), (3.0, 1.0), (0.0, 2.0)])
@@ -84,13 +90,18 @@ def test_backend_times_deepep_all_to_alls_pipelined(monkeypatch: pytest.MonkeyPa
     real = alpha_beta_collective_s
 
     def serial(
-        system: System, kind: CollectiveKind, size: int, group: list[int], *rest: object
+        system: System,
+        kind: CollectiveKind,
+        size: int,
+        group: list[int],
+        *rest: object,
+        nccl: bool = True,
     ) -> float:
         scale_out = rest[0] if rest else 1.0
         assert isinstance(scale_out, float)
         fractions = rest[2] if len(rest) > 2 else ()
         assert isinstance(fractions, tuple)
-        return real(system, kind, size, group, scale_out, False, fractions)
+        return real(system, kind, size, group, scale_out, False, fractions, nccl=nccl)
 
     monkeypatch.setattr(costing_comm, "alpha_beta_collective_s", serial)
     forced = _breakdown(ACROSS, moe_deepep=True)
