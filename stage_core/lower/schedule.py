@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import functools
 from collections import deque
+from collections.abc import Iterable
+from itertools import repeat
 from typing import NamedTuple
 
 from stage_core.errors import ConfigError
@@ -53,6 +55,14 @@ class Task(NamedTuple):
 #: ``_new(Task, (phase, chunk, micro_batch))`` builds a :class:`Task` without the named tuple's
 #: Python-level ``__new__`` (a schedule builds one per forward and backward of every micro-batch).
 _new = tuple.__new__
+
+#: A task as a plain tuple ``(phase, chunk, micro_batch)``: equal to its :class:`Task`.
+Step = tuple[str, int, int]
+
+
+def _steps(phase: str, chunks: Iterable[int], micro_batches: Iterable[int]) -> list[Step]:
+    """``[(phase, c, mb) for c, mb in zip(chunks, micro_batches)]`` by C-level iterators."""
+    return list(zip(repeat(phase), chunks, micro_batches))
 
 
 def chunks_per_rank(kind: str, vpp: int) -> int:
@@ -79,6 +89,18 @@ def schedule(
 ) -> tuple[Task, ...]:
     """The task order of pipeline rank ``rank`` of ``stages`` for ``micro_batches`` (memoised:
     a pure function of its arguments, called for every candidate of a search)."""
+    kind = ALIASES.get(kind, kind)
+    if kind == "dualpipe":
+        return _dualpipe(rank, stages, micro_batches, vpp)[0]
+    return tuple(map(_new, repeat(Task), _schedule(kind, rank, stages, micro_batches, vpp)))
+
+
+def order(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1) -> tuple[Step, ...]:
+    """:func:`schedule`'s order as plain ``(phase, chunk, micro_batch)`` tuples (equal to its
+    tasks), not memoised: what a caller that keeps only its own digest of the order needs (the
+    analytical backend's task graphs, :mod:`stage_explore.analytical.taskgraph`), without a
+    :class:`Task` object per task (~0.1 µs each; a schedule of 16 ranks × 384 micro-batches ×
+    vpp 4 has ~50,000 tasks) or a process-wide memo holding them."""
     kind = ALIASES.get(kind, kind)
     if kind == "dualpipe":
         return _dualpipe(rank, stages, micro_batches, vpp)[0]
@@ -115,21 +137,19 @@ def check_dualpipe(stages: int, micro_batches: int, vpp: int = 1) -> None:
         )
 
 
-def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -> list[Task]:
+def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -> list[Step]:
     p, m = stages, micro_batches
     if not 0 <= rank < p or m < 1 or vpp < 1:
         raise ConfigError(
             f"invalid pipeline position ({rank=}, {stages=}, {micro_batches=}, {vpp=})"
         )
     if kind == "gpipe":
-        return [_new(Task, ("F", 0, i)) for i in range(m)] + [
-            _new(Task, ("B", 0, i)) for i in range(m)
-        ]
+        return _steps("F", repeat(0), range(m)) + _steps("B", repeat(0), range(m))
     if kind == "zb" and vpp == 1:
         return _zero_bubble_h1(rank, p, m)
     if kind == "1f1b" and vpp == 1:
-        forwards = [_new(Task, ("F", 0, i)) for i in range(m)]
-        backwards = [_new(Task, ("B", 0, i)) for i in range(m)]
+        forwards = _steps("F", repeat(0), range(m))
+        backwards = _steps("B", repeat(0), range(m))
         return _one_forward_one_backward(forwards, backwards, min(p - rank - 1, m))
     if kind == "zb":
         raise ConfigError(f"schedule='zb' runs one chunk per rank: `vpp` must be 1, but got {vpp=}")
@@ -142,9 +162,10 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
         total = m * vpp
         # the k-th forward (backward) virtual micro-batch, k = (g·vpp + c)·p + i, runs chunk c
         # (backward: vpp − 1 − c) of micro-batch g·p + i: Megatron's groups of p micro-batches
-        ids = [(c, g * p + i) for g in range(m // p) for c in range(vpp) for i in range(p)]
-        forwards = [_new(Task, ("F", c, mb)) for c, mb in ids]
-        backwards = [_new(Task, ("B", vpp - 1 - c, mb)) for c, mb in ids]
+        groups = m // p
+        mbs = [mb for g in range(groups) for mb in [*range(g * p, g * p + p)] * vpp]
+        forwards = _steps("F", [c for c in range(vpp) for _ in range(p)] * groups, mbs)
+        backwards = _steps("B", [vpp - 1 - c for c in range(vpp) for _ in range(p)] * groups, mbs)
         warmup = min((p - rank - 1) * 2 + (vpp - 1) * p, total)
         return _one_forward_one_backward(forwards, backwards, warmup)
     raise ConfigError(
@@ -153,36 +174,36 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
 
 
 def _one_forward_one_backward(
-    forwards: list[Task], backwards: list[Task], warmup: int
-) -> list[Task]:
+    forwards: list[Step], backwards: list[Step], warmup: int
+) -> list[Step]:
     """The ``warmup`` first forwards, then the next forward and the next backward alternately
     until the forwards run out, then the remaining backwards."""
     steady = len(forwards) - warmup
-    alternating: list[Task] = [forwards[0]] * (2 * steady)
+    alternating: list[Step] = [forwards[0]] * (2 * steady)
     alternating[0::2] = forwards[warmup:]
     alternating[1::2] = backwards[:steady]
     return forwards[:warmup] + alternating + backwards[steady:]
 
 
-def _zero_bubble_h1(rank: int, p: int, m: int) -> list[Task]:
+def _zero_bubble_h1(rank: int, p: int, m: int) -> list[Step]:
     """ZB-H1 on rank ``r``: 1F1B's ``p − r − 1`` warm-up forwards and its F/B alternation, with
     each ``W`` deferred by ``r`` micro-batches (run after the ``B`` of ``r`` micro-batches
     later); in the cool-down a ``W`` follows every ``B`` (filling the wait for the next), and
     the last ``r`` come at the end. Rank ``r`` then holds at most ``p − r + r = p``
     micro-batches, 1F1B's peak (rank 0's): the memory bound of ZB-H1."""
     warmup = min(p - rank - 1, m)
-    tasks = [Task("F", 0, i) for i in range(warmup)]
+    tasks: list[Step] = [("F", 0, i) for i in range(warmup)]
     pending: deque[int] = deque()
     forward = warmup
     for backward in range(m):
         if forward < m:
-            tasks.append(Task("F", 0, forward))
+            tasks.append(("F", 0, forward))
             forward += 1
-        tasks.append(Task("B", 0, backward))
+        tasks.append(("B", 0, backward))
         pending.append(backward)
         if len(pending) > rank or forward == m:
-            tasks.append(Task("W", 0, pending.popleft()))
-    tasks += [Task("W", 0, i) for i in pending]
+            tasks.append(("W", 0, pending.popleft()))
+    tasks += [("W", 0, i) for i in pending]
     return tasks
 
 

@@ -26,29 +26,31 @@ Duration slots of a rank with ``C`` chunks: ``F c`` → ``c``, ``B c`` → ``C +
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stage_core.lower.schedule import (
     SPLIT_BACKWARD,
-    Task,
+    Step,
     chunks_per_rank,
     global_stage,
     global_stages,
+    order,
     overlapped,
-    schedule,
 )
 
 FORWARD, BACKWARD, WEIGHT = 0, 1, 2
 _CODE = {"F": FORWARD, "B": BACKWARD, "W": WEIGHT}
 
 
-def rank_order(kind: str, rank: int, p: int, m: int, vpp: int) -> tuple[Task, ...]:
-    """:func:`~stage_core.lower.schedule.schedule` without its process-wide memo: the memoised
-    shapes here keep only plain int tuples, so a sweep's schedules (hundreds of thousands of
-    ``Task`` objects the garbage collector would traverse on every full collection) are freed
-    once a shape is built."""
-    return schedule.__wrapped__(kind, rank, p, m, vpp)
+def rank_order(kind: str, rank: int, p: int, m: int, vpp: int) -> tuple[Step, ...]:
+    """:func:`~stage_core.lower.schedule.schedule` as plain ``(phase, chunk, micro_batch)``
+    tuples (:func:`~stage_core.lower.schedule.order`), without its process-wide memo: the
+    memoised shapes here keep only plain int tuples, so a sweep's schedules (hundreds of
+    thousands of tasks the garbage collector would traverse on every full collection) are freed
+    once a shape is built, and no ``Task`` object is made for them."""
+    return order(kind, rank, p, m, vpp)
 
 
 def slots(chunks: int) -> int:
@@ -88,11 +90,11 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
     orders, pairs, last_grad, slot_counts, send_counts = [], [], [], [], []
     for rank in range(p):
         stage_of = [global_stage(kind, rank, chunk, p) for chunk in range(chunks)]
+        # by columns, with C-level iterators (no Python step per task; m ≥ 1: never empty)
+        phases, chunk_of, micro_batches = zip(*rank_order(kind, rank, p, m, vpp), strict=True)
+        codes = list(map(_CODE.__getitem__, phases))
         order = tuple(
-            [
-                (_CODE[phase], stage_of[chunk], mb, chunk)
-                for phase, chunk, mb in rank_order(kind, rank, p, m, vpp)
-            ]
+            zip(codes, map(stage_of.__getitem__, chunk_of), micro_batches, chunk_of, strict=True)
         )
         starts = overlapped(kind, rank, p, m, vpp)
         last = [-1] * chunks
@@ -111,11 +113,17 @@ def shape(kind: str, p: int, m: int, vpp: int) -> Shape:
             if code == grad_code:
                 last[chunk] = index
             index += 1
-        if not starts:  # the same, without pairs
-            for index, (code, _, _, chunk) in enumerate(order):
-                counts[code * chunks + chunk] += 1
-                if code == grad_code:
+        if not starts:  # the same, without pairs: tasks per (code, chunk); the last from the end
+            for (code, chunk), count in Counter(zip(codes, chunk_of, strict=True)).items():
+                counts[code * chunks + chunk] = count
+            found = 0
+            for index in range(len(order) - 1, -1, -1):
+                code, _, _, chunk = order[index]
+                if code == grad_code and last[chunk] < 0:
                     last[chunk] = index
+                    found += 1
+                    if found == chunks:
+                        break
         # a chunk's tasks all run its global stage: its sends follow from the counts
         forward_sends = [int(sends(FORWARD, j, last_stage)) for j in stage_of]
         backward_sends = [int(sends(BACKWARD, j, last_stage)) for j in stage_of]
@@ -302,8 +310,7 @@ def periodic(kind: str, p: int, vpp: int, base: int) -> Periodic | None:
         return None
 
     def orders(m: int) -> list[list[tuple[str, int, int]]]:
-        return [[(t.phase, t.chunk, t.micro_batch) for t in rank_order(kind, r, p, m, vpp)]
-                for r in range(p)]  # fmt: skip
+        return [list(rank_order(kind, r, p, m, vpp)) for r in range(p)]
 
     def shifted(tasks: Sequence[tuple[str, int, int]], k: int) -> list[tuple[str, int, int]]:
         return [(phase, chunk, mb + k * step) for phase, chunk, mb in tasks]

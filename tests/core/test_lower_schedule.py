@@ -14,7 +14,7 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_core.lower.program import lower
-from stage_core.lower.schedule import Task, schedule
+from stage_core.lower.schedule import Task, order, schedule
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 
@@ -167,3 +167,28 @@ def test_stage_programs_follow_the_schedule_and_assign_chunks() -> None:
             assert kinds == (["embedding"] if j == 0 else []) + ["layer", "layer"] + (
                 ["head"] if j == p * v - 1 else []
             )
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b", "interleaved", "zb", "zb-h1", "dualpipe"])
+def test_the_plain_order_is_the_schedule_and_the_schedule_its_tasks(kind: str) -> None:
+    """``order`` (plain tuples, what the analytical backend's task graphs read) and
+    ``schedule`` (:class:`Task` objects) list the same tasks, built from one code path."""
+    shapes = [
+        (p, m, v)
+        for p in (1, 2, 3, 4, 6, 8)
+        for m in (1, 2, 4, 6, 12, 16, 24)
+        for v in ((1, 2, 3) if kind in ("interleaved", "1f1b") else (1,))
+        if (kind != "interleaved" or m % p == 0)
+        and (kind != "dualpipe" or (p % 2 == 0 and m % 2 == 0 and m >= 2 * p))
+        and (kind != "1f1b" or v == 1 or m % p == 0)
+    ]
+    assert shapes
+    for p, m, v in shapes:
+        for rank in range(p):
+            tasks, plain = schedule(kind, rank, p, m, v), order(kind, rank, p, m, v)
+            split = kind in ("zb", "zb-h1", "dualpipe")  # F, B and W of every micro-batch
+            assert plain == tasks
+            assert len(plain) == (3 * m if split else 2 * m * v)
+            assert all(type(task) is Task for task in tasks)
+            if kind != "dualpipe":  # DualPipe's builder makes Task objects for both
+                assert all(type(step) is tuple for step in plain)
