@@ -22,18 +22,26 @@ def unfrozen() -> Iterator[None]:
 
 
 def test_the_policy_freezes_once_every_n_evaluations(unfrozen: None) -> None:
-    policy = GarbagePolicy(every=3)
     assert FREEZE_EVERY == GarbagePolicy().every
-    kept = [[index] for index in range(100)]  # tracked objects that survive
-    policy.evaluated()
-    policy.evaluated()
-    assert gc.get_freeze_count() == 0
-    policy.evaluated()
+    gc.unfreeze()
+    policy = GarbagePolicy(every=16)
     frozen = gc.get_freeze_count()
-    assert frozen >= len(kept)
-    assert policy.pending == 0
-    policy.evaluated(2)
-    assert gc.get_freeze_count() == frozen  # 2 of the next 3
+    assert frozen > 0  # created: what the process holds already
+    freezes = []
+    kept = []
+    for evaluation in range(1, 50):
+        kept.append([evaluation])  # a tracked object that survives
+        policy.evaluated()
+        if gc.get_freeze_count() > frozen:
+            freezes.append(evaluation)
+            frozen = gc.get_freeze_count()
+            assert policy.pending == 0
+    assert freezes == [1, 2, 4, 8, 16, 32, 48]  # powers of two up to `every`, then every 16
+    policy.evaluated(2)  # one since the freeze at 48, and 14 more
+    policy.evaluated(12)
+    assert gc.get_freeze_count() == frozen  # 15 of the next 16
+    policy.evaluated()
+    assert gc.get_freeze_count() > frozen
     del kept
 
 
