@@ -150,6 +150,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         self._timelines = Memo(cache_size * 16)
         self._parts = Memo(cache_size * 64)
         self._systems = Memo(64)
+        self._last_network: tuple[System, tuple[System, int]] | None = None  # (system, _network)
         self._plan_numbers = Memo(cache_size * 16)
         self._patterns = Memo(64)  # by the model object's identity
         self._tokens = 0
@@ -271,7 +272,12 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
     def _network(self, system: System) -> tuple[System, int]:
         """``system`` with every dim's bandwidth scaled by its achieved fraction — the dim's
         ``bus_efficiency`` from the system file, else this backend's ``network_efficiency`` —
-        and a token naming it in memo keys (equal systems share one)."""
+        and a token naming it in memo keys (equal systems share one). The last system object
+        asked for is answered without hashing it (a study passes one object every time; its
+        hash walks every field of the system, ~10 µs)."""
+        last = self._last_network
+        if last is not None and last[0] is system:
+            return last[1]
 
         def compute() -> tuple[System, int]:
             efficiency = self.network_efficiency
@@ -287,7 +293,9 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             )
             return replace(system, network=dims), self._token()
 
-        return self._systems.get(system, compute)  # type: ignore[no-any-return]
+        network: tuple[System, int] = self._systems.get(system, compute)
+        self._last_network = (system, network)
+        return network
 
     def _result(
         self, workload: Workload, step: Step, flops: tuple[int, int], system: System

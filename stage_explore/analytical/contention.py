@@ -67,8 +67,18 @@ class NcclLoad:
         return self.channels > 0 or self.hbm_share > 0.0
 
     def max(self, other: NcclLoad) -> NcclLoad:
-        """The larger of each (the heavier of two collectives that run one after the other)."""
+        """The larger of each (the heavier of two collectives that run one after the other):
+        one of the two when it is the larger in both (no new object; a plan asks ~10⁵
+        times)."""
+        if other.channels <= self.channels and other.hbm_share <= self.hbm_share:
+            return self
+        if self.channels <= other.channels and self.hbm_share <= other.hbm_share:
+            return other
         return NcclLoad(max(self.channels, other.channels), max(self.hbm_share, other.hbm_share))
+
+
+#: Nothing taken (one object, shared: a load is immutable).
+NO_LOAD = NcclLoad()
 
 
 def nccl_load(system: System, counts: Sequence[int], kind: CollectiveKind) -> NcclLoad:
@@ -81,7 +91,7 @@ def nccl_load(system: System, counts: Sequence[int], kind: CollectiveKind) -> Nc
     ``nccl_channels`` is outside the model: nothing taken."""
     dim = _outermost(system, counts)
     if dim is None or dim.nccl_channels is None:
-        return NcclLoad()
+        return NO_LOAD
     hbm = RING_HBM_BYTES.get(kind, 0.0) * dim.bandwidth_bytes_per_s
     share = min(1.0, hbm / system.accelerator.memory_bandwidth_bytes_per_s)
     return NcclLoad(dim.nccl_channels, share)

@@ -38,7 +38,7 @@ from stage_explore.analytical.blocktime import (
 )
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.collectives import latency_bound_all_reduce_s
-from stage_explore.analytical.contention import NcclLoad, nccl_load
+from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.costing import BlockCosting
 from stage_explore.analytical.frameworks import (
     zero3_gathered_bytes,
@@ -244,7 +244,7 @@ class StagePlanning(BlockCosting):
             else UNBUCKETED
         )
         grad_total = 0
-        reduce_load = NcclLoad()
+        reduce_load = NO_LOAD
         for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
@@ -262,7 +262,7 @@ class StagePlanning(BlockCosting):
             for axes, size in kinds[kind].sync[1].items():
                 gathered[axes] = gathered.get(axes, 0) + count * size
         gather = 0.0
-        gather_load = NcclLoad()
+        gather_load = NO_LOAD
         for axes, size in gathered.items():
             gather += self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, size)
             load = nccl_load(point.system, spans[axes][0][1], CollectiveKind.ALL_GATHER)
@@ -397,7 +397,7 @@ class StagePlanning(BlockCosting):
             forward = self._block_timing(point, kind, "fwd", spans)  # before the shares,
             backward = self._block_timing(point, kind, "bwd", spans)  # which reuse its kernels
             system = point.system  # NCCL's thread blocks beside the block's compute
-            gather_load = scatter_load = replica_load = NcclLoad()
+            gather_load = scatter_load = replica_load = NO_LOAD
             for i in (*parts.gathers, *parts.scatters):
                 assert i.collective is not None
                 load = nccl_load(system, spans[i.axes][0][1], i.collective)
