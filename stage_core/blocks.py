@@ -17,6 +17,7 @@ for; ``fused`` is a flash-style kernel (O(S) memory, exact causal FLOPs).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from stage_core.graph import Block
@@ -93,12 +94,18 @@ def default_options(model: ModelSpec, dropout: bool | None = None) -> BlockOptio
     """GPT-family models use Megatron's unfused core attention (as the published runs did);
     the others a fused causal kernel; a model's ``core_attention`` overrides its family's."""
     use_dropout = model.dropout if dropout is None else dropout
-    if model.core_attention:
-        fused = model.core_attention == "fused"
-        return BlockOptions(model.core_attention, causal=fused, dropout=use_dropout)
-    if model.family == "gpt":
-        return BlockOptions("unfused", causal=False, dropout=use_dropout)
-    return BlockOptions("fused", causal=True, dropout=use_dropout)
+    return _default_options(model.core_attention, str(model.family), use_dropout)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_options(core_attention: str, family: str, dropout: bool) -> BlockOptions:
+    """:func:`default_options` of the model fields it reads (memoised: a search builds a
+    workload, and so these options, for every candidate)."""
+    if core_attention:
+        return BlockOptions(core_attention, causal=core_attention == "fused", dropout=dropout)
+    if family == "gpt":
+        return BlockOptions("unfused", causal=False, dropout=dropout)
+    return BlockOptions("fused", causal=True, dropout=dropout)
 
 
 def _norm(b: Block, model: Structure, x: str, out: str, dim: str = "H") -> str:

@@ -92,6 +92,13 @@ def _mesh(axes: tuple[tuple[str, int], ...]) -> Mesh:
     return Mesh(tuple(MeshAxis(name, size) for name, size in axes))
 
 
+@functools.lru_cache(maxsize=256)
+def _with_expert_axes(options: BlockOptions, axes: tuple[str, ...]) -> BlockOptions:
+    """``options`` with ``expert_axes`` (memoised, one object per distinct pair:
+    ``dataclasses.replace`` costs a few µs, and a search builds a workload per candidate)."""
+    return replace(options, expert_axes=axes)
+
+
 def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
     """Validate ``parallel`` against ``model`` and bind every dim and axis size."""
     parallel.validate(model)
@@ -154,7 +161,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         factor = model.capacity_factor or 1.0
         per_rank = math.ceil(factor * model.top_k * local_tokens / model.num_experts)
         sizes["C"] = per_rank * parallel.dp * shards
-    options = replace(default_options(model, parallel.dropout), expert_axes=fold.axes)
+    options = _with_expert_axes(default_options(model, parallel.dropout), fold.axes)
     flags = PlanFlags(
         sp=parallel.sequence_parallel,
         attention=options.attention,
