@@ -51,6 +51,7 @@ import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from stage_core.lower.schedule import (
     SPLIT_BACKWARD,
@@ -73,11 +74,14 @@ from stage_explore.analytical.taskgraph import (
 _periodic = periodic  # the name the tests and older callers use
 
 
-@dataclass(frozen=True, slots=True)
-class StageTimes:
+class StageTimes(NamedTuple):
     """Per pipeline rank and local chunk: seconds of a forward and of a backward task (under a
     split schedule its input-gradient part ``B``) and of a ``W`` task (empty: none); and of an
-    overlapped pair ``pair_s[forward chunk][backward chunk]`` (empty: F + B + W in a row)."""
+    overlapped pair ``pair_s[forward chunk][backward chunk]`` (empty: F + B + W in a row).
+
+    A named tuple (immutable, compared and hashed by value in C): a pipeline timeline is
+    memoised by its stages' times, and a frozen dataclass's Python-level hash per stage cost
+    ~10 µs per 16-stage key."""
 
     forward_s: tuple[float, ...]
     backward_s: tuple[float, ...]
