@@ -351,24 +351,7 @@ def sync_timing(
     again at ``max(f + total, s + latest)``, where ``latest`` is the largest (end of a block that
     has reductions + the seconds of the reductions from there on).
     """
-    seconds_at: dict[int, float] = {}
-    total = 0.0
-    for seconds, first, step, count in groups:
-        for position in range(first, first + step * count, step):
-            seconds_at[position] = seconds_at.get(position, 0.0) + seconds
-        total += seconds * count
-    if not seconds_at:
-        return 0.0, float("-inf")
-    ends: list[float] = []  # ends[i]: end of the block at backward position i
-    now = 0.0
-    for seconds, count in backward_runs:
-        for _ in range(count):
-            now += seconds
-            ends.append(now)
-    latest, tail = float("-inf"), 0.0
-    for position in sorted(seconds_at, reverse=True):
-        tail += seconds_at[position]
-        latest = max(latest, ends[position] + tail)
+    total, latest, _ = sync_and_hidden_s(groups, backward_runs, hidden=False)
     return total, latest
 
 
@@ -380,22 +363,41 @@ def hidden_sync_s(
     :func:`sync_timing`) that run while its last backward still computes: on a stream free
     when that backward starts, each no earlier than the end of its block and after the ones
     before it, counted up to the backward's end."""
+    return sync_and_hidden_s(groups, backward_runs, hidden=True)[2]
+
+
+def sync_and_hidden_s(
+    groups: Sequence[tuple[float, int, int, int]],
+    backward_runs: Sequence[tuple[float, int]],
+    hidden: bool = True,
+) -> tuple[float, float, float]:
+    """:func:`sync_timing`'s (total, latest) and, with ``hidden``, :func:`hidden_sync_s`
+    (else 0.0), from one pass over the reductions' positions and the blocks' ends (a chunk
+    asks for both)."""
     seconds_at: dict[int, float] = {}
+    total = 0.0
     for seconds, first, step, count in groups:
         for position in range(first, first + step * count, step):
             seconds_at[position] = seconds_at.get(position, 0.0) + seconds
+        total += seconds * count
     if not seconds_at:
-        return 0.0
-    ends: list[float] = []
+        return 0.0, float("-inf"), 0.0
+    ends: list[float] = []  # ends[i]: end of the block at backward position i
     now = 0.0
     for seconds, count in backward_runs:
         for _ in range(count):
             now += seconds
             ends.append(now)
-    free = hidden = 0.0
-    for position in sorted(seconds_at):
-        start = max(free, ends[position])
-        free = start + seconds_at[position]
-        if start < now:
-            hidden += min(free, now) - start
-    return hidden
+    positions = sorted(seconds_at)
+    latest, tail = float("-inf"), 0.0
+    for position in reversed(positions):
+        tail += seconds_at[position]
+        latest = max(latest, ends[position] + tail)
+    hidden_s = free = 0.0
+    if hidden:
+        for position in positions:
+            start = max(free, ends[position])
+            free = start + seconds_at[position]
+            if start < now:
+                hidden_s += min(free, now) - start
+    return total, latest, hidden_s

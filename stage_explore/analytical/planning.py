@@ -32,9 +32,8 @@ from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import (
     BlockCost,
     chunk_timing,
-    hidden_sync_s,
     plus_exposed,
-    sync_timing,
+    sync_and_hidden_s,
 )
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.collectives import latency_bound_all_reduce_s
@@ -251,9 +250,9 @@ class StagePlanning(BlockCosting):
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
             reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
-        total, latest = sync_timing(groups, w_timing.backward_runs)  # after W, if split
+        # after W, if split; and what runs beside the last backward, if it takes SMs
+        total, latest, hidden = sync_and_hidden_s(groups, w_timing.backward_runs, bool(reduce_load))
         lost = 0.0  # the last backward's compute beside the reductions' NCCL kernels
-        hidden = hidden_sync_s(groups, w_timing.backward_runs) if reduce_load else 0.0
         if hidden > 0.0:
             lost = hidden * self._chunk_share(point, runs, costs, spans, "bwd", reduce_load)
             latest += lost  # its last blocks, and the reductions after them, end that later
