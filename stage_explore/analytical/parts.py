@@ -127,16 +127,19 @@ class Plan:
 
 
 def sum_states(parts: Sequence[tuple[States, int]]) -> States:
-    """The states of runs of ``count`` identical blocks."""
-    largest = [x for part, count in parts for x in part.largest * min(count, 2)]
-    return States(
-        sum(part.states_bytes * count for part, count in parts),
-        sum(part.saved_bytes * count for part, count in parts),
-        sum(part.params * count for part, count in parts),
-        tuple(sorted(largest, reverse=True)[:2]),
-        sum(part.model_flops * count for part, count in parts),
-        sum(part.hardware_flops * count for part, count in parts),
-    )
+    """The states of runs of ``count`` identical blocks (exact ints: one loop, not a sum per
+    field)."""
+    states = saved = params = model = hardware = 0
+    largest: list[int] = []
+    for part, count in parts:
+        states += part.states_bytes * count
+        saved += part.saved_bytes * count
+        params += part.params * count
+        model += part.model_flops * count
+        hardware += part.hardware_flops * count
+        largest += part.largest * min(count, 2)
+    largest.sort(reverse=True)
+    return States(states, saved, params, tuple(largest[:2]), model, hardware)
 
 
 def tied_ends(workload: Workload) -> bool:
