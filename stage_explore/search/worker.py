@@ -9,7 +9,8 @@ Contents:
         evaluate candidates one by one; each becomes an :class:`~stage_explore.records.Outcome`.
     :class:`GarbagePolicy`
         freezes what a worker's backend memoised into the garbage collector's permanent
-        generation every :data:`FREEZE_EVERY` evaluations (also used by the speed benchmark).
+        generation every :data:`FREEZE_EVERY` evaluations, and early on (when created, after
+        the 1st, 2nd, 4th, … evaluation; also used by the speed benchmark).
 
 Errors never escape: a ConfigError, ShardingError or InfeasibleError (the point is invalid
 for this model or system) makes the trial infeasible with the error's message; an error that
