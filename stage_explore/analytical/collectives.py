@@ -67,6 +67,19 @@ cost once: the largest ``collective_overhead_s`` of the dims its group spans, no
 Until 4 Dec 2026 (a8) each level paid its dim's. A collective that does not run on NCCL
 (``nccl=False``: Transformer Engine's userbuffers and PyTorch's symmetric-memory tensor-parallel
 exchanges, DeepEP's dispatch and combine) pays none of it.
+
+**NCCL's protocols** (4 Dec 2026, d1): NCCL's tuner times each collective with each protocol
+and runs the fastest (``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``, NVIDIA/nccl
+``src/graph/tuning.cc``). ``collective_overhead_s`` is the Simple protocol's fixed cost, read
+off 4–256 MiB; small messages run on the LL protocol, whose fixed cost is lower (a dim's
+``small_message_overhead_s``, read off the smallest sizes of the same nccl-tests tables) and
+whose ring bus bandwidth is a quarter of Simple's for an all-reduce (or across nodes) and a
+third for a one-node all-gather or reduce-scatter (``LL_BUS_SHARE_*``). An NCCL all-reduce,
+all-gather or reduce-scatter over dims one of which lists ``small_message_overhead_s`` takes
+the smaller of the two times (:func:`low_latency_overhead_s`); LL's fixed cost is the
+largest of the spanned dims' ``small_message_overhead_s`` (a dim without one: its
+``collective_overhead_s``). All-to-all (grouped send / receive, not a tuned ring collective)
+and collectives outside NCCL are not affected; nor is a system whose dims list none.
 """
 
 from __future__ import annotations
@@ -93,6 +106,8 @@ __all__ = [
     "deepep_scale_out_fraction",
     "alpha_beta_point_to_point_s",
     "latency_bound_all_reduce_s",
+    "low_latency_overhead_s",
+    "low_latency_share",
     "astra_collective_member_ns",
     "astra_collective_ns",
     "astra_point_to_point_ns",
@@ -105,6 +120,14 @@ AR = CollectiveKind.ALL_REDUCE
 AG = CollectiveKind.ALL_GATHER
 RS = CollectiveKind.REDUCE_SCATTER
 A2A = CollectiveKind.ALL_TO_ALL
+
+#: NCCL's ring LL bus bandwidth as a share of its ring bus bandwidth (``ncclTopoTuneModel``,
+#: NVIDIA/nccl src/graph/tuning.cc at b6475625: ``busBw * ((nNodes > 1 || coll ==
+#: ncclFuncAllReduce || coll == ncclFuncReduce) ? 1.0/4.0 : 1.0/3.0)``; LL moves 8 bytes of
+#: data with every 8-byte flag): a quarter for an all-reduce or a ring across nodes, ...
+LL_BUS_SHARE_ALL_REDUCE = 1.0 / 4.0
+#: ... a third for an all-gather or reduce-scatter within one node (one network dim).
+LL_BUS_SHARE_ONE_NODE = 1.0 / 3.0
 
 #: The hand-over delay of ASTRA-sim's "local" (sub-group ring) transmissions, in ns.
 SUB_GROUP_ENDPOINT_DELAY_NS = 10
@@ -401,6 +424,7 @@ def _level_s(
     buffer_bytes: float,
     dim: NetworkDim,
     spanned: int = 0,
+    share: float = 1.0,
 ) -> float:
     """One level of ``ranks`` ranks on ``dim`` (a flat ring over several dims passes the
     ranks of ``dim`` it spans as ``spanned``; 0: ``ranks``); ``buffer_bytes`` is the full
@@ -409,12 +433,13 @@ def _level_s(
     ``bus_efficiency_by_ranks`` factor for a group of ``ranks``
     (:meth:`~stage_explore.system.model.NetworkDim.bandwidth_factor`) and, but for an
     all-to-all, its ``bus_efficiency_scaling`` factor
-    (:meth:`~stage_explore.system.model.NetworkDim.scaling_factor`)."""
+    (:meth:`~stage_explore.system.model.NetworkDim.scaling_factor`), times ``share`` (NCCL's LL
+    protocol: :func:`low_latency_overhead_s`)."""
     if algorithm is CollectiveAlgorithm.HALVING_DOUBLING and kind is not A2A:
         steps = math.ceil(math.log2(ranks))
     else:
         steps = ranks - 1
-    bandwidth = dim.bandwidth_bytes_per_s * dim.bandwidth_factor(ranks)
+    bandwidth = dim.bandwidth_bytes_per_s * dim.bandwidth_factor(ranks) * share
     if kind is not A2A:  # a ring's bus bandwidth falls as it spans more nodes of the fabric
         bandwidth *= dim.scaling_factor(spanned or ranks)
     volume_s = (ranks - 1) / ranks * buffer_bytes / bandwidth
@@ -430,6 +455,30 @@ def call_overhead_s(network: Sequence[NetworkDim], dims: Sequence[int], nccl: bo
     if not nccl:
         return 0.0
     return max((network[index].collective_overhead_s for index in dims), default=0.0)
+
+
+def low_latency_overhead_s(
+    network: Sequence[NetworkDim], dims: Sequence[int], nccl: bool = True
+) -> float | None:
+    """NCCL's fixed cost of one call over the dims ``dims`` with its LL protocol (module
+    docstring, "NCCL's protocols"): the largest ``small_message_overhead_s`` among them, a dim
+    without one counting its ``collective_overhead_s``; None when none of them lists one or the
+    collective does not run on NCCL (no LL regime: the Simple protocol's time alone)."""
+    figures = [network[index].small_message_overhead_s for index in dims]
+    if not nccl or all(figure is None for figure in figures):
+        return None
+    return max(
+        network[index].collective_overhead_s if figure is None else figure
+        for index, figure in zip(dims, figures, strict=True)
+    )
+
+
+def low_latency_share(kind: CollectiveKind, levels: int) -> float:
+    """NCCL's ring LL bus bandwidth as a share of its ring bus bandwidth for ``kind`` over a
+    group spanning ``levels`` network dims (``LL_BUS_SHARE_*``): a third for an all-gather or
+    reduce-scatter within one dim, else a quarter."""
+    one_node = levels == 1 and kind is not AR
+    return LL_BUS_SHARE_ONE_NODE if one_node else LL_BUS_SHARE_ALL_REDUCE
 
 
 def deepep_scale_out_fraction(experts: int, top_k: int, nodes: int) -> float:
@@ -488,28 +537,41 @@ def alpha_beta_collective_s(
     # the buffer entering level j: what the smallest block below it holds (1 rank below level 0)
     below = [1, *blocks[:-1]]
 
-    def level(phase: CollectiveKind, index: int, ranks: int, buffer_bytes: float) -> float:
+    def level(
+        phase: CollectiveKind, index: int, ranks: int, buffer_bytes: float, share: float = 1.0
+    ) -> float:
         dim = network[index]
         chosen = dim.algorithms.for_kind(kind) if algorithm is None else algorithm
-        return _level_s(phase, chosen, ranks, buffer_bytes, dim)
+        return _level_s(phase, chosen, ranks, buffer_bytes, dim, share=share)
 
-    if kind is AR:  # reduce-scatter up, all-reduce on the last level, the mirrored all-gather down
-        total = sum(
-            2 * level(RS, index, ranks, size_bytes / block)
-            for (index, ranks), block in zip(levels[:-1], below, strict=False)
-        )
-        return overhead + total + level(AR, *levels[-1], size_bytes / below[-1])
-    if kind is RS:
-        return overhead + sum(
-            level(RS, index, ranks, size_bytes / block)
-            for (index, ranks), block in zip(levels, below, strict=True)
-        )
-    if kind is AG:  # size_bytes is the per-rank shard: the gathered buffer is members times it
+    def ring(fixed: float, share: float) -> float:
+        """An all-reduce, reduce-scatter or all-gather: the fixed cost ``fixed`` plus its levels
+        at ``share`` of their bandwidth."""
+        if kind is AR:  # reduce-scatter up, all-reduce on the last level, all-gather down
+            total = sum(
+                2 * level(RS, index, ranks, size_bytes / block, share)
+                for (index, ranks), block in zip(levels[:-1], below, strict=False)
+            )
+            last_index, last_ranks = levels[-1]
+            return fixed + total + level(AR, last_index, last_ranks, size_bytes / below[-1], share)
+        if kind is RS:
+            return fixed + sum(
+                level(RS, index, ranks, size_bytes / block, share)
+                for (index, ranks), block in zip(levels, below, strict=True)
+            )
+        # all-gather: size_bytes is the per-rank shard, the gathered buffer members times it
         gathered = float(size_bytes) * members
-        return overhead + sum(
-            level(AG, index, ranks, gathered / block)
+        return fixed + sum(
+            level(AG, index, ranks, gathered / block, share)
             for (index, ranks), block in zip(levels, below, strict=True)
         )
+
+    if kind is not A2A:
+        simple = ring(overhead, 1.0)
+        low = low_latency_overhead_s(network, [index for index, _ in levels], nccl)
+        if low is None:
+            return simple
+        return min(simple, ring(low, low_latency_share(kind, len(levels))))
     buffer = float(size_bytes)
     outer = levels[-1][0] if len(levels) > 1 else -1
     shares = [scale_out_fraction if index == outer else 1.0 for index, _ in levels]

@@ -42,7 +42,12 @@ from dataclasses import dataclass, replace
 from stage_core.lower.bind import Instr
 from stage_core.plans import SPLIT_TP
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.collectives import _level_s, call_overhead_s
+from stage_explore.analytical.collectives import (
+    _level_s,
+    call_overhead_s,
+    low_latency_overhead_s,
+    low_latency_share,
+)
 from stage_explore.analytical.policy import Overlap, TimingPolicy
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
@@ -433,7 +438,8 @@ def flat_ring_s(
 ) -> float:
     """α–β time of a collective run as one ring over all of ``group`` on the slowest network
     dim it spans (every hop at that dim's per-rank bandwidth); ``size_bytes`` as in
-    :func:`~stage_explore.analytical.collectives.alpha_beta_collective_s`."""
+    :func:`~stage_explore.analytical.collectives.alpha_beta_collective_s`, as are NCCL's two
+    protocols (the smaller of the Simple and LL times)."""
     ranks = len(group)
     if ranks < 2:
         return 0.0
@@ -443,4 +449,9 @@ def flat_ring_s(
     algorithm = dim.algorithms.for_kind(kind)
     spanned = span.counts[span.dims[-1]]  # the nodes (ranks of that dim) the ring crosses
     overhead = call_overhead_s(system.network, span.dims)  # NCCL's, once per call
-    return overhead + _level_s(kind, algorithm, ranks, float(buffer), dim, spanned)
+    simple = overhead + _level_s(kind, algorithm, ranks, float(buffer), dim, spanned)
+    low = low_latency_overhead_s(system.network, span.dims)  # NCCL's LL protocol, if faster
+    if low is None or kind is CollectiveKind.ALL_TO_ALL:
+        return simple
+    share = low_latency_share(kind, len(span.dims))
+    return min(simple, low + _level_s(kind, algorithm, ranks, float(buffer), dim, spanned, share))

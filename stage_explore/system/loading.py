@@ -96,6 +96,7 @@ _DIM_KEYS = (
     "algorithms",
     "bus_efficiency",
     "collective_overhead_s",
+    "small_message_overhead_s",
     "bus_efficiency_by_ranks",
     "bus_efficiency_scaling",
     "nccl_channels",
@@ -298,7 +299,7 @@ def _network_dim(table: _Table) -> NetworkDim:
     }
     if table.has("algorithms"):
         values["algorithms"] = _algorithms(table.table("algorithms"))
-    for key in ("bus_efficiency", "collective_overhead_s"):
+    for key in ("bus_efficiency", "collective_overhead_s", "small_message_overhead_s"):
         if data_has_value(table, key):
             values[key] = table.number(key)
     if table.has("bus_efficiency_by_ranks"):

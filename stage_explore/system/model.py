@@ -350,6 +350,11 @@ class NetworkDim:
     the fraction of the link bandwidth that NCCL's bus bandwidth reaches on large messages
     (nccl-tests' ``busbw``); ``collective_overhead_s`` a fixed cost per collective on this dim
     (kernel launch and protocol set-up), which makes small messages reach a lower bus bandwidth.
+    ``small_message_overhead_s`` (optional): NCCL's fixed cost per call with its low-latency
+    (LL) protocol, which its tuner picks for small messages (a lower fixed cost, a quarter to a
+    third of the bus bandwidth; an NCCL all-reduce, all-gather or reduce-scatter takes the
+    faster protocol: :mod:`stage_explore.analytical.collectives`, "NCCL's protocols"). None:
+    no figure, every NCCL call is timed with ``collective_overhead_s`` alone.
     ``bus_efficiency_by_ranks`` (optional, needs ``bus_efficiency``): ``(ranks, fraction)``
     pairs, the bus bandwidth fraction NCCL reaches for a collective over exactly that many
     ranks of this dim, in place of ``bus_efficiency`` (on an A100 NVSwitch node nccl-tests'
@@ -375,6 +380,7 @@ class NetworkDim:
     algorithms: CollectiveAlgorithms = field(default_factory=CollectiveAlgorithms)
     bus_efficiency: float | None = None
     collective_overhead_s: float = 0.0
+    small_message_overhead_s: float | None = None
     bus_efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
     bus_efficiency_scaling: tuple[tuple[int, float], ...] = ()
     nccl_channels: int | None = None
@@ -395,6 +401,11 @@ class NetworkDim:
         overhead = self.collective_overhead_s
         if not (isinstance(overhead, int | float) and math.isfinite(overhead) and overhead >= 0):
             raise ConfigError(f"{label} `collective_overhead_s` must be >= 0, but got {overhead!r}")
+        small = self.small_message_overhead_s
+        if small is not None and not (
+            isinstance(small, int | float) and math.isfinite(small) and small >= 0
+        ):
+            raise ConfigError(f"{label} `small_message_overhead_s` must be >= 0, but got {small!r}")
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
             raise ConfigError(f"{label} `size` must be an integer >= 1, but got {self.size!r}")
         try:
@@ -477,6 +488,11 @@ class NetworkDim:
             **(
                 {"collective_overhead_s": self.collective_overhead_s}
                 if self.collective_overhead_s
+                else {}
+            ),
+            **(
+                {"small_message_overhead_s": self.small_message_overhead_s}
+                if self.small_message_overhead_s is not None
                 else {}
             ),
             **(
