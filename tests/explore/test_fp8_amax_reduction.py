@@ -15,6 +15,7 @@ from stage_core.parallel.config import Fp8Recipe, Precision
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import (
+    LL_BUS_SHARE_ALL_REDUCE,
     alpha_beta_collective_s,
     latency_bound_all_reduce_s,
 )
@@ -102,10 +103,14 @@ def test_latency_bound_all_reduce_takes_the_log_depth_algorithm_across_nodes() -
     tree = latency_bound_all_reduce_s(network, size, group)
     # halving-doubling: reduce-scatter and all-gather over the node's 8 GPUs (3 steps each),
     # an all-reduce over the 32 nodes (2 x 5 steps)
-    inside = size * 7 / 8 / nvswitch.bandwidth_bytes_per_s
-    scale_out = infiniband.bandwidth_bytes_per_s * infiniband.scaling_factor(32)
+    # NCCL's LL protocol (a few hundred bytes): its fixed cost, a quarter of each bandwidth
+    share = LL_BUS_SHARE_ALL_REDUCE
+    inside = size * 7 / 8 / (nvswitch.bandwidth_bytes_per_s * share)
+    scale_out = infiniband.bandwidth_bytes_per_s * infiniband.scaling_factor(32) * share
     across = 2 * (size / 8) * 31 / 32 / scale_out
-    once = max(nvswitch.collective_overhead_s, infiniband.collective_overhead_s)  # one NCCL call
+    # one NCCL call: the larger LL fixed cost (the InfiniBand dim has none: its Simple one)
+    assert nvswitch.small_message_overhead_s is not None
+    once = max(nvswitch.small_message_overhead_s, infiniband.collective_overhead_s)
     closed = (
         once + 2 * (3 * nvswitch.latency_s + inside) + 10 * infiniband.latency_s + across
     )  # fmt: skip
@@ -137,7 +142,8 @@ def test_latency_bound_all_reduce_on_a_rack_of_72() -> None:
     size = 400
     tree = latency_bound_all_reduce_s(network, size, list(range(72)))
     volume = 2 * size * 71 / 72 / (rack.bandwidth_bytes_per_s * rack.bandwidth_factor(72))
-    volume /= rack.scaling_factor(72)
-    assert tree == pytest.approx(rack.collective_overhead_s + 14 * rack.latency_s + volume)
+    volume /= rack.scaling_factor(72) * LL_BUS_SHARE_ALL_REDUCE  # NCCL's LL protocol
+    assert rack.small_message_overhead_s is not None
+    assert tree == pytest.approx(rack.small_message_overhead_s + 14 * rack.latency_s + volume)
     ring = alpha_beta_collective_s(network, CollectiveKind.ALL_REDUCE, size, list(range(72)))
     assert tree < ring

@@ -32,9 +32,12 @@ SIZE = 64 * 2**20
 
 
 def _with_overheads(system: System, *overheads: float) -> System:
-    """``system`` with its network dims' ``collective_overhead_s`` set to ``overheads``."""
+    """``system`` with its network dims' ``collective_overhead_s`` set to ``overheads`` and no
+    ``small_message_overhead_s`` (the Simple protocol alone: NCCL's LL protocol, which the
+    presets' small figures would let the larger overheads here fall back to, is
+    test_nccl_protocols')."""
     dims = tuple(
-        replace(dim, collective_overhead_s=seconds)
+        replace(dim, collective_overhead_s=seconds, small_message_overhead_s=None)
         for dim, seconds in zip(system.network, overheads, strict=True)
     )
     return replace(system, network=dims)
