@@ -150,7 +150,10 @@ Options (all booleans unless said):
   ``backward_maybe_with_nosync``: ``set_requires_gradient_sync(False)`` and
   ``set_reshard_after_backward(False)`` but on the last backward; FSDP2's
   ``FSDPParam.to_accumulated_grad_if_needed`` keeps ``unsharded_accumulated_grad`` in the reduce
-  dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards.
+  dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards,
+  and the timing charges each chunk's ZeRO-3 all-gathers (its first forward) and
+  reduce-scatters (after its last backward) once per step
+  (:meth:`~stage_explore.analytical.planning.StagePlanning._held_zero_s`).
 - ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
   TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
   chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32

@@ -31,6 +31,7 @@ from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.blocktime import (
     BlockCost,
+    ChunkTiming,
     chunk_timing,
     plus_exposed,
     sync_and_hidden_s,
@@ -220,6 +221,13 @@ class StagePlanning(BlockCosting):
                 point, kind, kinds[kind], spans, split
             )
         root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
+        held = self._params_held(point)
+        step_costs = costs  # the blocks' ZeRO collectives as the step's first F / last B run them
+        if held:  # gathered once per step, reduce-scattered once (_held_zero_s): none per mb
+            costs, b_costs, w_costs = (
+                {k: _without_zero(c) for k, c in table.items()}
+                for table in (costs, b_costs, w_costs)
+            )
         timing = chunk_timing(runs, costs, zero, root)
         amax_s = self._fp8_amax_s(point, runs, spans)
         if amax_s != (0.0, 0.0):  # on the compute stream after the forward and the backward
@@ -250,6 +258,7 @@ class StagePlanning(BlockCosting):
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
             reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
+        held_s = self._held_zero_s(point, runs, step_costs, timing) if held else 0.0
         # after W, if split; and what runs beside the last backward, if it takes SMs
         total, latest, hidden = sync_and_hidden_s(groups, w_timing.backward_runs, bool(reduce_load))
         lost = 0.0  # the last backward's compute beside the reductions' NCCL kernels
@@ -294,8 +303,38 @@ class StagePlanning(BlockCosting):
         if gather_load and beside > 0.0:
             lost += beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_load)
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
-        sync = SyncCost(total + tied, latest + tied, gather, lost)
+        sync = SyncCost(total + tied, latest + tied, gather, lost, held_s)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+
+    def _params_held(self, point: Point) -> bool:
+        """Whether FSDP2 keeps the stage's parameters gathered for the whole step and
+        reduce-scatters its gradients once (``pp_unsharded_params`` with ZeRO-3 and pp > 1)."""
+        parallel = point.workload.parallel
+        return self.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1
+
+    def _held_zero_s(
+        self, point: Point, runs: Runs, costs: dict[str, BlockCost], timing: ChunkTiming
+    ) -> float:
+        """Seconds a chunk holds its rank once per step under ``pp_unsharded_params``: what its
+        first forward loses to its per-block all-gathers (each prefetched beside the block
+        before, as :func:`chunk_timing` runs them, with the compute they slow: ``timing`` is the
+        forward without them), and its per-block gradient reduce-scatters with a hybrid-sharded
+        block's replica all-reduce, all of them after its last backward, one after the other
+        on the compute stream. No backward re-gathers: the parameters stay unsharded until the
+        last backward. The code: torch ``fully_shard(reshard_after_forward=False)`` under PP
+        (torchtitan ``apply_fsdp``); ``torch.distributed.pipelining`` ``stage.py``
+        ``backward_maybe_with_nosync`` (AutoModel's ``patched_backward_maybe_with_nosync``, the
+        same) runs the backwards with gradient sync and resharding off, and after the last one
+        calls every FSDP state's ``post_backward`` in a loop, then
+        ``_root_post_backward_final_callback``: FSDP2's ``post_backward`` makes the current
+        stream wait for the previous reduce-scatter's event before issuing its own
+        (``FSDP::post_backward_reduce``), and the callback waits for the last one
+        (``reduce_scatter_state.event``; ``finalize_backward``: the replica all-reduce's)."""
+        gathering = {k: replace(c, scatter_s=0.0, replica_s=0.0) for k, c in costs.items()}
+        first = chunk_timing(runs, gathering, point.workload.parallel.zero)
+        first_gather_s = max(0.0, first.forward_s - timing.forward_s)
+        scatters_s = sum(n * (costs[k].scatter_s + costs[k].replica_s) for k, n in runs)
+        return first_gather_s + scatters_s
 
     def _fp8_amax_axes(self, point: Point) -> tuple[str, ...]:
         """The mesh axes of the FP8 amax reduction group (``fp8_amax_reduction``), in mesh
@@ -462,3 +501,11 @@ class StagePlanning(BlockCosting):
         memoised by the model object (a study evaluates one model many times; the pattern
         walks every layer)."""
         return layout_key(workload, self._model_facts(workload.model)[0])
+
+
+def _without_zero(cost: BlockCost) -> BlockCost:
+    """``cost`` without its ZeRO-3 gathers, reduce-scatters and replica all-reduce, nor the
+    compute they slow: a micro-batch of a stage whose parameters stay gathered
+    (``pp_unsharded_params``)."""
+    return replace(cost, gather_s=0.0, scatter_s=0.0, replica_s=0.0, zero_share=(0.0, 0.0),
+                   replica_share=0.0)  # fmt: skip

@@ -30,12 +30,17 @@ class SyncCost:
     parameter all-gathers after the optimizer. ``lost_s``: compute seconds the chunk's last
     backward loses to the SMs of the reductions beside it (and the next step's first forward
     to those of overlapped parameter gathers; :mod:`~stage_explore.analytical.contention`),
-    which extend the rank's schedule (``latest_s`` includes the backward's)."""
+    which extend the rank's schedule (``latest_s`` includes the backward's). ``held_s``: seconds
+    the chunk holds the rank's compute stream once per step, which delay the rank's end: under
+    ``pp_unsharded_params`` its first forward's exposed ZeRO-3 gathers and the reduce-scatters
+    its last backward is followed by (:meth:`~stage_explore.analytical.planning.StagePlanning.
+    _held_zero_s`), labelled ``exposed_zero_gather``."""
 
     total_s: float
     latest_s: float
     gather_s: float
     lost_s: float = 0.0
+    held_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +159,13 @@ def assemble_step(
             tuple(tuple(s + offset for s in row) for row in pipeline.last_backward_start_s),
         )
         per_chunk *= schedules
-    worst: tuple[float, int, float, float] | None = None
+    worst: tuple[float, int, float, float, float] | None = None
     peak_memory = 0
     order: Sequence[int] = range(chunks)
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
         starts = pipeline.last_backward_start_s[stage]
-        free = gather = lost = 0.0
+        free = gather = lost = held = 0.0
         if chunks > 1:
             order = sorted(range(chunks), key=starts.__getitem__)
         for index in order:
@@ -169,12 +174,14 @@ def assemble_step(
             free = latest if latest > queued else queued  # max(queued, latest), as max picks
             gather += sync.gather_s
             lost += sync.lost_s
-        end = pipeline.end_s[stage] + lost  # compute slowed by the reductions' SMs
+            held += sync.held_s
+        # compute slowed by the reductions' SMs, and held by the once-per-step ZeRO-3 collectives
+        end = pipeline.end_s[stage] + lost + held
         if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
             free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
         total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
         if worst is None or total > worst[0]:
-            worst = (total, stage, free, lost)
+            worst = (total, stage, free, lost, held)
         if kind == "gpipe":
             activations = m * sum(cls.saved_bytes)
         else:
@@ -186,9 +193,9 @@ def assemble_step(
         if memory > peak_memory:
             peak_memory = memory
     assert worst is not None
-    total, stage, sync_end, lost = worst
+    total, stage, sync_end, lost, held = worst
     cls = plan.classes[plan.stage_class[stage]]
-    end = pipeline.end_s[stage] + lost
+    end = pipeline.end_s[stage] + lost + held
     breakdown = {"compute": per_chunk * cls.compute_s}
     hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
@@ -198,6 +205,8 @@ def assemble_step(
     if lost:  # compute slowed by the reductions' and gathers' NCCL kernels (SyncCost.lost_s)
         label = f"exposed_{CONTENTION}"
         breakdown[label] = breakdown.get(label, 0.0) + lost
+    if held:  # the once-per-step ZeRO-3 gathers and reduce-scatters (SyncCost.held_s)
+        breakdown["exposed_zero_gather"] = breakdown.get("exposed_zero_gather", 0.0) + held
     breakdown["pipeline_p2p"] = pipeline.send_s[stage]
     breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
     breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
@@ -206,7 +215,7 @@ def assemble_step(
     kept = tuple(
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
-    return Step(total, kept, peak_memory, stage, end - lost)  # the schedule's own end
+    return Step(total, kept, peak_memory, stage, end - lost - held)  # the schedule's own end
 
 
 def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:

@@ -32,7 +32,9 @@ to a rank without a trace), the next step's parameter gather behind its first fo
 (``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
 the FP8 amax all-reduces per chunk and micro-batch (the framework option
 ``fp8_amax_reduction``, which the levelled mode adds to each chunk's forward and backward: not
-instructions of the generator's program).
+instructions of the generator's program), and FSDP2's stage held unsharded under pipeline
+parallelism (``pp_unsharded_params`` with ZeRO-3 and pp > 1: the levelled mode gathers and
+reduce-scatters once per step, the generator's program per micro-batch; a ConfigError).
 
 The SMs and HBM bandwidth NCCL's kernels hold beside compute
 (:mod:`~stage_explore.analytical.contention`, where a network dim gives ``nccl_channels``) are
@@ -278,6 +280,11 @@ def trace_step(
     workload = make_workload(model, parallel)
     if workload.world_size > system.max_gpus:
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
+    if backend.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
+        raise ConfigError(  # the generator's program gathers and scatters per micro-batch
+            "the trace mode does not time pp_unsharded_params (ZeRO-3 gathers and "
+            "reduce-scatters once per step under pipeline parallelism)"
+        )
     policy: TimingPolicy = backend.policy
     limit = UNBUCKETED
     if Overlap.GRAD_REDUCE in policy.overlaps:

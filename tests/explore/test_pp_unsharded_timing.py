@@ -1,0 +1,85 @@
+"""FSDP2 under pipeline parallelism (``pp_unsharded_params``): a stage's ZeRO-3 all-gathers and
+reduce-scatters are timed once per step (the first forward's gathers, the reduce-scatters after
+the last backward), not per micro-batch; the trace mode refuses the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.parallel.config import Recompute
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
+from stage_explore.analytical.trace_mode import trace_step
+from stage_explore.system import load_system
+
+#: Short sequences over 4 hosts: the gathers and reduce-scatters outlast the blocks' compute.
+LLAMA = get_flavor("llama3-8b").with_overrides(layers=4, seq_len=1024)
+ZERO = "exposed_zero_gather"
+
+
+def _result(held: bool, global_batch: int) -> tuple[float, dict[str, float]]:
+    parallel = ParallelConfig(
+        dp=16, pp=2, zero=3, recompute=Recompute.NONE, global_batch=global_batch
+    )
+    # without FSDP2's copies, which spread their once-per-step bytes over the micro-batches
+    backend = AnalyticalBackend(
+        framework="torchtitan",
+        overrides={"pp_unsharded_params": held, "fsdp2_copies": False},
+    )
+    result = backend.evaluate(LLAMA, parallel, load_system("h100-80gb"))
+    return result.step_time_s, dict(result.breakdown)
+
+
+def test_held_stage_charges_its_zero_collectives_once_per_step() -> None:
+    _, four = _result(True, 64)  # 4 micro-batches per data-parallel rank
+    _, eight = _result(True, 128)  # 8
+    assert four[ZERO] > 0.0
+    assert eight[ZERO] == pytest.approx(four[ZERO], rel=1e-12)
+
+
+def test_per_micro_batch_gathers_grow_with_the_micro_batches() -> None:
+    _, four = _result(False, 64)
+    _, eight = _result(False, 128)
+    assert eight[ZERO] > 1.5 * four[ZERO] > 0.0
+
+
+def test_held_stage_is_faster_than_regathering_every_micro_batch() -> None:
+    held_step, held = _result(True, 128)
+    regather_step, regather = _result(False, 128)
+    assert held[ZERO] < regather[ZERO]
+    assert held_step < regather_step
+
+
+def _plan(held_s: tuple[float, float]) -> StepPlan:
+    def stage(held: float) -> StageClass:
+        return StageClass(
+            forward_s=(1.0,), backward_s=(2.0,),
+            sync=(SyncCost(total_s=0.0, latest_s=float("-inf"), gather_s=0.0, held_s=held),),
+            saved_bytes=(0,), compute_s=3.0, exposed_s=(), states_bytes=0, buffers_bytes=0,
+            optimizer_s=0.5,
+        )  # fmt: skip
+
+    return StepPlan((0, 1), (stage(held_s[0]), stage(held_s[1])), 0.0, 0)
+
+
+def test_held_seconds_extend_their_rank_and_are_labelled() -> None:
+    base = assemble_step(_plan((0.0, 0.0)), "1f1b", 4, 1)
+    step = assemble_step(_plan((0.75, 0.0)), "1f1b", 4, 1)
+    assert step.slowest_stage == 0  # its last backward ends the pipeline
+    assert step.step_time_s == pytest.approx(base.step_time_s + 0.75)
+    assert dict(step.breakdown)[ZERO] == pytest.approx(0.75)
+    assert sum(v for _, v in step.breakdown) == pytest.approx(step.step_time_s)
+    assert step.pipeline_end_s == base.pipeline_end_s  # the schedule's own end
+
+
+def test_the_trace_mode_refuses_a_held_stage() -> None:
+    parallel = ParallelConfig(dp=2, pp=2, zero=3, recompute=Recompute.NONE, global_batch=8)
+    system = load_system("h100-80gb")
+    small = LLAMA.with_overrides(seq_len=256)
+    with pytest.raises(ConfigError, match="pp_unsharded_params"):
+        trace_step(AnalyticalBackend(framework="torchtitan"), small, parallel, system)
+    off = AnalyticalBackend(framework="torchtitan", overrides={"pp_unsharded_params": False})
+    assert trace_step(off, small, parallel, system).step_time_s > 0.0
