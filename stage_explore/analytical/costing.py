@@ -70,6 +70,7 @@ from stage_explore.analytical.overlap import (
     Bulk,
     OverlapRule,
     apply_overlaps,
+    block_policy,
     deepep_sm_share_s,
     overlap_rule,
     pipelined_chunks,
@@ -175,7 +176,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         dtype = point.dtype
 
         policy = self.policy
-        async_rule = self._overlap_rules(point)[1]
+        async_rule = self._overlap_rules(point, kind)[1]
         accumulate_s = self._grad_accumulation_s(point, kind) if phase in ("bwd", "bwd_w") else 0.0
         accumulate_s += self._param_cast_s(point, kind, phase)  # 0 unless fsdp_param_fp32
         accumulate_s += self._fsdp2_copies_s(point, kind, phase)  # 0 unless fsdp2_copies
@@ -286,10 +287,13 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
         return ("computes", point.key, kind, phase, point.token, shapes, point.dtype, fp8)
 
-    def _overlap_rules(self, point: Point) -> tuple[OverlapRule | None, OverlapRule | None]:
-        """The collectives the policy takes off a block's path (:func:`overlap_rule` combined
-        with the asynchronous tp all-reduce's), and the latter alone."""
-        policy, workload = self.policy, point.workload
+    def _overlap_rules(
+        self, point: Point, kind: str
+    ) -> tuple[OverlapRule | None, OverlapRule | None]:
+        """The collectives the policy takes off block ``kind``'s path (:func:`overlap_rule`
+        combined with the asynchronous tp all-reduce's), and the latter alone; the embedding's
+        and output layers' under the policy without userbuffers (:func:`block_policy`)."""
+        policy, workload = block_policy(self.policy, kind), point.workload
         rule = overlap_rule(  # the dense tp, and the mesh's inner tp when split (1 < etp < tp)
             policy, workload.parallel.tp, workload.flags.sp, workload.axis_sizes["tp"]
         )
@@ -305,8 +309,8 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         applied) and the timers :func:`time_block` takes them with (per-kernel compute on the
         busiest expert-parallel rank, userbuffers' SM margin, α–β collectives over ``spans``);
         the trace mode (:mod:`~stage_explore.analytical.trace_mode`) emits and times the same."""
-        block, policy = point.blocks[kind], self.policy
-        rule, async_rule = self._overlap_rules(point)
+        block, policy = point.blocks[kind], block_policy(self.policy, kind)
+        rule, async_rule = self._overlap_rules(point, kind)
         instrs = block.fwd if phase == "fwd" else block.bwd
         if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
             halves = split_backward(block)

@@ -39,6 +39,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from stage_core.blocks import MTP_HEAD
 from stage_core.lower.bind import Instr
 from stage_core.plans import SPLIT_TP
 from stage_core.trace import CollectiveKind
@@ -369,6 +370,31 @@ def apply_overlaps(
     return overlap_block(instrs, rule)
 
 
+UB_FREE_BLOCKS = frozenset({"embedding", "head", MTP_HEAD})
+"""Blocks whose tensor-parallel collectives stay NCCL calls under :attr:`Overlap.TP_COMM`.
+Transformer Engine registers userbuffers only for the transformer layer's linears
+(``initialize_ub``: ``qkv``, ``proj``, ``fc1`` and ``fc2`` fprop/dgrad/wgrad, NVIDIA/
+TransformerEngine transformer_engine/pytorch/module/base.py). Megatron-Core's vocab-parallel
+embedding reduces its output with ``reduce_scatter_to_sequence_parallel_region`` (a
+torch.distributed reduce-scatter; its gradient an all-gather) and its output layer is Megatron's
+own ``tensor_parallel.ColumnParallelLinear`` (``GPTModel.__init__``), whose
+``LinearWithGradAccumulationAndAsyncCommunication`` all-gathers the sequence-parallel input
+with ``dist_all_gather_func`` before the GEMM and, in the backward, issues the input gradient's
+reduce-scatter with ``async_op=True`` before the weight gradient (NVIDIA/Megatron-LM
+megatron/core/tensor_parallel/layers.py at 000c4ac, models/gpt/gpt_model.py at 007562f); the
+vocab-parallel loss's all-reduces are NCCL calls too. torchtitan compiles only the transformer
+blocks (``apply_compile``), so async TP's fused kernels do not reach them either."""
+
+
+def block_policy(policy: TimingPolicy, kind: str) -> TimingPolicy:
+    """``policy`` as it applies to block ``kind``: without :attr:`Overlap.TP_COMM` for the
+    embedding and the output layers (:data:`UB_FREE_BLOCKS`), whose tensor-parallel
+    collectives run as the framework runs them without userbuffers; unchanged otherwise."""
+    if kind in UB_FREE_BLOCKS and Overlap.TP_COMM in policy.overlaps:
+        return replace(policy, overlaps=policy.overlaps - {Overlap.TP_COMM})
+    return policy
+
+
 def overlap_rule(
     policy: TimingPolicy, tp: int, sp: bool, inner_tp: int | None = None
 ) -> OverlapRule | None:
@@ -417,8 +443,9 @@ def runs_outside_nccl(
     "bulk" kernels) or, under ``micro_pipeline_tp``, PyTorch's symmetric-memory
     ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` (copy-engine writes into
     peers' buffers). A collective the rule leaves alone (``micro_pipeline_tp``'s unfused
-    reduce-scatters), Megatron's asynchronous tp all-reduce and every other group's
-    collective are NCCL calls."""
+    reduce-scatters; the embedding's and output layers', whose ``policy`` is
+    :func:`block_policy`'s, without the option), Megatron's asynchronous tp all-reduce and every
+    other group's collective are NCCL calls."""
     tp_overlap = Overlap.TP_COMM in policy.overlaps and sp and tp > 1  # as overlap_rule's
 
     def outside(instr: Instr) -> bool:

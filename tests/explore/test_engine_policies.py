@@ -37,7 +37,12 @@ from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
 from stage_explore.analytical.fused_qkv import fuse_qkv
-from stage_explore.analytical.overlap import apply_overlaps, overlap_rule, runs_outside_nccl
+from stage_explore.analytical.overlap import (
+    apply_overlaps,
+    block_policy,
+    overlap_rule,
+    runs_outside_nccl,
+)
 from stage_explore.analytical.parts import Point, axes_of
 from stage_explore.analytical.policy import (
     ASTRA_SIM_POLICY,
@@ -343,18 +348,18 @@ def test_tracesim_times_blocks_with_the_analytical_per_kernel_costs(name: str) -
     # the backend's own timers (per-kernel compute, α–β over the group's network dims) as a
     # trace timing model: time_block and tracesim agree under the profile's policy
     backend = AnalyticalBackend(framework=name)
-    policy = backend.policy
     for _, flavor, parallel in POLICY_CASES:
         model = get_flavor(flavor).with_overrides(layers=2, seq_len=1024)
         point = bound_point(backend, model, parallel, SYSTEM)
         workload = point.workload
         tp, sp = parallel.tp, workload.flags.sp
-        rule = combine_rules(
-            overlap_rule(policy, tp, sp, workload.axis_sizes["tp"]),
-            async_grad_allreduce_rule(policy, tp, sp),
-        )
-        outside_nccl = runs_outside_nccl(policy, tp, sp, rule)  # userbuffers: no NCCL call
         for kind, block in point.blocks.items():
+            policy = block_policy(backend.policy, kind)  # no userbuffers for embedding / head
+            rule = combine_rules(
+                overlap_rule(policy, tp, sp, workload.axis_sizes["tp"]),
+                async_grad_allreduce_rule(policy, tp, sp),
+            )
+            outside_nccl = runs_outside_nccl(policy, tp, sp, rule)  # userbuffers: no NCCL call
             spans = {axes: backend._spans(point, axes)[0] for axes in axes_of(block)}
             compute_s = backend._compute_timer(point, kind)
 

@@ -18,7 +18,7 @@ from stage_core.serving.config import Phase
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s, call_overhead_s
-from stage_explore.analytical.overlap import _TP_GROUPS
+from stage_explore.analytical.overlap import _TP_GROUPS, UB_FREE_BLOCKS
 from stage_explore.analytical.serving import CUSTOM_ALL_REDUCE_MAX_BYTES, _timers
 from stage_explore.system import load_system
 from stage_explore.system.model import System
@@ -60,11 +60,11 @@ def test_a_call_pays_the_largest_overhead_of_its_dims_once(kind: CollectiveKind)
     assert call_overhead_s(system.network, [0, 1], nccl=False) == 0.0
 
 
-def _tp_collective_times(framework: str, **overrides: Any) -> list[tuple[bool, float, float]]:
+def _tp_collective_times(framework: str, **overrides: Any) -> list[tuple[str, bool, float, float]]:
     """For each collective of every block's forward and backward on tp 4 (sequence parallel)
-    in one node: (a tensor-parallel all-gather or reduce-scatter, the time the backend charges
-    it, the time of the same collective as an NCCL call). The NVLink dim's per-call cost is set
-    to 1 ms, so that it shows."""
+    in one node: (the block's kind, a tensor-parallel all-gather or reduce-scatter, the time
+    the backend charges it, the time of the same collective as an NCCL call). The NVLink dim's
+    per-call cost is set to 1 ms, so that it shows."""
     system = _with_overheads(load_system("h100-80gb"), 1e-3, 20e-6)
     model = get_flavor("llama3-8b").with_overrides(layers=2, vocab=32000, seq_len=2048)
     parallel = ParallelConfig(tp=4, dp=2, sp=True, zero=1, global_batch=16)
@@ -83,31 +83,70 @@ def _tp_collective_times(framework: str, **overrides: Any) -> list[tuple[bool, f
                     point, spans[instr.axes], instr.collective, instr.comm_bytes
                 )
                 exchange = instr.axes in _TP_GROUPS and instr.collective in (AG, RS)
-                found.append((exchange, program.comm_s(instr), nccl))
+                found.append((kind, exchange, program.comm_s(instr), nccl))
     return found
 
 
 def test_userbuffers_tp_exchanges_pay_no_nccl_call() -> None:
     """megatron-core's ``tp_comm_overlap`` (Transformer Engine userbuffers): no tp all-gather or
-    reduce-scatter pays the 1 ms, every other collective (the loss's tp all-reduces) does;
+    reduce-scatter of a transformer layer pays the 1 ms; every other collective does — the
+    embedding's reduce-scatter and the output layer's all-gather (and their gradients'),
+    which run outside userbuffers (overlap.UB_FREE_BLOCKS), and the loss's tp all-reduces;
     switched off, every one does (plain NCCL calls)."""
     overlapped = _tp_collective_times("megatron-core")
-    tp = [(charged, nccl) for on_tp, charged, nccl in overlapped if on_tp]
-    assert tp
-    assert all(charged < 1e-3 <= nccl for charged, nccl in tp)
-    assert all(charged == nccl for on_tp, charged, nccl in overlapped if not on_tp)
+    layers = [(c, n) for kind, on_tp, c, n in overlapped if on_tp and kind not in UB_FREE_BLOCKS]
+    assert layers
+    assert all(charged < 1e-3 <= nccl for charged, nccl in layers)
+    ends = [(c, n) for kind, on_tp, c, n in overlapped if on_tp and kind in UB_FREE_BLOCKS]
+    assert {kind for kind, on_tp, _, _ in overlapped if on_tp} >= {"embedding", "head"}
+    assert ends and all(charged == nccl for charged, nccl in ends)
+    assert all(charged == nccl for _, on_tp, charged, nccl in overlapped if not on_tp)
     plain = _tp_collective_times("megatron-core", tp_comm_overlap=False)
-    assert all(charged == nccl for _, charged, nccl in plain)
-    assert any(on_tp for on_tp, _, _ in plain)
+    assert all(charged == nccl for _, _, charged, nccl in plain)
+    assert any(on_tp for _, on_tp, _, _ in plain)
 
 
 def test_async_tp_fused_collectives_pay_no_nccl_call_and_the_rest_do() -> None:
     """torchtitan's ``micro_pipeline_tp``: the collectives Inductor fuses into symmetric-memory
-    matmuls pay no NCCL call, the reduce-scatters it leaves alone (summed input gradients) do."""
+    matmuls pay no NCCL call, the reduce-scatters it leaves alone (summed input gradients) do,
+    and so do the embedding's and output layer's (``apply_compile`` compiles the transformer
+    blocks alone)."""
     found = _tp_collective_times("torchtitan", tp_comm_overlap=True)
-    tp = [(charged, nccl) for on_tp, charged, nccl in found if on_tp]
+    tp = [(charged, nccl) for kind, on_tp, charged, nccl in found if on_tp]
     assert any(charged < 1e-3 for charged, _ in tp)
     assert any(charged == nccl for charged, nccl in tp)
+    ends = [(c, n) for kind, on_tp, c, n in found if on_tp and kind in UB_FREE_BLOCKS]
+    assert ends and all(charged == nccl for charged, nccl in ends)
+
+
+def test_embedding_and_output_layer_run_their_tp_collectives_as_without_userbuffers() -> None:
+    """Under ``tp_comm_overlap`` the output layer's forward all-gather waits whole before its
+    GEMM (Megatron's ``ColumnParallelLinear``: ``dist_all_gather_func``, no userbuffers ring),
+    and the embedding's forward reduce-scatter is not pipelined with a GEMM: the overlap rule
+    leaves the forward collectives of both blocks alone, as it does with the option off."""
+    system = load_system("h100-80gb")
+    model = get_flavor("llama3-8b").with_overrides(layers=2, vocab=32000, seq_len=2048)
+    parallel = ParallelConfig(tp=4, dp=2, sp=True, zero=1, global_batch=16)
+    for overlap in (True, False):
+        overrides = {"tp_comm_overlap": overlap}
+        backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
+        point = bound_point(backend, model, parallel, system)
+        for kind in ("embedding", "head"):
+            parts = backend._kind(point, kind)
+            spans = {axes: backend._spans(point, axes)[0] for axes in parts.span_axes}
+            program = backend._phase_program(point, kind, "fwd", spans)
+            exchanges = [
+                i for i in program.instrs if i.axes in _TP_GROUPS and i.collective in (AG, RS)
+            ]
+            assert exchanges, kind
+            rule = program.rule
+            assert rule is None or all(rule(i) is None for i in exchanges), (kind, overlap)
+        layer = next(k for k in point.blocks if k not in UB_FREE_BLOCKS)
+        parts = backend._kind(point, layer)
+        spans = {axes: backend._spans(point, axes)[0] for axes in parts.span_axes}
+        program = backend._phase_program(point, layer, "fwd", spans)
+        overlapped = [i for i in program.instrs if program.rule and program.rule(i) is not None]
+        assert bool(overlapped) is overlap  # the transformer layers keep their userbuffers
 
 
 def test_deepep_dispatch_pays_no_nccl_call() -> None:
