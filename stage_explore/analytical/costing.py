@@ -13,7 +13,7 @@ passes (:class:`~stage_explore.analytical.passes.PhasePasses`); the analytical b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -57,6 +57,7 @@ from stage_explore.analytical.eager import eager_attention, eager_op_bytes
 from stage_explore.analytical.frameworks import (
     FrameworkProfile,
 )
+from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.kernels import (
     KernelTimer,
@@ -315,8 +316,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
             halves = split_backward(block)
             instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
-        if self.framework.fused_qkv:  # one GEMM over the concatenated q, k, v weights
-            instrs = fuse_qkv(instrs, frozenset(weight.name for weight in block.weights))
+        instrs = self._fused_projections(instrs, frozenset(w.name for w in block.weights))
         if self.framework.fused_elementwise:
             instrs = fuse_elementwise(instrs)
         extra_bytes = 0
@@ -443,9 +443,20 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
         """A block's forward and backward instructions as the profile's GEMMs run them (one
-        cast per fused q, k, v GEMM input)."""
-        instrs = (*block.fwd, *block.bwd)
-        return fuse_qkv(instrs, weights) if self.framework.fused_qkv else instrs
+        cast per fused q, k, v or gate, up GEMM input)."""
+        return self._fused_projections((*block.fwd, *block.bwd), weights)
+
+    def _fused_projections(
+        self, instrs: Sequence[Instr], weights: frozenset[str]
+    ) -> tuple[Instr, ...]:
+        """``instrs`` with the profile's fused projections: one GEMM over the concatenated
+        q, k, v weights (``fused_qkv``) and one over a gated MLP's gate and up weights
+        (``fused_fc1``: all gated MLPs or the routed experts'), their partial input gradients'
+        adds spared."""
+        fused = tuple(instrs)
+        if self.framework.fused_qkv:
+            fused = fuse_qkv(fused, weights)
+        return fuse_fc1(fused, weights, self.framework.fused_fc1)
 
     def _axes(self, point: Point, kind: str) -> list[tuple[str, ...]]:
         block = point.blocks[kind]

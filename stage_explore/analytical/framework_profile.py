@@ -83,6 +83,13 @@ Options (all booleans unless said):
   concatenated weights (Megatron-LM's ``query_key_value``, Megatron-Core's ``linear_qkv``;
   :mod:`~stage_explore.analytical.fused_qkv`); off: three GEMMs whose input gradients autograd
   sums, as separate ``q_proj`` / ``k_proj`` / ``v_proj`` linears (HuggingFace, TorchTitan) run.
+- ``fused_fc1`` (str) — which gated MLPs run their gate and up projections as one GEMM of
+  output ``2 · ffn`` (:mod:`~stage_explore.analytical.fused_fc1`): one input gradient, no sum.
+  ``"all"``: dense, shared and routed experts (Megatron-Core's ``linear_fc1`` with
+  ``gated_linear_unit``, Megatron-LM's ``dense_h_to_4h`` with ``--swiglu``); ``"experts"``: the
+  routed experts only (NeMo AutoModel's ``gate_and_up_projs``); ``"none"``: two GEMMs whose
+  input gradients autograd sums, as separate ``w1`` / ``w3`` (TorchTitan) or ``gate_proj`` /
+  ``up_proj`` (HuggingFace) linears run.
 - ``eager_modules`` (str) — whose module code eager PyTorch runs when ``fused_elementwise`` is
   off (:mod:`~stage_explore.analytical.eager`): ``"generator"``, each generator op one kernel
   reading its inputs and writing its outputs once (ATen's native ``F.layer_norm``, ``F.gelu``);
@@ -393,6 +400,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_explore.analytical.eager import EAGER_MODULES
+from stage_explore.analytical.fused_fc1 import FC1_SCOPES
 
 #: Each option and the flag (or config key) the framework exposes it under.
 OPTION_FLAGS: dict[str, str] = {
@@ -413,6 +421,7 @@ OPTION_FLAGS: dict[str, str] = {
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "fused_qkv": "Megatron query_key_value / linear_qkv (off: separate q, k, v linears)",
+    "fused_fc1": "Megatron linear_fc1 / dense_h_to_4h, AutoModel gate_and_up_projs (2·ffn)",
     "rope_fusion": "Megatron-Core apply_rope_fusion (off: rope_utils' unfused ops, eager)",
     "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama / …",
     "runtime_reserved_bytes": "CUDA context + cuBLAS workspace + NCCL buffers",
@@ -532,6 +541,7 @@ class FrameworkProfile:
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
     fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
+    fused_fc1: str = "none"  # gate and up as two GEMMs (separate linears), their dgrads summed
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
     micro_pipeline_tp: bool = False  # tp_comm_overlap overlaps every tp gather and scatter (TE)
 
@@ -601,6 +611,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `distributed_fused_adam` must be one of "
                         f"{', '.join(DISTRIBUTED_FUSED_ADAM)}, but got {value!r}"
+                    )
+            elif option == "fused_fc1":
+                if value not in FC1_SCOPES:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `fused_fc1` must be one of "
+                        f"{', '.join(FC1_SCOPES)}, but got {value!r}"
                     )
             elif option == "fp8_amax_reduction":
                 if value not in FP8_AMAX_REDUCTION:

@@ -87,6 +87,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # megatron/model/transformer.py ParallelAttention: query_key_value =
             # mpu.ColumnParallelLinear(args.hidden_size, 3 * projection_size, ...), one GEMM
             fused_qkv=True,
+            # ParallelMLP.dense_h_to_4h: ffn_hidden_size * 2 with gated_linear_unit (--swiglu),
+            # one GEMM for gate and up (GELU models: nothing to fuse)
+            fused_fc1="all",
             runtime_reserved_bytes=0,  # the published peaks are allocator figures
             allocator_overhead=0.0,
             # Not timed for this profile, although Megatron-LM of 2021 ran such a pass
@@ -134,6 +137,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # build_module(submodules.linear_qkv, hidden_size, query_projection_size + 2 *
             # kv_projection_size, ...), one (TELayerNormColumnParallelLinear) GEMM each way
             fused_qkv=True,
+            # megatron/core/transformer/mlp.py MLP.__init__: ffn_hidden_size *= 2 with
+            # gated_linear_unit, one linear_fc1 (shared experts too); moe/experts.py
+            # TEGroupedMLP / GroupedMLP: one grouped fc1 of 2 * moe_ffn_hidden_size
+            fused_fc1="all",
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # --gradient-accumulation-fusion is on by default (--no-gradient-accumulation-fusion
@@ -205,6 +212,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_elementwise=True,  # Megatron-DeepSpeed keeps Megatron's fused kernels
             # and Megatron's attention: megatron/model/transformer.py query_key_value, one GEMM
             fused_qkv=True,
+            fused_fc1="all",  # and its ParallelMLP: dense_h_to_4h of ffn_hidden_size * 2 (swiglu)
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # deepspeed/runtime/pipe/engine.py _exec_backward_pass: "if self.bfloat16_enabled()
@@ -400,6 +408,10 @@ FRAMEWORKS["automodel"] = replace(
     attention_kernel="cudnn",
     # components/moe/layers.py GroupedExpertsDeepEP._apply_bias: eager expert biases
     eager_modules="automodel",
+    # components/moe/layers.py: GroupedExperts(DeepEP).gate_and_up_projs of [experts, dim,
+    # 2 * moe_inter_dim], one grouped GEMM; its MLP (dense, shared experts) keeps gate_proj
+    # and up_proj separate
+    fused_fc1="experts",
     # docs/guides/autopipeline.md: AutoPipeline is "built on PyTorch's native
     # torch.distributed.pipelining" (its PipelineStages' per-micro-batch receive buffers)
     pipelining_stage_buffers=True,

@@ -20,6 +20,8 @@ not the work:
 The rewrite keeps the instruction list's length and order (dependencies are indices): the
 first GEMM of each group becomes the fused one, the others and the spared adds keep their place
 with no work. Timing only: FLOPs, memory and the trace's tensors are the generator's.
+:func:`fuse_siblings` is the rewrite for any such group of one module's weights (the gated
+MLP's gate and up projections: :mod:`~stage_explore.analytical.fused_fc1`).
 """
 
 from __future__ import annotations
@@ -35,27 +37,38 @@ from stage_core.lower.bind import Instr
 QKV_WEIGHTS = frozenset({"wq", "wk", "wv"})
 
 
-def _is_qkv_weight(name: str, weights: Collection[str]) -> bool:
-    return name in weights and name.rsplit(".", 1)[-1] in QKV_WEIGHTS
+def _sibling(name: str, weights: Collection[str], siblings: Collection[str]) -> str | None:
+    """The module of ``name`` (``shared`` of ``shared.wg``) when it is one of the block's
+    weights whose own name is in ``siblings``, else None."""
+    if name not in weights:
+        return None
+    module, _, own = name.rpartition(".")
+    return module if own in siblings else None
 
 
-def _group_key(instr: Instr, weights: Collection[str]) -> tuple[str, str, str] | None:
-    """``(role, phase, shared tensor)`` of a q/k/v projection GEMM (forward, input-gradient or
-    weight-gradient), or None for any other instruction."""
+def _group_key(
+    instr: Instr, weights: Collection[str], siblings: Collection[str]
+) -> tuple[str, str, str, str] | None:
+    """``(role, phase, shared tensor, module)`` of a sibling projection GEMM (forward,
+    input-gradient or weight-gradient), or None for any other instruction."""
     if instr.kind != "einsum" or len(instr.inputs) != 2 or len(instr.outputs) != 1:
         return None
     (first, _), (second, _) = instr.inputs
     out = instr.outputs[0][0]
     prefix = grad_name("")
-    if out.startswith(prefix) and _is_qkv_weight(out.removeprefix(prefix), weights):
-        activation = second if first.startswith(prefix) else first  # (d.q, ln1) -> d.wq
-        return ("wgrad", instr.phase, activation)
-    weight = next((n for n in (first, second) if _is_qkv_weight(n, weights)), None)
-    if weight is None:
-        return None
-    if out.startswith(prefix):  # (d.q, wq) -> d.ln1: the input's gradient, shared
-        return ("dgrad", instr.phase, out)
-    return ("fwd", instr.phase, second if weight == first else first)  # (ln1, wq) -> q
+    if out.startswith(prefix):
+        module = _sibling(out.removeprefix(prefix), weights, siblings)
+        if module is not None:
+            activation = second if first.startswith(prefix) else first  # (d.q, ln1) -> d.wq
+            return ("wgrad", instr.phase, activation, module)
+    for weight in (first, second):
+        module = _sibling(weight, weights, siblings)
+        if module is None:
+            continue
+        if out.startswith(prefix):  # (d.q, wq) -> d.ln1: the input's gradient, shared
+            return ("dgrad", instr.phase, out, module)
+        return ("fwd", instr.phase, second if weight == first else first, module)  # -> q
+    return None
 
 
 def _fused(members: Sequence[Instr], shared: str) -> Instr:
@@ -94,17 +107,46 @@ def _idle(instr: Instr) -> Instr:
 def fuse_qkv(instrs: Sequence[Instr], weights: Collection[str]) -> tuple[Instr, ...]:
     """``instrs`` with each phase's q, k and v projection GEMMs run as one (module docstring);
     ``weights`` are the block's weight names. Unchanged when the block has no such group."""
-    groups: dict[tuple[str, str, str], list[int]] = {}
+    return fuse_siblings(instrs, weights, QKV_WEIGHTS)
+
+
+def _own_weight(instr: Instr, weights: Collection[str], siblings: Collection[str]) -> str:
+    """The own name (``wu`` of ``experts.wu``) of the sibling weight a grouped GEMM uses or
+    whose gradient it writes."""
+    prefix = grad_name("")
+    names = [n for n, _ in instr.inputs] + [
+        n.removeprefix(prefix) for n, _ in instr.outputs if n.startswith(prefix)
+    ]
+    return next(n.rpartition(".")[2] for n in names if _sibling(n, weights, siblings) is not None)
+
+
+def fuse_siblings(
+    instrs: Sequence[Instr],
+    weights: Collection[str],
+    siblings: Collection[str],
+    named: str | None = None,
+) -> tuple[Instr, ...]:
+    """``instrs`` with each phase's GEMMs of one module's weights named in ``siblings`` (which
+    read the same input) run as one over the concatenated weights, and the adds of their
+    partial input gradients spared (module docstring). The fused GEMM takes the first
+    member's place and, when ``named`` is given, the name of the member using that weight
+    (else the first's). Unchanged when there is no such group."""
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
     for index, instr in enumerate(instrs):
-        key = _group_key(instr, weights)
+        key = _group_key(instr, weights, siblings)
         if key is not None:
             groups.setdefault(key, []).append(index)
     fused = list(instrs)
     spared: dict[tuple[str, str], int] = {}  # (phase, gradient) -> adds that no longer run
-    for (role, phase, shared), indices in groups.items():
+    for (role, phase, shared, _), indices in groups.items():
         if len(indices) < 2:
             continue
         fused[indices[0]] = _fused([instrs[i] for i in indices], shared)
+        namesake = next(
+            (i for i in indices if _own_weight(instrs[i], weights, siblings) == named), None
+        )
+        if namesake is not None:
+            fused[indices[0]] = replace(fused[indices[0]], name=instrs[namesake].name)
         for index in indices[1:]:
             fused[index] = _idle(instrs[index])
         if role == "dgrad":

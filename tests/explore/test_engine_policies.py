@@ -36,6 +36,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
+from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.overlap import (
     apply_overlaps,
@@ -377,6 +378,9 @@ def test_tracesim_times_blocks_with_the_analytical_per_kernel_costs(name: str) -
                     continue
                 if get_framework(name).fused_qkv:  # one q, k, v GEMM, as the backend
                     instrs = fuse_qkv(instrs, frozenset(w.name for w in block.weights))
+                instrs = fuse_fc1(  # one gate, up GEMM where it fuses, as the backend
+                    instrs, frozenset(w.name for w in block.weights), get_framework(name).fused_fc1
+                )
                 if profile_fuses(name):
                     instrs = fuse_elementwise(instrs)
                 program, _ = apply_overlaps(instrs, policy, rule)
