@@ -119,6 +119,7 @@ def test_automodel_profile_is_fsdp_with_transformer_engine_attention() -> None:
         "attention_kernel",
         "pipelining_stage_buffers",
         "eager_modules",  # its DeepEP experts' eager biases (tests/explore/test_eager_automodel.py)
+        "fused_fc1",  # its grouped experts' gate_and_up_projs (tests/explore/test_fused_fc1.py)
     }
     assert automodel.attention_kernel == "cudnn" and fsdp.attention_kernel == "fa2"
     model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
