@@ -477,6 +477,15 @@ LOSS_PARALLEL_FP32_BUFFERS = 4
 #: The values of ``grad_accumulation``.
 GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear")
 
+# The options whose value is one of a fixed set of names (checked by ``__post_init__``).
+OPTION_CHOICES: dict[str, tuple[str, ...]] = {
+    "eager_modules": EAGER_MODULES,
+    "distributed_fused_adam": DISTRIBUTED_FUSED_ADAM,
+    "fused_fc1": FC1_SCOPES,
+    "fp8_amax_reduction": FP8_AMAX_REDUCTION,
+    "grad_accumulation": GRAD_ACCUMULATION,
+}
+
 GIB = 2**30
 MIB = 2**20
 #: Bytes of an fp32 element (``fsdp_param_fp32``: the sharded master parameters gathered as is).
@@ -600,35 +609,12 @@ class FrameworkProfile:
                         f"framework {self.name!r}: `moe_load_imbalance` (max/mean tokens per "
                         f"expert-parallel rank) must be a finite number >= 1, but got {value!r}"
                     )
-            elif option == "eager_modules":
-                if value not in EAGER_MODULES:
+            elif option in OPTION_CHOICES:
+                choices = OPTION_CHOICES[option]
+                if value not in choices:
                     raise ConfigError(
-                        f"framework {self.name!r}: `eager_modules` must be one of "
-                        f"{', '.join(EAGER_MODULES)}, but got {value!r}"
-                    )
-            elif option == "distributed_fused_adam":
-                if value not in DISTRIBUTED_FUSED_ADAM:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `distributed_fused_adam` must be one of "
-                        f"{', '.join(DISTRIBUTED_FUSED_ADAM)}, but got {value!r}"
-                    )
-            elif option == "fused_fc1":
-                if value not in FC1_SCOPES:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `fused_fc1` must be one of "
-                        f"{', '.join(FC1_SCOPES)}, but got {value!r}"
-                    )
-            elif option == "fp8_amax_reduction":
-                if value not in FP8_AMAX_REDUCTION:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `fp8_amax_reduction` must be one of "
-                        f"{', '.join(FP8_AMAX_REDUCTION)}, but got {value!r}"
-                    )
-            elif option == "grad_accumulation":
-                if value not in GRAD_ACCUMULATION:
-                    raise ConfigError(
-                        f"framework {self.name!r}: `grad_accumulation` must be one of "
-                        f"{', '.join(GRAD_ACCUMULATION)}, but got {value!r}"
+                        f"framework {self.name!r}: `{option}` must be one of "
+                        f"{', '.join(choices)}, but got {value!r}"
                     )
             elif not isinstance(value, bool):
                 raise ConfigError(
