@@ -232,7 +232,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 accelerator = point.system.accelerator
                 timing = timing.plus_compute(
                     program.extra_bytes
-                    / (accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory)
+                    / accelerator.achieved_memory_bandwidth_bytes_per_s
                 )
             if accumulate_s == 0.0:
                 return timing

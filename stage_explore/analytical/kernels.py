@@ -153,7 +153,7 @@ def gemm_time_s(
     ``share``: as :func:`gemm_efficiency`."""
     batch, m, n, k = shape
     peak = accelerator.peak(dtype)
-    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
     best = math.inf
     for split in SPLIT_K:
         if split > 1 and k // split < MIN_SPLIT_K:
@@ -361,18 +361,15 @@ class KernelTimer:
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
+        hbm = accelerator.achieved_memory_bandwidth_bytes_per_s
         moved = eager_instr_bytes(instr, self.eager_bytes) if self.eager_bytes else None
         if moved is None:
-            memory_s = (instr.bytes_read + instr.bytes_written) / (
-                accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-            )
+            memory_s = (instr.bytes_read + instr.bytes_written) / hbm
         else:  # eager PyTorch's op-by-op kernels, at their own achieved bandwidth
             eager = self.kernels.eager_memory or accelerator.efficiency.memory
             memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
         if self.sort_chunks:  # a fused copy kernel beside the dispatch or combine
-            memory_s += sort_chunks_bytes(instr) / (
-                accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-            )
+            memory_s += sort_chunks_bytes(instr) / hbm
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
         if instr.flops <= 0:
@@ -393,18 +390,12 @@ class KernelTimer:
                 )
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
-                seconds += cp_merge_bytes(instr, self.cp_merge, compiled=self.cp_compiled) / (
-                    accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-                )
+                seconds += cp_merge_bytes(instr, self.cp_merge, compiled=self.cp_compiled) / hbm
             if self.te_cp_merge > 1:  # TE's per-step corrections and accumulations
-                seconds += te_cp_merge_bytes(instr, self.te_cp_merge) / (
-                    accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-                )
+                seconds += te_cp_merge_bytes(instr, self.te_cp_merge) / hbm
             outside = attention_eager_bytes(instr, self.attention_eager)  # e.g. layout copies
             if outside:
-                seconds += outside / (
-                    accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-                )
+                seconds += outside / hbm
             return seconds
         if instr.kind == "ssdscan":
             return max(memory_s, instr.flops / self._ssd_rate())
@@ -460,7 +451,7 @@ class KernelTimer:
             return 0.0
         elements = max(sizes) // ELEMENT_BYTES  # the logits, not the integer targets
         accelerator = self.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return elements * per_element / bandwidth
 
     def _cast_s(self, instr: Instr, role: str) -> float:
@@ -473,7 +464,7 @@ class KernelTimer:
             copies = 1 if role == "wgrad" else 1 + (column if columnwise else 0)
             share = self.shares.get((instr.phase, name), 1)
             total += cast_bytes(elements, self.fp8_recipe, copies) / share
-        return total / (accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory)
+        return total / accelerator.achieved_memory_bandwidth_bytes_per_s
 
     def _ssd_rate(self) -> float:
         """FLOP/s of Mamba-2's SSD scan: its chunked matmuls run on the tensor cores (Triton

@@ -59,7 +59,7 @@ class PhasePasses:
             group = group_size(axes, workload.axis_sizes) if sharded else 1
             elements += weight.elements // max(1, group)
         accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return elements * per_element / bandwidth
 
     def _fp8_weight_casts_s(self, point: Point, kind: str, phase: str) -> float:
@@ -93,7 +93,7 @@ class PhasePasses:
         key = ("fp8_weight_casts", point.key, kind, phase, gemms)
         cast: int = self._parts.get(key, elements)
         accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return cast * FP8_DYNAMIC_CAST_BYTES / bandwidth
 
     def _fsdp2_copies_s(self, point: Point, kind: str, phase: str) -> float:
@@ -114,7 +114,7 @@ class PhasePasses:
             gathers, scatters, workload.weight_bytes, workload.grad_bytes
         )
         accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         seconds = elements * per_element / bandwidth
         if held and phase == "fwd":
             seconds /= workload.micro_batches  # one gather per step
@@ -135,7 +135,7 @@ class PhasePasses:
             return 0.0
         elements = sum(weight.elements for weight in point.blocks[kind].weights)
         accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return elements * per_element / bandwidth
 
     def _param_cast_s(self, point: Point, kind: str, phase: str) -> float:
@@ -157,5 +157,5 @@ class PhasePasses:
         elements = sum(weight.elements for weight in point.blocks[kind].weights)
         per_element = FP32_BYTES + workload.weight_bytes  # one side fp32, the other 16-bit
         accelerator = point.system.accelerator
-        bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return passes * elements * per_element / bandwidth

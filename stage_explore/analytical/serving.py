@@ -165,7 +165,7 @@ def _compute_timer(
     widen = ELEMENT_BYTES // program.config.weight_bytes
     if widen == 1:
         return timer
-    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
 
     def compute_s(instr: Instr) -> float:
         inputs = tuple((n, b * widen if n in weights else b) for n, b in instr.inputs)

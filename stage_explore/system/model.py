@@ -304,12 +304,17 @@ class Accelerator:
             f"{precision} peak"
         )
 
+    @property
+    def achieved_memory_bandwidth_bytes_per_s(self) -> float:
+        """HBM bandwidth the memory-bound kernels reach: the peak times ``efficiency.memory``."""
+        return self.memory_bandwidth_bytes_per_s * self.efficiency.memory
+
     def compute_time_s(self, flops: int, memory_bytes: int, dtype: str) -> float:
         """Roofline time with efficiencies: the larger of the compute and the memory time."""
         compute_s = 0.0
         if flops > 0:
             compute_s = flops / (self.peak(dtype) * self.efficiency.matmul_efficiency(flops))
-        memory_s = memory_bytes / (self.memory_bandwidth_bytes_per_s * self.efficiency.memory)
+        memory_s = memory_bytes / self.achieved_memory_bandwidth_bytes_per_s
         return max(compute_s, memory_s)
 
     def to_dict(self) -> dict[str, Any]:
