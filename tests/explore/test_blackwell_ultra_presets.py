@@ -1,16 +1,23 @@
 """The Blackwell Ultra presets (b300, gb300-nvl72) against the vendor figures they cite: per-GPU
 dense peaks from the HGX B300 / GB300 NVL72 totals (given with sparsity), HBM capacity and
-bandwidth, NVLink 5 and 800 Gb/s ConnectX-8 per GPU; and the kernel constants they carry over
-from the B200 / GB200 presets (the same tensor cores at the same datasheet rates), which must stay
-equal to those presets' while no Blackwell Ultra measurement replaces them. Each expected value is
-computed here from the cited totals, not copied from the preset."""
+bandwidth, NVLink 5 and 800 Gb/s ConnectX-8 per GPU; the kernel constants they carry over from
+the B200 / GB200 presets (the same tensor cores at the same datasheet rates), which must stay equal
+to those presets' while no Blackwell Ultra measurement replaces them; and cuDNN's fused attention,
+which one does replace: the cited GB300 SDPA measurements (cudnn-frontend
+benchmark/sdpa_benchmark_training), whose gain over B200 / GB200 must lie within what the doubled
+SFU exponential rate allows. Each expected value is computed here from the cited totals and
+measurements, not copied from the preset."""
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+
 import pytest
 
+from stage_explore.analytical.kernels import attention_efficiency
 from stage_explore.system import load_system
-from stage_explore.system.model import System
+from stage_explore.system.model import KernelModel, System
 
 B200, GB200 = load_system("b200"), load_system("gb200-nvl72")
 B300, GB300 = load_system("b300"), load_system("gb300-nvl72")
@@ -57,7 +64,10 @@ def test_kernel_constants_are_carried_over_from_the_same_tensor_cores(
 ) -> None:
     kernels, carried = ultra.accelerator.kernels, base.accelerator.kernels
     assert kernels is not None and carried is not None
-    assert kernels == carried
+    # everything but cuDNN's attention (measured on Blackwell Ultra, the tests below)
+    assert dataclasses.replace(kernels, attention_kernels=carried.attention_kernels) == carried
+    assert set(kernels.attention_kernels) == set(carried.attention_kernels)
+    assert kernels.attention_kernels["fa2"] == carried.attention_kernels["fa2"]
     assert ultra.accelerator.efficiency == base.accelerator.efficiency
     # the same achieved HBM rate (~6.0 TB/s of the Blackwell interface)
     achieved = ultra.accelerator.memory_bandwidth_bytes_per_s * ultra.accelerator.efficiency.memory
@@ -65,3 +75,89 @@ def test_kernel_constants_are_carried_over_from_the_same_tensor_cores(
     # the NVLink 5 dim as NCCL sees it, and the InfiniBand dim's fabric figures
     assert ultra.network[0].bus_efficiency == base.network[0].bus_efficiency
     assert ultra.network[-1].bus_efficiency == base.network[-1].bus_efficiency
+
+
+def _kernels(system: System) -> KernelModel:
+    kernels = system.accelerator.kernels
+    assert kernels is not None
+    return kernels
+
+
+#: Burst-clock kernel benchmarks over sustained training (b200.toml: FA4 1237 / 1450 TFLOP/s
+#: back to back on a B200, flashinfer-ai/flashinfer#2899).
+SUSTAINED = 0.853
+#: Causal key lengths of the cudnn-frontend SDPA training benchmark rows cited below.
+KEYS = (4096, 8192, 16384, 32768)
+#: cuDNN 9.13 (PyTorch 25.09 NGC) on GB300, 128 q / 8 kv heads, hdim 128, causal, BF16, TFLOP/s
+#: (artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv): forward, backward.
+GB300_CUDNN_913 = (
+    (1144.867, 1495.674, 1702.463, 1795.879),
+    (892.572, 1130.076, 1267.827, 1319.161),
+)
+#: The same day on GB300 and GB200, one cuDNN on both (results/gb{300,200}_918_only_cudnn and
+#: _919_only_cudnn, llama3.1 top_left, BF16): {version: ((GB300 fwd, bwd), (GB200 fwd, bwd))}.
+SAME_DAY = {
+    "9.18": (((1679, 1927, 1998, 2031), (1198, 1391, 1494, 1552)),
+             ((1297, 1563, 1646, 1686), (1105, 1279, 1371, 1441))),
+    "9.19": (((1672, 1887, 1968, 2014), (1195, 1385, 1490, 1549)),
+             ((1335, 1598, 1687, 1720), (1132, 1311, 1402, 1473))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_gb300_cudnn_reproduces_its_measured_sdpa_benchmark(backward: bool) -> None:
+    """`cudnn` on GB300 (and B300, the same die) times the measured cuDNN 9.13 rows at burst clock
+    within the 2.9 % of its k / (k + h) fit."""
+    measured = GB300_CUDNN_913[backward]
+    for system in (GB300, B300):
+        assert _kernels(system).attention_kernels["cudnn"] == (0.665, 0.501, 1340)
+    kernels, peak = _kernels(GB300), GB300.accelerator.peak("bf16")
+    for keys, tflops in zip(KEYS, measured, strict=True):
+        efficiency = attention_efficiency(kernels, keys, 128, True, backward, "cudnn")
+        assert efficiency * peak / SUSTAINED == pytest.approx(tflops * 1e12, rel=0.03)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_gb300_cudnn_9_17_is_gb200s_times_the_same_day_ratio(backward: bool) -> None:
+    ratios = [
+        ultra / base
+        for gb300, gb200 in SAME_DAY.values()
+        for ultra, base in zip(gb300[backward], gb200[backward], strict=True)
+    ]
+    gb200 = _kernels(GB200).attention_kernels["cudnn-9.17"]
+    for system in (GB300, B300):
+        entry = _kernels(system).attention_kernels["cudnn-9.17"]
+        assert entry[backward] == pytest.approx(gb200[backward] * statistics.mean(ratios), abs=5e-4)
+        assert entry[2] == gb200[2]  # GB200's half-saturation keys
+
+
+#: The mechanism (FlashAttention-4, Dao et al. 2025: B200's forward bound by the SFU's
+#: exponentials, its backward by shared memory): per attention score a forward runs 4·d MMA
+#: FLOPs and a backward 10·d (five matmuls), each one exponential; BF16 tensor cores run
+#: 8192 FLOP per clock per SM (2.25 PFLOP/s over 148 SMs at 1.855 GHz), the SFU 16 exponentials
+#: per clock per SM on B200 (CUDA programming guide, arithmetic instruction throughput, exp2)
+#: and twice that on Blackwell Ultra (NVIDIA, "Inside NVIDIA Blackwell Ultra").
+MMA_FLOP_PER_CLOCK, EXP_PER_CLOCK_B200, EXP_PER_CLOCK_ULTRA = 8192, 16, 32
+
+
+def _sfu_gain_bound(backward: bool, head_dim: int = 128) -> float:
+    """The most a doubled exponential rate can speed an attention kernel up per unit of tensor
+    peak: its exponentials wholly exposed (not overlapped with the MMAs) before and after."""
+    mma = (10 if backward else 4) * head_dim / MMA_FLOP_PER_CLOCK
+    return (mma + 1 / EXP_PER_CLOCK_B200) / (mma + 1 / EXP_PER_CLOCK_ULTRA)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize(("kernel", "base"), [("cudnn", B200), ("cudnn-9.17", GB200)])
+def test_blackwell_ultra_attention_gain_lies_within_the_sfu_bounds(
+    kernel: str, base: System, backward: bool
+) -> None:
+    """Per unit of peak, Blackwell Ultra's cuDNN attention is faster than B200's / GB200's (the
+    exponentials are not wholly hidden) and by no more than the doubled SFU allows (4/3 forward,
+    7/6 backward at hdim 128), at 8k keys and at the long-sequence limit."""
+    bound = _sfu_gain_bound(backward)
+    assert bound == pytest.approx(7 / 6 if backward else 4 / 3)
+    for keys in (8192, 10**9):
+        ultra = attention_efficiency(_kernels(GB300), keys, 128, True, backward, kernel)
+        before = attention_efficiency(_kernels(base), keys, 128, True, backward, kernel)
+        assert 1.02 < ultra / before <= bound
