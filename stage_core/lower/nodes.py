@@ -10,7 +10,8 @@ pipeline schedule. :func:`materialize` binds a template to one rank.
 Each node says where it comes from (:attr:`ProgramNode.source`: a block kind, a phase and an
 index), so a cost model can time it as the analytical backend times that instruction
 (:mod:`stage_explore.analytical.trace_mode`); ``instructions`` lets the caller emit a block's
-instructions as a framework runs them (fused, overlaps applied) instead of as bound.
+instructions as a framework runs them (fused, overlaps applied) instead of as bound — under a
+split backward its B and W parts (phases :data:`BWD_B` and :data:`BWD_W`) on their own.
 
 Tags of point-to-point messages are ``1 + ((sender_stage·m + micro_batch)·2 + direction)``,
 unique per step and computed identically by sender and receiver.
@@ -22,7 +23,6 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.elide import elide_empty
 from stage_core.lower.experts import data_axes
@@ -49,8 +49,9 @@ class ProgramNode:
     """A trace node of a stage template: ``group_axes`` for collectives; for sends and receives
     the peer is ``peer_shift`` (+1 or −1, wrapping) along ``peer_axis`` (pp, or cp for ring
     attention). ``source`` is where the node comes from: ``(block kind, phase, index)`` of a
-    block's instruction (phase ``fwd`` or ``bwd``, the index into the instructions emitted for
-    that phase), of a ZeRO collective (phase :data:`ZERO_GATHER` or :data:`ZERO_SCATTER`, the
+    block's instruction (phase ``fwd`` or ``bwd``, or :data:`BWD_B` / :data:`BWD_W` for the
+    parts of a split backward emitted by the caller; the index into the instructions emitted
+    for that phase), of a ZeRO collective (phase :data:`ZERO_GATHER` or :data:`ZERO_SCATTER`, the
     index into :func:`_zero_collectives`), of a synchronisation op (``("", SYNC, index into
     StageProgram.sync)``) or the optimizer (``("", OPTIMIZER, 0)``); empty for pipeline
     transfers and ring-attention messages."""
@@ -64,6 +65,10 @@ class ProgramNode:
 
 #: Phases of :attr:`ProgramNode.source` besides a block's ``fwd`` and ``bwd``.
 ZERO_GATHER, ZERO_SCATTER, SYNC, OPTIMIZER = "zero_gather", "zero_scatter", "sync", "optimizer"
+
+#: The phases of a split backward's B and W parts when the caller emits a block's instructions
+#: (``instructions``: :func:`stage_nodes`), its index into that part's instructions.
+BWD_B, BWD_W = "bwd_b", "bwd_w"
 
 #: How a block's instructions are emitted for a phase (``fwd`` or ``bwd``): by default as
 #: bound (``block.fwd`` / ``block.bwd``).
@@ -282,10 +287,14 @@ def _weight_nodes(
     b_ids: dict[tuple[int, int, int], dict[int, int]],
     sync_ids: list[int],
     last_mb: dict[int, int],
+    instructions: Instructions | None = None,
 ) -> int | None:
     """A W task: every block's weight-gradient instructions (backward block order), waiting for
     their inputs from the same micro-batch's B; then ZeRO-2/3 gradient scatters and, after the
-    chunk's last W, the gradient synchronisation. Returns the task's last node."""
+    chunk's last W, the gradient synchronisation. Returns the task's last node.
+    ``instructions``: the W part as the caller emits it (phase :data:`BWD_W`, its dependencies
+    within W; those on B are dropped, as :func:`~stage_core.lower.weightgrad.split_backward`
+    drops them: B ran before, so an instruction without one waits for the task's entry)."""
     workload = programs.workload
     chunk = stage.chunks[task.chunk]
     mb = task.micro_batch
@@ -294,10 +303,15 @@ def _weight_nodes(
     for position, block in enumerate(reversed(chunk.blocks)):
         prefix = f"W{mb}.c{chunk.index}.b{position}.{block.kind}"
         known = b_ids.pop((chunk.index, mb, position), {})
-        ids = _emit_indexed(
-            em, block.bwd, split_backward(block).weight_grad_index, prefix, entry, ctrl, known,
-            (block.kind, "bwd"),
-        )  # fmt: skip
+        if instructions is not None:
+            instrs = instructions(block, BWD_W)
+            end = _block(em, instrs, prefix, entry, ctrl, (block.kind, BWD_W))
+            ids = {len(instrs) - 1: end} if instrs else {}
+        else:
+            ids = _emit_indexed(
+                em, block.bwd, split_backward(block).weight_grad_index, prefix, entry, ctrl,
+                known, (block.kind, "bwd"),
+            )  # fmt: skip
         if ids:
             ctrl = ()
             last = max(ids.values())
@@ -320,10 +334,12 @@ def stage_nodes(
     keep_empty: bool = False,
 ) -> list[ProgramNode]:
     """The template node list of one pipeline stage; ``instructions`` gives the instructions a
-    block's phase emits (by default as bound; not with a split backward, whose B and W parts
-    index the bound backward). Compute nodes without FLOPs or bytes (an add's backward) are
-    left out, their dependencies passed on (:func:`stage_core.lower.elide.elide_empty`), unless
-    ``keep_empty`` (a caller that times nodes by their source, not by their counts)."""
+    block's phase emits (by default as bound; under a split backward it is asked for the B
+    and W parts, :data:`BWD_B` and :data:`BWD_W`, each with its own dependencies, as
+    :func:`~stage_core.lower.weightgrad.split_backward` renumbers them). Compute nodes
+    without FLOPs or bytes (an add's backward) are left out, their dependencies passed on
+    (:func:`stage_core.lower.elide.elide_empty`), unless ``keep_empty`` (a caller that times
+    nodes by their source, not by their counts)."""
     nodes = _stage_nodes(programs, stage, instructions)
     return nodes if keep_empty else elide_empty(nodes)
 
@@ -342,11 +358,6 @@ def _stage_nodes(
     }
     kind = str(workload.parallel.schedule)
     split = kind in SPLIT_BACKWARD  # B and W apart (lower/weightgrad.py)
-    if split and instructions is not None:
-        raise ConfigError(
-            f"schedule {kind!r} splits the backward into the bound instructions' B and W "
-            "parts: its blocks cannot be emitted as rewritten instructions"
-        )
     pairs = overlapped(kind, stage.stage, p, m, vpp)
     b_ids: dict[tuple[int, int, int], dict[int, int]] = {}  # (chunk, mb, position) → B ids
     pair_ctrl: tuple[int, ...] | None = None
@@ -362,7 +373,7 @@ def _stage_nodes(
             pair_ctrl = ctrl
         if task.phase == "W":
             previous = _weight_nodes(
-                em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward
+                em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward, instructions
             )
             continue
         # the pipeline neighbour: ±1 along pp; DualPipe's second chunk runs the other way
@@ -394,11 +405,14 @@ def _stage_nodes(
                     last_gather = em.instr(instr, name, deps, ctrl, source)
                     entry = (*entry, last_gather)
             phase = "bwd" if backward else "fwd"
-            if instructions is not None:
+            if instructions is not None and not (backward and split):
                 instrs = instructions(block, phase)
             else:
                 instrs = block.bwd if backward else block.fwd
-            if backward and split:
+            if backward and split and instructions is not None:  # B as the caller emits it
+                instrs = instructions(block, BWD_B)
+                last = _block(em, instrs, prefix, entry, ctrl, (block.kind, BWD_B))
+            elif backward and split:
                 ids = _emit_indexed(
                     em, instrs, split_backward(block).input_grad_index, prefix, entry, ctrl, {},
                     (block.kind, "bwd"),

@@ -26,9 +26,13 @@ delays its receiver as the levelled mode's ``_transfer`` says (the policy's ``po
 the send lasts the hold, the message flies the arrival delay after it; traces run
 point-to-point messages on arrival only, which those two durations express).
 
-Not covered: schedules that split the backward (their B and W parts index the bound
-instructions, not the rewritten ones: a ConfigError), context-parallel ring exchanges (messages
-to a rank without a trace), the next step's parameter gather behind its first forward
+Schedules that split the backward (ZB-H1, DualPipe) emit their B and W parts as the backend
+runs them (its phases ``bwd_b`` and ``bwd_w``: :data:`~stage_core.lower.nodes.BWD_B`,
+:data:`~stage_core.lower.nodes.BWD_W`); a W task's instructions wait for the task's entry, their
+dependencies on B dropped as the backend's W timing drops them.
+
+Not covered: context-parallel ring exchanges (messages to a rank without a trace), the next
+step's parameter gather behind its first forward
 (``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
 the FP8 amax all-reduces per chunk and micro-batch (the framework option
 ``fp8_amax_reduction``, which the levelled mode adds to each chunk's forward and backward: not
@@ -53,6 +57,8 @@ from dataclasses import dataclass, replace
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.nodes import (
+    BWD_B,
+    BWD_W,
     OPTIMIZER,
     SYNC,
     ZERO_GATHER,
@@ -169,7 +175,7 @@ class ProgramTimingModel(BaseTimingModel[float]):
     def node_collective(self, node: TraceNode, group: tuple[int, ...]) -> dict[int, float]:
         costs, (kind, phase, index) = self._source(node)
         backend, point = costs.backend, costs.point
-        if phase in ("fwd", "bwd"):
+        if phase in BLOCK_PHASES:
             program = costs.program(kind, phase)[0]
             seconds = program.comm_s(program.instrs[index])
         elif phase in (ZERO_GATHER, ZERO_SCATTER):
@@ -195,7 +201,7 @@ class ProgramTimingModel(BaseTimingModel[float]):
         modelled, is in the block's cost already)."""
         costs, (kind, phase, _) = self._source(compute)
         stage_costs, (owner, side, index) = self._source(collective)
-        if phase not in ("fwd", "bwd") or side not in BESIDE:
+        if phase not in BLOCK_PHASES or side not in BESIDE:
             return 0.0
         backend, point = costs.backend, costs.point
         if side == SYNC:
@@ -331,6 +337,10 @@ def trace_step(
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
     return TraceStep(result, stage_of, tuple(templates))
 
+
+#: The phases of a block's own instructions: forward, backward, and a split backward's B and W
+#: parts (:data:`~stage_core.lower.nodes.BWD_B`, :data:`~stage_core.lower.nodes.BWD_W`).
+BLOCK_PHASES = frozenset({"fwd", "bwd", BWD_B, BWD_W})
 
 #: The phases of the collectives whose NCCL kernels slow the compute beside them
 #: (:meth:`ProgramTimingModel.beside_share`; the levelled mode's :mod:`~stage_explore.

@@ -33,8 +33,18 @@ from typing import Any
 import pytest
 
 from stage_core.errors import ConfigError
-from stage_core.lower.nodes import OPTIMIZER, SYNC, ZERO_GATHER, ZERO_SCATTER, stage_nodes
+from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.nodes import (
+    BWD_B,
+    BWD_W,
+    OPTIMIZER,
+    SYNC,
+    ZERO_GATHER,
+    ZERO_SCATTER,
+    stage_nodes,
+)
 from stage_core.lower.program import lower
+from stage_core.lower.weightgrad import split_backward
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute, Schedule
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
@@ -229,14 +239,25 @@ def test_every_node_of_a_stage_says_where_it_comes_from() -> None:
                 assert phase in (ZERO_GATHER, ZERO_SCATTER) and kind in programs.blocks
 
 
-def test_rewritten_instructions_refuse_a_split_backward() -> None:
+def test_a_split_backward_is_emitted_as_the_callers_b_and_w_parts() -> None:
+    """Under ZB-H1 the ``instructions`` hook is asked for the forward and the B and W parts
+    (never the whole backward); given the bound halves it emits the bound split's nodes, the
+    same names in the same order (test_trace_mode_split.py times them)."""
     model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=2, seq_len=1024)
     parallel = ParallelConfig(tp=2, pp=2, schedule=Schedule.ZERO_BUBBLE, global_batch=8)
     programs = lower(model, parallel)
-    with pytest.raises(ConfigError, match="splits the backward"):
-        stage_nodes(programs, programs.stages[0], lambda block, phase: block.fwd)
-    with pytest.raises(ConfigError, match="splits the backward"):
-        trace_step(AnalyticalBackend(), model, parallel, SYSTEM)
+    asked: set[str] = set()
+
+    def halves(block: BoundBlock, phase: str) -> tuple[Instr, ...]:
+        asked.add(phase)
+        split = split_backward(block)
+        return {"fwd": block.fwd, BWD_B: split.input_grad, BWD_W: split.weight_grad}[phase]
+
+    for stage in programs.stages:
+        bound = stage_nodes(programs, stage, keep_empty=True)
+        emitted = stage_nodes(programs, stage, halves, keep_empty=True)
+        assert [i.node.name for i in emitted] == [i.node.name for i in bound]
+    assert asked == {"fwd", BWD_B, BWD_W}
 
 
 def test_a_collective_on_a_side_stream_runs_beside_the_communication_slot() -> None:
