@@ -31,7 +31,12 @@ runs them (its phases ``bwd_b`` and ``bwd_w``: :data:`~stage_core.lower.nodes.BW
 :data:`~stage_core.lower.nodes.BWD_W`); a W task's instructions wait for the task's entry, their
 dependencies on B dropped as the backend's W timing drops them.
 
-Not covered: context-parallel ring exchanges (messages to a rank without a trace), the next
+Under context parallelism every cp rank of a stage has a trace: a ring attention's key/value
+exchanges are point-to-point messages between them (each the backend's α–β time of one ring
+step), and under Transformer Engine's overlap (``te_cp_overlap``) the attention runs as its
+``cp`` steps with the exchanges between them (:mod:`~stage_explore.analytical.trace_ring`).
+
+Not covered: torch's ``context_parallel`` ring (``cp_merge_fp32``, a ConfigError), the next
 step's parameter gather behind its first forward
 (``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
 the FP8 amax all-reduces per chunk and micro-batch (the framework option
@@ -90,6 +95,7 @@ from stage_explore.analytical.kernels import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
 from stage_explore.analytical.trace_models import BaseTimingModel
+from stage_explore.analytical.trace_ring import RingProgram, ring_program
 from stage_explore.analytical.tracesim import SimulationResult, simulate
 from stage_explore.system.model import System
 
@@ -102,6 +108,43 @@ class _StageCosts:
         self.backend, self.point, self.stage = backend, point, stage
         self._spans: dict[tuple[str, ...], object] = {}
         self._programs: dict[tuple[str, str], tuple[PhaseProgram, float, int]] = {}
+        self._emitted: dict[tuple[str, str], tuple[RingProgram, int]] = {}
+        #: Seconds of one ring-attention message by its bytes (:meth:`ring_message_s`).
+        self.messages: dict[int, float] = {}
+        parallel = point.workload.parallel
+        cp = point.workload.axis_sizes.get("cp", 1)
+        self._cp = cp
+        self._steps = backend.framework.te_cp_overlap and str(parallel.cp_style) == "ring"
+        if cp > 1 and backend.framework.cp_merge_fp32 and str(parallel.cp_style) == "ring":
+            raise ConfigError(  # cp_comm_timer re-charges a structure the trace does not emit
+                "the trace mode does not time torch's context_parallel ring (cp_merge_fp32)"
+            )
+
+    def emitted(self, kind: str, phase: str) -> tuple[RingProgram, int]:
+        """The phase's instructions as the trace emits them (ring attention per step under
+        ``te_cp_overlap``, :func:`~stage_explore.analytical.trace_ring.ring_program`) and the
+        emitted index that takes the seconds the backend adds beside them (-1: none)."""
+        key = (kind, phase)
+        if key not in self._emitted:
+            program, _, last = self.program(kind, phase)
+            emitted = ring_program(program.instrs, self._cp, self._steps)
+            at = max((i for i, o in enumerate(emitted.origin) if o == last), default=-1)
+            for instr in emitted.instrs:
+                if instr.kind == "ring":
+                    self.ring_message_s(instr)
+            self._emitted[key] = (emitted, at if last >= 0 else -1)
+        return self._emitted[key]
+
+    def ring_message_s(self, ring: Instr) -> float:
+        """Seconds of one of ``ring``'s messages to the next cp rank: the backend's α–β ring
+        time of one step (:meth:`~stage_explore.analytical.costing_comm.CommCosting.
+        _comm_time`, the levelled ring's ``ring_steps`` times this), noted by its bytes."""
+        one = replace(ring, ring_steps=1)
+        seconds = self.backend._comm_time(self.point, self.span(ring.axes), one)
+        known = self.messages.setdefault(ring.comm_bytes, seconds)
+        if known != seconds:
+            raise ConfigError(f"stage {self.stage}: two ring messages of {ring.comm_bytes} bytes")
+        return seconds
 
     def span(self, axes: tuple[str, ...]) -> object:
         if axes not in self._spans:
@@ -155,8 +198,10 @@ class ProgramTimingModel(BaseTimingModel[float]):
         programs: Mapping[int, StageProgram],
         nodes: Mapping[int, tuple[int, NodeSource | None, TraceNode]],
         params: Mapping[int, int],
+        stage_of: Mapping[int, int],
     ) -> None:
         self._costs, self._programs, self._nodes, self._params = costs, programs, nodes, params
+        self._stage_of = stage_of
 
     def _source(self, node: TraceNode) -> tuple[_StageCosts, NodeSource]:
         entry = self._nodes.get(id(node))
@@ -168,16 +213,20 @@ class ProgramTimingModel(BaseTimingModel[float]):
         costs, (kind, phase, index) = self._source(node)
         if phase == OPTIMIZER:
             return costs.backend._optimizer_s(costs.point, self._params[costs.stage])
-        program, added_s, last = costs.program(kind, phase)
-        seconds = program.compute_s(program.instrs[index])
-        return seconds + added_s if index == last else seconds
+        program, added_s, _ = costs.program(kind, phase)
+        emitted, at = costs.emitted(kind, phase)
+        seconds = program.compute_s(program.instrs[emitted.origin[index]])
+        if emitted.share[index] != 1.0:  # an attention step (trace_ring.py)
+            seconds *= emitted.share[index]
+        return seconds + added_s if index == at else seconds
 
     def node_collective(self, node: TraceNode, group: tuple[int, ...]) -> dict[int, float]:
         costs, (kind, phase, index) = self._source(node)
         backend, point = costs.backend, costs.point
         if phase in BLOCK_PHASES:
             program = costs.program(kind, phase)[0]
-            seconds = program.comm_s(program.instrs[index])
+            origin = costs.emitted(kind, phase)[0].origin[index]
+            seconds = program.comm_s(program.instrs[origin])
         elif phase in (ZERO_GATHER, ZERO_SCATTER):
             parts = backend._kind(point, kind)
             instr = (parts.gathers if phase == ZERO_GATHER else parts.scatters)[index]
@@ -222,18 +271,40 @@ class ProgramTimingModel(BaseTimingModel[float]):
         raise ConfigError("ProgramTimingModel times collective nodes, not kinds and sizes")
 
     def point_to_point(self, source: int, destination: int, size_bytes: int) -> float:
-        """What a pipeline transfer holds its sender, as the levelled mode charges it
+        """A ring-attention message between two cp ranks of one stage: its seconds
+        (:meth:`_StageCosts.ring_message_s`; it arrives when the send ends). What a pipeline
+        transfer holds its sender, as the levelled mode charges it
         (``_transfer`` between the two ranks: the policy's ``point_to_point``, Megatron-Core's
         blocking 1F1B, ``p2p_scatter_gather``'s ``1/tp`` message and all-gather). The trace's
         next task of a sender waits for its send and a receive ends at the message's arrival,
         so a send lasting this, with :meth:`point_to_point_flight` after it, runs the
         levelled mode's semantics."""
+        ring = self._ring_message_s(source, destination, size_bytes)
+        if ring is not None:
+            return ring
         return self._transfer(source, destination, size_bytes)[0]
 
     def point_to_point_flight(self, source: int, destination: int, size_bytes: int) -> float:
         """How long the message flies after the send (the levelled mode's arrival delay: an
-        overlapped transfer's bytes and all-gather; 0.0 for blocking ones)."""
+        overlapped transfer's bytes and all-gather; 0.0 for blocking ones and ring
+        messages)."""
+        if self._ring_message_s(source, destination, size_bytes) is not None:
+            return 0.0
         return self._transfer(source, destination, size_bytes)[1]
+
+    def _ring_message_s(self, source: int, destination: int, size_bytes: int) -> float | None:
+        """A message between two ranks of one pipeline stage is a ring-attention message:
+        its seconds; None for a pipeline transfer."""
+        stage = self._stage_of[source]
+        if self._stage_of[destination] != stage:
+            return None
+        seconds = self._costs[stage].messages.get(size_bytes)
+        if seconds is None:
+            raise ConfigError(
+                f"a {size_bytes}-byte message from rank {source} to {destination} is not a "
+                "ring-attention message of their stage"
+            )
+        return seconds
 
     def _transfer(self, source: int, destination: int, size_bytes: int) -> tuple[float, float]:
         costs = next(iter(self._costs.values()))
@@ -305,7 +376,7 @@ def trace_step(
 
     def emitted(stage: int) -> Instructions:
         def instructions(block: BoundBlock, phase: str) -> tuple[Instr, ...]:
-            return costs[stage].program(block.kind, phase)[0].instrs
+            return costs[stage].emitted(block.kind, phase)[0].instrs
 
         return instructions
 
@@ -315,24 +386,27 @@ def trace_step(
     nodes: dict[int, tuple[int, NodeSource | None, TraceNode]] = {}
     templates = []
     params = {}
+    cp = workload.axis_sizes.get("cp", 1)
     for stage_program in programs.stages:
         stage = stage_program.stage
-        rank = workload.mesh.rank_of({"pp": stage})
         # kept: a framework may charge a kernel where the generator counts no work
         template = stage_nodes(programs, stage_program, emitted(stage), keep_empty=True)
         templates.append(tuple(template))
-        trace = list(materialize(template, rank, workload.mesh))
-        for item, node in zip(template, trace, strict=True):
-            nodes[id(node)] = (stage, item.source, node)
-            if node.kind is NodeKind.COLL and item.source is None:
-                raise ConfigError(f"rank {rank}: collective {node.name!r} has no source")
-        traces[rank], stage_of[rank] = trace, stage
-        if policy.side_streams:
-            on_side = ((item.node.id, _side_stream(item)) for item in template)
-            streams[rank] = {node_id: name for node_id, name in on_side if name}
+        for c in range(cp):  # every cp rank: ring attention exchanges messages between them
+            rank = workload.mesh.rank_of({"pp": stage, "cp": c})
+            trace = list(materialize(template, rank, workload.mesh))
+            for item, node in zip(template, trace, strict=True):
+                nodes[id(node)] = (stage, item.source, node)
+                if node.kind is NodeKind.COLL and item.source is None:
+                    raise ConfigError(f"rank {rank}: collective {node.name!r} has no source")
+            traces[rank], stage_of[rank] = trace, stage
+            if policy.side_streams:
+                on_side = ((item.node.id, _side_stream(item)) for item in template)
+                streams[rank] = {node_id: name for node_id, name in on_side if name}
         params[stage] = _params(backend, point, programs, stage_program)
-    timing = ProgramTimingModel(costs, {p.stage: p for p in programs.stages}, nodes, params)
-    if parallel.pp > 1:  # sends hold and fly what the policy's semantics gives them
+    by_stage = {p.stage: p for p in programs.stages}
+    timing = ProgramTimingModel(costs, by_stage, nodes, params, stage_of)
+    if parallel.pp > 1 or cp > 1:  # sends hold and fly what the policy's semantics gives
         policy = replace(policy, point_to_point=PointToPoint.ARRIVAL)
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)
     return TraceStep(result, stage_of, tuple(templates))
