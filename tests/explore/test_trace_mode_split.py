@@ -21,9 +21,12 @@ design in two places, each bounded here:
   backward does not wait for the forward), no faster than that and no slower than the three
   in a row.
 
-So the trace ends no earlier than the levelled mode, and later by at most every W task's
-``W_block − W`` and every pair's ``F + B + W_block − pair`` (max-plus: a step's end grows by
-at most the sum of its tasks' growths).
+So the trace ends later by at most every W task's ``W_block − W`` and every pair's
+``F + B + W_block − pair``, and earlier by at most every W task's ``W − W_block`` and every
+pair's ``pair − max(F, B + W_block)`` (max-plus: a step's end moves by at most the sum of its
+tasks' changes). Measured, it ends later on every case here (0.5–2.5 % ZB-H1, 1.8–9.8 %
+DualPipe, where not equal), though ``W_block`` is up to 4.2 % below ``W`` on megatron-core's
+Llama stages (userbuffers).
 """
 
 from __future__ import annotations
@@ -70,16 +73,20 @@ def _optimizer_end(traced: TraceStep) -> float:
     return max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
 
 
-def _growth_bound(backend: AnalyticalBackend, model: Any, parallel: ParallelConfig) -> float:
-    """How much later the trace may end than the levelled mode (module docstring): per stage,
-    every W task's ``W_block − W`` and every overlapped pair's ``F + B + W_block − pair``."""
+def _bounds(
+    backend: AnalyticalBackend, model: Any, parallel: ParallelConfig
+) -> tuple[float, float]:
+    """How much earlier and how much later the trace may end than the levelled mode (module
+    docstring), summed over every stage's tasks: a standalone W task lasts ``W_block`` for the
+    levelled ``W``; an overlapped pair at most ``F + B + W_block`` and at least the longer of
+    ``F`` and ``B + W_block`` for the levelled ``pair``."""
     workload = make_workload(model, parallel)
     point = _point(backend, workload, SYSTEM)
     plan = backend._plan(point).step
     programs = lower(model, parallel)
     kind, p, m = str(parallel.schedule), parallel.pp, workload.micro_batches
     counts = shape(kind, p, m, parallel.vpp).slot_counts
-    bound = 0.0
+    earlier = later = 0.0
     for stage_program in programs.stages:
         stage = stage_program.stage
         costs = _StageCosts(backend, point, stage)
@@ -93,13 +100,17 @@ def _growth_bound(backend: AnalyticalBackend, model: Any, parallel: ParallelConf
             for chunk in stage_program.chunks
         ]
         for c in range(chunks):  # every standalone W task
-            bound += counts[stage][2 * chunks + c] * max(0.0, w_block[c] - times.weight_s[c])
+            n = counts[stage][2 * chunks + c]
+            later += n * max(0.0, w_block[c] - times.weight_s[c])
+            earlier += n * max(0.0, times.weight_s[c] - w_block[c])
         for a in range(chunks):  # every overlapped pair (its W included)
             for b in range(chunks):
-                pairs = counts[stage][3 * chunks + a * chunks + b]
-                alone = times.forward_s[a] + times.backward_s[b] + w_block[b]
-                bound += pairs * max(0.0, alone - times.pair(a, b))
-    return bound
+                n = counts[stage][3 * chunks + a * chunks + b]
+                pair = times.pair(a, b)
+                longest = max(times.forward_s[a], times.backward_s[b] + w_block[b])
+                later += n * max(0.0, times.forward_s[a] + times.backward_s[b] + w_block[b] - pair)
+                earlier += n * max(0.0, pair - longest)
+    return earlier, later
 
 
 def _w_excess(backend: AnalyticalBackend, model: Any, parallel: ParallelConfig) -> float:
@@ -132,12 +143,13 @@ def test_split_backward_schedules_run_in_the_trace_mode_within_their_design_boun
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
     traced_end = _optimizer_end(traced)
-    bound = _growth_bound(backend, model, parallel)
+    earlier, later = _bounds(backend, model, parallel)
     tolerance = 1e-9 * levelled
-    assert levelled - tolerance <= traced_end <= levelled + bound + tolerance, (
+    assert levelled - earlier - tolerance <= traced_end <= levelled + later + tolerance, (
         traced_end,
         levelled,
-        bound,
+        earlier,
+        later,
     )
     dualpipe = parallel.schedule is Schedule.DUALPIPE
     if not dualpipe and _w_excess(backend, model, parallel) <= 1e-12 * levelled:
