@@ -268,14 +268,20 @@ def loss_peak_bytes(logits_elements: int, fp32_buffers: int, activation_bytes: i
     ``log_softmax`` saves its fp32 output; its backward holds that, the ``nll_loss`` gradient
     and its result, 3 x 4 bytes per logit. Megatron's vocab-parallel cross-entropy (1 buffer)
     saves the fp32 softmax, turns it into the gradient in place and casts that to 16 bits, so
-    the fp32 gradient and its 16-bit copy are live together (4 + 2 bytes per logit)."""
+    the fp32 gradient and its 16-bit copy are live together (4 + 2 bytes per logit).
+
+    Beside the fp32 buffers one 16-bit block of the logits' size is held in every case: the
+    upcast (``output.float()``) frees the 16-bit logits the output layer wrote, but PyTorch's
+    caching allocator keeps their block reserved (freed blocks stay cached for their stream,
+    https://pytorch.org/docs/stable/notes/cuda.html#memory-management), and none of the fp32
+    buffers, twice its size, fits in it; the backward's cast of the gradient to 16 bits is the
+    first allocation that does. With one buffer that cast is part of the peak (Megatron's
+    4 + 2); with more the block is reserved and empty while the fp32 buffers peak, so the
+    process holds ``fp32_buffers x 4 + 2`` bytes per logit either way."""
     sixteen_bit = 2 * activation_bytes * logits_elements  # the generator's saved logits + grad
     if fp32_buffers == 0:
         return sixteen_bit
-    return max(
-        fp32_buffers * FP32_BYTES * logits_elements,
-        (FP32_BYTES + activation_bytes) * logits_elements,
-    )
+    return (fp32_buffers * FP32_BYTES + activation_bytes) * logits_elements
 
 
 def loss_working_set(blocks: Sequence[BoundBlock], fp32_buffers: int, activation_bytes: int) -> int:

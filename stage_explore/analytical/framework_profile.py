@@ -149,7 +149,9 @@ Options (all booleans unless said):
   casts ``.float()``): ``log_softmax`` saves its fp32 output, and its backward holds that, the
   ``nll_loss`` gradient and its own result at once. 1: Megatron's ``vocab_parallel_cross_entropy``
   on ``output.float()``, which saves the fp32 softmax and turns it into the gradient in place.
-  0: the generator's own count (16-bit logits saved, a 16-bit gradient; a fused kernel).
+  0: the generator's own count (16-bit logits saved, a 16-bit gradient; a fused kernel). With
+  any buffers the freed 16-bit logits' block, which the caching allocator keeps reserved and no
+  fp32 buffer fits, is held beside them (2 bytes per logit; with 1 it holds the 16-bit gradient).
 - ``pp_unsharded_params`` — FSDP2 under pipeline parallelism keeps a stage's parameters gathered
   from its first forward to its last backward, and accumulates unsharded gradients in the reduce
   dtype over the micro-batches, reduce-scattering them once (torchtitan ``apply_fsdp``:
