@@ -276,8 +276,9 @@ def loss_peak_bytes(logits_elements: int, fp32_buffers: int, activation_bytes: i
     https://pytorch.org/docs/stable/notes/cuda.html#memory-management), and none of the fp32
     buffers, twice its size, fits in it; the backward's cast of the gradient to 16 bits is the
     first allocation that does. With one buffer that cast is part of the peak (Megatron's
-    4 + 2); with more the block is reserved and empty while the fp32 buffers peak, so the
-    process holds ``fp32_buffers x 4 + 2`` bytes per logit either way."""
+    4 + 2); with more the block is reserved and empty while the fp32 buffers peak (or, where
+    the caller still references the 16-bit logits and autocast upcasts them inside the loss,
+    live), so the process holds ``fp32_buffers x 4 + 2`` bytes per logit either way."""
     sixteen_bit = 2 * activation_bytes * logits_elements  # the generator's saved logits + grad
     if fp32_buffers == 0:
         return sixteen_bit

@@ -20,6 +20,7 @@ from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import FP8_BYTES, fp8_block, linear_weights
 from stage_core.lower.memory import (
     _block_states,
+    fp8_weights,
     gathered_input_bytes,
     loss_working_set,
     recompute_working_set,
@@ -68,7 +69,9 @@ class StateCosting:
         Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise. The
         optimizer state per parameter: Megatron's, or Apex's ``DistributedFusedAdam``'s under
         ``distributed_fused_adam`` (:func:`~stage_explore.analytical.frameworks.
-        distributed_fused_adam_state_bytes`)."""
+        distributed_fused_adam_state_bytes`). Under ``fp8_weight_cast_per_use`` (torchao
+        ``Float8Linear``) no FP8 weight copy is held: each GEMM casts its weight and drops the
+        cast; the backward casts again from the 16-bit weight it saved."""
         workload, block = point.workload, point.blocks[kind]
         peaks = point.system.accelerator.peak_flops_per_s
         recipe = str(workload.parallel.fp8_recipe)
@@ -88,6 +91,8 @@ class StateCosting:
                 transposed,
                 distributed_fused_adam_state_bytes(profile, fp8_params),
             )
+            if profile.fp8_weight_cast_per_use:  # no FP8 copy outlives its GEMM
+                weights -= fp8_weights(workload, block, transposed)
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal
             model, hardware = self._parts.get(

@@ -267,9 +267,10 @@ Options (all booleans unless said):
   in a fully recomputed forward and for the backward's input gradient (torchao ``Float8Linear``:
   ``matmul_with_hp_or_float8_args`` saves the high-precision input and weight and casts the weight
   again in the backward, "to have a chance to reuse max(abs(weight)) from the forward" waiting on
-  pytorch/pytorch#136267; without FSDP float8 all-gather the gathered weight is 16-bit). Off:
-  Transformer Engine, whose FP8 weight copies are made once per step and kept across micro-batches
-  (not timed).
+  pytorch/pytorch#136267; without FSDP float8 all-gather the gathered weight is 16-bit); in
+  memory no FP8 weight copy is held (each cast lives for its GEMM). Off: Transformer Engine,
+  whose FP8 weight copies are made once per step and kept across micro-batches (not timed;
+  held in the model states).
 - ``fsdp_fp32_shards`` — under ZeRO-3 the rank keeps no 16-bit copy of its parameter shard: the
   sharded parameters are the fp32 master weights and the 16-bit ones exist only gathered, per
   unit, while it runs (PyTorch FSDP ``MixedPrecision``: "outside forward and backward, the

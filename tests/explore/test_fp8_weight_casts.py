@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from stage_core.lower.fp8 import fp8_block, linear_weights
+from stage_core.lower.memory import fp8_weights
 from stage_core.lower.program import lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
@@ -81,3 +82,28 @@ def test_torchtitan_op_recompute_recasts_the_recomputed_linears() -> None:
     micro_batches = 8 // 4
     expected = micro_batches * recomputed * FP8_DYNAMIC_CAST_BYTES / bandwidth
     assert extra == pytest.approx(expected)
+
+
+def test_per_use_casts_hold_no_fp8_weight_copies() -> None:
+    """Transformer Engine keeps each FP8 layer's FP8 weight copies (row- and column-wise,
+    sharded like the weights under ZeRO-3) for the step; torchao's casts live only for their
+    GEMM, so the peak drops by exactly those copies (stage_core's count of them)."""
+    parallel = ParallelConfig(
+        dp=4, zero=3, recompute=Recompute.FULL, global_batch=8, precision=Precision.FP8
+    )
+    system = load_system("h100-80gb")
+    tensors = {"runtime_reserved_bytes": 0, "allocator_overhead": 0.0}
+
+    def peak(flag: bool) -> int:
+        backend = AnalyticalBackend(
+            framework="torchtitan", overrides={**tensors, "fp8_weight_cast_per_use": flag}
+        )
+        return backend.evaluate(LLAMA, parallel, system).peak_memory_bytes
+
+    programs = lower(LLAMA, parallel)
+    copies = sum(
+        (LLAMA.layers if kind == "layer" else 1) * fp8_weights(programs.workload, block)
+        for kind, block in programs.blocks.items()
+    )
+    assert copies > 0
+    assert peak(False) - peak(True) == copies
