@@ -1,14 +1,16 @@
 """``stage validate``: the analytical backend against every published training run.
 
 Evaluates every row of the published runs shipped in ``stage_explore/data`` with the setups of
-``setups.toml`` (:mod:`stage_explore.validation`; ``--data DIR`` for another folder holding the
-same files) and prints, per source, the mean absolute error on in-sample rows (used to choose
-a constant) and on held-out rows, the vTrain ranking quality, the targets of issue #11 and every
-row. ``--loso`` adds the leave-one-source-out figure (a fit per source: minutes). ``--json``
-prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error", "in_sample",
-...}], "mean_abs_error": {source: fraction}, "sources": {source: {"in_sample_mae",
-"held_out_mae", "rows", ...}}, "leave_one_source_out", "targets"}``; ``--markdown`` prints
-``benchmarks/results/validation.md``. ``--check`` exits 1 when a target is missed.
+``setups.toml`` (:mod:`stage_explore.validation`; ``--data DIR`` for another folder of
+published-runs CSVs, whose rows no ``setups.toml`` source claims get inferred setups) and
+prints the row count, then per source the mean absolute error on in-sample rows (used to
+choose a constant) and on held-out rows, the vTrain ranking quality, the targets of issue #11
+and every row. ``--loso`` adds the leave-one-source-out figure (a fit per source: minutes).
+``--json`` prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error",
+"in_sample", ...}], "mean_abs_error": {source: fraction}, "sources": {source:
+{"in_sample_mae", "held_out_mae", "rows", ...}}, "leave_one_source_out", "targets",
+"accounting"}``; ``--markdown`` prints ``benchmarks/results/validation.md``. ``--check`` exits
+1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         default=None,
         metavar="DIR",
-        help="a folder with the published CSV files and setups.toml (default: the package's)",
+        help="a folder of published-runs CSVs, with or without a setups.toml (rows no source "
+        "claims get an inferred setup; default: the package's data)",
     )
     parser.add_argument(
         "--loso", action="store_true", help="add the leave-one-source-out figure (minutes)"

@@ -12,7 +12,8 @@ its accelerator (the same ``accelerator.name``) that has the most rows, and meas
 system with the fitted accelerator efficiencies (:func:`~stage_explore.calibrate.apply`): only
 the accelerator's constants travel, its own links stay. It answers "how well does a system
 calibrated elsewhere predict this source", the question a user with another cluster asks.
-Memory rows are left out (no efficiency moves them).
+Memory rows are left out (no efficiency moves them). Rows with an inferred setup
+(:mod:`~stage_explore.validation.infer`) are measured but never trained on.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from stage_explore.calibrate import apply, default_parameters, fit, objective
 from stage_explore.system import load_system
 from stage_explore.system.model import System
+from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import BackendFactory, RowResult
 from stage_explore.validation.setups import Case
 
@@ -65,7 +67,9 @@ def leave_one_source_out(
         if mine[0].system_source not in systems:
             systems[mine[0].system_source] = load_system(mine[0].system_source)
         own = systems[mine[0].system_source]
-        others = [r.case for r in timing if r.case.source != source]
+        others = [  # inferred setups are measured, never fitted on (their setups are guesses)
+            r.case for r in timing if r.case.source != source and not is_inferred(r.case.source)
+        ]
         train = _training_rows(mine, others, systems)
         if not train:
             out[source] = {

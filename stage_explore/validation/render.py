@@ -29,22 +29,62 @@ def _row_cells(r: RowResult) -> list[str]:
     ]  # fmt: skip
 
 
+#: What the text and Markdown reports say about the inferred sources.
+INFERRED_NOTE = (
+    "rows no setups.toml source claims, evaluated with a setup inferred from their CSV "
+    "columns (held out; every inference is an assumption of the row; docs/validation.md, "
+    "'Rows without a setup')"
+)
+
+
+#: The widest source name the text table prints whole (an inferred source's name is its
+#: CSV ``source`` text, which may be a sentence).
+NAME_WIDTH = 60
+
+
+def _name(source: str, width: int) -> str:
+    return source if len(source) <= width else source[: width - 1] + "…"
+
+
+def _summary_lines(report: ValidationReport, sources: list[str], width: int) -> list[str]:
+    lines = []
+    for source in sources:
+        s = report.source_summary(source)
+        loso = (s.get("leave_one_source_out") or {}).get("mae")
+        lines.append(
+            f"{_name(source, width):<{width}} {s['rows_evaluated']:>4}/{s['rows_total']:<4} "
+            f"{_pct(s['in_sample_mae']):>14} {_pct(s['held_out_mae']):>13} {_pct(loso):>9}"
+        )
+    return lines
+
+
+def _inferred_text(report: ValidationReport, width: int) -> list[str]:
+    """The inferred sources' summary and their assumptions (each listed once)."""
+    if not report.inferred_sources:
+        return []
+    lines = ["", f"inferred setups: {INFERRED_NOTE}"]
+    lines += _summary_lines(report, report.inferred_sources, width)
+    for source in report.inferred_sources:
+        assumptions = dict.fromkeys(a for r in report.rows_of(source) for a in r.case.assumptions)
+        lines += [f"  {source}:", *(f"    - {a}" for a in assumptions)]
+    return lines
+
+
 def to_text(report: ValidationReport) -> str:
-    """Per-source summary, rankings, targets and the rows (vTrain rows summarised)."""
-    lines = [f"published runs and setups: {report.source}", ""]
-    width = max([10, *(len(source) for source in report.sources)])
+    """Per-source summary (the inferred sources apart), rankings, targets and the rows (vTrain
+    rows summarised), after the row count."""
+    lines = [f"published runs and setups: {report.source}"]
+    if report.count is not None:
+        lines.append(report.count.line())
+    lines.append("")
+    width = min(NAME_WIDTH, max([10, *(len(source) for source in report.sources)]))
     header = (
         f"{'source':<{width}} {'rows':>9} {'in-sample MAE':>14} {'held-out MAE':>13} "
         f"{'LOSO MAE':>9}"
     )
     lines += [header, "-" * len(header)]
-    for source in report.sources:
-        s = report.source_summary(source)
-        loso = (s.get("leave_one_source_out") or {}).get("mae")
-        lines.append(
-            f"{source:<{width}} {s['rows_evaluated']:>4}/{s['rows_total']:<4} "
-            f"{_pct(s['in_sample_mae']):>14} {_pct(s['held_out_mae']):>13} {_pct(loso):>9}"
-        )
+    lines += _summary_lines(report, report.configured_sources, width)
+    lines += _inferred_text(report, width)
     lines.append("")
     for ranking in rankings(report.results):
         lines.append(
@@ -64,6 +104,24 @@ def to_text(report: ValidationReport) -> str:
     return "\n".join(lines)
 
 
+def _table(report: ValidationReport, sources: list[str]) -> list[str]:
+    """The Markdown summary table of ``sources``."""
+    lines = [
+        "| source | what | system | framework | rows evaluated | in-sample MAE | held-out MAE "
+        "| leave-one-source-out MAE |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for source in sources:
+        s = report.source_summary(source)
+        loso = s.get("leave_one_source_out") or {}
+        lines.append(
+            f"| {source} | {s['title']} | {s['system']} | {', '.join(s['frameworks'])} | "
+            f"{s['rows_evaluated']} of {s['rows_total']} | {_pct(s['in_sample_mae'])} | "
+            f"{_pct(s['held_out_mae'])} | {_pct(loso.get('mae')) if loso else '—'} |"
+        )
+    return lines
+
+
 def to_markdown(report: ValidationReport) -> str:
     """The whole of ``benchmarks/results/validation.md``."""
     lines = [
@@ -75,18 +133,13 @@ def to_markdown(report: ValidationReport) -> str:
         "/ measured. A row is **in-sample** when a constant of the model was chosen by looking "
         "at it; the rest are **held out**. See `docs/validation.md`.",
         "",
-        "| source | what | system | framework | rows evaluated | in-sample MAE | held-out MAE "
-        "| leave-one-source-out MAE |",
-        "|---|---|---|---|---:|---:|---:|---:|",
     ]
-    for source in report.sources:
-        s = report.source_summary(source)
-        loso = s.get("leave_one_source_out") or {}
-        lines.append(
-            f"| {source} | {s['title']} | {s['system']} | {', '.join(s['frameworks'])} | "
-            f"{s['rows_evaluated']} of {s['rows_total']} | {_pct(s['in_sample_mae'])} | "
-            f"{_pct(s['held_out_mae'])} | {_pct(loso.get('mae')) if loso else '—'} |"
-        )
+    if report.count is not None:
+        lines += [f"Rows: {report.count.line()}.", ""]
+    lines += _table(report, report.configured_sources)
+    if report.inferred_sources:
+        lines += ["", f"Inferred setups: {INFERRED_NOTE}.", ""]
+        lines += _table(report, report.inferred_sources)
     if report.loso is None:
         lines += ["", "Leave-one-source-out: not computed (`stage validate --loso`)."]
     ranked = rankings(report.results)
@@ -105,6 +158,8 @@ def to_markdown(report: ValidationReport) -> str:
     for source in report.sources:
         s = report.source_summary(source)
         lines += ["", f"## {source}: {s['title']}", ""]
+        if source in report.inferred_sources:
+            lines += [f"Setup inferred: {INFERRED_NOTE}.", ""]
         if s.get("leave_one_source_out"):
             loso = s["leave_one_source_out"]
             if "mae" in loso:

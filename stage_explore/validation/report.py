@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stage_explore.validation.accounting import RowCount
+from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import RowResult
 
 #: Targets of issue #11 (measured by ``stage validate``).
@@ -118,17 +120,29 @@ def _pct(value: float | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ValidationReport:
-    """Every row's result, by source (in ``setups.toml`` order), plus the optional
-    leave-one-source-out MAE per source (``None`` when not computed)."""
+    """Every row's result, by source (in ``setups.toml`` order, then the inferred sources),
+    plus the optional leave-one-source-out MAE per source (``None`` when not computed) and the
+    row count (``None`` for a report of hand-picked results)."""
 
     results: tuple[RowResult, ...]
     source: str
     titles: Mapping[str, str] = field(default_factory=dict)
     loso: Mapping[str, Any] | None = None
+    count: RowCount | None = None
 
     @property
     def sources(self) -> list[str]:
         return list(dict.fromkeys(r.case.source for r in self.results))
+
+    @property
+    def configured_sources(self) -> list[str]:
+        """The sources of ``setups.toml``."""
+        return [s for s in self.sources if not is_inferred(s)]
+
+    @property
+    def inferred_sources(self) -> list[str]:
+        """The sources whose setups were inferred from the CSV (rows no source claims)."""
+        return [s for s in self.sources if is_inferred(s)]
 
     def rows_of(self, source: str) -> list[RowResult]:
         return [r for r in self.results if r.case.source == source]
@@ -253,11 +267,19 @@ class ValidationReport:
         return targets
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The JSON of ``stage validate --json``; an inferred source's summary has
+        ``"inferred": true``; ``accounting`` is the row count."""
+        sources = {s: self.source_summary(s) for s in self.sources}
+        for name in self.inferred_sources:
+            sources[name]["inferred"] = True
+        out = {
             "source": self.source,
             "rows": [r.to_dict() for r in self.results],
             "mean_abs_error": self.mean_abs_error(),
-            "sources": {s: self.source_summary(s) for s in self.sources},
+            "sources": sources,
             "leave_one_source_out": None if self.loso is None else dict(self.loso),
             "targets": [t.to_dict() for t in self.targets()],
         }
+        if self.count is not None:
+            out["accounting"] = self.count.to_dict()
+        return out

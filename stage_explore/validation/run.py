@@ -170,6 +170,9 @@ def evaluate_cases(
     loaded: dict[str, System] = dict(systems or {})
     results = []
     for case in cases:
+        if case.model is None or case.parallel is None:  # its reason: no system needed
+            results.append(RowResult(case, float("nan"), note=case.reason))
+            continue
         if case.system not in loaded:
             loaded[case.system] = load_system(case.system_source)
         results.append(evaluate_case(case, factory(case.backend_key), loaded[case.system]))

@@ -106,6 +106,10 @@ class Case:
     #: Where :attr:`system` is loaded from: "" for a preset (``system`` is its name), else the
     #: absolute path of the system file ``system`` names inside the data folder.
     system_file: str = ""
+    #: The CSV file (name inside the data folder) and 1-based data row the case was read from
+    #: (the row count of ``stage validate``); "" and 0 for a case built by hand.
+    file: str = ""
+    line: int = 0
 
     @property
     def system_source(self) -> str:
@@ -331,11 +335,17 @@ def _renamed(source: SourceSetup, raw: dict[str, str], line: int) -> dict[str, s
     return row
 
 
+def numbered_rows(source: SourceSetup, folder: Path) -> list[tuple[int, dict[str, str]]]:
+    """The rows of ``source`` (its file, filtered by id prefix, columns renamed), each with its
+    1-based data row in the file."""
+    raw = read_csv(folder / source.file)
+    rows = [(i + 1, _renamed(source, r, i + 1)) for i, r in enumerate(raw)]
+    return [(i, r) for i, r in rows if (r.get("id") or "").startswith(source.id_prefix)]
+
+
 def source_rows(source: SourceSetup, folder: Path) -> list[dict[str, str]]:
     """The rows of ``source`` (its file, filtered by id prefix, columns renamed)."""
-    raw = read_csv(folder / source.file)
-    rows = [_renamed(source, r, i + 1) for i, r in enumerate(raw)]
-    return [r for r in rows if r.get("id", "").startswith(source.id_prefix)]
+    return [row for _, row in numbered_rows(source, folder)]
 
 
 def _corrected(
@@ -436,14 +446,31 @@ def system_file(source: SourceSetup, folder: Path) -> str:
     return str(path)
 
 
-def load_cases(folder: Path | None = None, setups: Path | None = None) -> list[Case]:
-    """Every published row of every source in ``setups.toml``, in file order."""
-    folder = folder or data_dir()
-    sources, rows = load_setups(setups or folder / "setups.toml")
+def configured_cases(
+    folder: Path, sources: list[SourceSetup], rows: Mapping[str, dict[str, Any]]
+) -> list[Case]:
+    """Every published row of every configured source, in ``setups.toml`` order; a row's
+    :class:`ConfigError` names its CSV file."""
     cases = []
     for source in sources:
         where = system_file(source, folder)
-        for row in source_rows(source, folder):
-            case = make_case(source, row, rows.get(row["id"], {}))
+        for line, row in numbered_rows(source, folder):
+            try:
+                case = make_case(source, row, rows.get(row["id"], {}))
+            except ConfigError as error:
+                raise ConfigError(f"{source.file}: {error}") from None
+            case = replace(case, file=source.file, line=line)
             cases.append(replace(case, system_file=where) if where else case)
     return cases
+
+
+def load_cases(folder: Path | None = None, setups: Path | None = None) -> list[Case]:
+    """Every published row of the folder: those of every source in ``setups.toml`` (in its
+    order), then the rows no source claims with their inferred setups
+    (:mod:`~stage_explore.validation.infer`; every row without ``setups.toml``)."""
+    from stage_explore.validation.infer import inferred_cases
+
+    folder = folder or data_dir()
+    path = setups or folder / "setups.toml"
+    sources, rows = load_setups(path) if setups or path.is_file() else ([], {})
+    return configured_cases(folder, sources, rows) + inferred_cases(folder, sources)[0]

@@ -343,4 +343,5 @@ def test_a_missing_data_folder_is_a_one_line_error(
 ) -> None:
     assert main(["validate", "--data", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("stage validate: error: cannot read setups") and err.count("\n") == 1
+    assert err.startswith("stage validate: error: published runs folder") and err.count("\n") == 1
+    assert "nowhere' not found" in err

@@ -1,0 +1,297 @@
+"""Rows no ``setups.toml`` source claims, set up from what the CSV states: every row of every
+published-runs CSV of a data folder is evaluated or reported, never dropped.
+
+A published-runs CSV is a ``published_runs*.csv`` file, or any other ``.csv`` of the folder with
+``id``, ``gpu`` and a measured column (:data:`MEASURED_COLUMNS`) that no source reads. A row
+whose ``id`` no ``[sources.X] id_prefix`` of its file claims gets an inferred setup
+(:func:`inferred_cases`): one held-out source per distinct ``source`` text, named
+``INFERRED: <text>`` (split by system or metric when its rows differ in them, `` (memory)`` for
+the ``peak_mem_gib`` figure), every inference an assumption of the row
+(:mod:`~stage_explore.validation.infer_fields`), the rest the :class:`~stage_explore.validation
+.setups.SourceSetup` path configured sources take. A row that still cannot be set up is a
+not-evaluated :class:`~stage_explore.validation.setups.Case` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_explore.validation.infer_fields import (
+    Uninferable,
+    infer_framework,
+    infer_model,
+    infer_precision,
+    infer_system,
+    infer_zero,
+    names_bridge,
+)
+from stage_explore.validation.setups import Case, SourceSetup, make_case, read_csv
+
+INFERRED_PREFIX = "INFERRED: "
+SERVING_RUNS = "serving_runs.csv"
+#: The compared training metrics, in the order a row's measured column is chosen.
+TRAINING_METRICS = ("tokens_per_s_per_gpu", "iter_time_s", "tflops_per_gpu")
+MEASURED_COLUMNS = (*TRAINING_METRICS, "mfu_pct", "peak_mem_gib")
+#: Cells that must be integers when stated (a row's layout and dims; ``ffn`` and ``kv_heads``
+#: may be text such as ``1536 per expert`` or ``MLA``, which the flavor answers).
+INTEGER_COLUMNS = (
+    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch_seqs", "num_gpus",
+    "layers", "hidden", "heads", "vocab", "seq_len",
+)  # fmt: skip
+HEADER = (
+    "no setups.toml source claims this row: its setup is inferred from the CSV "
+    "(docs/validation.md, 'Rows without a setup'); every other setting is the ParallelConfig "
+    "and framework profile default"
+)
+_INTEGER = re.compile(r"\d{1,3}(?:,\d{3})+|\d+(?:\.0*)?")
+
+
+def is_inferred(source: str) -> bool:
+    """Whether a source name is an inferred one."""
+    return source.startswith(INFERRED_PREFIX)
+
+
+def is_runs_csv(path: Path) -> bool:
+    """Whether ``path`` is a published-runs CSV: ``published_runs*.csv``, or a header with
+    ``id``, ``gpu`` and a measured column."""
+    if path.name.startswith("published_runs") and path.suffix == ".csv":
+        return True
+    try:
+        with open(path, encoding="utf-8") as handle:
+            header = {c.strip() for c in handle.readline().strip().split(",")}
+    except (OSError, UnicodeDecodeError):
+        return False
+    return {"id", "gpu"} <= header and bool(header & set(MEASURED_COLUMNS))
+
+
+def _integer(cell: str) -> int | None:
+    text = cell.strip()
+    return int(float(text.replace(",", ""))) if _INTEGER.fullmatch(text) else None
+
+
+def _checked(row: dict[str, str], file: str) -> dict[str, int]:
+    """The integer cells a row states; a stated cell that is not an integer is Uninferable
+    naming the file, the row and the column."""
+    values = {}
+    for column in INTEGER_COLUMNS:
+        cell = row.get(column, "").strip()
+        if cell in ("", "-", "–", "—"):
+            continue
+        value = _integer(cell)
+        if value is None:
+            raise Uninferable(
+                f"{file}, row {row['id']}, column {column}: {cell!r} is not an integer"
+            )
+        values[column] = value
+    return values
+
+
+def _layout(
+    row: dict[str, str], stated: dict[str, int], framework: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The parallel fields the CSV leaves empty, each with its assumption."""
+    tp, pp, cp = (stated.get(k, 1) for k in ("tp", "pp", "cp"))
+    fields: dict[str, Any] = {}
+    notes = []
+    if "global_batch_seqs" not in stated:
+        raise Uninferable("global_batch_seqs is empty: the sequences per step are needed")
+    gpus = stated.get("num_gpus")
+    if "dp" not in stated:
+        if gpus is None or gpus % (tp * pp * cp):
+            raise Uninferable(
+                f"inconsistent layout: dp is empty and num_gpus {gpus} is not a multiple of "
+                f"tp·pp·cp = {tp * pp * cp}"
+            )
+        fields["dp"] = gpus // (tp * pp * cp)
+        notes.append(f"dp {fields['dp']} = num_gpus / (tp·pp·cp)")
+    elif gpus is not None and gpus != tp * pp * cp * stated["dp"]:
+        raise Uninferable(
+            f"inconsistent layout: tp·pp·cp·dp = {tp * pp * cp * stated['dp']} but num_gpus "
+            f"is {gpus}"
+        )
+    if "micro_batch" not in stated:
+        fields["micro_batch"] = 1
+        notes.append("micro-batch 1 (Megatron's --micro-batch-size default; column empty)")
+    if "vpp" not in stated:
+        notes.append("no interleaving, vpp 1 (column empty)")
+    if not row.get("sp", "").strip():
+        fields["sp"] = tp > 1 and framework in ("megatron-core", "torchtitan")
+        notes.append(
+            f"sequence parallelism {'on' if fields['sp'] else 'off'} (column empty; on with "
+            "TP for Megatron-Core recipes and torchtitan's TP plan, else off)"
+        )
+    if not row.get("recompute", "").strip():
+        fields["recompute"] = "none"
+        notes.append("no activation recompute (column empty)")
+    if cp > 1 and framework == "megatron-core":
+        fields["cp_style"] = "ring"
+        notes.append("context parallelism as ring attention (Megatron-Core's cp_comm_type p2p)")
+    zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
+    fields["zero"] = zero
+    notes.append(why)
+    if shard is not None:
+        dp = stated.get("dp", fields.get("dp", 1))
+        if dp % shard:
+            raise Uninferable(
+                f"hybrid sharding in groups of {shard}, but dp {dp} is not a multiple"
+            )
+        fields["dp_shard"] = shard
+    return fields, notes
+
+
+def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, str]:
+    """The FLOP convention of a TFLOP/s cell: the notes' words, else Megatron-LM 2021's
+    count with recompute for its full-recompute rows, model FLOPs otherwise."""
+    text = f"{row.get('notes', '')} {row.get('uncertain', '')}".lower()
+    if "model flop" in text or "model tflop" in text:
+        return "megatron-model", "TFLOP/s counted as model FLOPs (the notes say so)"
+    if "recompute flop" in text or "hardware flop" in text:
+        return "megatron-recompute", "TFLOP/s counted with recompute FLOPs (the notes say so)"
+    if framework == "megatron-lm-2021" and recompute == "full":
+        return "megatron-recompute", "TFLOP/s counted with recompute FLOPs (Megatron-LM 2021)"
+    return "megatron-model", "TFLOP/s counted as model FLOPs (a default: the notes do not say)"
+
+
+def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
+    """Experts and top-k the ``moe`` column states (``128 experts, top-8``)."""
+    cell = row.get("moe", "")
+    fields = {}
+    experts = re.search(r"(\d+)\s*(?:routed\s*)?experts?|(\d+)\s*routed", cell)
+    top = re.search(r"top[-\s]?(\d+)", cell, re.IGNORECASE)
+    if experts:
+        fields["num_experts"] = int(experts.group(1) or experts.group(2))
+    if top:
+        fields["top_k"] = int(top.group(1))
+    return fields, ([f"experts and top-k from the moe column ({cell!r})"] if fields else [])
+
+
+def inferred_setup(row: dict[str, str], metric: str, name: str, file: str) -> SourceSetup:
+    """The setup of one unclaimed row for ``metric`` (:class:`Uninferable` when it has none)."""
+    stated = _checked(row, file)
+    framework = infer_framework(row)
+    system = infer_system(row.get("gpu", ""))
+    precision = infer_precision(row.get("precision", ""), framework.value, names_bridge(row))
+    model = infer_model(row, framework.value)
+    parallel, notes = _layout(row, stated, framework.value)
+    if precision.fp8_recipe:
+        parallel["fp8_recipe"] = precision.fp8_recipe
+    experts, expert_notes = _moe_overrides(row)
+    flops, flops_note = "", ""
+    if metric == "tflops_per_gpu":
+        recompute = row.get("recompute", "").strip().lower().split(" ")[0] or "none"
+        flops, flops_note = _flops(row, framework.value, recompute)
+    assumptions = [
+        HEADER, system.assumption, framework.assumption, precision.assumption,
+        model.assumption, *expert_notes, *notes, *([flops_note] if flops_note else []),
+    ]  # fmt: skip
+    if metric == "peak_mem_gib":
+        assumptions.append(
+            "peak_mem_gib compared with the backend's process peak (tensors plus the profile's "
+            "runtime reserve); whether the source measured allocated or reserved memory is "
+            "not known"
+        )
+    return SourceSetup(
+        name=name, title=f"inferred from {file}: {row.get('source', '').strip() or file}",
+        file=file, id_prefix=row["id"], metric=metric, system=system.value,
+        framework=framework.value, precision=precision.precision, model_base=model.value,
+        in_sample=False, flops=flops, model=experts, parallel=parallel,
+        assumptions=tuple(f"inferred: {a}" for a in assumptions),
+    )  # fmt: skip
+
+
+def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Case:
+    """A not-evaluated case, with the system and framework when they can be read."""
+    cell = row.get(metric, "").replace(",", "").strip()
+    try:
+        measured = float(cell)
+    except ValueError:
+        measured = float("nan")
+    try:
+        system = infer_system(row.get("gpu", "")).value
+    except Uninferable:
+        system = ""
+    return Case(
+        id=row["id"], source=name, metric=metric, measured=measured, system=system,
+        framework=infer_framework(row).value, in_sample=False, in_sample_why="",
+        assumptions=(), reason=reason,
+    )  # fmt: skip
+
+
+def _case(row: dict[str, str], metric: str, name: str, file: str, line: int) -> Case:
+    try:
+        setup = inferred_setup(row, metric, name, file)
+    except Uninferable as error:
+        return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
+    try:
+        case = make_case(setup, row, {})
+    except ConfigError as error:  # a malformed cell: the row's reason, not the run's error
+        return replace(_unevaluable(row, metric, name, f"{file}: {error}"), file=file, line=line)
+    return replace(case, file=file, line=line)
+
+
+def row_cases(row: dict[str, str], file: str, line: int) -> list[Case]:
+    """The cases of one unclaimed row: its first stated training metric
+    (:data:`TRAINING_METRICS`) and its ``peak_mem_gib``; a row stating neither is one
+    not-evaluated case."""
+    row = {k: (v or "") for k, v in row.items() if k is not None}
+    row["id"] = row.get("id", "").strip() or f"{file}:{line}"
+    name = INFERRED_PREFIX + (row.get("source", "").strip() or file)
+    metric = next((m for m in TRAINING_METRICS if row.get(m, "").strip()), "")
+    memory = bool(row.get("peak_mem_gib", "").strip())
+    cases = [_case(row, metric, name, file, line)] if metric else []
+    if memory:
+        cases.append(_case(row, "peak_mem_gib", f"{name} (memory)", file, line))
+    if not cases:
+        mfu = " (mfu_pct alone is not compared: sources count MFU against different peaks)"
+        reason = f"no measured value: none of {', '.join(TRAINING_METRICS)}, peak_mem_gib"
+        reason += mfu if row.get("mfu_pct", "").strip() else ""
+        case = _unevaluable(row, TRAINING_METRICS[0], name, reason)
+        cases.append(replace(case, file=file, line=line))
+    return cases
+
+
+def _split(cases: list[Case]) -> list[Case]:
+    """Inferred sources whose rows differ in system or metric, split by them (a source is
+    summarised, fitted and targeted on one system and one metric)."""
+    out = []
+    for case in cases:
+        same = [c for c in cases if c.source == case.source]
+        systems = {c.system for c in same if c.system}
+        metrics = {c.metric for c in same}
+        parts = [p for p, many in ((case.system, len(systems) > 1), (case.metric, len(metrics) > 1))
+                 if many and p]  # fmt: skip
+        out.append(replace(case, source=f"{case.source} [{', '.join(parts)}]") if parts else case)
+    return out
+
+
+def inferred_cases(
+    folder: Path, sources: Sequence[SourceSetup]
+) -> tuple[list[Case], list[tuple[str, int]], list[str]]:
+    """``(cases, files read with their row counts, files ignored with why)``: the cases of every
+    row of the folder's published-runs CSVs that no source claims, in file order."""
+    cases: list[Case] = []
+    files: list[tuple[str, int]] = []
+    ignored: list[str] = []
+    named = {s.file for s in sources}
+    found = {p.name for p in folder.glob("*.csv")}
+    for name in sorted(named | found):
+        if name not in named and not is_runs_csv(folder / name):
+            if name != SERVING_RUNS:  # evaluated beside (validation.serving)
+                ignored.append(f"{name} (no source reads it, and it is not a published-runs "
+                               "CSV: no id, gpu and measured column)")  # fmt: skip
+            continue
+        rows = read_csv(folder / name)
+        files.append((name, len(rows)))
+        claimers = [s for s in sources if s.file == name]
+        if any(s.columns for s in claimers):
+            continue  # a renaming source reads every row of its file
+        for line, row in enumerate(rows, start=1):
+            row_id = (row.get("id") or "").strip()
+            if not any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
+                cases += row_cases(row, name, line)
+    return _split(cases), files, ignored

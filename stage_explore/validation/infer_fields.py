@@ -1,0 +1,293 @@
+"""What a published-runs CSV row states, read as a setup when no ``setups.toml`` source claims
+the row (:mod:`stage_explore.validation.infer`): the system preset from ``gpu``, the framework
+profile from keywords of ``source`` / ``source_table`` / ``url`` / ``notes`` / ``dp_sharding``,
+the precision and FP8 recipe from ``precision``, the model flavor from ``model`` (with
+``moe`` and ``params_b``), and the data-parallel sharding from ``dp_sharding``.
+
+Each reader returns the value and the assumption that states it (what was inferred, from which
+column and value), or raises :class:`Uninferable` with a one-line reason naming the value and
+what was expected. The readers are pure: no file, no preset is loaded here but the preset whose
+memory a ``gpu`` cell may state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from stage_core.models import get_flavor
+from stage_core.models.flavors import list_flavors
+from stage_explore.system import load_system
+
+
+class Uninferable(ValueError):
+    """A row's value that no rule reads; the message is the row's not-evaluated reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    """A value read from a row and the assumption that reports it."""
+
+    value: str
+    assumption: str
+
+
+#: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)").
+SYSTEM_RULES: tuple[tuple[str, str], ...] = (
+    (r"GB300", "gb300-nvl72"),
+    (r"GB200", "gb200-nvl72"),
+    (r"B300", "b300"),
+    (r"B200", "b200"),
+    (r"H800", "h800"),
+    (r"H200", "h200"),
+    (r"H100", "h100-80gb"),
+    (r"A100", "a100-80gb"),
+)
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
+
+
+def infer_system(gpu: str) -> Inferred:
+    """The preset of a ``gpu`` cell; a stated memory that is not the preset's (A100 40GB) is
+    :class:`Uninferable`, except on H100 (94/96 GB parts: the H100-SXM5 preset, stated)."""
+    preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, gpu, re.I)), "")
+    if not preset:
+        names = ", ".join(pattern for pattern, _ in SYSTEM_RULES)
+        raise Uninferable(f"gpu {gpu!r} matches no system preset (expected one of {names})")
+    text = f"system preset {preset} (the gpu column says {gpu!r})"
+    stated = _MEMORY.search(gpu)
+    if stated is None:
+        return Inferred(preset, text)
+    capacity = load_system(preset).accelerator.memory_bytes
+    gigabytes = float(stated.group(1))
+    if any(abs(gigabytes * unit / capacity - 1) < 0.05 for unit in (1e9, 2**30)):
+        return Inferred(preset, text)
+    if preset != "h100-80gb":
+        raise Uninferable(
+            f"gpu {gpu!r}: no preset for {stated.group(0)} (the {preset} preset has "
+            f"{capacity / 2**30:.0f} GiB)"
+        )
+    return Inferred(
+        preset,
+        f"{text}; the stated {stated.group(0)} is not the preset's 80 GiB: its memory "
+        "capacity, bandwidth and peaks are the H100-SXM5's",
+    )
+
+
+#: (keyword pattern, framework profile), first match wins; searched in :data:`FRAMEWORK_COLUMNS`.
+FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
+    (r"automodel", "automodel"),
+    (r"torchtitan", "torchtitan"),
+    (r"llm-foundry|mosaicml", "llm-foundry-2023"),
+    (r"fms-fsdp|foundation-model-stack|\bibm\b.*\bfsdp\b", "fms-fsdp"),
+    (r"deepspeed|zero-3|zero stage 3", "deepspeed"),
+    (r"narayanan|korthikanti|sc'21|megatron-lm ptd-p|arxiv\.org/abs/2104\.04473|2205\.05198",
+     "megatron-lm-2021"),
+    (r"megatron-bridge|megatron-core|\bnemo\b|mlperf|dgx cloud|dgxc-benchmarking",
+     "megatron-core"),
+    (r"\bfsdp", "fsdp"),
+)  # fmt: skip
+FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
+
+
+def names_bridge(row: dict[str, str]) -> bool:
+    """Whether a row's text names Megatron-Bridge."""
+    return any("megatron-bridge" in row.get(c, "").lower() for c in FRAMEWORK_COLUMNS)
+
+
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+def infer_framework(row: dict[str, str]) -> Inferred:
+    """The framework profile a row's text names: DeepSpeed when ``dp_sharding`` names it or
+    ZeRO-3 without FSDP (Narayanan et al.'s Table 2 compares both in one source); else the
+    first column of :data:`FRAMEWORK_COLUMNS` that holds a rule's keyword (rules in order);
+    else :data:`DEFAULT_FRAMEWORK`, stated as a default."""
+    sharding = row.get("dp_sharding", "")
+    found = re.search(r"deepspeed|zero[-\s]?3|zero stage 3", sharding, re.IGNORECASE)
+    if found and not re.search(r"fsdp", sharding, re.IGNORECASE):
+        return Inferred(
+            "deepspeed", f"framework profile deepspeed (the dp_sharding column names "
+            f"{found.group(0)!r})",
+        )  # fmt: skip
+    for column in FRAMEWORK_COLUMNS:
+        for pattern, framework in FRAMEWORK_RULES:
+            found = re.search(pattern, row.get(column, ""), re.IGNORECASE)
+            if found:
+                return Inferred(
+                    framework,
+                    f"framework profile {framework} (the {column} column names {found.group(0)!r})",
+                )
+    return Inferred(
+        DEFAULT_FRAMEWORK,
+        f"framework profile {DEFAULT_FRAMEWORK}, a default: no column names a known framework "
+        f"({', '.join(sorted({f for _, f in FRAMEWORK_RULES}))})",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionRead:
+    """A ``precision`` cell read: the precision, the FP8 recipe ("" when not FP8) and why."""
+
+    precision: str
+    fp8_recipe: str
+    assumption: str
+
+
+#: (pattern, fp8 recipe) for the FP8 spellings that name a recipe; first match wins.
+FP8_RECIPES: tuple[tuple[str, str], ...] = (
+    (r"mxfp8|fp8[-_ ]?mx|microscal", "mxfp8"),
+    (r"fp8[-_ ]?cs|current|tensorwise", "tensorwise"),
+    (r"fp8[-_ ]?ds|delayed", "delayed"),
+    (r"block", "blockwise"),
+)
+
+
+def infer_precision(cell: str, framework: str, bridge: bool = False) -> PrecisionRead:
+    """The precision of a ``precision`` cell (``FP8-CS``, ``MXFP8``, ``bf16 mixed``,
+    ``amp_bf16``, ``fp16 mixed``, ``FP8`` …); an FP8 cell without a recipe takes the
+    framework's default recipe: tensorwise for torchtitan (torchao Float8's dynamic
+    tensorwise scaling) and for a Megatron-Bridge table (``bridge``: its tables label FP8 rows
+    FP8-CS / FP8-MX, a bare "FP8" read as the first), delayed otherwise (Megatron-Core's
+    ``--fp8-recipe`` default)."""
+    text = cell.strip().lower()
+    said = f"the precision column says {cell.strip()!r}"
+    if not text:
+        return PrecisionRead("bf16", "", "bf16 mixed precision, a default (column empty)")
+    if re.search(r"fp4", text):
+        raise Uninferable(f"precision {cell!r}: the model has no FP4 precision")
+    if re.search(r"fp8|float8", text):
+        for pattern, recipe in FP8_RECIPES:
+            if re.search(pattern, text):
+                return PrecisionRead("fp8", recipe, f"fp8 with fp8_recipe {recipe} ({said})")
+        recipe = "tensorwise" if framework == "torchtitan" or bridge else "delayed"
+        whose = "Megatron-Bridge's FP8-CS" if bridge else f"the {framework} default"
+        return PrecisionRead(
+            "fp8", recipe, f"fp8 with fp8_recipe {recipe}, {whose} ({said}, no recipe named)"
+        )
+    for name in ("bf16", "fp16"):
+        if name in text:
+            return PrecisionRead(name, "", f"{name} mixed precision ({said})")
+    raise Uninferable(f"precision {cell!r}: expected bf16, fp16 or an FP8 spelling")
+
+
+#: (family pattern on the lower-cased model text, {size in billions: flavor}, base flavor, or
+#: "" when only the listed sizes can be set up).
+MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
+    (r"deepseek[\s_-]*v3", {0: "deepseek-v3"}, ""),
+    (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
+    (r"gpt[\s_-]*oss", {120: "gpt-oss-120b", 20: "gpt-oss-20b"}, ""),
+    (r"mixtral", {7: "mixtral-8x7b", 22: "mixtral-8x22b"}, ""),
+    (r"llama[\s_-]*2", {7: "llama2-7b", 13: "llama2-13b", 70: "llama2-70b"}, "llama2-7b"),
+    (r"llama[\s_-]*3\.1", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3.1-405b"}, "llama3-8b"),
+    (r"llama[\s_-]*3", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3-405b"}, "llama3-8b"),
+    (r"nemotron[\s_-]*4|nemotron[\s_-]*3\b", {340: "nemotron-4-340b"}, "nemotron-4-340b"),
+    (r"mt-nlg", {530: "megatron-gpt-530b"}, "megatron-gpt-530b"),
+)
+#: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
+#: base with the CSV's dims.
+GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"
+#: Dims a base flavor cannot answer for a model of another size: the CSV must state them.
+REQUIRED_DIMS = ("layers", "hidden", "heads")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*b(?![a-z])")
+_MIXTRAL = re.compile(r"8x(\d+)b")
+
+
+def _size(text: str, params_b: str) -> float | None:
+    """Billions of parameters the model text (``Llama 3.1 405B``, ``8x7b``) or ``params_b``
+    states."""
+    found = _MIXTRAL.search(text) or _SIZE.search(text)
+    if found:
+        return float(found.group(1))
+    try:
+        return float(params_b) if params_b.strip() else None
+    except ValueError:
+        return None
+
+
+def _gpt_flavor(size: float | None, framework: str) -> tuple[str, bool]:
+    """A GPT flavor of ``size`` (Megatron's GPT configs first for Megatron-LM 2021 and
+    DeepSpeed, GPT-3's otherwise) and whether it is that size, else the framework's GPT base."""
+    megatron = framework in ("megatron-lm-2021", "deepspeed")
+    families = ("megatron-gpt", "gpt3") if megatron else ("gpt3", "megatron-gpt")
+    if size is not None:
+        for family in families:
+            for name in list_flavors():
+                if name.startswith(f"{family}-") and name.endswith("b"):
+                    if float(name[len(family) + 1 : -1]) == size:
+                        return name, True
+    return ("megatron-gpt-22b" if megatron else "gpt3-175b"), False
+
+
+def infer_model(row: dict[str, str], framework: str) -> Inferred:
+    """The flavor of a row's model: a flavor of the stated family and size, whose dims fill
+    what the CSV leaves empty; else the family's base flavor when the CSV states
+    :data:`REQUIRED_DIMS` (an MoE row needs a flavor of its size: experts are not in the CSV)."""
+    model = row.get("model", "").strip()
+    text = model.lower().replace("_", " ")
+    size = _size(text, row.get("params_b", ""))
+    moe = row.get("moe", "").strip()
+    flavor, exact = "", False
+    for pattern, sizes, base in MODEL_RULES:
+        if re.search(pattern, text):
+            if 0 in sizes:
+                flavor, exact = sizes[0], True
+            elif size is not None and size in sizes:
+                flavor, exact = sizes[size], True
+            else:
+                flavor = base
+            break
+    else:
+        if re.search(GPT_PATTERN, text):
+            flavor, exact = _gpt_flavor(size, framework)
+    if not flavor:
+        raise Uninferable(
+            f"model {model!r} of another size than this family's flavors, or of no known "
+            "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3, "
+            "Qwen3, GPT-OSS, Mixtral)"
+        )
+    spec = get_flavor(flavor)
+    if moe and not spec.num_experts:
+        raise Uninferable(f"model {model!r}: the moe column says {moe!r}, but no MoE flavor of it")
+    if exact:
+        return Inferred(
+            flavor, f"model flavor {flavor} (the model column says {model!r}): its dims fill "
+            "the empty CSV cells",
+        )  # fmt: skip
+    missing = [c for c in REQUIRED_DIMS if not row.get(c, "").strip()]
+    if missing or spec.num_experts:
+        raise Uninferable(
+            f"model {model!r}: no flavor of that size, and the CSV does not state "
+            f"{', '.join(missing) or 'the experts'} (a base flavor cannot answer them)"
+        )
+    return Inferred(
+        flavor, f"model family from flavor {flavor} (norm, activation, position, biases; the "
+        f"model column says {model!r}) with the CSV's dims; dims it leaves empty are {flavor}'s",
+    )  # fmt: skip
+
+
+def infer_zero(cell: str, framework: str) -> tuple[int, int | None, str]:
+    """``(zero, dp_shard, assumption)`` of a ``dp_sharding`` cell: ZeRO-2 when gradients are
+    sharded, 3 for ZeRO-3 / FSDP / FULL_SHARD / Megatron-FSDP (not ``FSDP 0``), hybrid
+    sharding within a node of 8 (PyTorch ``HYBRID_SHARD`` shards inside a host), 1 for the
+    distributed optimizer / ZeRO-1, 0 for ``none``; else the framework's default (ZeRO-3 for
+    the FSDP-based profiles, 0 for Megatron-LM 2021, the distributed optimizer otherwise)."""
+    text = cell.strip().lower()
+    said = f"the dp_sharding column says {cell.strip()!r}" if text else "column empty"
+    if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded", text):
+        return 2, None, f"zero 2 ({said})"
+    if re.search(r"zero[-\s]?3|zero stage 3|full_shard|fully_shard|megatron-fsdp", text) or (
+        re.search(r"fsdp", text) and not re.search(r"fsdp\s*0\b|hybrid|hsdp", text)
+    ):
+        return 3, None, f"zero 3 ({said})"
+    if re.search(r"hybrid|hsdp", text):
+        return 3, 8, f"zero 3 inside shard groups of 8 GPUs, one node (dp_shard 8; {said})"
+    if re.search(r"zero[-\s]?1|zero stage 1|distributed.optimizer|distributed_fused_adam", text):
+        return 1, None, f"zero 1, the distributed optimizer ({said})"
+    if text in ("none", "no"):
+        return 0, None, f"zero 0 ({said})"
+    default = {
+        "megatron-lm-2021": 0, "fsdp": 3, "torchtitan": 3, "automodel": 3, "fms-fsdp": 3,
+        "llm-foundry-2023": 3,
+    }.get(framework, 1)  # fmt: skip
+    what = {0: "no optimizer sharding", 1: "the distributed optimizer", 3: "FSDP"}[default]
+    return default, None, f"zero {default} ({what}), the {framework} default ({said})"

@@ -1,0 +1,256 @@
+"""Rows no ``setups.toml`` source claims: evaluated with an inferred setup (or reported as not
+evaluated with a reason), never dropped; every row read is counted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stage_explore.cli import main
+from stage_explore.validation.infer import row_cases
+from stage_explore.validation.infer_fields import (
+    Uninferable,
+    infer_framework,
+    infer_precision,
+    infer_system,
+)
+from stage_explore.validation.render import to_markdown, to_text
+from stage_explore.validation.report import ValidationReport
+from stage_explore.validation.run import RowResult
+from stage_explore.validation.setups import data_dir, load_cases, read_csv
+from stage_explore.validation.suite import run_validation
+
+DATA = data_dir()
+HELD_OUT = "published_runs_held_out.csv"
+TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"
+SOURCE_TEXT = "A further held-out table (2027)"
+EXTRA = "published_runs_extra.csv"
+
+
+def _template() -> tuple[list[str], dict[str, str]]:
+    rows = read_csv(DATA / HELD_OUT)
+    (row,) = [r for r in rows if r["id"] == TEMPLATE]
+    return list(rows[0]), row
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> None:
+    header, _ = _template()
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _row(**cells: str) -> dict[str, str]:
+    _, row = _template()
+    return {**row, "id": "HID-1", "source": SOURCE_TEXT, **cells}
+
+
+def _folder(tmp_path: Path, *rows: dict[str, str], setups: str = "") -> Path:
+    """A data folder holding only ``rows`` (and ``setups`` as setups.toml when given)."""
+    _write(tmp_path / EXTRA, list(rows))
+    if setups:
+        (tmp_path / "setups.toml").write_text(setups, encoding="utf-8")
+    return tmp_path
+
+
+def test_an_appended_row_is_evaluated_with_its_inferences_reported(tmp_path: Path) -> None:
+    """The defect: a row whose id no source claims, appended to a package CSV."""
+    shutil.copytree(DATA, tmp_path / "data")
+    folder = tmp_path / "data"
+    header, _ = _template()
+    with open(folder / HELD_OUT, "a", newline="", encoding="utf-8") as handle:
+        csv.DictWriter(handle, fieldnames=header).writerow(_row())
+    (case,) = [c for c in load_cases(folder) if c.id == "HID-1"]
+    assert case.source == f"INFERRED: {SOURCE_TEXT}" and not case.in_sample
+    assert (case.system, case.framework) == ("h100-80gb", "megatron-core")
+    assert case.parallel is not None and case.parallel.zero == 3  # 'Megatron-FSDP (8)'
+    assert str(case.parallel.fp8_recipe) == "tensorwise"  # 'FP8-CS'
+    said = "\n".join(case.assumptions)
+    assert "system preset h100-80gb (the gpu column says 'H100-SXM5-80GB')" in said
+    assert "framework profile megatron-core" in said and "zero 3 (the dp_sharding" in said
+    assert (case.file, case.line) == (HELD_OUT, len(read_csv(DATA / HELD_OUT)) + 1)
+
+
+#: The setup a user would write by hand for the HID- row: what the inference states.
+HAND_WRITTEN = """
+[sources.HAND]
+title = "the row set up by hand"
+file = "published_runs_extra.csv"
+id_prefix = "HID-"
+metric = "tokens_per_s_per_gpu"
+system = "h100-80gb"
+framework = "megatron-core"
+precision = "fp8"
+model_base = "llama3-8b"
+in_sample = false
+[sources.HAND.parallel]
+zero = 3
+fp8_recipe = "tensorwise"
+sp = false
+recompute = "none"
+"""
+
+
+def test_the_inferred_prediction_equals_a_hand_written_setup(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    inferred = run_validation(_folder(tmp_path / "a", _row()))
+    by_hand = run_validation(_folder(tmp_path / "b", _row(), setups=HAND_WRITTEN))
+    (mine,), (theirs,) = inferred.results, by_hand.results
+    assert mine.evaluated and theirs.evaluated
+    assert (mine.case.source, theirs.case.source) == (f"INFERRED: {SOURCE_TEXT}", "HAND")
+    assert mine.predicted == theirs.predicted
+    assert mine.case.model == theirs.case.model and mine.case.parallel == theirs.case.parallel
+
+
+def test_an_unknown_gpu_is_reported_not_evaluated_with_its_reason(tmp_path: Path) -> None:
+    report = run_validation(_folder(tmp_path, _row(gpu="MI300X"), _row(id="HID-2")))
+    unknown, known = report.results
+    assert not unknown.evaluated and known.evaluated
+    assert "gpu 'MI300X' matches no system preset" in unknown.note
+    assert report.count is not None
+    assert (report.count.rows_read, report.count.evaluated) == (2, 1)
+    assert report.count.not_evaluated == ((f"{EXTRA}:HID-1", unknown.case.source),)
+    payload = report.to_dict()
+    (row,) = [r for r in payload["rows"] if r["id"] == "HID-1"]
+    assert row["not_evaluated_reason"] == unknown.note
+    assert payload["accounting"]["rows_not_evaluated"] == [f"{EXTRA}:HID-1 ({unknown.case.source})"]
+
+
+@pytest.mark.parametrize(
+    ("cells", "reason"),
+    [
+        ({"tp": "eight"}, f"{EXTRA}, row HID-1, column tp: 'eight' is not an integer"),
+        ({"tokens_per_s_per_gpu": "14,45x"},
+         f"{EXTRA}: HID-1: the tokens_per_s_per_gpu cell '14,45x'"),
+        ({"num_gpus": "16"}, "inconsistent layout: tp·pp·cp·dp = 8 but num_gpus is 16"),
+        ({"model": "Falcon 40B"}, "model 'Falcon 40B'"),
+        ({"precision": "NVFP4"}, "the model has no FP4 precision"),
+        ({"global_batch_seqs": ""}, "global_batch_seqs is empty"),
+        ({"tokens_per_s_per_gpu": "", "tflops_per_gpu": "", "mfu_pct": "40"},
+         "mfu_pct alone is not compared"),
+    ],
+)  # fmt: skip
+def test_a_row_that_cannot_be_set_up_has_a_one_line_reason(
+    tmp_path: Path, cells: dict[str, str], reason: str
+) -> None:
+    (result,) = run_validation(_folder(tmp_path, _row(**cells))).results
+    assert not result.evaluated and reason in result.note and "\n" not in result.note
+
+
+def test_a_folder_without_setups_toml_infers_every_row(tmp_path: Path) -> None:
+    shutil.copy(DATA / "published_runs.csv", tmp_path / "published_runs.csv")
+    report = run_validation(tmp_path)
+    assert report.configured_sources == [] and report.inferred_sources
+    assert report.count is not None and report.count.rows_read == 22
+    assert report.count.evaluated == 22 and report.count.inferred == 22
+    assert {r.case.system for r in report.results} == {"a100-80gb"}
+    assert {r.case.framework for r in report.results} == {"megatron-lm-2021"}
+    # Korthikanti et al.'s Figure 1 rows give peak memory: a memory source of their own
+    assert any(s.endswith("(memory)") for s in report.inferred_sources)
+    assert "inferred setups:" in to_text(report) and "Inferred setups:" in to_markdown(report)
+    assert "22 rows read (published_runs.csv 22), 22 evaluated" in to_text(report)
+
+
+def test_the_cli_validates_a_folder_without_setups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _folder(tmp_path, _row())
+    assert main(["validate", "--data", str(tmp_path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["sources"][f"INFERRED: {SOURCE_TEXT}"]["inferred"] is True
+    assert payload["accounting"]["rows_read"] == 1 and payload["accounting"]["rows_evaluated"] == 1
+
+
+def test_an_empty_folder_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no published runs" in err and err.count("\n") == 1
+
+
+def test_every_row_of_the_package_data_is_claimed_and_counted() -> None:
+    """Rows in the CSVs == rows in the report, and no package row needs an inferred setup
+    (so ``stage validate --json`` on the package data is what setups.toml says)."""
+    cases = load_cases()
+    assert not [c.id for c in cases if c.source.startswith("INFERRED")]
+    covered = {(c.file, c.line) for c in cases}
+    files = sorted({*(p.name for p in DATA.glob("published_runs*.csv")), "vtrain_multi.csv"})
+    read = {(name, i) for name in files for i in range(1, len(read_csv(DATA / name)) + 1)}
+    assert covered == read
+
+
+def test_the_rules_read_the_package_rows_as_their_setups_do() -> None:
+    """The inference, applied to every claimed row, finds the system preset and framework
+    its hand-written setup gives (LLAMA3-405B: Meta's stack, set up as torchtitan's profile;
+    the IBMFSDP rows' HSDP and the rows on system files of the folder are set up by hand)."""
+    rows = {
+        (name, i): row
+        for name in {c.file for c in load_cases() if c.file.startswith("published_runs")}
+        for i, row in enumerate(read_csv(DATA / name), start=1)
+    }
+    checked = 0
+    for case in load_cases():
+        if (case.file, case.line) not in rows or case.metric == "peak_mem_gib":
+            continue
+        (inferred, *_) = row_cases(rows[(case.file, case.line)], case.file, case.line)
+        if not case.system.endswith(".toml"):
+            assert inferred.system == case.system, case.id
+        if case.source != "LLAMA3-405B":
+            assert inferred.framework == case.framework, case.id
+        checked += 1
+    assert checked > 250
+
+
+@pytest.mark.parametrize(
+    ("gpu", "preset"),
+    [
+        ("A100-SXM4-80GB", "a100-80gb"), ("H100 (DGX Cloud)", "h100-80gb"),
+        ("H200 (141 GB)", "h200"), ("H800", "h800"), ("B200 (DGX-B200)", "b200"),
+        ("GB200 (B200 in NVL72)", "gb200-nvl72"), ("B300", "b300"),
+        ("GB300 (B300 in NVL72)", "gb300-nvl72"), ("H100 96GB HBM2e (500 W)", "h100-80gb"),
+    ],
+)  # fmt: skip
+def test_gpu_spellings_map_to_presets(gpu: str, preset: str) -> None:
+    assert infer_system(gpu).value == preset
+
+
+def test_a_gpu_whose_memory_no_preset_has_is_uninferable() -> None:
+    with pytest.raises(Uninferable, match="no preset for 40GB"):
+        infer_system("A100-SXM4-40GB")
+
+
+@pytest.mark.parametrize(
+    ("cell", "framework", "expected"),
+    [
+        ("FP8-CS", "megatron-core", ("fp8", "tensorwise")),
+        ("MXFP8", "megatron-core", ("fp8", "mxfp8")),
+        ("FP8-MX", "megatron-core", ("fp8", "mxfp8")),
+        ("FP8", "megatron-core", ("fp8", "delayed")),
+        ("fp8", "torchtitan", ("fp8", "tensorwise")),
+        ("amp_bf16", "llm-foundry-2023", ("bf16", "")),
+        ("fp16 mixed", "megatron-lm-2021", ("fp16", "")),
+        ("", "fsdp", ("bf16", "")),
+    ],
+)  # fmt: skip
+def test_precision_spellings(cell: str, framework: str, expected: tuple[str, str]) -> None:
+    read = infer_precision(cell, framework)
+    assert (read.precision, read.fp8_recipe) == expected
+
+
+def test_the_framework_default_is_stated() -> None:
+    inferred = infer_framework({"source": "a cluster of ours"})
+    assert inferred.value == "megatron-core" and "a default" in inferred.assumption
+
+
+def test_a_report_of_package_results_has_no_inferred_section() -> None:
+    cases = [c for c in load_cases() if c.source == "KOR22-T5"][:1]
+    report = ValidationReport((RowResult(cases[0], math.nan, note="x"),), "here")
+    assert "inferred setups" not in to_text(report) and "Inferred setups" not in to_markdown(report)
