@@ -62,7 +62,7 @@ def is_runs_csv(path: Path) -> bool:
     if path.name.startswith("published_runs") and path.suffix == ".csv":
         return True
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             header = {c.strip() for c in handle.readline().strip().split(",")}
     except (OSError, UnicodeDecodeError):
         return False

@@ -203,12 +203,18 @@ def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, 
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
-    """A CSV's rows; a missing or unreadable file is a one-line :class:`ConfigError`."""
+    """A CSV's rows (a spreadsheet's byte-order mark skipped); a missing or unreadable file is
+    a one-line :class:`ConfigError`."""
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
             return list(csv.DictReader(handle))
     except OSError as error:
         raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"published runs {str(path)!r}: not UTF-8 text (byte {error.start}); expected a "
+            "UTF-8 CSV"
+        ) from None
 
 
 #: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.
@@ -222,6 +228,21 @@ def _int_cell(value: str) -> int | None:
     none (empty, ``-``, or text such as ``1536 per expert`` that the flavor answers)."""
     match = _INTEGER_CELL.fullmatch(value.strip())
     return int(match.group(1).replace(",", "")) if match else None
+
+
+#: Columns no text can stand for (a row's layout and the dims no flavor answers for another
+#: model); ``ffn`` and ``kv_heads`` may say ``1536 per expert`` or ``MLA``.
+STRICT_COLUMNS = (*PARALLEL_COLUMNS, "layers", "hidden", "heads", "vocab", "seq_len")
+_EMPTY_CELLS = ("", "-", "–", "—", "n/a")
+
+
+def _check_integer_cells(row: dict[str, str]) -> None:
+    """A stated :data:`STRICT_COLUMNS` cell that is not an integer is a ConfigError naming
+    the row and the column (not a silent default)."""
+    for column in STRICT_COLUMNS:
+        cell = (row.get(column) or "").strip()
+        if cell.lower() not in _EMPTY_CELLS and _int_cell(cell) is None:
+            raise ConfigError(f"{row['id']}: the {column} cell {cell!r} is not an integer")
 
 
 #: A measured value as a table may print it: ``5762``, ``14,451``, ``0.95``, ``1.2e3``.
@@ -418,6 +439,7 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
             f"{[member.value for member in Precision]} (the FP8 recipe goes in "
             "[parallel] fp8_recipe)"
         )
+    _check_integer_cells(row)
     model_fields = _model_fields(source, row, row_setup.get("model", {}))
     parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}))
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_explore.cli import main
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_fields import (
@@ -254,3 +255,28 @@ def test_a_report_of_package_results_has_no_inferred_section() -> None:
     cases = [c for c in load_cases() if c.source == "KOR22-T5"][:1]
     report = ValidationReport((RowResult(cases[0], math.nan, note="x"),), "here")
     assert "inferred setups" not in to_text(report) and "Inferred setups" not in to_markdown(report)
+
+
+def test_a_spreadsheet_export_with_a_byte_order_mark_keeps_its_ids(tmp_path: Path) -> None:
+    path = _folder(tmp_path, _row()) / EXTRA
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    (result,) = run_validation(tmp_path).results
+    assert result.case.id == "HID-1" and result.evaluated
+
+
+def test_a_csv_that_is_not_utf8_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "published_runs_x.csv").write_bytes(b"id,gpu,tokens_per_s_per_gpu\nA,\xff,1\n")
+    assert main(["validate", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "published_runs_x.csv" in err and "not UTF-8" in err and err.count("\n") == 1
+
+
+def test_a_malformed_layout_cell_of_a_configured_row_names_file_row_and_column(
+    tmp_path: Path,
+) -> None:
+    setups = HAND_WRITTEN
+    _folder(tmp_path, _row(pp="two"), setups=setups)
+    with pytest.raises(ConfigError, match=f"^{EXTRA}: HID-1: the pp cell 'two' is not an integer$"):
+        run_validation(tmp_path)
