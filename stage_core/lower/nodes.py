@@ -332,6 +332,7 @@ def stage_nodes(
     instructions: Instructions | None = None,
     *,
     keep_empty: bool = False,
+    zero_prefetch: int | None = None,
 ) -> list[ProgramNode]:
     """The template node list of one pipeline stage; ``instructions`` gives the instructions a
     block's phase emits (by default as bound; under a split backward it is asked for the B
@@ -339,13 +340,24 @@ def stage_nodes(
     :func:`~stage_core.lower.weightgrad.split_backward` renumbers them). Compute nodes
     without FLOPs or bytes (an add's backward) are left out, their dependencies passed on
     (:func:`stage_core.lower.elide.elide_empty`), unless ``keep_empty`` (a caller that times
-    nodes by their source, not by their counts)."""
-    nodes = _stage_nodes(programs, stage, instructions)
+    nodes by their source, not by their counts).
+
+    ``zero_prefetch``: ZeRO-3's gathers as the frameworks issue them, a block's gather at the
+    pre-hook of the block that many before it in its pass (0: its own), waiting for the
+    compute before that block (the pass's first ones for the pass's start); hybrid sharding's
+    replica all-reduce after its block's reduce-scatter, and the optimizer after every
+    reduce-scatter (the analytical backend's ``zero3_prefetch_units``; ``zero_queue.py`` in
+    stage_explore). None: each gather before its own block, waiting only for the gather
+    before it."""
+    nodes = _stage_nodes(programs, stage, instructions, zero_prefetch)
     return nodes if keep_empty else elide_empty(nodes)
 
 
 def _stage_nodes(
-    programs: ProgramSet, stage: StageProgram, instructions: Instructions | None
+    programs: ProgramSet,
+    stage: StageProgram,
+    instructions: Instructions | None,
+    zero_prefetch: int | None = None,
 ) -> list[ProgramNode]:
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
@@ -395,15 +407,31 @@ def _stage_nodes(
             ctrl = ()
         blocks = list(reversed(chunk.blocks)) if backward else list(chunk.blocks)
         last = -1
+        gathered: dict[int, tuple[int, ...]] = {}  # under zero_prefetch: position → gathers
         for position, block in enumerate(blocks):
             prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
-            if zero >= 3:
+            if zero >= 3 and zero_prefetch is None:
                 # Parameter gathers are prefetched: each waits only for the previous gather.
                 for i, instr in enumerate(_zero_collectives(workload, block, gather=True)):
                     deps: tuple[int, ...] = (last_gather,) if last_gather >= 0 else ()
                     name, source = f"{prefix}.{instr.name}", (block.kind, ZERO_GATHER, i)
                     last_gather = em.instr(instr, name, deps, ctrl, source)
                     entry = (*entry, last_gather)
+            elif zero >= 3 and zero_prefetch is not None:
+                # As the frameworks queue them: at this block's pre-hook, after the compute
+                # before it, the gather of the block `zero_prefetch` ahead (at the pass's
+                # start also the ones before it)
+                first = 0 if position == 0 else position + zero_prefetch
+                for k in range(first, position + zero_prefetch + 1):
+                    if k >= len(blocks) or k in gathered:
+                        continue
+                    gather_ids = []
+                    for i, instr in enumerate(_zero_collectives(workload, blocks[k], True)):
+                        name = f"{tag}{mb}.c{chunk.index}.b{k}.{blocks[k].kind}.{instr.name}"
+                        source = (blocks[k].kind, ZERO_GATHER, i)
+                        gather_ids.append(em.instr(instr, name, entry, ctrl, source))
+                    gathered[k] = tuple(gather_ids)
+                entry = (*entry, *gathered.pop(position, ()))
             phase = "bwd" if backward else "fwd"
             if instructions is not None and not (backward and split):
                 instrs = instructions(block, phase)
@@ -425,9 +453,16 @@ def _stage_nodes(
                 ctrl = ()
             entry = (last,)
             if backward and zero >= 2 and not split:
+                scattered: tuple[int, ...] = ()
                 for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
                     source = (block.kind, ZERO_SCATTER, i)
-                    em.instr(instr, f"{prefix}.{instr.name}", entry, (), source)
+                    deps = entry
+                    if zero_prefetch is not None and instr.axes == (DP_REPLICATE,):
+                        deps = scattered  # FSDP's replica all-reduce waits for the scatter
+                    node_id = em.instr(instr, f"{prefix}.{instr.name}", deps, (), source)
+                    scattered = (*scattered, node_id)
+                if zero_prefetch is not None:
+                    sync_ids.extend(scattered)  # the optimizer needs the reduced shards
             if backward and mb == last_mb_backward[chunk.index] and not split:
                 _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
         send_to = j - 1 if backward else j + 1

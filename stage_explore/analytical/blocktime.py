@@ -49,6 +49,7 @@ from stage_core.lower.bind import Instr
 from stage_core.lower.compact import Runs
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.contention import contended_s
+from stage_explore.analytical.zero_queue import QueueBlock, pass_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +277,11 @@ ROOT_UNIT_KINDS = frozenset({"embedding", "head"})
 
 
 def chunk_timing(
-    runs: Runs, costs: Mapping[str, BlockCost], zero: int, root_unit: bool = False
+    runs: Runs,
+    costs: Mapping[str, BlockCost],
+    zero: int,
+    root_unit: bool = False,
+    queue_depth: int | None = None,
 ) -> ChunkTiming:
     """The timing of a chunk; ZeRO's per-block collectives run on their own stream beside the
     block (gathers before forward and backward, scatters after the backward) and are exposed
@@ -289,7 +294,27 @@ def chunk_timing(
     the root unit's follows its reduce-scatter, beside no compute. A block's compute beside its
     gathers, scatters and replica all-reduce runs on the SMs their NCCL kernels leave
     (``BlockCost.zero_share``, ``replica_share``; :func:`~stage_explore.analytical.contention.
-    contended_s`): the seconds it loses are labelled :data:`CONTENTION`."""
+    contended_s`): the seconds it loses are labelled :data:`CONTENTION`.
+
+    With ``queue_depth`` (the framework option ``zero3_prefetch_units``) ZeRO-3's passes are
+    timed as the frameworks queue them (:mod:`~stage_explore.analytical.zero_queue`: gathers
+    and scatters on one queue, a gather at most that many blocks ahead of its compute): each
+    block's steady state is the per-block rule above, and a pass's first gather and last
+    scatter are exposed where nothing hides them (:func:`_queued`; the next pass's first
+    gather waits behind that scatter). ZeRO-2 keeps the per-block rule: with no gather to
+    wait for, its backward's scatter backlog runs beside the next forward, which a
+    micro-batch's chunk timing does not carry. None: the per-block rule alone."""
+    timing = _per_block(runs, costs, zero, root_unit)
+    if queue_depth is None or zero < 3:
+        return timing
+    return _queued(timing, runs, costs, zero, root_unit, queue_depth)
+
+
+def _per_block(
+    runs: Runs, costs: Mapping[str, BlockCost], zero: int, root_unit: bool
+) -> ChunkTiming:
+    """:func:`chunk_timing` block by block: each block's ZeRO collectives beside it, exposed
+    where they outlast it."""
     forward = backward = compute = 0.0
     exposed: dict[str, float] = {}
     backward_runs = []
@@ -337,6 +362,72 @@ def chunk_timing(
         forward, backward, compute, tuple(sorted(exposed.items())),
         tuple(reversed(backward_runs)),
     )  # fmt: skip
+
+
+def _queued(
+    timing: ChunkTiming,
+    runs: Runs,
+    costs: Mapping[str, BlockCost],
+    zero: int,
+    root_unit: bool,
+    depth: int,
+) -> ChunkTiming:
+    """``timing`` (the per-block rule) with its forward and backward replaced by the ZeRO
+    queue's passes (:func:`~stage_explore.analytical.zero_queue.pass_time`): a block's compute
+    slowed by the NCCL kernels beside it as the per-block rule slows it, its gathers and
+    scatters on one queue, the replica all-reduce on its own stream. FSDP's root unit
+    (``root_unit``): the embedding's and the head's parameters are gathered together before
+    the embedding's forward and reduce-scattered together after its backward (one unit). The
+    difference to the per-block rule is labelled ``zero_gather``; the blocks' backward runs
+    (which gradient buckets follow) stay the per-block rule's."""
+    forward: list[tuple[QueueBlock, int]] = []
+    backward: list[tuple[QueueBlock, int]] = []
+    kinds = {kind for kind, _ in runs}
+    root = root_unit and zero >= 3 and "embedding" in kinds and kinds >= ROOT_UNIT_KINDS
+    root_gather = root_scatter = root_replica = 0.0
+    if root:
+        for kind in ROOT_UNIT_KINDS:
+            count = sum(n for k, n in runs if k == kind)
+            root_gather += count * costs[kind].gather_s
+            root_scatter += count * costs[kind].scatter_s
+            root_replica += count * costs[kind].replica_s
+    for kind, count in runs:
+        cost = costs[kind]
+        df, db = cost.forward.duration_s, cost.backward.duration_s
+        gather = cost.gather_s
+        if root and kind in ROOT_UNIT_KINDS:
+            first = kind == "embedding"
+            forward.append((QueueBlock(df, root_gather if first else 0.0), count))
+            backward.append(
+                (
+                    QueueBlock(db, 0.0, *((root_scatter, root_replica) if first else (0.0, 0.0))),
+                    count,
+                )
+            )
+            continue
+        if root_unit and zero >= 3 and kind in ROOT_UNIT_KINDS:  # one root kind: exposed whole
+            forward.append((QueueBlock(df + gather), count))
+            backward.append((QueueBlock(db + cost.scatter_s + cost.replica_s), count))
+            continue
+        slowed_f = contended_s(df, cost.forward.compute_s, 0.0, ((gather, cost.zero_share[0]),))
+        slowed_b = contended_s(db, cost.backward.compute_s, 0.0, (
+            (gather + cost.scatter_s, cost.zero_share[1]),
+            (cost.replica_s, cost.replica_share),
+        ))  # fmt: skip
+        forward.append((QueueBlock(slowed_f, gather), count))
+        backward.append((QueueBlock(slowed_b, gather, cost.scatter_s, cost.replica_s), count))
+    forward_s = pass_time(forward, depth)
+    backward_s = pass_time(list(reversed(backward)), depth)
+    added = forward_s + backward_s - timing.forward_s - timing.backward_s
+    exposed = dict(timing.exposed_s)
+    label = "zero_gather"
+    exposed[label] = exposed.get(label, 0.0) + added
+    if exposed[label] < 0.0:  # hidden better than per block: less of both to charge
+        exposed[CONTENTION] = max(0.0, exposed.get(CONTENTION, 0.0) + exposed[label])
+        exposed[label] = 0.0
+    return replace(
+        timing, forward_s=forward_s, backward_s=backward_s, exposed_s=tuple(sorted(exposed.items()))
+    )
 
 
 def sync_timing(

@@ -69,6 +69,20 @@ Options (all booleans unless said):
   ``stage3_max_live_parameters`` elements are live — but never the sub-module in use.
 - ``zero3_prefetch_elements`` (int ≥ 0) — elements DeepSpeed ZeRO-3 gathers ahead of use
   (``stage3_prefetch_bucket_size``), on top of the live ones.
+- ``zero3_prefetch_units`` (int ≥ 0; 1 in every profile) — under ZeRO-3 how many units
+  (blocks) ahead of its compute a parameter gather may run on the one queue the gathers share
+  with the gradient reduce-scatters (one NCCL communicator per data-parallel group;
+  :mod:`~stage_explore.analytical.zero_queue`): a unit's gather starts once the compute before
+  the unit that many before it has ended. 1: FSDP1 with ``limit_all_gathers`` (at most two
+  all-gathers in flight, ``_FreeEventQueue._max_num_inflight_all_gathers = 2``: the third
+  waits for the first unit's free event after its compute) and ``backward_prefetch=
+  BACKWARD_PRE``; FSDP2 (``FSDPParamGroup.unshard`` makes its all-gather streams wait for the
+  previous all-gather's copy-out event, ``_wait_all_gather_streams_on_event``; the backward
+  prefetches one unit); DeepSpeed ZeRO-3 (``partitioned_param_coordinator.py``: prefetch of
+  ``stage3_prefetch_bucket_size`` elements on its ``__allgather_stream``, at most
+  ``__max_ongoing_fetch_events`` = 2 fetches in flight, per sub-module — one unit at block
+  granularity); Megatron-FSDP (the next unit's all-gather at the previous unit's
+  pre-forward after ``ag_stream.wait_stream(current_stream())``). 0: no prefetch.
 - ``attention_kernel`` (str or None) — the fused attention kernel the framework's software of
   its time runs (``"fa2"``: FlashAttention-2), looked up in the accelerator's
   ``attention_kernels``; None: the best kernel the preset lists (FA3 / cuDNN on Hopper, FA4 on
@@ -420,6 +434,7 @@ OPTION_FLAGS: dict[str, str] = {
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
+    "zero3_prefetch_units": "FSDP backward_prefetch / limit_all_gathers, FSDP2 implicit prefetch",
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
@@ -556,6 +571,7 @@ class FrameworkProfile:
     fused_fc1: str = "none"  # gate and up as two GEMMs (separate linears), their dgrads summed
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
     micro_pipeline_tp: bool = False  # tp_comm_overlap overlaps every tp gather and scatter (TE)
+    zero3_prefetch_units: int = 1  # a unit's gather beside the compute of the unit before
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:
@@ -578,6 +594,7 @@ class FrameworkProfile:
                 "runtime_reserved_bytes",
                 "zero3_live_elements",
                 "zero3_prefetch_elements",
+                "zero3_prefetch_units",
                 "loss_fp32_buffers",
                 "local_batch_size",
             ):

@@ -221,6 +221,7 @@ class StagePlanning(BlockCosting):
                 point, kind, kinds[kind], spans, split
             )
         root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
+        depth = self.framework.zero3_prefetch_units  # ZeRO's one queue (zero_queue.py)
         held = self._params_held(point)
         step_costs = costs  # the blocks' ZeRO collectives as the step's first F / last B run them
         if held:  # gathered once per step, reduce-scattered once (_held_zero_s): none per mb
@@ -228,15 +229,15 @@ class StagePlanning(BlockCosting):
                 {k: _without_zero(c) for k, c in table.items()}
                 for table in (costs, b_costs, w_costs)
             )
-        timing = chunk_timing(runs, costs, zero, root)
+        timing = chunk_timing(runs, costs, zero, root, depth)
         amax_s = self._fp8_amax_s(point, runs, spans)
         if amax_s != (0.0, 0.0):  # on the compute stream after the forward and the backward
             timing = plus_exposed(timing, *amax_s, FP8_AMAX)
-        w_timing = chunk_timing(runs, w_costs, zero, root) if split else timing
+        w_timing = chunk_timing(runs, w_costs, zero, root, depth) if split else timing
         input_grad_s = pending = None
         computes = (0.0, 0.0)
         if split:
-            input_grad_s = chunk_timing(runs, b_costs, zero, root).backward_s
+            input_grad_s = chunk_timing(runs, b_costs, zero, root, depth).backward_s
             pending = sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
         if str(parallel.schedule) == "dualpipe":
             computes = (
@@ -331,7 +332,10 @@ class StagePlanning(BlockCosting):
         (``FSDP::post_backward_reduce``), and the callback waits for the last one
         (``reduce_scatter_state.event``; ``finalize_backward``: the replica all-reduce's)."""
         gathering = {k: replace(c, scatter_s=0.0, replica_s=0.0) for k, c in costs.items()}
-        first = chunk_timing(runs, gathering, point.workload.parallel.zero)
+        first = chunk_timing(
+            runs, gathering, point.workload.parallel.zero,
+            queue_depth=self.framework.zero3_prefetch_units,
+        )  # fmt: skip
         first_gather_s = max(0.0, first.forward_s - timing.forward_s)
         scatters_s = sum(n * (costs[k].scatter_s + costs[k].replica_s) for k, n in runs)
         return first_gather_s + scatters_s

@@ -21,7 +21,10 @@ pipeline stage is bucketed, :func:`_first_chunk`); ZeRO collectives, bucketed re
 the optimizer are costed by the backend's own methods. One rank stands for each pipeline
 stage (``rank_of({"pp": s})``, as the backend's group spans); collectives start locally (the
 policy's), gradient synchronisation and ZeRO's collectives run on streams of their own (the
-policy's ``side_streams``: :func:`_side_stream`), and a pipeline transfer holds its sender and
+policy's ``side_streams``: :func:`_side_stream`; ZeRO's gathers and reduce-scatters on one
+queue, the gathers emitted as the frameworks issue them, the profile's
+``zero3_prefetch_units`` blocks ahead: ``stage_nodes(..., zero_prefetch=...)``, the levelled
+mode's :mod:`~stage_explore.analytical.zero_queue`), and a pipeline transfer holds its sender and
 delays its receiver as the levelled mode's ``_transfer`` says (the policy's ``point_to_point``:
 the send lasts the hold, the message flies the arrival delay after it; traces run
 point-to-point messages on arrival only, which those two durations express).
@@ -373,6 +376,7 @@ def trace_step(
     )
     point = _point(backend, workload, system)
     costs = {s: _StageCosts(backend, point, s) for s in range(parallel.pp)}
+    prefetch = backend.framework.zero3_prefetch_units  # ZeRO's one queue, as zero_queue.py
 
     def emitted(stage: int) -> Instructions:
         def instructions(block: BoundBlock, phase: str) -> tuple[Instr, ...]:
@@ -390,7 +394,9 @@ def trace_step(
     for stage_program in programs.stages:
         stage = stage_program.stage
         # kept: a framework may charge a kernel where the generator counts no work
-        template = stage_nodes(programs, stage_program, emitted(stage), keep_empty=True)
+        template = stage_nodes(
+            programs, stage_program, emitted(stage), keep_empty=True, zero_prefetch=prefetch
+        )
         templates.append(tuple(template))
         for c in range(cp):  # every cp rank: ring attention exchanges messages between them
             rank = workload.mesh.rank_of({"pp": stage, "cp": c})
@@ -423,9 +429,11 @@ BLOCK_PHASES = frozenset({"fwd", "bwd", BWD_B, BWD_W})
 BESIDE = frozenset({SYNC, ZERO_GATHER, ZERO_SCATTER})
 
 #: The streams of the policy's ``side_streams``, by the phase of a node's source: gradient
-#: buckets, ZeRO's gathers and its gradient scatters (FSDP2's all-gather and reduce-scatter
-#: streams).
-SIDE_STREAMS = {SYNC: "sync", ZERO_GATHER: "zero_gather", ZERO_SCATTER: "zero_scatter"}
+#: buckets, and ZeRO's gathers and gradient scatters on one queue (whatever CUDA streams the
+#: framework issues them from — FSDP2's all-gather and reduce-scatter streams, DeepSpeed's
+#: ``__allgather_stream`` — they are one data-parallel group's NCCL communicator, whose
+#: operations run in issue order; :mod:`~stage_explore.analytical.zero_queue`).
+SIDE_STREAMS = {SYNC: "sync", ZERO_GATHER: "zero", ZERO_SCATTER: "zero"}
 
 
 def _side_stream(item: ProgramNode) -> str:
