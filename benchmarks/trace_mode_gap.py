@@ -61,7 +61,9 @@ def main() -> None:
             if args.one_slot:
                 tracer = AnalyticalBackend(framework=framework)
                 tracer.policy = replace(tracer.policy, side_streams=False)
-            traced = trace_step(tracer, model, parallel, system, record_nodes=True)
+            traced = trace_step(
+                tracer, model, parallel, system, record_nodes=True, gathers_ahead=False
+            )
             levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
             ends = max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
             print(

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.elide import elide_empty
 from stage_core.lower.experts import data_axes
+from stage_core.lower.param_buckets import param_buckets
 from stage_core.lower.program import (
     AFTER_BACKWARD,
     PIPELINE_ENDS,
@@ -65,6 +66,11 @@ class ProgramNode:
 
 #: Phases of :attr:`ProgramNode.source` besides a block's ``fwd`` and ``bwd``.
 ZERO_GATHER, ZERO_SCATTER, SYNC, OPTIMIZER = "zero_gather", "zero_scatter", "sync", "optimizer"
+
+#: The phase of a parameter all-gather run ahead of its chunk's first forward, bucket by
+#: bucket (``gathers_ahead``: :func:`stage_nodes`); its index is the step-end gather's in
+#: ``StageProgram.sync``, its bytes the bucket's share of that gather.
+PARAM_GATHER = "param_gather"
 
 #: The phases of a split backward's B and W parts when the caller emits a block's instructions
 #: (``instructions``: :func:`stage_nodes`), its index into that part's instructions.
@@ -278,6 +284,24 @@ def _sync_nodes(
             sync_ids.append(em.add(node, op.axes, source=("", SYNC, index)))
 
 
+def _param_gather(
+    em: _Emitter,
+    stage: StageProgram,
+    bucket: tuple[int, int],
+    prefix: str,
+    deps: tuple[int, ...],
+    ctrl: tuple[int, ...],
+) -> int:
+    """Emit one parameter bucket's all-gather ahead of its forward (:data:`PARAM_GATHER`)."""
+    index, size = bucket
+    op = stage.sync[index]
+    node = TraceNode(
+        0, f"{prefix}.param_all_gather", NodeKind.COLL, deps, ctrl,
+        collective=op.collective, comm_bytes=size,
+    )  # fmt: skip
+    return em.add(node, op.axes, source=("", PARAM_GATHER, index))
+
+
 def _weight_nodes(
     em: _Emitter,
     programs: ProgramSet,
@@ -333,6 +357,7 @@ def stage_nodes(
     *,
     keep_empty: bool = False,
     zero_prefetch: int | None = None,
+    gathers_ahead: Callable[[int], bool] | None = None,
 ) -> list[ProgramNode]:
     """The template node list of one pipeline stage; ``instructions`` gives the instructions a
     block's phase emits (by default as bound; under a split backward it is asked for the B
@@ -348,8 +373,16 @@ def stage_nodes(
     replica all-reduce after its block's reduce-scatter, and the optimizer after every
     reduce-scatter (the analytical backend's ``zero3_prefetch_units``; ``zero_queue.py`` in
     stage_explore). None: each gather before its own block, waiting only for the gather
-    before it."""
-    nodes = _stage_nodes(programs, stage, instructions, zero_prefetch)
+    before it.
+
+    ``gathers_ahead(chunk)``: the chunk's step-end parameter all-gather runs as the previous
+    step's, ahead of the chunk's first forward, one bucket at a time
+    (:func:`~stage_core.lower.param_buckets.param_buckets`, phase :data:`PARAM_GATHER`): the
+    first block of a bucket waits for its gather, which the first block of the bucket before
+    dispatched once its own had ended (Megatron-Core's ``overlap_param_gather``: the forward
+    pre-hook's ``finish_param_sync`` waits for its bucket's all-gather, then starts the next
+    one); the first bucket's is dispatched by the first block's pre-hook."""
+    nodes = _stage_nodes(programs, stage, instructions, zero_prefetch, gathers_ahead)
     return nodes if keep_empty else elide_empty(nodes)
 
 
@@ -358,6 +391,7 @@ def _stage_nodes(
     stage: StageProgram,
     instructions: Instructions | None,
     zero_prefetch: int | None = None,
+    gathers_ahead: Callable[[int], bool] | None = None,
 ) -> list[ProgramNode]:
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
@@ -375,6 +409,8 @@ def _stage_nodes(
     pair_ctrl: tuple[int, ...] | None = None
     sync_ids: list[int] = []
     last_gather = -1
+    seen: set[int] = set()  # chunks whose first forward has been emitted
+    ahead: set[int] = set()  # chunks whose parameter gathers ran ahead of their first forward
     for index, task in enumerate(stage.tasks):
         chunk = stage.chunks[task.chunk]
         j, mb, backward = chunk.stage, task.micro_batch, task.phase == "B"
@@ -406,10 +442,25 @@ def _stage_nodes(
             entry = (em.add(node, peer_shift=(1 if backward else -1) * toward),)
             ctrl = ()
         blocks = list(reversed(chunk.blocks)) if backward else list(chunk.blocks)
+        buckets = None
+        if not backward and gathers_ahead is not None and chunk.index not in seen:
+            seen.add(chunk.index)
+            buckets = param_buckets(stage, chunk.index) if gathers_ahead(chunk.index) else None
+            if buckets is not None:
+                ahead.add(chunk.index)
+        pending: tuple[int, ...] = ()  # the gather the next bucket's first block waits for
         last = -1
         gathered: dict[int, tuple[int, ...]] = {}  # under zero_prefetch: position → gathers
         for position, block in enumerate(blocks):
             prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
+            if buckets is not None and position in buckets:  # the block's forward pre-hook
+                if not pending:  # the first bucket's gather, dispatched here
+                    pending = (_param_gather(em, stage, buckets[position], prefix, entry, ctrl),)
+                ready, later = pending, [p for p in buckets if p > position]
+                if later:  # the next bucket's, once this one's has ended
+                    after = (*ready, *entry)
+                    pending = (_param_gather(em, stage, buckets[min(later)], prefix, after, ctrl),)
+                entry = (*entry, *ready)
             if zero >= 3 and zero_prefetch is None:
                 # Parameter gathers are prefetched: each waits only for the previous gather.
                 for i, instr in enumerate(_zero_collectives(workload, block, gather=True)):
@@ -484,7 +535,7 @@ def _stage_nodes(
     step_deps = tuple(sync_ids) + ((previous,) if previous is not None else ())
     optimizer = em.instr(stage.optimizer, "step.optimizer", step_deps, (), ("", OPTIMIZER, 0))
     for index, op in enumerate(stage.sync):
-        if op.after == -1:
+        if op.after == -1 and op.chunk not in ahead:
             node = TraceNode(
                 0,
                 f"step.c{op.chunk}.{op.name}",

@@ -39,9 +39,15 @@ exchanges are point-to-point messages between them (each the backend's α–β t
 step), and under Transformer Engine's overlap (``te_cp_overlap``) the attention runs as its
 ``cp`` steps with the exchanges between them (:mod:`~stage_explore.analytical.trace_ring`).
 
-Not covered: torch's ``context_parallel`` ring (``cp_merge_fp32``, a ConfigError), the next
-step's parameter gather behind its first forward
-(``overlap_param_gather``: the trace runs one step, the gather after the optimizer whole), and
+Under ``overlap_param_gather`` (``gathers_ahead``) a bucketed chunk's parameter all-gathers
+run ahead of its first forward as the previous step's, one bucket at a time as Megatron-Core's
+forward pre-hooks dispatch them (:func:`~stage_core.lower.param_buckets.param_buckets`, on the
+gradient-sync stream), instead of whole after the optimizer.
+
+Not covered: torch's ``context_parallel`` ring (``cp_merge_fp32``, a ConfigError), the
+parameter gathers of an unbucketed chunk (``ddp_bucket_first_chunk_only``'s later chunks,
+dispatched before an earlier forward: whole after the optimizer in the trace) or of a chunk
+whose gradients reduce in two groups (expert and dense buffers: whole after the optimizer),
 the FP8 amax all-reduces per chunk and micro-batch (the framework option
 ``fp8_amax_reduction``, which the levelled mode adds to each chunk's forward and backward: not
 instructions of the generator's program), and FSDP2's stage held unsharded under pipeline
@@ -59,7 +65,7 @@ per chunk the trace charges per node, for the seconds they actually overlap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from stage_core.errors import ConfigError
@@ -68,6 +74,7 @@ from stage_core.lower.nodes import (
     BWD_B,
     BWD_W,
     OPTIMIZER,
+    PARAM_GATHER,
     SYNC,
     ZERO_GATHER,
     ZERO_SCATTER,
@@ -234,6 +241,10 @@ class ProgramTimingModel(BaseTimingModel[float]):
             parts = backend._kind(point, kind)
             instr = (parts.gathers if phase == ZERO_GATHER else parts.scatters)[index]
             seconds = backend._zero_time(point, costs.span(instr.axes), instr)
+        elif phase == PARAM_GATHER:  # a bucket's share of a step-end all-gather
+            op = self._programs[costs.stage].sync[index]
+            span = costs.span(op.axes)
+            seconds = backend._collective_time(point, span, op.collective, node.comm_bytes)
         else:
             assert phase == SYNC, phase
             op = self._programs[costs.stage].sync[index]
@@ -256,7 +267,7 @@ class ProgramTimingModel(BaseTimingModel[float]):
         if phase not in BLOCK_PHASES or side not in BESIDE:
             return 0.0
         backend, point = costs.backend, costs.point
-        if side == SYNC:
+        if side in (SYNC, PARAM_GATHER):
             op = self._programs[stage_costs.stage].sync[index]
             axes, kind_of = op.axes, op.collective
         else:
@@ -354,9 +365,13 @@ def trace_step(
     system: System,
     *,
     record_nodes: bool = False,
+    gathers_ahead: bool = True,
 ) -> TraceStep:
     """Time one training step of ``model`` under ``parallel`` on ``system`` in the trace mode
-    (module docstring), with ``backend``'s costs and timing policy."""
+    (module docstring), with ``backend``'s costs and timing policy. ``gathers_ahead`` (under
+    the policy's ``overlap_param_gather``): a bucketed chunk's parameter all-gathers run as the
+    previous step's, bucket by bucket ahead of its first forward, rather than whole after the
+    optimizer (the step in a steady run, as the levelled mode counts it)."""
     workload = make_workload(model, parallel)
     if workload.world_size > system.max_gpus:
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
@@ -384,6 +399,15 @@ def trace_step(
 
         return instructions
 
+    def ahead(stage: int) -> Callable[[int], bool] | None:
+        """Under ``overlap_param_gather`` a bucketed chunk's parameter gathers run ahead of
+        its first forward (the previous step's, as the levelled ``_chunk`` hides them)."""
+        if not gathers_ahead or Overlap.PARAM_GATHER not in policy.overlaps:
+            return None
+        if backend.framework.ddp_bucket_first_chunk_only:
+            return lambda chunk: _first_chunk(stage, chunk)
+        return lambda chunk: True
+
     streams: dict[int, dict[int, str]] = {}
     traces: dict[int, list[TraceNode]] = {}
     stage_of: dict[int, int] = {}
@@ -395,7 +419,12 @@ def trace_step(
         stage = stage_program.stage
         # kept: a framework may charge a kernel where the generator counts no work
         template = stage_nodes(
-            programs, stage_program, emitted(stage), keep_empty=True, zero_prefetch=prefetch
+            programs,
+            stage_program,
+            emitted(stage),
+            keep_empty=True,
+            zero_prefetch=prefetch,
+            gathers_ahead=ahead(stage),
         )
         templates.append(tuple(template))
         for c in range(cp):  # every cp rank: ring attention exchanges messages between them
@@ -426,14 +455,16 @@ BLOCK_PHASES = frozenset({"fwd", "bwd", BWD_B, BWD_W})
 #: (:meth:`ProgramTimingModel.beside_share`; the levelled mode's :mod:`~stage_explore.
 #: analytical.contention`: ZeRO's gathers and scatters and the replica all-reduce beside their
 #: blocks, gradient buckets beside the backward).
-BESIDE = frozenset({SYNC, ZERO_GATHER, ZERO_SCATTER})
+BESIDE = frozenset({SYNC, PARAM_GATHER, ZERO_GATHER, ZERO_SCATTER})
 
 #: The streams of the policy's ``side_streams``, by the phase of a node's source: gradient
 #: buckets, and ZeRO's gathers and gradient scatters on one queue (whatever CUDA streams the
 #: framework issues them from — FSDP2's all-gather and reduce-scatter streams, DeepSpeed's
 #: ``__allgather_stream`` — they are one data-parallel group's NCCL communicator, whose
-#: operations run in issue order; :mod:`~stage_explore.analytical.zero_queue`).
-SIDE_STREAMS = {SYNC: "sync", ZERO_GATHER: "zero", ZERO_SCATTER: "zero"}
+#: operations run in issue order; :mod:`~stage_explore.analytical.zero_queue`); the next
+#: step's parameter buckets on the gradient-sync stream (Megatron-Core issues them on the
+#: data-parallel group's communicator, as its gradient buckets).
+SIDE_STREAMS = {SYNC: "sync", PARAM_GATHER: "sync", ZERO_GATHER: "zero", ZERO_SCATTER: "zero"}
 
 
 def _side_stream(item: ProgramNode) -> str:

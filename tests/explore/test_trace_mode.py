@@ -38,6 +38,7 @@ from stage_core.lower.nodes import (
     BWD_B,
     BWD_W,
     OPTIMIZER,
+    PARAM_GATHER,
     SYNC,
     ZERO_GATHER,
     ZERO_SCATTER,
@@ -116,7 +117,9 @@ def _run(
     model = get_flavor(flavor).with_overrides(layers=2, seq_len=1024)
     parallel = ParallelConfig(**kwargs)
     evaluation = backend.evaluate(model, parallel, system)
-    return evaluation, trace_step(backend, model, parallel, system, record_nodes=True)
+    return evaluation, trace_step(
+        backend, model, parallel, system, record_nodes=True, gathers_ahead=False
+    )
 
 
 def _optimizer_end(traced: TraceStep) -> float:
@@ -360,7 +363,7 @@ def test_megatron_core_buckets_only_the_first_chunk_in_the_trace_too() -> None:
     assert Overlap.GRAD_REDUCE in backend.policy.overlaps
     model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=8, seq_len=1024)
     parallel = ParallelConfig(tp=2, dp=2, pp=2, global_batch=8)
-    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
+    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
     times = traced.result.node_times
     early = {}
     for rank in traced.result.ranks:
@@ -485,3 +488,58 @@ def test_the_trace_mode_sees_the_sms_nccl_holds_beside_compute(framework: str) -
     slowed = _slowed(traced)
     assert abs(_slowed(plain)) < 1e-12 < slowed  # float sums of the node durations
     assert 0.0 < _optimizer_end(traced) - _optimizer_end(plain) <= slowed * (1 + 1e-9)
+
+
+#: ZeRO-1 under ``overlap_param_gather``: GPT's tied embedding in the forward's first bucket,
+#: Llama with sp (its tp all-reduced norms outside the buckets), a pipeline.
+AHEAD_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("gpt-zero1-dp4", "megatron-gpt-1.7b", dict(tp=1, dp=4, zero=1, global_batch=8)),
+    ("llama-zero1-sp", "llama3-8b", dict(tp=2, dp=2, sp=True, zero=1, global_batch=8)),
+    ("llama-pp2-zero1-sp", "llama3-8b", dict(tp=2, dp=2, pp=2, zero=1, sp=True, global_batch=8)),
+]
+
+#: The profiles whose policy overlaps the next step's parameter gathers.
+GATHERING = sorted(
+    f for f in FRAMEWORKS if Overlap.PARAM_GATHER in AnalyticalBackend(framework=f).policy.overlaps
+)
+
+
+@pytest.mark.parametrize(
+    ("flavor", "kwargs"), [c[1:] for c in AHEAD_CASES], ids=[c[0] for c in AHEAD_CASES]
+)
+@pytest.mark.parametrize("framework", GATHERING)
+def test_the_next_steps_parameter_gathers_run_ahead_of_the_first_forward(
+    framework: str, flavor: str, kwargs: dict[str, Any]
+) -> None:
+    """``gathers_ahead``: every bucketed chunk's step-end all-gather runs bucket by bucket
+    before its first forward's blocks (its bytes split, none left after the optimizer); the
+    step ends later than with the gathers after the optimizer by at least the first bucket's
+    gather on the first stage (everything waits for that stage's first forward) and at most
+    every stage's gathers in a row (max-plus)."""
+    backend = AnalyticalBackend(framework=framework)
+    model = get_flavor(flavor).with_overrides(layers=2, seq_len=1024)
+    parallel = ParallelConfig(**kwargs)
+    behind = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
+    ahead = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
+    programs = lower(model, parallel)
+    first = whole = 0.0
+    for rank in ahead.result.ranks:
+        stage = ahead.stage_of[rank]
+        items = [i for i in ahead.templates[stage] if i.source and i.source[1] == PARAM_GATHER]
+        if stage > 0 and backend.framework.ddp_bucket_first_chunk_only:
+            assert not items  # unbucketed: its gather after the optimizer, as before
+            continue
+        assert len(items) >= 2  # buckets
+        assert ahead.end_of(rank, OPTIMIZER) == max(
+            end for (r, _), (_, end) in ahead.result.node_times.items() if r == rank
+        )  # nothing after the optimizer
+        step_end = {i.source[2] for i in items if i.source is not None}
+        sync = programs.stages[stage].sync
+        assert sum(i.node.comm_bytes for i in items) == sum(sync[j].comm_bytes for j in step_end)
+        times = [ahead.result.node_times[(rank, i.node.id)] for i in items]
+        whole += sum(end - start for start, end in times)
+        if stage == 0:
+            first = times[0][1] - times[0][0]
+    exposed = _optimizer_end(ahead) - _optimizer_end(behind)
+    tolerance = 1e-9 * _optimizer_end(behind)
+    assert first - tolerance <= exposed <= whole + tolerance, (first, exposed, whole)

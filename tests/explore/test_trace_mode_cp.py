@@ -56,7 +56,11 @@ def _run(framework: str, seq_len: int, kwargs: dict[str, Any]) -> tuple[float, A
     parallel = ParallelConfig(**kwargs)
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    return levelled, evaluation, trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
+    return (
+        levelled,
+        evaluation,
+        trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False),
+    )
 
 
 def _optimizer_end(traced: TraceStep) -> float:

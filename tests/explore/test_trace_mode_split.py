@@ -141,7 +141,7 @@ def test_split_backward_schedules_run_in_the_trace_mode_within_their_design_boun
     parallel = ParallelConfig(**kwargs)
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
+    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
     traced_end = _optimizer_end(traced)
     earlier, later = _bounds(backend, model, parallel)
     tolerance = 1e-9 * levelled
@@ -173,6 +173,6 @@ def test_where_the_split_costs_nothing_zb_ends_as_the_levelled_mode(framework: s
     parallel = ParallelConfig(tp=2, dp=2, pp=2, schedule=Schedule.ZERO_BUBBLE, global_batch=8)
     assert _w_excess(backend, model, parallel) <= 1e-12
     evaluation = backend.evaluate(model, parallel, SYSTEM)
-    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
+    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9)
