@@ -195,10 +195,11 @@ class ProgramTimingModel(BaseTimingModel[float]):
     """The analytical backend's costs of a step's trace nodes, found by where each node comes
     from (its stage and :attr:`~stage_core.lower.nodes.ProgramNode.source`): a block phase's
     instruction by that phase's program and timers, ZeRO collectives by the backend's
-    ``_zero_time``, gradient synchronisation by its α–β ``_collective_time``, the optimizer by
-    ``_optimizer_s``, pipeline transfers by α–β point-to-point on the achieved network. Nodes
-    are known by identity (the objects :func:`trace_step` built); any other node is a
-    ConfigError."""
+    ``_zero_time``, gradient synchronisation and a parameter bucket's all-gather (its bytes)
+    by its α–β ``_collective_time``, the optimizer by ``_optimizer_s``, pipeline transfers as
+    the levelled ``_transfer`` holds and delays them, ring-attention messages by the ring's α–β
+    time of one step. Nodes are known by identity (the objects :func:`trace_step` built); any
+    other node is a ConfigError."""
 
     zero = 0.0
 
