@@ -48,6 +48,10 @@ OTHERS = {
     "NEMO2502-B200": ("NEMO2502-B200-", "b200", "megatron-core"),
     "DGXC-GPT3-BF16": ("DGXC-GPT3-BF16-", "h100-80gb", "megatron-core"),
     "DGXC-GPT3-FP8": ("DGXC-GPT3-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2502-H100-BF16": ("DGXC2502-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2502-H100-FP8": ("DGXC2502-H100-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2502-GPT3-BF16": ("DGXC2502-GPT3-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2502-GPT3-FP8": ("DGXC2502-GPT3-FP8-", "h100-80gb", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
@@ -105,7 +109,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 219 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 263 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -440,6 +444,31 @@ def test_dgx_cloud_gpt3_rows_take_the_recipes_layout_and_settings(cases: list[Ca
         assert options.get("fp8_param_gather", False) == fp8, case.id
         if fp8:
             assert str(parallel.fp8_recipe) == "delayed"
+
+
+def test_the_dgx_cloud_25_02_rows_take_their_earlier_twins_setup(cases: list[Case]) -> None:
+    """GSW 25.02 (dgxc-benchmarking 8f5cbb37, NeMo 24.12) republished the Llama 3.1 and GPT3 175B
+    tables with the 24.09 / 24.11 tables' layouts: each row is set up as its earlier twin, apart
+    from the GPT3 recipe's attention (configure.sh NVTE_FUSED_ATTN=1, where 24.11 exported 0)."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    by_id = {c.id: c for c in cases}
+    new = sorted(i for i in by_id if i.startswith("DGXC2502-"))
+    assert len(new) == 44
+    for row_id in new:
+        case = by_id[row_id]
+        twin = by_id[row_id.replace("DGXC2502-", "DGXC-")]
+        assert case.parallel == twin.parallel and case.model == twin.model, row_id
+        assert not case.in_sample and case.system == twin.system == "h100-80gb"
+        for column in ("num_gpus", "global_batch_seqs", "tp", "pp", "cp", "vpp", "layers"):
+            assert rows[row_id][column] == rows[twin.id][column], (row_id, column)
+        assert case.measured != twin.measured, row_id  # a second measurement, not a copy
+        options, earlier = dict(case.framework_options), dict(twin.framework_options)
+        if "-GPT3-" in row_id:
+            assert (options.pop("attention_kernel"), earlier.pop("attention_kernel")) == (
+                "cudnn",
+                "fa2",
+            )
+        assert options == earlier, row_id
 
 
 def test_the_trainy_h200_rows_serve_throughput_and_memory(
