@@ -52,6 +52,8 @@ OTHERS = {
     "DGXC2502-H100-FP8": ("DGXC2502-H100-FP8-", "h100-80gb", "megatron-core"),
     "DGXC2502-GPT3-BF16": ("DGXC2502-GPT3-BF16-", "h100-80gb", "megatron-core"),
     "DGXC2502-GPT3-FP8": ("DGXC2502-GPT3-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2504-H100-BF16": ("DGXC2504-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2504-H100-FP8": ("DGXC2504-H100-FP8-", "h100-80gb", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
@@ -109,7 +111,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 263 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 297 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -469,6 +471,44 @@ def test_the_dgx_cloud_25_02_rows_take_their_earlier_twins_setup(cases: list[Cas
                 "fa2",
             )
         assert options == earlier, row_id
+
+
+def test_the_dgx_cloud_25_04_rows_take_the_readmes_layout_table(cases: list[Case]) -> None:
+    """GSW 25.04 (dgxc-benchmarking 741c8860, NeMo 2.0 on nemo:25.02.01): llama3.1/README.md's
+    layout table gives (Layers, TP, PP, CP, VP) per model, precision and GPU count, GBS 16 / 2 /
+    0.5 per GPU (8B / 70B / 405B; the 405B proxies 64, 64, 128 on 32, 64, 128 GPUs)."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if c.source in ("DGXC2504-H100-BF16", "DGXC2504-H100-FP8")]
+    assert len(mine) == 34
+    proxies = {32: (8, 1, 1, 64), 64: (30, 4, 8, 64), 128: (62, 4, 8, 128)}
+    for case in mine:
+        parallel, model, row = case.parallel, case.model, rows[case.id]
+        assert parallel is not None and model is not None
+        size, gpus = case.id.split("-")[-2], int(row["num_gpus"])
+        fp8 = case.source.endswith("FP8")
+        if size == "8B":
+            layout, batch = (32, 1, 1, 2, 1), 16 * gpus
+        elif size == "70B":
+            layout = (80, 4, 8, 1, 5) if fp8 else (80, 4, 4, 2, 5)
+            batch = 2 * gpus
+        else:
+            layers, pp, vp, batch = proxies.get(gpus, (126, 8, 8, gpus // 2))
+            layout = (layers, 8, pp, 2, vp)
+        got = (model.layers, parallel.tp, parallel.pp, parallel.cp, parallel.vpp)
+        assert got == layout and parallel.global_batch == batch, case.id
+        assert parallel.micro_batch == 1 and model.seq_len == 8192 and model.vocab == 128256
+        # the table's throughput is sequence x GBS / step time, over all GPUs
+        tokens = model.seq_len * batch / float(row["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(row["tokens_per_s_per_gpu"]), rel=0.005), case.id
+        assert not parallel.grad_fp32 and parallel.sp == (parallel.tp > 1)
+        assert str(parallel.precision) == ("fp8" if fp8 else "bf16")
+        if parallel.pp > 1 and model.layers % (parallel.pp * parallel.vpp):
+            # the embedding and the loss each take a layer's slot of the pipeline split
+            assert parallel.pp_layers is not None and sum(parallel.pp_layers) == model.layers
+            assert len(parallel.pp_layers) == parallel.pp * parallel.vpp, case.id
+        options = dict(case.framework_options)
+        assert options.get("fp8_param_gather", False) == fp8, case.id
+        assert options.get("ub_bulk_sm_margin", True) == (size == "8B"), case.id
 
 
 def test_the_trainy_h200_rows_serve_throughput_and_memory(
