@@ -111,7 +111,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 297 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == 321 and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -479,6 +479,20 @@ def test_the_dgx_cloud_25_04_rows_take_the_readmes_layout_table(cases: list[Case
     0.5 per GPU (8B / 70B / 405B; the 405B proxies 64, 64, 128 on 32, 64, 128 GPUs)."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     mine = [c for c in cases if c.source in ("DGXC2504-H100-BF16", "DGXC2504-H100-FP8")]
+    assert len(mine) == 58
+    nemotron = [c for c in mine if "-NEMOTRON4-" in c.id]
+    assert len(nemotron) == 24
+    for case in nemotron:
+        # nemotron/launch.sh: 15B TP 2, MBS 2, GBS 4 per GPU; 340B TP 8, PP 8, VP 12 (the
+        # layout table's "VP NA" corrected from it), GBS a quarter of the GPUs; 4k sequences
+        assert case.parallel is not None and case.model is not None
+        gpus = int(rows[case.id]["num_gpus"])
+        small = "-15B-" in case.id
+        got = (case.parallel.tp, case.parallel.pp, case.parallel.vpp, case.parallel.micro_batch)
+        assert got == ((2, 1, 1, 2) if small else (8, 8, 12, 1)), case.id
+        assert case.parallel.global_batch == (4 * gpus if small else gpus // 4)
+        assert case.model.seq_len == 4096 and case.model.vocab == 256000
+    mine = [c for c in mine if "-LLAMA3.1-" in c.id]
     assert len(mine) == 34
     proxies = {32: (8, 1, 1, 64), 64: (30, 4, 8, 64), 128: (62, 4, 8, 128)}
     for case in mine:
