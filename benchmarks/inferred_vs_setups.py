@@ -1,0 +1,122 @@
+"""How good is the inferred setup? Every row of the package data evaluated twice: with its
+hand-written ``setups.toml`` source, and with ``setups.toml`` removed (every row's setup
+inferred from the CSV, :mod:`stage_explore.validation.infer`). Prints, per hand-written source,
+the rows both evaluate and the mean absolute error of each; writes the table to
+``benchmarks/results/inferred_vs_setups.md`` (``--out`` elsewhere, ``--rows`` adds a per-row
+listing to the printed output).
+
+Rows are matched by file and line; a throughput/time row is compared with a throughput/time row
+(the compared metric may differ: a setup may compare ``iter_time_s`` where the inference takes
+``tokens_per_s_per_gpu``), a memory row with a memory row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from stage_explore.validation.run import RowResult
+from stage_explore.validation.setups import data_dir
+from stage_explore.validation.suite import run_validation
+
+RESULTS = Path(__file__).resolve().parent / "results" / "inferred_vs_setups.md"
+Key = tuple[str, int, bool]
+
+
+def _by_row(results: tuple[RowResult, ...]) -> dict[Key, RowResult]:
+    """Results keyed by (file, line, is a memory row); the first of a key wins."""
+    out: dict[Key, RowResult] = {}
+    for result in results:
+        key = (result.case.file, result.case.line, result.case.metric == "peak_mem_gib")
+        out.setdefault(key, result)
+    return out
+
+
+def _mae(errors: list[float]) -> float:
+    return 100 * sum(abs(e) for e in errors) / len(errors) if errors else float("nan")
+
+
+def _gap(pairs: list[tuple[float, float]]) -> float:
+    """Mean |inferred error − hand-written error| in points: how far the inferred setup is
+    from the careful user's, whichever side of the measurement either falls."""
+    return 100 * sum(abs(i - h) for h, i in pairs) / len(pairs) if pairs else float("nan")
+
+
+def compare(folder: Path) -> tuple[list[str], list[str]]:
+    """``(table lines, per-row lines)`` of the hand-written vs inferred comparison."""
+    hand = _by_row(run_validation(folder).results)
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = Path(tmp) / "data"
+        shutil.copytree(folder, bare)
+        (bare / "setups.toml").unlink()
+        inferred = _by_row(run_validation(bare).results)
+    groups: dict[tuple[bool, str], list[tuple[RowResult, RowResult | None]]] = defaultdict(list)
+    for key, result in hand.items():
+        if result.evaluated:
+            groups[(key[2], result.case.source)].append((result, inferred.get(key)))
+    table = [
+        "| kind | hand-written source | rows | both evaluate | MAE hand-written % | "
+        "MAE inferred % | outside 15 % (hand / inferred) | mean |inferred - hand| (points) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows: list[str] = []
+    totals: dict[bool, list[tuple[float, float]]] = defaultdict(list)
+    for (memory, source), pairs in sorted(groups.items()):
+        both = [(h.error, i.error) for h, i in pairs if i is not None and i.evaluated]
+        totals[memory] += both
+        hand_errors, inferred_errors = [h for h, _ in both], [i for _, i in both]
+        table.append(
+            f"| {'memory' if memory else 'time'} | {source} | {len(pairs)} | {len(both)} | "
+            f"{_mae(hand_errors):.1f} | {_mae(inferred_errors):.1f} | "
+            f"{sum(abs(e) > 0.15 for e in hand_errors)} / "
+            f"{sum(abs(e) > 0.15 for e in inferred_errors)} | {_gap(both):.1f} |"
+        )
+        for h, i in pairs:
+            what = (
+                f"{100 * i.error:+.1f}"
+                if i is not None and i.evaluated
+                else (f"not evaluated: {i.note}" if i is not None else "no inferred case")
+            )
+            rows.append(f"{source:28s} {h.case.id:40s} hand {100 * h.error:+6.1f}  inferred {what}")
+    for memory in (False, True):
+        both = totals[memory]
+        table.append(
+            f"| {'memory' if memory else 'time'} | **all** | | {len(both)} | "
+            f"{_mae([h for h, _ in both]):.2f} | {_mae([i for _, i in both]):.2f} | "
+            f"{sum(abs(h) > 0.15 for h, _ in both)} / {sum(abs(i) > 0.15 for _, i in both)} | "
+            f"{_gap(both):.2f} |"
+        )
+    return table, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", type=Path, default=data_dir())
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rows", action="store_true", help="print every row's two errors")
+    args = parser.parse_args(argv)
+    table, rows = compare(args.data)
+    head = [
+        "# Inferred setups vs the hand-written setups.toml",
+        "",
+        "`python benchmarks/inferred_vs_setups.py`: the package data evaluated with its",
+        "setups.toml, and again with setups.toml removed (every row's setup inferred from",
+        "the CSV). MAE over the rows both evaluate; the last column is the mean distance",
+        "between the two predictions' errors (0: the inference sets the row up as the",
+        "hand-written setup does).",
+        "",
+    ]
+    text = "\n".join([*head, *table]) + "\n"
+    args.out.write_text(text, encoding="utf-8")
+    print(text)
+    if args.rows:
+        print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
