@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
+    FRAMEWORK_COLUMNS,
+    FRAMEWORK_RULES,
     Uninferable,
     infer_framework,
     infer_model,
@@ -48,6 +51,8 @@ HEADER = (
     "(docs/validation.md, 'Rows without a setup'); every other setting is the ParallelConfig "
     "and framework profile default"
 )
+#: The assumption of an empty recompute column (dropped when a recipe default sets one).
+NO_RECOMPUTE = "no activation recompute (column empty)"
 _INTEGER = re.compile(r"\d{1,3}(?:,\d{3})+|\d+(?:\.0*)?")
 
 
@@ -127,10 +132,13 @@ def _layout(
         )
     if not row.get("recompute", "").strip():
         fields["recompute"] = "none"
-        notes.append("no activation recompute (column empty)")
-    if cp > 1 and framework == "megatron-core":
+        notes.append(NO_RECOMPUTE)
+    if cp > 1 and framework in ("megatron-core", "automodel"):
         fields["cp_style"] = "ring"
-        notes.append("context parallelism as ring attention (Megatron-Core's cp_comm_type p2p)")
+        notes.append(
+            "context parallelism as ring attention (Transformer Engine's DotProductAttention "
+            "with cp_comm_type p2p: Megatron-Core's default, AutoModel's TE attention)"
+        )
     zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
     fields["zero"] = zero
     notes.append(why)
@@ -154,6 +162,14 @@ def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, st
         return "megatron-recompute", "TFLOP/s counted with recompute FLOPs (the notes say so)"
     if framework == "megatron-lm-2021" and recompute == "full":
         return "megatron-recompute", "TFLOP/s counted with recompute FLOPs (Megatron-LM 2021)"
+    paper = dict((f, p) for p, f in FRAMEWORK_RULES)["megatron-lm-2021"]
+    named = any(re.search(paper, row.get(c, ""), re.IGNORECASE) for c in FRAMEWORK_COLUMNS)
+    if named and recompute == "full":
+        return "megatron-recompute", (
+            "TFLOP/s counted with recompute FLOPs: the source is a Megatron-LM paper, whose "
+            "tables count every row with its eq. 3 (96·B·s·l·h², the recompute forward "
+            "included), whichever framework ran the row"
+        )
     return "megatron-model", "TFLOP/s counted as model FLOPs (a default: the notes do not say)"
 
 
@@ -170,8 +186,11 @@ def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
     return fields, ([f"experts and top-k from the moe column ({cell!r})"] if fields else [])
 
 
-def inferred_setup(row: dict[str, str], metric: str, name: str, file: str) -> SourceSetup:
-    """The setup of one unclaimed row for ``metric`` (:class:`Uninferable` when it has none)."""
+def inferred_setup(
+    row: dict[str, str], metric: str, name: str, file: str
+) -> tuple[SourceSetup, dict[str, bool | int | float | str]]:
+    """The setup of one unclaimed row for ``metric`` and the framework options its
+    framework's defaults switch (:class:`Uninferable` when it has none)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
     system = infer_system(row.get("gpu", ""))
@@ -181,13 +200,25 @@ def inferred_setup(row: dict[str, str], metric: str, name: str, file: str) -> So
     if precision.fp8_recipe:
         parallel["fp8_recipe"] = precision.fp8_recipe
     experts, expert_notes = _moe_overrides(row)
+    defaults = recipe_defaults(
+        row, framework.value, precision.precision, model.value, parallel, stated, system.value,
+        precision.fp8_recipe,
+    )  # fmt: skip
+    parallel.update(defaults.parallel)
+    replaced = {
+        "micro_batch": "micro-batch 1 (", "vpp": "no interleaving", "recompute": NO_RECOMPUTE,
+    }  # fmt: skip
+    notes = [n for n in notes if not any(
+        n.startswith(text) for field, text in replaced.items() if field in defaults.parallel
+    )]  # fmt: skip
     flops, flops_note = "", ""
     if metric == "tflops_per_gpu":
         recompute = row.get("recompute", "").strip().lower().split(" ")[0] or "none"
         flops, flops_note = _flops(row, framework.value, recompute)
     assumptions = [
         HEADER, system.assumption, framework.assumption, precision.assumption,
-        model.assumption, *expert_notes, *notes, *([flops_note] if flops_note else []),
+        model.assumption, *expert_notes, *notes, *defaults.notes,
+        *([flops_note] if flops_note else []),
     ]  # fmt: skip
     if metric == "peak_mem_gib":
         assumptions.append(
@@ -195,13 +226,14 @@ def inferred_setup(row: dict[str, str], metric: str, name: str, file: str) -> So
             "runtime reserve); whether the source measured allocated or reserved memory is "
             "not known"
         )
-    return SourceSetup(
+    setup = SourceSetup(
         name=name, title=f"inferred from {file}: {row.get('source', '').strip() or file}",
         file=file, id_prefix=row["id"], metric=metric, system=system.value,
         framework=framework.value, precision=precision.precision, model_base=model.value,
-        in_sample=False, flops=flops, model=experts, parallel=parallel,
+        in_sample=False, flops=flops, model={**defaults.model, **experts}, parallel=parallel,
         assumptions=tuple(f"inferred: {a}" for a in assumptions),
     )  # fmt: skip
+    return setup, defaults.options
 
 
 def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Case:
@@ -224,11 +256,11 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
 
 def _case(row: dict[str, str], metric: str, name: str, file: str, line: int) -> Case:
     try:
-        setup = inferred_setup(row, metric, name, file)
+        setup, options = inferred_setup(row, metric, name, file)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
     try:
-        case = make_case(setup, row, {})
+        case = make_case(setup, row, {"framework_options": options} if options else {})
     except ConfigError as error:  # a malformed cell: the row's reason, not the run's error
         return replace(_unevaluable(row, metric, name, f"{file}: {error}"), file=file, line=line)
     return replace(case, file=file, line=line)

@@ -1,0 +1,405 @@
+"""Framework and recipe defaults of an inferred setup (:mod:`stage_explore.validation.infer`):
+what a careful user reads from a framework's code and recipes once the row names the framework
+and, where the text states one, its release (a NeMo / Megatron-Bridge container ``YY.MM``, a
+torchtitan date). One table per framework and era; every default is cited where it is set,
+never chosen from a published row, and reported as the row's assumption.
+
+A default never overrides what the CSV states (a stated ``recompute`` is kept; the torchtitan
+op-level policy only names the modules of a ``selective`` row).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_explore.system import load_system
+
+#: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
+TEXT_COLUMNS = ("source", "source_table", "notes")
+#: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
+#: ``(25.11 container)``, ``26.02 NeMo Container``.
+_CONTAINER = (
+    re.compile(r"(?:nemo|ngc)[\s_-]*(2\d)\.(\d\d)\b", re.IGNORECASE),
+    re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
+)
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DATE = (
+    re.compile(r"\b(20\d\d)[-/](\d\d)\b"),
+    re.compile(r"\b(" + "|".join(_MONTHS) + r")[a-z]*\.?\s+(20\d\d)\b", re.IGNORECASE),
+)
+
+
+@dataclass(slots=True)
+class Defaults:
+    """The fields an inferred setup takes from its framework's defaults, and why."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    parallel: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, bool | int | float | str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _text(row: dict[str, str]) -> str:
+    return " ".join(row.get(c, "") for c in TEXT_COLUMNS)
+
+
+def container(row: dict[str, str]) -> tuple[int, int] | None:
+    """``(YY, MM)`` of the NeMo / NGC container the row's text names (the first column of
+    :data:`TEXT_COLUMNS` that names one), else None."""
+    for column in TEXT_COLUMNS:
+        for pattern in _CONTAINER:
+            found = pattern.search(row.get(column, ""))
+            if found:
+                return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def dated(row: dict[str, str]) -> tuple[int, int] | None:
+    """``(year, month)`` of the first date the row's text states (``2025-06``, ``June
+    2025``), else None."""
+    for column in TEXT_COLUMNS:
+        cell = row.get(column, "")
+        found = _DATE[0].search(cell)
+        if found and 1 <= int(found.group(2)) <= 12:
+            return int(found.group(1)), int(found.group(2))
+        found = _DATE[1].search(cell)
+        if found:
+            return int(found.group(2)), _MONTHS.index(found.group(1)[:3].lower()) + 1
+    return None
+
+
+#: FP8 recipes whose NeMo 2.0 / Megatron-Bridge precision config sets fp8_param_gather
+#: (bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
+FP8_PARAM_RECIPES = ("delayed", "tensorwise", "mxfp8")
+#: Megatron-Core releases by container (``YY.MM``), each default with its source:
+#: (first container, last container, field kind, name, value, why).
+MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any, str], ...] = (
+    ((0, 0), (24, 7), "options", "attention_kernel", "fa2",
+     "attention on FlashAttention-2 (attention_kernel fa2): NeMo-Framework-Launcher's "
+     "launcher_scripts/conf/config.yaml exports NVTE_FUSED_ATTN: 0 into every job of the NeMo "
+     "1.x containers up to 24.07 (NVIDIA/NeMo-Framework-Launcher 01d0773 at nemo:24.03.01; "
+     "launcher copies at nemo:24.05.01), so Transformer Engine runs the flash-attn package"),
+    ((25, 1), (99, 12), "parallel", "grad_fp32", False,
+     "gradients reduced in bf16 (grad_fp32 false): NeMo 2.0's performance scripts "
+     "(scripts/performance/utils.py set_precision_configs: grad_reduce_in_fp32 = False) and "
+     "Megatron-Bridge's (scripts/performance/configs set_*_common_configs: "
+     "grad_reduce_in_fp32 False)"),
+    ((25, 1), (99, 12), "fp8", "fp8_param_gather", True,
+     "FP8 parameters (framework option fp8_param_gather): NeMo 2.0's bf16_with_fp8_mixed and "
+     "Megatron-Bridge's mixed_precision.py (NVIDIA-NeMo/Megatron-Bridge 0509780) set "
+     "fp8_param_gather = True in the FP8-CS and MXFP8 precision configs"),
+    ((25, 1), (99, 12), "moe", "etp", 1,
+     "expert tensor parallel size 1 (etp 1): the Megatron-Bridge MoE performance base configs "
+     "(scripts/performance/configs: BASE_GPT_OSS_120B_CONFIG, the Qwen3 and DeepSeek-V3 "
+     "base configs) set expert_tensor_parallel_size 1"),
+    ((26, 1), (99, 12), "options", "attention_kernel", "cudnn-9.17",
+     "attention on cuDNN 9.17's fused attention (attention_kernel cudnn-9.17): a 26.xx "
+     "container, after cuDNN 9.17 (cudnn-frontend v1.17.0's SDPA release, after v1.16.0 of "
+     "7 Nov 2025); Transformer Engine's get_attention_backend prefers FusedAttention on sm90+"),
+)  # fmt: skip
+
+
+#: Megatron-Bridge's per-model performance recipes (scripts/performance/configs, container 25.xx
+#: on): (flavor, system presets, recompute modules, framework options, why). A row whose
+#: ``recompute`` column is empty takes the recipe's selective modules.
+BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, bool], str], ...] = (
+    ("gpt-oss-120b", ("h100-80gb", "b200"), ("layernorm", "moe_act"), {},
+     "gpt_oss_workload_base_configs.py (NVIDIA-NeMo/Megatron-Bridge 07eea52d): "
+     "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 / _B200_BF16_V1 / V2 recompute_modules "
+     "['layernorm', 'moe_act'] (the B300 configs recompute nothing)"),
+    ("deepseek-v3", ("h100-80gb",), ("mla_up_proj", "mlp"), {},
+     "deepseek_llm_pretrain.py deepseek_v3_h100 configs: recompute_granularity selective, "
+     "recompute_modules [mla_up_proj, mlp]"),
+)  # fmt: skip
+#: Model providers of Megatron-Bridge that leave Megatron-Core's apply_rope_fusion at its
+#: default False (megatron/core/transformer/transformer_config.py); the Llama and Nemotron
+#: providers enable it (fusions.can_enable_apply_rope_fusion).
+UNFUSED_ROPE_FAMILIES = ("gpt-oss",)
+
+
+def _bridge_recipe(
+    flavor: str, family: str, system: str, recompute_empty: bool, out: Defaults
+) -> None:
+    if family in UNFUSED_ROPE_FAMILIES:
+        out.options["rope_fusion"] = False
+        out.notes.append(
+            "the rotary embedding unfused (rope_fusion false): Megatron-Core's apply_rope_fusion "
+            f"defaults to False and Megatron-Bridge's {family} provider (GPTOSSProvider) does "
+            "not set it"
+        )
+    for name, systems, modules, options, why in BRIDGE_RECIPES:
+        if name == flavor and system in systems and recompute_empty:
+            out.parallel["recompute"] = "selective"
+            out.parallel["recompute_modules"] = modules
+            out.options.update(options)
+            out.notes.append(
+                f"selective recompute of {', '.join(modules)}, the Megatron-Bridge recipe of "
+                f"{flavor} on {system}: {why} (the recompute column is empty)"
+            )
+
+
+def _measured_kernel(system: str, kernel: str) -> bool:
+    """Whether the preset ``system`` has a figure for the attention ``kernel`` (else the
+    backend falls back to the preset's best kernel, not the software's)."""
+    try:
+        kernels = load_system(system).accelerator.kernels
+        return kernels is not None and kernel in kernels.attention_kernels
+    except ConfigError:
+        return False
+
+
+def _megatron_core(
+    row: dict[str, str], precision: str, recipe: str, moe: bool, system: str, out: Defaults
+) -> None:
+    release = container(row)
+    if release is None:
+        out.notes.append(
+            "no NeMo / Megatron-Bridge container named: the megatron-core profile's defaults "
+            "(cuDNN attention, fp32 gradient reduction, 16-bit parameters)"
+        )
+        return
+    said = f"the text names container {release[0]}.{release[1]:02d}"
+    mlperf = "mlperf" in _text(row).lower()
+    for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
+        if not first <= release <= last:
+            continue
+        if name == "attention_kernel" and value == "fa2" and mlperf:
+            continue  # the launcher's environment; MLPerf runs its own scripts
+        if name == "attention_kernel" and value != "fa2" and not _measured_kernel(system, value):
+            out.notes.append(
+                f"attention on the profile's cudnn kernel: {system} has no {value} figure "
+                f"({said}; the generation before it is the measured one)"
+            )
+            continue
+        if kind == "fp8" and (precision != "fp8" or recipe not in FP8_PARAM_RECIPES):
+            continue
+        if kind == "moe" and not moe:
+            continue
+        if kind in ("options", "fp8"):
+            out.options[name] = value
+        else:
+            out.parallel[name] = value
+        out.notes.append(f"{why} ({said})")
+
+
+#: FSDP stacks whose default mixed-precision policy reduce-scatters gradients in bf16:
+#: framework profile → why.
+BF16_REDUCE = {
+    "llm-foundry-2023": (
+        "Composer's FSDP mixed_precision DEFAULT of 2023 (composer/trainer/mosaic_fsdp_utils.py "
+        "get_mixed_precision: reduce_dtype = the amp precision, param_dtype None)"
+    ),
+    "fms-fsdp": (
+        "fms-fsdp's bfSixteen policy (fms_fsdp/policies/mixed_precision.py: param_dtype and "
+        "reduce_dtype bfloat16)"
+    ),
+}
+#: MPT's own architecture (mosaicml/mpt-7b … mpt-30b config.json: no_bias true, attn_pdrop,
+#: resid_pdrop and emb_pdrop 0), on the GPT base flavor the model reader gives it.
+MPT_PATTERN = r"\bmpt\b"
+_NO_DROPOUT = re.compile(r"dropout\s*(?:=\s*)?0(?:\.0)?\b|no dropout|dropout (?:off|none)", re.I)
+
+
+#: NeMo AutoModel's benchmark configs (examples/benchmark/configs/*_te_deepep.yaml):
+#: activation_checkpointing per model family, read when the recompute column is empty.
+AUTOMODEL_RECOMPUTE = {"deepseek-moe": "full", "qwen3": "full", "gpt-oss": "none"}
+_LBS = re.compile(r"\bLBS\s*(\d+)", re.IGNORECASE)
+
+
+def _automodel(row: dict[str, str], flavor: str, stated: dict[str, int], out: Defaults) -> None:
+    """NeMo AutoModel's PyTorch-backend defaults (nemo_automodel, 2025)."""
+    spec = get_flavor(flavor)
+    if spec.num_experts:
+        out.parallel["etp"] = 1
+        out.notes.append(
+            "expert tensor parallel size 1: AutoModel shards experts over EP only "
+            "(nemo_automodel/components/moe/parallelizer.py)"
+        )
+    if spec.mtp_layers:
+        out.model["mtp_layers"] = 0
+        out.notes.append(
+            "no multi-token-prediction module (mtp_layers 0): AutoModel's Hugging Face model "
+            "trains the main model only"
+        )
+    family = str(spec.family)
+    if family in AUTOMODEL_RECOMPUTE and spec.num_experts and not row.get("recompute", "").strip():
+        out.parallel["recompute"] = AUTOMODEL_RECOMPUTE[family]
+        out.notes.append(
+            f"recompute {AUTOMODEL_RECOMPUTE[family]} for {family}: AutoModel's benchmark "
+            "configs (examples/benchmark/configs/*_te_deepep.yaml activation_checkpointing: "
+            "every block for DeepSeek-V3 and Qwen3, none for GPT-OSS; the recompute column is "
+            "empty)"
+        )
+    if stated.get("pp", 1) > 1:
+        out.parallel["pp_split"] = "front"
+        out.notes.append(
+            "layers split over the pipeline stages as AutoModel splits them (pp_split front: "
+            "num_layers // stages each, one more on the first num_layers % stages; "
+            "nemo_automodel/components/distributed/pipelining/functional.py "
+            "generate_hf_model_fqn_per_model_part)"
+        )
+        found = next((m for c in ("dp_sharding", "source_table", "notes")
+                      if (m := _LBS.search(row.get(c, "")))), None)  # fmt: skip
+        if found:
+            out.options["local_batch_size"] = int(found.group(1))
+            out.notes.append(
+                f"each local batch of {found.group(1)} sequences its own pipeline schedule "
+                "(local_batch_size; the text's LBS): nemo_automodel train_ft.py "
+                "_forward_backward_step steps the schedule once per local batch"
+            )
+
+
+#: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
+#: value, why).
+NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
+    (("megatron-core", "automodel"), r"\bdeepep\b", "moe_deepep", True,
+     "the expert dispatch on DeepEP (moe_deepep): the text names DeepEP (Megatron "
+     "--moe-enable-deepep; AutoModel's DeepEP dispatcher)"),
+    (("automodel",), r"fake[\s_-]*balanced[\s_-]*gate", "moe_fake_balanced_gate", True,
+     "routing by AutoModel's FakeBalancedGate (moe_fake_balanced_gate): the text names the "
+     "fake balanced gate"),
+    (("automodel",), r"flex[\s_-]*attn|flex[\s_-]*attention", "attention_kernel", "flex",
+     "attention on PyTorch FlexAttention (attention_kernel flex): the text names FlexAttn"),
+)  # fmt: skip
+
+
+#: torchtitan's 2025 defaults (the torchtitan profile stands for its code of December 2024):
+#: (first (year, month), needs torch.compile, field kind, name, value, why).
+TORCHTITAN_ERAS: tuple[tuple[tuple[int, int], bool, str, str, Any, str], ...] = (
+    ((2025, 4), True, "options", "loss_fp32_buffers", 0,
+     "the loss compiled with the blocks (loss_fp32_buffers 0): since pytorch/torchtitan#1033 "
+     "(Apr 2025) build_cross_entropy_loss wraps the fp32 cross-entropy in torch.compile when "
+     "training.compile is set"),
+    ((2025, 4), False, "options", "optimizer_foreach", False,
+     "the fused AdamW (optimizer_foreach false): torchtitan's optimizer.implementation "
+     "defaults to 'fused' in 2025 (the foreach AdamW of December 2024 was the old default)"),
+)  # fmt: skip
+
+
+def _torchtitan_pipeline(
+    row: dict[str, str], stated: dict[str, int], dp: int, out: Defaults
+) -> None:
+    """torchtitan's pipeline defaults when the CSV leaves micro-batch / vpp empty: 2 stages
+    per rank for a looped (interleaved) schedule, and as many micro-batches as pipeline ranks
+    (as pipeline ranks × stages per rank after pytorch/torchtitan#781, 7 Jan 2025)."""
+    pp = stated.get("pp", 1)
+    if pp <= 1:
+        return
+    table = row.get("source_table", "").lower()
+    vpp = stated.get("vpp", 1)
+    if "vpp" not in stated and re.search(r"interleaved", table):
+        vpp = out.parallel["vpp"] = 2
+        out.notes.append(
+            "two stages per rank (vpp 2) for the interleaved schedule the table names: "
+            "torchtitan's generate_split_points default for looped schedules"
+        )
+    if "micro_batch" in stated or "global_batch_seqs" not in stated:
+        return
+    when = dated(row)
+    after = when is not None and when >= (2025, 1)
+    count = pp * vpp if after else pp
+    local = stated["global_batch_seqs"] // max(dp, 1)
+    if local % count == 0 and local >= count:
+        out.parallel["micro_batch"] = local // count
+        out.notes.append(
+            f"micro-batch {local // count}: {count} micro-batches of the local batch {local} "
+            "(global batch / dp): torchtitan's build_pipeline_schedule takes "
+            + (
+                "pipeline ranks x stages per rank (pytorch/torchtitan#781, 7 Jan 2025)"
+                if after
+                else "as many as pipeline ranks (its code before pytorch/torchtitan#781)"
+            )
+            + " when pipeline_parallel_microbatches is unset"
+        )
+
+
+def _torchtitan(row: dict[str, str], recompute: str, tp: int, out: Defaults) -> None:
+    text = _text(row).lower()
+    table = row.get("source_table", "").lower()
+    compiled = bool(re.search(r"torch\.compile|--training\.compile|\bcompile\b", text))
+    if recompute == "selective" and not re.search(r"selective[\s_-]*layer", table):
+        out.parallel["recompute_modules"] = ("op",)
+        out.notes.append(
+            "torchtitan's selective AC as the op-level policy (recompute_modules ['op']): the "
+            "train configs' activation_checkpoint mode 'selective' with selective_ac_option "
+            "'op' (torchtitan/models/llama3/train_configs/*.toml; parallelize _save_list)"
+        )
+    if compiled:
+        out.options["fused_elementwise"] = True
+        out.notes.append(
+            "torch.compile per block (fused_elementwise): the text names torch.compile "
+            "(torchtitan --training.compile compiles each transformer block)"
+        )
+    if tp > 1 and re.search(r"async[\s_-]*tp", table) and not re.search(r"vanilla\s*tp", table):
+        out.options["tp_comm_overlap"] = True
+        out.notes.append(
+            "asynchronous TP (tp_comm_overlap): the source table names AsyncTP "
+            "(torchtitan --parallelism.enable_async_tensor_parallel)"
+        )
+    when = dated(row)
+    for first, needs_compile, _, name, value, why in TORCHTITAN_ERAS:
+        if when is not None and when >= first and (compiled or not needs_compile):
+            out.options[name] = value
+            out.notes.append(f"{why} (the text dates the run {when[0]}-{when[1]:02d})")
+
+
+def recipe_defaults(
+    row: dict[str, str],
+    framework: str,
+    precision: str,
+    flavor: str,
+    parallel: dict[str, Any],
+    stated: dict[str, int],
+    system: str = "",
+    fp8_recipe: str = "",
+) -> Defaults:
+    """The framework / recipe defaults of a row read as ``framework`` with ``precision`` on
+    the model ``flavor``, given the integer cells the CSV ``stated`` and the ``parallel``
+    fields the inference already set (dp, or recompute ``none`` for an empty column)."""
+    out = Defaults()
+    spec = get_flavor(flavor)
+    if str(spec.family) == "gpt" and not spec.core_attention and framework not in (
+        "megatron-lm-2021", "deepspeed",
+    ):  # fmt: skip
+        out.model["core_attention"] = "fused"
+        out.notes.append(
+            f"fused causal attention (core_attention fused) on the GPT blocks: the {framework} "
+            "profile runs a flash / cuDNN kernel (Megatron-Core's Transformer Engine "
+            "DotProductAttention, --transformer-impl transformer_engine; FSDP stacks' SDPA / "
+            "flash attn_impl), not Megatron-LM 2021's unfused scores/softmax/context"
+        )
+    said = row.get("recompute", "").strip().lower().split(" ")
+    recompute = str(parallel.get("recompute", said[0] or "none"))
+    if framework in BF16_REDUCE and precision == "bf16":
+        out.parallel["grad_fp32"] = False
+        out.notes.append(f"gradients reduced in bf16 (grad_fp32 false): {BF16_REDUCE[framework]}")
+    if re.search(MPT_PATTERN, row.get("model", ""), re.IGNORECASE):
+        out.model.update(bias=False, dropout=False)
+        out.notes.append(
+            "MPT blocks without biases or dropout (mosaicml/mpt-* config.json: no_bias true, "
+            "attn_pdrop / resid_pdrop / emb_pdrop 0)"
+        )
+    elif _NO_DROPOUT.search(f"{_text(row)} {row.get('uncertain', '')}"):
+        out.model["dropout"] = False
+        out.notes.append("no dropout (the row's text says dropout 0)")
+    text = _text(row).lower()
+    for frameworks, pattern, option, value, why in NAMED_TECHNIQUES:
+        if framework in frameworks and re.search(pattern, text):
+            out.options[option] = value
+            out.notes.append(why)
+    if framework == "megatron-core":
+        _megatron_core(row, precision, fp8_recipe, bool(spec.num_experts), system, out)
+        release = container(row)
+        if release is not None and release >= (25, 1):
+            empty = not row.get("recompute", "").strip()
+            _bridge_recipe(flavor, str(spec.family), system, empty, out)
+    elif framework == "automodel":
+        _automodel(row, flavor, stated, out)
+    elif framework == "torchtitan":
+        _torchtitan(row, recompute, stated.get("tp", 1), out)
+        _torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
+    return out
