@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.elide import elide_empty
 from stage_core.lower.experts import data_axes
@@ -79,6 +80,16 @@ BWD_B, BWD_W = "bwd_b", "bwd_w"
 #: How a block's instructions are emitted for a phase (``fwd`` or ``bwd``): by default as
 #: bound (``block.fwd`` / ``block.bwd``).
 Instructions = Callable[[BoundBlock, str], tuple[Instr, ...]]
+
+#: The phases of an instruction a framework runs at the end of a chunk's forward or backward
+#: pass, before its pipeline send (``pass_end``: :func:`stage_nodes`; e.g. Transformer
+#: Engine's FP8 amax all-reduce at the exit of ``fp8_autocast`` and after the backward); the
+#: source's index is the chunk's index.
+PASS_END_FWD, PASS_END_BWD = "fwd_end", "bwd_end"
+
+#: What a framework runs at the end of a chunk's pass (the chunk's index, whether it is the
+#: backward): one instruction or None.
+PassEnd = Callable[[int, bool], Instr | None]
 
 
 #: Tags of ring-attention messages start here (pipeline tags stay far below).
@@ -312,13 +323,15 @@ def _weight_nodes(
     sync_ids: list[int],
     last_mb: dict[int, int],
     instructions: Instructions | None = None,
+    pass_end: PassEnd | None = None,
 ) -> int | None:
     """A W task: every block's weight-gradient instructions (backward block order), waiting for
     their inputs from the same micro-batch's B; then ZeRO-2/3 gradient scatters and, after the
     chunk's last W, the gradient synchronisation. Returns the task's last node.
     ``instructions``: the W part as the caller emits it (phase :data:`BWD_W`, its dependencies
     within W; those on B are dropped, as :func:`~stage_core.lower.weightgrad.split_backward`
-    drops them: B ran before, so an instruction without one waits for the task's entry)."""
+    drops them: B ran before, so an instruction without one waits for the task's entry).
+    ``pass_end``'s backward instruction follows the task's last node (:func:`_pass_end`)."""
     workload = programs.workload
     chunk = stage.chunks[task.chunk]
     mb = task.micro_batch
@@ -347,7 +360,88 @@ def _weight_nodes(
                 )
         if mb == last_mb[chunk.index] and last is not None:
             _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
+    if pass_end is not None:
+        last = _pass_end(em, pass_end, chunk.index, True, f"W{mb}.c{chunk.index}", last, entry)
     return last
+
+
+def _unit(
+    workload: Workload,
+    blocks: list[BoundBlock],
+    k: int,
+    gather: bool,
+    backward: bool,
+    root: frozenset[str],
+    regather: frozenset[str] = frozenset(),
+) -> list[tuple[int, int, Instr]]:
+    """The ZeRO gathers (``gather``) or reduce-scatters issued for the block at position ``k``
+    of a pass (``blocks`` in the pass's order), each as (the position of the block it is for,
+    its index in :func:`_zero_collectives`, instruction): the block's own, or for a block of
+    FSDP's root unit (its kind in ``root``) the whole unit's at the unit's first position
+    (a forward's gathers) or last one (a backward's scatters), and no gathers in a
+    backward. A backward's gathers of a block whose kind is in ``regather`` are issued twice
+    (the recomputed forward's, then the backward's own)."""
+    if blocks[k].kind not in root:
+        own = list(enumerate(_zero_collectives(workload, blocks[k], gather)))
+        twice = gather and backward and blocks[k].kind in regather
+        return [(k, i, x) for i, x in own] + ([(k, i, x) for i, x in own] if twice else [])
+    if gather and backward:
+        return []
+    members = [j for j, block in enumerate(blocks) if block.kind in root]
+    if k != (members[0] if gather else members[-1]):
+        return []
+    return [
+        (j, i, x)
+        for j in members
+        for i, x in enumerate(_zero_collectives(workload, blocks[j], gather))
+    ]
+
+
+def _held_scatters(
+    em: _Emitter,
+    workload: Workload,
+    blocks: list[BoundBlock],
+    prefix: str,
+    last: int,
+    sync_ids: list[int],
+) -> int:
+    """Under ``zero_held`` (:func:`stage_nodes`): every block's gradient reduce-scatters
+    (``blocks`` in backward order) after the chunk's last backward ``last``, each after the one
+    before, a replica all-reduce after its scatter; all of them go to ``sync_ids``. Returns the
+    last reduce-scatter (what the rank's next node waits for)."""
+    previous = last
+    for position, block in enumerate(blocks):
+        scattered: tuple[int, ...] = ()
+        for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
+            deps: tuple[int, ...] = (previous,) if previous >= 0 else ()
+            if instr.axes == (DP_REPLICATE,):
+                deps = scattered  # FSDP's replica all-reduce waits for the scatter
+            name = f"{prefix}.b{position}.{block.kind}.{instr.name}"
+            node_id = em.instr(instr, name, deps, (), (block.kind, ZERO_SCATTER, i))
+            if instr.axes != (DP_REPLICATE,):
+                previous = node_id
+            scattered = (*scattered, node_id)
+        sync_ids.extend(scattered)
+    return previous
+
+
+def _pass_end(
+    em: _Emitter,
+    pass_end: PassEnd,
+    chunk: int,
+    backward: bool,
+    prefix: str,
+    last: int | None,
+    ctrl: tuple[int, ...],
+) -> int | None:
+    """Emit what the framework runs at the end of a chunk's pass (``pass_end``), after the
+    pass's last node ``last`` (or, with none, after ``ctrl``); returns the new last node."""
+    instr = pass_end(chunk, backward)
+    if instr is None:
+        return last
+    deps = (last,) if last is not None and last >= 0 else ctrl
+    phase = PASS_END_BWD if backward else PASS_END_FWD
+    return em.instr(instr, f"{prefix}.{instr.name}", deps, (), ("", phase, chunk))
 
 
 def stage_nodes(
@@ -358,6 +452,10 @@ def stage_nodes(
     keep_empty: bool = False,
     zero_prefetch: int | None = None,
     gathers_ahead: Callable[[int], bool] | None = None,
+    pass_end: PassEnd | None = None,
+    zero_held: bool = False,
+    zero_root: frozenset[str] = frozenset(),
+    zero_regather: frozenset[str] = frozenset(),
 ) -> list[ProgramNode]:
     """The template node list of one pipeline stage; ``instructions`` gives the instructions a
     block's phase emits (by default as bound; under a split backward it is asked for the B
@@ -381,8 +479,44 @@ def stage_nodes(
     first block of a bucket waits for its gather, which the first block of the bucket before
     dispatched once its own had ended (Megatron-Core's ``overlap_param_gather``: the forward
     pre-hook's ``finish_param_sync`` waits for its bucket's all-gather, then starts the next
-    one); the first bucket's is dispatched by the first block's pre-hook."""
-    nodes = _stage_nodes(programs, stage, instructions, zero_prefetch, gathers_ahead)
+    one); the first bucket's is dispatched by the first block's pre-hook.
+
+    ``pass_end``: an instruction a framework runs at the end of each forward and backward of
+    a chunk (under a split backward after its W), before the pass's pipeline send and the
+    rank's next task, beside none of the chunk's gradient reductions (source ``("",``
+    :data:`PASS_END_FWD` or :data:`PASS_END_BWD` ``, chunk index)``).
+
+    ``zero_held`` (ZeRO-3, a schedule that does not split the backward): a chunk's parameters
+    stay gathered for the whole step, as FSDP2 under pipeline parallelism keeps them
+    (``fully_shard(reshard_after_forward=False)``, the pipelining stage's no-sync backward):
+    its blocks' gathers only in its first forward, none in a backward, and its gradient
+    reduce-scatters (with hybrid sharding's replica all-reduces) all after its last backward,
+    one after the other, before that backward's pipeline send and the rank's next task
+    (``backward_maybe_with_nosync`` calls every unit's ``post_backward`` after the last
+    backward, each waiting for the previous reduce-scatter).
+
+    ``zero_root`` (ZeRO-3 with ``zero_prefetch``): the block kinds of FSDP's root unit (the
+    embedding and the head, wrapped by the root ``fully_shard`` / FSDP1 root instance): one
+    unit, its gathers issued together for the first of them in a forward, none in a
+    backward (the root stays gathered), its reduce-scatters together after the last of them
+    in a backward (:func:`_unit`).
+
+    ``zero_regather`` (ZeRO-3 with ``zero_prefetch``): the block kinds whose backward gathers
+    their parameters twice, queued together where the block's backward gather is issued and
+    both waited for by its backward (DeepSpeed ZeRO-3 with activation checkpointing: the
+    recomputed forward's pre-forward fetch, its post-forward release, then the backward's
+    pre-backward fetch)."""
+    split = str(programs.workload.parallel.schedule) in SPLIT_BACKWARD
+    if zero_held and split:
+        raise ConfigError("zero_held needs a schedule that does not split the backward")
+    if (zero_root or zero_regather) and (split or zero_prefetch is None):
+        raise ConfigError(
+            "zero_root and zero_regather need zero_prefetch and a schedule that does not split"
+        )
+    nodes = _stage_nodes(
+        programs, stage, instructions, zero_prefetch, gathers_ahead, pass_end, zero_held,
+        zero_root, zero_regather,
+    )  # fmt: skip
     return nodes if keep_empty else elide_empty(nodes)
 
 
@@ -392,6 +526,10 @@ def _stage_nodes(
     instructions: Instructions | None,
     zero_prefetch: int | None = None,
     gathers_ahead: Callable[[int], bool] | None = None,
+    pass_end: PassEnd | None = None,
+    zero_held: bool = False,
+    zero_root: frozenset[str] = frozenset(),
+    zero_regather: frozenset[str] = frozenset(),
 ) -> list[ProgramNode]:
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
@@ -401,6 +539,10 @@ def _stage_nodes(
     previous: int | None = None
     last_mb_backward = {  # DualPipe: chunk 0 runs micro-batches 0…m/2−1, chunk 1 the rest
         c.index: max(t.micro_batch for t in stage.tasks if t.chunk == c.index) for c in stage.chunks
+    }
+    first_forward = {  # zero_held: the chunk's parameters are gathered in this forward only
+        c.index: next(t.micro_batch for t in stage.tasks if t.chunk == c.index and t.phase == "F")
+        for c in stage.chunks
     }
     kind = str(workload.parallel.schedule)
     split = kind in SPLIT_BACKWARD  # B and W apart (lower/weightgrad.py)
@@ -421,8 +563,9 @@ def _stage_nodes(
             pair_ctrl = ctrl
         if task.phase == "W":
             previous = _weight_nodes(
-                em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward, instructions
-            )
+                em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward, instructions,
+                pass_end,
+            )  # fmt: skip
             continue
         # the pipeline neighbour: ±1 along pp; DualPipe's second chunk runs the other way
         toward = -1 if kind == "dualpipe" and task.chunk == 1 else 1
@@ -451,6 +594,7 @@ def _stage_nodes(
         pending: tuple[int, ...] = ()  # the gather the next bucket's first block waits for
         last = -1
         gathered: dict[int, tuple[int, ...]] = {}  # under zero_prefetch: position → gathers
+        gathers = zero >= 3 and not (zero_held and (backward or mb != first_forward[chunk.index]))
         for position, block in enumerate(blocks):
             prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
             if buckets is not None and position in buckets:  # the block's forward pre-hook
@@ -461,14 +605,16 @@ def _stage_nodes(
                     after = (*ready, *entry)
                     pending = (_param_gather(em, stage, buckets[min(later)], prefix, after, ctrl),)
                 entry = (*entry, *ready)
-            if zero >= 3 and zero_prefetch is None:
+            if not gathers:
+                pass
+            elif zero_prefetch is None:
                 # Parameter gathers are prefetched: each waits only for the previous gather.
                 for i, instr in enumerate(_zero_collectives(workload, block, gather=True)):
                     deps: tuple[int, ...] = (last_gather,) if last_gather >= 0 else ()
                     name, source = f"{prefix}.{instr.name}", (block.kind, ZERO_GATHER, i)
                     last_gather = em.instr(instr, name, deps, ctrl, source)
                     entry = (*entry, last_gather)
-            elif zero >= 3 and zero_prefetch is not None:
+            else:
                 # As the frameworks queue them: at this block's pre-hook, after the compute
                 # before it, the gather of the block `zero_prefetch` ahead (at the pass's
                 # start also the ones before it)
@@ -477,9 +623,10 @@ def _stage_nodes(
                     if k >= len(blocks) or k in gathered:
                         continue
                     gather_ids = []
-                    for i, instr in enumerate(_zero_collectives(workload, blocks[k], True)):
-                        name = f"{tag}{mb}.c{chunk.index}.b{k}.{blocks[k].kind}.{instr.name}"
-                        source = (blocks[k].kind, ZERO_GATHER, i)
+                    unit = _unit(workload, blocks, k, True, backward, zero_root, zero_regather)
+                    for at, i, instr in unit:
+                        name = f"{tag}{mb}.c{chunk.index}.b{at}.{blocks[at].kind}.{instr.name}"
+                        source = (blocks[at].kind, ZERO_GATHER, i)
                         gather_ids.append(em.instr(instr, name, entry, ctrl, source))
                     gathered[k] = tuple(gather_ids)
                 entry = (*entry, *gathered.pop(position, ()))
@@ -503,19 +650,26 @@ def _stage_nodes(
             if instrs:
                 ctrl = ()
             entry = (last,)
-            if backward and zero >= 2 and not split:
+            if backward and zero >= 2 and not split and not zero_held:
                 scattered: tuple[int, ...] = ()
-                for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
-                    source = (block.kind, ZERO_SCATTER, i)
+                for at, i, instr in _unit(workload, blocks, position, False, True, zero_root):
+                    source = (blocks[at].kind, ZERO_SCATTER, i)
                     deps = entry
                     if zero_prefetch is not None and instr.axes == (DP_REPLICATE,):
                         deps = scattered  # FSDP's replica all-reduce waits for the scatter
-                    node_id = em.instr(instr, f"{prefix}.{instr.name}", deps, (), source)
+                    name = f"{tag}{mb}.c{chunk.index}.b{at}.{blocks[at].kind}.{instr.name}"
+                    node_id = em.instr(instr, name, deps, (), source)
                     scattered = (*scattered, node_id)
                 if zero_prefetch is not None:
                     sync_ids.extend(scattered)  # the optimizer needs the reduced shards
             if backward and mb == last_mb_backward[chunk.index] and not split:
                 _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
+        if backward and zero_held and zero >= 3 and mb == last_mb_backward[chunk.index]:
+            last = _held_scatters(em, workload, blocks, f"{tag}{mb}.c{chunk.index}", last, sync_ids)
+        if pass_end is not None and not (backward and split):  # a split one's after its W
+            end = _pass_end(em, pass_end, chunk.index, backward, f"{tag}{mb}.c{chunk.index}",
+                            last, ctrl or entry)  # fmt: skip
+            last = -1 if end is None else end
         send_to = j - 1 if backward else j + 1
         if 0 <= send_to <= last_stage:
             node = TraceNode(

@@ -44,15 +44,24 @@ run ahead of its first forward as the previous step's, one bucket at a time as M
 forward pre-hooks dispatch them (:func:`~stage_core.lower.param_buckets.param_buckets`, on the
 gradient-sync stream), instead of whole after the optimizer.
 
+The FP8 amax all-reduces (the framework option ``fp8_amax_reduction``: Transformer Engine's
+delayed scaling at the exit of a chunk's ``fp8_autocast`` and after its backward; not
+instructions of the generator's program) are emitted at the end of each of a chunk's passes
+(``stage_nodes(..., pass_end=...)``, :meth:`_StageCosts.amax`), with the levelled mode's seconds.
+
+FSDP2's stage held unsharded under pipeline parallelism (``pp_unsharded_params`` with ZeRO-3
+and pp > 1) runs as the frameworks run it (``stage_nodes(..., zero_held=True)``): a chunk's
+gathers in its first forward only, its reduce-scatters one after the other after its last
+backward, before that backward's send; the levelled mode adds both to the rank's end instead
+(``_held_zero_s``), so the trace differs there by design (tests/explore/test_trace_mode_held.py).
+FSDP's root unit (``zero_root``) and DeepSpeed's recompute re-gather (``zero_regather``) are
+emitted as the frameworks issue them (tests/explore/test_trace_mode_zero3.py).
+
 Not covered: torch's ``context_parallel`` ring (``cp_merge_fp32``, a ConfigError), the
 parameter gathers of an unbucketed chunk (``ddp_bucket_first_chunk_only``'s later chunks,
 dispatched before an earlier forward: whole after the optimizer in the trace) or of a chunk
 whose gradients reduce in two groups (expert and dense buffers: whole after the optimizer),
-the FP8 amax all-reduces per chunk and micro-batch (the framework option
-``fp8_amax_reduction``, which the levelled mode adds to each chunk's forward and backward: not
-instructions of the generator's program), and FSDP2's stage held unsharded under pipeline
-parallelism (``pp_unsharded_params`` with ZeRO-3 and pp > 1: the levelled mode gathers and
-reduce-scatters once per step, the generator's program per micro-batch; a ConfigError).
+and ``pp_unsharded_params`` under a split backward (a ConfigError).
 
 The SMs and HBM bandwidth NCCL's kernels hold beside compute
 (:mod:`~stage_explore.analytical.contention`, where a network dim gives ``nccl_channels``) are
@@ -68,18 +77,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from stage_core.blocks import mtp_layer_of_block
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.nodes import (
     BWD_B,
     BWD_W,
     OPTIMIZER,
     PARAM_GATHER,
+    PASS_END_BWD,
+    PASS_END_FWD,
     SYNC,
     ZERO_GATHER,
     ZERO_SCATTER,
     Instructions,
     NodeSource,
+    PassEnd,
     ProgramNode,
     materialize,
     stage_nodes,
@@ -92,17 +106,24 @@ from stage_core.lower.program import (
     lower,
     make_workload,
 )
+from stage_core.lower.schedule import SPLIT_BACKWARD
+from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.plans import DP_REPLICATE
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.blocktime import time_block
+from stage_explore.analytical.blocktime import ROOT_UNIT_KINDS, time_block
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import nccl_load
 from stage_explore.analytical.costing import PhaseProgram
 from stage_explore.analytical.kernels import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
+from stage_explore.analytical.planning import (
+    AMAX_BACKWARD_ENTRIES,
+    AMAX_BYTES,
+    AMAX_FORWARD_ENTRIES,
+)
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
 from stage_explore.analytical.trace_models import BaseTimingModel
 from stage_explore.analytical.trace_ring import RingProgram, ring_program
@@ -114,8 +135,12 @@ class _StageCosts:
     """One pipeline stage's costs as the backend gives them: its rank's group spans, each
     block phase's program and the seconds its timing adds beside the instructions."""
 
-    def __init__(self, backend: AnalyticalBackend, point: Point, stage: int) -> None:
+    def __init__(
+        self, backend: AnalyticalBackend, point: Point, stage: int, program: StageProgram
+    ) -> None:
         self.backend, self.point, self.stage = backend, point, stage
+        self.chunks = {chunk.index: chunk for chunk in program.chunks}
+        self._amax: dict[int, tuple[Instr, float, float] | None] = {}
         self._spans: dict[tuple[str, ...], object] = {}
         self._programs: dict[tuple[str, str], tuple[PhaseProgram, float, int]] = {}
         self._emitted: dict[tuple[str, str], tuple[RingProgram, int]] = {}
@@ -155,6 +180,55 @@ class _StageCosts:
         if known != seconds:
             raise ConfigError(f"stage {self.stage}: two ring messages of {ring.comm_bytes} bytes")
         return seconds
+
+    def amax(self, chunk: int) -> tuple[Instr, float, float] | None:
+        """The chunk's FP8 amax all-reduce (the framework option ``fp8_amax_reduction``) and
+        its forward and backward seconds, as the levelled mode charges them after each of
+        the chunk's passes (:meth:`~stage_explore.analytical.planning.StagePlanning.
+        _fp8_amax_s`: one latency-bound all-reduce over the amax group); None when it times
+        none (the option off, not FP8 delayed scaling, a group of one, no FP8 linear layer)."""
+        if chunk not in self._amax:
+            self._amax[chunk] = self._amax_of(chunk)
+        return self._amax[chunk]
+
+    def _amax_of(self, chunk: int) -> tuple[Instr, float, float] | None:
+        backend, point = self.backend, self.point
+        axes = backend._fp8_amax_axes(point)
+        if not axes:
+            return None
+        counts: dict[str, int] = {}
+        for block in self.chunks[chunk].blocks:
+            counts[block.kind] = counts.get(block.kind, 0) + 1
+        runs = tuple(counts.items())
+        forward_s, backward_s = backend._fp8_amax_s(point, runs, {axes: self.span(axes)})
+        if (forward_s, backward_s) == (0.0, 0.0):
+            return None
+        # bytes for the trace's readers (the seconds are the backend's, by phase): forward's
+        size = (
+            AMAX_BYTES
+            * AMAX_FORWARD_ENTRIES
+            * sum(n * len(linear_weights(point.blocks[k])) for k, n in runs if fp8_block(k))
+        )
+        instr = Instr(
+            "fp8_amax_all_reduce", "fwd", "comm", collective=CollectiveKind.ALL_REDUCE,
+            axes=axes, comm_bytes=size,
+        )  # fmt: skip
+        return instr, forward_s, backward_s
+
+    def pass_end(self) -> PassEnd:
+        """The instruction the trace emits at the end of a chunk's pass (:meth:`amax`)."""
+
+        def emit(chunk: int, backward: bool) -> Instr | None:
+            found = self.amax(chunk)
+            if found is None:
+                return None
+            instr = found[0]
+            if backward:  # TE's backward amaxes: output and input gradients
+                size = instr.comm_bytes // AMAX_FORWARD_ENTRIES * AMAX_BACKWARD_ENTRIES
+                instr = replace(instr, phase="bwd", comm_bytes=size)
+            return instr
+
+        return emit
 
     def span(self, axes: tuple[str, ...]) -> object:
         if axes not in self._spans:
@@ -246,6 +320,10 @@ class ProgramTimingModel(BaseTimingModel[float]):
             op = self._programs[costs.stage].sync[index]
             span = costs.span(op.axes)
             seconds = backend._collective_time(point, span, op.collective, node.comm_bytes)
+        elif phase in (PASS_END_FWD, PASS_END_BWD):  # index: the chunk's
+            found = costs.amax(index)
+            assert found is not None, index
+            seconds = found[1] if phase == PASS_END_FWD else found[2]
         else:
             assert phase == SYNC, phase
             op = self._programs[costs.stage].sync[index]
@@ -376,10 +454,11 @@ def trace_step(
     workload = make_workload(model, parallel)
     if workload.world_size > system.max_gpus:
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
-    if backend.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
-        raise ConfigError(  # the generator's program gathers and scatters per micro-batch
-            "the trace mode does not time pp_unsharded_params (ZeRO-3 gathers and "
-            "reduce-scatters once per step under pipeline parallelism)"
+    # FSDP2 under pipeline parallelism: gathered once per step, reduce-scattered once
+    held = backend.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1
+    if held and str(parallel.schedule) in SPLIT_BACKWARD:
+        raise ConfigError(  # the levelled W's per-block scatters are not modelled held
+            "the trace mode does not time pp_unsharded_params under a split backward"
         )
     policy: TimingPolicy = backend.policy
     limit = UNBUCKETED
@@ -391,7 +470,7 @@ def trace_step(
         bucketed=_first_chunk if backend.framework.ddp_bucket_first_chunk_only else None,
     )
     point = _point(backend, workload, system)
-    costs = {s: _StageCosts(backend, point, s) for s in range(parallel.pp)}
+    costs = {p.stage: _StageCosts(backend, point, p.stage, p) for p in programs.stages}
     prefetch = backend.framework.zero3_prefetch_units  # ZeRO's one queue, as zero_queue.py
 
     def emitted(stage: int) -> Instructions:
@@ -420,13 +499,11 @@ def trace_step(
         stage = stage_program.stage
         # kept: a framework may charge a kernel where the generator counts no work
         template = stage_nodes(
-            programs,
-            stage_program,
-            emitted(stage),
-            keep_empty=True,
-            zero_prefetch=prefetch,
-            gathers_ahead=ahead(stage),
-        )
+            programs, stage_program, emitted(stage), keep_empty=True, zero_prefetch=prefetch,
+            gathers_ahead=ahead(stage), pass_end=costs[stage].pass_end(), zero_held=held,
+            zero_root=_root_unit(backend, parallel, stage_program),
+            zero_regather=_regathered(backend, parallel, stage_program),
+        )  # fmt: skip
         templates.append(tuple(template))
         for c in range(cp):  # every cp rank: ring attention exchanges messages between them
             rank = workload.mesh.rank_of({"pp": stage, "cp": c})
@@ -478,6 +555,43 @@ def _side_stream(item: ProgramNode) -> str:
     if phase == ZERO_SCATTER and item.group_axes == (DP_REPLICATE,):
         return "zero_replica"
     return SIDE_STREAMS.get(phase, "")
+
+
+def _root_unit(
+    backend: AnalyticalBackend, parallel: ParallelConfig, stage: StageProgram
+) -> frozenset[str]:
+    """The block kinds of FSDP's root unit on ``stage`` (``fsdp_root_unit`` with ZeRO-3 on one
+    pipeline stage, as the levelled ``_chunk`` applies it: the embedding and the head,
+    :data:`~stage_explore.analytical.blocktime.ROOT_UNIT_KINDS`), empty for none. A chunk with
+    only one of them (the levelled mode exposes that one's collectives whole) is a
+    ConfigError."""
+    if not (backend.framework.fsdp_root_unit and parallel.zero >= 3 and parallel.pp == 1):
+        return frozenset()
+    for chunk in stage.chunks:
+        kinds = {block.kind for block in chunk.blocks}
+        if kinds & ROOT_UNIT_KINDS and not kinds >= ROOT_UNIT_KINDS:
+            raise ConfigError(
+                f"the trace mode times FSDP's root unit with both of {sorted(ROOT_UNIT_KINDS)} "
+                f"in a chunk, not {sorted(kinds & ROOT_UNIT_KINDS)} alone"
+            )
+    return ROOT_UNIT_KINDS
+
+
+def _regathered(
+    backend: AnalyticalBackend, parallel: ParallelConfig, stage: StageProgram
+) -> frozenset[str]:
+    """The block kinds of ``stage`` whose backward gathers their parameters twice: under
+    ``zero3_gathers`` 3 (DeepSpeed ZeRO-3) with recompute, the recomputed layers (as the
+    levelled ``_block_costs`` charges a third gather: layer and MTP-layer blocks not kept)."""
+    if backend.framework.zero3_gathers != 3 or str(parallel.recompute) == "none":
+        return frozenset()
+    return frozenset(
+        block.kind
+        for chunk in stage.chunks
+        for block in chunk.blocks
+        if (is_layer_block(block.kind) or mtp_layer_of_block(block.kind))
+        and not is_kept_block(block.kind)
+    )
 
 
 def _first_chunk(stage: int, chunk: int) -> bool:

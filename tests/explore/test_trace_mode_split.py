@@ -89,7 +89,7 @@ def _bounds(
     earlier = later = 0.0
     for stage_program in programs.stages:
         stage = stage_program.stage
-        costs = _StageCosts(backend, point, stage)
+        costs = _StageCosts(backend, point, stage, stage_program)
         times = plan.classes[plan.stage_class[stage]].stage_times(True)
         chunks = len(times.forward_s)
         w_block = [
@@ -120,7 +120,7 @@ def _w_excess(backend: AnalyticalBackend, model: Any, parallel: ParallelConfig) 
     plan = backend._plan(point).step
     excess = 0.0
     for stage_program in lower(model, parallel).stages:
-        costs = _StageCosts(backend, point, stage_program.stage)
+        costs = _StageCosts(backend, point, stage_program.stage, stage_program)
         times = plan.classes[plan.stage_class[stage_program.stage]].stage_times(True)
         for c, chunk in enumerate(stage_program.chunks):
             w_block = sum(
