@@ -30,6 +30,7 @@ from stage_core.errors import ConfigError  # noqa: E402
 from stage_core.lower.program import lower  # noqa: E402
 from stage_explore.analytical.backend import AnalyticalBackend  # noqa: E402
 from stage_explore.analytical.parts import compute_dtype  # noqa: E402
+from stage_explore.analytical.trace_mode import trace_step  # noqa: E402
 from stage_explore.analytical.trace_models import AstraTimingModel  # noqa: E402
 from stage_explore.analytical.tracesim import simulate  # noqa: E402
 from stage_explore.astrasim import find_binary  # noqa: E402
@@ -70,7 +71,8 @@ def _row(name: str, binary: Path) -> tuple[str, ...]:
     analytical = reference.evaluate(model, parallel, system)
     gap = explain_gap(
         astra, analytical, lower(model, parallel), system, dtype=compute_dtype(parallel, system),
-        policy=reference.policy, settings=backend.settings,
+        policy=reference.policy, trace=trace_step(reference, model, parallel, system),
+        settings=backend.settings,
     )  # fmt: skip
     astra_ns = round(astra.step_time_s * 1e9)
     wait = gap.exposed_communication_and_waiting
@@ -83,7 +85,7 @@ def _row(name: str, binary: Path) -> tuple[str, ...]:
         f"{analytical.step_time_s * 1e3:.3f}",
         f"{astra.step_time_s / analytical.step_time_s:.2f}",
         f"{gap.compute.astra_sim_s * 1e3:.3f}",
-        f"{gap.compute_at_calibrated_efficiency_s * 1e3:.3f}",
+        f"{(gap.compute_at_calibrated_efficiency_s or 0.0) * 1e3:.3f}",
         f"{gap.compute.analytical_s * 1e3:.3f}",
         f"{wait.astra_sim_s * 1e3:.3f}",
         f"{wait.analytical_s * 1e3:.3f}",
@@ -110,9 +112,11 @@ def render(rows: list[tuple[str, ...]], binary: Path, seconds: float) -> str:
         "rank) on the same files; `exact` = equal to the nanosecond.",
         "- *compute*: ASTRA-sim times every kernel at the roofline peak (peak FLOP/s, HBM "
         "bandwidth, no efficiency); the analytical backend at calibrated efficiency plus its "
-        "kernel model. *Same kernels at calibrated efficiency* re-times ASTRA-sim's slowest "
-        "rank's compute nodes with the accelerator's efficiencies, separating the efficiency "
-        "effect from the rest of the analytical model.",
+        "kernel model. *Same kernels at calibrated efficiency* is the GPU compute time of "
+        "ASTRA-sim's slowest rank's kernels as the analytical backend runs them, read from its "
+        "trace mode (`trace_step`: the rank of the same pipeline stage, the backend's fused "
+        "program and per-kernel costs), separating the efficiency effect from the rest of the "
+        "analytical model.",
         "- *exposed comm + waiting*: ASTRA-sim's step minus its GPU time (its collectives one at "
         "a time per rank, at full link bandwidth, pipeline waits included) against the "
         "analytical backend's exposed communication, bubble and other waiting components.",

@@ -4,11 +4,15 @@ Holds :class:`GapPart`, :class:`GapExplanation` and :func:`explain_gap`. The ste
 backend splits into two parts that mean the same thing on both sides:
 
 - **compute**: the slowest rank's kernels. ASTRA-sim times each compute node at the roofline
-  *peak* (``peak-perf``, ``local-mem-bw``, no efficiency); the analytical model at the
-  accelerator's calibrated efficiencies (matmul efficiency curve, memory efficiency) plus its
-  own kernel model. To separate the two causes, the slowest rank's compute nodes are timed
-  again both ways here: at the roofline peak (which must equal ASTRA-sim's reported GPU time:
-  ``roofline_check``) and with the calibrated efficiencies (``Accelerator.compute_time_s``).
+  *peak* (``peak-perf``, ``local-mem-bw``, no efficiency); the analytical model with its own
+  kernel model at the accelerator's calibrated efficiencies (matmul efficiency curve, memory
+  efficiency). To separate the two causes, the slowest rank's compute nodes are timed again at
+  the roofline peak here (which must equal ASTRA-sim's reported GPU time: ``roofline_check``),
+  and the same rank's kernels as the analytical model runs them are read from its trace mode
+  (:func:`~stage_explore.analytical.trace_mode.trace_step`: the rank's GPU compute seconds,
+  :attr:`~stage_explore.analytical.tracesim.RankTiming.compute`, on the rank that stands for
+  the slowest rank's pipeline stage and cp position — the same program, fused and overlapped
+  as the backend runs it, with the backend's per-kernel costs).
 - **exposed communication and waiting**: everything else. ASTRA-sim runs one collective at a
   time per rank in issue order, with its algorithm per network dim at the full link bandwidth
   in ``preferred-dataset-splits`` chunks, and counts pipeline waits as exposed communication;
@@ -28,10 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stage_core.errors import ConfigError
 from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet
 from stage_core.trace import NodeKind
 from stage_explore.analytical.policy import ASTRA_SIM_POLICY, TimingPolicy
+from stage_explore.analytical.trace_mode import TraceStep
 from stage_explore.analytical.trace_models import AstraTimingModel
 from stage_explore.astrasim.inputs import AstraSettings, astra_config
 from stage_explore.evaluation import Evaluation
@@ -40,9 +46,13 @@ from stage_explore.system.model import System
 COMPUTE_WHY = (
     "ASTRA-sim runs every kernel at the roofline peak ({peak:.0f} TFLOP/s, {bandwidth:.0f} GB/s, "
     "no efficiency); the analytical model at calibrated efficiency (matmul up to "
-    "{matmul:.0%} of peak, memory {memory:.0%} of bandwidth). The same kernels at calibrated "
-    "efficiency take {calibrated:.4f} s."
+    "{matmul:.0%} of peak, memory {memory:.0%} of bandwidth). {calibrated}"
 )
+CALIBRATED_WHY = (
+    "The same rank's kernels as the analytical model runs them (its trace mode, rank "
+    "{trace_rank}) take {seconds:.4f} s."
+)
+NO_TRACE_WHY = "(The analytical model's trace mode does not time this step: {reason})"
 WAIT_WHY = (
     "ASTRA-sim: one collective at a time per rank in issue order, its algorithm on each network "
     "dim at full link bandwidth in {splits} chunks, pipeline waits counted as exposed "
@@ -77,18 +87,22 @@ class GapPart:
 class GapExplanation:
     """The step gap split into compute and exposed communication/waiting.
 
-    ``compute_at_peak_s`` and ``compute_at_calibrated_efficiency_s``: the slowest ASTRA-sim
-    rank's compute nodes timed at the roofline peak and with the calibrated efficiencies;
-    ``roofline_check``: the former equals ASTRA-sim's GPU time for that rank (to the ns).
+    ``compute_at_peak_s``: the slowest ASTRA-sim rank's compute nodes timed at the roofline
+    peak; ``roofline_check``: it equals ASTRA-sim's GPU time for that rank (to the ns).
+    ``compute_at_calibrated_efficiency_s``: the GPU compute seconds of that rank's kernels as
+    the analytical model runs them, read from its trace mode's rank ``trace_rank`` (the rank
+    of the same pipeline stage and cp position, :func:`~stage_explore.analytical.trace_mode.
+    trace_step`); both None where the trace mode does not time the step.
     """
 
     step: GapPart
     compute: GapPart
     exposed_communication_and_waiting: GapPart
     compute_at_peak_s: float
-    compute_at_calibrated_efficiency_s: float
+    compute_at_calibrated_efficiency_s: float | None
     roofline_check: bool
     slowest_rank: int
+    trace_rank: int | None
     analytical_policy: TimingPolicy
     astra_sim_policy: TimingPolicy = ASTRA_SIM_POLICY
 
@@ -101,6 +115,7 @@ class GapExplanation:
             "compute_at_calibrated_efficiency_s": self.compute_at_calibrated_efficiency_s,
             "roofline_check": self.roofline_check,
             "slowest_rank": self.slowest_rank,
+            "trace_rank": self.trace_rank,
             "analytical_policy": self.analytical_policy.to_dict(),
             "astra_sim_policy": self.astra_sim_policy.to_dict(),
         }
@@ -119,11 +134,15 @@ def explain_gap(
     *,
     dtype: str,
     policy: TimingPolicy,
+    trace: TraceStep | ConfigError,
     settings: AstraSettings | None = None,
 ) -> GapExplanation:
     """Split the gap between ``astra`` (an ASTRA-sim evaluation of ``programs``) and
     ``analytical`` (evaluated under the timing ``policy``: the analytical backend's
-    ``policy``) into compute and exposed communication/waiting, with the causes."""
+    ``policy``; ``trace``: the same backend's trace mode of the same step,
+    :func:`~stage_explore.analytical.trace_mode.trace_step`, or the ConfigError it raised for
+    a step it does not time) into compute and exposed communication/waiting, with the
+    causes."""
     settings = AstraSettings() if settings is None else settings
     rank = int(astra.extra.get("slowest_rank", 0))
     stage = programs.stages[programs.stage_of(rank)]
@@ -133,19 +152,25 @@ def explain_gap(
     peak_model = AstraTimingModel(config)
     accelerator = system.accelerator
     peak_ns = 0
-    calibrated_s = 0.0
     for item in stage_nodes(programs, stage):
         node = item.node
         if node.kind is NodeKind.COMP:
             peak_ns += peak_model.compute(node)
-            calibrated_s += accelerator.compute_time_s(node.flops, node.tensor_bytes, dtype)
+    trace_rank: int | None = None
+    calibrated_s: float | None = None
+    if isinstance(trace, ConfigError):
+        calibrated = NO_TRACE_WHY.format(reason=trace)
+    else:
+        trace_rank = _trace_rank(programs, trace, rank)
+        calibrated_s = trace.result.ranks[trace_rank].compute
+        calibrated = CALIBRATED_WHY.format(trace_rank=trace_rank, seconds=calibrated_s)
     astra_compute = astra.breakdown.get("compute", 0.0)
     analytical_compute = sum(v for k, v in analytical.breakdown.items() if not is_waiting(k))
     analytical_waiting = sum(v for k, v in analytical.breakdown.items() if is_waiting(k))
     efficiency = accelerator.efficiency
     compute_why = COMPUTE_WHY.format(
         peak=config.peak_perf_tflops, bandwidth=config.local_mem_bw_gbps,
-        matmul=efficiency.matmul_peak, memory=efficiency.memory, calibrated=calibrated_s,
+        matmul=efficiency.matmul_peak, memory=efficiency.memory, calibrated=calibrated,
     )  # fmt: skip
     step_why = (
         "the sum of the two parts below"
@@ -172,8 +197,22 @@ def explain_gap(
         compute_at_calibrated_efficiency_s=calibrated_s,
         roofline_check=round(astra_compute * 1e9) == peak_ns,
         slowest_rank=rank,
+        trace_rank=trace_rank,
         analytical_policy=policy,
     )
+
+
+def _trace_rank(programs: ProgramSet, trace: TraceStep, rank: int) -> int:
+    """The rank of ``trace`` (one per pipeline stage and cp position) that stands for the
+    global ``rank``: the rank of its pipeline stage and cp coordinate. A trace of another
+    step (no such rank) is a ConfigError."""
+    mesh = programs.workload.mesh
+    coords = mesh.coordinates(rank)
+    place: dict[str, int] = {axis: coords[axis] for axis in ("pp", "cp") if axis in coords}
+    standing = mesh.rank_of(place)
+    if standing not in trace.result.ranks:
+        raise ConfigError(f"the trace mode's step has no rank {standing} (for rank {rank})")
+    return standing
 
 
 def format_gap(explanation: GapExplanation) -> str:

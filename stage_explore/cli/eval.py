@@ -27,7 +27,7 @@ from stage_explore.evaluation import Evaluation
 if TYPE_CHECKING:
     from stage_core.models.spec import ModelSpec
     from stage_core.parallel.config import ParallelConfig
-    from stage_explore.analytical.policy import TimingPolicy
+    from stage_explore.analytical.backend import AnalyticalBackend
     from stage_explore.astrasim.compare import GapExplanation
     from stage_explore.system.model import System
 
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         analytical = create_backend(AnalyticalBackend, options)
         assert isinstance(analytical, AnalyticalBackend)
         reference = analytical.evaluate(model, parallel, system)
-        gap = _explain(backend, result, reference, analytical.policy, model, parallel, system)
+        gap = _explain(backend, result, reference, analytical, model, parallel, system)
     if args.json:
         payload = {
             "model": model.name,
@@ -183,16 +183,18 @@ def _explain(
     backend: object,
     result: Evaluation,
     reference: Evaluation,
-    policy: TimingPolicy,
+    analytical: AnalyticalBackend,
     model: ModelSpec,
     parallel: ParallelConfig,
     system: System,
 ) -> GapExplanation | None:
-    """ASTRA-sim against the analytical model (evaluated under the timing ``policy``), split
+    """ASTRA-sim against the analytical model (``reference``: ``analytical``'s evaluation, under
+    its timing policy; the same step in its trace mode for the slowest rank's kernels), split
     into compute and waiting, with causes (:mod:`stage_explore.astrasim.compare`); None for
     other backends or unsimulated points."""
     from stage_core.lower.program import lower
     from stage_explore.analytical.parts import compute_dtype
+    from stage_explore.analytical.trace_mode import TraceStep, trace_step
     from stage_explore.astrasim import AstraSimBackend
     from stage_explore.astrasim.compare import explain_gap
 
@@ -200,9 +202,14 @@ def _explain(
         return None
     if not math.isfinite(reference.step_time_s):
         return None
+    try:
+        trace: TraceStep | ConfigError = trace_step(analytical, model, parallel, system)
+    except ConfigError as error:  # a step the trace mode does not time: said in the text
+        trace = error
     return explain_gap(
         result, reference, lower(model, parallel), system,
-        dtype=compute_dtype(parallel, system), policy=policy, settings=backend.settings,
+        dtype=compute_dtype(parallel, system), policy=analytical.policy, trace=trace,
+        settings=backend.settings,
     )  # fmt: skip
 
 

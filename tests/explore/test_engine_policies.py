@@ -321,6 +321,7 @@ def test_traces_run_point_to_point_messages_on_arrival_only() -> None:
 def test_the_astra_sim_comparison_names_the_analytical_policy() -> None:
     from stage_core.lower.program import lower
     from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.analytical.trace_mode import trace_step
     from stage_explore.astrasim.compare import explain_gap
     from stage_explore.evaluation import Evaluation
 
@@ -334,10 +335,23 @@ def test_the_astra_sim_comparison_names_the_analytical_policy() -> None:
         peak_memory_bytes=0, feasible=True, breakdown={"compute": analytical.step_time_s},
         extra={"slowest_rank": 0}, backend="astra-sim",
     )  # fmt: skip
+    trace = trace_step(backend, model, parallel, system)
     gap = explain_gap(
-        astra, analytical, lower(model, parallel), system, dtype="bf16", policy=backend.policy
-    )
+        astra, analytical, lower(model, parallel), system, dtype="bf16", policy=backend.policy,
+        trace=trace,
+    )  # fmt: skip
     assert gap.analytical_policy == backend.policy
+    # the slowest rank's kernels as the backend runs them: its trace mode's rank 0 (one stage)
+    assert gap.trace_rank == 0
+    assert gap.compute_at_calibrated_efficiency_s == trace.result.ranks[0].compute
+    assert f"rank 0) take {trace.result.ranks[0].compute:.4f} s" in gap.compute.why
+    unavailable = explain_gap(
+        astra, analytical, lower(model, parallel), system, dtype="bf16", policy=backend.policy,
+        trace=ConfigError("a reason"),
+    )  # fmt: skip
+    assert unavailable.compute_at_calibrated_efficiency_s is None
+    assert unavailable.trace_rank is None
+    assert "does not time this step: a reason" in unavailable.compute.why
     assert gap.astra_sim_policy == ASTRA_SIM_POLICY
     assert gap.to_dict()["analytical_policy"]["point_to_point"] == "blocking-separate"
     why = gap.exposed_communication_and_waiting.why
