@@ -1,18 +1,19 @@
 """FSDP2 under pipeline parallelism (``pp_unsharded_params``): a stage's ZeRO-3 all-gathers and
 reduce-scatters are timed once per step (the first forward's gathers, the reduce-scatters after
-the last backward), not per micro-batch; the trace mode refuses the option."""
+the last backward), not per micro-batch; the trace mode runs it as the frameworks do
+(tests/explore/test_trace_mode_held.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from stage_core.errors import ConfigError
+from stage_core.lower.nodes import ZERO_GATHER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
-from stage_explore.analytical.trace_mode import trace_step
+from stage_explore.analytical.trace_mode import TraceStep, trace_step
 from stage_explore.system import load_system
 
 #: Short sequences over 4 hosts: the gathers and reduce-scatters outlast the blocks' compute.
@@ -75,11 +76,22 @@ def test_held_seconds_extend_their_rank_and_are_labelled() -> None:
     assert step.pipeline_end_s == base.pipeline_end_s  # the schedule's own end
 
 
-def test_the_trace_mode_refuses_a_held_stage() -> None:
+def test_the_trace_mode_gathers_a_held_stage_once() -> None:
     parallel = ParallelConfig(dp=2, pp=2, zero=3, recompute=Recompute.NONE, global_batch=8)
     system = load_system("h100-80gb")
     small = LLAMA.with_overrides(seq_len=256)
-    with pytest.raises(ConfigError, match="pp_unsharded_params"):
-        trace_step(AnalyticalBackend(framework="torchtitan"), small, parallel, system)
+    held = trace_step(AnalyticalBackend(framework="torchtitan"), small, parallel, system)
     off = AnalyticalBackend(framework="torchtitan", overrides={"pp_unsharded_params": False})
-    assert trace_step(off, small, parallel, system).step_time_s > 0.0
+    per_micro_batch = trace_step(off, small, parallel, system)
+
+    def gathers(traced: TraceStep) -> int:
+        return sum(
+            1
+            for template in traced.templates
+            for item in template
+            if item.source is not None and item.source[1] == ZERO_GATHER
+        )
+
+    # 4 micro-batches: a forward and a backward gather per block each, against one forward's
+    assert gathers(per_micro_batch) == 2 * 4 * gathers(held)
+    assert held.step_time_s > 0.0 and per_micro_batch.step_time_s > 0.0
