@@ -342,15 +342,33 @@ def _precision(cell: str) -> str:
     return token.split("-")[0]
 
 
+def _row_metric(row: Mapping[str, str], columns: Sequence[str]) -> str:
+    """The metric a run measures: the first of ``columns`` whose cell in ``row`` is filled, else
+    the first column (the case then says the run gives no value)."""
+    return next((m for m in columns if row.get(m, "").strip()), columns[0])
+
+
+def _zero(row: Mapping[str, str], path: Path) -> int:
+    """The ``zero`` cell of a run: a ZeRO stage 0-3, else a one-line error naming the run."""
+    cell = row["zero"].strip()
+    if cell not in {"0", "1", "2", "3"}:
+        raise ConfigError(
+            f"{str(path)!r} run {row['id']!r}: zero must be a ZeRO stage 0, 1, 2 or 3, "
+            f"but got {cell!r}"
+        )
+    return int(cell)
+
+
 def user_cases(path: Path, system: str, framework: str, model_base: str) -> list[Case]:
-    """The runs of a user's CSV (``published_runs.csv`` columns; the metric is the first of
-    ``iter_time_s``, ``tflops_per_gpu`` (Megatron model FLOPs), ``tokens_per_s_per_gpu`` the
-    header has). A ``model`` cell naming a flavor is the row's base model; dims override it."""
+    """The runs of a user's CSV (``published_runs.csv`` columns; each row's metric is the first
+    of ``iter_time_s``, ``tflops_per_gpu`` (Megatron model FLOPs), ``tokens_per_s_per_gpu``
+    whose cell it fills, so a file with all three columns may measure each run differently). A
+    ``model`` cell naming a flavor is the row's base model; dims override it."""
     rows = read_csv(path)
     if not rows:
         raise ConfigError(f"{str(path)!r} has no runs")
-    metric = next((m for m in METRICS[:3] if m in rows[0]), None)
-    if metric is None:
+    columns = [m for m in METRICS[:3] if m in rows[0]]
+    if not columns:
         raise ConfigError(
             f"{str(path)!r} needs a column iter_time_s, tflops_per_gpu or tokens_per_s_per_gpu"
         )
@@ -361,12 +379,13 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
         row["id"] = row["id"] or f"run-{i + 1}"
         base = row.get("model", "").strip()
         source = SourceSetup(
-            name="runs", title=str(path), file=path.name, id_prefix="", metric=metric,
+            name="runs", title=str(path), file=path.name, id_prefix="",
+            metric=_row_metric(row, columns),
             system=system, framework=framework, precision=_precision(row.get("precision", "")),
             model_base=base if base in flavors else model_base, in_sample=True,
             flops="megatron-model",
         )  # fmt: skip
-        parallel = {"zero": int(row["zero"])} if row.get("zero", "").strip() else {}
+        parallel = {"zero": _zero(row, path)} if row.get("zero", "").strip() else {}
         cases.append(make_case(source, row, {"parallel": parallel} if parallel else {}))
     return cases
 

@@ -143,6 +143,39 @@ def test_runs_csv_rows_become_cases(tmp_path: Path) -> None:
     assert str(case.parallel.precision) == "bf16" and case.parallel.sp
 
 
+def test_each_run_is_measured_by_the_metric_cell_it_fills(tmp_path: Path) -> None:
+    # published_runs.csv's columns hold all three metrics; a run fills one of them (q1, s10:
+    # a file with an empty iter_time_s column left every tokens/s and TFLOP/s run unevaluated).
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        "id,model,layers,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,iter_time_s,"
+        "tflops_per_gpu,tokens_per_s_per_gpu\n"
+        "t,llama3-8b,2,4096,16,1,1,1,8,,,9000\n"
+        "f,llama3-8b,2,4096,16,1,1,1,8,,400,\n"
+        "i,llama3-8b,2,4096,16,1,1,1,8,0.5,400,9000\n"
+        "none,llama3-8b,2,4096,16,1,1,1,8,,,\n",
+        encoding="utf-8",
+    )
+    cases = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
+    assert [(c.id, c.metric, c.measured) for c in cases[:3]] == [
+        ("t", "tokens_per_s_per_gpu", 9000.0),
+        ("f", "tflops_per_gpu", 400.0),
+        ("i", "iter_time_s", 0.5),
+    ]
+    assert not any(c.reason for c in cases[:3])
+    assert cases[3].reason == "the source gives no iter_time_s"
+
+
+def test_a_bad_zero_cell_is_a_config_error_naming_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        "id,model,layers,tp,dp,zero,iter_time_s\nr7,llama3-8b,2,1,8,yes,1.0\n", encoding="utf-8"
+    )
+    with pytest.raises(ConfigError, match="run 'r7': zero must be a ZeRO stage 0, 1, 2 or 3, "
+                       "but got 'yes'"):  # fmt: skip
+        user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
+
+
 def test_a_fit_recovers_two_known_parameters(tmp_path: Path) -> None:
     system = load_system(SYSTEM)
     names = default_parameters(system, ["bf16"])[:2]  # compute and HBM efficiency
