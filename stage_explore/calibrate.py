@@ -34,6 +34,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.system.model import System
+from stage_explore.validation.infer_fields import Uninferable, infer_precision
 from stage_explore.validation.run import BackendFactory, RowResult, evaluate_cases
 from stage_explore.validation.setups import METRICS, Case, SourceSetup, make_case, read_csv
 
@@ -337,9 +338,15 @@ def leave_one_out(
     return out
 
 
-def _precision(cell: str) -> str:
-    token = cell.strip().lower().split()[0] if cell.strip() else "bf16"
-    return token.split("-")[0]
+def _precision(row: Mapping[str, str], path: Path, framework: str) -> tuple[str, dict[str, str]]:
+    """A run's precision and, for FP8, its recipe as a parallel field, read as ``stage validate``
+    reads a row without a setup (``bf16 mixed``, ``amp_bf16``, ``FP8-CS``, ``MXFP8`` …; empty:
+    bf16); a cell it cannot read is a one-line error naming the run."""
+    try:
+        read = infer_precision(row.get("precision", ""), framework)
+    except Uninferable as error:
+        raise ConfigError(f"{str(path)!r} run {row['id']!r}: {error}") from None
+    return read.precision, {"fp8_recipe": read.fp8_recipe} if read.fp8_recipe else {}
 
 
 def _row_metric(row: Mapping[str, str], columns: Sequence[str]) -> str:
@@ -378,14 +385,17 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
         row.setdefault("id", "")
         row["id"] = row["id"] or f"run-{i + 1}"
         base = row.get("model", "").strip()
+        precision, recipe = _precision(row, path, framework)
         source = SourceSetup(
             name="runs", title=str(path), file=path.name, id_prefix="",
             metric=_row_metric(row, columns),
-            system=system, framework=framework, precision=_precision(row.get("precision", "")),
+            system=system, framework=framework, precision=precision,
             model_base=base if base in flavors else model_base, in_sample=True,
             flops="megatron-model",
         )  # fmt: skip
-        parallel = {"zero": _zero(row, path)} if row.get("zero", "").strip() else {}
+        parallel: dict[str, Any] = dict(recipe)
+        if row.get("zero", "").strip():
+            parallel["zero"] = _zero(row, path)
         cases.append(make_case(source, row, {"parallel": parallel} if parallel else {}))
     return cases
 

@@ -176,6 +176,27 @@ def test_a_bad_zero_cell_is_a_config_error_naming_the_run(tmp_path: Path) -> Non
         user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
 
 
+def test_precision_cells_are_read_as_validate_reads_them(tmp_path: Path) -> None:
+    # llm-foundry's 'amp_bf16' was an error blaming setups.toml; 'FP8-CS' lost its recipe.
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        "id,model,layers,seq_len,global_batch_seqs,micro_batch,tp,dp,precision,iter_time_s\n"
+        "a,llama3-8b,2,4096,16,1,1,8,amp_bf16,1.0\n"
+        "c,llama3-8b,2,4096,16,1,1,8,FP8-CS,1.0\n"
+        "m,llama3-8b,2,4096,16,1,1,8,MXFP8,1.0\n",
+        encoding="utf-8",
+    )
+    cases = user_cases(path, SYSTEM, "megatron-core", "megatron-gpt-1.7b")
+    read = [(str(c.parallel.precision), str(c.parallel.fp8_recipe)) for c in cases if c.parallel]
+    assert read == [("bf16", "delayed"), ("fp8", "tensorwise"), ("fp8", "mxfp8")]
+    path.write_text(
+        "id,model,layers,tp,dp,precision,iter_time_s\nq,llama3-8b,2,1,8,int4,1.0\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="run 'q': precision 'int4': expected bf16, fp16"):
+        user_cases(path, SYSTEM, "megatron-core", "megatron-gpt-1.7b")
+
+
 def test_a_fit_recovers_two_known_parameters(tmp_path: Path) -> None:
     system = load_system(SYSTEM)
     names = default_parameters(system, ["bf16"])[:2]  # compute and HBM efficiency
