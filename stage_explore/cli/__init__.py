@@ -6,8 +6,8 @@ Each subcommand module exposes ``register(subparsers)``, which adds its parser a
 and exits with status 2; nothing the user typed ever ends in a traceback. So does an
 :class:`OSError` a subcommand did not turn into a message of its own (a full disk, a folder
 made read-only mid-run): ``stage CMD: error: PATH: reason``. Before a workload subcommand
-starts, its sizes are checked against :mod:`stage_explore.limits` and ``trace --out`` is
-checked writable, so an absurd size or a bad folder fails at once.
+starts, its sizes are checked against :mod:`stage_explore.limits`, options the chosen
+``--phase`` would ignore are refused, and ``trace --out`` is checked writable, so an absurd size or a bad folder fails at once.
 """
 
 from __future__ import annotations
@@ -77,11 +77,13 @@ def _check_before_work(args: argparse.Namespace) -> None:
     rank files it can write."""
     from stage_core.errors import ConfigError
     from stage_explore.cli.paths import writable_folder
+    from stage_explore.cli.serving import check_phase_options
     from stage_explore.limits import MAX_RANK_FILES, check_options, world_size_of
 
     if not all(hasattr(args, name) for name in ("dp", "tp", "cp", "pp", "seq_len", "layers")):
         return
     check_options(args)
+    check_phase_options(args)
     if args.command != "trace":
         return
     world = world_size_of(args)

@@ -6,8 +6,10 @@ for weights and GEMMs; the step is ``--batch`` sequences with ``--prompt-len`` (
 ``--chunk`` for chunked prefill), ``--context-len`` (decode: tokens already cached) or
 ``--prompt-len`` and ``--output-len`` (serve: a steady state of ``--batch`` running sequences,
 co-located, or disaggregated with ``--prefill-instances`` and ``--decode-instances``).
-Training-only options (cp, sp, ZeRO, recompute, schedules, micro-batches) are refused with a
-one-line error. Only the analytical backend evaluates serving so far.
+Training-only options (cp, sp, ZeRO, recompute, schedules, micro-batches, framework profile
+options) are refused with a one-line error, and so are serving options with ``--phase train``
+and the steady state's options with one step (:func:`check_phase_options`). Only the
+analytical backend evaluates serving so far.
 """
 
 from __future__ import annotations
@@ -24,11 +26,75 @@ from stage_core.serving import Phase, ServingConfig
 PHASES = ("train", "prefill", "decode", "serve")
 GIB = 2**30
 
-#: Training options and their defaults: a serving evaluation refuses other values.
-_TRAINING_ONLY = {
-    "cp": 1, "sp": False, "zero": 0, "recompute": "none", "vpp": 1, "micro_batch": 1,
-    "global_batch": None, "seq_len": None, "pp_layers": None, "framework": None, "compare": False,
+#: Training options and their defaults (``stage eval``'s, ``stage memory``'s and ``stage
+#: trace``'s parsers; a test checks them): a serving step refuses other values.
+_TRAINING_ONLY: dict[str, Any] = {
+    "seq_len": None, "mtp_layers": None, "dropout": None, "cp": 1, "dp_shard": None,
+    "etp": None, "moe_dispatcher": "alltoall", "sp": False, "zero": 0, "recompute": "none",
+    "recompute_modules": "", "recompute_num_layers": None, "recompute_method": "block",
+    "schedule": "1f1b", "vpp": 1, "micro_batch": 1, "global_batch": None,
+    "cp_style": "allgather", "fp8_recipe": "delayed", "fp8_gemms": "fprop,dgrad,wgrad",
+    "pp_layers": None, "pp_first_layers": None, "pp_last_layers": None, "pp_split": "auto",
+    "fp32_grads": True, "framework": None, "moe_load_imbalance": None, "moe_deepep": False,
+    "astra_sim_variant": None, "compare": False,
 }  # fmt: skip
+#: Serving options and their defaults: a training step (``--phase train``) refuses other values.
+_SERVING_ONLY: dict[str, Any] = {
+    "batch": 1, "prompt_len": 0, "context_len": 0, "chunk": 0, "kv_precision": "bf16",
+    "two_batch_overlap": False, "output_len": 0, "memory_utilization": 0.9,
+    "prefill_instances": 0, "decode_instances": 1,
+}  # fmt: skip
+#: Options of the steady state alone (``--phase serve``): a single step refuses other values.
+_SERVE_ONLY = ("output_len", "prefill_instances", "decode_instances")
+
+
+def _given(args: argparse.Namespace, names: Any, defaults: dict[str, Any]) -> list[str]:
+    """``--flag=value`` of each of ``names`` whose value in ``args`` is not the default (an
+    option the parser lacks counts as the default)."""
+    return [
+        f"--{name.replace('_', '-')}={getattr(args, name)!r}"
+        for name in names
+        if getattr(args, name, defaults[name]) != defaults[name]
+    ]
+
+
+def check_phase_options(args: argparse.Namespace) -> None:
+    """Refuse an option the chosen ``--phase`` would ignore (a training option with a serving
+    phase, a serving option with a training step, a steady-state option with one step) and
+    serving counts out of range, each as a one-line :class:`ConfigError` naming the flag."""
+    phase = getattr(args, "phase", "train")
+    if phase == "train":
+        given = _given(args, _SERVING_ONLY, _SERVING_ONLY)
+        if given:
+            raise ConfigError(
+                f"{given[0].split('=')[0]} is a serving option: expected --phase prefill, "
+                f"decode or serve with it, but got {given[0]} with --phase train"
+            )
+        return
+    given = _given(args, _TRAINING_ONLY, _TRAINING_ONLY)
+    if given:
+        raise ConfigError(
+            f"{given[0].split('=')[0]} is a training option, but got {given[0]} with --phase "
+            f"{phase}"
+        )
+    if phase != "serve":
+        given = _given(args, _SERVE_ONLY, _SERVING_ONLY)
+        if given:
+            raise ConfigError(
+                f"{given[0].split('=')[0]} applies to --phase serve (a steady state), but got "
+                f"{given[0]} with --phase {phase}"
+            )
+    prefill, decode = getattr(args, "prefill_instances", 0), getattr(args, "decode_instances", 1)
+    if prefill < 0 or decode < 1:
+        raise ConfigError(
+            "--prefill-instances must be >= 0 (0: co-located) and --decode-instances >= 1, "
+            f"but got (prefill_instances={prefill}, decode_instances={decode})"
+        )
+    if getattr(args, "two_batch_overlap", False) and args.dp > 0 and (args.batch // args.dp) % 2:
+        raise ConfigError(
+            "--two-batch-overlap needs an even number of sequences per dp rank (two halves), "
+            f"but got --batch {args.batch} over --dp {args.dp}"
+        )
 
 
 def add_serving_options(parser: argparse.ArgumentParser, steady_state: bool = True) -> None:
@@ -75,15 +141,7 @@ def add_serving_options(parser: argparse.ArgumentParser, steady_state: bool = Tr
 
 def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
     """The :class:`ServingConfig` the options describe (training-only options refused)."""
-    for name, default in _TRAINING_ONLY.items():
-        value = getattr(args, name, default)
-        if value != default:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(
-                f"{flag} is a training option, but got {flag}={value!r} with --phase {args.phase}"
-            )
-    if args.schedule != "1f1b":
-        raise ConfigError(f"--schedule is a training option (got {args.schedule!r} with --phase)")
+    check_phase_options(args)
     phase = Phase.DECODE if args.phase == "serve" else Phase(args.phase)
     if args.phase == "serve" and (args.prompt_len < 1 or getattr(args, "output_len", 0) < 1):
         raise ConfigError(
