@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from sympy import sympify
+
 from stage_core.errors import ConfigError
 from stage_core.layout import Layout
 from stage_core.mesh import Mesh, MeshAxis, Size, symbol
@@ -36,14 +38,43 @@ def _mesh_for(src: Layout, dst: Layout, sizes: dict[str, int]) -> Mesh:
     return Mesh(tuple(axes))
 
 
+def _bind_dims(src: Layout, dst: Layout, text: str) -> tuple[Layout, Layout]:
+    """Both layouts with ``--dims`` bound; a name neither layout's sizes use is an error (a
+    typo would otherwise leave that dim symbolic without a word)."""
+    dims = _parse_bindings(text, "dims")
+    known = sorted({str(s) for size in src.sizes + dst.sizes for s in sympify(size).free_symbols})
+    unknown = [name for name in dims if name not in known]
+    if unknown:
+        raise ConfigError(
+            f"--dims names {unknown[0]!r}, which is not a dim size of SRC or DST: expected "
+            f"some of {', '.join(known) or '(none: the sizes are numbers)'}"
+        )
+    return src.bind_sizes(dims), dst.bind_sizes(dims)
+
+
+def _check_divisible(layout: Layout, mesh: Mesh, which: str) -> None:
+    """Each dim whose size and partitioning axes are numbers must split evenly over them (a
+    shard of 1.5 rows is not a layout): a one-line error naming the dim and the axes."""
+    for dim, size, axes in zip(layout.dims, layout.sizes, layout.shards, strict=True):
+        parts = sympify(mesh.product(axes))
+        if axes and sympify(size).is_Integer and parts.is_Integer and int(size) % int(parts):
+            raise ConfigError(
+                f"{which} {layout}: dim {dim} of size {size} does not split evenly over "
+                f"{'*'.join(axes)} = {parts}; expected a multiple of {parts}"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.dtype_bytes < 1:
+        raise ConfigError(f"--dtype-bytes must be a positive integer, but got {args.dtype_bytes}")
     src = Layout.parse(args.src)
     dst_text = args.dst if "[" in args.dst else f"[{args.dst}]"
     dst = Layout.parse(dst_text)
     if args.dims:
-        dims = _parse_bindings(args.dims, "dims")
-        src, dst = src.bind_sizes(dims), dst.bind_sizes(dims)
+        src, dst = _bind_dims(src, dst, args.dims)
     mesh = _mesh_for(src, dst, _parse_bindings(args.mesh, "mesh") if args.mesh else {})
+    _check_divisible(src, mesh, "SRC")
+    _check_divisible(dst, mesh, "DST")
     steps = redistribute(src, dst, mesh, dtype_bytes=args.dtype_bytes, merge=not args.no_merge)
     if args.json:
         print(json.dumps([step.to_dict() for step in steps], indent=2))

@@ -105,6 +105,18 @@ def test_no_merge_gives_one_step_per_axis(capsys: pytest.CaptureFixture[str]) ->
         (["x[B, S]", "[B]"], "they have 2 and 1 dims"),
         (["x[B/dp]", "[B]", "--mesh", "dp=two"], "--mesh expects NAME=INT"),
         (["x[B/dp]", "[B]", "--dims", "B"], "--dims expects NAME=INT"),
+        # q1, s10: these printed 0 or negative bytes, a fractional shard, or ignored the typo.
+        (["x[B/dp]", "[B]", "--dtype-bytes", "0"], "--dtype-bytes must be a positive integer"),
+        (["x[B/dp]", "[B]", "--dtype-bytes", "-2"], "--dtype-bytes must be a positive integer"),
+        (
+            ["x[B/dp, S]", "[B, S]", "--mesh", "dp=4", "--dims", "B=6,S=8"],
+            "SRC x[B/dp, S]: dim B of size 6 does not split evenly over dp = 4",
+        ),
+        (
+            ["x[B, S]", "[B, S/tp]", "--mesh", "tp=8", "--dims", "B=6,S=12"],
+            "DST [B, S/tp]: dim S of size 12 does not split evenly over tp = 8",
+        ),
+        (["x[B/dp]", "[B]", "--dims", "Q=3"], "--dims names 'Q', which is not a dim size"),
     ],
 )
 def test_errors_exit_2_with_one_line_and_no_traceback(
