@@ -24,6 +24,11 @@ def run_validation(
     data): with its ``setups.toml`` source, else with an inferred setup; ``loso`` adds the
     leave-one-source-out figure (minutes, not seconds)."""
     where = Path(folder) if folder is not None else data_dir()
+    if where.is_file():
+        raise ConfigError(
+            f"published runs folder {str(where)!r} is a file: expected a folder of "
+            f"published-runs CSVs, e.g. the one holding it, {str(where.parent)!r}"
+        )
     if not where.is_dir():
         raise ConfigError(f"published runs folder {str(where)!r} not found")
     setups = where / "setups.toml"

@@ -345,3 +345,15 @@ def test_a_missing_data_folder_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.startswith("stage validate: error: published runs folder") and err.count("\n") == 1
     assert "nowhere' not found" in err
+
+
+def test_a_csv_file_as_data_folder_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # q1, s10: `--data runs.csv` said the folder was "not found" though the file is there.
+    runs = tmp_path / "runs.csv"
+    runs.write_text("id,gpu,tokens_per_s_per_gpu\n", encoding="utf-8")
+    assert main(["validate", "--data", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(runs)!r} is a file: expected a folder of published-runs CSVs" in err
+    assert f"the one holding it, {str(tmp_path)!r}" in err and err.count("\n") == 1
