@@ -60,8 +60,13 @@ def run(args: argparse.Namespace) -> int:
         system_toml,
         user_cases,
     )
+    from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
 
+    if args.out is not None:  # checked before the fit (minutes with leave-one-out), not after
+        if args.out.is_dir():
+            raise ConfigError(f"--out {args.out}: expected the system file to write, got a folder")
+        writable_folder(args.out.parent, "--out")
     system = load_system(args.system)
     framework = args.framework or DEFAULT_FRAMEWORK
     cases = user_cases(args.runs, args.system, framework, args.model_base)

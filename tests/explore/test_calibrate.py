@@ -261,3 +261,23 @@ def test_cli_bad_parameter_is_a_one_line_error(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "unknown fittable parameter 'speed'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["file/fitted.toml", "folder"])
+def test_an_unwritable_out_is_refused_before_the_fit(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # q1, s10: the fit (minutes with leave-one-out) ran first, then the write failed.
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    (tmp_path / "folder").mkdir()
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n", encoding="utf-8")
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr("stage_explore.calibrate.fit", no_fit)
+    argv = ["calibrate", "--runs", str(runs), "--system", SYSTEM, "--out", str(tmp_path / where)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stage calibrate: error: --out ") and err.count("\n") == 1
