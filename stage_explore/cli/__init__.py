@@ -5,18 +5,23 @@ Each subcommand module exposes ``register(subparsers)``, which adds its parser a
 :class:`~stage_core.errors.StageError` raised by a subcommand is printed as one line on stderr
 and exits with status 2; nothing the user typed ever ends in a traceback. So does an
 :class:`OSError` a subcommand did not turn into a message of its own (a full disk, a folder
-made read-only mid-run): ``stage CMD: error: PATH: reason``. Before a workload subcommand
-starts, its sizes are checked against :mod:`stage_explore.limits`, options the chosen
-``--phase`` would ignore are refused, and ``trace --out`` is checked writable, so an absurd size or a bad folder fails at once.
+made read-only mid-run): ``stage CMD: error: PATH: reason``. argparse's own errors (a bad
+choice, a missing or misspelt option) are one line too (:class:`OneLineParser`; a misspelt
+option names the subcommand's closest one). Before a workload subcommand starts, its sizes are
+checked against :mod:`stage_explore.limits`, options the chosen ``--phase`` would ignore are
+refused, and ``trace --out`` is checked writable, so an absurd size or a bad folder fails at
+once.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from stage_core.errors import StageError
 from stage_explore.cli.paths import os_error_text
@@ -35,9 +40,39 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the project's errors: ``stage CMD: error: …`` on one line and exit 2,
+    without argparse's usage block (``stage CMD --help`` prints it). Subparsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``command`` (``parser`` itself when it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extras: list[str]) -> None:
+    """A one-line error for the first argument no option takes, naming the closest option of
+    the subcommand (a misspelt ``--tpp`` is more often ``--tp`` than a new option)."""
+    if not extras:
+        return
+    sub = _subparser(parser, command)
+    first = extras[0]
+    options = [o for action in sub._actions for o in action.option_strings]
+    close = difflib.get_close_matches(first.split("=")[0], options, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close and first.startswith("-") else ""
+    sub.error(f"unrecognized argument {first!r}{hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="stage",
         description=(
             "STAGE: generate distributed LLM workloads and explore parallel configurations."
@@ -53,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stage`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    _refuse_unknown(parser, args.command, extras)
     try:
         _check_before_work(args)
         code: int = args.func(args)
