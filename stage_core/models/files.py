@@ -121,15 +121,17 @@ def load_model(flavor_or_path: str | Path) -> ModelSpec:
     """A flavor name (see :func:`~stage_core.models.flavors.list_flavors`) or a model file.
 
     A :class:`~pathlib.Path`, or a string ending in ``.toml`` or ``.json``, is read as a file;
-    any other string is a flavor name.
+    a string with a path separator is a file too (one of another kind is an error naming it, not
+    an unknown flavor); any other string is a flavor name.
     """
     suffix = Path(flavor_or_path).suffix.lower()
     if suffix == ".toml":
         return load_model_toml(flavor_or_path)
     if suffix == ".json":
         return load_hf_config(flavor_or_path)
-    if isinstance(flavor_or_path, Path):
+    if isinstance(flavor_or_path, Path) or any(sep in flavor_or_path for sep in "/\\"):
         raise ConfigError(
-            f"model file {str(flavor_or_path)!r} must end in .toml or .json, but got {suffix!r}"
+            f"model file {str(flavor_or_path)!r} must end in .toml or .json, but got "
+            f"{suffix or 'no extension'!r}"
         )
     return get_flavor(flavor_or_path)

@@ -228,3 +228,14 @@ def test_load_model_errors(tmp_path: Path, target: str, message: str) -> None:
 def test_load_model_rejects_paths_of_other_kinds(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"must end in \.toml or \.json, but got '\.yaml'"):
         load_model(tmp_path / "model.yaml")
+
+
+@pytest.mark.parametrize("name", ["model.txt", "models/llama"])
+def test_a_path_string_of_another_kind_is_not_read_as_a_flavor(tmp_path: Path, name: str) -> None:
+    # q1, s10: `--model /path/model.txt` said "unknown model flavor" and listed every flavor.
+    path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("x", encoding="utf-8")
+    suffix = ".txt" if name.endswith(".txt") else "no extension"
+    with pytest.raises(ConfigError, match=f"must end in .toml or .json, but got '{suffix}'"):
+        load_model(str(path))
