@@ -63,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
 
+    repeated = sorted({name for name in args.fit or [] if args.fit.count(name) > 1})
+    if repeated:
+        names_twice = ", ".join(repeated)
+        raise ConfigError(f"--fit names {names_twice} more than once: name each parameter once")
     if args.out is not None:  # checked before the fit (minutes with leave-one-out), not after
         if args.out.is_dir():
             raise ConfigError(f"--out {args.out}: expected the system file to write, got a folder")

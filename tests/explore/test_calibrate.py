@@ -263,6 +263,23 @@ def test_cli_bad_parameter_is_a_one_line_error(
     assert "unknown fittable parameter 'speed'" in err and err.count("\n") == 1
 
 
+def test_a_parameter_named_twice_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # q1, s10: `--fit memory memory` was accepted (the parameter fitted as two coordinates).
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n", encoding="utf-8")
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr("stage_explore.calibrate.fit", no_fit)
+    argv = ["calibrate", "--runs", str(runs), "--system", SYSTEM, "--fit", "memory", "memory"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--fit names memory more than once" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("where", ["file/fitted.toml", "folder"])
 def test_an_unwritable_out_is_refused_before_the_fit(
     where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
