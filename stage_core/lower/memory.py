@@ -73,6 +73,18 @@ def shard_factors(workload: Workload, block: BoundBlock) -> dict[bool, int]:
     }
 
 
+def unsharded_elements(workload: Workload, block: BoundBlock) -> int:
+    """Elements of ``block``'s weights that ZeRO-3 shards on this rank (shard factor > 1), the
+    ones FSDP gathers into an unsharded copy beside the shard. A weight whose data-parallel
+    group is one rank (an expert with as many expert-parallel ranks as data-parallel ones)
+    is held whole by its shard already: NeMo AutoModel leaves such experts out of FSDP
+    (``components/moe/parallelizer.py`` ``apply_fsdp``: ``fully_shard`` of the experts over
+    the ``ep_shard`` mesh only when it is larger than one, else ``ignored_params``), so
+    nothing is gathered for them and their gradient is the states' own."""
+    shards = shard_factors(workload, block)
+    return sum(w.elements for w in block.weights if shards[w.expert] > 1)
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
     """Bytes one rank of a stage holds at its peak."""
@@ -391,6 +403,7 @@ def _block_states(
     fp8_params: bool = False,
     fp8_transposed: bool = True,
     optimizer_bytes: int | None = None,
+    grad_bytes: int | None = None,
 ) -> tuple[int, int, int, int]:
     """Weights (with their FP8 copies under an FP8 recipe, :func:`fp8_weights` with
     ``fp8_transposed``), gradients, optimizer bytes one rank holds for ``block``, and its full
@@ -398,8 +411,10 @@ def _block_states(
     ZeRO-3, all of them (FSDP keeps the shard in fp32, the master the optimizer bytes count);
     ``fp8_params`` under an FP8 recipe, the FP8 linear layers' (Megatron
     ``--fp8-param-gather``: the FP8 copies are the parameters). ``optimizer_bytes``: the
-    optimizer's state per parameter before sharding (``None``: the workload's, Megatron's 12)."""
+    optimizer's state per parameter before sharding (``None``: the workload's, Megatron's 12);
+    ``grad_bytes``: the held gradient's bytes per element (``None``: the workload's)."""
     state_bytes = workload.optimizer_bytes if optimizer_bytes is None else optimizer_bytes
+    held_grad = workload.grad_bytes if grad_bytes is None else grad_bytes
     zero = workload.parallel.zero
     weights, grads, optimizer, full = fp8_weights(workload, block, fp8_transposed), 0, 0, 0
     no_copy: frozenset[str] = frozenset()
@@ -412,7 +427,7 @@ def _block_states(
         elements, shard = weight.elements, shards[weight.expert]
         if weight.name not in no_copy:
             weights += elements * workload.weight_bytes // (shard if zero >= 3 else 1)
-        grads += elements * workload.grad_bytes // (shard if zero >= 2 else 1)
+        grads += elements * held_grad // (shard if zero >= 2 else 1)
         optimizer += elements * state_bytes // (shard if zero >= 1 else 1)
         full += elements * workload.weight_bytes
     return weights, grads, optimizer, full

@@ -203,6 +203,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
             workload.grad_bytes, parallel.grad_bucket_bytes, self._layout_key(workload), fp8,
             str(parallel.schedule) if str(parallel.schedule) in SPLIT_BACKWARD else "",
+            self._micro_batch_key(workload),
         )  # fmt: skip
 
         def plan() -> Plan:
@@ -220,6 +221,19 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
         return self._result(workload, step, flops, system)
+
+    def _micro_batch_key(self, workload: Workload) -> Hashable:
+        """What of the schedule and the micro-batches a plan depends on: nothing, but for
+        torch pipelining's buffers (``pipelining_stage_buffers``: one per micro-batch of a
+        schedule, the first stage's in flight by the schedule) and a held stage's once-per-step
+        costs spread over the step's micro-batches (``pp_unsharded_params``: FSDP2's copies,
+        the unsharded accumulation's first cast), with pp > 1."""
+        parallel = workload.parallel
+        profile = self.framework
+        spread = profile.pipelining_stage_buffers or profile.pp_unsharded_params
+        if parallel.pp == 1 or not spread:
+            return ()
+        return (workload.micro_batches, str(parallel.schedule))
 
     def _point(
         self,

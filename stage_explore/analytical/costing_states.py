@@ -24,6 +24,7 @@ from stage_core.lower.memory import (
     gathered_input_bytes,
     loss_working_set,
     recompute_working_set,
+    unsharded_elements,
     weighted_combine_saved_bytes,
 )
 from stage_core.lower.program import (
@@ -39,6 +40,7 @@ from stage_explore.analytical.frameworks import (
     LOSS_PARALLEL_FP32_BUFFERS,
     FrameworkProfile,
     distributed_fused_adam_state_bytes,
+    local_schedule_micro_batches,
     pipelining_buffer_bytes,
 )
 from stage_explore.analytical.kernels import (
@@ -50,6 +52,9 @@ from stage_explore.analytical.parts import (
     Point,
     States,
 )
+
+#: Bytes of a bfloat16 element (``bf16_model_states``: shard, gradient shard, each Adam moment).
+BF16_BYTES = 2
 
 
 class StateCosting:
@@ -83,13 +88,18 @@ class StateCosting:
             fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
             if fp8_params and fp8_block(kind):
                 gathers = fp8_param_gathers(workload, block, gathers)
+            optimizer_bytes = distributed_fused_adam_state_bytes(profile, fp8_params)
+            grad_bytes = None
+            if profile.bf16_model_states:  # bf16 shard, gradient shard and two moments
+                optimizer_bytes, grad_bytes = 2 * BF16_BYTES, BF16_BYTES
             weights, grads, optimizer, full = _block_states(
                 workload,
                 block,
-                profile.fsdp_fp32_shards,
+                profile.fsdp_fp32_shards and not profile.bf16_model_states,
                 profile.fp8_param_gather,
                 transposed,
-                distributed_fused_adam_state_bytes(profile, fp8_params),
+                optimizer_bytes,
+                grad_bytes,
             )
             if profile.fp8_weight_cast_per_use:  # no FP8 copy outlives its GEMM
                 weights -= fp8_weights(workload, block, transposed)
@@ -170,14 +180,17 @@ class StateCosting:
         parallel = workload.parallel
         held = gathered
         if profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
-            elements = sum(n * point.blocks[k].weight_elements for rs in signature for k, n in rs)
+            elements = sum(
+                n * unsharded_elements(workload, point.blocks[k]) for rs in signature for k, n in rs
+            )
             held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
         if profile.pipelining_stage_buffers and parallel.pp > 1:
             chunks = [
                 (any(k == "embedding" for k, _ in runs), any(k == "head" for k, _ in runs))
                 for runs in signature
             ]
-            m = workload.micro_batches
+            # one schedule's micro-batches: its stages allocate their buffers for it once
+            m = local_schedule_micro_batches(profile, parallel, workload.micro_batches)
             in_flight = m if str(parallel.schedule) == "gpipe" else min(parallel.pp, m)
             held += pipelining_buffer_bytes(chunks, m, boundary_bytes(workload), in_flight)
         buffers = profile.loss_fp32_buffers

@@ -176,7 +176,13 @@ Options (all booleans unless said):
   dtype). The rank holds the stage's whole weights and gradients unsharded beside its shards,
   and the timing charges each chunk's ZeRO-3 all-gathers (its first forward) and
   reduce-scatters (after its last backward) once per step
-  (:meth:`~stage_explore.analytical.planning.StagePlanning._held_zero_s`).
+  (:meth:`~stage_explore.analytical.planning.StagePlanning._held_zero_s`) and the unsharded
+  accumulation every micro-batch (:func:`~stage_explore.analytical.frameworks.
+  held_accumulation_bytes`); only the weights FSDP shards count (an expert whose data-parallel
+  group is one rank is left out of FSDP by NeMo AutoModel, :func:`~stage_core.lower.memory.
+  unsharded_elements`). NeMo AutoModel holds its stages the same way
+  (``components/moe/parallelizer.py`` ``apply_fsdp(reshard_after_forward=False)``,
+  ``components/moe/fsdp_mixin.py`` ``patched_backward_maybe_with_nosync``).
 - ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
   TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
   chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32
@@ -292,6 +298,16 @@ Options (all booleans unless said):
   parameter stays fp32, ``param_dtype`` is the dtype of the unsharded one). 16 bytes per
   parameter (fp32 parameter, fp32 gradient, two Adam moments) instead of ZeRO's 18; DeepSpeed's
   and Megatron's ZeRO-3 keep the 16-bit partition beside the optimizer's fp32 copy.
+- ``bf16_model_states`` — the model's parameters are bf16 before the optimizer is built, so
+  under ZeRO-3 the shard, its gradient and Adam's two moments are all bf16 and no fp32 master
+  exists: 8 bytes per parameter (``fsdp_fp32_shards`` does not apply). NeMo AutoModel's own MoE
+  model classes (DeepSeek-V3 / Kimi K2, Qwen3-MoE, GPT-OSS) cast the already FSDP-sharded model
+  in ``initialize_weights(dtype=torch.bfloat16)`` (``self.to(dtype)`` / ``cast_model_to_dtype``,
+  ``nemo_automodel/components/models/*/model.py``), called by ``Checkpointer.load_base_model``
+  after ``parallelize``; ``torch.optim.Adam`` keeps its moments in the parameter's dtype. The
+  reduce-scatter still runs in the policy's fp32 ``reduce_dtype`` (the workload's gradient
+  bytes), its output cast to the bf16 shard, and an unsharded gradient FSDP2 accumulates without
+  sync is in that ``reduce_dtype`` (``FSDPParam.to_accumulated_grad_if_needed``).
 - ``loss_parallel`` — with tensor parallelism the cross-entropy runs on vocabulary-sharded
   logits through DTensor's ``loss_parallel`` (torchtitan: on unless
   ``training.disable_loss_parallel``), whose backward is decomposed into element-wise ops on
@@ -463,6 +479,7 @@ OPTION_FLAGS: dict[str, str] = {
     "optimizer_foreach": "torch.optim.AdamW(foreach=True) + clip_grad_norm_(foreach=True)",
     "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
+    "bf16_model_states": "AutoModel MoE initialize_weights: FSDP shards cast to bf16 (no master)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
@@ -552,6 +569,7 @@ class FrameworkProfile:
     tp_async_grad_allreduce: bool = False  # backward tp all-reduces on the path (2021)
     pipeline_p2p_separate: bool = False  # Megatron's batched send/receive exchange
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
+    bf16_model_states: bool = False  # fp32 master weights, gradients and moments
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)

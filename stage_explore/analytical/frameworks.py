@@ -42,6 +42,7 @@ __all__ = [
     "fsdp2_copy_bytes",
     "get_framework",
     "grad_accumulation_bytes",
+    "held_accumulation_bytes",
     "pipelining_buffer_bytes",
     "zero3_gathered_bytes",
 ]
@@ -415,6 +416,12 @@ FRAMEWORKS["automodel"] = replace(
     # docs/guides/autopipeline.md: AutoPipeline is "built on PyTorch's native
     # torch.distributed.pipelining" (its PipelineStages' per-micro-batch receive buffers)
     pipelining_stage_buffers=True,
+    # components/moe/parallelizer.py apply_fsdp(reshard_after_forward=False) (the default and
+    # the benchmark configs'); components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync:
+    # a MoEFSDPSyncMixin stage (the configs' wrap_outer_model: false leaves it no FSDPModule)
+    # runs every backward with resharding and gradient sync off and reduce-scatters once, after
+    # the last backward of the optimizer step (get_is_optim_step)
+    pp_unsharded_params=True,
 )
 
 #: IBM's fms-fsdp (github.com/foundation-model-stack/fms-fsdp, the PyTorch/IBM FSDP blog of
@@ -514,6 +521,19 @@ def grad_accumulation_bytes(
         fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
         return weight_bytes + 2 * fp32 + 2 * fp32
     return weight_bytes + 2 * grad_bytes  # "add", and "fused-linear" for its unfused weights
+
+
+def held_accumulation_bytes(micro_batches: int, weight_bytes: int, grad_bytes: int) -> float:
+    """HBM bytes per unsharded weight-gradient element and micro-batch, averaged over a step of
+    ``micro_batches``, of FSDP2 accumulating a held stage's gradients with sync off
+    (``pp_unsharded_params``): the first micro-batch casts the fresh ``weight_bytes`` gradient
+    to the ``grad_bytes`` reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``: one read,
+    one write), each later one adds it (``accumulate_unsharded_grad_if_needed``: both read,
+    the accumulator written) — 6 then 10 bytes for bf16 into fp32."""
+    m = max(1, micro_batches)
+    cast = weight_bytes + grad_bytes
+    add = weight_bytes + 2 * grad_bytes
+    return (cast + (m - 1) * add) / m
 
 
 #: Bytes of the 16 trailing bits of an fp32 master weight Apex's ``DistributedFusedAdam`` keeps

@@ -1,6 +1,7 @@
 """The memory-bound passes a framework adds to a block's phases, beside its instructions:
 gradient accumulation over micro-batches (DeepSpeed's bf16 path; Megatron-Core's DDP hook for
-the parameters its fused weight-gradient GEMMs do not cover), torchao's per-use FP8 weight
+the parameters its fused weight-gradient GEMMs do not cover; FSDP2's unsharded accumulation
+under pipeline parallelism), torchao's per-use FP8 weight
 casts, FSDP2's copy-in / copy-out kernels, FSDP1's flat-gradient concatenation and autocast's
 per-use parameter casts. Each is timed at the achieved HBM bandwidth.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from stage_core.lower.bind import group_size
 from stage_core.lower.fp8 import fp8_block, linear_weights
+from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_kept_block
 from stage_core.plans import DP_REPLICATE
@@ -22,6 +24,7 @@ from stage_explore.analytical.frameworks import (
     fsdp1_flat_grad_bytes,
     fsdp2_copy_bytes,
     grad_accumulation_bytes,
+    held_accumulation_bytes,
 )
 from stage_explore.analytical.kernels import gemm_role
 from stage_explore.analytical.parts import Memo, Point
@@ -38,8 +41,13 @@ class PhasePasses:
         accumulate them over the step, a memory-bound pass at the achieved HBM bandwidth
         (:func:`~stage_explore.analytical.frameworks.grad_accumulation_bytes`). Under ZeRO-2/3
         a micro-batch's gradients are reduce-scattered first and only this rank's partition
-        (1/group of each weight's gradient-reduction group) is accumulated."""
+        (1/group of each weight's gradient-reduction group) is accumulated; under
+        ``pp_unsharded_params`` (ZeRO-3, pp > 1) the unsharded ones are
+        (:meth:`_held_accumulation_s`)."""
         workload = point.workload
+        if self.framework.pp_unsharded_params and workload.parallel.zero >= 3:
+            if workload.parallel.pp > 1:
+                return self._held_accumulation_s(point, kind)
         per_element = grad_accumulation_bytes(
             self.framework, point.dtype, workload.weight_bytes, workload.grad_bytes
         )
@@ -60,6 +68,23 @@ class PhasePasses:
             elements += weight.elements // max(1, group)
         accelerator = point.system.accelerator
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
+        return elements * per_element / bandwidth
+
+    def _held_accumulation_s(self, point: Point, kind: str) -> float:
+        """Seconds per micro-batch, averaged over the step's micro-batches, of FSDP2
+        accumulating a held stage's unsharded gradients (``pp_unsharded_params``): with
+        gradient sync off, each micro-batch's ``FSDPParamGroup.post_backward`` casts (the
+        first) or adds (the later ones) the fresh 16-bit gradient of every gathered parameter
+        into its reduce-dtype accumulator (torch/distributed/fsdp/_fully_shard/_fsdp_param.py;
+        :func:`~stage_explore.analytical.frameworks.held_accumulation_bytes`). On the compute
+        stream, at the achieved HBM bandwidth, for the weights FSDP gathers
+        (:func:`~stage_core.lower.memory.unsharded_elements`)."""
+        workload = point.workload
+        per_element = held_accumulation_bytes(
+            workload.micro_batches, workload.weight_bytes, workload.grad_bytes
+        )
+        elements = unsharded_elements(workload, point.blocks[kind])
+        bandwidth = point.system.accelerator.achieved_memory_bandwidth_bytes_per_s
         return elements * per_element / bandwidth
 
     def _fp8_weight_casts_s(self, point: Point, kind: str, phase: str) -> float:
