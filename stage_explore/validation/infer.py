@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
     FRAMEWORK_COLUMNS,
@@ -33,7 +34,7 @@ from stage_explore.validation.infer_fields import (
     infer_zero,
     names_bridge,
 )
-from stage_explore.validation.setups import Case, SourceSetup, make_case, read_csv
+from stage_explore.validation.setups import Case, SourceSetup, make_case, read_csv, system_file
 
 INFERRED_PREFIX = "INFERRED: "
 SERVING_RUNS = "serving_runs.csv"
@@ -187,13 +188,20 @@ def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
 
 
 def inferred_setup(
-    row: dict[str, str], metric: str, name: str, file: str
+    row: dict[str, str], metric: str, name: str, file: str, folder: Path | None = None
 ) -> tuple[SourceSetup, dict[str, bool | int | float | str]]:
     """The setup of one unclaimed row for ``metric`` and the framework options its
-    framework's defaults switch (:class:`Uninferable` when it has none)."""
+    framework's defaults switch (:class:`Uninferable` when it has none); its system is a
+    ``systems/*.toml`` file of ``folder`` when the row states that cluster
+    (:func:`~stage_explore.validation.infer_cluster.cluster_system`), else the preset."""
     stated = _checked(row, file)
     framework = infer_framework(row)
     system = infer_system(row.get("gpu", ""))
+    cluster = cluster_system(row.get("gpu", ""), row.get("interconnect", ""), system.value, folder)
+    # a matched file replaces the preset, and with it what the preset note says of the GPU
+    system_notes = [cluster.assumption] if cluster.value != system.value else [
+        system.assumption, cluster.assumption
+    ]  # fmt: skip
     precision = infer_precision(row.get("precision", ""), framework.value, names_bridge(row))
     model = infer_model(row, framework.value)
     parallel, notes = _layout(row, stated, framework.value)
@@ -216,7 +224,7 @@ def inferred_setup(
         recompute = row.get("recompute", "").strip().lower().split(" ")[0] or "none"
         flops, flops_note = _flops(row, framework.value, recompute)
     assumptions = [
-        HEADER, system.assumption, framework.assumption, precision.assumption,
+        HEADER, *system_notes, framework.assumption, precision.assumption,
         model.assumption, *expert_notes, *notes, *defaults.notes,
         *([flops_note] if flops_note else []),
     ]  # fmt: skip
@@ -228,7 +236,7 @@ def inferred_setup(
         )
     setup = SourceSetup(
         name=name, title=f"inferred from {file}: {row.get('source', '').strip() or file}",
-        file=file, id_prefix=row["id"], metric=metric, system=system.value,
+        file=file, id_prefix=row["id"], metric=metric, system=cluster.value,
         framework=framework.value, precision=precision.precision, model_base=model.value,
         in_sample=False, flops=flops, model={**defaults.model, **experts}, parallel=parallel,
         assumptions=tuple(f"inferred: {a}" for a in assumptions),
@@ -254,30 +262,36 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
     )  # fmt: skip
 
 
-def _case(row: dict[str, str], metric: str, name: str, file: str, line: int) -> Case:
+def _case(
+    row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
+) -> Case:
     try:
-        setup, options = inferred_setup(row, metric, name, file)
+        setup, options = inferred_setup(row, metric, name, file, folder)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
     try:
         case = make_case(setup, row, {"framework_options": options} if options else {})
     except ConfigError as error:  # a malformed cell: the row's reason, not the run's error
         return replace(_unevaluable(row, metric, name, f"{file}: {error}"), file=file, line=line)
-    return replace(case, file=file, line=line)
+    where = system_file(setup, folder) if folder is not None else ""
+    return replace(case, file=file, line=line, system_file=where)
 
 
-def row_cases(row: dict[str, str], file: str, line: int) -> list[Case]:
+def row_cases(
+    row: dict[str, str], file: str, line: int, folder: Path | None = None
+) -> list[Case]:
     """The cases of one unclaimed row: its first stated training metric
     (:data:`TRAINING_METRICS`) and its ``peak_mem_gib``; a row stating neither is one
-    not-evaluated case."""
+    not-evaluated case. ``folder``: the data folder, whose ``systems/*.toml`` a row's stated
+    cluster may name (none: the presets only)."""
     row = {k: (v or "") for k, v in row.items() if k is not None}
     row["id"] = row.get("id", "").strip() or f"{file}:{line}"
     name = INFERRED_PREFIX + (row.get("source", "").strip() or file)
     metric = next((m for m in TRAINING_METRICS if row.get(m, "").strip()), "")
     memory = bool(row.get("peak_mem_gib", "").strip())
-    cases = [_case(row, metric, name, file, line)] if metric else []
+    cases = [_case(row, metric, name, file, line, folder)] if metric else []
     if memory:
-        cases.append(_case(row, "peak_mem_gib", f"{name} (memory)", file, line))
+        cases.append(_case(row, "peak_mem_gib", f"{name} (memory)", file, line, folder))
     if not cases:
         mfu = " (mfu_pct alone is not compared: sources count MFU against different peaks)"
         reason = f"no measured value: none of {', '.join(TRAINING_METRICS)}, peak_mem_gib"
@@ -325,5 +339,5 @@ def inferred_cases(
         for line, row in enumerate(rows, start=1):
             row_id = (row.get("id") or "").strip()
             if not any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
-                cases += row_cases(row, name, line)
+                cases += row_cases(row, name, line, folder)
     return _split(cases), files, ignored

@@ -189,25 +189,26 @@ def test_every_row_of_the_package_data_is_claimed_and_counted() -> None:
 
 
 def test_the_rules_read_the_package_rows_as_their_setups_do() -> None:
-    """The inference, applied to every claimed row, finds the system preset and framework
-    its hand-written setup gives (LLAMA3-405B: Meta's stack, set up as torchtitan's profile;
-    the IBMFSDP rows' HSDP and the rows on system files of the folder are set up by hand)."""
+    """The inference, applied to every claimed row, finds the system (the preset, or the data
+    folder's system file the row's cluster states) and framework its hand-written setup gives
+    (LLAMA3-405B: Meta's stack, set up as torchtitan's profile)."""
     rows = {
         (name, i): row
         for name in {c.file for c in load_cases() if c.file.startswith("published_runs")}
         for i, row in enumerate(read_csv(DATA / name), start=1)
     }
-    checked = 0
+    checked = on_files = 0
     for case in load_cases():
         if (case.file, case.line) not in rows or case.metric == "peak_mem_gib":
             continue
-        (inferred, *_) = row_cases(rows[(case.file, case.line)], case.file, case.line)
-        if not case.system.endswith(".toml"):
-            assert inferred.system == case.system, case.id
+        (inferred, *_) = row_cases(rows[(case.file, case.line)], case.file, case.line, DATA)
+        assert inferred.system == case.system, case.id
+        on_files += case.system.endswith(".toml")
         if case.source != "LLAMA3-405B":
             assert inferred.framework == case.framework, case.id
         checked += 1
     assert checked > 250
+    assert on_files > 30  # the TORCHTITAN, IBMFSDP, FMSFSDP and BLOOM rows
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,239 @@
+"""The cluster a published-runs row states, read for its inferred setup
+(:mod:`stage_explore.validation.infer`): the inter-node bandwidth per GPU, the GPUs per node,
+the HBM capacity and type and the power cap, in recognisable forms of the ``gpu`` and
+``interconnect`` cells only (:func:`read_cluster`); then the system the row runs on
+(:func:`cluster_system`): a ``systems/*.toml`` file of the data folder whose figures the row
+states (as the hand-written ``setups.toml`` sources name them), else the inferred preset, with
+every stated figure that differs from the preset said in the assumption and left as the preset
+has it (a figure such as a 500 W cap changes kernel rates no public figure gives).
+
+Recognised forms (text in, figure out):
+
+- inter-node bandwidth: a rate in bits (``400 Gb/s``, ``400Gbps``, ``200 Gbit/s``), optionally
+  after a count (``8x200 Gb/s``, ``8x ConnectX-7 IB NDR 400 Gb/s``, ``4 Omni-Path 100 Gbps
+  links``), with ``per GPU`` / ``/GPU`` or ``per node`` / ``/node`` / ``per host`` later in the
+  same clause (clauses end at a ``,`` or ``;`` outside parentheses); per node is divided by the
+  GPUs per node (stated, else the preset's). A rate in bytes (``600 GB/s``) is a scale-up link,
+  not read; a rate without per GPU / per node is not read (the preset, stated).
+- GPUs per node: ``8x A100-80GB/node``, ``8 H100 per host``, ``48 nodes of 8 A100``,
+  ``one 8xB200 node`` (a compute tray of an NVL72 rack is not a node: not read).
+- HBM: the capacity the ``gpu`` cell states (``96GB``, ``141 GB``) and its type (``HBM2e``).
+- power cap: ``500 W`` in either cell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from stage_core.errors import ConfigError
+from stage_explore.system import System, load_system
+from stage_explore.system.loading import load_system_file
+from stage_explore.validation.infer_fields import Inferred
+
+#: Relative tolerance of a stated figure against a system's (rounded published figures).
+TOLERANCE = 0.05
+_GPU = r"(?:[A-Z]{1,2}\d{2,3}\w*|GPUs?)"
+_RATE = re.compile(
+    r"(?:(?<![\w.])(\d+)(?:\s*x\s*|\s+(?=[A-Za-z]))((?:[A-Za-z][\w\-]*\s+){0,4}?))?"
+    r"(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbps|Gbit/s)"
+)
+_PER_GPU = re.compile(r"per\s+GPU\b|/\s*GPU\b", re.IGNORECASE)
+_PER_NODE = re.compile(r"per\s+(?:node|host|server)\b|/\s*(?:node|host)\b", re.IGNORECASE)
+_NODE_FORMS = (
+    re.compile(rf"(?<![\w.])(\d+)\s*x?\s*{_GPU}[^,;]*?(?:/\s*node|per\s+(?:node|host|server))\b"),
+    re.compile(r"nodes?\s+of\s+(\d+)\b", re.IGNORECASE),
+    re.compile(rf"(?<![\w.])(\d+)\s*x\s*{_GPU}\s+node\b"),
+)
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB\b")
+_HBM = re.compile(r"HBM\d\w*", re.IGNORECASE)
+_POWER = re.compile(r"(?<![\w.])(\d{3,4})\s*W\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A stated figure and the text it was read from."""
+
+    value: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """What a row states of its cluster; ``None`` / "" where it states nothing recognisable.
+    ``scale_out`` is bytes/s per GPU, before a per-node rate is divided (``per_node``)."""
+
+    scale_out: Figure | None = None
+    per_node: bool = False
+    gpus_per_node: Figure | None = None
+    memory_gb: Figure | None = None
+    hbm: str = ""
+    power_w: Figure | None = None
+    unread: tuple[str, ...] = ()
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at ``,`` and ``;`` outside parentheses."""
+    out, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char == "(") - (char == ")")
+        if char in ",;" and depth <= 0:
+            out.append(text[start:i])
+            start = i + 1
+    return [c.strip() for c in [*out, text[start:]] if c.strip()]
+
+
+def _scale_out(interconnect: str) -> tuple[Figure | None, bool, list[str]]:
+    """The first bit rate stated per GPU or per node, ``(figure, per node, unread rates)``."""
+    unread: list[str] = []
+    for clause in _clauses(interconnect):
+        for found in _RATE.finditer(clause):
+            rate = float(found.group(3)) * (int(found.group(1)) if found.group(1) else 1)
+            rest = clause[found.end() :]
+            if _PER_GPU.search(rest):
+                return Figure(rate * 1e9 / 8, found.group(0).strip() + " per GPU"), False, unread
+            if _PER_NODE.search(rest):
+                return Figure(rate * 1e9 / 8, found.group(0).strip() + " per node"), True, unread
+            unread.append(f"{found.group(0).strip()!r} (neither per GPU nor per node)")
+    return None, False, unread
+
+
+def read_cluster(gpu: str, interconnect: str) -> Cluster:
+    """The cluster figures of a row's ``gpu`` and ``interconnect`` cells (module docstring)."""
+    scale_out, per_node, unread = _scale_out(interconnect)
+    node = None
+    for clause in _clauses(interconnect):
+        found = next((m for form in _NODE_FORMS if (m := form.search(clause))), None)
+        if found:
+            node = Figure(int(found.group(1)), found.group(0).strip())
+            break
+    memory = _MEMORY.search(gpu)
+    hbm = _HBM.search(gpu)
+    power = _POWER.search(f"{gpu} {interconnect}")
+    return Cluster(
+        scale_out=scale_out, per_node=per_node, gpus_per_node=node,
+        memory_gb=Figure(float(memory.group(1)), memory.group(0)) if memory else None,
+        hbm=hbm.group(0) if hbm else "",
+        power_w=Figure(float(power.group(1)), power.group(0)) if power else None,
+        unread=tuple(unread),
+    )  # fmt: skip
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a / b - 1) < TOLERANCE
+
+
+def _figures(system: System) -> dict[str, float | None]:
+    """A system's comparable figures: memory (bytes), GPUs per node (the scale-up dim), the
+    scale-out bandwidth per GPU (the last dim when there are two or more) and power."""
+    return {
+        "memory": system.accelerator.memory_bytes,
+        "gpus_per_node": system.network[0].size,
+        "scale_out": system.network[-1].bandwidth_bytes_per_s if len(system.network) > 1 else None,
+        "power_w": system.power_w,
+    }
+
+
+def _stated(cluster: Cluster, preset: System) -> dict[str, Figure]:
+    """The stated figures in the units of :func:`_figures` (a per-node rate divided by the
+    stated GPUs per node, else the preset's)."""
+    out: dict[str, Figure] = {}
+    if cluster.memory_gb is not None:
+        out["memory"] = cluster.memory_gb
+    if cluster.gpus_per_node is not None:
+        out["gpus_per_node"] = cluster.gpus_per_node
+    if cluster.scale_out is not None:
+        per_node = cluster.gpus_per_node.value if cluster.gpus_per_node else preset.network[0].size
+        value = cluster.scale_out.value / (per_node if cluster.per_node else 1)
+        out["scale_out"] = Figure(value, cluster.scale_out.text)
+    if cluster.power_w is not None:
+        out["power_w"] = cluster.power_w
+    return out
+
+
+def _agrees(field: str, stated: Figure, value: float | None) -> bool:
+    if value is None:
+        return False
+    if field == "memory":  # GB read as 10^9 or 2^30 bytes
+        return any(_close(stated.value * unit, value) for unit in (1e9, 2**30))
+    return _close(stated.value, value)
+
+
+def _matches(stated: dict[str, Figure], own: System, preset: System) -> bool:
+    """Whether a system file is the stated cluster: every stated figure is the file's, and every
+    figure in which the file differs from the preset is stated."""
+    mine, base = _figures(own), _figures(preset)
+    if not all(_agrees(f, figure, mine[f]) for f, figure in stated.items()):
+        return False
+    differs = [f for f in mine if mine[f] != base[f]]
+    return all(f in stated for f in differs)
+
+
+def _describe(field: str, figure: Figure) -> str:
+    if field == "scale_out":
+        return f"inter-node {figure.value * 8 / 1e9:g} Gb/s per GPU ({figure.text!r})"
+    return {"memory": "HBM", "gpus_per_node": "GPUs per node", "power_w": "power cap"}[field] + (
+        f" {figure.text!r}"
+    )
+
+
+def _family(preset: System) -> str:
+    """The GPU name of a preset's accelerator (``H100`` of ``H100-SXM5-80GB``)."""
+    found = re.match(r"G?[A-Z]\d{2,3}", preset.accelerator.name)
+    return found.group(0) if found else preset.accelerator.name
+
+
+def folder_systems(folder: Path | None) -> list[tuple[str, System]]:
+    """``(relative path, system)`` of a data folder's ``systems/*.toml``, by name; a file that
+    does not load is left out (validate names it when a source uses it)."""
+    if folder is None:
+        return []
+    out = []
+    for path in sorted((folder / "systems").glob("*.toml")):
+        try:
+            out.append((f"systems/{path.name}", load_system_file(path)))
+        except ConfigError:
+            continue
+    return out
+
+
+def cluster_system(gpu: str, interconnect: str, preset_name: str, folder: Path | None) -> Inferred:
+    """The system of a row: the folder's one system file of the preset's GPU whose figures the
+    row states (its path relative to the folder), else ``preset_name``; the assumption says
+    which figures were read, matched, or differ from the preset and are not applied."""
+    cluster = read_cluster(gpu, interconnect)
+    preset = load_system(preset_name)
+    stated = _stated(cluster, preset)
+    said = "; ".join(_describe(f, figure) for f, figure in stated.items())
+    if cluster.per_node and "scale_out" in stated:
+        nodes = "stated" if cluster.gpus_per_node else f"the preset's {preset.network[0].size}"
+        said += f" (a per-node rate over {nodes} GPUs per node)"
+    unread = "".join(f"; not read: {u}" for u in cluster.unread)
+    if not stated:
+        return Inferred(preset_name, f"the cluster: no figure read from gpu / interconnect, "
+                                     f"the {preset_name} preset's{unread}")  # fmt: skip
+    family = _family(preset)
+    found = [
+        (path, own) for path, own in folder_systems(folder)
+        if own.accelerator.name.startswith(family) and _matches(stated, own, preset)
+    ]  # fmt: skip
+    hbm = f"; HBM type {cluster.hbm!r} stated" if cluster.hbm else ""
+    if len(found) == 1:
+        return Inferred(found[0][0], (
+            f"the cluster: the data folder's {found[0][0]} ({found[0][1].description}), whose "
+            f"figures the row states ({said}{hbm}); its other figures are the file's own"
+            f"{unread}"
+        ))  # fmt: skip
+    base = _figures(preset)
+    differ = [_describe(f, s) for f, s in stated.items() if not _agrees(f, s, base[f])]
+    why = (f"{len(found)} system files of the data folder match ({', '.join(p for p, _ in found)})"
+           if found else "no system file of the data folder states this cluster")  # fmt: skip
+    if not differ:
+        return Inferred(preset_name, f"the cluster: the {preset_name} preset, which has the "
+                                     f"stated figures ({said}{hbm}){unread}")  # fmt: skip
+    return Inferred(preset_name, (
+        f"the cluster: the {preset_name} preset although the row states "
+        f"{', '.join(differ)}: {why}, and a figure the preset's kernel and network rates would "
+        f"need for it has no public source here; not applied{hbm}{unread}"
+    ))  # fmt: skip
