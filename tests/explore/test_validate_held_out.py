@@ -54,6 +54,12 @@ OTHERS = {
     "DGXC2502-GPT3-FP8": ("DGXC2502-GPT3-FP8-", "h100-80gb", "megatron-core"),
     "DGXC2504-H100-BF16": ("DGXC2504-H100-BF16-", "h100-80gb", "megatron-core"),
     "DGXC2504-H100-FP8": ("DGXC2504-H100-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2411-H100-BF16": ("DGXC2411-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2411-H100-FP8": ("DGXC2411-H100-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC-GROK1-BF16": ("DGXC-GROK1-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC-GROK1-FP8": ("DGXC-GROK1-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2502-GROK1-BF16": ("DGXC2502-GROK1-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2502-GROK1-FP8": ("DGXC2502-GROK1-FP8-", "h100-80gb", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
@@ -90,6 +96,15 @@ NOT_EVALUATED = {
 }  # fmt: skip
 
 
+def _readme_rows(name: str) -> int:
+    """The row count the data README's files table states for ``name``."""
+    for line in (DATA / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] == f"`{name}`":
+            return int(cells[1])
+    raise AssertionError(f"the data README's files table has no row for {name}")
+
+
 def _rows(name: str) -> list[dict[str, str]]:
     with (DATA / name).open(newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
@@ -111,7 +126,7 @@ def test_the_csv_has_the_wider_schema_and_every_row_names_its_source() -> None:
     with (DATA / HELD_OUT).open(newline="", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == schema
     rows = _rows(HELD_OUT)
-    assert len(rows) == 321 and len({r["id"] for r in rows}) == len(rows)
+    assert len(rows) == _readme_rows(HELD_OUT) and len({r["id"] for r in rows}) == len(rows)
     for row in rows:
         assert row["url"].startswith("https://") and row["source_table"], row["id"]
         assert row["uncertain"], f"{row['id']}: nothing recorded as inferred"
@@ -455,7 +470,8 @@ def test_the_dgx_cloud_25_02_rows_take_their_earlier_twins_setup(cases: list[Cas
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     by_id = {c.id: c for c in cases}
     new = sorted(i for i in by_id if i.startswith("DGXC2502-"))
-    assert len(new) == 44
+    assert new == sorted(r for r in rows if r.startswith("DGXC2502-"))  # every row is a case
+    assert any("-GROK1-" in i for i in new) and any("-LLAMA3.1-" in i for i in new)
     for row_id in new:
         case = by_id[row_id]
         twin = by_id[row_id.replace("DGXC2502-", "DGXC-")]
@@ -471,6 +487,61 @@ def test_the_dgx_cloud_25_02_rows_take_their_earlier_twins_setup(cases: list[Cas
                 "fa2",
             )
         assert options == earlier, row_id
+
+
+def test_the_dgx_cloud_grok1_rows_take_the_recipes_layout_and_moe_setup(cases: list[Case]) -> None:
+    """Grok-1 314B (dgxc-benchmarking grok1/README_314b.md at 35a9aecc and 8f5cbb37; the
+    per-scale branches of grok1/configure.sh): TP 4, EP 2/4/8, CP 2 and sequence 8192 from 64
+    GPUs, PP 1-8 with VP 8 from 128, proxies of 2-32 layers below 512 GPUs, GBS 1024 (2048 and
+    4096 at 1024 and 2048 GPUs); 8 experts, top-2, FlashAttention-2 (NVTE_FUSED_ATTN=0)."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if "-GROK1-" in c.id]
+    assert sorted(c.id for c in mine) == sorted(i for i in rows if "-GROK1-" in i)
+    layout = {  # GPUs: (layers, seq, pp, cp, ep, vpp, gbs), configure.sh per node count
+        8: (2, 4096, 1, 1, 2, 1, 1024), 16: (4, 4096, 1, 1, 4, 1, 1024),
+        32: (4, 4096, 1, 1, 8, 1, 1024), 64: (8, 8192, 1, 2, 8, 1, 1024),
+        128: (16, 8192, 2, 2, 8, 8, 1024), 256: (32, 8192, 4, 2, 8, 8, 1024),
+        512: (64, 8192, 8, 2, 8, 8, 1024), 1024: (64, 8192, 8, 2, 8, 8, 2048),
+        2048: (64, 8192, 8, 2, 8, 8, 4096),
+    }  # fmt: skip
+    assert {int(rows[c.id]["num_gpus"]) for c in mine} == set(layout)
+    for case in mine:
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None and not case.in_sample
+        gpus = int(rows[case.id]["num_gpus"])
+        layers, seq, pp, cp, ep, vpp, gbs = layout[gpus]
+        got = (model.layers, model.seq_len, parallel.pp, parallel.cp, parallel.ep, parallel.vpp)
+        assert got == (layers, seq, pp, cp, ep, vpp), case.id
+        assert parallel.tp == parallel.expert_tp == 4 and parallel.global_batch == gbs
+        assert parallel.dp * parallel.tp * parallel.pp * parallel.cp == gpus
+        assert parallel.expert_dp == gpus // (4 * pp * ep)  # experts folded over tp·cp·dp
+        assert (model.num_experts, model.top_k, model.expert_ffn) == (8, 2, 32768)
+        assert (model.hidden, model.heads, model.kv_heads, model.vocab) == (6144, 48, 8, 128256)
+        assert parallel.sequence_parallel and not parallel.grad_fp32 and parallel.zero == 1
+        options = dict(case.framework_options)
+        assert options["attention_kernel"] == "fa2"
+        assert options.get("fp8_param_gather", False) == ("-FP8-" in case.id), case.id
+        tokens = seq * gbs / float(rows[case.id]["iter_time_s"]) / gpus
+        # the published throughput, within 1 % of SeqLen·GBS/step (25.02 FP8 1024: 0.5 %)
+        assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.01)
+
+
+def test_the_dgx_cloud_24_11_nemotron_rows_take_their_later_twins_setup(cases: list[Case]) -> None:
+    """GSW 24.11's own Nemotron-4 15B table (dgxc-benchmarking 35a9aecc, NeMo 24.09): the layouts
+    of the DGXC-H100-* 15B rows (the 0b71cfda table), set up as those twins."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    by_id = {c.id: c for c in cases}
+    new = sorted(i for i in by_id if i.startswith("DGXC2411-"))
+    assert new and new == sorted(r for r in rows if r.startswith("DGXC2411-"))
+    for row_id in new:
+        case, twin = by_id[row_id], by_id[row_id.replace("DGXC2411-", "DGXC-")]
+        assert case.parallel == twin.parallel and case.model == twin.model, row_id
+        assert case.framework_options == twin.framework_options and not case.in_sample
+        for column in ("num_gpus", "global_batch_seqs", "tp", "pp", "micro_batch", "layers"):
+            assert rows[row_id][column] == rows[twin.id][column], (row_id, column)
+    # a second measurement, not a copy (the FP8 512-GPU step is 2.12 s in both tables)
+    earlier = {i: by_id[i.replace("DGXC2411-", "DGXC-")].measured for i in new}
+    assert sum(by_id[i].measured != earlier[i] for i in new) > 1
 
 
 def test_the_dgx_cloud_25_04_rows_take_the_readmes_layout_table(cases: list[Case]) -> None:
