@@ -60,6 +60,10 @@ OTHERS = {
     "DGXC-GROK1-FP8": ("DGXC-GROK1-FP8-", "h100-80gb", "megatron-core"),
     "DGXC2502-GROK1-BF16": ("DGXC2502-GROK1-BF16-", "h100-80gb", "megatron-core"),
     "DGXC2502-GROK1-FP8": ("DGXC2502-GROK1-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2505-GROK1-H100-BF16": ("DGXC2505-GROK1-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2505-GROK1-H100-FP8": ("DGXC2505-GROK1-H100-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2505-GROK1-GB200-BF16": ("DGXC2505-GROK1-GB200-BF16-", "gb200-nvl72", "megatron-core"),
+    "DGXC2505-GROK1-GB200-FP8": ("DGXC2505-GROK1-GB200-FP8-", "gb200-nvl72", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
@@ -495,8 +499,9 @@ def test_the_dgx_cloud_grok1_rows_take_the_recipes_layout_and_moe_setup(cases: l
     GPUs, PP 1-8 with VP 8 from 128, proxies of 2-32 layers below 512 GPUs, GBS 1024 (2048 and
     4096 at 1024 and 2048 GPUs); 8 experts, top-2, FlashAttention-2 (NVTE_FUSED_ATTN=0)."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
-    mine = [c for c in cases if "-GROK1-" in c.id]
-    assert sorted(c.id for c in mine) == sorted(i for i in rows if "-GROK1-" in i)
+    mine = [c for c in cases if "-GROK1-" in c.id and not c.id.startswith("DGXC2505-")]
+    earlier = sorted(i for i in rows if "-GROK1-" in i and not i.startswith("DGXC2505-"))
+    assert sorted(c.id for c in mine) == earlier
     layout = {  # GPUs: (layers, seq, pp, cp, ep, vpp, gbs), configure.sh per node count
         8: (2, 4096, 1, 1, 2, 1, 1024), 16: (4, 4096, 1, 1, 4, 1, 1024),
         32: (4, 4096, 1, 1, 8, 1, 1024), 64: (8, 8192, 1, 2, 8, 1, 1024),
@@ -524,6 +529,29 @@ def test_the_dgx_cloud_grok1_rows_take_the_recipes_layout_and_moe_setup(cases: l
         tokens = seq * gbs / float(rows[case.id]["iter_time_s"]) / gpus
         # the published throughput, within 1 % of SeqLen·GBS/step (25.02 FP8 1024: 0.5 %)
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.01)
+
+
+def test_the_dgx_cloud_25_05_grok1_rows_take_the_launch_scripts_layout(cases: list[Case]) -> None:
+    """GSW 25.05.04 (dgxc-benchmarking 1f6d9f40 grok1/README.md and launch.sh, NeMo 2.0): the
+    full 64-layer model, GBS 2 per GPU; H100 TP 4, PP 8, CP 2, EP 8, ETP 1, VP 8; GB200 TP 4,
+    EP 8, ETP 4 (gb200-nvl72). The 512-GB200 throughput cells are SeqLen·512/step, half the
+    layout's GBS: those rows carry SeqLen·GBS/step."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if c.id.startswith("DGXC2505-GROK1-")]
+    assert sorted(c.id for c in mine) == sorted(i for i in rows if i.startswith("DGXC2505-GROK1-"))
+    for case in mine:
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None and not case.in_sample
+        gpus, h100 = int(rows[case.id]["num_gpus"]), "-H100-" in case.id
+        got = (parallel.tp, parallel.pp, parallel.cp, parallel.ep, parallel.expert_tp, parallel.vpp)
+        assert got == ((4, 8, 2, 8, 1, 8) if h100 else (4, 1, 1, 8, 4, 1)), case.id
+        assert case.system == ("h100-80gb" if h100 else "gb200-nvl72")
+        assert parallel.global_batch == 2 * gpus and model.layers == 64 and model.seq_len == 8192
+        moe = (model.num_experts, model.top_k, model.expert_ffn, model.vocab)
+        assert moe == (8, 2, 32768, 128256), case.id
+        assert dict(case.framework_options).get("fp8_param_gather", False) == ("-FP8-" in case.id)
+        tokens = 8192 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
 
 
 def test_the_dgx_cloud_24_11_nemotron_rows_take_their_later_twins_setup(cases: list[Case]) -> None:
