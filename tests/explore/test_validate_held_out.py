@@ -64,6 +64,8 @@ OTHERS = {
     "DGXC2505-GROK1-H100-FP8": ("DGXC2505-GROK1-H100-FP8-", "h100-80gb", "megatron-core"),
     "DGXC2505-GROK1-GB200-BF16": ("DGXC2505-GROK1-GB200-BF16-", "gb200-nvl72", "megatron-core"),
     "DGXC2505-GROK1-GB200-FP8": ("DGXC2505-GROK1-GB200-FP8-", "gb200-nvl72", "megatron-core"),
+    "DGXC2505-DSV3-H100-BF16": ("DGXC2505-DSV3-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2505-DSV3-GB200-BF16": ("DGXC2505-DSV3-GB200-BF16-", "gb200-nvl72", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
@@ -551,6 +553,39 @@ def test_the_dgx_cloud_25_05_grok1_rows_take_the_launch_scripts_layout(cases: li
         assert moe == (8, 2, 32768, 128256), case.id
         assert dict(case.framework_options).get("fp8_param_gather", False) == ("-FP8-" in case.id)
         tokens = 8192 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
+        assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
+
+
+def test_the_dgx_cloud_25_05_deepseek_rows_take_the_scripts_pipeline_split(
+    cases: list[Case],
+) -> None:
+    """GSW 25.05.04 DeepSeek-V3 BF16 (dgxc-benchmarking 1f6d9f40 deepseek_v3/pretraining/launch.sh,
+    NeMo's pretrain_deepseek_v3.py): TP 2, ETP 1, GBS 8 per GPU; H100 PP 8 (512) / 16 (1024),
+    EP 64, recompute mla_up_proj; GB200 PP 4, EP 32 (128) / 64, recompute core_attn; decoder
+    layers per stage 64/PP with one fewer on the first stage and two fewer on the last."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    mine = [c for c in cases if c.id.startswith("DGXC2505-DSV3-")]
+    assert sorted(c.id for c in mine) == sorted(i for i in rows if i.startswith("DGXC2505-DSV3-"))
+    for case in mine:
+        parallel, model = case.parallel, case.model
+        assert parallel is not None and model is not None and not case.in_sample
+        gpus, h100 = int(rows[case.id]["num_gpus"]), "-H100-" in case.id
+        pp = (8 if gpus == 512 else 16) if h100 else 4
+        ep = 64 if h100 or gpus > 128 else 32
+        got = (parallel.tp, parallel.pp, parallel.ep, parallel.expert_tp, parallel.global_batch)
+        assert got == (2, pp, ep, 1, 8 * gpus), case.id
+        middle = 64 // pp
+        assert (parallel.pp_first_layers, parallel.pp_last_layers) == (middle - 1, middle - 2)
+        assert middle - 1 + (pp - 2) * middle + middle - 2 == model.layers == 61
+        assert parallel.recompute_modules == (("mla_up_proj",) if h100 else ("core_attn",))
+        assert (model.num_experts, model.top_k, model.mtp_layers, model.seq_len) == (
+            256,
+            8,
+            1,
+            4096,
+        )
+        assert case.system == ("h100-80gb" if h100 else "gb200-nvl72")
+        tokens = 4096 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
 
 
