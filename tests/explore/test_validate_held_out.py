@@ -66,6 +66,10 @@ OTHERS = {
     "DGXC2505-GROK1-GB200-FP8": ("DGXC2505-GROK1-GB200-FP8-", "gb200-nvl72", "megatron-core"),
     "DGXC2505-DSV3-H100-BF16": ("DGXC2505-DSV3-H100-BF16-", "h100-80gb", "megatron-core"),
     "DGXC2505-DSV3-GB200-BF16": ("DGXC2505-DSV3-GB200-BF16-", "gb200-nvl72", "megatron-core"),
+    "DGXC2505-H100-BF16": ("DGXC2505-H100-BF16-", "h100-80gb", "megatron-core"),
+    "DGXC2505-H100-FP8": ("DGXC2505-H100-FP8-", "h100-80gb", "megatron-core"),
+    "DGXC2505-GB200-BF16": ("DGXC2505-GB200-BF16-", "gb200-nvl72", "megatron-core"),
+    "DGXC2505-GB200-FP8": ("DGXC2505-GB200-FP8-", "gb200-nvl72", "megatron-core"),
     "NEMO2502-H100": ("NEMO2502-H100-", "h100-80gb", "megatron-core"),
     "TRAINY-H200": ("TRAINY-H200-", "h200", "torchtitan"),
     "NEMO2403-LONGSEQ-H100": ("NEMO2403-LONGSEQ-H100-", "h100-80gb", "megatron-core"),
@@ -587,6 +591,32 @@ def test_the_dgx_cloud_25_05_deepseek_rows_take_the_scripts_pipeline_split(
         assert case.system == ("h100-80gb" if h100 else "gb200-nvl72")
         tokens = 4096 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
+
+
+def test_the_dgx_cloud_25_05_nemotron_rows_take_their_25_04_twins_setup(cases: list[Case]) -> None:
+    """GSW 25.05.04's Nemotron-4 tables (dgxc-benchmarking 1f6d9f40 nemotron/README.md and
+    launch.sh, NeMo 25.04.00): set up as the GSW 25.04 rows of the same recipe (15B-16, 340B-256),
+    the GB200 340B rows at TP 8, PP 4, VP 12 with GBS GPUs/4 (weak) or 512 (strong scaling)."""
+    rows = {r["id"]: r for r in _rows(HELD_OUT)}
+    by_id = {c.id: c for c in cases}
+    prefixes = ("DGXC2505-H100-", "DGXC2505-GB200-")
+    new = sorted(i for i in by_id if i.startswith(prefixes))
+    assert new and new == sorted(r for r in rows if r.startswith(prefixes))
+    for row_id in new:
+        case = by_id[row_id]
+        precision, size = row_id.split("-")[2], row_id.split("-")[4]
+        twin = by_id[f"DGXC2504-H100-{precision}-NEMOTRON4-{size}-{16 if size == '15B' else 256}"]
+        assert case.parallel is not None and twin.parallel is not None and case.model is not None
+        assert case.model == twin.model and case.framework_options == twin.framework_options
+        gpus = int(rows[row_id]["num_gpus"])
+        if "-H100-" in row_id:
+            assert case.parallel == twin.parallel and case.system == "h100-80gb", row_id
+            continue
+        got = (case.parallel.tp, case.parallel.pp, case.parallel.vpp, case.parallel.dp)
+        assert got == (8, 4, 12, gpus // 32) and case.system == "gb200-nvl72", row_id
+        gbs = 512 if row_id.endswith("-STRONG") else gpus // 4
+        assert case.parallel.global_batch == gbs
+        assert replace(case.parallel, pp=8, dp=twin.parallel.dp, global_batch=64) == twin.parallel
 
 
 def test_the_dgx_cloud_24_11_nemotron_rows_take_their_later_twins_setup(cases: list[Case]) -> None:
