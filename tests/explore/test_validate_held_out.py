@@ -593,27 +593,40 @@ def test_the_dgx_cloud_25_05_deepseek_rows_take_the_scripts_pipeline_split(
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
 
 
-def test_the_dgx_cloud_25_05_nemotron_rows_take_their_25_04_twins_setup(cases: list[Case]) -> None:
-    """GSW 25.05.04's Nemotron-4 tables (dgxc-benchmarking 1f6d9f40 nemotron/README.md and
-    launch.sh, NeMo 25.04.00): set up as the GSW 25.04 rows of the same recipe (15B-16, 340B-256),
-    the GB200 340B rows at TP 8, PP 4, VP 12 with GBS GPUs/4 (weak) or 512 (strong scaling)."""
+def test_the_dgx_cloud_25_05_dense_rows_take_their_25_04_twins_setup(cases: list[Case]) -> None:
+    """GSW 25.05.04's Nemotron-4 and Llama 3.1 405B tables (dgxc-benchmarking 1f6d9f40
+    nemotron/ and llama3.1/ README.md and launch.sh, NeMo 25.04): set up as the GSW 25.04 rows of
+    the same recipes (Nemotron-4 15B-16 / 340B-256, Llama 3.1 405B-512); on GB200 the 340B at TP 8,
+    PP 4, VP 12 with GBS GPUs/4 (weak) or 512 (strong scaling), the 405B at TP 4, GBS GPUs/2."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     by_id = {c.id: c for c in cases}
     prefixes = ("DGXC2505-H100-", "DGXC2505-GB200-")
     new = sorted(i for i in by_id if i.startswith(prefixes))
     assert new and new == sorted(r for r in rows if r.startswith(prefixes))
+    twins = {"15B": "NEMOTRON4-15B-16", "340B": "NEMOTRON4-340B-256", "405B": "LLAMA3.1-405B-512"}
     for row_id in new:
         case = by_id[row_id]
         precision, size = row_id.split("-")[2], row_id.split("-")[4]
-        twin = by_id[f"DGXC2504-H100-{precision}-NEMOTRON4-{size}-{16 if size == '15B' else 256}"]
+        twin = by_id[f"DGXC2504-H100-{precision}-{twins[size]}"]
         assert case.parallel is not None and twin.parallel is not None and case.model is not None
-        assert case.model == twin.model and case.framework_options == twin.framework_options
+        assert case.model == twin.model, row_id
         gpus = int(rows[row_id]["num_gpus"])
         if "-H100-" in row_id:
             assert case.parallel == twin.parallel and case.system == "h100-80gb", row_id
+            assert case.framework_options == twin.framework_options
+            continue
+        assert case.system == "gb200-nvl72"
+        options = dict(twin.framework_options)
+        options.pop("ub_bulk_sm_margin", None)  # the H100 userbuffers file's setting
+        assert dict(case.framework_options) == options, row_id
+        if size == "405B":
+            got = (case.parallel.tp, case.parallel.pp, case.parallel.cp, case.parallel.vpp)
+            assert got == (4, 8, 2, 8) and case.parallel.global_batch == gpus // 2, row_id
+            changed = {"tp": 8, "dp": twin.parallel.dp, "global_batch": 256}
+            assert replace(case.parallel, **changed) == twin.parallel
             continue
         got = (case.parallel.tp, case.parallel.pp, case.parallel.vpp, case.parallel.dp)
-        assert got == (8, 4, 12, gpus // 32) and case.system == "gb200-nvl72", row_id
+        assert got == (8, 4, 12, gpus // 32), row_id
         gbs = 512 if row_id.endswith("-STRONG") else gpus // 4
         assert case.parallel.global_batch == gbs
         assert replace(case.parallel, pp=8, dp=twin.parallel.dp, global_batch=64) == twin.parallel
