@@ -78,6 +78,11 @@ class StageTimes(NamedTuple):
     """Per pipeline rank and local chunk: seconds of a forward and of a backward task (under a
     split schedule its input-gradient part ``B``) and of a ``W`` task (empty: none); and of an
     overlapped pair ``pair_s[forward chunk][backward chunk]`` (empty: F + B + W in a row).
+    ``first_forward_extra_s`` and ``last_grad_extra_s`` (empty: none): seconds the chunk's
+    first forward, and its last weight-gradient task (its last ``B``, or ``W`` when split),
+    hold the rank beyond the others, before their sends: work a chunk runs once per step
+    (FSDP2's held stage, ``pp_unsharded_params``: the first forward's gathers, the
+    reduce-scatters after the last backward).
 
     A named tuple (immutable, compared and hashed by value in C): a pipeline timeline is
     memoised by its stages' times, and a frozen dataclass's Python-level hash per stage cost
@@ -87,6 +92,13 @@ class StageTimes(NamedTuple):
     backward_s: tuple[float, ...]
     weight_s: tuple[float, ...] = ()
     pair_s: tuple[tuple[float, ...], ...] = ()
+    first_forward_extra_s: tuple[float, ...] = ()
+    last_grad_extra_s: tuple[float, ...] = ()
+
+    @property
+    def has_extra(self) -> bool:
+        """Whether a chunk's first forward or last weight-gradient task is longer."""
+        return any(self.first_forward_extra_s) or any(self.last_grad_extra_s)
 
     def pair(self, forward_chunk: int, backward_chunk: int) -> float:
         if self.pair_s:
@@ -208,10 +220,18 @@ def _releases(
     release is ``max(previous, dependency) + cost``, the same sums in the same order as a
     simulation (bit for bit). With ``arrival_s`` a dependency on a task that sends (to another
     stage) is ready ``arrival_s`` after that task's release: the message's flight, which holds
-    neither rank (:func:`step_time`)."""
+    neither rank (:func:`step_time`). A chunk's first forward and last weight-gradient task
+    take their :class:`StageTimes` extra seconds too."""
     cost = _costs(kind, stages, vpp, transfer_s)
     slots = compiled.slot_of
     seconds_of = [cost[slots[0]]] if len(slots) == 1 else operator.itemgetter(*slots)(cost)
+    if any(stage.has_extra for stage in stages):
+        seconds_of = list(seconds_of)
+        for rank, stage in enumerate(stages):
+            for chunk, extra in enumerate(stage.first_forward_extra_s):
+                seconds_of[compiled.first_forward[rank][chunk]] += extra
+            for chunk, extra in enumerate(stage.last_grad_extra_s):
+                seconds_of[compiled.last_backward[rank][chunk][0]] += extra
     release = [0.0]  # release[k + 1]: task k's; release[0]: "nothing"
     append = release.append
     if arrival_s > 0.0:
@@ -301,10 +321,12 @@ def step_time(
 
     The state's shifts must agree to within 1e-11 of the prefix's length (rounding); the
     periodic map does not expand differences, so the extrapolated times are then within
-    (periods extrapolated) × that of the simulated ones."""
+    (periods extrapolated) × that of the simulated ones. A stage with a longer first forward
+    or last weight-gradient task (:class:`StageTimes`) is simulated whole: a prefix's last
+    tasks may fall in the period the extrapolation repeats."""
     p, m = len(stages), micro_batches
     flight = _flights(kind, p, vpp, arrival_s) if arrival_s > 0.0 else []
-    step = period(kind, p, vpp)
+    step = 0 if any(stage.has_extra for stage in stages) else period(kind, p, vpp)
     periods = 2 if step > 1 else p + 1  # past the warm-up, and deep enough for the state
     while step and p > 1:
         base = periods * step + m % step

@@ -259,7 +259,7 @@ class StagePlanning(BlockCosting):
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
             reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
-        held_s = self._held_zero_s(point, runs, step_costs, timing) if held else 0.0
+        held_s = self._held_zero_s(point, runs, step_costs, timing) if held else (0.0, 0.0)
         # after W, if split; and what runs beside the last backward, if it takes SMs
         total, latest, hidden = sync_and_hidden_s(groups, w_timing.backward_runs, bool(reduce_load))
         lost = 0.0  # the last backward's compute beside the reductions' NCCL kernels
@@ -304,7 +304,7 @@ class StagePlanning(BlockCosting):
         if gather_load and beside > 0.0:
             lost += beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_load)
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
-        sync = SyncCost(total + tied, latest + tied, gather, lost, held_s)
+        sync = SyncCost(total + tied, latest + tied, gather, lost, *held_s)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
 
     def _params_held(self, point: Point) -> bool:
@@ -315,7 +315,7 @@ class StagePlanning(BlockCosting):
 
     def _held_zero_s(
         self, point: Point, runs: Runs, costs: dict[str, BlockCost], timing: ChunkTiming
-    ) -> float:
+    ) -> tuple[float, float]:
         """Seconds a chunk holds its rank once per step under ``pp_unsharded_params``: what its
         first forward loses to its per-block all-gathers (each prefetched beside the block
         before, as :func:`chunk_timing` runs them, with the compute they slow: ``timing`` is the
@@ -330,7 +330,10 @@ class StagePlanning(BlockCosting):
         ``_root_post_backward_final_callback``: FSDP2's ``post_backward`` makes the current
         stream wait for the previous reduce-scatter's event before issuing its own
         (``FSDP::post_backward_reduce``), and the callback waits for the last one
-        (``reduce_scatter_state.event``; ``finalize_backward``: the replica all-reduce's)."""
+        (``reduce_scatter_state.event``; ``finalize_backward``: the replica all-reduce's).
+        Returned apart, (gathers, reduce-scatters): the schedule runs them in the chunk's first
+        forward and after its last backward, before that backward's send
+        (:meth:`~stage_explore.analytical.step.StageClass.stage_times`)."""
         gathering = {k: replace(c, scatter_s=0.0, replica_s=0.0) for k, c in costs.items()}
         first = chunk_timing(
             runs, gathering, point.workload.parallel.zero,
@@ -338,7 +341,7 @@ class StagePlanning(BlockCosting):
         )  # fmt: skip
         first_gather_s = max(0.0, first.forward_s - timing.forward_s)
         scatters_s = sum(n * (costs[k].scatter_s + costs[k].replica_s) for k, n in runs)
-        return first_gather_s + scatters_s
+        return first_gather_s, scatters_s
 
     def _fp8_amax_axes(self, point: Point) -> tuple[str, ...]:
         """The mesh axes of the FP8 amax reduction group (``fp8_amax_reduction``), in mesh

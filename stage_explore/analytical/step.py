@@ -30,17 +30,25 @@ class SyncCost:
     parameter all-gathers after the optimizer. ``lost_s``: compute seconds the chunk's last
     backward loses to the SMs of the reductions beside it (and the next step's first forward
     to those of overlapped parameter gathers; :mod:`~stage_explore.analytical.contention`),
-    which extend the rank's schedule (``latest_s`` includes the backward's). ``held_s``: seconds
-    the chunk holds the rank's compute stream once per step, which delay the rank's end: under
-    ``pp_unsharded_params`` its first forward's exposed ZeRO-3 gathers and the reduce-scatters
-    its last backward is followed by (:meth:`~stage_explore.analytical.planning.StagePlanning.
-    _held_zero_s`), labelled ``exposed_zero_gather``."""
+    which extend the rank's schedule (``latest_s`` includes the backward's). ``held_gather_s``
+    and ``held_scatter_s``: seconds the chunk holds the rank's compute stream once per step
+    under ``pp_unsharded_params`` (:meth:`~stage_explore.analytical.planning.StagePlanning.
+    _held_zero_s`): its first forward's exposed ZeRO-3 gathers, and the reduce-scatters after
+    its last backward, before that backward's send; the schedule runs them in those two tasks
+    (:class:`~stage_explore.analytical.pipeline.StageTimes`' extra seconds), and the breakdown
+    labels them ``exposed_zero_gather``."""
 
     total_s: float
     latest_s: float
     gather_s: float
     lost_s: float = 0.0
-    held_s: float = 0.0
+    held_gather_s: float = 0.0
+    held_scatter_s: float = 0.0
+
+    @property
+    def held_s(self) -> float:
+        """The chunk's once-per-step ZeRO-3 seconds, gathers and reduce-scatters."""
+        return self.held_gather_s + self.held_scatter_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +83,18 @@ class StageClass:
     after_backward_s: float = 0.0  # a collective once the whole backward is done (DualPipe's)
 
     def stage_times(self, split: bool) -> StageTimes:
-        """The pipeline's view: whole backwards, or B and W apart."""
+        """The pipeline's view: whole backwards, or B and W apart; a held chunk's first forward
+        and last weight-gradient task lengthened by its once-per-step ZeRO-3 seconds."""
+        first: tuple[float, ...] = ()
+        last: tuple[float, ...] = ()
+        if any(sync.held_gather_s or sync.held_scatter_s for sync in self.sync):
+            first = tuple(sync.held_gather_s for sync in self.sync)
+            last = tuple(sync.held_scatter_s for sync in self.sync)
         if not split:
-            return StageTimes(self.forward_s, self.backward_s)
+            return StageTimes(self.forward_s, self.backward_s, (), (), first, last)
         b = self.input_grad_s or self.backward_s
         w = tuple(max(0.0, total - part) for total, part in zip(self.backward_s, b, strict=True))
-        return StageTimes(self.forward_s, b, w, self.pair_s)
+        return StageTimes(self.forward_s, b, w, self.pair_s, first, last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +158,28 @@ def assemble_step(
     ``schedules``: the step runs that many schedules of ``m`` micro-batches one after the other,
     each with its own fill and drain (a framework that runs every local batch as its own
     pipeline schedule, ``FrameworkProfile.local_batch_size``); a schedule starts when the one
-    before has ended on every rank, and the gradients are synchronised after the last."""
+    before has ended on every rank, and the gradients are synchronised after the last. A held
+    stage (``pp_unsharded_params``) stays gathered across them: its gathers run in the first
+    schedule's first forwards, its reduce-scatters after the last schedule's last backwards
+    (AutoModel's ``patched_backward_maybe_with_nosync`` runs ``post_backward`` only on the
+    optimizer step's last backward)."""
     p = len(plan.stage_class)
     split = kind in SPLIT_BACKWARD
     chunks = chunks_per_rank(kind, vpp)
     per_chunk = m // 2 if kind == "dualpipe" else m  # micro-batches through each chunk
-    pipeline = timeline(kind, plan.schedule_times(split), m, vpp, plan.transfer_s, plan.arrival_s)
+    times = plan.schedule_times(split)
+    args = (m, vpp, plan.transfer_s, plan.arrival_s)
+    earlier = 0.0  # when the last schedule starts
+    if schedules > 1 and any(t.has_extra for t in times):
+        first = timeline(kind, tuple(t._replace(last_grad_extra_s=()) for t in times), *args)
+        earlier = first.makespan_s
+        if schedules > 2:
+            plain = tuple(StageTimes(*t[:4]) for t in times)
+            earlier += (schedules - 2) * timeline(kind, plain, *args).makespan_s
+        times = tuple(t._replace(first_forward_extra_s=()) for t in times)
+    pipeline = timeline(kind, times, *args)
     if schedules > 1:  # the earlier schedules end before the last one starts
-        offset = (schedules - 1) * pipeline.makespan_s
+        offset = earlier or (schedules - 1) * pipeline.makespan_s
         pipeline = PipelineResult(
             tuple(end + offset for end in pipeline.end_s),
             tuple(busy * schedules for busy in pipeline.busy_s),
@@ -175,8 +203,9 @@ def assemble_step(
             gather += sync.gather_s
             lost += sync.lost_s
             held += sync.held_s
-        # compute slowed by the reductions' SMs, and held by the once-per-step ZeRO-3 collectives
-        end = pipeline.end_s[stage] + lost + held
+        # compute slowed by the reductions' SMs (the once-per-step ZeRO-3 collectives of a held
+        # stage are in the schedule: StageClass.stage_times)
+        end = pipeline.end_s[stage] + lost
         if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
             free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
         total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
@@ -195,7 +224,7 @@ def assemble_step(
     assert worst is not None
     total, stage, sync_end, lost, held = worst
     cls = plan.classes[plan.stage_class[stage]]
-    end = pipeline.end_s[stage] + lost + held
+    end = pipeline.end_s[stage] + lost
     breakdown = {"compute": per_chunk * cls.compute_s}
     hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
@@ -215,7 +244,7 @@ def assemble_step(
     kept = tuple(
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
-    return Step(total, kept, peak_memory, stage, end - lost - held)  # the schedule's own end
+    return Step(total, kept, peak_memory, stage, end - lost)  # the schedule's own end
 
 
 def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:

@@ -155,11 +155,13 @@ class Compiled:
     the rank's first) and ``waits[k]`` = 1 + the task whose release it waits for (0: none).
     ``last_backward[rank][chunk]`` = (the task, the rank's previous task) of the chunk's last
     weight-gradient task (a pair: the pair), to recover its start exactly; ``last_task[rank]``:
-    its last task. The columns are the fast path's input; :attr:`tasks` gives them as rows.
+    its last task; ``first_forward[rank][chunk]``: the chunk's first forward (a pair: the pair).
+    The columns are the fast path's input; :attr:`tasks` gives them as rows.
     """
 
     last_backward: tuple[tuple[tuple[int, int], ...], ...]
     last_task: tuple[int, ...]  # per rank
+    first_forward: tuple[tuple[int, ...], ...]
     after: tuple[int, ...]
     waits: tuple[int, ...]
     slot_of: tuple[int, ...]
@@ -186,6 +188,7 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
     waits: list[int] = []
     slot_of: list[int] = []
     last_backward = [[(-1, -1)] * chunks for _ in range(p)]
+    first_forward = [[-1] * chunks for _ in range(p)]
     position = [0] * p
     previous_of = [-1] * p  # each rank's last task so far
     runnable = list(range(p - 1, -1, -1))
@@ -201,6 +204,7 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
     while runnable:
         rank = runnable.pop()
         order, starts, grads = s.orders[rank], s.pairs[rank], s.last_grad[rank]
+        firsts = first_forward[rank]
         index, length = position[rank], len(order)
         previous = previous_of[rank]
         base = rank * per_rank
@@ -223,6 +227,8 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
                 task = wait_task + 1
                 if grads[chunk_b] == index + 2:
                     last_backward[rank][chunk_b] = (task, wait_task)
+                if firsts[chunk] < 0:
+                    firsts[chunk] = task
                 for key in (key_f, key_b):
                     produced[key] = task
                     if waiting and key in waiting:
@@ -247,6 +253,8 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
             task = len(ranks)
             if grads[chunk] == index:
                 last_backward[rank][chunk] = (task, previous)
+            elif code == FORWARD and firsts[chunk] < 0:
+                firsts[chunk] = task
             if key >= 0:
                 produced[key] = task
                 if waiting and key in waiting:
@@ -263,6 +271,7 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
     return Compiled(
         tuple(tuple(x) for x in last_backward),
         tuple(previous_of),
+        tuple(tuple(x) for x in first_forward),
         tuple(after),
         tuple(waits),
         tuple(slot_of),

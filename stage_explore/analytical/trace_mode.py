@@ -52,8 +52,9 @@ instructions of the generator's program) are emitted at the end of each of a chu
 FSDP2's stage held unsharded under pipeline parallelism (``pp_unsharded_params`` with ZeRO-3
 and pp > 1) runs as the frameworks run it (``stage_nodes(..., zero_held=True)``): a chunk's
 gathers in its first forward only, its reduce-scatters one after the other after its last
-backward, before that backward's send; the levelled mode adds both to the rank's end instead
-(``_held_zero_s``), so the trace differs there by design (tests/explore/test_trace_mode_held.py).
+backward, before that backward's send, as the levelled pipeline runs them too (``_held_zero_s``
+in the chunk's first forward and last backward tasks; equal but for hybrid sharding's replica
+stream: tests/explore/test_trace_mode_held.py).
 FSDP's root unit (``zero_root``) and DeepSpeed's recompute re-gather (``zero_regather``) are
 emitted as the frameworks issue them (tests/explore/test_trace_mode_zero3.py).
 

@@ -22,7 +22,9 @@ def simulate(
     vpp: int,
     transfer_s: float,
 ) -> PipelineResult:
-    """Simulate every task of one step (the reference implementation)."""
+    """Simulate every task of one step (the reference implementation). A chunk's first
+    forward and its last weight-gradient task take their ``StageTimes`` extra seconds (not
+    counted as busy: what the fast path counts)."""
     p = len(stages)
     m = micro_batches
     s = shape(kind, p, m, vpp)
@@ -35,6 +37,7 @@ def simulate(
     busy = [0.0] * p
     sending = [0.0] * p
     last_bwd = [[0.0] * s.chunks for _ in range(p)]
+    seen = [[False] * s.chunks for _ in range(p)]  # a chunk's first forward has run
 
     def ready(code: int, j: int, mb: int) -> float:
         if code == FORWARD:
@@ -72,9 +75,15 @@ def simulate(
                 if at < 0:
                     break
                 start = now if now > at else at
+                extra = 0.0
                 if grads[grad_chunk] == grad_index:
                     last_bwd[rank][grad_chunk] = start
-                now = start + duration + count * transfer_s
+                    extra += stage.last_grad_extra_s[grad_chunk] if stage.last_grad_extra_s else 0.0
+                if (paired or code == FORWARD) and not seen[rank][chunk]:
+                    seen[rank][chunk] = True
+                    if stage.first_forward_extra_s:
+                        extra += stage.first_forward_extra_s[chunk]
+                now = start + duration + extra + count * transfer_s
                 spent += duration
                 sent += count * transfer_s
                 if paired:

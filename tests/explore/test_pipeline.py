@@ -122,6 +122,40 @@ def test_step_time_equals_the_reference_simulation(seed: int) -> None:
             assert got == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_longer_first_forward_and_last_backward_equal_the_reference(seed: int) -> None:
+    # A held FSDP2 stage's once-per-step gathers and reduce-scatters (StageTimes' extras),
+    # including ZB-H1 (the extra on the last W) and DualPipe (on the pairs); simulated whole
+    rng = random.Random(100 + seed)
+    for _ in range(30):
+        kind, stages, m, vpp, transfer = _random_case(rng)
+        if rng.random() < 0.3:
+            kind, vpp = rng.choice(["zb", "dualpipe"]), 1
+            m = 2 * len(stages) * rng.choice([1, 3, 5])
+            chunks = 2 if kind == "dualpipe" else 1
+            stages = [StageTimes(s.forward_s[:1] * chunks, s.backward_s[:1] * chunks,
+                                 (0.4,) * chunks) for s in stages]  # fmt: skip
+        p = len(stages)
+        if kind == "dualpipe" and p % 2:
+            continue
+        chunks = len(stages[0].forward_s)
+        stages = [
+            s._replace(
+                first_forward_extra_s=tuple(rng.uniform(0.0, 1.0) for _ in range(chunks)),
+                last_grad_extra_s=tuple(rng.uniform(0.0, 2.0) for _ in range(chunks)),
+            )
+            for s in stages
+        ]
+        fast = step_time(kind, stages, m, vpp, transfer)
+        slow = simulate(kind, stages, m, vpp, transfer)
+        plain = step_time(kind, [StageTimes(*s[:4]) for s in stages], m, vpp, transfer)
+        assert fast.end_s == pytest.approx(slow.end_s, rel=1e-12)
+        assert fast.busy_s == pytest.approx(slow.busy_s, rel=1e-12)
+        assert fast.makespan_s > plain.makespan_s
+        for got, want in zip(fast.last_backward_start_s, slow.last_backward_start_s, strict=True):
+            assert got == pytest.approx(want, rel=1e-12)
+
+
 def test_a_faster_rank_changes_rate_long_after_the_warm_up() -> None:
     # Why step_time simulates every task: here the last rank keeps the middle ranks' rate for
     # ten periods before the slow first rank's delay reaches it, so extrapolating from the

@@ -54,26 +54,32 @@ def test_held_stage_is_faster_than_regathering_every_micro_batch() -> None:
     assert held_step < regather_step
 
 
-def _plan(held_s: tuple[float, float]) -> StepPlan:
-    def stage(held: float) -> StageClass:
+def _plan(held: tuple[tuple[float, float], tuple[float, float]]) -> StepPlan:
+    def stage(gather: float, scatter: float) -> StageClass:
+        sync = SyncCost(total_s=0.0, latest_s=float("-inf"), gather_s=0.0,
+                        held_gather_s=gather, held_scatter_s=scatter)  # fmt: skip
         return StageClass(
-            forward_s=(1.0,), backward_s=(2.0,),
-            sync=(SyncCost(total_s=0.0, latest_s=float("-inf"), gather_s=0.0, held_s=held),),
-            saved_bytes=(0,), compute_s=3.0, exposed_s=(), states_bytes=0, buffers_bytes=0,
-            optimizer_s=0.5,
+            forward_s=(1.0,), backward_s=(2.0,), sync=(sync,), saved_bytes=(0,), compute_s=3.0,
+            exposed_s=(), states_bytes=0, buffers_bytes=0, optimizer_s=0.5,
         )  # fmt: skip
 
-    return StepPlan((0, 1), (stage(held_s[0]), stage(held_s[1])), 0.0, 0)
+    return StepPlan((0, 1), (stage(*held[0]), stage(*held[1])), 0.0, 0)
 
 
-def test_held_seconds_extend_their_rank_and_are_labelled() -> None:
-    base = assemble_step(_plan((0.0, 0.0)), "1f1b", 4, 1)
-    step = assemble_step(_plan((0.75, 0.0)), "1f1b", 4, 1)
-    assert step.slowest_stage == 0  # its last backward ends the pipeline
-    assert step.step_time_s == pytest.approx(base.step_time_s + 0.75)
-    assert dict(step.breakdown)[ZERO] == pytest.approx(0.75)
-    assert sum(v for _, v in step.breakdown) == pytest.approx(step.step_time_s)
-    assert step.pipeline_end_s == base.pipeline_end_s  # the schedule's own end
+def test_held_seconds_run_in_the_schedule_and_are_labelled() -> None:
+    base = assemble_step(_plan(((0.0, 0.0), (0.0, 0.0))), "1f1b", 4, 1)
+    own = assemble_step(_plan(((0.25, 0.75), (0.0, 0.0))), "1f1b", 4, 1)
+    assert own.slowest_stage == 0  # its last backward ends the pipeline
+    # the first forward's gathers delay the whole schedule, the last scatters the rank's end
+    assert own.step_time_s == pytest.approx(base.step_time_s + 0.25 + 0.75)
+    assert dict(own.breakdown)[ZERO] == pytest.approx(1.0)
+    assert sum(v for _, v in own.breakdown) == pytest.approx(own.step_time_s)
+    # the last stage's scatters run before its last input-gradient send: stage 0 waits for them
+    later = assemble_step(_plan(((0.0, 0.0), (0.0, 0.75))), "1f1b", 4, 1)
+    assert later.slowest_stage == 0
+    assert later.step_time_s == pytest.approx(base.step_time_s + 0.75)
+    assert ZERO not in dict(later.breakdown)  # stage 0's wait is its bubble
+    assert later.pipeline_end_s == pytest.approx(base.pipeline_end_s + 0.75)
 
 
 def test_the_trace_mode_gathers_a_held_stage_once() -> None:
@@ -95,3 +101,13 @@ def test_the_trace_mode_gathers_a_held_stage_once() -> None:
     # 4 micro-batches: a forward and a backward gather per block each, against one forward's
     assert gathers(per_micro_batch) == 2 * 4 * gathers(held)
     assert held.step_time_s > 0.0 and per_micro_batch.step_time_s > 0.0
+
+
+def test_a_held_stage_stays_gathered_across_the_steps_schedules() -> None:
+    # local_batch_size: three schedules per step; AutoModel gathers once in the first and
+    # reduce-scatters once after the last (post_backward only on the optimizer step)
+    base = assemble_step(_plan(((0.0, 0.0), (0.0, 0.0))), "1f1b", 4, 1, schedules=3)
+    held = assemble_step(_plan(((0.25, 0.75), (0.0, 0.0))), "1f1b", 4, 1, schedules=3)
+    assert held.step_time_s == pytest.approx(base.step_time_s + 0.25 + 0.75)
+    assert dict(held.breakdown)[ZERO] == pytest.approx(1.0)
+    assert sum(v for _, v in held.breakdown) == pytest.approx(held.step_time_s)

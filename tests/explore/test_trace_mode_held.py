@@ -13,9 +13,12 @@ in its first forward only and its gradients reduce-scattered once, after its las
 before that backward's send. The trace runs that program (``stage_nodes(...,
 zero_held=True)``); the levelled mode adds the first forward's exposed gathers and the
 scatters to the rank's end instead (``_held_zero_s``, ``SyncCost.held_s``), delaying no other
-stage. By design the trace therefore differs by at most every stage's held seconds (max-plus:
-each stage's held seconds move from its end into its schedule), and measured it ends later (a
-later stage's scatters delay its input-gradient send to the stage before).
+stage. Since session 10 (p1) the levelled mode runs them where the code does too: in the
+chunk's first forward and after its last backward, before its send (``StageTimes``' extra
+seconds), so the two modes agree to rounding. Hybrid sharding differs by design: the trace
+runs a block's replica all-reduce beside the next block's reduce-scatter (its own stream, the
+send waiting for the last scatter), the levelled mode each after its scatter on the compute
+stream, so the trace ends earlier, by less than the stages' held seconds.
 """
 
 from __future__ import annotations
@@ -37,15 +40,16 @@ from stage_explore.system import load_system
 _REAL = load_system("a100-80gb")
 SYSTEM = replace(_REAL, network=tuple(replace(d, nccl_channels=None) for d in _REAL.network))
 
-#: ZeRO-3 with pp 2 and 4, tp 2, hybrid sharding (replica all-reduces) and two chunks per rank.
+#: ZeRO-3 with pp 2 and 4, tp 2, two chunks per rank (and hybrid sharding, HSDP, below).
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("dp2-pp2", dict(dp=2, zero=3, pp=2, global_batch=8)),
     ("tp2-dp2-pp2", dict(tp=2, dp=2, zero=3, pp=2, global_batch=16)),
-    ("hsdp-pp2", dict(dp=4, dp_shard=2, zero=3, pp=2, global_batch=16)),
     ("dp2-pp2-vpp2",
      dict(dp=2, zero=3, pp=2, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=8)),
     ("dp2-pp4", dict(dp=2, zero=3, pp=4, global_batch=16)),
+    ("dp2-pp4-m4", dict(dp=2, zero=3, pp=4, global_batch=8)),
 ]  # fmt: skip
+HSDP = dict(dp=4, dp_shard=2, zero=3, pp=2, global_batch=16)
 
 
 def _run(kwargs: dict[str, Any]) -> tuple[float, list[float], TraceStep, ParallelConfig]:
@@ -68,12 +72,23 @@ def _run(kwargs: dict[str, Any]) -> tuple[float, list[float], TraceStep, Paralle
 
 
 @pytest.mark.parametrize("kwargs", [c[1] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_held_stage_runs_in_the_trace_within_its_held_seconds(kwargs: dict[str, Any]) -> None:
+def test_a_held_stage_runs_in_the_trace_as_in_the_levelled_mode(kwargs: dict[str, Any]) -> None:
     levelled, held, traced, parallel = _run(kwargs)
     assert all(h > 0.0 for h in held)
     end = max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
-    assert levelled - sum(held) * (1 + 1e-9) <= end <= levelled + sum(held) * (1 + 1e-9)
-    assert end > levelled  # measured: +3.0 ... +6.0 % (a later stage's scatters before its send)
+    # the same tasks and seconds summed in another order: rounding only (before: +3.0 … +6.0 %)
+    assert end == pytest.approx(levelled, rel=1e-9)
+    _check_template(traced, parallel)
+
+
+def test_hybrid_sharding_runs_the_replica_all_reduces_beside_the_scatters_in_the_trace() -> None:
+    levelled, held, traced, parallel = _run(HSDP)
+    end = max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
+    assert levelled - sum(held) < end < levelled  # measured −6.5 % (the replica stream)
+    _check_template(traced, parallel)
+
+
+def _check_template(traced: TraceStep, parallel: ParallelConfig) -> None:
     micro_batches = parallel.global_batch // parallel.dp // parallel.micro_batch
     for stage, template in enumerate(traced.templates):
         phases = [i.source[1] for i in template if i.source is not None]
