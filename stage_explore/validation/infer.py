@@ -34,7 +34,14 @@ from stage_explore.validation.infer_fields import (
     infer_zero,
     names_bridge,
 )
-from stage_explore.validation.setups import Case, SourceSetup, make_case, read_csv, system_file
+from stage_explore.validation.setups import (
+    Case,
+    SourceSetup,
+    derived_name,
+    make_case,
+    read_csv,
+    system_file,
+)
 
 INFERRED_PREFIX = "INFERRED: "
 SERVING_RUNS = "serving_runs.csv"
@@ -189,11 +196,12 @@ def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
 
 def inferred_setup(
     row: dict[str, str], metric: str, name: str, file: str, folder: Path | None = None
-) -> tuple[SourceSetup, dict[str, bool | int | float | str]]:
-    """The setup of one unclaimed row for ``metric`` and the framework options its
-    framework's defaults switch (:class:`Uninferable` when it has none); its system is a
-    ``systems/*.toml`` file of ``folder`` when the row states that cluster
-    (:func:`~stage_explore.validation.infer_cluster.cluster_system`), else the preset."""
+) -> tuple[SourceSetup, dict[str, bool | int | float | str], tuple[tuple[str, float], ...]]:
+    """The setup of one unclaimed row for ``metric``, the framework options its
+    framework's defaults switch (:class:`Uninferable` when it has none) and its system
+    overrides; its system is a ``systems/*.toml`` file of ``folder`` when the row states that
+    cluster (:func:`~stage_explore.validation.infer_cluster.cluster_system`), else the preset,
+    with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
     system = infer_system(row.get("gpu", ""))
@@ -234,14 +242,19 @@ def inferred_setup(
             "runtime reserve); whether the source measured allocated or reserved memory is "
             "not known"
         )
+    overrides: tuple[tuple[str, float], ...] = (
+        (("scale_out_bandwidth_bytes_per_s", cluster.scale_out),)
+        if cluster.scale_out is not None else ()
+    )  # fmt: skip
     setup = SourceSetup(
         name=name, title=f"inferred from {file}: {row.get('source', '').strip() or file}",
-        file=file, id_prefix=row["id"], metric=metric, system=cluster.value,
+        file=file, id_prefix=row["id"], metric=metric,
+        system=derived_name(cluster.value, overrides),
         framework=framework.value, precision=precision.precision, model_base=model.value,
         in_sample=False, flops=flops, model={**defaults.model, **experts}, parallel=parallel,
         assumptions=tuple(f"inferred: {a}" for a in assumptions),
     )  # fmt: skip
-    return setup, defaults.options
+    return setup, defaults.options, overrides
 
 
 def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Case:
@@ -266,7 +279,7 @@ def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
     try:
-        setup, options = inferred_setup(row, metric, name, file, folder)
+        setup, options, overrides = inferred_setup(row, metric, name, file, folder)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
     try:
@@ -274,7 +287,7 @@ def _case(
     except ConfigError as error:  # a malformed cell: the row's reason, not the run's error
         return replace(_unevaluable(row, metric, name, f"{file}: {error}"), file=file, line=line)
     where = system_file(setup, folder) if folder is not None else ""
-    return replace(case, file=file, line=line, system_file=where)
+    return replace(case, file=file, line=line, system_file=where, system_overrides=overrides)
 
 
 def row_cases(

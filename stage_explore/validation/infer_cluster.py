@@ -4,8 +4,13 @@ the HBM capacity and type and the power cap, in recognisable forms of the ``gpu`
 ``interconnect`` cells only (:func:`read_cluster`); then the system the row runs on
 (:func:`cluster_system`): a ``systems/*.toml`` file of the data folder whose figures the row
 states (as the hand-written ``setups.toml`` sources name them), else the inferred preset, with
-every stated figure that differs from the preset said in the assumption and left as the preset
-has it (a figure such as a 500 W cap changes kernel rates no public figure gives).
+every stated figure that differs from the preset said in the assumption. Of those, the
+inter-node bandwidth per GPU is applied: the preset's scale-out (last) network dim gets the
+stated figure (:attr:`ClusterChoice.scale_out`; its NCCL channels follow,
+:func:`~stage_explore.validation.setups.derive_system`), its efficiencies and everything else
+staying the preset's, as a hand-written system file changes only what its source states. The others
+are left as the preset has them (a figure such as a 500 W cap changes kernel rates no public
+figure gives).
 
 Recognised forms (text in, figure out):
 
@@ -30,7 +35,6 @@ from pathlib import Path
 from stage_core.errors import ConfigError
 from stage_explore.system import System, load_system
 from stage_explore.system.loading import load_system_file
-from stage_explore.validation.infer_fields import Inferred
 
 #: Relative tolerance of a stated figure against a system's (rounded published figures).
 TOLERANCE = 0.05
@@ -170,6 +174,17 @@ def _matches(stated: dict[str, Figure], own: System, preset: System) -> bool:
     return all(f in stated for f in differs)
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterChoice:
+    """The system a row runs on (a preset name or a folder file's relative path), the
+    assumption that reports it, and the stated inter-node bandwidth per GPU (bytes/s) to set on
+    the preset's scale-out dim (``None``: the system as it is)."""
+
+    value: str
+    assumption: str
+    scale_out: float | None = None
+
+
 def _describe(field: str, figure: Figure) -> str:
     if field == "scale_out":
         return f"inter-node {figure.value * 8 / 1e9:g} Gb/s per GPU ({figure.text!r})"
@@ -198,10 +213,13 @@ def folder_systems(folder: Path | None) -> list[tuple[str, System]]:
     return out
 
 
-def cluster_system(gpu: str, interconnect: str, preset_name: str, folder: Path | None) -> Inferred:
+def cluster_system(
+    gpu: str, interconnect: str, preset_name: str, folder: Path | None
+) -> ClusterChoice:
     """The system of a row: the folder's one system file of the preset's GPU whose figures the
-    row states (its path relative to the folder), else ``preset_name``; the assumption says
-    which figures were read, matched, or differ from the preset and are not applied."""
+    row states (its path relative to the folder), else ``preset_name`` with a stated
+    inter-node bandwidth per GPU that differs from the preset's set on its scale-out dim; the
+    assumption says which figures were read, matched, applied, or differ and are not applied."""
     cluster = read_cluster(gpu, interconnect)
     preset = load_system(preset_name)
     stated = _stated(cluster, preset)
@@ -211,7 +229,7 @@ def cluster_system(gpu: str, interconnect: str, preset_name: str, folder: Path |
         said += f" (a per-node rate over {nodes} GPUs per node)"
     unread = "".join(f"; not read: {u}" for u in cluster.unread)
     if not stated:
-        return Inferred(preset_name, f"the cluster: no figure read from gpu / interconnect, "
+        return ClusterChoice(preset_name, f"the cluster: no figure read from gpu / interconnect, "
                                      f"the {preset_name} preset's{unread}")  # fmt: skip
     family = _family(preset)
     found = [
@@ -220,7 +238,7 @@ def cluster_system(gpu: str, interconnect: str, preset_name: str, folder: Path |
     ]  # fmt: skip
     hbm = f"; HBM type {cluster.hbm!r} stated" if cluster.hbm else ""
     if len(found) == 1:
-        return Inferred(found[0][0], (
+        return ClusterChoice(found[0][0], (
             f"the cluster: the data folder's {found[0][0]} ({found[0][1].description}), whose "
             f"figures the row states ({said}{hbm}); its other figures are the file's own"
             f"{unread}"
@@ -230,9 +248,28 @@ def cluster_system(gpu: str, interconnect: str, preset_name: str, folder: Path |
     why = (f"{len(found)} system files of the data folder match ({', '.join(p for p, _ in found)})"
            if found else "no system file of the data folder states this cluster")  # fmt: skip
     if not differ:
-        return Inferred(preset_name, f"the cluster: the {preset_name} preset, which has the "
+        return ClusterChoice(preset_name, f"the cluster: the {preset_name} preset, which has the "
                                      f"stated figures ({said}{hbm}){unread}")  # fmt: skip
-    return Inferred(preset_name, (
+    scale_out = stated.get("scale_out")
+    applied = (
+        scale_out is not None and len(preset.network) > 1
+        and not _agrees("scale_out", scale_out, base["scale_out"])
+    )  # fmt: skip
+    rest = [_describe(f, s) for f, s in stated.items()
+            if not _agrees(f, s, base[f]) and not (applied and f == "scale_out")]  # fmt: skip
+    if applied and scale_out is not None:
+        dim = preset.network[-1]
+        kept = (f"; the row also states {', '.join(rest)}, which would need kernel or network "
+                f"rates no public source here gives: not applied" if rest else "")  # fmt: skip
+        return ClusterChoice(preset_name, (
+            f"the cluster: the {preset_name} preset with its scale-out dim "
+            f"{dim.name or len(preset.network) - 1!r} at the stated "
+            f"{_describe('scale_out', scale_out)} instead of "
+            f"{dim.bandwidth_bytes_per_s * 8 / 1e9:g} Gb/s ({why}), its NCCL channels 2 per NIC at "
+            f"the preset's per-NIC rate (no NIC stated); its efficiencies, latency and every "
+            f"other figure are the preset's{kept}{hbm}{unread}"
+        ), scale_out.value)  # fmt: skip
+    return ClusterChoice(preset_name, (
         f"the cluster: the {preset_name} preset although the row states "
         f"{', '.join(differ)}: {why}, and a figure the preset's kernel and network rates would "
         f"need for it has no public source here; not applied{hbm}{unread}"

@@ -10,10 +10,11 @@ fitted system. A source on a system file of its own (``systems/<file>.toml``: it
 links or memory differ from a preset's) is fitted on the other sources of the system sharing
 its accelerator (the same ``accelerator.name``) that has the most rows, and measured on its own
 system with the fitted accelerator efficiencies (:func:`~stage_explore.calibrate.apply`): only
-the accelerator's constants travel, its own links stay. It answers "how well does a system
-calibrated elsewhere predict this source", the question a user with another cluster asks.
-Memory rows are left out (no efficiency moves them). Rows with an inferred setup
-(:mod:`~stage_explore.validation.infer`) are measured but never trained on.
+the accelerator's constants travel, its own links stay (also an inferred row's preset with its
+stated scale-out bandwidth, :func:`~stage_explore.validation.setups.case_system`). It answers
+"how well does a system calibrated elsewhere predict this source", the question a user with
+another cluster asks. Memory rows are left out (no efficiency moves them). Rows with an
+inferred setup (:mod:`~stage_explore.validation.infer`) are measured but never trained on.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from stage_explore.calibrate import apply, default_parameters, fit, objective
-from stage_explore.system import load_system
 from stage_explore.system.model import System
 from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import BackendFactory, RowResult
-from stage_explore.validation.setups import Case
+from stage_explore.validation.setups import Case, case_system
 
 #: Objective evaluations per fit (each evaluates every training row once).
 MAX_EVALUATIONS = 40
@@ -42,10 +42,10 @@ def _training_rows(
     if same:
         return same
     for case in [mine[0], *others]:
-        if case.system_source not in systems:
-            systems[case.system_source] = load_system(case.system_source)
-    accelerator = systems[mine[0].system_source].accelerator.name
-    kin = [c for c in others if systems[c.system_source].accelerator.name == accelerator]
+        if case.system not in systems:
+            systems[case.system] = case_system(case)
+    accelerator = systems[mine[0].system].accelerator.name
+    kin = [c for c in others if systems[c.system].accelerator.name == accelerator]
     if not kin:
         return []
     most = Counter(c.system for c in kin).most_common(1)[0][0]
@@ -64,9 +64,9 @@ def leave_one_source_out(
     out: dict[str, Any] = {}
     for source in dict.fromkeys(r.case.source for r in timing):
         mine = [r.case for r in timing if r.case.source == source]
-        if mine[0].system_source not in systems:
-            systems[mine[0].system_source] = load_system(mine[0].system_source)
-        own = systems[mine[0].system_source]
+        if mine[0].system not in systems:
+            systems[mine[0].system] = case_system(mine[0])
+        own = systems[mine[0].system]
         others = [  # inferred setups are measured, never fitted on (their setups are guesses)
             r.case for r in timing if r.case.source != source and not is_inferred(r.case.source)
         ]
@@ -77,7 +77,7 @@ def leave_one_source_out(
                 f"{own.accelerator.name} to fit on"
             }
             continue
-        system = systems[train[0].system_source]
+        system = systems[train[0].system]
         # The test source's precisions too: a dtype with the train rows' peak shares their fit.
         dtypes = {str(c.parallel.precision) for c in [*train, *mine] if c.parallel is not None}
         names = [n for n in default_parameters(system, dtypes) if not n.startswith("network.")]

@@ -21,9 +21,8 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY, AnalyticalBackend
 from stage_explore.evaluation import BaseBackend, Evaluation
-from stage_explore.system import load_system
 from stage_explore.system.model import System
-from stage_explore.validation.setups import Case, parse_backend_key
+from stage_explore.validation.setups import Case, case_system, parse_backend_key
 
 BackendFactory = Callable[[str], BaseBackend]
 
@@ -165,7 +164,8 @@ def evaluate_cases(
     factory: BackendFactory | None = None,
     systems: Mapping[str, System] | None = None,
 ) -> list[RowResult]:
-    """Every case, on its system (``systems[name]``, else the preset) and framework."""
+    """Every case, on its system (``systems[name]``, else loaded with the case's overrides:
+    :func:`~stage_explore.validation.setups.case_system`) and framework."""
     factory = factory or analytical_factory()
     loaded: dict[str, System] = dict(systems or {})
     results = []
@@ -174,6 +174,6 @@ def evaluate_cases(
             results.append(RowResult(case, float("nan"), note=case.reason))
             continue
         if case.system not in loaded:
-            loaded[case.system] = load_system(case.system_source)
+            loaded[case.system] = case_system(case)
         results.append(evaluate_case(case, factory(case.backend_key), loaded[case.system]))
     return results

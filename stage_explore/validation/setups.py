@@ -30,6 +30,8 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule
+from stage_explore.system import load_system
+from stage_explore.system.model import NetworkDim, System
 
 #: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
 #: precision (a source's or row's own ``precision`` key).
@@ -110,11 +112,21 @@ class Case:
     #: (the row count of ``stage validate``); "" and 0 for a case built by hand.
     file: str = ""
     line: int = 0
+    #: Figures of the loaded system the row states differently (``(field, value)``; fields of
+    #: :data:`SYSTEM_OVERRIDES`): set by an inferred setup, :attr:`system` names the result.
+    system_overrides: tuple[tuple[str, float], ...] = ()
 
     @property
     def system_source(self) -> str:
-        """What :func:`~stage_explore.system.load_system` takes for this case's system."""
-        return self.system_file or self.system
+        """What :func:`~stage_explore.system.load_system` takes for this case's system (before
+        :attr:`system_overrides`; :func:`case_system` applies them)."""
+        return self.system_file or self.system_base
+
+    @property
+    def system_base(self) -> str:
+        """:attr:`system` without the overrides' suffix (``h100-80gb`` of
+        ``h100-80gb+scale_out=6.25GB/s``)."""
+        return self.system.split("+", 1)[0] if self.system_overrides else self.system
 
     @property
     def backend_key(self) -> str:
@@ -122,6 +134,58 @@ class Case:
         (:func:`parse_backend_key` reads it back)."""
         options = ",".join(f"{k}={str(v).lower()}" for k, v in self.framework_options)
         return f"{self.framework}+{options}" if options else self.framework
+
+
+#: The system figures a case may override: field → what it sets.
+SYSTEM_OVERRIDES = {
+    "scale_out_bandwidth_bytes_per_s": "the scale-out (last) network dim's bandwidth per GPU "
+    "(and its NCCL channels, 2 per NIC at the dim's per-NIC rate)",
+}
+
+
+def derived_name(base: str, overrides: tuple[tuple[str, float], ...]) -> str:
+    """The :attr:`Case.system` of ``base`` with ``overrides``: ``h100-80gb+scale_out=6.25GB/s``."""
+    short = {"scale_out_bandwidth_bytes_per_s": "scale_out"}
+    parts = [f"{short.get(k, k)}={v / 1e9:g}GB/s" for k, v in overrides]
+    return "+".join([base, *parts])
+
+
+def _channels(dim: NetworkDim, bandwidth: float) -> int | None:
+    """The NCCL channels of ``dim`` at ``bandwidth`` per GPU: its NICs at the dim's per-NIC
+    rate (the NIC count the stated rate gives; the source states no NIC), 2 channels per NIC
+    ("DGX with 8 NICs ... it would use 16 SMs", NVIDIA/nccl#689; one per NIC and direction,
+    NVIDIA/nccl#1041), as ``systems/ibm-a100-400g.toml`` reads its 400 Gb/s per node: the
+    preset's count times the bandwidth ratio, at least one NIC (2) and at most the preset's
+    (a faster link is read as faster NICs, not more)."""
+    if dim.nccl_channels is None:
+        return None
+    scaled = round(dim.nccl_channels * bandwidth / dim.bandwidth_bytes_per_s)
+    return max(2, min(dim.nccl_channels, scaled))
+
+
+def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> System:
+    """``system`` with ``overrides`` (:data:`SYSTEM_OVERRIDES`) applied, renamed as
+    :func:`derived_name` names it; without overrides, ``system`` itself. A scale-out bandwidth
+    also sets the dim's NCCL channels (:func:`_channels`)."""
+    if not overrides:
+        return system
+    network = list(system.network)
+    for field_name, value in overrides:
+        if field_name not in SYSTEM_OVERRIDES:
+            known = list(SYSTEM_OVERRIDES)
+            raise ConfigError(f"unknown system override {field_name!r}; known: {known}")
+        if len(network) < 2:
+            raise ConfigError(f"system {system.name!r} has no scale-out dim to set {field_name}")
+        dim = network[-1]
+        network[-1] = replace(
+            dim, bandwidth_bytes_per_s=value, nccl_channels=_channels(dim, value)
+        )
+    return replace(system, name=derived_name(system.name, overrides), network=tuple(network))
+
+
+def case_system(case: Case) -> System:
+    """The system ``case`` runs on: :attr:`Case.system_source` loaded, with its overrides."""
+    return derive_system(load_system(case.system_source), case.system_overrides)
 
 
 def parse_backend_key(key: str) -> tuple[str, dict[str, bool | int | float | str]]:

@@ -5,13 +5,18 @@ on (a data folder's ``systems/*.toml`` it states, else the preset, said)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from stage_core.errors import ConfigError
+from stage_explore.system import load_system
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_cluster import cluster_system, read_cluster
-from stage_explore.validation.setups import data_dir
+from stage_explore.validation.run import evaluate_cases
+from stage_explore.validation.setups import case_system, data_dir, derive_system
 
 GRAND_TETON = (
     "Grand Teton: 8x H100 96GB HBM2e (2.4 TB/s) per host fully connected with NVLink, "
@@ -127,5 +132,71 @@ def test_an_inferred_row_runs_on_the_folder_file_it_states() -> None:
     assert not case.reason, case.reason
     assert case.system == "systems/ibm-a100-400g.toml"
     assert case.system_file == str((data_dir() / "systems" / "ibm-a100-400g.toml").resolve())
-    (bare,) = row_cases(row, "extra.csv", 1)  # no folder: the presets only
-    assert bare.system == "a100-80gb" and bare.system_file == ""
+    (bare,) = row_cases(row, "extra.csv", 1)  # no folder: the preset, with the stated link
+    assert bare.system == "a100-80gb+scale_out=6.25GB/s" and bare.system_file == ""
+    assert bare.system_source == "a100-80gb"
+
+
+FSDP_ROW = {
+    "id": "X-2", "source": "a blog, FSDP", "model": "Llama 2 7B", "layers": "32",
+    "hidden": "4096", "heads": "32", "vocab": "32000", "seq_len": "4096",
+    "global_batch_seqs": "256", "num_gpus": "128", "precision": "bf16",
+    "gpu": "A100 80GB", "tokens_per_s_per_gpu": "3000",
+}  # fmt: skip
+
+
+def _scale_out_file(folder: Path, bandwidth: str, channels: int) -> Path:
+    """The a100-80gb preset's file with only its scale-out dim's bandwidth and NCCL channels
+    changed, written to ``folder/systems`` (a hand-made system file, as a setups.toml source
+    would name)."""
+    preset = resources.files("stage_explore.system").joinpath("presets", "a100-80gb.toml")
+    text = preset.read_text(encoding="utf-8")
+    old = "bandwidth_bytes_per_s = 25e9"
+    assert text.count(old) == 1
+    (folder / "systems").mkdir()
+    path = folder / "systems" / "hand.toml"
+    text = text.replace(old, f"bandwidth_bytes_per_s = {bandwidth}")
+    assert text.count("nccl_channels = 16 ") == 1  # the scale-out dim's (NVSwitch: 24)
+    text = text.replace("nccl_channels = 16 ", f"nccl_channels = {channels} ")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_stated_scale_out_rate_without_a_file_sets_the_preset_dim(tmp_path: Path) -> None:
+    row = {**FSDP_ROW, "interconnect": "4x100 Gb/s per node"}
+    (derived,) = row_cases(row, "extra.csv", 1, tmp_path)  # a folder without systems/
+    assert derived.system == "a100-80gb+scale_out=6.25GB/s"
+    assert "with its scale-out dim 'infiniband-hdr' at the stated" in " ".join(
+        derived.assumptions
+    )
+    system = case_system(derived)
+    assert system.network[-1].bandwidth_bytes_per_s == pytest.approx(6.25e9)
+    preset = load_system("a100-80gb")
+    assert system.network[0] == preset.network[0]
+    assert system.network[-1].nccl_channels == 4  # 16 for 8 NICs of 25 GB/s -> 2 NICs
+    assert replace(
+        system.network[-1], bandwidth_bytes_per_s=25e9, nccl_channels=16
+    ) == preset.network[-1]
+    assert system.accelerator == preset.accelerator
+    # the same row with a hand-made file of that figure in its folder runs on the file
+    hand_dir = tmp_path / "hand"
+    hand_dir.mkdir()
+    _scale_out_file(hand_dir, "6.25e9", 4)  # 400 Gb/s per node: 2 HDR NICs, 2 channels each
+    (on_file,) = row_cases(row, "extra.csv", 1, hand_dir)
+    assert on_file.system == "systems/hand.toml" and on_file.system_overrides == ()
+    plain = replace(derived, system="a100-80gb", system_overrides=())
+    derived_result, file_result, plain_result = evaluate_cases([derived, on_file, plain])
+    assert derived_result.evaluated and file_result.evaluated
+    assert derived_result.predicted == pytest.approx(file_result.predicted, rel=1e-12)
+    assert derived_result.predicted < 0.99 * plain_result.predicted  # the link is the bottleneck
+
+
+def test_a_row_stating_no_scale_out_rate_keeps_the_preset(tmp_path: Path) -> None:
+    (case,) = row_cases({**FSDP_ROW, "interconnect": "NVSwitch 600 GB/s"}, "extra.csv", 1, tmp_path)
+    assert case.system == "a100-80gb" and case.system_overrides == ()
+    assert case_system(case) == load_system("a100-80gb")
+
+
+def test_derive_system_refuses_an_unknown_override() -> None:
+    with pytest.raises(ConfigError, match="unknown system override"):
+        derive_system(load_system("a100-80gb"), (("power_w", 500.0),))
