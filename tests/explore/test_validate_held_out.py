@@ -541,7 +541,8 @@ def test_the_dgx_cloud_25_05_grok1_rows_take_the_launch_scripts_layout(cases: li
     """GSW 25.05.04 (dgxc-benchmarking 1f6d9f40 grok1/README.md and launch.sh, NeMo 2.0): the
     full 64-layer model, GBS 2 per GPU; H100 TP 4, PP 8, CP 2, EP 8, ETP 1, VP 8; GB200 TP 4,
     EP 8, ETP 4 (gb200-nvl72). The 512-GB200 throughput cells are SeqLen·512/step, half the
-    layout's GBS: those rows carry SeqLen·GBS/step."""
+    layout's GBS: those rows carry SeqLen·GBS/step. FP8: delayed scaling with FP8 parameters; the
+    script's userbuffers config has no SM margin on its bulk overlaps."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     mine = [c for c in cases if c.id.startswith("DGXC2505-GROK1-")]
     assert sorted(c.id for c in mine) == sorted(i for i in rows if i.startswith("DGXC2505-GROK1-"))
@@ -555,7 +556,13 @@ def test_the_dgx_cloud_25_05_grok1_rows_take_the_launch_scripts_layout(cases: li
         assert parallel.global_batch == 2 * gpus and model.layers == 64 and model.seq_len == 8192
         moe = (model.num_experts, model.top_k, model.expert_ffn, model.vocab)
         assert moe == (8, 2, 32768, 128256), case.id
-        assert dict(case.framework_options).get("fp8_param_gather", False) == ("-FP8-" in case.id)
+        options, fp8 = dict(case.framework_options), "-FP8-" in case.id
+        assert options.get("fp8_param_gather", False) == fp8
+        # bf16_with_fp8_mixed(): delayed scaling; pretrain_grok1_314b.py names
+        # userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 on every GPU and dtype, whose bulk
+        # overlaps have set_sm_margin=False
+        assert options["ub_bulk_sm_margin"] is False, case.id
+        assert not fp8 or str(parallel.fp8_recipe) == "delayed"
         tokens = 8192 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
 
@@ -597,7 +604,9 @@ def test_the_dgx_cloud_25_05_dense_rows_take_their_25_04_twins_setup(cases: list
     """GSW 25.05.04's Nemotron-4 and Llama 3.1 405B tables (dgxc-benchmarking 1f6d9f40
     nemotron/ and llama3.1/ README.md and launch.sh, NeMo 25.04): set up as the GSW 25.04 rows of
     the same recipes (Nemotron-4 15B-16 / 340B-256, Llama 3.1 405B-512); on GB200 the 340B at TP 8,
-    PP 4, VP 12 with GBS GPUs/4 (weak) or 512 (strong scaling), the 405B at TP 4, GBS GPUs/2."""
+    PP 4, VP 12 with GBS GPUs/4 (weak) or 512 (strong scaling), the 405B at TP 4, GBS GPUs/2, both
+    with the b200 userbuffers configs NeMo's pretrain_nemotron4_340b.py / pretrain_llama31_405b.py
+    name on gb200 (bulk overlaps set_sm_margin=False: ub_bulk_sm_margin false)."""
     rows = {r["id"]: r for r in _rows(HELD_OUT)}
     by_id = {c.id: c for c in cases}
     prefixes = ("DGXC2505-H100-", "DGXC2505-GB200-")
@@ -616,8 +625,9 @@ def test_the_dgx_cloud_25_05_dense_rows_take_their_25_04_twins_setup(cases: list
             assert case.framework_options == twin.framework_options
             continue
         assert case.system == "gb200-nvl72"
-        options = dict(twin.framework_options)
-        options.pop("ub_bulk_sm_margin", None)  # the H100 userbuffers file's setting
+        # the scripts' GB200 userbuffers configs (userbuffers_{bf16,fp8}_b200_h18432_tp8_... for
+        # the 340B, _b200_h16384_tp4_cp2_... for the 405B): bulk overlaps without an SM margin
+        options = dict(twin.framework_options) | {"ub_bulk_sm_margin": False}
         assert dict(case.framework_options) == options, row_id
         if size == "405B":
             got = (case.parallel.tp, case.parallel.pp, case.parallel.cp, case.parallel.vpp)
