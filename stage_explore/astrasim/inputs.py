@@ -18,6 +18,8 @@ A run directory holds, for N ranks::
     network.yml          per dim: topology, npus_count (product = N), bandwidth (GB/s, GB =
                          2^30), latency (ns per link)
     memory.json          {"memory-type": "NO_MEMORY_EXPANSION"}
+    logging.toml         ASTRA-sim's result loggers made synchronous, so a crash at exit cannot
+                         drop the results (:mod:`~stage_explore.astrasim.logconfig`)
 
 The network dims are the system's, folded to the job's world size from dim 0 outwards (16 GPUs
 on DGX nodes of 8: ``npus_count: [ 8, 2 ]``); a world size that fills no whole number of the
@@ -35,6 +37,7 @@ from stage_core.chakra.groups import COMM_GROUP_FILE
 from stage_core.errors import ConfigError
 from stage_core.lower.emit import write_chakra
 from stage_core.lower.program import ProgramSet
+from stage_explore.astrasim.logconfig import LOGGING_CONFIG_FILE, write_logging_config
 from stage_explore.system.astra import AstraAlgorithm, AstraConfig, astra_config_from_system
 from stage_explore.system.model import System
 
@@ -177,6 +180,11 @@ class AstraInputs:
     def logging_folder(self) -> Path:
         return self.directory / LOGGING_FOLDER
 
+    @property
+    def logging_configuration(self) -> Path:
+        """``--logging-configuration``: the result loggers made synchronous (:mod:`.logconfig`)."""
+        return self.directory / LOGGING_CONFIG_FILE
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "directory": str(self.directory),
@@ -207,6 +215,7 @@ def write_inputs(
         inputs.network_yml.write_text(config.network_yml())
         inputs.memory_json.write_text(memory_json_text())
         inputs.logging_folder.mkdir(exist_ok=True)
+        write_logging_config(directory)
     except OSError as error:
         raise ConfigError(f"cannot write ASTRA-sim inputs into {directory}: {error}") from error
     return inputs

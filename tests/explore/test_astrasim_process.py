@@ -46,6 +46,7 @@ from stage_explore.astrasim import (
     step_flops,
     write_inputs,
 )
+from stage_explore.astrasim.logconfig import logging_config_text
 from stage_explore.astrasim.run import TEARDOWN_ATTEMPTS
 from stage_explore.search.backends import create_backend, resolve_backend
 from stage_explore.system import astra_config_from_files, load_system
@@ -136,7 +137,8 @@ record = Path({str(record)!r})
 record.write_text(json.dumps({{"argv": sys.argv, "cwd": os.getcwd()}}))
 args = dict(argument.split("=", 1) for argument in sys.argv[1:])
 expected = {{"--workload-configuration", "--system-configuration", "--network-configuration",
-            "--remote-memory-configuration", "--comm-group-configuration", "--logging-folder"}}
+            "--remote-memory-configuration", "--comm-group-configuration", "--logging-folder",
+            "--logging-configuration"}}
 if set(args) != expected:
     sys.exit(f"unexpected arguments {{sorted(args)}}")
 from stage_core.chakra.groups import read_comm_groups
@@ -150,6 +152,8 @@ if memory != {{"memory-type": "NO_MEMORY_EXPANSION"}}:
     sys.exit("bad memory.json")
 if not Path(args["--logging-folder"]).is_dir():
     sys.exit("no logging folder")
+if "[[logger]]" not in Path(args["--logging-configuration"]).read_text():
+    sys.exit("no logging configuration")
 traces = read_trace_set(prefix.parent, prefix.name)
 if read_comm_groups(args["--comm-group-configuration"]) != traces.groups:
     sys.exit("comm groups differ")
@@ -301,8 +305,10 @@ def test_command_line_and_working_directory(tmp_path: Path) -> None:
         f"--remote-memory-configuration={directory}/memory.json",
         f"--comm-group-configuration={directory}/comm_group.json",
         f"--logging-folder={directory}/log",
+        f"--logging-configuration={directory}/logging.toml",
     ]
     assert seen["argv"][1:] == list(run.command[1:])
+    assert (directory / "logging.toml").read_text() == logging_config_text()
     assert Path(seen["cwd"]) == directory
     assert sorted(run.report.ranks) == [0, 1, 2, 3]
     assert run.report.makespan_cycles == 1003 and run.report.slowest.gpu_time_cycles == 600

@@ -22,7 +22,8 @@ from stage_core.chakra.groups import read_comm_groups
 from stage_core.chakra.reader import read_trace_set
 from stage_explore.analytical.trace_models import AstraTimingModel
 from stage_explore.analytical.tracesim import simulate
-from stage_explore.astrasim import AstraInputs, AstraSimBackend, run_astra_sim
+from stage_explore.astrasim import AstraInputs, AstraSimBackend, command_line, run_astra_sim
+from stage_explore.astrasim.logconfig import LOGGING_CONFIG_FILE, logging_config_text
 from stage_explore.system import astra_config_from_files, load_system
 from tests.fixtures import SAMPLE_RUN, real_astra_sim
 
@@ -64,3 +65,27 @@ def test_stage_workloads_complete_and_match_the_trace_simulator(name: str, tmp_p
     config = astra_config_from_files(kept / "system.json", kept / "network.yml")
     expected = simulate(read_trace_set(kept).ranks, AstraTimingModel(config)).makespan
     assert evaluation.step_time_s == expected * 1e-9, f"inputs and output kept in {kept}"
+
+
+def test_the_run_directory_holds_the_logging_configuration_the_command_names(
+    tmp_path: Path,
+) -> None:
+    """Every run is given ``logging.toml`` (the result loggers synchronous), and the binary
+    accepts it: the run completes with every rank's ``finished`` line and statistics."""
+    assert BINARY is not None
+    model, parallel = inputs_tests.point("llama-cp-ring")
+    backend = AstraSimBackend(binary=str(BINARY), keep_dir=str(tmp_path), timeout_s=600)
+    evaluation = backend.evaluate(model, parallel, load_system("a100-80gb"))
+    kept = Path(evaluation.extra["astra_sim_dir"])
+    config = kept / LOGGING_CONFIG_FILE
+    assert config.read_text() == logging_config_text()
+    inputs = AstraInputs(
+        directory=kept,
+        world_size=8,
+        config=astra_config_from_files(kept / "system.json", kept / "network.yml"),
+        groups=read_comm_groups(kept / "comm_group.json"),
+    )
+    assert f"--logging-configuration={config}" in command_line(BINARY, inputs)
+    run = run_astra_sim(BINARY, inputs, timeout_s=600)
+    assert sorted(run.report.ranks) == list(range(8))
+    assert all(rank.gpu_time_cycles is not None for rank in run.report.ranks.values())
