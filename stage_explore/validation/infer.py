@@ -194,6 +194,23 @@ def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
     return fields, ([f"experts and top-k from the moe column ({cell!r})"] if fields else [])
 
 
+#: How an inferred default expert tensor parallel size's assumption begins.
+ETP_DEFAULT_NOTE = "expert tensor parallel size"
+_ETP = re.compile(r"\bETP\s*[:=]?\s*(\d+)\b")
+
+
+def _stated_etp(row: dict[str, str]) -> tuple[int, str] | None:
+    """The experts' tensor parallel size a row's ``source_table`` layout states (``ETP 4``, as
+    the DGX Cloud Benchmarking layout tables print it), with its assumption; it replaces a
+    recipe default's."""
+    found = _ETP.search(row.get("source_table", ""))
+    if found is None:
+        return None
+    etp = int(found.group(1))
+    said = f"the source_table column says {found.group(0)!r}"
+    return etp, f"expert tensor parallel size {etp} ({said})"
+
+
 def inferred_setup(
     row: dict[str, str], metric: str, name: str, file: str, folder: Path | None = None
 ) -> tuple[SourceSetup, dict[str, bool | int | float | str], tuple[tuple[str, float], ...]]:
@@ -221,6 +238,11 @@ def inferred_setup(
         precision.fp8_recipe,
     )  # fmt: skip
     parallel.update(defaults.parallel)
+    etp = _stated_etp(row)
+    if etp is not None:
+        parallel["etp"] = etp[0]
+        defaults.notes[:] = [n for n in defaults.notes if not n.startswith(ETP_DEFAULT_NOTE)]
+        notes.append(etp[1])
     replaced = {
         "micro_batch": "micro-batch 1 (", "vpp": "no interleaving", "recompute": NO_RECOMPUTE,
     }  # fmt: skip
@@ -251,7 +273,8 @@ def inferred_setup(
         file=file, id_prefix=row["id"], metric=metric,
         system=derived_name(cluster.value, overrides),
         framework=framework.value, precision=precision.precision, model_base=model.value,
-        in_sample=False, flops=flops, model={**defaults.model, **experts}, parallel=parallel,
+        in_sample=False, flops=flops, model={**defaults.model, **dict(model.model), **experts},
+        parallel=parallel,
         assumptions=tuple(f"inferred: {a}" for a in assumptions),
     )  # fmt: skip
     return setup, defaults.options, overrides

@@ -30,6 +30,8 @@ class Inferred:
 
     value: str
     assumption: str
+    #: Model fields the value implies beyond the CSV's dims (an MoE base's ``expert_ffn``).
+    model: tuple[tuple[str, int], ...] = ()
 
 
 #: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)").
@@ -177,6 +179,7 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
     (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
     (r"gpt[\s_-]*oss", {120: "gpt-oss-120b", 20: "gpt-oss-20b"}, ""),
     (r"mixtral", {7: "mixtral-8x7b", 22: "mixtral-8x22b"}, ""),
+    (r"grok[\s_-]*1", {}, "mixtral-8x22b"),
     (r"llama[\s_-]*2", {7: "llama2-7b", 13: "llama2-13b", 70: "llama2-70b"}, "llama2-7b"),
     (r"llama[\s_-]*3\.1", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3.1-405b"}, "llama3-8b"),
     (r"llama[\s_-]*3", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3-405b"}, "llama3-8b"),
@@ -188,8 +191,17 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
 GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"
 #: Dims a base flavor cannot answer for a model of another size: the CSV must state them.
 REQUIRED_DIMS = ("layers", "hidden", "heads")
+#: Grok-1 (xai-org/grok-1 model.py: RMSNorm, rotary, no biases, 8 experts top-2 in every layer,
+#: grouped-query attention) has Mixtral's block structure; NVIDIA's recipes build it as
+#: Megatron-Core's Mixtral config with Grok-1's sizes (NVIDIA/NeMo
+#: scripts/performance/llm/pretrain_grok1_314b.py: MixtralConfig8x7B(num_layers=64,
+#: hidden_size=6144, ...)); its gated GeGLU is timed as the flavor's SwiGLU (the same GEMMs).
+#: An MoE base flavor whose every layer is MoE takes experts and top-k from the ``moe`` cell and
+#: the expert FFN from ``ffn`` (:attr:`Inferred.model`).
+MOE_DIMS = ("ffn",)
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*b(?![a-z])")
 _MIXTRAL = re.compile(r"8x(\d+)b")
+_MOE_CELL = re.compile(r"\d+\s*(?:routed\s*)?experts?\b.*top[-\s]?\d+", re.IGNORECASE)
 
 
 def _size(text: str, params_b: str) -> float | None:
@@ -243,7 +255,7 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
         raise Uninferable(
             f"model {model!r} of another size than this family's flavors, or of no known "
             "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3, "
-            "Qwen3, GPT-OSS, Mixtral)"
+            "Qwen3, GPT-OSS, Mixtral, Grok-1)"
         )
     spec = get_flavor(flavor)
     if moe and not spec.num_experts:
@@ -254,11 +266,27 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
             "the empty CSV cells",
         )  # fmt: skip
     missing = [c for c in REQUIRED_DIMS if not row.get(c, "").strip()]
-    if missing or spec.num_experts:
+    if spec.num_experts:
+        if spec.first_k_dense or spec.moe_layer_interval != 1:
+            raise Uninferable(
+                f"model {model!r}: no flavor of that size, and the base {flavor} has dense "
+                "layers whose FFN the CSV cannot tell from the experts'"
+            )
+        missing += [c for c in MOE_DIMS if not row.get(c, "").strip().isdigit()]
+        missing += [] if _MOE_CELL.search(moe) else ["experts and top-k in the moe column"]
+    if missing:
         raise Uninferable(
             f"model {model!r}: no flavor of that size, and the CSV does not state "
-            f"{', '.join(missing) or 'the experts'} (a base flavor cannot answer them)"
+            f"{', '.join(missing)} (a base flavor cannot answer them)"
         )
+    if spec.num_experts:
+        return Inferred(
+            flavor, f"model family from flavor {flavor} (norm, activation, position, biases, "
+            f"an MoE block in every layer; the model column says {model!r}) with the CSV's "
+            "dims, its ffn as every expert's FFN (expert_ffn) and the moe column's experts "
+            f"and top-k; dims it leaves empty are {flavor}'s",
+            (("expert_ffn", int(row["ffn"])),),
+        )  # fmt: skip
     return Inferred(
         flavor, f"model family from flavor {flavor} (norm, activation, position, biases; the "
         f"model column says {model!r}) with the CSV's dims; dims it leaves empty are {flavor}'s",

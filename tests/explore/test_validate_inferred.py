@@ -281,3 +281,76 @@ def test_a_malformed_layout_cell_of_a_configured_row_names_file_row_and_column(
     _folder(tmp_path, _row(pp="two"), setups=setups)
     with pytest.raises(ConfigError, match=f"^{EXTRA}: HID-1: the pp cell 'two' is not an integer$"):
         run_validation(tmp_path)
+
+
+#: DGXC-GROK1-BF16's setup stating only what the inference states of its rows: its model
+#: (mixtral-8x22b base, expert_ffn 32768) and layout, without the recipe settings the CSV does
+#: not state (FlashAttention-2, bf16 gradient reduction, ring context parallelism), which the
+#: inferred row takes from the megatron-core profile's defaults.
+GROK_BY_HAND = """
+[sources.GROK]
+title = "a Grok-1 proxy row set up by hand"
+file = "published_runs_extra.csv"
+id_prefix = "DGXC-GROK1-"
+metric = "tokens_per_s_per_gpu"
+system = "h100-80gb"
+framework = "megatron-core"
+precision = "bf16"
+model_base = "mixtral-8x22b"
+in_sample = false
+[sources.GROK.model]
+expert_ffn = 32768
+[sources.GROK.parallel]
+zero = 1
+recompute = "none"
+sp = true
+"""
+
+
+def test_a_grok1_proxy_row_is_inferred_on_a_mixtral_base(tmp_path: Path) -> None:
+    """Grok-1 (its 2-layer proxy here) on mixtral-8x22b with the CSV's dims, the ``ffn`` cell
+    as every expert's FFN: the model the hand-written DGXC-GROK1-BF16 setup gives, and the
+    prediction of a hand-written setup that states the same things."""
+    (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == "DGXC-GROK1-BF16-314B-8"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (mine,) = run_validation(_folder(tmp_path / "a", row)).results
+    (theirs,) = run_validation(_folder(tmp_path / "b", row, setups=GROK_BY_HAND)).results
+    (package,) = [c for c in load_cases() if c.id == row["id"]]
+    assert mine.evaluated and mine.case.source.startswith("INFERRED")
+    assert mine.case.model == package.model
+    assert mine.case.model is not None and mine.case.model.expert_ffn == 32768
+    assert (mine.case.model.layers, mine.case.model.num_experts) == (2, 8)
+    assert mine.predicted == theirs.predicted
+    assert any("flavor mixtral-8x22b" in a for a in mine.case.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("cells", "reason"),
+    [
+        ({"moe": "MoE"}, "experts and top-k in the moe column"),
+        ({"ffn": "32768 per expert"}, "ffn"),
+        ({"model": "Kimi K2"}, "of no known family"),
+    ],
+)  # fmt: skip
+def test_a_grok1_row_without_its_expert_dims_is_not_evaluated(
+    tmp_path: Path, cells: dict[str, str], reason: str
+) -> None:
+    (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == "DGXC-GROK1-BF16-314B-8"]
+    (result,) = run_validation(_folder(tmp_path, {**row, **cells})).results
+    assert not result.evaluated and reason in result.note
+
+
+@pytest.mark.parametrize(
+    "row_id", ["DGXC2505-GROK1-GB200-BF16-314B-512", "DGXC2505-GROK1-H100-BF16-314B-512"]
+)
+def test_a_stated_etp_replaces_the_era_default(row_id: str) -> None:
+    """The layout table's ``ETP 4`` (GB200) / ``ETP 1`` (H100) in ``source_table`` is the
+    experts' tensor parallel size the hand-written setups read from the same launch.sh."""
+    (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == row_id]
+    (package,) = [c for c in load_cases() if c.id == row_id]
+    (inferred, *_) = row_cases(row, HELD_OUT, package.line, DATA)
+    assert inferred.parallel is not None and package.parallel is not None
+    assert inferred.parallel.etp == package.parallel.etp
+    said = [a for a in inferred.assumptions if "expert tensor parallel size" in a]
+    assert len(said) == 1 and "source_table column says 'ETP" in said[0]
