@@ -444,26 +444,10 @@ def _pass_end(
     return em.instr(instr, f"{prefix}.{instr.name}", deps, (), ("", phase, chunk))
 
 
-def stage_nodes(
-    programs: ProgramSet,
-    stage: StageProgram,
-    instructions: Instructions | None = None,
-    *,
-    keep_empty: bool = False,
-    zero_prefetch: int | None = None,
-    gathers_ahead: Callable[[int], bool] | None = None,
-    pass_end: PassEnd | None = None,
-    zero_held: bool = False,
-    zero_root: frozenset[str] = frozenset(),
-    zero_regather: frozenset[str] = frozenset(),
-) -> list[ProgramNode]:
-    """The template node list of one pipeline stage; ``instructions`` gives the instructions a
-    block's phase emits (by default as bound; under a split backward it is asked for the B
-    and W parts, :data:`BWD_B` and :data:`BWD_W`, each with its own dependencies, as
-    :func:`~stage_core.lower.weightgrad.split_backward` renumbers them). Compute nodes
-    without FLOPs or bytes (an add's backward) are left out, their dependencies passed on
-    (:func:`stage_core.lower.elide.elide_empty`), unless ``keep_empty`` (a caller that times
-    nodes by their source, not by their counts).
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    """How :func:`stage_nodes` emits what a framework runs around a stage's blocks (each field
+    off by default: the program as bound).
 
     ``zero_prefetch``: ZeRO-3's gathers as the frameworks issue them, a block's gather at the
     pre-hook of the block that many before it in its pass (0: its own), waiting for the
@@ -506,17 +490,42 @@ def stage_nodes(
     both waited for by its backward (DeepSpeed ZeRO-3 with activation checkpointing: the
     recomputed forward's pre-forward fetch, its post-forward release, then the backward's
     pre-backward fetch)."""
+
+    zero_prefetch: int | None = None
+    gathers_ahead: Callable[[int], bool] | None = None
+    pass_end: PassEnd | None = None
+    zero_held: bool = False
+    zero_root: frozenset[str] = frozenset()
+    zero_regather: frozenset[str] = frozenset()
+
+
+def stage_nodes(
+    programs: ProgramSet,
+    stage: StageProgram,
+    instructions: Instructions | None = None,
+    *,
+    keep_empty: bool = False,
+    options: NodeOptions | None = None,
+) -> list[ProgramNode]:
+    """The template node list of one pipeline stage; ``instructions`` gives the instructions a
+    block's phase emits (by default as bound; under a split backward it is asked for the B
+    and W parts, :data:`BWD_B` and :data:`BWD_W`, each with its own dependencies, as
+    :func:`~stage_core.lower.weightgrad.split_backward` renumbers them). Compute nodes
+    without FLOPs or bytes (an add's backward) are left out, their dependencies passed on
+    (:func:`stage_core.lower.elide.elide_empty`), unless ``keep_empty`` (a caller that times
+    nodes by their source, not by their counts).
+
+    ``options`` (:class:`NodeOptions`): how a framework runs ZeRO's collectives and what it
+    adds at a pass's end; the default emits the program as bound."""
+    opts = options or NodeOptions()
     split = str(programs.workload.parallel.schedule) in SPLIT_BACKWARD
-    if zero_held and split:
+    if opts.zero_held and split:
         raise ConfigError("zero_held needs a schedule that does not split the backward")
-    if (zero_root or zero_regather) and (split or zero_prefetch is None):
+    if (opts.zero_root or opts.zero_regather) and (split or opts.zero_prefetch is None):
         raise ConfigError(
             "zero_root and zero_regather need zero_prefetch and a schedule that does not split"
         )
-    nodes = _stage_nodes(
-        programs, stage, instructions, zero_prefetch, gathers_ahead, pass_end, zero_held,
-        zero_root, zero_regather,
-    )  # fmt: skip
+    nodes = _stage_nodes(programs, stage, instructions, opts)
     return nodes if keep_empty else elide_empty(nodes)
 
 
@@ -524,13 +533,18 @@ def _stage_nodes(
     programs: ProgramSet,
     stage: StageProgram,
     instructions: Instructions | None,
-    zero_prefetch: int | None = None,
-    gathers_ahead: Callable[[int], bool] | None = None,
-    pass_end: PassEnd | None = None,
-    zero_held: bool = False,
-    zero_root: frozenset[str] = frozenset(),
-    zero_regather: frozenset[str] = frozenset(),
+    options: NodeOptions,
 ) -> list[ProgramNode]:
+    zero_prefetch, gathers_ahead, pass_end = (
+        options.zero_prefetch,
+        options.gathers_ahead,
+        options.pass_end,
+    )
+    zero_held, zero_root, zero_regather = (
+        options.zero_held,
+        options.zero_root,
+        options.zero_regather,
+    )
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
     last_stage = p * vpp - 1

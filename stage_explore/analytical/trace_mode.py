@@ -23,7 +23,7 @@ stage (``rank_of({"pp": s})``, as the backend's group spans); collectives start 
 policy's), gradient synchronisation and ZeRO's collectives run on streams of their own (the
 policy's ``side_streams``: :func:`_side_stream`; ZeRO's gathers and reduce-scatters on one
 queue, the gathers emitted as the frameworks issue them, the profile's
-``zero3_prefetch_units`` blocks ahead: ``stage_nodes(..., zero_prefetch=...)``, the levelled
+``zero3_prefetch_units`` blocks ahead: ``NodeOptions(zero_prefetch=...)``, the levelled
 mode's :mod:`~stage_explore.analytical.zero_queue`), and a pipeline transfer holds its sender and
 delays its receiver as the levelled mode's ``_transfer`` says (the policy's ``point_to_point``:
 the send lasts the hold, the message flies the arrival delay after it; traces run
@@ -47,10 +47,10 @@ gradient-sync stream), instead of whole after the optimizer.
 The FP8 amax all-reduces (the framework option ``fp8_amax_reduction``: Transformer Engine's
 delayed scaling at the exit of a chunk's ``fp8_autocast`` and after its backward; not
 instructions of the generator's program) are emitted at the end of each of a chunk's passes
-(``stage_nodes(..., pass_end=...)``, :meth:`_StageCosts.amax`), with the levelled mode's seconds.
+(``NodeOptions(pass_end=...)``, :meth:`_StageCosts.amax`), with the levelled mode's seconds.
 
 FSDP2's stage held unsharded under pipeline parallelism (``pp_unsharded_params`` with ZeRO-3
-and pp > 1) runs as the frameworks run it (``stage_nodes(..., zero_held=True)``): a chunk's
+and pp > 1) runs as the frameworks run it (``NodeOptions(zero_held=True)``): a chunk's
 gathers in its first forward only, its reduce-scatters one after the other after its last
 backward, before that backward's send, as the levelled pipeline runs them too (``_held_zero_s``
 in the chunk's first forward and last backward tasks; equal but for hybrid sharding's replica
@@ -93,6 +93,7 @@ from stage_core.lower.nodes import (
     ZERO_GATHER,
     ZERO_SCATTER,
     Instructions,
+    NodeOptions,
     NodeSource,
     PassEnd,
     ProgramNode,
@@ -499,12 +500,14 @@ def trace_step(
     for stage_program in programs.stages:
         stage = stage_program.stage
         # kept: a framework may charge a kernel where the generator counts no work
-        template = stage_nodes(
-            programs, stage_program, emitted(stage), keep_empty=True, zero_prefetch=prefetch,
-            gathers_ahead=ahead(stage), pass_end=costs[stage].pass_end(), zero_held=held,
-            zero_root=_root_unit(backend, parallel, stage_program),
+        options = NodeOptions(
+            zero_prefetch=prefetch, gathers_ahead=ahead(stage), pass_end=costs[stage].pass_end(),
+            zero_held=held, zero_root=_root_unit(backend, parallel, stage_program),
             zero_regather=_regathered(backend, parallel, stage_program),
         )  # fmt: skip
+        template = stage_nodes(
+            programs, stage_program, emitted(stage), keep_empty=True, options=options
+        )
         templates.append(tuple(template))
         for c in range(cp):  # every cp rank: ring attention exchanges messages between them
             rank = workload.mesh.rank_of({"pp": stage, "cp": c})

@@ -6,7 +6,7 @@ Under Transformer Engine's delayed scaling Megatron-Core runs a chunk's layers i
 (``async_op=False``): the levelled mode adds one latency-bound all-reduce after each of a
 chunk's forwards and backwards (:meth:`~stage_explore.analytical.planning.StagePlanning.
 _fp8_amax_s`, :func:`~stage_explore.analytical.blocktime.plus_exposed`). The trace emits it as
-a collective node at the end of each pass (``stage_nodes(..., pass_end=...)``; after the W
+a collective node at the end of each pass (``NodeOptions(pass_end=...)``; after the W
 task under a split backward), before the pass's pipeline send and the rank's next task, with
 the backend's seconds. Contract: where the rest of the step is timed alike, the optimizer ends
 at the same time in both modes (1e-9 relative). Under ZeRO-3 the trace is earlier, by design

@@ -10,7 +10,7 @@ reduce-scatter waits for the previous one) and ``_root_post_backward_final_callb
 default stream waits for the reductions) inside the stage's backward, before the schedule
 issues that backward's send ops (``get_bwd_send_ops``). So a chunk's parameters are gathered
 in its first forward only and its gradients reduce-scattered once, after its last backward,
-before that backward's send. The trace runs that program (``stage_nodes(...,
+before that backward's send. The trace runs that program (``NodeOptions(
 zero_held=True)``); the levelled mode adds the first forward's exposed gathers and the
 scatters to the rank's end instead (``_held_zero_s``, ``SyncCost.held_s``), delaying no other
 stage. Since session 10 (p1) the levelled mode runs them where the code does too: in the

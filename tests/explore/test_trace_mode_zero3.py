@@ -6,7 +6,7 @@ engine", "Still separate").
   norm and output layer; Composer/llm-foundry and fms-fsdp: FSDP1's root instance): the trace
   gathers the embedding's and the head's parameters together before the embedding's forward,
   none in a backward, and reduce-scatters them together after the embedding's backward
-  (``stage_nodes(..., zero_root=...)``), as the levelled queue does (``zero_queue``'s root
+  (``NodeOptions(zero_root=...)``), as the levelled queue does (``zero_queue``'s root
   block): equal to 1e-9 on one pipeline stage.
 - **DeepSpeed's third gather** (ZeRO-3 with activation checkpointing: the recomputed forward's
   pre-forward fetch, its post-forward release, the backward's pre-backward fetch): the trace
