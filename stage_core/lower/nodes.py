@@ -15,6 +15,11 @@ split backward its B and W parts (phases :data:`BWD_B` and :data:`BWD_W`) on the
 
 Tags of point-to-point messages are ``1 + ((sender_stage·m + micro_batch)·2 + direction)``,
 unique per step and computed identically by sender and receiver.
+
+One module on purpose (over 600 lines): the schedule walk (:func:`_stage_nodes`) and the
+emitters it calls for ZeRO, synchronisation, parameter-gather, ring and pass-end nodes share
+the private ``_Emitter``, whose append order is the node-id order ASTRA-sim issues ready nodes
+by; split across modules, that one ordering invariant would be too.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ from stage_core.parallel import ParallelConfig, Schedule
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.taskgraph import shape
-from stage_explore.analytical.trace_mode import TraceStep, _point, _StageCosts, trace_step
+from stage_explore.analytical.trace_costs import StageCosts
+from stage_explore.analytical.trace_mode import TraceStep, _point, trace_step
 from stage_explore.system import load_system
 
 #: The a100-80gb preset without NCCL's channel counts (the contract of the two modes' timing
@@ -89,7 +90,7 @@ def _bounds(
     earlier = later = 0.0
     for stage_program in programs.stages:
         stage = stage_program.stage
-        costs = _StageCosts(backend, point, stage, stage_program)
+        costs = StageCosts(backend, point, stage, stage_program)
         times = plan.classes[plan.stage_class[stage]].stage_times(True)
         chunks = len(times.forward_s)
         w_block = [
@@ -120,7 +121,7 @@ def _w_excess(backend: AnalyticalBackend, model: Any, parallel: ParallelConfig) 
     plan = backend._plan(point).step
     excess = 0.0
     for stage_program in lower(model, parallel).stages:
-        costs = _StageCosts(backend, point, stage_program.stage, stage_program)
+        costs = StageCosts(backend, point, stage_program.stage, stage_program)
         times = plan.classes[plan.stage_class[stage_program.stage]].stage_times(True)
         for c, chunk in enumerate(stage_program.chunks):
             w_block = sum(
