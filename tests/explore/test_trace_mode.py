@@ -58,6 +58,7 @@ from stage_explore.analytical.tracesim import simulate
 from stage_explore.evaluation import Evaluation
 from stage_explore.system import load_system
 from stage_explore.system.model import System
+from tests.explore.trace_helpers import optimizer_end
 
 #: The real preset: its network dims say how many SMs NCCL's kernels hold beside compute
 #: (``nccl_channels``), which both modes charge (:mod:`~stage_explore.analytical.contention`;
@@ -122,10 +123,6 @@ def _run(
     )
 
 
-def _optimizer_end(traced: TraceStep) -> float:
-    return max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
-
-
 def _seconds(traced: TraceStep, rank: int, wanted: Any) -> float:
     """Seconds of ``rank``'s nodes for which ``wanted(template item)`` holds."""
     times = traced.result.node_times
@@ -163,7 +160,7 @@ def test_the_levelled_mode_ends_the_step_as_the_trace_mode(
     (rank,) = traced.result.ranks
     gather = evaluation.breakdown.get("parameter_gather", 0.0)
     levelled = evaluation.step_time_s - gather  # the optimizer's end
-    traced_end = _optimizer_end(traced)
+    traced_end = optimizer_end(traced)
     userbuffers = Overlap.TP_COMM in backend_policy.overlaps and kwargs.get("sp", False)
     tolerance = 1e-9 * levelled
     if userbuffers:  # pipelined reduce-scatter chunks after a block's last instruction
@@ -196,7 +193,7 @@ def test_where_the_modes_differ_the_difference_is_bounded(
     evaluation, traced = _run(framework, flavor, kwargs, system)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     rank = max(traced.result.ranks, key=lambda r: traced.end_of(r, OPTIMIZER))
-    difference = abs(levelled - _optimizer_end(traced))
+    difference = abs(levelled - optimizer_end(traced))
     # ZeRO-2/3: queued on their own streams (trace) or beside their block (levelled)
     zero = (ZERO_GATHER, ZERO_SCATTER)
     bound = _seconds(traced, rank, lambda i: i.source is not None and i.source[1] in zero)
@@ -224,8 +221,8 @@ def test_zero3_ends_the_step_as_the_trace_mode(
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9), (
-        _optimizer_end(traced),
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9), (
+        optimizer_end(traced),
         levelled,
     )
     # the queue's edges: more exposed than the per-block rule (0 after the first block)
@@ -245,8 +242,8 @@ def test_pipelines_end_the_step_as_the_trace_mode(
     same time in both modes."""
     evaluation, traced = _run(framework, flavor, kwargs)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9), (
-        _optimizer_end(traced),
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9), (
+        optimizer_end(traced),
         levelled,
     )
     rank = max(traced.result.ranks, key=lambda r: traced.end_of(r, OPTIMIZER))
@@ -351,7 +348,7 @@ def test_the_modes_agree_on_random_one_stage_configurations(
 ) -> None:
     evaluation, traced = _run(framework, flavor, kwargs)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9), kwargs
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9), kwargs
 
 
 def test_megatron_core_buckets_only_the_first_chunk_in_the_trace_too() -> None:
@@ -441,8 +438,8 @@ def test_on_the_real_preset_the_trace_charges_the_sms_nccl_holds_at_most_as_the_
     charge (``exposed_nccl_contention``) earlier; where the levelled mode charges nothing the
     two agree as without the figures."""
     real, traced = _run(framework, flavor, kwargs, REAL_SYSTEM)
-    plain = _optimizer_end(_run(framework, flavor, kwargs)[1])
-    levelled, end = _levelled_end(real), _optimizer_end(traced)
+    plain = optimizer_end(_run(framework, flavor, kwargs)[1])
+    levelled, end = _levelled_end(real), optimizer_end(traced)
     charged = real.breakdown.get("exposed_nccl_contention", 0.0)
     tolerance = 1e-9 * levelled
     policy = AnalyticalBackend(framework=framework).policy
@@ -470,8 +467,8 @@ def test_on_the_real_preset_a_pipelines_slowed_backward_delays_the_stage_before_
     starts its own last backward that much later (per-chunk approximation of the levelled
     mode)."""
     real, traced = _run(framework, flavor, kwargs, REAL_SYSTEM)
-    plain = _optimizer_end(_run(framework, flavor, kwargs)[1])
-    levelled, end = _levelled_end(real), _optimizer_end(traced)
+    plain = optimizer_end(_run(framework, flavor, kwargs)[1])
+    levelled, end = _levelled_end(real), optimizer_end(traced)
     tolerance = 1e-9 * levelled
     assert plain - tolerance <= end
     assert levelled - tolerance <= end <= levelled + _slowed(traced) + tolerance, (end, levelled)
@@ -487,7 +484,7 @@ def test_the_trace_mode_sees_the_sms_nccl_holds_beside_compute(framework: str) -
     plain = _run(framework, "llama3-8b", kwargs)[1]
     slowed = _slowed(traced)
     assert abs(_slowed(plain)) < 1e-12 < slowed  # float sums of the node durations
-    assert 0.0 < _optimizer_end(traced) - _optimizer_end(plain) <= slowed * (1 + 1e-9)
+    assert 0.0 < optimizer_end(traced) - optimizer_end(plain) <= slowed * (1 + 1e-9)
 
 
 #: ZeRO-1 under ``overlap_param_gather``: GPT's tied embedding in the forward's first bucket,
@@ -540,6 +537,6 @@ def test_the_next_steps_parameter_gathers_run_ahead_of_the_first_forward(
         whole += sum(end - start for start, end in times)
         if stage == 0:
             first = times[0][1] - times[0][0]
-    exposed = _optimizer_end(ahead) - _optimizer_end(behind)
-    tolerance = 1e-9 * _optimizer_end(behind)
+    exposed = optimizer_end(ahead) - optimizer_end(behind)
+    tolerance = 1e-9 * optimizer_end(behind)
     assert first - tolerance <= exposed <= whole + tolerance, (first, exposed, whole)

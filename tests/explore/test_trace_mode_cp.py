@@ -23,7 +23,6 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
-from stage_core.lower.nodes import OPTIMIZER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_core.trace import NodeKind
@@ -32,6 +31,7 @@ from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.trace_mode import TraceStep, trace_step
 from stage_explore.analytical.trace_ring import ring_program
 from stage_explore.system import load_system
+from tests.explore.trace_helpers import optimizer_end
 
 _REAL = load_system("a100-80gb")
 SYSTEM = replace(_REAL, network=tuple(replace(d, nccl_channels=None) for d in _REAL.network))
@@ -63,17 +63,13 @@ def _run(framework: str, seq_len: int, kwargs: dict[str, Any]) -> tuple[float, A
     )
 
 
-def _optimizer_end(traced: TraceStep) -> float:
-    return max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
-
-
 @pytest.mark.parametrize(("seq_len", "kwargs"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("framework", sorted(set(FRAMEWORKS) - {"torchtitan"}))
 def test_ring_context_parallelism_ends_the_step_as_the_levelled_mode(
     framework: str, seq_len: int, kwargs: dict[str, Any]
 ) -> None:
     levelled, _, traced = _run(framework, seq_len, kwargs)
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9)
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9)
     cp, pp = kwargs["cp"], kwargs.get("pp", 1)
     assert len(traced.result.ranks) == cp * pp  # every cp rank of every stage
     ring = kwargs.get("cp_style") == "ring"
@@ -95,7 +91,7 @@ def test_transformer_engines_ring_per_step_as_the_levelled_mode_charges_it(
     levelled mode's charge in both (the levelled ``exposed_p2p`` is not the whole ring)."""
     kwargs = dict(tp=8, cp=cp, cp_style="ring", global_batch=2)
     levelled, evaluation, traced = _run("megatron-core", seq_len, kwargs)
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9)
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9)
     rank = min(traced.result.ranks)
     times = traced.result.node_times
     ring_s = sum(

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.nodes import OPTIMIZER, PASS_END_BWD, PASS_END_FWD
+from stage_core.lower.nodes import PASS_END_BWD, PASS_END_FWD
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_core.trace import CollectiveKind, NodeKind
@@ -31,6 +31,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.planning import FP8_AMAX
 from stage_explore.analytical.trace_mode import TraceStep, trace_step
 from stage_explore.system import load_system
+from tests.explore.trace_helpers import optimizer_end
 
 #: The h100-80gb preset (FP8) without NCCL's channel counts, as the other trace-mode contracts.
 _REAL = load_system("h100-80gb")
@@ -69,10 +70,6 @@ def _run(
     )
 
 
-def _optimizer_end(traced: TraceStep) -> float:
-    return max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
-
-
 def _amax_nodes(traced: TraceStep) -> list[Any]:
     return [
         item
@@ -88,7 +85,7 @@ def test_the_fp8_amax_reductions_end_the_step_as_the_levelled_mode(
 ) -> None:
     levelled, amax_s, traced = _run(name, kwargs)
     assert amax_s > 0.0
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9)
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9)
     nodes = _amax_nodes(traced)
     parallel = ParallelConfig(**kwargs, **FP8)  # type: ignore[arg-type]
     micro_batches = parallel.global_batch // parallel.dp // parallel.micro_batch
@@ -100,7 +97,7 @@ def test_the_fp8_amax_reductions_end_the_step_as_the_levelled_mode(
     plain, plain_amax, plain_traced = _run(name, kwargs, amax="off")
     assert plain_amax == 0.0 and not _amax_nodes(plain_traced)
     assert plain < levelled
-    assert math.isclose(_optimizer_end(plain_traced), plain, rel_tol=1e-9)
+    assert math.isclose(optimizer_end(plain_traced), plain, rel_tol=1e-9)
 
 
 def test_the_amax_reduction_precedes_the_pipeline_send_and_follows_the_pass() -> None:
@@ -121,8 +118,8 @@ def test_under_zero3_the_trace_runs_the_backward_amax_beside_the_last_scatter() 
     """Earlier than the levelled mode, by at most the amax seconds (module docstring)."""
     kwargs = dict(tp=2, dp=4, zero=3, global_batch=8)
     levelled, amax_s, traced = _run("llama3-8b", kwargs, layers=2)
-    end = _optimizer_end(traced)
+    end = optimizer_end(traced)
     assert amax_s > 0.0
     assert levelled - amax_s * (1 + 1e-9) <= end < levelled * (1 - 1e-9)
     plain, _, plain_traced = _run("llama3-8b", kwargs, amax="off", layers=2)
-    assert math.isclose(_optimizer_end(plain_traced), plain, rel_tol=1e-9)
+    assert math.isclose(optimizer_end(plain_traced), plain, rel_tol=1e-9)

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.nodes import BWD_B, BWD_W, OPTIMIZER
+from stage_core.lower.nodes import BWD_B, BWD_W
 from stage_core.lower.program import lower, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
@@ -45,8 +45,9 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.taskgraph import shape
 from stage_explore.analytical.trace_costs import StageCosts
-from stage_explore.analytical.trace_mode import TraceStep, _point, trace_step
+from stage_explore.analytical.trace_mode import _point, trace_step
 from stage_explore.system import load_system
+from tests.explore.trace_helpers import optimizer_end
 
 #: The a100-80gb preset without NCCL's channel counts (the contract of the two modes' timing
 #: is checked without the SMs NCCL holds beside compute, as in test_trace_mode.py).
@@ -68,10 +69,6 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("gpt-dualpipe-pp4-dp2", "megatron-gpt-1.7b",
      dict(tp=2, dp=2, pp=4, schedule=Schedule.DUALPIPE, global_batch=16)),
 ]  # fmt: skip
-
-
-def _optimizer_end(traced: TraceStep) -> float:
-    return max(traced.end_of(rank, OPTIMIZER) for rank in traced.result.ranks)
 
 
 def _bounds(
@@ -143,7 +140,7 @@ def test_split_backward_schedules_run_in_the_trace_mode_within_their_design_boun
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
-    traced_end = _optimizer_end(traced)
+    traced_end = optimizer_end(traced)
     earlier, later = _bounds(backend, model, parallel)
     tolerance = 1e-9 * levelled
     assert levelled - earlier - tolerance <= traced_end <= levelled + later + tolerance, (
@@ -176,4 +173,4 @@ def test_where_the_split_costs_nothing_zb_ends_as_the_levelled_mode(framework: s
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    assert math.isclose(_optimizer_end(traced), levelled, rel_tol=1e-9)
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9)
