@@ -146,6 +146,20 @@ def _wait_for_nodes(count: int, timeout_s: float) -> None:
     raise AssertionError(f"{count} Ray nodes did not come up within {timeout_s} s")
 
 
+def _wait_for_busy(
+    cluster: LocalRayCluster, node: subprocess.Popen[bytes], busy_dir: Path, timeout_s: float
+) -> None:
+    """Wait until one of ``node``'s processes is evaluating (its busy file exists)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy = {int(path.name) for path in busy_dir.iterdir()}
+        if busy & set(_session(node.pid)):
+            return
+        time.sleep(0.005)
+    print(cluster.log())
+    raise AssertionError(f"the worker node started no evaluation within {timeout_s} s")
+
+
 def test_study_on_two_nodes_survives_a_node_killed_midway(
     tmp_path: Path, cluster: LocalRayCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -153,10 +167,12 @@ def test_study_on_two_nodes_survives_a_node_killed_midway(
 
     cluster.start_head()
     worker_node = cluster.add_node()
+    busy_dir = tmp_path / "busy"
+    busy_dir.mkdir()
     text = support.study_text(
         trials=TRIALS,
         batch_size=6,
-        options="sleep_s = 0.15",
+        options=f'sleep_s = 0.15, busy_dir = "{busy_dir}"',
         executor=f'kind = "ray"\naddress = "{cluster.address}"\nchunk_size = 1\n'
         "connect_timeout_s = 60",
     )
@@ -173,6 +189,9 @@ def test_study_on_two_nodes_survives_a_node_killed_midway(
         seen.append(progress)
         if not killed_at and progress.done >= KILL_AFTER:
             killed_at.append(progress.done)
+            # kill while the node is mid-evaluation: a node killed between two tasks loses
+            # none (Ray re-leases a task not yet started), and the retry is what is tested
+            _wait_for_busy(cluster, worker_node, busy_dir, timeout_s=10)
             cluster.kill(worker_node)
 
     caplog.set_level(logging.WARNING, logger="stage_explore.search.retry")

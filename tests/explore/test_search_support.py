@@ -33,9 +33,17 @@ class SyntheticBackend(BaseBackend):
     name = "synthetic"
 
     def __init__(
-        self, sleep_s: float = 0.0, fail_tp: int = 0, reject_pp: int = 0, capacity_gib: float = 80.0
+        self,
+        sleep_s: float = 0.0,
+        fail_tp: int = 0,
+        reject_pp: int = 0,
+        capacity_gib: float = 80.0,
+        busy_dir: str = "",
     ) -> None:
         self.sleep_s = sleep_s
+        #: while an evaluation sleeps, a file named after its process id sits in this folder
+        #: (a test that kills a node waits until that node is mid-evaluation)
+        self.busy_dir = Path(busy_dir) if busy_dir else None
         self.fail_tp = fail_tp
         self.reject_pp = reject_pp
         self.capacity_bytes = int(capacity_gib * GIB)
@@ -54,7 +62,15 @@ class SyntheticBackend(BaseBackend):
         if self.reject_pp and p["pp"] == self.reject_pp:
             raise ConfigError(f"pp={p['pp']} does not divide the 30 layers")
         if self.sleep_s:
-            time.sleep(self.sleep_s)
+            if self.busy_dir is None:
+                time.sleep(self.sleep_s)
+            else:
+                busy = self.busy_dir / str(os.getpid())
+                busy.touch()
+                try:
+                    time.sleep(self.sleep_s)
+                finally:
+                    busy.unlink(missing_ok=True)
         gpus, tp, pp, cp = p["num_gpus"], p["tp"], p["pp"], p["cp"]
         dp = gpus // (tp * pp * cp)
         micro_batches = system["global_batch"] // (dp * p["micro_batch"])
