@@ -398,6 +398,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             weights,
             keys=keys,
             head_dim=sizes.get("D", point.workload.model.head_dim),
+            head_dims=(sizes["A"], sizes["U"]) if "A" in sizes else (0, 0),  # latent attention
             causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
             cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,

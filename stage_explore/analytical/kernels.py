@@ -59,6 +59,7 @@ from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_by
 from stage_explore.analytical.megatron_dispatch import sort_chunks_bytes
 from stage_explore.analytical.routing_tiles import expected_row_tiles
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
+from stage_explore.analytical.unfused_attention import UNFUSED, unfused_kernels
 from stage_explore.system.model import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
@@ -358,6 +359,10 @@ class KernelTimer:
     #: (:mod:`~stage_explore.analytical.megatron_dispatch`): its dispatch and combine ops move
     #: the permuted tokens once more each way, forward and backward.
     sort_chunks: bool = False
+    #: The attention's (query/key, value) head dims (latent attention: 192, 128), read by the
+    #: unfused path (:mod:`~stage_explore.analytical.unfused_attention`); (0, 0): both
+    #: ``head_dim``.
+    head_dims: tuple[int, int] = (0, 0)
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -374,6 +379,8 @@ class KernelTimer:
             memory_s = max(memory_s, self._loss_s(instr))
         if instr.flops <= 0:
             return memory_s
+        if instr.kind == "attention" and self.attention_kernel == UNFUSED:
+            return memory_s + self._unfused_s(instr)
         if instr.kind == "attention":
             backward = instr.phase == "bwd"
             efficiency = attention_efficiency(
@@ -424,6 +431,20 @@ class KernelTimer:
         fp8 = self._fp8_dtype()
         seconds = gemm_time_s(accelerator, kernels, fp8, shape, flops, fp8_memory_s, share)
         return seconds + self._cast_s(instr, role) + groups_s
+
+    def _unfused_s(self, instr: Instr) -> float:
+        """Seconds of Transformer Engine's unfused attention kernels for ``instr``
+        (:func:`~stage_explore.analytical.unfused_attention.unfused_kernels`): each BMM by the
+        GEMM model with its score bytes at the achieved HBM bandwidth, the softmax at that
+        bandwidth; the instruction's own operand bytes are added by the caller."""
+        head_dims = self.head_dims if self.head_dims[0] else (self.head_dim, self.head_dim)
+        kernels = unfused_kernels(instr, head_dims, self.keys, self.causal)
+        hbm = self.accelerator.achieved_memory_bandwidth_bytes_per_s
+        dtype = self._bf16()
+        seconds = kernels.memory_bytes / hbm
+        for shape, flops, moved in kernels.gemms:
+            seconds += gemm_time_s(self.accelerator, self.kernels, dtype, shape, flops, moved / hbm)
+        return seconds
 
     def _fp8_dtype(self) -> str:
         """The GEMM kind an FP8 linear layer runs: ``mxfp8`` (block-scaled tensor-core MMA, its
