@@ -57,7 +57,11 @@ that dim, and the buffer a level carries up is the one its smallest block holds
 (one channel per NIC) use every NIC of a node; a regular group's blocks are the products of
 its counts, so nothing changes for it. (Until 4 Dec 2026 such a group was one flat ring on the
 slowest dim, as if every hop crossed it: a 12-GPU data-parallel group cost 8x the inter-node
-time of a 16-GPU one.)
+time of a 16-GPU one.) An all-to-all over such a group sends each peer its share directly
+(NCCL's grouped send/receive pairs), so the members of the smallest block entering a level send
+``1 − block/members`` of their buffer across it over their own links, where two equal halves
+send ``1/2`` (:func:`irregular_all_to_all_factor`: 8 + 56 ranks on two NVL72 racks, the 8
+send 7/8 over their 8 NICs), and the collective ends when they have (4 Dec 2026, dsv3).
 
 **NCCL's per-call cost** (``collective_overhead_s``, so the bus bandwidth grows with the
 message size as nccl-tests measure it): an NCCL collective is one kernel over all its ranks,
@@ -582,11 +586,30 @@ def alpha_beta_collective_s(
                 f"but got {tuple(level_fractions)!r}"
             )
         shares = list(level_fractions)
+    if group is not None and not span.regular:  # its smallest block's members are slowest
+        shares = [
+            share * irregular_all_to_all_factor(ranks, block, members)
+            for (_, ranks), block, share in zip(levels, below, shares, strict=True)
+        ]
     times = [
         level(A2A, index, ranks, buffer * share)
         for (index, ranks), share in zip(levels, shares, strict=True)
     ]
     return overhead + (max(times) if pipelined else sum(times))
+
+
+def irregular_all_to_all_factor(ranks: int, block: int, members: int) -> float:
+    """How much more of its buffer a member of a group that is not a full sub-grid sends over a
+    level of ``ranks`` ranks than the level's ``(ranks − 1)/ranks``: an all-to-all sends every
+    peer its share directly (NCCL's send/receive pairs), so a member of the smallest block
+    entering the level (``block`` of the ``members``: 8 GPUs of one NVL72 rack whose 56 peers
+    are in the next) sends ``1 − block/members`` of its buffer across it (7/8 over those 8
+    GPUs' NICs, where two equal halves would send 1/2), and the collective ends when that block
+    has. A regular group's blocks give exactly ``(ranks − 1)/ranks``: 1. The innermost level
+    (``block`` 1, a rank's exchange inside its own domain) keeps its ``(ranks − 1)/ranks``."""
+    if ranks < 2 or block < 2:
+        return 1.0
+    return max(1.0, (1.0 - block / members) / ((ranks - 1) / ranks))
 
 
 def latency_bound_all_reduce_s(system: System, size_bytes: int, group: Sequence[int]) -> float:

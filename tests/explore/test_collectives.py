@@ -18,6 +18,7 @@ from stage_explore.analytical.collectives import (
     astra_collective_member_ns,
     astra_collective_ns,
     astra_point_to_point_ns,
+    irregular_all_to_all_factor,
 )
 from stage_explore.system import (
     Accelerator,
@@ -354,8 +355,14 @@ def test_alpha_beta_irregular_group_runs_at_its_smallest_block() -> None:
     # all-gather of shard S: 6 S gathered, 4 ranks on dim 0, then 2 nodes with 6 S / 2
     ag = (3 * ALPHA0 + 3 / 4 * 6 * S / BETA0) + (ALPHA1 + 1 / 2 * 3 * S / BETA1)
     assert alpha_beta_collective_s(sys, AG, S, group) == pytest.approx(ag)
-    a2a = (3 * ALPHA0 + 3 / 4 * S / BETA0) + (ALPHA1 + 1 / 2 * S / BETA1)
+    # all-to-all: each rank of the 2-rank node sends its 4 peers on the other node 4/6 of its
+    # buffer over its own link (not the 1/2 two equal halves would send), and the collective
+    # ends when those two have
+    a2a = (3 * ALPHA0 + 3 / 4 * S / BETA0) + (ALPHA1 + 4 / 6 * S / BETA1)
     assert alpha_beta_collective_s(sys, A2A, S, group) == pytest.approx(a2a)
+    assert irregular_all_to_all_factor(2, 2, 6) == pytest.approx((4 / 6) / (1 / 2))
+    assert irregular_all_to_all_factor(2, 4, 8) == 1.0  # two full nodes: a regular group
+    assert irregular_all_to_all_factor(1, 1, 6) == 1.0
     # between the full first node alone and the two full nodes (8 ranks), far below one flat
     # ring over the slow dim (what such a group cost until 4 Dec 2026)
     flat = 2 * 5 * ALPHA1 + 2 * 5 / 6 * S / BETA1
@@ -375,6 +382,23 @@ def test_alpha_beta_groups_differing_only_in_their_smallest_block() -> None:
     slow_b = alpha_beta_collective_s(sys, AR, S, b) - 2 * (3 * ALPHA0 + 3 / 4 * S / BETA0)
     assert slow_a == pytest.approx(4 * ALPHA1 + 2 * 2 / 3 * (S / 2) / BETA1)
     assert slow_b == pytest.approx(4 * ALPHA1 + 2 * 2 / 3 * (S / 3) / BETA1)
+
+
+def test_alpha_beta_all_to_all_across_two_nvl72_racks() -> None:
+    """64 ranks as 8 + 56 on two 72-GPU NVLink domains (a pipeline stage of 64 GPUs starting at
+    GPU 64): the 8 ranks of the first rack send 56/64 of their buffer over their own 8 NICs."""
+    switch = Topology.SWITCH
+    fast = NetworkDim(size=72, topology=switch, bandwidth_bytes_per_s=BETA0, latency_s=ALPHA0)
+    slow = NetworkDim(size=16, topology=switch, bandwidth_bytes_per_s=BETA1, latency_s=ALPHA1)
+    sys = dataclasses.replace(system(), network=(fast, slow))
+    group = list(range(64, 128))
+    span = group_span(sys.dim_sizes, group)
+    assert (span.counts, span.blocks, span.regular) == ((64, 2), (8, 64), False)
+    expected = (63 * ALPHA0 + 63 / 64 * S / BETA0) + (ALPHA1 + 56 / 64 * S / BETA1)
+    assert alpha_beta_collective_s(sys, A2A, S, group) == pytest.approx(expected)
+    # the same 64 ranks inside one rack: the NVLink level alone
+    inside = alpha_beta_collective_s(sys, A2A, S, list(range(64)))
+    assert inside == pytest.approx(63 * ALPHA0 + 63 / 64 * S / BETA0)
 
 
 def test_alpha_beta_point_to_point() -> None:
