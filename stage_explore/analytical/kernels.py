@@ -24,7 +24,9 @@ kernel's figures, :attr:`~stage_explore.system.model.KernelModel.attention_kerne
 ``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
 sequence under a causal mask; a named kernel may state its own half-saturation keys) — and by
 ``d / (d + d½)`` normalised to d = 128. A backward runs the kernel's five matmuls where the
-generator counts four (:data:`ATTENTION_BACKWARD_MATMULS`).
+generator counts four (:data:`ATTENTION_BACKWARD_MATMULS`). The kernel name ``"unfused"``
+(Transformer Engine's ``UnfusedDotProductAttention``) is timed as the BMMs and softmax it runs
+instead (:mod:`~stage_explore.analytical.unfused_attention`).
 
 **Mamba-2's SSD scan** (kind ``ssdscan``): the roofline of its FLOPs at the 16-bit tensor-core
 peak times the sustained GEMM efficiency and of its bytes — inputs, output and the FP32
