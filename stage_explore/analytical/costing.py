@@ -429,6 +429,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             ),
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
             sort_chunks=self._sorts_chunks(point),
+            fp8_padding=self._pads_for_fp8(point, kind),
         )
 
     def _sorts_chunks(self, point: Point) -> bool:
@@ -441,6 +442,18 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
             return False
         return model.num_experts // max(1, parallel.ep) > 1
+
+    def _pads_for_fp8(self, point: Point, kind: str) -> bool:
+        """Whether block ``kind``'s routed experts pad their rows for FP8 GEMMs
+        (:mod:`~stage_explore.analytical.megatron_dispatch`): the profile's ``moe_fp8_padding``,
+        an FP8 run whose block runs its linear layers in FP8, and dropless random routing
+        (:func:`~stage_explore.analytical.routing_tiles.routing_share`: a capacity-padded
+        expert's count is its capacity, and an exactly balanced one the mean; the counts are
+        taken as aligned then, which leaves TE's ``Fp8Padding`` nothing to copy)."""
+        if not self.framework.moe_fp8_padding or point.dtype != "fp8" or not fp8_block(kind):
+            return False
+        model = point.workload.model
+        return routing_share(model, self.framework.moe_fake_balanced_gate) > 0.0
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
         """A block's forward and backward instructions as the profile's GEMMs run them (one

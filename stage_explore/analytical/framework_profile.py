@@ -237,6 +237,13 @@ Options (all booleans unless said):
   expert): one more read and write of the routed tokens each way, forward and backward
   (:mod:`~stage_explore.analytical.megatron_dispatch`). Not with ``moe_deepep`` (the flex
   dispatcher permutes the received tokens itself) or the allgather dispatcher.
+- ``moe_fp8_padding`` — under an FP8 recipe the MoE experts run as Megatron-Core's
+  ``TEGroupedMLP``, which pads every local expert's rows to the FP8 GEMM's alignment (32 under
+  MXFP8, else 16) with Transformer Engine's ``Fp8Padding`` before ``linear_fc1`` and strips them
+  with ``Fp8Unpadding`` after ``linear_fc2``: under random routing one more read and write of
+  the routed tokens each way, forward and backward, whatever the dispatcher
+  (:mod:`~stage_explore.analytical.megatron_dispatch`). Off for a run whose router pads the
+  routing map instead (``--moe-router-padding-for-fp8``); no effect outside FP8 training.
 - ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
   parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
   held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
@@ -466,6 +473,7 @@ OPTION_FLAGS: dict[str, str] = {
     "local_batch_size": "AutoModel step_scheduler.local_batch_size (a PP schedule per batch)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
+    "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
@@ -558,6 +566,7 @@ class FrameworkProfile:
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
+    moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)

@@ -188,6 +188,11 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs
             # of the received tokens by local expert, and back before the combine all-to-all
             moe_sort_chunks=True,
+            # transformer/moe/experts.py TEGroupedMLP: under fp8 (or fp4) quantization_padding =
+            # Fp8Padding(num_local_experts) before linear_fc1 and Fp8Unpadding after linear_fc2
+            # (older releases: self.fp8_padding); TE fp8_padding.py copies unless every count is
+            # a multiple of the alignment; --moe-router-padding-for-fp8 turns it off per run
+            moe_fp8_padding=True,
         ),
         FrameworkProfile(
             name="deepspeed",

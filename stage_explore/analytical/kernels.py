@@ -58,7 +58,7 @@ from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
-from stage_explore.analytical.megatron_dispatch import sort_chunks_bytes
+from stage_explore.analytical.megatron_dispatch import fp8_padding_bytes, sort_chunks_bytes
 from stage_explore.analytical.routing_tiles import expected_row_tiles
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.analytical.unfused_attention import UNFUSED, unfused_kernels
@@ -365,6 +365,11 @@ class KernelTimer:
     #: unfused path (:mod:`~stage_explore.analytical.unfused_attention`); (0, 0): both
     #: ``head_dim``.
     head_dims: tuple[int, int] = (0, 0)
+    #: Megatron-Core's ``TEGroupedMLP`` pads each local expert's rows to the FP8 GEMM's
+    #: alignment and strips them after (Transformer Engine's ``Fp8Padding`` / ``Fp8Unpadding``,
+    #: :func:`~stage_explore.analytical.megatron_dispatch.fp8_padding_bytes`): one more read and
+    #: write of the routed tokens beside the dispatch and combine ops, forward and backward.
+    fp8_padding: bool = False
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -377,6 +382,8 @@ class KernelTimer:
             memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
         if self.sort_chunks:  # a fused copy kernel beside the dispatch or combine
             memory_s += sort_chunks_bytes(instr) / hbm
+        if self.fp8_padding:  # TE's fused_multi_row_padding / _unpadding beside them
+            memory_s += fp8_padding_bytes(instr) / hbm
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
         if instr.flops <= 0:

@@ -1,4 +1,5 @@
-"""Megatron-Core's all-to-all token dispatcher: the chunk sorts around the local experts.
+"""Megatron-Core's copies of the routed tokens around the local experts: the all-to-all token
+dispatcher's chunk sorts and, under FP8, ``TEGroupedMLP``'s row padding.
 
 Megatron-Core's ``MoEAlltoAllTokenDispatcher`` (``megatron/core/transformer/moe/
 token_dispatcher.py``, ``--moe-token-dispatcher-type alltoall``) permutes a rank's tokens by
@@ -23,6 +24,26 @@ permuted tensor forward (after the dispatch, before the combine) and two backwar
 dispatch and combine ops and their backwards, at the achieved HBM rate. The flex dispatcher
 (DeepEP, ``moe_deepep``) permutes the received tokens itself and has no chunk sort; a single
 local expert needs none.
+
+**FP8 padding of the grouped GEMM's rows.** Under an FP8 recipe Megatron-Core's ``TEGroupedMLP``
+(``megatron/core/transformer/moe/experts.py``, ``if self.config.fp8 or self.config.fp4:``
+``self.quantization_padding = Fp8Padding(self.num_local_experts)``; older releases name it
+``self.fp8_padding``) pads every local expert's rows to the FP8 GEMM's alignment before
+``linear_fc1`` (``permuted_local_hidden_states, tokens_per_expert =
+self.quantization_padding(...)``) and strips the padding from ``linear_fc2``'s output
+(``self.quantization_unpadding(output, actual_tokens_per_expert)``). Transformer Engine's
+``Fp8Padding`` (``transformer_engine/pytorch/module/fp8_padding.py``) rounds each count up to 32
+rows under MXFP8 and 16 otherwise and, unless every count already is a multiple, writes a new
+tensor with ``tex.fused_multi_row_padding`` — one read and one write of the routed tokens — and
+its backward strips the gradient with ``tex.fused_multi_row_unpadding``; ``Fp8Unpadding`` is the
+mirror image. Under random balanced routing (``--moe-router-force-load-balancing``) a count is a
+multiple of 32 about once in 32, so with any local expert the copies run: a read and a write of
+the routed tokens before the first expert GEMM and after the last, forward and backward — the
+same four places and bytes as the chunk sorts (:func:`fp8_padding_bytes`). The probabilities
+padded beside them (one value per row) are not counted. ``--moe-router-padding-for-fp8`` pads
+the routing map instead ("This can remove the explicit padding in the GroupedMLP layer",
+``transformer_config.py``), so a run with it has no copies (framework option
+``moe_fp8_padding`` off).
 """
 
 from __future__ import annotations
@@ -42,3 +63,11 @@ def sort_chunks_bytes(instr: Instr) -> int:
         return 0
     permuted = max(size for _, size in (*instr.inputs, *instr.outputs))
     return 2 * permuted
+
+
+def fp8_padding_bytes(instr: Instr) -> int:
+    """HBM bytes of Transformer Engine's ``Fp8Padding`` / ``Fp8Unpadding`` copy that Megatron-
+    Core's ``TEGroupedMLP`` runs beside ``instr`` under FP8 (module docstring): one read and one
+    write of the routed tokens at the grouped GEMMs' input and output, forward and backward —
+    the places and size of :func:`sort_chunks_bytes`; 0 for any other op."""
+    return sort_chunks_bytes(instr)
