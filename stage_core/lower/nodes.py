@@ -413,7 +413,7 @@ def _held_scatters(
     """Under ``zero_held`` (:func:`stage_nodes`): every block's gradient reduce-scatters
     (``blocks`` in backward order) after the chunk's last backward ``last``, each after the one
     before, a replica all-reduce after its scatter; all of them go to ``sync_ids``. Returns the
-    last reduce-scatter (what the rank's next node waits for)."""
+    last reduce-scatter (the caller's next node also waits for the replica all-reduces)."""
     previous = last
     for position, block in enumerate(blocks):
         scattered: tuple[int, ...] = ()
@@ -459,8 +459,14 @@ class NodeOptions:
     compute before that block (the pass's first ones for the pass's start); hybrid sharding's
     replica all-reduce after its block's reduce-scatter, and the optimizer after every
     reduce-scatter (the analytical backend's ``zero3_prefetch_units``; ``zero_queue.py`` in
-    stage_explore). None: each gather before its own block, waiting only for the gather
-    before it.
+    stage_explore). Under ZeRO-2 and -3 a backward pass ends once its reduce-scatters and
+    replica all-reduces have: its pipeline send, the rank's next task and the step's
+    synchronisation after the backward wait for them (DeepSpeed's
+    ``independent_gradient_partition_epilogue`` synchronises its reduction stream, FSDP's
+    post-backward final callback makes the compute stream wait for the reduce-scatter and
+    all-reduce streams); a pass-end instruction (``pass_end``) waits for the compute only.
+    None: each gather before its own block, waiting only for the gather before it; no
+    node waits for a reduce-scatter.
 
     ``gathers_ahead(chunk)``: the chunk's step-end parameter all-gather runs as the previous
     step's, ahead of the chunk's first forward, one bucket at a time
@@ -556,6 +562,7 @@ def _stage_nodes(
     zero = workload.parallel.zero
     em = _Emitter()
     previous: int | None = None
+    waits: tuple[int, ...] = ()  # what the next task waits for besides `previous`
     last_mb_backward = {  # DualPipe: chunk 0 runs micro-batches 0…m/2−1, chunk 1 the rest
         c.index: max(t.micro_batch for t in stage.tasks if t.chunk == c.index) for c in stage.chunks
     }
@@ -575,7 +582,8 @@ def _stage_nodes(
     for index, task in enumerate(stage.tasks):
         chunk = stage.chunks[task.chunk]
         j, mb, backward = chunk.stage, task.micro_batch, task.phase == "B"
-        ctrl: tuple[int, ...] = (previous,) if previous is not None else ()
+        ctrl: tuple[int, ...] = ((previous,) if previous is not None else ()) + waits
+        waits = ()
         if pair_ctrl is not None:  # DualPipe: the pair's backward does not wait for its forward
             ctrl, pair_ctrl = pair_ctrl, None
         if index in pairs:
@@ -614,6 +622,7 @@ def _stage_nodes(
         last = -1
         gathered: dict[int, tuple[int, ...]] = {}  # under zero_prefetch: position → gathers
         gathers = zero >= 3 and not (zero_held and (backward or mb != first_forward[chunk.index]))
+        drained: list[int] = []  # under zero_prefetch: the reductions the pass's end waits for
         for position, block in enumerate(blocks):
             prefix = f"{tag}{mb}.c{chunk.index}.b{position}.{block.kind}"
             if buckets is not None and position in buckets:  # the block's forward pre-hook
@@ -671,20 +680,29 @@ def _stage_nodes(
             entry = (last,)
             if backward and zero >= 2 and not split and not zero_held:
                 scattered: tuple[int, ...] = ()
-                for at, i, instr in _unit(workload, blocks, position, False, True, zero_root):
+                reduced: tuple[int, ...] = ()  # the unit's reduce-scatters
+                unit = _unit(workload, blocks, position, False, True, zero_root)
+                if zero_prefetch is not None:  # a unit's scatters, then its replica all-reduces
+                    unit.sort(key=lambda member: member[2].axes == (DP_REPLICATE,))
+                for at, i, instr in unit:
                     source = (blocks[at].kind, ZERO_SCATTER, i)
                     deps = entry
-                    if zero_prefetch is not None and instr.axes == (DP_REPLICATE,):
-                        deps = scattered  # FSDP's replica all-reduce waits for the scatter
+                    replica = instr.axes == (DP_REPLICATE,)
+                    if zero_prefetch is not None and replica:
+                        deps = reduced  # FSDP's replica all-reduce waits for the unit's scatter
                     name = f"{tag}{mb}.c{chunk.index}.b{at}.{blocks[at].kind}.{instr.name}"
                     node_id = em.instr(instr, name, deps, (), source)
                     scattered = (*scattered, node_id)
+                    reduced = reduced if replica else (*reduced, node_id)
                 if zero_prefetch is not None:
                     sync_ids.extend(scattered)  # the optimizer needs the reduced shards
+                    drained.extend(scattered)
             if backward and mb == last_mb_backward[chunk.index] and not split:
                 _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
         if backward and zero_held and zero >= 3 and mb == last_mb_backward[chunk.index]:
+            held_from = len(sync_ids)
             last = _held_scatters(em, workload, blocks, f"{tag}{mb}.c{chunk.index}", last, sync_ids)
+            drained.extend(sync_ids[held_from:])  # FSDP2's final callback: the replicas' too
         if pass_end is not None and not (backward and split):  # a split one's after its W
             end = _pass_end(em, pass_end, chunk.index, backward, f"{tag}{mb}.c{chunk.index}",
                             last, ctrl or entry)  # fmt: skip
@@ -695,13 +713,14 @@ def _stage_nodes(
                 0,
                 f"{tag}{mb}.c{chunk.index}.send",
                 NodeKind.SEND,
-                (last,) if last >= 0 else (),
+                ((last,) if last >= 0 else ()) + tuple(drained),
                 comm_bytes=stage.boundary_bytes,
                 tag=message_tag(j, mb, m, backward),
             )
             last = em.add(node, peer_shift=(-1 if backward else 1) * toward)
         previous = last if last >= 0 else previous
-    after_step = (previous,) if previous is not None else ()
+        waits = tuple(drained)
+    after_step = ((previous,) if previous is not None else ()) + waits
     _sync_nodes(em, stage, None, AFTER_BACKWARD, after_step, sync_ids)
     if stage.optimizer is None:  # a serving step: forward only, no update
         return em.nodes

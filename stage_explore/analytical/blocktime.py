@@ -296,16 +296,20 @@ def chunk_timing(
     (``BlockCost.zero_share``, ``replica_share``; :func:`~stage_explore.analytical.contention.
     contended_s`): the seconds it loses are labelled :data:`CONTENTION`.
 
-    With ``queue_depth`` (the framework option ``zero3_prefetch_units``) ZeRO-3's passes are
-    timed as the frameworks queue them (:mod:`~stage_explore.analytical.zero_queue`: gathers
-    and scatters on one queue, a gather at most that many blocks ahead of its compute): each
+    With ``queue_depth`` (the framework option ``zero3_prefetch_units``) ZeRO-2's and -3's
+    passes are timed as the frameworks queue them (:mod:`~stage_explore.analytical.
+    zero_queue`: gathers and scatters on one queue, a gather at most that many blocks ahead of
+    its compute, a backward pass ending once its scatters and replica all-reduces have): each
     block's steady state is the per-block rule above, and a pass's first gather and last
-    scatter are exposed where nothing hides them (:func:`_queued`; the next pass's first
-    gather waits behind that scatter). ZeRO-2 keeps the per-block rule: with no gather to
-    wait for, its backward's scatter backlog runs beside the next forward, which a
-    micro-batch's chunk timing does not carry. None: the per-block rule alone."""
+    scatter are exposed where nothing hides them (:func:`_queued`). Under ZeRO-2 (no gathers,
+    the depth changes nothing) that is the backward's scatter backlog, exposed at the pass's
+    end: DeepSpeed's ``independent_gradient_partition_epilogue`` synchronises its reduction
+    stream, FSDP's post-backward final callback makes the compute stream wait for the
+    reduce-scatter (and all-reduce) stream. None: the per-block rule alone."""
     timing = _per_block(runs, costs, zero, root_unit)
-    if queue_depth is None or zero < 3:
+    if queue_depth is None or zero < 2 or not any(
+        costs[kind].gather_s or costs[kind].scatter_s or costs[kind].replica_s for kind, _ in runs
+    ):  # nothing on the queue (dp 1): the per-block rule is the queue, to the last bit
         return timing
     return _queued(timing, runs, costs, zero, root_unit, queue_depth)
 
@@ -378,8 +382,9 @@ def _queued(
     scatters on one queue, the replica all-reduce on its own stream. FSDP's root unit
     (``root_unit``): the embedding's and the head's parameters are gathered together before
     the embedding's forward and reduce-scattered together after its backward (one unit). The
-    difference to the per-block rule is labelled ``zero_gather``; the blocks' backward runs
-    (which gradient buckets follow) stay the per-block rule's."""
+    difference to the per-block rule is labelled ``zero_gather`` (ZeRO-3) or
+    ``zero_scatter`` (ZeRO-2); the blocks' backward runs (which gradient buckets follow) stay
+    the per-block rule's."""
     forward: list[tuple[QueueBlock, int]] = []
     backward: list[tuple[QueueBlock, int]] = []
     kinds = {kind for kind, _ in runs}
@@ -420,7 +425,7 @@ def _queued(
     backward_s = pass_time(list(reversed(backward)), depth)
     added = forward_s + backward_s - timing.forward_s - timing.backward_s
     exposed = dict(timing.exposed_s)
-    label = "zero_gather"
+    label = "zero_gather" if zero >= 3 else "zero_scatter"
     exposed[label] = exposed.get(label, 0.0) + added
     if exposed[label] < 0.0:  # hidden better than per block: less of both to charge
         exposed[CONTENTION] = max(0.0, exposed.get(CONTENTION, 0.0) + exposed[label])

@@ -54,6 +54,7 @@ from stage_explore.analytical.parts import (
 )
 from stage_explore.analytical.policy import Overlap
 from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, pair_table
+from stage_explore.analytical.zero_queue import QueueBlock, pass_time
 
 #: Bytes of one amax entry (fp32) and Transformer Engine's scaling entries per FP8 GEMM in the
 #: forward (input, weight, output) and the backward (output gradient, input gradient):
@@ -221,7 +222,9 @@ class StagePlanning(BlockCosting):
                 point, kind, kinds[kind], spans, split
             )
         root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
-        depth = self.framework.zero3_prefetch_units  # ZeRO's one queue (zero_queue.py)
+        depth: int | None = self.framework.zero3_prefetch_units  # ZeRO's queue (zero_queue.py)
+        if split and zero == 2:  # W outside autograd: no post-backward wait for its scatters
+            depth = None  # the per-block rule, as the trace's W leaves them (nodes.py)
         held = self._params_held(point)
         step_costs = costs  # the blocks' ZeRO collectives as the step's first F / last B run them
         if held:  # gathered once per step, reduce-scattered once (_held_zero_s): none per mb
@@ -319,20 +322,23 @@ class StagePlanning(BlockCosting):
         """Seconds a chunk holds its rank once per step under ``pp_unsharded_params``: what its
         first forward loses to its per-block all-gathers (each prefetched beside the block
         before, as :func:`chunk_timing` runs them, with the compute they slow: ``timing`` is the
-        forward without them), and its per-block gradient reduce-scatters with a hybrid-sharded
-        block's replica all-reduce, all of them after its last backward, one after the other
-        on the compute stream. No backward re-gathers: the parameters stay unsharded until the
-        last backward. The code: torch ``fully_shard(reshard_after_forward=False)`` under PP
-        (torchtitan ``apply_fsdp``); ``torch.distributed.pipelining`` ``stage.py``
-        ``backward_maybe_with_nosync`` (AutoModel's ``patched_backward_maybe_with_nosync``, the
-        same) runs the backwards with gradient sync and resharding off, and after the last one
-        calls every FSDP state's ``post_backward`` in a loop, then
-        ``_root_post_backward_final_callback``: FSDP2's ``post_backward`` makes the current
-        stream wait for the previous reduce-scatter's event before issuing its own
-        (``FSDP::post_backward_reduce``), and the callback waits for the last one
-        (``reduce_scatter_state.event``; ``finalize_backward``: the replica all-reduce's).
-        Returned apart, (gathers, reduce-scatters): the schedule runs them in the chunk's first
-        forward and after its last backward, before that backward's send
+        forward without them), and its per-block gradient reduce-scatters, all of them after
+        its last backward, one after the other on the ZeRO queue, a hybrid-sharded block's
+        replica all-reduce on a stream of its own after its scatter, beside the next scatter
+        (:func:`~stage_explore.analytical.zero_queue.pass_time` of blocks without compute),
+        the rank waiting for all of them. No backward re-gathers: the parameters stay
+        unsharded until the last backward. The code: torch
+        ``fully_shard(reshard_after_forward=False)`` under PP (torchtitan ``apply_fsdp``);
+        ``torch.distributed.pipelining`` ``stage.py`` ``backward_maybe_with_nosync``
+        (AutoModel's ``patched_backward_maybe_with_nosync``, the same) runs the backwards
+        with gradient sync and resharding off, and after the last one calls every FSDP
+        state's ``post_backward`` in a loop, then ``_root_post_backward_final_callback``:
+        FSDP2's ``post_backward`` makes the current stream wait for the previous
+        reduce-scatter's event before issuing its own (``FSDP::post_backward_reduce``), and
+        the callback waits for the last one (``reduce_scatter_state.event``;
+        ``finalize_backward``: the replica all-reduce's). Returned apart, (gathers,
+        reduce-scatters): the schedule runs them in the chunk's first forward and after its
+        last backward, before that backward's send
         (:meth:`~stage_explore.analytical.step.StageClass.stage_times`)."""
         gathering = {k: replace(c, scatter_s=0.0, replica_s=0.0) for k, c in costs.items()}
         first = chunk_timing(
@@ -340,8 +346,9 @@ class StagePlanning(BlockCosting):
             queue_depth=self.framework.zero3_prefetch_units,
         )  # fmt: skip
         first_gather_s = max(0.0, first.forward_s - timing.forward_s)
-        scatters_s = sum(n * (costs[k].scatter_s + costs[k].replica_s) for k, n in runs)
-        return first_gather_s, scatters_s
+        scatters = [(QueueBlock(0.0, 0.0, costs[k].scatter_s, costs[k].replica_s), n)
+                    for k, n in reversed(runs)]  # fmt: skip
+        return first_gather_s, pass_time(scatters, 0)
 
     def _fp8_amax_axes(self, point: Point) -> tuple[str, ...]:
         """The mesh axes of the FP8 amax reduction group (``fp8_amax_reduction``), in mesh

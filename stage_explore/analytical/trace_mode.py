@@ -24,7 +24,9 @@ policy's), gradient synchronisation and ZeRO's collectives run on streams of the
 policy's ``side_streams``: :func:`_side_stream`; ZeRO's gathers and reduce-scatters on one
 queue, the gathers emitted as the frameworks issue them, the profile's
 ``zero3_prefetch_units`` blocks ahead: ``NodeOptions(zero_prefetch=...)``, the levelled
-mode's :mod:`~stage_explore.analytical.zero_queue`), and a pipeline transfer holds its sender and
+mode's :mod:`~stage_explore.analytical.zero_queue`; a backward pass's send and the rank's next
+task wait for the pass's reduce-scatters and replica all-reduces, as the frameworks' end of a
+backward does), and a pipeline transfer holds its sender and
 delays its receiver as the levelled mode's ``_transfer`` says (the policy's ``point_to_point``:
 the send lasts the hold, the message flies the arrival delay after it; traces run
 point-to-point messages on arrival only, which those two durations express).

@@ -1,6 +1,7 @@
 """ZeRO-2/3 parameter gathers and gradient reduce-scatters as the frameworks queue them: one
 pass (a chunk's forward or backward of one micro-batch) on a rank's compute stream and one
-ZeRO queue, with the replica all-reduce of hybrid sharding on a stream of its own.
+ZeRO queue, with the replica all-reduce of hybrid sharding on a stream of its own; the pass
+ends when all three are done.
 
 **The queue** (docs/analytical.md, "ZeRO-3 gathers as the frameworks queue them"). A ZeRO-3
 framework all-gathers a unit's parameters before its compute and reduce-scatters its gradients
@@ -20,6 +21,21 @@ pre-backward, before its reduce-scatter; Megatron-FSDP prefetches at the previou
 pre-forward after ``ag_stream.wait_stream(current_stream())``; DeepSpeed ZeRO-3's
 ``stage3_prefetch_bucket_size`` per sub-module, one unit at block granularity). Depth 0: no
 prefetch, a unit's gather is issued when the compute before it has ended.
+
+**The pass's end.** A backward pass ends once its reduce-scatters and replica all-reduces
+have, in every framework with a per-micro-batch gradient reduction: DeepSpeed ZeRO-2/3's
+``independent_gradient_partition_epilogue`` (``overlap_comm``: ``torch.cuda.synchronize()``
+in stage 1/2's, ``reduce_and_partition_stream.synchronize()`` in stage 3's; microsoft/
+DeepSpeed ``deepspeed/runtime/zero/stage_1_and_2.py``, ``stage3.py``), run by the engine's
+``allreduce_gradients`` after every backward under ZeRO ≥ 2; FSDP1's
+``_post_backward_final_callback`` (``current_stream.wait_stream`` of the post-backward and,
+with hybrid sharding, the all-reduce stream; ``torch/distributed/fsdp/_runtime_utils.py``);
+FSDP2's ``_root_post_backward_final_callback`` (the current stream waits for the last
+reduce-scatter's event, ``finalize_backward`` for the all-reduce's; ``_fsdp_state.py``,
+``_fsdp_param_group.py``). So ZeRO-2's backlog — its scatters, one after the other behind
+the blocks that produced them — is exposed at the pass's end, not run beside the next
+forward, and the next pass starts with every stream free (:func:`pass_time` is the maximum
+of the three clocks). A block without a gather waits for nothing at depth 0 either.
 
 **Closed form.** :func:`pass_time` runs the recurrence over the pass's runs of identical blocks
 and, once a block leaves every stream's clock shifted by the same period (the steady state:
@@ -77,8 +93,10 @@ def _step(clock: _Clock, block: QueueBlock, ahead: QueueBlock | None, depth: int
     starts no earlier than the end of the compute before this block. At depth 0 the block's
     own gather is issued then."""
     queue = clock.queue
-    if depth == 0:
-        gathered = queue = max(queue, clock.end) + block.gather_s if block.gather_s else queue
+    if depth == 0:  # its own gather, if any, issued now
+        gathered = 0.0  # none: nothing to wait for
+        if block.gather_s:
+            gathered = queue = max(queue, clock.end) + block.gather_s
         ready: tuple[float, ...] = ()
     else:
         gathered, ready = clock.ready[0], clock.ready[1:]

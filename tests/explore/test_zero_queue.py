@@ -1,8 +1,8 @@
-"""ZeRO-3's one queue (:mod:`stage_explore.analytical.zero_queue`): the closed form over runs
+"""ZeRO-2/3's one queue (:mod:`stage_explore.analytical.zero_queue`): the closed form over runs
 against the block-by-block recurrence, the steady state against the per-block rule, a pass's
 edges, and :func:`~stage_explore.analytical.blocktime.chunk_timing` with and without the queue.
 The trace mode runs the same queue (``test_trace_mode.py``:
-``test_zero3_ends_the_step_as_the_trace_mode``)."""
+``test_zero_queue_ends_the_step_as_the_trace_mode``)."""
 
 from __future__ import annotations
 
@@ -90,12 +90,27 @@ def test_chunk_timing_with_the_queue_adds_a_passes_edges_to_the_per_block_rule()
     assert queued.backward_runs == per_block.backward_runs
 
 
-def test_zero2_keeps_the_per_block_rule() -> None:
-    """ZeRO-2's backward scatter backlog runs beside the next forward (no gather waits for
-    it), which a micro-batch's chunk timing does not carry: the per-block rule stays."""
-    costs = {"layer": _cost(1.0, 2.0, 0.0, 2.5)}
+def test_zero2_queues_its_scatters_and_the_pass_waits_for_them() -> None:
+    """ZeRO-2: no gathers, the backward's reduce-scatters one after the other on the queue,
+    each after its block's backward, and the pass ends when the last one has (DeepSpeed's
+    epilogue synchronises the reduction stream, FSDP's post-backward callback makes the
+    compute stream wait for it): a backlog, not ``max(0, scatter − backward)`` per block."""
     runs = (("layer", 4),)
-    assert chunk_timing(runs, costs, 2, queue_depth=1) == chunk_timing(runs, costs, 2)
+    bound = {"layer": _cost(1.0, 2.0, 0.0, 2.5)}  # the scatters outlast the blocks
+    queued = chunk_timing(runs, bound, 2, queue_depth=1)
+    assert queued.forward_s == pytest.approx(4 * 1.0)
+    assert queued.backward_s == pytest.approx(2.0 + 4 * 2.5)  # first block, then the backlog
+    assert chunk_timing(runs, bound, 2).backward_s == pytest.approx(4 * 2.5)  # per block
+    hidden = {"layer": _cost(1.0, 2.0, 0.0, 0.5)}  # each hidden behind the next block
+    queued = chunk_timing(runs, hidden, 2, queue_depth=1)
+    assert queued.backward_s == pytest.approx(4 * 2.0 + 0.5)  # the last one exposed
+    exposed = dict(queued.exposed_s)
+    assert exposed["zero_scatter"] == pytest.approx(0.5)
+    assert "zero_gather" not in exposed
+    assert queued.backward_runs == chunk_timing(runs, hidden, 2).backward_runs
+    # no gather to prefetch: the depth changes nothing (no block waits for the queue)
+    assert chunk_timing(runs, hidden, 2, queue_depth=0) == queued
+    assert chunk_timing(runs, bound, 2, queue_depth=0).backward_s == pytest.approx(12.0)
 
 
 def test_the_root_unit_is_gathered_before_the_embedding_and_scattered_after_it() -> None:
