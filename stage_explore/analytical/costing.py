@@ -430,7 +430,18 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
             sort_chunks=self._sorts_chunks(point),
             fp8_padding=self._pads_for_fp8(point, kind),
+            memory_kernel_s=kernels.memory_kernel_s,
+            wgrad_accumulator=self._wgrad_accumulator(point),
         )
+
+    def _wgrad_accumulator(self, point: Point) -> int:
+        """Bytes per element of the gradient buffer a linear layer's weight-gradient GEMM adds
+        into (Megatron-Core's ``--gradient-accumulation-fusion``, the ``fused-linear``
+        profiles: :func:`~stage_explore.analytical.kernels.wgrad_accumulate_bytes`); 0 when
+        the GEMM writes a fresh gradient."""
+        if self.framework.grad_accumulation != "fused-linear":
+            return 0
+        return point.workload.grad_bytes
 
     def _sorts_chunks(self, point: Point) -> bool:
         """Whether the MoE layers run Megatron-Core's all-to-all dispatcher's chunk sorts

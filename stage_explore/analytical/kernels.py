@@ -370,6 +370,14 @@ class KernelTimer:
     #: :func:`~stage_explore.analytical.megatron_dispatch.fp8_padding_bytes`): one more read and
     #: write of the routed tokens beside the dispatch and combine ops, forward and backward.
     fp8_padding: bool = False
+    #: Seconds each memory-bound kernel of its own costs beyond its bytes
+    #: (:attr:`~stage_explore.system.model.KernelModel.memory_kernel_s`, :func:`is_own_kernel`);
+    #: 0: none (serving, which does not charge it).
+    memory_kernel_s: float = 0.0
+    #: Bytes per element of a linear layer's gradient accumulator when its weight-gradient GEMM
+    #: accumulates into it (:func:`wgrad_accumulate_bytes`); 0: the GEMM writes a fresh 16-bit
+    #: gradient, as the generator counts.
+    wgrad_accumulator: int = 0
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -386,6 +394,8 @@ class KernelTimer:
             memory_s += fp8_padding_bytes(instr) / hbm
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
+        if moved is None and self.memory_kernel_s and is_own_kernel(instr):
+            memory_s += self.memory_kernel_s  # launch, ramp-up and tail (eager: in its fraction)
         if instr.flops <= 0:
             return memory_s
         if instr.kind == "attention" and self.attention_kernel == UNFUSED:
@@ -421,6 +431,11 @@ class KernelTimer:
             return max(memory_s, instr.flops / accelerator.peak(scalar))
         groups_s = grouped_gemm_groups(instr, shape) * self.kernels.grouped_gemm_group_s
         role = gemm_role(instr, self.weights)
+        if role == "wgrad" and self.wgrad_accumulator:  # C read and D written in the epilogue
+            extra = wgrad_accumulate_bytes(instr, self.wgrad_accumulator)
+            memory_s += extra / hbm
+        else:
+            extra = 0
         share = routed_rows_share(instr, self.weights, self.expert_share)
         kernels, flops = self.kernels, instr.flops
         if self.dtype != "fp8" or role is None or not self.fp8_training:
@@ -432,11 +447,12 @@ class KernelTimer:
             seconds = gemm_time_s(accelerator, kernels, bf16, shape, flops, memory_s, share)
             return seconds + groups_s
         # FP8 operands are half as wide: the GEMM's own traffic, then its operand casts
+        own_s = memory_s - extra / hbm  # the accumulator's bytes do not shrink with FP8
         fp8_memory_s = (
-            memory_s
+            own_s
             * (instr.bytes_read // 2 + instr.bytes_written)
             / max(1, instr.bytes_read + instr.bytes_written)
-        )
+        ) + extra / hbm
         fp8 = self._fp8_dtype()
         seconds = gemm_time_s(accelerator, kernels, fp8, shape, flops, fp8_memory_s, share)
         return seconds + self._cast_s(instr, role) + groups_s
@@ -513,6 +529,46 @@ class KernelTimer:
         if self.dtype != "fp8":
             return self.dtype
         return "bf16" if "bf16" in self.accelerator.peak_flops_per_s else "fp16"
+
+
+#: Instruction kinds whose time is not bytes at the HBM bandwidth (tensor-core kernels): no
+#: per-kernel fixed time is added to them (their efficiencies are measured per kernel).
+COMPUTE_KINDS = frozenset({"einsum", "attention", "ssdscan"})
+
+
+def is_own_kernel(instr: Instr) -> bool:
+    """Whether a memory-bound instruction runs as a kernel of its own (and pays
+    :attr:`~stage_explore.system.model.KernelModel.memory_kernel_s`): it writes to memory, and
+    none of its outputs stays on chip — :func:`~stage_explore.analytical.blocktime.
+    fuse_elementwise` leaves a fused producer writing less than its outputs (a dropout's mask,
+    or nothing), and that producer runs inside the kernel of the instruction it feeds
+    (Megatron's bias + dropout + add is one kernel); only element-wise instructions are fused
+    so (a bias gradient's reduction lists the gradient it passes on among its outputs, unwritten,
+    and is a kernel). GEMMs, attention and the SSD scan are not memory-bound kernels here."""
+    if instr.kind in COMPUTE_KINDS or instr.bytes_written <= 0:
+        return False
+    if instr.kind != "elementwise":
+        return True
+    return instr.bytes_written >= sum(size for _, size in instr.outputs)
+
+
+def wgrad_accumulate_bytes(instr: Instr, accumulator: int) -> int:
+    """HBM bytes a weight-gradient GEMM moves beyond the generator's count when it accumulates
+    into a gradient buffer of ``accumulator`` bytes per element (Megatron-Core's
+    ``--gradient-accumulation-fusion``: Transformer Engine's ``Linear`` and ``GroupedLinear``
+    run the wgrad GEMM with ``out=weight.main_grad`` and ``accumulate=True``, i.e. β = 1,
+    C = D = ``main_grad``, fp32 or, under ``grad_reduce_in_fp32 = False``, bf16;
+    transformer_engine/pytorch/module/linear.py ``_Linear.backward``, NVIDIA/TransformerEngine
+    3ec87875). Its epilogue reads and writes the accumulator (``2·accumulator`` per element)
+    where the generator counts writing a 16-bit gradient (:data:`ELEMENT_BYTES`). The first
+    micro-batch of a step runs β = 0 (TE's ``is_first_microbatch``) and only writes: not
+    distinguished. The bytes join the GEMM's traffic under its roofline — on Hopper a TMA
+    warp-specialized epilogue has its producer warp load C by TMA into shared-memory stages
+    ahead of the math warps and stores D by TMA (CUTLASS include/cutlass/epilogue/collective/
+    sm90_epilogue_tma_warpspecialized.hpp, ``load`` / ``store``; cuBLASLt's kernels assumed
+    alike) — so they cost time only where the GEMM is memory-bound (few tokens per expert)."""
+    elements = sum(size for _, size in instr.outputs) // ELEMENT_BYTES
+    return max(0, elements * (2 * accumulator - ELEMENT_BYTES))
 
 
 def fp8_key(recipe: str, gemms: tuple[str, ...], dtype: str) -> tuple[str, tuple[str, ...]] | None:

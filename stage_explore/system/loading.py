@@ -85,6 +85,7 @@ _KERNEL_KEYS = (
     "attention_noncausal",
     "grouped_gemm_group_s",
     "eager_memory",
+    "memory_kernel_s",
 )
 _EFFICIENCY_KEYS = ("matmul_peak", "matmul_half_saturation_flops", "memory")
 _DIM_KEYS = (
@@ -242,6 +243,8 @@ def _kernels(table: _Table) -> KernelModel:
         values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
     if table.has("eager_memory"):
         values["eager_memory"] = table.number("eager_memory")
+    if table.has("memory_kernel_s"):
+        values["memory_kernel_s"] = table.number("memory_kernel_s")
     if table.has("attention_kernels"):
         named = table.table("attention_kernels")
         kernels = {}

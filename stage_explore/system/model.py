@@ -126,7 +126,11 @@ class KernelModel:
     - ``eager_memory``: the fraction of the HBM bandwidth eager PyTorch's element-wise kernels
       reach (the op-by-op modules of :mod:`~stage_explore.analytical.eager`: casts, pow, mean,
       products, adds, each a kernel of its own), measured on the same op list; 0: the
-      accelerator's ``efficiency.memory`` (none stated).
+      accelerator's ``efficiency.memory`` (none stated);
+    - ``memory_kernel_s``: seconds a memory-bound kernel costs beyond its bytes at the achieved
+      HBM bandwidth when kernels run back to back in one stream (its launch, ramp-up and tail:
+      ``t = memory_kernel_s + bytes / bandwidth``, fitted on a streaming kernel timed over
+      DRAM-sized volumes); 0: none stated.
     """
 
     sm_count: int
@@ -141,6 +145,7 @@ class KernelModel:
     attention_noncausal: dict[str, float] = field(default_factory=dict, hash=False)
     grouped_gemm_group_s: float = 0.0
     eager_memory: float = 0.0
+    memory_kernel_s: float = 0.0
 
     def attention(self, kernel: str | None) -> tuple[float, float]:
         """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
@@ -213,7 +218,12 @@ class KernelModel:
             _fraction(getattr(self, name), f"kernels `{name}`")
         if self.eager_memory:
             _fraction(self.eager_memory, "kernels `eager_memory`")
-        for name in ("attention_half_keys", "attention_head_dim_half", "grouped_gemm_group_s"):
+        for name in (
+            "attention_half_keys",
+            "attention_head_dim_half",
+            "grouped_gemm_group_s",
+            "memory_kernel_s",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"kernels `{name}` must be >= 0, but got {value!r}")
@@ -234,6 +244,7 @@ class KernelModel:
                 else {}
             ),
             **({"eager_memory": self.eager_memory} if self.eager_memory else {}),
+            **({"memory_kernel_s": self.memory_kernel_s} if self.memory_kernel_s else {}),
             **(
                 {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
                 if self.attention_kernels
