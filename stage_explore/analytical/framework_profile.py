@@ -244,6 +244,13 @@ Options (all booleans unless said):
   the routed tokens each way, forward and backward, whatever the dispatcher
   (:mod:`~stage_explore.analytical.megatron_dispatch`). Off for a run whose router pads the
   routing map instead (``--moe-router-padding-for-fp8``); no effect outside FP8 training.
+- ``te_cross_entropy`` — the loss runs Transformer Engine's fused Triton cross-entropy
+  (Megatron-Core ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl = "te"``,
+  ``te_parallel_cross_entropy``) on the 16-bit logits instead of Megatron's unfused fp32
+  ``vocab_parallel_cross_entropy``: an online-softmax pass and a gradient pass over the logits
+  and an in-place scale by the loss gradient (:data:`~stage_explore.analytical.kernels.
+  TE_CROSS_ENTROPY_BYTES`), not :data:`~stage_explore.analytical.kernels.CROSS_ENTROPY_BYTES`.
+  Time only (the loss's memory stays ``loss_fp32_buffers``).
 - ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
   parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
   held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
@@ -474,6 +481,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
     "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
+    "te_cross_entropy": "Megatron cross_entropy_loss_fusion + cross_entropy_fusion_impl=te",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
@@ -567,6 +575,7 @@ class FrameworkProfile:
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are
+    te_cross_entropy: bool = False  # Megatron's unfused fp32 loss (CROSS_ENTROPY_BYTES)
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)

@@ -255,6 +255,15 @@ def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
 #: 16-bit logits once (2) and the gradient's read and write (4).
 CROSS_ENTROPY_BYTES = (38, 14)
 
+#: HBM bytes per logit of Transformer Engine's fused Triton cross-entropy on 16-bit logits
+#: (Megatron-Core ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl = "te"``;
+#: NVIDIA/TransformerEngine ``transformer_engine/pytorch/triton/cross_entropy.py`` and
+#: ``common/triton/cross_entropy.py``, TE 2.x): forward ``online_softmax_kernel`` reads the
+#: logits once for the running max and sum (2), ``cross_entropy_kernel`` reads them again and
+#: writes the gradient into the same buffer (2 + 2) = 6; backward ``element_mul_kernel`` scales
+#: it in place by the per-token loss gradient (2 + 2) = 4. The fp32 work stays in registers.
+TE_CROSS_ENTROPY_BYTES = (6, 4)
+
 #: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
 BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
 
@@ -331,6 +340,9 @@ class KernelTimer:
     #: The logits a training loss reads (:data:`CROSS_ENTROPY_BYTES`); empty: the generator's
     #: bytes for the loss (serving has none).
     loss_logits: frozenset[str] = frozenset()
+    #: The loss runs Transformer Engine's fused cross-entropy (:data:`TE_CROSS_ENTROPY_BYTES`,
+    #: framework option ``te_cross_entropy``) instead of Megatron's unfused fp32 one.
+    te_loss: bool = False
     #: The context-parallel degree when attention merges per-chunk results in fp32 kernels of
     #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
     #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
@@ -483,9 +495,10 @@ class KernelTimer:
         return "fp8"
 
     def _loss_s(self, instr: Instr) -> float:
-        """The FP32 multi-pass cross-entropy's traffic (:data:`CROSS_ENTROPY_BYTES`), or 0 for
-        any other instruction."""
-        forward, backward = CROSS_ENTROPY_BYTES
+        """The cross-entropy's traffic — the FP32 multi-pass one (:data:`CROSS_ENTROPY_BYTES`) or
+        under ``te_loss`` Transformer Engine's fused one (:data:`TE_CROSS_ENTROPY_BYTES`) — or 0
+        for any other instruction."""
+        forward, backward = TE_CROSS_ENTROPY_BYTES if self.te_loss else CROSS_ENTROPY_BYTES
         if instr.kind == "crossentropy":
             sizes = [size for name, size in instr.inputs if name in self.loss_logits]
             per_element = forward

@@ -27,12 +27,18 @@ def test_the_qwen3_row_names_its_own_base_and_megatron_bridge_layout() -> None:
     p = case.parallel
     assert (p.tp, p.pp, p.vpp, p.dp, p.ep, p.etp, p.sp) == (2, 8, 4, 16, 32, 1, True)
     assert case.backend_key == (
-        "megatron-core+fp8_param_gather=true,moe_comm_overlap=true,tp_comm_overlap=false"
+        "megatron-core+fp8_param_gather=true,moe_comm_overlap=true,te_cross_entropy=true,"
+        "tp_comm_overlap=false"
     )
     assert str(p.fp8_recipe) == "tensorwise"  # FP8-CS: current scaling
     assert not p.grad_fp32  # set_qwen3_common_configs: grad_reduce_in_fp32 False
     # the H100 recipe's switches (bf16_with_fp8_current_scaling_mixed: fp8_param_gather)
-    options = {"fp8_param_gather": True, "moe_comm_overlap": True, "tp_comm_overlap": False}
+    options = {
+        "fp8_param_gather": True,
+        "moe_comm_overlap": True,
+        "te_cross_entropy": True,
+        "tp_comm_overlap": False,
+    }
     assert parse_backend_key(case.backend_key) == ("megatron-core", options)
 
 
