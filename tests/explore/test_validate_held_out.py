@@ -528,6 +528,9 @@ def test_the_dgx_cloud_grok1_rows_take_the_recipes_layout_and_moe_setup(cases: l
         assert parallel.expert_dp == gpus // (4 * pp * ep)  # experts folded over tp·cp·dp
         assert (model.num_experts, model.top_k, model.expert_ffn) == (8, 2, 32768)
         assert (model.hidden, model.heads, model.kv_heads, model.vocab) == (6144, 48, 8, 128256)
+        # grok1_314b.yaml (dgxc-benchmarking 35a9aecc): moe_expert_capacity_factor 1.0 with
+        # moe_pad_expert_input_to_capacity, drop-and-pad to capacity (not dropless)
+        assert model.capacity_factor == 1.0, case.id
         assert parallel.sequence_parallel and not parallel.grad_fp32 and parallel.zero == 1
         options = dict(case.framework_options)
         assert options["attention_kernel"] == "fa2"
@@ -556,6 +559,8 @@ def test_the_dgx_cloud_25_05_grok1_rows_take_the_launch_scripts_layout(cases: li
         assert parallel.global_batch == 2 * gpus and model.layers == 64 and model.seq_len == 8192
         moe = (model.num_experts, model.top_k, model.expert_ffn, model.vocab)
         assert moe == (8, 2, 32768, 128256), case.id
+        # pretrain_grok1_314b.py's MegatronTokenDropCallback: capacity 1.0, padded to capacity
+        assert model.capacity_factor == 1.0, case.id
         options, fp8 = dict(case.framework_options), "-FP8-" in case.id
         assert options.get("fp8_param_gather", False) == fp8
         # bf16_with_fp8_mixed(): delayed scaling; pretrain_grok1_314b.py names

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -318,7 +319,10 @@ def test_a_grok1_proxy_row_is_inferred_on_a_mixtral_base(tmp_path: Path) -> None
     (theirs,) = run_validation(_folder(tmp_path / "b", row, setups=GROK_BY_HAND)).results
     (package,) = [c for c in load_cases() if c.id == row["id"]]
     assert mine.evaluated and mine.case.source.startswith("INFERRED")
-    assert mine.case.model == package.model
+    assert package.model is not None and package.model.capacity_factor == 1.0
+    # the hand-written setup adds the recipe's drop-and-pad to capacity, which the CSV's cells
+    # do not state (grok1_314b.yaml moe_expert_capacity_factor 1.0)
+    assert mine.case.model == replace(package.model, capacity_factor=None)
     assert mine.case.model is not None and mine.case.model.expert_ffn == 32768
     assert (mine.case.model.layers, mine.case.model.num_experts) == (2, 8)
     assert mine.predicted == theirs.predicted
