@@ -216,7 +216,10 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         schedules = m // per_schedule
         step: Step = self._steps.get(
             (number, kind, m, schedules),
-            lambda: assemble_step(planned.step, kind, per_schedule, vpp, self._timeline, schedules),
+            lambda: assemble_step(
+                planned.step, kind, per_schedule, vpp, self._timeline, schedules,
+                self.framework.pp_held_sync_per_schedule,
+            ),  # fmt: skip
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)

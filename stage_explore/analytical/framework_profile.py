@@ -183,6 +183,18 @@ Options (all booleans unless said):
   unsharded_elements`). NeMo AutoModel holds its stages the same way
   (``components/moe/parallelizer.py`` ``apply_fsdp(reshard_after_forward=False)``,
   ``components/moe/fsdp_mixin.py`` ``patched_backward_maybe_with_nosync``).
+- ``pp_held_sync_per_schedule`` — with ``pp_unsharded_params`` and several pipeline schedules
+  per step (``local_batch_size``), a held stage is reduce-scattered and resharded after every
+  schedule and gathered again in the next, not once per step: the stage module is itself an
+  ``FSDPModule``, and ``torch.distributed.pipelining`` ``stage.py`` ``backward_maybe_with_nosync``
+  (AutoModel's ``patched_backward_maybe_with_nosync``, its ``FSDPModule`` branch, the same) runs
+  every state's ``post_backward`` on each chunk's ``last_backward``, which
+  ``PipelineScheduleMulti._step_microbatches`` sets on the last micro-batch of every
+  ``schedule.step`` (its backward counter is per call). NeMo AutoModel's stage is an
+  ``FSDPModule`` when ``components/moe/parallelizer.py`` ``apply_fsdp`` also wraps the outer
+  causal-LM module (``wrap_outer_model``, default true; the benchmark configs of the 2025-10-02
+  performance summary do not set it). Off: the stage stays gathered across the step's schedules
+  (the MoE mixin's branch, ``post_backward`` only on the optimizer step's last backward).
 - ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
   TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
   chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32
@@ -484,6 +496,7 @@ OPTION_FLAGS: dict[str, str] = {
     "te_cross_entropy": "Megatron cross_entropy_loss_fusion + cross_entropy_fusion_impl=te",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
+    "pp_held_sync_per_schedule": "AutoModel wrap_outer_model: the FSDPModule stage synced per schedule",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "cp_traced_ring": "torchtitan training.compile + CP (traced waits; Inductor reorder off)",
     "te_cp_merge": "TE AttnFuncWithCP p2p (per-step out corrections, dQ/dKV accumulation)",
@@ -569,6 +582,7 @@ class FrameworkProfile:
     grad_accumulation: str = "none"  # no separate accumulation pass timed (module docstring)
     loss_fp32_buffers: int = 0  # the generator's own count of the loss's tensors
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
+    pp_held_sync_per_schedule: bool = False  # a held stage synced once per step
     cp_merge_fp32: bool = False  # context-parallel attention merged inside its kernel
     cp_traced_ring: bool = False  # torch's ring run eagerly (its collectives overlapped)
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default

@@ -43,6 +43,7 @@ __all__ = [
     "get_framework",
     "grad_accumulation_bytes",
     "held_accumulation_bytes",
+    "held_sync_micro_batches",
     "pipelining_buffer_bytes",
     "zero3_gathered_bytes",
 ]
@@ -422,11 +423,15 @@ FRAMEWORKS["automodel"] = replace(
     # torch.distributed.pipelining" (its PipelineStages' per-micro-batch receive buffers)
     pipelining_stage_buffers=True,
     # components/moe/parallelizer.py apply_fsdp(reshard_after_forward=False) (the default and
-    # the benchmark configs'); components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync:
-    # a MoEFSDPSyncMixin stage (the configs' wrap_outer_model: false leaves it no FSDPModule)
-    # runs every backward with resharding and gradient sync off and reduce-scatters once, after
-    # the last backward of the optimizer step (get_is_optim_step)
+    # the benchmark configs'): every backward with resharding and gradient sync off
+    # (components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync)
     pp_unsharded_params=True,
+    # apply_fsdp(wrap_outer_model=True), the default, which the benchmark configs of the
+    # 2025-10-02 performance summary leave (examples/benchmark/configs/deepseek_v3_te_deepep.yaml
+    # at cab96cf, deepseek_v3_te_deepep_1024.yaml at 604375a): the stage is an FSDPModule, so
+    # the patch's FSDPModule branch reduce-scatters it on each schedule's last backward (later
+    # configs set wrap_outer_model: false: the MoE mixin's branch, once per optimizer step)
+    pp_held_sync_per_schedule=True,
 )
 
 #: IBM's fms-fsdp (github.com/foundation-model-stack/fms-fsdp, the PyTorch/IBM FSDP blog of
@@ -595,6 +600,19 @@ def pipelining_buffer_bytes(
         if last and not first:
             total -= boundary
     return total
+
+
+def held_sync_micro_batches(
+    profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
+) -> int:
+    """Micro-batches between a held stage's gathers and its reduce-scatters
+    (``pp_unsharded_params``): the step's ``micro_batches``, or under
+    ``pp_held_sync_per_schedule`` one pipeline schedule's
+    (:func:`local_schedule_micro_batches`: the stage is reduce-scattered and resharded after
+    every schedule)."""
+    if profile.pp_held_sync_per_schedule:
+        return local_schedule_micro_batches(profile, parallel, micro_batches)
+    return micro_batches
 
 
 def local_schedule_micro_batches(

@@ -25,6 +25,7 @@ from stage_explore.analytical.frameworks import (
     fsdp2_copy_bytes,
     grad_accumulation_bytes,
     held_accumulation_bytes,
+    held_sync_micro_batches,
 )
 from stage_explore.analytical.kernels import gemm_role
 from stage_explore.analytical.parts import Memo, Point
@@ -80,9 +81,10 @@ class PhasePasses:
         stream, at the achieved HBM bandwidth, for the weights FSDP gathers
         (:func:`~stage_core.lower.memory.unsharded_elements`)."""
         workload = point.workload
-        per_element = held_accumulation_bytes(
-            workload.micro_batches, workload.weight_bytes, workload.grad_bytes
-        )
+        between = held_sync_micro_batches(
+            self.framework, workload.parallel, workload.micro_batches
+        )  # the first of each run between two reduce-scatters casts
+        per_element = held_accumulation_bytes(between, workload.weight_bytes, workload.grad_bytes)
         elements = unsharded_elements(workload, point.blocks[kind])
         bandwidth = point.system.accelerator.achieved_memory_bandwidth_bytes_per_s
         return elements * per_element / bandwidth
@@ -127,7 +129,8 @@ class PhasePasses:
         fsdp2_copy_bytes`): the all-gather copy-out of each gather (the forward's, and the
         backward's unless the parameters stay gathered under pipeline parallelism), the
         reduce-scatter copy-in of the backward; under ``pp_unsharded_params`` with pp > 1 the
-        stage gathers and reduce-scatters once per step, spread over its micro-batches."""
+        stage gathers and reduce-scatters once per step (per schedule under
+        ``pp_held_sync_per_schedule``), spread over its micro-batches."""
         workload = point.workload
         if not self.framework.fsdp2_copies or workload.parallel.zero < 3:
             return 0.0
@@ -141,10 +144,12 @@ class PhasePasses:
         accelerator = point.system.accelerator
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         seconds = elements * per_element / bandwidth
-        if held and phase == "fwd":
-            seconds /= workload.micro_batches  # one gather per step
-        if held and phase in ("bwd", "bwd_w"):
-            seconds /= workload.micro_batches  # one reduce-scatter per step
+        if held:  # one gather and one reduce-scatter per step (or per schedule)
+            between = held_sync_micro_batches(
+                self.framework, workload.parallel, workload.micro_batches
+            )
+            if phase in ("fwd", "bwd", "bwd_w"):
+                seconds /= between
         return seconds
 
     def _flat_grad_s(self, point: Point, kind: str, phase: str) -> float:

@@ -144,6 +144,7 @@ def assemble_step(
     vpp: int,
     timeline: Timeline = step_time,
     schedules: int = 1,
+    held_per_schedule: bool = False,
 ) -> Step:
     """Simulate the schedule and finish every rank's step: each chunk's gradient
     synchronisation after its last backward (issued in the order those run, on one stream),
@@ -162,7 +163,10 @@ def assemble_step(
     stage (``pp_unsharded_params``) stays gathered across them: its gathers run in the first
     schedule's first forwards, its reduce-scatters after the last schedule's last backwards
     (AutoModel's ``patched_backward_maybe_with_nosync`` runs ``post_backward`` only on the
-    optimizer step's last backward)."""
+    optimizer step's last backward) — or, ``held_per_schedule``
+    (``FrameworkProfile.pp_held_sync_per_schedule``: the stage is an ``FSDPModule``, which
+    torch pipelining reduce-scatters on every schedule's last backward), is gathered in every
+    schedule's first forwards and reduce-scattered after every schedule's last backwards."""
     p = len(plan.stage_class)
     split = kind in SPLIT_BACKWARD
     chunks = chunks_per_rank(kind, vpp)
@@ -170,7 +174,7 @@ def assemble_step(
     times = plan.schedule_times(split)
     args = (m, vpp, plan.transfer_s, plan.arrival_s)
     earlier = 0.0  # when the last schedule starts
-    if schedules > 1 and any(t.has_extra for t in times):
+    if schedules > 1 and not held_per_schedule and any(t.has_extra for t in times):
         first = timeline(kind, tuple(t._replace(last_grad_extra_s=()) for t in times), *args)
         earlier = first.makespan_s
         if schedules > 2:
@@ -235,6 +239,8 @@ def assemble_step(
         label = f"exposed_{CONTENTION}"
         breakdown[label] = breakdown.get(label, 0.0) + lost
     if held:  # the once-per-step ZeRO-3 gathers and reduce-scatters (SyncCost.held_s)
+        if held_per_schedule:
+            held *= schedules  # or once per schedule
         breakdown["exposed_zero_gather"] = breakdown.get("exposed_zero_gather", 0.0) + held
     breakdown["pipeline_p2p"] = pipeline.send_s[stage]
     breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))

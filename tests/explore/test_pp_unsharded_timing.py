@@ -111,3 +111,48 @@ def test_a_held_stage_stays_gathered_across_the_steps_schedules() -> None:
     assert held.step_time_s == pytest.approx(base.step_time_s + 0.25 + 0.75)
     assert dict(held.breakdown)[ZERO] == pytest.approx(1.0)
     assert sum(v for _, v in held.breakdown) == pytest.approx(held.step_time_s)
+
+
+def test_a_stage_synced_per_schedule_pays_its_collectives_in_every_schedule() -> None:
+    # pp_held_sync_per_schedule (AutoModel's stage an FSDPModule): torch pipelining
+    # reduce-scatters it on each schedule's last backward, and the next schedule gathers again
+    base = assemble_step(_plan(((0.0, 0.0), (0.0, 0.0))), "1f1b", 4, 1, schedules=3)
+    each = assemble_step(
+        _plan(((0.25, 0.75), (0.0, 0.0))), "1f1b", 4, 1, schedules=3, held_per_schedule=True
+    )
+    assert each.step_time_s == pytest.approx(base.step_time_s + 3 * (0.25 + 0.75))
+    assert dict(each.breakdown)[ZERO] == pytest.approx(3.0)
+    assert sum(v for _, v in each.breakdown) == pytest.approx(each.step_time_s)
+    # one schedule: the same as syncing once per step
+    one = assemble_step(_plan(((0.25, 0.75), (0.0, 0.0))), "1f1b", 4, 1)
+    one_each = assemble_step(
+        _plan(((0.25, 0.75), (0.0, 0.0))), "1f1b", 4, 1, held_per_schedule=True
+    )
+    assert one_each == one
+
+
+def _automodel_zero(per_schedule: bool, local: int) -> tuple[float, float]:
+    """DSV3-like held stage under AutoModel: 16 micro-batches per rank in schedules of
+    ``local``; (exposed ZeRO seconds, step seconds)."""
+    backend = AnalyticalBackend(
+        framework="automodel",
+        overrides={
+            "pp_held_sync_per_schedule": per_schedule, "local_batch_size": local,
+            "fsdp2_copies": False,
+        },
+    )  # fmt: skip
+    parallel = ParallelConfig(
+        dp=16, pp=2, zero=3, recompute=Recompute.NONE, micro_batch=1, global_batch=256
+    )
+    result = backend.evaluate(LLAMA, parallel, load_system("h100-80gb"))
+    return dict(result.breakdown)[ZERO], result.step_time_s
+
+
+def test_automodel_syncs_its_held_stage_once_per_local_batch_schedule() -> None:
+    once, once_step = _automodel_zero(False, 4)  # four schedules, synced once
+    each, each_step = _automodel_zero(True, 4)  # four schedules, synced in each
+    assert once > 0.0
+    assert each == pytest.approx(4 * once, rel=1e-9)
+    assert each_step > once_step
+    # a single schedule per step: the option changes nothing
+    assert _automodel_zero(True, 0) == _automodel_zero(False, 0)
