@@ -214,12 +214,12 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
         per_schedule = local_schedule_micro_batches(self.framework, parallel, m)
         schedules = m // per_schedule
+        held_per_schedule = self.framework.pp_held_sync_per_schedule
         step: Step = self._steps.get(
             (number, kind, m, schedules),
             lambda: assemble_step(
-                planned.step, kind, per_schedule, vpp, self._timeline, schedules,
-                self.framework.pp_held_sync_per_schedule,
-            ),  # fmt: skip
+                planned.step, kind, per_schedule, vpp, self._timeline, schedules, held_per_schedule
+            ),
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)

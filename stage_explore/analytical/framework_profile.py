@@ -496,7 +496,7 @@ OPTION_FLAGS: dict[str, str] = {
     "te_cross_entropy": "Megatron cross_entropy_loss_fusion + cross_entropy_fusion_impl=te",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
-    "pp_held_sync_per_schedule": "AutoModel wrap_outer_model: the FSDPModule stage synced per schedule",
+    "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "cp_traced_ring": "torchtitan training.compile + CP (traced waits; Inductor reorder off)",
     "te_cp_merge": "TE AttnFuncWithCP p2p (per-step out corrections, dQ/dKV accumulation)",
