@@ -296,7 +296,11 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         and output layers' under the policy without userbuffers (:func:`block_policy`)."""
         policy, workload = block_policy(self.policy, kind), point.workload
         rule = overlap_rule(  # the dense tp, and the mesh's inner tp when split (1 < etp < tp)
-            policy, workload.parallel.tp, workload.flags.sp, workload.axis_sizes["tp"]
+            policy,
+            workload.parallel.tp,
+            workload.flags.sp,
+            workload.axis_sizes["tp"],
+            expert_tp_overlap=self.framework.micro_pipeline_tp,  # userbuffers: never experts'
         )
         async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce / SP scatter
             policy, workload.parallel.tp, workload.flags.sp

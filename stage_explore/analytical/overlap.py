@@ -395,8 +395,39 @@ def block_policy(policy: TimingPolicy, kind: str) -> TimingPolicy:
     return policy
 
 
+def expert_tp_collective(instr: Instr) -> bool:
+    """Whether ``instr`` is an expert-tensor-parallel all-gather or reduce-scatter of the routed
+    tokens: of ``moe.tokens`` (the dispatched tokens, or their gradient) or of an ``experts.*``
+    output (or its gradient), as :func:`~stage_explore.analytical.blocktime.routed_instr` names
+    them.
+
+    Megatron-Core runs these as plain NCCL calls on the compute stream, never with Transformer
+    Engine's userbuffers: ``MoEAlltoAllTokenDispatcher`` runs "permute->A2A(EP)->AG(TP)->
+    sort_chunk" and "sort_chunk->RS(TP)->A2A(EP)->unpermute"
+    (``gather_from_sequence_parallel_region`` / ``reduce_scatter_to_sequence_parallel_region``
+    over the experts' tp group, whose autograd backwards are the mirror reduce-scatter /
+    all-gather; NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py at
+    0014f137, the same calls in the 0.9 / 0.10 releases' ``token_permutation`` /
+    ``token_unpermutation``), and the experts' ``TELinear`` turns Transformer Engine's
+    communication off (``explicit_expert_comm = is_expert and (tp_size > 1 or
+    self.expert_parallel)``: parallel mode None, tp size 1) and its userbuffers with it
+    ("# Disable ub overlap for experts.": ``ub_overlap_ag`` / ``ub_overlap_rs`` False when
+    ``is_expert``; megatron/core/extensions/transformer_engine.py, ``TELinear.__init__``). So
+    under ``--tp-comm-overlap`` the expert GEMMs wait for all of their tokens' all-gather, fc2
+    is not split into pipelined chunks, and the combine waits for the whole reduce-scatter,
+    forward and backward."""
+    if instr.collective not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+        return False
+    tensor = instr.name.partition(":")[2].removeprefix("d.")
+    return tensor == "moe.tokens" or tensor.startswith("experts.")
+
+
 def overlap_rule(
-    policy: TimingPolicy, tp: int, sp: bool, inner_tp: int | None = None
+    policy: TimingPolicy,
+    tp: int,
+    sp: bool,
+    inner_tp: int | None = None,
+    expert_tp_overlap: bool = False,
 ) -> OverlapRule | None:
     """The collectives ``policy`` overlaps inside a block (:attr:`Overlap.TP_COMM`,
     :attr:`Overlap.MOE_COMM`), or None when it overlaps none:
@@ -404,8 +435,12 @@ def overlap_rule(
     Engine requires) with ``1/tp`` on the path, and expert-parallel all-to-alls fully.
     ``inner_tp``: the size of the mesh's ``tp`` axis when the lowering splits tp into sub-axes
     (``tpr``, ``tpo``, ``tp``: an expert tensor parallel size below tp,
-    :mod:`stage_core.lower.experts`): the dense layers' collectives over them keep ``1/tp``,
-    the experts' over the inner ``tp`` alone ``1/inner_tp``.
+    :mod:`stage_core.lower.experts`): the dense layers' collectives over them keep ``1/tp``.
+    The experts' tensor-parallel all-gathers and reduce-scatters (:func:`expert_tp_collective`)
+    stay on the path as Megatron-Core runs them unless
+    ``expert_tp_overlap`` (PyTorch's async TP, :mod:`~stage_explore.analytical.
+    micro_pipeline_tp`, not read for experts: kept as before), then the experts' over the inner
+    ``tp`` alone with ``1/inner_tp``.
     Transformer Engine's userbuffers pipeline a forward reduce-scatter with the GEMM that
     produces it (:class:`Pipelined`) and run a backward one beside the weight gradients
     (:class:`Bulk`)."""
@@ -417,6 +452,8 @@ def overlap_rule(
 
     def rule(instr: Instr) -> float | Pipelined | Bulk | None:
         kind = instr.collective
+        if tp_overlap and not expert_tp_overlap and expert_tp_collective(instr):
+            return None  # the dispatcher's own NCCL calls (expert_tp_collective)
         if tp_overlap and instr.axes in _TP_GROUPS and kind is CollectiveKind.REDUCE_SCATTER:
             # forward: pipelined with the GEMM producing it; backward: bulk beside the weight
             # gradients (defer_weight_gradients), its dependents wait for all of it

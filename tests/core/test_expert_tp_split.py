@@ -158,6 +158,13 @@ def test_overlap_rule_keeps_one_tp_chunk_of_dense_and_expert_collectives() -> No
         assert rule(gather(dense)) == 0.25, dense  # a dense layer's group: all of tp
     assert rule(gather(("tp",))) == 0.5  # the experts' own tp
     assert rule(gather(("ep", "tp"))) is None
+    routed = Instr(
+        "all_gather:moe.tokens", "fwd", "comm", collective=CollectiveKind.ALL_GATHER, axes=("tp",)
+    )
+    assert rule(routed) is None  # Megatron-Core's dispatcher: an NCCL call, no userbuffers
+    policy = TimingPolicy.from_profile(profile)
+    async_tp = overlap_rule(policy, 4, True, 2, expert_tp_overlap=True)
+    assert async_tp is not None and async_tp(routed) == 0.5
     unsplit = overlap_rule(TimingPolicy.from_profile(profile), 4, True)
     assert unsplit is not None
     assert unsplit(gather(("tp",))) == 0.25
