@@ -600,6 +600,9 @@ def test_the_dgx_cloud_25_05_deepseek_rows_take_the_scripts_pipeline_split(
             1,
             4096,
         )
+        # pretrain_deepseek_v3.py (USE_TOKEN_DROP) adds NeMo's MegatronTokenDropCallback:
+        # moe_expert_capacity_factor 1.0 with moe_pad_expert_input_to_capacity (not dropless)
+        assert model.capacity_factor == 1.0, case.id
         assert case.system == ("h100-80gb" if h100 else "gb200-nvl72")
         tokens = 4096 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
