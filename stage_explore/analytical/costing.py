@@ -421,6 +421,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             ),
             loss_logits=loss_logits(block.fwd),
             te_loss=self.framework.te_cross_entropy,
+            native_loss=self.framework.native_cross_entropy,
             eager_bytes=eager_op_bytes(
                 point.workload.model,
                 self.framework.eager_modules,

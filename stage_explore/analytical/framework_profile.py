@@ -263,6 +263,11 @@ Options (all booleans unless said):
   and an in-place scale by the loss gradient (:data:`~stage_explore.analytical.kernels.
   TE_CROSS_ENTROPY_BYTES`), not :data:`~stage_explore.analytical.kernels.CROSS_ENTROPY_BYTES`.
   Time only (the loss's memory stays ``loss_fp32_buffers``).
+- ``native_cross_entropy`` — the loss runs Megatron-Core's own fused cross-entropy
+  (``cross_entropy_loss_fusion`` with the default ``cross_entropy_fusion_impl = "native"``,
+  ``fused_vocab_parallel_cross_entropy``): the unfused loss's fp32 steps compiled into four
+  ``torch.compile`` graphs (:data:`~stage_explore.analytical.kernels.NATIVE_CROSS_ENTROPY_BYTES`).
+  Time only; not with ``te_cross_entropy`` (one loss or the other).
 - ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
   parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and
   held gathered in fp32; autocast casts them per use. Composer's FSDP ``mixed_precision:
@@ -494,6 +499,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
     "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
     "te_cross_entropy": "Megatron cross_entropy_loss_fusion + cross_entropy_fusion_impl=te",
+    "native_cross_entropy": "Megatron cross_entropy_loss_fusion, cross_entropy_fusion_impl=native",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
@@ -590,6 +596,7 @@ class FrameworkProfile:
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are
     te_cross_entropy: bool = False  # Megatron's unfused fp32 loss (CROSS_ENTROPY_BYTES)
+    native_cross_entropy: bool = False  # ditto, not the compiled fused one
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
@@ -691,6 +698,11 @@ class FrameworkProfile:
                     f"framework {self.name!r}: `{option}` ({OPTION_FLAGS[option]}) must be "
                     f"true or false, but got {value!r}"
                 )
+        if self.te_cross_entropy and self.native_cross_entropy:
+            raise ConfigError(
+                f"framework {self.name!r}: `te_cross_entropy` and `native_cross_entropy` are two "
+                "values of Megatron-Core's cross_entropy_fusion_impl; set at most one"
+            )
         if not self.rope_fusion and self.eager_modules != "megatron-core":
             # only Megatron-Core's module code runs the unfused RoPE op by op (eager_megatron);
             # every other eager table counts its framework's own rotary code already

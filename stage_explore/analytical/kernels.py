@@ -264,6 +264,20 @@ CROSS_ENTROPY_BYTES = (38, 14)
 #: it in place by the per-token loss gradient (2 + 2) = 4. The fp32 work stays in registers.
 TE_CROSS_ENTROPY_BYTES = (6, 4)
 
+#: HBM bytes per logit of Megatron-Core's own fused cross-entropy (``cross_entropy_loss_fusion``
+#: with ``cross_entropy_fusion_impl = "native"``, ``fused_vocab_parallel_cross_entropy`` in
+#: ``megatron/core/fusions/fused_cross_entropy.py``, NVIDIA/Megatron-LM d086a2e3): the unfused
+#: loss's steps in four ``jit_fuser`` (``torch.compile``, ``megatron/core/jit.py``) graphs, fp32.
+#: Forward ``calculate_logits_max`` reads the 16-bit logits and writes their fp32 copy with the
+#: max in the same pass (2 + 4); ``calculate_predicted_logits`` subtracts the max and takes exp
+#: in place on that copy and sums it (4 + 4), but a graph that reduces over a mutated input makes
+#: Inductor write the new value to a fresh buffer and copy it back (+ 4 + 4; Megatron-LM's later
+#: fused_cross_entropy.py, 0cb4a9c8, says so when it splits these steps into separate graphs);
+#: ``calculate_cross_entropy_loss`` divides in place (4 + 4) = 30. Backward ``calculate_gradients``
+#: scatters into the saved softmax (the same fresh copy, 4 + 4), scales it by the loss gradient in
+#: place and writes its 16-bit cast (4 + 4 + 2) = 18.
+NATIVE_CROSS_ENTROPY_BYTES = (30, 18)
+
 #: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
 BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
 
@@ -343,6 +357,9 @@ class KernelTimer:
     #: The loss runs Transformer Engine's fused cross-entropy (:data:`TE_CROSS_ENTROPY_BYTES`,
     #: framework option ``te_cross_entropy``) instead of Megatron's unfused fp32 one.
     te_loss: bool = False
+    #: The loss runs Megatron-Core's native fused cross-entropy
+    #: (:data:`NATIVE_CROSS_ENTROPY_BYTES`, framework option ``native_cross_entropy``).
+    native_loss: bool = False
     #: The context-parallel degree when attention merges per-chunk results in fp32 kernels of
     #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
     #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
@@ -495,10 +512,17 @@ class KernelTimer:
         return "fp8"
 
     def _loss_s(self, instr: Instr) -> float:
-        """The cross-entropy's traffic — the FP32 multi-pass one (:data:`CROSS_ENTROPY_BYTES`) or
-        under ``te_loss`` Transformer Engine's fused one (:data:`TE_CROSS_ENTROPY_BYTES`) — or 0
+        """The cross-entropy's traffic — the FP32 multi-pass one (:data:`CROSS_ENTROPY_BYTES`),
+        under ``te_loss`` Transformer Engine's fused one (:data:`TE_CROSS_ENTROPY_BYTES`), under
+        ``native_loss`` Megatron-Core's compiled one (:data:`NATIVE_CROSS_ENTROPY_BYTES`) — or 0
         for any other instruction."""
-        forward, backward = TE_CROSS_ENTROPY_BYTES if self.te_loss else CROSS_ENTROPY_BYTES
+        forward, backward = (
+            TE_CROSS_ENTROPY_BYTES
+            if self.te_loss
+            else NATIVE_CROSS_ENTROPY_BYTES
+            if self.native_loss
+            else CROSS_ENTROPY_BYTES
+        )
         if instr.kind == "crossentropy":
             sizes = [size for name, size in instr.inputs if name in self.loss_logits]
             per_element = forward

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
@@ -14,11 +15,13 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.kernels import (
     CROSS_ENTROPY_BYTES,
+    NATIVE_CROSS_ENTROPY_BYTES,
     TE_CROSS_ENTROPY_BYTES,
     KernelTimer,
     loss_logits,
 )
 from stage_explore.system import load_system
+from stage_explore.validation.setups import load_cases
 
 H100 = load_system("h100-80gb")
 MODEL = get_flavor("llama3-8b").with_overrides(layers=2)
@@ -83,3 +86,58 @@ def test_transformer_engines_fused_loss_moves_fewer_bytes() -> None:
         return backend.evaluate(MODEL, parallel, H100).step_time_s
 
     assert step({"te_cross_entropy": True}) < step({})
+
+
+def test_megatrons_native_fused_loss_is_timed_at_its_compiled_passes() -> None:
+    """Under ``native_loss`` (framework option ``native_cross_entropy``: Megatron-Core
+    ``cross_entropy_fusion_impl = "native"``, ``fused_vocab_parallel_cross_entropy``) the loss is
+    timed at NATIVE_CROSS_ENTROPY_BYTES per logit: fewer bytes forward than the unfused loss
+    (one fp32 copy and one in-place pass fewer, one copy-back more), more backward (the scatter's
+    copy of the softmax); the option and te_cross_entropy exclude each other."""
+    parallel = ParallelConfig(global_batch=1)
+    head = bind_all(make_workload(MODEL, parallel))["head"]
+    accelerator = H100.accelerator
+    assert accelerator.kernels is not None
+    unfused = KernelTimer(
+        accelerator, accelerator.kernels, "bf16", frozenset(w.name for w in head.weights),
+        MODEL.seq_len, 128, True, loss_logits=loss_logits(head.fwd),
+    )  # fmt: skip
+    native = replace(unfused, native_loss=True)
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
+    elements = MODEL.seq_len * -(-MODEL.vocab // 128) * 128
+    (loss,) = [i for i in head.fwd if i.kind == "crossentropy"]
+    (grad,) = [i for i in head.bwd if any(n == "d.logits" for n, _ in i.outputs)]
+    assert native(loss) == pytest.approx(elements * NATIVE_CROSS_ENTROPY_BYTES[0] / bandwidth)
+    assert native(grad) == pytest.approx(elements * NATIVE_CROSS_ENTROPY_BYTES[1] / bandwidth)
+    assert native(loss) < unfused(loss) and native(grad) > unfused(grad)
+    assert sum(NATIVE_CROSS_ENTROPY_BYTES) < sum(CROSS_ENTROPY_BYTES)
+    assert replace(native, te_loss=True)(loss) == pytest.approx(
+        elements * TE_CROSS_ENTROPY_BYTES[0] / bandwidth
+    )
+    assert not FRAMEWORKS["megatron-core"].native_cross_entropy
+
+    def step(overrides: dict[str, object]) -> float:
+        backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
+        return backend.evaluate(MODEL, parallel, H100).step_time_s
+
+    assert step({"native_cross_entropy": True}) < step({})
+    with pytest.raises(ConfigError, match="cross_entropy_fusion_impl"):
+        FRAMEWORKS["megatron-core"].with_overrides(
+            {"native_cross_entropy": True, "te_cross_entropy": True}
+        )
+
+
+def test_the_nemo_2_and_gpt_oss_rows_run_the_native_fused_loss() -> None:
+    """NeMo 2.0's GPTConfig (cross_entropy_loss_fusion True, impl left at 'native') for the
+    NeMo 25.02 rows, and the GPT-OSS recipe's cross_entropy_fusion_impl 'native'."""
+    sources = ("NEMO2502-B200", "NEMO2502-H100", "DGXC2504-H100-BF16", "DGXC2504-H100-FP8")
+    mine = [
+        c
+        for c in load_cases()
+        if c.source in sources or (c.source.startswith("MBRIDGE-MOE-") and "GPTOSS" in c.id)
+    ]
+    assert len(mine) == 69
+    for case in mine:
+        options = dict(case.framework_options)
+        assert options.get("native_cross_entropy") is True, case.id
+        assert "te_cross_entropy" not in options, case.id
