@@ -141,3 +141,15 @@ def test_the_nemo_2_and_gpt_oss_rows_run_the_native_fused_loss() -> None:
         options = dict(case.framework_options)
         assert options.get("native_cross_entropy") is True, case.id
         assert "te_cross_entropy" not in options, case.id
+
+
+def test_the_nemo_performance_script_rows_run_te_cross_entropy() -> None:
+    """NeMo 2.0's scripts/performance set_primary_perf_configs sets cross_entropy_fusion_impl
+    'te' (helpers.py at 0349f235, utils.py at 07ed46e0; pretrain_deepseek_v3.py sets it too): the
+    GSW 25.05.04 rows (NeMo 25.04) and the NeMo 25.09 script rows time TE's fused loss."""
+    mine = [c for c in load_cases() if c.source.startswith(("DGXC2505-", "NEMOPERF-B200"))]
+    assert len(mine) == 40
+    for case in mine:
+        options = dict(case.framework_options)
+        assert options.get("te_cross_entropy") is True, case.id
+        assert "native_cross_entropy" not in options, case.id
