@@ -37,6 +37,8 @@ support = import_module(
 RAY = Path(sys.executable).with_name("ray")
 TRIALS = 48
 KILL_AFTER = 14
+#: How long each synthetic evaluation sleeps (the kill lands inside one).
+SLEEP_S = 0.15
 #: Fast node-death detection for the test cluster (Ray's defaults take ~30 s to notice).
 SYSTEM_CONFIG = (
     '{"health_check_period_ms": 500, "health_check_timeout_ms": 1000, '
@@ -149,13 +151,20 @@ def _wait_for_nodes(count: int, timeout_s: float) -> None:
 def _wait_for_busy(
     cluster: LocalRayCluster, node: subprocess.Popen[bytes], busy_dir: Path, timeout_s: float
 ) -> None:
-    """Wait until one of ``node``'s processes is evaluating (its busy file exists)."""
+    """Wait until one of ``node``'s processes has just started an evaluation: its busy file
+    exists and is younger than a third of the evaluation's sleep, so the kill lands well
+    before the evaluation could end (a kill in its last milliseconds would lose nothing)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        busy = {int(path.name) for path in busy_dir.iterdir()}
-        if busy & set(_session(node.pid)):
-            return
-        time.sleep(0.005)
+        members = set(_session(node.pid))
+        for path in busy_dir.iterdir():
+            try:
+                age_s = time.time() - path.stat().st_mtime
+            except FileNotFoundError:  # that evaluation just ended
+                continue
+            if int(path.name) in members and age_s < SLEEP_S / 3:
+                return
+        time.sleep(0.002)
     print(cluster.log())
     raise AssertionError(f"the worker node started no evaluation within {timeout_s} s")
 
@@ -172,7 +181,7 @@ def test_study_on_two_nodes_survives_a_node_killed_midway(
     text = support.study_text(
         trials=TRIALS,
         batch_size=6,
-        options=f'sleep_s = 0.15, busy_dir = "{busy_dir}"',
+        options=f'sleep_s = {SLEEP_S}, busy_dir = "{busy_dir}"',
         executor=f'kind = "ray"\naddress = "{cluster.address}"\nchunk_size = 1\n'
         "connect_timeout_s = 60",
     )
