@@ -54,6 +54,7 @@ from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costing_comm import CommCosting
 from stage_explore.analytical.costing_states import StateCosting
 from stage_explore.analytical.eager import eager_attention, eager_op_bytes
+from stage_explore.analytical.fp8_gather import cast_shards, fp8_gathered, with_fp8_gathers
 from stage_explore.analytical.frameworks import (
     FrameworkProfile,
 )
@@ -321,6 +322,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             halves = split_backward(block)
             instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
         instrs = self._fused_projections(instrs, frozenset(w.name for w in block.weights))
+        instrs = with_fp8_gathers(  # userbuffers gather FP8 linear inputs (fp8_gather.py)
+            instrs, self._fp8_gathered(point, kind), str(point.workload.parallel.fp8_recipe)
+        )
         if self.framework.fused_elementwise:
             instrs = fuse_elementwise(instrs)
         extra_bytes = 0
@@ -419,6 +423,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 if dtype == "fp8"
                 else {}
             ),
+            cast_shards=cast_shards(self._fp8_gathered(point, kind), parallel.tp),
             loss_logits=loss_logits(block.fwd),
             te_loss=self.framework.te_cross_entropy,
             native_loss=self.framework.native_cross_entropy,
@@ -471,6 +476,25 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             return False
         model = point.workload.model
         return routing_share(model, self.framework.moe_fake_balanced_gate) > 0.0
+
+    def _fp8_gathered(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
+        """``(phase, tensor)`` of block ``kind``'s tensor-parallel all-gathers that carry FP8
+        data: an FP8 run under Transformer Engine's userbuffers overlap (``tp_comm_overlap``,
+        not PyTorch's async TP) gathers its FP8 linear layers' quantized inputs
+        (:mod:`~stage_explore.analytical.fp8_gather`); empty otherwise."""
+        parallel = point.workload.parallel
+        framework = self.framework
+        if (
+            point.dtype != "fp8"
+            or not framework.tp_comm_overlap
+            or framework.micro_pipeline_tp
+            or not fp8_block(kind)
+        ):
+            return frozenset()
+        block = point.blocks[kind]
+        weights = frozenset(weight.name for weight in block.weights)
+        instrs = self._timed_instrs(block, weights)
+        return fp8_gathered(instrs, weights, parallel.fp8_gemms, str(parallel.fp8_recipe))
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
         """A block's forward and backward instructions as the profile's GEMMs run them (one

@@ -351,6 +351,11 @@ class KernelTimer:
     #: FP8 GEMMs reading each ``(phase, operand)`` (:func:`cast_shares`): one cast serves them
     #: all (Megatron-Core's fused QKV projection casts its input once).
     shares: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
+    #: How many times smaller than the GEMM's operand each ``(phase, operand)`` row-wise cast
+    #: is: the local shard Transformer Engine quantizes (row-wise only) before a userbuffers
+    #: FP8 all-gather (:func:`~stage_explore.analytical.fp8_gather.cast_shards`); absent: the
+    #: whole operand.
+    cast_shards: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
     #: The logits a training loss reads (:data:`CROSS_ENTROPY_BYTES`); empty: the generator's
     #: bytes for the loss (serving has none).
     loss_logits: frozenset[str] = frozenset()
@@ -546,7 +551,12 @@ class KernelTimer:
             # wgrad casts only what no FP8 fprop/dgrad cast: one (column-wise) copy
             copies = 1 if role == "wgrad" else 1 + (column if columnwise else 0)
             share = self.shares.get((instr.phase, name), 1)
-            total += cast_bytes(elements, self.fp8_recipe, copies) / share
+            # before a userbuffers FP8 all-gather the first (row-wise) copy is cast from the
+            # local shard; a further column-wise copy stays as the gathered tensor's
+            first = cast_bytes(elements, self.fp8_recipe, 1)
+            rest = cast_bytes(elements, self.fp8_recipe, copies) - first
+            shard = self.cast_shards.get((instr.phase, name), 1)
+            total += (first / shard + rest) / share
         return total / accelerator.achieved_memory_bandwidth_bytes_per_s
 
     def _ssd_rate(self) -> float:
