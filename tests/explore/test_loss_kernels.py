@@ -153,3 +153,36 @@ def test_the_nemo_performance_script_rows_run_te_cross_entropy() -> None:
         options = dict(case.framework_options)
         assert options.get("te_cross_entropy") is True, case.id
         assert "native_cross_entropy" not in options, case.id
+
+
+def test_the_nemo_1_and_mlperf_rows_run_the_native_fused_loss() -> None:
+    """NeMo 1.0 copies every TransformerConfig field its model yaml names (megatron_base_model.py
+    build_transformer_config): the Launcher's llama3_1_{8b,70b,405b}.yaml and dgxc-benchmarking's
+    nemotron4-{15b,340b}-synth.yaml set cross_entropy_loss_fusion true, and nothing sets an impl,
+    so the DGX Cloud 24.09 / 25.02 H100 rows run fused_vocab_parallel_cross_entropy; so do MLPerf
+    v4.1 GPT-3 (conf/custom.yaml CROSS_ENTROPY_LOSS_FUSION default True) and v5.0 Llama 3.1 405B
+    (same default; NeMo 2.0's GPTConfig). MLPerf v4.0's config is not stored: unfused."""
+    sources = (
+        "DGXC-H100-BF16", "DGXC-H100-FP8", "DGXC2502-H100-BF16", "DGXC2502-H100-FP8",
+        "DGXC2411-H100-BF16", "DGXC2411-H100-FP8",
+        "MLPERF-GPT3-B200", "MLPERF-L405B-H100", "MLPERF-L405B-GB200",
+    )
+    cases = load_cases()
+    mine = [c for c in cases if c.source in sources or "MLPERF-GPT3-H100-V41-" in c.id]
+    assert len(mine) == 123
+    for case in mine:
+        options = dict(case.framework_options)
+        assert options.get("native_cross_entropy") is True, case.id
+        assert "te_cross_entropy" not in options, case.id
+    # Their yaml names no cross_entropy_loss_fusion (dgxc-benchmarking gpt3_175b_hydra.yaml,
+    # grok1_314b.yaml): TransformerConfig's default False, the unfused loss.
+    unfused = [
+        c
+        for c in cases
+        if c.source.startswith(("DGXC-GPT3-", "DGXC-GROK1-", "DGXC2502-GPT3-", "DGXC2502-GROK1-"))
+        or "MLPERF-GPT3-H100-V40-" in c.id
+    ]
+    assert unfused
+    for case in unfused:
+        options = dict(case.framework_options)
+        assert "native_cross_entropy" not in options and "te_cross_entropy" not in options, case.id
