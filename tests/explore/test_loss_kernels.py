@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
@@ -27,30 +28,52 @@ H100 = load_system("h100-80gb")
 MODEL = get_flavor("llama3-8b").with_overrides(layers=2)
 
 
-@pytest.mark.parametrize("tp", [1, 4])
-def test_the_loss_moves_its_fp32_passes_over_the_logits(tp: int) -> None:
+@dataclass(frozen=True)
+class LossParts:
+    """The head of MODEL on H100 at ``tp``: the loss and its gradient instruction (and all of
+    the head's instructions), a timer with the unfused loss's passes, one with the generator's
+    bytes, the achieved bandwidth and this rank's logits."""
+
+    loss: Instr
+    grad: Instr
+    instrs: tuple[Instr, ...]
+    unfused: KernelTimer
+    plain: KernelTimer
+    bandwidth: float
+    elements: int
+
+
+def _loss_parts(tp: int = 1) -> LossParts:
     parallel = ParallelConfig(tp=tp, sp=tp > 1, global_batch=1)
     head = bind_all(make_workload(MODEL, parallel))["head"]
     accelerator = H100.accelerator
     assert accelerator.kernels is not None
-    logits = loss_logits(head.fwd)
-    timer = KernelTimer(
-        accelerator, accelerator.kernels, "bf16", frozenset(w.name for w in head.weights),
-        MODEL.seq_len, 128, True, loss_logits=logits,
-    )  # fmt: skip
     plain = KernelTimer(
         accelerator, accelerator.kernels, "bf16", frozenset(w.name for w in head.weights),
         MODEL.seq_len, 128, True,
     )  # fmt: skip
-    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-    # this rank's logits: the sequence times its share of the padded vocabulary
-    elements = MODEL.seq_len * -(-MODEL.vocab // (128 * tp)) * 128
     (loss,) = [i for i in head.fwd if i.kind == "crossentropy"]
     (grad,) = [i for i in head.bwd if any(n == "d.logits" for n, _ in i.outputs)]
-    assert timer(loss) == pytest.approx(elements * CROSS_ENTROPY_BYTES[0] / bandwidth)
-    assert timer(grad) == pytest.approx(elements * CROSS_ENTROPY_BYTES[1] / bandwidth)
+    return LossParts(
+        loss=loss,
+        grad=grad,
+        instrs=(*head.fwd, *head.bwd),
+        unfused=replace(plain, loss_logits=loss_logits(head.fwd)),
+        plain=plain,
+        bandwidth=accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory,
+        # this rank's logits: the sequence times its share of the padded vocabulary
+        elements=MODEL.seq_len * -(-MODEL.vocab // (128 * tp)) * 128,
+    )
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_the_loss_moves_its_fp32_passes_over_the_logits(tp: int) -> None:
+    parts = _loss_parts(tp)
+    timer, plain, loss, grad = parts.unfused, parts.plain, parts.loss, parts.grad
+    assert timer(loss) == pytest.approx(parts.elements * CROSS_ENTROPY_BYTES[0] / parts.bandwidth)
+    assert timer(grad) == pytest.approx(parts.elements * CROSS_ENTROPY_BYTES[1] / parts.bandwidth)
     assert timer(loss) > plain(loss) and timer(grad) > plain(grad)
-    others = [i for i in (*head.fwd, *head.bwd) if i is not loss and i is not grad]
+    others = [i for i in parts.instrs if i is not loss and i is not grad]
     assert all(timer(i) == plain(i) for i in others)
 
 
@@ -59,20 +82,11 @@ def test_transformer_engines_fused_loss_moves_fewer_bytes() -> None:
     ``cross_entropy_fusion_impl = "te"``) the loss is timed at TE_CROSS_ENTROPY_BYTES per logit,
     and a megatron-core step with the option is faster than the unfused fp32 loss's."""
     parallel = ParallelConfig(global_batch=1)
-    head = bind_all(make_workload(MODEL, parallel))["head"]
-    accelerator = H100.accelerator
-    assert accelerator.kernels is not None
-    logits = loss_logits(head.fwd)
-    unfused = KernelTimer(
-        accelerator, accelerator.kernels, "bf16", frozenset(w.name for w in head.weights),
-        MODEL.seq_len, 128, True, loss_logits=logits,
-    )  # fmt: skip
+    parts = _loss_parts()
+    unfused, loss, grad = parts.unfused, parts.loss, parts.grad
+    bandwidth, elements = parts.bandwidth, parts.elements
     fused = replace(unfused, te_loss=True)
     generator = replace(unfused, loss_logits=frozenset())  # the generator's own bytes
-    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-    elements = MODEL.seq_len * -(-MODEL.vocab // 128) * 128
-    (loss,) = [i for i in head.fwd if i.kind == "crossentropy"]
-    (grad,) = [i for i in head.bwd if any(n == "d.logits" for n, _ in i.outputs)]
     assert fused(loss) == pytest.approx(elements * TE_CROSS_ENTROPY_BYTES[0] / bandwidth)
     # the in-place scale, or the generator's gradient op where that moves more (its targets)
     te_grad = elements * TE_CROSS_ENTROPY_BYTES[1] / bandwidth
@@ -95,18 +109,10 @@ def test_megatrons_native_fused_loss_is_timed_at_its_compiled_passes() -> None:
     (one fp32 copy and one in-place pass fewer, one copy-back more), more backward (the scatter's
     copy of the softmax); the option and te_cross_entropy exclude each other."""
     parallel = ParallelConfig(global_batch=1)
-    head = bind_all(make_workload(MODEL, parallel))["head"]
-    accelerator = H100.accelerator
-    assert accelerator.kernels is not None
-    unfused = KernelTimer(
-        accelerator, accelerator.kernels, "bf16", frozenset(w.name for w in head.weights),
-        MODEL.seq_len, 128, True, loss_logits=loss_logits(head.fwd),
-    )  # fmt: skip
+    parts = _loss_parts()
+    unfused, loss, grad = parts.unfused, parts.loss, parts.grad
+    bandwidth, elements = parts.bandwidth, parts.elements
     native = replace(unfused, native_loss=True)
-    bandwidth = accelerator.memory_bandwidth_bytes_per_s * accelerator.efficiency.memory
-    elements = MODEL.seq_len * -(-MODEL.vocab // 128) * 128
-    (loss,) = [i for i in head.fwd if i.kind == "crossentropy"]
-    (grad,) = [i for i in head.bwd if any(n == "d.logits" for n, _ in i.outputs)]
     assert native(loss) == pytest.approx(elements * NATIVE_CROSS_ENTROPY_BYTES[0] / bandwidth)
     assert native(grad) == pytest.approx(elements * NATIVE_CROSS_ENTROPY_BYTES[1] / bandwidth)
     assert native(loss) < unfused(loss) and native(grad) > unfused(grad)
