@@ -65,8 +65,8 @@ from stage_explore.analytical.kernels import (
     cast_shares,
     check_fp8_recipe,
     fp8_key,
-    loss_logits,
 )
+from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
     Bulk,

@@ -260,13 +260,13 @@ Options (all booleans unless said):
   (Megatron-Core ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl = "te"``,
   ``te_parallel_cross_entropy``) on the 16-bit logits instead of Megatron's unfused fp32
   ``vocab_parallel_cross_entropy``: an online-softmax pass and a gradient pass over the logits
-  and an in-place scale by the loss gradient (:data:`~stage_explore.analytical.kernels.
-  TE_CROSS_ENTROPY_BYTES`), not :data:`~stage_explore.analytical.kernels.CROSS_ENTROPY_BYTES`.
+  and an in-place scale by the loss gradient (``loss_kernels.TE_CROSS_ENTROPY_BYTES``), not
+  ``loss_kernels.CROSS_ENTROPY_BYTES``.
   Time only (the loss's memory stays ``loss_fp32_buffers``).
 - ``native_cross_entropy`` — the loss runs Megatron-Core's own fused cross-entropy
   (``cross_entropy_loss_fusion`` with the default ``cross_entropy_fusion_impl = "native"``,
   ``fused_vocab_parallel_cross_entropy``): the unfused loss's fp32 steps compiled into four
-  ``torch.compile`` graphs (:data:`~stage_explore.analytical.kernels.NATIVE_CROSS_ENTROPY_BYTES`).
+  ``torch.compile`` graphs (``loss_kernels.NATIVE_CROSS_ENTROPY_BYTES``).
   Time only; not with ``te_cross_entropy`` (one loss or the other).
 - ``fsdp_param_fp32`` — FSDP runs with ``MixedPrecision(param_dtype=None)``: the sharded fp32
   parameters are all-gathered as they are, 4 bytes per element (twice a 16-bit gather), and

@@ -2,7 +2,7 @@
 reach on an H100 80GB HBM3: its unfused vocab-parallel cross-entropy over bf16 logits
 [2048, 4, 131072] takes 21.255 ms forward and backward (linkedin/Liger-Kernel
 benchmark/data/all_benchmark_data_megatron.csv, provider megatron-unfused), for the bytes per
-logit the kernel model counts (kernels.CROSS_ENTROPY_BYTES). The system files of the same
+logit the kernel model counts (loss_kernels.CROSS_ENTROPY_BYTES). The system files of the same
 silicon carry the same fraction."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stage_explore.analytical.kernels import CROSS_ENTROPY_BYTES
+from stage_explore.analytical.loss_kernels import CROSS_ENTROPY_BYTES
 from stage_explore.system import load_system
 
 DATA = Path(__file__).resolve().parents[2] / "stage_explore" / "data"

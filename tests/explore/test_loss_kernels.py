@@ -14,11 +14,11 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.kernels import (
+from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
     TE_CROSS_ENTROPY_BYTES,
-    KernelTimer,
     loss_logits,
 )
 from stage_explore.system import load_system

@@ -1,0 +1,51 @@
+"""The training loss's kernels: HBM bytes per logit of the cross-entropy implementations the
+frameworks run (Megatron's unfused fp32 loss, Transformer Engine's fused Triton loss,
+Megatron-Core's native fused loss) and which tensors a block's loss reads. The
+:class:`~stage_explore.analytical.kernels.KernelTimer` charges them (``_loss_s``); the framework
+options ``te_cross_entropy`` / ``native_cross_entropy`` choose between them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from stage_core.lower.bind import Instr
+
+#: HBM bytes per logit of the loss, forward and backward, as Megatron computes it
+#: (megatron/core/tensor_parallel/cross_entropy.py, VocabParallelCrossEntropy, unfused):
+#: forward ``logits.float()`` (read 2, write 4), max (read 4), in-place subtract (4 + 4),
+#: in-place exp (4 + 4), sum (4), in-place divide into the saved softmax (4 + 4) = 38;
+#: backward in-place ``mul_`` by the loss gradient (4 + 4) and the cast back to 16 bits of the
+#: ``float()`` (read 4, write 2) = 14. PyTorch's autocast ``cross_entropy`` (FP32 log-softmax and
+#: its backward) moves a similar 40 bytes per logit. The generator's op counts reading the
+#: 16-bit logits once (2) and the gradient's read and write (4).
+CROSS_ENTROPY_BYTES = (38, 14)
+
+#: HBM bytes per logit of Transformer Engine's fused Triton cross-entropy on 16-bit logits
+#: (Megatron-Core ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl = "te"``;
+#: NVIDIA/TransformerEngine ``transformer_engine/pytorch/triton/cross_entropy.py`` and
+#: ``common/triton/cross_entropy.py``, TE 2.x): forward ``online_softmax_kernel`` reads the
+#: logits once for the running max and sum (2), ``cross_entropy_kernel`` reads them again and
+#: writes the gradient into the same buffer (2 + 2) = 6; backward ``element_mul_kernel`` scales
+#: it in place by the per-token loss gradient (2 + 2) = 4. The fp32 work stays in registers.
+TE_CROSS_ENTROPY_BYTES = (6, 4)
+
+#: HBM bytes per logit of Megatron-Core's own fused cross-entropy (``cross_entropy_loss_fusion``
+#: with ``cross_entropy_fusion_impl = "native"``, ``fused_vocab_parallel_cross_entropy`` in
+#: ``megatron/core/fusions/fused_cross_entropy.py``, NVIDIA/Megatron-LM d086a2e3): the unfused
+#: loss's steps in four ``jit_fuser`` (``torch.compile``, ``megatron/core/jit.py``) graphs, fp32.
+#: Forward ``calculate_logits_max`` reads the 16-bit logits and writes their fp32 copy with the
+#: max in the same pass (2 + 4); ``calculate_predicted_logits`` subtracts the max and takes exp
+#: in place on that copy and sums it (4 + 4), but a graph that reduces over a mutated input makes
+#: Inductor write the new value to a fresh buffer and copy it back (+ 4 + 4; Megatron-LM's later
+#: fused_cross_entropy.py, 0cb4a9c8, says so when it splits these steps into separate graphs);
+#: ``calculate_cross_entropy_loss`` divides in place (4 + 4) = 30. Backward ``calculate_gradients``
+#: scatters into the saved softmax (the same fresh copy, 4 + 4), scales it by the loss gradient in
+#: place and writes its 16-bit cast (4 + 4 + 2) = 18.
+NATIVE_CROSS_ENTROPY_BYTES = (30, 18)
+
+
+def loss_logits(instrs: Iterable[Instr]) -> frozenset[str]:
+    """The tensors a block's cross-entropy loss reads (its logits and targets)."""
+    return frozenset(
+        name for instr in instrs if instr.kind == "crossentropy" for name, _ in instr.inputs
+    )
