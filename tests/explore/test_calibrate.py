@@ -45,6 +45,13 @@ RUNS = [
 SYSTEM = "a100-80gb"
 
 
+def _runs_csv(tmp_path: Path, text: str) -> Path:
+    """A user's runs CSV with ``text`` in the test's folder."""
+    path = tmp_path / "runs.csv"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def synthetic_runs(tmp_path: Path, truth: dict[str, float], runs: list[str]) -> Path:
     """A runs CSV whose iteration times the model computes on the preset with ``truth``."""
     draft = tmp_path / "draft.csv"
@@ -52,10 +59,8 @@ def synthetic_runs(tmp_path: Path, truth: dict[str, float], runs: list[str]) -> 
     cases = user_cases(draft, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
     results = evaluate_cases(cases, systems={SYSTEM: apply(load_system(SYSTEM), truth)})
     assert all(r.evaluated for r in results), [r.note for r in results]
-    path = tmp_path / "runs.csv"
     lines = [f"{run},{r.predicted!r}" for run, r in zip(runs, results, strict=True)]
-    path.write_text("\n".join([HEADER, *lines]) + "\n", encoding="utf-8")
-    return path
+    return _runs_csv(tmp_path, "\n".join([HEADER, *lines]) + "\n")
 
 
 def _truth(system: System, names: list[str]) -> dict[str, float]:
@@ -121,19 +126,17 @@ def test_the_fitted_system_file_loads_with_the_fitted_values(tmp_path: Path) -> 
 
 
 def test_runs_csv_needs_a_metric_column(tmp_path: Path) -> None:
-    path = tmp_path / "runs.csv"
-    path.write_text("id,layers\nx,2\n", encoding="utf-8")
+    path = _runs_csv(tmp_path, "id,layers\nx,2\n")
     with pytest.raises(ConfigError, match="needs a column iter_time_s, tflops_per_gpu or"):
         user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
 
 
 def test_runs_csv_rows_become_cases(tmp_path: Path) -> None:
-    path = tmp_path / "runs.csv"
-    path.write_text(
+    path = _runs_csv(
+        tmp_path,
         "model,layers,hidden,ffn,heads,vocab,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,"
         "sp,recompute,precision,zero,tokens_per_s_per_gpu\n"
         "llama3-8b,2,,,,,4096,16,1,2,1,4,yes,selective,BF16 mixed,1,9000\n",
-        encoding="utf-8",
     )
     [case] = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
     assert case.id == "run-1" and case.metric == "tokens_per_s_per_gpu" and not case.reason
@@ -146,15 +149,14 @@ def test_runs_csv_rows_become_cases(tmp_path: Path) -> None:
 def test_each_run_is_measured_by_the_metric_cell_it_fills(tmp_path: Path) -> None:
     # published_runs.csv's columns hold all three metrics; a run fills one of them (q1, s10:
     # a file with an empty iter_time_s column left every tokens/s and TFLOP/s run unevaluated).
-    path = tmp_path / "runs.csv"
-    path.write_text(
+    path = _runs_csv(
+        tmp_path,
         "id,model,layers,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,iter_time_s,"
         "tflops_per_gpu,tokens_per_s_per_gpu\n"
         "t,llama3-8b,2,4096,16,1,1,1,8,,,9000\n"
         "f,llama3-8b,2,4096,16,1,1,1,8,,400,\n"
         "i,llama3-8b,2,4096,16,1,1,1,8,0.5,400,9000\n"
         "none,llama3-8b,2,4096,16,1,1,1,8,,,\n",
-        encoding="utf-8",
     )
     cases = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
     assert [(c.id, c.metric, c.measured) for c in cases[:3]] == [
@@ -167,9 +169,8 @@ def test_each_run_is_measured_by_the_metric_cell_it_fills(tmp_path: Path) -> Non
 
 
 def test_a_bad_zero_cell_is_a_config_error_naming_the_run(tmp_path: Path) -> None:
-    path = tmp_path / "runs.csv"
-    path.write_text(
-        "id,model,layers,tp,dp,zero,iter_time_s\nr7,llama3-8b,2,1,8,yes,1.0\n", encoding="utf-8"
+    path = _runs_csv(
+        tmp_path, "id,model,layers,tp,dp,zero,iter_time_s\nr7,llama3-8b,2,1,8,yes,1.0\n"
     )
     with pytest.raises(ConfigError, match="run 'r7': zero must be a ZeRO stage 0, 1, 2 or 3, "
                        "but got 'yes'"):  # fmt: skip
@@ -178,13 +179,12 @@ def test_a_bad_zero_cell_is_a_config_error_naming_the_run(tmp_path: Path) -> Non
 
 def test_precision_cells_are_read_as_validate_reads_them(tmp_path: Path) -> None:
     # llm-foundry's 'amp_bf16' was an error blaming setups.toml; 'FP8-CS' lost its recipe.
-    path = tmp_path / "runs.csv"
-    path.write_text(
+    path = _runs_csv(
+        tmp_path,
         "id,model,layers,seq_len,global_batch_seqs,micro_batch,tp,dp,precision,iter_time_s\n"
         "a,llama3-8b,2,4096,16,1,1,8,amp_bf16,1.0\n"
         "c,llama3-8b,2,4096,16,1,1,8,FP8-CS,1.0\n"
         "m,llama3-8b,2,4096,16,1,1,8,MXFP8,1.0\n",
-        encoding="utf-8",
     )
     cases = user_cases(path, SYSTEM, "megatron-core", "megatron-gpt-1.7b")
     read = [(str(c.parallel.precision), str(c.parallel.fp8_recipe)) for c in cases if c.parallel]
@@ -255,8 +255,7 @@ def test_cli_writes_a_fitted_system_and_reports_both_errors(
 def test_cli_bad_parameter_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "runs.csv"
-    path.write_text("\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n", encoding="utf-8")
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n")
     argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "speed", "--no-loo"]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -267,8 +266,7 @@ def test_a_parameter_named_twice_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # q1, s10: `--fit memory memory` was accepted (the parameter fitted as two coordinates).
-    runs = tmp_path / "runs.csv"
-    runs.write_text("\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n", encoding="utf-8")
+    runs = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n")
 
     def no_fit(*args: object, **kwargs: object) -> None:
         raise AssertionError("the fit ran")
@@ -287,8 +285,7 @@ def test_an_unwritable_out_is_refused_before_the_fit(
     # q1, s10: the fit (minutes with leave-one-out) ran first, then the write failed.
     (tmp_path / "file").write_text("", encoding="utf-8")
     (tmp_path / "folder").mkdir()
-    runs = tmp_path / "runs.csv"
-    runs.write_text("\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n", encoding="utf-8")
+    runs = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n")
 
     def no_fit(*args: object, **kwargs: object) -> None:
         raise AssertionError("the fit ran")
