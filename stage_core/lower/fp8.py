@@ -26,7 +26,9 @@ drive):
 - **Casts.** A cast reads the 16-bit tensor (2 bytes per element) and writes each FP8 copy
   (1 byte per element) and its scales; current (``tensorwise``) scaling reads the tensor once
   more for its amax before casting (TE computes the amax, then casts). Casts that TE fuses into
-  a preceding LayerNorm or activation kernel are charged as separate kernels: an upper bound.
+  a preceding LayerNorm or activation kernel are charged as separate kernels here: an upper
+  bound (the analytical backend's ``stage_explore.analytical.fp8_casts`` times TE's kernels:
+  under delayed scaling a fused norm + linear layer's norm writes the FP8 input itself).
 - **Saved activations.** A TE linear layer keeps for its weight-gradient GEMM the FP8 copy of its
   input it quantized in the forward (TE ``Linear``/``LayerNormLinear``/``GroupedLinear`` save
   ``inputmat``/``ln_out`` quantized, column-wise usage only, when ``wgrad`` runs in FP8), not the

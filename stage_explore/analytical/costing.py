@@ -54,7 +54,13 @@ from stage_explore.analytical.context_parallel import cp_comm_timer
 from stage_explore.analytical.costing_comm import CommCosting
 from stage_explore.analytical.costing_states import StateCosting
 from stage_explore.analytical.eager import eager_attention, eager_op_bytes
-from stage_explore.analytical.fp8_gather import cast_shards, fp8_gathered, with_fp8_gathers
+from stage_explore.analytical.fp8_casts import fused_norm_casts
+from stage_explore.analytical.fp8_gather import (
+    cast_shards,
+    fp8_gathered,
+    te_fp8_linear,
+    with_fp8_gathers,
+)
 from stage_explore.analytical.frameworks import (
     FrameworkProfile,
 )
@@ -65,6 +71,7 @@ from stage_explore.analytical.kernels import (
     cast_shares,
     check_fp8_recipe,
     fp8_key,
+    gemm_role,
 )
 from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
@@ -424,6 +431,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 else {}
             ),
             cast_shards=cast_shards(self._fp8_gathered(point, kind), parallel.tp),
+            norm_casts=self._norm_casts(point, kind) if dtype == "fp8" else frozenset(),
             loss_logits=loss_logits(block.fwd),
             te_loss=self.framework.te_cross_entropy,
             native_loss=self.framework.native_cross_entropy,
@@ -443,6 +451,22 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             fp8_padding=self._pads_for_fp8(point, kind),
             memory_kernel_s=kernels.memory_kernel_s,
             wgrad_accumulator=self._wgrad_accumulator(point),
+        )
+
+    def _norm_casts(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
+        """``(phase, tensor)`` of block ``kind``'s norm outputs whose FP8 copy Transformer
+        Engine's fused norm + linear layer writes in the norm kernel
+        (:func:`~stage_explore.analytical.fp8_casts.fused_norm_casts`: delayed scaling only,
+        whose scale is known before the norm runs)."""
+        if not fp8_block(kind):
+            return frozenset()
+        block = point.blocks[kind]
+        weights = frozenset(weight.name for weight in block.weights)
+        gemms = point.workload.parallel.fp8_gemms
+        return fused_norm_casts(
+            self._timed_instrs(block, weights),
+            str(point.workload.parallel.fp8_recipe),
+            lambda i: gemm_role(i, weights) == "fprop" and te_fp8_linear(i, weights, gemms),
         )
 
     def _wgrad_accumulator(self, point: Point) -> int:

@@ -68,12 +68,12 @@ def fp8_gathered(
             and other is not instr
             and any(n == name for n, _ in other.inputs)
         ]
-        if readers and all(_fp8_linear_gemm(r, weights, gemms) for r in readers):
+        if readers and all(te_fp8_linear(r, weights, gemms) for r in readers):
             gathered.add((instr.phase, name))
     return frozenset(gathered)
 
 
-def _fp8_linear_gemm(instr: Instr, weights: Collection[str], gemms: Collection[str]) -> bool:
+def te_fp8_linear(instr: Instr, weights: Collection[str], gemms: Collection[str]) -> bool:
     """Whether ``instr`` is a GEMM of a Transformer Engine linear layer that runs in FP8 and
     whose communication userbuffers carry (not the experts', not the router's)."""
     role = gemm_role(instr, weights)

@@ -38,9 +38,11 @@ the run's ``fp8_gemms`` names (Transformer Engine's ``fp8_autocast`` covers its 
 modules; Megatron-Core's embedding and output layer are not TE modules, attention stays BF16
 unless FP8 attention is asked for); every other kernel runs in BF16. An FP8 GEMM first casts its
 16-bit activation or gradient operand (:func:`stage_core.lower.fp8.cast_bytes`, memory-bound, at
-the achieved HBM bandwidth): one row-wise copy, plus a column-wise one for an FP8 weight-gradient
-GEMM on Hopper (whose FP8 tensor cores take only the TN layout) or under the block-scaled
-recipes. Weights are cast once per step (TE keeps the FP8 copies across micro-batches); that
+the achieved HBM bandwidth, each cast kernel with ``memory_kernel_s``): one row-wise copy, plus a
+column-wise one for an FP8 weight-gradient GEMM on Hopper (whose FP8 tensor cores take only the
+TN layout) or under the block-scaled recipes — which kernels Transformer Engine runs for them (a
+norm writing the FP8 input, a transpose of FP8 data) is :mod:`~stage_explore.analytical.fp8_casts`.
+Weights are cast once per step (TE keeps the FP8 copies across micro-batches); that
 cast is not charged. ``mxfp8`` needs MXFP8 tensor cores (an ``mxfp8`` peak in the preset:
 Blackwell), else a :class:`~stage_core.errors.ConfigError`; its block-scaled GEMMs run at the
 preset's ``gemm_efficiency.mxfp8`` when stated (else at the ``fp8`` fraction).
@@ -54,10 +56,10 @@ from dataclasses import dataclass, field
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
-from stage_core.lower.fp8 import cast_bytes
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
+from stage_explore.analytical.fp8_casts import fp8_cast_elements, launches_casts, quantize_cost
 from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
@@ -263,23 +265,6 @@ def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
         )
 
 
-def fp8_cast_elements(
-    instr: Instr, role: str, weights: Collection[str], gemms: Collection[str]
-) -> tuple[tuple[str, int, int], ...]:
-    """``(operand, elements, column-wise needed)`` of each 16-bit operand an FP8 GEMM of
-    ``role`` casts: the activation (fprop) or output gradient (dgrad), with a column-wise copy
-    when the weight gradient also runs in FP8; for wgrad, what no FP8 fprop/dgrad cast already."""
-    operands = [(n, size // ELEMENT_BYTES) for n, size in instr.inputs if n not in weights]
-    if role != "wgrad":
-        return tuple((name, elements, int("wgrad" in gemms)) for name, elements in operands)
-    cast = []
-    for name, elements in operands:
-        earlier = "dgrad" if name.startswith("d.") else "fprop"
-        if earlier not in gemms:
-            cast.append((name, elements, 1))
-    return tuple(cast)
-
-
 def cast_shares(
     instrs: Iterable[Instr], weights: Collection[str], gemms: Collection[str]
 ) -> dict[tuple[str, str], int]:
@@ -328,6 +313,10 @@ class KernelTimer:
     #: FP8 all-gather (:func:`~stage_explore.analytical.fp8_gather.cast_shards`); absent: the
     #: whole operand.
     cast_shards: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
+    #: ``(phase, operand)`` whose row-wise FP8 copy the norm kernel writes (Transformer
+    #: Engine's fused norm + linear under delayed scaling,
+    #: :func:`~stage_explore.analytical.fp8_casts.fused_norm_casts`): no cast kernel of its own.
+    norm_casts: frozenset[tuple[str, str]] = frozenset()
     #: The logits a training loss reads (:data:`CROSS_ENTROPY_BYTES`); empty: the generator's
     #: bytes for the loss (serving has none).
     loss_logits: frozenset[str] = frozenset()
@@ -519,17 +508,24 @@ class KernelTimer:
         accelerator = self.accelerator
         columnwise = self.fp8_recipe in BLOCK_SCALED or "mxfp8" not in accelerator.peak_flops_per_s
         total = 0.0
+        launches = 0.0
         for name, elements, column in fp8_cast_elements(instr, role, self.weights, self.fp8_gemms):
             # wgrad casts only what no FP8 fprop/dgrad cast: one (column-wise) copy
             copies = 1 if role == "wgrad" else 1 + (column if columnwise else 0)
             share = self.shares.get((instr.phase, name), 1)
-            # before a userbuffers FP8 all-gather the first (row-wise) copy is cast from the
-            # local shard; a further column-wise copy stays as the gathered tensor's
-            first = cast_bytes(elements, self.fp8_recipe, 1)
-            rest = cast_bytes(elements, self.fp8_recipe, copies) - first
-            shard = self.cast_shards.get((instr.phase, name), 1)
-            total += (first / shard + rest) / share
-        return total / accelerator.achieved_memory_bandwidth_bytes_per_s
+            # the row-wise copy: on the local shard before a userbuffers FP8 all-gather, or
+            # written by the norm; a column-wise copy by the cast or by a transpose of its own
+            moved, kernels = quantize_cost(
+                elements,
+                self.fp8_recipe,
+                copies,
+                self.cast_shards.get((instr.phase, name), 1),
+                (instr.phase, name) in self.norm_casts,
+            )
+            total += moved / share
+            launches += kernels / share if launches_casts(instr.name) else 0.0
+        bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
+        return total / bandwidth + launches * self.memory_kernel_s
 
     def _ssd_rate(self) -> float:
         """FLOP/s of Mamba-2's SSD scan: its chunked matmuls run on the tensor cores (Triton

@@ -1,0 +1,128 @@
+"""Transformer Engine's FP8 quantization kernels around a linear layer's GEMMs, counted as
+kernels: which cast is a kernel of its own (and pays the kernel model's ``memory_kernel_s``
+beside its bytes), which one a norm kernel writes itself, and when a column-wise (transposed)
+copy is a separate transpose of the FP8 data rather than written by the cast.
+
+What the code runs (NVIDIA/TransformerEngine, per linear layer, delayed scaling unless stated):
+
+- **A cast is a kernel.** Every FP8 operand TE quantizes from a 16-bit tensor is one kernel
+  (TE 1.x ``cast_to_fp8`` / ``fp8_cast_transpose_fused`` / ``fp8_cast_transpose_bgrad_fused``,
+  ``cpp_extensions``; TE 2.x ``quantizer.quantize`` → ``nvte_quantize``); no GEMM reads 16-bit
+  data and quantizes it in its prologue. So each cast pays the fixed time of a memory-bound kernel
+  (launch, ramp-up, tail: ``memory_kernel_s``, "A memory-bound kernel's fixed time", kcost), as
+  every other kernel of the model does; before, casts were bytes only.
+- **The norm writes the FP8 input of a fused norm + linear layer.** ``LayerNormLinear`` /
+  ``LayerNormMLP`` (Megatron-Core's ``TELayerNormColumnParallelLinear``) run the LayerNorm or
+  RMSNorm with an FP8 output when nothing else needs the norm's output: TE 1.x
+  ``layernorm_fwd_fp8`` / ``rmsnorm_fwd_fp8`` (``_apply_normalization`` with ``fp8_out``); TE 2.x
+  ``layernorm_fwd`` / ``rmsnorm_fwd`` (``pytorch/csrc/extensions/normalization.cpp``, "Choose
+  implementation") take ``Impl::FULLY_FUSED`` for a ``Float8Quantizer``, i.e. delayed scaling.
+  Current scaling takes ``FUSED_NORM_AMAX_FP8`` (the norm, then a quantize kernel) and MXFP8
+  ``UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``: a cast of their own. Modelled: under
+  ``delayed``, the row-wise cast of a norm's output that only FP8 forward GEMMs of Transformer
+  Engine linear layers read (not a MoE block's, whose router reads it in 16 bits) is no kernel and
+  no bytes (the norm instruction keeps its 16-bit output bytes: 1 byte per element over).
+- **A column-wise copy made from FP8 data is a transpose kernel.** On a GPU whose FP8 GEMMs take
+  only the TN layout (Hopper) the weight-gradient GEMM reads a transposed FP8 copy. TE writes it in
+  the cast (``fp8_cast_transpose_fused``; TE 2.x a quantizer with both usages) when the cast sees
+  the whole operand, but transposes the FP8 row-wise data in a kernel of its own (1 byte read,
+  1 written per element) when the row-wise copy came from elsewhere: the norm's FP8 output (TE
+  1.x ``ln_out_total_t = tex.fp8_transpose(ln_out_total, ...)`` in ``LayerNormLinear`` /
+  ``LayerNormMLP`` backward) and an operand gathered in FP8 by userbuffers
+  (:mod:`~stage_explore.analytical.fp8_gather`; TE 1.x ``_Linear.backward``
+  ``grad_output_t = tex.fp8_transpose(grad_output_c, ...)`` under ``ub_overlap_ag`` and
+  ``inputmat_t_total = tex.fp8_transpose(inputmat_total, ...)``; TE 2.x
+  ``update_usage(columnwise_usage=True)`` → ``Float8TensorBase._create_transpose``). For the
+  per-tensor recipes (``delayed``, ``tensorwise``) only; MXFP8 and blockwise quantize each
+  direction from 16-bit data.
+
+Not modelled (version-specific, TE 1.x only): under sequence parallelism TE 1.x ``_Linear``
+casts a row-parallel layer's input row-wise only (``cast_to_fp8``: the fused cast-transpose
+needs ``not sequence_parallel``) and transposes it in the backward — one more kernel and 1 byte
+per element for the attention projection's and FC2's inputs; TE 2.x quantizes both usages at
+once there. The model does not know the TE version of a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+
+from stage_core.lower.bind import Instr
+from stage_core.lower.fp8 import FP8_BYTES, HIGH_BYTES, cast_bytes
+
+#: Recipes with one scale per tensor, whose column-wise FP8 copy TE can transpose from the
+#: row-wise FP8 data (the block-scaled recipes scale each direction on its own blocks).
+PER_TENSOR_RECIPES = frozenset({"delayed", "tensorwise"})
+
+
+def fp8_cast_elements(
+    instr: Instr, role: str, weights: Collection[str], gemms: Collection[str]
+) -> tuple[tuple[str, int, int], ...]:
+    """``(operand, elements, column-wise needed)`` of each 16-bit operand an FP8 GEMM of
+    ``role`` casts: the activation (fprop) or output gradient (dgrad), with a column-wise copy
+    when the weight gradient also runs in FP8; for wgrad, what no FP8 fprop/dgrad cast already."""
+    operands = [(n, size // HIGH_BYTES) for n, size in instr.inputs if n not in weights]
+    if role != "wgrad":
+        return tuple((name, elements, int("wgrad" in gemms)) for name, elements in operands)
+    cast = []
+    for name, elements in operands:
+        earlier = "dgrad" if name.startswith("d.") else "fprop"
+        if earlier not in gemms:
+            cast.append((name, elements, 1))
+    return tuple(cast)
+
+
+def fused_norm_casts(
+    instrs: Iterable[Instr], recipe: str, fp8_fprop: Callable[[Instr], bool]
+) -> frozenset[tuple[str, str]]:
+    """``(phase, tensor)`` of each norm output whose FP8 row-wise copy the norm kernel writes
+    itself (module docstring): under ``delayed`` scaling, a norm (kind ``reduction``) whose
+    output every compute instruction reading it in that phase is an FP8 forward GEMM of a
+    Transformer Engine linear layer (``fp8_fprop``). Empty for any other recipe."""
+    if recipe != "delayed":
+        return frozenset()
+    listed = tuple(instrs)
+    fused: set[tuple[str, str]] = set()
+    for instr in listed:
+        if instr.kind != "reduction" or instr.is_comm or not instr.outputs:
+            continue
+        name = instr.outputs[0][0]
+        readers = [
+            other
+            for other in listed
+            if other.phase == instr.phase
+            and other is not instr
+            and not other.is_comm
+            and any(n == name for n, _ in other.inputs)
+        ]
+        if readers and all(fp8_fprop(reader) for reader in readers):
+            fused.add((instr.phase, name))
+    return frozenset(fused)
+
+
+def launches_casts(name: str) -> bool:
+    """Whether a GEMM instruction named ``name`` launches its operands' cast kernels: not a
+    pipelined chunk after the first (userbuffers cut a GEMM into ``<gemm>.chunk<i>``,
+    :func:`~stage_explore.analytical.overlap.pipelined_chunks`, each with its share of the
+    operand's bytes; the cast is one kernel before them)."""
+    last = name.rpartition(".")[2]
+    return not (last.startswith("chunk") and last[5:].isdigit() and int(last[5:]) > 0)
+
+
+def quantize_cost(
+    elements: int, recipe: str, copies: int, shard: int, norm_fused: bool
+) -> tuple[float, int]:
+    """``(HBM bytes, kernels)`` of making ``copies`` FP8 copies (row-wise, then column-wise)
+    of a 16-bit operand of ``elements`` elements: the row-wise cast on the ``1/shard`` local
+    part a userbuffers FP8 all-gather sends (``shard`` 1: the whole operand), none when the
+    norm writes it (``norm_fused``); the column-wise copy written by the same cast, or — under
+    a per-tensor recipe when the row-wise copy was gathered or written by the norm — by a
+    transpose kernel of its own that reads the FP8 data again."""
+    first = cast_bytes(elements, recipe, 1)
+    rest = float(cast_bytes(elements, recipe, copies) - first)
+    moved = 0.0 if norm_fused else first / shard
+    kernels = 0 if norm_fused else 1
+    if rest and recipe in PER_TENSOR_RECIPES and (norm_fused or shard > 1):
+        rest += elements * FP8_BYTES  # tex.fp8_transpose reads the row-wise FP8 copy
+        kernels += 1
+    return moved + rest, kernels
