@@ -40,7 +40,7 @@ from stage_core.lower.fp8 import (
     with_fp8_saved,
 )
 from stage_core.lower.program import Chunk, ProgramSet, StageProgram, Workload
-from stage_core.lower.schedule import Task, schedule
+from stage_core.lower.schedule import Task, schedule, steady_prefix
 from stage_core.models.layers import (
     base_block_name,
     is_grouped_block,
@@ -151,10 +151,11 @@ def steady_activation_peak(
 ) -> int:
     """:func:`activation_peak` without walking every micro-batch: GPipe holds all of them; in
     1F1B, ZB-H1 and interleaved 1F1B the live set is periodic after the warm-up, so a prefix
-    of ``4·pp`` micro-batches (a multiple of pp) reaches the same peak (DualPipe: every one)."""
+    of ``4·N`` micro-batches and the step's shorter last group, if any (:func:`steady_prefix`;
+    N the interleaved group size, default pp), reaches the same peak (DualPipe: every one)."""
     if kind == "gpipe":
         return micro_batches * sum(chunk.saved_bytes for chunk in chunks)
-    cap = micro_batches if kind == "dualpipe" else 4 * stages
+    cap = micro_batches if kind == "dualpipe" else steady_prefix(kind, stages, micro_batches)
     prefix = micro_batches if micro_batches <= cap else cap
     return activation_peak(chunks, schedule(kind, stage, stages, prefix, vpp))
 
@@ -465,7 +466,7 @@ def chunks_memory(
         activation_peak(chunks, tasks)
         if tasks is not None
         else steady_activation_peak(
-            chunks, str(parallel.schedule), stage, parallel.pp, workload.micro_batches, parallel.vpp
+            chunks, parallel.schedule_kind, stage, parallel.pp, workload.micro_batches, parallel.vpp
         )
     )
     return MemoryBreakdown(stage, ranks, weights, grads, optimizer, activations, transient, fp8)

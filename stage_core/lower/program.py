@@ -551,7 +551,7 @@ def lower(
     workload = make_workload(model, parallel)
     blocks = tie_embeddings(workload, bind_all(workload))
     p, vpp = parallel.pp, parallel.vpp
-    kind = str(parallel.schedule)
+    kind = parallel.schedule_kind  # the interleaved group size rides in the kind
     stages = []
     for stage in range(p):
         chunks = tuple(

@@ -9,7 +9,11 @@ stage ``v·p + r`` (Megatron's interleaving), except under DualPipe (:func:`glob
 - 1F1B: ``p − r − 1`` warm-up forwards, then one forward and one backward alternately, then the
   remaining backwards (PipeDream-Flush, Narayanan et al. 2021).
 - Interleaved 1F1B: Megatron's schedule over ``m·vpp`` virtual micro-batches, with
-  ``(p − r − 1)·2 + (vpp − 1)·p`` warm-up forwards (Narayanan et al. 2021, Section 2.2.2).
+  ``(p − r − 1)·2 + (vpp − 1)·N`` warm-up forwards (Narayanan et al. 2021, Section 2.2.2),
+  where ``N`` is the number of contiguous micro-batches a rank runs through one chunk before
+  the next (Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``, default
+  ``p``; the tunable ``N`` of Llama 3's schedule, arXiv 2407.21783 Section 3.3.2). A kind
+  ``"interleaved/N"`` (:func:`grouped`) carries an ``N`` other than ``p``.
 - ZB-H1 (``"zb"``; Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, arXiv 2401.10241,
   Section 3.1): 1F1B's order and warm-up with every backward split into ``B`` (input gradient,
   on the critical path: its result is sent upstream at once) and ``W`` (weight gradient), each
@@ -44,6 +48,8 @@ from stage_core.errors import ConfigError
 SPLIT_BACKWARD = frozenset({"zb", "dualpipe"})
 #: Accepted spellings of schedule names.
 ALIASES = {"zb-h1": "zb", "zbh1": "zb", "zero-bubble": "zb"}
+#: Separates an interleaved kind from its micro-batch group size: ``"interleaved/24"``.
+GROUP_SEPARATOR = "/"
 
 
 class Task(NamedTuple):
@@ -63,6 +69,68 @@ Step = tuple[str, int, int]
 def _steps(phase: str, chunks: Iterable[int], micro_batches: Iterable[int]) -> list[Step]:
     """``[(phase, c, mb) for c, mb in zip(chunks, micro_batches)]`` by C-level iterators."""
     return list(zip(repeat(phase), chunks, micro_batches))
+
+
+def grouped(kind: str, group: int | None) -> str:
+    """The schedule kind that carries Megatron's micro-batch group size ``group`` (the ``N`` of
+    :func:`megatron_table`): ``kind`` itself when ``group`` is None (the default, ``p``), else
+    ``"kind/N"``. The kind is what every memo of a schedule's order, timeline and memory keys
+    on, so a group size other than ``p`` is a shape of its own."""
+    return kind if group is None else f"{kind}{GROUP_SEPARATOR}{group}"
+
+
+def ungrouped(kind: str) -> tuple[str, int | None]:
+    """:func:`grouped`'s inverse: the kind without its group size, and the group size (None:
+    the default, ``p``)."""
+    base, separator, group = kind.partition(GROUP_SEPARATOR)
+    return base, int(group) if separator else None
+
+
+def group_size(kind: str, stages: int) -> int:
+    """Micro-batches per group of an interleaved kind: its ``N``, or ``stages`` (Megatron's
+    default ``microbatch_group_size_per_vp_stage = pp``)."""
+    group = ungrouped(kind)[1]
+    return stages if group is None else group
+
+
+def steady_prefix(kind: str, stages: int, micro_batches: int) -> int:
+    """Micro-batches of a prefix whose live activations reach the whole step's peak: four
+    groups past the warm-up (1F1B, ZB-H1 and interleaved 1F1B repeat per group after it) and
+    the step's shorter last group, whose chunk mix the cool-down holds (``m mod N``; 0 under
+    the default N = p, whose steps are whole groups)."""
+    group = group_size(kind, stages)
+    return 4 * group + micro_batches % group
+
+
+def check_group(stages: int, micro_batches: int, group: int) -> None:
+    """Megatron-Core's constraints on the group size ``N`` (``forward_backward_pipelining_with_
+    interleaving``, megatron/core/pipeline_parallel/schedules.py): ``p ≤ N ≤ m`` (a ValueError
+    there), and the last group, ``m mod N``, either empty or at least ``p`` micro-batches (a
+    RuntimeError there: a shorter one leaves dependency bubbles)."""
+    p, m, n = stages, micro_batches, group
+    if not p <= n <= m:
+        raise ConfigError(
+            "the interleaved schedule's `microbatch_group_size_per_vp_stage` must lie in "
+            f"[pp, micro-batches] (Megatron-Core), but got ({n=}, pp={p}, micro_batches={m})"
+        )
+    if 0 < m % n < p:
+        raise ConfigError(
+            "the micro-batches left over after groups of `microbatch_group_size_per_vp_stage` "
+            f"must be 0 or at least pp (Megatron-Core), but got {m % n} ({m=}, {n=}, pp={p})"
+        )
+
+
+def megatron_table(micro_batches: int, vpp: int, group: int) -> list[tuple[int, int]]:
+    """The forward order of virtual micro-batches as ``(micro_batch, chunk)``, Megatron-Core's
+    ``get_schedule_table``: groups of ``group`` consecutive micro-batches (the last group takes
+    what is left), each run through chunk 0, then chunk 1, … ``vpp − 1``. The backward order
+    is the same table with chunk ``c`` read as ``vpp − 1 − c``."""
+    return [
+        (mb, chunk)
+        for start in range(0, micro_batches, group)
+        for chunk in range(vpp)
+        for mb in range(start, min(start + group, micro_batches))
+    ]
 
 
 def chunks_per_rank(kind: str, vpp: int) -> int:
@@ -92,7 +160,8 @@ def schedule(
     kind = ALIASES.get(kind, kind)
     if kind == "dualpipe":
         return _dualpipe(rank, stages, micro_batches, vpp)[0]
-    return tuple(map(_new, repeat(Task), _schedule(kind, rank, stages, micro_batches, vpp)))
+    steps = _schedule(*ungrouped(kind), rank, stages, micro_batches, vpp)
+    return tuple(map(_new, repeat(Task), steps))
 
 
 def order(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1) -> tuple[Step, ...]:
@@ -104,7 +173,7 @@ def order(kind: str, rank: int, stages: int, micro_batches: int, vpp: int = 1) -
     kind = ALIASES.get(kind, kind)
     if kind == "dualpipe":
         return _dualpipe(rank, stages, micro_batches, vpp)[0]
-    return tuple(_schedule(kind, rank, stages, micro_batches, vpp))
+    return tuple(_schedule(*ungrouped(kind), rank, stages, micro_batches, vpp))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -137,11 +206,18 @@ def check_dualpipe(stages: int, micro_batches: int, vpp: int = 1) -> None:
         )
 
 
-def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -> list[Step]:
+def _schedule(
+    kind: str, group: int | None, rank: int, stages: int, micro_batches: int, vpp: int
+) -> list[Step]:
     p, m = stages, micro_batches
     if not 0 <= rank < p or m < 1 or vpp < 1:
         raise ConfigError(
             f"invalid pipeline position ({rank=}, {stages=}, {micro_batches=}, {vpp=})"
+        )
+    if group is not None and (kind not in ("interleaved", "1f1b") or vpp == 1):
+        raise ConfigError(
+            "`microbatch_group_size_per_vp_stage` orders the interleaved schedule's chunks: it "
+            f"needs schedule='interleaved' with `vpp` > 1, but got ({kind=}, {vpp=})"
         )
     if kind == "gpipe":
         return _steps("F", repeat(0), range(m)) + _steps("B", repeat(0), range(m))
@@ -154,19 +230,19 @@ def _schedule(kind: str, rank: int, stages: int, micro_batches: int, vpp: int) -
     if kind == "zb":
         raise ConfigError(f"schedule='zb' runs one chunk per rank: `vpp` must be 1, but got {vpp=}")
     if kind in ("interleaved", "1f1b"):
-        if m % p:
+        if group is None and m % p:
             raise ConfigError(
                 "the interleaved schedule needs micro-batches divisible by `pp`, "
                 f"but got ({m=}, {p=})"
             )
-        total = m * vpp
-        # the k-th forward (backward) virtual micro-batch, k = (g·vpp + c)·p + i, runs chunk c
-        # (backward: vpp − 1 − c) of micro-batch g·p + i: Megatron's groups of p micro-batches
-        groups = m // p
-        mbs = [mb for g in range(groups) for mb in [*range(g * p, g * p + p)] * vpp]
-        forwards = _steps("F", [c for c in range(vpp) for _ in range(p)] * groups, mbs)
-        backwards = _steps("B", [vpp - 1 - c for c in range(vpp) for _ in range(p)] * groups, mbs)
-        warmup = min((p - rank - 1) * 2 + (vpp - 1) * p, total)
+        n = p if group is None else group
+        check_group(p, m, n)
+        # the k-th forward virtual micro-batch runs entry k of Megatron's table; the k-th
+        # backward the same micro-batch through the mirrored chunk vpp − 1 − c
+        mbs, chunks = zip(*megatron_table(m, vpp, n), strict=True)
+        forwards = _steps("F", chunks, mbs)
+        backwards = _steps("B", [vpp - 1 - c for c in chunks], mbs)
+        warmup = min((p - rank - 1) * 2 + (vpp - 1) * n, m * vpp)
         return _one_forward_one_backward(forwards, backwards, warmup)
     raise ConfigError(
         f"`schedule` must be gpipe, 1f1b, interleaved, zb or dualpipe, but got {kind!r}"

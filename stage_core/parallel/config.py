@@ -59,6 +59,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.lower.schedule import check_group, grouped
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.model_rules import model_violations
@@ -97,7 +98,13 @@ from stage_core.parallel.vocab import (
 )
 
 #: Fields :meth:`ParallelConfig.to_dict` lists only when set (empty / None / 'block': unset).
-_LISTED_WHEN_SET = ("recompute_modules", "dp_shard", "recompute_num_layers", "recompute_method")
+_LISTED_WHEN_SET = (
+    "recompute_modules",
+    "dp_shard",
+    "recompute_num_layers",
+    "recompute_method",
+    "microbatch_group_size_per_vp_stage",
+)
 
 #: Default rank order, outermost first.
 DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
@@ -180,6 +187,13 @@ class ParallelConfig:
     #: 'uniform': every layer, checkpointed in groups of N).
     recompute_num_layers: int | None = None
     recompute_method: str = "block"
+    #: Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``: under the
+    #: interleaved schedule, the micro-batches a rank runs through one model chunk before the
+    #: next (the tunable ``N`` of Llama 3's schedule, arXiv 2407.21783 Section 3.3.2); it sets
+    #: the chunk order and the warm-up ``(pp − r − 1)·2 + (vpp − 1)·N``. None: ``pp``
+    #: (Megatron's default). Megatron requires ``pp ≤ N ≤`` micro-batches and a last group of
+    #: 0 or at least ``pp`` micro-batches (:func:`stage_core.lower.schedule.check_group`).
+    microbatch_group_size_per_vp_stage: int | None = None
 
     def __post_init__(self) -> None:
         problems = self._type_problems()
@@ -265,6 +279,12 @@ class ParallelConfig:
             problems.append(
                 f"`recompute_num_layers` must be an integer >= 1 or None, but got {count!r}"
             )
+        group = self.microbatch_group_size_per_vp_stage
+        if group is not None and (type(group) is not int or group < 1):
+            problems.append(
+                "`microbatch_group_size_per_vp_stage` must be an integer >= 1 or None, "
+                f"but got {group!r}"
+            )
         if self.recompute_method not in RECOMPUTE_METHODS:
             problems.append(
                 f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)}, "
@@ -349,9 +369,18 @@ class ParallelConfig:
             problems.append(
                 f"`vpp` > 1 needs schedule='interleaved', but got ({vpp=}, schedule='{schedule}')"
             )
+        group = self.microbatch_group_size_per_vp_stage
+        if group is not None and (schedule is not Schedule.INTERLEAVED or vpp == 1):
+            problems.append(
+                "`microbatch_group_size_per_vp_stage` orders the interleaved schedule's chunks: "
+                f"it needs schedule='interleaved' with `vpp` > 1, but got ({vpp=}, "
+                f"schedule='{schedule}')"
+            )
         if schedule is Schedule.INTERLEAVED:
             if pp == 1:
                 problems.append(f"schedule='interleaved' needs `pp` > 1, but got ({pp=})")
+            elif not problems and group is not None:
+                problems += self._group_problems(group)
             elif not problems and self.num_micro_batches % pp:
                 num_micro_batches = self.num_micro_batches
                 problems.append(
@@ -417,6 +446,22 @@ class ParallelConfig:
     def world_size(self) -> int:
         """``pp·dp·cp·tp`` (``ep`` re-divides the dp×cp ranks, it adds none)."""
         return self.pp * self.dp * self.cp * self.tp
+
+    def _group_problems(self, group: int) -> list[str]:
+        """Megatron-Core's constraints on ``microbatch_group_size_per_vp_stage``
+        (:func:`stage_core.lower.schedule.check_group`), as one-line problems."""
+        try:
+            check_group(self.pp, self.num_micro_batches, group)
+        except ConfigError as error:
+            return [str(error)]
+        return []
+
+    @property
+    def schedule_kind(self) -> str:
+        """The schedule as the order functions of :mod:`stage_core.lower.schedule` take it:
+        ``str(schedule)``, with the interleaved group size when one is set (``"interleaved/N"``,
+        :func:`~stage_core.lower.schedule.grouped`)."""
+        return grouped(str(self.schedule), self.microbatch_group_size_per_vp_stage)
 
     @property
     def num_micro_batches(self) -> int:

@@ -211,7 +211,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
 
         number: int = self._plan_numbers.get(plan_key, self._token)  # names it in the memos
         planned: Plan = self._plans.get(number, plan)
-        kind, m, vpp = str(parallel.schedule), workload.micro_batches, parallel.vpp
+        kind, m, vpp = parallel.schedule_kind, workload.micro_batches, parallel.vpp
         per_schedule = local_schedule_micro_batches(self.framework, parallel, m)
         schedules = m // per_schedule
         held_per_schedule = self.framework.pp_held_sync_per_schedule

@@ -58,6 +58,7 @@ from stage_core.lower.schedule import (
     chunks_per_rank,
     global_stage,
     global_stages,
+    steady_prefix,
 )
 from stage_explore.analytical.taskgraph import (
     BACKWARD,
@@ -366,10 +367,11 @@ def activation_profiles(
     the gradients ``W`` reads are held too); peaks follow a forward or a ``B``. Only count
     vectors not dominated by another are kept, so for any chunk sizes ``max(Σ counts·bytes)``
     is the peak :func:`stage_core.lower.memory.activation_peak` finds. After the warm-up the
-    live set is periodic, so a prefix of ``4·p`` micro-batches (a multiple of p) suffices, as in
+    live set is periodic, so a prefix of ``4·N`` micro-batches and the last group's remainder
+    (:func:`~stage_core.lower.schedule.steady_prefix`; N the group size, default p) suffices, as in
     :func:`stage_core.lower.memory.steady_activation_peak` (DualPipe walks every micro-batch).
     """
-    prefix = m if kind == "dualpipe" else min(m, 4 * p)
+    prefix = m if kind == "dualpipe" else min(m, steady_prefix(kind, p, m))
     chunks = chunks_per_rank(kind, vpp)
     split = kind in SPLIT_BACKWARD
     live = [0] * (2 * chunks if split else chunks)

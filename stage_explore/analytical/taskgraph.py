@@ -36,8 +36,10 @@ from stage_core.lower.schedule import (
     chunks_per_rank,
     global_stage,
     global_stages,
+    group_size,
     order,
     overlapped,
+    ungrouped,
 )
 
 FORWARD, BACKWARD, WEIGHT = 0, 1, 2
@@ -281,11 +283,14 @@ def compile_shape(kind: str, p: int, m: int, vpp: int) -> Compiled:
 
 def period(kind: str, p: int, vpp: int) -> int:
     """Micro-batches per period of the steady state: the interleaved schedule advances in
-    groups of ``p``, 1F1B and ZB-H1 one at a time; 0: never extrapolated (GPipe inserts a
-    micro-batch at two places, DualPipe numbers its two directions from both ends)."""
+    groups of ``N`` (:func:`~stage_core.lower.schedule.group_size`, default ``p``), 1F1B and
+    ZB-H1 one at a time; 0: never extrapolated (GPipe inserts a micro-batch at two places,
+    DualPipe numbers its two directions from both ends)."""
     if kind in ("gpipe", "dualpipe"):
         return 0
-    return p if kind == "interleaved" or vpp > 1 else 1
+    if ungrouped(kind)[0] == "interleaved" or vpp > 1:
+        return group_size(kind, p)  # Megatron's groups of N (default p) micro-batches
+    return 1
 
 
 @dataclass(frozen=True, slots=True)

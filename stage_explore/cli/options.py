@@ -5,7 +5,8 @@ Contents:
 - :func:`add_model_options`: ``--model --layers --seq-len --dropout/--no-dropout``.
 - :func:`add_parallel_options`: ``--dp --dp-shard --tp --cp --pp --ep --etp --moe-dispatcher
   --sp/--no-sp --zero --recompute --recompute-modules --recompute-num-layers
-  --recompute-method --schedule --vpp --micro-batch --global-batch
+  --recompute-method --schedule --vpp --microbatch-group-size-per-virtual-pipeline-stage
+  --micro-batch --global-batch
   --cp-style --precision --fp8-recipe --fp8-gemms``,
   and the pipeline split
   ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
@@ -172,6 +173,14 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--vpp", type=int, default=1, help="model chunks per pipeline rank (interleaved only)"
     )
     group.add_argument(
+        "--microbatch-group-size-per-virtual-pipeline-stage",
+        dest="microbatch_group_size_per_vp_stage",
+        type=int,
+        default=None,
+        help="interleaved schedule: micro-batches run through one model chunk before the next "
+        "(Megatron-Core's flag; default: pp)",
+    )
+    group.add_argument(
         "--micro-batch", type=int, default=1, help="sequences per micro-batch (default: 1)"
     )
     group.add_argument(
@@ -267,6 +276,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         cp_style=CpStyle(args.cp_style),
         schedule=Schedule("zb" if args.schedule == "zb-h1" else args.schedule),
         vpp=args.vpp,
+        microbatch_group_size_per_vp_stage=args.microbatch_group_size_per_vp_stage,
         zero=args.zero,
         recompute=Recompute(args.recompute),
         recompute_modules=tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip()),

@@ -19,7 +19,8 @@ EXPECTED_FLAGS = {
     "--recompute",
     "--recompute-modules", "--recompute-num-layers", "--recompute-method",
     "--moe-dispatcher",
-    "--schedule", "--vpp", "--micro-batch", "--global-batch", "--cp-style", "--precision",
+    "--schedule", "--vpp", "--microbatch-group-size-per-virtual-pipeline-stage",
+    "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp8-recipe", "--fp8-gemms",
     "--fp32-grads", "--no-fp32-grads",
     "--pp-layers", "--pp-first-layers", "--pp-last-layers", "--pp-split",
@@ -64,6 +65,15 @@ def test_every_option_reaches_the_config() -> None:
         dropout=True, cp_style=CpStyle.RING, precision=Precision.FP8,
     )  # fmt: skip
     assert spec == get_flavor("mixtral-8x7b").with_overrides(layers=16, seq_len=4096, dropout=True)
+
+
+def test_the_interleaved_group_size_reaches_the_config_and_is_checked() -> None:
+    base = "--model llama3-8b --pp 4 --schedule interleaved --vpp 2 --global-batch 10".split()
+    _, config = workload(*base, "--microbatch-group-size-per-virtual-pipeline-stage", "6")
+    assert config.microbatch_group_size_per_vp_stage == 6
+    assert workload(*base[:-1], "8")[1].microbatch_group_size_per_vp_stage is None
+    with pytest.raises(ConfigError, match="must be 0 or at least pp"):
+        workload(*base, "--microbatch-group-size-per-virtual-pipeline-stage", "7")
 
 
 def test_etp_reaches_the_config_and_defaults_to_tp() -> None:

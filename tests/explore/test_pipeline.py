@@ -194,11 +194,14 @@ def test_the_periodic_structure_is_found_where_it_exists(
         assert all(a < b for a, b in found.pairs)
 
 
-@pytest.mark.parametrize("kind", ["1f1b", "interleaved"])
+@pytest.mark.parametrize("kind", ["1f1b", "interleaved", "interleaved/12"])
 def test_long_steps_are_extrapolated_exactly(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Realistic stages (heavier first and last), transfers: the fast path simulates a prefix
-    # only, and matches the reference to rounding.
-    p, vpp, m = 8, (2 if kind == "interleaved" else 1), 8 * 40
+    # only, and matches the reference to rounding; with Megatron's groups of 12 micro-batches
+    # (--microbatch-group-size-per-virtual-pipeline-stage) the period is the group.
+    p, vpp, m = 8, (2 if kind.startswith("interleaved") else 1), 8 * 40
+    if kind == "interleaved/12":
+        m = 12 * 24  # whole groups (a shorter last group: the next test)
     middle = StageTimes((0.5,) * vpp, (1.0,) * vpp)
     stages = [StageTimes((0.55,) * vpp, (1.1,) * vpp), *[middle] * (p - 2),
               StageTimes((0.6,) * vpp, (1.3,) * vpp)]  # fmt: skip
@@ -216,13 +219,27 @@ def test_long_steps_are_extrapolated_exactly(kind: str, monkeypatch: pytest.Monk
     assert fast.end_s == pytest.approx(slow.end_s, rel=1e-12)
 
 
+def test_a_shorter_last_group_is_timed_exactly() -> None:
+    # 100 micro-batches in groups of 12 leave 4 (≥ pp, as Megatron requires); where no period
+    # is proven (periodic() None) the whole step is simulated, either way the reference's ends
+    stages = [StageTimes((0.55, 0.5), (1.1, 1.0)), StageTimes((0.5, 0.6), (1.0, 1.3))] * 2
+    fast = step_time("interleaved/12", stages, 100, 2, 0.01)
+    slow = simulate("interleaved/12", stages, 100, 2, 0.01)
+    assert fast.end_s == pytest.approx(slow.end_s, rel=1e-12)
+    for m in (28, 40, 52, 64):
+        assert step_time("interleaved/12", stages, m, 2, 0.01).end_s == pytest.approx(
+            simulate("interleaved/12", stages, m, 2, 0.01).end_s, rel=1e-12
+        )
+
+
 # -- activation profiles ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("kind", "p", "m", "vpp"),
     [("1f1b", 4, 3, 1), ("1f1b", 4, 40, 1), ("1f1b", 8, 64, 1), ("interleaved", 4, 8, 2),
-     ("interleaved", 4, 24, 3), ("interleaved", 8, 64, 2), ("interleaved", 2, 40, 4)],
+     ("interleaved", 4, 24, 3), ("interleaved", 8, 64, 2), ("interleaved", 2, 40, 4),
+     ("interleaved/6", 4, 40, 2), ("interleaved/16", 8, 64, 3), ("interleaved/3", 2, 41, 4)],
 )  # fmt: skip
 def test_activation_profiles_give_the_peak_of_the_whole_schedule(
     kind: str, p: int, m: int, vpp: int

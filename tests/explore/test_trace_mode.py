@@ -118,6 +118,9 @@ PIPELINE_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("llama-pp2-zero1-sp", "llama3-8b", dict(tp=2, dp=2, pp=2, zero=1, sp=True, global_batch=8)),
     ("gpt-pp2-vpp2", "megatron-gpt-1.7b",
      dict(tp=2, dp=2, pp=2, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=8)),
+    ("gpt-pp2-vpp2-n3", "megatron-gpt-1.7b",  # Megatron's groups of 3 (its PP2 N3 M5 example)
+     dict(tp=2, dp=2, pp=2, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=10,
+          microbatch_group_size_per_vp_stage=3)),
 ]  # fmt: skip
 
 
