@@ -14,9 +14,12 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_core.lower.memory import activation_peak, steady_activation_peak
-from stage_core.lower.program import Chunk
+from stage_core.lower.nodes import message_tag, stage_nodes
+from stage_core.lower.program import Chunk, lower
 from stage_core.lower.schedule import grouped, schedule
-from stage_core.parallel import ParallelConfig
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig, Schedule
+from stage_core.trace import NodeKind
 from stage_explore.analytical.pipeline import activation_profiles
 from tests.core.test_lower_schedule import simulate
 
@@ -51,9 +54,8 @@ def test_the_default_group_is_pp() -> None:
             assert schedule(grouped("interleaved", p), rank, p, m, v) == schedule(
                 "interleaved", rank, p, m, v
             )
-    assert ParallelConfig(pp=4, vpp=2, schedule="interleaved", global_batch=8).schedule_kind == (
-        "interleaved"
-    )
+    config = ParallelConfig(pp=4, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=8)
+    assert config.schedule_kind == "interleaved"
 
 
 def test_n_equal_to_m_runs_every_micro_batch_through_a_chunk_first() -> None:
@@ -120,7 +122,7 @@ def test_a_larger_group_holds_more_in_flight_and_the_prefix_peak_is_the_whole_pe
 def test_bad_group_sizes_are_one_line_config_errors(
     kwargs: dict[str, object], message: str
 ) -> None:
-    fields: dict[str, object] = dict(pp=4, vpp=2, schedule="interleaved", global_batch=8)
+    fields: dict[str, object] = dict(pp=4, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=8)
     fields.update(kwargs)
     with pytest.raises(ConfigError, match=message) as error:
         ParallelConfig(**fields)  # type: ignore[arg-type]
@@ -130,10 +132,40 @@ def test_bad_group_sizes_are_one_line_config_errors(
 def test_a_group_lifts_the_pp_divisibility_rule_as_megatron_does() -> None:
     # m = 10 is no multiple of pp = 4, but groups of 6 leave 4 ≥ pp: Megatron runs it
     config = ParallelConfig(
-        pp=4, vpp=2, schedule="interleaved", global_batch=10, microbatch_group_size_per_vp_stage=6
-    )
+        pp=4, vpp=2, schedule=Schedule.INTERLEAVED, global_batch=10,
+        microbatch_group_size_per_vp_stage=6,
+    )  # fmt: skip
     assert config.schedule_kind == "interleaved/6"
     assert config.to_dict()["microbatch_group_size_per_vp_stage"] == 6
     assert "microbatch_group_size_per_vp_stage" not in ParallelConfig().to_dict()
     with pytest.raises(ConfigError, match="needs schedule='interleaved' with `vpp` > 1"):
         schedule(grouped("gpipe", 4), 0, 4, 8, 1)
+
+
+def test_the_chakra_templates_send_in_the_grouped_order() -> None:
+    """The lowered programs carry the grouped order and the stage templates (what the Chakra
+    writer and the trace mode emit) send each task's output in that order: forward sends
+    from every global stage but the last, backward sends from every one but the first, each
+    tagged by (sending global stage, micro-batch, direction)."""
+    p, v, m, n = 2, 2, 5, 3
+    model = get_flavor("llama3-8b").with_overrides(layers=4, seq_len=256)
+    config = ParallelConfig(
+        pp=p, vpp=v, schedule=Schedule.INTERLEAVED, global_batch=m,
+        microbatch_group_size_per_vp_stage=n,
+    )  # fmt: skip
+    programs = lower(model, config)
+    for stage in programs.stages:
+        tasks = schedule(grouped("interleaved", n), stage.stage, p, m, v)
+        assert tuple(stage.tasks) == tasks
+        expected = [
+            message_tag(c * p + stage.stage, mb, m, phase == "B")
+            for phase, c, mb in tasks
+            if (phase == "F" and c * p + stage.stage != p * v - 1)
+            or (phase == "B" and c * p + stage.stage != 0)
+        ]
+        sends = [
+            item.node.tag
+            for item in stage_nodes(programs, stage)
+            if item.node.kind is NodeKind.SEND and item.peer_axis == "pp"
+        ]
+        assert sends == expected and len(sends) == 2 * m * v - m
