@@ -174,7 +174,6 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--microbatch-group-size-per-virtual-pipeline-stage",
-        dest="microbatch_group_size_per_vp_stage",
         type=int,
         default=None,
         help="interleaved schedule: micro-batches run through one model chunk before the next "
@@ -276,7 +275,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         cp_style=CpStyle(args.cp_style),
         schedule=Schedule("zb" if args.schedule == "zb-h1" else args.schedule),
         vpp=args.vpp,
-        microbatch_group_size_per_vp_stage=args.microbatch_group_size_per_vp_stage,
+        microbatch_group_size_per_vp_stage=args.microbatch_group_size_per_virtual_pipeline_stage,
         zero=args.zero,
         recompute=Recompute(args.recompute),
         recompute_modules=tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip()),
