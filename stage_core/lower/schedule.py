@@ -120,17 +120,27 @@ def check_group(stages: int, micro_batches: int, group: int) -> None:
         )
 
 
-def megatron_table(micro_batches: int, vpp: int, group: int) -> list[tuple[int, int]]:
-    """The forward order of virtual micro-batches as ``(micro_batch, chunk)``, Megatron-Core's
-    ``get_schedule_table``: groups of ``group`` consecutive micro-batches (the last group takes
-    what is left), each run through chunk 0, then chunk 1, … ``vpp − 1``. The backward order
-    is the same table with chunk ``c`` read as ``vpp − 1 − c``."""
-    return [
-        (mb, chunk)
-        for start in range(0, micro_batches, group)
-        for chunk in range(vpp)
-        for mb in range(start, min(start + group, micro_batches))
-    ]
+def megatron_table(
+    micro_batches: int, vpp: int, group: int
+) -> tuple[list[int], list[int], list[int]]:
+    """The virtual micro-batches' order as columns: micro-batch, forward chunk, backward chunk.
+    Megatron-Core's ``get_schedule_table``: groups of ``group`` consecutive micro-batches (the
+    last group takes what is left), each run through chunk 0, then chunk 1, … ``vpp − 1``; the
+    backward order is the same table with chunk ``c`` read as ``vpp − 1 − c``. Built by whole
+    groups (list repetition, C-level), not entry by entry."""
+    mbs: list[int] = []
+    forward: list[int] = []
+    backward: list[int] = []
+    columns: dict[int, tuple[list[int], list[int]]] = {}  # per group size: its chunk columns
+    for start in range(0, micro_batches, group):
+        size = min(group, micro_batches - start)
+        if size not in columns:
+            chunks = [chunk for chunk in range(vpp) for _ in range(size)]
+            columns[size] = chunks, [vpp - 1 - chunk for chunk in chunks]
+        mbs += [*range(start, start + size)] * vpp
+        forward += columns[size][0]
+        backward += columns[size][1]
+    return mbs, forward, backward
 
 
 def chunks_per_rank(kind: str, vpp: int) -> int:
@@ -239,9 +249,9 @@ def _schedule(
         check_group(p, m, n)
         # the k-th forward virtual micro-batch runs entry k of Megatron's table; the k-th
         # backward the same micro-batch through the mirrored chunk vpp − 1 − c
-        mbs, chunks = zip(*megatron_table(m, vpp, n), strict=True)
-        forwards = _steps("F", chunks, mbs)
-        backwards = _steps("B", [vpp - 1 - c for c in chunks], mbs)
+        mbs, forward_chunks, backward_chunks = megatron_table(m, vpp, n)
+        forwards = _steps("F", forward_chunks, mbs)
+        backwards = _steps("B", backward_chunks, mbs)
         warmup = min((p - rank - 1) * 2 + (vpp - 1) * n, m * vpp)
         return _one_forward_one_backward(forwards, backwards, warmup)
     raise ConfigError(
