@@ -603,6 +603,10 @@ def test_the_dgx_cloud_25_05_deepseek_rows_take_the_scripts_pipeline_split(
         # pretrain_deepseek_v3.py (USE_TOKEN_DROP) adds NeMo's MegatronTokenDropCallback:
         # moe_expert_capacity_factor 1.0 with moe_pad_expert_input_to_capacity (not dropless)
         assert model.capacity_factor == 1.0, case.id
+        # NeMo's DeepSeekV3Config make_vocab_size_divisible_by 1280, padded x TP by
+        # GPTConfig.configure_model (get_vocab_size): 129280 -> 130560 at TP 2
+        assert parallel.vocab_divisible_by == 1280, case.id
+        assert parallel.padded_vocab(model) == 130560, case.id
         assert case.system == ("h100-80gb" if h100 else "gb200-nvl72")
         tokens = 4096 * parallel.global_batch / float(rows[case.id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[case.id]["tokens_per_s_per_gpu"]), rel=0.002)
