@@ -43,7 +43,10 @@ accumulators around the ring: after each chunk's SDPA backward, ``dkv_rotater`` 
 with one peer, ``_RotateMethod.ALL_TO_ALL``) passes the rank's accumulators to the next cp rank,
 and the next step waits for the previous rank's. ``cp`` messages of the local keys' and values'
 fp32 gradients, each hidden behind the next chunk's SDPA backward except the last one, and
-whatever a message takes beyond a chunk's compute.
+whatever a message takes beyond a chunk's compute. The backward returns the query, key and
+value gradients together after the last message is received, so whatever reads any of them
+waits for the whole ring. The trace mode runs this structure node by node
+(:func:`~stage_explore.analytical.trace_ring.torch_ring_program`) and finds the same step.
 
 **Compiled** (``traced``: the torchtitan profile's ``cp_traced_ring`` on a row run with
 ``training.compile``, ``fused_elementwise``). TorchTitan compiles each transformer block with
@@ -221,6 +224,29 @@ def _is_cp_collective(instr: Instr, kind: CollectiveKind) -> bool:
     return instr.collective is kind and instr.axes == ("cp",)
 
 
+def is_cp_gather(instr: Instr) -> bool:
+    """A key/value all-gather over cp (what torch's all-gather rotater gathers)."""
+    return _is_cp_collective(instr, CollectiveKind.ALL_GATHER)
+
+
+def is_cp_scatter(instr: Instr) -> bool:
+    """A key/value-gradient reduce-scatter over cp (what torch's gradient ring returns)."""
+    return _is_cp_collective(instr, CollectiveKind.REDUCE_SCATTER)
+
+
+def repeated_gather(gather: Instr, attention: Instr, cp: int) -> Instr:
+    """A key/value all-gather over ``cp`` with the bytes torch moves: the keys or values
+    repeated to the query heads (:func:`kv_repeat` of the attention that reads them)."""
+    return replace(gather, comm_bytes=gather.comm_bytes * kv_repeat(attention, cp))
+
+
+def ring_message_sizes(scatters: Sequence[Instr], attention: Instr, cp: int) -> list[int]:
+    """Each key/value-gradient reduce-scatter's part of one message of torch's gradient ring:
+    the rank's local, repeated gradient in fp32 (one message carries them all)."""
+    repeat = kv_repeat(attention, cp)
+    return [i.comm_bytes // cp * repeat * FP32_BYTES // ELEMENT_BYTES for i in scatters]
+
+
 def cp_comm_timer(
     instrs: Sequence[Instr],
     cp: int,
@@ -236,7 +262,12 @@ def cp_comm_timer(
     fp32 gradient ring — ``cp`` messages of the local repeated keys' and values' gradients
     (``message_s``: seconds of one message to the next cp rank), each hidden behind a chunk's
     SDPA backward but the last, plus what a message takes beyond a chunk's compute — charged
-    to the reduce-scatters in proportion to their bytes. ``traced`` (the ring compiled, module
+    to the first of the phase's reduce-scatters (in program order), the others none: the
+    ring's backward returns the query, key and value gradients together once the last message
+    is received (``_templated_ring_attention_backward`` ends with ``dkv_rotater.next_buffer()``
+    before returning; pytorch/pytorch 0123248 ``torch/distributed/tensor/experimental/
+    _attention.py``), so what reads any of them waits for the whole ring (the keys' rope
+    backward, and the queries' behind it in issue order). ``traced`` (the ring compiled, module
     docstring): every collective waited for where it is issued — the all-gather in full, the
     ``cp`` messages one after another. Every other instruction: ``comm_s``."""
     if cp <= 1:
@@ -247,14 +278,13 @@ def cp_comm_timer(
     for instr in instrs:
         if instr.phase not in attention:
             continue
-        if _is_cp_collective(instr, CollectiveKind.ALL_GATHER):
+        if is_cp_gather(instr):
             gathers.setdefault(instr.phase, []).append(instr)
-        elif _is_cp_collective(instr, CollectiveKind.REDUCE_SCATTER):
+        elif is_cp_scatter(instr):
             scatters.setdefault(instr.phase, []).append(instr)
     charged: dict[Instr, float] = {}
     for phase, group in gathers.items():
-        repeat = kv_repeat(attention[phase], cp)
-        seconds = [comm_s(replace(i, comm_bytes=i.comm_bytes * repeat)) for i in group]
+        seconds = [comm_s(repeated_gather(i, attention[phase], cp)) for i in group]
         hidden = attention_s(attention[phase]) / cp  # the first chunk's SDPA
         exposed = max(0.0, 1.0 - hidden / sum(seconds)) if sum(seconds) > 0 else 0.0
         if traced:
@@ -262,13 +292,12 @@ def cp_comm_timer(
         for instr, time_s in zip(group, seconds, strict=True):
             charged[instr] = time_s * exposed
     for phase, group in scatters.items():
-        repeat = kv_repeat(attention[phase], cp)
-        sizes = [i.comm_bytes // cp * repeat * FP32_BYTES // ELEMENT_BYTES for i in group]
+        sizes = ring_message_sizes(group, attention[phase], cp)
         message = message_s(sum(sizes))
         step = attention_s(attention[phase]) / cp  # one chunk's SDPA backward
         ring = cp * message if traced else message + (cp - 1) * max(0.0, message - step)
-        for instr, size in zip(group, sizes, strict=True):
-            charged[instr] = ring * size / sum(sizes) if sum(sizes) else 0.0
+        for k, instr in enumerate(group):  # the first waits for the ring, the rest with it
+            charged[instr] = ring if k == 0 else 0.0
 
     def timer(instr: Instr) -> float:
         seconds = charged.get(instr)

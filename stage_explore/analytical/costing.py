@@ -120,6 +120,11 @@ class PhaseProgram:
     #: HBM bytes the compute stream moves beside the instructions: PyTorch async TP's
     #: reductions of its fused matmul-reduce-scatters (``micro_pipeline_tp``).
     extra_bytes: int = 0
+    #: The collectives' own seconds before a context-parallel ring's exposure charge
+    #: (:func:`~stage_explore.analytical.context_parallel.cp_comm_timer`,
+    #: :func:`~stage_explore.analytical.te_context_parallel.te_ring_comm_timer`): the trace
+    #: mode runs the ring and times what it emits with these; None: ``comm_s``.
+    base_comm_s: Callable[[Instr], float] | None = None
 
 
 class BlockCosting(CommCosting, StateCosting, PhasePasses):
@@ -362,14 +367,16 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             margined = shared - bulk_gemms - chunk_gemms
             compute_s = sm_margin(compute_s, margined, kernels.sm_count)
         cp = point.workload.axis_sizes.get("cp", 1)
+        base_comm_s = comm_s
         if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic
             message = self._cp_message(point, spans)
             comm_s = cp_comm_timer(instrs, cp, comm_s, compute_s, message, self._cp_traced)
         elif self.framework.te_cp_overlap and cp > 1 and point.workload.parallel.cp_style == "ring":
             comm_s = te_ring_comm_timer(instrs, cp, comm_s, compute_s)  # TE: step i || msg i+1
         return PhaseProgram(
-            tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms, rule, extra_bytes
-        )
+            tuple(instrs), compute_s, comm_s, shared, bulk_gemms, chunk_gemms, rule, extra_bytes,
+            base_comm_s,
+        )  # fmt: skip
 
     @property
     def _cp_traced(self) -> bool:

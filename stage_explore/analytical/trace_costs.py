@@ -1,7 +1,8 @@
 """One pipeline stage's costs in the trace mode: :class:`StageCosts` gives each node of a
 stage's trace the analytical backend's time for the instruction it comes from — the block
 phases as :meth:`~stage_explore.analytical.costing.BlockCosting._phase_program` runs them (its
-programs and timers), the ring-attention steps and messages, the FP8 amax reduction at a
+programs and timers), the ring-attention steps and messages (Transformer Engine's and torch's
+``context_parallel``'s, :mod:`~stage_explore.analytical.trace_ring`), the FP8 amax reduction at a
 pass's end (:func:`stage_core.lower.nodes.stage_nodes`' ``pass_end``) and the communication
 spans of a block's collectives. Used by :mod:`~stage_explore.analytical.trace_mode`, which runs
 the step."""
@@ -29,7 +30,7 @@ from stage_explore.analytical.planning import (
     AMAX_BYTES,
     AMAX_FORWARD_ENTRIES,
 )
-from stage_explore.analytical.trace_ring import RingProgram, ring_program
+from stage_explore.analytical.trace_ring import RingProgram, ring_program, torch_ring_program
 
 
 class StageCosts:
@@ -50,11 +51,12 @@ class StageCosts:
         parallel = point.workload.parallel
         cp = point.workload.axis_sizes.get("cp", 1)
         self._cp = cp
-        self._steps = backend.framework.te_cp_overlap and str(parallel.cp_style) == "ring"
-        if cp > 1 and backend.framework.cp_merge_fp32 and str(parallel.cp_style) == "ring":
-            raise ConfigError(  # cp_comm_timer re-charges a structure the trace does not emit
-                "the trace mode does not time torch's context_parallel ring (cp_merge_fp32)"
-            )
+        ring = str(parallel.cp_style) == "ring"
+        torch = backend.framework.cp_merge_fp32  # the levelled mode's precedence
+        self._steps = backend.framework.te_cp_overlap and ring and not torch
+        #: torch's ``context_parallel`` (its gathers and gradient ring, :func:`~stage_explore.
+        #: analytical.trace_ring.torch_ring_program`); a ``ring`` style is emitted as written.
+        self._torch = torch and cp > 1 and not ring
 
     def emitted(self, kind: str, phase: str) -> tuple[RingProgram, int]:
         """The phase's instructions as the trace emits them (ring attention per step under
@@ -63,11 +65,19 @@ class StageCosts:
         key = (kind, phase)
         if key not in self._emitted:
             program, _, last = self.program(kind, phase)
-            emitted = ring_program(program.instrs, self._cp, self._steps)
+            if self._torch:
+                traced = self.backend._cp_traced
+                emitted = torch_ring_program(program.instrs, self._cp, traced)
+                message_s = self.backend._cp_message(self.point, self.spans(kind))
+                for instr in emitted.instrs:
+                    if instr.kind == "ring":  # a gradient message (_cp_message's seconds)
+                        self._note(instr.comm_bytes, message_s(instr.comm_bytes))
+            else:
+                emitted = ring_program(program.instrs, self._cp, self._steps)
+                for instr in emitted.instrs:
+                    if instr.kind == "ring":
+                        self.ring_message_s(instr)
             at = max((i for i, o in enumerate(emitted.origin) if o == last), default=-1)
-            for instr in emitted.instrs:
-                if instr.kind == "ring":
-                    self.ring_message_s(instr)
             self._emitted[key] = (emitted, at if last >= 0 else -1)
         return self._emitted[key]
 
@@ -76,10 +86,15 @@ class StageCosts:
         time of one step (:meth:`~stage_explore.analytical.costing_comm.CommCosting.
         _comm_time`, the levelled ring's ``ring_steps`` times this), noted by its bytes."""
         one = replace(ring, ring_steps=1)
-        seconds = self.backend._comm_time(self.point, self.span(ring.axes), one)
-        known = self.messages.setdefault(ring.comm_bytes, seconds)
+        return self._note(
+            ring.comm_bytes, self.backend._comm_time(self.point, self.span(ring.axes), one)
+        )
+
+    def _note(self, size: int, seconds: float) -> float:
+        """Note a ring message's seconds by its bytes (two timings of one size: ConfigError)."""
+        known = self.messages.setdefault(size, seconds)
         if known != seconds:
-            raise ConfigError(f"stage {self.stage}: two ring messages of {ring.comm_bytes} bytes")
+            raise ConfigError(f"stage {self.stage}: two ring messages of {size} bytes")
         return seconds
 
     def amax(self, chunk: int) -> tuple[Instr, float, float] | None:

@@ -40,6 +40,11 @@ Under context parallelism every cp rank of a stage has a trace: a ring attention
 exchanges are point-to-point messages between them (each the backend's α–β time of one ring
 step), and under Transformer Engine's overlap (``te_cp_overlap``) the attention runs as its
 ``cp`` steps with the exchanges between them (:mod:`~stage_explore.analytical.trace_ring`).
+torch's ``context_parallel`` (``cp_merge_fp32``, torchtitan) runs as its ring runs: ``cp`` SDPA
+calls, the all-gather rotater's gathers beside the first (waited for at once when compiled),
+and the backward's ``cp`` key/value-gradient messages between the cp ranks
+(:func:`~stage_explore.analytical.trace_ring.torch_ring_program`; the gathers and messages
+take their whole seconds, the levelled mode charges what they leave exposed).
 
 Under ``overlap_param_gather`` (``gathers_ahead``) a bucketed chunk's parameter all-gathers
 run ahead of its first forward as the previous step's, one bucket at a time as Megatron-Core's
@@ -62,11 +67,10 @@ stream: tests/explore/test_trace_mode_held.py).
 FSDP's root unit (``zero_root``) and DeepSpeed's recompute re-gather (``zero_regather``) are
 emitted as the frameworks issue them (tests/explore/test_trace_mode_zero3.py).
 
-Not covered: torch's ``context_parallel`` ring (``cp_merge_fp32``, a ConfigError), the
-parameter gathers of an unbucketed chunk (``ddp_bucket_first_chunk_only``'s later chunks,
-dispatched before an earlier forward: whole after the optimizer in the trace) or of a chunk
-whose gradients reduce in two groups (expert and dense buffers: whole after the optimizer),
-and ``pp_unsharded_params`` under a split backward (a ConfigError).
+Not covered: the parameter gathers of an unbucketed chunk (``ddp_bucket_first_chunk_only``'s
+later chunks, dispatched before an earlier forward: whole after the optimizer in the trace) or
+of a chunk whose gradients reduce in two groups (expert and dense buffers: whole after the
+optimizer), and ``pp_unsharded_params`` under a split backward (a ConfigError).
 
 The SMs and HBM bandwidth NCCL's kernels hold beside compute
 (:mod:`~stage_explore.analytical.contention`, where a network dim gives ``nccl_channels``) are
@@ -174,8 +178,11 @@ class ProgramTimingModel(BaseTimingModel[float]):
         backend, point = costs.backend, costs.point
         if phase in BLOCK_PHASES:
             program = costs.program(kind, phase)[0]
-            origin = costs.emitted(kind, phase)[0].origin[index]
-            seconds = program.comm_s(program.instrs[origin])
+            emitted = costs.emitted(kind, phase)[0]
+            if index in emitted.own:  # its own bytes, before a ring's exposure charge
+                seconds = (program.base_comm_s or program.comm_s)(emitted.instrs[index])
+            else:
+                seconds = program.comm_s(program.instrs[emitted.origin[index]])
         elif phase in (ZERO_GATHER, ZERO_SCATTER):
             parts = backend._kind(point, kind)
             instr = (parts.gathers if phase == ZERO_GATHER else parts.scatters)[index]

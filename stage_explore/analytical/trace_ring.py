@@ -23,10 +23,22 @@ context_parallel.py``; ``AttnFuncWithCP`` in TE 1.x ``attention.py``):
   waits for both; what reads the attention's gradients waits for the last exchange too.
 
 Without ``te_cp_overlap`` the ring is emitted as written (its ``ring_steps`` messages one after
-the other, the attention after the last). torch's ``context_parallel`` ring
-(``cp_merge_fp32``) is not covered: the levelled mode re-charges its exchanges
-(:func:`~stage_explore.analytical.context_parallel.cp_comm_timer`) by a structure the trace
-does not emit.
+the other, the attention after the last).
+
+torch's ``context_parallel`` (the profile's ``cp_merge_fp32``, the lowering's key/value
+all-gathers and gradient reduce-scatters over cp; :mod:`~stage_explore.analytical.
+context_parallel`) is emitted as ``_templated_ring_attention`` and its backward run it
+(:func:`torch_ring_program`): the attention as its ``cp`` SDPA calls, ``1/cp`` each; the
+all-gather rotater's gathers (keys and values repeated to the query heads) where the lowering
+puts them, the first (local) chunk not waiting for them, every later one does; in the backward,
+after each chunk's SDPA backward the rank's fp32 key/value-gradient accumulators go to the next
+cp rank (``dkv_rotater``, one message), posted once the previous rank's have been received and
+added, and the chunk after the next waits for that receive too (the compute stream waits for
+the message before the add); the last message returns the gradients to their owner, and what
+read the reduce-scatters waits for it. Compiled (``cp_traced_ring`` on a compiled run), every
+collective is waited for where it is issued: the first chunk waits for the gathers and every
+chunk for the message before it. The levelled mode charges what this leaves exposed
+(:func:`~stage_explore.analytical.context_parallel.cp_comm_timer`).
 """
 
 from __future__ import annotations
@@ -36,6 +48,12 @@ from dataclasses import dataclass, replace
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
+from stage_explore.analytical.context_parallel import (
+    is_cp_gather,
+    is_cp_scatter,
+    repeated_gather,
+    ring_message_sizes,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +66,9 @@ class RingProgram:
     instrs: tuple[Instr, ...]
     origin: tuple[int, ...]
     share: tuple[float, ...]
+    #: Emitted collectives timed on their own bytes by the phase's collective timer before any
+    #: ring charge (``PhaseProgram.base_comm_s``): torch's gathers of repeated keys and values.
+    own: frozenset[int] = frozenset()
 
 
 def _consumers(instrs: Sequence[Instr]) -> dict[int, int]:
@@ -146,3 +167,128 @@ def _steps(
             last = exchange(i, deps, 2 if i <= cp - 2 else 1)  # keys/values and gradients
         step = emit(replace(part, name=f"{instr.name}.step{i}", deps=deps), attention, 1.0 / cp)
     return (step,) if forward else (step, last)
+
+
+def _torch_parts(
+    instrs: Sequence[Instr],
+) -> tuple[dict[int, tuple[int, ...]], dict[int, list[int]]]:
+    """Each attention's key/value all-gathers over cp (its dependencies) and the gradient
+    reduce-scatters over cp that read it; a cp collective of neither, or of two attentions,
+    or two such attentions in one phase (the levelled charge is per phase) is a ConfigError."""
+    gathers: dict[int, tuple[int, ...]] = {}
+    scatters: dict[int, list[int]] = {}
+    owner: dict[int, int] = {}
+    for index, instr in enumerate(instrs):
+        if instr.kind == "attention":
+            gathers[index] = tuple(d for d in instr.deps if is_cp_gather(instrs[d]))
+            for dep in gathers[index]:
+                if owner.setdefault(dep, index) != index:
+                    raise ConfigError(f"gather {instrs[dep].name!r} feeds two attentions")
+        elif is_cp_scatter(instr):
+            readers = [d for d in instr.deps if instrs[d].kind == "attention"]
+            if len(readers) != 1:
+                raise ConfigError(f"scatter {instr.name!r} reads {len(readers)} attentions")
+            scatters.setdefault(readers[0], []).append(index)
+            owner[index] = readers[0]
+    for index, instr in enumerate(instrs):
+        if (is_cp_gather(instr) or is_cp_scatter(instr)) and index not in owner:
+            raise ConfigError(f"cp collective {instr.name!r} belongs to no attention")
+    phases = [instrs[a].phase for a in gathers if gathers[a] or a in scatters]
+    if len(phases) != len(set(phases)):
+        raise ConfigError("two context-parallel attentions in one phase")
+    return gathers, scatters
+
+
+def torch_ring_program(instrs: Sequence[Instr], cp: int, traced: bool) -> RingProgram:
+    """``instrs`` with each attention and its key/value all-gathers and gradient
+    reduce-scatters over cp as torch's ``context_parallel`` runs them (module docstring);
+    ``traced``: compiled, every collective waited for where it is issued. A message is a
+    ``ring`` instruction of one step carrying the rank's fp32 key/value gradients
+    (:func:`~stage_explore.analytical.context_parallel.ring_message_sizes`)."""
+    if cp <= 1:
+        return RingProgram(tuple(instrs), tuple(range(len(instrs))), (1.0,) * len(instrs))
+    gathers, scatters = _torch_parts(instrs)
+    gathered = {g: a for a, found in gathers.items() for g in found}
+    scattered = {g: a for a, found in scatters.items() for g in found}
+    out: list[Instr] = []
+    origin: list[int] = []
+    share: list[float] = []
+    own: set[int] = set()
+    done: dict[int, tuple[int, ...]] = {}
+    returned: dict[int, int] = {}  # attention → the receive of its ring's last message
+
+    def emit(instr: Instr, old: int, fraction: float = 1.0) -> int:
+        out.append(instr)
+        origin.append(old)
+        share.append(fraction)
+        return len(out) - 1
+
+    def mapped(deps: Sequence[int]) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(new for d in deps for new in done[d]))
+
+    for index, instr in enumerate(instrs):
+        if index in gathered:  # the rotater's gather, of the repeated keys or values
+            gather = repeated_gather(instr, instrs[gathered[index]], cp)
+            done[index] = (emit(replace(gather, deps=mapped(instr.deps)), index),)
+            own.add(done[index][0])
+        elif index in scattered:  # the gradients return with the ring's last message
+            done[index] = (returned[scattered[index]],)
+        elif index in gathers and (gathers[index] or index in scatters):
+            done[index], last = _torch_steps(
+                instrs, index, gathers[index], scatters.get(index, []), cp, traced, mapped, emit
+            )
+            if last is not None:
+                returned[index] = last
+        else:
+            done[index] = (emit(replace(instr, deps=mapped(instr.deps)), index),)
+    return RingProgram(tuple(out), tuple(origin), tuple(share), frozenset(own))
+
+
+def _torch_steps(
+    instrs: Sequence[Instr],
+    attention: int,
+    gathers: tuple[int, ...],
+    scatters: list[int],
+    cp: int,
+    traced: bool,
+    mapped: Callable[[Sequence[int]], tuple[int, ...]],
+    emit: Callable[[Instr, int, float], int],
+) -> tuple[tuple[int, ...], int | None]:
+    """Emit an attention's ``cp`` SDPA calls and, in the backward (``scatters``), its gradient
+    ring's ``cp`` messages; the new indices that complete the attention and the receive of the
+    last message (None without a ring)."""
+    instr = instrs[attention]
+    got = mapped(gathers)  # the gathered keys and values
+    local = mapped(tuple(d for d in instr.deps if d not in gathers))
+    part = replace(
+        instr,
+        flops=instr.flops // cp,
+        bytes_read=instr.bytes_read // cp,
+        bytes_written=instr.bytes_written // cp,
+    )
+
+    def step(i: int, deps: tuple[int, ...]) -> int:
+        return emit(replace(part, name=f"{instr.name}.step{i}", deps=deps), attention, 1.0 / cp)
+
+    current = step(0, local + got if traced else local)
+    if not scatters:  # forward or recomputed: the later chunks read the gathered ones
+        for i in range(1, cp):
+            current = step(i, (current, *got))
+        return (current,), None
+    sizes = ring_message_sizes([instrs[s] for s in scatters], instr, cp)
+    message = Instr(
+        f"dkv_ring:{instr.name}", instr.phase, "ring", axes=("cp",), comm_bytes=sum(sizes),
+        ring_steps=1,
+    )  # fmt: skip
+    received: tuple[int, ...] = ()  # the previous message's receive
+    waited: tuple[int, ...] = ()  # the receive the next chunk waits for
+    sent = -1
+    for i in range(cp):
+        if i:
+            current = step(i, (current, *got, *waited))
+        before = received
+        posted = replace(message, name=f"{message.name}.x{i}", deps=(current, *received))
+        sent = emit(posted, scatters[0], 1.0)
+        received = (sent,)
+        waited = received if traced else before
+    return (current,), sent
