@@ -329,10 +329,15 @@ def _weight_nodes(
     last_mb: dict[int, int],
     instructions: Instructions | None = None,
     pass_end: PassEnd | None = None,
-) -> int | None:
+    held: bool = False,
+) -> tuple[int | None, tuple[int, ...]]:
     """A W task: every block's weight-gradient instructions (backward block order), waiting for
     their inputs from the same micro-batch's B; then ZeRO-2/3 gradient scatters and, after the
-    chunk's last W, the gradient synchronisation. Returns the task's last node.
+    chunk's last W, the gradient synchronisation. ``held`` (``zero_held``): no per-block
+    scatters; after the chunk's last W its held reduce-scatters (:func:`_held_scatters`: the
+    pipelining stage's ``perform_reduce_grad`` / last-backward ``post_backward`` after every
+    B and W of the chunk). Returns the task's last node and what the rank's next task waits
+    for besides it (the held scatters' replica all-reduces too).
     ``instructions``: the W part as the caller emits it (phase :data:`BWD_W`, its dependencies
     within W; those on B are dropped, as :func:`~stage_core.lower.weightgrad.split_backward`
     drops them: B ran before, so an instruction without one waits for the task's entry).
@@ -358,16 +363,22 @@ def _weight_nodes(
             ctrl = ()
             last = max(ids.values())
             entry = (last,)
-        if workload.parallel.zero >= 2 and last is not None:
+        if workload.parallel.zero >= 2 and last is not None and not held:
             for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
                 em.instr(
                     instr, f"{prefix}.{instr.name}", (last,), (), (block.kind, ZERO_SCATTER, i)
                 )
         if mb == last_mb[chunk.index] and last is not None:
             _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
+    drained: tuple[int, ...] = ()
+    if held and mb == last_mb[chunk.index] and last is not None:
+        held_from = len(sync_ids)
+        blocks = list(reversed(chunk.blocks))
+        last = _held_scatters(em, workload, blocks, f"W{mb}.c{chunk.index}", last, sync_ids)
+        drained = tuple(sync_ids[held_from:])
     if pass_end is not None:
         last = _pass_end(em, pass_end, chunk.index, True, f"W{mb}.c{chunk.index}", last, entry)
-    return last
+    return last, drained
 
 
 def _unit(
@@ -481,14 +492,15 @@ class NodeOptions:
     rank's next task, beside none of the chunk's gradient reductions (source ``("",``
     :data:`PASS_END_FWD` or :data:`PASS_END_BWD` ``, chunk index)``).
 
-    ``zero_held`` (ZeRO-3, a schedule that does not split the backward): a chunk's parameters
-    stay gathered for the whole step, as FSDP2 under pipeline parallelism keeps them
-    (``fully_shard(reshard_after_forward=False)``, the pipelining stage's no-sync backward):
-    its blocks' gathers only in its first forward, none in a backward, and its gradient
-    reduce-scatters (with hybrid sharding's replica all-reduces) all after its last backward,
-    one after the other, before that backward's pipeline send and the rank's next task
-    (``backward_maybe_with_nosync`` calls every unit's ``post_backward`` after the last
-    backward, each waiting for the previous reduce-scatter).
+    ``zero_held`` (ZeRO-3): a chunk's parameters stay gathered for the whole step, as FSDP2
+    under pipeline parallelism keeps them (``fully_shard(reshard_after_forward=False)``, the
+    pipelining stage's no-sync backward): its blocks' gathers only in its first forward, none
+    in a backward, and its gradient reduce-scatters (with hybrid sharding's replica
+    all-reduces) all after its last backward, one after the other, before that backward's
+    pipeline send and the rank's next task (``backward_maybe_with_nosync`` calls every unit's
+    ``post_backward`` after the last backward, each waiting for the previous reduce-scatter);
+    under a split backward after its last W (the weight-gradient pass the last backward call
+    makes, the rank's next task waiting for them; no W scatters per micro-batch).
 
     ``zero_root`` (ZeRO-3 with ``zero_prefetch``): the block kinds of FSDP's root unit (the
     embedding and the head, wrapped by the root ``fully_shard`` / FSDP1 root instance): one
@@ -530,8 +542,6 @@ def stage_nodes(
     adds at a pass's end; the default emits the program as bound."""
     opts = options or NodeOptions()
     split = str(programs.workload.parallel.schedule) in SPLIT_BACKWARD
-    if opts.zero_held and split:
-        raise ConfigError("zero_held needs a schedule that does not split the backward")
     if (opts.zero_root or opts.zero_regather) and (split or opts.zero_prefetch is None):
         raise ConfigError(
             "zero_root and zero_regather need zero_prefetch and a schedule that does not split"
@@ -589,9 +599,9 @@ def _stage_nodes(
         if index in pairs:
             pair_ctrl = ctrl
         if task.phase == "W":
-            previous = _weight_nodes(
+            previous, waits = _weight_nodes(
                 em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward, instructions,
-                pass_end,
+                pass_end, zero_held and zero >= 3,
             )  # fmt: skip
             continue
         # the pipeline neighbour: ±1 along pp; DualPipe's second chunk runs the other way
@@ -699,7 +709,8 @@ def _stage_nodes(
                     drained.extend(scattered)
             if backward and mb == last_mb_backward[chunk.index] and not split:
                 _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
-        if backward and zero_held and zero >= 3 and mb == last_mb_backward[chunk.index]:
+        last_one = mb == last_mb_backward[chunk.index]
+        if backward and zero_held and zero >= 3 and last_one and not split:  # split: after W
             held_from = len(sync_ids)
             last = _held_scatters(em, workload, blocks, f"{tag}{mb}.c{chunk.index}", last, sync_ids)
             drained.extend(sync_ids[held_from:])  # FSDP2's final callback: the replicas' too

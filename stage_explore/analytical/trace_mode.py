@@ -63,14 +63,15 @@ and pp > 1) runs as the frameworks run it (``NodeOptions(zero_held=True)``): a c
 gathers in its first forward only, its reduce-scatters one after the other after its last
 backward, before that backward's send, as the levelled pipeline runs them too (``_held_zero_s``
 in the chunk's first forward and last backward tasks; equal but for hybrid sharding's replica
-stream: tests/explore/test_trace_mode_held.py).
+stream: tests/explore/test_trace_mode_held.py); under ZB-H1 and DualPipe the reduce-scatters
+follow the chunk's last W, as the levelled mode adds them to its last weight-gradient task.
 FSDP's root unit (``zero_root``) and DeepSpeed's recompute re-gather (``zero_regather``) are
 emitted as the frameworks issue them (tests/explore/test_trace_mode_zero3.py).
 
 Not covered: the parameter gathers of an unbucketed chunk (``ddp_bucket_first_chunk_only``'s
 later chunks, dispatched before an earlier forward: whole after the optimizer in the trace) or
 of a chunk whose gradients reduce in two groups (expert and dense buffers: whole after the
-optimizer), and ``pp_unsharded_params`` under a split backward (a ConfigError).
+optimizer).
 
 The SMs and HBM bandwidth NCCL's kernels hold beside compute
 (:mod:`~stage_explore.analytical.contention`, where a network dim gives ``nccl_channels``) are
@@ -114,7 +115,6 @@ from stage_core.lower.program import (
     lower,
     make_workload,
 )
-from stage_core.lower.schedule import SPLIT_BACKWARD
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
@@ -328,10 +328,6 @@ def trace_step(
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
     # FSDP2 under pipeline parallelism: gathered once per step, reduce-scattered once
     held = backend.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1
-    if held and str(parallel.schedule) in SPLIT_BACKWARD:
-        raise ConfigError(  # the levelled W's per-block scatters are not modelled held
-            "the trace mode does not time pp_unsharded_params under a split backward"
-        )
     policy: TimingPolicy = backend.policy
     limit = UNBUCKETED
     if Overlap.GRAD_REDUCE in policy.overlaps:

@@ -38,16 +38,13 @@ from typing import Any
 import pytest
 
 from stage_core.lower.nodes import BWD_B, BWD_W
-from stage_core.lower.program import lower, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.taskgraph import shape
-from stage_explore.analytical.trace_costs import StageCosts
-from stage_explore.analytical.trace_mode import _point, trace_step
+from stage_explore.analytical.trace_mode import trace_step
 from stage_explore.system import load_system
-from tests.explore.trace_helpers import optimizer_end
+from tests.explore.trace_helpers import optimizer_end, split_bounds, w_excess
 
 #: The a100-80gb preset without NCCL's channel counts (the contract of the two modes' timing
 #: is checked without the SMs NCCL holds beside compute, as in test_trace_mode.py).
@@ -71,64 +68,6 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 ]  # fmt: skip
 
 
-def _bounds(
-    backend: AnalyticalBackend, model: Any, parallel: ParallelConfig
-) -> tuple[float, float]:
-    """How much earlier and how much later the trace may end than the levelled mode (module
-    docstring), summed over every stage's tasks: a standalone W task lasts ``W_block`` for the
-    levelled ``W``; an overlapped pair at most ``F + B + W_block`` and at least the longer of
-    ``F`` and ``B + W_block`` for the levelled ``pair``."""
-    workload = make_workload(model, parallel)
-    point = _point(backend, workload, SYSTEM)
-    plan = backend._plan(point).step
-    programs = lower(model, parallel)
-    kind, p, m = str(parallel.schedule), parallel.pp, workload.micro_batches
-    counts = shape(kind, p, m, parallel.vpp).slot_counts
-    earlier = later = 0.0
-    for stage_program in programs.stages:
-        stage = stage_program.stage
-        costs = StageCosts(backend, point, stage, stage_program)
-        times = plan.classes[plan.stage_class[stage]].stage_times(True)
-        chunks = len(times.forward_s)
-        w_block = [
-            sum(
-                backend._block_timing(point, block.kind, BWD_W, costs.spans(block.kind)).duration_s
-                for block in chunk.blocks
-            )
-            for chunk in stage_program.chunks
-        ]
-        for c in range(chunks):  # every standalone W task
-            n = counts[stage][2 * chunks + c]
-            later += n * max(0.0, w_block[c] - times.weight_s[c])
-            earlier += n * max(0.0, times.weight_s[c] - w_block[c])
-        for a in range(chunks):  # every overlapped pair (its W included)
-            for b in range(chunks):
-                n = counts[stage][3 * chunks + a * chunks + b]
-                pair = times.pair(a, b)
-                longest = max(times.forward_s[a], times.backward_s[b] + w_block[b])
-                later += n * max(0.0, times.forward_s[a] + times.backward_s[b] + w_block[b] - pair)
-                earlier += n * max(0.0, pair - longest)
-    return earlier, later
-
-
-def _w_excess(backend: AnalyticalBackend, model: Any, parallel: ParallelConfig) -> float:
-    """The largest ``|W_block − W|`` of any stage's chunk (0: the split costs nothing)."""
-    workload = make_workload(model, parallel)
-    point = _point(backend, workload, SYSTEM)
-    plan = backend._plan(point).step
-    excess = 0.0
-    for stage_program in lower(model, parallel).stages:
-        costs = StageCosts(backend, point, stage_program.stage, stage_program)
-        times = plan.classes[plan.stage_class[stage_program.stage]].stage_times(True)
-        for c, chunk in enumerate(stage_program.chunks):
-            w_block = sum(
-                backend._block_timing(point, block.kind, BWD_W, costs.spans(block.kind)).duration_s
-                for block in chunk.blocks
-            )
-            excess = max(excess, abs(w_block - times.weight_s[c]))
-    return excess
-
-
 @pytest.mark.parametrize(("flavor", "kwargs"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_split_backward_schedules_run_in_the_trace_mode_within_their_design_bound(
@@ -141,7 +80,7 @@ def test_split_backward_schedules_run_in_the_trace_mode_within_their_design_boun
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
     traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
     traced_end = optimizer_end(traced)
-    earlier, later = _bounds(backend, model, parallel)
+    earlier, later = split_bounds(backend, model, parallel, SYSTEM)
     tolerance = 1e-9 * levelled
     assert levelled - earlier - tolerance <= traced_end <= levelled + later + tolerance, (
         traced_end,
@@ -150,7 +89,7 @@ def test_split_backward_schedules_run_in_the_trace_mode_within_their_design_boun
         later,
     )
     dualpipe = parallel.schedule is Schedule.DUALPIPE
-    if not dualpipe and _w_excess(backend, model, parallel) <= 1e-12 * levelled:
+    if not dualpipe and w_excess(backend, model, parallel, SYSTEM) <= 1e-12 * levelled:
         assert math.isclose(traced_end, levelled, rel_tol=1e-9), (traced_end, levelled)
     phases = {
         item.source[1]
@@ -169,7 +108,7 @@ def test_where_the_split_costs_nothing_zb_ends_as_the_levelled_mode(framework: s
     backend = AnalyticalBackend(framework=framework)
     model = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4, seq_len=1024)
     parallel = ParallelConfig(tp=2, dp=2, pp=2, schedule=Schedule.ZERO_BUBBLE, global_batch=8)
-    assert _w_excess(backend, model, parallel) <= 1e-12
+    assert w_excess(backend, model, parallel, SYSTEM) <= 1e-12
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
