@@ -132,3 +132,25 @@ def test_a_malformed_csv_correction_is_an_error(
     (tmp_path / "setups.toml").write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match=message):
         load_cases(tmp_path)
+
+
+def test_the_qwen3_rows_overlap_expert_all_to_alls_where_their_recipe_did() -> None:
+    """Megatron-Bridge's Qwen3-235B performance configs set moe_a2a_overlap (Megatron-Core's
+    combined 1F1B schedule, which needs a virtual pipeline when pp > 1) on H100 and, in the
+    version whose layouts are the 26.02 tables' (B300 VP 4, B200 without VP), on B300; never on
+    B200, nor on B300 in the later version without VP (the 26.04 row)."""
+    expected = {
+        "MBRIDGE25.11-DGX-H100-Qwen3_235B_a22B-256": True,
+        "MBM-B300-26.02-QWEN3_235B_A22B-256": True,
+        "MBM-B300-26.04-QWEN3_235B_A22B-256": False,
+        "MBM-B200-25.11-QWEN3_235B_A22B-64": False,
+        "MBM-B200-26.02-QWEN3_235B_A22B-256": False,
+    }
+    cases = {c.id: c for c in load_cases() if c.id in expected}
+    assert sorted(cases) == sorted(expected)
+    for row_id, overlap in expected.items():
+        case = cases[row_id]
+        assert dict(case.framework_options).get("moe_comm_overlap", False) is overlap, row_id
+        assert case.parallel is not None
+        if overlap:
+            assert case.parallel.vpp > 1, row_id  # Megatron-Core: A2A overlap with pp needs VP
