@@ -365,9 +365,9 @@ def _weight_nodes(
             entry = (last,)
         if workload.parallel.zero >= 2 and last is not None and not held:
             for i, instr in enumerate(_zero_collectives(workload, block, gather=False)):
-                em.instr(
+                sync_ids.append(em.instr(  # the optimizer needs the reduced shards
                     instr, f"{prefix}.{instr.name}", (last,), (), (block.kind, ZERO_SCATTER, i)
-                )
+                ))  # fmt: skip
         if mb == last_mb[chunk.index] and last is not None:
             _sync_nodes(em, stage, chunk.index, position, (last,), sync_ids)
     drained: tuple[int, ...] = ()
