@@ -80,6 +80,7 @@ from stage_explore.analytical.overlap import (
     OverlapRule,
     apply_overlaps,
     block_policy,
+    concurrent_chunks,
     deepep_sm_share_s,
     overlap_rule,
     pipelined_chunks,
@@ -352,6 +353,8 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             self.framework.moe_load_imbalance,
         )
         instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
+        if self.framework.cuda_device_max_connections > 1:  # TE's chunks on 3 queues at once
+            compute_s = concurrent_chunks(compute_s, pipelined_chunks(shared))
         kernels = point.system.accelerator.kernels
         bulk_gemms: frozenset[Instr] = frozenset()
         chunk_gemms: frozenset[Instr] = frozenset()

@@ -425,6 +425,17 @@ Options (all booleans unless said):
   (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
   chunks then run on every SM and lose the kernel's SMs only while it runs, as
   ``ub_bulk_share_s`` charges a bulk overlap.
+- ``cuda_device_max_connections`` — the launch environment's ``CUDA_DEVICE_MAX_CONNECTIONS``
+  (hardware work queues per device). 1: Megatron-LM asserts it whenever tp > 1 or cp > 1 before
+  Blackwell (``megatron/training/arguments.py`` ``validate_args``: "CUDA_DEVICE_MAX_CONNECTIONS
+  requirement no longer exists since the Blackwell architecture", ``get_device_arch_version() <
+  10``), NeMo's ``PerfEnvPlugin`` of early 2025 sets it on every GPU; later Megatron-Bridge /
+  NeMo performance plugins (``_set_num_cuda_device_max_connections``) set 32 on sm100 and newer
+  "to avoid serialization of streams". Only its effect on the userbuffers pipelined
+  reduce-scatter is modelled: above 1, the GEMM chunks Transformer Engine issues on three
+  streams fill each other's last waves
+  (:func:`~stage_explore.analytical.overlap.concurrent_chunks`); at 1 they run in issue order,
+  each with its own waves. Set per row (setups.toml) where the recipe's launcher is read.
 - ``micro_pipeline_tp`` — with ``tp_comm_overlap``, the overlap is PyTorch's asynchronous TP
   (TorchTitan ``parallelism.enable_async_tensor_parallel``: Inductor's ``_micro_pipeline_tp``
   pass), which fuses only an all-gather read as a GEMM's first operand and a reduce-scatter of
@@ -527,6 +538,7 @@ OPTION_FLAGS: dict[str, str] = {
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
+    "cuda_device_max_connections": "CUDA_DEVICE_MAX_CONNECTIONS (launch environment)",
     "micro_pipeline_tp": "torchtitan enable_async_tensor_parallel (Inductor _micro_pipeline_tp)",
 }
 
@@ -621,6 +633,7 @@ class FrameworkProfile:
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
+    cuda_device_max_connections: int = 1  # one hardware queue: pipelined chunks in order
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
@@ -659,6 +672,12 @@ class FrameworkProfile:
                     raise ConfigError(
                         f"framework {self.name!r}: `{option}` must be an int >= 0, "
                         f"but got {value!r}"
+                    )
+            elif option == "cuda_device_max_connections":
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
+                    raise ConfigError(  # CUDA's hardware work queues per device: 1 to 32
+                        f"framework {self.name!r}: `cuda_device_max_connections` must be an int "
+                        f"from 1 to 32, but got {value!r}"
                     )
             elif option in ("attention_kernel", "sm100_attention_kernel"):
                 if value is not None and not (isinstance(value, str) and value):

@@ -197,6 +197,57 @@ def pipelined_chunks(shared: frozenset[Instr]) -> frozenset[Instr]:
     return frozenset(i for i in shared if i.name.rpartition(".")[2].startswith("chunk"))
 
 
+def concurrent_chunks(
+    compute_s: Callable[[Instr], float], chunks: frozenset[Instr]
+) -> Callable[[Instr], float]:
+    """``compute_s`` with each GEMM chunk of ``chunks`` (:func:`pipelined_chunks`) timed as its
+    share of the whole GEMM its sibling chunks make up, not as a GEMM of its own rows: the chunks
+    fill each other's last waves, as they do when the device has more than one hardware queue
+    (``CUDA_DEVICE_MAX_CONNECTIONS`` > 1; the profile's ``cuda_device_max_connections``).
+
+    Transformer Engine's ``CommOverlapBase::split_overlap_rs``
+    (transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp) issues chunk ``i`` on
+    ``_stream_compute[i % 3]`` with no wait on chunk ``i-1``, then records an event and issues
+    reduce-scatter chunk ``i`` on ``_stream_comm`` behind it. With one hardware queue the queue
+    holds GEMM ``i``, the comm stream's wait for it, GEMM ``i+1``: GEMM ``i+1`` cannot launch
+    before GEMM ``i`` has finished, and every chunk pays its own wave quantization (the default,
+    what :func:`overlap_block`'s in-order chunks time). With several queues nothing orders the
+    chunks on their separate streams."""
+    if not chunks:
+        return compute_s
+    groups: dict[str, list[Instr]] = {}
+    for chunk in chunks:
+        groups.setdefault(chunk.name.rpartition(".")[0], []).append(chunk)
+    whole = {name: _whole_gemm(members) for name, members in groups.items()}
+    seconds: dict[str, float] = {}
+
+    def timed(instr: Instr) -> float:
+        if instr not in chunks:
+            return compute_s(instr)
+        name = instr.name.rpartition(".")[0]
+        gemm = whole[name]
+        if name not in seconds:
+            seconds[name] = compute_s(gemm)
+        return seconds[name] * instr.flops / gemm.flops if gemm.flops else compute_s(instr)
+
+    return timed
+
+
+def _whole_gemm(chunks: Sequence[Instr]) -> Instr:
+    """The GEMM whose row chunks (:func:`_chunk`) ``chunks`` are: their rows and output summed,
+    the second operand (read whole by every chunk) once."""
+    first = chunks[0]
+    (operand, _), weight = first.inputs
+    ((out, _),) = first.outputs
+    rows = sum(c.inputs[0][1] for c in chunks)
+    written = sum(c.outputs[0][1] for c in chunks)
+    return replace(
+        first, name=first.name.rpartition(".")[0], flops=sum(c.flops for c in chunks),
+        bytes_read=rows + weight[1], bytes_written=written,
+        inputs=((operand, rows), weight), outputs=((out, written),),
+    )  # fmt: skip
+
+
 def pipelined_collectives(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
     """The collective chunks of ``instrs`` pipelined with a GEMM's chunks (:func:`_chunk`
     names them ``<collective>.chunk<i>``), whose kernels run beside the next GEMM chunk."""
