@@ -17,6 +17,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
+from stage_explore.validation.infer_fields import names_bridge
 
 #: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
 TEXT_COLUMNS = ("source", "source_table", "notes")
@@ -103,6 +104,62 @@ MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any,
 )  # fmt: skip
 
 
+#: The loss by container (``YY.MM``): NeMo 2.0's GPTConfig (nemo/collections/llm/gpt/model/base.py,
+#: every stored version from 2024) and Megatron-Bridge's GPTModelProvider (src/megatron/bridge/
+#: models/gpt_provider.py) set cross_entropy_loss_fusion = True, so Megatron-Core's GPTModel
+#: calls its fused cross-entropy; which one is cross_entropy_fusion_impl: Megatron-Core's
+#: default 'native' in the early-2025 performance scripts (NVIDIA/NeMo 013fdca7
+#: scripts/performance/utils.py set_primary_perf_configs sets no impl), 'te' in every later
+#: one (scripts/performance/utils.py 07ed46e0, helpers.py 0349f235 set_perf_optimization_configs:
+#: cross_entropy_fusion_impl = 'te') and in Megatron-Bridge's Llama 3 / DeepSeek / Qwen3
+#: providers (llama/llama_provider.py at NVIDIA-NeMo/Megatron-Bridge 2afd2d34), except the
+#: GPT-OSS recipes, which set 'native'. (first, last, option, why). The NeMo 1.x launcher
+#: configs of 24.xx name cross_entropy_loss_fusion in some model yamls only (the llama2_7b /
+#: llama3_70b / nemotron_340b ones, not gpt3 175b / grok1 / llama3_8b), so no rule is read
+#: there: the unfused fp32 loss stays the default.
+LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
+    ((25, 1), (25, 2), "native_cross_entropy",
+     "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): NeMo 2.0's "
+     "GPTConfig cross_entropy_loss_fusion = True with Megatron-Core's default "
+     "cross_entropy_fusion_impl 'native' (the early-2025 performance scripts set no impl)"),
+    ((25, 3), (99, 12), "te_cross_entropy",
+     "the loss as Transformer Engine's fused cross-entropy (te_cross_entropy): "
+     "cross_entropy_loss_fusion = True (NeMo 2.0 GPTConfig, Megatron-Bridge GPTModelProvider) "
+     "and cross_entropy_fusion_impl = 'te' (NeMo's later set_perf_optimization_configs, "
+     "Megatron-Bridge's Llama 3 / DeepSeek / Qwen3 providers)"),
+)  # fmt: skip
+#: Families whose recipes set cross_entropy_fusion_impl 'native' in every container
+#: (Megatron-Bridge / NeMo GPT-OSS recipes: cross_entropy_fusion_impl = "native").
+NATIVE_LOSS_FAMILIES = ("gpt-oss",)
+
+
+def _loss(release: tuple[int, int], family: str, mlperf: bool, said: str, out: Defaults) -> None:
+    """The fused loss a NeMo 2.0 / Megatron-Bridge container's recipes run (:data:`LOSS_ERAS`);
+    an MLPerf submission runs its own pretrain.py on NeMo 2.0's configs, not NeMo's
+    performance scripts, so it keeps the default impl 'native'."""
+    for first, last, option, why in LOSS_ERAS:
+        if not first <= release <= last:
+            continue
+        if family in NATIVE_LOSS_FAMILIES and option != "native_cross_entropy":
+            option = "native_cross_entropy"
+            why = (
+                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
+                f"the {family} recipes set cross_entropy_fusion_impl = 'native' (Megatron-Bridge "
+                "gpt_oss recipes) on GPTModelProvider's cross_entropy_loss_fusion = True"
+            )
+        elif mlperf and option != "native_cross_entropy":
+            option = "native_cross_entropy"
+            why = (
+                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
+                "an MLPerf submission's own pretrain.py builds NeMo 2.0's GPTConfig "
+                "(cross_entropy_loss_fusion = True; conf/custom.yaml "
+                "CROSS_ENTROPY_LOSS_FUSION default True) and sets no cross_entropy_fusion_impl "
+                "(Megatron-Core's default 'native'); NeMo's performance scripts' 'te' is not run"
+            )
+        out.options[option] = True
+        out.notes.append(f"{why} ({said})")
+
+
 #: Megatron-Bridge's per-model performance recipes (scripts/performance/configs, container 25.xx
 #: on): (flavor, system presets, recompute modules, framework options, why). A row whose
 #: ``recompute`` column is empty takes the recipe's selective modules.
@@ -115,6 +172,41 @@ BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, boo
      "deepseek_llm_pretrain.py deepseek_v3_h100 configs: recompute_granularity selective, "
      "recompute_modules [mla_up_proj, mlp]"),
 )  # fmt: skip
+#: Framework options of Megatron-Bridge's per-model performance recipes, for a row that names
+#: Megatron-Bridge: (flavor, system presets, first container, last container, options, why).
+BRIDGE_OPTIONS: tuple[
+    tuple[str, tuple[str, ...], tuple[int, int], tuple[int, int], dict[str, bool], str], ...
+] = (
+    ("qwen3-235b-a22b", ("h100-80gb",), (25, 1), (99, 12),
+     {"moe_comm_overlap": True, "tp_comm_overlap": False},
+     "--overlap-moe-expert-parallel-comm on and no TP communication overlap (moe_comm_overlap, "
+     "tp_comm_overlap false): Megatron-Bridge scripts/performance/configs/qwen/"
+     "qwen3_llm_pretrain.py (05c0c90f) qwen3_235b_a22b_pretrain_config_h100: "
+     "CommOverlapConfig(tp_comm_overlap=False); qwen3_workload_base_configs.py "
+     "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=True"),
+    ("deepseek-v3", ("h100-80gb",), (25, 1), (99, 12),
+     {"moe_deepep": True, "overlap_grad_reduce": False},
+     "the dispatch on DeepEP and no gradient-reduce overlap (moe_deepep, overlap_grad_reduce "
+     "false): Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py "
+     "deepseek_v3_h100_1024gpus_fp8_config: pretrain_config(..., enable_deepep=True) in every "
+     "version of the file, overlap_grad_reduce False"),
+    ("deepseek-v3", ("h100-80gb",), (25, 1), (25, 9),
+     {"moe_comm_overlap": True},
+     "--overlap-moe-expert-parallel-comm on (moe_comm_overlap): the 25.09-era "
+     "deepseek_llm_pretrain.py set_moe_a2a_overlap_overrides (overlap_moe_expert_parallel_comm "
+     "True); the later deepseek_workload_base_configs.py H100_V1 sets moe_a2a_overlap=False"),
+)  # fmt: skip
+
+
+def _bridge_options(
+    flavor: str, system: str, release: tuple[int, int], said: str, out: Defaults
+) -> None:
+    for name, systems, first, last, options, why in BRIDGE_OPTIONS:
+        if name == flavor and system in systems and first <= release <= last:
+            out.options.update(options)
+            out.notes.append(f"{why} ({said}; the text names Megatron-Bridge)")
+
+
 #: Model providers of Megatron-Bridge that leave Megatron-Core's apply_rope_fusion at its
 #: default False (megatron/core/transformer/transformer_config.py); the Llama and Nemotron
 #: providers enable it (fusions.can_enable_apply_rope_fusion).
@@ -153,7 +245,13 @@ def _measured_kernel(system: str, kernel: str) -> bool:
 
 
 def _megatron_core(
-    row: dict[str, str], precision: str, recipe: str, moe: bool, system: str, out: Defaults
+    row: dict[str, str],
+    precision: str,
+    recipe: str,
+    moe: bool,
+    system: str,
+    out: Defaults,
+    family: str = "",
 ) -> None:
     release = container(row)
     if release is None:
@@ -184,6 +282,47 @@ def _megatron_core(
         else:
             out.parallel[name] = value
         out.notes.append(f"{why} ({said})")
+    _loss(release, family, mlperf, said, out)
+    if mlperf and family == "gpt" and release < MLPERF_NEMO2:
+        _mlperf_gpt3(precision, release, said, out)
+
+
+#: The first container of the MLPerf submissions on NeMo 2.0 (the v5.0 Llama 3.1 405B
+#: pretrain.py on ngc25.01); NVIDIA's GPT-3 175B submissions before it run NeMo 1.x's
+#: megatron_gpt_pretraining with the implementation's own conf/ (custom.yaml, optim/, tp_overlap/).
+MLPERF_NEMO2 = (25, 1)
+
+
+def _mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaults) -> None:
+    """NVIDIA's MLPerf Training GPT-3 175B implementation on NeMo 1.x (mlcommons
+    training_results_v4.0 / v4.1 NVIDIA/benchmarks/gpt3/implementations/*_nemo: config_common.sh
+    USE_DIST_OPTIMIZER=True, TP_COMM_OVERLAP=True, FP8_PARAMS=True; conf/optim/
+    distributed_fused_adam.yaml)."""
+    out.options["distributed_fused_adam"] = "fp32"
+    out.parallel["grad_fp32"] = False
+    out.options["ub_bulk_sm_margin"] = False
+    out.notes.append(
+        "Apex's DistributedFusedAdam with its default fp32 state (distributed_fused_adam fp32), "
+        "gradients reduced in bf16 (grad_fp32 false), userbuffers bulk overlaps without an SM "
+        "margin (ub_bulk_sm_margin false): NVIDIA's MLPerf GPT-3 implementation on NeMo 1.x "
+        "(config_common.sh USE_DIST_OPTIMIZER=True; conf/optim/distributed_fused_adam.yaml "
+        "grad_sync_dtype bf16, no dtype; conf/tp_overlap/*.yaml bulk overlaps set_sm_margin 0; "
+        f"mlcommons/training_results_v4.0 62f111b7, v4.1) ({said}; the text names MLPerf)"
+    )
+    if precision == "fp8":
+        out.options["fp8_param_gather"] = True
+        out.notes.append(
+            "FP8 parameters (fp8_param_gather): the MLPerf GPT-3 config_common.sh FP8_PARAMS=True "
+            f"read by custom.yaml fp8_params ({said}; the text names MLPerf)"
+        )
+        if release >= (24, 9):
+            out.options["fp8_amax_reduction"] = "tp_cp"
+            out.notes.append(
+                "FP8 amaxes reduced over the tensor- and context-parallel group only "
+                "(fp8_amax_reduction tp_cp): the v4.1 conf/custom.yaml (ngc24.09) sets "
+                "tp_only_amax_red ${oc.env:TP_ONLY_AMAX_RED,True} (Megatron-Core "
+                f"--tp-only-amax-red); the v4.0 one names none ({said}; the text names MLPerf)"
+            )
 
 
 #: FSDP stacks whose default mixed-precision policy reduce-scatters gradients in bf16:
@@ -196,6 +335,19 @@ BF16_REDUCE = {
     "fms-fsdp": (
         "fms-fsdp's bfSixteen policy (fms_fsdp/policies/mixed_precision.py: param_dtype and "
         "reduce_dtype bfloat16)"
+    ),
+}
+#: Frameworks whose fp16 training reduces gradients in fp16 by default: framework profile → why.
+FP16_REDUCE = {
+    "megatron-lm-2021": (
+        "Megatron-LM's --accumulate-allreduce-grads-in-fp32 is off by default, so the "
+        "gradient buffer and its all-reduce are in the fp16 params dtype (megatron/arguments.py "
+        "forces fp32 for bf16 only: 'bfloat16 requires gradient accumulation and all-reduce to "
+        "be done in fp32')"
+    ),
+    "deepspeed": (
+        "DeepSpeed's communication_data_type default (deepspeed/runtime/engine.py "
+        "communication_data_type: the config's value, else torch.float16 when fp16 is enabled)"
     ),
 }
 #: MPT's own architecture (mosaicml/mpt-7b … mpt-30b config.json: no_bias true, attn_pdrop,
@@ -213,6 +365,22 @@ _LBS = re.compile(r"\bLBS\s*(\d+)", re.IGNORECASE)
 def _automodel(row: dict[str, str], flavor: str, stated: dict[str, int], out: Defaults) -> None:
     """NeMo AutoModel's PyTorch-backend defaults (nemo_automodel, 2025)."""
     spec = get_flavor(flavor)
+    if spec.num_experts:
+        out.options["bf16_model_states"] = True
+        out.notes.append(
+            "the model states in bf16 (bf16_model_states: no fp32 master, Adam's moments in "
+            "bf16): AutoModel's MoE model classes (components/models/deepseek_v3, qwen3_moe, "
+            "gpt_oss model.py) cast the FSDP-sharded model with initialize_weights(dtype="
+            "torch.bfloat16), and torch.optim.Adam keeps its moments in the parameter's dtype"
+        )
+    else:
+        out.options.update(fsdp2_copies=True, fsdp_root_unit=True)
+        out.notes.append(
+            "FSDP2's copy-out / copy-in kernels and the root unit (fsdp2_copies, "
+            "fsdp_root_unit): a dense model takes AutoModel's DefaultParallelizationStrategy "
+            "(nemo_automodel/components/distributed/parallelizer.py: fully_shard per layer, "
+            "then the root model with reshard_after_forward=False)"
+        )
     if spec.num_experts:
         out.parallel["etp"] = 1
         out.notes.append(
@@ -377,6 +545,9 @@ def recipe_defaults(
     if framework in BF16_REDUCE and precision == "bf16":
         out.parallel["grad_fp32"] = False
         out.notes.append(f"gradients reduced in bf16 (grad_fp32 false): {BF16_REDUCE[framework]}")
+    if precision == "fp16" and framework in FP16_REDUCE:
+        out.parallel["grad_fp32"] = False
+        out.notes.append(f"gradients reduced in fp16 (grad_fp32 false): {FP16_REDUCE[framework]}")
     if re.search(MPT_PATTERN, row.get("model", ""), re.IGNORECASE):
         out.model.update(bias=False, dropout=False)
         out.notes.append(
@@ -392,11 +563,16 @@ def recipe_defaults(
             out.options[option] = value
             out.notes.append(why)
     if framework == "megatron-core":
-        _megatron_core(row, precision, fp8_recipe, bool(spec.num_experts), system, out)
+        _megatron_core(
+            row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family)
+        )
         release = container(row)
         if release is not None and release >= (25, 1):
             empty = not row.get("recompute", "").strip()
             _bridge_recipe(flavor, str(spec.family), system, empty, out)
+            if names_bridge(row):
+                named = f"the text names container {release[0]}.{release[1]:02d}"
+                _bridge_options(flavor, system, release, named, out)
     elif framework == "automodel":
         _automodel(row, flavor, stated, out)
     elif framework == "torchtitan":
