@@ -325,6 +325,49 @@ def _mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defau
             )
 
 
+#: The last container before cuDNN 9.11, the first cuDNN whose fused attention trains MLA's
+#: unequal head dims on Blackwell (cudnn-frontend PR #145, 11 Jun 2025: "d_qk = 192, d_v = 128
+#: + Blackwell + bprop"; TransformerEngine issue #2285: FusedAttention refused for DeepSeek-V3
+#: on B200 at cuDNN 9.10.1).
+MLA_SM100_UNFUSED_UNTIL = (25, 5)
+
+
+def _blackwell(system: str) -> bool:
+    """Whether the preset ``system`` is Blackwell or later (an ``mxfp8`` peak, as the framework
+    profile's attention_kernel_on tells)."""
+    try:
+        return "mxfp8" in load_system(system).accelerator.peak_flops_per_s
+    except ConfigError:
+        return False
+
+
+def _mla_on_blackwell(row: dict[str, str], flavor: str, system: str, out: Defaults) -> None:
+    """Transformer Engine's attention for an MLA model (q/k head dim != v head dim, above 128)
+    on Blackwell in a container before cuDNN 9.11: get_attention_backend finds no fused
+    backend (FlashAttention-2 needs equal q/k and v head dims, FlashAttention-3 is sm90 only,
+    nvte_get_fused_attn_backend admits head dims > 128 in training on Blackwell only from cuDNN
+    9.11) and runs UnfusedDotProductAttention (sm100_attention_kernel unfused; Hopper keeps
+    cuDNN's FusedAttention, cuDNN 9.5)."""
+    release = container(row)
+    spec = get_flavor(flavor)
+    if release is None or release > MLA_SM100_UNFUSED_UNTIL or not spec.kv_lora_rank:
+        return
+    if not _blackwell(system):
+        return
+    qk = spec.head_dim + spec.qk_rope_head_dim
+    if qk == spec.v_head_dim or max(qk, spec.v_head_dim) <= 128:
+        return
+    out.options["sm100_attention_kernel"] = "unfused"
+    out.notes.append(
+        f"attention on Transformer Engine's UnfusedDotProductAttention "
+        f"(sm100_attention_kernel unfused): MLA's q/k head dim {qk} and v head dim "
+        f"{spec.v_head_dim} have no fused training backend on sm100 before cuDNN 9.11 "
+        "(transformer_engine/common/fused_attn/fused_attn.cpp nvte_get_fused_attn_backend; "
+        "cudnn-frontend PR #145 of 11 Jun 2025; TransformerEngine issue #2285), after the "
+        f"container {release[0]}.{release[1]:02d} the text names"
+    )
+
+
 #: FSDP stacks whose default mixed-precision policy reduce-scatters gradients in bf16:
 #: framework profile → why.
 BF16_REDUCE = {
@@ -566,6 +609,7 @@ def recipe_defaults(
         _megatron_core(
             row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family)
         )
+        _mla_on_blackwell(row, flavor, system, out)
         release = container(row)
         if release is not None and release >= (25, 1):
             empty = not row.get("recompute", "").strip()

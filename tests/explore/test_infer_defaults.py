@@ -355,3 +355,17 @@ def test_mlperf_gpt3_on_nemo_1_runs_its_own_optimizer_and_fp8_settings(
     assert "fp8_param_gather" not in dict(bf16.framework_options)
     llama = _case(source=source, model="Llama 3 8B", precision="fp8")
     assert "distributed_fused_adam" not in dict(llama.framework_options)
+
+
+@pytest.mark.parametrize(
+    ("source", "gpu", "unfused"),
+    [("DGX Cloud Benchmarking (GSW 25.05.04, NeMo 25.04.01)", "GB200", True),
+     ("DGX Cloud Benchmarking (GSW 25.05.04, NeMo 25.04.01)", "H100-SXM5-80GB", False),
+     (BRIDGE, "B200", False)],
+)  # fmt: skip
+def test_mla_trains_on_te_unfused_attention_on_blackwell_before_cudnn_9_11(
+    source: str, gpu: str, unfused: bool
+) -> None:
+    cells = {**DSV3, "precision": "bf16", "tp": "2", "pp": "4", "ep": "32", "num_gpus": "256"}
+    options = dict(_case(source=source, gpu=gpu, **cells).framework_options)
+    assert (options.get("sm100_attention_kernel") == "unfused") is unfused
