@@ -111,12 +111,12 @@ MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any,
 #: default 'native' in the early-2025 performance scripts (NVIDIA/NeMo 013fdca7
 #: scripts/performance/utils.py set_primary_perf_configs sets no impl), 'te' in every later
 #: one (scripts/performance/utils.py 07ed46e0, helpers.py 0349f235 set_perf_optimization_configs:
-#: cross_entropy_fusion_impl = 'te') and in Megatron-Bridge's Llama 3 / DeepSeek / Qwen3
-#: providers (llama/llama_provider.py at NVIDIA-NeMo/Megatron-Bridge 2afd2d34), except the
-#: GPT-OSS recipes, which set 'native'. (first, last, option, why). The NeMo 1.x launcher
-#: configs of 24.xx name cross_entropy_loss_fusion in some model yamls only (the llama2_7b /
-#: llama3_70b / nemotron_340b ones, not gpt3 175b / grok1 / llama3_8b), so no rule is read
-#: there: the unfused fp32 loss stays the default.
+#: cross_entropy_fusion_impl = 'te') and in Megatron-Bridge's performance scripts, which reset
+#: a recipe's 'native' (the GPT-OSS recipes') to 'te' after building it
+#: (helpers.set_common_perf_overrides at NVIDIA-NeMo/Megatron-Bridge 0fa501ac). (first, last,
+#: option, why). The NeMo 1.x launcher configs of 24.xx name cross_entropy_loss_fusion in some
+#: model yamls only (the llama2_7b / llama3_70b / nemotron_340b ones, not gpt3 175b / grok1 /
+#: llama3_8b), so no rule is read there: the unfused fp32 loss stays the default.
 LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
     ((25, 1), (25, 2), "native_cross_entropy",
      "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): NeMo 2.0's "
@@ -126,28 +126,18 @@ LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
      "the loss as Transformer Engine's fused cross-entropy (te_cross_entropy): "
      "cross_entropy_loss_fusion = True (NeMo 2.0 GPTConfig, Megatron-Bridge GPTModelProvider) "
      "and cross_entropy_fusion_impl = 'te' (NeMo's later set_perf_optimization_configs, "
-     "Megatron-Bridge's Llama 3 / DeepSeek / Qwen3 providers)"),
+     "Megatron-Bridge's set_common_perf_overrides)"),
 )  # fmt: skip
-#: Families whose recipes set cross_entropy_fusion_impl 'native' in every container
-#: (Megatron-Bridge / NeMo GPT-OSS recipes: cross_entropy_fusion_impl = "native").
-NATIVE_LOSS_FAMILIES = ("gpt-oss",)
 
 
-def _loss(release: tuple[int, int], family: str, mlperf: bool, said: str, out: Defaults) -> None:
+def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> None:
     """The fused loss a NeMo 2.0 / Megatron-Bridge container's recipes run (:data:`LOSS_ERAS`);
     an MLPerf submission runs its own pretrain.py on NeMo 2.0's configs, not NeMo's
     performance scripts, so it keeps the default impl 'native'."""
     for first, last, option, why in LOSS_ERAS:
         if not first <= release <= last:
             continue
-        if family in NATIVE_LOSS_FAMILIES and option != "native_cross_entropy":
-            option = "native_cross_entropy"
-            why = (
-                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
-                f"the {family} recipes set cross_entropy_fusion_impl = 'native' (Megatron-Bridge "
-                "gpt_oss recipes) on GPTModelProvider's cross_entropy_loss_fusion = True"
-            )
-        elif mlperf and option != "native_cross_entropy":
+        if mlperf and option != "native_cross_entropy":
             option = "native_cross_entropy"
             why = (
                 "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
@@ -282,7 +272,7 @@ def _megatron_core(
         else:
             out.parallel[name] = value
         out.notes.append(f"{why} ({said})")
-    _loss(release, family, mlperf, said, out)
+    _loss(release, mlperf, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
         _mlperf_gpt3(precision, release, said, out)
 

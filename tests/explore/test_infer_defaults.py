@@ -101,7 +101,7 @@ def test_bridge_moe_recipes_fold_experts_and_recompute_as_the_recipe_states() ->
     assert case.parallel.etp == 1
     assert str(case.parallel.recompute) == "selective"
     assert case.parallel.recompute_modules == ("layernorm", "moe_act")
-    assert dict(case.framework_options) == {"rope_fusion": False, "native_cross_entropy": True}
+    assert dict(case.framework_options) == {"rope_fusion": False, "te_cross_entropy": True}
     stated = _case(
         source=BRIDGE, model="GPT OSS 120B", moe="128 experts, top-4", num_gpus="64", ep="8",
         global_batch_seqs="512", recompute="none",
@@ -215,9 +215,6 @@ DEPARTURES = {
     ("KOR22-", "grad_fp32"): "the hand-written KOR22 setups take fp32 gradient accumulation "
     "from the paper's Figure 1 accounting (18 bytes of state per parameter); the inference "
     "takes Megatron-LM's fp16 default (--accumulate-allreduce-grads-in-fp32 off)",
-    ("MBRIDGE2", "native_cross_entropy"): "the hand-written H100 GPT-OSS rows leave out the "
-    "native loss their own source assumption names (the GPT-OSS recipe's "
-    "cross_entropy_fusion_impl 'native'; the B200 / B300 GPT-OSS rows set it)",
 }
 
 
@@ -279,14 +276,13 @@ def test_the_fused_loss_a_nemo_2_or_bridge_container_runs(
     assert fused == ({loss} if loss else set())
 
 
-def test_a_gpt_oss_recipe_keeps_the_native_loss_in_a_te_era_container() -> None:
+def test_a_gpt_oss_recipe_s_native_loss_is_reset_to_te_by_the_performance_scripts() -> None:
     case = _case(
         source=BRIDGE, model="GPT OSS 120B", moe="128 experts, top-4", num_gpus="64", ep="8",
         global_batch_seqs="512", gpu="B200",
     )  # fmt: skip
     options = dict(case.framework_options)
-    assert options.get("native_cross_entropy") is True and "te_cross_entropy" not in options
-    assert "cross_entropy_fusion_impl = 'native'" in "\n".join(case.assumptions)
+    assert options.get("te_cross_entropy") is True and "native_cross_entropy" not in options
 
 
 @pytest.mark.parametrize(
