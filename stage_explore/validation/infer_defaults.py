@@ -24,7 +24,7 @@ TEXT_COLUMNS = ("source", "source_table", "notes")
 #: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
 #: ``(25.11 container)``, ``26.02 NeMo Container``.
 _CONTAINER = (
-    re.compile(r"(?:nemo|ngc)[\s_-]*(2\d)\.(\d\d)\b", re.IGNORECASE),
+    re.compile(r"(?:nemo|ngc)[\s_-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
     re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
 )
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")

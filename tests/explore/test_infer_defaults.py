@@ -32,6 +32,7 @@ def _case(**cells: str) -> Case:
     ("text", "release"),
     [
         ("MLPerf Training v4.1 (eos_n32_ngc24.09_nemo, NeMo 24.09)", (24, 9)),
+        ("MLPerf Training v5.0, NVIDIA (tyche_ngpu256_ngc25.04_nemo)", (25, 4)),
         (BRIDGE, (25, 11)),
         ("26.02 NeMo Container, Pre-Training Performance", (26, 2)),
         ("Container NeMo24.03.01.framework", (24, 3)),
