@@ -173,8 +173,10 @@ def _torch_parts(
     instrs: Sequence[Instr],
 ) -> tuple[dict[int, tuple[int, ...]], dict[int, list[int]]]:
     """Each attention's key/value all-gathers over cp (its dependencies) and the gradient
-    reduce-scatters over cp that read it; a cp collective of neither, or of two attentions,
-    or two such attentions in one phase (the levelled charge is per phase) is a ConfigError."""
+    reduce-scatters over cp that read it; a cp collective of neither in a phase with an
+    attention, or of two attentions, or two such attentions in one phase (the levelled charge
+    is per phase) is a ConfigError. In a phase without an attention instruction (an unfused
+    attention's einsums) the collectives stay as written, as the levelled mode times them."""
     gathers: dict[int, tuple[int, ...]] = {}
     scatters: dict[int, list[int]] = {}
     owner: dict[int, int] = {}
@@ -186,12 +188,15 @@ def _torch_parts(
                     raise ConfigError(f"gather {instrs[dep].name!r} feeds two attentions")
         elif is_cp_scatter(instr):
             readers = [d for d in instr.deps if instrs[d].kind == "attention"]
-            if len(readers) != 1:
+            if len(readers) > 1:
                 raise ConfigError(f"scatter {instr.name!r} reads {len(readers)} attentions")
-            scatters.setdefault(readers[0], []).append(index)
-            owner[index] = readers[0]
-    for index, instr in enumerate(instrs):
-        if (is_cp_gather(instr) or is_cp_scatter(instr)) and index not in owner:
+            if readers:
+                scatters.setdefault(readers[0], []).append(index)
+                owner[index] = readers[0]
+    attended = {i.phase for i in instrs if i.kind == "attention"}
+    for index, instr in enumerate(instrs):  # a phase without an attention kernel: as written
+        cp_collective = is_cp_gather(instr) or is_cp_scatter(instr)
+        if cp_collective and index not in owner and instr.phase in attended:
             raise ConfigError(f"cp collective {instr.name!r} belongs to no attention")
     phases = [instrs[a].phase for a in gathers if gathers[a] or a in scatters]
     if len(phases) != len(set(phases)):

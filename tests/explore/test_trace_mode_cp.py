@@ -161,6 +161,33 @@ def test_torchs_context_parallel_ends_the_step_as_the_levelled_mode(
         assert len(messages) % cp == 0 and messages
 
 
+@pytest.mark.parametrize(
+    ("flavor", "kwargs", "ring"),
+    [
+        ("deepseek-v2-lite", dict(cp=2, dp=2, ep=2, global_batch=4), True),
+        ("mixtral-8x7b", dict(cp=2, tp=2, ep=2, global_batch=4), True),
+        ("megatron-gpt-1.7b", dict(cp=4, recompute=Recompute.SELECTIVE, global_batch=2), False),
+    ],
+    ids=["mla-moe", "moe", "unfused-attention"],
+)
+def test_torchs_context_parallel_on_other_attentions(
+    flavor: str, kwargs: dict[str, Any], ring: bool
+) -> None:
+    """Latent attention with experts and a Mixtral MoE run torch's ring in the trace; GPT's
+    unfused attention (einsums, no attention instruction) keeps its cp collectives as written,
+    as the levelled ``cp_comm_timer`` does (it charges only phases with an attention). Equal
+    either way."""
+    backend = AnalyticalBackend(framework="torchtitan")
+    model = get_flavor(flavor).with_overrides(layers=2, seq_len=4096)
+    parallel = ParallelConfig(**kwargs)
+    evaluation = backend.evaluate(model, parallel, SYSTEM)
+    levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
+    traced = trace_step(backend, model, parallel, SYSTEM, record_nodes=True, gathers_ahead=False)
+    assert math.isclose(optimizer_end(traced), levelled, rel_tol=1e-9)
+    messages = [i for i in traced.templates[0] if "dkv_ring" in i.node.name]
+    assert bool(messages) == ring
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_torchs_first_chunk_runs_beside_the_gathers_unless_compiled(compiled: bool) -> None:
     """Across A100 nodes (tp 8, cp 2, sequence 2,048): eager, an attention's first SDPA call
