@@ -22,9 +22,9 @@ from stage_explore.validation.infer_fields import names_bridge
 #: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
 TEXT_COLUMNS = ("source", "source_table", "notes")
 #: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
-#: ``(25.11 container)``, ``26.02 NeMo Container``.
+#: ``(25.11 container)``, ``26.02 NeMo Container``, an image tag ``nvcr.io/nvidia/nemo:24.05``.
 _CONTAINER = (
-    re.compile(r"(?:nemo|ngc)[\s_-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
+    re.compile(r"(?:nemo|ngc)[\s_:-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
     re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
 )
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
@@ -48,10 +48,17 @@ def _text(row: dict[str, str]) -> str:
     return " ".join(row.get(c, "") for c in TEXT_COLUMNS)
 
 
+#: Where a row may name its container when :data:`TEXT_COLUMNS` do not: the ``uncertain``
+#: column, where a data engineer records what a table's heading leaves open (DGX Cloud's GPT3
+#: 175B rows: "the heading's '24.11' is the benchmark release ..., whose container is
+#: nvcr.io/nvidia/nemo:24.05").
+CONTAINER_COLUMNS = (*TEXT_COLUMNS, "uncertain")
+
+
 def container(row: dict[str, str]) -> tuple[int, int] | None:
     """``(YY, MM)`` of the NeMo / NGC container the row's text names (the first column of
-    :data:`TEXT_COLUMNS` that names one), else None."""
-    for column in TEXT_COLUMNS:
+    :data:`CONTAINER_COLUMNS` that names one), else None."""
+    for column in CONTAINER_COLUMNS:
         for pattern in _CONTAINER:
             found = pattern.search(row.get(column, ""))
             if found:
@@ -84,6 +91,14 @@ MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any,
      "launcher_scripts/conf/config.yaml exports NVTE_FUSED_ATTN: 0 into every job of the NeMo "
      "1.x containers up to 24.07 (NVIDIA/NeMo-Framework-Launcher 01d0773 at nemo:24.03.01; "
      "launcher copies at nemo:24.05.01), so Transformer Engine runs the flash-attn package"),
+    ((24, 5), (24, 7), "options", "ub_bulk_sm_margin", False,
+     "userbuffers bulk overlaps without an SM margin (ub_bulk_sm_margin false): the NeMo "
+     "1.x containers 24.05 / 24.07 ship Transformer Engine 1.6.0.dev0 / 1.8.0.dev0 (NeMo "
+     "Framework user guide 24.09, 'Software Component Versions'), whose initialize_ub builds "
+     "every overlap without a config by add_ub(..., set_sm_margin=0) (TE 1.6-1.9, before the "
+     "userbuffers refactor TransformerEngine#1067), and every NeMo-Framework-Launcher "
+     "conf/training/tp_overlap/ub_cfg_*.yaml a model yaml names sets set_sm_margin 0 on its "
+     "bulk overlaps (qkv/fc1 dgrad and wgrad): no margin either way"),
     ((25, 1), (99, 12), "parallel", "grad_fp32", False,
      "gradients reduced in bf16 (grad_fp32 false): NeMo 2.0's performance scripts "
      "(scripts/performance/utils.py set_precision_configs: grad_reduce_in_fp32 = False) and "

@@ -36,6 +36,8 @@ def _case(**cells: str) -> Case:
         (BRIDGE, (25, 11)),
         ("26.02 NeMo Container, Pre-Training Performance", (26, 2)),
         ("Container NeMo24.03.01.framework", (24, 3)),
+        ("whose container is nvcr.io/nvidia/nemo:24.05 (launch.sh FW_VERSION)", (24, 5)),
+        ("the nvcr.io/nvidia/nemo:dev container", None),
         ("NeMo Framework 24.12 user guide", None),
         ("DGX Cloud recipes (GSW 24.11)", None),
     ],
@@ -78,14 +80,34 @@ def test_a_26_container_runs_cudnn_917_where_the_preset_measured_it() -> None:
     assert "h100-80gb has no cudnn-9.17 figure" in "\n".join(hopper.assumptions)
 
 
+def test_the_container_an_uncertain_cell_names_when_the_text_columns_name_none() -> None:
+    said = "the heading's '24.11' is the release, whose container is nvcr.io/nvidia/nemo:24.05"
+    assert container({"source": "DGX Cloud recipes (GSW 24.11)", "uncertain": said}) == (24, 5)
+    both = {"source": "GSW 25.02, NeMo 24.12", "uncertain": said}
+    assert container(both) == (24, 12)  # the text columns first
+
+
 def test_the_nemo_launcher_of_24_07_runs_flash_attention_2_but_not_mlperf() -> None:
     source = "NVIDIA NeMo performance summary (NeMo 24.07 container)"
     case = _case(source=source, precision="fp8")
-    assert dict(case.framework_options) == {"attention_kernel": "fa2"}
+    assert dict(case.framework_options) == {"attention_kernel": "fa2", "ub_bulk_sm_margin": False}
     assert "NVTE_FUSED_ATTN: 0" in "\n".join(case.assumptions)
     mlperf = _case(source="MLPerf Training v4.0, NVIDIA (eos_ngc24.04_nemo)", precision="fp8")
     assert dict(mlperf.framework_options) == {}
     assert mlperf.parallel.grad_fp32 is True  # 24.xx: the profile's fp32 reduction
+
+
+@pytest.mark.parametrize(
+    ("source", "margin"),
+    [("NeMo 24.03.01 container", None), ("DGX Cloud, nvcr.io/nvidia/nemo:24.05", False),
+     ("NeMo 24.07 container", False), ("DGX Cloud Benchmarking (NeMo 24.09)", None)],
+)  # fmt: skip
+def test_nemo_containers_with_te_1_6_to_1_8_run_userbuffers_bulk_overlaps_without_a_margin(
+    source: str, margin: bool | None
+) -> None:
+    case = _case(source=source, tp="4", num_gpus="8")
+    assert dict(case.framework_options).get("ub_bulk_sm_margin") == margin
+    assert ("add_ub(..., set_sm_margin=0)" in "\n".join(case.assumptions)) is (margin is False)
 
 
 def test_a_row_without_a_container_keeps_the_profile_defaults() -> None:
@@ -216,6 +238,11 @@ DEPARTURES = {
     ("KOR22-", "grad_fp32"): "the hand-written KOR22 setups take fp32 gradient accumulation "
     "from the paper's Figure 1 accounting (18 bytes of state per parameter); the inference "
     "takes Megatron-LM's fp16 default (--accumulate-allreduce-grads-in-fp32 off)",
+    ("NEMO2407-", "ub_bulk_sm_margin"): "the hand-written NEMO2407 setups (3 Dec 2026) keep "
+    "the profile's bulk SM margin, chosen before w7 read Transformer Engine 1.6-1.9's "
+    "initialize_ub default (add_ub set_sm_margin=0; docs/analytical.md 'Transformer Engine's "
+    "default userbuffers margins by version'); the inference takes that default for the 24.07 "
+    "container's TE 1.8 (left to the data owner, s12 nemo1cfg)",
 }
 
 
