@@ -238,11 +238,6 @@ DEPARTURES = {
     ("KOR22-", "grad_fp32"): "the hand-written KOR22 setups take fp32 gradient accumulation "
     "from the paper's Figure 1 accounting (18 bytes of state per parameter); the inference "
     "takes Megatron-LM's fp16 default (--accumulate-allreduce-grads-in-fp32 off)",
-    ("NEMO2407-", "ub_bulk_sm_margin"): "the hand-written NEMO2407 setups (3 Dec 2026) keep "
-    "the profile's bulk SM margin, chosen before w7 read Transformer Engine 1.6-1.9's "
-    "initialize_ub default (add_ub set_sm_margin=0; docs/analytical.md 'Transformer Engine's "
-    "default userbuffers margins by version'); the inference takes that default for the 24.07 "
-    "container's TE 1.8 (left to the data owner, s12 nemo1cfg)",
 }
 
 
