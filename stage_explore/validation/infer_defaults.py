@@ -11,74 +11,18 @@ op-level policy only names the modules of a ``selective`` row).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_fields import names_bridge
-
-#: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
-TEXT_COLUMNS = ("source", "source_table", "notes")
-#: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
-#: ``(25.11 container)``, ``26.02 NeMo Container``, an image tag ``nvcr.io/nvidia/nemo:24.05``.
-_CONTAINER = (
-    re.compile(r"(?:nemo|ngc)[\s_:-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
-    re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
+from stage_explore.validation.infer_release import Defaults, container, row_text
+from stage_explore.validation.infer_torch import (
+    automodel_defaults,
+    torchtitan_defaults,
+    torchtitan_pipeline,
 )
-_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_DATE = (
-    re.compile(r"\b(20\d\d)[-/](\d\d)\b"),
-    re.compile(r"\b(" + "|".join(_MONTHS) + r")[a-z]*\.?\s+(20\d\d)\b", re.IGNORECASE),
-)
-
-
-@dataclass(slots=True)
-class Defaults:
-    """The fields an inferred setup takes from its framework's defaults, and why."""
-
-    model: dict[str, Any] = field(default_factory=dict)
-    parallel: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, bool | int | float | str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-def _text(row: dict[str, str]) -> str:
-    return " ".join(row.get(c, "") for c in TEXT_COLUMNS)
-
-
-#: Where a row may name its container when :data:`TEXT_COLUMNS` do not: the ``uncertain``
-#: column, where a data engineer records what a table's heading leaves open (DGX Cloud's GPT3
-#: 175B rows: "the heading's '24.11' is the benchmark release ..., whose container is
-#: nvcr.io/nvidia/nemo:24.05").
-CONTAINER_COLUMNS = (*TEXT_COLUMNS, "uncertain")
-
-
-def container(row: dict[str, str]) -> tuple[int, int] | None:
-    """``(YY, MM)`` of the NeMo / NGC container the row's text names (the first column of
-    :data:`CONTAINER_COLUMNS` that names one), else None."""
-    for column in CONTAINER_COLUMNS:
-        for pattern in _CONTAINER:
-            found = pattern.search(row.get(column, ""))
-            if found:
-                return int(found.group(1)), int(found.group(2))
-    return None
-
-
-def dated(row: dict[str, str]) -> tuple[int, int] | None:
-    """``(year, month)`` of the first date the row's text states (``2025-06``, ``June
-    2025``), else None."""
-    for column in TEXT_COLUMNS:
-        cell = row.get(column, "")
-        found = _DATE[0].search(cell)
-        if found and 1 <= int(found.group(2)) <= 12:
-            return int(found.group(1)), int(found.group(2))
-        found = _DATE[1].search(cell)
-        if found:
-            return int(found.group(2)), _MONTHS.index(found.group(1)[:3].lower()) + 1
-    return None
-
 
 #: FP8 recipes whose NeMo 2.0 / Megatron-Bridge precision config sets fp8_param_gather
 #: (bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
@@ -266,7 +210,7 @@ def _megatron_core(
         )
         return
     said = f"the text names container {release[0]}.{release[1]:02d}"
-    mlperf = "mlperf" in _text(row).lower()
+    mlperf = "mlperf" in row_text(row).lower()
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
         if not first <= release <= last:
             continue
@@ -404,71 +348,6 @@ MPT_PATTERN = r"\bmpt\b"
 _NO_DROPOUT = re.compile(r"dropout\s*(?:=\s*)?0(?:\.0)?\b|no dropout|dropout (?:off|none)", re.I)
 
 
-#: NeMo AutoModel's benchmark configs (examples/benchmark/configs/*_te_deepep.yaml):
-#: activation_checkpointing per model family, read when the recompute column is empty.
-AUTOMODEL_RECOMPUTE = {"deepseek-moe": "full", "qwen3": "full", "gpt-oss": "none"}
-_LBS = re.compile(r"\bLBS\s*(\d+)", re.IGNORECASE)
-
-
-def _automodel(row: dict[str, str], flavor: str, stated: dict[str, int], out: Defaults) -> None:
-    """NeMo AutoModel's PyTorch-backend defaults (nemo_automodel, 2025)."""
-    spec = get_flavor(flavor)
-    if spec.num_experts:
-        out.options["bf16_model_states"] = True
-        out.notes.append(
-            "the model states in bf16 (bf16_model_states: no fp32 master, Adam's moments in "
-            "bf16): AutoModel's MoE model classes (components/models/deepseek_v3, qwen3_moe, "
-            "gpt_oss model.py) cast the FSDP-sharded model with initialize_weights(dtype="
-            "torch.bfloat16), and torch.optim.Adam keeps its moments in the parameter's dtype"
-        )
-    else:
-        out.options.update(fsdp2_copies=True, fsdp_root_unit=True)
-        out.notes.append(
-            "FSDP2's copy-out / copy-in kernels and the root unit (fsdp2_copies, "
-            "fsdp_root_unit): a dense model takes AutoModel's DefaultParallelizationStrategy "
-            "(nemo_automodel/components/distributed/parallelizer.py: fully_shard per layer, "
-            "then the root model with reshard_after_forward=False)"
-        )
-    if spec.num_experts:
-        out.parallel["etp"] = 1
-        out.notes.append(
-            "expert tensor parallel size 1: AutoModel shards experts over EP only "
-            "(nemo_automodel/components/moe/parallelizer.py)"
-        )
-    if spec.mtp_layers:
-        out.model["mtp_layers"] = 0
-        out.notes.append(
-            "no multi-token-prediction module (mtp_layers 0): AutoModel's Hugging Face model "
-            "trains the main model only"
-        )
-    family = str(spec.family)
-    if family in AUTOMODEL_RECOMPUTE and spec.num_experts and not row.get("recompute", "").strip():
-        out.parallel["recompute"] = AUTOMODEL_RECOMPUTE[family]
-        out.notes.append(
-            f"recompute {AUTOMODEL_RECOMPUTE[family]} for {family}: AutoModel's benchmark "
-            "configs (examples/benchmark/configs/*_te_deepep.yaml activation_checkpointing: "
-            "every block for DeepSeek-V3 and Qwen3, none for GPT-OSS; the recompute column is "
-            "empty)"
-        )
-    if stated.get("pp", 1) > 1:
-        out.parallel["pp_split"] = "front"
-        out.notes.append(
-            "layers split over the pipeline stages as AutoModel splits them (pp_split front: "
-            "num_layers // stages each, one more on the first num_layers % stages; "
-            "nemo_automodel/components/distributed/pipelining/functional.py "
-            "generate_hf_model_fqn_per_model_part)"
-        )
-        found = next((m for c in ("dp_sharding", "source_table", "notes")
-                      if (m := _LBS.search(row.get(c, "")))), None)  # fmt: skip
-        if found:
-            out.options["local_batch_size"] = int(found.group(1))
-            out.notes.append(
-                f"each local batch of {found.group(1)} sequences its own pipeline schedule "
-                "(local_batch_size; the text's LBS): nemo_automodel train_ft.py "
-                "_forward_backward_step steps the schedule once per local batch"
-            )
-
-
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
@@ -481,86 +360,6 @@ NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] 
     (("automodel",), r"flex[\s_-]*attn|flex[\s_-]*attention", "attention_kernel", "flex",
      "attention on PyTorch FlexAttention (attention_kernel flex): the text names FlexAttn"),
 )  # fmt: skip
-
-
-#: torchtitan's 2025 defaults (the torchtitan profile stands for its code of December 2024):
-#: (first (year, month), needs torch.compile, field kind, name, value, why).
-TORCHTITAN_ERAS: tuple[tuple[tuple[int, int], bool, str, str, Any, str], ...] = (
-    ((2025, 4), True, "options", "loss_fp32_buffers", 0,
-     "the loss compiled with the blocks (loss_fp32_buffers 0): since pytorch/torchtitan#1033 "
-     "(Apr 2025) build_cross_entropy_loss wraps the fp32 cross-entropy in torch.compile when "
-     "training.compile is set"),
-    ((2025, 4), False, "options", "optimizer_foreach", False,
-     "the fused AdamW (optimizer_foreach false): torchtitan's optimizer.implementation "
-     "defaults to 'fused' in 2025 (the foreach AdamW of December 2024 was the old default)"),
-)  # fmt: skip
-
-
-def _torchtitan_pipeline(
-    row: dict[str, str], stated: dict[str, int], dp: int, out: Defaults
-) -> None:
-    """torchtitan's pipeline defaults when the CSV leaves micro-batch / vpp empty: 2 stages
-    per rank for a looped (interleaved) schedule, and as many micro-batches as pipeline ranks
-    (as pipeline ranks × stages per rank after pytorch/torchtitan#781, 7 Jan 2025)."""
-    pp = stated.get("pp", 1)
-    if pp <= 1:
-        return
-    table = row.get("source_table", "").lower()
-    vpp = stated.get("vpp", 1)
-    if "vpp" not in stated and re.search(r"interleaved", table):
-        vpp = out.parallel["vpp"] = 2
-        out.notes.append(
-            "two stages per rank (vpp 2) for the interleaved schedule the table names: "
-            "torchtitan's generate_split_points default for looped schedules"
-        )
-    if "micro_batch" in stated or "global_batch_seqs" not in stated:
-        return
-    when = dated(row)
-    after = when is not None and when >= (2025, 1)
-    count = pp * vpp if after else pp
-    local = stated["global_batch_seqs"] // max(dp, 1)
-    if local % count == 0 and local >= count:
-        out.parallel["micro_batch"] = local // count
-        out.notes.append(
-            f"micro-batch {local // count}: {count} micro-batches of the local batch {local} "
-            "(global batch / dp): torchtitan's build_pipeline_schedule takes "
-            + (
-                "pipeline ranks x stages per rank (pytorch/torchtitan#781, 7 Jan 2025)"
-                if after
-                else "as many as pipeline ranks (its code before pytorch/torchtitan#781)"
-            )
-            + " when pipeline_parallel_microbatches is unset"
-        )
-
-
-def _torchtitan(row: dict[str, str], recompute: str, tp: int, out: Defaults) -> None:
-    text = _text(row).lower()
-    table = row.get("source_table", "").lower()
-    compiled = bool(re.search(r"torch\.compile|--training\.compile|\bcompile\b", text))
-    if recompute == "selective" and not re.search(r"selective[\s_-]*layer", table):
-        out.parallel["recompute_modules"] = ("op",)
-        out.notes.append(
-            "torchtitan's selective AC as the op-level policy (recompute_modules ['op']): the "
-            "train configs' activation_checkpoint mode 'selective' with selective_ac_option "
-            "'op' (torchtitan/models/llama3/train_configs/*.toml; parallelize _save_list)"
-        )
-    if compiled:
-        out.options["fused_elementwise"] = True
-        out.notes.append(
-            "torch.compile per block (fused_elementwise): the text names torch.compile "
-            "(torchtitan --training.compile compiles each transformer block)"
-        )
-    if tp > 1 and re.search(r"async[\s_-]*tp", table) and not re.search(r"vanilla\s*tp", table):
-        out.options["tp_comm_overlap"] = True
-        out.notes.append(
-            "asynchronous TP (tp_comm_overlap): the source table names AsyncTP "
-            "(torchtitan --parallelism.enable_async_tensor_parallel)"
-        )
-    when = dated(row)
-    for first, needs_compile, _, name, value, why in TORCHTITAN_ERAS:
-        if when is not None and when >= first and (compiled or not needs_compile):
-            out.options[name] = value
-            out.notes.append(f"{why} (the text dates the run {when[0]}-{when[1]:02d})")
 
 
 def recipe_defaults(
@@ -602,10 +401,10 @@ def recipe_defaults(
             "MPT blocks without biases or dropout (mosaicml/mpt-* config.json: no_bias true, "
             "attn_pdrop / resid_pdrop / emb_pdrop 0)"
         )
-    elif _NO_DROPOUT.search(f"{_text(row)} {row.get('uncertain', '')}"):
+    elif _NO_DROPOUT.search(f"{row_text(row)} {row.get('uncertain', '')}"):
         out.model["dropout"] = False
         out.notes.append("no dropout (the row's text says dropout 0)")
-    text = _text(row).lower()
+    text = row_text(row).lower()
     for frameworks, pattern, option, value, why in NAMED_TECHNIQUES:
         if framework in frameworks and re.search(pattern, text):
             out.options[option] = value
@@ -623,8 +422,8 @@ def recipe_defaults(
                 named = f"the text names container {release[0]}.{release[1]:02d}"
                 _bridge_options(flavor, system, release, named, out)
     elif framework == "automodel":
-        _automodel(row, flavor, stated, out)
+        automodel_defaults(row, flavor, stated, out)
     elif framework == "torchtitan":
-        _torchtitan(row, recompute, stated.get("tp", 1), out)
-        _torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
+        torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
+        torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
     return out

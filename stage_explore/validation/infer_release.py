@@ -1,0 +1,70 @@
+"""What an inferred setup reads of a row's release (:mod:`stage_explore.validation.infer_defaults`):
+the NeMo / NGC container ``YY.MM`` or the date its text names, and the :class:`Defaults` a
+framework's defaults fill in (model, parallel and framework-option fields, each with its why).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
+TEXT_COLUMNS = ("source", "source_table", "notes")
+#: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
+#: ``(25.11 container)``, ``26.02 NeMo Container``, an image tag ``nvcr.io/nvidia/nemo:24.05``.
+_CONTAINER = (
+    re.compile(r"(?:nemo|ngc)[\s_:-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
+    re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
+)
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DATE = (
+    re.compile(r"\b(20\d\d)[-/](\d\d)\b"),
+    re.compile(r"\b(" + "|".join(_MONTHS) + r")[a-z]*\.?\s+(20\d\d)\b", re.IGNORECASE),
+)
+
+
+@dataclass(slots=True)
+class Defaults:
+    """The fields an inferred setup takes from its framework's defaults, and why."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    parallel: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, bool | int | float | str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def row_text(row: dict[str, str]) -> str:
+    return " ".join(row.get(c, "") for c in TEXT_COLUMNS)
+
+
+#: Where a row may name its container when :data:`TEXT_COLUMNS` do not: the ``uncertain``
+#: column, where a data engineer records what a table's heading leaves open (DGX Cloud's GPT3
+#: 175B rows: "the heading's '24.11' is the benchmark release ..., whose container is
+#: nvcr.io/nvidia/nemo:24.05").
+CONTAINER_COLUMNS = (*TEXT_COLUMNS, "uncertain")
+
+
+def container(row: dict[str, str]) -> tuple[int, int] | None:
+    """``(YY, MM)`` of the NeMo / NGC container the row's text names (the first column of
+    :data:`CONTAINER_COLUMNS` that names one), else None."""
+    for column in CONTAINER_COLUMNS:
+        for pattern in _CONTAINER:
+            found = pattern.search(row.get(column, ""))
+            if found:
+                return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def dated(row: dict[str, str]) -> tuple[int, int] | None:
+    """``(year, month)`` of the first date the row's text states (``2025-06``, ``June
+    2025``), else None."""
+    for column in TEXT_COLUMNS:
+        cell = row.get(column, "")
+        found = _DATE[0].search(cell)
+        if found and 1 <= int(found.group(2)) <= 12:
+            return int(found.group(1)), int(found.group(2))
+        found = _DATE[1].search(cell)
+        if found:
+            return int(found.group(2)), _MONTHS.index(found.group(1)[:3].lower()) + 1
+    return None
