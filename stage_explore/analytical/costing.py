@@ -76,6 +76,7 @@ from stage_explore.analytical.kernels import (
 from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
+    RING_EXCHANGE_SMS,
     Bulk,
     OverlapRule,
     apply_overlaps,
@@ -85,6 +86,7 @@ from stage_explore.analytical.overlap import (
     overlap_rule,
     pipelined_chunks,
     pipelined_collectives,
+    ring_exchange_chunks,
     runs_outside_nccl,
     sm_margin,
     ub_bulk_share_s,
@@ -315,6 +317,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             workload.flags.sp,
             workload.axis_sizes["tp"],
             expert_tp_overlap=self.framework.micro_pipeline_tp,  # userbuffers: never experts'
+            ring_exchange=self.framework.ub_ring_exchange_fprop,  # the recipe's ub methods
         )
         async_rule = async_grad_allreduce_rule(  # Megatron's async tp all-reduce / SP scatter
             policy, workload.parallel.tp, workload.flags.sp
@@ -355,6 +358,10 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
         if self.framework.cuda_device_max_connections > 1:  # TE's chunks on 3 queues at once
             compute_s = concurrent_chunks(compute_s, pipelined_chunks(shared))
+        rings = ring_exchange_chunks(shared)  # userbuffers ring-exchange reduce-scatters
+        if rings:  # two chunks in flight on any queue count (split_overlap_rs)
+            compute_s = concurrent_chunks(compute_s, rings)
+            comm_s = self._ring_exchange_sends(point, spans, comm_s)
         kernels = point.system.accelerator.kernels
         bulk_gemms: frozenset[Instr] = frozenset()
         chunk_gemms: frozenset[Instr] = frozenset()
@@ -364,11 +371,12 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             # SM, losing the kernel's SMs while it runs (ub_bulk_share_s below)
             chunks = pipelined_chunks(shared)
             if not self.framework.ub_bulk_sm_margin:
-                bulk_gemms = shared - chunks
+                bulk_gemms = shared - chunks - rings
             if not self.framework.ub_pipeline_sm_margin:
                 chunk_gemms = chunks
-            margined = shared - bulk_gemms - chunk_gemms
+            margined = shared - bulk_gemms - chunk_gemms - rings
             compute_s = sm_margin(compute_s, margined, kernels.sm_count)
+            compute_s = sm_margin(compute_s, rings, kernels.sm_count, RING_EXCHANGE_SMS)
         cp = point.workload.axis_sizes.get("cp", 1)
         base_comm_s = comm_s
         if self.framework.cp_merge_fp32 and cp > 1:  # torch context_parallel's K/V traffic

@@ -40,6 +40,7 @@ from stage_explore.analytical.frameworks import (
 )
 from stage_explore.analytical.overlap import (
     flat_ring_s,
+    ring_exchange_send,
 )
 from stage_explore.analytical.parts import (
     Memo,
@@ -188,6 +189,30 @@ class CommCosting:
                 instr.ring_steps * alpha_beta_point_to_point_s(system, rank, peer, instr.comm_bytes)
             ),
         )
+
+    def _ring_exchange_sends(
+        self, point: Point, spans: dict[tuple[str, ...], Any], comm_s: Callable[[Instr], float]
+    ) -> Callable[[Instr], float]:
+        """``comm_s`` with a ring-exchange reduce-scatter's sends
+        (:func:`~stage_explore.analytical.overlap.ring_exchange_send`) timed as what they are,
+        one copy of ``comm_bytes`` to a tensor-parallel peer (α–β point to point to the next
+        rank of the group's innermost axis), memoised."""
+        system = point.system
+
+        def timed(instr: Instr) -> float:
+            if not ring_exchange_send(instr):
+                return comm_s(instr)
+            rank = spans[instr.axes][2]
+            axis = instr.axes[-1]
+            (peer,) = point.table.shifted(np.array([rank]), axis, 1)
+            a, b = system.coordinates(rank), system.coordinates(int(peer))
+            dim = next((i for i in range(len(a)) if a[i] != b[i]), len(a) - 1)
+            return self._parts.get(  # type: ignore[no-any-return]
+                ("ub_send", point.token, dim, instr.comm_bytes),
+                lambda: alpha_beta_point_to_point_s(system, rank, int(peer), instr.comm_bytes),
+            )
+
+        return timed
 
     def _cp_message(
         self, point: Point, spans: dict[tuple[str, ...], Any]

@@ -104,8 +104,9 @@ def launches_casts(name: str) -> bool:
     """Whether a GEMM instruction named ``name`` launches its operands' cast kernels: not a
     pipelined chunk after the first (userbuffers cut a GEMM into ``<gemm>.chunk<i>``,
     :func:`~stage_explore.analytical.overlap.pipelined_chunks`, each with its share of the
-    operand's bytes; the cast is one kernel before them)."""
-    last = name.rpartition(".")[2]
+    operand's bytes; the cast is one kernel before them; ring-exchange chunks
+    ``<gemm>.rchunk<i>`` likewise)."""
+    last = name.rpartition(".")[2].removeprefix("r")  # ring-exchange chunks: rchunk<i>
     return not (last.startswith("chunk") and last[5:].isdigit() and int(last[5:]) > 0)
 
 

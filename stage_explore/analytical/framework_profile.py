@@ -425,6 +425,17 @@ Options (all booleans unless said):
   (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
   chunks then run on every SM and lose the kernel's SMs only while it runs, as
   ``ub_bulk_share_s`` charges a bulk overlap.
+- ``ub_proj_fprop_method`` / ``ub_fc2_fprop_method`` — with ``tp_comm_overlap``, the
+  userbuffers method of the forward reduce-scatter after the attention's output projection /
+  the MLP's fc2 (Transformer Engine ``ub_cfgs`` ``proj_fprop`` / ``fc2_fprop`` ``method``).
+  ``pipeline``: TE's default (``initialize_ub``: 4 splits, 16 SMs), what
+  :mod:`~stage_explore.analytical.overlap` times with :data:`~stage_explore.analytical.overlap.
+  UB_PIPELINE_SPLITS`. ``ring_exchange``: ``CommOverlapP2PBase::split_overlap_rs`` — ``tp``
+  GEMM chunks, each chunk's partial result sent to its peer by copy engine while the next
+  computes, then one reduction kernel over the received chunks; the chunks on
+  ``sm_count - 1`` SMs (the recipes' ``num_sm=1, set_sm_margin=True``) and concurrent on any
+  queue count. Set per row (setups.toml) where the recipe's userbuffers config names it
+  (Megatron-Bridge / NeMo 2.0 ``userbuffers_fp8_*`` configs: both).
 - ``cuda_device_max_connections`` — the launch environment's ``CUDA_DEVICE_MAX_CONNECTIONS``
   (hardware work queues per device). 1: Megatron-LM asserts it whenever tp > 1 or cp > 1 before
   Blackwell (``megatron/training/arguments.py`` ``validate_args``: "CUDA_DEVICE_MAX_CONNECTIONS
@@ -539,6 +550,8 @@ OPTION_FLAGS: dict[str, str] = {
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
     "cuda_device_max_connections": "CUDA_DEVICE_MAX_CONNECTIONS (launch environment)",
+    "ub_proj_fprop_method": "TE userbuffers ub_cfgs proj_fprop method",
+    "ub_fc2_fprop_method": "TE userbuffers ub_cfgs fc2_fprop method",
     "micro_pipeline_tp": "torchtitan enable_async_tensor_parallel (Inductor _micro_pipeline_tp)",
 }
 
@@ -556,6 +569,10 @@ DISTRIBUTED_FUSED_ADAM = ("off", "fp32", "bf16")
 #: live); torch/distributed/tensor/parallel/loss.py.
 LOSS_PARALLEL_FP32_BUFFERS = 4
 
+#: The values of ``ub_proj_fprop_method`` / ``ub_fc2_fprop_method``: Transformer Engine's
+#: userbuffers methods for a forward reduce-scatter (``initialize_ub``).
+UB_RS_METHODS = ("pipeline", "ring_exchange")
+
 #: The values of ``grad_accumulation``.
 GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear")
 
@@ -566,6 +583,8 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "fused_fc1": FC1_SCOPES,
     "fp8_amax_reduction": FP8_AMAX_REDUCTION,
     "grad_accumulation": GRAD_ACCUMULATION,
+    "ub_proj_fprop_method": UB_RS_METHODS,
+    "ub_fc2_fprop_method": UB_RS_METHODS,
 }
 
 GIB = 2**30
@@ -634,6 +653,8 @@ class FrameworkProfile:
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
     cuda_device_max_connections: int = 1  # one hardware queue: pipelined chunks in order
+    ub_proj_fprop_method: str = "pipeline"  # TE's default userbuffers method for proj_fprop
+    ub_fc2_fprop_method: str = "pipeline"  # and for fc2_fprop
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
@@ -642,6 +663,13 @@ class FrameworkProfile:
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
     micro_pipeline_tp: bool = False  # tp_comm_overlap overlaps every tp gather and scatter (TE)
     zero3_prefetch_units: int = 1  # a unit's gather beside the compute of the unit before
+
+    @property
+    def ub_ring_exchange_fprop(self) -> frozenset[str]:
+        """The userbuffers names (``proj``, ``fc2``) whose forward reduce-scatter runs as a
+        ring exchange (``ub_proj_fprop_method`` / ``ub_fc2_fprop_method``)."""
+        methods = {"proj": self.ub_proj_fprop_method, "fc2": self.ub_fc2_fprop_method}
+        return frozenset(name for name, method in methods.items() if method == "ring_exchange")
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:

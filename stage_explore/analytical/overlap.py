@@ -23,6 +23,14 @@ of it. Overlap is expressed without changing that engine:
   ``i+1`` computes; the dependents wait for the last chunk's. (Overlapping the reduce-scatter
   with what *follows* it instead would be wrong: the residual add and the next norm read its
   result, and the next all-gather queues behind it.)
+- **Ring-exchange reduce-scatter** (userbuffers "ring_exchange" for ``proj_fprop`` /
+  ``fc2_fprop``, as the recipe's config names it; :data:`RING_EXCHANGE_FPROP`): Transformer
+  Engine's ``CommOverlapP2PBase::split_overlap_rs`` cuts the GEMM into ``tp`` row chunks (one
+  per destination rank), issued on its compute streams with no wait between them, and sends
+  each finished chunk's partial result to its peer by copy engine while the next computes
+  (``tp - 1`` sends, the last chunk is the rank's own); the main stream then sums the ``tp``
+  partial chunks with one memory-bound kernel (``reduce_bf16``), which the dependents wait
+  for (:func:`_ring_exchange`).
 - **Bulk reduce-scatter** (userbuffers "bulk", the input-gradient reduce-scatters of the qkv and
   fc1 projections in the backward): it runs beside the weight-gradient GEMMs of the same
   linear layers (those reading the output gradient its producers read), which
@@ -59,12 +67,27 @@ from stage_explore.system.ranks import group_span
 UB_PIPELINE_SPLITS = 4
 
 
+#: The userbuffers names (Transformer Engine ``initialize_ub``'s ``proj_fprop`` and
+#: ``fc2_fprop``, without the suffix) of the forward reduce-scatters a recipe may run as a ring
+#: exchange (framework options ``ub_proj_fprop_method`` / ``ub_fc2_fprop_method``).
+RING_EXCHANGE_FPROP = ("proj", "fc2")
+
+#: SMs a ring-exchange GEMM chunk leaves to the communication: the recipes' ``num_sm=1`` with
+#: ``set_sm_margin=True`` (Megatron-Bridge ``RingExchangeOverlapCfg(num_sm=1,
+#: set_sm_margin=True)`` for ``proj_fprop`` / ``fc2_fprop``, src/megatron/bridge/training/
+#: comm_overlap.py at 0685ff5d); the sends themselves run on the copy engines (TE
+#: ``get_default_config``: ``use_ce`` True).
+RING_EXCHANGE_SMS = 1
+
+
 @dataclass(frozen=True, slots=True)
 class Pipelined:
     """A rule's answer for a collective pipelined with the GEMM that produces it, in
-    ``splits`` chunks (module docstring)."""
+    ``splits`` chunks (module docstring); ``ring``: as a userbuffers ring exchange
+    (:func:`_ring_exchange`, ``splits`` the group size), not a pipeline."""
 
     splits: int
+    ring: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +137,17 @@ def overlap_block(
         if old in emitted:
             waits.append(emitted[old])
             continue
+        if old in pipelined and pipelined[old][2]:
+            collective, splits, _ = pipelined[old]
+            start = len(result)
+            result.extend(_ring_exchange(instr, instrs[collective], splits, deps, start))
+            gemms = [start + k for k, new in enumerate(result[start:]) if _is_gemm(new)]
+            shared.update(result[k] for k in gemms)
+            waits.append((gemms[-1],))  # the GEMM's other readers: its last chunk
+            emitted[collective] = (len(result) - 1,)  # the reduction kernel
+            continue
         if old in pipelined:
-            collective, splits = pipelined[old]
+            collective, splits, _ = pipelined[old]
             for index in range(splits):
                 result.append(_chunk(instr, splits, index, deps))
                 shared.add(result[-1])
@@ -176,13 +208,16 @@ def deepep_sm_share_s(all_to_all_s: float, compute_s: float, sm_count: int) -> f
 
 
 def sm_margin(
-    compute_s: Callable[[Instr], float], shared: frozenset[Instr], sm_count: int
+    compute_s: Callable[[Instr], float],
+    shared: frozenset[Instr],
+    sm_count: int,
+    comm_sms: int = UB_COMM_SMS,
 ) -> Callable[[Instr], float]:
-    """``compute_s`` with the GEMMs in ``shared`` running on ``sm_count - UB_COMM_SMS`` SMs
-    (their time scaled by ``sm_count / (sm_count - UB_COMM_SMS)``)."""
-    if not shared or sm_count <= UB_COMM_SMS:
+    """``compute_s`` with the GEMMs in ``shared`` running on ``sm_count - comm_sms`` SMs
+    (their time scaled by ``sm_count / (sm_count - comm_sms)``)."""
+    if not shared or sm_count <= comm_sms:
         return compute_s
-    scale = sm_count / (sm_count - UB_COMM_SMS)
+    scale = sm_count / (sm_count - comm_sms)
 
     def timed(instr: Instr) -> float:
         seconds = compute_s(instr)
@@ -267,11 +302,12 @@ def ub_bulk_share_s(bulk_s: float, gemm_s: float, sm_count: int) -> float:
     return min(bulk_s, gemm_s) * UB_COMM_SMS / sm_count
 
 
-def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[int, int]]:
-    """The collectives ``rule`` pipelines with their producer, by that GEMM's index: each reads
-    one GEMM and nothing else. Its chunks move up to the GEMM's, ahead of any collective
-    issued in between (userbuffers run on their own communicator, not behind NCCL's)."""
-    found: dict[int, tuple[int, int]] = {}
+def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[int, int, bool]]:
+    """The collectives ``rule`` pipelines with their producer, by that GEMM's index (with the
+    splits and whether as a ring exchange): each reads one GEMM and nothing else. Its chunks
+    move up to the GEMM's, ahead of any collective issued in between (userbuffers run on their
+    own communicator, not behind NCCL's)."""
+    found: dict[int, tuple[int, int, bool]] = {}
     for index, instr in enumerate(instrs):
         if instr.collective is None:
             continue
@@ -283,8 +319,61 @@ def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[in
                 and producer not in found
                 and instr.comm_bytes >= answer.splits
             ):
-                found[producer] = (index, answer.splits)
+                found[producer] = (index, answer.splits, answer.ring)
     return found
+
+
+def _ring_exchange(
+    gemm: Instr, collective: Instr, tp: int, deps: tuple[int, ...], start: int
+) -> list[Instr]:
+    """``gemm`` and the reduce-scatter of its output as Transformer Engine's
+    ``CommOverlapP2PBase::split_overlap_rs`` runs them (transformer_engine/common/
+    comm_gemm_overlap/comm_gemm_overlap.cpp), placed from index ``start``: ``tp`` row chunks of
+    the GEMM (``<gemm>.rchunk<i>``, each the partial sum destined for one rank, the last the
+    rank's own); after GEMM chunk ``i`` is issued, chunk ``i-1``'s partial result is sent to
+    its peer (``userbuffers_send`` on the copy engine, ``<collective>.rchunk<i-1>``: one
+    ``1/tp`` share of the reduce-scatter's input, a point-to-point message), so ``tp - 1``
+    sends; then the main stream waits for every chunk and send and sums the ``tp`` partial
+    chunks (``reduce_bf16``, or ``reduce_fp8_in_bf16_out`` with FP8 buffers): one memory-bound
+    kernel reading the whole 16-bit input of the reduce-scatter and writing its ``1/tp``
+    output (``<collective>.reduce``), which the collective's dependents wait for."""
+    result: list[Instr] = []
+    gemm_at: list[int] = []
+    sends: list[int] = []
+    shard = collective.comm_bytes // tp
+    for index in range(tp):
+        chunk = _chunk(gemm, tp, index, deps)
+        result.append(replace(chunk, name=f"{gemm.name}.rchunk{index}"))
+        gemm_at.append(start + len(result) - 1)
+        if index > 0:
+            result.append(
+                replace(collective, name=f"{collective.name}.rchunk{index - 1}",
+                        deps=(gemm_at[index - 1],), comm_bytes=shard)
+            )  # fmt: skip
+            sends.append(start + len(result) - 1)
+    ((out, _),) = gemm.outputs
+    result.append(
+        Instr(
+            f"{collective.name}.reduce", collective.phase, "elementwise",
+            bytes_read=collective.comm_bytes, bytes_written=shard,
+            deps=(gemm_at[-1], *sends), inputs=((out, collective.comm_bytes),),
+            outputs=((f"{out}.reduced", shard),),
+        )
+    )  # fmt: skip
+    return result
+
+
+def ring_exchange_chunks(shared: frozenset[Instr]) -> frozenset[Instr]:
+    """The GEMM chunks of ``shared`` (:func:`overlap_block`) cut for a ring-exchange
+    reduce-scatter (:func:`_ring_exchange` names them ``<gemm>.rchunk<i>``)."""
+    return frozenset(i for i in shared if i.name.rpartition(".")[2].startswith("rchunk"))
+
+
+def ring_exchange_send(instr: Instr) -> bool:
+    """Whether ``instr`` is one of a ring-exchange reduce-scatter's sends
+    (:func:`_ring_exchange`): a point-to-point copy of one partial chunk to a tensor-parallel
+    peer, not a collective over the group."""
+    return instr.collective is not None and instr.name.rpartition(".")[2].startswith("rchunk")
 
 
 def _chunk(instr: Instr, splits: int, index: int, deps: tuple[int, ...]) -> Instr:
@@ -479,6 +568,7 @@ def overlap_rule(
     sp: bool,
     inner_tp: int | None = None,
     expert_tp_overlap: bool = False,
+    ring_exchange: frozenset[str] = frozenset(),
 ) -> OverlapRule | None:
     """The collectives ``policy`` overlaps inside a block (:attr:`Overlap.TP_COMM`,
     :attr:`Overlap.MOE_COMM`), or None when it overlaps none:
@@ -493,8 +583,9 @@ def overlap_rule(
     micro_pipeline_tp`, not read for experts: kept as before), then the experts' over the inner
     ``tp`` alone with ``1/inner_tp``.
     Transformer Engine's userbuffers pipeline a forward reduce-scatter with the GEMM that
-    produces it (:class:`Pipelined`) and run a backward one beside the weight gradients
-    (:class:`Bulk`)."""
+    produces it (:class:`Pipelined`; as a ring exchange over the group for the userbuffers
+    names in ``ring_exchange``, :func:`ub_fprop_name`) and run a backward one beside the weight
+    gradients (:class:`Bulk`)."""
     tp_overlap = Overlap.TP_COMM in policy.overlaps and sp and tp > 1  # userbuffers need SP
     moe_overlap = Overlap.MOE_COMM in policy.overlaps
     if not tp_overlap and not moe_overlap:
@@ -508,7 +599,11 @@ def overlap_rule(
         if tp_overlap and instr.axes in _TP_GROUPS and kind is CollectiveKind.REDUCE_SCATTER:
             # forward: pipelined with the GEMM producing it; backward: bulk beside the weight
             # gradients (defer_weight_gradients), its dependents wait for all of it
-            return Pipelined(UB_PIPELINE_SPLITS) if instr.phase != "bwd" else Bulk()
+            if instr.phase == "bwd":
+                return Bulk()
+            if ub_fprop_name(instr) in ring_exchange:
+                return Pipelined(expert_tp if instr.axes == ("tp",) else tp, ring=True)
+            return Pipelined(UB_PIPELINE_SPLITS)
         if tp_overlap and instr.axes in _TP_GROUPS and kind is CollectiveKind.ALL_GATHER:
             return 1 / (expert_tp if instr.axes == ("tp",) else tp)
         if moe_overlap and kind is CollectiveKind.ALL_TO_ALL:
@@ -517,6 +612,15 @@ def overlap_rule(
         return None
 
     return rule
+
+
+def ub_fprop_name(instr: Instr) -> str:
+    """The userbuffers name (:data:`RING_EXCHANGE_FPROP`) of a forward tensor-parallel
+    reduce-scatter: ``fc2`` for the MLP's down projection (a tensor ``*.fc2``, Megatron-Core's
+    ``linear_fc2``, whose ``ub_name`` is "fc2"), ``proj`` for the other (the attention's output
+    projection, ``linear_proj``, ``ub_name`` "proj")."""
+    tensor = instr.name.partition(":")[2]
+    return "fc2" if "fc2" in tensor.split(".") else "proj"
 
 
 def runs_outside_nccl(
