@@ -211,10 +211,12 @@ def sm_margin(
     compute_s: Callable[[Instr], float],
     shared: frozenset[Instr],
     sm_count: int,
-    comm_sms: int = UB_COMM_SMS,
+    comm_sms: int | None = None,
 ) -> Callable[[Instr], float]:
     """``compute_s`` with the GEMMs in ``shared`` running on ``sm_count - comm_sms`` SMs
-    (their time scaled by ``sm_count / (sm_count - comm_sms)``)."""
+    (their time scaled by ``sm_count / (sm_count - comm_sms)``; None: :data:`UB_COMM_SMS`)."""
+    if comm_sms is None:
+        comm_sms = UB_COMM_SMS
     if not shared or sm_count <= comm_sms:
         return compute_s
     scale = sm_count / (sm_count - comm_sms)

@@ -643,8 +643,16 @@ def test_the_dgx_cloud_25_05_dense_rows_take_their_25_04_twins_setup(cases: list
             continue
         assert case.system == "gb200-nvl72"
         # the scripts' GB200 userbuffers configs (userbuffers_{bf16,fp8}_b200_h18432_tp8_... for
-        # the 340B, _b200_h16384_tp4_cp2_... for the 405B): bulk overlaps without an SM margin
-        assert mine == theirs | {"ub_bulk_sm_margin": False}, row_id
+        # the 340B, _b200_h16384_tp4_cp2_... for the 405B): bulk overlaps without an SM margin;
+        # forward reduce-scatters as ring exchanges where the config names them (s12 ubrs): the
+        # FP8 configs both, the BF16 340B proj_fprop only, the BF16 405B none
+        ring = "ring_exchange"
+        methods = {
+            ("FP8", "340B"): {"ub_proj_fprop_method": ring, "ub_fc2_fprop_method": ring},
+            ("FP8", "405B"): {"ub_proj_fprop_method": ring, "ub_fc2_fprop_method": ring},
+            ("BF16", "340B"): {"ub_proj_fprop_method": ring},
+        }.get((precision, size), {})
+        assert mine == theirs | {"ub_bulk_sm_margin": False} | methods, row_id
         if size == "405B":
             got = (case.parallel.tp, case.parallel.pp, case.parallel.cp, case.parallel.vpp)
             assert got == (4, 8, 2, 8) and case.parallel.global_batch == gpus // 2, row_id
