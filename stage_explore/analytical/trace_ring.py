@@ -44,7 +44,7 @@ chunk for the message before it. The levelled mode charges what this leaves expo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
@@ -71,6 +71,31 @@ class RingProgram:
     own: frozenset[int] = frozenset()
 
 
+@dataclass(slots=True)
+class _Rewrite:
+    """A phase program being rewritten: the emitted instructions with their origins and
+    shares, and for each original instruction the new ones that complete it (``done``)."""
+
+    out: list[Instr] = field(default_factory=list)
+    origin: list[int] = field(default_factory=list)
+    share: list[float] = field(default_factory=list)
+    done: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def emit(self, instr: Instr, old: int, fraction: float = 1.0) -> int:
+        """Append ``instr`` (from original ``old``, ``fraction`` of its seconds); its index."""
+        self.out.append(instr)
+        self.origin.append(old)
+        self.share.append(fraction)
+        return len(self.out) - 1
+
+    def mapped(self, deps: Sequence[int]) -> tuple[int, ...]:
+        """Original dependencies ``deps`` as the new instructions that complete them."""
+        return tuple(dict.fromkeys(new for d in deps for new in self.done[d]))
+
+    def program(self, own: frozenset[int] = frozenset()) -> RingProgram:
+        return RingProgram(tuple(self.out), tuple(self.origin), tuple(self.share), own)
+
+
 def _consumers(instrs: Sequence[Instr]) -> dict[int, int]:
     """Ring index → the attention that waits for it (each ring feeds one attention)."""
     found: dict[int, int] = {}
@@ -92,20 +117,9 @@ def ring_program(instrs: Sequence[Instr], cp: int, steps: bool) -> RingProgram:
         return RingProgram(tuple(instrs), tuple(range(len(instrs))), (1.0,) * len(instrs))
     rings = _consumers(instrs)
     attended = {attention: ring for ring, attention in rings.items()}
-    out: list[Instr] = []
-    origin: list[int] = []
-    share: list[float] = []
-    done: dict[int, tuple[int, ...]] = {}  # old index → the new indices that complete it
+    rewrite = _Rewrite()
+    done, emit, mapped = rewrite.done, rewrite.emit, rewrite.mapped
     first_exchange: dict[int, int] = {}  # ring → the new index of its first exchange
-
-    def emit(instr: Instr, old: int, fraction: float = 1.0) -> int:
-        out.append(instr)
-        origin.append(old)
-        share.append(fraction)
-        return len(out) - 1
-
-    def mapped(deps: Sequence[int]) -> tuple[int, ...]:
-        return tuple(dict.fromkeys(new for d in deps for new in done[d]))
 
     for index, instr in enumerate(instrs):
         if index in rings:  # the first exchange where the lowering puts the ring
@@ -126,7 +140,7 @@ def ring_program(instrs: Sequence[Instr], cp: int, steps: bool) -> RingProgram:
             )
         first = first_exchange[ring]
         done[index] = _steps(instrs, ring, index, cp, forward, first, mapped, emit)
-    return RingProgram(tuple(out), tuple(origin), tuple(share))
+    return rewrite.program()
 
 
 def _steps(
@@ -215,21 +229,10 @@ def torch_ring_program(instrs: Sequence[Instr], cp: int, traced: bool) -> RingPr
     gathers, scatters = _torch_parts(instrs)
     gathered = {g: a for a, found in gathers.items() for g in found}
     scattered = {g: a for a, found in scatters.items() for g in found}
-    out: list[Instr] = []
-    origin: list[int] = []
-    share: list[float] = []
+    rewrite = _Rewrite()
+    done, emit, mapped = rewrite.done, rewrite.emit, rewrite.mapped
     own: set[int] = set()
-    done: dict[int, tuple[int, ...]] = {}
     returned: dict[int, int] = {}  # attention → the receive of its ring's last message
-
-    def emit(instr: Instr, old: int, fraction: float = 1.0) -> int:
-        out.append(instr)
-        origin.append(old)
-        share.append(fraction)
-        return len(out) - 1
-
-    def mapped(deps: Sequence[int]) -> tuple[int, ...]:
-        return tuple(dict.fromkeys(new for d in deps for new in done[d]))
 
     for index, instr in enumerate(instrs):
         if index in gathered:  # the rotater's gather, of the repeated keys or values
@@ -246,7 +249,7 @@ def torch_ring_program(instrs: Sequence[Instr], cp: int, traced: bool) -> RingPr
                 returned[index] = last
         else:
             done[index] = (emit(replace(instr, deps=mapped(instr.deps)), index),)
-    return RingProgram(tuple(out), tuple(origin), tuple(share), frozenset(own))
+    return rewrite.program(frozenset(own))
 
 
 def _torch_steps(
