@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.lower.compact import UNBUCKETED
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_fields import names_bridge
@@ -23,6 +24,7 @@ from stage_explore.validation.infer_torch import (
     torchtitan_defaults,
     torchtitan_pipeline,
 )
+from stage_explore.validation.infer_userbuffers import ring_config, ring_options
 
 #: FP8 recipes whose NeMo 2.0 / Megatron-Bridge precision config sets fp8_param_gather
 #: (bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
@@ -201,7 +203,9 @@ def _megatron_core(
     system: str,
     out: Defaults,
     family: str = "",
+    shape: tuple[int, int] = (0, 1),
 ) -> None:
+    """``shape``: the model's hidden size and the row's tensor-parallel size."""
     release = container(row)
     if release is None:
         out.notes.append(
@@ -232,8 +236,40 @@ def _megatron_core(
             out.parallel[name] = value
         out.notes.append(f"{why} ({said})")
     _loss(release, mlperf, said, out)
+    if release >= (25, 1) and not mlperf and shape[1] > 1:
+        _userbuffers_methods(row, family, shape[0], system, precision, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
         _mlperf_gpt3(precision, release, said, out)
+
+
+def _userbuffers_methods(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    system: str,
+    precision: str,
+    said: str,
+    out: Defaults,
+) -> None:
+    """The forward reduce-scatters' userbuffers method of a NeMo 2.0 / Megatron-Bridge
+    performance recipe (:mod:`~stage_explore.validation.infer_userbuffers`); an MLPerf
+    submission names its own conf/tp_overlap configs, not read here."""
+    if _blackwell(system):
+        gpus = "blackwell"
+    elif system.startswith("h100"):
+        gpus = "hopper"
+    else:
+        return
+    bridge = names_bridge(row)
+    if re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE):
+        family = "grok-1"  # read on the mixtral base flavor; its recipe is its own
+    entry = ring_config(family, hidden, gpus, system, precision, bridge)
+    if entry is None or out.options.get("tp_comm_overlap") is False:
+        return
+    options, note = ring_options(entry)
+    out.options.update(options)
+    who = "the text names Megatron-Bridge" if bridge else "NeMo 2.0's recipes"
+    out.notes.append(f"{note} ({said}; {who})")
 
 
 #: The first container of the MLPerf submissions on NeMo 2.0 (the v5.0 Llama 3.1 405B
@@ -342,6 +378,18 @@ FP16_REDUCE = {
         "communication_data_type: the config's value, else torch.float16 when fp16 is enabled)"
     ),
 }
+#: Megatron-LM 2021's data-parallel gradient reduction: ``--DDP-impl`` defaults to ``local``
+#: (megatron/arguments.py, every 2021 version: ``group.add_argument('--DDP-impl',
+#: default='local', choices=['local', 'torch'])``), Megatron's own DistributedDataParallel over
+#: one contiguous gradient buffer, all-reduced once after the backward (``allreduce_gradients``
+#: called from ``train_step``), not torch DDP's 25 MiB buckets during it.
+LOCAL_DDP = (
+    "gradients all-reduced as one buffer after the backward (grad_bucket_bytes 2^62, one "
+    "bucket per model chunk): Megatron-LM 2021's --DDP-impl default 'local' "
+    "(megatron/arguments.py; megatron/model/distributed.py allreduce_gradients after the "
+    "backward); the SC'21 artifact's run scripts pass --DDP-impl torch for some runs, "
+    "which the row does not state"
+)
 #: MPT's own architecture (mosaicml/mpt-7b … mpt-30b config.json: no_bias true, attn_pdrop,
 #: resid_pdrop and emb_pdrop 0), on the GPT base flavor the model reader gives it.
 MPT_PATTERN = r"\bmpt\b"
@@ -395,6 +443,9 @@ def recipe_defaults(
     if precision == "fp16" and framework in FP16_REDUCE:
         out.parallel["grad_fp32"] = False
         out.notes.append(f"gradients reduced in fp16 (grad_fp32 false): {FP16_REDUCE[framework]}")
+    if framework == "megatron-lm-2021":
+        out.parallel["grad_bucket_bytes"] = UNBUCKETED
+        out.notes.append(LOCAL_DDP)
     if re.search(MPT_PATTERN, row.get("model", ""), re.IGNORECASE):
         out.model.update(bias=False, dropout=False)
         out.notes.append(
@@ -410,9 +461,11 @@ def recipe_defaults(
             out.options[option] = value
             out.notes.append(why)
     if framework == "megatron-core":
+        tp = int(stated.get("tp", parallel.get("tp", 1)))
         _megatron_core(
-            row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family)
-        )
+            row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family),
+            (spec.hidden, tp),
+        )  # fmt: skip
         _mla_on_blackwell(row, flavor, system, out)
         release = container(row)
         if release is not None and release >= (25, 1):
