@@ -39,6 +39,8 @@ of it. Overlap is expressed without changing that engine:
   dispatch/combine all-to-all runs beside another micro-batch's compute): the dependents wait only
   for what the collective itself waited for; the collective still occupies the communication
   stream, so a block never ends before its communication does.
+(:func:`defer_weight_gradients` and :func:`overlap_shared_experts` live in
+:mod:`~stage_explore.analytical.overlap_reorder`.)
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from stage_explore.analytical.collectives import (
     low_latency_overhead_s,
     low_latency_share,
 )
+from stage_explore.analytical.overlap_reorder import deferred_gemms, is_gemm, overlap_shared_experts
 from stage_explore.analytical.policy import Overlap, TimingPolicy
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
@@ -106,10 +109,6 @@ _TP_GROUPS = frozenset(axes for n in (1, 2, 3) for axes in itertools.combination
 OverlapRule = Callable[[Instr], "float | Pipelined | Bulk | None"]
 
 
-def _is_gemm(instr: Instr) -> bool:
-    return instr.kind == "einsum" and len(instr.inputs) == 2 and len(instr.outputs) == 1
-
-
 def overlap_collectives(instrs: Sequence[Instr], rule: OverlapRule) -> tuple[Instr, ...]:
     """``instrs`` with the collectives ``rule`` selects taken (partly) off the critical path
     (module docstring); dependency indices are renumbered."""
@@ -124,7 +123,7 @@ def overlap_block(
     bulk reduce-scatter), which run on :data:`UB_COMM_SMS` fewer SMs (:func:`sm_margin`)."""
     shared: set[Instr] = set()
     if any(isinstance(rule(i), Bulk) for i in instrs if i.collective is not None):
-        instrs, moved = _defer(
+        instrs, moved = deferred_gemms(
             instrs, lambda i: i.collective is not None and isinstance(rule(i), Bulk)
         )
         shared.update(instrs[i] for i in moved)
@@ -141,7 +140,7 @@ def overlap_block(
             collective, splits, _ = pipelined[old]
             start = len(result)
             result.extend(_ring_exchange(instr, instrs[collective], splits, deps, start))
-            gemms = [start + k for k, new in enumerate(result[start:]) if _is_gemm(new)]
+            gemms = [start + k for k, new in enumerate(result[start:]) if is_gemm(new)]
             shared.update(result[k] for k in gemms)
             waits.append((gemms[-1],))  # the GEMM's other readers: its last chunk
             emitted[collective] = (len(result) - 1,)  # the reduction kernel
@@ -317,7 +316,7 @@ def _pipelined(instrs: Sequence[Instr], rule: OverlapRule) -> dict[int, tuple[in
         if isinstance(answer, Pipelined) and len(instr.deps) == 1:
             (producer,) = instr.deps
             if (
-                _is_gemm(instrs[producer])
+                is_gemm(instrs[producer])
                 and producer not in found
                 and instr.comm_bytes >= answer.splits
             ):
@@ -396,104 +395,6 @@ def _chunk(instr: Instr, splits: int, index: int, deps: tuple[int, ...]) -> Inst
         bytes_read=share(first_bytes) + second[1], bytes_written=share(out_bytes),
         inputs=((first, share(first_bytes)), second), outputs=((out, share(out_bytes)),),
     )  # fmt: skip
-
-
-def defer_weight_gradients(
-    instrs: Sequence[Instr], selected: Callable[[Instr], bool]
-) -> tuple[Instr, ...]:
-    """``instrs`` with each ``selected`` collective (a backward input-gradient reduce-scatter)
-    moved before the weight-gradient GEMMs it runs beside (userbuffers "bulk" overlap): those of
-    the linear layers whose input gradients it reduces — the einsums that read the output
-    gradient an einsum writing the collective's operand reads — and that it does not wait for.
-    Dependency order is kept; a block where it would not be is returned unchanged."""
-    return _defer(instrs, selected)[0]
-
-
-def _defer(
-    instrs: Sequence[Instr], selected: Callable[[Instr], bool]
-) -> tuple[tuple[Instr, ...], frozenset[int]]:
-    """:func:`defer_weight_gradients` and the new indices of the GEMMs it moved."""
-    order = list(range(len(instrs)))
-    moved_all: set[int] = set()
-    for position in range(len(instrs)):
-        index = order[position]
-        instr = instrs[index]
-        if not selected(instr):
-            continue
-        ancestors: set[int] = set()
-        stack = list(instr.deps)
-        while stack:
-            dep = stack.pop()
-            if dep not in ancestors:
-                ancestors.add(dep)
-                stack.extend(instrs[dep].deps)
-        reduced = {name for name, _ in instr.inputs}
-        gradients = {  # what the einsums writing the reduced input gradient read
-            name
-            for producer in order[:position]
-            if _is_gemm(instrs[producer]) and instrs[producer].outputs[0][0] in reduced
-            for name, _ in instrs[producer].inputs
-        }
-        moved = [
-            i for i in order[:position]
-            if i not in ancestors and _is_gemm(instrs[i])
-            and instrs[i].outputs[0][0] not in reduced
-            and any(name in gradients for name, _ in instrs[i].inputs)
-        ]  # fmt: skip
-        if moved:
-            kept = [i for i in order[:position] if i not in moved]
-            order = kept + [index] + moved + order[position + 1 :]
-            moved_all.update(moved)
-    placed = {old: new for new, old in enumerate(order)}
-    if any(placed[d] >= placed[i] for i in order for d in instrs[i].deps):
-        return tuple(instrs), frozenset()
-    deferred = tuple(
-        replace(instrs[i], deps=tuple(sorted(placed[d] for d in instrs[i].deps))) for i in order
-    )
-    return deferred, frozenset(placed[i] for i in moved_all)
-
-
-def _shared_expert_group(instrs: Sequence[Instr]) -> set[int]:
-    """Indices of the shared experts' instructions (``shared.*``) and of the collectives that
-    only they consume (e.g. the sequence-parallel all-gather of their input)."""
-    group = {i for i, instr in enumerate(instrs) if "shared." in instr.name}
-    users: dict[int, set[int]] = {}
-    for index, instr in enumerate(instrs):
-        for dep in instr.deps:
-            users.setdefault(dep, set()).add(index)
-    for index, instr in enumerate(instrs):
-        if instr.collective is not None and users.get(index) and users[index] <= group:
-            group.add(index)
-    return group
-
-
-def overlap_shared_experts(instrs: Sequence[Instr]) -> tuple[Instr, ...]:
-    """``instrs`` reordered as Megatron's ``--moe-shared-expert-overlap`` runs them: the
-    shared experts' leading collectives just before the first all-to-all (the dispatch, or the
-    combine's gradient in the backward) and their compute just after it, so the compute stream
-    runs them while the all-to-all is on the communication stream; without it they run in
-    program order (forward: after the routed experts; backward: before the combine's gradient
-    all-to-all is issued). Blocks without shared experts or all-to-alls, or whose
-    dependencies would not allow it, are returned unchanged."""
-    first = next(
-        (i for i, x in enumerate(instrs) if x.collective is CollectiveKind.ALL_TO_ALL), None
-    )
-    group = _shared_expert_group(instrs)
-    if first is None or not group:
-        return tuple(instrs)
-    computes = [i for i in sorted(group) if instrs[i].collective is None]
-    if not computes:
-        return tuple(instrs)
-    leading = [i for i in sorted(group) if instrs[i].collective is not None and i < computes[0]]
-    moved = set(computes) | set(leading)
-    order = [i for i in range(first) if i not in moved] + leading + [first] + computes
-    order += [i for i in range(first + 1, len(instrs)) if i not in moved]
-    position = {old: new for new, old in enumerate(order)}
-    if any(position[d] >= position[i] for i in order for d in instrs[i].deps):
-        return tuple(instrs)
-    return tuple(
-        replace(instrs[i], deps=tuple(sorted(position[d] for d in instrs[i].deps))) for i in order
-    )
 
 
 def apply_overlaps(

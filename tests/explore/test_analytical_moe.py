@@ -14,7 +14,8 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s, group_span
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.kernels import gemm_shape
-from stage_explore.analytical.overlap import overlap_rule, overlap_shared_experts
+from stage_explore.analytical.overlap import overlap_rule
+from stage_explore.analytical.overlap_reorder import overlap_shared_experts
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 

@@ -18,12 +18,12 @@ from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import (
     UB_COMM_SMS,
     UB_PIPELINE_SPLITS,
-    defer_weight_gradients,
     overlap_block,
     overlap_collectives,
     overlap_rule,
     sm_margin,
 )
+from stage_explore.analytical.overlap_reorder import defer_weight_gradients
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 
