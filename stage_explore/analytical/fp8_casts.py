@@ -82,21 +82,19 @@ def fused_norm_casts(
     if recipe != "delayed":
         return frozenset()
     listed = tuple(instrs)
+    readers: dict[tuple[str, str], list[Instr]] = {}  # (phase, tensor) → its compute readers
+    for other in listed:
+        if not other.is_comm:
+            for n in dict.fromkeys(n for n, _ in other.inputs):
+                readers.setdefault((other.phase, n), []).append(other)
     fused: set[tuple[str, str]] = set()
     for instr in listed:
         if instr.kind != "reduction" or instr.is_comm or not instr.outputs:
             continue
-        name = instr.outputs[0][0]
-        readers = [
-            other
-            for other in listed
-            if other.phase == instr.phase
-            and other is not instr
-            and not other.is_comm
-            and any(n == name for n, _ in other.inputs)
-        ]
-        if readers and all(fp8_fprop(reader) for reader in readers):
-            fused.add((instr.phase, name))
+        key = (instr.phase, instr.outputs[0][0])
+        found = [other for other in readers.get(key, ()) if other is not instr]
+        if found and all(fp8_fprop(reader) for reader in found):
+            fused.add(key)
     return frozenset(fused)
 
 
