@@ -136,16 +136,19 @@ def cluster() -> Iterator[LocalRayCluster]:
         started.stop()
 
 
-def _wait_for_nodes(count: int, timeout_s: float) -> None:
+def _wait_for_nodes(count: int, timeout_s: float, *, exactly: bool = False) -> None:
+    """Wait until at least ``count`` Ray nodes are alive (exactly ``count`` with ``exactly``,
+    e.g. until Ray's health check has marked a killed node dead)."""
     import ray
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         alive = [node for node in ray.nodes() if node["Alive"]]
-        if len(alive) >= count:
+        if len(alive) == count or (len(alive) > count and not exactly):
             return
         time.sleep(0.25)
-    raise AssertionError(f"{count} Ray nodes did not come up within {timeout_s} s")
+    state = "left alive" if exactly else "did not come up"
+    raise AssertionError(f"{count} Ray nodes {state} within {timeout_s} s")
 
 
 def _wait_for_busy(
@@ -202,6 +205,10 @@ def test_study_on_two_nodes_survives_a_node_killed_midway(
             # none (Ray re-leases a task not yet started), and the retry is what is tested
             _wait_for_busy(cluster, worker_node, busy_dir, timeout_s=10)
             cluster.kill(worker_node)
+            # hold the study until Ray's health check marks the node dead (~3 s with
+            # SYSTEM_CONFIG, longer on a loaded machine), so that the rest of the study, not a
+            # race against it, decides whether the progress line notices the death
+            _wait_for_nodes(1, timeout_s=60, exactly=True)
 
     caplog.set_level(logging.WARNING, logger="stage_explore.search.retry")
     try:
