@@ -19,7 +19,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from stage_core.lower.nodes import OPTIMIZER
+from stage_core.lower.program_node import OPTIMIZER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend

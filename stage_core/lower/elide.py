@@ -26,12 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from stage_core.lower.program_node import ProgramNode
 from stage_core.trace import NodeKind, TraceNode
-
-if TYPE_CHECKING:  # nodes.py imports this module
-    from stage_core.lower.nodes import ProgramNode
 
 
 def is_empty(node: TraceNode) -> bool:

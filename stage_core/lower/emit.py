@@ -29,8 +29,9 @@ from stage_core.chakra.writer import (
     write_class_columns,
     write_trace_json,
 )
-from stage_core.lower.nodes import ProgramNode, materialize, stage_nodes
+from stage_core.lower.nodes import materialize, stage_nodes
 from stage_core.lower.program import PIPELINE_ENDS, PIPELINE_MIRROR, ProgramSet
+from stage_core.lower.program_node import ProgramNode
 from stage_core.mesh import Mesh
 from stage_core.trace import NodeKind, TraceNode
 

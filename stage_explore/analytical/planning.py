@@ -18,7 +18,6 @@ from typing import Any, cast
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key
 from stage_core.lower.fp8 import fp8_block, linear_weights
-from stage_core.lower.nodes import _zero_collectives
 from stage_core.lower.program import (
     PIPELINE_ENDS,
     PIPELINE_MIRROR,
@@ -26,6 +25,7 @@ from stage_core.lower.program import (
 )
 from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
 from stage_core.lower.weightgrad import split_backward
+from stage_core.lower.zero_nodes import zero_collectives
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST
 from stage_core.trace import CollectiveKind
@@ -500,8 +500,8 @@ class StagePlanning(BlockCosting):
         def compute() -> KindParts:
             zero = workload.parallel.zero
             sync = self._block_sync(point, kind)
-            gathers = tuple(_zero_collectives(workload, block, True)) if zero >= 3 else ()
-            scatters = tuple(_zero_collectives(workload, block, False)) if zero >= 2 else ()
+            gathers = tuple(zero_collectives(workload, block, True)) if zero >= 3 else ()
+            scatters = tuple(zero_collectives(workload, block, False)) if zero >= 2 else ()
             zero_axes = {i.axes for i in (*gathers, *scatters)}
             cost_axes = tuple(sorted(set(axes_of(block)) | zero_axes))
             span_axes = set(cost_axes) | {bucket[1] for bucket in sync[0]} | set(sync[1])

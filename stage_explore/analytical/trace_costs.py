@@ -14,12 +14,10 @@ from dataclasses import replace
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import fp8_block, linear_weights
-from stage_core.lower.nodes import (
-    PassEnd,
-)
 from stage_core.lower.program import (
     StageProgram,
 )
+from stage_core.lower.program_node import PassEnd
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import time_block

@@ -6,7 +6,8 @@ levelled mode (docs/analytical.md, "The timing engine"), which times the same pr
 by block, chunk by chunk and task by task.
 
 Holds :class:`ProgramTimingModel` (a node's cost by where it comes from,
-:attr:`~stage_core.lower.nodes.ProgramNode.source`), :class:`TraceStep` and :func:`trace_step`.
+:attr:`~stage_core.lower.program_node.ProgramNode.source`), :class:`TraceStep` and
+:func:`trace_step`.
 
 The backend's rewrites are applied to the trace as to its block timings: each block phase is
 emitted as :meth:`~stage_explore.analytical.costing.BlockCosting._phase_program` runs it
@@ -32,9 +33,9 @@ the send lasts the hold, the message flies the arrival delay after it; traces ru
 point-to-point messages on arrival only, which those two durations express).
 
 Schedules that split the backward (ZB-H1, DualPipe) emit their B and W parts as the backend
-runs them (its phases ``bwd_b`` and ``bwd_w``: :data:`~stage_core.lower.nodes.BWD_B`,
-:data:`~stage_core.lower.nodes.BWD_W`); a W task's instructions wait for the task's entry, their
-dependencies on B dropped as the backend's W timing drops them.
+runs them (its phases ``bwd_b`` and ``bwd_w``: :data:`~stage_core.lower.program_node.BWD_B`,
+:data:`~stage_core.lower.program_node.BWD_W`); a W task's instructions wait for the task's
+entry, their dependencies on B dropped as the backend's W timing drops them.
 
 Under context parallelism every cp rank of a stage has a trace: a ring attention's key/value
 exchanges are point-to-point messages between them (each the backend's α–β time of one ring
@@ -90,7 +91,16 @@ from dataclasses import dataclass, replace
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
-from stage_core.lower.nodes import (
+from stage_core.lower.nodes import NodeOptions, materialize, stage_nodes
+from stage_core.lower.program import (
+    ProgramSet,
+    StageProgram,
+    Workload,
+    boundary_bytes,
+    lower,
+    make_workload,
+)
+from stage_core.lower.program_node import (
     BWD_B,
     BWD_W,
     OPTIMIZER,
@@ -101,19 +111,8 @@ from stage_core.lower.nodes import (
     ZERO_GATHER,
     ZERO_SCATTER,
     Instructions,
-    NodeOptions,
     NodeSource,
     ProgramNode,
-    materialize,
-    stage_nodes,
-)
-from stage_core.lower.program import (
-    ProgramSet,
-    StageProgram,
-    Workload,
-    boundary_bytes,
-    lower,
-    make_workload,
 )
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.models.spec import ModelSpec
@@ -135,8 +134,8 @@ from stage_explore.system.model import System
 
 class ProgramTimingModel(BaseTimingModel[float]):
     """The analytical backend's costs of a step's trace nodes, found by where each node comes
-    from (its stage and :attr:`~stage_core.lower.nodes.ProgramNode.source`): a block phase's
-    instruction by that phase's program and timers, ZeRO collectives by the backend's
+    from (its stage and :attr:`~stage_core.lower.program_node.ProgramNode.source`): a block
+    phase's instruction by that phase's program and timers, ZeRO collectives by the backend's
     ``_zero_time``, gradient synchronisation and a parameter bucket's all-gather (its bytes)
     by its α–β ``_collective_time``, the optimizer by ``_optimizer_s``, pipeline transfers as
     the levelled ``_transfer`` holds and delays them, ring-attention messages by the ring's α–β
@@ -396,7 +395,8 @@ def trace_step(
 
 
 #: The phases of a block's own instructions: forward, backward, and a split backward's B and W
-#: parts (:data:`~stage_core.lower.nodes.BWD_B`, :data:`~stage_core.lower.nodes.BWD_W`).
+#: parts (:data:`~stage_core.lower.program_node.BWD_B`,
+#: :data:`~stage_core.lower.program_node.BWD_W`).
 BLOCK_PHASES = frozenset({"fwd", "bwd", BWD_B, BWD_W})
 
 #: The phases of the collectives whose NCCL kernels slow the compute beside them

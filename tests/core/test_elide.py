@@ -10,8 +10,9 @@ import pytest
 from stage_core.chakra.check import check_trace_set
 from stage_core.chakra.traceset import trace_set_from_programs
 from stage_core.lower.elide import elide_empty, is_empty
-from stage_core.lower.nodes import ProgramNode, materialize, stage_nodes
+from stage_core.lower.nodes import materialize, stage_nodes
 from stage_core.lower.program import lower
+from stage_core.lower.program_node import ProgramNode
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.trace import NodeKind, TraceNode

@@ -18,8 +18,9 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.layout import Layout
 from stage_core.lower.memory import memory_report
-from stage_core.lower.nodes import _zero_collectives, materialize, stage_nodes
+from stage_core.lower.nodes import materialize, stage_nodes
 from stage_core.lower.program import ProgramSet, lower
+from stage_core.lower.zero_nodes import zero_collectives
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.plans import DP_REPLICATE, split_dp
@@ -86,13 +87,13 @@ def test_zero_collectives_are_the_shard_groups_plus_a_replica_all_reduce(zero: i
     workload = programs.workload
     for block in {id(b): b for s in programs.stages for c in s.chunks for b in c.blocks}.values():
         elements = sum(w.elements for w in block.weights)
-        scatters = _zero_collectives(workload, block, gather=False)
+        scatters = zero_collectives(workload, block, gather=False)
         by_kind = {(i.collective, i.axes): i.comm_bytes for i in scatters}
         assert by_kind == {
             (CollectiveKind.REDUCE_SCATTER, ("dp",)): elements * 2,
             (CollectiveKind.ALL_REDUCE, (DP_REPLICATE,)): elements * 2 // shard,
         }
-        gathers = _zero_collectives(workload, block, gather=True)
+        gathers = zero_collectives(workload, block, gather=True)
         assert [(i.collective, i.axes, i.comm_bytes) for i in gathers] == [
             (CollectiveKind.ALL_GATHER, ("dp",), elements * 2 // shard)
         ]
@@ -101,7 +102,7 @@ def test_zero_collectives_are_the_shard_groups_plus_a_replica_all_reduce(zero: i
 def test_full_sharding_has_no_replica_all_reduce() -> None:
     programs = _programs(dp=8, zero=3, global_batch=8)
     block = programs.stages[0].chunks[0].blocks[1]
-    scatters = _zero_collectives(programs.workload, block, gather=False)
+    scatters = zero_collectives(programs.workload, block, gather=False)
     assert [i.collective for i in scatters] == [CollectiveKind.REDUCE_SCATTER]
 
 
@@ -177,7 +178,7 @@ def test_expert_parallel_group_is_carved_out_of_the_shard_group() -> None:
     layer = next(b for b in programs.stages[0].chunks[0].blocks if any(w.expert for w in b.weights))
     dense = sum(w.elements for w in layer.weights if not w.expert)
     expert = sum(w.elements for w in layer.weights if w.expert)
-    scatters = _zero_collectives(programs.workload, layer, gather=False)
+    scatters = zero_collectives(programs.workload, layer, gather=False)
     replica = [i for i in scatters if i.collective is CollectiveKind.ALL_REDUCE]
     assert [(i.axes, i.comm_bytes) for i in replica] == [
         ((DP_REPLICATE,), dense * 2 // 4 + expert * 2 // 2)

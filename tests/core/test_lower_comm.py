@@ -18,8 +18,9 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock
 from stage_core.lower.memory import memory_report
-from stage_core.lower.nodes import ProgramNode, stage_nodes
+from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet, lower
+from stage_core.lower.program_node import ProgramNode
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind, NodeKind

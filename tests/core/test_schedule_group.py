@@ -14,8 +14,9 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_core.lower.memory import activation_peak, steady_activation_peak
-from stage_core.lower.nodes import message_tag, stage_nodes
+from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import Chunk, lower
+from stage_core.lower.program_node import message_tag
 from stage_core.lower.schedule import grouped, schedule
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_core.lower.nodes import ZERO_GATHER
+from stage_core.lower.program_node import ZERO_GATHER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute

@@ -34,7 +34,9 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, Instr
-from stage_core.lower.nodes import (
+from stage_core.lower.nodes import stage_nodes
+from stage_core.lower.program import lower
+from stage_core.lower.program_node import (
     BWD_B,
     BWD_W,
     OPTIMIZER,
@@ -42,9 +44,7 @@ from stage_core.lower.nodes import (
     SYNC,
     ZERO_GATHER,
     ZERO_SCATTER,
-    stage_nodes,
 )
-from stage_core.lower.program import lower
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute, Schedule

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.nodes import PASS_END_BWD, PASS_END_FWD
+from stage_core.lower.program_node import PASS_END_BWD, PASS_END_FWD
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_core.trace import CollectiveKind, NodeKind

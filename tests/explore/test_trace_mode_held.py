@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.nodes import BWD_W, OPTIMIZER, ZERO_GATHER, ZERO_SCATTER
 from stage_core.lower.program import make_workload
+from stage_core.lower.program_node import BWD_W, OPTIMIZER, ZERO_GATHER, ZERO_SCATTER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_explore.analytical.backend import AnalyticalBackend

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.nodes import BWD_B, BWD_W, OPTIMIZER, ZERO_SCATTER
+from stage_core.lower.program_node import BWD_B, BWD_W, OPTIMIZER, ZERO_SCATTER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_explore.analytical.backend import AnalyticalBackend

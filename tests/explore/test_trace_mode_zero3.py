@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from stage_core.lower.nodes import OPTIMIZER, ZERO_GATHER, ZERO_SCATTER
+from stage_core.lower.program_node import OPTIMIZER, ZERO_GATHER, ZERO_SCATTER
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend

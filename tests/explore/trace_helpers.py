@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stage_core.lower.nodes import BWD_W, OPTIMIZER
 from stage_core.lower.program import lower, make_workload
+from stage_core.lower.program_node import BWD_W, OPTIMIZER
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
