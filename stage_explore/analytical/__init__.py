@@ -12,7 +12,8 @@
   communication stream;
 - :mod:`~stage_explore.analytical.pipeline` — the pipeline schedule simulated across stages;
 - :mod:`~stage_explore.analytical.collectives` — collective and point-to-point times over the
-  network dims a group spans, in ASTRA-sim mode (ns, exact) and α–β mode (s);
+  network dims a group spans, α–β mode (s); ASTRA-sim mode (ns, exact) in
+  :mod:`~stage_explore.analytical.astra_collectives`;
 - :mod:`~stage_explore.analytical.tracesim` — per-rank traces simulated with ASTRA-sim's
   execution semantics under a timing model (:mod:`~stage_explore.analytical.trace_models`);
 - :mod:`~stage_explore.analytical.trace_mode` — a whole step's traces timed with the analytical
@@ -21,13 +22,15 @@
 
 from __future__ import annotations
 
+from stage_explore.analytical.astra_collectives import (
+    astra_collective_member_ns,
+    astra_collective_ns,
+    astra_point_to_point_ns,
+)
 from stage_explore.analytical.collectives import (
     GroupSpan,
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
-    astra_collective_member_ns,
-    astra_collective_ns,
-    astra_point_to_point_ns,
     group_span,
 )
 from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework

@@ -19,12 +19,14 @@ from stage_core.chakra.mapping import emitted_num_ops
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind, NodeKind, TraceNode
-from stage_explore.analytical.collectives import (
-    alpha_beta_collective_s,
-    alpha_beta_point_to_point_s,
+from stage_explore.analytical.astra_collectives import (
     astra_collective_member_ns,
     astra_point_to_point_ns,
     astra_skewed_collective_ns,
+)
+from stage_explore.analytical.collectives import (
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
 )
 from stage_explore.system.astra import AstraConfig
 from stage_explore.system.model import System

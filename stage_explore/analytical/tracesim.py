@@ -65,10 +65,10 @@ collectives whose members issue them at different times (the tied-embedding all-
 the first and the last pipeline stage): ASTRA-sim runs their chunks as messages, so a member
 that issued early has sent its first packets and finishes earlier than the last member (65,389
 ns earlier for GPT-3 125M's 77 MB embedding gradient over NVLink), which
-:func:`~stage_explore.analytical.collectives.astra_skewed_collective_ns` reproduces. Not
-modelled (a rendezvous at the last issue, an upper bound on the early members' finish): a skewed
-collective over every rank of a multi-dimensional network or with a non-ring algorithm — none
-in the matrix.
+:func:`~stage_explore.analytical.astra_collectives.astra_skewed_collective_ns`
+reproduces. Not modelled (a rendezvous at the last issue, an upper bound on the early members'
+finish): a skewed collective over every rank of a multi-dimensional network or with a non-ring
+algorithm — none in the matrix.
 """
 
 from __future__ import annotations

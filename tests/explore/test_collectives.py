@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.collectives import (
-    alpha_beta_collective_s,
-    alpha_beta_point_to_point_s,
+from stage_explore.analytical.astra_collectives import (
     astra_collective_member_ns,
     astra_collective_ns,
     astra_point_to_point_ns,
+)
+from stage_explore.analytical.collectives import (
+    alpha_beta_collective_s,
+    alpha_beta_point_to_point_s,
     irregular_all_to_all_factor,
 )
 from stage_explore.system import (
