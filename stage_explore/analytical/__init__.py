@@ -33,7 +33,8 @@ from stage_explore.analytical.collectives import (
     alpha_beta_point_to_point_s,
     group_span,
 )
-from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
+from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
 from stage_explore.analytical.trace_models import (
     AlphaBetaTimingModel,
     AstraTimingModel,

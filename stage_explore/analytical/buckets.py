@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from stage_core.lower.compact import UNBUCKETED as UNBUCKETED  # one bucket per chunk
 from stage_core.parallel.config import DEFAULT_GRAD_BUCKET_BYTES, ParallelConfig
-from stage_explore.analytical.frameworks import FrameworkProfile
+from stage_explore.analytical.framework_profile import FrameworkProfile
 
 #: Megatron-Core's smallest default bucket, in parameters (``max(40000000, …)``,
 #: megatron/core/distributed/distributed_data_parallel.py).

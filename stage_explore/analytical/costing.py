@@ -61,9 +61,7 @@ from stage_explore.analytical.fp8_gather import (
     te_fp8_linear,
     with_fp8_gathers,
 )
-from stage_explore.analytical.frameworks import (
-    FrameworkProfile,
-)
+from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.kernels import (

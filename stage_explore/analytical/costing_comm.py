@@ -34,10 +34,7 @@ from stage_explore.analytical.costs import (
     stage_transfer_s,
 )
 from stage_explore.analytical.deepep import deepep_level_fractions
-from stage_explore.analytical.frameworks import (
-    FP32_BYTES,
-    FrameworkProfile,
-)
+from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.overlap import (
     flat_ring_s,
     ring_exchange_send,

@@ -36,13 +36,12 @@ from stage_explore.analytical.context_parallel import cp_ring_held_bytes
 from stage_explore.analytical.costs import (
     optimizer_step_s,
 )
-from stage_explore.analytical.frameworks import (
-    LOSS_PARALLEL_FP32_BUFFERS,
-    FrameworkProfile,
+from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
     local_schedule_micro_batches,
     pipelining_buffer_bytes,
 )
+from stage_explore.analytical.framework_profile import LOSS_PARALLEL_FP32_BUFFERS, FrameworkProfile
 from stage_explore.analytical.kernels import (
     BLOCK_SCALED,
 )
@@ -174,8 +173,8 @@ class StateCosting:
         on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
         :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set; under
         ``pipelining_stage_buffers`` with pp > 1, torch pipelining's receive buffers and kept
-        outputs (:func:`~stage_explore.analytical.frameworks.pipelining_buffer_bytes`; the first
-        stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe)."""
+        outputs (:func:`~stage_explore.analytical.framework_costs.pipelining_buffer_bytes`; the
+        first stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe)."""
         workload, profile = point.workload, self.framework
         parallel = workload.parallel
         held = gathered

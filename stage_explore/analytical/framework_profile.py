@@ -1,6 +1,7 @@
 """The framework-profile type: :class:`FrameworkProfile` (one framework's behaviours as data),
 :data:`OPTION_FLAGS` (each option and the framework flag it stands for) and the option values.
-The shipped profiles and what they cost are in :mod:`stage_explore.analytical.frameworks`.
+The shipped profiles are in :mod:`stage_explore.analytical.frameworks`, what their options imply
+in bytes and micro-batches in :mod:`stage_explore.analytical.framework_costs`.
 
 The same parallel configuration runs differently under Megatron-LM, Megatron-Core, DeepSpeed
 and PyTorch FSDP: which communication each overlaps with compute, how ZeRO-3 / FSDP gathers
@@ -314,7 +315,7 @@ Options (all booleans unless said):
   are not timed. Off: FSDP2, Megatron and DeepSpeed buffers (no such concatenation).
 - ``fp8_weight_cast_per_use`` — under an FP8 recipe every use of a linear weight casts it again from
   its 16-bit copy with a fresh dynamic scale: an amax over the weight, then the cast
-  (:data:`~stage_explore.analytical.frameworks.FP8_DYNAMIC_CAST_BYTES` per element), in the forward,
+  (:data:`~.framework_costs.FP8_DYNAMIC_CAST_BYTES` per element), in the forward,
   in a fully recomputed forward and for the backward's input gradient (torchao ``Float8Linear``:
   ``matmul_with_hp_or_float8_args`` saves the high-precision input and weight and casts the weight
   again in the backward, "to have a chance to reuse max(abs(weight)) from the forward" waiting on
@@ -386,7 +387,7 @@ Options (all booleans unless said):
   ``fp8_params``) a stored parameter copy in that dtype (``store_params``); with an fp32 state
   for a bf16 model the 16 trailing bits of the fp32 master only (``store_param_remainders``);
   with a bf16 state for a bf16 model no copy at all (:func:`~stage_explore.analytical.
-  frameworks.distributed_fused_adam_state_bytes`: 10, 4, or with FP8 parameters 12, 6 bytes
+  framework_costs.distributed_fused_adam_state_bytes`: 10, 4, or with FP8 parameters 12, 6 bytes
   instead of Megatron's 12). Memory only: the optimizer step is timed as Megatron's. Off:
   Megatron-Core's distributed optimizer (fp32 master and moments).
 - ``collectives_wait_for_issued_compute`` — a collective issued from the compute stream
@@ -463,7 +464,7 @@ Options (all booleans unless said):
   and keeps each micro-batch's output in ``fwd_cache`` until its backward (Megatron frees the
   sent output's data, ``deallocate_output_tensor``). Beside the saved activations a stage
   holds ``2·m`` boundary-sized buffers (``m`` micro-batches), the first stage ``m`` plus the
-  outputs in flight (:func:`~stage_explore.analytical.frameworks.pipelining_buffer_bytes`).
+  outputs in flight (:func:`~stage_explore.analytical.framework_costs.pipelining_buffer_bytes`).
   Memory only.
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's

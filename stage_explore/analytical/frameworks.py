@@ -1,53 +1,17 @@
 """Training-framework behaviours that decide real step times: the registry :data:`FRAMEWORKS`
 of shipped profiles (Megatron-LM 2021, Megatron-Core, DeepSpeed, PyTorch FSDP, NeMo AutoModel,
-IBM fms-fsdp, llm-foundry 2023, TorchTitan), :func:`get_framework`,
-:func:`zero3_gathered_bytes` (the gathered ZeRO-3 parameters a rank holds under each
-framework's gathering rule), :func:`grad_accumulation_bytes` (the traffic of accumulating
-gradients over micro-batches) and the FSDP copy-kernel byte counts. The profile type and its
-options are in :mod:`stage_explore.analytical.framework_profile` (re-exported here).
+IBM fms-fsdp, llm-foundry 2023, TorchTitan), :data:`DEFAULT_FRAMEWORK` and
+:func:`get_framework`. The profile type and its options are in
+:mod:`stage_explore.analytical.framework_profile`; what a profile's options imply in bytes and
+micro-batches in :mod:`stage_explore.analytical.framework_costs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 
 from stage_core.errors import ConfigError
-from stage_core.parallel import ParallelConfig
-from stage_explore.analytical.framework_profile import (
-    DISTRIBUTED_FUSED_ADAM,
-    FP32_BYTES,
-    GIB,
-    GRAD_ACCUMULATION,
-    LOSS_PARALLEL_FP32_BUFFERS,
-    MIB,
-    OPTION_FLAGS,
-    FrameworkProfile,
-)
-
-__all__ = [
-    "DEFAULT_FRAMEWORK",
-    "DISTRIBUTED_FUSED_ADAM",
-    "FP32_BYTES",
-    "FP8_DYNAMIC_CAST_BYTES",
-    "FRAMEWORKS",
-    "GIB",
-    "GRAD_ACCUMULATION",
-    "LOSS_PARALLEL_FP32_BUFFERS",
-    "MIB",
-    "OPTION_FLAGS",
-    "FrameworkProfile",
-    "distributed_fused_adam_state_bytes",
-    "fsdp1_flat_grad_bytes",
-    "fsdp2_copy_bytes",
-    "get_framework",
-    "grad_accumulation_bytes",
-    "held_accumulation_bytes",
-    "held_sync_micro_batches",
-    "pipelining_buffer_bytes",
-    "zero3_gathered_bytes",
-]
-
+from stage_explore.analytical.framework_profile import GIB, FrameworkProfile
 
 #: The shipped profiles. Memory besides tensors (``runtime_reserved_bytes``): a PyTorch
 #: process holds its CUDA context (the driver and the loaded kernels: ~300 MB with CUDA >= 11.7's
@@ -463,182 +427,6 @@ FRAMEWORKS["fms-fsdp"] = replace(
 #: The profile the analytical backend uses when none is named (the behaviour the backend was
 #: first validated with).
 DEFAULT_FRAMEWORK = "megatron-lm-2021"
-
-
-def zero3_gathered_bytes(
-    profile: FrameworkProfile,
-    blocks_bytes: Sequence[int],
-    largest_tensor_elements: int,
-    weight_bytes: int,
-) -> int:
-    """Bytes of gathered (unsharded) ZeRO-3 parameters a rank holds at its peak, given the full
-    weight bytes of each block it runs (``blocks_bytes``) and its largest single weight tensor:
-    two whole blocks (the one in use and the prefetched next; ``zero3_live_elements`` 0), or
-    DeepSpeed's per-sub-module bound — the live elements (at least the largest tensor, which
-    must be whole to run) plus the prefetch bucket — when that is smaller."""
-    two_blocks = sum(sorted(blocks_bytes, reverse=True)[:2])
-    if profile.fsdp_param_fp32 and weight_bytes < FP32_BYTES:  # fp32 units gathered
-        two_blocks = two_blocks * FP32_BYTES // weight_bytes
-    if profile.zero3_live_elements == 0:
-        return two_blocks
-    live = max(largest_tensor_elements, profile.zero3_live_elements)
-    return min(two_blocks, (live + profile.zero3_prefetch_elements) * weight_bytes)
-
-
-#: HBM bytes per element of a dynamically scaled FP8 cast of a 16-bit tensor: the amax
-#: reduction reads it (2), the scale-and-cast kernel reads it again (2) and writes FP8 (1); the
-#: reduction must finish before the cast, so even a compiled graph runs two kernels.
-FP8_DYNAMIC_CAST_BYTES = 5
-
-
-def fsdp1_flat_grad_bytes(profile: FrameworkProfile, weight_bytes: int) -> int:
-    """HBM bytes per parameter element of FSDP1's flat-gradient concatenation
-    (``fsdp1_flat_grad``): one read and one write of a gradient element in the flat parameter's
-    dtype during the backward — fp32 under ``fsdp_param_fp32`` (autocast's cast backward has
-    already turned the 16-bit gradient into the fp32 view's), else ``weight_bytes``."""
-    if not profile.fsdp1_flat_grad:
-        return 0
-    element = FP32_BYTES if profile.fsdp_param_fp32 else weight_bytes
-    return 2 * element
-
-
-def fsdp2_copy_bytes(gathers: int, scatters: int, weight_bytes: int, grad_bytes: int) -> int:
-    """HBM bytes per parameter element of FSDP2's copies (``fsdp2_copies``) for ``gathers``
-    all-gathers and ``scatters`` reduce-scatters: a copy-out reads the gathered buffer and writes
-    the unsharded parameter (``2·weight_bytes``); a copy-in reads the unsharded gradient, in the
-    parameter dtype, and writes it into the reduce-dtype buffer (``weight_bytes + grad_bytes``:
-    6 for bf16 into fp32). The shard-sized copy-in of an all-gather and the accumulation of the
-    reduce-scatter output (1/dp of the elements) are not counted."""
-    return gathers * 2 * weight_bytes + scatters * (weight_bytes + grad_bytes)
-
-
-def grad_accumulation_bytes(
-    profile: FrameworkProfile, dtype: str, weight_bytes: int, grad_bytes: int
-) -> int:
-    """HBM bytes moved per weight-gradient element and micro-batch to accumulate it
-    (``grad_accumulation``, module docstring), for a run computing in ``dtype`` with
-    ``weight_bytes`` weights and ``grad_bytes`` accumulators: 0 for ``"none"``; a
-    separate add reads the fresh gradient and reads and writes the accumulator
-    (``weight_bytes + 2·grad_bytes``: 10 for bf16 into fp32, 6 for fp16 into fp16); DeepSpeed
-    under bf16 reads the bf16 gradient, writes and reads its fp32 cast, and reads and writes
-    the fp32 accumulator (2 + 2·4 + 2·4 = 18); under fp16 it runs no such pass (0)."""
-    mode = profile.grad_accumulation
-    if mode == "none":
-        return 0
-    if mode == "deepspeed":
-        if dtype != "bf16":
-            return 0
-        fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
-        return weight_bytes + 2 * fp32 + 2 * fp32
-    return weight_bytes + 2 * grad_bytes  # "add", and "fused-linear" for its unfused weights
-
-
-def held_accumulation_bytes(micro_batches: int, weight_bytes: int, grad_bytes: int) -> float:
-    """HBM bytes per unsharded weight-gradient element and micro-batch, averaged over a step of
-    ``micro_batches``, of FSDP2 accumulating a held stage's gradients with sync off
-    (``pp_unsharded_params``): the first micro-batch casts the fresh ``weight_bytes`` gradient
-    to the ``grad_bytes`` reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``: one read,
-    one write), each later one adds it (``accumulate_unsharded_grad_if_needed``: both read,
-    the accumulator written) — 6 then 10 bytes for bf16 into fp32."""
-    m = max(1, micro_batches)
-    cast = weight_bytes + grad_bytes
-    add = weight_bytes + 2 * grad_bytes
-    return (cast + (m - 1) * add) / m
-
-
-#: Bytes of the 16 trailing bits of an fp32 master weight Apex's ``DistributedFusedAdam`` keeps
-#: under ``store_param_remainders`` ("store bits required to reconstruct FP32 params" from the
-#: bf16 parameter; apex/contrib/optimizers/distributed_fused_adam.py).
-PARAM_REMAINDER_BYTES = 2
-
-
-def distributed_fused_adam_state_bytes(profile: FrameworkProfile, fp8_params: bool) -> int | None:
-    """Optimizer-state bytes per parameter (before sharding) of Apex's ``DistributedFusedAdam``
-    under ``profile.distributed_fused_adam`` (``None`` when off: Megatron's 12) for a bf16
-    model, ``fp8_params`` when its FP8 layers' parameters are FP8 (NeMo ``fp8_params``). Two
-    Adam moments in the state dtype, and NeMo's choice of the parameter copy
-    (nemo/collections/nlp/models/language_modeling/megatron_base_model.py,
-    ``setup_optimization``): ``fp8_params`` -> ``store_params`` (a copy in the state dtype);
-    state dtype = model dtype (bf16) -> ``store_params=False`` (none); fp32 state for a bf16
-    model -> ``store_param_remainders`` (:data:`PARAM_REMAINDER_BYTES`)."""
-    dtype = profile.distributed_fused_adam
-    if dtype == "off":
-        return None
-    state = FP32_BYTES if dtype == "fp32" else 2
-    if fp8_params:
-        copy = state
-    elif dtype == "bf16":
-        copy = 0
-    else:
-        copy = PARAM_REMAINDER_BYTES
-    return 2 * state + copy
-
-
-def pipelining_buffer_bytes(
-    chunks: Sequence[tuple[bool, bool]], micro_batches: int, boundary: int, first_in_flight: int
-) -> int:
-    """Bytes a rank's ``torch.distributed.pipelining`` stages hold beside the saved activations
-    (``pipelining_stage_buffers``), for its ``chunks`` as (holds the first stage, holds the
-    last stage), ``micro_batches`` per step and ``boundary`` bytes per micro-batch crossing a
-    stage boundary. A stage after the first has an input receive buffer per micro-batch
-    (``PipelineStage._prepare_forward_infra``), a stage before the last an output-gradient
-    receive buffer per micro-batch (``_prepare_backward_infra``); both live for the whole run.
-    A stage keeps the outputs of its micro-batches in flight (``fwd_cache``) until their
-    backward; on a middle stage these are as many as the inputs in flight, which are the
-    receive buffers themselves and already counted among the saved activations (the first
-    layer saves its input), so the two cancel. The first stage has no receive buffer: its
-    ``first_in_flight`` outputs count; the last keeps no output: its micro-batch in flight's
-    input, counted twice, comes off."""
-    total = 0
-    for first, last in chunks:
-        if not first:
-            total += micro_batches * boundary
-        if not last:
-            total += micro_batches * boundary
-        if first and not last:
-            total += first_in_flight * boundary
-        if last and not first:
-            total -= boundary
-    return total
-
-
-def held_sync_micro_batches(
-    profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
-) -> int:
-    """Micro-batches between a held stage's gathers and its reduce-scatters
-    (``pp_unsharded_params``): the step's ``micro_batches``, or under
-    ``pp_held_sync_per_schedule`` one pipeline schedule's
-    (:func:`local_schedule_micro_batches`: the stage is reduce-scattered and resharded after
-    every schedule)."""
-    if profile.pp_held_sync_per_schedule:
-        return local_schedule_micro_batches(profile, parallel, micro_batches)
-    return micro_batches
-
-
-def local_schedule_micro_batches(
-    profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
-) -> int:
-    """Micro-batches per pipeline schedule: the step's ``micro_batches`` in one schedule, or,
-    under ``local_batch_size`` with pipeline parallelism, the local batch's
-    ``local_batch_size / micro_batch`` (NeMo AutoModel runs ``schedule.step`` once per local
-    batch: recipes/llm/train_ft.py ``_forward_backward_step``). A one-line
-    :class:`ConfigError` when the local batch does not split into whole micro-batches or the
-    step into whole local batches."""
-    local = profile.local_batch_size
-    if not local or parallel.pp == 1:
-        return micro_batches
-    if local % parallel.micro_batch:
-        raise ConfigError(
-            f"`local_batch_size` must be a multiple of the micro-batch, but got "
-            f"({local=}, micro_batch={parallel.micro_batch})"
-        )
-    per_schedule = local // parallel.micro_batch
-    if micro_batches % per_schedule:
-        raise ConfigError(
-            f"the step's {micro_batches} micro-batches per data-parallel rank must split into "
-            f"local batches of {per_schedule} (`local_batch_size` {local})"
-        )
-    return per_schedule
 
 
 def get_framework(name: str) -> FrameworkProfile:

@@ -17,16 +17,15 @@ from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_kept_block
 from stage_core.plans import DP_REPLICATE
-from stage_explore.analytical.frameworks import (
+from stage_explore.analytical.framework_costs import (
     FP8_DYNAMIC_CAST_BYTES,
-    FP32_BYTES,
-    FrameworkProfile,
     fsdp1_flat_grad_bytes,
     fsdp2_copy_bytes,
     grad_accumulation_bytes,
     held_accumulation_bytes,
     held_sync_micro_batches,
 )
+from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.kernels import gemm_role
 from stage_explore.analytical.parts import Memo, Point
 
@@ -40,7 +39,7 @@ class PhasePasses:
     def _grad_accumulation_s(self, point: Point, kind: str) -> float:
         """Seconds per micro-batch of adding a block's weight gradients to the buffers that
         accumulate them over the step, a memory-bound pass at the achieved HBM bandwidth
-        (:func:`~stage_explore.analytical.frameworks.grad_accumulation_bytes`). Under ZeRO-2/3
+        (:func:`~stage_explore.analytical.framework_costs.grad_accumulation_bytes`). Under ZeRO-2/3
         a micro-batch's gradients are reduce-scattered first and only this rank's partition
         (1/group of each weight's gradient-reduction group) is accumulated; under
         ``pp_unsharded_params`` (ZeRO-3, pp > 1) the unsharded ones are
@@ -77,7 +76,7 @@ class PhasePasses:
         gradient sync off, each micro-batch's ``FSDPParamGroup.post_backward`` casts (the
         first) or adds (the later ones) the fresh 16-bit gradient of every gathered parameter
         into its reduce-dtype accumulator (torch/distributed/fsdp/_fully_shard/_fsdp_param.py;
-        :func:`~stage_explore.analytical.frameworks.held_accumulation_bytes`). On the compute
+        :func:`~stage_explore.analytical.framework_costs.held_accumulation_bytes`). On the compute
         stream, at the achieved HBM bandwidth, for the weights FSDP gathers
         (:func:`~stage_core.lower.memory.unsharded_elements`)."""
         workload = point.workload
@@ -155,7 +154,7 @@ class PhasePasses:
     def _flat_grad_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of FSDP1's flat-gradient concatenation of a block's weight
         gradients in the backward (``fsdp1_flat_grad`` under ZeRO-3, :func:`~stage_explore.
-        analytical.frameworks.fsdp1_flat_grad_bytes`): the unsharded gradient, every element,
+        analytical.framework_costs.fsdp1_flat_grad_bytes`): the unsharded gradient, every element,
         on the compute stream, once per backward (a recomputed forward adds none)."""
         workload = point.workload
         if workload.parallel.zero < 3 or phase not in ("bwd", "bwd_w"):

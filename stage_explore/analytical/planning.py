@@ -40,9 +40,7 @@ from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.collectives import latency_bound_all_reduce_s
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.costing import BlockCosting
-from stage_explore.analytical.frameworks import (
-    zero3_gathered_bytes,
-)
+from stage_explore.analytical.framework_costs import zero3_gathered_bytes
 from stage_explore.analytical.parts import (
     ChunkParts,
     KindParts,

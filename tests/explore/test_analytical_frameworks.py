@@ -19,13 +19,9 @@ from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import BlockTiming, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
-from stage_explore.analytical.frameworks import (
-    DEFAULT_FRAMEWORK,
-    FRAMEWORKS,
-    OPTION_FLAGS,
-    get_framework,
-    zero3_gathered_bytes,
-)
+from stage_explore.analytical.framework_costs import zero3_gathered_bytes
+from stage_explore.analytical.framework_profile import OPTION_FLAGS
+from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from stage_explore.analytical.overlap import flat_ring_s, overlap_collectives, overlap_rule
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.cli import main

@@ -23,7 +23,8 @@ from stage_explore.analytical.async_tp import (
 )
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import BlockTiming, time_block
-from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
+from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
 from stage_explore.analytical.overlap import Bulk, overlap_collectives, overlap_rule
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system

@@ -14,7 +14,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import get_framework, held_accumulation_bytes
+from stage_explore.analytical.framework_costs import held_accumulation_bytes
+from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
 
 MOE = get_flavor("qwen3-30b-a3b").with_overrides(layers=2, seq_len=512)

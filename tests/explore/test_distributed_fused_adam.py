@@ -15,10 +15,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import (
-    distributed_fused_adam_state_bytes,
-    get_framework,
-)
+from stage_explore.analytical.framework_costs import distributed_fused_adam_state_bytes
+from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)

@@ -35,7 +35,8 @@ from stage_explore.analytical.async_tp import async_grad_allreduce_rule, combine
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import fuse_elementwise, time_block
 from stage_explore.analytical.collectives import alpha_beta_collective_s
-from stage_explore.analytical.frameworks import FRAMEWORKS, FrameworkProfile, get_framework
+from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
 from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.overlap import (

@@ -1,5 +1,5 @@
 """torchao's Float8Linear casts a weight to FP8 at every use (``fp8_weight_cast_per_use``,
-:data:`stage_explore.analytical.frameworks.FP8_DYNAMIC_CAST_BYTES`), against closed forms
+:data:`stage_explore.analytical.framework_costs.FP8_DYNAMIC_CAST_BYTES`), against closed forms
 computed here."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import FP8_DYNAMIC_CAST_BYTES, FRAMEWORKS
+from stage_explore.analytical.framework_costs import FP8_DYNAMIC_CAST_BYTES
+from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)

@@ -1,6 +1,6 @@
 """FSDP1's flat-gradient concatenation on the compute stream (``fsdp1_flat_grad``,
-:func:`stage_explore.analytical.frameworks.fsdp1_flat_grad_bytes`) against closed forms computed
-here."""
+:func:`stage_explore.analytical.framework_costs.fsdp1_flat_grad_bytes`) against closed forms
+computed here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import FRAMEWORKS, fsdp1_flat_grad_bytes, get_framework
+from stage_explore.analytical.framework_costs import fsdp1_flat_grad_bytes
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
 from stage_explore.system import load_system
 
 GPT = get_flavor("megatron-gpt-1.7b").with_overrides(

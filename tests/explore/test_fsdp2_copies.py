@@ -1,5 +1,5 @@
 """FSDP2's all-gather copy-out and reduce-scatter copy-in on the compute stream
-(``fsdp2_copies``, :func:`stage_explore.analytical.frameworks.fsdp2_copy_bytes`) against closed
+(``fsdp2_copies``, :func:`stage_explore.analytical.framework_costs.fsdp2_copy_bytes`) against closed
 forms computed here."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import FRAMEWORKS, fsdp2_copy_bytes
+from stage_explore.analytical.framework_costs import fsdp2_copy_bytes
+from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)

@@ -11,7 +11,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework, zero3_gathered_bytes
+from stage_explore.analytical.framework_costs import zero3_gathered_bytes
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point
 

@@ -13,11 +13,8 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import (
-    FRAMEWORKS,
-    get_framework,
-    grad_accumulation_bytes,
-)
+from stage_explore.analytical.framework_costs import grad_accumulation_bytes
+from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
 from stage_explore.system import load_system
 
 GPT = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)

@@ -11,7 +11,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.frameworks import get_framework, pipelining_buffer_bytes
+from stage_explore.analytical.framework_costs import pipelining_buffer_bytes
+from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=4, seq_len=1024)
