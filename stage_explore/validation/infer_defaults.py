@@ -24,7 +24,12 @@ from stage_explore.validation.infer_torch import (
     torchtitan_defaults,
     torchtitan_pipeline,
 )
-from stage_explore.validation.infer_userbuffers import ring_config, ring_options
+from stage_explore.validation.infer_userbuffers import (
+    bulk_config,
+    bulk_note,
+    ring_config,
+    ring_options,
+)
 
 #: FP8 recipes whose NeMo 2.0 / Megatron-Bridge precision config sets fp8_param_gather
 #: (bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
@@ -158,6 +163,24 @@ def _bridge_options(
             out.notes.append(f"{why} ({said}; the text names Megatron-Bridge)")
 
 
+def _bridge_connections(layout: dict[str, Any], system: str, out: Defaults) -> None:
+    """``CUDA_DEVICE_MAX_CONNECTIONS`` of Megatron-Bridge's performance launcher on Blackwell:
+    32 when the row runs tensor or context parallelism beside data or pipeline parallelism."""
+    sizes = {k: int(layout.get(k, 1)) for k in ("tp", "cp", "dp", "pp")}
+    split = sizes["tp"] > 1 or sizes["cp"] > 1
+    if not (_blackwell(system) and split and (sizes["dp"] > 1 or sizes["pp"] > 1)):
+        return
+    out.options["cuda_device_max_connections"] = 32
+    out.notes.append(
+        "CUDA_DEVICE_MAX_CONNECTIONS 32 (cuda_device_max_connections 32: userbuffers' pipelined "
+        "GEMM chunks run concurrently on Transformer Engine's streams): Megatron-Bridge "
+        "scripts/performance perf_plugins.py PerfEnvPlugin._set_num_cuda_device_max_connections "
+        "sets 32 on sm100 or newer when (tp > 1 or cp > 1) and (dp > 1 or pp > 1) ('We need "
+        "extra connections to avoid serialization of streams'; 1 on Hopper), the launcher of "
+        "the performance summary's runs (the text names Megatron-Bridge; a Blackwell GPU)"
+    )
+
+
 #: Model providers of Megatron-Bridge that leave Megatron-Core's apply_rope_fusion at its
 #: default False (megatron/core/transformer/transformer_config.py); the Llama and Nemotron
 #: providers enable it (fusions.can_enable_apply_rope_fusion).
@@ -205,7 +228,8 @@ def _megatron_core(
     family: str = "",
     shape: tuple[int, int] = (0, 1),
 ) -> None:
-    """``shape``: the model's hidden size and the row's tensor-parallel size."""
+    """``shape``: the model's hidden size (the row's cell, else the flavor's) and the row's
+    tensor-parallel size."""
     release = container(row)
     if release is None:
         out.notes.append(
@@ -240,6 +264,8 @@ def _megatron_core(
         _userbuffers_methods(row, family, shape[0], system, precision, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
         _mlperf_gpt3(precision, release, said, out)
+    if shape[1] > 1 and "ub_bulk_sm_margin" not in out.options:
+        _bulk_margin(row, family, shape[0], system, release, mlperf, said, out)
 
 
 def _userbuffers_methods(
@@ -254,11 +280,8 @@ def _userbuffers_methods(
     """The forward reduce-scatters' userbuffers method of a NeMo 2.0 / Megatron-Bridge
     performance recipe (:mod:`~stage_explore.validation.infer_userbuffers`); an MLPerf
     submission names its own conf/tp_overlap configs, not read here."""
-    if _blackwell(system):
-        gpus = "blackwell"
-    elif system.startswith("h100"):
-        gpus = "hopper"
-    else:
+    gpus = _gpus(system)
+    if not gpus:
         return
     bridge = names_bridge(row)
     if re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE):
@@ -270,6 +293,41 @@ def _userbuffers_methods(
     out.options.update(options)
     who = "the text names Megatron-Bridge" if bridge else "NeMo 2.0's recipes"
     out.notes.append(f"{note} ({said}; {who})")
+
+
+def _gpus(system: str) -> str:
+    """The GPU generation of a preset as the userbuffers tables key it ("" for neither)."""
+    if _blackwell(system):
+        return "blackwell"
+    return "hopper" if system.startswith("h100") else ""
+
+
+def _bulk_margin(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    system: str,
+    release: tuple[int, int],
+    mlperf: bool,
+    said: str,
+    out: Defaults,
+) -> None:
+    """The bulk overlaps' SM margin of a recipe's userbuffers config
+    (:data:`~stage_explore.validation.infer_userbuffers.BULK_CONFIGS`): off in every config a
+    NeMo 1.x launcher (24.09 on), NeMo 2.0 or Megatron-Bridge recipe names for the model."""
+    if re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE):
+        family = "grok-1"  # read on the mixtral base flavor; its recipe is its own
+    entry = bulk_config(family, hidden, _gpus(system), release)
+    if entry is None or out.options.get("tp_comm_overlap") is False:
+        return
+    out.options["ub_bulk_sm_margin"] = False
+    mine = (
+        "; an MLPerf submission names its own conf/tp_overlap file, and every stored NVIDIA "
+        "MLPerf one sets set_sm_margin 0 on the four bulk overlaps too (GPT-3 v4.0 "
+        "h100tp4mbs2.yaml, mlcommons/training_results_v4.0 62f111b7; v4.1 h100tp8mbs1.yaml)"
+        if mlperf else ""
+    )  # fmt: skip
+    out.notes.append(f"{bulk_note(entry)}{mine} ({said})")
 
 
 #: The first container of the MLPerf submissions on NeMo 2.0 (the v5.0 Llama 3.1 405B
@@ -464,7 +522,7 @@ def recipe_defaults(
         tp = int(stated.get("tp", parallel.get("tp", 1)))
         _megatron_core(
             row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family),
-            (spec.hidden, tp),
+            (int(stated.get("hidden", spec.hidden)), tp),
         )  # fmt: skip
         _mla_on_blackwell(row, flavor, system, out)
         release = container(row)
@@ -474,6 +532,7 @@ def recipe_defaults(
             if names_bridge(row):
                 named = f"the text names container {release[0]}.{release[1]:02d}"
                 _bridge_options(flavor, system, release, named, out)
+                _bridge_connections({**parallel, **stated}, system, out)
     elif framework == "automodel":
         automodel_defaults(row, flavor, stated, out)
     elif framework == "torchtitan":

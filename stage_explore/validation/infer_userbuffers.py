@@ -125,3 +125,95 @@ def ring_options(entry: RingConfig) -> tuple[dict[str, str], str]:
         "Transformer Engine CommOverlapP2PBase::split_overlap_rs runs it"
     )
     return options, note
+
+
+#: The first container of NeMo-Framework-Launcher's NeMo 1.x model yamls that name a userbuffers
+#: config (``defaults: optional tp_overlap@model.ub_tp_comm_overlap_cfg``) and ship Transformer
+#: Engine 1.10 or later, whose margin default the config then overrides (the 24.05-24.07 ones
+#: run without a margin whatever they name: infer_defaults.MEGATRON_CORE_ERAS).
+LAUNCHER_FIRST = (24, 9)
+#: The first container of NeMo 2.0's / Megatron-Bridge's performance recipes.
+NEMO2_FIRST = (25, 1)
+LAUNCHER_DIR = (
+    "NeMo-Framework-Launcher launcher_scripts/conf/training/tp_overlap (NVIDIA/"
+    "NeMo-Framework-Launcher 0937882d, a3f31000, 5d302f86)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkConfig:
+    """A userbuffers config a recipe names for a model on a GPU generation, from a container
+    on: each of its four bulk overlaps (``qkv_dgrad``, ``qkv_wgrad``, ``fc1_dgrad``,
+    ``fc1_wgrad``) sets ``set_sm_margin`` False / 0."""
+
+    family: str  #: as :class:`RingConfig`
+    hidden: int  #: 0: any
+    gpus: str  #: ``hopper``, ``blackwell`` or ``any``
+    first: tuple[int, int]  #: the first container whose recipe names it
+    config: str
+    where: str
+
+
+#: The configs of the performance recipes by model, GPU and era, first match wins. NeMo 2.0's
+#: ``tp_overlap_configs/userbuffers.py`` and Megatron-Bridge's ``comm_overlap.py`` (the stored
+#: files named above) declare every ``BulkOverlapCfg`` with ``set_sm_margin=False``;
+#: every NeMo-Framework-Launcher ``tp_overlap/ub_cfg_*.yaml`` (all H100) sets ``set_sm_margin:
+#: 0`` on its bulk overlaps. A row of another model keeps Transformer Engine's default.
+BULK_CONFIGS: tuple[BulkConfig, ...] = (
+    BulkConfig("grok-1", 0, "any", NEMO2_FIRST,
+               "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 (NeMo 2.0's "
+               "pretrain_grok1_314b.py, every GPU and precision)", NEMO_FILE),
+    BulkConfig("llama", 8192, "hopper", LAUNCHER_FIRST,
+               "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (llama/llama3_1_70b.yaml defaults; "
+               "NeMo 2.0 / Megatron-Bridge: userbuffers_{bf16,fp8}_h100_h8192_tp4_mbs1_seqlen8192)",
+               f"{LAUNCHER_DIR}; {NEMO_FILE}; {BRIDGE_FILE}"),
+    BulkConfig("llama", 16384, "hopper", LAUNCHER_FIRST,
+               "ub_cfg_h100_{bf16,fp8}_h16384_tp8_cp2_mbs1_seqlen8192 (llama/llama3_1_405b.yaml "
+               "defaults; NeMo 2.0 / Megatron-Bridge: "
+               "userbuffers_{bf16,fp8}_h100_h16384_tp8_cp2_mbs1_seqlen8192)",
+               f"{LAUNCHER_DIR}; {NEMO_FILE}; {BRIDGE_FILE}"),
+    BulkConfig("gpt", 12288, "hopper", LAUNCHER_FIRST,
+               "ub_cfg_h100_h12288_tp4_mbs2_seqlen2048 (named by the launcher's Training."
+               "_get_ub_cfg_override from GPU, hidden size, tp, micro-batch and sequence length; "
+               "NeMo 2.0: userbuffers_{bf16,fp8}_h100_h12288_tp4_mbs1_seqlen2048)",
+               f"{LAUNCHER_DIR}; {NEMO_FILE}"),
+    BulkConfig("llama", 8192, "blackwell", NEMO2_FIRST,
+               "userbuffers_{bf16,fp8}_b200_h8192_tp2_mbs1_seqlen8192",
+               f"{NEMO_FILE}; {BRIDGE_FILE}"),
+    BulkConfig("llama", 16384, "blackwell", NEMO2_FIRST,
+               "userbuffers_{bf16,fp8}_b200_h16384_tp4_cp2_mbs1_seqlen8192",
+               f"{NEMO_FILE}; {BRIDGE_FILE}"),
+    BulkConfig("gpt", 12288, "blackwell", NEMO2_FIRST,
+               "userbuffers_{bf16,fp8}_b200_h12288_tp4_mbs1_seqlen2048", NEMO_FILE),
+    BulkConfig("nemotron", 6144, "blackwell", NEMO2_FIRST,
+               "userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096", NEMO_FILE),
+    BulkConfig("nemotron", 18432, "blackwell", NEMO2_FIRST,
+               "userbuffers_{bf16,fp8}_b200_h18432_tp8_mbs1_seqlen4096",
+               f"{NEMO_FILE}; {BRIDGE_FILE}"),
+)  # fmt: skip
+
+
+def bulk_config(
+    family: str, hidden: int, gpus: str, release: tuple[int, int]
+) -> BulkConfig | None:
+    """The first :data:`BULK_CONFIGS` entry a row of model ``family`` / ``hidden`` on GPU
+    generation ``gpus`` in container ``release`` matches."""
+    for entry in BULK_CONFIGS:
+        if (
+            entry.family == family
+            and entry.hidden in (0, hidden)
+            and entry.gpus in ("any", gpus)
+            and release >= entry.first
+        ):
+            return entry
+    return None
+
+
+def bulk_note(entry: BulkConfig) -> str:
+    """The assumption of a bulk-margin default read from ``entry``."""
+    return (
+        "userbuffers bulk overlaps without an SM margin (ub_bulk_sm_margin false): the "
+        f"recipe's userbuffers config for this model and GPU is {entry.config}, {entry.where}: "
+        "its qkv_dgrad, qkv_wgrad, fc1_dgrad and fc1_wgrad bulk overlaps set set_sm_margin "
+        "False / 0, so the GEMMs beside them keep every SM"
+    )
