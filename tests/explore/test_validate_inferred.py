@@ -334,7 +334,7 @@ def test_a_grok1_proxy_row_is_inferred_on_a_mixtral_base(tmp_path: Path) -> None
     [
         ({"moe": "MoE"}, "experts and top-k in the moe column"),
         ({"ffn": "32768 per expert"}, "ffn"),
-        ({"model": "Kimi K2"}, "of no known family"),
+        ({"model": "Falcon 180B"}, "of no known family"),
     ],
 )  # fmt: skip
 def test_a_grok1_row_without_its_expert_dims_is_not_evaluated(
@@ -343,6 +343,23 @@ def test_a_grok1_row_without_its_expert_dims_is_not_evaluated(
     (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == "DGXC-GROK1-BF16-314B-8"]
     (result,) = run_validation(_folder(tmp_path, {**row, **cells})).results
     assert not result.evaluated and reason in result.note
+
+
+def test_kimi_k2_is_deepseek_v3_s_architecture_at_its_published_sizes() -> None:
+    """The AutoModel Kimi K2 row states no dims: it is set up as the hand-written setup sets it
+    up (deepseek-v3 with moonshotai's kimi_k2 sizes); a dim the CSV states wins."""
+    row_id = "AUTOMODEL-H100-KIMIK2-256"
+    (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == row_id]
+    (package,) = [c for c in load_cases() if c.id == row_id and c.metric != "peak_mem_gib"]
+    (inferred, *_) = row_cases(row, HELD_OUT, package.line, DATA)
+    assert inferred.model is not None and not inferred.reason, inferred.reason
+    assert inferred.model == package.model
+    assert (inferred.model.num_experts, inferred.model.heads, inferred.model.vocab) == (
+        384, 64, 163840,
+    )  # fmt: skip
+    assert any("kimi_k2 config" in a for a in inferred.assumptions)
+    (fewer, *_) = row_cases({**row, "layers": "4"}, HELD_OUT, package.line, DATA)
+    assert fewer.model is not None and fewer.model.layers == 4
 
 
 @pytest.mark.parametrize(
