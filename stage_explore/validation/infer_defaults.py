@@ -264,6 +264,8 @@ def _megatron_core(
         _userbuffers_methods(row, family, shape[0], system, precision, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
         _mlperf_gpt3(precision, release, said, out)
+    if release >= MLPERF_NEMO2:
+        _nemo2_amax_and_dropout(row, family, shape[0], precision, mlperf, said, out)
     if shape[1] > 1 and "ub_bulk_sm_margin" not in out.options:
         _bulk_margin(row, family, shape[0], system, release, mlperf, said, out)
 
@@ -334,6 +336,43 @@ def _bulk_margin(
 #: pretrain.py on ngc25.01); NVIDIA's GPT-3 175B submissions before it run NeMo 1.x's
 #: megatron_gpt_pretraining with the implementation's own conf/ (custom.yaml, optim/, tp_overlap/).
 MLPERF_NEMO2 = (25, 1)
+
+
+def _nemo2_amax_and_dropout(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    precision: str,
+    mlperf: bool,
+    said: str,
+    out: Defaults,
+) -> None:
+    """NeMo 2.0 (25.01 on): GPT-3 175B's config without dropout and its performance script's
+    FP8 amax reduction over the tensor-parallel group; an MLPerf submission on NeMo 2.0
+    (pretrain.py) reduces its amaxes the same way by its conf/custom.yaml default."""
+    gpt3_175b = family == "gpt" and hidden == 12288 and not names_bridge(row)
+    if gpt3_175b and not mlperf:
+        out.model["dropout"] = False
+        out.notes.append(
+            "no dropout (dropout false): NeMo 2.0's GPTConfig175B sets hidden_dropout and "
+            "attention_dropout 0.0 (nemo/collections/llm/gpt/model/base.py; GPTConfig's other "
+            f"sizes keep Megatron-Core's 0.1) ({said}; GPT-3 175B)"
+        )
+    if precision != "fp8" or not (gpt3_175b or mlperf):
+        return
+    out.options["fp8_amax_reduction"] = "tp_cp"
+    why = (
+        "an MLPerf submission on NeMo 2.0: pretrain.py sets the model config's "
+        "tp_only_amax_red from conf/custom.yaml, ${oc.env:TP_ONLY_AMAX_RED,True} "
+        "(tyche_ngpu256_ngc25.04_nemo, MLPerf Training v5.0)"
+        if mlperf
+        else "NeMo 2.0's scripts/performance/llm/pretrain_gpt3_175b.py sets "
+        "recipe.model.config.tp_only_amax_red = True (every stored version)"
+    )  # fmt: skip
+    out.notes.append(
+        "FP8 amaxes reduced over the tensor- and context-parallel group only "
+        f"(fp8_amax_reduction tp_cp, Megatron-Core --tp-only-amax-red): {why} ({said})"
+    )
 
 
 def _mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaults) -> None:

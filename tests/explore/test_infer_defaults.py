@@ -389,3 +389,31 @@ def test_mla_trains_on_te_unfused_attention_on_blackwell_before_cudnn_9_11(
     cells = {**DSV3, "precision": "bf16", "tp": "2", "pp": "4", "ep": "32", "num_gpus": "256"}
     options = dict(_case(source=source, gpu=gpu, **cells).framework_options)
     assert (options.get("sm100_attention_kernel") == "unfused") is unfused
+
+
+@pytest.mark.parametrize(
+    ("source", "model", "precision", "dropout", "amax"),
+    [
+        # NeMo 2.0's GPTConfig175B and pretrain_gpt3_175b.py
+        ("NVIDIA NeMo performance summary (NeMo 25.02 container)", "GPT3 175B", "fp8", False,
+         "tp_cp"),
+        ("NVIDIA NeMo performance summary (NeMo 25.02 container)", "GPT3 175B", "bf16", False,
+         None),
+        # a NeMo 1.x container keeps GPT-3's dropout and the data-parallel amax reduction
+        ("DGX Cloud Benchmarking (NeMo 24.12)", "GPT3 175B", "fp8", True, None),
+        # another GPT size keeps GPTConfig's dropout; Llama has none either way
+        ("NVIDIA NeMo performance summary (NeMo 25.02 container)", "GPT3 20B", "fp8", True, None),
+        # an MLPerf submission on NeMo 2.0 reduces amaxes over tp / cp by its custom.yaml
+        ("MLPerf Training v5.0, NVIDIA (tyche_ngpu256_ngc25.04_nemo)", "Llama 3.1 405B", "fp8",
+         False, "tp_cp"),
+    ],
+)  # fmt: skip
+def test_nemo_2_gpt3_175b_without_dropout_and_its_tp_only_amax_reduction(
+    source: str, model: str, precision: str, dropout: bool, amax: str | None
+) -> None:
+    dims = {"layers": "44", "hidden": "6144", "heads": "48"} if "20B" in model else {}
+    case = _case(source=source, model=model, precision=precision, tp="4", pp="8",
+                 num_gpus="512", global_batch_seqs="512", **dims)  # fmt: skip
+    assert case.model is not None
+    assert case.model.dropout is (dropout and "Llama" not in model)
+    assert dict(case.framework_options).get("fp8_amax_reduction") == amax
