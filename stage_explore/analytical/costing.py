@@ -100,6 +100,7 @@ from stage_explore.analytical.passes import PhasePasses
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.analytical.routing_tiles import routing_share
 from stage_explore.analytical.te_context_parallel import te_ring_comm_timer
+from stage_explore.analytical.ub_multicast import ub_multicast_collective
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +361,13 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if rings:  # two chunks in flight on any queue count (split_overlap_rs)
             compute_s = concurrent_chunks(compute_s, rings)
             comm_s = self._ring_exchange_sends(point, spans, comm_s)
+        framework = self.framework
+        if rule is not None and framework.ub_multicast and not framework.micro_pipeline_tp:
+            multicast_rule = rule  # TE's pipeline / bulk kernels on CUDA multicast (sm_90+)
+            comm_s = self._ub_multicast(
+                point, spans, comm_s,
+                lambda i: outside_nccl(i) and ub_multicast_collective(i, multicast_rule),
+            )  # fmt: skip
         kernels = point.system.accelerator.kernels
         bulk_gemms: frozenset[Instr] = frozenset()
         chunk_gemms: frozenset[Instr] = frozenset()

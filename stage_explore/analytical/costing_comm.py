@@ -45,6 +45,7 @@ from stage_explore.analytical.parts import (
     tied_ends,
 )
 from stage_explore.analytical.policy import PointToPoint, TimingPolicy
+from stage_explore.analytical.ub_multicast import nvls_collective_s
 
 #: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
 #: tokens ``moe.tokens`` and the experts' outputs ``experts.fc2``).
@@ -208,6 +209,32 @@ class CommCosting:
                 ("ub_send", point.token, dim, instr.comm_bytes),
                 lambda: alpha_beta_point_to_point_s(system, rank, int(peer), instr.comm_bytes),
             )
+
+        return timed
+
+    def _ub_multicast(
+        self,
+        point: Point,
+        spans: dict[tuple[str, ...], Any],
+        comm_s: Callable[[Instr], float],
+        multicast: Callable[[Instr], bool],
+    ) -> Callable[[Instr], float]:
+        """``comm_s`` with Transformer Engine's userbuffers multicast kernels (``multicast``,
+        :func:`~stage_explore.analytical.ub_multicast.ub_multicast_collective`) timed as
+        NVLink SHARP moves them (:func:`~stage_explore.analytical.ub_multicast.
+        nvls_collective_s`), memoised; as before where the group's dim has no multicast."""
+        system = point.system
+
+        def timed(instr: Instr) -> float:
+            if instr.collective is None or not multicast(instr):
+                return comm_s(instr)
+            shape, group, _ = spans[instr.axes]
+            kind, size = instr.collective, instr.comm_bytes
+            seconds = self._parts.get(
+                ("ub_multicast", point.token, shape, kind, size),
+                lambda: nvls_collective_s(system, kind, size, group),
+            )
+            return comm_s(instr) if seconds is None else float(seconds)
 
         return timed
 

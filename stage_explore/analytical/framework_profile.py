@@ -426,6 +426,15 @@ Options (all booleans unless said):
   (bulk and pipeline alike, the bulk one too: set ``ub_bulk_sm_margin`` off with it); the
   chunks then run on every SM and lose the kernel's SMs only while it runs, as
   ``ub_bulk_share_s`` charges a bulk overlap.
+- ``ub_multicast`` — with ``tp_comm_overlap``, Transformer Engine's userbuffers "pipeline"
+  and "bulk" kernels (the pipelined forward reduce-scatters, the backward bulk reduce-scatters
+  and the bulk all-gathers of a layer's input for its weight gradient) run on CUDA multicast,
+  NVLink SHARP's ``multimem.ld_reduce`` / ``multimem.st``, on a GPU of compute capability 9.0
+  or newer unless the launch sets ``UB_SKIPMC`` (``create_communicator_grouped2``, TE
+  userbuffers-host.cpp), and move ``S`` bytes in their busier direction at the network dim's
+  ``nvls_efficiency`` (:mod:`~stage_explore.analytical.ub_multicast`). On: TE's default; a
+  dim without ``nvls_efficiency`` (A100) times them as rings either way. Off: ``UB_SKIPMC=1``
+  (IPC-handle kernels, timed as rings).
 - ``ub_proj_fprop_method`` / ``ub_fc2_fprop_method`` — with ``tp_comm_overlap``, the
   userbuffers method of the forward reduce-scatter after the attention's output projection /
   the MLP's fc2 (Transformer Engine ``ub_cfgs`` ``proj_fprop`` / ``fc2_fprop`` ``method``).
@@ -551,6 +560,7 @@ OPTION_FLAGS: dict[str, str] = {
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
     "cuda_device_max_connections": "CUDA_DEVICE_MAX_CONNECTIONS (launch environment)",
+    "ub_multicast": "TE userbuffers CUDA multicast on sm_90+ (off with UB_SKIPMC=1)",
     "ub_proj_fprop_method": "TE userbuffers ub_cfgs proj_fprop method",
     "ub_fc2_fprop_method": "TE userbuffers ub_cfgs fc2_fprop method",
     "micro_pipeline_tp": "torchtitan enable_async_tensor_parallel (Inductor _micro_pipeline_tp)",
@@ -654,6 +664,7 @@ class FrameworkProfile:
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
     cuda_device_max_connections: int = 1  # one hardware queue: pipelined chunks in order
+    ub_multicast: bool = True  # TE's default: pipeline / bulk kernels on NVLink SHARP
     ub_proj_fprop_method: str = "pipeline"  # TE's default userbuffers method for proj_fprop
     ub_fc2_fprop_method: str = "pipeline"  # and for fc2_fprop
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel

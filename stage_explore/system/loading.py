@@ -101,6 +101,7 @@ _DIM_KEYS = (
     "bus_efficiency_by_ranks",
     "bus_efficiency_scaling",
     "nccl_channels",
+    "nvls_efficiency",
 )
 _ALGORITHM_KEYS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -302,7 +303,12 @@ def _network_dim(table: _Table) -> NetworkDim:
     }
     if table.has("algorithms"):
         values["algorithms"] = _algorithms(table.table("algorithms"))
-    for key in ("bus_efficiency", "collective_overhead_s", "small_message_overhead_s"):
+    for key in (
+        "bus_efficiency",
+        "collective_overhead_s",
+        "small_message_overhead_s",
+        "nvls_efficiency",
+    ):
         if data_has_value(table, key):
             values[key] = table.number(key)
     if table.has("bus_efficiency_by_ranks"):

@@ -386,6 +386,14 @@ class NetworkDim:
     NCCL collective over a group whose outermost dim is this one runs on every GPU of it; the
     analytical backend slows compute that overlaps such a collective by that share of the SMs
     (:mod:`stage_explore.analytical.contention`). None: no figure, no slowdown.
+    ``nvls_efficiency`` (optional, needs ``bus_efficiency``): the fraction of the link
+    bandwidth, per direction, that NVLink SHARP multicast traffic (``multimem.ld_reduce`` /
+    ``multimem.st`` through the switch) reaches on this dim, read off NCCL's NVLS all-reduce
+    (its algorithm bandwidth times ``1 + 1/n``: each GPU sends and receives ``S (1 + 1/n)``,
+    NVIDIA/nccl#1083). The
+    analytical backend times Transformer Engine's userbuffers multicast reduce-scatters and
+    all-gathers with it (:mod:`stage_explore.analytical.ub_multicast`). None: the dim has no
+    multicast (no NVSwitch with SHARP, or no figure); those kernels are timed as rings.
     """
 
     name: str = ""
@@ -400,9 +408,14 @@ class NetworkDim:
     bus_efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
     bus_efficiency_scaling: tuple[tuple[int, float], ...] = ()
     nccl_channels: int | None = None
+    nvls_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         label = f"network dim {self.name!r}" if self.name else "network dim"
+        if self.nvls_efficiency is not None:
+            _fraction(self.nvls_efficiency, f"{label} `nvls_efficiency`")
+            if self.bus_efficiency is None:
+                raise ConfigError(f"{label} `nvls_efficiency` needs `bus_efficiency` as well")
         channels = self.nccl_channels
         if channels is not None and (
             isinstance(channels, bool) or not isinstance(channels, int) or channels < 1
@@ -483,6 +496,14 @@ class NetworkDim:
                 return low_factor + share * (high_factor - low_factor)
         return points[-1][1]
 
+    def multicast_factor(self) -> float | None:
+        """The factor on this dim's achieved bandwidth (scaled by ``bus_efficiency``) for NVLink
+        SHARP multicast traffic: ``nvls_efficiency / bus_efficiency``; None without
+        ``nvls_efficiency`` (no multicast)."""
+        if self.nvls_efficiency is None or not self.bus_efficiency:
+            return None
+        return self.nvls_efficiency / self.bus_efficiency
+
     def bandwidth_factor(self, ranks: int) -> float:
         """The factor on this dim's achieved bandwidth (scaled by ``bus_efficiency``) for a
         collective over ``ranks`` of its ranks: ``bus_efficiency_by_ranks[ranks] /
@@ -522,6 +543,7 @@ class NetworkDim:
                 else {}
             ),
             **({} if self.nccl_channels is None else {"nccl_channels": self.nccl_channels}),
+            **({} if self.nvls_efficiency is None else {"nvls_efficiency": self.nvls_efficiency}),
         }
 
 
