@@ -165,6 +165,20 @@ class StateCosting:
             lambda: recompute_working_set(point.workload, point.blocks, extra),
         )
 
+    def _kept_output_bytes(self, point: Point, runs: Runs) -> int:
+        """Bytes a chunk keeps per micro-batch in flight beside its saved activations under
+        ``pipeline_outputs_kept`` (Megatron-Core ``deallocate_pipeline_outputs`` False, NeMo 1.x):
+        the output it sent to the next stage, whose data ``deallocate_output_tensor`` leaves in
+        place until the micro-batch's backward — one boundary-sized tensor
+        (:func:`~stage_core.lower.program.boundary_bytes`); 0 without pipeline parallelism and
+        on the chunk holding the loss, whose output is not sent."""
+        workload = point.workload
+        if not self.framework.pipeline_outputs_kept or workload.parallel.pp <= 1:
+            return 0
+        if any(kind == "head" for kind, _ in runs):
+            return 0
+        return boundary_bytes(workload)
+
     def _held_bytes(self, point: Point, signature: tuple[Runs, ...], gathered: int) -> int:
         """Buffers a pipeline-stage class holds beside its model states, saved activations and
         the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's

@@ -390,6 +390,15 @@ Options (all booleans unless said):
   framework_costs.distributed_fused_adam_state_bytes`: 10, 4, or with FP8 parameters 12, 6 bytes
   instead of Megatron's 12). Memory only: the optimizer step is timed as Megatron's. Off:
   Megatron-Core's distributed optimizer (fp32 master and moments).
+- ``pipeline_outputs_kept`` — under pipeline parallelism a stage keeps the data of every output
+  it sent until that micro-batch's backward: Megatron-Core's ``deallocate_pipeline_outputs``
+  False (``ModelParallelConfig``'s default), which NeMo 1.x sets in
+  ``MegatronBaseModel.build_model_parallel_config`` ("not supported in NeMo"), so the
+  schedules' ``deallocate_output_tensor`` returns at once and each output in
+  ``output_tensors`` keeps its data, not a one-element placeholder. One boundary-sized tensor
+  per chunk micro-batch in flight, on every chunk but the one holding the loss (its output is
+  not sent). Megatron-LM (``core_transformer_config_from_args``), NeMo 2.0's ``GPTConfig`` and
+  Megatron-Bridge's model providers set it True: off. Memory only.
 - ``collectives_wait_for_issued_compute`` — a collective issued from the compute stream
   starts only when every kernel issued before it on that stream has finished, not as soon as
   its own input is ready: PyTorch's ``ProcessGroupNCCL::collective`` makes the NCCL stream wait
@@ -555,6 +564,7 @@ OPTION_FLAGS: dict[str, str] = {
     "fp8_amax_reduction": "TE DelayedScaling amax all-reduce group (Megatron --tp-only-amax-red)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
+    "pipeline_outputs_kept": "Megatron-Core deallocate_pipeline_outputs False (NeMo 1.x)",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
@@ -659,6 +669,7 @@ class FrameworkProfile:
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
     fp8_amax_reduction: str = "off"  # no FP8 amax all-reduce timed
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
+    pipeline_outputs_kept: bool = False  # a sent output's data freed (deallocate_output_tensor)
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs

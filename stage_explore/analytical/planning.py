@@ -177,7 +177,10 @@ class StagePlanning(BlockCosting):
             forward_s=tuple(part.timing.forward_s for part in parts),
             backward_s=tuple(part.timing.backward_s for part in parts),
             sync=tuple(part.sync for part in parts),
-            saved_bytes=tuple(part.states.saved_bytes for part in parts),
+            saved_bytes=tuple(
+                part.states.saved_bytes + self._kept_output_bytes(point, runs)
+                for part, runs in zip(parts, signature, strict=True)
+            ),
             compute_s=compute_s,
             exposed_s=tuple(sorted(exposed.items())),
             states_bytes=states_bytes,

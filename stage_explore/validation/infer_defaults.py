@@ -34,6 +34,9 @@ from stage_explore.validation.infer_userbuffers import (
 #: FP8 recipes whose NeMo 2.0 / Megatron-Bridge precision config sets fp8_param_gather
 #: (bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
 FP8_PARAM_RECIPES = ("delayed", "tensorwise", "mxfp8")
+#: Era defaults an MLPerf submission does not take (its own scripts and model configs, not the
+#: NeMo launcher's environment; its configs naming deallocate_pipeline_outputs were not read).
+NOT_MLPERF = (("attention_kernel", "fa2"), ("pipeline_outputs_kept", True))
 #: Megatron-Core releases by container (``YY.MM``), each default with its source:
 #: (first container, last container, field kind, name, value, why).
 MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any, str], ...] = (
@@ -42,6 +45,12 @@ MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any,
      "launcher_scripts/conf/config.yaml exports NVTE_FUSED_ATTN: 0 into every job of the NeMo "
      "1.x containers up to 24.07 (NVIDIA/NeMo-Framework-Launcher 01d0773 at nemo:24.03.01; "
      "launcher copies at nemo:24.05.01), so Transformer Engine runs the flash-attn package"),
+    ((0, 0), (24, 7), "options", "pipeline_outputs_kept", True,
+     "each pipeline stage keeps the outputs it sent until their backward "
+     "(pipeline_outputs_kept): NeMo 1.x's MegatronBaseModel.build_model_parallel_config sets "
+     "Megatron-Core's deallocate_pipeline_outputs False ('not supported in NeMo'), so "
+     "deallocate_output_tensor leaves a sent output's data in place; the NeMo 1.x containers "
+     "up to 24.07 (NeMo 2.0's GPTConfig, from 24.09, sets it True)"),
     ((24, 5), (24, 7), "options", "ub_bulk_sm_margin", False,
      "userbuffers bulk overlaps without an SM margin (ub_bulk_sm_margin false): the NeMo "
      "1.x containers 24.05 / 24.07 ship Transformer Engine 1.6.0.dev0 / 1.8.0.dev0 (NeMo "
@@ -242,8 +251,8 @@ def _megatron_core(
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
         if not first <= release <= last:
             continue
-        if name == "attention_kernel" and value == "fa2" and mlperf:
-            continue  # the launcher's environment; MLPerf runs its own scripts
+        if mlperf and (name, value) in NOT_MLPERF:
+            continue  # the launcher's environment, NeMo's model config: MLPerf runs its own
         if name == "attention_kernel" and value != "fa2" and not _measured_kernel(system, value):
             out.notes.append(
                 f"attention on the profile's cudnn kernel: {system} has no {value} figure "

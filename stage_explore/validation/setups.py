@@ -48,7 +48,7 @@ PARALLEL_COLUMNS = {
 _SOURCE_KEYS = {
     "title", "file", "id_prefix", "metric", "flops", "system", "framework", "precision",
     "model_base", "in_sample", "in_sample_why", "group_by", "columns", "metric_scale", "model",
-    "parallel", "assumptions",
+    "parallel", "assumptions", "framework_options",
 }  # fmt: skip
 _ROW_KEYS = {
     "framework", "precision", "in_sample", "in_sample_why", "not_evaluated", "model", "parallel",
@@ -83,6 +83,8 @@ class SourceSetup:
     model: Mapping[str, Any] = field(default_factory=dict)
     parallel: Mapping[str, Any] = field(default_factory=dict)
     assumptions: tuple[str, ...] = ()
+    #: Framework-profile options of every row (a row's own ``framework_options`` win).
+    framework_options: Mapping[str, bool | int | float | str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +214,18 @@ def _assumptions(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
     return tuple(f"{a['what']} ({a['why']})" for a in items)
 
 
+def _options(table: Mapping[str, Any], where: str) -> dict[str, bool | int | float | str]:
+    """A table's ``framework_options`` (option = value), checked."""
+    options = table.get("framework_options", {})
+    if not isinstance(options, dict) or not all(
+        isinstance(v, bool | int | float | str) for v in options.values()
+    ):
+        raise ConfigError(
+            f"{where}: `framework_options` must be a table of option = value, but got {options!r}"
+        )
+    return dict(options)
+
+
 def _source(name: str, table: Mapping[str, Any]) -> SourceSetup:
     where = f"setups.toml [sources.{name}]"
     unknown = sorted(set(table) - _SOURCE_KEYS)
@@ -243,6 +257,7 @@ def _source(name: str, table: Mapping[str, Any]) -> SourceSetup:
             model=dict(table.get("model", {})),
             parallel=dict(table.get("parallel", {})),
             assumptions=_assumptions(table, where),
+            framework_options=_options(table, where),
         )
     except KeyError as error:
         raise ConfigError(f"{where}: missing key {error.args[0]!r}") from None
@@ -462,14 +477,10 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
     """The :class:`Case` of one CSV row (``reason`` set when it cannot be built)."""
     row, corrections = _corrected(row, row_setup)
     in_sample = bool(row_setup.get("in_sample", source.in_sample))
-    options = row_setup.get("framework_options", {})
-    if not isinstance(options, dict) or not all(
-        isinstance(v, bool | int | float | str) for v in options.values()
-    ):
-        raise ConfigError(
-            f"setups.toml [rows.{row['id']!r}]: `framework_options` must be a table of "
-            f"option = value, but got {options!r}"
-        )
+    options = {
+        **source.framework_options,
+        **_options(row_setup, f"setups.toml [rows.{row['id']!r}]"),
+    }
     why = str(row_setup.get("in_sample_why", source.in_sample_why)) if in_sample else ""
     measured_cell = row.get(source.metric, "").strip()
     case = Case(

@@ -91,8 +91,13 @@ def test_the_container_an_uncertain_cell_names_when_the_text_columns_name_none()
 def test_the_nemo_launcher_of_24_07_runs_flash_attention_2_but_not_mlperf() -> None:
     source = "NVIDIA NeMo performance summary (NeMo 24.07 container)"
     case = _case(source=source, precision="fp8")
-    assert dict(case.framework_options) == {"attention_kernel": "fa2", "ub_bulk_sm_margin": False}
+    assert dict(case.framework_options) == {
+        "attention_kernel": "fa2",
+        "pipeline_outputs_kept": True,
+        "ub_bulk_sm_margin": False,
+    }
     assert "NVTE_FUSED_ATTN: 0" in "\n".join(case.assumptions)
+    assert "deallocate_pipeline_outputs False" in "\n".join(case.assumptions)
     mlperf = _case(source="MLPerf Training v4.0, NVIDIA (eos_ngc24.04_nemo)", precision="fp8")
     assert dict(mlperf.framework_options) == {}
     assert mlperf.parallel.grad_fp32 is True  # 24.xx: the profile's fp32 reduction
