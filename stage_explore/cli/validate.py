@@ -34,9 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--data",
         type=Path,
         default=None,
-        metavar="DIR",
-        help="a folder of published-runs CSVs, with or without a setups.toml (rows no source "
-        "claims get an inferred setup; default: the package's data)",
+        metavar="DIR|FILE",
+        help="a folder of published-runs CSVs, with or without a setups.toml, or one such CSV "
+        "(rows no source claims get an inferred setup; default: the package's data)",
     )
     parser.add_argument(
         "--loso", action="store_true", help="add the leave-one-source-out figure (minutes)"

@@ -352,15 +352,20 @@ def _split(cases: list[Case]) -> list[Case]:
 
 
 def inferred_cases(
-    folder: Path, sources: Sequence[SourceSetup]
+    folder: Path,
+    sources: Sequence[SourceSetup],
+    only: str | None = None,
+    systems: Path | None = None,
 ) -> tuple[list[Case], list[tuple[str, int]], list[str]]:
     """``(cases, files read with their row counts, files ignored with why)``: the cases of every
-    row of the folder's published-runs CSVs that no source claims, in file order."""
+    row of the folder's published-runs CSVs (``only``: of that one file) that no source claims,
+    in file order; a stated cluster is looked up in ``systems``' ``systems/*.toml`` (default:
+    the folder's)."""
     cases: list[Case] = []
     files: list[tuple[str, int]] = []
     ignored: list[str] = []
     named = {s.file for s in sources}
-    found = {p.name for p in folder.glob("*.csv")}
+    found = {p.name for p in folder.glob("*.csv")} if only is None else {only}
     for name in sorted(named | found):
         if name not in named and not is_runs_csv(folder / name):
             if name != SERVING_RUNS:  # evaluated beside (validation.serving)
@@ -375,5 +380,5 @@ def inferred_cases(
         for line, row in enumerate(rows, start=1):
             row_id = (row.get("id") or "").strip()
             if not any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
-                cases += row_cases(row, name, line, folder)
+                cases += row_cases(row, name, line, systems or folder)
     return _split(cases), files, ignored

@@ -1,7 +1,7 @@
 """``run_validation``: every published run of ``stage_explore/data`` (or another folder holding
-published-runs CSVs, with or without a ``setups.toml``) evaluated, with the optional
-leave-one-source-out fit. Rows no ``setups.toml`` source claims are evaluated with inferred
-setups (:mod:`~stage_explore.validation.infer`) and every row read is counted
+published-runs CSVs, with or without a ``setups.toml``, or one such CSV file) evaluated, with the
+optional leave-one-source-out fit. Rows no ``setups.toml`` source claims are evaluated with
+inferred setups (:mod:`~stage_explore.validation.infer`) and every row read is counted
 (:mod:`~stage_explore.validation.accounting`)."""
 
 from __future__ import annotations
@@ -10,34 +10,49 @@ from pathlib import Path
 
 from stage_core.errors import ConfigError
 from stage_explore.validation.accounting import count_rows
-from stage_explore.validation.infer import inferred_cases
+from stage_explore.validation.infer import inferred_cases, is_runs_csv
 from stage_explore.validation.loso import leave_one_source_out
 from stage_explore.validation.report import ValidationReport
 from stage_explore.validation.run import BackendFactory, evaluate_cases
 from stage_explore.validation.setups import configured_cases, data_dir, load_setups
 
 
+def _one_file(path: Path) -> tuple[Path, str, Path]:
+    """``(folder, file name, systems folder)`` of a published-runs CSV given as ``--data``: its
+    folder's ``setups.toml`` and ``systems/`` when it has them; a folder without ``systems/``
+    takes the package's system files, so that a row states the same cluster wherever its file
+    lies. A file that is not a published-runs CSV is a one-line :class:`ConfigError`."""
+    if path.suffix.lower() != ".csv" or not is_runs_csv(path):
+        raise ConfigError(
+            f"published runs file {str(path)!r} is not a published-runs CSV: expected a .csv "
+            "whose header has id, gpu and a measured column (tokens_per_s_per_gpu, "
+            "iter_time_s, tflops_per_gpu, mfu_pct or peak_mem_gib), or a folder of them"
+        )
+    folder = path.parent
+    return folder, path.name, folder if (folder / "systems").is_dir() else data_dir()
+
+
 def run_validation(
     folder: str | Path | None = None, factory: BackendFactory | None = None, loso: bool = False
 ) -> ValidationReport:
     """Evaluate every row of every published-runs CSV of ``folder`` (default: the package's
-    data): with its ``setups.toml`` source, else with an inferred setup; ``loso`` adds the
-    leave-one-source-out figure (minutes, not seconds)."""
+    data), or of the one CSV file ``folder`` names: with its ``setups.toml`` source, else with
+    an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds)."""
     where = Path(folder) if folder is not None else data_dir()
+    given, only, systems = str(where), None, None
     if where.is_file():
-        raise ConfigError(
-            f"published runs folder {str(where)!r} is a file: expected a folder of "
-            f"published-runs CSVs, e.g. the one holding it, {str(where.parent)!r}"
-        )
-    if not where.is_dir():
+        where, only, systems = _one_file(where)
+    elif not where.is_dir():
         raise ConfigError(f"published runs folder {str(where)!r} not found")
     setups = where / "setups.toml"
     sources, rows = load_setups(setups) if setups.is_file() else ([], {})
-    inferred, files, ignored = inferred_cases(where, sources)
+    if only is not None:
+        sources = [s for s in sources if s.file == only]
+    inferred, files, ignored = inferred_cases(where, sources, only, systems)
     cases = configured_cases(where, sources, rows) + inferred
     if not cases:
         raise ConfigError(
-            f"{str(where)!r} holds no published runs: expected published_runs*.csv files "
+            f"{given!r} holds no published runs: expected published_runs*.csv files "
             "(published_runs.csv's columns) and optionally a setups.toml"
         )
     results = evaluate_cases(cases, factory)
@@ -46,4 +61,4 @@ def run_validation(
     for case in inferred:
         titles.setdefault(case.source, f"{case.source} (setup inferred from the CSV)")
     count = count_rows(results, files, ignored, len({(c.file, c.line) for c in inferred}))
-    return ValidationReport(tuple(results), str(where), titles, figure, count)
+    return ValidationReport(tuple(results), given, titles, figure, count)

@@ -347,13 +347,15 @@ def test_a_missing_data_folder_is_a_one_line_error(
     assert "nowhere' not found" in err
 
 
-def test_a_csv_file_as_data_folder_is_a_one_line_error(
+def test_a_file_that_is_not_a_runs_csv_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # q1, s10: `--data runs.csv` said the folder was "not found" though the file is there.
+    # q1, s10: `--data runs.csv` said the folder was "not found" though the file is there; since
+    # s13 (hidden) a published-runs CSV is evaluated (test_validate_infer_hidden.py), anything
+    # else is one line naming it.
     runs = tmp_path / "runs.csv"
-    runs.write_text("id,gpu,tokens_per_s_per_gpu\n", encoding="utf-8")
+    runs.write_text("id,foo\n", encoding="utf-8")
     assert main(["validate", "--data", str(runs)]) == 2
     err = capsys.readouterr().err
-    assert f"{str(runs)!r} is a file: expected a folder of published-runs CSVs" in err
-    assert f"the one holding it, {str(tmp_path)!r}" in err and err.count("\n") == 1
+    assert f"published runs file {str(runs)!r} is not a published-runs CSV" in err
+    assert err.count("\n") == 1
