@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
@@ -33,6 +34,7 @@ from stage_explore.validation.infer_fields import (
     infer_system,
     infer_zero,
     names_bridge,
+    read_recompute,
 )
 from stage_explore.validation.setups import (
     Case,
@@ -211,6 +213,25 @@ def _stated_etp(row: dict[str, str]) -> tuple[int, str] | None:
     return etp, f"expert tensor parallel size {etp} ({said})"
 
 
+def _folded_etp(
+    parallel: dict[str, Any], stated: dict[str, int], moe: bool
+) -> tuple[int, str] | None:
+    """Expert TP 1 for an MoE row whose experts' TP nothing sets when Megatron-Core's default,
+    ``tp``, cannot fold the stated EP over ``tp·dp·cp`` (the run could not have started with
+    it: ``--expert-tensor-parallel-size`` was set) and 1 can, with its assumption."""
+    if not moe or "etp" in parallel:
+        return None
+    tp, cp, ep = stated.get("tp", 1), stated.get("cp", 1), stated.get("ep", 1)
+    ranks = tp * cp * stated.get("dp", parallel.get("dp", 1))
+    if ranks % (ep * tp) == 0 or ranks % ep:
+        return None
+    return 1, (
+        f"expert tensor parallel size 1 (etp 1): Megatron-Core's default, tp {tp}, cannot fold "
+        f"ep {ep} over tp·dp·cp = {ranks} ranks, so the run set --expert-tensor-parallel-size; "
+        "1, as the NeMo 2.0 / Megatron-Bridge MoE performance configs set it"
+    )
+
+
 def inferred_setup(
     row: dict[str, str], metric: str, name: str, file: str, folder: Path | None = None
 ) -> tuple[SourceSetup, dict[str, bool | int | float | str], tuple[tuple[str, float], ...]]:
@@ -243,6 +264,11 @@ def inferred_setup(
         parallel["etp"] = etp[0]
         defaults.notes[:] = [n for n in defaults.notes if not n.startswith(ETP_DEFAULT_NOTE)]
         notes.append(etp[1])
+    folded = _folded_etp(parallel, stated, bool(experts.get("num_experts") or get_flavor(
+        model.value).num_experts))  # fmt: skip
+    if folded is not None:
+        parallel["etp"] = folded[0]
+        notes.append(folded[1])
     replaced = {
         "micro_batch": "micro-batch 1 (", "vpp": "no interleaving", "recompute": NO_RECOMPUTE,
     }  # fmt: skip
@@ -301,10 +327,14 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
 def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
+    recompute, spelled = read_recompute(row.get("recompute", ""))
+    row = {**row, "recompute": recompute}
     try:
         setup, options, overrides = inferred_setup(row, metric, name, file, folder)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
+    if spelled:
+        setup = replace(setup, assumptions=(*setup.assumptions, f"inferred: {spelled}"))
     try:
         case = make_case(setup, row, {"framework_options": options} if options else {})
     except ConfigError as error:  # a malformed cell: the row's reason, not the run's error

@@ -78,22 +78,27 @@ def infer_system(gpu: str) -> Inferred:
 #: (keyword pattern, framework profile), first match wins; searched in :data:`FRAMEWORK_COLUMNS`.
 FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     (r"automodel", "automodel"),
-    (r"torchtitan", "torchtitan"),
-    (r"llm-foundry|mosaicml", "llm-foundry-2023"),
+    (r"torch[\s_-]?titan", "torchtitan"),
+    (r"llm[\s_-]?foundry|mosaic[\s_-]?ml", "llm-foundry-2023"),
     (r"fms-fsdp|foundation-model-stack|\bibm\b.*\bfsdp\b", "fms-fsdp"),
     (r"deepspeed|zero-3|zero stage 3", "deepspeed"),
     (r"narayanan|korthikanti|sc'21|megatron-lm ptd-p|arxiv\.org/abs/2104\.04473|2205\.05198",
      "megatron-lm-2021"),
-    (r"megatron-bridge|megatron-core|\bnemo\b|mlperf|dgx cloud|dgxc-benchmarking",
-     "megatron-core"),
+    (r"megatron[\s_-]?(?:bridge|core|fsdp)|\bmcore\b|\bnemo(?![a-z])|mlperf|dgx cloud|"
+     r"dgxc-benchmarking", "megatron-core"),
     (r"\bfsdp", "fsdp"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
+#: ZeRO-3 named beside FSDP describes FSDP's sharding (``FSDP FULL_SHARD (ZeRO-3)``), not DeepSpeed.
+_ZERO3_OF_FSDP = re.compile(r"^zero[-\s]?3|^zero stage 3")
 
 
 def names_bridge(row: dict[str, str]) -> bool:
-    """Whether a row's text names Megatron-Bridge."""
-    return any("megatron-bridge" in row.get(c, "").lower() for c in FRAMEWORK_COLUMNS)
+    """Whether a row's text names Megatron-Bridge (``Megatron-Bridge``, ``Megatron Bridge``)."""
+    return any(
+        re.search(r"megatron[\s_-]?bridge", row.get(c, ""), re.IGNORECASE)
+        for c in FRAMEWORK_COLUMNS
+    )
 
 
 DEFAULT_FRAMEWORK = "megatron-core"
@@ -102,8 +107,9 @@ DEFAULT_FRAMEWORK = "megatron-core"
 def infer_framework(row: dict[str, str]) -> Inferred:
     """The framework profile a row's text names: DeepSpeed when ``dp_sharding`` names it or
     ZeRO-3 without FSDP (Narayanan et al.'s Table 2 compares both in one source); else the
-    first column of :data:`FRAMEWORK_COLUMNS` that holds a rule's keyword (rules in order);
-    else :data:`DEFAULT_FRAMEWORK`, stated as a default."""
+    first column of :data:`FRAMEWORK_COLUMNS` that holds a rule's keyword (rules in order; a
+    ZeRO-3 beside FSDP in one cell is FSDP's sharding, not DeepSpeed); else
+    :data:`DEFAULT_FRAMEWORK`, stated as a default."""
     sharding = row.get("dp_sharding", "")
     found = re.search(r"deepspeed|zero[-\s]?3|zero stage 3", sharding, re.IGNORECASE)
     if found and not re.search(r"fsdp", sharding, re.IGNORECASE):
@@ -112,8 +118,12 @@ def infer_framework(row: dict[str, str]) -> Inferred:
             f"{found.group(0)!r})",
         )  # fmt: skip
     for column in FRAMEWORK_COLUMNS:
+        cell = row.get(column, "")
+        fsdp = re.search(r"fsdp|full_shard|fully_shard", cell, re.IGNORECASE) is not None
         for pattern, framework in FRAMEWORK_RULES:
-            found = re.search(pattern, row.get(column, ""), re.IGNORECASE)
+            found = re.search(pattern, cell, re.IGNORECASE)
+            if found and fsdp and _ZERO3_OF_FSDP.match(found.group(0).lower()):
+                continue  # FSDP's sharding called ZeRO-3: the FSDP rules read the cell
             if found:
                 return Inferred(
                     framework,
@@ -137,7 +147,7 @@ class PrecisionRead:
 
 #: (pattern, fp8 recipe) for the FP8 spellings that name a recipe; first match wins.
 FP8_RECIPES: tuple[tuple[str, str], ...] = (
-    (r"mxfp8|fp8[-_ ]?mx|microscal", "mxfp8"),
+    (r"mxfp8|fp8[-_ ]?mx|microscal|\bmx\b", "mxfp8"),
     (r"fp8[-_ ]?cs|current|tensorwise", "tensorwise"),
     (r"fp8[-_ ]?ds|delayed", "delayed"),
     (r"block", "blockwise"),
@@ -166,10 +176,13 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
         return PrecisionRead(
             "fp8", recipe, f"fp8 with fp8_recipe {recipe}, {whose} ({said}, no recipe named)"
         )
-    for name in ("bf16", "fp16"):
-        if name in text:
+    spellings = (("bf16", r"bf16|bfloat16|brain\s*float"), ("fp16", r"fp16|float16|half"))
+    for name, pattern in spellings:
+        if re.search(pattern, text):
             return PrecisionRead(name, "", f"{name} mixed precision ({said})")
-    raise Uninferable(f"precision {cell!r}: expected bf16, fp16 or an FP8 spelling")
+    raise Uninferable(
+        f"precision {cell!r}: expected bf16 (bfloat16), fp16 (float16, half) or an FP8 spelling"
+    )
 
 
 #: (family pattern on the lower-cased model text, {size in billions: flavor}, base flavor, or
@@ -216,6 +229,8 @@ REQUIRED_DIMS = ("layers", "hidden", "heads")
 MOE_DIMS = ("ffn",)
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*b(?![a-z])")
 _MIXTRAL = re.compile(r"8x(\d+)b")
+#: A ``moe`` cell that says the model is dense.
+NOT_MOE = re.compile(r"(?:none|no|n/a|dense|false|0|-|–|—)?(?:\s*\(.*\))?")
 _MOE_CELL = re.compile(r"\d+\s*(?:routed\s*)?experts?\b.*top[-\s]?\d+", re.IGNORECASE)
 
 
@@ -253,6 +268,8 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
     text = model.lower().replace("_", " ")
     size = _size(text, row.get("params_b", ""))
     moe = row.get("moe", "").strip()
+    if NOT_MOE.fullmatch(moe.lower()):
+        moe = ""  # a dense model's moe cell: "none", "no", "dense", "-"
     for pattern, base, dims, where in ARCHITECTURES:
         if re.search(pattern, text):
             # a dim the CSV states is the CSV's (a setup only fills what a row leaves empty)
@@ -318,29 +335,80 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
     )  # fmt: skip
 
 
+#: Profiles built on PyTorch FSDP, whose default sharding is ZeRO-3.
+FSDP_PROFILES = ("fsdp", "torchtitan", "automodel", "fms-fsdp", "llm-foundry-2023")
+
+
 def infer_zero(cell: str, framework: str) -> tuple[int, int | None, str]:
     """``(zero, dp_shard, assumption)`` of a ``dp_sharding`` cell: ZeRO-2 when gradients are
-    sharded, 3 for ZeRO-3 / FSDP / FULL_SHARD / Megatron-FSDP (not ``FSDP 0``), hybrid
-    sharding within a node of 8 (PyTorch ``HYBRID_SHARD`` shards inside a host), 1 for the
-    distributed optimizer / ZeRO-1, 0 for ``none``; else the framework's default (ZeRO-3 for
-    the FSDP-based profiles, 0 for Megatron-LM 2021, the distributed optimizer otherwise)."""
+    sharded (FSDP's ``SHARD_GRAD_OP`` too), 3 for ZeRO-3 / FSDP / FULL_SHARD / Megatron-FSDP
+    (not ``FSDP 0``), hybrid sharding within a node of 8 (PyTorch ``HYBRID_SHARD`` shards
+    inside a host), 1 for the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
+    FSDP-based profiles, for DDP / ``NO_SHARD`` / replicate (no FSDP wrapper); else the
+    framework's default (ZeRO-3 for the FSDP-based profiles, 0 for Megatron-LM 2021, the
+    distributed optimizer otherwise)."""
     text = cell.strip().lower()
     said = f"the dp_sharding column says {cell.strip()!r}" if text else "column empty"
-    if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded", text):
+    if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded|shard_grad_op", text):
         return 2, None, f"zero 2 ({said})"
-    if re.search(r"zero[-\s]?3|zero stage 3|full_shard|fully_shard|megatron-fsdp", text) or (
+    if re.search(
+        r"zero[-\s]?3|zero stage 3|full_shard|fully_shard|megatron[-\s_]?fsdp", text
+    ) or (
         re.search(r"fsdp", text) and not re.search(r"fsdp\s*0\b|hybrid|hsdp", text)
     ):
         return 3, None, f"zero 3 ({said})"
     if re.search(r"hybrid|hsdp", text):
         return 3, 8, f"zero 3 inside shard groups of 8 GPUs, one node (dp_shard 8; {said})"
-    if re.search(r"zero[-\s]?1|zero stage 1|distributed.optimizer|distributed_fused_adam", text):
+    if re.search(
+        r"zero[-\s]?1|zero stage 1|distributed.optimi[sz]er|distributed_fused_adam|"
+        r"distributedfusedadam|dist[-_\s]?opt", text
+    ):  # fmt: skip
         return 1, None, f"zero 1, the distributed optimizer ({said})"
-    if text in ("none", "no"):
+    if text in ("none", "no", "0", "-"):
         return 0, None, f"zero 0 ({said})"
-    default = {
-        "megatron-lm-2021": 0, "fsdp": 3, "torchtitan": 3, "automodel": 3, "fms-fsdp": 3,
-        "llm-foundry-2023": 3,
-    }.get(framework, 1)  # fmt: skip
+    if framework in FSDP_PROFILES and re.search(r"\bddp\b|no_shard|replicat", text):
+        return 0, None, f"zero 0: data parallel without sharding on {framework} ({said})"
+    default = {"megatron-lm-2021": 0, **dict.fromkeys(FSDP_PROFILES, 3)}.get(framework, 1)
     what = {0: "no optimizer sharding", 1: "the distributed optimizer", 3: "FSDP"}[default]
     return default, None, f"zero {default} ({what}), the {framework} default ({said})"
+
+
+#: First words of a ``recompute`` cell that say no recompute.
+RECOMPUTE_OFF = r"no|not|off|false|disabled?|without|0"
+#: First words of a ``recompute`` cell that name a granularity another way, first match wins:
+#: (pattern, granularity, how the cell was read); a cell naming none / selective / full after
+#: its first word (``Activation checkpointing: selective``) takes that one first.
+RECOMPUTE_SPELLINGS: tuple[tuple[str, str, str], ...] = (
+    (r"sel|sac|op", "selective", "selective recompute"),
+    (r"uniform|block", "full", "full recompute (Megatron's --recompute-method names full "
+     "recompute of whole layers)"),
+    (r"yes|y|true|on|enabled?|1|ac|activation|gradient|checkpoint(?:ing|ed)?", "full",
+     "full (whole-layer) recompute: the cell says recompute is on but names no granularity"),
+)  # fmt: skip
+RECOMPUTE_LEVELS = ("none", "selective", "full")
+
+
+def read_recompute(cell: str) -> tuple[str, str]:
+    """``(cell, assumption)``: a ``recompute`` cell whose first word is not ``none`` /
+    ``selective`` / ``full`` rewritten to start with the granularity it names
+    (:data:`RECOMPUTE_SPELLINGS`: ``No``, ``off``, ``selective(core_attn)``, ``Full AC``,
+    ``uniform``, ``yes``), the original kept in parentheses, and the assumption that says so;
+    a cell already in that form, an empty one or one no spelling reads is returned as it is
+    with no assumption (the setup path names an unknown word as the row's reason)."""
+    text = cell.strip()
+    words = text.lower().split()
+    if not words or words[0].rstrip(",;:") in RECOMPUTE_LEVELS:
+        return cell, ""
+    token = re.match(r"[a-z0-9]+", text.lower())
+    word = token.group(0) if token else ""
+    if re.fullmatch(RECOMPUTE_OFF, word):
+        word = "none"
+    named = re.search(r"\b(none|selective|full)\b", text.lower())
+    word = word if word in RECOMPUTE_LEVELS or named is None else named.group(1)
+    if word in RECOMPUTE_LEVELS:
+        return f"{word} ({text})", f"recompute {word} (the recompute column says {text!r})"
+    for pattern, level, how in RECOMPUTE_SPELLINGS:
+        if re.fullmatch(pattern, word):
+            said = f"the recompute column says {text!r}"
+            return f"{level} ({text})", f"recompute {level}: {how} ({said})"
+    return cell, ""

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from stage_explore.cli import main
-from stage_explore.validation.setups import data_dir, read_csv
+from stage_explore.validation.infer import row_cases
+from stage_explore.validation.infer_fields import (
+    Uninferable,
+    infer_framework,
+    infer_precision,
+    infer_zero,
+    names_bridge,
+    read_recompute,
+)
+from stage_explore.validation.setups import Case, data_dir, read_csv
 
 DATA = data_dir()
 HELD_OUT = "published_runs_held_out.csv"
@@ -68,3 +77,124 @@ def test_a_file_outside_the_data_folder_finds_the_package_system_files(
     assert main(["validate", "--data", str(runs), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["system"] == "systems/grand-teton-h100.toml"
+
+
+def _case(row_id: str = "HID-1", base: str = TEMPLATE, file: str = HELD_OUT, **cells: str) -> Case:
+    (row,) = [r for r in read_csv(DATA / file) if r["id"] == base]
+    row = {**row, "id": row_id, "source": "A further held-out table", **cells}
+    (case,) = row_cases(row, "rows.csv", 1, DATA)
+    return case
+
+
+@pytest.mark.parametrize(
+    ("cell", "precision", "recipe"),
+    [
+        ("bfloat16", "bf16", ""),
+        ("BFloat16 mixed", "bf16", ""),
+        ("float16", "fp16", ""),
+        ("half", "fp16", ""),
+        ("FP8 (MX)", "fp8", "mxfp8"),
+    ],
+)
+def test_precision_spellings(cell: str, precision: str, recipe: str) -> None:
+    """The defect: ``bfloat16`` / ``float16`` were not evaluated; ``FP8 (MX)`` took delayed."""
+    read = infer_precision(cell, "megatron-core")
+    assert (read.precision, read.fp8_recipe) == (precision, recipe)
+    assert repr(cell.strip()) in read.assumption
+
+
+def test_an_unread_precision_names_the_spellings_read() -> None:
+    with pytest.raises(Uninferable, match=r"'TF32': expected bf16 \(bfloat16\), fp16"):
+        infer_precision("TF32", "megatron-core")
+
+
+@pytest.mark.parametrize(
+    ("cells", "framework"),
+    [
+        ({"source": "LLM Foundry benchmarks"}, "llm-foundry-2023"),
+        ({"source": "llm_foundry"}, "llm-foundry-2023"),
+        ({"source": "Torch Titan"}, "torchtitan"),
+        ({"source": "NeMo2 recipes"}, "megatron-core"),
+        ({"source": "Megatron Core"}, "megatron-core"),
+        # ZeRO-3 beside FSDP is FSDP's sharding, not DeepSpeed (was deepspeed)
+        ({"source": "", "dp_sharding": "FSDP FULL_SHARD (ZeRO-3)"}, "fsdp"),
+        ({"source": "", "dp_sharding": "ZeRO-3 (FSDP)"}, "fsdp"),
+        ({"source": "", "dp_sharding": "DeepSpeed ZeRO-3"}, "deepspeed"),
+        ({"source": "", "dp_sharding": "ZeRO-3"}, "deepspeed"),
+        ({"source": "", "dp_sharding": "Megatron FSDP"}, "megatron-core"),
+    ],
+)
+def test_framework_spellings(cells: dict[str, str], framework: str) -> None:
+    read = infer_framework(cells)
+    assert read.value == framework and "a default" not in read.assumption
+
+
+def test_megatron_bridge_without_a_hyphen_takes_its_fp8_label() -> None:
+    """A bare FP8 in a Megatron-Bridge table is its FP8-CS; the spelling ``Megatron Bridge``
+    missed it (delayed)."""
+    assert names_bridge({"source": "NVIDIA Megatron Bridge performance summary"})
+    case = _case(source="Megatron Bridge", url="", precision="FP8")
+    assert case.parallel is not None and str(case.parallel.fp8_recipe) == "tensorwise"
+
+
+@pytest.mark.parametrize(
+    ("cell", "framework", "zero"),
+    [
+        ("FSDP (SHARD_GRAD_OP)", "fsdp", 2),
+        ("DDP", "torchtitan", 0),
+        ("NO_SHARD", "fsdp", 0),
+        ("replicate (DDP)", "automodel", 0),
+        ("DDP", "megatron-core", 1),  # Megatron's DDP runs the distributed optimizer by default
+        ("DDP (FSDP 0)", "megatron-core", 1),
+        ("dist-opt", "torchtitan", 1),
+        ("Megatron FSDP", "megatron-core", 3),
+    ],
+)
+def test_dp_sharding_spellings(cell: str, framework: str, zero: int) -> None:
+    assert infer_zero(cell, framework)[0] == zero
+
+
+@pytest.mark.parametrize(
+    ("cell", "level"),
+    [
+        ("No", "none"),
+        ("off", "none"),
+        ("selective(core_attn)", "selective"),
+        ("Activation checkpointing: selective", "selective"),
+        ("uniform", "full"),
+        ("yes", "full"),
+        ("SAC", "selective"),
+    ],
+)
+def test_recompute_spellings_are_evaluated(cell: str, level: str) -> None:
+    """The defect: a recompute cell whose first word is not none/selective/full (``No``)
+    stopped the row: 'recompute 'no' must be one of ...'."""
+    case = _case(recompute=cell)
+    assert not case.reason and case.parallel is not None
+    assert case.parallel.recompute.value == level
+    assert f"the recompute column says {cell!r}" in "\n".join(case.assumptions)
+
+
+def test_a_recompute_cell_in_canonical_form_adds_no_assumption() -> None:
+    assert read_recompute("selective (core_attn)") == ("selective (core_attn)", "")
+    assert read_recompute("") == ("", "")
+
+
+@pytest.mark.parametrize("cell", ["none", "No", "dense", "-", "dense (no experts)"])
+def test_a_dense_model_whose_moe_cell_says_so_is_evaluated(cell: str) -> None:
+    """The defect: ``moe`` = ``none`` on Llama 3 8B: 'no MoE flavor of it'."""
+    case = _case(moe=cell)
+    assert not case.reason and case.model is not None and not case.model.num_experts
+
+
+def test_an_moe_row_whose_default_expert_tp_cannot_fold_takes_etp_1() -> None:
+    """The defect: Qwen3-235B at TP 2, EP 32 on 256 GPUs with no container named kept
+    Megatron-Core's default etp = tp, which cannot fold (ep·etp = 64 over tp·dp·cp = 32
+    ranks): 'the generator cannot express it'. The run set the experts' TP: 1."""
+    case = _case(
+        base="MBRIDGE25.11-DGX-H100-Qwen3_235B_a22B-256", file="published_runs_more.csv",
+        source="Megatron-Bridge", source_table="", url="", notes="", uncertain="",
+    )  # fmt: skip
+    assert not case.reason and case.parallel is not None
+    assert (case.parallel.ep, case.parallel.expert_tp) == (32, 1)
+    assert any("cannot fold ep 32" in a for a in case.assumptions)
