@@ -78,7 +78,7 @@ def is_runs_csv(path: Path) -> bool:
         return True
     try:
         with open(path, encoding="utf-8-sig") as handle:
-            header = {c.strip() for c in handle.readline().strip().split(",")}
+            header = {c.strip().lower() for c in handle.readline().strip().split(",")}
     except (OSError, UnicodeDecodeError):
         return False
     return {"id", "gpu"} <= header and bool(header & set(MEASURED_COLUMNS))
@@ -324,17 +324,46 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
     )  # fmt: skip
 
 
+#: An integer cell with a remark: ``8 (assumed)``.
+_REMARKED = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)\s*\((.*)\)")
+#: A sequence length in thousands of tokens as tables print it: ``8K`` = 8,192.
+_SEQ_K = re.compile(r"(\d+)\s*[kK]")
+
+
+def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``row`` with the cells written another way read into the schema's form, and the
+    assumptions that say so: an integer column holding ``N (remark)`` as ``N``, a ``seq_len``
+    of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a
+    ``recompute`` cell by :func:`~stage_explore.validation.infer_fields.read_recompute`."""
+    out, notes = dict(row), []
+    for column in INTEGER_COLUMNS:
+        cell = out.get(column, "").strip()
+        remarked = _REMARKED.fullmatch(cell)
+        if remarked:
+            out[column] = remarked.group(1)
+            notes.append(f"{column} {remarked.group(1)} (the {column} column says {cell!r})")
+    seq = _SEQ_K.fullmatch(out.get("seq_len", "").strip())
+    if seq:
+        out["seq_len"] = str(int(seq.group(1)) * 1024)
+        notes.append(
+            f"seq_len {out['seq_len']} tokens (the seq_len column says {seq.group(0)!r}: "
+            "thousands of tokens read as 1,024 each)"
+        )
+    out["recompute"], spelled = read_recompute(out.get("recompute", ""))
+    return out, [*notes, *([spelled] if spelled else [])]
+
+
 def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
-    recompute, spelled = read_recompute(row.get("recompute", ""))
-    row = {**row, "recompute": recompute}
+    row, spelled = spelled_cells(row)
     try:
         setup, options, overrides = inferred_setup(row, metric, name, file, folder)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
     if spelled:
-        setup = replace(setup, assumptions=(*setup.assumptions, f"inferred: {spelled}"))
+        notes = tuple(f"inferred: {n}" for n in spelled)
+        setup = replace(setup, assumptions=(*setup.assumptions, *notes))
     try:
         case = make_case(setup, row, {"framework_options": options} if options else {})
     except ConfigError as error:  # a malformed cell: the row's reason, not the run's error

@@ -281,12 +281,34 @@ def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, 
     return sources, rows
 
 
+#: The published-runs schema's columns (``published_runs_more.csv``'s header).
+SCHEMA_COLUMNS = frozenset((
+    "id", "source", "source_table", "url", "model", "params_b", "layers", "hidden", "ffn",
+    "heads", "kv_heads", "vocab", "seq_len", "moe", "global_batch_seqs", "micro_batch", "tp",
+    "pp", "dp", "cp", "ep", "sp", "vpp", "dp_sharding", "recompute", "precision", "gpu",
+    "num_gpus", "interconnect", "iter_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct",
+    "tokens_per_s_per_gpu", "peak_mem_gib", "uncertain", "notes",
+))  # fmt: skip
+
+
+def _column_name(name: str) -> str:
+    """A header cell as the schema's column it names (`` Source`` or ``ID``: surrounding
+    spaces and capitals of a spreadsheet export); any other name stripped only (a source's
+    ``columns`` name them as the file does)."""
+    stripped = name.strip()
+    return stripped.lower() if stripped.lower() in SCHEMA_COLUMNS else stripped
+
+
 def read_csv(path: Path) -> list[dict[str, str]]:
-    """A CSV's rows (a spreadsheet's byte-order mark skipped); a missing or unreadable file is
-    a one-line :class:`ConfigError`."""
+    """A CSV's rows (a spreadsheet's byte-order mark skipped, the schema's column names read
+    whatever their spaces and capitals); a missing or unreadable file is a one-line
+    :class:`ConfigError`."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            return list(csv.DictReader(handle))
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is not None:
+                reader.fieldnames = [_column_name(name) for name in reader.fieldnames]
+            return list(reader)
     except OSError as error:
         raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
     except UnicodeDecodeError as error:
@@ -299,7 +321,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 #: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.
 _INTEGER_CELL = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.0*)?")
 #: How a table may state a yes/no cell (the first word, lower-cased).
-_YES, _NO = ("yes", "y", "true", "on", "1"), ("no", "n", "false", "off", "0")
+_YES = ("yes", "y", "true", "on", "1", "enabled", "✓", "✔")
+_NO = ("no", "n", "false", "off", "0", "disabled", "✗", "✘")
 
 
 def _int_cell(value: str) -> int | None:
@@ -503,6 +526,10 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
     )
     if not measured_cell:
         return replace(case, reason=f"the source gives no {source.metric}")
+    if not case.measured > 0:  # an error relative to 0 or a negative figure means nothing
+        return replace(
+            case, reason=f"the {source.metric} cell {measured_cell!r} is not a positive number"
+        )
     if "not_evaluated" in row_setup:
         return replace(case, reason=str(row_setup["not_evaluated"]))
     base_name = str(row_setup.get("model_base", source.model_base))

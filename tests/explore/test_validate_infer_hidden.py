@@ -198,3 +198,58 @@ def test_an_moe_row_whose_default_expert_tp_cannot_fold_takes_etp_1() -> None:
     assert not case.reason and case.parallel is not None
     assert (case.parallel.ep, case.parallel.expert_tp) == (32, 1)
     assert any("cannot fold ep 32" in a for a in case.assumptions)
+
+
+@pytest.mark.parametrize("cell", ["0", "-1", "0.0"])
+def test_a_measured_value_that_is_not_positive_is_a_row_reason(
+    tmp_path: Path, cell: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The defect: a measured 0 stopped the whole run with a ZeroDivisionError traceback."""
+    runs = _write(tmp_path / "rows.csv", [_row("HID-1"), _row("HID-0", tokens_per_s_per_gpu=cell)])
+    assert main(["validate", "--data", str(runs), "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    reason = rows["HID-0"]["not_evaluated_reason"]
+    assert reason == f"the tokens_per_s_per_gpu cell {cell!r} is not a positive number"
+    assert rows["HID-1"]["evaluated"]
+
+
+@pytest.mark.parametrize(
+    ("cells", "field", "value"),
+    [
+        ({"seq_len": "8K"}, "seq_len", 8192),
+        ({"seq_len": "4k"}, "seq_len", 4096),
+        ({"tp": "1 (no TP)"}, "tp", 1),
+        ({"global_batch_seqs": "128 (assumed)"}, "global_batch", 128),
+        ({"sp": "enabled"}, "sp", True),
+        ({"sp": "disabled"}, "sp", False),
+    ],
+)
+def test_cells_written_another_way_are_read(
+    cells: dict[str, str], field: str, value: int | bool
+) -> None:
+    """The defect: ``8K``, ``1 (no TP)``, ``enabled`` stopped the row ('is not an integer',
+    'must start with yes or no')."""
+    case = _case(**cells)
+    assert not case.reason and case.parallel is not None and case.model is not None
+    got = case.model.seq_len if field == "seq_len" else getattr(case.parallel, field)
+    assert got == value
+    column = next(iter(cells))
+    if column != "sp":
+        assert any(f"the {column} column says {cells[column]!r}" in a for a in case.assumptions)
+
+
+def test_column_names_with_spaces_or_capitals_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The defect: a header written ``ID, Source, ...`` (a spreadsheet's export) left every
+    cell unread (the columns were ' source' and 'ID')."""
+    header, row = _template()
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        names = [f" {n.upper()}" if n in ("id", "gpu") else f" {n}" for n in header]
+        writer.writerow(names)
+        writer.writerow([{**row, "id": "HID-1"}[name] for name in header])
+    assert main(["validate", "--data", str(path), "--json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)["rows"]
+    assert got["id"] == "HID-1" and got["evaluated"] and got["system"] == "h100-80gb"
