@@ -217,6 +217,8 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
 #: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
 #: base with the CSV's dims.
 GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"
+#: Hybrid Mamba / attention models (Nemotron-H, Jamba, Zamba, Samba): no flavor can time them.
+HYBRID_PATTERN = re.compile(r"nemotron[\s_-]*h\b|mamba|jamba|zamba|samba")
 #: Dims a base flavor cannot answer for a model of another size: the CSV must state them.
 REQUIRED_DIMS = ("layers", "hidden", "heads")
 #: Grok-1 (xai-org/grok-1 model.py: RMSNorm, rotary, no biases, 8 experts top-2 in every layer,
@@ -281,6 +283,12 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
                 own,
             )  # fmt: skip
     flavor, exact = "", False
+    hybrid = HYBRID_PATTERN.search(text)
+    if hybrid:
+        raise Uninferable(
+            f"model {model!r}: a hybrid state-space model ({hybrid.group(0)!r}: Mamba layers "
+            "beside attention); the generator has no Mamba layer"
+        )
     for pattern, sizes, base in MODEL_RULES:
         if re.search(pattern, text):
             if 0 in sizes:

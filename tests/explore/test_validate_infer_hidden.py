@@ -253,3 +253,11 @@ def test_column_names_with_spaces_or_capitals_are_read(
     assert main(["validate", "--data", str(path), "--json"]) == 0
     (got,) = json.loads(capsys.readouterr().out)["rows"]
     assert got["id"] == "HID-1" and got["evaluated"] and got["system"] == "h100-80gb"
+
+
+@pytest.mark.parametrize("model", ["Nemotron-H 56B", "Jamba 1.5 Large", "Mamba-2 2.7B"])
+def test_a_hybrid_state_space_model_is_named_as_such(model: str) -> None:
+    """Nemotron-H's rows were 'of another size than this family's flavors, or of no known
+    family': the reason now says what the generator lacks."""
+    case = _case(model=model)
+    assert case.reason.endswith("the generator has no Mamba layer") and model in case.reason
