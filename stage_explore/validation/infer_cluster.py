@@ -14,9 +14,10 @@ figure gives).
 
 Recognised forms (text in, figure out):
 
-- inter-node bandwidth: a rate in bits (``400 Gb/s``, ``400Gbps``, ``200 Gbit/s``), optionally
-  after a count (``8x200 Gb/s``, ``8x ConnectX-7 IB NDR 400 Gb/s``, ``4 Omni-Path 100 Gbps
-  links``), with ``per GPU`` / ``/GPU`` or ``per node`` / ``/node`` / ``per host`` later in the
+- inter-node bandwidth: a rate in bits (``400 Gb/s``, ``400Gbps``, ``200 Gbit/s``, ``3.2
+  Tbps``), optionally after or before a count (``8x200 Gb/s``, ``8x ConnectX-7 IB NDR 400
+  Gb/s``, ``4 Omni-Path 100 Gbps links``, ``200 Gb/s x 8``), with ``per GPU`` / ``/GPU`` or
+  ``per node`` / ``/node`` / ``per host`` / ``per instance`` later in the
   same clause (clauses end at a ``,`` or ``;`` outside parentheses); per node is divided by the
   GPUs per node (stated, else the preset's). A rate in bytes (``600 GB/s``) is a scale-up link,
   not read; a rate without per GPU / per node is not read (the preset, stated).
@@ -41,10 +42,12 @@ TOLERANCE = 0.05
 _GPU = r"(?:[A-Z]{1,2}\d{2,3}\w*|GPUs?)"
 _RATE = re.compile(
     r"(?:(?<![\w.])(\d+)(?:\s*x\s*|\s+(?=[A-Za-z]))((?:[A-Za-z][\w\-]*\s+){0,4}?))?"
-    r"(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbps|Gbit/s)"
+    r"(\d+(?:\.\d+)?)\s*(Gb/s|Gbps|Gbit/s|Tb/s|Tbps|Tbit/s)(?:\s*[x×]\s*(\d+)(?![\w.]))?"
 )
 _PER_GPU = re.compile(r"per\s+GPU\b|/\s*GPU\b", re.IGNORECASE)
-_PER_NODE = re.compile(r"per\s+(?:node|host|server)\b|/\s*(?:node|host)\b", re.IGNORECASE)
+_PER_NODE = re.compile(
+    r"per\s+(?:node|host|server|instance)\b|/\s*(?:node|host)\b", re.IGNORECASE
+)
 _NODE_FORMS = (
     re.compile(rf"(?<![\w.])(\d+)\s*x?\s*{_GPU}[^,;]*?(?:/\s*node|per\s+(?:node|host|server))\b"),
     re.compile(r"nodes?\s+of\s+(\d+)\b", re.IGNORECASE),
@@ -93,7 +96,9 @@ def _scale_out(interconnect: str) -> tuple[Figure | None, bool, list[str]]:
     unread: list[str] = []
     for clause in _clauses(interconnect):
         for found in _RATE.finditer(clause):
-            rate = float(found.group(3)) * (int(found.group(1)) if found.group(1) else 1)
+            counts = [int(c) for c in (found.group(1), found.group(5)) if c]
+            rate = float(found.group(3)) * (1000 if found.group(4).startswith("T") else 1)
+            rate *= counts[0] * counts[1] if len(counts) == 2 else counts[0] if counts else 1
             rest = clause[found.end() :]
             if _PER_GPU.search(rest):
                 return Figure(rate * 1e9 / 8, found.group(0).strip() + " per GPU"), False, unread

@@ -12,6 +12,7 @@ import pytest
 
 from stage_explore.cli import main
 from stage_explore.validation.infer import row_cases
+from stage_explore.validation.infer_cluster import read_cluster
 from stage_explore.validation.infer_fields import (
     Uninferable,
     infer_framework,
@@ -261,3 +262,18 @@ def test_a_hybrid_state_space_model_is_named_as_such(model: str) -> None:
     family': the reason now says what the generator lacks."""
     case = _case(model=model)
     assert case.reason.endswith("the generator has no Mamba layer") and model in case.reason
+
+
+@pytest.mark.parametrize(
+    ("interconnect", "per_gpu_gbit"),
+    [
+        ("HDR 200 Gb/s x 8 per node", 200),  # was read as 200 Gb/s per node: 25 per GPU
+        ("3.2 Tbps per node", 400),  # was not read, and not named as unread
+        ("EFA 3200 Gbps per instance (p5.48xlarge)", 400),  # an instance is a node
+        ("8x200 Gb/s HDR IB/node", 200),  # the package's form, unchanged
+    ],
+)
+def test_inter_node_rates_written_another_way(interconnect: str, per_gpu_gbit: int) -> None:
+    cluster = read_cluster("A100 80GB", interconnect)
+    assert cluster.scale_out is not None and cluster.per_node
+    assert cluster.scale_out.value * 8 / 1e9 / 8 == pytest.approx(per_gpu_gbit)
