@@ -19,6 +19,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import RowResult
 from stage_explore.validation.setups import data_dir
 from stage_explore.validation.suite import run_validation
@@ -56,7 +57,7 @@ def compare(folder: Path) -> tuple[list[str], list[str]]:
         inferred = _by_row(run_validation(bare).results)
     groups: dict[tuple[bool, str], list[tuple[RowResult, RowResult | None]]] = defaultdict(list)
     for key, result in hand.items():
-        if result.evaluated:
+        if result.evaluated and not is_inferred(result.case.source):  # no hand-written setup
             groups[(key[2], result.case.source)].append((result, inferred.get(key)))
     table = [
         "| kind | hand-written source | rows | both evaluate | MAE hand-written % | "
