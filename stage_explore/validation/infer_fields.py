@@ -181,7 +181,8 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
         if re.search(pattern, text):
             return PrecisionRead(name, "", f"{name} mixed precision ({said})")
     raise Uninferable(
-        f"precision {cell!r}: expected bf16 (bfloat16), fp16 (float16, half) or an FP8 spelling"
+        f"precision {cell!r}: expected bf16, fp16 or an FP8 spelling (bfloat16, float16, "
+        "half read too)"
     )
 
 
