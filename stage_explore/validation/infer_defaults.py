@@ -91,7 +91,8 @@ MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any,
 #: (helpers.set_common_perf_overrides at NVIDIA-NeMo/Megatron-Bridge 0fa501ac). (first, last,
 #: option, why). The NeMo 1.x launcher configs of 24.xx name cross_entropy_loss_fusion in some
 #: model yamls only (the llama2_7b / llama3_70b / nemotron_340b ones, not gpt3 175b / grok1 /
-#: llama3_8b), so no rule is read there: the unfused fp32 loss stays the default.
+#: llama3_8b): :data:`LAUNCHER_LOSS` reads the families whose stored yamls all name it (Llama
+#: 3.1); elsewhere the unfused fp32 loss stays the default.
 LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
     ((25, 1), (25, 2), "native_cross_entropy",
      "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): NeMo 2.0's "
@@ -103,6 +104,32 @@ LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
      "and cross_entropy_fusion_impl = 'te' (NeMo's later set_perf_optimization_configs, "
      "Megatron-Bridge's set_common_perf_overrides)"),
 )  # fmt: skip
+
+
+#: NeMo 1.x launcher model yamls that set cross_entropy_loss_fusion true, by the model text's
+#: pattern: (pattern, why). NeMo 1.0's MegatronBaseModel.build_transformer_config copies the
+#: TransformerConfig fields a model yaml names and nothing sets cross_entropy_fusion_impl
+#: (Megatron-Core's default 'native'), so Megatron-Core's GPTModel calls
+#: fused_vocab_parallel_cross_entropy.
+LAUNCHER_LOSS: tuple[tuple[str, str], ...] = (
+    (r"llama[\s_-]*3\.1",
+     "NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama3_1_8b.yaml "
+     "(2ac7cee8), llama3_1_70b.yaml (1ab2c781) and llama3_1_405b.yaml (072ecc47) set "
+     "cross_entropy_loss_fusion true"),
+)  # fmt: skip
+
+
+def _launcher_loss(row: dict[str, str], said: str, out: Defaults) -> None:
+    """The fused loss of a NeMo 1.x launcher model yaml (:data:`LAUNCHER_LOSS`)."""
+    for pattern, why in LAUNCHER_LOSS:
+        if re.search(pattern, row.get("model", ""), re.IGNORECASE):
+            out.options["native_cross_entropy"] = True
+            out.notes.append(
+                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
+                f"{why}; NeMo 1.0 copies it into Megatron-Core's TransformerConfig and sets no "
+                f"cross_entropy_fusion_impl (default 'native') ({said}; a NeMo 1.x container)"
+            )
+            return
 
 
 def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> None:
@@ -269,6 +296,8 @@ def _megatron_core(
             out.parallel[name] = value
         out.notes.append(f"{why} ({said})")
     _loss(release, mlperf, said, out)
+    if release < MLPERF_NEMO2 and not mlperf:
+        _launcher_loss(row, said, out)
     if release >= (25, 1) and not mlperf and shape[1] > 1:
         _userbuffers_methods(row, family, shape[0], system, precision, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
@@ -400,6 +429,15 @@ def _mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defau
         "grad_sync_dtype bf16, no dtype; conf/tp_overlap/*.yaml bulk overlaps set_sm_margin 0; "
         f"mlcommons/training_results_v4.0 62f111b7, v4.1) ({said}; the text names MLPerf)"
     )
+    if release >= (24, 9):
+        out.options["native_cross_entropy"] = True
+        out.notes.append(
+            "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): the "
+            "v4.1 conf/custom.yaml (eos_n32_ngc24.09_nemo, swsok/training_results_v4.1 8821c703) "
+            "sets cross_entropy_loss_fusion ${oc.env:CROSS_ENTROPY_LOSS_FUSION,True}, which NeMo "
+            "1.0 copies into Megatron-Core's TransformerConfig (default impl 'native'); the v4.0 "
+            f"one names none ({said}; the text names MLPerf)"
+        )
     if precision == "fp8":
         out.options["fp8_param_gather"] = True
         out.notes.append(

@@ -422,3 +422,25 @@ def test_nemo_2_gpt3_175b_without_dropout_and_its_tp_only_amax_reduction(
     assert case.model is not None
     assert case.model.dropout is (dropout and "Llama" not in model)
     assert dict(case.framework_options).get("fp8_amax_reduction") == amax
+
+
+@pytest.mark.parametrize(
+    ("source", "model", "fused"),
+    [
+        # the launcher's llama3_1_*.yaml set cross_entropy_loss_fusion
+        ("DGX Cloud Benchmarking (NeMo 24.09)", "Llama 3.1 70B", True),
+        ("DGX Cloud Benchmarking (NeMo 24.12)", "Llama 3.1 8B", True),
+        # other launcher yamls: no rule (the unfused loss stays)
+        ("NVIDIA NeMo performance summary (NeMo 24.07 container)", "Llama 3 8B", False),
+        ("DGX Cloud Benchmarking (NeMo 24.12)", "GPT3 175B", False),
+        # MLPerf GPT-3 on NeMo 1.x: v4.1's custom.yaml (24.09) fuses it, v4.0's (24.04) not
+        ("MLPerf Training v4.1 (eos_n32_ngc24.09_nemo, NeMo 24.09)", "GPT3 175B", True),
+        ("MLPerf Training v4.0 (eos_n64_ngc24.04_nemo, NeMo 24.04)", "GPT3 175B", False),
+    ],
+)  # fmt: skip
+def test_the_fused_loss_of_the_nemo_1_launcher_yamls_and_mlperf_gpt3(
+    source: str, model: str, fused: bool
+) -> None:
+    case = _case(source=source, model=model, tp="4", pp="8", num_gpus="512",
+                 global_batch_seqs="512")  # fmt: skip
+    assert dict(case.framework_options).get("native_cross_entropy", False) is fused
