@@ -56,12 +56,14 @@ from stage_explore.analytical.costing_states import StateCosting
 from stage_explore.analytical.eager import eager_attention, eager_op_bytes
 from stage_explore.analytical.fp8_casts import fused_norm_casts
 from stage_explore.analytical.fp8_gather import (
+    FLOAT8_TP_RECIPES,
     cast_shards,
     fp8_gathered,
     te_fp8_linear,
     with_fp8_gathers,
 )
 from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.funcol_copies import funcol_copy_bytes
 from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.kernels import (
@@ -346,6 +348,14 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         if rule is not None and self.framework.micro_pipeline_tp and self.framework.tp_comm_overlap:
             rule = micro_pipeline_rule(rule, instrs)  # PyTorch async TP: GEMM-adjacent only
             extra_bytes = fused_reduce_bytes(instrs, rule)  # its partials' sum, on compute
+        if self.framework.funcol_seq_copies and point.workload.flags.sp:
+            fused_rule = rule if self.framework.tp_comm_overlap else None  # async TP's
+            extra_bytes += funcol_copy_bytes(  # DTensor's dim-1 gathers' / scatters' cat
+                instrs,
+                self.framework.fused_elementwise,
+                lambda i: fused_rule is not None and fused_rule(i) is not None,
+                self._fp8_gathered(point, kind),
+            )
         outside_nccl = runs_outside_nccl(  # userbuffers / symmetric memory: no NCCL call
             policy, point.workload.parallel.tp, point.workload.flags.sp, rule
         )
@@ -529,15 +539,14 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         """``(phase, tensor)`` of block ``kind``'s tensor-parallel all-gathers that carry FP8
         data: an FP8 run under Transformer Engine's userbuffers overlap (``tp_comm_overlap``,
         not PyTorch's async TP) gathers its FP8 linear layers' quantized inputs
-        (:mod:`~stage_explore.analytical.fp8_gather`); empty otherwise."""
+        (:mod:`~stage_explore.analytical.fp8_gather`), and so does torchao's Float8 tensor
+        parallelism (``float8_tp``, the ``tensorwise`` recipe) with or without async TP;
+        empty otherwise."""
         parallel = point.workload.parallel
         framework = self.framework
-        if (
-            point.dtype != "fp8"
-            or not framework.tp_comm_overlap
-            or framework.micro_pipeline_tp
-            or not fp8_block(kind)
-        ):
+        torchao = framework.float8_tp and str(parallel.fp8_recipe) in FLOAT8_TP_RECIPES
+        userbuffers = framework.tp_comm_overlap and not framework.micro_pipeline_tp
+        if point.dtype != "fp8" or not (torchao or userbuffers) or not fp8_block(kind):
             return frozenset()
         block = point.blocks[kind]
         weights = frozenset(weight.name for weight in block.weights)

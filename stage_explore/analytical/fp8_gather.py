@@ -23,6 +23,14 @@ What the code runs (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module
   ``blockwise`` recipe) raises "Unsupported quantizer for Userbuffers", so that recipe is left as
   it was (16-bit gathers).
 
+torchao's Float8 tensor parallelism does the same (``float8_tp``; 5 Dec 2026, s13 ttasync):
+TorchTitan's ``parallelize_llama`` sets ``enable_float8_tensorwise_tp`` for a tensorwise
+recipe ("For rowwise recipes, we use regular TP and all-gather happens in high precision") and
+plans ``PrepareFloat8ModuleInput`` / ``Float8ColwiseParallel``, which cast the local sequence
+shard to FP8 before the forward all-gather, and ``Float8RowwiseParallel``, whose
+``_NoopFwToFloat8BwDynamic`` casts the output gradient before the backward's
+(``torchao/float8/float8_tensor_parallel.py``); the reduce-scatters stay 16-bit.
+
 Which all-gathers: a tensor-parallel all-gather of a decoder layer whose gathered tensor, in
 that phase, is read only by FP8 GEMMs of Transformer Engine linear layers (not the experts',
 whose communication is never userbuffers', nor the router's) — the six above when the forward,
@@ -41,6 +49,9 @@ from stage_core.lower.fp8 import FP8_BYTES, MX_BLOCK, NON_FP8_WEIGHTS
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.kernels import ELEMENT_BYTES, gemm_role
 
+#: Recipes whose linears torchao's Float8 tensor parallelism gathers in FP8 (TorchTitan's
+#: ``enable_float8_tensorwise_tp = enable_float8_linear and not float8_is_rowwise``).
+FLOAT8_TP_RECIPES = frozenset({"tensorwise"})
 #: Recipes whose quantizer Transformer Engine's userbuffers all-gather accepts (TE 2.x
 #: ``fill_userbuffers_buffer_for_all_gather``; TE 1.x had delayed scaling only).
 UB_FP8_RECIPES = frozenset({"delayed", "tensorwise", "mxfp8"})

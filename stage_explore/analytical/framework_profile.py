@@ -352,6 +352,20 @@ Options (all booleans unless said):
   redistribute before a ``ColwiseParallel`` linear is an ordinary op whose output the ``mm``
   saves; torchtitan's plans), not the sequence shard Megatron saves and gathers again in the
   backward (:func:`stage_core.lower.memory.gathered_input_bytes`).
+- ``float8_tp`` — under the ``tensorwise`` FP8 recipe the tensor-parallel all-gathers of FP8
+  linear layers' inputs and output gradients carry FP8 data (torchao's ``Float8ColwiseParallel``
+  / ``Float8RowwiseParallel`` / ``PrepareFloat8ModuleInput``, TorchTitan's
+  ``enable_float8_tensorwise_tp``), the input cast on the local shard
+  (:mod:`~stage_explore.analytical.fp8_gather`). Off: 16-bit gathers unless userbuffers.
+- ``funcol_seq_copies`` — DTensor's sequence-parallel all-gathers and reduce-scatters over
+  ``tp`` gather / scatter on the sequence dim (``Shard(1)``), which NCCL cannot: PyTorch's
+  functional collectives copy the whole gathered tensor (``torch.cat(torch.chunk(res,
+  group_size, dim=0), dim=gather_dim)``) or the whole unreduced operand (``torch.cat(torch.chunk(
+  self, group_size, dim=scatter_dim))``) on the compute stream
+  (``torch/distributed/_functional_collectives.py``; :mod:`~stage_explore.analytical.
+  funcol_copies`, which also says what ``torch.compile`` and async TP leave out). Off: Megatron's
+  and Transformer Engine's sequence-parallel collectives, which gather and scatter on the
+  sequence dim that leads their ``[seq, batch, hidden]`` activations (no copy).
 - ``moe_probs_in_activation`` — the router's probabilities scale the experts' activation
   output (the FC2 input) instead of the combined expert outputs, so the combine is a plain
   unpermute that keeps nothing for the backward and the experts' FC2 outputs are not saved:
@@ -559,6 +573,8 @@ OPTION_FLAGS: dict[str, str] = {
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
+    "float8_tp": "torchao Float8 TP (enable_float8_tensorwise_tp): FP8 all-gathers",
+    "funcol_seq_copies": "DTensor SP funcol all-gather / reduce-scatter cat copies (dim 1)",
     "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "fp8_amax_reduction": "TE DelayedScaling amax all-reduce group (Megatron --tp-only-amax-red)",
@@ -664,6 +680,8 @@ class FrameworkProfile:
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
+    float8_tp: bool = False  # tensor-parallel gathers 16-bit but under userbuffers
+    funcol_seq_copies: bool = False  # sequence-dim-first SP collectives (no layout copies)
     moe_probs_in_activation: bool = False  # the weighted combine saves the expert outputs
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)

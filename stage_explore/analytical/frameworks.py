@@ -361,6 +361,14 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # Replicate) and the output layer's ColwiseParallel(input_layouts=Shard(1)): DTensor
             # all-gathers, and the linears' mm save the gathered tensor
             tp_saves_gathered_input=True,
+            # the same PrepareModuleInput / RowwiseParallel(output_layouts=Shard(1)) collectives
+            # are funcol.all_gather_tensor / reduce_scatter_tensor on dim 1, which copy the
+            # whole tensor through torch.cat (torch/distributed/_functional_collectives.py)
+            funcol_seq_copies=True,
+            # parallelize_llama: enable_float8_tensorwise_tp (Float8ColwiseParallel,
+            # Float8RowwiseParallel, PrepareFloat8ModuleInput from torchao.float8) for the
+            # tensorwise recipe: the TP all-gathers carry FP8 data
+            float8_tp=True,
         ),
     )
 }
