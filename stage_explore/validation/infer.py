@@ -328,13 +328,28 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
 _REMARKED = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)\s*\((.*)\)")
 #: A sequence length in thousands of tokens as tables print it: ``8K`` = 8,192.
 _SEQ_K = re.compile(r"(\d+)\s*[kK]")
+#: A measured cell with its column's unit (or a thousands ``k`` on a rate): the unit, its
+#: factor to the column's unit. ``peak_mem_gib`` of ``70 GB`` stays a reason (GB or GiB?).
+MEASURED_UNITS: dict[str, tuple[tuple[str, float], ...]] = {
+    "iter_time_s": ((r"s|sec|secs|seconds?", 1.0), (r"ms", 1e-3)),
+    "tokens_per_s_per_gpu": ((r"(?:tokens?|tok)\s*/\s*s(?:ec)?(?:\s*/\s*gpu)?", 1.0),
+                             (r"k", 1e3)),
+    "tflops_per_gpu": ((r"tflop/?s|tflops", 1.0),),
+    "peak_mem_gib": ((r"gib", 1.0),),
+}  # fmt: skip
+_MEASURED = re.compile(r"(\d+(?:\.\d+)?)\s*(\S.*)")
+#: A vocabulary in thousands of tokens as model cards print it: ``128K`` (Llama 3's 128,256),
+#: ``32K`` (Llama 2's 32,000), ``152K`` (Qwen's 151,936), ``256K`` (Gemma's 256,000).
+_VOCAB_K = re.compile(r"(\d+(?:\.\d+)?)\s*[kK]")
 
 
 def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """``row`` with the cells written another way read into the schema's form, and the
     assumptions that say so: an integer column holding ``N (remark)`` as ``N``, a ``seq_len``
-    of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a
-    ``recompute`` cell by :func:`~stage_explore.validation.infer_fields.read_recompute`."""
+    of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a ``vocab``
+    of ``128K`` as 128,000 tokens, a measured cell with its column's unit
+    (:data:`MEASURED_UNITS`: ``1.2 s``, ``850 ms``, ``14.1k`` tokens/s), a ``recompute`` cell
+    by :func:`~stage_explore.validation.infer_fields.read_recompute`."""
     out, notes = dict(row), []
     for column in INTEGER_COLUMNS:
         cell = out.get(column, "").strip()
@@ -348,6 +363,21 @@ def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
         notes.append(
             f"seq_len {out['seq_len']} tokens (the seq_len column says {seq.group(0)!r}: "
             "thousands of tokens read as 1,024 each)"
+        )
+    for column, units in MEASURED_UNITS.items():
+        cell = out.get(column, "").strip()
+        found = _MEASURED.fullmatch(cell.replace(",", ""))
+        unit = next((f for u, f in units if found and re.fullmatch(u, found.group(2), re.I)), None)
+        if found and unit is not None:
+            out[column] = f"{float(found.group(1)) * unit:g}"
+            notes.append(f"{column} {out[column]} (the {column} column says {cell!r})")
+    vocab = _VOCAB_K.fullmatch(out.get("vocab", "").strip())
+    if vocab:
+        out["vocab"] = str(round(float(vocab.group(1)) * 1000))
+        notes.append(
+            f"vocab {out['vocab']} tokens (the vocab column says {vocab.group(0)!r}: thousands "
+            "of tokens read as 1,000 each, as vocabularies are rounded: Llama 3's 128,256 is "
+            "'128K'; the logits GEMM is within the rounding)"
         )
     out["recompute"], spelled = read_recompute(out.get("recompute", ""))
     return out, [*notes, *([spelled] if spelled else [])]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from stage_core.models import get_flavor
 from stage_core.models.flavors import list_flavors
 from stage_explore.system import load_system
+from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 
 
 class Uninferable(ValueError):
@@ -31,7 +32,7 @@ class Inferred:
     value: str
     assumption: str
     #: Model fields the value implies beyond the CSV's dims (an MoE base's ``expert_ffn``).
-    model: tuple[tuple[str, int], ...] = ()
+    model: tuple[tuple[str, int | str], ...] = ()
 
 
 #: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)").
@@ -46,23 +47,41 @@ SYSTEM_RULES: tuple[tuple[str, str], ...] = (
     (r"A100", "a100-80gb"),
 )
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
+#: Presets of the same GPU with another memory, chosen by the memory a ``gpu`` cell states
+#: (``A100-SXM4-40GB``: the a100-40gb preset, the 40 GB part's datasheet figures).
+MEMORY_VARIANTS: dict[str, tuple[str, ...]] = {"a100-80gb": ("a100-40gb",)}
+#: The GH200 Grace Hopper superchip, read as the h200 preset (``H200`` is in its name).
+GH200 = re.compile(r"GH[\s_-]?200", re.IGNORECASE)
+GH200_NOTE = (
+    "a GH200 read as the H200 (NVIDIA GH200 Grace Hopper Superchip datasheet: its GPU is the "
+    "Hopper die of the H100 / H200, 989 TFLOP/s dense BF16, with 96 GB HBM3 at 4 TB/s or 144 GB "
+    "HBM3e at 4.9 TB/s; the h200 preset has 141 GB at 4.8 TB/s): the preset's 8-GPU NVSwitch "
+    "node, where GH200 systems link 1 to 4 superchips per node (or 256 over the NVLink Switch "
+    "System), and the Grace CPU's NVLink-C2C memory is not modelled"
+)
 
 
 def infer_system(gpu: str) -> Inferred:
-    """The preset of a ``gpu`` cell; a stated memory that is not the preset's (A100 40GB) is
-    :class:`Uninferable`, except on H100 (94/96 GB parts: the H100-SXM5 preset, stated)."""
+    """The preset of a ``gpu`` cell (a stated memory picks a :data:`MEMORY_VARIANTS` preset:
+    A100 40GB); a stated memory no preset of that GPU has is :class:`Uninferable`, except on
+    H100 (94/96 GB parts: the H100-SXM5 preset, stated). A GH200 is read as the H200, stated
+    (:data:`GH200_NOTE`)."""
     preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, gpu, re.I)), "")
     if not preset:
         names = ", ".join(pattern for pattern, _ in SYSTEM_RULES)
         raise Uninferable(f"gpu {gpu!r} matches no system preset (expected one of {names})")
     text = f"system preset {preset} (the gpu column says {gpu!r})"
+    if GH200.search(gpu):
+        text += f"; {GH200_NOTE}"
     stated = _MEMORY.search(gpu)
     if stated is None:
         return Inferred(preset, text)
-    capacity = load_system(preset).accelerator.memory_bytes
     gigabytes = float(stated.group(1))
-    if any(abs(gigabytes * unit / capacity - 1) < 0.05 for unit in (1e9, 2**30)):
-        return Inferred(preset, text)
+    for name in (preset, *MEMORY_VARIANTS.get(preset, ())):
+        capacity = load_system(name).accelerator.memory_bytes
+        if any(abs(gigabytes * unit / capacity - 1) < 0.05 for unit in (1e9, 2**30)):
+            return Inferred(name, text.replace(f"preset {preset} ", f"preset {name} ", 1))
+    capacity = load_system(preset).accelerator.memory_bytes
     if preset != "h100-80gb":
         raise Uninferable(
             f"gpu {gpu!r}: no preset for {stated.group(0)} (the {preset} preset has "
@@ -303,11 +322,16 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
         if re.search(GPT_PATTERN, text):
             flavor, exact = _gpt_flavor(size, framework)
     if not flavor:
-        raise Uninferable(
-            f"model {model!r} of another size than this family's flavors, or of no known "
-            "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3, "
-            "Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2)"
-        )
+        try:  # a dense decoder of no known family: the common decoder from its columns
+            base, assumption, fields = generic_decoder(row, model, moe)
+        except GenericRefused as error:
+            raise Uninferable(
+                f"model {model!r} of another size than this family's flavors, or of no known "
+                "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3, "
+                f"Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2), and not a Llama-style decoder: "
+                f"{error}"
+            ) from None
+        return Inferred(base, assumption, fields)
     spec = get_flavor(flavor)
     if moe and not spec.num_experts:
         raise Uninferable(f"model {model!r}: the moe column says {moe!r}, but no MoE flavor of it")

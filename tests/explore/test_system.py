@@ -23,6 +23,7 @@ from stage_explore.system import (
 )
 
 PRESETS = (
+    "a100-40gb",
     "a100-80gb",
     "b200",
     "b300",
@@ -82,6 +83,7 @@ def test_every_preset_loads_and_round_trips_through_to_dict(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "bf16", "memory_bytes", "hbm", "scale_up", "scale_out", "dims"),
     [
+        ("a100-40gb", 312e12, 40 * 2**30, 1.555e12, 300e9, 25e9, (8, 16384)),
         ("a100-80gb", 312e12, 80 * 2**30, 2.039e12, 300e9, 25e9, (8, 16384)),
         ("h100-80gb", 989e12, 80 * 2**30, 3.35e12, 450e9, 50e9, (8, 16384)),
         ("h200", 989e12, 141 * 10**9, 4.8e12, 450e9, 50e9, (8, 16384)),
