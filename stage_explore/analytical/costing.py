@@ -57,6 +57,7 @@ from stage_explore.analytical.eager import eager_attention, eager_op_bytes
 from stage_explore.analytical.fp8_casts import fused_norm_casts
 from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
+    UB_FP8_RECIPES,
     cast_shards,
     fp8_gathered,
     te_fp8_linear,
@@ -102,7 +103,11 @@ from stage_explore.analytical.passes import PhasePasses
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.analytical.routing_tiles import routing_share
 from stage_explore.analytical.te_context_parallel import te_ring_comm_timer
-from stage_explore.analytical.ub_multicast import ub_multicast_collective
+from stage_explore.analytical.ub_multicast import (
+    fp8_buffer_scatter,
+    ub_multicast_collective,
+    with_fp8_buffer_scatters,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +347,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         instrs = with_fp8_gathers(  # userbuffers gather FP8 linear inputs (fp8_gather.py)
             instrs, self._fp8_gathered(point, kind), str(point.workload.parallel.fp8_recipe)
         )
+        fp8_scatters = self._fp8_buffer_scatters(point, kind)
+        if rule is not None and fp8_scatters:  # recipe fp8_buf: the pipelined RS on FP8 bytes
+            instrs = with_fp8_buffer_scatters(instrs, rule)
         if self.framework.fused_elementwise:
             instrs = fuse_elementwise(instrs)
         extra_bytes = 0
@@ -376,7 +384,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             multicast_rule = rule  # TE's pipeline / bulk kernels on CUDA multicast (sm_90+)
             comm_s = self._ub_multicast(
                 point, spans, comm_s,
-                lambda i: outside_nccl(i) and ub_multicast_collective(i, multicast_rule),
+                lambda i: outside_nccl(i)
+                and ub_multicast_collective(i, multicast_rule)
+                and not (fp8_scatters and fp8_buffer_scatter(i, multicast_rule)),
             )  # fmt: skip
         kernels = point.system.accelerator.kernels
         bulk_gemms: frozenset[Instr] = frozenset()
@@ -534,6 +544,22 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             return False
         model = point.workload.model
         return routing_share(model, self.framework.moe_fake_balanced_gate) > 0.0
+
+    def _fp8_buffer_scatters(self, point: Point, kind: str) -> bool:
+        """Whether block ``kind``'s pipelined forward reduce-scatters run on FP8 userbuffers:
+        the recipe sets ``fp8_buf`` on ``proj_fprop`` / ``fc2_fprop`` (``ub_fprop_fp8_buf``)
+        and the run is FP8 (its forward GEMMs too) under Transformer Engine's userbuffers
+        overlap with a recipe its buffers take (:mod:`~stage_explore.analytical.ub_multicast`)."""
+        framework = self.framework
+        return (
+            framework.ub_fprop_fp8_buf
+            and point.dtype == "fp8"
+            and "fprop" in point.workload.parallel.fp8_gemms
+            and framework.tp_comm_overlap
+            and not framework.micro_pipeline_tp
+            and fp8_block(kind)
+            and str(point.workload.parallel.fp8_recipe) in UB_FP8_RECIPES
+        )
 
     def _fp8_gathered(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
         """``(phase, tensor)`` of block ``kind``'s tensor-parallel all-gathers that carry FP8

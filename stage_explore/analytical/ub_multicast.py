@@ -25,14 +25,27 @@ receives ``(n-1)/n · S``), at the rate multicast traffic reaches per direction,
 ``S/n`` (the reduced slice or the shard), so the 2–32 SMs the recipes give them
 (``num_sm``) are not what limits them at the per-SM rates found (docs/analytical.md, "SM-driven
 userbuffers kernels and their SMs (s13 ubsm)").
+
+Not multicast: a pipelined reduce-scatter whose buffer is FP8 (the recipe's ``fp8_buf`` on
+``proj_fprop`` / ``fc2_fprop`` under an FP8 run, framework option ``ub_fprop_fp8_buf``). The
+GEMM chunks then write FP8 into the buffer and ``split_overlap_rs`` calls
+``reducescatter2_userbuff_stridedoutput_fp8`` (``_ubuf.element_size() == 1``), which has no
+multicast branch: it pulls each peer's FP8 slice over its pointers and writes the 16-bit sum
+(``userbuffers_fp16_sum_inplace_gpu_rr_rs_oop_fp8``; TE ``comm_gemm_overlap.cpp`` /
+``userbuffers.cu``, and ``pytorch/csrc/comm_gemm_overlap.h`` in TE 1.x). It moves one byte per
+element and is timed as a ring of those bytes (:func:`fp8_buffer_scatter`,
+:func:`with_fp8_buffer_scatters`). Reviewed 5 Dec 2026 (s13 ubreview).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from stage_core.lower.bind import Instr
+from stage_core.lower.fp8 import FP8_BYTES
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.kernels import ELEMENT_BYTES
 from stage_explore.analytical.overlap import Bulk, OverlapRule, Pipelined
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
@@ -52,6 +65,30 @@ def ub_multicast_collective(instr: Instr, rule: OverlapRule) -> bool:
         tensor = instr.name.partition(":")[2]
         return isinstance(answer, float) and not tensor.startswith("d.")
     return False
+
+
+def fp8_buffer_scatter(instr: Instr, rule: OverlapRule) -> bool:
+    """Whether ``instr`` is a forward tensor-parallel reduce-scatter that userbuffers pipelines
+    with its GEMM (``rule`` answers :class:`Pipelined`, not a ring exchange): the overlaps whose
+    ``fp8_buf`` Transformer Engine honours (``initialize_ub``: ``fp8_buf = name in
+    layers_all_gather_overlap or (cfg fp8_buf and name in methods["pipeline"])``)."""
+    if instr.collective is not CollectiveKind.REDUCE_SCATTER or instr.phase != "fwd":
+        return False
+    answer = rule(instr)
+    return isinstance(answer, Pipelined) and not answer.ring
+
+
+def with_fp8_buffer_scatters(instrs: tuple[Instr, ...], rule: OverlapRule) -> tuple[Instr, ...]:
+    """``instrs`` with each :func:`fp8_buffer_scatter` moving one byte per element (its GEMM
+    writes FP8 into the userbuffer; TE 1.x ``ub_obj.is_fp8_ubuf()`` → FP8 GEMM output, TE ≥ 2.2
+    the same, NVIDIA/TransformerEngine#1633); every other instruction unchanged. The caller
+    keeps them off the multicast path (:func:`fp8_buffer_scatter` on the rewritten program)."""
+    return tuple(
+        replace(instr, comm_bytes=instr.comm_bytes // ELEMENT_BYTES * FP8_BYTES)
+        if fp8_buffer_scatter(instr, rule)
+        else instr
+        for instr in instrs
+    )
 
 
 def nvls_collective_s(

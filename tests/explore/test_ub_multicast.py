@@ -11,13 +11,18 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
-from stage_core.parallel import ParallelConfig
+from stage_core.parallel import ParallelConfig, Precision
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import overlap_rule
 from stage_explore.analytical.policy import TimingPolicy
-from stage_explore.analytical.ub_multicast import nvls_collective_s, ub_multicast_collective
+from stage_explore.analytical.ub_multicast import (
+    fp8_buffer_scatter,
+    nvls_collective_s,
+    ub_multicast_collective,
+    with_fp8_buffer_scatters,
+)
 from stage_explore.system import load_system
 from stage_explore.system.model import NetworkDim
 
@@ -96,3 +101,36 @@ def test_nvls_efficiency_is_a_fraction_beside_a_bus_efficiency() -> None:
         NetworkDim(**base, bus_efficiency=0.8, nvls_efficiency=1.2)  # type: ignore[arg-type]
     dim = NetworkDim(**base, bus_efficiency=0.8, nvls_efficiency=0.6)  # type: ignore[arg-type]
     assert dim.multicast_factor() == pytest.approx(0.75)
+
+
+def test_fp8_buffer_scatters_are_pipelined_forward_reduce_scatters_only() -> None:
+    policy = TimingPolicy.from_profile(get_framework("megatron-core"))
+    rule = overlap_rule(policy, tp=8, sp=True)
+    ring_rule = overlap_rule(policy, tp=8, sp=True, ring_exchange=frozenset({"fc2"}))
+    assert rule is not None and ring_rule is not None
+    scatter = _collective(CollectiveKind.REDUCE_SCATTER, "mlp.fc2", "fwd")
+    bulk = _collective(CollectiveKind.REDUCE_SCATTER, "d.ln1", "bwd")
+    assert fp8_buffer_scatter(scatter, rule)
+    assert not fp8_buffer_scatter(scatter, ring_rule)  # fp8_buf: pipeline method only
+    assert not fp8_buffer_scatter(bulk, rule)
+    rewritten = with_fp8_buffer_scatters((scatter, bulk), rule)
+    assert rewritten[0].comm_bytes == MIB // 2  # one byte per 16-bit element
+    assert rewritten[1] == bulk
+
+
+def _fp8_step_s(fp8_buf: bool, multicast: bool = True) -> float:
+    model = get_flavor("llama3-8b").with_overrides(layers=2)
+    parallel = ParallelConfig(
+        tp=8, dp=1, sp=True, global_batch=1, micro_batch=1, precision=Precision.FP8
+    )
+    overrides = {"ub_fprop_fp8_buf": fp8_buf, "ub_multicast": multicast}
+    backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
+    return backend.evaluate(model, parallel, load_system("h100-80gb")).step_time_s
+
+
+def test_an_fp8_buffer_takes_the_scatter_off_multicast_and_halves_its_bytes() -> None:
+    assert not get_framework("megatron-core").ub_fprop_fp8_buf  # TE's default: 16-bit RS
+    with_buffer, without = _fp8_step_s(True), _fp8_step_s(False)
+    assert with_buffer < without  # a ring of half the bytes, not S at the multicast rate
+    # without multicast the buffer still halves the forward reduce-scatters' bytes
+    assert _fp8_step_s(True, multicast=False) < _fp8_step_s(False, multicast=False)
