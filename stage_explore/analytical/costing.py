@@ -104,7 +104,7 @@ from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.analytical.routing_tiles import routing_share
 from stage_explore.analytical.te_context_parallel import te_ring_comm_timer
 from stage_explore.analytical.ub_multicast import (
-    fp8_buffer_scatter,
+    pipelined_fprop_scatter,
     ub_multicast_collective,
     with_fp8_buffer_scatters,
 )
@@ -347,9 +347,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         instrs = with_fp8_gathers(  # userbuffers gather FP8 linear inputs (fp8_gather.py)
             instrs, self._fp8_gathered(point, kind), str(point.workload.parallel.fp8_recipe)
         )
-        fp8_scatters = self._fp8_buffer_scatters(point, kind)
-        if rule is not None and fp8_scatters:  # recipe fp8_buf: the pipelined RS on FP8 bytes
-            instrs = with_fp8_buffer_scatters(instrs, rule)
+        fp8_buffers, atomic = self._fprop_scatter_kinds(point, kind)
+        if rule is not None and fp8_buffers:  # recipe fp8_buf: the pipelined RS on FP8 bytes
+            instrs = with_fp8_buffer_scatters(instrs, rule, fp8_buffers)
         if self.framework.fused_elementwise:
             instrs = fuse_elementwise(instrs)
         extra_bytes = 0
@@ -386,7 +386,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 point, spans, comm_s,
                 lambda i: outside_nccl(i)
                 and ub_multicast_collective(i, multicast_rule)
-                and not (fp8_scatters and fp8_buffer_scatter(i, multicast_rule)),
+                and not pipelined_fprop_scatter(i, multicast_rule, fp8_buffers | atomic),
             )  # fmt: skip
         kernels = point.system.accelerator.kernels
         bulk_gemms: frozenset[Instr] = frozenset()
@@ -545,21 +545,43 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
         model = point.workload.model
         return routing_share(model, self.framework.moe_fake_balanced_gate) > 0.0
 
-    def _fp8_buffer_scatters(self, point: Point, kind: str) -> bool:
-        """Whether block ``kind``'s pipelined forward reduce-scatters run on FP8 userbuffers:
-        the recipe sets ``fp8_buf`` on ``proj_fprop`` / ``fc2_fprop`` (``ub_fprop_fp8_buf``)
-        and the run is FP8 (its forward GEMMs too) under Transformer Engine's userbuffers
-        overlap with a recipe its buffers take (:mod:`~stage_explore.analytical.ub_multicast`)."""
+    def _fprop_scatter_kinds(
+        self, point: Point, kind: str
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        """The userbuffers names (``proj``, ``fc2``) of block ``kind``'s pipelined forward
+        reduce-scatters that run on FP8 buffers (the recipe's ``fp8_buf``: framework options
+        ``ub_proj_fprop_fp8_buf`` / ``ub_fc2_fprop_fp8_buf``) and of those that are atomic-GEMM
+        reduce-scatters (``atomic_gemm``: ``ub_proj_fprop_atomic_gemm`` /
+        ``ub_fc2_fprop_atomic_gemm``); both only in an FP8 run (its forward GEMMs too) under
+        Transformer Engine's userbuffers overlap, FP8 buffers only with a recipe they take
+        (:mod:`~stage_explore.analytical.ub_multicast`)."""
         framework = self.framework
-        return (
-            framework.ub_fprop_fp8_buf
-            and point.dtype == "fp8"
-            and "fprop" in point.workload.parallel.fp8_gemms
-            and framework.tp_comm_overlap
-            and not framework.micro_pipeline_tp
-            and fp8_block(kind)
-            and str(point.workload.parallel.fp8_recipe) in UB_FP8_RECIPES
+        parallel = point.workload.parallel
+        if (
+            point.dtype != "fp8"
+            or "fprop" not in parallel.fp8_gemms
+            or not framework.tp_comm_overlap
+            or framework.micro_pipeline_tp
+            or not fp8_block(kind)
+        ):
+            return frozenset(), frozenset()
+        fp8_buffers = frozenset(
+            name
+            for name, on in (
+                ("proj", framework.ub_proj_fprop_fp8_buf),
+                ("fc2", framework.ub_fc2_fprop_fp8_buf),
+            )
+            if on and str(parallel.fp8_recipe) in UB_FP8_RECIPES
         )
+        atomic = frozenset(
+            name
+            for name, on in (
+                ("proj", framework.ub_proj_fprop_atomic_gemm),
+                ("fc2", framework.ub_fc2_fprop_atomic_gemm),
+            )
+            if on
+        )
+        return fp8_buffers, atomic
 
     def _fp8_gathered(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
         """``(phase, tensor)`` of block ``kind``'s tensor-parallel all-gathers that carry FP8

@@ -458,13 +458,19 @@ Options (all booleans unless said):
   ``nvls_efficiency`` (:mod:`~stage_explore.analytical.ub_multicast`). On: TE's default; a
   dim without ``nvls_efficiency`` (A100) times them as rings either way. Off: ``UB_SKIPMC=1``
   (IPC-handle kernels, timed as rings).
-- ``ub_fprop_fp8_buf`` — with ``tp_comm_overlap`` and an FP8 run, the recipe sets
-  ``fp8_buf`` on the pipelined ``proj_fprop`` / ``fc2_fprop`` reduce-scatters (TE ``ub_cfgs``;
-  TE's default is FP8 buffers for the all-gathers only): their GEMM chunks write FP8 into the
-  userbuffer and ``reducescatter2_userbuff_stridedoutput_fp8`` reduces it, one byte per element
-  and without multicast (no FP8 multicast kernel in ``userbuffers.cu``;
-  :mod:`~stage_explore.analytical.ub_multicast`). Off: TE's default. Honoured by TE 1.6–1.x
-  (NVIDIA/TransformerEngine#750) and from 2.2 (#1633, which restored it after the 2.0 refactor).
+- ``ub_proj_fprop_fp8_buf`` / ``ub_fc2_fprop_fp8_buf`` — with ``tp_comm_overlap`` and an FP8
+  run, the recipe sets ``fp8_buf`` on the pipelined ``proj_fprop`` / ``fc2_fprop``
+  reduce-scatter (TE ``ub_cfgs``; TE's default is FP8 buffers for the all-gathers only): its
+  GEMM chunks write FP8 into the userbuffer and ``reducescatter2_userbuff_stridedoutput_fp8``
+  reduces it, one byte per element and without multicast (no FP8 multicast kernel in
+  ``userbuffers.cu``; :mod:`~stage_explore.analytical.ub_multicast`). Off: TE's default.
+  Honoured by TE 1.6–1.x (NVIDIA/TransformerEngine#750) and from 2.2 (#1633, which restored it
+  after the 2.0 refactor).
+- ``ub_proj_fprop_atomic_gemm`` / ``ub_fc2_fprop_atomic_gemm`` — with ``tp_comm_overlap`` and
+  an FP8 run, the recipe sets ``atomic_gemm`` on the pipelined ``proj_fprop`` / ``fc2_fprop``
+  reduce-scatter: one atomic GEMM signals its chunks to ``reducescatter2_userbuff_strided_
+  atomic`` / ``_multiatomic`` (TE ``atomic_gemm_overlap_rs``), which have no multicast branch;
+  timed as a ring of the buffer's bytes. Off: TE's default.
 - ``ub_proj_fprop_method`` / ``ub_fc2_fprop_method`` — with ``tp_comm_overlap``, the
   userbuffers method of the forward reduce-scatter after the attention's output projection /
   the MLP's fc2 (Transformer Engine ``ub_cfgs`` ``proj_fprop`` / ``fc2_fprop`` ``method``).
@@ -594,7 +600,10 @@ OPTION_FLAGS: dict[str, str] = {
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
     "cuda_device_max_connections": "CUDA_DEVICE_MAX_CONNECTIONS (launch environment)",
     "ub_multicast": "TE userbuffers CUDA multicast on sm_90+ (off with UB_SKIPMC=1)",
-    "ub_fprop_fp8_buf": "TE userbuffers ub_cfgs proj_fprop / fc2_fprop fp8_buf (pipeline)",
+    "ub_proj_fprop_fp8_buf": "TE userbuffers ub_cfgs proj_fprop fp8_buf (pipeline method)",
+    "ub_fc2_fprop_fp8_buf": "TE userbuffers ub_cfgs fc2_fprop fp8_buf (pipeline method)",
+    "ub_proj_fprop_atomic_gemm": "TE userbuffers ub_cfgs proj_fprop atomic_gemm",
+    "ub_fc2_fprop_atomic_gemm": "TE userbuffers ub_cfgs fc2_fprop atomic_gemm",
     "ub_proj_fprop_method": "TE userbuffers ub_cfgs proj_fprop method",
     "ub_fc2_fprop_method": "TE userbuffers ub_cfgs fc2_fprop method",
     "micro_pipeline_tp": "torchtitan enable_async_tensor_parallel (Inductor _micro_pipeline_tp)",
@@ -702,7 +711,10 @@ class FrameworkProfile:
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs
     cuda_device_max_connections: int = 1  # one hardware queue: pipelined chunks in order
     ub_multicast: bool = True  # TE's default: pipeline / bulk kernels on NVLink SHARP
-    ub_fprop_fp8_buf: bool = False  # TE's default: 16-bit buffers for the reduce-scatters
+    ub_proj_fprop_fp8_buf: bool = False  # TE's default: a 16-bit buffer for the reduce-scatter
+    ub_fc2_fprop_fp8_buf: bool = False  # and for fc2_fprop's
+    ub_proj_fprop_atomic_gemm: bool = False  # TE's default: no atomic GEMM
+    ub_fc2_fprop_atomic_gemm: bool = False
     ub_proj_fprop_method: str = "pipeline"  # TE's default userbuffers method for proj_fprop
     ub_fc2_fprop_method: str = "pipeline"  # and for fc2_fprop
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel

@@ -26,27 +26,30 @@ receives ``(n-1)/n · S``), at the rate multicast traffic reaches per direction,
 (``num_sm``) are not what limits them at the per-SM rates found (docs/analytical.md, "SM-driven
 userbuffers kernels and their SMs (s13 ubsm)").
 
-Not multicast: a pipelined reduce-scatter whose buffer is FP8 (the recipe's ``fp8_buf`` on
-``proj_fprop`` / ``fc2_fprop`` under an FP8 run, framework option ``ub_fprop_fp8_buf``). The
-GEMM chunks then write FP8 into the buffer and ``split_overlap_rs`` calls
-``reducescatter2_userbuff_stridedoutput_fp8`` (``_ubuf.element_size() == 1``), which has no
-multicast branch: it pulls each peer's FP8 slice over its pointers and writes the 16-bit sum
-(``userbuffers_fp16_sum_inplace_gpu_rr_rs_oop_fp8``; TE ``comm_gemm_overlap.cpp`` /
-``userbuffers.cu``, and ``pytorch/csrc/comm_gemm_overlap.h`` in TE 1.x). It moves one byte per
-element and is timed as a ring of those bytes (:func:`fp8_buffer_scatter`,
-:func:`with_fp8_buffer_scatters`). Reviewed 5 Dec 2026 (s13 ubreview).
+Not multicast (reviewed 5 Dec 2026, s13 ubreview): a pipelined reduce-scatter whose buffer
+is FP8 (the recipe's ``fp8_buf`` on ``proj_fprop`` / ``fc2_fprop`` under an FP8 run, framework
+options ``ub_proj_fprop_fp8_buf`` / ``ub_fc2_fprop_fp8_buf``): the GEMM chunks write FP8 into
+the buffer and ``split_overlap_rs`` calls ``reducescatter2_userbuff_stridedoutput_fp8``
+(``_ubuf.element_size() == 1``), which has no multicast branch — it pulls each peer's FP8 slice
+over its pointers and writes the 16-bit sum (``userbuffers_fp16_sum_inplace_gpu_rr_rs_oop_fp8``),
+one byte per element, timed as a ring of those bytes. Nor an atomic-GEMM reduce-scatter (the
+recipe's ``atomic_gemm``, options ``ub_proj_fprop_atomic_gemm`` / ``ub_fc2_fprop_atomic_gemm``):
+``atomic_gemm_overlap_rs`` calls ``reducescatter2_userbuff_strided_atomic`` /
+``_multiatomic`` (and their ``_fp8`` forms), none with a multicast branch; timed as a ring of
+the buffer's bytes. (TE ``comm_gemm_overlap.cpp`` / ``userbuffers.cu``; ``pytorch/csrc/
+comm_gemm_overlap.h`` in TE 1.x.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import FP8_BYTES
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.kernels import ELEMENT_BYTES
-from stage_explore.analytical.overlap import Bulk, OverlapRule, Pipelined
+from stage_explore.analytical.overlap import Bulk, OverlapRule, Pipelined, ub_fprop_name
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span
 
@@ -67,25 +70,31 @@ def ub_multicast_collective(instr: Instr, rule: OverlapRule) -> bool:
     return False
 
 
-def fp8_buffer_scatter(instr: Instr, rule: OverlapRule) -> bool:
+def pipelined_fprop_scatter(instr: Instr, rule: OverlapRule, names: Collection[str]) -> bool:
     """Whether ``instr`` is a forward tensor-parallel reduce-scatter that userbuffers pipelines
-    with its GEMM (``rule`` answers :class:`Pipelined`, not a ring exchange): the overlaps whose
-    ``fp8_buf`` Transformer Engine honours (``initialize_ub``: ``fp8_buf = name in
-    layers_all_gather_overlap or (cfg fp8_buf and name in methods["pipeline"])``)."""
+    with its GEMM (``rule`` answers :class:`Pipelined`, not a ring exchange) under one of the
+    userbuffers ``names`` (``proj``, ``fc2``: :func:`~stage_explore.analytical.overlap.
+    ub_fprop_name`): the overlaps whose ``fp8_buf`` Transformer Engine honours (``initialize_ub``:
+    ``fp8_buf = name in layers_all_gather_overlap or (cfg fp8_buf and name in
+    methods["pipeline"])``) and whose ``atomic_gemm`` makes them atomic-GEMM reduce-scatters."""
     if instr.collective is not CollectiveKind.REDUCE_SCATTER or instr.phase != "fwd":
         return False
     answer = rule(instr)
-    return isinstance(answer, Pipelined) and not answer.ring
+    pipelined = isinstance(answer, Pipelined) and not answer.ring
+    return pipelined and ub_fprop_name(instr) in names
 
 
-def with_fp8_buffer_scatters(instrs: tuple[Instr, ...], rule: OverlapRule) -> tuple[Instr, ...]:
-    """``instrs`` with each :func:`fp8_buffer_scatter` moving one byte per element (its GEMM
-    writes FP8 into the userbuffer; TE 1.x ``ub_obj.is_fp8_ubuf()`` → FP8 GEMM output, TE ≥ 2.2
-    the same, NVIDIA/TransformerEngine#1633); every other instruction unchanged. The caller
-    keeps them off the multicast path (:func:`fp8_buffer_scatter` on the rewritten program)."""
+def with_fp8_buffer_scatters(
+    instrs: tuple[Instr, ...], rule: OverlapRule, names: Collection[str]
+) -> tuple[Instr, ...]:
+    """``instrs`` with each :func:`pipelined_fprop_scatter` of ``names`` (those whose buffer is
+    FP8) moving one byte per element (its GEMM writes FP8 into the userbuffer; TE 1.x
+    ``ub_obj.is_fp8_ubuf()`` → FP8 GEMM output, TE ≥ 2.2 the same,
+    NVIDIA/TransformerEngine#1633); every other instruction unchanged. The caller keeps them
+    off the multicast path (:func:`pipelined_fprop_scatter` on the rewritten program)."""
     return tuple(
         replace(instr, comm_bytes=instr.comm_bytes // ELEMENT_BYTES * FP8_BYTES)
-        if fp8_buffer_scatter(instr, rule)
+        if pipelined_fprop_scatter(instr, rule, names)
         else instr
         for instr in instrs
     )

@@ -18,8 +18,8 @@ from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.overlap import overlap_rule
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.analytical.ub_multicast import (
-    fp8_buffer_scatter,
     nvls_collective_s,
+    pipelined_fprop_scatter,
     ub_multicast_collective,
     with_fp8_buffer_scatters,
 )
@@ -108,29 +108,38 @@ def test_fp8_buffer_scatters_are_pipelined_forward_reduce_scatters_only() -> Non
     rule = overlap_rule(policy, tp=8, sp=True)
     ring_rule = overlap_rule(policy, tp=8, sp=True, ring_exchange=frozenset({"fc2"}))
     assert rule is not None and ring_rule is not None
-    scatter = _collective(CollectiveKind.REDUCE_SCATTER, "mlp.fc2", "fwd")
+    fc2 = _collective(CollectiveKind.REDUCE_SCATTER, "mlp.fc2", "fwd")
+    proj = _collective(CollectiveKind.REDUCE_SCATTER, "attn.proj", "fwd")
     bulk = _collective(CollectiveKind.REDUCE_SCATTER, "d.ln1", "bwd")
-    assert fp8_buffer_scatter(scatter, rule)
-    assert not fp8_buffer_scatter(scatter, ring_rule)  # fp8_buf: pipeline method only
-    assert not fp8_buffer_scatter(bulk, rule)
-    rewritten = with_fp8_buffer_scatters((scatter, bulk), rule)
+    assert pipelined_fprop_scatter(fc2, rule, {"fc2"})
+    assert not pipelined_fprop_scatter(proj, rule, {"fc2"})  # per userbuffers name
+    assert not pipelined_fprop_scatter(fc2, ring_rule, {"fc2"})  # fp8_buf: pipeline only
+    assert not pipelined_fprop_scatter(bulk, rule, {"proj", "fc2"})
+    rewritten = with_fp8_buffer_scatters((fc2, proj, bulk), rule, {"fc2"})
     assert rewritten[0].comm_bytes == MIB // 2  # one byte per 16-bit element
-    assert rewritten[1] == bulk
+    assert rewritten[1:] == (proj, bulk)
 
 
-def _fp8_step_s(fp8_buf: bool, multicast: bool = True) -> float:
+def _fp8_step_s(options: dict[str, bool]) -> float:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
     parallel = ParallelConfig(
         tp=8, dp=1, sp=True, global_batch=1, micro_batch=1, precision=Precision.FP8
     )
-    overrides = {"ub_fprop_fp8_buf": fp8_buf, "ub_multicast": multicast}
-    backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
+    backend = AnalyticalBackend(framework="megatron-core", overrides=dict(options))
     return backend.evaluate(model, parallel, load_system("h100-80gb")).step_time_s
 
 
-def test_an_fp8_buffer_takes_the_scatter_off_multicast_and_halves_its_bytes() -> None:
-    assert not get_framework("megatron-core").ub_fprop_fp8_buf  # TE's default: 16-bit RS
-    with_buffer, without = _fp8_step_s(True), _fp8_step_s(False)
-    assert with_buffer < without  # a ring of half the bytes, not S at the multicast rate
-    # without multicast the buffer still halves the forward reduce-scatters' bytes
-    assert _fp8_step_s(True, multicast=False) < _fp8_step_s(False, multicast=False)
+def test_fp8_buffers_and_atomic_gemms_take_the_scatters_off_multicast() -> None:
+    profile = get_framework("megatron-core")
+    assert not profile.ub_proj_fprop_fp8_buf and not profile.ub_fc2_fprop_atomic_gemm
+    both = {"ub_proj_fprop_fp8_buf": True, "ub_fc2_fprop_fp8_buf": True}
+    multicast = _fp8_step_s({})
+    # a ring of half the bytes is faster than S at the multicast rate
+    assert _fp8_step_s(both) < multicast
+    # an atomic GEMM's reduce-scatter keeps its 16-bit bytes but leaves multicast (a ring,
+    # faster per byte at tp 8); the backward bulk kernels stay multicast
+    atomic = {"ub_proj_fprop_atomic_gemm": True, "ub_fc2_fprop_atomic_gemm": True}
+    assert _fp8_step_s({"ub_multicast": False}) < _fp8_step_s(atomic) < multicast
+    assert _fp8_step_s(both) < _fp8_step_s(atomic)  # the FP8 buffer also halves the bytes
+    # without multicast the FP8 buffer still halves the forward reduce-scatters' bytes
+    assert _fp8_step_s({**both, "ub_multicast": False}) < _fp8_step_s({"ub_multicast": False})
