@@ -25,7 +25,16 @@ and one module that is not Megatron's:
   second call, counted in forward order — and of the SDPA kernels, and recomputes everything
   else): the whole layer but its attention kernels and every other einsum (the 1st, 3rd, ...;
   a Llama layer's q, v, gate and down projections) re-runs, output-discarding, so the layer
-  keeps its input and the outputs of those ops only. Used alone.
+  keeps its input and the outputs of those ops only. Used alone. The policy's ``_save_list``
+  also names ``torch.ops._c10d_functional.reduce_scatter_tensor`` (torchtitan's
+  ``parallelisms/parallelize_llama.py`` ``_save_list`` at 0596be3, early 2025, and
+  ``models/llama3/infra/parallelize.py`` ``_op_sac_save_list`` at 018740b, late 2025): under
+  sequence parallelism the reduce-scatter of a row-parallel projection's output (``wo``,
+  ``w2``) is saved, not re-run, and the scattered output is what the recompute reads, so the
+  projection whose only reader is that scatter is dead code in the recompute (the compiled
+  backward's min-cut partitioner re-runs only what the backward needs): :func:`op_sac_scattered`
+  names those projections, which the ``op`` region leaves out (the block then keeps their
+  scattered outputs).
 
 A checkpointed module keeps its inputs and re-runs in the backward; an output-discarding one
 (Megatron's ``CheckpointWithoutOutput``) also frees its outputs once its consumers have run, and
@@ -41,6 +50,7 @@ from stage_core.blocks import ATTENTION_CORE
 from stage_core.graph import Block
 from stage_core.ops import Attention, Einsum
 from stage_core.ops_moe import Dispatch
+from stage_core.sharding import CommStep, Step
 
 #: Modules whose outputs are freed after use and recomputed (``CheckpointWithoutOutput``).
 OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj", "op"})
@@ -70,8 +80,24 @@ def op_sac_saved(block: Block) -> set[str]:
     return {op.name for op in block.ops if isinstance(op, Attention)} | set(einsums[::2])
 
 
-def _module_ops(block: Block, module: str) -> set[str]:
-    """The names of ``block``'s ops that Megatron's recompute ``module`` covers."""
+def op_sac_scattered(steps: Collection[Step]) -> frozenset[str]:
+    """The ops of a sharded forward (its ``steps``) whose outputs are stored reduce-scattered
+    (sequence parallelism's row-parallel projections): torchtitan's op-level SAC saves the
+    scatter's output (module docstring, ``op``), so neither the scatter nor, its output being
+    read only through the scatter, the op re-runs."""
+    return frozenset(
+        s.reason.removeprefix("store:")
+        for s in steps
+        if isinstance(s, CommStep)
+        and s.phase == "fwd"
+        and s.step.kind == "reduce_scatter"
+        and s.reason == f"store:{s.tensor}"
+    )
+
+
+def _module_ops(block: Block, module: str, scattered: frozenset[str]) -> set[str]:
+    """The names of ``block``'s ops that Megatron's recompute ``module`` covers (``scattered``:
+    :func:`op_sac_scattered`, read by ``op`` only)."""
     names = {op.name for op in block.ops}
     moe = any(isinstance(op, Dispatch) for op in block.ops)
     latent = "kv.latent" in names
@@ -90,21 +116,22 @@ def _module_ops(block: Block, module: str) -> set[str]:
     if module == "mla_up_proj":
         return names & MLA_UP_PROJ if latent else set()
     if module == "op":
-        return names - op_sac_saved(block)
+        return names - op_sac_saved(block) - scattered
     raise AssertionError(f"unknown recompute module {module!r}")
 
 
 def recompute_regions(
-    block: Block, modules: Collection[str]
+    block: Block, modules: Collection[str], scattered: frozenset[str] = frozenset()
 ) -> tuple[frozenset[str], frozenset[str]]:
     """``(region, discard)``: the ops of ``block`` a selective recompute of ``modules`` re-runs
     (empty ``modules``: Megatron's default, the core attention) and, of those, the ones whose
-    outputs are freed after use (output-discarding modules)."""
+    outputs are freed after use (output-discarding modules). ``scattered``: the ops whose
+    outputs the sharded forward stores reduce-scattered (:func:`op_sac_scattered`)."""
     chosen = tuple(modules) or ("core_attn",)
     region: set[str] = set()
     discard: set[str] = set()
     for module in chosen:
-        ops = _module_ops(block, module)
+        ops = _module_ops(block, module, scattered)
         region |= ops
         if module in OUTPUT_DISCARDING:
             discard |= ops

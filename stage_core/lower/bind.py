@@ -32,7 +32,7 @@ from stage_core.mesh import Mesh
 from stage_core.models.layers import is_kept_block, is_layer_block, layer_kind_of_block
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags, plan_for
-from stage_core.recompute import recompute_regions
+from stage_core.recompute import op_sac_scattered, recompute_regions
 from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
 
@@ -146,7 +146,8 @@ def symbolic_block(
         mode = "none"
     region, discard = ATTENTION_CORE, frozenset[str]()
     if mode == "selective":
-        region, discard = recompute_regions(block, modules)
+        scattered = op_sac_scattered(forward.steps)
+        region, discard = recompute_regions(block, modules, scattered)
     backward = derive_backward(forward, recompute=mode, region=region, discard=discard)
     return SymbolicBlock(forward, backward)
 

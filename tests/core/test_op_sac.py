@@ -34,6 +34,18 @@ def test_the_pinned_ops_are_the_attention_and_every_other_matmul() -> None:
     assert {"ln1", "k", "q.rope", "k.rope", "attn.proj", "ln2", "mlp.up", "mlp.act"} <= recomputed
 
 
+def test_sp_reduce_scatters_are_saved_and_their_projections_not_rerun() -> None:
+    """torchtitan's _save_list names reduce_scatter_tensor: under SP the output projection's
+    scatter is saved, so neither it nor the projection (read only through it) re-runs."""
+    recomputed = {}
+    for tp in (1, 2):
+        layer = lower(LLAMA, _op_sac(tp, 1)).blocks["layer"]
+        recomputed[tp] = {i.name for i in layer.bwd if i.phase == "recompute"}
+    assert "attn.proj" in recomputed[1] and "attn.proj" not in recomputed[2]
+    assert not any(n.startswith("reduce_scatter:") for n in recomputed[2])
+    assert recomputed[1] - recomputed[2] == {"attn.proj"}
+
+
 @pytest.mark.parametrize(("tp", "micro_batch"), [(1, 1), (1, 2), (2, 1)])
 def test_a_layer_saves_its_input_and_the_pinned_outputs(tp: int, micro_batch: int) -> None:
     layer = lower(LLAMA, _op_sac(tp, micro_batch)).blocks["layer"]
@@ -41,8 +53,10 @@ def test_a_layer_saves_its_input_and_the_pinned_outputs(tp: int, micro_batch: in
     # x and the down projection's output: sequence-sharded under SP (the output as stored,
     # after its reduce-scatter, which torchtitan's policy saves too; it also keeps the GEMM's
     # partial output before it, which the generator, keeping one copy per tensor, does not);
-    # q, v, attention output, gate: head- or column-sharded over tp
-    expected = 2 * tokens * (H // tp + H // tp + (H + KV + H + FFN) // tp)
+    # under SP also the output projection's reduce-scattered output (saved by the policy, read
+    # by the recomputed residual add); q, v, attention output, gate: head- or column-sharded
+    scattered = H // tp if tp > 1 else 0
+    expected = 2 * tokens * (H // tp + H // tp + scattered + (H + KV + H + FFN) // tp)
     assert layer.saved_bytes == expected
 
 
