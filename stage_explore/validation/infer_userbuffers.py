@@ -1,5 +1,5 @@
 """The userbuffers method of the forward reduce-scatters (``proj_fprop`` / ``fc2_fprop``) an
-inferred NeMo 2.0 / Megatron-Bridge row runs (:mod:`stage_explore.validation.infer_defaults`).
+inferred NeMo 2.0 / Megatron-Bridge row runs (:mod:`stage_explore.validation.infer_megatron`).
 
 Both frameworks' performance recipes pick one Transformer Engine userbuffers config per model,
 GPU and precision (Megatron-Bridge ``scripts/performance`` ``COMM_OVERLAP_CONFIG_MAP``; NeMo
@@ -130,7 +130,7 @@ def ring_options(entry: RingConfig) -> tuple[dict[str, str], str]:
 #: The first container of NeMo-Framework-Launcher's NeMo 1.x model yamls that name a userbuffers
 #: config (``defaults: optional tp_overlap@model.ub_tp_comm_overlap_cfg``) and ship Transformer
 #: Engine 1.10 or later, whose margin default the config then overrides (the 24.05-24.07 ones
-#: run without a margin whatever they name: infer_defaults.MEGATRON_CORE_ERAS).
+#: run without a margin whatever they name: infer_megatron.MEGATRON_CORE_ERAS).
 LAUNCHER_FIRST = (24, 9)
 #: The first container of NeMo 2.0's / Megatron-Bridge's performance recipes.
 NEMO2_FIRST = (25, 1)

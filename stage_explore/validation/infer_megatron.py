@@ -1,0 +1,523 @@
+"""Megatron-Core's defaults of an inferred setup by the NeMo / Megatron-Bridge container a row
+names (:mod:`stage_explore.validation.infer_defaults` dispatches a ``megatron-core`` row here).
+
+Holds the container-era tables (:data:`MEGATRON_CORE_ERAS`, the fused loss in
+:data:`LOSS_ERAS` and :data:`LAUNCHER_LOSS`), the userbuffers methods and bulk SM margin a
+recipe's overlap config sets (tables in :mod:`~stage_explore.validation.infer_userbuffers`),
+NVIDIA's MLPerf implementations on NeMo 1.x and 2.0, MLA's attention on Blackwell before cuDNN
+9.11, and Megatron-Bridge's per-model performance recipes (:data:`BRIDGE_RECIPES`,
+:data:`BRIDGE_OPTIONS`, CUDA_DEVICE_MAX_CONNECTIONS). Every default is cited where it is set,
+never chosen from a published row, and reported as the row's assumption.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
+from stage_explore.system import load_system
+from stage_explore.validation.infer_fields import names_bridge
+from stage_explore.validation.infer_release import Defaults, container, row_text
+from stage_explore.validation.infer_userbuffers import (
+    bulk_config,
+    bulk_note,
+    ring_config,
+    ring_options,
+)
+
+#: FP8 recipes whose NeMo 2.0 / Megatron-Bridge precision config sets fp8_param_gather
+#: (bf16_with_fp8_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed).
+FP8_PARAM_RECIPES = ("delayed", "tensorwise", "mxfp8")
+#: Era defaults an MLPerf submission does not take (its own scripts and model configs, not the
+#: NeMo launcher's environment; its configs naming deallocate_pipeline_outputs were not read).
+NOT_MLPERF = (("attention_kernel", "fa2"), ("pipeline_outputs_kept", True))
+#: Megatron-Core releases by container (``YY.MM``), each default with its source:
+#: (first container, last container, field kind, name, value, why).
+MEGATRON_CORE_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str, Any, str], ...] = (
+    ((0, 0), (24, 7), "options", "attention_kernel", "fa2",
+     "attention on FlashAttention-2 (attention_kernel fa2): NeMo-Framework-Launcher's "
+     "launcher_scripts/conf/config.yaml exports NVTE_FUSED_ATTN: 0 into every job of the NeMo "
+     "1.x containers up to 24.07 (NVIDIA/NeMo-Framework-Launcher 01d0773 at nemo:24.03.01; "
+     "launcher copies at nemo:24.05.01), so Transformer Engine runs the flash-attn package"),
+    ((0, 0), (24, 7), "options", "pipeline_outputs_kept", True,
+     "each pipeline stage keeps the outputs it sent until their backward "
+     "(pipeline_outputs_kept): NeMo 1.x's MegatronBaseModel.build_model_parallel_config sets "
+     "Megatron-Core's deallocate_pipeline_outputs False ('not supported in NeMo'), so "
+     "deallocate_output_tensor leaves a sent output's data in place; the NeMo 1.x containers "
+     "up to 24.07 (NeMo 2.0's GPTConfig, from 24.09, sets it True)"),
+    ((24, 5), (24, 7), "options", "ub_bulk_sm_margin", False,
+     "userbuffers bulk overlaps without an SM margin (ub_bulk_sm_margin false): the NeMo "
+     "1.x containers 24.05 / 24.07 ship Transformer Engine 1.6.0.dev0 / 1.8.0.dev0 (NeMo "
+     "Framework user guide 24.09, 'Software Component Versions'), whose initialize_ub builds "
+     "every overlap without a config by add_ub(..., set_sm_margin=0) (TE 1.6-1.9, before the "
+     "userbuffers refactor TransformerEngine#1067), and every NeMo-Framework-Launcher "
+     "conf/training/tp_overlap/ub_cfg_*.yaml a model yaml names sets set_sm_margin 0 on its "
+     "bulk overlaps (qkv/fc1 dgrad and wgrad): no margin either way"),
+    ((25, 1), (99, 12), "parallel", "grad_fp32", False,
+     "gradients reduced in bf16 (grad_fp32 false): NeMo 2.0's performance scripts "
+     "(scripts/performance/utils.py set_precision_configs: grad_reduce_in_fp32 = False) and "
+     "Megatron-Bridge's (scripts/performance/configs set_*_common_configs: "
+     "grad_reduce_in_fp32 False)"),
+    ((25, 1), (99, 12), "fp8", "fp8_param_gather", True,
+     "FP8 parameters (framework option fp8_param_gather): NeMo 2.0's bf16_with_fp8_mixed and "
+     "Megatron-Bridge's mixed_precision.py (NVIDIA-NeMo/Megatron-Bridge 0509780) set "
+     "fp8_param_gather = True in the FP8-CS and MXFP8 precision configs"),
+    ((25, 1), (99, 12), "moe", "etp", 1,
+     "expert tensor parallel size 1 (etp 1): the Megatron-Bridge MoE performance base configs "
+     "(scripts/performance/configs: BASE_GPT_OSS_120B_CONFIG, the Qwen3 and DeepSeek-V3 "
+     "base configs) set expert_tensor_parallel_size 1"),
+    ((26, 1), (99, 12), "options", "attention_kernel", "cudnn-9.17",
+     "attention on cuDNN 9.17's fused attention (attention_kernel cudnn-9.17): a 26.xx "
+     "container, after cuDNN 9.17 (cudnn-frontend v1.17.0's SDPA release, after v1.16.0 of "
+     "7 Nov 2025); Transformer Engine's get_attention_backend prefers FusedAttention on sm90+"),
+)  # fmt: skip
+
+
+#: The loss by container (``YY.MM``): NeMo 2.0's GPTConfig (nemo/collections/llm/gpt/model/base.py,
+#: every stored version from 2024) and Megatron-Bridge's GPTModelProvider (src/megatron/bridge/
+#: models/gpt_provider.py) set cross_entropy_loss_fusion = True, so Megatron-Core's GPTModel
+#: calls its fused cross-entropy; which one is cross_entropy_fusion_impl: Megatron-Core's
+#: default 'native' in the early-2025 performance scripts (NVIDIA/NeMo 013fdca7
+#: scripts/performance/utils.py set_primary_perf_configs sets no impl), 'te' in every later
+#: one (scripts/performance/utils.py 07ed46e0, helpers.py 0349f235 set_perf_optimization_configs:
+#: cross_entropy_fusion_impl = 'te') and in Megatron-Bridge's performance scripts, which reset
+#: a recipe's 'native' (the GPT-OSS recipes') to 'te' after building it
+#: (helpers.set_common_perf_overrides at NVIDIA-NeMo/Megatron-Bridge 0fa501ac). (first, last,
+#: option, why). The NeMo 1.x launcher configs of 24.xx name cross_entropy_loss_fusion in some
+#: model yamls only (the llama2_7b / llama3_70b / nemotron_340b ones, not gpt3 175b / grok1 /
+#: llama3_8b): :data:`LAUNCHER_LOSS` reads the families whose stored yamls all name it (Llama
+#: 3.1); elsewhere the unfused fp32 loss stays the default.
+LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
+    ((25, 1), (25, 2), "native_cross_entropy",
+     "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): NeMo 2.0's "
+     "GPTConfig cross_entropy_loss_fusion = True with Megatron-Core's default "
+     "cross_entropy_fusion_impl 'native' (the early-2025 performance scripts set no impl)"),
+    ((25, 3), (99, 12), "te_cross_entropy",
+     "the loss as Transformer Engine's fused cross-entropy (te_cross_entropy): "
+     "cross_entropy_loss_fusion = True (NeMo 2.0 GPTConfig, Megatron-Bridge GPTModelProvider) "
+     "and cross_entropy_fusion_impl = 'te' (NeMo's later set_perf_optimization_configs, "
+     "Megatron-Bridge's set_common_perf_overrides)"),
+)  # fmt: skip
+
+
+#: NeMo 1.x launcher model yamls that set cross_entropy_loss_fusion true, by the model text's
+#: pattern: (pattern, why). NeMo 1.0's MegatronBaseModel.build_transformer_config copies the
+#: TransformerConfig fields a model yaml names and nothing sets cross_entropy_fusion_impl
+#: (Megatron-Core's default 'native'), so Megatron-Core's GPTModel calls
+#: fused_vocab_parallel_cross_entropy.
+LAUNCHER_LOSS: tuple[tuple[str, str], ...] = (
+    (r"llama[\s_-]*3\.1",
+     "NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama3_1_8b.yaml "
+     "(2ac7cee8), llama3_1_70b.yaml (1ab2c781) and llama3_1_405b.yaml (072ecc47) set "
+     "cross_entropy_loss_fusion true"),
+)  # fmt: skip
+
+
+def _launcher_loss(row: dict[str, str], said: str, out: Defaults) -> None:
+    """The fused loss of a NeMo 1.x launcher model yaml (:data:`LAUNCHER_LOSS`)."""
+    for pattern, why in LAUNCHER_LOSS:
+        if re.search(pattern, row.get("model", ""), re.IGNORECASE):
+            out.options["native_cross_entropy"] = True
+            out.notes.append(
+                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
+                f"{why}; NeMo 1.0 copies it into Megatron-Core's TransformerConfig and sets no "
+                f"cross_entropy_fusion_impl (default 'native') ({said}; a NeMo 1.x container)"
+            )
+            return
+
+
+def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> None:
+    """The fused loss a NeMo 2.0 / Megatron-Bridge container's recipes run (:data:`LOSS_ERAS`);
+    an MLPerf submission runs its own pretrain.py on NeMo 2.0's configs, not NeMo's
+    performance scripts, so it keeps the default impl 'native'."""
+    for first, last, option, why in LOSS_ERAS:
+        if not first <= release <= last:
+            continue
+        if mlperf and option != "native_cross_entropy":
+            option = "native_cross_entropy"
+            why = (
+                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
+                "an MLPerf submission's own pretrain.py builds NeMo 2.0's GPTConfig "
+                "(cross_entropy_loss_fusion = True; conf/custom.yaml "
+                "CROSS_ENTROPY_LOSS_FUSION default True) and sets no cross_entropy_fusion_impl "
+                "(Megatron-Core's default 'native'); NeMo's performance scripts' 'te' is not run"
+            )
+        out.options[option] = True
+        out.notes.append(f"{why} ({said})")
+
+
+#: Megatron-Bridge's per-model performance recipes (scripts/performance/configs, container 25.xx
+#: on): (flavor, system presets, recompute modules, framework options, why). A row whose
+#: ``recompute`` column is empty takes the recipe's selective modules.
+BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, bool], str], ...] = (
+    ("gpt-oss-120b", ("h100-80gb", "b200"), ("layernorm", "moe_act"), {},
+     "gpt_oss_workload_base_configs.py (NVIDIA-NeMo/Megatron-Bridge 07eea52d): "
+     "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 / _B200_BF16_V1 / V2 recompute_modules "
+     "['layernorm', 'moe_act'] (the B300 configs recompute nothing)"),
+    ("deepseek-v3", ("h100-80gb",), ("mla_up_proj", "mlp"), {},
+     "deepseek_llm_pretrain.py deepseek_v3_h100 configs: recompute_granularity selective, "
+     "recompute_modules [mla_up_proj, mlp]"),
+)  # fmt: skip
+#: Framework options of Megatron-Bridge's per-model performance recipes, for a row that names
+#: Megatron-Bridge: (flavor, system presets, first container, last container, options, why).
+BRIDGE_OPTIONS: tuple[
+    tuple[str, tuple[str, ...], tuple[int, int], tuple[int, int], dict[str, bool], str], ...
+] = (
+    ("qwen3-235b-a22b", ("h100-80gb",), (25, 1), (99, 12),
+     {"moe_comm_overlap": True, "tp_comm_overlap": False},
+     "--overlap-moe-expert-parallel-comm on and no TP communication overlap (moe_comm_overlap, "
+     "tp_comm_overlap false): Megatron-Bridge scripts/performance/configs/qwen/"
+     "qwen3_llm_pretrain.py (05c0c90f) qwen3_235b_a22b_pretrain_config_h100: "
+     "CommOverlapConfig(tp_comm_overlap=False); qwen3_workload_base_configs.py "
+     "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=True"),
+    ("deepseek-v3", ("h100-80gb",), (25, 1), (99, 12),
+     {"moe_deepep": True, "overlap_grad_reduce": False},
+     "the dispatch on DeepEP and no gradient-reduce overlap (moe_deepep, overlap_grad_reduce "
+     "false): Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py "
+     "deepseek_v3_h100_1024gpus_fp8_config: pretrain_config(..., enable_deepep=True) in every "
+     "version of the file, overlap_grad_reduce False"),
+    ("deepseek-v3", ("h100-80gb",), (25, 1), (25, 9),
+     {"moe_comm_overlap": True},
+     "--overlap-moe-expert-parallel-comm on (moe_comm_overlap): the 25.09-era "
+     "deepseek_llm_pretrain.py set_moe_a2a_overlap_overrides (overlap_moe_expert_parallel_comm "
+     "True); the later deepseek_workload_base_configs.py H100_V1 sets moe_a2a_overlap=False"),
+)  # fmt: skip
+
+
+def _bridge_options(
+    flavor: str, system: str, release: tuple[int, int], said: str, out: Defaults
+) -> None:
+    for name, systems, first, last, options, why in BRIDGE_OPTIONS:
+        if name == flavor and system in systems and first <= release <= last:
+            out.options.update(options)
+            out.notes.append(f"{why} ({said}; the text names Megatron-Bridge)")
+
+
+def _bridge_connections(layout: dict[str, Any], system: str, out: Defaults) -> None:
+    """``CUDA_DEVICE_MAX_CONNECTIONS`` of Megatron-Bridge's performance launcher on Blackwell:
+    32 when the row runs tensor or context parallelism beside data or pipeline parallelism."""
+    sizes = {k: int(layout.get(k, 1)) for k in ("tp", "cp", "dp", "pp")}
+    split = sizes["tp"] > 1 or sizes["cp"] > 1
+    if not (_blackwell(system) and split and (sizes["dp"] > 1 or sizes["pp"] > 1)):
+        return
+    out.options["cuda_device_max_connections"] = 32
+    out.notes.append(
+        "CUDA_DEVICE_MAX_CONNECTIONS 32 (cuda_device_max_connections 32: userbuffers' pipelined "
+        "GEMM chunks run concurrently on Transformer Engine's streams): Megatron-Bridge "
+        "scripts/performance perf_plugins.py PerfEnvPlugin._set_num_cuda_device_max_connections "
+        "sets 32 on sm100 or newer when (tp > 1 or cp > 1) and (dp > 1 or pp > 1) ('We need "
+        "extra connections to avoid serialization of streams'; 1 on Hopper), the launcher of "
+        "the performance summary's runs (the text names Megatron-Bridge; a Blackwell GPU)"
+    )
+
+
+#: Model providers of Megatron-Bridge that leave Megatron-Core's apply_rope_fusion at its
+#: default False (megatron/core/transformer/transformer_config.py); the Llama and Nemotron
+#: providers enable it (fusions.can_enable_apply_rope_fusion).
+UNFUSED_ROPE_FAMILIES = ("gpt-oss",)
+
+
+def _bridge_recipe(
+    flavor: str, family: str, system: str, recompute_empty: bool, out: Defaults
+) -> None:
+    if family in UNFUSED_ROPE_FAMILIES:
+        out.options["rope_fusion"] = False
+        out.notes.append(
+            "the rotary embedding unfused (rope_fusion false): Megatron-Core's apply_rope_fusion "
+            f"defaults to False and Megatron-Bridge's {family} provider (GPTOSSProvider) does "
+            "not set it"
+        )
+    for name, systems, modules, options, why in BRIDGE_RECIPES:
+        if name == flavor and system in systems and recompute_empty:
+            out.parallel["recompute"] = "selective"
+            out.parallel["recompute_modules"] = modules
+            out.options.update(options)
+            out.notes.append(
+                f"selective recompute of {', '.join(modules)}, the Megatron-Bridge recipe of "
+                f"{flavor} on {system}: {why} (the recompute column is empty)"
+            )
+
+
+def _measured_kernel(system: str, kernel: str) -> bool:
+    """Whether the preset ``system`` has a figure for the attention ``kernel`` (else the
+    backend falls back to the preset's best kernel, not the software's)."""
+    try:
+        kernels = load_system(system).accelerator.kernels
+        return kernels is not None and kernel in kernels.attention_kernels
+    except ConfigError:
+        return False
+
+
+def _megatron_core(
+    row: dict[str, str],
+    precision: str,
+    recipe: str,
+    moe: bool,
+    system: str,
+    out: Defaults,
+    family: str = "",
+    shape: tuple[int, int] = (0, 1),
+) -> None:
+    """``shape``: the model's hidden size (the row's cell, else the flavor's) and the row's
+    tensor-parallel size."""
+    release = container(row)
+    if release is None:
+        out.notes.append(
+            "no NeMo / Megatron-Bridge container named: the megatron-core profile's defaults "
+            "(cuDNN attention, fp32 gradient reduction, 16-bit parameters)"
+        )
+        return
+    said = f"the text names container {release[0]}.{release[1]:02d}"
+    mlperf = "mlperf" in row_text(row).lower()
+    for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
+        if not first <= release <= last:
+            continue
+        if mlperf and (name, value) in NOT_MLPERF:
+            continue  # the launcher's environment, NeMo's model config: MLPerf runs its own
+        if name == "attention_kernel" and value != "fa2" and not _measured_kernel(system, value):
+            out.notes.append(
+                f"attention on the profile's cudnn kernel: {system} has no {value} figure "
+                f"({said}; the generation before it is the measured one)"
+            )
+            continue
+        if kind == "fp8" and (precision != "fp8" or recipe not in FP8_PARAM_RECIPES):
+            continue
+        if kind == "moe" and not moe:
+            continue
+        if kind in ("options", "fp8"):
+            out.options[name] = value
+        else:
+            out.parallel[name] = value
+        out.notes.append(f"{why} ({said})")
+    _loss(release, mlperf, said, out)
+    if release < MLPERF_NEMO2 and not mlperf:
+        _launcher_loss(row, said, out)
+    if release >= (25, 1) and not mlperf and shape[1] > 1:
+        _userbuffers_methods(row, family, shape[0], system, precision, said, out)
+    if mlperf and family == "gpt" and release < MLPERF_NEMO2:
+        _mlperf_gpt3(precision, release, said, out)
+    if release >= MLPERF_NEMO2:
+        _nemo2_amax_and_dropout(row, family, shape[0], precision, mlperf, said, out)
+    if shape[1] > 1 and "ub_bulk_sm_margin" not in out.options:
+        _bulk_margin(row, family, shape[0], system, release, mlperf, said, out)
+
+
+def _userbuffers_methods(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    system: str,
+    precision: str,
+    said: str,
+    out: Defaults,
+) -> None:
+    """The forward reduce-scatters' userbuffers method of a NeMo 2.0 / Megatron-Bridge
+    performance recipe (:mod:`~stage_explore.validation.infer_userbuffers`); an MLPerf
+    submission names its own conf/tp_overlap configs, not read here."""
+    gpus = _gpus(system)
+    if not gpus:
+        return
+    bridge = names_bridge(row)
+    if re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE):
+        family = "grok-1"  # read on the mixtral base flavor; its recipe is its own
+    entry = ring_config(family, hidden, gpus, system, precision, bridge)
+    if entry is None or out.options.get("tp_comm_overlap") is False:
+        return
+    options, note = ring_options(entry)
+    out.options.update(options)
+    who = "the text names Megatron-Bridge" if bridge else "NeMo 2.0's recipes"
+    out.notes.append(f"{note} ({said}; {who})")
+
+
+def _gpus(system: str) -> str:
+    """The GPU generation of a preset as the userbuffers tables key it ("" for neither)."""
+    if _blackwell(system):
+        return "blackwell"
+    return "hopper" if system.startswith("h100") else ""
+
+
+def _bulk_margin(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    system: str,
+    release: tuple[int, int],
+    mlperf: bool,
+    said: str,
+    out: Defaults,
+) -> None:
+    """The bulk overlaps' SM margin of a recipe's userbuffers config
+    (:data:`~stage_explore.validation.infer_userbuffers.BULK_CONFIGS`): off in every config a
+    NeMo 1.x launcher (24.09 on), NeMo 2.0 or Megatron-Bridge recipe names for the model."""
+    if re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE):
+        family = "grok-1"  # read on the mixtral base flavor; its recipe is its own
+    entry = bulk_config(family, hidden, _gpus(system), release)
+    if entry is None or out.options.get("tp_comm_overlap") is False:
+        return
+    out.options["ub_bulk_sm_margin"] = False
+    mine = (
+        "; an MLPerf submission names its own conf/tp_overlap file, and every stored NVIDIA "
+        "MLPerf one sets set_sm_margin 0 on the four bulk overlaps too (GPT-3 v4.0 "
+        "h100tp4mbs2.yaml, mlcommons/training_results_v4.0 62f111b7; v4.1 h100tp8mbs1.yaml)"
+        if mlperf else ""
+    )  # fmt: skip
+    out.notes.append(f"{bulk_note(entry)}{mine} ({said})")
+
+
+#: The first container of the MLPerf submissions on NeMo 2.0 (the v5.0 Llama 3.1 405B
+#: pretrain.py on ngc25.01); NVIDIA's GPT-3 175B submissions before it run NeMo 1.x's
+#: megatron_gpt_pretraining with the implementation's own conf/ (custom.yaml, optim/, tp_overlap/).
+MLPERF_NEMO2 = (25, 1)
+
+
+def _nemo2_amax_and_dropout(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    precision: str,
+    mlperf: bool,
+    said: str,
+    out: Defaults,
+) -> None:
+    """NeMo 2.0 (25.01 on): GPT-3 175B's config without dropout and its performance script's
+    FP8 amax reduction over the tensor-parallel group; an MLPerf submission on NeMo 2.0
+    (pretrain.py) reduces its amaxes the same way by its conf/custom.yaml default."""
+    gpt3_175b = family == "gpt" and hidden == 12288 and not names_bridge(row)
+    if gpt3_175b and not mlperf:
+        out.model["dropout"] = False
+        out.notes.append(
+            "no dropout (dropout false): NeMo 2.0's GPTConfig175B sets hidden_dropout and "
+            "attention_dropout 0.0 (nemo/collections/llm/gpt/model/base.py; GPTConfig's other "
+            f"sizes keep Megatron-Core's 0.1) ({said}; GPT-3 175B)"
+        )
+    if precision != "fp8" or not (gpt3_175b or mlperf):
+        return
+    out.options["fp8_amax_reduction"] = "tp_cp"
+    why = (
+        "an MLPerf submission on NeMo 2.0: pretrain.py sets the model config's "
+        "tp_only_amax_red from conf/custom.yaml, ${oc.env:TP_ONLY_AMAX_RED,True} "
+        "(tyche_ngpu256_ngc25.04_nemo, MLPerf Training v5.0)"
+        if mlperf
+        else "NeMo 2.0's scripts/performance/llm/pretrain_gpt3_175b.py sets "
+        "recipe.model.config.tp_only_amax_red = True (every stored version)"
+    )  # fmt: skip
+    out.notes.append(
+        "FP8 amaxes reduced over the tensor- and context-parallel group only "
+        f"(fp8_amax_reduction tp_cp, Megatron-Core --tp-only-amax-red): {why} ({said})"
+    )
+
+
+def _mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaults) -> None:
+    """NVIDIA's MLPerf Training GPT-3 175B implementation on NeMo 1.x (mlcommons
+    training_results_v4.0 / v4.1 NVIDIA/benchmarks/gpt3/implementations/*_nemo: config_common.sh
+    USE_DIST_OPTIMIZER=True, TP_COMM_OVERLAP=True, FP8_PARAMS=True; conf/optim/
+    distributed_fused_adam.yaml)."""
+    out.options["distributed_fused_adam"] = "fp32"
+    out.parallel["grad_fp32"] = False
+    out.options["ub_bulk_sm_margin"] = False
+    out.notes.append(
+        "Apex's DistributedFusedAdam with its default fp32 state (distributed_fused_adam fp32), "
+        "gradients reduced in bf16 (grad_fp32 false), userbuffers bulk overlaps without an SM "
+        "margin (ub_bulk_sm_margin false): NVIDIA's MLPerf GPT-3 implementation on NeMo 1.x "
+        "(config_common.sh USE_DIST_OPTIMIZER=True; conf/optim/distributed_fused_adam.yaml "
+        "grad_sync_dtype bf16, no dtype; conf/tp_overlap/*.yaml bulk overlaps set_sm_margin 0; "
+        f"mlcommons/training_results_v4.0 62f111b7, v4.1) ({said}; the text names MLPerf)"
+    )
+    if release >= (24, 9):
+        out.options["native_cross_entropy"] = True
+        out.notes.append(
+            "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): the "
+            "v4.1 conf/custom.yaml (eos_n32_ngc24.09_nemo, swsok/training_results_v4.1 8821c703) "
+            "sets cross_entropy_loss_fusion ${oc.env:CROSS_ENTROPY_LOSS_FUSION,True}, which NeMo "
+            "1.0 copies into Megatron-Core's TransformerConfig (default impl 'native'); the v4.0 "
+            f"one names none ({said}; the text names MLPerf)"
+        )
+    if precision == "fp8":
+        out.options["fp8_param_gather"] = True
+        out.notes.append(
+            "FP8 parameters (fp8_param_gather): the MLPerf GPT-3 config_common.sh FP8_PARAMS=True "
+            f"read by custom.yaml fp8_params ({said}; the text names MLPerf)"
+        )
+        if release >= (24, 9):
+            out.options["fp8_amax_reduction"] = "tp_cp"
+            out.notes.append(
+                "FP8 amaxes reduced over the tensor- and context-parallel group only "
+                "(fp8_amax_reduction tp_cp): the v4.1 conf/custom.yaml (ngc24.09) sets "
+                "tp_only_amax_red ${oc.env:TP_ONLY_AMAX_RED,True} (Megatron-Core "
+                f"--tp-only-amax-red); the v4.0 one names none ({said}; the text names MLPerf)"
+            )
+
+
+#: The last container before cuDNN 9.11, the first cuDNN whose fused attention trains MLA's
+#: unequal head dims on Blackwell (cudnn-frontend PR #145, 11 Jun 2025: "d_qk = 192, d_v = 128
+#: + Blackwell + bprop"; TransformerEngine issue #2285: FusedAttention refused for DeepSeek-V3
+#: on B200 at cuDNN 9.10.1).
+MLA_SM100_UNFUSED_UNTIL = (25, 5)
+
+
+def _blackwell(system: str) -> bool:
+    """Whether the preset ``system`` is Blackwell or later (an ``mxfp8`` peak, as the framework
+    profile's attention_kernel_on tells)."""
+    try:
+        return "mxfp8" in load_system(system).accelerator.peak_flops_per_s
+    except ConfigError:
+        return False
+
+
+def _mla_on_blackwell(row: dict[str, str], flavor: str, system: str, out: Defaults) -> None:
+    """Transformer Engine's attention for an MLA model (q/k head dim != v head dim, above 128)
+    on Blackwell in a container before cuDNN 9.11: get_attention_backend finds no fused
+    backend (FlashAttention-2 needs equal q/k and v head dims, FlashAttention-3 is sm90 only,
+    nvte_get_fused_attn_backend admits head dims > 128 in training on Blackwell only from cuDNN
+    9.11) and runs UnfusedDotProductAttention (sm100_attention_kernel unfused; Hopper keeps
+    cuDNN's FusedAttention, cuDNN 9.5)."""
+    release = container(row)
+    spec = get_flavor(flavor)
+    if release is None or release > MLA_SM100_UNFUSED_UNTIL or not spec.kv_lora_rank:
+        return
+    if not _blackwell(system):
+        return
+    qk = spec.head_dim + spec.qk_rope_head_dim
+    if qk == spec.v_head_dim or max(qk, spec.v_head_dim) <= 128:
+        return
+    out.options["sm100_attention_kernel"] = "unfused"
+    out.notes.append(
+        f"attention on Transformer Engine's UnfusedDotProductAttention "
+        f"(sm100_attention_kernel unfused): MLA's q/k head dim {qk} and v head dim "
+        f"{spec.v_head_dim} have no fused training backend on sm100 before cuDNN 9.11 "
+        "(transformer_engine/common/fused_attn/fused_attn.cpp nvte_get_fused_attn_backend; "
+        "cudnn-frontend PR #145 of 11 Jun 2025; TransformerEngine issue #2285), after the "
+        f"container {release[0]}.{release[1]:02d} the text names"
+    )
+
+
+def megatron_core_defaults(
+    row: dict[str, str],
+    flavor: str,
+    precision: str,
+    fp8_recipe: str,
+    parallel: dict[str, Any],
+    stated: dict[str, int],
+    system: str,
+    out: Defaults,
+) -> None:
+    """The defaults of a row read as Megatron-Core on the model ``flavor``, into ``out``: the
+    container's eras and recipes, MLA on Blackwell, and from 25.01 Megatron-Bridge's
+    per-model recipes (its options and launcher settings when the text names it)."""
+    spec = get_flavor(flavor)
+    tp = int(stated.get("tp", parallel.get("tp", 1)))
+    _megatron_core(
+        row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family),
+        (int(stated.get("hidden", spec.hidden)), tp),
+    )  # fmt: skip
+    _mla_on_blackwell(row, flavor, system, out)
+    release = container(row)
+    if release is not None and release >= (25, 1):
+        empty = not row.get("recompute", "").strip()
+        _bridge_recipe(flavor, str(spec.family), system, empty, out)
+        if names_bridge(row):
+            named = f"the text names container {release[0]}.{release[1]:02d}"
+            _bridge_options(flavor, system, release, named, out)
+            _bridge_connections({**parallel, **stated}, system, out)
