@@ -70,7 +70,8 @@ from stage_explore.analytical.collectives import (
     alpha_beta_point_to_point_s,
 )
 from stage_explore.analytical.policy import PointToPoint
-from stage_explore.system.model import Accelerator, System
+from stage_explore.system.accelerator import Accelerator
+from stage_explore.system.model import System
 
 #: The transfers the pipeline simulation times (ASTRA-sim's ``arrival`` is tracesim's).
 _PIPELINE_POINT_TO_POINT = frozenset(

@@ -4,8 +4,9 @@ element-wise kernels at their own, lower fraction, ``KernelModel.eager_memory``)
 
 Holds :func:`gemm_shape` (an einsum's batch, M, N, K recovered from its exact byte and FLOP
 counts), :func:`gemm_efficiency`, :func:`attention_efficiency`, :class:`KernelTimer` (the time
-of one bound instruction on an accelerator with a :class:`~stage_explore.system.model.KernelModel`)
-and :func:`is_linear` (which einsums a mixed-precision recipe runs in FP8).
+of one bound instruction on an accelerator with a
+:class:`~stage_explore.system.accelerator.KernelModel`) and :func:`is_linear` (which einsums a
+mixed-precision recipe runs in FP8).
 
 **GEMM.** A GEMM of ``b`` batches of (M×K)·(K×N) runs as ``b·⌈M/tm⌉·⌈N/tn⌉`` output tiles on
 ``sm_count`` SMs, in waves (NVIDIA, "Matrix Multiplication Background User's Guide": tile and
@@ -20,7 +21,8 @@ bandwidth (roofline).
 
 **Attention.** A fused kernel (FlashAttention-2/3 style) reaches ``attention_forward`` or
 ``attention_backward`` of the BF16 peak on long sequences at head dim 128 (or a named older
-kernel's figures, :attr:`~stage_explore.system.model.KernelModel.attention_kernels`), scaled by
+kernel's figures,
+:attr:`~stage_explore.system.accelerator.KernelModel.attention_kernels`), scaled by
 ``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
 sequence under a causal mask; a named kernel may state its own half-saturation keys) — and by
 ``d / (d + d½)`` normalised to d = 128. A backward runs the kernel's five matmuls where the
@@ -69,7 +71,7 @@ from stage_explore.analytical.megatron_dispatch import fp8_padding_bytes, sort_c
 from stage_explore.analytical.routing_tiles import expected_row_tiles
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.analytical.unfused_attention import UNFUSED, unfused_kernels
-from stage_explore.system.model import Accelerator, KernelModel
+from stage_explore.system.accelerator import Accelerator, KernelModel
 
 #: Bytes of one activation element in a mixed-precision run (BF16/FP16): FP8 recipes keep
 #: activations and weights in 16 bits between kernels.
@@ -216,7 +218,8 @@ GROUPED_EXPERT_GEMMS = ("experts.up", "experts.fc1", "experts.fc2")
 def grouped_gemm_groups(instr: Instr, shape: tuple[int, int, int, int]) -> int:
     """The groups (local experts) of an MoE expert GEMM that a framework runs as one grouped
     GEMM (:data:`GROUPED_EXPERT_GEMMS`; ``shape``'s batch), each costing
-    :attr:`~stage_explore.system.model.KernelModel.grouped_gemm_group_s`; 0 for any other GEMM."""
+    :attr:`~stage_explore.system.accelerator.KernelModel.grouped_gemm_group_s`; 0 for any other
+    GEMM."""
     name = instr.name
     if not any(name == op or name.startswith(f"{op}.") for op in GROUPED_EXPERT_GEMMS):
         return 0
@@ -366,7 +369,8 @@ class KernelTimer:
     #: write of the routed tokens beside the dispatch and combine ops, forward and backward.
     fp8_padding: bool = False
     #: Seconds each memory-bound kernel of its own costs beyond its bytes
-    #: (:attr:`~stage_explore.system.model.KernelModel.memory_kernel_s`, :func:`is_own_kernel`);
+    #: (:attr:`~stage_explore.system.accelerator.KernelModel.memory_kernel_s`,
+    #: :func:`is_own_kernel`);
     #: 0: none (serving, which does not charge it).
     memory_kernel_s: float = 0.0
     #: Bytes per element of a linear layer's gradient accumulator when its weight-gradient GEMM
@@ -553,7 +557,7 @@ COMPUTE_KINDS = frozenset({"einsum", "attention", "ssdscan"})
 
 def is_own_kernel(instr: Instr) -> bool:
     """Whether a memory-bound instruction runs as a kernel of its own (and pays
-    :attr:`~stage_explore.system.model.KernelModel.memory_kernel_s`): it writes to memory, and
+    :attr:`~stage_explore.system.accelerator.KernelModel.memory_kernel_s`): it writes to memory, and
     none of its outputs stays on chip — :func:`~stage_explore.analytical.blocktime.
     fuse_elementwise` leaves a fused producer writing less than its outputs (a dropout's mask,
     or nothing), and that producer runs inside the kernel of the instruction it feeds

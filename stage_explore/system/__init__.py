@@ -1,7 +1,9 @@
 """Hardware as data: accelerators, network dims, systems, presets and ASTRA-sim's view of them.
 
-- :mod:`~stage_explore.system.model` — :class:`Accelerator`, :class:`NetworkDim`,
-  :class:`System` and their vocabularies;
+- :mod:`~stage_explore.system.accelerator` — :class:`Accelerator`, its
+  :class:`EfficiencyModel` and per-kernel figures;
+- :mod:`~stage_explore.system.model` — :class:`NetworkDim`, :class:`System` and their
+  vocabularies (the number checks both share in :mod:`~stage_explore.system.checks`);
 - :mod:`~stage_explore.system.loading` — TOML files and presets (:func:`load_system`);
 - :mod:`~stage_explore.system.ranks` — rank coordinates and the dims a group spans;
 - :mod:`~stage_explore.system.astra` — ASTRA-sim's network dims and settings, both ways.
@@ -9,6 +11,7 @@
 
 from __future__ import annotations
 
+from stage_explore.system.accelerator import Accelerator, EfficiencyModel
 from stage_explore.system.astra import (
     AstraAlgorithm,
     AstraConfig,
@@ -25,10 +28,8 @@ from stage_explore.system.loading import (
     system_from_mapping,
 )
 from stage_explore.system.model import (
-    Accelerator,
     CollectiveAlgorithm,
     CollectiveAlgorithms,
-    EfficiencyModel,
     NetworkDim,
     System,
     Topology,

@@ -50,12 +50,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from stage_core.errors import ConfigError
+from stage_explore.system.accelerator import Accelerator, EfficiencyModel, KernelModel
 from stage_explore.system.model import (
-    Accelerator,
     CollectiveAlgorithm,
     CollectiveAlgorithms,
-    EfficiencyModel,
-    KernelModel,
     NetworkDim,
     System,
     Topology,

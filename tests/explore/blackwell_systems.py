@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from stage_explore.system import load_system
-from stage_explore.system.model import KernelModel
+from stage_explore.system.accelerator import KernelModel
 
 B200 = load_system("b200")
 GB200 = load_system("gb200-nvl72")

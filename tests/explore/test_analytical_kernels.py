@@ -24,7 +24,7 @@ from stage_explore.analytical.kernels import (
     is_linear,
 )
 from stage_explore.system import load_system, system_from_mapping
-from stage_explore.system.model import KernelModel
+from stage_explore.system.accelerator import KernelModel
 
 H100 = load_system("h100-80gb")
 

@@ -21,7 +21,7 @@ from stage_explore.analytical.kernels import (
     gemm_time_s,
 )
 from stage_explore.system import system_from_mapping
-from stage_explore.system.model import KernelModel
+from stage_explore.system.accelerator import KernelModel
 from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of
 
 

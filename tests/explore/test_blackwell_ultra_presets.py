@@ -17,7 +17,8 @@ import pytest
 
 from stage_explore.analytical.kernels import attention_efficiency
 from stage_explore.system import load_system
-from stage_explore.system.model import KernelModel, System
+from stage_explore.system.accelerator import KernelModel
+from stage_explore.system.model import System
 
 B200, GB200 = load_system("b200"), load_system("gb200-nvl72")
 B300, GB300 = load_system("b300"), load_system("gb300-nvl72")

@@ -18,8 +18,9 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.eager import TORCHTITAN_RMSNORM, eager_instr_bytes, eager_op_bytes
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import load_system
+from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.loading import system_from_mapping
-from stage_explore.system.model import KernelModel, System
+from stage_explore.system.model import System
 
 H100 = load_system("h100-80gb")
 A100 = load_system("a100-80gb")

@@ -23,8 +23,9 @@ from stage_explore.analytical.kernels import (
 )
 from stage_explore.analytical.serving import evaluate_decode
 from stage_explore.system import load_system
+from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.loading import system_from_mapping
-from stage_explore.system.model import KernelModel, System
+from stage_explore.system.model import System
 
 H100 = load_system("h100-80gb")
 B200 = load_system("b200")

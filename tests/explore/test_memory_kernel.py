@@ -26,8 +26,9 @@ from stage_explore.analytical.kernels import (
     wgrad_accumulate_bytes,
 )
 from stage_explore.system import load_system
+from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.loading import system_from_mapping
-from stage_explore.system.model import KernelModel, System
+from stage_explore.system.model import System
 
 A100 = load_system("a100-80gb")
 H100 = load_system("h100-80gb")

@@ -17,7 +17,8 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.kernels import KernelTimer, attention_efficiency
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.system import load_system
-from stage_explore.system.model import KernelModel, System
+from stage_explore.system.accelerator import KernelModel
+from stage_explore.system.model import System
 
 H100 = load_system("h100-80gb")
 

@@ -1,0 +1,307 @@
+"""The accelerator as data: peak compute, memory and the achieved fraction of both.
+
+Holds:
+
+- :class:`EfficiencyModel`, the achieved fraction of peak compute and memory bandwidth;
+- :class:`KernelModel`, per-kernel throughput figures (attention kernels, grouped GEMMs,
+  memory-bound kernels) timed by :mod:`stage_explore.analytical.kernels`;
+- :class:`Accelerator`, peak FLOP/s per dtype, memory capacity and bandwidth, efficiency.
+
+The efficiency model (documented in :class:`EfficiencyModel`) is a saturating curve in FLOPs::
+
+    matmul_efficiency(F) = matmul_peak · F / (F + matmul_half_saturation_flops)
+
+which is the same as charging every kernel a fixed overhead: the compute time
+``F / (peak · matmul_efficiency(F))`` equals ``(F + F_half) / (peak · matmul_peak)``.
+Memory-bound work runs at ``memory`` × the HBM bandwidth; a kernel takes the larger of the two
+(roofline with efficiencies; Williams et al., CACM 2009).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from stage_core.errors import ConfigError
+from stage_explore.system.checks import check_fraction, check_positive
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EfficiencyModel:
+    """Achieved fraction of peak, per kind of work.
+
+    - ``matmul_peak``: the efficiency large matmuls saturate at (0 < x ≤ 1);
+    - ``matmul_half_saturation_flops``: the FLOPs of a kernel that reaches half of
+      ``matmul_peak`` (≥ 0; 0 means every kernel runs at ``matmul_peak``);
+    - ``memory``: the fraction of the HBM bandwidth that memory-bound kernels reach.
+    """
+
+    matmul_peak: float = 1.0
+    matmul_half_saturation_flops: float = 0.0
+    memory: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("matmul_peak", "memory"):
+            value = getattr(self, name)
+            check_positive(value, f"efficiency `{name}`")
+            if value > 1:
+                raise ConfigError(f"efficiency `{name}` must be <= 1, but got {value!r}")
+        half = self.matmul_half_saturation_flops
+        if not (isinstance(half, int | float) and math.isfinite(half) and half >= 0):
+            raise ConfigError(
+                f"efficiency `matmul_half_saturation_flops` must be >= 0, but got {half!r}"
+            )
+
+    def matmul_efficiency(self, flops: float) -> float:
+        """The fraction of peak a kernel of ``flops`` FLOPs achieves."""
+        if flops <= 0:
+            return 0.0
+        return self.matmul_peak * flops / (flops + self.matmul_half_saturation_flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "matmul_peak": self.matmul_peak,
+            "matmul_half_saturation_flops": self.matmul_half_saturation_flops,
+            "memory": self.memory,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelModel:
+    """Per-kernel throughput of one accelerator (timed by :mod:`stage_explore.analytical.kernels`).
+
+    - ``sm_count``: streaming multiprocessors (the width of one wave of GEMM tiles);
+    - ``gemm_tile``: (rows, columns) of the output tile one SM computes at a time;
+    - ``gemm_k_overhead``: the reduction length a tile's prologue and epilogue cost, in elements
+      of K (a GEMM's main loop runs at ``K / (K + gemm_k_overhead)``);
+    - ``gemm_efficiency``: per dtype, the fraction of peak a large, wave-aligned GEMM sustains;
+    - ``attention_forward`` / ``attention_backward``: the fraction of the BF16 peak a fused
+      (FlashAttention-style) kernel reaches on long sequences, head dim 128;
+    - ``attention_half_keys``: the keys per query row at which the kernel reaches half of that
+      (causal attention sees half the keys on average);
+    - ``attention_head_dim_half``: the head dim at which it reaches half (``d / (d + d½)``,
+      normalised to head dim 128);
+    - ``attention_kernels``: other named attention kernels (e.g. ``fa2`` on a GPU whose best
+      kernel is FA3, ``cudnn`` for Transformer Engine's cuDNN attention) as (forward, backward)
+      fractions, optionally with the kernel's own half-saturation keys as a third value (else
+      ``attention_half_keys``), for software that uses them (a framework profile's
+      ``attention_kernel``);
+    - ``attention_noncausal``: per named kernel, its non-causal over its causal long-sequence
+      rate, both read off one published figure (forward and backward alike); the steps after
+      the first of Transformer Engine's ring context parallelism run that kernel non-causal
+      (:func:`~stage_explore.analytical.te_context_parallel.te_ring_time_factor`). A kernel
+      not listed: 1 (its causal rate);
+    - ``grouped_gemm_group_s``: seconds each group of a grouped GEMM (one local expert's GEMM
+      of an MoE layer) costs beyond the batched-GEMM wave model, measured from public grouped-GEMM
+      benchmarks (0: none stated);
+    - ``eager_memory``: the fraction of the HBM bandwidth eager PyTorch's element-wise kernels
+      reach (the op-by-op modules of :mod:`~stage_explore.analytical.eager`: casts, pow, mean,
+      products, adds, each a kernel of its own), measured on the same op list; 0: the
+      accelerator's ``efficiency.memory`` (none stated);
+    - ``memory_kernel_s``: seconds a memory-bound kernel costs beyond its bytes at the achieved
+      HBM bandwidth when kernels run back to back in one stream (its launch, ramp-up and tail:
+      ``t = memory_kernel_s + bytes / bandwidth``, fitted on a streaming kernel timed over
+      DRAM-sized volumes); 0: none stated.
+    """
+
+    sm_count: int
+    gemm_tile: tuple[int, int]
+    gemm_k_overhead: int
+    gemm_efficiency: dict[str, float] = field(hash=False)
+    attention_forward: float
+    attention_backward: float
+    attention_half_keys: float
+    attention_head_dim_half: float
+    attention_kernels: dict[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
+    attention_noncausal: dict[str, float] = field(default_factory=dict, hash=False)
+    grouped_gemm_group_s: float = 0.0
+    eager_memory: float = 0.0
+    memory_kernel_s: float = 0.0
+
+    def attention(self, kernel: str | None) -> tuple[float, float]:
+        """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
+        (``attention_forward``/``attention_backward``) when ``kernel`` is None or not listed."""
+        if kernel is not None and kernel in self.attention_kernels:
+            forward, backward = self.attention_kernels[kernel][:2]
+            return forward, backward
+        return self.attention_forward, self.attention_backward
+
+    def half_keys(self, kernel: str | None) -> float:
+        """The keys per query row at which the named kernel reaches half its long-sequence
+        fraction: its own third value when listed with one, else ``attention_half_keys``."""
+        entry = self.attention_kernels.get(kernel, ()) if kernel is not None else ()
+        return entry[2] if len(entry) == 3 else self.attention_half_keys
+
+    def noncausal_ratio(self, kernel: str | None) -> float:
+        """The named kernel's non-causal over causal rate (``attention_noncausal``); 1 when
+        ``kernel`` is None (the best kernel) or not listed."""
+        return self.attention_noncausal.get(kernel, 1.0) if kernel is not None else 1.0
+
+    def __post_init__(self) -> None:
+        ratios = {}
+        for kernel, ratio in dict(self.attention_noncausal).items():
+            if (
+                isinstance(ratio, bool)
+                or not isinstance(ratio, int | float)
+                or not math.isfinite(ratio)
+                or ratio <= 0
+            ):
+                raise ConfigError(
+                    f"kernels `attention_noncausal.{kernel}` must be a positive number "
+                    f"(non-causal over causal rate), but got {ratio!r}"
+                )
+            ratios[kernel] = float(ratio)
+        object.__setattr__(self, "attention_noncausal", ratios)
+        named = {}
+        for kernel, pair in dict(self.attention_kernels).items():
+            values = tuple(pair)
+            if len(values) not in (2, 3):
+                raise ConfigError(
+                    f"kernels `attention_kernels.{kernel}` must be [forward, backward] or "
+                    f"[forward, backward, half_keys], but got {pair!r}"
+                )
+            for value in values[:2]:
+                check_fraction(value, f"kernels `attention_kernels.{kernel}`")
+            if len(values) == 3:
+                check_positive(values[2], f"kernels `attention_kernels.{kernel}` half_keys")
+            named[kernel] = tuple(float(value) for value in values)
+        object.__setattr__(self, "attention_kernels", named)
+        for name in ("sm_count", "gemm_k_overhead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"kernels `{name}` must be an integer >= 0, but got {value!r}")
+        if self.sm_count < 1:
+            raise ConfigError(f"kernels `sm_count` must be >= 1, but got {self.sm_count}")
+        tile = tuple(self.gemm_tile)
+        if len(tile) != 2 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in tile
+        ):
+            raise ConfigError(
+                f"kernels `gemm_tile` must be two positive integers, but got {self.gemm_tile!r}"
+            )
+        object.__setattr__(self, "gemm_tile", tile)
+        if not self.gemm_efficiency:
+            raise ConfigError("kernels `gemm_efficiency` needs at least one dtype")
+        for dtype, value in self.gemm_efficiency.items():
+            check_fraction(value, f"kernels `gemm_efficiency.{dtype}`")
+        object.__setattr__(self, "gemm_efficiency", dict(self.gemm_efficiency))
+        for name in ("attention_forward", "attention_backward"):
+            check_fraction(getattr(self, name), f"kernels `{name}`")
+        if self.eager_memory:
+            check_fraction(self.eager_memory, "kernels `eager_memory`")
+        for name in (
+            "attention_half_keys",
+            "attention_head_dim_half",
+            "grouped_gemm_group_s",
+            "memory_kernel_s",
+        ):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"kernels `{name}` must be >= 0, but got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sm_count": self.sm_count,
+            "gemm_tile": list(self.gemm_tile),
+            "gemm_k_overhead": self.gemm_k_overhead,
+            "gemm_efficiency": dict(self.gemm_efficiency),
+            "attention_forward": self.attention_forward,
+            "attention_backward": self.attention_backward,
+            "attention_half_keys": self.attention_half_keys,
+            "attention_head_dim_half": self.attention_head_dim_half,
+            **(
+                {"grouped_gemm_group_s": self.grouped_gemm_group_s}
+                if self.grouped_gemm_group_s
+                else {}
+            ),
+            **({"eager_memory": self.eager_memory} if self.eager_memory else {}),
+            **({"memory_kernel_s": self.memory_kernel_s} if self.memory_kernel_s else {}),
+            **(
+                {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
+                if self.attention_kernels
+                else {}
+            ),
+            **(
+                {"attention_noncausal": dict(self.attention_noncausal)}
+                if self.attention_noncausal
+                else {}
+            ),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accelerator:
+    """One accelerator: peak FLOP/s per dtype, memory capacity (bytes) and bandwidth (bytes/s)."""
+
+    name: str
+    peak_flops_per_s: dict[str, float] = field(hash=False)
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: float
+    efficiency: EfficiencyModel = field(default_factory=EfficiencyModel)
+    kernels: KernelModel | None = None
+
+    def __post_init__(self) -> None:
+        if not self.peak_flops_per_s:
+            raise ConfigError(f"accelerator {self.name!r} needs at least one peak FLOP/s entry")
+        for dtype, peak in self.peak_flops_per_s.items():
+            check_positive(peak, f"accelerator {self.name!r} peak FLOP/s for {dtype!r}")
+        if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
+            raise ConfigError(
+                f"accelerator {self.name!r} `memory_bytes` must be an integer, "
+                f"but got {self.memory_bytes!r}"
+            )
+        if self.memory_bytes <= 0:
+            raise ConfigError(
+                f"accelerator {self.name!r} `memory_bytes` must be > 0, but got {self.memory_bytes}"
+            )
+        check_positive(
+            self.memory_bandwidth_bytes_per_s, f"accelerator {self.name!r} memory bandwidth"
+        )
+        object.__setattr__(self, "peak_flops_per_s", dict(self.peak_flops_per_s))
+
+    def peak(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``."""
+        try:
+            return self.peak_flops_per_s[dtype]
+        except KeyError:
+            known = ", ".join(sorted(self.peak_flops_per_s))
+            raise ConfigError(
+                f"accelerator {self.name!r} has no peak FLOP/s for dtype {dtype!r}; known: {known}"
+            ) from None
+
+    def precision_dtype(self, precision: str) -> str:
+        """The dtype whose peak times a run at ``precision``: the precision itself. A precision
+        the accelerator has no peak for is a one-line :class:`ConfigError`, never a silent
+        fallback to another peak (e.g. ``fp8`` on an A100, which has no FP8 tensor cores)."""
+        if precision in self.peak_flops_per_s:
+            return precision
+        known = ", ".join(sorted(self.peak_flops_per_s))
+        raise ConfigError(
+            f"precision {precision!r} needs a peak FLOP/s for it, but accelerator {self.name!r} "
+            f"has none (it has: {known}); choose one of those precisions or a system with a "
+            f"{precision} peak"
+        )
+
+    @property
+    def achieved_memory_bandwidth_bytes_per_s(self) -> float:
+        """HBM bandwidth the memory-bound kernels reach: the peak times ``efficiency.memory``."""
+        return self.memory_bandwidth_bytes_per_s * self.efficiency.memory
+
+    def compute_time_s(self, flops: int, memory_bytes: int, dtype: str) -> float:
+        """Roofline time with efficiencies: the larger of the compute and the memory time."""
+        compute_s = 0.0
+        if flops > 0:
+            compute_s = flops / (self.peak(dtype) * self.efficiency.matmul_efficiency(flops))
+        memory_s = memory_bytes / self.achieved_memory_bandwidth_bytes_per_s
+        return max(compute_s, memory_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "peak_flops_per_s": dict(self.peak_flops_per_s),
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "efficiency": self.efficiency.to_dict(),
+            **({} if self.kernels is None else {"kernels": self.kernels.to_dict()}),
+        }
