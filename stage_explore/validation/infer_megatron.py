@@ -23,6 +23,9 @@ from stage_explore.validation.infer_release import Defaults, container, row_text
 from stage_explore.validation.infer_userbuffers import (
     bulk_config,
     bulk_note,
+    fp8_buf_config,
+    fp8_buf_options,
+    mlperf_gpt3_forward_scatters,
     ring_config,
     ring_options,
 )
@@ -296,8 +299,14 @@ def _megatron_core(
         _launcher_loss(row, said, out)
     if release >= (25, 1) and not mlperf and shape[1] > 1:
         _userbuffers_methods(row, family, shape[0], system, precision, said, out)
+    if precision == "fp8" and not mlperf and shape[1] > 1 and _gpus(system) == "hopper":
+        _fp8_buffers(row, family, shape[0], release, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
         _mlperf_gpt3(precision, release, said, out)
+        if precision == "fp8" and _gpus(system) == "hopper" and shape[1] > 1:
+            options, note = mlperf_gpt3_forward_scatters(_cell(row, "micro_batch"))
+            out.options.update(options)
+            out.notes.append(f"{note} ({said}; the text names MLPerf)")
     if release >= MLPERF_NEMO2:
         _nemo2_amax_and_dropout(row, family, shape[0], precision, mlperf, said, out)
     if shape[1] > 1 and "ub_bulk_sm_margin" not in out.options:
@@ -329,6 +338,32 @@ def _userbuffers_methods(
     out.options.update(options)
     who = "the text names Megatron-Bridge" if bridge else "NeMo 2.0's recipes"
     out.notes.append(f"{note} ({said}; {who})")
+
+
+def _cell(row: dict[str, str], column: str) -> int:
+    """An integer cell of the row (0 when empty or not a number)."""
+    text = row.get(column, "").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _fp8_buffers(
+    row: dict[str, str],
+    family: str,
+    hidden: int,
+    release: tuple[int, int],
+    said: str,
+    out: Defaults,
+) -> None:
+    """The FP8 buffers of an H100 FP8 row's pipelined forward reduce-scatters where the
+    recipe's userbuffers config sets ``fp8_buf``
+    (:data:`~stage_explore.validation.infer_userbuffers.FP8_BUF_CONFIGS`)."""
+    entry = fp8_buf_config(family, hidden, _cell(row, "seq_len"), release)
+    if entry is None or out.options.get("tp_comm_overlap") is False:
+        return
+    options, note = fp8_buf_options(entry, dict(out.options))
+    if options:
+        out.options.update(options)
+        out.notes.append(f"{note} ({said})")
 
 
 def _gpus(system: str) -> str:

@@ -1,5 +1,8 @@
 """The userbuffers method of the forward reduce-scatters (``proj_fprop`` / ``fc2_fprop``) an
-inferred NeMo 2.0 / Megatron-Bridge row runs (:mod:`stage_explore.validation.infer_megatron`).
+inferred NeMo 2.0 / Megatron-Bridge row runs (:mod:`stage_explore.validation.infer_megatron`);
+below it, the bulk overlaps' SM margin (:data:`BULK_CONFIGS`), the pipelined reduce-scatters'
+FP8 buffers (:data:`FP8_BUF_CONFIGS`) and MLPerf GPT-3's atomic GEMMs
+(:func:`mlperf_gpt3_forward_scatters`) of the same recipes' configs.
 
 Both frameworks' performance recipes pick one Transformer Engine userbuffers config per model,
 GPU and precision (Megatron-Bridge ``scripts/performance`` ``COMM_OVERLAP_CONFIG_MAP``; NeMo
@@ -217,3 +220,134 @@ def bulk_note(entry: BulkConfig) -> str:
         "its qkv_dgrad, qkv_wgrad, fc1_dgrad and fc1_wgrad bulk overlaps set set_sm_margin "
         "False / 0, so the GEMMs beside them keep every SM"
     )
+
+
+#: The framework options of the pipelined forward reduce-scatters' FP8 buffers and atomic GEMMs
+#: (framework_profile.py; "Review of the userbuffers multicast (s13 ubreview)").
+FP8_BUF = {"proj": "ub_proj_fprop_fp8_buf", "fc2": "ub_fc2_fprop_fp8_buf"}
+ATOMIC = {"proj": "ub_proj_fprop_atomic_gemm", "fc2": "ub_fc2_fprop_atomic_gemm"}
+#: The NeMo 1.x containers whose Transformer Engine 1.x builds an ``fp8_buf`` pipeline overlap as
+#: a uint8 buffer under FP8 (since NVIDIA/TransformerEngine#750, April 2024): 24.07 (TE 1.8) to
+#: the last launcher container; 24.05's TE 1.6.0.dev0 not read, so not assumed.
+LAUNCHER_FP8_BUF = ((24, 7), (24, 12))
+#: The NeMo 2.0 containers whose TE (2.2 on, #1633) takes the FP8 GEMM output into the buffer
+#: again; TE 2.0 / 2.1 (NeMo 25.01 / 25.02) had dropped it (what they wrote not read: not assumed).
+NEMO2_FP8_BUF = ((25, 4), (99, 12))
+FP8_BUF_NOTE = (
+    "Transformer Engine builds an fp8_buf pipeline overlap as a torch.uint8 buffer under FP8 "
+    "(initialize_ub: fp8_buf = name in layers_all_gather_overlap or (cfg fp8_buf and name in "
+    "methods[pipeline]); TE 1.x since NVIDIA/TransformerEngine#750, TE 2.2 on after #1633), the "
+    "GEMM chunks write FP8 and split_overlap_rs calls reducescatter2_userbuff_stridedoutput_fp8 "
+    "(1 byte per element, no multicast branch in userbuffers.cu)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fp8BufConfig:
+    """An H100 FP8 userbuffers config a recipe names whose pipelined ``proj_fprop`` /
+    ``fc2_fprop`` set ``fp8_buf``: the rows it is chosen for and which GEMMs it sets it on."""
+
+    family: str  #: as :class:`RingConfig`
+    hidden: int
+    seq_len: int  #: the sequence length the config is named for (0: any)
+    releases: tuple[tuple[int, int], tuple[int, int]]  #: first and last container
+    gemms: tuple[str, ...]  #: of ``proj`` / ``fc2``
+    config: str
+    where: str
+
+
+#: Every stored H100 FP8 config that sets ``fp8_buf`` on a pipelined forward reduce-scatter
+#: (no Blackwell config does: their FP8 ones ring both). A row of another model, GPU, precision
+#: or container keeps TE's 16-bit buffer.
+FP8_BUF_CONFIGS: tuple[Fp8BufConfig, ...] = (
+    Fp8BufConfig("llama", 8192, 8192, LAUNCHER_FP8_BUF, ("proj", "fc2"),
+                 "ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192.yaml (the launcher's FP8 Llama 3 70B "
+                 "scripts, examples/training/llama/h100/llama3_70b_fp8.sh)",
+                 "NeMo-Framework-Launcher launcher_scripts/conf/training/tp_overlap "
+                 "(NVIDIA/NeMo-Framework-Launcher 1015f23b)"),
+    Fp8BufConfig("llama", 16384, 8192, LAUNCHER_FP8_BUF, ("proj", "fc2"),
+                 "ub_cfg_h100_fp8_h16384_tp8_cp2_mbs1_seqlen8192.yaml (the launcher's FP8 Llama "
+                 "3.1 405B runs)",
+                 "NeMo-Framework-Launcher launcher_scripts/conf/training/tp_overlap "
+                 "(NVIDIA/NeMo-Framework-Launcher 0937882d)"),
+    Fp8BufConfig("llama", 8192, 0, NEMO2_FP8_BUF, ("proj", "fc2"),
+                 "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", NEMO_FILE),
+    Fp8BufConfig("llama", 16384, 0, NEMO2_FP8_BUF, ("proj", "fc2"),
+                 "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192", NEMO_FILE),
+    Fp8BufConfig("gpt", 12288, 0, NEMO2_FP8_BUF, ("proj",),
+                 "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048", NEMO_FILE),
+)  # fmt: skip
+
+
+def fp8_buf_config(
+    family: str, hidden: int, seq_len: int, release: tuple[int, int]
+) -> Fp8BufConfig | None:
+    """The first :data:`FP8_BUF_CONFIGS` entry an H100 FP8 row of model ``family`` /
+    ``hidden``, sequence length ``seq_len`` (0: not stated, any) in container ``release``
+    matches."""
+    for entry in FP8_BUF_CONFIGS:
+        first, last = entry.releases
+        if (
+            entry.family == family
+            and entry.hidden == hidden
+            and (entry.seq_len in (0, seq_len) or not seq_len)
+            and first <= release <= last
+        ):
+            return entry
+    return None
+
+
+def fp8_buf_options(
+    entry: Fp8BufConfig, methods: dict[str, object]
+) -> tuple[dict[str, bool], str]:
+    """The ``fp8_buf`` options an entry sets on the GEMMs the row runs as pipelines (not on
+    one the ``methods`` already ring: TE takes ``fp8_buf`` only on a pipeline), and why."""
+    gemms = [g for g in entry.gemms if methods.get(OPTIONS[g]) != RING]
+    options = {FP8_BUF[gemm]: True for gemm in gemms}
+    named = " and ".join(f"{gemm}_fprop" for gemm in gemms)
+    note = (
+        f"the pipelined {named} reduce-scatters on FP8 userbuffers "
+        f"({', '.join(options)}): the recipe's userbuffers config for this model on H100 in FP8 "
+        f"is {entry.config}, {entry.where}: {named} method pipeline with fp8_buf set; "
+        f"{FP8_BUF_NOTE}"
+    )
+    return options, note
+
+
+#: NVIDIA's MLPerf GPT-3 175B H100 implementation on NeMo 1.x (v4.0 / v4.1).
+MLPERF_TP_OVERLAP = (
+    "conf/tp_overlap/h100tp4mbs2.yaml (mlcommons/training_results_v4.0 62f111b7; the v4.1 copy "
+    "swsok/training_results_v4.1 8821c703 the same): proj_fprop method pipeline, atomic_gemm "
+    "${NVTE_UB_ATOMIC_GEMM_RS_PROJ,1}, fp8_buf ${NVTE_UB_FP8_RS,False}; fc2_fprop method "
+    "${FC2_FPROP_METHOD,ring_exchange}, atomic_gemm ${NVTE_UB_ATOMIC_GEMM_RS_FC2,0}"
+)
+
+
+def mlperf_gpt3_forward_scatters(micro_batch: int) -> tuple[dict[str, bool | str], str]:
+    """The forward reduce-scatters of NVIDIA's MLPerf GPT-3 H100 FP8 submissions: the
+    micro-batch-2 configs leave h100tp4mbs2.yaml's defaults (``proj_fprop`` atomic GEMM,
+    ``fc2_fprop`` ring exchange); the micro-batch-1 CUDA-graph configs of the 1344 / 1452-node
+    runs (``config_DGXH100_*x6x4x6_mbs1_cg.sh``) export ``NVTE_UB_FP8_RS=1``,
+    ``NVTE_UB_ATOMIC_GEMM_RS_PROJ=0``, ``FC2_FPROP_METHOD=pipeline``,
+    ``NVTE_UB_ATOMIC_GEMM_RS_FC2=1``."""
+    if micro_batch == 1:
+        options: dict[str, bool | str] = {FP8_BUF["proj"]: True, ATOMIC["fc2"]: True}
+        what = (
+            "proj_fprop pipelined on an FP8 buffer (ub_proj_fprop_fp8_buf) and fc2_fprop as an "
+            "atomic-GEMM pipelined reduce-scatter (ub_fc2_fprop_atomic_gemm: "
+            "reducescatter2_userbuff_strided_multiatomic, no multicast): the micro-batch-1 "
+            "configs (config_DGXH100_1344x8x6x4x6_mbs1_cg.sh, _1452x8x6x4x6_mbs1_cg.sh, "
+            "mlcommons/training_results_v4.0 62f111b7) export NVTE_UB_FP8_RS=1, "
+            "NVTE_UB_ATOMIC_GEMM_RS_PROJ=0, FC2_FPROP_METHOD=pipeline, "
+            f"NVTE_UB_ATOMIC_GEMM_RS_FC2=1 into {MLPERF_TP_OVERLAP}; {FP8_BUF_NOTE}"
+        )
+        return options, what
+    options = {ATOMIC["proj"]: True, OPTIONS["fc2"]: RING}
+    what = (
+        "proj_fprop as an atomic-GEMM pipelined reduce-scatter (ub_proj_fprop_atomic_gemm: "
+        "reducescatter2_userbuff_strided_atomic on a 16-bit buffer, no multicast) and fc2_fprop "
+        f"as a ring exchange (ub_fc2_fprop_method = {RING}): the micro-batch-2 configs set none "
+        f"of the variables of {MLPERF_TP_OVERLAP}; config_common.sh (henrique/"
+        "training_results_v4.0 1316e93c) exports NVTE_RS_STRIDED_ATOMIC=1"
+    )
+    return options, what

@@ -11,9 +11,11 @@ from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_userbuffers import (
     BULK_CONFIGS,
+    FP8_BUF_CONFIGS,
     RING,
     RING_CONFIGS,
     bulk_config,
+    fp8_buf_config,
     ring_config,
 )
 
@@ -195,3 +197,97 @@ def test_megatron_bridge_runs_32_device_connections_on_blackwell(
 ) -> None:
     options = _options(source, "llama3.1-405b", system, layout, precision="fp8")
     assert options.get(CONNECTIONS) == connections
+
+
+FP8_PROJ, FP8_FC2 = "ub_proj_fprop_fp8_buf", "ub_fc2_fprop_fp8_buf"
+ATOMIC_PROJ, ATOMIC_FC2 = "ub_proj_fprop_atomic_gemm", "ub_fc2_fprop_atomic_gemm"
+NEW_OPTIONS = (FP8_PROJ, FP8_FC2, ATOMIC_PROJ, ATOMIC_FC2)
+
+
+def _scatters(
+    source: str, flavor: str, system: str, precision: str, tp: int, cells: dict[str, str]
+) -> tuple[dict[str, bool | int | float | str], str]:
+    """The forward reduce-scatters' options an inferred row gets, and its assumptions."""
+    row = {"id": "X-1", "source": source, "source_table": "", "notes": "", "model": "", **cells}
+    out = recipe_defaults(row, "megatron-core", precision, flavor, {}, {"tp": tp}, system)
+    keys = (*NEW_OPTIONS, PROJ, FC2)
+    return {k: v for k, v in out.options.items() if k in keys}, "\n".join(out.notes)
+
+
+@pytest.mark.parametrize(
+    ("source", "flavor", "system", "precision", "tp", "seq", "expected"),
+    [
+        # the launcher's FP8 Llama configs (TE 1.x from NeMo 24.07): both on FP8 buffers
+        ("NVIDIA NeMo performance summary (NeMo 24.07 container)", "llama3-70b", "h100-80gb",
+         "fp8", 4, "8192", {FP8_PROJ: True, FP8_FC2: True}),
+        (LAUNCHER, "llama3-70b", "h100-80gb", "fp8", 4, "", {FP8_PROJ: True, FP8_FC2: True}),
+        ("DGX Cloud Benchmarking (NeMo 24.09)", "llama3.1-405b", "h100-80gb", "fp8", 8, "8192",
+         {FP8_PROJ: True, FP8_FC2: True}),
+        # BF16, TE 1.6's 24.05, another sequence length's config, a GPU with no such config
+        (LAUNCHER, "llama3-70b", "h100-80gb", "bf16", 4, "8192", {}),
+        ("DGX Cloud Benchmarking (NeMo 24.05)", "llama3-70b", "h100-80gb", "fp8", 4, "8192", {}),
+        (LAUNCHER, "llama3-70b", "h100-80gb", "fp8", 4, "4096", {}),
+        (LAUNCHER, "llama3-70b", "b200", "fp8", 4, "8192", {}),
+        # the launcher's GPT-3 175B config is not in the table (its fc2 ring not inferred either)
+        (LAUNCHER, "gpt3-175b", "h100-80gb", "fp8", 4, "2048", {}),
+        # NeMo 2.0 from TE 2.2 (NeMo 25.04); TE 2.0 / 2.1 (25.02) not assumed
+        (NEMO2, "llama3.1-405b", "h100-80gb", "fp8", 8, "8192", {FP8_PROJ: True, FP8_FC2: True}),
+        ("DGX Cloud Benchmarking (GSW 25.02, NeMo 25.02)", "llama3.1-405b", "h100-80gb", "fp8",
+         8, "8192", {}),
+        # GPT-3 175B: fc2 rings, proj pipelines on an FP8 buffer
+        (NEMO2, "gpt3-175b", "h100-80gb", "fp8", 4, "2048", {FP8_PROJ: True, FC2: RING}),
+        # Megatron-Bridge's FP8 H100 configs ring both: no pipeline to take fp8_buf
+        (BRIDGE, "llama3-70b", "h100-80gb", "fp8", 4, "8192", {PROJ: RING, FC2: RING}),
+        # Blackwell FP8 configs ring both; no tensor parallelism, no userbuffers
+        (NEMO2, "llama3.1-405b", "gb200-nvl72", "fp8", 4, "8192", {PROJ: RING, FC2: RING}),
+        (LAUNCHER, "llama3-70b", "h100-80gb", "fp8", 1, "8192", {}),
+    ],
+)  # fmt: skip
+def test_pipelined_forward_reduce_scatters_on_fp8_buffers_where_the_config_sets_fp8_buf(
+    source: str,
+    flavor: str,
+    system: str,
+    precision: str,
+    tp: int,
+    seq: str,
+    expected: dict[str, bool | str],
+) -> None:
+    options, said = _scatters(source, flavor, system, precision, tp, {"seq_len": seq})
+    assert options == expected, said
+    assert ("fp8_buf set" in said) == (FP8_PROJ in options), said
+
+
+MLPERF_V40 = "MLPerf Training v4.0, NVIDIA closed division (eos_n64_ngc24.04_nemo, NeMo 24.04)"
+
+
+@pytest.mark.parametrize(
+    ("system", "precision", "micro_batch", "expected"),
+    [
+        # h100tp4mbs2.yaml's defaults: proj_fprop an atomic GEMM, fc2_fprop a ring exchange
+        ("h100-80gb", "fp8", "2", {ATOMIC_PROJ: True, FC2: RING}),
+        ("h100-80gb", "fp8", "", {ATOMIC_PROJ: True, FC2: RING}),
+        # the 1344 / 1452-node micro-batch-1 configs' environment
+        ("h100-80gb", "fp8", "1", {FP8_PROJ: True, ATOMIC_FC2: True}),
+        # atomic GEMMs and FP8 buffers are FP8 runs'; the B200 yaml is another file
+        ("h100-80gb", "bf16", "2", {}),
+        ("b200", "fp8", "2", {}),
+    ],
+)  # fmt: skip
+def test_mlperf_gpt3_forward_reduce_scatters_as_its_configs_run_them(
+    system: str, precision: str, micro_batch: str, expected: dict[str, bool | str]
+) -> None:
+    cells = {"micro_batch": micro_batch, "seq_len": "2048"}
+    options, said = _scatters(MLPERF_V40, "gpt3-175b", system, precision, 4, cells)
+    assert options == expected, said
+    if expected:
+        assert "h100tp4mbs2.yaml" in said
+
+
+def test_each_fp8_buf_config_matches_only_its_own_rows() -> None:
+    for entry in FP8_BUF_CONFIGS:
+        first, last = entry.releases
+        for release in (first, last):
+            got = fp8_buf_config(entry.family, entry.hidden, entry.seq_len or 2048, release)
+            assert got is entry, entry.config
+        before = (first[0], first[1] - 1)
+        assert fp8_buf_config(entry.family, entry.hidden, entry.seq_len, before) is None
