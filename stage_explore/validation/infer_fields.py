@@ -208,6 +208,8 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
 #: (family pattern on the lower-cased model text, {size in billions: flavor}, base flavor, or
 #: "" when only the listed sizes can be set up).
 MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
+    (r"nemotron[\s_-]*h\b", {8: "nemotron-h-8b"}, ""),
+    (r"mamba[\s_-]*2(?![.\d])", {2.7: "mamba2-2.7b"}, ""),
     (r"deepseek[\s_-]*v3", {0: "deepseek-v3"}, ""),
     (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
     (r"gpt[\s_-]*oss", {120: "gpt-oss-120b", 20: "gpt-oss-20b"}, ""),
@@ -237,7 +239,8 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
 #: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
 #: base with the CSV's dims.
 GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"
-#: Hybrid Mamba / attention models (Nemotron-H, Jamba, Zamba, Samba): no flavor can time them.
+#: Hybrid Mamba / attention models (Nemotron-H, Jamba, Zamba, Samba): only a flavor of the
+#: stated size can time them (their layer pattern and state-space dims are not CSV columns).
 HYBRID_PATTERN = re.compile(r"nemotron[\s_-]*h\b|mamba|jamba|zamba|samba")
 #: Dims a base flavor cannot answer for a model of another size: the CSV must state them.
 REQUIRED_DIMS = ("layers", "hidden", "heads")
@@ -303,12 +306,6 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
                 own,
             )  # fmt: skip
     flavor, exact = "", False
-    hybrid = HYBRID_PATTERN.search(text)
-    if hybrid:
-        raise Uninferable(
-            f"model {model!r}: a hybrid state-space model ({hybrid.group(0)!r}: Mamba layers "
-            "beside attention); the generator has no Mamba layer"
-        )
     for pattern, sizes, base in MODEL_RULES:
         if re.search(pattern, text):
             if 0 in sizes:
@@ -321,6 +318,13 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
     else:
         if re.search(GPT_PATTERN, text):
             flavor, exact = _gpt_flavor(size, framework)
+    hybrid = HYBRID_PATTERN.search(text)
+    if hybrid and not exact:
+        raise Uninferable(
+            f"model {model!r}: a hybrid state-space model ({hybrid.group(0)!r}: Mamba layers "
+            "beside attention) of no size the generator has a flavor of (nemotron-h-8b, "
+            "mamba2-2.7b); its layer pattern and state-space dims are not in the CSV's columns"
+        )
     if not flavor:
         try:  # a dense decoder of no known family: the common decoder from its columns
             base, assumption, fields = generic_decoder(row, model, moe)

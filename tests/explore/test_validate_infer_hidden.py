@@ -16,6 +16,7 @@ from stage_explore.validation.infer_cluster import read_cluster
 from stage_explore.validation.infer_fields import (
     Uninferable,
     infer_framework,
+    infer_model,
     infer_precision,
     infer_zero,
     names_bridge,
@@ -256,12 +257,27 @@ def test_column_names_with_spaces_or_capitals_are_read(
     assert got["id"] == "HID-1" and got["evaluated"] and got["system"] == "h100-80gb"
 
 
-@pytest.mark.parametrize("model", ["Nemotron-H 56B", "Jamba 1.5 Large", "Mamba-2 2.7B"])
+@pytest.mark.parametrize("model", ["Nemotron-H 56B", "Jamba 1.5 Large", "Mamba 2.8B"])
 def test_a_hybrid_state_space_model_is_named_as_such(model: str) -> None:
     """Nemotron-H's rows were 'of another size than this family's flavors, or of no known
-    family': the reason now says what the generator lacks."""
+    family': the reason now says what the row lacks (a hybrid flavor of its size; Mamba-1's
+    "Mamba 2.8B" is not Mamba-2's flavor)."""
     case = _case(model=model)
-    assert case.reason.endswith("the generator has no Mamba layer") and model in case.reason
+    assert model in case.reason
+    assert case.reason.endswith(
+        "its layer pattern and state-space dims are not in the CSV's columns"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "flavor"), [("Nemotron-H 8B", "nemotron-h-8b"), ("Mamba-2 2.7B", "mamba2-2.7b")]
+)
+def test_a_hybrid_state_space_model_of_a_flavor_size_takes_the_flavor(
+    model: str, flavor: str
+) -> None:
+    """The generator has Mamba-2 layers (the flavors nemotron-h-8b and mamba2-2.7b): the reason
+    'the generator has no Mamba layer' was false for the models of those sizes."""
+    assert infer_model({"model": model}, "megatron-core").value == flavor
 
 
 @pytest.mark.parametrize(
