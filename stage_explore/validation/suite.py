@@ -43,7 +43,7 @@ def run_validation(
     if where.is_file():
         where, only, systems = _one_file(where)
     elif not where.is_dir():
-        raise ConfigError(f"published runs folder {str(where)!r} not found")
+        raise ConfigError(f"published runs folder or CSV file {str(where)!r} not found")
     setups = where / "setups.toml"
     sources, rows = load_setups(setups) if setups.is_file() else ([], {})
     if only is not None:

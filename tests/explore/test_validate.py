@@ -341,13 +341,16 @@ def test_cli_markdown_has_the_tables(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "## Targets (issue #11)" in out
 
 
+@pytest.mark.parametrize("name", ["nowhere", "nowhere.csv"])
 def test_a_missing_data_folder_is_a_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["validate", "--data", str(tmp_path / "nowhere")]) == 2
+    """A missing ``--data`` path, a folder's or a CSV file's, is one line naming both kinds."""
+    assert main(["validate", "--data", str(tmp_path / name)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("stage validate: error: published runs folder") and err.count("\n") == 1
-    assert "nowhere' not found" in err
+    expected = "stage validate: error: published runs folder or CSV file"
+    assert err.startswith(expected) and err.count("\n") == 1
+    assert f"{name}' not found" in err
 
 
 def test_a_file_that_is_not_a_runs_csv_is_a_one_line_error(
