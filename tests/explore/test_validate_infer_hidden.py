@@ -23,29 +23,13 @@ from stage_explore.validation.infer_fields import (
     read_recompute,
 )
 from stage_explore.validation.setups import Case, data_dir, read_csv
+from tests.explore.published_rows import HELD_OUT, TEMPLATE, template, write_rows
 
 DATA = data_dir()
-HELD_OUT = "published_runs_held_out.csv"
-TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"
-
-
-def _template() -> tuple[list[str], dict[str, str]]:
-    rows = read_csv(DATA / HELD_OUT)
-    (row,) = [r for r in rows if r["id"] == TEMPLATE]
-    return list(rows[0]), row
-
-
-def _write(path: Path, rows: list[dict[str, str]]) -> Path:
-    header, _ = _template()
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def _row(row_id: str, **cells: str) -> dict[str, str]:
-    _, row = _template()
+    _, row = template()
     return {**row, "id": row_id, "source": "A further held-out table", **cells}
 
 
@@ -53,8 +37,8 @@ def test_a_csv_file_given_to_data_is_evaluated_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The defect: ``validate --data rows.csv`` stopped with 'is a file: expected a folder'."""
-    runs = _write(tmp_path / "rows.csv", [_row("HID-1"), _row("HID-2", precision="FP4")])
-    _write(tmp_path / "published_runs_other.csv", [_row("OTHER-1")])  # a sibling: not read
+    runs = write_rows(tmp_path / "rows.csv", [_row("HID-1"), _row("HID-2", precision="FP4")])
+    write_rows(tmp_path / "published_runs_other.csv", [_row("OTHER-1")])  # a sibling: not read
     assert main(["validate", "--data", str(runs), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     rows = {r["id"]: r for r in payload["rows"]}
@@ -73,7 +57,7 @@ def test_a_file_outside_the_data_folder_finds_the_package_system_files(
         "Grand Teton: 8x H100 96GB HBM2e (2.4 TB/s) per host fully connected with NVLink, "
         "backend RDMA 400 Gb/s per GPU"
     )
-    runs = _write(
+    runs = write_rows(
         tmp_path / "rows.csv", [_row("HID-1", gpu="H100 96GB HBM2e (500 W)", interconnect=teton)]
     )
     assert main(["validate", "--data", str(runs), "--json"]) == 0
@@ -207,7 +191,9 @@ def test_a_measured_value_that_is_not_positive_is_a_row_reason(
     tmp_path: Path, cell: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The defect: a measured 0 stopped the whole run with a ZeroDivisionError traceback."""
-    runs = _write(tmp_path / "rows.csv", [_row("HID-1"), _row("HID-0", tokens_per_s_per_gpu=cell)])
+    runs = write_rows(
+        tmp_path / "rows.csv", [_row("HID-1"), _row("HID-0", tokens_per_s_per_gpu=cell)]
+    )
     assert main(["validate", "--data", str(runs), "--json"]) == 0
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     reason = rows["HID-0"]["not_evaluated_reason"]
@@ -245,7 +231,7 @@ def test_column_names_with_spaces_or_capitals_are_read(
 ) -> None:
     """The defect: a header written ``ID, Source, ...`` (a spreadsheet's export) left every
     cell unread (the columns were ' source' and 'ID')."""
-    header, row = _template()
+    header, row = template()
     path = tmp_path / "rows.csv"
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)

@@ -26,36 +26,21 @@ from stage_explore.validation.report import ValidationReport
 from stage_explore.validation.run import RowResult
 from stage_explore.validation.setups import data_dir, load_cases, read_csv
 from stage_explore.validation.suite import run_validation
+from tests.explore.published_rows import HELD_OUT, template, write_rows
 
 DATA = data_dir()
-HELD_OUT = "published_runs_held_out.csv"
-TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"
 SOURCE_TEXT = "A further held-out table (2027)"
 EXTRA = "published_runs_extra.csv"
 
 
-def _template() -> tuple[list[str], dict[str, str]]:
-    rows = read_csv(DATA / HELD_OUT)
-    (row,) = [r for r in rows if r["id"] == TEMPLATE]
-    return list(rows[0]), row
-
-
-def _write(path: Path, rows: list[dict[str, str]]) -> None:
-    header, _ = _template()
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def _row(**cells: str) -> dict[str, str]:
-    _, row = _template()
+    _, row = template()
     return {**row, "id": "HID-1", "source": SOURCE_TEXT, **cells}
 
 
 def _folder(tmp_path: Path, *rows: dict[str, str], setups: str = "") -> Path:
     """A data folder holding only ``rows`` (and ``setups`` as setups.toml when given)."""
-    _write(tmp_path / EXTRA, list(rows))
+    write_rows(tmp_path / EXTRA, list(rows))
     if setups:
         (tmp_path / "setups.toml").write_text(setups, encoding="utf-8")
     return tmp_path
@@ -65,7 +50,7 @@ def test_an_appended_row_is_evaluated_with_its_inferences_reported(tmp_path: Pat
     """The defect: a row whose id no source claims, appended to a package CSV."""
     shutil.copytree(DATA, tmp_path / "data")
     folder = tmp_path / "data"
-    header, _ = _template()
+    header, _ = template()
     with open(folder / HELD_OUT, "a", newline="", encoding="utf-8") as handle:
         csv.DictWriter(handle, fieldnames=header).writerow(_row())
     (case,) = [c for c in load_cases(folder) if c.id == "HID-1"]
