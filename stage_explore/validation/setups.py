@@ -30,6 +30,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule
+from stage_explore.limits import check_sizes
 from stage_explore.system import load_system
 from stage_explore.system.model import NetworkDim, System
 
@@ -547,6 +548,16 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
     try:
         model = _model(base_name, row, model_fields)
         parallel = _parallel(row, parallel_fields, precision)
+        # an absurd size (e.g. 10^8 layers) is refused before any work, as `stage eval` does
+        check_sizes(
+            {
+                "gpus": parallel.pp * parallel.dp * parallel.cp * parallel.tp,
+                "seq_len": model.seq_len,
+                "layers": model.layers,
+                "global_batch": parallel.global_batch,
+            },
+            names={"gpus": "GPUs (num_gpus)", "seq_len": "seq_len", "global_batch": "global batch"},
+        )
     except ConfigError as error:
         return replace(case, reason=f"the generator cannot express it: {error}")
     if source.group_by:

@@ -202,6 +202,25 @@ def test_a_measured_value_that_is_not_positive_is_a_row_reason(
 
 
 @pytest.mark.parametrize(
+    ("cells", "words"),
+    [
+        ({"layers": "99999999"}, "layers: expected at most 16,384"),
+        ({"seq_len": "999999999"}, "seq_len: expected at most 16,777,216"),
+    ],
+)
+def test_an_absurd_size_is_a_row_reason_before_any_work(
+    tmp_path: Path, cells: dict[str, str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The defect: a row with 10^8 layers ran for minutes (the lowering walks every layer)
+    instead of failing the size limits `stage eval` applies."""
+    runs = write_rows(tmp_path / "rows.csv", [_row("HID-1"), _row("HID-9", **cells)])
+    assert main(["validate", "--data", str(runs), "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert words in rows["HID-9"]["not_evaluated_reason"]
+    assert rows["HID-1"]["evaluated"]
+
+
+@pytest.mark.parametrize(
     ("cells", "field", "value"),
     [
         ({"seq_len": "8K"}, "seq_len", 8192),
