@@ -545,18 +545,22 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
     _check_integer_cells(row)
     model_fields = _model_fields(source, row, row_setup.get("model", {}))
     parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}))
+    names = {"gpus": "GPUs (num_gpus)", "seq_len": "seq_len", "global_batch": "global batch"}
     try:
+        # an absurd size (e.g. 10^8 layers) is refused before any work, as `stage eval` does:
+        # the model's layer list alone would take minutes to build
+        check_sizes(
+            {key: _int_cell(str(model_fields.get(key, ""))) for key in ("layers", "seq_len")},
+            names=names,
+        )
         model = _model(base_name, row, model_fields)
         parallel = _parallel(row, parallel_fields, precision)
-        # an absurd size (e.g. 10^8 layers) is refused before any work, as `stage eval` does
         check_sizes(
             {
                 "gpus": parallel.pp * parallel.dp * parallel.cp * parallel.tp,
-                "seq_len": model.seq_len,
-                "layers": model.layers,
                 "global_batch": parallel.global_batch,
             },
-            names={"gpus": "GPUs (num_gpus)", "seq_len": "seq_len", "global_batch": "global batch"},
+            names=names,
         )
     except ConfigError as error:
         return replace(case, reason=f"the generator cannot express it: {error}")
