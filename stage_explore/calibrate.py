@@ -34,9 +34,10 @@ from stage_core.errors import ConfigError
 from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.system.model import System
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer_fields import Uninferable, infer_precision
 from stage_explore.validation.run import BackendFactory, RowResult, evaluate_cases
-from stage_explore.validation.setups import METRICS, Case, SourceSetup, make_case, read_csv
+from stage_explore.validation.setups import METRICS, Case, SourceSetup, make_case
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
@@ -41,7 +42,6 @@ from stage_explore.validation.setups import (
     SourceSetup,
     derived_name,
     make_case,
-    read_csv,
     system_file,
 )
 

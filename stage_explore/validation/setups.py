@@ -17,8 +17,6 @@ interleaved 1F1B when ``vpp`` > 1, else 1F1B.
 
 from __future__ import annotations
 
-import csv
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -33,6 +31,14 @@ from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule
 from stage_explore.limits import check_sizes
 from stage_explore.system import load_system
 from stage_explore.system.model import NetworkDim, System
+from stage_explore.validation.csv_cells import (
+    NO,
+    YES,
+    first_word,
+    int_cell,
+    measured_value,
+    read_csv,
+)
 
 #: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
 #: precision (a source's or row's own ``precision`` key).
@@ -282,57 +288,6 @@ def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, 
     return sources, rows
 
 
-#: The published-runs schema's columns (``published_runs_more.csv``'s header).
-SCHEMA_COLUMNS = frozenset((
-    "id", "source", "source_table", "url", "model", "params_b", "layers", "hidden", "ffn",
-    "heads", "kv_heads", "vocab", "seq_len", "moe", "global_batch_seqs", "micro_batch", "tp",
-    "pp", "dp", "cp", "ep", "sp", "vpp", "dp_sharding", "recompute", "precision", "gpu",
-    "num_gpus", "interconnect", "iter_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct",
-    "tokens_per_s_per_gpu", "peak_mem_gib", "uncertain", "notes",
-))  # fmt: skip
-
-
-def _column_name(name: str) -> str:
-    """A header cell as the schema's column it names (`` Source`` or ``ID``: surrounding
-    spaces and capitals of a spreadsheet export); any other name stripped only (a source's
-    ``columns`` name them as the file does)."""
-    stripped = name.strip()
-    return stripped.lower() if stripped.lower() in SCHEMA_COLUMNS else stripped
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    """A CSV's rows (a spreadsheet's byte-order mark skipped, the schema's column names read
-    whatever their spaces and capitals); a missing or unreadable file is a one-line
-    :class:`ConfigError`."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames is not None:
-                reader.fieldnames = [_column_name(name) for name in reader.fieldnames]
-            return list(reader)
-    except OSError as error:
-        raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"published runs {str(path)!r}: not UTF-8 text (byte {error.start}); expected a "
-            "UTF-8 CSV"
-        ) from None
-
-
-#: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.
-_INTEGER_CELL = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.0*)?")
-#: How a table may state a yes/no cell (the first word, lower-cased).
-_YES = ("yes", "y", "true", "on", "1", "enabled", "✓", "✔")
-_NO = ("no", "n", "false", "off", "0", "disabled", "✗", "✘")
-
-
-def _int_cell(value: str) -> int | None:
-    """The integer a cell states (``1,024`` and ``8.0`` included), or None when it states
-    none (empty, ``-``, or text such as ``1536 per expert`` that the flavor answers)."""
-    match = _INTEGER_CELL.fullmatch(value.strip())
-    return int(match.group(1).replace(",", "")) if match else None
-
-
 #: Columns no text can stand for (a row's layout and the dims no flavor answers for another
 #: model); ``ffn`` and ``kv_heads`` may say ``1536 per expert`` or ``MLA``.
 STRICT_COLUMNS = (*PARALLEL_COLUMNS, "layers", "hidden", "heads", "vocab", "seq_len")
@@ -344,31 +299,8 @@ def _check_integer_cells(row: dict[str, str]) -> None:
     the row and the column (not a silent default)."""
     for column in STRICT_COLUMNS:
         cell = (row.get(column) or "").strip()
-        if cell.lower() not in _EMPTY_CELLS and _int_cell(cell) is None:
+        if cell.lower() not in _EMPTY_CELLS and int_cell(cell) is None:
             raise ConfigError(f"{row['id']}: the {column} cell {cell!r} is not an integer")
-
-
-#: A measured value as a table may print it: ``5762``, ``14,451``, ``0.95``, ``1.2e3``.
-_NUMBER_CELL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d*)?(?:[eE][+-]?\d+)?")
-
-
-def _measured(cell: str, row_id: str, metric: str) -> float:
-    """The measured value of a metric cell (thousands separators allowed); anything else is a
-    :class:`ConfigError` naming the row and the cell, not a ``ValueError`` traceback."""
-    if _NUMBER_CELL.fullmatch(cell):
-        try:
-            return float(cell.replace(",", ""))
-        except ValueError:
-            pass
-    raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number")
-
-
-def _first_word(cell: str) -> str:
-    """The lower-cased first word of a cell (``"Yes (assumed)"`` → ``"yes"``); "" for an
-    empty cell or a dash."""
-    words = cell.strip().lower().split()
-    word = words[0].rstrip(",;:") if words else ""
-    return "" if word in ("-", "–", "—", "n/a") else word
 
 
 def _merge(
@@ -389,7 +321,7 @@ def _merge(
 def _model_fields(
     source: SourceSetup, row: dict[str, str], extra: Mapping[str, Any]
 ) -> dict[str, Any]:
-    stated = {k: v for k in MODEL_COLUMNS if (v := _int_cell(row.get(k, ""))) is not None}
+    stated = {k: v for k in MODEL_COLUMNS if (v := int_cell(row.get(k, ""))) is not None}
     fields = _merge(stated, {**source.model, **extra}, row["id"], "model")
     per_hidden = fields.pop("ffn_per_hidden", None)
     if per_hidden is not None and "ffn" not in fields:
@@ -412,17 +344,17 @@ def _parallel_fields(
 ) -> dict[str, Any]:
     stated: dict[str, Any] = {}
     for column, name in PARALLEL_COLUMNS.items():
-        value = _int_cell(row.get(column, ""))
+        value = int_cell(row.get(column, ""))
         if value is not None:
             stated[name] = value
-    sp = _first_word(row.get("sp", ""))
+    sp = first_word(row.get("sp", ""))
     if sp:
-        if sp not in (*_YES, *_NO):
+        if sp not in (*YES, *NO):
             raise ConfigError(
                 f"{row['id']}: the sp cell {row['sp']!r} must start with yes or no (or true/false)"
             )
-        stated["sp"] = sp in _YES
-    recompute = _first_word(row.get("recompute", ""))
+        stated["sp"] = sp in YES
+    recompute = first_word(row.get("recompute", ""))
     if recompute:
         stated["recompute"] = recompute
     fields = _merge(stated, {**source.parallel, **extra}, row["id"], "parallel")
@@ -511,7 +443,7 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         id=row["id"],
         source=source.name,
         metric=source.metric,
-        measured=_measured(measured_cell, row["id"], source.metric) * source.metric_scale
+        measured=measured_value(measured_cell, row["id"], source.metric) * source.metric_scale
         if measured_cell
         else float("nan"),
         system=source.system,
@@ -550,7 +482,7 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         # an absurd size (e.g. 10^8 layers) is refused before any work, as `stage eval` does:
         # the model's layer list alone would take minutes to build
         check_sizes(
-            {key: _int_cell(str(model_fields.get(key, ""))) for key in ("layers", "seq_len")},
+            {key: int_cell(str(model_fields.get(key, ""))) for key in ("layers", "seq_len")},
             names=names,
         )
         model = _model(base_name, row, model_fields)

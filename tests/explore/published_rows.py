@@ -7,7 +7,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from stage_explore.validation.setups import data_dir, read_csv
+from stage_explore.validation.csv_cells import read_csv
+from stage_explore.validation.setups import data_dir
 
 HELD_OUT = "published_runs_held_out.csv"
 TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"

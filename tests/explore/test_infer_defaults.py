@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_release import container, dated
-from stage_explore.validation.setups import Case, data_dir, load_cases, read_csv
+from stage_explore.validation.setups import Case, data_dir, load_cases
 
 BRIDGE = "NVIDIA Megatron-Bridge performance summary (25.11 container)"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stage_explore.cli import main
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_cluster import read_cluster
 from stage_explore.validation.infer_fields import (
@@ -22,7 +23,7 @@ from stage_explore.validation.infer_fields import (
     names_bridge,
     read_recompute,
 )
-from stage_explore.validation.setups import Case, data_dir, read_csv
+from stage_explore.validation.setups import Case, data_dir
 from tests.explore.published_rows import HELD_OUT, TEMPLATE, template, write_rows
 
 DATA = data_dir()

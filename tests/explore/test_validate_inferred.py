@@ -14,6 +14,7 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_explore.cli import main
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_fields import (
     Uninferable,
@@ -24,7 +25,7 @@ from stage_explore.validation.infer_fields import (
 from stage_explore.validation.render import to_markdown, to_text
 from stage_explore.validation.report import ValidationReport
 from stage_explore.validation.run import RowResult
-from stage_explore.validation.setups import data_dir, load_cases, read_csv
+from stage_explore.validation.setups import data_dir, load_cases
 from stage_explore.validation.suite import run_validation
 from tests.explore.published_rows import HELD_OUT, template, write_rows
 

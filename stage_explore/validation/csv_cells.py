@@ -1,0 +1,86 @@
+"""Reading the published-runs CSVs cell by cell: the schema's column names whatever a
+spreadsheet export did to them, and what an integer, a yes/no, a measured value or a first word
+looks like in a cell a table printed (thousands separators, ``8.0``, ``Yes (assumed)``, dashes
+for "not stated"). Moved out of :mod:`stage_explore.validation.setups` (which turns a row and
+its setup into a :class:`~stage_explore.validation.setups.Case`), whose helpers they were."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from stage_core.errors import ConfigError
+
+#: The published-runs schema's columns (``published_runs_more.csv``'s header).
+SCHEMA_COLUMNS = frozenset((
+    "id", "source", "source_table", "url", "model", "params_b", "layers", "hidden", "ffn",
+    "heads", "kv_heads", "vocab", "seq_len", "moe", "global_batch_seqs", "micro_batch", "tp",
+    "pp", "dp", "cp", "ep", "sp", "vpp", "dp_sharding", "recompute", "precision", "gpu",
+    "num_gpus", "interconnect", "iter_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct",
+    "tokens_per_s_per_gpu", "peak_mem_gib", "uncertain", "notes",
+))  # fmt: skip
+
+
+def _column_name(name: str) -> str:
+    """A header cell as the schema's column it names (`` Source`` or ``ID``: surrounding
+    spaces and capitals of a spreadsheet export); any other name stripped only (a source's
+    ``columns`` name them as the file does)."""
+    stripped = name.strip()
+    return stripped.lower() if stripped.lower() in SCHEMA_COLUMNS else stripped
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A CSV's rows (a spreadsheet's byte-order mark skipped, the schema's column names read
+    whatever their spaces and capitals); a missing or unreadable file is a one-line
+    :class:`ConfigError`."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is not None:
+                reader.fieldnames = [_column_name(name) for name in reader.fieldnames]
+            return list(reader)
+    except OSError as error:
+        raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"published runs {str(path)!r}: not UTF-8 text (byte {error.start}); expected a "
+            "UTF-8 CSV"
+        ) from None
+
+
+#: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.
+INTEGER_CELL = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.0*)?")
+#: How a table may state a yes/no cell (the first word, lower-cased).
+YES = ("yes", "y", "true", "on", "1", "enabled", "✓", "✔")
+NO = ("no", "n", "false", "off", "0", "disabled", "✗", "✘")
+
+
+def int_cell(value: str) -> int | None:
+    """The integer a cell states (``1,024`` and ``8.0`` included), or None when it states
+    none (empty, ``-``, or text such as ``1536 per expert`` that the flavor answers)."""
+    match = INTEGER_CELL.fullmatch(value.strip())
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+#: A measured value as a table may print it: ``5762``, ``14,451``, ``0.95``, ``1.2e3``.
+NUMBER_CELL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d*)?(?:[eE][+-]?\d+)?")
+
+
+def measured_value(cell: str, row_id: str, metric: str) -> float:
+    """The measured value of a metric cell (thousands separators allowed); anything else is a
+    :class:`ConfigError` naming the row and the cell, not a ``ValueError`` traceback."""
+    if NUMBER_CELL.fullmatch(cell):
+        try:
+            return float(cell.replace(",", ""))
+        except ValueError:
+            pass
+    raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number")
+
+
+def first_word(cell: str) -> str:
+    """The lower-cased first word of a cell (``"Yes (assumed)"`` → ``"yes"``); "" for an
+    empty cell or a dash."""
+    words = cell.strip().lower().split()
+    word = words[0].rstrip(",;:") if words else ""
+    return "" if word in ("-", "–", "—", "n/a") else word
