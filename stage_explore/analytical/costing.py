@@ -344,8 +344,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
             halves = split_backward(block)
             instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
         instrs = self._fused_projections(instrs, frozenset(w.name for w in block.weights))
+        gathered = self._fp8_gathered(point, kind)
         instrs = with_fp8_gathers(  # userbuffers gather FP8 linear inputs (fp8_gather.py)
-            instrs, self._fp8_gathered(point, kind), str(point.workload.parallel.fp8_recipe)
+            instrs, gathered, str(point.workload.parallel.fp8_recipe)
         )
         fp8_buffers, atomic = self._fprop_scatter_kinds(point, kind)
         if rule is not None and fp8_buffers:  # recipe fp8_buf: the pipelined RS on FP8 bytes
@@ -362,7 +363,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses):
                 instrs,
                 self.framework.fused_elementwise,
                 lambda i: fused_rule is not None and fused_rule(i) is not None,
-                self._fp8_gathered(point, kind),
+                gathered,
             )
         outside_nccl = runs_outside_nccl(  # userbuffers / symmetric memory: no NCCL call
             policy, point.workload.parallel.tp, point.workload.flags.sp, rule
