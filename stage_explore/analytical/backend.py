@@ -31,7 +31,8 @@ simulated. All memos are bounded LRUs owned by the backend instance (no module s
 
 Size: the plan per pipeline-stage class (stage classes, chunks, block kinds' costs, gradient
 buckets) is :mod:`~stage_explore.analytical.planning`; the per-block costs it reads are mixins
-in :mod:`~stage_explore.analytical.costing` (bound blocks, block timings, the compute timer),
+in :mod:`~stage_explore.analytical.costing` (bound blocks, block timings),
+:mod:`~stage_explore.analytical.costing_compute` (the compute timer),
 :mod:`~stage_explore.analytical.costing_comm` (collectives, ZeRO, transfers) and
 :mod:`~stage_explore.analytical.costing_states` (model states, optimizer, memory). This module
 keeps one evaluation: the backend's options and memos, the network, the step and the result.

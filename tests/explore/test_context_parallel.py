@@ -168,7 +168,7 @@ def test_torch_s_ring_kernels_see_a_chunk_of_the_keys(
         seen.append(kwargs["keys"])
         return KernelTimer(*args, **kwargs)
 
-    monkeypatch.setattr("stage_explore.analytical.costing.KernelTimer", record)
+    monkeypatch.setattr("stage_explore.analytical.costing_compute.KernelTimer", record)
     system = load_system("h100-80gb")
     AnalyticalBackend(framework="torchtitan").evaluate(LLAMA, _parallel(cp), system)
     assert seen and set(seen) == {8192 // cp}

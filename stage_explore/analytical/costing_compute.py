@@ -1,0 +1,215 @@
+"""The compute timer of a block kind in the analytical backend: how long each compute
+instruction of a bound block takes, per kernel (the accelerator's kernel model,
+:class:`~stage_explore.analytical.kernels.KernelTimer`) or by the roofline with efficiencies,
+and what the framework profile puts into that timer: the block's instructions as the profile's
+GEMMs run them (fused q, k, v and gate / up projections), Transformer Engine's FP8 casts (fused
+into the norm, or the FP8 all-gathers' shards), the fused weight-gradient accumulator, the MoE
+dispatcher's chunk sorts and FP8 padding, and context parallelism's per-step keys.
+
+:class:`ComputeCosting` is a mixin of :class:`~stage_explore.analytical.costing.BlockCosting`,
+whose phase program (:meth:`~stage_explore.analytical.costing.BlockCosting._phase_program`)
+times its compute instructions with :meth:`ComputeCosting._compute_timer` (the analytical
+backend owns the framework profile it reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from stage_core.blocks import mtp_layer_of_block
+from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.lower.fp8 import fp8_block
+from stage_core.models.layers import Mixer, layer_kind_of_block
+from stage_core.ops import window_pairs
+from stage_core.parallel import MoeDispatcher
+from stage_explore.analytical.eager import eager_attention, eager_op_bytes
+from stage_explore.analytical.fp8_casts import fused_norm_casts
+from stage_explore.analytical.fp8_gather import (
+    FLOAT8_TP_RECIPES,
+    cast_shards,
+    fp8_gathered,
+    te_fp8_linear,
+)
+from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.fused_fc1 import fuse_fc1
+from stage_explore.analytical.fused_qkv import fuse_qkv
+from stage_explore.analytical.kernels import (
+    KernelTimer,
+    cast_shares,
+    check_fp8_recipe,
+    gemm_role,
+)
+from stage_explore.analytical.loss_kernels import loss_logits
+from stage_explore.analytical.parts import Point
+from stage_explore.analytical.routing_tiles import routing_share
+
+
+class ComputeCosting:
+    """The compute timer of a block kind and the instructions it times (module docstring)."""
+
+    framework: FrameworkProfile
+
+    @property
+    def _cp_traced(self) -> bool:
+        """torch's ``context_parallel`` ring traced into the compiled block's graph: the
+        profile's ``cp_traced_ring`` on a compiled run (``fused_elementwise``)."""
+        return self.framework.cp_traced_ring and self.framework.fused_elementwise
+
+    def _compute_timer(self, point: Point, kind: str) -> Callable[[Instr], float]:
+        """How long a compute instruction of block ``kind`` takes: the accelerator's kernel
+        model (:mod:`~stage_explore.analytical.kernels`) when its system has one, else the
+        roofline with efficiencies."""
+        accelerator, dtype = point.system.accelerator, point.dtype
+        kernels = accelerator.kernels
+        if kernels is None:
+            return lambda i: accelerator.compute_time_s(
+                i.flops, i.bytes_read + i.bytes_written, dtype
+            )
+        sizes, parallel = point.workload.sizes, point.workload.parallel
+        block = point.blocks[kind]
+        weights = frozenset(weight.name for weight in block.weights)
+        if dtype == "fp8":
+            check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
+        keys = sizes.get("S", point.workload.model.seq_len)
+        if parallel.cp > 1 and (str(parallel.cp_style) == "ring" or self.framework.cp_merge_fp32):
+            # load-balanced ring attention runs one kernel per step on S/cp-long chunks (TE
+            # AttnFuncWithCPAndKVP2P, causal: step 0 the local two chunks under the mask, then
+            # all local queries x the first KV chunk or the second query chunk x both): every
+            # step's slowest rank sees S/(2·cp) keys per query row, the causal half of S/cp.
+            # torch's context_parallel (cp_merge_fp32) gathers the keys but calls SDPA per
+            # chunk the same way (_templated_ring_attention: the last rank's query.chunk /
+            # key.chunk(2)[0] steps), whatever its rotater
+            keys = max(1, keys // parallel.cp)
+        layer = layer_kind_of_block(kind) or mtp_layer_of_block(kind)  # an MTP module's layer
+        sliding = layer is not None and layer.mixer is Mixer.SLIDING
+        if sliding:  # the mean keys a query row sees inside its window (no further halving)
+            keys = max(1, window_pairs(keys, sizes["W"]) // keys)
+        return KernelTimer(
+            accelerator,
+            kernels,
+            dtype,
+            weights,
+            keys=keys,
+            head_dim=sizes.get("D", point.workload.model.head_dim),
+            head_dims=(sizes["A"], sizes["U"]) if "A" in sizes else (0, 0),  # latent attention
+            causal=not sliding,  # decoder language models; a window's keys are counted above
+            attention_kernel=self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
+            cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,
+            cp_compiled=self._cp_traced,
+            te_cp_merge=(  # Transformer Engine's ring (P2P) context parallelism
+                parallel.cp if self.framework.te_cp_merge and parallel.cp_style == "ring" else 0
+            ),
+            fp8_recipe=str(parallel.fp8_recipe),
+            fp8_gemms=parallel.fp8_gemms,
+            fp8_block=fp8_block(kind),
+            fp8_training=True,
+            shares=(
+                cast_shares(self._timed_instrs(block, weights), weights, parallel.fp8_gemms)
+                if dtype == "fp8"
+                else {}
+            ),
+            cast_shards=cast_shards(self._fp8_gathered(point, kind), parallel.tp),
+            norm_casts=self._norm_casts(point, kind) if dtype == "fp8" else frozenset(),
+            loss_logits=loss_logits(block.fwd),
+            te_loss=self.framework.te_cross_entropy,
+            native_loss=self.framework.native_cross_entropy,
+            eager_bytes=eager_op_bytes(
+                point.workload.model,
+                self.framework.eager_modules,
+                fused=self.framework.fused_elementwise,
+                deepep=self.framework.moe_deepep,
+                trained_router=not self.framework.moe_fake_balanced_gate,
+                rope_fusion=self.framework.rope_fusion,
+            ),
+            attention_eager=eager_attention(
+                point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
+            ),
+            expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
+            sort_chunks=self._sorts_chunks(point),
+            fp8_padding=self._pads_for_fp8(point, kind),
+            memory_kernel_s=kernels.memory_kernel_s,
+            wgrad_accumulator=self._wgrad_accumulator(point),
+        )
+
+    def _norm_casts(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
+        """``(phase, tensor)`` of block ``kind``'s norm outputs whose FP8 copy Transformer
+        Engine's fused norm + linear layer writes in the norm kernel
+        (:func:`~stage_explore.analytical.fp8_casts.fused_norm_casts`: delayed scaling only,
+        whose scale is known before the norm runs)."""
+        if not fp8_block(kind):
+            return frozenset()
+        block = point.blocks[kind]
+        weights = frozenset(weight.name for weight in block.weights)
+        gemms = point.workload.parallel.fp8_gemms
+        return fused_norm_casts(
+            self._timed_instrs(block, weights),
+            str(point.workload.parallel.fp8_recipe),
+            lambda i: gemm_role(i, weights) == "fprop" and te_fp8_linear(i, weights, gemms),
+        )
+
+    def _wgrad_accumulator(self, point: Point) -> int:
+        """Bytes per element of the gradient buffer a linear layer's weight-gradient GEMM adds
+        into (Megatron-Core's ``--gradient-accumulation-fusion``, the ``fused-linear``
+        profiles: :func:`~stage_explore.analytical.kernels.wgrad_accumulate_bytes`); 0 when
+        the GEMM writes a fresh gradient."""
+        if self.framework.grad_accumulation != "fused-linear":
+            return 0
+        return point.workload.grad_bytes
+
+    def _sorts_chunks(self, point: Point) -> bool:
+        """Whether the MoE layers run Megatron-Core's all-to-all dispatcher's chunk sorts
+        (:mod:`~stage_explore.analytical.megatron_dispatch`): the profile's ``moe_sort_chunks``,
+        the all-to-all dispatcher without DeepEP, and more than one expert per rank."""
+        model, parallel = point.workload.model, point.workload.parallel
+        if not self.framework.moe_sort_chunks or self.framework.moe_deepep:
+            return False
+        if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+            return False
+        return model.num_experts // max(1, parallel.ep) > 1
+
+    def _pads_for_fp8(self, point: Point, kind: str) -> bool:
+        """Whether block ``kind``'s routed experts pad their rows for FP8 GEMMs
+        (:mod:`~stage_explore.analytical.megatron_dispatch`): the profile's ``moe_fp8_padding``,
+        an FP8 run whose block runs its linear layers in FP8, and dropless random routing
+        (:func:`~stage_explore.analytical.routing_tiles.routing_share`: a capacity-padded
+        expert's count is its capacity, and an exactly balanced one the mean; the counts are
+        taken as aligned then, which leaves TE's ``Fp8Padding`` nothing to copy)."""
+        if not self.framework.moe_fp8_padding or point.dtype != "fp8" or not fp8_block(kind):
+            return False
+        model = point.workload.model
+        return routing_share(model, self.framework.moe_fake_balanced_gate) > 0.0
+
+    def _fp8_gathered(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
+        """``(phase, tensor)`` of block ``kind``'s tensor-parallel all-gathers that carry FP8
+        data: an FP8 run under Transformer Engine's userbuffers overlap (``tp_comm_overlap``,
+        not PyTorch's async TP) gathers its FP8 linear layers' quantized inputs
+        (:mod:`~stage_explore.analytical.fp8_gather`), and so does torchao's Float8 tensor
+        parallelism (``float8_tp``, the ``tensorwise`` recipe) with or without async TP;
+        empty otherwise."""
+        parallel = point.workload.parallel
+        framework = self.framework
+        torchao = framework.float8_tp and str(parallel.fp8_recipe) in FLOAT8_TP_RECIPES
+        userbuffers = framework.tp_comm_overlap and not framework.micro_pipeline_tp
+        if point.dtype != "fp8" or not (torchao or userbuffers) or not fp8_block(kind):
+            return frozenset()
+        block = point.blocks[kind]
+        weights = frozenset(weight.name for weight in block.weights)
+        instrs = self._timed_instrs(block, weights)
+        return fp8_gathered(instrs, weights, parallel.fp8_gemms, str(parallel.fp8_recipe))
+
+    def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
+        """A block's forward and backward instructions as the profile's GEMMs run them (one
+        cast per fused q, k, v or gate, up GEMM input)."""
+        return self._fused_projections((*block.fwd, *block.bwd), weights)
+
+    def _fused_projections(
+        self, instrs: Sequence[Instr], weights: frozenset[str]
+    ) -> tuple[Instr, ...]:
+        """``instrs`` with the profile's fused projections: one GEMM over the concatenated
+        q, k, v weights (``fused_qkv``) and one over a gated MLP's gate and up weights
+        (``fused_fc1``: all gated MLPs or the routed experts'), their partial input gradients'
+        adds spared."""
+        fused = tuple(instrs)
+        if self.framework.fused_qkv:
+            fused = fuse_qkv(fused, weights)
+        return fuse_fc1(fused, weights, self.framework.fused_fc1)
