@@ -23,7 +23,7 @@ from stage_core.models.layers import Mixer, layer_kind_of_block
 from stage_core.ops import window_pairs
 from stage_core.parallel import MoeDispatcher
 from stage_explore.analytical.eager import eager_attention, eager_op_bytes
-from stage_explore.analytical.fp8_casts import fused_norm_casts
+from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
 from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
     cast_shards,
@@ -38,6 +38,8 @@ from stage_explore.analytical.kernels import (
     cast_shares,
     check_fp8_recipe,
     gemm_role,
+    gemm_shape,
+    grouped_gemm_groups,
 )
 from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.parts import Point
@@ -127,9 +129,27 @@ class ComputeCosting:
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
             sort_chunks=self._sorts_chunks(point),
             fp8_padding=self._pads_for_fp8(point, kind),
+            cast_splits=self._cast_splits(point, kind),
             memory_kernel_s=kernels.memory_kernel_s,
             wgrad_accumulator=self._wgrad_accumulator(point),
         )
+
+    def _cast_splits(self, point: Point, kind: str) -> dict[str, int]:
+        """Cast kernels per FP8 operand cast of block ``kind``'s grouped expert GEMMs, by GEMM
+        name: one per local expert under the profile's ``moe_split_quantize`` (Transformer
+        Engine's ``GroupedLinear``: :func:`~stage_explore.analytical.fp8_casts.
+        split_quantize_kernels`); empty outside FP8 training of the block or without it."""
+        if point.dtype != "fp8" or not fp8_block(kind) or not self.framework.moe_split_quantize:
+            return {}
+        recipe = str(point.workload.parallel.fp8_recipe)
+        block = point.blocks[kind]
+        splits = {}
+        for instr in self._timed_instrs(block, frozenset(w.name for w in block.weights)):
+            shape = gemm_shape(instr)
+            groups = grouped_gemm_groups(instr, shape) if shape is not None else 0
+            if (count := split_quantize_kernels(groups, recipe, True)) > 1:
+                splits[instr.name] = count
+        return splits
 
     def _norm_casts(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
         """``(phase, tensor)`` of block ``kind``'s norm outputs whose FP8 copy Transformer

@@ -36,6 +36,23 @@ What the code runs (NVIDIA/TransformerEngine, per linear layer, delayed scaling 
   per-tensor recipes (``delayed``, ``tensorwise``) only; MXFP8 and blockwise quantize each
   direction from 16-bit data.
 
+- **A grouped expert GEMM's operand is quantized one local expert at a time.** Megatron-Core's
+  ``TEGroupedMLP`` (``--moe-grouped-gemm``) runs Transformer Engine's ``GroupedLinear``, which
+  quantizes its FP8 input, its weights and, in the backward, its output gradient per GEMM:
+  ``tex.split_quantize(inp_view, m_splits, input_quantizers)`` / the weight loop in
+  ``module/grouped_linear.py``; ``split_quantize`` (``pytorch/csrc/extensions/cast.cpp``,
+  NVIDIA/TransformerEngine 754d2a00) bulk-allocates the outputs and calls
+  ``multi_tensor_quantize_impl``, which has one fused kernel for all splits only under delayed
+  scaling (``nvte_multi_cast_transpose``: "Currently only have fused kernel for FP8 delayed
+  scaling") and otherwise quantizes "individually", a kernel per split (current scaling, MXFP8,
+  blockwise). NVIDIA/TransformerEngine#2360 (Nov 2025) names it from the other side: a device-side
+  grouped GEMM "allowing the number of quantization kernels to be reduced to one" for MXFP8;
+  grouped MXFP8 / blockwise quantization kernels were still open issues then (#2450, Dec 2025;
+  #2525). Modelled (:func:`split_quantize_kernels`): each cast kernel of a grouped expert GEMM
+  counts once per local expert (framework option ``moe_split_quantize``), each paying
+  ``memory_kernel_s``; a current-scaling quantize also runs its amax and scale kernels per
+  expert, counted as one (a lower bound).
+
 Not modelled (version-specific, TE 1.x only): under sequence parallelism TE 1.x ``_Linear``
 casts a row-parallel layer's input row-wise only (``cast_to_fp8``: the fused cast-transpose
 needs ``not sequence_parallel``) and transposes it in the backward — one more kernel and 1 byte
@@ -125,3 +142,13 @@ def quantize_cost(
         rest += elements * FP8_BYTES  # tex.fp8_transpose reads the row-wise FP8 copy
         kernels += 1
     return moved + rest, kernels
+
+
+def split_quantize_kernels(groups: int, recipe: str, split_quantize: bool) -> int:
+    """Cast kernels per FP8 operand cast of a GEMM with ``groups`` local experts (0: not a grouped
+    expert GEMM): one per expert when the framework quantizes the grouped operand split by split
+    (``split_quantize``, Transformer Engine's ``GroupedLinear``) under a recipe without a fused
+    multi-tensor kernel (all but ``delayed``), else one."""
+    if not split_quantize or recipe == "delayed" or groups < 2:
+        return 1
+    return groups

@@ -257,6 +257,12 @@ Options (all booleans unless said):
   the routed tokens each way, forward and backward, whatever the dispatcher
   (:mod:`~stage_explore.analytical.megatron_dispatch`). Off for a run whose router pads the
   routing map instead (``--moe-router-padding-for-fp8``); no effect outside FP8 training.
+- ``moe_split_quantize`` — under an FP8 recipe other than delayed scaling the experts' grouped
+  GEMMs quantize their operands (input, weights, output gradient) one local expert at a time, a
+  cast kernel each: Megatron-Core's ``TEGroupedMLP`` (``--moe-grouped-gemm``) on Transformer
+  Engine's ``GroupedLinear`` (``tex.split_quantize``, whose multi-tensor path fuses the splits
+  into one kernel only for delayed scaling; :func:`~stage_explore.analytical.fp8_casts.
+  split_quantize_kernels`). Each kernel pays the kernel model's ``memory_kernel_s``.
 - ``te_cross_entropy`` — the loss runs Transformer Engine's fused Triton cross-entropy
   (Megatron-Core ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl = "te"``,
   ``te_parallel_cross_entropy``) on the 16-bit logits instead of Megatron's unfused fp32
@@ -566,6 +572,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
     "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
+    "moe_split_quantize": "Megatron --moe-grouped-gemm: TE GroupedLinear split_quantize",
     "te_cross_entropy": "Megatron cross_entropy_loss_fusion + cross_entropy_fusion_impl=te",
     "native_cross_entropy": "Megatron cross_entropy_loss_fusion, cross_entropy_fusion_impl=native",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
@@ -680,6 +687,7 @@ class FrameworkProfile:
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are
+    moe_split_quantize: bool = False  # one cast kernel per grouped operand (no GroupedLinear)
     te_cross_entropy: bool = False  # Megatron's unfused fp32 loss (CROSS_ENTROPY_BYTES)
     native_cross_entropy: bool = False  # ditto, not the compiled fused one
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule

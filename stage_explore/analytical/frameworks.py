@@ -158,6 +158,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # (older releases: self.fp8_padding); TE fp8_padding.py copies unless every count is
             # a multiple of the alignment; --moe-router-padding-for-fp8 turns it off per run
             moe_fp8_padding=True,
+            # the same TEGroupedMLP's linear_fc1 / linear_fc2 are TE GroupedLinear: its FP8
+            # operands go through tex.split_quantize, one quantize kernel per local expert unless
+            # delayed scaling (TE pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl)
+            moe_split_quantize=True,
         ),
         FrameworkProfile(
             name="deepspeed",

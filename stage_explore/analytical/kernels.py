@@ -377,6 +377,7 @@ class KernelTimer:
     #: accumulates into it (:func:`wgrad_accumulate_bytes`); 0: the GEMM writes a fresh 16-bit
     #: gradient, as the generator counts.
     wgrad_accumulator: int = 0
+    cast_splits: Mapping[str, int] = field(default_factory=dict, compare=False)  # split_quantize
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -508,7 +509,9 @@ class KernelTimer:
         return elements * per_element / bandwidth
 
     def _cast_s(self, instr: Instr, role: str) -> float:
-        """Seconds of the quantization kernels an FP8 GEMM of ``role`` needs first."""
+        """Seconds of the quantization kernels an FP8 GEMM of ``role`` needs first; ``cast_splits``
+        counts a grouped expert GEMM's per-expert kernels (:func:`~stage_explore.analytical.
+        fp8_casts.split_quantize_kernels`, framework option ``moe_split_quantize``)."""
         accelerator = self.accelerator
         columnwise = self.fp8_recipe in BLOCK_SCALED or "mxfp8" not in accelerator.peak_flops_per_s
         total = 0.0
@@ -527,6 +530,7 @@ class KernelTimer:
                 (instr.phase, name) in self.norm_casts,
             )
             total += moved / share
+            kernels *= self.cast_splits.get(instr.name, 1)  # one per local expert: split_quantize
             launches += kernels / share if launches_casts(instr.name) else 0.0
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return total / bandwidth + launches * self.memory_kernel_s
