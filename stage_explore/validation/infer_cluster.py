@@ -199,8 +199,9 @@ def _describe(field: str, figure: Figure) -> str:
 
 
 def _family(preset: System) -> str:
-    """The GPU name of a preset's accelerator (``H100`` of ``H100-SXM5-80GB``)."""
-    found = re.match(r"G?[A-Z]\d{2,3}", preset.accelerator.name)
+    """The GPU name of a preset's accelerator (``H100`` of ``H100-SXM5-80GB``, ``MI300X`` of
+    ``MI300X-OAM-192GB``)."""
+    found = re.match(r"MI\d{3}[A-Z]?|G?[A-Z]\d{2,3}", preset.accelerator.name)
     return found.group(0) if found else preset.accelerator.name
 
 

@@ -45,6 +45,11 @@ SYSTEM_RULES: tuple[tuple[str, str], ...] = (
     (r"H200", "h200"),
     (r"H100", "h100-80gb"),
     (r"A100", "a100-80gb"),
+    # AMD Instinct (5 Dec 2026, s14 amd): the CDNA 3 / CDNA 4 OAM platforms' presets, each its
+    # own part (the MI350X, the MI355X's 1 kW sibling at lower clocks, has no preset: refused).
+    (r"MI355X", "mi355x"),
+    (r"MI325X", "mi325x"),
+    (r"MI300X", "mi300x"),
 )
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
 #: Presets of the same GPU with another memory, chosen by the memory a ``gpu`` cell states
@@ -104,7 +109,7 @@ FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     (r"narayanan|korthikanti|sc'21|megatron-lm ptd-p|arxiv\.org/abs/2104\.04473|2205\.05198",
      "megatron-lm-2021"),
     (r"megatron[\s_-]?(?:bridge|core|fsdp)|\bmcore\b|\bnemo(?![a-z])|mlperf|dgx cloud|"
-     r"dgxc-benchmarking", "megatron-core"),
+     r"dgxc-benchmarking|\bprimus\b|rocm/megatron", "megatron-core"),
     (r"\bfsdp", "fsdp"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")

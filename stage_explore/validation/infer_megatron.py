@@ -267,9 +267,13 @@ def _megatron_core(
     tensor-parallel size."""
     release = container(row)
     if release is None:
+        attention = (
+            "cuDNN attention" if _measured_kernel(system, "cudnn")
+            else f"cuDNN attention, which {system} has no figure for: its best kernel"
+        )  # fmt: skip
         out.notes.append(
             "no NeMo / Megatron-Bridge container named: the megatron-core profile's defaults "
-            "(cuDNN attention, fp32 gradient reduction, 16-bit parameters)"
+            f"({attention}, fp32 gradient reduction, 16-bit parameters)"
         )
         return
     said = f"the text names container {release[0]}.{release[1]:02d}"
