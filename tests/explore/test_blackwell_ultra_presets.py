@@ -2,11 +2,12 @@
 dense peaks from the HGX B300 / GB300 NVL72 totals (given with sparsity), HBM capacity and
 bandwidth, NVLink 5 and 800 Gb/s ConnectX-8 per GPU; the kernel constants they carry over from
 the B200 / GB200 presets (the same tensor cores at the same datasheet rates), which must stay equal
-to those presets' while no Blackwell Ultra measurement replaces them; and cuDNN's fused attention,
+to those presets' while no Blackwell Ultra measurement replaces them; cuDNN's fused attention,
 which one does replace: the cited GB300 SDPA measurements (cudnn-frontend
 benchmark/sdpa_benchmark_training), whose gain over B200 / GB200 must lie within what the doubled
-SFU exponential rate allows. Each expected value is computed here from the cited totals and
-measurements, not copied from the preset."""
+SFU exponential rate allows; and GB300's sustained GEMM fractions, which Azure's cuBLASLt FP8
+benchmark measured on GB300 as on GB200. Each expected value is computed here from the cited
+totals and measurements, not copied from the preset."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import statistics
 
 import pytest
 
-from stage_explore.analytical.kernels import attention_efficiency
+from stage_explore.analytical.kernels import attention_efficiency, gemm_efficiency
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import System
@@ -65,8 +66,15 @@ def test_kernel_constants_are_carried_over_from_the_same_tensor_cores(
 ) -> None:
     kernels, carried = ultra.accelerator.kernels, base.accelerator.kernels
     assert kernels is not None and carried is not None
-    # everything but cuDNN's attention (measured on Blackwell Ultra, the tests below)
-    assert dataclasses.replace(kernels, attention_kernels=carried.attention_kernels) == carried
+    # everything but cuDNN's attention and GB300's GEMM fractions (measured on Blackwell Ultra,
+    # the tests below)
+    gemms = carried.gemm_efficiency if ultra is GB300 else kernels.gemm_efficiency
+    assert (
+        dataclasses.replace(
+            kernels, attention_kernels=carried.attention_kernels, gemm_efficiency=gemms
+        )
+        == carried
+    )
     assert set(kernels.attention_kernels) == set(carried.attention_kernels)
     assert kernels.attention_kernels["fa2"] == carried.attention_kernels["fa2"]
     assert ultra.accelerator.efficiency == base.accelerator.efficiency
@@ -162,3 +170,29 @@ def test_blackwell_ultra_attention_gain_lies_within_the_sfu_bounds(
         ultra = attention_efficiency(_kernels(GB300), keys, 128, True, backward, kernel)
         before = attention_efficiency(_kernels(base), keys, 128, True, backward, kernel)
         assert 1.02 < ultra / before <= bound
+
+
+#: Azure's cuBLASLt FP8 GEMM benchmark (random data, 10,000 warm-ups: sustained clocks), TFLOP/s
+#: at 16384^3: ND GB200 v6 (Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md) and
+#: ND GB300 v6 (egmsft/AI-benchmarking-guide Azure_Results/ND_GB300_v6_results.md).
+AZURE_FP8_16384 = {"gb200": 2906.9, "gb300": 3308.5}
+#: The same benchmark at 8192^3 and 6144 x 12288 x 12288: (GB200, GB300).
+AZURE_FP8_OTHER = ((2876.6, 3286.3), (2895.6, 3279.5))
+
+
+def test_gb300_gemm_fractions_reproduce_its_sustained_cublaslt_measurement() -> None:
+    """GB200 and GB300 time Azure's 16384^3 FP8 GEMM at their measured sustained rates (the model's
+    tile and K factors included), so GB300 runs it 1.13-1.14x faster at the same datasheet peak,
+    as the benchmark does at every large shape; BF16 takes the FP8 fraction and MXFP8 the same
+    ratio to it on both parts."""
+    shape = (1, 16384, 16384, 16384)
+    for system, tflops in ((GB200, AZURE_FP8_16384["gb200"]), (GB300, AZURE_FP8_16384["gb300"])):
+        efficiency = gemm_efficiency(_kernels(system), "fp8", shape)
+        assert efficiency * system.accelerator.peak("fp8") == pytest.approx(tflops * 1e12, rel=0.01)
+    modelled = _kernels(GB300).gemm_efficiency["fp8"] / _kernels(GB200).gemm_efficiency["fp8"]
+    for gb200, gb300 in AZURE_FP8_OTHER:
+        assert modelled == pytest.approx(gb300 / gb200, rel=0.01)
+    for system in (GB200, GB300):
+        fractions = _kernels(system).gemm_efficiency
+        assert fractions["bf16"] == fractions["fp8"]
+        assert fractions["mxfp8"] == pytest.approx(fractions["fp8"] * 6.812 / 7.161, abs=0.005)
