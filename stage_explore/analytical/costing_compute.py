@@ -112,6 +112,7 @@ class ComputeCosting:
             ),
             cast_shards=cast_shards(self._fp8_gathered(point, kind), parallel.tp),
             norm_casts=self._norm_casts(point, kind) if dtype == "fp8" else frozenset(),
+            te_current_scaling=self.framework.te_current_scaling,
             loss_logits=loss_logits(block.fwd),
             te_loss=self.framework.te_cross_entropy,
             native_loss=self.framework.native_cross_entropy,
@@ -152,10 +153,11 @@ class ComputeCosting:
         return splits
 
     def _norm_casts(self, point: Point, kind: str) -> frozenset[tuple[str, str]]:
-        """``(phase, tensor)`` of block ``kind``'s norm outputs whose FP8 copy Transformer
-        Engine's fused norm + linear layer writes in the norm kernel
-        (:func:`~stage_explore.analytical.fp8_casts.fused_norm_casts`: delayed scaling only,
-        whose scale is known before the norm runs)."""
+        """``(phase, tensor)`` of block ``kind``'s norm outputs whose FP8 quantization
+        Transformer Engine's fused norm + linear layer runs in the norm kernel
+        (:func:`~stage_explore.analytical.fp8_casts.fused_norm_casts`): the FP8 copy under
+        delayed scaling, whose scale is known before the norm runs; the amax under current
+        scaling (``te_current_scaling``)."""
         if not fp8_block(kind):
             return frozenset()
         block = point.blocks[kind]
@@ -165,6 +167,7 @@ class ComputeCosting:
             self._timed_instrs(block, weights),
             str(point.workload.parallel.fp8_recipe),
             lambda i: gemm_role(i, weights) == "fprop" and te_fp8_linear(i, weights, gemms),
+            self.framework.te_current_scaling,
         )
 
     def _wgrad_accumulator(self, point: Point) -> int:

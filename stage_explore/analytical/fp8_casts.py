@@ -90,13 +90,18 @@ def fp8_cast_elements(
 
 
 def fused_norm_casts(
-    instrs: Iterable[Instr], recipe: str, fp8_fprop: Callable[[Instr], bool]
+    instrs: Iterable[Instr],
+    recipe: str,
+    fp8_fprop: Callable[[Instr], bool],
+    current_scaling: bool = False,
 ) -> frozenset[tuple[str, str]]:
-    """``(phase, tensor)`` of each norm output whose FP8 row-wise copy the norm kernel writes
-    itself (module docstring): under ``delayed`` scaling, a norm (kind ``reduction``) whose
-    output every compute instruction reading it in that phase is an FP8 forward GEMM of a
-    Transformer Engine linear layer (``fp8_fprop``). Empty for any other recipe."""
-    if recipe != "delayed":
+    """``(phase, tensor)`` of each norm output whose FP8 quantization the norm kernel takes part
+    in (module docstring): a norm (kind ``reduction``) whose output every compute instruction
+    reading it in that phase is an FP8 forward GEMM of a Transformer Engine linear layer
+    (``fp8_fprop``), under ``delayed`` scaling (the norm writes the FP8 copy) or, with
+    ``current_scaling`` (Transformer Engine's quantizers), ``tensorwise`` (the norm computes the
+    amax). Empty for any other recipe."""
+    if not (recipe == "delayed" or (recipe == "tensorwise" and current_scaling)):
         return frozenset()
     listed = tuple(instrs)
     readers: dict[tuple[str, str], list[Instr]] = {}  # (phase, tensor) → its compute readers
@@ -126,18 +131,36 @@ def launches_casts(name: str) -> bool:
 
 
 def quantize_cost(
-    elements: int, recipe: str, copies: int, shard: int, norm_fused: bool
+    elements: int,
+    recipe: str,
+    copies: int,
+    shard: int,
+    norm_fused: bool,
+    amax_kernel: bool = False,
 ) -> tuple[float, int]:
     """``(HBM bytes, kernels)`` of making ``copies`` FP8 copies (row-wise, then column-wise)
     of a 16-bit operand of ``elements`` elements: the row-wise cast on the ``1/shard`` local
     part a userbuffers FP8 all-gather sends (``shard`` 1: the whole operand), none when the
-    norm writes it (``norm_fused``); the column-wise copy written by the same cast, or — under
-    a per-tensor recipe when the row-wise copy was gathered or written by the norm — by a
-    transpose kernel of its own that reads the FP8 data again."""
+    norm writes it (``norm_fused``, delayed scaling); the column-wise copy written by the same
+    cast, or — under a per-tensor recipe when the row-wise copy was gathered or written by the
+    norm — by a transpose kernel of its own that reads the FP8 data again.
+
+    ``amax_kernel``: the ``tensorwise`` cast runs as Transformer Engine's
+    ``Float8CurrentScalingQuantizer`` (module docstring): its amax read is a kernel of its own,
+    or, for a norm's output (``norm_fused``), part of the norm kernel (no read of its own); the
+    cast kernel then writes both copies (``nvte_quantize_v2`` with both usages)."""
+    if amax_kernel and recipe == "tensorwise" and norm_fused:
+        once = cast_bytes(elements, "delayed", 1)  # the cast's read and row-wise write
+        rest = float(cast_bytes(elements, "delayed", copies) - once)
+        if rest and shard > 1:  # the gathered FP8 data transposed
+            return once / shard + rest + elements * FP8_BYTES, 2
+        return once / shard + rest, 1
     first = cast_bytes(elements, recipe, 1)
     rest = float(cast_bytes(elements, recipe, copies) - first)
     moved = 0.0 if norm_fused else first / shard
     kernels = 0 if norm_fused else 1
+    if amax_kernel and recipe == "tensorwise":  # nvte_compute_amax before the cast
+        kernels += 1
     if rest and recipe in PER_TENSOR_RECIPES and (norm_fused or shard > 1):
         rest += elements * FP8_BYTES  # tex.fp8_transpose reads the row-wise FP8 copy
         kernels += 1

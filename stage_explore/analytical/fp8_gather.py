@@ -121,6 +121,28 @@ def with_fp8_gathers(
     return tuple(result)
 
 
+def amax_reductions(gathered: Collection[tuple[str, str]]) -> tuple[int, int]:
+    """(forward, backward) tensor-parallel amax all-reduces of Transformer Engine's current
+    scaling among the FP8-gathered operands ``gathered`` (:func:`fp8_gathered` under the
+    ``tensorwise`` recipe): a column-parallel layer's input quantizer and a row-parallel layer's
+    output-gradient quantizer reduce their amax over the tensor-parallel group under sequence
+    parallelism, i.e. every operand gathered before its FP8 GEMM, forward (and again in a
+    recomputed forward, counted with the backward) and the output gradients gathered in the
+    backward, not the saved inputs the backward gathers again (quantized in the forward).
+    TE 2.x ``Linear`` / ``LayerNormLinear`` ``_customize_quantizers_float8_current_scaling``:
+    ``with_amax_reduction = True``, ``amax_reduction_group = self.tp_group`` when
+    ``sequence_parallel`` and the layer is column- (input) or row-parallel (``GRAD_OUTPUT1``);
+    ``Float8CurrentScalingQuantizer::quantize_impl`` (``pytorch/csrc/quantizer.cpp``) then runs
+    ``amax_reduction_group->allreduce(...)->wait()`` between the amax and the cast."""
+    forward = sum(1 for phase, _ in gathered if phase == "fwd")
+    backward = sum(
+        1
+        for phase, name in gathered
+        if phase == "recompute" or (phase == "bwd" and name.startswith("d."))
+    )
+    return forward, backward
+
+
 def cast_shards(gathered: Collection[tuple[str, str]], tp: int) -> Mapping[tuple[str, str], int]:
     """How much smaller than the gathered tensor each row-wise FP8 cast of ``gathered`` is:
     the layer quantizes its local shard before the all-gather (1/tp of the elements)."""

@@ -399,6 +399,23 @@ Options (all booleans unless said):
   of a few hundred bytes: latency, timed as NCCL's tuner runs it (:func:`~stage_explore.
   analytical.collectives.latency_bound_all_reduce_s`). Off: no reduction timed (a framework
   without TE's delayed scaling, or ``DelayedScaling(reduce_amax=False)``).
+- ``te_current_scaling`` — the ``tensorwise`` recipe's casts run as Transformer Engine's
+  ``Float8CurrentScalingQuantizer`` (Megatron-Core ``--fp8-recipe tensorwise``, TE
+  ``Float8CurrentScaling``): ``quantize_impl`` (``pytorch/csrc/quantizer.cpp``) runs
+  ``nvte_compute_amax`` as a kernel of its own, then, when the quantizer has an amax reduction
+  group, ``amax_reduction_group->allreduce(...)->wait()`` (MAX, 4 bytes), then
+  ``nvte_compute_scale_from_amax`` and the cast ``nvte_quantize_v2``; a fused norm + linear
+  layer's norm computes the amax itself (``normalization.cpp`` ``FUSED_NORM_AMAX_FP8``, then
+  ``quantize_with_amax``). ``Linear`` / ``LayerNormLinear`` / ``LayerNormMLP``
+  (``_customize_quantizers_float8_current_scaling``) give a column-parallel layer's input
+  quantizer and a row-parallel layer's output-gradient quantizer the tensor-parallel group under
+  sequence parallelism. Timed: the amax kernel (``memory_kernel_s`` beside the read the cast
+  already charged; none for a norm's output, whose read is not charged twice:
+  :func:`~stage_explore.analytical.fp8_casts.quantize_cost`) and one latency-bound all-reduce
+  per such gathered operand on the compute stream
+  (:func:`~stage_explore.analytical.fp8_gather.amax_reductions`); the scale kernel (a few
+  threads) is not. Off: a ``tensorwise`` cast is one kernel whose amax read is charged as bytes
+  (torchao's Float8, whose compiled casts were not read).
 - ``distributed_fused_adam`` (``"off"``, ``"fp32"`` or ``"bf16"``) — the optimizer is Apex's
   ``DistributedFusedAdam`` as NeMo 1.x sets it up (``optim.name: distributed_fused_adam``),
   with the optimizer-state dtype ``optim.dtype`` (NeMo's default fp32). Its sharded state per
@@ -598,6 +615,7 @@ OPTION_FLAGS: dict[str, str] = {
     "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "fp8_amax_reduction": "TE DelayedScaling amax all-reduce group (Megatron --tp-only-amax-red)",
+    "te_current_scaling": "TE Float8CurrentScaling quantizers (Megatron --fp8-recipe tensorwise)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
     "pipeline_outputs_kept": "Megatron-Core deallocate_pipeline_outputs False (NeMo 1.x)",
@@ -711,6 +729,7 @@ class FrameworkProfile:
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
     fp8_amax_reduction: str = "off"  # no FP8 amax all-reduce timed
+    te_current_scaling: bool = False  # a tensorwise cast's amax read charged as its bytes
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
     pipeline_outputs_kept: bool = False  # a sent output's data freed (deallocate_output_tensor)
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed

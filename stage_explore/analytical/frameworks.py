@@ -150,6 +150,12 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # with_context_parallel=True)), the tp x dp x cp group unless --tp-only-amax-red;
             # TE's delayed scaling all-reduces the amaxes at its exit and after the backward
             fp8_amax_reduction="tp_dp_cp",
+            # --fp8-recipe tensorwise builds TE's Float8CurrentScaling recipe: each cast an amax
+            # kernel, then (sequence-parallel column inputs / row output gradients) a blocking
+            # tp all-reduce of the amax, then the cast (TE pytorch/csrc/quantizer.cpp
+            # Float8CurrentScalingQuantizer::quantize_impl; module/linear.py
+            # _customize_quantizers_float8_current_scaling)
+            te_current_scaling=True,
             # transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs
             # of the received tokens by local expert, and back before the combine all-to-all
             moe_sort_chunks=True,

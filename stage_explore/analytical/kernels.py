@@ -320,6 +320,9 @@ class KernelTimer:
     #: Engine's fused norm + linear under delayed scaling,
     #: :func:`~stage_explore.analytical.fp8_casts.fused_norm_casts`): no cast kernel of its own.
     norm_casts: frozenset[tuple[str, str]] = frozenset()
+    #: ``tensorwise`` casts run as TE's current-scaling quantizer (``te_current_scaling``:
+    #: :func:`~stage_explore.analytical.fp8_casts.quantize_cost`'s ``amax_kernel``).
+    te_current_scaling: bool = False
     #: The logits a training loss reads (:data:`CROSS_ENTROPY_BYTES`); empty: the generator's
     #: bytes for the loss (serving has none).
     loss_logits: frozenset[str] = frozenset()
@@ -528,6 +531,7 @@ class KernelTimer:
                 copies,
                 self.cast_shards.get((instr.phase, name), 1),
                 (instr.phase, name) in self.norm_casts,
+                self.te_current_scaling,
             )
             total += moved / share
             kernels *= self.cast_splits.get(instr.name, 1)  # one per local expert: split_quantize

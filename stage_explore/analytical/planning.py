@@ -40,6 +40,7 @@ from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.collectives import latency_bound_all_reduce_s
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.costing import BlockCosting
+from stage_explore.analytical.fp8_gather import amax_reductions, fp8_gathered
 from stage_explore.analytical.framework_costs import zero3_gathered_bytes
 from stage_explore.analytical.parts import (
     ChunkParts,
@@ -66,6 +67,10 @@ AMAX_BACKWARD_ENTRIES = 2
 #: parallelism (and its sub-axes under expert tensor parallelism) and context parallelism.
 AMAX_TP_CP_AXES = frozenset({"tp", TP_OUTER, TP_REST, "cp"})
 
+#: The group of Transformer Engine's current-scaling amax all-reduces: the layer's
+#: ``tp_group`` (``te_current_scaling``).
+CS_AMAX_AXES = ("tp",)
+
 #: The breakdown label of the FP8 amax reductions (``exposed_fp8_amax_reduction``).
 FP8_AMAX = "fp8_amax_reduction"
 
@@ -86,6 +91,8 @@ class StagePlanning(BlockCosting):
         amax_axes = self._fp8_amax_axes(point)
         if amax_axes:  # the FP8 amax reduction's group (fp8_amax_reduction)
             relevant_set.add(amax_axes)
+        if self._cs_amax_axes(point):  # current scaling's tp amax reductions
+            relevant_set.add(CS_AMAX_AXES)
         if tied_ends(workload):
             relevant_set.add((PIPELINE_ENDS,))
         if schedule == "dualpipe":
@@ -237,6 +244,9 @@ class StagePlanning(BlockCosting):
         amax_s = self._fp8_amax_s(point, runs, spans)
         if amax_s != (0.0, 0.0):  # on the compute stream after the forward and the backward
             timing = plus_exposed(timing, *amax_s, FP8_AMAX)
+        cs_amax_s = self._cs_amax_s(point, runs, spans)
+        if cs_amax_s != (0.0, 0.0):  # each waited for on the compute stream before its cast
+            timing = plus_exposed(timing, *cs_amax_s, FP8_AMAX)
         w_timing = chunk_timing(runs, w_costs, zero, root, depth) if split else timing
         input_grad_s = pending = None
         computes = (0.0, 0.0)
@@ -400,6 +410,49 @@ class StagePlanning(BlockCosting):
             )
 
         return seconds(AMAX_FORWARD_ENTRIES), seconds(AMAX_BACKWARD_ENTRIES)
+
+    def _cs_amax_axes(self, point: Point) -> tuple[str, ...]:
+        """:data:`CS_AMAX_AXES` when Transformer Engine's current scaling reduces amaxes over
+        the tensor-parallel group (``te_current_scaling``, an FP8 run of the ``tensorwise``
+        recipe, tp > 1); empty otherwise."""
+        parallel = point.workload.parallel
+        if not self.framework.te_current_scaling or point.dtype != "fp8":
+            return ()
+        if str(parallel.fp8_recipe) != "tensorwise" or parallel.tp <= 1:
+            return ()
+        return CS_AMAX_AXES
+
+    def _cs_amax_s(
+        self, point: Point, runs: Runs, spans: dict[Any, Any]
+    ) -> tuple[float, float]:
+        """Seconds per micro-batch of a chunk's current-scaling amax all-reduces, forward and
+        backward: one latency-bound all-reduce of :data:`AMAX_BYTES` over the tensor-parallel
+        group per sequence-parallel operand a Transformer Engine FP8 linear layer gathers
+        before its GEMM (:func:`~stage_explore.analytical.fp8_gather.amax_reductions`), each
+        waited for on the compute stream between the operand's amax and its cast; (0, 0) when
+        none (:meth:`_cs_amax_axes`)."""
+        if not self._cs_amax_axes(point):
+            return 0.0, 0.0
+        gemms = point.workload.parallel.fp8_gemms
+        forward = backward = 0
+        for kind, count in runs:
+            if not fp8_block(kind):
+                continue
+            block = point.blocks[kind]
+            weights = frozenset(weight.name for weight in block.weights)
+            instrs = self._timed_instrs(block, weights)
+            gathered = fp8_gathered(instrs, weights, gemms, "tensorwise")
+            reductions = amax_reductions(gathered)
+            forward += count * reductions[0]
+            backward += count * reductions[1]
+        if forward == backward == 0:
+            return 0.0, 0.0
+        shape, group, _ = spans[CS_AMAX_AXES]
+        each: float = self._parts.get(
+            ("cs_amax", point.token, shape),
+            lambda: latency_bound_all_reduce_s(point.system, AMAX_BYTES, group),
+        )
+        return forward * each, backward * each
 
     def _chunk_share(
         self,
