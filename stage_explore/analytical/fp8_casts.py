@@ -17,11 +17,18 @@ What the code runs (NVIDIA/TransformerEngine, per linear layer, delayed scaling 
   ``layernorm_fwd_fp8`` / ``rmsnorm_fwd_fp8`` (``_apply_normalization`` with ``fp8_out``); TE 2.x
   ``layernorm_fwd`` / ``rmsnorm_fwd`` (``pytorch/csrc/extensions/normalization.cpp``, "Choose
   implementation") take ``Impl::FULLY_FUSED`` for a ``Float8Quantizer``, i.e. delayed scaling.
-  Current scaling takes ``FUSED_NORM_AMAX_FP8`` (the norm, then a quantize kernel) and MXFP8
-  ``UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``: a cast of their own. Modelled: under
-  ``delayed``, the row-wise cast of a norm's output that only FP8 forward GEMMs of Transformer
-  Engine linear layers read (not a MoE block's, whose router reads it in 16 bits) is no kernel and
-  no bytes (the norm instruction keeps its 16-bit output bytes: 1 byte per element over).
+  Current scaling takes ``FUSED_NORM_AMAX_FP8`` (the norm computes the amax, then a quantize
+  kernel) and MXFP8 ``UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``: a cast of their own.
+  Modelled: under ``delayed``, the row-wise cast of a norm's output that only FP8 forward GEMMs
+  of Transformer Engine linear layers read (not a MoE block's, whose router reads it in 16 bits)
+  is no kernel and no bytes (the norm instruction keeps its 16-bit output bytes: 1 byte per
+  element over); under ``tensorwise`` with Transformer Engine's quantizers (framework option
+  ``te_current_scaling``) that cast reads the norm's output once, the amax being the norm's.
+- **Current scaling's amax is a kernel.** TE 2.x ``Float8CurrentScalingQuantizer::quantize_impl``
+  (``pytorch/csrc/quantizer.cpp``) runs ``nvte_compute_amax`` before the cast, a kernel of its
+  own (its read is the recipe's second read of the tensor, ``stage_core.lower.fp8.cast_bytes``),
+  under ``te_current_scaling``; the amax all-reduce it may run between the two is timed by the
+  planning (:func:`~stage_explore.analytical.fp8_gather.amax_reductions`).
 - **A column-wise copy made from FP8 data is a transpose kernel.** On a GPU whose FP8 GEMMs take
   only the TN layout (Hopper) the weight-gradient GEMM reads a transposed FP8 copy. TE writes it in
   the cast (``fp8_cast_transpose_fused``; TE 2.x a quantizer with both usages) when the cast sees
