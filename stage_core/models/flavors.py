@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from stage_core.errors import ConfigError
+from stage_core.models.hf_ssm import hybrid_pattern
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
 
 
@@ -333,6 +334,18 @@ _FRONTIER = (
     ),
 )
 
+#: Nemotron-H's ``hybrid_layer_pattern`` strings (Megatron-Bridge's providers, module comment
+#: below; the 8B's is also its Hugging Face config's ``hybrid_override_pattern``).
+NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+NEMOTRON_H_47B_PATTERN = (
+    "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*-"
+    "M-M-M-M-M-"
+)
+NEMOTRON_H_56B_PATTERN = (
+    "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+    "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+)
+
 _HYBRID = (
     # NVIDIA 2025, "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer
     # Models" (arXiv 2504.03624), Nemotron-H-8B: 52 layers (24 Mamba-2, 24 FFN, 4 self-attention)
@@ -368,6 +381,57 @@ _HYBRID = (
         ssm_groups=8,
         ssm_conv=4,
         ssm_chunk=128,
+    ),
+    *(
+        # The other published Nemotron-H sizes, from Megatron-Bridge's Nemotron-H providers
+        # (NVIDIA-NeMo/Megatron-Bridge 160ccccb, src/megatron/bridge/models/nemotronh/
+        # nemotron_h_provider.py: NemotronHModelProvider4B / 47B / 56B and their base
+        # NemotronHModelProvider) and the Nemotron-H paper (arXiv 2504.03624, Section 2 and its
+        # architecture table). Common to all (the base provider): seq_length 8192,
+        # mamba_num_groups 8, mamba_head_dim 64, num_query_groups 8 (8 KV heads), squared-ReLU
+        # MLP (activation_func squared_relu, not gated), vocabulary 131072 (the NullTokenizer's
+        # vocab_size of NeMo's pretrain_nemotronh_56b.py; make_vocab_size_divisible_by 128),
+        # untied embeddings, RMSNorm, no biases, no position encoding; Megatron-Core's
+        # MambaMixer defaults d_conv 4 and chunk_size 128 (megatron/core/ssm/mamba_mixer.py; the
+        # 56B README's FLOP notes of dgxc-benchmarking 1f6d9f40 assume chunk_size 256, a count,
+        # not what the mixer runs). Per size (hybrid_layer_pattern verbatim: M Mamba-2,
+        # * attention, - MLP, each its own layer; hidden_size, ffn_hidden_size,
+        # num_attention_heads, mamba_num_heads, mamba_state_dim; kv_channels 128, stated for 4B
+        # and hidden/heads = 8192/64 for 47B/56B):
+        # - 4B: 52 layers, the 8B's pattern (24 Mamba-2, 24 MLP, 4 attention), hidden 3072,
+        #   FFN 12288, 32 heads, 112 Mamba heads (d_inner 7168), state 128;
+        # - 47B: 98 layers (45 Mamba-2, 48 MLP, 5 attention: MiniPuzzle's pruning of the 56B,
+        #   paper Section 2.5), hidden 8192, FFN 30720, 64 heads, 256 Mamba heads, state 256;
+        # - 56B: 118 layers (54 Mamba-2, 54 MLP, 10 attention, as the paper and the DGX Cloud
+        #   README's FLOP notes count them), hidden 8192, FFN 32768, 64 heads, 256 Mamba
+        #   heads, state 256.
+        ModelSpec(
+            name=name,
+            family=Family.NEMOTRON,
+            layers=len(pattern),
+            hidden=hidden,
+            ffn=ffn,
+            heads=heads,
+            kv_heads=8,
+            head_dim=128,
+            vocab=131072,
+            seq_len=8192,
+            norm=Norm.RMSNORM,
+            activation=Activation.SQUARED_RELU,
+            position=Position.NONE,
+            layer_pattern=hybrid_pattern(pattern, name),
+            ssm_heads=ssm_heads,
+            ssm_head_dim=64,
+            ssm_state=state,
+            ssm_groups=8,
+            ssm_conv=4,
+            ssm_chunk=128,
+        )
+        for name, pattern, hidden, ffn, heads, ssm_heads, state in (
+            ("nemotron-h-4b", NEMOTRON_H_8B_PATTERN, 3072, 12288, 32, 112, 128),
+            ("nemotron-h-47b", NEMOTRON_H_47B_PATTERN, 8192, 30720, 64, 256, 256),
+            ("nemotron-h-56b", NEMOTRON_H_56B_PATTERN, 8192, 32768, 64, 256, 256),
+        )
     ),
     # Dao & Gu 2024, "Transformers are SSMs" (arXiv 2405.21060) Section 9.2 and the config.json
     # of state-spaces/mamba2-2.7b (mamba_ssm): d_model 2560, n_layer 64, d_intermediate 0 (no

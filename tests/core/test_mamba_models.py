@@ -194,3 +194,66 @@ def test_mamba2_2_7b_lowers_and_refuses_what_megatron_refuses() -> None:
     assert set(programs.blocks) == {"embedding", "layer_mamba_none", "head"}
     with pytest.raises(ConfigError, match="`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"):
         lower(model, ParallelConfig(tp=2, global_batch=2))  # one group: Megatron needs tp | 1
+
+
+#: Megatron-Bridge's Nemotron-H providers (NVIDIA-NeMo/Megatron-Bridge 160ccccb,
+#: nemotron_h_provider.py NemotronHModelProvider4B / 47B / 56B): hybrid_layer_pattern,
+#: hidden_size, ffn_hidden_size, num_attention_heads, mamba_num_heads, mamba_state_dim; the base
+#: provider's 8 KV heads, 8 groups and Mamba head dim 64 for every size; and the paper's counts
+#: (arXiv 2504.03624: 56B = 54 Mamba-2, 54 MLP, 10 attention) for the 56B.
+PROVIDERS = {
+    "nemotron-h-4b": (PATTERN, 3072, 12288, 32, 112, 128, (24, 24, 4)),
+    "nemotron-h-47b": (
+        "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*"
+        "-M-M-M-M-M-",
+        8192, 30720, 64, 256, 256, (45, 48, 5),
+    ),
+    "nemotron-h-56b": (
+        "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-"
+        "M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        8192, 32768, 64, 256, 256, (54, 54, 10),
+    ),
+}  # fmt: skip
+
+
+def _provider_config(name: str) -> dict[str, Any]:
+    """The provider's values in the Hugging Face keys (the 8B's config otherwise)."""
+    pattern, hidden, ffn, heads, mamba_heads, state, _ = PROVIDERS[name]
+    return {
+        **CONFIG,
+        "hybrid_override_pattern": pattern,
+        "num_hidden_layers": len(pattern),
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_attention_heads": heads,
+        "mamba_num_heads": mamba_heads,
+        "ssm_state_size": state,
+    }
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_published_nemotron_h_sizes(name: str, tmp_path: Path) -> None:
+    """Each published size as its provider states it: the layer mix, the parameter count of
+    its tensors (about the size it is named after), and the Hugging Face import of the same
+    values gives the flavor."""
+    model = get_flavor(name)
+    config = _provider_config(name)
+    kinds = [k.token for k in model.layer_kinds()]
+    assert (kinds.count("mamba"), kinds.count("mlp"), kinds.count("attn")) == PROVIDERS[name][-1]
+    assert model.params() == checkpoint_params(config)
+    size = float(name.rsplit("-", 1)[1].removesuffix("b"))
+    assert model.params() / 1e9 == pytest.approx(size, rel=0.13)  # 4.49, 46.8, 56.3 B
+    imported = load_hf_config(write(tmp_path, config))
+    assert imported.layer_kinds() == model.layer_kinds()
+    same = {"name": model.name, "layer_pattern": ""}
+    assert {**imported.to_dict(), **same} == {**model.to_dict(), **same}
+
+
+def test_published_sizes_lower_at_the_dgx_cloud_layout() -> None:
+    """The 56B at the DGX Cloud recipe's TP 8 (tp divides the 256 Mamba heads and 8 groups);
+    TP 16 would split a group, which Megatron-Core's MambaMixer refuses."""
+    model = get_flavor("nemotron-h-56b").with_overrides(layers=2, layer_pattern="mamba, attn")
+    programs = lower(model, ParallelConfig(tp=8, global_batch=1))
+    assert set(programs.blocks) == {"embedding", "layer_mamba_none", "layer_attn_none", "head"}
+    with pytest.raises(ConfigError, match="`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"):
+        lower(model, ParallelConfig(tp=16, global_batch=1))
