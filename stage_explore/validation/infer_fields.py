@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from stage_core.models import get_flavor
 from stage_core.models.flavors import list_flavors
+from stage_core.models.layers import Ffn, Mixer
 from stage_explore.system import load_system
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 
@@ -210,10 +211,14 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
     )
 
 
+#: Nemotron-H's published sizes (arXiv 2504.03624; Megatron-Bridge's NemotronHModelProvider4B /
+#: 8B / 47B / 56B): each its own layer pattern and state-space dims (stage_core flavors).
+NEMOTRON_H_SIZES: dict[float, str] = {4: "nemotron-h-4b", 8: "nemotron-h-8b", 47: "nemotron-h-47b",
+                    56: "nemotron-h-56b"}  # fmt: skip
 #: (family pattern on the lower-cased model text, {size in billions: flavor}, base flavor, or
 #: "" when only the listed sizes can be set up).
 MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
-    (r"nemotron[\s_-]*h\b", {8: "nemotron-h-8b"}, ""),
+    (r"nemotron[\s_-]*h\b", NEMOTRON_H_SIZES, ""),
     (r"mamba[\s_-]*2(?![.\d])", {2.7: "mamba2-2.7b"}, ""),
     (r"deepseek[\s_-]*v3", {0: "deepseek-v3"}, ""),
     (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
@@ -290,6 +295,42 @@ def _gpt_flavor(size: float | None, framework: str) -> tuple[str, bool]:
     return ("megatron-gpt-22b" if megatron else "gpt3-175b"), False
 
 
+#: The hybrid flavors a row can be set up as, named in the reason when none fits.
+HYBRID_FLAVORS = ", ".join((*NEMOTRON_H_SIZES.values(), "mamba2-2.7b"))
+#: CSV cells a hybrid flavor must agree with when the row states them: its layer pattern is laid
+#: out over exactly its own depth, and its state-space dims follow its width.
+HYBRID_DIMS = ("layers", "hidden", "ffn", "heads", "kv_heads")
+HEAD_DIMS = ("heads", "kv_heads")
+
+
+def _hybrid(row: dict[str, str], model: str, flavor: str) -> Inferred:
+    """A hybrid row as the flavor of its stated size, when every dim the row states
+    (:data:`HYBRID_DIMS`) is the flavor's; else :class:`Uninferable` naming the first that
+    differs (a hybrid's layer pattern cannot be stretched to another depth)."""
+    spec = get_flavor(flavor)
+    kinds = spec.layer_kinds()
+    mamba = sum(kind.mixer is Mixer.MAMBA for kind in kinds)
+    attention = sum(kind.attends for kind in kinds)
+    mlps = sum(kind.ffn is Ffn.DENSE for kind in kinds)
+    # a pure Mamba stack's heads / ffn are placeholders (no attention, no MLP reads them)
+    dims = [d for d in HYBRID_DIMS if (d != "ffn" or mlps) and (d not in HEAD_DIMS or attention)]
+    for dim in dims:
+        cell = row.get(dim, "").strip()
+        if cell.isdigit() and int(cell) != getattr(spec, dim):
+            raise Uninferable(
+                f"model {model!r}: the {dim} column says {cell}, but the published {flavor} "
+                f"has {getattr(spec, dim)} (its layer pattern and state-space dims are the "
+                "flavor's; another depth or width has no published pattern)"
+            )
+    stated = [d for d in dims if row.get(d, "").strip().isdigit()]
+    agree = f"; the CSV's {', '.join(stated)} agree" if stated else ""
+    return Inferred(
+        flavor, f"model flavor {flavor} (the model column says {model!r}): the published "
+        f"architecture of that size, {spec.layers} layers ({mamba} Mamba-2, {attention} "
+        f"attention, {mlps} MLP) with its layer pattern and state-space dims{agree}",
+    )  # fmt: skip
+
+
 def infer_model(row: dict[str, str], framework: str) -> Inferred:
     """The flavor of a row's model: a flavor of the stated family and size, whose dims fill
     what the CSV leaves empty; else the family's base flavor when the CSV states
@@ -327,9 +368,11 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
     if hybrid and not exact:
         raise Uninferable(
             f"model {model!r}: a hybrid state-space model ({hybrid.group(0)!r}: Mamba layers "
-            "beside attention) of no size the generator has a flavor of (nemotron-h-8b, "
-            "mamba2-2.7b); its layer pattern and state-space dims are not in the CSV's columns"
+            f"beside attention) of no size the generator has a flavor of ({HYBRID_FLAVORS}); "
+            "its layer pattern and state-space dims are not in the CSV's columns"
         )
+    if hybrid:
+        return _hybrid(row, model, flavor)
     if not flavor:
         try:  # a dense decoder of no known family: the common decoder from its columns
             base, assumption, fields = generic_decoder(row, model, moe)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from stage_core.models import get_flavor
 from stage_explore.cli import main
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
@@ -263,11 +264,11 @@ def test_column_names_with_spaces_or_capitals_are_read(
     assert got["id"] == "HID-1" and got["evaluated"] and got["system"] == "h100-80gb"
 
 
-@pytest.mark.parametrize("model", ["Nemotron-H 56B", "Jamba 1.5 Large", "Mamba 2.8B"])
+@pytest.mark.parametrize("model", ["Nemotron-H 30B", "Jamba 1.5 Large", "Mamba 2.8B"])
 def test_a_hybrid_state_space_model_is_named_as_such(model: str) -> None:
     """Nemotron-H's rows were 'of another size than this family's flavors, or of no known
     family': the reason now says what the row lacks (a hybrid flavor of its size; Mamba-1's
-    "Mamba 2.8B" is not Mamba-2's flavor)."""
+    "Mamba 2.8B" is not Mamba-2's flavor; no Nemotron-H of 30B is published)."""
     case = _case(model=model)
     assert model in case.reason
     assert case.reason.endswith(
@@ -276,7 +277,14 @@ def test_a_hybrid_state_space_model_is_named_as_such(model: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("model", "flavor"), [("Nemotron-H 8B", "nemotron-h-8b"), ("Mamba-2 2.7B", "mamba2-2.7b")]
+    ("model", "flavor"),
+    [
+        ("Nemotron-H 8B", "nemotron-h-8b"),
+        ("Mamba-2 2.7B", "mamba2-2.7b"),
+        ("Nemotron-H 4B", "nemotron-h-4b"),
+        ("Nemotron-H-47B-Base-8K", "nemotron-h-47b"),
+        ("nvidia/Nemotron-H-56B-Base-8K", "nemotron-h-56b"),
+    ],
 )
 def test_a_hybrid_state_space_model_of_a_flavor_size_takes_the_flavor(
     model: str, flavor: str
@@ -284,6 +292,45 @@ def test_a_hybrid_state_space_model_of_a_flavor_size_takes_the_flavor(
     """The generator has Mamba-2 layers (the flavors nemotron-h-8b and mamba2-2.7b): the reason
     'the generator has no Mamba layer' was false for the models of those sizes."""
     assert infer_model({"model": model}, "megatron-core").value == flavor
+
+
+def test_a_hybrid_row_whose_dims_are_not_its_sizes_flavor_is_named() -> None:
+    """A hybrid's layer pattern is laid out over its own depth: a row stating another layer
+    count (or width) than the published architecture of its size keeps a one-line reason
+    naming the cell; the dims it states alike are named in the assumption."""
+    row = {"model": "Nemotron-H 56B", "layers": "98", "hidden": "8192"}
+    with pytest.raises(Uninferable, match="the layers column says 98, but the published "
+                       "nemotron-h-56b has 118") as error:  # fmt: skip
+        infer_model(row, "megatron-core")
+    assert "\n" not in str(error.value)
+    agreed = infer_model({**row, "layers": "118", "ffn": "32768"}, "megatron-core")
+    assert agreed.value == "nemotron-h-56b"
+    assert "54 Mamba-2, 10 attention, 54 MLP" in agreed.assumption
+    assert "the CSV's layers, hidden, ffn agree" in agreed.assumption
+    with pytest.raises(Uninferable, match="the hidden column says 4096"):
+        infer_model({"model": "Nemotron-H 4B", "hidden": "4096"}, "megatron-core")
+    # a pure Mamba-2 stack's heads and ffn are placeholders: not compared
+    pure = {"model": "Mamba-2 2.7B", "layers": "64", "heads": "32", "ffn": "10240"}
+    assert infer_model(pure, "megatron-core").value == "mamba2-2.7b"
+
+
+def test_the_dgx_cloud_nemotron_h_rows_take_the_56b_and_their_container() -> None:
+    """The seven DGX Cloud Nemotron-H rows (published_runs_no_setup.csv) are evaluated as the
+    published 56B with the NeMo 25.04 container's defaults their text names (launch.sh
+    FW_VERSION 25.04.01): FP8 parameters, bf16 gradient reduction, TE's fused loss."""
+    rows = [r for r in read_csv(DATA / "published_runs_no_setup.csv") if "NEMOTRONH" in r["id"]]
+    assert len(rows) == 7
+    for row in rows:
+        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.model is not None and case.parallel is not None
+        flavor = get_flavor("nemotron-h-56b")
+        assert case.model.layer_kinds() == flavor.layer_kinds() and case.parallel.tp == 8
+        assert (case.model.ssm_heads, case.model.ssm_state) == (flavor.ssm_heads, 256)
+        assert any(a.startswith("inferred: model flavor nemotron-h-56b") for a in case.assumptions)
+        options = dict(case.framework_options)
+        assert options["fp8_param_gather"] and options["te_cross_entropy"]
+        assert not case.parallel.grad_fp32
+        assert any("container 25.04" in a for a in case.assumptions)
 
 
 @pytest.mark.parametrize(
