@@ -32,6 +32,7 @@ from stage_explore.analytical.fp8_gather import (
 )
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.fused_fc1 import fuse_fc1
+from stage_explore.analytical.fused_in_proj import fuse_in_proj
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.kernels import (
     KernelTimer,
@@ -231,8 +232,9 @@ class ComputeCosting:
         """``instrs`` with the profile's fused projections: one GEMM over the concatenated
         q, k, v weights (``fused_qkv``) and one over a gated MLP's gate and up weights
         (``fused_fc1``: all gated MLPs or the routed experts'), their partial input gradients'
-        adds spared."""
-        fused = tuple(instrs)
+        adds spared; a Mamba-2 mixer's input projections always run as one GEMM
+        (:mod:`~stage_explore.analytical.fused_in_proj`)."""
+        fused = fuse_in_proj(instrs, weights)
         if self.framework.fused_qkv:
             fused = fuse_qkv(fused, weights)
         return fuse_fc1(fused, weights, self.framework.fused_fc1)
