@@ -303,10 +303,11 @@ HYBRID_DIMS = ("layers", "hidden", "ffn", "heads", "kv_heads")
 HEAD_DIMS = ("heads", "kv_heads")
 
 
-def _hybrid(row: dict[str, str], model: str, flavor: str) -> Inferred:
+def _hybrid(row: dict[str, str], model: str, flavor: str, by_dims: bool = False) -> Inferred:
     """A hybrid row as the flavor of its stated size, when every dim the row states
     (:data:`HYBRID_DIMS`) is the flavor's; else :class:`Uninferable` naming the first that
-    differs (a hybrid's layer pattern cannot be stretched to another depth)."""
+    differs (a hybrid's layer pattern cannot be stretched to another depth); ``by_dims``: the
+    flavor was chosen by the stated dims, the row naming no published size."""
     spec = get_flavor(flavor)
     kinds = spec.layer_kinds()
     mamba = sum(kind.mixer is Mixer.MAMBA for kind in kinds)
@@ -324,11 +325,26 @@ def _hybrid(row: dict[str, str], model: str, flavor: str) -> Inferred:
             )
     stated = [d for d in dims if row.get(d, "").strip().isdigit()]
     agree = f"; the CSV's {', '.join(stated)} agree" if stated else ""
+    which = "the only one whose dims are the row's" if by_dims else "of that size"
     return Inferred(
         flavor, f"model flavor {flavor} (the model column says {model!r}): the published "
-        f"architecture of that size, {spec.layers} layers ({mamba} Mamba-2, {attention} "
+        f"architecture {which}, {spec.layers} layers ({mamba} Mamba-2, {attention} "
         f"attention, {mlps} MLP) with its layer pattern and state-space dims{agree}",
     )  # fmt: skip
+
+
+def _nemotron_h_by_dims(row: dict[str, str]) -> str:
+    """The one Nemotron-H flavor whose dims are all the row states, when the row states its
+    layer count but no published size (``Nemotron-H`` alone, or ``56.3`` billion parameters);
+    "" when none or several fit (4B and 8B share 52 layers: the hidden size tells them)."""
+    if not row.get("layers", "").strip().isdigit():
+        return ""
+    stated = {d: int(row[d]) for d in HYBRID_DIMS if row.get(d, "").strip().isdigit()}
+    fits = [
+        name for name in NEMOTRON_H_SIZES.values()
+        if all(getattr(get_flavor(name), d) == v for d, v in stated.items())
+    ]  # fmt: skip
+    return fits[0] if len(fits) == 1 else ""
 
 
 def infer_model(row: dict[str, str], framework: str) -> Inferred:
@@ -365,6 +381,10 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
         if re.search(GPT_PATTERN, text):
             flavor, exact = _gpt_flavor(size, framework)
     hybrid = HYBRID_PATTERN.search(text)
+    by_dims = bool(hybrid) and not exact and bool(re.search(MODEL_RULES[0][0], text))
+    if by_dims:
+        flavor = _nemotron_h_by_dims(row)
+        exact = bool(flavor)
     if hybrid and not exact:
         raise Uninferable(
             f"model {model!r}: a hybrid state-space model ({hybrid.group(0)!r}: Mamba layers "
@@ -372,7 +392,7 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
             "its layer pattern and state-space dims are not in the CSV's columns"
         )
     if hybrid:
-        return _hybrid(row, model, flavor)
+        return _hybrid(row, model, flavor, by_dims)
     if not flavor:
         try:  # a dense decoder of no known family: the common decoder from its columns
             base, assumption, fields = generic_decoder(row, model, moe)

@@ -309,6 +309,14 @@ def test_a_hybrid_row_whose_dims_are_not_its_sizes_flavor_is_named() -> None:
     assert "the CSV's layers, hidden, ffn agree" in agreed.assumption
     with pytest.raises(Uninferable, match="the hidden column says 4096"):
         infer_model({"model": "Nemotron-H 4B", "hidden": "4096"}, "megatron-core")
+    # no published size named: the one flavor whose dims are all the row states, if any
+    by_dims = infer_model({"model": "Nemotron-H", "params_b": "56.3", "layers": "118"}, "x")
+    assert by_dims.value == "nemotron-h-56b" and "the only one whose dims" in by_dims.assumption
+    small = {"model": "Nemotron-H", "layers": "52", "hidden": "3072"}
+    assert infer_model(small, "megatron-core").value == "nemotron-h-4b"
+    for ambiguous in ({"model": "Nemotron-H", "layers": "52"}, {"model": "Nemotron-H"}):
+        with pytest.raises(Uninferable, match="of no size the generator has a flavor of"):
+            infer_model(ambiguous, "megatron-core")  # 4B and 8B share 52 layers
     # a pure Mamba-2 stack's heads and ffn are placeholders: not compared
     pure = {"model": "Mamba-2 2.7B", "layers": "64", "heads": "32", "ffn": "10240"}
     assert infer_model(pure, "megatron-core").value == "mamba2-2.7b"
