@@ -59,12 +59,10 @@ from stage_explore.analytical.costs import (
     LOSS_SCALING_BYTES_PER_PARAM,
     OPTIMIZER_EXTRA_BYTES_PER_PARAM,
 )
+from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.framework_costs import local_schedule_micro_batches
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, get_framework
-from stage_explore.analytical.kernels import (
-    fp8_key,
-)
 from stage_explore.analytical.parts import (
     Memo,
     Plan,

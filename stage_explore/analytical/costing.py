@@ -57,12 +57,10 @@ from stage_explore.analytical.fp8_gather import (
     UB_FP8_RECIPES,
     with_fp8_gathers,
 )
+from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.funcol_copies import funcol_copy_bytes
-from stage_explore.analytical.kernels import (
-    KernelTimer,
-    fp8_key,
-)
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
     RING_EXCHANGE_SMS,

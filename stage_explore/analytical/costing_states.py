@@ -36,15 +36,13 @@ from stage_explore.analytical.context_parallel import cp_ring_held_bytes
 from stage_explore.analytical.costs import (
     optimizer_step_s,
 )
+from stage_explore.analytical.fp8_roles import BLOCK_SCALED
 from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
     local_schedule_micro_batches,
     pipelining_buffer_bytes,
 )
 from stage_explore.analytical.framework_profile import LOSS_PARALLEL_FP32_BUFFERS, FrameworkProfile
-from stage_explore.analytical.kernels import (
-    BLOCK_SCALED,
-)
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,

@@ -5,8 +5,8 @@ element-wise kernels at their own, lower fraction, ``KernelModel.eager_memory``)
 Holds :func:`gemm_shape` (an einsum's batch, M, N, K recovered from its exact byte and FLOP
 counts), :func:`gemm_efficiency`, :func:`attention_efficiency`, :class:`KernelTimer` (the time
 of one bound instruction on an accelerator with a
-:class:`~stage_explore.system.accelerator.KernelModel`) and :func:`is_linear` (which einsums a
-mixed-precision recipe runs in FP8).
+:class:`~stage_explore.system.accelerator.KernelModel`); which einsums a mixed-precision
+recipe runs in FP8 is :mod:`~stage_explore.analytical.fp8_roles`.
 
 **GEMM.** A GEMM of ``b`` batches of (M×K)·(K×N) runs as ``b·⌈M/tm⌉·⌈N/tn⌉`` output tiles on
 ``sm_count`` SMs, in waves (NVIDIA, "Matrix Multiplication Background User's Guide": tile and
@@ -53,15 +53,15 @@ preset's ``gemm_efficiency.mxfp8`` when stated (else at the ``fp8`` fraction).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
 from stage_explore.analytical.fp8_casts import fp8_cast_elements, launches_casts, quantize_cost
+from stage_explore.analytical.fp8_roles import BLOCK_SCALED, gemm_role
 from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
@@ -239,50 +239,6 @@ def routed_rows_share(instr: Instr, weights: Collection[str], share: float) -> f
     return share if gemm_role(instr, weights) in ("fprop", "dgrad") else 0.0
 
 
-def is_linear(instr: Instr, weights: Collection[str]) -> bool:
-    """An einsum with a weight operand (forward, input gradient) or a weight-gradient result."""
-    return gemm_role(instr, weights) is not None
-
-
-def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
-    """``fprop``, ``dgrad`` or ``wgrad`` for a linear layer's GEMM, None for any other kernel."""
-    if instr.kind != "einsum":
-        return None
-    if any(name in weights for name, _ in instr.inputs):
-        return "dgrad" if instr.phase == "bwd" else "fprop"
-    if any(name.startswith("d.") and name[2:] in weights for name, _ in instr.outputs):
-        return "wgrad"
-    return None
-
-
-#: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
-BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
-
-
-def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
-    """A one-line :class:`ConfigError` when ``recipe`` needs tensor cores ``accelerator`` lacks."""
-    if recipe == "mxfp8" and "mxfp8" not in accelerator.peak_flops_per_s:
-        raise ConfigError(
-            f"`fp8_recipe` 'mxfp8' needs MXFP8 tensor cores (Blackwell), but {accelerator.name} "
-            "has none: use 'delayed', 'tensorwise' or 'blockwise'"
-        )
-
-
-def cast_shares(
-    instrs: Iterable[Instr], weights: Collection[str], gemms: Collection[str]
-) -> dict[tuple[str, str], int]:
-    """How many FP8 linear GEMMs of each phase cast the same 16-bit operand (q, k and v read
-    one normed input), so that one cast is charged once."""
-    shares: dict[tuple[str, str], int] = {}
-    for instr in instrs:
-        role = gemm_role(instr, weights)
-        if role is None or role not in gemms:
-            continue
-        for name, _, _ in fp8_cast_elements(instr, role, weights, gemms):
-            shares[instr.phase, name] = shares.get((instr.phase, name), 0) + 1
-    return shares
-
-
 @dataclass(frozen=True, slots=True)
 class KernelTimer:
     """Times the compute instructions of one block kind on ``accelerator``.
@@ -308,8 +264,9 @@ class KernelTimer:
     #: A training step's FP8 recipe (roles, casts, FP8 operand bytes); False keeps the plain
     #: rule — every linear GEMM at the run's dtype, bytes as given — that serving relies on.
     fp8_training: bool = False
-    #: FP8 GEMMs reading each ``(phase, operand)`` (:func:`cast_shares`): one cast serves them
-    #: all (Megatron-Core's fused QKV projection casts its input once).
+    #: FP8 GEMMs reading each ``(phase, operand)``
+    #: (:func:`~stage_explore.analytical.fp8_roles.cast_shares`): one cast serves them all
+    #: (Megatron-Core's fused QKV projection casts its input once).
     shares: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
     #: How many times smaller than the GEMM's operand each ``(phase, operand)`` row-wise cast
     #: is: the local shard Transformer Engine quantizes (row-wise only) before a userbuffers
@@ -596,11 +553,6 @@ def wgrad_accumulate_bytes(instr: Instr, accumulator: int) -> int:
     alike) — so they cost time only where the GEMM is memory-bound (few tokens per expert)."""
     elements = sum(size for _, size in instr.outputs) // ELEMENT_BYTES
     return max(0, elements * (2 * accumulator - ELEMENT_BYTES))
-
-
-def fp8_key(recipe: str, gemms: tuple[str, ...], dtype: str) -> tuple[str, tuple[str, ...]] | None:
-    """What of an FP8 recipe changes a block's timing and states (memo keys): None unless FP8."""
-    return (recipe, gemms) if dtype == "fp8" else None
 
 
 def name_is_gradient(instr: Instr) -> bool:

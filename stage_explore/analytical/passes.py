@@ -17,6 +17,7 @@ from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_kept_block
 from stage_core.plans import DP_REPLICATE
+from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.framework_costs import (
     FP8_DYNAMIC_CAST_BYTES,
     fsdp1_flat_grad_bytes,
@@ -26,7 +27,6 @@ from stage_explore.analytical.framework_costs import (
     held_sync_micro_batches,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
-from stage_explore.analytical.kernels import gemm_role
 from stage_explore.analytical.parts import Memo, Point
 
 

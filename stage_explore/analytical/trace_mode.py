@@ -123,7 +123,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import ROOT_UNIT_KINDS
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import nccl_load
-from stage_explore.analytical.kernels import fp8_key
+from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
 from stage_explore.analytical.trace_costs import StageCosts

@@ -16,7 +16,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_casts import launches_casts, quantize_cost
-from stage_explore.analytical.kernels import KernelTimer, gemm_role
+from stage_explore.analytical.fp8_roles import gemm_role
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point
 

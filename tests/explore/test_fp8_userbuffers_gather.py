@@ -16,7 +16,7 @@ from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_gather import fp8_gather_bytes
-from stage_explore.analytical.kernels import gemm_role
+from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.trace_mode import trace_step
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point

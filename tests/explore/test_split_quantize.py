@@ -15,11 +15,11 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_casts import split_quantize_kernels
+from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.kernels import (
     GROUPED_EXPERT_GEMMS,
     KernelTimer,
-    gemm_role,
     gemm_shape,
     grouped_gemm_groups,
 )

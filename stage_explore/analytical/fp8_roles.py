@@ -1,0 +1,66 @@
+"""The roles of a block's GEMMs under a mixed-precision FP8 recipe: which einsums are a linear
+layer's forward (``fprop``), input-gradient (``dgrad``) or weight-gradient (``wgrad``) GEMM
+(:func:`gemm_role`, :func:`is_linear`), how many FP8 GEMMs of a phase cast the same 16-bit
+operand (:func:`cast_shares`), the recipes whose row- and column-wise copies are scaled apart
+(:data:`BLOCK_SCALED`), the check that an accelerator has the recipe's tensor cores
+(:func:`check_fp8_recipe`) and what of a recipe enters the memo keys (:func:`fp8_key`).
+:class:`~stage_explore.analytical.kernels.KernelTimer` times the kernels these roles select
+(its module docstring, "Precision")."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from stage_core.errors import ConfigError
+from stage_core.lower.bind import Instr
+from stage_explore.analytical.fp8_casts import fp8_cast_elements
+from stage_explore.system.accelerator import Accelerator
+
+
+def is_linear(instr: Instr, weights: Collection[str]) -> bool:
+    """An einsum with a weight operand (forward, input gradient) or a weight-gradient result."""
+    return gemm_role(instr, weights) is not None
+
+
+def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
+    """``fprop``, ``dgrad`` or ``wgrad`` for a linear layer's GEMM, None for any other kernel."""
+    if instr.kind != "einsum":
+        return None
+    if any(name in weights for name, _ in instr.inputs):
+        return "dgrad" if instr.phase == "bwd" else "fprop"
+    if any(name.startswith("d.") and name[2:] in weights for name, _ in instr.outputs):
+        return "wgrad"
+    return None
+
+
+#: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
+BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
+
+
+def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
+    """A one-line :class:`ConfigError` when ``recipe`` needs tensor cores ``accelerator`` lacks."""
+    if recipe == "mxfp8" and "mxfp8" not in accelerator.peak_flops_per_s:
+        raise ConfigError(
+            f"`fp8_recipe` 'mxfp8' needs MXFP8 tensor cores (Blackwell), but {accelerator.name} "
+            "has none: use 'delayed', 'tensorwise' or 'blockwise'"
+        )
+
+
+def cast_shares(
+    instrs: Iterable[Instr], weights: Collection[str], gemms: Collection[str]
+) -> dict[tuple[str, str], int]:
+    """How many FP8 linear GEMMs of each phase cast the same 16-bit operand (q, k and v read
+    one normed input), so that one cast is charged once."""
+    shares: dict[tuple[str, str], int] = {}
+    for instr in instrs:
+        role = gemm_role(instr, weights)
+        if role is None or role not in gemms:
+            continue
+        for name, _, _ in fp8_cast_elements(instr, role, weights, gemms):
+            shares[instr.phase, name] = shares.get((instr.phase, name), 0) + 1
+    return shares
+
+
+def fp8_key(recipe: str, gemms: tuple[str, ...], dtype: str) -> tuple[str, tuple[str, ...]] | None:
+    """What of an FP8 recipe changes a block's timing and states (memo keys): None unless FP8."""
+    return (recipe, gemms) if dtype == "fp8" else None
