@@ -22,7 +22,7 @@ from stage_core.lower.fp8 import fp8_block
 from stage_core.models.layers import Mixer, layer_kind_of_block
 from stage_core.ops import window_pairs
 from stage_core.parallel import MoeDispatcher
-from stage_explore.analytical.eager import eager_attention, eager_op_bytes
+from stage_explore.analytical.eager import eager_attention, eager_expert_kernels, eager_op_bytes
 from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
 from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
@@ -126,6 +126,14 @@ class ComputeCosting:
             sort_chunks=self._sorts_chunks(point),
             fp8_padding=self._pads_for_fp8(point, kind),
             cast_splits=self._cast_splits(point, kind),
+            expert_kernels=eager_expert_kernels(
+                point.workload.model,
+                self.framework.eager_modules,
+                point.workload.model.num_experts // max(1, parallel.ep),
+                fused=self.framework.fused_elementwise,
+                deepep=self.framework.moe_deepep,
+                trained_router=not self.framework.moe_fake_balanced_gate,
+            ),
             memory_kernel_s=kernels.memory_kernel_s,
             wgrad_accumulator=self._wgrad_accumulator(point),
         )

@@ -113,11 +113,14 @@ FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
-    """One eager kernel: the op as the code writes it and its bytes per element."""
+    """One eager kernel: the op as the code writes it and its bytes per element;
+    ``per_expert``: launched once per local expert (a Python loop over the experts' token
+    splits, :func:`eager_expert_kernels`), its bytes those of all experts together."""
 
     op: str
     read_bytes: int
     written_bytes: int
+    per_expert: bool = False
 
     @property
     def bytes(self) -> int:
@@ -138,6 +141,10 @@ class EagerModule:
     def bytes_per_element(self, backward: bool) -> int:
         """HBM bytes per element of the module's output over its eager kernels."""
         return sum(k.bytes for k in (self.backward if backward else self.forward))
+
+    def per_expert_kernels(self, backward: bool) -> int:
+        """How many of the module's kernels run once per local expert."""
+        return sum(k.per_expert for k in (self.backward if backward else self.forward))
 
 
 TORCHTITAN_RMSNORM = EagerModule(
@@ -423,6 +430,42 @@ def attention_eager_bytes(instr: Instr, per_element: tuple[int, int, int]) -> in
     qkv = sum(size for _, size in instr.inputs[:3])  # q, k, v (a sink vector may follow)
     out = sum(size for name, size in instr.outputs if name == instr.name)
     return qkv // BF16 * inputs_b + out // BF16 * output_b
+
+
+def eager_expert_kernels(
+    model: ModelSpec,
+    eager_modules: str,
+    local_experts: int,
+    *,
+    fused: bool = False,
+    deepep: bool = False,
+    trained_router: bool = True,
+) -> dict[str, int]:
+    """Kernels beyond the eager table's one per entry of each generator op (and of its
+    ``<op>.backward``) that the framework's expert code launches once per local expert: the
+    expert down-projection bias of Megatron-Core's ``TEGroupedMLP._apply_bias`` and of
+    AutoModel's ``GroupedExpertsDeepEP._apply_bias`` (a list comprehension over
+    ``torch.split(output, tokens_per_expert)``: :mod:`~stage_explore.analytical.eager_megatron`,
+    :mod:`~stage_explore.analytical.eager_automodel`), ``(local_experts - 1)`` × its per-expert
+    kernels. The table's bytes already cover every expert; each further launch pays the kernel
+    model's ``memory_kernel_s`` (an eager table's own kernels have their fixed time in its
+    bandwidth fraction, measured on large tensors). Empty with one local expert, and where
+    :func:`eager_op_bytes` has no such table (AutoModel under ``fused``, or without DeepEP)."""
+    if local_experts < 2 or not (model.bias and model.num_experts):
+        return {}
+    if eager_modules == "megatron-core":
+        from stage_explore.analytical.eager_megatron import MEGATRON_EXPERT_DOWN_BIAS as module
+    elif eager_modules == "automodel" and deepep and not fused:
+        from stage_explore.analytical.eager_automodel import automodel_expert_bias_probs
+
+        module = automodel_expert_bias_probs(trained_router)
+    else:
+        return {}
+    extra = local_experts - 1
+    return {
+        "experts.fc2": extra * module.per_expert_kernels(backward=False),
+        "experts.fc2.backward": extra * module.per_expert_kernels(backward=True),
+    }
 
 
 def eager_instr_bytes(instr: Instr, table: Mapping[str, int]) -> int | None:

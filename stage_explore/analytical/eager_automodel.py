@@ -73,8 +73,8 @@ def automodel_expert_bias_probs(trained_router: bool) -> EagerModule:
     probabilities ``p`` (module docstring); ``trained_router``: ``p`` carries a gradient."""
     router = (
         (
-            Kernel("MulBackward0 (p): grad * b", FP32, FP32),
-            Kernel("MulBackward0 (p): .sum_to_size(p)", FP32, 0),
+            Kernel("MulBackward0 (p): grad * b", FP32, FP32, per_expert=True),
+            Kernel("MulBackward0 (p): .sum_to_size(p)", FP32, 0, per_expert=True),
         )
         if trained_router
         else ()
@@ -83,17 +83,17 @@ def automodel_expert_bias_probs(trained_router: bool) -> EagerModule:
         name="expert-bias-probs",
         source="nemo_automodel/components/moe/layers.py GroupedExpertsDeepEP._apply_bias (probs)",
         forward=(
-            Kernel("b * p: bf16 bias times fp32 probabilities", 0, FP32),
-            Kernel("t + (b * p): bf16 + fp32 -> fp32", BF16 + FP32, FP32),
+            Kernel("b * p: bf16 bias times fp32 probabilities", 0, FP32, per_expert=True),
+            Kernel("t + (b * p): bf16 + fp32 -> fp32", BF16 + FP32, FP32, per_expert=True),
             Kernel("torch.cat (fp32)", FP32, FP32),
             Kernel(".to(value.dtype)", FP32, BF16),
         ),
         backward=(
             Kernel("ToCopyBackward0: grad.to(fp32)", BF16, FP32),
-            Kernel("validate_outputs: t's fp32 gradient cast to bf16", FP32, BF16),
+            Kernel("validate_outputs: t's fp32 gradient cast to bf16", FP32, BF16, per_expert=True),
             Kernel("SplitWithSizesBackward0: torch.cat of the experts' gradients", BF16, BF16),
-            Kernel("MulBackward0 (b): grad * p", FP32, FP32),
-            Kernel("MulBackward0 (b): .sum_to_size(b)", FP32, 0),
+            Kernel("MulBackward0 (b): grad * p", FP32, FP32, per_expert=True),
+            Kernel("MulBackward0 (b): .sum_to_size(b)", FP32, 0, per_expert=True),
             *router,
         ),
         compiled_bytes=(BF16 + BF16, BF16 + BF16),

@@ -55,6 +55,8 @@ the halves' gradients (B, B), and autograd sums the two gradients of ``t`` (B + 
 slice ``t[..., :rot_dim]``'s backward, a copy into zeros when ``rot_dim`` is the whole head, is
 not counted.)
 
+The bias kernels inside the comprehension run once per local expert (``per_expert``): their
+launches beyond the table's one are :func:`~stage_explore.analytical.eager.eager_expert_kernels`.
 The generator counts one fused bias add per projection and one rotary kernel per tensor;
 :func:`megatron_op_bytes` replaces those counts (the ``"megatron-core"`` eager table of
 :func:`~stage_explore.analytical.eager.eager_op_bytes`), at the accelerator's achieved eager
@@ -70,16 +72,16 @@ MEGATRON_EXPERT_DOWN_BIAS = EagerModule(
     name="expert-down-bias",
     source="megatron/core/transformer/moe/experts.py TEGroupedMLP._apply_bias",
     forward=(
-        Kernel("b * p: the bias row times the probability column", 0, BF16),
-        Kernel("t + (b * p)", BF16 + BF16, BF16),
+        Kernel("b * p: the bias row times the probability column", 0, BF16, per_expert=True),
+        Kernel("t + (b * p)", BF16 + BF16, BF16, per_expert=True),
         Kernel("torch.cat", BF16, BF16),
     ),
     backward=(
         Kernel("SplitWithSizesBackward0: torch.cat of the experts' gradients", BF16, BF16),
-        Kernel("MulBackward0 (b): grad * p", BF16, BF16),
-        Kernel("MulBackward0 (b): .sum_to_size(b)", BF16, 0),
-        Kernel("MulBackward0 (p): grad * b", BF16, BF16),
-        Kernel("MulBackward0 (p): .sum_to_size(p) over the hidden dim", BF16, 0),
+        Kernel("MulBackward0 (b): grad * p", BF16, BF16, per_expert=True),
+        Kernel("MulBackward0 (b): .sum_to_size(b)", BF16, 0, per_expert=True),
+        Kernel("MulBackward0 (p): grad * b", BF16, BF16, per_expert=True),
+        Kernel("MulBackward0 (p): .sum_to_size(p) over the hidden dim", BF16, 0, per_expert=True),
     ),
     compiled_bytes=(BF16 + BF16, BF16),
 )

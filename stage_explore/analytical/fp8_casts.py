@@ -57,8 +57,8 @@ What the code runs (NVIDIA/TransformerEngine, per linear layer, delayed scaling 
   grouped MXFP8 / blockwise quantization kernels were still open issues then (#2450, Dec 2025;
   #2525). Modelled (:func:`split_quantize_kernels`): each cast kernel of a grouped expert GEMM
   counts once per local expert (framework option ``moe_split_quantize``), each paying
-  ``memory_kernel_s``; a current-scaling quantize also runs its amax and scale kernels per
-  expert, counted as one (a lower bound).
+  ``memory_kernel_s``; a current-scaling quantize's amax kernel (``amax_kernel``) counts per
+  expert too, its scale kernel is not timed.
 
 Not modelled (version-specific, TE 1.x only): under sequence parallelism TE 1.x ``_Linear``
 casts a row-parallel layer's input row-wise only (``cast_to_fp8``: the fused cast-transpose

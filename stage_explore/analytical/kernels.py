@@ -338,6 +338,9 @@ class KernelTimer:
     #: gradient, as the generator counts.
     wgrad_accumulator: int = 0
     cast_splits: Mapping[str, int] = field(default_factory=dict, compare=False)  # split_quantize
+    #: Eager ops' launches beyond their table's kernels (:func:`~stage_explore.analytical.eager.
+    #: eager_expert_kernels`: per-expert loops), ``memory_kernel_s`` each.
+    expert_kernels: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
@@ -348,6 +351,7 @@ class KernelTimer:
         else:  # eager PyTorch's op-by-op kernels, at their own achieved bandwidth
             eager = self.kernels.eager_memory or accelerator.efficiency.memory
             memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
+            memory_s += self.expert_kernels.get(instr.name, 0) * self.memory_kernel_s
         if self.sort_chunks:  # a fused copy kernel beside the dispatch or combine
             memory_s += sort_chunks_bytes(instr) / hbm
         if self.fp8_padding:  # TE's fused_multi_row_padding / _unpadding beside them
