@@ -256,7 +256,7 @@ def inferred_setup(
     experts, expert_notes = _moe_overrides(row)
     defaults = recipe_defaults(
         row, framework.value, precision.precision, model.value, parallel, stated, system.value,
-        precision.fp8_recipe,
+        precision.fp8_recipe, experts.get("num_experts", 0),
     )  # fmt: skip
     parallel.update(defaults.parallel)
     etp = _stated_etp(row)

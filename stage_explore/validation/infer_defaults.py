@@ -21,6 +21,7 @@ from typing import Any
 
 from stage_core.lower.compact import UNBUCKETED
 from stage_core.models import get_flavor
+from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_torch import (
@@ -95,10 +96,12 @@ def recipe_defaults(
     stated: dict[str, int],
     system: str = "",
     fp8_recipe: str = "",
+    experts: int = 0,
 ) -> Defaults:
     """The framework / recipe defaults of a row read as ``framework`` with ``precision`` on
     the model ``flavor``, given the integer cells the CSV ``stated`` and the ``parallel``
-    fields the inference already set (dp, or recompute ``none`` for an empty column)."""
+    fields the inference already set (dp, or recompute ``none`` for an empty column);
+    ``experts``: the routed experts the ``moe`` column states (0: the flavor's)."""
     out = Defaults()
     spec = get_flavor(flavor)
     if str(spec.family) == "gpt" and not spec.core_attention and framework not in (
@@ -138,8 +141,10 @@ def recipe_defaults(
             out.notes.append(why)
     if framework == "megatron-core":
         megatron_core_defaults(row, flavor, precision, fp8_recipe, parallel, stated, system, out)
+        dgxc_defaults(row, precision, out, stated, (spec.top_k, experts or spec.num_experts))
     elif framework == "automodel":
-        automodel_defaults(row, flavor, stated, out)
+        dp = int(stated.get("dp", parallel.get("dp", 1)))
+        automodel_defaults(row, flavor, stated, out, dp, experts)
     elif framework == "torchtitan":
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)

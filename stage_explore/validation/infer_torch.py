@@ -15,14 +15,67 @@ from stage_explore.validation.infer_release import Defaults, dated, row_text
 #: NeMo AutoModel's benchmark configs (examples/benchmark/configs/*_te_deepep.yaml):
 #: activation_checkpointing per model family, read when the recompute column is empty.
 AUTOMODEL_RECOMPUTE = {"deepseek-moe": "full", "qwen3": "full", "gpt-oss": "none"}
+#: NeMo AutoModel's dense pretraining configs: activation_checkpointing per model family, read
+#: when the recompute column is empty (5 Dec 2026, s14 infer5): examples/llm_pretrain/
+#: llama3_70b_pretrain.yaml and every llama3_1_70b_pretrain_benchmark_*.yaml of April 2026
+#: (4 and 8 nodes, CP 1 and 2) and qwen3_8b_pretrain.yaml set distributed.activation_checkpointing
+#: true (FSDP2 wraps each transformer block in checkpoint_wrapper: full recompute per block).
+AUTOMODEL_DENSE_RECOMPUTE = {"llama": "full", "qwen3": "full"}
+#: The largest ep_size of NeMo AutoModel's benchmark configs (examples/benchmark/configs:
+#: deepseek_v3_te_deepep_1024.yaml on 1024 GPUs and glm_4.5_air_te_deepep.yaml on 64 nodes set
+#: 64; every single-node config sets 8, the data-parallel size).
+AUTOMODEL_MAX_EP = 64
 _LBS = re.compile(r"\bLBS\s*(\d+)", re.IGNORECASE)
 
 
+def deepep_expert_parallel(dp: int, experts: int) -> int:
+    """The expert-parallel size of an AutoModel DeepEP run whose table leaves EP empty: the
+    data-parallel size, at most :data:`AUTOMODEL_MAX_EP`, lowered until it divides both the
+    data-parallel size and the expert count (FSDP2Manager asserts dp_size % ep_size == 0;
+    apply_ep shards dim 0, the experts, over the EP mesh). 1 when nothing above 1 divides both."""
+    ep = max(1, min(dp, AUTOMODEL_MAX_EP, experts))
+    while ep > 1 and (dp % ep or experts % ep):
+        ep -= 1
+    return ep
+
+
+def _deepep_ep(stated: dict[str, int], dp: int, experts: int, out: Defaults) -> None:
+    """EP for an AutoModel row that names DeepEP and leaves the EP column empty (5 Dec 2026,
+    s14 infer5): AutoModel builds the DeepEP token dispatcher only in apply_ep, which runs on an
+    expert-parallel mesh of more than one rank, so a DeepEP run had EP > 1."""
+    if "ep" in stated or not out.options.get("moe_deepep") or experts <= 1:
+        return
+    ep = deepep_expert_parallel(dp, experts)
+    if ep <= 1:
+        return
+    out.parallel["ep"] = ep
+    out.notes.append(
+        f"expert parallel size {ep} (the EP column is empty; the text names DeepEP): "
+        "AutoModel initialises GroupedExpertsDeepEP's token dispatcher only in apply_ep "
+        "(nemo_automodel/components/moe/parallelizer.py ExpertParallel._partition_fn: "
+        "init_token_dispatcher(ep_mesh)), which asserts ep_mesh.size() > 1 and runs only when "
+        "FSDP2Manager's ep_size > 1 builds the moe_mesh (distributed/fsdp2.py; ep_size "
+        "defaults to 1 and must divide dp_size); the size is the data-parallel size up to 64, "
+        "dividing the experts, as AutoModel's benchmark configs set ep_size "
+        "(examples/benchmark/configs/*_te_deepep.yaml: 8 on one node, the GPT-OSS 120B / "
+        "DeepSeek-V3 256-GPU / Kimi K2 configs the data-parallel size, 64 on 512-1024 GPUs; "
+        "qwen3_moe_235b 32 of 64)"
+    )
+
+
 def automodel_defaults(
-    row: dict[str, str], flavor: str, stated: dict[str, int], out: Defaults
+    row: dict[str, str],
+    flavor: str,
+    stated: dict[str, int],
+    out: Defaults,
+    dp: int = 1,
+    experts: int = 0,
 ) -> None:
-    """NeMo AutoModel's PyTorch-backend defaults (nemo_automodel, 2025)."""
+    """NeMo AutoModel's PyTorch-backend defaults (nemo_automodel, 2025); ``dp`` is the row's
+    data-parallel size (stated or inferred), ``experts`` the routed experts its ``moe`` column
+    states (0: the flavor's)."""
     spec = get_flavor(flavor)
+    _deepep_ep(stated, dp, experts or int(spec.num_experts or 0), out)
     if spec.num_experts:
         out.options["bf16_model_states"] = True
         out.notes.append(
@@ -52,13 +105,23 @@ def automodel_defaults(
             "trains the main model only"
         )
     family = str(spec.family)
-    if family in AUTOMODEL_RECOMPUTE and spec.num_experts and not row.get("recompute", "").strip():
+    empty = not row.get("recompute", "").strip()
+    if family in AUTOMODEL_RECOMPUTE and spec.num_experts and empty:
         out.parallel["recompute"] = AUTOMODEL_RECOMPUTE[family]
         out.notes.append(
             f"recompute {AUTOMODEL_RECOMPUTE[family]} for {family}: AutoModel's benchmark "
             "configs (examples/benchmark/configs/*_te_deepep.yaml activation_checkpointing: "
             "every block for DeepSeek-V3 and Qwen3, none for GPT-OSS; the recompute column is "
             "empty)"
+        )
+    elif family in AUTOMODEL_DENSE_RECOMPUTE and not spec.num_experts and empty:
+        out.parallel["recompute"] = AUTOMODEL_DENSE_RECOMPUTE[family]
+        out.notes.append(
+            f"recompute {AUTOMODEL_DENSE_RECOMPUTE[family]} for a dense {family} model: "
+            "AutoModel's dense pretraining configs (examples/llm_pretrain/"
+            "llama3_70b_pretrain.yaml, llama3_1_70b_pretrain_benchmark_*.yaml, "
+            "qwen3_8b_pretrain.yaml: distributed.activation_checkpointing true, every block; "
+            "the recompute column is empty)"
         )
     if stated.get("pp", 1) > 1:
         out.parallel["pp_split"] = "front"

@@ -7,7 +7,6 @@ import csv
 import json
 import math
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -275,9 +274,10 @@ def test_a_malformed_layout_cell_of_a_configured_row_names_file_row_and_column(
 
 
 #: DGXC-GROK1-BF16's setup stating only what the inference states of its rows: its model
-#: (mixtral-8x22b base, expert_ffn 32768) and layout, without the recipe settings the CSV does
-#: not state (FlashAttention-2, bf16 gradient reduction, ring context parallelism), which the
-#: inferred row takes from the megatron-core profile's defaults.
+#: (mixtral-8x22b base, expert_ffn 32768) and layout, with the NeMo 1.x DGX Cloud recipe's
+#: settings the inference reads since 5 Dec 2026 (s14 infer5: FlashAttention-2, bf16 gradient
+#: reduction, capacity factor 1.0, the kept pipeline outputs), without ring context parallelism
+#: (the 8-GPU row has CP 1).
 GROK_BY_HAND = """
 [sources.GROK]
 title = "a Grok-1 proxy row set up by hand"
@@ -289,12 +289,15 @@ framework = "megatron-core"
 precision = "bf16"
 model_base = "mixtral-8x22b"
 in_sample = false
+framework_options = { attention_kernel = "fa2", pipeline_outputs_kept = true }
 [sources.GROK.model]
 expert_ffn = 32768
+capacity_factor = 1.0
 [sources.GROK.parallel]
 zero = 1
 recompute = "none"
 sp = true
+grad_fp32 = false
 """
 
 
@@ -310,9 +313,9 @@ def test_a_grok1_proxy_row_is_inferred_on_a_mixtral_base(tmp_path: Path) -> None
     (package,) = [c for c in load_cases() if c.id == row["id"]]
     assert mine.evaluated and mine.case.source.startswith("INFERRED")
     assert package.model is not None and package.model.capacity_factor == 1.0
-    # the hand-written setup adds the recipe's drop-and-pad to capacity, which the CSV's cells
-    # do not state (grok1_314b.yaml moe_expert_capacity_factor 1.0)
-    assert mine.case.model == replace(package.model, capacity_factor=None)
+    # the recipe's drop-and-pad to capacity (grok1_314b.yaml moe_expert_capacity_factor 1.0),
+    # which the inference reads from the NeMo 1.x DGX Cloud recipe the text names (s14 infer5)
+    assert mine.case.model == package.model
     assert mine.case.model is not None and mine.case.model.expert_ffn == 32768
     assert (mine.case.model.layers, mine.case.model.num_experts) == (2, 8)
     assert mine.predicted == theirs.predicted
