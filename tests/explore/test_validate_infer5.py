@@ -175,3 +175,22 @@ def test_the_inferred_package_rows_take_the_hand_written_choices(
             )
         ours, theirs = dict(mine.framework_options), dict(hand.framework_options)
         assert ours.get("attention_kernel") == theirs.get("attention_kernel"), hand.id
+
+
+QWEN3_ROW = {
+    "model": "Qwen3_235B_a22B", "moe": "128 experts, top-8", "pp": "8", "ep": "8",
+    "num_gpus": "256", "global_batch_seqs": "8192", "precision": "MXFP8", "gpu": "B300",
+}  # fmt: skip
+BRIDGE_2602 = "NVIDIA Megatron-Bridge performance summary (26.02 container)"
+
+
+@pytest.mark.parametrize(
+    ("vpp", "overlap"), [("4", True), ("1", False), ("", None)]
+)  # fmt: skip
+def test_bridge_qwen3_moe_overlaps_its_all_to_all_exactly_with_a_virtual_pipeline(
+    vpp: str, overlap: bool | None
+) -> None:
+    case = _case(source=BRIDGE_2602, vpp=vpp, **QWEN3_ROW)
+    assert dict(case.framework_options).get("moe_comm_overlap") is overlap
+    if overlap is not None:
+        assert any("qwen3_workload_base_configs.py" in a for a in case.assumptions)
