@@ -18,6 +18,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
+from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
 from stage_explore.validation.infer_release import Defaults, container, row_text
 from stage_explore.validation.infer_userbuffers import (
@@ -575,6 +576,7 @@ def megatron_core_defaults(
         (int(stated.get("hidden", spec.hidden)), tp),
     )  # fmt: skip
     _mla_on_blackwell(row, flavor, system, out)
+    stated_bucket(row, out)
     release = container(row)
     if release is not None and release >= (25, 1):
         empty = not row.get("recompute", "").strip()
