@@ -245,11 +245,6 @@ DEPARTURES = {
     ("KOR22-", "grad_fp32"): "the hand-written KOR22 setups take fp32 gradient accumulation "
     "from the paper's Figure 1 accounting (18 bytes of state per parameter); the inference "
     "takes Megatron-LM's fp16 default (--accumulate-allreduce-grads-in-fp32 off)",
-    ("MBM-B200-25.11-QWEN3_235B_A22B-", "moe_comm_overlap"): "the hand-written row takes "
-    "moe_a2a_overlap False from qwen3_workload_base_configs.py 01b2977e, whose B200 V1 has no "
-    "virtual pipeline, while the row states VP 2; the inference reads the rule of every stored "
-    "version of that file (s14 infer5): moe_a2a_overlap True exactly on the layouts with a "
-    "virtual pipeline (the 25.11-era okoge-kaz c3e43e6 B200 config: VP 4, overlap True)",
 }
 
 

@@ -137,13 +137,14 @@ def test_a_malformed_csv_correction_is_an_error(
 def test_the_qwen3_rows_overlap_expert_all_to_alls_where_their_recipe_did() -> None:
     """Megatron-Bridge's Qwen3-235B performance configs set moe_a2a_overlap (Megatron-Core's
     combined 1F1B schedule, which needs a virtual pipeline when pp > 1) on H100 and, in the
-    version whose layouts are the 26.02 tables' (B300 VP 4, B200 without VP), on B300; never on
-    B200, nor on B300 in the later version without VP (the 26.04 row)."""
+    version whose layouts are the 26.02 tables' (B300 VP 4, B200 without VP), on B300; on B200
+    before Megatron-Bridge PR #1760 turned it off (the 25.11 row, VP 2), not after (the 26.02
+    row), nor on B300 in the later version without VP (the 26.04 row)."""
     expected = {
         "MBRIDGE25.11-DGX-H100-Qwen3_235B_a22B-256": True,
         "MBM-B300-26.02-QWEN3_235B_A22B-256": True,
         "MBM-B300-26.04-QWEN3_235B_A22B-256": False,
-        "MBM-B200-25.11-QWEN3_235B_A22B-64": False,
+        "MBM-B200-25.11-QWEN3_235B_A22B-64": True,
         "MBM-B200-26.02-QWEN3_235B_A22B-256": False,
     }
     cases = {c.id: c for c in load_cases() if c.id in expected}
