@@ -42,13 +42,14 @@ from stage_explore.analytical.framework_costs import (
     local_schedule_micro_batches,
     pipelining_buffer_bytes,
 )
-from stage_explore.analytical.framework_profile import LOSS_PARALLEL_FP32_BUFFERS, FrameworkProfile
+from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
     Point,
     States,
 )
+from stage_explore.analytical.profile_runtime import LOSS_PARALLEL_FP32_BUFFERS
 
 #: Bytes of a bfloat16 element (``bf16_model_states``: shard, gradient shard, each Adam moment).
 BF16_BYTES = 2

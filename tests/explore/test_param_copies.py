@@ -26,8 +26,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Fp8Recipe, Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.framework_profile import LOSS_PARALLEL_FP32_BUFFERS
 from stage_explore.analytical.frameworks import get_framework
+from stage_explore.analytical.profile_runtime import LOSS_PARALLEL_FP32_BUFFERS
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)

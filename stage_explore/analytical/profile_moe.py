@@ -1,0 +1,95 @@
+"""The framework-profile options of mixture-of-experts layers: the expert dispatch and its overlap,
+routing, and the expert GEMMs' inputs: each option's documentation (below), the framework flag it
+stands for (:data:`MOE_FLAGS`) and its field with the default (:class:`MoeOptions`, a base of
+:class:`~stage_explore.analytical.framework_profile.FrameworkProfile`).
+
+Options (all booleans unless said):
+
+- ``moe_comm_overlap`` — expert-parallel dispatch/combine all-to-alls run beside another
+  micro-batch's compute (Megatron ``--overlap-moe-expert-parallel-comm``).
+- ``moe_shared_expert_overlap`` — the shared experts' MLP runs while the dispatch all-to-all is
+  in flight (Megatron ``--moe-shared-expert-overlap``: "overlap between shared expert
+  computations and dispatcher communications; without this, the shared experts execute after
+  the routed experts"); off: after the routed experts, as Megatron's default.
+- ``moe_load_imbalance`` (float ≥ 1) — tokens routed to the busiest expert-parallel rank over
+  the mean (the max/mean tokens-per-expert ratio Megatron-Core's MoE router balances with its
+  auxiliary loss). The step waits for that rank, so its routed experts' compute and the
+  dispatch/combine traffic are charged at this factor (:func:`~stage_explore.analytical.blocktime.
+  imbalanced_timers`). 1.0 (every profile's default): balanced routing, what benchmarks run
+  with Megatron's ``--moe-router-force-load-balancing``.
+- ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
+  ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
+  ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each
+  remote node holding any of its top-k experts and fan it out over NVLink there (DeepEP README,
+  "normal kernels": NVLink-to-RDMA forwarding), so the scale-out level of the expert
+  all-to-all carries :func:`~stage_explore.analytical.collectives.deepep_scale_out_fraction`
+  of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
+  sent. Inside a node DeepEP sends a token once per destination rank, not once per expert
+  (:mod:`~stage_explore.analytical.deepep`).
+- ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
+  (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
+  ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
+  fewer ranks and nodes than under random balanced routing (the default, Megatron-Core's
+  ``--moe-router-force-load-balancing``: random router logits). DeepEP's traffic depends on
+  it, and the experts' GEMMs' row tiles: random routing gives each expert a binomial token
+  count (:mod:`~stage_explore.analytical.routing_tiles`), the fake gate exactly the mean.
+- ``moe_sort_chunks`` — the MoE tokens go through Megatron-Core's all-to-all token dispatcher
+  (``--moe-token-dispatcher-type alltoall``), which sorts the received tokens by local expert
+  before the grouped GEMM and back after it (``sort_chunks_by_idxs``, with more than one local
+  expert): one more read and write of the routed tokens each way, forward and backward
+  (:mod:`~stage_explore.analytical.megatron_dispatch`). Not with ``moe_deepep`` (the flex
+  dispatcher permutes the received tokens itself) or the allgather dispatcher.
+- ``moe_fp8_padding`` — under an FP8 recipe the MoE experts run as Megatron-Core's
+  ``TEGroupedMLP``, which pads every local expert's rows to the FP8 GEMM's alignment (32 under
+  MXFP8, else 16) with Transformer Engine's ``Fp8Padding`` before ``linear_fc1`` and strips them
+  with ``Fp8Unpadding`` after ``linear_fc2``: under random routing one more read and write of
+  the routed tokens each way, forward and backward, whatever the dispatcher
+  (:mod:`~stage_explore.analytical.megatron_dispatch`). Off for a run whose router pads the
+  routing map instead (``--moe-router-padding-for-fp8``); no effect outside FP8 training.
+- ``moe_split_quantize`` — under an FP8 recipe other than delayed scaling the experts' grouped
+  GEMMs quantize their operands (input, weights, output gradient) one local expert at a time, a
+  cast kernel each: Megatron-Core's ``TEGroupedMLP`` (``--moe-grouped-gemm``) on Transformer
+  Engine's ``GroupedLinear`` (``tex.split_quantize``, whose multi-tensor path fuses the splits
+  into one kernel only for delayed scaling; :func:`~stage_explore.analytical.fp8_casts.
+  split_quantize_kernels`). Each kernel pays the kernel model's ``memory_kernel_s``.
+- ``moe_probs_in_activation`` — the router's probabilities scale the experts' activation
+  output (the FC2 input) instead of the combined expert outputs, so the combine is a plain
+  unpermute that keeps nothing for the backward and the experts' FC2 outputs are not saved:
+  Megatron-Core's ``TEGroupedMLP.forward`` passes ``permuted_probs`` into
+  ``weighted_bias_swiglu_impl`` (``moe/experts.py``) and the dispatcher unpermutes without
+  them. Memory only (the saved bytes of MoE layers whose combine is not recomputed). Off: the
+  generator's weighted combine, which saves the expert outputs for the probabilities' gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Each option of this area and the flag (or config key) the framework exposes it under.
+MOE_FLAGS: dict[str, str] = {
+    "moe_comm_overlap": "Megatron --overlap-moe-expert-parallel-comm",
+    "moe_shared_expert_overlap": "Megatron --moe-shared-expert-overlap",
+    "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
+    "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
+    "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
+    "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
+    "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
+    "moe_split_quantize": "Megatron --moe-grouped-gemm: TE GroupedLinear split_quantize",
+    "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoeOptions:
+    """The fields of this area's options (module docstring); a field's default is what a
+    profile that does not set it takes."""
+
+    moe_comm_overlap: bool
+    moe_shared_expert_overlap: bool
+    moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
+    moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
+    moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
+    moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
+    moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are
+    moe_split_quantize: bool = False  # one cast kernel per grouped operand (no GroupedLinear)
+    moe_probs_in_activation: bool = False  # the weighted combine saves the expert outputs
