@@ -1,6 +1,7 @@
 """Rows written in the published-runs schema for the inferred-setup tests: a package row to
-copy (an H100 Llama 3 8B Megatron-Bridge row of the held-out file) and a CSV writer with the
-package file's header."""
+copy (an H100 Llama 3 8B Megatron-Bridge row of the held-out file), a minimal row of the
+columns the inference needs and its inferred case, and a CSV writer with the package file's
+header."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import csv
 from pathlib import Path
 
 from stage_explore.validation.csv_cells import read_csv
-from stage_explore.validation.setups import data_dir
+from stage_explore.validation.infer import row_cases
+from stage_explore.validation.setups import Case, data_dir
 
 HELD_OUT = "published_runs_held_out.csv"
 TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"
@@ -29,3 +31,21 @@ def write_rows(path: Path, rows: list[dict[str, str]]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def minimal_row(**cells: str) -> dict[str, str]:
+    """An 8-GPU H100 Llama 3 8B BF16 row of only the columns the inference needs, ``cells``
+    overriding them."""
+    base = {
+        "id": "X-1", "source": "", "source_table": "", "notes": "", "model": "Llama 3 8B",
+        "gpu": "H100-SXM5-80GB", "precision": "bf16", "global_batch_seqs": "128", "tp": "1",
+        "pp": "1", "cp": "1", "num_gpus": "8", "tokens_per_s_per_gpu": "1000",
+    }  # fmt: skip
+    return {**base, **cells}
+
+
+def inferred_case(**cells: str) -> Case:
+    """The inferred setup of :func:`minimal_row` with ``cells`` (it must evaluate)."""
+    (case, *_) = row_cases(minimal_row(**cells), "extra.csv", 1)
+    assert case.parallel is not None and case.model is not None, case.reason
+    return case

@@ -10,24 +10,11 @@ from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_release import container, dated
-from stage_explore.validation.setups import Case, data_dir, load_cases
+from stage_explore.validation.setups import data_dir, load_cases
+from tests.explore.published_rows import inferred_case as _case
+from tests.explore.published_rows import minimal_row as _row
 
 BRIDGE = "NVIDIA Megatron-Bridge performance summary (25.11 container)"
-
-
-def _row(**cells: str) -> dict[str, str]:
-    base = {
-        "id": "X-1", "source": "", "source_table": "", "notes": "", "model": "Llama 3 8B",
-        "gpu": "H100-SXM5-80GB", "precision": "bf16", "global_batch_seqs": "128", "tp": "1",
-        "pp": "1", "cp": "1", "num_gpus": "8", "tokens_per_s_per_gpu": "1000",
-    }  # fmt: skip
-    return {**base, **cells}
-
-
-def _case(**cells: str) -> Case:
-    (case, *_) = row_cases(_row(**cells), "extra.csv", 1)
-    assert case.parallel is not None and case.model is not None, case.reason
-    return case
 
 
 @pytest.mark.parametrize(

@@ -12,26 +12,12 @@ from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_dgxc import nemo1_recipe
 from stage_explore.validation.infer_torch import deepep_expert_parallel
 from stage_explore.validation.setups import Case, data_dir, load_cases
+from tests.explore.published_rows import inferred_case as _case
 
 HELD_OUT = "published_runs_held_out.csv"
 AUTOMODEL = "NeMo AutoModel performance summary (PyTorch backend)"
 GSW_2502 = "NVIDIA DGX Cloud Benchmarking performance recipes (GSW 25.02, NeMo 24.12)"
 GSW_2505 = "NVIDIA DGX Cloud Benchmarking performance recipes (GSW 25.05.04, NeMo 25.04)"
-
-
-def _row(**cells: str) -> dict[str, str]:
-    base = {
-        "id": "X-1", "source": "", "source_table": "", "notes": "", "model": "Llama 3 8B",
-        "gpu": "H100-SXM5-80GB", "precision": "bf16", "global_batch_seqs": "128", "tp": "1",
-        "pp": "1", "cp": "1", "num_gpus": "8", "tokens_per_s_per_gpu": "1000",
-    }  # fmt: skip
-    return {**base, **cells}
-
-
-def _case(**cells: str) -> Case:
-    (case, *_) = row_cases(_row(**cells), "extra.csv", 1)
-    assert case.parallel is not None and case.model is not None, case.reason
-    return case
 
 
 def _gpt_oss(**cells: str) -> Case:
