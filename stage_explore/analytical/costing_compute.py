@@ -39,6 +39,7 @@ from stage_explore.analytical.kernels import KernelTimer, gemm_shape, grouped_ge
 from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.parts import Point
 from stage_explore.analytical.routing_tiles import routing_share
+from stage_explore.analytical.ssd_kernels import SSDKernel, SSDShape, ssd_kernels
 
 
 class ComputeCosting:
@@ -136,7 +137,32 @@ class ComputeCosting:
             ),
             memory_kernel_s=kernels.memory_kernel_s,
             wgrad_accumulator=self._wgrad_accumulator(point),
+            ssd_kernels=self._ssd_kernels(point, kind),
         )
+
+    def _ssd_kernels(self, point: Point, kind: str) -> dict[str, tuple[SSDKernel, ...]]:
+        """The kernels mamba_ssm launches for block ``kind``'s Mamba-2 scan, by phase
+        (:mod:`~stage_explore.analytical.ssd_kernels`), on one rank's share: the micro-batch,
+        whole sequences, the heads and groups split over tp × cp (Megatron-Core's
+        ``nheads_local_tpcp``); empty for a block without one."""
+        layer = layer_kind_of_block(kind) or mtp_layer_of_block(kind)
+        if layer is None or layer.mixer is not Mixer.MAMBA:
+            return {}
+        sizes, parallel = point.workload.sizes, point.workload.parallel
+        split = parallel.tp * parallel.cp
+        shape = SSDShape(
+            batch=parallel.micro_batch,
+            seq=sizes["S"],
+            heads=sizes["Hs"] // split,
+            groups=sizes["Gs"] // split,
+            head_dim=sizes["Ps"],
+            state=sizes["Ns"],
+            chunk=sizes["Qs"],
+            element=4 if point.dtype == "fp32" else 2,
+        )
+        kernels = point.system.accelerator.kernels
+        assert kernels is not None  # only called for a kernel model
+        return ssd_kernels(shape, kernels.sm_count)
 
     def _cast_splits(self, point: Point, kind: str) -> dict[str, int]:
         """Cast kernels per FP8 operand cast of block ``kind``'s grouped expert GEMMs, by GEMM

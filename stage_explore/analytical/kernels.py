@@ -30,9 +30,12 @@ generator counts four (:data:`ATTENTION_BACKWARD_MATMULS`). The kernel name ``"u
 (Transformer Engine's ``UnfusedDotProductAttention``) is timed as the BMMs and softmax it runs
 instead (:mod:`~stage_explore.analytical.unfused_attention`).
 
-**Mamba-2's SSD scan** (kind ``ssdscan``): the roofline of its FLOPs at the 16-bit tensor-core
-peak times the sustained GEMM efficiency and of its bytes — inputs, output and the FP32
-intermediates of the five SSD kernels — at the achieved HBM bandwidth (memory-bound in practice).
+**Mamba-2's SSD scan** (kind ``ssdscan``): in a training step, the kernels mamba_ssm launches
+(:mod:`~stage_explore.analytical.ssd_kernels`: 5 forward, 31 backward with the conv recompute),
+each the larger of its bytes at the achieved HBM bandwidth and its ``tl.dot`` FLOPs at the
+16-bit tensor-core peak times the sustained GEMM efficiency, plus ``memory_kernel_s``; the
+generator's gate op runs inside them. Without that list (serving): the roofline of the scan
+instruction's FLOPs and bytes (inputs, output and the FP32 intermediates).
 
 **Precision.** Under an FP8 recipe only the decoder layers' linear GEMMs run in FP8 —
 those of forward (``fprop``), input gradient (``dgrad``) and weight gradient (``wgrad``) that
@@ -69,6 +72,7 @@ from stage_explore.analytical.loss_kernels import (
 )
 from stage_explore.analytical.megatron_dispatch import fp8_padding_bytes, sort_chunks_bytes
 from stage_explore.analytical.routing_tiles import expected_row_tiles
+from stage_explore.analytical.ssd_kernels import FUSED_CONV, FUSED_GATE, SSDKernel
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.analytical.unfused_attention import UNFUSED, unfused_kernels
 from stage_explore.system.accelerator import Accelerator, KernelModel
@@ -341,9 +345,17 @@ class KernelTimer:
     #: Eager ops' launches beyond their table's kernels (:func:`~stage_explore.analytical.eager.
     #: eager_expert_kernels`: per-expert loops), ``memory_kernel_s`` each.
     expert_kernels: Mapping[str, int] = field(default_factory=dict, compare=False)
+    #: The kernels mamba_ssm launches for a Mamba-2 scan instruction, by phase (``fwd``,
+    #: ``bwd``; :func:`~stage_explore.analytical.ssd_kernels.ssd_kernels`), each timed on its
+    #: own, the generator's gate op inside them and its ``B`` / ``C`` convs inside the ``x``
+    #: conv's kernel (:data:`~stage_explore.analytical.ssd_kernels.FUSED_CONV`); empty: the
+    #: scan's roofline (serving).
+    ssd_kernels: Mapping[str, tuple[SSDKernel, ...]] = field(default_factory=dict, compare=False)
 
     def __call__(self, instr: Instr) -> float:
         accelerator = self.accelerator
+        if self.ssd_kernels and (instr.kind == "ssdscan" or instr.name in FUSED_GATE):
+            return self._ssd_s(instr)
         hbm = accelerator.achieved_memory_bandwidth_bytes_per_s
         moved = eager_instr_bytes(instr, self.eager_bytes) if self.eager_bytes else None
         if moved is None:
@@ -358,7 +370,8 @@ class KernelTimer:
             memory_s += fp8_padding_bytes(instr) / hbm
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
-        if moved is None and self.memory_kernel_s and is_own_kernel(instr):
+        one_conv = bool(self.ssd_kernels) and instr.name in FUSED_CONV  # inside conv.x's kernel
+        if moved is None and self.memory_kernel_s and is_own_kernel(instr) and not one_conv:
             memory_s += self.memory_kernel_s  # launch, ramp-up and tail (eager: in its fraction)
         if instr.flops <= 0:
             return memory_s
@@ -499,6 +512,20 @@ class KernelTimer:
             launches += kernels / share if launches_casts(instr.name) else 0.0
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return total / bandwidth + launches * self.memory_kernel_s
+
+    def _ssd_s(self, instr: Instr) -> float:
+        """Seconds of a Mamba-2 scan instruction as mamba_ssm's kernels (:attr:`ssd_kernels`):
+        each the larger of its bytes at the achieved HBM bandwidth and its tensor-core FLOPs at
+        :meth:`_ssd_rate`, plus ``memory_kernel_s``; the gate op runs inside them (0 s)."""
+        if instr.kind != "ssdscan":
+            return 0.0
+        hbm = self.accelerator.achieved_memory_bandwidth_bytes_per_s
+        rate = self._ssd_rate()
+        seconds = 0.0
+        for kernel in self.ssd_kernels["bwd" if instr.phase == "bwd" else "fwd"]:
+            moved = kernel.bytes_read + kernel.bytes_written
+            seconds += max(moved / hbm, kernel.flops / rate) + self.memory_kernel_s
+        return seconds
 
     def _ssd_rate(self) -> float:
         """FLOP/s of Mamba-2's SSD scan: its chunked matmuls run on the tensor cores (Triton
