@@ -143,3 +143,19 @@ def test_fp8_buffers_and_atomic_gemms_take_the_scatters_off_multicast() -> None:
     assert _fp8_step_s(both) < _fp8_step_s(atomic)  # the FP8 buffer also halves the bytes
     # without multicast the FP8 buffer still halves the forward reduce-scatters' bytes
     assert _fp8_step_s({**both, "ub_multicast": False}) < _fp8_step_s({"ub_multicast": False})
+
+
+def test_gb200_multicast_rate_is_its_own_rack_measurement() -> None:
+    """GB200's NVLink SHARP rate is the NVL72 rack's own NCCL NVLS all-reduce (72 ranks, 8 GiB,
+    busbw 846.8 GB/s in place, coreweave/nccl-tests README), not HGX B200's 8-GPU figure: the
+    algbw busbw x n / (2 (n-1)) times (1 + 1/n) per direction, over the 900 GB/s line."""
+    ranks, busbw = 72, 846.82e9
+    algbw = busbw * ranks / (2 * (ranks - 1))
+    gb200 = load_system("gb200-nvl72").network[0]
+    b200 = load_system("b200").network[0]
+    assert gb200.nvls_efficiency is not None and b200.nvls_efficiency is not None
+    per_direction = algbw * (1 + 1 / ranks)
+    assert gb200.nvls_efficiency == pytest.approx(
+        per_direction / gb200.bandwidth_bytes_per_s, abs=1e-3
+    )
+    assert gb200.nvls_efficiency < b200.nvls_efficiency  # the rack multicasts slower than HGX B200
