@@ -42,6 +42,21 @@ BF16_REDUCE = {
         "reduce_dtype bfloat16)"
     ),
 }
+#: Composer's FSDP ``mixed_precision: PURE`` named in a row (llm-foundry's MPT benchmark
+#: tables' "MP Mode" column; its first ``submit_benchmarks.py``'s ``--fsdp_config_mixed_precision``
+#: default): mosaicml/composer 0099561e composer/trainer/mosaic_fsdp_utils.py
+#: ``get_mixed_precision``: ``PURE`` sets param_dtype = reduce_dtype = buffer_dtype = the
+#: precision's dtype, where ``DEFAULT`` (the profile's reading) leaves param_dtype None.
+COMPOSER_PURE = re.compile(r"\b(?:mixed[\s_]?precision|mp[\s_]mode)\W{0,3}pure\b", re.IGNORECASE)
+#: Where a row may name Composer's FSDP mixed-precision mode.
+COMPOSER_PURE_COLUMNS = ("precision", "dp_sharding", "source_table", "notes")
+COMPOSER_PURE_NOTE = (
+    "Composer FSDP mixed_precision PURE (the row names it): parameters all-gathered and used "
+    "in bf16 (fsdp_param_fp32 false), so the token embedding and the residual stream are bf16 "
+    "and MPT's blocks run as the generator's ops (eager_modules generator, not the fp32 stream "
+    "of llm-foundry-2023): mosaicml/composer 0099561e composer/trainer/mosaic_fsdp_utils.py "
+    "get_mixed_precision, PURE: param_dtype = reduce_dtype = buffer_dtype = the precision's"
+)
 #: Frameworks whose fp16 training reduces gradients in fp16 by default: framework profile → why.
 FP16_REDUCE = {
     "megatron-lm-2021": (
@@ -134,6 +149,9 @@ def recipe_defaults(
     elif _NO_DROPOUT.search(f"{row_text(row)} {row.get('uncertain', '')}"):
         out.model["dropout"] = False
         out.notes.append("no dropout (the row's text says dropout 0)")
+    if framework == "llm-foundry-2023" and names_composer_pure(row):
+        out.options.update(fsdp_param_fp32=False, eager_modules="generator")
+        out.notes.append(COMPOSER_PURE_NOTE)
     text = row_text(row).lower()
     for frameworks, pattern, option, value, why in NAMED_TECHNIQUES:
         if framework in frameworks and re.search(pattern, text):
@@ -149,3 +167,9 @@ def recipe_defaults(
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
     return out
+
+
+def names_composer_pure(row: dict[str, str]) -> bool:
+    """Whether a row's text names Composer's FSDP ``mixed_precision`` mode ``PURE``
+    (:data:`COMPOSER_PURE`, in :data:`COMPOSER_PURE_COLUMNS`)."""
+    return any(COMPOSER_PURE.search(row.get(c, "")) for c in COMPOSER_PURE_COLUMNS)

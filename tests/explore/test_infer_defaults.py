@@ -146,6 +146,39 @@ def test_mpt_blocks_have_no_bias_and_no_dropout_and_composer_reduces_in_bf16() -
     assert any("get_mixed_precision" in n for n in defaults.notes)
 
 
+FOUNDRY = "MosaicML llm-foundry MPT training benchmarks, A100 40GB table"
+
+
+@pytest.mark.parametrize(
+    ("cells", "pure"),
+    [
+        ({"precision": "bf16 (FSDP mixed_precision PURE)"}, True),
+        ({"notes": "Precision bf16, MP Mode PURE (Composer FSDP mixed_precision)"}, True),
+        ({"precision": "amp_bf16 (FSDP mixed_precision DEFAULT)"}, False),
+        ({"precision": "bf16", "notes": "a pure throughput run"}, False),
+    ],
+)
+def test_composer_pure_gathers_bf16_parameters_on_a_bf16_stream(
+    cells: dict[str, str], pure: bool
+) -> None:
+    """Composer's get_mixed_precision PURE casts parameters to the precision's dtype: no fp32
+    all-gathers and casts, no fp32 residual stream (mosaicml/composer 0099561e)."""
+    row = _row(model="MPT-7B", source=FOUNDRY, **cells)
+    defaults = recipe_defaults(row, "llm-foundry-2023", "bf16", "gpt3-6.7b", {}, {})
+    expected = {"fsdp_param_fp32": False, "eager_modules": "generator"} if pure else {}
+    assert defaults.options == expected
+    assert any("mixed_precision PURE" in n for n in defaults.notes) is pure
+    mpt_7b = {"layers": "32", "hidden": "4096", "heads": "32", "ffn": "16384", "vocab": "50368"}
+    case = _case(model="MPT-7B", source=FOUNDRY, gpu="A100 40GB", **mpt_7b, **cells)
+    assert case.backend_key.split("+")[0] == "llm-foundry-2023"
+    assert dict(case.framework_options) == expected
+
+
+def test_pure_named_beside_another_framework_changes_nothing() -> None:
+    row = _row(source=TITAN, precision="bf16 (FSDP mixed_precision PURE)")
+    assert recipe_defaults(row, "torchtitan", "bf16", "llama3-8b", {}, {}).options == {}
+
+
 def test_a_text_saying_dropout_0_turns_dropout_off() -> None:
     row = _row(model="GPT3 175B", uncertain="dims from conf/custom.yaml (dropout 0)")
     defaults = recipe_defaults(row, "megatron-core", "bf16", "gpt3-175b", {}, {})
