@@ -354,3 +354,38 @@ def test_inter_node_rates_written_another_way(interconnect: str, per_gpu_gbit: i
     cluster = read_cluster("A100 80GB", interconnect)
     assert cluster.scale_out is not None and cluster.per_node
     assert cluster.scale_out.value * 8 / 1e9 / 8 == pytest.approx(per_gpu_gbit)
+
+
+def test_the_llm_foundry_a100_rows_read_their_memory_and_composer_mode() -> None:
+    """The 81 llm-foundry A100 rows of published_runs_no_setup.csv (5 Dec 2026, s15 hidden3):
+    the 40 GB table on the a100-40gb preset, the 80 GB one on a100-80gb, every row on the
+    llm-foundry-2023 profile; the rows whose 'MP Mode' is PURE gather bf16 parameters on a
+    bf16 residual stream, the DEFAULT rows keep the profile's fp32 gathers."""
+    rows = [
+        r for r in read_csv(DATA / "published_runs_no_setup.csv") if r["id"].startswith("MPT-A100")
+    ]
+    assert len(rows) == 81
+    for row in rows:
+        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.parallel is not None
+        assert case.system_source == ("a100-40gb" if "A100 40GB" in row["gpu"] else "a100-80gb")
+        assert case.backend_key.split("+")[0] == "llm-foundry-2023"
+        pure = "PURE" in row["precision"]
+        options = dict(case.framework_options)
+        assert (options.get("fsdp_param_fp32") is False) is pure
+        assert (options.get("eager_modules") == "generator") is pure
+        assert case.parallel.zero == 3 and not case.parallel.grad_fp32
+
+
+def test_the_mlperf_v51_third_party_8b_rows_read_their_nics_per_gpu() -> None:
+    """Cisco's and HPE's MLPerf v5.1 Llama 3.1 8B rows state 400 Gb/s per GPU (8 NICs per
+    node of 8), the presets' own figure: no derived system."""
+    ids = ("MLPERF-L31-8B-H100-V51-CISCO-64", "MLPERF-L31-8B-H100-V51-CISCO-128",
+           "MLPERF-L31-8B-H200-V51-HPE-64")  # fmt: skip
+    rows = {r["id"]: r for r in read_csv(DATA / "published_runs_no_setup.csv")}
+    for rid in ids:
+        (case,) = row_cases(rows[rid], "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.parallel is not None
+        assert case.system_source == ("h200" if "H200" in rid else "h100-80gb")
+        assert not case.system_overrides
+        assert case.backend_key.split("+")[0] == "megatron-core"
