@@ -12,7 +12,10 @@ recipe runs in FP8 is :mod:`~stage_explore.analytical.fp8_roles`.
 ``sm_count`` SMs, in waves (NVIDIA, "Matrix Multiplication Background User's Guide": tile and
 wave quantization). The useful fraction of the work issued is
 ``b·M·N / (waves · sm_count · tm · tn)``; each tile's main loop runs at
-``K / (K + gemm_k_overhead)`` (prologue and epilogue); both orientations of the tile are tried,
+``K / (K + gemm_k_overhead · s)`` (prologue and epilogue: ``gemm_k_overhead`` K elements of the
+16-bit main loop, a fixed time, which a dtype whose loop consumes K ``s`` times faster — FP8,
+MXFP8 — spends ``s`` times as many K elements on, :func:`k_overhead_scale`); both orientations
+of the tile are tried,
 and split-K (the reduction dim cut into 2–4 slices whose FP32 partial tiles are summed in a
 second pass) when it fills the waves better, as cuBLAS's heuristics would. The result
 multiplies ``gemm_efficiency[dtype]``, the sustained efficiency of a large wave-aligned GEMM,
@@ -131,16 +134,47 @@ MIN_SPLIT_K = 256
 PARTIAL_BYTES = 4
 
 
+def sustained_fraction(kernels: KernelModel, dtype: str) -> float:
+    """``gemm_efficiency[dtype]``, else the 16-bit (``bf16``) fraction, else the lowest stated."""
+    sustained = kernels.gemm_efficiency.get(dtype)
+    if sustained is None:
+        sustained = kernels.gemm_efficiency.get("bf16", min(kernels.gemm_efficiency.values()))
+    return sustained
+
+
+#: The tile whose prologue and epilogue ``gemm_k_overhead`` measures in K elements: the 16-bit
+#: main loop (the presets' "one 64-deep K step" of a BF16 / FP16 tile), the first one the
+#: accelerator has a peak for.
+K_OVERHEAD_DTYPES = ("bf16", "fp16")
+
+
+def k_overhead_scale(accelerator: Accelerator, kernels: KernelModel, dtype: str) -> float:
+    """How many of ``gemm_k_overhead``'s 16-bit K elements a ``dtype`` tile's prologue and
+    epilogue take: their time is the same whatever the operands' width — the pipeline fill is
+    load latency, and the epilogue stores the same 16-bit (or wider) output tile — while the
+    main loop consumes K at the dtype's sustained rate, so the fixed time spans
+    ``rate(dtype) / rate(16-bit)`` times as many K elements (FP8 on H100 1.75, on B200 / GB200
+    2.0). 1 when the accelerator states no 16-bit peak."""
+    peaks = accelerator.peak_flops_per_s
+    reference = next((d for d in K_OVERHEAD_DTYPES if d in peaks), None)
+    if reference is None or dtype not in peaks or dtype == reference:
+        return 1.0
+    rate = peaks[dtype] * sustained_fraction(kernels, dtype)
+    return rate / (peaks[reference] * sustained_fraction(kernels, reference))
+
+
 def gemm_efficiency(
     kernels: KernelModel,
     dtype: str,
     shape: tuple[int, int, int, int],
     split: int = 1,
     share: float = 0.0,
+    k_scale: float = 1.0,
 ) -> float:
     """The fraction of ``dtype``'s peak a GEMM of ``shape`` reaches with its reduction dim
     split ``split`` ways (module docstring); ``share`` > 0: its rows are a randomly routed
-    expert's tokens (:func:`_issued_fraction`)."""
+    expert's tokens (:func:`_issued_fraction`); ``k_scale``: the tile's prologue and epilogue
+    in units of ``gemm_k_overhead`` (:func:`k_overhead_scale`)."""
     batch, m, n, k = shape
     tm, tn = kernels.gemm_tile
     issued = max(
@@ -148,11 +182,8 @@ def gemm_efficiency(
         _issued_fraction(batch * split, m, n, (tn, tm), kernels.sm_count, share),
     )
     per_split = k / split
-    main_loop = per_split / (per_split + kernels.gemm_k_overhead)
-    sustained = kernels.gemm_efficiency.get(dtype)
-    if sustained is None:
-        sustained = kernels.gemm_efficiency.get("bf16", min(kernels.gemm_efficiency.values()))
-    return sustained * issued * main_loop
+    main_loop = per_split / (per_split + kernels.gemm_k_overhead * k_scale)
+    return sustained_fraction(kernels, dtype) * issued * main_loop
 
 
 def gemm_time_s(
@@ -170,11 +201,12 @@ def gemm_time_s(
     batch, m, n, k = shape
     peak = accelerator.peak(dtype)
     bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
+    k_scale = k_overhead_scale(accelerator, kernels, dtype)
     best = math.inf
     for split in SPLIT_K:
         if split > 1 and k // split < MIN_SPLIT_K:
             break
-        efficiency = gemm_efficiency(kernels, dtype, shape, split, share)
+        efficiency = gemm_efficiency(kernels, dtype, shape, split, share, k_scale)
         seconds = max(memory_s, flops / (peak * efficiency))
         if split > 1:
             seconds += 2 * split * batch * m * n * PARTIAL_BYTES / bandwidth
