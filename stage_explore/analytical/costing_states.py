@@ -32,6 +32,7 @@ from stage_core.lower.program import (
     _block_sync,
     boundary_bytes,
 )
+from stage_core.models.spec import Position
 from stage_explore.analytical.context_parallel import cp_ring_held_bytes
 from stage_explore.analytical.costs import (
     optimizer_step_s,
@@ -41,6 +42,7 @@ from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
     local_schedule_micro_batches,
     pipelining_buffer_bytes,
+    rope_table_bytes,
 )
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.parts import (
@@ -187,7 +189,10 @@ class StateCosting:
         :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set; under
         ``pipelining_stage_buffers`` with pp > 1, torch pipelining's receive buffers and kept
         outputs (:func:`~stage_explore.analytical.framework_costs.pipelining_buffer_bytes`; the
-        first stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe)."""
+        first stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe); under
+        ``rope_table_buffer`` the rotary table of each model part on the rank
+        (:func:`~stage_explore.analytical.framework_costs.rope_table_bytes`; rotary, not latent,
+        attention)."""
         workload, profile = point.workload, self.framework
         parallel = workload.parallel
         held = gathered
@@ -205,6 +210,9 @@ class StateCosting:
             m = local_schedule_micro_batches(profile, parallel, workload.micro_batches)
             in_flight = m if str(parallel.schedule) == "gpipe" else min(parallel.pp, m)
             held += pipelining_buffer_bytes(chunks, m, boundary_bytes(workload), in_flight)
+        model = workload.model
+        if profile.rope_table_buffer and model.position is Position.ROTARY and not model.is_mla:
+            held += len(signature) * rope_table_bytes(model.seq_len, model.head_dim, parallel.cp)
         buffers = profile.loss_fp32_buffers
         if profile.loss_parallel and parallel.tp > 1:  # DTensor loss_parallel's backward
             buffers = LOSS_PARALLEL_FP32_BUFFERS

@@ -4,9 +4,9 @@ each framework's gathering rule), :func:`grad_accumulation_bytes` and
 :func:`held_accumulation_bytes` (the traffic of accumulating gradients over micro-batches), the
 FSDP copy-kernel byte counts (:func:`fsdp1_flat_grad_bytes`, :func:`fsdp2_copy_bytes`),
 :data:`FP8_DYNAMIC_CAST_BYTES`, :func:`distributed_fused_adam_state_bytes`,
-:func:`pipelining_buffer_bytes`, and the micro-batches per pipeline schedule
-(:func:`local_schedule_micro_batches`, :func:`held_sync_micro_batches`). The profile type is
-:mod:`stage_explore.analytical.framework_profile`, the shipped profiles
+:func:`pipelining_buffer_bytes`, :func:`rope_table_bytes`, and the micro-batches per pipeline
+schedule (:func:`local_schedule_micro_batches`, :func:`held_sync_micro_batches`). The profile
+type is :mod:`stage_explore.analytical.framework_profile`, the shipped profiles
 :mod:`stage_explore.analytical.frameworks`.
 """
 
@@ -154,6 +154,25 @@ def pipelining_buffer_bytes(
         if last and not first:
             total -= boundary
     return total
+
+
+#: Bytes of a complex64 element: TorchTitan's ``precompute_freqs_cis`` returns
+#: ``torch.polar(torch.ones_like(freqs), freqs)`` of fp32 ``freqs``.
+COMPLEX64_BYTES = 8
+
+#: Positions of TorchTitan's rotary table per position of the run's sequence:
+#: ``_precompute_freqs_cis`` passes ``self.model_args.max_seq_len`` ("we removed the 2x
+#: relaxing in our CP enablement PR": ``context_parallel`` shards the table like the inputs), and
+#: train.py sets ``max_seq_len`` to ``training.seq_len``.
+ROPE_TABLE_POSITIONS_PER_TOKEN = 1
+
+
+def rope_table_bytes(seq_len: int, head_dim: int, cp: int) -> int:
+    """Bytes of one model part's rotary table under ``rope_table_buffer``: ``seq`` positions of
+    ``head_dim / 2`` complex64 values, twice with context parallelism (``cp`` > 1), where torch's
+    ``context_parallel`` holds a clone of it for the step to restore it afterwards."""
+    table = ROPE_TABLE_POSITIONS_PER_TOKEN * seq_len * (head_dim // 2) * COMPLEX64_BYTES
+    return 2 * table if cp > 1 else table
 
 
 def held_sync_micro_batches(

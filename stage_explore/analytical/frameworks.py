@@ -379,6 +379,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # Float8RowwiseParallel, PrepareFloat8ModuleInput from torchao.float8) for the
             # tensorwise recipe: the TP all-gathers carry FP8 data
             float8_tp=True,
+            # models/llama/model.py: register_buffer("freqs_cis", ...) of max_seq_len
+            # positions on every model part; train.py's context_parallel restores it (a clone)
+            rope_table_buffer=True,
         ),
     )
 }

@@ -86,6 +86,18 @@ Options (all booleans unless said):
   holds ``2·m`` boundary-sized buffers (``m`` micro-batches), the first stage ``m`` plus the
   outputs in flight (:func:`~stage_explore.analytical.framework_costs.pipelining_buffer_bytes`).
   Memory only.
+- ``rope_table_buffer`` — the model keeps its rotary table as a module buffer on every model
+  part (pipeline stage) a rank holds: TorchTitan's Llama registers ``freqs_cis``, complex64
+  (8 bytes) of ``max_seq_len`` positions × ``head_dim / 2`` (``models/llama/model.py``
+  ``_precompute_freqs_cis``; the 2x of earlier versions was removed when CP came, as
+  ``context_parallel`` shards the table like the inputs), 4·seq·head_dim bytes. With
+  context parallelism torch's ``context_parallel`` (``torch/distributed/tensor/experimental/
+  _attention.py``) clones every buffer it must restore before sharding it in place
+  (``original_buffers = [... b.clone() ...]``, then ``buffer.resize_`` to the shard, which keeps
+  the storage), and TorchTitan restores ``freqs_cis`` (``cp_no_restore_buffers`` names only the
+  inputs and labels), so two whole tables live for the step
+  (:func:`~stage_explore.analytical.framework_costs.rope_table_bytes`). Memory only; not for
+  latent attention (whose table was not read).
 """
 
 from __future__ import annotations
@@ -105,6 +117,7 @@ RUNTIME_FLAGS: dict[str, str] = {
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
     "pipeline_outputs_kept": "Megatron-Core deallocate_pipeline_outputs False (NeMo 1.x)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
+    "rope_table_buffer": "torchtitan Transformer.freqs_cis buffer (cloned by context_parallel)",
 }
 
 #: fp32 logits-sized buffers DTensor's ``loss_parallel`` cross-entropy holds at its backward's
@@ -130,3 +143,4 @@ class RuntimeOptions:
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
     pipeline_outputs_kept: bool = False  # a sent output's data freed (deallocate_output_tensor)
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
+    rope_table_buffer: bool = False  # the rotary table computed per forward (not counted)
