@@ -79,6 +79,7 @@ def test_fsdp2_under_pp_holds_each_stage_unsharded_parameters_and_gradients() ->
         "loss_fp32_buffers": 0,
         "fsdp_fp32_shards": False,
         "pipelining_stage_buffers": False,  # tests/explore/test_pipelining_buffers.py
+        "rope_table_buffer": False,  # tests/explore/test_rope_table_buffer.py
     }
     off = AnalyticalBackend(
         framework="torchtitan", overrides={**plain, "pp_unsharded_params": False}
