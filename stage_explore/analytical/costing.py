@@ -86,6 +86,7 @@ from stage_explore.analytical.parts import (
     canonical_sizes,
 )
 from stage_explore.analytical.passes import PhasePasses
+from stage_explore.analytical.persistent_gemm import bulk_gather_partners, persistent_bulk_s
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.analytical.te_context_parallel import te_ring_comm_timer
 from stage_explore.analytical.ub_multicast import (
@@ -206,11 +207,15 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
                 instrs, compute_s, comm_s, policy.collectives_wait_for_issued_compute
             )
             if bulk_gemms and kernels is not None and rule is not None:
-                lost_s = ub_bulk_share_s(  # bulk kernels' SMs beside full-grid GEMMs
-                    sum(comm_s(i) for i in instrs if isinstance(rule(i), Bulk)),
-                    sum(compute_s(i) for i in bulk_gemms),
-                    kernels.sm_count,
-                )
+                bulk_s = sum(comm_s(i) for i in instrs if isinstance(rule(i), Bulk))
+                gemm_s = sum(compute_s(i) for i in bulk_gemms)
+                if kernels.persistent_gemm:  # the GEMMs' blocks wait for the bulk kernels' SMs
+                    gathers, beside = bulk_gather_partners(instrs, rule)  # and the gathers'
+                    lost_s = persistent_bulk_s(bulk_s, gemm_s) + persistent_bulk_s(
+                        sum(comm_s(i) for i in gathers), sum(compute_s(i) for i in beside)
+                    )
+                else:  # bulk kernels' SMs beside full-grid GEMMs, tiles placed as SMs free
+                    lost_s = ub_bulk_share_s(bulk_s, gemm_s, kernels.sm_count)
                 timing = timing.plus_compute(lost_s)
             if chunk_gemms and kernels is not None:
                 lost_s = ub_bulk_share_s(  # reduce-scatter chunks beside whole-grid GEMM chunks

@@ -104,7 +104,12 @@ class KernelModel:
     - ``memory_kernel_s``: seconds a memory-bound kernel costs beyond its bytes at the achieved
       HBM bandwidth when kernels run back to back in one stream (its launch, ramp-up and tail:
       ``t = memory_kernel_s + bytes / bandwidth``, fitted on a streaming kernel timed over
-      DRAM-sized volumes); 0: none stated.
+      DRAM-sized volumes); 0: none stated;
+    - ``persistent_gemm``: the GEMM library's kernels are persistent with a static tile
+      schedule (one block per SM, each working through a fixed share of the output tiles), so
+      a GEMM launched on every SM beside a kernel that holds some of them waits for those SMs
+      (:func:`~stage_explore.analytical.persistent_gemm.persistent_bulk_s`); False: blocks are
+      placed as SMs free (the wave model).
     """
 
     sm_count: int
@@ -120,6 +125,7 @@ class KernelModel:
     grouped_gemm_group_s: float = 0.0
     eager_memory: float = 0.0
     memory_kernel_s: float = 0.0
+    persistent_gemm: bool = False
 
     def attention(self, kernel: str | None) -> tuple[float, float]:
         """(forward, backward) fraction of the BF16 peak of the named kernel; the best kernel
@@ -190,6 +196,10 @@ class KernelModel:
         object.__setattr__(self, "gemm_efficiency", dict(self.gemm_efficiency))
         for name in ("attention_forward", "attention_backward"):
             check_fraction(getattr(self, name), f"kernels `{name}`")
+        if not isinstance(self.persistent_gemm, bool):
+            raise ConfigError(
+                f"kernels `persistent_gemm` must be true or false, but got {self.persistent_gemm!r}"
+            )
         if self.eager_memory:
             check_fraction(self.eager_memory, "kernels `eager_memory`")
         for name in (
@@ -219,6 +229,7 @@ class KernelModel:
             ),
             **({"eager_memory": self.eager_memory} if self.eager_memory else {}),
             **({"memory_kernel_s": self.memory_kernel_s} if self.memory_kernel_s else {}),
+            **({"persistent_gemm": True} if self.persistent_gemm else {}),
             **(
                 {"attention_kernels": {k: list(v) for k, v in self.attention_kernels.items()}}
                 if self.attention_kernels

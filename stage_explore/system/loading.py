@@ -84,6 +84,7 @@ _KERNEL_KEYS = (
     "grouped_gemm_group_s",
     "eager_memory",
     "memory_kernel_s",
+    "persistent_gemm",
 )
 _EFFICIENCY_KEYS = ("matmul_peak", "matmul_half_saturation_flops", "memory")
 _DIM_KEYS = (
@@ -138,6 +139,12 @@ class _Table:
         value = self._get(name, None)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(name, f"must be an integer, but got {value!r}")
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self._get(name, None)
+        if not isinstance(value, bool):
+            raise self.fail(name, f"must be true or false, but got {value!r}")
         return value
 
     def number(self, name: str) -> float:
@@ -244,6 +251,8 @@ def _kernels(table: _Table) -> KernelModel:
         values["eager_memory"] = table.number("eager_memory")
     if table.has("memory_kernel_s"):
         values["memory_kernel_s"] = table.number("memory_kernel_s")
+    if table.has("persistent_gemm"):
+        values["persistent_gemm"] = table.flag("persistent_gemm")
     if table.has("attention_kernels"):
         named = table.table("attention_kernels")
         kernels = {}

@@ -7,6 +7,8 @@ kernel's SMs only while it runs. Closed forms of both."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from stage_core.errors import ConfigError
@@ -26,6 +28,7 @@ from stage_explore.analytical.overlap import (
 )
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
+from stage_explore.system.model import System
 from stage_explore.validation.setups import load_cases
 
 UNIT = 1000
@@ -90,14 +93,25 @@ def test_the_pipelined_reduce_scatter_chunks_are_the_collectives_kernels() -> No
     assert pipelined_collectives(backward) == ()  # unsplit collectives are not chunks
 
 
-def _compute(tp: int, margin: bool, option: str = OPTION) -> tuple[float, float]:
+def _h100(persistent: bool) -> System:
+    """The h100-80gb preset, its GEMMs persistent (the preset's) or placed as SMs free."""
+    system = load_system("h100-80gb")
+    kernels = system.accelerator.kernels
+    assert kernels is not None
+    kernels = replace(kernels, persistent_gemm=persistent)
+    return replace(system, accelerator=replace(system.accelerator, kernels=kernels))
+
+
+def _compute(
+    tp: int, margin: bool, option: str = OPTION, persistent: bool = False
+) -> tuple[float, float]:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
     parallel = ParallelConfig(tp=tp, dp=1, sp=tp > 1, global_batch=1, micro_batch=1)
     # ub_multicast off: the toy step is then bound by its GEMM chunks, not by the multicast
     # reduce-scatters (ub_multicast.py), so the margin's cost shows in the step time
     overrides = {option: margin, "ub_multicast": False}
     backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
-    result = backend.evaluate(model, parallel, load_system("h100-80gb"))
+    result = backend.evaluate(model, parallel, _h100(persistent))
     return result.step_time_s, result.breakdown["compute"]
 
 
@@ -108,6 +122,15 @@ def test_the_recipes_bulk_overlap_costs_less_than_the_margin() -> None:
     assert off_compute < on_compute and off_s < on_s  # options differ: results differ
     # no tensor parallelism, no userbuffers kernel: the option changes nothing
     assert _compute(1, True) == _compute(1, False)
+
+
+def test_persistent_gemms_without_the_margin_wait_for_the_bulk_kernels() -> None:
+    # Hopper's persistent GEMMs (persistent_gemm.py): on every SM they wait for the bulk
+    # kernel's SMs, so the recipes' setting costs more than the margin there
+    on_s, on_compute = _compute(4, True, persistent=True)
+    off_s, off_compute = _compute(4, False, persistent=True)
+    assert off_compute > on_compute and off_s > on_s
+    assert _compute(4, True, persistent=True) == _compute(4, True)  # the margin: unchanged
 
 
 def test_pipelined_chunks_on_every_sm_cost_less_than_the_margin() -> None:
