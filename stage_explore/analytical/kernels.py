@@ -35,10 +35,10 @@ instead (:mod:`~stage_explore.analytical.unfused_attention`).
 
 **Mamba-2's SSD scan** (kind ``ssdscan``): in a training step, the kernels mamba_ssm launches
 (:mod:`~stage_explore.analytical.ssd_kernels`: 5 forward, 31 backward with the conv recompute),
-each the larger of its bytes at the achieved HBM bandwidth and its ``tl.dot`` FLOPs at the
-16-bit tensor-core peak times the sustained GEMM efficiency, plus ``memory_kernel_s``; the
-generator's gate op runs inside them. Without that list (serving): the roofline of the scan
-instruction's FLOPs and bytes (inputs, output and the FP32 intermediates).
+each the larger of its bytes at the SSD kernels' achieved HBM bandwidth (``ssd_memory``) and its
+``tl.dot`` FLOPs at the 16-bit tensor-core peak times the sustained GEMM efficiency, plus
+``memory_kernel_s``; the generator's gate op runs inside them. Without that list (serving):
+the roofline of the scan instruction's FLOPs and bytes (inputs, output, FP32 intermediates).
 
 **Precision.** Under an FP8 recipe only the decoder layers' linear GEMMs run in FP8 —
 those of forward (``fprop``), input gradient (``dgrad``) and weight gradient (``wgrad``) that
@@ -547,11 +547,15 @@ class KernelTimer:
 
     def _ssd_s(self, instr: Instr) -> float:
         """Seconds of a Mamba-2 scan instruction as mamba_ssm's kernels (:attr:`ssd_kernels`):
-        each the larger of its bytes at the achieved HBM bandwidth and its tensor-core FLOPs at
+        each the larger of its bytes at the SSD kernels' achieved HBM bandwidth (the preset's
+        ``kernels.ssd_memory``, else its ``efficiency.memory``) and its tensor-core FLOPs at
         :meth:`_ssd_rate`, plus ``memory_kernel_s``; the gate op runs inside them (0 s)."""
         if instr.kind != "ssdscan":
             return 0.0
-        hbm = self.accelerator.achieved_memory_bandwidth_bytes_per_s
+        accelerator = self.accelerator
+        hbm = accelerator.achieved_memory_bandwidth_bytes_per_s
+        if self.kernels.ssd_memory:  # the SSD kernels' own measured fraction
+            hbm = accelerator.memory_bandwidth_bytes_per_s * self.kernels.ssd_memory
         rate = self._ssd_rate()
         seconds = 0.0
         for kernel in self.ssd_kernels["bwd" if instr.phase == "bwd" else "fwd"]:

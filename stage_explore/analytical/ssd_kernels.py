@@ -34,9 +34,11 @@ re-read by every head of a group (``B``, ``C``, ``C·Bᵀ``: ≤ a few MB) or by
 are taken as L2 hits (H100: 50 MB L2).
 
 **Timing** (:class:`~stage_explore.analytical.kernels.KernelTimer`): each kernel the larger of
-its bytes at the achieved HBM bandwidth and its FLOPs at the SSD rate, plus the preset's
-``memory_kernel_s``; the generator's gate op (``ssm.gate``, forward and backward) is inside
-``_chunk_scan_fwd`` / ``_chunk_scan_bwd_dz`` and takes no time of its own (:data:`FUSED_GATE`).
+its bytes at the SSD kernels' achieved HBM bandwidth (the preset's ``kernels.ssd_memory``,
+measured on H100 from these kernels' forward timings; else ``efficiency.memory``) and its FLOPs
+at the SSD rate, plus the preset's ``memory_kernel_s``; the generator's gate op (``ssm.gate``,
+forward and backward) is inside ``_chunk_scan_fwd`` / ``_chunk_scan_bwd_dz`` and takes no time of
+its own (:data:`FUSED_GATE`).
 The conv's forward and backward stay the generator's ops, its three (``x``, ``B``, ``C``) one
 kernel each way (:data:`FUSED_CONV`). Not modelled: the transposed
 copies Megatron's ``rearrange(...).contiguous()`` makes of ``zxBCdt`` and ``y`` when the
@@ -119,9 +121,11 @@ def _sizes(s: SSDShape) -> tuple[int, int, int, int, int, int, int]:
     return x, bc, dt, chunked, states, cb, square
 
 
-def forward_kernels(s: SSDShape) -> tuple[SSDKernel, ...]:
-    """``_mamba_chunk_scan_combined_fwd`` with ``z`` (module docstring)."""
+def forward_kernels(s: SSDShape, gated: bool = True) -> tuple[SSDKernel, ...]:
+    """``_mamba_chunk_scan_combined_fwd`` with ``z`` (module docstring); ``gated`` False: with
+    ``z=None`` (``_chunk_scan_fwd`` reads no ``z`` and writes the output only)."""
     e = s.element
+    outputs = 2 if gated else 1  # out (and out_x); the z read likewise
     x, bc, dt, chunked, states, cb, square = _sizes(s)
     matmul = 2 * s.batch * s.seq * s.heads * s.head_dim * s.state  # one (L·P)×N product
     return (
@@ -136,8 +140,8 @@ def forward_kernels(s: SSDShape) -> tuple[SSDKernel, ...]:
         SSDKernel("_bmm_chunk_fwd", 2 * bc * e, cb * FP32, 2 * square * s.groups * s.state),
         SSDKernel(
             "_chunk_scan_fwd",  # C·Bᵀ, x, C, states, dt, dA_cumsum, z → out, out_x
-            cb * FP32 + (2 * x + bc + states) * e + 2 * chunked * FP32,
-            2 * x * e,
+            cb * FP32 + (outputs * x + bc + states) * e + 2 * chunked * FP32,
+            outputs * x * e,
             matmul + square * s.heads * 2 * s.head_dim,
         ),
     )

@@ -101,6 +101,9 @@ class KernelModel:
       reach (the op-by-op modules of :mod:`~stage_explore.analytical.eager`: casts, pow, mean,
       products, adds, each a kernel of its own), measured on the same op list; 0: the
       accelerator's ``efficiency.memory`` (none stated);
+    - ``ssd_memory``: the fraction of the HBM bandwidth mamba_ssm's Triton SSD kernels reach
+      (:mod:`~stage_explore.analytical.ssd_kernels`), measured as their bytes over a timed
+      run of those kernels; 0: the accelerator's ``efficiency.memory`` (none stated);
     - ``memory_kernel_s``: seconds a memory-bound kernel costs beyond its bytes at the achieved
       HBM bandwidth when kernels run back to back in one stream (its launch, ramp-up and tail:
       ``t = memory_kernel_s + bytes / bandwidth``, fitted on a streaming kernel timed over
@@ -124,6 +127,7 @@ class KernelModel:
     attention_noncausal: dict[str, float] = field(default_factory=dict, hash=False)
     grouped_gemm_group_s: float = 0.0
     eager_memory: float = 0.0
+    ssd_memory: float = 0.0
     memory_kernel_s: float = 0.0
     persistent_gemm: bool = False
 
@@ -202,6 +206,8 @@ class KernelModel:
             )
         if self.eager_memory:
             check_fraction(self.eager_memory, "kernels `eager_memory`")
+        if self.ssd_memory:
+            check_fraction(self.ssd_memory, "kernels `ssd_memory`")
         for name in (
             "attention_half_keys",
             "attention_head_dim_half",
@@ -228,6 +234,7 @@ class KernelModel:
                 else {}
             ),
             **({"eager_memory": self.eager_memory} if self.eager_memory else {}),
+            **({"ssd_memory": self.ssd_memory} if self.ssd_memory else {}),
             **({"memory_kernel_s": self.memory_kernel_s} if self.memory_kernel_s else {}),
             **({"persistent_gemm": True} if self.persistent_gemm else {}),
             **(

@@ -83,6 +83,7 @@ _KERNEL_KEYS = (
     "attention_noncausal",
     "grouped_gemm_group_s",
     "eager_memory",
+    "ssd_memory",
     "memory_kernel_s",
     "persistent_gemm",
 )
@@ -249,6 +250,8 @@ def _kernels(table: _Table) -> KernelModel:
         values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
     if table.has("eager_memory"):
         values["eager_memory"] = table.number("eager_memory")
+    if table.has("ssd_memory"):
+        values["ssd_memory"] = table.number("ssd_memory")
     if table.has("memory_kernel_s"):
         values["memory_kernel_s"] = table.number("memory_kernel_s")
     if table.has("persistent_gemm"):

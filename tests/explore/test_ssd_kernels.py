@@ -1,11 +1,15 @@
 """The SSD scan as the kernels mamba_ssm launches (:mod:`stage_explore.analytical.ssd_kernels`):
 each kernel's bytes on a small shape by hand, the partial-gradient splits, the timer's sum over
-kernels with the gate op inside them, and the Mamba block of a training step timed that way."""
+kernels with the gate op inside them, the Mamba block of a training step timed that way, and the
+SSD kernels' measured HBM fraction (``KernelModel.ssd_memory``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
 from stage_core.lower.program import make_workload
 from stage_core.models import get_flavor
@@ -24,6 +28,7 @@ from stage_explore.analytical.ssd_kernels import (
     ssd_kernels,
 )
 from stage_explore.system import load_system
+from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import System
 
 #: One sequence of 8 tokens, 2 heads of 2 in one group, state 4, chunks of 4 (2 chunks).
@@ -105,12 +110,17 @@ def test_timer_sums_the_kernels_and_drops_the_gate() -> None:
         accelerator, model, "bf16", frozenset(), 8, 128, True,
         memory_kernel_s=kcost, ssd_kernels=kernels,
     )  # fmt: skip
-    hbm = accelerator.achieved_memory_bandwidth_bytes_per_s
+    ssd_hbm = accelerator.memory_bandwidth_bytes_per_s * model.ssd_memory  # the SSD kernels'
     forward = Instr("ssm.scan", "fwd", "ssdscan", 10**6, 10**9, 10**9)  # its own bytes unused
     expected = sum(
-        (k.bytes_read + k.bytes_written) / hbm + kcost for k in kernels["fwd"]
+        (k.bytes_read + k.bytes_written) / ssd_hbm + kcost for k in kernels["fwd"]
     )  # every kernel memory-bound at this shape
     assert timer(forward) == pytest.approx(expected)
+    unstated = replace(timer, kernels=replace(model, ssd_memory=0.0))  # efficiency.memory
+    hbm = accelerator.achieved_memory_bandwidth_bytes_per_s
+    assert unstated(forward) == pytest.approx(
+        sum((k.bytes_read + k.bytes_written) / hbm + kcost for k in kernels["fwd"])
+    )
     backward = Instr("ssm.scan.backward", "bwd", "ssdscan", 10**6, 10**9, 10**9)
     assert timer(backward) > 31 * kcost
     assert timer(Instr("ssm.gate", "fwd", "elementwise", 10, 10**9, 10**9)) == 0.0
@@ -149,3 +159,53 @@ def _point(
     dtype = compute_dtype(parallel, system)
     fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
     return backend._point(workload, key, blocks, net, token, dtype, fp8)  # noqa: SLF001
+
+
+#: vllm-project/vllm PR #27299 (cyang49, 2025-10-25, "single H100"): mamba_ssm-style forward
+#: SSD kernels ("Original") at granite-4.0-h-small's dims, chunk 256, z None: tokens/s by
+#: sequence length (the h100-80gb preset's ``ssd_memory`` source).
+VLLM_27299_H100 = {4096: 1.206409e7, 8192: 1.262327e7, 16384: 1.292440e7}
+
+
+@pytest.mark.parametrize("seq", sorted(VLLM_27299_H100))
+def test_ssd_memory_reproduces_the_h100_measurement(seq: int) -> None:
+    system = load_system("h100-80gb")
+    accelerator, model = system.accelerator, system.accelerator.kernels
+    assert model is not None and model.ssd_memory == 0.41
+    shape = SSDShape(batch=1, seq=seq, heads=128, groups=1, head_dim=64, state=128, chunk=256)
+    timer = KernelTimer(
+        accelerator, model, "bf16", frozenset(), seq, 128, True,
+        memory_kernel_s=model.memory_kernel_s,
+        ssd_kernels={"fwd": forward_kernels(shape, gated=False)},
+    )  # fmt: skip
+    measured = seq / VLLM_27299_H100[seq]
+    assert timer(Instr("ssm.scan", "fwd", "ssdscan", 1, 1, 1)) == pytest.approx(measured, rel=0.03)
+
+
+def test_ssd_memory_is_read_from_a_system_and_checked() -> None:
+    h100 = load_system("h100-80gb")
+    data = h100.to_dict()
+    assert data["accelerator"]["kernels"]["ssd_memory"] == 0.41
+    assert system_from_mapping(data) == h100
+    h200 = load_system("h200").accelerator.kernels
+    assert h200 is not None and h200.ssd_memory == 0.0  # none stated: efficiency.memory
+    for bad in (1.5, -0.2):
+        data["accelerator"]["kernels"]["ssd_memory"] = bad
+        with pytest.raises(ConfigError, match=f"ssd_memory.*but got {bad}"):
+            system_from_mapping(data)
+
+
+def test_an_evaluation_on_systems_differing_only_in_it() -> None:
+    """nemotron-h-8b trains slower at the SSD kernels' measured fraction than at the preset's
+    memory fraction, on one backend (no stale memo)."""
+    model = get_flavor("nemotron-h-8b").with_overrides(seq_len=1024)
+    parallel = ParallelConfig(tp=2, dp=2, sp=True, global_batch=4)
+    h100 = load_system("h100-80gb")
+    kernels = h100.accelerator.kernels
+    assert kernels is not None
+    plain = replace(
+        h100, accelerator=replace(h100.accelerator, kernels=replace(kernels, ssd_memory=0.0))
+    )
+    backend = AnalyticalBackend()
+    measured = backend.evaluate(model, parallel, h100).step_time_s
+    assert measured > backend.evaluate(model, parallel, plain).step_time_s
