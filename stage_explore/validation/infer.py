@@ -22,6 +22,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
+from stage_core.parallel import RECOMPUTE_MODULES
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
@@ -106,6 +107,18 @@ def _checked(row: dict[str, str], file: str) -> dict[str, int]:
     return values
 
 
+def _named_modules(cell: str) -> tuple[str, ...]:
+    """The recompute modules a ``selective (...)`` cell names in its parentheses, when every
+    word there is one of Megatron-Core's ``--recompute-modules`` names
+    (:data:`~stage_core.parallel.RECOMPUTE_MODULES`; ``selective (mla_up_proj)``); else ()
+    (``selective (attention core)`` is prose: the default core attention)."""
+    found = re.fullmatch(r"\s*selective\s*\(([^)]*)\)\s*", cell, re.IGNORECASE)
+    if found is None:
+        return ()
+    names = tuple(n for n in re.split(r"[\s,;+/]+", found.group(1).strip().lower()) if n)
+    return names if names and all(n in RECOMPUTE_MODULES for n in names) else ()
+
+
 def _layout(
     row: dict[str, str], stated: dict[str, int], framework: str
 ) -> tuple[dict[str, Any], list[str]]:
@@ -143,6 +156,13 @@ def _layout(
     if not row.get("recompute", "").strip():
         fields["recompute"] = "none"
         notes.append(NO_RECOMPUTE)
+    modules = _named_modules(row.get("recompute", ""))
+    if modules:
+        fields["recompute_modules"] = modules
+        notes.append(
+            f"selective recompute of {', '.join(modules)} (recompute_modules): the modules the "
+            "recompute column names, Megatron-Core's --recompute-modules names"
+        )
     if cp > 1 and framework in ("megatron-core", "automodel"):
         fields["cp_style"] = "ring"
         notes.append(

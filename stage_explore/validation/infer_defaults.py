@@ -21,6 +21,7 @@ from typing import Any
 
 from stage_core.lower.compact import UNBUCKETED
 from stage_core.models import get_flavor
+from stage_explore.validation.csv_cells import YES, first_word
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
@@ -82,6 +83,20 @@ LOCAL_DDP = (
     "backward); the SC'21 artifact's run scripts pass --DDP-impl torch for some runs, "
     "which the row does not state"
 )
+#: The Megatron-LM release of Korthikanti et al. 2022 (arXiv 2205.05198, the sequence-parallelism
+#: work), named by the row's text as :data:`~stage_explore.validation.infer_fields.FRAMEWORK_RULES`
+#: names the megatron-lm-2021 profile: its ``ColumnParallelLinear`` runs
+#: ``ColumnParallelLinearWithAsyncAllreduce`` (the input gradient's all-reduce issued with
+#: ``async_op=True``, then the weight-gradient GEMM) unless ``--no-async-tensor-model-parallel-
+#: allreduce`` (megatron/mpu/layers.py, NVIDIA/Megatron-LM 02bb1f5c); the SC'21 code does not.
+KORTHIKANTI_2022 = r"korthikanti|2205\.05198"
+ASYNC_ALLREDUCE = (
+    "the backward tensor-parallel all-reduce of input gradients issued asynchronously beside "
+    "the weight-gradient GEMM (tp_async_grad_allreduce): the Megatron-LM of Korthikanti et al. "
+    "2022 (megatron/mpu/layers.py ColumnParallelLinearWithAsyncAllreduce, on unless "
+    "--no-async-tensor-model-parallel-allreduce; NVIDIA/Megatron-LM 02bb1f5c); the text names "
+    "that paper, tp > 1 without sequence parallelism"
+)
 #: MPT's own architecture (mosaicml/mpt-7b … mpt-30b config.json: no_bias true, attn_pdrop,
 #: resid_pdrop and emb_pdrop 0), on the GPT base flavor the model reader gives it.
 MPT_PATTERN = r"\bmpt\b"
@@ -140,6 +155,10 @@ def recipe_defaults(
     if framework == "megatron-lm-2021":
         out.parallel["grad_bucket_bytes"] = UNBUCKETED
         out.notes.append(LOCAL_DDP)
+        sp = first_word(row.get("sp", "")) in YES or bool(parallel.get("sp"))
+        if stated.get("tp", 1) > 1 and not sp and re.search(KORTHIKANTI_2022, row_text(row), re.I):
+            out.options["tp_async_grad_allreduce"] = True
+            out.notes.append(ASYNC_ALLREDUCE)
     if re.search(MPT_PATTERN, row.get("model", ""), re.IGNORECASE):
         out.model.update(bias=False, dropout=False)
         out.notes.append(

@@ -20,6 +20,7 @@ from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
+from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3
 from stage_explore.validation.infer_release import Defaults, container, row_text
 from stage_explore.validation.infer_userbuffers import (
     bulk_config,
@@ -290,6 +291,10 @@ def _megatron_core(
     """``shape``: the model's hidden size (the row's cell, else the flavor's) and the row's
     tensor-parallel size."""
     release = container(row)
+    if release is None and family == "gpt" and mlperf_gpt3_round(
+        row, precision, system, shape[1], out
+    ):
+        return
     if release is None:
         attention = (
             "cuDNN attention" if _measured_kernel(system, "cudnn")
@@ -513,6 +518,47 @@ def _mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defau
             )
 
 
+#: NVIDIA's MLPerf Training GPT-3 175B rounds on NeMo 1.x, by the round a row's text names, with
+#: the container their implementations name (mlcommons training_results_v4.0 62f111b7:
+#: ``eos_n*_ngc24.04_nemo``; v4.1, swsok/training_results_v4.1 8821c703: ``eos_n*_ngc24.09_nemo``,
+#: and the same round's ``b200_n8_preview_nemo``, whose conf/custom.yaml and config_common.sh set
+#: the v4.1 values :func:`_mlperf_gpt3` reads: USE_DIST_OPTIMIZER, FP8_PARAMS,
+#: cross_entropy_loss_fusion and tp_only_amax_red defaults True).
+MLPERF_GPT3_ROUNDS = {(4, 0): (24, 4), (4, 1): (24, 9)}
+_MLPERF_ROUND = re.compile(r"mlperf\s+training\s+v(\d+)\.(\d+)", re.IGNORECASE)
+#: The v4.1 implementation's Blackwell userbuffers configs (b200_n8_preview_nemo
+#: conf/tp_overlap/b200tp{tp}mbs{mbs}.yaml): ``fc2_fprop`` method
+#: ``${FC2_FPROP_METHOD,ring_exchange}`` in b200tp4mbs1 / tp4mbs2 / tp8mbs1, ``pipeline`` in
+#: tp8mbs2; ``proj_fprop`` a pipeline in all four. (tp, micro-batch) of the ring-exchange ones.
+MLPERF_B200_FC2_RING = ((4, 1), (4, 2), (8, 1))
+
+
+def mlperf_gpt3_round(
+    row: dict[str, str], precision: str, system: str, tp: int, out: Defaults
+) -> bool:
+    """A GPT-3 row naming an MLPerf Training round of NVIDIA's NeMo 1.x implementation
+    (:data:`MLPERF_GPT3_ROUNDS`) but no container: the implementation's settings
+    (:func:`_mlperf_gpt3`) as that round's containers run them; on Blackwell with tp > 1 the
+    forward reduce-scatter methods of its ``b200tp*mbs*.yaml``. Whether a round was named."""
+    found = _MLPERF_ROUND.search(row_text(row))
+    release = MLPERF_GPT3_ROUNDS.get((int(found.group(1)), int(found.group(2)))) if found else None
+    if found is None or release is None:
+        return False
+    said = f"the text names MLPerf Training v{found.group(1)}.{found.group(2)}, no container"
+    _mlperf_gpt3(precision, release, said, out)
+    micro_batch = _cell(row, "micro_batch") or 1
+    if _gpus(system) == "blackwell" and (tp, micro_batch) in MLPERF_B200_FC2_RING:
+        out.options["ub_fc2_fprop_method"] = "ring_exchange"
+        out.notes.append(
+            "userbuffers fc2_fprop as a ring-exchange reduce-scatter (ub_fc2_fprop_method "
+            f"ring_exchange): conf/tp_overlap/b200tp{tp}mbs{micro_batch}.yaml of the v4.1 "
+            "b200_n8_preview_nemo implementation, fc2_fprop method "
+            "${FC2_FPROP_METHOD,ring_exchange} (swsok/training_results_v4.1 8821c703) "
+            f"({said})"
+        )
+    return True
+
+
 #: The last container before cuDNN 9.11, the first cuDNN whose fused attention trains MLA's
 #: unequal head dims on Blackwell (cudnn-frontend PR #145, 11 Jun 2025: "d_qk = 192, d_v = 128
 #: + Blackwell + bprop"; TransformerEngine issue #2285: FusedAttention refused for DeepSeek-V3
@@ -581,6 +627,7 @@ def megatron_core_defaults(
     if release is not None and release >= (25, 1):
         empty = not row.get("recompute", "").strip()
         _bridge_recipe(flavor, str(spec.family), system, empty, out)
+        nemo2_deepseek_v3(row, flavor, release, int(stated.get("pp", 1)), out)
         if names_bridge(row):
             named = f"the text names container {release[0]}.{release[1]:02d}"
             _bridge_options(flavor, system, release, named, out)

@@ -1,0 +1,64 @@
+"""NeMo 2.0's DeepSeek-V3 pre-training as its performance script runs it, for inferred setups
+(rows without a ``setups.toml`` entry): :func:`nemo2_deepseek_v3`.
+
+A DeepSeek-V3 row on a NeMo 2.0 container (the text names the container and not
+Megatron-Bridge, nor MLPerf) runs ``scripts/performance/llm/pretrain_deepseek_v3.py`` on NeMo's
+``deepseek_v3`` recipe and ``DeepSeekV3Config``, as the DGX Cloud Benchmarking recipes' launch
+scripts call it. Read in the stored versions (NVIDIA/NeMo ``pretrain_deepseek_v3.py`` 0349f235,
+``nemo/collections/llm/gpt/model/deepseek.py`` 04e9360c, ``recipes/deepseek_v3.py`` 00f65ddf), the
+versions the DGX Cloud recipes' 25.04 container pins (dgxc-benchmarking 1f6d9f40 ``launch.sh``
+``FW_VERSION=25.04.01``); later containers' copies were not read, so the rule stops at 25.04.
+"""
+
+from __future__ import annotations
+
+from stage_explore.validation.infer_fields import names_bridge
+from stage_explore.validation.infer_release import Defaults, row_text
+
+#: Containers whose NeMo 2.0 DeepSeek-V3 script and config were read (first, last).
+DEEPSEEK_V3_CONTAINERS = ((25, 1), (25, 4))
+#: The script's pipeline split: ``num_layers_in_middle_pipeline_stages = 64 // pp_size``, the first
+#: stage one layer fewer, the last two fewer (embedding and the MTP module with the loss).
+PIPELINE_LAYERS = 64
+WHY = (
+    "NeMo 2.0's DeepSeek-V3 performance script and config (NVIDIA/NeMo pretrain_deepseek_v3.py "
+    "0349f235: USE_TOKEN_DROP adds MegatronTokenDropCallback, capacity 1.0 padded to capacity; "
+    "num_layers_in_first / last_pipeline_stage = 64 // pp - 1 / - 2; deepseek.py 04e9360c "
+    "DeepSeekConfig apply_rope_fusion False, DeepSeekV3Config make_vocab_size_divisible_by 1280; "
+    "recipes/deepseek_v3.py 00f65ddf MegatronCommOverlapCallback tp_comm_overlap False)"
+)
+
+
+def nemo2_deepseek_v3(
+    row: dict[str, str],
+    flavor: str,
+    release: tuple[int, int],
+    pp: int,
+    out: Defaults,
+) -> None:
+    """The NeMo 2.0 DeepSeek-V3 script's settings for a ``deepseek-v3`` row on a read container
+    (:data:`DEEPSEEK_V3_CONTAINERS`): the rotary embedding unfused, the vocabulary padded to a
+    multiple of 1280, no TP-communication overlap, experts padded to capacity factor 1.0, and
+    the script's pipeline split when ``pp`` divides 64."""
+    first, last = DEEPSEEK_V3_CONTAINERS
+    if flavor != "deepseek-v3" or not first <= release <= last:
+        return
+    if names_bridge(row) or "mlperf" in row_text(row).lower():
+        return
+    out.options["rope_fusion"] = False
+    out.options["tp_comm_overlap"] = False
+    out.parallel["vocab_divisible_by"] = 1280
+    out.model["capacity_factor"] = 1.0
+    split = ""
+    if pp > 1 and PIPELINE_LAYERS % pp == 0:
+        middle = PIPELINE_LAYERS // pp
+        out.parallel["pp_first_layers"] = middle - 1
+        out.parallel["pp_last_layers"] = middle - 2
+        split = f", {middle - 1} / {middle - 2} decoder layers on the first / last stage"
+    out.notes.append(
+        "the rotary embedding unfused (rope_fusion false), no TP-communication overlap "
+        "(tp_comm_overlap false), the vocabulary padded to a multiple of 1280 "
+        "(vocab_divisible_by), experts padded to capacity factor 1.0 (model capacity_factor)"
+        f"{split}: {WHY} (the text names container {release[0]}.{release[1]:02d}, not "
+        "Megatron-Bridge)"
+    )
