@@ -21,7 +21,12 @@ from stage_explore.system import load_system
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3
-from stage_explore.validation.infer_release import Defaults, container, row_text
+from stage_explore.validation.infer_release import (
+    CONTAINER_COLUMNS,
+    Defaults,
+    container,
+    row_text,
+)
 from stage_explore.validation.infer_userbuffers import (
     bulk_config,
     bulk_note,
@@ -131,6 +136,36 @@ def _launcher_loss(row: dict[str, str], said: str, out: Defaults) -> None:
                 f"cross_entropy_fusion_impl (default 'native') ({said}; a NeMo 1.x container)"
             )
             return
+
+
+#: NeMo 1.x launcher training configs a row may name (its text or ``uncertain`` column), with the
+#: recompute and gradient-sync settings every stored version sets: (pattern, why). The three
+#: GPT-3 FP8 performance configs (NVIDIA/NeMo-Framework-Launcher 1e46ac6c
+#: launcher_scripts/conf/training/gpt3/{5b,20b,175b}_fp8_performance.yaml) set
+#: activations_checkpoint_granularity selective and optim grad_sync_dtype bf16; the plain
+#: gpt3/5b.yaml (00af8f26) sets neither, so the rule needs the named performance config.
+LAUNCHER_CONFIGS: tuple[tuple[str, str], ...] = (
+    (r"gpt3/(?:5b|20b|175b)_fp8_performance\.yaml",
+     "NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/{5b,20b,175b}_fp8_performance"
+     ".yaml (1e46ac6c): activations_checkpoint_granularity selective, optim "
+     "distributed_fused_adam grad_sync_dtype bf16"),
+)  # fmt: skip
+
+
+def _launcher_config(row: dict[str, str], said: str, out: Defaults) -> None:
+    """The selective recompute (when the recompute column is empty) and bf16 gradient
+    reduction of a NeMo 1.x launcher config the row names (:data:`LAUNCHER_CONFIGS`)."""
+    text = " ".join(row.get(c, "") for c in CONTAINER_COLUMNS)
+    for pattern, why in LAUNCHER_CONFIGS:
+        if not re.search(pattern, text, re.IGNORECASE):
+            continue
+        out.parallel["grad_fp32"] = False
+        what = "gradients reduced in bf16 (grad_fp32 false)"
+        if not row.get("recompute", "").strip():
+            out.parallel["recompute"] = "selective"
+            what = f"selective recompute of the core attention, {what}"
+        out.notes.append(f"{what}: the row names the launcher config; {why} ({said})")
+        return
 
 
 def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> None:
@@ -330,6 +365,7 @@ def _megatron_core(
     _loss(release, mlperf, said, out)
     if release < MLPERF_NEMO2 and not mlperf:
         _launcher_loss(row, said, out)
+        _launcher_config(row, said, out)
     if release >= (25, 1) and not mlperf and shape[1] > 1:
         _userbuffers_methods(row, family, shape[0], system, precision, said, out)
     if precision == "fp8" and not mlperf and shape[1] > 1 and _gpus(system) == "hopper":

@@ -122,6 +122,29 @@ def test_a_selective_cell_naming_megatron_modules_recomputes_those(
     assert case.parallel is not None and case.parallel.recompute_modules == modules
 
 
+NEMO_2407 = "NVIDIA NeMo performance summary (NeMo 24.07 container)"
+
+
+@pytest.mark.parametrize(
+    ("uncertain", "recompute", "expected", "grad_fp32"),
+    [("dims from launcher_scripts/conf/training/gpt3/20b_fp8_performance.yaml", "", "selective",
+      False),
+     ("dims from launcher_scripts/conf/training/gpt3/175b_fp8_performance.yaml", "full", "full",
+      False),
+     ("dims from launcher_scripts/conf/training/gpt3/5b.yaml", "", "none", True)],
+)  # fmt: skip
+def test_a_named_nemo1_launcher_gpt3_performance_config_sets_its_recompute_and_grad_sync(
+    uncertain: str, recompute: str, expected: str, grad_fp32: bool
+) -> None:
+    case = _case(
+        source=NEMO_2407, model="GPT3 20B", layers="44", hidden="6144", heads="48",
+        vocab="50257", seq_len="2048", tp="2", num_gpus="64", global_batch_seqs="2048",
+        precision="fp8", gpu="H100 (DGX-H100)", uncertain=uncertain, recompute=recompute,
+    )  # fmt: skip
+    assert case.parallel is not None
+    assert str(case.parallel.recompute) == expected and case.parallel.grad_fp32 is grad_fp32
+
+
 HELD_OUT = "published_runs_held_out.csv"
 #: Package sources whose inferred setups now take the hand-written choices: (file, source,
 #: fields compared, framework options compared).
@@ -130,6 +153,7 @@ RULED = (
     (HELD_OUT, "MLPERF-GPT3-B200", ("parallel.grad_fp32",),
      ("distributed_fused_adam", "fp8_param_gather", "fp8_amax_reduction", "native_cross_entropy",
       "ub_bulk_sm_margin", "ub_fc2_fprop_method")),
+    (HELD_OUT, "NEMO2407-H100", ("parallel.recompute",), ()),
     (HELD_OUT, "DGXC2505-DSV3-H100-BF16",
      ("parallel.recompute_modules", "parallel.vocab_divisible_by", "parallel.pp_first_layers",
       "parallel.pp_last_layers", "model.capacity_factor"), ("rope_fusion", "tp_comm_overlap")),
