@@ -90,13 +90,31 @@ def nemo1_recipe(row: dict[str, str]) -> bool:
     return bool(_NEMO_LAUNCHER.search(text))
 
 
-def _capacity_rows(stated: dict[str, int], top_k: int, experts: int, factor: float) -> int:
+def capacity_rows(stated: dict[str, int], top_k: int, experts: int, factor: float) -> int:
     """Rows each expert computes per source rank when the router pads every expert to its
     capacity: the rank's micro-batch tokens (sequence-parallel over TP and split over CP) times
     top-k over the experts, times the capacity factor (0 when the layout is not stated)."""
     tokens = stated.get("micro_batch", 1) * stated.get("seq_len", 0)
     tokens //= max(stated.get("tp", 1) * stated.get("cp", 1), 1)
     return int(tokens * top_k * factor) // max(experts, 1)
+
+
+def aligned_fp8_padding(
+    stated: dict[str, int], routing: tuple[int, int], factor: float, out: Defaults
+) -> None:
+    """No FP8 row padding of the experts' tokens when a router padding every expert to its
+    ``factor`` capacity gives each a multiple of :data:`FP8_ALIGN` rows (``routing``: the
+    model's top-k and experts)."""
+    rows = capacity_rows(stated, *routing, factor) if all(routing) else 0
+    if rows and rows % FP8_ALIGN == 0:
+        out.options["moe_fp8_padding"] = False
+        out.notes.append(
+            f"no FP8 row padding of the experts' tokens (moe_fp8_padding false): "
+            f"padded to capacity, every expert computes {rows} rows per source "
+            f"rank, a multiple of {FP8_ALIGN}, so Megatron-Core's "
+            "SequentialMLP._pad_tensor_for_fp8 / Transformer Engine's Fp8Padding "
+            "copy nothing ('no padding needed' when every count is aligned)"
+        )
 
 
 def dgxc_defaults(
@@ -126,15 +144,6 @@ def dgxc_defaults(
             out.model.update(model)
             out.notes.append(f"{why} ({said})")
             factor = float(model.get("capacity_factor", 0.0))
-            if precision == "fp8" and factor and all(routing):
-                rows = _capacity_rows(stated or {}, *routing, factor)
-                if rows and rows % FP8_ALIGN == 0:
-                    out.options["moe_fp8_padding"] = False
-                    out.notes.append(
-                        f"no FP8 row padding of the experts' tokens (moe_fp8_padding false): "
-                        f"padded to capacity, every expert computes {rows} rows per source "
-                        f"rank, a multiple of {FP8_ALIGN}, so Megatron-Core's "
-                        "SequentialMLP._pad_tensor_for_fp8 / Transformer Engine's Fp8Padding "
-                        "copy nothing ('no padding needed' when every count is aligned)"
-                    )
+            if precision == "fp8" and factor:
+                aligned_fp8_padding(stated or {}, routing, factor, out)
             return

@@ -20,7 +20,7 @@ from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
-from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3
+from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_grok1
 from stage_explore.validation.infer_release import (
     CONTAINER_COLUMNS,
     Defaults,
@@ -664,6 +664,7 @@ def megatron_core_defaults(
         empty = not row.get("recompute", "").strip()
         _bridge_recipe(flavor, str(spec.family), system, empty, out)
         nemo2_deepseek_v3(row, flavor, release, int(stated.get("pp", 1)), out)
+        nemo2_grok1(row, release, precision, stated, (spec.top_k, spec.num_experts), out)
         if names_bridge(row):
             named = f"the text names container {release[0]}.{release[1]:02d}"
             _bridge_options(flavor, system, release, named, out)

@@ -1,5 +1,6 @@
-"""NeMo 2.0's DeepSeek-V3 pre-training as its performance script runs it, for inferred setups
-(rows without a ``setups.toml`` entry): :func:`nemo2_deepseek_v3`.
+"""NeMo 2.0's DeepSeek-V3 and Grok-1 pre-training as their performance scripts run them, for
+inferred setups (rows without a ``setups.toml`` entry): :func:`nemo2_deepseek_v3`,
+:func:`nemo2_grok1`.
 
 A DeepSeek-V3 row on a NeMo 2.0 container (the text names the container and not
 Megatron-Bridge, nor MLPerf) runs ``scripts/performance/llm/pretrain_deepseek_v3.py`` on NeMo's
@@ -8,10 +9,15 @@ scripts call it. Read in the stored versions (NVIDIA/NeMo ``pretrain_deepseek_v3
 ``nemo/collections/llm/gpt/model/deepseek.py`` 04e9360c, ``recipes/deepseek_v3.py`` 00f65ddf), the
 versions the DGX Cloud recipes' 25.04 container pins (dgxc-benchmarking 1f6d9f40 ``launch.sh``
 ``FW_VERSION=25.04.01``); later containers' copies were not read, so the rule stops at 25.04.
+A Grok-1 row on the same containers runs ``pretrain_grok1_314b.py`` (01b83a7c), whose
+``pretrain_performance_optimizations`` adds the same ``MegatronTokenDropCallback``.
 """
 
 from __future__ import annotations
 
+import re
+
+from stage_explore.validation.infer_dgxc import aligned_fp8_padding
 from stage_explore.validation.infer_fields import names_bridge
 from stage_explore.validation.infer_release import Defaults, row_text
 
@@ -40,10 +46,7 @@ def nemo2_deepseek_v3(
     (:data:`DEEPSEEK_V3_CONTAINERS`): the rotary embedding unfused, the vocabulary padded to a
     multiple of 1280, no TP-communication overlap, experts padded to capacity factor 1.0, and
     the script's pipeline split when ``pp`` divides 64."""
-    first, last = DEEPSEEK_V3_CONTAINERS
-    if flavor != "deepseek-v3" or not first <= release <= last:
-        return
-    if names_bridge(row) or "mlperf" in row_text(row).lower():
+    if flavor != "deepseek-v3" or not _nemo2(row, release):
         return
     out.options["rope_fusion"] = False
     out.options["tp_comm_overlap"] = False
@@ -62,3 +65,36 @@ def nemo2_deepseek_v3(
         f"{split}: {WHY} (the text names container {release[0]}.{release[1]:02d}, not "
         "Megatron-Bridge)"
     )
+
+
+def _nemo2(row: dict[str, str], release: tuple[int, int]) -> bool:
+    """Whether the row runs NeMo 2.0's performance scripts on a read container."""
+    first, last = DEEPSEEK_V3_CONTAINERS
+    text = row_text(row).lower()
+    return first <= release <= last and not names_bridge(row) and "mlperf" not in text
+
+
+def nemo2_grok1(
+    row: dict[str, str],
+    release: tuple[int, int],
+    precision: str,
+    stated: dict[str, int],
+    routing: tuple[int, int],
+    out: Defaults,
+) -> None:
+    """A Grok-1 row on a read NeMo 2.0 container: experts padded to capacity factor 1.0
+    (``pretrain_grok1_314b.py`` 01b83a7c ``pretrain_performance_optimizations`` adds
+    ``MegatronTokenDropCallback``: moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity
+    True), and in FP8 no row padding when every expert's capacity is aligned."""
+    if not re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE) or not _nemo2(row, release):
+        return
+    out.model["capacity_factor"] = 1.0
+    out.notes.append(
+        "experts padded to capacity factor 1.0 (model capacity_factor): NeMo 2.0's "
+        "scripts/performance/llm/pretrain_grok1_314b.py (NVIDIA/NeMo 01b83a7c) adds "
+        "MegatronTokenDropCallback (moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_"
+        f"capacity True) (the text names container {release[0]}.{release[1]:02d}, not "
+        "Megatron-Bridge)"
+    )
+    if precision == "fp8":
+        aligned_fp8_padding(stated, routing, 1.0, out)

@@ -107,7 +107,10 @@ def test_the_nemo_2_grok_recipe_keeps_the_profile_defaults() -> None:
     case = _grok(GSW_2505, precision="bf16")
     options = dict(case.framework_options)
     assert "pipeline_outputs_kept" not in options and options.get("attention_kernel") != "fa2"
-    assert case.model.capacity_factor is None
+    # s15 infer6: NeMo 2.0's own pretrain_grok1_314b.py pads to capacity 1.0 (not the 1.x rule)
+    assert case.model.capacity_factor == 1.0
+    assert not any("grok1_314b.yaml" in a for a in case.assumptions)
+    assert any("pretrain_grok1_314b.py" in a for a in case.assumptions)
 
 
 @pytest.mark.parametrize(

@@ -110,6 +110,24 @@ def test_the_deepseek_v3_rule_stops_at_the_containers_read_and_at_megatron_bridg
 
 
 @pytest.mark.parametrize(
+    ("source", "precision", "factor", "padding"),
+    [(GSW_2505, "fp8", 1.0, False), (GSW_2505, "bf16", 1.0, None),
+     ("NVIDIA Megatron-Bridge performance summary (25.04 container)", "fp8", None, None)],
+)  # fmt: skip
+def test_nemo2_grok1_pads_its_experts_to_capacity(
+    source: str, precision: str, factor: float | None, padding: bool | None
+) -> None:
+    case = _case(
+        source=source, model="Grok-1 314B", layers="64", hidden="6144", ffn="32768", heads="48",
+        kv_heads="8", vocab="128256", seq_len="8192", moe="8 experts, top-2", tp="4", pp="8",
+        cp="2", ep="8", num_gpus="512", global_batch_seqs="1024", precision=precision,
+        gpu="H100 (DGX Cloud)",
+    )  # fmt: skip
+    assert case.model is not None and case.model.capacity_factor == factor
+    assert _mine(case).get("moe_fp8_padding") is padding
+
+
+@pytest.mark.parametrize(
     ("cell", "modules"),
     [("selective (mla_up_proj)", ("mla_up_proj",)), ("selective (core_attn)", ("core_attn",)),
      ("selective (layernorm, moe_act)", ("layernorm", "moe_act")),
@@ -154,6 +172,8 @@ RULED = (
      ("distributed_fused_adam", "fp8_param_gather", "fp8_amax_reduction", "native_cross_entropy",
       "ub_bulk_sm_margin", "ub_fc2_fprop_method")),
     (HELD_OUT, "NEMO2407-H100", ("parallel.recompute",), ()),
+    (HELD_OUT, "DGXC2505-GROK1-H100-FP8", ("model.capacity_factor",), ("moe_fp8_padding",)),
+    (HELD_OUT, "DGXC2505-GROK1-GB200-FP8", ("model.capacity_factor",), ("moe_fp8_padding",)),
     (HELD_OUT, "DGXC2505-DSV3-H100-BF16",
      ("parallel.recompute_modules", "parallel.vocab_divisible_by", "parallel.pp_first_layers",
       "parallel.pp_last_layers", "model.capacity_factor"), ("rope_fusion", "tp_comm_overlap")),
