@@ -50,6 +50,12 @@ DGXC_NEMO1_MODELS: tuple[
      "distributed_fused_adam with dtype bf16 and grad_sync_dtype bf16, "
      "activations_checkpoint_granularity selective, cross_entropy_loss_fusion true (NeMo 1.0 "
      "sets no cross_entropy_fusion_impl: Megatron-Core's 'native')"),
+    (r"\bgpt[\s_-]*3\b.*\b175\s*b\b", {"distributed_fused_adam": "fp32"}, {"grad_fp32": False},
+     {},
+     "Apex's DistributedFusedAdam with its default fp32 state and gradients reduced in bf16 "
+     "(distributed_fused_adam fp32, grad_fp32 false): nemo_megatron/gpt3_175b_hydra.yaml "
+     "(NVIDIA/dgxc-benchmarking 35a9aecc and 8f5cbb37) optim distributed_fused_adam with no "
+     "dtype and grad_sync_dtype bf16"),
     (r"\bnemotron[\s_-]*4?[\s_-]*15\s*b\b", {"native_cross_entropy": True}, {}, {},
      "the fused loss (native_cross_entropy): nemotron/nemotron4-15b-synth.yaml "
      "(NVIDIA/dgxc-benchmarking 8f5cbb37) sets cross_entropy_loss_fusion true (NeMo 1.0 sets no "

@@ -172,6 +172,8 @@ RULED = (
      ("distributed_fused_adam", "fp8_param_gather", "fp8_amax_reduction", "native_cross_entropy",
       "ub_bulk_sm_margin", "ub_fc2_fprop_method")),
     (HELD_OUT, "NEMO2407-H100", ("parallel.recompute",), ()),
+    (HELD_OUT, "DGXC-GPT3-FP8", ("parallel.grad_fp32",), ("distributed_fused_adam",)),
+    (HELD_OUT, "DGXC2502-GPT3-BF16", ("parallel.grad_fp32",), ("distributed_fused_adam",)),
     (HELD_OUT, "DGXC2505-GROK1-H100-FP8", ("model.capacity_factor",), ("moe_fp8_padding",)),
     (HELD_OUT, "DGXC2505-GROK1-GB200-FP8", ("model.capacity_factor",), ("moe_fp8_padding",)),
     (HELD_OUT, "DGXC2505-DSV3-H100-BF16",
