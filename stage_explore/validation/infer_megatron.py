@@ -330,6 +330,11 @@ def _megatron_core(
         row, precision, system, shape[1], out
     ):
         return
+    said = "" if release is None else f"the text names container {release[0]}.{release[1]:02d}"
+    if release is None:
+        implementation = mlperf_nemo2_implementation(row)
+        if implementation:
+            release, said = MLPERF_NEMO2, implementation
     if release is None:
         attention = (
             "cuDNN attention" if _measured_kernel(system, "cudnn")
@@ -340,7 +345,6 @@ def _megatron_core(
             f"({attention}, fp32 gradient reduction, 16-bit parameters)"
         )
         return
-    said = f"the text names container {release[0]}.{release[1]:02d}"
     mlperf = "mlperf" in row_text(row).lower()
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
         if not first <= release <= last:
@@ -474,6 +478,38 @@ def _bulk_margin(
 #: pretrain.py on ngc25.01); NVIDIA's GPT-3 175B submissions before it run NeMo 1.x's
 #: megatron_gpt_pretraining with the implementation's own conf/ (custom.yaml, optim/, tp_overlap/).
 MLPERF_NEMO2 = (25, 1)
+#: NVIDIA's NeMo implementation named in a row's text (the round: :data:`_MLPERF_ROUND`).
+_NVIDIA_NEMO_IMPLEMENTATION = re.compile(
+    r"nvidia(?:'s)?\s+nemo\b[^;()]*?\bimplementation", re.IGNORECASE
+)
+#: The first MLPerf Training round whose NVIDIA NeMo implementations are NeMo 2.0 ones
+#: (v5.0: llama31_405b; v5.1: llama31_8b / llama31_405b, pretrain.py on nemo.lightning).
+MLPERF_NEMO2_ROUND = (5, 0)
+
+
+def mlperf_nemo2_implementation(row: dict[str, str]) -> str:
+    """Why a row that names no container runs NVIDIA's MLPerf implementation on NeMo 2.0, else
+    "": its text names MLPerf Training v5.0 or later and NVIDIA's NeMo implementation (another
+    submitter's copy of it, e.g. on its own image). That implementation is the same code
+    whatever the image: mlcommons/training_results_v5.1 4da2d1cd
+    {NVIDIA,Cisco}/benchmarks/llama31_8b/implementations/nemo pretrain.py builds NeMo 2.0's
+    MegatronStrategy with DistributedDataParallelConfig(grad_reduce_in_fp32=False,
+    fp8_param_gather=optim.fp8_params) and MegatronMixedPrecision(grad_reduce_in_fp32=False,
+    fp8_params=...), and config_common.sh exports FP8_PARAMS=True (custom.yaml optim.fp8_params),
+    so its setup is that of :data:`MLPERF_NEMO2`'s container path."""
+    text = row_text(row)
+    found = _MLPERF_ROUND.search(text)
+    if found is None or (int(found.group(1)), int(found.group(2))) < MLPERF_NEMO2_ROUND:
+        return ""
+    if not _NVIDIA_NEMO_IMPLEMENTATION.search(text):
+        return ""
+    return (
+        f"the text names NVIDIA's NeMo implementation of MLPerf Training "
+        f"v{found.group(1)}.{found.group(2)} and no container: NeMo 2.0's pretrain.py "
+        "(mlcommons/training_results_v5.1 4da2d1cd llama31_8b/implementations/nemo: "
+        "grad_reduce_in_fp32=False, fp8_param_gather from config_common.sh FP8_PARAMS=True), "
+        "read as the MLPerf NeMo 2.0 container path"
+    )
 
 
 def _nemo2_amax_and_dropout(

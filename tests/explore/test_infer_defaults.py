@@ -465,3 +465,26 @@ def test_the_fused_loss_of_the_nemo_1_launcher_yamls_and_mlperf_gpt3(
     case = _case(source=source, model=model, tp="4", pp="8", num_gpus="512",
                  global_batch_seqs="512")  # fmt: skip
     assert dict(case.framework_options).get("native_cross_entropy", False) is fused
+
+
+@pytest.mark.parametrize(
+    ("source", "nemo2"),
+    [
+        # another submitter's copy of NVIDIA's NeMo 2.0 implementation on its own image
+        ("MLPerf Training v5.1, Cisco closed division (the NVIDIA NeMo Llama 3.1 8B "
+         "implementation)", True),
+        ("MLPerf Training v5.0, X closed division (NVIDIA's NeMo implementation)", True),
+        # NVIDIA's NeMo implementations before v5.0 are NeMo 1.x ones: no rule
+        ("MLPerf Training v4.1, X closed division (the NVIDIA NeMo GPT-3 implementation)", False),
+        # MLPerf on NeMo without naming NVIDIA's implementation (e.g. AMD's own scripts): none
+        ("MLPerf Training v5.1, AMD closed division (NeMo 2.3, Megatron-LM)", False),
+    ],
+)  # fmt: skip
+def test_an_mlperf_nemo_2_implementation_without_a_container(source: str, nemo2: bool) -> None:
+    case = _case(source=source, model="Llama 3.1 8B", precision="fp8", num_gpus="64",
+                 global_batch_seqs="64")  # fmt: skip
+    options = dict(case.framework_options)
+    assert (case.parallel.grad_fp32 is False) is nemo2
+    assert (options.get("fp8_param_gather") is True) is nemo2
+    assert (options.get("fp8_amax_reduction") == "tp_cp") is nemo2
+    assert ("NVIDIA's NeMo implementation of MLPerf" in "\n".join(case.assumptions)) is nemo2
