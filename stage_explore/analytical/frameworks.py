@@ -262,7 +262,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             zero3_flat_ring=False,
             zero3_live_elements=0,
             zero3_prefetch_elements=0,
-            attention_kernel="fa2",  # flash-attn 1/2 or its Triton port: no FA3 in 2023
+            # flash-attn 2 (no FA3 in 2023); the A100 tables ran the Triton port of FA1
+            # (attn_impl triton): infer_defaults.LLMFOUNDRY_A100_KERNEL sets fa1-triton there
+            attention_kernel="fa2",
             fused_elementwise=False,
             # MPT's blocks on an fp32 residual stream (the fp32 embedding parameter under
             # param_dtype None): LPLayerNorm casts x to bf16 before F.layer_norm

@@ -19,8 +19,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from stage_core.errors import ConfigError
 from stage_core.lower.compact import UNBUCKETED
 from stage_core.models import get_flavor
+from stage_explore.system import load_system
 from stage_explore.validation.csv_cells import YES, first_word
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
@@ -57,6 +59,26 @@ COMPOSER_PURE_NOTE = (
     "and MPT's blocks run as the generator's ops (eager_modules generator, not the fp32 stream "
     "of llm-foundry-2023): mosaicml/composer 0099561e composer/trainer/mosaic_fsdp_utils.py "
     "get_mixed_precision, PURE: param_dtype = reduce_dtype = buffer_dtype = the precision's"
+)
+#: The attention kernel of llm-foundry's A100 benchmark rows: FlashAttention (v1) in Triton,
+#: flash-attn's ``flash_attn_triton.py`` (``attn_impl: triton``). The tables' first runs came from
+#: mosaicml/examples' ``examples/llm/throughput/submit_benchmarks.py`` (3bbda73b) and llm-foundry's
+#: first ``scripts/train/benchmarking/submit_benchmarks.py`` (12a63191): ``--attn_impl`` default
+#: ``triton`` (set as ``parameters['model']['attn_impl']``), image
+#: mosaicml/pytorch:1.13.1_cu117; ``triton_flash_attn_fn`` calls
+#: ``flash_attn_triton.flash_attn_func`` (examples/llm/src/models/layers/attention.py). The
+#: models ran without ALiBi: the tables' NumParams grows with SeqLen (a learned
+#: max_seq_len x d_model position embedding, which MPT builds only when ``alibi`` is off), so
+#: no bias tensor enters the kernel. The kernel (Triton 2.0 pre-MLIR, "only been tested on
+#: A100") is listed only on the A100 presets; elsewhere the profile's ``fa2`` stands.
+LLMFOUNDRY_A100_KERNEL = "fa1-triton"
+LLMFOUNDRY_A100_KERNEL_NOTE = (
+    "attention on FlashAttention (v1) in Triton (attention_kernel fa1-triton): llm-foundry's "
+    "A100 benchmark rows ran attn_impl triton, the default of the benchmark's first "
+    "submit_benchmarks.py (mosaicml/examples 3bbda73b examples/llm/throughput, llm-foundry "
+    "12a63191 scripts/train/benchmarking; image mosaicml/pytorch:1.13.1_cu117), which calls "
+    "flash-attn's flash_attn_triton.flash_attn_func; no ALiBi bias (the tables' NumParams grows "
+    "with SeqLen: learned position embeddings)"
 )
 #: Frameworks whose fp16 training reduces gradients in fp16 by default: framework profile → why.
 FP16_REDUCE = {
@@ -171,6 +193,9 @@ def recipe_defaults(
     if framework == "llm-foundry-2023" and names_composer_pure(row):
         out.options.update(fsdp_param_fp32=False, eager_modules="generator")
         out.notes.append(COMPOSER_PURE_NOTE)
+    if framework == "llm-foundry-2023" and preset_has_kernel(system, LLMFOUNDRY_A100_KERNEL):
+        out.options["attention_kernel"] = LLMFOUNDRY_A100_KERNEL
+        out.notes.append(LLMFOUNDRY_A100_KERNEL_NOTE)
     text = row_text(row).lower()
     for frameworks, pattern, option, value, why in NAMED_TECHNIQUES:
         if framework in frameworks and re.search(pattern, text):
@@ -192,3 +217,13 @@ def names_composer_pure(row: dict[str, str]) -> bool:
     """Whether a row's text names Composer's FSDP ``mixed_precision`` mode ``PURE``
     (:data:`COMPOSER_PURE`, in :data:`COMPOSER_PURE_COLUMNS`)."""
     return any(COMPOSER_PURE.search(row.get(c, "")) for c in COMPOSER_PURE_COLUMNS)
+
+
+def preset_has_kernel(system: str, kernel: str) -> bool:
+    """Whether the system preset ``system`` lists a figure for the attention ``kernel`` (its
+    ``attention_kernels``); False for an unknown system."""
+    try:
+        kernels = load_system(system).accelerator.kernels
+    except ConfigError:
+        return False
+    return kernels is not None and kernel in kernels.attention_kernels
