@@ -19,7 +19,13 @@ all-reduce over a tensor-parallel group and :func:`~stage_explore.analytical.ove
 overlap_block` moves the weight-gradient GEMMs of the same linear layers after it. The NCCL
 kernel is not a userbuffers kernel: it runs one thread block per channel on the SMs the GEMM
 would use, so while both run the GEMM has ``sm_count − NCCL_ALL_REDUCE_SMS`` SMs
-(:func:`nccl_sm_share_s`, the share of the overlapped time), not TE's fixed SM margin.
+(:func:`nccl_sm_share_s`, the share of the overlapped time), not TE's fixed SM margin. The
+collective is issued first (the same function: "Here we rely on CUDA_DEVICE_MAX_CONNECTIONS=1
+to ensure that the gather is scheduled before the input gradient computation", and likewise
+for the all-reduce and reduce-scatter before the weight gradient), so on an accelerator whose
+GEMMs are persistent (``KernelModel.persistent_gemm``) the weight-gradient GEMM's blocks wait for
+its SMs and the backend charges :func:`~stage_explore.analytical.persistent_gemm.
+persistent_bulk_s` instead.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Compute slowed by the NCCL collectives it overlaps: :class:`NcclLoad` and
-:func:`nccl_load` (what a collective holds), :func:`on_fewer_sms`, :func:`contended_share` and
-:func:`contended_s`.
+:func:`nccl_load` (what a collective holds), :func:`on_fewer_sms`, :func:`persistent_wait_s`,
+:func:`beside_persistent`, :func:`contended_share` and :func:`contended_s`.
 
 An NCCL collective is a kernel of one thread block per channel, and each block holds an SM for
 the whole collective: "NCCL CTAs won't share an SM with compute kernels" (NCCL maintainer,
@@ -33,8 +33,33 @@ NetworkDim.nccl_channels`, each preset citing its NCCL log; its achieved bandwid
 applied once — paces the HBM traffic). A dim without a figure is
 outside the model: its collectives take nothing.
 
+**Persistent GEMMs** (``KernelModel.persistent_gemm``: Hopper). cuBLAS's sm_90 GEMMs launch
+one block per SM, each working through a fixed share of the output tiles ("they launch as many
+CUDA blocks as there are SMs on the GPU (i.e., 132) and each of these blocks will process
+several tiles in a row", pytorch/pytorch#143988, which profiled H100 matmuls under FSDP taking
+"2x as long" beside an NCCL kernel holding ~10 % of the SMs; PR #144974 / #147966: the blocks
+"scheduled as two separate waves on the available SMs"; the grid follows the SM count, as
+torch's ``test_honor_sm_carveout`` checks on the kernel's grid). A GEMM launched while the
+collective's blocks are resident places ``sm_count − channels`` of its blocks; the others start
+when the first finish and run their whole share: it lasts its time plus that of the waiting
+blocks' share (:func:`persistent_wait_s`), not the wave model's SM ratio. So on such an
+accelerator a GEMM beside a collective is timed the longer of the two
+(:func:`beside_persistent`). It holds where the collective's kernel is resident before the
+GEMMs it overlaps are launched, which is how the frameworks issue them: FSDP's prefetched
+all-gathers and post-backward reduce-scatters and data-parallel gradient buckets are enqueued
+(on high-priority streams in torch's FSDP2 and process groups) before the compute that follows
+them; a collective launched while a GEMM holds every SM waits for that GEMM's blocks to end and
+is then resident for the next ones (one GEMM's difference, not modelled). A GEMM whose grid
+fits in the SMs left (fewer tiles than ``sm_count − channels``) loses nothing this way, and
+neither does a GEMM whose library was told the SMs to leave (torch's
+``_set_sm_carveout_experimental`` → ``CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET``, torch ≥ 2.7;
+Transformer Engine's ``NVTE_EXT_MARGIN_SM``): none of the frameworks the validation covers sets
+either by default, and no recipe read sets them.
+
 Not modelled: NVLS / CollNet channel counts and traffic, cuBLAS choosing its split-K for the
-full SM count (the re-timing chooses it for the SMs left).
+full SM count (the re-timing chooses it for the SMs left), cuBLAS heuristics choosing a
+non-persistent kernel for some shapes (every GEMM of a persistent accelerator is taken as
+persistent).
 """
 
 from __future__ import annotations
@@ -44,7 +69,8 @@ from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.kernels import KernelTimer
+from stage_explore.analytical.kernels import KernelTimer, gemm_shape
+from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import NetworkDim, System
 
 #: HBM bytes a GPU moves per byte on its ring link, by collective (module docstring).
@@ -131,6 +157,54 @@ def on_fewer_sms(timer: KernelTimer, load: NcclLoad) -> KernelTimer | None:
         * (1.0 - load.hbm_share),
     )  # fmt: skip
     return replace(timer, accelerator=accelerator, kernels=kernels)
+
+
+def persistent_wait_s(
+    kernels: KernelModel, shape: tuple[int, int, int, int], gemm_s: float, channels: int
+) -> float:
+    """Seconds a persistent GEMM of ``shape`` (``gemm_s`` alone) lasts beyond ``gemm_s`` when it
+    is launched beside a kernel resident on ``channels`` SMs for its whole length (module
+    docstring). Its grid is ``min(tiles, sm_count)`` blocks (``tiles``: the output tiles of
+    ``kernels.gemm_tile`` in the orientation of fewer waves, as
+    :func:`~stage_explore.analytical.kernels.gemm_efficiency` chooses, then of fewer tiles),
+    block ``b`` working through tiles
+    ``b, b + grid, …`` (CUTLASS's persistent tile scheduler), so the first ``tiles mod grid``
+    blocks hold one tile more. The blocks past ``sm_count − channels`` find no SM; they start
+    when the first blocks finish and take their share's time, ``gemm_s`` times their tile count
+    over the largest share. 0 when the grid fits in the SMs left."""
+    sms = kernels.sm_count
+    left = sms - channels
+    if gemm_s <= 0.0 or channels <= 0 or left <= 0:
+        return 0.0
+    batch, m, n, _ = shape
+    tm, tn = kernels.gemm_tile
+    counts = (batch * -(-m // tm) * -(-n // tn), batch * -(-m // tn) * -(-n // tm))
+    tiles = min(counts, key=lambda count: (-(-count // sms), count))  # fewer waves, then tiles
+    grid = min(tiles, sms)
+    if grid <= left:
+        return 0.0
+    most = -(-tiles // grid)
+    remainder = tiles % grid
+    waiting = most if remainder == 0 or remainder > left else tiles // grid
+    return gemm_s * waiting / most
+
+
+def beside_persistent(
+    timer: KernelTimer, fewer: Callable[[Instr], float], channels: int
+) -> Callable[[Instr], float]:
+    """``fewer`` (an instruction's seconds on what a collective leaves, :func:`on_fewer_sms`)
+    with each GEMM timed at least its time alone plus :func:`persistent_wait_s`: a persistent
+    GEMM beside a collective resident on ``channels`` SMs."""
+
+    def seconds(instr: Instr) -> float:
+        rest = fewer(instr)
+        gemm_s = timer.gemm_kernel_s(instr)
+        shape = gemm_shape(instr) if gemm_s > 0.0 else None
+        if shape is None:
+            return rest
+        return max(rest, timer(instr) + persistent_wait_s(timer.kernels, shape, gemm_s, channels))
+
+    return seconds
 
 
 def contended_share(

@@ -45,6 +45,7 @@ from stage_explore.analytical.blocktime import (
 )
 from stage_explore.analytical.contention import (
     NcclLoad,
+    beside_persistent,
     contended_share,
     nccl_channels,
     on_fewer_sms,
@@ -229,10 +230,14 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
                 channels = max(  # the tp group's dim's figure, else the A100 node's 24
                     (nccl_channels(point.system, spans[i.axes][0][1]) for i in bulk), default=0
                 )  # fmt: skip
-                lost_s = nccl_sm_share_s(  # NCCL's blocks beside the weight gradients
-                    sum(comm_s(i) for i in bulk), sum(compute_s(i) for i in shared),
-                    kernels.sm_count, channels or NCCL_ALL_REDUCE_SMS,
-                )  # fmt: skip
+                reduce_s = sum(comm_s(i) for i in bulk)
+                wgrad_s = sum(compute_s(i) for i in shared)
+                if kernels.persistent_gemm:  # issued after the collective, on every SM
+                    lost_s = persistent_bulk_s(reduce_s, wgrad_s)
+                else:  # NCCL's blocks beside the weight gradients
+                    lost_s = nccl_sm_share_s(
+                        reduce_s, wgrad_s, kernels.sm_count, channels or NCCL_ALL_REDUCE_SMS
+                    )
                 timing = timing.plus_compute(lost_s)
             if self.framework.moe_deepep and rule is not None and kernels is not None:
                 deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
@@ -287,6 +292,9 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             fewer = on_fewer_sms(timer, load)
             if fewer is None:
                 return 0.0
+            if kernels.persistent_gemm:  # GEMM blocks wait for the SMs the collective holds
+                persistent = beside_persistent(timer, fewer, load.channels)
+                return contended_share(instrs, alone, persistent)
             return contended_share(instrs, alone, fewer)
 
         return self._parts.get((*base_key, load), compute)  # type: ignore[no-any-return]

@@ -466,6 +466,25 @@ class KernelTimer:
         seconds = gemm_time_s(accelerator, kernels, fp8, shape, flops, fp8_memory_s, share)
         return seconds + self._cast_s(instr, role) + groups_s
 
+    def gemm_kernel_s(self, instr: Instr) -> float:
+        """Seconds of ``instr``'s GEMM kernel itself: :meth:`__call__` less what runs as kernels
+        of their own around it (an FP8 GEMM's operand casts, a grouped GEMM's per-group cost);
+        0 for anything but a GEMM (attention, scans, element-wise kernels)."""
+        if instr.flops <= 0 or instr.kind in ("attention", "ssdscan"):
+            return 0.0
+        if self.ssd_kernels and instr.name in FUSED_GATE:
+            return 0.0
+        shape = gemm_shape(instr)
+        if shape is None:
+            return 0.0
+        groups_s = grouped_gemm_groups(instr, shape) * self.kernels.grouped_gemm_group_s
+        seconds = self(instr) - groups_s
+        role = gemm_role(instr, self.weights)
+        fp8 = self.dtype == "fp8" and self.fp8_training and self.fp8_block
+        if fp8 and role is not None and role in self.fp8_gemms:
+            seconds -= self._cast_s(instr, role)
+        return max(0.0, seconds)
+
     def _unfused_s(self, instr: Instr) -> float:
         """Seconds of Transformer Engine's unfused attention kernels for ``instr``
         (:func:`~stage_explore.analytical.unfused_attention.unfused_kernels`): each BMM by the

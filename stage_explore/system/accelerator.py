@@ -111,8 +111,10 @@ class KernelModel:
     - ``persistent_gemm``: the GEMM library's kernels are persistent with a static tile
       schedule (one block per SM, each working through a fixed share of the output tiles), so
       a GEMM launched on every SM beside a kernel that holds some of them waits for those SMs
-      (:func:`~stage_explore.analytical.persistent_gemm.persistent_bulk_s`); False: blocks are
-      placed as SMs free (the wave model).
+      (:func:`~stage_explore.analytical.persistent_gemm.persistent_bulk_s` beside userbuffers'
+      bulk kernels and Megatron's asynchronous tp collectives,
+      :func:`~stage_explore.analytical.contention.persistent_wait_s` beside the other NCCL
+      collectives); False: blocks are placed as SMs free (the wave model).
     """
 
     sm_count: int

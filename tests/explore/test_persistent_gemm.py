@@ -85,12 +85,15 @@ def test_an_evaluation_pays_it_without_the_bulk_sm_margin_only() -> None:
     slow = no_margin.evaluate(MODEL, PARALLEL, H100).step_time_s
     fast = no_margin.evaluate(MODEL, PARALLEL, without).step_time_s
     assert slow > fast
-    # TE's default (set_sm_margin on): the GEMM is launched on the SMs the bulk kernel leaves
-    assert margin.evaluate(MODEL, PARALLEL, H100).step_time_s == pytest.approx(
-        margin.evaluate(MODEL, PARALLEL, without).step_time_s
+    # TE's default (set_sm_margin on): the GEMM is launched on the SMs the bulk kernel leaves;
+    # what the flag still costs there is the NCCL collectives' (test_nccl_persistent.py)
+    nccl_only = (
+        margin.evaluate(MODEL, PARALLEL, H100).step_time_s
+        - margin.evaluate(MODEL, PARALLEL, without).step_time_s
     )
-    # no userbuffers without tensor parallelism
+    assert slow - fast > nccl_only >= 0.0
+    # no userbuffers without tensor parallelism: the margin option changes nothing
     tp1 = ParallelConfig(dp=8, micro_batch=1, global_batch=8)
     assert no_margin.evaluate(MODEL, tp1, H100).step_time_s == pytest.approx(
-        no_margin.evaluate(MODEL, tp1, without).step_time_s
+        margin.evaluate(MODEL, tp1, H100).step_time_s
     )
