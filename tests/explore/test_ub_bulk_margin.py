@@ -130,7 +130,10 @@ def test_persistent_gemms_without_the_margin_wait_for_the_bulk_kernels() -> None
     on_s, on_compute = _compute(4, True, persistent=True)
     off_s, off_compute = _compute(4, False, persistent=True)
     assert off_compute > on_compute and off_s > on_s
-    assert _compute(4, True, persistent=True) == _compute(4, True)  # the margin: unchanged
+    # with the margin the bulk GEMMs do not wait; what the flag still costs is the NCCL
+    # collectives' (Megatron's asynchronous tp ones here: test_nccl_persistent.py)
+    plain_compute = _compute(4, True)[1]
+    assert 0.0 <= on_compute - plain_compute < off_compute - on_compute
 
 
 def test_pipelined_chunks_on_every_sm_cost_less_than_the_margin() -> None:
