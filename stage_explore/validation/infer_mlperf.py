@@ -1,0 +1,140 @@
+"""NVIDIA's MLPerf Training implementations of an inferred setup
+(:mod:`stage_explore.validation.infer_megatron` calls them for a ``megatron-core`` row): the GPT-3
+175B implementation on NeMo 1.x named by its round (:func:`mlperf_gpt3_round`, its settings in
+:func:`mlperf_gpt3`) and the NeMo 2.0 implementation named without a container
+(:func:`mlperf_nemo2_implementation`). Every setting is cited where it is set, read in the
+submissions' code (mlcommons training_results), never chosen from a published row.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stage_explore.validation.infer_release import Defaults, row_text
+
+
+def cell(row: dict[str, str], column: str) -> int:
+    """An integer cell of the row (0 when empty or not a number)."""
+    text = row.get(column, "").strip()
+    return int(text) if text.isdigit() else 0
+
+
+#: The first container of the MLPerf submissions on NeMo 2.0 (the v5.0 Llama 3.1 405B
+#: pretrain.py on ngc25.01); NVIDIA's GPT-3 175B submissions before it run NeMo 1.x's
+#: megatron_gpt_pretraining with the implementation's own conf/ (custom.yaml, optim/, tp_overlap/).
+MLPERF_NEMO2 = (25, 1)
+#: NVIDIA's NeMo implementation named in a row's text (the round: :data:`_MLPERF_ROUND`).
+_NVIDIA_NEMO_IMPLEMENTATION = re.compile(
+    r"nvidia(?:'s)?\s+nemo\b[^;()]*?\bimplementation", re.IGNORECASE
+)
+#: The first MLPerf Training round whose NVIDIA NeMo implementations are NeMo 2.0 ones
+#: (v5.0: llama31_405b; v5.1: llama31_8b / llama31_405b, pretrain.py on nemo.lightning).
+MLPERF_NEMO2_ROUND = (5, 0)
+
+
+def mlperf_nemo2_implementation(row: dict[str, str]) -> str:
+    """Why a row that names no container runs NVIDIA's MLPerf implementation on NeMo 2.0, else
+    "": its text names MLPerf Training v5.0 or later and NVIDIA's NeMo implementation (another
+    submitter's copy of it, e.g. on its own image). That implementation is the same code
+    whatever the image: mlcommons/training_results_v5.1 4da2d1cd
+    {NVIDIA,Cisco}/benchmarks/llama31_8b/implementations/nemo pretrain.py builds NeMo 2.0's
+    MegatronStrategy with DistributedDataParallelConfig(grad_reduce_in_fp32=False,
+    fp8_param_gather=optim.fp8_params) and MegatronMixedPrecision(grad_reduce_in_fp32=False,
+    fp8_params=...), and config_common.sh exports FP8_PARAMS=True (custom.yaml optim.fp8_params),
+    so its setup is that of :data:`MLPERF_NEMO2`'s container path."""
+    text = row_text(row)
+    found = _MLPERF_ROUND.search(text)
+    if found is None or (int(found.group(1)), int(found.group(2))) < MLPERF_NEMO2_ROUND:
+        return ""
+    if not _NVIDIA_NEMO_IMPLEMENTATION.search(text):
+        return ""
+    return (
+        f"the text names NVIDIA's NeMo implementation of MLPerf Training "
+        f"v{found.group(1)}.{found.group(2)} and no container: NeMo 2.0's pretrain.py "
+        "(mlcommons/training_results_v5.1 4da2d1cd llama31_8b/implementations/nemo: "
+        "grad_reduce_in_fp32=False, fp8_param_gather from config_common.sh FP8_PARAMS=True), "
+        "read as the MLPerf NeMo 2.0 container path"
+    )
+
+
+def mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaults) -> None:
+    """NVIDIA's MLPerf Training GPT-3 175B implementation on NeMo 1.x (mlcommons
+    training_results_v4.0 / v4.1 NVIDIA/benchmarks/gpt3/implementations/*_nemo: config_common.sh
+    USE_DIST_OPTIMIZER=True, TP_COMM_OVERLAP=True, FP8_PARAMS=True; conf/optim/
+    distributed_fused_adam.yaml)."""
+    out.options["distributed_fused_adam"] = "fp32"
+    out.parallel["grad_fp32"] = False
+    out.options["ub_bulk_sm_margin"] = False
+    out.notes.append(
+        "Apex's DistributedFusedAdam with its default fp32 state (distributed_fused_adam fp32), "
+        "gradients reduced in bf16 (grad_fp32 false), userbuffers bulk overlaps without an SM "
+        "margin (ub_bulk_sm_margin false): NVIDIA's MLPerf GPT-3 implementation on NeMo 1.x "
+        "(config_common.sh USE_DIST_OPTIMIZER=True; conf/optim/distributed_fused_adam.yaml "
+        "grad_sync_dtype bf16, no dtype; conf/tp_overlap/*.yaml bulk overlaps set_sm_margin 0; "
+        f"mlcommons/training_results_v4.0 62f111b7, v4.1) ({said}; the text names MLPerf)"
+    )
+    if release >= (24, 9):
+        out.options["native_cross_entropy"] = True
+        out.notes.append(
+            "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): the "
+            "v4.1 conf/custom.yaml (eos_n32_ngc24.09_nemo, swsok/training_results_v4.1 8821c703) "
+            "sets cross_entropy_loss_fusion ${oc.env:CROSS_ENTROPY_LOSS_FUSION,True}, which NeMo "
+            "1.0 copies into Megatron-Core's TransformerConfig (default impl 'native'); the v4.0 "
+            f"one names none ({said}; the text names MLPerf)"
+        )
+    if precision == "fp8":
+        out.options["fp8_param_gather"] = True
+        out.notes.append(
+            "FP8 parameters (fp8_param_gather): the MLPerf GPT-3 config_common.sh FP8_PARAMS=True "
+            f"read by custom.yaml fp8_params ({said}; the text names MLPerf)"
+        )
+        if release >= (24, 9):
+            out.options["fp8_amax_reduction"] = "tp_cp"
+            out.notes.append(
+                "FP8 amaxes reduced over the tensor- and context-parallel group only "
+                "(fp8_amax_reduction tp_cp): the v4.1 conf/custom.yaml (ngc24.09) sets "
+                "tp_only_amax_red ${oc.env:TP_ONLY_AMAX_RED,True} (Megatron-Core "
+                f"--tp-only-amax-red); the v4.0 one names none ({said}; the text names MLPerf)"
+            )
+
+
+#: NVIDIA's MLPerf Training GPT-3 175B rounds on NeMo 1.x, by the round a row's text names, with
+#: the container their implementations name (mlcommons training_results_v4.0 62f111b7:
+#: ``eos_n*_ngc24.04_nemo``; v4.1, swsok/training_results_v4.1 8821c703: ``eos_n*_ngc24.09_nemo``,
+#: and the same round's ``b200_n8_preview_nemo``, whose conf/custom.yaml and config_common.sh set
+#: the v4.1 values :func:`mlperf_gpt3` reads: USE_DIST_OPTIMIZER, FP8_PARAMS,
+#: cross_entropy_loss_fusion and tp_only_amax_red defaults True).
+MLPERF_GPT3_ROUNDS = {(4, 0): (24, 4), (4, 1): (24, 9)}
+_MLPERF_ROUND = re.compile(r"mlperf\s+training\s+v(\d+)\.(\d+)", re.IGNORECASE)
+#: The v4.1 implementation's Blackwell userbuffers configs (b200_n8_preview_nemo
+#: conf/tp_overlap/b200tp{tp}mbs{mbs}.yaml): ``fc2_fprop`` method
+#: ``${FC2_FPROP_METHOD,ring_exchange}`` in b200tp4mbs1 / tp4mbs2 / tp8mbs1, ``pipeline`` in
+#: tp8mbs2; ``proj_fprop`` a pipeline in all four. (tp, micro-batch) of the ring-exchange ones.
+MLPERF_B200_FC2_RING = ((4, 1), (4, 2), (8, 1))
+
+
+def mlperf_gpt3_round(
+    row: dict[str, str], precision: str, blackwell: bool, tp: int, out: Defaults
+) -> bool:
+    """A GPT-3 row naming an MLPerf Training round of NVIDIA's NeMo 1.x implementation
+    (:data:`MLPERF_GPT3_ROUNDS`) but no container: the implementation's settings
+    (:func:`mlperf_gpt3`) as that round's containers run them; on Blackwell with tp > 1 the
+    forward reduce-scatter methods of its ``b200tp*mbs*.yaml`` (``blackwell``: the row's preset is
+    Blackwell or later). Whether a round was named."""
+    found = _MLPERF_ROUND.search(row_text(row))
+    release = MLPERF_GPT3_ROUNDS.get((int(found.group(1)), int(found.group(2)))) if found else None
+    if found is None or release is None:
+        return False
+    said = f"the text names MLPerf Training v{found.group(1)}.{found.group(2)}, no container"
+    mlperf_gpt3(precision, release, said, out)
+    micro_batch = cell(row, "micro_batch") or 1
+    if blackwell and (tp, micro_batch) in MLPERF_B200_FC2_RING:
+        out.options["ub_fc2_fprop_method"] = "ring_exchange"
+        out.notes.append(
+            "userbuffers fc2_fprop as a ring-exchange reduce-scatter (ub_fc2_fprop_method "
+            f"ring_exchange): conf/tp_overlap/b200tp{tp}mbs{micro_batch}.yaml of the v4.1 "
+            "b200_n8_preview_nemo implementation, fc2_fprop method "
+            "${FC2_FPROP_METHOD,ring_exchange} (swsok/training_results_v4.1 8821c703) "
+            f"({said})"
+        )
+    return True
