@@ -168,10 +168,16 @@ def persistent_wait_s(
     ``kernels.gemm_tile`` in the orientation of fewer waves, as
     :func:`~stage_explore.analytical.kernels.gemm_efficiency` chooses, then of fewer tiles),
     block ``b`` working through tiles
-    ``b, b + grid, …`` (CUTLASS's persistent tile scheduler), so the first ``tiles mod grid``
-    blocks hold one tile more. The blocks past ``sm_count − channels`` find no SM; they start
-    when the first blocks finish and take their share's time, ``gemm_s`` times their tile count
-    over the largest share. 0 when the grid fits in the SMs left."""
+    ``b, b + grid, …`` (CUTLASS's persistent tile scheduler, ``include/cutlass/gemm/kernel/
+    sm90_tile_scheduler.hpp``: ``advance_to_next_work`` adds the grid's block count), so the
+    first ``tiles mod grid`` blocks hold one tile more. The blocks past ``sm_count − channels``
+    find no SM; each starts when a resident block ends and takes its share's time (a tile:
+    ``gemm_s`` over the largest share). Resident blocks holding one tile fewer (those from
+    ``tiles mod grid`` to ``sm_count − channels``) free their SMs a tile early: when there are
+    at least as many of them as waiting blocks, every waiting block (all of them holding one
+    tile fewer) starts then, and the GEMM lasts two shares of one tile fewer; otherwise the
+    last waiting block starts when the largest share ends. 0 when the grid fits in the SMs
+    left."""
     sms = kernels.sm_count
     left = sms - channels
     if gemm_s <= 0.0 or channels <= 0 or left <= 0:
@@ -185,8 +191,12 @@ def persistent_wait_s(
         return 0.0
     most = -(-tiles // grid)
     remainder = tiles % grid
-    waiting = most if remainder == 0 or remainder > left else tiles // grid
-    return gemm_s * waiting / most
+    if remainder == 0 or remainder > left:  # a waiting block holds the largest share
+        return gemm_s
+    early = left - remainder  # resident blocks of one tile fewer, ending a tile early
+    if early >= grid - left:  # every waiting block starts a tile before the largest share ends
+        return gemm_s * (most - 2) / most
+    return gemm_s * (most - 1) / most
 
 
 def beside_persistent(

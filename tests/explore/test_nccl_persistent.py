@@ -69,8 +69,18 @@ def test_the_waiting_blocks_run_their_share_of_the_tiles() -> None:
     # 108 tiles fit in the SMs left: no block waits; nor without a collective
     assert persistent_wait_s(kernels, (1, 128 * 9, 256 * 12, 4096), 1.0, 24) == 0.0
     assert persistent_wait_s(kernels, (1, 8192, 4096, 4096), 1.0, 0) == 0.0
-    # however few SMs the collective holds, a full grid waits (the PyTorch issue's 2x)
-    assert persistent_wait_s(kernels, (1, 8192, 4096, 4096), 1.0, 2) == pytest.approx(7 / 8)
+    # however few SMs the collective holds, a full grid waits (the PyTorch issue's 2x); with
+    # 2 channels blocks 100..129 (7 tiles) end a tile early and the 2 waiting blocks of 7
+    # tiles start then: 14 of 8 tiles' time
+    assert persistent_wait_s(kernels, (1, 8192, 4096, 4096), 1.0, 2) == pytest.approx(6 / 8)
+    # 200 tiles: blocks 0..67 hold 2, 68..131 one; the 24 waiting blocks (one tile each) start
+    # when the 40 resident one-tile blocks 68..107 end, and end with the two-tile blocks
+    assert persistent_wait_s(kernels, (1, 128 * 10, 256 * 20, 4096), 1.0, 24) == 0.0
+    # 232 tiles: 100 two-tile blocks, 8 one-tile blocks resident before the 24 waiting ones;
+    # the 9th waiting block starts when the first two-tile blocks end: half again
+    assert persistent_wait_s(kernels, (1, 128 * 8, 256 * 29, 4096), 1.0, 24) == pytest.approx(
+        1 / 2
+    )
 
 
 def test_the_timer_s_gemm_seconds_are_the_gemm_s_only() -> None:
