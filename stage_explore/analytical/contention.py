@@ -69,7 +69,8 @@ from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.kernels import KernelTimer, gemm_shape
+from stage_explore.analytical.gemm_tiles import gemm_shape
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import NetworkDim, System
 
@@ -166,7 +167,7 @@ def persistent_wait_s(
     is launched beside a kernel resident on ``channels`` SMs for its whole length (module
     docstring). Its grid is ``min(tiles, sm_count)`` blocks (``tiles``: the output tiles of
     ``kernels.gemm_tile`` in the orientation of fewer waves, as
-    :func:`~stage_explore.analytical.kernels.gemm_efficiency` chooses, then of fewer tiles),
+    :func:`~stage_explore.analytical.gemm_tiles.gemm_efficiency` chooses, then of fewer tiles),
     block ``b`` working through tiles
     ``b, b + grid, …`` (CUTLASS's persistent tile scheduler, ``include/cutlass/gemm/kernel/
     sm90_tile_scheduler.hpp``: ``advance_to_next_work`` adds the grid's block count), so the

@@ -71,7 +71,7 @@ from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind
 
 #: Bytes of a 16-bit activation element (the attention's inputs and outputs; as
-#: :data:`stage_explore.analytical.kernels.ELEMENT_BYTES`, which imports this module).
+#: :data:`stage_explore.analytical.gemm_tiles.ELEMENT_BYTES`, which imports this module).
 ELEMENT_BYTES = 2
 #: Bytes of an fp32 element (the merged outputs, the gradient accumulators and ring messages).
 FP32_BYTES = 4

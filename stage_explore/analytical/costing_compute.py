@@ -35,7 +35,8 @@ from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_in_proj import fuse_in_proj
 from stage_explore.analytical.fused_qkv import fuse_qkv
-from stage_explore.analytical.kernels import KernelTimer, gemm_shape, grouped_gemm_groups
+from stage_explore.analytical.gemm_tiles import gemm_shape
+from stage_explore.analytical.kernels import KernelTimer, grouped_gemm_groups
 from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.parts import Point
 from stage_explore.analytical.routing_tiles import routing_share

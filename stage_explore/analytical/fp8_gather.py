@@ -48,7 +48,7 @@ from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import FP8_BYTES, MX_BLOCK, NON_FP8_WEIGHTS
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.fp8_roles import gemm_role
-from stage_explore.analytical.kernels import ELEMENT_BYTES
+from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES
 
 #: Recipes whose linears torchao's Float8 tensor parallelism gathers in FP8 (TorchTitan's
 #: ``enable_float8_tensorwise_tp = enable_float8_linear and not float8_is_rowwise``).

@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Sequence
 from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import FP8_BYTES
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.kernels import ELEMENT_BYTES
+from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES
 
 _GATHER = CollectiveKind.ALL_GATHER
 _SCATTER = CollectiveKind.REDUCE_SCATTER

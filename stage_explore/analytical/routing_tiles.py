@@ -1,7 +1,7 @@
 """Row tiles of an expert GEMM when the tokens per expert are those of random routing.
 
 The generator gives every routed expert the mean number of token slots (``k·tokens/E``), and the
-kernel model (:func:`~stage_explore.analytical.kernels.gemm_efficiency`) quantizes a GEMM's rows
+kernel model (:func:`~stage_explore.analytical.gemm_tiles.gemm_efficiency`) quantizes a GEMM's rows
 into ``ceil(M / tile)`` output tiles. A framework's dropless grouped GEMM does not see the mean:
 it runs one GEMM per local expert on that expert's own token count (Transformer Engine's
 ``GroupedLinear`` takes ``m_splits = tokens_per_expert.tolist()``; the ``grouped_gemm`` package

@@ -55,7 +55,8 @@ from stage_explore.analytical.collectives import (
     alpha_beta_point_to_point_s,
     group_span,
 )
-from stage_explore.analytical.kernels import ELEMENT_BYTES, KernelTimer
+from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import System
 
 #: Prompt tokens one step prefills at most: TensorRT-LLM's default ``max_num_tokens`` (8192,
@@ -133,7 +134,7 @@ def _compute_timer(
     """Seconds of a compute instruction: the accelerator's kernel model (GEMMs by shape, FP8
     only on linear layers, attention over the ``T`` cached keys) as training uses it, else the
     roofline. FP8 weights are read at one byte: the GEMM's shape is recovered as if its weight
-    were 16-bit (:func:`~stage_explore.analytical.kernels.gemm_shape` assumes so) and the
+    were 16-bit (:func:`~stage_explore.analytical.gemm_tiles.gemm_shape` assumes so) and the
     memory bound takes the bytes really moved."""
     accelerator = system.accelerator
     dtype = accelerator.precision_dtype(program.config.precision)

@@ -48,7 +48,7 @@ from dataclasses import replace
 from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import FP8_BYTES
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.kernels import ELEMENT_BYTES
+from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES
 from stage_explore.analytical.overlap import Bulk, OverlapRule, Pipelined, ub_fprop_name
 from stage_explore.system.model import System
 from stage_explore.system.ranks import group_span

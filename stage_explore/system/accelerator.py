@@ -76,7 +76,7 @@ class KernelModel:
     - ``gemm_k_overhead``: the reduction length a tile's prologue and epilogue cost, in elements
       of K of the 16-bit main loop (a GEMM's main loop runs at ``K / (K + gemm_k_overhead)``;
       a dtype with a faster loop, FP8, spends the same time on them, i.e. proportionally more K:
-      :func:`~stage_explore.analytical.kernels.k_overhead_scale`);
+      :func:`~stage_explore.analytical.gemm_tiles.k_overhead_scale`);
     - ``gemm_efficiency``: per dtype, the fraction of peak a large, wave-aligned GEMM sustains;
     - ``attention_forward`` / ``attention_backward``: the fraction of the BF16 peak a fused
       (FlashAttention-style) kernel reaches on long sequences, head dim 128;

@@ -16,13 +16,8 @@ from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_roles import is_linear
-from stage_explore.analytical.kernels import (
-    KernelTimer,
-    attention_efficiency,
-    gemm_efficiency,
-    gemm_shape,
-    gemm_time_s,
-)
+from stage_explore.analytical.gemm_tiles import gemm_efficiency, gemm_shape, gemm_time_s
+from stage_explore.analytical.kernels import KernelTimer, attention_efficiency
 from stage_explore.system import load_system, system_from_mapping
 from stage_explore.system.accelerator import KernelModel
 

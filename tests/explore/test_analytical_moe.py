@@ -13,7 +13,7 @@ from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s, group_span
 from stage_explore.analytical.frameworks import get_framework
-from stage_explore.analytical.kernels import gemm_shape
+from stage_explore.analytical.gemm_tiles import gemm_shape
 from stage_explore.analytical.overlap import overlap_rule
 from stage_explore.analytical.overlap_reorder import overlap_shared_experts
 from stage_explore.analytical.policy import TimingPolicy

@@ -14,12 +14,11 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Fp8Recipe, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.gemm_tiles import gemm_time_s, k_overhead_scale
 from stage_explore.analytical.kernels import (
     ATTENTION_BACKWARD_MATMULS,
     KernelTimer,
     attention_efficiency,
-    gemm_time_s,
-    k_overhead_scale,
 )
 from stage_explore.system import system_from_mapping
 from stage_explore.system.accelerator import KernelModel

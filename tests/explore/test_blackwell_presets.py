@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_explore.analytical.kernels import gemm_time_s
+from stage_explore.analytical.gemm_tiles import gemm_time_s
 from stage_explore.system import load_system
 from stage_explore.system.model import System
 

@@ -16,7 +16,8 @@ import statistics
 
 import pytest
 
-from stage_explore.analytical.kernels import attention_efficiency, gemm_efficiency
+from stage_explore.analytical.gemm_tiles import gemm_efficiency
+from stage_explore.analytical.kernels import attention_efficiency
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import System

@@ -17,7 +17,8 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_roles import cast_shares, gemm_role
-from stage_explore.analytical.kernels import KernelTimer, gemm_shape, gemm_time_s
+from stage_explore.analytical.gemm_tiles import gemm_shape, gemm_time_s
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.cli import main
 from stage_explore.system import load_system
 

@@ -18,7 +18,8 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.fused_fc1 import fuse_fc1
-from stage_explore.analytical.kernels import gemm_shape, grouped_gemm_groups
+from stage_explore.analytical.gemm_tiles import gemm_shape
+from stage_explore.analytical.kernels import grouped_gemm_groups
 from stage_explore.system import load_system
 
 H100 = load_system("h100-80gb")

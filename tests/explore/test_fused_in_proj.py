@@ -14,7 +14,8 @@ from stage_core.parallel import ParallelConfig
 from stage_explore.analytical import costing_compute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fused_in_proj import IN_PROJ_WEIGHTS, fuse_in_proj
-from stage_explore.analytical.kernels import gemm_role, gemm_shape
+from stage_explore.analytical.gemm_tiles import gemm_shape
+from stage_explore.analytical.kernels import gemm_role
 from stage_explore.system import load_system
 
 TP = 8

@@ -14,7 +14,7 @@ from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.fused_qkv import fuse_qkv
-from stage_explore.analytical.kernels import gemm_shape
+from stage_explore.analytical.gemm_tiles import gemm_shape
 from stage_explore.system import load_system
 
 A100 = load_system("a100-80gb")

@@ -1,12 +1,12 @@
 """A GEMM tile's prologue and epilogue take the same time whatever its operands' width: an FP8
 (or MXFP8) tile, whose main loop consumes K faster than a 16-bit one, spends as many seconds
-on them as the BF16 tile does, i.e. more K elements' worth (kernels.k_overhead_scale)."""
+on them as the BF16 tile does, i.e. more K elements' worth (gemm_tiles.k_overhead_scale)."""
 
 from __future__ import annotations
 
 import pytest
 
-from stage_explore.analytical.kernels import gemm_time_s, k_overhead_scale
+from stage_explore.analytical.gemm_tiles import gemm_time_s, k_overhead_scale
 from stage_explore.system.accelerator import Accelerator
 from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of
 
