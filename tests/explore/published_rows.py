@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.setups import Case, data_dir
+from stage_explore.validation.setups import Case, data_dir, load_cases
 
 HELD_OUT = "published_runs_held_out.csv"
 TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"
@@ -49,3 +49,24 @@ def inferred_case(**cells: str) -> Case:
     (case, *_) = row_cases(minimal_row(**cells), "extra.csv", 1)
     assert case.parallel is not None and case.model is not None, case.reason
     return case
+
+
+def assert_inferred_as_hand(
+    file: str, source: str, fields: tuple[str, ...], options: tuple[str, ...]
+) -> None:
+    """Every time row of ``source`` (package file ``file``) set up by the inference alone has the
+    hand-written setup's ``fields`` ("part.name", e.g. "parallel.sp") and framework ``options``."""
+    cases = [c for c in load_cases() if c.source == source and c.metric != "peak_mem_gib"]
+    rows = {r["id"]: r for r in read_csv(data_dir() / file)}
+    assert cases
+    for hand in cases:
+        (mine, *_) = row_cases(rows[hand.id], file, hand.line, data_dir())
+        for field in fields:
+            part, name = field.split(".")
+            assert getattr(getattr(mine, part), name) == getattr(getattr(hand, part), name), (
+                hand.id,
+                field,
+            )
+        ours, theirs = dict(mine.framework_options), dict(hand.framework_options)
+        for option in options:
+            assert ours.get(option) == theirs.get(option), (hand.id, option)

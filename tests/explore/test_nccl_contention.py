@@ -12,7 +12,6 @@ from dataclasses import replace
 import pytest
 
 from stage_core.errors import ConfigError
-from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
@@ -34,31 +33,13 @@ from stage_explore.analytical.contention import (
     nccl_load,
     on_fewer_sms,
 )
-from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
 from stage_explore.system import load_system
 from stage_explore.system.loading import system_from_mapping
 from stage_explore.system.model import NetworkDim
+from tests.explore.gemm_helpers import bf16_gemm, h100_timer
 
 H100 = load_system("h100-80gb")
-
-
-def _gemm(m: int, n: int, k: int) -> Instr:
-    """A bf16 GEMM [m, k] x [k, n] (not a linear layer: no weight names); K = 448 leaves no
-    split-K choice (:data:`~stage_explore.analytical.kernels.MIN_SPLIT_K`)."""
-    return Instr(
-        name="g", kind="einsum", phase="fwd", flops=2 * m * n * k,
-        bytes_read=2 * (m * k + k * n), bytes_written=2 * m * n,
-        inputs=(("a", 2 * m * k), ("b", 2 * k * n)), outputs=(("c", 2 * m * n),),
-    )  # fmt: skip
-
-
-def _timer() -> KernelTimer:
-    kernels = H100.accelerator.kernels
-    assert kernels is not None
-    return KernelTimer(
-        H100.accelerator, kernels, "bf16", frozenset(), keys=4096, head_dim=128, causal=True
-    )
 
 
 def test_channels_are_the_outermost_spanned_dims() -> None:
@@ -97,15 +78,16 @@ def test_the_ring_s_hbm_traffic_is_paced_by_the_outermost_dim(kind: CollectiveKi
 
 
 def test_many_waves_lose_the_sm_ratio_and_one_exact_wave_doubles() -> None:
-    timer, sms, held = _timer(), 132, 24
+    timer, sms, held = h100_timer(), 132, 24
     fewer = on_fewer_sms(timer, NcclLoad(held))
     assert fewer is not None and fewer.kernels.sm_count == sms - held
     tm, tn = timer.kernels.gemm_tile
-    # lcm(132, 108) = 1188 tiles (99 x 12): whole waves on both, only the SM count differs
-    many = _gemm(tm * 99, tn * 12, 448)
+    # lcm(132, 108) = 1188 tiles (99 x 12): whole waves on both, only the SM count differs;
+    # K = 448 leaves no split-K choice (gemm_tiles.MIN_SPLIT_K)
+    many = bf16_gemm(tm * 99, tn * 12, 448)
     assert fewer(many) / timer(many) == pytest.approx(sms / (sms - held), rel=1e-12)
     # exactly 132 tiles (11 x 12): one wave alone, two on 108 SMs (the tail effect)
-    one = _gemm(tm * 11, tn * 12, 448)
+    one = bf16_gemm(tm * 11, tn * 12, 448)
     waves = -(-132 // (sms - held))
     expected = sms / (sms - held) * waves * (sms - held) / 132
     assert fewer(one) / timer(one) == pytest.approx(expected, rel=1e-12)
@@ -118,21 +100,21 @@ def test_many_waves_lose_the_sm_ratio_and_one_exact_wave_doubles() -> None:
 
 
 def test_a_memory_bound_kernel_loses_the_hbm_share() -> None:
-    timer = _timer()
+    timer = h100_timer()
     fewer = on_fewer_sms(timer, NcclLoad(24, 0.25))
     assert fewer is not None
-    copy = replace(_gemm(128 * 99, 256 * 12, 448), flops=0)
+    copy = replace(bf16_gemm(128 * 99, 256 * 12, 448), flops=0)
     assert fewer(copy) / timer(copy) == pytest.approx(1 / (1 - 0.25), rel=1e-12)
     tm, tn = timer.kernels.gemm_tile
-    many = _gemm(tm * 99, tn * 12, 448)  # compute-bound even at 3/4 of the HBM bandwidth
+    many = bf16_gemm(tm * 99, tn * 12, 448)  # compute-bound even at 3/4 of the HBM bandwidth
     assert fewer(many) / timer(many) == pytest.approx(132 / 108, rel=1e-12)
 
 
-def test_contended_share_weighs_the_kernels() -> None:
-    timer = _timer()
+def test_contended_share_weighs_theh100_kernels() -> None:
+    timer = h100_timer()
     fewer = on_fewer_sms(timer, NcclLoad(24))
     assert fewer is not None
-    many = _gemm(128 * 99, 256 * 12, 448)
+    many = bf16_gemm(128 * 99, 256 * 12, 448)
     copy = replace(many, flops=0, bytes_read=many.bytes_read * 50)
     alone = timer(many) + timer(copy)
     beside = fewer(many) + fewer(copy)

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pytest
 
-from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
@@ -21,44 +20,19 @@ from stage_explore.analytical.contention import (
     on_fewer_sms,
     persistent_wait_s,
 )
-from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import load_system
-from stage_explore.system.accelerator import KernelModel
-from stage_explore.system.model import System
+from tests.explore.gemm_helpers import (
+    bf16_gemm,
+    h100_kernels,
+    h100_timer,
+    without_persistent_gemm,
+)
 
 H100 = load_system("h100-80gb")
 
 
-def _kernels() -> KernelModel:
-    kernels = H100.accelerator.kernels
-    assert kernels is not None
-    return kernels
-
-
-def _gemm(m: int, n: int, k: int) -> Instr:
-    """A bf16 GEMM [m, k] x [k, n] (no weight names: not a linear layer)."""
-    return Instr(
-        name="g", kind="einsum", phase="fwd", flops=2 * m * n * k,
-        bytes_read=2 * (m * k + k * n), bytes_written=2 * m * n,
-        inputs=(("a", 2 * m * k), ("b", 2 * k * n)), outputs=(("c", 2 * m * n),),
-    )  # fmt: skip
-
-
-def _timer() -> KernelTimer:
-    return KernelTimer(
-        H100.accelerator, _kernels(), "bf16", frozenset(), keys=4096, head_dim=128, causal=True
-    )
-
-
-def _without_flag(system: System) -> System:
-    kernels = system.accelerator.kernels
-    assert kernels is not None
-    accelerator = replace(system.accelerator, kernels=replace(kernels, persistent_gemm=False))
-    return replace(system, accelerator=accelerator)
-
-
 def test_the_waiting_blocks_run_their_share_of_the_tiles() -> None:
-    kernels = replace(_kernels(), sm_count=132, gemm_tile=(128, 256))
+    kernels = replace(h100_kernels(), sm_count=132, gemm_tile=(128, 256))
     # 132 tiles, one per block: 24 blocks wait and take the whole GEMM's time again
     assert persistent_wait_s(kernels, (1, 128 * 11, 256 * 12, 4096), 1.0, 24) == 1.0
     # 1024 tiles (64 x 16, or 32 x 32 turned): blocks 0..99 hold 8 tiles, 100..131 hold 7;
@@ -84,20 +58,20 @@ def test_the_waiting_blocks_run_their_share_of_the_tiles() -> None:
 
 
 def test_the_timer_s_gemm_seconds_are_the_gemm_s_only() -> None:
-    timer = _timer()
-    gemm = _gemm(8192, 4096, 4096)
+    timer = h100_timer()
+    gemm = bf16_gemm(8192, 4096, 4096)
     assert timer.gemm_kernel_s(gemm) == timer(gemm)
     assert timer.gemm_kernel_s(replace(gemm, flops=0)) == 0.0  # a copy
     assert timer.gemm_kernel_s(replace(gemm, kind="attention")) == 0.0
 
 
 def test_a_gemm_beside_a_collective_waits_and_a_copy_does_not() -> None:
-    timer = _timer()
+    timer = h100_timer()
     load = NcclLoad(24, 0.2)
     fewer = on_fewer_sms(timer, load)
     assert fewer is not None
     beside = beside_persistent(timer, fewer, load.channels)
-    gemm = _gemm(8192, 4096, 4096)
+    gemm = bf16_gemm(8192, 4096, 4096)
     shape = (1, 8192, 4096, 4096)
     wait = persistent_wait_s(timer.kernels, shape, timer(gemm), 24)
     assert wait > 0.0
@@ -105,7 +79,7 @@ def test_a_gemm_beside_a_collective_waits_and_a_copy_does_not() -> None:
     assert beside(gemm) > fewer(gemm)  # beyond the wave model's SM ratio
     copy = replace(gemm, flops=0)
     assert beside(copy) == fewer(copy)  # memory-bound: the HBM share only
-    small = _gemm(128, 256, 4096)  # one tile: its grid fits
+    small = bf16_gemm(128, 256, 4096)  # one tile: its grid fits
     assert beside(small) == fewer(small)
     share = contended_share((gemm,), timer(gemm), beside)
     assert share == pytest.approx(1 - timer(gemm) / (timer(gemm) + wait))
@@ -116,13 +90,13 @@ def test_an_fsdp_evaluation_on_hopper_pays_it() -> None:
     parallel = ParallelConfig(dp=8, micro_batch=1, global_batch=8, zero=3)
     backend = AnalyticalBackend(framework="torchtitan")
     slow = backend.evaluate(model, parallel, H100)
-    fast = backend.evaluate(model, parallel, _without_flag(H100))
+    fast = backend.evaluate(model, parallel, without_persistent_gemm(H100))
     assert slow.step_time_s > fast.step_time_s
     contention = "exposed_nccl_contention"
     assert slow.breakdown[contention] > fast.breakdown[contention] > 0.0
 
 
-def test_megatron_s_async_tp_collective_delays_the_weight_gradient_gemm() -> None:
+def test_megatron_s_async_tp_collective_delays_the_weight_gradientbf16_gemm() -> None:
     """Without userbuffers (the embedding and output layers here) Megatron issues the tp
     collective before the weight-gradient GEMM (CUDA_DEVICE_MAX_CONNECTIONS=1): on Hopper the
     GEMM's blocks wait for its SMs."""
@@ -130,5 +104,5 @@ def test_megatron_s_async_tp_collective_delays_the_weight_gradient_gemm() -> Non
     parallel = ParallelConfig(tp=4, sp=True, micro_batch=1, global_batch=2)
     backend = AnalyticalBackend(framework="megatron-core")
     slow = backend.evaluate(model, parallel, H100).breakdown["compute"]
-    fast = backend.evaluate(model, parallel, _without_flag(H100)).breakdown["compute"]
+    fast = backend.evaluate(model, parallel, without_persistent_gemm(H100)).breakdown["compute"]
     assert slow > fast

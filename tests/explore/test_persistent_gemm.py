@@ -6,8 +6,6 @@ evaluation pays it only where the recipe turns the bulk overlaps' SM margin off.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from stage_core.errors import ConfigError
@@ -21,18 +19,11 @@ from stage_explore.analytical.persistent_gemm import bulk_gather_partners, persi
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 from stage_explore.system.loading import system_from_mapping
-from stage_explore.system.model import System
+from tests.explore.gemm_helpers import without_persistent_gemm
 
 H100 = load_system("h100-80gb")
 MODEL = get_flavor("llama3-70b").with_overrides(layers=2, seq_len=8192)
 PARALLEL = ParallelConfig(tp=4, dp=2, sp=True, micro_batch=1, global_batch=4)
-
-
-def _without_flag(system: System) -> System:
-    kernels = system.accelerator.kernels
-    assert kernels is not None
-    accelerator = replace(system.accelerator, kernels=replace(kernels, persistent_gemm=False))
-    return replace(system, accelerator=accelerator)
 
 
 def test_the_gemm_ends_a_comm_time_late_until_the_comm_outlasts_it() -> None:
@@ -79,7 +70,7 @@ def test_the_flag_is_read_from_a_system_and_checked() -> None:
 
 
 def test_an_evaluation_pays_it_without_the_bulk_sm_margin_only() -> None:
-    without = _without_flag(H100)
+    without = without_persistent_gemm(H100)
     no_margin = AnalyticalBackend(framework="megatron-core", overrides={"ub_bulk_sm_margin": False})
     margin = AnalyticalBackend(framework="megatron-core")
     slow = no_margin.evaluate(MODEL, PARALLEL, H100).step_time_s

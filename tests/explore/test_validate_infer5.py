@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from stage_explore.validation.csv_cells import read_csv
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_dgxc import nemo1_recipe
 from stage_explore.validation.infer_torch import deepep_expert_parallel
-from stage_explore.validation.setups import Case, data_dir, load_cases
+from stage_explore.validation.setups import Case
+from tests.explore.published_rows import assert_inferred_as_hand
 from tests.explore.published_rows import inferred_case as _case
 
 HELD_OUT = "published_runs_held_out.csv"
@@ -151,19 +150,7 @@ RULED = (
 def test_the_inferred_package_rows_take_the_hand_written_choices(
     source: str, fields: tuple[str, ...]
 ) -> None:
-    cases = [c for c in load_cases() if c.source == source and c.metric != "peak_mem_gib"]
-    rows = {r["id"]: r for r in read_csv(data_dir() / HELD_OUT)}
-    assert cases
-    for hand in cases:
-        (mine, *_) = row_cases(rows[hand.id], HELD_OUT, hand.line, data_dir())
-        for field in fields:
-            part, name = field.split(".")
-            assert getattr(getattr(mine, part), name) == getattr(getattr(hand, part), name), (
-                hand.id,
-                field,
-            )
-        ours, theirs = dict(mine.framework_options), dict(hand.framework_options)
-        assert ours.get("attention_kernel") == theirs.get("attention_kernel"), hand.id
+    assert_inferred_as_hand(HELD_OUT, source, fields, ("attention_kernel",))
 
 
 QWEN3_ROW = {

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from stage_explore.validation.csv_cells import read_csv
-from stage_explore.validation.infer import row_cases
-from stage_explore.validation.setups import Case, data_dir, load_cases
+from stage_explore.validation.setups import Case
+from tests.explore.published_rows import assert_inferred_as_hand
 from tests.explore.published_rows import inferred_case as _case
 
 KORTHIKANTI = "Korthikanti et al. 2022 (Reducing Activation Recomputation)"
@@ -189,17 +188,4 @@ RULED = (
 def test_the_inferred_package_rows_take_the_hand_written_choices(
     file: str, source: str, fields: tuple[str, ...], options: tuple[str, ...]
 ) -> None:
-    cases = [c for c in load_cases() if c.source == source and c.metric != "peak_mem_gib"]
-    rows = {r["id"]: r for r in read_csv(data_dir() / file)}
-    assert cases
-    for hand in cases:
-        (mine, *_) = row_cases(rows[hand.id], file, hand.line, data_dir())
-        for field in fields:
-            part, name = field.split(".")
-            assert getattr(getattr(mine, part), name) == getattr(getattr(hand, part), name), (
-                hand.id,
-                field,
-            )
-        ours, theirs = dict(mine.framework_options), dict(hand.framework_options)
-        for option in options:
-            assert ours.get(option) == theirs.get(option), (hand.id, option)
+    assert_inferred_as_hand(file, source, fields, options)
