@@ -28,6 +28,7 @@ from stage_explore.validation.infer_mlperf import (
     mlperf_gpt3_round,
     mlperf_nemo2_implementation,
 )
+from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_grok1
 from stage_explore.validation.infer_release import (
     CONTAINER_COLUMNS,
@@ -577,6 +578,8 @@ def megatron_core_defaults(
         row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family),
         (int(stated.get("hidden", spec.hidden)), tp),
     )  # fmt: skip
+    mlperf_2509_recipe(row, precision, out)
+    mlperf_2509_loss(row, out)
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
     release = container(row)

@@ -489,3 +489,41 @@ def test_an_mlperf_nemo_2_implementation_without_a_container(source: str, nemo2:
     assert (options.get("fp8_param_gather") is True) is nemo2
     assert (options.get("fp8_amax_reduction") == "tp_cp") is nemo2
     assert ("NVIDIA's NeMo implementation of MLPerf" in "\n".join(case.assumptions)) is nemo2
+
+
+@pytest.mark.parametrize(
+    ("source", "model", "precision", "notes", "recipe", "loss"),
+    [
+        # NVIDIA's 25.09 implementation: custom.yaml's tensorwise default, config_common_8b.sh's
+        # CE_FUSION_IMPL=te for the 8B benchmark
+        ("MLPerf Training v5.1, X closed division (NeMo 25.09 container)", "Llama 3.1 8B",
+         "FP8", "", "tensorwise", "te_cross_entropy"),
+        # a stated recipe wins; a stated CE_FUSION_IMPL=native keeps the native loss
+        ("MLPerf Training v5.1, X closed division (NeMo 25.09 container)", "Llama 3.1 8B",
+         "FP8 (delayed)", "CE_FUSION_IMPL=native", "delayed", "native_cross_entropy"),
+        # not the 8B benchmark, no CE_FUSION_IMPL stated: custom.yaml's default, native
+        ("MLPerf Training v5.1, X closed division (NeMo 25.09 container)", "Llama 3.1 405B",
+         "FP8", "", "tensorwise", "native_cross_entropy"),
+        # ... unless the text states it
+        ("MLPerf Training v5.1, X closed division (NeMo 25.09 container)", "Llama 3.1 405B",
+         "FP8", "config: CE_FUSION_IMPL=te", "tensorwise", "te_cross_entropy"),
+        # the earlier implementation (NeMo 25.04; Cisco's copy names no container): delayed, native
+        ("MLPerf Training v5.0, NVIDIA (tyche_ngpu256_ngc25.04_nemo)", "Llama 3.1 8B",
+         "FP8", "", "delayed", "native_cross_entropy"),
+        ("MLPerf Training v5.1, Cisco closed division (the NVIDIA NeMo Llama 3.1 8B "
+         "implementation)", "Llama 3.1 8B", "FP8", "", "delayed", "native_cross_entropy"),
+        # not MLPerf: NeMo's own 25.09 recipes are another rule's
+        ("NVIDIA NeMo performance summary (NeMo 25.09 container)", "Llama 3.1 8B",
+         "FP8", "", "delayed", "te_cross_entropy"),
+    ],
+)  # fmt: skip
+def test_the_mlperf_implementation_of_25_09_recipe_and_loss(
+    source: str, model: str, precision: str, notes: str, recipe: str, loss: str
+) -> None:
+    case = _case(source=source, model=model, precision=precision, notes=notes, num_gpus="64",
+                 global_batch_seqs="64")  # fmt: skip
+    options = dict(case.framework_options)
+    other = {"te_cross_entropy", "native_cross_entropy"} - {loss}
+    assert case.parallel.fp8_recipe.value == recipe
+    assert options.get(loss) is True
+    assert not any(options.get(o) for o in other)
