@@ -33,8 +33,9 @@ def test_zb_shrinks_the_bubble_and_dualpipe_holds_two_stages() -> None:
         assert result.feasible
         assert sum(result.breakdown.values()) == pytest.approx(result.step_time_s, rel=1e-9)
     # (the head makes the last stage the slowest: ZB-H1 removes W from the fill and drain,
-    # not the imbalance)
-    assert zb.breakdown["pipeline_bubble"] < 0.9 * one.breakdown["pipeline_bubble"]
+    # not the imbalance; W's share, and so the gain, shrinks as the GEMMs get faster: ~10 % at
+    # the a100-80gb preset's sustained GEMM rate)
+    assert zb.breakdown["pipeline_bubble"] < 0.95 * one.breakdown["pipeline_bubble"]
     assert zb.step_time_s < one.step_time_s
     assert dual.breakdown["pipeline_bubble"] < one.breakdown["pipeline_bubble"]
     # same work: every schedule counts the step's model FLOPs once
