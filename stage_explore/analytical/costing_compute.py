@@ -127,6 +127,7 @@ class ComputeCosting:
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
             sort_chunks=self._sorts_chunks(point),
             fp8_padding=self._pads_for_fp8(point, kind),
+            routed_gather=self._routed_gather(point),
             cast_splits=self._cast_splits(point, kind),
             expert_kernels=eager_expert_kernels(
                 point.workload.model,
@@ -219,6 +220,14 @@ class ComputeCosting:
         if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
             return False
         return model.num_experts // max(1, parallel.ep) > 1
+
+    def _routed_gather(self, point: Point) -> int:
+        """How many ranks' routed tokens the chunk sorts and the FP8 padding move: the
+        experts' tensor-parallel size under sequence parallelism, whose all-gather of the
+        received tokens precedes them (:mod:`~stage_explore.analytical.megatron_dispatch`);
+        1 without sequence parallelism (each rank holds every token, nothing is gathered)."""
+        parallel = point.workload.parallel
+        return parallel.expert_tp if parallel.sequence_parallel else 1
 
     def _pads_for_fp8(self, point: Point, kind: str) -> bool:
         """Whether block ``kind``'s routed experts pad their rows for FP8 GEMMs

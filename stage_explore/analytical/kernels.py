@@ -222,6 +222,11 @@ class KernelTimer:
     #: :func:`~stage_explore.analytical.megatron_dispatch.fp8_padding_bytes`): one more read and
     #: write of the routed tokens beside the dispatch and combine ops, forward and backward.
     fp8_padding: bool = False
+    #: The experts' tensor-parallel size whose all-gather precedes the chunk sorts and the FP8
+    #: padding (Megatron-Core gathers the received tokens over the experts' tp group before
+    #: "Permutation 2"): both move that many times the dispatch / combine ops' tokens
+    #: (:mod:`~stage_explore.analytical.megatron_dispatch`); 1: no gather.
+    routed_gather: int = 1
     #: Seconds each memory-bound kernel of its own costs beyond its bytes
     #: (:attr:`~stage_explore.system.accelerator.KernelModel.memory_kernel_s`,
     #: :func:`is_own_kernel`);
@@ -255,9 +260,9 @@ class KernelTimer:
             memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
             memory_s += self.expert_kernels.get(instr.name, 0) * self.memory_kernel_s
         if self.sort_chunks:  # a fused copy kernel beside the dispatch or combine
-            memory_s += sort_chunks_bytes(instr) / hbm
+            memory_s += sort_chunks_bytes(instr, self.routed_gather) / hbm
         if self.fp8_padding:  # TE's fused_multi_row_padding / _unpadding beside them
-            memory_s += fp8_padding_bytes(instr) / hbm
+            memory_s += fp8_padding_bytes(instr, self.routed_gather) / hbm
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
         one_conv = bool(self.ssd_kernels) and instr.name in FUSED_CONV  # inside conv.x's kernel

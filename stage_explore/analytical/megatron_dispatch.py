@@ -25,6 +25,22 @@ dispatch and combine ops and their backwards, at the achieved HBM rate. The flex
 (DeepEP, ``moe_deepep``) permutes the received tokens itself and has no chunk sort; a single
 local expert needs none.
 
+**The sort runs on the gathered tokens.** With the experts tensor-parallel (``etp`` > 1, sequence
+parallelism) the dispatcher all-gathers the received tokens over the experts' tensor-parallel
+group *before* the sort and reduce-scatters the experts' output *after* the unsort:
+``token_permutation`` calls ``gather_from_sequence_parallel_region(global_input_tokens, ...)``
+right after the all-to-all and then "Permutation 2: Sort tokens by local expert"
+(``sort_chunks_by_idxs``, its split sizes ``num_global_tokens_per_local_expert`` over
+``tp_size · ep_size`` source chunks), and ``token_unpermutation`` runs "Unpermutation 2: Unsort
+tokens by local expert" before ``reduce_scatter_to_sequence_parallel_region`` (NVIDIA/Megatron-LM
+``megatron/core/transformer/moe/token_dispatcher.py`` of Megatron-Core 0.10, the routing-map
+dispatcher with ``cuda_sync_point``; later releases keep the order, their drop-and-pad branch
+reordering with ``.view(tp_size · ep_size, num_local_experts, capacity, ...).transpose(0, 1)
+.contiguous()`` on the gathered tensor). So each sort moves ``etp`` times the tokens the
+generator's dispatch and combine ops hold (their tensors are the rank's own, before the gather
+and after the scatter): ``gathered`` below. ``TEGroupedMLP``'s FP8 padding takes the same
+gathered tokens (the experts' input and output).
+
 **FP8 padding of the grouped GEMM's rows.** Under an FP8 recipe Megatron-Core's ``TEGroupedMLP``
 (``megatron/core/transformer/moe/experts.py``, ``if self.config.fp8 or self.config.fp4:``
 ``self.quantization_padding = Fp8Padding(self.num_local_experts)``; older releases name it
@@ -55,19 +71,24 @@ from stage_core.lower.bind import Instr
 SORT_CHUNKS_OPS = ("moe.dispatch", "moe.combine", "moe.dispatch.backward", "moe.combine.backward")
 
 
-def sort_chunks_bytes(instr: Instr) -> int:
+def sort_chunks_bytes(instr: Instr, gathered: int = 1) -> int:
     """HBM bytes of the chunk sort Megatron-Core's all-to-all dispatcher runs beside ``instr``:
     one read and one write of the permuted tokens (the largest tensor the op touches: the routed
-    tokens, the experts' output or their gradients); 0 for any other op."""
+    tokens, the experts' output or their gradients) times ``gathered``, the experts'
+    tensor-parallel size whose all-gather precedes the sort (module docstring; 1 without one);
+    0 for any other op."""
+    if gathered < 1:
+        raise ValueError(f"`gathered` must be a positive int, but got {gathered=}")
     if instr.name not in SORT_CHUNKS_OPS:
         return 0
     permuted = max(size for _, size in (*instr.inputs, *instr.outputs))
-    return 2 * permuted
+    return 2 * permuted * gathered
 
 
-def fp8_padding_bytes(instr: Instr) -> int:
+def fp8_padding_bytes(instr: Instr, gathered: int = 1) -> int:
     """HBM bytes of Transformer Engine's ``Fp8Padding`` / ``Fp8Unpadding`` copy that Megatron-
     Core's ``TEGroupedMLP`` runs beside ``instr`` under FP8 (module docstring): one read and one
     write of the routed tokens at the grouped GEMMs' input and output, forward and backward —
-    the places and size of :func:`sort_chunks_bytes`; 0 for any other op."""
-    return sort_chunks_bytes(instr)
+    the places and size of :func:`sort_chunks_bytes`, on the tokens gathered over the experts'
+    tensor-parallel group (``gathered``); 0 for any other op."""
+    return sort_chunks_bytes(instr, gathered)

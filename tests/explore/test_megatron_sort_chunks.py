@@ -85,3 +85,51 @@ def test_when_a_run_sorts() -> None:
     one_each = ParallelConfig(dp=32, ep=32, zero=1, micro_batch=1, global_batch=32)
     assert GPTOSS.num_experts // one_each.ep == 1
     assert _step({}, one_each) == _step(off, one_each)
+
+
+#: tp 2 with sequence parallelism: the experts tensor-parallel over tp (etp = tp, Megatron-Core's
+#: default), 4 ranks per expert-parallel group, 8 local experts.
+EXPERT_TP2 = ParallelConfig(tp=2, sp=True, dp=4, ep=4, zero=1, micro_batch=1, global_batch=4)
+
+
+def test_the_sorted_tokens_are_the_gathered_ones() -> None:
+    """Under etp > 1 the dispatcher all-gathers the received tokens over the experts' tp group
+    before the sort: the gathered tensor is etp times the dispatch op's permuted tokens, which
+    is what ``sort_chunks_bytes(instr, etp)`` moves."""
+    assert EXPERT_TP2.expert_tp == 2
+    layer = bind_all(make_workload(GPTOSS, EXPERT_TP2))["moe_layer"]
+    by_name = {instr.name: instr for instr in layer.fwd}
+    dispatch, gather = by_name["moe.dispatch"], by_name["all_gather:moe.tokens"]
+    permuted = max(size for _, size in dispatch.outputs)
+    gathered = max(size for _, size in gather.outputs)
+    assert gathered == EXPERT_TP2.expert_tp * permuted
+    assert sort_chunks_bytes(dispatch, EXPERT_TP2.expert_tp) == 2 * gathered
+    assert fp8_padding_bytes(dispatch, 2) == sort_chunks_bytes(dispatch, 2)
+    with pytest.raises(ValueError, match="gathered"):
+        sort_chunks_bytes(dispatch, 0)
+
+
+def test_the_timer_moves_the_gathered_tokens() -> None:
+    """``KernelTimer.routed_gather`` multiplies the sorts' bytes and nothing else."""
+    layer = bind_all(make_workload(GPTOSS, EXPERT_TP2))["moe_layer"]
+    kernels = H100.accelerator.kernels
+    assert kernels is not None
+    plain = KernelTimer(
+        H100.accelerator, kernels, "bf16", frozenset(), keys=1024, head_dim=64, causal=True,
+        sort_chunks=True,
+    )  # fmt: skip
+    gathered = replace(plain, routed_gather=2)
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
+    for instr in (*layer.fwd, *layer.bwd):
+        extra = sort_chunks_bytes(instr) / rate  # the second rank's share
+        assert gathered(instr) == pytest.approx(plain(instr) + extra, rel=1e-12, abs=1e-15)
+
+
+def test_a_run_sorts_the_gathered_tokens() -> None:
+    """The backend's sorts under etp = tp = 2 cost what the gathered tokens' bytes say: the
+    step difference with and without the option is twice the ungathered sorts' bytes."""
+    layer = bind_all(make_workload(GPTOSS, EXPERT_TP2))["moe_layer"]
+    rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
+    sorts_s = sum(sort_chunks_bytes(i, 2) for i in (*layer.fwd, *layer.bwd)) / rate
+    added_s = _step({}, EXPERT_TP2) - _step({"moe_sort_chunks": False}, EXPERT_TP2)
+    assert added_s == pytest.approx(GPTOSS.layers * sorts_s, rel=0.02)
