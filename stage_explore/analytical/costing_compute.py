@@ -128,6 +128,7 @@ class ComputeCosting:
             sort_chunks=self._sorts_chunks(point),
             fp8_padding=self._pads_for_fp8(point, kind),
             routed_gather=self._routed_gather(point),
+            sequential_experts=self._sequential_experts(point),
             cast_splits=self._cast_splits(point, kind),
             expert_kernels=eager_expert_kernels(
                 point.workload.model,
@@ -170,8 +171,12 @@ class ComputeCosting:
         """Cast kernels per FP8 operand cast of block ``kind``'s grouped expert GEMMs, by GEMM
         name: one per local expert under the profile's ``moe_split_quantize`` (Transformer
         Engine's ``GroupedLinear``: :func:`~stage_explore.analytical.fp8_casts.
-        split_quantize_kernels`); empty outside FP8 training of the block or without it."""
-        if point.dtype != "fp8" or not fp8_block(kind) or not self.framework.moe_split_quantize:
+        split_quantize_kernels`) or with the experts as ``SequentialMLP`` modules (any recipe);
+        empty outside FP8 training of the block or without either."""
+        sequential = self._sequential_experts(point)  # each expert's TE linears cast their own
+        if point.dtype != "fp8" or not fp8_block(kind):
+            return {}
+        if not (self.framework.moe_split_quantize or sequential):
             return {}
         recipe = str(point.workload.parallel.fp8_recipe)
         block = point.blocks[kind]
@@ -179,7 +184,8 @@ class ComputeCosting:
         for instr in self._timed_instrs(block, frozenset(w.name for w in block.weights)):
             shape = gemm_shape(instr)
             groups = grouped_gemm_groups(instr, shape) if shape is not None else 0
-            if (count := split_quantize_kernels(groups, recipe, True)) > 1:
+            split = self.framework.moe_split_quantize
+            if (count := split_quantize_kernels(groups, recipe, split, sequential)) > 1:
                 splits[instr.name] = count
         return splits
 
@@ -216,6 +222,19 @@ class ComputeCosting:
         the all-to-all dispatcher without DeepEP, and more than one expert per rank."""
         model, parallel = point.workload.model, point.workload.parallel
         if not self.framework.moe_sort_chunks or self.framework.moe_deepep:
+            return False
+        if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+            return False
+        return model.num_experts // max(1, parallel.ep) > 1
+
+    def _sequential_experts(self, point: Point) -> bool:
+        """Whether the MoE layers run their local experts as Megatron-Core's ``SequentialMLP``
+        with its concatenations (:mod:`~stage_explore.analytical.megatron_dispatch`): the
+        profile's ``moe_sequential_mlp``, the all-to-all dispatcher (the one read) without
+        DeepEP, and more than one expert per rank (one expert is called on the tokens as they
+        are)."""
+        model, parallel = point.workload.model, point.workload.parallel
+        if not self.framework.moe_sequential_mlp or self.framework.moe_deepep:
             return False
         if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
             return False

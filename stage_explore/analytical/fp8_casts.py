@@ -174,11 +174,19 @@ def quantize_cost(
     return moved + rest, kernels
 
 
-def split_quantize_kernels(groups: int, recipe: str, split_quantize: bool) -> int:
+def split_quantize_kernels(
+    groups: int, recipe: str, split_quantize: bool, per_expert_modules: bool = False
+) -> int:
     """Cast kernels per FP8 operand cast of a GEMM with ``groups`` local experts (0: not a grouped
     expert GEMM): one per expert when the framework quantizes the grouped operand split by split
     (``split_quantize``, Transformer Engine's ``GroupedLinear``) under a recipe without a fused
-    multi-tensor kernel (all but ``delayed``), else one."""
-    if not split_quantize or recipe == "delayed" or groups < 2:
+    multi-tensor kernel (all but ``delayed``), or when every expert is a module of its own
+    (``per_expert_modules``: Megatron-Core's ``SequentialMLP``, each expert's TE linear layers
+    casting their own operands under any recipe); else one."""
+    if groups < 2:
+        return 1
+    if per_expert_modules:
+        return groups
+    if not split_quantize or recipe == "delayed":
         return 1
     return groups

@@ -62,7 +62,11 @@ from stage_explore.analytical.loss_kernels import (
     NATIVE_CROSS_ENTROPY_BYTES,
     TE_CROSS_ENTROPY_BYTES,
 )
-from stage_explore.analytical.megatron_dispatch import fp8_padding_bytes, sort_chunks_bytes
+from stage_explore.analytical.megatron_dispatch import (
+    fp8_padding_bytes,
+    sequential_cat_bytes,
+    sort_chunks_bytes,
+)
 from stage_explore.analytical.ssd_kernels import FUSED_CONV, FUSED_GATE, SSDKernel
 from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_ring_time_factor
 from stage_explore.analytical.unfused_attention import UNFUSED, unfused_kernels
@@ -227,6 +231,11 @@ class KernelTimer:
     #: "Permutation 2"): both move that many times the dispatch / combine ops' tokens
     #: (:mod:`~stage_explore.analytical.megatron_dispatch`); 1: no gather.
     routed_gather: int = 1
+    #: The local experts run as Megatron-Core's ``SequentialMLP`` (more than one of them): its
+    #: ``torch.cat`` of their outputs and the split's backward concatenation of their input
+    #: gradients, one read and write of the gathered routed tokens each, a kernel each
+    #: (:func:`~stage_explore.analytical.megatron_dispatch.sequential_cat_bytes`).
+    sequential_experts: bool = False
     #: Seconds each memory-bound kernel of its own costs beyond its bytes
     #: (:attr:`~stage_explore.system.accelerator.KernelModel.memory_kernel_s`,
     #: :func:`is_own_kernel`);
@@ -263,6 +272,8 @@ class KernelTimer:
             memory_s += sort_chunks_bytes(instr, self.routed_gather) / hbm
         if self.fp8_padding:  # TE's fused_multi_row_padding / _unpadding beside them
             memory_s += fp8_padding_bytes(instr, self.routed_gather) / hbm
+        if self.sequential_experts and (cat := sequential_cat_bytes(instr, self.routed_gather)):
+            memory_s += cat / hbm + self.memory_kernel_s  # SequentialMLP's torch.cat
         if self.loss_logits:
             memory_s = max(memory_s, self._loss_s(instr))
         one_conv = bool(self.ssd_kernels) and instr.name in FUSED_CONV  # inside conv.x's kernel

@@ -60,6 +60,27 @@ padded beside them (one value per row) are not counted. ``--moe-router-padding-f
 the routing map instead ("This can remove the explicit padding in the GroupedMLP layer",
 ``transformer_config.py``), so a run with it has no copies (framework option
 ``moe_fp8_padding`` off).
+
+**``SequentialMLP``'s concatenations.** Without ``--moe-grouped-gemm`` (NeMo's
+``moe_grouped_gemm: false``) Megatron-Core runs the local experts as ``SequentialMLP``
+(``megatron/core/transformer/moe/experts.py``); with more than one local expert its forward is,
+in the Megatron-Core 0.10 file (NeMo 24.12)::
+
+    tokens_per_expert = tokens_per_expert.tolist()
+    tokens_list = torch.split(permuted_local_hidden_states, tokens_per_expert)
+    for expert, tokens in zip(self.local_experts, tokens_list):
+        output, output_bias = expert(tokens)
+        output_local_list.append(output)
+    output_local = torch.cat(output_local_list, dim=0)
+
+(later releases add the probabilities and per-expert FP8 padding around the same loop). The
+split is views; the ``torch.cat`` reads and writes the experts' output, and in the backward
+``CatBackward0`` narrows (views) while ``SplitWithSizesBackward0`` concatenates the slices'
+input gradients into one tensor (PyTorch ``tools/autograd/derivatives.yaml``,
+``split_with_sizes_backward``): one more read and write of the routed tokens forward and one
+backward, on the gathered tokens (``gathered``), each a kernel of its own. They sit beside the
+generator's combine (forward: the experts' output before the unsort) and the dispatch's backward
+(the input gradient before the inverse sort): :func:`sequential_cat_bytes`.
 """
 
 from __future__ import annotations
@@ -91,4 +112,18 @@ def fp8_padding_bytes(instr: Instr, gathered: int = 1) -> int:
     write of the routed tokens at the grouped GEMMs' input and output, forward and backward —
     the places and size of :func:`sort_chunks_bytes`, on the tokens gathered over the experts'
     tensor-parallel group (``gathered``); 0 for any other op."""
+    return sort_chunks_bytes(instr, gathered)
+
+
+#: The generator's ops ``SequentialMLP``'s concatenations run beside: the combine (the experts'
+#: outputs joined, forward) and the dispatch's backward (their input gradients joined).
+SEQUENTIAL_CAT_OPS = ("moe.combine", "moe.dispatch.backward")
+
+
+def sequential_cat_bytes(instr: Instr, gathered: int = 1) -> int:
+    """HBM bytes of ``SequentialMLP``'s ``torch.cat`` (forward) or ``SplitWithSizesBackward0``
+    (backward) beside ``instr`` (module docstring): one read and one write of the routed tokens
+    gathered over ``gathered`` ranks, as :func:`sort_chunks_bytes`; 0 for any other op."""
+    if instr.name not in SEQUENTIAL_CAT_OPS:
+        return 0
     return sort_chunks_bytes(instr, gathered)

@@ -52,6 +52,17 @@ Options (all booleans unless said):
   Engine's ``GroupedLinear`` (``tex.split_quantize``, whose multi-tensor path fuses the splits
   into one kernel only for delayed scaling; :func:`~stage_explore.analytical.fp8_casts.
   split_quantize_kernels`). Each kernel pays the kernel model's ``memory_kernel_s``.
+- ``moe_sequential_mlp`` — the routed experts run as Megatron-Core's ``SequentialMLP`` (Megatron
+  without ``--moe-grouped-gemm``, NeMo ``moe_grouped_gemm: false``): one ``MLP`` module per
+  local expert, called one after another on ``torch.split`` slices of the received tokens, their
+  outputs joined by ``torch.cat`` (``megatron/core/transformer/moe/experts.py``). With more than
+  one local expert that is a read and write of the experts' output forward and, in the backward,
+  of the experts' input gradient (autograd's ``SplitWithSizesBackward0`` concatenates the slices'
+  gradients), each a kernel of its own; and each expert's Transformer Engine linear layers cast
+  their own FP8 operands, a cast kernel per expert whatever the recipe
+  (:mod:`~stage_explore.analytical.megatron_dispatch`). Off: ``TEGroupedMLP``, what
+  ``--moe-grouped-gemm`` runs and every profile's timing so far. Read with the all-to-all
+  dispatcher only.
 - ``moe_probs_in_activation`` — the router's probabilities scale the experts' activation
   output (the FC2 input) instead of the combined expert outputs, so the combine is a plain
   unpermute that keeps nothing for the backward and the experts' FC2 outputs are not saved:
@@ -76,6 +87,7 @@ MOE_FLAGS: dict[str, str] = {
     "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
     "moe_split_quantize": "Megatron --moe-grouped-gemm: TE GroupedLinear split_quantize",
     "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
+    "moe_sequential_mlp": "Megatron-Core SequentialMLP (without --moe-grouped-gemm)",
 }
 
 
@@ -93,3 +105,4 @@ class MoeOptions:
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are
     moe_split_quantize: bool = False  # one cast kernel per grouped operand (no GroupedLinear)
     moe_probs_in_activation: bool = False  # the weighted combine saves the expert outputs
+    moe_sequential_mlp: bool = False  # TEGroupedMLP (--moe-grouped-gemm): no per-expert cat
