@@ -1,5 +1,6 @@
 """Blackwell presets name cuDNN's fused attention by software generation: ``cudnn`` (before
-cuDNN 9.17) and ``cudnn-9.17`` carry the same fractions on B200 and GB200 (the same die), and a
+cuDNN 9.17) and ``cudnn-9.17`` carry the same burst fractions on B200 and GB200 (the same die;
+GB200's at its own sustained clock, 0.59 / 0.64 of B200's: test_sustained_attention.py), and a
 framework profile's ``attention_kernel`` picks one; h100-80gb's ``cudnn`` is cuDNN measured
 beside FA3 — checked against closed forms computed here from the presets' own values."""
 
@@ -18,15 +19,16 @@ from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of
 @pytest.mark.parametrize("kernel", ["cudnn", "cudnn-9.17"])
 def test_b200_and_gb200_list_one_cudnn_generation_at_the_same_fractions(kernel: str) -> None:
     b200, gb200 = kernels_of(B200), kernels_of(GB200)
-    assert b200.attention_kernels[kernel] == gb200.attention_kernels[kernel]
+    clock = gb200.gemm_efficiency["bf16"] / b200.gemm_efficiency["bf16"]  # sustained, over B200's
+    assert gb200.attention_kernels[kernel][2] == b200.attention_kernels[kernel][2]
     for keys in (2048, 8192, 32768):
         for backward in (False, True):
             forward_b, backward_b, half = b200.attention_kernels[kernel]
             seen = keys / 2  # causal
             expected = (backward_b if backward else forward_b) * seen / (seen + half)
-            for kernels in (b200, gb200):
+            for kernels, scale in ((b200, 1.0), (gb200, clock)):
                 efficiency = attention_efficiency(kernels, keys, 128, True, backward, kernel)
-                assert efficiency == pytest.approx(expected)
+                assert efficiency == pytest.approx(expected * scale, rel=2e-3)
 
 
 @pytest.mark.parametrize("system", [B200, GB200])
