@@ -30,7 +30,8 @@ from stage_explore.validation.suite import run_validation
 
 RESULTS = Path(__file__).resolve().parent / "results" / "inferred_vs_setups.md"
 #: Sources the inference cannot bring to their hand-written setup, and why (5 Dec 2026, s15
-#: infer6): what the hand-written setup rests on that the CSV does not state.
+#: infer6; re-checked s16 infer7): what the hand-written setup rests on that the CSV does not
+#: state.
 LEFT = (
     "MBRIDGE-MOE-B200: MBM-B200-25.11-GPTOSS120B-64 states EP 8; the setup corrects the cell to "
     "the recipe's 64 (a default never overrides a stated cell).",
@@ -41,7 +42,8 @@ LEFT = (
     "KOR22-F1 (memory): the setup's fp32 gradients come from the paper's 18 bytes per parameter; "
     "Megatron-LM's fp16 default reduces in fp16, which the inference keeps.",
     "MCORE08: the setup's selective recompute, no dropout and untied embeddings are its own "
-    "assumptions; the inference keeps Megatron's defaults (the README states none of them).",
+    "assumptions; the inference keeps Megatron's defaults (the README states none of them). "
+    "Its vpp and userbuffers margins the inference reads as the setup does (s16 infer7).",
     "IBMFSDP-H100 / -A100: the 7B row's hybrid sharding (its cell names both FULL_SHARD and "
     "HYBRID_SHARD).",
     "NEMO2407-H100: the Llama / Nemotron rows' bf16 gradient sync and fused loss come from the "

@@ -21,6 +21,7 @@ from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
+from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
 from stage_explore.validation.infer_mlperf import (
     MLPERF_NEMO2,
     cell,
@@ -355,6 +356,7 @@ def _megatron_core(
             "no NeMo / Megatron-Bridge container named: the megatron-core profile's defaults "
             f"({attention}, fp32 gradient reduction, 16-bit parameters)"
         )
+        r08_userbuffers(row, out)
         return
     mlperf = "mlperf" in row_text(row).lower()
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
@@ -582,6 +584,8 @@ def megatron_core_defaults(
     mlperf_2509_loss(row, out)
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
+    layers = int(stated.get("layers", spec.layers))
+    readme_interleaving(row, stated, parallel, layers, out)
     release = container(row)
     if release is not None and release >= (25, 1):
         empty = not row.get("recompute", "").strip()
