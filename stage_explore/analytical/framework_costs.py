@@ -75,13 +75,16 @@ def grad_accumulation_bytes(
     separate add reads the fresh gradient and reads and writes the accumulator
     (``weight_bytes + 2·grad_bytes``: 10 for bf16 into fp32, 6 for fp16 into fp16); DeepSpeed
     under bf16 reads the bf16 gradient, writes and reads its fp32 cast, and reads and writes
-    the fp32 accumulator (2 + 2·4 + 2·4 = 18); under fp16 it runs no such pass (0)."""
+    the fp32 accumulator (2 + 2·4 + 2·4 = 18); under fp16 PyTorch's ``AccumulateGrad`` adds the
+    fresh gradient into the parameter's 16-bit ``.grad`` in place (``3·weight_bytes``: 6)."""
     mode = profile.grad_accumulation
     if mode == "none":
         return 0
     if mode == "deepspeed":
         if dtype != "bf16":
-            return 0
+            # fp16: autograd's AccumulateGrad adds the fresh gradient into the parameter's
+            # 16-bit .grad in place (variable_grad += new_grad), whatever grad_fp32 says
+            return 3 * weight_bytes
         fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
         return weight_bytes + 2 * fp32 + 2 * fp32
     return weight_bytes + 2 * grad_bytes  # "add", and "fused-linear" for its unfused weights

@@ -58,14 +58,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             fused_fc1="all",
             runtime_reserved_bytes=0,  # the published peaks are allocator figures
             allocator_overhead=0.0,
-            # Not timed for this profile, although Megatron-LM of 2021 ran such a pass
-            # (megatron/mpu/layers.py: grad_weight = grad_output.t().matmul(input), a new
-            # tensor; megatron/model/distributed.py's param_hook: param.main_grad.add_(
-            # param.grad.data) per parameter and micro-batch): "add" moves the held-out rows of
-            # this profile the wrong way (KOR22-T5 MAE 4.9 -> 10.9 %, NAR21-T2 PTD-P rows by
-            # -4 %), so the kernel constants the profile is validated with are taken to
-            # include it. The same reading leaves DeepSpeed's fp16 autograd add untimed.
-            grad_accumulation="none",
+            # Megatron-LM of 2021 writes each micro-batch's weight gradient to a new tensor
+            # (megatron/mpu/layers.py: grad_weight = grad_output.t().matmul(input)) that local
+            # DDP's param_hook adds into the contiguous buffer (megatron/model/distributed.py:
+            # param.main_grad.add_(param.grad.data), every parameter and micro-batch; torch DDP
+            # runs: autograd's AccumulateGrad adds into .grad in place). Untimed until s16
+            # a100old: the 0.73 A100 GEMM fraction had absorbed it (docs/analytical.md)
+            grad_accumulation="add",
             # megatron/model/gpt_model.py: vocab_parallel_cross_entropy(output.float(), labels)
             # unless --fp16-lm-cross-entropy; mpu/cross_entropy.py saves the fp32 softmax and
             # computes the gradient in it in place: 2 bytes per logit more than the generator
@@ -201,7 +200,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # micro-batch (the last stage's engine.backward does the same); bf16_optimizer.py
             # update_hp_grads: hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype)). MT-NLG's
             # "20 bytes of memory per parameter" (Smith et al. 2022, arXiv 2201.11990) reads as
-            # ZeRO's 16 bytes of mixed-precision Adam states plus those 4 of fp32 gradients
+            # ZeRO's 16 bytes of mixed-precision Adam states plus those 4 of fp32 gradients.
+            # Under fp16 the engine's torch.autograd.backward leaves each micro-batch's gradient
+            # to autograd's AccumulateGrad, an in-place add into the 16-bit .grad (s16 a100old)
             grad_accumulation="deepspeed",
             loss_fp32_buffers=1,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel loss
             # Megatron-DeepSpeed's megatron/mpu/layers.py of MT-NLG's time: ColumnParallelLinear

@@ -46,13 +46,13 @@ Options (all booleans unless said):
   timed — the weight-gradient GEMM accumulates into the buffer (Megatron-Core
   ``--gradient-accumulation-fusion``, on by default), or the profile leaves its add untimed
   (PyTorch's ``AccumulateGrad`` under FSDP assigns the first micro-batch's gradient and adds the
-  later ones only into the rank's shard, 1/dp of the weights; Megatron-LM 2021: see its
-  profile); ``"add"``, the GEMM writes a fresh gradient that a separate memory-bound kernel
-  adds to the buffer every micro-batch (Megatron-LM 2021's local-DDP hook
-  ``main_grad.add_(grad)``); ``"deepspeed"``, DeepSpeed's pipeline engine: under bf16 its
-  ``BF16_Optimizer.update_hp_grads`` runs after every micro-batch's backward and adds the bf16
-  gradient, first cast to an fp32 temporary, to fp32 accumulators; under fp16 only autograd's
-  own in-place add into ``.grad`` remains, which no profile times (see :data:`FRAMEWORKS`);
+  later ones only into the rank's shard, 1/dp of the weights); ``"add"``, the GEMM writes a
+  fresh gradient that a separate memory-bound kernel adds to the buffer every micro-batch
+  (Megatron-LM 2021's local-DDP hook ``main_grad.add_(grad)``); ``"deepspeed"``, DeepSpeed's
+  pipeline engine: under bf16 its ``BF16_Optimizer.update_hp_grads`` runs after every
+  micro-batch's backward and adds the bf16 gradient, first cast to an fp32 temporary, to fp32
+  accumulators; under fp16 autograd's own in-place add into the 16-bit ``.grad``
+  (``AccumulateGrad``: ``variable_grad += new_grad``);
   ``"fused-linear"``, Megatron-Core with ``--gradient-accumulation-fusion``: the linear layers'
   weight-gradient GEMMs accumulate into ``main_grad`` (no pass), every other parameter — the
   embedding tables, norms, biases — gets a ``.grad`` that its DDP hook adds into ``main_grad``

@@ -1,7 +1,8 @@
 """Per-micro-batch weight-gradient accumulation (issue #11, the ``grad_accumulation`` framework
 option): a memory-bound pass over every weight gradient a rank accumulates, charged once per
 micro-batch at the achieved HBM bandwidth — 18 bytes per element under DeepSpeed bf16
-(``BF16_Optimizer.update_hp_grads``), ``2 + 2·grad_bytes`` for a separate add (Megatron-Core:
+(``BF16_Optimizer.update_hp_grads``), 6 under DeepSpeed fp16 (autograd's in-place add),
+``2 + 2·grad_bytes`` for a separate add (Megatron-LM 2021's local DDP hook; Megatron-Core:
 only for the weights its fused weight-gradient GEMMs do not cover), none when fused into the
 weight-gradient GEMM or left untimed; under ZeRO-2/3 only the rank's partition."""
 
@@ -43,7 +44,8 @@ def _pass_s(elements: int, bytes_per_element: int, micro_batches: int) -> float:
     [
         ("deepspeed", None, "bf16", 4, 2 + 2 * 4 + 2 * 4),  # read bf16, cast to fp32, RMW fp32
         ("deepspeed", None, "bf16", 2, 18),  # BF16_Optimizer's accumulators are fp32 anyway
-        ("deepspeed", None, "fp16", 4, 0),  # no hp-gradient pass under fp16
+        ("deepspeed", None, "fp16", 4, 3 * 2),  # AccumulateGrad's in-place add into fp16 .grad
+        ("megatron-lm-2021", None, "fp16", 2, 3 * 2),  # local DDP's main_grad.add_, fp16 buffer
         ("megatron-core", "none", "bf16", 4, 0),  # every weight fused or untimed
         ("megatron-core", None, "bf16", 4, 2 + 2 * 4),  # the hook's add (unfused weights only)
         ("fsdp", None, "bf16", 4, 0),  # AccumulateGrad on the shard: untimed
@@ -92,19 +94,24 @@ def test_zero3_accumulates_only_the_partition() -> None:
     assert gap == pytest.approx(expected, rel=1e-4)  # per-weight integer division
 
 
-def test_fp16_deepspeed_changes_nothing() -> None:
-    parallel = ParallelConfig(tp=2, dp=2, global_batch=16, precision=Precision.FP16)
-    base = AnalyticalBackend(framework="deepspeed", overrides={"grad_accumulation": "none"})
-    same = AnalyticalBackend(framework="deepspeed")
-    assert same.evaluate(GPT, parallel, A100).step_time_s == pytest.approx(
-        base.evaluate(GPT, parallel, A100).step_time_s, rel=0, abs=0
+def test_fp16_deepspeed_charges_autograds_add_every_micro_batch() -> None:
+    tp, dp, micro_batches = 2, 2, 8
+    parallel = ParallelConfig(
+        tp=tp, dp=dp, global_batch=dp * micro_batches, precision=Precision.FP16
     )
+    charged = AnalyticalBackend(framework="deepspeed").evaluate(GPT, parallel, A100)
+    untimed = AnalyticalBackend(
+        framework="deepspeed", overrides={"grad_accumulation": "none"}
+    ).evaluate(GPT, parallel, A100)
+    expected = _pass_s(_rank_weight_elements(tp), 6, micro_batches)
+    assert charged.step_time_s - untimed.step_time_s == pytest.approx(expected)
 
 
 def test_profiles_name_their_accumulation() -> None:
     assert FRAMEWORKS["deepspeed"].grad_accumulation == "deepspeed"
     assert FRAMEWORKS["megatron-core"].grad_accumulation == "fused-linear"
     assert FRAMEWORKS["fsdp"].grad_accumulation == "none"
+    assert FRAMEWORKS["megatron-lm-2021"].grad_accumulation == "add"
 
 
 def test_megatron_core_adds_only_what_its_fused_wgrad_gemms_do_not_cover() -> None:
