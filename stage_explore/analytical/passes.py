@@ -12,6 +12,7 @@ analytical backend owns the memo and the framework profile it reads).
 from __future__ import annotations
 
 from stage_core.lower.bind import group_size
+from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.weightgrad import split_backward
@@ -62,8 +63,11 @@ class PhasePasses:
         for weight in block.weights:
             if weight.name in fused:
                 continue
-            # the reduce-scatter's group: hybrid sharding's replicas (dpr) keep a whole shard
-            axes = tuple(a for a in weight.grad_axes if a != DP_REPLICATE)
+            # the reduce-scatter's group: the data axes the weight is replicated over (not the
+            # pipeline ends' tied-embedding reduction: stage_core/lower/program.py); hybrid
+            # sharding's replicas (dpr) keep a whole shard
+            data = data_axes(workload.axis_sizes, workload.expert_axes, weight.expert)
+            axes = tuple(a for a in weight.grad_axes if a in data and a != DP_REPLICATE)
             group = group_size(axes, workload.axis_sizes) if sharded else 1
             elements += weight.elements // max(1, group)
         accelerator = point.system.accelerator
