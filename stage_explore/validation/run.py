@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stage_core.errors import ConfigError
-from stage_core.models.spec import ModelSpec
+from stage_core.models.spec import Activation, ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY, AnalyticalBackend
 from stage_explore.evaluation import BaseBackend, Evaluation
@@ -55,14 +55,30 @@ def analytical_factory(
 
 
 def megatron_flops(model: ModelSpec, global_batch: int, recompute: bool) -> float:
-    """FLOPs per iteration as Megatron counts them (Narayanan et al. 2021, eq. 3):
-    ``96·B·s·l·h²·(1 + s/6h + V/16lh)`` with full recompute, ``72·B·s·l·h²·(1 + s/6h +
-    V/12lh)`` without (model FLOPs). Exact for GPT blocks with ffn = 4h and as many kv as
-    query heads; the vocabulary is the source's (unpadded)."""
+    """FLOPs per iteration as Megatron-Core and NeMo count a dense decoder's model FLOPs.
+
+    Per token and layer (forward + backward, 3 x 2 FLOPs per multiply-add): the attention
+    projections 12·h·d·(a + g) (queries and output over ``a`` heads, keys and values over ``g``
+    groups, head dim ``d``), the attention core 12·s·a·d with no causal halving, the MLP
+    18·h·f gated (SwiGLU: three matrices) or 12·h·f otherwise; per token 6·h·V for the logits.
+    This is NeMo 2.0's ``flops_formulas.llama3`` / ``llama2`` (``12 + 12·g/a + 18·f/h +
+    12·s/h + 6·V/(l·h)`` times ``B·s·l·h²``; NVIDIA/NeMo ``nemo/utils/flops_formulas.py``,
+    the versions without ``causal_self_attn``) and Megatron-LM's
+    ``num_floating_point_operations`` (GQA, ``gated_linear_multiplier``); for GPT blocks (ffn =
+    4h, gelu, as many kv as query heads) it is Narayanan et al. 2021's eq. 3 without recompute,
+    ``72·B·s·l·h²·(1 + s/6h + V/12lh)``. With full recompute the layers' forward counts twice
+    (eq. 3's 96 = 4/3 · 72); the logits are not recomputed. MoE, MLA and hybrid models are
+    counted with their dense ``ffn`` and ``heads`` (no source of this kind compares TFLOP/s).
+    The vocabulary is the source's (unpadded)."""
     b, s, layers, h, v = global_batch, model.seq_len, model.layers, model.hidden, model.vocab
+    heads = model.heads
+    groups = model.kv_heads or heads
+    head_dim = model.head_dim or h // heads
+    mlp = (18 if model.activation == Activation.SWIGLU else 12) * h * model.ffn
+    per_layer: float = 12 * h * head_dim * (heads + groups) + 12 * s * heads * head_dim + mlp
     if recompute:
-        return 96 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
-    return 72 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (12 * layers * h))
+        per_layer = per_layer * 4 / 3
+    return b * s * (layers * per_layer + 6 * h * v)
 
 
 def predict(case: Case, result: Evaluation) -> float:

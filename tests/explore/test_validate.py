@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.models import get_flavor
 from stage_explore.cli import main
 from stage_explore.validation.report import ValidationReport, rankings, spearman
 from stage_explore.validation.run import RowResult, evaluate_cases, megatron_flops
@@ -213,6 +214,21 @@ def test_megatron_flops_formulas() -> None:
     assert megatron_flops(model, b, False) == pytest.approx(
         72 * b * s * l_ * h * h + 12 * b * s * s * l_ * h + 6 * b * s * h * v
     )
+
+
+def test_megatron_flops_counts_gqa_and_swiglu_as_nemo_does() -> None:
+    """Llama 3 8B (GQA 8 of 32 heads, SwiGLU ffn 14336): NeMo 2.0's flops_formulas.llama3,
+    B·s·l·h²·(12 + 12·g/a + 18·f/h + 12·s/h + 6·V/(l·h)); the NeMo 25.04 DGX-GB200 table's
+    LLAMA3-8B row states 33,099 tokens/s and 1,917 TFLOP/s per GPU, which that count joins."""
+    model = replace(get_flavor("llama3-8b"), seq_len=8192)
+    b, s, l_, h, v = 128, 8192, 32, 4096, 128256
+    nemo = b * s * l_ * h * h * (12 + 12 * 8 / 32 + 18 * 14336 / h + 12 * s / h + 6 * v / (l_ * h))
+    assert megatron_flops(model, b, False) == pytest.approx(nemo)
+    per_token = megatron_flops(model, 1, False) / s
+    assert per_token * 33099 / 1e12 == pytest.approx(1917, rel=2e-3)
+    # the forward of every layer counts twice with full recompute, the logits once
+    logits = 6 * b * s * h * v
+    assert megatron_flops(model, b, True) - logits == pytest.approx((nemo - logits) * 4 / 3)
 
 
 def test_spearman_matches_the_closed_form_without_ties() -> None:
