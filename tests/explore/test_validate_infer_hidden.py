@@ -389,3 +389,26 @@ def test_the_mlperf_v51_third_party_8b_rows_read_their_nics_per_gpu() -> None:
         assert case.system_source == ("h200" if "H200" in rid else "h100-80gb")
         assert not case.system_overrides
         assert case.backend_key.split("+")[0] == "megatron-core"
+
+
+def test_the_nemo_2504_gb200_rows_read_current_scaling_on_gb200() -> None:
+    """The six DGX-GB200 rows of NeMo's archived 25.04 performance summary (5 Dec 2026, s16
+    hidden4): every row on the gb200-nvl72 preset and the megatron-core profile, FP8 with the
+    table's per-tensor current scaling (fp8_recipe tensorwise), the Mixtral row with its 8
+    experts over EP 8."""
+    rows = [
+        r for r in read_csv(DATA / "published_runs_no_setup.csv")
+        if r["id"].startswith("NEMO2504-GB200-")
+    ]  # fmt: skip
+    assert len(rows) == 6
+    for row in rows:
+        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.parallel is not None and case.model is not None
+        assert case.system_source == "gb200-nvl72"
+        assert case.backend_key.split("+")[0] == "megatron-core"
+        assert case.parallel.fp8_recipe == "tensorwise"
+        assert case.metric == "tokens_per_s_per_gpu"
+    (moe,) = (r for r in rows if "MIXTRAL" in r["id"])
+    (case,) = row_cases(moe, "published_runs_no_setup.csv", 1, DATA)
+    assert case.model is not None and case.parallel is not None
+    assert (case.model.num_experts, case.model.top_k, case.parallel.ep) == (8, 2, 8)
