@@ -412,3 +412,22 @@ def test_the_nemo_2504_gb200_rows_read_current_scaling_on_gb200() -> None:
     (case,) = row_cases(moe, "published_runs_no_setup.csv", 1, DATA)
     assert case.model is not None and case.parallel is not None
     assert (case.model.num_experts, case.model.top_k, case.parallel.ep) == (8, 2, 8)
+
+
+def test_the_nemo_long_sequence_b200_rows_compare_model_tflops() -> None:
+    """NeMo's Llama 3 8B long-sequence table on DGX-B200 (NeMo 25.04.rc2; 8K-1024K tokens,
+    CP up to 16) states TFLOP/s per GPU only: each row compares tflops_per_gpu counted as
+    model FLOPs, on the b200 preset, its GPUs the product of the stated TP, DP and CP."""
+    rows = [
+        r for r in read_csv(DATA / "published_runs_no_setup.csv")
+        if r["id"].startswith("NEMO2504-LONGSEQ-B200-")
+    ]  # fmt: skip
+    assert len(rows) == 8
+    for row in rows:
+        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.parallel is not None and case.model is not None
+        assert case.metric == "tflops_per_gpu" and case.flops == "megatron-model"
+        assert case.system_source == "b200"
+        assert case.model.seq_len == int(row["id"].rsplit("-", 1)[1][:-1]) * 1024
+        p = case.parallel
+        assert p.tp * p.pp * p.dp * p.cp == int(row["num_gpus"])
