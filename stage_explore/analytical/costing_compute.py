@@ -220,12 +220,7 @@ class ComputeCosting:
         """Whether the MoE layers run Megatron-Core's all-to-all dispatcher's chunk sorts
         (:mod:`~stage_explore.analytical.megatron_dispatch`): the profile's ``moe_sort_chunks``,
         the all-to-all dispatcher without DeepEP, and more than one expert per rank."""
-        model, parallel = point.workload.model, point.workload.parallel
-        if not self.framework.moe_sort_chunks or self.framework.moe_deepep:
-            return False
-        if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
-            return False
-        return model.num_experts // max(1, parallel.ep) > 1
+        return self.framework.moe_sort_chunks and self._alltoall_local_experts(point)
 
     def _sequential_experts(self, point: Point) -> bool:
         """Whether the MoE layers run their local experts as Megatron-Core's ``SequentialMLP``
@@ -233,10 +228,14 @@ class ComputeCosting:
         profile's ``moe_sequential_mlp``, the all-to-all dispatcher (the one read) without
         DeepEP, and more than one expert per rank (one expert is called on the tokens as they
         are)."""
+        return self.framework.moe_sequential_mlp and self._alltoall_local_experts(point)
+
+    def _alltoall_local_experts(self, point: Point) -> bool:
+        """Whether the MoE layers dispatch through Megatron-Core's all-to-all dispatcher
+        (without DeepEP) to more than one expert per rank: where the chunk sorts and
+        ``SequentialMLP``'s concatenations run."""
         model, parallel = point.workload.model, point.workload.parallel
-        if not self.framework.moe_sequential_mlp or self.framework.moe_deepep:
-            return False
-        if parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+        if self.framework.moe_deepep or parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
             return False
         return model.num_experts // max(1, parallel.ep) > 1
 

@@ -11,21 +11,14 @@ import pytest
 
 from stage_core.lower.bind import Instr
 from stage_core.lower.program import bind_all, make_workload
-from stage_core.models import get_flavor
 from stage_core.parallel import MoeDispatcher, ParallelConfig
-from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.megatron_dispatch import (
     SORT_CHUNKS_OPS,
     fp8_padding_bytes,
     sort_chunks_bytes,
 )
-from stage_explore.system import load_system
-
-H100 = load_system("h100-80gb")
-GPTOSS = get_flavor("gpt-oss-20b").with_overrides(layers=2, seq_len=1024)  # 32 experts, top-4
-EP8 = ParallelConfig(dp=8, ep=8, zero=1, micro_batch=1, global_batch=8)  # 4 local experts
+from tests.explore.moe_helpers import EP8, GPTOSS, H100, gptoss_timer, megatron_step
 
 
 def test_each_sort_moves_the_routed_tokens_once_each_way() -> None:
@@ -52,11 +45,7 @@ def test_the_timer_adds_them_at_the_achieved_bandwidth(
     """The chunk sorts and the FP8 row padding's copies (``KernelTimer.sort_chunks`` /
     ``fp8_padding``) each add their bytes at the achieved HBM bandwidth, nothing else."""
     layer = bind_all(make_workload(GPTOSS, replace(EP8, precision=precision)))["moe_layer"]
-    kernels = H100.accelerator.kernels
-    assert kernels is not None
-    plain = KernelTimer(
-        H100.accelerator, kernels, precision, frozenset(), keys=1024, head_dim=64, causal=True
-    )
+    plain = gptoss_timer(precision)
     variant = replace(plain, **{field: True})
     rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
     moved_any = False
@@ -67,24 +56,20 @@ def test_the_timer_adds_them_at_the_achieved_bandwidth(
     assert moved_any
 
 
-def _step(overrides: dict[str, object], parallel: ParallelConfig) -> float:
-    backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
-    return backend.evaluate(GPTOSS, parallel, H100).step_time_s
-
-
 def test_when_a_run_sorts() -> None:
     """Megatron-Core's profile sorts; the step is slower than without the option. No sort with
     DeepEP's flex dispatcher, the allgather dispatcher or one expert per rank."""
     assert FRAMEWORKS["megatron-core"].moe_sort_chunks
     assert not FRAMEWORKS["automodel"].moe_sort_chunks
     off = {"moe_sort_chunks": False}
-    assert _step({}, EP8) > _step(off, EP8)
-    assert _step({"moe_deepep": True}, EP8) == _step({"moe_deepep": True, **off}, EP8)
+    assert megatron_step({}, EP8) > megatron_step(off, EP8)
+    deepep = {"moe_deepep": True}
+    assert megatron_step(deepep, EP8) == megatron_step({**deepep, **off}, EP8)
     allgather = replace(EP8, moe_dispatcher=MoeDispatcher.ALLGATHER)
-    assert _step({}, allgather) == _step(off, allgather)
+    assert megatron_step({}, allgather) == megatron_step(off, allgather)
     one_each = ParallelConfig(dp=32, ep=32, zero=1, micro_batch=1, global_batch=32)
     assert GPTOSS.num_experts // one_each.ep == 1
-    assert _step({}, one_each) == _step(off, one_each)
+    assert megatron_step({}, one_each) == megatron_step(off, one_each)
 
 
 #: tp 2 with sequence parallelism: the experts tensor-parallel over tp (etp = tp, Megatron-Core's
@@ -112,12 +97,7 @@ def test_the_sorted_tokens_are_the_gathered_ones() -> None:
 def test_the_timer_moves_the_gathered_tokens() -> None:
     """``KernelTimer.routed_gather`` multiplies the sorts' bytes and nothing else."""
     layer = bind_all(make_workload(GPTOSS, EXPERT_TP2))["moe_layer"]
-    kernels = H100.accelerator.kernels
-    assert kernels is not None
-    plain = KernelTimer(
-        H100.accelerator, kernels, "bf16", frozenset(), keys=1024, head_dim=64, causal=True,
-        sort_chunks=True,
-    )  # fmt: skip
+    plain = gptoss_timer(sort_chunks=True)
     gathered = replace(plain, routed_gather=2)
     rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
     for instr in (*layer.fwd, *layer.bwd):
@@ -131,5 +111,5 @@ def test_a_run_sorts_the_gathered_tokens() -> None:
     layer = bind_all(make_workload(GPTOSS, EXPERT_TP2))["moe_layer"]
     rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
     sorts_s = sum(sort_chunks_bytes(i, 2) for i in (*layer.fwd, *layer.bwd)) / rate
-    added_s = _step({}, EXPERT_TP2) - _step({"moe_sort_chunks": False}, EXPERT_TP2)
+    added_s = megatron_step({}, EXPERT_TP2) - megatron_step({"moe_sort_chunks": False}, EXPERT_TP2)
     assert added_s == pytest.approx(GPTOSS.layers * sorts_s, rel=0.02)

@@ -9,22 +9,16 @@ from dataclasses import replace
 import pytest
 
 from stage_core.lower.program import bind_all, make_workload
-from stage_core.models import get_flavor
 from stage_core.parallel import MoeDispatcher, ParallelConfig
-from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_casts import split_quantize_kernels
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.megatron_dispatch import (
     SEQUENTIAL_CAT_OPS,
     sequential_cat_bytes,
     sort_chunks_bytes,
 )
-from stage_explore.system import load_system
+from tests.explore.moe_helpers import EP8, GPTOSS, H100, gptoss_timer, megatron_step
 
-H100 = load_system("h100-80gb")
-GPTOSS = get_flavor("gpt-oss-20b").with_overrides(layers=2, seq_len=1024)  # 32 experts, top-4
-EP8 = ParallelConfig(dp=8, ep=8, zero=1, micro_batch=1, global_batch=8)  # 4 local experts
 ON = {"moe_sequential_mlp": True}
 
 
@@ -48,10 +42,7 @@ def test_the_timer_adds_a_copy_kernel_each() -> None:
     layer = bind_all(make_workload(GPTOSS, EP8))["moe_layer"]
     kernels = H100.accelerator.kernels
     assert kernels is not None
-    plain = KernelTimer(
-        H100.accelerator, kernels, "bf16", frozenset(), keys=1024, head_dim=64, causal=True,
-        memory_kernel_s=kernels.memory_kernel_s,
-    )  # fmt: skip
+    plain = gptoss_timer(memory_kernel_s=kernels.memory_kernel_s)
     sequential = replace(plain, sequential_experts=True)
     rate = H100.accelerator.achieved_memory_bandwidth_bytes_per_s
     for instr in (*layer.fwd, *layer.bwd):
@@ -69,24 +60,19 @@ def test_each_expert_module_casts_its_own_operands() -> None:
     assert split_quantize_kernels(0, "tensorwise", True, True) == 1
 
 
-def _step(overrides: dict[str, object], parallel: ParallelConfig) -> float:
-    backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
-    return backend.evaluate(GPTOSS, parallel, H100).step_time_s
-
-
 def test_when_a_run_concatenates() -> None:
     """Off in every profile; on, a run with several local experts on the all-to-all dispatcher
     is slower, and more so in FP8 under delayed scaling (the per-expert casts); one local
     expert, DeepEP or the allgather dispatcher: no change."""
     assert not any(profile.moe_sequential_mlp for profile in FRAMEWORKS.values())
-    assert _step(ON, EP8) > _step({}, EP8)
+    assert megatron_step(ON, EP8) > megatron_step({}, EP8)
     fp8 = replace(EP8, precision="fp8", fp8_recipe="delayed")
-    bf16_added = _step(ON, EP8) - _step({}, EP8)
-    assert _step(ON, fp8) - _step({}, fp8) > bf16_added
+    bf16_added = megatron_step(ON, EP8) - megatron_step({}, EP8)
+    assert megatron_step(ON, fp8) - megatron_step({}, fp8) > bf16_added
     one_each = ParallelConfig(dp=32, ep=32, zero=1, micro_batch=1, global_batch=32)
     assert GPTOSS.num_experts // one_each.ep == 1
-    assert _step(ON, one_each) == _step({}, one_each)
+    assert megatron_step(ON, one_each) == megatron_step({}, one_each)
     deepep = {"moe_deepep": True}
-    assert _step({**deepep, **ON}, EP8) == _step(deepep, EP8)
+    assert megatron_step({**deepep, **ON}, EP8) == megatron_step(deepep, EP8)
     allgather = replace(EP8, moe_dispatcher=MoeDispatcher.ALLGATHER)
-    assert _step(ON, allgather) == _step({}, allgather)
+    assert megatron_step(ON, allgather) == megatron_step({}, allgather)
