@@ -67,24 +67,32 @@ def fsdp2_copy_bytes(gathers: int, scatters: int, weight_bytes: int, grad_bytes:
 
 
 def grad_accumulation_bytes(
-    profile: FrameworkProfile, dtype: str, weight_bytes: int, grad_bytes: int
-) -> int:
-    """HBM bytes moved per weight-gradient element and micro-batch to accumulate it
-    (``grad_accumulation``, module docstring), for a run computing in ``dtype`` with
-    ``weight_bytes`` weights and ``grad_bytes`` accumulators: 0 for ``"none"``; a
-    separate add reads the fresh gradient and reads and writes the accumulator
-    (``weight_bytes + 2·grad_bytes``: 10 for bf16 into fp32, 6 for fp16 into fp16); DeepSpeed
-    under bf16 reads the bf16 gradient, writes and reads its fp32 cast, and reads and writes
-    the fp32 accumulator (2 + 2·4 + 2·4 = 18); under fp16 PyTorch's ``AccumulateGrad`` adds the
-    fresh gradient into the parameter's 16-bit ``.grad`` in place (``3·weight_bytes``: 6)."""
+    profile: FrameworkProfile, dtype: str, weight_bytes: int, grad_bytes: int, micro_batches: int
+) -> float:
+    """HBM bytes moved per weight-gradient element and micro-batch, averaged over a step of
+    ``micro_batches``, to accumulate it (``grad_accumulation``, module docstring), for a run
+    computing in ``dtype`` with ``weight_bytes`` weights and ``grad_bytes`` accumulators: 0 for
+    ``"none"``; a separate add reads the fresh gradient and reads and writes the accumulator
+    (``weight_bytes + 2·grad_bytes``: 10 for bf16 into fp32, 6 for fp16 into fp16) every
+    micro-batch; DeepSpeed under bf16 reads the bf16 gradient, writes and reads its fp32 cast,
+    and reads and writes the fp32 accumulator (2 + 2·4 + 2·4 = 18) every micro-batch; under
+    fp16 PyTorch's ``AccumulateGrad`` adds the fresh gradient into the parameter's 16-bit
+    ``.grad`` in place (``3·weight_bytes``: 6) from the second micro-batch on — the first finds
+    ``.grad`` None (``FP16_Optimizer.step`` sets it so) and takes the fresh tensor without a
+    pass: ``(m − 1)/m`` of 6."""
     mode = profile.grad_accumulation
     if mode == "none":
         return 0
     if mode == "deepspeed":
         if dtype != "bf16":
             # fp16: autograd's AccumulateGrad adds the fresh gradient into the parameter's
-            # 16-bit .grad in place (variable_grad += new_grad), whatever grad_fp32 says
-            return 3 * weight_bytes
+            # 16-bit .grad in place (variable_grad += new_grad), whatever grad_fp32 says, but
+            # only once .grad exists: deepspeed/runtime/fp16/fused_optimizer.py FP16_Optimizer
+            # .step flattens the gradients into the fp32 master's and sets "p.grad = None"
+            # (microsoft/DeepSpeed 023f3614), so each step's first micro-batch's AccumulateGrad
+            # steals the fresh tensor (torch/csrc/autograd/functions/accumulate_grad.h)
+            m = max(1, micro_batches)
+            return 3 * weight_bytes * (m - 1) / m
         fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
         return weight_bytes + 2 * fp32 + 2 * fp32
     return weight_bytes + 2 * grad_bytes  # "add", and "fused-linear" for its unfused weights

@@ -50,7 +50,11 @@ class PhasePasses:
             if workload.parallel.pp > 1:
                 return self._held_accumulation_s(point, kind)
         per_element = grad_accumulation_bytes(
-            self.framework, point.dtype, workload.weight_bytes, workload.grad_bytes
+            self.framework,
+            point.dtype,
+            workload.weight_bytes,
+            workload.grad_bytes,
+            workload.micro_batches,
         )
         if per_element == 0:
             return 0.0
