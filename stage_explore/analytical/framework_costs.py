@@ -79,10 +79,22 @@ def grad_accumulation_bytes(
     fp16 PyTorch's ``AccumulateGrad`` adds the fresh gradient into the parameter's 16-bit
     ``.grad`` in place (``3·weight_bytes``: 6) from the second micro-batch on — the first finds
     ``.grad`` None (``FP16_Optimizer.step`` sets it so) and takes the fresh tensor without a
-    pass: ``(m − 1)/m`` of 6."""
+    pass: ``(m − 1)/m`` of 6. ``"torch-ddp"`` (Megatron-LM 2021 ``--DDP_impl torch``): the same
+    ``(m − 1)/m`` of ``3·weight_bytes``, plus, once per step, the reducer's divide-and-copy of
+    the gradient into its bucket and the copy back after the all-reduce (``4·weight_bytes``,
+    spread as ``1/m`` over the step's micro-batches)."""
     mode = profile.grad_accumulation
+    m = max(1, micro_batches)
     if mode == "none":
         return 0
+    if mode == "torch-ddp":
+        # Megatron-LM 2021 megatron/optimizer/optimizer.py (NVIDIA/Megatron-LM 00764415):
+        # FP16OptimizerWithFP16Params.zero_grad(set_to_none=True) sets the fp16 .grad to None, so
+        # the first micro-batch's AccumulateGrad takes the fresh tensor; torch DDP's reducer
+        # (torch/csrc/distributed/c10d/reducer.cpp, gradient_as_bucket_view off) divides while
+        # copying each gradient into its bucket (at::mul_out(bucket_view, grad, 1/world)) and
+        # copies the reduced bucket back into .grad (copy_bucket_to_grad): read + write each
+        return (3 * weight_bytes * (m - 1) + 4 * weight_bytes) / m
     if mode == "deepspeed":
         if dtype != "bf16":
             # fp16: autograd's AccumulateGrad adds the fresh gradient into the parameter's
@@ -91,7 +103,6 @@ def grad_accumulation_bytes(
             # .step flattens the gradients into the fp32 master's and sets "p.grad = None"
             # (microsoft/DeepSpeed 023f3614), so each step's first micro-batch's AccumulateGrad
             # steals the fresh tensor (torch/csrc/autograd/functions/accumulate_grad.h)
-            m = max(1, micro_batches)
             return 3 * weight_bytes * (m - 1) / m
         fp32 = 4  # BF16_Optimizer's fp32 accumulators and the cast's temporary
         return weight_bytes + 2 * fp32 + 2 * fp32

@@ -52,7 +52,12 @@ Options (all booleans unless said):
   pipeline engine: under bf16 its ``BF16_Optimizer.update_hp_grads`` runs after every
   micro-batch's backward and adds the bf16 gradient, first cast to an fp32 temporary, to fp32
   accumulators; under fp16 autograd's own in-place add into the 16-bit ``.grad``
-  (``AccumulateGrad``: ``variable_grad += new_grad``);
+  (``AccumulateGrad``: ``variable_grad += new_grad``) from the second micro-batch of a step on
+  (``FP16_Optimizer.step`` leaves every ``.grad`` None); ``"torch-ddp"``, Megatron-LM 2021's
+  ``--DDP_impl torch``: the same ``AccumulateGrad`` add from the second micro-batch on (Megatron's
+  ``optimizer.zero_grad(set_to_none=True)``), plus, once per step, the reducer's divide-and-copy
+  of each gradient into its bucket (``mul_out``) and the copy back after the all-reduce
+  (``copy_bucket_to_grad``);
   ``"fused-linear"``, Megatron-Core with ``--gradient-accumulation-fusion``: the linear layers'
   weight-gradient GEMMs accumulate into ``main_grad`` (no pass), every other parameter — the
   embedding tables, norms, biases — gets a ``.grad`` that its DDP hook adds into ``main_grad``
@@ -192,7 +197,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "zero3_prefetch_units": "FSDP backward_prefetch / limit_all_gathers, FSDP2 implicit prefetch",
-    "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed bf16",
+    "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed / --DDP_impl torch",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
@@ -213,7 +218,7 @@ SHARDING_FLAGS: dict[str, str] = {
 DISTRIBUTED_FUSED_ADAM = ("off", "fp32", "bf16")
 
 #: The values of ``grad_accumulation``.
-GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear")
+GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear", "torch-ddp")
 
 
 @dataclass(frozen=True, kw_only=True)
