@@ -204,6 +204,12 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # Under fp16 the engine's torch.autograd.backward leaves each micro-batch's gradient
             # to autograd's AccumulateGrad, an in-place add into the 16-bit .grad (s16 a100old)
             grad_accumulation="deepspeed",
+            # the same BF16_Optimizer hands the engine its whole flat fp32 gradient buffer
+            # (get_grads_for_reduction), all-reduced by buffered_allreduce_fallback
+            # (deepspeed/runtime/pipe/engine.py _bf16_reduce_grads; microsoft/DeepSpeed
+            # bf16_optimizer.py at 196e63ac), then each rank updates its partition and
+            # all-gathers the bf16 weights (update_lp_params: all_gather_dp_groups)
+            zero1_grad_all_reduce=True,
             loss_fp32_buffers=1,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel loss
             # Megatron-DeepSpeed's megatron/mpu/layers.py of MT-NLG's time: ColumnParallelLinear
             # .forward's copy_to_tensor_model_parallel_region, a synchronous backward all-reduce;

@@ -267,9 +267,12 @@ class StagePlanning(BlockCosting):
         )
         grad_total = 0
         reduce_load = NO_LOAD
+        whole = self._zero1_all_reduces(point)
         for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
+            if whole and collective is CollectiveKind.REDUCE_SCATTER:
+                collective = CollectiveKind.ALL_REDUCE  # the whole buffer, then its partition
             seconds = self._collective_time(point, spans[axes], collective, size)
             groups.append((seconds, first, step, count))
             reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
@@ -320,6 +323,13 @@ class StagePlanning(BlockCosting):
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
         sync = SyncCost(total + tied, latest + tied, gather, lost, *held_s)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+
+    def _zero1_all_reduces(self, point: Point) -> bool:
+        """Whether a ZeRO-1 run all-reduces its whole gradient buffer where the lowering
+        reduce-scatters it (``zero1_grad_all_reduce``: DeepSpeed's ``BF16_Optimizer``, bf16 at
+        DeepSpeed ZeRO stage 0 with its own optimizer-state partitioning)."""
+        zero1 = point.workload.parallel.zero == 1
+        return self.framework.zero1_grad_all_reduce and zero1 and point.dtype == "bf16"
 
     def _params_held(self, point: Point) -> bool:
         """Whether FSDP2 keeps the stage's parameters gathered for the whole step and

@@ -174,6 +174,14 @@ Options (all booleans unless said):
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
+- ``zero1_grad_all_reduce`` — under bf16 at ZeRO-1 the data-parallel gradient reduction is an
+  all-reduce of the whole fp32 gradient buffer, not a reduce-scatter: DeepSpeed's
+  ``BF16_Optimizer`` (bf16 with the config's ZeRO stage 0; it partitions the optimizer states
+  itself) hands the engine its full flat fp32 gradients (``get_grads_for_reduction``), which
+  ``buffered_allreduce_fallback`` all-reduces (the pipeline engine's ``_bf16_reduce_grads``,
+  the plain engine's ``allreduce_gradients``); each rank then updates its partition and
+  all-gathers the bf16 parameters (``update_lp_params``: ``all_gather_dp_groups``). Off: the
+  lowering's reduce-scatter (ZeRO-1 of Megatron's distributed optimizer, DeepSpeed's ZeRO-1).
 - ``ddp_bucket_first_chunk_only`` — only the first model chunk of the first pipeline stage
   reduces its gradients in buckets: Megatron-Core's ``DistributedDataParallel`` sets
   ``bucket_size = None`` when ``disable_bucketing`` (the training loops pass
@@ -197,7 +205,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "zero3_prefetch_units": "FSDP backward_prefetch / limit_all_gathers, FSDP2 implicit prefetch",
-    "grad_accumulation": "Megatron --gradient-accumulation-fusion (none) / add / DeepSpeed / --DDP_impl torch",
+    "grad_accumulation": "--gradient-accumulation-fusion (none) / add / DeepSpeed / DDP_impl torch",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
@@ -211,6 +219,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
+    "zero1_grad_all_reduce": "DeepSpeed BF16_Optimizer (bf16, zero_optimization stage 0)",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
@@ -246,4 +255,5 @@ class ShardingOptions:
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
+    zero1_grad_all_reduce: bool = False  # ZeRO-1 reduce-scatters its gradients (module docstring)
     zero3_prefetch_units: int = 1  # a unit's gather beside the compute of the unit before

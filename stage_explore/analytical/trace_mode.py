@@ -198,7 +198,10 @@ class ProgramTimingModel(BaseTimingModel[float]):
             assert phase == SYNC, phase
             op = self._programs[costs.stage].sync[index]
             span = costs.span(op.axes)
-            seconds = backend._collective_time(point, span, op.collective, op.comm_bytes)
+            collective = op.collective
+            if collective is CollectiveKind.REDUCE_SCATTER and backend._zero1_all_reduces(point):
+                collective = CollectiveKind.ALL_REDUCE  # zero1_grad_all_reduce (planning.py)
+            seconds = backend._collective_time(point, span, collective, op.comm_bytes)
         return dict.fromkeys(group, seconds)
 
     def beside_share(self, compute: TraceNode, collective: TraceNode) -> float:
