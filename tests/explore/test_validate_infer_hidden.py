@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -322,15 +323,27 @@ def test_a_hybrid_row_whose_dims_are_not_its_sizes_flavor_is_named() -> None:
     assert infer_model(pure, "megatron-core").value == "mamba2-2.7b"
 
 
+def _no_setup_cases(
+    selected: Callable[[str], bool], count: int
+) -> list[tuple[dict[str, str], Case]]:
+    """The rows of the package's published_runs_no_setup.csv whose id ``selected`` accepts (there
+    must be ``count``), each with its one case, set up from its own columns without a reason."""
+    rows = [r for r in read_csv(DATA / "published_runs_no_setup.csv") if selected(r["id"])]
+    assert len(rows) == count
+    pairs = []
+    for row in rows:
+        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason
+        pairs.append((row, case))
+    return pairs
+
+
 def test_the_dgx_cloud_nemotron_h_rows_take_the_56b_and_their_container() -> None:
     """The seven DGX Cloud Nemotron-H rows (published_runs_no_setup.csv) are evaluated as the
     published 56B with the NeMo 25.04 container's defaults their text names (launch.sh
     FW_VERSION 25.04.01): FP8 parameters, bf16 gradient reduction, TE's fused loss."""
-    rows = [r for r in read_csv(DATA / "published_runs_no_setup.csv") if "NEMOTRONH" in r["id"]]
-    assert len(rows) == 7
-    for row in rows:
-        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
-        assert not case.reason and case.model is not None and case.parallel is not None
+    for _, case in _no_setup_cases(lambda row_id: "NEMOTRONH" in row_id, 7):
+        assert case.model is not None and case.parallel is not None
         flavor = get_flavor("nemotron-h-56b")
         assert case.model.layer_kinds() == flavor.layer_kinds() and case.parallel.tp == 8
         assert (case.model.ssm_heads, case.model.ssm_state) == (flavor.ssm_heads, 256)
@@ -361,13 +374,8 @@ def test_the_llm_foundry_a100_rows_read_their_memory_and_composer_mode() -> None
     the 40 GB table on the a100-40gb preset, the 80 GB one on a100-80gb, every row on the
     llm-foundry-2023 profile; the rows whose 'MP Mode' is PURE gather bf16 parameters on a
     bf16 residual stream, the DEFAULT rows keep the profile's fp32 gathers."""
-    rows = [
-        r for r in read_csv(DATA / "published_runs_no_setup.csv") if r["id"].startswith("MPT-A100")
-    ]
-    assert len(rows) == 81
-    for row in rows:
-        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
-        assert not case.reason and case.parallel is not None
+    for row, case in _no_setup_cases(lambda row_id: row_id.startswith("MPT-A100"), 81):
+        assert case.parallel is not None
         assert case.system_source == ("a100-40gb" if "A100 40GB" in row["gpu"] else "a100-80gb")
         assert case.backend_key.split("+")[0] == "llm-foundry-2023"
         pure = "PURE" in row["precision"]
@@ -396,20 +404,14 @@ def test_the_nemo_2504_gb200_rows_read_current_scaling_on_gb200() -> None:
     hidden4): every row on the gb200-nvl72 preset and the megatron-core profile, FP8 with the
     table's per-tensor current scaling (fp8_recipe tensorwise), the Mixtral row with its 8
     experts over EP 8."""
-    rows = [
-        r for r in read_csv(DATA / "published_runs_no_setup.csv")
-        if r["id"].startswith("NEMO2504-GB200-")
-    ]  # fmt: skip
-    assert len(rows) == 6
-    for row in rows:
-        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
-        assert not case.reason and case.parallel is not None and case.model is not None
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("NEMO2504-GB200-"), 6)
+    for _, case in pairs:
+        assert case.parallel is not None and case.model is not None
         assert case.system_source == "gb200-nvl72"
         assert case.backend_key.split("+")[0] == "megatron-core"
         assert case.parallel.fp8_recipe == "tensorwise"
         assert case.metric == "tokens_per_s_per_gpu"
-    (moe,) = (r for r in rows if "MIXTRAL" in r["id"])
-    (case,) = row_cases(moe, "published_runs_no_setup.csv", 1, DATA)
+    (case,) = (c for row, c in pairs if "MIXTRAL" in row["id"])
     assert case.model is not None and case.parallel is not None
     assert (case.model.num_experts, case.model.top_k, case.parallel.ep) == (8, 2, 8)
 
@@ -418,14 +420,8 @@ def test_the_nemo_long_sequence_b200_rows_compare_model_tflops() -> None:
     """NeMo's Llama 3 8B long-sequence table on DGX-B200 (NeMo 25.04.rc2; 8K-1024K tokens,
     CP up to 16) states TFLOP/s per GPU only: each row compares tflops_per_gpu counted as
     model FLOPs, on the b200 preset, its GPUs the product of the stated TP, DP and CP."""
-    rows = [
-        r for r in read_csv(DATA / "published_runs_no_setup.csv")
-        if r["id"].startswith("NEMO2504-LONGSEQ-B200-")
-    ]  # fmt: skip
-    assert len(rows) == 8
-    for row in rows:
-        (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
-        assert not case.reason and case.parallel is not None and case.model is not None
+    for row, case in _no_setup_cases(lambda row_id: row_id.startswith("NEMO2504-LONGSEQ-B200-"), 8):
+        assert case.parallel is not None and case.model is not None
         assert case.metric == "tflops_per_gpu" and case.flops == "megatron-model"
         assert case.system_source == "b200"
         assert case.model.seq_len == int(row["id"].rsplit("-", 1)[1][:-1]) * 1024
