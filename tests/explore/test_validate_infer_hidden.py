@@ -427,3 +427,21 @@ def test_the_nemo_long_sequence_b200_rows_compare_model_tflops() -> None:
         assert case.model.seq_len == int(row["id"].rsplit("-", 1)[1][:-1]) * 1024
         p = case.parallel
         assert p.tp * p.pp * p.dp * p.cp == int(row["num_gpus"])
+
+
+def test_the_mlperf_v51_mi355x_8b_rows_of_four_submitters_share_one_setup() -> None:
+    """AMD's MLPerf v5.1 Llama 3.1 8B row and the Dell, Supermicro and GigaComputing runs of
+    the same implementation on one 8-GPU MI355X node (5 Dec 2026, s17 hidden5): all on the
+    mi355x preset and the megatron-core profile at TP 1, micro-batch 2 of GBS 32, FP8; the
+    four rows state the same layout, so their inferred setups are one setup."""
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("MLPERF-L31-8B-MI355X-V51-"), 4)
+    setups = set()
+    for _, case in pairs:
+        assert case.parallel is not None and case.model is not None
+        assert case.system_source == "mi355x" and not case.system_overrides
+        assert case.backend_key.split("+")[0] == "megatron-core"
+        p = case.parallel
+        assert (p.tp, p.pp, p.dp, p.micro_batch, p.global_batch) == (1, 1, 8, 2, 32)
+        assert case.metric == "tokens_per_s_per_gpu"
+        setups.add((case.backend_key, p, case.model, case.framework_options))
+    assert len(setups) == 1
