@@ -445,3 +445,18 @@ def test_the_mlperf_v51_mi355x_8b_rows_of_four_submitters_share_one_setup() -> N
         assert case.metric == "tokens_per_s_per_gpu"
         setups.add((case.backend_key, p, case.model, case.framework_options))
     assert len(setups) == 1
+
+
+def test_the_mlperf_v50_nebius_405b_h200_rows_read_the_stated_layout() -> None:
+    """Nebius's MLPerf v5.0 Llama 3.1 405B rows (512 and 1024 H200, NeMo 25.01; 5 Dec 2026, s17
+    hidden5): the h200 preset, the megatron-core profile, the published 405B at the stated
+    TP 4 PP 8 VP 8 CP 2 with DP = GPUs / 64 and GBS 1152, FP8 with the stated delayed scaling."""
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("MLPERF-L405B-H200-V50-NEBIUS-"), 2)
+    for row, case in pairs:
+        assert case.parallel is not None and case.model is not None
+        assert case.system_source == "h200"
+        assert case.backend_key.split("+")[0] == "megatron-core"
+        p = case.parallel
+        assert (p.tp, p.pp, p.vpp, p.cp, p.micro_batch) == (4, 8, 8, 2, 1)
+        assert p.dp == int(row["num_gpus"]) // 64 and p.global_batch == 1152
+        assert p.fp8_recipe == "delayed" and case.model.layers == 126
