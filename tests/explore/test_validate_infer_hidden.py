@@ -400,18 +400,18 @@ def test_the_mlperf_v51_third_party_8b_rows_read_their_nics_per_gpu() -> None:
 
 
 def test_the_nemo_2504_gb200_rows_read_current_scaling_on_gb200() -> None:
-    """The six DGX-GB200 rows of NeMo's archived 25.04 performance summary (5 Dec 2026, s16
-    hidden4): every row on the gb200-nvl72 preset and the megatron-core profile, FP8 with the
-    table's per-tensor current scaling (fp8_recipe tensorwise), the Mixtral row with its 8
-    experts over EP 8."""
-    pairs = _no_setup_cases(lambda row_id: row_id.startswith("NEMO2504-GB200-"), 6)
+    """The seven DGX-GB200 rows of NeMo's archived 25.04 performance summary (5 Dec 2026, s16
+    hidden4; the Mixtral-8x22B row s17 hidden5): every row on the gb200-nvl72 preset and the
+    megatron-core profile, FP8 with the table's per-tensor current scaling (fp8_recipe
+    tensorwise), the Mixtral-8x7B row with its 8 experts over EP 8."""
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("NEMO2504-GB200-"), 7)
     for _, case in pairs:
         assert case.parallel is not None and case.model is not None
         assert case.system_source == "gb200-nvl72"
         assert case.backend_key.split("+")[0] == "megatron-core"
         assert case.parallel.fp8_recipe == "tensorwise"
         assert case.metric == "tokens_per_s_per_gpu"
-    (case,) = (c for row, c in pairs if "MIXTRAL" in row["id"])
+    (case,) = (c for row, c in pairs if "MIXTRAL-8X7B" in row["id"])
     assert case.model is not None and case.parallel is not None
     assert (case.model.num_experts, case.model.top_k, case.parallel.ep) == (8, 2, 8)
 
@@ -460,3 +460,19 @@ def test_the_mlperf_v50_nebius_405b_h200_rows_read_the_stated_layout() -> None:
         assert (p.tp, p.pp, p.vpp, p.cp, p.micro_batch) == (4, 8, 8, 2, 1)
         assert p.dp == int(row["num_gpus"]) // 64 and p.global_batch == 1152
         assert p.fp8_recipe == "delayed" and case.model.layers == 126
+
+
+def test_the_nemo_summary_mixtral_rows_read_their_moe_layouts() -> None:
+    """The Mixtral rows of NeMo's 25.02 DGX-B200 and 25.04 DGX-GB200 performance summaries
+    (5 Dec 2026, s17 hidden5): 8 experts, top-2, over EP 8 on the stated preset; the 8x22B
+    rows at sequence 65536 with TP 2, PP 4 x VP 14, CP 8, micro-batch 1 of GBS 64."""
+    pairs = _no_setup_cases(lambda row_id: "MIXTRAL" in row_id, 4)
+    for row, case in pairs:
+        assert case.parallel is not None and case.model is not None
+        assert case.system_source == ("b200" if "DGXB200" in row["id"] else "gb200-nvl72")
+        p = case.parallel
+        assert (case.model.num_experts, case.model.top_k, p.ep) == (8, 2, 8)
+        if row["id"].endswith("8X22B"):
+            assert case.model.seq_len == 65536 and case.model.layers == 56
+            assert (p.tp, p.pp, p.vpp, p.cp, p.dp) == (2, 4, 14, 8, 4)
+            assert (p.micro_batch, p.global_batch) == (1, 64)
