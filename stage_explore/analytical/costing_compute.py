@@ -20,9 +20,15 @@ from stage_core.blocks import mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.fp8 import fp8_block
 from stage_core.models.layers import Mixer, layer_kind_of_block
+from stage_core.models.spec import ModelSpec
 from stage_core.ops import window_pairs
 from stage_core.parallel import MoeDispatcher
-from stage_explore.analytical.eager import eager_attention, eager_expert_kernels, eager_op_bytes
+from stage_explore.analytical.eager import (
+    bias_epilogue_bytes,
+    eager_attention,
+    eager_expert_kernels,
+    eager_op_bytes,
+)
 from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
 from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
@@ -113,14 +119,7 @@ class ComputeCosting:
             loss_logits=loss_logits(block.fwd),
             te_loss=self.framework.te_cross_entropy,
             native_loss=self.framework.native_cross_entropy,
-            eager_bytes=eager_op_bytes(
-                point.workload.model,
-                self.framework.eager_modules,
-                fused=self.framework.fused_elementwise,
-                deepep=self.framework.moe_deepep,
-                trained_router=not self.framework.moe_fake_balanced_gate,
-                rope_fusion=self.framework.rope_fusion,
-            ),
+            eager_bytes=self._eager_bytes(point.workload.model),
             attention_eager=eager_attention(
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),
@@ -142,6 +141,23 @@ class ComputeCosting:
             wgrad_accumulator=self._wgrad_accumulator(point),
             ssd_kernels=self._ssd_kernels(point, kind),
         )
+
+    def _eager_bytes(self, model: ModelSpec) -> dict[str, int]:
+        """The eager table of the framework's module code (:func:`eager_op_bytes`), with the
+        forward bias adds its GEMMs perform under ``linear_bias_epilogue``
+        (:func:`bias_epilogue_bytes`)."""
+        framework = self.framework
+        table = eager_op_bytes(
+            model,
+            framework.eager_modules,
+            fused=framework.fused_elementwise,
+            deepep=framework.moe_deepep,
+            trained_router=not framework.moe_fake_balanced_gate,
+            rope_fusion=framework.rope_fusion,
+        )
+        if framework.linear_bias_epilogue:
+            table.update(bias_epilogue_bytes(model))
+        return table
 
     def _ssd_kernels(self, point: Point, kind: str) -> dict[str, tuple[SSDKernel, ...]]:
         """The kernels mamba_ssm launches for block ``kind``'s Mamba-2 scan, by phase

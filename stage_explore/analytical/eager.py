@@ -321,6 +321,19 @@ _LLMFOUNDRY_ACCUMULATES = {
 }
 
 
+#: The generator's bias adds of a dense block's linears (``stage_core/blocks.py`` ``_linear``):
+#: the attention's query, key, value and output projections and the MLP's two.
+LINEAR_BIAS_OPS = ("q", "k", "v", "attn.proj", "mlp.fc1", "mlp.fc2")
+
+
+def bias_epilogue_bytes(model: ModelSpec) -> dict[str, int]:
+    """The forward bias adds that run inside their GEMM (framework option
+    ``linear_bias_epilogue``: PyTorch ``addmm``'s cuBLASLt bias epilogue), 0 bytes each; their
+    ``.backward`` (the bias gradient's reduction) is not named, so it keeps the generator's
+    count. Empty for a model without biases."""
+    return {name: 0 for name in LINEAR_BIAS_OPS} if model.bias else {}
+
+
 def eager_op_bytes(
     model: ModelSpec,
     eager_modules: str,

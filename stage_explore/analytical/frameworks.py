@@ -282,6 +282,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # attention.py: self.Wqkv = nn.Linear(self.d_model, 3 * self.d_model); later
             # d_model + 2 * kv_n_heads * head_dim): one GEMM each way
             fused_qkv=True,
+            # MPT's nn.Linear layers (no_bias false in the benchmark yamls): F.linear on the
+            # contiguous (b, s, h) input takes addmm, whose CUDA path adds a 1-D bias in
+            # cuBLASLt's epilogue (aten/src/ATen/native/cuda/Blas.cpp useLtInterface)
+            linear_bias_epilogue=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves

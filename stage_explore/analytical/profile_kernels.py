@@ -51,6 +51,14 @@ Options (all booleans unless said):
   kernel: the generator's count); off, with ``eager_modules = "megatron-core"``: Megatron-Core's
   unfused ``_apply_rotary_pos_emb_bshd`` op by op (:mod:`~stage_explore.analytical.eager_megatron`);
   off with other ``eager_modules`` is a ConfigError (their tables count their own RoPE code).
+- ``linear_bias_epilogue`` — a biased model's linear biases are added inside the GEMM (eager
+  PyTorch's ``nn.Linear``: ``F.linear`` on a contiguous input takes ``addmm``, whose CUDA
+  implementation runs cuBLASLt's bias epilogue, ``gemm_and_bias``, for a 1-D contiguous 16-bit
+  or fp32 bias, ``aten/src/ATen/native/cuda/Blas.cpp`` ``useLtInterface``; later PyTorch turns it
+  off with ``DISABLE_ADDMM_CUDA_LT=1``): the generator's forward bias adds (``q``, ``k``, ``v``,
+  ``attn.proj``, the MLP's ``fc1`` / ``fc2``) move no bytes; the backward keeps the bias
+  gradient's reduction (``sum_to``, a read of the output gradient). Off: each bias add an
+  element-wise kernel of its own (the generator's count).
 - ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
   TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
   chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32
@@ -144,6 +152,7 @@ KERNEL_FLAGS: dict[str, str] = {
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "fused_qkv": "Megatron query_key_value / linear_qkv (off: separate q, k, v linears)",
+    "linear_bias_epilogue": "PyTorch addmm's cuBLASLt bias epilogue (off: DISABLE_ADDMM_CUDA_LT=1)",
     "fused_fc1": "Megatron linear_fc1 / dense_h_to_4h, AutoModel gate_and_up_projs (2·ffn)",
     "rope_fusion": "Megatron-Core apply_rope_fusion (off: rope_utils' unfused ops, eager)",
     "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama / …",
@@ -182,6 +191,7 @@ class KernelOptions:
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
     fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
+    linear_bias_epilogue: bool = False  # each bias add an element-wise kernel (generator's)
     fused_fc1: str = "none"  # gate and up as two GEMMs (separate linears), their dgrads summed
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
 

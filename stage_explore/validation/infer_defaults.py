@@ -122,6 +122,20 @@ ASYNC_ALLREDUCE = (
 #: MPT's own architecture (mosaicml/mpt-7b … mpt-30b config.json: no_bias true, attn_pdrop,
 #: resid_pdrop and emb_pdrop 0), on the GPT base flavor the model reader gives it.
 MPT_PATTERN = r"\bmpt\b"
+#: llm-foundry's MPT throughput benchmark (``scripts/train/benchmarking``, its README's tables and
+#: ``submit_benchmarks.py``), named by a row's text or url. Its models are the pretraining yamls
+#: (``scripts/train/yamls/pretrain/mpt-*.yaml``), which do not set ``no_bias``, so MPTConfig's
+#: default ``no_bias: False`` (llmfoundry/models/mpt/configuration_mpt.py) keeps a bias on every
+#: linear and LayerNorm: the tables' NumParams are exactly L(12d² + 13d) + 2d + (V + S)d (1B-70B,
+#: with the learned position table of the row's sequence length S), 9d linear and 4d LayerNorm
+#: biases per block over the count without.
+LLMFOUNDRY_BENCHMARK = r"scripts/train/benchmarking|llm-foundry MPT training benchmarks"
+LLMFOUNDRY_BENCHMARK_NOTE = (
+    "MPT blocks with biases (bias true): llm-foundry's benchmark ran the pretraining yamls, which "
+    "leave MPTConfig's no_bias at its default False (llmfoundry/models/mpt/configuration_mpt.py); "
+    "the tables' NumParams count them (L(12d^2 + 13d) + 2d + (V + S)d exactly); no dropout "
+    "(attn_pdrop / resid_pdrop / emb_pdrop 0)"
+)
 _NO_DROPOUT = re.compile(r"dropout\s*(?:=\s*)?0(?:\.0)?\b|no dropout|dropout (?:off|none)", re.I)
 
 
@@ -182,10 +196,13 @@ def recipe_defaults(
             out.options["tp_async_grad_allreduce"] = True
             out.notes.append(ASYNC_ALLREDUCE)
     if re.search(MPT_PATTERN, row.get("model", ""), re.IGNORECASE):
-        out.model.update(bias=False, dropout=False)
+        benchmark = re.search(LLMFOUNDRY_BENCHMARK, f"{row_text(row)} {row.get('url', '')}", re.I)
+        out.model.update(bias=bool(benchmark), dropout=False)
         out.notes.append(
-            "MPT blocks without biases or dropout (mosaicml/mpt-* config.json: no_bias true, "
-            "attn_pdrop / resid_pdrop / emb_pdrop 0)"
+            LLMFOUNDRY_BENCHMARK_NOTE
+            if benchmark
+            else "MPT blocks without biases or dropout (mosaicml/mpt-* config.json: no_bias "
+            "true, attn_pdrop / resid_pdrop / emb_pdrop 0)"
         )
     elif _NO_DROPOUT.search(f"{row_text(row)} {row.get('uncertain', '')}"):
         out.model["dropout"] = False

@@ -8,12 +8,15 @@ import pytest
 
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
+from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.eager import (
+    LINEAR_BIAS_OPS,
     LLMFOUNDRY_FP32_ACCUMULATE,
     LLMFOUNDRY_LPLAYERNORM,
     LLMFOUNDRY_RESIDUAL_ADD,
+    bias_epilogue_bytes,
     eager_instr_bytes,
     eager_op_bytes,
 )
@@ -98,3 +101,29 @@ def test_the_option_runs_the_table_and_the_step_changes_with_it() -> None:
     rms = eager_op_bytes(get_flavor("llama3-8b"), "llm-foundry-2023", fused=False)
     assert "ln1" not in rms and rms["y"] == RESID_FWD
     assert eager_op_bytes(MODEL, "llm-foundry-2023", fused=True) == {}
+
+
+def test_linear_biases_added_in_the_gemm_epilogue_move_no_bytes_forward() -> None:
+    """``linear_bias_epilogue`` (PyTorch addmm's cuBLASLt bias epilogue): each biased linear's
+    forward bias add moves nothing, its backward keeps the bias gradient's reduction (a read of
+    the output gradient), and the step is faster than with a bias kernel of its own."""
+    biased = MODEL.with_overrides(bias=True)
+    assert bias_epilogue_bytes(MODEL) == {}
+    table = bias_epilogue_bytes(biased)
+    assert table == {name: 0 for name in LINEAR_BIAS_OPS}
+    layer = bind_all(make_workload(biased, ParallelConfig(global_batch=1)))["layer"]
+    by_name = {i.name: i for i in (*layer.fwd, *layer.bwd)}
+    for name in LINEAR_BIAS_OPS:  # each a generator op of the biased block ...
+        assert by_name[name].bytes_read + by_name[name].bytes_written > 0
+        assert eager_instr_bytes(by_name[name], table) == 0  # ... moving nothing in the GEMM
+        backward = by_name[f"{name}.backward"]  # the bias gradient: a read of d.<op>
+        assert eager_instr_bytes(backward, table) is None and backward.bytes_read > 0
+
+    def compute(model: ModelSpec, on: bool) -> float:
+        overrides = {"linear_bias_epilogue": on}
+        backend = AnalyticalBackend(framework="llm-foundry-2023", overrides=overrides)
+        parallel = ParallelConfig(dp=8, zero=3, micro_batch=2, global_batch=16)
+        return backend.evaluate(model, parallel, H100).breakdown["compute"]
+
+    assert compute(biased, True) < compute(biased, False)
+    assert compute(MODEL, True) == compute(MODEL, False)

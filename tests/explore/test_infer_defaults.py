@@ -147,6 +147,26 @@ def test_mpt_blocks_have_no_bias_and_no_dropout_and_composer_reduces_in_bf16() -
 
 
 FOUNDRY = "MosaicML llm-foundry MPT training benchmarks, A100 40GB table"
+BENCHMARK_README = "scripts/train/benchmarking/README.md"
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        {"source": FOUNDRY},
+        {"url": f"https://github.com/mosaicml/llm-foundry/blob/main/{BENCHMARK_README}"},
+    ],
+)
+def test_the_llm_foundry_benchmark_ran_mpt_with_biases(cells: dict[str, str]) -> None:
+    """The benchmark's pretraining yamls leave MPTConfig's no_bias at False: a row that names
+    llm-foundry's benchmark (its text or its url) gets biased blocks, other MPT rows not."""
+    row = _row(model="MPT-7B", **cells)
+    defaults = recipe_defaults(row, "llm-foundry-2023", "bf16", "gpt3-6.7b", {}, {})
+    assert defaults.model["bias"] is True and defaults.model["dropout"] is False
+    assert any("no_bias at its default False" in n for n in defaults.notes)
+    mpt_7b = {"layers": "32", "hidden": "4096", "heads": "32", "ffn": "16384", "vocab": "50368"}
+    case = _case(model="MPT-7B", gpu="A100 40GB", **mpt_7b, **cells)
+    assert case.model is not None and case.model.bias
 
 
 @pytest.mark.parametrize(
