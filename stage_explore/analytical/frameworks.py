@@ -288,8 +288,10 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             linear_bias_epilogue=True,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
-            # the tables' "MP Mode DEFAULT": Composer 0.15-0.16 get_mixed_precision leaves
-            # param_dtype None (fp32 all-gathers), reduce_dtype = amp precision (bf16)
+            # Composer's get_mixed_precision DEFAULT before mosaicml/composer#2047 (2023-03-09):
+            # param_dtype None (fp32 all-gathers), reduce_dtype = amp precision (bf16). The
+            # inference sets a row's DEFAULT as Composer ran it after #2047 (bf16 gathers, fp32
+            # reduction) or its PURE (infer_defaults.COMPOSER_DEFAULT_NOTE / COMPOSER_PURE)
             fsdp_param_fp32=True,
             fsdp_fp32_shards=True,  # FSDP's flat parameter shard is fp32 (MixedPrecision)
             # Composer 0.15-0.16 wraps blocks in torch FSDP1 (FullyShardedDataParallel)

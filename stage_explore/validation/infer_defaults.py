@@ -37,8 +37,10 @@ from stage_explore.validation.infer_torch import (
 #: framework profile → why.
 BF16_REDUCE = {
     "llm-foundry-2023": (
-        "Composer's FSDP mixed_precision DEFAULT of 2023 (composer/trainer/mosaic_fsdp_utils.py "
-        "get_mixed_precision: reduce_dtype = the amp precision, param_dtype None)"
+        "Composer's FSDP PURE mode (composer/trainer/mosaic_fsdp_utils.py get_mixed_precision: "
+        "reduce_dtype = the amp precision), or its DEFAULT before Composer's PR 2047 "
+        "(reduce_dtype the amp precision, param_dtype None); a bf16 row not naming PURE takes "
+        "Composer's DEFAULT as it ran after PR 2047 (fp32 reduction)"
     ),
     "fms-fsdp": (
         "fms-fsdp's bfSixteen policy (fms_fsdp/policies/mixed_precision.py: param_dtype and "
@@ -59,6 +61,26 @@ COMPOSER_PURE_NOTE = (
     "and MPT's blocks run as the generator's ops (eager_modules generator, not the fp32 stream "
     "of llm-foundry-2023): mosaicml/composer 0099561e composer/trainer/mosaic_fsdp_utils.py "
     "get_mixed_precision, PURE: param_dtype = reduce_dtype = buffer_dtype = the precision's"
+)
+#: Composer's FSDP ``mixed_precision: DEFAULT`` — named in a row of llm-foundry (its DEFAULT tables
+#: are ``amp_bf16`` runs after its torch 2.0.1 side tables, ``torches.md`` / ``torch2.md``, i.e.
+#: Composer 0.15 and later), or not named: ``fsdp_config``'s ``mixed_precision`` defaults to it
+#: (``get_mixed_precision(precision, mixed_precision='DEFAULT')``). Since
+#: mosaicml/composer#2047 (merged 2023-03-09, "This will make 'DEFAULT' emulate AMP behavior")
+#: ``get_mixed_precision`` DEFAULT sets param_dtype = the precision's dtype, reduce_dtype =
+#: float32, buffer_dtype = the precision's dtype (the docs' notes/distributed_training.rst;
+#: mosaicml/composer#2628, 2023-10-10, restored the fp32 reduce_dtype a refactor had dropped).
+#: So parameters are all-gathered and used in bf16, as under PURE (a bf16 embedding, a bf16
+#: residual stream), and gradients reduce-scattered in fp32. The profile's fp32 gathers and fp32
+#: stream are the DEFAULT before #2047 (param_dtype None, reduce_dtype the precision's): only
+#: mosaicml/examples runs of early 2023 (``precision: bf16``) could have run it, and those
+#: tables name PURE.
+COMPOSER_DEFAULT_NOTE = (
+    "Composer FSDP mixed_precision DEFAULT (named, or Composer's default) as Composer ran it from "
+    "mosaicml/composer#2047 (2023-03-09) on: param_dtype = buffer_dtype = bf16, reduce_dtype = "
+    "float32 (get_mixed_precision; #2628 restored the fp32 reduce_dtype a refactor dropped), so "
+    "parameters are all-gathered and used in bf16 (fsdp_param_fp32 false), the residual stream "
+    "is bf16 (eager_modules generator) and gradients are reduce-scattered in fp32 (grad_fp32)"
 )
 #: The attention kernel of llm-foundry's A100 benchmark rows: FlashAttention (v1) in Triton,
 #: flash-attn's ``flash_attn_triton.py`` (``attn_impl: triton``). The tables' first runs came from
@@ -182,7 +204,14 @@ def recipe_defaults(
         )
     said = row.get("recompute", "").strip().lower().split(" ")
     recompute = str(parallel.get("recompute", said[0] or "none"))
-    if framework in BF16_REDUCE and precision == "bf16":
+    composer_default = (
+        framework == "llm-foundry-2023" and precision == "bf16" and not names_composer_pure(row)
+    )
+    if composer_default:
+        out.options.update(fsdp_param_fp32=False, eager_modules="generator")
+        out.parallel["grad_fp32"] = True
+        out.notes.append(COMPOSER_DEFAULT_NOTE)
+    elif framework in BF16_REDUCE and precision == "bf16":
         out.parallel["grad_fp32"] = False
         out.notes.append(f"gradients reduced in bf16 (grad_fp32 false): {BF16_REDUCE[framework]}")
     if precision == "fp16" and framework in FP16_REDUCE:

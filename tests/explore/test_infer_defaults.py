@@ -137,12 +137,12 @@ def test_gpt_blocks_run_fused_attention_outside_megatron_lm_2021(
     assert (defaults.model.get("core_attention") == "fused") is fused
 
 
-def test_mpt_blocks_have_no_bias_and_no_dropout_and_composer_reduces_in_bf16() -> None:
+def test_mpt_blocks_have_no_bias_and_no_dropout_and_composer_default_reduces_in_fp32() -> None:
     defaults = recipe_defaults(
         _row(model="MPT-7B"), "llm-foundry-2023", "bf16", "gpt3-6.7b", {}, {}
     )
     assert defaults.model == {"core_attention": "fused", "bias": False, "dropout": False}
-    assert defaults.parallel == {"grad_fp32": False}
+    assert defaults.parallel == {"grad_fp32": True}
     assert any("get_mixed_precision" in n for n in defaults.notes)
 
 
@@ -170,11 +170,32 @@ def test_the_llm_foundry_benchmark_ran_mpt_with_biases(cells: dict[str, str]) ->
 
 
 @pytest.mark.parametrize(
+    ("cells", "default"),
+    [
+        ({"precision": "amp_bf16 (FSDP mixed_precision DEFAULT)"}, True),
+        ({"notes": "Precision amp_bf16, MP Mode DEFAULT (Composer FSDP mixed_precision)"}, True),
+        ({"precision": "bf16 (FSDP mixed_precision PURE)"}, False),
+        ({"precision": "bf16", "notes": "a run naming no mode"}, True),
+    ],
+)
+def test_composer_default_of_2023_gathers_bf16_and_reduces_in_fp32(
+    cells: dict[str, str], default: bool
+) -> None:
+    """Composer's DEFAULT since mosaicml/composer#2047 (named, or fsdp_config's default):
+    param_dtype bf16 (bf16 gathers, a bf16 residual stream, as PURE), reduce_dtype float32; the
+    profile's fp32 gathers are the DEFAULT before it, which no llm-foundry table ran."""
+    row = _row(model="MPT-7B", source=FOUNDRY, **cells)
+    defaults = recipe_defaults(row, "llm-foundry-2023", "bf16", "gpt3-6.7b", {}, {})
+    assert defaults.options == {"fsdp_param_fp32": False, "eager_modules": "generator"}
+    assert defaults.parallel["grad_fp32"] is default
+    assert any("composer#2047" in n for n in defaults.notes) is default
+
+
+@pytest.mark.parametrize(
     ("cells", "pure"),
     [
         ({"precision": "bf16 (FSDP mixed_precision PURE)"}, True),
         ({"notes": "Precision bf16, MP Mode PURE (Composer FSDP mixed_precision)"}, True),
-        ({"precision": "amp_bf16 (FSDP mixed_precision DEFAULT)"}, False),
         ({"precision": "bf16", "notes": "a pure throughput run"}, False),
     ],
 )
@@ -185,8 +206,10 @@ def test_composer_pure_gathers_bf16_parameters_on_a_bf16_stream(
     all-gathers and casts, no fp32 residual stream (mosaicml/composer 0099561e)."""
     row = _row(model="MPT-7B", source=FOUNDRY, **cells)
     defaults = recipe_defaults(row, "llm-foundry-2023", "bf16", "gpt3-6.7b", {}, {})
-    expected = {"fsdp_param_fp32": False, "eager_modules": "generator"} if pure else {}
+    # both modes gather and use bf16 parameters (DEFAULT since Composer's PR 2047)
+    expected = {"fsdp_param_fp32": False, "eager_modules": "generator"}
     assert defaults.options == expected
+    assert defaults.parallel["grad_fp32"] is not pure
     assert any("mixed_precision PURE" in n for n in defaults.notes) is pure
     mpt_7b = {"layers": "32", "hidden": "4096", "heads": "32", "ffn": "16384", "vocab": "50368"}
     case = _case(model="MPT-7B", source=FOUNDRY, gpu="A100 40GB", **mpt_7b, **cells)

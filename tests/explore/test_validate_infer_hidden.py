@@ -372,17 +372,20 @@ def test_inter_node_rates_written_another_way(interconnect: str, per_gpu_gbit: i
 def test_the_llm_foundry_a100_rows_read_their_memory_and_composer_mode() -> None:
     """The 81 llm-foundry A100 rows of published_runs_no_setup.csv (5 Dec 2026, s15 hidden3):
     the 40 GB table on the a100-40gb preset, the 80 GB one on a100-80gb, every row on the
-    llm-foundry-2023 profile; the rows whose 'MP Mode' is PURE gather bf16 parameters on a
-    bf16 residual stream, the DEFAULT rows keep the profile's fp32 gathers."""
+    llm-foundry-2023 profile; every row gathers bf16 parameters on a bf16 residual stream (PURE,
+    and DEFAULT as Composer ran it since its PR 2047: s17 mpt40), the PURE rows reduce-scatter
+    in bf16, the DEFAULT rows in fp32; every row has biased blocks (the tables' NumParams)."""
     for row, case in _no_setup_cases(lambda row_id: row_id.startswith("MPT-A100"), 81):
-        assert case.parallel is not None
+        assert case.parallel is not None and case.model is not None
         assert case.system_source == ("a100-40gb" if "A100 40GB" in row["gpu"] else "a100-80gb")
         assert case.backend_key.split("+")[0] == "llm-foundry-2023"
         pure = "PURE" in row["precision"]
+        assert ("DEFAULT" in row["precision"]) is not pure
         options = dict(case.framework_options)
-        assert (options.get("fsdp_param_fp32") is False) is pure
-        assert (options.get("eager_modules") == "generator") is pure
-        assert case.parallel.zero == 3 and not case.parallel.grad_fp32
+        assert options.get("fsdp_param_fp32") is False
+        assert options.get("eager_modules") == "generator"
+        assert case.parallel.zero == 3 and case.parallel.grad_fp32 is not pure
+        assert case.model.bias
 
 
 def test_the_mlperf_v51_third_party_8b_rows_read_their_nics_per_gpu() -> None:
