@@ -6,7 +6,8 @@ The recipes of the NeMo 1.x era (GSW 24.11 to 25.02: NeMo Launcher's megatron_gp
 driven by each model's ``configure.sh`` and model yaml) set per model what no container default
 reaches: Transformer Engine's attention backend in the job's environment (``NVTE_FUSED_ATTN=0``
 turns off cuDNN's fused attention, so Transformer Engine runs the flash-attn package,
-FlashAttention-2), and the yaml's optimizer, gradient-reduction dtype, recompute and loss fusion.
+FlashAttention-2), and the yaml's optimizer, gradient-reduction dtype, recompute, loss fusion
+and experts' MLP (``moe_grouped_gemm``; s17 infer8).
 The NeMo 2.0 recipes (GSW 25.04 on) run NeMo's performance scripts instead; their rows keep the
 container's defaults.
 """
@@ -30,14 +31,17 @@ FIRST_NEMO_2 = (25, 1)
 DGXC_NEMO1_MODELS: tuple[
     tuple[str, dict[str, bool | str], dict[str, Any], dict[str, Any], str], ...
 ] = (
-    (r"\bgrok[\s_-]*1\b", {"attention_kernel": "fa2"}, {"grad_fp32": False},
-     {"capacity_factor": 1.0},
-     "attention on FlashAttention-2, gradients reduced in bf16 and the experts' tokens dropped "
-     "and padded to capacity factor 1.0 (attention_kernel fa2, grad_fp32 false, model "
-     "capacity_factor 1.0): grok1/configure.sh (NVIDIA/dgxc-benchmarking 143b90dd, the GSW "
-     "24.11 / 25.02 recipe) exports NVTE_FUSED_ATTN=0 at every scale, so Transformer Engine "
-     "runs the flash-attn package; grok1/grok1_314b.yaml (35a9aecc) optim "
-     "mcore_distributed_optim with grad_sync_dtype bf16, moe_expert_capacity_factor 1.0 with "
+    (r"\bgrok[\s_-]*1\b", {"attention_kernel": "fa2", "moe_sequential_mlp": True},
+     {"grad_fp32": False}, {"capacity_factor": 1.0},
+     "attention on FlashAttention-2, the experts as Megatron-Core's SequentialMLP, gradients "
+     "reduced in bf16 and the experts' tokens dropped and padded to capacity factor 1.0 "
+     "(attention_kernel fa2, moe_sequential_mlp, grad_fp32 false, model capacity_factor 1.0): "
+     "grok1/configure.sh (NVIDIA/dgxc-benchmarking 143b90dd, the GSW 24.11 / 25.02 recipe) "
+     "exports NVTE_FUSED_ATTN=0 at every scale, so Transformer Engine runs the flash-attn "
+     "package; grok1/grok1_314b.yaml (35a9aecc) moe_grouped_gemm false (Megatron-Core's "
+     "get_gpt_layer_with_transformer_engine_spec builds SequentialMLP: one MLP per local "
+     "expert on torch.split slices, torch.cat of their outputs), optim mcore_distributed_optim "
+     "with grad_sync_dtype bf16, moe_expert_capacity_factor 1.0 with "
      "moe_pad_expert_input_to_capacity true"),
     (r"\bnemotron[\s_-]*4?[\s_-]*340\s*b\b",
      {"attention_kernel": "fa2", "distributed_fused_adam": "bf16", "native_cross_entropy": True},
