@@ -30,8 +30,8 @@ from stage_explore.validation.suite import run_validation
 
 RESULTS = Path(__file__).resolve().parent / "results" / "inferred_vs_setups.md"
 #: Sources the inference cannot bring to their hand-written setup, and why (5 Dec 2026, s15
-#: infer6; re-checked s16 infer7): what the hand-written setup rests on that the CSV does not
-#: state.
+#: infer6; re-checked s16 infer7 and s17 infer8): what the hand-written setup rests on that the
+#: CSV does not state.
 LEFT = (
     "MBRIDGE-MOE-B200: MBM-B200-25.11-GPTOSS120B-64 states EP 8; the setup corrects the cell to "
     "the recipe's 64 (a default never overrides a stated cell).",
@@ -39,8 +39,13 @@ LEFT = (
     "6-9: the SC'21 artifact's run_table_1.sh per run, not a framework default.",
     "DGXC2504-H100-BF16 / -FP8: the Nemotron-4 340B rows state vpp 1 (the README's 'VP NA'); the "
     "recipe's launch.sh passes -vp 12.",
-    "KOR22-F1 (memory): the setup's fp32 gradients come from the paper's 18 bytes per parameter; "
-    "Megatron-LM's fp16 default reduces in fp16, which the inference keeps.",
+    "KOR22-F1 (memory) and KOR22-T5: the setups' fp32 gradients come from the paper's 18 bytes "
+    "per parameter; Megatron-LM's fp16 default (--accumulate-allreduce-grads-in-fp32 off, which "
+    "also turns gradient-accumulation fusion off: megatron/arguments.py of the sequence-"
+    "parallelism release, NVIDIA/Megatron-LM 00129014) reduces in fp16, which the inference "
+    "keeps (the agreement test's DEPARTURES).",
+    "MBRIDGE: MBRIDGE25.11-DGX-H100-GPTOSS120B-64 states micro-batch 4; the setup corrects the "
+    "cell to the recipe's 1 (csv_corrections: the page's GA 2 contradicts MBS 4 at PP 4).",
     "MCORE08: the setup's selective recompute, no dropout and untied embeddings are its own "
     "assumptions; the inference keeps Megatron's defaults (the README states none of them). "
     "Its vpp and userbuffers margins the inference reads as the setup does (s16 infer7).",

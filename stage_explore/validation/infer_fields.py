@@ -347,7 +347,32 @@ def _nemotron_h_by_dims(row: dict[str, str]) -> str:
     return fits[0] if len(fits) == 1 else ""
 
 
+#: Families that encode position by ALiBi (a bias on the attention scores, no position
+#: parameters) whatever their size, and where that is read: (pattern, why). The generator's
+#: ``position none`` drops the learned table a GPT base flavor would add.
+ALIBI_FAMILIES: tuple[tuple[str, str], ...] = (
+    (r"\bbloom",
+     "BLOOM's ALiBi positional embeddings at every size (BigScience, arXiv 2211.05100 "
+     "section 3.2.3 'ALiBi Positional Embeddings'; Megatron-DeepSpeed --position-embedding-type "
+     "alibi; Hugging Face transformers BloomModel has no position-embedding table)"),
+)  # fmt: skip
+
+
 def infer_model(row: dict[str, str], framework: str) -> Inferred:
+    """The flavor of a row's model (:func:`_infer_flavor`), with no position table for a family
+    of :data:`ALIBI_FAMILIES` (s17 infer8)."""
+    inferred = _infer_flavor(row, framework)
+    text = row.get("model", "").strip().lower()
+    for pattern, why in ALIBI_FAMILIES:
+        if re.search(pattern, text) and get_flavor(inferred.value).position != "none":
+            return Inferred(
+                inferred.value, f"{inferred.assumption}; no position-embedding table "
+                f"(position none): {why}", (*inferred.model, ("position", "none")),
+            )  # fmt: skip
+    return inferred
+
+
+def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
     """The flavor of a row's model: a flavor of the stated family and size, whose dims fill
     what the CSV leaves empty; else the family's base flavor when the CSV states
     :data:`REQUIRED_DIMS` (an MoE row needs a flavor of its size: experts are not in the CSV)."""

@@ -1,7 +1,8 @@
-"""The NeMo 1.x DGX Cloud Grok-1 recipe's experts as Megatron-Core's SequentialMLP
-(5 Dec 2026, s17 infer8): ``grok1/grok1_314b.yaml`` sets ``moe_grouped_gemm: false``, so an
-inferred Grok-1 row of that recipe takes ``moe_sequential_mlp`` as its hand-written setups do;
-the NeMo 2.0 recipe and other models of the NeMo 1.x recipes do not."""
+"""The NeMo 1.x DGX Cloud Grok-1 recipe's experts as Megatron-Core's SequentialMLP, and
+BLOOM's ALiBi (5 Dec 2026, s17 infer8): ``grok1/grok1_314b.yaml`` sets ``moe_grouped_gemm:
+false``, so an inferred Grok-1 row of that recipe takes ``moe_sequential_mlp`` as its
+hand-written setups do (the NeMo 2.0 recipe and other models of the NeMo 1.x recipes do not);
+a BLOOM row of any size has no position-embedding table, as the hand-written BLOOM setup."""
 
 from __future__ import annotations
 
@@ -51,3 +52,21 @@ def test_the_package_grok_rows_infer_the_hand_written_experts(source: str) -> No
         HELD_OUT, source, ("parallel.grad_fp32", "model.capacity_factor"),
         ("moe_sequential_mlp", "attention_kernel", "pipeline_outputs_kept"),
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "position"),
+    [("BLOOM 176B", "none"), ("bloom-7b1", "none"), ("GPT-3 175B", "learned"),
+     ("Llama 3 8B", "rotary")],
+)  # fmt: skip
+def test_a_bloom_row_has_no_position_table_at_any_size(model: str, position: str) -> None:
+    cells = {"model": model}
+    if "bloom" in model.lower():
+        cells.update(layers="30", hidden="4096", heads="32", ffn="16384", vocab="250880")
+    case = _case(**cells)
+    assert case.model is not None and str(case.model.position) == position
+    assert any("ALiBi" in a for a in case.assumptions) is (position == "none")
+
+
+def test_the_package_bloom_row_infers_the_hand_written_position() -> None:
+    assert_inferred_as_hand(HELD_OUT, "BLOOM", ("model.position",), ())
