@@ -289,7 +289,10 @@ framework = "megatron-core"
 precision = "bf16"
 model_base = "mixtral-8x22b"
 in_sample = false
-framework_options = { attention_kernel = "fa2", pipeline_outputs_kept = true }
+[sources.GROK.framework_options]
+attention_kernel = "fa2"
+pipeline_outputs_kept = true
+moe_sequential_mlp = true
 [sources.GROK.model]
 expert_ffn = 32768
 capacity_factor = 1.0
