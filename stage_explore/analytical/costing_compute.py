@@ -119,6 +119,8 @@ class ComputeCosting:
             loss_logits=loss_logits(block.fwd),
             te_loss=self.framework.te_cross_entropy,
             native_loss=self.framework.native_cross_entropy,
+            xentropy_loss=self.framework.xentropy_cross_entropy,
+            metric_losses=self.framework.train_metric_losses,
             eager_bytes=self._eager_bytes(point.workload.model),
             attention_eager=eager_attention(
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel

@@ -103,6 +103,7 @@ class FrameworkProfile(
                 "zero3_prefetch_units",
                 "loss_fp32_buffers",
                 "local_batch_size",
+                "train_metric_losses",
             ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(
@@ -157,6 +158,11 @@ class FrameworkProfile(
             raise ConfigError(
                 f"framework {self.name!r}: `te_cross_entropy` and `native_cross_entropy` are two "
                 "values of Megatron-Core's cross_entropy_fusion_impl; set at most one"
+            )
+        if self.xentropy_cross_entropy and (self.te_cross_entropy or self.native_cross_entropy):
+            raise ConfigError(
+                f"framework {self.name!r}: `xentropy_cross_entropy` (flash-attn's loss) and "
+                "Megatron-Core's fused losses are different losses; set at most one"
             )
         if not self.rope_fusion and self.eager_modules != "megatron-core":
             # only Megatron-Core's module code runs the unfused RoPE op by op (eager_megatron);

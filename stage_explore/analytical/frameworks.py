@@ -286,6 +286,15 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # contiguous (b, s, h) input takes addmm, whose CUDA path adds a 1-D bias in
             # cuBLASLt's epilogue (aten/src/ATen/native/cuda/Blas.cpp useLtInterface)
             linear_bias_epilogue=True,
+            # ComposerMPTCausalLM's loss_fn defaults to fused_crossentropy, flash-attn's
+            # xentropy CUDA extension (llmfoundry/models/mpt/modeling_mpt.py; mosaicml/examples'
+            # ComposerMosaicGPT before it): a ValueError at start-up when it is not installed
+            xentropy_cross_entropy=True,
+            # ... and its train_metrics, LanguageCrossEntropy and LanguagePerplexity
+            # (use_train_metrics default True), each a forward-only fp32 cross-entropy over the
+            # logits that Composer's _train_microbatch runs after every micro-batch's backward
+            # (_eval_train_metrics -> update_metric, under no_grad and the precision's autocast)
+            train_metric_losses=2,
             runtime_reserved_bytes=1 * GIB,
             allocator_overhead=0.05,
             # Composer's get_mixed_precision DEFAULT before mosaicml/composer#2047 (2023-03-09):

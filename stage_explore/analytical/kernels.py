@@ -59,8 +59,10 @@ from stage_explore.analytical.fp8_roles import BLOCK_SCALED, gemm_role
 from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES, gemm_shape, gemm_time_s
 from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
+    METRIC_CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
     TE_CROSS_ENTROPY_BYTES,
+    XENTROPY_CROSS_ENTROPY_BYTES,
 )
 from stage_explore.analytical.megatron_dispatch import (
     fp8_padding_bytes,
@@ -187,6 +189,13 @@ class KernelTimer:
     #: The loss runs Megatron-Core's native fused cross-entropy
     #: (:data:`NATIVE_CROSS_ENTROPY_BYTES`, framework option ``native_cross_entropy``).
     native_loss: bool = False
+    #: The loss runs flash-attn's fused xentropy kernel on the 16-bit logits
+    #: (:data:`XENTROPY_CROSS_ENTROPY_BYTES`, framework option ``xentropy_cross_entropy``).
+    xentropy_loss: bool = False
+    #: Forward-only fp32 cross-entropies the framework's train metrics run on the logits each
+    #: micro-batch (:data:`METRIC_CROSS_ENTROPY_BYTES` each, framework option
+    #: ``train_metric_losses``), charged with the loss's forward.
+    metric_losses: int = 0
     #: The context-parallel degree when attention merges per-chunk results in fp32 kernels of
     #: its own (PyTorch's context_parallel, :func:`~stage_explore.analytical.context_parallel.
     #: cp_merge_bytes`); 0: merged inside the kernel or no context parallelism.
@@ -387,18 +396,22 @@ class KernelTimer:
     def _loss_s(self, instr: Instr) -> float:
         """The cross-entropy's traffic — the FP32 multi-pass one (:data:`CROSS_ENTROPY_BYTES`),
         under ``te_loss`` Transformer Engine's fused one (:data:`TE_CROSS_ENTROPY_BYTES`), under
-        ``native_loss`` Megatron-Core's compiled one (:data:`NATIVE_CROSS_ENTROPY_BYTES`) — or 0
-        for any other instruction."""
+        ``native_loss`` Megatron-Core's compiled one (:data:`NATIVE_CROSS_ENTROPY_BYTES`), under
+        ``xentropy_loss`` flash-attn's xentropy kernel (:data:`XENTROPY_CROSS_ENTROPY_BYTES`),
+        the forward with ``metric_losses`` train-metric passes (:data:`METRIC_CROSS_ENTROPY_BYTES`)
+        — or 0 for any other instruction."""
         forward, backward = (
             TE_CROSS_ENTROPY_BYTES
             if self.te_loss
             else NATIVE_CROSS_ENTROPY_BYTES
             if self.native_loss
+            else XENTROPY_CROSS_ENTROPY_BYTES
+            if self.xentropy_loss
             else CROSS_ENTROPY_BYTES
         )
         if instr.kind == "crossentropy":
             sizes = [size for name, size in instr.inputs if name in self.loss_logits]
-            per_element = forward
+            per_element = forward + self.metric_losses * METRIC_CROSS_ENTROPY_BYTES
         else:
             sizes = [size for name, size in instr.outputs if name[2:] in self.loss_logits]
             sizes = sizes if name_is_gradient(instr) else []

@@ -1,8 +1,10 @@
 """The training loss's kernels: HBM bytes per logit of the cross-entropy implementations the
 frameworks run (Megatron's unfused fp32 loss, Transformer Engine's fused Triton loss,
-Megatron-Core's native fused loss) and which tensors a block's loss reads. The
+Megatron-Core's native fused loss, flash-attn's xentropy kernel), the forward-only
+cross-entropies of Composer's train metrics, and which tensors a block's loss reads. The
 :class:`~stage_explore.analytical.kernels.KernelTimer` charges them (``_loss_s``); the framework
-options ``te_cross_entropy`` / ``native_cross_entropy`` choose between them."""
+options ``te_cross_entropy`` / ``native_cross_entropy`` / ``xentropy_cross_entropy`` choose
+between the losses, ``train_metric_losses`` counts the metrics' passes."""
 
 from __future__ import annotations
 
@@ -42,6 +44,23 @@ TE_CROSS_ENTROPY_BYTES = (6, 4)
 #: scatters into the saved softmax (the same fresh copy, 4 + 4), scales it by the loss gradient in
 #: place and writes its 16-bit cast (4 + 4 + 2) = 18.
 NATIVE_CROSS_ENTROPY_BYTES = (30, 18)
+
+#: HBM bytes per logit of flash-attn's fused cross-entropy CUDA extension (``xentropy_cuda_lib``,
+#: Dao-AILab/flash-attention ``csrc/xentropy``, "adapted from Apex's Xentropy ... work for
+#: bfloat16"; ``flash_attn/losses/cross_entropy.py`` of flash-attn 1.0.x, no ``custom_fwd``, so
+#: autocast leaves the 16-bit logits as they are), llm-foundry's default loss (``loss_fn:
+#: fused_crossentropy``): forward one kernel per row reads the logits (its max and sum-of-exp
+#: passes over one row, counted once as every kernel here is) and writes only a loss and a
+#: log-sum-exp per token (2); backward reads them again and writes their gradient
+#: (``inplace_backward`` False, llm-foundry's ``FusedCrossEntropyLoss(ignore_index=-100)``) (2 + 2).
+XENTROPY_CROSS_ENTROPY_BYTES = (2, 4)
+
+#: HBM bytes per logit of one train metric's forward-only cross-entropy as Composer computes it
+#: (``composer/metrics/nlp.py`` ``LanguageCrossEntropy.update``: ``torch.nn.CrossEntropyLoss(
+#: reduction='sum')`` on the logits, under ``no_grad`` and the precision's autocast, which runs
+#: ``cross_entropy`` in float32): the cast of the 16-bit logits to fp32 (read 2, write 4) and
+#: ``log_softmax`` (read 4, write 4); ``nll_loss`` reads one value per token = 14.
+METRIC_CROSS_ENTROPY_BYTES = 14
 
 
 def loss_logits(instrs: Iterable[Instr]) -> frozenset[str]:

@@ -97,6 +97,16 @@ Options (all booleans unless said):
   ``fused_vocab_parallel_cross_entropy``): the unfused loss's fp32 steps compiled into four
   ``torch.compile`` graphs (``loss_kernels.NATIVE_CROSS_ENTROPY_BYTES``).
   Time only; not with ``te_cross_entropy`` (one loss or the other).
+- ``xentropy_cross_entropy`` — the loss runs flash-attn's fused cross-entropy CUDA extension
+  (``xentropy_cuda_lib``, llm-foundry's default ``loss_fn: fused_crossentropy``) on the 16-bit
+  logits: one read forward, a read and the gradient's write backward
+  (``loss_kernels.XENTROPY_CROSS_ENTROPY_BYTES``). Time only; not with ``te_cross_entropy`` or
+  ``native_cross_entropy``.
+- ``train_metric_losses`` (int ≥ 0) — cross-entropies the trainer's train metrics compute on the
+  logits after every micro-batch's backward, forward only, in fp32 under autocast (Composer's
+  ``_train_microbatch`` → ``_eval_train_metrics`` → ``LanguageCrossEntropy`` /
+  ``LanguagePerplexity.update``; llm-foundry's ``use_train_metrics``, default true):
+  ``loss_kernels.METRIC_CROSS_ENTROPY_BYTES`` each, with the loss's forward. Time only.
 - ``fp8_weight_cast_per_use`` — under an FP8 recipe every use of a linear weight casts it again from
   its 16-bit copy with a fresh dynamic scale: an amax over the weight, then the cast
   (:data:`~.framework_costs.FP8_DYNAMIC_CAST_BYTES` per element), in the forward,
@@ -158,6 +168,8 @@ KERNEL_FLAGS: dict[str, str] = {
     "eager_modules": "eager module code: generator / torchtitan / llm-foundry MPT / fms Llama / …",
     "te_cross_entropy": "Megatron cross_entropy_loss_fusion + cross_entropy_fusion_impl=te",
     "native_cross_entropy": "Megatron cross_entropy_loss_fusion, cross_entropy_fusion_impl=native",
+    "xentropy_cross_entropy": "llm-foundry model.loss_fn: fused_crossentropy (flash-attn xentropy)",
+    "train_metric_losses": "llm-foundry model.use_train_metrics (Composer train metrics)",
     "cp_merge_fp32": "torch context_parallel (per-chunk SDPA, fp32 merges, dK/dV ring)",
     "cp_traced_ring": "torchtitan training.compile + CP (traced waits; Inductor reorder off)",
     "te_cp_merge": "TE AttnFuncWithCP p2p (per-step out corrections, dQ/dKV accumulation)",
@@ -183,6 +195,8 @@ class KernelOptions:
     cp_traced_ring: bool = False  # torch's ring run eagerly (its collectives overlapped)
     te_cross_entropy: bool = False  # Megatron's unfused fp32 loss (CROSS_ENTROPY_BYTES)
     native_cross_entropy: bool = False  # ditto, not the compiled fused one
+    xentropy_cross_entropy: bool = False  # ditto, not flash-attn's xentropy kernel
+    train_metric_losses: int = 0  # no train metric computed on the logits per micro-batch
     fp8_weight_cast_per_use: bool = False  # FP8 weight copies kept across micro-batches (TE)
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     fp8_amax_reduction: str = "off"  # no FP8 amax all-reduce timed

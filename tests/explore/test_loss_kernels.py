@@ -17,8 +17,10 @@ from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
+    METRIC_CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
     TE_CROSS_ENTROPY_BYTES,
+    XENTROPY_CROSS_ENTROPY_BYTES,
     loss_logits,
 )
 from stage_explore.system import load_system
@@ -131,6 +133,67 @@ def test_megatrons_native_fused_loss_is_timed_at_its_compiled_passes() -> None:
         FRAMEWORKS["megatron-core"].with_overrides(
             {"native_cross_entropy": True, "te_cross_entropy": True}
         )
+
+
+def test_flash_attn_xentropy_loss_is_timed_at_its_one_pass_each_way() -> None:
+    """Under ``xentropy_loss`` (framework option ``xentropy_cross_entropy``: llm-foundry's
+    ``loss_fn: fused_crossentropy``, flash-attn's xentropy kernel on the 16-bit logits) the loss
+    moves XENTROPY_CROSS_ENTROPY_BYTES per logit (or the generator's own bytes where those are
+    more), fewer than the unfused fp32 loss; it excludes Megatron-Core's fused losses."""
+    parts = _loss_parts()
+    unfused, loss, grad = parts.unfused, parts.loss, parts.grad
+    bandwidth, elements = parts.bandwidth, parts.elements
+    xentropy = replace(unfused, xentropy_loss=True)
+    generator = replace(unfused, loss_logits=frozenset())
+    forward = elements * XENTROPY_CROSS_ENTROPY_BYTES[0] / bandwidth
+    backward = elements * XENTROPY_CROSS_ENTROPY_BYTES[1] / bandwidth
+    assert xentropy(loss) == pytest.approx(max(forward, generator(loss)))
+    assert xentropy(grad) == pytest.approx(max(backward, generator(grad)))
+    assert xentropy(loss) == pytest.approx(forward, rel=1e-3)
+    assert xentropy(loss) < unfused(loss) and xentropy(grad) < unfused(grad)
+    for other in ("te_cross_entropy", "native_cross_entropy"):
+        with pytest.raises(ConfigError, match="xentropy_cross_entropy"):
+            FRAMEWORKS["llm-foundry-2023"].with_overrides({other: True})
+
+
+def test_train_metrics_add_forward_only_fp32_passes_to_the_loss() -> None:
+    """``metric_losses`` (framework option ``train_metric_losses``: Composer's train metrics,
+    each a forward-only fp32 cross-entropy over the logits after every micro-batch) add
+    METRIC_CROSS_ENTROPY_BYTES per logit and metric to the loss's forward, nothing to its
+    backward or to any other instruction."""
+    parts = _loss_parts()
+    base = replace(parts.unfused, xentropy_loss=True)
+    loss, grad, bandwidth, elements = parts.loss, parts.grad, parts.bandwidth, parts.elements
+    for metrics in (1, 2):
+        timer = replace(base, metric_losses=metrics)
+        per_logit = XENTROPY_CROSS_ENTROPY_BYTES[0] + metrics * METRIC_CROSS_ENTROPY_BYTES
+        assert timer(loss) == pytest.approx(elements * per_logit / bandwidth)
+        assert timer(grad) == base(grad)
+        others = [i for i in parts.instrs if i is not loss]
+        assert all(timer(i) == base(i) for i in others)
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ConfigError, match="train_metric_losses"):
+            FRAMEWORKS["fsdp"].with_overrides({"train_metric_losses": bad})
+
+
+def test_llm_foundry_runs_the_xentropy_loss_and_two_train_metrics() -> None:
+    """The llm-foundry-2023 profile: ComposerMPTCausalLM's default loss (fused_crossentropy) and
+    train metrics (LanguageCrossEntropy, LanguagePerplexity); each moves its step the way its
+    bytes say (the metrics slower, the unfused loss slower still)."""
+    profile = FRAMEWORKS["llm-foundry-2023"]
+    assert profile.xentropy_cross_entropy and profile.train_metric_losses == 2
+    assert not FRAMEWORKS["fsdp"].xentropy_cross_entropy
+    assert FRAMEWORKS["fsdp"].train_metric_losses == 0
+    parallel = ParallelConfig(global_batch=1)
+    a100 = load_system("a100-80gb")
+
+    def step(overrides: dict[str, object]) -> float:
+        backend = AnalyticalBackend(framework="llm-foundry-2023", overrides=overrides)
+        return backend.evaluate(MODEL, parallel, a100).step_time_s
+
+    with_metrics = step({})
+    assert step({"train_metric_losses": 0}) < with_metrics
+    assert step({"xentropy_cross_entropy": False}) > with_metrics
 
 
 def test_the_nemo_2_rows_run_the_native_fused_loss() -> None:
