@@ -33,11 +33,11 @@ from stage_explore.validation.infer_fields import (
     infer_framework,
     infer_model,
     infer_precision,
-    infer_system,
     infer_zero,
     names_bridge,
     read_recompute,
 )
+from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.setups import (
     Case,
     SourceSetup,

@@ -1,13 +1,13 @@
 """What a published-runs CSV row states, read as a setup when no ``setups.toml`` source claims
-the row (:mod:`stage_explore.validation.infer`): the system preset from ``gpu``, the framework
+the row (:mod:`stage_explore.validation.infer`): the framework
 profile from keywords of ``source`` / ``source_table`` / ``url`` / ``notes`` / ``dp_sharding``,
 the precision and FP8 recipe from ``precision``, the model flavor from ``model`` (with
 ``moe`` and ``params_b``), and the data-parallel sharding from ``dp_sharding``.
 
 Each reader returns the value and the assumption that states it (what was inferred, from which
 column and value), or raises :class:`Uninferable` with a one-line reason naming the value and
-what was expected. The readers are pure: no file, no preset is loaded here but the preset whose
-memory a ``gpu`` cell may state.
+what was expected. The readers are pure: no file, no preset is loaded here. The ``gpu`` cell's
+system preset is read by :mod:`stage_explore.validation.infer_system`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from stage_core.models import get_flavor
 from stage_core.models.flavors import list_flavors
 from stage_core.models.layers import Ffn, Mixer
-from stage_explore.system import load_system
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 
 
@@ -34,131 +33,6 @@ class Inferred:
     assumption: str
     #: Model fields the value implies beyond the CSV's dims (an MoE base's ``expert_ffn``).
     model: tuple[tuple[str, int | str], ...] = ()
-
-
-#: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)").
-SYSTEM_RULES: tuple[tuple[str, str], ...] = (
-    (r"GB300", "gb300-nvl72"),
-    (r"GB200", "gb200-nvl72"),
-    (r"B300", "b300"),
-    (r"B200", "b200"),
-    (r"H800", "h800"),
-    (r"H200|GH[\s_-]?200", "h200"),  # GH-200 too: the GH200 superchip, read as the H200
-    (r"H100", "h100-80gb"),
-    (r"A100", "a100-80gb"),
-    # 5 Dec 2026 (s17 systems): the A800, the A100 with 400 GB/s NVLink (system/presets/a800.toml).
-    (r"A800", "a800"),
-    # AMD Instinct (5 Dec 2026, s14 amd): the CDNA 3 / CDNA 4 OAM platforms' presets, each its
-    # own part (the MI350X, the MI355X's 1 kW sibling at lower clocks, has no preset: refused).
-    (r"MI355X", "mi355x"),
-    (r"MI325X", "mi325x"),
-    (r"MI300X", "mi300x"),
-)
-_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
-#: A memory written with a bare ``G`` right after the part's name and form factor (``A100-40G``,
-#: ``A800-SXM4-80G``, as Chinese papers write it; 5 Dec 2026, s17 systems: was read as no memory,
-#: the 80 GB preset); a ``G`` elsewhere (``200G HDR``) is a network rate and not read.
-_MEMORY_G = re.compile(
-    r"\b(?:G?[ABH]|MI)\d{2,3}[A-Z]?(?:[\s_-]*(?:SXM\d?|PCIe|HBM\w*))*[\s_-]*(\d+)G\b", re.IGNORECASE
-)
-#: Presets of the same GPU with another memory, chosen by the memory a ``gpu`` cell states
-#: (``A100-SXM4-40GB``: the a100-40gb preset, the 40 GB part's datasheet figures).
-MEMORY_VARIANTS: dict[str, tuple[str, ...]] = {"a100-80gb": ("a100-40gb",)}
-#: The GH200 Grace Hopper superchip, read as the h200 preset (``H200`` is in its name).
-GH200 = re.compile(r"GH[\s_-]?200", re.IGNORECASE)
-GH200_NOTE = (
-    "a GH200 read as the H200 (NVIDIA GH200 Grace Hopper Superchip datasheet: its GPU is the "
-    "Hopper die of the H100 / H200, 989 TFLOP/s dense BF16, with 96 GB HBM3 at 4 TB/s or 144 GB "
-    "HBM3e at 4.9 TB/s; the h200 preset has 141 GB at 4.8 TB/s): the preset's 8-GPU NVSwitch "
-    "node, where GH200 systems link 1 to 4 superchips per node (or 256 over the NVLink Switch "
-    "System), and the Grace CPU's NVLink-C2C memory is not modelled"
-)
-
-
-#: Form factors whose compute, memory or GPU-to-GPU links differ from the preset their GPU's
-#: name maps to, refused (5 Dec 2026, s17 systems): every preset is an SXM / OAM part on an
-#: NVSwitch (or Infinity Fabric) node, or an NVL72 rack, and the system format has no NVLink
-#: bridge pair or PCIe tier between GPUs, so no faithful preset of these is possible. (pattern,
-#: what the part is), first match wins; the figures are the vendor's datasheets': NVIDIA H100
-#: (H100 PCIe: 1,513 sparse = 756 dense BF16 TFLOP/s, 80 GB HBM2e at 2.0 TB/s, 300-350 W; H100
-#: NVL: 1,671 sparse = 835 dense, 94 GB HBM3 at 3.9 TB/s, 350-400 W; both NVLink bridge pairs at
-#: 600 GB/s), H200 (H200 NVL: 835 dense, 141 GB at 4.8 TB/s, up to 600 W, 2- or 4-way NVLink
-#: bridge at 900 GB/s), A100 (A100 PCIe: 312 dense at 250 W (40 GB, 1,555 GB/s) or 300 W (80 GB,
-#: 1,935 GB/s), NVLink bridge pairs at 600 GB/s), A800 (A800 PCIe: NVLink bridge at 400 GB/s),
-#: GB200 NVL4 / NVL2 / NVL36 (a 4- / 2- / 36-GPU NVLink domain, not the 72-GPU one). A cell that
-#: names SXM is not read as a PCIe card (``H100 SXM5, PCIe Gen5 host``).
-FORM_FACTORS: tuple[tuple[str, str], ...] = (
-    (r"H100.*\bNVL\b(?!\d)|H100NVL",
-     "an H100 NVL, a PCIe card (835 dense BF16 TFLOP/s at 350-400 W, 94 GB HBM3 at 3.9 TB/s, "
-     "NVLink bridge pairs at 600 GB/s)"),
-    (r"H200.*\bNVL\b(?!\d)|H200NVL",
-     "an H200 NVL, a PCIe card (835 dense BF16 TFLOP/s at up to 600 W, NVLink bridges of 2 or 4 "
-     "GPUs at 900 GB/s)"),
-    (r"^(?!.*SXM).*H100.*PCI[\s_-]?E",
-     "an H100 PCIe (756 dense BF16 TFLOP/s at 300-350 W, 80 GB HBM2e at 2.0 TB/s, NVLink "
-     "bridge pairs at 600 GB/s)"),
-    (r"^(?!.*SXM).*A100.*PCI[\s_-]?E",
-     "an A100 PCIe (250-300 W, 1,555 GB/s (40 GB) or 1,935 GB/s (80 GB), NVLink bridge pairs "
-     "at 600 GB/s)"),
-    (r"^(?!.*SXM).*PCI[\s_-]?E", "a PCIe card (NVLink bridges or PCIe between GPUs)"),
-    # NVL4 / NVL2 / NVL36; not NVL72 nor NVL36x2 (two 36-GPU racks joined in one 72-GPU domain)
-    (r"GB[23]00.*NVL[\s_-]?(?!72\b)\d+\b(?!\s*[x×]\s*2)",
-     "a GB200 / GB300 system of another NVLink domain than the NVL72 rack's 72 GPUs"),
-)
-#: ``gpu`` cells naming something no preset is, with the reason (5 Dec 2026, s17 systems).
-NO_PRESET: tuple[tuple[str, str], ...] = (
-    (r"\bH20\b", "an H20 (GH100 at 148 dense BF16 TFLOP/s, 96 GB HBM3 at 4.0 TB/s, 400 W, as "
-     "vendors' spec pages give it): no preset (NVIDIA publishes no H20 datasheet, and no "
-     "sustained GEMM rate of it was found)"),
-    (r"^\W*(?:NVIDIA\s+)?(?:Ampere|Hopper|Blackwell(?:\s+Ultra)?)\W*$",
-     "an architecture, not a part (A100 / A800, H100 / H800 / H200, B200 / B300 / GB200 / GB300 "
-     "differ in peaks, memory and links)"),
-)
-
-
-def infer_system(gpu: str) -> Inferred:
-    """The preset of a ``gpu`` cell (a stated memory picks a :data:`MEMORY_VARIANTS` preset:
-    A100 40GB); a stated memory no preset of that GPU has is :class:`Uninferable`, except on
-    H100 (94/96 GB parts: the H100-SXM5 preset, stated). A GH200 is read as the H200, stated
-    (:data:`GH200_NOTE`). A form factor of :data:`FORM_FACTORS` (PCIe, NVL cards) and a part of
-    :data:`NO_PRESET` are :class:`Uninferable`, naming what the part is."""
-    preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, gpu, re.I)), "")
-    for pattern, part in FORM_FACTORS:
-        if preset and re.search(pattern, gpu, re.I):
-            raise Uninferable(
-                f"gpu {gpu!r} is {part}: no preset (the {preset} preset is "
-                f"{load_system(preset).description}; the system format has no NVLink-bridge or "
-                "PCIe tier between GPUs)"
-            )
-    if not preset:
-        part = next((p for pattern, p in NO_PRESET if re.search(pattern, gpu, re.I)), "")
-        if part:
-            raise Uninferable(f"gpu {gpu!r} is {part}")
-        names = ", ".join(pattern.split("|")[0] for pattern, _ in SYSTEM_RULES)
-        raise Uninferable(f"gpu {gpu!r} matches no system preset (expected one of {names})")
-    text = f"system preset {preset} (the gpu column says {gpu!r})"
-    if GH200.search(gpu):
-        text += f"; {GH200_NOTE}"
-    stated = _MEMORY.search(gpu) or _MEMORY_G.search(gpu)
-    if stated is None:
-        return Inferred(preset, text)
-    gigabytes = float(stated.group(1))
-    said = stated.group(0) if stated.re is _MEMORY else f"{stated.group(1)}G"
-    for name in (preset, *MEMORY_VARIANTS.get(preset, ())):
-        capacity = load_system(name).accelerator.memory_bytes
-        if any(abs(gigabytes * unit / capacity - 1) < 0.05 for unit in (1e9, 2**30)):
-            return Inferred(name, text.replace(f"preset {preset} ", f"preset {name} ", 1))
-    capacity = load_system(preset).accelerator.memory_bytes
-    if preset != "h100-80gb":
-        raise Uninferable(
-            f"gpu {gpu!r}: no preset for {said} (the {preset} preset has "
-            f"{capacity / 2**30:.0f} GiB)"
-        )
-    return Inferred(
-        preset,
-        f"{text}; the stated {said} is not the preset's 80 GiB: its memory "
-        "capacity, bandwidth and peaks are the H100-SXM5's",
-    )
 
 
 #: (keyword pattern, framework profile), first match wins; searched in :data:`FRAMEWORK_COLUMNS`.

@@ -20,7 +20,8 @@ from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.cli import main
 from stage_explore.system import load_system
 from stage_explore.system.model import Topology
-from stage_explore.validation.infer_fields import Uninferable, infer_framework, infer_system
+from stage_explore.validation.infer_fields import Uninferable, infer_framework
+from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.run import analytical_factory, evaluate_case
 from stage_explore.validation.setups import load_cases
 

@@ -15,7 +15,8 @@ import pytest
 
 from stage_explore.cli import main
 from stage_explore.system import load_system
-from stage_explore.validation.infer_fields import Uninferable, infer_system
+from stage_explore.validation.infer_fields import Uninferable
+from stage_explore.validation.infer_system import infer_system
 
 DATA = Path(__file__).resolve().parents[2] / "stage_explore" / "data"
 

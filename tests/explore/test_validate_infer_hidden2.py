@@ -16,7 +16,8 @@ from stage_explore.cli import main
 from stage_explore.system import load_system
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.infer_fields import Uninferable, infer_system
+from stage_explore.validation.infer_fields import Uninferable
+from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.setups import Case, data_dir
 
 DATA = data_dir()

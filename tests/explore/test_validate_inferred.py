@@ -19,8 +19,8 @@ from stage_explore.validation.infer_fields import (
     Uninferable,
     infer_framework,
     infer_precision,
-    infer_system,
 )
+from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.render import to_markdown, to_text
 from stage_explore.validation.report import ValidationReport
 from stage_explore.validation.run import RowResult
