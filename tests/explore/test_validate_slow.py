@@ -36,8 +36,17 @@ def test_every_row_is_evaluated_or_says_why(report: ValidationReport) -> None:
             assert result.note, f"{result.case.id} dropped without a reason"
     not_evaluated = {r.case.id for r in report.results if not r.evaluated}
     # today: fms-fsdp's 13b and torchtitan's 'selective layer' rows (checkpointing an unstated
-    # fraction of the blocks)
-    assert len(not_evaluated) <= 4, sorted(not_evaluated)
+    # fraction of the blocks), and Llama 3 405B's Table 4 rows (predicted out of memory with every
+    # interleaved group size Megatron accepts: docs/validation.md). A row leaving this set is
+    # progress (update it); a row joining it is a regression.
+    assert not_evaluated <= {
+        "IBMFSDP-H100-LLAMA2-13B",
+        "IBMFSDP-A100-LLAMA2-13B",
+        "TTA100-L3-8B-BS1-SELLAYER",
+        "TTA100-L2-13B-BS2-SELLAYER",
+        "LLAMA3-405B-8192",
+        "LLAMA3-405B-16384",
+    }, sorted(not_evaluated)
 
 
 def test_every_source_reports_in_sample_and_held_out(report: ValidationReport) -> None:
