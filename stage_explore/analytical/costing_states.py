@@ -37,6 +37,7 @@ from stage_explore.analytical.context_parallel import cp_ring_held_bytes
 from stage_explore.analytical.costs import (
     optimizer_step_s,
 )
+from stage_explore.analytical.fp8_buckets import NonFp8Sync, non_fp8_sync
 from stage_explore.analytical.fp8_roles import BLOCK_SCALED
 from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
@@ -123,6 +124,15 @@ class StateCosting:
 
         key = ("block_sync", point.key, kind, point.state_key, transposed)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _non_fp8_sync(self, point: Point, kind: str) -> NonFp8Sync:
+        """The gradient and gather bytes of a block's 16-bit parameters beside FP8 ones
+        (:func:`~stage_explore.analytical.fp8_buckets.non_fp8_sync`), memoised."""
+        block = point.blocks[kind]
+        return self._parts.get(  # type: ignore[no-any-return]
+            ("non_fp8_sync", point.key, kind, point.state_key),
+            lambda: non_fp8_sync(point.workload, kind, block),
+        )
 
     def _optimizer_s(self, point: Point, params: int) -> float:
         """The optimizer step over this rank's ``params``

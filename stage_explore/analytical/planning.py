@@ -40,6 +40,7 @@ from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.collectives import latency_bound_all_reduce_s
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.costing import BlockCosting
+from stage_explore.analytical.fp8_buckets import merges_non_fp8, split_runs
 from stage_explore.analytical.fp8_gather import amax_reductions, fp8_gathered
 from stage_explore.analytical.framework_costs import zero3_gathered_bytes
 from stage_explore.analytical.parts import (
@@ -268,7 +269,19 @@ class StagePlanning(BlockCosting):
         grad_total = 0
         reduce_load = NO_LOAD
         whole = self._zero1_all_reduces(point)
-        for bucket, size, first, step, count, _ in bucket_gradients(backward, limit):
+        buckets = bucket_gradients(backward, limit)
+        merged = limit != UNBUCKETED and merges_non_fp8(self.framework, point.workload)
+        head_gathers: dict[tuple[str, ...], int] = {}  # the first bucket group's whole part
+        if merged:  # the non-FP8 buckets join the last FP8 bucket group (fp8_buckets.py)
+            moved = [self._non_fp8_sync(point, kind) for kind, _ in reversed(runs)]
+            split_backward_runs, tail = split_runs(backward, [m[0] for m in moved])
+            buckets = bucket_gradients(split_backward_runs, limit)
+            last = sum(count for _, count in runs) - 1  # after the chunk's last backward block
+            buckets += [(key, size, last, 1, 1, 0) for key, size in tail.items()]
+            for (_, gathers), (_, count) in zip(moved, reversed(runs), strict=True):
+                for axes, size in gathers.items():
+                    head_gathers[axes] = head_gathers.get(axes, 0) + count * size
+        for bucket, size, first, step, count, _ in buckets:
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)
             if whole and collective is CollectiveKind.REDUCE_SCATTER:
@@ -312,16 +325,26 @@ class StagePlanning(BlockCosting):
             # just before the forward and waited for by its first layer; each next one when the
             # previous ends): the first bucket's share is exposed, the rest behind the forward
             share = min(1.0, limit / grad_total) if grad_total else 1.0
-            head = sum(
-                self._collective_time(point, spans[axes], CollectiveKind.ALL_GATHER, int(n * share))
+            head = sum(  # under merged FP8 buckets the first group holds every 16-bit parameter
+                self._collective_time(
+                    point, spans[axes], CollectiveKind.ALL_GATHER,
+                    head_gathers.get(axes, 0) + int((n - head_gathers.get(axes, 0)) * share),
+                )
                 for axes, n in gathered.items()
-            )
+            )  # fmt: skip
             gather = head + max(0.0, gather - head - timing.forward_s)
             beside = whole_gather - gather
+        # one stage: the next step's first forward follows this step's reductions and
+        # optimizer (a pipeline's first stage may lose it in its bubble: kept beside the end)
+        forward_lost = 0.0
         if gather_load and beside > 0.0:
-            lost += beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_load)
+            slowed = beside * self._chunk_share(point, runs, costs, spans, "fwd", gather_load)
+            if gather_overlapped and bucketed and parallel.pp == 1:
+                forward_lost = slowed
+            else:
+                lost += slowed
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
-        sync = SyncCost(total + tied, latest + tied, gather, lost, *held_s)
+        sync = SyncCost(total + tied, latest + tied, gather, lost, *held_s, forward_lost)
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
 
     def _zero1_all_reduces(self, point: Point) -> bool:

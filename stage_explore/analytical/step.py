@@ -36,7 +36,11 @@ class SyncCost:
     _held_zero_s`): its first forward's exposed ZeRO-3 gathers, and the reduce-scatters after
     its last backward, before that backward's send; the schedule runs them in those two tasks
     (:class:`~stage_explore.analytical.pipeline.StageTimes`' extra seconds), and the breakdown
-    labels them ``exposed_zero_gather``."""
+    labels them ``exposed_zero_gather``. ``forward_lost_s``: compute seconds the next step's
+    first forward loses to the SMs of a bucketed chunk's overlapped parameter gathers: that
+    forward starts after the optimizer step, which waits for every reduction
+    (Megatron-Core's ``finalize_model_grads`` → ``finish_grad_sync``), so these seconds add to
+    the step after the reductions instead of running beside them."""
 
     total_s: float
     latest_s: float
@@ -44,6 +48,7 @@ class SyncCost:
     lost_s: float = 0.0
     held_gather_s: float = 0.0
     held_scatter_s: float = 0.0
+    forward_lost_s: float = 0.0
 
     @property
     def held_s(self) -> float:
@@ -191,13 +196,13 @@ def assemble_step(
             tuple(tuple(s + offset for s in row) for row in pipeline.last_backward_start_s),
         )
         per_chunk *= schedules
-    worst: tuple[float, int, float, float, float] | None = None
+    worst: tuple[float, int, float, float, float, float] | None = None
     peak_memory = 0
     order: Sequence[int] = range(chunks)
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
         starts = pipeline.last_backward_start_s[stage]
-        free = gather = lost = held = 0.0
+        free = gather = lost = held = forward_lost = 0.0
         if chunks > 1:
             order = sorted(range(chunks), key=starts.__getitem__)
         for index in order:
@@ -206,6 +211,7 @@ def assemble_step(
             free = latest if latest > queued else queued  # max(queued, latest), as max picks
             gather += sync.gather_s
             lost += sync.lost_s
+            forward_lost += sync.forward_lost_s
             held += sync.held_s
         # compute slowed by the reductions' SMs (the once-per-step ZeRO-3 collectives of a held
         # stage are in the schedule: StageClass.stage_times)
@@ -213,8 +219,9 @@ def assemble_step(
         if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
             free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
         total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
+        total += forward_lost  # after the reductions and the optimizer (SyncCost)
         if worst is None or total > worst[0]:
-            worst = (total, stage, free, lost, held)
+            worst = (total, stage, free, lost + forward_lost, held, forward_lost)
         if kind == "gpipe":
             activations = m * sum(cls.saved_bytes)
         else:
@@ -226,9 +233,9 @@ def assemble_step(
         if memory > peak_memory:
             peak_memory = memory
     assert worst is not None
-    total, stage, sync_end, lost, held = worst
+    total, stage, sync_end, lost, held, forward_lost = worst
     cls = plan.classes[plan.stage_class[stage]]
-    end = pipeline.end_s[stage] + lost
+    end = pipeline.end_s[stage] + lost  # with the next forward's lost seconds, for the bubble
     breakdown = {"compute": per_chunk * cls.compute_s}
     hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
@@ -244,13 +251,14 @@ def assemble_step(
         breakdown["exposed_zero_gather"] = breakdown.get("exposed_zero_gather", 0.0) + held
     breakdown["pipeline_p2p"] = pipeline.send_s[stage]
     breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
+    end -= forward_lost  # the backward's end, which the reductions may outlast
     breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
     breakdown["optimizer"] = cls.optimizer_s
-    breakdown["parameter_gather"] = total - max(end, sync_end) - cls.optimizer_s
+    breakdown["parameter_gather"] = total - max(end, sync_end) - cls.optimizer_s - forward_lost
     kept = tuple(
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
-    return Step(total, kept, peak_memory, stage, end - lost)  # the schedule's own end
+    return Step(total, kept, peak_memory, stage, end + forward_lost - lost)  # schedule's end
 
 
 def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:
