@@ -161,12 +161,27 @@ LLMFOUNDRY_BENCHMARK_NOTE = (
 _NO_DROPOUT = re.compile(r"dropout\s*(?:=\s*)?0(?:\.0)?\b|no dropout|dropout (?:off|none)", re.I)
 
 
+#: Megatron-Core's expert-parallel all-to-all overlap as a row's text may name it: the flag
+#: ``--overlap-moe-expert-parallel-comm``, Megatron-Bridge's ``moe_a2a_overlap``, the launcher
+#: variable ``A2A_OVERLAP`` or "1F1B (A2A) overlap"; not when the name is followed by a value
+#: that switches it off (``moe_a2a_overlap=False``, ``A2A_OVERLAP=0``, ``off``).
+MOE_A2A_OVERLAP = (
+    r"(?:overlap[-_\s]moe[-_\s]expert[-_\s]parallel[-_\s]comm|moe[-_\s]a2a[-_\s]overlap|"
+    r"\ba2a[-_\s]overlap|1f1b[\s-]+(?:ep[\s-]+)?(?:a2a[\s-]+)?overlap)"
+    r"(?![\s:=]*(?:false|off|0|no|disabled?)\b)"
+)
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
     (("megatron-core", "automodel"), r"\bdeepep\b", "moe_deepep", True,
      "the expert dispatch on DeepEP (moe_deepep): the text names DeepEP (Megatron "
      "--moe-enable-deepep; AutoModel's DeepEP dispatcher)"),
+    (("megatron-core",), MOE_A2A_OVERLAP, "moe_comm_overlap", True,
+     "the expert-parallel all-to-all overlapped with the other micro-batch's compute "
+     "(moe_comm_overlap): the text names Megatron-Core's --overlap-moe-expert-parallel-comm "
+     "(its combined 1F1B schedule, megatron/core/pipeline_parallel/combined_1f1b.py, NVIDIA/"
+     "Megatron-LM d13e93ff; Megatron-Bridge's moe_a2a_overlap, the MoE model zoo's A2A_OVERLAP=1 "
+     "/ '1f1b overlap')"),
     (("automodel",), r"fake[\s_-]*balanced[\s_-]*gate", "moe_fake_balanced_gate", True,
      "routing by AutoModel's FakeBalancedGate (moe_fake_balanced_gate): the text names the "
      "fake balanced gate"),

@@ -570,3 +570,33 @@ def test_the_mlperf_implementation_of_25_09_recipe_and_loss(
     assert case.parallel.fp8_recipe.value == recipe
     assert options.get(loss) is True
     assert not any(options.get(o) for o in other)
+
+
+MOEZOO = "Megatron-MoE-ModelZoo (NVIDIA Megatron-Core MoE team), Qwen3-235B-A22B on 256 H100"
+QWEN3_EP32 = {
+    "model": "Qwen3-235B-A22B", "moe": "128 experts, top-8", "tp": "2", "pp": "8", "vpp": "4",
+    "ep": "32", "num_gpus": "256", "global_batch_seqs": "2048",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("notes", "overlap"),
+    [("Notes cell: '+1f1b overlap'", True),
+     ("runs --overlap-moe-expert-parallel-comm --delay-wgrad-compute", True),
+     ("A2A_OVERLAP=1", True),
+     ("moe_a2a_overlap=True in the recipe", True),
+     ("A2A_OVERLAP=0", None),
+     ("the later configs set moe_a2a_overlap=False", None),
+     ("Dispatcher DeepEP", None)],
+)  # fmt: skip
+def test_a_megatron_core_row_naming_the_ep_all_to_all_overlap_runs_it(
+    notes: str, overlap: bool | None
+) -> None:
+    options = dict(_case(source=MOEZOO, notes=notes, **QWEN3_EP32).framework_options)
+    assert options.get("moe_comm_overlap") is overlap
+
+
+def test_the_ep_all_to_all_overlap_named_on_another_framework_changes_nothing() -> None:
+    source = "NeMo AutoModel performance summary"
+    options = dict(_case(source=source, notes="+1f1b overlap", **QWEN3_EP32).framework_options)
+    assert "moe_comm_overlap" not in options

@@ -479,3 +479,24 @@ def test_the_nemo_summary_mixtral_rows_read_their_moe_layouts() -> None:
             assert case.model.seq_len == 65536 and case.model.layers == 56
             assert (p.tp, p.pp, p.vpp, p.cp, p.dp) == (2, 4, 14, 8, 4)
             assert (p.micro_batch, p.global_batch) == (1, 64)
+
+
+def test_the_moe_model_zoo_qwen3_235b_h100_rows_read_their_layouts_and_techniques() -> None:
+    """The Megatron-Core MoE model zoo's Qwen3-235B-A22B H100 table (5 Dec 2026, s18 hidden6):
+    the h100-80gb preset and the megatron-core profile, the published 94-layer model with 128
+    experts, top-8, each row's stated TP / PP / VPP / EP / MBS over 256 GPUs at GBS 2048, DeepEP
+    where the row names it, the expert all-to-all overlap only on the '+1f1b overlap' row and
+    Megatron-FSDP as ZeRO-3."""
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("MOEZOO-H100-QWEN3-235B-"), 5)
+    for row, case in pairs:
+        assert case.parallel is not None and case.model is not None
+        assert case.system_source == "h100-80gb" and case.metric == "iter_time_s"
+        assert case.backend_key.split("+")[0] == "megatron-core"
+        assert (case.model.layers, case.model.num_experts, case.model.top_k) == (94, 128, 8)
+        p, options = case.parallel, dict(case.framework_options)
+        stated = tuple(int(row[c] or 1) for c in ("tp", "pp", "vpp", "ep", "micro_batch"))
+        assert (p.tp, p.pp, p.vpp, p.ep, p.micro_batch) == stated
+        assert p.tp * p.pp * p.dp == 256 and p.global_batch == 2048
+        assert options.get("moe_deepep") is ("DEEPEP" in row["id"] or "FSDP" in row["id"] or None)
+        assert options.get("moe_comm_overlap") is (row["id"].endswith("A2AOVERLAP") or None)
+        assert p.zero == (3 if "FSDP" in row["id"] else 1)
