@@ -173,9 +173,11 @@ MOE_A2A_OVERLAP = (
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
-    (("megatron-core", "automodel"), r"\bdeepep\b", "moe_deepep", True,
+    (("megatron-core", "automodel", "torchtitan"), r"\bdeepep\b", "moe_deepep", True,
      "the expert dispatch on DeepEP (moe_deepep): the text names DeepEP (Megatron "
-     "--moe-enable-deepep; AutoModel's DeepEP dispatcher)"),
+     "--moe-enable-deepep; AutoModel's DeepEP dispatcher; torchtitan's MoEArgs use_deepep, its "
+     "'-deepep' model flavors, torchtitan/distributed/deepep/deepep.py, pytorch/torchtitan "
+     "022f885f)"),
     (("megatron-core",), MOE_A2A_OVERLAP, "moe_comm_overlap", True,
      "the expert-parallel all-to-all overlapped with the other micro-batch's compute "
      "(moe_comm_overlap): the text names Megatron-Core's --overlap-moe-expert-parallel-comm "

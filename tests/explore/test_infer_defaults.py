@@ -600,3 +600,13 @@ def test_the_ep_all_to_all_overlap_named_on_another_framework_changes_nothing() 
     source = "NeMo AutoModel performance summary"
     options = dict(_case(source=source, notes="+1f1b overlap", **QWEN3_EP32).framework_options)
     assert "moe_comm_overlap" not in options
+
+
+def test_a_torchtitan_row_naming_deepep_dispatches_on_it() -> None:
+    cells = {
+        "model": "Qwen3-30B-A3B", "moe": "128 experts, top-8", "ep": "8", "gpu": "B200",
+        "source": "TorchTitan, Qwen3-30B-A3B on B200",
+    }  # fmt: skip
+    named = dict(_case(notes="flavor 30B-A3B-deepep (DeepEP)", **cells).framework_options)
+    assert named["moe_deepep"] is True
+    assert "moe_deepep" not in dict(_case(notes="default EP", **cells).framework_options)

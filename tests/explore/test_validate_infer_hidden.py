@@ -500,3 +500,24 @@ def test_the_moe_model_zoo_qwen3_235b_h100_rows_read_their_layouts_and_technique
         assert options.get("moe_deepep") is ("DEEPEP" in row["id"] or "FSDP" in row["id"] or None)
         assert options.get("moe_comm_overlap") is (row["id"].endswith("A2AOVERLAP") or None)
         assert p.zero == (3 if "FSDP" in row["id"] else 1)
+
+
+def test_the_torchtitan_deepep_qwen3_30b_b200_rows_shard_over_all_gpus() -> None:
+    """torchtitan's DeepEP README rows (Qwen3-30B-A3B on 8-128 B200; 5 Dec 2026, s18 hidden6):
+    the b200 preset and the torchtitan profile, FSDP2 (ZeRO-3) over every GPU with EP 8, the
+    stated local batch, full recompute, DeepEP on every row but the default-EP baseline; the
+    rows with a Memory/GPU figure are also a memory case."""
+    rows = [r for r in read_csv(DATA / "published_runs_no_setup.csv")
+            if r["id"].startswith("TTDEEPEP-B200-QWEN3-30B-A3B-")]  # fmt: skip
+    assert len(rows) == 7
+    for row in rows:
+        case, *memory = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.parallel is not None and case.model is not None
+        assert [m.metric for m in memory] == (["peak_mem_gib"] if row["peak_mem_gib"] else [])
+        assert case.system_source == "b200" and case.metric == "tokens_per_s_per_gpu"
+        assert case.backend_key.split("+")[0] == "torchtitan"
+        p, options = case.parallel, dict(case.framework_options)
+        assert (p.tp, p.pp, p.ep, p.zero, p.dp) == (1, 1, 8, 3, int(row["num_gpus"]))
+        assert p.micro_batch == int(row["micro_batch"]) and str(p.recompute) == "full"
+        assert options.get("moe_deepep") is (not row["id"].endswith("DEFAULTEP") or None)
+    assert sum(bool(r["peak_mem_gib"]) for r in rows) == 6
