@@ -1,8 +1,9 @@
-"""What an FP8 recipe adds beside the GEMMs it speeds up: FP8 copies of the weights and their
-scales (memory), and the quantization kernels that cast 16-bit tensors to FP8 (traffic).
+"""What an FP8 (or FP4) recipe adds beside the GEMMs it speeds up: FP8 copies of the weights and
+their scales (memory), and the quantization kernels that cast 16-bit tensors to FP8 (traffic).
 
 Contents: :func:`fp8_block`, :func:`linear_weights`, :func:`weight_copies`,
-:func:`weight_copy_bytes` (per weight, one rank), :func:`cast_bytes` (HBM bytes of one cast),
+:func:`data_bytes` / :func:`copy_bytes` (one quantized copy), :func:`weight_copy_bytes` (per
+weight, one rank), :func:`cast_bytes` (HBM bytes of one cast),
 :func:`saved_activation_bytes` and :func:`with_fp8_saved` (the activations a block keeps for its
 backward, as an FP8 recipe stores them).
 
@@ -22,7 +23,18 @@ drive):
   (Megatron-Core's ``--fp8-amax-history-len`` default 1): bytes, not per element. ``blockwise``
   (DeepSeek-V3, arXiv 2412.19437 Section 3.3) keeps one FP32 scale per 128×128 weight block and
   per 1×128 activation block; ``mxfp8`` (OCP Microscaling spec v1.0) one E8M0 byte per 32
-  elements.
+  elements; ``nvfp4`` (precision ``fp4``, Transformer Engine's ``NVFP4BlockScaling``) one E4M3
+  byte per 16 elements and one FP32 amax per copy (``FP4_TENSOR_SCALE_BYTES``), on weights too
+  (their 16×16 2-D blocks store one scale per 16-element row segment all the same).
+- **FP4.** Under ``precision='fp4'`` the same linear layers, GEMMs (``fp8_gemms``), copies and
+  saved tensors as FP8, each element half a byte (E2M1, two per byte): a copy is
+  ``ceil(n/2) + ceil(n/16) + 4`` bytes (0.5625 B per element). Its casts read the 16-bit tensor
+  once per copy plus once more for the amax (TE ``NVFP4Quantizer::quantize_impl``, TE 2.8+:
+  ``nvte_hadamard_transform_amax`` reads the tensor for the row-wise amax and that of its
+  random-Hadamard-transformed transpose, then ``nvte_quantize_v2`` writes the row-wise copy and
+  ``nvte_hadamard_transform_cast_fusion_columnwise`` reads it again for the RHT'd column-wise
+  copy): 3 × 2 B read and 2 × 0.5625 B written per element for an activation or output gradient
+  with both copies (s17 nvfp4 design, docs/analytical.md).
 - **Casts.** A cast reads the 16-bit tensor (2 bytes per element) and writes each FP8 copy
   (1 byte per element) and its scales; current (``tensorwise``) scaling reads the tensor once
   more for its amax before casting (TE computes the amax, then casts). Casts that TE fuses into
@@ -63,6 +75,12 @@ BLOCKWISE_WEIGHT_BLOCK = 128 * 128
 BLOCKWISE_ACTIVATION_BLOCK = 128
 #: MXFP8: one E8M0 scale byte per 32 elements (OCP Microscaling Formats v1.0).
 MX_BLOCK = 32
+#: NVFP4: one E4M3 scale byte per 16 elements and one FP32 per-tensor amax per copy
+#: (``NVFP4BlockScaling``: "E4M3 scale per 16 consecutive elements", FP32 second-level scale).
+NVFP4_BLOCK = 16
+FP4_TENSOR_SCALE_BYTES = 4
+#: The recipe of ``precision='fp4'`` (:class:`stage_core.parallel.Fp4Recipe`).
+NVFP4 = "nvfp4"
 #: Weights of GEMMs outside Transformer Engine's FP8 linear modules inside an FP8 block: the MoE
 #: router (Megatron-Core ``TopKRouter.gating``: ``torch`` linear in 16 or 32 bit).
 NON_FP8_WEIGHTS = frozenset({"router"})
@@ -93,7 +111,22 @@ def weight_copies(gemms: Collection[str]) -> int:
     return ("fprop" in gemms) + ("dgrad" in gemms)
 
 
+def data_bytes(elements: int, recipe: str) -> int:
+    """Bytes of the quantized data of ``elements`` elements: two E2M1 values per byte under
+    ``nvfp4``, one FP8 byte each under the FP8 recipes."""
+    if recipe == NVFP4:
+        return -(-elements // 2)
+    return elements * FP8_BYTES
+
+
+def copy_bytes(elements: int, recipe: str, weight: bool) -> int:
+    """Bytes of one quantized copy (data and scales) of a tensor of ``elements`` elements."""
+    return data_bytes(elements, recipe) + _scale_bytes(elements, recipe, weight)
+
+
 def _scale_bytes(elements: int, recipe: str, weight: bool) -> int:
+    if recipe == NVFP4:
+        return -(-elements // NVFP4_BLOCK) + FP4_TENSOR_SCALE_BYTES
     if recipe == "blockwise":
         block = BLOCKWISE_WEIGHT_BLOCK if weight else BLOCKWISE_ACTIVATION_BLOCK
         return -(-elements // block) * 4
@@ -104,15 +137,15 @@ def _scale_bytes(elements: int, recipe: str, weight: bool) -> int:
 
 def weight_copy_bytes(elements: int, recipe: str, gemms: Collection[str]) -> int:
     """Bytes of the FP8 copies (and their scales) of a weight of ``elements`` elements."""
-    copies = weight_copies(gemms)
-    return copies * (elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=True))
+    return weight_copies(gemms) * copy_bytes(elements, recipe, weight=True)
 
 
 def cast_bytes(elements: int, recipe: str, copies: int) -> int:
     """HBM bytes of casting a 16-bit activation or gradient of ``elements`` elements to
-    ``copies`` FP8 copies (row-wise, and column-wise for a weight-gradient GEMM)."""
-    reads = 2 if recipe == "tensorwise" else 1
-    writes = copies * (elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=False))
+    ``copies`` FP8 copies (row-wise, and column-wise for a weight-gradient GEMM); under
+    ``nvfp4`` one read for the amax and one per copy (module docstring, *FP4*)."""
+    reads = 2 if recipe == "tensorwise" else 1 + copies if recipe == NVFP4 else 1
+    writes = copies * copy_bytes(elements, recipe, weight=False)
     return reads * elements * HIGH_BYTES + writes
 
 
@@ -154,8 +187,8 @@ def saved_activation_bytes(
         elements = int(local_elements(item.layout, sizes, axis_sizes))
         kept = item.name in high or item.name not in low  # masks and inputs are never FP8
         copy = item.name in low
-        total += kept * elements * item.bytes_per_element + copy * (
-            elements * FP8_BYTES + _scale_bytes(elements, recipe, weight=False)
+        total += kept * elements * item.bytes_per_element + copy * copy_bytes(
+            elements, recipe, weight=False
         )
     return total
 
@@ -177,7 +210,7 @@ def with_fp8_saved(
     kind = str(bound.kind)
     if not (is_layer_block(kind) or mtp_layer_of_block(kind)) or is_kept_block(kind):
         mode = "none"  # recompute applies to the decoder layers only (bind.symbolic_block)
-    if str(parallel.precision) != "fp8" or "wgrad" not in parallel.fp8_gemms:
+    if not parallel.quantized or "wgrad" not in parallel.fp8_gemms:
         return bound
     if mode == "full" or not fp8_block(kind):
         return bound
@@ -186,6 +219,6 @@ def with_fp8_saved(
         for step in symbolic.backward.steps
         if isinstance(step, OpStep) and step.phase == "recompute"
     )
-    recipe = str(parallel.fp8_recipe)
+    recipe = parallel.linear_recipe
     saved = saved_activation_bytes(symbolic, sizes, axis_sizes, recipe, region)
     return replace(bound, saved_bytes=saved)

@@ -379,10 +379,10 @@ def fp8_weights(workload: Workload, block: BoundBlock, transposed: bool = True) 
     copy serves both ``fprop`` and ``dgrad`` (a GPU whose FP8 GEMMs take any layout, under a
     per-tensor recipe: Transformer Engine's ``is_non_tn_fp8_gemm_supported``, sm100 on)."""
     parallel = workload.parallel
-    if str(parallel.precision) != "fp8" or not fp8_block(str(block.kind)):
+    if not parallel.quantized or not fp8_block(str(block.kind)):
         return 0
     linear = linear_weights(block)
-    recipe, gemms = str(parallel.fp8_recipe), parallel.fp8_gemms
+    recipe, gemms = parallel.linear_recipe, parallel.fp8_gemms
     copies = weight_copies(gemms)
     if copies == 0:  # only wgrad in FP8: no weight copy (its operands are activations)
         return 0
@@ -422,6 +422,7 @@ def _block_states(
     if fp32_shards and zero >= 3:
         no_copy = frozenset(weight.name for weight in block.weights)
     elif fp8_params and str(workload.parallel.precision) == "fp8" and fp8_block(str(block.kind)):
+        # FP8 only: the perf recipes gather FP4 runs' parameters in 16 bits (no --fp4-param-gather)
         no_copy = linear_weights(block)
     shards = shard_factors(workload, block)  # weight_shard_factor(…, True) by weight.expert
     for weight in block.weights:

@@ -82,6 +82,9 @@ from stage_core.parallel.vocab import (
     CpStyle as CpStyle,
 )
 from stage_core.parallel.vocab import (
+    Fp4Recipe as Fp4Recipe,
+)
+from stage_core.parallel.vocab import (
     Fp8Recipe as Fp8Recipe,
 )
 from stage_core.parallel.vocab import (
@@ -169,6 +172,9 @@ class ParallelConfig:
     dropout: bool | None = None
     precision: Precision = Precision.BF16
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    #: The FP4 recipe of a ``precision='fp4'`` run (Megatron-Core ``--fp4-recipe``); its
+    #: quantized GEMMs are the ones ``fp8_gemms`` names (all three by default).
+    fp4_recipe: Fp4Recipe = Fp4Recipe.NVFP4
     fp8_gemms: tuple[str, ...] = FP8_GEMMS
     master_weights_fp32: bool = True
     grad_fp32: bool = True
@@ -216,6 +222,7 @@ class ParallelConfig:
             ("recompute", Recompute),
             ("precision", Precision),
             ("fp8_recipe", Fp8Recipe),
+            ("fp4_recipe", Fp4Recipe),
             ("pp_split", PipelineSplit),
         ):
             value = getattr(self, name)
@@ -394,6 +401,11 @@ class ParallelConfig:
                     "schedule='dualpipe' needs an even `pp` and an even number of micro-batches "
                     f"(global_batch/(micro_batch·dp)) of at least 2·`pp`, but got ({pp=}, {m=})"
                 )
+        if self.precision is Precision.FP4 and self.fp8_recipe is not Fp8Recipe.DELAYED:
+            problems.append(
+                "precision='fp4' and an FP8 recipe are exclusive (Megatron-Core's --fp4-format "
+                f"and --fp8-format), but got fp8_recipe='{self.fp8_recipe}' with precision='fp4'"
+            )
         problems += self._hybrid_shard_problems()
         tp, etp = self.tp, self.expert_tp
         if tp % etp:
@@ -455,6 +467,19 @@ class ParallelConfig:
         except ConfigError as error:
             return [str(error)]
         return []
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the decoder layers' linear GEMMs run quantized: precision 'fp8' or 'fp4'."""
+        return self.precision in (Precision.FP8, Precision.FP4)
+
+    @property
+    def linear_recipe(self) -> str:
+        """The recipe that quantizes the linear layers: ``fp4_recipe`` ('nvfp4') under FP4, else
+        ``fp8_recipe`` (read only when :attr:`quantized`)."""
+        if self.precision is Precision.FP4:
+            return str(self.fp4_recipe)
+        return str(self.fp8_recipe)
 
     @property
     def schedule_kind(self) -> str:

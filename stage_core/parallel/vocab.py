@@ -1,6 +1,6 @@
 """The vocabularies of a parallel configuration: pipeline schedules, recompute granularities and
-modules, context-parallel styles, MoE token dispatchers, precisions and FP8 recipes (the values
-:class:`stage_core.parallel.config.ParallelConfig` and the CLI accept)."""
+modules, context-parallel styles, MoE token dispatchers, precisions and FP8 / FP4 recipes (the
+values :class:`stage_core.parallel.config.ParallelConfig` and the CLI accept)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,20 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    #: The linear layers' GEMMs in 4-bit floating point (E2M1) under :class:`Fp4Recipe`;
+    #: exclusive with FP8, as Megatron-Core's ``--fp4-format`` and ``--fp8-format`` are.
+    FP4 = "fp4"
+
+
+class Fp4Recipe(StrEnum):
+    """How an FP4 run scales its tensors (Megatron-Core ``--fp4-recipe``): ``nvfp4``, Transformer
+    Engine's ``NVFP4BlockScaling`` — E2M1 data, one E4M3 scale per 16 consecutive elements and
+    one FP32 scale per tensor; activations and output gradients take a 16×16 random Hadamard
+    transform on their column-wise (weight-gradient) copies, weights 16×16 2-D blocks
+    (``transformer_engine/common/recipe/__init__.py``, NVIDIA/TransformerEngine 000b637e).
+    Megatron's ``custom`` recipe (a user-supplied quantizer factory) is not modelled."""
+
+    NVFP4 = "nvfp4"
 
 
 class Fp8Recipe(StrEnum):
@@ -101,6 +115,6 @@ class Fp8Recipe(StrEnum):
     MXFP8 = "mxfp8"
 
 
-#: The three GEMMs of a linear layer an FP8 recipe can run in FP8: forward, input gradient,
-#: weight gradient (Transformer Engine's ``override_linear_precision`` order).
+#: The three GEMMs of a linear layer an FP8 (or FP4) recipe can run in FP8 (FP4): forward, input
+#: gradient, weight gradient (Transformer Engine's ``override_linear_precision`` order).
 FP8_GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")

@@ -69,6 +69,7 @@ from stage_explore.analytical.parts import (
     Point,
     compute_dtype,
     infeasible,
+    peak_dtype,
 )
 from stage_explore.analytical.pipeline import PipelineResult, StageTimes, step_time
 from stage_explore.analytical.planning import StagePlanning
@@ -194,7 +195,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         net, token = self._network(system)
         dtype = compute_dtype(parallel, system)
         axis_sizes = tuple(workload.axis_sizes.items())
-        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
+        fp8 = fp8_key(parallel.linear_recipe, parallel.fp8_gemms, dtype)
         plan_key = (
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
             workload.grad_bytes, parallel.grad_bucket_bytes, self._layout_key(workload), fp8,
@@ -315,7 +316,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
     ) -> Evaluation:
         gpus = workload.world_size
         seconds = step.step_time_s
-        peak = system.accelerator.peak(compute_dtype(workload.parallel, system))
+        peak = system.accelerator.peak(peak_dtype(workload.parallel, system))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
         peak_bytes = self._process_bytes(step.peak_memory_bytes, capacity)

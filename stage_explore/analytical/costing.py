@@ -160,7 +160,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
         the global micro-batch B, whose per-rank share is the micro-batch either way)."""
         sizes, axis_sizes = canonical_sizes(workload)  # canonical(workload)'s, built on a miss
         parallel, model = workload.parallel, workload.model
-        fp8 = str(parallel.precision) == "fp8"  # FP8 copies of saved inputs (lower.fp8)
+        fp8 = parallel.quantized  # FP8 (FP4) copies of saved inputs (lower.fp8)
         key = (
             self._model_facts(model)[1], workload.options, workload.flags,
             str(parallel.recompute), tuple(sorted(sizes.items())),
@@ -168,7 +168,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             parallel.pp == 1, parallel.recompute_modules,
             parallel.recompute_num_layers is not None,  # binds the kept layers' kinds too
             parallel.recompute_method == "uniform",  # and the grouped layers' kinds
-            (str(parallel.fp8_recipe), parallel.fp8_gemms) if fp8 else (),
+            (parallel.linear_recipe, parallel.fp8_gemms) if fp8 else (),
         )  # fmt: skip
 
         def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys
@@ -257,7 +257,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             return timing.plus_compute(accumulate_s)
 
         parallel = point.workload.parallel
-        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
+        fp8 = fp8_key(parallel.linear_recipe, parallel.fp8_gemms, dtype)
         key = (point.key, kind, phase, point.token, shapes, dtype, fp8, accumulate_s)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
@@ -305,7 +305,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
         """The memo key of block ``kind``'s compute instructions in ``phase`` as its timing
         runs them (what :meth:`_contention_share` times again on fewer SMs)."""
         parallel = point.workload.parallel
-        fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, point.dtype)
+        fp8 = fp8_key(parallel.linear_recipe, parallel.fp8_gemms, point.dtype)
         return ("computes", point.key, kind, phase, point.token, shapes, point.dtype, fp8)
 
     def _overlap_rules(
@@ -344,7 +344,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
         instrs = self._fused_projections(instrs, frozenset(w.name for w in block.weights))
         gathered = self._fp8_gathered(point, kind)
         instrs = with_fp8_gathers(  # userbuffers gather FP8 linear inputs (fp8_gather.py)
-            instrs, gathered, str(point.workload.parallel.fp8_recipe)
+            instrs, gathered, point.workload.parallel.linear_recipe
         )
         fp8_buffers, atomic = self._fprop_scatter_kinds(point, kind)
         if rule is not None and fp8_buffers:  # recipe fp8_buf: the pipelined RS on FP8 bytes
@@ -440,7 +440,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
                 ("proj", framework.ub_proj_fprop_fp8_buf),
                 ("fc2", framework.ub_fc2_fprop_fp8_buf),
             )
-            if on and str(parallel.fp8_recipe) in UB_FP8_RECIPES
+            if on and parallel.linear_recipe in UB_FP8_RECIPES
         )
         atomic = frozenset(
             name

@@ -74,7 +74,7 @@ class ComputeCosting:
         block = point.blocks[kind]
         weights = frozenset(weight.name for weight in block.weights)
         if dtype == "fp8":
-            check_fp8_recipe(accelerator, str(parallel.fp8_recipe))
+            check_fp8_recipe(accelerator, parallel.linear_recipe)
         keys = sizes.get("S", point.workload.model.seq_len)
         if parallel.cp > 1 and (str(parallel.cp_style) == "ring" or self.framework.cp_merge_fp32):
             # load-balanced ring attention runs one kernel per step on S/cp-long chunks (TE
@@ -104,7 +104,7 @@ class ComputeCosting:
             te_cp_merge=(  # Transformer Engine's ring (P2P) context parallelism
                 parallel.cp if self.framework.te_cp_merge and parallel.cp_style == "ring" else 0
             ),
-            fp8_recipe=str(parallel.fp8_recipe),
+            fp8_recipe=parallel.linear_recipe,
             fp8_gemms=parallel.fp8_gemms,
             fp8_block=fp8_block(kind),
             fp8_training=True,
@@ -196,7 +196,7 @@ class ComputeCosting:
             return {}
         if not (self.framework.moe_split_quantize or sequential):
             return {}
-        recipe = str(point.workload.parallel.fp8_recipe)
+        recipe = point.workload.parallel.linear_recipe
         block = point.blocks[kind]
         splits = {}
         for instr in self._timed_instrs(block, frozenset(w.name for w in block.weights)):
@@ -220,7 +220,7 @@ class ComputeCosting:
         gemms = point.workload.parallel.fp8_gemms
         return fused_norm_casts(
             self._timed_instrs(block, weights),
-            str(point.workload.parallel.fp8_recipe),
+            point.workload.parallel.linear_recipe,
             lambda i: gemm_role(i, weights) == "fprop" and te_fp8_linear(i, weights, gemms),
             self.framework.te_current_scaling,
         )
@@ -286,14 +286,14 @@ class ComputeCosting:
         empty otherwise."""
         parallel = point.workload.parallel
         framework = self.framework
-        torchao = framework.float8_tp and str(parallel.fp8_recipe) in FLOAT8_TP_RECIPES
+        torchao = framework.float8_tp and parallel.linear_recipe in FLOAT8_TP_RECIPES
         userbuffers = framework.tp_comm_overlap and not framework.micro_pipeline_tp
         if point.dtype != "fp8" or not (torchao or userbuffers) or not fp8_block(kind):
             return frozenset()
         block = point.blocks[kind]
         weights = frozenset(weight.name for weight in block.weights)
         instrs = self._timed_instrs(block, weights)
-        return fp8_gathered(instrs, weights, parallel.fp8_gemms, str(parallel.fp8_recipe))
+        return fp8_gathered(instrs, weights, parallel.fp8_gemms, parallel.linear_recipe)
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
         """A block's forward and backward instructions as the profile's GEMMs run them (one

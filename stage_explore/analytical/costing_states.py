@@ -80,7 +80,7 @@ class StateCosting:
         cast; the backward casts again from the 16-bit weight it saved."""
         workload, block = point.workload, point.blocks[kind]
         peaks = point.system.accelerator.peak_flops_per_s
-        recipe = str(workload.parallel.fp8_recipe)
+        recipe = workload.parallel.linear_recipe
         transposed = recipe in BLOCK_SCALED or "mxfp8" not in peaks
 
         def compute() -> BlockSync:

@@ -72,7 +72,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 
 from stage_core.lower.bind import Instr
-from stage_core.lower.fp8 import FP8_BYTES, HIGH_BYTES, cast_bytes
+from stage_core.lower.fp8 import FP8_BYTES, HIGH_BYTES, NVFP4, cast_bytes
 
 #: Recipes with one scale per tensor, whose column-wise FP8 copy TE can transpose from the
 #: row-wise FP8 data (the block-scaled recipes scale each direction on its own blocks).
@@ -155,7 +155,15 @@ def quantize_cost(
     ``amax_kernel``: the ``tensorwise`` cast runs as Transformer Engine's
     ``Float8CurrentScalingQuantizer`` (module docstring): its amax read is a kernel of its own,
     or, for a norm's output (``norm_fused``), part of the norm kernel (no read of its own); the
-    cast kernel then writes both copies (``nvte_quantize_v2`` with both usages)."""
+    cast kernel then writes both copies (``nvte_quantize_v2`` with both usages).
+
+    ``nvfp4`` (TE 2.8+ ``NVFP4Quantizer::quantize_impl``): ``nvte_hadamard_transform_amax``
+    (or ``nvte_compute_amax`` without a column-wise copy), then ``nvte_quantize_v2`` for the
+    row-wise copy and ``nvte_hadamard_transform_cast_fusion_columnwise`` for the RHT'd
+    column-wise one: ``1 + copies`` kernels, each reading the 16-bit operand (no norm fusion,
+    no userbuffers gather; TE#2555's later fused row + column cast, 2 passes, not modelled)."""
+    if recipe == NVFP4:  # amax kernel, then one cast kernel per copy (stage_core.lower.fp8)
+        return cast_bytes(elements, recipe, copies) / shard, 1 + copies
     if amax_kernel and recipe == "tensorwise" and norm_fused:
         once = cast_bytes(elements, "delayed", 1)  # the cast's read and row-wise write
         rest = float(cast_bytes(elements, "delayed", copies) - once)

@@ -3,7 +3,8 @@ layer's forward (``fprop``), input-gradient (``dgrad``) or weight-gradient (``wg
 (:func:`gemm_role`, :func:`is_linear`), how many FP8 GEMMs of a phase cast the same 16-bit
 operand (:func:`cast_shares`), the recipes whose row- and column-wise copies are scaled apart
 (:data:`BLOCK_SCALED`), the check that an accelerator has the recipe's tensor cores
-(:func:`check_fp8_recipe`) and what of a recipe enters the memo keys (:func:`fp8_key`).
+(:func:`check_fp8_recipe`, :func:`check_nvfp4`)
+and what of a recipe enters the memo keys (:func:`fp8_key`).
 :class:`~stage_explore.analytical.kernels.KernelTimer` times the kernels these roles select
 (its module docstring, "Precision")."""
 
@@ -33,8 +34,8 @@ def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
     return None
 
 
-#: Recipes whose row-wise and column-wise FP8 copies are scaled differently on every GPU.
-BLOCK_SCALED = frozenset({"blockwise", "mxfp8"})
+#: Recipes whose row-wise and column-wise FP8 (FP4) copies are scaled differently on every GPU.
+BLOCK_SCALED = frozenset({"blockwise", "mxfp8", "nvfp4"})
 
 
 def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
@@ -43,6 +44,28 @@ def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
         raise ConfigError(
             f"`fp8_recipe` 'mxfp8' needs MXFP8 tensor cores (Blackwell), but {accelerator.name} "
             "has none: use 'delayed', 'tensorwise' or 'blockwise'"
+        )
+
+
+def check_nvfp4(system: str, accelerator: Accelerator) -> None:
+    """A one-line :class:`ConfigError` unless ``accelerator`` (of system ``system``) states an
+    NVFP4 peak and a sustained NVFP4 GEMM fraction grounded in a measurement: no FP4 rate is
+    made up from another dtype's (a user system file may set both)."""
+    kernels = accelerator.kernels
+    fractions = kernels.gemm_efficiency if kernels else {}
+    missing = [
+        key
+        for key, table in (
+            ("accelerator.peak_flops_per_s.nvfp4", accelerator.peak_flops_per_s),
+            ("accelerator.kernels.gemm_efficiency.nvfp4", fractions),
+        )
+        if "nvfp4" not in table
+    ]
+    if missing:
+        raise ConfigError(
+            f"precision 'fp4' (nvfp4) on system {system!r} needs a grounded NVFP4 GEMM rate, but "
+            f"it has no `{'` or `'.join(missing)}` (no measured NVFP4 GEMM figure for this part); "
+            "set it in a system file or use bf16 / fp8"
         )
 
 

@@ -42,7 +42,11 @@ norm writing the FP8 input, a transpose of FP8 data) is :mod:`~stage_explore.ana
 Weights are cast once per step (TE keeps the FP8 copies across micro-batches); that
 cast is not charged. ``mxfp8`` needs MXFP8 tensor cores (an ``mxfp8`` peak in the preset:
 Blackwell), else a :class:`~stage_core.errors.ConfigError`; its block-scaled GEMMs run at the
-preset's ``gemm_efficiency.mxfp8`` when stated (else at the ``fp8`` fraction).
+preset's ``gemm_efficiency.mxfp8`` when stated (else at the ``fp8`` fraction). Under
+``precision='fp4'`` (recipe ``nvfp4``; ``dtype`` is then ``fp8``, the quantized-linear family)
+the same GEMMs run at the ``nvfp4`` peak times ``gemm_efficiency.nvfp4``, read a quarter of the
+16-bit operand bytes, and cast each RHT operand in three kernels (amax, row-wise cast,
+column-wise RHT cast: :func:`~stage_explore.analytical.fp8_casts.quantize_cost`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from stage_core.lower.bind import Instr
+from stage_core.lower.fp8 import NVFP4
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
@@ -338,11 +343,12 @@ class KernelTimer:
             bf16 = self._bf16()
             seconds = gemm_time_s(accelerator, kernels, bf16, shape, flops, memory_s, share)
             return seconds + groups_s
-        # FP8 operands are half as wide: the GEMM's own traffic, then its operand casts
+        # FP8 operands are half as wide (FP4 a quarter): the GEMM's own traffic, then its casts
         own_s = memory_s - extra / hbm  # the accumulator's bytes do not shrink with FP8
+        narrow = 4 if self.fp8_recipe == NVFP4 else 2
         fp8_memory_s = (
             own_s
-            * (instr.bytes_read // 2 + instr.bytes_written)
+            * (instr.bytes_read // narrow + instr.bytes_written)
             / max(1, instr.bytes_read + instr.bytes_written)
         ) + extra / hbm
         fp8 = self._fp8_dtype()
@@ -387,7 +393,11 @@ class KernelTimer:
         own sustained fraction) when the accelerator states one in ``gemm_efficiency`` and the
         recipe is ``mxfp8`` — or ``blockwise``, whose GEMMs Transformer Engine runs as MXFP8 on
         Blackwell (TE PR #2157: cuBLASLt has no 128-block scaling on sm100, the GEMMs are
-        emulated with MXFP8; TE docs/examples/gemm_profiling) — else ``fp8``."""
+        emulated with MXFP8; TE docs/examples/gemm_profiling) — else ``fp8``; ``nvfp4`` under
+        the FP4 recipe (the preset's ``nvfp4`` peak and ``gemm_efficiency.nvfp4``, required by
+        :func:`~stage_explore.analytical.fp8_roles.check_nvfp4`)."""
+        if self.fp8_recipe == NVFP4:  # FP4 (E2M1) MMA: its own peak and measured fraction
+            return NVFP4
         recipe_blocks = self.fp8_recipe in BLOCK_SCALED  # mxfp8, blockwise
         if recipe_blocks and "mxfp8" in self.kernels.gemm_efficiency:
             return "mxfp8"

@@ -16,10 +16,12 @@ from typing import Any
 
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.emit import GroupTable
+from stage_core.lower.fp8 import NVFP4
 from stage_core.lower.program import Workload, embedding_ends
-from stage_core.parallel.config import ParallelConfig
+from stage_core.parallel.config import ParallelConfig, Precision
 from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.blocktime import ChunkTiming
+from stage_explore.analytical.fp8_roles import check_nvfp4
 from stage_explore.analytical.step import StepPlan, SyncCost
 from stage_explore.evaluation import Evaluation
 from stage_explore.system.model import System
@@ -171,8 +173,21 @@ def canonical(workload: Workload) -> Workload:
 
 def compute_dtype(parallel: ParallelConfig, system: System) -> str:
     """The dtype whose peak times compute: the precision; one the accelerator has no peak for
-    (e.g. fp8 on an A100) is a :class:`ConfigError` (:meth:`Accelerator.precision_dtype`)."""
+    (e.g. fp8 on an A100) is a :class:`ConfigError` (:meth:`Accelerator.precision_dtype`).
+    An FP4 run is timed as the quantized-linear family ``fp8`` names (its linear GEMMs, casts,
+    copies and saved inputs by the recipe ``nvfp4``: :mod:`stage_core.lower.fp8`,
+    :class:`~stage_explore.analytical.kernels.KernelTimer`), once the system has a grounded
+    NVFP4 GEMM rate (:func:`~stage_explore.analytical.fp8_roles.check_nvfp4`)."""
+    if parallel.precision is Precision.FP4:
+        check_nvfp4(system.name, system.accelerator)
+        return system.accelerator.precision_dtype(str(Precision.FP8))
     return system.accelerator.precision_dtype(str(parallel.precision))
+
+
+def peak_dtype(parallel: ParallelConfig, system: System) -> str:
+    """The peak an evaluation's MFU and HFU divide by: the compute dtype's, NVFP4's for FP4."""
+    dtype = compute_dtype(parallel, system)
+    return NVFP4 if parallel.precision is Precision.FP4 else dtype
 
 
 def axes_of(block: BoundBlock) -> list[tuple[str, ...]]:

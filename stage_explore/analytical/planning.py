@@ -401,7 +401,7 @@ class StagePlanning(BlockCosting):
         scaling's only), or a group of one rank."""
         mode = self.framework.fp8_amax_reduction
         workload = point.workload
-        if mode == "off" or point.dtype != "fp8" or str(workload.parallel.fp8_recipe) != "delayed":
+        if mode == "off" or point.dtype != "fp8" or workload.parallel.linear_recipe != "delayed":
             return ()
         inside = AMAX_TP_CP_AXES if mode == "tp_cp" else None  # None: all but pp
         sizes = workload.axis_sizes
@@ -451,7 +451,7 @@ class StagePlanning(BlockCosting):
         parallel = point.workload.parallel
         if not self.framework.te_current_scaling or point.dtype != "fp8":
             return ()
-        if str(parallel.fp8_recipe) != "tensorwise" or parallel.tp <= 1:
+        if parallel.linear_recipe != "tensorwise" or parallel.tp <= 1:
             return ()
         return CS_AMAX_AXES
 

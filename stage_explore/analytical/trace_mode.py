@@ -481,7 +481,7 @@ def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Po
     key, blocks = backend._bound(workload)
     net, token = backend._network(system)
     dtype = compute_dtype(parallel, system)
-    fp8 = fp8_key(str(parallel.fp8_recipe), parallel.fp8_gemms, dtype)
+    fp8 = fp8_key(parallel.linear_recipe, parallel.fp8_gemms, dtype)
     return backend._point(workload, key, blocks, net, token, dtype, fp8)
 
 

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if fp8:
         print(
             f"(weights include up to {fp8 / GIB:.2f} GiB of FP8 weight copies and scales per rank, "
-            f"recipe {parallel.fp8_recipe}, FP8 GEMMs {','.join(parallel.fp8_gemms)})"
+            f"recipe {parallel.linear_recipe}, FP8 GEMMs {','.join(parallel.fp8_gemms)})"
         )
     return 0
 

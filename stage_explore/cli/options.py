@@ -198,7 +198,8 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=_choices(Precision),
         default=Precision.BF16.value,
-        help="compute precision (master weights stay fp32)",
+        help="compute precision (master weights stay fp32); fp4: the decoder layers' linear "
+        "GEMMs in NVFP4 (Megatron-Core --fp4-format e2m1 --fp4-recipe nvfp4; Blackwell)",
     )
     group.add_argument(
         "--fp8-recipe",
