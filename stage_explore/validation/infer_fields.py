@@ -116,7 +116,8 @@ FP8_RECIPES: tuple[tuple[str, str], ...] = (
 
 def infer_precision(cell: str, framework: str, bridge: bool = False) -> PrecisionRead:
     """The precision of a ``precision`` cell (``FP8-CS``, ``MXFP8``, ``bf16 mixed``,
-    ``amp_bf16``, ``fp16 mixed``, ``FP8`` …); an FP8 cell without a recipe takes the
+    ``amp_bf16``, ``fp16 mixed``, ``FP8``, ``NVFP4`` / ``FP4`` …); an FP4 cell is ``fp4`` with
+    the ``nvfp4`` recipe (MXFP4 is refused: not modelled); an FP8 cell without a recipe takes the
     framework's default recipe: tensorwise for torchtitan (torchao Float8's dynamic
     tensorwise scaling) and for a Megatron-Bridge table (``bridge``: its tables label FP8 rows
     FP8-CS / FP8-MX, a bare "FP8" read as the first), delayed otherwise (Megatron-Core's
@@ -125,8 +126,20 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
     said = f"the precision column says {cell.strip()!r}"
     if not text:
         return PrecisionRead("bf16", "", "bf16 mixed precision, a default (column empty)")
+    if re.search(r"mxfp4|fp4[-_ ]?mx", text):
+        raise Uninferable(f"precision {cell!r}: the model has NVFP4, not MXFP4")
     if re.search(r"fp4", text):
-        raise Uninferable(f"precision {cell!r}: the model has no FP4 precision")
+        layers = (
+            "Megatron-Bridge's performance scripts run bf16_with_nvfp4_mixed unchanged, no layer "
+            "pinned to BF16: scripts/performance/utils/precision.py 84fba284"
+            if bridge
+            else "no BF16 layer count stated: none taken (Megatron-Core's "
+            "--first-last-layers-bf16 is off by default)"
+        )
+        return PrecisionRead(
+            "fp4", "", f"fp4 with fp4_recipe nvfp4, every decoder layer's linear GEMMs in NVFP4 "
+            f"({said}; {layers})"
+        )
     if re.search(r"fp8|float8", text):
         for pattern, recipe in FP8_RECIPES:
             if re.search(pattern, text):

@@ -286,6 +286,17 @@ def _qwen3_a2a_overlap(family: str, moe: bool, stated: dict[str, int], out: Defa
     )
 
 
+#: Model families whose Megatron-Bridge performance configs turn TP communication overlap off under
+#: NVFP4, and where that is read.
+NVFP4_NO_TP_OVERLAP = ("llama", "gpt-oss")
+NVFP4_NO_TP_OVERLAP_WHY = (
+    "no TP communication overlap under NVFP4 (tp_comm_overlap false): Megatron-Bridge "
+    "scripts/performance/configs/llama/llama3_llm_pretrain.py (55387ccb), llama31_llm_pretrain.py "
+    "and gpt_oss_llm_pretrain.py set cfg.comm_overlap.tp_comm_overlap = False if precision == "
+    "'nvfp4' in every per-GPU config"
+)
+
+
 #: Model providers of Megatron-Bridge that leave Megatron-Core's apply_rope_fusion at its
 #: default False (megatron/core/transformer/transformer_config.py); the Llama and Nemotron
 #: providers enable it (fusions.can_enable_apply_rope_fusion).
@@ -379,6 +390,9 @@ def _megatron_core(
         else:
             out.parallel[name] = value
         out.notes.append(f"{why} ({said})")
+    if precision == "fp4" and not mlperf and shape[1] > 1 and family in NVFP4_NO_TP_OVERLAP:
+        out.options["tp_comm_overlap"] = False
+        out.notes.append(f"{NVFP4_NO_TP_OVERLAP_WHY} ({said})")
     _loss(release, mlperf, said, out)
     if release < MLPERF_NEMO2 and not mlperf:
         _launcher_loss(row, said, out)

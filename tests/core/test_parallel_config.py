@@ -127,7 +127,7 @@ def test_invalid_configs_are_rejected_on_construction(fields: dict[str, Any], me
 
 def test_construction_reports_every_problem_at_once() -> None:
     with pytest.raises(ConfigError) as caught:
-        ParallelConfig(dp=0, tp=0, precision="fp4")  # type: ignore[arg-type]
+        ParallelConfig(dp=0, tp=0, precision="fp2")  # type: ignore[arg-type]
     message = str(caught.value)
     assert "`dp` must" in message and "`tp` must" in message and "`precision` must" in message
 

@@ -22,6 +22,9 @@ from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.cli import main
 from stage_explore.system import load_system
+from stage_explore.validation.infer import row_cases
+from stage_explore.validation.infer_fields import Uninferable, infer_precision
+from tests.explore.published_rows import minimal_row
 
 GB300 = load_system("gb300-nvl72")
 MODEL = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
@@ -181,3 +184,35 @@ def test_nvfp4_presets_follow_the_cited_figures(preset: str) -> None:
         * accelerator.peak("fp8") / accelerator.peak("nvfp4")
     )  # fmt: skip
     assert fractions["nvfp4"] == pytest.approx(derived, abs=0.005)
+
+
+@pytest.mark.parametrize("cell", ["NVFP4", "FP4", "nvfp4 mixed"])
+def test_an_fp4_precision_cell_reads_as_nvfp4(cell: str) -> None:
+    bridge = infer_precision(cell, "megatron-core", bridge=True)
+    assert (bridge.precision, bridge.fp8_recipe) == ("fp4", "")
+    assert "no layer pinned to BF16" in bridge.assumption  # Megatron-Bridge's perf scripts
+    plain = infer_precision(cell, "megatron-core")
+    assert plain.precision == "fp4" and "no BF16 layer count stated" in plain.assumption
+    with pytest.raises(Uninferable, match="not MXFP4"):
+        infer_precision("MXFP4", "megatron-core")
+
+
+def _bridge_row(tp: str) -> dict[str, str]:
+    """A Megatron-Bridge 26.02 GB300 Llama 3 70B NVFP4 row (64 GPUs, GBS 256)."""
+    return minimal_row(
+        source="NVIDIA Megatron-Bridge performance summary (26.02 container)",
+        model="Llama 3 70B", gpu="GB300", precision="NVFP4", global_batch_seqs="256",
+        num_gpus="64", tp=tp, pp="1", cp="1", micro_batch="1", seq_len="8192",
+    )  # fmt: skip
+
+
+def test_bridge_llama_nvfp4_runs_without_tp_overlap() -> None:
+    """Megatron-Bridge's Llama 3 perf configs set tp_comm_overlap = False under nvfp4; a TP 1
+    row has no TP communication to overlap (no option set)."""
+    (case, *_) = row_cases(_bridge_row("2"), "extra.csv", 1)
+    assert case.parallel is not None, case.reason
+    assert case.parallel.precision is Precision.FP4
+    assert dict(case.framework_options).get("tp_comm_overlap") is False
+    (single, *_) = row_cases(_bridge_row("1"), "extra.csv", 1)
+    assert single.parallel is not None, single.reason
+    assert "tp_comm_overlap" not in dict(single.framework_options)

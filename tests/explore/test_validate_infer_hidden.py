@@ -47,7 +47,8 @@ def test_a_csv_file_given_to_data_is_evaluated_alone(
     rows = {r["id"]: r for r in payload["rows"]}
     assert set(rows) == {"HID-1", "HID-2"}
     assert rows["HID-1"]["predicted"] > 0 and rows["HID-1"]["source"].startswith("INFERRED: ")
-    assert "no FP4 precision" in rows["HID-2"]["not_evaluated_reason"]
+    # an NVFP4 row on a part without a measured NVFP4 GEMM fraction is named with the reason
+    assert "needs a grounded NVFP4 GEMM rate" in rows["HID-2"]["not_evaluated_reason"]
     assert payload["accounting"]["files"] == {"rows.csv": 2}
 
 

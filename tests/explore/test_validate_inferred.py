@@ -120,7 +120,8 @@ def test_an_unknown_gpu_is_reported_not_evaluated_with_its_reason(tmp_path: Path
         ({"num_gpus": "16"}, "inconsistent layout: tp·pp·cp·dp = 8 but num_gpus is 16"),
         # a model of no known family is the common decoder when its columns are stated
         ({"model": "Falcon 40B", "ffn": ""}, "model 'Falcon 40B'"),
-        ({"precision": "NVFP4"}, "the model has no FP4 precision"),
+        ({"precision": "MXFP4"}, "the model has NVFP4, not MXFP4"),
+        ({"precision": "NVFP4"}, "needs a grounded NVFP4 GEMM rate"),
         ({"global_batch_seqs": ""}, "global_batch_seqs is empty"),
         ({"tokens_per_s_per_gpu": "", "tflops_per_gpu": "", "mfu_pct": "40"},
          "mfu_pct alone is not compared"),
