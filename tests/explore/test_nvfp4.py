@@ -165,7 +165,9 @@ def test_cli_accepts_fp4(capsys: pytest.CaptureFixture[str]) -> None:
 
 #: Dense FP4 PFLOP/s per board as the vendor states it: HGX B200 / B300 "sparse | dense" per 8
 #: GPUs (144 | 72, 144 | 108), GB300 NVL72 "1,440 | 1,080" per 72, GB200 NVL72 1,440 sparse.
-FP4_DENSE = {"b200": 72 / 8, "b300": 108 / 8, "gb300-nvl72": 1080 / 72, "gb200-nvl72": 1440 / 72 / 2}
+FP4_DENSE = {
+    "b200": 72 / 8, "b300": 108 / 8, "gb300-nvl72": 1080 / 72, "gb200-nvl72": 1440 / 72 / 2,
+}  # fmt: skip
 #: TE docs/examples/gemm_profiling (B300, per layer, pre-quantized): FP8 current scaling and NVFP4.
 TE_FP8_CS_MS, TE_NVFP4_MS = 6.812, 3.764
 
