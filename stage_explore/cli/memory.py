@@ -105,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{entry.stage:>5} {cells}  {_ranks_text(list(entry.ranks))}")
     print("(GiB; activations: saved tensors of the micro-batches in flight at the schedule's peak)")
     fp8 = max(entry.fp8_weights_bytes for entry in report)
+    kind = str(parallel.precision).upper()  # FP8 or FP4
     if fp8:
         print(
-            f"(weights include up to {fp8 / GIB:.2f} GiB of FP8 weight copies and scales per rank, "
-            f"recipe {parallel.linear_recipe}, FP8 GEMMs {','.join(parallel.fp8_gemms)})"
+            f"(weights include up to {fp8 / GIB:.2f} GiB of {kind} weight copies and scales per "
+            f"rank, recipe {parallel.linear_recipe}, {kind} GEMMs {','.join(parallel.fp8_gemms)})"
         )
     return 0
 
