@@ -328,6 +328,12 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             micro_pipeline_tp=True,
             moe_comm_overlap=False,
             moe_shared_expert_overlap=False,
+            # distributed/expert_parallel.py ExpertParallel (expert_parallel_degree > 1 without
+            # DeepEP): _token_dispatch receives the tokens ordered by source rank and _permute
+            # gathers them by local expert (generate_permute_indices, torch.index_select);
+            # _token_combine scatters them back (_unpermute, index_copy_) before the combine
+            # all_to_all_single_autograd: the chunk sorts of megatron_dispatch.py
+            moe_sort_chunks=True,
             # Schedule1F1B fires a stage's forward sends with its backward receives in one
             # batch_isend_irecv and waits on it before the backward (torch.distributed.
             # pipelining schedules.py, "fwd_send_bwd_recv")

@@ -38,7 +38,11 @@ Options (all booleans unless said):
   before the grouped GEMM and back after it (``sort_chunks_by_idxs``, with more than one local
   expert): one more read and write of the routed tokens each way, forward and backward
   (:mod:`~stage_explore.analytical.megatron_dispatch`). Not with ``moe_deepep`` (the flex
-  dispatcher permutes the received tokens itself) or the allgather dispatcher.
+  dispatcher permutes the received tokens itself) or the allgather dispatcher. torchtitan's
+  default expert parallelism (``ExpertParallel``, ``expert_parallel_degree`` > 1 without
+  DeepEP) does the same: ``_permute`` gathers the received tokens by local expert
+  (``generate_permute_indices``, ``index_select``) and ``_unpermute`` scatters them back
+  (``index_copy_``) before the combine all-to-all.
 - ``moe_fp8_padding`` — under an FP8 recipe the MoE experts run as Megatron-Core's
   ``TEGroupedMLP``, which pads every local expert's rows to the FP8 GEMM's alignment (32 under
   MXFP8, else 16) with Transformer Engine's ``Fp8Padding`` before ``linear_fc1`` and strips them
@@ -83,7 +87,8 @@ MOE_FLAGS: dict[str, str] = {
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
-    "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1)",
+    "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
+    "torchtitan ExpertParallel _permute / _unpermute",
     "moe_fp8_padding": "Megatron TEGroupedMLP Fp8Padding (off: --moe-router-padding-for-fp8)",
     "moe_split_quantize": "Megatron --moe-grouped-gemm: TE GroupedLinear split_quantize",
     "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",

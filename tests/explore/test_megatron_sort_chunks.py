@@ -12,6 +12,7 @@ import pytest
 from stage_core.lower.bind import Instr
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.parallel import MoeDispatcher, ParallelConfig
+from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.megatron_dispatch import (
     SORT_CHUNKS_OPS,
@@ -113,3 +114,19 @@ def test_a_run_sorts_the_gathered_tokens() -> None:
     sorts_s = sum(sort_chunks_bytes(i, 2) for i in (*layer.fwd, *layer.bwd)) / rate
     added_s = megatron_step({}, EXPERT_TP2) - megatron_step({"moe_sort_chunks": False}, EXPERT_TP2)
     assert added_s == pytest.approx(GPTOSS.layers * sorts_s, rel=0.02)
+
+
+def test_torchtitan_default_expert_parallelism_sorts() -> None:
+    """torchtitan's ``ExpertParallel`` (``_permute`` / ``_unpermute`` around the local
+    experts) is on in its profile: the step is slower than without the option, and under
+    DeepEP (``moe_deepep``: its own permute of the received tokens) it is not."""
+    assert FRAMEWORKS["torchtitan"].moe_sort_chunks
+
+    def step(overrides: dict[str, object]) -> float:
+        backend = AnalyticalBackend(framework="torchtitan", overrides=overrides)
+        return backend.evaluate(GPTOSS, EP8, H100).step_time_s
+
+    off = {"moe_sort_chunks": False}
+    assert step({}) > step(off)
+    deepep = {"moe_deepep": True}
+    assert step(deepep) == step({**deepep, **off})
