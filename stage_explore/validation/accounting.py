@@ -32,6 +32,9 @@ class RowCount:
     ignored_files: tuple[str, ...]
     #: Rows no ``setups.toml`` source claims, evaluated with an inferred setup.
     inferred: int
+    #: ``file (col, col)`` of each CSV with inferred rows whose header has columns not in
+    #: the schema (not read: said once, here).
+    unread_columns: tuple[str, ...] = ()
 
     @property
     def rows_read(self) -> int:
@@ -56,6 +59,8 @@ class RowCount:
             text += f"; {len(self.unaccounted)} UNACCOUNTED: {', '.join(self.unaccounted)}"
         if self.ignored_files:
             text += f"; files not read: {'; '.join(self.ignored_files)}"
+        if self.unread_columns:
+            text += f"; columns not in the schema, not read: {'; '.join(self.unread_columns)}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +72,7 @@ class RowCount:
             "rows_inferred": self.inferred,
             "rows_unaccounted": list(self.unaccounted),
             "files_not_read": list(self.ignored_files),
+            **({"columns_not_read": list(self.unread_columns)} if self.unread_columns else {}),
         }
 
 
@@ -75,8 +81,10 @@ def count_rows(
     files: Sequence[tuple[str, int]],
     ignored: Sequence[str],
     inferred: int,
+    unread: Sequence[str] = (),
 ) -> RowCount:
-    """The :class:`RowCount` of ``results`` over the rows of ``files``."""
+    """The :class:`RowCount` of ``results`` over the rows of ``files`` (``unread``: the files'
+    columns not in the schema, :attr:`RowCount.unread_columns`)."""
     by_row: dict[tuple[str, int], list[RowResult]] = {}
     for result in results:
         by_row.setdefault((result.case.file, result.case.line), []).append(result)
@@ -92,5 +100,5 @@ def count_rows(
                 not_evaluated.append((f"{name}:{mine[0].case.id}", mine[0].case.source))
     return RowCount(
         tuple(files), evaluated, tuple(not_evaluated), tuple(unaccounted), tuple(ignored),
-        inferred,
+        inferred, tuple(unread),
     )  # fmt: skip

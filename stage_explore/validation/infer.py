@@ -14,6 +14,7 @@ not-evaluated :class:`~stage_explore.validation.setups.Case` with a one-line rea
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,7 +24,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import RECOMPUTE_MODULES
-from stage_explore.validation.csv_cells import read_csv
+from stage_explore.validation.csv_cells import SCHEMA_COLUMNS, read_csv
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
@@ -36,6 +37,7 @@ from stage_explore.validation.infer_fields import (
     infer_zero,
     names_bridge,
     read_recompute,
+    unmodelled_framework,
 )
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.setups import (
@@ -78,10 +80,11 @@ def is_runs_csv(path: Path) -> bool:
     if path.name.startswith("published_runs") and path.suffix == ".csv":
         return True
     try:
-        with open(path, encoding="utf-8-sig") as handle:
-            header = {c.strip().lower() for c in handle.readline().strip().split(",")}
-    except (OSError, UnicodeDecodeError):
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            first = next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
         return False
+    header = {c.strip().lower() for c in first}  # quoted names too (``"id","gpu",…``)
     return {"id", "gpu"} <= header and bool(header & set(MEASURED_COLUMNS))
 
 
@@ -119,6 +122,22 @@ def _named_modules(cell: str) -> tuple[str, ...]:
     return names if names and all(n in RECOMPUTE_MODULES for n in names) else ()
 
 
+#: A ZeRO stage as a source's text names it: ``ZeRO-3``, ``ZeRO stage 2``, ``zero1``.
+_ZERO_STAGE = re.compile(r"zero[-_\s]?(?:stage[-_\s]?)?([0-3])\b", re.IGNORECASE)
+
+
+def _named_zero_stage(row: dict[str, str]) -> tuple[str, str] | None:
+    """``(column, text)`` of the one ZeRO stage a DeepSpeed row's other text names
+    (``DeepSpeed ZeRO-3`` in ``source``) for an empty ``dp_sharding`` (it was read as the
+    profile's default stage, s18 csvrobust); None when none or several stages are named."""
+    found = [
+        (column, match) for column in FRAMEWORK_COLUMNS
+        for match in _ZERO_STAGE.finditer(row.get(column, ""))
+    ]  # fmt: skip
+    stages = {match.group(1) for _, match in found}
+    return (found[0][0], found[0][1].group(0)) if len(stages) == 1 else None
+
+
 def _layout(
     row: dict[str, str], stated: dict[str, int], framework: str
 ) -> tuple[dict[str, Any], list[str]]:
@@ -127,7 +146,9 @@ def _layout(
     fields: dict[str, Any] = {}
     notes = []
     if "global_batch_seqs" not in stated:
-        raise Uninferable("global_batch_seqs is empty: the sequences per step are needed")
+        what = ("the file has no global_batch_seqs column" if "global_batch_seqs" not in row
+                else "global_batch_seqs is empty")  # fmt: skip
+        raise Uninferable(f"{what}: the sequences per step are needed")
     gpus = stated.get("num_gpus")
     if "dp" not in stated:
         if gpus is None or gpus % (tp * pp * cp):
@@ -170,6 +191,10 @@ def _layout(
             "with cp_comm_type p2p: Megatron-Core's default, AutoModel's TE attention)"
         )
     zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
+    named = _named_zero_stage(row) if framework == "deepspeed" else None
+    if named is not None and not row.get("dp_sharding", "").strip():
+        zero, shard, why = infer_zero(named[1], framework)
+        why = f"{why.split(' (')[0]} (dp_sharding empty; the {named[0]} column names {named[1]!r})"
     fields["zero"] = zero
     notes.append(why)
     if shard is not None:
@@ -207,12 +232,20 @@ def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
     """Experts and top-k the ``moe`` column states (``128 experts, top-8``)."""
     cell = row.get("moe", "")
     fields = {}
-    experts = re.search(r"(\d+)\s*(?:routed\s*)?experts?|(\d+)\s*routed", cell)
-    top = re.search(r"top[-\s]?(\d+)", cell, re.IGNORECASE)
+    experts = re.search(
+        r"(\d+)\s*(?:routed\s*)?experts?|(\d+)\s*routed|(\d+)\s*e\b|top[-\s_]?\d+\s*(?:of|/)\s*(\d+)",
+        cell, re.IGNORECASE,
+    )  # fmt: skip
+    top = re.search(r"top[-\s_]?(\d+)", cell, re.IGNORECASE)
     if experts:
-        fields["num_experts"] = int(experts.group(1) or experts.group(2))
+        fields["num_experts"] = int(next(g for g in experts.groups() if g))
     if top:
         fields["top_k"] = int(top.group(1))
+    if not fields and re.search(r"\d", cell):
+        raise Uninferable(
+            f"moe {cell!r}: numbers that are neither 'N experts' nor 'top-K' (expected "
+            "'8 experts, top-2'; '8/2' could be either order)"
+        )
     return fields, ([f"experts and top-k from the moe column ({cell!r})"] if fields else [])
 
 
@@ -262,6 +295,9 @@ def inferred_setup(
     with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
+    unmodelled = unmodelled_framework(row)
+    if unmodelled:
+        raise Uninferable(unmodelled)
     system = infer_system(row.get("gpu", ""))
     cluster = cluster_system(row.get("gpu", ""), row.get("interconnect", ""), system.value, folder)
     # a matched file replaces the preset, and with it what the preset note says of the GPU
@@ -346,16 +382,38 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
 
 #: An integer cell with a remark: ``8 (assumed)``.
 _REMARKED = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)\s*\((.*)\)")
+#: A number with a table's footnote mark after it: ``8*``, ``1,533†`` (not ``~``: approximate).
+_FOOTNOTE = re.compile(r"(\d[\d,.]*)\s*[*†‡§¶]+")
 #: A sequence length in thousands of tokens as tables print it: ``8K`` = 8,192.
 _SEQ_K = re.compile(r"(\d+)\s*[kK]")
+#: "per GPU" after a rate's unit: ``/GPU``, ``per GPU``, ``/gpu/s``-style orders are not read.
+_PER_GPU = r"\s*(?:/|per)\s*gpu"
 #: A measured cell with its column's unit (or a thousands ``k`` on a rate): the unit, its
-#: factor to the column's unit. ``peak_mem_gib`` of ``70 GB`` stays a reason (GB or GiB?).
+#: factor to the column's unit. A rate's unit must say per GPU (``14,451 tokens/s/GPU``,
+#: ``TPS/GPU``): ``tokens/s`` alone may be the job's total (s18 csvrobust: ``98,112
+#: tokens/s`` was read as per GPU), and is a reason (:data:`MEASURED_OTHER`), as per node is;
+#: ``peak_mem_gib`` of ``70 GB`` stays a reason (GB or GiB?).
 MEASURED_UNITS: dict[str, tuple[tuple[str, float], ...]] = {
-    "iter_time_s": ((r"s|sec|secs|seconds?", 1.0), (r"ms", 1e-3)),
-    "tokens_per_s_per_gpu": ((r"(?:tokens?|tok)\s*/\s*s(?:ec)?(?:\s*/\s*gpu)?", 1.0),
-                             (r"k", 1e3)),
-    "tflops_per_gpu": ((r"tflop/?s|tflops", 1.0),),
+    "iter_time_s": ((r"(?:s|sec|secs|seconds?)(?:\s*(?:/|per)\s*(?:step|iter(?:ation)?))?",
+                     1.0), (r"ms(?:\s*(?:/|per)\s*(?:step|iter(?:ation)?))?", 1e-3)),
+    "tokens_per_s_per_gpu": ((rf"(?:tokens?|tok)\s*/\s*s(?:ec)?{_PER_GPU}", 1.0),
+                             (r"(?:tokens?|tok)\s*/\s*(?:gpu|device)\s*/\s*s(?:ec)?", 1.0),
+                             (rf"tps{_PER_GPU}", 1.0), (r"k", 1e3)),
+    "tflops_per_gpu": ((rf"(?:tflop/?s|tflops)(?:{_PER_GPU})?", 1.0),),
     "peak_mem_gib": ((r"gib", 1.0),),
+}  # fmt: skip
+#: Units a measured cell may carry that are not its column's, each the reason the row names
+#: (on the number's unit: the words after it, lower-cased).
+MEASURED_OTHER: dict[str, tuple[tuple[str, str], ...]] = {
+    "tokens_per_s_per_gpu": (
+        (r"(?:per|/)\s*(?:node|host|server)", "a rate per node (divide by its GPUs per node)"),
+        (r"(?:total|cluster|aggregate|global)", "the job's total rate (divide by num_gpus)"),
+        (r"(?:tokens?|tok|tps)\b(?:\s*/\s*s(?:ec)?)?", "a rate that does not say per GPU "
+         "(per GPU, per node or the job's total?); write tokens/s/GPU or the number alone"),
+    ),
+    "tflops_per_gpu": ((r"pflop", "PFLOP/s (write TFLOP/s per GPU)"),
+                       (r".*(?:per|/)\s*(?:node|host)|.*total", "not per GPU")),
+    "iter_time_s": ((r"min", "minutes (write seconds)"),),
 }  # fmt: skip
 _MEASURED = re.compile(r"(\d+(?:\.\d+)?)\s*(\S.*)")
 #: A vocabulary in thousands of tokens as model cards print it: ``128K`` (Llama 3's 128,256),
@@ -365,12 +423,20 @@ _VOCAB_K = re.compile(r"(\d+(?:\.\d+)?)\s*[kK]")
 
 def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """``row`` with the cells written another way read into the schema's form, and the
-    assumptions that say so: an integer column holding ``N (remark)`` as ``N``, a ``seq_len``
+    assumptions that say so: a number with a footnote mark (``8*``) as the number, an integer
+    column holding ``N (remark)`` as ``N``, a ``seq_len``
     of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a ``vocab``
     of ``128K`` as 128,000 tokens, a measured cell with its column's unit
     (:data:`MEASURED_UNITS`: ``1.2 s``, ``850 ms``, ``14.1k`` tokens/s), a ``recompute`` cell
     by :func:`~stage_explore.validation.infer_fields.read_recompute`."""
     out, notes = dict(row), []
+    for column in (*INTEGER_COLUMNS, *MEASURED_UNITS):
+        cell = out.get(column, "").strip()
+        marked = _FOOTNOTE.fullmatch(cell)
+        if marked:
+            out[column] = marked.group(1)
+            notes.append(f"{column} {marked.group(1)} (the {column} column says {cell!r}: a "
+                         "footnote mark)")  # fmt: skip
     for column in INTEGER_COLUMNS:
         cell = out.get(column, "").strip()
         remarked = _REMARKED.fullmatch(cell)
@@ -403,10 +469,29 @@ def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     return out, [*notes, *([spelled] if spelled else [])]
 
 
+def other_unit(row: dict[str, str], metric: str) -> str:
+    """The reason a ``metric`` cell that :func:`spelled_cells` left as written is not read,
+    when its unit is another than the column's (:data:`MEASURED_OTHER`: ``12,264
+    tokens/s/node``, ``98,112 tokens/s``, ``0.74 PFLOP/s``), naming the cell; else ""."""
+    cell = row.get(metric, "").strip()
+    found = _MEASURED.fullmatch(cell.replace(",", ""))
+    if found is None:
+        return ""
+    unit = found.group(2).lower()
+    for pattern, what in MEASURED_OTHER.get(metric, ()):
+        if re.search(pattern, unit):
+            return f"the {metric} cell {cell!r} is {what}: the column is per GPU" if (
+                metric != "iter_time_s") else f"the {metric} cell {cell!r} is in {what}"
+    return ""
+
+
 def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
     row, spelled = spelled_cells(row)
+    unit = other_unit(row, metric)
+    if unit:
+        return replace(_unevaluable(row, metric, name, unit), file=file, line=line)
     try:
         setup, options, overrides = inferred_setup(row, metric, name, file, folder)
     except Uninferable as error:
@@ -460,19 +545,28 @@ def _split(cases: list[Case]) -> list[Case]:
     return out
 
 
+def unread_columns(name: str, rows: Sequence[dict[str, str]]) -> str:
+    """``name (col, col)``: the columns of a CSV's header that are not the schema's
+    (:data:`~stage_explore.validation.csv_cells.SCHEMA_COLUMNS`), which the inferred setup does
+    not read; "" when there are none."""
+    extra = [c for c in (rows[0] if rows else {}) if c and c not in SCHEMA_COLUMNS]
+    return f"{name} ({', '.join(extra)})" if extra else ""
+
+
 def inferred_cases(
     folder: Path,
     sources: Sequence[SourceSetup],
     only: str | None = None,
     systems: Path | None = None,
-) -> tuple[list[Case], list[tuple[str, int]], list[str]]:
-    """``(cases, files read with their row counts, files ignored with why)``: the cases of every
-    row of the folder's published-runs CSVs (``only``: of that one file) that no source claims,
-    in file order; a stated cluster is looked up in ``systems``' ``systems/*.toml`` (default:
-    the folder's)."""
+) -> tuple[list[Case], list[tuple[str, int]], list[str], list[str]]:
+    """``(cases, files read with their row counts, files ignored with why, files whose header
+    has columns not in the schema with them)``: the cases of every row of the folder's
+    published-runs CSVs (``only``: of that one file) that no source claims, in file order; a
+    stated cluster is looked up in ``systems``' ``systems/*.toml`` (default: the folder's)."""
     cases: list[Case] = []
     files: list[tuple[str, int]] = []
     ignored: list[str] = []
+    unread: list[str] = []
     named = {s.file for s in sources}
     found = {p.name for p in folder.glob("*.csv")} if only is None else {only}
     for name in sorted(named | found):
@@ -486,8 +580,11 @@ def inferred_cases(
         claimers = [s for s in sources if s.file == name]
         if any(s.columns for s in claimers):
             continue  # a renaming source reads every row of its file
+        before = len(cases)
         for line, row in enumerate(rows, start=1):
             row_id = (row.get("id") or "").strip()
             if not any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
                 cases += row_cases(row, name, line, systems or folder)
-    return _split(cases), files, ignored
+        extra = unread_columns(name, rows) if len(cases) > before else ""
+        unread += [extra] if extra else []
+    return _split(cases), files, ignored, unread

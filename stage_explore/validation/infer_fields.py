@@ -39,14 +39,26 @@ class Inferred:
 FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     (r"automodel", "automodel"),
     (r"torch[\s_-]?titan", "torchtitan"),
-    (r"llm[\s_-]?foundry|mosaic[\s_-]?ml", "llm-foundry-2023"),
+    (r"llm[\s_-]?foundry|mosaic[\s_-]?ml|\bcomposer\b", "llm-foundry-2023"),
     (r"fms-fsdp|foundation-model-stack|\bibm\b.*\bfsdp\b", "fms-fsdp"),
     (r"deepspeed|zero-3|zero stage 3", "deepspeed"),
     (r"narayanan|korthikanti|sc'21|megatron-lm ptd-p|arxiv\.org/abs/2104\.04473|2205\.05198",
      "megatron-lm-2021"),
     (r"megatron[\s_-]?(?:bridge|core|fsdp)|\bmcore\b|\bnemo(?![a-z])|mlperf|dgx cloud|"
      r"dgxc-benchmarking|\bprimus\b|rocm/megatron", "megatron-core"),
-    (r"\bfsdp", "fsdp"),
+    (r"\bfsdp|\bhsdp\b|full_shard|hybrid_shard|shard_grad_op|fully_shard", "fsdp"),
+)  # fmt: skip
+#: Training frameworks the model has no profile of (pattern, name): a row naming one and no
+#: framework of :data:`FRAMEWORK_RULES` is not evaluated (it was set up as the
+#: ``megatron-core`` default, s18 csvrobust), the JAX ones (MaxText, Pax / Praxis, T5X,
+#: Levanter) run XLA's kernels and collectives, the others their own parallel layers.
+UNMODELLED_FRAMEWORKS: tuple[tuple[str, str], ...] = (
+    (r"max[\s_-]?text", "MaxText (JAX)"), (r"\bpax(?:ml)?\b|praxis", "Pax (JAX)"),
+    (r"\bt5x\b", "T5X (JAX)"), (r"levanter", "Levanter (JAX)"), (r"\bjax\b", "JAX"),
+    (r"nanotron", "Nanotron"), (r"picotron", "Picotron"), (r"colossal[\s_-]?ai", "Colossal-AI"),
+    (r"gpt[\s_-]?neox", "GPT-NeoX"), (r"(?:hf|hugging\s*face)[\s_-]*accelerate", "Accelerate"),
+    (r"vescale", "veScale"), (r"olmo[\s_-]?core", "OLMo-core"), (r"torchtune", "torchtune"),
+    (r"metaseq", "metaseq"), (r"fairseq", "fairseq"), (r"\balpa\b", "Alpa"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
 #: ZeRO-3 named beside FSDP describes FSDP's sharding (``FSDP FULL_SHARD (ZeRO-3)``), not DeepSpeed.
@@ -96,6 +108,25 @@ def infer_framework(row: dict[str, str]) -> Inferred:
     )
 
 
+def unmodelled_framework(row: dict[str, str]) -> str:
+    """The reason a row is not evaluated when its text names a framework the model has no
+    profile of (:data:`UNMODELLED_FRAMEWORKS`) and none it has (:data:`FRAMEWORK_RULES`, the
+    DeepSpeed ``dp_sharding`` words); "" otherwise."""
+    cells = [row.get(c, "") for c in FRAMEWORK_COLUMNS]
+    if any(re.search(p, cell, re.IGNORECASE) for p, _ in FRAMEWORK_RULES for cell in cells):
+        return ""
+    for column, cell in zip(FRAMEWORK_COLUMNS, cells, strict=True):
+        for pattern, name in UNMODELLED_FRAMEWORKS:
+            found = re.search(pattern, cell, re.IGNORECASE)
+            if found:
+                known = ", ".join(sorted({f for _, f in FRAMEWORK_RULES}))
+                return (
+                    f"the {column} column names {found.group(0)!r}: {name} is no framework "
+                    f"profile of the model ({known}); not set up as the megatron-core default"
+                )
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class PrecisionRead:
     """A ``precision`` cell read: the precision, the FP8 recipe ("" when not FP8) and why."""
@@ -141,6 +172,12 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
             f"({said}; {layers})"
         )
     if re.search(r"fp8|float8", text):
+        if re.search(r"row[-_\s]?wise|per[-_\s]?row|axiswise", text):
+            raise Uninferable(
+                f"precision {cell!r}: FP8 with row-wise scales (torchao Float8 'rowwise') is "
+                "no recipe of the model (tensorwise, delayed, blockwise, mxfp8); not read as "
+                "any of them"
+            )
         for pattern, recipe in FP8_RECIPES:
             if re.search(pattern, text):
                 return PrecisionRead("fp8", recipe, f"fp8 with fp8_recipe {recipe} ({said})")

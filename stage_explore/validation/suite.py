@@ -48,7 +48,7 @@ def run_validation(
     sources, rows = load_setups(setups) if setups.is_file() else ([], {})
     if only is not None:
         sources = [s for s in sources if s.file == only]
-    inferred, files, ignored = inferred_cases(where, sources, only, systems)
+    inferred, files, ignored, unread = inferred_cases(where, sources, only, systems)
     cases = configured_cases(where, sources, rows) + inferred
     if not cases:
         raise ConfigError(
@@ -60,5 +60,5 @@ def run_validation(
     titles = {s.name: s.title for s in sources}
     for case in inferred:
         titles.setdefault(case.source, f"{case.source} (setup inferred from the CSV)")
-    count = count_rows(results, files, ignored, len({(c.file, c.line) for c in inferred}))
+    count = count_rows(results, files, ignored, len({(c.file, c.line) for c in inferred}), unread)
     return ValidationReport(tuple(results), given, titles, figure, count)
