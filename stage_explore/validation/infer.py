@@ -93,6 +93,13 @@ def _integer(cell: str) -> int | None:
     return int(float(text.replace(",", ""))) if _INTEGER.fullmatch(text) else None
 
 
+#: Model columns whose text the flavor answers (pattern on the cell): an MoE row's ``ffn`` of
+#: ``1536 per expert``, DeepSeek-V3's ``kv_heads`` of ``MLA``. Other text there was dropped
+#: silently for the flavor's value (s18 csvrobust: ``MHA`` on a grouped-query flavor).
+TEXT_ALLOWED = {"ffn": r"expert", "kv_heads": r"\bmla\b"}
+TEXT_ALLOWED_SAID = {"ffn": "an MoE row's '… per expert'", "kv_heads": "'MLA'"}
+
+
 def _checked(row: dict[str, str], file: str) -> dict[str, int]:
     """The integer cells a row states; a stated cell that is not an integer is Uninferable
     naming the file, the row and the column."""
@@ -107,6 +114,15 @@ def _checked(row: dict[str, str], file: str) -> dict[str, int]:
                 f"{file}, row {row['id']}, column {column}: {cell!r} is not an integer"
             )
         values[column] = value
+    for column, words in TEXT_ALLOWED.items():
+        cell = row.get(column, "").strip()
+        if cell in ("", "-", "–", "—") or _integer(cell) is not None:
+            continue
+        if not re.search(words, cell, re.IGNORECASE):
+            raise Uninferable(
+                f"{file}, row {row['id']}, column {column}: {cell!r} is not an integer (text "
+                f"is read only as {TEXT_ALLOWED_SAID[column]})"
+            )
     return values
 
 
@@ -437,7 +453,7 @@ def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
             out[column] = marked.group(1)
             notes.append(f"{column} {marked.group(1)} (the {column} column says {cell!r}: a "
                          "footnote mark)")  # fmt: skip
-    for column in INTEGER_COLUMNS:
+    for column in (*INTEGER_COLUMNS, *TEXT_ALLOWED):
         cell = out.get(column, "").strip()
         remarked = _REMARKED.fullmatch(cell)
         if remarked:

@@ -190,3 +190,20 @@ def test_validate_data_reads_a_folder_of_csvs_as_people_write_them(
     assert [f.split(" ")[0] for f in count["files_not_read"]] == ["d.csv"]
     (missing,) = [r for r in report["rows"] if r["id"] == "CSV-C"]
     assert "the file has no global_batch_seqs column" in missing["not_evaluated_reason"]
+
+
+@pytest.mark.parametrize(("column", "cell"), [("kv_heads", "MHA"), ("kv_heads", "GQA-8"),
+                                              ("ffn", "3.5x"), ("ffn", "n/a")])  # fmt: skip
+def test_text_in_kv_heads_or_ffn_is_refused_not_dropped_for_the_flavors(
+    column: str, cell: str
+) -> None:
+    """The defect: ``kv_heads`` ``MHA`` on Llama 3 70B ran the flavor's 8 KV heads (the text
+    was dropped); only an MoE ``ffn`` of ``… per expert`` and ``MLA`` are text the flavor
+    answers."""
+    case = _case(**{column: cell})
+    assert f"column {column}: {cell!r} is not an integer" in case.reason, case.reason
+
+
+def test_kv_heads_with_a_remark_is_read() -> None:
+    case = _case(kv_heads="64 (MHA)")
+    assert case.model is not None and case.model.kv_heads == 64, case.reason
