@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -523,6 +523,25 @@ def _case(
     return replace(case, file=file, line=line, system_file=where, system_overrides=overrides)
 
 
+def _ragged(row: Mapping[Any, Any]) -> str:
+    """The reason a CSV row with more cells than its header has columns is not read (a
+    :class:`csv.DictReader` row keeps the cells past the header under the key None), ""
+    otherwise: a comma inside an unquoted cell (``14,451`` typed as a thousands separator)
+    shifts every cell after it, so that ``tokens_per_s_per_gpu`` 14 would be read (s18
+    csvrobust: the cells past the header were dropped silently, an empty last column hiding
+    the shift); commas after a row's last cell look the same and are refused too. A row with
+    fewer cells is read as before (its missing trailing cells empty)."""
+    extra = row.get(None) or []
+    if not extra:
+        return ""
+    header = sum(1 for k in row if k is not None)
+    return (
+        f"the row has {header + len(extra)} cells but the header {header}: a comma inside an "
+        "unquoted cell (a thousands separator such as 14,451?) shifts every cell after it, or "
+        "the row ends in extra commas; quote that cell or remove them"
+    )
+
+
 def row_cases(
     row: dict[str, str], file: str, line: int, folder: Path | None = None
 ) -> list[Case]:
@@ -530,10 +549,14 @@ def row_cases(
     (:data:`TRAINING_METRICS`) and its ``peak_mem_gib``; a row stating neither is one
     not-evaluated case. ``folder``: the data folder, whose ``systems/*.toml`` a row's stated
     cluster may name (none: the presets only)."""
+    ragged = _ragged(row)
     row = {k: (v or "") for k, v in row.items() if k is not None}
     row["id"] = row.get("id", "").strip() or f"{file}:{line}"
     name = INFERRED_PREFIX + (row.get("source", "").strip() or file)
     metric = next((m for m in TRAINING_METRICS if row.get(m, "").strip()), "")
+    if ragged:
+        case = _unevaluable(row, metric or TRAINING_METRICS[0], name, ragged)
+        return [replace(case, file=file, line=line)]
     memory = bool(row.get("peak_mem_gib", "").strip())
     cases = [_case(row, metric, name, file, line, folder)] if metric else []
     if memory:

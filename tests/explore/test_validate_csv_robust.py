@@ -207,3 +207,23 @@ def test_text_in_kv_heads_or_ffn_is_refused_not_dropped_for_the_flavors(
 def test_kv_heads_with_a_remark_is_read() -> None:
     case = _case(kv_heads="64 (MHA)")
     assert case.model is not None and case.model.kv_heads == 64, case.reason
+
+
+def test_an_unquoted_thousands_separator_is_refused_not_read_shifted(tmp_path: Path) -> None:
+    """The defect: ``…,14,451,…`` typed without quotes split the cell in two, every cell after
+    it moved one column right and the cell past the header (the empty ``notes``) was dropped
+    silently: the row read ``tokens_per_s_per_gpu`` 14. A row with fewer cells than the header
+    (trailing cells left out) is read, its missing cells empty."""
+    row = _row(SMALL, "CSV-SHIFT")
+    assert list(row)[-1] == "notes" and not row["notes"]
+    text = ",".join(f'"{c}"' for c in row) + "\n"
+    cells = [f'"{v}"' if k != "tokens_per_s_per_gpu" else "14,451" for k, v in row.items()]
+    text += ",".join(cells) + "\n"
+    text += ",".join(f'"{v}"' for v in list({**row, "id": "CSV-SHORT"}.values())[:-2]) + "\n"
+    path = tmp_path / "runs.csv"
+    path.write_text(text, encoding="utf-8")
+    shifted, short = (row_cases(r, "runs.csv", i, DATA)[0]
+                      for i, r in enumerate(read_csv(path), 1))  # fmt: skip
+    assert shifted.reason.startswith(f"the row has {len(row) + 1} cells but the header "
+                                     f"{len(row)}"), shifted.reason  # fmt: skip
+    assert not short.reason and short.measured == 14_451.0, short.reason
