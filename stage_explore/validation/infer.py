@@ -402,7 +402,7 @@ _REMARKED = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)\s*\((.*)\)")
 _FOOTNOTE = re.compile(r"(\d[\d,.]*)\s*[*†‡§¶]+")
 #: A sequence length in thousands of tokens as tables print it: ``8K`` = 8,192.
 _SEQ_K = re.compile(r"(\d+)\s*[kK]")
-#: "per GPU" after a rate's unit: ``/GPU``, ``per GPU``, ``/gpu/s``-style orders are not read.
+#: "per GPU" after a rate's unit: ``/GPU``, ``per GPU`` (``tokens/GPU/s``: its own pattern).
 _PER_GPU = r"\s*(?:/|per)\s*gpu"
 #: A measured cell with its column's unit (or a thousands ``k`` on a rate): the unit, its
 #: factor to the column's unit. A rate's unit must say per GPU (``14,451 tokens/s/GPU``,
