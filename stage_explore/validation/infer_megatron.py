@@ -21,6 +21,7 @@ from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
+from stage_explore.validation.infer_launcher import launcher_grad_sync, launcher_yaml_grad_sync
 from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
 from stage_explore.validation.infer_mlperf import (
     MLPERF_NEMO2,
@@ -397,6 +398,8 @@ def _megatron_core(
     if release < MLPERF_NEMO2 and not mlperf:
         _launcher_loss(row, said, out)
         _launcher_config(row, said, out)
+        launcher_grad_sync(row, family, release, system, out)
+        launcher_yaml_grad_sync(family, shape[0], said, out)
     if release >= (25, 1) and not mlperf and shape[1] > 1:
         _userbuffers_methods(row, family, shape[0], system, precision, said, out)
     if precision == "fp8" and not mlperf and shape[1] > 1 and _gpus(system) == "hopper":
