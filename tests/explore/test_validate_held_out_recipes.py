@@ -108,8 +108,10 @@ def test_nemo_2407_rows_take_each_models_launcher_recipe(cases: list[Case]) -> N
         gpt3 = "GPT3" in row_id  # *_fp8_performance.yaml: selective, grad_sync_dtype bf16
         assert str(parallel.recompute) == ("selective" if gpt3 else "none"), row_id
         # bf16 gradients: the GPT-3 yamls, nemotron_340b.yaml, and the launcher's H100 example
-        # scripts of the table's Llama 2 70B / Llama 3 layouts (grad_sync_dtype=bf16)
-        bf16_grads = {"NEMOTRON-340B", "LLAMA2-70B", "LLAMA3-8B", "LLAMA3-70B"}
+        # scripts of every Llama row (grad_sync_dtype=bf16; Llama 2 7B / 13B since s18 infer9);
+        # the Nemotron 8B / 22B scripts pass none
+        bf16_grads = {"NEMOTRON-340B", "LLAMA2-7B", "LLAMA2-13B", "LLAMA2-70B", "LLAMA3-8B",
+                      "LLAMA3-70B"}  # fmt: skip
         bf16 = gpt3 or row_id.removeprefix("NEMO2407-H100-") in bf16_grads
         assert parallel.grad_fp32 == (not bf16), row_id
     nemotron = by_id["NEMO2407-H100-NEMOTRON-8B"].model
