@@ -36,8 +36,14 @@ from stage_explore.validation.infer_fields import (
     infer_precision,
     infer_zero,
     names_bridge,
-    read_recompute,
     unmodelled_framework,
+)
+from stage_explore.validation.infer_spelling import (
+    INTEGER_COLUMNS,
+    TEXT_ALLOWED,
+    TEXT_ALLOWED_SAID,
+    other_unit,
+    spelled_cells,
 )
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.setups import (
@@ -53,12 +59,6 @@ SERVING_RUNS = "serving_runs.csv"
 #: The compared training metrics, in the order a row's measured column is chosen.
 TRAINING_METRICS = ("tokens_per_s_per_gpu", "iter_time_s", "tflops_per_gpu")
 MEASURED_COLUMNS = (*TRAINING_METRICS, "mfu_pct", "peak_mem_gib")
-#: Cells that must be integers when stated (a row's layout and dims; ``ffn`` and ``kv_heads``
-#: may be text such as ``1536 per expert`` or ``MLA``, which the flavor answers).
-INTEGER_COLUMNS = (
-    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch_seqs", "num_gpus",
-    "layers", "hidden", "heads", "vocab", "seq_len",
-)  # fmt: skip
 HEADER = (
     "no setups.toml source claims this row: its setup is inferred from the CSV "
     "(docs/validation.md, 'Rows without a setup'); every other setting is the ParallelConfig "
@@ -91,13 +91,6 @@ def is_runs_csv(path: Path) -> bool:
 def _integer(cell: str) -> int | None:
     text = cell.strip()
     return int(float(text.replace(",", ""))) if _INTEGER.fullmatch(text) else None
-
-
-#: Model columns whose text the flavor answers (pattern on the cell): an MoE row's ``ffn`` of
-#: ``1536 per expert``, DeepSeek-V3's ``kv_heads`` of ``MLA``. Other text there was dropped
-#: silently for the flavor's value (s18 csvrobust: ``MHA`` on a grouped-query flavor).
-TEXT_ALLOWED = {"ffn": r"expert", "kv_heads": r"\bmla\b"}
-TEXT_ALLOWED_SAID = {"ffn": "an MoE row's '… per expert'", "kv_heads": "'MLA'"}
 
 
 def _checked(row: dict[str, str], file: str) -> dict[str, int]:
@@ -396,111 +389,6 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
     )  # fmt: skip
 
 
-#: An integer cell with a remark: ``8 (assumed)``.
-_REMARKED = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)\s*\((.*)\)")
-#: A number with a table's footnote mark after it: ``8*``, ``1,533†`` (not ``~``: approximate).
-_FOOTNOTE = re.compile(r"(\d[\d,.]*)\s*[*†‡§¶]+")
-#: A sequence length in thousands of tokens as tables print it: ``8K`` = 8,192.
-_SEQ_K = re.compile(r"(\d+)\s*[kK]")
-#: "per GPU" after a rate's unit: ``/GPU``, ``per GPU`` (``tokens/GPU/s``: its own pattern).
-_PER_GPU = r"\s*(?:/|per)\s*gpu"
-#: A measured cell with its column's unit (or a thousands ``k`` on a rate): the unit, its
-#: factor to the column's unit. A rate's unit must say per GPU (``14,451 tokens/s/GPU``,
-#: ``TPS/GPU``): ``tokens/s`` alone may be the job's total (s18 csvrobust: ``98,112
-#: tokens/s`` was read as per GPU), and is a reason (:data:`MEASURED_OTHER`), as per node is;
-#: ``peak_mem_gib`` of ``70 GB`` stays a reason (GB or GiB?).
-MEASURED_UNITS: dict[str, tuple[tuple[str, float], ...]] = {
-    "iter_time_s": ((r"(?:s|sec|secs|seconds?)(?:\s*(?:/|per)\s*(?:step|iter(?:ation)?))?",
-                     1.0), (r"ms(?:\s*(?:/|per)\s*(?:step|iter(?:ation)?))?", 1e-3)),
-    "tokens_per_s_per_gpu": ((rf"(?:tokens?|tok)\s*/\s*s(?:ec)?{_PER_GPU}", 1.0),
-                             (r"(?:tokens?|tok)\s*/\s*(?:gpu|device)\s*/\s*s(?:ec)?", 1.0),
-                             (rf"tps{_PER_GPU}", 1.0), (r"k", 1e3)),
-    "tflops_per_gpu": ((rf"(?:tflop/?s|tflops)(?:{_PER_GPU})?", 1.0),),
-    "peak_mem_gib": ((r"gib", 1.0),),
-}  # fmt: skip
-#: Units a measured cell may carry that are not its column's, each the reason the row names
-#: (on the number's unit: the words after it, lower-cased).
-MEASURED_OTHER: dict[str, tuple[tuple[str, str], ...]] = {
-    "tokens_per_s_per_gpu": (
-        (r"(?:per|/)\s*(?:node|host|server)", "a rate per node (divide by its GPUs per node)"),
-        (r"(?:total|cluster|aggregate|global)", "the job's total rate (divide by num_gpus)"),
-        (r"(?:tokens?|tok|tps)\b(?:\s*/\s*s(?:ec)?)?", "a rate that does not say per GPU "
-         "(per GPU, per node or the job's total?); write tokens/s/GPU or the number alone"),
-    ),
-    "tflops_per_gpu": ((r"pflop", "PFLOP/s (write TFLOP/s per GPU)"),
-                       (r".*(?:per|/)\s*(?:node|host)|.*total", "not per GPU")),
-    "iter_time_s": ((r"min", "minutes (write seconds)"),),
-}  # fmt: skip
-_MEASURED = re.compile(r"(\d+(?:\.\d+)?)\s*(\S.*)")
-#: A vocabulary in thousands of tokens as model cards print it: ``128K`` (Llama 3's 128,256),
-#: ``32K`` (Llama 2's 32,000), ``152K`` (Qwen's 151,936), ``256K`` (Gemma's 256,000).
-_VOCAB_K = re.compile(r"(\d+(?:\.\d+)?)\s*[kK]")
-
-
-def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """``row`` with the cells written another way read into the schema's form, and the
-    assumptions that say so: a number with a footnote mark (``8*``) as the number, an integer
-    column holding ``N (remark)`` as ``N``, a ``seq_len``
-    of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a ``vocab``
-    of ``128K`` as 128,000 tokens, a measured cell with its column's unit
-    (:data:`MEASURED_UNITS`: ``1.2 s``, ``850 ms``, ``14.1k`` tokens/s), a ``recompute`` cell
-    by :func:`~stage_explore.validation.infer_fields.read_recompute`."""
-    out, notes = dict(row), []
-    for column in (*INTEGER_COLUMNS, *MEASURED_UNITS):
-        cell = out.get(column, "").strip()
-        marked = _FOOTNOTE.fullmatch(cell)
-        if marked:
-            out[column] = marked.group(1)
-            notes.append(f"{column} {marked.group(1)} (the {column} column says {cell!r}: a "
-                         "footnote mark)")  # fmt: skip
-    for column in (*INTEGER_COLUMNS, *TEXT_ALLOWED):
-        cell = out.get(column, "").strip()
-        remarked = _REMARKED.fullmatch(cell)
-        if remarked:
-            out[column] = remarked.group(1)
-            notes.append(f"{column} {remarked.group(1)} (the {column} column says {cell!r})")
-    seq = _SEQ_K.fullmatch(out.get("seq_len", "").strip())
-    if seq:
-        out["seq_len"] = str(int(seq.group(1)) * 1024)
-        notes.append(
-            f"seq_len {out['seq_len']} tokens (the seq_len column says {seq.group(0)!r}: "
-            "thousands of tokens read as 1,024 each)"
-        )
-    for column, units in MEASURED_UNITS.items():
-        cell = out.get(column, "").strip()
-        found = _MEASURED.fullmatch(cell.replace(",", ""))
-        unit = next((f for u, f in units if found and re.fullmatch(u, found.group(2), re.I)), None)
-        if found and unit is not None:
-            out[column] = f"{float(found.group(1)) * unit:g}"
-            notes.append(f"{column} {out[column]} (the {column} column says {cell!r})")
-    vocab = _VOCAB_K.fullmatch(out.get("vocab", "").strip())
-    if vocab:
-        out["vocab"] = str(round(float(vocab.group(1)) * 1000))
-        notes.append(
-            f"vocab {out['vocab']} tokens (the vocab column says {vocab.group(0)!r}: thousands "
-            "of tokens read as 1,000 each, as vocabularies are rounded: Llama 3's 128,256 is "
-            "'128K'; the logits GEMM is within the rounding)"
-        )
-    out["recompute"], spelled = read_recompute(out.get("recompute", ""))
-    return out, [*notes, *([spelled] if spelled else [])]
-
-
-def other_unit(row: dict[str, str], metric: str) -> str:
-    """The reason a ``metric`` cell that :func:`spelled_cells` left as written is not read,
-    when its unit is another than the column's (:data:`MEASURED_OTHER`: ``12,264
-    tokens/s/node``, ``98,112 tokens/s``, ``0.74 PFLOP/s``), naming the cell; else ""."""
-    cell = row.get(metric, "").strip()
-    found = _MEASURED.fullmatch(cell.replace(",", ""))
-    if found is None:
-        return ""
-    unit = found.group(2).lower()
-    for pattern, what in MEASURED_OTHER.get(metric, ()):
-        if re.search(pattern, unit):
-            return f"the {metric} cell {cell!r} is {what}: the column is per GPU" if (
-                metric != "iter_time_s") else f"the {metric} cell {cell!r} is in {what}"
-    return ""
-
-
 def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
@@ -570,6 +458,20 @@ def row_cases(
     return cases
 
 
+def _duplicate(row: dict[str, str], file: str, line: int, first: tuple[str, int]) -> Case:
+    """The not-evaluated case of a row whose ``id`` an earlier row already stated: the same run
+    listed twice would weigh twice in its source's error, and two runs under one id cannot be
+    told apart in the report, so only the first is evaluated."""
+    clean = {k: (v or "") for k, v in row.items() if k is not None}
+    metric = next((m for m in TRAINING_METRICS if clean.get(m, "").strip()), TRAINING_METRICS[0])
+    name = INFERRED_PREFIX + (clean.get("source", "").strip() or file)
+    reason = (
+        f"duplicate id {clean['id'].strip()!r}: row {first[1]} of {first[0]} has it (a run listed "
+        "twice would count twice in its source's error); give each row its own id"
+    )
+    return replace(_unevaluable(clean, metric, name, reason), file=file, line=line)
+
+
 def _split(cases: list[Case]) -> list[Case]:
     """Inferred sources whose rows differ in system or metric, split by them (a source is
     summarised, fitted and targeted on one system and one metric)."""
@@ -606,6 +508,7 @@ def inferred_cases(
     files: list[tuple[str, int]] = []
     ignored: list[str] = []
     unread: list[str] = []
+    seen: dict[str, tuple[str, int]] = {}  # an id → the file and row that first stated it
     named = {s.file for s in sources}
     found = {p.name for p in folder.glob("*.csv")} if only is None else {only}
     for name in sorted(named | found):
@@ -622,7 +525,12 @@ def inferred_cases(
         before = len(cases)
         for line, row in enumerate(rows, start=1):
             row_id = (row.get("id") or "").strip()
-            if not any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
+            if any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
+                continue
+            first = seen.setdefault(row_id, (name, line)) if row_id else (name, line)
+            if first != (name, line):
+                cases.append(_duplicate(row, name, line, first))
+            else:
                 cases += row_cases(row, name, line, systems or folder)
         extra = unread_columns(name, rows) if len(cases) > before else ""
         unread += [extra] if extra else []

@@ -1,6 +1,8 @@
 """What the NeMo 1.x launcher's example scripts set for NVIDIA's own performance-summary runs,
 for inferred setups (:func:`launcher_grad_sync`, called by
-:mod:`stage_explore.validation.infer_megatron` for a NeMo 1.x container).
+:mod:`stage_explore.validation.infer_megatron` for a NeMo 1.x container), and the fused loss and
+the named configs of the launcher's model yamls (:func:`launcher_loss`, :func:`launcher_config`,
+moved here from infer_megatron in s18 split6).
 
 NeMo's performance summary (``docs/source/performance/performance_summary.md``) of the 24.xx
 containers states each run's model, GPUs, batch and layout; the NeMo-Framework-Launcher runs
@@ -23,7 +25,7 @@ gradient reduction: ``MegatronGPTModel.setup_mcore_distributed_parallel`` under
 ``mcore_distributed_optim`` (``grad_reduce_in_fp32=(optim.get('grad_sync_dtype', 'fp32') ==
 'fp32')``), Apex ``DistributedFusedAdam``'s ``grad_sync_dtype`` otherwise. The Nemotron
 scripts (``nemotron_8b_fp8.sh`` / ``nemotron_22b_fp8.sh`` edc90457) pass no such override and
-the GPT-3 FP8 performance yamls set it themselves (``infer_megatron.LAUNCHER_CONFIGS``), so
+the GPT-3 FP8 performance yamls set it themselves (:data:`LAUNCHER_CONFIGS`), so
 the rule is the Llama family's.
 """
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from stage_explore.validation.infer_release import Defaults, row_text
+from stage_explore.validation.infer_release import CONTAINER_COLUMNS, Defaults, row_text
 
 #: NeMo's performance summary named in a row's text (not DGX Cloud's recipes, not MLPerf, not
 #: the long-sequence table, which run configs of their own).
@@ -90,3 +92,59 @@ def launcher_yaml_grad_sync(family: str, hidden: int, said: str, out: Defaults) 
             out.parallel["grad_fp32"] = False
             out.notes.append(f"gradients reduced in bf16 (grad_fp32 false): {why} ({said})")
             return
+
+
+#: NeMo 1.x launcher model yamls that set cross_entropy_loss_fusion true, by the model text's
+#: pattern: (pattern, why). NeMo 1.0's MegatronBaseModel.build_transformer_config copies the
+#: TransformerConfig fields a model yaml names and nothing sets cross_entropy_fusion_impl
+#: (Megatron-Core's default 'native'), so Megatron-Core's GPTModel calls
+#: fused_vocab_parallel_cross_entropy.
+LAUNCHER_LOSS: tuple[tuple[str, str], ...] = (
+    (r"llama[\s_-]*3\.1",
+     "NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama3_1_8b.yaml "
+     "(2ac7cee8), llama3_1_70b.yaml (1ab2c781) and llama3_1_405b.yaml (072ecc47) set "
+     "cross_entropy_loss_fusion true"),
+)  # fmt: skip
+
+
+def launcher_loss(row: dict[str, str], said: str, out: Defaults) -> None:
+    """The fused loss of a NeMo 1.x launcher model yaml (:data:`LAUNCHER_LOSS`)."""
+    for pattern, why in LAUNCHER_LOSS:
+        if re.search(pattern, row.get("model", ""), re.IGNORECASE):
+            out.options["native_cross_entropy"] = True
+            out.notes.append(
+                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
+                f"{why}; NeMo 1.0 copies it into Megatron-Core's TransformerConfig and sets no "
+                f"cross_entropy_fusion_impl (default 'native') ({said}; a NeMo 1.x container)"
+            )
+            return
+
+
+#: NeMo 1.x launcher training configs a row may name (its text or ``uncertain`` column), with the
+#: recompute and gradient-sync settings every stored version sets: (pattern, why). The three
+#: GPT-3 FP8 performance configs (NVIDIA/NeMo-Framework-Launcher 1e46ac6c
+#: launcher_scripts/conf/training/gpt3/{5b,20b,175b}_fp8_performance.yaml) set
+#: activations_checkpoint_granularity selective and optim grad_sync_dtype bf16; the plain
+#: gpt3/5b.yaml (00af8f26) sets neither, so the rule needs the named performance config.
+LAUNCHER_CONFIGS: tuple[tuple[str, str], ...] = (
+    (r"gpt3/(?:5b|20b|175b)_fp8_performance\.yaml",
+     "NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/{5b,20b,175b}_fp8_performance"
+     ".yaml (1e46ac6c): activations_checkpoint_granularity selective, optim "
+     "distributed_fused_adam grad_sync_dtype bf16"),
+)  # fmt: skip
+
+
+def launcher_config(row: dict[str, str], said: str, out: Defaults) -> None:
+    """The selective recompute (when the recompute column is empty) and bf16 gradient
+    reduction of a NeMo 1.x launcher config the row names (:data:`LAUNCHER_CONFIGS`)."""
+    text = " ".join(row.get(c, "") for c in CONTAINER_COLUMNS)
+    for pattern, why in LAUNCHER_CONFIGS:
+        if not re.search(pattern, text, re.IGNORECASE):
+            continue
+        out.parallel["grad_fp32"] = False
+        what = "gradients reduced in bf16 (grad_fp32 false)"
+        if not row.get("recompute", "").strip():
+            out.parallel["recompute"] = "selective"
+            what = f"selective recompute of the core attention, {what}"
+        out.notes.append(f"{what}: the row names the launcher config; {why} ({said})")
+        return

@@ -21,7 +21,12 @@ from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
-from stage_explore.validation.infer_launcher import launcher_grad_sync, launcher_yaml_grad_sync
+from stage_explore.validation.infer_launcher import (
+    launcher_config,
+    launcher_grad_sync,
+    launcher_loss,
+    launcher_yaml_grad_sync,
+)
 from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
 from stage_explore.validation.infer_mlperf import (
     MLPERF_NEMO2,
@@ -33,7 +38,6 @@ from stage_explore.validation.infer_mlperf import (
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_grok1
 from stage_explore.validation.infer_release import (
-    CONTAINER_COLUMNS,
     Defaults,
     container,
     row_text,
@@ -121,62 +125,6 @@ LOSS_ERAS: tuple[tuple[tuple[int, int], tuple[int, int], str, str], ...] = (
      "and cross_entropy_fusion_impl = 'te' (NeMo's later set_perf_optimization_configs, "
      "Megatron-Bridge's set_common_perf_overrides)"),
 )  # fmt: skip
-
-
-#: NeMo 1.x launcher model yamls that set cross_entropy_loss_fusion true, by the model text's
-#: pattern: (pattern, why). NeMo 1.0's MegatronBaseModel.build_transformer_config copies the
-#: TransformerConfig fields a model yaml names and nothing sets cross_entropy_fusion_impl
-#: (Megatron-Core's default 'native'), so Megatron-Core's GPTModel calls
-#: fused_vocab_parallel_cross_entropy.
-LAUNCHER_LOSS: tuple[tuple[str, str], ...] = (
-    (r"llama[\s_-]*3\.1",
-     "NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama3_1_8b.yaml "
-     "(2ac7cee8), llama3_1_70b.yaml (1ab2c781) and llama3_1_405b.yaml (072ecc47) set "
-     "cross_entropy_loss_fusion true"),
-)  # fmt: skip
-
-
-def _launcher_loss(row: dict[str, str], said: str, out: Defaults) -> None:
-    """The fused loss of a NeMo 1.x launcher model yaml (:data:`LAUNCHER_LOSS`)."""
-    for pattern, why in LAUNCHER_LOSS:
-        if re.search(pattern, row.get("model", ""), re.IGNORECASE):
-            out.options["native_cross_entropy"] = True
-            out.notes.append(
-                "the loss as Megatron-Core's native fused cross-entropy (native_cross_entropy): "
-                f"{why}; NeMo 1.0 copies it into Megatron-Core's TransformerConfig and sets no "
-                f"cross_entropy_fusion_impl (default 'native') ({said}; a NeMo 1.x container)"
-            )
-            return
-
-
-#: NeMo 1.x launcher training configs a row may name (its text or ``uncertain`` column), with the
-#: recompute and gradient-sync settings every stored version sets: (pattern, why). The three
-#: GPT-3 FP8 performance configs (NVIDIA/NeMo-Framework-Launcher 1e46ac6c
-#: launcher_scripts/conf/training/gpt3/{5b,20b,175b}_fp8_performance.yaml) set
-#: activations_checkpoint_granularity selective and optim grad_sync_dtype bf16; the plain
-#: gpt3/5b.yaml (00af8f26) sets neither, so the rule needs the named performance config.
-LAUNCHER_CONFIGS: tuple[tuple[str, str], ...] = (
-    (r"gpt3/(?:5b|20b|175b)_fp8_performance\.yaml",
-     "NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/{5b,20b,175b}_fp8_performance"
-     ".yaml (1e46ac6c): activations_checkpoint_granularity selective, optim "
-     "distributed_fused_adam grad_sync_dtype bf16"),
-)  # fmt: skip
-
-
-def _launcher_config(row: dict[str, str], said: str, out: Defaults) -> None:
-    """The selective recompute (when the recompute column is empty) and bf16 gradient
-    reduction of a NeMo 1.x launcher config the row names (:data:`LAUNCHER_CONFIGS`)."""
-    text = " ".join(row.get(c, "") for c in CONTAINER_COLUMNS)
-    for pattern, why in LAUNCHER_CONFIGS:
-        if not re.search(pattern, text, re.IGNORECASE):
-            continue
-        out.parallel["grad_fp32"] = False
-        what = "gradients reduced in bf16 (grad_fp32 false)"
-        if not row.get("recompute", "").strip():
-            out.parallel["recompute"] = "selective"
-            what = f"selective recompute of the core attention, {what}"
-        out.notes.append(f"{what}: the row names the launcher config; {why} ({said})")
-        return
 
 
 def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> None:
@@ -396,8 +344,8 @@ def _megatron_core(
         out.notes.append(f"{NVFP4_NO_TP_OVERLAP_WHY} ({said})")
     _loss(release, mlperf, said, out)
     if release < MLPERF_NEMO2 and not mlperf:
-        _launcher_loss(row, said, out)
-        _launcher_config(row, said, out)
+        launcher_loss(row, said, out)
+        launcher_config(row, said, out)
         launcher_grad_sync(row, family, release, system, out)
         launcher_yaml_grad_sync(family, shape[0], said, out)
     if release >= (25, 1) and not mlperf and shape[1] > 1:

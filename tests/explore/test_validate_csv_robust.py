@@ -227,3 +227,23 @@ def test_an_unquoted_thousands_separator_is_refused_not_read_shifted(tmp_path: P
     assert shifted.reason.startswith(f"the row has {len(row) + 1} cells but the header "
                                      f"{len(row)}"), shifted.reason  # fmt: skip
     assert not short.reason and short.measured == 14_451.0, short.reason
+
+
+def test_a_duplicate_id_is_evaluated_once_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The defect: the same id twice (a row pasted twice, or in two files of the folder) was
+    evaluated twice and weighed twice in its source's error; the later row is now not
+    evaluated, its reason naming the first."""
+    row = _row(SMALL, "CSV-DUP")
+    schema = list(row)
+    _write(tmp_path / "a.csv", [row, {**row, "tokens_per_s_per_gpu": "1"}], schema)
+    _write(tmp_path / "b.csv", [row, {**row, "id": "CSV-OTHER"}], schema)
+    assert main(["validate", "--data", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    dup = [r for r in rows if r["id"] == "CSV-DUP"]
+    assert [r["evaluated"] for r in dup] == [True, False, False]
+    assert dup[0]["measured"] == float(row["tokens_per_s_per_gpu"].replace(",", ""))
+    reasons = [r["not_evaluated_reason"] for r in dup[1:]]
+    assert all(r.startswith("duplicate id 'CSV-DUP': row 1 of a.csv has it") for r in reasons)
+    assert [r["evaluated"] for r in rows if r["id"] == "CSV-OTHER"] == [True]
