@@ -154,12 +154,15 @@ def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
     # records written before the pp_split knob existed ran STAGE's default split, "auto", and
     # those before the dp_shard knob sharded over all of dp (0), those before the
     # recompute_num_layers knob recomputed every layer under full recompute (0), and those
-    # before the recompute_method knob picked Megatron-Core's "block" layers
+    # before the recompute_method knob picked Megatron-Core's "block" layers, and those before
+    # the precision and fp8_recipe knobs ran ParallelConfig's defaults (bf16; delayed scaling)
     defaults: dict[str, object] = {
         "pp_split": "auto",
         "dp_shard": 0,
         "recompute_num_layers": 0,
         "recompute_method": "block",
+        "precision": "bf16",
+        "fp8_recipe": "delayed",
     }
     if not len(df) or not set(PARALLEL_KNOBS) - set(defaults) <= set(df.columns):
         return df

@@ -27,10 +27,10 @@ underscore and the dot of temporary files make Parquet readers of the folder ski
 ``pandas.read_parquet("<out>/<study>")`` works too).
 Columns, in order: ``trial study status reason backend``; the parameters ``num_gpus dp tp pp
 cp ep sp zero recompute schedule vpp micro_batch pp_split dp_shard recompute_num_layers
-recompute_method`` and one ``hw_*`` column per searched hardware parameter; the metrics
-``feasible step_time_s mfu hfu tokens_per_s_per_gpu peak_memory_bytes memory_capacity_bytes
-model_flops_per_step hardware_flops_per_step cost_per_step cost_per_million_tokens``,
-``breakdown_<component>`` for the fixed components,
+recompute_method precision fp8_recipe`` and one ``hw_*`` column per searched hardware parameter;
+the metrics ``feasible step_time_s mfu hfu tokens_per_s_per_gpu peak_memory_bytes
+memory_capacity_bytes model_flops_per_step hardware_flops_per_step cost_per_step
+cost_per_million_tokens``, ``breakdown_<component>`` for the fixed components,
 ``breakdown_other`` (the rest, summed), ``breakdown_json`` and ``extra_json`` (lossless maps);
 the timings ``eval_s finished_at worker``. FLOP counts are float64 (they overflow int64).
 Inference studies record their serving knobs instead of the training ones (``num_gpus tp pp dp
@@ -112,6 +112,8 @@ _PARAMS = [
     ("dp_shard", pa.int64()),
     ("recompute_num_layers", pa.int64()),
     ("recompute_method", pa.string()),
+    ("precision", pa.string()),
+    ("fp8_recipe", pa.string()),
 ]
 _METRICS = [
     ("feasible", pa.bool_()),

@@ -4,7 +4,8 @@ Contents:
     :func:`register`        the subcommand's parser.
     :class:`ProgressLine`   the progress line (rewritten in place on a terminal, else every 10 s).
     :func:`run`             load the study, check the output folder, pick the executor, run,
-                            print the summary.
+                            print the summary (and, when the study searches ``precision``,
+                            the best result of each precision).
 
 ``STUDY`` is a study file or the name of a study shipped with the package (``quickstart``,
 ``gpt3_175b_a100`` …, :func:`~stage_explore.study.loader.bundled_studies`).
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from stage_explore.search.executors import BaseExecutor
     from stage_explore.search.progress import Progress
     from stage_explore.search.worker import EvaluationJob
+    from stage_explore.study.spec import StudySpec
 
 _QUIET_EVERY_S = 10.0
 
@@ -179,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         f"stopped by {summary.stopped_by} after {progress.elapsed_s:.1f} s "
         f"({progress.rate_per_s:.1f} trials/s)"
     )
+    if len(spec.space.choices().get("precision", ())) > 1:  # bf16 or fp8 (or fp4)?
+        _print_precisions(spec, summary.directory)
     print(f"records: {summary.directory}  (stage report {summary.directory})")
     if progress.infrastructure_failed:
         print(
@@ -189,6 +193,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"interrupted: continue with stage explore {args.study} --out {args.out} --resume")
         return 130
     return 0
+
+
+def _print_precisions(spec: StudySpec, directory: Path) -> None:
+    """The best result of each searched precision (by the study's first objective)."""
+    from stage_explore.records import load_results
+    from stage_explore.report.precisions import precision_lines
+    from stage_explore.study.spec import Direction
+
+    objective = spec.objectives[0]
+    minimise = objective.direction is Direction.MIN
+    for line in precision_lines(load_results(directory), objective.metric, minimise):
+        print(line)
 
 
 def _recorded_trials(directory: Path) -> int:

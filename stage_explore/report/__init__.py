@@ -38,10 +38,19 @@ if TYPE_CHECKING:
 
 _DEFAULT_OBJECTIVES = {"step_time_s": "min", "mfu": "max"}
 _ALWAYS = ("num_gpus", "dp", "tp", "pp")
+#: Columns also shown when fixed at a value other than this one: a study fixed at fp8 says so
+#: in its tables (training and serving studies both default to bf16).
+_SHOWN_UNLESS: Mapping[str, object] = {"precision": "bf16"}
+
 #: Columns an inference study's tables always show besides its objectives.
 _SERVING_SHOWN = ("time_to_first_token_s", "time_per_output_token_s", "tokens_per_s_per_gpu")
 _LOST = "infrastructure_failed"
 _STATUSES = ("ok", "infeasible", "failed", _LOST)
+
+
+def _off_default(column: pd.Series, default: object) -> bool:
+    """Whether ``column`` holds a value other than ``default`` (never, without a default)."""
+    return default is not None and bool((column.dropna() != default).any())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,7 +197,11 @@ def build_report(
         for name, direction in pairs
     }
     parameters = tuple(
-        name for name in searched if name in _ALWAYS or frame[name].nunique(dropna=True) > 1
+        name
+        for name in searched
+        if name in _ALWAYS
+        or frame[name].nunique(dropna=True) > 1
+        or _off_default(frame[name], _SHOWN_UNLESS.get(name))
     )
     studies = frame["study"].unique()
     front = pareto_front(ok, {name: str(direction) for name, direction in pairs})

@@ -184,7 +184,8 @@ def parse_serving_space(table: Table) -> SearchSpace:
     """Validate an inference ``[space]`` into a :class:`SearchSpace` (module docstring)."""
     from stage_explore.study.spec import Knob, SearchSpace
 
-    for key in ("cp", "sp", "zero", "recompute", "schedule", "vpp", "micro_batch", "pp_split"):
+    training = ("cp", "sp", "zero", "recompute", "schedule", "vpp", "micro_batch", "pp_split")
+    for key in (*training, "fp8_recipe"):
         if key in table.data:
             raise table.error(
                 key, "a training knob; inference studies search " + ", ".join(SERVING_KNOBS)

@@ -16,9 +16,15 @@ parallelism is a no-op there), ``vpp`` unless the schedule is interleaved, ``zer
 dp·cp = 1 (ZeRO shards over the dp×cp ranks), ``ep`` for a dense model, ``pp_split`` when
 pp = 1 (``pp_split = "auto"`` is STAGE's default split, not "every policy"), ``dp_shard`` without
 ZeRO or at dp or more, ``recompute_num_layers`` unless ``recompute = "full"``,
-``recompute_method`` unless ``recompute = "full"`` with ``recompute_num_layers`` > 0. A pinned knob
-takes its neutral value (False, 1, 0, 1, "block") when the study lists it, else the first value it
-lists.
+``recompute_method`` unless ``recompute = "full"`` with ``recompute_num_layers`` > 0,
+``fp8_recipe`` unless ``precision = "fp8"`` (Megatron-Core reads ``--fp8-recipe`` only with
+``--fp8-format``; an FP4 run has its own recipe). A pinned knob takes its neutral value (False, 1,
+0, 1, "auto", 0, "block", "delayed") when the study lists it, else the first value it lists.
+
+``precision`` (bf16, fp16, fp8, fp4) is never pinned. A point the system cannot run at its
+precision (fp8 without an FP8 peak, fp4 without a grounded NVFP4 GEMM rate, mxfp8 off Blackwell)
+is not structural: the backend raises a one-line ConfigError and the trial is recorded infeasible
+with it (:mod:`stage_explore.search.worker`).
 
 A knob is written as a value (fixed), a list of values, a range table
 ``{ min = 1, max = 8, step = 1 }`` or ``{ min = 1, max = 64, scale = "pow2" }``, or ``"auto"``.
@@ -32,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from stage_core.parallel.split import PipelineSplit
-from stage_core.parallel.vocab import RECOMPUTE_METHODS
+from stage_core.parallel.vocab import RECOMPUTE_METHODS, Fp8Recipe, Precision
 from stage_explore.study._reader import Table, choices_text, describe
 from stage_explore.study.serving_space import canonical_serving, serving_reason
 from stage_explore.study.spec import (
@@ -53,6 +59,11 @@ PP_SPLIT_CHOICES: tuple[str, ...] = tuple(policy.value for policy in PipelineSpl
 #: How ``recompute_num_layers`` N picks the recomputed layers
 #: (:data:`stage_core.parallel.vocab.RECOMPUTE_METHODS`: block, every, uniform, spread).
 RECOMPUTE_METHOD_CHOICES: tuple[str, ...] = RECOMPUTE_METHODS
+#: Compute precisions (:class:`stage_core.parallel.vocab.Precision`: bf16, fp16, fp8, fp4).
+PRECISION_CHOICES: tuple[str, ...] = tuple(precision.value for precision in Precision)
+#: FP8 scaling recipes (:class:`stage_core.parallel.vocab.Fp8Recipe`: delayed, tensorwise,
+#: blockwise, mxfp8); read under ``precision = "fp8"`` only.
+FP8_RECIPE_CHOICES: tuple[str, ...] = tuple(recipe.value for recipe in Fp8Recipe)
 
 #: The value a knob takes when ``[space]`` does not mention it.
 KNOB_DEFAULTS: Mapping[str, Any] = {
@@ -70,6 +81,8 @@ KNOB_DEFAULTS: Mapping[str, Any] = {
     "dp_shard": 0,
     "recompute_num_layers": 0,
     "recompute_method": "block",
+    "precision": "bf16",
+    "fp8_recipe": "delayed",
 }
 
 _DEGREES = ("tp", "pp", "cp", "ep")
@@ -95,6 +108,8 @@ def _auto_values(name: str, max_gpus: int, workload: WorkloadSpec) -> tuple[Any,
         "vpp": (1, 2, 4),
         "pp_split": ("auto",),
         "recompute_method": RECOMPUTE_METHOD_CHOICES,
+        "precision": PRECISION_CHOICES,
+        "fp8_recipe": FP8_RECIPE_CHOICES,
     }[name]
 
 
@@ -156,6 +171,8 @@ def _check_value(table: Table, key: str, value: Any, kind: str) -> None:
             "recompute": RECOMPUTE_CHOICES,
             "pp_split": PP_SPLIT_CHOICES,
             "recompute_method": RECOMPUTE_METHOD_CHOICES,
+            "precision": PRECISION_CHOICES,
+            "fp8_recipe": FP8_RECIPE_CHOICES,
         }.get(key, SCHEDULE_CHOICES)
         ok = isinstance(value, str) and value in choices
         expected = choices_text(choices)
@@ -172,7 +189,7 @@ def _knob_kind(name: str) -> str:
         return "shard"
     if name == "recompute_num_layers":
         return "layers"
-    if name in ("recompute", "schedule", "pp_split", "recompute_method"):
+    if name in ("recompute", "schedule", "pp_split", "recompute_method", "precision", "fp8_recipe"):
         return "str"
     return "int"
 
@@ -343,6 +360,7 @@ NEUTRAL_VALUES: Mapping[str, Any] = {
     "dp_shard": 0,
     "recompute_num_layers": 0,
     "recompute_method": "block",
+    "fp8_recipe": "delayed",
 }
 
 
@@ -362,7 +380,8 @@ def canonical_params(
 
     ``choices`` are the space's values (a pinned knob keeps a value the study lists); ``moe``
     says whether the model has experts (``None``: unknown, ``ep`` is left as it is).
-    Idempotent: the knobs that decide a pin (tp, schedule, num_gpus, pp, cp) are never pinned.
+    Idempotent: the knobs that decide a pin (tp, schedule, num_gpus, pp, cp, precision) are never
+    pinned.
     """
     if "cp" not in params:  # an inference point
         return canonical_serving(params, choices, moe=moe)
@@ -385,6 +404,8 @@ def canonical_params(
         result.get("recompute") == "full" and result.get("recompute_num_layers")
     ):  # the method picks which N layers: nothing to pick without N (0: every layer)
         result["recompute_method"] = _pinned("recompute_method", choices)
+    if "fp8_recipe" in result and result.get("precision", "bf16") != "fp8":
+        result["fp8_recipe"] = _pinned("fp8_recipe", choices)  # scales nothing outside FP8
     return result
 
 

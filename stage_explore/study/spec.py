@@ -41,6 +41,8 @@ PARALLEL_KNOBS: tuple[str, ...] = (
     "dp_shard",
     "recompute_num_layers",
     "recompute_method",
+    "precision",
+    "fp8_recipe",
 )
 
 #: Metrics a study may optimise, with their natural direction.
