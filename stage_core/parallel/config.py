@@ -4,9 +4,11 @@ Contents:
 
 - The vocabularies (:class:`Schedule`, :class:`Recompute`, :class:`CpStyle`, :class:`Precision`, …)
   live in :mod:`stage_core.parallel.vocab` and are imported here.
-- :class:`ParallelConfig`: degrees, options and batch sizes, checked on construction; derived
-  sizes; the device meshes of dense and expert layers; :meth:`ParallelConfig.validate` against a
-  model, which rejects every invalid combination before any work is done.
+- :class:`ParallelConfig`: degrees, options and batch sizes, checked on construction (each
+  field's type and range in :mod:`stage_core.parallel.config_fields`, their combinations
+  here); derived sizes; the device meshes of dense and expert layers;
+  :meth:`ParallelConfig.validate` against a model, which rejects every invalid combination
+  before any work is done.
 - :func:`pad_vocab`: Megatron's vocabulary padding.
 
 Conventions (Megatron-core unless stated):
@@ -52,16 +54,16 @@ Conventions (Megatron-core unless stated):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
 from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.lower.schedule import check_group, grouped
 from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
+from stage_core.parallel.config_fields import DEFAULT_AXIS_ORDER as DEFAULT_AXIS_ORDER
+from stage_core.parallel.config_fields import field_problems
 from stage_core.parallel.model_rules import model_violations
 from stage_core.parallel.split import PipelineSplit, cached_split_layers
 
@@ -109,8 +111,6 @@ _LISTED_WHEN_SET = (
     "microbatch_group_size_per_vp_stage",
 )
 
-#: Default rank order, outermost first.
-DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
 #: Name of the expert-data-parallel axis of :meth:`ParallelConfig.expert_mesh`.
 EXPERT_DP_AXIS = "edp"
 #: Name of the expert-tensor-parallel axis of :meth:`ParallelConfig.expert_mesh` when ``etp < tp``.
@@ -120,17 +120,11 @@ DEFAULT_GRAD_BUCKET_BYTES = 25 * 1024 * 1024
 #: Megatron's ``--make-vocab-size-divisible-by`` default.
 DEFAULT_VOCAB_DIVISIBLE_BY = 128
 
-_ZERO_ALIASES: Mapping[str, int] = MappingProxyType({"fsdp": 3})
-_POSITIVE = ("dp", "tp", "cp", "pp", "ep", "vpp", "micro_batch", "grad_bucket_bytes")
 
 
 def pad_vocab(vocab: int, multiple: int) -> int:
     """``vocab`` rounded up to a multiple of ``multiple`` (Megatron's vocabulary padding)."""
     return -(-vocab // multiple) * multiple
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,7 +196,7 @@ class ParallelConfig:
     microbatch_group_size_per_vp_stage: int | None = None
 
     def __post_init__(self) -> None:
-        problems = self._type_problems()
+        problems = field_problems(self)
         if problems:
             raise ConfigError("; ".join(problems))
         if self.global_batch == 0:
@@ -212,141 +206,6 @@ class ParallelConfig:
             raise ConfigError("; ".join(problems))
         if self.dp_shard == self.dp:  # one spelling of "shard over all of dp"
             object.__setattr__(self, "dp_shard", None)
-
-    def _type_problems(self) -> list[str]:
-        problems: list[str] = []
-        for name, kind in (
-            ("cp_style", CpStyle),
-            ("moe_dispatcher", MoeDispatcher),
-            ("schedule", Schedule),
-            ("recompute", Recompute),
-            ("precision", Precision),
-            ("fp8_recipe", Fp8Recipe),
-            ("fp4_recipe", Fp4Recipe),
-            ("pp_split", PipelineSplit),
-        ):
-            value = getattr(self, name)
-            if name == "schedule" and isinstance(value, str):
-                value = SCHEDULE_ALIASES.get(value, value)
-            if isinstance(value, str) and value in {member.value for member in kind}:
-                object.__setattr__(self, name, kind(value))
-            else:
-                allowed = ", ".join(repr(member.value) for member in kind)
-                problems.append(f"`{name}` must be one of {allowed}, but got {name}={value!r}")
-        for name in (*_POSITIVE, "vocab_divisible_by"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                problems.append(f"`{name}` must be a positive int, but got {name}={value!r}")
-        global_batch = self.global_batch
-        if not _is_int(global_batch) or global_batch < 0:
-            problems.append(
-                "`global_batch` must be a positive int (0 = dp·micro_batch), "
-                f"but got {global_batch=}"
-            )
-        etp = self.etp
-        if etp is not None and (not _is_int(etp) or etp < 1):
-            problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
-        dp_shard = self.dp_shard
-        if dp_shard is not None and (not _is_int(dp_shard) or dp_shard < 1):
-            problems.append(
-                f"`dp_shard` must be a positive int or None (= dp), but got {dp_shard=}"
-            )
-        seq_len = self.seq_len
-        if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
-            problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
-        listed: object = self.fp8_gemms
-        gemms = tuple(listed) if isinstance(listed, tuple | list) else None
-        if (
-            gemms is None
-            or not gemms
-            or len(set(gemms)) != len(gemms)
-            or any(g not in FP8_GEMMS for g in gemms)
-        ):
-            problems.append(
-                f"`fp8_gemms` must name some of {', '.join(FP8_GEMMS)} once each, "
-                f"but got fp8_gemms={listed!r}"
-            )
-        else:
-            object.__setattr__(self, "fp8_gemms", gemms)
-        modules: object = self.recompute_modules
-        names = tuple(modules) if isinstance(modules, tuple | list) else None
-        if (
-            names is None
-            or len(set(names)) != len(names)
-            or any(m not in RECOMPUTE_MODULES for m in names)
-        ):
-            problems.append(
-                f"`recompute_modules` must name some of {', '.join(RECOMPUTE_MODULES)} once "
-                f"each, but got recompute_modules={modules!r}"
-            )
-        else:
-            object.__setattr__(self, "recompute_modules", names)
-        count = self.recompute_num_layers
-        if count is not None and (type(count) is not int or count < 1):
-            problems.append(
-                f"`recompute_num_layers` must be an integer >= 1 or None, but got {count!r}"
-            )
-        group = self.microbatch_group_size_per_vp_stage
-        if group is not None and (type(group) is not int or group < 1):
-            problems.append(
-                "`microbatch_group_size_per_vp_stage` must be an integer >= 1 or None, "
-                f"but got {group!r}"
-            )
-        if self.recompute_method not in RECOMPUTE_METHODS:
-            problems.append(
-                f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)}, "
-                f"but got recompute_method={self.recompute_method!r}"
-            )
-        for name in ("sp", "master_weights_fp32", "grad_fp32"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"`{name}` must be a bool, but got {name}={getattr(self, name)!r}")
-        if self.dropout is not None and not isinstance(self.dropout, bool):
-            problems.append(f"`dropout` must be a bool or None, but got dropout={self.dropout!r}")
-        zero: object = self.zero
-        if isinstance(zero, str):
-            zero = _ZERO_ALIASES.get(zero.lower(), zero)
-        if isinstance(zero, int) and not isinstance(zero, bool) and 0 <= zero <= 3:
-            object.__setattr__(self, "zero", zero)
-        else:
-            problems.append(f"`zero` must be 0, 1, 2, 3 or 'fsdp', but got zero={self.zero!r}")
-        problems += self._split_type_problems()
-        order: object = self.axis_order
-        names = tuple(order) if isinstance(order, tuple | list) else ()
-        if all(isinstance(name, str) for name in names):
-            object.__setattr__(self, "axis_order", names)
-        if not self._axis_order_ok(names):
-            problems.append(
-                f"`axis_order` must order {DEFAULT_AXIS_ORDER} with dp, ep and cp adjacent and ep "
-                f"right after dp, but got axis_order={order!r}"
-            )
-        return problems
-
-    def _split_type_problems(self) -> list[str]:
-        problems: list[str] = []
-        listed: object = self.pp_layers
-        counts = tuple(listed) if isinstance(listed, tuple | list) else None
-        if counts is None or not all(_is_int(c) and c >= 0 for c in counts):
-            problems.append(
-                f"`pp_layers` must be a list of non-negative ints, but got pp_layers={listed!r}"
-            )
-        else:
-            object.__setattr__(self, "pp_layers", counts)
-        for name in ("pp_first_layers", "pp_last_layers"):
-            value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 0):
-                problems.append(f"`{name}` must be a non-negative int or None, but got {value!r}")
-        return problems
-
-    @staticmethod
-    def _axis_order_ok(names: tuple[object, ...]) -> bool:
-        if not all(isinstance(name, str) for name in names):
-            return False
-        if sorted(map(str, names)) != sorted(DEFAULT_AXIS_ORDER) or len(names) != len(set(names)):
-            return False
-        data_positions = sorted(names.index(name) for name in ("dp", "ep", "cp"))
-        return data_positions[2] - data_positions[0] == 2 and (
-            names.index("ep") == names.index("dp") + 1
-        )
 
     def _combination_problems(self) -> list[str]:
         problems: list[str] = []

@@ -299,7 +299,7 @@ def latency_bound_all_reduce_s(system: System, size_bytes: int, group: Sequence[
     log-depth algorithm is halving-doubling (``2⌈log2 n⌉`` steps per level): the time is the
     smaller of the dims' own algorithm and halving-doubling on every level (``⌈log2 n⌉``
     steps for any ``n``, as NCCL's tree takes any rank count: an NVL72 rack too). Used for the
-    FP8 amax reduction (:meth:`~stage_explore.analytical.planning.StagePlanning._fp8_amax_s`);
+    FP8 amax reduction (:meth:`~stage_explore.analytical.amax_costing.AmaxCosting._fp8_amax_s`);
     the other all-reduces keep their dims' algorithm (large messages, where the ring wins)."""
     own = alpha_beta_collective_s(system, AR, size_bytes, group)
     tree = alpha_beta_collective_s(

@@ -19,15 +19,15 @@ from stage_core.lower.program import (
 )
 from stage_core.lower.program_node import PassEnd
 from stage_core.trace import CollectiveKind
-from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.blocktime import time_block
-from stage_explore.analytical.costing import PhaseProgram
-from stage_explore.analytical.parts import Point
-from stage_explore.analytical.planning import (
+from stage_explore.analytical.amax_costing import (
     AMAX_BACKWARD_ENTRIES,
     AMAX_BYTES,
     AMAX_FORWARD_ENTRIES,
 )
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.blocktime import time_block
+from stage_explore.analytical.costing import PhaseProgram
+from stage_explore.analytical.parts import Point
 from stage_explore.analytical.trace_ring import RingProgram, ring_program, torch_ring_program
 
 

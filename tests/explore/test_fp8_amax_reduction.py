@@ -13,6 +13,11 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Fp8Recipe, Precision
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.amax_costing import (
+    AMAX_BACKWARD_ENTRIES,
+    AMAX_BYTES,
+    AMAX_FORWARD_ENTRIES,
+)
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import (
     LL_BUS_SHARE_ALL_REDUCE,
@@ -20,11 +25,6 @@ from stage_explore.analytical.collectives import (
     latency_bound_all_reduce_s,
 )
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.planning import (
-    AMAX_BACKWARD_ENTRIES,
-    AMAX_BYTES,
-    AMAX_FORWARD_ENTRIES,
-)
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=2048)

@@ -13,12 +13,12 @@ from stage_core.lower.fp8 import FP8_BYTES, cast_bytes
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Fp8Recipe, Precision
+from stage_explore.analytical.amax_costing import AMAX_BYTES
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import latency_bound_all_reduce_s
 from stage_explore.analytical.fp8_casts import quantize_cost
 from stage_explore.analytical.fp8_gather import amax_reductions, fp8_gathered
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.planning import AMAX_BYTES
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point
 

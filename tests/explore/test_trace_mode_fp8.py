@@ -27,8 +27,8 @@ from stage_core.lower.program_node import PASS_END_BWD, PASS_END_FWD
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_core.trace import CollectiveKind, NodeKind
+from stage_explore.analytical.amax_costing import FP8_AMAX
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.planning import FP8_AMAX
 from stage_explore.analytical.trace_mode import TraceStep, trace_step
 from stage_explore.system import load_system
 from tests.explore.trace_helpers import optimizer_end

@@ -1,0 +1,175 @@
+"""The field checks of :class:`~stage_core.parallel.config.ParallelConfig` on construction:
+each field's type and range, one line per problem naming the field, what it must be and the value;
+the vocabularies' strings read as their enums, ``zero='fsdp'`` as 3, ``schedule`` aliases and
+lists as tuples, in place on the frozen config. Moved out of :mod:`stage_core.parallel.config`
+(s18 split6), which checks the fields' combinations and against a model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from stage_core.parallel.split import PipelineSplit
+from stage_core.parallel.vocab import (
+    FP8_GEMMS,
+    RECOMPUTE_METHODS,
+    RECOMPUTE_MODULES,
+    SCHEDULE_ALIASES,
+    CpStyle,
+    Fp4Recipe,
+    Fp8Recipe,
+    MoeDispatcher,
+    Precision,
+    Recompute,
+    Schedule,
+)
+
+if TYPE_CHECKING:
+    from stage_core.parallel.config import ParallelConfig
+
+#: Default rank order, outermost first.
+DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
+
+_ZERO_ALIASES: Mapping[str, int] = MappingProxyType({"fsdp": 3})
+_POSITIVE = ("dp", "tp", "cp", "pp", "ep", "vpp", "micro_batch", "grad_bucket_bytes")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def field_problems(config: ParallelConfig) -> list[str]:
+    """Every field's type and range problem, one line each; the vocabularies' strings (and
+    ``zero='fsdp'``, ``schedule`` aliases, lists) are normalised in place on ``config``."""
+    problems: list[str] = []
+    for name, kind in (
+        ("cp_style", CpStyle),
+        ("moe_dispatcher", MoeDispatcher),
+        ("schedule", Schedule),
+        ("recompute", Recompute),
+        ("precision", Precision),
+        ("fp8_recipe", Fp8Recipe),
+        ("fp4_recipe", Fp4Recipe),
+        ("pp_split", PipelineSplit),
+    ):
+        value = getattr(config, name)
+        if name == "schedule" and isinstance(value, str):
+            value = SCHEDULE_ALIASES.get(value, value)
+        if isinstance(value, str) and value in {member.value for member in kind}:
+            object.__setattr__(config, name, kind(value))
+        else:
+            allowed = ", ".join(repr(member.value) for member in kind)
+            problems.append(f"`{name}` must be one of {allowed}, but got {name}={value!r}")
+    for name in (*_POSITIVE, "vocab_divisible_by"):
+        value = getattr(config, name)
+        if not _is_int(value) or value < 1:
+            problems.append(f"`{name}` must be a positive int, but got {name}={value!r}")
+    global_batch = config.global_batch
+    if not _is_int(global_batch) or global_batch < 0:
+        problems.append(
+            f"`global_batch` must be a positive int (0 = dp·micro_batch), but got {global_batch=}"
+        )
+    etp = config.etp
+    if etp is not None and (not _is_int(etp) or etp < 1):
+        problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
+    dp_shard = config.dp_shard
+    if dp_shard is not None and (not _is_int(dp_shard) or dp_shard < 1):
+        problems.append(f"`dp_shard` must be a positive int or None (= dp), but got {dp_shard=}")
+    seq_len = config.seq_len
+    if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
+        problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
+    listed: object = config.fp8_gemms
+    gemms = tuple(listed) if isinstance(listed, tuple | list) else None
+    if (
+        gemms is None
+        or not gemms
+        or len(set(gemms)) != len(gemms)
+        or any(g not in FP8_GEMMS for g in gemms)
+    ):
+        problems.append(
+            f"`fp8_gemms` must name some of {', '.join(FP8_GEMMS)} once each, "
+            f"but got fp8_gemms={listed!r}"
+        )
+    else:
+        object.__setattr__(config, "fp8_gemms", gemms)
+    modules: object = config.recompute_modules
+    names = tuple(modules) if isinstance(modules, tuple | list) else None
+    if (
+        names is None
+        or len(set(names)) != len(names)
+        or any(m not in RECOMPUTE_MODULES for m in names)
+    ):
+        problems.append(
+            f"`recompute_modules` must name some of {', '.join(RECOMPUTE_MODULES)} once "
+            f"each, but got recompute_modules={modules!r}"
+        )
+    else:
+        object.__setattr__(config, "recompute_modules", names)
+    count = config.recompute_num_layers
+    if count is not None and (type(count) is not int or count < 1):
+        problems.append(
+            f"`recompute_num_layers` must be an integer >= 1 or None, but got {count!r}"
+        )
+    group = config.microbatch_group_size_per_vp_stage
+    if group is not None and (type(group) is not int or group < 1):
+        problems.append(
+            "`microbatch_group_size_per_vp_stage` must be an integer >= 1 or None, "
+            f"but got {group!r}"
+        )
+    if config.recompute_method not in RECOMPUTE_METHODS:
+        problems.append(
+            f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)}, "
+            f"but got recompute_method={config.recompute_method!r}"
+        )
+    for name in ("sp", "master_weights_fp32", "grad_fp32"):
+        if not isinstance(getattr(config, name), bool):
+            problems.append(f"`{name}` must be a bool, but got {name}={getattr(config, name)!r}")
+    if config.dropout is not None and not isinstance(config.dropout, bool):
+        problems.append(f"`dropout` must be a bool or None, but got dropout={config.dropout!r}")
+    zero: object = config.zero
+    if isinstance(zero, str):
+        zero = _ZERO_ALIASES.get(zero.lower(), zero)
+    if isinstance(zero, int) and not isinstance(zero, bool) and 0 <= zero <= 3:
+        object.__setattr__(config, "zero", zero)
+    else:
+        problems.append(f"`zero` must be 0, 1, 2, 3 or 'fsdp', but got zero={config.zero!r}")
+    problems += _split_problems(config)
+    order: object = config.axis_order
+    names = tuple(order) if isinstance(order, tuple | list) else ()
+    if all(isinstance(name, str) for name in names):
+        object.__setattr__(config, "axis_order", names)
+    if not axis_order_ok(names):
+        problems.append(
+            f"`axis_order` must order {DEFAULT_AXIS_ORDER} with dp, ep and cp adjacent and ep "
+            f"right after dp, but got axis_order={order!r}"
+        )
+    return problems
+
+
+def _split_problems(config: ParallelConfig) -> list[str]:
+    problems: list[str] = []
+    listed: object = config.pp_layers
+    counts = tuple(listed) if isinstance(listed, tuple | list) else None
+    if counts is None or not all(_is_int(c) and c >= 0 for c in counts):
+        problems.append(
+            f"`pp_layers` must be a list of non-negative ints, but got pp_layers={listed!r}"
+        )
+    else:
+        object.__setattr__(config, "pp_layers", counts)
+    for name in ("pp_first_layers", "pp_last_layers"):
+        value = getattr(config, name)
+        if value is not None and (not _is_int(value) or value < 0):
+            problems.append(f"`{name}` must be a non-negative int or None, but got {value!r}")
+    return problems
+
+
+def axis_order_ok(names: tuple[object, ...]) -> bool:
+    if not all(isinstance(name, str) for name in names):
+        return False
+    if sorted(map(str, names)) != sorted(DEFAULT_AXIS_ORDER) or len(names) != len(set(names)):
+        return False
+    data_positions = sorted(names.index(name) for name in ("dp", "ep", "cp"))
+    return data_positions[2] - data_positions[0] == 2 and (
+        names.index("ep") == names.index("dp") + 1
+    )
