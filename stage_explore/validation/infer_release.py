@@ -56,6 +56,30 @@ def container(row: dict[str, str]) -> tuple[int, int] | None:
     return None
 
 
+#: PyTorch releases as ``(year, month)`` of their release (pytorch.org/blog/pytorch-2-6 … -2-9:
+#: 2.6 on 29 Jan 2025, 2.7 on 23 Apr 2025, 2.8 on 6 Aug 2025, 2.9 on 15 Oct 2025). A run on a
+#: stated release ran no earlier: what :func:`torch_dated` reads of a row that names no date.
+PYTORCH_RELEASES: dict[tuple[int, int], tuple[int, int]] = {
+    (2, 6): (2025, 1),
+    (2, 7): (2025, 4),
+    (2, 8): (2025, 8),
+    (2, 9): (2025, 10),
+}
+_PYTORCH = re.compile(r"\b(?:pytorch|torch)[\s:=_-]*v?(\d+)\.(\d+)(?:\.\d+)?", re.IGNORECASE)
+
+
+def torch_dated(row: dict[str, str]) -> tuple[int, int] | None:
+    """``(year, month)`` of the release of the PyTorch version the row's text names
+    (``PyTorch 2.9.0+cu128``; :data:`PYTORCH_RELEASES`), the earliest the run can date from;
+    None when it names none of those versions."""
+    for column in TEXT_COLUMNS:
+        for found in _PYTORCH.finditer(row.get(column, "")):
+            when = PYTORCH_RELEASES.get((int(found.group(1)), int(found.group(2))))
+            if when is not None:
+                return when
+    return None
+
+
 def dated(row: dict[str, str]) -> tuple[int, int] | None:
     """``(year, month)`` of the first date the row's text states (``2025-06``, ``June
     2025``), else None."""

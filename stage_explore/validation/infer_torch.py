@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from stage_core.models import get_flavor
-from stage_explore.validation.infer_release import Defaults, dated, row_text
+from stage_explore.validation.infer_release import Defaults, dated, row_text, torch_dated
 
 #: NeMo AutoModel's benchmark configs (examples/benchmark/configs/*_te_deepep.yaml):
 #: activation_checkpointing per model family, read when the recompute column is empty.
@@ -215,8 +215,10 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
             "asynchronous TP (tp_comm_overlap): the source table names AsyncTP "
             "(torchtitan --parallelism.enable_async_tensor_parallel)"
         )
-    when = dated(row)
+    when, how = dated(row), "the text dates the run"
+    if when is None:  # a run on a stated PyTorch release is no older than that release
+        when, how = torch_dated(row), "the PyTorch release the text names dates from"
     for first, needs_compile, _, name, value, why in TORCHTITAN_ERAS:
         if when is not None and when >= first and (compiled or not needs_compile):
             out.options[name] = value
-            out.notes.append(f"{why} (the text dates the run {when[0]}-{when[1]:02d})")
+            out.notes.append(f"{why} ({how} {when[0]}-{when[1]:02d})")

@@ -9,7 +9,7 @@ import pytest
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_defaults import recipe_defaults
-from stage_explore.validation.infer_release import container, dated
+from stage_explore.validation.infer_release import container, dated, torch_dated
 from stage_explore.validation.setups import data_dir, load_cases
 from tests.explore.published_rows import inferred_case as _case
 from tests.explore.published_rows import minimal_row as _row
@@ -279,6 +279,28 @@ def test_torchtitan_of_mid_2025_compiles_the_loss_and_uses_the_fused_adamw() -> 
     }  # fmt: skip
     eager = _case(source=source, source_table="FSDP")
     assert dict(eager.framework_options) == {"optimizer_foreach": False}
+
+
+@pytest.mark.parametrize(
+    ("text", "when"),
+    [("reproduced on NVIDIA B200, PyTorch 2.9.0+cu128", (2025, 10)),
+     ("torch==2.7.1 and torchao", (2025, 4)), ("PyTorch 2.4 (not in the table)", None),
+     ("torchtitan 0596be3, torch.compile", None)],
+)  # fmt: skip
+def test_the_pytorch_release_a_text_names(text: str, when: tuple[int, int] | None) -> None:
+    assert torch_dated({"notes": text}) == when
+
+
+def test_an_undated_torchtitan_row_dates_from_the_pytorch_release_it_names() -> None:
+    source = "TorchTitan README (PyTorch torchtitan)"
+    notes = "reproduced on NVIDIA B200, PyTorch 2.9.0+cu128"
+    case = _case(source=source, source_table="torch.compile, FSDP", notes=notes)
+    assert dict(case.framework_options) == {
+        "fused_elementwise": True, "loss_fp32_buffers": 0, "optimizer_foreach": False,
+    }  # fmt: skip
+    assert any("PyTorch release the text names dates from 2025-10" in a for a in case.assumptions)
+    older = _case(source=source, source_table="FSDP", notes="PyTorch 2.6.0")
+    assert "optimizer_foreach" not in dict(older.framework_options)
 
 
 def test_automodel_moe_defaults_and_the_named_techniques() -> None:
