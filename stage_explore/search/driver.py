@@ -66,7 +66,7 @@ from stage_explore.search.samplers import (
     is_fast,
 )
 from stage_explore.search.worker import Candidate, EvaluationJob
-from stage_explore.study.space import derive_dp, structural_reason
+from stage_explore.study.space import KNOB_DEFAULTS, derive_dp, structural_reason
 from stage_explore.study.spec import Direction, SamplerKind, StudySpec
 
 logger = logging.getLogger(__name__)
@@ -152,6 +152,8 @@ class Explorer:
         if recorded is not None:
             stored = recorded.get("fingerprint", {})
             for section, value in self.spec.fingerprint().items():
+                if section == "space":
+                    value = _as_recorded(value, stored.get(section))
                 if json.dumps(stored.get(section), sort_keys=True) != json.dumps(
                     value, sort_keys=True
                 ):
@@ -500,3 +502,24 @@ def explore(
         on_progress=on_progress,
         retry=retry,
     ).run()
+
+
+def _as_recorded(space: dict[str, Any], stored: Any) -> dict[str, Any]:
+    """``space`` (a fingerprint's ``[space]``) without the knobs a study recorded before they
+    existed does not list, when they hold only their default (:data:`~stage_explore.study.space
+    .KNOB_DEFAULTS`): such a study ran them at that value, so a resume matches it (s18: the
+    ``precision`` and ``fp8_recipe`` knobs joined every training study's space)."""
+    knobs = space.get("knobs")
+    recorded = stored.get("knobs") if isinstance(stored, dict) else None
+    if not isinstance(knobs, dict) or not isinstance(recorded, dict):
+        return space
+    kept = {
+        name: values
+        for name, values in knobs.items()
+        if name in recorded or values != [KNOB_DEFAULTS.get(name, _NO_DEFAULT)]
+    }
+    return {**space, "knobs": kept}
+
+
+#: A value no knob's default equals (a knob without a default is always compared).
+_NO_DEFAULT = object()

@@ -3,6 +3,7 @@ failures, grid exhaustion, resume, refusal, time limit and interruption."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from importlib import import_module
@@ -201,6 +202,29 @@ def test_resume_refuses_a_changed_study_definition(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"\[space\] differs from the study recorded"):
         run(changed, tmp_path, resume=True)
+
+
+def _forget_knobs(directory: Path, names: tuple[str, ...]) -> None:
+    """Make the recorded study one recorded before the ``names`` knobs existed."""
+    meta = directory / "_study.json"
+    content = json.loads(meta.read_text())
+    for name in names:
+        del content["fingerprint"]["space"]["knobs"][name]
+    meta.write_text(json.dumps(content))
+
+
+def test_resume_of_a_study_recorded_before_a_knob_existed(tmp_path: Path) -> None:
+    """A study recorded before the precision knobs ran them at their defaults: resuming it with
+    the knobs at those defaults continues it; searching another value is a changed study."""
+    spec = spec_of(tmp_path, trials=10)
+    first = run(spec, tmp_path, trials=5)
+    _forget_knobs(first.directory, ("precision", "fp8_recipe"))
+    summary = run(spec, tmp_path, resume=True)
+    assert summary.resumed == 5 and summary.progress.done == 10
+    _forget_knobs(summary.directory, ("precision", "fp8_recipe"))
+    searched = spec_of(tmp_path, trials=20, space=support.SPACE + 'precision = ["bf16", "fp8"]\n')
+    with pytest.raises(ConfigError, match=r"\[space\] differs from the study recorded"):
+        run(searched, tmp_path, resume=True)
 
 
 def test_python_resume_of_an_empty_folder_is_refused_as_the_cli_refuses(tmp_path: Path) -> None:
