@@ -79,33 +79,13 @@ def field_problems(config: ParallelConfig) -> list[str]:
     seq_len = config.seq_len
     if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
         problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
-    listed: object = config.fp8_gemms
-    gemms = tuple(listed) if isinstance(listed, tuple | list) else None
-    if (
-        gemms is None
-        or not gemms
-        or len(set(gemms)) != len(gemms)
-        or any(g not in FP8_GEMMS for g in gemms)
+    for listed_field, members, empty_ok in (
+        ("fp8_gemms", FP8_GEMMS, False),
+        ("recompute_modules", RECOMPUTE_MODULES, True),
     ):
-        problems.append(
-            f"`fp8_gemms` must name some of {', '.join(FP8_GEMMS)} once each, "
-            f"but got fp8_gemms={listed!r}"
-        )
-    else:
-        object.__setattr__(config, "fp8_gemms", gemms)
-    modules: object = config.recompute_modules
-    names = tuple(modules) if isinstance(modules, tuple | list) else None
-    if (
-        names is None
-        or len(set(names)) != len(names)
-        or any(m not in RECOMPUTE_MODULES for m in names)
-    ):
-        problems.append(
-            f"`recompute_modules` must name some of {', '.join(RECOMPUTE_MODULES)} once "
-            f"each, but got recompute_modules={modules!r}"
-        )
-    else:
-        object.__setattr__(config, "recompute_modules", names)
+        problem = _named_once(config, listed_field, members, empty_ok)
+        if problem:
+            problems.append(problem)
     count = config.recompute_num_layers
     if count is not None and (type(count) is not int or count < 1):
         problems.append(
@@ -173,3 +153,22 @@ def axis_order_ok(names: tuple[object, ...]) -> bool:
     return data_positions[2] - data_positions[0] == 2 and (
         names.index("ep") == names.index("dp") + 1
     )
+
+
+def _named_once(
+    config: ParallelConfig, name: str, allowed: tuple[str, ...], empty_ok: bool
+) -> str | None:
+    """The problem of a field that must name some of ``allowed`` once each (``empty_ok``: or
+    none), or None after storing it as a tuple on ``config``."""
+    listed: object = getattr(config, name)
+    names = tuple(listed) if isinstance(listed, tuple | list) else None
+    if (
+        names is None
+        or (not names and not empty_ok)
+        or len(set(names)) != len(names)
+        or any(n not in allowed for n in names)
+    ):
+        choices = ", ".join(allowed)
+        return f"`{name}` must name some of {choices} once each, but got {name}={listed!r}"
+    object.__setattr__(config, name, names)
+    return None
