@@ -1,7 +1,7 @@
 """NVFP4 training precision (``precision='fp4'``, recipe ``nvfp4``): config validation, the FP4
 weight copies and saved weight-gradient inputs counted from the lowered program in exact bytes,
 the three cast kernels of a random-Hadamard-transformed operand, the refusal on a system without
-a measured NVFP4 GEMM fraction, and an evaluation on GB300."""
+a measured NVFP4 GEMM fraction, and evaluations on GB300 and B200."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from stage_explore.analytical.fp8_casts import quantize_cost
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.cli import main
-from stage_explore.system import load_system
+from stage_explore.system import System, load_system
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_fields import Uninferable, infer_precision
 from tests.explore.published_rows import minimal_row
@@ -123,12 +123,24 @@ def test_fp4_gemms_and_casts_on_gb300() -> None:
     assert fp4._cast_s(fc1, "fprop") == pytest.approx(casts)
 
 
+def _without_nvfp4_fraction(preset: str) -> System:
+    """``preset`` as a user system file that states the NVFP4 peak but no NVFP4 GEMM fraction."""
+    system = load_system(preset)
+    kernels = system.accelerator.kernels
+    assert kernels is not None
+    fractions = {k: v for k, v in kernels.gemm_efficiency.items() if k != "nvfp4"}
+    accelerator = dataclasses.replace(
+        system.accelerator, kernels=dataclasses.replace(kernels, gemm_efficiency=fractions)
+    )
+    return dataclasses.replace(system, accelerator=accelerator)
+
+
 def test_fp4_is_refused_without_a_measured_nvfp4_fraction() -> None:
     parallel = _fp4()
     for preset in ("b200", "gb200-nvl72"):
-        system = load_system(preset)
+        system = _without_nvfp4_fraction(preset)
         assert "nvfp4" in system.accelerator.peak_flops_per_s  # the vendor's peak is stated
-        refusal = rf"on system '{preset}' needs a grounded NVFP4"
+        refusal = rf"on system '{system.name}' needs a grounded NVFP4"
         with pytest.raises(ConfigError, match=refusal) as error:
             AnalyticalBackend().evaluate(MODEL, parallel, system)
         assert "gemm_efficiency.nvfp4" in str(error.value)
@@ -137,19 +149,21 @@ def test_fp4_is_refused_without_a_measured_nvfp4_fraction() -> None:
         AnalyticalBackend().evaluate(MODEL, parallel, load_system("h100-80gb"))
 
 
-def test_fp4_eval_on_gb300_is_faster_than_fp8_and_bf16() -> None:
+@pytest.mark.parametrize("preset", ["gb300-nvl72", "b200", "gb200-nvl72"])
+def test_fp4_eval_is_faster_than_fp8_and_bf16(preset: str) -> None:
+    system = load_system(preset)
     backend = AnalyticalBackend(framework="megatron-core")
     model = get_flavor("llama3-8b").with_overrides(layers=4)
     base = ParallelConfig(dp=8, global_batch=16, precision="fp4")
-    fp4 = backend.evaluate(model, base, GB300)
+    fp4 = backend.evaluate(model, base, system)
     mx = backend.evaluate(
-        model, dataclasses.replace(base, precision=Precision.FP8, fp8_recipe="mxfp8"), GB300
+        model, dataclasses.replace(base, precision=Precision.FP8, fp8_recipe="mxfp8"), system
     )
-    bf16 = backend.evaluate(model, dataclasses.replace(base, precision=Precision.BF16), GB300)
+    bf16 = backend.evaluate(model, dataclasses.replace(base, precision=Precision.BF16), system)
     assert fp4.feasible and mx.feasible
     assert fp4.step_time_s < mx.step_time_s < bf16.step_time_s
-    # MFU against the nvfp4 peak: three times the FP8 peak on Blackwell Ultra
-    peaks = GB300.accelerator.peak_flops_per_s
+    # MFU against the nvfp4 peak: three times the FP8 peak on Blackwell Ultra, twice on Blackwell
+    peaks = system.accelerator.peak_flops_per_s
     ratio = (fp4.mfu * fp4.step_time_s) / (mx.mfu * mx.step_time_s)
     assert ratio == pytest.approx(peaks["mxfp8"] / peaks["nvfp4"])
 
@@ -158,7 +172,9 @@ def test_cli_accepts_fp4(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["eval", "--model", "llama3-8b", "--layers", "2", "--dp", "8", "--json"]
     assert main([*argv, "--precision", "fp4", "--system", "gb300-nvl72"]) == 0
     capsys.readouterr()
-    assert main([*argv, "--precision", "fp4", "--system", "b200"]) == 2
+    assert main([*argv, "--precision", "fp4", "--system", "b200"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--precision", "fp4", "--system", "h100-80gb"]) == 2
     err = capsys.readouterr().err
     assert "needs a grounded NVFP4 GEMM rate" in err and err.count("\n") == 1
 
@@ -170,6 +186,9 @@ FP4_DENSE = {
 }  # fmt: skip
 #: TE docs/examples/gemm_profiling (B300, per layer, pre-quantized): FP8 current scaling and NVFP4.
 TE_FP8_CS_MS, TE_NVFP4_MS = 6.812, 3.764
+#: pytorch/ao#2427 bench_matmul.py --recipe nvfp4 on a B200, 8192^3 (GPU kernel time, same run):
+#: BF16 nn.Linear and NVFP4 torch._scaled_mm (cuBLASLt), seconds.
+AO_BF16_S, AO_NVFP4_S = 7.74e-4, 2.05e-4
 
 
 @pytest.mark.parametrize("preset", sorted(FP4_DENSE))
@@ -178,8 +197,12 @@ def test_nvfp4_presets_follow_the_cited_figures(preset: str) -> None:
     assert accelerator.peak("nvfp4") == pytest.approx(FP4_DENSE[preset] * 1e15)
     assert accelerator.kernels is not None
     fractions = accelerator.kernels.gemm_efficiency
-    if preset in ("b200", "gb200-nvl72"):  # no measured NVFP4 GEMM on these parts
-        assert "nvfp4" not in fractions
+    if preset in ("b200", "gb200-nvl72"):  # the B200 same-run BF16 / NVFP4 pair
+        derived = (
+            fractions["bf16"] * AO_BF16_S / AO_NVFP4_S
+            * accelerator.peak("bf16") / accelerator.peak("nvfp4")
+        )  # fmt: skip
+        assert fractions["nvfp4"] == pytest.approx(derived, abs=0.005)
         return
     derived = (
         fractions["fp8"] * TE_FP8_CS_MS / TE_NVFP4_MS
