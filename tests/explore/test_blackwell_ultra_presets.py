@@ -70,9 +70,12 @@ def test_kernel_constants_are_carried_over_from_the_same_tensor_cores(
     # everything but cuDNN's attention and GB300's GEMM fractions (measured on Blackwell Ultra,
     # the tests below) and, on GB300, FA4's fractions at its own sustained clock
     # (test_sustained_attention.py)
-    # (and NVFP4's fraction, measured on a B300 only: tests/explore/test_nvfp4.py)
-    gemms = carried.gemm_efficiency if ultra is GB300 else dict(kernels.gemm_efficiency)
+    # (and NVFP4's fraction, derived per part from its own NVFP4 / 16-bit pair: B300 from TE's
+    # gemm_profiling table, B200 / GB200 from pytorch/ao#2427's B200 run: test_nvfp4.py)
+    gemms = dict(carried.gemm_efficiency if ultra is GB300 else kernels.gemm_efficiency)
     gemms.pop("nvfp4", None)
+    if "nvfp4" in carried.gemm_efficiency:
+        gemms["nvfp4"] = carried.gemm_efficiency["nvfp4"]
     forward, backward = (
         (carried.attention_forward, carried.attention_backward)
         if ultra is GB300

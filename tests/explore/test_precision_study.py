@@ -5,6 +5,7 @@ grid study end to end (records, ``stage explore``'s per-precision lines, ``stage
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -155,18 +156,31 @@ def test_the_design_point_carries_the_precision_and_the_recipe_under_fp8(
     assert parallel == ParallelConfig(dp=8, global_batch=16, seq_len=2048)  # as before the knobs
 
 
+def _b200_without_nvfp4_fraction(tmp_path: Path) -> str:
+    """A study on a user system file: the b200 preset without its NVFP4 GEMM fraction, so that
+    fp4 is refused (the preset itself runs fp4 since s18 nvfp4rate)."""
+    preset = resources.files("stage_explore").joinpath("system/presets/b200.toml").read_text()
+    lines = [line for line in preset.splitlines() if not line.startswith("nvfp4 = 0.")]
+    assert len(lines) == len(preset.splitlines()) - 1  # the one gemm_efficiency line
+    (tmp_path / "b200-no-nvfp4.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = STUDY.format(knobs=SEARCHED, system="b200")
+    return text.replace('preset = "b200"', 'file = "b200-no-nvfp4.toml"')
+
+
 def test_a_grid_study_searching_precision_end_to_end(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "precisions.toml"
-    path.write_text(STUDY.format(knobs=SEARCHED, system="b200"), encoding="utf-8")
+    text = _b200_without_nvfp4_fraction(tmp_path)
+    path.write_text(text, encoding="utf-8")
     out = tmp_path / "out"
     assert main(["explore", str(path), "--out", str(out), "--executor", "local"]) == 0
     printed = capsys.readouterr().out
     frame = load_results(out / "formats")
     assert len(frame) == 8
-    # fp4 on b200: infeasible with the backend's own one-line reason, never a crash
-    spec = study(tmp_path)
+    # fp4 on a b200 without an NVFP4 fraction: infeasible with the backend's own one-line
+    # reason, never a crash
+    spec = parse_study(text, path)
     model, _, system = build_design_point(spec, {**frame.iloc[0].to_dict(), "precision": "fp4"})
     with pytest.raises(ConfigError) as raised:
         AnalyticalBackend().evaluate(

@@ -37,14 +37,10 @@ def test_every_row_is_evaluated_or_says_why(report: ValidationReport) -> None:
     not_evaluated = {r.case.id for r in report.results if not r.evaluated}
     # today: fms-fsdp's 13b and torchtitan's 'selective layer' rows (checkpointing an unstated
     # fraction of the blocks), and Llama 3 405B's Table 4 rows (predicted out of memory with every
-    # interleaved group size Megatron accepts: docs/validation.md), and Megatron-Bridge's NVFP4
-    # rows on GB200 (no measured NVFP4 GEMM rate for gb200-nvl72, s18 nvfp4: the backend refuses
-    # fp4 there). A row leaving this set is progress (update it); a row joining it is a regression.
+    # interleaved group size Megatron accepts: docs/validation.md). Megatron-Bridge's NVFP4 rows
+    # on GB200 left it in s18 nvfp4rate (gemm_efficiency.nvfp4 from pytorch/ao#2427's B200 run).
+    # A row leaving this set is progress (update it); a row joining it is a regression.
     assert not_evaluated <= {
-        "MBN-GB200-26.02-LLAMA3_70B-NVFP4",
-        "MBN-GB200-26.02-LLAMA3.1_405B-NVFP4",
-        "MBN-GB200-26.04-LLAMA3_70B-NVFP4",
-        "MBN-GB200-26.04-LLAMA3.1_405B-NVFP4",
         "IBMFSDP-H100-LLAMA2-13B",
         "IBMFSDP-A100-LLAMA2-13B",
         "TTA100-L3-8B-BS1-SELLAYER",
