@@ -1,5 +1,6 @@
 """Megatron-Core's gradient buckets under FP8 parameters: the non-FP8 parameters join the
-chunk's last bucket group (:func:`merges_non_fp8`, :func:`non_fp8_sync`, :func:`split_runs`).
+chunk's last bucket group (:func:`merges_non_fp8`, :func:`non_fp8_sync`, :func:`split_runs`,
+:func:`chunk_gathers`).
 
 Megatron-Core's ``DistributedDataParallel`` keeps one parameter-and-gradient buffer per
 parameter dtype; a Transformer Engine FP8 parameter (``fp8_param_gather``) goes into a
@@ -20,7 +21,7 @@ the same code in the Megatron-Core of NeMo 25.x). Two consequences the per-block
   ahead in forward order and the chain's first group is dispatched by the first forward
   pre-hook and waited for at once (``finish_param_sync``: "first AG bucket in first model
   chunk"): that first group now holds every non-FP8 parameter at 16 bits, its all-gather
-  exposed before the first layer.
+  exposed before the first layer (:func:`chunk_gathers` sums its bytes).
 
 Only Megatron-Core's distributed optimizer buckets so (Apex's ``DistributedFusedAdam``, NeMo
 1.x's ``distributed_fused_adam``, has its own buckets), and only a bucketed chunk with its
@@ -83,3 +84,16 @@ def split_runs(
             tail[key] = tail.get(key, 0) + count * size
         runs.append((own, count))
     return runs, tail
+
+
+def chunk_gathers(
+    gathers: Sequence[Mapping[tuple[str, ...], int]], counts: Sequence[int]
+) -> dict[tuple[str, ...], int]:
+    """The parameter-gather bytes per axes of a chunk's non-FP8 parameters, summed over its
+    runs (``gathers`` per block of each run, ``counts`` the runs' block counts): what the merged
+    first bucket group all-gathers before the chunk's first layer (module docstring)."""
+    total: dict[tuple[str, ...], int] = {}
+    for run, count in zip(gathers, counts, strict=True):
+        for axes, size in run.items():
+            total[axes] = total.get(axes, 0) + count * size
+    return total

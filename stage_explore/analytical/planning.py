@@ -38,7 +38,7 @@ from stage_explore.analytical.blocktime import (
 )
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
-from stage_explore.analytical.fp8_buckets import merges_non_fp8, split_runs
+from stage_explore.analytical.fp8_buckets import chunk_gathers, merges_non_fp8, split_runs
 from stage_explore.analytical.framework_costs import zero3_gathered_bytes
 from stage_explore.analytical.parts import (
     ChunkParts,
@@ -247,18 +247,17 @@ class StagePlanning(AmaxCosting):
         grad_total = 0
         reduce_load = NO_LOAD
         whole = self._zero1_all_reduces(point)
-        buckets = bucket_gradients(backward, limit)
-        merged = limit != UNBUCKETED and merges_non_fp8(self.framework, point.workload)
         head_gathers: dict[tuple[str, ...], int] = {}  # the first bucket group's whole part
-        if merged:  # the non-FP8 buckets join the last FP8 bucket group (fp8_buckets.py)
+        if limit != UNBUCKETED and merges_non_fp8(self.framework, point.workload):
+            # the non-FP8 buckets join the last FP8 bucket group (fp8_buckets.py)
             moved = [self._non_fp8_sync(point, kind) for kind, _ in reversed(runs)]
             split_backward_runs, tail = split_runs(backward, [m[0] for m in moved])
             buckets = bucket_gradients(split_backward_runs, limit)
             last = sum(count for _, count in runs) - 1  # after the chunk's last backward block
             buckets += [(key, size, last, 1, 1, 0) for key, size in tail.items()]
-            for (_, gathers), (_, count) in zip(moved, reversed(runs), strict=True):
-                for axes, size in gathers.items():
-                    head_gathers[axes] = head_gathers.get(axes, 0) + count * size
+            head_gathers = chunk_gathers([m[1] for m in moved], [n for _, n in backward])
+        else:
+            buckets = bucket_gradients(backward, limit)
         for bucket, size, first, step, count, _ in buckets:
             grad_total += size * count
             collective, axes = cast(tuple[CollectiveKind, tuple[str, ...]], bucket)

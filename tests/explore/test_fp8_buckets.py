@@ -16,7 +16,12 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.fp8_buckets import merges_non_fp8, non_fp8_sync, split_runs
+from stage_explore.analytical.fp8_buckets import (
+    chunk_gathers,
+    merges_non_fp8,
+    non_fp8_sync,
+    split_runs,
+)
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.step import StageClass, StepPlan, SyncCost, assemble_step
 from stage_explore.system import load_system
@@ -56,6 +61,12 @@ def test_split_runs_moves_the_bytes_to_one_tail() -> None:
     assert tail == {"a": 2 * 1 + 3, "b": 2 * 4}
     total = sum(c * sum(r.values()) for r, c in backward)
     assert sum(c * sum(r.values()) for r, c in runs) + sum(tail.values()) == total
+
+
+def test_chunk_gathers_sums_each_run_times_its_blocks() -> None:
+    gathers = [{("dp",): 5, ("dp", "cp"): 1}, {}, {("dp",): 2}]
+    assert chunk_gathers(gathers, [3, 7, 2]) == {("dp",): 3 * 5 + 2 * 2, ("dp", "cp"): 3}
+    assert chunk_gathers([], []) == {}
 
 
 def test_only_megatron_cores_distributed_optimizer_with_fp8_parameters_merges() -> None:
