@@ -430,6 +430,17 @@ def _ragged(row: Mapping[Any, Any]) -> str:
     )
 
 
+def _read_row(row: Mapping[Any, Any], file: str) -> tuple[dict[str, str], str, str]:
+    """``(cells, source name, metric)`` of a CSV row: its cells under the header's columns
+    (empty for a missing one; the cells past the header, :func:`_ragged`, left out), the
+    inferred source it is reported under, and its first stated training metric
+    (:data:`TRAINING_METRICS`; "" when none)."""
+    cells = {k: (v or "") for k, v in row.items() if k is not None}
+    name = INFERRED_PREFIX + (cells.get("source", "").strip() or file)
+    metric = next((m for m in TRAINING_METRICS if cells.get(m, "").strip()), "")
+    return cells, name, metric
+
+
 def row_cases(
     row: dict[str, str], file: str, line: int, folder: Path | None = None
 ) -> list[Case]:
@@ -438,10 +449,8 @@ def row_cases(
     not-evaluated case. ``folder``: the data folder, whose ``systems/*.toml`` a row's stated
     cluster may name (none: the presets only)."""
     ragged = _ragged(row)
-    row = {k: (v or "") for k, v in row.items() if k is not None}
+    row, name, metric = _read_row(row, file)
     row["id"] = row.get("id", "").strip() or f"{file}:{line}"
-    name = INFERRED_PREFIX + (row.get("source", "").strip() or file)
-    metric = next((m for m in TRAINING_METRICS if row.get(m, "").strip()), "")
     if ragged:
         case = _unevaluable(row, metric or TRAINING_METRICS[0], name, ragged)
         return [replace(case, file=file, line=line)]
@@ -462,14 +471,13 @@ def _duplicate(row: dict[str, str], file: str, line: int, first: tuple[str, int]
     """The not-evaluated case of a row whose ``id`` an earlier row already stated: the same run
     listed twice would weigh twice in its source's error, and two runs under one id cannot be
     told apart in the report, so only the first is evaluated."""
-    clean = {k: (v or "") for k, v in row.items() if k is not None}
-    metric = next((m for m in TRAINING_METRICS if clean.get(m, "").strip()), TRAINING_METRICS[0])
-    name = INFERRED_PREFIX + (clean.get("source", "").strip() or file)
+    clean, name, metric = _read_row(row, file)
     reason = (
         f"duplicate id {clean['id'].strip()!r}: row {first[1]} of {first[0]} has it (a run listed "
         "twice would count twice in its source's error); give each row its own id"
     )
-    return replace(_unevaluable(clean, metric, name, reason), file=file, line=line)
+    case = _unevaluable(clean, metric or TRAINING_METRICS[0], name, reason)
+    return replace(case, file=file, line=line)
 
 
 def _split(cases: list[Case]) -> list[Case]:
