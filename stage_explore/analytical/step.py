@@ -221,7 +221,7 @@ def assemble_step(
         total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
         total += forward_lost  # after the reductions and the optimizer (SyncCost)
         if worst is None or total > worst[0]:
-            worst = (total, stage, free, lost + forward_lost, held, forward_lost)
+            worst = (total, stage, free, lost, held, forward_lost)
         if kind == "gpipe":
             activations = m * sum(cls.saved_bytes)
         else:
@@ -235,30 +235,32 @@ def assemble_step(
     assert worst is not None
     total, stage, sync_end, lost, held, forward_lost = worst
     cls = plan.classes[plan.stage_class[stage]]
-    end = pipeline.end_s[stage] + lost  # with the next forward's lost seconds, for the bubble
+    slowed = lost + forward_lost  # this step's compute lost to NCCL kernels, and the next forward's
+    end = pipeline.end_s[stage] + slowed  # with both, for the bubble
     breakdown = {"compute": per_chunk * cls.compute_s}
     hidden = schedules * _hidden_by_pairs(kind, plan, stage, m, vpp)
     exposed = per_chunk * sum(seconds for _, seconds in cls.exposed_s)
     kept_fraction = 1.0 - min(1.0, hidden / exposed) if exposed > 0 else 1.0
     for label, seconds in cls.exposed_s:  # DualPipe's pairs hide some of it
         breakdown[f"exposed_{label}"] = per_chunk * seconds * kept_fraction
-    if lost:  # compute slowed by the reductions' and gathers' NCCL kernels (SyncCost.lost_s)
-        label = f"exposed_{CONTENTION}"
-        breakdown[label] = breakdown.get(label, 0.0) + lost
+    if slowed:  # compute slowed by the reductions' and gathers' NCCL kernels (SyncCost.lost_s,
+        label = f"exposed_{CONTENTION}"  # SyncCost.forward_lost_s)
+        breakdown[label] = breakdown.get(label, 0.0) + slowed
     if held:  # the once-per-step ZeRO-3 gathers and reduce-scatters (SyncCost.held_s)
         if held_per_schedule:
             held *= schedules  # or once per schedule
         breakdown["exposed_zero_gather"] = breakdown.get("exposed_zero_gather", 0.0) + held
     breakdown["pipeline_p2p"] = pipeline.send_s[stage]
     breakdown["pipeline_bubble"] = max(0.0, end - sum(breakdown.values()))
-    end -= forward_lost  # the backward's end, which the reductions may outlast
-    breakdown["exposed_gradient_sync"] = max(0.0, sync_end - end)
+    backward_end = end - forward_lost  # which the reductions may outlast
+    breakdown["exposed_gradient_sync"] = max(0.0, sync_end - backward_end)
     breakdown["optimizer"] = cls.optimizer_s
-    breakdown["parameter_gather"] = total - max(end, sync_end) - cls.optimizer_s - forward_lost
+    parameter_gather = total - max(backward_end, sync_end) - cls.optimizer_s - forward_lost
+    breakdown["parameter_gather"] = parameter_gather
     kept = tuple(
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
-    return Step(total, kept, peak_memory, stage, end + forward_lost - lost)  # schedule's end
+    return Step(total, kept, peak_memory, stage, pipeline.end_s[stage])  # the schedule's own end
 
 
 def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:
