@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stage_core.errors import ConfigError
-from stage_explore.study.space import canonical_params
+from stage_explore.study.space import KNOB_DEFAULTS, canonical_params
 from stage_explore.study.spec import OBJECTIVE_METRICS, PARALLEL_KNOBS, Direction
 
 if TYPE_CHECKING:
@@ -155,15 +155,11 @@ def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
     # those before the dp_shard knob sharded over all of dp (0), those before the
     # recompute_num_layers knob recomputed every layer under full recompute (0), and those
     # before the recompute_method knob picked Megatron-Core's "block" layers, and those before
-    # the precision and fp8_recipe knobs ran ParallelConfig's defaults (bf16; delayed scaling)
-    defaults: dict[str, object] = {
-        "pp_split": "auto",
-        "dp_shard": 0,
-        "recompute_num_layers": 0,
-        "recompute_method": "block",
-        "precision": "bf16",
-        "fp8_recipe": "delayed",
-    }
+    # the precision and fp8_recipe knobs ran ParallelConfig's defaults (bf16; delayed scaling):
+    # each knob's KNOB_DEFAULTS value
+    later = ("pp_split", "dp_shard", "recompute_num_layers", "recompute_method", "precision",
+             "fp8_recipe")  # fmt: skip
+    defaults = {name: KNOB_DEFAULTS[name] for name in later}
     if not len(df) or not set(PARALLEL_KNOBS) - set(defaults) <= set(df.columns):
         return df
     ordered = df.sort_values("trial", kind="stable") if "trial" in df.columns else df
