@@ -64,11 +64,19 @@ _MEASURED = re.compile(r"(\d+(?:\.\d+)?)\s*(\S.*)")
 #: A vocabulary in thousands of tokens as model cards print it: ``128K`` (Llama 3's 128,256),
 #: ``32K`` (Llama 2's 32,000), ``152K`` (Qwen's 151,936), ``256K`` (Gemma's 256,000).
 _VOCAB_K = re.compile(r"(\d+(?:\.\d+)?)\s*[kK]")
+#: A layout cell naming its own axis, as tables print a layout: ``TP=8``, ``TP 8``, ``tp8`` in the
+#: tp column, ``VP=5`` in vpp (column → the names it may carry). Another axis's name (``PP=4`` in
+#: tp) is not read: the cell stays not an integer and the row is refused.
+AXIS_NAMES: dict[str, tuple[str, ...]] = {
+    "tp": ("tp",), "pp": ("pp",), "dp": ("dp",), "cp": ("cp",), "ep": ("ep",),
+    "vpp": ("vpp", "vp"),
+}  # fmt: skip
 
 
 def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """``row`` with the cells written another way read into the schema's form, and the
-    assumptions that say so: a number with a footnote mark (``8*``) as the number, an integer
+    assumptions that say so: a layout cell naming its own axis (``TP=8``, :data:`AXIS_NAMES`)
+    as its degree, a number with a footnote mark (``8*``) as the number, an integer
     column holding ``N (remark)`` as ``N``, a ``seq_len``
     of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a ``vocab``
     of ``128K`` as 128,000 tokens, a measured cell with its column's unit
@@ -82,6 +90,13 @@ def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
             out[column] = marked.group(1)
             notes.append(f"{column} {marked.group(1)} (the {column} column says {cell!r}: a "
                          "footnote mark)")  # fmt: skip
+    for column, names in AXIS_NAMES.items():
+        cell = out.get(column, "").strip()
+        named = re.fullmatch(rf"(?:{'|'.join(names)})\s*[=:]?\s*(\d+)", cell, re.IGNORECASE)
+        if named:
+            out[column] = named.group(1)
+            notes.append(f"{column} {named.group(1)} (the {column} column says {cell!r}: the "
+                         "degree with its own axis named)")  # fmt: skip
     for column in (*INTEGER_COLUMNS, *TEXT_ALLOWED):
         cell = out.get(column, "").strip()
         remarked = _REMARKED.fullmatch(cell)

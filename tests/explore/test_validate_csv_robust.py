@@ -247,3 +247,21 @@ def test_a_duplicate_id_is_evaluated_once_and_named(
     reasons = [r["not_evaluated_reason"] for r in dup[1:]]
     assert all(r.startswith("duplicate id 'CSV-DUP': row 1 of a.csv has it") for r in reasons)
     assert [r["evaluated"] for r in rows if r["id"] == "CSV-OTHER"] == [True]
+
+
+@pytest.mark.parametrize("cells", [{"tp": "TP=4"}, {"tp": "tp4"}, {"tp": "TP 4", "vpp": "VP=5"},
+                                   {"pp": "PP: 4", "vpp": "vpp5"}])  # fmt: skip
+def test_a_layout_cell_naming_its_own_axis_is_read(cells: dict[str, str]) -> None:
+    """``TP=8`` in the tp column (as a table prints a layout) is the degree 8, said in the row's
+    assumptions; it was refused as not an integer."""
+    plain = _case()
+    case = _case(**cells)
+    assert not case.reason, case.reason
+    assert case.parallel == plain.parallel
+    for column, cell in cells.items():
+        assert any(f"the {column} column says {cell!r}" in a for a in case.assumptions), cell
+
+
+def test_another_axis_named_in_a_layout_cell_is_refused() -> None:
+    case = _case(tp="PP=4")
+    assert "column tp: 'PP=4' is not an integer" in case.reason, case.reason
