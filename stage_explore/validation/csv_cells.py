@@ -51,6 +51,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 #: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.
 INTEGER_CELL = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.0*)?")
+#: The dashes a table prints for "not stated" (``-``, en dash, em dash).
+DASHES = ("-", "–", "—")
 #: How a table may state a yes/no cell (the first word, lower-cased).
 YES = ("yes", "y", "true", "on", "1", "enabled", "✓", "✔")
 NO = ("no", "n", "false", "off", "0", "disabled", "✗", "✘")
@@ -83,4 +85,4 @@ def first_word(cell: str) -> str:
     empty cell or a dash."""
     words = cell.strip().lower().split()
     word = words[0].rstrip(",;:") if words else ""
-    return "" if word in ("-", "–", "—", "n/a") else word
+    return "" if word in (*DASHES, "n/a") else word

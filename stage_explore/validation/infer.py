@@ -24,7 +24,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import RECOMPUTE_MODULES
-from stage_explore.validation.csv_cells import SCHEMA_COLUMNS, read_csv
+from stage_explore.validation.csv_cells import DASHES, SCHEMA_COLUMNS, int_cell, read_csv
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
@@ -66,7 +66,8 @@ HEADER = (
 )
 #: The assumption of an empty recompute column (dropped when a recipe default sets one).
 NO_RECOMPUTE = "no activation recompute (column empty)"
-_INTEGER = re.compile(r"\d{1,3}(?:,\d{3})+|\d+(?:\.0*)?")
+#: A cell that states nothing: empty or a dash.
+_NOT_STATED = ("", *DASHES)
 
 
 def is_inferred(source: str) -> bool:
@@ -88,20 +89,15 @@ def is_runs_csv(path: Path) -> bool:
     return {"id", "gpu"} <= header and bool(header & set(MEASURED_COLUMNS))
 
 
-def _integer(cell: str) -> int | None:
-    text = cell.strip()
-    return int(float(text.replace(",", ""))) if _INTEGER.fullmatch(text) else None
-
-
 def _checked(row: dict[str, str], file: str) -> dict[str, int]:
     """The integer cells a row states; a stated cell that is not an integer is Uninferable
     naming the file, the row and the column."""
     values = {}
     for column in INTEGER_COLUMNS:
         cell = row.get(column, "").strip()
-        if cell in ("", "-", "–", "—"):
+        if cell in _NOT_STATED:
             continue
-        value = _integer(cell)
+        value = int_cell(cell)
         if value is None:
             raise Uninferable(
                 f"{file}, row {row['id']}, column {column}: {cell!r} is not an integer"
@@ -109,7 +105,7 @@ def _checked(row: dict[str, str], file: str) -> dict[str, int]:
         values[column] = value
     for column, words in TEXT_ALLOWED.items():
         cell = row.get(column, "").strip()
-        if cell in ("", "-", "–", "—") or _integer(cell) is not None:
+        if cell in _NOT_STATED or int_cell(cell) is not None:
             continue
         if not re.search(words, cell, re.IGNORECASE):
             raise Uninferable(
@@ -199,11 +195,12 @@ def _layout(
             "context parallelism as ring attention (Transformer Engine's DotProductAttention "
             "with cp_comm_type p2p: Megatron-Core's default, AutoModel's TE attention)"
         )
-    zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
     named = _named_zero_stage(row) if framework == "deepspeed" else None
     if named is not None and not row.get("dp_sharding", "").strip():
-        zero, shard, why = infer_zero(named[1], framework)
-        why = f"{why.split(' (')[0]} (dp_sharding empty; the {named[0]} column names {named[1]!r})"
+        said = f"dp_sharding empty; the {named[0]} column names {named[1]!r}"
+        zero, shard, why = infer_zero(named[1], framework, said)
+    else:
+        zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
     fields["zero"] = zero
     notes.append(why)
     if shard is not None:
@@ -304,7 +301,7 @@ def inferred_setup(
     with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
-    unmodelled = unmodelled_framework(row)
+    unmodelled = unmodelled_framework(row, framework)
     if unmodelled:
         raise Uninferable(unmodelled)
     system = infer_system(row.get("gpu", ""))

@@ -74,6 +74,14 @@ def names_bridge(row: dict[str, str]) -> bool:
 
 
 DEFAULT_FRAMEWORK = "megatron-core"
+#: The profiles :data:`FRAMEWORK_RULES` name, as the reasons list them.
+_KNOWN = ", ".join(sorted({f for _, f in FRAMEWORK_RULES}))
+#: What :func:`infer_framework` reads of a row whose text names no framework.
+FRAMEWORK_DEFAULT = Inferred(
+    DEFAULT_FRAMEWORK,
+    f"framework profile {DEFAULT_FRAMEWORK}, a default: no column names a known framework "
+    f"({_KNOWN})",
+)
 
 
 def infer_framework(row: dict[str, str]) -> Inferred:
@@ -101,28 +109,24 @@ def infer_framework(row: dict[str, str]) -> Inferred:
                     framework,
                     f"framework profile {framework} (the {column} column names {found.group(0)!r})",
                 )
-    return Inferred(
-        DEFAULT_FRAMEWORK,
-        f"framework profile {DEFAULT_FRAMEWORK}, a default: no column names a known framework "
-        f"({', '.join(sorted({f for _, f in FRAMEWORK_RULES}))})",
-    )
+    return FRAMEWORK_DEFAULT
 
 
-def unmodelled_framework(row: dict[str, str]) -> str:
+def unmodelled_framework(row: dict[str, str], framework: Inferred) -> str:
     """The reason a row is not evaluated when its text names a framework the model has no
-    profile of (:data:`UNMODELLED_FRAMEWORKS`) and none it has (:data:`FRAMEWORK_RULES`, the
-    DeepSpeed ``dp_sharding`` words); "" otherwise."""
-    cells = [row.get(c, "") for c in FRAMEWORK_COLUMNS]
-    if any(re.search(p, cell, re.IGNORECASE) for p, _ in FRAMEWORK_RULES for cell in cells):
+    profile of (:data:`UNMODELLED_FRAMEWORKS`) and none it has: ``framework``, what
+    :func:`infer_framework` read of the row, is :data:`FRAMEWORK_DEFAULT` (no rule of
+    :data:`FRAMEWORK_RULES` nor the DeepSpeed ``dp_sharding`` words matched); "" otherwise."""
+    if framework != FRAMEWORK_DEFAULT:
         return ""
-    for column, cell in zip(FRAMEWORK_COLUMNS, cells, strict=True):
+    for column in FRAMEWORK_COLUMNS:
         for pattern, name in UNMODELLED_FRAMEWORKS:
-            found = re.search(pattern, cell, re.IGNORECASE)
+            found = re.search(pattern, row.get(column, ""), re.IGNORECASE)
             if found:
-                known = ", ".join(sorted({f for _, f in FRAMEWORK_RULES}))
                 return (
                     f"the {column} column names {found.group(0)!r}: {name} is no framework "
-                    f"profile of the model ({known}); not set up as the megatron-core default"
+                    f"profile of the model ({_KNOWN}); not set up as the {DEFAULT_FRAMEWORK} "
+                    "default"
                 )
     return ""
 
@@ -454,16 +458,18 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
 FSDP_PROFILES = ("fsdp", "torchtitan", "automodel", "fms-fsdp", "llm-foundry-2023")
 
 
-def infer_zero(cell: str, framework: str) -> tuple[int, int | None, str]:
+def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | None, str]:
     """``(zero, dp_shard, assumption)`` of a ``dp_sharding`` cell: ZeRO-2 when gradients are
     sharded (FSDP's ``SHARD_GRAD_OP`` too), 3 for ZeRO-3 / FSDP / FULL_SHARD / Megatron-FSDP
     (not ``FSDP 0``), hybrid sharding within a node of 8 (PyTorch ``HYBRID_SHARD`` shards
     inside a host), 1 for the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
     FSDP-based profiles, for DDP / ``NO_SHARD`` / replicate (no FSDP wrapper); else the
     framework's default (ZeRO-3 for the FSDP-based profiles, 0 for Megatron-LM 2021, the
-    distributed optimizer otherwise)."""
+    distributed optimizer otherwise). ``said``: where the assumption says ``cell`` came from
+    (default: the ``dp_sharding`` column)."""
     text = cell.strip().lower()
-    said = f"the dp_sharding column says {cell.strip()!r}" if text else "column empty"
+    if not said:
+        said = f"the dp_sharding column says {cell.strip()!r}" if text else "column empty"
     if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded|shard_grad_op", text):
         return 2, None, f"zero 2 ({said})"
     if re.search(

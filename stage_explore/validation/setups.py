@@ -32,6 +32,7 @@ from stage_explore.limits import check_sizes
 from stage_explore.system import load_system
 from stage_explore.system.model import NetworkDim, System
 from stage_explore.validation.csv_cells import (
+    DASHES,
     NO,
     YES,
     first_word,
@@ -291,7 +292,7 @@ def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, 
 #: Columns no text can stand for (a row's layout and the dims no flavor answers for another
 #: model); ``ffn`` and ``kv_heads`` may say ``1536 per expert`` or ``MLA``.
 STRICT_COLUMNS = (*PARALLEL_COLUMNS, "layers", "hidden", "heads", "vocab", "seq_len")
-_EMPTY_CELLS = ("", "-", "–", "—", "n/a")
+_EMPTY_CELLS = ("", *DASHES, "n/a")
 
 
 def _check_integer_cells(row: dict[str, str]) -> None:

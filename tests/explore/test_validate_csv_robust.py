@@ -119,6 +119,24 @@ def test_a_framework_without_a_profile_is_refused(source: str, name: str) -> Non
         assert not case.reason and case.framework == "deepspeed", case.reason
 
 
+def test_a_deepspeed_stage_in_dp_sharding_is_a_framework_the_model_has() -> None:
+    """A DeepSpeed stage in ``dp_sharding`` (``ZeRO3``, which :data:`FRAMEWORK_RULES` does not
+    spell) beside an unmodelled framework's name reads as DeepSpeed, as the profile
+    :func:`infer_framework` reads (s19 review: ``unmodelled_framework`` ran the rules again and
+    refused the row)."""
+    case = _case(source="MaxText comparison", dp_sharding="ZeRO3")
+    assert not case.reason and case.framework == "deepspeed", case.reason
+
+
+def test_an_integer_cell_with_separators_and_a_decimal_zero_is_read() -> None:
+    """``128,256.0`` in an integer column reads as 128,256 on the inferred path as on the
+    setups path (:func:`~stage_explore.validation.csv_cells.int_cell`, s19 review: the inferred
+    path's own pattern refused it)."""
+    case = _case(vocab="128,256.0")
+    assert not case.reason and case.model is not None, case.reason
+    assert case.model.vocab == 128256
+
+
 def test_composer_reads_as_llm_foundry() -> None:
     """MosaicML's Composer is llm-foundry's trainer (was the megatron-core default)."""
     assert _case(source="Composer FSDP benchmark").framework == "llm-foundry-2023"
