@@ -6,7 +6,8 @@ kinds), :func:`layout_key` (what ``chunk_runs`` takes, from a workload), :func:`
 :func:`mtp_blocks`, :func:`partial_recompute_pattern` and :func:`recompute_groups` (the layers'
 block kinds under partial or uniform recompute, and a uniform recompute's groups), :data:`Group`
 and :func:`bucket_gradients` (a chunk's bucketed gradient reductions, computed per run of
-identical blocks in a few arithmetic steps).
+identical blocks in a few arithmetic steps), :func:`run_totals` (a chunk's bytes per key, summed
+over its runs).
 
 The full per-stage program is the expansion of this form: :func:`~stage_core.lower.program.
 chunk_blocks` expands a stage's runs into its bound blocks, :func:`~stage_core.lower.program.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stage_core.blocks import MTP_HEAD, mtp_block_name
 from stage_core.models.layers import grouped_block_name, is_grouped_block, kept_block_name
@@ -199,6 +200,20 @@ def chunk_runs(
                 runs.append((kind, 1))
         result.append(tuple(runs))
     return tuple(result)
+
+
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+def run_totals(per_block: Sequence[Mapping[_Key, int]], counts: Sequence[int]) -> dict[_Key, int]:
+    """A chunk's bytes per key (a gather's axes, a reduction's bucket key) summed over its runs:
+    each run's bytes of one block (``per_block``) times its block count (``counts``), the keys
+    in the order the runs first name them."""
+    total: dict[_Key, int] = {}
+    for run, count in zip(per_block, counts, strict=True):
+        for key, size in run.items():
+            total[key] = total.get(key, 0) + count * size
+    return total
 
 
 #: A bucket limit no chunk reaches: every key's gradients are reduced once, after the chunk's

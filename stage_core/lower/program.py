@@ -39,6 +39,7 @@ from stage_core.lower.compact import (
     chunk_runs,
     layout_key,
     mtp_blocks,
+    run_totals,
 )
 from stage_core.lower.experts import ExpertFold, data_axes, fold_experts
 from stage_core.lower.fp8 import with_fp8_saved
@@ -424,12 +425,10 @@ def _sync_ops(workload: Workload, chunk: Chunk, limit: int | None = None) -> lis
         else:
             runs.append((block, 1))
     per_block = {id(block): _block_sync(workload, block) for block, _ in runs}
-    gathers: dict[tuple[str, ...], int] = {}
+    gathers = run_totals([per_block[id(block)][1] for block, _ in runs], [n for _, n in runs])
     run_starts: list[int] = []  # the backward position of each run's first block
     position = 0
-    for block, count in runs:
-        for axes, size in per_block[id(block)][1].items():
-            gathers[axes] = gathers.get(axes, 0) + count * size
+    for _, count in runs:
         run_starts.append(position)
         position += count
     groups = bucket_gradients(

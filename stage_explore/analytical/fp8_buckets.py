@@ -1,6 +1,5 @@
 """Megatron-Core's gradient buckets under FP8 parameters: the non-FP8 parameters join the
-chunk's last bucket group (:func:`merges_non_fp8`, :func:`non_fp8_sync`, :func:`split_runs`,
-:func:`chunk_gathers`).
+chunk's last bucket group (:func:`merges_non_fp8`, :func:`non_fp8_sync`, :func:`split_runs`).
 
 Megatron-Core's ``DistributedDataParallel`` keeps one parameter-and-gradient buffer per
 parameter dtype; a Transformer Engine FP8 parameter (``fp8_param_gather``) goes into a
@@ -21,7 +20,8 @@ the same code in the Megatron-Core of NeMo 25.x). Two consequences the per-block
   ahead in forward order and the chain's first group is dispatched by the first forward
   pre-hook and waited for at once (``finish_param_sync``: "first AG bucket in first model
   chunk"): that first group now holds every non-FP8 parameter at 16 bits, its all-gather
-  exposed before the first layer (:func:`chunk_gathers` sums its bytes).
+  exposed before the first layer (:func:`~stage_core.lower.compact.run_totals` sums its bytes
+  over the chunk's blocks).
 
 Only Megatron-Core's distributed optimizer buckets so (Apex's ``DistributedFusedAdam``, NeMo
 1.x's ``distributed_fused_adam``, has its own buckets), and only a bucketed chunk with its
@@ -34,6 +34,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 
 from stage_core.lower.bind import BoundBlock
+from stage_core.lower.compact import run_totals
 from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.program import Workload, _block_sync
 from stage_explore.analytical.framework_profile import FrameworkProfile
@@ -73,27 +74,11 @@ def split_runs(
     without the non-FP8 bytes ``non_fp8`` (per run, per block), and those bytes summed over the
     chunk per key: the merged group's reductions after the chunk's last backward block."""
     runs: list[tuple[dict[Hashable, int], int]] = []
-    tail: dict[Hashable, int] = {}
     for (reductions, count), moved in zip(backward, non_fp8, strict=True):
         own: dict[Hashable, int] = {}
         for key, size in reductions.items():
             left = size - moved.get(key, 0)
             if left > 0:
                 own[key] = left
-        for key, size in moved.items():
-            tail[key] = tail.get(key, 0) + count * size
         runs.append((own, count))
-    return runs, tail
-
-
-def chunk_gathers(
-    gathers: Sequence[Mapping[tuple[str, ...], int]], counts: Sequence[int]
-) -> dict[tuple[str, ...], int]:
-    """The parameter-gather bytes per axes of a chunk's non-FP8 parameters, summed over its
-    runs (``gathers`` per block of each run, ``counts`` the runs' block counts): what the merged
-    first bucket group all-gathers before the chunk's first layer (module docstring)."""
-    total: dict[tuple[str, ...], int] = {}
-    for run, count in zip(gathers, counts, strict=True):
-        for axes, size in run.items():
-            total[axes] = total.get(axes, 0) + count * size
-    return total
+    return runs, run_totals(non_fp8, [count for _, count in backward])

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from stage_core.blocks import mtp_layer_of_block
-from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key
+from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key, run_totals
 from stage_core.lower.program import (
     PIPELINE_ENDS,
     PIPELINE_MIRROR,
@@ -38,7 +38,7 @@ from stage_explore.analytical.blocktime import (
 )
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
-from stage_explore.analytical.fp8_buckets import chunk_gathers, merges_non_fp8, split_runs
+from stage_explore.analytical.fp8_buckets import merges_non_fp8, split_runs
 from stage_explore.analytical.framework_costs import zero3_gathered_bytes
 from stage_explore.analytical.parts import (
     ChunkParts,
@@ -255,7 +255,7 @@ class StagePlanning(AmaxCosting):
             buckets = bucket_gradients(split_backward_runs, limit)
             last = sum(count for _, count in runs) - 1  # after the chunk's last backward block
             buckets += [(key, size, last, 1, 1, 0) for key, size in tail.items()]
-            head_gathers = chunk_gathers([m[1] for m in moved], [n for _, n in backward])
+            head_gathers = run_totals([m[1] for m in moved], [n for _, n in backward])
         else:
             buckets = bucket_gradients(backward, limit)
         for bucket, size, first, step, count, _ in buckets:
@@ -273,10 +273,9 @@ class StagePlanning(AmaxCosting):
         if hidden > 0.0:
             lost = hidden * self._chunk_share(point, runs, costs, spans, "bwd", reduce_load)
             latest += lost  # its last blocks, and the reductions after them, end that later
-        gathered: dict[tuple[str, ...], int] = {}
-        for kind, count in reversed(runs):
-            for axes, size in kinds[kind].sync[1].items():
-                gathered[axes] = gathered.get(axes, 0) + count * size
+        gathered = run_totals(
+            [kinds[kind].sync[1] for kind, _ in reversed(runs)], [n for _, n in backward]
+        )
         gather = 0.0
         gather_load = NO_LOAD
         for axes, size in gathered.items():

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from stage_core.lower.compact import run_totals
 from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.program import _block_sync, lower
@@ -17,7 +18,6 @@ from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_buckets import (
-    chunk_gathers,
     merges_non_fp8,
     non_fp8_sync,
     split_runs,
@@ -63,10 +63,10 @@ def test_split_runs_moves_the_bytes_to_one_tail() -> None:
     assert sum(c * sum(r.values()) for r, c in runs) + sum(tail.values()) == total
 
 
-def test_chunk_gathers_sums_each_run_times_its_blocks() -> None:
+def test_run_totals_sums_each_run_times_its_blocks() -> None:
     gathers = [{("dp",): 5, ("dp", "cp"): 1}, {}, {("dp",): 2}]
-    assert chunk_gathers(gathers, [3, 7, 2]) == {("dp",): 3 * 5 + 2 * 2, ("dp", "cp"): 3}
-    assert chunk_gathers([], []) == {}
+    assert run_totals(gathers, [3, 7, 2]) == {("dp",): 3 * 5 + 2 * 2, ("dp", "cp"): 3}
+    assert run_totals([], []) == {}
 
 
 def test_only_megatron_cores_distributed_optimizer_with_fp8_parameters_merges() -> None:
