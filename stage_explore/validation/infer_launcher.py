@@ -137,7 +137,7 @@ LAUNCHER_CONFIGS: tuple[tuple[str, str], ...] = (
 def launcher_config(row: dict[str, str], said: str, out: Defaults) -> None:
     """The selective recompute (when the recompute column is empty) and bf16 gradient
     reduction of a NeMo 1.x launcher config the row names (:data:`LAUNCHER_CONFIGS`)."""
-    text = " ".join(row.get(c, "") for c in CONTAINER_COLUMNS)
+    text = row_text(row, CONTAINER_COLUMNS)
     for pattern, why in LAUNCHER_CONFIGS:
         if not re.search(pattern, text, re.IGNORECASE):
             continue

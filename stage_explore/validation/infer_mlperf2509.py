@@ -79,7 +79,7 @@ def mlperf_2509_loss(row: dict[str, str], out: Defaults) -> None:
     config_common_8b.sh); any other row keeps custom.yaml's default, native."""
     if not _applies(row):
         return
-    text = " ".join(row.get(c, "") for c in CONTAINER_COLUMNS)
+    text = row_text(row, CONTAINER_COLUMNS)
     stated = _CE_FUSION_IMPL.search(text)
     if stated is not None:
         impl = stated.group(1).lower()

@@ -34,8 +34,10 @@ class Defaults:
     notes: list[str] = field(default_factory=list)
 
 
-def row_text(row: dict[str, str]) -> str:
-    return " ".join(row.get(c, "") for c in TEXT_COLUMNS)
+def row_text(row: dict[str, str], columns: tuple[str, ...] = TEXT_COLUMNS) -> str:
+    """The row's text a rule searches: its ``columns`` (default :data:`TEXT_COLUMNS`) joined
+    by spaces."""
+    return " ".join(row.get(c, "") for c in columns)
 
 
 #: Where a row may name its container when :data:`TEXT_COLUMNS` do not: the ``uncertain``
