@@ -36,6 +36,7 @@ _POSITIVE = ("dp", "tp", "cp", "pp", "ep", "vpp", "micro_batch", "grad_bucket_by
 
 
 def _is_int(value: object) -> bool:
+    """Whether ``value`` is an int and not a bool (``True`` is no degree)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -128,6 +129,8 @@ def field_problems(config: ParallelConfig) -> list[str]:
 
 
 def _split_problems(config: ParallelConfig) -> list[str]:
+    """The pipeline split's field problems (``pp_layers``, ``pp_first_layers``,
+    ``pp_last_layers``); a valid ``pp_layers`` list is stored as a tuple."""
     problems: list[str] = []
     listed: object = config.pp_layers
     counts = tuple(listed) if isinstance(listed, tuple | list) else None
@@ -145,6 +148,8 @@ def _split_problems(config: ParallelConfig) -> list[str]:
 
 
 def axis_order_ok(names: tuple[object, ...]) -> bool:
+    """Whether ``names`` orders :data:`DEFAULT_AXIS_ORDER`'s axes once each, with dp, ep and cp
+    adjacent and ep right after dp."""
     if not all(isinstance(name, str) for name in names):
         return False
     if sorted(map(str, names)) != sorted(DEFAULT_AXIS_ORDER) or len(names) != len(set(names)):

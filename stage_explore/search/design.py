@@ -110,17 +110,17 @@ def build_design_point(study: StudySpec, params: Mapping[str, Any]) -> tuple[Any
         return model, design, system
     knobs = {name: params[name] for name in PARALLEL_KNOBS if name != "num_gpus"}
     dp = derive_dp(params)
-    shard = knobs.pop("dp_shard", 0)  # 0: all of dp; a group of dp or more, or no ZeRO: the same
-    layers = knobs.pop("recompute_num_layers", 0)  # 0: every layer; only under full recompute
-    method = knobs.pop("recompute_method", "block")  # which N layers (with N > 0 only)
-    recipe = knobs.pop("fp8_recipe", "delayed")  # how FP8 scales (under precision fp8 only)
+    shard = knobs.pop("dp_shard")  # 0: all of dp; a group of dp or more, or no ZeRO: the same
+    layers = knobs.pop("recompute_num_layers")  # 0: every layer; only under full recompute
+    method = knobs.pop("recompute_method")  # which N layers (with N > 0 only)
+    recipe = knobs.pop("fp8_recipe")  # how FP8 scales (under precision fp8 only)
     workload = study.workload
     parallel = ParallelConfig(
         dp=dp,
         dp_shard=shard if knobs["zero"] and 0 < shard < dp else None,
         recompute_num_layers=layers if layers and knobs["recompute"] == "full" else None,
         recompute_method=method if layers and knobs["recompute"] == "full" else "block",
-        fp8_recipe=Fp8Recipe(recipe if knobs.get("precision", "bf16") == "fp8" else "delayed"),
+        fp8_recipe=Fp8Recipe(recipe if knobs["precision"] == "fp8" else "delayed"),
         global_batch=workload.global_batch,
         seq_len=workload.sequence_length,
         **knobs,
