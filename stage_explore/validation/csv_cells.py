@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from stage_core.errors import ConfigError
 
@@ -47,6 +49,28 @@ def read_csv(path: Path) -> list[dict[str, str]]:
             f"published runs {str(path)!r}: not UTF-8 text (byte {error.start}); expected a "
             "UTF-8 CSV"
         ) from None
+
+
+def ragged_reason(row: Mapping[Any, Any]) -> str:
+    """The reason a CSV row with more cells than its header has columns is not read (a
+    :class:`csv.DictReader` row keeps the cells past the header under the key None), ""
+    otherwise: a comma inside an unquoted cell (``14,451`` typed as a thousands separator)
+    shifts every cell after it, so that ``tokens_per_s_per_gpu`` 14 would be read (s18
+    csvrobust: the cells past the header were dropped silently, an empty last column hiding
+    the shift); commas after a row's last cell look the same and are refused too. A row with
+    fewer cells is read as before (its missing trailing cells empty). The inferred path makes
+    it the row's not-evaluated reason (:mod:`~stage_explore.validation.infer`), a configured
+    source's rows a :class:`ConfigError` (:func:`~stage_explore.validation.setups.
+    numbered_rows`), as their other malformed cells."""
+    extra = row.get(None) or []
+    if not extra:
+        return ""
+    header = sum(1 for k in row if k is not None)
+    return (
+        f"the row has {header + len(extra)} cells but the header {header}: a comma inside an "
+        "unquoted cell (a thousands separator such as 14,451?) shifts every cell after it, or "
+        "the row ends in extra commas; quote that cell or remove them"
+    )
 
 
 #: An integer as a table may print it: ``1024``, ``1,024`` (thousands separators), ``8.0``.

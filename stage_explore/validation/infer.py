@@ -24,7 +24,13 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import RECOMPUTE_MODULES
-from stage_explore.validation.csv_cells import DASHES, SCHEMA_COLUMNS, int_cell, read_csv
+from stage_explore.validation.csv_cells import (
+    DASHES,
+    SCHEMA_COLUMNS,
+    int_cell,
+    ragged_reason,
+    read_csv,
+)
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
@@ -408,30 +414,12 @@ def _case(
     return replace(case, file=file, line=line, system_file=where, system_overrides=overrides)
 
 
-def _ragged(row: Mapping[Any, Any]) -> str:
-    """The reason a CSV row with more cells than its header has columns is not read (a
-    :class:`csv.DictReader` row keeps the cells past the header under the key None), ""
-    otherwise: a comma inside an unquoted cell (``14,451`` typed as a thousands separator)
-    shifts every cell after it, so that ``tokens_per_s_per_gpu`` 14 would be read (s18
-    csvrobust: the cells past the header were dropped silently, an empty last column hiding
-    the shift); commas after a row's last cell look the same and are refused too. A row with
-    fewer cells is read as before (its missing trailing cells empty)."""
-    extra = row.get(None) or []
-    if not extra:
-        return ""
-    header = sum(1 for k in row if k is not None)
-    return (
-        f"the row has {header + len(extra)} cells but the header {header}: a comma inside an "
-        "unquoted cell (a thousands separator such as 14,451?) shifts every cell after it, or "
-        "the row ends in extra commas; quote that cell or remove them"
-    )
-
-
 def _read_row(row: Mapping[Any, Any], file: str) -> tuple[dict[str, str], str, str]:
     """``(cells, source name, metric)`` of a CSV row: its cells under the header's columns
-    (empty for a missing one; the cells past the header, :func:`_ragged`, left out), the
-    inferred source it is reported under, and its first stated training metric
-    (:data:`TRAINING_METRICS`; "" when none)."""
+    (empty for a missing one; the cells past the header,
+    :func:`~stage_explore.validation.csv_cells.ragged_reason`, left out), the inferred source
+    it is reported under, and its first stated training metric (:data:`TRAINING_METRICS`; ""
+    when none)."""
     cells = {k: (v or "") for k, v in row.items() if k is not None}
     name = INFERRED_PREFIX + (cells.get("source", "").strip() or file)
     metric = next((m for m in TRAINING_METRICS if cells.get(m, "").strip()), "")
@@ -445,7 +433,7 @@ def row_cases(
     (:data:`TRAINING_METRICS`) and its ``peak_mem_gib``; a row stating neither is one
     not-evaluated case. ``folder``: the data folder, whose ``systems/*.toml`` a row's stated
     cluster may name (none: the presets only)."""
-    ragged = _ragged(row)
+    ragged = ragged_reason(row)
     row, name, metric = _read_row(row, file)
     row["id"] = row.get("id", "").strip() or f"{file}:{line}"
     if ragged:

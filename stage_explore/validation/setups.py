@@ -38,6 +38,7 @@ from stage_explore.validation.csv_cells import (
     first_word,
     int_cell,
     measured_value,
+    ragged_reason,
     read_csv,
 )
 
@@ -394,10 +395,19 @@ def _renamed(source: SourceSetup, raw: dict[str, str], line: int) -> dict[str, s
 
 def numbered_rows(source: SourceSetup, folder: Path) -> list[tuple[int, dict[str, str]]]:
     """The rows of ``source`` (its file, filtered by id prefix, columns renamed), each with its
-    1-based data row in the file."""
-    raw = read_csv(folder / source.file)
-    rows = [(i + 1, _renamed(source, r, i + 1)) for i, r in enumerate(raw)]
-    return [(i, r) for i, r in rows if (r.get("id") or "").startswith(source.id_prefix)]
+    1-based data row in the file; a row of the source with more cells than the header is a
+    one-line :class:`ConfigError` (:func:`~stage_explore.validation.csv_cells.ragged_reason`:
+    its cells would be read shifted)."""
+    rows = []
+    for line, cells in enumerate(read_csv(folder / source.file), start=1):
+        row = _renamed(source, cells, line)
+        if not (row.get("id") or "").startswith(source.id_prefix):
+            continue
+        ragged = ragged_reason(cells)
+        if ragged:
+            raise ConfigError(f"{source.file}: row {line} ({row['id']}): {ragged}")
+        rows.append((line, row))
+    return rows
 
 
 def source_rows(source: SourceSetup, folder: Path) -> list[dict[str, str]]:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_explore.cli import main
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.setups import Case, data_dir
+from stage_explore.validation.setups import Case, configured_cases, data_dir, load_setups
 
 DATA = data_dir()
 #: NeMo 24.07's Llama 3 70B row: TP 4, PP 4, CP 2, VP 5 on 64 H100, FP8, tokens/s per GPU.
@@ -245,6 +246,27 @@ def test_an_unquoted_thousands_separator_is_refused_not_read_shifted(tmp_path: P
     assert shifted.reason.startswith(f"the row has {len(row) + 1} cells but the header "
                                      f"{len(row)}"), shifted.reason  # fmt: skip
     assert not short.reason and short.measured == 14_451.0, short.reason
+
+
+def test_a_configured_row_with_more_cells_than_the_header_is_refused(tmp_path: Path) -> None:
+    """A row a ``setups.toml`` source claims is refused the same way (a one-line ConfigError
+    naming the file and the row), not read shifted (s19 review: the check was the inferred
+    path's only, and a claimed row ending in extra commas, or split by an unquoted 14,451, was
+    read silently)."""
+    sources, _ = load_setups(DATA / "setups.toml")
+    source = next(s for s in sources if s.file == "published_runs.csv" and not s.columns)
+    with open(DATA / source.file, newline="", encoding="utf-8") as handle:
+        table = list(csv.reader(handle))
+    line = next(i for i, cells in enumerate(table[1:], 1) if cells[0].startswith(source.id_prefix))
+    table[line] += ["", ""]  # the row ends in two extra commas
+    with open(tmp_path / source.file, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(table)
+    with pytest.raises(ConfigError) as error:
+        configured_cases(tmp_path, [source], {})
+    message = str(error.value)
+    assert message.startswith(f"{source.file}: row {line} ({table[line][0]}): the row has "
+                              f"{len(table[0]) + 2} cells but the header {len(table[0])}")
+    assert "\n" not in message
 
 
 def test_a_duplicate_id_is_evaluated_once_and_named(
