@@ -137,16 +137,19 @@ def _named_modules(cell: str) -> tuple[str, ...]:
 _ZERO_STAGE = re.compile(r"zero[-_\s]?(?:stage[-_\s]?)?([0-3])\b", re.IGNORECASE)
 
 
-def _named_zero_stage(row: dict[str, str]) -> tuple[str, str] | None:
-    """``(column, text)`` of the one ZeRO stage a DeepSpeed row's other text names
-    (``DeepSpeed ZeRO-3`` in ``source``) for an empty ``dp_sharding`` (it was read as the
-    profile's default stage, s18 csvrobust); None when none or several stages are named."""
+def _named_zero_stage(row: dict[str, str]) -> tuple[str, str, str] | None:
+    """``(column, text, stage)`` of the one ZeRO stage a DeepSpeed row's other text names
+    (``DeepSpeed ZeRO-3`` in ``source``: ``'3'``) for an empty ``dp_sharding`` (it was read as
+    the profile's default stage, s18 csvrobust); None when none or several stages are named."""
     found = [
         (column, match) for column in FRAMEWORK_COLUMNS
         for match in _ZERO_STAGE.finditer(row.get(column, ""))
     ]  # fmt: skip
     stages = {match.group(1) for _, match in found}
-    return (found[0][0], found[0][1].group(0)) if len(stages) == 1 else None
+    if len(stages) != 1:
+        return None
+    column, match = found[0]
+    return column, match.group(0), match.group(1)
 
 
 def _layout(
@@ -203,8 +206,10 @@ def _layout(
         )
     named = _named_zero_stage(row) if framework == "deepspeed" else None
     if named is not None and not row.get("dp_sharding", "").strip():
-        said = f"dp_sharding empty; the {named[0]} column names {named[1]!r}"
-        zero, shard, why = infer_zero(named[1], framework, said)
+        column, text, stage = named
+        said = f"dp_sharding empty; the {column} column names {text!r}"
+        # the stage as infer_zero spells it (``zero_2``, ``ZeRO stage-2``, ``ZeRO-0`` are not)
+        zero, shard, why = infer_zero("0" if stage == "0" else f"zero-{stage}", framework, said)
     else:
         zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
     fields["zero"] = zero

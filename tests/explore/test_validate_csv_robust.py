@@ -138,6 +138,18 @@ def test_an_integer_cell_with_separators_and_a_decimal_zero_is_read() -> None:
     assert case.model.vocab == 128256
 
 
+@pytest.mark.parametrize(("source", "zero"), [
+    ("DeepSpeed zero_2 run", 2), ("DeepSpeed ZeRO stage-2", 2), ("DeepSpeed ZeRO-0", 0),
+])  # fmt: skip
+def test_every_spelling_of_a_named_zero_stage_sets_it(source: str, zero: int) -> None:
+    """The stage a DeepSpeed row's source names is the stage run, however the name is spelled
+    (s19 review: ``zero_2``, ``stage-2`` and ``ZeRO-0`` were found by the source's pattern but
+    not read by ``infer_zero``'s, and ran the profile's default ZeRO-1)."""
+    case = _case(source=source)
+    assert case.parallel is not None and case.parallel.zero == zero, case.reason
+    assert any("dp_sharding empty; the source column names" in a for a in case.assumptions)
+
+
 def test_composer_reads_as_llm_foundry() -> None:
     """MosaicML's Composer is llm-foundry's trainer (was the megatron-core default)."""
     assert _case(source="Composer FSDP benchmark").framework == "llm-foundry-2023"
