@@ -63,6 +63,7 @@ from stage_core.lower.bind import BoundBlock, SymbolicBlock
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.ops import Einsum, local_elements
 from stage_core.parallel.config import ParallelConfig
+from stage_core.parallel.vocab import Fp4Recipe
 from stage_core.sharding import OpStep
 
 #: Blocks that hold no FP8 linear layer (Megatron-Core's embedding and output layer are not
@@ -79,8 +80,8 @@ MX_BLOCK = 32
 #: (``NVFP4BlockScaling``: "E4M3 scale per 16 consecutive elements", FP32 second-level scale).
 NVFP4_BLOCK = 16
 FP4_TENSOR_SCALE_BYTES = 4
-#: The recipe of ``precision='fp4'`` (:class:`stage_core.parallel.Fp4Recipe`).
-NVFP4 = "nvfp4"
+#: The recipe of ``precision='fp4'`` (:class:`stage_core.parallel.Fp4Recipe`), as a string.
+NVFP4: str = Fp4Recipe.NVFP4.value
 #: Weights of GEMMs outside Transformer Engine's FP8 linear modules inside an FP8 block: the MoE
 #: router (Megatron-Core ``TopKRouter.gating``: ``torch`` linear in 16 or 32 bit).
 NON_FP8_WEIGHTS = frozenset({"router"})
