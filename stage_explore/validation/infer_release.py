@@ -67,15 +67,33 @@ PYTORCH_RELEASES: dict[tuple[int, int], tuple[int, int]] = {
     (2, 8): (2025, 8),
     (2, 9): (2025, 10),
 }
-_PYTORCH = re.compile(r"\b(?:pytorch|torch)[\s:=_-]*v?(\d+)\.(\d+)(?:\.\d+)?", re.IGNORECASE)
+_PYTORCH = re.compile(
+    r"\b(?:pytorch|torch)(?:\s+version)?[\s:=_`-]*v?(\d+)\.(\d+)(?:\.\d+)?"
+    r"(?:(a\d+)|\.dev(\d{8}))?",  # an alpha (main-branch) build, a dated nightly
+    re.IGNORECASE,
+)
+#: The date a row was entered into a CSV (``added 6 Dec 2026 (s19 …)``, the package's own
+#: provenance phrase): not the run's date, so :func:`dated` reads past it.
+_ADDED = re.compile(
+    r"\badded\s+(?:on\s+)?(?:\d{1,2}\s+)?(?:[a-z]+\.?\s+)?(?:\d{1,2},?\s+)?20\d\d(?:[-/]\d\d)*",
+    re.IGNORECASE,
+)
 
 
 def torch_dated(row: dict[str, str]) -> tuple[int, int] | None:
     """``(year, month)`` of the release of the PyTorch version the row's text names
     (``PyTorch 2.9.0+cu128``; :data:`PYTORCH_RELEASES`), the earliest the run can date from;
-    None when it names none of those versions."""
+    None when it names none of those versions. A nightly build states its own date
+    (``2.9.0.dev20250815``: 2025-08, two months before 2.9's release); a pre-release built from
+    the main branch with no date (``2.7.0a0+gitb98af95``: main names the next release ``a0``
+    from the previous one's branch cut on, pytorch/pytorch version.txt) predates its release,
+    so it dates nothing (s19 hidden7a: both were read as the release)."""
     for column in TEXT_COLUMNS:
         for found in _PYTORCH.finditer(row.get(column, "")):
+            if found.group(4):
+                return int(found.group(4)[:4]), int(found.group(4)[4:6])
+            if found.group(3):
+                continue
             when = PYTORCH_RELEASES.get((int(found.group(1)), int(found.group(2))))
             if when is not None:
                 return when
@@ -84,9 +102,10 @@ def torch_dated(row: dict[str, str]) -> tuple[int, int] | None:
 
 def dated(row: dict[str, str]) -> tuple[int, int] | None:
     """``(year, month)`` of the first date the row's text states (``2025-06``, ``June
-    2025``), else None."""
+    2025``), else None; the date the row was added to its CSV (``added 6 Dec 2026``) is not
+    the run's and is not read (s19 hidden7a: it dated torchtitan runs of 2025 to 2026-12)."""
     for column in TEXT_COLUMNS:
-        cell = row.get(column, "")
+        cell = _ADDED.sub(" ", row.get(column, ""))
         found = _DATE[0].search(cell)
         if found and 1 <= int(found.group(2)) <= 12:
             return int(found.group(1)), int(found.group(2))
