@@ -84,3 +84,19 @@ def test_the_torchao_rows_are_evaluated_or_refused_for_their_rowwise_recipe() ->
         assert case.parallel is not None and case.model is not None
         assert case.system == {"H100": "h100-80gb", "MI300X": "mi300x"}.get(row["gpu"], "b200")
         assert (case.parallel.dp, case.parallel.micro_batch, case.model.seq_len) == (8, 1, 8192)
+
+
+def test_the_torchtitan_405b_rows_read_their_layout_and_async_tp() -> None:
+    """The three 405B rows of an earlier torchtitan performance.md: FSDP2 over 16 ranks with
+    TP 8 (sequence parallel, torchtitan's TP plan), full AC; only the Async TP row is compiled."""
+    rows = [r for r in read_csv(DATA / NO_SETUP) if r["id"].startswith("TTITAN405-")]
+    assert len(rows) == 3
+    for row in rows:
+        case = _case(row)
+        assert not case.reason and case.parallel is not None and case.model is not None
+        p = case.parallel
+        got = (p.tp, p.dp, p.zero, p.sp, p.micro_batch, case.model.seq_len)
+        assert got == (8, 16, 3, True, 2, 8192)
+        options = dict(case.framework_options)
+        assert options.get("tp_comm_overlap", False) == row["id"].endswith("ASYNCTP")
+        assert options.get("fused_elementwise", False) == row["id"].endswith("ASYNCTP")
