@@ -44,6 +44,7 @@ from stage_explore.validation.infer_fields import (
     names_bridge,
     unmodelled_framework,
 )
+from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
     TEXT_ALLOWED,
@@ -367,6 +368,13 @@ def inferred_setup(
         (("scale_out_bandwidth_bytes_per_s", cluster.scale_out),)
         if cluster.scale_out is not None else ()
     )  # fmt: skip
+    segment = (
+        perf_script_domain(row, framework.value, system.value)
+        if cluster.value == system.value else None
+    )  # fmt: skip
+    if segment is not None:
+        overrides = (*overrides, ("scale_up_size", float(segment[0])))
+        assumptions.append(segment[1])
     setup = SourceSetup(
         name=name, title=f"inferred from {file}: {row.get('source', '').strip() or file}",
         file=file, id_prefix=row["id"], metric=metric,

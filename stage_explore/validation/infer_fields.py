@@ -347,11 +347,23 @@ ALIBI_FAMILIES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
+#: A model cell that says the run had no multi-token-prediction module ("DeepSeekV3 (w/o MTP)",
+#: Megatron-Bridge's 25.11 performance tables; "without MTP", "no MTP"), where the flavor has
+#: one (DeepSeek-V3's ``num_nextn_predict_layers`` 1).
+NO_MTP = re.compile(r"(?:w/o|without|no)[\s_-]*mtp\b")
+
+
 def infer_model(row: dict[str, str], framework: str) -> Inferred:
     """The flavor of a row's model (:func:`_infer_flavor`), with no position table for a family
     of :data:`ALIBI_FAMILIES` (s17 infer8)."""
     inferred = _infer_flavor(row, framework)
     text = row.get("model", "").strip().lower()
+    if NO_MTP.search(text) and get_flavor(inferred.value).mtp_layers:
+        inferred = Inferred(
+            inferred.value, f"{inferred.assumption}; no multi-token-prediction module "
+            f"(mtp_layers 0): the model column says {row.get('model', '').strip()!r}",
+            (*inferred.model, ("mtp_layers", 0)),
+        )  # fmt: skip
     for pattern, why in ALIBI_FAMILIES:
         if re.search(pattern, text) and get_flavor(inferred.value).position != "none":
             return Inferred(

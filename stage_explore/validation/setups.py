@@ -151,13 +151,18 @@ class Case:
 SYSTEM_OVERRIDES = {
     "scale_out_bandwidth_bytes_per_s": "the scale-out (last) network dim's bandwidth per GPU "
     "(and its NCCL channels, 2 per NIC at the dim's per-NIC rate)",
+    "scale_up_size": "the scale-up (first) network dim's GPUs: an NVLink domain the job's "
+    "placement leaves smaller than the preset's (a Slurm segment of fewer trays than a rack)",
 }
 
 
 def derived_name(base: str, overrides: tuple[tuple[str, float], ...]) -> str:
-    """The :attr:`Case.system` of ``base`` with ``overrides``: ``h100-80gb+scale_out=6.25GB/s``."""
-    short = {"scale_out_bandwidth_bytes_per_s": "scale_out"}
-    parts = [f"{short.get(k, k)}={v / 1e9:g}GB/s" for k, v in overrides]
+    """The :attr:`Case.system` of ``base`` with ``overrides``: ``h100-80gb+scale_out=6.25GB/s``,
+    ``gb200-nvl72+scale_up=64``."""
+    parts = [
+        f"scale_up={int(v)}" if k == "scale_up_size" else f"scale_out={v / 1e9:g}GB/s"
+        for k, v in overrides
+    ]
     return "+".join([base, *parts])
 
 
@@ -187,6 +192,14 @@ def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> S
             raise ConfigError(f"unknown system override {field_name!r}; known: {known}")
         if len(network) < 2:
             raise ConfigError(f"system {system.name!r} has no scale-out dim to set {field_name}")
+        if field_name == "scale_up_size":
+            if not 1 <= int(value) <= network[0].size:
+                raise ConfigError(
+                    f"scale_up_size {value:g}: expected 1 to {system.name!r}'s "
+                    f"{network[0].size} GPUs per {network[0].name} domain"
+                )
+            network[0] = replace(network[0], size=int(value))
+            continue
         dim = network[-1]
         network[-1] = replace(
             dim, bandwidth_bytes_per_s=value, nccl_channels=_channels(dim, value)

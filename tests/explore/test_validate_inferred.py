@@ -182,24 +182,31 @@ def test_every_row_of_the_package_data_is_claimed_and_counted() -> None:
 def test_the_rules_read_the_package_rows_as_their_setups_do() -> None:
     """The inference, applied to every claimed row, finds the system (the preset, or the data
     folder's system file the row's cluster states) and framework its hand-written setup gives
-    (LLAMA3-405B: Meta's stack, set up as torchtitan's profile)."""
+    (LLAMA3-405B: Meta's stack, set up as torchtitan's profile). The Megatron-Bridge Llama 3.1
+    405B rows on 256 GB200 / GB300 differ only by the NVLink domain of the performance scripts'
+    Slurm segment (64 GPUs, ``infer_segment``), which their hand-written setups predate and which
+    does not move their predictions (s19 hidden7b: identical to 0.01 %)."""
     rows = {
         (name, i): row
         for name in {c.file for c in load_cases() if c.file.startswith("published_runs")}
         for i, row in enumerate(read_csv(DATA / name), start=1)
     }
-    checked = on_files = 0
+    checked = on_files = segmented = 0
     for case in load_cases():
         if (case.file, case.line) not in rows or case.metric == "peak_mem_gib":
             continue
         (inferred, *_) = row_cases(rows[(case.file, case.line)], case.file, case.line, DATA)
-        assert inferred.system == case.system, case.id
+        if inferred.system != case.system:
+            assert inferred.system == f"{case.system}+scale_up=64", case.id
+            assert case.source in ("MBRIDGE-GB200", "MBRIDGE-GB300"), case.id
+            segmented += 1
         on_files += case.system.endswith(".toml")
         if case.source != "LLAMA3-405B":
             assert inferred.framework == case.framework, case.id
         checked += 1
     assert checked > 250
     assert on_files > 30  # the TORCHTITAN, IBMFSDP, FMSFSDP and BLOOM rows
+    assert segmented == 10  # the 405B rows of 25.11 / 26.02 / 26.04 on GB200 and GB300
 
 
 @pytest.mark.parametrize(
