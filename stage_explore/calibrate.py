@@ -314,12 +314,38 @@ def fit(
         min(1.0, max(0.0, _to_unit(p, current[n]))) for n, p in zip(names, params, strict=True)
     ]
     if not math.isfinite(cost(start)):
-        raise ConfigError("no run could be evaluated: nothing to fit (see the rows' reasons)")
+        _, rows = objective(cases, apply(system, values_at(start)), factory)
+        reasons = "; ".join(f"{r.case.id}: {r.note}" for r in rows if not r.evaluated)
+        raise ConfigError(f"no run could be evaluated, nothing to fit: {reasons or 'no runs'}")
     best, _, evaluations = _nelder_mead(cost, start, 0.15, max_evaluations, tolerance)
     values = values_at(best)
     fitted = apply(system, values)
     mae, _ = objective(cases, fitted, factory)
     return Fit(values, fitted, mae, evaluations)
+
+
+def fit_warnings(fitted: Fit, system: System, runs: int) -> list[str]:
+    """What makes a fit's values doubtful, one line each: fewer runs than fitted parameters
+    (the runs cannot separate them: an in-sample error near zero says nothing), and a value
+    pinned at its bound (the optimum lies outside the range the parameter may take)."""
+    bounds = parameters_of(system)
+    warnings = []
+    if runs < len(fitted.values):
+        warnings.append(
+            f"{len(fitted.values)} parameters fitted on {runs} run(s): fewer runs than "
+            "parameters cannot separate them; add runs or name fewer with --fit"
+        )
+    for name, value in fitted.values.items():
+        p = bounds[name]
+        x = _to_unit(p, value)
+        if x <= 1e-3 or x >= 1 - 1e-3:
+            bound = p.lower if x <= 1e-3 else p.upper
+            warnings.append(
+                f"{name} = {value:.4g} is at its bound {bound:.4g} (allowed [{p.lower:.4g}, "
+                f"{p.upper:.4g}]): the runs ask for a value beyond it; check their setup "
+                "(framework, recompute, precision)"
+            )
+    return warnings
 
 
 def leave_one_out(

@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.calibrate import (
         default_parameters,
         fit,
+        fit_warnings,
         leave_one_out,
+        objective,
         system_toml,
         user_cases,
     )
@@ -77,10 +79,18 @@ def run(args: argparse.Namespace) -> int:
     dtypes = {str(c.parallel.precision) for c in cases if c.parallel is not None}
     names = args.fit or default_parameters(system, dtypes)
     skipped = {c.id: c.reason for c in cases if c.reason}
-    usable = [c for c in cases if not c.reason]
+    read = [c for c in cases if not c.reason]
+    # A run the backend refuses (tp not dividing the heads) is refused at any parameter values:
+    # listed with its reason and left out, not silently dropped from the fit (nor left to make
+    # a leave-one-out fit on the others fail).
+    _, rows = objective(read, system)
+    skipped.update({r.case.id: r.note for r in rows if not r.evaluated})
+    usable = [r.case for r in rows if r.evaluated]
     if not usable:
-        raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {skipped}")
+        reasons = "; ".join(f"{run_id}: {reason}" for run_id, reason in skipped.items())
+        raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
     fitted = fit(usable, system, names)
+    warnings = fit_warnings(fitted, system, len(usable))
     loo = [] if args.no_loo or len(usable) < 2 else leave_one_out(usable, system, names)
     loo_errors = [abs(r.error) for r in loo if r.evaluated]
     loo_mae = sum(loo_errors) / len(loo_errors) if loo_errors else math.nan
@@ -91,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             "Fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in fitted.values.items()) + ".",
             f"In-sample mean |error| {fitted.in_sample_mae * 100:.2f} %; leave-one-out "
             + (f"{loo_mae * 100:.2f} %." if math.isfinite(loo_mae) else "not computed."),
+            *(f"Warning: {warning}." for warning in warnings),
         ]
         args.out.write_text(system_toml(system, fitted, header), encoding="utf-8")
     if args.json:
@@ -101,17 +112,21 @@ def run(args: argparse.Namespace) -> int:
             "leave_one_out": [r.to_dict() for r in loo],
             "runs": len(usable),
             "not_evaluated": skipped,
+            "warnings": warnings,
             "evaluations": fitted.evaluations,
             "out": None if args.out is None else str(args.out),
         }, indent=1))  # fmt: skip
         return 0
     for name, value in fitted.values.items():
         print(f"{name:<32} {value:.4g}")
-    print(f"in-sample mean |error|: {fitted.in_sample_mae * 100:.2f} % over {len(usable)} runs")
+    runs = f"{len(usable)} run" + ("" if len(usable) == 1 else "s")
+    print(f"in-sample mean |error|: {fitted.in_sample_mae * 100:.2f} % over {runs}")
     if math.isfinite(loo_mae):
         print(f"leave-one-out mean |error|: {loo_mae * 100:.2f} %")
     for run_id, reason in skipped.items():
         print(f"not evaluated: {run_id}: {reason}")
+    for warning in warnings:
+        print(f"warning: {warning}")
     if args.out is not None:
         print(f"fitted system written to {args.out}")
     return 0

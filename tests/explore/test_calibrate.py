@@ -295,3 +295,50 @@ def test_an_unwritable_out_is_refused_before_the_fit(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("stage calibrate: error: --out ") and err.count("\n") == 1
+
+
+def test_a_run_the_backend_refuses_is_listed_and_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: a run the backend refuses (tp 3 does not divide 16 heads) passed the CSV
+    # checks, was dropped from the fit without a word, and left the leave-one-out fit of the
+    # other run with nothing to fit: the command ended in "no run could be evaluated".
+    refused = RUNS[0].replace("a,", "bad,", 1).replace(",1,1,16,no,", ",3,1,16,no,")
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2", f"{refused},0.2"]) + "\n")
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == 1 and list(data["not_evaluated"]) == ["bad"]
+    assert "`tp` must divide `heads`" in data["not_evaluated"]["bad"]
+
+
+def test_when_the_backend_refuses_every_run_the_error_names_each_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: the error said "see the rows' reasons" and showed none.
+    refused = RUNS[0].replace(",1,1,16,no,", ",3,1,16,no,")
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{refused},0.2"]) + "\n")
+    assert main(["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "can be evaluated: a: the backend refuses it" in err
+    assert "`tp` must divide `heads`, but got (tp=3, heads=16)" in err
+    with pytest.raises(ConfigError, match="nothing to fit: a: the backend refuses it"):
+        cases = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
+        fit(cases, load_system(SYSTEM), ["memory"])
+
+
+def test_an_underdetermined_or_bounded_fit_is_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: four parameters fitted on one run reported 0.01 % in-sample error, values
+    # pinned at their bounds, with no word that the fit could not separate them.
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[4]},1000.0"]) + "\n")
+    names = ["memory", "network.nvswitch"]
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--json", "--fit", *names]
+    out = tmp_path / "fitted.toml"
+    assert main([*argv, "--out", str(out)]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert warnings[0].startswith("2 parameters fitted on 1 run(s)")
+    assert any(w.startswith("memory = 0.2 is at its bound 0.2") for w in warnings), warnings
+    assert "# Warning: 2 parameters fitted on 1 run(s)" in out.read_text(encoding="utf-8")
+    load_system(out)
