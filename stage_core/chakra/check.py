@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stage_core.chakra.traceset import ForeignNode, TraceSet
@@ -296,11 +296,17 @@ def _compare_group(
             )
 
 
-def check_trace_set(trace_set: TraceSet, *, for_astra_sim: bool = False) -> CheckReport:
+def check_trace_set(
+    trace_set: TraceSet,
+    *,
+    for_astra_sim: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> CheckReport:
     """Check ``trace_set`` (see the module docstring) and total each rank's work.
 
     ``for_astra_sim`` adds the rules of :func:`astra_sim_node_problem` for every node and
-    flags empty compute nodes that other nodes wait for.
+    flags empty compute nodes that other nodes wait for. ``progress`` is called with (ranks
+    checked, ranks) after each rank's own checks.
     """
     violations: list[str] = []
     world = trace_set.world_size
@@ -314,7 +320,9 @@ def check_trace_set(trace_set: TraceSet, *, for_astra_sim: bool = False) -> Chec
     receives: Counter[tuple[int, int, int, int]] = Counter()
     totals: dict[int, RankTotals] = {}
     bad_groups: set[tuple[int, ...]] = set()
-    for rank, own_nodes in sorted(trace_set.ranks.items()):
+    for done, (rank, own_nodes) in enumerate(sorted(trace_set.ranks.items()), start=1):
+        if progress is not None and done > 1:
+            progress(done - 1, world)
         foreign = trace_set.foreign.get(rank, ())
         every: list[TraceNode | ForeignNode] = [*own_nodes, *foreign]
         for alien in foreign:
@@ -357,6 +365,8 @@ def check_trace_set(trace_set: TraceSet, *, for_astra_sim: bool = False) -> Chec
                 sends[(rank, node.peer, node.comm_bytes, node.tag)] += 1
             elif node.kind is NodeKind.RECV:
                 receives[(node.peer, rank, node.comm_bytes, node.tag)] += 1
+    if progress is not None and trace_set.ranks:
+        progress(len(trace_set.ranks), world)
     for group in sorted(sequences):
         members = tuple(rank for rank in group if rank < world)
         if len(members) > 1:

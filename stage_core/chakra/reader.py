@@ -28,7 +28,7 @@ stays an error.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -411,10 +411,15 @@ def read_trace_file(
     return list(decoded.nodes)
 
 
-def read_trace_set(directory: Path | str, prefix: str = "workload") -> TraceSet:
+def read_trace_set(
+    directory: Path | str,
+    prefix: str = "workload",
+    progress: Callable[[int, int], None] | None = None,
+) -> TraceSet:
     """Read ``<prefix>.<rank>.et`` for ranks 0 … N−1 and ``comm_group.json`` (if present).
 
-    Missing ranks (a gap in 0 … N−1) or no trace file at all are a ConfigError.
+    Missing ranks (a gap in 0 … N−1) or no trace file at all are a ConfigError. ``progress``
+    is called with (ranks read, ranks) after each rank.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -442,9 +447,11 @@ def read_trace_set(directory: Path | str, prefix: str = "workload") -> TraceSet:
     notes: dict[str, int] = {}
     noted_ranks: dict[str, int] = {}
     first_noted: dict[str, str] = {}
-    for rank in sorted(files):
+    for done, rank in enumerate(sorted(files), start=1):
         path = directory / files[rank]
         decoded = decode_trace(_read_bytes(path), groups, str(path), cache)
+        if progress is not None:
+            progress(done, len(files))
         ranks[rank] = decoded.nodes
         if decoded.foreign:
             foreign[rank] = decoded.foreign

@@ -7,7 +7,8 @@ the violations; ``--json`` prints ``{"violations": [...], "ranks": {rank: totals
 ``--for astra-sim`` adds the rules for what makes ASTRA-sim abort or mistime a node
 (:func:`stage_core.chakra.check.astra_sim_node_problem`). What the reader accepted only for
 compatibility (traces of the published STAGE generator) is printed as ``warning:`` lines on
-stderr.
+stderr, and so is a progress meter of the ranks read and checked (on a terminal, or with
+``--progress``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 
 from stage_core.chakra.check import CheckReport, RankTotals, check_trace_set
 from stage_core.chakra.reader import read_trace_set
+from stage_explore.cli.meter import RankMeter
 
 _COLUMNS = ("flops", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")
 
@@ -74,10 +76,15 @@ def format_report(report: CheckReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Read, check and print; return the exit status."""
-    trace_set = read_trace_set(args.directory, args.prefix)
+    show = not args.quiet and sys.stderr.isatty() or args.progress
+    trace_set = read_trace_set(args.directory, args.prefix, RankMeter(show, "reading rank files"))
     for warning in trace_set.warnings:  # accepted for compatibility: stderr, not the report
         print(f"warning: {warning}", file=sys.stderr)
-    report = check_trace_set(trace_set, for_astra_sim=args.target == "astra-sim")
+    report = check_trace_set(
+        trace_set,
+        for_astra_sim=args.target == "astra-sim",
+        progress=RankMeter(show, "checking ranks"),
+    )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -106,7 +113,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         dest="target",
         choices=("any", "astra-sim"),
         default="any",
-        help="astra-sim: also flag what makes ASTRA-sim abort (zero-FLOP compute nodes with "
-        "bytes, FLOPs without bytes)",
+        help="any (default): the checks above; astra-sim: also flag what makes ASTRA-sim abort "
+        "(zero-FLOP compute nodes with bytes, FLOPs without bytes)",
     )
+    parser.add_argument(
+        "--progress", action="store_true", help="show progress on stderr even when piped"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress meter")
     parser.set_defaults(func=run)

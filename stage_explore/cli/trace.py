@@ -22,30 +22,9 @@ from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet, lower
 from stage_core.serving.trace import serving_program_set
 from stage_core.trace import NodeKind
+from stage_explore.cli.meter import RankMeter
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, serving_workload
-
-
-class _Progress:
-    """A one-line progress meter on stderr, updated at most ten times a second."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.start = time.perf_counter()
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.perf_counter()
-        if not self.enabled or (now - self.last < 0.1 and done != total):
-            return
-        self.last = now
-        end = "\n" if done == total else ""
-        print(
-            f"\r  writing rank files: {done}/{total} ({now - self.start:.1f} s)",
-            end=end,
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def astra_sim_problems(programs: ProgramSet) -> list[str]:
@@ -87,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             out,
             args.prefix,
             units=args.units,
-            progress=_Progress(show),
+            progress=RankMeter(show, "writing rank files"),
             workers=args.jobs,
         )
         files, size = world + 1, written.byte_count
@@ -112,13 +91,21 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "trace",
-        help="write the execution traces of one training step (Chakra, JSON or symmetric)",
-        description="Build the per-rank programs of one training step and write them.",
+        help="write the execution traces of one training, prefill or decode step (Chakra, JSON "
+        "or symmetric)",
+        description="Build the per-rank programs of one training step (or, with --phase, one "
+        "prefill or decode step) and write them.",
     )
     add_model_options(parser)
     add_parallel_options(parser)
     add_serving_options(parser, steady_state=False)
-    parser.add_argument("--format", choices=("chakra", "json", "symmetric"), default="chakra")
+    parser.add_argument(
+        "--format",
+        choices=("chakra", "json", "symmetric"),
+        default="chakra",
+        help="chakra (default): one .et file per rank and comm_group.json; json: the same, "
+        "readable, in trace.json; symmetric: one program per rank class, symmetric.json",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--prefix", default="workload", help="trace file prefix (chakra)")
     parser.add_argument(
