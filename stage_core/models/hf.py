@@ -253,6 +253,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     family = HF_FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None or not isinstance(model_type, str):
         supported = ", ".join((*HF_FAMILIES, "nemotron_h"))
+        if model_type is None:  # "unsupported model_type None" read as a bug of STAGE's
+            raise ConfigError(
+                f"{where}: no `model_type` key; expected a Hugging Face config.json whose "
+                f"model_type is one of: {supported}"
+            )
         raise ConfigError(f"{where}: unsupported model_type {model_type!r}; supported: {supported}")
     _check_keys(config, where, model_type)
     attention_bias = bool(config.get("attention_bias", False))

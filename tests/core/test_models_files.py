@@ -179,6 +179,8 @@ def test_hf_config_keys(tmp_path: Path, changes: dict[str, Any], expected: dict[
     ("changes", "message"),
     [
         ({"model_type": "gpt2"}, "unsupported model_type 'gpt2'; supported: llama, mistral"),
+        # s19 usertour: a config without the key read "unsupported model_type None".
+        ({"model_type": None}, "c.json: no `model_type` key; expected a Hugging Face config"),
         ({"hidden_size": None}, "c.json: missing key 'hidden_size'"),
         ({"vocab_size": "32000"}, "c.json: 'vocab_size' must be an integer, but got vocab_size="),
         ({"mlp_bias": True}, "`attention_bias` and `mlp_bias` must agree"),
