@@ -33,7 +33,7 @@ from stage_explore.study.spec import ExecutorKind
 
 if TYPE_CHECKING:
     from stage_explore.search.executors import BaseExecutor
-    from stage_explore.search.progress import Progress
+    from stage_explore.search.progress import Progress, RefineProgress
     from stage_explore.search.worker import EvaluationJob
     from stage_explore.study.spec import StudySpec
 
@@ -110,11 +110,24 @@ class ProgressLine:
             text += f" · {progress.repeats} repeats from cache"
         if progress.where:
             text += f" · {progress.where}"
+        self._show(text)
+
+    def refine(self, progress: RefineProgress) -> None:
+        """A two-stage study's re-evaluation of the front (its first line always shown)."""
+        minutes, seconds = divmod(int(progress.elapsed_s), 60)
+        text = (
+            f"re-evaluating the front with {progress.backend}: {progress.done}/{progress.total} "
+            f"points · {progress.ok} feasible · {progress.failed} failed · "
+            f"{minutes}:{seconds:02d}"
+        )
+        self._show(text, force=progress.done == 0 or progress.done == progress.total)
+
+    def _show(self, text: str, force: bool = False) -> None:
         if self._tty:
             self._stream.write("\r" + text.ljust(self._width))
             self._width = len(text)
             self._stream.flush()
-        elif time.monotonic() - self._last >= _QUIET_EVERY_S:
+        elif force or time.monotonic() - self._last >= _QUIET_EVERY_S:
             self._stream.write(text + "\n")
             self._stream.flush()
             self._last = time.monotonic()
@@ -170,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             trials=args.trials,
             resume=args.resume,
             on_progress=line,
+            on_refine=line.refine,
         )
     finally:
         line.end()
@@ -181,6 +195,17 @@ def run(args: argparse.Namespace) -> int:
         f"stopped by {summary.stopped_by} after {progress.elapsed_s:.1f} s "
         f"({progress.rate_per_s:.1f} trials/s)"
     )
+    refined = summary.refined
+    if refined is not None and refined.total == 0:
+        print(f"front: every point already re-evaluated with {refined.backend} (records: "
+              f"{summary.directory / 'refined'})")  # fmt: skip
+    elif refined is not None:
+        print(
+            f"front re-evaluated with {refined.backend}: {refined.done} of {refined.total} "
+            f"point(s) not refined before: {refined.ok} feasible, {refined.failed} failed, "
+            f"{refined.done - refined.ok - refined.failed} infeasible "
+            f"(records: {summary.directory / 'refined'})"
+        )
     if len(spec.space.choices().get("precision", ())) > 1:  # bf16 or fp8 (or fp4)?
         _print_precisions(spec, summary.directory)
     print(f"records: {summary.directory}  (stage report {summary.directory})")

@@ -55,7 +55,7 @@ from stage_explore.search.backends import BackendFactory, create_backend, resolv
 from stage_explore.search.design import model_is_moe
 from stage_explore.search.executors import BaseExecutor
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
-from stage_explore.search.progress import Progress, StudySummary
+from stage_explore.search.progress import Progress, RefineProgress, StudySummary
 from stage_explore.search.refine import refine
 from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.samplers import (
@@ -88,7 +88,8 @@ class Explorer:
     evaluating again its trials lost to infrastructure failures. ``retry`` is the policy for
     those failures (default: the study's ``[executor] retries`` with backoff; the executor is
     wrapped in a
-    :class:`~stage_explore.search.retry.RetryingExecutor`).
+    :class:`~stage_explore.search.retry.RetryingExecutor`). ``on_refine`` follows a two-stage
+    study's re-evaluation of the front (when it starts and after each point).
     """
 
     def __init__(
@@ -102,8 +103,10 @@ class Explorer:
         resume: bool = False,
         on_progress: Callable[[Progress], None] | None = None,
         retry: RetryPolicy | None = None,
+        on_refine: Callable[[RefineProgress], None] | None = None,
     ) -> None:
         self.spec = spec
+        self._on_refine = on_refine
         self._retry = retry
         self.directory = out / spec.name
         self._executor_factory = executor_factory
@@ -128,8 +131,8 @@ class Explorer:
         self._distinct = 0
         self._repeats = 0
         self._sampler_s = 0.0
-        #: Points of the front re-evaluated by the second backend of a two-stage study.
-        self.refined = 0
+        #: The front's re-evaluation by the second backend of a two-stage study.
+        self.refined: RefineProgress | None = None
         #: Resumed trials lost to infrastructure failures: (trial number, params), re-run first.
         self._lost: list[tuple[int, dict[str, Any]]] = []
         self._executor: BaseExecutor | None = None
@@ -318,15 +321,23 @@ class Explorer:
         if refine_factory is not None and self._stop != "interrupted":
             with self._signals():
                 self.refined = refine(
-                    self.spec, self.directory, search.names, refine_factory,
-                    self._executor_factory, lambda: self._stop == "interrupted",
+                    self.spec,
+                    self.directory,
+                    search.names,
+                    refine_factory,
+                    self._executor_factory,
+                    lambda: self._stop == "interrupted",
+                    self._on_refine,
                 )
+            if self._stop == "interrupted":  # Ctrl-C while refining: --resume refines the rest
+                stopped_by = "interrupted"
         progress = self.progress()
         if self._on_progress is not None:
             self._on_progress(progress)
         return StudySummary(
-            directory=self.directory, progress=progress, resumed=resumed, stopped_by=stopped_by
-        )
+            directory=self.directory, progress=progress, resumed=resumed, stopped_by=stopped_by,
+            refined=self.refined,
+        )  # fmt: skip
 
     def _create_search(self, factory: BackendFactory) -> BaseSearch:
         """The search (``auto`` resolved with the budget and the backend's speed)."""
@@ -490,6 +501,7 @@ def explore(
     resume: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
     retry: RetryPolicy | None = None,
+    on_refine: Callable[[RefineProgress], None] | None = None,
 ) -> StudySummary:
     """Run ``spec`` (see :class:`Explorer` for the arguments) and return its summary."""
     return Explorer(
@@ -501,6 +513,7 @@ def explore(
         resume=resume,
         on_progress=on_progress,
         retry=retry,
+        on_refine=on_refine,
     ).run()
 
 

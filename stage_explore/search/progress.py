@@ -2,6 +2,8 @@
 
 Contents:
     :class:`Progress`       trials done, by status, the best so far and the rate.
+    :class:`RefineProgress` a two-stage study's re-evaluation of the front: points done, by
+                            status.
     :class:`StudySummary`   where the records are, the final progress, why the run stopped.
 """
 
@@ -57,6 +59,31 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RefineProgress:
+    """A two-stage study's re-evaluation of the screened front by its second ``backend``:
+    ``done`` of ``total`` points (those not refined by an earlier run), ``ok`` of them
+    feasible, ``failed`` failed (or lost to the infrastructure), the rest infeasible."""
+
+    backend: str
+    done: int
+    total: int
+    ok: int
+    failed: int
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "backend": self.backend,
+            "done": self.done,
+            "total": self.total,
+            "ok": self.ok,
+            "failed": self.failed,
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StudySummary:
     """How a run of a study ended. ``stopped_by``: budget, grid (every point of an enumerated
     space evaluated), exhausted (a sampler found no configuration left), time limit or
@@ -66,6 +93,8 @@ class StudySummary:
     progress: Progress
     resumed: int
     stopped_by: str
+    #: The front's re-evaluation (two-stage studies whose search ended), else None.
+    refined: RefineProgress | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -79,4 +108,5 @@ class StudySummary:
             "progress": self.progress.to_dict(),
             "resumed": self.resumed,
             "stopped_by": self.stopped_by,
+            "refined": None if self.refined is None else self.refined.to_dict(),
         }

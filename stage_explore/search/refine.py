@@ -34,6 +34,7 @@ from stage_explore.records import (
 from stage_explore.search.backends import BackendFactory
 from stage_explore.search.executors import BaseExecutor
 from stage_explore.search.outcomes import is_final
+from stage_explore.search.progress import RefineProgress
 from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp
@@ -84,11 +85,24 @@ def refine(
     factory: BackendFactory,
     executor_factory: Callable[[EvaluationJob], BaseExecutor],
     should_stop: Callable[[], bool] = lambda: False,
-) -> int:
-    """Re-evaluate the screened front with ``factory``; returns how many points were refined."""
+    on_progress: Callable[[RefineProgress], None] | None = None,
+) -> RefineProgress:
+    """Re-evaluate the screened front with ``factory``; returns where that stands (``done``
+    below ``total`` when ``should_stop`` ended it), also passed to ``on_progress`` when it
+    starts and after each point."""
     points = front_to_refine(spec, directory, names)
+    started = time.monotonic()
+    counts = {"done": 0, "ok": 0, "failed": 0}
+
+    def snapshot() -> RefineProgress:
+        elapsed = time.monotonic() - started
+        return RefineProgress(backend=spec.backend.name, total=len(points), elapsed_s=elapsed,
+                              **counts)  # fmt: skip
+
     if not points:
-        return 0
+        return snapshot()
+    if on_progress is not None:
+        on_progress(snapshot())
     job = EvaluationJob(study=spec, factory=factory, options=spec.backend.options)
     executor = RetryingExecutor(executor_factory(job), RetryPolicy(retries=spec.executor.retries))
     writer = RecordWriter(directory / REFINED_FOLDER, records_schema(spec.name, spec.space))
@@ -110,13 +124,20 @@ def refine(
                     )
                 )
                 remaining -= 1
+                counts["done"] += 1
+                if outcome.status is TrialStatus.OK:
+                    counts["ok"] += 1
+                elif outcome.status is not TrialStatus.INFEASIBLE:
+                    counts["failed"] += 1
+                if on_progress is not None:
+                    on_progress(snapshot())
             time.sleep(0)
     finally:
         writer.flush()
         if should_stop():
             executor.cancel()
         executor.close()
-    return len(points) - remaining
+    return snapshot()
 
 
 #: Columns of a refined record shown beside the screening row (with the ``refined_`` prefix).

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from stage_core.errors import ConfigError
 from stage_explore import load_results, pareto_front
 from stage_explore.evaluation import Evaluation
 from stage_explore.search import explore
+from stage_explore.search.progress import RefineProgress
 from stage_explore.study import parse_study
 
 support = importlib.import_module(
@@ -109,3 +112,44 @@ def test_two_stage_study_errors(tmp_path: Path, backend: str, message: str) -> N
     broken = text[:start] + "[backend]\n" + backend + "\n\n" + text[end:]
     with pytest.raises(ConfigError, match=message):
         parse_study(broken, tmp_path / "study.toml")
+
+
+def test_the_refinement_reports_progress_and_its_counts(tmp_path: Path) -> None:
+    # s19 usertour: a two-stage study re-evaluated its front (ASTRA-sim: minutes a point)
+    # without a line of progress, and its summary did not say how that went.
+    seen: list[RefineProgress] = []
+    spec = parse_study(two_stage_text(), tmp_path / "study.toml")
+    summary = explore(
+        spec, out=tmp_path / "out", executor_factory=support.InlineExecutor, on_refine=seen.append
+    )
+    refined = summary.refined
+    assert refined is not None and refined.backend == REFINER and refined.total > 0
+    assert (refined.done, refined.ok, refined.failed) == (refined.total, refined.total, 0)
+    assert [p.done for p in seen] == list(range(refined.total + 1))
+    assert summary.to_dict()["refined"]["done"] == refined.total
+    again = run(tmp_path, resume=True).refined
+    assert again is not None and (again.total, again.done) == (0, 0)
+
+
+def test_an_interrupt_while_refining_is_reported_and_resume_refines_the_rest(
+    tmp_path: Path,
+) -> None:
+    # s19 usertour: Ctrl-C during the refinement ended with exit 0, "stopped by budget", no
+    # word that front points were left for --resume.
+    before = signal.getsignal(signal.SIGINT)
+
+    def interrupt(progress: RefineProgress) -> None:
+        if progress.done == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    spec = parse_study(two_stage_text(), tmp_path / "study.toml")
+    summary = explore(
+        spec, out=tmp_path / "out", executor_factory=support.InlineExecutor, on_refine=interrupt
+    )
+    assert signal.getsignal(signal.SIGINT) is before
+    assert summary.interrupted and summary.refined is not None
+    assert summary.refined.done < summary.refined.total
+    left = summary.refined.total - summary.refined.done
+    resumed = run(tmp_path, resume=True)
+    assert not resumed.interrupted and resumed.refined is not None
+    assert resumed.refined.done == resumed.refined.total == left
