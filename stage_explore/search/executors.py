@@ -4,7 +4,8 @@ Contents:
     :class:`BaseExecutor`
         the contract the driver uses: submit chunks, poll finished ones, cancel, close.
     :class:`LocalExecutor`
-        a pool of worker processes (spawned, ignoring Ctrl-C so the driver handles it).
+        a pool of worker processes (spawned, ignoring Ctrl-C so the driver handles it, and
+        ending when the driver's process is gone).
     :class:`RayExecutor`
         Ray tasks on a local instance started for the study, or on an existing cluster.
     :func:`create_executor`
@@ -30,6 +31,7 @@ import math
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -100,8 +102,26 @@ class BaseExecutor(abc.ABC):
         """Release the workers."""
 
 
+#: How often a local worker checks that the study's process is still its parent.
+_PARENT_CHECK_S = 1.0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when the process that started it is gone (reparented: its parent id
+    changed): a ``stage explore`` killed by SIGKILL or the out-of-memory killer cannot close
+    its pool, and its idle workers would otherwise wait on the pool's queue for ever."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_CHECK_S)
+    os._exit(1)
+
+
 def _ignore_interrupts() -> None:
+    """A local worker's start: Ctrl-C is the driver's to handle; exit when the driver dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watcher = threading.Thread(
+        target=_exit_with_parent, args=(os.getppid(),), name="exit-with-parent", daemon=True
+    )
+    watcher.start()
 
 
 class LocalExecutor(BaseExecutor):
