@@ -54,7 +54,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--backend",
         default="analytical",
         metavar="NAME",
-        help="analytical (default), astra-sim, a registered name or module:Class",
+        help="analytical (default), astra-sim (the binary named by $ASTRA_SIM_BIN, else "
+        "AstraSim_Analytical_Congestion_Unaware, or _Aware, on PATH; docs/astra-sim.md), a "
+        "registered name or module:Class",
     )
     parser.add_argument(
         "--framework",

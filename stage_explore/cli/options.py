@@ -120,7 +120,7 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         choices=("alltoall", "allgather"),
         default="alltoall",
         help="MoE token dispatcher (Megatron's --moe-token-dispatcher-type): all-to-all of "
-        "routed tokens, or all-gather over the expert group and reduce-scatter back",
+        "routed tokens (default), or all-gather over the expert group and reduce-scatter back",
     )
     group.add_argument(
         "--sp",
@@ -129,13 +129,17 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         help="Megatron sequence parallelism (needs --tp > 1 to have an effect)",
     )
     group.add_argument(
-        "--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage; 3 is FSDP"
+        "--zero",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=0,
+        help="ZeRO stage; 3 is FSDP (default: 0)",
     )
     group.add_argument(
         "--recompute",
         choices=_choices(Recompute),
         default=Recompute.NONE.value,
-        help="activation recomputation",
+        help="activation recomputation (default: none)",
     )
     group.add_argument(
         "--recompute-modules",
@@ -167,7 +171,8 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--schedule",
         choices=(*_choices(Schedule), "zb-h1"),
         default=Schedule.ONE_F_ONE_B.value,
-        help="pipeline schedule (zb = ZB-H1, alias zb-h1; dualpipe = DeepSeek-V3's DualPipe)",
+        help="pipeline schedule (zb = ZB-H1, alias zb-h1; dualpipe = DeepSeek-V3's DualPipe; "
+        "default: 1f1b)",
     )
     group.add_argument(
         "--vpp", type=int, default=1, help="model chunks per pipeline rank (interleaved only)"
@@ -192,21 +197,23 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--cp-style",
         choices=_choices(CpStyle),
         default=CpStyle.ALLGATHER.value,
-        help="context parallelism: all-gather K/V or ring",
+        help="context parallelism: all-gather K/V or ring (default: allgather)",
     )
     group.add_argument(
         "--precision",
         choices=_choices(Precision),
         default=Precision.BF16.value,
         help="compute precision (master weights stay fp32); fp4: the decoder layers' linear "
-        "GEMMs in NVFP4 (Megatron-Core --fp4-format e2m1 --fp4-recipe nvfp4; Blackwell)",
+        "GEMMs in NVFP4 (Megatron-Core --fp4-format e2m1 --fp4-recipe nvfp4; Blackwell); "
+        "default: bf16",
     )
     group.add_argument(
         "--fp8-recipe",
         choices=_choices(Fp8Recipe),
         default=Fp8Recipe.DELAYED.value,
         help="with --precision fp8: per-tensor delayed or current (tensorwise) scaling, "
-        "DeepSeek-V3 blockwise, or mxfp8 (Blackwell); Megatron-Core --fp8-recipe",
+        "DeepSeek-V3 blockwise, or mxfp8 (Blackwell); Megatron-Core --fp8-recipe (default: "
+        "delayed)",
     )
     group.add_argument(
         "--fp8-gemms",

@@ -11,6 +11,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import CpStyle, ParallelConfig, Precision, Recompute, Schedule
+from stage_explore.cli import main
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 
 EXPECTED_FLAGS = {
@@ -170,3 +171,15 @@ def test_recompute_modules() -> None:
     assert workload("--model", "llama3-8b")[1].recompute_modules == ()
     with pytest.raises(ConfigError, match="recompute_modules"):
         workload("--model", "llama3-8b", "--recompute-modules", "moe_act")
+
+
+def test_help_names_the_default_of_each_parallel_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    # s19 usertour: --schedule, --zero, --recompute, --cp-style, --precision, --fp8-recipe and
+    # --moe-dispatcher did not say what they default to.
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("default: 1f1b", "FSDP (default: 0)", "recomputation (default: none)",
+                    "(default: allgather)", "default: bf16", "(default: delayed)",
+                    "routed tokens (default)", "named by $ASTRA_SIM_BIN"):  # fmt: skip
+        assert default in text, default
