@@ -206,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
             f"{refined.done - refined.ok - refined.failed} infeasible "
             f"(records: {summary.directory / 'refined'})"
         )
+    if summary.stopped_by == "grid":
+        for note in unreached_values(spec, summary.directory):
+            print(note)
     if len(spec.space.choices().get("precision", ())) > 1:  # bf16 or fp8 (or fp4)?
         _print_precisions(spec, summary.directory)
     print(f"records: {summary.directory}  (stage report {summary.directory})")
@@ -218,6 +221,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"interrupted: continue with stage explore {args.study} --out {args.out} --resume")
         return 130
     return 0
+
+
+def unreached_values(spec: StudySpec, directory: Path) -> list[str]:
+    """One note per value a ``[space]`` list names that no record of the finished grid holds:
+    no point with it can exist (``tp·pp·cp`` does not divide ``num_gpus = 12``, ``dp·micro_batch``
+    does not divide the batch), or each is the same configuration as one without it (a pinned
+    knob); the grid never proposes such points, so nothing else would say so."""
+    from stage_explore.records import load_results
+
+    frame = load_results(directory)
+    notes = []
+    for knob, values in spec.space.choices().items():
+        if len(values) < 2 or knob not in frame.columns:
+            continue
+        held = {str(value) for value in frame[knob].dropna().unique().tolist()}
+        missing = [value for value in values if str(value) not in held]
+        if missing:
+            listed = ", ".join(str(value) for value in missing)
+            notes.append(
+                f"note: [space] {knob} = {listed}: in no record: every point with it is "
+                "structurally impossible or the same configuration as one without it "
+                "(docs/explore.md §1)"
+            )
+    return notes
 
 
 def _print_precisions(spec: StudySpec, directory: Path) -> None:
