@@ -500,6 +500,11 @@ def unread_columns(name: str, rows: Sequence[dict[str, str]]) -> str:
     return f"{name} ({', '.join(extra)})" if extra else ""
 
 
+def _claims(claimers: Sequence[SourceSetup], row_id: str) -> bool:
+    """Whether one of ``claimers`` (the sources of the row's file) claims the row by its id."""
+    return bool(row_id) and any(row_id.startswith(s.id_prefix) for s in claimers)
+
+
 def inferred_cases(
     folder: Path,
     sources: Sequence[SourceSetup],
@@ -509,12 +514,14 @@ def inferred_cases(
     """``(cases, files read with their row counts, files ignored with why, files whose header
     has columns not in the schema with them)``: the cases of every row of the folder's
     published-runs CSVs (``only``: of that one file) that no source claims, in file order; a
-    stated cluster is looked up in ``systems``' ``systems/*.toml`` (default: the folder's)."""
+    stated cluster is looked up in ``systems``' ``systems/*.toml`` (default: the folder's). A
+    row whose id an earlier row or a claimed row of any file states is not evaluated
+    (:func:`_duplicate`)."""
     cases: list[Case] = []
     files: list[tuple[str, int]] = []
     ignored: list[str] = []
     unread: list[str] = []
-    seen: dict[str, tuple[str, int]] = {}  # an id → the file and row that first stated it
+    tables: list[tuple[str, list[dict[str, str]], list[SourceSetup]]] = []
     named = {s.file for s in sources}
     found = {p.name for p in folder.glob("*.csv")} if only is None else {only}
     for name in sorted(named | found):
@@ -526,12 +533,19 @@ def inferred_cases(
         rows = read_csv(folder / name)
         files.append((name, len(rows)))
         claimers = [s for s in sources if s.file == name]
-        if any(s.columns for s in claimers):
-            continue  # a renaming source reads every row of its file
+        if not any(s.columns for s in claimers):  # a renaming source reads every row of its file
+            tables.append((name, rows, claimers))
+    seen: dict[str, tuple[str, int]] = {}  # an id → the file and row that first stated it
+    for name, rows, claimers in tables:  # a claimed row's id first: its source evaluates it
+        for line, row in enumerate(rows, start=1):
+            row_id = (row.get("id") or "").strip()
+            if _claims(claimers, row_id):
+                seen.setdefault(row_id, (name, line))
+    for name, rows, claimers in tables:
         before = len(cases)
         for line, row in enumerate(rows, start=1):
             row_id = (row.get("id") or "").strip()
-            if any(row_id and row_id.startswith(s.id_prefix) for s in claimers):
+            if _claims(claimers, row_id):
                 continue
             first = seen.setdefault(row_id, (name, line)) if row_id else (name, line)
             if first != (name, line):

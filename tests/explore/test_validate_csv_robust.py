@@ -14,7 +14,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_explore.cli import main
 from stage_explore.validation.csv_cells import read_csv
-from stage_explore.validation.infer import row_cases
+from stage_explore.validation.infer import inferred_cases, row_cases
 from stage_explore.validation.setups import Case, configured_cases, data_dir, load_setups
 
 DATA = data_dir()
@@ -299,6 +299,23 @@ def test_a_duplicate_id_is_evaluated_once_and_named(
     reasons = [r["not_evaluated_reason"] for r in dup[1:]]
     assert all(r.startswith("duplicate id 'CSV-DUP': row 1 of a.csv has it") for r in reasons)
     assert [r["evaluated"] for r in rows if r["id"] == "CSV-OTHER"] == [True]
+
+
+def test_an_unclaimed_row_with_a_claimed_rows_id_is_named_a_duplicate(tmp_path: Path) -> None:
+    """An id a ``setups.toml`` source's row states counts as stated first, whatever the file
+    order: an unclaimed row with it (here in ``a.csv``, read before the source's file) is not
+    evaluated again (s19 review: only the unclaimed rows' ids were compared)."""
+    sources, _ = load_setups(DATA / "setups.toml")
+    source = next(s for s in sources if s.file == "published_runs.csv" and not s.columns)
+    (tmp_path / source.file).write_bytes((DATA / source.file).read_bytes())
+    rows = read_csv(DATA / source.file)
+    line, claimed = next((i, r["id"]) for i, r in enumerate(rows, 1)
+                         if r["id"].startswith(source.id_prefix))  # fmt: skip
+    row = _row(SMALL, claimed)
+    _write(tmp_path / "a.csv", [row], list(row))
+    cases, *_ = inferred_cases(tmp_path, [source])
+    (case,) = [c for c in cases if c.id == claimed]
+    assert case.reason.startswith(f"duplicate id {claimed!r}: row {line} of {source.file} has it")
 
 
 @pytest.mark.parametrize("cells", [{"tp": "TP=4"}, {"tp": "tp4"}, {"tp": "TP 4", "vpp": "VP=5"},
