@@ -14,6 +14,7 @@ Contents:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ _SHOWN_UNLESS: Mapping[str, object] = {"precision": "bf16"}
 _SERVING_SHOWN = ("time_to_first_token_s", "time_per_output_token_s", "tokens_per_s_per_gpu")
 _LOST = "infrastructure_failed"
 _STATUSES = ("ok", "infeasible", "failed", _LOST)
+#: A number in a reason (``95.38``, ``1,024``, ``pp=32``'s 32): reasons differing only there
+#: are one kind of reason in the report.
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
 def _off_default(column: pd.Series, default: object) -> bool:
@@ -106,9 +110,21 @@ class Report:
         return format_table(headers, list(shown.itertuples(index=False)))
 
     def reasons(self, status: str, limit: int = 5) -> list[tuple[str, int]]:
-        """The most frequent reasons of trials with ``status``."""
+        """The most frequent reasons of trials with ``status``, reasons that differ only in
+        their numbers (``out of memory: peak 95.38 GiB exceeds 80.00 GiB``, one per trial)
+        counted as one, shown by its most frequent text."""
         counts = self.frame.loc[self.frame["status"] == status, "reason"].value_counts()
-        return [(str(reason), int(count)) for reason, count in counts.head(limit).items()]
+        groups: dict[str, list[tuple[str, int]]] = {}
+        for reason, count in counts.items():
+            groups.setdefault(_NUMBER.sub("#", str(reason)), []).append((str(reason), int(count)))
+        ranked = sorted(groups.values(), key=lambda texts: -sum(n for _, n in texts))
+        out = []
+        for texts in ranked[:limit]:
+            text, total = texts[0][0], sum(n for _, n in texts)
+            if len(texts) > 1:
+                text += f" (e.g.; {len(texts)} variants differing in their numbers)"
+            out.append((text, total))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""

@@ -163,3 +163,39 @@ def test_trials_lost_to_the_infrastructure_are_counted_and_explained(tmp_path: P
     assert sum(counts.values()) == len(report.frame) == 13
     assert first_line.endswith(", 1 lost to the infrastructure (--resume runs them again)")
     assert "infrastructure_failed ×1: worker died (SIGKILL)" in report.text()
+
+
+def test_reasons_that_differ_only_in_numbers_are_counted_as_one(tmp_path: Path) -> None:
+    # s19 usertour: 1,264 out-of-memory trials of gpt3_175b_a100, each with its own peak, were
+    # listed as "infeasible ×1" three times, and the summary named none of the kinds.
+    from datetime import UTC, datetime
+
+    from stage_explore.records import (
+        Outcome,
+        RecordWriter,
+        TrialStatus,
+        make_row,
+        read_records,
+        records_schema,
+    )
+
+    spec = parse_study(support.study_text(trials=4), tmp_path / "s.toml")
+    folder = explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor).directory
+    table = read_records(folder)
+    assert table is not None
+    first = table.to_pylist()[0]
+    params = {name: first[name] for name in spec.space.choices()}
+    writer = RecordWriter(folder, records_schema(spec.name, spec.space))
+    reasons = [f"out of memory: peak {peak} GiB exceeds 80.00 GiB" for peak in ("95.38", "1,077")]
+    reasons += [reasons[0], "precision 'fp4' needs a grounded NVFP4 GEMM rate"]
+    for trial, reason in enumerate(reasons, start=4):
+        outcome = Outcome(status=TrialStatus.INFEASIBLE, reason=reason)
+        writer.append(make_row(trial=trial, study=spec.name, params=params, dp=first["dp"],
+                               outcome=outcome, finished_at=datetime.now(UTC)))  # fmt: skip
+    writer.flush()
+    reasons_shown = build_report(folder).reasons("infeasible", limit=20)
+    assert (
+        "out of memory: peak 95.38 GiB exceeds 80.00 GiB (e.g.; 2 variants differing in their "
+        "numbers)", 3,
+    ) in reasons_shown  # fmt: skip
+    assert ("precision 'fp4' needs a grounded NVFP4 GEMM rate", 1) in reasons_shown
