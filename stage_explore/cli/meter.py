@@ -1,10 +1,12 @@
-"""A one-line progress meter on stderr for commands that walk every rank (``stage trace``
-writing rank files, ``stage check`` reading and checking them)."""
+"""Progress meters on stderr: :class:`RankMeter` for commands that walk every rank (``stage
+trace`` writing rank files, ``stage check`` reading and checking them), :class:`SourceMeter`
+for ``stage validate --loso``'s fits."""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 
 class RankMeter:
@@ -29,3 +31,25 @@ class RankMeter:
             file=sys.stderr,
             flush=True,
         )
+
+
+class SourceMeter:
+    """``stage validate --loso``'s progress on stderr: ``leave one source out: 3/80 sources,
+    fitting MTNLG (2:13)``, in place on a terminal, else one line per source (each takes
+    tens of seconds; the whole figure most of an hour)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.perf_counter()
+
+    def __call__(self, done: int, total: int, source: str) -> None:
+        minutes, seconds = divmod(int(time.perf_counter() - self.start), 60)
+        doing = f", fitting {source}" if source else ", done"
+        text = f"  leave one source out: {done}/{total} sources{doing} ({minutes}:{seconds:02d})"
+        if self.tty:
+            end = "\n" if done == total else ""
+            self.stream.write(f"\r{text}\033[K{end}")
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()

@@ -62,6 +62,7 @@ def _finite(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stage_explore.cli.meter import SourceMeter
     from stage_explore.validation.render import to_markdown, to_text
     from stage_explore.validation.serving import (
         serving_markdown,
@@ -71,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     )
     from stage_explore.validation.suite import run_validation
 
-    report = run_validation(args.data, loso=args.loso)
+    report = run_validation(
+        args.data, loso=args.loso, loso_progress=SourceMeter() if args.loso else None
+    )
     serving = serving_rows(args.data)  # beside training: the published serving measurements
     if args.json:
         payload = report.to_dict()

@@ -20,7 +20,7 @@ inferred setup (:mod:`~stage_explore.validation.infer`) are measured but never t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stage_explore.calibrate import apply, default_parameters, fit, objective
@@ -56,13 +56,19 @@ def leave_one_source_out(
     results: Sequence[RowResult],
     factory: BackendFactory | None = None,
     max_evaluations: int = MAX_EVALUATIONS,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
     """``{source: {"mae", "rows", "trained_on", "trained_on_system", "fitted", "train_mae"}}``
-    or ``{"reason"}``."""
+    or ``{"reason"}``; ``progress`` is called with (sources done, sources, the source about
+    to be fitted) before each source and with an empty name after the last (the figure takes
+    most of an hour on the package's data)."""
     timing = [r for r in results if r.evaluated and r.case.metric != "peak_mem_gib"]
     systems: dict[str, System] = {}
     out: dict[str, Any] = {}
-    for source in dict.fromkeys(r.case.source for r in timing):
+    order = list(dict.fromkeys(r.case.source for r in timing))
+    for done, source in enumerate(order):
+        if progress is not None:
+            progress(done, len(order), source)
         mine = [r.case for r in timing if r.case.source == source]
         if mine[0].system not in systems:
             systems[mine[0].system] = case_system(mine[0])
@@ -93,4 +99,6 @@ def leave_one_source_out(
             "train_mae": fitted.in_sample_mae,
             "fitted": fitted.values,
         }
+    if progress is not None:
+        progress(len(order), len(order), "")
     return out

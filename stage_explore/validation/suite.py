@@ -6,6 +6,7 @@ inferred setups (:mod:`~stage_explore.validation.infer`) and every row read is c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from stage_core.errors import ConfigError
@@ -33,11 +34,16 @@ def _one_file(path: Path) -> tuple[Path, str, Path]:
 
 
 def run_validation(
-    folder: str | Path | None = None, factory: BackendFactory | None = None, loso: bool = False
+    folder: str | Path | None = None,
+    factory: BackendFactory | None = None,
+    loso: bool = False,
+    loso_progress: Callable[[int, int, str], None] | None = None,
 ) -> ValidationReport:
     """Evaluate every row of every published-runs CSV of ``folder`` (default: the package's
     data), or of the one CSV file ``folder`` names: with its ``setups.toml`` source, else with
-    an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds)."""
+    an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds),
+    reporting each source to ``loso_progress``
+    (:func:`~stage_explore.validation.loso.leave_one_source_out`)."""
     where = Path(folder) if folder is not None else data_dir()
     given, only, systems = str(where), None, None
     if where.is_file():
@@ -56,7 +62,7 @@ def run_validation(
             "(published_runs.csv's columns) and optionally a setups.toml"
         )
     results = evaluate_cases(cases, factory)
-    figure = leave_one_source_out(results, factory) if loso else None
+    figure = leave_one_source_out(results, factory, progress=loso_progress) if loso else None
     titles = {s.name: s.title for s in sources}
     for case in inferred:
         titles.setdefault(case.source, f"{case.source} (setup inferred from the CSV)")

@@ -265,3 +265,25 @@ def test_leave_one_source_out_trains_the_fsdp_blog_on_its_accelerators_rows() ->
     mine = [c for c in every if c.source == "IBMFSDP-H100"]
     train = _training_rows(mine, [c for c in every if c.source != "IBMFSDP-H100"], systems)
     assert train and {c.system for c in train} == {"h100-80gb"}  # the same H100 SXM5 part
+
+
+def test_leave_one_source_out_reports_each_source_as_it_goes() -> None:
+    # s19 usertour: `stage validate --loso` ran most of an hour without a line of output.
+    import io
+
+    from stage_explore.cli.meter import SourceMeter
+    from stage_explore.validation.loso import leave_one_source_out
+    from stage_explore.validation.run import evaluate_cases
+
+    cases = [c for c in load_cases() if c.source in ("KOR22-T5", "NAR21-T1")]
+    calls: list[tuple[int, int, str]] = []
+    leave_one_source_out(evaluate_cases(cases), max_evaluations=2,
+                         progress=lambda *call: calls.append(call))  # fmt: skip
+    assert calls == [(0, 2, "KOR22-T5"), (1, 2, "NAR21-T1"), (2, 2, "")]
+    stream = io.StringIO()  # not a terminal: a line per source
+    meter = SourceMeter(stream)
+    for call in calls:
+        meter(*call)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("  leave one source out: 0/2 sources, fitting KOR22-T5 (0:0")
+    assert lines[2].startswith("  leave one source out: 2/2 sources, done")
