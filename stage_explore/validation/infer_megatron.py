@@ -19,6 +19,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
+from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
 from stage_explore.validation.infer_launcher import (
@@ -562,3 +563,6 @@ def megatron_core_defaults(
             _bridge_options(flavor, system, release, named, out)
             _bridge_connections({**parallel, **stated}, system, out)
             _qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, out)
+            if empty:
+                recipe = fp8_recipe if precision == "fp8" else ""
+                bridge_moe_recompute(flavor, system, release, recipe, stated, out)
