@@ -353,15 +353,22 @@ def leave_one_out(
     system: System,
     names: Sequence[str],
     factory: BackendFactory | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
     **options: Any,
 ) -> list[RowResult]:
-    """Each case predicted by a fit on all the others (the rows, in order)."""
+    """Each case predicted by a fit on all the others (the rows, in order); ``progress`` is
+    called with (fits done, fits, the case left out next) before each fit and with an empty
+    name after the last."""
     out = []
     for i, case in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases), f"without {case.id}")
         others = [c for j, c in enumerate(cases) if j != i]
         fitted = fit(others, system, names, factory, **options)
         _, rows = objective([case], fitted.system, factory)
         out.extend(rows)
+    if progress is not None:
+        progress(len(cases), len(cases), "")
     return out
 
 

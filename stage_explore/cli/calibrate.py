@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         system_toml,
         user_cases,
     )
+    from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
 
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
     fitted = fit(usable, system, names)
     warnings = fit_warnings(fitted, system, len(usable))
-    loo = [] if args.no_loo or len(usable) < 2 else leave_one_out(usable, system, names)
+    meter = StepMeter("leave-one-out", "fits")  # one fit per run: minutes on many runs
+    loo = [] if args.no_loo or len(usable) < 2 else leave_one_out(usable, system, names,
+                                                                   progress=meter)  # fmt: skip
     loo_errors = [abs(r.error) for r in loo if r.evaluated]
     loo_mae = sum(loo_errors) / len(loo_errors) if loo_errors else math.nan
     if args.out is not None:

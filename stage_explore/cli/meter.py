@@ -1,6 +1,6 @@
 """Progress meters on stderr: :class:`RankMeter` for commands that walk every rank (``stage
-trace`` writing rank files, ``stage check`` reading and checking them), :class:`SourceMeter`
-for ``stage validate --loso``'s fits."""
+trace`` writing rank files, ``stage check`` reading and checking them), :class:`StepMeter`
+for long fits (``stage validate --loso``, ``stage calibrate``'s leave-one-out)."""
 
 from __future__ import annotations
 
@@ -33,20 +33,22 @@ class RankMeter:
         )
 
 
-class SourceMeter:
-    """``stage validate --loso``'s progress on stderr: ``leave one source out: 3/80 sources,
-    fitting MTNLG (2:13)``, in place on a terminal, else one line per source (each takes
-    tens of seconds; the whole figure most of an hour)."""
+class StepMeter:
+    """Progress of a few long steps on stderr: ``LABEL: 3/80 NOUN, fitting NAME (2:13)``, in
+    place on a terminal, else one line per step (each takes seconds to a minute): ``stage
+    validate --loso``'s fit per source, ``stage calibrate``'s leave-one-out fit per run."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, label: str, noun: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.noun = noun
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty()
         self.start = time.perf_counter()
 
-    def __call__(self, done: int, total: int, source: str) -> None:
+    def __call__(self, done: int, total: int, name: str) -> None:
         minutes, seconds = divmod(int(time.perf_counter() - self.start), 60)
-        doing = f", fitting {source}" if source else ", done"
-        text = f"  leave one source out: {done}/{total} sources{doing} ({minutes}:{seconds:02d})"
+        doing = f", fitting {name}" if name else ", done"
+        text = f"  {self.label}: {done}/{total} {self.noun}{doing} ({minutes}:{seconds:02d})"
         if self.tty:
             end = "\n" if done == total else ""
             self.stream.write(f"\r{text}\033[K{end}")

@@ -62,7 +62,7 @@ def _finite(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stage_explore.cli.meter import SourceMeter
+    from stage_explore.cli.meter import StepMeter
     from stage_explore.validation.render import to_markdown, to_text
     from stage_explore.validation.serving import (
         serving_markdown,
@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.validation.suite import run_validation
 
     report = run_validation(
-        args.data, loso=args.loso, loso_progress=SourceMeter() if args.loso else None
+        args.data,
+        loso=args.loso,
+        loso_progress=StepMeter("leave one source out", "sources") if args.loso else None,
     )
     serving = serving_rows(args.data)  # beside training: the published serving measurements
     if args.json:

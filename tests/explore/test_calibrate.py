@@ -342,3 +342,13 @@ def test_an_underdetermined_or_bounded_fit_is_flagged(
     assert any(w.startswith("memory = 0.2 is at its bound 0.2") for w in warnings), warnings
     assert "# Warning: 2 parameters fitted on 1 run(s)" in out.read_text(encoding="utf-8")
     load_system(out)
+
+
+def test_leave_one_out_reports_each_fit(tmp_path: Path) -> None:
+    # s19 usertour: the leave-one-out fits (one per run: minutes on many runs) printed nothing.
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2", f"{RUNS[4]},0.3"]) + "\n")
+    cases = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
+    calls: list[tuple[int, int, str]] = []
+    leave_one_out(cases, load_system(SYSTEM), ["memory"], max_evaluations=3,
+                  progress=lambda *call: calls.append(call))  # fmt: skip
+    assert calls == [(0, 2, "without a"), (1, 2, "without e"), (2, 2, "")]

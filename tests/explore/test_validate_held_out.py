@@ -271,7 +271,7 @@ def test_leave_one_source_out_reports_each_source_as_it_goes() -> None:
     # s19 usertour: `stage validate --loso` ran most of an hour without a line of output.
     import io
 
-    from stage_explore.cli.meter import SourceMeter
+    from stage_explore.cli.meter import StepMeter
     from stage_explore.validation.loso import leave_one_source_out
     from stage_explore.validation.run import evaluate_cases
 
@@ -281,7 +281,7 @@ def test_leave_one_source_out_reports_each_source_as_it_goes() -> None:
                          progress=lambda *call: calls.append(call))  # fmt: skip
     assert calls == [(0, 2, "KOR22-T5"), (1, 2, "NAR21-T1"), (2, 2, "")]
     stream = io.StringIO()  # not a terminal: a line per source
-    meter = SourceMeter(stream)
+    meter = StepMeter("leave one source out", "sources", stream)
     for call in calls:
         meter(*call)
     lines = stream.getvalue().splitlines()
