@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
@@ -143,7 +145,14 @@ def run(args: argparse.Namespace) -> int:
     preflight = getattr(backend, "preflight", None)
     if callable(preflight):
         preflight()
+    slow = args.backend != "analytical" and sys.stderr.isatty()
+    if slow:  # ASTRA-sim: seconds to many minutes as the ranks grow, with nothing to show
+        where = f"stage eval: running {args.backend} on {parallel.world_size} ranks …"
+        print(where, end="", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     result = backend.evaluate(model, parallel, system)
+    if slow:
+        print(f" {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     reference = None
     gap = None
     if args.compare:

@@ -166,3 +166,43 @@ def test_help_lists_every_registered_framework_profile(
     text = text.replace("- ", "-")
     for name in FRAMEWORKS:
         assert name in text, name
+
+
+class StandInBackend(AnalyticalBackend):
+    """The analytical backend under another name, standing in for a slow one (ASTRA-sim)."""
+
+    name = "stand-in"
+
+
+class _Terminal:
+    """A stand-in stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_backend_other_than_the_analytical_says_it_is_running_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: `stage eval --backend astra-sim` on thousands of ranks ran for minutes with
+    # nothing on the screen.
+    stand_in = f"{__name__}:StandInBackend"
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(["eval", *POINT, "--backend", stand_in]) == 0
+    assert terminal.text.startswith(f"stage eval: running {stand_in} on 8 ranks … ")
+    assert terminal.text.endswith(" s\n")
+    terminal.text = ""
+    assert main(["eval", *POINT]) == 0  # the analytical model: milliseconds, no line
+    assert terminal.text == ""
+    capsys.readouterr()
