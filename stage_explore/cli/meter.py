@@ -34,7 +34,7 @@ class RankMeter:
 
 
 class StepMeter:
-    """Progress of a few long steps on stderr: ``LABEL: 3/80 NOUN, fitting NAME (2:13)``, in
+    """Progress of a few long steps on stderr: ``LABEL: DONE/TOTAL NOUN, fitting NAME (M:SS)``, in
     place on a terminal, else one line per step (each takes seconds to a minute): ``stage
     validate --loso``'s fit per source, ``stage calibrate``'s leave-one-out fit per run."""
 
