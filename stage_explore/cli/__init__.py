@@ -70,6 +70,16 @@ def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extras: list[
     sub.error(f"unrecognized argument {first!r}{hint}")
 
 
+def _version() -> str:
+    """The installed distribution's version (``stage-dse`` in pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stage-dse")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every registered subcommand."""
     parser = OneLineParser(
@@ -78,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
             "STAGE: generate distributed LLM workloads and explore parallel configurations."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"stage {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = importlib.import_module(f"stage_explore.cli.{name}")

@@ -45,3 +45,13 @@ def test_help_still_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit) as caught:
         main(["memory", "--help"])
     assert caught.value.code == 0 and capsys.readouterr().out.startswith("usage: stage memory")
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    # s19 usertour: `stage --version` said "the following arguments are required: COMMAND".
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as caught:
+        main(["--version"])
+    assert caught.value.code == 0
+    assert capsys.readouterr().out == f"stage {version('stage-dse')}\n"
