@@ -37,7 +37,14 @@ from stage_explore.system.model import System
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer_fields import Uninferable, infer_precision
 from stage_explore.validation.run import BackendFactory, RowResult, evaluate_cases
-from stage_explore.validation.setups import METRICS, Case, SourceSetup, make_case
+from stage_explore.validation.setups import (
+    METRICS,
+    MODEL_COLUMNS,
+    PARALLEL_COLUMNS,
+    Case,
+    SourceSetup,
+    make_case,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +439,22 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
             parallel["zero"] = _zero(row, path)
         cases.append(make_case(source, row, {"parallel": parallel} if parallel else {}))
     return cases
+
+
+#: The columns :func:`user_cases` reads (with ``METRICS[:3]``, the measured ones).
+READ_COLUMNS = frozenset(
+    {"id", "model", "zero", "sp", "recompute", "precision", *MODEL_COLUMNS, *PARALLEL_COLUMNS}
+)
+
+
+def unread_columns(path: Path) -> list[str]:
+    """The columns of a runs CSV that hold a value in some row but that a fit does not read
+    (``dp_sharding``, ``gpu``, ``source`` …: a row's FSDP or framework is not inferred as
+    ``stage validate --data`` infers it; ``zero`` and ``--framework`` say them)."""
+    rows = read_csv(path)
+    read = READ_COLUMNS | set(METRICS[:3])
+    columns = list(rows[0]) if rows else []
+    return [c for c in columns if c not in read and any(str(r.get(c) or "").strip() for r in rows)]
 
 
 def _toml_value(value: Any) -> str:

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         leave_one_out,
         objective,
         system_toml,
+        unread_columns,
         user_cases,
     )
     from stage_explore.cli.meter import StepMeter
@@ -90,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
     if not usable:
         reasons = "; ".join(f"{run_id}: {reason}" for run_id, reason in skipped.items())
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
+    unread = unread_columns(args.runs)
+    if unread and not args.json:  # before the fit: a wrong setup is seen before minutes of it
+        print(
+            f"note: columns not read: {', '.join(unread)} (a fit reads the model and layout "
+            "columns, sp, recompute, precision and zero; give ZeRO/FSDP as zero and the "
+            "framework as --framework)"
+        )
     fitted = fit(usable, system, names)
     warnings = fit_warnings(fitted, system, len(usable))
     meter = StepMeter("leave-one-out", "fits")  # one fit per run: minutes on many runs
@@ -116,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             "runs": len(usable),
             "not_evaluated": skipped,
             "warnings": warnings,
+            "columns_not_read": unread,
             "evaluations": fitted.evaluations,
             "out": None if args.out is None else str(args.out),
         }, indent=1))  # fmt: skip

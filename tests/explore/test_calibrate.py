@@ -352,3 +352,17 @@ def test_leave_one_out_reports_each_fit(tmp_path: Path) -> None:
     leave_one_out(cases, load_system(SYSTEM), ["memory"], max_evaluations=3,
                   progress=lambda *call: calls.append(call))  # fmt: skip
     assert calls == [(0, 2, "without a"), (1, 2, "without e"), (2, 2, "")]
+
+
+def test_columns_a_fit_does_not_read_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: a runs CSV in published_runs.csv's columns with dp_sharding = FSDP was fitted
+    # as plain data parallelism without a word (calibrate reads `zero`, not `dp_sharding`).
+    text = "\n".join([f"{HEADER},dp_sharding,notes", f"{RUNS[0]},0.2,FSDP,", ""])
+    path = _runs_csv(tmp_path, text)
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory", "--no-loo"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["columns_not_read"] == ["dp_sharding"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("note: columns not read: dp_sharding (a fit reads")
