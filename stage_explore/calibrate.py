@@ -457,6 +457,19 @@ def unread_columns(path: Path) -> list[str]:
     return [c for c in columns if c not in read and any(str(r.get(c) or "").strip() for r in rows)]
 
 
+def runs_on_model_base(path: Path) -> list[str]:
+    """The runs of a runs CSV whose ``model`` cell names no flavor (or is empty): their blocks
+    are ``--model-base``'s (a GPT's GELU MLP and full attention by default) with the row's
+    dims, which a Llama-like model's SwiGLU and grouped KV heads are not."""
+    flavors = set(list_flavors())
+    rows = read_csv(path)
+    return [
+        row.get("id") or f"run-{i + 1}"
+        for i, row in enumerate(rows)
+        if (row.get("model") or "").strip() not in flavors
+    ]
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

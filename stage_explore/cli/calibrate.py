@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         fit_warnings,
         leave_one_out,
         objective,
+        runs_on_model_base,
         system_toml,
         unread_columns,
         user_cases,
@@ -98,6 +99,16 @@ def run(args: argparse.Namespace) -> int:
             "columns, sp, recompute, precision and zero; give ZeRO/FSDP as zero and the "
             "framework as --framework)"
         )
+    on_base = runs_on_model_base(args.runs)
+    if on_base and not args.json:
+        shown = ", ".join(on_base[:5]) + (
+            f" and {len(on_base) - 5} more" if len(on_base) > 5 else ""
+        )
+        print(
+            f"note: {shown}: the model cell names no flavor, so the blocks are {args.model_base}'s "
+            "(--model-base) with the row's dims; name a flavor (stage eval --model lists close "
+            "names) if the model is, e.g., a Llama"
+        )
     fitted = fit(usable, system, names)
     warnings = fit_warnings(fitted, system, len(usable))
     meter = StepMeter("leave-one-out", "fits")  # one fit per run: minutes on many runs
@@ -125,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             "not_evaluated": skipped,
             "warnings": warnings,
             "columns_not_read": unread,
+            "runs_on_model_base": on_base,
             "evaluations": fitted.evaluations,
             "out": None if args.out is None else str(args.out),
         }, indent=1))  # fmt: skip

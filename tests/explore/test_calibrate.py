@@ -366,3 +366,19 @@ def test_columns_a_fit_does_not_read_are_named(
     assert json.loads(capsys.readouterr().out)["columns_not_read"] == ["dp_sharding"]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("note: columns not read: dp_sharding (a fit reads")
+
+
+def test_runs_whose_model_names_no_flavor_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: a `Llama 3.1 8B` model cell (read by validate --data as llama3.1-8b) ran as
+    # megatron-gpt-1.7b's blocks (GELU MLP, full attention) with the row's dims, silently.
+    llama = RUNS[0].replace("megatron-gpt-1.7b", "Llama 3.1 8B").replace("a,", "l,", 1)
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2", f"{llama},0.2"]) + "\n")
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory", "--no-loo"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs_on_model_base"] == ["l"]
+    assert main(argv) == 0
+    assert "note: l: the model cell names no flavor, so the blocks are megatron-gpt-1.7b's" in (
+        capsys.readouterr().out
+    )
