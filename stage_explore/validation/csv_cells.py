@@ -89,6 +89,13 @@ def int_cell(value: str) -> int | None:
     return int(match.group(1).replace(",", "")) if match else None
 
 
+def negative_cell(value: str) -> bool:
+    """Whether a cell states a negative number (``-8``, ``−2``): an integer column's count
+    cannot be one, which the refusal says instead of "not an integer"."""
+    stripped = value.strip()
+    return stripped[:1] in ("-", "\u2212") and int_cell(stripped[1:]) is not None
+
+
 #: A measured value as a table may print it: ``5762``, ``14,451``, ``0.95``, ``1.2e3``.
 NUMBER_CELL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d*)?(?:[eE][+-]?\d+)?")
 

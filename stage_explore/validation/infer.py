@@ -28,6 +28,7 @@ from stage_explore.validation.csv_cells import (
     DASHES,
     SCHEMA_COLUMNS,
     int_cell,
+    negative_cell,
     ragged_reason,
     read_csv,
 )
@@ -106,9 +107,8 @@ def _checked(row: dict[str, str], file: str) -> dict[str, int]:
             continue
         value = int_cell(cell)
         if value is None:
-            raise Uninferable(
-                f"{file}, row {row['id']}, column {column}: {cell!r} is not an integer"
-            )
+            what = "is negative (expected a count)" if negative_cell(cell) else "is not an integer"
+            raise Uninferable(f"{file}, row {row['id']}, column {column}: {cell!r} {what}")
         values[column] = value
     for column, words in TEXT_ALLOWED.items():
         cell = row.get(column, "").strip()

@@ -38,6 +38,7 @@ from stage_explore.validation.csv_cells import (
     first_word,
     int_cell,
     measured_value,
+    negative_cell,
     ragged_reason,
     read_csv,
 )
@@ -315,7 +316,8 @@ def _check_integer_cells(row: dict[str, str]) -> None:
     for column in STRICT_COLUMNS:
         cell = (row.get(column) or "").strip()
         if cell.lower() not in _EMPTY_CELLS and int_cell(cell) is None:
-            raise ConfigError(f"{row['id']}: the {column} cell {cell!r} is not an integer")
+            what = "is negative (expected a count)" if negative_cell(cell) else "is not an integer"
+            raise ConfigError(f"{row['id']}: the {column} cell {cell!r} {what}")
 
 
 def _merge(

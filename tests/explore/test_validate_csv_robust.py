@@ -13,7 +13,7 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_explore.cli import main
-from stage_explore.validation.csv_cells import read_csv
+from stage_explore.validation.csv_cells import negative_cell, read_csv
 from stage_explore.validation.infer import inferred_cases, row_cases
 from stage_explore.validation.setups import Case, configured_cases, data_dir, load_setups
 
@@ -334,3 +334,15 @@ def test_a_layout_cell_naming_its_own_axis_is_read(cells: dict[str, str]) -> Non
 def test_another_axis_named_in_a_layout_cell_is_refused() -> None:
     case = _case(tp="PP=4")
     assert "column tp: 'PP=4' is not an integer" in case.reason, case.reason
+
+
+@pytest.mark.parametrize(("column", "cell"), [("tp", "-8"), ("pp", "\u22122"), ("num_gpus", "-64")])
+def test_a_negative_count_is_refused_as_negative(column: str, cell: str) -> None:
+    """The defect (s19 usertour): ``-8`` in ``tp`` was refused as 'not an integer'; the reason
+    now says what is wrong with it."""
+    case = _case(**{column: cell})
+    assert f"column {column}: {cell!r} is negative (expected a count)" in case.reason, case.reason
+
+
+def test_a_dash_alone_is_still_not_stated() -> None:
+    assert not negative_cell("-") and not negative_cell("") and negative_cell(" -1,024 ")
