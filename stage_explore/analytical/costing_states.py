@@ -10,14 +10,11 @@ caching allocator).
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
-from stage_core.lower.bind import BoundBlock
 from stage_core.lower.compact import Runs, recompute_groups
-from stage_core.lower.experts import data_axes
 from stage_core.lower.flops import AttentionFlops, block_flops
-from stage_core.lower.fp8 import FP8_BYTES, fp8_block, linear_weights
+from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import (
     _block_states,
     fp8_weights,
@@ -28,7 +25,6 @@ from stage_core.lower.memory import (
     weighted_combine_saved_bytes,
 )
 from stage_core.lower.program import (
-    Workload,
     _block_sync,
     boundary_bytes,
 )
@@ -38,6 +34,11 @@ from stage_explore.analytical.costs import (
     optimizer_step_s,
 )
 from stage_explore.analytical.fp8_buckets import NonFp8Sync, non_fp8_sync
+from stage_explore.analytical.fp8_gathers import (
+    fp8_param_gathers,
+    fp8_shard_elements,
+    fsdp_float8_gathers,
+)
 from stage_explore.analytical.fp8_roles import BLOCK_SCALED
 from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
@@ -77,7 +78,9 @@ class StateCosting:
         ``distributed_fused_adam`` (:func:`~stage_explore.analytical.frameworks.
         distributed_fused_adam_state_bytes`). Under ``fp8_weight_cast_per_use`` (torchao
         ``Float8Linear``) no FP8 weight copy is held: each GEMM casts its weight and drops the
-        cast; the backward casts again from the 16-bit weight it saved."""
+        cast; the backward casts again from the 16-bit weight it saved. Under
+        ``fsdp_float8_all_gather`` the gathered (unsharded) FP8 linear weights are 1 byte per
+        element (the block's ``full`` bytes, which the ZeRO-3 gathered buffers count)."""
         workload, block = point.workload, point.blocks[kind]
         peaks = point.system.accelerator.peak_flops_per_s
         recipe = workload.parallel.linear_recipe
@@ -104,6 +107,8 @@ class StateCosting:
             )
             if profile.fp8_weight_cast_per_use:  # no FP8 copy outlives its GEMM
                 weights -= fp8_weights(workload, block, transposed)
+            if fsdp_float8_gathers(profile, workload, kind):  # gathered (unsharded) as FP8
+                full -= fp8_shard_elements(workload, block)[1] * (workload.weight_bytes - 1)
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal
             model, hardware = self._parts.get(
@@ -232,27 +237,3 @@ class StateCosting:
             loss = loss_working_set(blocks, buffers, workload.weight_bytes)
             held += max(0, loss - self._working_set(point))
         return held
-
-
-def fp8_param_gathers(
-    workload: Workload, block: BoundBlock, gathers: dict[tuple[str, ...], int]
-) -> dict[tuple[str, ...], int]:
-    """ZeRO-1/2 parameter-gather bytes per axes when the FP8 linear layers' parameters are FP8
-    (``fp8_param_gather``): those are gathered at 1 byte per element, the rest at the 16-bit
-    width. Megatron-Core's ``DistributedDataParallel`` groups a ``Float8Tensor`` parameter into a
-    ``torch.uint8`` parameter buffer ("when creating the param buffer for fp8 params, it is
-    necessary to use torch.uint8, not the 'fake' dtype got from 'param.dtype'",
-    core/distributed/distributed_data_parallel.py), and the distributed optimizer all-gathers
-    that buffer."""
-    linear = linear_weights(block)
-    sizes = workload.axis_sizes
-    result = dict(gathers)
-    for weight in block.weights:
-        if weight.name not in linear:
-            continue
-        data = data_axes(sizes, workload.expert_axes, weight.expert)
-        if data not in result:
-            continue
-        shard = weight.elements // math.prod(sizes[a] for a in data)
-        result[data] -= shard * (workload.weight_bytes - FP8_BYTES)
-    return result

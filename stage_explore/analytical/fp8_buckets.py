@@ -57,7 +57,7 @@ def non_fp8_sync(workload: Workload, kind: str, block: BoundBlock) -> NonFp8Sync
     block's parameters that are not FP8 (the 16-bit buffer): every weight of a block outside
     the FP8 linear layers (embedding, output layer), and the weights of an FP8 block that no
     linear layer reads (norms, biases) — the complement of
-    :func:`~stage_explore.analytical.costing_states.fp8_param_gathers`' set."""
+    :func:`~stage_explore.analytical.fp8_gathers.fp8_param_gathers`' set."""
     fp8 = linear_weights(block) if fp8_block(kind) else frozenset()
     kept = tuple(weight for weight in block.weights if weight.name not in fp8)
     if not kept:

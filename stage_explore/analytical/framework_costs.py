@@ -3,7 +3,8 @@ and pass timing: :func:`zero3_gathered_bytes` (the gathered ZeRO-3 parameters a 
 each framework's gathering rule), :func:`grad_accumulation_bytes` and
 :func:`held_accumulation_bytes` (the traffic of accumulating gradients over micro-batches), the
 FSDP copy-kernel byte counts (:func:`fsdp1_flat_grad_bytes`, :func:`fsdp2_copy_bytes`),
-:data:`FP8_DYNAMIC_CAST_BYTES`, :func:`distributed_fused_adam_state_bytes`,
+:data:`FP8_DYNAMIC_CAST_BYTES`, :data:`FP8_SHARD_CAST_BYTES`, :data:`FP8_SHARD_AMAX_BYTES`,
+:func:`distributed_fused_adam_state_bytes`,
 :func:`pipelining_buffer_bytes`, :func:`rope_table_bytes`, and the micro-batches per pipeline
 schedule (:func:`local_schedule_micro_batches`, :func:`held_sync_micro_batches`). The profile
 type is :mod:`stage_explore.analytical.framework_profile`, the shipped profiles
@@ -43,6 +44,15 @@ def zero3_gathered_bytes(
 #: reduction reads it (2), the scale-and-cast kernel reads it again (2) and writes FP8 (1); the
 #: reduction must finish before the cast, so even a compiled graph runs two kernels.
 FP8_DYNAMIC_CAST_BYTES = 5
+
+#: HBM bytes per element of casting an fp32 FSDP2 shard to FP8 before a float8 all-gather
+#: (``fsdp_float8_all_gather``) with its precomputed scale: read 4, write 1 (torchao
+#: ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`` → ``hp_tensor_and_scale_to_float8``).
+FP8_SHARD_CAST_BYTES = FP32_BYTES + 1
+
+#: HBM bytes per shard element and step of ``precompute_float8_dynamic_scale_for_fsdp``: one
+#: ``torch._foreach_norm(..., ord=inf)`` read of every fp32 shard (torchao float8/fsdp_utils.py).
+FP8_SHARD_AMAX_BYTES = FP32_BYTES
 
 
 def fsdp1_flat_grad_bytes(profile: FrameworkProfile, weight_bytes: int) -> int:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from stage_core.lower.bind import group_size
 from stage_core.lower.experts import data_axes
-from stage_core.lower.fp8 import fp8_block, linear_weights
+from stage_core.lower.fp8 import FP8_BYTES, fp8_block, linear_weights
 from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.weightgrad import split_backward
 from stage_core.models.layers import is_kept_block
 from stage_core.plans import DP_REPLICATE
+from stage_explore.analytical.fp8_gathers import fp8_shard_elements, fsdp_float8_gathers
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.framework_costs import (
     FP8_DYNAMIC_CAST_BYTES,
+    FP8_SHARD_AMAX_BYTES,
+    FP8_SHARD_CAST_BYTES,
     fsdp1_flat_grad_bytes,
     fsdp2_copy_bytes,
     grad_accumulation_bytes,
@@ -108,6 +111,8 @@ class PhasePasses:
             return 0.0
         if not fp8_block(kind):
             return 0.0
+        if fsdp_float8_gathers(self.framework, point.workload, kind):
+            return self._fp8_shard_casts_s(point, kind, phase)
         gemms = point.workload.parallel.fp8_gemms
         block = point.blocks[kind]
 
@@ -130,6 +135,35 @@ class PhasePasses:
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return cast * FP8_DYNAMIC_CAST_BYTES / bandwidth
 
+    def _zero3_gathers_in(self, point: Point, phase: str) -> float:
+        """ZeRO-3 all-gathers of a block's parameters per micro-batch in ``phase``: the forward's,
+        and the backward's unless the parameters stay gathered under pipeline parallelism
+        (``pp_unsharded_params`` with pp > 1: one gather per step, or per schedule under
+        ``pp_held_sync_per_schedule``, spread over its micro-batches)."""
+        workload = point.workload
+        held = self.framework.pp_unsharded_params and workload.parallel.pp > 1
+        gathers = float(int(phase == "fwd") + int(phase in ("bwd", "bwd_b") and not held))
+        if held:
+            gathers /= held_sync_micro_batches(
+                self.framework, workload.parallel, workload.micro_batches
+            )
+        return gathers
+
+    def _fp8_shard_casts_s(self, point: Point, kind: str, phase: str) -> float:
+        """Seconds per micro-batch of torchao's casts of a block's FP8 linear weight shards
+        before FSDP2's float8 all-gathers (``fsdp_float8_all_gather``): the rank's fp32 shard
+        read and its FP8 copy written at every gather (:data:`~stage_explore.analytical.
+        framework_costs.FP8_SHARD_CAST_BYTES`), and in the forward the step's
+        ``precompute_float8_dynamic_scale_for_fsdp`` amax read of the shard spread over the
+        step's micro-batches; the gathered FP8 weight feeds the GEMMs uncast."""
+        workload = point.workload
+        shards, _ = fp8_shard_elements(workload, point.blocks[kind])
+        per_element = self._zero3_gathers_in(point, phase) * FP8_SHARD_CAST_BYTES
+        if phase == "fwd":
+            per_element += FP8_SHARD_AMAX_BYTES / max(1, workload.micro_batches)
+        bandwidth = point.system.accelerator.achieved_memory_bandwidth_bytes_per_s
+        return shards * per_element / bandwidth
+
     def _fsdp2_copies_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of FSDP2's copies on the compute stream for a block's
         parameters (``fsdp2_copies`` under ZeRO-3, :func:`~stage_explore.analytical.frameworks.
@@ -137,7 +171,8 @@ class PhasePasses:
         backward's unless the parameters stay gathered under pipeline parallelism), the
         reduce-scatter copy-in of the backward; under ``pp_unsharded_params`` with pp > 1 the
         stage gathers and reduce-scatters once per step (per schedule under
-        ``pp_held_sync_per_schedule``), spread over its micro-batches."""
+        ``pp_held_sync_per_schedule``), spread over its micro-batches. Under
+        ``fsdp_float8_all_gather`` the copy-out of the FP8 linear weights moves 1-byte elements."""
         workload = point.workload
         if not self.framework.fsdp2_copies or workload.parallel.zero < 3:
             return 0.0
@@ -148,9 +183,14 @@ class PhasePasses:
         per_element = fsdp2_copy_bytes(
             gathers, scatters, workload.weight_bytes, workload.grad_bytes
         )
+        copied = elements * per_element
+        if gathers and fsdp_float8_gathers(self.framework, workload, kind):  # FP8 copy-out
+            _, fp8_elements = fp8_shard_elements(workload, point.blocks[kind])
+            narrower = fsdp2_copy_bytes(gathers, 0, workload.weight_bytes - FP8_BYTES, 0)
+            copied -= fp8_elements * narrower
         accelerator = point.system.accelerator
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
-        seconds = elements * per_element / bandwidth
+        seconds = copied / bandwidth
         if held:  # one gather and one reduce-scatter per step (or per schedule)
             between = held_sync_micro_batches(
                 self.framework, workload.parallel, workload.micro_batches

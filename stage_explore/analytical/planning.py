@@ -39,6 +39,7 @@ from stage_explore.analytical.blocktime import (
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.fp8_buckets import merges_non_fp8, split_runs
+from stage_explore.analytical.fp8_gathers import fp8_zero3_gathers, fsdp_float8_gathers
 from stage_explore.analytical.framework_costs import zero3_gathered_bytes
 from stage_explore.analytical.parts import (
     ChunkParts,
@@ -463,14 +464,17 @@ class StagePlanning(AmaxCosting):
 
     def _kind(self, point: Point, kind: str) -> KindParts:
         """What a block kind's costs need besides the network: its gradient and parameter
-        gather bytes and model states (:meth:`_block_sync`), its ZeRO-3 gathers and ZeRO-2/3
-        scatters, and the axes its collectives span (memoised)."""
+        gather bytes and model states (:meth:`_block_sync`), its ZeRO-3 gathers (the FP8 linear
+        weights at 1 byte under ``fsdp_float8_all_gather``) and ZeRO-2/3 scatters, and the axes
+        its collectives span (memoised)."""
         workload, block = point.workload, point.blocks[kind]
 
         def compute() -> KindParts:
             zero = workload.parallel.zero
             sync = self._block_sync(point, kind)
             gathers = tuple(zero_collectives(workload, block, True)) if zero >= 3 else ()
+            if fsdp_float8_gathers(self.framework, workload, kind):  # FP8 linear weights
+                gathers = fp8_zero3_gathers(workload, block, gathers)
             scatters = tuple(zero_collectives(workload, block, False)) if zero >= 2 else ()
             zero_axes = {i.axes for i in (*gathers, *scatters)}
             cost_axes = tuple(sorted(set(axes_of(block)) | zero_axes))

@@ -160,6 +160,20 @@ Options (all booleans unless said):
   "keep the compute param in fp8 (do not use any other intermediate dtype) and perform the
   param all-gather in fp8"); the 16-bit copy of those weights is not held, the fp32 master
   stays in the optimizer. Off (Megatron-Core's default): the 16-bit weights and their FP8 copies.
+- ``fsdp_float8_all_gather`` — under ZeRO-3 with a per-tensor FP8 recipe, FSDP2 gathers the FP8
+  linear layers' weights as FP8 (torchao ``Float8LinearConfig.enable_fsdp_float8_all_gather``,
+  torchtitan ``--float8.enable_fsdp_float8_all_gather``, with
+  ``--float8.precompute_float8_dynamic_scale_for_fsdp``; off by default in every torchtitan
+  config and in torchao): ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`` casts the
+  rank's fp32 shard to FP8 with a tensor-wise scale (precomputed once per step for all layers by
+  one all-reduce of their amaxes, not timed: a few hundred floats), the all-gather moves 1 byte
+  per element (the gather bytes of :func:`~stage_explore.analytical.fp8_gathers.
+  fp8_param_gathers`, shared with ``fp8_param_gather``), and ``fsdp_post_all_gather`` hands the
+  GEMMs the gathered ``Float8TrainingTensor``: no per-use weight cast
+  (``fp8_weight_cast_per_use`` then costs a cast of the shard per gather, :data:`~stage_explore.
+  analytical.framework_costs.FP8_SHARD_CAST_BYTES`), and FSDP2's copy-out moves FP8 elements.
+  Unlike ``fp8_param_gather`` the sharded fp32 parameters stay (no memory saved on the shards);
+  the gradient reduce-scatter keeps its dtype. Block-scaled recipes gather 16-bit weights.
 - ``distributed_fused_adam`` (``"off"``, ``"fp32"`` or ``"bf16"``) — the optimizer is Apex's
   ``DistributedFusedAdam`` as NeMo 1.x sets it up (``optim.name: distributed_fused_adam``),
   with the optimizer-state dtype ``optim.dtype`` (NeMo's default fp32). Its sharded state per
@@ -216,6 +230,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "fsdp_fp32_shards": "FSDP MixedPrecision: sharded params kept in fp32 (no 16-bit shard)",
     "bf16_model_states": "AutoModel MoE initialize_weights: FSDP shards cast to bf16 (no master)",
     "fp8_param_gather": "Megatron --fp8-param-gather (FP8 parameters, no 16-bit copy)",
+    "fsdp_float8_all_gather": "torchao/torchtitan enable_fsdp_float8_all_gather (FP8 gathers)",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
@@ -252,6 +267,7 @@ class ShardingOptions:
     fsdp_fp32_shards: bool = False  # ZeRO-3 ranks keep the 16-bit shard (DeepSpeed, Megatron)
     bf16_model_states: bool = False  # fp32 master weights, gradients and moments
     fp8_param_gather: bool = False  # 16-bit weights beside their FP8 copies (Megatron default)
+    fsdp_float8_all_gather: bool = False  # FSDP2 gathers 16-bit weights (torchtitan's default)
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed

@@ -192,6 +192,13 @@ def torchtitan_pipeline(
         )
 
 
+#: A row's statement that FSDP2 gathered torchao's FP8 weights as FP8 ("f8 all-gather", "float8
+#: all-gather", the flag's name); torchtitan's default (every era) and torchao's is off.
+FLOAT8_ALL_GATHER = re.compile(
+    r"\b(?:f8|fp8|float8)[\s_-]+all[\s_-]*gather|enable_fsdp_float8_all_gather"
+)
+
+
 def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defaults) -> None:
     text = row_text(row).lower()
     table = row.get("source_table", "").lower()
@@ -208,6 +215,13 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
         out.notes.append(
             "torch.compile per block (fused_elementwise): the text names torch.compile "
             "(torchtitan --training.compile compiles each transformer block)"
+        )
+    if FLOAT8_ALL_GATHER.search(text) and not re.search(r"whether[^.;]*all[\s_-]*gather", text):
+        out.options["fsdp_float8_all_gather"] = True
+        out.notes.append(
+            "FSDP2's float8 all-gather (fsdp_float8_all_gather): the text states it "
+            "(torchtitan --float8.enable_fsdp_float8_all_gather, torchao Float8LinearConfig."
+            "enable_fsdp_float8_all_gather; off by default)"
         )
     if tp > 1 and re.search(r"async[\s_-]*tp", table) and not re.search(r"vanilla\s*tp", table):
         out.options["tp_comm_overlap"] = True

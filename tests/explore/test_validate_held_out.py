@@ -229,6 +229,7 @@ def test_the_trainy_h200_rows_serve_throughput_and_memory(
             "fused_elementwise": True,
             "loss_fp32_buffers": 0,  # the loss compiled too (pytorch/torchtitan#1033)
             "optimizer_foreach": False,  # optimizer.implementation "fused"
+            "fsdp_float8_all_gather": True,  # --float8.enable_fsdp_float8_all_gather
         }
     report = ValidationReport(tuple(results), "test")
     names = {t.name for t in report.targets()}
