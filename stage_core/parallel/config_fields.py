@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from stage_core.parallel.split import PipelineSplit
 from stage_core.parallel.vocab import (
@@ -33,11 +33,27 @@ DEFAULT_AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "ep", "cp", "tp")
 
 _ZERO_ALIASES: Mapping[str, int] = MappingProxyType({"fsdp": 3})
 _POSITIVE = ("dp", "tp", "cp", "pp", "ep", "vpp", "micro_batch", "grad_bucket_bytes")
+#: Fields that are a positive int or None, and what None means (said in the problem).
+_POSITIVE_OR_NONE: Mapping[str, str] = MappingProxyType({
+    "etp": " (= tp)",
+    "dp_shard": " (= dp)",
+    "seq_len": "",
+    "recompute_num_layers": "",
+    "microbatch_group_size_per_vp_stage": "",
+})  # fmt: skip
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an int and not a bool (``True`` is no degree)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_or_none(name: str, value: object, meaning: str) -> str | None:
+    """The problem of a field that must be a positive int or None (``meaning``: what None
+    stands for, e.g. `` (= tp)``), or None when ``value`` is one."""
+    if value is None or (_is_int(value) and value >= 1):
+        return None
+    return f"`{name}` must be a positive int or None{meaning}, but got {name}={value!r}"
 
 
 def field_problems(config: ParallelConfig) -> list[str]:
@@ -71,15 +87,10 @@ def field_problems(config: ParallelConfig) -> list[str]:
         problems.append(
             f"`global_batch` must be a positive int (0 = dp·micro_batch), but got {global_batch=}"
         )
-    etp = config.etp
-    if etp is not None and (not _is_int(etp) or etp < 1):
-        problems.append(f"`etp` must be a positive int or None (= tp), but got {etp=}")
-    dp_shard = config.dp_shard
-    if dp_shard is not None and (not _is_int(dp_shard) or dp_shard < 1):
-        problems.append(f"`dp_shard` must be a positive int or None (= dp), but got {dp_shard=}")
-    seq_len = config.seq_len
-    if seq_len is not None and (not _is_int(seq_len) or seq_len < 1):
-        problems.append(f"`seq_len` must be a positive int or None, but got {seq_len=}")
+    for name, meaning in _POSITIVE_OR_NONE.items():
+        problem = _positive_or_none(name, getattr(config, name), meaning)
+        if problem:
+            problems.append(problem)
     for listed_field, members, empty_ok in (
         ("fp8_gemms", FP8_GEMMS, False),
         ("recompute_modules", RECOMPUTE_MODULES, True),
@@ -87,17 +98,6 @@ def field_problems(config: ParallelConfig) -> list[str]:
         problem = _named_once(config, listed_field, members, empty_ok)
         if problem:
             problems.append(problem)
-    count = config.recompute_num_layers
-    if count is not None and (type(count) is not int or count < 1):
-        problems.append(
-            f"`recompute_num_layers` must be an integer >= 1 or None, but got {count!r}"
-        )
-    group = config.microbatch_group_size_per_vp_stage
-    if group is not None and (type(group) is not int or group < 1):
-        problems.append(
-            "`microbatch_group_size_per_vp_stage` must be an integer >= 1 or None, "
-            f"but got {group!r}"
-        )
     if config.recompute_method not in RECOMPUTE_METHODS:
         problems.append(
             f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)}, "

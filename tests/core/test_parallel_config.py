@@ -71,6 +71,13 @@ def test_defaults() -> None:
         ({"vocab_divisible_by": 0}, "`vocab_divisible_by` must be a positive int"),
         ({"global_batch": -8}, "`global_batch` must be a positive int (0 = dp·micro_batch), but"),
         ({"seq_len": 0}, "`seq_len` must be a positive int or None, but got seq_len=0"),
+        ({"etp": 0}, "`etp` must be a positive int or None (= tp), but got etp=0"),
+        ({"dp_shard": True}, "`dp_shard` must be a positive int or None (= dp), but got"),
+        ({"recompute_num_layers": 0}, "`recompute_num_layers` must be a positive int or None, "),
+        (
+            {"microbatch_group_size_per_vp_stage": -1},
+            "`microbatch_group_size_per_vp_stage` must be a positive int or None, but got",
+        ),
         ({"sp": "yes"}, "`sp` must be a bool, but got sp='yes'"),
         ({"master_weights_fp32": 1}, "`master_weights_fp32` must be a bool"),
         ({"dropout": "no"}, "`dropout` must be a bool or None, but got dropout='no'"),

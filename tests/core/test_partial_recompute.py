@@ -133,8 +133,8 @@ def test_every_nth_block_of_a_rank_is_recomputed_torchtitan(n: int) -> None:
             {"recompute": Recompute.FULL, "recompute_num_layers": 5, "recompute_method": "spread"},
             "every pipeline rank \\(4\\), but got recompute_num_layers=5",
         ),
-        ({"recompute": Recompute.FULL, "recompute_num_layers": 0}, "integer >= 1"),
-        ({"recompute": Recompute.FULL, "recompute_num_layers": "2"}, "integer >= 1"),
+        ({"recompute": Recompute.FULL, "recompute_num_layers": 0}, "a positive int or None"),
+        ({"recompute": Recompute.FULL, "recompute_num_layers": "2"}, "a positive int or None"),
         (
             {"recompute": Recompute.FULL, "recompute_num_layers": 2, "recompute_method": "random"},
             "recompute_method",

@@ -112,8 +112,8 @@ def test_a_larger_group_holds_more_in_flight_and_the_prefix_peak_is_the_whole_pe
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(microbatch_group_size_per_vp_stage=0), "must be an integer >= 1"),
-        (dict(microbatch_group_size_per_vp_stage=True), "must be an integer >= 1"),
+        (dict(microbatch_group_size_per_vp_stage=0), "must be a positive int or None"),
+        (dict(microbatch_group_size_per_vp_stage=True), "must be a positive int or None"),
         (dict(microbatch_group_size_per_vp_stage=3), r"must lie in \[pp, micro-batches\]"),
         (dict(microbatch_group_size_per_vp_stage=9), r"must lie in \[pp, micro-batches\]"),
         (dict(microbatch_group_size_per_vp_stage=5), "must be 0 or at least pp"),
