@@ -397,7 +397,7 @@ def fp8_weights(workload: Workload, block: BoundBlock, transposed: bool = True) 
     )
 
 
-def _block_states(
+def block_states(
     workload: Workload,
     block: BoundBlock,
     fp32_shards: bool = False,
@@ -413,7 +413,9 @@ def _block_states(
     ``fp8_params`` under an FP8 recipe, the FP8 linear layers' (Megatron
     ``--fp8-param-gather``: the FP8 copies are the parameters). ``optimizer_bytes``: the
     optimizer's state per parameter before sharding (``None``: the workload's, Megatron's 12);
-    ``grad_bytes``: the held gradient's bytes per element (``None``: the workload's)."""
+    ``grad_bytes``: the held gradient's bytes per element (``None``: the workload's).
+    Public: the analytical backend's model states read it
+    (:mod:`stage_explore.analytical.costing_states`)."""
     state_bytes = workload.optimizer_bytes if optimizer_bytes is None else optimizer_bytes
     held_grad = workload.grad_bytes if grad_bytes is None else grad_bytes
     zero = workload.parallel.zero
@@ -453,7 +455,7 @@ def chunks_memory(
         for block in chunk.blocks:
             key = id(block)
             if key not in states:
-                states[key] = _block_states(workload, block)
+                states[key] = block_states(workload, block)
                 copies[key] = fp8_weights(workload, block)
             w, g, o, full = states[key]
             weights, grads, optimizer = weights + w, grads + g, optimizer + o

@@ -364,12 +364,20 @@ def chunk_blocks(workload: Workload, blocks: dict[str, BoundBlock], global_stage
     return Chunk(global_stage // p if vpp > 1 else 0, global_stage, tuple(chosen), layers)
 
 
-def _block_sync(
+def block_sync(
     workload: Workload,
     block: BoundBlock,
 ) -> tuple[dict[tuple[CollectiveKind, tuple[str, ...]], int], dict[tuple[str, ...], int], int]:
-    """A block's gradient bytes per (collective, axes), its ZeRO parameter-gather bytes per axes,
-    and the parameters its rank updates."""
+    """One bound block's data-parallel synchronisation outside its own instructions, as the
+    program lowers it: gradient bytes per (collective, gradient axes in mesh order) (without
+    ZeRO or data axes an all-reduce over the gradient's axes; under ZeRO an all-reduce over
+    those outside the data axes, and under ZeRO-1 the reduce-scatter over the data axes with
+    hybrid sharding's replica all-reduce of the shard: ZeRO-2/3 reduce-scatter each
+    micro-batch in the block's instructions), ZeRO-1/2 parameter all-gather bytes per data
+    axes (ZeRO-3's gathers are instructions too), and the parameters its rank updates (a shard
+    under ZeRO). Public: the analytical backend costs the same bytes from it
+    (:mod:`stage_explore.analytical.costing_states`,
+    :mod:`stage_explore.analytical.fp8_buckets`)."""
     zero = workload.parallel.zero
     sizes = workload.axis_sizes
     reductions: dict[tuple[CollectiveKind, tuple[str, ...]], int] = {}
@@ -424,7 +432,7 @@ def _sync_ops(workload: Workload, chunk: Chunk, limit: int | None = None) -> lis
             runs[-1] = (block, runs[-1][1] + 1)
         else:
             runs.append((block, 1))
-    per_block = {id(block): _block_sync(workload, block) for block, _ in runs}
+    per_block = {id(block): block_sync(workload, block) for block, _ in runs}
     gathers = run_totals([per_block[id(block)][1] for block, _ in runs], [n for _, n in runs])
     run_starts: list[int] = []  # the backward position of each run's first block
     position = 0
@@ -515,7 +523,7 @@ def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
     for chunk in chunks:
         for block in chunk.blocks:
             if id(block) not in per_block:
-                per_block[id(block)] = _block_sync(workload, block)[2]
+                per_block[id(block)] = block_sync(workload, block)[2]
             params += per_block[id(block)]
     return Instr(
         "optimizer.adam",

@@ -16,7 +16,7 @@ from stage_core.lower.compact import Runs, recompute_groups
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.memory import (
-    _block_states,
+    block_states,
     fp8_weights,
     gathered_input_bytes,
     loss_working_set,
@@ -25,7 +25,7 @@ from stage_core.lower.memory import (
     weighted_combine_saved_bytes,
 )
 from stage_core.lower.program import (
-    _block_sync,
+    block_sync,
     boundary_bytes,
 )
 from stage_core.models.spec import Position
@@ -69,8 +69,8 @@ class StateCosting:
 
     def _block_sync(self, point: Point, kind: str) -> BlockSync:
         """A block's gradient bytes per bucket key, parameter-gather bytes per axes (ZeRO-1/2),
-        and its model states (:func:`stage_core.lower.program._block_sync`,
-        :func:`stage_core.lower.memory._block_states`). The FP8 weight copies: one per weight
+        and its model states (:func:`stage_core.lower.program.block_sync`,
+        :func:`stage_core.lower.memory.block_states`). The FP8 weight copies: one per weight
         on a GPU whose FP8 GEMMs take any layout under a per-tensor recipe (an ``mxfp8`` peak
         in the preset, the Blackwell test :meth:`KernelTimer._cast_s` uses; Transformer
         Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise. The
@@ -87,7 +87,7 @@ class StateCosting:
         transposed = recipe in BLOCK_SCALED or "mxfp8" not in peaks
 
         def compute() -> BlockSync:
-            reductions, gathers, params = _block_sync(workload, block)
+            reductions, gathers, params = block_sync(workload, block)
             profile = self.framework
             fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
             if fp8_params and fp8_block(kind):
@@ -96,7 +96,7 @@ class StateCosting:
             grad_bytes = None
             if profile.bf16_model_states:  # bf16 shard, gradient shard and two moments
                 optimizer_bytes, grad_bytes = 2 * BF16_BYTES, BF16_BYTES
-            weights, grads, optimizer, full = _block_states(
+            weights, grads, optimizer, full = block_states(
                 workload,
                 block,
                 profile.fsdp_fp32_shards and not profile.bf16_model_states,

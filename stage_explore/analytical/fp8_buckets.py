@@ -36,7 +36,7 @@ from dataclasses import replace
 from stage_core.lower.bind import BoundBlock
 from stage_core.lower.compact import run_totals
 from stage_core.lower.fp8 import fp8_block, linear_weights
-from stage_core.lower.program import Workload, _block_sync
+from stage_core.lower.program import Workload, block_sync
 from stage_explore.analytical.framework_profile import FrameworkProfile
 
 #: A block's gradient bytes per bucket key, and its parameter-gather bytes per axes.
@@ -62,7 +62,7 @@ def non_fp8_sync(workload: Workload, kind: str, block: BoundBlock) -> NonFp8Sync
     kept = tuple(weight for weight in block.weights if weight.name not in fp8)
     if not kept:
         return {}, {}
-    reductions, gathers, _ = _block_sync(workload, replace(block, weights=kept))
+    reductions, gathers, _ = block_sync(workload, replace(block, weights=kept))
     return {key: size for key, size in reductions.items()}, gathers
 
 

@@ -5,7 +5,7 @@ per-block all-gathers of torchao ``Float8Linear`` weights cast to FP8 on the sha
 
 Both gather the FP8 linear layers' weights at 1 byte per element (:func:`fp8_param_gathers`,
 the byte accounting they share); they differ in what the rank holds and casts. Megatron keeps
-no 16-bit copy of those weights (memory, :func:`stage_core.lower.memory._block_states`);
+no 16-bit copy of those weights (memory, :func:`stage_core.lower.memory.block_states`);
 FSDP2 keeps its fp32 shards and casts each shard to FP8 before every gather
 (:func:`fsdp_float8_gathers` says when, :func:`fp8_shard_elements` how many elements a rank
 casts), the gathered FP8 weight then feeding the GEMMs without a cast of its own.

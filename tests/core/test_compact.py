@@ -18,9 +18,9 @@ import pytest
 
 from stage_core.lower.compact import UNBUCKETED, bucket_gradients, chunk_runs, layout_key
 from stage_core.lower.program import (
-    _block_sync,
     _sync_ops,
     bind_all,
+    block_sync,
     chunk_blocks,
     lower,
     make_workload,
@@ -100,7 +100,7 @@ def test_the_programs_sync_ops_are_the_walk_in_order(
     several = 0
     for stage in range(parallel.pp * parallel.vpp):
         chunk = chunk_blocks(workload, blocks, stage)
-        backward = [_block_sync(workload, block)[0] for block in reversed(chunk.blocks)]
+        backward = [block_sync(workload, block)[0] for block in reversed(chunk.blocks)]
         walk = reference_walk(backward, parallel.grad_bucket_bytes)
         ops = [op for op in _sync_ops(workload, chunk) if op.after >= 0]  # not after the step
         assert [(op.after, (op.collective, op.axes), op.comm_bytes) for op in ops] == [
@@ -144,7 +144,7 @@ def test_unbucketed_chunks_reduce_each_key_once_after_their_last_backward() -> N
     for stage in programs.stages:
         chunk_ops = [op for op in stage.sync if op.after >= 0]
         for chunk in stage.chunks:
-            backward = [_block_sync(workload, block)[0] for block in reversed(chunk.blocks)]
+            backward = [block_sync(workload, block)[0] for block in reversed(chunk.blocks)]
             first = (stage.stage, chunk.index) == (0, 0)
             walk = reference_walk(backward, limit if first else UNBUCKETED)
             ops = [op for op in chunk_ops if op.chunk == chunk.index]

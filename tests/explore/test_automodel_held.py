@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_core.lower.memory import _block_states, shard_factors, unsharded_elements
+from stage_core.lower.memory import block_states, shard_factors, unsharded_elements
 from stage_core.lower.program import lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
@@ -76,7 +76,7 @@ def test_bf16_model_states_are_eight_bytes_per_parameter() -> None:
     workload = programs.workload
     for block in programs.blocks.values():
         shards = shard_factors(workload, block)
-        weights, grads, optimizer, _ = _block_states(workload, block, False, False, True, 4, 2)
+        weights, grads, optimizer, _ = block_states(workload, block, False, False, True, 4, 2)
         assert weights == sum(2 * w.elements // shards[w.expert] for w in block.weights)
         assert grads == sum(2 * w.elements // shards[w.expert] for w in block.weights)
         assert optimizer == sum(4 * w.elements // shards[w.expert] for w in block.weights)

@@ -12,7 +12,7 @@ import pytest
 from stage_core.lower.compact import run_totals
 from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import fp8_block, linear_weights
-from stage_core.lower.program import _block_sync, lower
+from stage_core.lower.program import block_sync, lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
@@ -45,7 +45,7 @@ def test_non_fp8_bytes_are_the_weights_no_fp8_linear_reads() -> None:
             shard = weight.elements // math.prod(sizes[a] for a in data)
             expected[data] = expected.get(data, 0) + shard * workload.weight_bytes
         assert gathers == expected
-        whole, _, _ = _block_sync(workload, block)
+        whole, _, _ = block_sync(workload, block)
         for key, size in reductions.items():
             assert 0 < size <= whole[key]
         if not fp8_block(kind):  # embedding, output layer: all of it

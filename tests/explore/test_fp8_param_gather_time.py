@@ -9,7 +9,7 @@ import math
 
 from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import fp8_block, linear_weights
-from stage_core.lower.program import _block_sync, lower
+from stage_core.lower.program import block_sync, lower
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
@@ -26,7 +26,7 @@ def test_fp8_linear_parameters_are_gathered_at_one_byte() -> None:
     workload = programs.workload
     sizes = workload.axis_sizes
     for kind, block in programs.blocks.items():
-        _, gathers, _ = _block_sync(workload, block)
+        _, gathers, _ = block_sync(workload, block)
         fp8 = linear_weights(block) if fp8_block(kind) else frozenset()
         expected: dict[tuple[str, ...], int] = {}
         for weight in block.weights:

@@ -14,7 +14,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.lower.fp8 import fp8_block, linear_weights
 from stage_core.lower.memory import (
-    _block_states,
+    block_states,
     gathered_input_bytes,
     loss_logits_elements,
     memory_report,
@@ -57,8 +57,8 @@ def test_fsdp_fp32_shards_drop_the_16_bit_shard_of_every_weight(dp: int) -> None
     programs = lower(LLAMA, parallel)
     dropped = _sixteen_bit_bytes(parallel, only_fp8_linear=False)
     for kind, block in programs.blocks.items():
-        zero_copy = _block_states(programs.workload, block)
-        shards = _block_states(programs.workload, block, fp32_shards=True)
+        zero_copy = block_states(programs.workload, block)
+        shards = block_states(programs.workload, block, fp32_shards=True)
         assert zero_copy[0] - shards[0] == dropped[kind] > 0
         assert zero_copy[1:] == shards[1:]  # gradients, optimizer (the fp32 master), full
 
@@ -67,7 +67,7 @@ def test_fsdp_fp32_shards_need_zero_3() -> None:
     parallel = ParallelConfig(dp=4, zero=1, global_batch=4)
     programs = lower(LLAMA, parallel)
     for block in programs.blocks.values():
-        assert _block_states(programs.workload, block, fp32_shards=True) == _block_states(
+        assert block_states(programs.workload, block, fp32_shards=True) == block_states(
             programs.workload, block
         )
 
@@ -79,14 +79,14 @@ def test_fp8_param_gather_drops_the_16_bit_copy_of_the_fp8_linear_weights_only()
     assert dropped["embedding"] == dropped["head"] == 0  # not Transformer Engine modules
     assert dropped["layer"] > 0
     for kind, block in programs.blocks.items():
-        plain = _block_states(programs.workload, block)
-        fp8 = _block_states(programs.workload, block, fp8_params=True)
+        plain = block_states(programs.workload, block)
+        fp8 = block_states(programs.workload, block, fp8_params=True)
         assert plain[0] - fp8[0] == dropped[kind]
         assert plain[1:] == fp8[1:]
     bf16 = ParallelConfig(tp=2, dp=2, zero=1, sp=True, global_batch=4)
     programs = lower(LLAMA, bf16)
     for block in programs.blocks.values():  # no FP8 recipe: nothing to drop
-        assert _block_states(programs.workload, block, fp8_params=True) == _block_states(
+        assert block_states(programs.workload, block, fp8_params=True) == block_states(
             programs.workload, block
         )
 
