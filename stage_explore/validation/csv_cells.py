@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,16 @@ SCHEMA_COLUMNS = frozenset((
     "num_gpus", "interconnect", "iter_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct",
     "tokens_per_s_per_gpu", "peak_mem_gib", "uncertain", "notes",
 ))  # fmt: skip
+
+#: The layout columns that state a parallel degree (a cell there may name its own axis,
+#: ``TP=8``: :data:`~stage_explore.validation.infer_spelling.AXIS_NAMES`).
+DEGREE_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp")
+#: A row's layout and batch columns, which must be integers when stated.
+LAYOUT_COLUMNS = (*DEGREE_COLUMNS, "micro_batch", "global_batch_seqs")
+#: The model dims that must be integers when stated (no flavor answers text there for another
+#: model; ``ffn`` and ``kv_heads`` may say ``1536 per expert`` or ``MLA``, which the flavor
+#: answers).
+STRICT_DIM_COLUMNS = ("layers", "hidden", "heads", "vocab", "seq_len")
 
 
 def _column_name(name: str) -> str:
@@ -94,6 +104,37 @@ def negative_cell(value: str) -> bool:
     cannot be one, which the refusal says instead of "not an integer"."""
     stripped = value.strip()
     return stripped[:1] in ("-", "\u2212") and int_cell(stripped[1:]) is not None
+
+
+class IntegerCellError(ValueError):
+    """A stated cell of an integer column that states no integer: its ``column``, its
+    ``cell`` and ``what`` is wrong with it (``is not an integer``, or ``is negative (expected
+    a count)``); the caller names the file and the row in its own error."""
+
+    def __init__(self, column: str, cell: str) -> None:
+        self.column, self.cell = column, cell
+        self.what = "is negative (expected a count)" if negative_cell(cell) else "is not an integer"
+        super().__init__(f"column {column}: {cell!r} {self.what}")
+
+
+def integer_cells(
+    row: Mapping[str, str | None], columns: Iterable[str], not_stated: Collection[str]
+) -> dict[str, int]:
+    """The integers ``row`` states in ``columns`` (a missing cell, or one whose lower-cased
+    text is in ``not_stated``, states none); the first stated cell that is no integer raises
+    :class:`IntegerCellError`. The one integer-cell check of an inferred row
+    (:mod:`~stage_explore.validation.infer`) and of a ``setups.toml`` row
+    (:mod:`~stage_explore.validation.setups`), each with its column set."""
+    values = {}
+    for column in columns:
+        cell = (row.get(column) or "").strip()
+        if cell.lower() in not_stated:
+            continue
+        value = int_cell(cell)
+        if value is None:
+            raise IntegerCellError(column, cell)
+        values[column] = value
+    return values
 
 
 #: A measured value as a table may print it: ``5762``, ``14,451``, ``0.95``, ``1.2e3``.

@@ -27,8 +27,9 @@ from stage_core.parallel import RECOMPUTE_MODULES
 from stage_explore.validation.csv_cells import (
     DASHES,
     SCHEMA_COLUMNS,
+    IntegerCellError,
     int_cell,
-    negative_cell,
+    integer_cells,
     ragged_reason,
     read_csv,
 )
@@ -98,18 +99,15 @@ def is_runs_csv(path: Path) -> bool:
 
 
 def _checked(row: dict[str, str], file: str) -> dict[str, int]:
-    """The integer cells a row states; a stated cell that is not an integer is Uninferable
-    naming the file, the row and the column."""
-    values = {}
-    for column in INTEGER_COLUMNS:
-        cell = row.get(column, "").strip()
-        if cell in _NOT_STATED:
-            continue
-        value = int_cell(cell)
-        if value is None:
-            what = "is negative (expected a count)" if negative_cell(cell) else "is not an integer"
-            raise Uninferable(f"{file}, row {row['id']}, column {column}: {cell!r} {what}")
-        values[column] = value
+    """The integer cells a row states (:data:`INTEGER_COLUMNS`,
+    :func:`~stage_explore.validation.csv_cells.integer_cells`); a stated cell that is not an
+    integer is Uninferable naming the file, the row and the column."""
+    try:
+        values = integer_cells(row, INTEGER_COLUMNS, _NOT_STATED)
+    except IntegerCellError as bad:
+        raise Uninferable(
+            f"{file}, row {row['id']}, column {bad.column}: {bad.cell!r} {bad.what}"
+        ) from None
     for column, words in TEXT_ALLOWED.items():
         cell = row.get(column, "").strip()
         if cell in _NOT_STATED or int_cell(cell) is not None:

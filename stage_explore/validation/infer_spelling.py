@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import re
 
+from stage_explore.validation.csv_cells import (
+    DEGREE_COLUMNS,
+    LAYOUT_COLUMNS,
+    STRICT_DIM_COLUMNS,
+)
 from stage_explore.validation.infer_fields import read_recompute
 
-#: Cells that must be integers when stated (a row's layout and dims; ``ffn`` and ``kv_heads``
-#: may be text such as ``1536 per expert`` or ``MLA``, which the flavor answers).
-INTEGER_COLUMNS = (
-    "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch_seqs", "num_gpus",
-    "layers", "hidden", "heads", "vocab", "seq_len",
-)  # fmt: skip
+#: Cells that must be integers when stated (a row's layout, its GPUs and dims; ``ffn`` and
+#: ``kv_heads`` may be text such as ``1536 per expert`` or ``MLA``, which the flavor answers).
+INTEGER_COLUMNS = (*LAYOUT_COLUMNS, "num_gpus", *STRICT_DIM_COLUMNS)
 
 #: Model columns whose text the flavor answers (pattern on the cell): an MoE row's ``ffn`` of
 #: ``1536 per expert``, DeepSeek-V3's ``kv_heads`` of ``MLA``. Other text there was dropped
@@ -67,10 +69,9 @@ _VOCAB_K = re.compile(r"(\d+(?:\.\d+)?)\s*[kK]")
 #: A layout cell naming its own axis, as tables print a layout: ``TP=8``, ``TP 8``, ``tp8`` in the
 #: tp column, ``VP=5`` in vpp (column → the names it may carry). Another axis's name (``PP=4`` in
 #: tp) is not read: the cell stays not an integer and the row is refused.
-AXIS_NAMES: dict[str, tuple[str, ...]] = {
-    "tp": ("tp",), "pp": ("pp",), "dp": ("dp",), "cp": ("cp",), "ep": ("ep",),
-    "vpp": ("vpp", "vp"),
-}  # fmt: skip
+AXIS_NAMES: dict[str, tuple[str, ...]] = {column: (column,) for column in DEGREE_COLUMNS} | {
+    "vpp": ("vpp", "vp")
+}
 
 
 def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:

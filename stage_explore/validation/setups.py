@@ -33,12 +33,16 @@ from stage_explore.system import load_system
 from stage_explore.system.model import NetworkDim, System
 from stage_explore.validation.csv_cells import (
     DASHES,
+    DEGREE_COLUMNS,
+    LAYOUT_COLUMNS,
     NO,
+    STRICT_DIM_COLUMNS,
     YES,
+    IntegerCellError,
     first_word,
     int_cell,
+    integer_cells,
     measured_value,
-    negative_cell,
     ragged_reason,
     read_csv,
 )
@@ -52,7 +56,7 @@ FLOP_CONVENTIONS = ("megatron-recompute", "megatron-model")
 MODEL_COLUMNS = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "seq_len")
 #: Parallel fields read from a CSV: column → ParallelConfig field.
 PARALLEL_COLUMNS = {
-    "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "vpp": "vpp",
+    **{column: column for column in DEGREE_COLUMNS},
     "micro_batch": "micro_batch", "global_batch_seqs": "global_batch",
 }  # fmt: skip
 _SOURCE_KEYS = {
@@ -306,18 +310,18 @@ def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, 
 
 #: Columns no text can stand for (a row's layout and the dims no flavor answers for another
 #: model); ``ffn`` and ``kv_heads`` may say ``1536 per expert`` or ``MLA``.
-STRICT_COLUMNS = (*PARALLEL_COLUMNS, "layers", "hidden", "heads", "vocab", "seq_len")
+STRICT_COLUMNS = (*LAYOUT_COLUMNS, *STRICT_DIM_COLUMNS)
 _EMPTY_CELLS = ("", *DASHES, "n/a")
 
 
 def _check_integer_cells(row: dict[str, str]) -> None:
     """A stated :data:`STRICT_COLUMNS` cell that is not an integer is a ConfigError naming
-    the row and the column (not a silent default)."""
-    for column in STRICT_COLUMNS:
-        cell = (row.get(column) or "").strip()
-        if cell.lower() not in _EMPTY_CELLS and int_cell(cell) is None:
-            what = "is negative (expected a count)" if negative_cell(cell) else "is not an integer"
-            raise ConfigError(f"{row['id']}: the {column} cell {cell!r} {what}")
+    the row and the column (not a silent default;
+    :func:`~stage_explore.validation.csv_cells.integer_cells`)."""
+    try:
+        integer_cells(row, STRICT_COLUMNS, _EMPTY_CELLS)
+    except IntegerCellError as bad:
+        raise ConfigError(f"{row['id']}: the {bad.column} cell {bad.cell!r} {bad.what}") from None
 
 
 def _merge(

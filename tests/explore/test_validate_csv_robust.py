@@ -13,7 +13,12 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_explore.cli import main
-from stage_explore.validation.csv_cells import negative_cell, read_csv
+from stage_explore.validation.csv_cells import (
+    IntegerCellError,
+    integer_cells,
+    negative_cell,
+    read_csv,
+)
 from stage_explore.validation.infer import inferred_cases, row_cases
 from stage_explore.validation.setups import Case, configured_cases, data_dir, load_setups
 
@@ -346,3 +351,16 @@ def test_a_negative_count_is_refused_as_negative(column: str, cell: str) -> None
 
 def test_a_dash_alone_is_still_not_stated() -> None:
     assert not negative_cell("-") and not negative_cell("") and negative_cell(" -1,024 ")
+
+
+def test_one_integer_cell_check_takes_its_columns_and_empty_cells_as_data() -> None:
+    """s19 review2: the inferred rows' and the setups rows' integer-cell checks are one
+    (:func:`integer_cells`), each caller with its column set and its not-stated cells."""
+    row = {"id": "R", "tp": "1,024", "pp": "8.0", "dp": "N/A", "cp": "", "layers": "-8"}
+    assert integer_cells(row, ("tp", "pp", "dp", "cp", "ep"), ("", "n/a")) == {"tp": 1024, "pp": 8}
+    with pytest.raises(IntegerCellError, match=r"^column dp: 'N/A' is not an integer$"):
+        integer_cells(row, ("tp", "dp"), ("",))
+    with pytest.raises(IntegerCellError) as bad:
+        integer_cells(row, ("cp", "layers"), ("",))
+    assert (bad.value.column, bad.value.cell) == ("layers", "-8")
+    assert bad.value.what == "is negative (expected a count)"
