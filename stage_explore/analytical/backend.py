@@ -220,7 +220,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
-        return self._result(workload, step, flops, system)
+        return self._result(workload, step, flops, system, dtype)
 
     def _micro_batch_key(self, workload: Workload) -> Hashable:
         """What of the schedule and the micro-batches a plan depends on: nothing, but for
@@ -312,11 +312,12 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         return network
 
     def _result(
-        self, workload: Workload, step: Step, flops: tuple[int, int], system: System
+        self, workload: Workload, step: Step, flops: tuple[int, int], system: System, dtype: str
     ) -> Evaluation:
+        """The evaluation of ``step``; ``dtype``: the evaluation's compute dtype."""
         gpus = workload.world_size
         seconds = step.step_time_s
-        peak = system.accelerator.peak(peak_dtype(workload.parallel, system))
+        peak = system.accelerator.peak(peak_dtype(workload.parallel, dtype))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
         peak_bytes = self._process_bytes(step.peak_memory_bytes, capacity)

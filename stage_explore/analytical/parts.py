@@ -184,9 +184,10 @@ def compute_dtype(parallel: ParallelConfig, system: System) -> str:
     return system.accelerator.precision_dtype(str(parallel.precision))
 
 
-def peak_dtype(parallel: ParallelConfig, system: System) -> str:
-    """The peak an evaluation's MFU and HFU divide by: the compute dtype's, NVFP4's for FP4."""
-    dtype = compute_dtype(parallel, system)
+def peak_dtype(parallel: ParallelConfig, dtype: str) -> str:
+    """The peak an evaluation's MFU and HFU divide by, from its :func:`compute_dtype`
+    ``dtype`` (computed once per evaluation: an FP4 run's checks its NVFP4 rate): that
+    dtype's, NVFP4's for FP4."""
     return NVFP4 if parallel.precision is Precision.FP4 else dtype
 
 

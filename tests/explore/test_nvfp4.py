@@ -16,6 +16,7 @@ from stage_core.lower.memory import memory_report
 from stage_core.lower.program import bind_all, lower, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Precision
+from stage_explore.analytical import parts
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_casts import quantize_cost
 from stage_explore.analytical.fp8_roles import gemm_role
@@ -241,3 +242,21 @@ def test_bridge_llama_nvfp4_runs_without_tp_overlap() -> None:
     (single, *_) = row_cases(_bridge_row("1"), "extra.csv", 1)
     assert single.parallel is not None, single.reason
     assert "tp_comm_overlap" not in dict(single.framework_options)
+
+
+def test_an_fp4_evaluation_checks_its_nvfp4_rate_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """s19 review2: the MFU's peak reuses the evaluation's compute dtype; ``peak_dtype`` ran
+    ``compute_dtype`` (and with it the NVFP4 check) a second time per evaluation."""
+    checked: list[str] = []
+    check = parts.check_nvfp4
+
+    def counted(system: str, accelerator: object) -> None:
+        checked.append(system)
+        check(system, accelerator)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parts, "check_nvfp4", counted)
+    backend = AnalyticalBackend(framework="megatron-core")
+    result = backend.evaluate(MODEL, ParallelConfig(dp=8, global_batch=16, precision="fp4"), GB300)
+    assert result.feasible and checked == [GB300.name]
+    fp4, bf16 = ParallelConfig(global_batch=1, precision="fp4"), ParallelConfig(global_batch=1)
+    assert parts.peak_dtype(fp4, "fp8") == "nvfp4" and parts.peak_dtype(bf16, "bf16") == "bf16"
