@@ -31,7 +31,8 @@ from stage_explore.records import (
 )
 from stage_explore.report.tables import format_table
 from stage_explore.report.units import display, in_display_units
-from stage_explore.study.serving_space import SERVING_KNOBS
+from stage_explore.study.serving_space import SERVING_DEFAULTS, SERVING_KNOBS
+from stage_explore.study.space import KNOB_DEFAULTS
 from stage_explore.study.spec import PARALLEL_KNOBS, Direction
 
 if TYPE_CHECKING:
@@ -39,9 +40,11 @@ if TYPE_CHECKING:
 
 _DEFAULT_OBJECTIVES = {"step_time_s": "min", "mfu": "max"}
 _ALWAYS = ("num_gpus", "dp", "tp", "pp")
-#: Columns also shown when fixed at a value other than this one: a study fixed at fp8 says so
-#: in its tables (training and serving studies both default to bf16).
-_SHOWN_UNLESS: Mapping[str, object] = {"precision": "bf16"}
+#: Columns also shown when fixed at a value other than the study's default for them
+#: (:data:`~stage_explore.study.space.KNOB_DEFAULTS`, an inference study's
+#: :data:`~stage_explore.study.serving_space.SERVING_DEFAULTS`): a study fixed at fp8 says so
+#: in its tables.
+_SHOWN_OFF_DEFAULT = ("precision",)
 
 #: Columns an inference study's tables always show besides its objectives.
 _SERVING_SHOWN = ("time_to_first_token_s", "time_per_output_token_s", "tokens_per_s_per_gpu")
@@ -202,8 +205,9 @@ def build_report(
     chosen = objectives or _study_objectives(folder) or _DEFAULT_OBJECTIVES
     pairs = tuple(parse_objectives(chosen))
     knobs = (*PARALLEL_KNOBS[:1], "dp", *PARALLEL_KNOBS[1:])
+    defaults = KNOB_DEFAULTS
     if "cp" not in frame.columns and "batch" in frame.columns:  # an inference study
-        knobs = (*SERVING_KNOBS, "decode_instances")
+        knobs, defaults = (*SERVING_KNOBS, "decode_instances"), SERVING_DEFAULTS
     searched = [name for name in knobs if name in frame.columns]
     searched += [name for name in frame.columns if name.startswith("hw_")]
     # one row per configuration (a sampler may propose a point twice): the first trial of it
@@ -217,7 +221,7 @@ def build_report(
         for name in searched
         if name in _ALWAYS
         or frame[name].nunique(dropna=True) > 1
-        or _off_default(frame[name], _SHOWN_UNLESS.get(name))
+        or (name in _SHOWN_OFF_DEFAULT and _off_default(frame[name], defaults.get(name)))
     )
     studies = frame["study"].unique()
     front = pareto_front(ok, {name: str(direction) for name, direction in pairs})
