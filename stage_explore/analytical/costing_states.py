@@ -14,7 +14,7 @@ from functools import partial
 
 from stage_core.lower.compact import Runs, recompute_groups
 from stage_core.lower.flops import AttentionFlops, block_flops
-from stage_core.lower.fp8 import fp8_block
+from stage_core.lower.fp8 import FP8_BYTES, fp8_block
 from stage_core.lower.memory import (
     block_states,
     fp8_weights,
@@ -108,7 +108,7 @@ class StateCosting:
             if profile.fp8_weight_cast_per_use:  # no FP8 copy outlives its GEMM
                 weights -= fp8_weights(workload, block, transposed)
             if fsdp_float8_gathers(profile, workload, kind):  # gathered (unsharded) as FP8
-                full -= fp8_shard_elements(workload, block)[1] * (workload.weight_bytes - 1)
+                full -= fp8_shard_elements(workload, block)[1] * (workload.weight_bytes - FP8_BYTES)
             options = workload.options
             fused_causal = options.attention == "fused" and options.causal
             model, hardware = self._parts.get(

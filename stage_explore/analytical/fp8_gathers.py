@@ -14,6 +14,7 @@ casts), the gathered FP8 weight then feeding the GEMMs without a cast of its own
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 
 from stage_core.lower.bind import BoundBlock, Instr
@@ -38,17 +39,10 @@ def fp8_param_gathers(
     all-gather (``fsdp_float8_all_gather``, pytorch/ao torchao/float8/fsdp_utils.py). The
     shard of a weight is its elements over the data-parallel ranks that share it, as both
     ZeRO-1/2 and ZeRO-3 (:func:`stage_core.lower.zero_nodes.zero_collectives`) divide it."""
-    linear = linear_weights(block)
-    sizes = workload.axis_sizes
     result = dict(gathers)
-    for weight in block.weights:
-        if weight.name not in linear:
-            continue
-        data = data_axes(sizes, workload.expert_axes, weight.expert)
-        if data not in result:
-            continue
-        shard = weight.elements // math.prod(sizes[a] for a in data)
-        result[data] -= shard * (workload.weight_bytes - FP8_BYTES)
+    for data, shard, _ in _fp8_linear_shards(workload, block):
+        if data in result:
+            result[data] -= shard * (workload.weight_bytes - FP8_BYTES)
     return result
 
 
@@ -79,12 +73,21 @@ def fp8_zero3_gathers(
 def fp8_shard_elements(workload: Workload, block: BoundBlock) -> tuple[int, int]:
     """Elements of a block's FP8 linear weights: the rank's shards (what it casts to FP8 before
     each gather) and the whole weights (what a gather writes)."""
+    shards = whole = 0
+    for _, shard, elements in _fp8_linear_shards(workload, block):
+        shards += shard
+        whole += elements
+    return shards, whole
+
+
+def _fp8_linear_shards(
+    workload: Workload, block: BoundBlock
+) -> Iterator[tuple[tuple[str, ...], int, int]]:
+    """Each FP8 linear weight of ``block``: its data axes, the rank's shard of it (its elements
+    over the data-parallel ranks that share it) and its elements."""
     linear = linear_weights(block)
     sizes = workload.axis_sizes
-    shards = whole = 0
     for weight in block.weights:
         if weight.name in linear:
             data = data_axes(sizes, workload.expert_axes, weight.expert)
-            shards += weight.elements // math.prod(sizes[a] for a in data)
-            whole += weight.elements
-    return shards, whole
+            yield data, weight.elements // math.prod(sizes[a] for a in data), weight.elements

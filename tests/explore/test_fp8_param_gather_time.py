@@ -14,7 +14,7 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.costing_states import fp8_param_gathers
+from stage_explore.analytical.fp8_gathers import fp8_param_gathers
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
