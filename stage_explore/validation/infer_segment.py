@@ -24,6 +24,7 @@ cluster a ``systems/*.toml`` file describes.
 from __future__ import annotations
 
 from stage_explore.system import load_system
+from stage_explore.validation.csv_cells import int_cell
 from stage_explore.validation.infer_release import container, row_text
 
 #: Presets whose nodes are 4-GPU compute trays in 72-GPU NVLink racks (DGX GB200 / GB300:
@@ -63,9 +64,8 @@ def perf_script_domain(row: dict[str, str], framework: str, system: str) -> tupl
     text = row_text(row).lower()
     if any(name in text for name in OTHER_LAUNCHERS):
         return None
-    try:
-        gpus = int(row.get("num_gpus", "").strip())
-    except ValueError:
+    gpus = int_cell(row.get("num_gpus") or "")  # as the row's layout reads it (``1,024``)
+    if gpus is None:
         return None
     size = segment_gpus(gpus, tray)
     domain = load_system(system).network[0].size

@@ -60,6 +60,16 @@ def test_a_bridge_gb200_row_beyond_a_rack_runs_in_64_gpu_domains() -> None:
     assert segmented.predicted > 1.5 * contiguous.predicted
 
 
+@pytest.mark.parametrize("gpus", ["256.0", "1,024"])
+def test_the_segment_reads_num_gpus_as_the_layout_does(gpus: str) -> None:
+    """s19 review2: ``256.0`` and ``1,024`` (integers as a table prints them) are 256 and 1,024
+    GPUs for the layout; the segment re-read the cell with ``int()`` and kept the preset's
+    72-GPU domains (64 and 256 trays: segments of 16 trays)."""
+    (case,) = row_cases({**BRIDGE_GB200, "num_gpus": gpus}, "extra.csv", 1)
+    assert not case.reason, case.reason
+    assert case.system_overrides == (("scale_up_size", 64.0),)
+
+
 @pytest.mark.parametrize("cells", [
     {"num_gpus": "64", "global_batch_seqs": "2048"},       # one rack: one segment
     {"source": "MLPerf Training v5.0, NVIDIA closed division (NeMo 25.04)"},
