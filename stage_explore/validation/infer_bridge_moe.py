@@ -14,7 +14,6 @@ assumption names as not modelled rather than faking them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from stage_explore.validation.infer_release import Defaults
 
@@ -88,13 +87,11 @@ BRIDGE_MOE_RECIPES: tuple[MoeRecipe, ...] = (
 )  # fmt: skip
 
 
-def _layout(stated: dict[str, Any]) -> tuple[int, int, int, int]:
-    return (
-        int(stated.get("pp", 1)),
-        int(stated.get("vpp", 1)),
-        int(stated.get("ep", 1)),
-        int(stated.get("micro_batch", 1)),
-    )
+def _layout(stated: dict[str, int]) -> tuple[int, int, int, int]:
+    """(pp, vpp, ep, micro_batch) a row states (1 where it states none), as
+    :attr:`MoeRecipe.layout` keys them."""
+    get = stated.get
+    return get("pp", 1), get("vpp", 1), get("ep", 1), get("micro_batch", 1)
 
 
 def bridge_moe_recompute(
@@ -102,7 +99,7 @@ def bridge_moe_recompute(
     system: str,
     release: tuple[int, int],
     fp8_recipe: str,
-    stated: dict[str, Any],
+    stated: dict[str, int],
     out: Defaults,
 ) -> bool:
     """Apply the first :data:`BRIDGE_MOE_RECIPES` entry matching the row (the caller checks

@@ -149,14 +149,15 @@ def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> N
 
 
 #: Megatron-Bridge's per-model performance recipes (scripts/performance/configs, container 25.xx
-#: on): (flavor, system presets, recompute modules, framework options, why). A row whose
-#: ``recompute`` column is empty takes the recipe's selective modules.
-BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, bool], str], ...] = (
-    ("gpt-oss-120b", ("h100-80gb", "b200"), ("layernorm", "moe_act"), {},
+#: on): (flavor, system presets, recompute modules, why). A row whose ``recompute`` column is
+#: empty takes the recipe's selective modules (those on a layout of their own:
+#: :data:`~stage_explore.validation.infer_bridge_moe.BRIDGE_MOE_RECIPES`).
+BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
+    ("gpt-oss-120b", ("h100-80gb", "b200"), ("layernorm", "moe_act"),
      "gpt_oss_workload_base_configs.py (NVIDIA-NeMo/Megatron-Bridge 07eea52d): "
      "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 / _B200_BF16_V1 / V2 recompute_modules "
      "['layernorm', 'moe_act'] (the B300 configs recompute nothing)"),
-    ("deepseek-v3", ("h100-80gb",), ("mla_up_proj", "mlp"), {},
+    ("deepseek-v3", ("h100-80gb",), ("mla_up_proj", "mlp"),
      "deepseek_llm_pretrain.py deepseek_v3_h100 configs: recompute_granularity selective, "
      "recompute_modules [mla_up_proj, mlp]"),
 )  # fmt: skip
@@ -263,11 +264,10 @@ def _bridge_recipe(
             f"defaults to False and Megatron-Bridge's {family} provider (GPTOSSProvider) does "
             "not set it"
         )
-    for name, systems, modules, options, why in BRIDGE_RECIPES:
+    for name, systems, modules, why in BRIDGE_RECIPES:
         if name == flavor and system in systems and recompute_empty:
             out.parallel["recompute"] = "selective"
             out.parallel["recompute_modules"] = modules
-            out.options.update(options)
             out.notes.append(
                 f"selective recompute of {', '.join(modules)}, the Megatron-Bridge recipe of "
                 f"{flavor} on {system}: {why} (the recompute column is empty)"
