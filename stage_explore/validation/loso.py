@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stage_explore.calibrate import apply, default_parameters, fit, objective
+from stage_explore.calibrate import Fit, apply, default_parameters, fit, objective
 from stage_explore.system.model import System
 from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import BackendFactory, RowResult
@@ -65,6 +65,9 @@ def leave_one_source_out(
     timing = [r for r in results if r.evaluated and r.case.metric != "peak_mem_gib"]
     systems: dict[str, System] = {}
     out: dict[str, Any] = {}
+    # Inferred sources are never trained on, so every one on a system trains on the same rows
+    # with the same parameters: one fit serves them all (Nelder-Mead is deterministic).
+    fits: dict[tuple[object, ...], Fit] = {}
     order = list(dict.fromkeys(r.case.source for r in timing))
     for done, source in enumerate(order):
         if progress is not None:
@@ -87,7 +90,10 @@ def leave_one_source_out(
         # The test source's precisions too: a dtype with the train rows' peak shares their fit.
         dtypes = {str(c.parallel.precision) for c in [*train, *mine] if c.parallel is not None}
         names = [n for n in default_parameters(system, dtypes) if not n.startswith("network.")]
-        fitted = fit(train, system, names, factory, max_evaluations=max_evaluations)
+        key = (train[0].system, tuple(names), tuple((c.source, c.id, c.metric) for c in train))
+        if key not in fits:
+            fits[key] = fit(train, system, names, factory, max_evaluations=max_evaluations)
+        fitted = fits[key]
         tested = fitted.system if train[0].system == mine[0].system else apply(own, fitted.values)
         mae, _ = objective(mine, tested, factory)
         out[source] = {
