@@ -32,7 +32,7 @@ from stage_core.lower.memory import memory_report
 from stage_core.lower.program import ProgramSet, lower, make_workload
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
-from stage_explore.analytical.parts import compute_dtype
+from stage_explore.analytical.parts import compute_dtype, peak_dtype
 from stage_explore.astrasim.discovery import Variant, find_binary, parse_variant
 from stage_explore.astrasim.inputs import AstraInputs, AstraSettings, astra_config, write_inputs
 from stage_explore.astrasim.parse import AstraSimReport
@@ -237,7 +237,9 @@ class AstraSimBackend(BaseBackend):
             "other": max(0.0, step - compute - exposed),
         }
         model_flops, hardware_flops = step_flops(programs)
-        peak = system.accelerator.peak(compute_dtype(workload.parallel, system))
+        peak = system.accelerator.peak(
+            peak_dtype(workload.parallel, compute_dtype(workload.parallel, system))
+        )
         tokens = workload.tokens_per_step
         price = system.price_per_gpu_hour
         cost = None if price is None else price * gpus * step / 3600

@@ -522,3 +522,29 @@ def test_more_gpus_than_the_system_has_is_infeasible_without_a_run(tmp_path: Pat
 def test_the_backend_pickles_with_its_options(tmp_path: Path) -> None:
     backend = AstraSimBackend(binary="astra", variant="aware", keep_dir=str(tmp_path), timeout_s=5)
     assert pickle.loads(pickle.dumps(backend)).to_dict() == backend.to_dict()
+
+
+def test_an_fp4_evaluation_divides_by_the_nvfp4_peak_as_the_analytical_backend_does(
+    tmp_path: Path,
+) -> None:
+    """The defect (s19 review2): an FP4 run's MFU / HFU were divided by the FP8 peak here and by
+    the NVFP4 peak in the analytical backend."""
+    from stage_core.parallel import Precision
+    from stage_explore.analytical.backend import AnalyticalBackend
+
+    binary = simulating_stand_in(tmp_path / "astra", tmp_path / "record.json")
+    b200 = load_system("b200")
+    model, parallel = inputs_tests.point("gpt-tp-sp-pp-dp")
+    parallel = replace(parallel, precision=Precision.FP4)
+    evaluation = AstraSimBackend(binary=str(binary), timeout_s=120).evaluate(model, parallel, b200)
+    assert evaluation.feasible, evaluation.reason
+    nvfp4 = b200.accelerator.peak("nvfp4")
+    assert nvfp4 > b200.accelerator.peak("fp8")
+    gpus = parallel.world_size
+    assert evaluation.mfu == pytest.approx(
+        evaluation.model_flops_per_step / (evaluation.step_time_s * gpus * nvfp4)
+    )
+    analytical = AnalyticalBackend().evaluate(model, parallel, b200)
+    assert analytical.mfu == pytest.approx(
+        analytical.model_flops_per_step / (analytical.step_time_s * gpus * nvfp4)
+    )
