@@ -35,7 +35,7 @@ from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.system.model import System
 from stage_explore.validation.csv_cells import read_csv
-from stage_explore.validation.infer_fields import Uninferable, infer_precision
+from stage_explore.validation.infer_fields import Uninferable, infer_model, infer_precision
 from stage_explore.validation.run import BackendFactory, RowResult, evaluate_cases
 from stage_explore.validation.setups import (
     METRICS,
@@ -407,11 +407,52 @@ def _zero(row: Mapping[str, str], path: Path) -> int:
     return int(cell)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelRead:
+    """How a run's ``model`` cell was read: the base flavor, the model fields the reading adds
+    beyond the row's dims (:attr:`~stage_explore.validation.infer_fields.Inferred.model`), and
+    the assumption, or why ``--model-base`` stands in (``on_base``)."""
+
+    flavor: str
+    fields: tuple[tuple[str, int | str], ...]
+    note: str
+    on_base: bool
+
+
+def read_model(row: Mapping[str, str], framework: str, model_base: str) -> ModelRead:
+    """A run's base flavor: the ``model`` cell when it is a flavor's name; else the cell read as
+    ``stage validate --data`` reads it (``Llama 3.1 8B`` is llama3.1-8b, a family of no flavor
+    of its size that family's base, an unknown dense decoder the common Llama-style decoder:
+    :func:`~stage_explore.validation.infer_fields.infer_model`); else, for an empty cell or one
+    that reading refuses, ``model_base`` (``on_base``, with the reason)."""
+    cell = (row.get("model") or "").strip()
+    if cell in set(list_flavors()):
+        return ModelRead(cell, (), "", on_base=False)
+    if not cell:
+        return ModelRead(model_base, (), "the model cell is empty", on_base=True)
+    try:
+        inferred = infer_model({k: str(v or "") for k, v in row.items()}, framework)
+    except Uninferable as error:
+        return ModelRead(model_base, (), str(error), on_base=True)
+    return ModelRead(inferred.value, inferred.model, inferred.assumption, on_base=False)
+
+
+def model_reads(path: Path, framework: str, model_base: str) -> dict[str, ModelRead]:
+    """:func:`read_model` of every run of a runs CSV whose ``model`` cell is not a flavor's
+    name, by run id (the ids :func:`user_cases` gives)."""
+    flavors = set(list_flavors())
+    return {
+        row.get("id") or f"run-{i + 1}": read_model(row, framework, model_base)
+        for i, row in enumerate(read_csv(path))
+        if (row.get("model") or "").strip() not in flavors
+    }
+
+
 def user_cases(path: Path, system: str, framework: str, model_base: str) -> list[Case]:
     """The runs of a user's CSV (``published_runs.csv`` columns; each row's metric is the first
     of ``iter_time_s``, ``tflops_per_gpu`` (Megatron model FLOPs), ``tokens_per_s_per_gpu``
     whose cell it fills, so a file with all three columns may measure each run differently). A
-    ``model`` cell naming a flavor is the row's base model; dims override it."""
+    run's ``model`` cell is read by :func:`read_model`; the row's dims override the flavor's."""
     rows = read_csv(path)
     if not rows:
         raise ConfigError(f"{str(path)!r} has no runs")
@@ -420,19 +461,19 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
         raise ConfigError(
             f"{str(path)!r} needs a column iter_time_s, tflops_per_gpu or tokens_per_s_per_gpu"
         )
-    flavors = set(list_flavors())
     cases = []
     for i, row in enumerate(rows):
         row.setdefault("id", "")
         row["id"] = row["id"] or f"run-{i + 1}"
-        base = row.get("model", "").strip()
+        model = read_model(row, framework, model_base)
         precision, recipe = _precision(row, path, framework)
         source = SourceSetup(
             name="runs", title=str(path), file=path.name, id_prefix="",
             metric=_row_metric(row, columns),
             system=system, framework=framework, precision=precision,
-            model_base=base if base in flavors else model_base, in_sample=True,
-            flops="megatron-model",
+            model_base=model.flavor, in_sample=True, flops="megatron-model",
+            model=dict(model.fields),
+            assumptions=(f"model: {model.note}",) if model.note else (),
         )  # fmt: skip
         parallel: dict[str, Any] = dict(recipe)
         if row.get("zero", "").strip():
@@ -455,19 +496,6 @@ def unread_columns(path: Path) -> list[str]:
     read = READ_COLUMNS | set(METRICS[:3])
     columns = list(rows[0]) if rows else []
     return [c for c in columns if c not in read and any(str(r.get(c) or "").strip() for r in rows)]
-
-
-def runs_on_model_base(path: Path) -> list[str]:
-    """The runs of a runs CSV whose ``model`` cell names no flavor (or is empty): their blocks
-    are ``--model-base``'s (a GPT's GELU MLP and full attention by default) with the row's
-    dims, which a Llama-like model's SwiGLU and grouped KV heads are not."""
-    flavors = set(list_flavors())
-    rows = read_csv(path)
-    return [
-        row.get("id") or f"run-{i + 1}"
-        for i, row in enumerate(rows)
-        if (row.get("model") or "").strip() not in flavors
-    ]
 
 
 def _toml_value(value: Any) -> str:
@@ -500,9 +528,21 @@ def _is_table_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
-def system_toml(base: System, fitted: Fit, header: Sequence[str]) -> str:
-    """The fitted system as TOML (``load_system`` reads it), ``header`` lines as comments
-    (then one line per fitted network dim: its link and achieved fraction)."""
+#: What a calibrated system's name ends in (``h100-80gb`` fitted is ``h100-80gb-calibrated``).
+CALIBRATED_SUFFIX = "-calibrated"
+
+
+def calibrated_name(name: str) -> str:
+    """The name of ``name`` once calibrated: ``<name>-calibrated`` (once: a calibrated system
+    fitted again keeps its name), so ``stage eval`` on the fitted file does not print the
+    preset's name as if its constants were the preset's."""
+    return name if name.endswith(CALIBRATED_SUFFIX) else f"{name}{CALIBRATED_SUFFIX}"
+
+
+def system_toml(base: System, fitted: Fit, header: Sequence[str], system_name: str = "") -> str:
+    """The fitted system as TOML (``load_system`` reads it), named ``name`` when given,
+    ``header`` lines as comments (then one line per fitted network dim: its link and achieved
+    fraction)."""
     lines = [f"# {line}" for line in header]
     for i, dim in enumerate(base.network):
         name = f"network.{dim.name or i}"
@@ -516,4 +556,7 @@ def system_toml(base: System, fitted: Fit, header: Sequence[str]) -> str:
                 f"# {name}: {fitted.values[name]:.4f} of the link's "
                 f"{dim.bandwidth_bytes_per_s:g} B/s, written as {how}"
             )
-    return "\n".join([*lines, "", *_table("", fitted.system.to_dict())]) + "\n"
+    table = fitted.system.to_dict()
+    if system_name:
+        table["name"] = system_name
+    return "\n".join([*lines, "", *_table("", table)]) + "\n"

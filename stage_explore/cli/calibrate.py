@@ -5,10 +5,11 @@
 columns of ``published_runs.csv`` (``docs/validation.md``: ``layers``, ``hidden``, ``ffn``,
 ``heads``, ``vocab``, ``seq_len``, ``global_batch_seqs``, ``micro_batch``, ``tp``, ``pp``,
 ``dp``, ``sp``, ``vpp``, ``recompute``, ``precision``, optional ``zero`` and ``model`` (a
-flavor), and one measured metric column: ``iter_time_s``, ``tflops_per_gpu`` or
-``tokens_per_s_per_gpu``), fits the declared parameters (:mod:`stage_explore.calibrate`;
-default: ``matmul_peak``, ``memory`` and every network dim), prints the fitted values, the
-in-sample error and the leave-one-out error, and writes the fitted system as TOML.
+flavor, or a model name read as ``stage validate --data`` reads it), and one measured metric
+column: ``iter_time_s``, ``tflops_per_gpu`` or ``tokens_per_s_per_gpu``), fits the declared
+parameters (:mod:`stage_explore.calibrate`; default: ``matmul_peak``, ``memory`` and every
+network dim), prints the fitted values, the in-sample error and the leave-one-out error, and
+writes the fitted system as TOML, named ``<system>-calibrated`` (what ``stage eval`` prints).
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stage_explore.calibrate import ModelRead
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--model-base",
         default="megatron-gpt-1.7b",
-        help="flavor giving the block structure when a row's `model` is not a flavor",
+        help="flavor giving the block structure when a row's `model` cell is empty or names "
+        "no model stage validate --data reads (a flavor, or e.g. 'Llama 3.1 8B')",
     )
     parser.add_argument("--out", type=Path, default=None, help="write the fitted system here")
     parser.add_argument(
@@ -50,16 +57,42 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+def _runs(ids: list[str]) -> str:
+    """``a, b, c, d, e and 3 more`` (run ids, at most five named)."""
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    return ", ".join(ids[:5]) + more
+
+
+def _model_notes(reads: Mapping[str, ModelRead], model_base: str) -> list[str]:
+    """One note per distinct reading of the model cells that name no flavor: what each was read
+    as (``stage validate --data``'s reading), or that ``--model-base`` stands in, and why."""
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for run_id, read in reads.items():
+        groups.setdefault((read.on_base, read.note), []).append(run_id)
+    notes = []
+    for (on_base, note), ids in groups.items():
+        if on_base:
+            notes.append(
+                f"note: {_runs(ids)}: {note}, so the blocks are {model_base}'s (--model-base) "
+                "with the row's dims; name a flavor (stage eval --model lists close names) or "
+                "a model stage validate --data reads"
+            )
+        else:
+            notes.append(f"note: {_runs(ids)}: read as stage validate --data reads it: {note}")
+    return notes
+
+
 def run(args: argparse.Namespace) -> int:
     from stage_core.errors import ConfigError
     from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK
     from stage_explore.calibrate import (
+        calibrated_name,
         default_parameters,
         fit,
         fit_warnings,
         leave_one_out,
+        model_reads,
         objective,
-        runs_on_model_base,
         system_toml,
         unread_columns,
         user_cases,
@@ -99,16 +132,11 @@ def run(args: argparse.Namespace) -> int:
             "columns, sp, recompute, precision and zero; give ZeRO/FSDP as zero and the "
             "framework as --framework)"
         )
-    on_base = runs_on_model_base(args.runs)
-    if on_base and not args.json:
-        shown = ", ".join(on_base[:5]) + (
-            f" and {len(on_base) - 5} more" if len(on_base) > 5 else ""
-        )
-        print(
-            f"note: {shown}: the model cell names no flavor, so the blocks are {args.model_base}'s "
-            "(--model-base) with the row's dims; name a flavor (stage eval --model lists close "
-            "names) if the model is, e.g., a Llama"
-        )
+    reads = model_reads(args.runs, framework, args.model_base)
+    on_base = [run_id for run_id, read in reads.items() if read.on_base]
+    if reads and not args.json:
+        for line in _model_notes(reads, args.model_base):
+            print(line)
     fitted = fit(usable, system, names)
     warnings = fit_warnings(fitted, system, len(usable))
     meter = StepMeter("leave-one-out", "fits")  # one fit per run: minutes on many runs
@@ -125,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
             + (f"{loo_mae * 100:.2f} %." if math.isfinite(loo_mae) else "not computed."),
             *(f"Warning: {warning}." for warning in warnings),
         ]
-        args.out.write_text(system_toml(system, fitted, header), encoding="utf-8")
+        text = system_toml(system, fitted, header, system_name=calibrated_name(system.name))
+        args.out.write_text(text, encoding="utf-8")
     if args.json:
         print(json.dumps({
             "fitted": fitted.values,
@@ -137,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
             "warnings": warnings,
             "columns_not_read": unread,
             "runs_on_model_base": on_base,
+            "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},
             "evaluations": fitted.evaluations,
             "out": None if args.out is None else str(args.out),
         }, indent=1))  # fmt: skip

@@ -371,14 +371,57 @@ def test_columns_a_fit_does_not_read_are_named(
 def test_runs_whose_model_names_no_flavor_are_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # s19 usertour: a `Llama 3.1 8B` model cell (read by validate --data as llama3.1-8b) ran as
-    # megatron-gpt-1.7b's blocks (GELU MLP, full attention) with the row's dims, silently.
-    llama = RUNS[0].replace("megatron-gpt-1.7b", "Llama 3.1 8B").replace("a,", "l,", 1)
-    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2", f"{llama},0.2"]) + "\n")
+    # s19 usertour: a run whose model cell names no model ran as megatron-gpt-1.7b's blocks
+    # (GELU MLP, full attention) with the row's dims, silently.
+    empty = RUNS[0].replace("megatron-gpt-1.7b", "").replace("a,", "l,", 1)
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2", f"{empty},0.2"]) + "\n")
     argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory", "--no-loo"]
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs_on_model_base"] == ["l"]
     assert main(argv) == 0
-    assert "note: l: the model cell names no flavor, so the blocks are megatron-gpt-1.7b's" in (
+    assert "note: l: the model cell is empty, so the blocks are megatron-gpt-1.7b's" in (
         capsys.readouterr().out
     )
+
+
+def test_a_model_cell_is_read_as_validate_data_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 polish: a `Llama 3.1 8B` model cell, which validate --data reads as llama3-8b's
+    # architecture, was fitted as megatron-gpt-1.7b's blocks (GELU MLP, LayerNorm, full
+    # attention) with the row's dims; it is now Llama 3's block (SwiGLU, RMSNorm, 8 KV heads).
+    llama = RUNS[0].replace("megatron-gpt-1.7b", "Llama 3.1 8B").replace("a,", "l,", 1)
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2", f"{llama},0.2"]) + "\n")
+    gpt, read = user_cases(path, SYSTEM, "megatron-core", "megatron-gpt-1.7b")
+    assert read.model is not None and gpt.model is not None
+    assert (read.model.activation, read.model.norm, read.model.kv_heads) == ("swiglu", "rmsnorm", 8)
+    assert (gpt.model.activation, gpt.model.norm) == ("gelu", "layernorm")
+    assert read.model.hidden == gpt.model.hidden == 2048  # the row's dims win
+    assert any("model flavor llama3-8b" in a for a in read.assumptions)
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory", "--no-loo"]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs_on_model_base"] == [] and data["models_read"] == {"l": "llama3-8b"}
+    assert main(argv) == 0
+    assert "note: l: read as stage validate --data reads it: model flavor llama3-8b" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_fitted_system_is_named_calibrated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s19 usertour: the fitted file kept the preset's name, so `stage eval` on it printed
+    # "on a100-80gb" as if the constants were the preset's.
+    path = _runs_csv(tmp_path, "\n".join([HEADER, f"{RUNS[0]},0.2"]) + "\n")
+    out = tmp_path / "fitted.toml"
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory", "--no-loo"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert load_system(out).name == f"{SYSTEM}-calibrated"
+    again = tmp_path / "again.toml"
+    assert main([*argv[:4], str(out), *argv[5:], "--out", str(again)]) == 0
+    assert load_system(again).name == f"{SYSTEM}-calibrated"  # not ...-calibrated-calibrated
+    capsys.readouterr()
+    model = ["--model", "megatron-gpt-1.7b", "--layers", "2", "--dp", "8", "--global-batch", "8"]
+    assert main(["eval", *model, "--micro-batch", "1", "--system", str(out)]) == 0
+    assert f"on {SYSTEM}-calibrated: dp=8" in capsys.readouterr().out
