@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from stage_explore.cli.paths import writable_folder
+from stage_explore.cli.paths import removed_if_failed, writable_folder
 from stage_explore.study.spec import ExecutorKind
 
 if TYPE_CHECKING:
@@ -144,8 +144,6 @@ def run(args: argparse.Namespace) -> int:
     import optuna
 
     from stage_core.errors import ConfigError
-    from stage_explore.search.driver import explore
-    from stage_explore.search.executors import create_executor
     from stage_explore.study.loader import load_study, resolve_study
 
     if not logging.getLogger().handlers:
@@ -154,6 +152,15 @@ def run(args: argparse.Namespace) -> int:
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials: expected a positive integer, got {args.trials}")
     spec = load_study(resolve_study(args.study))
+    with removed_if_failed(args.out / spec.name):  # a refused --address leaves no empty --out
+        return _explore(args, spec)
+
+
+def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
+    """Run the loaded study ``spec`` with the command line's options; the exit status."""
+    from stage_explore.search.driver import explore
+    from stage_explore.search.executors import create_executor
+
     directory = writable_folder(args.out, "--out") / spec.name
     if directory.is_dir() and not args.resume:
         writable_folder(directory, "--out")

@@ -6,6 +6,8 @@ Contents:
                               :class:`~stage_core.errors.ConfigError` naming the option and
                               the path.
     :func:`os_error_text`     an :class:`OSError` as one line (``path: reason``).
+    :func:`removed_if_failed` remove the output folders a command created when it fails
+                              before writing anything into them.
 
 The check writes and removes a small probe file rather than asking ``os.access``: a real write
 is refused by everything that can refuse one (permissions, an immutable or read-only-mounted
@@ -18,6 +20,8 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from stage_core.errors import ConfigError
@@ -53,3 +57,27 @@ def writable_folder(path: Path, option: str) -> Path:
             f"({error.strerror})"
         ) from None
     return path
+
+
+@contextmanager
+def removed_if_failed(path: Path) -> Iterator[None]:
+    """Run the block; when it raises (a refused ``--address``, Ctrl-C before the first record),
+    remove the folders of ``path`` that did not exist before it and are left empty, deepest
+    first, so a failed command leaves no empty ``--out`` folder behind. A folder holding
+    anything (records, a file another program put there) is kept."""
+    created = []
+    folder = path.absolute()
+    while not folder.exists() and folder != folder.parent:
+        created.append(folder)
+        folder = folder.parent
+    try:
+        yield
+    except BaseException:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:  # never created (the failure came first)
+                continue
+            except OSError:  # not empty: it and its parents stay
+                break
+        raise

@@ -4,7 +4,8 @@ Contents:
     :data:`CONNECT_TIMEOUT_S`
         the default bound on joining a cluster.
     :func:`wait_for_address`
-        wait until a cluster's address accepts a TCP connection (a dead cluster fails here).
+        wait until a cluster's address accepts a TCP connection (a dead cluster fails here: at
+        once when the host refuses the connection, else when the time is up).
     :func:`probe_cluster`
         connect to the cluster from a child process, killed when the time is up (an address
         that answers but is not a working Ray cluster fails here).
@@ -78,9 +79,26 @@ def _resolve_auto() -> str:
     return str(found)
 
 
+def _refused(address: str, host: str, port: int, error: OSError) -> ConfigError | None:
+    """The one-line error of an answer that waiting cannot change: the host refused the
+    connection (it is up and nothing listens on the port) or its name does not resolve; None
+    for a silence (a host still booting, a firewall dropping packets), which is waited out."""
+    if isinstance(error, ConnectionRefusedError):
+        why = f"connection refused: nothing listens on port {port} of {host}"
+    elif isinstance(error, socket.gaierror):
+        why = f"host {host!r} not found: {' '.join(str(error).split())}"
+    else:
+        return None
+    return ConfigError(
+        f"cannot reach the Ray cluster at {address} ({why}); expected the address of a running "
+        "Ray head node (`ray start --head`)"
+    )
+
+
 def wait_for_address(address: str, timeout_s: float) -> None:
-    """Return once ``address`` accepts a TCP connection; a one-line ConfigError after
-    ``timeout_s`` seconds of trying."""
+    """Return once ``address`` accepts a TCP connection; a one-line ConfigError at once when
+    the host refuses it or does not resolve (:func:`_refused`), else after ``timeout_s``
+    seconds of trying."""
     host, port = _host_port(address)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -89,6 +107,9 @@ def wait_for_address(address: str, timeout_s: float) -> None:
             with socket.create_connection((host, port), timeout=max(0.1, min(2.0, remaining))):
                 return
         except OSError as error:
+            refused = _refused(address, host, port, error)
+            if refused is not None:
+                raise refused from None
             problem = " ".join(str(error).split()) or type(error).__name__
         if deadline - time.monotonic() <= 0:
             raise ConfigError(

@@ -97,12 +97,23 @@ class LocalRayCluster:
         self.nodes.append(node)
         return node
 
-    def start_head(self) -> subprocess.Popen[bytes]:
-        return self._start(
+    def start_head(self, timeout_s: float = 60) -> subprocess.Popen[bytes]:
+        """Start the head and wait until its GCS port listens (``--block`` returns nothing to
+        wait on, and joining refuses a port nothing listens on at once)."""
+        head = self._start(
             "--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}",
             "--include-dashboard=false", "--disable-usage-stats",
             f"--system-config={SYSTEM_CONFIG}", log="head.log",
         )  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return head
+            except OSError:
+                time.sleep(0.25)
+        print(self.log())
+        raise AssertionError(f"the Ray head did not listen on {self.address} within {timeout_s} s")
 
     def add_node(self) -> subprocess.Popen[bytes]:
         return self._start(f"--address={self.address}", "--disable-usage-stats", log="node.log")

@@ -351,3 +351,25 @@ def test_an_os_error_no_subcommand_foresaw_is_one_line(
 
     monkeypatch.setattr(redistribute, "run", closed_pipe)
     assert main(parser_args) == 0  # output piped into head: not an error
+
+
+def test_a_failed_command_removes_only_the_empty_folders_it_created(tmp_path: Path) -> None:
+    # s19 usertour: a refused --address left an empty --out folder behind
+    from stage_explore.cli.paths import removed_if_failed, writable_folder
+
+    fresh = tmp_path / "new" / "out"
+    with pytest.raises(ConfigError), removed_if_failed(fresh / "study"):
+        writable_folder(fresh, "--out")
+        raise ConfigError("refused")
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(ConfigError), removed_if_failed(fresh / "study"):
+        writable_folder(fresh / "study", "--out")
+        (fresh / "study" / "part-0.parquet").write_bytes(b"")
+        raise ConfigError("interrupted after a record")
+    assert (fresh / "study" / "part-0.parquet").exists()  # anything written stays, and above
+    kept = tmp_path / "existing"
+    kept.mkdir()
+    with pytest.raises(KeyboardInterrupt), removed_if_failed(kept / "study"):
+        writable_folder(kept / "study", "--out")
+        raise KeyboardInterrupt
+    assert kept.is_dir() and not (kept / "study").exists()  # the folder it found stays
