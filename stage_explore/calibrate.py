@@ -45,6 +45,7 @@ from stage_explore.validation.setups import (
     SourceSetup,
     make_case,
 )
+from stage_explore.wording import counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +340,8 @@ def fit_warnings(fitted: Fit, system: System, runs: int) -> list[str]:
     warnings = []
     if runs < len(fitted.values):
         warnings.append(
-            f"{len(fitted.values)} parameters fitted on {runs} run(s): fewer runs than "
+            f"{counted(len(fitted.values), 'parameter')} fitted on {counted(runs, 'run')}: fewer "
+            "runs than "
             "parameters cannot separate them; add runs or name fewer with --fit"
         )
     for name, value in fitted.values.items():

@@ -60,6 +60,7 @@ import pyarrow.parquet as pq
 
 from stage_core.errors import ConfigError
 from stage_explore.evaluation import Evaluation
+from stage_explore.wording import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -420,9 +421,9 @@ class RecordWriter:
             _discard(temporary)
             kept = count_records(self._directory)
             raise ConfigError(
-                f"{storage_error(path, error, 'trial records')}; the {kept} trials recorded "
-                f"before are intact in {self._directory} (free the space or fix the folder, "
-                "then continue with --resume)"
+                f"{storage_error(path, error, 'trial records')}; the {counted(kept, 'trial')} "
+                f"recorded before are intact in {self._directory} (free the space or fix the "
+                "folder, then continue with --resume)"
             ) from None
         self._next_part += 1
         self._rows = []

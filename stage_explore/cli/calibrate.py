@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stage_explore.wording import counted
+
 if TYPE_CHECKING:
     from stage_explore.calibrate import ModelRead
 
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         header = [
             f"{system.name} calibrated by `stage calibrate` on {args.runs.name} "
-            f"({len(usable)} runs, framework {framework}).",
+            f"({counted(len(usable), 'run')}, framework {framework}).",
             "Fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in fitted.values.items()) + ".",
             f"In-sample mean |error| {fitted.in_sample_mae * 100:.2f} %; leave-one-out "
             + (f"{loo_mae * 100:.2f} %." if math.isfinite(loo_mae) else "not computed."),
@@ -173,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for name, value in fitted.values.items():
         print(f"{name:<32} {value:.4g}")
-    runs = f"{len(usable)} run" + ("" if len(usable) == 1 else "s")
+    runs = counted(len(usable), "run")
     print(f"in-sample mean |error|: {fitted.in_sample_mae * 100:.2f} % over {runs}")
     if math.isfinite(loo_mae):
         print(f"leave-one-out mean |error|: {loo_mae * 100:.2f} %")

@@ -20,6 +20,7 @@ import sys
 from stage_core.chakra.check import CheckReport, RankTotals, check_trace_set
 from stage_core.chakra.reader import read_trace_set
 from stage_explore.cli.meter import RankMeter
+from stage_explore.wording import counted
 
 _COLUMNS = ("flops", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")
 
@@ -64,12 +65,13 @@ def format_report(report: CheckReport) -> str:
         ).rstrip()
         for row in table
     ]
-    count = len(report.ranks)
+    rank_count = len(report.ranks)
     lines.append("")
     if report.sound:
-        lines.append(f"sound: {count} rank(s), no violations")
+        lines.append(f"sound: {counted(rank_count, 'rank')}, no violations")
     else:
-        lines.append(f"{len(report.violations)} violation(s) in {count} rank(s):")
+        violations = counted(len(report.violations), "violation")
+        lines.append(f"{violations} in {counted(rank_count, 'rank')}:")
         lines.extend(f"  {violation}" for violation in report.violations)
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, run_serving
 from stage_explore.evaluation import Evaluation
+from stage_explore.wording import counted
 
 if TYPE_CHECKING:
     from stage_core.models.spec import ModelSpec
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         preflight()
     slow = args.backend != "analytical" and sys.stderr.isatty()
     if slow:  # ASTRA-sim: seconds to many minutes as the ranks grow, with nothing to show
-        where = f"stage eval: running {args.backend} on {parallel.world_size} ranks …"
+        where = f"stage eval: running {args.backend} on {counted(parallel.world_size, 'rank')} …"
         print(where, end="", file=sys.stderr, flush=True)
     started = time.perf_counter()
     result = backend.evaluate(model, parallel, system)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from stage_explore.cli.paths import removed_if_failed, writable_folder
 from stage_explore.study.spec import ExecutorKind
+from stage_explore.wording import counted
 
 if TYPE_CHECKING:
     from stage_explore.search.executors import BaseExecutor
@@ -98,9 +99,11 @@ class ProgressLine:
 
     def __call__(self, progress: Progress) -> None:
         total = "" if progress.total is None else f"/{progress.total}"
+        of = progress.done if progress.total is None else progress.total  # "1/1 trial"
+        trials = "trial" if of == 1 else "trials"
         minutes, seconds = divmod(int(progress.elapsed_s), 60)
         text = (
-            f"{progress.study}: {progress.done}{total} trials · {progress.ok} feasible · "
+            f"{progress.study}: {progress.done}{total} {trials} · {progress.ok} feasible · "
             f"{progress.infeasible} infeasible · {progress.failed} failed · {progress.best} · "
             f"{progress.rate_per_s:.1f} trials/s · {minutes}:{seconds:02d}"
         )
@@ -169,7 +172,7 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
         budget = args.trials if args.trials is not None else spec.sampler.trials
         if budget is not None and recorded >= budget:
             print(
-                f"study {spec.name}: {recorded} trials already recorded in {directory}, "
+                f"study {spec.name}: {counted(recorded, 'trial')} already recorded in {directory}, "
                 f"which reaches the budget of {budget} (--trials counts every trial, recorded "
                 "ones included); nothing to run: pass a larger --trials to continue"
             )
@@ -197,7 +200,7 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
     progress = summary.progress
     resumed = f" ({summary.resumed} resumed)" if summary.resumed else ""
     print(
-        f"study {progress.study}: {progress.done} trials{resumed}: {progress.ok} ok, "
+        f"study {progress.study}: {counted(progress.done, 'trial')}{resumed}: {progress.ok} ok, "
         f"{progress.infeasible} infeasible, {progress.failed} failed; {progress.best}; "
         f"stopped by {summary.stopped_by} after {progress.elapsed_s:.1f} s "
         f"({progress.rate_per_s:.1f} trials/s)"
@@ -208,8 +211,9 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
               f"{summary.directory / 'refined'})")  # fmt: skip
     elif refined is not None:
         print(
-            f"front re-evaluated with {refined.backend}: {refined.done} of {refined.total} "
-            f"point(s) not refined before: {refined.ok} feasible, {refined.failed} failed, "
+            f"front re-evaluated with {refined.backend}: {refined.done} of "
+            f"{counted(refined.total, 'point')} not refined before: {refined.ok} feasible, "
+            f"{refined.failed} failed, "
             f"{refined.done - refined.ok - refined.failed} infeasible "
             f"(records: {summary.directory / 'refined'})"
         )
@@ -221,8 +225,9 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
     print(f"records: {summary.directory}  (stage report {summary.directory})")
     if progress.infrastructure_failed:
         print(
-            f"{progress.infrastructure_failed} trials lost to infrastructure failures after "
-            f"their retries: stage explore {args.study} --out {args.out} --resume re-runs them"
+            f"{counted(progress.infrastructure_failed, 'trial')} lost to infrastructure failures "
+            f"after their retries: stage explore {args.study} --out {args.out} --resume re-runs "
+            "them"
         )
     if summary.interrupted:
         print(f"interrupted: continue with stage explore {args.study} --out {args.out} --resume")

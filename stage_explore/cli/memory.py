@@ -17,6 +17,7 @@ from stage_core.serving import (
 )
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, serving_workload
+from stage_explore.wording import counted
 
 GIB = 2**30
 
@@ -86,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     print(
-        f"{model.name}: {parallel.world_size} GPUs, {programs.workload.micro_batches} "
-        "micro-batches per step, one program per pipeline stage"
+        f"{model.name}: {counted(parallel.world_size, 'GPU')}, "
+        f"{counted(programs.workload.micro_batches, 'micro-batch')} per step, one program per "
+        "pipeline stage"
     )
     columns = ("weights", "grads", "optim", "activ", "transient", "peak")
     header = f"{'stage':>5} " + " ".join(f"{c:>9}" for c in columns) + "  ranks"

@@ -25,6 +25,7 @@ from stage_core.trace import NodeKind
 from stage_explore.cli.meter import RankMeter
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, serving_workload
+from stage_explore.wording import counted
 
 
 def astra_sim_problems(programs: ProgramSet) -> list[str]:
@@ -70,18 +71,21 @@ def run(args: argparse.Namespace) -> int:
             workers=args.jobs,
         )
         files, size = world + 1, written.byte_count
-        detail = f"{written.node_count} nodes, {len(written.groups)} communicator groups"
+        detail = (
+            f"{counted(written.node_count, 'node')}, "
+            f"{counted(len(written.groups), 'communicator group')}"
+        )
     elif args.format == "json":
         path = out / "trace.json"
         write_json(programs, path, units=args.units)
         files, size, detail = 1, path.stat().st_size, "readable JSON"
     else:
         size = write_symmetric(programs, out / "symmetric.json")
-        files, detail = 1, f"{len(programs.stages)} rank classes"
+        files, detail = 1, counted(len(programs.stages), "rank class")
     seconds = time.perf_counter() - start
     print(
-        f"{model.name}: {world} ranks, {files} files, {size} bytes ({detail}) in {out} "
-        f"[{seconds:.2f} s]"
+        f"{model.name}: {counted(world, 'rank')}, {counted(files, 'file')}, "
+        f"{counted(size, 'byte')} ({detail}) in {out} [{seconds:.2f} s]"
     )
     for problem in problems:  # the files are written; ASTRA-sim would fail on them
         print(f"ASTRA-sim: {problem}", file=sys.stderr)

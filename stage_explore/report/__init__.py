@@ -34,6 +34,7 @@ from stage_explore.report.units import display, in_display_units
 from stage_explore.study.serving_space import SERVING_DEFAULTS, SERVING_KNOBS
 from stage_explore.study.space import KNOB_DEFAULTS
 from stage_explore.study.spec import PARALLEL_KNOBS, Direction
+from stage_explore.wording import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,8 +83,8 @@ class Report:
         infrastructure, which ``--resume`` runs again, when there are any)."""
         counts = self.counts()
         text = (
-            f"{len(self.frame)} trials, {counts['ok']} ok, {counts['infeasible']} infeasible, "
-            f"{counts['failed']} failed"
+            f"{counted(len(self.frame), 'trial')}, {counts['ok']} ok, "
+            f"{counts['infeasible']} infeasible, {counts['failed']} failed"
         )
         lost = counts[_LOST]
         return text + (
@@ -154,7 +155,8 @@ class Report:
             backends = ", ".join(sorted(map(str, refined["refined_backend"].dropna().unique())))
             lines += [
                 "",
-                f"two-stage: {len(refined)} front configuration(s) re-evaluated with {backends} "
+                f"two-stage: {counted(len(refined), 'front configuration')} re-evaluated with "
+                f"{backends} "
                 "(columns marked [2nd])",
             ]
         if len(self.objectives) > 1:
@@ -163,7 +165,7 @@ class Report:
             )
             lines += [
                 "",
-                f"Pareto front of {names}: {len(self.front)} configurations",
+                f"Pareto front of {names}: {counted(len(self.front), 'configuration')}",
                 self.table(self.front),
             ]
         return "\n".join(lines)

@@ -25,6 +25,7 @@ import numpy as np
 from stage_explore.report.tables import format_value
 from stage_explore.report.units import display, in_display_units, tick_label
 from stage_explore.study.spec import Direction
+from stage_explore.wording import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -244,7 +245,7 @@ def render_html(report: Report, images: list[Path]) -> str:
         svg,
         f"<p>{html.escape(caption)}. Hover a point for its configuration.</p>",
         f'<script type="application/json" id="scatter-data">{data}</script>',
-        f"<h2>Pareto front ({len(report.front)} configurations)</h2>",
+        f"<h2>Pareto front ({counted(len(report.front), 'configuration')})</h2>",
         _html_table(report.front, columns),
         f"<h2>Convergence of {html.escape(display(report.objectives[0][0]).label)}</h2>",
         _convergence_svg(report),

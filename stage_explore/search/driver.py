@@ -68,6 +68,7 @@ from stage_explore.search.samplers import (
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import KNOB_DEFAULTS, derive_dp, structural_reason
 from stage_explore.study.spec import Direction, SamplerKind, StudySpec
+from stage_explore.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ class Explorer:
             best = column.min() if objectives[0].direction is Direction.MIN else column.max()
             return f"best {objectives[0].metric} {best:.6g}"
         mask = pareto_mask(values, [o.direction is Direction.MAX for o in objectives])
-        return f"front {int(mask.sum())} points"
+        return f"front {counted(int(mask.sum()), 'point')}"
 
     def progress(self) -> Progress:
         """The current snapshot."""

@@ -44,6 +44,7 @@ from stage_explore.search.connect import CONNECT_TIMEOUT_S, connect_ray
 from stage_explore.search.outcomes import task_failure_status
 from stage_explore.search.worker import Candidate, EvaluationJob, evaluate_chunk
 from stage_explore.study.spec import ExecutorKind, ExecutorSpec
+from stage_explore.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class RayExecutor(BaseExecutor):
                 logger.debug("listing Ray nodes: %s", error)
                 return "ray: nodes unknown"
             cpus = sum(int(node["Resources"]["CPU"]) for node in nodes)
-            self._where = f"ray: {_count(len(nodes), 'node')}, {_count(cpus, 'CPU')}"
+            self._where = f"ray: {counted(len(nodes), 'node')}, {counted(cpus, 'CPU')}"
         return self._where
 
     def cancel(self) -> None:
@@ -287,10 +288,6 @@ class RayExecutor(BaseExecutor):
         self.where()  # the last word on the nodes, for the final progress line
         if self._owns:
             self._ray.shutdown()
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def create_executor(

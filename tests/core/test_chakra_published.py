@@ -90,7 +90,7 @@ def test_stage_check_accepts_them_with_warnings_on_stderr(
 ) -> None:
     assert main(["check", str(published)]) == 0
     out, err = capsys.readouterr()
-    assert "sound: 4 rank(s), no violations" in out
+    assert "sound: 4 ranks, no violations" in out
     warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == len(read_trace_set(published).warnings) == 4
     assert main(["check", str(published), "--json"]) == 0

@@ -68,6 +68,7 @@ def test_quickstart_two_stage_study_with_the_real_binary(tmp_path: Path) -> None
         assert math.isfinite(value) and value > 0
     report = build_report(tmp_path / "out" / "quickstart")
     text = report.text()
-    assert f"two-stage: {len(front)} front configuration(s) re-evaluated with astra-sim" in text
+    configurations = "configuration" if len(front) == 1 else "configurations"
+    assert f"two-stage: {len(front)} front {configurations} re-evaluated with astra-sim" in text
     assert "step time (s) [2nd]" in text
     assert "refined_step_time_s" in report.columns()

@@ -338,9 +338,9 @@ def test_an_underdetermined_or_bounded_fit_is_flagged(
     out = tmp_path / "fitted.toml"
     assert main([*argv, "--out", str(out)]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
-    assert warnings[0].startswith("2 parameters fitted on 1 run(s)")
+    assert warnings[0].startswith("2 parameters fitted on 1 run:")
     assert any(w.startswith("memory = 0.2 is at its bound 0.2") for w in warnings), warnings
-    assert "# Warning: 2 parameters fitted on 1 run(s)" in out.read_text(encoding="utf-8")
+    assert "# Warning: 2 parameters fitted on 1 run:" in out.read_text(encoding="utf-8")
     load_system(out)
 
 

@@ -52,7 +52,7 @@ def test_trace_passes_the_checker(tmp_path: Path, capsys: pytest.CaptureFixture[
     argv = ["trace", *ARGS, "--sp", "--global-batch", "4", "--out", str(out), "--quiet"]
     assert main(argv) == 0
     assert main(["check", str(out), "--for", "astra-sim"]) == 0
-    assert "sound: 8 rank(s), no violations" in capsys.readouterr().out
+    assert "sound: 8 ranks, no violations" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
