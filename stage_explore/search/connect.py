@@ -18,6 +18,10 @@ address can never make a plain run hang. ``"auto"`` follows Ray's own discovery 
 then the cluster last started with ``ray start`` on this machine). ``HOST:PORT`` (the head's GCS
 port) or ``ray://HOST:PORT`` (Ray Client) joins that cluster.
 
+A new local instance on Ray 2.59 or later runs with Ray's token authentication, as Ray itself
+starts one when ``RAY_AUTH_MODE`` is unset, but said explicitly (:func:`local_token_auth`), so
+Ray does not warn "Token authentication is enabled for this Ray cluster" on every start.
+
 Why a child process: ``ray.init`` on an address that accepts connections but never completes
 Ray's handshake retries for many minutes and cannot be interrupted; the same connection made in
 a child process can be killed when ``connect_timeout_s`` is spent. Every failure is a one-line
@@ -28,10 +32,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 
 from stage_core.errors import ConfigError
 
@@ -45,6 +51,38 @@ ray.init(address=sys.argv[1], logging_level=logging.ERROR)
 ray.cluster_resources()
 ray.shutdown()
 """
+
+
+#: Ray's switch of its token authentication (docs.ray.io/en/latest/ray-security/token-auth.html:
+#: "set the environment variable RAY_AUTH_MODE=token before starting your Ray cluster ... When you
+#: start a local instance of Ray using ray.init() with token authentication enabled, Ray
+#: automatically generates and uses a token"; "disabled" turns it off).
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+#: The first Ray release that turns token authentication on for a new local cluster when
+#: ``RAY_AUTH_MODE`` is unset, warning that it did (docs.ray.io banner, read 6 Dec 2026: "Ray
+#: 2.59 enables token authentication by default for local clusters, and Ray 2.61 extends it to
+#: all clusters"; ray 2.60.0 ``_private/authentication/authentication_token_setup.py``
+#: ``enable_token_auth_by_default`` warns only when the mode is unset).
+LOCAL_TOKEN_AUTH_SINCE = (2, 59)
+
+
+def local_token_auth() -> bool:
+    """Before a new local instance: set ``RAY_AUTH_MODE=token`` when Ray (2.59 or later) would
+    turn it on by default, so the instance is the same and Ray does not warn that it chose it.
+    Nothing is set when the user set the mode, when Ray is older (its default is no
+    authentication) or when Ray is already imported in this process (Ray reads the mode once,
+    at import: a value set after it is not seen by this process but is by the instance it
+    starts, which then refuses it). Whether it set the mode."""
+    if AUTH_MODE_ENV in os.environ or "ray" in sys.modules:
+        return False
+    try:
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version("ray"))[:2])
+    except PackageNotFoundError:
+        return False
+    if numbers < LOCAL_TOKEN_AUTH_SINCE:
+        return False
+    os.environ[AUTH_MODE_ENV] = "token"
+    return True
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -149,9 +187,11 @@ def connect_ray(
     """Initialise Ray in this process: join the cluster at ``address`` (at most
     ``connect_timeout_s`` to find it answering and complete a connection) or start a local
     instance with ``workers`` CPUs (``None``: every CPU). See the module for the addresses."""
+    target = None if address in (None, "", "local") else address
+    if target is None:
+        local_token_auth()  # before Ray is imported: it reads the mode once
     import ray
 
-    target = None if address in (None, "", "local") else address
     if target == "auto":
         target = _resolve_auto()
     if target is not None:

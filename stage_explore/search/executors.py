@@ -40,7 +40,7 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_explore.records import Outcome
-from stage_explore.search.connect import CONNECT_TIMEOUT_S, connect_ray
+from stage_explore.search.connect import CONNECT_TIMEOUT_S, connect_ray, local_token_auth
 from stage_explore.search.outcomes import task_failure_status
 from stage_explore.search.worker import Candidate, EvaluationJob, evaluate_chunk
 from stage_explore.study.spec import ExecutorKind, ExecutorSpec
@@ -221,6 +221,8 @@ class RayExecutor(BaseExecutor):
         *,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
+        if address in (None, "", "local"):
+            local_token_auth()  # before Ray is imported: it reads RAY_AUTH_MODE once
         import ray
 
         self._ray: Any = ray

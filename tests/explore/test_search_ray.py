@@ -4,6 +4,7 @@ error naming the address, and a plain run that never joins a cluster it was not 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -249,3 +250,58 @@ def test_a_plain_run_ignores_a_leftover_cluster_file(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert "study demo: 6 trials" in result.stdout
     assert len(load_results(tmp_path / "out" / "demo")) == 6
+
+
+@pytest.mark.parametrize(
+    ("ray_version", "preset", "imported", "expected"),
+    [
+        ("2.60.0", None, False, "token"),  # Ray's own default for a new local cluster, said
+        ("2.59.0rc1", None, False, "token"),
+        ("2.58.1", None, False, None),  # before 2.59 Ray's default is no authentication
+        ("2.60.0", "disabled", False, "disabled"),  # the user's choice stays
+        ("2.60.0", None, True, None),  # Ray already read the mode in this process
+    ],
+)
+def test_a_local_instance_says_rays_token_default_before_ray_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+    ray_version: str,
+    preset: str | None,
+    imported: bool,
+    expected: str | None,
+) -> None:
+    from stage_explore.search import connect
+
+    monkeypatch.setattr(connect, "version", lambda name: ray_version)
+    if preset is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", preset)
+    if imported:
+        monkeypatch.setitem(sys.modules, "ray", sys.modules.get("ray") or object())
+    else:
+        monkeypatch.delitem(sys.modules, "ray", raising=False)
+    try:
+        assert connect.local_token_auth() == (expected == "token" and preset is None)
+        assert os.environ.get("RAY_AUTH_MODE") == expected
+    finally:
+        if preset is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+
+
+@pytest.mark.ray
+def test_a_local_run_prints_no_token_authentication_warning(tmp_path: Path) -> None:
+    # s19 usertour: Ray 2.59+ warned "Token authentication is enabled for this Ray cluster" on
+    # every local start of stage explore
+    study = tmp_path / "study.toml"
+    study.write_text(support.study_text(trials=4, executor='kind = "ray"\nworkers = 1'))
+    env = support.subprocess_env()
+    env.pop("RAY_AUTH_MODE", None)
+    env.pop("RAY_ADDRESS", None)
+    command = [sys.executable, "-m", "stage_explore", "explore", str(study)]
+    result = subprocess.run(
+        [*command, "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Token authentication" not in result.stderr
+    assert "study demo: 4 trials" in result.stdout
