@@ -5,7 +5,8 @@ Evaluates every row of the published runs shipped in ``stage_explore/data`` with
 published-runs CSVs, whose rows no ``setups.toml`` source claims get inferred setups) and
 prints the row count, then per source the mean absolute error on in-sample rows (used to
 choose a constant) and on held-out rows, the vTrain ranking quality, the targets of issue #11
-and every row. ``--loso`` adds the leave-one-source-out figure (a fit per source: minutes).
+and every row. ``--loso`` adds the leave-one-source-out figure (a fit per source: minutes;
+``--jobs N`` runs N fits at once in worker processes, the same figure, default 1).
 ``--json`` prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error",
 "in_sample", ...}], "mean_abs_error": {source: fraction}, "sources": {source:
 {"in_sample_mae", "held_out_mae", "rows", ...}}, "leave_one_source_out", "targets",
@@ -42,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--loso", action="store_true", help="add the leave-one-source-out figure (minutes)"
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --loso: fit N sources at once in worker processes (default: 1; the same "
+        "figure whatever N)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 when a target of issue #11 is missed"
     )
     output = parser.add_mutually_exclusive_group()
@@ -62,6 +71,7 @@ def _finite(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stage_core.errors import ConfigError
     from stage_explore.cli.meter import StepMeter
     from stage_explore.validation.render import to_markdown, to_text
     from stage_explore.validation.serving import (
@@ -72,10 +82,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from stage_explore.validation.suite import run_validation
 
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be an integer >= 1, but got {args.jobs}")
     report = run_validation(
         args.data,
         loso=args.loso,
         loso_progress=StepMeter("leave one source out", "sources") if args.loso else None,
+        loso_jobs=args.jobs,
     )
     serving = serving_rows(args.data)  # beside training: the published serving measurements
     if args.json:

@@ -38,11 +38,12 @@ def run_validation(
     factory: BackendFactory | None = None,
     loso: bool = False,
     loso_progress: Callable[[int, int, str], None] | None = None,
+    loso_jobs: int = 1,
 ) -> ValidationReport:
     """Evaluate every row of every published-runs CSV of ``folder`` (default: the package's
     data), or of the one CSV file ``folder`` names: with its ``setups.toml`` source, else with
     an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds),
-    reporting each source to ``loso_progress``
+    reporting each source to ``loso_progress``, in ``loso_jobs`` processes
     (:func:`~stage_explore.validation.loso.leave_one_source_out`)."""
     where = Path(folder) if folder is not None else data_dir()
     given, only, systems = str(where), None, None
@@ -62,7 +63,11 @@ def run_validation(
             "(published_runs.csv's columns) and optionally a setups.toml"
         )
     results = evaluate_cases(cases, factory)
-    figure = leave_one_source_out(results, factory, progress=loso_progress) if loso else None
+    figure = (
+        leave_one_source_out(results, factory, progress=loso_progress, jobs=loso_jobs)
+        if loso
+        else None
+    )
     titles = {s.name: s.title for s in sources}
     for case in inferred:
         titles.setdefault(case.source, f"{case.source} (setup inferred from the CSV)")
