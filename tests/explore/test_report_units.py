@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stage_explore.records import Outcome, TrialStatus
 from stage_explore.report import build_report, write_html
 from stage_explore.report.html import _LEFT, Scale, scatter_svg
 from stage_explore.report.units import GIB, display, tick_label
@@ -126,37 +127,30 @@ def test_searched_hardware_and_metric_columns_show_their_unit(
     assert value * unit.scale == pytest.approx(shown)
 
 
-def test_trials_lost_to_the_infrastructure_are_counted_and_explained(tmp_path: Path) -> None:
+def _folder_with_outcomes(tmp_path: Path, trials: int, outcomes: list[Outcome]) -> Path:
+    """A recorded study of ``trials`` trials plus one row per outcome (trial numbers after
+    them, the first trial's parameters)."""
     from datetime import UTC, datetime
 
-    from stage_explore.records import (
-        Outcome,
-        RecordWriter,
-        TrialStatus,
-        make_row,
-        read_records,
-        records_schema,
-    )
+    from stage_explore.records import RecordWriter, make_row, read_records, records_schema
 
-    spec = parse_study(support.study_text(trials=12), tmp_path / "s.toml")
+    spec = parse_study(support.study_text(trials=trials), tmp_path / "s.toml")
     folder = explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor).directory
     table = read_records(folder)
     assert table is not None
     first = table.to_pylist()[0]
     params = {name: first[name] for name in spec.space.choices()}
     writer = RecordWriter(folder, records_schema(spec.name, spec.space))
-    lost = Outcome(status=TrialStatus.INFRASTRUCTURE_FAILED, reason="worker died (SIGKILL)")
-    writer.append(
-        make_row(
-            trial=12,
-            study=spec.name,
-            params=params,
-            dp=first["dp"],
-            outcome=lost,
-            finished_at=datetime.now(UTC),
-        )
-    )
+    for trial, outcome in enumerate(outcomes, start=trials):
+        writer.append(make_row(trial=trial, study=spec.name, params=params, dp=first["dp"],
+                               outcome=outcome, finished_at=datetime.now(UTC)))  # fmt: skip
     writer.flush()
+    return folder
+
+
+def test_trials_lost_to_the_infrastructure_are_counted_and_explained(tmp_path: Path) -> None:
+    lost = Outcome(status=TrialStatus.INFRASTRUCTURE_FAILED, reason="worker died (SIGKILL)")
+    folder = _folder_with_outcomes(tmp_path, 12, [lost])
     report = build_report(folder)
     first_line = report.text().splitlines()[0]
     counts = report.counts()
@@ -168,31 +162,11 @@ def test_trials_lost_to_the_infrastructure_are_counted_and_explained(tmp_path: P
 def test_reasons_that_differ_only_in_numbers_are_counted_as_one(tmp_path: Path) -> None:
     # s19 usertour: 1,264 out-of-memory trials of gpt3_175b_a100, each with its own peak, were
     # listed as "infeasible ×1" three times, and the summary named none of the kinds.
-    from datetime import UTC, datetime
-
-    from stage_explore.records import (
-        Outcome,
-        RecordWriter,
-        TrialStatus,
-        make_row,
-        read_records,
-        records_schema,
-    )
-
-    spec = parse_study(support.study_text(trials=4), tmp_path / "s.toml")
-    folder = explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor).directory
-    table = read_records(folder)
-    assert table is not None
-    first = table.to_pylist()[0]
-    params = {name: first[name] for name in spec.space.choices()}
-    writer = RecordWriter(folder, records_schema(spec.name, spec.space))
     reasons = [f"out of memory: peak {peak} GiB exceeds 80.00 GiB" for peak in ("95.38", "1,077")]
     reasons += [reasons[0], "precision 'fp4' needs a grounded NVFP4 GEMM rate"]
-    for trial, reason in enumerate(reasons, start=4):
-        outcome = Outcome(status=TrialStatus.INFEASIBLE, reason=reason)
-        writer.append(make_row(trial=trial, study=spec.name, params=params, dp=first["dp"],
-                               outcome=outcome, finished_at=datetime.now(UTC)))  # fmt: skip
-    writer.flush()
+    folder = _folder_with_outcomes(
+        tmp_path, 4, [Outcome(status=TrialStatus.INFEASIBLE, reason=r) for r in reasons]
+    )
     reasons_shown = build_report(folder).reasons("infeasible", limit=20)
     assert (
         "out of memory: peak 95.38 GiB exceeds 80.00 GiB (e.g.; 2 variants differing in their "
