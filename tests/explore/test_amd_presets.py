@@ -3,13 +3,15 @@ cite: dense peaks from compute units x FLOP per CU per clock x peak engine clock
 bandwidth, AMD's max-achievable GEMM rates (ROCm blogs, "Measuring Max-Achievable FLOPs - Part 2",
 Table 1) and hipBLASLt's FP8 rate on MI355X, the Azure ND MI300X v5 RCCL all-reduce table; the
 fully connected xGMI mesh, modelled through ``bus_efficiency_by_ranks`` (a group of n GPUs of the
-node has n - 1 links among its members); the inference of AMD ``gpu`` texts (and of Primus / ROCm
+node has n - 1 links among its members); RCCL's 64 channels (CUs held beside the compute, s20);
+the inference of AMD ``gpu`` texts (and of Primus / ROCm
 Megatron-LM as the megatron-core profile); and the held-out MLPerf v5.1 MI355X row, evaluated
 through the inferred setup. Each expected value is computed here from the cited figures."""
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 
 import pytest
@@ -17,6 +19,8 @@ import pytest
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.collectives import alpha_beta_collective_s
+from stage_explore.analytical.contention import NcclLoad, nccl_channels, nccl_load, on_fewer_sms
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.cli import main
 from stage_explore.system import load_system
 from stage_explore.system.model import Topology
@@ -24,6 +28,7 @@ from stage_explore.validation.infer_fields import Uninferable, infer_framework
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.run import analytical_factory, evaluate_case
 from stage_explore.validation.setups import load_cases
+from tests.explore.gemm_helpers import bf16_gemm
 
 GIB = 2**30
 #: (CUs, dense BF16 FLOP per CU per clock, peak engine clock Hz): CDNA 3 (MI300X / MI325X) and
@@ -112,6 +117,42 @@ def test_a_small_group_of_the_mesh_gets_its_own_links_only() -> None:
     assert busbw("mi300x", 4) / busbw("mi300x", 8) == pytest.approx(3 / 7, rel=0.02)
     assert busbw("mi300x", 8) == pytest.approx(statistics.mean(RCCL_8GPU) * 1e9, rel=0.02)
     assert busbw("h100-80gb", 2) / busbw("h100-80gb", 8) == pytest.approx(1.0, rel=0.02)
+
+
+#: RCCL's channels on an MI300-class node, intra- and inter-node: the 64 rings of its 8-GPU
+#: 7-link topology model under ncclTopoPostset's cap of 64 for gfx942 / gfx950 (s20 amd).
+RCCL_CHANNELS = 64
+
+
+@pytest.mark.parametrize("name", CDNA)
+def test_rccl_holds_64_compute_units_beside_the_compute(name: str) -> None:
+    """A collective over the node or across nodes holds 64 CUs; a GEMM of many whole waves
+    beside it runs on the CUs left, at (CUs - 64) / CUs of its rate."""
+    system = SYSTEMS[name]
+    assert nccl_channels(system, (8, 1)) == RCCL_CHANNELS
+    assert nccl_channels(system, (8, 4)) == RCCL_CHANNELS
+    assert nccl_channels(system, (1, 1)) == 0
+    achieved = AnalyticalBackend().achieved_network(system)
+    xgmi = system.network[0]
+    assert xgmi.bus_efficiency is not None
+    load = nccl_load(achieved, (8, 1), CollectiveKind.ALL_GATHER)
+    hbm = system.accelerator.memory_bandwidth_bytes_per_s
+    assert load.channels == RCCL_CHANNELS
+    assert load.hbm_share == pytest.approx(
+        2 * xgmi.bandwidth_bytes_per_s * xgmi.bus_efficiency / hbm, rel=1e-12
+    )
+    kernels = system.accelerator.kernels
+    assert kernels is not None
+    timer = KernelTimer(
+        system.accelerator, kernels, "bf16", frozenset(), keys=4096, head_dim=128, causal=True
+    )
+    fewer = on_fewer_sms(timer, NcclLoad(RCCL_CHANNELS))
+    assert fewer is not None
+    units = CDNA[name][0]
+    tm, tn = kernels.gemm_tile
+    tiles = 4 * math.lcm(units, units - RCCL_CHANNELS)  # whole waves on both CU counts
+    gemm = bf16_gemm(tm * tiles // 12, tn * 12, 448)
+    assert fewer(gemm) / timer(gemm) == pytest.approx(units / (units - RCCL_CHANNELS), rel=1e-9)
 
 
 @pytest.mark.parametrize(
