@@ -27,6 +27,7 @@ from stage_explore.analytical.eager import (
     bias_epilogue_bytes,
     eager_attention,
     eager_expert_kernels,
+    eager_extra_bytes,
     eager_op_bytes,
 )
 from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
@@ -122,6 +123,7 @@ class ComputeCosting:
             xentropy_loss=self.framework.xentropy_cross_entropy,
             metric_losses=self.framework.train_metric_losses,
             eager_bytes=self._eager_bytes(point.workload.model),
+            eager_extra=eager_extra_bytes(point.workload.model, self.framework.eager_modules),
             attention_eager=eager_attention(
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),

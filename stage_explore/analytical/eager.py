@@ -385,6 +385,18 @@ def eager_op_bytes(
     return table
 
 
+def eager_extra_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
+    """Bytes per element of eager kernels the framework's model code runs beside a generator op
+    on top of that op's own count (the kernel timer adds them at the eager rate): Megatron-Core's
+    GLU clamp of GPT-OSS under ``"megatron-core"``
+    (:func:`~stage_explore.analytical.eager_megatron.megatron_extra_bytes`); empty otherwise."""
+    if eager_modules != "megatron-core":
+        return {}
+    from stage_explore.analytical.eager_megatron import megatron_extra_bytes
+
+    return megatron_extra_bytes(model)
+
+
 def _compiled_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
     """:func:`eager_op_bytes` under ``torch.compile`` for ``"torchtitan"``: the rotary
     embedding's complex64 product, which Inductor does not generate code for, and the

@@ -1,4 +1,5 @@
-"""Megatron-Core's eager code: ``TEGroupedMLP``'s expert biases (GPT-OSS) and unfused RoPE.
+"""Megatron-Core's eager code: ``TEGroupedMLP``'s expert biases and GLU clamp (GPT-OSS) and
+unfused RoPE.
 
 Megatron-Core's grouped experts (``megatron/core/transformer/moe/experts.py``, ``TEGroupedMLP``;
 the module of ``--moe-grouped-gemm``, which Megatron-Bridge's GPT-OSS provider sets) build both
@@ -55,6 +56,31 @@ the halves' gradients (B, B), and autograd sums the two gradients of ``t`` (B + 
 slice ``t[..., :rot_dim]``'s backward, a copy into zeros when ``rot_dim`` is the whole head, is
 not counted.)
 
+GPT-OSS's clamped activation (Megatron-Bridge ``GPTOSSProvider``: ``activation_func=quick_gelu``,
+``glu_linear_offset=1.0``, ``bias_activation_fusion=True``, ``activation_func_clamp_value=7.0``;
+``gpt_oss_provider.py``, NVIDIA-NeMo/Megatron-Bridge 12bc34a8) runs in ``TEGroupedMLP`` as
+``weighted_bias_quick_geglu_impl`` (``megatron/core/fusions/fused_bias_geglu.py``,
+NVIDIA/Megatron-LM 1fb2a0ca), whose clamp is eager PyTorch before the ``torch.compile``'d kernel
+(``jit_fuser``)::
+
+    x_glu, x_linear = input.chunk(2, -1)
+    input = torch.cat((x_glu.clamp(min=None, max=clamp_value),
+                       x_linear.clamp(min=-clamp_value, max=clamp_value)), -1)
+    output = WeightedQuickGeGLUFunction.apply(input, weights, fp8_input_store, linear_offset)
+
+The compiled activation and its backward are the generator's ``experts.act`` (its reads of the
+GEMM's output: the fused ``experts.gate`` / ``experts.up`` bias adds). The clamp adds, per
+element of the activation's output (one element of each half of the fc1 output), forward: the
+two clamps (B, B each) and the ``torch.cat`` (2B, 2B); backward (PyTorch
+``torch/csrc/autograd/FunctionsManual.cpp`` ``clamp_backward``): ``CatBackward0`` narrows
+(views); the gate half's ``where(self <= max, grad, 0)`` — ``le`` (B read, a 1-byte mask
+written), ``where`` (mask and B read, B written); the linear half's
+``where((self >= min).logical_and_(self <= max), grad, 0)`` — ``ge``, ``le`` (B, 1 each),
+``logical_and_`` (1 + 1, 1), ``where`` (1 + B, B); the chunk's backward concatenates the halves'
+gradients (2B, 2B). Megatron-Core's ``moe_act`` recompute checkpoints the whole call
+(``CheckpointWithoutOutput`` around the activation), so the recomputed forward clamps again: it is
+the generator's recomputed ``experts.act``, which gets the same forward bytes.
+
 The bias kernels inside the comprehension run once per local expert (``per_expert``): their
 launches beyond the table's one are :func:`~stage_explore.analytical.eager.eager_expert_kernels`.
 The generator counts one fused bias add per projection and one rotary kernel per tensor;
@@ -65,7 +91,7 @@ bandwidth (``kernels.eager_memory``) like every eager table.
 
 from __future__ import annotations
 
-from stage_core.models.spec import ModelSpec, Position
+from stage_core.models.spec import Family, ModelSpec, Position
 from stage_explore.analytical.eager import BF16, EagerModule, Kernel
 
 MEGATRON_EXPERT_DOWN_BIAS = EagerModule(
@@ -106,6 +132,44 @@ MEGATRON_UNFUSED_ROPE = EagerModule(
     ),
     compiled_bytes=(BF16 + BF16, BF16 + BF16),
 )
+
+MEGATRON_GLU_CLAMP = EagerModule(
+    name="glu-clamp",
+    source="megatron/core/fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl (clamp_value)",
+    forward=(
+        Kernel("x_glu.clamp(min=None, max=clamp_value)", BF16, BF16),
+        Kernel("x_linear.clamp(min=-clamp_value, max=clamp_value)", BF16, BF16),
+        Kernel("torch.cat of the clamped halves", 2 * BF16, 2 * BF16),
+    ),
+    backward=(
+        Kernel("ClampBackward0 (x_glu): self <= max", BF16, 1),
+        Kernel("ClampBackward0 (x_glu): where(mask, grad, 0)", 1 + BF16, BF16),
+        Kernel("ClampBackward0 (x_linear): self >= min", BF16, 1),
+        Kernel("ClampBackward0 (x_linear): self <= max", BF16, 1),
+        Kernel("ClampBackward0 (x_linear): logical_and_", 1 + 1, 1),
+        Kernel("ClampBackward0 (x_linear): where(mask, grad, 0)", 1 + BF16, BF16),
+        Kernel("the chunk's backward: torch.cat of the halves' gradients", 2 * BF16, 2 * BF16),
+    ),
+    compiled_bytes=(0, 0),  # inside the compiled activation, were it traced with it
+)
+
+#: The model families whose Megatron-Bridge provider clamps the gated activation
+#: (``activation_func_clamp_value``: ``GPTOSSProvider``'s 7.0).
+CLAMPED_GLU_FAMILIES = (Family.GPT_OSS,)
+
+
+def megatron_extra_bytes(model: ModelSpec) -> dict[str, int]:
+    """Bytes per element of the activation's output of the eager kernels Megatron-Core runs
+    beside the generator's ``experts.act`` (and its ``.backward``), on top of the op's own
+    count: GPT-OSS's GLU clamp (:data:`MEGATRON_GLU_CLAMP`, module docstring); empty for every
+    other model."""
+    if model.family not in CLAMPED_GLU_FAMILIES or not model.num_experts:
+        return {}
+    return {
+        "experts.act": MEGATRON_GLU_CLAMP.bytes_per_element(backward=False),
+        "experts.act.backward": MEGATRON_GLU_CLAMP.bytes_per_element(backward=True),
+    }
+
 
 #: The generator's rotary embeddings (``eager._ROPE_OPS``; MLA's too).
 _ROPE_OPS = ("q.rope", "k.rope", "q.pe.rope", "k.pe.rope")

@@ -222,6 +222,10 @@ class KernelTimer:
     #: Bytes per element of the generator ops eager PyTorch runs as several kernels
     #: (:func:`~stage_explore.analytical.eager.eager_op_bytes`); empty: the generator's bytes.
     eager_bytes: Mapping[str, int] = field(default_factory=dict, compare=False)
+    #: Bytes per element of eager kernels run beside a generator op, added to its own time at
+    #: the eager rate (:func:`~stage_explore.analytical.eager.eager_extra_bytes`: Megatron-Core's
+    #: GLU clamp); empty: none.
+    eager_extra: Mapping[str, int] = field(default_factory=dict, compare=False)
     #: ``k/E`` when the run routes tokens at random (Megatron-Core's
     #: ``--moe-router-force-load-balancing``): each routed expert's forward and input-gradient
     #: GEMMs see a Binomial token count, not the generator's mean
@@ -282,6 +286,9 @@ class KernelTimer:
             eager = self.kernels.eager_memory or accelerator.efficiency.memory
             memory_s = moved / (accelerator.memory_bandwidth_bytes_per_s * eager)
             memory_s += self.expert_kernels.get(instr.name, 0) * self.memory_kernel_s
+        if self.eager_extra and (extra := eager_instr_bytes(instr, self.eager_extra)):
+            eager = self.kernels.eager_memory or accelerator.efficiency.memory
+            memory_s += extra / (accelerator.memory_bandwidth_bytes_per_s * eager)
         if self.sort_chunks:  # a fused copy kernel beside the dispatch or combine
             memory_s += sort_chunks_bytes(instr, self.routed_gather) / hbm
         if self.fp8_padding:  # TE's fused_multi_row_padding / _unpadding beside them

@@ -1,6 +1,7 @@
 """Megatron-Core's eager code (``eager_modules = "megatron-core"``, the megatron-core profile):
 ``TEGroupedMLP._apply_bias``'s eager kernels for the down projection, the fc1 biases in the GEMM
-epilogue, and ``rope_utils``' unfused rotary embedding without ``rope_fusion``, counted against
+epilogue, GPT-OSS's eager GLU clamp, and ``rope_utils``' unfused rotary embedding without
+``rope_fusion``, counted against
 closed forms written out here op by op from Megatron-Core's code, where they apply, and what
 they change in an evaluation."""
 
@@ -13,10 +14,12 @@ from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
+from stage_explore.analytical import eager_megatron
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.eager import eager_instr_bytes, eager_op_bytes
+from stage_explore.analytical.eager import eager_extra_bytes, eager_instr_bytes, eager_op_bytes
 from stage_explore.analytical.eager_megatron import (
     MEGATRON_EXPERT_DOWN_BIAS,
+    MEGATRON_GLU_CLAMP,
     MEGATRON_UNFUSED_ROPE,
 )
 from stage_explore.analytical.frameworks import get_framework
@@ -147,3 +150,52 @@ def test_rope_fusion_off_outside_megatron_core_modules_is_a_one_line_error(frame
         AnalyticalBackend(framework=framework, overrides={"rope_fusion": False})
     assert "\n" not in str(raised.value)
     assert AnalyticalBackend(framework="megatron-core", overrides={"rope_fusion": False})
+
+
+# weighted_bias_quick_geglu_impl with clamp_value, per element of the activation's output (one
+# element of each half of the fc1 output): x_glu.clamp (read, write), x_linear.clamp (read,
+# write), torch.cat of both halves (two reads, two writes)
+CLAMP_FWD = (B + B) + (B + B) + (2 * B + 2 * B)
+# clamp_backward: the gate half's where(self <= max, grad, 0): le (read, 1-byte mask), where
+# (mask and grad read, write); the linear half's ge and le (read, mask each), logical_and_ (two
+# masks read, one written), where (mask and grad, write); the chunk's backward concatenates the
+# halves' gradients (two reads, two writes); CatBackward0 narrows (views)
+CLAMP_BWD = (B + 1) + (1 + B + B) + (B + 1) + (B + 1) + (1 + 1 + 1) + (1 + B + B) + (4 * B)
+
+
+def test_the_glu_clamp_is_megatrons_code_counted_op_by_op() -> None:
+    assert MEGATRON_GLU_CLAMP.bytes_per_element(backward=False) == CLAMP_FWD == 16
+    assert MEGATRON_GLU_CLAMP.bytes_per_element(backward=True) == CLAMP_BWD == 30
+    extra = {"experts.act": CLAMP_FWD, "experts.act.backward": CLAMP_BWD}
+    assert eager_extra_bytes(GPTOSS, "megatron-core") == extra
+    # only GPT-OSS's provider clamps; only Megatron-Core's module code runs the clamp eagerly
+    # (AutoModel's quick_geglu_deepep clamps inside its torch.compile'd function)
+    assert eager_extra_bytes(QWEN3, "megatron-core") == {}
+    for modules in ("generator", "automodel", "torchtitan"):
+        assert eager_extra_bytes(GPTOSS, modules) == {}
+
+
+def test_the_clamp_adds_its_bytes_at_eager_rate_to_the_activations_own_time() -> None:
+    layer = bind_all(make_workload(GPTOSS, ParallelConfig(global_batch=1)))["layer_swa_moe"]
+    (act,) = [i for i in layer.fwd if i.name == "experts.act"]
+    (act_bwd,) = [i for i in layer.bwd if i.name == "experts.act.backward"]
+    elements = dict(act.outputs)["experts.act"] // B
+    assert elements == GPTOSS.seq_len * GPTOSS.top_k * GPTOSS.expert_ffn  # (token, expert) rows
+    plain, rate = _eager_timer({})
+    clamped = KernelTimer(
+        H100.accelerator, plain.kernels, "bf16", frozenset(), keys=512, head_dim=64,
+        causal=True, eager_extra=eager_extra_bytes(GPTOSS, "megatron-core"),
+    )  # fmt: skip
+    for instr, per_element in ((act, CLAMP_FWD), (act_bwd, CLAMP_BWD)):
+        added = clamped(instr) - plain(instr)
+        assert added == pytest.approx(elements * per_element / rate, rel=1e-9)
+    # the recomputed activation (moe_act) clamps again: the same name, the same bytes
+    assert eager_instr_bytes(act, eager_extra_bytes(GPTOSS, "megatron-core")) == (
+        elements * CLAMP_FWD
+    )
+
+
+def test_the_clamp_slows_a_gpt_oss_step_on_megatron_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    clamped = _step(GPTOSS)
+    monkeypatch.setattr(eager_megatron, "CLAMPED_GLU_FAMILIES", ())
+    assert _step(GPTOSS) < clamped  # a fresh backend: no memo holds the clamped timing
