@@ -272,14 +272,16 @@ _ETP = re.compile(r"\bETP\s*[:=]?\s*(\d+)\b")
 
 def _stated_etp(row: dict[str, str]) -> tuple[int, str] | None:
     """The experts' tensor parallel size a row's ``source_table`` layout states (``ETP 4``, as
-    the DGX Cloud Benchmarking layout tables print it), with its assumption; it replaces a
-    recipe default's."""
-    found = _ETP.search(row.get("source_table", ""))
-    if found is None:
-        return None
-    etp = int(found.group(1))
-    said = f"the source_table column says {found.group(0)!r}"
-    return etp, f"expert tensor parallel size {etp} ({said})"
+    the DGX Cloud Benchmarking layout tables print it), else its ``notes`` (the source table's
+    ETP column transcribed there, as the Megatron-MoE-ModelZoo rows carry it), with its
+    assumption; it replaces a recipe default's."""
+    for column in ("source_table", "notes"):
+        found = _ETP.search(row.get(column, ""))
+        if found is not None:
+            etp = int(found.group(1))
+            said = f"the {column} column says {found.group(0)!r}"
+            return etp, f"expert tensor parallel size {etp} ({said})"
+    return None
 
 
 def _folded_etp(

@@ -503,6 +503,25 @@ def test_the_moe_model_zoo_qwen3_235b_h100_rows_read_their_layouts_and_technique
         assert p.zero == (3 if "FSDP" in row["id"] else 1)
 
 
+def test_the_moe_model_zoo_rows_take_the_etp_their_notes_state() -> None:
+    """Every Megatron-MoE-ModelZoo Qwen3-235B H100 row states ETP 1 in its table (transcribed in
+    the notes column, not source_table): the experts' tensor parallel size is 1 on each, also
+    where Megatron-Core's default (tp) could fold EP over the data-parallel ranks (the FSDP row,
+    TP 2, EP 8; the TP 4, EP 8 row), so no expert all-gather / reduce-scatter over tp is
+    planned; the assumption names the notes column (6 Dec 2026, s20 h100moe)."""
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("MOEZOO-H100-QWEN3-235B-"), 5)
+    for row, case in pairs:
+        assert "ETP 1" in row["notes"] and "ETP 1" not in row["source_table"]
+        assert case.parallel is not None and case.parallel.etp == 1, row["id"]
+        said = [a for a in case.assumptions if "expert tensor parallel size" in a]
+        assert len(said) == 1, said
+    folded_by_default = {"MOEZOO-H100-QWEN3-235B-EP8-FSDP", "MOEZOO-H100-QWEN3-235B-TP4-EP8-DEEPEP"}
+    for row, case in pairs:
+        if row["id"] in folded_by_default:  # only the stated figure sets their etp
+            (said,) = [a for a in case.assumptions if "expert tensor parallel size" in a]
+            assert "the notes column says 'ETP 1'" in said
+
+
 def test_the_torchtitan_deepep_qwen3_30b_b200_rows_shard_over_all_gpus() -> None:
     """torchtitan's DeepEP README rows (Qwen3-30B-A3B on 8-128 B200; 5 Dec 2026, s18 hidden6):
     the b200 preset and the torchtitan profile, FSDP2 (ZeRO-3) over every GPU with EP 8, the
