@@ -10,6 +10,9 @@ column: ``iter_time_s``, ``tflops_per_gpu`` or ``tokens_per_s_per_gpu``), fits t
 parameters (:mod:`stage_explore.calibrate`; default: ``matmul_peak``, ``memory`` and every
 network dim), prints the fitted values, the in-sample error and the leave-one-out error, and
 writes the fitted system as TOML, named ``<system>-calibrated`` (what ``stage eval`` prints).
+A run whose own columns disagree (two rates that cannot both hold, a global batch that is not a
+whole number of micro-batches per data-parallel rank: :mod:`stage_explore.validation.consistency`)
+is a ``warning:`` line before the fit (``data_warnings`` in ``--json``); it is still fitted.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
+    from stage_explore.validation.consistency import runs_warnings
 
     repeated = sorted({name for name in args.fit or [] if args.fit.count(name) > 1})
     if repeated:
@@ -127,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
     if not usable:
         reasons = "; ".join(f"{run_id}: {reason}" for run_id, reason in skipped.items())
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
+    data_warnings = runs_warnings(args.runs, cases, system)
+    if not args.json:  # a row whose own columns disagree: seen before minutes of fitting
+        for slip in data_warnings:
+            print(f"warning: {slip.text()}")
     unread = unread_columns(args.runs)
     if unread and not args.json:  # before the fit: a wrong setup is seen before minutes of it
         print(
@@ -166,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
             "runs": len(usable),
             "not_evaluated": skipped,
             "warnings": warnings,
+            "data_warnings": [w.to_dict() for w in data_warnings],
             "columns_not_read": unread,
             "runs_on_model_base": on_base,
             "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},

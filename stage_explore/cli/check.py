@@ -5,7 +5,11 @@ Exit status: 0 when the trace set is sound, 1 when it has violations, 2 when it 
 output is a table of per-rank totals, ranks with identical totals sharing one row, followed by
 the violations; ``--json`` prints ``{"violations": [...], "ranks": {rank: totals}}`` instead.
 ``--for astra-sim`` adds the rules for what makes ASTRA-sim abort or mistime a node
-(:func:`stage_core.chakra.check.astra_sim_node_problem`). What the reader accepted only for
+(:func:`stage_core.chakra.check.astra_sim_node_problem`). ``stage check RUNS.csv`` checks a
+published-runs CSV instead (read as ``stage validate --data`` reads it): each row's own columns
+against each other (:mod:`stage_explore.validation.consistency`), one ``warning:`` line per
+disagreement; exit 1 when a row is flagged, ``--json`` prints ``{"rows", "compared",
+"data_warnings"}``. What the reader accepted only for
 compatibility (traces of the published STAGE generator) is printed as ``warning:`` lines on
 stderr, and so is a progress meter of the ranks read and checked (on a terminal, or with
 ``--progress``).
@@ -76,8 +80,26 @@ def format_report(report: CheckReport) -> str:
     return "\n".join(lines)
 
 
+def check_runs(args: argparse.Namespace) -> int:
+    """``stage check RUNS.csv``: the rows of a published-runs CSV checked against themselves;
+    exit 1 when one is flagged."""
+    from stage_explore.validation.suite import check_data
+
+    check = check_data(args.directory)
+    if args.json:
+        payload = {"rows": check.rows, "compared": check.compared, "data_warnings": check.to_list()}
+        print(json.dumps(payload, indent=2))
+    else:
+        print(check.line())
+        for warning in check.warnings:
+            print(f"warning: {warning.text()}")
+    return 1 if check.warnings else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Read, check and print; return the exit status."""
+    if args.directory.lower().endswith(".csv"):
+        return check_runs(args)
     show = not args.quiet and sys.stderr.isatty() or args.progress
     trace_set = read_trace_set(args.directory, args.prefix, RankMeter(show, "reading rank files"))
     for warning in trace_set.warnings:  # accepted for compatibility: stderr, not the report
@@ -98,14 +120,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``stage check``."""
     parser = subparsers.add_parser(
         "check",
-        help="verify a Chakra trace set and print per-rank totals",
+        help="verify a Chakra trace set and print per-rank totals (or check a runs CSV's rows)",
         description=(
             "Read DIR/<prefix>.<rank>.et and DIR/comm_group.json, check dependencies, groups, "
             "collective order and send/receive matching, and print FLOPs and bytes per rank. "
-            "Exit 0 when sound, 1 with violations, 2 when the input cannot be read."
+            "Given a published-runs CSV instead, check each row's rates and layout against "
+            "each other. Exit 0 when sound, 1 with violations, 2 when the input cannot be read."
         ),
     )
-    parser.add_argument("directory", metavar="DIR", help="directory holding the trace set")
+    parser.add_argument(
+        "directory",
+        metavar="DIR|RUNS.csv",
+        help="directory holding the trace set, or a published-runs CSV to check row by row",
+    )
     parser.add_argument(
         "--prefix", default="workload", help="trace file prefix (default: workload)"
     )

@@ -76,6 +76,9 @@ def to_text(report: ValidationReport) -> str:
     lines = [f"published runs and setups: {report.source}"]
     if report.count is not None:
         lines.append(report.count.line())
+    if report.check is not None:
+        lines.append(report.check.line())
+        lines += [f"  {w.text()}" for w in report.check.warnings]
     lines.append("")
     width = min(NAME_WIDTH, max([10, *(len(source) for source in report.sources)]))
     header = (
@@ -136,6 +139,10 @@ def to_markdown(report: ValidationReport) -> str:
     ]
     if report.count is not None:
         lines += [f"Rows: {report.count.line()}.", ""]
+    if report.check is not None:  # docs/validation.md, 'Rows checked against themselves'
+        lines += [f"{report.check.line().capitalize()}.", ""]
+        lines += [f"- {w.text()}" for w in report.check.warnings]
+        lines += [""] if report.check.warnings else []
     lines += _table(report, report.configured_sources)
     if report.inferred_sources:
         lines += ["", f"Inferred setups: {INFERRED_NOTE}.", ""]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stage_explore.validation.accounting import RowCount
+from stage_explore.validation.consistency import DataCheck
 from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import RowResult
 
@@ -121,14 +122,16 @@ def _pct(value: float | None) -> str:
 @dataclass(frozen=True, slots=True)
 class ValidationReport:
     """Every row's result, by source (in ``setups.toml`` order, then the inferred sources),
-    plus the optional leave-one-source-out MAE per source (``None`` when not computed) and the
-    row count (``None`` for a report of hand-picked results)."""
+    plus the optional leave-one-source-out MAE per source (``None`` when not computed), the
+    row count and the rows' check against themselves (``None`` for a report of hand-picked
+    results)."""
 
     results: tuple[RowResult, ...]
     source: str
     titles: Mapping[str, str] = field(default_factory=dict)
     loso: Mapping[str, Any] | None = None
     count: RowCount | None = None
+    check: DataCheck | None = None
 
     @property
     def sources(self) -> list[str]:
@@ -268,7 +271,8 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``stage validate --json``; an inferred source's summary has
-        ``"inferred": true``; ``accounting`` is the row count."""
+        ``"inferred": true``; ``accounting`` is the row count; ``data_warnings`` the rows
+        whose own columns disagree (:mod:`~stage_explore.validation.consistency`)."""
         sources = {s: self.source_summary(s) for s in self.sources}
         for name in self.inferred_sources:
             sources[name]["inferred"] = True
@@ -282,4 +286,6 @@ class ValidationReport:
         }
         if self.count is not None:
             out["accounting"] = self.count.to_dict()
+        if self.check is not None:
+            out["data_warnings"] = self.check.to_list()
         return out

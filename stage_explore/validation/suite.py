@@ -1,21 +1,31 @@
 """``run_validation``: every published run of ``stage_explore/data`` (or another folder holding
 published-runs CSVs, with or without a ``setups.toml``, or one such CSV file) evaluated, with the
 optional leave-one-source-out fit. Rows no ``setups.toml`` source claims are evaluated with
-inferred setups (:mod:`~stage_explore.validation.infer`) and every row read is counted
-(:mod:`~stage_explore.validation.accounting`)."""
+inferred setups (:mod:`~stage_explore.validation.infer`), every row read is counted
+(:mod:`~stage_explore.validation.accounting`) and checked against itself
+(:mod:`~stage_explore.validation.consistency`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_explore.validation.accounting import count_rows
+from stage_explore.validation.consistency import DataCheck, case_warnings
 from stage_explore.validation.infer import inferred_cases, is_runs_csv
 from stage_explore.validation.loso import leave_one_source_out
 from stage_explore.validation.report import ValidationReport
 from stage_explore.validation.run import BackendFactory, evaluate_cases
-from stage_explore.validation.setups import configured_cases, data_dir, load_setups
+from stage_explore.validation.setups import (
+    Case,
+    SourceSetup,
+    configured_cases,
+    data_dir,
+    load_setups,
+)
 
 
 def _one_file(path: Path) -> tuple[Path, str, Path]:
@@ -33,18 +43,25 @@ def _one_file(path: Path) -> tuple[Path, str, Path]:
     return folder, path.name, folder if (folder / "systems").is_dir() else data_dir()
 
 
-def run_validation(
-    folder: str | Path | None = None,
-    factory: BackendFactory | None = None,
-    loso: bool = False,
-    loso_progress: Callable[[int, int, str], None] | None = None,
-    loso_jobs: int = 1,
-) -> ValidationReport:
-    """Evaluate every row of every published-runs CSV of ``folder`` (default: the package's
-    data), or of the one CSV file ``folder`` names: with its ``setups.toml`` source, else with
-    an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds),
-    reporting each source to ``loso_progress``, in ``loso_jobs`` processes
-    (:func:`~stage_explore.validation.loso.leave_one_source_out`)."""
+@dataclass(frozen=True, slots=True)
+class DataCases:
+    """The cases of a data folder or file (:func:`data_cases`) and what was read to make them."""
+
+    where: Path
+    given: str
+    sources: list[SourceSetup]
+    setups: dict[str, dict[str, Any]]
+    cases: list[Case]
+    inferred: list[Case]
+    files: list[tuple[str, int]]
+    ignored: list[str]
+    unread: list[str]
+
+
+def data_cases(folder: str | Path | None = None) -> DataCases:
+    """Every row of every published-runs CSV of ``folder`` (default: the package's data), or
+    of the one CSV file ``folder`` names, as a case: with its ``setups.toml`` source, else with
+    an inferred setup; nothing evaluated."""
     where = Path(folder) if folder is not None else data_dir()
     given, only, systems = str(where), None, None
     if where.is_file():
@@ -62,14 +79,40 @@ def run_validation(
             f"{given!r} holds no published runs: expected published_runs*.csv files "
             "(published_runs.csv's columns) and optionally a setups.toml"
         )
-    results = evaluate_cases(cases, factory)
+    return DataCases(where, given, sources, rows, cases, inferred, files, ignored, unread)
+
+
+def check_data(folder: str | Path | None = None) -> DataCheck:
+    """The rows of ``folder`` (:func:`data_cases`) checked against themselves
+    (:mod:`~stage_explore.validation.consistency`), nothing evaluated."""
+    data = data_cases(folder)
+    return case_warnings(data.cases, data.where, data.sources, data.setups)
+
+
+def run_validation(
+    folder: str | Path | None = None,
+    factory: BackendFactory | None = None,
+    loso: bool = False,
+    loso_progress: Callable[[int, int, str], None] | None = None,
+    loso_jobs: int = 1,
+) -> ValidationReport:
+    """Evaluate every row of every published-runs CSV of ``folder`` (default: the package's
+    data), or of the one CSV file ``folder`` names: with its ``setups.toml`` source, else with
+    an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds),
+    reporting each source to ``loso_progress``, in ``loso_jobs`` processes
+    (:func:`~stage_explore.validation.loso.leave_one_source_out`)."""
+    data = data_cases(folder)
+    results = evaluate_cases(data.cases, factory)
     figure = (
         leave_one_source_out(results, factory, progress=loso_progress, jobs=loso_jobs)
         if loso
         else None
     )
-    titles = {s.name: s.title for s in sources}
-    for case in inferred:
+    titles = {s.name: s.title for s in data.sources}
+    for case in data.inferred:
         titles.setdefault(case.source, f"{case.source} (setup inferred from the CSV)")
-    count = count_rows(results, files, ignored, len({(c.file, c.line) for c in inferred}), unread)
-    return ValidationReport(tuple(results), given, titles, figure, count)
+    lines = len({(c.file, c.line) for c in data.inferred})
+    count = count_rows(results, data.files, data.ignored, lines, data.unread)
+    # the rows checked against themselves: read only, no prediction moves
+    check = case_warnings(data.cases, data.where, data.sources, data.setups)
+    return ValidationReport(tuple(results), data.given, titles, figure, count, check)
