@@ -1,7 +1,8 @@
 """The roles of a block's GEMMs under a mixed-precision FP8 recipe: which einsums are a linear
 layer's forward (``fprop``), input-gradient (``dgrad``) or weight-gradient (``wgrad``) GEMM
-(:func:`gemm_role`, :func:`is_linear`), how many FP8 GEMMs of a phase cast the same 16-bit
-operand (:func:`cast_shares`), the recipes whose row- and column-wise copies are scaled apart
+(:func:`gemm_role`, :func:`is_linear`), which of them an FP8 recipe quantizes (:func:`quantized`:
+not the MoE router's), how many FP8 GEMMs of a phase cast the same 16-bit operand
+(:func:`cast_shares`), the recipes whose row- and column-wise copies are scaled apart
 (:data:`BLOCK_SCALED`), the check that an accelerator has the recipe's tensor cores
 (:func:`check_fp8_recipe`, :func:`check_nvfp4`)
 and what of a recipe enters the memo keys (:func:`fp8_key`).
@@ -14,6 +15,7 @@ from collections.abc import Collection, Iterable
 
 from stage_core.errors import ConfigError
 from stage_core.lower.bind import Instr
+from stage_core.lower.fp8 import NON_FP8_WEIGHTS
 from stage_explore.analytical.fp8_casts import fp8_cast_elements
 from stage_explore.system.accelerator import Accelerator
 
@@ -32,6 +34,20 @@ def gemm_role(instr: Instr, weights: Collection[str]) -> str | None:
     if any(name.startswith("d.") and name[2:] in weights for name, _ in instr.outputs):
         return "wgrad"
     return None
+
+
+def quantized(instr: Instr, weights: Collection[str]) -> bool:
+    """Whether an FP8 recipe runs linear GEMM ``instr`` in FP8: its weight (an operand, or the
+    weight gradient it writes) is not one of
+    :data:`~stage_core.lower.fp8.NON_FP8_WEIGHTS` — the MoE router, a ``torch`` linear outside
+    Transformer Engine's ``fp8_autocast`` (Megatron-Core ``Router.gating`` calls
+    ``router_gating_linear`` on a plain ``torch.nn.Parameter`` in the input's or
+    ``moe_router_dtype``'s 16/32 bits, megatron/core/transformer/moe/router.py, NVIDIA/Megatron-LM
+    005742ff; torchtitan's float8 and MX recipes list ``router.gate`` in ``filter_fqns``), timed
+    as a 16-bit GEMM without casts, as the memory model keeps its input 16-bit."""
+    names = [n for n, _ in instr.inputs if n in weights]
+    names += [n[2:] for n, _ in instr.outputs if n.startswith("d.") and n[2:] in weights]
+    return bool(names) and not any(n in NON_FP8_WEIGHTS for n in names)
 
 
 #: Recipes whose row-wise and column-wise FP8 (FP4) copies are scaled differently on every GPU.
@@ -77,7 +93,7 @@ def cast_shares(
     shares: dict[tuple[str, str], int] = {}
     for instr in instrs:
         role = gemm_role(instr, weights)
-        if role is None or role not in gemms:
+        if role is None or role not in gemms or not quantized(instr, weights):
             continue
         for name, _, _ in fp8_cast_elements(instr, role, weights, gemms):
             shares[instr.phase, name] = shares.get((instr.phase, name), 0) + 1

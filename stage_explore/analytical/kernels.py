@@ -29,7 +29,8 @@ each the larger of its bytes at the SSD kernels' achieved HBM bandwidth (``ssd_m
 ``memory_kernel_s``; the generator's gate op runs inside them. Without that list (serving):
 the roofline of the scan instruction's FLOPs and bytes (inputs, output, FP32 intermediates).
 
-**Precision.** Under an FP8 recipe only the decoder layers' linear GEMMs run in FP8 —
+**Precision.** Under an FP8 recipe only the decoder layers' linear GEMMs run in FP8 (not the MoE
+router's, a ``torch`` linear: :func:`~stage_explore.analytical.fp8_roles.quantized`) —
 those of forward (``fprop``), input gradient (``dgrad``) and weight gradient (``wgrad``) that
 the run's ``fp8_gemms`` names (Transformer Engine's ``fp8_autocast`` covers its ``Linear``
 modules; Megatron-Core's embedding and output layer are not TE modules, attention stays BF16
@@ -60,7 +61,7 @@ from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
 from stage_explore.analytical.fp8_casts import fp8_cast_elements, launches_casts, quantize_cost
-from stage_explore.analytical.fp8_roles import BLOCK_SCALED, gemm_role
+from stage_explore.analytical.fp8_roles import BLOCK_SCALED, gemm_role, quantized
 from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES, gemm_shape, gemm_time_s
 from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
@@ -346,8 +347,8 @@ class KernelTimer:
             dtype = self.dtype if role is not None else self._bf16()
             seconds = gemm_time_s(accelerator, kernels, dtype, shape, flops, memory_s, share)
             return seconds + groups_s
-        if not self.fp8_block or role not in self.fp8_gemms:
-            bf16 = self._bf16()
+        if not self.fp8_block or role not in self.fp8_gemms or not quantized(instr, self.weights):
+            bf16 = self._bf16()  # a 16-bit GEMM: not named, outside the layers, or the router
             seconds = gemm_time_s(accelerator, kernels, bf16, shape, flops, memory_s, share)
             return seconds + groups_s
         # FP8 operands are half as wide (FP4 a quarter): the GEMM's own traffic, then its casts
@@ -377,7 +378,7 @@ class KernelTimer:
         seconds = self(instr) - groups_s
         role = gemm_role(instr, self.weights)
         fp8 = self.dtype == "fp8" and self.fp8_training and self.fp8_block
-        if fp8 and role is not None and role in self.fp8_gemms:
+        if fp8 and role is not None and role in self.fp8_gemms and quantized(instr, self.weights):
             seconds -= self._cast_s(instr, role)
         return max(0.0, seconds)
 

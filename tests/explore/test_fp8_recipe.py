@@ -104,6 +104,35 @@ def test_the_output_layer_stays_bf16() -> None:
     assert all(fp8(instr) == bf16(instr) for instr in linear)
 
 
+def test_the_moe_router_stays_16_bit() -> None:
+    """Megatron-Core's router is a torch linear outside Transformer Engine's fp8_autocast: its
+    forward, input- and weight-gradient GEMMs time as 16-bit ones, without casts, and its input
+    (ln2) and output gradient are no FP8 cast's share; the experts' GEMMs run in FP8."""
+    model = get_flavor("qwen3-235b-a22b").with_overrides(layers=2, seq_len=512)
+    parallel = _fp8()
+    block = bind_all(make_workload(model, parallel))["moe_layer"]
+    weights = frozenset(w.name for w in block.weights)
+    instrs = (*block.fwd, *block.bwd)
+    shares = cast_shares(instrs, weights, parallel.fp8_gemms)
+    accelerator = H100.accelerator
+    fp8 = KernelTimer(
+        accelerator, accelerator.kernels, "fp8", weights, 512, 128, True,
+        fp8_gemms=parallel.fp8_gemms, fp8_training=True, shares=shares,
+    )  # fmt: skip
+    bf16 = dataclasses.replace(fp8, dtype="bf16")
+    router = [
+        i
+        for i in instrs
+        if gemm_role(i, weights)
+        and any(n in ("router", "d.router") for n, _ in (*i.inputs, *i.outputs))
+    ]
+    assert {gemm_role(i, weights) for i in router} == {"fprop", "dgrad", "wgrad"}
+    assert all(fp8(i) == bf16(i) for i in router)
+    assert not {name for _, name in shares} & {"ln2", "d.moe.logits"}
+    up = next(i for i in instrs if i.name == "experts.up")
+    assert fp8(up) < bf16(up)
+
+
 def test_a_cast_costs_its_bytes_at_the_achieved_bandwidth() -> None:
     """fprop on H100, delayed scaling: read the 16-bit activation once, write a row-wise and
     a column-wise FP8 copy (Hopper's FP8 GEMMs take only TN); tensorwise reads it once more."""
