@@ -35,6 +35,14 @@ and one module that is not Megatron's:
   backward's min-cut partitioner re-runs only what the backward needs): :func:`op_sac_scattered`
   names those projections, which the ``op`` region leaves out (the block then keeps their
   scattered outputs).
+- ``op_recompute_sdpa`` — the ``op`` policy when its save list does not name the SDPA kernel
+  that ran: torchtitan's ``_op_sac_save_list`` named ``aten._scaled_dot_product_flash_attention``
+  and ``_efficient_attention`` only, not ``_scaled_dot_product_cudnn_attention``, until
+  pytorch/torchtitan#2095 ("add all SDPA backends to op_sac_save_list", merged December 2025,
+  after issue #2091 asked why cuDNN attention was recomputed), so where torchtitan runs cuDNN
+  attention (Blackwell, its SDPA priority) the policy's ``PREFER_RECOMPUTE`` re-runs the
+  attention kernel too: the block keeps neither its output nor its log-sum-exp, and the
+  backward re-runs its forward. Used alone.
 
 A checkpointed module keeps its inputs and re-runs in the backward; an output-discarding one
 (Megatron's ``CheckpointWithoutOutput``) also frees its outputs once its consumers have run, and
@@ -53,7 +61,7 @@ from stage_core.ops_moe import Dispatch
 from stage_core.sharding import CommStep, Step
 
 #: Modules whose outputs are freed after use and recomputed (``CheckpointWithoutOutput``).
-OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj", "op"})
+OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj", "op", "op_recompute_sdpa"})
 #: Latent attention's up-projection part: latent norms, up-projections, RoPE, head concats.
 MLA_UP_PROJ = frozenset(
     {
@@ -73,11 +81,13 @@ MLA_UP_PROJ = frozenset(
 MOE_PREFIXES = ("moe.", "experts.", "shared.")
 
 
-def op_sac_saved(block: Block) -> set[str]:
+def op_sac_saved(block: Block, attention: bool = True) -> set[str]:
     """The ops whose outputs torchtitan's op-level SAC keeps (module docstring, ``op``): the
-    attention kernels and every other einsum in forward order, starting with the first."""
+    attention kernels (unless not ``attention``: ``op_recompute_sdpa``) and every other einsum
+    in forward order, starting with the first."""
     einsums = [op.name for op in block.ops if isinstance(op, Einsum)]
-    return {op.name for op in block.ops if isinstance(op, Attention)} | set(einsums[::2])
+    kernels = {op.name for op in block.ops if isinstance(op, Attention)} if attention else set()
+    return kernels | set(einsums[::2])
 
 
 def op_sac_scattered(steps: Collection[Step]) -> frozenset[str]:
@@ -117,6 +127,8 @@ def _module_ops(block: Block, module: str, scattered: frozenset[str]) -> set[str
         return names & MLA_UP_PROJ if latent else set()
     if module == "op":
         return names - op_sac_saved(block) - scattered
+    if module == "op_recompute_sdpa":
+        return names - op_sac_saved(block, attention=False) - scattered
     raise AssertionError(f"unknown recompute module {module!r}")
 
 

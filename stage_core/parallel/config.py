@@ -226,10 +226,12 @@ class ParallelConfig:
                 "`recompute_num_layers` needs recompute='full', but got "
                 f"(recompute='{self.recompute}', recompute_num_layers={self.recompute_num_layers})"
             )
-        if "op" in self.recompute_modules and len(self.recompute_modules) > 1:
+        op_level = {"op", "op_recompute_sdpa"} & set(self.recompute_modules)
+        if op_level and len(self.recompute_modules) > 1:
             problems.append(
-                "`recompute_modules` 'op' (torchtitan's op-level checkpointing) covers the whole "
-                f"layer and takes no other module, but got {list(self.recompute_modules)}"
+                f"`recompute_modules` '{min(op_level)}' (torchtitan's op-level checkpointing) "
+                "covers the whole layer and takes no other module, but got "
+                f"{list(self.recompute_modules)}"
             )
         if vpp > 1 and schedule is not Schedule.INTERLEAVED:
             problems.append(

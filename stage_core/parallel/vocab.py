@@ -52,7 +52,8 @@ RECOMPUTE_METHODS = ("block", "every", "uniform", "spread")
 #: experts' activation) and ``mla_up_proj`` (latent attention's up-projections and RoPE) are
 #: output-discarding checkpoints: their outputs are freed once consumed and re-made before the
 #: backward needs them. ``op`` is torchtitan's op-level selective checkpointing
-#: (:mod:`stage_core.recompute`), not a Megatron module.
+#: (:mod:`stage_core.recompute`), not a Megatron module; ``op_recompute_sdpa`` the same policy
+#: when its save list lacks the attention kernel that ran, which then re-runs too.
 RECOMPUTE_MODULES = (
     "core_attn",
     "mlp",
@@ -62,6 +63,7 @@ RECOMPUTE_MODULES = (
     "moe_act",
     "mla_up_proj",
     "op",
+    "op_recompute_sdpa",
 )
 
 

@@ -184,6 +184,10 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
     # -- evaluation ---------------------------------------------------------------------------
 
     def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:
+        peaks = system.accelerator.peak_flops_per_s
+        modules = self.framework.op_sac_modules(parallel.recompute_modules, peaks)
+        if modules != parallel.recompute_modules:  # the op-level policy re-runs cuDNN's SDPA
+            parallel = replace(parallel, recompute_modules=modules)
         workload = make_workload(model, parallel)
         gpus = workload.world_size
         if gpus > system.max_gpus:

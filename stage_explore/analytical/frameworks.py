@@ -350,6 +350,11 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # CUDNN_ATTENTION first; pytorch/torchtitan#1196, May 2025, Llama 3 8B on B200:
             # 10,902 -> 12,211 tokens/s). No Dec 2024 torchtitan ran on Blackwell (torch 2.7)
             sm100_attention_kernel="cudnn",
+            # parallelize_llama.py _save_list (0596be3) / models/llama3/infra/parallelize.py
+            # _op_sac_save_list: the flash and efficient SDPA kernels, not cuDNN's, until
+            # pytorch/torchtitan#2095 (merged December 2025, after issue #2091): under
+            # selective_ac_option 'op' the cuDNN attention re-runs in the backward
+            op_sac_saves_cudnn_attention=False,
             fused_elementwise=False,  # training.compile, default false (eager PyTorch)
             # models/norms.py RMSNorm (norm_type "rmsnorm" in the Llama 3 train configs),
             # models/llama/model.py apply_rotary_emb, repeat_kv and FeedForward, run op by op

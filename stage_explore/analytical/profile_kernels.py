@@ -13,6 +13,11 @@ Options (all booleans unless said):
 - ``sm100_attention_kernel`` (str or None) — the attention kernel on GPUs of compute capability
   10.0 and later (an accelerator with an ``mxfp8`` peak: Blackwell's tensor cores), where the
   framework's software asks for another kernel than ``attention_kernel``; None: as elsewhere.
+- ``op_sac_saves_cudnn_attention`` — torchtitan's op-level selective checkpointing
+  (``recompute_modules`` ``op``) saves the output of PyTorch's cuDNN attention kernel
+  (``aten._scaled_dot_product_cudnn_attention``) as it does FlashAttention's; off (torchtitan
+  before pytorch/torchtitan#2095, December 2025): where the framework runs ``cudnn`` attention
+  the policy re-runs it (``op_recompute_sdpa``, :mod:`stage_core.recompute`).
 - ``fused_elementwise`` — chains of element-wise kernels keep their intermediates on chip
   (Megatron-LM's fused bias-GeLU / bias-dropout-add / fused norms, or ``torch.compile``); off:
   eager PyTorch, every element-wise op reads and writes HBM.
@@ -160,6 +165,7 @@ from dataclasses import dataclass
 KERNEL_FLAGS: dict[str, str] = {
     "attention_kernel": "FlashAttention generation (flash-attn / TE / PyTorch SDPA backend)",
     "sm100_attention_kernel": "SDPA backend priority on sm100+ (torchtitan: cuDNN first)",
+    "op_sac_saves_cudnn_attention": "torchtitan _op_sac_save_list names cuDNN SDPA (#2095)",
     "fused_elementwise": "Megatron fused kernels / torch.compile (off: eager PyTorch)",
     "fused_qkv": "Megatron query_key_value / linear_qkv (off: separate q, k, v linears)",
     "linear_bias_epilogue": "PyTorch addmm's cuBLASLt bias epilogue (off: DISABLE_ADDMM_CUDA_LT=1)",
@@ -204,6 +210,7 @@ class KernelOptions:
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU
+    op_sac_saves_cudnn_attention: bool = True  # op-level SAC saves every attention kernel
     fused_qkv: bool = False  # q, k and v as three GEMMs (separate linears)
     linear_bias_epilogue: bool = False  # each bias add an element-wise kernel (generator's)
     fused_fc1: str = "none"  # gate and up as two GEMMs (separate linears), their dgrads summed
@@ -216,3 +223,16 @@ class KernelOptions:
         if self.sm100_attention_kernel is not None and "mxfp8" in peak_flops_per_s:
             return self.sm100_attention_kernel
         return self.attention_kernel
+
+    def op_sac_modules(
+        self, modules: tuple[str, ...], peak_flops_per_s: Mapping[str, float]
+    ) -> tuple[str, ...]:
+        """The recompute modules the framework runs for ``modules`` on an accelerator with
+        these peaks: torchtitan's op-level policy (``op``) re-runs a cuDNN attention kernel its
+        save list does not name (``op_recompute_sdpa``, unless ``op_sac_saves_cudnn_attention``);
+        else ``modules`` unchanged."""
+        if modules != ("op",) or self.op_sac_saves_cudnn_attention:
+            return modules
+        if self.attention_kernel_on(peak_flops_per_s) != "cudnn":
+            return modules
+        return ("op_recompute_sdpa",)

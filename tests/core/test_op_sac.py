@@ -86,3 +86,47 @@ def test_op_takes_no_other_module() -> None:
         ParallelConfig(
             dp=2, global_batch=4, recompute=Recompute.SELECTIVE, recompute_modules=("op", "mlp")
         )
+
+
+def _sdpa_recomputed(tp: int, micro_batch: int) -> ParallelConfig:
+    return ParallelConfig(
+        tp=tp, dp=2, sp=tp > 1, micro_batch=micro_batch, global_batch=4,
+        recompute=Recompute.SELECTIVE, recompute_modules=("op_recompute_sdpa",),
+    )  # fmt: skip
+
+
+def test_op_recompute_sdpa_pins_every_other_matmul_but_not_the_attention() -> None:
+    """torchtitan's save list without the SDPA kernel that ran (cuDNN's, before
+    pytorch/torchtitan#2095): the attention kernel re-runs in the backward too."""
+    workload = make_workload(LLAMA, _sdpa_recomputed(1, 1))
+    forward = symbolic_block(
+        "layer", Structure.of(workload.model), workload.options, workload.flags, "none"
+    ).forward
+    assert op_sac_saved(forward.block, attention=False) == {"q", "v", "mlp.gate", "mlp.fc2"}
+    layer = lower(LLAMA, _sdpa_recomputed(1, 1)).blocks["layer"]
+    recomputed = {instr.name for instr in layer.bwd if instr.phase == "recompute"}
+    assert "attn.core" in recomputed
+    assert {"q", "v", "mlp.gate", "mlp.fc2"}.isdisjoint(recomputed)
+
+
+@pytest.mark.parametrize(("tp", "micro_batch"), [(1, 1), (1, 2), (2, 1)])
+def test_op_recompute_sdpa_keeps_the_attention_output_less(tp: int, micro_batch: int) -> None:
+    """The block no longer keeps the attention output (heads sharded: tokens x H / tp bf16
+    elements); the generator counts the kernel's log-sum-exp with it (fp32, one per query
+    row and head: 32 heads / tp)."""
+    op = lower(LLAMA, _op_sac(tp, micro_batch)).blocks["layer"]
+    sdpa = lower(LLAMA, _sdpa_recomputed(tp, micro_batch)).blocks["layer"]
+    tokens = micro_batch * 2048
+    output = 2 * tokens * (H // tp)
+    assert output <= op.saved_bytes - sdpa.saved_bytes <= output + 4 * tokens * (32 // tp)
+    flops = [sum(i.flops for i in b.bwd if i.phase == "recompute") for b in (op, sdpa)]
+    attention = next(i for i in op.fwd if i.name == "attn.core")
+    assert flops[1] - flops[0] == attention.flops
+
+
+def test_op_recompute_sdpa_takes_no_other_module() -> None:
+    with pytest.raises(ConfigError, match="'op_recompute_sdpa'"):
+        ParallelConfig(
+            dp=2, global_batch=4, recompute=Recompute.SELECTIVE,
+            recompute_modules=("op_recompute_sdpa", "mlp"),
+        )  # fmt: skip
