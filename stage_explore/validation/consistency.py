@@ -13,9 +13,10 @@ cell is turned into the tokens per second per GPU it implies, as an interval
 - ``mfu_pct`` / ``hfu_pct`` ``m``: ``m·P / F`` for ``P`` the system's dense peak for bf16/fp16
   or for the run's precision (sources count an FP8 run's MFU against either).
 
-No other slack: the band is the spread of the formulas, the rounding is the cells' own, so a
-flagged row holds a slip no convention explains (a rate per node, a doubled cell, an MFU on a
-peak the GPU does not have). The layout's arithmetic is checked too (:func:`layout_warnings`):
+Two intervals may stand apart by :data:`SLACK` (5 %) before the row is flagged, and by nothing
+else: the band is the spread of the formulas, the rounding is the cells' own, so a flagged row
+holds a slip no convention explains (a rate per node, a doubled cell, an MFU on a peak the GPU
+does not have). The layout's arithmetic is checked too (:func:`layout_warnings`):
 the global batch a multiple of micro-batch · dp, and ``num_gpus`` = tp·pp·cp·dp. The check reads
 the rows and never changes a prediction or which rows are evaluated.
 """
@@ -51,7 +52,8 @@ RATE_COLUMNS = ("tokens_per_s_per_gpu", "iter_time_s", "tflops_per_gpu", "mfu_pc
 SLACK = 0.05
 #: CSV files' rows by file name, each read once.
 _Tables = dict[str, list[dict[str, str]]]
-#: The first number of a cell as written (``14.1k``: ``14.1``), whose last digit sets its rounding.
+#: A plain number cell as written (``2,557``, ``0.95``; not ``14.1k`` nor ``1e3``: such a cell is
+#: not read), its decimals setting its rounding.
 _NUMBER = re.compile(r"\d[\d,]*(?:\.(\d+))?")
 
 
@@ -74,6 +76,7 @@ class DataWarning:
         return f"{self.id}{where}: {a} {x:g} and {b} {y:g} disagree: {self.why}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The warning as ``data_warnings`` prints it in ``--json``."""
         return {
             "id": self.id,
             "file": self.file,
@@ -115,6 +118,7 @@ class _Rate:
 
     @property
     def said(self) -> str:
+        """How the cell reads as tokens/s per GPU, for a warning's ``why``."""
         return f"{self.how} {_g(_low(self))}-{_g(_high(self))} tokens/s per GPU"
 
 
@@ -308,6 +312,7 @@ class DataCheck:
         )
 
     def to_list(self) -> list[dict[str, Any]]:
+        """The warnings as ``data_warnings`` (:meth:`DataWarning.to_dict` each)."""
         return [w.to_dict() for w in self.warnings]
 
 

@@ -7,6 +7,8 @@ they change in an evaluation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stage_core.errors import ConfigError
@@ -189,10 +191,21 @@ def test_the_clamp_adds_its_bytes_at_eager_rate_to_the_activations_own_time() ->
     for instr, per_element in ((act, CLAMP_FWD), (act_bwd, CLAMP_BWD)):
         added = clamped(instr) - plain(instr)
         assert added == pytest.approx(elements * per_element / rate, rel=1e-9)
-    # the recomputed activation (moe_act) clamps again: the same name, the same bytes
-    assert eager_instr_bytes(act, eager_extra_bytes(GPTOSS, "megatron-core")) == (
-        elements * CLAMP_FWD
-    )
+
+
+def test_the_recomputed_activation_clamps_again() -> None:
+    """Under Megatron-Core's ``moe_act`` recompute the backward reruns the whole
+    ``weighted_bias_quick_geglu_impl`` call (``CheckpointWithoutOutput``), clamp included: the
+    backward's recomputed ``experts.act`` gets the forward's clamp bytes, beside the
+    ``experts.act.backward``'s own."""
+    parallel = ParallelConfig(global_batch=1, recompute="selective", recompute_modules=("moe_act",))
+    layer = bind_all(make_workload(GPTOSS, parallel))["layer_swa_moe"]
+    (recomputed,) = [i for i in layer.bwd if i.name == "experts.act"]
+    elements = dict(recomputed.outputs)["experts.act"] // B
+    plain, rate = _eager_timer({})
+    clamped = dataclasses.replace(plain, eager_extra=eager_extra_bytes(GPTOSS, "megatron-core"))
+    added = clamped(recomputed) - plain(recomputed)
+    assert added == pytest.approx(elements * CLAMP_FWD / rate, rel=1e-9)
 
 
 def test_the_clamp_slows_a_gpt_oss_step_on_megatron_core(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,7 @@ from stage_explore.validation.infer_fields import (
     read_recompute,
 )
 from stage_explore.validation.setups import Case, data_dir
-from tests.explore.published_rows import HELD_OUT, TEMPLATE, template, write_rows
+from tests.explore.published_rows import HELD_OUT, TEMPLATE, inferred_case, template, write_rows
 
 DATA = data_dir()
 
@@ -520,6 +520,22 @@ def test_the_moe_model_zoo_rows_take_the_etp_their_notes_state() -> None:
         if row["id"] in folded_by_default:  # only the stated figure sets their etp
             (said,) = [a for a in case.assumptions if "expert tensor parallel size" in a]
             assert "the notes column says 'ETP 1'" in said
+
+
+def test_a_stated_etp_in_source_table_wins_over_one_in_notes() -> None:
+    """``_stated_etp`` reads ``source_table`` first and ``notes`` only when it states none; a
+    row stating neither keeps the framework's default (s20 review)."""
+    row = dict(source="a cluster of ours, Megatron-Core", model="GPT OSS 120B", num_gpus="16",
+               moe="128 experts, top-4", tp="2", ep="8")  # fmt: skip
+    both = inferred_case(source_table="layout: TP 2, ETP 2", notes="the table's ETP 1", **row)
+    notes = inferred_case(notes="EDP 1, ETP 1", **row)
+    neither = inferred_case(**row)
+    assert both.parallel is not None and both.parallel.etp == 2
+    assert "the source_table column says 'ETP 2'" in "\n".join(both.assumptions)
+    assert notes.parallel is not None and notes.parallel.etp == 1
+    assert "the notes column says 'ETP 1'" in "\n".join(notes.assumptions)
+    assert neither.parallel is not None and neither.parallel.etp is None
+    assert not [a for a in neither.assumptions if "expert tensor parallel size" in a]
 
 
 def test_the_torchtitan_deepep_qwen3_30b_b200_rows_shard_over_all_gpus() -> None:
