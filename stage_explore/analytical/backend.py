@@ -183,11 +183,20 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
 
     # -- evaluation ---------------------------------------------------------------------------
 
-    def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:
+    def as_run(self, parallel: ParallelConfig, system: System) -> ParallelConfig:
+        """``parallel`` as the framework runs it on ``system``: torchtitan's op-level policy
+        re-runs a cuDNN attention kernel its save list does not name
+        (:meth:`~stage_explore.analytical.profile_kernels.KernelOptions.op_sac_modules`); the
+        levelled mode (:meth:`evaluate`) and the trace mode (``trace_mode.trace_step``) both
+        lower this layout."""
         peaks = system.accelerator.peak_flops_per_s
         modules = self.framework.op_sac_modules(parallel.recompute_modules, peaks)
-        if modules != parallel.recompute_modules:  # the op-level policy re-runs cuDNN's SDPA
-            parallel = replace(parallel, recompute_modules=modules)
+        if modules == parallel.recompute_modules:
+            return parallel
+        return replace(parallel, recompute_modules=modules)
+
+    def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:
+        parallel = self.as_run(parallel, system)
         workload = make_workload(model, parallel)
         gpus = workload.world_size
         if gpus > system.max_gpus:

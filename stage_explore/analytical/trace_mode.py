@@ -325,6 +325,7 @@ def trace_step(
     the policy's ``overlap_param_gather``): a bucketed chunk's parameter all-gathers run as the
     previous step's, bucket by bucket ahead of its first forward, rather than whole after the
     optimizer (the step in a steady run, as the levelled mode counts it)."""
+    parallel = backend.as_run(parallel, system)  # the layout the levelled mode lowers
     workload = make_workload(model, parallel)
     if workload.world_size > system.max_gpus:
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")

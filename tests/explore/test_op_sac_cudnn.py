@@ -15,6 +15,7 @@ from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
+from stage_explore.analytical.trace_mode import trace_step
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=8192)
@@ -61,3 +62,18 @@ def test_on_h100_the_option_changes_nothing() -> None:
     )
     a, b = tt.evaluate(LLAMA, OP, system), fixed.evaluate(LLAMA, OP, system)
     assert (a.step_time_s, a.peak_memory_bytes) == (b.step_time_s, b.peak_memory_bytes)
+
+
+def test_the_trace_mode_lowers_the_layout_the_levelled_mode_does() -> None:
+    """``trace_step`` runs the same ``op_recompute_sdpa`` layout as ``evaluate`` (s20 review:
+    the substitution was the levelled mode's alone, so ``stage eval --trace`` timed torchtitan's
+    op-level SAC on Blackwell with the attention kept)."""
+    system = load_system("b200")
+    tt = AnalyticalBackend(framework="torchtitan")
+    fixed = AnalyticalBackend(
+        framework="torchtitan", overrides={"op_sac_saves_cudnn_attention": True}
+    )
+    assert tt.as_run(OP, system) == SDPA and fixed.as_run(OP, system) == OP
+    op = trace_step(tt, LLAMA, OP, system).result.makespan
+    assert op == trace_step(fixed, LLAMA, SDPA, system).result.makespan
+    assert op > trace_step(fixed, LLAMA, OP, system).result.makespan  # the attention re-run
