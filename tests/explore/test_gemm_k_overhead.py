@@ -43,8 +43,9 @@ def test_the_scale_is_the_sustained_rate_over_the_16_bit_one() -> None:
         rate = accelerator.peak(dtype) * kernels.gemm_efficiency[dtype]
         bf16 = accelerator.peak("bf16") * kernels.gemm_efficiency["bf16"]
         assert k_overhead_scale(accelerator, kernels, dtype) == pytest.approx(rate / bf16)
-    # H100: 1979 x 0.62 over 989 x 0.71; GB200: 5000 x 0.59 over 2500 x 0.59
-    assert k_overhead_scale(H100.accelerator, kernels_of(H100), "fp8") == pytest.approx(1.747, 1e-3)
+    # H100: 1979 x 0.62 over 989 x 0.72 (s20 gemmh100; 1.747 with 0.71);
+    # GB200: 5000 x 0.59 over 2500 x 0.59
+    assert k_overhead_scale(H100.accelerator, kernels_of(H100), "fp8") == pytest.approx(1.723, 1e-3)
     assert k_overhead_scale(GB200.accelerator, kernels_of(GB200), "fp8") == pytest.approx(2.0)
     assert k_overhead_scale(H100.accelerator, kernels_of(H100), "bf16") == 1.0
 
