@@ -26,6 +26,16 @@ OP = ParallelConfig(
 SDPA = replace(OP, recompute_modules=("op_recompute_sdpa",))
 
 
+def _backends() -> tuple[AnalyticalBackend, AnalyticalBackend]:
+    """torchtitan as profiled (cuDNN attention not in the op-level save list) and with
+    ``op_sac_saves_cudnn_attention`` on (torchtitan after #2095)."""
+    tt = AnalyticalBackend(framework="torchtitan")
+    fixed = AnalyticalBackend(
+        framework="torchtitan", overrides={"op_sac_saves_cudnn_attention": True}
+    )
+    return tt, fixed
+
+
 @pytest.mark.parametrize(
     ("system", "modules"),
     [("b200", ("op_recompute_sdpa",)), ("gb200-nvl72", ("op_recompute_sdpa",)),
@@ -43,10 +53,7 @@ def test_torchtitan_re_runs_the_attention_only_where_it_runs_cudnn(
 
 def test_on_b200_torchtitan_evaluates_op_as_op_recompute_sdpa() -> None:
     system = load_system("b200")
-    tt = AnalyticalBackend(framework="torchtitan")
-    fixed = AnalyticalBackend(
-        framework="torchtitan", overrides={"op_sac_saves_cudnn_attention": True}
-    )
+    tt, fixed = _backends()
     op, sdpa = tt.evaluate(LLAMA, OP, system), fixed.evaluate(LLAMA, SDPA, system)
     kept = fixed.evaluate(LLAMA, OP, system)
     assert (op.step_time_s, op.peak_memory_bytes) == (sdpa.step_time_s, sdpa.peak_memory_bytes)
@@ -56,10 +63,7 @@ def test_on_b200_torchtitan_evaluates_op_as_op_recompute_sdpa() -> None:
 
 def test_on_h100_the_option_changes_nothing() -> None:
     system = load_system("h100-80gb")
-    tt = AnalyticalBackend(framework="torchtitan")
-    fixed = AnalyticalBackend(
-        framework="torchtitan", overrides={"op_sac_saves_cudnn_attention": True}
-    )
+    tt, fixed = _backends()
     a, b = tt.evaluate(LLAMA, OP, system), fixed.evaluate(LLAMA, OP, system)
     assert (a.step_time_s, a.peak_memory_bytes) == (b.step_time_s, b.peak_memory_bytes)
 
@@ -69,10 +73,7 @@ def test_the_trace_mode_lowers_the_layout_the_levelled_mode_does() -> None:
     the substitution was the levelled mode's alone, so ``stage eval --trace`` timed torchtitan's
     op-level SAC on Blackwell with the attention kept)."""
     system = load_system("b200")
-    tt = AnalyticalBackend(framework="torchtitan")
-    fixed = AnalyticalBackend(
-        framework="torchtitan", overrides={"op_sac_saves_cudnn_attention": True}
-    )
+    tt, fixed = _backends()
     assert tt.as_run(OP, system) == SDPA and fixed.as_run(OP, system) == OP
     op = trace_step(tt, LLAMA, OP, system).result.makespan
     assert op == trace_step(fixed, LLAMA, SDPA, system).result.makespan
