@@ -115,9 +115,10 @@ SUSTAINED = 0.853
 
 def _sustained(system: System) -> float:
     """The part's burst-to-sustained factor: B200's x its sustained GEMM fraction over B200's
-    (s16 bwclock, test_sustained_attention.py); B300 at B200's, GB300 at Azure's 0.67."""
+    (s16 bwclock, test_sustained_attention.py; FP8, the fraction both derivations measure); B300
+    at B200's, GB300 at Azure's 0.67."""
     fractions, b200 = _kernels(system).gemm_efficiency, _kernels(B200).gemm_efficiency
-    return SUSTAINED * fractions["bf16"] / b200["bf16"]
+    return SUSTAINED * fractions["fp8"] / b200["fp8"]
 
 
 #: Causal key lengths of the cudnn-frontend SDPA training benchmark rows cited below.
