@@ -152,6 +152,10 @@ TORCHTITAN_ERAS: tuple[tuple[tuple[int, int], bool, str, str, Any, str], ...] = 
     ((2025, 4), False, "options", "optimizer_foreach", False,
      "the fused AdamW (optimizer_foreach false): torchtitan's optimizer.implementation "
      "defaults to 'fused' in 2025 (the foreach AdamW of December 2024 was the old default)"),
+    ((2025, 12), False, "options", "op_sac_saves_cudnn_attention", True,
+     "op-level SAC keeps cuDNN attention's output (op_sac_saves_cudnn_attention): "
+     "torchtitan's _op_sac_save_list names every SDPA backend since pytorch/torchtitan#2095 "
+     "(Dec 2025)"),
 )  # fmt: skip
 
 

@@ -303,6 +303,18 @@ def test_an_undated_torchtitan_row_dates_from_the_pytorch_release_it_names() -> 
     assert "optimizer_foreach" not in dict(older.framework_options)
 
 
+def test_torchtitan_from_december_2025_saves_cudnn_attention_under_op_sac() -> None:
+    """pytorch/torchtitan#2095 (December 2025) added every SDPA backend to
+    ``_op_sac_save_list``: a torchtitan row dated after it keeps the cuDNN attention's output
+    under op-level SAC (``op_sac_saves_cudnn_attention``), an older one re-runs it."""
+    source = "TorchTitan benchmarks (PyTorch team, %s)"
+    newer = _case(source=source % "February 2026", gpu="B200", source_table="FSDP")
+    older = _case(source=source % "August 2025", gpu="B200", source_table="FSDP")
+    assert dict(newer.framework_options).get("op_sac_saves_cudnn_attention") is True
+    assert "op_sac_saves_cudnn_attention" not in dict(older.framework_options)
+    assert any("pytorch/torchtitan#2095" in a for a in newer.assumptions)
+
+
 def test_automodel_moe_defaults_and_the_named_techniques() -> None:
     case = _case(
         source="NeMo AutoModel performance summary", model="DeepSeek V3 671B",
