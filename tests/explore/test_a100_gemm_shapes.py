@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_explore.analytical.gemm_tiles import gemm_time_s
-from stage_explore.system import load_system
+from tests.explore.gemm_helpers import model_tflops
 
 #: (M, N, K) -> measured TFLOP/s (ND A100 v4, FP16).
 AZURE_A100 = {
@@ -25,12 +24,7 @@ A100_SYSTEMS = ("a100-80gb", "a100-40gb", "a800")
 
 
 def _tflops(system: str, m: int, n: int, k: int) -> float:
-    accelerator = load_system(system).accelerator
-    kernels = accelerator.kernels
-    assert kernels is not None
-    flops = 2 * m * n * k
-    memory_s = 2 * (m * k + k * n + m * n) / accelerator.achieved_memory_bandwidth_bytes_per_s
-    return flops / gemm_time_s(accelerator, kernels, "fp16", (1, m, n, k), flops, memory_s) / 1e12
+    return model_tflops(system, "fp16", 1, m, n, k)
 
 
 @pytest.mark.parametrize("system", A100_SYSTEMS)

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_explore.analytical.gemm_tiles import gemm_time_s
-from stage_explore.system import load_system
+from tests.explore.gemm_helpers import k_ratio_errors, model_tflops
 
 SM100_SYSTEMS = ("b200", "b300")
 
@@ -40,24 +39,12 @@ MSMF_B200 = 1455.7
 
 
 def _tflops(system: str, batch: int, m: int, n: int, k: int) -> float:
-    accelerator = load_system(system).accelerator
-    kernels = accelerator.kernels
-    assert kernels is not None
-    flops = 2 * batch * m * n * k
-    memory_s = (
-        2 * batch * (m * k + k * n + m * n) / accelerator.achieved_memory_bandwidth_bytes_per_s
-    )
-    seconds = gemm_time_s(accelerator, kernels, "bf16", (batch, m, n, k), flops, memory_s)
-    return flops / seconds / 1e12
+    return model_tflops(system, "bf16", batch, m, n, k)
 
 
 def _k_ratio_errors(system: str, series: tuple[int, int, int]) -> list[float]:
     """The model's rate at each K over its rate at 4096, against XLA's, minus 1 (K < 4096)."""
-    measured = XLA_SM100[series]
-    model = [_tflops(system, *series, k) for k in XLA_KS]
-    return [
-        (model[i] / model[-1]) / (measured[i] / measured[-1]) - 1 for i in range(len(XLA_KS) - 1)
-    ]
+    return k_ratio_errors(system, series, XLA_KS, XLA_SM100[series])
 
 
 @pytest.mark.parametrize("system", SM100_SYSTEMS)
