@@ -7,7 +7,11 @@ the exposed time of its key/value all-gather and of its key/value-gradient ring,
 ``torch.distributed.tensor.experimental.context_parallel`` (``_templated_ring_attention`` and
 ``_templated_ring_attention_backward`` in ``torch/distributed/tensor/experimental/
 _attention.py``; load balancing and the all-gather rotater on by default) runs one SDPA kernel
-per key/value chunk — ``cp`` of them per rank — and does the rest in separate kernels:
+per key/value chunk — ``cp`` of them per rank — and does the rest in separate kernels. The
+first chunk's SDPA is causal (the rank's own two chunks), every later one non-causal
+(``_is_causal_behavior``: ``NOT_IS_CAUSAL`` for ``i > 0`` under load balancing) on half blocks of
+``2c²`` scores — the steps of Transformer Engine's ring, so the kernel timer applies the same
+:func:`~stage_explore.analytical.te_context_parallel.te_ring_time_factor` (6 Dec 2026, s21 cp):
 
 **Forward** (also the recomputed one). Per output element: the first chunk's output cast to
 fp32 (``_SDPAMerger``, ``convert_to_f32``: 2 bytes read, 4 written), each later chunk's cast (6)

@@ -315,9 +315,12 @@ class KernelTimer:
             if backward:  # the kernel's five matmuls over the generator's four
                 executed, counted = ATTENTION_BACKWARD_MATMULS
                 flops = flops * executed / counted
-            if self.te_cp_merge > 1 and self.causal:  # ring steps after the first: non-causal
+            # TE's ring or torch's context_parallel (cp_merge_fp32): the steps after the first
+            # are non-causal kernels (torch: _is_causal_behavior, NOT_IS_CAUSAL for i > 0)
+            ring_cp = max(self.te_cp_merge, self.cp_merge)
+            if ring_cp > 1 and self.causal:
                 flops *= te_ring_time_factor(
-                    self.te_cp_merge, self.kernels.noncausal_ratio(self.attention_kernel)
+                    ring_cp, self.kernels.noncausal_ratio(self.attention_kernel)
                 )
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA

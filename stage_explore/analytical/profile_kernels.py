@@ -66,10 +66,12 @@ Options (all booleans unless said):
   element-wise kernel of its own (the generator's count).
 - ``cp_merge_fp32`` — context-parallel attention is PyTorch's ``context_parallel`` under
   TorchTitan's Llama (:mod:`stage_explore.analytical.context_parallel`): one SDPA kernel per K/V
-  chunk, the chunks' outputs merged (and, in the backward, their gradients accumulated) in fp32
-  element-wise kernels of its own (``_SDPAMerger`` with ``convert_to_f32``); the keys and values,
-  repeated to the query heads before SDPA, all-gathered behind the first chunk only; their fp32
-  gradients passed around the cp ring. Off: the merge is inside the attention kernel
+  chunk (the first causal, every later one non-causal, at the kernel's ``attention_noncausal``
+  rate as under Transformer Engine's ring), the chunks' outputs merged (and, in the backward,
+  their gradients accumulated) in fp32 element-wise kernels of its own (``_SDPAMerger`` with
+  ``convert_to_f32``); the keys and values, repeated to the query heads before SDPA,
+  all-gathered behind the first chunk only; their fp32 gradients passed around the cp ring.
+  Off: the merge is inside the attention kernel
   (Transformer Engine's fused CP attention) and the generator's grouped-query collectives are
   timed as they are, or there is no context parallelism.
 - ``cp_traced_ring`` — with ``cp_merge_fp32``, on a compiled run (``fused_elementwise``, torchtitan

@@ -75,7 +75,9 @@ def te_ring_time_factor(cp: int, noncausal_ratio: float) -> float:
     received key/value chunk, or the second query chunk against both (``2c × c`` or
     ``c × 2c``: ``2c²`` each). Each of the ``cp`` steps is ``1/cp`` of the work; the ``cp − 1``
     non-causal ones run at ``noncausal_ratio`` times the causal rate:
-    ``1/cp + (cp − 1)/(cp · noncausal_ratio)``; 1 for ``cp`` of 1."""
+    ``1/cp + (cp − 1)/(cp · noncausal_ratio)``; 1 for ``cp`` of 1. PyTorch's ``context_parallel``
+    (``_templated_ring_attention``, load-balanced) runs the same steps and takes the same factor
+    (``cp_merge_fp32``; 6 Dec 2026, s21 cp)."""
     if cp <= 1:
         return 1.0
     return 1.0 / cp + (cp - 1) / (cp * noncausal_ratio)
