@@ -25,7 +25,11 @@ Options (all booleans unless said):
   all-to-all carries :func:`~stage_explore.analytical.collectives.deepep_scale_out_fraction`
   of NCCL's bytes. Off (every profile's default): NCCL all-to-all, every (token, expert) pair
   sent. Inside a node DeepEP sends a token once per destination rank, not once per expert
-  (:mod:`~stage_explore.analytical.deepep`).
+  (:mod:`~stage_explore.analytical.deepep`). HybridEP (Megatron-Bridge
+  ``moe_flex_dispatcher_backend="hybridep"``) sends the same tokens ("Similar to DeepEP, Hybrid-EP
+  first performs IB communication between peer GPUs, then each rank distributes the received
+  inter-node data locally": deepseek-ai/DeepEP ``docs/Hybrid-EP_Implementation.md`` §8) and is
+  timed with this option (its SMs beside overlapped compute at DeepEP's figure).
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far

@@ -7,9 +7,10 @@ used. A row that names a Megatron-Bridge container, leaves its ``recompute`` cel
 states exactly a config's pipeline, virtual pipeline, expert-parallel and micro-batch sizes
 takes that config's modules (:data:`BRIDGE_MOE_RECIPES`); a row whose layout is no stored
 config's is left as it was (what it ran is not known). The same files set what the model has
-no mechanism for — ``moe_flex_dispatcher_backend="hybridep"`` (HybridEP), ``pp_layout`` (the
-embedding and loss in their own pipeline chunks) and ``cuda_graph_scope`` — which the row's
-assumption names as not modelled rather than faking them."""
+no mechanism for — ``pp_layout`` (the embedding and loss in their own pipeline chunks) and
+``cuda_graph_scope`` — which the row's assumption names as not modelled rather than faking them;
+their ``moe_flex_dispatcher_backend="hybridep"`` is read by
+:mod:`~stage_explore.validation.infer_bridge_dispatch` (6 Dec 2026, s21 mbxrecipe)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ class MoeRecipe:
 
 
 HYBRIDEP = (
-    "moe_flex_dispatcher_backend 'hybridep' (HybridEP: the model has no such dispatcher; "
-    "timed as all-to-all)"
+    "moe_flex_dispatcher_backend 'hybridep' (HybridEP: timed as DeepEP's traffic where the "
+    "container is 26.01 or later, infer_bridge_dispatch.bridge_hybridep)"
 )
 
 #: (flavor, systems, first container, FP8 recipes, (pp, vpp, ep, mbs), modules, why, unmodelled).

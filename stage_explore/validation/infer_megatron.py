@@ -19,6 +19,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
+from stage_explore.validation.infer_bridge_dispatch import bridge_hybridep, qwen3_a2a_overlap
 from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import names_bridge
@@ -211,29 +212,6 @@ def _bridge_connections(layout: dict[str, Any], system: str, out: Defaults) -> N
         "sets 32 on sm100 or newer when (tp > 1 or cp > 1) and (dp > 1 or pp > 1) ('We need "
         "extra connections to avoid serialization of streams'; 1 on Hopper), the launcher of "
         "the performance summary's runs (the text names Megatron-Bridge; a Blackwell GPU)"
-    )
-
-
-def _qwen3_a2a_overlap(family: str, moe: bool, stated: dict[str, int], out: Defaults) -> None:
-    """Megatron-Bridge's Qwen3 MoE performance configs switch the expert-parallel all-to-all
-    overlap exactly where they interleave the pipeline (5 Dec 2026, s14 infer5); read when the
-    row states its pipeline and virtual pipeline sizes."""
-    if family != "qwen3" or not moe or "vpp" not in stated:
-        return
-    pp, vpp = int(stated.get("pp", 1)), int(stated["vpp"])
-    if pp <= 1:
-        return
-    out.options["moe_comm_overlap"] = vpp > 1
-    out.notes.append(
-        f"the expert-parallel all-to-all overlap {'on' if vpp > 1 else 'off'} (moe_comm_overlap "
-        f"{str(vpp > 1).lower()}: pp {pp}, vpp {vpp}): every stored version of Megatron-Bridge's "
-        "scripts/performance/configs/qwen/qwen3_workload_base_configs.py sets "
-        "moe_a2a_overlap=True on the Qwen3 235B / 30B layouts with "
-        "virtual_pipeline_model_parallel_size (H100, B200, B300) and leaves it off on those "
-        "without (GB200 PP 8, the later B200 / B300 PP 8) (okoge-kaz c3e43e6, ananthsub "
-        "2effdfa3 / 4a645075, NVIDIA-NeMo 01b2977e); Megatron-Core's TransformerConfig asserts "
-        "a virtual pipeline for overlap_moe_expert_parallel_comm when pipeline_model_parallel_"
-        "size > 1 (the text names Megatron-Bridge)"
     )
 
 
@@ -562,7 +540,8 @@ def megatron_core_defaults(
             named = f"the text names container {release[0]}.{release[1]:02d}"
             _bridge_options(flavor, system, release, named, out)
             _bridge_connections({**parallel, **stated}, system, out)
-            _qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, out)
+            qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
+            bridge_hybridep(flavor, system, release, stated, out)
             if empty:
                 recipe = fp8_recipe if precision == "fp8" else ""
                 bridge_moe_recompute(flavor, system, release, recipe, stated, out)

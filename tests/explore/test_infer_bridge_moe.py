@@ -68,11 +68,13 @@ def test_other_rows_keep_their_recompute(cells: dict[str, str]) -> None:
     assert not any("Megatron-Bridge performance config of" in a for a in case.assumptions)
 
 
-def test_the_unmodelled_dispatcher_is_named_not_faked() -> None:
+def test_the_config_s_hybridep_is_timed_as_deepep_s_traffic() -> None:
+    """s21 mbxrecipe: HybridEP sends what DeepEP sends (Hybrid-EP_Implementation.md §8), so the
+    26.04 B200 config's dispatcher is costed with moe_deepep, and the recompute note says so."""
     case = _case(BRIDGE_B200)
     (note,) = [a for a in case.assumptions if "Megatron-Bridge performance config of" in a]
-    assert "HybridEP: the model has no such dispatcher" in note
-    assert not dict(case.framework_options).get("moe_deepep", False)
+    assert "timed as DeepEP's traffic" in note
+    assert dict(case.framework_options).get("moe_deepep") is True
 
 
 def test_the_gb300_config_s_recompute_makes_its_micro_batch_2_fit() -> None:

@@ -1,0 +1,165 @@
+"""The expert dispatch of Megatron-Bridge's MoE performance configs for an inferred row: HybridEP
+where a 26.xx config of the row's layout sets it (:func:`bridge_hybridep`, 6 Dec 2026, s21
+mbxrecipe), and the Qwen3 configs' expert-parallel all-to-all overlap (:func:`qwen3_a2a_overlap`,
+5 Dec 2026, s14 infer5; GB200 / GB300 corrected in s21 mbxrecipe).
+
+*HybridEP.* From the 26.xx containers Megatron-Bridge's ``scripts/performance/configs`` set
+``moe_flex_dispatcher_backend="hybridep"`` on many MoE layouts, and the per-GPU config functions
+switch ``moe_token_dispatcher_type`` to ``"flex"`` for them (``configs/qwen/qwen3_llm_pretrain.py``
+``qwen3_30b_a3b_pretrain_config_*``: ``cfg.model.moe_flex_dispatcher_backend =
+base_cfg.moe_flex_dispatcher_backend``, ``moe_token_dispatcher_type = "flex"``). The 25.11-era
+files (``configs/qwen3/workload_base_configs.py``, ``configs/deepseek/workload_base_configs.py``,
+NVIDIA-NeMo/Megatron-Bridge 0fa501ac) have no such field (``utils/utils.py``
+``WorkloadBaseConfig`` there has none), so only rows of a 26.xx container take it.
+
+HybridEP (DeepEP's ``hybrid_ep`` backend, NVIDIA) moves the tokens as DeepEP's normal kernels
+do: "Similar to DeepEP, Hybrid-EP first performs IB communication between peer GPUs, then each
+rank distributes the received inter-node data locally" (deepseek-ai/DeepEP
+``docs/Hybrid-EP_Implementation.md`` §8, 0b18ed2a); its RDMA token buffer holds
+``max_tokens_per_rank × (num_nodes − 1)`` tokens (§4.2: each token at most once per remote node)
+and its dispatch returns each rank the "tokens for local experts", permuted to them there (§2,
+§7.2: once per destination rank). That is the traffic the model's ``moe_deepep`` costs
+(:mod:`~stage_explore.analytical.deepep`), so such a row is timed with it; its SM budget beside
+overlapped compute is DeepEP's (``DEEPEP_SMS``), not HybridEP's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stage_explore.validation.infer_release import Defaults
+
+#: The first container whose Megatron-Bridge performance configs set HybridEP (module docstring).
+FIRST_HYBRIDEP = (26, 1)
+
+
+@dataclass(frozen=True)
+class HybridEpConfig:
+    """The layouts of one model × GPU whose Megatron-Bridge performance config sets
+    ``moe_flex_dispatcher_backend="hybridep"``: ``layouts`` as (pp, vpp, ep, micro_batch)."""
+
+    flavor: str
+    system: str
+    layouts: tuple[tuple[int, int, int, int], ...]
+    why: str
+
+
+BRIDGE = "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs"
+QWEN3 = f"{BRIDGE}/qwen/qwen3_workload_base_configs.py"
+DSV3 = f"{BRIDGE}/deepseek/deepseek_workload_base_configs.py"
+
+#: Every stored config that sets HybridEP, keyed on the layout a row states.
+BRIDGE_HYBRIDEP: tuple[HybridEpConfig, ...] = (
+    HybridEpConfig("qwen3-30b-a3b", "gb300-nvl72", ((1, 1, 8, 8),),
+                   f"{QWEN3} QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_*_V1 (01b2977e; "
+                   "okoge-kaz 58f04619 and ananthsub 2effdfa3 alike): MBS 8, EP 8"),
+    HybridEpConfig("qwen3-30b-a3b", "gb200-nvl72", ((1, 1, 8, 4),),
+                   f"{QWEN3} QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_*_V1 (01b2977e; "
+                   "okoge-kaz 58f04619 alike): MBS 4, EP 8"),
+    HybridEpConfig("qwen3-30b-a3b", "b300", ((1, 1, 8, 8),),
+                   f"{QWEN3} QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_*_V1 (01b2977e): MBS 8, EP 8"),
+    HybridEpConfig("qwen3-30b-a3b", "b200", ((1, 1, 8, 4),),
+                   f"{QWEN3} QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 and its FP8 aliases "
+                   "(01b2977e): MBS 4, EP 8 (the earlier B200 config at MBS 1, okoge-kaz "
+                   "58f04619, sets no backend)"),
+    HybridEpConfig("qwen3-30b-a3b", "h100-80gb", ((1, 1, 16, 1),),
+                   f"{QWEN3} QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 / BF16_V1 (01b2977e): "
+                   "16 GPUs, EP 16, moe_a2a_overlap False (the earlier H100 config, PP 2 VP 12, "
+                   "sets no backend)"),
+    HybridEpConfig("qwen3-235b-a22b", "gb300-nvl72", ((1, 1, 64, 2), (4, 1, 32, 2), (4, 12, 32, 2)),
+                   f"{QWEN3} QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_*_V1 (EP 64, MBS 2) and _V2 "
+                   "(PP 4, EP 32; FP8_MX VP 12) (01b2977e)"),
+    HybridEpConfig("qwen3-235b-a22b", "gb200-nvl72", ((8, 1, 8, 1), (8, 1, 32, 1), (8, 3, 32, 1)),
+                   f"{QWEN3} QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_*_V1 (PP 8, EP 8) and _V2 "
+                   "(EP 32; FP8_MX VP 3) (01b2977e); the B200 / B300 / H100 configs set "
+                   "moe_token_dispatcher_type 'alltoall'"),
+    HybridEpConfig("deepseek-v3", "b200", ((16, 1, 8, 1),),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 (PP 16, EP 8; 04264182)"),
+    HybridEpConfig("deepseek-v3", "b300", ((16, 1, 8, 1),),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 at PP 16 EP 8 (f0e2c37e)"),
+    HybridEpConfig("deepseek-v3", "gb200-nvl72", ((4, 4, 64, 1),),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 and its BF16 / FP8 variants "
+                   "(PP 4 VP 4, EP 64; 04264182)"),
+    HybridEpConfig("deepseek-v3", "gb300-nvl72", ((2, 8, 32, 2), (2, 8, 32, 1)),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (PP 2 VP 8, EP 32, MBS 2) and "
+                   "FP8_MX_V1 (MBS 1) (04264182)"),
+    HybridEpConfig("gpt-oss-120b", "b300", ((1, 1, 8, 4),),
+                   "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
+                   "gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2 "
+                   "(EP 8, MBS 4; 07eea52d); the EP 64 configs and B200 V2 set no backend"),
+)  # fmt: skip
+
+
+def bridge_hybridep(
+    flavor: str,
+    system: str,
+    release: tuple[int, int],
+    stated: dict[str, int],
+    out: Defaults,
+) -> bool:
+    """Time a Megatron-Bridge row's expert dispatch as HybridEP (``moe_deepep``, module
+    docstring) when its container is 26.01 or later and the layout it states is one of
+    :data:`BRIDGE_HYBRIDEP`'s; whether it did (the caller checks the text names
+    Megatron-Bridge). A row that sets ``moe_deepep`` itself is left alone."""
+    if release < FIRST_HYBRIDEP or "moe_deepep" in out.options:
+        return False
+    get = stated.get
+    layout = (get("pp", 1), get("vpp", 1), get("ep", 1), get("micro_batch", 1))
+    for config in BRIDGE_HYBRIDEP:
+        if config.flavor == flavor and config.system == system and layout in config.layouts:
+            out.options["moe_deepep"] = True
+            out.notes.append(
+                "the expert dispatch on HybridEP, timed as DeepEP's traffic (moe_deepep: a "
+                "token sent once per destination rank over NVLink and once per destination node "
+                "across nodes; deepseek-ai/DeepEP docs/Hybrid-EP_Implementation.md 0b18ed2a §8 "
+                "'Similar to DeepEP, Hybrid-EP first performs IB communication between peer "
+                "GPUs, then each rank distributes the received inter-node data locally'): "
+                f"moe_flex_dispatcher_backend 'hybridep' in {config.why}, the row's layout PP "
+                f"{layout[0]} VP {layout[1]} EP {layout[2]} MBS {layout[3]} (the text names "
+                f"Megatron-Bridge container {release[0]}.{release[1]:02d})"
+            )
+            return True
+    return False
+
+
+#: Systems whose Megatron-Bridge Qwen3 performance configs never set moe_a2a_overlap, in any
+#: stored version, whatever their virtual pipeline (WorkloadBaseConfig's default False).
+NO_QWEN3_A2A_OVERLAP = ("gb200-nvl72", "gb300-nvl72")
+
+
+def qwen3_a2a_overlap(
+    family: str, moe: bool, stated: dict[str, int], system: str, out: Defaults
+) -> None:
+    """Megatron-Bridge's Qwen3 MoE performance configs switch the expert-parallel all-to-all
+    overlap where they interleave the pipeline on H100 / B200 / B300 (5 Dec 2026, s14 infer5),
+    never on GB200 / GB300 (6 Dec 2026, s21 mbxrecipe); read when the row states its pipeline
+    and virtual pipeline sizes."""
+    if family != "qwen3" or not moe or "vpp" not in stated:
+        return
+    pp, vpp = int(stated.get("pp", 1)), int(stated["vpp"])
+    if pp <= 1:
+        return
+    if system in NO_QWEN3_A2A_OVERLAP:
+        out.options["moe_comm_overlap"] = False
+        out.notes.append(
+            f"no expert-parallel all-to-all overlap (moe_comm_overlap false: pp {pp}, vpp {vpp} "
+            f"on {system}): no stored version of Megatron-Bridge's Qwen3 performance configs "
+            "sets moe_a2a_overlap on GB200 / GB300, with or without a virtual pipeline "
+            "(configs/qwen/qwen3_workload_base_configs.py QWEN3_235B_A22B_PRETRAIN_CONFIG_"
+            "GB300_FP8_MX_V2 VP 12 and GB200_FP8_MX_V2 VP 3, NVIDIA-NeMo 01b2977e; the GB200 / "
+            "GB300 configs of okoge-kaz 58f04619, ananthsub 2effdfa3 and configs/qwen3/"
+            "workload_base_configs.py 0fa501ac), and utils/utils.py WorkloadBaseConfig "
+            "defaults moe_a2a_overlap to False (the text names Megatron-Bridge)"
+        )
+        return
+    out.options["moe_comm_overlap"] = vpp > 1
+    out.notes.append(
+        f"the expert-parallel all-to-all overlap {'on' if vpp > 1 else 'off'} (moe_comm_overlap "
+        f"{str(vpp > 1).lower()}: pp {pp}, vpp {vpp}): every stored version of Megatron-Bridge's "
+        "scripts/performance/configs/qwen/qwen3_workload_base_configs.py sets "
+        "moe_a2a_overlap=True on the Qwen3 235B / 30B layouts with "
+        "virtual_pipeline_model_parallel_size on H100, B200 and B300 and leaves it off on those "
+        "without (GB200 PP 8, the later B200 / B300 PP 8) (okoge-kaz c3e43e6, ananthsub "
+        "2effdfa3 / 4a645075, NVIDIA-NeMo 01b2977e); Megatron-Core's TransformerConfig asserts "
+        "a virtual pipeline for overlap_moe_expert_parallel_comm when pipeline_model_parallel_"
+        "size > 1 (the text names Megatron-Bridge)"
+    )
