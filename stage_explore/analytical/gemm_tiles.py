@@ -97,7 +97,7 @@ def k_overhead_scale(accelerator: Accelerator, kernels: KernelModel, dtype: str)
     load latency, and the epilogue stores the same 16-bit (or wider) output tile — while the
     main loop consumes K at the dtype's sustained rate, so the fixed time spans
     ``rate(dtype) / rate(16-bit)`` times as many K elements (FP8 on H100 1.72, on B200 1.93, GB200
-    2.0). 1 when the accelerator states no 16-bit peak."""
+    2.07). 1 when the accelerator states no 16-bit peak."""
     peaks = accelerator.peak_flops_per_s
     reference = next((d for d in K_OVERHEAD_DTYPES if d in peaks), None)
     if reference is None or dtype not in peaks or dtype == reference:

@@ -1,10 +1,12 @@
 """The Blackwell and Hopper presets and their kernel models, shared by the kernel tests
-(test_blackwell_kernels.py, test_cudnn_versions.py)."""
+(test_blackwell_kernels.py, test_cudnn_versions.py), and the sustained FP8 fraction the GB200 /
+GB300 attention fractions carry (test_sustained_attention.py, test_blackwell_ultra_presets.py)."""
 
 from __future__ import annotations
 
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel
+from stage_explore.system.model import System
 
 B200 = load_system("b200")
 GB200 = load_system("gb200-nvl72")
@@ -16,3 +18,24 @@ def kernels_of(system: object) -> KernelModel:
     kernels = system.accelerator.kernels  # type: ignore[attr-defined]
     assert isinstance(kernels, KernelModel)
     return kernels
+
+
+#: Azure's cuBLASLt FP8 16384^3 after 10,000 warm-ups, TFLOP/s: ND GB200 v6 and ND GB300 v6
+#: (Azure/AI-benchmarking-guide; egmsft/AI-benchmarking-guide 18e80a21).
+AZURE_SUSTAINED = {"gb200": 2906.9, "gb300": 3308.5}
+#: The tile/K factor of 16384^3 the sustained fractions were read through when the attention
+#: fractions took them (s14 bwfp8 / s16 bwclock: ``gemm_k_overhead`` 64, FP8 scale 2).
+OLD_TILE_K_FACTOR = 0.984
+
+
+def sustained_fp8(system: System) -> float:
+    """The part's sustained FP8 fraction as its attention fractions carry it: GB200 / GB300
+    Azure's 16384^3 level over :data:`OLD_TILE_K_FACTOR`, to two places (0.59 / 0.67); any other
+    part its preset's ``gemm_efficiency`` fp8. Since s21 gemmgb the GB presets' fp8 splits the same
+    measured level through ``gemm_k_overhead`` 320 (0.62 / 0.71): the GEMM model's split, not
+    another clock (gb200-nvl72.toml; test_gb200_gemm_shapes.py checks that the two agree)."""
+    part = system.name.split("-")[0]
+    if part in AZURE_SUSTAINED:
+        peak = system.accelerator.peak("fp8")
+        return round(AZURE_SUSTAINED[part] * 1e12 / peak / OLD_TILE_K_FACTOR, 2)
+    return kernels_of(system).gemm_efficiency["fp8"]

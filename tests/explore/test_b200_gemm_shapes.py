@@ -10,7 +10,8 @@
   shape (148 tiles of 128 x 256) and the long K mamf-finder's ``--search auto`` confirms.
 
 Changed 6 Dec 2026 (s20 gemmb200): ``gemm_k_overhead`` 64 -> 320 with the bf16 efficiency
-0.64 -> 0.664; with 64 the longest XLA series ran 74 % fast at K = 256."""
+0.64 -> 0.664; with 64 the longest XLA series ran 74 % fast at K = 256. The GB200 / GB300 presets
+take the same overhead since s21 gemmgb (their fractions: test_gb200_gemm_shapes.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import pytest
 from tests.explore.gemm_helpers import k_ratio_errors, model_tflops
 
 SM100_SYSTEMS = ("b200", "b300")
+#: The NVL72 presets: the same SM100-family tensor cores and tiles (s21 gemmgb: 320 there too).
+NVL72_SYSTEMS = ("gb200-nvl72", "gb300-nvl72")
 
 XLA_KS = (256, 512, 1024, 2048, 4096)
 #: (batch, M, N) -> TFLOP/s at XLA_KS (XLA sm_100, bf16 x bf16 -> bf16).
@@ -47,7 +50,7 @@ def _k_ratio_errors(system: str, series: tuple[int, int, int]) -> list[float]:
     return k_ratio_errors(system, series, XLA_KS, XLA_SM100[series])
 
 
-@pytest.mark.parametrize("system", SM100_SYSTEMS)
+@pytest.mark.parametrize("system", SM100_SYSTEMS + NVL72_SYSTEMS)
 def test_the_longest_xla_series_falls_off_with_k_as_measured(system: str) -> None:
     """4 x 4096 x 4096: every call >= 43 us, so XLA's per-call time (~5 us, not in the model)
     moves the ratios little. 320 K elements: within 3 % at every K (64: +74 % at K = 256,

@@ -13,13 +13,13 @@ from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.kernels import attention_efficiency
-from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of
+from tests.explore.blackwell_systems import B200, GB200, H100, kernels_of, sustained_fp8
 
 
 @pytest.mark.parametrize("kernel", ["cudnn", "cudnn-9.17"])
 def test_b200_and_gb200_list_one_cudnn_generation_at_the_same_fractions(kernel: str) -> None:
     b200, gb200 = kernels_of(B200), kernels_of(GB200)
-    clock = gb200.gemm_efficiency["fp8"] / b200.gemm_efficiency["fp8"]  # sustained, over B200's
+    clock = sustained_fp8(GB200) / b200.gemm_efficiency["fp8"]  # sustained, over B200's
     assert gb200.attention_kernels[kernel][2] == b200.attention_kernels[kernel][2]
     for keys in (2048, 8192, 32768):
         for backward in (False, True):

@@ -14,6 +14,7 @@ import pytest
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import System
+from tests.explore.blackwell_systems import AZURE_SUSTAINED, sustained_fp8
 
 B200, GB200, GB300 = (load_system(n) for n in ("b200", "gb200-nvl72", "gb300-nvl72"))
 B300 = load_system("b300")
@@ -21,9 +22,6 @@ B300 = load_system("b300")
 #: B200's burst-to-sustained factor (FA4 1237 / 1450 TFLOP/s back to back,
 #: flashinfer-ai/flashinfer#2899), which the b200 preset's attention fractions carry.
 B200_SUSTAINED = 0.853
-#: Azure's cuBLASLt FP8 16384^3 after 10,000 warm-ups, TFLOP/s: ND GB200 v6 and ND GB300 v6
-#: (Azure/AI-benchmarking-guide; egmsft/AI-benchmarking-guide 18e80a21).
-AZURE_SUSTAINED = {"gb200": 2906.9, "gb300": 3308.5}
 
 
 def _kernels(system: System) -> KernelModel:
@@ -33,10 +31,10 @@ def _kernels(system: System) -> KernelModel:
 
 
 def _sustained_over_b200(system: System) -> float:
-    """The part's sustained clock over B200's: its sustained FP8 GEMM fraction over B200's (the
-    presets' derivation, "against b200.toml's 0.64": Azure's measured FP8 against B200's FP8; B200's
-    BF16 is 0.664 since s20 gemmb200 re-derived it through the K overhead)."""
-    return _kernels(system).gemm_efficiency["fp8"] / _kernels(B200).gemm_efficiency["fp8"]
+    """The part's sustained clock over B200's: its sustained FP8 fraction over B200's (the
+    presets' derivation, "against b200.toml's 0.64": Azure's measured FP8 against B200's FP8;
+    :func:`sustained_fp8`)."""
+    return sustained_fp8(system) / _kernels(B200).gemm_efficiency["fp8"]
 
 
 @pytest.mark.parametrize("system", [GB200, GB300], ids=["gb200", "gb300"])
