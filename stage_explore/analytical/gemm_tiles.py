@@ -14,12 +14,15 @@ and split-K (the reduction dim cut into 2–4 slices whose FP32 partial tiles ar
 second pass) when it fills the waves better, as cuBLAS's heuristics would. The result
 multiplies ``gemm_efficiency[dtype]``, the sustained efficiency of a large wave-aligned GEMM,
 and the kernel takes the larger of that compute time and its bytes at the achieved HBM
-bandwidth (roofline).
+bandwidth (roofline). An FP8 GEMM with fast accumulation runs at the kernel model's
+``fp8_fast_accumulation`` fraction instead (:func:`fast_accumulation`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import replace
 
 from stage_core.lower.bind import Instr
 from stage_explore.analytical.routing_tiles import expected_row_tiles
@@ -83,6 +86,24 @@ def sustained_fraction(kernels: KernelModel, dtype: str) -> float:
     if sustained is None:
         sustained = kernels.gemm_efficiency.get("bf16", min(kernels.gemm_efficiency.values()))
     return sustained
+
+
+@functools.lru_cache(maxsize=64)
+def fast_accumulation(kernels: KernelModel) -> KernelModel:
+    """``kernels`` with its ``fp8`` fraction at ``fp8_fast_accumulation``, the rate of an FP8
+    GEMM whose partial sums stay in the tensor cores' accumulators (``kernels`` itself when it
+    states none). Hopper's FP8 MMA accumulates at reduced precision; Transformer Engine promotes
+    the partial sums to FP32 on the CUDA cores (the split accumulator) in the input- and
+    weight-gradient GEMMs only (``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD`` /
+    ``_2X_ACC_WGRAD = True``, transformer_engine/pytorch/module/base.py; cublaslt_gemm.cu sets
+    ``CUBLASLT_MATMUL_DESC_FAST_ACCUM`` to ``!use_split_accumulator``), torchao's float8
+    training likewise (``use_fast_accum`` on the output GEMM only), and vLLM's SM90 FP8 GEMMs
+    run CUTLASS's ``FP8FastAccum`` schedules. The FP8 K overhead follows the faster rate
+    (:func:`k_overhead_scale`)."""
+    if not kernels.fp8_fast_accumulation or "fp8" not in kernels.gemm_efficiency:
+        return kernels
+    fractions = {**kernels.gemm_efficiency, "fp8": kernels.fp8_fast_accumulation}
+    return replace(kernels, gemm_efficiency=fractions)
 
 
 #: The tile whose prologue and epilogue ``gemm_k_overhead`` measures in K elements: the 16-bit

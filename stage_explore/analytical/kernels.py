@@ -41,7 +41,10 @@ column-wise one for an FP8 weight-gradient GEMM on Hopper (whose FP8 tensor core
 TN layout) or under the block-scaled recipes — which kernels Transformer Engine runs for them (a
 norm writing the FP8 input, a transpose of FP8 data) is :mod:`~stage_explore.analytical.fp8_casts`.
 Weights are cast once per step (TE keeps the FP8 copies across micro-batches); that
-cast is not charged. ``mxfp8`` needs MXFP8 tensor cores (an ``mxfp8`` peak in the preset:
+cast is not charged. On Hopper the forward GEMMs of a per-tensor recipe and every FP8 GEMM of
+inference run with fast accumulation, the input- and weight-gradient GEMMs with the split
+accumulator (:func:`~stage_explore.analytical.gemm_tiles.fast_accumulation`). ``mxfp8`` needs
+MXFP8 tensor cores (an ``mxfp8`` peak in the preset:
 Blackwell), else a :class:`~stage_core.errors.ConfigError`; its block-scaled GEMMs run at the
 preset's ``gemm_efficiency.mxfp8`` when stated (else at the ``fp8`` fraction). Under
 ``precision='fp4'`` (recipe ``nvfp4``; ``dtype`` is then ``fp8``, the quantized-linear family)
@@ -60,9 +63,19 @@ from stage_core.lower.fp8 import NVFP4
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
-from stage_explore.analytical.fp8_casts import fp8_cast_elements, launches_casts, quantize_cost
+from stage_explore.analytical.fp8_casts import (
+    PER_TENSOR_RECIPES,
+    fp8_cast_elements,
+    launches_casts,
+    quantize_cost,
+)
 from stage_explore.analytical.fp8_roles import BLOCK_SCALED, gemm_role, quantized
-from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES, gemm_shape, gemm_time_s
+from stage_explore.analytical.gemm_tiles import (
+    ELEMENT_BYTES,
+    fast_accumulation,
+    gemm_shape,
+    gemm_time_s,
+)
 from stage_explore.analytical.loss_kernels import (
     CROSS_ENTROPY_BYTES,
     METRIC_CROSS_ENTROPY_BYTES,
@@ -348,6 +361,8 @@ class KernelTimer:
         kernels, flops = self.kernels, instr.flops
         if self.dtype != "fp8" or role is None or not self.fp8_training:
             dtype = self.dtype if role is not None else self._bf16()
+            if dtype == "fp8":  # inference: every GEMM a forward one (fast_accumulation)
+                kernels = fast_accumulation(kernels)
             seconds = gemm_time_s(accelerator, kernels, dtype, shape, flops, memory_s, share)
             return seconds + groups_s
         if not self.fp8_block or role not in self.fp8_gemms or not quantized(instr, self.weights):
@@ -363,6 +378,8 @@ class KernelTimer:
             / max(1, instr.bytes_read + instr.bytes_written)
         ) + extra / hbm
         fp8 = self._fp8_dtype()
+        if fp8 == "fp8" and role == "fprop" and self.fp8_recipe in PER_TENSOR_RECIPES:
+            kernels = fast_accumulation(kernels)  # the forward GEMM: no split accumulator
         seconds = gemm_time_s(accelerator, kernels, fp8, shape, flops, fp8_memory_s, share)
         return seconds + self._cast_s(instr, role) + groups_s
 

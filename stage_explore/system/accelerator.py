@@ -78,6 +78,12 @@ class KernelModel:
       a dtype with a faster loop, FP8, spends the same time on them, i.e. proportionally more K:
       :func:`~stage_explore.analytical.gemm_tiles.k_overhead_scale`);
     - ``gemm_efficiency``: per dtype, the fraction of peak a large, wave-aligned GEMM sustains;
+    - ``fp8_fast_accumulation``: the same for an FP8 GEMM run with fast accumulation (the
+      tensor cores' partial sums never promoted to FP32: cuBLASLt's
+      ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``, CUTLASS's ``FP8FastAccum`` schedules), where
+      ``gemm_efficiency.fp8`` is the promoted (split-accumulator) rate; the forward GEMMs of a
+      per-tensor FP8 recipe and inference run it
+      (:func:`~stage_explore.analytical.gemm_tiles.fast_accumulation`); 0: the two are one rate;
     - ``attention_forward`` / ``attention_backward``: the fraction of the BF16 peak a fused
       (FlashAttention-style) kernel reaches on long sequences, head dim 128;
     - ``attention_half_keys``: the keys per query row at which the kernel reaches half of that
@@ -121,6 +127,7 @@ class KernelModel:
     gemm_tile: tuple[int, int]
     gemm_k_overhead: int
     gemm_efficiency: dict[str, float] = field(hash=False)
+    fp8_fast_accumulation: float = 0.0
     attention_forward: float
     attention_backward: float
     attention_half_keys: float
@@ -206,6 +213,8 @@ class KernelModel:
             raise ConfigError(
                 f"kernels `persistent_gemm` must be true or false, but got {self.persistent_gemm!r}"
             )
+        if self.fp8_fast_accumulation:
+            check_fraction(self.fp8_fast_accumulation, "kernels `fp8_fast_accumulation`")
         if self.eager_memory:
             check_fraction(self.eager_memory, "kernels `eager_memory`")
         if self.ssd_memory:
@@ -226,6 +235,11 @@ class KernelModel:
             "gemm_tile": list(self.gemm_tile),
             "gemm_k_overhead": self.gemm_k_overhead,
             "gemm_efficiency": dict(self.gemm_efficiency),
+            **(
+                {"fp8_fast_accumulation": self.fp8_fast_accumulation}
+                if self.fp8_fast_accumulation
+                else {}
+            ),
             "attention_forward": self.attention_forward,
             "attention_backward": self.attention_backward,
             "attention_half_keys": self.attention_half_keys,

@@ -75,6 +75,7 @@ _KERNEL_KEYS = (
     "gemm_tile",
     "gemm_k_overhead",
     "gemm_efficiency",
+    "fp8_fast_accumulation",
     "attention_forward",
     "attention_backward",
     "attention_half_keys",
@@ -246,6 +247,8 @@ def _kernels(table: _Table) -> KernelModel:
             )
         },
     }
+    if table.has("fp8_fast_accumulation"):
+        values["fp8_fast_accumulation"] = table.number("fp8_fast_accumulation")
     if table.has("grouped_gemm_group_s"):
         values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
     if table.has("eager_memory"):
