@@ -1,11 +1,12 @@
 """Shared pieces of the GEMM tests: the h100-80gb preset's kernel model and a bf16 kernel timer
 on it, a bare bf16 GEMM instruction, a system with its accelerator's ``persistent_gemm`` flag
 off, and a preset's modelled TFLOP/s at a GEMM shape with its K fall-off against a measured
-series (the A100 / Hopper / Blackwell GEMM-shape tests)."""
+series (the A100 / Hopper / Blackwell GEMM-shape tests); the Hopper systems those tests run on."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from stage_core.lower.bind import Instr
 from stage_explore.analytical.gemm_tiles import gemm_time_s
@@ -15,6 +16,16 @@ from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import System
 
 H100 = load_system("h100-80gb")
+#: The project's systems files (beside the presets).
+SYSTEMS_DATA = Path(__file__).resolve().parents[2] / "stage_explore" / "data" / "systems"
+#: Every Hopper system: the presets and the two systems files on H100s (the Hopper GEMM tests).
+HOPPER_SYSTEMS = (
+    "h100-80gb",
+    "h200",
+    "h800",
+    str(SYSTEMS_DATA / "ibm-h100-800g.toml"),
+    str(SYSTEMS_DATA / "grand-teton-h100.toml"),
+)
 
 
 def h100_kernels() -> KernelModel:

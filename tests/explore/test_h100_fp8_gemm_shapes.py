@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -28,16 +27,8 @@ from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import System
+from tests.explore.gemm_helpers import HOPPER_SYSTEMS
 from tests.explore.test_fp8_cast_kernels import DENSE, _timer
-
-DATA = Path(__file__).resolve().parents[2] / "stage_explore" / "data" / "systems"
-HOPPER_SYSTEMS = (
-    "h100-80gb",
-    "h200",
-    "h800",
-    str(DATA / "ibm-h100-800g.toml"),
-    str(DATA / "grand-teton-h100.toml"),
-)
 
 #: (M, N, K) -> TFLOP/s, Azure's cuBLASLt FP8 table, the shapes of >= 4096.
 AZURE_FP8 = {

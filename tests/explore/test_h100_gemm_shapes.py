@@ -14,20 +14,9 @@ Changed 6 Dec 2026 (s20 gemmh100): ``gemm_k_overhead`` 64 -> 160 with the effici
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.explore.gemm_helpers import k_ratio_errors, model_tflops
-
-DATA = Path(__file__).resolve().parents[2] / "stage_explore" / "data" / "systems"
-HOPPER_SYSTEMS = (
-    "h100-80gb",
-    "h200",
-    "h800",
-    str(DATA / "ibm-h100-800g.toml"),
-    str(DATA / "grand-teton-h100.toml"),
-)
+from tests.explore.gemm_helpers import HOPPER_SYSTEMS, k_ratio_errors, model_tflops
 
 XLA_KS = (256, 512, 1024, 2048, 4096)
 #: (batch, M, N) -> TFLOP/s at XLA_KS (XLA sm_90, bf16 x bf16 -> bf16).

@@ -10,7 +10,6 @@ import dataclasses
 import pytest
 
 from stage_core.errors import ConfigError
-from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import CpStyle, ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
@@ -19,6 +18,7 @@ from stage_explore.analytical.te_context_parallel import te_cp_merge_bytes, te_r
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel
 from stage_explore.system.model import System
+from tests.explore.ring_helpers import ring_attention, with_noncausal
 
 H100 = load_system("h100-80gb")
 
@@ -57,20 +57,6 @@ def test_the_factor_closed_form() -> None:
     assert te_ring_time_factor(8, 1.104) == pytest.approx(1 / 8 + 7 / (8 * 1.104))
 
 
-def _attention(phase: str, flops: int) -> Instr:
-    q, kv = 2 * 4096 * 4096, 2 * 2 * 1024 * 4096
-    if phase == "fwd":
-        return Instr(
-            "attn.core", "fwd", "attention", flops=flops,
-            inputs=(("q", q), ("k", kv), ("v", kv)), outputs=(("o", q),),
-        )  # fmt: skip
-    return Instr(
-        "attn.core.backward", "bwd", "attention", flops=flops,
-        inputs=(("d.o", q), ("q", q), ("k", kv), ("v", kv)),
-        outputs=(("d.q", q), ("d.k", kv), ("d.v", kv)),
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("phase", ["fwd", "bwd"])
 @pytest.mark.parametrize("cp", [2, 4])
 def test_the_kernel_timer_runs_the_later_steps_at_the_non_causal_rate(phase: str, cp: int) -> None:
@@ -81,7 +67,7 @@ def test_the_kernel_timer_runs_the_later_steps_at_the_non_causal_rate(phase: str
         H100.accelerator, kernels, "bf16", frozenset(), keys=131072, head_dim=128, causal=True,
         attention_kernel="cudnn", te_cp_merge=cp,
     )  # fmt: skip
-    instr = _attention(phase, 10**15)
+    instr = ring_attention(phase, 10**15)
     efficiency = attention_efficiency(kernels, 131072, 128, True, phase == "bwd", "cudnn")
     flops = 10**15 * (5 / 4 if phase == "bwd" else 1)
     accel = H100.accelerator
@@ -102,12 +88,7 @@ def test_the_kernel_timer_runs_the_later_steps_at_the_non_causal_rate(phase: str
 
 
 def _with_ratio(ratio: float | None) -> System:
-    kernels = _kernels(H100)
-    table = {} if ratio is None else {"cudnn": ratio}
-    accelerator = dataclasses.replace(
-        H100.accelerator, kernels=dataclasses.replace(kernels, attention_noncausal=table)
-    )
-    return dataclasses.replace(H100, accelerator=accelerator)
+    return with_noncausal(H100, {} if ratio is None else {"cudnn": ratio})
 
 
 def test_the_ratio_is_part_of_what_a_point_depends_on() -> None:

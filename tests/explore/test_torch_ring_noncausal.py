@@ -11,30 +11,15 @@ import dataclasses
 
 import pytest
 
-from stage_core.lower.bind import Instr
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.kernels import KernelTimer, attention_efficiency
 from stage_explore.system import load_system
-from stage_explore.system.model import System
+from tests.explore.ring_helpers import ring_attention, with_noncausal
 
 H100 = load_system("h100-80gb")
-
-
-def _attention(phase: str, flops: int) -> Instr:
-    q, kv = 2 * 4096 * 4096, 2 * 2 * 1024 * 4096
-    if phase == "fwd":
-        return Instr(
-            "attn.core", "fwd", "attention", flops=flops,
-            inputs=(("q", q), ("k", kv), ("v", kv)), outputs=(("o", q),),
-        )  # fmt: skip
-    return Instr(
-        "attn.core.backward", "bwd", "attention", flops=flops,
-        inputs=(("d.o", q), ("q", q), ("k", kv), ("v", kv)),
-        outputs=(("d.q", q), ("d.k", kv), ("d.v", kv)),
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -51,7 +36,7 @@ def test_torch_ring_runs_its_later_steps_at_the_non_causal_rate(
         H100.accelerator, kernels, "bf16", frozenset(), keys=131072, head_dim=128, causal=True,
         attention_kernel="fa2", cp_merge=cp, cp_compiled=compiled,
     )  # fmt: skip
-    instr = _attention(phase, 10**15)
+    instr = ring_attention(phase, 10**15)
     accel = H100.accelerator
     efficiency = attention_efficiency(kernels, 131072, 128, True, phase == "bwd", "fa2")
     flops = 10**15 * (5 / 4 if phase == "bwd" else 1)
@@ -65,19 +50,10 @@ def test_torch_ring_runs_its_later_steps_at_the_non_causal_rate(
     assert alone(instr) == pytest.approx(compute_s, rel=1e-12)
 
 
-def _without_ratio() -> System:
-    kernels = H100.accelerator.kernels
-    assert kernels is not None
-    accelerator = dataclasses.replace(
-        H100.accelerator, kernels=dataclasses.replace(kernels, attention_noncausal={})
-    )
-    return dataclasses.replace(H100, accelerator=accelerator)
-
-
 def test_a_torchtitan_cp_step_is_faster_with_the_non_causal_rate() -> None:
     model = get_flavor("llama3-8b").with_overrides(layers=2)
     parallel = ParallelConfig(dp=1, cp=4, global_batch=1, micro_batch=1, seq_len=32768)
     backend = AnalyticalBackend(framework="torchtitan")
     with_ratio = backend.evaluate(model, parallel, H100).step_time_s
-    without = backend.evaluate(model, parallel, _without_ratio()).step_time_s
+    without = backend.evaluate(model, parallel, with_noncausal(H100, {})).step_time_s
     assert with_ratio < without
