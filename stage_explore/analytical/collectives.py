@@ -185,6 +185,7 @@ def alpha_beta_collective_s(
     level_fractions: Sequence[float] = (),
     algorithm: CollectiveAlgorithm | None = None,
     nccl: bool = True,
+    level_rates: Sequence[float | None] = (),
 ) -> float:
     """Seconds for a collective over ``group`` (``None``: every rank of ``system``), α–β mode.
 
@@ -201,6 +202,10 @@ def alpha_beta_collective_s(
     ``algorithm``: every level runs it instead of its dim's (None: the dims' own).
     ``nccl``: the collective runs on NCCL and pays its per-call cost once
     (:func:`call_overhead_s`); False: it does not (userbuffers, symmetric memory, DeepEP).
+    ``level_rates`` (with ``level_fractions``, one per level): a level with a rate (bytes/s)
+    lasts ``buffer × share / rate`` — a rate that counts a rank's own share and holds the
+    call's fixed costs (HybridEP's published tables, :mod:`~stage_explore.analytical.hybridep`)
+    — instead of its dim's α–β time; None: the dim's.
     """
     if group is None:  # every rank: every dim, without listing the ranks
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
@@ -268,9 +273,15 @@ def alpha_beta_collective_s(
             share * irregular_all_to_all_factor(ranks, block, members)
             for (_, ranks), block, share in zip(levels, below, shares, strict=True)
         ]
+    rates = list(level_rates) or [None] * len(levels)
+    if len(rates) != len(levels):
+        raise ConfigError(
+            f"`level_rates` needs one rate per level the group spans ({len(levels)}), "
+            f"but got {tuple(level_rates)!r}"
+        )
     times = [
-        level(A2A, index, ranks, buffer * share)
-        for (index, ranks), share in zip(levels, shares, strict=True)
+        level(A2A, index, ranks, buffer * share) if rate is None else buffer * share / rate
+        for (index, ranks), share, rate in zip(levels, shares, rates, strict=True)
     ]
     return overhead + (max(times) if pipelined else sum(times))
 

@@ -61,9 +61,11 @@ from stage_explore.analytical.fp8_gather import (
 from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.funcol_copies import funcol_copy_bytes
+from stage_explore.analytical.hybridep import HYBRIDEP_SMS
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
+    DEEPEP_SMS,
     RING_EXCHANGE_SMS,
     Bulk,
     OverlapRule,
@@ -239,11 +241,13 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
                         reduce_s, wgrad_s, kernels.sm_count, channels or NCCL_ALL_REDUCE_SMS
                     )
                 timing = timing.plus_compute(lost_s)
-            if self.framework.moe_deepep and rule is not None and kernels is not None:
+            flex = self.framework.moe_deepep or self.framework.moe_hybridep
+            if flex and rule is not None and kernels is not None:
                 deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
                     comm_s(i) for i in instrs if self._deepep_all_to_all(point, i)
                 )
-                lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count)
+                sms = HYBRIDEP_SMS if self.framework.moe_hybridep else DEEPEP_SMS
+                lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count, sms)
                 timing = timing.plus_compute(lost_s)
             if program.extra_bytes:  # memory-bound kernels on the compute stream
                 accelerator = point.system.accelerator

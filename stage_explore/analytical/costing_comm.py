@@ -35,6 +35,7 @@ from stage_explore.analytical.costs import (
 )
 from stage_explore.analytical.deepep import deepep_level_fractions
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
+from stage_explore.analytical.hybridep import hybridep_dispatch_kernel, hybridep_level_rates
 from stage_explore.analytical.overlap import (
     flat_ring_s,
     ring_exchange_send,
@@ -106,18 +107,23 @@ class CommCosting:
         pipelined: bool = False,
         fractions: tuple[float, ...] = (),
         nccl: bool = True,
+        rates: tuple[float | None, ...] = (),
     ) -> float:
         shape, group, _ = span
+        key = ("comm", point.token, shape, kind, size, scale_out, pipelined, fractions, nccl)
         return self._parts.get(  # type: ignore[no-any-return]
-            ("comm", point.token, shape, kind, size, scale_out, pipelined, fractions, nccl),
+            (*key, rates),
             lambda: alpha_beta_collective_s(
-                point.system, kind, size, group, scale_out, pipelined, fractions, nccl=nccl
+                point.system, kind, size, group, scale_out, pipelined, fractions, nccl=nccl,
+                level_rates=rates,
             ),
-        )
+        )  # fmt: skip
 
     def _deepep_all_to_all(self, point: Point, instr: Instr) -> bool:
-        """Whether ``instr`` is an expert dispatch/combine all-to-all run on DeepEP."""
-        if not (self.framework.moe_deepep and instr.collective is CollectiveKind.ALL_TO_ALL):
+        """Whether ``instr`` is an expert dispatch/combine all-to-all run on DeepEP or on
+        HybridEP (``moe_hybridep``: DeepEP's traffic at its own rates)."""
+        flex = self.framework.moe_deepep or self.framework.moe_hybridep
+        if not (flex and instr.collective is CollectiveKind.ALL_TO_ALL):
             return False
         model = point.workload.model
         return model.is_moe and any(tag in instr.name for tag in EXPERT_ALL_TO_ALL)
@@ -138,6 +144,18 @@ class CommCosting:
             return ()
         routing = "round_robin" if self.framework.moe_fake_balanced_gate else "random"
         return deepep_level_fractions(model.num_experts, model.top_k, spanned, routing)
+
+    def _hybridep_rates(self, point: Point, span: Any, instr: Instr) -> tuple[float | None, ...]:
+        """Under ``moe_hybridep``, HybridEP's published rate per level a DeepEP-costed expert
+        all-to-all spans (None: the dim's own;
+        :func:`~stage_explore.analytical.hybridep.hybridep_level_rates`); empty otherwise."""
+        if not self.framework.moe_hybridep:
+            return ()
+        system = point.system
+        (members, counts, _, _), _, _ = span
+        dims = [system.network[index] for index, count in enumerate(counts) if count > 1]
+        dispatch = hybridep_dispatch_kernel(instr.name)
+        return hybridep_level_rates(system.name, dims, members, dispatch)
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
         """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
@@ -175,6 +193,7 @@ class CommCosting:
             return self._collective_time(
                 point, span, instr.collective, instr.comm_bytes, pipelined=True,
                 fractions=fractions, nccl=False,
+                rates=self._hybridep_rates(point, span, instr),
             )  # fmt: skip
         system, rank = point.system, span[2]  # ring attention: messages to the next cp rank
         (axis,) = instr.axes

@@ -255,7 +255,8 @@ class ComputeCosting:
         (without DeepEP) to more than one expert per rank: where the chunk sorts and
         ``SequentialMLP``'s concatenations run."""
         model, parallel = point.workload.model, point.workload.parallel
-        if self.framework.moe_deepep or parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+        flex = self.framework.moe_deepep or self.framework.moe_hybridep  # the flex dispatcher
+        if flex or parallel.moe_dispatcher is not MoeDispatcher.ALLTOALL:
             return False
         return model.num_experts // max(1, parallel.ep) > 1
 

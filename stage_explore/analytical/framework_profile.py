@@ -154,6 +154,11 @@ class FrameworkProfile(
                     f"framework {self.name!r}: `{option}` ({OPTION_FLAGS[option]}) must be "
                     f"true or false, but got {value!r}"
                 )
+        if self.moe_deepep and self.moe_hybridep:
+            raise ConfigError(
+                f"framework {self.name!r}: `moe_deepep` and `moe_hybridep` are two backends "
+                "of one flex dispatcher; expected at most one of them True, but got both"
+            )
         if self.te_cross_entropy and self.native_cross_entropy:
             raise ConfigError(
                 f"framework {self.name!r}: `te_cross_entropy` and `native_cross_entropy` are two "

@@ -196,14 +196,18 @@ UB_COMM_SMS = 16
 DEEPEP_SMS = 20
 
 
-def deepep_sm_share_s(all_to_all_s: float, compute_s: float, sm_count: int) -> float:
+def deepep_sm_share_s(
+    all_to_all_s: float, compute_s: float, sm_count: int, comm_sms: int = DEEPEP_SMS
+) -> float:
     """Compute seconds lost to DeepEP's SMs when its all-to-alls (``all_to_all_s`` on the
     communication stream) run beside ``compute_s`` of compute (``moe_deepep`` with
-    ``moe_comm_overlap``): while they overlap, compute runs on ``sm_count − DEEPEP_SMS`` SMs, so
-    ``min(all_to_all_s, compute_s) · DEEPEP_SMS / sm_count`` of its work is left for after."""
-    if sm_count <= DEEPEP_SMS:
+    ``moe_comm_overlap``): while they overlap, compute runs on ``sm_count − comm_sms`` SMs, so
+    ``min(all_to_all_s, compute_s) · comm_sms / sm_count`` of its work is left for after.
+    ``comm_sms``: DeepEP's :data:`DEEPEP_SMS`, or HybridEP's 16 (``moe_hybridep``,
+    :data:`~stage_explore.analytical.hybridep.HYBRIDEP_SMS`)."""
+    if sm_count <= comm_sms:
         return 0.0
-    return min(all_to_all_s, compute_s) * DEEPEP_SMS / sm_count
+    return min(all_to_all_s, compute_s) * comm_sms / sm_count
 
 
 def sm_margin(

@@ -28,8 +28,13 @@ Options (all booleans unless said):
   (:mod:`~stage_explore.analytical.deepep`). HybridEP (Megatron-Bridge
   ``moe_flex_dispatcher_backend="hybridep"``) sends the same tokens ("Similar to DeepEP, Hybrid-EP
   first performs IB communication between peer GPUs, then each rank distributes the received
-  inter-node data locally": deepseek-ai/DeepEP ``docs/Hybrid-EP_Implementation.md`` §8) and is
-  timed with this option (its SMs beside overlapped compute at DeepEP's figure).
+  inter-node data locally": deepseek-ai/DeepEP ``docs/Hybrid-EP_Implementation.md`` §8).
+- ``moe_hybridep`` — the expert dispatch and combine run on HybridEP (Megatron-Bridge
+  ``moe_flex_dispatcher_backend="hybridep"``, Megatron-Core ``moe_hybridep_num_sms`` 16):
+  ``moe_deepep``'s traffic and flex-dispatcher permute, each level timed at HybridEP's
+  published rate where a table covers it (B200 NVLink, GB200 NVL72 by rank count, H100
+  InfiniBand), else at the dim's own as ``moe_deepep``; its 16 SMs beside overlapped compute
+  (:mod:`~stage_explore.analytical.hybridep`). Not with ``moe_deepep`` (one backend).
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -90,6 +95,8 @@ MOE_FLAGS: dict[str, str] = {
     "moe_shared_expert_overlap": "Megatron --moe-shared-expert-overlap",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
+    "moe_hybridep": "Megatron-Bridge moe_flex_dispatcher_backend='hybridep' (flex dispatcher "
+    "on HybridEP, moe_hybridep_num_sms 16)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
     "torchtitan ExpertParallel _permute / _unpermute",
@@ -109,6 +116,7 @@ class MoeOptions:
     moe_shared_expert_overlap: bool
     moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
+    moe_hybridep: bool = False  # not HybridEP (its own rates: analytical.hybridep)
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are

@@ -87,6 +87,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "a token crosses the scale-out network once per remote node holding one of its experts",
     )
     parser.add_argument(
+        "--moe-hybridep",
+        action="store_true",
+        help="MoE dispatch on HybridEP for the analytical backend (Megatron-Bridge "
+        "moe_flex_dispatcher_backend='hybridep'): DeepEP's traffic at HybridEP's published "
+        "rates (B200, GB200 NVL72, H100 InfiniBand; else the link's), on 16 SMs",
+    )
+    parser.add_argument(
         "--astra-sim-variant",
         choices=("unaware", "aware"),
         default=None,
@@ -118,9 +125,12 @@ def run(args: argparse.Namespace) -> int:
         overrides["moe_load_imbalance"] = args.moe_load_imbalance
     if args.moe_deepep:
         overrides["moe_deepep"] = True
+    if args.moe_hybridep:
+        overrides["moe_hybridep"] = True
     for flag, name in (
         ("--moe-load-imbalance", "moe_load_imbalance"),
         ("--moe-deepep", "moe_deepep"),
+        ("--moe-hybridep", "moe_hybridep"),
     ):
         if name in overrides and args.backend != "analytical" and not args.compare:
             raise ConfigError(

@@ -37,6 +37,7 @@ _TRAINING_ONLY: dict[str, Any] = {
     "cp_style": "allgather", "fp8_recipe": "delayed", "fp8_gemms": "fprop,dgrad,wgrad",
     "pp_layers": None, "pp_first_layers": None, "pp_last_layers": None, "pp_split": "auto",
     "fp32_grads": True, "framework": None, "moe_load_imbalance": None, "moe_deepep": False,
+    "moe_hybridep": False,
     "astra_sim_variant": None, "compare": False,
 }  # fmt: skip
 #: Serving options and their defaults: a training step (``--phase train``) refuses other values.

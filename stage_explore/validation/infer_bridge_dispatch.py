@@ -19,8 +19,9 @@ rank distributes the received inter-node data locally" (deepseek-ai/DeepEP
 ``max_tokens_per_rank × (num_nodes − 1)`` tokens (§4.2: each token at most once per remote node)
 and its dispatch returns each rank the "tokens for local experts", permuted to them there (§2,
 §7.2: once per destination rank). That is the traffic the model's ``moe_deepep`` costs
-(:mod:`~stage_explore.analytical.deepep`), so such a row is timed with it; its SM budget beside
-overlapped compute is DeepEP's (``DEEPEP_SMS``), not HybridEP's own."""
+(:mod:`~stage_explore.analytical.deepep`). Such a row takes ``moe_hybridep`` (6 Dec 2026, s21
+hybridep): that traffic at HybridEP's own published rates where a table covers the level, and
+its 16 SMs (:mod:`~stage_explore.analytical.hybridep`)."""
 
 from __future__ import annotations
 
@@ -96,23 +97,25 @@ def bridge_hybridep(
     stated: dict[str, int],
     out: Defaults,
 ) -> bool:
-    """Time a Megatron-Bridge row's expert dispatch as HybridEP (``moe_deepep``, module
+    """Time a Megatron-Bridge row's expert dispatch as HybridEP (``moe_hybridep``, module
     docstring) when its container is 26.01 or later and the layout it states is one of
     :data:`BRIDGE_HYBRIDEP`'s; whether it did (the caller checks the text names
-    Megatron-Bridge). A row that sets ``moe_deepep`` itself is left alone."""
-    if release < FIRST_HYBRIDEP or "moe_deepep" in out.options:
+    Megatron-Bridge). A row that sets ``moe_deepep`` or ``moe_hybridep`` itself is left alone."""
+    if release < FIRST_HYBRIDEP or {"moe_deepep", "moe_hybridep"} & set(out.options):
         return False
     get = stated.get
     layout = (get("pp", 1), get("vpp", 1), get("ep", 1), get("micro_batch", 1))
     for config in BRIDGE_HYBRIDEP:
         if config.flavor == flavor and config.system == system and layout in config.layouts:
-            out.options["moe_deepep"] = True
+            out.options["moe_hybridep"] = True
             out.notes.append(
-                "the expert dispatch on HybridEP, timed as DeepEP's traffic (moe_deepep: a "
-                "token sent once per destination rank over NVLink and once per destination node "
-                "across nodes; deepseek-ai/DeepEP docs/Hybrid-EP_Implementation.md 0b18ed2a §8 "
+                "the expert dispatch on HybridEP (moe_hybridep): DeepEP's traffic (a token sent "
+                "once per destination rank over NVLink and once per destination node across "
+                "nodes; deepseek-ai/DeepEP docs/Hybrid-EP_Implementation.md 0b18ed2a §8 "
                 "'Similar to DeepEP, Hybrid-EP first performs IB communication between peer "
-                "GPUs, then each rank distributes the received inter-node data locally'): "
+                "GPUs, then each rank distributes the received inter-node data locally') at "
+                "HybridEP's published rates where docs/README_Hybrid-EP.md has a table (B200 "
+                "NVLink, GB200 NVL72, H100 InfiniBand), else the link's DeepEP rate, on 16 SMs: "
                 f"moe_flex_dispatcher_backend 'hybridep' in {config.why}, the row's layout PP "
                 f"{layout[0]} VP {layout[1]} EP {layout[2]} MBS {layout[3]} (the text names "
                 f"Megatron-Bridge container {release[0]}.{release[1]:02d})"

@@ -37,8 +37,9 @@ class MoeRecipe:
 
 
 HYBRIDEP = (
-    "moe_flex_dispatcher_backend 'hybridep' (HybridEP: timed as DeepEP's traffic where the "
-    "container is 26.01 or later, infer_bridge_dispatch.bridge_hybridep)"
+    "moe_flex_dispatcher_backend 'hybridep' (HybridEP: timed as DeepEP's traffic at its own "
+    "published rates, moe_hybridep, where the container is 26.01 or later, "
+    "infer_bridge_dispatch.bridge_hybridep)"
 )
 
 #: (flavor, systems, first container, FP8 recipes, (pp, vpp, ep, mbs), modules, why, unmodelled).

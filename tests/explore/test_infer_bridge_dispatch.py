@@ -1,5 +1,6 @@
 """s21 mbxrecipe: the expert dispatch of Megatron-Bridge's MoE performance configs read for an
-inferred row — HybridEP (timed as DeepEP's traffic) where a 26.xx config of the row's layout
+inferred row — HybridEP (DeepEP's traffic at HybridEP's own rates, ``moe_hybridep``: s21
+hybridep) where a 26.xx config of the row's layout
 sets it, and no all-to-all overlap on the GB200 / GB300 Qwen3 configs."""
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ def _hybridep(case: Case) -> bool:
     GB300_DSV3,
     GB300_QWEN3_235B,
 ])  # fmt: skip
-def test_a_26xx_row_at_a_hybridep_config_s_layout_dispatches_as_deepep(
+def test_a_26xx_row_at_a_hybridep_config_s_layout_dispatches_on_hybridep(
     row: dict[str, str],
 ) -> None:
     case = _case(row)
-    assert dict(case.framework_options).get("moe_deepep") is True
+    options = dict(case.framework_options)
+    assert options.get("moe_hybridep") is True
+    assert not options.get("moe_deepep", False)
     (note,) = [a for a in case.assumptions if "on HybridEP" in a]
     assert "Hybrid-EP_Implementation.md" in note and "moe_flex_dispatcher_backend" in note
 
@@ -79,6 +82,7 @@ def test_other_rows_keep_the_all_to_all(cells: dict[str, str]) -> None:
     case = _case({**GB200_QWEN3, **cells})
     assert not _hybridep(case)
     assert not dict(case.framework_options).get("moe_deepep", False)
+    assert not dict(case.framework_options).get("moe_hybridep", False)
 
 
 def test_hybridep_moves_the_h100_ep16_row_s_inter_node_all_to_all() -> None:
@@ -86,7 +90,7 @@ def test_hybridep_moves_the_h100_ep16_row_s_inter_node_all_to_all() -> None:
     NCCL all-to-all sends each of its (on average four) remote experts' copies."""
     case = _case(H100_QWEN3)
     nccl = replace(case, framework_options=tuple(
-        (k, v) for k, v in case.framework_options if k != "moe_deepep"
+        (k, v) for k, v in case.framework_options if k != "moe_hybridep"
     ))  # fmt: skip
     hybrid, alltoall = evaluate_cases([case, nccl])
     assert hybrid.evaluated and alltoall.evaluated

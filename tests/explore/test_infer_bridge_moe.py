@@ -70,11 +70,12 @@ def test_other_rows_keep_their_recompute(cells: dict[str, str]) -> None:
 
 def test_the_config_s_hybridep_is_timed_as_deepep_s_traffic() -> None:
     """s21 mbxrecipe: HybridEP sends what DeepEP sends (Hybrid-EP_Implementation.md §8), so the
-    26.04 B200 config's dispatcher is costed with moe_deepep, and the recompute note says so."""
+    26.04 B200 config's dispatcher is costed with DeepEP's traffic — at HybridEP's own rates
+    (moe_hybridep, s21 hybridep) — and the recompute note says so."""
     case = _case(BRIDGE_B200)
     (note,) = [a for a in case.assumptions if "Megatron-Bridge performance config of" in a]
-    assert "timed as DeepEP's traffic" in note
-    assert dict(case.framework_options).get("moe_deepep") is True
+    assert "timed as DeepEP's traffic at its own published rates" in note
+    assert dict(case.framework_options).get("moe_hybridep") is True
 
 
 def test_the_gb300_config_s_recompute_makes_its_micro_batch_2_fit() -> None:

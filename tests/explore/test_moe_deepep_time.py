@@ -96,12 +96,16 @@ def test_backend_times_deepep_all_to_alls_pipelined(monkeypatch: pytest.MonkeyPa
         group: list[int],
         *rest: object,
         nccl: bool = True,
+        level_rates: tuple[float | None, ...] = (),
     ) -> float:
         scale_out = rest[0] if rest else 1.0
         assert isinstance(scale_out, float)
         fractions = rest[2] if len(rest) > 2 else ()
         assert isinstance(fractions, tuple)
-        return real(system, kind, size, group, scale_out, False, fractions, nccl=nccl)
+        return real(
+            system, kind, size, group, scale_out, False, fractions, nccl=nccl,
+            level_rates=level_rates,
+        )  # fmt: skip
 
     monkeypatch.setattr(costing_comm, "alpha_beta_collective_s", serial)
     forced = _breakdown(ACROSS, moe_deepep=True)

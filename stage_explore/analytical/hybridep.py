@@ -1,0 +1,138 @@
+"""HybridEP's own dispatch and combine rates (``moe_hybridep``; 6 Dec 2026, s21 hybridep).
+
+HybridEP (Megatron-Core ``--moe-token-dispatcher-type flex`` with
+``moe_flex_dispatcher_backend="hybridep"``) moves the tokens as DeepEP's normal kernels do — once
+per destination rank over NVLink, once per destination node over RDMA (deepseek-ai/DeepEP
+``docs/Hybrid-EP_Implementation.md`` 0b18ed2a §2, §4.2, §8) — so ``moe_hybridep`` keeps
+``moe_deepep``'s traffic (:mod:`~stage_explore.analytical.deepep`, the levels pipelined). What
+differs is the rate: NVIDIA published HybridEP's own per-rank bandwidth (deepseek-ai/DeepEP
+``docs/README_Hybrid-EP.md`` 41cad944, "Performance Results": 4,096 tokens, hidden 7,168, top-8,
+random uniform router, 8 local experts), and a level of a HybridEP dispatch that one of those
+tables covers is timed by it (:data:`HYBRIDEP_RATES`, :func:`hybridep_rate`).
+
+What the tables count. Each figure is bytes a rank moves over the call's time, the call through
+the Torch API (``buffer.dispatch`` / ``combine`` with their copies, what Megatron-Core calls; the
+"Kernel Only" columns, 1.1–1.4× higher, are not used). On NVLink the bytes are the dispatched
+tokens a rank receives, one per (token, destination rank), its own tokens included
+(``tests/test_hybrid_ep.py`` 098da2a6: ``dispatched_hidden.numel() * 2``, combine the same). Over
+InfiniBand they are one per (token, destination node), the local node included (``tests/utils.py``
+``count_rdma_send_from_routing_map``: "To align with the implementation in the DeepEP, we do not
+set the local node map to zeros"). So a level's time is ``buffer × share / rate``, where
+``buffer × share`` (the NCCL all-to-all's bytes times DeepEP's per-level deduplicated share,
+:func:`~stage_explore.analytical.deepep.deepep_level_fractions`) is exactly what the table counts
+— no ``(ranks − 1)/ranks`` and no per-step latency, which the counted rate already holds.
+
+Which column. The dispatch figures are BF16's (Megatron-Core hands the flex dispatcher the
+BF16 hidden states; the model's dispatch messages are 2-byte activations); the FP8 dispatch
+columns are not used. The backward of a dispatch runs HybridEP's combine and the backward of a
+combine its dispatch (:func:`hybridep_dispatch_kernel`). The SM count is Megatron-Core's default
+``moe_hybridep_num_sms`` = 16 (:data:`HYBRIDEP_SMS`), the column every table has.
+
+Which rank count. A table row is for a group of ``ranks`` GPUs; a group takes the row of the
+largest published count not above its own (the smallest row below the first), never a value
+between rows.
+
+Where no table exists — B300 (``b300``), GB300 NVL72, H100's NVLink level, any InfiniBand level
+but H100's (B200, B300, GB200 / GB300 racks), and any other system — the level falls back to the
+dim's own rate as ``moe_deepep`` times it (the preset's bandwidth × ``bus_efficiency``, the
+α–β level of :func:`~stage_explore.analytical.collectives.alpha_beta_collective_s`): no
+HybridEP figure was published for them, and a rate fitted to rows would not be one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stage_core.errors import ConfigError
+from stage_explore.system.model import NetworkDim
+
+#: SMs HybridEP's kernels occupy while they run: Megatron-Core's
+#: ``TransformerConfig.moe_hybridep_num_sms`` = 16 ("Number of SMs to use for HybridEP. In pure
+#: NVL scenarios, 16 SMs can generally achieve good bandwidth."; NVIDIA/Megatron-LM
+#: megatron/core/transformer/transformer_config.py), the SM count of every published table.
+HYBRIDEP_SMS = 16
+
+_README = "deepseek-ai/DeepEP docs/README_Hybrid-EP.md 41cad94449628adfb1cd1cadd82aeda83d4fbf0f"
+
+
+@dataclass(frozen=True)
+class HybridEpRow:
+    """One published row at :data:`HYBRIDEP_SMS` SMs: a group of ``ranks`` GPUs, the Torch API
+    BF16 dispatch and combine rates (bytes/s, as the table counts them: module docstring)."""
+
+    ranks: int
+    dispatch_bytes_per_s: float
+    combine_bytes_per_s: float
+
+
+#: HybridEP's published rates per (system preset, network dim name), rows by rank count; each
+#: value is the Torch API column at 16 SMs of the cited table (GB/s -> bytes/s).
+HYBRIDEP_RATES: dict[tuple[str, str], tuple[HybridEpRow, ...]] = {
+    # B200 (8 ranks, one NVSwitch node; counts a rank's received tokens, its own included):
+    # _README "B200 Platform", HybridEP Torch API 16 SMs: dispatch BF16 535.94, combine 530.86
+    ("b200", "nvswitch"): (HybridEpRow(8, 535.94e9, 530.86e9),),
+    # GB200 NVL72 (8-36 ranks of one rack over NVLink; the same counting): _README "GB200
+    # Platform", HybridEP Torch API at 16 SMs, dispatch BF16 / combine per rank count
+    ("gb200-nvl72", "nvlink-nvl72"): (
+        HybridEpRow(8, 550.10e9, 538.44e9),
+        HybridEpRow(16, 472.84e9, 474.48e9),
+        HybridEpRow(24, 441.89e9, 444.40e9),
+        HybridEpRow(32, 485.50e9, 423.19e9),
+        HybridEpRow(36, 469.96e9, 418.27e9),
+    ),
+    # H100 over InfiniBand (16/32/64 ranks = 2/4/8 nodes of 8; counts one send per (token,
+    # destination node), the local node included): _README "H100 Platform", "IB Bandwidth",
+    # Torch API at 16 SMs, dispatch BF16 / combine per rank count
+    ("h100-80gb", "infiniband-ndr"): (
+        HybridEpRow(16, 54.47e9, 53.35e9),
+        HybridEpRow(32, 47.36e9, 52.53e9),
+        HybridEpRow(64, 41.24e9, 46.57e9),
+    ),
+}
+
+
+#: The scale-out dims of :data:`HYBRIDEP_RATES` (a case's ``scale_out`` override replaces them).
+SCALE_OUT_DIMS = ("infiniband-ndr",)
+
+
+def hybridep_dispatch_kernel(name: str) -> bool:
+    """Whether the expert all-to-all ``name`` (``<op>:<tensor>``, a gradient's tensor prefixed
+    ``d.``) runs HybridEP's dispatch kernel: the forward dispatch of ``moe.tokens`` and the
+    backward of the combine (``d.experts.*``); the combine (``experts.*``) and the dispatch's
+    backward (``d.moe.tokens``) run its combine kernel."""
+    tensor = name.partition(":")[2] or name
+    gradient = tensor.startswith("d.")
+    return (tensor.removeprefix("d.") == "moe.tokens") != gradient
+
+
+def hybridep_rate(system: str, dim: NetworkDim, ranks: int, dispatch: bool) -> float | None:
+    """HybridEP's published rate (bytes/s, module docstring's counting) for a group of
+    ``ranks`` GPUs on network dim ``dim`` of ``system`` (a preset's name, or a validation case's
+    derived one, ``gb200-nvl72+scale_up=64``: a smaller NVLink domain of the same links): the
+    row of the largest published rank count not above ``ranks`` (the smallest row for fewer),
+    the dispatch or combine column; None where no table covers that dim (the caller falls back
+    to the dim's own rate), and for a scale-out dim whose bandwidth the case overrides
+    (``+scale_out=…``: a stated NIC, not the measured one)."""
+    if ranks < 2:
+        raise ConfigError(f"a HybridEP group needs at least 2 ranks, but got {ranks!r}")
+    base, *overrides = system.split("+")
+    if dim.name in SCALE_OUT_DIMS and any(o.startswith("scale_out=") for o in overrides):
+        return None
+    rows = HYBRIDEP_RATES.get((base, dim.name))
+    if rows is None:
+        return None
+    row = rows[0]
+    for candidate in rows:
+        if candidate.ranks <= ranks:
+            row = candidate
+    return row.dispatch_bytes_per_s if dispatch else row.combine_bytes_per_s
+
+
+def hybridep_level_rates(
+    system: str, dims: Sequence[NetworkDim], ranks: int, dispatch: bool
+) -> tuple[float | None, ...]:
+    """Per spanned level (the network dims ``dims``, innermost first) of a HybridEP
+    all-to-all over ``ranks`` GPUs: its published rate, or None where it falls back to the
+    dim's own (:func:`hybridep_rate`)."""
+    return tuple(hybridep_rate(system, dim, ranks, dispatch) for dim in dims)

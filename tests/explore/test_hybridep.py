@@ -1,0 +1,141 @@
+"""s21 hybridep: HybridEP as its own dispatcher option (``moe_hybridep``) — DeepEP's traffic at
+HybridEP's published rates (deepseek-ai/DeepEP docs/README_Hybrid-EP.md 41cad944, Torch API, 16
+SMs), the link's own rate where no table exists, and its 16 SMs beside overlapped compute."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.models.flavors import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.trace import CollectiveKind
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.collectives import alpha_beta_collective_s
+from stage_explore.analytical.frameworks import FRAMEWORKS
+from stage_explore.analytical.hybridep import (
+    HYBRIDEP_SMS,
+    hybridep_dispatch_kernel,
+    hybridep_rate,
+)
+from stage_explore.analytical.overlap import DEEPEP_SMS, deepep_sm_share_s
+from stage_explore.cli import main
+from stage_explore.system import load_system
+from stage_explore.system.model import NetworkDim
+
+A2A = CollectiveKind.ALL_TO_ALL
+
+
+def _dim(system: str, index: int) -> NetworkDim:
+    return load_system(system).network[index]
+
+
+@pytest.mark.parametrize(("system", "index", "ranks", "dispatch", "gb_s"), [
+    ("b200", 0, 8, True, 535.94),  # B200 Platform, HybridEP Torch API 16 SMs, BF16 dispatch
+    ("b200", 0, 8, False, 530.86),  # ... combine
+    ("b200", 0, 4, True, 535.94),  # fewer ranks than any row: the smallest row
+    ("gb200-nvl72", 0, 8, True, 550.10),
+    ("gb200-nvl72", 0, 16, False, 474.48),
+    ("gb200-nvl72", 0, 20, True, 472.84),  # between rows: the largest published count below
+    ("gb200-nvl72", 0, 32, False, 423.19),
+    ("gb200-nvl72", 0, 64, True, 469.96),  # beyond the table: its 36-rank row
+    ("gb200-nvl72+scale_up=64", 0, 64, False, 418.27),  # a smaller domain of the same links
+    ("h100-80gb", 1, 16, True, 54.47),  # H100 Platform, IB bandwidth, Torch API 16 SMs
+    ("h100-80gb", 1, 32, False, 52.53),
+    ("h100-80gb", 1, 64, True, 41.24),
+])  # fmt: skip
+def test_rates_read_as_the_tables_publish_them(
+    system: str, index: int, ranks: int, dispatch: bool, gb_s: float
+) -> None:
+    dim = _dim(system.split("+")[0], index)
+    assert hybridep_rate(system, dim, ranks, dispatch) == pytest.approx(gb_s * 1e9, rel=1e-12)
+
+
+@pytest.mark.parametrize(("system", "index"), [
+    ("b300", 0), ("gb300-nvl72", 0),  # no B300 / GB300 table
+    ("h100-80gb", 0),  # no H100 NVLink table (its table is InfiniBand's)
+    ("b200", 1), ("gb200-nvl72", 1),  # no Blackwell InfiniBand table
+    ("h100-80gb+scale_out=6.25GB/s", 1),  # a stated NIC, not the measured one
+])  # fmt: skip
+def test_a_part_without_a_table_falls_back_to_the_link_s_rate(system: str, index: int) -> None:
+    assert hybridep_rate(system, _dim(system.split("+")[0], index), 16, True) is None
+
+
+def test_a_group_of_one_rank_is_refused() -> None:
+    with pytest.raises(ConfigError, match="at least 2 ranks, but got 1"):
+        hybridep_rate("b200", _dim("b200", 0), 1, True)
+
+
+@pytest.mark.parametrize(("name", "dispatch"), [
+    ("all_to_all:moe.tokens", True), ("all_to_all:d.experts.fc2", True),
+    ("all_to_all:experts.fc2", False), ("all_to_all:d.moe.tokens", False),
+])  # fmt: skip
+def test_backward_of_a_dispatch_runs_the_combine_kernel(name: str, dispatch: bool) -> None:
+    assert hybridep_dispatch_kernel(name) is dispatch
+
+
+def test_a_rated_level_lasts_its_counted_bytes_over_the_rate() -> None:
+    """H100, two nodes: the InfiniBand level at a rate counting the local node (buffer × share /
+    rate, no latency), the NVLink level at its own α–β time; pipelined, the slower one."""
+    system = load_system("h100-80gb")
+    group, size, shares = list(range(16)), 256 * 2**20, (0.8, 0.25)
+    deepep = alpha_beta_collective_s(
+        system, A2A, size, group, pipelined=True, level_fractions=shares, nccl=False
+    )
+    inner = alpha_beta_collective_s(system, A2A, int(size * 0.8), list(range(8)), nccl=False)
+    rated = alpha_beta_collective_s(
+        system, A2A, size, group, pipelined=True, level_fractions=shares, nccl=False,
+        level_rates=(None, 54.47e9),
+    )  # fmt: skip
+    assert rated == pytest.approx(max(inner, size * 0.25 / 54.47e9), rel=1e-12)
+    assert rated > deepep
+    with pytest.raises(ConfigError, match="one rate per level the group spans"):
+        alpha_beta_collective_s(
+            system, A2A, size, group, level_fractions=shares, level_rates=(1e9,)
+        )
+
+
+def test_hybridep_sm_share_is_its_16_sms() -> None:
+    assert HYBRIDEP_SMS == 16 < DEEPEP_SMS
+    assert deepep_sm_share_s(2.0, 3.0, 132, HYBRIDEP_SMS) == pytest.approx(2.0 * 16 / 132)
+
+
+def test_one_flex_backend_at_a_time() -> None:
+    with pytest.raises(ConfigError, match="at most one of them True, but got both"):
+        FRAMEWORKS["megatron-core"].with_overrides({"moe_deepep": True, "moe_hybridep": True})
+
+
+def _step(system: str, parallel: ParallelConfig, **options: bool) -> dict[str, float]:
+    model = get_flavor("qwen3-30b-a3b").with_overrides(layers=4, seq_len=1024)
+    backend = AnalyticalBackend(framework="megatron-core", overrides=options)
+    result = backend.evaluate(model, parallel, load_system(system))
+    return {"step": result.step_time_s, **result.breakdown}
+
+
+def test_hybridep_over_h100_infiniband_is_slower_than_the_model_s_deepep() -> None:
+    """Two DGX-H100 nodes: HybridEP's published ~27 GB/s really sent per NIC (54.47 counting the
+    local node) against the link's 47; one B300 node (no table) is timed as DeepEP's traffic."""
+    across = ParallelConfig(dp=16, ep=16, micro_batch=1, global_batch=32)
+    hybrid = _step("h100-80gb", across, moe_hybridep=True)
+    deepep = _step("h100-80gb", across, moe_deepep=True)
+    assert hybrid["exposed_all_to_all"] > 1.3 * deepep["exposed_all_to_all"]
+    node = ParallelConfig(dp=8, ep=8, micro_batch=1, global_batch=16)
+    b300 = _step("b300", node, moe_hybridep=True), _step("b300", node, moe_deepep=True)
+    assert b300[0]["exposed_all_to_all"] == pytest.approx(b300[1]["exposed_all_to_all"])
+
+
+def test_stage_eval_moe_hybridep(capsys: pytest.CaptureFixture[str]) -> None:
+    """``stage eval --moe-hybridep``: EP 16 over two DGX-H100 nodes is slower on it than on
+    ``--moe-deepep`` (HybridEP's published InfiniBand rate); with both, the one-line error."""
+    base = ["eval", "--model", "qwen3-30b-a3b", "--layers", "2", "--seq-len", "1024",
+            "--dp", "16", "--ep", "16", "--global-batch", "32", "--system", "h100-80gb",
+            "--framework", "megatron-core", "--json"]  # fmt: skip
+    steps = []
+    for flag in ("--moe-deepep", "--moe-hybridep"):
+        assert main([*base, flag]) == 0
+        steps.append(json.loads(capsys.readouterr().out)["step_time_s"])
+    assert steps[1] > steps[0]
+    assert main([*base, "--moe-deepep", "--moe-hybridep"]) == 2
+    assert "at most one of them True, but got both" in capsys.readouterr().err
