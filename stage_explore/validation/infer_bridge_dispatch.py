@@ -75,18 +75,26 @@ BRIDGE_HYBRIDEP: tuple[HybridEpConfig, ...] = (
                    "moe_token_dispatcher_type 'alltoall'"),
     HybridEpConfig("deepseek-v3", "b200", ((16, 1, 8, 1),),
                    f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 (PP 16, EP 8; 04264182)"),
-    HybridEpConfig("deepseek-v3", "b300", ((16, 1, 8, 1),),
-                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 at PP 16 EP 8 (f0e2c37e)"),
+    HybridEpConfig("deepseek-v3", "b300", ((16, 1, 8, 1), (8, 2, 8, 1), (8, 2, 8, 2)),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 at PP 16 EP 8 (f0e2c37e), its "
+                   "BF16_V2 at PP 8 VP 2 (f0e2c37e); B300_V1 at PP 8 VP 2 EP 8 and NVFP4_V1 at "
+                   "MBS 2 (04264182)"),
     HybridEpConfig("deepseek-v3", "gb200-nvl72", ((4, 4, 64, 1),),
                    f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 and its BF16 / FP8 variants "
                    "(PP 4 VP 4, EP 64; 04264182)"),
-    HybridEpConfig("deepseek-v3", "gb300-nvl72", ((2, 8, 32, 2), (2, 8, 32, 1)),
-                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (PP 2 VP 8, EP 32, MBS 2) and "
-                   "FP8_MX_V1 (MBS 1) (04264182)"),
+    HybridEpConfig("deepseek-v3", "gb300-nvl72", ((2, 8, 32, 2), (2, 8, 32, 1), (4, 4, 64, 1)),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (PP 2 VP 8, EP 32, MBS 2), "
+                   "FP8_MX_V1 (MBS 1) and BF16_V1 (PP 4 VP 4, EP 64, MBS 1) (04264182; "
+                   "f0e2c37e alike)"),
     HybridEpConfig("gpt-oss-120b", "b300", ((1, 1, 8, 4),),
                    "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
                    "gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2 "
                    "(EP 8, MBS 4; 07eea52d); the EP 64 configs and B200 V2 set no backend"),
+    HybridEpConfig("gpt-oss-120b", "gb300-nvl72", ((1, 1, 16, 4),),
+                   "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
+                   "gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 "
+                   "(EP 16, MBS 4; 07eea52d); GB200_FP8_MX_V2 sets it at EP 64 MBS 4 too, the "
+                   "layout of the GB200 BF16 configs that do not, so it is not keyed here"),
 )  # fmt: skip
 
 

@@ -1,0 +1,49 @@
+"""s21 review: every layout of the stored Megatron-Bridge performance configs that set
+``moe_flex_dispatcher_backend="hybridep"`` is keyed in ``BRIDGE_HYBRIDEP``, not only those of
+the visible rows — DeepSeek-V3 on GB300 at PP 4 VP 4 EP 64 (BF16_V1), on B300 at PP 8 VP 2 EP 8
+(04264182 B300_V1 / NVFP4_V1 MBS 2; f0e2c37e BF16_V2), GPT-OSS 120B on GB300 at EP 16 MBS 4
+(FP8_MX_V2, 07eea52d). (DeepSeek-V3's H100 configs set HybridEP at PP 8 VP 4 / VP 2 EP 64 too;
+such a row takes DeepEP from the recipe of deepseek_llm_pretrain.py first, the same traffic.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_explore.validation.infer import row_cases
+
+#: A Megatron-Bridge 26.04 table row's form (the MBX rows').
+ROW = {
+    "id": "MBH-1", "source": "NVIDIA Megatron-Bridge performance summary (26.04 container)",
+    "source_table": "26.04 NeMo Container, Pre-Training Performance, Model: DeepSeekV3",
+    "model": "DeepSeekV3", "seq_len": "4096", "global_batch_seqs": "2048", "micro_batch": "1",
+    "tp": "1", "pp": "4", "vpp": "4", "cp": "1", "ep": "64", "precision": "BF16",
+    "dp_sharding": "DDP (FSDP 0)", "gpu": "GB300 (B300 in NVL72)", "num_gpus": "256",
+    "tokens_per_s_per_gpu": "4000",
+}  # fmt: skip
+
+
+def _on_hybridep(cells: dict[str, str]) -> bool:
+    (case,) = row_cases({**ROW, **cells}, "extra.csv", 1)
+    assert not case.reason, case.reason
+    return any("on HybridEP" in a for a in case.assumptions)
+
+
+@pytest.mark.parametrize("cells", [
+    {},  # DeepSeek-V3 GB300 BF16_V1: PP 4 VP 4 EP 64
+    {"gpu": "B300", "pp": "8", "vpp": "2", "ep": "8"},  # B300_V1 (04264182), BF16_V2 (f0e2c37e)
+    {"gpu": "B300", "pp": "8", "vpp": "2", "ep": "8", "micro_batch": "2"},  # B300 NVFP4_V1
+    {"model": "GPT OSS 120B", "pp": "1", "vpp": "", "ep": "16", "micro_batch": "4",
+     "num_gpus": "64", "global_batch_seqs": "1280", "precision": "MXFP8"},  # GB300 FP8_MX_V2
+])  # fmt: skip
+def test_every_stored_hybridep_layout_is_keyed(cells: dict[str, str]) -> None:
+    assert _on_hybridep(cells)
+
+
+@pytest.mark.parametrize("cells", [
+    {"source": "NVIDIA Megatron-Bridge performance summary (25.11 container)"},  # before 26.01
+    {"gpu": "B300", "pp": "8", "vpp": "4", "ep": "8"},  # no stored config's layout
+    {"model": "GPT OSS 120B", "pp": "1", "vpp": "", "ep": "64", "micro_batch": "4",
+     "num_gpus": "64", "global_batch_seqs": "1280"},  # GB300 BF16 EP 64: no backend
+])  # fmt: skip
+def test_other_layouts_are_not(cells: dict[str, str]) -> None:
+    assert not _on_hybridep(cells)
