@@ -185,31 +185,15 @@ def test_cli_accepts_fp4(capsys: pytest.CaptureFixture[str]) -> None:
 FP4_DENSE = {
     "b200": 72 / 8, "b300": 108 / 8, "gb300-nvl72": 1080 / 72, "gb200-nvl72": 1440 / 72 / 2,
 }  # fmt: skip
-#: TE docs/examples/gemm_profiling (B300, per layer, pre-quantized): FP8 current scaling and NVFP4.
-TE_FP8_CS_MS, TE_NVFP4_MS = 6.812, 3.764
-#: pytorch/ao#2427 bench_matmul.py --recipe nvfp4 on a B200, 8192^3 (GPU kernel time, same run):
-#: BF16 nn.Linear and NVFP4 torch._scaled_mm (cuBLASLt), seconds.
-AO_BF16_S, AO_NVFP4_S = 7.74e-4, 2.05e-4
 
 
 @pytest.mark.parametrize("preset", sorted(FP4_DENSE))
-def test_nvfp4_presets_follow_the_cited_figures(preset: str) -> None:
+def test_nvfp4_presets_follow_the_cited_peaks(preset: str) -> None:
+    """The vendor's dense FP4 peaks; the fractions: test_nvfp4_fractions.py."""
     accelerator = load_system(preset).accelerator
     assert accelerator.peak("nvfp4") == pytest.approx(FP4_DENSE[preset] * 1e15)
     assert accelerator.kernels is not None
-    fractions = accelerator.kernels.gemm_efficiency
-    if preset in ("b200", "gb200-nvl72"):  # the B200 same-run BF16 / NVFP4 pair
-        derived = (
-            fractions["bf16"] * AO_BF16_S / AO_NVFP4_S
-            * accelerator.peak("bf16") / accelerator.peak("nvfp4")
-        )  # fmt: skip
-        assert fractions["nvfp4"] == pytest.approx(derived, abs=0.005)
-        return
-    derived = (
-        fractions["fp8"] * TE_FP8_CS_MS / TE_NVFP4_MS
-        * accelerator.peak("fp8") / accelerator.peak("nvfp4")
-    )  # fmt: skip
-    assert fractions["nvfp4"] == pytest.approx(derived, abs=0.005)
+    assert "nvfp4" in accelerator.kernels.gemm_efficiency
 
 
 @pytest.mark.parametrize("cell", ["NVFP4", "FP4", "nvfp4 mixed"])
