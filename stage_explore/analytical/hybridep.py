@@ -11,8 +11,9 @@ random uniform router, 8 local experts), and a level of a HybridEP dispatch that
 tables covers is timed by it (:data:`HYBRIDEP_RATES`, :func:`hybridep_rate`).
 
 What the tables count. Each figure is bytes a rank moves over the call's time, the call through
-the Torch API (``buffer.dispatch`` / ``combine`` with their copies, what Megatron-Core calls; the
-"Kernel Only" columns, 1.1–1.4× higher, are not used). On NVLink the bytes are the dispatched
+the Torch API (``buffer.dispatch`` / ``combine`` with their copies; the "Kernel Only" columns,
+1.1–1.4× higher, are not used: they leave out host work Megatron-Core pays too; the copy is
+taken out below). On NVLink the bytes are the dispatched
 tokens a rank receives, one per (token, destination rank), its own tokens included
 (``tests/test_hybrid_ep.py`` 098da2a6: ``dispatched_hidden.numel() * 2``, combine the same). Over
 InfiniBand they are one per (token, destination node), the local node included (``tests/utils.py``
@@ -21,6 +22,27 @@ set the local node map to zeros"). So a level's time is ``buffer × share / rate
 ``buffer × share`` (the NCCL all-to-all's bytes times DeepEP's per-level deduplicated share,
 :func:`~stage_explore.analytical.deepep.deepep_level_fractions`) is exactly what the table counts
 — no ``(ranks − 1)/ranks`` and no per-step latency, which the counted rate already holds.
+
+Which path Megatron-Core pays (s21 hybridep2). The "Torch API" figure times
+``HybridEPBuffer.dispatch`` / ``combine`` without permute (``tests/test_hybrid_ep.py`` 098da2a6,
+"Benchmark of the dispatch and combine torch API without permute", the handle cached): beside the
+kernel, ``indices_to_map``, a stream synchronisation for the received count, and a
+device-to-device copy of every received token out of the shared buffer into a fresh tensor
+(``Executor::dispatch_postprocess``, ``cudaMemcpyAsync``) — the combine the mirror copy of its
+input into the buffer (``combine_preprocess``). Megatron-Core's flex dispatcher with
+``moe_flex_dispatcher_backend="hybridep"`` calls ``dispatch_with_permute`` /
+``combine_with_unpermute`` instead (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/
+fused_a2a.py`` ``HybridEPDispatch`` / ``HybridEPCombine``; ``_HybridEPManager.
+get_permuted_hidden_states_by_experts`` returns the tokens as they come), where the permute kernel
+replaces that copy ("Use permute kernel to avoid standalone D2D memory copy",
+``csrc/hybrid_ep/executor/executor.cu``) — and that permute is the generator's ``moe.dispatch`` /
+``moe.combine`` op, which the model already charges. So on a table whose counted bytes are the
+copied ones (NVLink: the received tokens, :func:`megatron_rate`) the copy's read and write of
+those bytes at the achieved HBM rate is taken out of the Torch API time; the rest of the gap to
+the "Kernel Only" column (the synchronisation, host work) stays, as Megatron-Core pays its own
+(the routing map's all-gather and the metadata preprocessing on every forward call). Over
+InfiniBand the copied bytes are not the counted ones (the table counts per-node sends), so the
+H100 rows keep the Torch API rate.
 
 Which column. The dispatch figures are BF16's (Megatron-Core hands the flex dispatcher the
 BF16 hidden states; the model's dispatch messages are 2-byte activations); the FP8 dispatch
@@ -129,10 +151,33 @@ def hybridep_rate(system: str, dim: NetworkDim, ranks: int, dispatch: bool) -> f
     return row.dispatch_bytes_per_s if dispatch else row.combine_bytes_per_s
 
 
+def megatron_rate(rate: float, dim: NetworkDim, hbm_bytes_per_s: float) -> float:
+    """The rate (bytes/s, the table's counting) Megatron-Core's ``dispatch_with_permute`` /
+    ``combine_with_unpermute`` reach on dim ``dim`` for a published Torch API ``rate``: on an
+    NVLink table the Torch API call's device-to-device copy of the counted bytes (a read and a
+    write at ``hbm_bytes_per_s``, the achieved HBM rate) taken out, since the model charges the
+    permute that replaces it as its own op (module docstring); a scale-out dim's rate as
+    published (its counted bytes are not the copied ones)."""
+    if dim.name in SCALE_OUT_DIMS:
+        return rate
+    seconds_per_byte = 1.0 / rate - 2.0 / hbm_bytes_per_s
+    if seconds_per_byte <= 0.0:
+        raise ConfigError(
+            f"HybridEP's published {rate:.4g} B/s on {dim.name!r} needs an HBM rate above "
+            f"twice it to take its copy out, but got {hbm_bytes_per_s!r} B/s"
+        )
+    return 1.0 / seconds_per_byte
+
+
 def hybridep_level_rates(
-    system: str, dims: Sequence[NetworkDim], ranks: int, dispatch: bool
+    system: str, dims: Sequence[NetworkDim], ranks: int, dispatch: bool, hbm_bytes_per_s: float
 ) -> tuple[float | None, ...]:
     """Per spanned level (the network dims ``dims``, innermost first) of a HybridEP
-    all-to-all over ``ranks`` GPUs: its published rate, or None where it falls back to the
-    dim's own (:func:`hybridep_rate`)."""
-    return tuple(hybridep_rate(system, dim, ranks, dispatch) for dim in dims)
+    all-to-all over ``ranks`` GPUs: its published rate as Megatron-Core's path pays it
+    (:func:`megatron_rate`, the achieved HBM rate ``hbm_bytes_per_s``), or None where it falls
+    back to the dim's own (:func:`hybridep_rate`)."""
+    rates = [hybridep_rate(system, dim, ranks, dispatch) for dim in dims]
+    return tuple(
+        None if rate is None else megatron_rate(rate, dim, hbm_bytes_per_s)
+        for dim, rate in zip(dims, rates, strict=True)
+    )

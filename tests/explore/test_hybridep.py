@@ -18,7 +18,9 @@ from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.hybridep import (
     HYBRIDEP_SMS,
     hybridep_dispatch_kernel,
+    hybridep_level_rates,
     hybridep_rate,
+    megatron_rate,
 )
 from stage_explore.analytical.overlap import DEEPEP_SMS, deepep_sm_share_s
 from stage_explore.cli import main
@@ -139,3 +141,46 @@ def test_stage_eval_moe_hybridep(capsys: pytest.CaptureFixture[str]) -> None:
     assert steps[1] > steps[0]
     assert main([*base, "--moe-deepep", "--moe-hybridep"]) == 2
     assert "at most one of them True, but got both" in capsys.readouterr().err
+
+
+# s21 hybridep2: the README's "Kernel Only" columns (16 SMs, BF16 dispatch / combine, GB/s) beside
+# the Torch API ones, per (system, ranks): deepseek-ai/DeepEP docs/README_Hybrid-EP.md 41cad944
+KERNEL_ONLY = {
+    ("b200", 8): (734.95, 673.84),
+    ("gb200-nvl72", 8): (750.15, 684.27), ("gb200-nvl72", 16): (661.93, 600.75),
+    ("gb200-nvl72", 24): (637.80, 565.53), ("gb200-nvl72", 32): (629.79, 547.25),
+    ("gb200-nvl72", 36): (612.85, 543.27),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("system", "ranks"), sorted(KERNEL_ONLY))
+@pytest.mark.parametrize("dispatch", [True, False])
+def test_megatron_s_path_drops_the_torch_api_copy(system: str, ranks: int, dispatch: bool) -> None:
+    """Megatron-Core calls ``dispatch_with_permute`` / ``combine_with_unpermute``, whose permute
+    (the model's own ``moe.dispatch`` / ``moe.combine`` op) replaces the Torch API call's copy of
+    the received tokens: the NVLink level's time loses that copy's read and write at the achieved
+    HBM rate, and the rate lands between the Torch API and the Kernel Only figures (the host
+    work Megatron-Core pays too stays in)."""
+    spec = load_system(system)
+    dim, hbm = spec.network[0], spec.accelerator.achieved_memory_bandwidth_bytes_per_s
+    torch_api = hybridep_rate(system, dim, ranks, dispatch)
+    assert torch_api is not None
+    rate = megatron_rate(torch_api, dim, hbm)
+    assert 1.0 / rate == pytest.approx(1.0 / torch_api - 2.0 / hbm, rel=1e-12)
+    kernel_only = KERNEL_ONLY[system, ranks][0 if dispatch else 1] * 1e9
+    assert torch_api < rate < kernel_only
+    assert hybridep_level_rates(system, [dim], ranks, dispatch, hbm) == (rate,)
+
+
+def test_infiniband_keeps_the_torch_api_rate() -> None:
+    """Over InfiniBand the table counts per-node sends, not the copied tokens: H100's rate as
+    published; a level without a table still falls back (None)."""
+    spec = load_system("h100-80gb")
+    hbm = spec.accelerator.achieved_memory_bandwidth_bytes_per_s
+    rates = hybridep_level_rates("h100-80gb", spec.network[:2], 16, True, hbm)
+    assert rates == (None, pytest.approx(54.47e9, rel=1e-12))
+
+
+def test_an_hbm_rate_too_slow_for_the_copy_is_refused() -> None:
+    with pytest.raises(ConfigError, match="needs an HBM rate above twice it"):
+        megatron_rate(535.94e9, _dim("b200", 0), 1.0e12)
