@@ -64,6 +64,7 @@ persistent).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -117,19 +118,22 @@ def nccl_load(system: System, counts: Sequence[int], kind: CollectiveKind) -> Nc
     AnalyticalBackend.achieved_network`, the evaluation's ``point.system``). A dim without
     ``nccl_channels`` is outside the model: nothing taken."""
     dim = _outermost(system, counts)
-    if dim is None or dim.nccl_channels is None:
+    channels = None if dim is None else dim.channels_for(math.prod(counts))
+    if dim is None or channels is None:
         return NO_LOAD
     hbm = RING_HBM_BYTES.get(kind, 0.0) * dim.bandwidth_bytes_per_s
     share = min(1.0, hbm / system.accelerator.memory_bandwidth_bytes_per_s)
-    return NcclLoad(dim.nccl_channels, share)
+    return NcclLoad(channels, share)
 
 
 def nccl_channels(system: System, counts: Sequence[int]) -> int:
     """Thread blocks per GPU of an NCCL collective over a group spanning ``counts`` ranks per
-    network dim (dim 0 fastest): the ``nccl_channels`` of the outermost dim it spans (0 when
-    that dim has no figure, or the group is one rank)."""
+    network dim (dim 0 fastest): the channels the outermost dim it spans gives a group of that
+    many ranks (:meth:`~stage_explore.system.model.NetworkDim.channels_for`: its
+    ``nccl_channels_by_ranks`` entry, else its ``nccl_channels``; 0 when that dim has no figure,
+    or the group is one rank)."""
     dim = _outermost(system, counts)
-    return 0 if dim is None else dim.nccl_channels or 0
+    return 0 if dim is None else dim.channels_for(math.prod(counts)) or 0
 
 
 def _outermost(system: System, counts: Sequence[int]) -> NetworkDim | None:

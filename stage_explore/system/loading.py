@@ -102,6 +102,7 @@ _DIM_KEYS = (
     "bus_efficiency_by_ranks",
     "bus_efficiency_scaling",
     "nccl_channels",
+    "nccl_channels_by_ranks",
     "nvls_efficiency",
 )
 _ALGORITHM_KEYS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -330,7 +331,19 @@ def _network_dim(table: _Table) -> NetworkDim:
         values["bus_efficiency_scaling"] = _by_ranks(table.table("bus_efficiency_scaling"))
     if data_has_value(table, "nccl_channels"):
         values["nccl_channels"] = table.integer("nccl_channels")
+    if table.has("nccl_channels_by_ranks"):
+        values["nccl_channels_by_ranks"] = _channels_by_ranks(table.table("nccl_channels_by_ranks"))
     return _build(table, NetworkDim, values)
+
+
+def _channels_by_ranks(table: _Table) -> tuple[tuple[int, int], ...]:
+    """``{"2" = 32, "4" = 24}`` → ``((2, 32), (4, 24))``: rank counts as keys, integers."""
+    pairs = []
+    for key in table.data:
+        if not key.isdigit():
+            raise table.fail(key, f"must be a rank count (an integer), but got {key!r}")
+        pairs.append((int(key), table.integer(key)))
+    return tuple(sorted(pairs))
 
 
 def _by_ranks(table: _Table) -> tuple[tuple[int, float], ...]:

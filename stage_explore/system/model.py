@@ -89,6 +89,10 @@ class NetworkDim:
     NCCL collective over a group whose outermost dim is this one runs on every GPU of it; the
     analytical backend slows compute that overlaps such a collective by that share of the SMs
     (:mod:`stage_explore.analytical.contention`). None: no figure, no slowdown.
+    ``nccl_channels_by_ranks`` (optional, needs ``nccl_channels``): ``(ranks, channels)``
+    pairs, the channels of a collective over a group of exactly that many ranks whose
+    outermost dim is this one, in place of ``nccl_channels`` (RCCL opens 32 / 24 channels for
+    2- / 4-GPU groups of an 8x MI300X node, 64 for all 8): :meth:`channels_for`.
     ``nvls_efficiency`` (optional, needs ``bus_efficiency``): the fraction of the link
     bandwidth, per direction, that NVLink SHARP multicast traffic (``multimem.ld_reduce`` /
     ``multimem.st`` through the switch) reaches on this dim, read off NCCL's NVLS all-reduce
@@ -111,6 +115,7 @@ class NetworkDim:
     bus_efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
     bus_efficiency_scaling: tuple[tuple[int, float], ...] = ()
     nccl_channels: int | None = None
+    nccl_channels_by_ranks: tuple[tuple[int, int], ...] = ()
     nvls_efficiency: float | None = None
 
     def __post_init__(self) -> None:
@@ -129,6 +134,7 @@ class NetworkDim:
         if self.bus_efficiency is not None:
             check_fraction(self.bus_efficiency, f"{label} `bus_efficiency`")
         self._check_by_ranks(label)
+        self._check_channels_by_ranks(label)
         self._check_scaling(label)
         overhead = self.collective_overhead_s
         if not (isinstance(overhead, int | float) and math.isfinite(overhead) and overhead >= 0):
@@ -174,6 +180,32 @@ class NetworkDim:
                 raise ConfigError(f"{label} `bus_efficiency_by_ranks` lists {ranks} ranks twice")
             seen.add(ranks)
             check_fraction(fraction, f"{label} `bus_efficiency_by_ranks.{ranks}`")
+
+    def _check_channels_by_ranks(self, label: str) -> None:
+        key = f"{label} `nccl_channels_by_ranks`"
+        if self.nccl_channels_by_ranks and self.nccl_channels is None:
+            raise ConfigError(f"{key} needs `nccl_channels` as well")
+        seen: set[int] = set()
+        for ranks, channels in self.nccl_channels_by_ranks:
+            if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= self.size:
+                raise ConfigError(
+                    f"{key} keys must be rank counts from 2 to the dim's size {self.size}, "
+                    f"but got {ranks!r}"
+                )
+            if ranks in seen:
+                raise ConfigError(f"{key} lists {ranks} ranks twice")
+            seen.add(ranks)
+            if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+                raise ConfigError(f"{key}.{ranks} must be an integer >= 1, but got {channels!r}")
+
+    def channels_for(self, ranks: int) -> int | None:
+        """The NCCL channels of a collective over a group of ``ranks`` ranks whose outermost
+        dim is this one: ``nccl_channels_by_ranks[ranks]`` when listed, else ``nccl_channels``
+        (None: no figure)."""
+        for count, channels in self.nccl_channels_by_ranks:
+            if count == ranks:
+                return channels
+        return self.nccl_channels
 
     def _check_scaling(self, label: str) -> None:
         previous = 1
@@ -246,6 +278,11 @@ class NetworkDim:
                 else {}
             ),
             **({} if self.nccl_channels is None else {"nccl_channels": self.nccl_channels}),
+            **(
+                {"nccl_channels_by_ranks": {str(n): c for n, c in self.nccl_channels_by_ranks}}
+                if self.nccl_channels_by_ranks
+                else {}
+            ),
             **({} if self.nvls_efficiency is None else {"nvls_efficiency": self.nvls_efficiency}),
         }
 

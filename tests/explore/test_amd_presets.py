@@ -155,6 +155,31 @@ def test_rccl_holds_64_compute_units_beside_the_compute(name: str) -> None:
     assert fewer(gemm) / timer(gemm) == pytest.approx(units / (units - RCCL_CHANNELS), rel=1e-9)
 
 
+#: RCCL's channel multiplier ``nc`` for a one-node communicator of 2 / 4 GPUs (init.cc: gfx942
+#: 16 / 4, ROCm/rccl src/init.cc at 0067dbf6; gfx950 16 / 8, ROCm/rocm-systems
+#: projects/rccl/src/init.cc at 006a440c).
+RCCL_NC = {"mi300x": {2: 16, 4: 4}, "mi325x": {2: 16, 4: 4}, "mi355x": {2: 16, 4: 8}}
+
+
+@pytest.mark.parametrize("name", CDNA)
+def test_rccl_opens_fewer_channels_for_2_and_4_gpu_groups(name: str) -> None:
+    """ncclTopoPostset opens nc x the ring search's channels: the n - 1 links among n GPUs of
+    the mesh carry n - 1 rings (a pair: one), which ncclTopoDupChannels doubles — 2 for a pair,
+    6 for four (gfx942: 32 / 24, RCCL's README); all 8 GPUs and every ring across nodes keep
+    the 64 channels; a GEMM beside a 2-GPU collective keeps more CUs than beside an 8-GPU one."""
+    system = SYSTEMS[name]
+    for ranks, multiplier in RCCL_NC[name].items():
+        search = 2 * (ranks - 1)
+        assert nccl_channels(system, (ranks, 1)) == multiplier * search
+        load = nccl_load(system, (ranks, 1), CollectiveKind.REDUCE_SCATTER)
+        assert load.channels == multiplier * search
+    assert nccl_channels(system, (8, 1)) == RCCL_CHANNELS
+    assert nccl_channels(system, (2, 2)) == RCCL_CHANNELS  # outermost: the scale-out dim
+    assert nccl_channels(system, (1, 2)) == RCCL_CHANNELS
+    if name != "mi355x":
+        assert (nccl_channels(system, (2, 1)), nccl_channels(system, (4, 1))) == (32, 24)
+
+
 @pytest.mark.parametrize(
     ("text", "preset"),
     [

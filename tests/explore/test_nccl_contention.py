@@ -7,6 +7,7 @@ time of a block beside a collective, ZeRO-3 chunks, the gradient buckets, the sy
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -195,6 +196,42 @@ def test_nccl_channels_loads_round_trips_and_is_checked() -> None:
     with pytest.raises(ConfigError, match="nccl_channels"):
         replace(H100.network[0], nccl_channels=True)
     assert isinstance(H100.network[0], NetworkDim)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (((2, 0),), "`nccl_channels_by_ranks`.2 must be an integer >= 1, but got 0"),
+        (((2, 2.5),), "`nccl_channels_by_ranks`.2 must be an integer >= 1, but got 2.5"),
+        (((9, 8),), "keys must be rank counts from 2 to the dim's size 8, but got 9"),
+        (((1, 8),), "keys must be rank counts from 2 to the dim's size 8, but got 1"),
+        (((2, 8), (2, 4)), "lists 2 ranks twice"),
+    ],
+)
+def test_nccl_channels_by_ranks_is_checked(
+    value: tuple[tuple[int, int], ...], message: str
+) -> None:
+    """Bad per-group-size channels are one-line errors naming the value and what was expected."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        replace(H100.network[0], nccl_channels_by_ranks=value)
+
+
+def test_nccl_channels_by_ranks_needs_nccl_channels_loads_and_round_trips() -> None:
+    with pytest.raises(ConfigError, match="`nccl_channels_by_ranks` needs `nccl_channels`"):
+        replace(H100.network[0], nccl_channels=None, nccl_channels_by_ranks=((2, 4),))
+    data = H100.to_dict()
+    data["network"][0]["nccl_channels_by_ranks"] = {"4": 12, "2": 6}
+    system = system_from_mapping(data)
+    assert system.network[0].nccl_channels_by_ranks == ((2, 6), (4, 12))
+    assert system_from_mapping(system.to_dict()) == system
+    # the group's size picks the entry on its outermost dim; others keep nccl_channels
+    nvswitch, infiniband = (dim.nccl_channels for dim in H100.network)
+    assert [nccl_channels(system, (n, 1)) for n in (2, 4, 8)] == [6, 12, nvswitch]
+    assert nccl_channels(system, (2, 2)) == infiniband  # outermost: the scale-out dim
+    assert nccl_load(system, (4, 1), CollectiveKind.ALL_GATHER).channels == 12
+    data["network"][0]["nccl_channels_by_ranks"] = {"2": "many"}
+    with pytest.raises(ConfigError, match="must be an integer, but got 'many'"):
+        system_from_mapping(data)
 
 
 MODEL = get_flavor("llama2-7b").with_overrides(layers=4, seq_len=2048)
