@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_bridge_dispatch import BRIDGE_HYBRIDEP
 from stage_explore.validation.run import evaluate_cases
 from stage_explore.validation.setups import Case
+from tests.explore.infer_helpers import inferred_case
 
 #: The DGX-H100 Qwen3-30B-A3B row of the Megatron-Bridge 26.04 table (the MBX rows' form).
 H100_QWEN3 = {
@@ -40,13 +40,6 @@ GB300_QWEN3_235B = {
 }  # fmt: skip
 
 
-def _case(row: dict[str, str]) -> Case:
-    (case,) = row_cases(row, "extra.csv", 1)
-    assert not case.reason, case.reason
-    assert case.parallel is not None
-    return case
-
-
 def _hybridep(case: Case) -> bool:
     return any("on HybridEP" in a for a in case.assumptions)
 
@@ -61,7 +54,7 @@ def _hybridep(case: Case) -> bool:
 def test_a_26xx_row_at_a_hybridep_config_s_layout_dispatches_on_hybridep(
     row: dict[str, str],
 ) -> None:
-    case = _case(row)
+    case = inferred_case(row)
     options = dict(case.framework_options)
     assert options.get("moe_hybridep") is True
     assert not options.get("moe_deepep", False)
@@ -79,7 +72,7 @@ def test_a_26xx_row_at_a_hybridep_config_s_layout_dispatches_on_hybridep(
     {"source": "a Qwen3-30B run (26.04 container)", "source_table": ""},  # not Bridge
 ])  # fmt: skip
 def test_other_rows_keep_the_all_to_all(cells: dict[str, str]) -> None:
-    case = _case({**GB200_QWEN3, **cells})
+    case = inferred_case({**GB200_QWEN3, **cells})
     assert not _hybridep(case)
     assert not dict(case.framework_options).get("moe_deepep", False)
     assert not dict(case.framework_options).get("moe_hybridep", False)
@@ -88,7 +81,7 @@ def test_other_rows_keep_the_all_to_all(cells: dict[str, str]) -> None:
 def test_hybridep_moves_the_h100_ep16_row_s_inter_node_all_to_all() -> None:
     """EP 16 spans two DGX-H100 nodes: HybridEP sends a token once per remote node where the
     NCCL all-to-all sends each of its (on average four) remote experts' copies."""
-    case = _case(H100_QWEN3)
+    case = inferred_case(H100_QWEN3)
     nccl = replace(case, framework_options=tuple(
         (k, v) for k, v in case.framework_options if k != "moe_hybridep"
     ))  # fmt: skip
@@ -114,5 +107,5 @@ def test_every_hybridep_config_names_its_file_and_commit() -> None:
 def test_the_qwen3_configs_overlap_the_all_to_all_only_off_gb200_and_gb300(
     row: dict[str, str], overlap: bool
 ) -> None:
-    case = _case(row)
+    case = inferred_case(row)
     assert dict(case.framework_options).get("moe_comm_overlap") is overlap

@@ -8,10 +8,9 @@ from dataclasses import replace
 import pytest
 
 from stage_core.parallel.vocab import Recompute
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_bridge_moe import BRIDGE_MOE_RECIPES
 from stage_explore.validation.run import evaluate_cases
-from stage_explore.validation.setups import Case
+from tests.explore.infer_helpers import inferred_case
 
 #: A DGX-B200 DeepSeek-V3 row of the Megatron-Bridge 26.04 table (the package's MBX rows' form).
 BRIDGE_B200 = {
@@ -29,13 +28,6 @@ BRIDGE_GB300 = {
 }  # fmt: skip
 
 
-def _case(row: dict[str, str]) -> Case:
-    (case,) = row_cases(row, "extra.csv", 1)
-    assert not case.reason, case.reason
-    assert case.parallel is not None
-    return case
-
-
 @pytest.mark.parametrize(("cells", "modules"), [
     ({}, ("mla_up_proj",)),
     ({"gpu": "B300"}, ("mla_up_proj",)),
@@ -48,7 +40,7 @@ def _case(row: dict[str, str]) -> Case:
 def test_a_bridge_moe_row_at_a_configs_layout_takes_its_recompute(
     cells: dict[str, str], modules: tuple[str, ...]
 ) -> None:
-    case = _case({**BRIDGE_B200, **cells})
+    case = inferred_case({**BRIDGE_B200, **cells})
     assert case.parallel.recompute.value == "selective"
     assert tuple(case.parallel.recompute_modules) == modules
     assert any("recompute_modules" in a and "Megatron-Bridge" in a for a in case.assumptions)
@@ -64,7 +56,7 @@ def test_a_bridge_moe_row_at_a_configs_layout_takes_its_recompute(
      "ep": "64", "micro_batch": "4", "global_batch_seqs": "1280", "precision": "BF16"},
 ])  # fmt: skip
 def test_other_rows_keep_their_recompute(cells: dict[str, str]) -> None:
-    case = _case({**BRIDGE_B200, **cells})
+    case = inferred_case({**BRIDGE_B200, **cells})
     assert not any("Megatron-Bridge performance config of" in a for a in case.assumptions)
 
 
@@ -72,7 +64,7 @@ def test_the_config_s_hybridep_is_timed_as_deepep_s_traffic() -> None:
     """s21 mbxrecipe: HybridEP sends what DeepEP sends (Hybrid-EP_Implementation.md §8), so the
     26.04 B200 config's dispatcher is costed with DeepEP's traffic — at HybridEP's own rates
     (moe_hybridep, s21 hybridep) — and the recompute note says so."""
-    case = _case(BRIDGE_B200)
+    case = inferred_case(BRIDGE_B200)
     (note,) = [a for a in case.assumptions if "Megatron-Bridge performance config of" in a]
     assert "timed as DeepEP's traffic at its own published rates" in note
     assert dict(case.framework_options).get("moe_hybridep") is True
@@ -80,7 +72,7 @@ def test_the_config_s_hybridep_is_timed_as_deepep_s_traffic() -> None:
 
 def test_the_gb300_config_s_recompute_makes_its_micro_batch_2_fit() -> None:
     """Without the config's mla_up_proj recompute the GB300 MBS 2 layout needs ~312 GiB of 260."""
-    case = _case(BRIDGE_GB300)
+    case = inferred_case(BRIDGE_GB300)
     assert tuple(case.parallel.recompute_modules) == ("mla_up_proj",)
     none = replace(case.parallel, recompute=Recompute.NONE, recompute_modules=())
     bare = replace(case, parallel=none)
