@@ -184,6 +184,18 @@ def _channels(dim: NetworkDim, bandwidth: float) -> int | None:
     return max(2, min(dim.nccl_channels, scaled))
 
 
+def _resized(dim: NetworkDim, size: int) -> NetworkDim:
+    """``dim`` with ``size`` GPUs: its per-group-size entries (``bus_efficiency_by_ranks``,
+    ``nccl_channels_by_ranks``) for groups larger than the new size dropped, as no group of the
+    smaller domain has them."""
+    return replace(
+        dim,
+        size=size,
+        bus_efficiency_by_ranks=tuple(p for p in dim.bus_efficiency_by_ranks if p[0] <= size),
+        nccl_channels_by_ranks=tuple(p for p in dim.nccl_channels_by_ranks if p[0] <= size),
+    )
+
+
 def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> System:
     """``system`` with ``overrides`` (:data:`SYSTEM_OVERRIDES`) applied, renamed as
     :func:`derived_name` names it; without overrides, ``system`` itself. A scale-out bandwidth
@@ -203,7 +215,7 @@ def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> S
                     f"scale_up_size {value:g}: expected 1 to {system.name!r}'s "
                     f"{network[0].size} GPUs per {network[0].name} domain"
                 )
-            network[0] = replace(network[0], size=int(value))
+            network[0] = _resized(network[0], int(value))
             continue
         dim = network[-1]
         network[-1] = replace(

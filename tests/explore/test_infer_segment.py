@@ -96,6 +96,16 @@ def test_derive_system_refuses_a_domain_outside_the_preset(size: float) -> None:
         derive_system(load_system("gb200-nvl72"), (("scale_up_size", size),))
 
 
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_smaller_domain_drops_the_per_group_entries_it_cannot_hold(size: int) -> None:
+    """An AMD xGMI dim lists bus efficiency and RCCL channels for 2- and 4-GPU groups: a domain
+    of 2 or 3 GPUs keeps the 2-GPU entries and drops the 4-GPU ones rather than refusing."""
+    dim = derive_system(load_system("mi300x"), (("scale_up_size", size),)).network[0]
+    assert dim.size == size
+    assert [n for n, _ in dim.bus_efficiency_by_ranks] == [2]
+    assert [n for n, _ in dim.nccl_channels_by_ranks] == [2]
+
+
 @pytest.mark.parametrize(("model", "mtp"), [
     ("DeepSeekV3 (w/o MTP)", 0),
     ("DeepSeek-V3 without MTP", 0),
