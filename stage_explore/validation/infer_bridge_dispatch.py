@@ -86,6 +86,11 @@ BRIDGE_HYBRIDEP: tuple[HybridEpConfig, ...] = (
                    f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (PP 2 VP 8, EP 32, MBS 2), "
                    "FP8_MX_V1 (MBS 1) and BF16_V1 (PP 4 VP 4, EP 64, MBS 1) (04264182; "
                    "f0e2c37e alike)"),
+    HybridEpConfig("deepseek-v3", "h100-80gb", ((8, 4, 64, 1), (8, 2, 64, 1)),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 / V2 (PP 8 VP 4, EP 64) and "
+                   "H100_FP8_SC_V2 (VP 2) (04264182, f0e2c37e alike), read by "
+                   "deepseek_llm_pretrain.py deepseek_v3_pretrain_config_h100 (69655bff: "
+                   "cfg.model.moe_flex_dispatcher_backend = base_cfg.moe_flex_dispatcher_backend)"),
     HybridEpConfig("gpt-oss-120b", "b300", ((1, 1, 8, 4),),
                    "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
                    "gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2 "

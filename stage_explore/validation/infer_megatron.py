@@ -174,12 +174,19 @@ BRIDGE_OPTIONS: tuple[
      "qwen3_llm_pretrain.py (05c0c90f) qwen3_235b_a22b_pretrain_config_h100: "
      "CommOverlapConfig(tp_comm_overlap=False); qwen3_workload_base_configs.py "
      "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=True"),
-    ("deepseek-v3", ("h100-80gb",), (25, 1), (99, 12),
+    ("deepseek-v3", ("h100-80gb",), (25, 1), (25, 12),
      {"moe_deepep": True, "overlap_grad_reduce": False},
      "the dispatch on DeepEP and no gradient-reduce overlap (moe_deepep, overlap_grad_reduce "
      "false): Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py "
-     "deepseek_v3_h100_1024gpus_fp8_config: pretrain_config(..., enable_deepep=True) in every "
-     "version of the file, overlap_grad_reduce False"),
+     "deepseek_v3_h100_1024gpus_fp8_config: pretrain_config(..., enable_deepep=True) "
+     "(NVIDIA-NeMo 01328424), overlap_grad_reduce False"),
+    ("deepseek-v3", ("h100-80gb",), (26, 1), (99, 12),
+     {"overlap_grad_reduce": False},
+     "no gradient-reduce overlap (overlap_grad_reduce false): Megatron-Bridge scripts/"
+     "performance/configs/deepseek/deepseek_llm_pretrain.py deepseek_v3_pretrain_config_h100 "
+     "(NVIDIA-NeMo 69655bff), whose dispatcher backend is the workload base config's "
+     "moe_flex_dispatcher_backend (HybridEP on every H100 config of 04264182 / f0e2c37e: "
+     "infer_bridge_dispatch.BRIDGE_HYBRIDEP), no longer pretrain_config(enable_deepep=True)"),
     ("deepseek-v3", ("h100-80gb",), (25, 1), (25, 9),
      {"moe_comm_overlap": True},
      "--overlap-moe-expert-parallel-comm on (moe_comm_overlap): the 25.09-era "

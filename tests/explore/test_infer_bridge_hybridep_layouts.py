@@ -2,8 +2,8 @@
 ``moe_flex_dispatcher_backend="hybridep"`` is keyed in ``BRIDGE_HYBRIDEP``, not only those of
 the visible rows — DeepSeek-V3 on GB300 at PP 4 VP 4 EP 64 (BF16_V1), on B300 at PP 8 VP 2 EP 8
 (04264182 B300_V1 / NVFP4_V1 MBS 2; f0e2c37e BF16_V2), GPT-OSS 120B on GB300 at EP 16 MBS 4
-(FP8_MX_V2, 07eea52d). (DeepSeek-V3's H100 configs set HybridEP at PP 8 VP 4 / VP 2 EP 64 too;
-such a row takes DeepEP from the recipe of deepseek_llm_pretrain.py first, the same traffic.)"""
+(FP8_MX_V2, 07eea52d); DeepSeek-V3's H100 configs at PP 8 VP 4 / VP 2 EP 64 from 26.01 (s21
+bridgefix: the 26.xx deepseek_llm_pretrain.py reads that backend; before, the recipe's DeepEP)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,28 @@ def test_every_stored_hybridep_layout_is_keyed(cells: dict[str, str]) -> None:
 ])  # fmt: skip
 def test_other_layouts_are_not(cells: dict[str, str]) -> None:
     assert not _on_hybridep(cells)
+
+
+#: A Megatron-Bridge DeepSeek-V3 H100 row at the stored H100 configs' layout (TP 2, PP 8, EP 64).
+H100 = {"gpu": "H100", "tp": "2", "pp": "8", "vpp": "4", "ep": "64", "num_gpus": "1024",
+        "global_batch_seqs": "8192", "precision": "FP8"}  # fmt: skip
+
+
+@pytest.mark.parametrize("vpp", ["4", "2"])  # H100_V1 / V2; H100_FP8_SC_V2 at VP 2
+def test_deepseek_v3_h100_26xx_takes_hybridep_not_the_old_recipes_deepep(vpp: str) -> None:
+    """s21 bridgefix (review item 3): the 26.xx deepseek_llm_pretrain.py (69655bff) reads the
+    backend from the workload base config, HybridEP on every H100 config (04264182 / f0e2c37e);
+    the 25.xx file's enable_deepep=True (01328424) must not win over it."""
+    case = inferred_case({**ROW, **H100, "vpp": vpp})
+    options = dict(case.framework_options)
+    assert options.get("moe_hybridep") is True
+    assert not options.get("moe_deepep", False)
+    assert options.get("overlap_grad_reduce") is False
+
+
+def test_deepseek_v3_h100_25xx_keeps_deepep() -> None:
+    source = "NVIDIA Megatron-Bridge performance summary (25.09 container)"
+    case = inferred_case({**ROW, **H100, "source": source})
+    options = dict(case.framework_options)
+    assert options.get("moe_deepep") is True
+    assert not options.get("moe_hybridep", False)
