@@ -36,19 +36,22 @@ FIRST_HYBRIDEP = (26, 1)
 @dataclass(frozen=True)
 class HybridEpConfig:
     """The layouts of one model × GPU whose Megatron-Bridge performance config sets
-    ``moe_flex_dispatcher_backend="hybridep"``: ``layouts`` as (pp, vpp, ep, micro_batch)."""
+    ``moe_flex_dispatcher_backend`` to ``backend`` (``"hybridep"``, or ``"deepep"``: DeepEP's own
+    kernels, ``moe_deepep``): ``layouts`` as (pp, vpp, ep, micro_batch)."""
 
     flavor: str
     system: str
     layouts: tuple[tuple[int, int, int, int], ...]
     why: str
+    backend: str = "hybridep"
 
 
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs"
 QWEN3 = f"{BRIDGE}/qwen/qwen3_workload_base_configs.py"
 DSV3 = f"{BRIDGE}/deepseek/deepseek_workload_base_configs.py"
 
-#: Every stored config that sets HybridEP, keyed on the layout a row states.
+#: Every stored config that sets HybridEP (or, on its own layout, DeepEP), keyed on the layout a
+#: row states.
 BRIDGE_HYBRIDEP: tuple[HybridEpConfig, ...] = (
     HybridEpConfig("qwen3-30b-a3b", "gb300-nvl72", ((1, 1, 8, 8),),
                    f"{QWEN3} QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_*_V1 (01b2977e; "
@@ -75,6 +78,9 @@ BRIDGE_HYBRIDEP: tuple[HybridEpConfig, ...] = (
                    "moe_token_dispatcher_type 'alltoall'"),
     HybridEpConfig("deepseek-v3", "b200", ((16, 1, 8, 1),),
                    f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 (PP 16, EP 8; 04264182)"),
+    HybridEpConfig("deepseek-v3", "b200", ((8, 2, 32, 1),),
+                   f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 / NVFP4_V2 (PP 8 VP 2, "
+                   "EP 32; 04264182; no B200 config of f0e2c37e has the layout)", "deepep"),
     HybridEpConfig("deepseek-v3", "b300", ((16, 1, 8, 1), (8, 2, 8, 1), (8, 2, 8, 2)),
                    f"{DSV3} DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 at PP 16 EP 8 (f0e2c37e), its "
                    "BF16_V2 at PP 8 VP 2 (f0e2c37e); B300_V1 at PP 8 VP 2 EP 8 and NVFP4_V1 at "
@@ -112,14 +118,24 @@ def bridge_hybridep(
 ) -> bool:
     """Time a Megatron-Bridge row's expert dispatch as HybridEP (``moe_hybridep``, module
     docstring) when its container is 26.01 or later and the layout it states is one of
-    :data:`BRIDGE_HYBRIDEP`'s; whether it did (the caller checks the text names
-    Megatron-Bridge). A row that sets ``moe_deepep`` or ``moe_hybridep`` itself is left alone."""
+    :data:`BRIDGE_HYBRIDEP`'s (as DeepEP, ``moe_deepep``, where that config's backend is
+    ``"deepep"``); whether it did (the caller checks the text names Megatron-Bridge). A row
+    that sets ``moe_deepep`` or ``moe_hybridep`` itself is left alone."""
     if release < FIRST_HYBRIDEP or {"moe_deepep", "moe_hybridep"} & set(out.options):
         return False
     get = stated.get
     layout = (get("pp", 1), get("vpp", 1), get("ep", 1), get("micro_batch", 1))
     for config in BRIDGE_HYBRIDEP:
         if config.flavor == flavor and config.system == system and layout in config.layouts:
+            if config.backend == "deepep":
+                out.options["moe_deepep"] = True
+                out.notes.append(
+                    "the expert dispatch on DeepEP (moe_deepep): moe_flex_dispatcher_backend "
+                    f"'deepep' in {config.why}, the row's layout PP {layout[0]} VP {layout[1]} EP "
+                    f"{layout[2]} MBS {layout[3]} (the text names Megatron-Bridge container "
+                    f"{release[0]}.{release[1]:02d})"
+                )
+                return True
             out.options["moe_hybridep"] = True
             out.notes.append(
                 "the expert dispatch on HybridEP (moe_hybridep): DeepEP's traffic (a token sent "

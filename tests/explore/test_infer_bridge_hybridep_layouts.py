@@ -71,3 +71,17 @@ def test_deepseek_v3_h100_25xx_keeps_deepep() -> None:
     options = dict(case.framework_options)
     assert options.get("moe_deepep") is True
     assert not options.get("moe_hybridep", False)
+
+
+def test_deepseek_v3_b200_v2_deepep_layout_takes_deepep() -> None:
+    """s21 bridgefix (review item 4): DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 / NVFP4_V2
+    (04264182) set moe_flex_dispatcher_backend "deepep" at PP 8 VP 2 EP 32: such a 26.xx row
+    runs DeepEP's kernels, not HybridEP and not the all-to-all."""
+    cells = {"gpu": "B200", "pp": "8", "vpp": "2", "ep": "32", "global_batch_seqs": "4096",
+             "precision": "MXFP8"}  # fmt: skip
+    options = dict(inferred_case({**ROW, **cells}).framework_options)
+    assert options.get("moe_deepep") is True
+    assert not options.get("moe_hybridep", False)
+    source = "NVIDIA Megatron-Bridge performance summary (25.11 container)"
+    before = dict(inferred_case({**ROW, **cells, "source": source}).framework_options)
+    assert not before.get("moe_deepep", False)
