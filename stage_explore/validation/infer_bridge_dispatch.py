@@ -37,13 +37,17 @@ FIRST_HYBRIDEP = (26, 1)
 class HybridEpConfig:
     """The layouts of one model × GPU whose Megatron-Bridge performance config sets
     ``moe_flex_dispatcher_backend`` to ``backend`` (``"hybridep"``, or ``"deepep"``: DeepEP's own
-    kernels, ``moe_deepep``): ``layouts`` as (pp, vpp, ep, micro_batch)."""
+    kernels, ``moe_deepep``): ``layouts`` as (pp, vpp, ep, micro_batch). Where a layout alone
+    cannot tell the config from one that sets no backend, ``recipes`` (the FP8 recipes it is
+    read for, ``""`` for BF16; empty: any) and ``global_batch`` (0: any) narrow it."""
 
     flavor: str
     system: str
     layouts: tuple[tuple[int, int, int, int], ...]
     why: str
     backend: str = "hybridep"
+    recipes: tuple[str, ...] = ()
+    global_batch: int = 0
 
 
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs"
@@ -104,8 +108,13 @@ BRIDGE_HYBRIDEP: tuple[HybridEpConfig, ...] = (
     HybridEpConfig("gpt-oss-120b", "gb300-nvl72", ((1, 1, 16, 4),),
                    "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
                    "gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 "
-                   "(EP 16, MBS 4; 07eea52d); GB200_FP8_MX_V2 sets it at EP 64 MBS 4 too, the "
-                   "layout of the GB200 BF16 configs that do not, so it is not keyed here"),
+                   "(EP 16, MBS 4; 07eea52d)"),
+    HybridEpConfig("gpt-oss-120b", "gb200-nvl72", ((1, 1, 64, 4),),
+                   "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
+                   "gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 "
+                   "(EP 64, MBS 4, GBS 1280; 07eea52d); the GB200 BF16 configs and FP8_MX_V1 (GBS "
+                   "512) at that layout set no backend there, so the MXFP8 recipe and GBS 1280 "
+                   "are keyed too", recipes=("mxfp8",), global_batch=1280),
 )  # fmt: skip
 
 
@@ -115,18 +124,26 @@ def bridge_hybridep(
     release: tuple[int, int],
     stated: dict[str, int],
     out: Defaults,
+    recipe: str = "",
 ) -> bool:
     """Time a Megatron-Bridge row's expert dispatch as HybridEP (``moe_hybridep``, module
     docstring) when its container is 26.01 or later and the layout it states is one of
     :data:`BRIDGE_HYBRIDEP`'s (as DeepEP, ``moe_deepep``, where that config's backend is
     ``"deepep"``); whether it did (the caller checks the text names Megatron-Bridge). A row
-    that sets ``moe_deepep`` or ``moe_hybridep`` itself is left alone."""
+    that sets ``moe_deepep`` or ``moe_hybridep`` itself is left alone. ``recipe``: the row's FP8
+    recipe, ``""`` for BF16 (read where an entry keys :attr:`HybridEpConfig.recipes`)."""
     if release < FIRST_HYBRIDEP or {"moe_deepep", "moe_hybridep"} & set(out.options):
         return False
     get = stated.get
     layout = (get("pp", 1), get("vpp", 1), get("ep", 1), get("micro_batch", 1))
     for config in BRIDGE_HYBRIDEP:
-        if config.flavor == flavor and config.system == system and layout in config.layouts:
+        if (
+            config.flavor == flavor
+            and config.system == system
+            and layout in config.layouts
+            and (not config.recipes or recipe in config.recipes)
+            and config.global_batch in (0, get("global_batch_seqs", 0))
+        ):
             if config.backend == "deepep":
                 out.options["moe_deepep"] = True
                 out.notes.append(

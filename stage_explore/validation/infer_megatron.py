@@ -548,7 +548,7 @@ def megatron_core_defaults(
             _bridge_options(flavor, system, release, named, out)
             _bridge_connections({**parallel, **stated}, system, out)
             qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
-            bridge_hybridep(flavor, system, release, stated, out)
+            recipe = fp8_recipe if precision == "fp8" else ""
+            bridge_hybridep(flavor, system, release, stated, out, recipe)
             if empty:
-                recipe = fp8_recipe if precision == "fp8" else ""
                 bridge_moe_recompute(flavor, system, release, recipe, stated, out)

@@ -85,3 +85,21 @@ def test_deepseek_v3_b200_v2_deepep_layout_takes_deepep() -> None:
     source = "NVIDIA Megatron-Bridge performance summary (25.11 container)"
     before = dict(inferred_case({**ROW, **cells, "source": source}).framework_options)
     assert not before.get("moe_deepep", False)
+
+
+#: GPT-OSS 120B on GB200 at EP 64 MBS 4 (the V1 / V2 configs' layout), a 26.04 row.
+GPT_OSS_GB200 = {"model": "GPT OSS 120B", "gpu": "GB200", "pp": "1", "vpp": "", "ep": "64",
+                 "micro_batch": "4", "num_gpus": "64", "global_batch_seqs": "1280"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("cells", "hybridep"), [
+    ({"precision": "MXFP8"}, True),  # GB200_FP8_MX_V2 (07eea52d)
+    ({"precision": "BF16"}, False),  # GB200_BF16_V2: no backend in 07eea52d
+    ({"precision": "MXFP8", "global_batch_seqs": "512"}, False),  # FP8_MX_V1 = BF16_V1
+])  # fmt: skip
+def test_gpt_oss_gb200_hybridep_keyed_on_recipe_and_batch(
+    cells: dict[str, str], hybridep: bool
+) -> None:
+    """s21 bridgefix (review item 2): GB200_FP8_MX_V2 sets HybridEP at the GB200 BF16 configs'
+    layout (EP 64, MBS 4), so the MXFP8 recipe and its GBS 1280 tell it apart."""
+    assert _on_hybridep({**GPT_OSS_GB200, **cells}) is hybridep
