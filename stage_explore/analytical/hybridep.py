@@ -41,8 +41,12 @@ copied ones (NVLink: the received tokens, :func:`megatron_rate`) the copy's read
 those bytes at the achieved HBM rate is taken out of the Torch API time; the rest of the gap to
 the "Kernel Only" column (the synchronisation, host work) stays, as Megatron-Core pays its own
 (the routing map's all-gather and the metadata preprocessing on every forward call). Over
-InfiniBand the copied bytes are not the counted ones (the table counts per-node sends), so the
-H100 rows keep the Torch API rate.
+InfiniBand (s21 bridgefix) the same call's copy is taken out too, but the table counts per-node
+sends, not the copied tokens: the benchmark times one call and divides both the NVLink bytes
+(the received tokens, the copied ones) and the RDMA bytes by it, so the copy's share of that
+time is the benchmark's received-to-sent ratio (:func:`copied_per_counted`: its routing is
+``torch.randperm(num_experts)[:topk]`` per token, ``NUM_OF_EXPERTS = NUM_LOCAL_EXPERTS ×
+ranks``) times two HBM passes.
 
 Which column. The dispatch figures are BF16's (Megatron-Core hands the flex dispatcher the
 BF16 hidden states; the model's dispatch messages are 2-byte activations); the FP8 dispatch
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import comb
 
 from stage_core.errors import ConfigError
 from stage_explore.system.model import NetworkDim
@@ -117,6 +122,14 @@ HYBRIDEP_RATES: dict[tuple[str, str], tuple[HybridEpRow, ...]] = {
 #: The scale-out dims of :data:`HYBRIDEP_RATES` (a case's ``scale_out`` override replaces them).
 SCALE_OUT_DIMS = ("infiniband-ndr",)
 
+#: The benchmark behind the tables (_README "Test Configuration": TopK 8, Local Experts 8;
+#: deepseek-ai/DeepEP tests/test_hybrid_ep.py 098da2a6 TOPK, NUM_LOCAL_EXPERTS, each token's
+#: experts ``torch.randperm(NUM_OF_EXPERTS)[:TOPK]``) and the H100 table's GPUs per node (16 / 32
+#: / 64 ranks = 2 / 4 / 8 DGX H100 nodes of 8 GPUs).
+BENCH_TOPK = 8
+BENCH_LOCAL_EXPERTS = 8
+BENCH_RANKS_PER_NODE = 8
+
 
 def hybridep_dispatch_kernel(name: str) -> bool:
     """Whether the expert all-to-all ``name`` (``<op>:<tensor>``, a gradient's tensor prefixed
@@ -128,14 +141,31 @@ def hybridep_dispatch_kernel(name: str) -> bool:
     return (tensor.removeprefix("d.") == "moe.tokens") != gradient
 
 
-def hybridep_rate(system: str, dim: NetworkDim, ranks: int, dispatch: bool) -> float | None:
-    """HybridEP's published rate (bytes/s, module docstring's counting) for a group of
-    ``ranks`` GPUs on network dim ``dim`` of ``system`` (a preset's name, or a validation case's
-    derived one, ``gb200-nvl72+scale_up=64``: a smaller NVLink domain of the same links): the
-    row of the largest published rank count not above ``ranks`` (the smallest row for fewer),
-    the dispatch or combine column; None where no table covers that dim (the caller falls back
-    to the dim's own rate), and for a scale-out dim whose bandwidth the case overrides
-    (``+scale_out=…``: a stated NIC, not the measured one)."""
+def copied_per_counted(ranks: int) -> float:
+    """Bytes the Torch API call copies out of (dispatch) or into (combine) the buffer per byte
+    an InfiniBand table counts, in the benchmark at ``ranks`` ranks (module docstring): a rank
+    receives, per token of any rank, one copy if one of the token's :data:`BENCH_TOPK` distinct
+    experts (drawn uniformly from ``E = BENCH_LOCAL_EXPERTS × ranks``) is among its own
+    :data:`BENCH_LOCAL_EXPERTS`, and sends each of its own tokens once per node holding one
+    (``count_rdma_send_from_routing_map``, the local node included): the ratio of
+    ``ranks × P(rank hit)`` to ``nodes × P(node hit)``, exact expectations."""
+    nodes, rest = divmod(ranks, BENCH_RANKS_PER_NODE)
+    if nodes < 2 or rest:
+        raise ConfigError(
+            f"an InfiniBand HybridEP table row needs a multiple of {BENCH_RANKS_PER_NODE} ranks "
+            f"over at least 2 nodes, but got {ranks!r}"
+        )
+    experts = BENCH_LOCAL_EXPERTS * ranks
+    draws = comb(experts, BENCH_TOPK)
+    rank_hit = 1.0 - comb(experts - BENCH_LOCAL_EXPERTS, BENCH_TOPK) / draws
+    per_node = BENCH_LOCAL_EXPERTS * BENCH_RANKS_PER_NODE
+    node_hit = 1.0 - comb(experts - per_node, BENCH_TOPK) / draws
+    return ranks * rank_hit / (nodes * node_hit)
+
+
+def hybridep_row(system: str, dim: NetworkDim, ranks: int) -> HybridEpRow | None:
+    """The published row :func:`hybridep_rate` reads for a group of ``ranks`` GPUs on ``dim``
+    of ``system``, or None where no table covers it."""
     if ranks < 2:
         raise ConfigError(f"a HybridEP group needs at least 2 ranks, but got {ranks!r}")
     base, *overrides = system.split("+")
@@ -148,19 +178,35 @@ def hybridep_rate(system: str, dim: NetworkDim, ranks: int, dispatch: bool) -> f
     for candidate in rows:
         if candidate.ranks <= ranks:
             row = candidate
+    return row
+
+
+def hybridep_rate(system: str, dim: NetworkDim, ranks: int, dispatch: bool) -> float | None:
+    """HybridEP's published rate (bytes/s, module docstring's counting) for a group of
+    ``ranks`` GPUs on network dim ``dim`` of ``system`` (a preset's name, or a validation case's
+    derived one, ``gb200-nvl72+scale_up=64``: a smaller NVLink domain of the same links): the
+    row of the largest published rank count not above ``ranks`` (the smallest row for fewer),
+    the dispatch or combine column; None where no table covers that dim (the caller falls back
+    to the dim's own rate), and for a scale-out dim whose bandwidth the case overrides
+    (``+scale_out=…``: a stated NIC, not the measured one)."""
+    row = hybridep_row(system, dim, ranks)
+    if row is None:
+        return None
     return row.dispatch_bytes_per_s if dispatch else row.combine_bytes_per_s
 
 
-def megatron_rate(rate: float, dim: NetworkDim, hbm_bytes_per_s: float) -> float:
+def megatron_rate(
+    rate: float, dim: NetworkDim, hbm_bytes_per_s: float, table_ranks: int = 0
+) -> float:
     """The rate (bytes/s, the table's counting) Megatron-Core's ``dispatch_with_permute`` /
-    ``combine_with_unpermute`` reach on dim ``dim`` for a published Torch API ``rate``: on an
-    NVLink table the Torch API call's device-to-device copy of the counted bytes (a read and a
-    write at ``hbm_bytes_per_s``, the achieved HBM rate) taken out, since the model charges the
-    permute that replaces it as its own op (module docstring); a scale-out dim's rate as
-    published (its counted bytes are not the copied ones)."""
-    if dim.name in SCALE_OUT_DIMS:
-        return rate
-    seconds_per_byte = 1.0 / rate - 2.0 / hbm_bytes_per_s
+    ``combine_with_unpermute`` reach on dim ``dim`` for a published Torch API ``rate``: the
+    Torch API call's device-to-device copy (a read and a write at ``hbm_bytes_per_s``, the
+    achieved HBM rate) taken out, since the model charges the permute that replaces it as its
+    own op (module docstring). On an NVLink table the copied bytes are the counted ones; on a
+    scale-out dim :func:`copied_per_counted` of the table row's ``table_ranks`` per counted
+    byte (s21 bridgefix)."""
+    copied = copied_per_counted(table_ranks) if dim.name in SCALE_OUT_DIMS else 1.0
+    seconds_per_byte = 1.0 / rate - 2.0 * copied / hbm_bytes_per_s
     if seconds_per_byte <= 0.0:
         raise ConfigError(
             f"HybridEP's published {rate:.4g} B/s on {dim.name!r} needs an HBM rate above "
@@ -176,8 +222,15 @@ def hybridep_level_rates(
     all-to-all over ``ranks`` GPUs: its published rate as Megatron-Core's path pays it
     (:func:`megatron_rate`, the achieved HBM rate ``hbm_bytes_per_s``), or None where it falls
     back to the dim's own (:func:`hybridep_rate`)."""
-    rates = [hybridep_rate(system, dim, ranks, dispatch) for dim in dims]
+    rows = [hybridep_row(system, dim, ranks) for dim in dims]
     return tuple(
-        None if rate is None else megatron_rate(rate, dim, hbm_bytes_per_s)
-        for dim, rate in zip(dims, rates, strict=True)
+        None
+        if row is None
+        else megatron_rate(
+            row.dispatch_bytes_per_s if dispatch else row.combine_bytes_per_s,
+            dim,
+            hbm_bytes_per_s,
+            row.ranks,
+        )
+        for dim, row in zip(dims, rows, strict=True)
     )

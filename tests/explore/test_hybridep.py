@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from stage_core.errors import ConfigError
@@ -17,6 +18,7 @@ from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.hybridep import (
     HYBRIDEP_SMS,
+    copied_per_counted,
     hybridep_dispatch_kernel,
     hybridep_level_rates,
     hybridep_rate,
@@ -172,13 +174,50 @@ def test_megatron_s_path_drops_the_torch_api_copy(system: str, ranks: int, dispa
     assert hybridep_level_rates(system, [dim], ranks, dispatch, hbm) == (rate,)
 
 
-def test_infiniband_keeps_the_torch_api_rate() -> None:
-    """Over InfiniBand the table counts per-node sends, not the copied tokens: H100's rate as
-    published; a level without a table still falls back (None)."""
+# s21 bridgefix: the H100 InfiniBand "Kernel Only" columns (16 SMs, BF16 dispatch / combine,
+# GB/s) per ranks: deepseek-ai/DeepEP docs/README_Hybrid-EP.md 41cad944 "H100 Platform"
+IB_KERNEL_ONLY = {16: (71.71, 62.95), 32: (57.69, 57.46), 64: (49.97, 49.77)}
+
+
+@pytest.mark.parametrize("ranks", sorted(IB_KERNEL_ONLY))
+@pytest.mark.parametrize("dispatch", [True, False])
+def test_infiniband_drops_the_copy_of_the_received_tokens(ranks: int, dispatch: bool) -> None:
+    """Over InfiniBand the Torch API call copies the rank's received tokens too, but the table
+    counts per-node sends: the copy per counted byte is the benchmark's received-to-sent ratio,
+    and the rate lands between the Torch API and the Kernel Only figures; the NVLink level
+    still falls back (None)."""
     spec = load_system("h100-80gb")
     hbm = spec.accelerator.achieved_memory_bandwidth_bytes_per_s
-    rates = hybridep_level_rates("h100-80gb", spec.network[:2], 16, True, hbm)
-    assert rates == (None, pytest.approx(54.47e9, rel=1e-12))
+    ib = spec.network[1]
+    torch_api = hybridep_rate("h100-80gb", ib, ranks, dispatch)
+    assert torch_api is not None
+    rates = hybridep_level_rates("h100-80gb", spec.network[:2], ranks, dispatch, hbm)
+    assert rates[0] is None
+    rate = rates[1]
+    assert rate is not None
+    copied = copied_per_counted(ranks)
+    assert 1.0 / rate == pytest.approx(1.0 / torch_api - 2.0 * copied / hbm, rel=1e-12)
+    kernel_only = IB_KERNEL_ONLY[ranks][0 if dispatch else 1] * 1e9
+    assert torch_api < rate < kernel_only
+
+
+@pytest.mark.parametrize("ranks", [16, 32, 64])
+def test_copied_per_counted_matches_the_benchmark_routing(ranks: int) -> None:
+    """The exact expectation against the benchmark's own routing drawn at random (each token's
+    8 experts a random permutation's first 8 of 8 per rank; a rank's received tokens over its
+    tokens' distinct destination nodes)."""
+    rng = np.random.default_rng(7)
+    tokens, experts = 2048, 8 * ranks
+    picks = np.argsort(rng.random((ranks * tokens, experts)), axis=1)[:, :8]
+    rank_of = picks // 8
+    received = sum(len(np.unique(row)) for row in rank_of) / ranks
+    sent = sum(len(np.unique(row // 8)) for row in rank_of) / ranks
+    assert copied_per_counted(ranks) == pytest.approx(received / sent, rel=0.01)
+
+
+def test_copied_per_counted_refuses_a_non_table_rank_count() -> None:
+    with pytest.raises(ConfigError, match="multiple of 8 ranks over at least 2 nodes"):
+        copied_per_counted(12)
 
 
 def test_an_hbm_rate_too_slow_for_the_copy_is_refused() -> None:
