@@ -165,28 +165,11 @@ class NetworkDim:
                     f"but got size={self.size}"
                 )
 
-    def _check_by_ranks(self, label: str) -> None:
-        pairs = self.bus_efficiency_by_ranks
-        if pairs and self.bus_efficiency is None:
-            raise ConfigError(f"{label} `bus_efficiency_by_ranks` needs `bus_efficiency` as well")
+    def _check_rank_keys(self, key: str, ranks_list: list[int]) -> None:
+        """A per-group-size table's keys: whole rank counts from 2 to this dim's size, each
+        once; ``key`` names the table in the one-line error."""
         seen: set[int] = set()
-        for ranks, fraction in pairs:
-            if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= self.size:
-                raise ConfigError(
-                    f"{label} `bus_efficiency_by_ranks` keys must be rank counts from 2 to the "
-                    f"dim's size {self.size}, but got {ranks!r}"
-                )
-            if ranks in seen:
-                raise ConfigError(f"{label} `bus_efficiency_by_ranks` lists {ranks} ranks twice")
-            seen.add(ranks)
-            check_fraction(fraction, f"{label} `bus_efficiency_by_ranks.{ranks}`")
-
-    def _check_channels_by_ranks(self, label: str) -> None:
-        key = f"{label} `nccl_channels_by_ranks`"
-        if self.nccl_channels_by_ranks and self.nccl_channels is None:
-            raise ConfigError(f"{key} needs `nccl_channels` as well")
-        seen: set[int] = set()
-        for ranks, channels in self.nccl_channels_by_ranks:
+        for ranks in ranks_list:
             if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= self.size:
                 raise ConfigError(
                     f"{key} keys must be rank counts from 2 to the dim's size {self.size}, "
@@ -195,6 +178,21 @@ class NetworkDim:
             if ranks in seen:
                 raise ConfigError(f"{key} lists {ranks} ranks twice")
             seen.add(ranks)
+
+    def _check_by_ranks(self, label: str) -> None:
+        pairs = self.bus_efficiency_by_ranks
+        if pairs and self.bus_efficiency is None:
+            raise ConfigError(f"{label} `bus_efficiency_by_ranks` needs `bus_efficiency` as well")
+        self._check_rank_keys(f"{label} `bus_efficiency_by_ranks`", [n for n, _ in pairs])
+        for ranks, fraction in pairs:
+            check_fraction(fraction, f"{label} `bus_efficiency_by_ranks.{ranks}`")
+
+    def _check_channels_by_ranks(self, label: str) -> None:
+        key = f"{label} `nccl_channels_by_ranks`"
+        if self.nccl_channels_by_ranks and self.nccl_channels is None:
+            raise ConfigError(f"{key} needs `nccl_channels` as well")
+        self._check_rank_keys(key, [n for n, _ in self.nccl_channels_by_ranks])
+        for ranks, channels in self.nccl_channels_by_ranks:
             if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
                 raise ConfigError(f"{key}.{ranks} must be an integer >= 1, but got {channels!r}")
 
