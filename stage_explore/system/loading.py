@@ -60,6 +60,7 @@ from stage_explore.system.model import (
 )
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 
 _TOP_KEYS = ("name", "description", "price_per_gpu_hour", "power_w", "accelerator", "network")
 _ACCELERATOR_KEYS = (
@@ -336,24 +337,24 @@ def _network_dim(table: _Table) -> NetworkDim:
     return _build(table, NetworkDim, values)
 
 
-def _channels_by_ranks(table: _Table) -> tuple[tuple[int, int], ...]:
-    """``{"2" = 32, "4" = 24}`` → ``((2, 32), (4, 24))``: rank counts as keys, integers."""
+def _rank_keyed(table: _Table, read: Callable[[str], _V]) -> tuple[tuple[int, _V], ...]:
+    """``{"2" = a, "8" = b}`` → ``((2, read("2")), (8, read("8")))``: rank counts as keys."""
     pairs = []
     for key in table.data:
         if not key.isdigit():
             raise table.fail(key, f"must be a rank count (an integer), but got {key!r}")
-        pairs.append((int(key), table.integer(key)))
+        pairs.append((int(key), read(key)))
     return tuple(sorted(pairs))
+
+
+def _channels_by_ranks(table: _Table) -> tuple[tuple[int, int], ...]:
+    """``{"2" = 32, "4" = 24}`` → ``((2, 32), (4, 24))``: rank counts as keys, integers."""
+    return _rank_keyed(table, table.integer)
 
 
 def _by_ranks(table: _Table) -> tuple[tuple[int, float], ...]:
     """``{"2" = 0.64, "8" = 0.75}`` → ``((2, 0.64), (8, 0.75))``: rank counts as keys."""
-    pairs = []
-    for key in table.data:
-        if not key.isdigit():
-            raise table.fail(key, f"must be a rank count (an integer), but got {key!r}")
-        pairs.append((int(key), table.number(key)))
-    return tuple(sorted(pairs))
+    return _rank_keyed(table, table.number)
 
 
 def data_has_value(table: _Table, key: str) -> bool:
