@@ -37,7 +37,7 @@ support = import_module(
 RAY = Path(sys.executable).with_name("ray")
 TRIALS = 48
 KILL_AFTER = 14
-#: How long each synthetic evaluation sleeps (the kill lands inside one).
+#: How long each synthetic evaluation sleeps (the kill lands inside one, held there).
 SLEEP_S = 0.15
 #: Fast node-death detection for the test cluster (Ray's defaults take ~30 s to notice).
 SYSTEM_CONFIG = (
@@ -165,20 +165,15 @@ def _wait_for_nodes(count: int, timeout_s: float, *, exactly: bool = False) -> N
 def _wait_for_busy(
     cluster: LocalRayCluster, node: subprocess.Popen[bytes], busy_dir: Path, timeout_s: float
 ) -> None:
-    """Wait until one of ``node``'s processes has just started an evaluation: its busy file
-    exists and is younger than a third of the evaluation's sleep, so the kill lands well
-    before the evaluation could end (a kill in its last milliseconds would lose nothing)."""
+    """Wait until one of ``node``'s processes is mid-evaluation (its busy file exists). The
+    caller holds the evaluations first (the backend's hold file), so that evaluation cannot end
+    before the kill: no race against the evaluation's sleep on a loaded machine."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         members = set(_session(node.pid))
-        for path in busy_dir.iterdir():
-            try:
-                age_s = time.time() - path.stat().st_mtime
-            except FileNotFoundError:  # that evaluation just ended
-                continue
-            if int(path.name) in members and age_s < SLEEP_S / 3:
-                return
-        time.sleep(0.002)
+        if any(int(path.name) in members for path in busy_dir.iterdir()):
+            return
+        time.sleep(0.05)
     print(cluster.log())
     raise AssertionError(f"the worker node started no evaluation within {timeout_s} s")
 
@@ -192,10 +187,11 @@ def test_study_on_two_nodes_survives_a_node_killed_midway(
     worker_node = cluster.add_node()
     busy_dir = tmp_path / "busy"
     busy_dir.mkdir()
+    hold = tmp_path / "hold"
     text = support.study_text(
         trials=TRIALS,
         batch_size=6,
-        options=f'sleep_s = {SLEEP_S}, busy_dir = "{busy_dir}"',
+        options=f'sleep_s = {SLEEP_S}, busy_dir = "{busy_dir}", hold_file = "{hold}"',
         executor=f'kind = "ray"\naddress = "{cluster.address}"\nchunk_size = 1\n'
         "connect_timeout_s = 60",
     )
@@ -213,9 +209,14 @@ def test_study_on_two_nodes_survives_a_node_killed_midway(
         if not killed_at and progress.done >= KILL_AFTER:
             killed_at.append(progress.done)
             # kill while the node is mid-evaluation: a node killed between two tasks loses
-            # none (Ray re-leases a task not yet started), and the retry is what is tested
-            _wait_for_busy(cluster, worker_node, busy_dir, timeout_s=10)
-            cluster.kill(worker_node)
+            # none (Ray re-leases a task not yet started), and the retry is what is tested;
+            # the hold keeps every evaluation that has started in flight until the kill
+            hold.touch()
+            try:
+                _wait_for_busy(cluster, worker_node, busy_dir, timeout_s=60)
+                cluster.kill(worker_node)
+            finally:
+                hold.unlink()
             # hold the study until Ray's health check marks the node dead (~3 s with
             # SYSTEM_CONFIG, longer on a loaded machine), so that the rest of the study, not a
             # race against it, decides whether the progress line notices the death

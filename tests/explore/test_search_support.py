@@ -39,11 +39,15 @@ class SyntheticBackend(BaseBackend):
         reject_pp: int = 0,
         capacity_gib: float = 80.0,
         busy_dir: str = "",
+        hold_file: str = "",
     ) -> None:
         self.sleep_s = sleep_s
         #: while an evaluation sleeps, a file named after its process id sits in this folder
         #: (a test that kills a node waits until that node is mid-evaluation)
         self.busy_dir = Path(busy_dir) if busy_dir else None
+        #: while this file exists, an evaluation that has slept stays busy (at most 60 s): a test
+        #: holds the evaluations in flight, so a node it kills is certainly mid-evaluation
+        self.hold_file = Path(hold_file) if hold_file else None
         self.fail_tp = fail_tp
         self.reject_pp = reject_pp
         self.capacity_bytes = int(capacity_gib * GIB)
@@ -69,6 +73,11 @@ class SyntheticBackend(BaseBackend):
                 busy.touch()
                 try:
                     time.sleep(self.sleep_s)
+                    deadline = time.monotonic() + 60
+                    while self.hold_file is not None and self.hold_file.exists():
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"{self.hold_file} held an evaluation for 60 s")
+                        time.sleep(0.01)
                 finally:
                     busy.unlink(missing_ok=True)
         gpus, tp, pp, cp = p["num_gpus"], p["tp"], p["pp"], p["cp"]
