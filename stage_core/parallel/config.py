@@ -45,10 +45,12 @@ Conventions (Megatron-core unless stated):
   (:attr:`ParallelConfig.sequence_parallel`).
 - **Context parallelism** splits each sequence into ``2·cp`` chunks for causal load balance,
   whatever ``cp_style``: ``2·cp`` must divide the sequence length.
-- **Pipeline split.** ``pp_layers`` (one count per stage or per model chunk), else
-  ``pp_first_layers``/``pp_last_layers`` (Megatron's ``--decoder-first/last-pipeline-num-layers``),
-  else the ``pp_split`` policy decide each stage's layers (:mod:`stage_core.parallel.split`);
-  the default splits evenly when it can and otherwise lightens the two end stages.
+- **Pipeline split.** ``pp_layout`` (Megatron-Core's layout string,
+  :mod:`stage_core.parallel.layout`), else ``pp_layers`` (one count per stage or per model
+  chunk), else ``pp_first_layers``/``pp_last_layers`` (Megatron's
+  ``--decoder-first/last-pipeline-num-layers``), else the ``pp_split`` policy decide each
+  stage's layers (:mod:`stage_core.parallel.split`); the default splits evenly when it can and
+  otherwise lightens the two end stages.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from stage_core.mesh import Mesh, MeshAxis
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config_fields import DEFAULT_AXIS_ORDER as DEFAULT_AXIS_ORDER
 from stage_core.parallel.config_fields import field_problems
+from stage_core.parallel.layout import layout_problems
 from stage_core.parallel.model_rules import model_violations
 from stage_core.parallel.split import PipelineSplit, cached_split_layers
 
@@ -139,7 +142,7 @@ class ParallelConfig:
     18 bytes of model state per parameter); false keeps them in the compute precision (the
     ZeRO paper's 16 bytes). ``etp`` is the experts' tensor-parallel size (None: ``tp``,
     Megatron's default; :attr:`expert_tp`); ``moe_dispatcher`` Megatron-Core's MoE token
-    dispatcher (:class:`MoeDispatcher`). ``pp_layers``, ``pp_first_layers``,
+    dispatcher (:class:`MoeDispatcher`). ``pp_layout``, ``pp_layers``, ``pp_first_layers``,
     ``pp_last_layers`` and ``pp_split`` choose each pipeline stage's layers (:meth:`stage_layers`).
     """
 
@@ -179,6 +182,11 @@ class ParallelConfig:
     pp_layers: tuple[int, ...] = ()
     pp_first_layers: int | None = None
     pp_last_layers: int | None = None
+    #: Megatron-Core's ``--pipeline-model-parallel-layout``: every virtual stage's layers as a
+    #: string (``'Et*4|(t*4|)*14tmL'``: E embedding, t decoder layer, m MTP layer, L loss; ``|``
+    #: between the ``pp·vpp`` stages in global order), :mod:`stage_core.parallel.layout`.
+    #: Empty: none (``pp_layers``, the first/last counts or ``pp_split`` decide).
+    pp_layout: str = ""
     #: Megatron-Core's ``--recompute-modules`` under ``recompute='selective'`` (names in
     #: :data:`RECOMPUTE_MODULES`); empty: its default, the core attention (``core_attn``).
     recompute_modules: tuple[str, ...] = ()
@@ -298,7 +306,29 @@ class ParallelConfig:
             )
         if ends and pp == 1:
             problems.append(f"`pp_first_layers`/`pp_last_layers` need `pp` > 1, but got ({pp=})")
-        return problems
+        return problems + self._layout_problems()
+
+    def _layout_problems(self) -> list[str]:
+        """``pp_layout``'s own rules (:func:`~stage_core.parallel.layout.layout_problems`) and
+        its exclusion of the other split options (Megatron-Core's TransformerConfig refuses a
+        layout beside the first/last-stage counts or the embedding/loss accounting)."""
+        layout = self.pp_layout
+        if not layout:
+            return []
+        others = {
+            "pp_layers": list(self.pp_layers) or None,
+            "pp_first_layers": self.pp_first_layers,
+            "pp_last_layers": self.pp_last_layers,
+        }
+        given = [f"{name}={value}" for name, value in others.items() if value is not None]
+        if self.pp_split not in (PipelineSplit.AUTO, PipelineSplit.EVEN):
+            given.append(f"pp_split='{self.pp_split}'")
+        if given:
+            return [
+                f"`pp_layout` spells out every stage's layers and takes no other split option, "
+                f"but got pp_layout={layout!r} with {', '.join(given)}"
+            ]
+        return layout_problems(layout, self.pp, self.vpp)
 
     def _hybrid_shard_problems(self) -> list[str]:
         dp, dp_shard, zero = self.dp, self.dp_shard, self.zero
@@ -416,6 +446,7 @@ class ParallelConfig:
             self.pp_first_layers,
             self.pp_last_layers,
             self.pp_layers,
+            self.pp_layout,
         )
 
     # ------------------------------------------------------------------ meshes

@@ -130,7 +130,7 @@ def field_problems(config: ParallelConfig) -> list[str]:
 
 def _split_problems(config: ParallelConfig) -> list[str]:
     """The pipeline split's field problems (``pp_layers``, ``pp_first_layers``,
-    ``pp_last_layers``); a valid ``pp_layers`` list is stored as a tuple."""
+    ``pp_last_layers``, ``pp_layout``); a valid ``pp_layers`` list is stored as a tuple."""
     problems: list[str] = []
     listed: object = config.pp_layers
     counts = tuple(listed) if isinstance(listed, tuple | list) else None
@@ -144,6 +144,9 @@ def _split_problems(config: ParallelConfig) -> list[str]:
         value = getattr(config, name)
         if value is not None and (not _is_int(value) or value < 0):
             problems.append(f"`{name}` must be a non-negative int or None, but got {value!r}")
+    layout: object = config.pp_layout
+    if not isinstance(layout, str):
+        problems.append(f"`pp_layout` must be a layout string or '', but got {layout!r}")
     return problems
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from stage_core.errors import ConfigError
 from stage_core.models.layers import Ffn
 from stage_core.models.spec import ModelSpec
+from stage_core.parallel.layout import layout_mtp
 
 if TYPE_CHECKING:
     from stage_core.parallel.config import ParallelConfig
@@ -56,6 +57,12 @@ def model_violations(config: ParallelConfig, model: ModelSpec) -> tuple[str, ...
     except ConfigError as error:
         problems.append(str(error))
     else:
+        mtp = layout_mtp(config.pp_layout) if config.pp_layout else model.mtp_layers
+        if mtp != model.mtp_layers:
+            problems.append(
+                f"`pp_layout` must place the model's {model.mtp_layers} MTP layers ('m'), but "
+                f"got {mtp} in pp_layout={config.pp_layout!r}"
+            )
         count = config.recompute_num_layers
         every = config.recompute_method in ("every", "spread")  # counted over a rank's blocks
         limit = min(sum(counts[r :: config.pp]) for r in range(config.pp)) if every else min(counts)

@@ -35,7 +35,8 @@ exactly Megatron's embedding-and-loss split — the one Meta used for Llama 3.1 
 (126 layers on 16 stages: "we reduce one Transformer layer each from the first and the last
 stages", Llama Team 2024, arXiv 2407.21783, Section 3.3.2). Any ``ends`` split with ``vpp = 1``
 is expressible with Megatron's first/last-stage options; with ``vpp > 1`` it needs Megatron's
-``--pipeline-model-parallel-layout``.
+``--pipeline-model-parallel-layout`` (``pp_layout``, :mod:`stage_core.parallel.layout`), which
+spells out every stage's layers and is taken as given.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 from stage_core.errors import ConfigError
+from stage_core.parallel.layout import layout_layers
 
 
 class PipelineSplit(StrEnum):
@@ -164,6 +166,21 @@ def _first_last(
     return _per_rank(counts, pp, vpp, f"first/last-stage layers {given}")
 
 
+def _layout(layers: int, stages: int, layout: str) -> tuple[int, ...]:
+    counts = layout_layers(layout)
+    if len(counts) != stages:
+        raise ConfigError(
+            f"`pp_layout` must list pp·vpp = {stages} stages, but got {len(counts)} in "
+            f"pp_layout={layout!r}"
+        )
+    if sum(counts) != layers:
+        raise ConfigError(
+            f"`pp_layout` must place the model's {layers} decoder layers ('t'), but got "
+            f"{sum(counts)} in pp_layout={layout!r}"
+        )
+    return counts
+
+
 def _explicit(layers: int, pp: int, vpp: int, explicit: Sequence[int]) -> tuple[int, ...]:
     listed = list(explicit)
     if sum(listed) != layers:
@@ -190,11 +207,14 @@ def cached_split_layers(
     first: int | None,
     last: int | None,
     explicit: tuple[int, ...],
+    layout: str = "",
 ) -> tuple[int, ...]:
     """:func:`split_layers` memoised (a pure function of hashable arguments; a configuration's
     split is asked for by its validation and again by its workload, for every candidate of a
     search); a :class:`ConfigError` is raised again on each call."""
-    return split_layers(layers, pp, vpp, split=split, first=first, last=last, explicit=explicit)
+    return split_layers(
+        layers, pp, vpp, split=split, first=first, last=last, explicit=explicit, layout=layout
+    )
 
 
 def split_layers(
@@ -206,16 +226,21 @@ def split_layers(
     first: int | None = None,
     last: int | None = None,
     explicit: Sequence[int] = (),
+    layout: str = "",
 ) -> tuple[int, ...]:
     """The layers of each global virtual stage ``v·pp + r`` (``pp·vpp`` counts summing to
-    ``layers``). ``explicit`` wins, then ``first``/``last``, then the ``split`` policy.
+    ``layers``). A Megatron-Core ``layout`` string (:mod:`stage_core.parallel.layout`, its
+    stage count and tokens already checked by the configuration) wins, then ``explicit``, then
+    ``first``/``last``, then the ``split`` policy.
 
     Every stage holds at least one layer except the first and the last, which may hold only
     the embedding or the head (as Megatron's embedding/loss accounting allows).
     """
     stages = pp * vpp
     policy = PipelineSplit(split)
-    if explicit:
+    if layout:
+        counts = _layout(layers, stages, layout)
+    elif explicit:
         counts = _explicit(layers, pp, vpp, explicit)
     elif first is not None or last is not None:
         counts = _first_last(layers, pp, vpp, first, last)

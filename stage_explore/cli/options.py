@@ -9,7 +9,7 @@ Contents:
   --micro-batch --global-batch
   --cp-style --precision --fp8-recipe --fp8-gemms``,
   and the pipeline split
-  ``--pp-layers --pp-first-layers --pp-last-layers --pp-split``.
+  ``--pp-layout --pp-layers --pp-first-layers --pp-last-layers --pp-split``.
 - :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
 
 Subcommands call all three, so the options are spelled, defaulted and checked the same way
@@ -223,6 +223,14 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "fprop,dgrad,wgrad (default all three; the others run in BF16)",
     )
     group.add_argument(
+        "--pp-layout",
+        default="",
+        metavar="LAYOUT",
+        help="every virtual stage's layers as Megatron-Core's --pipeline-model-parallel-layout "
+        "string, e.g. 'Et*4|(t*4|)*14tmL' (E embedding, t decoder layer, m MTP layer, L loss, "
+        "'|' between the pp·vpp stages); excludes the other split options",
+    )
+    group.add_argument(
         "--pp-layers",
         default=None,
         metavar="N,N,…",
@@ -301,6 +309,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         pp_layers=parse_pp_layers(args.pp_layers),
         pp_first_layers=args.pp_first_layers,
         pp_last_layers=args.pp_last_layers,
+        pp_layout=args.pp_layout,
     )
     config.validate(model)
     return config.resolve(model), config

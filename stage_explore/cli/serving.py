@@ -36,6 +36,7 @@ _TRAINING_ONLY: dict[str, Any] = {
     "micro_batch": 1, "global_batch": None,
     "cp_style": "allgather", "fp8_recipe": "delayed", "fp8_gemms": "fprop,dgrad,wgrad",
     "pp_layers": None, "pp_first_layers": None, "pp_last_layers": None, "pp_split": "auto",
+    "pp_layout": "",
     "fp32_grads": True, "framework": None, "moe_load_imbalance": None, "moe_deepep": False,
     "moe_hybridep": False,
     "astra_sim_variant": None, "compare": False,

@@ -7,10 +7,11 @@ used. A row that names a Megatron-Bridge container, leaves its ``recompute`` cel
 states exactly a config's pipeline, virtual pipeline, expert-parallel and micro-batch sizes
 takes that config's modules (:data:`BRIDGE_MOE_RECIPES`); a row whose layout is no stored
 config's is left as it was (what it ran is not known). The same files set what the model has
-no mechanism for — ``pp_layout`` (the embedding and loss in their own pipeline chunks) and
-``cuda_graph_scope`` — which the row's assumption names as not modelled rather than faking them;
-their ``moe_flex_dispatcher_backend="hybridep"`` is read by
-:mod:`~stage_explore.validation.infer_bridge_dispatch` (6 Dec 2026, s21 mbxrecipe)."""
+no mechanism for — ``cuda_graph_scope`` — which the row's assumption names as not modelled
+rather than faking it; their ``moe_flex_dispatcher_backend="hybridep"`` is read by
+:mod:`~stage_explore.validation.infer_bridge_dispatch` (6 Dec 2026, s21 mbxrecipe) and their
+``pp_layout`` (with the recipe's own layouts) by
+:mod:`~stage_explore.validation.infer_bridge_layout` (6 Dec 2026, s22 pplayout)."""
 
 from __future__ import annotations
 
@@ -76,8 +77,8 @@ BRIDGE_MOE_RECIPES: tuple[MoeRecipe, ...] = (
         "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (MBS 2, PP 2 VP 8, EP 32; FP8_MX_V1 / _V2 alias it "
         "at f0e2c37e; the later 04264182 FP8_MX_V1 runs MBS 1 without recompute): "
         "recompute_modules ['mla_up_proj']",
-        HYBRIDEP + "; pp_layout 'Et*4|(t*4|)*14tmL' (embedding and loss in chunks of their "
-        "own; not modelled)",
+        HYBRIDEP + "; CUDA graphs off (cuda_graph_scope []); its pp_layout is read by "
+        "infer_bridge_layout",
     ),
     MoeRecipe(
         "gpt-oss-120b", ("gb200-nvl72",), (26, 1), ("",), (1, 1, 64, 4), ("layernorm", "moe_act"),

@@ -20,9 +20,10 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_bridge_dispatch import bridge_hybridep, qwen3_a2a_overlap
+from stage_explore.validation.infer_bridge_layout import bridge_deepseek_layout
 from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
 from stage_explore.validation.infer_buckets import stated_bucket
-from stage_explore.validation.infer_fields import names_bridge
+from stage_explore.validation.infer_fields import NO_MTP, names_bridge
 from stage_explore.validation.infer_launcher import (
     launcher_config,
     launcher_grad_sync,
@@ -550,5 +551,7 @@ def megatron_core_defaults(
             qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
             recipe = fp8_recipe if precision == "fp8" else ""
             bridge_hybridep(flavor, system, release, stated, out, recipe)
+            no_mtp = NO_MTP.search(row.get("model", "").strip().lower())
+            bridge_deepseek_layout(flavor, system, 0 if no_mtp else spec.mtp_layers, stated, out)
             if empty:
                 bridge_moe_recompute(flavor, system, release, recipe, stated, out)

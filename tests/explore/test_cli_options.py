@@ -24,7 +24,7 @@ EXPECTED_FLAGS = {
     "--micro-batch", "--global-batch", "--cp-style", "--precision",
     "--fp8-recipe", "--fp8-gemms",
     "--fp32-grads", "--no-fp32-grads",
-    "--pp-layers", "--pp-first-layers", "--pp-last-layers", "--pp-split",
+    "--pp-layout", "--pp-layers", "--pp-first-layers", "--pp-last-layers", "--pp-split",
 }  # fmt: skip
 
 

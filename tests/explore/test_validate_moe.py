@@ -58,6 +58,7 @@ def test_the_deepseek_row_runs_megatron_bridges_layout_with_its_mtp_module() -> 
     p = case.parallel
     assert (p.tp, p.pp, p.vpp, p.dp, p.ep, p.etp) == (2, 8, 4, 64, 64, 1)
     assert p.stage_layers(case.model) == (1, *[2] * 30, 0)
+    assert p.pp_layout == "Et|(tt|)*30mL"
     assert str(p.fp8_recipe) == "blockwise"
 
 
