@@ -34,7 +34,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.system.model import System
-from stage_explore.validation.csv_cells import read_csv
+from stage_explore.validation.csv_cells import ragged_reason, read_csv
 from stage_explore.validation.infer_fields import Uninferable, infer_model, infer_precision
 from stage_explore.validation.run import BackendFactory, RowResult, evaluate_cases
 from stage_explore.validation.setups import (
@@ -454,7 +454,9 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
     """The runs of a user's CSV (``published_runs.csv`` columns; each row's metric is the first
     of ``iter_time_s``, ``tflops_per_gpu`` (Megatron model FLOPs), ``tokens_per_s_per_gpu``
     whose cell it fills, so a file with all three columns may measure each run differently). A
-    run's ``model`` cell is read by :func:`read_model`; the row's dims override the flavor's."""
+    run's ``model`` cell is read by :func:`read_model`; the row's dims override the flavor's. A
+    row with more cells than the header is a one-line :class:`ConfigError` (as a configured
+    source's row: :func:`~stage_explore.validation.csv_cells.ragged_reason`)."""
     rows = read_csv(path)
     if not rows:
         raise ConfigError(f"{str(path)!r} has no runs")
@@ -467,6 +469,9 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
     for i, row in enumerate(rows):
         row.setdefault("id", "")
         row["id"] = row["id"] or f"run-{i + 1}"
+        ragged = ragged_reason(row)  # its cells would be read shifted (s22 review: a traceback)
+        if ragged:
+            raise ConfigError(f"{str(path)!r} row {i + 1} ({row['id']}): {ragged}")
         model = read_model(row, framework, model_base)
         precision, recipe = _precision(row, path, framework)
         source = SourceSetup(

@@ -52,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--model-base",
         default="megatron-gpt-1.7b",
         help="flavor giving the block structure when a row's `model` cell is empty or names "
-        "no model stage validate --data reads (a flavor, or e.g. 'Llama 3.1 8B')",
+        "no model stage validate --data reads (a flavor name, e.g. llama3-8b; a model name "
+        "such as 'Llama 3.1 8B' goes in the `model` cell)",
     )
     parser.add_argument("--out", type=Path, default=None, help="write the fitted system here")
     parser.add_argument(
@@ -89,6 +90,7 @@ def _model_notes(reads: Mapping[str, ModelRead], model_base: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from stage_core.errors import ConfigError
+    from stage_core.models import get_flavor
     from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK
     from stage_explore.calibrate import (
         calibrated_name,
@@ -115,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
         if args.out.is_dir():
             raise ConfigError(f"--out {args.out}: expected the system file to write, got a folder")
         writable_folder(args.out.parent, "--out")
+    try:  # checked before any run needs it (s22 review: a bad name passed unseen until then)
+        get_flavor(args.model_base)
+    except ConfigError as error:
+        raise ConfigError(f"--model-base: {error} (expected a flavor name)") from None
     system = load_system(args.system)
     framework = args.framework or DEFAULT_FRAMEWORK
     cases = user_cases(args.runs, args.system, framework, args.model_base)

@@ -49,6 +49,20 @@ _SERVING_ONLY: dict[str, Any] = {
 }  # fmt: skip
 #: Options of the steady state alone (``--phase serve``): a single step refuses other values.
 _SERVE_ONLY = ("output_len", "prefill_instances", "decode_instances")
+#: Serving options a phase ignores, with the phases that read them and what the phase reads
+#: instead: a decode step runs over ``context_len`` cached tokens (no prompt, no chunk), the
+#: steady state derives each step's cache from its prompt and output lengths (s22 review:
+#: ``--phase decode --prompt-len 100000 --chunk 7`` printed the plain decode step's figures).
+_PHASE_IGNORES: dict[str, dict[str, str]] = {
+    "decode": {
+        "prompt_len": "prefill or serve (a decode step runs over --context-len cached tokens)",
+        "chunk": "prefill or serve (a decode step generates one token per sequence)",
+    },
+    "serve": {
+        "context_len": "prefill or decode (the steady state's caches follow from --prompt-len "
+        "and --output-len)",
+    },
+}
 
 
 def _given(args: argparse.Namespace, names: Any, defaults: dict[str, Any]) -> list[str]:
@@ -87,6 +101,14 @@ def check_phase_options(args: argparse.Namespace) -> None:
                 f"{given[0].split('=')[0]} applies to --phase serve (a steady state), but got "
                 f"{given[0]} with --phase {phase}"
             )
+    ignored = _PHASE_IGNORES.get(phase, {})
+    given = _given(args, ignored, _SERVING_ONLY)
+    if given:
+        flag = given[0].split("=")[0]
+        raise ConfigError(
+            f"{flag} applies to --phase {ignored[flag[2:].replace('-', '_')]}, but got "
+            f"{given[0]} with --phase {phase}"
+        )
     prefill, decode = getattr(args, "prefill_instances", 0), getattr(args, "decode_instances", 1)
     if prefill < 0 or decode < 1:
         raise ConfigError(

@@ -44,11 +44,13 @@ def _column_name(name: str) -> str:
 
 def read_csv(path: Path) -> list[dict[str, str]]:
     """A CSV's rows (a spreadsheet's byte-order mark skipped, the schema's column names read
-    whatever their spaces and capitals); a missing or unreadable file is a one-line
+    whatever their spaces and capitals, the cells a row shorter than the header lacks read as
+    empty: ``restval=""``, where :class:`csv.DictReader`'s default None made every reader of a
+    cell fail with a traceback, s22 review); a missing or unreadable file is a one-line
     :class:`ConfigError`."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
+            reader = csv.DictReader(handle, restval="")
             if reader.fieldnames is not None:
                 reader.fieldnames = [_column_name(name) for name in reader.fieldnames]
             return list(reader)

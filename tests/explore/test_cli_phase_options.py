@@ -1,11 +1,13 @@
 """Options the chosen ``--phase`` would ignore are refused in one line (q1, s10: ``stage eval
 --phase decode --framework …`` was refused, but ``--moe-deepep``, ``--etp``, ``--fp8-recipe``,
 ``--dp-shard`` … were silently dropped, ``--batch`` with a training step too, and
-``--prefill-instances -1`` ended in a ZeroDivisionError traceback)."""
+``--prefill-instances -1`` ended in a ZeroDivisionError traceback; s22 review: a decode step
+took ``--prompt-len`` and ``--chunk``, the steady state ``--context-len``, and ignored them)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +58,10 @@ def test_every_option_has_a_phase_and_the_parser_default(command: str) -> None:
         (["eval", *MODEL, "--batch", "64"], "--batch is a serving option: expected --phase"),
         (["memory", "--model", "llama3-8b", "--context-len", "9"], "--context-len is a serving"),
         (["eval", *MODEL, *DECODE, "--output-len", "9"], "--output-len applies to --phase serve"),
+        (["eval", *MODEL, *DECODE, "--prompt-len", "9"], "--prompt-len applies to --phase pre"),
+        (["eval", *MODEL, *DECODE, "--chunk", "8"], "--chunk applies to --phase prefill or"),
+        (["trace", "--model", "llama3-8b", *DECODE, "--prompt-len", "9", "--out", "t"], "--pro"),
+        (["eval", *MODEL, *SERVE, "--context-len", "9"], "--context-len applies to --phase pre"),
         (["eval", *MODEL, *SERVE, "--prefill-instances", "-1"], "--prefill-instances must be"),
         (["eval", *MODEL, *SERVE, "--decode-instances", "0"], "--decode-instances >= 1"),
         (
@@ -65,8 +71,13 @@ def test_every_option_has_a_phase_and_the_parser_default(command: str) -> None:
     ],
 )
 def test_an_option_the_phase_ignores_is_a_one_line_error(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # `stage trace --out t` writes nothing here, if anything
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
@@ -76,4 +87,7 @@ def test_the_options_a_phase_uses_still_run(capsys: pytest.CaptureFixture[str]) 
     argv = ["eval", *MODEL, *DECODE, "--batch", "4", "--two-batch-overlap", "--json"]
     assert main(argv) == 0
     assert main(["eval", *MODEL, *SERVE, "--prefill-instances", "1", "--json"]) == 0
+    assert main(["eval", *MODEL, *SERVE, "--chunk", "32", "--json"]) == 0
+    prefill = ["--phase", "prefill", "--prompt-len", "64", "--context-len", "64", "--chunk", "32"]
+    assert main(["eval", *MODEL, *prefill, "--json"]) == 0
     capsys.readouterr()
