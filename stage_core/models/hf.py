@@ -20,8 +20,10 @@ extended after pre-training, else ``max_position_embeddings``. MoE: ``num_local_
 (Qwen3-MoE expert width), ``decoder_sparse_step`` (must be 1: every layer MoE) and
 ``mlp_only_layers`` (a prefix ``[0, …, k−1]`` of dense layers → ``first_k_dense = k``).
 Qwen3 and Qwen3-MoE always have QK-norm (``q_norm``/``k_norm`` in their modelling code; no key).
-Sliding-window attention is not modelled: ``sliding_window`` must be null unless
-``use_sliding_window`` is false, and ``layer_types`` must all be ``full_attention``.
+Sliding-window attention: ``sliding_window`` on the layers ``layer_types`` marks
+``sliding_attention`` (without it every layer, or Qwen's layers from ``max_window_layers`` on;
+none when ``use_sliding_window`` is false). A true/false key must be JSON ``true`` or ``false``
+and a dropout a number from 0 to 1 (:func:`flag`, :func:`probability`).
 DeepSeek-V2/V3 (multi-head latent attention, DeepSeek MoE): ``q_lora_rank`` (null: no query
 latent), ``kv_lora_rank``, ``qk_nope_head_dim`` (the model's ``head_dim``),
 ``qk_rope_head_dim``, ``v_head_dim``, ``n_routed_experts``, ``n_shared_experts``,
@@ -141,6 +143,36 @@ def _int(config: Mapping[str, Any], key: str, where: str, default: int | None = 
     return value
 
 
+def flag(config: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+    """A true/false key (JSON ``true``/``false``; absent or null: ``default``); any other value
+    is a one-line :class:`ConfigError` (s22 review: ``"tie_word_embeddings": "false"`` was read
+    as tied, Python's ``bool("false")``)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key!r} must be true or false, but got {key}={value!r}")
+    return value
+
+
+def probability(config: Mapping[str, Any], key: str, where: str) -> float:
+    """A dropout probability: a number from 0 to 1 (absent or null: 0); any other value is a
+    one-line :class:`ConfigError` (s22 review: ``"attention_dropout": "abc"`` was a
+    ``ValueError`` traceback)."""
+    value = config.get(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{where}: {key!r} must be a number from 0 to 1, but got {key}={value!r}")
+    return float(value)
+
+
+def prefixed(error: ConfigError, where: str) -> ConfigError:
+    """``error`` with ``where`` in front, once (a key reader's error already names it)."""
+    text = str(error)
+    return ConfigError(text if text.startswith(f"{where}:") else f"{where}: {text}")
+
+
 def _unmappable(where: str, key: str, value: Any, why: str) -> ConfigError:
     return ConfigError(f"{where}: cannot map key {key!r} (= {value!r}): {why}")
 
@@ -179,7 +211,7 @@ def _window_fields(config: Mapping[str, Any], where: str, layers: int) -> dict[s
     if types is not None and len(types) != layers:
         why = f"one entry per layer (num_hidden_layers={layers})"
         raise _unmappable(where, "layer_types", f"{len(types)} entries", why)
-    if window is None or not config.get("use_sliding_window", True):
+    if window is None or not flag(config, "use_sliding_window", where, True):
         if types is not None and "sliding_attention" in types:
             raise _unmappable(where, "layer_types", "sliding_attention", "no sliding_window")
         return {}
@@ -260,8 +292,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             )
         raise ConfigError(f"{where}: unsupported model_type {model_type!r}; supported: {supported}")
     _check_keys(config, where, model_type)
-    attention_bias = bool(config.get("attention_bias", False))
-    if bool(config.get("mlp_bias", attention_bias)) != attention_bias:
+    attention_bias = flag(config, "attention_bias", where)
+    if flag(config, "mlp_bias", where, attention_bias) != attention_bias:
         raise ConfigError(f"{where}: `attention_bias` and `mlp_bias` must agree, but they differ")
     heads = _int(config, "num_attention_heads", where)
     max_position = _int(config, "max_position_embeddings", where)
@@ -306,8 +338,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
             activation=_ACTIVATIONS[model_type][1],
             position=Position.ROTARY,
-            dropout=float(config.get("attention_dropout", 0.0) or 0.0) > 0.0,
-            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+            dropout=probability(config, "attention_dropout", where) > 0.0,
+            tied_embeddings=flag(config, "tie_word_embeddings", where),
             bias=attention_bias,
             qk_norm=model_type in _QK_NORM_TYPES,
             attention_sinks=model_type in _SINK_TYPES,
@@ -315,4 +347,4 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             **windows,
         )
     except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from None
+        raise prefixed(error, where) from None

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.models.hf import flag, prefixed, probability
 from stage_core.models.layers import parse_kind
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
 
@@ -123,7 +124,7 @@ def _check(config: Mapping[str, Any], where: str) -> None:
         raise _fail(where, "n_routed_experts", config["n_routed_experts"], "MoE is not mapped")
     if config.get("sliding_window") is not None:
         raise _fail(where, "sliding_window", config["sliding_window"], "no sliding window")
-    biases = {k: bool(config.get(k, False)) for k in ("attention_bias", "mlp_bias", "use_bias")}
+    biases = {k: flag(config, k, where) for k in ("attention_bias", "mlp_bias", "use_bias")}
     if len(set(biases.values())) > 1:
         raise ConfigError(f"{where}: {', '.join(biases)} must agree, but got {biases}")
 
@@ -135,8 +136,8 @@ def nemotron_h_spec(config: Mapping[str, Any], where: str, name: str) -> ModelSp
     heads = _int(config, "num_attention_heads", where)
     head_dim = config.get("attention_head_dim", config.get("head_dim")) or 0
     dropout = max(
-        float(config.get("attention_dropout", 0.0) or 0.0),
-        float(config.get("hidden_dropout", 0.0) or 0.0),
+        probability(config, "attention_dropout", where),
+        probability(config, "hidden_dropout", where),
     )
     try:
         return ModelSpec(
@@ -154,8 +155,8 @@ def nemotron_h_spec(config: Mapping[str, Any], where: str, name: str) -> ModelSp
             activation=Activation.SQUARED_RELU,
             position=Position.NONE,
             dropout=dropout > 0.0,
-            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-            bias=bool(config.get("use_bias", False)),
+            tied_embeddings=flag(config, "tie_word_embeddings", where),
+            bias=flag(config, "use_bias", where),
             layer_pattern=pattern,
             ssm_heads=_int(config, "mamba_num_heads", where),
             ssm_head_dim=_int(config, "mamba_head_dim", where),
@@ -165,4 +166,4 @@ def nemotron_h_spec(config: Mapping[str, Any], where: str, name: str) -> ModelSp
             ssm_chunk=_int(config, "chunk_size", where, 128),
         )
     except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from None
+        raise prefixed(error, where) from None

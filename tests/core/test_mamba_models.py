@@ -143,6 +143,8 @@ def test_hf_import_reads_layers_block_type(tmp_path: Path) -> None:
         ({"num_hidden_layers": 60}, "lays out 52 layers"),
         ({"n_groups": 3}, "`ssm_groups` must divide `ssm_heads`"),
         ({"layers_block_type": ["mamba"] * 52}, "differs from hybrid_override_pattern"),
+        ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' must be true or false"),
+        ({"hidden_dropout": "0.1"}, "'hidden_dropout' must be a number from 0 to 1"),
     ],
 )
 def test_hf_import_names_what_it_cannot_map(

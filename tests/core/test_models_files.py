@@ -184,6 +184,16 @@ def test_hf_config_keys(tmp_path: Path, changes: dict[str, Any], expected: dict[
         ({"hidden_size": None}, "c.json: missing key 'hidden_size'"),
         ({"vocab_size": "32000"}, "c.json: 'vocab_size' must be an integer, but got vocab_size="),
         ({"mlp_bias": True}, "`attention_bias` and `mlp_bias` must agree"),
+        # s22 review: "false" was read as tied (bool("false")); "abc" a ValueError traceback;
+        # a key reader's error named the file twice ("c.json: c.json: 'vocab_size' …").
+        (
+            {"tie_word_embeddings": "false"},
+            "c.json: 'tie_word_embeddings' must be true or false, but got "
+            "tie_word_embeddings='false'",
+        ),
+        ({"attention_bias": 0}, "'attention_bias' must be true or false, but got attention_bi"),
+        ({"attention_dropout": "abc"}, "c.json: 'attention_dropout' must be a number from 0 to"),
+        ({"attention_dropout": 1.5}, "'attention_dropout' must be a number from 0 to 1, but got"),
         (
             {"num_key_value_heads": 5},
             "`kv_heads` must divide `heads`, but got (heads=32, kv_heads=5)",
@@ -193,8 +203,9 @@ def test_hf_config_keys(tmp_path: Path, changes: dict[str, Any], expected: dict[
 def test_hf_config_errors(tmp_path: Path, changes: dict[str, Any], message: str) -> None:
     config = {**LLAMA3_8B_CONFIG, **changes}
     config = {key: value for key, value in config.items() if value is not None}
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)) as error:
         load_hf_config(write_json(tmp_path / "c.json", config))
+    assert not str(error.value).startswith(f"{tmp_path / 'c.json'}: {tmp_path / 'c.json'}:")
 
 
 def test_hf_config_that_is_not_an_object(tmp_path: Path) -> None:
