@@ -33,7 +33,7 @@ from stage_explore.report.tables import format_table
 from stage_explore.report.units import display, in_display_units
 from stage_explore.study.serving_space import SERVING_DEFAULTS, SERVING_KNOBS
 from stage_explore.study.space import KNOB_DEFAULTS
-from stage_explore.study.spec import PARALLEL_KNOBS, Direction
+from stage_explore.study.spec import OBJECTIVE_METRICS, PARALLEL_KNOBS, Direction
 from stage_explore.wording import counted
 
 if TYPE_CHECKING:
@@ -179,8 +179,35 @@ def parse_objective_option(text: str) -> dict[str, str]:
     objectives: dict[str, str] = {}
     for word in words:
         name, _, direction = word.partition(":")
+        if name in objectives:  # s22 review: `a:min,a:max` kept the last silently
+            raise ConfigError(f"--objectives names {name!r} more than once: name each once")
+        if not direction and name not in OBJECTIVE_METRICS:
+            raise ConfigError(
+                f"--objectives: {name!r} has no default direction; give it as {name}:min or "
+                f"{name}:max, or use one of: {', '.join(OBJECTIVE_METRICS)}"
+            )
         objectives.update(parse_objectives({name: direction} if direction else [name]))
     return {name: str(direction) for name, direction in parse_objectives(objectives)}
+
+
+def _check_objective_columns(frame: pd.DataFrame, names: list[str]) -> None:
+    """Each objective a numeric column of the records, else a one-line :class:`ConfigError`
+    (s22 review: ``--objectives nosuch:min`` was a ``KeyError`` traceback, ``reason:min`` a
+    ``ValueError`` one)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    metrics = [name for name in OBJECTIVE_METRICS if name in frame.columns]
+    for name in names:
+        if name not in frame.columns:
+            got = "the records have no such column"
+        elif not is_numeric_dtype(frame[name]) or is_bool_dtype(frame[name]):
+            got = f"its column holds {frame[name].dtype} values"
+        else:
+            continue
+        raise ConfigError(
+            f"objective {name!r}: expected a numeric column of the records (such as "
+            f"{', '.join(metrics)}), but {got}"
+        )
 
 
 def _study_objectives(directory: Path) -> dict[str, str] | None:
@@ -206,6 +233,7 @@ def build_report(
     frame["peak_memory_gib"] = frame["peak_memory_bytes"] / float(1 << 30)
     chosen = objectives or _study_objectives(folder) or _DEFAULT_OBJECTIVES
     pairs = tuple(parse_objectives(chosen))
+    _check_objective_columns(frame, [name for name, _ in pairs])
     knobs = (*PARALLEL_KNOBS[:1], "dp", *PARALLEL_KNOBS[1:])
     defaults = KNOB_DEFAULTS
     if "cp" not in frame.columns and "batch" in frame.columns:  # an inference study

@@ -118,8 +118,31 @@ def test_objective_option(option: str, expected: dict[str, str]) -> None:
 
 
 def test_bad_objective_option_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="no default direction"):
+    with pytest.raises(ConfigError, match="no default direction; give it as latency:min or"):
         parse_objective_option("latency")
+    # s22 review: a name given twice kept its last direction silently
+    with pytest.raises(ConfigError, match="names 'mfu' more than once"):
+        parse_objective_option("mfu:max,step_time_s,mfu:min")
+
+
+@pytest.mark.parametrize(
+    ("option", "got"),
+    [
+        ("latency_s:min", "the records have no such column"),
+        ("reason:min", "its column holds"),
+        ("sp:max", "its column holds bool values"),
+    ],
+)
+def test_an_objective_that_is_no_numeric_column_is_a_one_line_error(
+    study_folder: Path, option: str, got: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s22 review: `stage report --objectives nosuch:min` was a KeyError traceback, and a text
+    # column such as `reason` a ValueError one.
+    assert main(["report", str(study_folder), "--objectives", option]) == 2
+    err = capsys.readouterr().err
+    name = option.split(":")[0]
+    assert f"error: objective {name!r}: expected a numeric column of the records" in err
+    assert got in err and err.count("\n") == 1
 
 
 def test_explore_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
