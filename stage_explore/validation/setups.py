@@ -17,7 +17,6 @@ interleaved 1F1B when ``vpp`` > 1, else 1F1B.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
@@ -46,6 +45,7 @@ from stage_explore.validation.csv_cells import (
     ragged_reason,
     read_csv,
 )
+from stage_explore.validation.setups_file import read_setup_tables
 
 #: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
 #: precision (a source's or row's own ``precision`` key).
@@ -304,15 +304,8 @@ def _source(name: str, table: Mapping[str, Any]) -> SourceSetup:
 
 def load_setups(path: Path | None = None) -> tuple[list[SourceSetup], dict[str, dict[str, Any]]]:
     """The sources (in file order) and the per-row tables of ``setups.toml``."""
-    path = path or data_dir() / "setups.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"cannot read setups {str(path)!r}: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"setups {str(path)!r}: {error}") from None
-    sources = [_source(name, table) for name, table in data.get("sources", {}).items()]
-    rows: dict[str, dict[str, Any]] = data.get("rows", {})
+    source_tables, rows = read_setup_tables(path or data_dir() / "setups.toml")
+    sources = [_source(name, table) for name, table in source_tables.items()]
     for row_id, table in rows.items():
         unknown = sorted(set(table) - _ROW_KEYS)
         if unknown:

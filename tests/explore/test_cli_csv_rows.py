@@ -1,8 +1,10 @@
-"""A runs CSV whose rows do not match its header, and ``stage calibrate --model-base``, end in
-one-line errors or are read as documented (s22 review: a row shorter than the header was a
-``'NoneType' object has no attribute 'strip'`` traceback in ``validate --data``, ``check`` and
-``calibrate``; a longer one, e.g. ``2,410`` typed with a thousands separator, a traceback in
-``calibrate``; an unknown ``--model-base`` passed unseen while every row named its model)."""
+"""A runs CSV whose rows do not match its header, a malformed ``setups.toml`` beside it, and
+``stage calibrate --model-base`` end in one-line errors or are read as documented (s22 review:
+a row shorter than the header was a ``'NoneType' object has no attribute 'strip'`` traceback in
+``validate --data``, ``check`` and ``calibrate``; a longer one, e.g. ``2,410`` typed with a
+thousands separator, a traceback in ``calibrate``; ``sources = 1`` in a ``validate --data``
+folder's setups.toml a traceback, an unknown key there ignored; an unknown ``--model-base``
+passed unseen while every row named its model)."""
 
 from __future__ import annotations
 
@@ -65,3 +67,23 @@ def test_an_unknown_model_base_is_refused_before_the_fit(
     err = capsys.readouterr().err
     expected = "error: --model-base: unknown model flavor 'Llama 3.1 8B'; close names: llama3-8b"
     assert err.startswith(f"stage calibrate: {expected}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sources = 1", "`sources` must hold [sources.NAME] tables, but got 1"),
+        ("rows = [1]", "`rows` must hold [rows.NAME] tables, but got [1]"),
+        ("[sources]\nX = 1", '`sources.X` must be a table ([sources."X"]), but got 1'),
+        ("[source.X]\nsystem = 'h100-80gb'", "unknown key 'source'; expected [sources.NAME]"),
+    ],
+)
+def test_a_malformed_setups_toml_is_a_one_line_error(
+    text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header, first, *_ = PUBLISHED.read_text(encoding="utf-8").splitlines()
+    (tmp_path / "published_runs.csv").write_text(f"{header}\n{first}\n", encoding="utf-8")
+    (tmp_path / "setups.toml").write_text(text + "\n", encoding="utf-8")
+    assert main(["validate", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
