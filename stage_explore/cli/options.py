@@ -264,6 +264,60 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Options only a model with experts reads, with their parser defaults (``--moe-deepep``,
+#: ``--moe-hybridep`` and ``--moe-load-imbalance`` are ``stage eval``'s alone).
+_MOE_ONLY: tuple[tuple[str, object], ...] = (
+    ("etp", None), ("moe_dispatcher", "alltoall"), ("moe_deepep", False),
+    ("moe_hybridep", False), ("moe_load_imbalance", None),
+)  # fmt: skip
+
+
+def _flag(name: str, value: object) -> str:
+    return f"--{name.replace('_', '-')}={value!r}"
+
+
+def refuse_ignored_options(args: argparse.Namespace, model: ModelSpec) -> None:
+    """Refuse, in one line naming it, an option this model and configuration would ignore (s22
+    review: ``--fp8-recipe blockwise`` without ``--precision fp8``, ``--moe-deepep`` on a dense
+    model, ``--dp-shard`` without ZeRO, ``--cp-style ring`` at ``--cp 1`` each printed the
+    figures of the run without it, as the phase options did before s10)."""
+    precision = args.precision
+    if args.fp8_recipe != "delayed" and precision != "fp8":
+        raise ConfigError(
+            "--fp8-recipe applies to --precision fp8, but got "
+            f"{_flag('fp8_recipe', args.fp8_recipe)} with --precision {precision}"
+        )
+    if args.fp8_gemms != "fprop,dgrad,wgrad" and precision not in ("fp8", "fp4"):
+        raise ConfigError(
+            f"--fp8-gemms applies to --precision fp8 or fp4, but got "
+            f"{_flag('fp8_gemms', args.fp8_gemms)} with --precision {precision}"
+        )
+    if not model.num_experts:
+        for name, default in _MOE_ONLY:
+            value = getattr(args, name, default)
+            if value != default:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} applies to a model with experts (MoE), but got "
+                    f"{_flag(name, value)} with model {model.name!r}, which has none"
+                )
+    shard = getattr(args, "dp_shard", None)
+    if shard is not None and args.zero == 0:
+        raise ConfigError(
+            "--dp-shard applies with --zero 1, 2 or 3 (ZeRO shards within groups of N), but got "
+            f"{_flag('dp_shard', shard)} with --zero 0"
+        )
+    if args.cp_style != "allgather" and args.cp == 1:
+        raise ConfigError(
+            f"--cp-style applies with --cp > 1, but got {_flag('cp_style', args.cp_style)} "
+            "with --cp 1"
+        )
+    if args.pp_split != "auto" and args.pp == 1:
+        raise ConfigError(
+            f"--pp-split applies with --pp > 1, but got {_flag('pp_split', args.pp_split)} "
+            "with --pp 1"
+        )
+
+
 def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]:
     """The model (with overrides applied) and the parallel config, validated together.
 
@@ -278,6 +332,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         model = model.with_overrides(layers=args.layers)
     if getattr(args, "mtp_layers", None) is not None:
         model = model.with_overrides(mtp_layers=args.mtp_layers)
+    refuse_ignored_options(args, model)
     config = ParallelConfig(
         dp=args.dp,
         dp_shard=getattr(args, "dp_shard", None),
