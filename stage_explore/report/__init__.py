@@ -126,7 +126,7 @@ class Report:
         for texts in ranked[:limit]:
             text, total = texts[0][0], sum(n for _, n in texts)
             if len(texts) > 1:
-                text += f" (e.g.; {len(texts)} variants differing in their numbers)"
+                text += f" (e.g.: one of {len(texts)} variants differing in their numbers)"
             out.append((text, total))
         return out
 

@@ -169,7 +169,7 @@ def test_reasons_that_differ_only_in_numbers_are_counted_as_one(tmp_path: Path) 
     )
     reasons_shown = build_report(folder).reasons("infeasible", limit=20)
     assert (
-        "out of memory: peak 95.38 GiB exceeds 80.00 GiB (e.g.; 2 variants differing in their "
-        "numbers)", 3,
+        "out of memory: peak 95.38 GiB exceeds 80.00 GiB (e.g.: one of 2 variants differing in "
+        "their numbers)", 3,
     ) in reasons_shown  # fmt: skip
     assert ("precision 'fp4' needs a grounded NVFP4 GEMM rate", 1) in reasons_shown
