@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from stage_core.chakra.check import CheckReport, RankTotals, check_trace_set
 from stage_core.chakra.reader import read_trace_set
+from stage_core.errors import ConfigError
 from stage_explore.cli.meter import RankMeter
 from stage_explore.wording import counted
 
@@ -99,7 +101,18 @@ def check_runs(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Read, check and print; return the exit status."""
     if args.directory.lower().endswith(".csv"):
+        given = {"--prefix": args.prefix != "workload", "--for": args.target != "any"}
+        for flag in (flag for flag, changed in given.items() if changed):
+            # s22 review: a trace set's options were ignored on a runs CSV without a word
+            raise ConfigError(
+                f"{flag} applies to a trace folder, but got {args.directory!r}, a runs CSV"
+            )
         return check_runs(args)
+    if Path(args.directory).is_file():  # it said only "… is not a directory"
+        raise ConfigError(
+            f"{args.directory}: expected a trace folder (<prefix>.<rank>.et files) or a "
+            "published-runs .csv, but got another file"
+        )
     show = not args.quiet and sys.stderr.isatty() or args.progress
     trace_set = read_trace_set(args.directory, args.prefix, RankMeter(show, "reading rank files"))
     for warning in trace_set.warnings:  # accepted for compatibility: stderr, not the report

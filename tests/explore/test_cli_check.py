@@ -87,6 +87,31 @@ def test_unreadable_input_exits_2_with_one_line(
     assert captured.err.startswith("stage check: error: ") and captured.err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["notes.txt"], "notes.txt: expected a trace folder (<prefix>.<rank>.et files) or a "),
+        (["runs.csv", "--for", "astra-sim"], "--for applies to a trace folder, but got 'runs.csv'"),
+        (["runs.csv", "--prefix", "trace"], "--prefix applies to a trace folder, but got 'runs"),
+    ],
+)
+def test_a_file_or_a_trace_option_with_a_csv_is_a_one_line_error(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # s22 review: a file said only "… is not a directory"; --for / --prefix were ignored on a
+    # runs CSV (whose rows `stage check` checks against themselves).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("x\n", encoding="utf-8")
+    (tmp_path / "runs.csv").write_text("id,gpu,iter_time_s\nr1,H100,1.0\n", encoding="utf-8")
+    assert main(["check", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
 def test_prefix_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_trace_set(tmp_path, sample_run_programs(), prefix="trace")
     assert main(["check", str(tmp_path), "--prefix", "trace", "--json"]) == 0
