@@ -61,7 +61,6 @@ from stage_explore.analytical.fp8_gather import (
 from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.funcol_copies import funcol_copy_bytes
-from stage_explore.analytical.hybridep import HYBRIDEP_SMS
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
@@ -246,7 +245,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
                 deepep_s = sum(  # DeepEP's all-to-alls beside compute take SMs from it
                     comm_s(i) for i in instrs if self._deepep_all_to_all(point, i)
                 )
-                sms = HYBRIDEP_SMS if self.framework.moe_hybridep else DEEPEP_SMS
+                sms = self.framework.moe_hybridep_sms if self.framework.moe_hybridep else DEEPEP_SMS
                 lost_s = deepep_sm_share_s(deepep_s, timing.compute_s, kernels.sm_count, sms)
                 timing = timing.plus_compute(lost_s)
             if program.extra_bytes:  # memory-bound kernels on the compute stream

@@ -156,7 +156,8 @@ class CommCosting:
         dims = [system.network[index] for index, count in enumerate(counts) if count > 1]
         dispatch = hybridep_dispatch_kernel(instr.name)
         hbm = system.accelerator.achieved_memory_bandwidth_bytes_per_s
-        return hybridep_level_rates(system.name, dims, members, dispatch, hbm)
+        sms = self.framework.moe_hybridep_sms
+        return hybridep_level_rates(system.name, dims, members, dispatch, hbm, sms)
 
     def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
         """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or

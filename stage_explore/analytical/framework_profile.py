@@ -110,6 +110,12 @@ class FrameworkProfile(
                         f"framework {self.name!r}: `{option}` must be an int >= 0, "
                         f"but got {value!r}"
                     )
+            elif option == "moe_hybridep_sms":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `moe_hybridep_sms` (HybridEP's SMs) must be "
+                        f"an int >= 1, but got {value!r}"
+                    )
             elif option == "cuda_device_max_connections":
                 if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
                     raise ConfigError(  # CUDA's hardware work queues per device: 1 to 32

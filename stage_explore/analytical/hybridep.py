@@ -51,8 +51,12 @@ ranks``) times two HBM passes.
 Which column. The dispatch figures are BF16's (Megatron-Core hands the flex dispatcher the
 BF16 hidden states; the model's dispatch messages are 2-byte activations); the FP8 dispatch
 columns are not used. The backward of a dispatch runs HybridEP's combine and the backward of a
-combine its dispatch (:func:`hybridep_dispatch_kernel`). The SM count is Megatron-Core's default
-``moe_hybridep_num_sms`` = 16 (:data:`HYBRIDEP_SMS`), the column every table has.
+combine its dispatch (:func:`hybridep_dispatch_kernel`). The SM count is the profile's
+``moe_hybridep_sms``: Megatron-Core's default ``moe_hybridep_num_sms`` = 16
+(:data:`HYBRIDEP_SMS`), the column every table has, or 32, which Megatron-Bridge's performance
+scripts set (s22 bridgeaudit) and only the GB200 table also has (:data:`HYBRIDEP_RATES_BY_SMS`):
+a run reads the table of the largest published SM count not above its own (16 for a 32-SM run
+on B200 or H100, where no 32-SM figure was published), as it reads rank counts.
 
 Which rank count. A table row is for a group of ``ranks`` GPUs; a group takes the row of the
 largest published count not above its own (the smallest row below the first), never a value
@@ -119,6 +123,41 @@ HYBRIDEP_RATES: dict[tuple[str, str], tuple[HybridEpRow, ...]] = {
 }
 
 
+#: The tables at other SM counts than :data:`HYBRIDEP_SMS` (keyed as :data:`HYBRIDEP_RATES`):
+#: 32 SMs, the SM count Megatron-Bridge's performance scripts set (``scripts/performance/utils/
+#: overrides.py`` ``_set_common_perf_overrides``: ``moe_hybridep_num_sms = 32`` under HybridEP).
+HYBRIDEP_RATES_BY_SMS: dict[int, dict[tuple[str, str], tuple[HybridEpRow, ...]]] = {
+    HYBRIDEP_SMS: HYBRIDEP_RATES,
+    32: {
+        # _README "GB200 Platform", HybridEP Torch API at 32 SMs, dispatch BF16 / combine per
+        # rank count
+        ("gb200-nvl72", "nvlink-nvl72"): (
+            HybridEpRow(8, 545.71e9, 568.94e9),
+            HybridEpRow(16, 523.48e9, 521.55e9),
+            HybridEpRow(24, 507.32e9, 483.76e9),
+            HybridEpRow(32, 484.22e9, 464.54e9),
+            HybridEpRow(36, 479.02e9, 447.89e9),
+        ),
+    },
+}
+
+
+def hybridep_table(
+    system: str, dim_name: str, sms: int = HYBRIDEP_SMS
+) -> tuple[HybridEpRow, ...] | None:
+    """The published rows for network dim ``dim_name`` of the preset ``system`` at ``sms`` SMs:
+    the table of the largest published SM count not above ``sms`` that covers the dim (the
+    smallest such count's for fewer SMs), or None where no table covers it."""
+    if sms < 1:
+        raise ConfigError(f"HybridEP runs on at least 1 SM, but got {sms!r}")
+    key = (system, dim_name)
+    counts = sorted(c for c, tables in HYBRIDEP_RATES_BY_SMS.items() if key in tables)
+    if not counts:
+        return None
+    below = [c for c in counts if c <= sms]
+    return HYBRIDEP_RATES_BY_SMS[below[-1] if below else counts[0]][key]
+
+
 #: The scale-out dims of :data:`HYBRIDEP_RATES` (a case's ``scale_out`` override replaces them).
 SCALE_OUT_DIMS = ("infiniband-ndr",)
 
@@ -163,15 +202,17 @@ def copied_per_counted(ranks: int) -> float:
     return ranks * rank_hit / (nodes * node_hit)
 
 
-def hybridep_row(system: str, dim: NetworkDim, ranks: int) -> HybridEpRow | None:
+def hybridep_row(
+    system: str, dim: NetworkDim, ranks: int, sms: int = HYBRIDEP_SMS
+) -> HybridEpRow | None:
     """The published row :func:`hybridep_rate` reads for a group of ``ranks`` GPUs on ``dim``
-    of ``system``, or None where no table covers it."""
+    of ``system`` at ``sms`` SMs (:func:`hybridep_table`), or None where no table covers it."""
     if ranks < 2:
         raise ConfigError(f"a HybridEP group needs at least 2 ranks, but got {ranks!r}")
     base, *overrides = system.split("+")
     if dim.name in SCALE_OUT_DIMS and any(o.startswith("scale_out=") for o in overrides):
         return None
-    rows = HYBRIDEP_RATES.get((base, dim.name))
+    rows = hybridep_table(base, dim.name, sms)
     if rows is None:
         return None
     row = rows[0]
@@ -181,15 +222,18 @@ def hybridep_row(system: str, dim: NetworkDim, ranks: int) -> HybridEpRow | None
     return row
 
 
-def hybridep_rate(system: str, dim: NetworkDim, ranks: int, dispatch: bool) -> float | None:
+def hybridep_rate(
+    system: str, dim: NetworkDim, ranks: int, dispatch: bool, sms: int = HYBRIDEP_SMS
+) -> float | None:
     """HybridEP's published rate (bytes/s, module docstring's counting) for a group of
     ``ranks`` GPUs on network dim ``dim`` of ``system`` (a preset's name, or a validation case's
     derived one, ``gb200-nvl72+scale_up=64``: a smaller NVLink domain of the same links): the
     row of the largest published rank count not above ``ranks`` (the smallest row for fewer),
     the dispatch or combine column; None where no table covers that dim (the caller falls back
     to the dim's own rate), and for a scale-out dim whose bandwidth the case overrides
-    (``+scale_out=…``: a stated NIC, not the measured one)."""
-    row = hybridep_row(system, dim, ranks)
+    (``+scale_out=…``: a stated NIC, not the measured one). ``sms``: HybridEP's SM count
+    (:func:`hybridep_table`)."""
+    row = hybridep_row(system, dim, ranks, sms)
     if row is None:
         return None
     return row.dispatch_bytes_per_s if dispatch else row.combine_bytes_per_s
@@ -216,13 +260,18 @@ def megatron_rate(
 
 
 def hybridep_level_rates(
-    system: str, dims: Sequence[NetworkDim], ranks: int, dispatch: bool, hbm_bytes_per_s: float
+    system: str,
+    dims: Sequence[NetworkDim],
+    ranks: int,
+    dispatch: bool,
+    hbm_bytes_per_s: float,
+    sms: int = HYBRIDEP_SMS,
 ) -> tuple[float | None, ...]:
     """Per spanned level (the network dims ``dims``, innermost first) of a HybridEP
-    all-to-all over ``ranks`` GPUs: its published rate as Megatron-Core's path pays it
-    (:func:`megatron_rate`, the achieved HBM rate ``hbm_bytes_per_s``), or None where it falls
-    back to the dim's own (:func:`hybridep_rate`)."""
-    rows = [hybridep_row(system, dim, ranks) for dim in dims]
+    all-to-all over ``ranks`` GPUs on ``sms`` SMs: its published rate as Megatron-Core's path
+    pays it (:func:`megatron_rate`, the achieved HBM rate ``hbm_bytes_per_s``), or None where it
+    falls back to the dim's own (:func:`hybridep_rate`)."""
+    rows = [hybridep_row(system, dim, ranks, sms) for dim in dims]
     return tuple(
         None
         if row is None

@@ -203,8 +203,8 @@ def deepep_sm_share_s(
     communication stream) run beside ``compute_s`` of compute (``moe_deepep`` with
     ``moe_comm_overlap``): while they overlap, compute runs on ``sm_count − comm_sms`` SMs, so
     ``min(all_to_all_s, compute_s) · comm_sms / sm_count`` of its work is left for after.
-    ``comm_sms``: DeepEP's :data:`DEEPEP_SMS`, or HybridEP's 16 (``moe_hybridep``,
-    :data:`~stage_explore.analytical.hybridep.HYBRIDEP_SMS`)."""
+    ``comm_sms``: DeepEP's :data:`DEEPEP_SMS`, or HybridEP's (``moe_hybridep``: the profile's
+    ``moe_hybridep_sms``, Megatron-Core's default 16)."""
     if sm_count <= comm_sms:
         return 0.0
     return min(all_to_all_s, compute_s) * comm_sms / sm_count

@@ -30,11 +30,15 @@ Options (all booleans unless said):
   first performs IB communication between peer GPUs, then each rank distributes the received
   inter-node data locally": deepseek-ai/DeepEP ``docs/Hybrid-EP_Implementation.md`` §8).
 - ``moe_hybridep`` — the expert dispatch and combine run on HybridEP (Megatron-Bridge
-  ``moe_flex_dispatcher_backend="hybridep"``, Megatron-Core ``moe_hybridep_num_sms`` 16):
+  ``moe_flex_dispatcher_backend="hybridep"``, on ``moe_hybridep_sms`` SMs):
   ``moe_deepep``'s traffic and flex-dispatcher permute, each level timed at HybridEP's
   published rate where a table covers it (B200 NVLink, GB200 NVL72 by rank count, H100
-  InfiniBand), else at the dim's own as ``moe_deepep``; its 16 SMs beside overlapped compute
+  InfiniBand), else at the dim's own as ``moe_deepep``; its SMs beside overlapped compute
   (:mod:`~stage_explore.analytical.hybridep`). Not with ``moe_deepep`` (one backend).
+- ``moe_hybridep_sms`` (int ≥ 1) — the SMs HybridEP's kernels run on (Megatron-Core
+  ``moe_hybridep_num_sms``; default 16, Megatron-Core's): its published rates are read from the
+  table of the largest SM count a table has not above it (GB200 NVL72: 16 and 32; B200, H100:
+  16), and that many SMs are taken from compute it overlaps. Read under ``moe_hybridep`` only.
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -96,7 +100,8 @@ MOE_FLAGS: dict[str, str] = {
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
     "moe_hybridep": "Megatron-Bridge moe_flex_dispatcher_backend='hybridep' (flex dispatcher "
-    "on HybridEP, moe_hybridep_num_sms 16)",
+    "on HybridEP)",
+    "moe_hybridep_sms": "Megatron-Core moe_hybridep_num_sms (HybridEP's SMs; default 16)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
     "torchtitan ExpertParallel _permute / _unpermute",
@@ -117,6 +122,7 @@ class MoeOptions:
     moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     moe_hybridep: bool = False  # not HybridEP (its own rates: analytical.hybridep)
+    moe_hybridep_sms: int = 16  # Megatron-Core's moe_hybridep_num_sms default
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are

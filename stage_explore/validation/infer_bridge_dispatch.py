@@ -20,14 +20,27 @@ rank distributes the received inter-node data locally" (deepseek-ai/DeepEP
 and its dispatch returns each rank the "tokens for local experts", permuted to them there (§2,
 §7.2: once per destination rank). That is the traffic the model's ``moe_deepep`` costs
 (:mod:`~stage_explore.analytical.deepep`). Such a row takes ``moe_hybridep`` (6 Dec 2026, s21
-hybridep): that traffic at HybridEP's own published rates where a table covers the level, and
-its 16 SMs (:mod:`~stage_explore.analytical.hybridep`)."""
+hybridep): that traffic at HybridEP's own published rates where a table covers the level
+(:mod:`~stage_explore.analytical.hybridep`), on 32 SMs (``moe_hybridep_sms``, 6 Dec 2026, s22
+bridgeaudit): the scripts' common overrides set ``moe_hybridep_num_sms = 32`` whenever the
+backend is HybridEP (``scripts/performance/utils/overrides.py`` ``_set_common_perf_overrides``,
+NVIDIA-NeMo/Megatron-Bridge 00538e26, "TODO: This needs to be adjusted when overlapping HybridEP
+with computation or the number of SMs for HybridEP is reduced"), run last in
+``set_workload_base_configs``, which every per-GPU config function calls after it has set the
+backend (``configs/qwen/qwen3_llm_pretrain.py`` 05c0c90f: ``cfg.model.moe_flex_dispatcher_backend
+= base_cfg.moe_flex_dispatcher_backend`` first; ``configs/gpt_oss/gpt_oss_llm_pretrain.py``
+0501207b: ``apply_flex_dispatcher_backend`` first; ``configs/deepseek/deepseek_llm_pretrain.py``
+``deepseek_v3_pretrain_config_gb200`` and the other GPUs alike). Megatron-Core's own default, 16,
+is what these runs did not use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from stage_explore.validation.infer_release import Defaults
+
+#: HybridEP's SMs in Megatron-Bridge's performance runs (module docstring).
+BRIDGE_HYBRIDEP_SMS = 32
 
 #: The first container whose Megatron-Bridge performance configs set HybridEP (module docstring).
 FIRST_HYBRIDEP = (26, 1)
@@ -154,6 +167,7 @@ def bridge_hybridep(
                 )
                 return True
             out.options["moe_hybridep"] = True
+            out.options["moe_hybridep_sms"] = BRIDGE_HYBRIDEP_SMS
             out.notes.append(
                 "the expert dispatch on HybridEP (moe_hybridep): DeepEP's traffic (a token sent "
                 "once per destination rank over NVLink and once per destination node across "
@@ -161,7 +175,11 @@ def bridge_hybridep(
                 "'Similar to DeepEP, Hybrid-EP first performs IB communication between peer "
                 "GPUs, then each rank distributes the received inter-node data locally') at "
                 "HybridEP's published rates where docs/README_Hybrid-EP.md has a table (B200 "
-                "NVLink, GB200 NVL72, H100 InfiniBand), else the link's DeepEP rate, on 16 SMs: "
+                "NVLink, GB200 NVL72, H100 InfiniBand), else the link's DeepEP rate, on "
+                f"{BRIDGE_HYBRIDEP_SMS} SMs (moe_hybridep_sms; the table of the most SMs not "
+                "above it: GB200's 32-SM columns, the other tables' 16): "
+                "scripts/performance/utils/overrides.py _set_common_perf_overrides "
+                "moe_hybridep_num_sms = 32 under HybridEP (NVIDIA-NeMo/Megatron-Bridge 00538e26); "
                 f"moe_flex_dispatcher_backend 'hybridep' in {config.why}, the row's layout PP "
                 f"{layout[0]} VP {layout[1]} EP {layout[2]} MBS {layout[3]} (the text names "
                 f"Megatron-Bridge container {release[0]}.{release[1]:02d})"
