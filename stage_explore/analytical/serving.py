@@ -339,6 +339,22 @@ def _result(
     )  # fmt: skip
 
 
+def _check_phase(config: ServingConfig, phase: Phase) -> None:
+    """A one-line error when ``config`` is not a ``phase`` step, or is a decode step given a
+    prompt (a decode step reads only its ``context_len``: a prompt would be silently ignored)."""
+    if config.phase != phase:
+        raise ConfigError(
+            f"evaluate_{phase} times a {phase} step: expected a ServingConfig with "
+            f"phase='{phase}', but got phase='{config.phase}'"
+        )
+    if phase == Phase.DECODE and (config.prompt_len or config.chunk):
+        raise ConfigError(
+            "a decode step generates one token over `context_len` cached tokens and reads no "
+            f"`prompt_len` or `chunk`, but got prompt_len={config.prompt_len}, "
+            f"chunk={config.chunk} (set context_len instead)"
+        )
+
+
 def _check_gpus(config: ServingConfig, system: System) -> None:
     if config.gpus > system.max_gpus:
         raise InfeasibleError(f"{config.gpus} GPUs exceed the system's {system.max_gpus}")
@@ -352,6 +368,7 @@ def evaluate_prefill(
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
 ) -> ServingEvaluation:
     """Time to first token of ``batch`` prompts of ``prompt_len`` (chunked when ``chunk``)."""
+    _check_phase(config, Phase.PREFILL)
     _check_gpus(config, system)
     steps = config.steps()
     lowered = _lower(model, config, steps)
@@ -375,6 +392,7 @@ def evaluate_decode(
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
 ) -> ServingEvaluation:
     """One decode step of ``batch`` sequences over ``context_len`` cached tokens."""
+    _check_phase(config, Phase.DECODE)
     _check_gpus(config, system)
     lowered = _lower(model, config, config.steps())
     timing = lowered.time(backend, system)[0]
@@ -430,8 +448,9 @@ def evaluate_serve(
     """Steady serving of ``config.batch`` running sequences (module docstring). With
     ``prefill`` and ``prefill_instances`` the prefill runs on its own pool (disaggregated)."""
     decode_cfg = replace(
-        config, phase=Phase.DECODE, context_len=mix.prompt_len + mix.output_len // 2
-    )
+        config, phase=Phase.DECODE, context_len=mix.prompt_len + mix.output_len // 2,
+        prompt_len=0, chunk=0,
+    )  # fmt: skip
     if prefill_tokens_per_step < 1:
         raise ConfigError(
             f"`prefill_tokens_per_step` must be ≥ 1, but got {prefill_tokens_per_step!r}"

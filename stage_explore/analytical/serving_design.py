@@ -182,8 +182,9 @@ def _decode_curve(
 ) -> tuple[dict[int, ServingEvaluation], int]:
     """Decode evaluations by running sequences per instance, and the cap (0: nothing fits)."""
     base = replace(
-        design.decode, phase=Phase.DECODE, context_len=round(design.load.decode_context())
-    )
+        design.decode, phase=Phase.DECODE, context_len=round(design.load.decode_context()),
+        prompt_len=0, chunk=0,
+    )  # fmt: skip
     pp, dp = base.pp, base.dp
 
     def run(running: int) -> ServingEvaluation:

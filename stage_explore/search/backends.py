@@ -70,6 +70,11 @@ def _import(reference: str, what: str) -> BackendFactory:
         target = getattr(target, part)
     if not callable(target):
         raise ConfigError(f"{what}: {reference!r} is not callable")
+    if isinstance(target, type) and not callable(getattr(target, "evaluate", None)):
+        raise ConfigError(
+            f"{what}: class {reference!r} has no evaluate(); expected a backend class (one with "
+            "evaluate(model, parallel, system)) or a factory that returns one"
+        )
     factory: BackendFactory = target
     return factory
 
@@ -86,12 +91,22 @@ def resolve_backend(name: str) -> BackendFactory:
     raise ConfigError(f"unknown backend {name!r}; expected one of {known} or 'module:Class'")
 
 
+def _name(factory: BackendFactory) -> str:
+    """``module:qualname`` of a factory where it has them, else its repr."""
+    module, qualname = getattr(factory, "__module__", None), getattr(factory, "__qualname__", None)
+    return f"{module}:{qualname}" if module and qualname else repr(factory)
+
+
 def create_backend(factory: BackendFactory, options: Mapping[str, Any]) -> BaseBackend:
     """Call ``factory(**options)``; wrong options are a :class:`ConfigError`."""
     try:
         backend = factory(**dict(options))
     except TypeError as error:
-        raise ConfigError(f"[backend] options: {error}") from None
+        given = ", ".join(sorted(options)) or "none"
+        raise ConfigError(
+            f"[backend] options: {error} (backend factory {_name(factory)} called with the "
+            f"options {given}; expected a backend class or factory taking them as keywords)"
+        ) from None
     if not hasattr(backend, "evaluate"):
         raise ConfigError(
             f"backend factory {factory!r} returned {backend!r}, which has no evaluate()"

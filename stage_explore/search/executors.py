@@ -307,7 +307,8 @@ def create_executor(
     chosen = kind or spec.kind
     if chosen is ExecutorKind.LOCAL:
         if address:
-            raise ConfigError(f"--address {address} names a Ray cluster; it needs --executor ray")
+            named = "a Ray instance of its own" if address == "local" else "a Ray cluster"
+            raise ConfigError(f"--address {address} names {named}; it needs --executor ray")
         return LocalExecutor(job, spec.workers)
     return RayExecutor(
         job, address or spec.address, spec.workers, connect_timeout_s=spec.connect_timeout_s

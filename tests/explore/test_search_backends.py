@@ -40,6 +40,10 @@ def test_module_reference_and_registered_name_resolve_to_the_factory(tmp_path: P
     assert set(load_results(summary.directory)["backend"]) <= {"synthetic", "synthetic-test"}
 
 
+def _needs_a_command(command: str) -> None:
+    """A callable that is no backend factory (as ``os:system`` would be named)."""
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -59,6 +63,15 @@ def test_module_reference_and_registered_name_resolve_to_the_factory(tmp_path: P
             "has no attribute 'NoSuchClass'",
         ),
         (lambda: create_backend(support.SyntheticBackend, {"speed": 1}), "[backend] options: "),
+        (
+            lambda: resolve_backend("collections:OrderedDict"),
+            "class 'collections:OrderedDict' has no evaluate(); expected a backend class",
+        ),
+        (
+            lambda: create_backend(_needs_a_command, {}),
+            "test_search_backends:_needs_a_command called with the options none; expected a "
+            "backend class or factory taking them as keywords",
+        ),
     ],
 )
 def test_backend_errors_are_one_line_config_errors(call: object, message: str) -> None:

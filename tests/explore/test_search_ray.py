@@ -72,6 +72,9 @@ def test_an_address_needs_the_ray_executor(tmp_path: Path) -> None:
     job = EvaluationJob(study=spec, factory=support.SyntheticBackend, options={})
     with pytest.raises(ConfigError, match="--address 10.0.0.1:6379 names a Ray cluster"):
         create_executor(spec.executor, job, kind=ExecutorKind.LOCAL, address="10.0.0.1:6379")
+    # "local" starts a Ray instance of the run's own (connect.py): not a cluster to name
+    with pytest.raises(ConfigError, match="--address local names a Ray instance of its own; it"):
+        create_executor(spec.executor, job, kind=ExecutorKind.LOCAL, address="local")
 
 
 def _closed_port() -> int:

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.serving import ServingConfig
 from stage_explore.analytical.backend import AnalyticalBackend
@@ -105,6 +106,23 @@ def test_out_of_memory_is_a_result() -> None:
     big = get_flavor("llama3-70b")
     result = evaluate_decode(BACKEND, big, decode(batch=8, context_len=1024), SYSTEM)
     assert not result.feasible and "out of memory" in result.reason
+
+
+def test_a_step_of_the_other_phase_or_an_ignored_prompt_is_refused() -> None:
+    # s22: evaluate_decode timed a prefill config's decode step, and a decode config's prompt
+    # was ignored, without a word; evaluate_prefill of a decode config gave 0 tokens/s
+    prefill = ServingConfig(phase="prefill", batch=1, prompt_len=512)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="^evaluate_decode times a decode step: expected a "):
+        evaluate_decode(BACKEND, MODEL, prefill, SYSTEM)
+    with pytest.raises(ConfigError, match="^evaluate_prefill times a prefill step: expected"):
+        evaluate_prefill(BACKEND, MODEL, decode(batch=1, context_len=512), SYSTEM)
+    with pytest.raises(ConfigError, match="reads no `prompt_len` or `chunk`, but got prompt_len"):
+        evaluate_decode(BACKEND, MODEL, decode(batch=1, prompt_len=512), SYSTEM)
+    # a co-located serve given a config that also carries a prompt still times its decode
+    mix = RequestMix(prompt_len=2048, output_len=256)
+    plain = evaluate_serve(BACKEND, MODEL, decode(batch=32, tp=2), SYSTEM, mix)
+    prompted = evaluate_serve(BACKEND, MODEL, decode(batch=32, tp=2, prompt_len=64), SYSTEM, mix)
+    assert prompted.tokens_per_s == plain.tokens_per_s
 
 
 def test_cli_decode_prints_the_interface_keys(capsys: pytest.CaptureFixture[str]) -> None:
