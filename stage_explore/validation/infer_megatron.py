@@ -39,7 +39,7 @@ from stage_explore.validation.infer_mlperf import (
     mlperf_nemo2_implementation,
 )
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
-from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_grok1
+from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
 from stage_explore.validation.infer_release import (
     Defaults,
     container,
@@ -543,7 +543,7 @@ def megatron_core_defaults(
         empty = not row.get("recompute", "").strip()
         _bridge_recipe(flavor, str(spec.family), system, empty, out)
         nemo2_deepseek_v3(row, flavor, release, int(stated.get("pp", 1)), out)
-        nemo2_grok1(row, release, precision, stated, (spec.top_k, spec.num_experts), out)
+        nemo2_token_drop(row, release, precision, stated, (spec.top_k, spec.num_experts), out)
         if names_bridge(row):
             named = f"the text names container {release[0]}.{release[1]:02d}"
             _bridge_options(flavor, system, release, named, out)

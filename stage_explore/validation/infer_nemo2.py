@@ -1,6 +1,6 @@
 """NeMo 2.0's DeepSeek-V3 and Grok-1 pre-training as their performance scripts run them, for
 inferred setups (rows without a ``setups.toml`` entry): :func:`nemo2_deepseek_v3`,
-:func:`nemo2_grok1`.
+:func:`nemo2_token_drop`.
 
 A DeepSeek-V3 row on a NeMo 2.0 container (the text names the container and not
 Megatron-Bridge, nor MLPerf) runs ``scripts/performance/llm/pretrain_deepseek_v3.py`` on NeMo's
@@ -10,7 +10,8 @@ scripts call it. Read in the stored versions (NVIDIA/NeMo ``pretrain_deepseek_v3
 versions the DGX Cloud recipes' 25.04 container pins (dgxc-benchmarking 1f6d9f40 ``launch.sh``
 ``FW_VERSION=25.04.01``); later containers' copies were not read, so the rule stops at 25.04.
 A Grok-1 row on the same containers runs ``pretrain_grok1_314b.py`` (01b83a7c), whose
-``pretrain_performance_optimizations`` adds the same ``MegatronTokenDropCallback``.
+``pretrain_performance_optimizations`` adds the same ``MegatronTokenDropCallback``; so do the
+Mixtral 8x7B / 8x22B recipes the Mixtral scripts run (s22 nemoaudit).
 """
 
 from __future__ import annotations
@@ -74,7 +75,23 @@ def _nemo2(row: dict[str, str], release: tuple[int, int]) -> bool:
     return first <= release <= last and not names_bridge(row) and "mlperf" not in text
 
 
-def nemo2_grok1(
+#: NeMo 2.0 MoE recipes whose ``pretrain_performance_optimizations`` (run by the performance
+#: scripts' ``pretrain_recipe(performance_mode=True)``) add ``MegatronTokenDropCallback``
+#: (moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity True): (model pattern, what
+#: was read).
+TOKEN_DROP_RECIPES: tuple[tuple[str, str], ...] = (
+    (r"\bgrok",
+     "scripts/performance/llm/pretrain_grok1_314b.py (NVIDIA/NeMo 01b83a7c) adds "
+     "MegatronTokenDropCallback"),
+    (r"\bmixtral",
+     "scripts/performance/llm/pretrain_mixtral_8x7b.py / pretrain_mixtral_8x22b.py (NVIDIA/NeMo "
+     "073426cc) call the recipe's pretrain_recipe(performance_mode=True), whose "
+     "pretrain_performance_optimizations adds MegatronTokenDropCallback "
+     "(nemo/collections/llm/recipes/mixtral_8x7b.py 8611d291, mixtral_8x22b.py 00138e21)"),
+)  # fmt: skip
+
+
+def nemo2_token_drop(
     row: dict[str, str],
     release: tuple[int, int],
     precision: str,
@@ -82,19 +99,21 @@ def nemo2_grok1(
     routing: tuple[int, int],
     out: Defaults,
 ) -> None:
-    """A Grok-1 row on a read NeMo 2.0 container: experts padded to capacity factor 1.0
-    (``pretrain_grok1_314b.py`` 01b83a7c ``pretrain_performance_optimizations`` adds
-    ``MegatronTokenDropCallback``: moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity
-    True), and in FP8 no row padding when every expert's capacity is aligned."""
-    if not re.search(r"\bgrok", row.get("model", ""), re.IGNORECASE) or not _nemo2(row, release):
+    """A Grok-1 or Mixtral row on a read NeMo 2.0 container (:data:`TOKEN_DROP_RECIPES`): experts
+    padded to capacity factor 1.0 (``MegatronTokenDropCallback``: moe_expert_capacity_factor 1.0,
+    moe_pad_expert_input_to_capacity True, nemo/lightning/pytorch/callbacks/moe_token_drop.py), and
+    in FP8 no row padding when every expert's capacity is aligned."""
+    if not _nemo2(row, release):
+        return
+    model = row.get("model", "")
+    why = next((w for p, w in TOKEN_DROP_RECIPES if re.search(p, model, re.IGNORECASE)), "")
+    if not why:
         return
     out.model["capacity_factor"] = 1.0
     out.notes.append(
-        "experts padded to capacity factor 1.0 (model capacity_factor): NeMo 2.0's "
-        "scripts/performance/llm/pretrain_grok1_314b.py (NVIDIA/NeMo 01b83a7c) adds "
-        "MegatronTokenDropCallback (moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_"
-        f"capacity True) (the text names container {release[0]}.{release[1]:02d}, not "
-        "Megatron-Bridge)"
+        f"experts padded to capacity factor 1.0 (model capacity_factor): NeMo 2.0's {why} "
+        "(moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity True) (the text "
+        f"names container {release[0]}.{release[1]:02d}, not Megatron-Bridge)"
     )
     if precision == "fp8":
         aligned_fp8_padding(stated, routing, 1.0, out)

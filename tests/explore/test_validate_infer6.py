@@ -189,3 +189,29 @@ def test_the_inferred_package_rows_take_the_hand_written_choices(
     file: str, source: str, fields: tuple[str, ...], options: tuple[str, ...]
 ) -> None:
     assert_inferred_as_hand(file, source, fields, options)
+
+
+NEMO_2502 = "NVIDIA NeMo Framework performance summary, NeMo 25.02 container (NeMo 2.0), DGX-B200"
+
+
+@pytest.mark.parametrize(
+    ("source", "model", "factor", "padding"),
+    [(NEMO_2502, "Mixtral 8x7B", 1.0, False), (NEMO_2502, "Mixtral 8x22B", 1.0, False),
+     ("NVIDIA Megatron-Bridge performance summary (25.04 container)", "Mixtral 8x7B", None,
+      None),
+     ("NVIDIA NeMo Framework performance summary, NeMo 24.12 container", "Mixtral 8x7B", None,
+      None)],
+)  # fmt: skip
+def test_nemo2_mixtral_pads_its_experts_to_capacity(
+    source: str, model: str, factor: float | None, padding: bool | None
+) -> None:
+    """s22 nemoaudit: the Mixtral recipes' pretrain_performance_optimizations add
+    MegatronTokenDropCallback (capacity factor 1.0, padded), as Grok-1's do."""
+    case = _case(
+        source=source, model=model, layers="32", hidden="4096", ffn="14336", heads="32",
+        kv_heads="8", vocab="32000", seq_len="4096", moe="8 experts, top-2", tp="1", pp="1",
+        ep="8", num_gpus="64", global_batch_seqs="256", micro_batch="2", precision="fp8",
+        gpu="B200 (DGX-B200)",
+    )  # fmt: skip
+    assert case.model is not None and case.model.capacity_factor == factor
+    assert _mine(case).get("moe_fp8_padding") is padding
