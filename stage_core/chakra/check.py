@@ -6,7 +6,8 @@ one node) and :func:`format_group`.
 
 What is checked, per rank: node ids are unique; every dependency names a node of the same rank;
 the dependency graph is acyclic; at least one node has no dependency; every collective's group
-contains the rank and only ranks that exist; no node of a type STAGE does not emit (METADATA and
+contains the rank and only ranks that exist (and so does every group of the communicator file,
+used or not); no node of a type STAGE does not emit (METADATA and
 other foreign nodes). Across ranks: the members of each group issue matching collectives (kind
 and size) in the same order, and every send has exactly one matching receive (source,
 destination, size, tag) and vice versa.
@@ -367,6 +368,14 @@ def check_trace_set(
                 receives[(node.peer, rank, node.comm_bytes, node.tag)] += 1
     if progress is not None and trace_set.ranks:
         progress(len(trace_set.ranks), world)
+    for ranks in trace_set.groups.values():  # the communicator file's groups no node uses
+        group = tuple(sorted(ranks))
+        if group and group[-1] >= world and group not in bad_groups:
+            bad_groups.add(group)
+            violations.append(
+                f"{format_group(group, names)} names rank {group[-1]}, but the trace set has "
+                f"ranks 0..{world - 1}"
+            )
     for group in sorted(sequences):
         members = tuple(rank for rank in group if rank < world)
         if len(members) > 1:

@@ -172,6 +172,16 @@ def test_each_breakage_is_caught(
         assert violation in report.violations, report.violations
 
 
+def test_an_unused_group_beyond_the_ranks_is_caught() -> None:
+    # s22: a comm_group.json group no node used passed unseen when it named a rank not traced
+    base = trace_set_from_programs(sample_run_programs())
+    extra = replace(base, groups={**base.groups, "9": (2, 3, 7)})
+    report = check_trace_set(extra)
+    expected = 'group "9" [2, 3, 7] names rank 7, but the trace set has ranks 0..3'
+    assert report.violations == (expected,)
+    assert check_trace_set(replace(base, groups={**base.groups, "9": (2, 3)})).sound
+
+
 def test_issue_order_follows_dependencies_not_ids() -> None:
     programs = sample_run_programs()
     for rank in range(4):
