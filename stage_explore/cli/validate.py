@@ -6,7 +6,8 @@ published-runs CSVs, whose rows no ``setups.toml`` source claims get inferred se
 prints the row count, then per source the mean absolute error on in-sample rows (used to
 choose a constant) and on held-out rows, the vTrain ranking quality, the targets of issue #11
 and every row. ``--loso`` adds the leave-one-source-out figure (a fit per source: minutes;
-``--jobs N`` runs N fits at once in worker processes, the same figure, default 1).
+``--jobs N`` runs N fits at once in worker processes, the same figure, default 1; without
+``--loso`` there is no fit and ``--jobs`` is refused, not ignored).
 ``--json`` prints ``{"source", "rows": [{"id", "metric", "predicted", "measured", "error",
 "in_sample", ...}], "mean_abs_error": {source: fraction}, "sources": {source:
 {"in_sample_mae", "held_out_mae", "rows", ...}}, "leave_one_source_out", "targets",
@@ -45,9 +46,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="with --loso: fit N sources at once in worker processes (default: 1; the same "
+        help="with --loso only: fit N sources at once in worker processes (default: 1; the same "
         "figure whatever N)",
     )
     parser.add_argument(
@@ -82,13 +83,19 @@ def run(args: argparse.Namespace) -> int:
     )
     from stage_explore.validation.suite import run_validation
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs must be an integer >= 1, but got {args.jobs}")
+    jobs = 1 if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be an integer >= 1, but got {jobs}")
+    if args.jobs is not None and not args.loso:
+        raise ConfigError(
+            f"--jobs {jobs} runs the leave-one-source-out fits at once and needs --loso "
+            "(the rows alone are evaluated in one process)"
+        )
     report = run_validation(
         args.data,
         loso=args.loso,
         loso_progress=StepMeter("leave one source out", "sources") if args.loso else None,
-        loso_jobs=args.jobs,
+        loso_jobs=jobs,
     )
     serving = serving_rows(args.data)  # beside training: the published serving measurements
     if args.json:

@@ -1,6 +1,7 @@
 """``stage validate --loso --jobs N`` (s19 losojobs): the leave-one-source-out fits in worker
 processes give the figure one process gives, float for float and in the same order; the
-progress line counts finished sources; bad ``--jobs`` values are one-line errors."""
+progress line counts finished sources; bad ``--jobs`` values, and ``--jobs`` without ``--loso``
+(nothing to fit), are one-line errors."""
 
 from __future__ import annotations
 
@@ -98,9 +99,27 @@ def test_cli_hands_jobs_to_the_figure(
     csv = str(Path(data_dir()) / "published_runs.csv")
     assert main(["validate", "--data", csv, "--loso", "--jobs", "3", "--json"]) == 0
     assert main(["validate", "--data", csv, "--loso", "--json"]) == 0
-    assert main(["validate", "--data", csv, "--jobs", "3", "--json"]) == 0  # no figure: no fit
     assert seen == [3, 1]
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_cli_refuses_jobs_without_loso_in_one_line(
+    jobs: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --loso nothing is fitted: --jobs was accepted and ignored (s22 review); it is
+    refused before any row is evaluated."""
+    import stage_explore.validation.suite as suite
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("validate ran with an ignored --jobs")
+
+    monkeypatch.setattr(suite, "run_validation", refuse)
+    csv = str(Path(data_dir()) / "published_runs.csv")
+    assert main(["validate", "--data", csv, "--jobs", jobs, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"--jobs {jobs} runs the leave-one-source-out fits at once and needs --loso" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
