@@ -77,6 +77,7 @@ from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.analytical.step import Step, assemble_step
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
+from stage_explore.system.placement import PLACEMENT_KEY, placement_note
 
 #: Achieved fraction of each network dim's link bandwidth (dim 0 = the scale-up domain; the
 #: last value applies to further dims). NCCL's bus bandwidth on DGX A100 is ~200–230 GB/s of the
@@ -365,5 +366,14 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
                 "slowest_stage": step.slowest_stage,
                 "pipeline_end_s": step.pipeline_end_s,
                 "framework": self.framework.name,
+                **self._placement(workload, system),
             },
         )
+
+    @staticmethod
+    def _placement(workload: Workload, system: System) -> dict[str, str]:
+        """``{"placement": note}`` when the ranks fill the scale-up domains unevenly
+        (:func:`~stage_explore.system.placement.placement_note`), else nothing."""
+        axes = tuple((axis.name, int(axis.size)) for axis in workload.mesh.axes)
+        note = placement_note(system, axes)
+        return {} if note is None else {PLACEMENT_KEY: note}

@@ -173,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(analytical, AnalyticalBackend)
         reference = analytical.evaluate(model, parallel, system)
         gap = _explain(backend, result, reference, analytical, model, parallel, system)
+    _warn_placement(result if reference is None else reference)
     if args.json:
         payload = {
             "model": model.name,
@@ -199,6 +200,17 @@ def run(args: argparse.Namespace) -> int:
         if not evaluation.feasible:
             print(f"infeasible ({name}): {evaluation.reason}")
     return 0
+
+
+def _warn_placement(result: Evaluation) -> None:
+    """Print the analytical evaluation's placement note (:mod:`~stage_explore.system.placement`:
+    a partly used scale-up domain, groups straddling domains unevenly) as one warning line on
+    stderr."""
+    from stage_explore.system.placement import PLACEMENT_KEY
+
+    note = result.extra.get(PLACEMENT_KEY)
+    if note:
+        print(f"stage eval: warning: {note}", file=sys.stderr)
 
 
 def _explain(
