@@ -39,6 +39,7 @@ from stage_explore.validation.infer_mlperf import (
     mlperf_nemo2_implementation,
 )
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
+from stage_explore.validation.infer_modelzoo import model_zoo_tp_overlap
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
 from stage_explore.validation.infer_release import (
     Defaults,
@@ -304,6 +305,7 @@ def _megatron_core(
             f"({attention}, fp32 gradient reduction, 16-bit parameters)"
         )
         r08_userbuffers(row, out)
+        model_zoo_tp_overlap(row, shape[1], out)
         return
     mlperf = "mlperf" in row_text(row).lower()
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:
