@@ -170,6 +170,13 @@ MOE_A2A_OVERLAP = (
     r"\ba2a[-_\s]overlap|1f1b[\s-]+(?:ep[\s-]+)?(?:a2a[\s-]+)?overlap)"
     r"(?![\s:=]*(?:false|off|0|no|disabled?)\b)"
 )
+#: torchtitan's forced MoE load balance as a row's text may name it (``[debug]
+#: moe_force_load_balance``, earlier ``training.debug_moe_force_load_balance`` and its
+#: ``--training.debug_moe_force_load_balance`` flag); not when followed by a value that switches it
+#: off. Not Megatron's ``--moe-router-force-load-balancing`` (random logits: the default routing).
+TORCHTITAN_FORCE_BALANCE = (
+    r"moe[\s_-]*force[\s_-]*load[\s_-]*balance(?![\s:=]*(?:false|off|0|no)\b)"
+)
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
@@ -184,6 +191,11 @@ NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] 
      "(its combined 1F1B schedule, megatron/core/pipeline_parallel/combined_1f1b.py, NVIDIA/"
      "Megatron-LM d13e93ff; Megatron-Bridge's moe_a2a_overlap, the MoE model zoo's A2A_OVERLAP=1 "
      "/ '1f1b overlap')"),
+    (("torchtitan",), TORCHTITAN_FORCE_BALANCE, "moe_fake_balanced_gate", True,
+     "routing by torchtitan's forced load balance (moe_fake_balanced_gate): the text names "
+     "moe_force_load_balance, whose TokenChoiceTopKRouter._debug_force_load_balance_routing "
+     "gives token t the experts (k*t + j) mod E ('Balanced round-robin expert assignment', "
+     "torchtitan/models/moe/moe.py), AutoModel's FakeBalancedGate routing"),
     (("automodel",), r"fake[\s_-]*balanced[\s_-]*gate", "moe_fake_balanced_gate", True,
      "routing by AutoModel's FakeBalancedGate (moe_fake_balanced_gate): the text names the "
      "fake balanced gate"),

@@ -644,3 +644,31 @@ def test_a_torchtitan_row_naming_deepep_dispatches_on_it() -> None:
     named = dict(_case(notes="flavor 30B-A3B-deepep (DeepEP)", **cells).framework_options)
     assert named["moe_deepep"] is True
     assert "moe_deepep" not in dict(_case(notes="default EP", **cells).framework_options)
+
+
+@pytest.mark.parametrize(
+    ("notes", "balanced"),
+    [
+        ("the configs set debug moe_force_load_balance true", True),
+        ("--training.debug_moe_force_load_balance", True),
+        ("[debug] moe_force_load_balance = false", None),
+        ("--moe-router-force-load-balancing (random logits)", None),
+        ("", None),
+    ],
+)
+def test_torchtitan_forced_load_balance_routes_round_robin(
+    notes: str, balanced: bool | None
+) -> None:
+    """torchtitan's ``moe_force_load_balance`` (``_debug_force_load_balance_routing``: token t
+    to experts (k*t + j) mod E) is the model's round-robin gate when a torchtitan row names it;
+    Megatron's random-logit forced balance, a value that switches it off or silence do not
+    (6 Dec 2026, s23 ttaudit)."""
+    case = _case(
+        source="TorchTitan DeepEP README", model="Qwen3-30B-A3B", moe="128 experts, top-8",
+        dp="8", ep="8", num_gpus="8", global_batch_seqs="64", dp_sharding="FSDP2",
+        notes=f"DeepEP; {notes}",
+    )  # fmt: skip
+    assert case.framework == "torchtitan"
+    assert dict(case.framework_options).get("moe_fake_balanced_gate") is balanced
+    said = "\n".join(case.assumptions)
+    assert ("torchtitan's forced load balance" in said) is bool(balanced)

@@ -556,4 +556,7 @@ def test_the_torchtitan_deepep_qwen3_30b_b200_rows_shard_over_all_gpus() -> None
         assert (p.tp, p.pp, p.ep, p.zero, p.dp) == (1, 1, 8, 3, int(row["num_gpus"]))
         assert p.micro_batch == int(row["micro_batch"]) and str(p.recompute) == "full"
         assert options.get("moe_deepep") is (not row["id"].endswith("DEFAULTEP") or None)
+        # both configs the README names set moe_force_load_balance (s23 ttaudit); the default-EP
+        # baseline's configuration is not stated
+        assert options.get("moe_fake_balanced_gate") is options.get("moe_deepep")
     assert sum(bool(r["peak_mem_gib"]) for r in rows) == 6
