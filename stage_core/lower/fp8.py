@@ -50,6 +50,20 @@ drive):
   Megatron-Core (``TopKRouter``, not a TE module), so its input stays 16-bit. One FP8 copy is
   counted per tensor (the generator's q/k/v and gate/up einsums are one fused TE module each in
   Megatron-Core).
+- **Row-wise scaling** (``rowwise``, torchao Float8 only: ``Float8LinearRecipeName.ROWWISE``).
+  Every operand is scaled per row along the GEMM's reduction dim, so the weight-gradient GEMM's
+  operands are scaled along the other axis than the forward's and input gradient's and are cast
+  again from the 16-bit tensor in the backward (torchao ``matmul_with_hp_or_float8_args``,
+  torchao/float8/float8_linear.py, pytorch/ao 7ca1bfbe: ``axiswise_dim`` -1, then 0). Saved for
+  the backward: the 16-bit input and weight (``ctx.save_for_backward(input_hp, weight_hp_t)``),
+  no FP8 copy; so :func:`with_fp8_saved` leaves the saved bytes as they are. Casts: torchao's
+  own roofline (``get_tensor_memory_traffic_ovhd_s``, torchao/testing/training/roofline_utils.py,
+  pytorch/ao 05980129) counts, for an activation or output gradient with both copies, one kernel
+  reading the tensor (2 B) and writing the row-wise FP8 copy (1 B) and a 16-bit transposed copy
+  (2 B), then one reading that (2 B) and writing the column-wise FP8 copy (1 B): 8 B per
+  element; with the row-wise copy alone (``rowwise_with_gw_hp``: no FP8 weight gradient) 3 B.
+  The row's amax is taken in the casting kernel (a row along the contiguous dim), not in a pass
+  of its own. One FP32 scale per row (4 B per row of thousands of elements) is not counted.
 """
 
 from __future__ import annotations
@@ -63,7 +77,7 @@ from stage_core.lower.bind import BoundBlock, SymbolicBlock
 from stage_core.models.layers import is_kept_block, is_layer_block
 from stage_core.ops import Einsum, local_elements
 from stage_core.parallel.config import ParallelConfig
-from stage_core.parallel.vocab import Fp4Recipe
+from stage_core.parallel.vocab import Fp4Recipe, Fp8Recipe
 from stage_core.sharding import OpStep
 
 #: Blocks that hold no FP8 linear layer (Megatron-Core's embedding and output layer are not
@@ -82,6 +96,8 @@ NVFP4_BLOCK = 16
 FP4_TENSOR_SCALE_BYTES = 4
 #: The recipe of ``precision='fp4'`` (:class:`stage_core.parallel.Fp4Recipe`), as a string.
 NVFP4: str = Fp4Recipe.NVFP4.value
+#: torchao's row-wise FP8 recipe (:class:`stage_core.parallel.Fp8Recipe`), as a string.
+ROWWISE: str = Fp8Recipe.ROWWISE.value
 #: Weights of GEMMs outside Transformer Engine's FP8 linear modules inside an FP8 block: the MoE
 #: router (Megatron-Core ``TopKRouter.gating``: ``torch`` linear in 16 or 32 bit).
 NON_FP8_WEIGHTS = frozenset({"router"})
@@ -144,7 +160,12 @@ def weight_copy_bytes(elements: int, recipe: str, gemms: Collection[str]) -> int
 def cast_bytes(elements: int, recipe: str, copies: int) -> int:
     """HBM bytes of casting a 16-bit activation or gradient of ``elements`` elements to
     ``copies`` FP8 copies (row-wise, and column-wise for a weight-gradient GEMM); under
-    ``nvfp4`` one read for the amax and one per copy (module docstring, *FP4*)."""
+    ``nvfp4`` one read for the amax and one per copy (module docstring, *FP4*); under
+    ``rowwise`` one read per copy and a 16-bit transposed copy between them (module docstring,
+    *Row-wise scaling*)."""
+    if recipe == ROWWISE:  # read 2 + write 1 per copy, the 16-bit transpose written once more
+        transposed = max(0, copies - 1) * elements * HIGH_BYTES
+        return copies * elements * HIGH_BYTES + transposed + copies * data_bytes(elements, recipe)
     reads = 2 if recipe == "tensorwise" else 1 + copies if recipe == NVFP4 else 1
     writes = copies * copy_bytes(elements, recipe, weight=False)
     return reads * elements * HIGH_BYTES + writes
@@ -213,8 +234,8 @@ def with_fp8_saved(
         mode = "none"  # recompute applies to the decoder layers only (bind.symbolic_block)
     if not parallel.quantized or "wgrad" not in parallel.fp8_gemms:
         return bound
-    if mode == "full" or not fp8_block(kind):
-        return bound
+    if mode == "full" or not fp8_block(kind) or parallel.linear_recipe == ROWWISE:
+        return bound  # rowwise: the 16-bit input is kept (module docstring, *Row-wise scaling*)
     region = frozenset(
         step.op.name
         for step in symbolic.backward.steps

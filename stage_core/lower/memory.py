@@ -33,6 +33,7 @@ from stage_core.lower.bind import (
 from stage_core.lower.compact import recompute_groups
 from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import (
+    ROWWISE,
     fp8_block,
     linear_weights,
     weight_copies,
@@ -377,7 +378,9 @@ def fp8_weights(workload: Workload, block: BoundBlock, transposed: bool = True) 
     """Bytes of the FP8 weight copies and scales one rank holds for ``block`` (0 unless the
     run's precision is FP8); sharded like the weights under ZeRO-3. ``transposed`` False: one
     copy serves both ``fprop`` and ``dgrad`` (a GPU whose FP8 GEMMs take any layout, under a
-    per-tensor recipe: Transformer Engine's ``is_non_tn_fp8_gemm_supported``, sm100 on)."""
+    per-tensor recipe: Transformer Engine's ``is_non_tn_fp8_gemm_supported``, sm100 on). None
+    under ``rowwise``: torchao's ``Float8Linear`` casts the 16-bit weight at every use and saves
+    the 16-bit weight for the backward (:mod:`stage_core.lower.fp8`, *Row-wise scaling*)."""
     parallel = workload.parallel
     if not parallel.quantized or not fp8_block(str(block.kind)):
         return 0
@@ -385,6 +388,8 @@ def fp8_weights(workload: Workload, block: BoundBlock, transposed: bool = True) 
     recipe, gemms = parallel.linear_recipe, parallel.fp8_gemms
     copies = weight_copies(gemms)
     if copies == 0:  # only wgrad in FP8: no weight copy (its operands are activations)
+        return 0
+    if recipe == ROWWISE:  # torchao casts the 16-bit weight at each use and keeps no copy
         return 0
     held = copies if transposed else 1
     return sum(

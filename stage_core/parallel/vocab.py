@@ -109,12 +109,22 @@ class Fp8Recipe(StrEnum):
     ``tensorwise``: one scale per tensor from the tensor itself, "current scaling"
     (Float8CurrentScaling); ``blockwise``: 1×128 activation and 128×128 weight blocks (DeepSeek-V3,
     arXiv 2412.19437 Section 3.3; Float8BlockScaling); ``mxfp8``: 32-element blocks with E8M0
-    scales (OCP Microscaling; MXFP8BlockScaling), Blackwell tensor cores only."""
+    scales (OCP Microscaling; MXFP8BlockScaling), Blackwell tensor cores only; ``rowwise``: one
+    scale per row of each GEMM operand, dynamic (torchao Float8 ``Float8LinearRecipeName.ROWWISE``:
+    input, weight and output gradient scaled axiswise in E4M3, scales rounded down to a power of
+    two, ``Float8LinearConfig.from_recipe_name`` in torchao/float8/config.py, pytorch/ao
+    c6c388b5; torchtitan's ``quantize.linear.float8.recipe_name``); Transformer Engine has no
+    row-wise recipe. torchao's ``rowwise_with_gw_hp`` is ``rowwise`` with ``fp8_gemms``
+    ``fprop,dgrad``: its weight-gradient GEMM runs in 16 bits (``ScalingType.DISABLED`` for
+    ``cast_config_input_for_grad_weight`` / ``cast_config_grad_output_for_grad_weight``), its
+    input-gradient GEMM reads a tensor-wise-scaled weight
+    (``cast_config_weight_for_grad_input``)."""
 
     DELAYED = "delayed"
     TENSORWISE = "tensorwise"
     BLOCKWISE = "blockwise"
     MXFP8 = "mxfp8"
+    ROWWISE = "rowwise"
 
 
 #: The three GEMMs of a linear layer an FP8 (or FP4) recipe can run in FP8 (FP4): forward, input

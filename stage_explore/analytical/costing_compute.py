@@ -37,7 +37,12 @@ from stage_explore.analytical.fp8_gather import (
     fp8_gathered,
     te_fp8_linear,
 )
-from stage_explore.analytical.fp8_roles import cast_shares, check_fp8_recipe, gemm_role
+from stage_explore.analytical.fp8_roles import (
+    cast_shares,
+    check_fp8_framework,
+    check_fp8_recipe,
+    gemm_role,
+)
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_in_proj import fuse_in_proj
@@ -76,6 +81,10 @@ class ComputeCosting:
         weights = frozenset(weight.name for weight in block.weights)
         if dtype == "fp8":
             check_fp8_recipe(accelerator, parallel.linear_recipe)
+            framework = self.framework
+            check_fp8_framework(
+                framework.name, framework.fp8_weight_cast_per_use, parallel.linear_recipe
+            )
         keys = sizes.get("S", point.workload.model.seq_len)
         if parallel.cp > 1 and (str(parallel.cp_style) == "ring" or self.framework.cp_merge_fp32):
             # load-balanced ring attention runs one kernel per step on S/cp-long chunks (TE

@@ -39,7 +39,7 @@ from stage_explore.analytical.fp8_gathers import (
     fp8_shard_elements,
     fsdp_float8_gathers,
 )
-from stage_explore.analytical.fp8_roles import BLOCK_SCALED
+from stage_explore.analytical.fp8_roles import SCALED_APART
 from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
     local_schedule_micro_batches,
@@ -84,7 +84,7 @@ class StateCosting:
         workload, block = point.workload, point.blocks[kind]
         peaks = point.system.accelerator.peak_flops_per_s
         recipe = workload.parallel.linear_recipe
-        transposed = recipe in BLOCK_SCALED or "mxfp8" not in peaks
+        transposed = recipe in SCALED_APART or "mxfp8" not in peaks
 
         def compute() -> BlockSync:
             reductions, gathers, params = block_sync(workload, block)

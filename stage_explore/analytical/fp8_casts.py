@@ -72,11 +72,23 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 
 from stage_core.lower.bind import Instr
-from stage_core.lower.fp8 import FP8_BYTES, HIGH_BYTES, NVFP4, cast_bytes
+from stage_core.lower.fp8 import FP8_BYTES, HIGH_BYTES, NVFP4, ROWWISE, cast_bytes
 
 #: Recipes with one scale per tensor, whose column-wise FP8 copy TE can transpose from the
 #: row-wise FP8 data (the block-scaled recipes scale each direction on its own blocks).
 PER_TENSOR_RECIPES = frozenset({"delayed", "tensorwise"})
+
+#: Recipes whose forward (``fprop``) FP8 GEMM runs with fast accumulation: Transformer Engine's
+#: per-tensor ones (``_2X_ACC_FPROP = False``) and torchao's (``gemm_config_output =
+#: Float8GemmConfig(use_fast_accum=True)``, torchao/float8/config.py c6c388b5). torchao's
+#: ``rowwise`` forward GEMM is PyTorch's row-wise CUTLASS kernel on H100 (``_scaled_mm``
+#: dispatch, pytorch/pytorch#153555), "within 90-100% of tensor-wise efficiency" for most shapes
+#: with fast accumulation, with "a long tail going down to 50%" (pytorch/pytorch#147971, H100,
+#: Feb 2025), and torchao's own roofline takes one achievable GEMM fraction for every float8
+#: recipe (torchao/testing/training/roofline_utils.py 05980129): timed at the tensor-wise
+#: fast-accumulation rate (``fp8_fast_accumulation``); no row-wise rate of its own was found, on
+#: MI300X (hipBLASLt) or B200 (CUTLASS, "template is not optimal", #153555) either.
+FAST_FPROP_RECIPES = PER_TENSOR_RECIPES | {ROWWISE}
 
 
 def fp8_cast_elements(
@@ -161,7 +173,11 @@ def quantize_cost(
     (or ``nvte_compute_amax`` without a column-wise copy), then ``nvte_quantize_v2`` for the
     row-wise copy and ``nvte_hadamard_transform_cast_fusion_columnwise`` for the RHT'd
     column-wise one: ``1 + copies`` kernels, each reading the 16-bit operand (no norm fusion,
-    no userbuffers gather; TE#2555's later fused row + column cast, 2 passes, not modelled)."""
+    no userbuffers gather; TE#2555's later fused row + column cast, 2 passes, not modelled).
+
+    ``rowwise`` (torchao): the row-wise cast writes a 16-bit transpose beside its FP8 copy, and
+    a second kernel casts that column-wise (:func:`stage_core.lower.fp8.cast_bytes`): one kernel
+    per copy."""
     if recipe == NVFP4:  # amax kernel, then one cast kernel per copy (stage_core.lower.fp8)
         return cast_bytes(elements, recipe, copies) / shard, 1 + copies
     if amax_kernel and recipe == "tensorwise" and norm_fused:
@@ -178,6 +194,8 @@ def quantize_cost(
         kernels += 1
     if rest and recipe in PER_TENSOR_RECIPES and (norm_fused or shard > 1):
         rest += elements * FP8_BYTES  # tex.fp8_transpose reads the row-wise FP8 copy
+        kernels += 1
+    if rest and recipe == ROWWISE:  # the column-wise cast reads the 16-bit transpose itself
         kernels += 1
     return moved + rest, kernels
 

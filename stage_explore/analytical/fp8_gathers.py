@@ -21,7 +21,7 @@ from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.experts import data_axes
 from stage_core.lower.fp8 import FP8_BYTES, fp8_block, linear_weights
 from stage_core.lower.program import Workload
-from stage_explore.analytical.fp8_roles import BLOCK_SCALED
+from stage_explore.analytical.fp8_roles import SCALED_APART
 from stage_explore.analytical.framework_profile import FrameworkProfile
 
 
@@ -56,7 +56,7 @@ def fsdp_float8_gathers(profile: FrameworkProfile, workload: Workload, kind: str
         profile.fsdp_float8_all_gather
         and parallel.zero >= 3
         and str(parallel.precision) == "fp8"
-        and parallel.linear_recipe not in BLOCK_SCALED
+        and parallel.linear_recipe not in SCALED_APART
         and fp8_block(kind)
     )
 

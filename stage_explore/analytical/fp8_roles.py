@@ -2,9 +2,10 @@
 layer's forward (``fprop``), input-gradient (``dgrad``) or weight-gradient (``wgrad``) GEMM
 (:func:`gemm_role`, :func:`is_linear`), which of them an FP8 recipe quantizes (:func:`quantized`:
 not the MoE router's), how many FP8 GEMMs of a phase cast the same 16-bit operand
-(:func:`cast_shares`), the recipes whose row- and column-wise copies are scaled apart
-(:data:`BLOCK_SCALED`), the check that an accelerator has the recipe's tensor cores
-(:func:`check_fp8_recipe`, :func:`check_nvfp4`)
+(:func:`cast_shares`), the block-scaled recipes (:data:`BLOCK_SCALED`) and those whose row- and
+column-wise copies are scaled apart (:data:`SCALED_APART`), the check that an accelerator has the
+recipe's tensor cores (:func:`check_fp8_recipe`, :func:`check_nvfp4`) and that the framework runs
+the recipe (:func:`check_fp8_framework`)
 and what of a recipe enters the memo keys (:func:`fp8_key`).
 :class:`~stage_explore.analytical.kernels.KernelTimer` times the kernels these roles select
 (its module docstring, "Precision")."""
@@ -50,8 +51,19 @@ def quantized(instr: Instr, weights: Collection[str]) -> bool:
     return bool(names) and not any(n in NON_FP8_WEIGHTS for n in names)
 
 
-#: Recipes whose row-wise and column-wise FP8 (FP4) copies are scaled differently on every GPU.
+#: Recipes whose FP8 (FP4) data is scaled in blocks: their GEMMs are block-scaled MMAs.
 BLOCK_SCALED = frozenset({"blockwise", "mxfp8", "nvfp4"})
+#: Recipes whose row-wise and column-wise FP8 (FP4) copies are scaled differently on every GPU,
+#: so that each is cast from the 16-bit tensor: the block-scaled ones and ``rowwise`` (torchao
+#: scales the weight-gradient GEMM's operands along the other axis, ``axiswise_dim`` 0, in the
+#: backward: ``matmul_with_hp_or_float8_args``, torchao/float8/float8_linear.py, pytorch/ao
+#: 7ca1bfbe). Nor can FSDP2 gather them as FP8 (``enable_fsdp_float8_all_gather only supports
+#: tensorwise scaling granularity``, torchao/float8/config.py c6c388b5).
+SCALED_APART = BLOCK_SCALED | {"rowwise"}
+#: The recipes only torchao's Float8 training runs (Transformer Engine's recipes,
+#: transformer_engine/common/recipe/__init__.py — DelayedScaling, Float8CurrentScaling,
+#: Float8BlockScaling 1x128 / 128x128, MXFP8BlockScaling, NVFP4BlockScaling — scale no rows).
+TORCHAO_ONLY_RECIPES = frozenset({"rowwise"})
 
 
 def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
@@ -60,6 +72,19 @@ def check_fp8_recipe(accelerator: Accelerator, recipe: str) -> None:
         raise ConfigError(
             f"`fp8_recipe` 'mxfp8' needs MXFP8 tensor cores (Blackwell), but {accelerator.name} "
             "has none: use 'delayed', 'tensorwise' or 'blockwise'"
+        )
+
+
+def check_fp8_framework(framework: str, torchao_float8: bool, recipe: str) -> None:
+    """A one-line :class:`ConfigError` when ``recipe`` is torchao's row-wise scaling but the
+    framework's FP8 linear layers are not torchao's ``Float8Linear`` (``torchao_float8``: the
+    profile's ``fp8_weight_cast_per_use``, torchtitan's): Transformer Engine, which Megatron-Core,
+    NeMo and the other profiles run, has no row-wise recipe."""
+    if recipe in TORCHAO_ONLY_RECIPES and not torchao_float8:
+        raise ConfigError(
+            f"`fp8_recipe` {recipe!r} is torchao Float8's row-wise scaling, but framework "
+            f"{framework!r} runs FP8 through Transformer Engine, which has no row-wise recipe: "
+            "use framework 'torchtitan', or fp8_recipe 'tensorwise', 'delayed' or 'blockwise'"
         )
 
 

@@ -3,7 +3,8 @@ and pass timing: :func:`zero3_gathered_bytes` (the gathered ZeRO-3 parameters a 
 each framework's gathering rule), :func:`grad_accumulation_bytes` and
 :func:`held_accumulation_bytes` (the traffic of accumulating gradients over micro-batches), the
 FSDP copy-kernel byte counts (:func:`fsdp1_flat_grad_bytes`, :func:`fsdp2_copy_bytes`),
-:data:`FP8_DYNAMIC_CAST_BYTES`, :data:`FP8_SHARD_CAST_BYTES`, :data:`FP8_SHARD_AMAX_BYTES`,
+:data:`FP8_DYNAMIC_CAST_BYTES` (:func:`weight_cast_bytes` by recipe), :data:`FP8_SHARD_CAST_BYTES`,
+:data:`FP8_SHARD_AMAX_BYTES`,
 :func:`distributed_fused_adam_state_bytes`,
 :func:`pipelining_buffer_bytes`, :func:`rope_table_bytes`, and the micro-batches per pipeline
 schedule (:func:`local_schedule_micro_batches`, :func:`held_sync_micro_batches`). The profile
@@ -44,6 +45,28 @@ def zero3_gathered_bytes(
 #: reduction reads it (2), the scale-and-cast kernel reads it again (2) and writes FP8 (1); the
 #: reduction must finish before the cast, so even a compiled graph runs two kernels.
 FP8_DYNAMIC_CAST_BYTES = 5
+
+#: HBM bytes per weight element of torchao's ``rowwise`` casts of a 16-bit weight, by GEMM role:
+#: the forward's scales each output row along its contiguous K (one kernel reads 2 B and writes
+#: 1 B, the row's amax in it); the input gradient's scales along the other axis, so a kernel
+#: writes a 16-bit transpose (read 2, write 2) and another casts it (read 2, write 1). torchao's
+#: roofline, ``get_tensor_memory_traffic_ovhd_s`` for tensor_role "weight" under "rowwise"
+#: (torchao/testing/training/roofline_utils.py, pytorch/ao 05980129).
+ROWWISE_WEIGHT_CAST_BYTES = {"fprop": 3, "dgrad": 7}
+
+
+def weight_cast_bytes(recipe: str, role: str, gemms: Sequence[str]) -> int:
+    """HBM bytes per element of torchao's cast of a 16-bit linear weight for one FP8 GEMM of
+    ``role`` (``fprop`` or ``dgrad``) under ``recipe``: :data:`ROWWISE_WEIGHT_CAST_BYTES` under
+    ``rowwise`` — but for the input gradient of ``rowwise_with_gw_hp`` (``rowwise`` without an FP8
+    ``wgrad``), whose weight is scaled tensor-wise (``cast_config_weight_for_grad_input``,
+    torchao/float8/config.py c6c388b5) with its amax read again (torchao ``float8_linear.py``:
+    "we need https://github.com/pytorch/pytorch/issues/136267 to be solved to have a chance to
+    reuse max(abs(weight))"): :data:`FP8_DYNAMIC_CAST_BYTES`, as under the per-tensor recipes."""
+    if recipe == "rowwise" and (role == "fprop" or "wgrad" in gemms):
+        return ROWWISE_WEIGHT_CAST_BYTES[role]
+    return FP8_DYNAMIC_CAST_BYTES
+
 
 #: HBM bytes per element of casting an fp32 FSDP2 shard to FP8 before a float8 all-gather
 #: (``fsdp_float8_all_gather``) with its precomputed scale: read 4, write 1 (torchao

@@ -59,17 +59,17 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from stage_core.lower.bind import Instr
-from stage_core.lower.fp8 import NVFP4
+from stage_core.lower.fp8 import NVFP4, ROWWISE
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
 from stage_explore.analytical.fp8_casts import (
-    PER_TENSOR_RECIPES,
+    FAST_FPROP_RECIPES,
     fp8_cast_elements,
     launches_casts,
     quantize_cost,
 )
-from stage_explore.analytical.fp8_roles import BLOCK_SCALED, gemm_role, quantized
+from stage_explore.analytical.fp8_roles import BLOCK_SCALED, SCALED_APART, gemm_role, quantized
 from stage_explore.analytical.gemm_tiles import (
     ELEMENT_BYTES,
     fast_accumulation,
@@ -378,10 +378,10 @@ class KernelTimer:
             / max(1, instr.bytes_read + instr.bytes_written)
         ) + extra / hbm
         fp8 = self._fp8_dtype()
-        if fp8 == "fp8" and role == "fprop" and self.fp8_recipe in PER_TENSOR_RECIPES:
+        if fp8 == "fp8" and role == "fprop" and self.fp8_recipe in FAST_FPROP_RECIPES:
             kernels = fast_accumulation(kernels)  # the forward GEMM: no split accumulator
         seconds = gemm_time_s(accelerator, kernels, fp8, shape, flops, fp8_memory_s, share)
-        return seconds + self._cast_s(instr, role) + groups_s
+        return seconds + self._cast_s(instr, role) + self._rescale_s(instr, role) + groups_s
 
     def gemm_kernel_s(self, instr: Instr) -> float:
         """Seconds of ``instr``'s GEMM kernel itself: :meth:`__call__` less what runs as kernels
@@ -399,7 +399,7 @@ class KernelTimer:
         role = gemm_role(instr, self.weights)
         fp8 = self.dtype == "fp8" and self.fp8_training and self.fp8_block
         if fp8 and role is not None and role in self.fp8_gemms and quantized(instr, self.weights):
-            seconds -= self._cast_s(instr, role)
+            seconds -= self._cast_s(instr, role) + self._rescale_s(instr, role)
         return max(0.0, seconds)
 
     def _unfused_s(self, instr: Instr) -> float:
@@ -466,7 +466,7 @@ class KernelTimer:
         counts a grouped expert GEMM's per-expert kernels (:func:`~stage_explore.analytical.
         fp8_casts.split_quantize_kernels`, framework option ``moe_split_quantize``)."""
         accelerator = self.accelerator
-        columnwise = self.fp8_recipe in BLOCK_SCALED or "mxfp8" not in accelerator.peak_flops_per_s
+        columnwise = self.fp8_recipe in SCALED_APART or "mxfp8" not in accelerator.peak_flops_per_s
         total = 0.0
         launches = 0.0
         for name, elements, column in fp8_cast_elements(instr, role, self.weights, self.fp8_gemms):
@@ -488,6 +488,23 @@ class KernelTimer:
             launches += kernels / share if launches_casts(instr.name) else 0.0
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
         return total / bandwidth + launches * self.memory_kernel_s
+
+    def _rescale_s(self, instr: Instr, role: str) -> float:
+        """Seconds of scaling a ``rowwise`` input- or weight-gradient GEMM's 16-bit output by its
+        row and column scales in a kernel of its own: torchao runs those GEMMs without fast
+        accumulation (``Float8GemmConfig()`` for ``gemm_config_grad_input`` /
+        ``gemm_config_grad_weight``, torchao/float8/config.py c6c388b5), and
+        ``addmm_float8_unwrapped`` (torchao/float8/float8_ops.py, pytorch/ao 3e4098f6) then calls
+        the tensor-wise cuBLAS GEMM with unit scales ("The rowwise CUTLASS-based kernel is so slow
+        without fast-accum") and multiplies the output in place (``output *=
+        post_inverse_scale``): a read and a write of it, as an upper bound — Inductor cannot fuse
+        it into the extern GEMM and may fuse it into a consumer, which is not modelled. 0 for
+        any other recipe or role."""
+        if self.fp8_recipe != ROWWISE or role == "fprop":
+            return 0.0
+        output = sum(size for _, size in instr.outputs)
+        hbm = self.accelerator.achieved_memory_bandwidth_bytes_per_s
+        return 2 * output / hbm + self.memory_kernel_s
 
     def _ssd_s(self, instr: Instr) -> float:
         """Seconds of a Mamba-2 scan instruction as mamba_ssm's kernels (:attr:`ssd_kernels`):

@@ -21,7 +21,6 @@ from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.fp8_gathers import fp8_shard_elements, fsdp_float8_gathers
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.framework_costs import (
-    FP8_DYNAMIC_CAST_BYTES,
     FP8_SHARD_AMAX_BYTES,
     FP8_SHARD_CAST_BYTES,
     fsdp1_flat_grad_bytes,
@@ -29,6 +28,7 @@ from stage_explore.analytical.framework_costs import (
     grad_accumulation_bytes,
     held_accumulation_bytes,
     held_sync_micro_batches,
+    weight_cast_bytes,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.parts import Memo, Point
@@ -101,12 +101,12 @@ class PhasePasses:
 
     def _fp8_weight_casts_s(self, point: Point, kind: str, phase: str) -> float:
         """Seconds per micro-batch of casting a block's linear weights to FP8 at every use
-        (``fp8_weight_cast_per_use``, :data:`~stage_explore.analytical.frameworks.
-        FP8_DYNAMIC_CAST_BYTES` per element and use): one cast per FP8 GEMM of the phase that
-        reads the weight — the forward's and a recomputed forward's ``fprop`` (every linear
-        under full recompute, the recomputed ones under a module recompute such as TorchTitan's
-        ``op``) and the backward's ``dgrad``. Blocks whose linears stay in 16 bits (the output
-        layer) and non-FP8 runs: 0."""
+        (``fp8_weight_cast_per_use``): one cast per FP8 GEMM of the phase that reads the
+        weight — the forward's and a recomputed forward's ``fprop`` (every linear under full
+        recompute, the recomputed ones under a module recompute such as TorchTitan's ``op``) and
+        the backward's ``dgrad`` — at :func:`~stage_explore.analytical.framework_costs.
+        weight_cast_bytes` per element (the recipe's). Blocks whose linears stay in 16 bits (the
+        output layer) and non-FP8 runs: 0."""
         if not self.framework.fp8_weight_cast_per_use or point.dtype != "fp8":
             return 0.0
         if not fp8_block(kind):
@@ -116,7 +116,9 @@ class PhasePasses:
         gemms = point.workload.parallel.fp8_gemms
         block = point.blocks[kind]
 
-        def elements() -> int:
+        recipe = point.workload.parallel.linear_recipe
+
+        def cast_bytes() -> int:
             instrs = block.fwd if phase == "fwd" else block.bwd
             if phase in ("bwd_b", "bwd_w"):  # zero-bubble split (lower/weightgrad.py)
                 halves = split_backward(block)
@@ -126,14 +128,15 @@ class PhasePasses:
             for instr in instrs:
                 role = gemm_role(instr, sizes.keys())
                 if role in ("fprop", "dgrad") and role in gemms:
-                    total += sum(sizes[name] for name, _ in instr.inputs if name in sizes)
+                    elements = sum(sizes[name] for name, _ in instr.inputs if name in sizes)
+                    total += elements * weight_cast_bytes(recipe, role, gemms)
             return total
 
-        key = ("fp8_weight_casts", point.key, kind, phase, gemms)
-        cast: int = self._parts.get(key, elements)
+        key = ("fp8_weight_casts", point.key, kind, phase, gemms, recipe)
+        cast: int = self._parts.get(key, cast_bytes)
         accelerator = point.system.accelerator
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s
-        return cast * FP8_DYNAMIC_CAST_BYTES / bandwidth
+        return cast / bandwidth
 
     def _zero3_gathers_in(self, point: Point, phase: str) -> float:
         """ZeRO-3 all-gathers of a block's parameters per micro-batch in ``phase``: the forward's,

@@ -212,8 +212,9 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         choices=_choices(Fp8Recipe),
         default=Fp8Recipe.DELAYED.value,
         help="with --precision fp8: per-tensor delayed or current (tensorwise) scaling, "
-        "DeepSeek-V3 blockwise, or mxfp8 (Blackwell); Megatron-Core --fp8-recipe (default: "
-        "delayed)",
+        "DeepSeek-V3 blockwise, mxfp8 (Blackwell); Megatron-Core --fp8-recipe; or torchao's "
+        "row-wise scaling (rowwise, torchtitan only; its rowwise_with_gw_hp is rowwise with "
+        "--fp8-gemms fprop,dgrad) (default: delayed)",
     )
     group.add_argument(
         "--fp8-gemms",

@@ -62,7 +62,8 @@ RECOMPUTE_METHOD_CHOICES: tuple[str, ...] = RECOMPUTE_METHODS
 #: Compute precisions (:class:`stage_core.parallel.vocab.Precision`: bf16, fp16, fp8, fp4).
 PRECISION_CHOICES: tuple[str, ...] = tuple(precision.value for precision in Precision)
 #: FP8 scaling recipes (:class:`stage_core.parallel.vocab.Fp8Recipe`: delayed, tensorwise,
-#: blockwise, mxfp8); read under ``precision = "fp8"`` only.
+#: blockwise, mxfp8, rowwise — torchtitan only, an infeasible trial elsewhere); read under
+#: ``precision = "fp8"`` only.
 FP8_RECIPE_CHOICES: tuple[str, ...] = tuple(recipe.value for recipe in Fp8Recipe)
 
 #: The value a knob takes when ``[space]`` does not mention it.

@@ -327,6 +327,8 @@ def inferred_setup(
     parallel, notes = _layout(row, stated, framework.value)
     if precision.fp8_recipe:
         parallel["fp8_recipe"] = precision.fp8_recipe
+    if precision.fp8_gemms:
+        parallel["fp8_gemms"] = list(precision.fp8_gemms)
     experts, expert_notes = _moe_overrides(row)
     defaults = recipe_defaults(
         row, framework.value, precision.precision, model.value, parallel, stated, system.value,

@@ -133,11 +133,13 @@ def unmodelled_framework(row: dict[str, str], framework: Inferred) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PrecisionRead:
-    """A ``precision`` cell read: the precision, the FP8 recipe ("" when not FP8) and why."""
+    """A ``precision`` cell read: the precision, the FP8 recipe ("" when not FP8), why, and the
+    GEMMs the recipe runs in FP8 (empty: all three, the default)."""
 
     precision: str
     fp8_recipe: str
     assumption: str
+    fp8_gemms: tuple[str, ...] = ()
 
 
 #: (pattern, fp8 recipe) for the FP8 spellings that name a recipe; first match wins.
@@ -156,7 +158,8 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
     framework's default recipe: tensorwise for torchtitan (torchao Float8's dynamic
     tensorwise scaling) and for a Megatron-Bridge table (``bridge``: its tables label FP8 rows
     FP8-CS / FP8-MX, a bare "FP8" read as the first), delayed otherwise (Megatron-Core's
-    ``--fp8-recipe`` default)."""
+    ``--fp8-recipe`` default); a row-wise spelling (``rowwise``, ``per-row``, ``axiswise``) is
+    torchao's ``rowwise``, with ``gw_hp`` its ``rowwise_with_gw_hp`` (:func:`_rowwise`)."""
     text = cell.strip().lower()
     said = f"the precision column says {cell.strip()!r}"
     if not text:
@@ -177,11 +180,13 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
         )
     if re.search(r"fp8|float8", text):
         if re.search(r"row[-_\s]?wise|per[-_\s]?row|axiswise", text):
-            raise Uninferable(
-                f"precision {cell!r}: FP8 with row-wise scales (torchao Float8 'rowwise') is "
-                "no recipe of the model (tensorwise, delayed, blockwise, mxfp8); not read as "
-                "any of them"
-            )
+            if framework != "torchtitan":
+                raise Uninferable(
+                    f"precision {cell!r}: FP8 with row-wise scales is torchao Float8's 'rowwise' "
+                    f"recipe (torchtitan), but the row's framework is {framework}, whose FP8 "
+                    "runs through Transformer Engine: it has no row-wise recipe"
+                )
+            return _rowwise(text, said)
         for pattern, recipe in FP8_RECIPES:
             if re.search(pattern, text):
                 return PrecisionRead("fp8", recipe, f"fp8 with fp8_recipe {recipe} ({said})")
@@ -198,6 +203,18 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
         f"precision {cell!r}: expected bf16, fp16 or an FP8 spelling (bfloat16, float16, "
         "half read too)"
     )
+
+
+def _rowwise(text: str, said: str) -> PrecisionRead:
+    """torchao Float8's row-wise recipes: ``rowwise`` (every GEMM in FP8) and
+    ``rowwise_with_gw_hp`` (a ``gw_hp`` / ``gw hp`` spelling: the weight-gradient GEMM in high
+    precision, read as ``fp8_gemms`` fprop,dgrad; torchao/float8/config.py c6c388b5)."""
+    if re.search(r"gw[-_\s]?hp|grad[-_\s]?weight[-_\s]?(in[-_\s]?)?(hp|high)", text):
+        return PrecisionRead(
+            "fp8", "rowwise", f"fp8 with fp8_recipe rowwise and fp8_gemms fprop,dgrad, torchao's "
+            f"rowwise_with_gw_hp: the weight-gradient GEMM in bf16 ({said})", ("fprop", "dgrad"),
+        )  # fmt: skip
+    return PrecisionRead("fp8", "rowwise", f"fp8 with fp8_recipe rowwise ({said})")
 
 
 #: Nemotron-H's published sizes (arXiv 2504.03624; Megatron-Bridge's NemotronHModelProvider4B /

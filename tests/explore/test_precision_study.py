@@ -68,7 +68,7 @@ def test_the_knobs_default_to_bf16_and_delayed_and_take_fixed_and_listed_values(
     assert listed["fp8_recipe"] == ("delayed", "mxfp8")
     every = study(tmp_path, 'precision = "auto"\nfp8_recipe = "auto"').space.choices()
     assert every["precision"] == ("bf16", "fp16", "fp8", "fp4")
-    assert every["fp8_recipe"] == ("delayed", "tensorwise", "blockwise", "mxfp8")
+    assert every["fp8_recipe"] == ("delayed", "tensorwise", "blockwise", "mxfp8", "rowwise")
 
 
 @pytest.mark.parametrize(
@@ -80,8 +80,8 @@ def test_the_knobs_default_to_bf16_and_delayed_and_take_fixed_and_listed_values(
         ('precision = ["fp8", "fp8"]', "precision: expected distinct values"),
         ("precision = 8", "precision: expected"),
         ("precision = { min = 1, max = 2 }", "precision: expected a value or a list"),
-        ('fp8_recipe = "current"', 'fp8_recipe: expected "delayed", "tensorwise", "blockwise" '
-         'or "mxfp8", got "current"'),
+        ('fp8_recipe = "current"', 'fp8_recipe: expected "delayed", "tensorwise", "blockwise", '
+         '"mxfp8" or "rowwise", got "current"'),
     ],
 )  # fmt: skip
 def test_a_bad_value_is_a_one_line_error_naming_it_and_the_choices(

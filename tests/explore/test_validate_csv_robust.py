@@ -93,9 +93,11 @@ def test_a_measured_cell_in_another_unit_names_it(cells: dict[str, str], said: s
 
 @pytest.mark.parametrize("cell", ["FP8 rowwise", "fp8_rowwise", "Float8 (rowwise)"])
 def test_fp8_with_row_wise_scales_is_refused_not_read_as_delayed(cell: str) -> None:
-    """The defect: torchao's Float8 ``rowwise`` recipe was read as delayed scaling."""
+    """The defect: torchao's Float8 ``rowwise`` recipe was read as delayed scaling. On a
+    Megatron-Core row (Transformer Engine has no row-wise recipe) it is refused (s23 rowwise)."""
     case = _case(precision=cell)
     assert "row-wise" in case.reason and repr(cell) in case.reason, case.reason
+    assert "Transformer Engine" in case.reason and "megatron-core" in case.reason, case.reason
 
 
 @pytest.mark.parametrize("cell", ["FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "fully_shard"])

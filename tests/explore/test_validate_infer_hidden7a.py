@@ -68,18 +68,19 @@ def test_a_torchtitan_row_on_a_pytorch_alpha_keeps_the_profile_of_its_era() -> N
                for a in nightly.assumptions)  # fmt: skip
 
 
-def test_the_torchao_rows_are_evaluated_or_refused_for_their_rowwise_recipe() -> None:
-    """The 12 TorchAO rows: 8 evaluated on their GPU's preset as torchtitan, the 4 float8
-    'rowwise' ones refused by their precision cell (no row-wise-scaled recipe in the model)."""
+def test_the_torchao_rows_are_evaluated_with_their_rowwise_recipe() -> None:
+    """The 12 TorchAO rows, all set up as torchtitan on their GPU's preset; the 4 float8
+    'rowwise' ones (refused until s23 rowwise) with fp8_recipe rowwise, 'rowwise_with_gw_hp' with
+    its weight-gradient GEMM in bf16 (fp8_gemms fprop,dgrad)."""
     rows = [r for r in read_csv(DATA / NO_SETUP) if r["id"].startswith("TORCHAO-")]
     assert len(rows) == 12
-    refused = {r["id"] for r in rows if _case(r).reason}
-    assert refused == {r["id"] for r in rows if "ROWWISE" in r["id"]} and len(refused) == 4
     for row in rows:
         case = _case(row)
-        if row["id"] in refused:
-            assert "row-wise scales" in case.reason
-            continue
+        assert not case.reason, (row["id"], case.reason)
+        assert case.parallel is not None
+        if "ROWWISE" in row["id"]:
+            gemms = ("fprop", "dgrad") if "GWHP" in row["id"] else ("fprop", "dgrad", "wgrad")
+            assert (str(case.parallel.fp8_recipe), case.parallel.fp8_gemms) == ("rowwise", gemms)
         assert case.framework == "torchtitan"
         assert case.parallel is not None and case.model is not None
         assert case.system == {"H100": "h100-80gb", "MI300X": "mi300x"}.get(row["gpu"], "b200")
