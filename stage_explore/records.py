@@ -89,6 +89,17 @@ BREAKDOWN_COMPONENTS: tuple[str, ...] = (
 
 _PART = re.compile(r"^part-(\d{5,})\.parquet$")
 
+#: Training knobs whose record columns came after the first records (3-5 Dec 2026): a part without
+#: one ran the knob's default (:func:`with_later_knobs`).
+LATER_KNOBS: tuple[str, ...] = (
+    "pp_split",
+    "dp_shard",
+    "recompute_num_layers",
+    "recompute_method",
+    "precision",
+    "fp8_recipe",
+)
+
 _META = [
     ("trial", pa.int64()),
     ("study", pa.string()),
@@ -441,6 +452,28 @@ def _read_part(path: Path) -> pa.Table:
         raise ConfigError(
             f"{path}: records version {version} is not supported (expected 1 to {RECORDS_VERSION})"
         )
+    return with_later_knobs(table)
+
+
+def with_later_knobs(table: pa.Table) -> pa.Table:
+    """A training study's part with every :data:`LATER_KNOBS` column, a part written before
+    the knob existed given the value it ran (:data:`~stage_explore.study.space.KNOB_DEFAULTS`)
+    in its schema position; a missing column made ``--resume`` fail with a ``KeyError`` and
+    ``load_results`` show nulls (s23 review). Inference parts (no ``recompute``) as they are."""
+    from stage_explore.study.space import KNOB_DEFAULTS
+
+    names = table.column_names
+    if "recompute" not in names or all(name in names for name in LATER_KNOBS):
+        return table
+    types = dict(_PARAMS)
+    order = [name for name, _ in _PARAMS]
+    for name in LATER_KNOBS:
+        if name in table.column_names:
+            continue
+        before = [n for n in order[: order.index(name)] if n in table.column_names]
+        values = pa.array([KNOB_DEFAULTS[name]] * table.num_rows, types[name])
+        index = table.column_names.index(before[-1]) + 1
+        table = table.add_column(index, pa.field(name, types[name]), values)
     return table
 
 

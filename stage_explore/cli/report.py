@@ -9,6 +9,7 @@ Contents:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -56,8 +57,25 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--html {args.html}: expected the HTML file to write, got a folder")
         writable_folder(args.html.parent, "--html")
     report = build_report(args.directory, objectives=objectives, top=args.top)
+    _note_recording(args.directory)
     print(report.text())
     if args.html is not None:
         written = write_html(report, args.html)
         print("wrote " + ", ".join(str(path) for path in written))
     return 0
+
+
+def _note_recording(directory: Path) -> None:
+    """One stderr line per study folder (``directory`` or a study folder in it) that a
+    ``stage explore`` is still recording: the report covers the trials recorded so far."""
+    from stage_explore.search.folder_lock import recording_holder
+
+    folders = [directory, *sorted(p for p in directory.iterdir() if p.is_dir())]
+    for folder in folders:
+        pid = recording_holder(folder)
+        if pid is not None:
+            print(
+                f"stage report: note: {folder} is still being recorded (stage explore, pid "
+                f"{pid}); this report covers the trials recorded so far",
+                file=sys.stderr,
+            )

@@ -54,6 +54,7 @@ from stage_explore.records import (
 from stage_explore.search.backends import BackendFactory, create_backend, resolve_backend
 from stage_explore.search.design import model_is_moe
 from stage_explore.search.executors import BaseExecutor
+from stage_explore.search.folder_lock import study_lock
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, RefineProgress, StudySummary
 from stage_explore.search.refine import refine
@@ -297,6 +298,16 @@ class Explorer:
             refine_factory = resolve_backend(backend.name)
             _preflight(create_backend(refine_factory, backend.options))
         search = self._create_search(factory)
+        with study_lock(self.directory):  # one writer per folder (folder_lock)
+            self._check_folder()  # again: another run may have recorded since the first check
+            return self._record(search, factory, refine_factory)
+
+    def _record(
+        self, search: BaseSearch, factory: BackendFactory, refine_factory: BackendFactory | None
+    ) -> StudySummary:
+        """The rest of :meth:`run`, holding the folder: resume, the loop, the records, the
+        front's refinement."""
+        backend = self.spec.backend
         resumed = self._load_previous(search)
         job = EvaluationJob(study=self.spec, factory=factory, options=backend.search_options)
         policy = self._retry or RetryPolicy(retries=self.spec.executor.retries)
