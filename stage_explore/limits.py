@@ -6,7 +6,9 @@ Contents:
         the limits and why they are where they are.
     :func:`check_sizes`
         raise a one-line :class:`~stage_core.errors.ConfigError` naming the first size over
-        its limit (used by study files).
+        its limit (used by study files). The four size limits and this check live in
+        :mod:`stage_core.limits` (s23 review: the Python API checks them too) and are
+        re-exported here.
     :func:`check_options`, :func:`world_size_of`
         the same for the workload options of ``stage memory|trace|eval``.
 
@@ -19,59 +21,26 @@ machine); past them the work grows without bound and no real cluster or model is
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 
-from stage_core.errors import ConfigError
+from stage_core.limits import (
+    MAX_GLOBAL_BATCH as MAX_GLOBAL_BATCH,
+)
+from stage_core.limits import (
+    MAX_GPUS as MAX_GPUS,
+)
+from stage_core.limits import (
+    MAX_LAYERS as MAX_LAYERS,
+)
+from stage_core.limits import (
+    MAX_SEQ_LEN as MAX_SEQ_LEN,
+)
+from stage_core.limits import (
+    check_sizes as check_sizes,
+)
 
-#: GPUs (dp·tp·cp·pp): 64× the 16,384 H100s of Llama 3 405B (Dubey et al. 2024, §3.3) and
-#: above the 100,000-200,000-GPU clusters announced in 2024-2025.
-MAX_GPUS = 1 << 20
-#: Tokens per sequence: 2^24 ≈ 16.8 M, above the longest published context window
-#: (10 M tokens, Llama 4 Scout, Meta 2025).
-MAX_SEQ_LEN = 1 << 24
-#: Transformer layers: 2^14 = 16,384, over 100× the deepest published LLMs (126 layers for
-#: Llama 3 405B, 118 for PaLM 540B).
-MAX_LAYERS = 1 << 14
-#: Sequences per step: 2^20, 500× the 2,048 sequences of Llama 3 405B's 16 M-token batches;
-#: it bounds the micro-batches a pipeline schedule enumerates.
-MAX_GLOBAL_BATCH = 1 << 20
 #: Ranks written one file each by ``stage trace --format chakra|json``: 2^17 = 131,072
 #: (32,768 ranks take about 30 s); beyond, ``--format symmetric`` writes one program per class.
 MAX_RANK_FILES = 1 << 17
-
-
-#: What each size is called in messages, unless the caller names it as the user wrote it.
-_NAMES = {
-    "gpus": "GPUs (dp·tp·cp·pp)",
-    "seq_len": "sequence length",
-    "layers": "layers",
-    "global_batch": "global batch",
-}
-_LIMITS = {
-    "gpus": (MAX_GPUS, "2^20"),
-    "seq_len": (MAX_SEQ_LEN, "2^24 tokens"),
-    "layers": (MAX_LAYERS, "2^14"),
-    "global_batch": (MAX_GLOBAL_BATCH, "2^20 sequences"),
-}
-
-
-def check_sizes(
-    sizes: Mapping[str, int | None], *, names: Mapping[str, str] | None = None, where: str = ""
-) -> None:
-    """Raise :class:`ConfigError` for the first size above its limit (``None`` = not given).
-
-    ``sizes`` maps ``gpus``, ``seq_len``, ``layers`` and ``global_batch`` to values; ``names``
-    says how the user wrote each (an option, a study key); ``where`` prefixes the message.
-    """
-    for key, value in sizes.items():
-        limit, text = _LIMITS[key]
-        if value is not None and value > limit:
-            name = (names or {}).get(key, _NAMES[key])
-            prefix = f"{where}: " if where else ""
-            raise ConfigError(
-                f"{prefix}{name}: expected at most {limit:,} ({text}, far beyond any "
-                f"published training run), got {value:,}"
-            )
 
 
 def world_size_of(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.study.space import KNOB_DEFAULTS, canonical_params
 from stage_explore.study.spec import OBJECTIVE_METRICS, PARALLEL_KNOBS, Direction
@@ -123,6 +124,9 @@ def pareto_front(
     their natural directions. With ``feasible_only`` (the default) and a ``status`` column, only
     rows whose status is ``"ok"`` compete.
     """
+    import pandas as pd  # noqa: F811 - imported here: the CLI starts faster without it
+
+    expect(df, pd.DataFrame, "df", "load_results(folder)")
     pairs = parse_objectives(objectives)
     missing = [name for name, _ in pairs if name not in df.columns]
     if missing:
@@ -130,6 +134,13 @@ def pareto_front(
             f"objective column(s) {', '.join(missing)} not in the records; "
             f"columns are: {', '.join(map(str, df.columns))}"
         )
+    text = [
+        f"{name} ({df[name].dtype})"
+        for name, _ in pairs
+        if not pd.api.types.is_numeric_dtype(df[name]) or pd.api.types.is_bool_dtype(df[name])
+    ]
+    if text:
+        raise ConfigError(f"objective column(s) {', '.join(text)}: expected numbers to rank")
     candidates = df[df["status"] == "ok"] if feasible_only and "status" in df.columns else df
     candidates = distinct_configurations(candidates)
     values = (

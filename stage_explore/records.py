@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.evaluation import Evaluation
 from stage_explore.wording import counted
@@ -523,6 +524,7 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     studies (their rows are concatenated; the ``study`` column tells them apart). Points a
     two-stage study re-evaluated carry the second backend's numbers as ``refined_*`` columns.
     """
+    expect(directory, (str, os.PathLike), "directory", "a study's records folder")
     root = Path(directory)
     folders = (
         [root]

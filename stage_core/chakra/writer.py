@@ -29,6 +29,7 @@ in file order). It holds exactly the information of the ``.et`` files.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from stage_core.arguments import expect
 from stage_core.chakra.encode import CHAKRA_VERSION, ChakraEncoder, RankTemplate, encode_program
 from stage_core.chakra.filesink import write_file, write_rank_files
 from stage_core.chakra.groups import COMM_GROUP_FILE, GroupRegistry, write_comm_groups
@@ -100,6 +102,7 @@ def trace_file_name(prefix: str, rank: int) -> str:
 
 
 def _prepare_directory(out_dir: Path | str, prefix: str, world_size: int) -> Path:
+    expect(out_dir, (str, os.PathLike), "out_dir", "the folder to write the traces into")
     if not prefix or "/" in prefix:
         raise ConfigError(f"`prefix` must be a non-empty file name prefix, but got {prefix!r}")
     directory = Path(out_dir)

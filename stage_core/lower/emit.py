@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from stage_core.arguments import expect
 from stage_core.chakra.writer import (
     ClassColumns,
     RankClass,
@@ -34,6 +35,9 @@ from stage_core.lower.program import PIPELINE_ENDS, PIPELINE_MIRROR, ProgramSet
 from stage_core.lower.program_node import ProgramNode
 from stage_core.mesh import Mesh
 from stage_core.trace import NodeKind, TraceNode
+
+#: How to make the program set the writers take.
+_PROGRAMS = "lower(model, parallel)"
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -136,6 +140,7 @@ def _bind(template: list[ProgramNode], rank: int, table: GroupTable, world: int)
 
 def class_columns(programs: ProgramSet) -> tuple[list[ClassColumns], list[tuple[int, ...] | None]]:
     """One Chakra rank class per pipeline stage, in column form, and the group table."""
+    expect(programs, ProgramSet, "programs", _PROGRAMS)
     mesh = programs.workload.mesh
     table = GroupTable(mesh)
     world = programs.workload.world_size
@@ -208,6 +213,7 @@ def write_chakra(
 
 def write_json(programs: ProgramSet, path: Path | str, *, units: str = "bytes") -> None:
     """The readable JSON form of every rank's trace (small configurations)."""
+    expect(programs, ProgramSet, "programs", _PROGRAMS)
     ranks = {}
     for stage in programs.stages:
         template = stage_nodes(programs, stage)
@@ -244,6 +250,7 @@ def _node_json(item: ProgramNode) -> dict[str, Any]:
 
 def symmetric_form(programs: ProgramSet) -> dict[str, Any]:
     """One program per rank class plus the rank map (see ``docs/trace-formats.md``)."""
+    expect(programs, ProgramSet, "programs", _PROGRAMS)
     workload = programs.workload
     mesh = workload.mesh
     classes = []

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from stage_core.arguments import expect
 from stage_core.blocks import Structure, mtp_layer_of_block
 from stage_core.lower.bind import (
     BoundBlock,
@@ -491,6 +492,7 @@ def stage_memory(
 
 def memory_report(programs: ProgramSet, with_ranks: bool = True) -> list[MemoryBreakdown]:
     """One breakdown per distinct stage program."""
+    expect(programs, ProgramSet, "programs", "lower(model, parallel)")
     return [
         stage_memory(programs, stage, tuple(programs.ranks(stage.stage)) if with_ranks else ())
         for stage in programs.stages

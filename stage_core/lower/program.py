@@ -26,6 +26,7 @@ from stage_core.blocks import (
     default_options,
 )
 from stage_core.errors import ConfigError
+from stage_core.limits import check_workload
 from stage_core.lower.bind import (
     MESH_AXES,
     BoundBlock,
@@ -101,7 +102,9 @@ def _with_expert_axes(options: BlockOptions, axes: tuple[str, ...]) -> BlockOpti
 
 
 def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
-    """Validate ``parallel`` against ``model`` and bind every dim and axis size."""
+    """Validate ``parallel`` against ``model`` (the size limits of :mod:`stage_core.limits`
+    first) and bind every dim and axis size."""
+    check_workload(model, parallel)
     parallel.validate(model)
     model = parallel.resolve(model)
     fold = fold_experts(parallel) if model.is_moe else ExpertFold(("ep",), 1)

@@ -15,6 +15,7 @@ import difflib
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_core.models.hf_ssm import hybrid_pattern
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
@@ -530,6 +531,7 @@ def list_flavors() -> tuple[str, ...]:
 
 def get_flavor(name: str) -> ModelSpec:
     """The flavor called ``name`` (case-insensitive); a one-line :class:`ConfigError` if unknown."""
+    expect(name, str, "flavor name", "one of list_flavors(), e.g. 'llama3-8b'")
     spec = _REGISTRY.get(name.strip().lower())
     if spec is not None:
         return spec

@@ -44,6 +44,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import BoundBlock
 from stage_core.lower.emit import GroupTable
@@ -126,7 +127,8 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             known = ", ".join(repr(str(a)) for a in AttentionFlops)
             raise ConfigError(f"`attention_flops` must be {known}, but got {attention_flops!r}")
         self.attention_flops = AttentionFlops(attention_flops)
-        efficiency = tuple(network_efficiency)
+        listed = isinstance(network_efficiency, list | tuple)
+        efficiency = tuple(network_efficiency) if listed else ()
         if not efficiency or not all(
             isinstance(x, int | float) and not isinstance(x, bool) and 0 < x <= 1
             for x in efficiency
@@ -197,6 +199,9 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         return replace(parallel, recompute_modules=modules)
 
     def evaluate(self, model: ModelSpec, parallel: ParallelConfig, system: System) -> Evaluation:
+        expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
+        expect(parallel, ParallelConfig, "parallel", "ParallelConfig(dp=…, tp=…, …)")
+        expect(system, System, "system", "load_system('h100-80gb') or a system file")
         parallel = self.as_run(parallel, system)
         workload = make_workload(model, parallel)
         gpus = workload.world_size

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError, InfeasibleError
 from stage_core.lower.bind import Instr
 from stage_core.lower.emit import GroupTable
@@ -298,7 +299,8 @@ def _lower(model: ModelSpec, config: ServingConfig, steps: tuple[ServingStep, ..
 
 
 def _usable(system: System, utilization: float) -> int:
-    if not 0 < utilization <= 1:
+    number = isinstance(utilization, int | float) and not isinstance(utilization, bool)
+    if not number or not 0 < utilization <= 1:
         raise ConfigError(f"`memory_utilization` must be in (0, 1], but got {utilization!r}")
     return int(system.accelerator.memory_bytes * utilization)
 
@@ -339,6 +341,15 @@ def _result(
     )  # fmt: skip
 
 
+def _check_arguments(backend: object, model: object, config: object, system: object) -> None:
+    """One-line errors for arguments of the wrong kind (a flavor or preset name, a dict: an
+    ``AttributeError`` deep inside before, s23 review)."""
+    expect(backend, AnalyticalBackend, "backend", "AnalyticalBackend(framework=…)")
+    expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
+    expect(config, ServingConfig, "config", "ServingConfig(phase=…, batch=…, …)")
+    expect(system, System, "system", "load_system('h100-80gb') or a system file")
+
+
 def _check_phase(config: ServingConfig, phase: Phase) -> None:
     """A one-line error when ``config`` is not a ``phase`` step, or is a decode step given a
     prompt (a decode step reads only its ``context_len``: a prompt would be silently ignored)."""
@@ -368,6 +379,7 @@ def evaluate_prefill(
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
 ) -> ServingEvaluation:
     """Time to first token of ``batch`` prompts of ``prompt_len`` (chunked when ``chunk``)."""
+    _check_arguments(backend, model, config, system)
     _check_phase(config, Phase.PREFILL)
     _check_gpus(config, system)
     steps = config.steps()
@@ -392,6 +404,7 @@ def evaluate_decode(
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
 ) -> ServingEvaluation:
     """One decode step of ``batch`` sequences over ``context_len`` cached tokens."""
+    _check_arguments(backend, model, config, system)
     _check_phase(config, Phase.DECODE)
     _check_gpus(config, system)
     lowered = _lower(model, config, config.steps())
@@ -447,6 +460,10 @@ def evaluate_serve(
 ) -> ServingEvaluation:
     """Steady serving of ``config.batch`` running sequences (module docstring). With
     ``prefill`` and ``prefill_instances`` the prefill runs on its own pool (disaggregated)."""
+    _check_arguments(backend, model, config, system)
+    expect(mix, RequestMix, "mix", "RequestMix(prompt_len=…, output_len=…)")
+    if prefill is not None:
+        expect(prefill, ServingConfig, "prefill", "ServingConfig(phase='prefill', …)")
     decode_cfg = replace(
         config, phase=Phase.DECODE, context_len=mix.prompt_len + mix.output_len // 2,
         prompt_len=0, chunk=0,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -28,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.pareto import pareto_mask
 from stage_explore.records import (
@@ -53,7 +56,7 @@ from stage_explore.records import (
 )
 from stage_explore.search.backends import BackendFactory, create_backend, resolve_backend
 from stage_explore.search.design import model_is_moe
-from stage_explore.search.executors import BaseExecutor
+from stage_explore.search.executors import BaseExecutor, create_executor
 from stage_explore.search.folder_lock import study_lock
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, RefineProgress, StudySummary
@@ -92,14 +95,17 @@ class Explorer:
     wrapped in a
     :class:`~stage_explore.search.retry.RetryingExecutor`). ``on_refine`` follows a two-stage
     study's re-evaluation of the front (when it starts and after each point).
+    ``executor_factory`` makes the executor of an
+    :class:`~stage_explore.search.worker.EvaluationJob`; None: the study's ``[executor]``
+    (:func:`~stage_explore.search.executors.create_executor`).
     """
 
     def __init__(
         self,
         spec: StudySpec,
         *,
-        out: Path,
-        executor_factory: ExecutorFactory,
+        out: Path | str,
+        executor_factory: ExecutorFactory | None = None,
         backend_factory: BackendFactory | None = None,
         trials: int | None = None,
         resume: bool = False,
@@ -107,11 +113,16 @@ class Explorer:
         retry: RetryPolicy | None = None,
         on_refine: Callable[[RefineProgress], None] | None = None,
     ) -> None:
+        expect(spec, StudySpec, "spec", "load_study('quickstart') or load_study(path)")
+        expect(out, (str, os.PathLike), "out", "the output folder")
+        if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)
+                                   or trials < 1):  # fmt: skip
+            raise ConfigError(f"trials: expected a positive integer or None, got {trials!r}")
         self.spec = spec
         self._on_refine = on_refine
         self._retry = retry
-        self.directory = out / spec.name
-        self._executor_factory = executor_factory
+        self.directory = Path(out) / spec.name
+        self._executor_factory = executor_factory or partial(create_executor, spec.executor)
         self._backend_factory = backend_factory
         self._budget = trials if trials is not None else spec.sampler.trials
         if self._budget is None and spec.sampler.kind not in (SamplerKind.GRID, SamplerKind.AUTO):
@@ -506,8 +517,8 @@ def _preflight(backend: Any) -> None:
 def explore(
     spec: StudySpec,
     *,
-    out: Path,
-    executor_factory: ExecutorFactory,
+    out: Path | str,
+    executor_factory: ExecutorFactory | None = None,
     backend_factory: BackendFactory | None = None,
     trials: int | None = None,
     resume: bool = False,

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 import tomllib
 from importlib import resources
 from pathlib import Path
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.limits import check_sizes
 from stage_explore.study._reader import Source, Table, choices_text, describe
@@ -98,8 +100,12 @@ def resolve_study(argument: str | Path) -> Path:
 
 
 def load_study(path: str | Path) -> StudySpec:
-    """Read and validate the study file at ``path``."""
+    """Read and validate the study file at ``path``, or the bundled study of that name when no
+    such file exists (``load_study("quickstart")``, as ``stage explore quickstart``)."""
+    expect(path, (str, os.PathLike), "path", "a study file, or a bundled study: 'quickstart'")
     file = Path(path)
+    if not file.exists() and len(file.parts) == 1:
+        file = bundled_studies().get(file.name.removesuffix(".toml"), file)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:

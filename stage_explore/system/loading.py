@@ -49,6 +49,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.system.accelerator import Accelerator, EfficiencyModel, KernelModel
 from stage_explore.system.model import (
@@ -418,6 +419,7 @@ def list_presets() -> tuple[str, ...]:
 
 def load_system(name_or_path: str | os.PathLike[str]) -> System:
     """A preset by name (see :func:`list_presets`) or a system TOML file by path."""
+    expect(name_or_path, (str, os.PathLike), "system", "a preset name, e.g. 'h100-80gb', or a path")
     candidate = os.fspath(name_or_path)
     if candidate.endswith(".toml") or os.sep in candidate or Path(candidate).is_file():
         return load_system_file(candidate)

@@ -1,0 +1,156 @@
+"""The Python API as the README tours it, given bad values (s23 review): one clear
+:class:`ConfigError` naming the argument, what was expected and what was given, where a flavor
+name for a model, a dict for a parallel config, a preset name for a system, a list for a program
+set or a text column for an objective got an ``AttributeError``, a ``TypeError`` from deep
+inside, or a ``global_batch`` of 2^27 ran for minutes (the command line refused it); and a study
+runs from Python as ``explore(load_study("quickstart"), out="results")``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_core.lower.emit import write_chakra
+from stage_core.lower.memory import memory_report
+from stage_core.lower.program import lower, make_workload
+from stage_core.models import get_flavor
+from stage_core.parallel import ParallelConfig
+from stage_core.serving import ServingConfig
+from stage_explore import load_results, pareto_front
+from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.serving import evaluate_decode, evaluate_serve
+from stage_explore.search import explore
+from stage_explore.study import load_study
+from stage_explore.system import load_system
+
+MODEL = get_flavor("llama3-8b")
+PARALLEL = ParallelConfig(dp=2, global_batch=4, seq_len=1024)
+H100 = load_system("h100-80gb")
+DECODE = ServingConfig(phase="decode", batch=8, context_len=128)
+
+CASES: list[tuple[str, Callable[[], Any], str]] = [
+    ("flavor", lambda: get_flavor(None), r"flavor name: expected a str .* but got None"),
+    ("lower", lambda: lower("llama3-8b", PARALLEL), r"model: expected a ModelSpec .*'llama3-8b'"),
+    ("lower", lambda: lower(MODEL, None), r"parallel: expected a ParallelConfig .* got None"),
+    (
+        "evaluate",
+        lambda: AnalyticalBackend().evaluate(MODEL, {"dp": 2}, H100),
+        r"parallel: expected a ParallelConfig .*\{'dp': 2\} \(dict\)",
+    ),
+    (
+        "evaluate",
+        lambda: AnalyticalBackend().evaluate(MODEL, PARALLEL, "h100-80gb"),
+        r"system: expected a System \(load_system\('h100-80gb'\)",
+    ),
+    ("memory", lambda: memory_report([]), r"programs: expected a ProgramSet \(lower\(model"),
+    ("chakra", lambda: write_chakra([], "traces"), r"programs: expected a ProgramSet"),
+    (
+        "chakra",
+        lambda: write_chakra(lower(MODEL, PARALLEL), None),  # type: ignore[arg-type]
+        r"out_dir: expected a str or PathLike",
+    ),
+    ("system", lambda: load_system(None), r"system: expected a str or PathLike .* got None"),
+    (
+        "backend",
+        lambda: AnalyticalBackend(network_efficiency=0.5),  # type: ignore[arg-type]
+        r"`network_efficiency` must be a non-empty list .* but got 0.5",
+    ),
+    (
+        "decode",
+        lambda: evaluate_decode(AnalyticalBackend(), "llama3-8b", DECODE, H100),
+        r"model: expected a ModelSpec",
+    ),
+    (
+        "decode",
+        lambda: evaluate_decode(AnalyticalBackend(), MODEL, DECODE, H100, "0.9"),
+        r"`memory_utilization` must be in \(0, 1\], but got '0.9'",
+    ),
+    (
+        "serve",
+        lambda: evaluate_serve(AnalyticalBackend(), MODEL, DECODE, H100, (2000, 500)),
+        r"mix: expected a RequestMix",
+    ),
+    ("results", lambda: load_results(None), r"directory: expected a str or PathLike"),
+    ("study", lambda: load_study(None), r"path: expected a str or PathLike"),
+    ("explore", lambda: explore("quickstart", out="x"), r"spec: expected a StudySpec"),
+    (
+        "explore",
+        lambda: explore(load_study("quickstart"), out="x", trials=0),
+        r"trials: expected a positive integer or None, got 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "call", "message"), CASES, ids=[c[0] for c in CASES])
+def test_a_wrong_argument_is_one_clear_error(
+    where: str, call: Callable[[], Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        call()
+    assert "\n" not in str(raised.value)
+
+
+def test_the_size_limits_hold_for_python_callers() -> None:
+    # 2^21 sequences: over the command line's limit, which the API skipped (2^27 ran minutes)
+    config = ParallelConfig(dp=8, global_batch=1 << 21, seq_len=1024)
+    with pytest.raises(ConfigError, match=r"`global_batch`: expected at most 1,048,576"):
+        make_workload(MODEL, config)
+    with pytest.raises(ConfigError, match=r"`global_batch`: expected at most"):
+        AnalyticalBackend().evaluate(MODEL, config, H100)
+    with pytest.raises(ConfigError, match=r"`seq_len`: expected at most 16,777,216"):
+        lower(MODEL, ParallelConfig(seq_len=1 << 25))
+    make_workload(MODEL, ParallelConfig(dp=8, global_batch=1 << 20, seq_len=1024))  # at it: ok
+
+
+def test_a_text_column_is_no_objective(tmp_path: Path) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"trial": [0, 1], "recompute": ["none", "full"], "mfu": [0.3, 0.4]})
+    with pytest.raises(ConfigError, match=r"objective column\(s\) recompute .*expected numbers"):
+        pareto_front(frame, {"recompute": "min"})
+    with pytest.raises(ConfigError, match=r"df: expected a DataFrame"):
+        pareto_front(frame.to_dict(), ["mfu"])  # type: ignore[arg-type]
+    assert list(pareto_front(frame, ["mfu"]).trial) == [1]
+
+
+STUDY = """\
+[study]
+name = "api"
+
+[model]
+flavor = "gpt3-1.3b"
+
+[workload]
+global_batch = 64
+sequence_length = 2048
+
+[system]
+preset = "a100-80gb"
+
+[space]
+num_gpus = 8
+tp = [1, 2]
+
+[objectives]
+step_time_s = "min"
+
+[sampler]
+kind = "grid"
+
+[executor]
+kind = "local"
+workers = 1
+"""
+
+
+def test_a_study_runs_from_python_with_its_own_executor(tmp_path: Path) -> None:
+    study = tmp_path / "api.toml"
+    study.write_text(STUDY)
+    summary = explore(load_study(str(study)), out=str(tmp_path / "results"))  # str paths
+    assert summary.progress.done == 2 and summary.progress.ok == 2
+    assert len(load_results(tmp_path / "results" / "api")) == 2
+    assert load_study("quickstart").name == "quickstart"  # a bundled study by name
