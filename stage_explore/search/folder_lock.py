@@ -63,10 +63,13 @@ def study_lock(directory: Path) -> Iterator[None]:
             break
         handle.close()  # its holder removed it as we opened it: lock the file there now
     try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}\n")
+            handle.flush()
+        except OSError as error:  # a full disk: said as every failed write is
+            raise storage_error(path, error, "the study's lock") from None
         yield
     finally:
         try:
