@@ -25,4 +25,7 @@ def expect(value: Any, kind: type | tuple[type, ...], what: str, hint: str = "")
     if len(shown) > 80:
         shown = shown[:77] + "..."
     how = f" ({hint})" if hint else ""
-    raise ConfigError(f"{what}: expected a {names}{how}, but got {shown} ({type(value).__name__})")
+    article = "an" if names[0] in "AEIOU" else "a"
+    raise ConfigError(
+        f"{what}: expected {article} {names}{how}, but got {shown} ({type(value).__name__})"
+    )

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_core.models.flavors import get_flavor
 from stage_core.models.hf import load_hf_config
@@ -124,6 +125,7 @@ def load_model(flavor_or_path: str | Path) -> ModelSpec:
     a string with a path separator is a file too (one of another kind is an error naming it, not
     an unknown flavor); any other string is a flavor name.
     """
+    expect(flavor_or_path, (str, Path), "model", "a flavor name or a model file's path")
     suffix = Path(flavor_or_path).suffix.lower()
     if suffix == ".toml":
         return load_model_toml(flavor_or_path)

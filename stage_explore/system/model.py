@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind
 from stage_explore.system.accelerator import Accelerator
@@ -304,6 +305,9 @@ class System:
         if not self.network:
             raise ConfigError(f"system {self.name!r} needs at least one network dim")
         object.__setattr__(self, "network", tuple(self.network))
+        expect(self.accelerator, Accelerator, f"system {self.name!r} `accelerator`")
+        for dim in self.network:
+            expect(dim, NetworkDim, f"system {self.name!r} `network` dim", "NetworkDim(size=…, …)")
         if self.price_per_gpu_hour is not None:
             check_positive(self.price_per_gpu_hour, f"system {self.name!r} `price_per_gpu_hour`")
         if self.power_w is not None:

@@ -8,6 +8,7 @@ runs from Python as ``explore(load_study("quickstart"), out="results")``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from stage_core.errors import ConfigError
 from stage_core.lower.emit import write_chakra
 from stage_core.lower.memory import memory_report
 from stage_core.lower.program import lower, make_workload
-from stage_core.models import get_flavor
+from stage_core.models import get_flavor, load_model
 from stage_core.parallel import ParallelConfig
 from stage_core.serving import ServingConfig
 from stage_explore import load_results, pareto_front
@@ -54,6 +55,17 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
         r"out_dir: expected a str or PathLike",
     ),
     ("system", lambda: load_system(None), r"system: expected a str or PathLike .* got None"),
+    (
+        "system",
+        lambda: replace(H100, accelerator=None),
+        r"system 'h100-80gb' `accelerator`: expected an Accelerator, but got None",
+    ),
+    (
+        "system",
+        lambda: replace(H100, network=(8, 128)),
+        r"system 'h100-80gb' `network` dim: expected a NetworkDim",
+    ),
+    ("model", lambda: load_model(None), r"model: expected a str or Path"),
     (
         "backend",
         lambda: AnalyticalBackend(network_efficiency=0.5),  # type: ignore[arg-type]
