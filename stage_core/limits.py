@@ -7,8 +7,8 @@ Contents:
         raise a one-line :class:`~stage_core.errors.ConfigError` naming the first size over
         its limit (study files, the command line's options).
     :func:`check_workload`
-        the same for a model and parallel configuration, and their types, for every caller of
-        the Python API (:func:`~stage_core.lower.program.make_workload`).
+        the same for a model and parallel configuration, for every caller of the Python API
+        (:func:`~stage_core.lower.program.make_workload`).
 
 The limits are far above any training run published so far and within what the generator
 handles in seconds to minutes on one core (measured with ``stage memory --model gpt3-1.3b``:
@@ -21,9 +21,13 @@ minutes where the command line refused it), which re-exports them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from stage_core.arguments import expect
 from stage_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from stage_core.models.spec import ModelSpec
+    from stage_core.parallel.config import ParallelConfig
 
 #: GPUs (dp·tp·cp·pp): 64× the 16,384 H100s of Llama 3 405B (Dubey et al. 2024, §3.3) and
 #: above the 100,000-200,000-GPU clusters announced in 2024-2025.
@@ -72,26 +76,18 @@ def check_sizes(
             )
 
 
-def check_workload(model: object, parallel: object) -> None:
-    """A one-line :class:`ConfigError` for a ``model`` that is no
-    :class:`~stage_core.models.spec.ModelSpec`, a ``parallel`` that is no
-    :class:`~stage_core.parallel.config.ParallelConfig` (a Python caller's flavor name or dict
-    got an ``AttributeError`` deep in the rules), or a size beyond these limits; run by
-    :func:`~stage_core.lower.program.make_workload` before anything else."""
-    from stage_core.models.spec import ModelSpec
-    from stage_core.parallel.config import ParallelConfig
-
-    expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
-    expect(parallel, ParallelConfig, "parallel", "ParallelConfig(dp=…, tp=…, …)")
-    assert isinstance(model, ModelSpec) and isinstance(parallel, ParallelConfig)
+def check_workload(model: ModelSpec, parallel: ParallelConfig) -> None:
+    """The limits for a model and parallel configuration: a one-line :class:`ConfigError` for a
+    size beyond them; run by :func:`~stage_core.lower.program.make_workload` (after checking the
+    arguments' types) for every caller of the Python API."""
+    gpus, batch = parallel.world_size, parallel.global_batch
     layers = model.layers + model.mtp_layers
+    seq_len = model.seq_len if parallel.seq_len is None else parallel.seq_len
+    within = gpus <= MAX_GPUS and seq_len <= MAX_SEQ_LEN and layers <= MAX_LAYERS
+    if within and batch <= MAX_GLOBAL_BATCH:  # every evaluation: messages only when one is over
+        return
     check_sizes(
-        {
-            "gpus": parallel.world_size,
-            "seq_len": model.seq_len if parallel.seq_len is None else parallel.seq_len,
-            "layers": layers,
-            "global_batch": parallel.global_batch,
-        },
+        {"gpus": gpus, "seq_len": seq_len, "layers": layers, "global_batch": batch},
         names={
             "gpus": "GPUs (dp·tp·cp·pp)",
             "seq_len": "`seq_len`",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+from stage_core.arguments import expect
 from stage_core.blocks import (
     MTP_HEAD,
     BlockOptions,
@@ -104,6 +105,8 @@ def _with_expert_axes(options: BlockOptions, axes: tuple[str, ...]) -> BlockOpti
 def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
     """Validate ``parallel`` against ``model`` (the size limits of :mod:`stage_core.limits`
     first) and bind every dim and axis size."""
+    expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
+    expect(parallel, ParallelConfig, "parallel", "ParallelConfig(dp=…, tp=…, …)")
     check_workload(model, parallel)
     parallel.validate(model)
     model = parallel.resolve(model)
