@@ -39,6 +39,7 @@ from stage_explore.validation.infer_mlperf import (
     mlperf_nemo2_implementation,
 )
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
+from stage_explore.validation.infer_mlperf_amd import mlperf_amd_implementation
 from stage_explore.validation.infer_modelzoo import model_zoo_tp_overlap
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
 from stage_explore.validation.infer_release import (
@@ -295,6 +296,8 @@ def _megatron_core(
         implementation = mlperf_nemo2_implementation(row)
         if implementation:
             release, said = MLPERF_NEMO2, implementation
+    if release is None and mlperf_amd_implementation(row, precision, out):
+        return
     if release is None:
         attention = (
             "cuDNN attention" if _measured_kernel(system, "cudnn")

@@ -554,8 +554,9 @@ def test_the_fused_loss_of_the_nemo_1_launcher_yamls_and_mlperf_gpt3(
         ("MLPerf Training v5.0, X closed division (NVIDIA's NeMo implementation)", True),
         # NVIDIA's NeMo implementations before v5.0 are NeMo 1.x ones: no rule
         ("MLPerf Training v4.1, X closed division (the NVIDIA NeMo GPT-3 implementation)", False),
-        # MLPerf on NeMo without naming NVIDIA's implementation (e.g. AMD's own scripts): none
-        ("MLPerf Training v5.1, AMD closed division (NeMo 2.3, Megatron-LM)", False),
+        # MLPerf on NeMo without naming NVIDIA's implementation: none (AMD's own scripts have
+        # their rule, tests/explore/test_infer_mlperf_amd.py)
+        ("MLPerf Training v5.1, X closed division (its own scripts on NeMo 2.3)", False),
     ],
 )  # fmt: skip
 def test_an_mlperf_nemo_2_implementation_without_a_container(source: str, nemo2: bool) -> None:
