@@ -25,8 +25,9 @@ Conventions (Megatron-core unless stated):
   use :meth:`ParallelConfig.expert_mesh`: the flattened dp×cp×tp index (tp fastest) is refolded
   into ``edp = tp·dp·cp/(ep·etp)`` (outer), ``ep`` and ``etp`` (inner), so an EP group spans
   the ranks right above the ``etp`` ranks: first the rest of tp (``tp/etp``), then cp, then dp,
-  at a fixed pp coordinate. With ``etp = tp`` the tp axis is kept whole. dp, ep and cp must be
-  adjacent in ``axis_order`` with ep right after dp (Megatron requires ep next to dp); ``etp <
+  at a fixed pp coordinate. With ``etp = tp`` the tp axis is kept whole. With ``ep`` > 1 or an
+  MoE model dp, ep and cp must be adjacent in ``axis_order`` with ep right after dp (a dense
+  model takes any order); ``etp <
   tp`` also needs tp right after them. ZeRO and gradient reduction run over the dp×cp ranks for
   dense weights and over the ``edp`` ranks for expert weights.
 - **GQA with tp > kv_heads.** Allowed when ``kv_heads`` divides ``tp``: each KV head is

@@ -120,10 +120,13 @@ def field_problems(config: ParallelConfig) -> list[str]:
     names = tuple(order) if isinstance(order, tuple | list) else ()
     if all(isinstance(name, str) for name in names):
         object.__setattr__(config, "axis_order", names)
-    if not axis_order_ok(names):
+    ep = config.ep
+    folds = not _is_int(ep) or ep > 1  # an expert-parallel group refolds the dp×cp ranks
+    if not axis_order_ok(names, folds):
         problems.append(
-            f"`axis_order` must order {DEFAULT_AXIS_ORDER} with dp, ep and cp adjacent and ep "
-            f"right after dp, but got axis_order={order!r}"
+            f"`axis_order` must order {DEFAULT_AXIS_ORDER} once each"
+            + (", with dp, ep and cp adjacent and ep right after dp (`ep` > 1)" if folds else "")
+            + f", but got axis_order={order!r}"
         )
     return problems
 
@@ -150,13 +153,20 @@ def _split_problems(config: ParallelConfig) -> list[str]:
     return problems
 
 
-def axis_order_ok(names: tuple[object, ...]) -> bool:
-    """Whether ``names`` orders :data:`DEFAULT_AXIS_ORDER`'s axes once each, with dp, ep and cp
-    adjacent and ep right after dp."""
+def axis_order_ok(names: tuple[object, ...], folds_experts: bool = True) -> bool:
+    """Whether ``names`` orders :data:`DEFAULT_AXIS_ORDER`'s axes once each and, when
+    ``folds_experts`` (an expert-parallel group: MoE parallel folding refolds the dp×cp ranks,
+    :meth:`~stage_core.parallel.config.ParallelConfig.expert_mesh`), with dp, ep and cp adjacent
+    and ep right after dp. A dense model's mesh drops ep and admits any order of the other four,
+    as Megatron-Core's rank generator builds its groups from any order (NeMo 2.0's
+    ``use_tp_pp_dp_mapping``: ``order="tp-cp-ep-pp-dp"``, the dp×cp group split by pp;
+    NVIDIA/NeMo ``nemo/lightning/_strategy_lib.py`` 00fdee33 ``init_model_parallel``)."""
     if not all(isinstance(name, str) for name in names):
         return False
     if sorted(map(str, names)) != sorted(DEFAULT_AXIS_ORDER) or len(names) != len(set(names)):
         return False
+    if not folds_experts:
+        return True
     data_positions = sorted(names.index(name) for name in ("dp", "ep", "cp"))
     return data_positions[2] - data_positions[0] == 2 and (
         names.index("ep") == names.index("dp") + 1

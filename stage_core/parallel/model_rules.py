@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from stage_core.errors import ConfigError
 from stage_core.models.layers import Ffn
 from stage_core.models.spec import ModelSpec
+from stage_core.parallel.config_fields import axis_order_ok
 from stage_core.parallel.layout import layout_mtp
 
 if TYPE_CHECKING:
@@ -73,6 +74,12 @@ def model_violations(config: ParallelConfig, model: ModelSpec) -> tuple[str, ...
                 f"but got recompute_num_layers={count}"
             )
     num_experts = model.num_experts
+    if model.is_moe and not axis_order_ok(config.axis_order):
+        problems.append(
+            "an MoE model's expert layers refold the dp×cp ranks (MoE parallel folding): "
+            "`axis_order` needs dp, ep and cp adjacent and ep right after dp, but got "
+            f"axis_order={config.axis_order!r}"
+        )
     if ep > 1 and not model.is_moe:
         problems.append(f"`ep` > 1 needs an MoE model, but got ({ep=}, {num_experts=})")
     elif model.is_moe and num_experts % ep:

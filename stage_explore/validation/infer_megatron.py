@@ -42,6 +42,7 @@ from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2
 from stage_explore.validation.infer_mlperf_amd import mlperf_amd_implementation
 from stage_explore.validation.infer_modelzoo import model_zoo_tp_overlap
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
+from stage_explore.validation.infer_rank_order import tp_pp_dp_rank_order
 from stage_explore.validation.infer_release import (
     Defaults,
     container,
@@ -539,6 +540,8 @@ def megatron_core_defaults(
     )  # fmt: skip
     mlperf_2509_recipe(row, precision, out)
     mlperf_2509_loss(row, out)
+    pp = int(stated.get("pp", parallel.get("pp", 1)))
+    tp_pp_dp_rank_order(row, bool(spec.num_experts), pp, out)
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
     layers = int(stated.get("layers", spec.layers))

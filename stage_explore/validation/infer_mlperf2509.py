@@ -49,7 +49,8 @@ def _said(row: dict[str, str]) -> str:
     return f"the text names MLPerf and container {release[0]}.{release[1]:02d}"
 
 
-def _applies(row: dict[str, str]) -> bool:
+def mlperf_2509_applies(row: dict[str, str]) -> bool:
+    """Whether the row's text names MLPerf and container 25.09 or later (this implementation)."""
     release = container(row)
     return release is not None and release >= MLPERF_2509 and "mlperf" in row_text(row).lower()
 
@@ -59,7 +60,7 @@ def mlperf_2509_recipe(row: dict[str, str], precision: str, out: Defaults) -> No
     implementation's custom.yaml default and config_common.sh's ``FP8_RECIPE``, in place of
     Megatron-Core's ``--fp8-recipe`` default (delayed)."""
     cell = row.get("precision", "").lower()
-    if precision != "fp8" or not _applies(row):
+    if precision != "fp8" or not mlperf_2509_applies(row):
         return
     if any(re.search(pattern, cell) for pattern, _ in FP8_RECIPES):
         return  # the row names its recipe
@@ -77,7 +78,7 @@ def mlperf_2509_loss(row: dict[str, str], out: Defaults) -> None:
     """The loss the implementation's ``cross_entropy_fusion_impl`` selects: ``CE_FUSION_IMPL``
     as the row's text states it, else ``te`` for the Llama 3.1 8B benchmark (its
     config_common_8b.sh); any other row keeps custom.yaml's default, native."""
-    if not _applies(row):
+    if not mlperf_2509_applies(row):
         return
     text = row_text(row, CONTAINER_COLUMNS)
     stated = _CE_FUSION_IMPL.search(text)

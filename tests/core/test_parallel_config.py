@@ -89,9 +89,15 @@ def test_defaults() -> None:
         ({"schedule": "dualpipe", "pp": 4, "global_batch": 6}, "of at least 2·`pp`, but got"),
         ({"recompute": "partial"}, "`recompute` must be one of 'none', 'selective', 'full'"),
         ({"precision": "fp32"}, "`precision` must be one of 'bf16', 'fp16', 'fp8'"),
-        ({"axis_order": ("pp", "dp", "cp", "ep", "tp")}, "with dp, ep and cp adjacent and ep"),
-        ({"axis_order": ("pp", "ep", "dp", "cp", "tp")}, "right after dp, but got axis_order="),
-        ({"axis_order": ("pp", "dp", "ep", "tp", "cp")}, "`axis_order` must order"),
+        (
+            {"axis_order": ("pp", "dp", "cp", "ep", "tp"), "ep": 2},
+            "with dp, ep and cp adjacent and ep",
+        ),
+        (
+            {"axis_order": ("pp", "ep", "dp", "cp", "tp"), "ep": 2},
+            "right after dp (`ep` > 1), but got axis_order=",
+        ),
+        ({"axis_order": ("pp", "dp", "ep", "tp", "cp"), "ep": 2}, "`axis_order` must order"),
         ({"axis_order": ("pp", "dp", "ep", "cp")}, "`axis_order` must order"),
         ({"axis_order": ("pp", "dp", "ep", "cp", "cp")}, "`axis_order` must order"),
         ({"axis_order": "pp,dp,ep,cp,tp"}, "`axis_order` must order"),
@@ -406,3 +412,25 @@ def test_to_dict_is_plain_and_round_trips() -> None:
 def test_config_is_frozen() -> None:
     with pytest.raises(AttributeError):
         ParallelConfig().tp = 2  # type: ignore[misc]
+
+
+def test_a_dense_model_takes_megatrons_tp_pp_dp_rank_order() -> None:
+    """NeMo's use_tp_pp_dp_mapping (Megatron-Core's order 'tp-cp-ep-pp-dp'): a dense model's
+    mesh puts pp between cp and dp, so a data-parallel × context-parallel group is split by
+    the pipeline stages (s23 mlperfaudit)."""
+    config = ParallelConfig(dp=2, cp=2, pp=2, tp=2, global_batch=8,
+                            axis_order=("dp", "pp", "ep", "cp", "tp"))  # fmt: skip
+    config.validate(get_flavor("llama3-8b").with_overrides(layers=4, seq_len=256))
+    mesh = config.mesh()
+    assert mesh.names == ("dp", "pp", "cp", "tp")
+    coords = [mesh.coordinates(rank) for rank in range(config.world_size)]
+    data = [r for r, c in enumerate(coords) if (c["pp"], c["tp"]) == (0, 0)]
+    stages = [r for r, c in enumerate(coords) if (c["dp"], c["cp"], c["tp"]) == (0, 0, 0)]
+    assert (data, stages) == ([0, 2, 8, 10], [0, 4])  # rank = tp + 2·cp + 4·pp + 8·dp
+
+
+def test_an_moe_model_needs_dp_ep_and_cp_adjacent_even_at_ep_1() -> None:
+    config = ParallelConfig(dp=2, cp=1, pp=2, tp=1, global_batch=8,
+                            axis_order=("dp", "pp", "ep", "cp", "tp"))  # fmt: skip
+    with pytest.raises(ConfigError, match="expert layers refold the dp×cp ranks"):
+        config.validate(get_flavor("mixtral-8x7b").with_overrides(layers=4, seq_len=256))

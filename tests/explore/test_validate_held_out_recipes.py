@@ -371,7 +371,9 @@ def test_the_third_party_b200_rows_differ_only_in_precision(cases: list[Case]) -
 def test_the_mlperf_llama_405b_gb200_rows_take_the_submissions_layout(cases: list[Case]) -> None:
     """MLPerf v5.0 Llama 3.1 405B on GB200 (4 GPUs per tray; NVIDIA's Tyche and CoreWeave's
     Carina): TP 4, PP 8, CP 2, VP 8, MBS 1, MINIBS sequences per data-parallel replica (the
-    config names' third field), the H100 rows' pipeline split."""
+    config names' third field), the H100 rows' pipeline split; the ranks in Megatron-Core's
+    'tp-cp-ep-pp-dp' order on the runs whose config sets TP_PP_DP_MAPPING=True (all but the
+    256-GPU one; s23 mlperfaudit)."""
     rows = {r["id"]: r for r in csv_rows(HELD_OUT)}
     mine = {c.id: c for c in cases if c.source == "MLPERF-L405B-GB200"}
     minibs = {"MLPERF-L405B-GB200-V50-256": 112, "MLPERF-L405B-GB200-V50-512": 112,
@@ -388,6 +390,10 @@ def test_the_mlperf_llama_405b_gb200_rows_take_the_submissions_layout(cases: lis
         tokens = model.seq_len * parallel.global_batch / float(rows[row_id]["iter_time_s"]) / gpus
         assert tokens == pytest.approx(float(rows[row_id]["tokens_per_s_per_gpu"]), rel=0.001)
         assert str(parallel.fp8_recipe) == "delayed"
+        dp_last = row_id != "MLPERF-L405B-GB200-V50-256"
+        assert parallel.axis_order == (
+            ("dp", "pp", "ep", "cp", "tp") if dp_last else ("pp", "dp", "ep", "cp", "tp")
+        ), row_id
 
 
 def test_the_bloom_row_takes_the_tr11_layout(cases: list[Case]) -> None:
