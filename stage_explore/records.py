@@ -442,11 +442,21 @@ class RecordWriter:
         return path
 
 
+def _unreadable(path: Path, error: Exception) -> ConfigError:
+    """The one-line error of a part that cannot be read (truncated, copied half-way: a part
+    STAGE writes is renamed into place whole), with what the user can do about it."""
+    return ConfigError(
+        f"{path}: not a readable Parquet part ({error}); the study's other parts are not "
+        f"affected: move this file out of {path.parent} to read them, and --resume continues "
+        "without its trials"
+    )
+
+
 def _read_part(path: Path) -> pa.Table:
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as error:
-        raise ConfigError(f"{path}: not a readable Parquet part ({error})") from None
+        raise _unreadable(path, error) from None
     metadata = table.schema.metadata or {}
     version = int(metadata.get(VERSION_KEY, b"0"))
     if not 1 <= version <= RECORDS_VERSION:
@@ -489,7 +499,7 @@ def count_records(directory: Path, *, final: bool = False) -> int:
         try:
             table = pq.read_table(path, columns=["trial", "status"])
         except (OSError, pa.ArrowInvalid) as error:
-            raise ConfigError(f"{path}: not a readable Parquet part ({error})") from None
+            raise _unreadable(path, error) from None
         trials, statuses = table.column("trial").to_pylist(), table.column("status").to_pylist()
         last.update(zip(trials, statuses, strict=True))
     if not final:

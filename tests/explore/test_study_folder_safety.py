@@ -106,3 +106,35 @@ def test_report_says_when_a_study_is_still_being_recorded(
     )
     (folder / LOCK_FILE).write_text("pid 999999999\n")  # left by a killed run: no such process
     assert recording_holder(folder) is None
+
+
+def test_a_truncated_part_is_one_line_saying_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stage_explore.cli import main
+
+    out = tmp_path / "out"
+    spec = _spec(tmp_path, trials=20)
+    folder = explore(spec, out=out, executor_factory=support.InlineExecutor).directory
+    explore(
+        _spec(tmp_path, trials=40), out=out, resume=True, executor_factory=support.InlineExecutor
+    )
+    first, *others = part_files(folder)
+    data = first.read_bytes()
+    first.write_bytes(data[: len(data) // 2])  # copied half-way
+    needle = "not a readable Parquet part"
+    advice = f"move this file out of {folder} to read them, and --resume continues"
+    with pytest.raises(ConfigError, match=needle) as raised:
+        load_results(folder)
+    assert advice in str(raised.value) and "\n" not in str(raised.value)
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and advice in err
+    aside = tmp_path / first.name
+    first.rename(aside)  # as the message says: the other parts read, the study continues
+    assert 0 < len(load_results(folder)) < 40
+    summary = explore(
+        _spec(tmp_path, trials=40), out=out, resume=True, executor_factory=support.InlineExecutor
+    )
+    assert summary.progress.done == 40 and len(load_results(folder)) == 40
+    assert others  # the study had more than the damaged part
