@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from stage_core.arguments import expect
 from stage_core.blocks import BlockOptions, Structure
+from stage_core.errors import ConfigError
 from stage_core.lower.bind import BoundBlock, bind_block, symbolic_block
 from stage_core.lower.program import Workload, chunk_blocks, make_workload, tie_embeddings
 from stage_core.models.layers import is_layer_block
@@ -66,6 +68,9 @@ def _parallel(model: ModelSpec, config: ServingConfig, step: ServingStep) -> Par
 
 def lower_step(model: ModelSpec, config: ServingConfig, step: ServingStep) -> ServingProgram:
     """The per-stage instructions of one serving step (forward only, exact integers)."""
+    expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
+    expect(config, ServingConfig, "config", "ServingConfig(phase=…, batch=…, …)")
+    expect(step, ServingStep, "step", "one of config.steps()")
     base = make_workload(model, _parallel(model, config, step))
     options = BlockOptions(
         "fused", causal=True, dropout=False,
@@ -163,6 +168,7 @@ def activation_workspace(block: BoundBlock) -> int:
 
 def serving_memory(program: ServingProgram) -> list[ServingMemory]:
     """Weights, KV cache and activation workspace per GPU of each pipeline stage."""
+    expect(program, ServingProgram, "program", "lower_step(model, config, step)")
     config = program.config
     result = []
     for stage in program.stages:
@@ -181,6 +187,9 @@ def kv_cache_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:
     """The closed form: keys and values of every layer, ``2·layers·kv_heads·head_dim·bytes``;
     latent attention caches its compressed latent and RoPE key,
     ``layers·(kv_lora_rank + qk_rope_head_dim)·bytes``."""
+    expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
+    if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, int) or kv_bytes < 1:
+        raise ConfigError(f"`kv_bytes` must be a positive int (bytes per element): {kv_bytes!r}")
     if model.is_mla:
         return model.layers * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
     return 2 * model.layers * model.kv_heads * model.head_dim * kv_bytes
@@ -192,6 +201,9 @@ def max_batch(
     """The largest ``batch`` (a multiple of ``dp``) whose every step fits ``capacity_bytes`` on
     every GPU (0 when one sequence per dp rank does not). Memory is affine in the batch per dp
     rank, so two lowerings give the slope; the answer is then checked by lowering it."""
+    expect(config, ServingConfig, "config", "ServingConfig(phase=…, batch=…, …)")
+    if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
+        raise ConfigError(f"`capacity_bytes` must be an int, but got {capacity_bytes!r}")
     chosen = tuple(steps) or config.steps()
 
     def peak(per_rank: int) -> int:

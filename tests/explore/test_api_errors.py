@@ -20,7 +20,14 @@ from stage_core.lower.memory import memory_report
 from stage_core.lower.program import lower, make_workload
 from stage_core.models import get_flavor, load_model
 from stage_core.parallel import ParallelConfig
-from stage_core.serving import ServingConfig
+from stage_core.serving import (
+    ServingConfig,
+    ServingStep,
+    kv_cache_bytes_per_token,
+    lower_step,
+    max_batch,
+    serving_memory,
+)
 from stage_explore import load_results, pareto_front
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.serving import evaluate_decode, evaluate_serve
@@ -86,6 +93,15 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
         lambda: evaluate_serve(AnalyticalBackend(), MODEL, DECODE, H100, (2000, 500)),
         r"mix: expected a RequestMix",
     ),
+    (
+        "serving",
+        lambda: lower_step(MODEL, {"phase": "decode"}, ServingStep(1, 129)),
+        r"config: expected a ServingConfig",
+    ),
+    ("serving", lambda: lower_step(MODEL, DECODE, (1, 129)), r"step: expected a ServingStep"),
+    ("serving", lambda: serving_memory("x"), r"program: expected a ServingProgram"),
+    ("serving", lambda: max_batch(MODEL, DECODE, "80"), r"`capacity_bytes` must be an int"),
+    ("serving", lambda: kv_cache_bytes_per_token("llama3-8b", 2), r"model: expected a ModelSpec"),
     ("results", lambda: load_results(None), r"directory: expected a str or PathLike"),
     ("study", lambda: load_study(None), r"path: expected a str or PathLike"),
     ("explore", lambda: explore("quickstart", out="x"), r"spec: expected a StudySpec"),
