@@ -157,7 +157,8 @@ def pareto_front(
 
 
 def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with one row per canonical configuration (the lowest trial number of each).
+    """``df`` with one row per canonical configuration (the lowest trial number of each) of
+    each study (the ``study`` column, when there is one).
 
     Needs every parallel knob as a column (hardware ``hw_*`` columns join the key); a frame
     without them is returned as it is.
@@ -177,8 +178,12 @@ def distinct_configurations(df: pd.DataFrame) -> pd.DataFrame:
     names = [*PARALLEL_KNOBS, *sorted(c for c in df.columns if str(c).startswith("hw_"))]
     missing = {k: v for k, v in defaults.items() if k not in ordered.columns}
     records = ordered.assign(**missing)[names].to_dict("records")
+    # rows of different studies (an output folder's, concatenated) are different points even
+    # with the same knobs: another model, system or workload (s23 review: one study's were dropped)
+    studies = ordered["study"].tolist() if "study" in ordered.columns else [None] * len(records)
     keys = [
-        tuple(canonical_params(record, {}, moe=None)[name] for name in names) for record in records
+        (study, *(canonical_params(record, {}, moe=None)[name] for name in names))
+        for study, record in zip(studies, records, strict=True)
     ]
     first: dict[tuple[object, ...], int] = {}
     for position, key in enumerate(keys):

@@ -182,3 +182,27 @@ def test_a_study_runs_from_python_with_its_own_executor(tmp_path: Path) -> None:
     assert summary.progress.done == 2 and summary.progress.ok == 2
     assert len(load_results(tmp_path / "results" / "api")) == 2
     assert load_study("quickstart").name == "quickstart"  # a bundled study by name
+
+
+def test_a_front_over_an_output_folder_keeps_every_study(tmp_path: Path) -> None:
+    """``load_results`` of an output folder concatenates its studies; their rows with the same
+    knobs are different points (another study), which ``pareto_front`` counted once: the study
+    sorted first by name hid every row of the other."""
+    from importlib import import_module
+
+    from stage_explore.pareto import distinct_configurations
+    from stage_explore.study import parse_study
+
+    support = import_module(
+        f"{__package__}.test_search_support" if __package__ else "test_search_support"
+    )
+    for name in ("alpha", "beta"):  # the same space and backend: equal rows, two studies
+        path = tmp_path / f"{name}.toml"
+        path.write_text(support.study_text(trials=12, name=name))
+        spec = parse_study(path.read_text(), path)
+        explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor)
+    both = load_results(tmp_path / "out")
+    assert len(both) == 24 and len(distinct_configurations(both)) == 24
+    front = pareto_front(both, {"step_time_s": "min", "mfu": "max"})
+    assert set(front.study) == {"alpha", "beta"}  # equal points: each study's copy stays
+    assert len(front[front.study == "alpha"]) == len(front[front.study == "beta"])
