@@ -92,14 +92,18 @@ class Report:
         )
 
     def columns(self) -> list[str]:
-        """The columns of the tables: trial, varying parameters, objectives, memory."""
+        """The columns of the tables: trial (and its study, when the records hold several: an
+        output folder's; trial numbers repeat across studies), varying parameters, objectives,
+        memory."""
         metrics = [
             "peak_memory_gib" if name == "peak_memory_bytes" else name
             for name, _ in self.objectives
         ]
         shown = ("peak_memory_gib", *_SERVING_SHOWN)
         extra = [name for name in shown if name not in metrics and name in self.frame]
-        return ["trial", *self.parameters, *metrics, *extra, *self.refined_columns()]
+        several = "study" in self.frame and self.frame["study"].nunique() > 1
+        lead = ["study", "trial"] if several else ["trial"]
+        return [*lead, *self.parameters, *metrics, *extra, *self.refined_columns()]
 
     def refined_columns(self) -> list[str]:
         """A two-stage study's second-backend numbers of the objectives, where any were made."""

@@ -184,7 +184,9 @@ def test_a_study_runs_from_python_with_its_own_executor(tmp_path: Path) -> None:
     assert load_study("quickstart").name == "quickstart"  # a bundled study by name
 
 
-def test_a_front_over_an_output_folder_keeps_every_study(tmp_path: Path) -> None:
+def test_a_front_over_an_output_folder_keeps_every_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``load_results`` of an output folder concatenates its studies; their rows with the same
     knobs are different points (another study), which ``pareto_front`` counted once: the study
     sorted first by name hid every row of the other."""
@@ -206,3 +208,11 @@ def test_a_front_over_an_output_folder_keeps_every_study(tmp_path: Path) -> None
     front = pareto_front(both, {"step_time_s": "min", "mfu": "max"})
     assert set(front.study) == {"alpha", "beta"}  # equal points: each study's copy stays
     assert len(front[front.study == "alpha"]) == len(front[front.study == "beta"])
+    from stage_explore.cli import main
+
+    assert main(["report", str(tmp_path / "out")]) == 0  # trial numbers repeat: say whose
+    lines = capsys.readouterr().out.splitlines()
+    headers = [line.split() for line in lines if "num_gpus" in line.split()]
+    assert headers and all(h[:2] == ["study", "trial"] for h in headers)
+    assert any(line.startswith("alpha ") for line in lines)
+    assert any(line.startswith("beta ") for line in lines)
