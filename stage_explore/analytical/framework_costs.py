@@ -3,7 +3,8 @@ and pass timing: :func:`zero3_gathered_bytes` (the gathered ZeRO-3 parameters a 
 each framework's gathering rule), :func:`grad_accumulation_bytes` and
 :func:`held_accumulation_bytes` (the traffic of accumulating gradients over micro-batches), the
 FSDP copy-kernel byte counts (:func:`fsdp1_flat_grad_bytes`, :func:`fsdp2_copy_bytes`),
-:data:`FP8_DYNAMIC_CAST_BYTES` (:func:`weight_cast_bytes` by recipe), :data:`FP8_SHARD_CAST_BYTES`,
+:data:`FP8_DYNAMIC_CAST_BYTES` (:func:`weight_cast_bytes` by recipe, :func:`weight_amax_known`),
+:data:`FP8_SHARD_CAST_BYTES`,
 :data:`FP8_SHARD_AMAX_BYTES`,
 :func:`distributed_fused_adam_state_bytes`,
 :func:`pipelining_buffer_bytes`, :func:`rope_table_bytes`, and the micro-batches per pipeline
@@ -55,17 +56,59 @@ FP8_DYNAMIC_CAST_BYTES = 5
 ROWWISE_WEIGHT_CAST_BYTES = {"fprop": 3, "dgrad": 7}
 
 
-def weight_cast_bytes(recipe: str, role: str, gemms: Sequence[str]) -> int:
+#: HBM bytes per element of a ``tensorwise`` cast whose amax is already at hand (read 2, write 1):
+#: torchao's roofline takes a weight's ``max_abs`` once and casts it twice from it, "kernel 3
+#: (fwd): x_bf16, max_abs -> to_float8 -> x_fp8_dim0" and "kernel 4 (bwd): x_bf16, max_abs ->
+#: to_float8 -> x_fp8_dim1" (``get_tensor_memory_traffic_ovhd_s``, tensor_role "weight",
+#: torchao/testing/training/roofline_utils.py, pytorch/ao 05980129); :func:`weight_amax_known`.
+FP8_SCALED_CAST_BYTES = FP8_DYNAMIC_CAST_BYTES - 2
+
+#: torchtitan's op-level selective checkpointing modules (``stage_core.recompute``).
+OP_SAC_MODULES = frozenset({"op", "op_recompute_sdpa"})
+
+
+def weight_amax_known(
+    compiled: bool, recipe: str, role: str, phase: str, modules: Sequence[str]
+) -> bool:
+    """Whether torchao's ``tensorwise`` cast of a weight for a GEMM of ``role`` in ``phase``
+    (``fwd``, ``recompute`` or ``bwd``) finds the weight's amax already taken, so that it reads
+    the weight once, not twice (:data:`FP8_SCALED_CAST_BYTES`). Only in a compiled graph
+    (``compiled``: ``fused_elementwise``): eager, ``matmul_with_hp_or_float8_args`` (torchao
+    float8_linear.py, pytorch/ao 7ca1bfbe) saves the 16-bit weight and its backward calls
+    ``hp_tensor_to_float8_dynamic`` on it again, amax first. Compiled:
+
+    - ``dgrad``: the input gradient's cast is the forward's cast of the same weight with the same
+      per-tensor scale, which the joint graph computes once: torchao's roofline times one amax
+      per weight and step and a backward cast reading the weight and ``max_abs`` (kernel 4);
+    - a recomputed ``fprop`` under torchtitan's op-level SAC (``modules`` ``op``): its
+      ``_save_list`` keeps ``torch.ops.aten.max.default`` ("for low precision training, it's
+      useful to always save the result of max, since the absolute maximum is used to compute
+      the scaling factor for quantization", pytorch/torchtitan#701, Nov 2024, "a nice small
+      speedup of 1% wps" with float8 and compile; ``_save_list`` in
+      torchtitan/parallelisms/parallelize_llama.py at 582fe7d1), so the recompute casts with
+      the saved amax. Under full recompute the forward, max included, re-runs (5 B)."""
+    if not compiled or recipe != "tensorwise":
+        return False
+    if role == "dgrad":
+        return True
+    return role == "fprop" and phase == "recompute" and bool(OP_SAC_MODULES & set(modules))
+
+
+def weight_cast_bytes(
+    recipe: str, role: str, gemms: Sequence[str], amax_known: bool = False
+) -> int:
     """HBM bytes per element of torchao's cast of a 16-bit linear weight for one FP8 GEMM of
     ``role`` (``fprop`` or ``dgrad``) under ``recipe``: :data:`ROWWISE_WEIGHT_CAST_BYTES` under
     ``rowwise`` — but for the input gradient of ``rowwise_with_gw_hp`` (``rowwise`` without an FP8
     ``wgrad``), whose weight is scaled tensor-wise (``cast_config_weight_for_grad_input``,
     torchao/float8/config.py c6c388b5) with its amax read again (torchao ``float8_linear.py``:
     "we need https://github.com/pytorch/pytorch/issues/136267 to be solved to have a chance to
-    reuse max(abs(weight))"): :data:`FP8_DYNAMIC_CAST_BYTES`, as under the per-tensor recipes."""
+    reuse max(abs(weight))"): :data:`FP8_DYNAMIC_CAST_BYTES`, as under the per-tensor recipes;
+    :data:`FP8_SCALED_CAST_BYTES` where the amax is already taken (``amax_known``:
+    :func:`weight_amax_known`)."""
     if recipe == "rowwise" and (role == "fprop" or "wgrad" in gemms):
         return ROWWISE_WEIGHT_CAST_BYTES[role]
-    return FP8_DYNAMIC_CAST_BYTES
+    return FP8_SCALED_CAST_BYTES if amax_known else FP8_DYNAMIC_CAST_BYTES
 
 
 #: HBM bytes per element of casting an fp32 FSDP2 shard to FP8 before a float8 all-gather

@@ -28,6 +28,7 @@ from stage_explore.analytical.framework_costs import (
     grad_accumulation_bytes,
     held_accumulation_bytes,
     held_sync_micro_batches,
+    weight_amax_known,
     weight_cast_bytes,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
@@ -105,7 +106,9 @@ class PhasePasses:
         weight — the forward's and a recomputed forward's ``fprop`` (every linear under full
         recompute, the recomputed ones under a module recompute such as TorchTitan's ``op``) and
         the backward's ``dgrad`` — at :func:`~stage_explore.analytical.framework_costs.
-        weight_cast_bytes` per element (the recipe's). Blocks whose linears stay in 16 bits (the
+        weight_cast_bytes` per element (the recipe's; a compiled ``tensorwise`` cast whose amax
+        is already taken reads the weight once, :func:`~stage_explore.analytical.framework_costs.
+        weight_amax_known`). Blocks whose linears stay in 16 bits (the
         output layer) and non-FP8 runs: 0."""
         if not self.framework.fp8_weight_cast_per_use or point.dtype != "fp8":
             return 0.0
@@ -117,6 +120,8 @@ class PhasePasses:
         block = point.blocks[kind]
 
         recipe = point.workload.parallel.linear_recipe
+        compiled = self.framework.fused_elementwise
+        modules = point.workload.parallel.recompute_modules
 
         def cast_bytes() -> int:
             instrs = block.fwd if phase == "fwd" else block.bwd
@@ -129,10 +134,11 @@ class PhasePasses:
                 role = gemm_role(instr, sizes.keys())
                 if role in ("fprop", "dgrad") and role in gemms:
                     elements = sum(sizes[name] for name, _ in instr.inputs if name in sizes)
-                    total += elements * weight_cast_bytes(recipe, role, gemms)
+                    known = weight_amax_known(compiled, recipe, role, instr.phase, modules)
+                    total += elements * weight_cast_bytes(recipe, role, gemms, known)
             return total
 
-        key = ("fp8_weight_casts", point.key, kind, phase, gemms, recipe)
+        key = ("fp8_weight_casts", point.key, kind, phase, gemms, recipe, compiled, modules)
         cast: int = self._parts.get(key, cast_bytes)
         accelerator = point.system.accelerator
         bandwidth = accelerator.achieved_memory_bandwidth_bytes_per_s

@@ -13,15 +13,21 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.framework_costs import FP8_DYNAMIC_CAST_BYTES
+from stage_explore.analytical.framework_costs import (
+    FP8_DYNAMIC_CAST_BYTES,
+    FP8_SCALED_CAST_BYTES,
+    weight_amax_known,
+    weight_cast_bytes,
+)
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.system import load_system
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
 
 
-def _compute(parallel: ParallelConfig, flag: bool) -> float:
-    backend = AnalyticalBackend(framework="torchtitan", overrides={"fp8_weight_cast_per_use": flag})
+def _compute(parallel: ParallelConfig, flag: bool, compiled: bool = False) -> float:
+    overrides = {"fp8_weight_cast_per_use": flag, "fused_elementwise": compiled}
+    backend = AnalyticalBackend(framework="torchtitan", overrides=overrides)
     return backend.evaluate(LLAMA, parallel, load_system("h100-80gb")).breakdown["compute"]
 
 
@@ -108,3 +114,75 @@ def test_per_use_casts_hold_no_fp8_weight_copies() -> None:
     )
     assert copies > 0
     assert peak(False) - peak(True) == copies
+
+
+def test_compiled_tensorwise_casts_reuse_a_known_amax() -> None:
+    """torchao's roofline (roofline_utils.py 05980129) takes a weight's amax once and casts it
+    for the forward and the backward from it; torchtitan's op SAC saves ``aten.max``. Eager, each
+    cast reads the weight for its amax again."""
+    assert FP8_SCALED_CAST_BYTES == 2 + 1  # cast read, fp8 write
+    op = ("op",)
+    assert weight_amax_known(True, "tensorwise", "dgrad", "bwd", ())
+    assert weight_amax_known(True, "tensorwise", "fprop", "recompute", op)
+    assert weight_amax_known(True, "tensorwise", "fprop", "recompute", ("op_recompute_sdpa",))
+    assert not weight_amax_known(True, "tensorwise", "fprop", "recompute", ())  # full AC
+    assert not weight_amax_known(True, "tensorwise", "fprop", "fwd", op)
+    assert not weight_amax_known(False, "tensorwise", "dgrad", "bwd", op)  # eager
+    assert not weight_amax_known(True, "rowwise", "dgrad", "bwd", op)
+    assert weight_cast_bytes("tensorwise", "dgrad", ("fprop", "dgrad", "wgrad"), True) == 3
+    assert weight_cast_bytes("rowwise", "dgrad", ("fprop", "dgrad", "wgrad"), True) == 7
+
+
+@pytest.mark.parametrize(
+    ("recompute", "modules", "per_element"),
+    [
+        (Recompute.NONE, (), FP8_DYNAMIC_CAST_BYTES + FP8_SCALED_CAST_BYTES),
+        (Recompute.FULL, (), 2 * FP8_DYNAMIC_CAST_BYTES + FP8_SCALED_CAST_BYTES),
+    ],
+)
+def test_compiled_input_gradient_cast_reads_the_weight_once(
+    recompute: Recompute, modules: tuple[str, ...], per_element: int
+) -> None:
+    """Compiled: the forward's cast (and full recompute's, max re-run) 5 B, the input gradient's
+    3 B per element; eager 5 B each (test_each_use_casts_the_layer_weights)."""
+    parallel = ParallelConfig(
+        dp=4, zero=3, recompute=recompute, global_batch=8, precision=Precision.FP8,
+        recompute_modules=modules, fp8_recipe="tensorwise",
+    )  # fmt: skip
+    blocks = lower(LLAMA, parallel).blocks
+    elements = sum(
+        (LLAMA.layers if kind == "layer" else 1)
+        * sum(w.elements for w in block.weights if w.name in linear_weights(block))
+        for kind, block in blocks.items()
+        if fp8_block(kind)
+    )
+    system = load_system("h100-80gb")
+    bandwidth = (
+        system.accelerator.memory_bandwidth_bytes_per_s * system.accelerator.efficiency.memory
+    )
+    expected = (8 // 4) * elements * per_element / bandwidth
+    compiled = _compute(parallel, True, True) - _compute(parallel, False, True)
+    assert compiled == pytest.approx(expected)
+
+
+def test_compiled_op_sac_recasts_with_the_saved_amax() -> None:
+    """Compiled under torchtitan's op SAC, the recomputed linears (wk, wo, w3) cast their
+    weights a third time at 3 B per element: ``aten.max`` is in the save list."""
+    op = ParallelConfig(
+        dp=4, zero=3, global_batch=8, precision=Precision.FP8,
+        recompute=Recompute.SELECTIVE, recompute_modules=("op",), fp8_recipe="tensorwise",
+    )  # fmt: skip
+    none = ParallelConfig(
+        dp=4, zero=3, global_batch=8, precision=Precision.FP8, recompute=Recompute.NONE,
+        fp8_recipe="tensorwise",
+    )  # fmt: skip
+    extra = (_compute(op, True, True) - _compute(op, False, True)) - (
+        _compute(none, True, True) - _compute(none, False, True)
+    )
+    h, kv, ffn = 4096, 8 * 128, 14336
+    recomputed = LLAMA.layers * (h * kv + h * h + h * ffn)
+    system = load_system("h100-80gb")
+    bandwidth = (
+        system.accelerator.memory_bandwidth_bytes_per_s * system.accelerator.efficiency.memory
+    )
+    assert extra == pytest.approx((8 // 4) * recomputed * FP8_SCALED_CAST_BYTES / bandwidth)
