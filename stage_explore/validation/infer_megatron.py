@@ -32,6 +32,7 @@ from stage_explore.validation.infer_launcher import (
 )
 from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
 from stage_explore.validation.infer_mlperf import (
+    MLPERF_GPT3_V40,
     MLPERF_NEMO2,
     cell,
     mlperf_gpt3,
@@ -347,7 +348,8 @@ def _megatron_core(
         _fp8_buffers(row, family, shape[0], release, said, out)
     if mlperf and family == "gpt" and release < MLPERF_NEMO2:
         mlperf_gpt3(precision, release, said, out)
-        if precision == "fp8" and _gpus(system) == "hopper" and shape[1] > 1:
+        hopper_fp8 = precision == "fp8" and _gpus(system) == "hopper" and shape[1] > 1
+        if hopper_fp8 and release >= MLPERF_GPT3_V40:
             options, note = mlperf_gpt3_forward_scatters(cell(row, "micro_batch"))
             out.options.update(options)
             out.notes.append(f"{note} ({said}; the text names MLPerf)")

@@ -57,11 +57,32 @@ def mlperf_nemo2_implementation(row: dict[str, str]) -> str:
     )
 
 
+#: The container of NVIDIA's MLPerf Training v4.0 GPT-3 submissions (``eos*_ngc24.04_nemo``), the
+#: first whose implementation maps FP8 parameters (custom.yaml ``fp8_params``) and whose configs
+#: set the forward reduce-scatters' FP8 buffers / atomic GEMMs
+#: (:func:`stage_explore.validation.infer_userbuffers.mlperf_gpt3_forward_scatters`). The v3.1
+#: implementation (``eos*_ngc23.09_nemo``, mlcommons/training_results_v3.1 f33f9444
+#: NVIDIA/benchmarks/gpt3/implementations/pytorch) has neither: its conf/custom.yaml maps no
+#: ``fp8_params`` and its conf/tp_overlap/h100tp4pp8mbs1.yaml runs ``proj_fprop`` and
+#: ``fc2_fprop`` as plain pipelines (no ``atomic_gemm`` / ``fp8_buf`` key), which its
+#: config_DGXH100_*_mbs1.sh set no variable of.
+MLPERF_GPT3_V40 = (24, 4)
+V31_FP8_NOTE = (
+    "no FP8 parameters and the forward reduce-scatters as Transformer Engine's plain pipelines "
+    "(no fp8_param_gather, ub_*_fprop_fp8_buf or atomic GEMM): the v3.1 implementation "
+    "(mlcommons/training_results_v3.1 f33f9444 NVIDIA/benchmarks/gpt3/implementations/pytorch) "
+    "maps no fp8_params in conf/custom.yaml, and conf/tp_overlap/h100tp4pp8mbs1.yaml sets "
+    "proj_fprop / fc2_fprop method pipeline with no atomic_gemm or fp8_buf key; those settings "
+    "entered with the v4.0 implementation (ngc24.04) ({said}; the text names MLPerf)"
+)
+
+
 def mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaults) -> None:
     """NVIDIA's MLPerf Training GPT-3 175B implementation on NeMo 1.x (mlcommons
     training_results_v4.0 / v4.1 NVIDIA/benchmarks/gpt3/implementations/*_nemo: config_common.sh
     USE_DIST_OPTIMIZER=True, TP_COMM_OVERLAP=True, FP8_PARAMS=True; conf/optim/
-    distributed_fused_adam.yaml)."""
+    distributed_fused_adam.yaml); a container before :data:`MLPERF_GPT3_V40` (the v3.1 round's
+    23.09) without the FP8 parameters its implementation did not map yet."""
     out.options["distributed_fused_adam"] = "fp32"
     out.parallel["grad_fp32"] = False
     out.options["ub_bulk_sm_margin"] = False
@@ -82,7 +103,9 @@ def mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaul
             "1.0 copies into Megatron-Core's TransformerConfig (default impl 'native'); the v4.0 "
             f"one names none ({said}; the text names MLPerf)"
         )
-    if precision == "fp8":
+    if precision == "fp8" and release < MLPERF_GPT3_V40:
+        out.notes.append(V31_FP8_NOTE.format(said=said))
+    elif precision == "fp8":
         out.options["fp8_param_gather"] = True
         out.notes.append(
             "FP8 parameters (fp8_param_gather): the MLPerf GPT-3 config_common.sh FP8_PARAMS=True "
@@ -99,12 +122,13 @@ def mlperf_gpt3(precision: str, release: tuple[int, int], said: str, out: Defaul
 
 
 #: NVIDIA's MLPerf Training GPT-3 175B rounds on NeMo 1.x, by the round a row's text names, with
-#: the container their implementations name (mlcommons training_results_v4.0 62f111b7:
+#: the container their implementations name (mlcommons training_results_v3.1 f33f9444:
+#: ``eos*_ngc23.09_nemo``, the Dockerfile's pytorch:23.09-py3; training_results_v4.0 62f111b7:
 #: ``eos_n*_ngc24.04_nemo``; v4.1, swsok/training_results_v4.1 8821c703: ``eos_n*_ngc24.09_nemo``,
 #: and the same round's ``b200_n8_preview_nemo``, whose conf/custom.yaml and config_common.sh set
 #: the v4.1 values :func:`mlperf_gpt3` reads: USE_DIST_OPTIMIZER, FP8_PARAMS,
 #: cross_entropy_loss_fusion and tp_only_amax_red defaults True).
-MLPERF_GPT3_ROUNDS = {(4, 0): (24, 4), (4, 1): (24, 9)}
+MLPERF_GPT3_ROUNDS = {(3, 1): (23, 9), (4, 0): (24, 4), (4, 1): (24, 9)}
 _MLPERF_ROUND = re.compile(r"mlperf\s+training\s+v(\d+)\.(\d+)", re.IGNORECASE)
 #: The v4.1 implementation's Blackwell userbuffers configs (b200_n8_preview_nemo
 #: conf/tp_overlap/b200tp{tp}mbs{mbs}.yaml): ``fc2_fprop`` method
