@@ -8,11 +8,14 @@ reported 840 trials, and the folder held the H100 study's 840 records under the 
 (a dot file: Parquet readers of the folder skip it) for the whole run, so the second run stops at
 once with a one-line error naming the folder and the first run's process; the kernel releases
 the lock when the holder exits, even killed, so no stale lock is left to clean up. On a platform
-without ``fcntl`` (Windows) there is no lock.
+without ``fcntl`` (Windows), or a file system without locks (``ENOLCK``, ``EOPNOTSUPP``: some
+network mounts; a warning says so), there is no lock.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +31,10 @@ except ImportError:  # pragma: no cover - not POSIX
 
 #: The lock file's name inside a study folder.
 LOCK_FILE = ".stage-explore.lock"
+#: ``flock`` errors of a file system that has no locks: the run goes on unlocked, with a warning.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -55,6 +62,12 @@ def study_lock(directory: Path) -> Iterator[None]:
                 f"{directory}: another stage explore ({holder}) is recording this study now; "
                 "wait for it to finish or choose another --out"
             ) from None
+        except OSError as error:  # a file system without locks (some network mounts)
+            if error.errno not in _NO_LOCKS:
+                handle.close()
+                raise storage_error(path, error, "the study's lock") from None
+            logger.warning("%s: no lock (%s): run one stage explore on it at a time", path, error)
+            break
         try:
             current = os.stat(path).st_ino
         except FileNotFoundError:

@@ -138,3 +138,28 @@ def test_a_truncated_part_is_one_line_saying_what_to_do(
     )
     assert summary.progress.done == 40 and len(load_results(folder)) == 40
     assert others  # the study had more than the damaged part
+
+
+def test_a_file_system_without_locks_runs_unlocked_and_other_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+
+    import stage_explore.search.folder_lock as folder_lock
+
+    assert folder_lock.fcntl is not None
+
+    def refuse(code: int) -> object:
+        def flock(fd: int, operation: int) -> None:
+            raise OSError(code, os.strerror(code))
+
+        return flock
+
+    monkeypatch.setattr(folder_lock.fcntl, "flock", refuse(errno.ENOLCK))
+    with caplog.at_level("WARNING"), study_lock(tmp_path / "nfs"):  # goes on, with a warning
+        assert (tmp_path / "nfs" / LOCK_FILE).exists()
+    assert "no lock" in caplog.text and not (tmp_path / "nfs" / LOCK_FILE).exists()
+    monkeypatch.setattr(folder_lock.fcntl, "flock", refuse(errno.EIO))
+    with pytest.raises(ConfigError, match=r"cannot write the study's lock: Input/output error"):
+        with study_lock(tmp_path / "broken"):
+            pass
