@@ -152,7 +152,9 @@ def write_rank_files(
     other Python threads; below :data:`PARALLEL_MIN_RANKS` ranks, or without ``fork``, always
     1). Returns the bytes written.
     """
-    if workers is not None and (isinstance(workers, bool) or workers < 1):
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
         raise ConfigError(f"`workers` must be an integer >= 1, but got {workers!r}")
     count = default_workers() if workers is None else workers
     if world_size < PARALLEL_MIN_RANKS or not hasattr(os, "fork"):

@@ -458,6 +458,7 @@ def write_trace_json(
     involved_dim: InvolvedDim | None = None,
 ) -> Path:
     """Write :func:`trace_set_json` to ``path`` (one file for all ranks); return the path."""
+    expect(path, (str, os.PathLike), "path", "the JSON file to write")
     path = Path(path)
     text = trace_set_json(
         programs, units=units, bytes_per_element=bytes_per_element, involved_dim=involved_dim

@@ -14,6 +14,7 @@ it is as small as the number of distinct programs, whatever the number of GPUs.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from stage_core.chakra.writer import (
     write_class_columns,
     write_trace_json,
 )
+from stage_core.errors import ConfigError
 from stage_core.lower.nodes import materialize, stage_nodes
 from stage_core.lower.program import PIPELINE_ENDS, PIPELINE_MIRROR, ProgramSet
 from stage_core.lower.program_node import ProgramNode
@@ -277,6 +279,10 @@ def symmetric_form(programs: ProgramSet) -> dict[str, Any]:
 
 def write_symmetric(programs: ProgramSet, path: Path | str) -> int:
     """Write the symmetric form; returns the bytes written."""
+    expect(path, (str, os.PathLike), "path", "the JSON file to write")
     text = json.dumps(symmetric_form(programs), separators=(",", ":"))
-    Path(path).write_text(text)
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        raise ConfigError(f"cannot write {path}: {error}") from None
     return len(text)

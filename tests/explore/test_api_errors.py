@@ -216,3 +216,17 @@ def test_a_front_over_an_output_folder_keeps_every_study(
     assert headers and all(h[:2] == ["study", "trial"] for h in headers)
     assert any(line.startswith("alpha ") for line in lines)
     assert any(line.startswith("beta ") for line in lines)
+
+
+def test_the_trace_writers_name_a_bad_path_or_worker_count(tmp_path: Path) -> None:
+    from stage_core.lower.emit import write_json, write_symmetric
+
+    programs = lower(MODEL, PARALLEL)
+    with pytest.raises(ConfigError, match=r"path: expected a str or PathLike"):
+        write_json(programs, None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"path: expected a str or PathLike"):
+        write_symmetric(programs, None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=rf"cannot write {tmp_path}"):
+        write_symmetric(programs, tmp_path)  # a folder (IsADirectoryError before)
+    with pytest.raises(ConfigError, match=r"`workers` must be an integer >= 1, but got '2'"):
+        write_chakra(programs, tmp_path / "t", workers="2")  # type: ignore[arg-type]
