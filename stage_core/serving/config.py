@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.limits import MAX_GLOBAL_BATCH
 
 #: Largest context the generator accepts (2^24 tokens): beyond every model's position range.
 MAX_CONTEXT = 1 << 24
@@ -74,6 +75,11 @@ class ServingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a positive int, but got {name}={value!r}")
+        if self.batch > MAX_GLOBAL_BATCH:  # the step's ParallelConfig would name global_batch
+            raise ConfigError(
+                f"`batch` must be at most {MAX_GLOBAL_BATCH:,} sequences (2^20, the size limit of "
+                f"a step), but got batch={self.batch:,}"
+            )
         for name in ("prompt_len", "context_len", "chunk"):
             value = getattr(self, name)
             if (

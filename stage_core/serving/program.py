@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from stage_core.arguments import expect
 from stage_core.blocks import BlockOptions, Structure
 from stage_core.errors import ConfigError
+from stage_core.limits import MAX_GLOBAL_BATCH
 from stage_core.lower.bind import BoundBlock, bind_block, symbolic_block
 from stage_core.lower.program import Workload, chunk_blocks, make_workload, tie_embeddings
 from stage_core.models.layers import is_layer_block
@@ -199,8 +200,9 @@ def max_batch(
     model: ModelSpec, config: ServingConfig, capacity_bytes: int, steps: Sequence[ServingStep] = ()
 ) -> int:
     """The largest ``batch`` (a multiple of ``dp``) whose every step fits ``capacity_bytes`` on
-    every GPU (0 when one sequence per dp rank does not). Memory is affine in the batch per dp
-    rank, so two lowerings give the slope; the answer is then checked by lowering it."""
+    every GPU (0 when one sequence per dp rank does not), at most
+    :data:`~stage_core.limits.MAX_GLOBAL_BATCH`. Memory is affine in the batch per dp rank, so
+    two lowerings give the slope; the answer is then checked by lowering it."""
     expect(config, ServingConfig, "config", "ServingConfig(phase=…, batch=…, …)")
     if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
         raise ConfigError(f"`capacity_bytes` must be an int, but got {capacity_bytes!r}")
@@ -216,7 +218,8 @@ def max_batch(
     if one > capacity_bytes:
         return 0
     slope = max(1, two - one)
-    per_rank = max(1, 1 + (capacity_bytes - one) // slope)
+    # at most the size limit's batch (stage_core.limits): beyond it no step is lowered
+    per_rank = min(max(1, 1 + (capacity_bytes - one) // slope), MAX_GLOBAL_BATCH // config.dp)
     while per_rank > 1 and peak(per_rank) > capacity_bytes:
         per_rank -= 1
     return per_rank * config.dp

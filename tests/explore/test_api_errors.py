@@ -230,3 +230,27 @@ def test_the_trace_writers_name_a_bad_path_or_worker_count(tmp_path: Path) -> No
         write_symmetric(programs, tmp_path)  # a folder (IsADirectoryError before)
     with pytest.raises(ConfigError, match=r"`workers` must be an integer >= 1, but got '2'"):
         write_chakra(programs, tmp_path / "t", workers="2")  # type: ignore[arg-type]
+
+
+def test_a_serving_batch_over_the_limit_is_named_as_the_batch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The step's ParallelConfig carries the serving batch as ``global_batch``: the size limit
+    now met there would name a training option the user did not give."""
+    with pytest.raises(ConfigError, match=r"`batch` must be at most 1,048,576 sequences"):
+        ServingConfig(phase="decode", batch=1 << 21, context_len=128)
+    from stage_explore.cli import main
+
+    argv = ["eval", "--phase", "decode", "--model", "llama3-8b", "--system", "h100-80gb"]
+    assert main([*argv, "--batch", str(1 << 21), "--context-len", "128"]) == 2
+    err = capsys.readouterr().err
+    assert "`batch` must be at most" in err and "global_batch" not in err
+
+
+def test_the_largest_serving_batch_stops_at_the_size_limit() -> None:
+    """``max_batch`` lowers its answer: past the batch limit that lowering is refused, so the
+    answer stops at the limit instead of raising on a batch the caller never gave."""
+    tiny = ServingConfig(phase="decode", batch=1, context_len=1)
+    assert max_batch(get_flavor("gpt3-125m"), tiny, 1 << 50) == 1 << 20
+    two = ServingConfig(phase="decode", batch=2, dp=2, context_len=1)
+    assert max_batch(get_flavor("gpt3-125m"), two, 1 << 50) == 1 << 20
