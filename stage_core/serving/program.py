@@ -72,6 +72,11 @@ def lower_step(model: ModelSpec, config: ServingConfig, step: ServingStep) -> Se
     expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
     expect(config, ServingConfig, "config", "ServingConfig(phase=…, batch=…, …)")
     expect(step, ServingStep, "step", "one of config.steps()")
+    if config.pp > model.layers:  # serving engines give every pipeline stage a layer
+        raise ConfigError(
+            f"`pp` must be at most the model's layers ({model.layers} for {model.name!r}): every "
+            f"serving pipeline stage holds at least one layer, but got pp={config.pp}"
+        )
     base = make_workload(model, _parallel(model, config, step))
     options = BlockOptions(
         "fused", causal=True, dropout=False,

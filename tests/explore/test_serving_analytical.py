@@ -161,3 +161,14 @@ def test_cli_serving_errors_are_one_line(
     code = main(["eval", "--model", "llama3-8b", "--system", "h100-80gb", *extra])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_more_pipeline_stages_than_layers_is_refused_in_one_line() -> None:
+    """A 32-layer model on 33 serving stages left a stage without a layer and reported a higher
+    throughput than on 32 (found by the s23 review); every stage now holds a layer."""
+    model = get_flavor("llama3-8b")
+    system = load_system("h100-80gb")
+    ok = evaluate_decode(AnalyticalBackend(), model, decode(pp=32), system)
+    assert ok.feasible
+    with pytest.raises(ConfigError, match=r"`pp` must be at most the model's layers \(32 .*pp=33"):
+        evaluate_decode(AnalyticalBackend(), model, decode(pp=33), system)
