@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.validation.accounting import count_rows
 from stage_explore.validation.consistency import DataCheck, case_warnings
@@ -101,6 +102,8 @@ def run_validation(
     an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds),
     reporting each source to ``loso_progress``, in ``loso_jobs`` processes
     (:func:`~stage_explore.validation.loso.leave_one_source_out`)."""
+    if folder is not None:
+        expect(folder, (str, Path), "folder", "a folder of published-runs CSVs or one CSV file")
     data = data_cases(folder)
     results = evaluate_cases(data.cases, factory)
     figure = (

@@ -254,3 +254,11 @@ def test_the_largest_serving_batch_stops_at_the_size_limit() -> None:
     assert max_batch(get_flavor("gpt3-125m"), tiny, 1 << 50) == 1 << 20
     two = ServingConfig(phase="decode", batch=2, dp=2, context_len=1)
     assert max_batch(get_flavor("gpt3-125m"), two, 1 << 50) == 1 << 20
+
+
+def test_run_validation_names_a_folder_that_is_no_path() -> None:
+    """``run_validation(5)`` gave pathlib's TypeError (found by the s23 review)."""
+    from stage_explore.validation.suite import run_validation
+
+    with pytest.raises(ConfigError, match=r"^folder: expected a str or Path .*but got 5 \(int\)$"):
+        run_validation(5)  # type: ignore[arg-type]
