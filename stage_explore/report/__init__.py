@@ -105,6 +105,26 @@ class Report:
         lead = ["study", "trial"] if several else ["trial"]
         return [*lead, *self.parameters, *metrics, *extra, *self.refined_columns()]
 
+    def convergence(self) -> list[tuple[str, pd.DataFrame]]:
+        """The best value of the first objective so far, trial by trial, over the feasible
+        trials: one ``(study, frame)`` per study the records hold (``trial`` and ``best``
+        columns), as trial numbers restart in each study of an output folder; the study is ""
+        when the records hold one."""
+        import pandas as pd
+
+        name, direction = self.objectives[0]
+        ok = self.frame[self.frame["status"] == "ok"]
+        several = "study" in ok and ok["study"].nunique() > 1
+        groups = ok.groupby("study", sort=True) if several else [("", ok)]
+        series = []
+        for study, rows in groups:
+            ordered = rows.sort_values("trial")
+            values = ordered[name].astype("float64")
+            best = values.cummin() if direction is Direction.MIN else values.cummax()
+            frame = pd.DataFrame({"trial": ordered["trial"].to_numpy(), "best": best.to_numpy()})
+            series.append((str(study), frame))
+        return series
+
     def refined_columns(self) -> list[str]:
         """A two-stage study's second-backend numbers of the objectives, where any were made."""
         names = [f"refined_{name}" for name, _ in self.objectives]

@@ -24,7 +24,6 @@ import numpy as np
 
 from stage_explore.report.tables import format_value
 from stage_explore.report.units import display, in_display_units, tick_label
-from stage_explore.study.spec import Direction
 from stage_explore.wording import counted
 
 if TYPE_CHECKING:
@@ -168,22 +167,30 @@ def scatter_svg(report: Report, plot_id: str) -> tuple[str, list[dict[str, str]]
 
 
 def _convergence_svg(report: Report) -> str:
-    name, direction = report.objectives[0]
-    ok = report.frame[report.frame["status"] == "ok"].sort_values("trial")
-    if ok.empty:
+    name, _ = report.objectives[0]
+    series = report.convergence()
+    if all(rows.empty for _, rows in series):
         return "<p>No feasible trial.</p>"
-    values = _values(ok, name)
-    best = (
-        np.minimum.accumulate(values)
-        if direction is Direction.MIN
-        else np.maximum.accumulate(values)
-    )
-    trials = ok["trial"].to_numpy(np.float64)
+    scale = display(name).scale
+    trials = np.concatenate([rows["trial"].to_numpy(np.float64) for _, rows in series])
+    bests = np.concatenate([rows["best"].to_numpy(np.float64) * scale for _, rows in series])
     x = Scale.fit(trials, _LEFT, _WIDTH - _RIGHT)
-    y = Scale.fit(best, _HEIGHT - _BOTTOM, _TOP)
+    y = Scale.fit(bests, _HEIGHT - _BOTTOM, _TOP)
     parts = _axes(x, y, "trial", "best " + _axis_label(name, y) + " so far")
-    path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(trials, best, strict=True))
-    parts.append(f'<polyline points="{path}" class="front-line"/>')
+    for study, rows in series:  # one line per study: trial numbers restart in each
+        if rows.empty:
+            continue
+        trial_numbers = rows["trial"].to_numpy(np.float64)
+        points = zip(trial_numbers, rows["best"].to_numpy(np.float64) * scale, strict=True)
+        path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
+        title = f"<title>study {html.escape(study)}</title>" if study else ""
+        parts.append(f'<polyline points="{path}" class="front-line">{title}</polyline>')
+        if study:
+            t_end, v_end = float(rows["trial"].iloc[-1]), float(rows["best"].iloc[-1]) * scale
+            parts.append(
+                f'<text x="{x(t_end) - 4:.1f}" y="{y(v_end) - 4:.1f}" text-anchor="end" '
+                f'class="label">{html.escape(study)}</text>'
+            )
     return (
         f'<svg viewBox="0 0 {_WIDTH} {_HEIGHT}" width="{_WIDTH}" height="{_HEIGHT}" '
         f'xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'

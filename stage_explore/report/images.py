@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from stage_explore.report.units import display
-from stage_explore.study.spec import Direction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,17 +77,16 @@ def write_images(report: Report, stem: Path) -> list[Path]:
     figure.savefig(path, format="png")
     written.append(path)
 
-    name, direction = report.objectives[0]
-    ordered = ok.sort_values("trial")
-    values = _shown(ordered, name)
-    best = (
-        np.minimum.accumulate(values)
-        if direction is Direction.MIN
-        else np.maximum.accumulate(values)
-    )
+    name, _ = report.objectives[0]
     figure = Figure(figsize=(7, 3.5), dpi=100)
     axes = figure.add_subplot()
-    axes.step(ordered["trial"], best, where="post", color="#e8590c")
+    series = report.convergence()
+    for study, rows in series:  # one line per study: trial numbers restart in each
+        best = rows["best"].to_numpy(np.float64) * display(name).scale
+        color = "#e8590c" if len(series) == 1 else None
+        axes.step(rows["trial"], best, where="post", color=color, label=study or None)
+    if len(series) > 1:
+        axes.legend(title="study")
     axes.set_xlabel("trial")
     axes.set_ylabel(f"best {display(name).label}\nso far")
     axes.grid(alpha=0.3)

@@ -262,3 +262,33 @@ def test_run_validation_names_a_folder_that_is_no_path() -> None:
 
     with pytest.raises(ConfigError, match=r"^folder: expected a str or Path .*but got 5 \(int\)$"):
         run_validation(5)  # type: ignore[arg-type]
+
+
+def test_convergence_over_an_output_folder_is_one_line_per_study(tmp_path: Path) -> None:
+    """The report's best-so-far plot took an output folder's trials of every study as one
+    sequence, though trial numbers restart in each study (found by the s23 review): each study
+    is now its own line, its best the best of its own trials so far."""
+    from importlib import import_module
+
+    from stage_explore.report import build_report
+    from stage_explore.report.html import render_html
+    from stage_explore.study import parse_study
+
+    support = import_module(
+        f"{__package__}.test_search_support" if __package__ else "test_search_support"
+    )
+    for name, trials in (("alpha", 12), ("beta", 7)):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(support.study_text(trials=trials, name=name))
+        spec = parse_study(path.read_text(), path)
+        explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor)
+    report = build_report(tmp_path / "out", objectives={"step_time_s": "min"})
+    series = dict(report.convergence())
+    assert sorted(series) == ["alpha", "beta"]
+    frame = report.frame[report.frame["status"] == "ok"]
+    for study, rows in series.items():
+        own = frame[frame.study == study].sort_values("trial")
+        assert list(rows["trial"]) == list(own["trial"])
+        assert list(rows["best"]) == list(own["step_time_s"].cummin())
+    page = render_html(report, [])
+    assert page.count('class="front-line"><title>study ') == 2
