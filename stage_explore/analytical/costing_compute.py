@@ -86,6 +86,7 @@ class ComputeCosting:
                 framework.name, framework.fp8_weight_cast_per_use, parallel.linear_recipe
             )
         keys = sizes.get("S", point.workload.model.seq_len)
+        queries = max(1, keys // parallel.cp)  # one kernel call's rows: the rank's chunk
         if parallel.cp > 1 and (str(parallel.cp_style) == "ring" or self.framework.cp_merge_fp32):
             # load-balanced ring attention runs one kernel per step on S/cp-long chunks (TE
             # AttnFuncWithCPAndKVP2P, causal: step 0 the local two chunks under the mask, then
@@ -107,6 +108,7 @@ class ComputeCosting:
             keys=keys,
             head_dim=sizes.get("D", point.workload.model.head_dim),
             head_dims=(sizes["A"], sizes["U"]) if "A" in sizes else (0, 0),  # latent attention
+            attention_queries=0 if sliding else queries,  # a window's grid: not modelled
             causal=not sliding,  # decoder language models; a window's keys are counted above
             attention_kernel=self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
             cp_merge=parallel.cp if self.framework.cp_merge_fp32 else 0,

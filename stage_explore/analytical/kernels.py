@@ -17,7 +17,9 @@ kernel's figures,
 :attr:`~stage_explore.system.accelerator.KernelModel.attention_kernels`), scaled by
 ``k / (k + attention_half_keys)`` — ``k`` the keys a query row sees on average (half the
 sequence under a causal mask; a named kernel may state its own half-saturation keys) — and by
-``d / (d + d½)`` normalised to d = 128. A backward runs the kernel's five matmuls where the
+``d / (d + d½)`` normalised to d = 128, and by its grid's waves on the SMs over its full-grid
+benchmark's (FA2 / FA3, the preset's ``attention_grids``: :mod:`~stage_explore.analytical.
+attention_grid`; cuDNN's: none). A backward runs the kernel's five matmuls where the
 generator counts four (:data:`ATTENTION_BACKWARD_MATMULS`). The kernel name ``"unfused"``
 (Transformer Engine's ``UnfusedDotProductAttention``) is timed as the BMMs and softmax it runs
 instead (:mod:`~stage_explore.analytical.unfused_attention`).
@@ -61,6 +63,7 @@ from dataclasses import dataclass, field
 from stage_core.lower.bind import Instr
 from stage_core.lower.fp8 import NVFP4, ROWWISE
 from stage_core.parallel import FP8_GEMMS
+from stage_explore.analytical.attention_grid import call_grids
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
 from stage_explore.analytical.fp8_casts import (
@@ -253,6 +256,9 @@ class KernelTimer:
     #: unfused path (:mod:`~stage_explore.analytical.unfused_attention`); (0, 0): both
     #: ``head_dim``.
     head_dims: tuple[int, int] = (0, 0)
+    #: Query rows of one attention kernel call (the sequence, or its S/cp chunk) for the grid
+    #: model (:mod:`~stage_explore.analytical.attention_grid`); 0: no grid term.
+    attention_queries: int = 0
     #: Megatron-Core's ``TEGroupedMLP`` pads each local expert's rows to the FP8 GEMM's
     #: alignment and strips them after (Transformer Engine's ``Fp8Padding`` / ``Fp8Unpadding``,
     #: :func:`~stage_explore.analytical.megatron_dispatch.fp8_padding_bytes`): one more read and
@@ -331,10 +337,16 @@ class KernelTimer:
             # TE's ring or torch's context_parallel (cp_merge_fp32): the steps after the first
             # are non-causal kernels (torch: _is_causal_behavior, NOT_IS_CAUSAL for i > 0)
             ring_cp = max(self.te_cp_merge, self.cp_merge)
+            first, later = call_grids(  # the grid in waves against its benchmark's
+                self.kernels, self.attention_kernel, instr, self.attention_queries, self.keys,
+                self.head_dims[0] or self.head_dim, self.causal, 4 if self.dtype == "fp32" else 2,
+                ring_cp,
+            )  # fmt: skip
             if ring_cp > 1 and self.causal:
-                flops *= te_ring_time_factor(
-                    ring_cp, self.kernels.noncausal_ratio(self.attention_kernel)
-                )
+                ratio = self.kernels.noncausal_ratio(self.attention_kernel)
+                flops *= te_ring_time_factor(ring_cp, ratio, first, later)
+            else:
+                flops /= first
             seconds = max(memory_s, flops / (accelerator.peak(self._bf16()) * efficiency))
             if self.cp_merge > 1:  # separate memory-bound kernels after each chunk's SDPA
                 seconds += cp_merge_bytes(instr, self.cp_merge, compiled=self.cp_compiled) / hbm

@@ -64,7 +64,9 @@ def te_cp_merge_bytes(instr: Instr, cp: int) -> int:
     return query * (6 * cp - 2) + kv * (5 * cp + 8)
 
 
-def te_ring_time_factor(cp: int, noncausal_ratio: float) -> float:
+def te_ring_time_factor(
+    cp: int, noncausal_ratio: float, first: float = 1.0, later: float = 1.0
+) -> float:
     """The attention kernels' time under Transformer Engine's ring (P2P) context parallelism
     over their time at the kernel's causal rate. ``AttnFuncWithCPAndKVP2P`` (TE 2.x
     ``attention/dot_product_attention/context_parallel.py``; ``AttnFuncWithCP`` in TE 1.x
@@ -77,10 +79,13 @@ def te_ring_time_factor(cp: int, noncausal_ratio: float) -> float:
     non-causal ones run at ``noncausal_ratio`` times the causal rate:
     ``1/cp + (cp − 1)/(cp · noncausal_ratio)``; 1 for ``cp`` of 1. PyTorch's ``context_parallel``
     (``_templated_ring_attention``, load-balanced) runs the same steps and takes the same factor
-    (``cp_merge_fp32``; 6 Dec 2026, s21 cp)."""
+    (``cp_merge_fp32``; 6 Dec 2026, s21 cp). ``first`` and ``later``: the first and the later
+    steps' grids' efficiency over their benchmarks' (:func:`~stage_explore.analytical.
+    attention_grid.call_grids`; 1: full grids), each step's time over it:
+    ``1/(cp·first) + (cp − 1)/(cp · noncausal_ratio · later)``."""
     if cp <= 1:
-        return 1.0
-    return 1.0 / cp + (cp - 1) / (cp * noncausal_ratio)
+        return 1.0 / first
+    return 1.0 / (cp * first) + (cp - 1) / (cp * noncausal_ratio * later)
 
 
 def te_ring_exposed_s(phase: str, cp: int, message_s: float, step_s: float) -> float:

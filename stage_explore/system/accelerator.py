@@ -26,6 +26,10 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_explore.system.checks import check_fraction, check_positive
 
+#: The attention launch families with a grid model (:mod:`~stage_explore.analytical.
+#: attention_grid`): FlashAttention-2 and FlashAttention-3.
+ATTENTION_GRID_FAMILIES = frozenset({"fa2", "fa3"})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EfficiencyModel:
@@ -100,6 +104,10 @@ class KernelModel:
       the first of Transformer Engine's ring context parallelism run that kernel non-causal
       (:func:`~stage_explore.analytical.te_context_parallel.te_ring_time_factor`). A kernel
       not listed: 1 (its causal rate);
+    - ``attention_grids``: per kernel name (``default`` for the best kernel) the launch family
+      whose grid it runs (``fa2``, ``fa3``: :mod:`~stage_explore.analytical.attention_grid`),
+      whose waves on the SMs scale its fraction against its full-grid benchmark; a kernel not
+      listed (cuDNN's, FA4, ROCm's): no grid term;
     - ``grouped_gemm_group_s``: seconds each group of a grouped GEMM (one local expert's GEMM
       of an MoE layer) costs beyond the batched-GEMM wave model, measured from public grouped-GEMM
       benchmarks (0: none stated);
@@ -134,6 +142,7 @@ class KernelModel:
     attention_head_dim_half: float
     attention_kernels: dict[str, tuple[float, ...]] = field(default_factory=dict, hash=False)
     attention_noncausal: dict[str, float] = field(default_factory=dict, hash=False)
+    attention_grids: dict[str, str] = field(default_factory=dict, hash=False)
     grouped_gemm_group_s: float = 0.0
     eager_memory: float = 0.0
     ssd_memory: float = 0.0
@@ -159,7 +168,23 @@ class KernelModel:
         ``kernel`` is None (the best kernel) or not listed."""
         return self.attention_noncausal.get(kernel, 1.0) if kernel is not None else 1.0
 
+    def grid_family(self, kernel: str | None) -> str:
+        """The launch family (``fa2``, ``fa3``) whose grid the named kernel runs
+        (``attention_grids``; ``default`` for the best kernel, ``kernel`` None); "" when the
+        preset names none (no grid term)."""
+        return self.attention_grids.get("default" if kernel is None else kernel, "")
+
     def __post_init__(self) -> None:
+        grids = {}
+        for kernel, family in dict(self.attention_grids).items():
+            if family not in ATTENTION_GRID_FAMILIES:
+                known = ", ".join(sorted(ATTENTION_GRID_FAMILIES))
+                raise ConfigError(
+                    f"kernels `attention_grids.{kernel}` must be one of {known}, "
+                    f"but got {family!r}"
+                )
+            grids[kernel] = family
+        object.__setattr__(self, "attention_grids", grids)
         ratios = {}
         for kernel, ratio in dict(self.attention_noncausal).items():
             if (
@@ -263,6 +288,7 @@ class KernelModel:
                 if self.attention_noncausal
                 else {}
             ),
+            **({"attention_grids": dict(self.attention_grids)} if self.attention_grids else {}),
         }
 
 

@@ -84,6 +84,7 @@ _KERNEL_KEYS = (
     "attention_head_dim_half",
     "attention_kernels",
     "attention_noncausal",
+    "attention_grids",
     "grouped_gemm_group_s",
     "eager_memory",
     "ssd_memory",
@@ -277,6 +278,9 @@ def _kernels(table: _Table) -> KernelModel:
     if table.has("attention_noncausal"):
         ratios = table.table("attention_noncausal")
         values["attention_noncausal"] = {kernel: ratios.number(kernel) for kernel in ratios.data}
+    if table.has("attention_grids"):
+        grids = table.table("attention_grids")
+        values["attention_grids"] = {kernel: grids.text(kernel) for kernel in grids.data}
     return _build(table, KernelModel, values)
 
 

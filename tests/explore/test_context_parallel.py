@@ -14,6 +14,7 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_core.trace import CollectiveKind
+from stage_explore.analytical.attention_grid import call_grids
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.context_parallel import cp_comm_timer, cp_merge_bytes, kv_repeat
 from stage_explore.analytical.kernels import KernelTimer, attention_efficiency
@@ -67,13 +68,17 @@ def test_the_merges_add_their_memory_time_to_the_compute() -> None:
     # first at the kernel's non-causal rate (s21 cp)
     kernels, peak = accelerator.kernels, accelerator.peak("bf16")
     assert kernels is not None
-    steps = te_ring_time_factor(4, kernels.noncausal_ratio("fa2"))
-    assert steps < 1.0
+    assert te_ring_time_factor(4, kernels.noncausal_ratio("fa2")) < 1.0
     for instr in (*layer.fwd, *layer.bwd):
         if instr.kind == "attention":
             backward = instr.phase == "bwd"
             flops = instr.flops * (5 / 4 if backward else 1)
-            for keys, sign in ((8192 // 4, steps), (8192, -1.0)):
+            # each rank's 2,048 rows: the ring's step grids (s24 attngrid) against one call
+            # of them on the gathered 8,192 keys
+            first, later = call_grids(kernels, "fa2", instr, 2048, 2048, 128, True, 2, 4)
+            steps = te_ring_time_factor(4, kernels.noncausal_ratio("fa2"), first, later)
+            gathered, _ = call_grids(kernels, "fa2", instr, 2048, 8192, 128, True, 2, 1)
+            for keys, sign in ((8192 // 4, steps), (8192, -1.0 / gathered)):
                 efficiency = attention_efficiency(kernels, keys, 128, True, backward, "fa2")
                 per_layer += sign * flops / (peak * efficiency)
     micro_batches = 4 // 2  # global batch over dp, micro-batch 1
