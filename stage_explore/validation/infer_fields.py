@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from stage_core.models import get_flavor
 from stage_core.models.flavors import list_flavors
 from stage_core.models.layers import Ffn, Mixer
+from stage_explore.validation.infer_architectures import ARCHITECTURES
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 
 
@@ -237,21 +238,6 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
     (r"nemotron[\s_-]*4|nemotron[\s_-]*3\b", {340: "nemotron-4-340b"}, "nemotron-4-340b"),
     (r"mt-nlg", {530: "megatron-gpt-530b"}, "megatron-gpt-530b"),
 )
-#: Models that are another model's architecture at their own published sizes, set up as that
-#: flavor with the sizes (pattern on the lower-cased model text, base flavor, model fields,
-#: where the sizes are published).
-ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
-    (r"kimi[\s_-]*k2", "deepseek-v3",
-     (("layers", 61), ("hidden", 7168), ("ffn", 18432), ("expert_ffn", 2048), ("heads", 64),
-      ("kv_heads", 64), ("vocab", 163840), ("num_experts", 384), ("num_shared_experts", 1),
-      ("top_k", 8), ("first_k_dense", 1), ("mtp_layers", 0)),
-     "moonshotai's kimi_k2 config (the Kimi K2 / K2.5 text_config: DeepSeek-V3's MLA and MoE "
-     "blocks, q / kv LoRA ranks 1536 / 512, head dims 128 + 64 rope, v 128; "
-     "num_hidden_layers 61, hidden_size 7168, intermediate_size 18432 in the "
-     "first_k_dense_replace 1 dense layer, moe_intermediate_size 2048, num_attention_heads 64, "
-     "n_routed_experts 384, n_shared_experts 1, num_experts_per_tok 8, vocab_size 163840, "
-     "num_nextn_predict_layers 0); Kimi K2 technical report, arXiv 2507.20534"),
-)  # fmt: skip
 #: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
 #: base with the CSV's dims.
 GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"

@@ -88,6 +88,11 @@ TOKEN_DROP_RECIPES: tuple[tuple[str, str], ...] = (
      "073426cc) call the recipe's pretrain_recipe(performance_mode=True), whose "
      "pretrain_performance_optimizations adds MegatronTokenDropCallback "
      "(nemo/collections/llm/recipes/mixtral_8x7b.py 8611d291, mixtral_8x22b.py 00138e21)"),
+    (r"\bllama[\s_-]*4",
+     "scripts/performance/llm/pretrain_llama4_e128.py (NVIDIA/NeMo 058b3bda) calls the recipe's "
+     "pretrain_recipe(performance_mode=True), whose pretrain_performance_optimizations adds "
+     "MegatronTokenDropCallback (nemo/collections/llm/recipes/llama4_e128.py 0e449b1a, "
+     "llama4_e16.py 06878db3)"),
 )  # fmt: skip
 
 
@@ -99,10 +104,11 @@ def nemo2_token_drop(
     routing: tuple[int, int],
     out: Defaults,
 ) -> None:
-    """A Grok-1 or Mixtral row on a read NeMo 2.0 container (:data:`TOKEN_DROP_RECIPES`): experts
-    padded to capacity factor 1.0 (``MegatronTokenDropCallback``: moe_expert_capacity_factor 1.0,
-    moe_pad_expert_input_to_capacity True, nemo/lightning/pytorch/callbacks/moe_token_drop.py), and
-    in FP8 no row padding when every expert's capacity is aligned."""
+    """A Grok-1, Mixtral or Llama 4 row on a read NeMo 2.0 container (:data:`TOKEN_DROP_RECIPES`):
+    experts padded to capacity factor 1.0 (``MegatronTokenDropCallback``:
+    moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity True,
+    nemo/lightning/pytorch/callbacks/moe_token_drop.py), and in FP8 no row padding when every
+    expert's capacity is aligned."""
     if not _nemo2(row, release):
         return
     model = row.get("model", "")

@@ -1,0 +1,55 @@
+"""Models that are another flavor's architecture at their own published sizes
+(:data:`ARCHITECTURES`): a row naming one is set up as the base flavor with those sizes, each
+from the model's published configuration, cited with the entry. A dim the row's CSV states
+wins over the entry's (:func:`stage_explore.validation.infer_fields.infer_flavor`).
+"""
+
+from __future__ import annotations
+
+#: Llama 4's text decoder as NeMo 2.0 builds it for training (NVIDIA-NeMo/Speech, NeMo's
+#: repository under its later name, 7b2c814e ``nemo/collections/llm/gpt/model/llama.py``:
+#: ``Llama4Config`` num_layers 48, hidden_size 5120, ffn_hidden_size 16384 (the dense layers),
+#: num_attention_heads 40, vocab_size 25256 * 8 = 202048, gated_linear_unit, add_bias_linear
+#: False, moe_ffn_hidden_size 8192, moe_shared_expert_intermediate_size 8192 (one shared expert
+#: of the experts' width), moe_router_topk 1, attention_chunk_size 8192); the DGX Cloud
+#: Benchmarking Llama 4 recipe's FLOP notes restate those sizes and give 8 query groups
+#: (NVIDIA/dgxc-benchmarking 1f6d9f40 ``llama4/README.md``). Timed as every layer's full
+#: causal attention: exact up to 8192 tokens, where the chunked layers' chunk is the whole
+#: sequence; the NoPE layers' skipped rotary and Scout's parameter-free query / key L2 norm
+#: (qk_l2_norm) are not timed.
+_LLAMA4 = (
+    ("layers", 48), ("hidden", 5120), ("ffn", 16384), ("expert_ffn", 8192), ("heads", 40),
+    ("kv_heads", 8), ("vocab", 202048), ("top_k", 1), ("num_shared_experts", 1),
+)  # fmt: skip
+_LLAMA4_WHERE = (
+    "NeMo's Llama4Config (NVIDIA-NeMo/Speech 7b2c814e nemo/collections/llm/gpt/model/llama.py: 48 "
+    "layers, hidden 5120, dense FFN 16384, 40 heads, 8 query groups, vocabulary 202048, experts "
+    "of 8192 and one shared expert of 8192, top-1; attention chunk 8192, so full causal "
+    "attention up to 8192 tokens)"
+)
+
+#: (pattern on the lower-cased model text, base flavor, model fields, where the sizes are
+#: published).
+ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
+    (r"kimi[\s_-]*k2", "deepseek-v3",
+     (("layers", 61), ("hidden", 7168), ("ffn", 18432), ("expert_ffn", 2048), ("heads", 64),
+      ("kv_heads", 64), ("vocab", 163840), ("num_experts", 384), ("num_shared_experts", 1),
+      ("top_k", 8), ("first_k_dense", 1), ("mtp_layers", 0)),
+     "moonshotai's kimi_k2 config (the Kimi K2 / K2.5 text_config: DeepSeek-V3's MLA and MoE "
+     "blocks, q / kv LoRA ranks 1536 / 512, head dims 128 + 64 rope, v 128; "
+     "num_hidden_layers 61, hidden_size 7168, intermediate_size 18432 in the "
+     "first_k_dense_replace 1 dense layer, moe_intermediate_size 2048, num_attention_heads 64, "
+     "n_routed_experts 384, n_shared_experts 1, num_experts_per_tok 8, vocab_size 163840, "
+     "num_nextn_predict_layers 0); Kimi K2 technical report, arXiv 2507.20534"),
+    # Maverick: Llama4Experts128Config num_moe_experts 128, moe_layer_freq [0, 1] * 24 (every
+    # other layer MoE; the flavor's interval 2 puts the MoE blocks on layers 0, 2, ..., NeMo's
+    # on 1, 3, ...: the same 24 of 48).
+    (r"llama[\s_-]*4.*(?:maverick|\b128\s*e\b|\be128\b)", "mixtral-8x7b",
+     (*_LLAMA4, ("num_experts", 128), ("moe_layer_interval", 2)),
+     f"{_LLAMA4_WHERE}; Llama4Experts128Config (Maverick): 128 experts in every other layer"),
+    # Scout: Llama4Experts16Config num_moe_experts 16, no moe_layer_freq (Megatron-Core's
+    # default 1: every layer MoE).
+    (r"llama[\s_-]*4.*(?:scout|\b16\s*e\b|\be16\b)", "mixtral-8x7b",
+     (*_LLAMA4, ("num_experts", 16)),
+     f"{_LLAMA4_WHERE}; Llama4Experts16Config (Scout): 16 experts in every layer"),
+)  # fmt: skip
