@@ -167,9 +167,14 @@ def test_validate_lists_the_flagged_row_and_keeps_every_other_key(tmp_path: Path
     )
 
 
-def test_the_package_data_flags_only_the_qwen3_row() -> None:
+def test_the_package_data_flags_only_the_known_slips() -> None:
+    """The H100 Qwen3-30B row's TFLOP/s cell, and the DGX Cloud Llama 4 Maverick README's MFU
+    cell at 128 GB200 in BF16 (18.71 %: its own example divides by the 4.9 PFLOP/s FP8 peak;
+    the 256 / 512-GPU cells, 37.1 / 36.4 %, are on the BF16 peak), kept as published (s24)."""
     check = check_data()
-    assert {w.id for w in check.warnings} == {"MBX-H100-26.02-QWEN3_30B_A3B-CS"}
+    assert {w.id for w in check.warnings} == {
+        "MBX-H100-26.02-QWEN3_30B_A3B-CS", "DGXC2505-LLAMA4-MAVERICK-GB200-BF16-128",
+    }  # fmt: skip
     assert check.compared > 500
 
 
