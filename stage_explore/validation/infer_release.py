@@ -12,10 +12,16 @@ from typing import Any
 #: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
 TEXT_COLUMNS = ("source", "source_table", "notes")
 #: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
-#: ``(25.11 container)``, ``26.02 NeMo Container``, an image tag ``nvcr.io/nvidia/nemo:24.05``.
+#: ``(25.11 container)``, ``26.02 NeMo Container``, an image tag ``nvcr.io/nvidia/nemo:24.05``,
+#: and the ``framework`` field of an MLPerf Training system description, ``NVIDIA NeMo Framework
+#: Release 25.09`` or, from a partner, ``NeMo Framework NVIDIA Release 25.09``
+#: (mlcommons/training_results_v5.1 4da2d1cd: ``NVIDIA/systems/tyche_ngpu72_ngc25.09_nemo.json``,
+#: ``Supermicro/systems/AS-8126GS-NB3RT.json``; s24 hidden9: the second spelling dated nothing).
+#: A ``PyTorch NVIDIA Release`` names the PyTorch container, not NeMo's, and is not read.
 _CONTAINER = (
     re.compile(r"(?:nemo|ngc)[\s_:-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
     re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
+    re.compile(r"\bnemo\s+framework\s+(?:nvidia\s+)?release\s+(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
 )
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _DATE = (
