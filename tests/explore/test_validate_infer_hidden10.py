@@ -44,3 +44,18 @@ def test_the_final_shape_row_is_predicted_as_the_bloom_row() -> None:
     first, second = evaluate_cases([bloom, twin])
     assert math.isfinite(first.predicted) and math.isfinite(second.predicted)
     assert second.predicted == pytest.approx(first.predicted, rel=1e-6)
+
+
+def test_the_fp16_prequel_rows_read_as_deepspeed_fp16_with_an_even_split() -> None:
+    """The 02-25 rows (``BSPRE25-*``, before the BF16 optimizer; the page's 02-28 section: the
+    earlier tests accumulated gradients in fp16): DeepSpeed's fp16 path, ZeRO 1, full recompute,
+    and DeepSpeed's transformer-only partition, the layers evenly over the stages."""
+    rows = {r["id"]: r for r in read_csv(data_dir() / NO_SETUP) if r["id"].startswith("BSPRE25-")}
+    assert len(rows) == 20
+    for row_id, row in rows.items():
+        (case, *_) = row_cases(row, NO_SETUP, 1, data_dir())
+        assert case.framework == "deepspeed", row_id
+        assert case.parallel is not None and case.model is not None
+        assert str(case.parallel.precision) == "fp16", row_id
+        assert case.parallel.zero == 1 and str(case.parallel.recompute) == "full", row_id
+        assert case.model.layers % case.parallel.pp == 0, row_id
