@@ -59,3 +59,14 @@ def test_the_fp16_prequel_rows_read_as_deepspeed_fp16_with_an_even_split() -> No
         assert str(case.parallel.precision) == "fp16", row_id
         assert case.parallel.zero == 1 and str(case.parallel.recompute) == "full", row_id
         assert case.model.layers % case.parallel.pp == 0, row_id
+
+
+def test_the_tinyllama_row_reads_as_pytorch_fsdp_full_shard_without_recompute() -> None:
+    """TinyLlama's README row (lit-gpt on Lightning Fabric's FSDPStrategy, whose default is
+    FULL_SHARD): the fsdp profile, ZeRO 3, no recompute, the stated GQA (4 query groups)."""
+    (row,) = [r for r in read_csv(data_dir() / NO_SETUP) if r["id"].startswith("TINYLLAMA-")]
+    (case, *_) = row_cases(row, NO_SETUP, 1, data_dir())
+    assert case.framework == "fsdp" and case.system == "a100-40gb"
+    assert case.parallel is not None and case.model is not None
+    assert case.parallel.zero == 3 and str(case.parallel.recompute) == "none"
+    assert case.model.kv_heads == 4 and case.parallel.micro_batch == 8
