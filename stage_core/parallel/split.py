@@ -182,20 +182,25 @@ def _layout(layers: int, stages: int, layout: str) -> tuple[int, ...]:
 
 
 def _explicit(layers: int, pp: int, vpp: int, explicit: Sequence[int]) -> tuple[int, ...]:
+    """The per-chunk counts of an explicit ``pp_layers`` list: its length is checked first
+    (one count per stage or per chunk), then its sum; a list wrong in both says both."""
     listed = list(explicit)
-    if sum(listed) != layers:
+    total = sum(listed)
+    if len(listed) not in (pp, pp * vpp):
+        also = f"; they also add up to {total}, not the model's {layers} layers"
+        raise ConfigError(
+            f"`pp_layers` must list one count per pipeline stage (pp={pp}) or per model chunk "
+            f"(pp·vpp={pp * vpp}), but got {len(listed)} counts: {listed}"
+            f"{also if total != layers else ''}"
+        )
+    if total != layers:
         raise ConfigError(
             f"`pp_layers` must add up to the model's layers, but got pp_layers={listed} "
-            f"(sum {sum(listed)}) with {layers=}"
+            f"(sum {total}) with {layers=}"
         )
     if len(listed) == pp * vpp:
         return tuple(listed)
-    if len(listed) == pp:
-        return _per_rank(listed, pp, vpp, f"pp_layers={listed}")
-    raise ConfigError(
-        f"`pp_layers` must list one count per pipeline stage (pp={pp}) or per model chunk "
-        f"(pp·vpp={pp * vpp}), but got {len(listed)} counts: {listed}"
-    )
+    return _per_rank(listed, pp, vpp, f"pp_layers={listed}")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -187,6 +187,13 @@ def test_construction_reports_every_problem_at_once() -> None:
             "(pp·vpp=4), but got 3 counts: [4, 4, 4]",
         ),
         (
+            {"pp": 4, "pp_layers": (8, 8, 8)},
+            model(),
+            "`pp_layers` must list one count per pipeline stage (pp=4) or per model chunk "
+            "(pp·vpp=4), but got 3 counts: [8, 8, 8]; they also add up to 24, not the model's "
+            "12 layers",
+        ),
+        (
             {"pp": 4, "pp_layers": (6, 0, 3, 3)},
             model(),
             "every pipeline stage but the first and the last",
