@@ -40,6 +40,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
 from stage_explore.pareto import pareto_mask
+from stage_explore.search.optuna_quiet import create_study
 from stage_explore.search.outcomes import Verdict
 from stage_explore.study.space import (
     canonical_key,
@@ -127,9 +128,7 @@ class BaseSearch(abc.ABC):
             else StudyDirection.MAXIMIZE
             for objective in spec.objectives
         ]
-        self.study = optuna.create_study(
-            study_name=spec.name, directions=self.directions, sampler=sampler
-        )
+        self.study = create_study(spec.name, self.directions, sampler)
         #: Keys of every point proposed (or finished in an earlier run).
         self.seen: set[tuple[Any, ...]] = set()
         self.exhausted = False
@@ -300,9 +299,7 @@ class OptunaSearch(BaseSearch):
             kept.add(trial.number)
         self._rebuilds += 1
         sampler = _tpe(self.spec.seed + 1_000_003 * self._rebuilds)
-        study = optuna.create_study(
-            study_name=self.spec.name, directions=self.directions, sampler=sampler
-        )
+        study = create_study(self.spec.name, self.directions, sampler)
         study.add_trials([t for t in complete if t.number in kept])
         self.study = study
 
