@@ -59,6 +59,7 @@ from stage_explore.analytical.collectives import (
 from stage_explore.analytical.gemm_tiles import ELEMENT_BYTES
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import System
+from stage_explore.system.placement import PLACEMENT_KEY, placement_extra
 
 #: Prompt tokens one step prefills at most: TensorRT-LLM's default ``max_num_tokens`` (8192,
 #: ``tensorrt_llm/llmapi/llm_args.py``); a steady server batches short prompts up to it.
@@ -337,7 +338,8 @@ def _result(
         peak_memory_bytes=peak, weight_bytes=weights, kv_cache_bytes=kv,
         activation_bytes=activations, memory_capacity_bytes=system.accelerator.memory_bytes,
         max_batch=largest, memory_bound_fraction=timing.memory_bound_fraction,
-        breakdown=dict(timing.breakdown), extra=dict(extra or {}),
+        breakdown=dict(timing.breakdown),
+        extra={**(extra or {}), **placement_extra(system, lowered.programs[0].workload.mesh)},
     )  # fmt: skip
 
 
@@ -484,7 +486,8 @@ def evaluate_serve(
     step_s, ttft = decode.time_per_output_token_s, first.time_to_first_token_s
     in_flight = config.batch * config.pp
     prompts_per_s = first.tokens_per_s / mix.prompt_len  # one prefill instance, saturated
-    if prefill is None or prefill_instances == 0:
+    mode_split = prefill is not None and prefill_instances > 0
+    if not mode_split:
         # Each decode step adds the prefills of the requests that replace the finished ones.
         prefill_s = in_flight / mix.output_len / prompts_per_s
         cycle = step_s + prefill_s
@@ -516,5 +519,22 @@ def evaluate_serve(
         num_gpus=gpus, time_to_first_token_s=ttft, time_per_output_token_s=tpot,
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / gpus,
         tokens_per_s_per_node=tokens_per_s / gpus * per_node,
-        extra={**extra, "requests_per_s": rate},
+        extra={**extra, "requests_per_s": rate, **pool_placements(decode, first, mode_split)},
     )  # fmt: skip
+
+
+def pool_placements(
+    decode: ServingEvaluation, prefill: ServingEvaluation, disaggregated: bool
+) -> dict[str, str]:
+    """One ``placement`` entry (or none) for a serving state: the decode instance's note, or,
+    disaggregated, each pool's note named by its pool."""
+    notes = [decode.extra.get(PLACEMENT_KEY), prefill.extra.get(PLACEMENT_KEY)]
+    if not disaggregated:
+        notes[1] = None  # the prefills run on the decode instance: its mesh, its note
+    pools = ("decode pool", "prefill pool")
+    labelled = [
+        f"{pool}: {note}" if disaggregated else str(note)
+        for pool, note in zip(pools, notes, strict=True)
+        if note
+    ]
+    return {PLACEMENT_KEY: "; ".join(labelled)} if labelled else {}

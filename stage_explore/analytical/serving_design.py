@@ -41,6 +41,7 @@ from stage_explore.analytical.serving import (
     ServingEvaluation,
     evaluate_decode,
     evaluate_prefill,
+    pool_placements,
 )
 from stage_explore.analytical.serving_queue import (
     PoolTimes,
@@ -288,6 +289,7 @@ def evaluate_design(
         "kv_cache_bytes": top.kv_cache_bytes, "weight_bytes": top.weight_bytes,
         "memory_bound_fraction": top.memory_bound_fraction,
         "decode_context_tokens": load.decode_context(), "load": load.mode,
+        **pool_placements(top, prefills.worst, design.prefill_instances > 0),
     }  # fmt: skip
     del extra["stable"], extra["reason"]
     return Evaluation(

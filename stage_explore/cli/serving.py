@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from stage_core.errors import ConfigError, InfeasibleError
@@ -198,6 +199,7 @@ def run_serving(args: argparse.Namespace) -> int:
         evaluate_serve,
     )
     from stage_explore.system import load_system
+    from stage_explore.system.placement import PLACEMENT_KEY
 
     if args.backend != "analytical":
         raise ConfigError(
@@ -227,6 +229,9 @@ def run_serving(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=1) if args.json else f"infeasible: {error.reason}")
         return 0
     payload.update(result.to_dict())
+    note = result.extra.get(PLACEMENT_KEY)
+    if note:  # as stage eval warns of a training step's (system/placement.py)
+        print(f"stage eval: warning: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(payload, indent=1))
         return 0

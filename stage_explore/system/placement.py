@@ -17,6 +17,14 @@ groups a stage whose other groups straddle is timed by one that may not. Timing 
 its slowest group was tried and not landed (it moves published rows, same section); the point
 stays valid and is evaluated, and the note says so: :func:`placement_note`, which the backend
 puts in ``Evaluation.extra["placement"]`` and ``stage eval`` prints as a warning.
+
+The serving evaluations (prefill, decode, serve, and the design points of inference studies)
+time each pipeline stage by its first rank's groups too (``serving._timers``) and carry the
+same note for one instance's mesh (:func:`placement_extra`); ``evaluate_serve`` carries the
+decode pool's note and, when it differs, the prefill pool's. The ASTRA-sim backend simulates
+every rank's groups on the network it is given, so the straddling half does not apply; a partly
+used domain it cannot simulate at all (its network's NPU count must equal the trace's ranks),
+and it is refused before the run (:mod:`~stage_explore.astrasim.inputs`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from stage_core.mesh import Mesh
 from stage_explore.system.model import System
 from stage_explore.wording import counted
 
@@ -40,6 +49,14 @@ def placement_note(system: System, axes: Sequence[tuple[str, int]]) -> str | Non
         return None
     first = system.network[0]
     return _note(first.size, first.name, tuple(axes))
+
+
+def placement_extra(system: System, mesh: Mesh) -> dict[str, str]:
+    """``{"placement": note}`` for ranks over ``mesh`` (a :class:`~stage_core.mesh.Mesh`) on
+    ``system`` when :func:`placement_note` gives one, else ``{}``: the entry an evaluation's
+    ``extra`` carries."""
+    note = placement_note(system, tuple((axis.name, int(axis.size)) for axis in mesh.axes))
+    return {} if note is None else {PLACEMENT_KEY: note}
 
 
 @functools.lru_cache(maxsize=1024)
