@@ -25,7 +25,9 @@ and a run this host cannot hold is refused (:class:`~stage_explore.astrasim.memo
 HostMemoryError`, an infeasible point for this host). A run killed from outside (SIGKILL,
 SIGTERM, SIGINT, SIGHUP) is an infrastructure failure (``AstraSimError.infrastructure``: the
 explorer retries it and ``--resume`` re-runs it); SIGKILL is reported as likely the
-out-of-memory killer, with the estimate and the memory that was available.
+out-of-memory killer, with the estimate and the memory that was available, unless the estimate
+is under a quarter of it (:data:`SMALL_SHARE`): then as killed from outside, the run's own need
+being small.
 """
 
 from __future__ import annotations
@@ -132,6 +134,17 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 KILL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
+#: A run whose estimate is below this share of the memory available when it started is too
+#: small to be the out-of-memory killer's likely target (the killer picks the process with the
+#: largest resident memory, Linux ``oom_badness``): its SIGKILL is not put down to memory.
+SMALL_SHARE = 0.25
+
+
+def _small(estimate: int | None, available: int | None) -> bool:
+    """Whether a run's memory estimate is known and small against the memory available."""
+    return estimate is not None and available is not None and estimate < SMALL_SHARE * available
+
+
 def _exit_reason(code: int, estimate: int | None = None, available: int | None = None) -> str:
     if code < 0:
         try:
@@ -142,7 +155,14 @@ def _exit_reason(code: int, estimate: int | None = None, available: int | None =
         if -code == signal.SIGKILL:
             known = f"estimated {gib(estimate)}" if estimate is not None else "no estimate"
             free = "unknown" if available is None else gib(available)
-            hint = f", likely the out-of-memory killer: {known}, available {free}"
+            if _small(estimate, available):
+                hint = (
+                    f" from outside (an operator, a job scheduler, or the out-of-memory killer "
+                    f"for want of memory elsewhere: the run's own need is small, {known} of "
+                    f"{free} available)"
+                )
+            else:
+                hint = f", likely the out-of-memory killer: {known}, available {free}"
         return f"ASTRA-sim was killed by {name}{hint}"
     return f"ASTRA-sim exited with status {code}"
 
@@ -223,12 +243,7 @@ def run_astra_sim(
     if missing:
         problems.append(
             f"{len(missing)} of {world} ranks printed no `finished` line (ranks {_ranks(missing)})"
-            + (
-                " — with exit status 0 ASTRA-sim prints no results when system.json lacks "
-                "collective-optimization, or when a trace stalls"
-                if code == 0
-                else ""
-            )
+            + _silent_hint(code, output)
         )
     unexpected = report.unexpected(world)
     if unexpected:
@@ -240,6 +255,27 @@ def run_astra_sim(
         command=tuple(command), report=report, seconds=seconds, output=output,
         teardown_crash=f"{_exit_reason(code)}: {TEARDOWN_CRASH}" if teardown else "",
     )  # fmt: skip
+
+
+def _silent_hint(code: int, output: Path) -> str:
+    """Why ranks may be missing from a run that exited 0: a binary that printed nothing at all
+    is likely no ASTRA-sim (a wrong ``binary``, s24 review: ``/bin/true`` was explained by
+    system.json), else ASTRA-sim's own silent exits."""
+    if code != 0:
+        return ""
+    try:
+        empty = output.stat().st_size == 0
+    except OSError:
+        empty = False
+    if empty:
+        return (
+            " — the binary exited 0 without printing a line: is it an ASTRA-sim analytical "
+            "build (AstraSim_Analytical_Congestion_Unaware or _Aware)?"
+        )
+    return (
+        " — with exit status 0 ASTRA-sim prints no results when system.json lacks "
+        "collective-optimization, or when a trace stalls"
+    )
 
 
 def _execute(

@@ -151,8 +151,9 @@ def test_the_backend_records_a_refused_run_as_infeasible_for_this_host(
         (
             "kill -KILL $$",
             True,
-            r"ASTRA-sim was killed by SIGKILL, likely the out-of-memory killer: "
-            r"estimated \d+\.\d\d GiB, available \d+\.\d\d GiB",
+            r"ASTRA-sim was killed by SIGKILL from outside \(an operator, a job scheduler, or "
+            r"the out-of-memory killer for want of memory elsewhere: the run's own need is "
+            r"small, estimated \d+\.\d\d GiB of 16\.00 GiB available\)",
         ),
         ("kill -TERM $$", True, r"ASTRA-sim was killed by SIGTERM"),
         ("kill -ABRT $$", False, r"ASTRA-sim was killed by SIGABRT \(ASTRA-sim aborts on"),
@@ -176,15 +177,31 @@ def test_a_killed_run_is_an_infrastructure_failure_and_an_abort_is_not(
 
 
 def test_the_oom_message_names_the_estimate_and_the_available_memory(tmp_path: Path) -> None:
+    """A run that needs a good share of the memory available is likely the OOM killer's."""
     inputs = _inputs(tmp_path / "run")
     binary = _script(tmp_path / "astra-sim", "kill -KILL $$")
-    with pytest.raises(AstraSimError) as caught:
-        run_astra_sim(binary, inputs, timeout_s=30, available=lambda: 12 * GIB)
     estimate = estimate_bytes(8, trace_bytes(inputs))
+    with pytest.raises(AstraSimError) as caught:
+        run_astra_sim(binary, inputs, timeout_s=30, available=lambda: 2 * estimate)
     assert caught.value.reason.startswith(
         "ASTRA-sim was killed by SIGKILL, likely the out-of-memory killer: "
-        f"estimated {estimate / GIB:.2f} GiB, available 12.00 GiB"
+        f"estimated {estimate / GIB:.2f} GiB, available {2 * estimate / GIB:.2f} GiB"
     )
+
+
+def test_a_small_run_killed_is_not_put_down_to_memory(tmp_path: Path) -> None:
+    """A run of a few MiB killed with GiBs free (s24 review: 0.02 GiB of 22 GiB was reported as
+    'likely the out-of-memory killer'): killed from outside, the estimate named, still an
+    infrastructure failure the explorer retries."""
+    inputs = _inputs(tmp_path / "run")
+    binary = _script(tmp_path / "astra-sim", "kill -KILL $$")
+    estimate = estimate_bytes(8, trace_bytes(inputs))
+    with pytest.raises(AstraSimError) as caught:
+        run_astra_sim(binary, inputs, timeout_s=30, available=lambda: 4 * estimate + 1)
+    reason = caught.value.reason
+    assert reason.startswith("ASTRA-sim was killed by SIGKILL from outside (")
+    assert "likely" not in reason and f"estimated {estimate / GIB:.2f} GiB of" in reason
+    assert caught.value.infrastructure
 
 
 # ----------------------------------------------------------------------------- the real binary
@@ -215,16 +232,14 @@ def _processes_under(directory: Path) -> list[int]:
 
 
 @real
-def test_the_real_binary_killed_midway_is_reported_as_likely_out_of_memory(
-    tmp_path: Path,
-) -> None:
+def test_the_real_binary_killed_midway_is_an_infrastructure_failure(tmp_path: Path) -> None:
     assert BINARY is not None
     inputs = _inputs(tmp_path / "run", dp=128)  # several seconds of simulation
     caught: list[BaseException] = []
 
     def run() -> None:
         try:
-            run_astra_sim(BINARY, inputs, timeout_s=300)
+            run_astra_sim(BINARY, inputs, timeout_s=300, available=lambda: 64 * GIB)
         except BaseException as error:
             caught.append(error)
 
@@ -242,9 +257,7 @@ def test_the_real_binary_killed_midway_is_reported_as_likely_out_of_memory(
     assert victims, "the binary finished before it could be killed"
     (error,) = caught
     assert isinstance(error, AstraSimError) and error.infrastructure
-    assert error.reason.startswith(
-        "ASTRA-sim was killed by SIGKILL, likely the out-of-memory killer: estimated "
-    )
+    assert error.reason.startswith("ASTRA-sim was killed by SIGKILL from outside (")
 
 
 @real
@@ -332,8 +345,8 @@ def test_runs_killed_like_the_oom_killer_are_retried_then_re_run_by_resume(
     assert (
         lost["reason"]
         .str.match(
-            r"AstraSimError: ASTRA-sim was killed by SIGKILL, likely the out-of-memory killer: "
-            r"estimated 0\.\d\d GiB, available \d+\.\d\d GiB"
+            r"AstraSimError: ASTRA-sim was killed by SIGKILL(, likely the out-of-memory killer: "
+            r"| from outside \(.* )estimated 0\.\d\d GiB"  # by the host's memory (run.SMALL_SHARE)
         )
         .all()
     ), lost["reason"].tolist()

@@ -416,6 +416,20 @@ def test_a_binary_that_cannot_start_is_an_astra_sim_error(tmp_path: Path) -> Non
         run_astra_sim(binary, four_rank_inputs(tmp_path / "run"), timeout_s=30)
 
 
+def test_a_binary_that_prints_nothing_is_asked_whether_it_is_astra_sim(tmp_path: Path) -> None:
+    """A wrong ``binary`` (s24 review: ``/bin/true``) exits 0 without a line; the reason was
+    ASTRA-sim's silent exits (system.json, a stalled trace), which send the user astray."""
+    binary = tmp_path / "astra"
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    with pytest.raises(AstraSimError) as caught:
+        run_astra_sim(binary, four_rank_inputs(tmp_path / "run"), timeout_s=30)
+    reason = caught.value.reason
+    assert reason.startswith("4 of 4 ranks printed no `finished` line (ranks 0, 1, 2, 3) — the ")
+    assert "exited 0 without printing a line: is it an ASTRA-sim analytical build" in reason
+    assert "collective-optimization" not in reason
+
+
 # -- the backend end to end, with the simulating stand-in -------------------------------------
 
 
