@@ -112,4 +112,9 @@ def read_comm_groups(path: Path | str) -> dict[str, tuple[int, ...]]:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"cannot read {path}: not UTF-8 text (byte {error.object[error.start]:#04x} at "
+            f"offset {error.start}); expected a JSON object of communicator groups"
+        ) from None
     return parse_comm_groups(text, str(path))

@@ -105,6 +105,11 @@ def _read_text(path: Path) -> str:
         raise ConfigError(f"model file {str(path)!r} does not exist") from None
     except OSError as error:
         raise ConfigError(f"cannot read model file {str(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"cannot read model file {str(path)!r}: not UTF-8 text (byte "
+            f"{error.object[error.start]:#04x} at offset {error.start}); expected a TOML file"
+        ) from None
 
 
 def load_model_toml(path: str | Path) -> ModelSpec:

@@ -125,6 +125,12 @@ def _read(path: Path) -> dict[str, Any]:
         raise ConfigError(f"model file {str(path)!r} does not exist") from None
     except OSError as error:
         raise ConfigError(f"cannot read model file {str(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"cannot read model file {str(path)!r}: not UTF-8 text (byte "
+            f"{error.object[error.start]:#04x} at offset {error.start}); expected a Hugging "
+            "Face config.json"
+        ) from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:

@@ -210,6 +210,11 @@ def _parse_system_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise ConfigError(f"{path}: cannot read ASTRA-sim system.json: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: cannot read ASTRA-sim system.json: not UTF-8 text (byte "
+            f"{error.object[error.start]:#04x} at offset {error.start})"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, but got {type(data).__name__}")
     for key in data:
@@ -239,6 +244,11 @@ def _parse_network_yml(path: Path) -> dict[str, list[str]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as error:
         raise ConfigError(f"{path}: cannot read ASTRA-sim network.yml: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: cannot read ASTRA-sim network.yml: not UTF-8 text (byte "
+            f"{error.object[error.start]:#04x} at offset {error.start})"
+        ) from None
     values: dict[str, list[str]] = {}
     current: str | None = None
     for number, line in enumerate(lines, start=1):

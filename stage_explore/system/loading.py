@@ -401,6 +401,11 @@ def load_system_file(path: str | os.PathLike[str]) -> System:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read system file {str(file)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"cannot read system file {str(file)!r}: not UTF-8 text (byte "
+            f"{error.object[error.start]:#04x} at offset {error.start}); expected a TOML file"
+        ) from None
     return _parse(text, str(file), file.stem)
 
 
