@@ -108,14 +108,33 @@ def _prepare_directory(out_dir: Path | str, prefix: str, world_size: int) -> Pat
     directory = Path(out_dir)
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        names = sorted(path.name for path in directory.iterdir())
+        _refuse_another_set(directory, prefix, names)
         pattern = re.compile(re.escape(prefix) + r"\.(\d+)\.et")
-        for path in directory.iterdir():
-            match = pattern.fullmatch(path.name)
+        for name in names:
+            match = pattern.fullmatch(name)
             if match and int(match.group(1)) >= world_size:
-                path.unlink()
+                (directory / name).unlink()
     except OSError as error:
         raise ConfigError(f"cannot write traces into {directory}: {error}") from error
     return directory
+
+
+_TRACE_FILE = re.compile(r"(.+)\.(\d+)\.et")
+
+
+def _refuse_another_set(directory: Path, prefix: str, names: Sequence[str]) -> None:
+    """A ConfigError when ``directory`` holds ``.et`` files of another prefix: a folder has one
+    ``comm_group.json``, so a second set would leave the first with the other's groups (s24
+    review: ``--prefix foo`` into a folder of ``workload.*.et`` wrote beside them)."""
+    others = [m for m in map(_TRACE_FILE.fullmatch, names) if m and m.group(1) != prefix]
+    if others:
+        first = others[0]
+        raise ConfigError(
+            f"{directory} holds another trace set ({first.group(0)} …, prefix {first.group(1)!r}) "
+            f"and one comm_group.json serves a folder: writing prefix {prefix!r} beside it "
+            "would give that set these groups; write into another folder or remove that set"
+        )
 
 
 class _Dims:

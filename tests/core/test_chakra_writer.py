@@ -140,12 +140,21 @@ def test_group_of_all_ranks_is_written_without_pg_name(tmp_path: Path) -> None:
 
 def test_progress_and_stale_files(tmp_path: Path) -> None:
     (tmp_path / "workload.7.et").write_bytes(b"old")
-    (tmp_path / "other.7.et").write_bytes(b"keep")
+    (tmp_path / "notes.txt").write_bytes(b"keep")
     calls: list[tuple[int, int]] = []
     write_trace_set(tmp_path, small_programs(), progress=lambda *call: calls.append(call))
     assert calls[-1] == (4, 4) and len(calls) == 4
-    assert not (tmp_path / "workload.7.et").exists() and (tmp_path / "other.7.et").exists()
+    assert not (tmp_path / "workload.7.et").exists() and (tmp_path / "notes.txt").exists()
     assert read_trace_set(tmp_path).world_size == 4
+
+
+def test_another_prefixs_set_is_kept_and_refused(tmp_path: Path) -> None:
+    """One comm_group.json serves a folder: a set of another prefix beside it would be left
+    with the new set's groups (s24 review), so the write is refused and nothing is removed."""
+    (tmp_path / "other.7.et").write_bytes(b"keep")
+    with pytest.raises(ConfigError, match=r"holds another trace set \(other\.7\.et …, prefix "):
+        write_trace_set(tmp_path, small_programs())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.7.et"]
 
 
 def test_involved_dim_is_computed_once_per_group(tmp_path: Path) -> None:
