@@ -15,11 +15,12 @@ every worker has stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from stage_core.errors import ConfigError
@@ -38,9 +39,13 @@ PARALLEL_MIN_RANKS = 1024
 
 def write_file(path: Path | str, data: bytes) -> None:
     """Create or truncate ``path`` and write ``data`` with one ``write`` call (looping only on a
-    short write)."""
+    short write). A write that fails (a full disk) removes the partly written file: no
+    truncated trace is left behind (s24 review)."""
     try:
         fd = os.open(path, _FLAGS, 0o666)
+    except OSError as error:
+        raise ConfigError(f"cannot write {path}: {error.strerror or error}") from error
+    try:
         try:
             view = memoryview(data)
             while view:
@@ -49,6 +54,8 @@ def write_file(path: Path | str, data: bytes) -> None:
         finally:
             os.close(fd)
     except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         raise ConfigError(f"cannot write {path}: {error.strerror or error}") from error
 
 
@@ -217,4 +224,39 @@ def write_rank_files(
     return total
 
 
-__all__ = ["PARALLEL_MIN_RANKS", "default_workers", "write_file", "write_rank_files"]
+@contextlib.contextmanager
+def removed_if_incomplete(
+    directory: Path, names: Callable[[int], str], world_size: int, others: Sequence[str] = ()
+) -> Iterator[None]:
+    """Run the writing of a trace set (rank files ``names(0 … world_size−1)`` and ``others``,
+    e.g. ``comm_group.json``, in ``directory``); if it fails or is interrupted, remove what it
+    wrote, so that no incomplete set is left that a simulator or ``stage check`` would read as
+    a trace set (s24 review: a full disk left ranks 0–6 of 8, a truncated rank 7 and no
+    ``comm_group.json``). A write error is re-raised as one ConfigError saying so."""
+    try:
+        yield
+    except BaseException as error:
+        removed = 0
+        for name in [*(names(rank) for rank in range(world_size)), *others]:
+            try:
+                os.unlink(directory / name)
+                removed += 1
+            except OSError:
+                pass
+        if not isinstance(error, ConfigError | OSError):
+            raise
+        reason = str(error)
+        if isinstance(error, OSError):
+            reason = f"cannot write into {directory}: {error.strerror or error}"
+        raise ConfigError(
+            f"{reason}; the incomplete trace set was removed ({removed} files)"
+        ) from error
+
+
+__all__ = [
+    "PARALLEL_MIN_RANKS",
+    "default_workers",
+    "removed_if_incomplete",
+    "write_file",
+    "write_rank_files",
+]

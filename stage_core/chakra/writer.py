@@ -28,6 +28,7 @@ in file order). It holds exactly the information of the ``.et`` files.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -39,7 +40,7 @@ from typing import TypeVar
 
 from stage_core.arguments import expect
 from stage_core.chakra.encode import CHAKRA_VERSION, ChakraEncoder, RankTemplate, encode_program
-from stage_core.chakra.filesink import write_file, write_rank_files
+from stage_core.chakra.filesink import removed_if_incomplete, write_file, write_rank_files
 from stage_core.chakra.groups import COMM_GROUP_FILE, GroupRegistry, write_comm_groups
 from stage_core.chakra.mapping import GROUP, OWN_RANK, attribute_plan, unit_scale
 from stage_core.chakra.schema import NodeType
@@ -176,16 +177,18 @@ def write_trace_set(
     registry = GroupRegistry(len(ranks))
     dims = _Dims(involved_dim, registry)
     nodes = total = 0
-    for rank, program in ranks.items():
-        pg_names = assign_pg_names({rank: program}, registry)[rank]
-        node_dims = [dims(name) for name in pg_names] if involved_dim is not None else None
-        data = encode_program(encoder, program, rank, pg_names, node_dims)
-        write_file(directory / trace_file_name(prefix, rank), data)
-        nodes += len(program)
-        total += len(data)
-        if progress is not None:
-            progress(rank + 1, len(ranks))
-    write_comm_groups(directory / COMM_GROUP_FILE, registry.groups)
+    names = functools.partial(trace_file_name, prefix)
+    with removed_if_incomplete(directory, names, len(ranks), (COMM_GROUP_FILE,)):
+        for rank, program in ranks.items():
+            pg_names = assign_pg_names({rank: program}, registry)[rank]
+            node_dims = [dims(name) for name in pg_names] if involved_dim is not None else None
+            data = encode_program(encoder, program, rank, pg_names, node_dims)
+            write_file(directory / names(rank), data)
+            nodes += len(program)
+            total += len(data)
+            if progress is not None:
+                progress(rank + 1, len(ranks))
+        write_comm_groups(directory / COMM_GROUP_FILE, registry.groups)
     return WrittenTraceSet(directory, prefix, len(ranks), registry.groups, nodes, total)
 
 
@@ -376,15 +379,12 @@ def write_class_columns(
         peers = [column[member] for column in peer_columns[index]]
         return templates[index].emit_file(rank, names, peers, node_dims)
 
-    total = write_rank_files(
-        directory,
-        lambda rank: trace_file_name(prefix, rank),
-        emit,
-        world_size,
-        workers=workers,
-        progress=progress,
-    )
-    write_comm_groups(directory / COMM_GROUP_FILE, registry.groups)
+    file_name = functools.partial(trace_file_name, prefix)
+    with removed_if_incomplete(directory, file_name, world_size, (COMM_GROUP_FILE,)):
+        total = write_rank_files(
+            directory, file_name, emit, world_size, workers=workers, progress=progress
+        )
+        write_comm_groups(directory / COMM_GROUP_FILE, registry.groups)
     nodes = sum(len(rank_class.program) * len(rank_class.ranks) for rank_class in classes)
     return WrittenTraceSet(directory, prefix, world_size, registry.groups, nodes, total)
 
@@ -484,7 +484,7 @@ def write_trace_json(
     )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot write {path}: {error}") from error
+    write_file(path, text.encode("utf-8"))  # a failed write leaves no truncated file (s24 review)
     return path

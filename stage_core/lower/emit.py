@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from stage_core.arguments import expect
+from stage_core.chakra.filesink import write_file
 from stage_core.chakra.writer import (
     ClassColumns,
     RankClass,
@@ -31,7 +32,6 @@ from stage_core.chakra.writer import (
     write_class_columns,
     write_trace_json,
 )
-from stage_core.errors import ConfigError
 from stage_core.lower.nodes import materialize, stage_nodes
 from stage_core.lower.program import PIPELINE_ENDS, PIPELINE_MIRROR, ProgramSet
 from stage_core.lower.program_node import ProgramNode
@@ -281,8 +281,5 @@ def write_symmetric(programs: ProgramSet, path: Path | str) -> int:
     """Write the symmetric form; returns the bytes written."""
     expect(path, (str, os.PathLike), "path", "the JSON file to write")
     text = json.dumps(symmetric_form(programs), separators=(",", ":"))
-    try:
-        Path(path).write_text(text)
-    except OSError as error:
-        raise ConfigError(f"cannot write {path}: {error}") from None
+    write_file(path, text.encode())  # a failed write leaves no truncated file (s24 review)
     return len(text)
