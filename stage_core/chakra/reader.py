@@ -215,7 +215,10 @@ def _group(
     if pg_name is None or pg_name in ("", "0"):
         return None
     if groups is None:
-        raise _Malformed(f"{what} names pg_name {pg_name!r}, but no group table was given")
+        raise _Malformed(
+            f"{what} names pg_name {pg_name!r}, but no group table was given (a trace folder "
+            f"needs the {COMM_GROUP_FILE} written with its traces)"
+        )
     if pg_name not in groups:
         raise _Malformed(f"{what} names pg_name {pg_name!r}, which is not in the group table")
     return tuple(sorted(groups[pg_name]))
@@ -440,7 +443,8 @@ def read_trace_set(
             f"{' …' if len(missing) > 5 else ''} ({len(missing)} file(s)) are missing"
         )
     group_file = directory / COMM_GROUP_FILE
-    groups = read_comm_groups(group_file) if group_file.exists() else {}
+    table = read_comm_groups(group_file) if group_file.exists() else None
+    groups = table or {}
     ranks: dict[int, tuple[TraceNode, ...]] = {}
     foreign: dict[int, tuple[ForeignNode, ...]] = {}
     cache: NodeCache = {}
@@ -449,7 +453,7 @@ def read_trace_set(
     first_noted: dict[str, str] = {}
     for done, rank in enumerate(sorted(files), start=1):
         path = directory / files[rank]
-        decoded = decode_trace(_read_bytes(path), groups, str(path), cache)
+        decoded = decode_trace(_read_bytes(path), table, str(path), cache)
         if progress is not None:
             progress(done, len(files))
         ranks[rank] = decoded.nodes

@@ -107,3 +107,15 @@ def test_a_symmetric_file_cut_short_is_removed(
     with pytest.raises(ConfigError, match=r"No space left on device$"):
         write_symmetric(PROGRAMS, tmp_path / "symmetric.json")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_without_its_comm_group_file_says_so(tmp_path: Path) -> None:
+    """The state a full disk left before: rank files and no ``comm_group.json``; reading it said
+    only that a pg_name "is not in the group table"."""
+    from stage_core.chakra.reader import read_trace_set
+
+    write_chakra(PROGRAMS, tmp_path)
+    (tmp_path / "comm_group.json").unlink()
+    with pytest.raises(ConfigError, match=r"but no group table was given \(a trace folder needs "
+                       r"the comm_group.json written with its traces\)"):  # fmt: skip
+        read_trace_set(tmp_path)
