@@ -68,6 +68,14 @@ def default_workers() -> int:
     return max(1, min(cpus, 4))
 
 
+def check_workers(workers: object) -> None:
+    """A one-line ConfigError unless ``workers`` is None or an int ≥ 1."""
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise ConfigError(f"`workers` must be an integer >= 1, but got {workers!r}")
+
+
 def _blocks(total: int, workers: int) -> list[range]:
     bounds = [total * index // workers for index in range(workers + 1)]
     return [range(bounds[index], bounds[index + 1]) for index in range(workers)]
@@ -159,10 +167,7 @@ def write_rank_files(
     other Python threads; below :data:`PARALLEL_MIN_RANKS` ranks, or without ``fork``, always
     1). Returns the bytes written.
     """
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
-    ):
-        raise ConfigError(f"`workers` must be an integer >= 1, but got {workers!r}")
+    check_workers(workers)
     count = default_workers() if workers is None else workers
     if world_size < PARALLEL_MIN_RANKS or not hasattr(os, "fork"):
         count = 1
@@ -248,13 +253,15 @@ def removed_if_incomplete(
         reason = str(error)
         if isinstance(error, OSError):
             reason = f"cannot write into {directory}: {error.strerror or error}"
-        raise ConfigError(
-            f"{reason}; the incomplete trace set was removed ({removed} files)"
-        ) from error
+        elif not removed:
+            raise  # nothing was written (a bad argument): the error as it is
+        note = f"; the incomplete trace set was removed ({removed} files)" if removed else ""
+        raise ConfigError(reason + note) from error
 
 
 __all__ = [
     "PARALLEL_MIN_RANKS",
+    "check_workers",
     "default_workers",
     "removed_if_incomplete",
     "write_file",

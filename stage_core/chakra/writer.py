@@ -40,7 +40,12 @@ from typing import TypeVar
 
 from stage_core.arguments import expect
 from stage_core.chakra.encode import CHAKRA_VERSION, ChakraEncoder, RankTemplate, encode_program
-from stage_core.chakra.filesink import removed_if_incomplete, write_file, write_rank_files
+from stage_core.chakra.filesink import (
+    check_workers,
+    removed_if_incomplete,
+    write_file,
+    write_rank_files,
+)
 from stage_core.chakra.groups import COMM_GROUP_FILE, GroupRegistry, write_comm_groups
 from stage_core.chakra.mapping import GROUP, OWN_RANK, attribute_plan, unit_scale
 from stage_core.chakra.schema import NodeType
@@ -104,9 +109,13 @@ def trace_file_name(prefix: str, rank: int) -> str:
 
 def _prepare_directory(out_dir: Path | str, prefix: str, world_size: int) -> Path:
     expect(out_dir, (str, os.PathLike), "out_dir", "the folder to write the traces into")
-    if not prefix or "/" in prefix:
+    if not isinstance(prefix, str) or not prefix or "/" in prefix:
         raise ConfigError(f"`prefix` must be a non-empty file name prefix, but got {prefix!r}")
     directory = Path(out_dir)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(
+            f"out_dir: expected a folder to write the traces into, but {directory} is a file"
+        )
     try:
         directory.mkdir(parents=True, exist_ok=True)
         names = sorted(path.name for path in directory.iterdir())
@@ -330,6 +339,7 @@ def write_class_columns(
     (``None``: as many as there are CPUs, up to 4; see :mod:`stage_core.chakra.filesink`). The
     bytes do not depend on ``workers``.
     """
+    check_workers(workers)  # before the folder is touched
     _check_cover([rank for rank_class in classes for rank in rank_class.ranks])
     world_size = sum(len(rank_class.ranks) for rank_class in classes)
     encoder = ChakraEncoder(unit_scale(units, bytes_per_element))

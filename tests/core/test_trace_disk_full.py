@@ -119,3 +119,22 @@ def test_a_folder_without_its_comm_group_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"but no group table was given \(a trace folder needs "
                        r"the comm_group.json written with its traces\)"):  # fmt: skip
         read_trace_set(tmp_path)
+
+
+def test_bad_writer_arguments_touch_nothing(tmp_path: Path) -> None:
+    """A prefix that is no str was a TypeError, a file as the folder 'File exists'; a bad worker
+    count must not remove an earlier set (the writer removes what it wrote when it fails)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError, match=r"^out_dir: expected a folder to write the traces "
+                       r"into, but .*afile is a file$"):  # fmt: skip
+        write_chakra(PROGRAMS, afile)
+    with pytest.raises(ConfigError, match=r"`prefix` must be a non-empty file name prefix, but "
+                       r"got 3$"):  # fmt: skip
+        write_chakra(PROGRAMS, tmp_path / "t", prefix=3)  # type: ignore[arg-type]
+    written = write_chakra(PROGRAMS, tmp_path / "t")
+    before = sorted(p.name for p in (tmp_path / "t").iterdir())
+    assert len(before) == written.world_size + 1
+    with pytest.raises(ConfigError, match=r"^`workers` must be an integer >= 1, but got 0$"):
+        write_chakra(PROGRAMS, tmp_path / "t", workers=0)
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == before
