@@ -33,6 +33,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
+from stage_explore.calibrate_checks import setup_groups
 from stage_explore.system.model import System
 from stage_explore.validation.csv_cells import ragged_reason, read_csv
 from stage_explore.validation.infer_fields import Uninferable, infer_model, infer_precision
@@ -365,20 +366,27 @@ def leave_one_out(
     progress: Callable[[int, int, str], None] | None = None,
     **options: Any,
 ) -> list[RowResult]:
-    """Each case predicted by a fit on all the others (the rows, in order); ``progress`` is
-    called with (fits done, fits, the case left out next) before each fit and with an empty
+    """Each case predicted by a fit on all the others but the runs of its own configuration
+    (:func:`~stage_explore.calibrate_checks.setup_groups`: a configuration measured twice is
+    left out whole, else its twin would predict it in-sample); the rows in order. ``progress``
+    is called with (fits done, fits, the runs left out next) before each fit and with an empty
     name after the last."""
-    out = []
-    for i, case in enumerate(cases):
+    groups = setup_groups(cases)
+    predicted: dict[int, RowResult] = {}
+    for done, group in enumerate(groups):
         if progress is not None:
-            progress(i, len(cases), f"without {case.id}")
-        others = [c for j, c in enumerate(cases) if j != i]
+            progress(done, len(groups), "without " + ", ".join(cases[i].id for i in group))
+        others = [c for j, c in enumerate(cases) if j not in group]
+        if not others:  # every run is this configuration: no fit without it
+            note = "every run is this configuration: no fit is left to predict it"
+            predicted.update((i, RowResult(cases[i], math.nan, note=note)) for i in group)
+            continue
         fitted = fit(others, system, names, factory, **options)
-        _, rows = objective([case], fitted.system, factory)
-        out.extend(rows)
+        _, rows = objective([cases[i] for i in group], fitted.system, factory)
+        predicted.update(zip(group, rows, strict=True))
     if progress is not None:
-        progress(len(cases), len(cases), "")
-    return out
+        progress(len(groups), len(groups), "")
+    return [predicted[i] for i in range(len(cases))]
 
 
 def _precision(row: Mapping[str, str], path: Path, framework: str) -> tuple[str, dict[str, str]]:

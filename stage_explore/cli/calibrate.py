@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,16 +94,26 @@ def run(args: argparse.Namespace) -> int:
     from stage_core.models import get_flavor
     from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK
     from stage_explore.calibrate import (
+        apply,
         calibrated_name,
+        current_values,
         default_parameters,
         fit,
         fit_warnings,
         leave_one_out,
         model_reads,
         objective,
+        parameters_of,
         system_toml,
         unread_columns,
         user_cases,
+    )
+    from stage_explore.calibrate_checks import (
+        disagreement_warnings,
+        gpu_warnings,
+        inert_parameters,
+        inert_warning,
+        marked_duplicate_ids,
     )
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
@@ -123,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model-base: {error} (expected a flavor name)") from None
     system = load_system(args.system)
     framework = args.framework or DEFAULT_FRAMEWORK
-    cases = user_cases(args.runs, args.system, framework, args.model_base)
+    cases = marked_duplicate_ids(user_cases(args.runs, args.system, framework, args.model_base))
     dtypes = {str(c.parallel.precision) for c in cases if c.parallel is not None}
     names = args.fit or default_parameters(system, dtypes)
     skipped = {c.id: c.reason for c in cases if c.reason}
@@ -138,9 +149,12 @@ def run(args: argparse.Namespace) -> int:
         reasons = "; ".join(f"{run_id}: {reason}" for run_id, reason in skipped.items())
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
     data_warnings = runs_warnings(args.runs, cases, system)
+    run_warnings = [*gpu_warnings(args.runs, system), *disagreement_warnings(usable)]
     if not args.json:  # a row whose own columns disagree: seen before minutes of fitting
         for slip in data_warnings:
             print(f"warning: {slip.text()}")
+        for line in run_warnings:
+            print(f"warning: {line}")
     unread = unread_columns(args.runs)
     if unread and not args.json:  # before the fit: a wrong setup is seen before minutes of it
         print(
@@ -154,7 +168,17 @@ def run(args: argparse.Namespace) -> int:
         for line in _model_notes(reads, args.model_base):
             print(line)
     fitted = fit(usable, system, names)
+    bounds = parameters_of(system)
+    limits = {name: (bounds[name].lower, bounds[name].upper) for name in fitted.values}
+    inert = inert_parameters(  # a parameter no run exercises was moved and written as fitted
+        fitted.values, limits, lambda values: objective(usable, apply(system, values))[1]
+    )
+    kept = {name: current_values(system)[name] for name in inert}
+    if inert:
+        values = {**fitted.values, **kept}
+        fitted = replace(fitted, values=values, system=apply(system, values))
     warnings = fit_warnings(fitted, system, len(usable))
+    warnings += [inert_warning(name, kept[name], limits[name]) for name in inert]
     meter = StepMeter("leave-one-out", "fits")  # one fit per run: minutes on many runs
     loo = [] if args.no_loo or len(usable) < 2 else leave_one_out(usable, system, names,
                                                                    progress=meter)  # fmt: skip
@@ -181,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
             "not_evaluated": skipped,
             "warnings": warnings,
             "data_warnings": [w.to_dict() for w in data_warnings],
+            "run_warnings": run_warnings,
             "columns_not_read": unread,
             "runs_on_model_base": on_base,
             "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},
