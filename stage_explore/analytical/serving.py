@@ -447,6 +447,42 @@ class RequestMix:
                 raise ConfigError(f"`{name}` must be a positive int, but got {name}={value!r}")
 
 
+def _whole(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _check_pools(
+    prefill: ServingConfig | None, prefill_instances: object, decode_instances: object,
+    prefill_tokens_per_step: object,
+) -> None:  # fmt: skip
+    """One-line errors for pool arguments that were ignored or misread (s24 review: co-located
+    ``decode_instances=3`` gave one instance's figures, ``prefill_instances=2`` without a
+    ``prefill`` layout (or a layout with 0 instances) a co-located state, ``decode_instances``
+    of 0 a rate of 0, and a ``prefill_tokens_per_step`` of '8192' a TypeError)."""
+    if not _whole(prefill_tokens_per_step, 1):
+        raise ConfigError(
+            f"`prefill_tokens_per_step` must be an int ≥ 1, but got {prefill_tokens_per_step!r}"
+        )
+    if not _whole(prefill_instances, 0) or not _whole(decode_instances, 1):
+        raise ConfigError(
+            "`prefill_instances` must be an int ≥ 0 (0: co-located) and `decode_instances` an "
+            f"int ≥ 1, but got (prefill_instances={prefill_instances!r}, "
+            f"decode_instances={decode_instances!r})"
+        )
+    if (prefill is None) != (prefill_instances == 0):
+        raise ConfigError(
+            "a disaggregated state needs both `prefill` (the prefill instances' layout) and "
+            f"`prefill_instances` ≥ 1, but got prefill={'None' if prefill is None else 'a layout'}"
+            f" with prefill_instances={prefill_instances}"
+        )
+    if prefill is None and decode_instances != 1:
+        raise ConfigError(
+            "`decode_instances` sizes a disaggregated decode pool; co-located, each instance "
+            "serves its own requests, so one instance's figures per GPU hold for any number, "
+            f"but got decode_instances={decode_instances} with prefill_instances=0"
+        )
+
+
 def evaluate_serve(
     backend: AnalyticalBackend,
     model: ModelSpec,
@@ -470,10 +506,7 @@ def evaluate_serve(
         config, phase=Phase.DECODE, context_len=mix.prompt_len + mix.output_len // 2,
         prompt_len=0, chunk=0,
     )  # fmt: skip
-    if prefill_tokens_per_step < 1:
-        raise ConfigError(
-            f"`prefill_tokens_per_step` must be ≥ 1, but got {prefill_tokens_per_step!r}"
-        )
+    _check_pools(prefill, prefill_instances, decode_instances, prefill_tokens_per_step)
     pool = prefill or config
     prompts = max(1, prefill_tokens_per_step // mix.prompt_len)  # per dp rank and step
     one_prompt = replace(

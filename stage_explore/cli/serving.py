@@ -116,6 +116,13 @@ def check_phase_options(args: argparse.Namespace) -> None:
             "--prefill-instances must be >= 0 (0: co-located) and --decode-instances >= 1, "
             f"but got (prefill_instances={prefill}, decode_instances={decode})"
         )
+    if prefill == 0 and decode != 1:  # it was ignored (s24 review): one instance's figures
+        raise ConfigError(
+            "--decode-instances sizes the decode pool of a disaggregated serve (with "
+            "--prefill-instances ≥ 1); co-located instances each serve their own requests, "
+            f"so one instance's figures per GPU hold for any number, but got --decode-instances "
+            f"{decode} without --prefill-instances"
+        )
     if getattr(args, "two_batch_overlap", False) and args.dp > 0 and (args.batch // args.dp) % 2:
         raise ConfigError(
             "--two-batch-overlap needs an even number of sequences per dp rank (two halves), "
