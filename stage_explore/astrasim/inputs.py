@@ -23,7 +23,8 @@ A run directory holds, for N ranks::
 
 The network dims are the system's, folded to the job's world size from dim 0 outwards (16 GPUs
 on DGX nodes of 8: ``npus_count: [ 8, 2 ]``); a world size that fills no whole number of the
-inner dims (12 GPUs on nodes of 8) cannot be described to ASTRA-sim and is a ConfigError.
+inner dims (12 GPUs on nodes of 8), or one GPU, cannot be described to ASTRA-sim and is a
+ConfigError.
 """
 
 from __future__ import annotations
@@ -107,8 +108,16 @@ def astra_config(
     """ASTRA-sim's view of ``system`` for a job of ``num_gpus`` ranks, roofline at ``dtype``.
 
     The system's own algorithm choices are kept for all-reduce, all-gather and reduce-scatter;
-    all-to-all is ``direct`` on every dim, one entry per dim.
+    all-to-all is ``direct`` on every dim, one entry per dim. A job of one rank is a one-line
+    ConfigError: ASTRA-sim's analytical network exits ("npus_count (1) should be larger than
+    1", s24 review, ASTRA-sim 518bd51) before it simulates anything.
     """
+    if num_gpus < 2:
+        raise ConfigError(
+            f"ASTRA-sim's analytical network needs at least 2 NPUs (it exits with 'npus_count "
+            f"(1) should be larger than 1'), but the job has {num_gpus} GPU; a single GPU has "
+            "no communication to simulate: use the analytical backend"
+        )
     config = astra_config_from_system(
         system,
         num_gpus=num_gpus,

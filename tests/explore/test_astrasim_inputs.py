@@ -225,7 +225,7 @@ def network_yml(directory: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize(
     ("gpus", "npus"),
-    [(1, [1]), (4, [4]), (8, [8]), (16, [8, 2]), (64, [8, 8])],
+    [(4, [4]), (8, [8]), (16, [8, 2]), (64, [8, 8])],  # 1 GPU: refused (the next test but one)
 )
 def test_network_dims_fold_to_the_world_size(gpus: int, npus: list[int], tmp_path: Path) -> None:
     model = get_flavor("gpt3-125m").with_overrides(layers=2, seq_len=128)
@@ -247,6 +247,23 @@ def test_a_world_size_that_splits_a_node_is_a_config_error(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="num_gpus=12 does not fill network dim 'nvswitch'"):
         write_inputs(lower(model, ParallelConfig(dp=12)), A100, tmp_path, dtype="bf16")
     assert not list(tmp_path.glob("*.et"))  # nothing half-written
+
+
+def test_a_single_gpu_job_is_a_config_error_before_any_run(tmp_path: Path) -> None:
+    """ASTRA-sim's analytical network exits 'npus_count (1) should be larger than 1' (s24
+    review, the real binary): refused before the inputs are written or the binary runs."""
+    model = get_flavor("gpt3-125m").with_overrides(layers=2, seq_len=128)
+    with pytest.raises(ConfigError, match=r"needs at least 2 NPUs .* but the job has 1 GPU"):
+        write_inputs(lower(model, ParallelConfig()), A100, tmp_path, dtype="bf16")
+    assert not list(tmp_path.iterdir())
+    from stage_explore.astrasim import AstraSimBackend
+
+    never = tmp_path / "astra"
+    never.write_text("#!/bin/sh\ntouch ran\nexit 1\n")
+    never.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"needs at least 2 NPUs"):
+        AstraSimBackend(binary=str(never)).evaluate(model, ParallelConfig(), A100)
+    assert not (tmp_path / "ran").exists()
 
 
 def test_memory_json_is_no_memory_expansion(tmp_path: Path) -> None:
