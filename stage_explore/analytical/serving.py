@@ -339,8 +339,26 @@ def _result(
         activation_bytes=activations, memory_capacity_bytes=system.accelerator.memory_bytes,
         max_batch=largest, memory_bound_fraction=timing.memory_bound_fraction,
         breakdown=dict(timing.breakdown),
-        extra={**(extra or {}), **placement_extra(system, lowered.programs[0].workload.mesh)},
+        extra={
+            **(extra or {}), **placement_extra(system, lowered.programs[0].workload.mesh),
+            **_overlap_note(config),
+        },
     )  # fmt: skip
+
+
+def _overlap_note(config: ServingConfig) -> dict[str, str]:
+    """``{"two_batch_overlap": why}`` when the overlap was asked for but the step runs without
+    it (an odd number of sequences per data-parallel rank cannot be halved; the command line
+    refuses it, inference studies' decode curves rely on it; s24 review: it said nothing)."""
+    if not config.two_batch_overlap or config.overlaps:
+        return {}
+    per_rank = config.batch // config.dp
+    return {
+        "two_batch_overlap": (
+            f"not applied: {per_rank} sequences per data-parallel rank cannot be halved into "
+            "two micro-batches; the step runs as one"
+        )
+    }
 
 
 def _check_arguments(backend: object, model: object, config: object, system: object) -> None:
@@ -552,7 +570,10 @@ def evaluate_serve(
         num_gpus=gpus, time_to_first_token_s=ttft, time_per_output_token_s=tpot,
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / gpus,
         tokens_per_s_per_node=tokens_per_s / gpus * per_node,
-        extra={**extra, "requests_per_s": rate, **pool_placements(decode, first, mode_split)},
+        extra={
+            **extra, "requests_per_s": rate, **pool_placements(decode, first, mode_split),
+            **_overlap_note(decode_cfg),
+        },
     )  # fmt: skip
 
 

@@ -72,3 +72,23 @@ def test_decode_instances_without_prefill_instances_is_refused(
     assert err.startswith("stage eval: error: --decode-instances sizes the decode pool of a ")
     assert err.endswith("but got --decode-instances 2 without --prefill-instances\n")
     assert main([*argv, "--decode-instances", "2", "--prefill-instances", "1"]) == 0
+
+
+def test_a_two_batch_overlap_that_cannot_apply_says_so() -> None:
+    """Three sequences per rank cannot be halved: the step runs as one (the command line
+    refuses it; the API ran it without the overlap and said nothing)."""
+    from dataclasses import replace
+
+    backend = AnalyticalBackend()
+    odd = ServingConfig(phase="decode", batch=3, context_len=128, two_batch_overlap=True)
+    result = evaluate_serve(backend, MODEL, replace(odd, context_len=0), H100, MIX)
+    note = (
+        "not applied: 3 sequences per data-parallel rank cannot be halved into two "
+        "micro-batches; the step runs as one"
+    )
+    assert result.extra["two_batch_overlap"] == note
+    from stage_explore.analytical.serving import evaluate_decode
+
+    assert evaluate_decode(backend, MODEL, odd, H100).extra["two_batch_overlap"] == note
+    even = replace(odd, batch=4)
+    assert "two_batch_overlap" not in evaluate_decode(backend, MODEL, even, H100).extra
