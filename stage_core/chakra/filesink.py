@@ -20,6 +20,7 @@ import json
 import os
 import select
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -32,7 +33,9 @@ Emit = Callable[[int], bytes]
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
 #: Ranks written between two progress reports of a worker.
-_REPORT_EVERY = 256
+_REPORT_EVERY = 32
+#: Seconds between two looks at the workers' reports while the caller writes its own ranks.
+_DRAIN_EVERY_S = 0.1
 #: Fewer ranks than this are written serially (forking costs more than it saves).
 PARALLEL_MIN_RANKS = 1024
 
@@ -197,13 +200,15 @@ def write_rank_files(
             children.append(_Worker(pid, read_fd))
         own = blocks[0]
         total = 0
-        for start in range(own.start, own.stop, _REPORT_EVERY):
-            part = range(start, min(start + _REPORT_EVERY, own.stop))
-            total += _write_block(directory, names, emit, part)[1]
-            if progress is not None:
+        drained = time.monotonic()
+        for rank in own:  # progress after each of its own ranks (s24 review: the first report
+            # came after 512 ranks of 1.1 MB, 7 s into a 10 s run); children's as they report
+            total += _write_block(directory, names, emit, range(rank, rank + 1))[1]
+            if progress is not None and time.monotonic() - drained >= _DRAIN_EVERY_S:
+                drained = time.monotonic()
                 for child in children:
                     child.drain(block=False)
-                done = part.stop + sum(child.done for child in children)
+                done = rank + 1 + sum(child.done for child in children)
                 progress(min(done, world_size - 1), world_size)
         while progress is not None and any(child.open for child in children):
             ready = select.select([child.fd for child in children if child.open], [], [], 0.5)[0]

@@ -330,9 +330,11 @@ def write_class_columns(
     involved_dim: InvolvedDim | None = None,
     progress: ProgressCallback | None = None,
     workers: int | None = None,
+    compile_progress: ProgressCallback | None = None,
 ) -> WrittenTraceSet:
     """Write the trace set of ``classes`` (see :class:`ClassColumns`): the same bytes as
-    :func:`write_trace_set` on the programs they stand for.
+    :func:`write_trace_set` on the programs they stand for (``compile_progress``: called with
+    (classes encoded, classes) as each class's template is compiled).
 
     Group ids are assigned first, in one pass over the ranks in ascending order; then every
     rank's file is emitted from its class template and written, over ``workers`` processes
@@ -356,6 +358,8 @@ def write_class_columns(
             class_of[rank], member_of[rank] = index, member
         template = encoder.compile(rank_class.program, rank_class.rank)
         templates.append(template)
+        if compile_progress is not None:
+            compile_progress(len(templates), len(classes))
         group_columns.append(
             [_column(rank_class.groups, group, rank_class, "group") for group in template.groups]
         )

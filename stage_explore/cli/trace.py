@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             units=args.units,
             progress=RankMeter(show, "writing rank files"),
             workers=args.jobs,
+            stage_progress=RankMeter(show, "building and encoding pipeline stages"),
         )
         files, size = world + 1, written.byte_count
         detail = (
