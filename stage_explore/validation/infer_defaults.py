@@ -170,6 +170,9 @@ MOE_A2A_OVERLAP = (
     r"\ba2a[-_\s]overlap|1f1b[\s-]+(?:ep[\s-]+)?(?:a2a[\s-]+)?overlap)"
     r"(?![\s:=]*(?:false|off|0|no|disabled?)\b)"
 )
+#: The flex dispatcher's HybridEP backend as a row's text may name it (``hybridep``, ``hybrid_ep``,
+#: ``Hybrid-EP``); not when followed by a value that switches it off.
+MOE_HYBRIDEP = r"\bhybrid[-_\s]?ep\b(?![\s:=]*(?:false|off|0|no|disabled?)\b)"
 #: torchtitan's forced MoE load balance as a row's text may name it (``[debug]
 #: moe_force_load_balance``, earlier ``training.debug_moe_force_load_balance`` and its
 #: ``--training.debug_moe_force_load_balance`` flag); not when followed by a value that switches it
@@ -185,6 +188,12 @@ NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] 
      "--moe-enable-deepep; AutoModel's DeepEP dispatcher; torchtitan's MoEArgs use_deepep, its "
      "'-deepep' model flavors, torchtitan/distributed/deepep/deepep.py, pytorch/torchtitan "
      "022f885f)"),
+    (("megatron-core",), MOE_HYBRIDEP, "moe_hybridep", True,
+     "the expert dispatch on HybridEP (moe_hybridep, at Megatron-Core's default 16 SMs): the text "
+     "names the flex dispatcher's HybridEP backend (Megatron-Core --moe-flex-dispatcher-backend "
+     "hybridep; the MLPerf configs' MOE_FLEX_DISPATCHER_BACKEND=hybridep, mlcommons "
+     "training_results_v6.0 NVIDIA deepseekv3_671b / gpt_oss_20b; Megatron-Bridge's "
+     "moe_flex_dispatcher_backend), DeepEP's hybrid_ep backend"),
     (("megatron-core",), MOE_A2A_OVERLAP, "moe_comm_overlap", True,
      "the expert-parallel all-to-all overlapped with the other micro-batch's compute "
      "(moe_comm_overlap): the text names Megatron-Core's --overlap-moe-expert-parallel-comm "

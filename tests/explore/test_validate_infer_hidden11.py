@@ -70,3 +70,35 @@ def test_the_nemo_25_04_recipe_pads_llama4_experts_to_capacity_but_not_a_later_c
     assert any("pretrain_llama4_e128.py" in a for a in maverick.assumptions)
     (scout, *_) = row_cases(_package(SCOUT), FILE, 1)
     assert scout.model is not None and scout.model.capacity_factor is None
+
+
+MLPERF_V60 = (
+    "MLPERF-DSV3-GB300-V60-256", "MLPERF-DSV3-GB300-V60-512", "MLPERF-DSV3-GB200-V60-512",
+    "MLPERF-DSV3-GB200-V60-2048", "MLPERF-GPTOSS20B-GB300-V60-512",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("row_id", MLPERF_V60)
+def test_the_mlperf_v60_moe_rows_dispatch_on_hybridep_as_their_configs_state(row_id: str) -> None:
+    """The MLPerf Training v6.0 DeepSeek-V3 / GPT-OSS configs set the flex dispatcher's HybridEP
+    backend (MOE_FLEX_DISPATCHER_BACKEND=hybridep; the GPT-OSS config's 'HybridEP config'), and
+    the 1F1B all-to-all overlap on the DeepSeek-V3 ones (OVERLAP_MOE_EXPERT_PARALLEL_COMM=True)."""
+    (case, *_) = row_cases(_package(row_id), FILE, 1)
+    options = dict(case.framework_options)
+    assert options.get("moe_hybridep") is True and "moe_deepep" not in options, options
+    assert options.get("moe_comm_overlap") is (True if "DSV3" in row_id else None)
+
+
+@pytest.mark.parametrize(
+    ("notes", "hybridep"),
+    [("--moe-flex-dispatcher-backend hybridep", True),
+     ("moe_flex_dispatcher_backend=hybrid_ep", True), ("Hybrid-EP dispatch", True),
+     ("hybrid-ep=False", None), ("hybridep: off", None),
+     ("DeepEP dispatch", None)],
+)  # fmt: skip
+def test_a_megatron_row_naming_hybridep_dispatches_on_it(notes: str, hybridep: bool | None) -> None:
+    case = inferred_case(
+        source="Megatron-Core run", notes=notes, model="Qwen3-30B-A3B", num_gpus="16", ep="8",
+        moe="128 experts, top-8",
+    )  # fmt: skip
+    assert dict(case.framework_options).get("moe_hybridep") is hybridep
