@@ -33,6 +33,7 @@ from stage_explore.validation.csv_cells import (
     ragged_reason,
     read_csv,
 )
+from stage_explore.validation.infer_cells import moe_counts
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
@@ -244,27 +245,6 @@ def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, st
     return "megatron-model", "TFLOP/s counted as model FLOPs (a default: the notes do not say)"
 
 
-def _moe_overrides(row: dict[str, str]) -> tuple[dict[str, int], list[str]]:
-    """Experts and top-k the ``moe`` column states (``128 experts, top-8``)."""
-    cell = row.get("moe", "")
-    fields = {}
-    experts = re.search(
-        r"(\d+)\s*(?:routed\s*)?experts?|(\d+)\s*routed|(\d+)\s*e\b|top[-\s_]?\d+\s*(?:of|/)\s*(\d+)",
-        cell, re.IGNORECASE,
-    )  # fmt: skip
-    top = re.search(r"top[-\s_]?(\d+)", cell, re.IGNORECASE)
-    if experts:
-        fields["num_experts"] = int(next(g for g in experts.groups() if g))
-    if top:
-        fields["top_k"] = int(top.group(1))
-    if not fields and re.search(r"\d", cell):
-        raise Uninferable(
-            f"moe {cell!r}: numbers that are neither 'N experts' nor 'top-K' (expected "
-            "'8 experts, top-2'; '8/2' could be either order)"
-        )
-    return fields, ([f"experts and top-k from the moe column ({cell!r})"] if fields else [])
-
-
 #: How an inferred default expert tensor parallel size's assumption begins.
 ETP_DEFAULT_NOTE = "expert tensor parallel size"
 _ETP = re.compile(r"\bETP\s*[:=]?\s*(\d+)\b")
@@ -329,7 +309,7 @@ def inferred_setup(
         parallel["fp8_recipe"] = precision.fp8_recipe
     if precision.fp8_gemms:
         parallel["fp8_gemms"] = list(precision.fp8_gemms)
-    experts, expert_notes = _moe_overrides(row)
+    experts, expert_notes = moe_counts(row.get("moe", ""))
     defaults = recipe_defaults(
         row, framework.value, precision.precision, model.value, parallel, stated, system.value,
         precision.fp8_recipe, experts.get("num_experts", 0),

@@ -40,9 +40,16 @@ from stage_explore.system.loading import load_system_file
 #: Relative tolerance of a stated figure against a system's (rounded published figures).
 TOLERANCE = 0.05
 _GPU = r"(?:[A-Z]{1,2}\d{2,3}\w*|GPUs?)"
+#: A bit rate with its counts: ``8x 400 Gb/s``, ``8 × 400 Gb/s``, ``400 Gb/s x 8``, ``400Gb/s IB
+#: x 8``, ``1,600 Gbps``, ``400GbE`` (Ethernet ports are named so; a bare ``400G`` is not read:
+#: ``288G`` is a memory);
+#: 6 Dec 2026 (s24 spellings): ``×`` before the rate, a thousands comma, a count after the
+#: network's name and the ``GbE`` unit were not read (``8 × 200 Gb/s per node`` as 200
+#: per node, ``1,600 Gbps`` as 600, ``400GbE`` as no rate).
 _RATE = re.compile(
-    r"(?:(?<![\w.])(\d+)(?:\s*x\s*|\s+(?=[A-Za-z]))((?:[A-Za-z][\w\-]*\s+){0,4}?))?"
-    r"(\d+(?:\.\d+)?)\s*(Gb/s|Gbps|Gbit/s|Tb/s|Tbps|Tbit/s)(?:\s*[x×]\s*(\d+)(?![\w.]))?"
+    r"(?:(?<![\w.,])(\d+)(?:\s*[x×]\s*|\s+(?=[A-Za-z]))((?:[A-Za-z][\w\-]*\s+){0,4}?))?"
+    r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s*(Gb/s|Gbps|Gbit/s|GbE|Tb/s|Tbps|Tbit/s)"
+    r"(?:(?:\s+(?!per\b|nodes?\b|GPUs?\b)[A-Za-z][\w\-]*){0,2}\s*[x×]\s*(\d+)(?![\w.]))?"
 )
 _PER_GPU = re.compile(r"per\s+GPU\b|/\s*GPU\b", re.IGNORECASE)
 _PER_NODE = re.compile(
@@ -81,11 +88,13 @@ class Cluster:
 
 
 def _clauses(text: str) -> list[str]:
-    """``text`` split at ``,`` and ``;`` outside parentheses."""
+    """``text`` split at ``,`` and ``;`` outside parentheses, not at a thousands comma
+    (``1,600 Gbps``)."""
     out, depth, start = [], 0, 0
     for i, char in enumerate(text):
         depth += (char == "(") - (char == ")")
-        if char in ",;" and depth <= 0:
+        thousands = char == "," and re.match(r"\d,\d{3}(?!\d)", text[max(i - 1, 0) : i + 5])
+        if char in ",;" and depth <= 0 and not thousands:
             out.append(text[start:i])
             start = i + 1
     return [c.strip() for c in [*out, text[start:]] if c.strip()]
@@ -97,7 +106,8 @@ def _scale_out(interconnect: str) -> tuple[Figure | None, bool, list[str]]:
     for clause in _clauses(interconnect):
         for found in _RATE.finditer(clause):
             counts = [int(c) for c in (found.group(1), found.group(5)) if c]
-            rate = float(found.group(3)) * (1000 if found.group(4).startswith("T") else 1)
+            rate = float(found.group(3).replace(",", ""))
+            rate *= 1000 if found.group(4).startswith("T") else 1
             rate *= counts[0] * counts[1] if len(counts) == 2 else counts[0] if counts else 1
             rest = clause[found.end() :]
             if _PER_GPU.search(rest):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from stage_core.models import get_flavor
 from stage_core.models.flavors import list_flavors
 from stage_core.models.layers import Ffn, Mixer
+from stage_explore.validation.csv_cells import DASHES
 from stage_explore.validation.infer_architectures import ARCHITECTURES
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 
@@ -146,9 +147,14 @@ class PrecisionRead:
 #: (pattern, fp8 recipe) for the FP8 spellings that name a recipe; first match wins.
 FP8_RECIPES: tuple[tuple[str, str], ...] = (
     (r"mxfp8|fp8[-_ ]?mx|microscal|\bmx\b", "mxfp8"),
-    (r"fp8[-_ ]?cs|current|tensorwise", "tensorwise"),
+    # "dynamic" scaling: torchao Float8's per-tensor dynamic scaling, its tensorwise recipe
+    # (pytorch/ao torchao/float8/config.py ScalingType.DYNAMIC; s24 spellings: was delayed)
+    (r"fp8[-_ ]?cs|current|tensorwise|dynamic(?![-_\s]*loss)", "tensorwise"),
     (r"fp8[-_ ]?ds|delayed", "delayed"),
-    (r"block", "blockwise"),
+    # NeMo / Megatron-Bridge's "FP8 NV Subchannel scaling" is fp8_recipe blockwise (128x128
+    # weights, 1x128 activations: NVIDIA/NeMo nemo/collections/llm/recipes/precision/
+    # mixed_precision.py 1dd5fa11 bf16_with_fp8_subchannel_scaling_mixed; s24: was delayed)
+    (r"block|sub[-_\s]?channel", "blockwise"),
 )
 
 
@@ -163,8 +169,9 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
     torchao's ``rowwise``, with ``gw_hp`` its ``rowwise_with_gw_hp`` (:func:`_rowwise`)."""
     text = cell.strip().lower()
     said = f"the precision column says {cell.strip()!r}"
-    if not text:
-        return PrecisionRead("bf16", "", "bf16 mixed precision, a default (column empty)")
+    if not text or text in DASHES:
+        empty = "column empty" if not text else f"the column says {cell.strip()!r}, not stated"
+        return PrecisionRead("bf16", "", f"bf16 mixed precision, a default ({empty})")
     if re.search(r"mxfp4|fp4[-_ ]?mx", text):
         raise Uninferable(f"precision {cell!r}: the model has NVFP4, not MXFP4")
     if re.search(r"fp4", text):
@@ -200,9 +207,22 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
     for name, pattern in spellings:
         if re.search(pattern, text):
             return PrecisionRead(name, "", f"{name} mixed precision ({said})")
+    # Apex AMP's opt levels (NVIDIA/apex docs/source/amp.rst 3f87614f): O1 and O2 are FP16
+    # mixed precision (O2: FP16 weights, FP32 master weights), O0 is FP32, O3 pure FP16
+    named = re.search(r"\bamp|apex|opt[-_\s]?level|^o\d$", text)
+    apex = re.search(r"\bo([0-3])\b", text) if named else None
+    if apex and apex.group(1) in "12":
+        level = f"Apex AMP O{apex.group(1)}"
+        return PrecisionRead("fp16", "", f"fp16 mixed precision, {level} ({said})")
+    if apex:
+        raise Uninferable(
+            f"precision {cell!r}: Apex AMP O{apex.group(1)} is "
+            f"{'FP32' if apex.group(1) == '0' else 'pure FP16 without FP32 master weights'}, "
+            "not modelled (expected bf16, fp16 or an FP8 spelling)"
+        )
     raise Uninferable(
         f"precision {cell!r}: expected bf16, fp16 or an FP8 spelling (bfloat16, float16, "
-        "half read too)"
+        "half, Apex AMP O1 / O2 read too)"
     )
 
 
@@ -469,6 +489,14 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
     )  # fmt: skip
 
 
+#: A ``dp_sharding`` cell that says nothing is sharded (6 Dec 2026, s24 spellings: ``ZeRO-0``,
+#: ``no ZeRO``, ``no sharding``, ``NO_SHARD`` (PyTorch FSDP's ShardingStrategy.NO_SHARD),
+#: ``off``, ``replicated`` read as the distributed optimizer, ``FSDP NO_SHARD`` as ZeRO-3); not
+#: when the cell names another stage too (BLOOM's 'ZeRO stage 1; ds_config zero stage 0').
+NO_SHARDING = (
+    r"^(?:none|no|off|false|disabled|0|replicated)\b|no[-_\s]?shard|not[-_\s]+sharded|"
+    r"\bno[-_\s]+zero\b|\bzero[-\s]?(?:stage\s*)?0\b"
+)
 #: Profiles built on PyTorch FSDP, whose default sharding is ZeRO-3.
 FSDP_PROFILES = ("fsdp", "torchtitan", "automodel", "fms-fsdp", "llm-foundry-2023")
 
@@ -485,6 +513,15 @@ def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | No
     text = cell.strip().lower()
     if not said:
         said = f"the dp_sharding column says {cell.strip()!r}" if text else "column empty"
+    offload = re.search(r"zero[-_\s]*(?:infinity|offload)|offload", text)
+    if offload:
+        raise Uninferable(
+            f"dp_sharding {cell.strip()!r} names {offload.group(0)!r}: optimizer or parameter "
+            "offload to host / NVMe memory is not modelled (expected ZeRO-1/2/3, FSDP, the "
+            "distributed optimizer or none)"
+        )
+    if re.search(NO_SHARDING, text) and not re.search(r"zero[-\s]?(?:stage\s*)?[1-3]\b", text):
+        return 0, None, f"zero 0 ({said})"
     if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded|shard_grad_op", text):
         return 2, None, f"zero 2 ({said})"
     if re.search(

@@ -14,6 +14,7 @@ from stage_explore.validation.csv_cells import (
     LAYOUT_COLUMNS,
     STRICT_DIM_COLUMNS,
 )
+from stage_explore.validation.infer_cells import read_sharding, read_sp
 from stage_explore.validation.infer_fields import read_recompute
 
 #: Cells that must be integers when stated (a row's layout, its GPUs and dims; ``ffn`` and
@@ -43,7 +44,7 @@ _PER_GPU = r"\s*(?:/|per)\s*gpu"
 MEASURED_UNITS: dict[str, tuple[tuple[str, float], ...]] = {
     "iter_time_s": ((r"(?:s|sec|secs|seconds?)(?:\s*(?:/|per)\s*(?:step|iter(?:ation)?))?",
                      1.0), (r"ms(?:\s*(?:/|per)\s*(?:step|iter(?:ation)?))?", 1e-3)),
-    "tokens_per_s_per_gpu": ((rf"(?:tokens?|tok)\s*/\s*s(?:ec)?{_PER_GPU}", 1.0),
+    "tokens_per_s_per_gpu": ((rf"(?:tokens?|tok)\s*(?:/|per)\s*s(?:ec(?:ond)?)?{_PER_GPU}", 1.0),
                              (r"(?:tokens?|tok)\s*/\s*(?:gpu|device)\s*/\s*s(?:ec)?", 1.0),
                              (rf"tps{_PER_GPU}", 1.0), (r"k", 1e3)),
     "tflops_per_gpu": ((rf"(?:tflop/?s|tflops)(?:{_PER_GPU})?", 1.0),),
@@ -74,16 +75,34 @@ AXIS_NAMES: dict[str, tuple[str, ...]] = {column: (column,) for column in DEGREE
 }
 
 
+#: Integer cells with their column's own unit after the number (6 Dec 2026, s24 spellings: were
+#: refused as not integers): ``64 GPUs``, ``8192 tokens`` / ``8K tokens``, ``512 sequences``.
+COLUMN_UNITS = {
+    "num_gpus": r"gpus?|accelerators?",
+    "seq_len": r"tokens?",
+    "global_batch_seqs": r"seq(?:uence)?s?|samples?",
+}
+
+
 def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """``row`` with the cells written another way read into the schema's form, and the
-    assumptions that say so: a layout cell naming its own axis (``TP=8``, :data:`AXIS_NAMES`)
+    assumptions that say so: a number with its column's own unit (:data:`COLUMN_UNITS`:
+    ``64 GPUs``) as the number, a layout cell naming its own axis (``TP=8``, :data:`AXIS_NAMES`)
     as its degree, a number with a footnote mark (``8*``) as the number, an integer
     column holding ``N (remark)`` as ``N``, a ``seq_len``
     of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a ``vocab``
     of ``128K`` as 128,000 tokens, a measured cell with its column's unit
     (:data:`MEASURED_UNITS`: ``1.2 s``, ``850 ms``, ``14.1k`` tokens/s), a ``recompute`` cell
-    by :func:`~stage_explore.validation.infer_fields.read_recompute`."""
+    by :func:`~stage_explore.validation.infer_fields.read_recompute`, ``dp_sharding`` and ``sp``
+    by :mod:`~stage_explore.validation.infer_cells`."""
     out, notes = dict(row), []
+    for column, words in COLUMN_UNITS.items():
+        cell = out.get(column, "").strip()
+        united = re.fullmatch(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", cell, re.IGNORECASE)
+        if united:
+            out[column] = united.group(1)
+            notes.append(f"{column} {united.group(1)} (the {column} column says {cell!r}: the "
+                         "column's own unit)")  # fmt: skip
     for column in (*INTEGER_COLUMNS, *MEASURED_UNITS):
         cell = out.get(column, "").strip()
         marked = _FOOTNOTE.fullmatch(cell)
@@ -126,8 +145,11 @@ def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
             "of tokens read as 1,000 each, as vocabularies are rounded: Llama 3's 128,256 is "
             "'128K'; the logits GEMM is within the rounding)"
         )
-    out["recompute"], spelled = read_recompute(out.get("recompute", ""))
-    return out, [*notes, *([spelled] if spelled else [])]
+    readers = (("recompute", read_recompute), ("dp_sharding", read_sharding), ("sp", read_sp))
+    for column, read in readers:
+        out[column], spelled = read(out.get(column, ""))
+        notes += [spelled] if spelled else []
+    return out, notes
 
 
 def other_unit(row: dict[str, str], metric: str) -> str:

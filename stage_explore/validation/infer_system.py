@@ -117,6 +117,15 @@ def infer_system(gpu: str) -> Inferred:
     if GH200.search(gpu):
         text += f"; {GH200_NOTE}"
     stated = _MEMORY.search(gpu) or _MEMORY_G.search(gpu)
+    if stated is None and MEMORY_VARIANTS.get(preset):
+        # 6 Dec 2026 (s24 spellings): a bare "A100" took the 80 GB preset without saying so
+        others = ", ".join(MEMORY_VARIANTS[preset])
+        capacity = load_system(preset).accelerator.memory_bytes
+        text += (
+            f"; no memory stated: the {preset} preset's {capacity / 2**30:.0f} GiB part, a "
+            f"default (the other memory's part is the {others} preset; state it in the gpu "
+            "cell, e.g. 'A100 40GB')"
+        )
     if stated is None:
         return Inferred(preset, text)
     gigabytes = float(stated.group(1))
