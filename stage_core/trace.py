@@ -54,7 +54,9 @@ class TraceNode:
 
     Only the fields that belong to ``kind`` are meaningful: ``flops``/``tensor_bytes`` for
     COMP; ``collective``/``comm_bytes``/``group`` for COLL; ``peer``/``comm_bytes``/``tag`` for
-    SEND (peer = destination) and RECV (peer = source).
+    SEND (peer = destination) and RECV (peer = source). ``duration_micros`` (COMP only; 0:
+    none) is Chakra's ``duration_micros``, the node's time in whole microseconds, which
+    ASTRA-sim replays instead of its roofline when ``roofline-enabled`` is 0.
     """
 
     id: int
@@ -71,3 +73,4 @@ class TraceNode:
     tag: int = -1
     inputs: tuple[tuple[str, int], ...] = field(default=())
     outputs: tuple[tuple[str, int], ...] = field(default=())
+    duration_micros: int = 0

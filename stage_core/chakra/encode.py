@@ -67,6 +67,7 @@ _NODE_NAME = b"\x12"
 _NODE_TYPE = b"\x18"
 _NODE_CTRL_DEPS = b"\x22"
 _NODE_DATA_DEPS = b"\x2a"
+_NODE_DURATION_MICROS = b"\x38"
 _NODE_ATTR = b"\x52"
 
 
@@ -174,6 +175,14 @@ class ChakraEncoder:
             head.append(encode_length_delimited(_NODE_CTRL_DEPS, _packed(node.ctrl_deps)))
         if node.data_deps:
             head.append(encode_length_delimited(_NODE_DATA_DEPS, _packed(node.data_deps)))
+        if node.duration_micros:
+            duration = node.duration_micros
+            if isinstance(duration, bool) or not isinstance(duration, int) or duration < 0:
+                raise ConfigError(
+                    f"duration_micros of {describe(node)} must be an integer >= 0, "
+                    f"but got {duration!r}"
+                )
+            head.append(_NODE_DURATION_MICROS + encode_varint(duration))
         pieces: list[_Piece] = []
         static = b"".join(head)
         for name, kind, value in plan:

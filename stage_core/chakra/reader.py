@@ -234,6 +234,7 @@ def _node(
     data_deps: list[int] = []
     ctrl_deps: list[int] = []
     raw_attributes: list[bytes] = []
+    duration_micros = 0
     for number, wire, raw in message_fields(data, 0, len(data)):
         if number == 1 and isinstance(raw, int):
             node_id = raw
@@ -245,6 +246,8 @@ def _node(
             ctrl_deps.extend(_deps(wire, raw))
         elif number == 5:
             data_deps.extend(_deps(wire, raw))
+        elif number == 7 and isinstance(raw, int):
+            duration_micros = raw
         elif number == 10 and isinstance(raw, bytes):
             raw_attributes.append(raw)
     what = f"node {node_id} {name!r}"
@@ -305,6 +308,7 @@ def _node(
         tag=tag,
         inputs=inputs,
         outputs=outputs,
+        duration_micros=duration_micros if kind is NodeKind.COMP else 0,
     )
     return node, tuple(dict.fromkeys(attributes.notes))
 

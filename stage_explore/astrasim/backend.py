@@ -58,7 +58,8 @@ class AstraSimBackend(BaseBackend):
     ``ASTRA_SIM_BIN``, then ``PATH``), ``variant`` (``"unaware"`` | ``"aware"``), ``timeout_s``
     per run (``None``: no limit), ``keep_dir`` (keep every run's directory under it; default:
     a temporary directory, removed), ``simulate_infeasible`` (run out-of-memory points too), and
-    the system.json settings of :class:`~stage_explore.astrasim.inputs.AstraSettings`.
+    the settings of :class:`~stage_explore.astrasim.inputs.AstraSettings` (system.json's, and
+    ``compute``: ``"roofline"`` | ``"kernels"``, :mod:`~stage_explore.astrasim.kernel_times`).
     """
 
     name = "astra-sim"
@@ -75,6 +76,7 @@ class AstraSimBackend(BaseBackend):
         active_chunks_per_dimension: int = 1,
         collective_optimization: str = "localBWAware",
         scheduling_policy: str = "LIFO",
+        compute: str = "roofline",
     ) -> None:
         self.binary = None if binary is None else os.fspath(binary)
         self.variant: Variant = parse_variant(variant)
@@ -97,6 +99,7 @@ class AstraSimBackend(BaseBackend):
             active_chunks_per_dimension=active_chunks_per_dimension,
             collective_optimization=collective_optimization,
             scheduling_policy=scheduling_policy,
+            compute=compute,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,7 +7,9 @@ backend splits into two parts that mean the same thing on both sides:
   *peak* (``peak-perf``, ``local-mem-bw``, no efficiency); the analytical model with its own
   kernel model at the accelerator's calibrated efficiencies (matmul efficiency curve, memory
   efficiency). To separate the two causes, the slowest rank's compute nodes are timed again at
-  the roofline peak here (which must equal ASTRA-sim's reported GPU time: ``roofline_check``),
+  the roofline peak here (which must equal ASTRA-sim's reported GPU time: ``roofline_check``;
+  under the compute policy ``kernels`` ASTRA-sim replays each node's ``duration_micros`` from
+  the analytical per-kernel timer instead, and the check is on those durations),
   and the same rank's kernels as the analytical model runs them are read from its trace mode
   (:func:`~stage_explore.analytical.trace_mode.trace_step`: the rank's GPU compute seconds,
   :attr:`~stage_explore.analytical.tracesim.RankTiming.compute`, on the rank that stands for
@@ -29,7 +31,7 @@ ASTRA-sim with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stage_core.errors import ConfigError
@@ -40,6 +42,13 @@ from stage_explore.analytical.policy import ASTRA_SIM_POLICY, TimingPolicy
 from stage_explore.analytical.trace_mode import TraceStep
 from stage_explore.analytical.trace_models import AstraTimingModel
 from stage_explore.astrasim.inputs import AstraSettings, astra_config
+from stage_explore.astrasim.kernel_times import (
+    KERNELS,
+    ROOFLINE,
+    kernel_seconds,
+    micros_with_residual,
+    replayed_ns,
+)
 from stage_explore.evaluation import Evaluation
 from stage_explore.system.model import System
 
@@ -51,6 +60,13 @@ COMPUTE_WHY = (
 CALIBRATED_WHY = (
     "The same rank's kernels as the analytical model runs them (its trace mode, rank "
     "{trace_rank}) take {seconds:.4f} s."
+)
+KERNELS_WHY = (
+    "ASTRA-sim replays each kernel's time from the analytical kernel model (compute policy "
+    "`kernels`: duration_micros from the per-kernel timer at calibrated efficiency, matmul up "
+    "to {matmul:.0%} of peak, memory {memory:.0%} of bandwidth, each bound kernel on its own, "
+    "rounded to the microsecond with the residual carried; roofline off); the analytical "
+    "model runs the same kernels fused and overlapped as its framework does. {calibrated}"
 )
 NO_TRACE_WHY = "(The analytical model's trace mode does not time this step: {reason})"
 WAIT_WHY = (
@@ -89,6 +105,10 @@ class GapExplanation:
 
     ``compute_at_peak_s``: the slowest ASTRA-sim rank's compute nodes timed at the roofline
     peak; ``roofline_check``: it equals ASTRA-sim's GPU time for that rank (to the ns).
+    ``compute_policy``: the ASTRA-sim backend's (``roofline`` | ``kernels``); under
+    ``kernels`` ``compute_from_durations_s`` is the replayed time of the rank's written
+    ``duration_micros`` (:func:`~stage_explore.astrasim.kernel_times.replayed_ns`) and
+    ``roofline_check`` becomes a durations check: it equals ASTRA-sim's GPU time (to the ns).
     ``compute_at_calibrated_efficiency_s``: the GPU compute seconds of that rank's kernels as
     the analytical model runs them, read from its trace mode's rank ``trace_rank`` (the rank
     of the same pipeline stage and cp position, :func:`~stage_explore.analytical.trace_mode.
@@ -105,6 +125,8 @@ class GapExplanation:
     trace_rank: int | None
     analytical_policy: TimingPolicy
     astra_sim_policy: TimingPolicy = ASTRA_SIM_POLICY
+    compute_policy: str = ROOFLINE
+    compute_from_durations_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +136,8 @@ class GapExplanation:
             "compute_at_peak_s": self.compute_at_peak_s,
             "compute_at_calibrated_efficiency_s": self.compute_at_calibrated_efficiency_s,
             "roofline_check": self.roofline_check,
+            "compute_policy": self.compute_policy,
+            "compute_from_durations_s": self.compute_from_durations_s,
             "slowest_rank": self.slowest_rank,
             "trace_rank": self.trace_rank,
             "analytical_policy": self.analytical_policy.to_dict(),
@@ -146,16 +170,26 @@ def explain_gap(
     settings = AstraSettings() if settings is None else settings
     rank = int(astra.extra.get("slowest_rank", 0))
     stage = programs.stages[programs.stage_of(rank)]
-    config = astra_config(
-        system, num_gpus=programs.workload.world_size, dtype=dtype, settings=settings
-    )
+    config = astra_config(  # the roofline's peak, whichever policy the run used
+        system, num_gpus=programs.workload.world_size, dtype=dtype,
+        settings=replace(settings, compute=ROOFLINE),
+    )  # fmt: skip
     peak_model = AstraTimingModel(config)
     accelerator = system.accelerator
     peak_ns = 0
-    for item in stage_nodes(programs, stage):
-        node = item.node
+    template = [item.node for item in stage_nodes(programs, stage)]
+    for node in template:
         if node.kind is NodeKind.COMP:
             peak_ns += peak_model.compute(node)
+    replayed: int | None = None
+    if settings.compute == KERNELS:  # the durations the run's trace carried
+        seconds = kernel_seconds(programs, system)
+        micros = iter(micros_with_residual(template, seconds[stage.stage]))
+        timed = [
+            replace(node, duration_micros=next(micros)) if node.kind is NodeKind.COMP else node
+            for node in template
+        ]
+        replayed = replayed_ns(timed)
     trace_rank: int | None = None
     calibrated_s: float | None = None
     if isinstance(trace, ConfigError):
@@ -168,7 +202,8 @@ def explain_gap(
     analytical_compute = sum(v for k, v in analytical.breakdown.items() if not is_waiting(k))
     analytical_waiting = sum(v for k, v in analytical.breakdown.items() if is_waiting(k))
     efficiency = accelerator.efficiency
-    compute_why = COMPUTE_WHY.format(
+    why = KERNELS_WHY if replayed is not None else COMPUTE_WHY
+    compute_why = why.format(
         peak=config.peak_perf_tflops, bandwidth=config.local_mem_bw_gbps,
         matmul=efficiency.matmul_peak, memory=efficiency.memory, calibrated=calibrated,
     )  # fmt: skip
@@ -195,10 +230,12 @@ def explain_gap(
         ),
         compute_at_peak_s=peak_ns * 1e-9,
         compute_at_calibrated_efficiency_s=calibrated_s,
-        roofline_check=round(astra_compute * 1e9) == peak_ns,
+        roofline_check=round(astra_compute * 1e9) == (peak_ns if replayed is None else replayed),
         slowest_rank=rank,
         trace_rank=trace_rank,
         analytical_policy=policy,
+        compute_policy=settings.compute,
+        compute_from_durations_s=None if replayed is None else replayed * 1e-9,
     )
 
 
@@ -231,9 +268,17 @@ def format_gap(explanation: GapExplanation) -> str:
             f"  {label:32s} {part.astra_sim_s:10.4f} {part.analytical_s:10.4f} {part.gap_s:+10.4f}"
         )
     check = "equals" if explanation.roofline_check else "DIFFERS FROM"
-    lines.append(
-        f"  compute: {explanation.compute.why} (The same kernels at the roofline peak: "
-        f"{explanation.compute_at_peak_s:.4f} s, which {check} ASTRA-sim's GPU time.)"
-    )
+    durations = explanation.compute_from_durations_s
+    if durations is None:
+        note = (
+            f"(The same kernels at the roofline peak: {explanation.compute_at_peak_s:.4f} s, "
+            f"which {check} ASTRA-sim's GPU time.)"
+        )
+    else:
+        note = (
+            f"(The rank's written kernel durations: {durations:.4f} s, which {check} "
+            f"ASTRA-sim's GPU time; at the roofline peak: {explanation.compute_at_peak_s:.4f} s.)"
+        )
+    lines.append(f"  compute: {explanation.compute.why} {note}")
     lines.append(f"  communication: {explanation.exposed_communication_and_waiting.why}")
     return "\n".join(lines)

@@ -30,14 +30,23 @@ ConfigError.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from stage_core.chakra.groups import COMM_GROUP_FILE
+from stage_core.chakra.writer import write_class_columns
 from stage_core.errors import ConfigError
-from stage_core.lower.emit import write_chakra
+from stage_core.lower.emit import class_columns, write_chakra
 from stage_core.lower.program import ProgramSet
+from stage_explore.astrasim.kernel_times import (
+    KERNELS,
+    ROOFLINE,
+    kernel_seconds,
+    parse_compute,
+    with_durations,
+)
 from stage_explore.astrasim.logconfig import LOGGING_CONFIG_FILE, write_logging_config
 from stage_explore.system.astra import AstraAlgorithm, AstraConfig, astra_config_from_system
 from stage_explore.system.model import System
@@ -61,7 +70,10 @@ class AstraSettings:
     a network dim serves at once; ``endpoint_delay_ns``: ns per message hand-off;
     ``collective_optimization``: ``localBWAware`` (hierarchical all-reduce) or ``baseline``;
     ``scheduling_policy``: ``LIFO`` or ``FIFO``, the order in which ASTRA-sim serves the chunks
-    of collectives that wait for the network.
+    of collectives that wait for the network; ``compute``: ``roofline`` (ASTRA-sim's roofline
+    at the peak times every compute node) or ``kernels`` (each compute node carries the
+    analytical per-kernel timer's ``duration_micros`` and the roofline is off,
+    :mod:`~stage_explore.astrasim.kernel_times`).
     """
 
     endpoint_delay_ns: int = 10
@@ -69,6 +81,7 @@ class AstraSettings:
     active_chunks_per_dimension: int = 1
     collective_optimization: str = "localBWAware"
     scheduling_policy: str = "LIFO"
+    compute: str = ROOFLINE
 
     def __post_init__(self) -> None:
         for name, minimum in (
@@ -91,6 +104,7 @@ class AstraSettings:
                 f"ASTRA-sim `scheduling_policy` must be one of {_POLICIES}, "
                 f"but got {self.scheduling_policy!r}"
             )
+        parse_compute(self.compute)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +113,7 @@ class AstraSettings:
             "active_chunks_per_dimension": self.active_chunks_per_dimension,
             "collective_optimization": self.collective_optimization,
             "scheduling_policy": self.scheduling_policy,
+            "compute": self.compute,
         }
 
 
@@ -129,6 +144,8 @@ def astra_config(
         scheduling_policy=settings.scheduling_policy,
     )
     config = replace(config, all_to_all_implementation=(AstraAlgorithm.DIRECT,) * len(config.dims))
+    if settings.compute == KERNELS:  # the nodes carry their durations (kernel_times.py)
+        config = replace(config, roofline_enabled=False)
     if config.total_npus != num_gpus:  # astra_dims_from_system folds exactly or raises
         raise ConfigError(
             f"network.yml would describe {config.total_npus} NPUs for a job of {num_gpus} ranks "
@@ -210,12 +227,24 @@ def write_inputs(
     *,
     dtype: str,
     settings: AstraSettings = AstraSettings(),
+    seconds: Mapping[int, Mapping[int, float]] | None = None,
 ) -> AstraInputs:
-    """Write every input file of one run of ``programs`` on ``system`` into ``directory``."""
+    """Write every input file of one run of ``programs`` on ``system`` into ``directory``.
+
+    Under the compute policy ``kernels`` every compute node carries its ``duration_micros``
+    from ``seconds`` (per stage, by node id; default: :func:`~stage_explore.astrasim.
+    kernel_times.kernel_seconds` with the analytical backend's defaults)."""
     world_size = programs.workload.world_size
     config = astra_config(system, num_gpus=world_size, dtype=dtype, settings=settings)
     directory = Path(directory).absolute()
-    written = write_chakra(programs, directory, WORKLOAD_PREFIX)
+    if settings.compute == KERNELS:
+        if seconds is None:
+            seconds = kernel_seconds(programs, system)
+        classes, table = class_columns(programs)
+        timed = with_durations(classes, programs, seconds)
+        written = write_class_columns(directory, timed, table, WORKLOAD_PREFIX)
+    else:
+        written = write_chakra(programs, directory, WORKLOAD_PREFIX)
     inputs = AstraInputs(
         directory=directory, world_size=world_size, config=config, groups=dict(written.groups)
     )

@@ -101,6 +101,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "aware (congestion-aware, 1-D networks only)",
     )
     parser.add_argument(
+        "--astra-sim-compute",
+        choices=("roofline", "kernels"),
+        default=None,
+        help="compute policy for --backend astra-sim: roofline (default: every kernel at the "
+        "roofline peak) or kernels (each compute node replays the analytical per-kernel "
+        "time as duration_micros, roofline off)",
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="also evaluate with the analytical backend and show both (needs another --backend)",
@@ -152,6 +160,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.backend}"
             )
         backend_options = {"variant": args.astra_sim_variant}
+    if args.astra_sim_compute is not None:
+        if args.backend != "astra-sim":
+            raise ConfigError(
+                f"--astra-sim-compute applies to --backend astra-sim, but got --backend "
+                f"{args.backend}"
+            )
+        backend_options = {**backend_options, "compute": args.astra_sim_compute}
     backend = create_backend(resolve_backend(args.backend), backend_options)
     preflight = getattr(backend, "preflight", None)
     if callable(preflight):
