@@ -12,9 +12,11 @@ monkeypatched ``os.fsync`` failing with ENOSPC everywhere.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import import_module
@@ -290,7 +292,20 @@ def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mount
     finally:
-        subprocess.run(["umount", str(mount)], check=True)
+        _unmount(mount)
+
+
+def _unmount(mount: Path) -> None:
+    """Unmount ``mount``; a mount still busy a moment after the test (seen once in a full
+    ``make test``: ``umount`` exit 32, free again seconds later, no process holding it) is
+    retried after a garbage collection for up to two seconds, then detached lazily, so a
+    transient holder cannot fail the run nor leave the tmpfs mounted."""
+    for _ in range(20):
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
+            return
+        gc.collect()
+        time.sleep(0.1)
+    subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_real_full_disk_keeps_every_part_written_before(tiny_filesystem: Path) -> None:
