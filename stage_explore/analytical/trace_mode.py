@@ -340,7 +340,7 @@ def trace_step(
         replace(parallel, grad_bucket_bytes=limit),
         bucketed=_first_chunk if backend.framework.ddp_bucket_first_chunk_only else None,
     )
-    point = _point(backend, workload, system)
+    point = trace_point(backend, workload, system)
     costs = {p.stage: StageCosts(backend, point, p.stage, p) for p in programs.stages}
     prefetch = backend.framework.zero3_prefetch_units  # ZeRO's one queue, as zero_queue.py
 
@@ -389,7 +389,7 @@ def trace_step(
             if policy.side_streams:
                 on_side = ((item.node.id, _side_stream(item)) for item in template)
                 streams[rank] = {node_id: name for node_id, name in on_side if name}
-        params[stage] = _params(backend, point, programs, stage_program)
+        params[stage] = trace_params(backend, point, programs, stage_program)
     by_stage = {p.stage: p for p in programs.stages}
     timing = ProgramTimingModel(costs, by_stage, nodes, params, stage_of)
     if parallel.pp > 1 or cp > 1:  # sends hold and fly what the policy's semantics gives
@@ -476,7 +476,7 @@ def _first_chunk(stage: int, chunk: int) -> bool:
     return stage == 0 and chunk == 0
 
 
-def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Point:
+def trace_point(backend: AnalyticalBackend, workload: Workload, system: System) -> Point:
     """The backend's per-evaluation point, as :meth:`AnalyticalBackend.evaluate` builds it."""
     parallel = workload.parallel
     key, blocks = backend._bound(workload)
@@ -486,7 +486,7 @@ def _point(backend: AnalyticalBackend, workload: Workload, system: System) -> Po
     return backend._point(workload, key, blocks, net, token, dtype, fp8)
 
 
-def _params(
+def trace_params(
     backend: AnalyticalBackend, point: Point, programs: ProgramSet, stage: StageProgram
 ) -> int:
     """The parameters the stage's rank updates, as the backend counts them (its blocks'

@@ -41,7 +41,7 @@ from stage_core.lower.program_node import OPTIMIZER
 from stage_core.trace import NodeKind, TraceNode
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.trace_costs import StageCosts
-from stage_explore.analytical.trace_mode import _params, _point
+from stage_explore.analytical.trace_mode import trace_params, trace_point
 from stage_explore.system.model import System
 
 #: The compute policies of the ASTRA-sim backend (backend option ``compute``).
@@ -67,7 +67,7 @@ def kernel_seconds(
     """Per pipeline stage, each COMP node's seconds (by node id) as ``backend`` (default: the
     analytical backend with its defaults) times the instruction it comes from."""
     backend = AnalyticalBackend() if backend is None else backend
-    point = _point(backend, programs.workload, system)
+    point = trace_point(backend, programs.workload, system)
     seconds: dict[int, dict[int, float]] = {}
     for stage_program in programs.stages:
         costs = StageCosts(backend, point, stage_program.stage, stage_program)
@@ -82,7 +82,7 @@ def kernel_seconds(
             kind, phase, index = item.source
             if phase == OPTIMIZER:
                 if params is None:
-                    params = _params(backend, point, programs, stage_program)
+                    params = trace_params(backend, point, programs, stage_program)
                 by_id[node.id] = backend._optimizer_s(point, params)
             elif phase in ("fwd", "bwd"):
                 block = point.blocks[kind]

@@ -36,7 +36,7 @@ from stage_core.lower.program_node import BWD_W, OPTIMIZER, ZERO_GATHER, ZERO_SC
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig, Schedule
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.trace_mode import TraceStep, _point, trace_step
+from stage_explore.analytical.trace_mode import TraceStep, trace_point, trace_step
 from stage_explore.system import load_system
 from tests.explore.trace_helpers import split_bounds, w_excess
 
@@ -61,7 +61,7 @@ def _run(kwargs: dict[str, Any]) -> tuple[float, list[float], TraceStep, Paralle
     parallel = ParallelConfig(**kwargs)
     evaluation = backend.evaluate(model, parallel, SYSTEM)
     levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
-    plan = backend._plan(_point(backend, make_workload(model, parallel), SYSTEM)).step
+    plan = backend._plan(trace_point(backend, make_workload(model, parallel), SYSTEM)).step
     held = [
         sum(sync.held_s for sync in plan.classes[plan.stage_class[stage]].sync)
         for stage in range(parallel.pp)

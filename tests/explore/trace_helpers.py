@@ -9,7 +9,7 @@ from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.taskgraph import shape
 from stage_explore.analytical.trace_costs import StageCosts
-from stage_explore.analytical.trace_mode import TraceStep, _point
+from stage_explore.analytical.trace_mode import TraceStep, trace_point
 from stage_explore.system.model import System
 
 
@@ -27,7 +27,7 @@ def split_bounds(
     most ``F + B + W_block`` and at least the longer of ``F`` and ``B + W_block`` for the
     levelled ``pair``."""
     workload = make_workload(model, parallel)
-    point = _point(backend, workload, system)
+    point = trace_point(backend, workload, system)
     plan = backend._plan(point).step
     programs = lower(model, parallel)
     kind, p, m = str(parallel.schedule), parallel.pp, workload.micro_batches
@@ -64,7 +64,7 @@ def w_excess(
 ) -> float:
     """The largest ``|W_block − W|`` of any stage's chunk (0: the split costs nothing)."""
     workload = make_workload(model, parallel)
-    point = _point(backend, workload, system)
+    point = trace_point(backend, workload, system)
     plan = backend._plan(point).step
     excess = 0.0
     for stage_program in lower(model, parallel).stages:
