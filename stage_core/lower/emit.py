@@ -200,8 +200,13 @@ def write_chakra(
     progress: ProgressCallback | None = None,
     workers: int | None = None,
     stage_progress: ProgressCallback | None = None,
+    transform: Callable[[list[ClassColumns]], list[ClassColumns]] | None = None,
 ) -> WrittenTraceSet:
     """``<prefix>.<rank>.et`` for every rank and ``comm_group.json``.
+
+    ``transform``: applied to the rank classes (:func:`class_columns`, one per pipeline stage)
+    before they are written, e.g. to set each compute node's ``duration_micros``
+    (``stage_explore.astrasim.kernel_times.with_durations``).
 
     ``workers``: processes writing files (``None``: one per CPU, up to 4); the bytes written do
     not depend on it. ``progress`` is called with (ranks written, ranks); ``stage_progress``
@@ -219,6 +224,8 @@ def write_chakra(
         return lambda done, _total: report(offset + done, 2 * stages)
 
     classes, table = class_columns(programs, step(0))
+    if transform is not None:
+        classes = transform(classes)
     return write_class_columns(
         out_dir,
         classes,

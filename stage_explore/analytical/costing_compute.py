@@ -23,6 +23,7 @@ from stage_core.models.layers import Mixer, layer_kind_of_block
 from stage_core.models.spec import ModelSpec
 from stage_core.ops import window_pairs
 from stage_core.parallel import MoeDispatcher
+from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.eager import (
     bias_epilogue_bytes,
     eager_attention,
@@ -298,13 +299,22 @@ class ComputeCosting:
         (:mod:`~stage_explore.analytical.fp8_gather`), and so does torchao's Float8 tensor
         parallelism (``float8_tp``, the ``tensorwise`` recipe) with or without async TP;
         empty otherwise."""
-        parallel = point.workload.parallel
+        if point.dtype != "fp8":
+            return frozenset()
+        return self.fp8_tp_gathered(point.workload.parallel, point.blocks[kind])
+
+    def fp8_tp_gathered(
+        self, parallel: ParallelConfig, block: BoundBlock
+    ) -> frozenset[tuple[str, str]]:
+        """:meth:`_fp8_gathered` without an evaluation point: ``(phase, tensor)`` of the
+        all-gathers of ``block`` that carry FP8 data under ``parallel`` (an FP8 or FP4 run:
+        the FP4 recipe ``nvfp4`` gathers none) and this profile. The Chakra traces' FP8
+        bytes (:mod:`~stage_explore.analytical.fp8_wire`) are chosen by it too."""
         framework = self.framework
         torchao = framework.float8_tp and parallel.linear_recipe in FLOAT8_TP_RECIPES
         userbuffers = framework.tp_comm_overlap and not framework.micro_pipeline_tp
-        if point.dtype != "fp8" or not (torchao or userbuffers) or not fp8_block(kind):
+        if not parallel.quantized or not (torchao or userbuffers) or not fp8_block(str(block.kind)):
             return frozenset()
-        block = point.blocks[kind]
         weights = frozenset(weight.name for weight in block.weights)
         instrs = self._timed_instrs(block, weights)
         return fp8_gathered(instrs, weights, parallel.fp8_gemms, parallel.linear_recipe)

@@ -11,21 +11,33 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stage_core.chakra.check import astra_sim_node_problem
 from stage_core.chakra.mapping import emitted_num_ops
+from stage_core.chakra.writer import ClassColumns
 from stage_core.errors import ConfigError
 from stage_core.lower.emit import write_chakra, write_json, write_symmetric
 from stage_core.lower.nodes import stage_nodes
 from stage_core.lower.program import ProgramSet, lower
+from stage_core.parallel.config import ParallelConfig
 from stage_core.serving.trace import serving_program_set
 from stage_core.trace import NodeKind
+from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from stage_explore.cli.meter import RankMeter
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, serving_workload
 from stage_explore.wording import counted
+
+if TYPE_CHECKING:
+    from stage_explore.analytical.backend import AnalyticalBackend
+
+#: ``--compute``: the ASTRA-sim backend's compute policies
+#: (:data:`stage_explore.astrasim.kernel_times.COMPUTE_POLICIES`, imported when used).
+ROOFLINE, KERNELS = "roofline", "kernels"
 
 
 def astra_sim_problems(programs: ProgramSet) -> list[str]:
@@ -44,13 +56,71 @@ def astra_sim_problems(programs: ProgramSet) -> list[str]:
     return problems
 
 
+def training_backend(args: argparse.Namespace, parallel: ParallelConfig) -> AnalyticalBackend:
+    """The analytical backend whose profile (``--framework``, ``--fp8-param-gather``) decides
+    which collectives carry FP8 data (:func:`~stage_explore.analytical.fp8_wire.fp8_wire`) and
+    times the kernels under ``--compute kernels``; the option combinations that would be
+    ignored are one-line errors."""
+    if args.fp8_param_gather and (str(parallel.precision) != "fp8" or parallel.zero not in (1, 2)):
+        raise ConfigError(
+            "--fp8-param-gather applies to --precision fp8 with --zero 1 or 2 (the distributed "
+            f"optimizer's parameter all-gather), but got --precision {parallel.precision} "
+            f"--zero {parallel.zero}"
+        )
+    from stage_explore.analytical.backend import AnalyticalBackend
+
+    overrides = {"fp8_param_gather": True} if args.fp8_param_gather else None
+    framework = DEFAULT_FRAMEWORK if args.framework is None else args.framework
+    return AnalyticalBackend(framework=framework, overrides=overrides)
+
+
+def kernel_durations(
+    args: argparse.Namespace, programs: ProgramSet, backend: AnalyticalBackend
+) -> Callable[[list[ClassColumns]], list[ClassColumns]]:
+    """The rank classes with every compute node's ``duration_micros`` from ``backend``'s
+    per-kernel timer on ``--system`` (:mod:`~stage_explore.astrasim.kernel_times`, the ASTRA-sim
+    backend's ``kernels`` policy)."""
+    from stage_explore.astrasim.kernel_times import kernel_seconds, with_durations
+    from stage_explore.system import load_system
+
+    seconds = kernel_seconds(programs, load_system(args.system), backend)
+    return lambda classes: with_durations(classes, programs, seconds)
+
+
+def check_compute(args: argparse.Namespace) -> None:
+    """``--compute kernels`` needs ``--system`` and Chakra output; ``--system`` alone would be
+    ignored: one-line errors."""
+    if args.compute == KERNELS and args.system is None:
+        raise ConfigError(
+            "--compute kernels needs --system PRESET_OR_FILE (the kernel times are the "
+            "analytical backend's on that system), but got none"
+        )
+    if args.compute != KERNELS and args.system is not None:
+        raise ConfigError(
+            f"--system applies to --compute kernels, but got --system {args.system} with "
+            f"--compute {args.compute}"
+        )
+    if args.compute == KERNELS and args.format != "chakra":
+        raise ConfigError(
+            "--compute kernels applies to --format chakra (Chakra's duration_micros), but got "
+            f"--format {args.format}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    check_compute(args)
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be an integer >= 1, but got {args.jobs}")
+    transform = None
     if args.phase == "train":
         model, parallel = parse_workload(args)
-        programs = lower(model, parallel)
+        from stage_explore.analytical.fp8_wire import fp8_wire
+
+        backend = training_backend(args, parallel)
+        programs = fp8_wire(lower(model, parallel), backend)  # FP8 bytes where they are sent
+        if args.compute == KERNELS:
+            transform = kernel_durations(args, programs, backend)
     else:  # a prefill or decode step (the last chunk of a chunked prefill)
         model, config = serving_workload(args)
         programs = serving_program_set(model, config)
@@ -70,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             progress=RankMeter(show, "writing rank files"),
             workers=args.jobs,
             stage_progress=RankMeter(show, "building and encoding pipeline stages"),
+            transform=transform,
         )
         files, size = world + 1, written.byte_count
         detail = (
@@ -125,6 +196,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("astra-sim", "any"),
         default="astra-sim",
         help="astra-sim (default): check that ASTRA-sim can run the Chakra output; any: skip it",
+    )
+    parser.add_argument(
+        "--framework",
+        default=None,
+        metavar="NAME",
+        help="training framework profile deciding which collectives an FP8 run sends in FP8 "
+        "(and timing --compute kernels): "
+        + ", ".join(
+            f"{name} (default)" if name == DEFAULT_FRAMEWORK else name
+            for name in sorted(FRAMEWORKS)
+        ),
+    )
+    parser.add_argument(
+        "--fp8-param-gather",
+        action="store_true",
+        help="FP8 parameters (Megatron --fp8-param-gather): the distributed optimizer's "
+        "parameter all-gather moves the FP8 linear layers' weights at 1 byte per element",
+    )
+    parser.add_argument(
+        "--compute",
+        choices=(ROOFLINE, KERNELS),
+        default=ROOFLINE,
+        help="roofline (default: compute nodes carry FLOPs and bytes, which ASTRA-sim times at "
+        "the roofline peak) or kernels (each compute node also carries the analytical "
+        "per-kernel time as duration_micros; needs --system)",
+    )
+    parser.add_argument(
+        "--system",
+        default=None,
+        metavar="PRESET_OR_FILE",
+        help="a system preset (e.g. h100-80gb) or a system .toml file, for --compute kernels",
     )
     parser.add_argument("--progress", action="store_true", help="show progress even when piped")
     parser.add_argument(
