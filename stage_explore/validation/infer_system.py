@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from stage_explore.system import load_system
+from stage_explore.validation.infer_cloud import cloud_part
 from stage_explore.validation.infer_fields import Inferred, Uninferable
 
 #: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)").
@@ -97,9 +98,21 @@ def infer_system(gpu: str) -> Inferred:
     """The preset of a ``gpu`` cell (a stated memory picks a :data:`MEMORY_VARIANTS` preset:
     A100 40GB); a stated memory no preset of that GPU has is :class:`Uninferable`, except on
     H100 (94/96 GB parts: the H100-SXM5 preset, stated). A GH200 is read as the H200, stated
-    (:data:`GH200_NOTE`). A form factor of :data:`FORM_FACTORS` (PCIe, NVL cards) and a part of
-    :data:`NO_PRESET` are :class:`Uninferable`, naming what the part is."""
+    (:data:`GH200_NOTE`). A cloud machine named instead of the GPU (``p5.48xlarge``, ``A3
+    Mega``) is read as the GPU it carries (:mod:`~stage_explore.validation.infer_cloud`). A
+    form factor of :data:`FORM_FACTORS` (PCIe, NVL cards) and a part of :data:`NO_PRESET` are
+    :class:`Uninferable`, naming what the part is."""
     preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, gpu, re.I)), "")
+    machine = None if preset else cloud_part(gpu)
+    if machine is not None:
+        # 6 Dec 2026 (s25 hidden12): a cloud machine named instead of the GPU was refused
+        inner = infer_system(machine.part)
+        return Inferred(
+            inner.value,
+            f"{inner.assumption.replace(repr(machine.part), repr(gpu), 1)}: the machine "
+            f"{machine.name!r} carries the {machine.part} ({machine.where}); its own scale-out "
+            "network is not read from the name",
+        )
     for pattern, part in FORM_FACTORS:
         if preset and re.search(pattern, gpu, re.I):
             raise Uninferable(
