@@ -83,7 +83,9 @@ warning for this very RoPE under ``torch.compile``) — so the complex64 product
 its fp32 input and output written and read by kernels of their own: :data:`TORCHTITAN_ROPE`'s
 bytes, compiled as eager; and SDPA, an extern kernel, reads the repeated keys and values, so
 ``repeat_kv``'s copies are made compiled too (the cast of ``k`` written straight into the copy
-would save 4 bytes per element of ``k``: not modelled). Not modelled: a per-kernel launch floor
+would save 4 bytes per element of ``k``: not modelled); FMS's Llama compiled (fms-fsdp's
+``use_torch_compile``) keeps only the latter, its real-valued RoPE fused like any module (s25
+hidden13). Not modelled: a per-kernel launch floor
 (the tensors here are tens of MB per kernel, far above it).
 """
 
@@ -400,14 +402,26 @@ def eager_extra_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
 def _compiled_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
     """:func:`eager_op_bytes` under ``torch.compile`` for ``"torchtitan"``: the rotary
     embedding's complex64 product, which Inductor does not generate code for, and the
-    repeated keys and values SDPA reads (module docstring); empty for every other table."""
-    if eager_modules != "torchtitan" or model.position is not Position.ROTARY:
+    repeated keys and values SDPA reads (module docstring); for ``"fms"`` the repeated keys
+    and values only (FMS's RoPE is real-valued, :data:`FMS_ROPE`: one fused kernel, the
+    generator's count; SDPA, an extern kernel, still reads the expanded copies, s25
+    hidden13); empty for every other table."""
+    if eager_modules not in ("torchtitan", "fms") or model.position is not Position.ROTARY:
         return {}
+    expansion = model.heads // max(1, model.kv_heads)
+    if eager_modules == "fms":
+        expand = fms_kv_expand(expansion)
+        if not expand.forward:
+            return {}
+        return {
+            "k.rope": FMS_ROPE.compiled_bytes[0] + expand.bytes_per_element(backward=False),
+            "k.rope.backward": FMS_ROPE.compiled_bytes[1] + expand.bytes_per_element(backward=True),
+        }
     table: dict[str, int] = {}
     for name in _ROPE_OPS:
         table[name] = TORCHTITAN_ROPE.bytes_per_element(backward=False)
         table[f"{name}.backward"] = TORCHTITAN_ROPE.bytes_per_element(backward=True)
-    expand = torchtitan_repeat_kv(model.heads // max(1, model.kv_heads))
+    expand = torchtitan_repeat_kv(expansion)
     table["k.rope"] += expand.bytes_per_element(backward=False)
     table["k.rope.backward"] += expand.bytes_per_element(backward=True)
     return table

@@ -35,6 +35,7 @@ from stage_explore.validation.csv_cells import (
 )
 from stage_explore.validation.infer_cells import moe_counts
 from stage_explore.validation.infer_cluster import cluster_system
+from stage_explore.validation.infer_compile import fms_selective_refusal
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_fields import (
     FRAMEWORK_COLUMNS,
@@ -293,7 +294,9 @@ def inferred_setup(
     with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
-    unmodelled = unmodelled_framework(row, framework)
+    unmodelled = unmodelled_framework(row, framework) or fms_selective_refusal(
+        framework.value, row.get("recompute", "")
+    )
     if unmodelled:
         raise Uninferable(unmodelled)
     system = infer_system(row.get("gpu", ""))
@@ -369,8 +372,11 @@ def inferred_setup(
     return setup, defaults.options, overrides
 
 
-def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Case:
-    """A not-evaluated case, with the system and framework when they can be read."""
+def _unevaluable(
+    row: dict[str, str], metric: str, name: str, reason: str, folder: Path | None = None
+) -> Case:
+    """A not-evaluated case, with the system and framework when they can be read (the data
+    folder's system file the row's cluster states, when ``folder`` is given and one does)."""
     cell = row.get(metric, "").replace(",", "").strip()
     try:
         measured = float(cell)
@@ -380,6 +386,12 @@ def _unevaluable(row: dict[str, str], metric: str, name: str, reason: str) -> Ca
         system = infer_system(row.get("gpu", "")).value
     except Uninferable:
         system = ""
+    if system and folder is not None:
+        gpu, network = row.get("gpu", ""), row.get("interconnect", "")
+        try:
+            system = cluster_system(gpu, network, system, folder).value
+        except (Uninferable, ConfigError):
+            pass  # the preset: the cluster's cells are the row's reason elsewhere, or none
     return Case(
         id=row["id"], source=name, metric=metric, measured=measured, system=system,
         framework=infer_framework(row).value, in_sample=False, in_sample_why="",
@@ -397,7 +409,8 @@ def _case(
     try:
         setup, options, overrides = inferred_setup(row, metric, name, file, folder)
     except Uninferable as error:
-        return replace(_unevaluable(row, metric, name, str(error)), file=file, line=line)
+        unevaluable = _unevaluable(row, metric, name, str(error), folder)
+        return replace(unevaluable, file=file, line=line)
     if spelled:
         notes = tuple(f"inferred: {n}" for n in spelled)
         setup = replace(setup, assumptions=(*setup.assumptions, *notes))

@@ -24,6 +24,11 @@ from stage_core.lower.compact import UNBUCKETED
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.csv_cells import YES, first_word
+from stage_explore.validation.infer_compile import (
+    FSDP_COMPILE_FRAMEWORKS,
+    FSDP_COMPILE_NOTE,
+    names_compile,
+)
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
@@ -285,6 +290,9 @@ def recipe_defaults(
         if framework in frameworks and re.search(pattern, text):
             out.options[option] = value
             out.notes.append(why)
+    if framework in FSDP_COMPILE_FRAMEWORKS and names_compile(row):
+        out.options["fused_elementwise"] = True
+        out.notes.append(FSDP_COMPILE_NOTE)
     if framework == "megatron-core":
         megatron_core_defaults(row, flavor, precision, fp8_recipe, parallel, stated, system, out)
         dgxc_defaults(row, precision, out, stated, (spec.top_k, experts or spec.num_experts))

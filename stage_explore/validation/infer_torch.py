@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from stage_core.models import get_flavor
+from stage_explore.validation.infer_compile import names_compile
 from stage_explore.validation.infer_release import Defaults, dated, row_text, torch_dated
 
 #: NeMo AutoModel's benchmark configs (examples/benchmark/configs/*_te_deepep.yaml):
@@ -206,7 +207,7 @@ FLOAT8_ALL_GATHER = re.compile(
 def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defaults) -> None:
     text = row_text(row).lower()
     table = row.get("source_table", "").lower()
-    compiled = bool(re.search(r"torch\.compile|--training\.compile|\bcompile\b", text))
+    compiled = names_compile(row)
     if recompute == "selective" and not re.search(r"selective[\s_-]*layer", table):
         out.parallel["recompute_modules"] = ("op",)
         out.notes.append(
