@@ -27,6 +27,27 @@ AUTOMODEL_DENSE_RECOMPUTE = {"llama": "full", "qwen3": "full"}
 #: 64; every single-node config sets 8, the data-parallel size).
 AUTOMODEL_MAX_EP = 64
 _LBS = re.compile(r"\bLBS\s*(\d+)", re.IGNORECASE)
+#: torchtitan's pipeline micro-batches since pytorch/torchtitan#1073 ("[PP] Add microbatch_size
+#: and remove num_microbatches config", merged April 2025): ``pipeline_parallel_microbatch_size``
+#: defaults to 1 and the schedule takes local_batch_size / it micro-batches
+#: (torchtitan/config/job_config.py 000204a4), where the removed ``pipeline_parallel_microbatches``
+#: defaulted to the stage count (6 Dec 2026, s25 hidden14). A run dated from May 2025, or whose
+#: text names ``local_batch_size`` / ``LBS`` (the later name of the per-rank batch), is read so.
+MICROBATCH_SIZE_ERA = (2025, 5)
+_LOCAL_BATCH = re.compile(r"local[\s_-]batch[\s_-]size|\bLBS\b", re.IGNORECASE)
+#: A row's text stating fp32 master (main) weights: ``FP32 main weights``, ``FP32-precision main
+#: weights``, ``master weights in fp32``, ``master_weights=True`` (6 Dec 2026, s25 hidden14). An
+#: AutoModel MoE row that says so did not run the bf16 model states of AutoModel's own MoE
+#: classes (bionemo-framework recipes/mixtral_native_te/benchmarks/nemo_automodel/README.md
+#: 7b3212e9: Hugging Face MixtralForCausalLM with "TE FusedAdam with FP32-precision main
+#: weights"; TransformerEngine transformer_engine/pytorch/optimizers/fused_adam.py FusedAdam
+#: ``master_weights``: an fp32 copy of every bf16 parameter, moments in fp32 by default).
+FP32_MASTER = re.compile(
+    r"\bfp32[\s_-]*(?:precision[\s_-]*)?(?:master|main)[\s_-]*weights?\b"
+    r"|\b(?:master|main)[\s_-]*weights?[\s_-]*(?:in[\s_-]*)?fp32\b"
+    r"|\bmaster_weights\s*[=:]\s*true\b",
+    re.IGNORECASE,
+)
 
 
 def deepep_expert_parallel(dp: int, experts: int) -> int:
@@ -77,7 +98,13 @@ def automodel_defaults(
     states (0: the flavor's)."""
     spec = get_flavor(flavor)
     _deepep_ep(stated, dp, experts or int(spec.num_experts or 0), out)
-    if spec.num_experts:
+    fp32_master = FP32_MASTER.search(row_text(row))
+    if spec.num_experts and fp32_master:
+        out.notes.append(
+            f"fp32 master weights, as the row states ({fp32_master.group(0)!r}): not the bf16 "
+            "model states of AutoModel's own MoE classes (bf16_model_states off)"
+        )
+    elif spec.num_experts:
         out.options["bf16_model_states"] = True
         out.notes.append(
             "the model states in bf16 (bf16_model_states: no fp32 master, Adam's moments in "
@@ -180,9 +207,20 @@ def torchtitan_pipeline(
     if "micro_batch" in stated or "global_batch_seqs" not in stated:
         return
     when = dated(row)
+    local = stated["global_batch_seqs"] // max(dp, 1)
+    sized = _LOCAL_BATCH.search(row_text(row))
+    if local >= 1 and (sized or (when is not None and when >= MICROBATCH_SIZE_ERA)):
+        out.parallel["micro_batch"] = 1
+        why = f"the text names {sized.group(0)!r}" if sized else "the text dates the run"
+        out.notes.append(
+            f"micro-batch 1: {local} micro-batches of the local batch {local} (global batch / "
+            "dp): torchtitan's pipeline_parallel_microbatch_size defaults to 1 and the "
+            "micro-batches are local_batch_size / it (pytorch/torchtitan#1073, Apr 2025; "
+            f"torchtitan/config/job_config.py 000204a4) ({why})"
+        )
+        return
     after = when is not None and when >= (2025, 1)
     count = pp * vpp if after else pp
-    local = stated["global_batch_seqs"] // max(dp, 1)
     if local % count == 0 and local >= count:
         out.parallel["micro_batch"] = local // count
         out.notes.append(
