@@ -470,7 +470,7 @@ def test_the_nemo_summary_mixtral_rows_read_their_moe_layouts() -> None:
     """The Mixtral rows of NeMo's 25.02 DGX-B200 and 25.04 DGX-GB200 performance summaries
     (5 Dec 2026, s17 hidden5): 8 experts, top-2, over EP 8 on the stated preset; the 8x22B
     rows at sequence 65536 with TP 2, PP 4 x VP 14, CP 8, micro-batch 1 of GBS 64."""
-    pairs = _no_setup_cases(lambda row_id: "MIXTRAL" in row_id, 4)
+    pairs = _no_setup_cases(lambda row_id: row_id.startswith("NEMO") and "MIXTRAL" in row_id, 4)
     for row, case in pairs:
         assert case.parallel is not None and case.model is not None
         assert case.system_source == ("b200" if "DGXB200" in row["id"] else "gb200-nvl72")
