@@ -22,9 +22,10 @@ Failures of the file system (read-only folder, full disk, a file where a folder 
 become one-line :class:`~stage_core.errors.ConfigError` messages naming the path; a part is
 either whole or absent, so a failed write never damages what was recorded before it.
 
-Layout: ``<out>/<study>/part-00000.parquet …`` plus ``_study.json`` (the study definition; the
-underscore and the dot of temporary files make Parquet readers of the folder skip them, so
-``pandas.read_parquet("<out>/<study>")`` works too).
+Layout: ``<out>/<study>/part-00000.parquet …`` plus ``_study.json`` (the study definition) and,
+for a two-stage study, ``_refined/part-*.parquet`` (:mod:`stage_explore.search.refine`); the
+underscores and the dot of temporary files make Parquet readers of the folder skip them, so
+``pandas.read_parquet("<out>/<study>")`` works too, one row per trial.
 Columns, in order: ``trial study status reason backend``; the parameters ``num_gpus dp tp pp
 cp ep sp zero recompute schedule vpp micro_batch pp_split dp_shard recompute_num_layers
 recompute_method precision fp8_recipe`` and one ``hw_*`` column per searched hardware parameter;

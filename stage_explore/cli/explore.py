@@ -206,16 +206,18 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
         f"({progress.rate_per_s:.1f} trials/s)"
     )
     refined = summary.refined
+    from stage_explore.search.refine import refined_folder
+
     if refined is not None and refined.total == 0:
         print(f"front: every point already re-evaluated with {refined.backend} (records: "
-              f"{summary.directory / 'refined'})")  # fmt: skip
+              f"{refined_folder(summary.directory)})")  # fmt: skip
     elif refined is not None:
         print(
             f"front re-evaluated with {refined.backend}: {refined.done} of "
             f"{counted(refined.total, 'point')} not refined before: {refined.ok} feasible, "
             f"{refined.failed} failed, "
             f"{refined.done - refined.ok - refined.failed} infeasible "
-            f"(records: {summary.directory / 'refined'})"
+            f"(records: {refined_folder(summary.directory)})"
         )
     if summary.stopped_by == "grid":
         for note in unreached_values(spec, summary.directory):

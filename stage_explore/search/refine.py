@@ -3,12 +3,19 @@
 With ``[backend] screen = "analytical"`` and ``name = "astra-sim"``, the search runs on the
 screening backend; when it ends, the Pareto front of the study's objectives (feasible points)
 is evaluated again with the named backend, on the same executor kind. Those records go to
-``<out>/<study>/refined/part-NNNNN.parquet`` with the screened trial's number, and
+``<out>/<study>/_refined/part-NNNNN.parquet`` with the screened trial's number, and
 :func:`~stage_explore.records.load_results` shows them beside the screening numbers as
 ``refined_*`` columns, so both numbers are in one row. Points already refined (a resumed study)
 are not evaluated again, unless their refinement was lost to an infrastructure failure (e.g.
 ASTRA-sim killed by the out-of-memory killer) after its retries: those are evaluated again, and
 the new row supersedes the old one.
+
+The folder's leading underscore makes Parquet readers of the study folder skip it, as they skip
+``_study.json`` (pyarrow's dataset discovery ignores names starting with ``_`` or ``.``), so
+``pandas.read_parquet("<out>/<study>")`` reads the screening rows once each. Before s25 the folder
+was ``refined``, which pyarrow walks into: 128 refined rows came back as a second row of their
+trials (s25 review). :func:`refined_folder` still reads such a study, and its next run moves the
+folder to the new name (:func:`move_legacy_refined`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from stage_explore.records import (
     part_files,
     read_records,
     records_schema,
+    storage_error,
 )
 from stage_explore.search.backends import BackendFactory
 from stage_explore.search.executors import BaseExecutor
@@ -40,8 +48,32 @@ from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp
 from stage_explore.study.spec import Direction, StudySpec
 
-REFINED_FOLDER = "refined"
+REFINED_FOLDER = "_refined"
+#: The refined records' folder of studies recorded before s25 (read, and renamed on a run).
+LEGACY_REFINED_FOLDER = "refined"
 _POLL_S = 0.2
+
+
+def refined_folder(directory: Path) -> Path:
+    """The folder of study ``directory``'s refined records: :data:`REFINED_FOLDER`, or the
+    :data:`LEGACY_REFINED_FOLDER` of a study recorded before s25 while it alone holds parts."""
+    current = directory / REFINED_FOLDER
+    legacy = directory / LEGACY_REFINED_FOLDER
+    if not current.exists() and part_files(legacy):
+        return legacy
+    return current
+
+
+def move_legacy_refined(directory: Path) -> None:
+    """Rename a pre-s25 study's ``refined`` folder to :data:`REFINED_FOLDER` (a run holds the
+    study's lock when it calls this), so Parquet readers of the study folder skip it."""
+    legacy = refined_folder(directory)
+    if legacy.name != LEGACY_REFINED_FOLDER:
+        return
+    try:
+        legacy.rename(directory / REFINED_FOLDER)
+    except OSError as error:
+        raise storage_error(legacy, error, f"the refined records as {REFINED_FOLDER}/") from None
 
 
 def _python(value: Any) -> Any:
@@ -60,7 +92,7 @@ def front_to_refine(spec: StudySpec, directory: Path, names: Sequence[str]) -> l
     }
     front = pareto_front(ok, objectives)
     done: set[int] = set()
-    refined = read_records(directory / REFINED_FOLDER)
+    refined = read_records(refined_folder(directory))
     if refined is not None:
         trials = refined.column("trial").to_pylist()
         statuses = refined.column("status").to_pylist()
@@ -90,6 +122,7 @@ def refine(
     """Re-evaluate the screened front with ``factory``; returns where that stands (``done``
     below ``total`` when ``should_stop`` ended it), also passed to ``on_progress`` when it
     starts and after each point."""
+    move_legacy_refined(directory)
     points = front_to_refine(spec, directory, names)
     started = time.monotonic()
     counts = {"done": 0, "ok": 0, "failed": 0}
@@ -105,7 +138,7 @@ def refine(
         on_progress(snapshot())
     job = EvaluationJob(study=spec, factory=factory, options=spec.backend.options)
     executor = RetryingExecutor(executor_factory(job), RetryPolicy(retries=spec.executor.retries))
-    writer = RecordWriter(directory / REFINED_FOLDER, records_schema(spec.name, spec.space))
+    writer = RecordWriter(refined_folder(directory), records_schema(spec.name, spec.space))
     by_key = {index: point for index, point in enumerate(points)}
     try:
         executor.submit([Candidate(key=k, params=p["params"]) for k, p in by_key.items()])
@@ -158,7 +191,7 @@ REFINED_COLUMNS = (
 
 def join_refined(frame: pd.DataFrame, folder: Path) -> pd.DataFrame:
     """``frame`` (one study's records) with the refined numbers as ``refined_*`` columns."""
-    refined_dir = folder / REFINED_FOLDER
+    refined_dir = refined_folder(folder)
     if not part_files(refined_dir):
         return frame
     table = read_records(refined_dir)

@@ -87,9 +87,9 @@ def test_the_front_is_re_evaluated_and_both_numbers_are_in_the_records(tmp_path:
 
 def test_resume_refines_nothing_twice(tmp_path: Path) -> None:
     run(tmp_path)
-    parts = sorted((tmp_path / "out" / "two-stage" / "refined").glob("part-*.parquet"))
+    parts = sorted((tmp_path / "out" / "two-stage" / "_refined").glob("part-*.parquet"))
     run(tmp_path, resume=True)
-    again = sorted((tmp_path / "out" / "two-stage" / "refined").glob("part-*.parquet"))
+    again = sorted((tmp_path / "out" / "two-stage" / "_refined").glob("part-*.parquet"))
     assert again == parts
 
 
@@ -153,3 +153,42 @@ def test_an_interrupt_while_refining_is_reported_and_resume_refines_the_rest(
     resumed = run(tmp_path, resume=True)
     assert not resumed.interrupted and resumed.refined is not None
     assert resumed.refined.done == resumed.refined.total == left
+
+
+def test_pandas_reads_a_two_stage_study_folder_one_row_per_trial(tmp_path: Path) -> None:
+    # s25 review: the refined records sat in <study>/refined/, which pyarrow's dataset reader
+    # walks into: pandas.read_parquet(<study>) returned each refined trial twice.
+    import pandas as pd
+
+    run(tmp_path)
+    folder = tmp_path / "out" / "two-stage"
+    frame = pd.read_parquet(folder)
+    assert not frame.trial.duplicated().any()
+    assert len(frame) == len(load_results(folder))
+
+
+def test_a_study_refined_before_s25_is_read_and_its_folder_renamed_on_resume(
+    tmp_path: Path,
+) -> None:
+    run(tmp_path)
+    folder = tmp_path / "out" / "two-stage"
+    (folder / "_refined").rename(folder / "refined")  # the layout before s25
+    before = load_results(folder)
+    assert before.refined_status.notna().any()
+    again = run(tmp_path, resume=True).refined
+    assert again is not None and again.total == 0  # nothing refined twice
+    assert not (folder / "refined").exists() and (folder / "_refined").is_dir()
+    after = load_results(folder)
+    assert after.refined_step_time_s.equals(before.refined_step_time_s)
+
+
+def test_stage_explore_names_the_folder_the_refined_records_are_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stage_explore.cli import main
+
+    (tmp_path / "study.toml").write_text(two_stage_text())
+    assert main(["explore", str(tmp_path / "study.toml"), "--out", str(tmp_path / "out")]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("front "))
+    named = Path(line.rsplit("(records: ", 1)[1].rstrip(")"))
+    assert named == tmp_path / "out" / "two-stage" / "_refined" and named.is_dir()
