@@ -455,7 +455,7 @@ class Explorer:
             reason = structural_reason(proposal.params, spec.workload, spec.constraints)
             if reason is not None:
                 self._cache[proposal.key] = Outcome(
-                    status=TrialStatus.INFEASIBLE, reason=reason, backend=spec.backend.name
+                    status=TrialStatus.INFEASIBLE, reason=reason, backend=spec.backend.search_name
                 )
                 return
             candidate = Candidate(key=next(keys), params=dict(proposal.params))

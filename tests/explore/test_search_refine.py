@@ -192,3 +192,16 @@ def test_stage_explore_names_the_folder_the_refined_records_are_in(
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("front "))
     named = Path(line.rsplit("(records: ", 1)[1].rstrip(")"))
     assert named == tmp_path / "out" / "two-stage" / "_refined" and named.is_dir()
+
+
+def test_structurally_impossible_screening_points_name_the_screening_backend(
+    tmp_path: Path,
+) -> None:
+    # s25 review: a point refused before any evaluation (tp·pp·cp not dividing the GPUs) was
+    # recorded with the refining backend's name, which never saw it.
+    run(tmp_path)
+    frame = load_results(tmp_path / "out" / "two-stage")
+    structural = frame[frame.reason.str.contains("does not divide", na=False)]
+    assert len(structural) > 0
+    assert set(structural.backend) == {support.BACKEND}  # the [backend] screen, as written
+    assert "synthetic-refined" not in set(frame.backend)
