@@ -9,11 +9,12 @@ Contents:
   (:data:`IGNORED_KEYS`), or a one-line :class:`ConfigError` naming it.
 
 Mapping (all types): ``hidden_size``, ``intermediate_size`` (the dense FFN; Mixtral's experts),
-``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads`` (default: MHA),
+``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads`` (absent or null: MHA),
 ``head_dim`` (optional), ``vocab_size``, ``max_position_embeddings``, ``tie_word_embeddings``
 (default false), ``attention_bias``/``mlp_bias`` (must agree), ``attention_dropout``,
 ``hidden_act`` (``silu`` for the gated SwiGLU types, ``relu2`` — squared ReLU, not gated — for
-Nemotron), ``rms_norm_eps`` (RMSNorm; otherwise LayerNorm, e.g. Nemotron's ``norm_eps``). The
+Nemotron); the norm by ``model_type`` (Nemotron's LayerNorm, RMSNorm for the others, with or
+without ``rms_norm_eps``: only its epsilon, which the modelling code defaults). The
 training sequence is ``rope_scaling.original_max_position_embeddings`` when the context was
 extended after pre-training, else ``max_position_embeddings``. MoE: ``num_local_experts``
 (Mixtral) or ``num_experts`` (Qwen3-MoE), ``num_experts_per_tok``, ``moe_intermediate_size``
@@ -70,6 +71,11 @@ _ACTIVATIONS: Mapping[str, tuple[str, Activation]] = MappingProxyType(
     }
 )
 _QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
+#: Types whose blocks use LayerNorm (Nemotron's ``NemotronLayerNorm1P``, epsilon ``norm_eps``);
+#: the others' modelling code uses RMSNorm whether or not the config states ``rms_norm_eps``
+#: (its epsilon; the config class defaults it). Before s25 a config without that key was read
+#: as LayerNorm (s25 review).
+_LAYERNORM_TYPES = frozenset({"nemotron"})
 #: Types with a learned attention sink per head (GPT-OSS; ``sinks`` in its modelling code).
 _SINK_TYPES = frozenset({"gpt_oss"})
 #: GPT-OSS keys: ``experts_per_token`` (= ``num_experts_per_tok``); the clamp of its SwiGLU
@@ -140,12 +146,22 @@ def _read(path: Path) -> dict[str, Any]:
     return config
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, with a list's or object's length, so
+    an error quoting a per-layer list or a nested config stays one readable line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} entries)" if isinstance(value, (list, dict)) else ""
+    return f"{text[:limit]}…{size}"
+
+
 def _int(config: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if value is None:
         raise ConfigError(f"{where}: missing key {key!r}")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{where}: {key!r} must be an integer, but got {key}={value!r}")
+        raise ConfigError(f"{where}: {key!r} must be an integer, but got {key}={shown(value)}")
     return value
 
 
@@ -173,6 +189,22 @@ def probability(config: Mapping[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
+def kv_heads(config: Mapping[str, Any], where: str, heads: int) -> int:
+    """``num_key_value_heads``: absent or null, ``heads`` (multi-head attention, as the Hugging
+    Face config classes read ``None``: LlamaConfig's "if num_key_value_heads is None:
+    num_key_value_heads = num_attention_heads"); else an integer >= 1. Before s25 a null was
+    "missing key" and a 0 silently became ``heads`` (ModelSpec's "derive when 0"; s25 review)."""
+    value = config.get("num_key_value_heads")
+    if value is None:
+        return heads
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{where}: 'num_key_value_heads' must be an integer >= 1 (or null: one per attention "
+            f"head), but got num_key_value_heads={value!r}"
+        )
+    return value
+
+
 def prefixed(error: ConfigError, where: str) -> ConfigError:
     """``error`` with ``where`` in front, once (a key reader's error already names it)."""
     text = str(error)
@@ -180,7 +212,23 @@ def prefixed(error: ConfigError, where: str) -> ConfigError:
 
 
 def _unmappable(where: str, key: str, value: Any, why: str) -> ConfigError:
-    return ConfigError(f"{where}: cannot map key {key!r} (= {value!r}): {why}")
+    return ConfigError(f"{where}: cannot map key {key!r} (= {shown(value)}): {why}")
+
+
+def _text_config_hint(config: Mapping[str, Any]) -> str:
+    """For a multimodal config (LLaVA, Mllama, Gemma 3, Qwen2.5-VL …) whose language model is
+    its ``text_config`` object: what to do, since STAGE models the language model alone and
+    reading that part silently would leave the vision tower out of every count."""
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        return ""
+    inner = text.get("model_type")
+    if inner in HF_FAMILIES or inner == "nemotron_h":
+        return (
+            f" (a multimodal config: its language model is the `text_config` object, model_type "
+            f"{inner!r}; to model that model alone, save that object as its own config.json)"
+        )
+    return f" (a multimodal config whose `text_config` has model_type {inner!r}, not modelled)"
 
 
 def _check_keys(config: Mapping[str, Any], where: str, model_type: str) -> None:
@@ -296,7 +344,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
                 f"{where}: no `model_type` key; expected a Hugging Face config.json whose "
                 f"model_type is one of: {supported}"
             )
-        raise ConfigError(f"{where}: unsupported model_type {model_type!r}; supported: {supported}")
+        raise ConfigError(
+            f"{where}: unsupported model_type {model_type!r}{_text_config_hint(config)}; "
+            f"supported: {supported}"
+        )
     _check_keys(config, where, model_type)
     attention_bias = flag(config, "attention_bias", where)
     if flag(config, "mlp_bias", where, attention_bias) != attention_bias:
@@ -332,7 +383,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             hidden=_int(config, "hidden_size", where),
             ffn=ffn,
             heads=heads,
-            kv_heads=_int(config, "num_key_value_heads", where, heads),
+            kv_heads=kv_heads(config, where, heads),
             head_dim=(
                 _int(config, "qk_nope_head_dim", where)
                 if model_type in _DEEPSEEK_TYPES
@@ -341,7 +392,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             vocab=_int(config, "vocab_size", where),
             seq_len=seq_len,
             max_position=max_position,
-            norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
+            norm=Norm.LAYERNORM if model_type in _LAYERNORM_TYPES else Norm.RMSNORM,
             activation=_ACTIVATIONS[model_type][1],
             position=Position.ROTARY,
             dropout=probability(config, "attention_dropout", where) > 0.0,

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stage_core.errors import ConfigError
-from stage_core.models.hf import flag, prefixed, probability
+from stage_core.models.hf import flag, kv_heads, prefixed, probability
 from stage_core.models.layers import parse_kind
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
 
@@ -147,7 +147,7 @@ def nemotron_h_spec(config: Mapping[str, Any], where: str, name: str) -> ModelSp
             hidden=_int(config, "hidden_size", where),
             ffn=_int(config, "intermediate_size", where),
             heads=heads,
-            kv_heads=_int(config, "num_key_value_heads", where, heads),
+            kv_heads=kv_heads(config, where, heads),
             head_dim=head_dim,
             vocab=_int(config, "vocab_size", where),
             seq_len=_int(config, "max_position_embeddings", where),

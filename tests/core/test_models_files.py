@@ -153,7 +153,11 @@ def test_hf_mixtral_config_maps_to_the_flavor(tmp_path: Path) -> None:
     ("changes", "expected"),
     [
         ({"num_key_value_heads": None}, {"kv_heads": 32}),
-        ({"rms_norm_eps": None}, {"norm": Norm.LAYERNORM}),
+        # s25 review: a Llama config without rms_norm_eps was read as LayerNorm; the key is
+        # only the epsilon (LlamaConfig defaults it), the block's norm is RMSNorm regardless
+        ({"rms_norm_eps": None}, {"norm": Norm.RMSNORM}),
+        ({"model_type": "nemotron", "hidden_act": "relu2", "rms_norm_eps": None,
+          "norm_eps": 1e-5}, {"norm": Norm.LAYERNORM}),  # fmt: skip
         ({"tie_word_embeddings": True}, {"tied_embeddings": True}),
         ({"head_dim": 64}, {"head_dim": 64}),
         ({"attention_bias": True, "mlp_bias": True}, {"bias": True}),
