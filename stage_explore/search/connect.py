@@ -86,11 +86,20 @@ def local_token_auth() -> bool:
 
 
 def _host_port(address: str) -> tuple[str, int]:
-    """The host and port of ``HOST:PORT`` or ``ray://HOST:PORT``; a ConfigError otherwise."""
+    """The host and port of ``HOST:PORT`` or ``ray://HOST:PORT``; a ConfigError otherwise
+    (another scheme, e.g. the dashboard's ``http://HOST:8265``, was looked up as a host name
+    ``'http://HOST'``: "not found", s25 review)."""
     bare = address.removeprefix("ray://")
+    scheme, separator, _ = bare.partition("://")
+    if separator:
+        raise ConfigError(
+            f"--address {address}: {scheme}:// is not a Ray cluster address; expected HOST:PORT "
+            "(the head node's GCS port, 6379 by default) or ray://HOST:PORT (Ray Client, 10001 "
+            "by default); http://HOST:8265 is the dashboard's (Ray Jobs), not a cluster's"
+        )
     host, _, port = bare.rpartition(":")
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or host != host.strip() or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(
             f"--address {address}: expected HOST:PORT, ray://HOST:PORT, auto or local"
         )

@@ -156,9 +156,21 @@ def test_an_address_that_answers_but_is_not_ray_is_a_bounded_wait_too() -> None:
     )
 
 
-@pytest.mark.parametrize("address", ["nonsense", "host:port", "10.0.0.1:99999", ":6379"])
+# s25 review: " 10.0.0.1:6379" (a stray space) was looked up as the host name " 10.0.0.1"
+@pytest.mark.parametrize(
+    "address", ["nonsense", "host:port", "10.0.0.1:99999", ":6379", " 10.0.0.1:6379"]
+)
 def test_a_malformed_address_is_a_config_error(address: str) -> None:
     with pytest.raises(ConfigError, match="expected HOST:PORT, ray://HOST:PORT, auto or local"):
+        wait_for_address(address, 1.0)
+
+
+@pytest.mark.parametrize("address", ["http://10.0.0.1:8265", "gcs://10.0.0.1:6379",
+                                     "ray://http://10.0.0.1:10001"])  # fmt: skip
+def test_an_address_of_another_scheme_is_named_so(address: str) -> None:
+    # s25 review: the dashboard's http://HOST:8265 was "host 'http://10.0.0.1' not found"
+    scheme = address.removeprefix("ray://").split("://")[0]
+    with pytest.raises(ConfigError, match=f"{scheme}:// is not a Ray cluster address; expected"):
         wait_for_address(address, 1.0)
 
 
