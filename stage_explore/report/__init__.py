@@ -51,6 +51,8 @@ _SHOWN_OFF_DEFAULT = ("precision",)
 _SERVING_SHOWN = ("time_to_first_token_s", "time_per_output_token_s", "tokens_per_s_per_gpu")
 _LOST = "infrastructure_failed"
 _STATUSES = ("ok", "infeasible", "failed", _LOST)
+#: What a table of feasible trials says when there is none (the reasons are listed above it).
+NO_FEASIBLE = "no feasible trial (the reasons are above)"
 #: A number in a reason (``95.38``, ``1,024``, ``pp=32``'s 32): reasons differing only there
 #: are one kind of reason in the report.
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
@@ -173,6 +175,9 @@ class Report:
         for metric, rows in self.best.items():
             direction = dict(self.objectives)[metric]
             word = "lowest" if direction is Direction.MIN else "highest"
+            if rows.empty:  # s25 review: a header over no row, as if the table were cut off
+                lines += ["", f"best by {display(metric).label}: {NO_FEASIBLE}"]
+                continue
             lines += ["", f"best by {display(metric).label}, {word} first:", self.table(rows)]
         if "refined_status" in self.frame and self.frame["refined_status"].notna().any():
             refined = self.frame[self.frame["refined_status"].notna()]
@@ -187,11 +192,11 @@ class Report:
             names = " and ".join(
                 f"{display(name).label} [{direction}]" for name, direction in self.objectives
             )
-            lines += [
-                "",
-                f"Pareto front of {names}: {counted(len(self.front), 'configuration')}",
-                self.table(self.front),
-            ]
+            front = counted(len(self.front), "configuration")
+            if self.front.empty:
+                lines += ["", f"Pareto front of {names}: {NO_FEASIBLE}"]
+            else:
+                lines += ["", f"Pareto front of {names}: {front}", self.table(self.front)]
         return "\n".join(lines)
 
 

@@ -42,6 +42,26 @@ def _label(name: str, scale: str) -> str:
     return display(name).label + (", log scale" if scale == "log" else "")
 
 
+def _no_feasible(report: Report, stem: Path, suffix: str) -> Path:
+    """An image that says the study has no feasible trial to plot."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 2), dpi=100)
+    axes = figure.add_subplot()
+    axes.set_axis_off()
+    axes.set_title(f"study {report.study}")
+    axes.text(0.5, 0.5, f"no feasible trial: every trial is {_statuses(report)}",
+              ha="center", va="center", transform=axes.transAxes)  # fmt: skip
+    path = stem.with_name(stem.name + suffix)
+    figure.savefig(path, format="png")
+    return path
+
+
+def _statuses(report: Report) -> str:
+    counts = report.frame["status"].value_counts()
+    return " or ".join(str(status) for status in counts.index) or "missing"
+
+
 def write_images(report: Report, stem: Path) -> list[Path]:
     """Write the report's PNG images next to ``stem``; the paths written."""
     from matplotlib.figure import Figure
@@ -51,6 +71,11 @@ def write_images(report: Report, stem: Path) -> list[Path]:
     y_name, x_name = (rest[0][0], x_name) if rest else (x_name, "trial")
     written = []
 
+    if ok.empty:  # s25 review: empty axes from -0.04 to 0.04 with a legend of nothing
+        return [
+            _no_feasible(report, stem, "-front.png"),
+            _no_feasible(report, stem, "-convergence.png"),
+        ]
     figure = Figure(figsize=(7, 4.5), dpi=100)
     axes = figure.add_subplot()
     xs, ys = _shown(ok, x_name), _shown(ok, y_name)

@@ -162,3 +162,27 @@ def test_explore_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "best by step time (s)" in printed and f"wrote {html}" in printed
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "no trial records" in capsys.readouterr().err
+
+
+def test_a_study_without_a_feasible_trial_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s25 review: the text report printed each table's header over no row, and the front
+    # image empty axes from -0.04 to 0.04 with a legend of points that were not there
+    spec = parse_study(support.study_text(trials=12, options="capacity_gib = 0.001",
+                                          objectives='step_time_s = "min"\nmfu = "max"'),
+                       tmp_path / "s.toml")  # fmt: skip
+    folder = explore(spec, out=tmp_path / "out", executor_factory=support.InlineExecutor).directory
+    report = build_report(folder)
+    assert report.counts()["ok"] == 0
+    text = report.text()
+    assert "best by step time (s): no feasible trial (the reasons are above)" in text
+    assert "[max]: no feasible trial (the reasons are above)" in text
+    assert "trial  " not in text  # no table header without rows
+    assert "infeasible ×" in text
+    written = write_html(report, tmp_path / "r.html")
+    assert len(written) == 3 and all(path.stat().st_size > 0 for path in written)
+    import matplotlib.image
+
+    front = matplotlib.image.imread(str(tmp_path / "r-front.png"))
+    assert front.shape[0] == 200  # the 7 × 2 in notice, not the 7 × 4.5 in axes
