@@ -23,8 +23,11 @@ over the slots' time in pairs; :func:`grid_factor` divides it by the same effici
 benchmark grid the kernel's figures were measured on — flash-attention's
 ``benchmarks/benchmark_flash_attention.py`` (and the FA2 / FA3 papers' §4.1): 16,384 tokens
 (``batch = 16384 // seqlen``), hidden 2,048 (``heads = 2048 // head_dim``) — so a full grid
-keeps the preset's fraction and a short one loses what its last wave leaves idle. No fitted
-constant: tile sizes, CTAs per SM and SM counts only.
+keeps the preset's fraction and a short one loses what its last wave leaves idle. The factor
+can also exceed 1: the benchmark's own grid is short at long sequences (16 (batch, head) pairs at
+16,384 keys), so a call with more pairs fills its waves better than the figure's measurement did
+(FlashAttention-2's causal forward at head dim 128, 1,024 pairs of 16,384 keys: 1.158 on 132
+SMs, 1.128 on 108). No fitted constant: tile sizes, CTAs per SM and SM counts only.
 
 **Split-KV.** FlashAttention-2's ``mha_fwd`` splits the keys when the grid is short
 (``set_params_splitkv`` → ``num_splits_heuristic``, dropout 0): :func:`fa2_splits`; the split
@@ -256,7 +259,9 @@ def grid_factor(
     backward: bool,
 ) -> float:
     """The grid's efficiency over the benchmark grid's at the same keys (``queries = keys``):
-    1 for a full grid, less for a short one; 1 when ``family`` has no launch model."""
+    1 for the benchmark's grid, less for a shorter one, more than 1 for a grid whose waves are
+    fuller than the benchmark's (module docstring); 1 when ``family`` has no launch model or a
+    size is 0."""
     launch = attention_launch(family, head_dim, causal, backward)
     if launch is None or min(batch_heads, queries, keys) <= 0:
         return 1.0
