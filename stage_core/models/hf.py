@@ -289,8 +289,11 @@ def _first_k_dense(config: Mapping[str, Any], where: str) -> int:
 
 def _deepseek_fields(config: Mapping[str, Any], where: str, ffn: int) -> dict[str, Any]:
     """Latent attention and DeepSeek MoE (module docstring)."""
+    if _int(config, "v_head_dim", where) < 1:  # ModelSpec's 0 is "head_dim" (s25 review)
+        raise _unmappable(where, "v_head_dim", config["v_head_dim"], "a value head width: >= 1")
+    query = config.get("q_lora_rank")  # null: the queries have no latent (DeepSeek-V2-Lite)
     fields: dict[str, Any] = {
-        "q_lora_rank": config.get("q_lora_rank") or 0,
+        "q_lora_rank": 0 if query is None else _int(config, "q_lora_rank", where),
         "kv_lora_rank": _int(config, "kv_lora_rank", where),
         "qk_rope_head_dim": _int(config, "qk_rope_head_dim", where),
         "v_head_dim": _int(config, "v_head_dim", where),

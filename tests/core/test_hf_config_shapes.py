@@ -83,3 +83,26 @@ def test_a_per_layer_list_is_quoted_short(tmp_path: Path) -> None:
     text = str(error.value)
     assert "'intermediate_size' must be an integer" in text and "(32 entries)" in text
     assert len(text) < 200 + len(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # a 0 was ModelSpec's "derive": v_head_dim 0 became head_dim (128) without a word
+        ({"v_head_dim": 0}, "cannot map key 'v_head_dim' (= 0): a value head width: >= 1"),
+        ({"v_head_dim": -2}, "cannot map key 'v_head_dim' (= -2): a value head width: >= 1"),
+        # false was read as "no query latent" (false or 0)
+        ({"q_lora_rank": False}, "'q_lora_rank' must be an integer, but got q_lora_rank=False"),
+    ],
+)
+def test_latent_attention_widths_are_counts(
+    tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    deepseek = {
+        **LLAMA, "model_type": "deepseek_v3", "num_key_value_heads": 32, "q_lora_rank": 1536,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    }  # fmt: skip
+    assert load(tmp_path, deepseek).v_head_dim == 128
+    assert load(tmp_path, {**deepseek, "q_lora_rank": None}).q_lora_rank == 0
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(tmp_path, {**deepseek, **changes})
