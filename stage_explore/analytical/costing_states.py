@@ -139,7 +139,7 @@ class StateCosting:
             lambda: non_fp8_sync(point.workload, kind, block),
         )
 
-    def _optimizer_s(self, point: Point, params: int) -> float:
+    def optimizer_s(self, point: Point, params: int) -> float:
         """The optimizer step over this rank's ``params``
         (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
         accelerator, dtype = point.system.accelerator, point.dtype

@@ -172,7 +172,7 @@ class StagePlanning(AmaxCosting):
             exposed_s=tuple(sorted(exposed.items())),
             states_bytes=states_bytes,
             buffers_bytes=self._held_bytes(point, signature, gathered_bytes),
-            optimizer_s=self._optimizer_s(point, params),
+            optimizer_s=self.optimizer_s(point, params),
             input_grad_s=tuple(p.input_grad_s for p in parts if p.input_grad_s is not None),
             pending_bytes=tuple(p.pending_bytes for p in parts if p.input_grad_s is not None),
             pair_s=pair_table(

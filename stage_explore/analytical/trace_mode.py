@@ -137,7 +137,7 @@ class ProgramTimingModel(BaseTimingModel[float]):
     from (its stage and :attr:`~stage_core.lower.program_node.ProgramNode.source`): a block
     phase's instruction by that phase's program and timers, ZeRO collectives by the backend's
     ``_zero_time``, gradient synchronisation and a parameter bucket's all-gather (its bytes)
-    by its α–β ``_collective_time``, the optimizer by ``_optimizer_s``, pipeline transfers as
+    by its α–β ``_collective_time``, the optimizer by ``optimizer_s``, pipeline transfers as
     the levelled ``_transfer`` holds and delays them, ring-attention messages by the ring's α–β
     time of one step. Nodes are known by identity (the objects :func:`trace_step` built); any
     other node is a ConfigError."""
@@ -164,7 +164,7 @@ class ProgramTimingModel(BaseTimingModel[float]):
     def compute(self, node: TraceNode) -> float:
         costs, (kind, phase, index) = self._source(node)
         if phase == OPTIMIZER:
-            return costs.backend._optimizer_s(costs.point, self._params[costs.stage])
+            return costs.backend.optimizer_s(costs.point, self._params[costs.stage])
         program, added_s, _ = costs.program(kind, phase)
         emitted, at = costs.emitted(kind, phase)
         seconds = program.compute_s(program.instrs[emitted.origin[index]])

@@ -83,7 +83,7 @@ def kernel_seconds(
             if phase == OPTIMIZER:
                 if params is None:
                     params = trace_params(backend, point, programs, stage_program)
-                by_id[node.id] = backend._optimizer_s(point, params)
+                by_id[node.id] = backend.optimizer_s(point, params)
             elif phase in ("fwd", "bwd"):
                 block = point.blocks[kind]
                 instrs = block.fwd if phase == "fwd" else block.bwd
