@@ -36,6 +36,7 @@ from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
     cast_shards,
     fp8_gathered,
+    nccl_fp8_gathered,
     te_fp8_linear,
 )
 from stage_explore.analytical.fp8_roles import (
@@ -296,9 +297,10 @@ class ComputeCosting:
         """``(phase, tensor)`` of block ``kind``'s tensor-parallel all-gathers that carry FP8
         data: an FP8 run under Transformer Engine's userbuffers overlap (``tp_comm_overlap``,
         not PyTorch's async TP) gathers its FP8 linear layers' quantized inputs
-        (:mod:`~stage_explore.analytical.fp8_gather`), and so does torchao's Float8 tensor
-        parallelism (``float8_tp``, the ``tensorwise`` recipe) with or without async TP;
-        empty otherwise."""
+        (:mod:`~stage_explore.analytical.fp8_gather`), so does Transformer Engine's NCCL
+        sequence-parallel gather without userbuffers (``te_sp_fp8_gather``; under ``mxfp8`` not
+        the output gradients) and torchao's Float8 tensor parallelism (``float8_tp``, the
+        ``tensorwise`` recipe) with or without async TP; empty otherwise."""
         if point.dtype != "fp8":
             return frozenset()
         return self.fp8_tp_gathered(point.workload.parallel, point.blocks[kind])
@@ -313,11 +315,14 @@ class ComputeCosting:
         framework = self.framework
         torchao = framework.float8_tp and parallel.linear_recipe in FLOAT8_TP_RECIPES
         userbuffers = framework.tp_comm_overlap and not framework.micro_pipeline_tp
-        if not parallel.quantized or not (torchao or userbuffers) or not fp8_block(str(block.kind)):
+        nccl = framework.te_sp_fp8_gather and not framework.tp_comm_overlap and not torchao
+        quantized = parallel.quantized and fp8_block(str(block.kind))
+        if not quantized or not (torchao or userbuffers or nccl):
             return frozenset()
         weights = frozenset(weight.name for weight in block.weights)
         instrs = self._timed_instrs(block, weights)
-        return fp8_gathered(instrs, weights, parallel.fp8_gemms, parallel.linear_recipe)
+        gathered = fp8_gathered(instrs, weights, parallel.fp8_gemms, parallel.linear_recipe)
+        return nccl_fp8_gathered(gathered, parallel.linear_recipe) if nccl else gathered
 
     def _timed_instrs(self, block: BoundBlock, weights: frozenset[str]) -> tuple[Instr, ...]:
         """A block's forward and backward instructions as the profile's GEMMs run them (one

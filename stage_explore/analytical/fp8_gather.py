@@ -1,5 +1,5 @@
-"""Transformer Engine's userbuffers all-gathers of FP8 linear-layer inputs: under an FP8 recipe
-with tensor-parallel communication overlap the layer quantizes its local (sequence-parallel)
+"""Transformer Engine's all-gathers of FP8 linear-layer inputs, userbuffers' or NCCL's: under an
+FP8 recipe with sequence parallelism the layer quantizes its local (sequence-parallel)
 shard and gathers the FP8 data, so the all-gather moves 1 byte per element (plus the block scales
 under MXFP8) and the row-wise cast runs on the 1/tp local shard, not on the gathered tensor (a
 column-wise copy for the weight-gradient GEMM is left as the model had it, on the gathered
@@ -31,12 +31,28 @@ shard to FP8 before the forward all-gather, and ``Float8RowwiseParallel``, whose
 ``_NoopFwToFloat8BwDynamic`` casts the output gradient before the backward's
 (``torchao/float8/float8_tensor_parallel.py``); the reduce-scatters stay 16-bit.
 
+Transformer Engine does the same without userbuffers (``te_sp_fp8_gather``; 6 Dec 2026, s25
+tegather): TE 1.x ``LayerNormLinear`` writes its norm output as ``torch.uint8`` and gathers it,
+``Linear`` casts then gathers, and ``grad_output_preprocess`` casts the output gradient then
+gathers it (NVIDIA/TransformerEngine 3ec87875 ``module/layernorm_linear.py``,
+``module/linear.py``, ``module/base.py``); TE 2.x ``gather_along_first_dim(..., quantizer=...)``
+quantizes the local shard and gathers the FP8 data (per-tensor recipes: ``_data`` only, the
+scale assumed identical across ranks; ``mxfp8``: data and E8M0 scales of each usage asked;
+negvet/TransformerEngine dbe1dd82 ``distributed.py``), called on the input in the forward, on
+the saved FP8 shard for wgrad and on the output gradient (3b3ec9bc ``module/linear.py``). The
+output gradient's quantizer there asks for row- and column-wise usage, both gathered under
+``mxfp8`` (2 x (1 + 1/32) B per element, no fewer than 16-bit): those gathers stay 16-bit
+here (:func:`nccl_fp8_gathered`); a per-tensor recipe gathers the row-wise data and transposes
+it after.
+
 Which all-gathers: a tensor-parallel all-gather of a decoder layer whose gathered tensor, in
 that phase, is read only by FP8 GEMMs of Transformer Engine linear layers (not the experts',
 whose communication is never userbuffers', nor the router's) — the six above when the forward,
-dgrad and wgrad GEMMs all run in FP8. Not modelled: the non-userbuffers sequence-parallel
-gathers (TE's ``gather_along_first_dim`` with a quantizer), and MXFP8's separate scale
-all-gather call (its bytes ride on the data's collective).
+dgrad and wgrad GEMMs all run in FP8. Not modelled: MXFP8's separate scale all-gather call
+(its bytes ride on the data's collective); the ``blockwise`` recipe's NCCL gathers (TE 2.x
+``_all_gather_fp8_blockwise``: FP8 data and FP32 scales in the compact format; they stay
+16-bit here, as under userbuffers, which refuse that quantizer); MXFP8's both-usage output
+gradient gathers at their 2 x (1 + 1/32) B per element (left at 16-bit's 2 B).
 """
 
 from __future__ import annotations
@@ -83,6 +99,22 @@ def fp8_gathered(
         if readers and all(te_fp8_linear(r, weights, gemms) for r in readers):
             gathered.add((instr.phase, name))
     return frozenset(gathered)
+
+
+#: Recipes whose output gradients Transformer Engine gathers, outside userbuffers, with both
+#: their row- and column-wise copies (``_all_gather_mxfp8`` for each usage the quantizer asks).
+BOTH_USAGE_GRAD_GATHERS = frozenset({"mxfp8"})
+
+
+def nccl_fp8_gathered(
+    gathered: Collection[tuple[str, str]], recipe: str
+) -> frozenset[tuple[str, str]]:
+    """``gathered`` (:func:`fp8_gathered`) as Transformer Engine's NCCL sequence-parallel
+    gathers carry them (module docstring): under a recipe of :data:`BOTH_USAGE_GRAD_GATHERS`
+    without the output gradients (``d.`` tensors), which move no fewer bytes than 16-bit."""
+    if recipe not in BOTH_USAGE_GRAD_GATHERS:
+        return frozenset(gathered)
+    return frozenset((phase, name) for phase, name in gathered if not name.startswith("d."))
 
 
 def te_fp8_linear(instr: Instr, weights: Collection[str], gemms: Collection[str]) -> bool:

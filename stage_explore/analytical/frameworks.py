@@ -155,6 +155,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # Float8CurrentScalingQuantizer::quantize_impl; module/linear.py
             # _customize_quantizers_float8_current_scaling)
             te_current_scaling=True,
+            # without --tp-comm-overlap, TE's NCCL sequence-parallel gathers carry FP8 too: TE 1.x
+            # LayerNormLinear writes the norm output as uint8 and gathers it, Linear casts then
+            # gathers, grad_output_preprocess casts then gathers (NVIDIA/TransformerEngine
+            # 3ec87875 module/layernorm_linear.py, module/linear.py, module/base.py); TE 2.x
+            # gather_along_first_dim(..., quantizer=...) quantizes the local shard first
+            # (negvet/TransformerEngine dbe1dd82 distributed.py, 3b3ec9bc module/linear.py)
+            te_sp_fp8_gather=True,
             # transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs
             # of the received tokens by local expert, and back before the combine all-to-all
             moe_sort_chunks=True,

@@ -26,6 +26,13 @@ Options (all booleans unless said):
   / ``Float8RowwiseParallel`` / ``PrepareFloat8ModuleInput``, TorchTitan's
   ``enable_float8_tensorwise_tp``), the input cast on the local shard
   (:mod:`~stage_explore.analytical.fp8_gather`). Off: 16-bit gathers unless userbuffers.
+- ``te_sp_fp8_gather`` — without userbuffers, Transformer Engine's sequence-parallel
+  all-gathers (NCCL, ``gather_along_first_dim``) of FP8 linear layers' inputs, output gradients
+  and saved inputs carry the FP8 data the layer quantized on its local shard, as under
+  userbuffers; under ``mxfp8`` the output gradients are gathered with both their row- and
+  column-wise copies, no fewer bytes than 16-bit, so they stay 16-bit here
+  (:mod:`~stage_explore.analytical.fp8_gather`, "TE 2.x's FP8 sequence-parallel gather" in
+  docs/analytical.md). Off: a framework whose linear layers are not Transformer Engine's.
 - ``funcol_seq_copies`` — DTensor's sequence-parallel all-gathers and reduce-scatters over
   ``tp`` gather / scatter on the sequence dim (``Shard(1)``), which NCCL cannot: PyTorch's
   functional collectives copy the whole gathered tensor (``torch.cat(torch.chunk(res,
@@ -120,6 +127,7 @@ TP_FLAGS: dict[str, str] = {
     "tp_async_grad_allreduce": "Megatron --async-tensor-model-parallel-allreduce (no SP)",
     "tp_saves_gathered_input": "DTensor TP + SP: a linear saves its all-gathered input",
     "float8_tp": "torchao Float8 TP (enable_float8_tensorwise_tp): FP8 all-gathers",
+    "te_sp_fp8_gather": "TE gather_along_first_dim(quantizer=...): FP8 SP all-gathers (NCCL)",
     "funcol_seq_copies": "DTensor SP funcol all-gather / reduce-scatter cat copies (dim 1)",
     "ub_bulk_sm_margin": "TE userbuffers bulk overlap set_sm_margin (ub_tp_comm_overlap_cfg)",
     "ub_pipeline_sm_margin": "TE userbuffers pipelined overlap set_sm_margin (TE >= #1067)",
@@ -148,6 +156,7 @@ class TensorParallelOptions:
     tp_async_grad_allreduce: bool = False  # backward tp all-reduces on the path (2021)
     tp_saves_gathered_input: bool = False  # the sequence shard saved, gathered again (Megatron)
     float8_tp: bool = False  # tensor-parallel gathers 16-bit but under userbuffers
+    te_sp_fp8_gather: bool = False  # no Transformer Engine linears: 16-bit NCCL SP gathers
     funcol_seq_copies: bool = False  # sequence-dim-first SP collectives (no layout copies)
     ub_bulk_sm_margin: bool = True  # TE's default: bulk-overlapped GEMMs on sm - 16 SMs
     ub_pipeline_sm_margin: bool = True  # TE's default: pipelined GEMM chunks on sm - 16 SMs

@@ -70,11 +70,12 @@ def test_mxfp8_gathers_carry_their_scales_and_blockwise_stays_16_bit() -> None:
     assert blockwise == bf16  # Float8BlockQuantizer: unsupported by userbuffers' all-gather
 
 
-def test_only_userbuffers_and_only_fp8_gemm_inputs() -> None:
+def test_only_fp8_linear_gathers_and_only_fp8_gemm_inputs() -> None:
     bf16 = _layer_gathers(_parallel())
     fp8 = dict(precision="fp8", fp8_recipe="delayed")
-    plain = _layer_gathers(_parallel(), tp_comm_overlap=False)  # NCCL: its own bytes
-    assert _layer_gathers(_parallel(**fp8), tp_comm_overlap=False) == plain
+    no_te = dict(tp_comm_overlap=False, te_sp_fp8_gather=False)  # NCCL gathers, not TE's
+    plain = _layer_gathers(_parallel(), **no_te)
+    assert _layer_gathers(_parallel(**fp8), **no_te) == plain
     fprop_only = _layer_gathers(_parallel(**fp8, fp8_gemms=("fprop",)))
     for (phase, name), size in fprop_only.items():
         assert size * (2 if phase == "fwd" else 1) == bf16[phase, name], (phase, name)
@@ -82,15 +83,14 @@ def test_only_userbuffers_and_only_fp8_gemm_inputs() -> None:
 
 def test_casts_run_on_the_local_shard() -> None:
     """The FP8 GEMMs reading a userbuffers-gathered operand are faster by their cast's
-    (1 − 1/tp) share; the others are timed as before. Current scaling: under delayed scaling
-    the gathered forward inputs are written by the norm kernel, with or without userbuffers
-    (:mod:`~stage_explore.analytical.fp8_casts`)."""
+    (1 − 1/tp) share than with 16-bit gathers; the others are timed as before. Current
+    scaling: under delayed scaling the gathered forward inputs are written by the norm kernel,
+    with or without userbuffers (:mod:`~stage_explore.analytical.fp8_casts`)."""
     parallel = _parallel(precision="fp8", fp8_recipe="tensorwise")
     times = []
-    for overlap in (True, False):
-        backend = AnalyticalBackend(
-            framework="megatron-core", overrides={"tp_comm_overlap": overlap}
-        )
+    for overlap in (True, False):  # off: 16-bit NCCL gathers (a profile without TE's)
+        overrides = {"tp_comm_overlap": overlap, "te_sp_fp8_gather": overlap}
+        backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
         point = bound_point(backend, MODEL, parallel, H100)
         timer = backend._compute_timer(point, "layer")
         block = point.blocks["layer"]
@@ -120,10 +120,9 @@ def test_the_trace_mode_emits_the_fp8_bytes() -> None:
     fp8 = set(_layer_gathers(parallel).values())
     bf16 = set(_layer_gathers(_parallel()).values())
     counts = []
-    for overlap in (True, False):
-        backend = AnalyticalBackend(
-            framework="megatron-core", overrides={"tp_comm_overlap": overlap}
-        )
+    for overlap in (True, False):  # off: 16-bit NCCL gathers (a profile without TE's)
+        overrides = {"tp_comm_overlap": overlap, "te_sp_fp8_gather": overlap}
+        backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
         traced = trace_step(backend, MODEL, parallel, H100, record_nodes=True)
         sizes = [
             item.node.comm_bytes
