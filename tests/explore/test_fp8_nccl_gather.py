@@ -19,7 +19,7 @@ from stage_explore.analytical.fp8_gather import fp8_gather_bytes, nccl_fp8_gathe
 from stage_explore.analytical.fp8_wire import fp8_wire
 from stage_explore.system import load_system
 from stage_explore.system.model import System
-from tests.explore.analytical_point import bound_point
+from tests.explore.analytical_point import bound_point, layer_tp_gathers
 
 AG = CollectiveKind.ALL_GATHER
 H100 = load_system("h100-80gb")
@@ -36,15 +36,8 @@ def _gathers(parallel: ParallelConfig, system: System, **overrides: Any) -> dict
     """``(phase, tensor) → comm_bytes`` of the layer's tensor-parallel all-gathers as the
     megatron-core backend's phase programs run them under ``overrides``."""
     backend = AnalyticalBackend(framework="megatron-core", overrides=overrides)
-    point = bound_point(backend, MODEL, parallel, system)
-    parts = backend._kind(point, "layer")
-    spans = {axes: backend._spans(point, axes)[0] for axes in parts.span_axes}
-    found = {}
-    for phase in ("fwd", "bwd"):
-        for instr in backend._phase_program(point, "layer", phase, spans).instrs:
-            if instr.collective is AG and instr.axes == ("tp",):
-                found[phase, instr.outputs[0][0]] = instr.comm_bytes
-    return found
+    gathers = layer_tp_gathers(backend, MODEL, parallel, system)
+    return {(phase, instr.outputs[0][0]): instr.comm_bytes for phase, instr in gathers}
 
 
 def test_per_tensor_recipes_gather_fp8_without_userbuffers() -> None:

@@ -15,7 +15,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.fp8_wire import PARAM_ALL_GATHER, fp8_wire
 from stage_explore.system import load_system
 from stage_explore.system.model import System
-from tests.explore.analytical_point import bound_point
+from tests.explore.analytical_point import bound_point, layer_tp_gathers
 
 AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
 H100 = load_system("h100-80gb")
@@ -42,15 +42,10 @@ def _backend_gathers(
 ) -> dict[Any, int]:
     """The layer's tensor-parallel all-gathers as the backend's phase programs run them (the
     bytes of a gather its overlap splits into a head and a tail summed)."""
-    point = bound_point(backend, MODEL, parallel, system)
-    parts = backend._kind(point, "layer")
-    spans = {axes: backend._spans(point, axes)[0] for axes in parts.span_axes}
-    found = {}
-    for phase in ("fwd", "bwd"):
-        for instr in backend._phase_program(point, "layer", phase, spans).instrs:
-            if instr.collective is AG and instr.axes == ("tp",):
-                key = (instr.phase, str(AG), instr.outputs[0][0])
-                found[key] = found.get(key, 0) + instr.comm_bytes
+    found: dict[Any, int] = {}
+    for _, instr in layer_tp_gathers(backend, MODEL, parallel, system):
+        key = (instr.phase, str(AG), instr.outputs[0][0])
+        found[key] = found.get(key, 0) + instr.comm_bytes
     return found
 
 
