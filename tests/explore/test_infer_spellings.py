@@ -5,15 +5,13 @@ not the package data); the canonical spelling's case is computed, not written ou
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import pytest
 
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.setups import Case, data_dir
+from tests.explore.case_reading import case_reading as _read
 
 DATA = data_dir()
 #: The template's text without the columns that name its framework.
@@ -26,15 +24,6 @@ def _case(template: str, **cells: str) -> Case:
     (row,) = [r for r in read_csv(DATA / "published_runs_held_out.csv") if r["id"] == template]
     case, *_ = row_cases({**row, **NEUTRAL, "id": "SPELL-1", **cells}, "rows.csv", 1, DATA)
     return case
-
-
-def _read(case: Case) -> dict[str, Any]:
-    """What a case sets up, without the wording of its assumptions."""
-    assert not case.reason, case.reason
-    kept = dataclasses.asdict(case)
-    for field in ("assumptions", "in_sample_why", "file", "line", "system_file"):
-        kept.pop(field)
-    return kept
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,6 @@ is set up exactly as the same row naming the GPU. Names of other parts stay refu
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import pytest
 
 from stage_explore.validation.csv_cells import read_csv
@@ -16,6 +13,7 @@ from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_fields import Uninferable
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.setups import Case, data_dir
+from tests.explore.case_reading import case_reading as _read
 
 DATA = data_dir()
 
@@ -50,14 +48,6 @@ def _case(gpu: str) -> Case:
     ]  # fmt: skip
     case, *_ = row_cases({**row, "id": "CLOUD-1", "gpu": gpu}, "rows.csv", 1, DATA)
     return case
-
-
-def _read(case: Case) -> dict[str, Any]:
-    assert not case.reason, case.reason
-    kept = dataclasses.asdict(case)
-    for field in ("assumptions", "in_sample_why", "file", "line", "system_file"):
-        kept.pop(field)
-    return kept
 
 
 def test_a_row_naming_the_machine_is_set_up_as_the_row_naming_its_gpu() -> None:
