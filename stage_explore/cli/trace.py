@@ -74,6 +74,18 @@ def training_backend(args: argparse.Namespace, parallel: ParallelConfig) -> Anal
     return AnalyticalBackend(framework=framework, overrides=overrides)
 
 
+def sixteen_bit_note(parallel: ParallelConfig, backend: AnalyticalBackend) -> str:
+    """The line an FP8 / FP4 trace prints when no collective of it is sent in the low
+    precision under ``backend``'s profile: the files then carry the 16-bit bytes, which the user
+    should not have to find out by comparing them."""
+    return (
+        f"note: --precision {parallel.precision}: no collective of this layout is sent in "
+        f"{parallel.precision} under the {backend.framework.name} profile, so the trace's "
+        "collectives carry 16-bit bytes (the megatron-core and torchtitan profiles send "
+        "tensor-parallel gathers in FP8; --fp8-param-gather the parameter gathers)"
+    )
+
+
 def kernel_durations(
     args: argparse.Namespace, programs: ProgramSet, backend: AnalyticalBackend
 ) -> Callable[[list[ClassColumns]], list[ClassColumns]]:
@@ -118,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
         from stage_explore.analytical.fp8_wire import fp8_wire
 
         backend = training_backend(args, parallel)
-        programs = fp8_wire(lower(model, parallel), backend)  # FP8 bytes where they are sent
+        lowered = lower(model, parallel)
+        programs = fp8_wire(lowered, backend)  # FP8 bytes where they are sent
+        if parallel.quantized and programs is lowered:
+            print(sixteen_bit_note(parallel, backend), file=sys.stderr)
         if args.compute == KERNELS:
             transform = kernel_durations(args, programs, backend)
     else:  # a prefill or decode step (the last chunk of a chunked prefill)

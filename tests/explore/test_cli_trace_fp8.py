@@ -75,13 +75,21 @@ def test_an_fp8_trace_sends_fp8_where_the_profile_does(tmp_path: Path) -> None:
     assert [n.comm_bytes for n in template] == [n.comm_bytes for n in fp8[0]]
 
 
-def test_the_default_profile_sends_16_bit_bytes(tmp_path: Path) -> None:
+def test_the_default_profile_sends_16_bit_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """megatron-lm-2021 (the analytical backend's default) runs no userbuffers and gathers no
-    FP8 parameters: an FP8 trace moves the bf16 bytes, as the backend times it."""
+    FP8 parameters: an FP8 trace moves the bf16 bytes, as the backend times it, and says so."""
     _trace(tmp_path / "bf16")
+    assert "16-bit bytes" not in capsys.readouterr().err
     _trace(tmp_path / "fp8", "--precision", "fp8")
+    note = capsys.readouterr().err
+    assert "no collective of this layout is sent in fp8 under the megatron-lm-2021" in note
+    assert note.count("\n") == 1
     for path in sorted((tmp_path / "bf16").iterdir()):
         assert (tmp_path / "fp8" / path.name).read_bytes() == path.read_bytes(), path.name
+    _trace(tmp_path / "core", *FP8)  # a profile that sends FP8: no note
+    assert "16-bit bytes" not in capsys.readouterr().err
 
 
 def test_kernels_writes_the_analytical_kernel_durations(tmp_path: Path) -> None:
