@@ -320,7 +320,12 @@ class Explorer:
         front's refinement."""
         backend = self.spec.backend
         resumed = self._load_previous(search)
-        job = EvaluationJob(study=self.spec, factory=factory, options=backend.search_options)
+        job = EvaluationJob(
+            study=self.spec,
+            factory=factory,
+            options=backend.search_options,
+            backend_name=backend.search_name,
+        )
         policy = self._retry or RetryPolicy(retries=self.spec.executor.retries)
         executor = self._executor = RetryingExecutor(self._executor_factory(job), policy)
         try:

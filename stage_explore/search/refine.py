@@ -136,7 +136,9 @@ def refine(
         return snapshot()
     if on_progress is not None:
         on_progress(snapshot())
-    job = EvaluationJob(study=spec, factory=factory, options=spec.backend.options)
+    job = EvaluationJob(
+        study=spec, factory=factory, options=spec.backend.options, backend_name=spec.backend.name
+    )
     executor = RetryingExecutor(executor_factory(job), RetryPolicy(retries=spec.executor.retries))
     writer = RecordWriter(refined_folder(directory), records_schema(spec.name, spec.space))
     by_key = {index: point for index, point in enumerate(points)}

@@ -54,11 +54,24 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvaluationJob:
-    """The study and the backend factory with its options."""
+    """The study and the backend factory with its options.
+
+    ``backend_name`` is the name the study gives this backend: ``[backend] screen`` in a
+    two-stage study's search, ``name`` when its front is refined (None: the backend the study
+    searches with). A worker that cannot create the backend records each trial's failure
+    under it; an evaluation is recorded under the name the backend reports."""
 
     study: StudySpec
     factory: BackendFactory
     options: Mapping[str, Any]
+    backend_name: str | None = None
+
+    @property
+    def study_backend_name(self) -> str:
+        """``backend_name``, or the study's searching backend when it is None."""
+        if self.backend_name is not None:
+            return self.backend_name
+        return self.study.backend.search_name
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -66,6 +79,7 @@ class EvaluationJob:
             "study": self.study.name,
             "factory": repr(self.factory),
             "options": dict(self.options),
+            "backend_name": self.study_backend_name,
         }
 
 
@@ -220,7 +234,7 @@ def evaluate_chunk(
             status=TrialStatus.FAILED,
             reason=f"creating the backend: {_one_line(error)}",
             worker=worker,
-            backend=job.study.backend.name,
+            backend=job.study_backend_name,
         )
         return [(candidate.key, failed) for candidate in candidates]
     builder: DesignPointBuilder = getattr(backend, "build_design_point", build_design_point)

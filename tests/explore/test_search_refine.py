@@ -205,3 +205,72 @@ def test_structurally_impossible_screening_points_name_the_screening_backend(
     assert len(structural) > 0
     assert set(structural.backend) == {support.BACKEND}  # the [backend] screen, as written
     assert "synthetic-refined" not in set(frame.backend)
+
+
+#: Set once the study's first executor is made: a backend created after that is on a worker.
+_ON_WORKERS: dict[str, bool] = {"yes": False}
+
+
+def _unbuildable_on_workers() -> None:
+    if _ON_WORKERS["yes"]:
+        raise FileNotFoundError("astra-sim: no such file on this worker (stand-in)")
+
+
+class WorkerlessScreen(support.SyntheticBackend):  # type: ignore[name-defined,misc]
+    """The synthetic backend, which the driver can create (its preflight passes) and a worker
+    cannot (ASTRA-sim installed on the head node only)."""
+
+    def __init__(self, **options: Any) -> None:
+        _unbuildable_on_workers()
+        super().__init__(**options)
+
+
+class WorkerlessRefiner(RefiningBackend):
+    """:class:`RefiningBackend`, which a worker cannot create."""
+
+    def __init__(self, **options: Any) -> None:
+        _unbuildable_on_workers()
+        super().__init__(**options)
+
+
+def run_on_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, screen: str) -> Any:
+    monkeypatch.setitem(_ON_WORKERS, "yes", False)
+
+    def on_workers(job: Any) -> Any:
+        _ON_WORKERS["yes"] = True  # after the driver's preflight, which created both backends
+        return support.InlineExecutor(job)
+
+    text = support.study_text(name="two-stage", trials=40)
+    backend = f'[backend]\nname = "{name}"\nscreen = "{screen}"\n\n'
+    text = text[: text.index("[backend]")] + backend + text[text.index("[executor]") :]
+    spec = parse_study(text, tmp_path / "study.toml")
+    explore(spec, out=tmp_path / "out", executor_factory=on_workers)
+    return load_results(tmp_path / "out" / "two-stage")
+
+
+def test_a_screening_backend_a_worker_cannot_create_is_named_in_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # s25 review: the failure was recorded under [backend] name, the refining backend, which
+    # never saw the search's points (0e77282 fixed the same for points refused before it).
+    screen = f"{__name__}:WorkerlessScreen"
+    frame = run_on_workers(tmp_path, monkeypatch, REFINER, screen)
+    assert sorted(frame.trial) == list(range(40))  # no trial lost
+    failed = frame[frame.status == "failed"]
+    assert len(failed) == len(frame[frame.status != "infeasible"]) > 0
+    reason = "FileNotFoundError: astra-sim: no such file on this worker (stand-in)"
+    assert set(failed.reason) == {f"creating the backend: {reason}"}
+    assert set(frame.backend) == {screen}
+
+
+def test_a_refining_backend_a_worker_cannot_create_is_named_in_the_refined_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refiner = f"{__name__}:WorkerlessRefiner"
+    frame = run_on_workers(tmp_path, monkeypatch, refiner, support.BACKEND)
+    refined = frame[frame.refined_status.notna()]
+    assert len(refined) > 0 and (refined.status == "ok").all()
+    assert set(refined.refined_status) == {"failed"}
+    assert set(refined.refined_backend) == {refiner}
+    assert refined.refined_reason.str.startswith("creating the backend: FileNotFoundError").all()
+    assert set(frame.backend) <= {"synthetic", support.BACKEND}  # the screen's, never refiner's
