@@ -2,7 +2,8 @@
 
 Contents:
     :func:`register`        the subcommand's parser.
-    :class:`ProgressLine`   the progress line (rewritten in place on a terminal, else every 10 s).
+    :class:`ProgressLine`   the progress line (rewritten in place on a terminal, else every
+                            10 s at most, and the final count).
     :func:`run`             load the study, check the output folder, pick the executor, run,
                             print the summary (and, when the study searches ``precision``,
                             the best result of each precision).
@@ -89,13 +90,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 class ProgressLine:
-    """Prints progress snapshots: in place on a terminal, as a line every 10 s otherwise."""
+    """Prints progress snapshots: in place on a terminal; otherwise (a log) the first snapshot,
+    then one line every 10 s at most, and at the end the last snapshot if its counts were not
+    shown yet — a short study logs its start and its final count, a long one no flood. A
+    two-stage study's re-evaluation shows its first and last point; the search's last count
+    is written before it."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._tty = stream.isatty()
         self._last = 0.0
         self._width = 0
+        #: not a terminal: the latest snapshot not written, as (kind, counts, text)
+        self._pending: tuple[str, tuple[int, ...], str] | None = None
+        #: not a terminal: the counts of the last line written of each kind
+        self._written: dict[str, tuple[int, ...]] = {}
 
     def __call__(self, progress: Progress) -> None:
         total = "" if progress.total is None else f"/{progress.total}"
@@ -113,7 +122,9 @@ class ProgressLine:
             text += f" · {progress.repeats} repeats from cache"
         if progress.where:
             text += f" · {progress.where}"
-        self._show(text)
+        counts = (progress.done, progress.ok, progress.infeasible, progress.failed,
+                  progress.infrastructure_failed, progress.repeats)  # fmt: skip
+        self._show(text, ("search", counts))
 
     def refine(self, progress: RefineProgress) -> None:
         """A two-stage study's re-evaluation of the front (its first line always shown)."""
@@ -123,23 +134,40 @@ class ProgressLine:
             f"points · {progress.ok} feasible · {progress.failed} failed · "
             f"{minutes}:{seconds:02d}"
         )
-        self._show(text, force=progress.done == 0 or progress.done == progress.total)
+        counts = (progress.done, progress.total, progress.ok, progress.failed)
+        self._show(text, ("refine", counts), force=progress.done in (0, progress.total))
 
-    def _show(self, text: str, force: bool = False) -> None:
+    def _show(self, text: str, key: tuple[str, tuple[int, ...]], force: bool = False) -> None:
         if self._tty:
             self._stream.write("\r" + text.ljust(self._width))
             self._width = len(text)
             self._stream.flush()
-        elif force or time.monotonic() - self._last >= _QUIET_EVERY_S:
-            self._stream.write(text + "\n")
-            self._stream.flush()
-            self._last = time.monotonic()
+            return
+        kind, counts = key
+        if self._pending is not None and self._pending[0] != kind:
+            self._write(*self._pending)  # the search's last count before the re-evaluation
+        if force or time.monotonic() - self._last >= _QUIET_EVERY_S:
+            self._write(kind, counts, text)
+        elif self._written.get(kind) != counts:
+            self._pending = (kind, counts, text)
+        else:  # the counts last written, only later: nothing new for the end
+            self._pending = None
+
+    def _write(self, kind: str, counts: tuple[int, ...], text: str) -> None:
+        self._stream.write(text + "\n")
+        self._stream.flush()
+        self._last = time.monotonic()
+        self._written[kind] = counts
+        self._pending = None
 
     def end(self) -> None:
-        """Finish the in-place line."""
+        """Finish the in-place line; not on a terminal, write the last snapshot if its counts
+        were not shown."""
         if self._tty and self._width:
             self._stream.write("\n")
             self._stream.flush()
+        elif self._pending is not None:
+            self._write(*self._pending)
 
 
 def run(args: argparse.Namespace) -> int:
