@@ -28,6 +28,7 @@ from stage_explore.validation.csv_cells import (
     DASHES,
     SCHEMA_COLUMNS,
     IntegerCellError,
+    first_word,
     int_cell,
     integer_cells,
     ragged_reason,
@@ -48,6 +49,7 @@ from stage_explore.validation.infer_fields import (
     names_bridge,
     unmodelled_framework,
 )
+from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
@@ -308,6 +310,12 @@ def inferred_setup(
     precision = infer_precision(row.get("precision", ""), framework.value, names_bridge(row))
     model = infer_model(row, framework.value)
     parallel, notes = _layout(row, stated, framework.value)
+    cell = row.get("recompute", "")
+    layers = stated.get("layers", get_flavor(model.value).layers)
+    partial = named_num_layers(cell, layers) if first_word(cell) == "full" else None
+    if partial is not None:
+        parallel["recompute_num_layers"], parallel["recompute_method"] = partial[0], "block"
+        notes.append(partial[1])
     if precision.fp8_recipe:
         parallel["fp8_recipe"] = precision.fp8_recipe
     if precision.fp8_gemms:

@@ -1,0 +1,77 @@
+"""How many layers a published row's full-recompute cell checkpoints (s26 hidden19).
+
+A ``recompute`` cell that names full (whole-layer) recompute of *some* layers only — ``full
+(10 of the 80 layers)``, ``activation checkpointing of 5 of 48 transformer layers
+(num-ckpt-layers 5)``, ``full, --recompute-num-layers 4`` — was read as full recompute of every
+layer: the count went unread and the run was charged the recompute of all of them. The
+frameworks that publish such counts recompute the named number of layers and keep the others'
+activations:
+
+- Megatron-LM / Megatron-Core ``--recompute-method block --recompute-num-layers N``: "recompute
+  the input activations of only a set number of individual Transformer layers per pipeline stage
+  and do the rest without any recomputing" (``megatron/training/arguments.py``, the
+  ``--recompute-method`` help; NeMo's ``activations_checkpoint_num_layers`` is the same knob);
+  under ``--recompute-method uniform`` N is the size of the chunks every layer is recomputed in,
+  so a cell naming ``uniform`` keeps every layer (:data:`UNIFORM`);
+- Hugging Face accelerate's FSDP plugin as YaFSDP patches it (``fsdp_num_layers_to_checkpoint``,
+  yandex/YaFSDP ``examples/clm.md``: "specify number of layers to checkpoint"; its README's
+  ``num-ckpt-layers``: "the number of transformer layers to which activation checkpointing was
+  applied").
+
+:func:`named_num_layers` reads the count; the inference sets ``recompute_num_layers`` (the
+``block`` method: the first N layers of each stage, :class:`~stage_core.parallel.ParallelConfig`)
+and states it. Which layers a source checkpointed is rarely stated; the time is the same for any
+N of them, the peak memory is not.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: ``N of [the] M [transformer|decoder] layers``: N checkpointed out of M.
+_OF_LAYERS = re.compile(
+    r"\b(\d+)\s+(?:out\s+)?of\s+(?:the\s+|all\s+)?(\d+)\s+(?:[a-z-]+\s+){0,2}layers?\b",
+    re.IGNORECASE,
+)
+#: A framework's count flag or key followed by its value: Megatron's ``--recompute-num-layers``
+#: / ``recompute_num_layers``, NeMo's ``activations_checkpoint_num_layers``, accelerate's
+#: (YaFSDP) ``fsdp_num_layers_to_checkpoint`` and its README's ``num-ckpt-layers``.
+_NAMED_COUNT = re.compile(
+    r"(?:recompute|checkpoint(?:ing)?|ckpt)[-_ ]num[-_ ]layers"
+    r"|activations?[-_ ]checkpoint(?:ing)?[-_ ]num[-_ ]layers"
+    r"|num[-_ ](?:ckpt|checkpoint(?:ed)?)[-_ ]layers"
+    r"|num[-_ ]layers[-_ ]to[-_ ]checkpoint",
+    re.IGNORECASE,
+)
+_FLAG_VALUE = re.compile(r"[\s=:]*(\d+)")
+#: Megatron's uniform method: N is a chunk size, every layer is recomputed.
+UNIFORM = re.compile(r"\buniform\b", re.IGNORECASE)
+
+
+def named_num_layers(cell: str, layers: int | None) -> tuple[int, str] | None:
+    """``(N, assumption)`` when a full-recompute ``cell`` names N checkpointed layers of a model
+    of ``layers`` (None: not known here), 0 < N < ``layers``; None when it names no count, names
+    every layer (N ≥ ``layers``, or the ``N of M`` form with N ≥ M), names Megatron's uniform
+    method, or names two different counts."""
+    if UNIFORM.search(cell):
+        return None
+    counts: set[int] = set()
+    for found in _OF_LAYERS.finditer(cell):
+        count, total = int(found.group(1)), int(found.group(2))
+        counts.add(count if count < total else 0)
+    for found in _NAMED_COUNT.finditer(cell):
+        value = _FLAG_VALUE.match(cell, found.end())
+        if value is not None:
+            counts.add(int(value.group(1)))
+    if len(counts) != 1:
+        return None
+    count = counts.pop()
+    if count <= 0 or (layers is not None and count >= layers):
+        return None
+    of = f" of {layers}" if layers is not None else ""
+    return count, (
+        f"full recompute of {count}{of} layers only (recompute_num_layers {count}, method "
+        f"block: the first {count} of each stage, the others keep their activations): the "
+        f"recompute column names the count ({cell.strip()!r}); which layers the source "
+        "checkpointed is not stated"
+    )
