@@ -73,9 +73,13 @@ charges ``elements × bytes / achieved HBM bandwidth`` for those instructions in
 generator bytes (:class:`~stage_explore.analytical.kernels.KernelTimer`), at the accelerator's
 ``kernels.eager_memory`` fraction — measured on chains of such kernels, below a single large
 kernel's ``efficiency.memory`` — when it states one. Under
-``fused_elementwise`` (``torch.compile``, fused kernels) Inductor fuses each module into one
-kernel reading its inputs and writing its outputs once (:attr:`EagerModule.compiled_bytes`, the
-generator's own count), with two exceptions in torchtitan's Llama (:func:`_compiled_op_bytes`):
+``fused_elementwise`` (``torch.compile``, fused kernels) Inductor fuses each module into the
+kernels :mod:`~stage_explore.analytical.eager_compiled` counts (RMSNorm's looped row reductions
+and its separate weight-gradient reduction; SwiGLU, the residual adds and FMS's RoPE one kernel
+each way; torchtitan's final norm outside its compiled blocks, eager), timed at the same eager
+rate (s26 compilegain; until then the generator's one kernel per module,
+:attr:`EagerModule.compiled_bytes`, at ``efficiency.memory``), with two exceptions in
+torchtitan's Llama (:func:`_compiled_op_bytes`):
 Inductor does not generate code for complex operators — its lowering warns "Torchinductor does
 not support code generation for complex operators. Performance may be worse than eager." and
 falls back to the ATen kernel (``torch/_inductor/lowering.py``; torchtitan issue #15 reports the
@@ -400,28 +404,29 @@ def eager_extra_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
 
 
 def _compiled_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
-    """:func:`eager_op_bytes` under ``torch.compile`` for ``"torchtitan"``: the rotary
-    embedding's complex64 product, which Inductor does not generate code for, and the
-    repeated keys and values SDPA reads (module docstring); for ``"fms"`` the repeated keys
-    and values only (FMS's RoPE is real-valued, :data:`FMS_ROPE`: one fused kernel, the
-    generator's count; SDPA, an extern kernel, still reads the expanded copies, s25
-    hidden13); empty for every other table."""
-    if eager_modules not in ("torchtitan", "fms") or model.position is not Position.ROTARY:
+    """:func:`eager_op_bytes` under ``torch.compile`` for ``"torchtitan"`` and ``"fms"``: the
+    kernels Inductor generates for their modules, timed at the eager rate
+    (:func:`~stage_explore.analytical.eager_compiled.inductor_op_bytes`: RMSNorm's looped
+    reductions, SwiGLU, the residual adds, FMS's real-valued RoPE; torchtitan's final norm
+    outside its compiled blocks), and what Inductor leaves to ATen: torchtitan's rotary
+    embedding's complex64 product, which it does not generate code for, and the repeated keys
+    and values SDPA, an extern kernel, reads (module docstring; FMS's expand, s25 hidden13);
+    empty for every other table."""
+    if eager_modules not in ("torchtitan", "fms"):
         return {}
+    from stage_explore.analytical.eager_compiled import inductor_op_bytes
+
+    table = inductor_op_bytes(model, eager_modules)
+    if model.position is not Position.ROTARY:
+        return table
     expansion = model.heads // max(1, model.kv_heads)
     if eager_modules == "fms":
         expand = fms_kv_expand(expansion)
-        if not expand.forward:
-            return {}
-        return {
-            "k.rope": FMS_ROPE.compiled_bytes[0] + expand.bytes_per_element(backward=False),
-            "k.rope.backward": FMS_ROPE.compiled_bytes[1] + expand.bytes_per_element(backward=True),
-        }
-    table: dict[str, int] = {}
-    for name in _ROPE_OPS:
-        table[name] = TORCHTITAN_ROPE.bytes_per_element(backward=False)
-        table[f"{name}.backward"] = TORCHTITAN_ROPE.bytes_per_element(backward=True)
-    expand = torchtitan_repeat_kv(expansion)
+    else:
+        expand = torchtitan_repeat_kv(expansion)
+        for name in _ROPE_OPS:
+            table[name] = TORCHTITAN_ROPE.bytes_per_element(backward=False)
+            table[f"{name}.backward"] = TORCHTITAN_ROPE.bytes_per_element(backward=True)
     table["k.rope"] += expand.bytes_per_element(backward=False)
     table["k.rope.backward"] += expand.bytes_per_element(backward=True)
     return table
