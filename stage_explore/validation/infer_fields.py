@@ -63,6 +63,12 @@ UNMODELLED_FRAMEWORKS: tuple[tuple[str, str], ...] = (
     (r"metaseq", "metaseq"), (r"fairseq", "fairseq"), (r"\balpa\b", "Alpa"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
+#: The JAX frameworks of :data:`UNMODELLED_FRAMEWORKS`. A row naming one ran XLA: its "FSDP" is
+#: XLA's sharding (MaxText ``ici_fsdp_parallelism``), not PyTorch FSDP, and beside Primus it
+#: ran Primus's MaxText backend, not Megatron (Primus launches Megatron-LM, TorchTitan or
+#: MaxText: ``modules.pre_trainer.framework: maxtext`` in AMD-AGI/Primus 0e6fcd8e
+#: tools/convergence_test/configs/maxtext/*.yaml); neither rule reads such a row (s26 hidden18).
+_JAX = re.compile(r"max[\s_-]?text|\bpax(?:ml)?\b|praxis|\bt5x\b|levanter|\bjax\b", re.I)
 #: ZeRO-3 named beside FSDP describes FSDP's sharding (``FSDP FULL_SHARD (ZeRO-3)``), not DeepSpeed.
 _ZERO3_OF_FSDP = re.compile(r"^zero[-\s]?3|^zero stage 3")
 
@@ -90,8 +96,9 @@ def infer_framework(row: dict[str, str]) -> Inferred:
     """The framework profile a row's text names: DeepSpeed when ``dp_sharding`` names it or
     ZeRO-3 without FSDP (Narayanan et al.'s Table 2 compares both in one source); else the
     first column of :data:`FRAMEWORK_COLUMNS` that holds a rule's keyword (rules in order; a
-    ZeRO-3 beside FSDP in one cell is FSDP's sharding, not DeepSpeed); else
-    :data:`DEFAULT_FRAMEWORK`, stated as a default."""
+    ZeRO-3 beside FSDP in one cell is FSDP's sharding, not DeepSpeed; FSDP or Primus beside a
+    JAX framework is neither PyTorch FSDP nor Megatron); else :data:`DEFAULT_FRAMEWORK`, stated
+    as a default."""
     sharding = row.get("dp_sharding", "")
     found = re.search(r"deepspeed|zero[-\s]?3|zero stage 3", sharding, re.IGNORECASE)
     if found and not re.search(r"fsdp", sharding, re.IGNORECASE):
@@ -99,6 +106,7 @@ def infer_framework(row: dict[str, str]) -> Inferred:
             "deepspeed", f"framework profile deepspeed (the dp_sharding column names "
             f"{found.group(0)!r})",
         )  # fmt: skip
+    jax = any(_JAX.search(row.get(c, "")) for c in FRAMEWORK_COLUMNS)
     for column in FRAMEWORK_COLUMNS:
         cell = row.get(column, "")
         fsdp = re.search(r"fsdp|full_shard|fully_shard", cell, re.IGNORECASE) is not None
@@ -106,6 +114,8 @@ def infer_framework(row: dict[str, str]) -> Inferred:
             found = re.search(pattern, cell, re.IGNORECASE)
             if found and fsdp and _ZERO3_OF_FSDP.match(found.group(0).lower()):
                 continue  # FSDP's sharding called ZeRO-3: the FSDP rules read the cell
+            if found and jax and (framework == "fsdp" or found.group(0).lower() == "primus"):
+                continue  # a JAX run: :func:`unmodelled_framework` names it
             if found:
                 return Inferred(
                     framework,
