@@ -74,6 +74,8 @@ class ComputeCosting:
         roofline with efficiencies."""
         accelerator, dtype = point.system.accelerator, point.dtype
         kernels = accelerator.kernels
+        if kernels is not None and self.framework.moe_grouped_kernel:
+            kernels = kernels.single_launch_groups()
         if kernels is None:
             return lambda i: accelerator.compute_time_s(
                 i.flops, i.bytes_read + i.bytes_written, dtype
@@ -209,7 +211,8 @@ class ComputeCosting:
         sequential = self._sequential_experts(point)  # each expert's TE linears cast their own
         if point.dtype != "fp8" or not fp8_block(kind):
             return {}
-        if not (self.framework.moe_split_quantize or sequential):
+        split = self.framework.moe_split_quantize and not self.framework.moe_grouped_kernel
+        if not (split or sequential):
             return {}
         recipe = point.workload.parallel.linear_recipe
         block = point.blocks[kind]
@@ -217,7 +220,6 @@ class ComputeCosting:
         for instr in self._timed_instrs(block, frozenset(w.name for w in block.weights)):
             shape = gemm_shape(instr)
             groups = grouped_gemm_groups(instr, shape) if shape is not None else 0
-            split = self.framework.moe_split_quantize
             if (count := split_quantize_kernels(groups, recipe, split, sequential)) > 1:
                 splits[instr.name] = count
         return splits

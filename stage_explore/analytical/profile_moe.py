@@ -69,6 +69,18 @@ Options (all booleans unless said):
   Engine's ``GroupedLinear`` (``tex.split_quantize``, whose multi-tensor path fuses the splits
   into one kernel only for delayed scaling; :func:`~stage_explore.analytical.fp8_casts.
   split_quantize_kernels`). Each kernel pays the kernel model's ``memory_kernel_s``.
+- ``moe_grouped_kernel`` — the routed experts' grouped GEMMs run as one kernel launch over
+  every local expert, the per-expert row counts read on the device: Megatron-Core's
+  ``TEGroupedMLP`` under ``use_transformer_engine_op_fuser`` (Transformer Engine's fused grouped
+  experts, the CuTe DSL grouped MLP on SM100 with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``), which
+  Megatron-Core requires for its CUDA-graph-capturable dropless path (``moe_paged_stash`` with
+  ``moe_expert_rank_capacity_factor``: "HybridEP + TE fused grouped experts are required",
+  docs.nvidia.com/megatron-core developer guide 0.20.0 ``paged_stash``). Each group then costs
+  the kernel model's ``grouped_kernel_group_s`` (the single-launch kernel's per-group time)
+  instead of ``grouped_gemm_group_s`` (the multi-stream per-expert loop's), and the FP8
+  operands are quantized as one grouped tensor, a cast kernel per operand, not one per local
+  expert (``moe_split_quantize`` is not read). Off: ``GroupedLinear``'s per-expert path, every
+  profile's default.
 - ``moe_sequential_mlp`` — the routed experts run as Megatron-Core's ``SequentialMLP`` (Megatron
   without ``--moe-grouped-gemm``, NeMo ``moe_grouped_gemm: false``): one ``MLP`` module per
   local expert, called one after another on ``torch.split`` slices of the received tokens, their
@@ -109,6 +121,8 @@ MOE_FLAGS: dict[str, str] = {
     "moe_split_quantize": "Megatron --moe-grouped-gemm: TE GroupedLinear split_quantize",
     "moe_probs_in_activation": "Megatron-Core TEGroupedMLP: router probs in the weighted SwiGLU",
     "moe_sequential_mlp": "Megatron-Core SequentialMLP (without --moe-grouped-gemm)",
+    "moe_grouped_kernel": "Megatron-Core use_transformer_engine_op_fuser (TE fused grouped "
+    "experts: one launch, device-side expert counts)",
 }
 
 
@@ -129,3 +143,4 @@ class MoeOptions:
     moe_split_quantize: bool = False  # one cast kernel per grouped operand (no GroupedLinear)
     moe_probs_in_activation: bool = False  # the weighted combine saves the expert outputs
     moe_sequential_mlp: bool = False  # TEGroupedMLP (--moe-grouped-gemm): no per-expert cat
+    moe_grouped_kernel: bool = False  # GroupedLinear's per-expert (multi-stream) path

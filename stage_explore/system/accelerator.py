@@ -20,7 +20,7 @@ Memory-bound work runs at ``memory`` × the HBM bandwidth; a kernel takes the la
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stage_core.errors import ConfigError
@@ -111,6 +111,11 @@ class KernelModel:
     - ``grouped_gemm_group_s``: seconds each group of a grouped GEMM (one local expert's GEMM
       of an MoE layer) costs beyond the batched-GEMM wave model, measured from public grouped-GEMM
       benchmarks (0: none stated);
+    - ``grouped_kernel_group_s``: the same for a grouped GEMM run as one kernel launch over
+      every group with the per-group sizes read on the device (CUTLASS's or cuBLASLt's
+      single-launch grouped kernels, Transformer Engine's fused grouped experts: the framework
+      profile's ``moe_grouped_kernel``), measured beside the multi-stream loop in the same
+      benchmark; 0: none stated (``grouped_gemm_group_s`` is kept);
     - ``eager_memory``: the fraction of the HBM bandwidth eager PyTorch's element-wise kernels
       reach (the op-by-op modules of :mod:`~stage_explore.analytical.eager`: casts, pow, mean,
       products, adds, each a kernel of its own), measured on the same op list; 0: the
@@ -144,6 +149,7 @@ class KernelModel:
     attention_noncausal: dict[str, float] = field(default_factory=dict, hash=False)
     attention_grids: dict[str, str] = field(default_factory=dict, hash=False)
     grouped_gemm_group_s: float = 0.0
+    grouped_kernel_group_s: float = 0.0
     eager_memory: float = 0.0
     ssd_memory: float = 0.0
     memory_kernel_s: float = 0.0
@@ -248,11 +254,19 @@ class KernelModel:
             "attention_half_keys",
             "attention_head_dim_half",
             "grouped_gemm_group_s",
+            "grouped_kernel_group_s",
             "memory_kernel_s",
         ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"kernels `{name}` must be >= 0, but got {value!r}")
+
+    def single_launch_groups(self) -> KernelModel:
+        """This model with a grouped GEMM's groups at ``grouped_kernel_group_s`` (a grouped GEMM
+        run as one kernel launch), where one is stated; else unchanged."""
+        if not self.grouped_kernel_group_s:
+            return self
+        return replace(self, grouped_gemm_group_s=self.grouped_kernel_group_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -272,6 +286,11 @@ class KernelModel:
             **(
                 {"grouped_gemm_group_s": self.grouped_gemm_group_s}
                 if self.grouped_gemm_group_s
+                else {}
+            ),
+            **(
+                {"grouped_kernel_group_s": self.grouped_kernel_group_s}
+                if self.grouped_kernel_group_s
                 else {}
             ),
             **({"eager_memory": self.eager_memory} if self.eager_memory else {}),

@@ -86,6 +86,7 @@ _KERNEL_KEYS = (
     "attention_noncausal",
     "attention_grids",
     "grouped_gemm_group_s",
+    "grouped_kernel_group_s",
     "eager_memory",
     "ssd_memory",
     "memory_kernel_s",
@@ -255,6 +256,8 @@ def _kernels(table: _Table) -> KernelModel:
         values["fp8_fast_accumulation"] = table.number("fp8_fast_accumulation")
     if table.has("grouped_gemm_group_s"):
         values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
+    if table.has("grouped_kernel_group_s"):
+        values["grouped_kernel_group_s"] = table.number("grouped_kernel_group_s")
     if table.has("eager_memory"):
         values["eager_memory"] = table.number("eager_memory")
     if table.has("ssd_memory"):

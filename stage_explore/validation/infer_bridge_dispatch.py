@@ -200,8 +200,8 @@ def qwen3_a2a_overlap(
     overlap where they interleave the pipeline on H100 / B200 / B300 (5 Dec 2026, s14 infer5),
     never on GB200 / GB300 (6 Dec 2026, s21 mbxrecipe); read when the row states its pipeline
     and virtual pipeline sizes."""
-    if family != "qwen3" or not moe or "vpp" not in stated:
-        return
+    if family != "qwen3" or not moe or "vpp" not in stated or out.options.get("moe_grouped_kernel"):
+        return  # the full-iteration recipes set the overlap themselves (infer_bridge_graphs)
     pp, vpp = int(stated.get("pp", 1)), int(stated["vpp"])
     if pp <= 1:
         return

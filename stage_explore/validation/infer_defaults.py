@@ -172,7 +172,8 @@ _NO_DROPOUT = re.compile(r"dropout\s*(?:=\s*)?0(?:\.0)?\b|no dropout|dropout (?:
 #: that switches it off (``moe_a2a_overlap=False``, ``A2A_OVERLAP=0``, ``off``).
 MOE_A2A_OVERLAP = (
     r"(?:overlap[-_\s]moe[-_\s]expert[-_\s]parallel[-_\s]comm|moe[-_\s]a2a[-_\s]overlap|"
-    r"\ba2a[-_\s]overlap|1f1b[\s-]+(?:ep[\s-]+)?(?:a2a[\s-]+)?overlap)"
+    r"\ba2a[-_\s]overlap|1f1b[\s-]+(?:ep[\s-]+)?(?:a2a[\s-]+)?overlap|"
+    r"expert[-_\s]parallel[-_\s]communication[-_\s]overlap)"
     r"(?![\s:=]*(?:false|off|0|no|disabled?)\b)"
 )
 #: The flex dispatcher's HybridEP backend as a row's text may name it (``hybridep``, ``hybrid_ep``,

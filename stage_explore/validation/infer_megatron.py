@@ -20,6 +20,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_bridge_dispatch import bridge_hybridep, qwen3_a2a_overlap
+from stage_explore.validation.infer_bridge_graphs import bridge_full_iteration
 from stage_explore.validation.infer_bridge_layout import bridge_deepseek_layout
 from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
 from stage_explore.validation.infer_buckets import stated_bucket
@@ -558,8 +559,9 @@ def megatron_core_defaults(
             named = f"the text names container {release[0]}.{release[1]:02d}"
             _bridge_options(flavor, system, release, named, out)
             _bridge_connections({**parallel, **stated}, system, out)
-            qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
             recipe = fp8_recipe if precision == "fp8" else ""
+            bridge_full_iteration(row, flavor, system, release, recipe, stated, out)
+            qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
             bridge_hybridep(flavor, system, release, stated, out, recipe)
             no_mtp = NO_MTP.search(row.get("model", "").strip().lower())
             bridge_deepseek_layout(flavor, system, 0 if no_mtp else spec.mtp_layers, stated, out)

@@ -1,0 +1,136 @@
+"""Megatron-Bridge's full-iteration MXFP8 MoE recipes for an inferred row (6 Dec 2026, s26
+mbvergap): :func:`bridge_full_iteration`.
+
+From the 26.06 containers Megatron-Bridge's performance recipes (the ``perf_recipes`` package,
+``src/megatron/bridge/perf_recipes/<model>/<gpu>/*.py``) run the MXFP8 MoE configs on GB200 /
+GB300 under one helper per model — ``qwen/common.py`` ``_enable_hybridep_full_iteration_mxfp8``
+(NVIDIA-NeMo/Megatron-Bridge 134e903a), ``deepseek/common.py``
+``_enable_deepseek_full_iteration_mxfp8`` (267f7562), ``gpt_oss/common.py``
+``_apply_gpt_oss_120b_full_iter_fp8mx_configs`` — which set, beside ``cuda_graph_impl =
+"full_iteration"``:
+
+- ``use_transformer_engine_op_fuser = True`` and ``moe_mlp_glu_interleave_size = 32``, with
+  ``NVTE_CUTEDSL_FUSED_GROUPED_MLP = 1`` in the recipe's environment (``qwen/gb200/qwen3_moe.py``
+  03573ca6, ``deepseek/gb200/deepseek_v3.py`` 0ed32959, ``deepseek/gb300/deepseek_v3.py``
+  000853c8): the routed experts run as Transformer Engine's fused grouped MLP, one launch over
+  every local expert with the per-expert counts read on the device — the only expert path the
+  whole-iteration graph can capture (``moe_paged_stash`` with ``moe_expert_rank_capacity_factor``
+  1.5: "HybridEP + TE fused grouped experts are required whenever
+  moe_expert_rank_capacity_factor is set", Megatron-Core developer guide 0.20.0
+  ``paged_stash``). Framework option ``moe_grouped_kernel``.
+- ``CommOverlapConfig(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)``: the
+  expert-parallel dispatch and combine beside the other micro-batch's compute. Framework option
+  ``moe_comm_overlap``.
+
+What the model does not carry of them, stated in the row's note: the graph's removal of host
+launch work (the model charges none to remove: 5 Dec 2026, s17 bwgraph), FP8 dot-product
+attention (``fp8_dot_product_attention``; the DeepSeek-V3 GB300 and Qwen3 recipes), the expert
+buffers sized at 1.5× the balanced rank load (whether the grouped kernel's work follows the
+routed or the padded rows is not stated), and ``fp8_output_proj``.
+
+The 26.04 and earlier containers ran ``scripts/performance`` configs with Transformer Engine
+graphs of the router and preprocessing only (6 Dec 2026, s21 mbxrecipe), so only a row of a
+26.06 or later container, at a layout one of these recipes sets (:data:`FULL_ITERATION`), takes
+them; a row whose text names Transformer Engine graph scopes (the functional recipes: "Transformer
+Engine CUDA graphs for moe_router and moe_preprocess") ran those instead and is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from stage_explore.validation.infer_release import Defaults
+
+#: The first container whose Megatron-Bridge MoE recipes run the full-iteration MXFP8 path
+#: (NVIDIA-NeMo/Megatron-Bridge#4211 / #4249, June 2026, "for 26.06"; 6 Dec 2026, s20 moegraph).
+FIRST_FULL_ITERATION = (26, 6)
+
+#: A row text naming Transformer Engine's scoped CUDA graphs (Megatron-Bridge ``cuda_graph_impl
+#: = "transformer_engine"`` with ``cuda_graph_scope``), i.e. not the whole-iteration graph.
+TE_GRAPH_SCOPES = re.compile(
+    r"transformer[\s_-]engine\s+cuda[\s_-]graphs?|cuda[\s_-]graph[\s_-]scopes?|\bmoe_preprocess\b",
+    re.IGNORECASE,
+)
+
+PERF = "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/perf_recipes"
+
+
+@dataclass(frozen=True)
+class FullIterationRecipe:
+    """One model × GPU MXFP8 recipe that runs the full-iteration helper, at ``layout`` (pp,
+    vpp, ep, micro_batch); ``why`` names the file and commit read."""
+
+    flavor: str
+    system: str
+    layout: tuple[int, int, int, int]
+    why: str
+
+
+#: Every stored MXFP8 recipe that runs the full-iteration helper (module docstring).
+FULL_ITERATION: tuple[FullIterationRecipe, ...] = (
+    FullIterationRecipe("qwen3-30b-a3b", "gb200-nvl72", (1, 1, 8, 4),
+                        f"{PERF}/qwen/gb200/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_"
+                        "config (03573ca6): EP 8, MBS 4"),
+    FullIterationRecipe("qwen3-30b-a3b", "gb300-nvl72", (1, 1, 8, 8),
+                        f"{PERF}/qwen/gb300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_"
+                        "config (442c9898 and an earlier stored version alike): EP 8, MBS 8"),
+    FullIterationRecipe("qwen3-235b-a22b", "gb200-nvl72", (8, 3, 32, 1),
+                        f"{PERF}/qwen/gb200/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb200_"
+                        "fp8mx_config (03573ca6): PP 8 VP 3, EP 32, MBS 1"),
+    FullIterationRecipe("qwen3-235b-a22b", "gb300-nvl72", (4, 12, 32, 2),
+                        f"{PERF}/qwen/gb300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb300_"
+                        "fp8mx_config (442c9898): PP 4 VP 12, EP 32, MBS 2"),
+    FullIterationRecipe("deepseek-v3", "gb200-nvl72", (4, 4, 64, 1),
+                        f"{PERF}/deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_"
+                        "fp8mx_config (0ed32959): PP 4 VP 4, EP 64, MBS 1"),
+    FullIterationRecipe("deepseek-v3", "gb300-nvl72", (2, 8, 32, 1),
+                        f"{PERF}/deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_"
+                        "fp8mx_config (000853c8; MBS 1, GBS 4096, where an earlier stored "
+                        "version at MBS 2 ran no full-iteration helper): PP 2 VP 8, EP 32"),
+    FullIterationRecipe("gpt-oss-120b", "gb300-nvl72", (1, 1, 16, 4),
+                        f"{PERF}/gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx"
+                        "_config (007282ea, _apply_gpt_oss_120b_full_iter_fp8mx_configs): EP 16, "
+                        "MBS 4"),
+)  # fmt: skip
+
+
+def bridge_full_iteration(
+    row: dict[str, str],
+    flavor: str,
+    system: str,
+    release: tuple[int, int],
+    recipe: str,
+    stated: dict[str, int],
+    out: Defaults,
+) -> bool:
+    """Set ``moe_grouped_kernel`` and ``moe_comm_overlap`` for a Megatron-Bridge MXFP8 row of a
+    26.06 or later container at the layout of a full-iteration recipe (module docstring);
+    whether it did (the caller checks the text names Megatron-Bridge). A row whose text names
+    Transformer Engine graph scopes, or that sets ``moe_grouped_kernel`` itself, is left alone."""
+    if release < FIRST_FULL_ITERATION or recipe != "mxfp8":
+        return False
+    if "moe_grouped_kernel" in out.options:
+        return False
+    if any(TE_GRAPH_SCOPES.search(value) for value in row.values()):
+        return False
+    get = stated.get
+    layout = (get("pp", 1), get("vpp", 1), get("ep", 1), get("micro_batch", 1))
+    for entry in FULL_ITERATION:
+        if entry.flavor == flavor and entry.system == system and entry.layout == layout:
+            out.options["moe_grouped_kernel"] = True
+            out.options["moe_comm_overlap"] = True
+            out.notes.append(
+                "Megatron-Bridge's full-iteration MXFP8 MoE recipe (the text names container "
+                f"{release[0]}.{release[1]:02d}; the row's layout PP {layout[0]} VP {layout[1]} "
+                f"EP {layout[2]} MBS {layout[3]} is {entry.why}): the routed experts as "
+                "Transformer Engine's fused grouped MLP, one launch over the local experts "
+                "with device-side counts (moe_grouped_kernel: use_transformer_engine_op_fuser, "
+                "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1), and the expert-parallel dispatch and "
+                "combine beside the other micro-batch's compute (moe_comm_overlap: "
+                "overlap_moe_expert_parallel_comm, delay_wgrad_compute); not modelled: the "
+                "whole-iteration CUDA graph's host savings, FP8 dot-product attention, the "
+                "expert buffers at capacity factor 1.5 (paged stash)"
+            )
+            return True
+    return False
