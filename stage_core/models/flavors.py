@@ -346,6 +346,9 @@ NEMOTRON_H_56B_PATTERN = (
     "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
     "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 )
+#: Nemotron 3 Nano 4B's (NVIDIA-NeMo/Megatron-Bridge 9cb11608, src/megatron/bridge/recipes/
+#: nemotronh/h100/nemotron_3_nano_4b.py ``_model_config``): 21 Mamba-2, 4 attention, 17 MLP.
+NEMOTRON_3_NANO_4B_PATTERN = "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-"
 
 _HYBRID = (
     # NVIDIA 2025, "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer
@@ -433,6 +436,38 @@ _HYBRID = (
             ("nemotron-h-47b", NEMOTRON_H_47B_PATTERN, 8192, 30720, 64, 256, 256),
             ("nemotron-h-56b", NEMOTRON_H_56B_PATTERN, 8192, 32768, 64, 256, 256),
         )
+    ),
+    # NVIDIA Nemotron 3 Nano 4B (nvidia/NVIDIA-Nemotron-3-Nano-4B-BF16, NemotronHForCausalLM),
+    # dense: the exact architecture Megatron-Bridge's recipe builds (9cb11608, recipes/nemotronh/
+    # h100/nemotron_3_nano_4b.py ``_model_config``: HybridModelProvider hybrid_layer_pattern
+    # above, 42 layers, hidden_size 3136, ffn_hidden_size 12544 squared ReLU not gated,
+    # num_attention_heads 40, num_query_groups 8, kv_channels 128, mamba_num_heads 96,
+    # mamba_head_dim 80, mamba_state_dim 128, mamba_num_groups 8, mamba_chunk_size 256,
+    # vocab_size 131072, untied, position_embedding_type "none", RMSNorm, no biases; seq_length
+    # 4096 in its pre-training recipe); Megatron-Core's d_conv 4. 3,973,556,832 parameters
+    # (Megatron-Bridge's model verification card, docs/model-verification/models/
+    # nemotron-3-nano-4b.md at d5d8c192: its checkpoint round trip).
+    ModelSpec(
+        name="nemotron-3-nano-4b",
+        family=Family.NEMOTRON,
+        layers=len(NEMOTRON_3_NANO_4B_PATTERN),
+        hidden=3136,
+        ffn=12544,
+        heads=40,
+        kv_heads=8,
+        head_dim=128,
+        vocab=131072,
+        seq_len=4096,
+        norm=Norm.RMSNORM,
+        activation=Activation.SQUARED_RELU,
+        position=Position.NONE,
+        layer_pattern=hybrid_pattern(NEMOTRON_3_NANO_4B_PATTERN, "nemotron-3-nano-4b"),
+        ssm_heads=96,
+        ssm_head_dim=80,
+        ssm_state=128,
+        ssm_groups=8,
+        ssm_conv=4,
+        ssm_chunk=256,
     ),
     # Dao & Gu 2024, "Transformers are SSMs" (arXiv 2405.21060) Section 9.2 and the config.json
     # of state-spaces/mamba2-2.7b (mamba_ssm): d_model 2560, n_layer 64, d_intermediate 0 (no

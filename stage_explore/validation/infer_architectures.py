@@ -41,6 +41,15 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
      "first_k_dense_replace 1 dense layer, moe_intermediate_size 2048, num_attention_heads 64, "
      "n_routed_experts 384, n_shared_experts 1, num_experts_per_tok 8, vocab_size 163840, "
      "num_nextn_predict_layers 0); Kimi K2 technical report, arXiv 2507.20534"),
+    # Moonlight-16B-A3B (DeepseekV3ForCausalLM): DeepSeek-V2-Lite's shape with its own dense
+    # FFN and vocabulary (V3's sigmoid router with expert bias changes no GEMM).
+    (r"moonlight", "deepseek-v2-lite", (("ffn", 11264), ("vocab", 163842), ("mtp_layers", 0)),
+     "Megatron-Bridge's MoonlightModelProvider16B (NVIDIA-NeMo/Megatron-Bridge 355cef45 "
+     "src/megatron/bridge/models/deepseek/deepseek_provider.py: 27 layers, hidden 2048, "
+     "ffn_hidden_size 11264 in the first layer (moe_layer_freq [0] + [1] * 26), 16 heads, "
+     "q_lora_rank None, kv_lora_rank 512, 64 experts of 1408, 2 shared (2816), top-6, "
+     "vocab_size 163842); the verification card's recipe builds it from the Hugging Face "
+     "config moonshotai/Moonlight-16B-A3B (architecture DeepseekV3ForCausalLM)"),
     # Maverick: Llama4Experts128Config num_moe_experts 128, moe_layer_freq [0, 1] * 24 (every
     # other layer MoE; the flavor's interval 2 puts the MoE blocks on layers 0, 2, ..., NeMo's
     # on 1, 3, ...: the same 24 of 48).

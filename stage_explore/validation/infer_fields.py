@@ -252,10 +252,15 @@ def _rowwise(text: str, said: str) -> PrecisionRead:
 #: 8B / 47B / 56B): each its own layer pattern and state-space dims (stage_core flavors).
 NEMOTRON_H_SIZES: dict[float, str] = {4: "nemotron-h-4b", 8: "nemotron-h-8b", 47: "nemotron-h-47b",
                     56: "nemotron-h-56b"}  # fmt: skip
+#: NVIDIA's Nemotron 3 / 3.5 family (Nano, Super, Ultra, Lightning; 2025-26): hybrid Mamba-2 /
+#: attention stacks (NemotronHForCausalLM, Megatron-Bridge's model verification cards), not the
+#: 2023 dense Nemotron-3 8B the Nemotron-4 rule below reads ("nemotron 3" alone).
+NEMOTRON_3 = r"nemotron[\s_-]*3(?:\.5)?[\s_-]*(?:nano|super|ultra|lightning)"
 #: (family pattern on the lower-cased model text, {size in billions: flavor}, base flavor, or
 #: "" when only the listed sizes can be set up).
 MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
     (r"nemotron[\s_-]*h\b", NEMOTRON_H_SIZES, ""),
+    (NEMOTRON_3, {4: "nemotron-3-nano-4b"}, ""),
     (r"mamba[\s_-]*2(?![.\d])", {2.7: "mamba2-2.7b"}, ""),
     (r"deepseek[\s_-]*v3", {0: "deepseek-v3"}, ""),
     (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
@@ -271,9 +276,10 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
 #: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
 #: base with the CSV's dims.
 GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"
-#: Hybrid Mamba / attention models (Nemotron-H, Jamba, Zamba, Samba): only a flavor of the
-#: stated size can time them (their layer pattern and state-space dims are not CSV columns).
-HYBRID_PATTERN = re.compile(r"nemotron[\s_-]*h\b|mamba|jamba|zamba|samba")
+#: Hybrid Mamba / attention models (Nemotron-H, Nemotron 3, Jamba, Zamba, Samba): only a flavor
+#: of the stated size can time them (their layer pattern and state-space dims are not CSV
+#: columns).
+HYBRID_PATTERN = re.compile(rf"nemotron[\s_-]*h\b|{NEMOTRON_3}|mamba|jamba|zamba|samba")
 #: Dims a base flavor cannot answer for a model of another size: the CSV must state them.
 REQUIRED_DIMS = ("layers", "hidden", "heads")
 #: Grok-1 (xai-org/grok-1 model.py: RMSNorm, rotary, no biases, 8 experts top-2 in every layer,
@@ -318,7 +324,7 @@ def _gpt_flavor(size: float | None, framework: str) -> tuple[str, bool]:
 
 
 #: The hybrid flavors a row can be set up as, named in the reason when none fits.
-HYBRID_FLAVORS = ", ".join((*NEMOTRON_H_SIZES.values(), "mamba2-2.7b"))
+HYBRID_FLAVORS = ", ".join((*NEMOTRON_H_SIZES.values(), "nemotron-3-nano-4b", "mamba2-2.7b"))
 #: CSV cells a hybrid flavor must agree with when the row states them: its layer pattern is laid
 #: out over exactly its own depth, and its state-space dims follow its width.
 HYBRID_DIMS = ("layers", "hidden", "ffn", "heads", "kv_heads")

@@ -259,3 +259,23 @@ def test_published_sizes_lower_at_the_dgx_cloud_layout() -> None:
     assert set(programs.blocks) == {"embedding", "layer_mamba_none", "layer_attn_none", "head"}
     with pytest.raises(ConfigError, match="`tp`·`cp` must divide `ssm_heads` and `ssm_groups`"):
         lower(model, ParallelConfig(tp=16, global_batch=1))
+
+
+def test_nemotron_3_nano_4b_is_its_recipes_architecture(tmp_path: Path) -> None:
+    """Megatron-Bridge's nemotron_3_nano_4b recipe (9cb11608 ``_model_config``) in the Hugging
+    Face keys: the flavor's layer mix, its tensors' total (the verification card's round trip
+    states 3,973,556,832 parameters) and the import of the same values."""
+    pattern = "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-"
+    config = {
+        **CONFIG, "hybrid_override_pattern": pattern, "num_hidden_layers": 42,
+        "hidden_size": 3136, "intermediate_size": 12544, "num_attention_heads": 40,
+        "mamba_num_heads": 96, "mamba_head_dim": 80, "chunk_size": 256,
+        "max_position_embeddings": 4096,
+    }  # fmt: skip
+    model = get_flavor("nemotron-3-nano-4b")
+    kinds = [k.token for k in model.layer_kinds()]
+    assert (kinds.count("mamba"), kinds.count("mlp"), kinds.count("attn")) == (21, 17, 4)
+    assert model.params() == checkpoint_params(config) == 3_973_556_832
+    imported = load_hf_config(write(tmp_path, config))
+    same = {"name": model.name, "layer_pattern": ""}
+    assert {**imported.to_dict(), **same} == {**model.to_dict(), **same}
