@@ -14,7 +14,8 @@ Contents:
 A task that fails as a whole returns one outcome per candidate: ``infrastructure_failed`` when
 the machinery lost it (a worker process or node died, Ray lost the task), which the driver's
 :class:`~stage_explore.search.retry.RetryingExecutor` retries; ``failed`` otherwise. The study
-goes on either way.
+goes on either way. Such outcomes are recorded under the backend the job runs
+(:attr:`~stage_explore.search.worker.EvaluationJob.study_backend_name`).
 
 Ray's address: ``None`` (or ``"local"``) always starts a Ray instance of our own on this
 machine, whatever ``RAY_ADDRESS`` or a leftover ``ray start`` cluster file says; ``"auto"``
@@ -54,10 +55,14 @@ Results = list[tuple[int, Outcome]]
 _NODES_EVERY_S = 2.0
 
 
-def _failed(keys: Sequence[int], error: BaseException, what: str) -> Results:
+def _failed(keys: Sequence[int], error: BaseException, what: str, backend: str) -> Results:
+    """One outcome per key of a task lost as a whole, recorded under ``backend``: the backend
+    the job runs (:attr:`EvaluationJob.study_backend_name`), which the task never reported."""
     text = " ".join(str(error).split())[:500]
     outcome = Outcome(
-        status=task_failure_status(error), reason=f"{what}: {type(error).__name__}: {text}"
+        status=task_failure_status(error),
+        reason=f"{what}: {type(error).__name__}: {text}",
+        backend=backend,
     )
     return [(key, outcome) for key in keys]
 
@@ -161,15 +166,16 @@ class LocalExecutor(BaseExecutor):
         done, _ = wait(list(self._futures), timeout=timeout_s, return_when=FIRST_COMPLETED)
         results: Results = []
         broken = False
+        backend = self._job.study_backend_name
         for future in done:
             keys, pool = self._futures.pop(future)
             try:
                 results.extend(future.result())
             except BrokenProcessPool as error:
                 broken |= pool is self._pool
-                results.extend(_failed(keys, error, "the worker process died"))
+                results.extend(_failed(keys, error, "the worker process died", backend))
             except Exception as error:
-                results.extend(_failed(keys, error, "the task failed"))
+                results.extend(_failed(keys, error, "the task failed", backend))
         if broken:
             self._restart()
         return results
@@ -231,6 +237,7 @@ class RayExecutor(BaseExecutor):
             connect_ray(address, workers=workers, connect_timeout_s=connect_timeout_s)
         self.parallelism = max(1, int(self._ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(num_cpus=1, max_retries=0)(_evaluate_on_ray_node)
+        self._backend_name = job.study_backend_name
         self._job = ray.put(job)
         self._refs: dict[Any, list[int]] = {}
         self._where = ""
@@ -253,7 +260,7 @@ class RayExecutor(BaseExecutor):
             try:
                 results.extend(ray.get(reference))
             except Exception as error:
-                results.extend(_failed(keys, error, "the Ray task failed"))
+                results.extend(_failed(keys, error, "the Ray task failed", self._backend_name))
         return results
 
     @property
