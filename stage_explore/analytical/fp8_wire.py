@@ -8,9 +8,11 @@ analytical backend already counts it, and :func:`fp8_wire` reuses those counts r
 deriving them again:
 
 - **Tensor-parallel all-gathers of FP8 linear inputs** (the profile's ``tp_comm_overlap`` with
-  Transformer Engine's userbuffers, or torchao's ``float8_tp`` under the ``tensorwise``
-  recipe): the gathers :meth:`~stage_explore.analytical.costing_compute.ComputeCosting.
-  fp8_tp_gathered` names move 1 byte per element, plus one E8M0 byte per 32 under ``mxfp8``
+  Transformer Engine's userbuffers; without them Transformer Engine's NCCL sequence-parallel
+  gathers, ``te_sp_fp8_gather``, which under ``mxfp8`` leave the output gradients' gathers
+  16-bit; or torchao's ``float8_tp`` under the ``tensorwise`` recipe): the gathers
+  :meth:`~stage_explore.analytical.costing_compute.ComputeCosting.fp8_tp_gathered` names
+  move 1 byte per element, plus one E8M0 byte per 32 under ``mxfp8``
   (:func:`~stage_explore.analytical.fp8_gather.with_fp8_gathers`; TE
   ``transformer_engine/pytorch/module/base.py`` ``initialize_ub`` / ``fill_userbuffers_buffer_
   for_all_gather``, torchao ``torchao/float8/float8_tensor_parallel.py``, cited in

@@ -71,18 +71,36 @@ def training_backend(args: argparse.Namespace, parallel: ParallelConfig) -> Anal
 
     overrides = {"fp8_param_gather": True} if args.fp8_param_gather else None
     framework = DEFAULT_FRAMEWORK if args.framework is None else args.framework
-    return AnalyticalBackend(framework=framework, overrides=overrides)
+    backend = AnalyticalBackend(framework=framework, overrides=overrides)  # a known name
+    if args.framework is not None and str(parallel.precision) != "fp8" and args.compute != KERNELS:
+        # 6 Dec 2026 (s26 review): a 16-bit (or FP4) roofline trace is the same under every
+        # profile, so --framework was taken and ignored
+        raise ConfigError(
+            "--framework applies to --precision fp8 (which collectives are sent in FP8) or "
+            "--compute kernels (the kernel times), but got --framework "
+            f"{args.framework} with --precision {parallel.precision} --compute {args.compute}"
+        )
+    return backend
 
 
 def sixteen_bit_note(parallel: ParallelConfig, backend: AnalyticalBackend) -> str:
     """The line an FP8 / FP4 trace prints when no collective of it is sent in the low
     precision under ``backend``'s profile: the files then carry the 16-bit bytes, which the user
-    should not have to find out by comparing them."""
+    should not have to find out by comparing them. It says what would send FP8
+    (:meth:`~stage_explore.analytical.costing_compute.ComputeCosting.fp8_tp_gathered`,
+    :mod:`~stage_explore.analytical.fp8_wire`); an FP4 run sends none under any profile."""
+    precision = str(parallel.precision)
+    head = (
+        f"note: --precision {precision}: no collective of this layout is sent in {precision} "
+        f"under the {backend.framework.name} profile, so the trace's collectives carry 16-bit "
+        "bytes"
+    )
+    if precision != "fp8":  # NVFP4 gathers nothing in 4 bits, and --fp8-param-gather is fp8's
+        return f"{head} (no profile sends {precision} data: the recipe's gathers are 16-bit)"
     return (
-        f"note: --precision {parallel.precision}: no collective of this layout is sent in "
-        f"{parallel.precision} under the {backend.framework.name} profile, so the trace's "
-        "collectives carry 16-bit bytes (the megatron-core and torchtitan profiles send "
-        "tensor-parallel gathers in FP8; --fp8-param-gather the parameter gathers)"
+        f"{head} (FP8 is sent by the sequence-parallel all-gathers of --tp > 1 with --sp under "
+        "--framework megatron-core (recipes delayed, tensorwise, mxfp8) or torchtitan "
+        "(--fp8-recipe tensorwise), and by the parameter all-gathers with --fp8-param-gather)"
     )
 
 
@@ -132,10 +150,10 @@ def run(args: argparse.Namespace) -> int:
         backend = training_backend(args, parallel)
         lowered = lower(model, parallel)
         programs = fp8_wire(lowered, backend)  # FP8 bytes where they are sent
+        if args.compute == KERNELS:  # first: a system that cannot run the precision says so
+            transform = kernel_durations(args, programs, backend)
         if parallel.quantized and programs is lowered:
             print(sixteen_bit_note(parallel, backend), file=sys.stderr)
-        if args.compute == KERNELS:
-            transform = kernel_durations(args, programs, backend)
     else:  # a prefill or decode step (the last chunk of a chunked prefill)
         model, config = serving_workload(args)
         programs = serving_program_set(model, config)

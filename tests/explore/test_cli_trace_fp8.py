@@ -51,7 +51,7 @@ def _comm(node: TraceNode) -> tuple[str, int]:
 
 
 def test_an_fp8_trace_sends_fp8_where_the_profile_does(tmp_path: Path) -> None:
-    bf16 = _trace(tmp_path / "bf16", "--framework", "megatron-core")
+    bf16 = _trace(tmp_path / "bf16")  # a 16-bit roofline trace is the same under every profile
     fp8 = _trace(tmp_path / "fp8", *FP8)
     tp_halved = param_smaller = 0
     for rank, nodes in bf16.items():
@@ -92,6 +92,45 @@ def test_the_default_profile_sends_16_bit_bytes(
     assert "16-bit bytes" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        # torchtitan sends FP8 gathers under the tensorwise recipe only (fp8_gather.py)
+        (["--precision", "fp8", "--framework", "torchtitan"],
+         "torchtitan (--fp8-recipe tensorwise)"),
+        (["--precision", "fp8", "--framework", "megatron-core", "--fp8-recipe", "blockwise"],
+         "megatron-core (recipes delayed, tensorwise, mxfp8)"),
+        # NVFP4 gathers nothing in 4 bits and --fp8-param-gather is FP8's: no profile to name
+        (["--precision", "fp4"], "(no profile sends fp4 data: the recipe's gathers are 16-bit)"),
+    ],
+)  # fmt: skip
+def test_the_16_bit_note_says_what_would_send_the_low_precision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str
+) -> None:
+    """s26 review: the note named megatron-core and torchtitan as sending FP8 whatever the
+    recipe, also to a torchtitan or megatron-core run it was printed for, and to FP4 runs."""
+    _trace(tmp_path, *extra)
+    note = capsys.readouterr().err
+    assert note.count("\n") == 1 and "carry 16-bit bytes" in note and says in note, note
+    if "fp4" in extra:
+        assert "megatron-core" not in note and "--fp8-param-gather" not in note
+
+
+def test_a_recipe_torchtitan_gathers_in_fp8_gets_no_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bf16 = _trace(tmp_path / "bf16")
+    fp8 = _trace(tmp_path / "tt", "--precision", "fp8", "--framework", "torchtitan",
+                 "--fp8-recipe", "tensorwise")  # fmt: skip
+    assert "16-bit bytes" not in capsys.readouterr().err
+    halved = [
+        (old.name, new.comm_bytes * 2 == old.comm_bytes)
+        for old, new in zip(bf16[0], fp8[0], strict=True)
+        if old.comm_bytes != new.comm_bytes
+    ]
+    assert halved and all(ok for _, ok in halved), halved
+
+
 def test_kernels_writes_the_analytical_kernel_durations(tmp_path: Path) -> None:
     plain = _trace(tmp_path / "r", *FP8)
     timed = _trace(tmp_path / "k", *FP8, "--compute", "kernels", "--system", "h100-80gb")
@@ -125,6 +164,15 @@ def test_kernels_writes_the_analytical_kernel_durations(tmp_path: Path) -> None:
          "or 2 (the distributed optimizer's parameter all-gather), but got --precision bf16 "
          "--zero 1"),
         (["--framework", "nemo-9"], "unknown framework 'nemo-9'"),
+        # s26 review: a 16-bit or FP4 roofline trace is the same under every profile
+        (["--framework", "torchtitan"], "--framework applies to --precision fp8 (which "
+         "collectives are sent in FP8) or --compute kernels (the kernel times), but got "
+         "--framework torchtitan with --precision bf16 --compute roofline"),
+        (["--framework", "fsdp", "--precision", "fp4"], "but got --framework fsdp with "
+         "--precision fp4 --compute roofline"),
+        # the system's refusal alone, without the 16-bit note before it (s26 review)
+        (["--precision", "fp8", "--compute", "kernels", "--system", "a100-80gb"],
+         "precision 'fp8' needs a peak FLOP/s for it, but accelerator 'A100-SXM4-80GB'"),
     ],
 )  # fmt: skip
 def test_option_errors_are_one_line(
@@ -158,7 +206,7 @@ def _run(directory: Path, dtype: str, settings: AstraSettings, *extra: str):  # 
 @needs_binary
 def test_the_real_binary_runs_an_fp8_trace_with_less_communication(tmp_path: Path) -> None:
     roofline = AstraSettings()
-    bf16, _ = _run(tmp_path / "bf16", "fp8", roofline, "--framework", "megatron-core")
+    bf16, _ = _run(tmp_path / "bf16", "fp8", roofline)
     fp8, _ = _run(tmp_path / "fp8", "fp8", roofline, *FP8)
     assert sorted(fp8.report.ranks) == sorted(bf16.report.ranks) == [0, 1, 2, 3]
     for rank, result in fp8.report.ranks.items():
