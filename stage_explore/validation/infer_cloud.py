@@ -45,7 +45,9 @@ CLOUD_PARTS: tuple[tuple[str, str, str], ...] = (
      "offer lists gpu=H200:141GB:8)"),
     (r"\ba3[\s_-]?mega(?:gpu[\w-]*)?\b", "H100 80GB", _GPU_RECIPES),
     (r"\ba3[\s_-]?ultra(?:gpu[\w-]*)?\b", "H200 141GB", _GPU_RECIPES),
-    (r"\ba4x(?:[\s_-]?highgpu[\w-]*)?\b", "GB200", _GPU_RECIPES),
+    # not "A4X Max" / a4x-maxgpu-4g-metal, Google's GB300 machine (s26 review: it was read as
+    # the A4X's GB200 without a word; no entry here cites its GPU, so it stays refused)
+    (r"\ba4x(?![\s_-]?max)(?:[\s_-]?highgpu[\w-]*)?\b", "GB200", _GPU_RECIPES),
     # a bare "A4" (NVIDIA names no GPU so; A40 / A4000 / A4500 do not match)
     (r"\ba4(?:[\s_-]?highgpu[\w-]*)?\b(?![\dx])", "B200", _GPU_RECIPES),
 )  # fmt: skip
