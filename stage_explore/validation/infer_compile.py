@@ -33,11 +33,17 @@ from __future__ import annotations
 import re
 
 #: A denial of torch.compile: ``no-compile``, ``no torch.compile``, ``without torch.compile``,
-#: ``not compiled``, ``non-compiled``, ``w/o compile``; ``compile: false``, ``use_torch_compile
-#: = False``, ``torch.compile off``.
+#: ``not compiled``, ``non-compiled``, ``w/o compile``, ``uncompiled``; ``compile: false``,
+#: ``use_torch_compile = False``, ``compiled: no``, ``compile=0``, ``torch.compile off``,
+#: ``compile (off)``; ``torch.compile not used``, ``compile was not enabled``, ``compile
+#: unused``. (s26 review: ``compiled: no``, ``compile=0`` and ``torch.compile not used`` read
+#: as compiled.)
 COMPILE_DENIED = re.compile(
     r"(?:\bno|\bnot|\bwithout|\bnon|\bw/o)[\s_-]+(?:using[\s_-]+)?(?:torch\.)?compiled?\b"
-    r"|compile\w*\s*(?:[:=]\s*|\s)(?:false|off|disabled)\b",
+    r"|\bun[\s_-]?compiled\b"
+    r"|compile\w*\s*[:=]\s*(?:false|off|disabled|no|none|0(?![.\d]))\b"
+    r"|compile\w*\s*\(?(?:false|off|disabled)\b"
+    r"|compile\w*\s+(?:(?:was|is)\s+)?(?:not\s+(?:used|enabled|applied)|unused)\b",
     re.IGNORECASE,
 )
 #: A mention of torch.compile: ``torch.compile``, torchtitan's ``--training.compile``,

@@ -35,6 +35,15 @@ def _rows() -> dict[str, dict[str, str]]:
         ("run without torch.compile", False),
         ("use_torch_compile=False", False),
         ("compile: off", False),
+        # s26 review: each of these read as compiled
+        ("compiled: no", False),
+        ("compile=0", False),
+        ("torch.compile: 0", False),
+        ("compile (off)", False),
+        ("torch.compile not used (not in the script)", False),
+        ("compile was not enabled", False),
+        ("uncompiled", False),
+        ("compile: 0.5 s per step", True),  # a number, not a setting
         ("MFU results with compile and no compile", None),  # a caption naming both
         ("PyTorch FSDP, bf16", None),
     ],
