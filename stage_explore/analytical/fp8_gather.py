@@ -118,8 +118,9 @@ def nccl_fp8_gathered(
 
 
 def te_fp8_linear(instr: Instr, weights: Collection[str], gemms: Collection[str]) -> bool:
-    """Whether ``instr`` is a GEMM of a Transformer Engine linear layer that runs in FP8 and
-    whose communication userbuffers carry (not the experts', not the router's)."""
+    """Whether ``instr`` is a GEMM of a Transformer Engine (or torchao Float8) linear layer that
+    runs in FP8 and whose inputs the tensor-parallel gathers carry quantized — userbuffers',
+    Transformer Engine's NCCL gathers or torchao's (not the experts', not the router's)."""
     role = gemm_role(instr, weights)
     if role is None or role not in gemms:
         return False

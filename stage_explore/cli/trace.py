@@ -67,6 +67,11 @@ def training_backend(args: argparse.Namespace, parallel: ParallelConfig) -> Anal
             f"optimizer's parameter all-gather), but got --precision {parallel.precision} "
             f"--zero {parallel.zero}"
         )
+    if args.fp8_param_gather and parallel.dp * parallel.cp == 1:  # s26 review: ignored there
+        raise ConfigError(
+            "--fp8-param-gather needs a parameter all-gather, i.e. dp·cp > 1 (ZeRO shards over "
+            f"the dp·cp ranks), but got --dp {parallel.dp} --cp {parallel.cp}"
+        )
     from stage_explore.analytical.backend import AnalyticalBackend
 
     overrides = {"fp8_param_gather": True} if args.fp8_param_gather else None

@@ -164,6 +164,10 @@ def test_kernels_writes_the_analytical_kernel_durations(tmp_path: Path) -> None:
          "or 2 (the distributed optimizer's parameter all-gather), but got --precision bf16 "
          "--zero 1"),
         (["--framework", "nemo-9"], "unknown framework 'nemo-9'"),
+        # s26 review: at dp·cp = 1 ZeRO gathers no parameters (the files were unchanged)
+        (["--dp", "1", "--global-batch", "2", "--precision", "fp8", "--fp8-param-gather"],
+         "--fp8-param-gather needs a parameter all-gather, i.e. dp·cp > 1 (ZeRO shards over "
+         "the dp·cp ranks), but got --dp 1 --cp 1"),
         # s26 review: a 16-bit or FP4 roofline trace is the same under every profile
         (["--framework", "torchtitan"], "--framework applies to --precision fp8 (which "
          "collectives are sent in FP8) or --compute kernels (the kernel times), but got "
