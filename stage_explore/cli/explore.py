@@ -129,9 +129,10 @@ class ProgressLine:
     def refine(self, progress: RefineProgress) -> None:
         """A two-stage study's re-evaluation of the front (its first line always shown)."""
         minutes, seconds = divmod(int(progress.elapsed_s), 60)
+        points = "point" if progress.total == 1 else "points"  # "1/1 point", as "1/1 trial"
         text = (
             f"re-evaluating the front with {progress.backend}: {progress.done}/{progress.total} "
-            f"points · {progress.ok} feasible · {progress.failed} failed · "
+            f"{points} · {progress.ok} feasible · {progress.failed} failed · "
             f"{minutes}:{seconds:02d}"
         )
         counts = (progress.done, progress.total, progress.ok, progress.failed)

@@ -42,6 +42,17 @@ def test_repeats_are_shown_only_when_there_are_some() -> None:
     assert "repeats" not in line_for(0)
 
 
+def test_a_one_point_refinement_says_point() -> None:
+    # s26 review: "1/1 points" where the search's line says "1/1 trial"
+    stream = io.StringIO()
+    ProgressLine(stream).refine(
+        RefineProgress(backend="astra-sim", done=1, total=1, ok=1, failed=0, elapsed_s=3.0)
+    )
+    assert stream.getvalue() == (
+        "re-evaluating the front with astra-sim: 1/1 point · 1 feasible · 0 failed · 0:03\n"
+    )
+
+
 def test_the_refinement_shows_its_first_and_last_point_even_when_piped() -> None:
     # s19 usertour: a two-stage study's re-evaluation of the front printed nothing.
     stream = io.StringIO()
