@@ -26,6 +26,7 @@ from stage_core.lower.program import ProgramSet, lower
 from stage_core.parallel.config import ParallelConfig
 from stage_core.serving.trace import serving_program_set
 from stage_core.trace import NodeKind
+from stage_explore.analytical.fp8_roles import check_fp8_framework
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from stage_explore.cli.meter import RankMeter
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
@@ -77,6 +78,9 @@ def training_backend(args: argparse.Namespace, parallel: ParallelConfig) -> Anal
     overrides = {"fp8_param_gather": True} if args.fp8_param_gather else None
     framework = DEFAULT_FRAMEWORK if args.framework is None else args.framework
     backend = AnalyticalBackend(framework=framework, overrides=overrides)  # a known name
+    if str(parallel.precision) == "fp8":  # s26 review: a rowwise Transformer Engine trace
+        profile = backend.framework  # was written, a run no framework makes (eval refuses it)
+        check_fp8_framework(profile.name, profile.fp8_weight_cast_per_use, parallel.linear_recipe)
     if args.framework is not None and str(parallel.precision) != "fp8" and args.compute != KERNELS:
         # 6 Dec 2026 (s26 review): a 16-bit (or FP4) roofline trace is the same under every
         # profile, so --framework was taken and ignored

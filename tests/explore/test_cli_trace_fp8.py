@@ -168,6 +168,12 @@ def test_kernels_writes_the_analytical_kernel_durations(tmp_path: Path) -> None:
         (["--dp", "1", "--global-batch", "2", "--precision", "fp8", "--fp8-param-gather"],
          "--fp8-param-gather needs a parameter all-gather, i.e. dp·cp > 1 (ZeRO shards over "
          "the dp·cp ranks), but got --dp 1 --cp 1"),
+        # s26 review: Transformer Engine has no row-wise recipe; stage eval refused it, stage
+        # trace wrote it (under the default profile, megatron-lm-2021, too)
+        (["--precision", "fp8", "--fp8-recipe", "rowwise", "--framework", "megatron-core"],
+         "`fp8_recipe` 'rowwise' is torchao Float8's row-wise scaling, but framework "
+         "'megatron-core' runs FP8 through Transformer Engine"),
+        (["--precision", "fp8", "--fp8-recipe", "rowwise"], "framework 'megatron-lm-2021'"),
         # s26 review: a 16-bit or FP4 roofline trace is the same under every profile
         (["--framework", "torchtitan"], "--framework applies to --precision fp8 (which "
          "collectives are sent in FP8) or --compute kernels (the kernel times), but got "
