@@ -319,6 +319,24 @@ def refuse_ignored_options(args: argparse.Namespace, model: ModelSpec) -> None:
         )
 
 
+def with_layers(model: ModelSpec, layers: int | None) -> ModelSpec:
+    """``model`` with ``--layers`` applied. A model whose ``layer_pattern`` lays out a fixed
+    count (Nemotron-H) takes no other: the error says so, naming the option (s26 review: it
+    read "but the model has layers=4", the user's own value, with no way out named)."""
+    if layers is None:
+        return model
+    try:
+        return model.with_overrides(layers=layers)
+    except ConfigError as error:
+        if not model.layer_pattern:
+            raise
+        raise ConfigError(
+            f"--layers {layers}: {error}; a model with a fixed layer_pattern takes only its "
+            f"{model.layers} layers (a model TOML with base = {model.name!r} and a shorter "
+            "layer_pattern sets another count)"
+        ) from None
+
+
 def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]:
     """The model (with overrides applied) and the parallel config, validated together.
 
@@ -328,9 +346,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
     if args.global_batch is not None and args.global_batch < 1:
         global_batch = args.global_batch
         raise ConfigError(f"`global_batch` must be a positive int, but got {global_batch=}")
-    model = load_model(args.model)
-    if args.layers is not None:
-        model = model.with_overrides(layers=args.layers)
+    model = with_layers(load_model(args.model), args.layers)
     if getattr(args, "mtp_layers", None) is not None:
         model = model.with_overrides(mtp_layers=args.mtp_layers)
     refuse_ignored_options(args, model)

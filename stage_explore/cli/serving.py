@@ -192,9 +192,9 @@ def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
 
 def serving_workload(args: argparse.Namespace) -> tuple[ModelSpec, ServingConfig]:
     """The model (with ``--layers``) and the serving configuration the options describe."""
-    model = load_model(args.model)
-    if args.layers is not None:
-        model = model.with_overrides(layers=args.layers)
+    from stage_explore.cli.options import with_layers
+
+    model = with_layers(load_model(args.model), args.layers)
     return model, serving_config(args, model)
 
 
