@@ -10,7 +10,8 @@ choice, a missing or misspelt option) are one line too (:class:`OneLineParser`; 
 option names the subcommand's closest one). Before a workload subcommand starts, its sizes are
 checked against :mod:`stage_explore.limits`, options the chosen ``--phase`` would ignore are
 refused, and ``trace --out`` is checked writable, so an absurd size or a bad folder fails at
-once.
+once; a folder ``trace`` created for ``--out`` is removed again when the command fails and
+leaves it empty.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import NoReturn
 
 from stage_core.errors import StageError
-from stage_explore.cli.paths import os_error_text
+from stage_explore.cli.paths import os_error_text, removed_if_failed
 
 #: Subcommand modules, in the order ``stage --help`` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -101,9 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     _refuse_unknown(parser, args.command, extras)
+    # a refused trace leaves no empty --out folder it created (s26 review), as stage explore
+    out: AbstractContextManager[None] = (
+        removed_if_failed(Path(args.out)) if args.command == "trace" else nullcontext()
+    )
     try:
-        _check_before_work(args)
-        code: int = args.func(args)
+        with out:
+            _check_before_work(args)
+            code: int = args.func(args)
     except StageError as error:
         print(f"stage {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -146,8 +146,36 @@ def check_compute(args: argparse.Namespace) -> None:
         )
 
 
+def check_format_options(args: argparse.Namespace) -> None:
+    """The options a ``--format`` (or ``--units``) writes nothing with, and ``--quiet`` beside
+    ``--progress``, are one-line errors (s26 review: each was taken and ignored — ``--prefix``
+    and ``--jobs`` name Chakra's files and writers, a symmetric file has no units, the
+    ASTRA-sim check reads Chakra traces in bytes)."""
+    if args.format != "chakra":
+        for option, value in (("--prefix", args.prefix), ("--jobs", args.jobs)):
+            if value is not None:
+                raise ConfigError(
+                    f"{option} applies to --format chakra (the <prefix>.<rank>.et files and "
+                    f"their writer processes), but got {option} {value} with --format "
+                    f"{args.format}"
+                )
+    if args.format == "symmetric" and args.units != "bytes":
+        raise ConfigError(
+            f"--units {args.units} applies to --format chakra or json (a symmetric file "
+            "holds bytes and FLOPs), but got --format symmetric"
+        )
+    if args.target is not None and (args.format != "chakra" or args.units != "bytes"):
+        raise ConfigError(
+            f"--for {args.target} applies to Chakra traces in bytes (what ASTRA-sim reads), "
+            f"but got --format {args.format} --units {args.units}"
+        )
+    if args.quiet and args.progress:
+        raise ConfigError("--quiet and --progress contradict each other; pass one of them")
+
+
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    check_format_options(args)
     check_compute(args)
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be an integer >= 1, but got {args.jobs}")
@@ -170,14 +198,15 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     world = programs.workload.world_size
     problems: list[str] = []
-    if args.format == "chakra" and args.target == "astra-sim" and args.units == "bytes":
+    target = "astra-sim" if args.target is None else args.target
+    if args.format == "chakra" and target == "astra-sim" and args.units == "bytes":
         problems = astra_sim_problems(programs)
     if args.format == "chakra":
         show = not args.quiet and sys.stderr.isatty() or args.progress
         written = write_chakra(
             programs,
             out,
-            args.prefix,
+            "workload" if args.prefix is None else args.prefix,
             units=args.units,
             progress=RankMeter(show, "writing rank files"),
             workers=args.jobs,
@@ -225,7 +254,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "readable, in trace.json; symmetric: one program per rank class, symmetric.json",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parser.add_argument("--prefix", default="workload", help="trace file prefix (chakra)")
+    parser.add_argument(
+        "--prefix", default=None, help="trace file prefix (chakra; default: workload)"
+    )
     parser.add_argument(
         "--units",
         choices=("bytes", "stage"),
@@ -236,8 +267,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--for",
         dest="target",
         choices=("astra-sim", "any"),
-        default="astra-sim",
-        help="astra-sim (default): check that ASTRA-sim can run the Chakra output; any: skip it",
+        default=None,
+        help="astra-sim (default): check that ASTRA-sim can run the Chakra output (in bytes); "
+        "any: skip it",
     )
     parser.add_argument(
         "--framework",
