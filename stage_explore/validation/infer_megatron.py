@@ -560,7 +560,7 @@ def megatron_core_defaults(
             _bridge_options(flavor, system, release, named, out)
             _bridge_connections({**parallel, **stated}, system, out)
             recipe = fp8_recipe if precision == "fp8" else ""
-            bridge_full_iteration(row, flavor, system, release, recipe, stated, out)
+            bridge_full_iteration(row, flavor, system, release, recipe, out)
             qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
             bridge_hybridep(flavor, system, release, stated, out, recipe)
             no_mtp = NO_MTP.search(row.get("model", "").strip().lower())

@@ -58,7 +58,11 @@ def test_a_26_06_mxfp8_row_at_a_full_iteration_recipe_s_layout(row: dict[str, st
     # the 26.04 performance summary's row at the same layout ran scoped TE graphs
     {"source": "NVIDIA Megatron-Bridge performance summary (26.04 container)", "source_table": ""},
     {"precision": "BF16"},  # the full-iteration helper is the MXFP8 recipes'
-    {"micro_batch": "4"},  # not the GB300 recipe's layout
+    # s26 mbvergen: model x GPU pairs whose MXFP8 recipes run no full-iteration helper
+    {"model": "Kimi-K2", "gpu": "GB300", "num_gpus": "256", "pp": "4", "vpp": "4", "ep": "64",
+     "dp": "64", "micro_batch": "2", "global_batch_seqs": "4096"},  # DeepSeek-V3 architecture
+    {"model": "Qwen3-235B-A22B", "gpu": "B300", "num_gpus": "256", "pp": "8", "ep": "8",
+     "dp": "32", "micro_batch": "2", "global_batch_seqs": "8192"},
     # the functional recipe: Transformer Engine graphs of the router and preprocessing
     {"notes": "Transformer Engine CUDA graphs for moe_router and moe_preprocess remain active"},
     {"source": "a Qwen3-30B run (nemo:26.06)", "source_table": ""},  # not Megatron-Bridge
@@ -72,7 +76,26 @@ def test_other_rows_keep_the_per_expert_path(cells: dict[str, str]) -> None:
 def test_every_recipe_names_its_file_and_commit() -> None:
     for entry in FULL_ITERATION:
         assert "perf_recipes/" in entry.why and "(" in entry.why
-        assert entry.system in ("gb200-nvl72", "gb300-nvl72")
+        assert entry.system in ("gb200-nvl72", "gb300-nvl72", "b300")
+
+
+@pytest.mark.parametrize("cells", [
+    # the GB300 Qwen3-235B card's statement: PP 4 EP 32 MBS 2, its virtual pipeline not stated
+    {"model": "Qwen3-235B-A22B", "num_gpus": "256", "pp": "4", "ep": "32", "dp": "64",
+     "micro_batch": "2", "global_batch_seqs": "8192"},
+    {"micro_batch": "4"},  # another layout of the GB300 Qwen3-30B recipe's model and GPU
+    {"gpu": "B300"},  # qwen/b300/qwen3_moe.py's Qwen3-30B MXFP8 recipe runs the helper too
+    {"model": "GPT-OSS-120B", "gpu": "GB200", "num_gpus": "64", "ep": "64", "dp": "64",
+     "micro_batch": "4", "global_batch_seqs": "1280"},
+])  # fmt: skip
+def test_any_layout_of_a_full_iteration_model_and_gpu(cells: dict[str, str]) -> None:
+    """s26 mbvergen: the recipes decide by model and GPU, not by layout."""
+    case = inferred_case({**GB300_QWEN3, **cells})
+    options = _options(case)
+    assert options.get("moe_grouped_kernel") is True
+    assert options.get("moe_comm_overlap") is True
+    (note,) = [a for a in case.assumptions if "full-iteration MXFP8 MoE recipe" in a]
+    assert "whatever its layout" in note
 
 
 H100_TEXT = {
