@@ -24,6 +24,8 @@ rank's group id in place of ``template.groups[i]`` (``None``: all ranks) and ``p
 peer in place of ``template.peers[j]``. Everything else — ids, names, deps, sizes, tags — is
 shared, pre-encoded bytes; only the length prefixes of the nodes holding a slot and the slot
 attributes themselves (cached by value) are assembled per rank.
+``template.file_size(...)`` (same arguments) is that file's length, counted without assembling
+it: what a trace set's bytes are before any file is written.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ def _string(value: str, what: str) -> bytes:
 def _packed(values: tuple[int, ...]) -> bytes:
     return b"".join([encode_varint(value) for value in values])
 
+
+# A template's file for one tuple of slot-value lengths: static chunks, the picker that
+# interleaves them with the slot values, and the chunks' total bytes (RankTemplate._layout).
+_Layout = tuple[list[bytes], Callable[[list[bytes]], Any], int]
 
 # A node's body as pieces: static bytes, or a (marker, attribute name, value) hole.
 _Hole = tuple[str, str, object]
@@ -317,7 +323,11 @@ class RankTemplate:
         self._encoder = encoder
         self._slots = slots
         self._parts, self._length_holes, self._slot_holes = parts
-        self._layouts: dict[tuple[int, ...], tuple[list[bytes], Callable[[list[bytes]], Any]]] = {}
+        uses = [0] * len(slots)  # how many holes each slot's value fills
+        for _, number in self._slot_holes:
+            uses[number] += 1
+        self._uses = uses
+        self._layouts: dict[tuple[int, ...], _Layout] = {}
 
     def emit_file(
         self,
@@ -330,6 +340,37 @@ class RankTemplate:
 
         ``pg_names``, ``involved_dims`` align with :attr:`groups`; ``peers`` with :attr:`peers`.
         """
+        values = self._values(rank, pg_names, peers, involved_dims)
+        chunks, pick, _ = self._layout_of(values)
+        return b"".join(pick(chunks + values))
+
+    def file_size(
+        self,
+        rank: int,
+        pg_names: Sequence[str | None],
+        peers: Sequence[int],
+        involved_dims: Sequence[tuple[bool, ...] | None] | None = None,
+    ) -> int:
+        """``len(emit_file(...))`` with the same arguments, without assembling the file: the
+        static bytes of the layout for these slot values (cached per their lengths) plus each
+        value's length times the holes it fills."""
+        values = self._values(rank, pg_names, peers, involved_dims)
+        filled = sum([len(value) * uses for value, uses in zip(values, self._uses, strict=True)])
+        return self._layout_of(values)[2] + filled
+
+    def _layout_of(self, values: list[bytes]) -> _Layout:
+        lengths = tuple([len(value) for value in values])
+        layout = self._layouts.get(lengths)
+        return self._layout(lengths) if layout is None else layout
+
+    def _values(
+        self,
+        rank: int,
+        pg_names: Sequence[str | None],
+        peers: Sequence[int],
+        involved_dims: Sequence[tuple[bool, ...] | None] | None,
+    ) -> list[bytes]:
+        """The encoded slot values of ``rank``'s file, in slot order (arguments checked)."""
         if len(pg_names) != len(self.groups) or len(peers) != len(self.peers):
             raise ConfigError(
                 f"rank {rank}: the template needs {len(self.groups)} group ids and "
@@ -350,18 +391,13 @@ class RankTemplate:
                 values.append(encoder.int_attribute(slot.attribute, peers[slot.index]))
             else:
                 values.append(encoder.int_attribute(slot.attribute, rank))
-        lengths = tuple([len(value) for value in values])
-        layout = self._layouts.get(lengths)
-        if layout is None:
-            layout = self._layout(lengths)
-        chunks, pick = layout
-        return b"".join(pick(chunks + values))
+        return values
 
-    def _layout(self, lengths: tuple[int, ...]) -> tuple[list[bytes], Callable[[list[bytes]], Any]]:
+    def _layout(self, lengths: tuple[int, ...]) -> _Layout:
         """The file for slot values of ``lengths``: static chunks (length prefixes filled in),
-        and a picker that orders chunks and slot values (appended after the chunks) into the
-        file's parts. Cached per ``lengths``: ranks whose slot values have equal lengths share
-        everything but the values themselves."""
+        a picker that orders chunks and slot values (appended after the chunks) into the
+        file's parts, and the chunks' total bytes. Cached per ``lengths``: ranks whose slot
+        values have equal lengths share everything but the values themselves."""
         parts: list[bytes | None] = list(self._parts)
         for index, base, refs in self._length_holes:
             length = base
@@ -388,7 +424,7 @@ class RankTemplate:
         picker = itemgetter(*resolved) if len(resolved) > 1 else (lambda items: (items[0],))
         if len(self._layouts) >= _LAYOUT_CACHE_LIMIT:
             self._layouts.clear()
-        layout = (chunks, picker)
+        layout = (chunks, picker, sum(map(len, chunks)))
         self._layouts[lengths] = layout
         return layout
 

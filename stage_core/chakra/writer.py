@@ -10,6 +10,8 @@ Holds:
 - :class:`ClassColumns` and :func:`write_class_columns`: the same, with the members' groups and
   peers as integer columns — the fast path for large rank counts (what ``stage trace`` uses);
   files are written over forked workers (:mod:`stage_core.chakra.filesink`);
+  :func:`compile_class_columns` encodes such a set without writing it
+  (:class:`CompiledTraceSet`: its exact bytes before any file exists, then the files);
 - :func:`expand_rank_classes`: the per-rank programs that a list of rank classes stands for;
 - :func:`trace_set_json` / :func:`write_trace_json`: the readable JSON form.
 
@@ -154,6 +156,11 @@ class _Dims:
         self._function = involved_dim
         self._registry = registry
         self._cache: dict[str | None, tuple[bool, ...] | None] = {}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether an ``involved_dim`` function was given."""
+        return self._function is not None
 
     def __call__(self, pg_name: str | None) -> tuple[bool, ...] | None:
         if self._function is None:
@@ -336,16 +343,105 @@ def write_class_columns(
     :func:`write_trace_set` on the programs they stand for (``compile_progress``: called with
     (classes encoded, classes) as each class's template is compiled).
 
-    Group ids are assigned first, in one pass over the ranks in ascending order; then every
-    rank's file is emitted from its class template and written, over ``workers`` processes
-    (``None``: as many as there are CPUs, up to 4; see :mod:`stage_core.chakra.filesink`). The
-    bytes do not depend on ``workers``.
+    :func:`compile_class_columns`, then :meth:`CompiledTraceSet.write` over ``workers``
+    processes (``None``: as many as there are CPUs, up to 4; see
+    :mod:`stage_core.chakra.filesink`). The bytes do not depend on ``workers``.
     """
     check_workers(workers)  # before the folder is touched
     _check_cover([rank for rank_class in classes for rank in rank_class.ranks])
     world_size = sum(len(rank_class.ranks) for rank_class in classes)
+    _prepare_directory(out_dir, prefix, world_size)  # a bad folder or prefix before the work
+    compiled = compile_class_columns(
+        classes, group_table, units=units, bytes_per_element=bytes_per_element,
+        involved_dim=involved_dim, compile_progress=compile_progress,
+    )  # fmt: skip
+    return compiled.write(out_dir, prefix, progress=progress, workers=workers)
+
+
+class CompiledTraceSet:
+    """A trace set of rank classes encoded, not yet written (:func:`compile_class_columns`):
+    :meth:`byte_count` is the exact size of its ``.et`` files, known before any is written;
+    :meth:`write` writes them."""
+
+    def __init__(
+        self,
+        classes: Sequence[ClassColumns],
+        templates: list[RankTemplate],
+        rank_slots: tuple[list[int], list[int], list[list[str | None]], list[list[list[int]]]],
+        registry: GroupRegistry,
+        dims: _Dims,
+    ) -> None:
+        self.world_size = len(rank_slots[0])
+        self.node_count = sum(len(c.program) * len(c.ranks) for c in classes)
+        self._templates = templates
+        self._class_of, self._member_of, self._pg_names, self._peer_columns = rank_slots
+        self._registry = registry
+        self._dims = dims
+        self._involved = dims.enabled
+
+    def _arguments(
+        self, rank: int
+    ) -> tuple[RankTemplate, list[str | None], list[int], list[tuple[bool, ...] | None] | None]:
+        index, member = self._class_of[rank], self._member_of[rank]
+        names = self._pg_names[rank]
+        node_dims = [self._dims(name) for name in names] if self._involved else None
+        peers = [column[member] for column in self._peer_columns[index]]
+        return self._templates[index], names, peers, node_dims
+
+    def emit(self, rank: int) -> bytes:
+        """The ``.et`` file of ``rank``."""
+        template, names, peers, node_dims = self._arguments(rank)
+        return template.emit_file(rank, names, peers, node_dims)
+
+    def byte_count(self) -> int:
+        """The total bytes of the ``.et`` files, exactly as :meth:`write` would write them
+        (each rank's file length counted from its template, nothing assembled)."""
+        total = 0
+        for rank in range(self.world_size):
+            template, names, peers, node_dims = self._arguments(rank)
+            total += template.file_size(rank, names, peers, node_dims)
+        return total
+
+    def write(
+        self,
+        out_dir: Path | str,
+        prefix: str = "workload",
+        *,
+        progress: ProgressCallback | None = None,
+        workers: int | None = None,
+    ) -> WrittenTraceSet:
+        """Write ``<prefix>.<rank>.et`` for every rank and ``comm_group.json`` into ``out_dir``
+        (see :func:`write_class_columns`)."""
+        check_workers(workers)
+        directory = _prepare_directory(out_dir, prefix, self.world_size)
+        file_name = functools.partial(trace_file_name, prefix)
+        with removed_if_incomplete(directory, file_name, self.world_size, (COMM_GROUP_FILE,)):
+            total = write_rank_files(
+                directory, file_name, self.emit, self.world_size, workers=workers,
+                progress=progress,
+            )  # fmt: skip
+            write_comm_groups(directory / COMM_GROUP_FILE, self._registry.groups)
+        groups = self._registry.groups
+        return WrittenTraceSet(directory, prefix, self.world_size, groups, self.node_count, total)
+
+
+def compile_class_columns(
+    classes: Sequence[ClassColumns],
+    group_table: Sequence[tuple[int, ...] | None],
+    *,
+    units: str = "bytes",
+    bytes_per_element: int | None = None,
+    involved_dim: InvolvedDim | None = None,
+    compile_progress: ProgressCallback | None = None,
+) -> CompiledTraceSet:
+    """Encode the trace set of ``classes`` (see :class:`ClassColumns`) without writing it.
+
+    Each class's template is compiled once; group ids are assigned in one pass over the ranks
+    in ascending order (so the bytes are those every writer produces).
+    """
+    _check_cover([rank for rank_class in classes for rank in rank_class.ranks])
+    world_size = sum(len(rank_class.ranks) for rank_class in classes)
     encoder = ChakraEncoder(unit_scale(units, bytes_per_element))
-    directory = _prepare_directory(out_dir, prefix, world_size)
     registry = GroupRegistry(world_size)
     dims = _Dims(involved_dim, registry)
     class_of = [0] * world_size
@@ -385,22 +481,8 @@ def write_class_columns(
             assert name is None or isinstance(name, str)
             names.append(name)
         pg_names.append(names)
-
-    def emit(rank: int) -> bytes:
-        index, member = class_of[rank], member_of[rank]
-        names = pg_names[rank]
-        node_dims = [dims(name) for name in names] if involved_dim is not None else None
-        peers = [column[member] for column in peer_columns[index]]
-        return templates[index].emit_file(rank, names, peers, node_dims)
-
-    file_name = functools.partial(trace_file_name, prefix)
-    with removed_if_incomplete(directory, file_name, world_size, (COMM_GROUP_FILE,)):
-        total = write_rank_files(
-            directory, file_name, emit, world_size, workers=workers, progress=progress
-        )
-        write_comm_groups(directory / COMM_GROUP_FILE, registry.groups)
-    nodes = sum(len(rank_class.program) * len(rank_class.ranks) for rank_class in classes)
-    return WrittenTraceSet(directory, prefix, world_size, registry.groups, nodes, total)
+    slots = (class_of, member_of, pg_names, peer_columns)
+    return CompiledTraceSet(classes, templates, slots, registry, dims)
 
 
 def _column(

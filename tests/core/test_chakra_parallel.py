@@ -17,12 +17,13 @@ from stage_core.chakra import filesink
 from stage_core.chakra.filesink import write_rank_files
 from stage_core.chakra.writer import (
     ClassColumns,
+    compile_class_columns,
     write_class_columns,
     write_rank_classes,
     write_trace_set,
 )
 from stage_core.errors import ConfigError
-from stage_core.lower.emit import rank_classes, write_chakra
+from stage_core.lower.emit import class_columns, rank_classes, write_chakra
 from stage_core.lower.nodes import materialize, stage_nodes
 from stage_core.lower.program import ProgramSet, lower
 from stage_core.models import get_flavor
@@ -213,3 +214,33 @@ def test_a_worker_that_dies_is_reported(tmp_path: Path, always_fork: None) -> No
 
     with pytest.raises(ConfigError, match=r"worker process stopped unexpectedly \(exit code 3\)"):
         write_rank_files(tmp_path, lambda rank: f"f.{rank}", emit, 40, workers=2)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_compiled_trace_set_knows_its_bytes_before_writing(name: str, tmp_path: Path) -> None:
+    """``CompiledTraceSet.byte_count`` (counted from the templates, nothing assembled) is the
+    exact size of the ``.et`` files written afterwards, rank by rank and in total."""
+    programs = _programs(name)
+    compiled = compile_class_columns(*class_columns(programs))
+    sizes = [len(compiled.emit(rank)) for rank in range(compiled.world_size)]
+    counted = compiled.byte_count()
+    assert not (tmp_path / "out").exists()
+    written = compiled.write(tmp_path / "out")
+    on_disk = {p.name: p.stat().st_size for p in (tmp_path / "out").glob("*.et")}
+    assert counted == sum(sizes) == written.byte_count == sum(on_disk.values())
+    assert [on_disk[f"workload.{rank}.et"] for rank in range(len(sizes))] == sizes
+    assert _files(tmp_path / "out") == _files(write_chakra(programs, tmp_path / "w").directory)
+
+
+def test_file_sizes_hold_past_one_byte_ranks_and_group_ids() -> None:
+    """256 ranks: ranks from 128 on take a two-byte varint, group ids grow a digit, so files of
+    one template differ in length; each rank's counted size is its file's length."""
+    model = get_flavor("gpt3-125m").with_overrides(layers=1, seq_len=128)
+    programs = lower(model, ParallelConfig(dp=64, tp=2, pp=2, global_batch=128))
+    compiled = compile_class_columns(*class_columns(programs))
+    sizes = [len(compiled.emit(rank)) for rank in range(256)]
+    assert len(set(sizes)) > 2  # the lengths do vary
+    assert compiled.byte_count() == sum(sizes)
+    for rank in (0, 127, 128, 255):
+        template, names, peers, dims = compiled._arguments(rank)
+        assert template.file_size(rank, names, peers, dims) == sizes[rank]
