@@ -3,11 +3,13 @@
 For one (model, parallel config, system) point, :class:`AstraSimBackend` lowers the pair to rank
 programs, checks memory (:func:`~stage_core.lower.memory.memory_report`), writes the trace set
 and ASTRA-sim's system, network and memory files from the same System the analytical backend
-uses (:mod:`~stage_explore.astrasim.inputs`), runs the binary in a scratch directory
-(:mod:`~stage_explore.astrasim.run`) and returns the same :class:`Evaluation` as the analytical
-backend: step time = the slowest rank's finish (1 cycle = 1 ns); breakdown = that rank's GPU
-compute, exposed communication and the remainder; MFU/HFU from the step's matmul and attention
-FLOPs (recompute excluded / included, as in the analytical backend); tokens/s per GPU.
+uses (:mod:`~stage_explore.astrasim.inputs`; a run this host's memory cannot hold is refused
+before its traces are written, :mod:`~stage_explore.astrasim.memory`), runs the binary in a
+scratch directory (:mod:`~stage_explore.astrasim.run`) and returns the same
+:class:`Evaluation` as the analytical backend: step time = the slowest rank's finish (1 cycle =
+1 ns); breakdown = that rank's GPU compute, exposed communication and the remainder; MFU/HFU
+from the step's matmul and attention FLOPs (recompute excluded / included, as in the analytical
+backend); tokens/s per GPU.
 
 Out-of-memory points are not simulated unless ``simulate_infeasible`` is set: they come back
 with ``feasible=False`` and NaN times. A run that does not complete raises
@@ -33,8 +35,10 @@ from stage_core.lower.program import ProgramSet, lower, make_workload
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.parts import compute_dtype, peak_dtype
+from stage_explore.astrasim import memory
 from stage_explore.astrasim.discovery import Variant, find_binary, parse_variant
 from stage_explore.astrasim.inputs import AstraInputs, AstraSettings, astra_config, write_inputs
+from stage_explore.astrasim.memory import HostMemoryError
 from stage_explore.astrasim.parse import AstraSimReport
 from stage_explore.astrasim.run import AstraSimError, run_astra_sim
 from stage_explore.evaluation import BaseBackend, Evaluation
@@ -194,8 +198,15 @@ class AstraSimBackend(BaseBackend):
             where = self.keep_dir or tempfile.gettempdir()
             raise AstraSimError(f"cannot create a run directory in {where}: {error}") from error
         try:
-            inputs = write_inputs(programs, system, directory, dtype=dtype, settings=self.settings)
+            inputs = write_inputs(
+                programs, system, directory, dtype=dtype, settings=self.settings,
+                available=memory.available_bytes,
+            )  # fmt: skip
             run = run_astra_sim(binary, inputs, timeout_s=self.timeout_s)
+        except HostMemoryError:
+            if self.keep_dir is not None and not any(directory.glob("*.et")):
+                shutil.rmtree(directory, ignore_errors=True)  # refused before writing: empty
+            raise
         except AstraSimError as error:
             note = (
                 f"inputs kept in {directory}"

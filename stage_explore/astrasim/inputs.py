@@ -30,15 +30,15 @@ ConfigError.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from stage_core.chakra.groups import COMM_GROUP_FILE
-from stage_core.chakra.writer import write_class_columns
+from stage_core.chakra.writer import compile_class_columns
 from stage_core.errors import ConfigError
-from stage_core.lower.emit import class_columns, write_chakra
+from stage_core.lower.emit import class_columns
 from stage_core.lower.program import ProgramSet
 from stage_explore.astrasim.kernel_times import (
     KERNELS,
@@ -48,6 +48,7 @@ from stage_explore.astrasim.kernel_times import (
     with_durations,
 )
 from stage_explore.astrasim.logconfig import LOGGING_CONFIG_FILE, write_logging_config
+from stage_explore.astrasim.memory import check_estimate
 from stage_explore.system.astra import AstraAlgorithm, AstraConfig, astra_config_from_system
 from stage_explore.system.model import System
 
@@ -228,23 +229,31 @@ def write_inputs(
     dtype: str,
     settings: AstraSettings = AstraSettings(),
     seconds: Mapping[int, Mapping[int, float]] | None = None,
+    available: Callable[[], int | None] | None = None,
 ) -> AstraInputs:
     """Write every input file of one run of ``programs`` on ``system`` into ``directory``.
 
     Under the compute policy ``kernels`` every compute node carries its ``duration_micros``
     from ``seconds`` (per stage, by node id; default: :func:`~stage_explore.astrasim.
-    kernel_times.kernel_seconds` with the analytical backend's defaults)."""
+    kernel_times.kernel_seconds` with the analytical backend's defaults).
+
+    With ``available`` (the memory this host can give the run, e.g. :func:`~stage_explore.
+    astrasim.memory.available_bytes`), the traces are encoded first and their exact size
+    counted before any file is written: a run whose memory estimate exceeds ``available()``
+    is refused (:class:`~stage_explore.astrasim.memory.HostMemoryError`) and nothing is
+    written."""
     world_size = programs.workload.world_size
     config = astra_config(system, num_gpus=world_size, dtype=dtype, settings=settings)
     directory = Path(directory).absolute()
+    classes, table = class_columns(programs)
     if settings.compute == KERNELS:
         if seconds is None:
             seconds = kernel_seconds(programs, system)
-        classes, table = class_columns(programs)
-        timed = with_durations(classes, programs, seconds)
-        written = write_class_columns(directory, timed, table, WORKLOAD_PREFIX)
-    else:
-        written = write_chakra(programs, directory, WORKLOAD_PREFIX)
+        classes = with_durations(classes, programs, seconds)
+    traces = compile_class_columns(classes, table)
+    if available is not None:
+        check_estimate(world_size, traces.byte_count(), available)
+    written = traces.write(directory, WORKLOAD_PREFIX)
     inputs = AstraInputs(
         directory=directory, world_size=world_size, config=config, groups=dict(written.groups)
     )

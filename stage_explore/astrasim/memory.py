@@ -9,9 +9,14 @@ Contents:
     :func:`parse_meminfo`, :func:`available_bytes`
         the memory this host can give a new process (``MemAvailable``, bounded by the cgroup's
         limit when there is one).
-    :class:`HostMemoryError`, :func:`check_memory`
-        refuse, before starting it, a run whose estimate exceeds the available memory: an
-        infeasible point *for this host* (recorded with both numbers), not a crash.
+    :class:`HostMemoryError`, :func:`check_estimate`, :func:`check_memory`
+        refuse a run whose estimate exceeds the available memory: an infeasible point *for
+        this host* (recorded with both numbers), not a crash. The backend checks twice: before
+        the traces are written, from their exact size counted from the encoded rank templates
+        (:meth:`~stage_core.chakra.writer.CompiledTraceSet.byte_count`, in
+        :func:`~stage_explore.astrasim.inputs.write_inputs`), so that a run this host cannot
+        hold fills no disk; and before starting the binary, from the files on disk
+        (:func:`check_memory`, which also covers inputs assembled by hand).
 
 The model was fitted by ``benchmarks/bench_astrasim_memory.py`` on the real binary (ASTRA-sim
 518bd51, analytical congestion-unaware backend, x86-64 Linux): peak RSS from
@@ -27,9 +32,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stage_core.errors import InfeasibleError
-from stage_explore.astrasim.inputs import AstraInputs
+
+if TYPE_CHECKING:  # inputs.py checks the estimate before writing: no import cycle at run time
+    from stage_explore.astrasim.inputs import AstraInputs
 
 # Least-squares fit of the 10 runs in benchmarks/results/astrasim_memory.json (8 to 1,024 ranks,
 # 0.4 to 47 MB of traces, peak RSS 16 to 420 MiB); worst error 20 % (8 ranks, over), the other
@@ -110,13 +118,20 @@ class HostMemoryError(InfeasibleError):
         )
 
 
+def check_estimate(
+    world_size: int, traces: int, available: Callable[[], int | None] = available_bytes
+) -> tuple[int, int | None]:
+    """The estimate of a run of ``world_size`` ranks on ``traces`` bytes of ``.et`` files, and
+    the available memory; :class:`HostMemoryError` if it cannot fit."""
+    estimate = estimate_bytes(world_size, traces)
+    free = available()
+    if free is not None and estimate > free:
+        raise HostMemoryError(estimate, free, world_size, traces)
+    return estimate, free
+
+
 def check_memory(
     inputs: AstraInputs, available: Callable[[], int | None] = available_bytes
 ) -> tuple[int, int | None]:
-    """The run's estimate and the available memory; :class:`HostMemoryError` if it cannot fit."""
-    traces = trace_bytes(inputs)
-    estimate = estimate_bytes(inputs.world_size, traces)
-    free = available()
-    if free is not None and estimate > free:
-        raise HostMemoryError(estimate, free, inputs.world_size, traces)
-    return estimate, free
+    """:func:`check_estimate` on the ``.et`` files written in the run's directory."""
+    return check_estimate(inputs.world_size, trace_bytes(inputs), available)
