@@ -48,8 +48,11 @@ CLOUD_PARTS: tuple[tuple[str, str, str], ...] = (
     # not "A4X Max" / a4x-maxgpu-4g-metal, Google's GB300 machine (s26 review: it was read as
     # the A4X's GB200 without a word; no entry here cites its GPU, so it stays refused)
     (r"\ba4x(?![\s_-]?max)(?:[\s_-]?highgpu[\w-]*)?\b", "GB200", _GPU_RECIPES),
-    # a bare "A4" (NVIDIA names no GPU so; A40 / A4000 / A4500 do not match)
-    (r"\ba4(?:[\s_-]?highgpu[\w-]*)?\b(?![\dx])", "B200", _GPU_RECIPES),
+    # a bare "A4" (NVIDIA names no GPU so; A40 / A4000 / A4500 do not match), not after "RTX" /
+    # "Tesla" / "Quadro", a workstation-card spelling that is no Google machine (s26 review: "RTX
+    # A4" was read as the A4's B200)
+    (r"(?<!rtx[\s_-])(?<!tesla[\s_-])(?<!quadro[\s_-])\ba4(?:[\s_-]?highgpu[\w-]*)?\b(?![\dx])",
+     "B200", _GPU_RECIPES),
 )  # fmt: skip
 
 

@@ -36,9 +36,12 @@ def test_a_machine_name_takes_the_preset_of_its_gpu(machine: str, gpu: str) -> N
 
 
 # A4X Max (a4x-maxgpu-4g-metal) carries GB300s, not the A4X's GB200: it was read as GB200
-# (s26 review) and is refused until an entry cites its GPU
+# (s26 review) and is refused until an entry cites its GPU; "RTX A4" / "Tesla A4" name no Google
+# machine (they were read as the A4's B200)
 @pytest.mark.parametrize(
-    "gpu", ["A40", "A4000", "p3.16xlarge", "RTX A4500", "A4X Max", "a4x-maxgpu-4g-metal"]
+    "gpu",
+    ["A40", "A4000", "p3.16xlarge", "RTX A4500", "A4X Max", "a4x-maxgpu-4g-metal", "RTX A4",
+     "NVIDIA RTX-A4", "Tesla A4", "Quadro A4"],
 )
 def test_other_names_stay_refused(gpu: str) -> None:
     with pytest.raises(Uninferable, match="matches no system preset"):
