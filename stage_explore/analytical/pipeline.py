@@ -15,7 +15,9 @@ then ``wait`` and a device synchronise, before the 2023 ``overlap_p2p_comm`` opt
 whose output goes to another stage (a forward not on the last global stage, a backward not on
 global stage 0) holds its rank for ``transfer_s`` after it ends, and the receiver may start
 once that transfer is over. So ``transfer_s`` costs the sender time in every schedule, and the
-receiver waits for it.
+receiver waits for it. Overlapped transfers (Megatron-Core's ``--overlap-p2p-communication``,
+which the ``megatron-core`` profile runs) are timed as ``arrival_s`` instead: the receiver's
+task starts that long after its producer ends and neither rank is held (:func:`step_time`).
 
 The result is each rank's timeline summary: when it ends, its busy (compute) time, the time it
 spends sending, and when each chunk's last weight-gradient work starts (its last backward, or
