@@ -95,7 +95,7 @@ hidden13). Not modelled: a per-kernel launch floor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from stage_core.lower.bind import Instr
@@ -340,6 +340,19 @@ def bias_epilogue_bytes(model: ModelSpec) -> dict[str, int]:
     return {name: 0 for name in LINEAR_BIAS_OPS} if model.bias else {}
 
 
+def module_op_bytes(
+    modules: Iterable[tuple[tuple[str, ...], EagerModule]],
+) -> dict[str, int]:
+    """Each named op's bytes per element, forward (``name``) and backward (``name.backward``),
+    from the module whose kernels it runs (later entries win)."""
+    table: dict[str, int] = {}
+    for names, module in modules:
+        for name in names:
+            table[name] = module.bytes_per_element(backward=False)
+            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
+    return table
+
+
 def eager_op_bytes(
     model: ModelSpec,
     eager_modules: str,
@@ -378,11 +391,7 @@ def eager_op_bytes(
         modules.append((_ROPE_OPS, FMS_ROPE if fms else TORCHTITAN_ROPE))
     if model.activation is Activation.SWIGLU:
         modules.append((_SWIGLU_OPS, TORCHTITAN_SWIGLU))
-    table: dict[str, int] = {}
-    for names, module in modules:
-        for name in names:
-            table[name] = module.bytes_per_element(backward=False)
-            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
+    table = module_op_bytes(modules)
     if "k.rope" in table:  # the repeated keys and values, per element of k
         expansion = model.heads // max(1, model.kv_heads)
         expand = fms_kv_expand(expansion) if fms else torchtitan_repeat_kv(expansion)
@@ -438,12 +447,7 @@ def _llmfoundry_op_bytes(model: ModelSpec) -> dict[str, int]:
     modules: list[tuple[tuple[str, ...], EagerModule]] = [(_RESIDUAL_OPS, LLMFOUNDRY_RESIDUAL_ADD)]
     if model.norm is Norm.LAYERNORM:
         modules.append((("ln1", "ln2", "ln_f"), LLMFOUNDRY_LPLAYERNORM))
-    table: dict[str, int] = dict(_LLMFOUNDRY_ACCUMULATES)
-    for names, module in modules:
-        for name in names:
-            table[name] = module.bytes_per_element(backward=False)
-            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
-    return table
+    return {**dict(_LLMFOUNDRY_ACCUMULATES), **module_op_bytes(modules)}
 
 
 def eager_attention(

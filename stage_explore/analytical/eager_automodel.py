@@ -51,7 +51,7 @@ Backward formulas: PyTorch ``tools/autograd/derivatives.yaml`` (``add``, ``mul``
 from __future__ import annotations
 
 from stage_core.models.spec import ModelSpec
-from stage_explore.analytical.eager import BF16, FP32, EagerModule, Kernel
+from stage_explore.analytical.eager import BF16, FP32, EagerModule, Kernel, module_op_bytes
 
 AUTOMODEL_EXPERT_BIAS = EagerModule(
     name="expert-bias",
@@ -113,16 +113,12 @@ def automodel_op_bytes(model: ModelSpec, deepep: bool, trained_router: bool) -> 
     (module docstring)."""
     if not (deepep and model.bias and model.num_experts):
         return {}
-    table: dict[str, int] = {}
-    modules = (
-        (_BIAS_OPS, AUTOMODEL_EXPERT_BIAS),
-        (_PROBS_BIAS_OPS, automodel_expert_bias_probs(trained_router)),
+    return module_op_bytes(
+        (
+            (_BIAS_OPS, AUTOMODEL_EXPERT_BIAS),
+            (_PROBS_BIAS_OPS, automodel_expert_bias_probs(trained_router)),
+        )
     )
-    for names, module in modules:
-        for name in names:
-            table[name] = module.bytes_per_element(backward=False)
-            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
-    return table
 
 
 #: FlexAttention's layout copies, per element of each of q, k, v and of the output (forward).

@@ -59,6 +59,7 @@ from stage_explore.analytical.eager import (
     TORCHTITAN_RMSNORM,
     EagerModule,
     Kernel,
+    module_op_bytes,
 )
 
 #: The widest row Inductor reduces in one pass (a persistent reduction) for an inner reduction:
@@ -130,9 +131,4 @@ def inductor_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
         modules.append((_DENSE_ACTS, INDUCTOR_SWIGLU))
     if model.position is Position.ROTARY and eager_modules == "fms":
         modules.append((_REAL_ROPES, INDUCTOR_ROPE_REAL))
-    table: dict[str, int] = {}
-    for names, module in modules:
-        for name in names:
-            table[name] = module.bytes_per_element(backward=False)
-            table[f"{name}.backward"] = module.bytes_per_element(backward=True)
-    return table
+    return module_op_bytes(modules)
