@@ -187,8 +187,8 @@ def test_ssd_memory_is_read_from_a_system_and_checked() -> None:
     data = h100.to_dict()
     assert data["accelerator"]["kernels"]["ssd_memory"] == 0.41
     assert system_from_mapping(data) == h100
-    h200 = load_system("h200").accelerator.kernels
-    assert h200 is not None and h200.ssd_memory == 0.0  # none stated: efficiency.memory
+    a100 = load_system("a100-80gb").accelerator.kernels
+    assert a100 is not None and a100.ssd_memory == 0.0  # none stated: efficiency.memory
     for bad in (1.5, -0.2):
         data["accelerator"]["kernels"]["ssd_memory"] = bad
         with pytest.raises(ConfigError, match=f"ssd_memory.*but got {bad}"):
