@@ -7,6 +7,8 @@
 - :mod:`~stage_explore.system.loading` — TOML files and presets (:func:`load_system`);
 - :mod:`~stage_explore.system.ranks` — rank coordinates and the dims a group spans;
 - :mod:`~stage_explore.system.astra` — ASTRA-sim's network dims and settings, both ways.
+- :mod:`~stage_explore.system.borrowed` — constants one system file borrows from another
+  (``as <name>`` / ``from <name> x <factor>`` in their comments), checked against the source.
 """
 
 from __future__ import annotations
