@@ -36,7 +36,9 @@ position order, each no earlier than the end of the block that completed it;
 tokens per expert-parallel rank), the step waits for the busiest rank: its routed experts'
 instructions take ``f`` × their balanced time and the collectives on routed tokens (the
 dispatch/combine all-to-alls, the expert-tensor-parallel gathers and scatters) move ``f`` × the
-balanced bytes (:func:`routed_instr` names them).
+balanced bytes (:func:`routed_instr` names them). Only under expert parallelism
+(:func:`rank_imbalance`): at ep 1 every rank holds every expert and computes exactly its own
+tokens' expert rows.
 """
 
 from __future__ import annotations
@@ -137,6 +139,15 @@ def routed_instr(instr: Instr) -> bool:
         return True
     tensor = instr.name.partition(":")[2].removeprefix("d.")
     return tensor == "moe.tokens" or tensor.startswith("experts.")
+
+
+def rank_imbalance(factor: float, ep: int) -> float:
+    """The busiest expert-parallel rank's max/mean routed tokens under the routing imbalance
+    ``factor``: ``factor`` when the experts are split over ``ep`` > 1 ranks; 1 at ``ep`` 1,
+    where every rank holds every expert and receives exactly its own ``tokens × top_k`` expert
+    rows whatever the experts' shares (the per-expert skew changes the grouped GEMM's group
+    sizes, not the rank's rows)."""
+    return factor if ep > 1 else 1.0
 
 
 def imbalanced_timers(

@@ -41,6 +41,7 @@ from stage_explore.analytical.blocktime import (
     BlockTiming,
     fuse_elementwise,
     imbalanced_timers,
+    rank_imbalance,
     time_block,
 )
 from stage_explore.analytical.contention import (
@@ -372,7 +373,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
         compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
             self._compute_timer(point, kind),
             lambda i: self._comm_time(point, spans[i.axes], i, nccl=not outside_nccl(i)),
-            self.framework.moe_load_imbalance,
+            rank_imbalance(self.framework.moe_load_imbalance, point.workload.parallel.ep),
         )
         instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
         if self.framework.cuda_device_max_connections > 1:  # TE's chunks on 3 queues at once

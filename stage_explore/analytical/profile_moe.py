@@ -15,8 +15,9 @@ Options (all booleans unless said):
   the mean (the max/mean tokens-per-expert ratio Megatron-Core's MoE router balances with its
   auxiliary loss). The step waits for that rank, so its routed experts' compute and the
   dispatch/combine traffic are charged at this factor (:func:`~stage_explore.analytical.blocktime.
-  imbalanced_timers`). 1.0 (every profile's default): balanced routing, what benchmarks run
-  with Megatron's ``--moe-router-force-load-balancing``.
+  imbalanced_timers`), under expert parallelism only (at ep 1 every rank holds every expert:
+  :func:`~stage_explore.analytical.blocktime.rank_imbalance`). 1.0 (every profile's default):
+  balanced routing, what benchmarks run with Megatron's ``--moe-router-force-load-balancing``.
 - ``moe_deepep`` — the expert dispatch and combine run on DeepEP (Megatron
   ``--moe-token-dispatcher-type flex --moe-enable-deepep``; Megatron-Bridge
   ``moe_flex_dispatcher_backend="deepep"``): its internode kernels send a token once to each

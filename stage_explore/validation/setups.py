@@ -240,6 +240,11 @@ def parse_backend_key(key: str) -> tuple[str, dict[str, bool | int | float | str
             value = raw == "true"
         elif raw.lstrip("-").isdigit():
             value = int(raw)
+        else:
+            try:  # a number option's float (``moe_load_imbalance=1.2``), else the text
+                value = float(raw)
+            except ValueError:
+                pass
         options[name] = value
     return framework, options
 

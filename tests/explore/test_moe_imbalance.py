@@ -16,7 +16,12 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.blocktime import imbalanced_timers, routed_instr, time_block
+from stage_explore.analytical.blocktime import (
+    imbalanced_timers,
+    rank_imbalance,
+    routed_instr,
+    time_block,
+)
 from stage_explore.system import load_system
 
 QWEN = get_flavor("qwen3-235b-a22b").with_overrides(layers=4)
@@ -124,3 +129,27 @@ def test_stage_eval_moe_load_imbalance(capsys: pytest.CaptureFixture[str]) -> No
     assert "moe_load_imbalance" in capsys.readouterr().err
     assert main([*base[:-3], "--backend", "astra-sim", "--moe-load-imbalance", "2"]) == 2
     assert "--moe-load-imbalance applies to the analytical backend" in capsys.readouterr().err
+
+
+def test_factor_is_charged_under_expert_parallelism_only() -> None:
+    """At ep 1 every rank holds every expert and computes exactly its own tokens × top-k expert
+    rows, whatever the experts' shares: the factor changes nothing there (it did before s27
+    moeimbal: the whole routed compute was charged at the factor); at ep 2 it is charged."""
+    default = AnalyticalBackend(framework="megatron-core")
+    skewed = AnalyticalBackend(framework="megatron-core", overrides={"moe_load_imbalance": 1.5})
+    no_ep = ParallelConfig(tp=2, dp=4, sp=True, global_batch=8)
+    assert (
+        skewed.evaluate(QWEN, no_ep, H100).to_dict()
+        == default.evaluate(QWEN, no_ep, H100).to_dict()
+    )
+    two = ParallelConfig(tp=2, dp=4, ep=2, etp=1, sp=True, global_batch=8)
+    assert (
+        skewed.evaluate(QWEN, two, H100).step_time_s > default.evaluate(QWEN, two, H100).step_time_s
+    )
+
+
+@pytest.mark.parametrize(
+    ("factor", "ep", "expected"), [(1.4, 1, 1.0), (1.4, 2, 1.4), (1.0, 8, 1.0)]
+)
+def test_rank_imbalance(factor: float, ep: int, expected: float) -> None:
+    assert rank_imbalance(factor, ep) == expected
