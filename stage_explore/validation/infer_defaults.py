@@ -186,6 +186,15 @@ MOE_HYBRIDEP = r"\bhybrid[-_\s]?ep\b(?![\s:=]*(?:false|off|0|no|disabled?)\b)"
 TORCHTITAN_FORCE_BALANCE = (
     r"moe[\s_-]*force[\s_-]*load[\s_-]*balance(?![\s:=]*(?:false|off|0|no)\b)"
 )
+#: Primus's deterministic forced balance as a row's text may name it: its
+#: ``moe_router_force_load_balancing_type`` "even" (AMD-AGI/Primus#875, July 2026: "deterministic
+#: round-robin token assignment", ``PrimusTopKRouter._force_even_routing``: token t's k-th slot to
+#: expert ``(t*topk + k) % num_experts``), or "even routing" in a row that names Primus (its
+#: campaigns' word for it). Not Primus's "uniform" type (Megatron's random logits, the default).
+PRIMUS_EVEN_ROUTING = (
+    r"force[\s_-]*load[\s_-]*balancing[\s_-]*type[\s:=\"']*even\b|"
+    r"^(?=[\s\S]*\bprimus\b)[\s\S]*\beven[\s_-]+routing\b"
+)
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
@@ -211,6 +220,12 @@ NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] 
      "moe_force_load_balance, whose TokenChoiceTopKRouter._debug_force_load_balance_routing "
      "gives token t the experts (k*t + j) mod E ('Balanced round-robin expert assignment', "
      "torchtitan/models/moe/moe.py), AutoModel's FakeBalancedGate routing"),
+    (("megatron-core",), PRIMUS_EVEN_ROUTING, "moe_fake_balanced_gate", True,
+     "routing by Primus's forced 'even' load balance (moe_fake_balanced_gate): the text names "
+     "even routing, Primus's moe_router_force_load_balancing_type 'even' (AMD-AGI/Primus#875; "
+     "PrimusTopKRouter._force_even_routing gives token t's k-th slot the expert (t*topk + k) mod "
+     "E, primus/backends/megatron/core/transformer/moe/router.py), AutoModel's FakeBalancedGate "
+     "routing; not Megatron's random logits"),
     (("automodel",), r"fake[\s_-]*balanced[\s_-]*gate", "moe_fake_balanced_gate", True,
      "routing by AutoModel's FakeBalancedGate (moe_fake_balanced_gate): the text names the "
      "fake balanced gate"),
