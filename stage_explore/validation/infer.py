@@ -51,6 +51,7 @@ from stage_explore.validation.infer_fields import (
 )
 from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
+from stage_explore.validation.infer_shard import stated_group
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
     TEXT_ALLOWED,
@@ -215,6 +216,9 @@ def _layout(
         zero, shard, why = infer_zero("0" if stage == "0" else f"zero-{stage}", framework, said)
     else:
         zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
+    if zero == 3 and shard is None:  # a group size the fully sharded cell states (s27 hidden22)
+        group = stated_group(row.get("dp_sharding", ""), stated.get("dp", fields.get("dp", 1)))
+        zero, shard, why = group if group is not None else (zero, shard, why)
     fields["zero"] = zero
     notes.append(why)
     if shard is not None:

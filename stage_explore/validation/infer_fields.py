@@ -25,6 +25,12 @@ from stage_explore.validation.infer_generic import GenericRefused, generic_decod
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
 from stage_explore.validation.infer_precision import PrecisionRead as PrecisionRead
 from stage_explore.validation.infer_precision import infer_precision as infer_precision
+from stage_explore.validation.infer_shard import (
+    REPLICAS,
+    mics_group,
+    refuse_zero_pp,
+    stated_shard_size,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,13 @@ FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     (r"megatron[\s_-]?(?:bridge|core|fsdp)|\bmcore\b|\bnemo(?![a-z])|mlperf|dgx cloud|"
      r"dgxc-benchmarking|\bprimus\b|rocm/megatron", "megatron-core"),
     (r"\bfsdp|\bhsdp\b|full_shard|hybrid_shard|shard_grad_op|fully_shard", "fsdp"),
+    # LitGPT (lit-gpt) pre-trains under Lightning Fabric's FSDPStrategy, PyTorch FSDP with
+    # its own eager blocks: Lightning-AI/litgpt e570612c litgpt/pretrain.py ("if devices *
+    # num_nodes > 1: strategy = FSDPStrategy(auto_wrap_policy={Block}, ...,
+    # sharding_strategy="HYBRID_SHARD")"), 018054966d pretrain/redpajama.py (FSDPStrategy,
+    # FULL_SHARD by default, activation_checkpointing=Block); the sharding and checkpointing
+    # differ by version and are read from their own columns (s27 hidden22: was megatron-core)
+    (r"\blit[\s_-]?gpt\b", "fsdp"),
 )  # fmt: skip
 #: Training frameworks the model has no profile of (pattern, name): a row naming one and no
 #: framework of :data:`FRAMEWORK_RULES` is not evaluated (it was set up as the
@@ -61,6 +74,10 @@ UNMODELLED_FRAMEWORKS: tuple[tuple[str, str], ...] = (
     (r"gpt[\s_-]?neox", "GPT-NeoX"), (r"(?:hf|hugging\s*face)[\s_-]*accelerate", "Accelerate"),
     (r"vescale", "veScale"), (r"olmo[\s_-]?core", "OLMo-core"), (r"torchtune", "torchtune"),
     (r"metaseq", "metaseq"), (r"fairseq", "fairseq"), (r"\balpa\b", "Alpa"),
+    # AxoNN (Singh, Bhatele et al., SC'24 arXiv 2502.08145): its own 4D hybrid tensor-parallel
+    # matrix multiply over a 3D grid of GPUs plus data parallelism, not Megatron's layers
+    # (s27 hidden22: was the megatron-core default)
+    (r"\baxonn\b", "AxoNN"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
 #: The JAX frameworks of :data:`UNMODELLED_FRAMEWORKS`. A row naming one ran XLA: its "FSDP" is
@@ -415,8 +432,10 @@ FSDP_PROFILES = ("fsdp", "torchtitan", "automodel", "fms-fsdp", "llm-foundry-202
 def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | None, str]:
     """``(zero, dp_shard, assumption)`` of a ``dp_sharding`` cell: ZeRO-2 when gradients are
     sharded (FSDP's ``SHARD_GRAD_OP`` too), 3 for ZeRO-3 / FSDP / FULL_SHARD / Megatron-FSDP
-    (not ``FSDP 0``), hybrid sharding within a node of 8 (PyTorch ``HYBRID_SHARD`` shards
-    inside a host), 1 for the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
+    (not ``FSDP 0``), hybrid sharding in the group the cell states, else within a node of 8
+    (PyTorch ``HYBRID_SHARD`` shards inside a host), DeepSpeed MiCS in its ``mics_shard_size``
+    groups, ZeRO++ refused (:mod:`~stage_explore.validation.infer_shard`; s27 hidden22), 1 for
+    the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
     FSDP-based profiles, for DDP / ``NO_SHARD`` / replicate (no FSDP wrapper); else the
     framework's default (ZeRO-3 for the FSDP-based profiles, 0 for Megatron-LM 2021, the
     distributed optimizer otherwise). ``said``: where the assumption says ``cell`` came from
@@ -431,6 +450,10 @@ def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | No
             "offload to host / NVMe memory is not modelled (expected ZeRO-1/2/3, FSDP, the "
             "distributed optimizer or none)"
         )
+    refuse_zero_pp(cell)
+    mics = mics_group(cell)
+    if mics is not None:
+        return 3, mics, f"zero 3 in MiCS partition groups of {mics} GPUs (dp_shard {mics}; {said})"
     if re.search(NO_SHARDING, text) and not re.search(r"zero[-\s]?(?:stage\s*)?[1-3]\b", text):
         return 0, None, f"zero 0 ({said})"
     if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded|shard_grad_op", text):
@@ -442,6 +465,13 @@ def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | No
     ):
         return 3, None, f"zero 3 ({said})"
     if re.search(r"hybrid|hsdp", text):
+        size = stated_shard_size(cell)
+        if size is None and REPLICAS.search(cell):  # groups of dp / R: infer.py's stated_group
+            return 3, None, f"zero 3 in hybrid groups of dp / the replicate degree ({said})"
+        if size == 1:
+            return 0, None, f"zero 0: shard groups of one rank, no sharding ({said})"
+        if size is not None:
+            return 3, size, f"zero 3 inside shard groups of {size} GPUs (dp_shard {size}; {said})"
         return 3, 8, f"zero 3 inside shard groups of 8 GPUs, one node (dp_shard 8; {said})"
     if re.search(
         r"zero[-\s]?1|zero stage 1|distributed.optimi[sz]er|distributed_fused_adam|"

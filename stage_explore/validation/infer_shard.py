@@ -1,0 +1,140 @@
+"""The size of a hybrid-sharding group a ``dp_sharding`` cell states, and the DeepSpeed sharding
+variants the model does not express (s27 hidden22).
+
+**A stated shard group.** Hybrid sharding shards the model states inside groups of
+``dp_shard`` data-parallel ranks and replicates them across the ``dp / dp_shard`` groups
+(``ParallelConfig.dp_shard``). The reader took every hybrid cell as one node of 8 GPUs, PyTorch
+``HYBRID_SHARD``'s group when none is named; a cell that names the group reads it now:
+
+- torchtitan's ``data_parallel_shard_degree`` / ``data_parallel_replicate_degree`` (its
+  ``Parallelism`` config: "If `data_parallel_shard_degree` is also greater than 1, the
+  parallelism method used is HSDP (Hybrid Sharded Data Parallelism). Otherwise, the parallelism
+  method used is DDP"), AutoModel's ``dp_replicate_size`` ("dp_shard_size = dp_size /
+  dp_replicate_size", NVIDIA-NeMo/Automodel 0091ccf1 ``docs/guides/llm/pretraining.md``), the
+  spellings ``dp_shard 16`` / ``dp_replicate 4`` / ``shard group 32``;
+- DeepSpeed MiCS, ZeRO-3 partitioned within subgroups of devices and replicated across them
+  (``mics_shard_size``, default -1, off: ``DeepSpeedZeroConfig`` in deepspeedai/DeepSpeed
+  cbf3d661 ``deepspeed/runtime/zero/config.py``; Zhang et al., 'MiCS', VLDB 2023, arXiv
+  2205.00119). A cell naming MiCS without its size is refused: DeepSpeed has no default group.
+
+A replicate degree R with no shard degree gives groups of ``dp / R`` (groups of one: DDP, no
+sharding); a shard degree equal to ``dp`` is full sharding; two different sizes, or a size that
+does not divide ``dp``, are refused.
+
+**ZeRO++** (Wang et al., arXiv 2306.10209; the same ``DeepSpeedZeroConfig``:
+``zero_quantized_weights`` (qwZ, int8 weight all-gather), ``zero_hpz_partition_size`` (hpZ, a
+secondary weight partition inside a node so the backward all-gather stays in it),
+``zero_quantized_gradients`` (qgZ, int4 gradient reduce-scatter)) is ZeRO-3 with quantized and
+hierarchical collectives the model does not express: a cell naming it is refused, where
+``ZeRO++`` alone read as ZeRO-1 (DeepSpeed's default stage) and ``ZeRO-3 with ZeRO++ (...)`` as
+plain ZeRO-3.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stage_explore.validation.infer_errors import Uninferable
+
+#: The size of a shard group: ``dp_shard 16``, ``dp_shard_size=16``, ``data_parallel_shard_degree
+#: 16``, ``mics_shard_size: 8``, ``shard group 32``, ``sharding group size of 16``.
+SHARD_SIZE = re.compile(
+    r"(?:\bdp[_\s-]?shard(?:[_\s-]?(?:size|degree))?|data[_\s-]parallel[_\s-]shard[_\s-]degree|"
+    r"mics[_\s-]shard[_\s-]size|shard(?:ing)?[_\s-]+(?:group|degree)(?:[_\s-]+size)?(?:\s+of)?)"
+    r"\s*[:=]?\s*(\d+)\b",
+    re.IGNORECASE,
+)
+#: The number of replicas: ``dp_replicate 4``, ``dp_replicate_size=4``,
+#: ``data_parallel_replicate_degree 2``, ``replicate degree 2``.
+REPLICAS = re.compile(
+    r"(?:\bdp[_\s-]?replicate(?:[_\s-]?(?:size|degree))?|data[_\s-]parallel[_\s-]replicate[_\s-]"
+    r"degree|replicate[_\s-]+degree)\s*[:=]?\s*(\d+)\b",
+    re.IGNORECASE,
+)
+#: DeepSpeed MiCS named in a cell.
+MICS = re.compile(r"\bmics\b", re.IGNORECASE)
+#: DeepSpeed ZeRO++ or one of its three parts named in a cell (not ``zero_hpz_partition_size
+#: 1`` nor ``zero_quantized_weights: false``, DeepSpeed's defaults: the part off).
+ZERO_PP = re.compile(
+    r"zero\s*\+\+|\bhpz\b|\bqwz\b|\bqgz\b|"
+    r"zero_quantized_(?:weights|gradients)(?!\s*[:=]?\s*(?:false|0)\b)|"
+    r"zero_hpz_partition_size(?!\s*[:=]?\s*1\b)",
+    re.IGNORECASE,
+)
+
+
+def _one(pattern: re.Pattern[str], cell: str, what: str) -> int | None:
+    """The one number ``pattern`` reads in ``cell``; None when it reads none; refused when it
+    reads two different ones."""
+    values = {int(m.group(1)) for m in pattern.finditer(cell)}
+    if len(values) > 1:
+        raise Uninferable(
+            f"dp_sharding {cell.strip()!r} names {len(values)} different {what}s "
+            f"({', '.join(str(v) for v in sorted(values))}); expected one"
+        )
+    return values.pop() if values else None
+
+
+def refuse_zero_pp(cell: str) -> None:
+    """Refuse a ``dp_sharding`` cell naming ZeRO++ or one of its parts (module docstring)."""
+    found = ZERO_PP.search(cell)
+    if found:
+        raise Uninferable(
+            f"dp_sharding {cell.strip()!r} names {found.group(0)!r}: DeepSpeed ZeRO++'s "
+            "quantized weight all-gather, hierarchical (in-node) weight partition and quantized "
+            "gradient reduce-scatter are not modelled (expected ZeRO-1/2/3, MiCS, FSDP, the "
+            "distributed optimizer or none)"
+        )
+
+
+def mics_group(cell: str) -> int | None:
+    """The partition group of a cell naming DeepSpeed MiCS (its ``mics_shard_size``); None when
+    the cell does not name MiCS; refused when it names MiCS but no size."""
+    if not MICS.search(cell):
+        return None
+    size = _one(SHARD_SIZE, cell, "shard group size")
+    if size is None or size < 1:
+        raise Uninferable(
+            f"dp_sharding {cell.strip()!r} names MiCS but no partition group size (expected "
+            "mics_shard_size N: MiCS has no default group)"
+        )
+    return size
+
+
+def stated_shard_size(cell: str) -> int | None:
+    """The shard group size a cell states (:data:`SHARD_SIZE`), None when it states none."""
+    size = _one(SHARD_SIZE, cell, "shard group size")
+    return size if size else None
+
+
+def stated_group(cell: str, dp: int) -> tuple[int, int | None, str] | None:
+    """``(zero, dp_shard, assumption)`` of a fully sharded (ZeRO-3 / FSDP) cell that states a
+    shard degree below ``dp`` or a replicate degree above 1 (module docstring): ZeRO-3 in groups
+    of ``dp_shard``, or no sharding at all for groups of one (torchtitan: a replicate degree
+    with no shard degree above 1 is DDP); None when the cell states neither, or a shard degree
+    of all of ``dp``."""
+    shard = stated_shard_size(cell)
+    replicas = _one(REPLICAS, cell, "replicate degree")
+    said = f"the dp_sharding column says {cell.strip()!r}"
+    if replicas is not None and replicas > 1:
+        if dp % replicas:
+            raise Uninferable(
+                f"dp_sharding {cell.strip()!r} names {replicas} replicas, but dp {dp} is not a "
+                "multiple"
+            )
+        if shard is not None and shard * replicas != dp:
+            raise Uninferable(
+                f"dp_sharding {cell.strip()!r}: shard degree {shard} x replicate degree "
+                f"{replicas} is not dp {dp}"
+            )
+        shard = dp // replicas
+    if shard is None or shard == dp:
+        return None
+    if dp % shard:
+        raise Uninferable(f"hybrid sharding in groups of {shard}, but dp {dp} is not a multiple")
+    if shard == 1:
+        return 0, None, f"zero 0: {dp} replicas of one rank, no sharding (DDP; {said})"
+    return 3, shard, (
+        f"zero 3 inside shard groups of {shard} GPUs, {dp // shard} replicas (dp_shard {shard}, "
+        f"the group the cell states; {said})"
+    )
