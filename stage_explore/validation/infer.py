@@ -216,8 +216,9 @@ def _layout(
         zero, shard, why = infer_zero("0" if stage == "0" else f"zero-{stage}", framework, said)
     else:
         zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
-    if zero == 3 and shard is None:  # a group size the fully sharded cell states (s27 hidden22)
-        group = stated_group(row.get("dp_sharding", ""), stated.get("dp", fields.get("dp", 1)))
+    if zero in (1, 3) and shard is None:  # a group size the sharded cell states (s27 hidden22)
+        dp_all = stated.get("dp", fields.get("dp", 1))
+        group = stated_group(row.get("dp_sharding", ""), dp_all, zero)
         zero, shard, why = group if group is not None else (zero, shard, why)
     fields["zero"] = zero
     notes.append(why)

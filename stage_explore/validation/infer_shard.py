@@ -17,6 +17,11 @@ variants the model does not express (s27 hidden22).
   cbf3d661 ``deepspeed/runtime/zero/config.py``; Zhang et al., 'MiCS', VLDB 2023, arXiv
   2205.00119). A cell naming MiCS without its size is refused: DeepSpeed has no default group.
 
+- Megatron-Core's partial distributed optimizer, ``--num-distributed-optimizer-instances N``
+  ("Number of Distributed Optimizer copies across Data Parallel domain", NVIDIA/Megatron-LM
+  307dcf37 ``megatron/training/arguments.py``): the optimizer states sharded inside ``dp / N``
+  ranks, the N instances replicas (with Megatron-FSDP, HSDP's outer replicas).
+
 A replicate degree R with no shard degree gives groups of ``dp / R`` (groups of one: DDP, no
 sharding); a shard degree equal to ``dp`` is full sharding; two different sizes, or a size that
 does not divide ``dp``, are refused.
@@ -45,10 +50,12 @@ SHARD_SIZE = re.compile(
     re.IGNORECASE,
 )
 #: The number of replicas: ``dp_replicate 4``, ``dp_replicate_size=4``,
-#: ``data_parallel_replicate_degree 2``, ``replicate degree 2``.
+#: ``data_parallel_replicate_degree 2``, ``replicate degree 2``, Megatron's
+#: ``--num-distributed-optimizer-instances 2``.
 REPLICAS = re.compile(
     r"(?:\bdp[_\s-]?replicate(?:[_\s-]?(?:size|degree))?|data[_\s-]parallel[_\s-]replicate[_\s-]"
-    r"degree|replicate[_\s-]+degree)\s*[:=]?\s*(\d+)\b",
+    r"degree|replicate[_\s-]+degree|num[_\s-]distributed[_\s-]optimizer[_\s-]instances)"
+    r"\s*[:=]?\s*(\d+)\b",
     re.IGNORECASE,
 )
 #: DeepSpeed MiCS named in a cell.
@@ -107,12 +114,12 @@ def stated_shard_size(cell: str) -> int | None:
     return size if size else None
 
 
-def stated_group(cell: str, dp: int) -> tuple[int, int | None, str] | None:
-    """``(zero, dp_shard, assumption)`` of a fully sharded (ZeRO-3 / FSDP) cell that states a
-    shard degree below ``dp`` or a replicate degree above 1 (module docstring): ZeRO-3 in groups
-    of ``dp_shard``, or no sharding at all for groups of one (torchtitan: a replicate degree
-    with no shard degree above 1 is DDP); None when the cell states neither, or a shard degree
-    of all of ``dp``."""
+def stated_group(cell: str, dp: int, zero: int = 3) -> tuple[int, int | None, str] | None:
+    """``(zero, dp_shard, assumption)`` of a sharded cell (``zero`` 3: ZeRO-3 / FSDP; 1: the
+    distributed optimizer) that states a shard degree below ``dp`` or a replicate degree above 1
+    (module docstring): ``zero`` in groups of ``dp_shard``, or no sharding at all for groups of
+    one (torchtitan: a replicate degree with no shard degree above 1 is DDP); None when the cell
+    states neither, or a shard degree of all of ``dp``."""
     shard = stated_shard_size(cell)
     replicas = _one(REPLICAS, cell, "replicate degree")
     said = f"the dp_sharding column says {cell.strip()!r}"
@@ -134,7 +141,7 @@ def stated_group(cell: str, dp: int) -> tuple[int, int | None, str] | None:
         raise Uninferable(f"hybrid sharding in groups of {shard}, but dp {dp} is not a multiple")
     if shard == 1:
         return 0, None, f"zero 0: {dp} replicas of one rank, no sharding (DDP; {said})"
-    return 3, shard, (
-        f"zero 3 inside shard groups of {shard} GPUs, {dp // shard} replicas (dp_shard {shard}, "
-        f"the group the cell states; {said})"
+    return zero, shard, (
+        f"zero {zero} inside shard groups of {shard} GPUs, {dp // shard} replicas (dp_shard "
+        f"{shard}, the group the cell states; {said})"
     )
