@@ -59,9 +59,10 @@ FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     # its own eager blocks: Lightning-AI/litgpt e570612c litgpt/pretrain.py ("if devices *
     # num_nodes > 1: strategy = FSDPStrategy(auto_wrap_policy={Block}, ...,
     # sharding_strategy="HYBRID_SHARD")"), 018054966d pretrain/redpajama.py (FSDPStrategy,
-    # FULL_SHARD by default, activation_checkpointing=Block); the sharding and checkpointing
-    # differ by version and are read from their own columns (s27 hidden22: was megatron-core)
-    (r"\blit[\s_-]?gpt\b", "fsdp"),
+    # FULL_SHARD by default, activation_checkpointing=Block), as its predecessor lit-llama
+    # (1444d24a pretrain/redpajama.py); the sharding and checkpointing differ by version and are
+    # read from their own columns (s27 hidden22: was megatron-core)
+    (r"\blit[\s_-]?(?:gpt|llama)\b", "fsdp"),
 )  # fmt: skip
 #: Training frameworks the model has no profile of (pattern, name): a row naming one and no
 #: framework of :data:`FRAMEWORK_RULES` is not evaluated (it was set up as the

@@ -26,9 +26,18 @@ ARCHITECTURE = ("layers", "hidden", "ffn", "heads", "vocab", "seq_len")
 #: (pattern on the lower-cased model text, model fields, why): what the code knows of a family
 #: beyond the common decoder.
 TRAITS: tuple[tuple[str, tuple[tuple[str, int | str], ...], str], ...] = (
+    # head_dim 128 at every Qwen3 size, also where hidden / heads is not 128 (0.6B: 1024 / 16,
+    # 4B: 2560 / 32, 32B: 5120 / 64): pytorch/torchtitan 0310b491 torchtitan/models/qwen3/
+    # __init__.py (_0_6b ... _32b: head_dim = 128), the Hugging Face Qwen3 configs' head_dim
+    # (s27 hidden22: was hidden / heads, 80 for the 32B, its attention projections 5120 wide
+    # for 8192)
     (r"qwen[\s_-]*3", (("qk_norm", True),),
      "Qwen3's RMSNorm on queries and keys (qk_norm; Hugging Face Qwen3Attention q_norm / "
      "k_norm, read for model_type qwen3 by stage_core/models/hf.py)"),
+    # not Qwen3.5 / 3.6 / Qwen3-Next, other architectures of other head dims
+    (r"qwen[\s_-]*3(?![.\d])(?![\s_-]*next)", (("head_dim", 128),),
+     "Qwen3's head dim 128 at every size (head_dim; torchtitan's qwen3 configs, 0310b491 "
+     "torchtitan/models/qwen3/__init__.py)"),
 )  # fmt: skip
 #: Families named in the assumption when the text names one (a recognised name, not a rule).
 _NAMED = re.compile(
@@ -93,8 +102,9 @@ def generic_decoder(
     assumption = (
         f"Llama-style decoder from the architecture columns ({family}; the model column says "
         f"{model!r}): pre-norm RMSNorm, rotary positions, no biases, untied embeddings "
-        f"(flavor {BASE}'s block), {', '.join(notes)}; head dim hidden / heads; a family's own "
-        "differences the CSV cannot state (another head dim, tied embeddings, q/k/v biases, a "
-        "parallel attention / MLP block, sliding-window layers) are not modelled"
+        f"(flavor {BASE}'s block), {', '.join(notes)}; "
+        + ("" if any(k == "head_dim" for k, _ in fields) else "head dim hidden / heads; ")
+        + "a family's own differences the CSV cannot state (another head dim, tied embeddings, "
+        "q/k/v biases, a parallel attention / MLP block, sliding-window layers) are not modelled"
     )
     return BASE, assumption, tuple(fields)

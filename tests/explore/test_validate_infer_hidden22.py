@@ -37,7 +37,8 @@ def _case(**cells: str) -> Case:
     "row",
     [{"source": "LitGPT pretraining benchmark, 8 x A100"},
      {"source": "Lightning-AI/lit-gpt", "notes": "pretrain/redpajama.py"},
-     {"url": "https://github.com/Lightning-AI/litgpt/blob/main/tutorials/pretrain.md"}],
+     {"url": "https://github.com/Lightning-AI/litgpt/blob/main/tutorials/pretrain.md"},
+     {"source": "lit-llama pretraining (Lightning AI), LLaMA 7B"}],
 )  # fmt: skip
 def test_a_litgpt_row_is_pytorch_fsdp(row: dict[str, str]) -> None:
     framework = infer_framework(row)
@@ -133,3 +134,29 @@ def test_megatron_distributed_optimizer_instances_are_replicas(
     case = _case(source="Megatron-Core", dp_sharding=cell)
     assert case.parallel is not None  # before: the optimizer sharded over all 64 ranks
     assert (case.parallel.zero, case.parallel.dp_shard) == (zero, shard)
+
+
+#: Qwen3 dense sizes whose hidden / heads is not 128 (torchtitan 0310b491
+#: torchtitan/models/qwen3/__init__.py: head_dim 128 at every size).
+QWEN3_DIMS = {
+    "Qwen3-32B": {"layers": "64", "hidden": "5120", "ffn": "25600", "heads": "64"},
+    "Qwen3-4B": {"layers": "36", "hidden": "2560", "ffn": "9728", "heads": "32"},
+    "Qwen3 0.6B": {"layers": "28", "hidden": "1024", "ffn": "3072", "heads": "16"},
+}
+
+
+@pytest.mark.parametrize("model", sorted(QWEN3_DIMS))
+def test_a_qwen3_dense_row_has_head_dim_128(model: str) -> None:
+    cells = {**QWEN3_DIMS[model], "kv_heads": "8", "vocab": "151936"}
+    case = _case(model=model, dp="8", num_gpus="8", global_batch_seqs="16", **cells)
+    assert case.model is not None and case.model.qk_norm
+    assert case.model.head_dim == 128  # before: hidden / heads (80, 80, 64)
+    assert "head dim hidden / heads" not in " ".join(case.assumptions)
+
+
+@pytest.mark.parametrize("model", ["Qwen3.5-27B", "Qwen3-Next 80B", "Qwen2.5-32B"])
+def test_other_qwen_generations_keep_hidden_over_heads(model: str) -> None:
+    cells = {"layers": "64", "hidden": "5120", "ffn": "25600", "heads": "64", "kv_heads": "8",
+             "vocab": "151936"}  # fmt: skip
+    case = _case(model=model, dp="8", num_gpus="8", global_batch_seqs="16", **cells)
+    assert case.model is not None and case.model.head_dim == 80
