@@ -47,12 +47,43 @@ _NAMED = re.compile(
 )
 
 
+#: A head dim the row's text states: ``head_dim 128``, ``head dim = 256``, ``head dimension
+#: 128``, Megatron's ``--kv-channels 128`` / ``kv_channels: 128`` (the projection size per
+#: attention head, NVIDIA/Megatron-LM ``megatron/training/arguments.py``) (s27 hidden22).
+HEAD_DIM = re.compile(
+    r"\bhead[_\s-]?dim(?:ension)?s?\s*[:=]?\s*(\d+)\b|\bkv[_\s-]channels\s*[:=]?\s*(\d+)\b",
+    re.IGNORECASE,
+)
+#: The columns a stated head dim is read from.
+HEAD_DIM_COLUMNS = ("model", "notes")
+
+
 class GenericRefused(ValueError):
     """The row cannot be set up as the common decoder; the message says what is missing."""
 
 
 def _cell(row: dict[str, str], column: str) -> str:
     return row.get(column, "").strip()
+
+
+def _stated_head_dim(row: dict[str, str]) -> tuple[int, str] | None:
+    """``(head_dim, assumption)`` the row's model or notes cell states (:data:`HEAD_DIM`), where
+    the common decoder would take hidden / heads; None when none is stated; refused when two
+    different ones are."""
+    found = {
+        (column, int(m.group(1) or m.group(2)))
+        for column in HEAD_DIM_COLUMNS
+        for m in HEAD_DIM.finditer(_cell(row, column))
+    }
+    values = {v for _, v in found}
+    if len(values) > 1 or 0 in values:
+        raise GenericRefused(
+            f"the row states head dims {', '.join(str(v) for v in sorted(values))}: expected one"
+        )
+    if not values:
+        return None
+    column, value = sorted(found)[0]
+    return value, f"head dim {value}, as the {column} column states (head_dim)"
 
 
 def generic_decoder(
@@ -93,6 +124,10 @@ def generic_decoder(
             fields += traits
             notes.append(why)
             known = True
+    stated = _stated_head_dim(row)
+    if stated is not None:
+        fields = [f for f in fields if f[0] != "head_dim"] + [("head_dim", stated[0])]
+        notes.append(stated[1])
     named = _NAMED.search(text)
     family = "no known family named"
     if named:

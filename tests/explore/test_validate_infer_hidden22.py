@@ -160,3 +160,23 @@ def test_other_qwen_generations_keep_hidden_over_heads(model: str) -> None:
              "vocab": "151936"}  # fmt: skip
     case = _case(model=model, dp="8", num_gpus="8", global_batch_seqs="16", **cells)
     assert case.model is not None and case.model.head_dim == 80
+
+
+@pytest.mark.parametrize(
+    ("model", "notes", "head_dim"),
+    [("Gemma 7B", "head_dim 256 (the Hugging Face config)", 256),
+     ("Mistral-Nemo 12B", "Megatron --kv-channels 128", 128),
+     ("Qwen3-32B", "head dim = 64", 64)],
+)  # fmt: skip
+def test_a_head_dim_the_row_states_is_read(model: str, notes: str, head_dim: int) -> None:
+    cells = {"layers": "28", "hidden": "3072", "ffn": "24576", "heads": "16", "kv_heads": "16",
+             "vocab": "256000"}  # fmt: skip
+    case = _case(model=model, notes=notes, dp="8", num_gpus="8", global_batch_seqs="16", **cells)
+    assert case.model is not None and case.model.head_dim == head_dim  # before: 3072 / 16 = 192
+
+
+def test_two_stated_head_dims_are_refused() -> None:
+    cells = {"layers": "28", "hidden": "3072", "ffn": "24576", "heads": "16", "vocab": "256000"}
+    case = _case(model="Gemma 7B head_dim 256", notes="kv_channels 128", dp="8", num_gpus="8",
+                 global_batch_seqs="16", **cells)  # fmt: skip
+    assert case.model is None and "head dims 128, 256" in case.reason
