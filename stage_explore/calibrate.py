@@ -34,6 +34,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.calibrate_checks import setup_groups
+from stage_explore.calibrate_rows import empty_cell_reason, header_problem, measured_hint
 from stage_explore.system.model import System
 from stage_explore.validation.csv_cells import ragged_reason, read_csv
 from stage_explore.validation.infer_fields import Uninferable, infer_model, infer_precision
@@ -468,10 +469,14 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
     rows = read_csv(path)
     if not rows:
         raise ConfigError(f"{str(path)!r} has no runs")
+    problem = header_problem(str(path), list(rows[0]), READ_COLUMNS | set(METRICS[:3]))
+    if problem:
+        raise ConfigError(problem)
     columns = [m for m in METRICS[:3] if m in rows[0]]
     if not columns:
         raise ConfigError(
             f"{str(path)!r} needs a column iter_time_s, tflops_per_gpu or tokens_per_s_per_gpu"
+            + measured_hint(list(rows[0]))
         )
     cases = []
     for i, row in enumerate(rows):
@@ -493,7 +498,10 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
         parallel: dict[str, Any] = dict(recipe)
         if row.get("zero", "").strip():
             parallel["zero"] = _zero(row, path)
-        cases.append(make_case(source, row, {"parallel": parallel} if parallel else {}))
+        case = make_case(source, row, {"parallel": parallel} if parallel else {})
+        if empty := empty_cell_reason(row, columns):  # in a fit's words, not a source's
+            case = replace(case, reason=empty, model=None, parallel=None)
+        cases.append(case)
     return cases
 
 

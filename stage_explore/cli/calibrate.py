@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         inert_warning,
         marked_duplicate_ids,
     )
+    from stage_explore.calibrate_rows import layout_defaults, layout_notes
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
@@ -146,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
     skipped.update({r.case.id: r.note for r in rows if not r.evaluated})
     usable = [r.case for r in rows if r.evaluated]
     if not usable:
-        reasons = "; ".join(f"{run_id}: {reason}" for run_id, reason in skipped.items())
+        by_reason: dict[str, list[str]] = {}  # one reason of many runs said once
+        for run_id, reason in skipped.items():
+            by_reason.setdefault(reason, []).append(run_id)
+        reasons = "; ".join(f"{_runs(ids)}: {reason}" for reason, ids in by_reason.items())
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
     data_warnings = runs_warnings(args.runs, cases, system)
     run_warnings = [*gpu_warnings(args.runs, system), *disagreement_warnings(usable)]
@@ -162,6 +166,11 @@ def run(args: argparse.Namespace) -> int:
             "columns, sp, recompute, precision and zero; give ZeRO/FSDP as zero and the "
             "framework as --framework)"
         )
+    defaults = layout_defaults(args.runs)  # an empty dp fitted a 64-GPU run on 2 GPUs
+    if defaults and not args.json:
+        gpus = {c.id: c.parallel.world_size for c in cases if c.parallel is not None}
+        for line in layout_notes(defaults, gpus):
+            print(line)
     reads = model_reads(args.runs, framework, args.model_base)
     on_base = [run_id for run_id, read in reads.items() if read.on_base]
     if reads and not args.json:
@@ -207,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
             "data_warnings": [w.to_dict() for w in data_warnings],
             "run_warnings": run_warnings,
             "columns_not_read": unread,
+            "layout_defaults": {run_id: list(cells) for run_id, cells in defaults.items()},
             "runs_on_model_base": on_base,
             "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},
             "evaluations": fitted.evaluations,

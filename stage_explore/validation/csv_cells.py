@@ -46,14 +46,15 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     """A CSV's rows (a spreadsheet's byte-order mark skipped, the schema's column names read
     whatever their spaces and capitals, the cells a row shorter than the header lacks read as
     empty: ``restval=""``, where :class:`csv.DictReader`'s default None made every reader of a
-    cell fail with a traceback, s22 review); a missing or unreadable file is a one-line
-    :class:`ConfigError`."""
+    cell fail with a traceback, s22 review; a row whose every cell is empty, a spreadsheet's
+    trailing ``,,,,`` line, skipped as :mod:`csv` skips a blank line: it was a run of its own,
+    s27 review); a missing or unreadable file is a one-line :class:`ConfigError`."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle, restval="")
             if reader.fieldnames is not None:
                 reader.fieldnames = [_column_name(name) for name in reader.fieldnames]
-            return list(reader)
+            return [row for row in reader if not _all_empty(row)]
     except OSError as error:
         raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
     except UnicodeDecodeError as error:
@@ -61,6 +62,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
             f"published runs {str(path)!r}: not UTF-8 text (byte {error.start}); expected a "
             "UTF-8 CSV"
         ) from None
+
+
+def _all_empty(row: Mapping[Any, Any]) -> bool:
+    """Whether every cell of a :class:`csv.DictReader` row is empty or spaces (none past the
+    header either)."""
+    return all(not str(value or "").strip() for key, value in row.items() if key is not None) and (
+        not row.get(None)
+    )
 
 
 def ragged_reason(row: Mapping[Any, Any]) -> str:

@@ -1,0 +1,130 @@
+"""What a user's runs CSV leaves unsaid, or says in a form ``stage calibrate`` does not read
+(s27 review: a spreadsheet's export fed to the fit as a user writes it).
+
+Contents:
+    :func:`header_problem`
+        a header that is one column holding semicolons or tabs (a CSV exported with another
+        separator), or that writes a column the fit reads with a unit beside its name
+        (``iter_time_s [s]``, ``seq_len (tokens)``): the fit found no measured column, or took
+        the model's own sequence length without a word but the ``columns not read`` note.
+    :func:`empty_cell_reason`
+        a run whose measured cells, ``micro_batch`` or ``global_batch_seqs`` are empty: said in
+        the fit's own words (the validation reader's "neither in the CSV nor in setups.toml"
+        named a file a fit does not read, and "the source gives no …" a source it has not).
+    :func:`layout_defaults`, :func:`layout_notes`
+        runs whose ``tp``, ``pp`` or ``dp`` cell is empty (or whose file has no such column):
+        each is taken as 1, ``ParallelConfig``'s default. An empty ``dp`` fitted a 64-GPU run as
+        a 2-GPU one, 327 % off in-sample, with no word; the runs and the GPUs they are fitted
+        on are now a ``note:`` line (JSON ``layout_defaults``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from stage_explore.validation.csv_cells import read_csv
+from stage_explore.wording import counted
+
+#: The measured columns a fit reads, in the order a run's first filled one is taken.
+MEASURED = ("iter_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
+#: The layout columns that set a run's GPUs (``cp`` too, rarely left to its default of 1 by
+#: mistake: a run without context parallelism leaves it empty).
+GPU_COLUMNS = ("tp", "pp", "dp")
+#: A unit written after a column's name: ``iter_time_s [s]``, ``seq_len (tokens)``,
+#: ``tokens_per_s_per_gpu {tok/s}``.
+_UNIT = re.compile(r"^(?P<name>[^\[\](){}]+?)\s*[\[({][^\[\](){}]*[\])}]\s*$")
+
+
+def header_problem(file: str, header: Sequence[str], read: frozenset[str]) -> str:
+    """Why ``header`` (a runs CSV's column names, ``file`` naming it) cannot be read as the fit
+    expects, "" when it can: one column holding ``;`` or tabs (another separator), or a column
+    in ``read`` (the columns a fit reads) written with a unit after its name."""
+    if len(header) == 1 and (sep := next((s for s in (";", "\t") if s in header[0]), "")):
+        shown = header[0] if len(header[0]) <= 40 else header[0][:37] + "..."
+        name = "semicolons" if sep == ";" else "tabs"
+        return (
+            f"{file!r} is not comma-separated: its header is one column {shown!r}, its names "
+            f"separated by {name}; expected the columns separated by commas (save the sheet as "
+            "CSV with the comma as separator)"
+        )
+    for column in header:
+        found = _UNIT.match(column.strip())
+        name = found.group("name").strip().lower() if found else ""
+        if name in read and name not in header:
+            return (
+                f"{file!r}: column {column!r} is {name} with a unit beside its name; expected "
+                f"the header {name} alone (each column's unit is fixed by its name: "
+                "docs/validation.md, 'stage calibrate')"
+            )
+    return ""
+
+
+def measured_hint(header: Sequence[str]) -> str:
+    """For a header without a measured column: `` (column 'iter_time (s)' looks like
+    iter_time_s: …)`` naming the first column whose name (a unit beside it dropped) is close to
+    one of :data:`MEASURED`, else ""."""
+    for column in header:
+        found = _UNIT.match(column.strip())
+        name = (found.group("name") if found else column).strip().lower()
+        close = difflib.get_close_matches(name, MEASURED, n=1, cutoff=0.7)
+        if close:
+            return (
+                f" (column {column!r} looks like {close[0]}: the header is the name alone, "
+                "in the unit the name says)"
+            )
+    return ""
+
+
+def empty_cell_reason(row: Mapping[str, str], measured: Sequence[str]) -> str:
+    """Why a run cannot be fitted for want of a cell, "" when none is missing: no measured cell
+    filled (of ``measured``, the measured columns the file has), or an empty ``micro_batch`` /
+    ``global_batch_seqs`` (the layout's other cells have defaults; these two have none)."""
+    if not any(row.get(column, "").strip() for column in measured):
+        cells = "cell is" if len(measured) == 1 else "cells are"
+        return f"no measured value: the {' and '.join(measured)} {cells} empty"
+    wanted = {
+        "micro_batch": "the micro-batch size in sequences",
+        "global_batch_seqs": "the global batch in sequences",
+    }
+    for column, what in wanted.items():
+        if not row.get(column, "").strip():
+            where = "cell is empty" if column in row else "column is missing"
+            return f"the {column} {where}; expected {what} (a whole number)"
+    return ""
+
+
+def layout_defaults(path: Path) -> dict[str, tuple[str, ...]]:
+    """The runs of the runs CSV at ``path`` (by id, ``run-N`` for an empty one, as
+    :func:`~stage_explore.calibrate.user_cases` names them) whose :data:`GPU_COLUMNS` cells are
+    empty or absent, each with those columns: the fit takes each as 1."""
+    found = {}
+    for i, row in enumerate(read_csv(path)):
+        empty = tuple(c for c in GPU_COLUMNS if not str(row.get(c) or "").strip())
+        if empty:
+            found[row.get("id") or f"run-{i + 1}"] = empty
+    return found
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``tp``, ``tp and dp``, ``tp, pp and dp``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def layout_notes(defaults: Mapping[str, tuple[str, ...]], gpus: Mapping[str, int]) -> list[str]:
+    """One ``note:`` line per set of empty columns (:func:`layout_defaults`), naming at most
+    five runs and the GPUs each is then fitted on (``gpus``, by run id, where it was built)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for run_id, columns in defaults.items():
+        groups.setdefault(columns, []).append(run_id)
+    notes = []
+    for columns, ids in groups.items():
+        shown = [f"{i} on {counted(gpus[i], 'GPU')}" if i in gpus else i for i in ids[:5]]
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        notes.append(
+            f"note: {_listed(columns)} empty, taken as 1 (the layout's default): fitted as "
+            f"{', '.join(shown)}{more} (tp·pp·dp·cp); give each run's layout if it ran on more"
+        )
+    return notes

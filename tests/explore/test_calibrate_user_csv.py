@@ -1,0 +1,132 @@
+"""``stage calibrate`` on a runs CSV as a spreadsheet exports it (s27 review): an empty ``dp``
+fitted a 64-GPU run on 2 GPUs without a word; an empty ``micro_batch`` read "neither in the CSV
+nor in setups.toml", once per run; a header with its unit (``iter_time_s [s]``) or a file
+separated by semicolons read "needs a column iter_time_s …"; a trailing ``,,,,`` line was a run
+of its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stage_core.errors import ConfigError
+from stage_explore.calibrate import user_cases
+from stage_explore.calibrate_rows import header_problem, layout_defaults, layout_notes
+from stage_explore.cli import main
+from stage_explore.validation.csv_cells import read_csv
+
+HEADER = "id,model,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,sp,recompute,iter_time_s"
+RUNS = [
+    "r1,megatron-gpt-1.7b,2048,64,1,2,1,32,yes,selective,0.60",
+    "r2,megatron-gpt-1.7b,2048,128,1,2,1,32,yes,selective,1.10",
+    "r3,megatron-gpt-1.7b,2048,64,1,4,1,16,yes,selective,0.70",
+]
+SYSTEM = "a100-80gb"
+
+
+def _csv(tmp_path: Path, *lines: str, header: str = HEADER) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([header, *lines]) + "\n", encoding="utf-8")
+    return path
+
+
+def _cases(path: Path) -> dict[str, str]:
+    cases = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
+    return {case.id: case.reason for case in cases}
+
+
+def _calibrate(path: Path, *extra: str) -> list[str]:
+    argv = ["calibrate", "--runs", str(path), "--system", SYSTEM, "--fit", "memory"]
+    return [*argv, "--no-loo", "--framework", "megatron-lm-2021", *extra]
+
+
+def test_an_empty_dp_is_named_with_the_gpus_the_run_is_fitted_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _csv(tmp_path, RUNS[0].replace(",1,32,", ",1,,"), *RUNS[1:])
+    assert layout_defaults(path) == {"r1": ("dp",)}
+    assert main(_calibrate(path)) == 0
+    out = capsys.readouterr().out
+    assert "note: dp empty, taken as 1 (the layout's default): fitted as r1 on 2 GPUs" in out
+    assert main([*_calibrate(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout_defaults"] == {"r1": ["dp"]}
+
+
+def test_a_file_without_tp_and_pp_columns_names_them_once_for_every_run() -> None:
+    defaults = {f"r{i}": ("tp", "pp") for i in range(1, 8)}
+    gpus = {f"r{i}": 8 * i for i in range(1, 8)}
+    (note,) = layout_notes(defaults, gpus)
+    assert note.startswith("note: tp and pp empty, taken as 1")
+    assert "r1 on 8 GPUs, r2 on 16 GPUs, r3 on 24 GPUs, r4 on 32 GPUs, r5 on 40 GPUs and 2" in note
+    (one,) = layout_notes({"a": ("tp", "pp", "dp")}, {"a": 1})
+    assert "tp, pp and dp empty" in one and "a on 1 GPU " in one
+
+
+def test_empty_batch_and_measured_cells_are_said_in_a_fits_words(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path,
+        RUNS[0].replace(",64,1,2,", ",64,,2,"),
+        RUNS[1].replace(",128,1,", ",,1,"),
+        RUNS[2].removesuffix("0.70"),
+    )
+    reasons = _cases(path)
+    assert reasons["r1"] == (
+        "the micro_batch cell is empty; expected the micro-batch size in sequences (a whole number)"
+    )
+    assert reasons["r2"].startswith("the global_batch_seqs cell is empty; expected the global")
+    assert reasons["r3"] == "no measured value: the iter_time_s cell is empty"
+    assert not any("setups.toml" in reason or "source" in reason for reason in reasons.values())
+
+
+def test_one_reason_of_every_run_is_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _csv(tmp_path, *(run.replace(",1,2,", ",,2,").replace(",1,4,", ",,4,") for run in RUNS))
+    assert main(_calibrate(path)) == 2
+    (message,) = capsys.readouterr().err.splitlines()
+    assert "r1, r2, r3: the micro_batch cell is empty" in message
+    assert message.count("micro_batch cell") == 1
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [(HEADER.replace("iter_time_s", "iter_time_s [s]"),
+      "column 'iter_time_s [s]' is iter_time_s with a unit beside its name; expected the "
+      "header iter_time_s alone"),
+     (HEADER.replace("seq_len", "seq_len (tokens)"),
+      "column 'seq_len (tokens)' is seq_len with a unit beside its name"),
+     (HEADER.replace("iter_time_s", "iter_time (s)"),
+      "needs a column iter_time_s, tflops_per_gpu or tokens_per_s_per_gpu (column "
+      "'iter_time (s)' looks like iter_time_s"),
+     (HEADER.replace(",", ";"), "is not comma-separated: its header is one column 'id;model;"),
+     (HEADER.replace(",", "\t"), "its names separated by tabs; expected the columns separated "
+      "by commas")],
+)  # fmt: skip
+def test_a_header_the_fit_cannot_read_is_one_line(
+    tmp_path: Path, header: str, expected: str
+) -> None:
+    separator = ";" if ";" in header else "\t" if "\t" in header else ","
+    path = _csv(tmp_path, *(run.replace(",", separator) for run in RUNS), header=header)
+    with pytest.raises(ConfigError) as error:
+        _cases(path)
+    assert expected in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_unit_beside_a_column_the_fit_does_not_read_is_no_error() -> None:
+    assert header_problem("runs.csv", ["id", "cluster (site)", "iter_time_s"], frozenset()) == ""
+    header = ["id", "iter_time_s", "iter_time_s (s)"]  # the plain column is there: read it
+    assert header_problem("runs.csv", header, frozenset({"iter_time_s"})) == ""
+
+
+def test_a_trailing_line_of_empty_cells_is_no_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _csv(tmp_path, *RUNS, "," * HEADER.count(","), " , ,", "")
+    assert [row["id"] for row in read_csv(path)] == ["r1", "r2", "r3"]
+    assert list(_cases(path)) == ["r1", "r2", "r3"]
+    assert main(_calibrate(path)) == 0
+    out = capsys.readouterr().out
+    assert "run-4" not in out and "note:" not in out
