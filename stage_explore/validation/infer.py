@@ -317,7 +317,8 @@ def inferred_setup(
     parallel, notes = _layout(row, stated, framework.value)
     cell = row.get("recompute", "")
     layers = stated.get("layers", get_flavor(model.value).layers)
-    partial = named_num_layers(cell, layers) if first_word(cell) == "full" else None
+    chunks = stated.get("pp", 1) * stated.get("vpp", 1)  # the CSV's: _layout fills neither
+    partial = named_num_layers(cell, layers, chunks) if first_word(cell) == "full" else None
     if partial is not None:
         parallel["recompute_num_layers"], parallel["recompute_method"] = partial[0], "block"
         notes.append(partial[1])

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import re
 
-#: ``N of [the] M [transformer|decoder] layers``: N checkpointed out of M.
+from stage_explore.validation.infer_errors import Uninferable
+
+#: ``N of [the] M [transformer|decoder] layers``: N checkpointed out of M (whole numbers: the
+#: ``5`` of ``2.5 of 80 layers`` is no count).
 _OF_LAYERS = re.compile(
-    r"\b(\d+)\s+(?:out\s+)?of\s+(?:the\s+|all\s+)?(\d+)\s+(?:[a-z-]+\s+){0,2}layers?\b",
+    r"(?<![\d.])(\d+)\s+(?:out\s+)?of\s+(?:the\s+|all\s+)?(\d+)\s+(?:[a-z-]+\s+){0,2}layers?\b",
     re.IGNORECASE,
 )
 #: A framework's count flag or key followed by its value: Megatron's ``--recompute-num-layers``
@@ -43,22 +46,33 @@ _NAMED_COUNT = re.compile(
     r"|num[-_ ]layers[-_ ]to[-_ ]checkpoint",
     re.IGNORECASE,
 )
-_FLAG_VALUE = re.compile(r"[\s=:]*(\d+)")
+#: The flag's value, a whole number (``1.5`` is none: its ``1`` was read, s27 review).
+_FLAG_VALUE = re.compile(r"[\s=:]*(\d+)(?![.,]?\d)")
 #: Megatron's uniform method: N is a chunk size, every layer is recomputed.
 UNIFORM = re.compile(r"\buniform\b", re.IGNORECASE)
 
 
-def named_num_layers(cell: str, layers: int | None) -> tuple[int, str] | None:
+def named_num_layers(cell: str, layers: int | None, chunks: int = 1) -> tuple[int, str] | None:
     """``(N, assumption)`` when a full-recompute ``cell`` names N checkpointed layers of a model
-    of ``layers`` (None: not known here), 0 < N < ``layers``; None when it names no count, names
-    every layer (N ≥ ``layers``, or the ``N of M`` form with N ≥ M), names Megatron's uniform
-    method, or names two different counts."""
+    of ``layers`` (None: not known here), 0 < N < ``layers``, N per model chunk of a run of
+    ``chunks`` (pp·vpp) chunks; None when it names no count, names every layer (N ≥ ``layers``,
+    or the ``N of M`` form with N ≥ M), names Megatron's uniform method, or names two different
+    counts. A framework flag's N is per chunk already (Megatron's "per pipeline stage"); the ``N
+    of M`` form counts the model's layers, so it is N / ``chunks`` per chunk (s27 review: a run
+    of 4 stages read "10 of the 80 layers" as 10 per stage, 40 in all), and :class:`Uninferable`
+    when ``chunks`` does not divide N (no chunk-by-chunk split is stated)."""
     if UNIFORM.search(cell):
         return None
     counts: set[int] = set()
     for found in _OF_LAYERS.finditer(cell):
         count, total = int(found.group(1)), int(found.group(2))
-        counts.add(count if count < total else 0)
+        if count < total and count % chunks:
+            raise Uninferable(
+                f"the recompute column names {count} of {total} layers over {chunks} pipeline "
+                f"model chunks (pp·vpp): not a whole number per chunk, and how the source split "
+                f"them is not stated ({cell.strip()!r})"
+            )
+        counts.add(count // chunks if count < total else 0)
     for found in _NAMED_COUNT.finditer(cell):
         value = _FLAG_VALUE.match(cell, found.end())
         if value is not None:
@@ -69,8 +83,9 @@ def named_num_layers(cell: str, layers: int | None) -> tuple[int, str] | None:
     if count <= 0 or (layers is not None and count >= layers):
         return None
     of = f" of {layers}" if layers is not None else ""
+    per = f" per model chunk, {count * chunks} in all" if chunks > 1 else ""
     return count, (
-        f"full recompute of {count}{of} layers only (recompute_num_layers {count}, method "
+        f"full recompute of {count}{of} layers only{per} (recompute_num_layers {count}, method "
         f"block: the first {count} of each stage, the others keep their activations): the "
         f"recompute column names the count ({cell.strip()!r}); which layers the source "
         "checkpointed is not stated"
