@@ -139,22 +139,37 @@ class Report:
         headers = [display(name).header for name in columns]
         return format_table(headers, list(shown.itertuples(index=False)))
 
-    def reasons(self, status: str, limit: int = 5) -> list[tuple[str, int]]:
-        """The most frequent reasons of trials with ``status``, reasons that differ only in
-        their numbers (``out of memory: peak 95.38 GiB exceeds 80.00 GiB``, one per trial)
-        counted as one, shown by its most frequent text."""
+    def _reason_kinds(self, status: str) -> list[list[tuple[str, int]]]:
+        """The reasons of trials with ``status`` grouped into kinds (texts that differ only in
+        their numbers), each kind's texts most frequent first, the most frequent kind first."""
         counts = self.frame.loc[self.frame["status"] == status, "reason"].value_counts()
         groups: dict[str, list[tuple[str, int]]] = {}
         for reason, count in counts.items():
             groups.setdefault(_NUMBER.sub("#", str(reason)), []).append((str(reason), int(count)))
-        ranked = sorted(groups.values(), key=lambda texts: -sum(n for _, n in texts))
+        return sorted(groups.values(), key=lambda texts: -sum(n for _, n in texts))
+
+    def reasons(self, status: str, limit: int = 5) -> list[tuple[str, int]]:
+        """The most frequent reasons of trials with ``status``, reasons that differ only in
+        their numbers (``out of memory: peak 95.38 GiB exceeds 80.00 GiB``, one per trial)
+        counted as one, shown by its most frequent text."""
         out = []
-        for texts in ranked[:limit]:
+        for texts in self._reason_kinds(status)[:limit]:
             text, total = texts[0][0], sum(n for _, n in texts)
             if len(texts) > 1:
                 text += f" (e.g.: one of {len(texts)} variants differing in their numbers)"
             out.append((text, total))
         return out
+
+    def other_reasons(self, status: str, limit: int = 5) -> tuple[str, int] | None:
+        """The kinds of reason :meth:`reasons` leaves out beyond ``limit`` as one line and their
+        trials (s27 review: the serving study's report listed 165 of its 169 infeasible trials
+        and said nothing of the other 4), None when it leaves none out."""
+        rest = self._reason_kinds(status)[limit:]
+        if not rest:
+            return None
+        total = sum(n for texts in rest for _, n in texts)
+        kinds = counted(len(rest), "other kind")
+        return f"{kinds} of reason (each in the records' reason column)", total
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -170,7 +185,8 @@ class Report:
         """The terminal report."""
         lines = [f"study {self.study}: {self.counts_text()}"]
         for status in ("infeasible", "failed", _LOST):
-            for reason, count in self.reasons(status, 3):
+            other = self.other_reasons(status, 3)
+            for reason, count in [*self.reasons(status, 3), *([other] if other else [])]:
                 lines.append(f"  {status} ×{count}: {reason}")
         for metric, rows in self.best.items():
             direction = dict(self.objectives)[metric]

@@ -237,7 +237,8 @@ def render_html(report: Report, images: list[Path]) -> str:
         f"Records: {html.escape(str(report.directory))}</p>",
     ]
     for status in ("infeasible", "failed", "infrastructure_failed"):
-        reasons = report.reasons(status)
+        other = report.other_reasons(status)
+        reasons = [*report.reasons(status), *([other] if other else [])]
         if reasons:
             items = "".join(
                 f"<li>×{count}: {html.escape(reason)}</li>" for reason, count in reasons

@@ -173,3 +173,26 @@ def test_reasons_that_differ_only_in_numbers_are_counted_as_one(tmp_path: Path) 
         "their numbers)", 3,
     ) in reasons_shown  # fmt: skip
     assert ("precision 'fp4' needs a grounded NVFP4 GEMM rate", 1) in reasons_shown
+
+
+def test_the_kinds_of_reason_beyond_those_shown_are_counted(tmp_path: Path) -> None:
+    # s27 review: the serving study's report listed three kinds of reason, 165 of its 169
+    # infeasible trials, and said nothing of the other 4
+    reasons = ["alpha at 1", "alpha at 2", "alpha at 1", "beta", "beta", "zeta", "zeta"]
+    reasons += ["gamma", "delta", "omega"]
+    folder = _folder_with_outcomes(
+        tmp_path, 4, [Outcome(status=TrialStatus.INFEASIBLE, reason=r) for r in reasons]
+    )
+    report = build_report(folder)
+    every = report.reasons("infeasible", limit=1000)  # the study's own kinds and these six
+    assert len(every) >= 6 and sum(n for _, n in every) == report.counts()["infeasible"]
+    shown = report.reasons("infeasible", limit=3)
+    assert [n for _, n in shown] == [3, 2, 2]  # alpha, then beta and zeta
+    kinds, left = len(every) - 3, sum(n for _, n in every[3:])
+    other = (f"{kinds} other kinds of reason (each in the records' reason column)", left)
+    assert report.other_reasons("infeasible", limit=3) == other
+    assert report.other_reasons("infeasible", limit=len(every)) is None
+    assert f"  infeasible ×{left}: {kinds} other kinds of reason" in report.text()
+    write_html(report, tmp_path / "r.html")  # the page lists five kinds, then the others
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert f"×{sum(n for _, n in every[5:])}: {len(every) - 5} other kind" in page
