@@ -33,6 +33,7 @@ them):
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -192,8 +193,10 @@ class FrameworkProfile(
             )
         unknown = sorted(set(overrides) - set(OPTION_FLAGS))
         if unknown:
-            known = ", ".join(OPTION_FLAGS)
-            raise ConfigError(f"unknown framework option {unknown[0]!r}; known: {known}")
+            close = difflib.get_close_matches(str(unknown[0]), list(OPTION_FLAGS), n=1)
+            known = ", ".join(OPTION_FLAGS)  # 90 names: the close one first (s27 review)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"unknown framework option {unknown[0]!r}; {hint}known: {known}")
         if not overrides:
             return self
         return replace(self, **dict(overrides))

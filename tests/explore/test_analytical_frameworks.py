@@ -305,3 +305,12 @@ def test_deepspeed_pipeline_engine_partitions_activations_over_tp_like_megatron(
     ).evaluate(model, parallel, system)
     assert deepspeed.breakdown["pipeline_p2p"] == pytest.approx(megatron.breakdown["pipeline_p2p"])
     assert whole.breakdown["pipeline_p2p"] > deepspeed.breakdown["pipeline_p2p"]
+
+
+def test_a_misspelt_option_names_the_close_one_first() -> None:
+    # s27 review: 'moe_grouped_kernl' listed all 90 options and named no close one
+    with pytest.raises(ConfigError, match="did you mean 'moe_grouped_kernel'\\? known: "):
+        get_framework("megatron-core").with_overrides({"moe_grouped_kernl": True})
+    with pytest.raises(ConfigError) as error:
+        get_framework("megatron-core").with_overrides({"xyzzy": True})
+    assert "did you mean" not in str(error.value)
