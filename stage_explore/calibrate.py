@@ -469,14 +469,15 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
     rows = read_csv(path)
     if not rows:
         raise ConfigError(f"{str(path)!r} has no runs")
-    problem = header_problem(str(path), list(rows[0]), READ_COLUMNS | set(METRICS[:3]))
+    header = [name for name in rows[0] if name is not None]  # None: a long row's extra cells
+    problem = header_problem(str(path), header, READ_COLUMNS | set(METRICS[:3]))
     if problem:
         raise ConfigError(problem)
     columns = [m for m in METRICS[:3] if m in rows[0]]
     if not columns:
         raise ConfigError(
             f"{str(path)!r} needs a column iter_time_s, tflops_per_gpu or tokens_per_s_per_gpu"
-            + measured_hint(list(rows[0]))
+            + measured_hint(header)
         )
     cases = []
     for i, row in enumerate(rows):

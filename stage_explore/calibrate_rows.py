@@ -84,7 +84,7 @@ def empty_cell_reason(row: Mapping[str, str], measured: Sequence[str]) -> str:
     ``global_batch_seqs`` (the layout's other cells have defaults; these two have none)."""
     if not any(row.get(column, "").strip() for column in measured):
         cells = "cell is" if len(measured) == 1 else "cells are"
-        return f"no measured value: the {' and '.join(measured)} {cells} empty"
+        return f"no measured value: the {_listed(measured)} {cells} empty"
     wanted = {
         "micro_batch": "the micro-batch size in sequences",
         "global_batch_seqs": "the global batch in sequences",

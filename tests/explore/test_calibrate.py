@@ -165,7 +165,10 @@ def test_each_run_is_measured_by_the_metric_cell_it_fills(tmp_path: Path) -> Non
         ("i", "iter_time_s", 0.5),
     ]
     assert not any(c.reason for c in cases[:3])
-    assert cases[3].reason == "the source gives no iter_time_s"
+    assert cases[3].reason == (  # in a fit's words since s27 (was "the source gives no …")
+        "no measured value: the iter_time_s, tflops_per_gpu and tokens_per_s_per_gpu cells are "
+        "empty"
+    )
 
 
 def test_a_bad_zero_cell_is_a_config_error_naming_the_run(tmp_path: Path) -> None:
