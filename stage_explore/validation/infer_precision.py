@@ -39,6 +39,20 @@ FP8_RECIPES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: A precision or recipe the cell denies (``bf16 (no fp8)``, ``BF16, FP8 off``, ``w/o FP8``,
+#: ``fp8: no``, ``FP16 (not bf16)``, ``FP8 (delayed, not current scaling)``): dropped before
+#: the cell is read (s27 review: each was read as the precision or recipe it denies, as s26's
+#: ``compiled: no`` was read as compiled).
+_DENIED = re.compile(
+    r"\b(?:no|not|non|without|w/o)[-\s]+(?:an?\s+|the\s+)?"
+    r"(?:mxfp8|nvfp4|mxfp4|fp8|float8|fp4|bf16|bfloat16|fp16|float16|current|delayed|"
+    r"tensorwise|blockwise|block|sub[-_\s]?channel)(?:[-_\s]+scaling)?\b"
+    r"|\b(?:mxfp8|nvfp4|mxfp4|fp8|float8|fp4)\s*(?:[:=]\s*)?"
+    r"(?:off|disabled|not\s+used|not\s+enabled|unused|no|false|0(?![.\d]))\b",
+    re.IGNORECASE,
+)
+
+
 def infer_precision(cell: str, framework: str, bridge: bool = False) -> PrecisionRead:
     """The precision of a ``precision`` cell (``FP8-CS``, ``MXFP8``, ``bf16 mixed``,
     ``amp_bf16``, ``fp16 mixed``, ``FP8``, ``NVFP4`` / ``FP4`` …); an FP4 cell is ``fp4`` with
@@ -47,12 +61,15 @@ def infer_precision(cell: str, framework: str, bridge: bool = False) -> Precisio
     tensorwise scaling) and for a Megatron-Bridge table (``bridge``: its tables label FP8 rows
     FP8-CS / FP8-MX, a bare "FP8" read as the first), delayed otherwise (Megatron-Core's
     ``--fp8-recipe`` default); a row-wise spelling (``rowwise``, ``per-row``, ``axiswise``) is
-    torchao's ``rowwise``, with ``gw_hp`` its ``rowwise_with_gw_hp`` (:func:`_rowwise`)."""
+    torchao's ``rowwise``, with ``gw_hp`` its ``rowwise_with_gw_hp`` (:func:`_rowwise`). A
+    precision or recipe the cell denies (:data:`_DENIED`) is not read; a cell that only
+    denies (``fp8: no``) is :class:`Uninferable`."""
     text = cell.strip().lower()
     said = f"the precision column says {cell.strip()!r}"
     if not text or text in DASHES:
         empty = "column empty" if not text else f"the column says {cell.strip()!r}, not stated"
         return PrecisionRead("bf16", "", f"bf16 mixed precision, a default ({empty})")
+    text = _DENIED.sub(" ", text)  # a denied precision is not the row's (cell left as said)
     if re.search(r"mxfp4|fp4[-_ ]?mx", text):
         raise Uninferable(f"precision {cell!r}: the model has NVFP4, not MXFP4")
     if re.search(r"fp4", text):
