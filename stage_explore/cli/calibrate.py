@@ -154,6 +154,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
     data_warnings = runs_warnings(args.runs, cases, system)
     run_warnings = [*gpu_warnings(args.runs, system), *disagreement_warnings(usable)]
+    run_warnings += [  # a run that ran, yet does not fit the model's memory (s27 review)
+        f"{r.case.id}: measured, yet the model predicts it cannot run on {system.name} "
+        f"({r.note.removeprefix('predicted infeasible: ')}); its time is fitted all the same: "
+        "check its setup (zero, recompute, --framework)"
+        for r in rows
+        if r.evaluated and not r.feasible
+    ]
     if not args.json:  # a row whose own columns disagree: seen before minutes of fitting
         for slip in data_warnings:
             print(f"warning: {slip.text()}")

@@ -130,3 +130,17 @@ def test_a_trailing_line_of_empty_cells_is_no_run(
     assert main(_calibrate(path)) == 0
     out = capsys.readouterr().out
     assert "run-4" not in out and "note:" not in out
+
+
+def test_a_run_the_model_says_cannot_run_is_named_before_the_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s27 review: runs predicted out of memory were fitted without a word (their CSV left out
+    # the ZeRO stage or recompute that let them run); a measured run did run
+    huge = "r4,megatron-gpt-1.7b,2048,512,256,1,1,2,no,none,9.0"
+    path = _csv(tmp_path, *RUNS, huge)
+    assert main([*_calibrate(path), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["run_warnings"]
+    (line,) = [w for w in warnings if "cannot run" in w]
+    assert line.startswith(f"r4: measured, yet the model predicts it cannot run on {SYSTEM}")
+    assert "(out of memory: peak " in line and "fitted all the same" in line
