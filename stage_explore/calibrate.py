@@ -34,7 +34,12 @@ from stage_core.errors import ConfigError
 from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.calibrate_checks import setup_groups
-from stage_explore.calibrate_rows import empty_cell_reason, header_problem, measured_hint
+from stage_explore.calibrate_rows import (
+    derived_dp,
+    empty_cell_reason,
+    header_problem,
+    measured_hint,
+)
 from stage_explore.system.model import System
 from stage_explore.validation.csv_cells import ragged_reason, read_csv
 from stage_explore.validation.infer_fields import Uninferable, infer_model, infer_precision
@@ -497,6 +502,8 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
             assumptions=(f"model: {model.note}",) if model.note else (),
         )  # fmt: skip
         parallel: dict[str, Any] = dict(recipe)
+        if (dp := derived_dp(row)) is not None:  # an empty dp beside num_gpus (s27 review)
+            parallel["dp"] = dp
         if row.get("zero", "").strip():
             parallel["zero"] = _zero(row, path)
         case = make_case(source, row, {"parallel": parallel} if parallel else {})
@@ -508,8 +515,9 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
 
 #: The columns :func:`user_cases` reads (with ``METRICS[:3]``, the measured ones).
 READ_COLUMNS = frozenset(
-    {"id", "model", "zero", "sp", "recompute", "precision", *MODEL_COLUMNS, *PARALLEL_COLUMNS}
-)
+    {"id", "model", "zero", "sp", "recompute", "precision", *MODEL_COLUMNS, *PARALLEL_COLUMNS,
+     "num_gpus"}  # an empty dp's source (calibrate_rows.derived_dp)
+)  # fmt: skip
 
 
 def unread_columns(path: Path) -> list[str]:

@@ -11,11 +11,15 @@ Contents:
         a run whose measured cells, ``micro_batch`` or ``global_batch_seqs`` are empty: said in
         the fit's own words (the validation reader's "neither in the CSV nor in setups.toml"
         named a file a fit does not read, and "the source gives no …" a source it has not).
+    :func:`derived_dp`, :func:`derived_dps`
+        an empty ``dp`` derived from the run's ``num_gpus`` as ``num_gpus / (tp·pp·cp)``, as
+        ``stage validate --data`` derives it (JSON ``dp_from_num_gpus``).
     :func:`layout_defaults`, :func:`layout_notes`
-        runs whose ``tp``, ``pp`` or ``dp`` cell is empty (or whose file has no such column):
-        each is taken as 1, ``ParallelConfig``'s default. An empty ``dp`` fitted a 64-GPU run as
-        a 2-GPU one, 327 % off in-sample, with no word; the runs and the GPUs they are fitted
-        on are now a ``note:`` line (JSON ``layout_defaults``).
+        runs whose ``tp``, ``pp`` or ``dp`` cell is empty (or whose file has no such column),
+        ``dp`` not derived: each is taken as 1, ``ParallelConfig``'s default. An empty ``dp``
+        fitted a 64-GPU run as a 2-GPU one, 327 % off in-sample, with no word (its
+        ``num_gpus`` 64 a column not read); the runs and the GPUs they are fitted on are now a
+        ``note:`` line (JSON ``layout_defaults``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from stage_explore.validation.csv_cells import read_csv
+from stage_explore.validation.csv_cells import int_cell, read_csv
 from stage_explore.wording import counted
 
 #: The measured columns a fit reads, in the order a run's first filled one is taken.
@@ -96,15 +100,43 @@ def empty_cell_reason(row: Mapping[str, str], measured: Sequence[str]) -> str:
     return ""
 
 
+def derived_dp(row: Mapping[str, str]) -> int | None:
+    """A run's ``dp`` from its ``num_gpus`` when its ``dp`` cell is empty and ``tp·pp·cp``
+    (each 1 when empty) divides ``num_gpus`` (as ``stage validate --data`` derives it for a row
+    without a setup), else None."""
+    if int_cell(row.get("dp") or "") is not None:
+        return None
+    gpus = int_cell(row.get("num_gpus") or "")
+    degrees = [int_cell(row.get(c) or "") or 1 for c in ("tp", "pp", "cp")]
+    per_replica = degrees[0] * degrees[1] * degrees[2]
+    if gpus is None or gpus <= 0 or per_replica <= 0 or gpus % per_replica:
+        return None
+    return gpus // per_replica
+
+
 def layout_defaults(path: Path) -> dict[str, tuple[str, ...]]:
     """The runs of the runs CSV at ``path`` (by id, ``run-N`` for an empty one, as
     :func:`~stage_explore.calibrate.user_cases` names them) whose :data:`GPU_COLUMNS` cells are
-    empty or absent, each with those columns: the fit takes each as 1."""
+    empty or absent, each with those columns: the fit takes each as 1 (``dp`` not when
+    :func:`derived_dp` derives it from ``num_gpus``)."""
     found = {}
     for i, row in enumerate(read_csv(path)):
-        empty = tuple(c for c in GPU_COLUMNS if not str(row.get(c) or "").strip())
+        empty = tuple(
+            c
+            for c in GPU_COLUMNS
+            if not str(row.get(c) or "").strip() and (c != "dp" or derived_dp(row) is None)
+        )
         if empty:
             found[row.get("id") or f"run-{i + 1}"] = empty
+    return found
+
+
+def derived_dps(path: Path) -> dict[str, int]:
+    """:func:`derived_dp` of every run of the runs CSV at ``path`` that has one, by run id."""
+    found = {}
+    for i, row in enumerate(read_csv(path)):
+        if (dp := derived_dp(row)) is not None:
+            found[row.get("id") or f"run-{i + 1}"] = dp
     return found
 
 

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         inert_warning,
         marked_duplicate_ids,
     )
-    from stage_explore.calibrate_rows import layout_defaults, layout_notes
+    from stage_explore.calibrate_rows import derived_dps, layout_defaults, layout_notes
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
@@ -174,10 +174,15 @@ def run(args: argparse.Namespace) -> int:
             "framework as --framework)"
         )
     defaults = layout_defaults(args.runs)  # an empty dp fitted a 64-GPU run on 2 GPUs
-    if defaults and not args.json:
+    derived = derived_dps(args.runs)
+    if not args.json:
         gpus = {c.id: c.parallel.world_size for c in cases if c.parallel is not None}
         for line in layout_notes(defaults, gpus):
             print(line)
+        if derived:
+            shown = ", ".join(f"{run_id} dp {dp}" for run_id, dp in list(derived.items())[:5])
+            more = f" and {len(derived) - 5} more" if len(derived) > 5 else ""
+            print(f"note: dp empty, derived as num_gpus / (tp·pp·cp): {shown}{more}")
     reads = model_reads(args.runs, framework, args.model_base)
     on_base = [run_id for run_id, read in reads.items() if read.on_base]
     if reads and not args.json:
@@ -224,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
             "run_warnings": run_warnings,
             "columns_not_read": unread,
             "layout_defaults": {run_id: list(cells) for run_id, cells in defaults.items()},
+            "dp_from_num_gpus": derived,
             "runs_on_model_base": on_base,
             "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},
             "evaluations": fitted.evaluations,

@@ -144,3 +144,24 @@ def test_a_run_the_model_says_cannot_run_is_named_before_the_fit(
     (line,) = [w for w in warnings if "cannot run" in w]
     assert line.startswith(f"r4: measured, yet the model predicts it cannot run on {SYSTEM}")
     assert "(out of memory: peak " in line and "fitted all the same" in line
+
+
+def test_an_empty_dp_beside_num_gpus_is_derived_from_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as stage validate --data derives it; before, num_gpus was a column not read and dp 1
+    header = f"{HEADER},num_gpus"
+    path = _csv(tmp_path, RUNS[0].replace(",1,32,", ",1,,") + ",64", *(f"{r},64" for r in RUNS[1:]),
+                header=header)  # fmt: skip
+    cases = user_cases(path, SYSTEM, "megatron-lm-2021", "megatron-gpt-1.7b")
+    assert cases[0].parallel is not None and cases[0].parallel.dp == 32
+    assert layout_defaults(path) == {}
+    assert main([*_calibrate(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dp_from_num_gpus"] == {"r1": 32} and data["layout_defaults"] == {}
+    assert "num_gpus" not in data["columns_not_read"]
+    assert main(_calibrate(path)) == 0
+    assert "note: dp empty, derived as num_gpus / (tp·pp·cp): r1 dp 32" in capsys.readouterr().out
+    # 63 GPUs are no whole number of tp-2 replicas: dp stays 1, named as before
+    odd = _csv(tmp_path, RUNS[0].replace(",1,32,", ",1,,") + ",63", header=header)
+    assert layout_defaults(odd) == {"r1": ("dp",)}
