@@ -18,6 +18,7 @@ is a ``warning:`` line before the fit (``data_warnings`` in ``--json``); it is s
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 from collections.abc import Mapping
@@ -134,6 +135,15 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         raise ConfigError(f"--model-base: {error} (expected a flavor name)") from None
     system = load_system(args.system)
+    known = parameters_of(system)  # a misspelt name refused before the runs are read (s27)
+    for name in args.fit or []:
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"--fit {name!r} is no fittable parameter of {system.name}; {hint}expected one "
+                f"of {', '.join(sorted(known))}"
+            )
     framework = args.framework or DEFAULT_FRAMEWORK
     cases = marked_duplicate_ids(user_cases(args.runs, args.system, framework, args.model_base))
     dtypes = {str(c.parallel.precision) for c in cases if c.parallel is not None}

@@ -165,3 +165,18 @@ def test_an_empty_dp_beside_num_gpus_is_derived_from_it(
     # 63 GPUs are no whole number of tp-2 replicas: dp stays 1, named as before
     odd = _csv(tmp_path, RUNS[0].replace(",1,32,", ",1,,") + ",63", header=header)
     assert layout_defaults(odd) == {"r1": ("dp",)}
+
+
+def test_a_misspelt_fit_parameter_is_refused_before_the_runs_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # s27 review: '--fit memry' read and evaluated every run, printed their warnings, then
+    # ended "unknown fittable parameter 'memry'; known: [...]" (a Python list)
+    path = _csv(tmp_path, "r1,megatron-gpt-1.7b,2048,512,256,1,1,2,no,none,9.0")  # out of memory
+    argv = [a if a != "memory" else "memry" for a in _calibrate(path)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no run was read: no warning before the error
+    (line,) = captured.err.splitlines()
+    assert f"--fit 'memry' is no fittable parameter of {SYSTEM}; did you mean 'memory'?" in line
+    assert "[" not in line
