@@ -141,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
             close = difflib.get_close_matches(name, list(known), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
-                f"--fit {name!r} is no fittable parameter of {system.name}; {hint}expected one "
-                f"of {', '.join(sorted(known))}"
+                f"--fit: unknown fittable parameter {name!r} of {system.name}; {hint}expected "
+                f"one of {', '.join(sorted(known))}"
             )
     framework = args.framework or DEFAULT_FRAMEWORK
     cases = marked_duplicate_ids(user_cases(args.runs, args.system, framework, args.model_base))

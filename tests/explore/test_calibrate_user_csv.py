@@ -178,5 +178,5 @@ def test_a_misspelt_fit_parameter_is_refused_before_the_runs_are_read(
     captured = capsys.readouterr()
     assert captured.out == ""  # no run was read: no warning before the error
     (line,) = captured.err.splitlines()
-    assert f"--fit 'memry' is no fittable parameter of {SYSTEM}; did you mean 'memory'?" in line
+    assert f"unknown fittable parameter 'memry' of {SYSTEM}; did you mean 'memory'?" in line
     assert "[" not in line
