@@ -166,6 +166,12 @@ class FrameworkProfile(
                 f"framework {self.name!r}: `moe_deepep` and `moe_hybridep` are two backends "
                 "of one flex dispatcher; expected at most one of them True, but got both"
             )
+        if self.moe_sequential_mlp and self.moe_grouped_kernel:  # s27 review: both were taken
+            raise ConfigError(
+                f"framework {self.name!r}: `moe_sequential_mlp` (SequentialMLP, one MLP module per "
+                "local expert) and `moe_grouped_kernel` (Transformer Engine's fused grouped "
+                "experts, one launch) are two expert paths; expected at most one of them True"
+            )
         if self.te_cross_entropy and self.native_cross_entropy:
             raise ConfigError(
                 f"framework {self.name!r}: `te_cross_entropy` and `native_cross_entropy` are two "

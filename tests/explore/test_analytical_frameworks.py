@@ -314,3 +314,14 @@ def test_a_misspelt_option_names_the_close_one_first() -> None:
     with pytest.raises(ConfigError) as error:
         get_framework("megatron-core").with_overrides({"xyzzy": True})
     assert "did you mean" not in str(error.value)
+
+
+def test_two_expert_paths_at_once_are_refused() -> None:
+    # s27 review: SequentialMLP and TE's single-launch grouped experts (s26) were both taken
+    # without a word, as moe_deepep and moe_hybridep are not
+    with pytest.raises(ConfigError, match="`moe_sequential_mlp` .* `moe_grouped_kernel` .* two"):
+        get_framework("megatron-core").with_overrides(
+            {"moe_sequential_mlp": True, "moe_grouped_kernel": True}
+        )
+    for one in ("moe_sequential_mlp", "moe_grouped_kernel"):
+        assert getattr(get_framework("megatron-core").with_overrides({one: True}), one)
