@@ -3,9 +3,10 @@ exact byte and FLOP counts), :func:`gemm_efficiency` and :func:`gemm_time_s`, us
 :class:`~stage_explore.analytical.kernels.KernelTimer`.
 
 **GEMM.** A GEMM of ``b`` batches of (M×K)·(K×N) runs as ``b·⌈M/tm⌉·⌈N/tn⌉`` output tiles on
-``sm_count`` SMs, in waves (NVIDIA, "Matrix Multiplication Background User's Guide": tile and
-wave quantization). The useful fraction of the work issued is
-``b·M·N / (waves · sm_count · tm · tn)``; each tile's main loop runs at
+``sm_count`` SMs (``tm × tn``: the kernel model's tile for the dtype,
+:meth:`~stage_explore.system.accelerator.KernelModel.tile`), in waves (NVIDIA, "Matrix
+Multiplication Background User's Guide": tile and wave quantization). The useful fraction of
+the work issued is ``b·M·N / (waves · sm_count · tm · tn)``; each tile's main loop runs at
 ``K / (K + gemm_k_overhead · s)`` (prologue and epilogue: ``gemm_k_overhead`` K elements of the
 16-bit main loop, a fixed time, which a dtype whose loop consumes K ``s`` times faster — FP8,
 MXFP8 — spends ``s`` times as many K elements on, :func:`k_overhead_scale`); both orientations
@@ -140,7 +141,7 @@ def gemm_efficiency(
     expert's tokens (:func:`_issued_fraction`); ``k_scale``: the tile's prologue and epilogue
     in units of ``gemm_k_overhead`` (:func:`k_overhead_scale`)."""
     batch, m, n, k = shape
-    tm, tn = kernels.gemm_tile
+    tm, tn = kernels.tile(dtype)
     issued = max(
         _issued_fraction(batch * split, m, n, (tm, tn), kernels.sm_count, share),
         _issued_fraction(batch * split, m, n, (tn, tm), kernels.sm_count, share),

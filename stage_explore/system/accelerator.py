@@ -71,12 +71,26 @@ class EfficiencyModel:
         }
 
 
+def _tile(tile: Any, name: str) -> tuple[int, int]:
+    """``tile`` as a (rows, columns) pair of positive integers, else a one-line error naming
+    the kernels key ``name``."""
+    pair = tuple(tile) if isinstance(tile, list | tuple) else ()
+    if len(pair) != 2 or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in pair
+    ):
+        raise ConfigError(f"kernels `{name}` must be two positive integers, but got {tile!r}")
+    return (pair[0], pair[1])
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelModel:
     """Per-kernel throughput of one accelerator (timed by :mod:`stage_explore.analytical.kernels`).
 
     - ``sm_count``: streaming multiprocessors (the width of one wave of GEMM tiles);
     - ``gemm_tile``: (rows, columns) of the output tile one SM computes at a time;
+    - ``gemm_tile_by_dtype``: per dtype, a tile the GEMM library's kernel for that dtype uses
+      instead of ``gemm_tile`` (AMD's FP8 MAF kernel on CDNA 3 runs 256 x 192 tiles where its
+      16-bit one runs 256 x 256); a dtype not listed: ``gemm_tile``;
     - ``gemm_k_overhead``: the reduction length a tile's prologue and epilogue cost, in elements
       of K of the 16-bit main loop (a GEMM's main loop runs at ``K / (K + gemm_k_overhead)``;
       a dtype with a faster loop, FP8, spends the same time on them, i.e. proportionally more K:
@@ -139,6 +153,7 @@ class KernelModel:
     sm_count: int
     gemm_tile: tuple[int, int]
     gemm_k_overhead: int
+    gemm_tile_by_dtype: dict[str, tuple[int, int]] = field(default_factory=dict, hash=False)
     gemm_efficiency: dict[str, float] = field(hash=False)
     fp8_fast_accumulation: float = 0.0
     attention_forward: float
@@ -162,6 +177,11 @@ class KernelModel:
             forward, backward = self.attention_kernels[kernel][:2]
             return forward, backward
         return self.attention_forward, self.attention_backward
+
+    def tile(self, dtype: str) -> tuple[int, int]:
+        """The output tile of ``dtype``'s GEMM kernel: ``gemm_tile_by_dtype[dtype]``, else
+        ``gemm_tile``."""
+        return self.gemm_tile_by_dtype.get(dtype, self.gemm_tile)
 
     def half_keys(self, kernel: str | None) -> float:
         """The keys per query row at which the named kernel reaches half its long-sequence
@@ -225,14 +245,12 @@ class KernelModel:
                 raise ConfigError(f"kernels `{name}` must be an integer >= 0, but got {value!r}")
         if self.sm_count < 1:
             raise ConfigError(f"kernels `sm_count` must be >= 1, but got {self.sm_count}")
-        tile = tuple(self.gemm_tile)
-        if len(tile) != 2 or not all(
-            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in tile
-        ):
-            raise ConfigError(
-                f"kernels `gemm_tile` must be two positive integers, but got {self.gemm_tile!r}"
-            )
-        object.__setattr__(self, "gemm_tile", tile)
+        object.__setattr__(self, "gemm_tile", _tile(self.gemm_tile, "gemm_tile"))
+        tiles = {
+            dtype: _tile(tile, f"gemm_tile_by_dtype.{dtype}")
+            for dtype, tile in dict(self.gemm_tile_by_dtype).items()
+        }
+        object.__setattr__(self, "gemm_tile_by_dtype", tiles)
         if not self.gemm_efficiency:
             raise ConfigError("kernels `gemm_efficiency` needs at least one dtype")
         for dtype, value in self.gemm_efficiency.items():
@@ -273,6 +291,11 @@ class KernelModel:
             "sm_count": self.sm_count,
             "gemm_tile": list(self.gemm_tile),
             "gemm_k_overhead": self.gemm_k_overhead,
+            **(
+                {"gemm_tile_by_dtype": {d: list(t) for d, t in self.gemm_tile_by_dtype.items()}}
+                if self.gemm_tile_by_dtype
+                else {}
+            ),
             "gemm_efficiency": dict(self.gemm_efficiency),
             **(
                 {"fp8_fast_accumulation": self.fp8_fast_accumulation}

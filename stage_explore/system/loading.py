@@ -76,6 +76,7 @@ _KERNEL_KEYS = (
     "sm_count",
     "gemm_tile",
     "gemm_k_overhead",
+    "gemm_tile_by_dtype",
     "gemm_efficiency",
     "fp8_fast_accumulation",
     "attention_forward",
@@ -252,6 +253,9 @@ def _kernels(table: _Table) -> KernelModel:
             )
         },
     }
+    if table.has("gemm_tile_by_dtype"):
+        tiles = table.table("gemm_tile_by_dtype")
+        values["gemm_tile_by_dtype"] = {dtype: tiles._get(dtype, None) for dtype in tiles.data}
     if table.has("fp8_fast_accumulation"):
         values["fp8_fast_accumulation"] = table.number("fp8_fast_accumulation")
     if table.has("grouped_gemm_group_s"):
