@@ -49,6 +49,11 @@ from stage_explore.validation.infer_fields import (
     names_bridge,
     unmodelled_framework,
 )
+from stage_explore.validation.infer_megatron_lm import (
+    launch_sequence_parallel,
+    launch_zero,
+    megatron_lm_launch,
+)
 from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
@@ -186,7 +191,11 @@ def _layout(
         notes.append("micro-batch 1 (Megatron's --micro-batch-size default; column empty)")
     if "vpp" not in stated:
         notes.append("no interleaving, vpp 1 (column empty)")
-    if not row.get("sp", "").strip():
+    launch = megatron_lm_launch(infer_framework(row).assumption)
+    if not row.get("sp", "").strip() and launch and tp > 1:
+        fields["sp"], why = launch_sequence_parallel(row)
+        notes.append(why)
+    elif not row.get("sp", "").strip():
         fields["sp"] = tp > 1 and framework in ("megatron-core", "torchtitan")
         notes.append(
             f"sequence parallelism {'on' if fields['sp'] else 'off'} (column empty; on with "
@@ -220,6 +229,9 @@ def _layout(
         dp_all = stated.get("dp", fields.get("dp", 1))
         group = stated_group(row.get("dp_sharding", ""), dp_all, zero)
         zero, shard, why = group if group is not None else (zero, shard, why)
+    plain = launch_zero(row) if launch else None
+    if plain is not None:
+        zero, why = plain
     fields["zero"] = zero
     notes.append(why)
     if shard is not None:

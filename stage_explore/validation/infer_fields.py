@@ -22,6 +22,7 @@ from stage_core.models.layers import Ffn, Mixer
 from stage_explore.validation.infer_architectures import ARCHITECTURES
 from stage_explore.validation.infer_errors import Uninferable as Uninferable
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
+from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
 from stage_explore.validation.infer_precision import PrecisionRead as PrecisionRead
 from stage_explore.validation.infer_precision import infer_precision as infer_precision
@@ -139,6 +140,13 @@ def infer_framework(row: dict[str, str]) -> Inferred:
                     framework,
                     f"framework profile {framework} (the {column} column names {found.group(0)!r})",
                 )
+    # 6 Dec 2026 (s27 hidden20): Megatron-LM named alone was the megatron-core default "no
+    # column names a known framework", with the recipes' overlaps (infer_megatron_lm.py)
+    if not unmodelled_framework(row, FRAMEWORK_DEFAULT):
+        for column in FRAMEWORK_COLUMNS:
+            found = MEGATRON_LM.search(row.get(column, ""))
+            if found:
+                return Inferred(DEFAULT_FRAMEWORK, megatron_lm_reading(column, found.group(0)))
     return FRAMEWORK_DEFAULT
 
 

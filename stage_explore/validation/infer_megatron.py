@@ -24,7 +24,7 @@ from stage_explore.validation.infer_bridge_graphs import bridge_full_iteration
 from stage_explore.validation.infer_bridge_layout import bridge_deepseek_layout
 from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
 from stage_explore.validation.infer_buckets import stated_bucket
-from stage_explore.validation.infer_fields import NO_MTP, names_bridge
+from stage_explore.validation.infer_fields import NO_MTP, infer_framework, names_bridge
 from stage_explore.validation.infer_launcher import (
     launcher_config,
     launcher_grad_sync,
@@ -32,6 +32,7 @@ from stage_explore.validation.infer_launcher import (
     launcher_yaml_grad_sync,
 )
 from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
+from stage_explore.validation.infer_megatron_lm import launch_options, megatron_lm_launch
 from stage_explore.validation.infer_mlperf import (
     MLPERF_GPT3_V40,
     MLPERF_NEMO2,
@@ -312,6 +313,8 @@ def _megatron_core(
         )
         r08_userbuffers(row, out)
         model_zoo_tp_overlap(row, shape[1], out)
+        if megatron_lm_launch(infer_framework(row).assumption):
+            launch_options(row, out)
         return
     mlperf = "mlperf" in row_text(row).lower()
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:

@@ -88,7 +88,9 @@ NO_PRESET: tuple[tuple[str, str], ...] = (
     (r"\bH20\b", "an H20 (GH100 at 148 dense BF16 TFLOP/s, 96 GB HBM3 at 4.0 TB/s, 400 W, as "
      "vendors' spec pages give it): no preset (NVIDIA publishes no H20 datasheet, and no "
      "sustained GEMM rate of it was found)"),
-    (r"^\W*(?:NVIDIA\s+)?(?:Ampere|Hopper|Blackwell(?:\s+Ultra)?)\W*$",
+    # an architecture alone, optionally "GPUs" and a parenthesis ("NVIDIA Ampere GPUs (the part
+    # is not stated)", MegaScale's "more than 10,000 NVIDIA Ampere GPUs"; 6 Dec 2026, s27 hidden20)
+    (r"^\W*(?:NVIDIA\s+)?(?:Ampere|Hopper|Blackwell(?:\s+Ultra)?)(?:\s+GPUs?)?\W*(?:\([^)]*\))?\W*$",
      "an architecture, not a part (A100 / A800, H100 / H800 / H200, B200 / B300 / GB200 / GB300 "
      "differ in peaks, memory and links)"),
 )
