@@ -123,3 +123,17 @@ def test_the_zero_bubble_rows_split_as_the_paper_states() -> None:
             assert split == (middle - 1, *(middle,) * (pp - 2), middle - 1), row["id"]
         else:
             assert split == (0, *(1,) * (pp * vpp - 2), 0), row["id"]
+
+
+def test_the_fp8_lm_rows_run_megatron_lms_launch_with_their_stated_cells() -> None:
+    """FP8-LM's baselines name Megatron-LM alone: no overlaps; the SP and the weight all-gather
+    the paper states keep sequence parallelism and the distributed optimizer."""
+    rows = [r for r in read_csv(DATA / NO_SETUP) if r["id"].startswith("FP8LM-H100-GPT-")]
+    assert len(rows) == 6
+    for row in rows:
+        case = _case(row)
+        assert not case.reason and case.parallel is not None, row["id"]
+        assert any("Megatron-LM's own launcher" in a for a in case.assumptions)
+        options = dict(case.framework_options)
+        assert all(options.get(name) is False for name in OVERLAPS), row["id"]
+        assert case.parallel.sp and case.parallel.zero == 1
