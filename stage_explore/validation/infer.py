@@ -57,6 +57,11 @@ from stage_explore.validation.infer_megatron_lm import (
 from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
+from stage_explore.validation.infer_sparse import (
+    batch_in_tokens,
+    deepspeed_pipeline_zero,
+    empty_ep_note,
+)
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
     TEXT_ALLOWED,
@@ -174,7 +179,9 @@ def _layout(
         raise Uninferable(f"{what}: the sequences per step are needed")
     gpus = stated.get("num_gpus")
     if "dp" not in stated:
-        if gpus is None or gpus % (tp * pp * cp):
+        if gpus is None:
+            raise Uninferable("dp and num_gpus are both empty: one is needed for the layout")
+        if gpus % (tp * pp * cp):
             raise Uninferable(
                 f"inconsistent layout: dp is empty and num_gpus {gpus} is not a multiple of "
                 f"tp·pp·cp = {tp * pp * cp}"
@@ -234,6 +241,10 @@ def _layout(
         zero, why = plain
     fields["zero"] = zero
     notes.append(why)
+    says_ds = any(re.search("deepspeed", row.get(c, ""), re.I) for c in FRAMEWORK_COLUMNS)
+    refused = deepspeed_pipeline_zero(framework if says_ds else "", zero, pp)
+    if refused:
+        raise Uninferable(refused)
     if shard is not None:
         dp = stated.get("dp", fields.get("dp", 1))
         if dp % shard:
@@ -244,13 +255,28 @@ def _layout(
     return fields, notes
 
 
+#: Notes that deny counting the recompute's FLOPs (``without recompute FLOPs``, ``excluding
+#: activation recomputation FLOPs``): model FLOPs, not the "recompute flop" they contain (6 Dec
+#: 2026, s27 spellings2: such a row was read as counted with recompute).
+_NO_RECOMPUTE_FLOPS = re.compile(
+    r"\b(?:without|excluding|excludes?|not\s+counting|no|w/o)\s+(?:the\s+)?(?:activation\s+)?"
+    r"(?:recomput\w*|rematerializ\w*)\s+(?:t?flop)"
+)
+
+
 def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, str]:
-    """The FLOP convention of a TFLOP/s cell: the notes' words, else Megatron-LM 2021's
-    count with recompute for its full-recompute rows, model FLOPs otherwise."""
+    """The FLOP convention of a TFLOP/s cell: the notes' words (model FLOPs; recompute FLOPs
+    denied; recompute or hardware FLOPs, HFU), else Megatron-LM 2021's count with recompute
+    for its full-recompute rows, model FLOPs otherwise."""
     text = f"{row.get('notes', '')} {row.get('uncertain', '')}".lower()
     if "model flop" in text or "model tflop" in text:
         return "megatron-model", "TFLOP/s counted as model FLOPs (the notes say so)"
-    if "recompute flop" in text or "hardware flop" in text:
+    denied = _NO_RECOMPUTE_FLOPS.search(text)
+    if denied is not None:
+        return "megatron-model", (
+            f"TFLOP/s counted as model FLOPs (the notes say {denied.group(0)!r})"
+        )
+    if "recompute flop" in text or "hardware flop" in text or re.search(r"\bhfu\b", text):
         return "megatron-recompute", "TFLOP/s counted with recompute FLOPs (the notes say so)"
     if framework == "megatron-lm-2021" and recompute == "full":
         return "megatron-recompute", "TFLOP/s counted with recompute FLOPs (Megatron-LM 2021)"
@@ -344,16 +370,17 @@ def inferred_setup(
         precision.fp8_recipe, experts.get("num_experts", 0),
     )  # fmt: skip
     parallel.update(defaults.parallel)
+    moe = bool(experts.get("num_experts") or get_flavor(model.value).num_experts)
     etp = _stated_etp(row)
     if etp is not None:
         parallel["etp"] = etp[0]
         defaults.notes[:] = [n for n in defaults.notes if not n.startswith(ETP_DEFAULT_NOTE)]
         notes.append(etp[1])
-    folded = _folded_etp(parallel, stated, bool(experts.get("num_experts") or get_flavor(
-        model.value).num_experts))  # fmt: skip
+    folded = _folded_etp(parallel, stated, moe)
     if folded is not None:
         parallel["etp"] = folded[0]
         notes.append(folded[1])
+    notes += [n for n in [empty_ep_note(moe, stated, parallel)] if n]
     replaced = {
         "micro_batch": "micro-batch 1 (", "vpp": "no interleaving", "recompute": NO_RECOMPUTE,
     }  # fmt: skip
@@ -429,6 +456,11 @@ def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
     row, spelled = spelled_cells(row)
+    try:
+        row, batch = batch_in_tokens(row)
+    except Uninferable as error:
+        return replace(_unevaluable(row, metric, name, str(error), folder), file=file, line=line)
+    spelled += batch
     unit = other_unit(row, metric)
     if unit:
         return replace(_unevaluable(row, metric, name, unit), file=file, line=line)
@@ -480,7 +512,9 @@ def row_cases(
     if not cases:
         mfu = " (mfu_pct alone is not compared: sources count MFU against different peaks)"
         reason = f"no measured value: none of {', '.join(TRAINING_METRICS)}, peak_mem_gib"
-        reason += mfu if row.get("mfu_pct", "").strip() else ""
+        hfu = " (hfu_pct alone is not compared: HFU counts against different peaks and recompute)"
+        said = [row.get(c, "").strip() for c in ("mfu_pct", "hfu_pct")]
+        reason += mfu if said[0] else hfu if said[1] else ""
         case = _unevaluable(row, TRAINING_METRICS[0], name, reason)
         cases.append(replace(case, file=file, line=line))
     return cases

@@ -21,6 +21,7 @@ from stage_core.models.flavors import list_flavors
 from stage_core.models.layers import Ffn, Mixer
 from stage_explore.validation.infer_architectures import ARCHITECTURES
 from stage_explore.validation.infer_errors import Uninferable as Uninferable
+from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
@@ -354,8 +355,10 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
                 own,
             )  # fmt: skip
     flavor, exact = "", False
+    family: tuple[str, ...] = ()
     for pattern, sizes, base in MODEL_RULES:
         if re.search(pattern, text):
+            family = tuple(sizes.values())
             if 0 in sizes:
                 flavor, exact = sizes[0], True
             elif size is not None and size in sizes:
@@ -366,6 +369,7 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
     else:
         if re.search(GPT_PATTERN, text):
             flavor, exact = _gpt_flavor(size, framework)
+            family = tuple(n for n in list_flavors() if re.match(r"(?:gpt3|megatron-gpt)-", n))
     hybrid = HYBRID_PATTERN.search(text)
     by_dims = bool(hybrid) and not exact and bool(re.search(MODEL_RULES[0][0], text))
     if by_dims:
@@ -420,9 +424,11 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
             f"and top-k; dims it leaves empty are {flavor}'s",
             (("expert_ffn", int(row["ffn"])),),
         )  # fmt: skip
+    fields, said = base_size_dims(row, model, flavor, family)
     return Inferred(
         flavor, f"model family from flavor {flavor} (norm, activation, position, biases; the "
-        f"model column says {model!r}) with the CSV's dims; dims it leaves empty are {flavor}'s",
+        f"model column says {model!r}) with the CSV's dims; dims it leaves empty are {flavor}'s"
+        + (f" ({said})" if said else ""), fields,
     )  # fmt: skip
 
 
