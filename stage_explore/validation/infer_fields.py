@@ -193,7 +193,7 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
     (r"llama[\s_-]*3\.1", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3.1-405b"}, "llama3-8b"),
     (r"llama[\s_-]*3", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3-405b"}, "llama3-8b"),
     (r"nemotron[\s_-]*4|nemotron[\s_-]*3\b", {340: "nemotron-4-340b"}, "nemotron-4-340b"),
-    (r"mt-nlg", {530: "megatron-gpt-530b"}, "megatron-gpt-530b"),
+    (r"mt[\s_-]?nlg|megatron[\s_-]*turing", {530: "megatron-gpt-530b"}, "megatron-gpt-530b"),
 )
 #: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
 #: base with the CSV's dims.

@@ -130,3 +130,13 @@ def test_deepspeed_zero_2_or_3_with_pipeline_stages_is_refused(text: str) -> Non
     _refused(_case(DENSE, source=text, dp_sharding=""), "pp 4", "PipelineEngine")
     case = _case(DENSE, source=text, dp_sharding="", pp="1", vpp="", dp="8")
     assert case.parallel is not None and case.parallel.zero in (2, 3)
+
+
+@pytest.mark.parametrize("name", ["Megatron-Turing NLG 530B", "MT NLG 530B"])
+def test_megatron_turing_nlg_by_its_full_name_is_mt_nlg(name: str) -> None:
+    """Only 'MT-NLG' was read; the paper's own name was refused."""
+    canonical = _case(DENSE, **NO_DIMS, model="MT-NLG 530B")
+    assert _read(_case(DENSE, **NO_DIMS, model=name)) == {
+        **_read(canonical),
+        "model": {**_read(canonical)["model"], "name": name},
+    }
