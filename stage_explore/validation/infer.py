@@ -58,6 +58,7 @@ from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
 from stage_explore.validation.infer_sparse import (
+    NO_RECOMPUTE_FLOPS,
     batch_in_tokens,
     deepspeed_pipeline_zero,
     empty_ep_note,
@@ -255,15 +256,6 @@ def _layout(
     return fields, notes
 
 
-#: Notes that deny counting the recompute's FLOPs (``without recompute FLOPs``, ``excluding
-#: activation recomputation FLOPs``): model FLOPs, not the "recompute flop" they contain (6 Dec
-#: 2026, s27 spellings2: such a row was read as counted with recompute).
-_NO_RECOMPUTE_FLOPS = re.compile(
-    r"\b(?:without|excluding|excludes?|not\s+counting|no|w/o)\s+(?:the\s+)?(?:activation\s+)?"
-    r"(?:recomput\w*|rematerializ\w*)\s+(?:t?flop)"
-)
-
-
 def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, str]:
     """The FLOP convention of a TFLOP/s cell: the notes' words (model FLOPs; recompute FLOPs
     denied; recompute or hardware FLOPs, HFU), else Megatron-LM 2021's count with recompute
@@ -271,7 +263,7 @@ def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, st
     text = f"{row.get('notes', '')} {row.get('uncertain', '')}".lower()
     if "model flop" in text or "model tflop" in text:
         return "megatron-model", "TFLOP/s counted as model FLOPs (the notes say so)"
-    denied = _NO_RECOMPUTE_FLOPS.search(text)
+    denied = NO_RECOMPUTE_FLOPS.search(text)
     if denied is not None:
         return "megatron-model", (
             f"TFLOP/s counted as model FLOPs (the notes say {denied.group(0)!r})"

@@ -1,5 +1,7 @@
 """Sparse rows, as a paper's table gives them (6 Dec 2026, s27 spellings2): what the inferred
-reader makes of a global batch stated in tokens and of an MoE row's empty expert-parallel cell.
+reader makes of a global batch stated in tokens, of an MoE row's empty expert-parallel cell, of
+notes that deny counting recompute FLOPs (:data:`NO_RECOMPUTE_FLOPS`), and of DeepSpeed named
+with pipeline stages.
 
 - A global batch in tokens (``global_batch_seqs`` of ``1,048,576 tokens``, or the cell empty
   and the ``notes`` saying ``global batch of 1,048,576 tokens``) was refused, or read as
@@ -22,6 +24,13 @@ import re
 
 from stage_explore.validation.infer_errors import Uninferable
 
+#: Notes that deny counting the recompute's FLOPs (``without recompute FLOPs``, ``excluding
+#: activation recomputation FLOPs``): model FLOPs, not the "recompute flop" they contain (such
+#: a TFLOP/s row was read as counted with recompute; ``infer._flops``).
+NO_RECOMPUTE_FLOPS = re.compile(
+    r"\b(?:without|excluding|excludes?|not\s+counting|no|w/o)\s+(?:the\s+)?(?:activation\s+)?"
+    r"(?:recomput\w*|rematerializ\w*)\s+(?:t?flop)"
+)
 #: Tokens in the ``global_batch_seqs`` cell: an exact count (``1,048,576 tokens``,
 #: ``1048576 tok``), or a rounded one (``4M tokens``, ``1.5k tokens``) to refuse.
 _CELL_TOKENS = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*([kKmM])?\s*(?:tokens?|tok)", re.IGNORECASE)
