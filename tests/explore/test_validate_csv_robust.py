@@ -151,8 +151,9 @@ def test_an_integer_cell_with_separators_and_a_decimal_zero_is_read() -> None:
 def test_every_spelling_of_a_named_zero_stage_sets_it(source: str, zero: int) -> None:
     """The stage a DeepSpeed row's source names is the stage run, however the name is spelled
     (s19 review: ``zero_2``, ``stage-2`` and ``ZeRO-0`` were found by the source's pattern but
-    not read by ``infer_zero``'s, and ran the profile's default ZeRO-1)."""
-    case = _case(source=source)
+    not read by ``infer_zero``'s, and ran the profile's default ZeRO-1). No pipeline stages:
+    DeepSpeed refuses ZeRO-2 / ZeRO-3 with them (s27 spellings2)."""
+    case = _case(source=source, pp="1", vpp="", dp="8")
     assert case.parallel is not None and case.parallel.zero == zero, case.reason
     assert any("dp_sharding empty; the source column names" in a for a in case.assumptions)
 
@@ -163,8 +164,9 @@ def test_composer_reads_as_llm_foundry() -> None:
 
 
 def test_a_deepspeed_zero_stage_named_in_the_source_sets_the_stage() -> None:
-    """The defect: ``DeepSpeed ZeRO-3`` in ``source`` with ``dp_sharding`` empty ran ZeRO-1."""
-    case = _case(source="DeepSpeed ZeRO-3 benchmark")
+    """The defect: ``DeepSpeed ZeRO-3`` in ``source`` with ``dp_sharding`` empty ran ZeRO-1 (no
+    pipeline stages: DeepSpeed refuses ZeRO-3 with them, s27 spellings2)."""
+    case = _case(source="DeepSpeed ZeRO-3 benchmark", pp="1", vpp="", dp="8")
     assert case.framework == "deepspeed" and case.parallel is not None
     assert case.parallel.zero == 3
     assert any("the source column names 'ZeRO-3'" in a for a in case.assumptions)
