@@ -24,6 +24,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.parallel import RECOMPUTE_MODULES
+from stage_explore.validation import infer_sparse as sparse
 from stage_explore.validation.csv_cells import (
     DASHES,
     SCHEMA_COLUMNS,
@@ -57,12 +58,6 @@ from stage_explore.validation.infer_megatron_lm import (
 from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
-from stage_explore.validation.infer_sparse import (
-    NO_RECOMPUTE_FLOPS,
-    batch_in_tokens,
-    deepspeed_pipeline_zero,
-    empty_ep_note,
-)
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
     TEXT_ALLOWED,
@@ -243,7 +238,7 @@ def _layout(
     fields["zero"] = zero
     notes.append(why)
     says_ds = any(re.search("deepspeed", row.get(c, ""), re.I) for c in FRAMEWORK_COLUMNS)
-    refused = deepspeed_pipeline_zero(framework if says_ds else "", zero, pp)
+    refused = sparse.deepspeed_pipeline_zero(framework if says_ds else "", zero, pp)
     if refused:
         raise Uninferable(refused)
     if shard is not None:
@@ -263,7 +258,7 @@ def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, st
     text = f"{row.get('notes', '')} {row.get('uncertain', '')}".lower()
     if "model flop" in text or "model tflop" in text:
         return "megatron-model", "TFLOP/s counted as model FLOPs (the notes say so)"
-    denied = NO_RECOMPUTE_FLOPS.search(text)
+    denied = sparse.NO_RECOMPUTE_FLOPS.search(text)
     if denied is not None:
         return "megatron-model", (
             f"TFLOP/s counted as model FLOPs (the notes say {denied.group(0)!r})"
@@ -372,7 +367,7 @@ def inferred_setup(
     if folded is not None:
         parallel["etp"] = folded[0]
         notes.append(folded[1])
-    notes += [n for n in [empty_ep_note(moe, stated, parallel)] if n]
+    notes += [n for n in [sparse.empty_ep_note(moe, stated, parallel)] if n]
     replaced = {
         "micro_batch": "micro-batch 1 (", "vpp": "no interleaving", "recompute": NO_RECOMPUTE,
     }  # fmt: skip
@@ -449,7 +444,7 @@ def _case(
 ) -> Case:
     row, spelled = spelled_cells(row)
     try:
-        row, batch = batch_in_tokens(row)
+        row, batch = sparse.batch_in_tokens(row)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error), folder), file=file, line=line)
     spelled += batch
