@@ -40,6 +40,7 @@ from stage_explore.validation.infer_mlperf import (
     mlperf_gpt3,
     mlperf_gpt3_round,
     mlperf_nemo2_implementation,
+    mlperf_stated_switches,
 )
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
 from stage_explore.validation.infer_mlperf_amd import mlperf_amd_implementation
@@ -337,6 +338,8 @@ def _megatron_core(
         else:
             out.parallel[name] = value
         out.notes.append(f"{why} ({said})")
+    if mlperf:
+        mlperf_stated_switches(row, out)
     if precision == "fp4" and not mlperf and shape[1] > 1 and family in NVFP4_NO_TP_OVERLAP:
         out.options["tp_comm_overlap"] = False
         out.notes.append(f"{NVFP4_NO_TP_OVERLAP_WHY} ({said})")

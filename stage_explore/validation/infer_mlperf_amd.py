@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import re
 
+from stage_explore.validation.infer_mlperf_round import mlperf_training_round
 from stage_explore.validation.infer_release import Defaults, row_text
 
 #: The MLPerf Training round of the implementation (its first; the v6.0 configs read since run
 #: MXFP4, another implementation's settings).
 MLPERF_AMD_ROUND = (5, 1)
-_ROUND = re.compile(r"mlperf\s+training\s+v(\d+)\.(\d+)", re.IGNORECASE)
 #: AMD's implementation named in a row's text: "AMD's Llama 3.1 8B implementation" (another
 #: submitter's run of it) or AMD's own closed-division submission.
 _AMD_IMPLEMENTATION = re.compile(
@@ -63,8 +63,7 @@ def mlperf_amd_implementation(row: dict[str, str], precision: str, out: Defaults
     DistributedDataParallelConfig sets neither), the native fused loss, and on FP8 the FP8
     parameters and the tensor-parallel-only amax reduction (delayed scaling in the HYBRID
     format with an amax history of 4: the precision's default recipe)."""
-    found = _ROUND.search(row_text(row))
-    if found is None or (int(found.group(1)), int(found.group(2))) != MLPERF_AMD_ROUND:
+    if mlperf_training_round(row_text(row)) != MLPERF_AMD_ROUND:
         return False
     if not _AMD_IMPLEMENTATION.search(row_text(row)):
         return False

@@ -252,7 +252,7 @@ def test_the_nemo_1_and_mlperf_rows_run_the_native_fused_loss() -> None:
     )
     cases = load_cases()
     mine = [c for c in cases if c.source in sources or "MLPERF-GPT3-H100-V41-" in c.id]
-    assert len(mine) == 123
+    assert len(mine) == 125  # with s27 hidden21's Oracle v4.1 rows (MLPERF-GPT3-H100-V41-ORACLE-*)
     for case in mine:
         options = dict(case.framework_options)
         assert options.get("native_cross_entropy") is True, case.id

@@ -49,7 +49,7 @@ def test_a_v31_row_with_or_without_its_container_reads_the_23_09_implementation(
 def test_the_package_v31_rows_are_evaluated_with_the_v31_settings() -> None:
     path = data_dir() / "published_runs_no_setup.csv"
     rows = [r for r in read_csv(path) if r["id"].startswith("MLPERF-GPT3-H100-V31-")]
-    assert len(rows) == 5
+    assert len(rows) == 7  # s23 hidden8's 5, s27 hidden21's 768-GPU and Azure rows
     for row in rows:
         (case, *_) = row_cases(row, "published_runs_no_setup.csv", 1)
         options = dict(case.framework_options)
