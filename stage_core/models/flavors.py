@@ -206,6 +206,8 @@ _OTHERS = (
     # sequences. 671B parameters, 37B active per token (the report's figures), plus one
     # multi-token-prediction module (report Section 2.2 and Section 4.2 "we set the MTP depth D
     # to 1"; config.json num_nextn_predict_layers = 1; the README's 685B = 671B main + 14B MTP).
+    # Node-limited routing: the 256 experts in 8 groups, a token's 8 among the best 4 groups
+    # (report Section 2.1.2, "at most M nodes", M = 4; config.json n_group 8, topk_group 4).
     ModelSpec(
         name="deepseek-v3",
         family=Family.DEEPSEEK_MOE,
@@ -224,6 +226,8 @@ _OTHERS = (
         expert_ffn=2048,
         num_shared_experts=1,
         first_k_dense=3,
+        router_groups=8,
+        router_group_topk=4,
         q_lora_rank=1536,
         kv_lora_rank=512,
         qk_rope_head_dim=64,

@@ -28,9 +28,11 @@ and a dropout a number from 0 to 1 (:func:`flag`, :func:`probability`).
 DeepSeek-V2/V3 (multi-head latent attention, DeepSeek MoE): ``q_lora_rank`` (null: no query
 latent), ``kv_lora_rank``, ``qk_nope_head_dim`` (the model's ``head_dim``),
 ``qk_rope_head_dim``, ``v_head_dim``, ``n_routed_experts``, ``n_shared_experts``,
-``first_k_dense_replace``, ``moe_layer_freq``; the routing rule's numerics (``topk_method``,
-``n_group``, ``topk_group``, ``scoring_func``, ``routed_scaling_factor``, ``aux_loss_alpha``,
-``seq_aux``) and the checkpoint's ``quantization_config`` and ``ep_size`` change no count.
+``first_k_dense_replace``, ``moe_layer_freq``, ``n_group`` / ``topk_group`` (group-limited
+routing, ``router_groups`` / ``router_group_topk``, when ``topk_group`` < ``n_group``); the
+routing rule's numerics (``topk_method``, ``scoring_func``, ``routed_scaling_factor``,
+``aux_loss_alpha``, ``seq_aux``) and the checkpoint's ``quantization_config`` and ``ep_size``
+change no count.
 Approximated: Nemotron's ``partial_rotary_factor`` (RoPE's element-wise cost is counted over
 the whole head). DeepSeek-V3's ``num_nextn_predict_layers`` maps to ``mtp_layers`` (its
 multi-token-prediction modules).
@@ -309,6 +311,10 @@ def _deepseek_fields(config: Mapping[str, Any], where: str, ffn: int) -> dict[st
             first_k_dense=_int(config, "first_k_dense_replace", where, 0),
             moe_layer_interval=_int(config, "moe_layer_freq", where, 1),
         )
+        limits = {k: config[k] for k in ("n_group", "topk_group") if config.get(k) is not None}
+        groups, group_topk = _int(limits, "n_group", where, 1), _int(limits, "topk_group", where, 1)
+        if 0 < group_topk < groups:  # DeepSeek-V3's 8 / 4; Kimi K2's 1 / 1 limits nothing
+            fields.update(router_groups=groups, router_group_topk=group_topk)
     return fields
 
 

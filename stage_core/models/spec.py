@@ -108,10 +108,13 @@ class ModelSpec:
     defaults every layer is MoE). Dense layers use an FFN of width ``ffn``; MoE layers a router,
     ``num_experts`` routed experts of width ``expert_ffn`` of which ``top_k`` are active per
     token, and ``num_shared_experts`` always-active experts, also of width ``expert_ffn``.
-    ``capacity_factor=None`` means dropless routing. ``bias`` covers the linear layers and the
-    layer-norm shift; an RMSNorm never has a bias. ``qk_norm``: an RMSNorm over each head's
-    ``head_dim`` on the queries and on the keys, one ``head_dim`` scale each shared by all heads
-    (Qwen3, OLMo 2; Dehghani et al. 2023).
+    ``capacity_factor=None`` means dropless routing. ``router_groups`` / ``router_group_topk``
+    (0: none): a token's experts among the best ``router_group_topk`` of ``router_groups``
+    equal expert groups (DeepSeek-V3's node-limited routing; HF ``n_group`` / ``topk_group``;
+    applied where the groups divide the experts and ``router_group_topk`` <= ``top_k``).
+    ``bias`` covers the linear layers and the layer-norm shift; an RMSNorm never has a bias.
+    ``qk_norm``: an RMSNorm over each head's ``head_dim`` on the queries and on the keys, one
+    ``head_dim`` scale each shared by all heads (Qwen3, OLMo 2; Dehghani et al. 2023).
 
     Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Section 2.1) when
     ``kv_lora_rank > 0``: keys and values are up-projected per head from a shared latent of
@@ -150,6 +153,8 @@ class ModelSpec:
     expert_ffn: int = 0
     num_shared_experts: int = 0
     capacity_factor: float | None = None
+    router_groups: int = 0
+    router_group_topk: int = 0
     moe_layer_interval: int = 1
     first_k_dense: int = 0
     qk_norm: bool = False
@@ -204,7 +209,8 @@ class ModelSpec:
                 )
         for name in (
             *_DERIVED_FROM, "num_experts", "top_k", "num_shared_experts", "first_k_dense",
-            *_MLA_FIELDS, "sliding_window", *_SSM_FIELDS, "mtp_layers",
+            *_MLA_FIELDS, "sliding_window", *_SSM_FIELDS, "mtp_layers", "router_groups",
+            "router_group_topk",
         ):  # fmt: skip
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
@@ -348,6 +354,13 @@ class ModelSpec:
         if not 1 <= top_k <= num_experts:
             raise ConfigError(
                 f"{owner}: `top_k` must be in 1..`num_experts`, but got ({top_k=}, {num_experts=})"
+            )
+        groups, group_topk = self.router_groups, self.router_group_topk
+        if group_topk > groups or (groups > 0) != (group_topk > 0):
+            raise ConfigError(
+                f"{owner}: `router_group_topk` must be in 1..`router_groups` (both 0: no "
+                f"group-limited routing), but got router_groups={groups}, "
+                f"router_group_topk={group_topk}"
             )
         capacity_factor = self.capacity_factor
         if capacity_factor is not None:

@@ -171,6 +171,7 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             parallel.recompute_num_layers is not None,  # binds the kept layers' kinds too
             parallel.recompute_method == "uniform",  # and the grouped layers' kinds
             (parallel.linear_recipe, parallel.fp8_gemms) if fp8 else (),
+            (model.router_groups, model.router_group_topk),  # DeepEP's shares (s27 mbvrest)
         )  # fmt: skip
 
         def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys

@@ -133,8 +133,9 @@ class CommCosting:
         (``moe_deepep``; :func:`~stage_explore.analytical.deepep.deepep_level_fractions`: a
         token sent once per destination rank inside a node and once per destination node
         across nodes, experts contiguous on the ranks; the router ``moe_fake_balanced_gate``
-        or random balanced routing); empty for every other collective and for a group that is
-        not a full sub-grid of the dims it spans (all bytes on one flat level)."""
+        or random balanced routing, group-limited where the model is); empty for every other
+        collective and for a group that is not a full sub-grid of the dims it spans (all bytes
+        on one flat level)."""
         model = point.workload.model
         if not self._deepep_all_to_all(point, instr):
             return ()
@@ -143,7 +144,8 @@ class CommCosting:
         if not regular or not spanned:
             return ()
         routing = "round_robin" if self.framework.moe_fake_balanced_gate else "random"
-        return deepep_level_fractions(model.num_experts, model.top_k, spanned, routing)
+        groups = (model.router_groups, model.router_group_topk)  # group-limited routing
+        return deepep_level_fractions(model.num_experts, model.top_k, spanned, routing, groups)
 
     def _hybridep_rates(self, point: Point, span: Any, instr: Instr) -> tuple[float | None, ...]:
         """Under ``moe_hybridep``, HybridEP's published rate per level a DeepEP-costed expert

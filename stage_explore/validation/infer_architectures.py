@@ -34,13 +34,15 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
     (r"kimi[\s_-]*k2", "deepseek-v3",
      (("layers", 61), ("hidden", 7168), ("ffn", 18432), ("expert_ffn", 2048), ("heads", 64),
       ("kv_heads", 64), ("vocab", 163840), ("num_experts", 384), ("num_shared_experts", 1),
-      ("top_k", 8), ("first_k_dense", 1), ("mtp_layers", 0)),
+      ("top_k", 8), ("first_k_dense", 1), ("mtp_layers", 0), ("router_groups", 0),
+      ("router_group_topk", 0)),
      "moonshotai's kimi_k2 config (the Kimi K2 / K2.5 text_config: DeepSeek-V3's MLA and MoE "
      "blocks, q / kv LoRA ranks 1536 / 512, head dims 128 + 64 rope, v 128; "
      "num_hidden_layers 61, hidden_size 7168, intermediate_size 18432 in the "
      "first_k_dense_replace 1 dense layer, moe_intermediate_size 2048, num_attention_heads 64, "
      "n_routed_experts 384, n_shared_experts 1, num_experts_per_tok 8, vocab_size 163840, "
-     "num_nextn_predict_layers 0); Kimi K2 technical report, arXiv 2507.20534"),
+     "num_nextn_predict_layers 0, n_group 1 / topk_group 1: no group-limited routing); Kimi "
+     "K2 technical report, arXiv 2507.20534"),
     # Moonlight-16B-A3B (DeepseekV3ForCausalLM): DeepSeek-V2-Lite's shape with its own dense
     # FFN and vocabulary (V3's sigmoid router with expert bias changes no GEMM).
     (r"moonlight", "deepseek-v2-lite", (("ffn", 11264), ("vocab", 163842), ("mtp_layers", 0)),
