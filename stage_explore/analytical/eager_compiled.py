@@ -15,7 +15,10 @@ from Inductor's code (below) the compiled RMSNorm moves 6 + 14 = 20 bytes; at th
 that is the benchmark's figure within −25 % (forward 3.8-6.2 bytes' worth measured against 6,
 backward 16-20 against 14). So the instructions this table names are timed like an eager
 table's: their bytes at ``kernels.eager_memory`` (:class:`~stage_explore.analytical.kernels.
-KernelTimer`), whose measured fraction carries their launches (no ``memory_kernel_s``).
+KernelTimer`), whose measured fraction carries their launches (no ``memory_kernel_s``). A
+looped RMSNorm (Llama's hidden rows) is timed at the bytes' worth the benchmark measures
+(:func:`looped_rmsnorm_worth`: 5 forward, 18 backward; s27 compile2) rather than the 6 and 14 its
+kernels move: the measured ratios are what the eager / compiled difference is made of.
 
 Inductor's kernels per module, per element of the module's output (``B`` 16-bit):
 
@@ -101,6 +104,37 @@ INDUCTOR_ROPE_REAL = EagerModule(
     compiled_bytes=(2 * BF16, 2 * BF16),
 )
 
+#: linkedin/Liger-Kernel's paired RMSNorm runs (benchmark/data, ``rms_norm``, 2048 rows × H 8192 /
+#: 16384 / 32768, bf16, median ms): (eager forward, compiled forward, eager backward, compiled
+#: backward) of HuggingFace's ``LlamaRMSNorm`` (``huggingface``) and of it under ``torch.compile``
+#: (``torchcompile``), on an H100 NVL (``h100_all_benchmark_data.csv``, 3534d446, the
+#: ``gpu_name`` column of every row "NVIDIA H100 NVL") and an A100 80GB PCIe
+#: (``a100_all_benchmark_data.csv``, bdbfeadf), the same day (2025-01-25) and code (Liger 0.5.2).
+LIGER_RMSNORM_MS: tuple[tuple[float, float, float, float], ...] = (
+    (0.32608, 0.034816, 0.80995, 0.172992),  # H100 NVL, H 8192
+    (0.60947, 0.067648, 1.58019, 0.276880),  # H100 NVL, H 16384
+    (1.21926, 0.155904, 3.02906, 0.587792),  # H100 NVL, H 32768
+    (0.52326, 0.079872, 1.37626, 0.260096),  # A100 PCIe, H 8192
+    (0.99226, 0.156672, 2.62451, 0.490496),  # A100 PCIe, H 16384
+    (1.93331, 0.331776, 5.11898, 1.119232),  # A100 PCIe, H 32768
+)
+
+
+def looped_rmsnorm_worth(backward: bool) -> int:
+    """The bytes per element of the eager chain's rate that Inductor's looped RMSNorm (a row
+    wider than :data:`PERSISTENT_RNUMEL`) takes, one direction: the eager chain's bytes
+    (``TORCHTITAN_RMSNORM``: 36 forward, 92 backward) over the mean eager / compiled time ratio
+    of :data:`LIGER_RMSNORM_MS`, to the nearest byte: forward 36 / 7.49 = 5 (the code counts 6:
+    the second read of a row comes partly from L2 — 4.1 bytes' worth on the H100 NVL, 5.8 on
+    the A100), backward 92 / 5.13 = 18 (the code counts 14: the ``dx`` row reduction and the
+    ``dw`` column reduction over the tokens run below the chain's rate; 17.8 on the H100 NVL,
+    18.1 on the A100). Measured on a microbenchmark, not chosen on a validation row."""
+    eager, compiled = (2, 3) if backward else (0, 1)
+    ratios = [run[eager] / run[compiled] for run in LIGER_RMSNORM_MS]
+    chain = TORCHTITAN_RMSNORM.bytes_per_element(backward=backward)
+    return round(chain * len(ratios) / sum(ratios))
+
+
 #: The generator's block-level op names (stage_core/blocks.py) of each compiled module.
 _BLOCK_NORMS = ("ln1", "ln2")
 _HEAD_NORM = "ln_f"
@@ -113,7 +147,8 @@ _REAL_ROPES = ("q.rope", "k.rope", "q.pe.rope", "k.pe.rope")
 def inductor_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
     """Bytes per element of each generator op (and its ``<op>.backward``) as the compiled
     module code of ``eager_modules`` (``"torchtitan"`` or ``"fms"``) runs it, to be timed at the
-    eager rate (module docstring); empty for any other table. The caller adds what Inductor
+    eager rate (module docstring), a looped RMSNorm at its measured bytes' worth
+    (:func:`looped_rmsnorm_worth`); empty for any other table. The caller adds what Inductor
     leaves to ATen (torchtitan's complex RoPE, the repeated keys and values)."""
     if eager_modules not in ("torchtitan", "fms"):
         return {}
@@ -131,4 +166,9 @@ def inductor_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
         modules.append((_DENSE_ACTS, INDUCTOR_SWIGLU))
     if model.position is Position.ROTARY and eager_modules == "fms":
         modules.append((_REAL_ROPES, INDUCTOR_ROPE_REAL))
-    return module_op_bytes(modules)
+    table = module_op_bytes(modules)
+    if model.norm is Norm.RMSNORM and model.hidden > PERSISTENT_RNUMEL:  # looped: as measured
+        for name in (*_BLOCK_NORMS, *((_HEAD_NORM,) if eager_modules == "fms" else ())):
+            table[name] = looped_rmsnorm_worth(backward=False)
+            table[f"{name}.backward"] = looped_rmsnorm_worth(backward=True)
+    return table
