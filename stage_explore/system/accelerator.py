@@ -24,7 +24,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stage_core.errors import ConfigError
-from stage_explore.system.checks import check_fraction, check_positive
+from stage_explore.system.checks import (
+    KERNEL_SECONDS_CEILING,
+    check_fraction,
+    check_positive,
+    check_seconds,
+)
 
 #: The attention launch families with a grid model (:mod:`~stage_explore.analytical.
 #: attention_grid`): FlashAttention-2 and FlashAttention-3.
@@ -268,16 +273,12 @@ class KernelModel:
             check_fraction(self.eager_memory, "kernels `eager_memory`")
         if self.ssd_memory:
             check_fraction(self.ssd_memory, "kernels `ssd_memory`")
-        for name in (
-            "attention_half_keys",
-            "attention_head_dim_half",
-            "grouped_gemm_group_s",
-            "grouped_kernel_group_s",
-            "memory_kernel_s",
-        ):
+        for name in ("attention_half_keys", "attention_head_dim_half"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"kernels `{name}` must be >= 0, but got {value!r}")
+        for name in ("grouped_gemm_group_s", "grouped_kernel_group_s", "memory_kernel_s"):
+            check_seconds(getattr(self, name), f"kernels `{name}`", KERNEL_SECONDS_CEILING)
 
     def single_launch_groups(self) -> KernelModel:
         """This model with a grouped GEMM's groups at ``grouped_kernel_group_s`` (a grouped GEMM

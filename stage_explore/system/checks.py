@@ -1,5 +1,7 @@
 """The number checks the hardware records share (:mod:`~stage_explore.system.accelerator` and
-:mod:`~stage_explore.system.model`): a finite number above zero, and a fraction in (0, 1]. Each
+:mod:`~stage_explore.system.model`): a finite number above zero, a fraction in (0, 1], and a
+fixed time in seconds with a ceiling (a per-call or per-launch time given in microseconds, ``20``
+for 20e-6, would otherwise cost seconds per kernel and return a wrong result without a word). Each
 raises :class:`~stage_core.errors.ConfigError` naming the field it checks.
 """
 
@@ -22,3 +24,27 @@ def check_fraction(value: Any, what: str) -> None:
     check_positive(value, what)
     if value > 1:
         raise ConfigError(f"{what} must be <= 1, but got {value!r}")
+
+
+#: The largest fixed time a kernel launch or a grouped GEMM's group may be stated to cost: the
+#: presets' values are microseconds (3.3e-6 ... 53e-6 s); a millisecond is far above any kernel's
+#: launch and tail, and far below a value typed in microseconds.
+KERNEL_SECONDS_CEILING = 1e-3
+
+#: The largest fixed time a network dim's latency or a collective call's overhead may be stated to
+#: cost: 100 ms is above any link or NCCL call in a cluster (microseconds) or between data centres
+#: (milliseconds), and below a latency typed in microseconds (``5`` for 5e-6).
+LINK_SECONDS_CEILING = 0.1
+
+
+def check_seconds(value: Any, what: str, ceiling: float) -> None:
+    """Raise unless ``value`` (the field ``what``) is a finite time in seconds in [0, ceiling]."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float) and math.isfinite(value) and value >= 0
+    ):
+        raise ConfigError(f"{what} must be >= 0, but got {value!r}")
+    if value > ceiling:
+        raise ConfigError(
+            f"{what} is in seconds, and must be <= {ceiling:g}, but got {value!r} "
+            f"(was it given in microseconds? {value!r} us is {value * 1e-6:g} s)"
+        )

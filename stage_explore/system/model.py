@@ -23,7 +23,12 @@ from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind
 from stage_explore.system.accelerator import Accelerator
-from stage_explore.system.checks import check_fraction, check_positive
+from stage_explore.system.checks import (
+    LINK_SECONDS_CEILING,
+    check_fraction,
+    check_positive,
+    check_seconds,
+)
 from stage_explore.system.ranks import coordinates
 
 
@@ -137,14 +142,15 @@ class NetworkDim:
         self._check_by_ranks(label)
         self._check_channels_by_ranks(label)
         self._check_scaling(label)
-        overhead = self.collective_overhead_s
-        if not (isinstance(overhead, int | float) and math.isfinite(overhead) and overhead >= 0):
-            raise ConfigError(f"{label} `collective_overhead_s` must be >= 0, but got {overhead!r}")
-        small = self.small_message_overhead_s
-        if small is not None and not (
-            isinstance(small, int | float) and math.isfinite(small) and small >= 0
-        ):
-            raise ConfigError(f"{label} `small_message_overhead_s` must be >= 0, but got {small!r}")
+        check_seconds(
+            self.collective_overhead_s, f"{label} `collective_overhead_s`", LINK_SECONDS_CEILING
+        )
+        if self.small_message_overhead_s is not None:
+            check_seconds(
+                self.small_message_overhead_s,
+                f"{label} `small_message_overhead_s`",
+                LINK_SECONDS_CEILING,
+            )
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
             raise ConfigError(f"{label} `size` must be an integer >= 1, but got {self.size!r}")
         try:
@@ -155,9 +161,7 @@ class NetworkDim:
                 f"{label} `topology` must be one of {known}, but got {self.topology!r}"
             ) from None
         check_positive(self.bandwidth_bytes_per_s, f"{label} `bandwidth_bytes_per_s`")
-        latency = self.latency_s
-        if not (isinstance(latency, int | float) and math.isfinite(latency) and latency >= 0):
-            raise ConfigError(f"{label} `latency_s` must be >= 0, but got {latency!r}")
+        check_seconds(self.latency_s, f"{label} `latency_s`", LINK_SECONDS_CEILING)
         for kind in CollectiveKind:
             algorithm = self.algorithms.for_kind(kind)
             if algorithm is CollectiveAlgorithm.HALVING_DOUBLING and self.size & (self.size - 1):

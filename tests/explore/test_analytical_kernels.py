@@ -151,6 +151,9 @@ def test_the_gpu_presets_have_kernel_tables_and_link_efficiencies_that_round_tri
         ({"gemm_efficiency": {"bf16": 1.5}}, "`gemm_efficiency.bf16` must be <= 1"),
         ({"attention_forward": 0.0}, "`attention_forward` must be a finite number > 0"),
         ({"attention_half_keys": -1.0}, "`attention_half_keys` must be >= 0"),
+        ({"grouped_gemm_group_s": 20}, r"`grouped_gemm_group_s` is in seconds, .*<= 0.001"),
+        ({"memory_kernel_s": 3.3}, r"`memory_kernel_s` is in seconds, .* 3.3e-06 s"),
+        ({"grouped_kernel_group_s": -1e-6}, "`grouped_kernel_group_s` must be >= 0"),
     ],
 )
 def test_bad_kernel_values_are_config_errors(change: dict[str, object], message: str) -> None:

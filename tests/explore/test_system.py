@@ -166,6 +166,18 @@ def test_toml_errors_are_one_line_and_name_file_line_and_key(
     assert message.startswith(str(path))
 
 
+def test_a_latency_typed_in_microseconds_is_one_line_naming_the_file_and_the_value(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, MINIMAL.replace("latency_s = 2e-6", "latency_s = 2"))
+    pattern = r"must be <= 0.1, but got 2(\.0)? \(was it given in"
+    with pytest.raises(ConfigError, match=pattern) as caught:
+        load_system(path)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(str(path))
+    # the ceiling is the largest value taken: 100 ms (between data centres) still loads
+    load_system(write(tmp_path, MINIMAL.replace("latency_s = 2e-6", "latency_s = 0.1")))
+
+
 def test_validation_errors_name_the_value_and_the_file(tmp_path: Path) -> None:
     path = write(
         tmp_path, MINIMAL.replace("bandwidth_bytes_per_s = 1e10", "bandwidth_bytes_per_s = -1")
@@ -245,6 +257,10 @@ def test_compute_time_is_the_larger_of_compute_and_memory_time() -> None:
     [
         ("size", 0, "size` must be an integer >= 1, but got 0"),
         ("latency_s", -1.0, "latency_s` must be >= 0"),
+        ("latency_s", 5, r"latency_s` is in seconds, and must be <= 0.1, but got 5 .*5e-06 s"),
+        ("collective_overhead_s", 30.0, r"overhead_s` is in seconds, and must be <= 0.1"),
+        ("small_message_overhead_s", 0.5, r"small_message_overhead_s` is in seconds"),
+        ("latency_s", True, "latency_s` must be >= 0, but got True"),
         ("bandwidth_bytes_per_s", math.inf, "must be a finite number > 0"),
         ("topology", "mesh", "topology` must be one of ring, switch, fully_connected"),
     ],
