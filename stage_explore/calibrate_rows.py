@@ -20,6 +20,11 @@ Contents:
         fitted a 64-GPU run as a 2-GPU one, 327 % off in-sample, with no word (its
         ``num_gpus`` 64 a column not read); the runs and the GPUs they are fitted on are now a
         ``note:`` line (JSON ``layout_defaults``).
+    :func:`sp_defaults`, :func:`sp_note`
+        runs with tensor parallelism (``tp`` > 1) whose ``sp`` cell is empty or absent: fitted
+        without sequence parallelism (``ParallelConfig``'s default, Megatron's
+        ``--sequence-parallel`` off) where most tensor-parallel runs since 2022 ran with it; said
+        in a ``note:`` line (JSON ``sp_defaults``), as it was not (s28 review).
 """
 
 from __future__ import annotations
@@ -160,3 +165,27 @@ def layout_notes(defaults: Mapping[str, tuple[str, ...]], gpus: Mapping[str, int
             f"{', '.join(shown)}{more} (tp·pp·dp·cp); give each run's layout if it ran on more"
         )
     return notes
+
+
+def sp_defaults(path: Path) -> list[str]:
+    """The runs of the runs CSV at ``path`` (by id, as :func:`layout_defaults` names them) with
+    ``tp`` > 1 and an empty or absent ``sp`` cell: the fit runs them without sequence
+    parallelism."""
+    found = []
+    for i, row in enumerate(read_csv(path)):
+        tp = int_cell(str(row.get("tp") or ""))
+        if tp is not None and tp > 1 and not str(row.get("sp") or "").strip():
+            found.append(row.get("id") or f"run-{i + 1}")
+    return found
+
+
+def sp_note(runs: Sequence[str]) -> str:
+    """The ``note:`` line for :func:`sp_defaults`' runs (at most five named), "" for none."""
+    if not runs:
+        return ""
+    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+    return (
+        f"note: sp empty on {counted(len(runs), 'run')} with tp > 1, taken as no (sequence "
+        f"parallelism off, the layout's default): {', '.join(runs[:5])}{more}; write yes for a "
+        "run that ran with --sequence-parallel"
+    )

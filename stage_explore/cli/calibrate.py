@@ -116,7 +116,13 @@ def run(args: argparse.Namespace) -> int:
         inert_warning,
         marked_duplicate_ids,
     )
-    from stage_explore.calibrate_rows import derived_dps, layout_defaults, layout_notes
+    from stage_explore.calibrate_rows import (
+        derived_dps,
+        layout_defaults,
+        layout_notes,
+        sp_defaults,
+        sp_note,
+    )
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system
@@ -185,10 +191,13 @@ def run(args: argparse.Namespace) -> int:
         )
     defaults = layout_defaults(args.runs)  # an empty dp fitted a 64-GPU run on 2 GPUs
     derived = derived_dps(args.runs)
+    no_sp = sp_defaults(args.runs)  # tp > 1 fitted without sequence parallelism (s28 review)
     if not args.json:
         gpus = {c.id: c.parallel.world_size for c in cases if c.parallel is not None}
         for line in layout_notes(defaults, gpus):
             print(line)
+        if no_sp:
+            print(sp_note(no_sp))
         if derived:
             shown = ", ".join(f"{run_id} dp {dp}" for run_id, dp in list(derived.items())[:5])
             more = f" and {len(derived) - 5} more" if len(derived) > 5 else ""
@@ -240,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
             "columns_not_read": unread,
             "layout_defaults": {run_id: list(cells) for run_id, cells in defaults.items()},
             "dp_from_num_gpus": derived,
+            "sp_defaults": no_sp,
             "runs_on_model_base": on_base,
             "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},
             "evaluations": fitted.evaluations,

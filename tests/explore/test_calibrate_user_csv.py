@@ -13,7 +13,13 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_explore.calibrate import user_cases
-from stage_explore.calibrate_rows import header_problem, layout_defaults, layout_notes
+from stage_explore.calibrate_rows import (
+    header_problem,
+    layout_defaults,
+    layout_notes,
+    sp_defaults,
+    sp_note,
+)
 from stage_explore.cli import main
 from stage_explore.validation.csv_cells import read_csv
 
@@ -180,3 +186,23 @@ def test_a_misspelt_fit_parameter_is_refused_before_the_runs_are_read(
     (line,) = captured.err.splitlines()
     assert f"unknown fittable parameter 'memry' of {SYSTEM}; did you mean 'memory'?" in line
     assert "[" not in line
+
+
+def test_an_empty_sp_on_a_tensor_parallel_run_is_named_and_taken_as_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # r1 (tp 2) and r3 (tp 4) leave sp empty; a tp-1 run with an empty sp is not named
+    tp1 = "r4,megatron-gpt-1.7b,2048,64,1,1,1,64,,selective,0.90"
+    path = _csv(tmp_path, RUNS[0].replace(",yes,", ",,"), RUNS[1],
+                RUNS[2].replace(",yes,", ",,"), tp1)  # fmt: skip
+    assert sp_defaults(path) == ["r1", "r3"]
+    cases = {case.id: case for case in user_cases(path, SYSTEM, "megatron-lm-2021",
+                                                  "megatron-gpt-1.7b")}  # fmt: skip
+    assert [cases[i].parallel.sp for i in ("r1", "r2", "r3")] == [False, True, False]
+    assert main(_calibrate(path)) == 0
+    out = capsys.readouterr().out
+    assert "note: sp empty on 2 runs with tp > 1, taken as no" in out and ": r1, r3;" in out
+    assert main([*_calibrate(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sp_defaults"] == ["r1", "r3"]
+    assert sp_note([]) == ""
+    assert sp_note([f"r{i}" for i in range(7)]).count(" and 2 more") == 1
