@@ -43,6 +43,21 @@ and one module that is not Megatron's:
   attention (Blackwell, its SDPA priority) the policy's ``PREFER_RECOMPUTE`` re-runs the
   attention kernel too: the block keeps neither its output nor its log-sum-exp, and the
   backward re-runs its forward. Used alone.
+- ``op_compiled`` / ``op_recompute_sdpa_compiled`` — the same two policies on a block compiled
+  with ``torch.compile`` (torchtitan's ``training.compile``, which compiles each checkpointed
+  block): the policy's ops keep their tags in the traced joint graph, but AOTAutograd's
+  partitioner keeps only the forward values the backward graph reads and re-runs only what it
+  needs (:func:`backward_live`). Eager, every ``MUST_SAVE`` output is cached for the whole
+  region whether the backward reads it or not (``_CachingTorchDispatchMode.__torch_dispatch__``
+  stores each such op's output in the region's ``storage``, ``torch/utils/checkpoint.py``, whose
+  ``CheckpointPolicy`` docstring says a saving policy "would save additional tensors not limited
+  to ones that are actually needed for gradient computation"); compiled,
+  ``_extract_fwd_bwd_modules`` (``torch/_functorch/partitioners.py``) drops every saved value the
+  extracted backward graph does not use ("This is to filter out saved values that don't
+  actually end up being used by the backwards pass", in every version from 2022 on). In a Llama
+  layer that is the down projection's output (``mlp.fc2``, or its reduce-scattered output under
+  sequence parallelism), which only the final residual add reads, whose backward reads nothing:
+  one hidden-sized 16-bit tensor per token and layer less. Used alone.
 
 A checkpointed module keeps its inputs and re-runs in the backward; an output-discarding one
 (Megatron's ``CheckpointWithoutOutput``) also frees its outputs once its consumers have run, and
@@ -61,7 +76,11 @@ from stage_core.ops_moe import Dispatch
 from stage_core.sharding import CommStep, Step
 
 #: Modules whose outputs are freed after use and recomputed (``CheckpointWithoutOutput``).
-OUTPUT_DISCARDING = frozenset({"layernorm", "moe_act", "mla_up_proj", "op", "op_recompute_sdpa"})
+#: torchtitan's op-level policies traced by ``torch.compile`` and the policy each one traces.
+COMPILED_OP_SAC = {"op_compiled": "op", "op_recompute_sdpa_compiled": "op_recompute_sdpa"}
+OUTPUT_DISCARDING = frozenset(
+    {"layernorm", "moe_act", "mla_up_proj", "op", "op_recompute_sdpa", *COMPILED_OP_SAC}
+)
 #: Latent attention's up-projection part: latent norms, up-projections, RoPE, head concats.
 MLA_UP_PROJ = frozenset(
     {
@@ -105,6 +124,25 @@ def op_sac_scattered(steps: Collection[Step]) -> frozenset[str]:
     )
 
 
+def backward_live(block: Block, region: Collection[str]) -> set[str]:
+    """The ops of a recompute ``region`` of ``block`` whose outputs the backward needs: those
+    whose outputs a backward reads (any op's ``saved``) or a needed region op reads, to a fixed
+    point. What AOTAutograd's partitioner re-runs of a compiled checkpoint (module docstring,
+    ``op_compiled``); the rest of the region (a layer's final residual add) is dead code in
+    the backward graph, and what only it reads is not saved."""
+    needed = {name for op in block.ops for name in op.saved}
+    live: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for op in block.ops:
+            if op.name in region and op.name not in live and needed.intersection(op.outputs):
+                live.add(op.name)
+                needed.update(op.inputs)
+                grew = True
+    return live
+
+
 def _module_ops(block: Block, module: str, scattered: frozenset[str]) -> set[str]:
     """The names of ``block``'s ops that Megatron's recompute ``module`` covers (``scattered``:
     :func:`op_sac_scattered`, read by ``op`` only)."""
@@ -129,6 +167,8 @@ def _module_ops(block: Block, module: str, scattered: frozenset[str]) -> set[str
         return names - op_sac_saved(block) - scattered
     if module == "op_recompute_sdpa":
         return names - op_sac_saved(block, attention=False) - scattered
+    if module in COMPILED_OP_SAC:
+        return backward_live(block, _module_ops(block, COMPILED_OP_SAC[module], scattered))
     raise AssertionError(f"unknown recompute module {module!r}")
 
 

@@ -76,6 +76,9 @@ from stage_core.parallel.vocab import (
     FP8_GEMMS as FP8_GEMMS,
 )
 from stage_core.parallel.vocab import (
+    OP_SAC_MODULES as OP_SAC_MODULES,
+)
+from stage_core.parallel.vocab import (
     RECOMPUTE_METHODS as RECOMPUTE_METHODS,
 )
 from stage_core.parallel.vocab import (
@@ -235,7 +238,7 @@ class ParallelConfig:
                 "`recompute_num_layers` needs recompute='full', but got "
                 f"(recompute='{self.recompute}', recompute_num_layers={self.recompute_num_layers})"
             )
-        op_level = {"op", "op_recompute_sdpa"} & set(self.recompute_modules)
+        op_level = OP_SAC_MODULES & set(self.recompute_modules)
         if op_level and len(self.recompute_modules) > 1:
             problems.append(
                 f"`recompute_modules` '{min(op_level)}' (torchtitan's op-level checkpointing) "

@@ -53,7 +53,9 @@ RECOMPUTE_METHODS = ("block", "every", "uniform", "spread")
 #: output-discarding checkpoints: their outputs are freed once consumed and re-made before the
 #: backward needs them. ``op`` is torchtitan's op-level selective checkpointing
 #: (:mod:`stage_core.recompute`), not a Megatron module; ``op_recompute_sdpa`` the same policy
-#: when its save list lacks the attention kernel that ran, which then re-runs too.
+#: when its save list lacks the attention kernel that ran, which then re-runs too;
+#: ``op_compiled`` / ``op_recompute_sdpa_compiled`` either policy under ``torch.compile``, whose
+#: partitioner keeps only the outputs the backward reads.
 RECOMPUTE_MODULES = (
     "core_attn",
     "mlp",
@@ -64,7 +66,11 @@ RECOMPUTE_MODULES = (
     "mla_up_proj",
     "op",
     "op_recompute_sdpa",
+    "op_compiled",
+    "op_recompute_sdpa_compiled",
 )
+#: The modules of torchtitan's op-level policy (each covers the whole layer, used alone).
+OP_SAC_MODULES = frozenset({"op", "op_recompute_sdpa", "op_compiled", "op_recompute_sdpa_compiled"})
 
 
 class CpStyle(StrEnum):

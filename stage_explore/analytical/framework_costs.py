@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from stage_core.errors import ConfigError
 from stage_core.parallel import ParallelConfig
+from stage_core.parallel.vocab import OP_SAC_MODULES
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 
 
@@ -62,9 +63,6 @@ ROWWISE_WEIGHT_CAST_BYTES = {"fprop": 3, "dgrad": 7}
 #: to_float8 -> x_fp8_dim1" (``get_tensor_memory_traffic_ovhd_s``, tensor_role "weight",
 #: torchao/testing/training/roofline_utils.py, pytorch/ao 05980129); :func:`weight_amax_known`.
 FP8_SCALED_CAST_BYTES = FP8_DYNAMIC_CAST_BYTES - 2
-
-#: torchtitan's op-level selective checkpointing modules (``stage_core.recompute``).
-OP_SAC_MODULES = frozenset({"op", "op_recompute_sdpa"})
 
 
 def weight_amax_known(

@@ -231,10 +231,15 @@ class KernelOptions:
     ) -> tuple[str, ...]:
         """The recompute modules the framework runs for ``modules`` on an accelerator with
         these peaks: torchtitan's op-level policy (``op``) re-runs a cuDNN attention kernel its
-        save list does not name (``op_recompute_sdpa``, unless ``op_sac_saves_cudnn_attention``);
-        else ``modules`` unchanged."""
-        if modules != ("op",) or self.op_sac_saves_cudnn_attention:
+        save list does not name (``op_recompute_sdpa``, unless ``op_sac_saves_cudnn_attention``),
+        and on a compiled block (``fused_elementwise``: torchtitan's ``training.compile``) runs
+        traced, keeping only what the backward reads (``op_compiled`` /
+        ``op_recompute_sdpa_compiled``, :mod:`stage_core.recompute`); else ``modules``
+        unchanged."""
+        if modules != ("op",):
             return modules
-        if self.attention_kernel_on(peak_flops_per_s) != "cudnn":
-            return modules
-        return ("op_recompute_sdpa",)
+        module = "op"
+        if not self.op_sac_saves_cudnn_attention:
+            if self.attention_kernel_on(peak_flops_per_s) == "cudnn":
+                module = "op_recompute_sdpa"
+        return (f"{module}_compiled",) if self.fused_elementwise else (module,)
