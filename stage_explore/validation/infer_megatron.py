@@ -44,6 +44,7 @@ from stage_explore.validation.infer_mlperf import (
 )
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
 from stage_explore.validation.infer_mlperf_amd import mlperf_amd_implementation
+from stage_explore.validation.infer_mlperf_moe import mlperf_moe_switches
 from stage_explore.validation.infer_modelzoo import model_zoo_tp_overlap
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
 from stage_explore.validation.infer_rank_order import tp_pp_dp_rank_order
@@ -553,6 +554,8 @@ def megatron_core_defaults(
     tp_pp_dp_rank_order(row, bool(spec.num_experts), pp, out)
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
+    if "mlperf" in row_text(row).lower():
+        mlperf_moe_switches(row, stated, out)
     layers = int(stated.get("layers", spec.layers))
     readme_interleaving(row, stated, parallel, layers, out)
     release = container(row)

@@ -1,0 +1,55 @@
+"""What an NVIDIA MLPerf Training row's config states of its MoE layers and pipeline, read for an
+inferred setup (6 Dec 2026, s28 bwmoe): :func:`mlperf_moe_switches`.
+
+NVIDIA's v6.0 DeepSeek-V3 submissions (mlcommons training_results_v6.0, stored as
+Richardyu114/training_results_v6.0 eabf23a0, ``NVIDIA/benchmarks/deepseekv3_671b/implementations/
+*/config_GB*_*_mxfp8_full_cg.sh``) export, and the rows' notes state:
+
+- ``PIPELINE_LAYOUT="Et*4|(t*4|)*14tmL"`` — Megatron-Core's ``pipeline_model_parallel_layout``
+  (each virtual stage's layers, the embedding, the MTP layer and the loss), the string STAGE's
+  ``pp_layout`` reads. Without it the inferred setup splits DeepSeek-V3's 61 layers by STAGE's
+  own rule, which puts the loss and MTP module with a different count of layers.
+- ``USE_TE_OPS=True`` with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` — Megatron-Core's
+  ``use_transformer_engine_op_fuser`` and Transformer Engine's CuTe DSL fused grouped MLP on
+  SM100: the routed experts run as one launch over every local expert, the counts read on the
+  device (framework option ``moe_grouped_kernel``; the same recipe switch the Megatron-Bridge
+  full-iteration rows take, :mod:`~stage_explore.validation.infer_bridge_graphs`).
+
+Both are read only where the row's text states them: nothing is assumed for an MLPerf row that
+does not.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stage_explore.validation.infer_release import Defaults, row_text
+
+#: ``PIPELINE_LAYOUT 'Et*4|(t*4|)*14tmL'`` or ``PIPELINE_LAYOUT="..."`` as a row's text states the
+#: config's export (the layout's own characters only: stage letters, counts, groups, ``|``).
+_LAYOUT = re.compile(r"\bPIPELINE_LAYOUT\s*=?\s*[\"']([EtmL0-9*|()]+)[\"']")
+#: The config's switch of Transformer Engine's fused grouped MLP (``=1`` or ``=True``).
+_FUSED_GROUPED_MLP = re.compile(r"\bNVTE_CUTEDSL_FUSED_GROUPED_MLP\s*=\s*(?:1|True)\b")
+
+
+def mlperf_moe_switches(row: dict[str, str], stated: dict[str, int], out: Defaults) -> None:
+    """Set ``pp_layout`` (pipelined rows, one layout stated) and ``moe_grouped_kernel`` (MoE
+    rows) on ``out`` from what the MLPerf row's text states of its config, each with its
+    assumption; a row stating two different layouts keeps STAGE's split."""
+    text = row_text(row)
+    layouts = set(_LAYOUT.findall(text))
+    if len(layouts) == 1 and stated.get("pp", 1) > 1 and "pp_layout" not in out.parallel:
+        (layout,) = layouts
+        out.parallel["pp_layout"] = layout
+        out.notes.append(
+            f"pipeline layout {layout!r} (pp_layout): the text states the config's "
+            "PIPELINE_LAYOUT (Megatron-Core's pipeline_model_parallel_layout)"
+        )
+    if stated.get("ep", 1) > 1 and _FUSED_GROUPED_MLP.search(text):
+        out.options["moe_grouped_kernel"] = True
+        out.notes.append(
+            "the routed experts as Transformer Engine's fused grouped MLP, one launch over the "
+            "local experts with device-side counts (moe_grouped_kernel): the text states the "
+            "config's NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (with USE_TE_OPS, Megatron-Core's "
+            "use_transformer_engine_op_fuser)"
+        )
