@@ -105,8 +105,9 @@ def mlperf_domain(row: dict[str, str], system: str) -> tuple[int, str] | None:
     treats the whole group as one NVLink domain over fabric memory handles
     (deepseek-ai/DeepEP ``deep_ep/hybrid_ep_buffer.py`` 098da2a6: ``num_of_nodes = group_size //
     num_of_ranks_per_nvlink_domain``, ``enable_fabric``), which runs only if no expert group
-    straddles two racks. A segment of at most 18 trays lies in one rack (Slurm's block
-    topology), and two of 16 cannot share one, so each segment is its own NVLink domain; the
+    straddles two racks. A segment of at most 18 trays lies in one rack (``sbatch
+    --segment`` under the topology/block plugin, whose blocks are the racks: slurm.schedmd.com
+    sbatch.html), and two of 16 cannot share one, so each segment is its own NVLink domain; the
     ``run.sub`` ranks the job's nodes in sorted host order, so consecutive ranks fill a segment.
     """
     tray = NVL72_TRAY_GPUS.get(system)
