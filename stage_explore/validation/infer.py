@@ -56,7 +56,7 @@ from stage_explore.validation.infer_megatron_lm import (
     megatron_lm_launch,
 )
 from stage_explore.validation.infer_recompute import named_num_layers
-from stage_explore.validation.infer_segment import launch_domain
+from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
@@ -394,7 +394,7 @@ def inferred_setup(
         if cluster.scale_out is not None else ()
     )  # fmt: skip
     segment = (
-        launch_domain(row, framework.value, system.value)
+        perf_script_domain(row, framework.value, system.value)
         if cluster.value == system.value else None
     )  # fmt: skip
     if segment is not None:
