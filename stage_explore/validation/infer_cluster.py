@@ -25,6 +25,9 @@ Recognised forms (text in, figure out):
   ``one 8xB200 node`` (a compute tray of an NVL72 rack is not a node: not read).
 - HBM: the capacity the ``gpu`` cell states (``96GB``, ``141 GB``) and its type (``HBM2e``).
 - power cap: ``500 W`` in either cell.
+- fabric: ``Omni-Path`` / ``OmniPath`` / ``OPA`` in the interconnect cell: only then is a
+  system file whose scale-out dim is named for Omni-Path matched, and such a row matches no
+  other file (NCCL over Omni-Path's verbs is not InfiniBand's rate: systems/jean-zay-a100.toml).
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ _NODE_FORMS = (
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB\b")
 _HBM = re.compile(r"HBM\d\w*", re.IGNORECASE)
 _POWER = re.compile(r"(?<![\w.])(\d{3,4})\s*W\b")
+#: The scale-out fabric a row or a system file may name: Intel Omni-Path, whose NCCL rate (over
+#: the hfi1 verbs) is not InfiniBand's (systems/jean-zay-a100.toml).
+OMNI_PATH = "omni-path"
+_OMNI_PATH = re.compile(r"omni[\s-]?path|\bOPA\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +222,19 @@ def _family(preset: System) -> str:
     return found.group(0) if found else preset.accelerator.name
 
 
+def stated_fabric(interconnect: str) -> str:
+    """``omni-path`` when the interconnect cell names Intel Omni-Path (``Omni-Path``,
+    ``OmniPath``, ``OPA``), else "" (6 Dec 2026, s28 legacy)."""
+    return OMNI_PATH if _OMNI_PATH.search(interconnect) else ""
+
+
+def system_fabric(system: System) -> str:
+    """``omni-path`` when a system's scale-out (last) dim is named for Omni-Path, else ""."""
+    if len(system.network) < 2:
+        return ""
+    return OMNI_PATH if OMNI_PATH in system.network[-1].name.lower() else ""
+
+
 def folder_systems(folder: Path | None) -> list[tuple[str, System]]:
     """``(relative path, system)`` of a data folder's ``systems/*.toml``, by name; a file that
     does not load is left out (validate names it when a source uses it)."""
@@ -248,9 +268,13 @@ def cluster_system(
         return ClusterChoice(preset_name, f"the cluster: no figure read from gpu / interconnect, "
                                      f"the {preset_name} preset's{unread}")  # fmt: skip
     family = _family(preset)
+    fabric = stated_fabric(interconnect)
+    if fabric:
+        said += f"; fabric {fabric}"
     found = [
         (path, own) for path, own in folder_systems(folder)
         if own.accelerator.name.startswith(family) and _matches(stated, own, preset)
+        and system_fabric(own) == fabric  # an Omni-Path file only for a row naming Omni-Path
     ]  # fmt: skip
     hbm = f"; HBM type {cluster.hbm!r} stated" if cluster.hbm else ""
     if len(found) == 1:

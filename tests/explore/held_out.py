@@ -76,7 +76,7 @@ ON_FILES = {
     "IBMFSDP-A100": ("IBMFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
     "FMSFSDP-A100": ("FMSFSDP-A100-", "ibm-a100-400g.toml", "fms-fsdp"),
     "TORCHTITAN-ASYNCTP": ("TTASYNC-", "grand-teton-h100.toml", "torchtitan"),
-    "BLOOM": ("BLOOM-", "ibm-a100-400g.toml", "deepspeed"),
+    "BLOOM": ("BLOOM-", "jean-zay-a100.toml", "deepspeed"),
 }
 #: Rows the generator cannot express (each with its reason in setups.toml).
 NOT_EVALUATED = {

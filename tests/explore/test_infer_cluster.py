@@ -13,8 +13,14 @@ import pytest
 
 from stage_core.errors import ConfigError
 from stage_explore.system import load_system
+from stage_explore.system.loading import load_system_file
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.infer_cluster import cluster_system, read_cluster
+from stage_explore.validation.infer_cluster import (
+    cluster_system,
+    read_cluster,
+    stated_fabric,
+    system_fabric,
+)
 from stage_explore.validation.run import evaluate_cases
 from stage_explore.validation.setups import case_system, data_dir, derive_system
 
@@ -200,3 +206,29 @@ def test_a_row_stating_no_scale_out_rate_keeps_the_preset(tmp_path: Path) -> Non
 def test_derive_system_refuses_an_unknown_override() -> None:
     with pytest.raises(ConfigError, match="unknown system override"):
         derive_system(load_system("a100-80gb"), (("power_w", 500.0),))
+
+
+def test_an_omni_path_row_takes_the_omni_path_file_and_no_other() -> None:
+    """Jean Zay's cell states the same 400 Gb/s per node as ibm-a100-400g.toml: the fabric it
+    names decides (s28 legacy); a row naming no fabric never takes the Omni-Path file."""
+    assert stated_fabric("4 Omni-Path 100 Gbps links per node") == "omni-path"
+    assert stated_fabric("Intel OPA 100 Gb/s") == stated_fabric("OmniPath") == "omni-path"
+    assert stated_fabric("8x200 Gb/s HDR IB/node") == "" and stated_fabric("OPAL") == ""
+    folder = data_dir()
+    jz = "Jean Zay gpu_p5: 48 nodes of 8 A100 80GB, 4 Omni-Path 100 Gbps links per node"
+    found = cluster_system("A100 80GB", jz, "a100-80gb", folder)
+    assert found.value == "systems/jean-zay-a100.toml"
+    assert "fabric omni-path" in found.assumption
+    plain = cluster_system("A100 80GB", "400Gbps inter-node per node", "a100-80gb", folder)
+    assert plain.value == "systems/ibm-a100-400g.toml"
+
+
+def test_the_jean_zay_file_differs_from_the_ibm_one_only_in_the_scale_out_efficiency() -> None:
+    own = data_dir() / "systems"
+    jz = load_system_file(own / "jean-zay-a100.toml")
+    ibm = load_system_file(own / "ibm-a100-400g.toml")
+    assert system_fabric(jz) == "omni-path" and system_fabric(ibm) == ""
+    assert jz.accelerator == ibm.accelerator and jz.network[0] == ibm.network[0]
+    link, other = jz.network[1], ibm.network[1]
+    assert link.bandwidth_bytes_per_s == other.bandwidth_bytes_per_s  # the same line rate
+    assert link.bus_efficiency == 0.40 < other.bus_efficiency  # NCCL over hfi1: 39.87 / 100 Gb/s

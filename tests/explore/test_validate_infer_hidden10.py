@@ -30,7 +30,7 @@ def test_the_prequel_rows_read_as_the_bloom_setup() -> None:
     for row_id, row in rows.items():
         (case, *_) = row_cases(row, NO_SETUP, 1, data_dir())
         assert case.framework == "deepspeed", row_id
-        assert case.system == "systems/ibm-a100-400g.toml", row_id
+        assert case.system == "systems/jean-zay-a100.toml", row_id  # Omni-Path named
         assert case.parallel is not None and case.model is not None
         assert case.parallel.zero == 1 and str(case.parallel.recompute) == "full", row_id
         assert str(case.model.position) == "none", row_id  # BLOOM's ALiBi: no table
