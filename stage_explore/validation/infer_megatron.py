@@ -20,6 +20,7 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_bridge_dispatch import bridge_hybridep, qwen3_a2a_overlap
+from stage_explore.validation.infer_bridge_drop import bridge_token_drop
 from stage_explore.validation.infer_bridge_graphs import bridge_full_iteration
 from stage_explore.validation.infer_bridge_layout import bridge_deepseek_layout
 from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
@@ -572,6 +573,7 @@ def megatron_core_defaults(
             bridge_full_iteration(row, flavor, system, release, recipe, out)
             qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
             bridge_hybridep(flavor, system, release, stated, out, recipe)
+            bridge_token_drop(row, precision, stated, (spec.top_k, spec.num_experts), out)
             no_mtp = NO_MTP.search(row.get("model", "").strip().lower())
             bridge_deepseek_layout(flavor, system, 0 if no_mtp else spec.mtp_layers, stated, out)
             if empty:
