@@ -202,12 +202,21 @@ def mlperf_gpt3_round(
 #: ``TP_COMM_OVERLAP=False`` and ``UB_SKIPMC=1``; read 6 Dec 2026, s27 hidden21).
 _TP_COMM_OVERLAP = re.compile(r"\bTP_COMM_OVERLAP\s*=\s*(True|False|1|0)\b")
 _UB_SKIPMC = re.compile(r"\bUB_SKIPMC\s*=\s*1\b")
+#: Megatron-Core DistributedDataParallelConfig's ``fp8_param_gather`` as a row quotes a log's
+#: printed configuration (``fp8_param_gather=False``, ``fp8_param_gather false``,
+#: ``fp8_param_gather: true``).
+_FP8_PARAM_GATHER = re.compile(r"\bfp8_param_gather\s*[=:]?\s*(true|false)\b", re.IGNORECASE)
+#: The era note :data:`~stage_explore.validation.infer_megatron.MEGATRON_CORE_ERAS` adds for
+#: its FP8-parameter default, replaced when the row states the switch.
+_FP8_PARAMS_NOTE = "FP8 parameters (framework option fp8_param_gather)"
 
 
 def mlperf_stated_switches(row: dict[str, str], out: Defaults) -> None:
     """An MLPerf row's stated ``TP_COMM_OVERLAP`` / ``UB_SKIPMC=1`` into ``out``'s options
     (``tp_comm_overlap``, ``ub_multicast``), each with its assumption; a row stating
-    ``TP_COMM_OVERLAP`` both ways is left to the defaults."""
+    ``TP_COMM_OVERLAP`` both ways is left to the defaults. A quoted ``fp8_param_gather``
+    (:data:`_FP8_PARAM_GATHER`, one value) replaces the FP8-parameter default the container era
+    set (only where one was set: an FP8 row of a recipe that gathers FP8 parameters)."""
     text = row_text(row)
     values = {m.group(1) in ("True", "1") for m in _TP_COMM_OVERLAP.finditer(text)}
     if len(values) == 1:
@@ -224,4 +233,15 @@ def mlperf_stated_switches(row: dict[str, str], out: Defaults) -> None:
             "userbuffers without CUDA multicast (ub_multicast false): the text states "
             "UB_SKIPMC=1 (Transformer Engine's create_communicator_grouped2 then maps no "
             "multicast)"
+        )
+    gathers = {m.group(1).lower() == "true" for m in _FP8_PARAM_GATHER.finditer(text)}
+    if len(gathers) == 1 and "fp8_param_gather" in out.options:
+        (on,) = gathers
+        out.options["fp8_param_gather"] = on
+        out.notes[:] = [n for n in out.notes if not n.startswith(_FP8_PARAMS_NOTE)]
+        out.notes.append(
+            f"FP8 parameters {'on' if on else 'off'} (framework option fp8_param_gather "
+            f"{str(on).lower()}): the text quotes the run's Megatron-Core "
+            f"DistributedDataParallelConfig fp8_param_gather={on}, in place of the container "
+            "era's precision-config default"
         )

@@ -36,8 +36,12 @@ from stage_explore.validation.infer_release import (
 #: The first container of the implementation whose custom.yaml defaults ``fp8_recipe`` to
 #: tensorwise and reads ``CE_FUSION_IMPL`` (Lambda's ``gb300_0922`` copy, NeMo 25.09).
 MLPERF_2509 = (25, 9)
-#: ``CE_FUSION_IMPL=te`` / ``native`` stated in a row's text.
-_CE_FUSION_IMPL = re.compile(r"CE_FUSION_IMPL\s*=\s*['\"]?(te|native)\b", re.IGNORECASE)
+#: ``CE_FUSION_IMPL=te`` / ``native`` stated in a row's text, or the model config's key as a log
+#: prints it (``cross_entropy_fusion_impl te``, ``cross_entropy_fusion_impl: 'te'``,
+#: ``cross_entropy_fusion_impl='te'``).
+_CE_FUSION_IMPL = re.compile(
+    r"(?:CE_FUSION_IMPL|cross_entropy_fusion_impl)\s*[=:]?\s*['\"]?(te|native)\b", re.IGNORECASE
+)
 #: The Llama 3.1 8B benchmark, whose configs source config_common_8b.sh.
 _LLAMA31_8B = re.compile(r"llama[\s_-]*3\.1[\s_-]*8b", re.IGNORECASE)
 _NATIVE_NOTE = "the loss as Megatron-Core's native fused cross-entropy"
@@ -84,7 +88,7 @@ def mlperf_2509_loss(row: dict[str, str], out: Defaults) -> None:
     stated = _CE_FUSION_IMPL.search(text)
     if stated is not None:
         impl = stated.group(1).lower()
-        why = f"the text states CE_FUSION_IMPL={impl}"
+        why = f"the text states {stated.group(0).strip()!r}"
     elif _LLAMA31_8B.search(row.get("model", "")):
         impl = "te"
         why = (

@@ -73,3 +73,43 @@ def test_states_token_drop_reads_only_the_model_and_moe_cells() -> None:
     assert states_token_drop({"model": "DeepSeekV3 (tokendrop)"}) == "DeepSeekV3 (tokendrop)"
     assert states_token_drop({"notes": "tokendrop", "uncertain": "token drop"}) == ""
     assert states_token_drop({"moe": "w/o token drop"}) == ""
+
+
+#: An MLPerf v6.0 GPT-OSS 20B row on 8 GB300 in MXFP8 (HPE's layout), whose notes each test sets.
+MLPERF = {
+    "id": "HIDDEN23-MLPERF", "model": "GPT-OSS 20B", "params_b": "20", "seq_len": "8192",
+    "source": "MLPerf Training v6.0, HPE closed division (the NVIDIA NeMo GPT-OSS 20B "
+    "implementation, NVIDIA Release 26.04 (NeMo, PyTorch))",
+    "source_table": "gpt_oss_20b result_1.txt (HPE-GB300-ngpu8_ngc26.04)",
+    "gpu": "GB300 (NVIDIA Blackwell Ultra, 284208 MiB HBM3e)", "num_gpus": "8", "tp": "1",
+    "pp": "1", "cp": "1", "ep": "1", "dp": "8", "global_batch_seqs": "24", "micro_batch": "3",
+    "precision": "MXFP8", "tokens_per_s_per_gpu": "50000",
+}  # fmt: skip
+
+
+def _options(**cells: str) -> dict[str, object]:
+    (case, *_) = row_cases({**MLPERF, **cells}, "hidden23.csv", 1, data_dir())
+    assert not case.reason, case.reason
+    return dict(case.framework_options)
+
+
+def test_a_quoted_fp8_param_gather_replaces_the_era_default() -> None:
+    assert _options()["fp8_param_gather"] is True  # the 26.04 precision configs' default
+    quoted = _options(notes="DistributedDataParallelConfig(..., fp8_param_gather=False, ...)")
+    assert quoted["fp8_param_gather"] is False  # before: True
+    assert _options(notes="fp8_param_gather true")["fp8_param_gather"] is True
+
+
+def test_a_quoted_fp8_param_gather_both_ways_is_left_to_the_default() -> None:
+    both = _options(notes="fp8_param_gather False here, fp8_param_gather True there")
+    assert both["fp8_param_gather"] is True
+
+
+def test_a_printed_cross_entropy_fusion_impl_is_the_rows_loss() -> None:
+    assert _options().get("native_cross_entropy") is True  # custom.yaml's default
+    te = _options(notes="printed configuration: cross_entropy_fusion_impl 'te'")
+    assert te.get("te_cross_entropy") is True  # before: native
+    assert "native_cross_entropy" not in te
+    llama = {"model": "Llama 3.1 8B", "ep": "1", "precision": "FP8 (tensorwise)"}
+    native = _options(**llama, notes="cross_entropy_fusion_impl: native")
+    assert native.get("native_cross_entropy") is True  # before: te (config_common_8b.sh)
