@@ -34,6 +34,7 @@ from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
+    bionemo_native_defaults,
     torchtitan_defaults,
     torchtitan_pipeline,
 )
@@ -318,6 +319,8 @@ def recipe_defaults(
     elif framework == "torchtitan":
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
+    elif framework == "fsdp":
+        bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
     return out
 
 

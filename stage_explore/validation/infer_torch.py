@@ -279,3 +279,45 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
         if when is not None and when >= first and (compiled or not needs_compile):
             out.options[name] = value
             out.notes.append(f"{why} ({how} {when[0]}-{when[1]:02d})")
+
+
+#: BioNeMo's ``mixtral_native_te`` recipe named in a row's text: its own training loop
+#: (NVIDIA-BioNeMo/bionemo-framework recipes/mixtral_native_te/train_fsdp2_ep.py f89103b2), not
+#: the comparison benchmarks kept in the same directory (NeMo AutoModel, the Hugging Face
+#: reference), whose rows name the recipe too (:data:`BIONEMO_COMPARISON`).
+BIONEMO_NATIVE_TE = re.compile(r"\bmixtral_native_te\b", re.IGNORECASE)
+#: The recipe's comparison benchmarks (benchmarks/nemo_automodel, benchmarks/huggingface_ref):
+#: other stacks, other gradient precisions (AutoModel's README states FP32 gradient reduction).
+BIONEMO_COMPARISON = re.compile(r"hugging\s*face\s+reference|\bautomodel\b", re.IGNORECASE)
+BIONEMO_BF16_REDUCE = (
+    "gradients reduced in bf16 (grad_fp32 false): BioNeMo mixtral_native_te casts the model to "
+    "bfloat16 before wrapping (train_fsdp2_ep.py f89103b2: model.to(device, dtype=torch.bfloat16)) "
+    "and calls fully_shard(layer, mesh=dp_mesh) without a mp_policy (distributed_setup.py "
+    "66375314), so FSDP2's MixedPrecisionPolicy defaults (param_dtype None: the original dtype; "
+    "reduce_dtype None with param_dtype None: the reduction in that dtype; torch/distributed/fsdp/"
+    "_fully_shard/_fsdp_api.py) reduce-scatter bf16 gradients; at dp_size 1 the plain bf16 .grad "
+    "is all-reduced"
+)
+BIONEMO_EP_ALLREDUCE = (
+    "gradients all-reduced after the backward (overlap_grad_reduce false): at dp_size 1 "
+    "mixtral_native_te wraps nothing in FSDP2 and keeps the replicated dense gradients in sync "
+    "with all_reduce_dense_grads_over_ep, a loop of one dist.all_reduce and one div_ per dense "
+    "parameter over the ep group run by the training loop after loss.backward() (outside "
+    "autograd, not overlapped with it; distributed_setup.py 66375314, train_fsdp2_ep.py "
+    "f89103b2); the per-parameter calls are timed as one all-reduce"
+)
+
+
+def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
+    """The gradient reduction of BioNeMo's ``mixtral_native_te`` training loop, for a row of the
+    ``fsdp`` profile whose text names the recipe and not one of its comparison benchmarks: bf16
+    gradients (:data:`BIONEMO_BF16_REDUCE`) and, without FSDP wrapping (``zero`` 0: the
+    recipe's dp_size 1), their all-reduce after the backward (:data:`BIONEMO_EP_ALLREDUCE`)."""
+    text = row_text(row)
+    if not BIONEMO_NATIVE_TE.search(text) or BIONEMO_COMPARISON.search(text):
+        return
+    out.parallel["grad_fp32"] = False
+    out.notes.append(BIONEMO_BF16_REDUCE)
+    if zero == 0:
+        out.options["overlap_grad_reduce"] = False
+        out.notes.append(BIONEMO_EP_ALLREDUCE)
