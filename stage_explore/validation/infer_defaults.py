@@ -35,6 +35,7 @@ from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
     bionemo_native_defaults,
+    fsdp2_defaults,
     torchtitan_defaults,
     torchtitan_pipeline,
 )
@@ -320,6 +321,7 @@ def recipe_defaults(
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
     elif framework == "fsdp":
+        fsdp2_defaults(row, int(parallel.get("zero", 0)), out)
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
     return out
 

@@ -11,7 +11,13 @@ from typing import Any
 
 from stage_core.models import get_flavor
 from stage_explore.validation.infer_compile import names_compile
-from stage_explore.validation.infer_release import Defaults, dated, row_text, torch_dated
+from stage_explore.validation.infer_release import (
+    TEXT_COLUMNS,
+    Defaults,
+    dated,
+    row_text,
+    torch_dated,
+)
 
 #: NeMo AutoModel's benchmark configs (examples/benchmark/configs/*_te_deepep.yaml):
 #: activation_checkpointing per model family, read when the recompute column is empty.
@@ -308,11 +314,42 @@ BIONEMO_EP_ALLREDUCE = (
 )
 
 
+BIONEMO_FSDP2_UNITS = (
+    "bf16 shards and the root unit (fsdp_fp32_shards false, fsdp_root_unit): mixtral_native_te "
+    "shards the bf16-cast model, so the sharded parameters are bf16, and after the per-layer "
+    "fully_shard calls wraps the model itself, whose unit holds embed_tokens, norm and lm_head "
+    "(distributed_setup.py 66375314 build_mesh_and_wrap: fully_shard(model, mesh=dp_mesh))"
+)
+#: A row's text naming PyTorch's FSDP2: ``FSDP2``, ``fully_shard`` (its API), the composable
+#: FSDP; not FSDP1's ``FullyShardedDataParallel`` / ``FULL_SHARD``.
+FSDP2_NAMED = re.compile(r"\bfsdp[\s_-]?2\b|\bfully_shard\b", re.IGNORECASE)
+#: Where a row may name FSDP2: its text and the dp_sharding cell.
+FSDP2_COLUMNS = (*TEXT_COLUMNS, "dp_sharding")
+FSDP2_COPIES = (
+    "FSDP2's copy-out / copy-in kernels (fsdp2_copies): the text names FSDP2 (fully_shard), "
+    "whose all-gathers are copied out into the unsharded parameters and whose reduce-scatters "
+    "first concatenate the gradients, both on the compute stream (torch/distributed/fsdp/"
+    "_fully_shard/_fsdp_collectives.py foreach_all_gather_copy_out: split_with_sizes_copy; "
+    "foreach_reduce_scatter_copy_in: chunk_cat)"
+)
+
+
+def fsdp2_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
+    """FSDP2's copies (:data:`FSDP2_COPIES`) for a ZeRO-3 row of the ``fsdp`` profile whose
+    text names FSDP2 (:data:`FSDP2_NAMED`); the profile's default is FSDP1's flat parameter,
+    gathered in place."""
+    if zero >= 3 and FSDP2_NAMED.search(row_text(row, FSDP2_COLUMNS)):
+        out.options["fsdp2_copies"] = True
+        out.notes.append(FSDP2_COPIES)
+
+
 def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
-    """The gradient reduction of BioNeMo's ``mixtral_native_te`` training loop, for a row of the
-    ``fsdp`` profile whose text names the recipe and not one of its comparison benchmarks: bf16
-    gradients (:data:`BIONEMO_BF16_REDUCE`) and, without FSDP wrapping (``zero`` 0: the
-    recipe's dp_size 1), their all-reduce after the backward (:data:`BIONEMO_EP_ALLREDUCE`)."""
+    """The gradient reduction and FSDP units of BioNeMo's ``mixtral_native_te`` training loop,
+    for a row of the ``fsdp`` profile whose text names the recipe and not one of its comparison
+    benchmarks: bf16 gradients (:data:`BIONEMO_BF16_REDUCE`); without FSDP wrapping (``zero``
+    0: the recipe's dp_size 1) their all-reduce after the backward
+    (:data:`BIONEMO_EP_ALLREDUCE`); with it, bf16 shards and the root unit
+    (:data:`BIONEMO_FSDP2_UNITS`)."""
     text = row_text(row)
     if not BIONEMO_NATIVE_TE.search(text) or BIONEMO_COMPARISON.search(text):
         return
@@ -321,3 +358,6 @@ def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> No
     if zero == 0:
         out.options["overlap_grad_reduce"] = False
         out.notes.append(BIONEMO_EP_ALLREDUCE)
+    else:
+        out.options.update(fsdp_fp32_shards=False, fsdp_root_unit=True)
+        out.notes.append(BIONEMO_FSDP2_UNITS)
