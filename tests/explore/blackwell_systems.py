@@ -20,6 +20,14 @@ def kernels_of(system: object) -> KernelModel:
     return kernels
 
 
+#: The B200-family sustained level re-read against the Hopper presets' (s28 bwdense): the H200
+#: bf16 MSMF the Hopper presets take (702.9 TFLOP/s, GPU alone) x the B200 / H200 MSMF ratio of
+#: one later mamf-finder protocol version, both GPU alone, the same torch 2.14.0+cu130 (1423.8 /
+#: 744.8; stas00/ml-engineering compute/accelerator/benchmarks/README.md), over the B200 MSMF of
+#: the earlier version the b200 preset took (1455.7): 0.9231. Every sustained fraction of b200 /
+#: b300 (GEMM and, by s16 bwclock's rule, attention) carries it.
+B200_ONE_PROTOCOL = 702.9 * (1423.8 / 744.8) / 1455.7
+
 #: Azure's cuBLASLt FP8 16384^3 after 10,000 warm-ups, TFLOP/s: ND GB200 v6 and ND GB300 v6
 #: (Azure/AI-benchmarking-guide; egmsft/AI-benchmarking-guide 18e80a21).
 AZURE_SUSTAINED = {"gb200": 2906.9, "gb300": 3308.5}

@@ -76,7 +76,7 @@ def test_the_figures_are_the_benchmarks_single_launch_time_over_the_wave_model()
 
 def test_the_figure_is_read_from_a_preset_and_checked() -> None:
     data = B200.to_dict()
-    assert data["accelerator"]["kernels"]["grouped_kernel_group_s"] == 7.3e-6
+    assert data["accelerator"]["kernels"]["grouped_kernel_group_s"] == 7.0e-6
     assert system_from_mapping(data) == B200
     data["accelerator"]["kernels"]["grouped_kernel_group_s"] = -1.0
     with pytest.raises(ConfigError, match="grouped_kernel_group_s.*>= 0, but got -1"):
@@ -85,7 +85,7 @@ def test_the_figure_is_read_from_a_preset_and_checked() -> None:
 
 def test_single_launch_groups_swaps_the_figure_where_one_is_stated() -> None:
     kernels = _kernels(GB200)
-    assert kernels.single_launch_groups().grouped_gemm_group_s == 7.3e-6
+    assert kernels.single_launch_groups().grouped_gemm_group_s == 7.0e-6
     unstated = replace(kernels, grouped_kernel_group_s=0.0)
     assert unstated.single_launch_groups() == unstated  # no figure: the loop's kept
 
@@ -104,7 +104,7 @@ def test_the_option_times_groups_at_the_single_launch_figure_without_split_casts
     loop, _ = _timer(False)
     fused, backend = _timer(True)
     assert loop.kernels.grouped_gemm_group_s == 32e-6
-    assert fused.kernels.grouped_gemm_group_s == 7.3e-6
+    assert fused.kernels.grouped_gemm_group_s == 7.0e-6
     assert loop.cast_splits  # MXFP8 on GroupedLinear: one quantize per local expert
     assert fused.cast_splits == {}  # one grouped tensor: a cast kernel per operand
     assert backend.framework.moe_split_quantize  # the profile keeps it; the option overrides it
