@@ -35,6 +35,7 @@ from stage_explore.validation.csv_cells import (
     ragged_reason,
     read_csv,
 )
+from stage_explore.validation.infer_batch import default_micro_batch
 from stage_explore.validation.infer_cells import moe_counts
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_compile import fms_selective_refusal
@@ -190,8 +191,8 @@ def _layout(
             f"is {gpus}"
         )
     if "micro_batch" not in stated:
-        fields["micro_batch"] = 1
-        notes.append("micro-batch 1 (Megatron's --micro-batch-size default; column empty)")
+        fields["micro_batch"], why = default_micro_batch(row, framework, stated, fields)
+        notes.append(why)
     if "vpp" not in stated:
         notes.append("no interleaving, vpp 1 (column empty)")
     launch = megatron_lm_launch(infer_framework(row).assumption)
@@ -227,7 +228,7 @@ def _layout(
         # the stage as infer_zero spells it (``zero_2``, ``ZeRO stage-2``, ``ZeRO-0`` are not)
         zero, shard, why = infer_zero("0" if stage == "0" else f"zero-{stage}", framework, said)
     else:
-        zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework)
+        zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework, pp=pp)
     if zero in (1, 3) and shard is None:  # a group size the sharded cell states (s27 hidden22)
         dp_all = stated.get("dp", fields.get("dp", 1))
         group = stated_group(row.get("dp_sharding", ""), dp_all, zero)

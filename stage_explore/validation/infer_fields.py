@@ -24,6 +24,7 @@ from stage_explore.validation.infer_errors import Uninferable as Uninferable
 from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
+from stage_explore.validation.infer_open_models import OpenModelRefused, open_model
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
 from stage_explore.validation.infer_precision import PrecisionRead as PrecisionRead
 from stage_explore.validation.infer_precision import infer_precision as infer_precision
@@ -31,6 +32,7 @@ from stage_explore.validation.infer_shard import (
     REPLICAS,
     mics_group,
     refuse_zero_pp,
+    reshard_never,
     stated_shard_size,
 )
 
@@ -354,6 +356,12 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
                 f"({listed}): {where}; the CSV's dims, where stated, win",
                 own,
             )  # fmt: skip
+    try:  # a common open model at a published size (Gemma, Mistral, Qwen2, ...; s28 readers)
+        found = open_model(row, model)
+    except OpenModelRefused as error:
+        raise Uninferable(str(error)) from None
+    if found is not None:
+        return Inferred(found[0], found[1], found[2])
     flavor, exact = "", False
     family: tuple[str, ...] = ()
     for pattern, sizes, base in MODEL_RULES:
@@ -444,13 +452,16 @@ NO_SHARDING = (
 FSDP_PROFILES = ("fsdp", "torchtitan", "automodel", "fms-fsdp", "llm-foundry-2023")
 
 
-def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | None, str]:
+def infer_zero(
+    cell: str, framework: str, said: str = "", *, pp: int = 1
+) -> tuple[int, int | None, str]:
     """``(zero, dp_shard, assumption)`` of a ``dp_sharding`` cell: ZeRO-2 when gradients are
     sharded (FSDP's ``SHARD_GRAD_OP`` too), 3 for ZeRO-3 / FSDP / FULL_SHARD / Megatron-FSDP
     (not ``FSDP 0``), hybrid sharding in the group the cell states, else within a node of 8
-    (PyTorch ``HYBRID_SHARD`` shards inside a host), DeepSpeed MiCS in its ``mics_shard_size``
-    groups, ZeRO++ refused (:mod:`~stage_explore.validation.infer_shard`; s27 hidden22), 1 for
-    the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
+    (PyTorch ``HYBRID_SHARD`` shards inside a host), FSDP2's ``reshard_after_forward=False``
+    as ZeRO-2 (ZeRO-3 held through the step when ``pp`` > 1), DeepSpeed MiCS in its
+    ``mics_shard_size`` groups, ZeRO++ refused (:mod:`~stage_explore.validation.infer_shard`;
+    s27 hidden22), 1 for the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
     FSDP-based profiles, for DDP / ``NO_SHARD`` / replicate (no FSDP wrapper); else the
     framework's default (ZeRO-3 for the FSDP-based profiles, 0 for Megatron-LM 2021, the
     distributed optimizer otherwise). ``said``: where the assumption says ``cell`` came from
@@ -471,6 +482,9 @@ def infer_zero(cell: str, framework: str, said: str = "") -> tuple[int, int | No
         return 3, mics, f"zero 3 in MiCS partition groups of {mics} GPUs (dp_shard {mics}; {said})"
     if re.search(NO_SHARDING, text) and not re.search(r"zero[-\s]?(?:stage\s*)?[1-3]\b", text):
         return 0, None, f"zero 0 ({said})"
+    never = reshard_never(cell, pp, said)  # FSDP2 reshard_after_forward=False (s28 readers)
+    if never is not None:
+        return never[0], None, never[1]
     if re.search(r"zero[-\s]?2|zero stage 2|gradients sharded|shard_grad_op", text):
         return 2, None, f"zero 2 ({said})"
     if re.search(

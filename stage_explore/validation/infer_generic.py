@@ -66,7 +66,7 @@ def _cell(row: dict[str, str], column: str) -> str:
     return row.get(column, "").strip()
 
 
-def _stated_head_dim(row: dict[str, str]) -> tuple[int, str] | None:
+def stated_head_dim(row: dict[str, str]) -> tuple[int, str] | None:
     """``(head_dim, assumption)`` the row's model or notes cell states (:data:`HEAD_DIM`), where
     the common decoder would take hidden / heads; None when none is stated; refused when two
     different ones are."""
@@ -124,7 +124,7 @@ def generic_decoder(
             fields += traits
             notes.append(why)
             known = True
-    stated = _stated_head_dim(row)
+    stated = stated_head_dim(row)
     if stated is not None:
         fields = [f for f in fields if f[0] != "head_dim"] + [("head_dim", stated[0])]
         notes.append(stated[1])

@@ -145,3 +145,41 @@ def stated_group(cell: str, dp: int, zero: int = 3) -> tuple[int, int | None, st
         f"zero {zero} inside shard groups of {shard} GPUs, {dp // shard} replicas (dp_shard "
         f"{shard}, the group the cell states; {said})"
     )
+
+
+#: A ``dp_sharding`` cell that says FSDP keeps the parameters gathered from the forward to the
+#: backward (6 Dec 2026, s28 readers): FSDP2 ``fully_shard(reshard_after_forward=False)``,
+#: torchtitan's ``fsdp_reshard_after_forward = "never"`` policy, or in words ("not resharded
+#: after the forward"). Not the cells naming the default (resharding after the forward).
+RESHARD_NEVER = re.compile(
+    r"reshard[_\s-]*after[_\s-]*forward\s*[=:]?\s*['\"]?(?:false|never|0)\b|"
+    r"(?:not|no|without|never)[_\s-]+reshard(?:ed|ing)?[_\s-]+(?:the[_\s-]+)?"
+    r"(?:params?|parameters?[_\s-]+)?after[_\s-]+(?:the[_\s-]+)?forward",
+    re.IGNORECASE,
+)
+
+
+def reshard_never(cell: str, pp: int, said: str) -> tuple[int, str] | None:
+    """``(zero, assumption)`` of a cell naming :data:`RESHARD_NEVER`, None otherwise. Without
+    pipeline parallelism: ZeRO-2, the parameters sharded at rest but held unsharded from each
+    forward through its backward, gradients and optimizer states sharded -- FSDP1's
+    SHARD_GRAD_OP ("can be disabled by setting fsdp_reshard_after_forward to False (this
+    corresponds to SHARD_GRAD_OP sharding strategy)", pytorch/torchtune
+    recipes/knowledge_distillation_distributed.py). Under pipeline parallelism: ZeRO-3 held
+    through the step, the model's FSDP2-under-PP reading (``zero_held``, stage_core/lower/
+    nodes.py) -- which is torchtitan's ``default`` policy there (torchtitan/distributed/fsdp.py
+    ``get_fsdp_reshard_after_forward_policy``: "never" -> False, "default" -> ``not
+    pp_enabled``)."""
+    found = RESHARD_NEVER.search(cell)
+    if found is None:
+        return None
+    if pp > 1:
+        return 3, (
+            f"zero 3 with the parameters held gathered through the step ({found.group(0)!r} "
+            f"under pipeline parallelism: FSDP2's reading with PP, torchtitan's default there; "
+            f"{said})"
+        )
+    return 2, (
+        f"zero 2 ({found.group(0)!r}: parameters kept unsharded from the forward to the "
+        f"backward, gradients and optimizer states sharded, FSDP1's SHARD_GRAD_OP; {said})"
+    )

@@ -1,0 +1,53 @@
+"""The micro-batch of a row whose ``micro_batch`` cell is empty (6 Dec 2026, s28 readers).
+
+Megatron's ``--micro-batch-size`` default is 1 (the reading of every profile before). DeepSpeed
+has no such default: its config needs ``train_batch_size`` or
+``train_micro_batch_size_per_gpu``, and given only the first it runs one micro-batch of the
+whole per-replica batch (deepspeedai/DeepSpeed 3a890ec5 ``deepspeed/runtime/config.py``,
+``DeepSpeedConfig._set_batch_related_parameters``: "elif train_batch is not None:
+self.gradient_accumulation_steps = 1; self.train_micro_batch_size_per_gpu = train_batch //
+self.world_size", ``world_size`` the data-parallel size; ``_batch_assertion`` then requires
+``train_batch_size == micro × accumulation × world_size``). A DeepSpeed row stating its global
+batch and no micro-batch is read so; Megatron-DeepSpeed (its text names Megatron) passes
+Megatron's ``--micro-batch-size`` to DeepSpeed and keeps Megatron's reading.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from stage_explore.validation.infer_errors import Uninferable
+
+#: Columns whose text says the run is Megatron-DeepSpeed (Megatron's batch arguments).
+_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
+_MEGATRON = re.compile(r"megatron", re.IGNORECASE)
+
+
+def default_micro_batch(
+    row: dict[str, str], framework: str, stated: Mapping[str, int], fields: Mapping[str, Any]
+) -> tuple[int, str]:
+    """``(micro_batch, assumption)`` for a row whose ``micro_batch`` cell is empty, given the
+    row's ``stated`` integer cells (``global_batch_seqs`` among them) and the layout ``fields``
+    inferred so far (``dp`` when the cell is empty): on the ``deepspeed`` profile (not
+    Megatron-DeepSpeed) DeepSpeed's global batch / dp with no gradient accumulation,
+    :class:`Uninferable` when dp does not divide the global batch (DeepSpeed's batch assertion
+    fails); else Megatron's default of 1."""
+    global_batch = stated["global_batch_seqs"]
+    dp = int(stated.get("dp", fields.get("dp", 1)))
+    megatron = any(_MEGATRON.search(row.get(c, "")) for c in _COLUMNS)
+    if framework != "deepspeed" or megatron:
+        return 1, "micro-batch 1 (Megatron's --micro-batch-size default; column empty)"
+    if global_batch % dp or global_batch < dp:
+        raise Uninferable(
+            f"micro_batch is empty and global_batch_seqs {global_batch} is not a multiple of dp "
+            f"{dp}: DeepSpeed's train_batch_size / data-parallel size (gradient accumulation 1, "
+            "its rule when train_micro_batch_size_per_gpu is absent) must be a whole micro-batch"
+        )
+    micro = global_batch // dp
+    return micro, (
+        f"micro-batch {micro} = global_batch_seqs {global_batch} / dp {dp}, no gradient "
+        "accumulation (column empty: DeepSpeed's rule when only train_batch_size is set, "
+        "deepspeed/runtime/config.py _set_batch_related_parameters)"
+    )

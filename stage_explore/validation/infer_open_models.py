@@ -1,0 +1,292 @@
+"""Common open dense models a row may name without its dims (6 Dec 2026, s28 readers): Gemma,
+Gemma 2, Gemma 3, Mistral 7B / NeMo 12B / Small 3 24B / Large 2, Qwen2 / Qwen2.5, Phi-3 mini
+and Baichuan 2, each at its published sizes (:data:`OPEN_MODELS`).
+
+A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
+and leaves the architecture columns empty; before, such a row was refused (the common decoder
+of :mod:`~stage_explore.validation.infer_generic` needs every dim), and a row stating its dims
+was timed with head dim hidden / heads and untied embeddings (Gemma 7B: 16 heads of 256 =
+4096 wide for a hidden of 3072). :func:`open_model` sets such a row up as the common decoder
+(flavor ``llama3-8b``'s block: pre-norm RMSNorm, rotary positions, no biases, a gated MLP)
+with the model's published config: layers, hidden, FFN, heads, key / value heads, head dim,
+vocabulary, tied embeddings, its sliding-window layer pattern and query / key norm. A dim the
+row states wins (as :data:`~stage_explore.validation.infer_architectures.ARCHITECTURES`). A
+family named at a size the table does not hold is left to the common decoder, as before.
+
+Sources (one per family, cited in the entries): NVIDIA NeMo 2.0's model configs
+(NVIDIA-NeMo/Speech, NeMo's repository under its later name, ``nemo/collections/llm/gpt/
+model/*.py``, each "copied from the corresponding HF model"), Megatron-Bridge's Mistral
+providers, and Hugging Face config.json copies where NeMo leaves the vocabulary to the tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from stage_explore.validation.infer_generic import GenericRefused, stated_head_dim
+
+#: The flavor whose block every entry takes (its dims are all replaced by the entry's).
+BASE = "llama3-8b"
+#: The dims an entry must give, or the row state, for the model to be set up.
+NEEDED = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab")
+
+Field = tuple[str, int | str | bool]
+
+_NEMO = "NVIDIA-NeMo/Speech nemo/collections/llm/gpt/model"
+#: Gemma's block beside the common decoder's (NeMo GemmaConfig / Gemma2Config / Gemma3Config:
+#: normalization RMSNorm, gated_linear_unit with openai_gelu (GeGLU: the gated MLP's three
+#: GEMMs, timed as the flavor's SwiGLU), rope, add_bias_linear False,
+#: share_embeddings_and_output_weights True).
+_GEMMA_BLOCK = "GeGLU timed as the gated MLP's three GEMMs, tied input / output embeddings"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenModel:
+    """One published size of a family: its name, the billions its name states (``size``) or a
+    word naming it (``alias``, matched on the lower-cased model text), an optional further
+    pattern the text must hold (``version``), its model fields and where they are published."""
+
+    name: str
+    size: float | None
+    fields: tuple[Field, ...]
+    where: str
+    alias: str = ""
+    version: str = ""
+    #: What the entry's architecture has that the common decoder does not time.
+    unmodelled: str = ""
+
+
+def _dims(
+    layers: int, hidden: int, ffn: int, heads: int, kv_heads: int, vocab: int | None = None
+) -> tuple[Field, ...]:
+    """The six dims of a config as model fields (``vocab`` None: not published with it)."""
+    fields: list[Field] = [
+        ("layers", layers), ("hidden", hidden), ("ffn", ffn), ("heads", heads),
+        ("kv_heads", kv_heads),
+    ]  # fmt: skip
+    return tuple(fields + ([("vocab", vocab)] if vocab is not None else []))
+
+
+_GEMMA_VOCAB = (
+    "vocab_size 256000, head_dim 256, tie_word_embeddings True: Hugging Face GemmaConfig's "
+    "defaults, 'similar to Gemma-7B' (huggingface/transformers examples/diff_conversion/"
+    "diff_llama1.py; UbiquitousLearning/mllm src/models/gemma/README.md lists 2B and 7B)"
+)
+_GEMMA = (
+    OpenModel("Gemma 2B", 2, (*_dims(18, 2048, 16384, 8, 1, 256000), ("head_dim", 256),
+              ("tied_embeddings", True)),
+              f"{_NEMO}/gemma.py GemmaConfig2B (18 layers, hidden 2048, FFN 16384, 8 heads, 1 "
+              f"query group, kv_channels 256); {_GEMMA_VOCAB}"),
+    OpenModel("Gemma 7B", 7, (*_dims(28, 3072, 24576, 16, 16, 256000), ("head_dim", 256),
+              ("tied_embeddings", True)),
+              f"{_NEMO}/gemma.py GemmaConfig7B (28 layers, hidden 3072, FFN 24576, 16 heads, 16 "
+              f"query groups, kv_channels 256); {_GEMMA_VOCAB}"),
+)  # fmt: skip
+#: Gemma 2's local / global alternation: NeMo's Gemma2DotProductAttention sets the window
+#: where the (1-based) layer_number is even, so 0-based layers 1, 3, ... slide.
+_GEMMA2_PATTERN = (("layer_pattern", "(attn+mlp, swa+mlp)*"), ("sliding_window", 4096))
+_GEMMA2_WHERE = (
+    f"{_NEMO}/gemma2.py Gemma2Config (window_size (4096, 0) on every even-numbered layer, "
+    "vocab_size 256000, kv_channels 256, shared embeddings)"
+)
+_GEMMA2_UNMODELLED = (
+    "Gemma 2's post-attention / post-MLP norms and attention / final logit soft-capping; "
+    "NeMo runs its attention unfused over every query-key pair (the window a mask), timed "
+    "here as a windowed fused kernel"
+)
+_GEMMA2 = tuple(
+    OpenModel(f"Gemma 2 {size:g}B", size, (*_dims(*dims, 256000), ("head_dim", head_dim),
+              ("tied_embeddings", True), *_GEMMA2_PATTERN),
+              f"{_GEMMA2_WHERE}; Gemma2Config{size:g}B ({dims[0]} layers, hidden {dims[1]}, FFN "
+              f"{dims[2]}, {dims[3]} heads, {dims[4]} query groups, head dim {head_dim})",
+              unmodelled=_GEMMA2_UNMODELLED)
+    for size, dims, head_dim in (
+        (2, (26, 2304, 9216, 8, 4), 256), (9, (42, 3584, 14336, 16, 8), 256),
+        (27, (46, 4608, 36864, 32, 16), 128),
+    )
+)  # fmt: skip
+#: Gemma 3's five local layers to one global: NeMo's _is_local_attn_layer(layer_number,
+#: (5, 1)) is ``layer_number % 6 != 0`` (1-based), so 0-based layers 5, 11, ... are global.
+_GEMMA3_WHERE = (
+    f"{_NEMO}/gemma3.py Gemma3Config (interleaved_attn_pattern (5, 1), q_layernorm / "
+    "k_layernorm, vocab_size 262208 (262144 for 1B), shared embeddings)"
+)
+_GEMMA3 = tuple(
+    OpenModel(f"Gemma 3 {size:g}B", size, (*_dims(*dims, vocab), ("head_dim", head_dim),
+              ("tied_embeddings", True), ("qk_norm", True),
+              ("layer_pattern", "(swa+mlp*5, attn+mlp)*"), ("sliding_window", window)),
+              f"{_GEMMA3_WHERE}; Gemma3Config{size:g}B ({dims[0]} layers, hidden {dims[1]}, "
+              f"FFN {dims[2]}, {dims[3]} heads, {dims[4]} query groups, head dim {head_dim}, "
+              f"window {window})",
+              unmodelled="Gemma 3's post-attention / post-MLP norms; the vision tower of the "
+              "4B / 12B / 27B (the text decoder only)")
+    for size, dims, vocab, head_dim, window in (
+        (1, (26, 1152, 6912, 4, 1), 262144, 256, 512),
+        (4, (34, 2560, 10240, 8, 4), 262208, 256, 1024),
+        (12, (48, 3840, 15360, 16, 8), 262208, 256, 1024),
+        (27, (62, 5376, 21504, 32, 16), 262208, 128, 1024),
+    )
+)  # fmt: skip
+_MISTRAL_7B = _dims(32, 4096, 14336, 32, 8)
+_MISTRAL = (
+    OpenModel("Mistral 7B v0.3", 7, (*_MISTRAL_7B, ("vocab", 32768)),
+              "Megatron-Bridge 2afd2d34 src/megatron/bridge/models/mistral/mistral_provider.py "
+              "MistralModelProvider (Mistral-7B-Instruct-v0.3: 32 layers, hidden 4096, FFN "
+              "14336, 32 heads, 8 query groups, vocab_size 32768, window_size None)",
+              version=r"v0\.3"),
+    OpenModel("Mistral 7B v0.2", 7, (*_MISTRAL_7B, ("vocab", 32000)),
+              f"{_NEMO}/mistral.py MistralConfig7B dims; vocab_size 32000 and no sliding "
+              "window for v0.2 (edadaltocg/mistral-src-finetune finetune/config.py "
+              "'Mistral-7B-v0.2-Instruct')", version=r"v0\.2"),
+    OpenModel("Mistral 7B (v0.1)", 7, (*_MISTRAL_7B, ("vocab", 32000),
+              ("layer_pattern", "swa+mlp*"), ("sliding_window", 4096)),
+              f"{_NEMO}/mistral.py MistralConfig7B (32 layers, hidden 4096, FFN 14336, 32 heads, "
+              "8 query groups, window_size [4096, 0] on every layer); vocab_size 32000 "
+              "(Hugging Face MistralConfig's Mistral-7B-v0.1 defaults; sumitdotml/transformers "
+              "mistral-7b-v0.1/README.md: window_size 4096, vocab_size 32000): the first "
+              "release, the Mistral 7B paper's (arXiv 2310.06825), where no version is named"),
+    OpenModel("Mistral NeMo 12B", 12, (*_dims(40, 5120, 14336, 32, 8, 131072),
+              ("head_dim", 128)),
+              f"{_NEMO}/mistral.py MistralNeMoConfig12B (40 layers, hidden 5120, kv_channels "
+              "128, FFN 14336, 32 heads, 8 query groups, no window); vocab_size 131072 and "
+              "tie_word_embeddings false in mistralai/Mistral-Nemo-Base-2407's config.json "
+              "(copied in kevinstephano/thunder_model_blocks mistral/mistral_config.py)",
+              version=r"nemo"),
+    OpenModel("Mistral Small 3 24B", 24, (*_dims(40, 5120, 32768, 32, 8, 131072),
+              ("head_dim", 128)),
+              "Megatron-Bridge 2afd2d34 mistral_provider.py MistralSmall3ModelProvider24B "
+              "(Mistral-Small-24B-Instruct-2501: 40 layers, hidden 5120, FFN 32768, 32 heads, 8 "
+              "query groups, kv_channels 128, vocab_size 131072)", version=r"small"),
+    OpenModel("Mistral Large 2 123B", 123, (*_dims(88, 12288, 28672, 96, 8), ("head_dim", 128)),
+              f"{_NEMO}/mistral.py MistralNeMoConfig123B (mistral-large-2407: 88 layers, hidden "
+              "12288, FFN 28672, 96 heads, 8 query groups, kv_channels 128); its vocabulary "
+              "is the tokenizer's, not in the config: the row must state vocab",
+              version=r"large"),
+)  # fmt: skip
+_QWEN2_WHERE = (
+    f"{_NEMO}/qwen2.py (Qwen2Config: add_qkv_bias, untied unless stated, vocab_size 151936"
+)
+_QWEN2 = tuple(
+    OpenModel(f"Qwen2 / Qwen2.5 {size:g}B", size,
+              (*_dims(*dims, vocab), ("tied_embeddings", tied)),
+              f"{_QWEN2_WHERE}; {config}: {dims[0]} layers, hidden {dims[1]}, FFN {dims[2]}, "
+              f"{dims[3]} heads, {dims[4]} query groups, vocab_size {vocab}){extra}",
+              unmodelled="Qwen2's q / k / v projection biases")
+    for size, dims, vocab, tied, config, extra in (
+        (0.5, (24, 896, 4864, 14, 2), 151936, True, "Qwen2Config500M / Qwen25Config500M",
+         "; tie_word_embeddings True in the Hugging Face Qwen2-0.5B / Qwen2.5-0.5B config.json "
+         "(rwth-i6/i6_experiments qwen2_configs.py 'Qwen2-0_5B')"),
+        (1.5, (28, 1536, 8960, 12, 2), 151936, False, "Qwen2Config1P5B / Qwen25Config1P5B",
+         " (NeMo's config: untied)"),
+        (3, (36, 2048, 11008, 16, 2), 151936, True, "Qwen25Config3B",
+         " (share_embeddings_and_output_weights True)"),
+        (7, (28, 3584, 18944, 28, 4), 152064, False, "Qwen2Config7B / Qwen25Config7B", ""),
+        (14, (48, 5120, 13824, 40, 8), 152064, False, "Qwen25Config14B", ""),
+        (32, (64, 5120, 27648, 40, 8), 152064, False, "Qwen25Config32B", ""),
+        (72, (80, 8192, 29568, 64, 8), 152064, False, "Qwen2Config72B / Qwen25Config72B", ""),
+    )
+)  # fmt: skip
+_PHI3 = (
+    OpenModel("Phi-3 mini 3.8B", 3.8, _dims(32, 3072, 8192, 32, 32, 32064),
+              f"{_NEMO}/phi3mini.py Phi3ConfigMini (32 layers, hidden 3072, FFN 8192, 32 heads, "
+              "32 query groups, vocab_size 32064, untied)", alias=r"\bmini\b"),
+)  # fmt: skip
+_BAICHUAN2 = (
+    OpenModel("Baichuan 2 7B", 7, _dims(32, 4096, 11008, 32, 32, 125696),
+              f"{_NEMO}/baichuan.py Baichuan2Config7B (32 layers, hidden 4096, FFN 11008, 32 "
+              "heads, 32 query groups, rope, untied); vocab_size 125696 (inclusionAI/Ling "
+              "mindie_config atb_llm/models/baichuan config_baichuan.py)"),
+    OpenModel("Baichuan 2 13B", 13, (*_dims(40, 5120, 13696, 40, 40, 125696),
+              ("position", "none")),
+              "inclusionAI/Ling mindie_config atb_llm/models/baichuan/v2_13b/config_baichuan.py "
+              "(vocab_size 125696, hidden_size 5120, intermediate_size 13696, 40 layers, 40 "
+              f"heads, untied); ALiBi, no position table: {_NEMO}/baichuan.py reads "
+              "position_embedding_type 'rope' if num_hidden_layers == 32 else 'alibi'",
+              unmodelled="ALiBi's bias on the attention scores"),
+)  # fmt: skip
+
+#: (family pattern on the lower-cased model text, its sizes), first family match wins; a
+#: family matched at a size it has no entry for is left to the common decoder. Gemma 3 and
+#: Gemma 2 before Gemma ("Gemma 2B" is the first Gemma's 2B: a digit followed by "b" is a size,
+#: not a generation).
+OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
+    (r"\bgemma[\s_-]*3(?![\d.]*\s*b\b)(?![.\dn])", _GEMMA3),
+    (r"\bgemma[\s_-]*2(?![\d.]*\s*b\b)(?![.\d])", _GEMMA2),
+    # the first Gemma (or 1.1) followed by a size or a word, not by another generation's digit
+    (r"\bgemma(?:[\s_-]*1(?:\.1)?(?![\d.]*\s*b\b))?(?=[\s_-]*(?:\d+(?:\.\d+)?\s*b\b|[^\d\s_-]|$))",
+     _GEMMA),
+    (r"\bmistral(?![\s_-]*(?:medium|\d+x))", _MISTRAL),
+    (r"\bqwen[\s_-]*2(?:\.5)?(?![.\d])(?![\s_-]*(?:moe|vl|audio))", _QWEN2),
+    (r"\bphi[\s_-]*3(?![.\d])", _PHI3),
+    (r"\bbaichuan[\s_-]*2(?![.\d])", _BAICHUAN2),
+)  # fmt: skip
+_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
+
+
+def _stated_size(text: str) -> float | None:
+    """The billions of parameters the model text states (``gemma-2-9b``: 9), None if none."""
+    found = _SIZE.search(text)
+    return float(found.group(1)) if found else None
+
+
+def find_open_model(text: str) -> tuple[str, OpenModel | None]:
+    """``(family pattern, entry)`` of the lower-cased model ``text``: the first family of
+    :data:`OPEN_MODELS` it names and the first of its entries whose size (or alias) and version
+    it states; ``("", None)`` when it names no family, ``(pattern, None)`` when it names one at
+    a size the table does not hold."""
+    size = _stated_size(text)
+    for pattern, entries in OPEN_MODELS:
+        if not re.search(pattern, text):
+            continue
+        for entry in entries:
+            sized = size == entry.size or (
+                size is None and bool(entry.alias) and re.search(entry.alias, text) is not None
+            )
+            if sized and (not entry.version or re.search(entry.version, text)):
+                return pattern, entry
+        return pattern, None
+    return "", None
+
+
+class OpenModelRefused(ValueError):
+    """A row names an entry of :data:`OPEN_MODELS` that lacks a dim the row does not state."""
+
+
+def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, ...]] | None:
+    """``(base flavor, assumption, model fields)`` of a row naming a published size of
+    :data:`OPEN_MODELS` (the entry's fields, less the dims the row states, with the head dim
+    its model or notes cell states); None when the row
+    names none; :class:`OpenModelRefused` when the entry lacks a dim (:data:`NEEDED`) the row
+    leaves empty, or the moe cell names experts (every entry is dense)."""
+    text = model.lower().replace("_", " ")
+    _, entry = find_open_model(text)
+    if entry is None:
+        return None
+    moe = row.get("moe", "").strip()
+    if moe and re.search(r"\d\s*(?:routed\s*)?experts?|top[-\s]?\d", moe, re.IGNORECASE):
+        raise OpenModelRefused(
+            f"model {model!r} is the dense {entry.name}, but the moe column says {moe!r}"
+        )
+    given = {k for k, _ in entry.fields}
+    missing = [d for d in NEEDED if d not in given and not row.get(d, "").strip().isdigit()]
+    if missing:
+        raise OpenModelRefused(
+            f"model {model!r} is {entry.name}, whose {', '.join(missing)} the published config "
+            "does not give, and the CSV does not state it"
+        )
+    own = tuple((k, v) for k, v in entry.fields if not row.get(k, "").strip().isdigit())
+    try:  # a head dim the row's model or notes cell states wins too
+        head_dim = stated_head_dim(row)
+    except GenericRefused as error:
+        raise OpenModelRefused(str(error)) from None
+    if head_dim is not None:
+        own = (*(f for f in own if f[0] != "head_dim"), ("head_dim", head_dim[0]))
+    listed = ", ".join(f"{k} {v}" for k, v in own)
+    unmodelled = f"; not modelled: {entry.unmodelled}" if entry.unmodelled else ""
+    assumption = (
+        f"model {model!r} as {entry.name}: the common decoder (flavor {BASE}'s block: pre-norm "
+        f"RMSNorm, rotary positions, no biases, a gated MLP) with its published config "
+        f"({listed}): {entry.where}; the CSV's dims, where stated, win{unmodelled}"
+    )
+    return BASE, assumption, own

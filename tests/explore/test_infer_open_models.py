@@ -1,0 +1,138 @@
+"""Rows naming a common open model without its dims (6 Dec 2026, s28 readers): Gemma / Gemma 2 /
+Gemma 3, Mistral 7B / NeMo 12B / Small 3 / Large 2, Qwen2 / Qwen2.5, Phi-3 mini and Baichuan 2
+are set up from their published configs (stage_explore/validation/infer_open_models.py, each
+cited); before, a row leaving the architecture columns empty was refused, and one stating them
+was timed with head dim hidden / heads and untied embeddings."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage_core.models import ModelSpec
+from stage_explore.validation.infer import row_cases
+from stage_explore.validation.infer_open_models import OPEN_MODELS, find_open_model
+from stage_explore.validation.setups import Case, data_dir
+
+#: A torchtitan row of 8 GPUs, all data parallel, naming only its model.
+BASE = {
+    "id": "OPEN-TEST", "source": "torchtitan benchmark", "gpu": "H100", "num_gpus": "8",
+    "tp": "1", "pp": "1", "dp": "8", "seq_len": "4096", "global_batch_seqs": "16",
+    "micro_batch": "2", "precision": "bf16", "tokens_per_s_per_gpu": "4000",
+}  # fmt: skip
+
+
+def _case(**cells: str) -> Case:
+    (case, *_) = row_cases({**BASE, **cells}, "open.csv", 1, data_dir())
+    return case
+
+
+def _model(**cells: str) -> ModelSpec:
+    case = _case(**cells)
+    assert case.model is not None, case.reason
+    return case.model
+
+
+@pytest.mark.parametrize(
+    ("model", "dims"),
+    [
+        # (layers, hidden, ffn, heads, kv_heads, head_dim, vocab, tied)
+        ("Gemma 7B", (28, 3072, 24576, 16, 16, 256, 256000, True)),
+        ("google/gemma-2b", (18, 2048, 16384, 8, 1, 256, 256000, True)),
+        ("Gemma 2 27B", (46, 4608, 36864, 32, 16, 128, 256000, True)),
+        ("gemma-3-12b-pt", (48, 3840, 15360, 16, 8, 256, 262208, True)),
+        ("Gemma 3 1B", (26, 1152, 6912, 4, 1, 256, 262144, True)),
+        ("Mistral 7B", (32, 4096, 14336, 32, 8, 128, 32000, False)),
+        ("Mistral-7B-v0.3", (32, 4096, 14336, 32, 8, 128, 32768, False)),
+        ("Mistral NeMo 12B", (40, 5120, 14336, 32, 8, 128, 131072, False)),
+        ("Mistral-Small-24B-Base-2501", (40, 5120, 32768, 32, 8, 128, 131072, False)),
+        ("Qwen2.5-7B", (28, 3584, 18944, 28, 4, 128, 152064, False)),
+        ("Qwen2 0.5B", (24, 896, 4864, 14, 2, 64, 151936, True)),
+        ("Qwen2.5 72B", (80, 8192, 29568, 64, 8, 128, 152064, False)),
+        ("Phi-3-mini-4k-instruct", (32, 3072, 8192, 32, 32, 96, 32064, False)),
+        ("Baichuan2-7B-Base", (32, 4096, 11008, 32, 32, 128, 125696, False)),
+    ],
+)
+def test_a_named_model_takes_its_published_config(
+    model: str, dims: tuple[int, int, int, int, int, int, int, bool]
+) -> None:
+    spec = _model(model=model)
+    got = (spec.layers, spec.hidden, spec.ffn, spec.heads, spec.kv_heads, spec.head_dim,
+           spec.vocab, spec.tied_embeddings)  # fmt: skip
+    assert got == dims
+
+
+def test_gemma_2_alternates_local_and_global_layers() -> None:
+    spec = _model(model="Gemma 2 9B")
+    kinds = [kind.token for kind in spec.layer_kinds()]
+    assert kinds[:4] == ["attn+mlp", "swa+mlp", "attn+mlp", "swa+mlp"] and len(kinds) == 42
+    assert spec.sliding_window == 4096
+
+
+def test_gemma_3_has_five_local_layers_to_one_global_and_qk_norm() -> None:
+    spec = _model(model="Gemma 3 27B")
+    kinds = [kind.token for kind in spec.layer_kinds()]
+    assert kinds.count("attn+mlp") == 10 and kinds[5] == "attn+mlp" and len(kinds) == 62
+    assert spec.sliding_window == 1024 and spec.qk_norm
+
+
+def test_the_first_mistral_7b_slides_its_window_in_every_layer() -> None:
+    spec = _model(model="Mistral 7B v0.1")
+    assert {kind.token for kind in spec.layer_kinds()} == {"swa+mlp"}
+    assert spec.sliding_window == 4096
+    assert _model(model="Mistral 7B v0.2").sliding_window == 0
+
+
+def test_baichuan_2_13b_has_no_position_table() -> None:
+    spec = _model(model="Baichuan 2 13B")
+    assert str(spec.position) == "none" and spec.vocab == 125696
+
+
+def test_dims_the_row_states_win() -> None:
+    spec = _model(model="Gemma 7B", layers="20", vocab="32000", notes="head_dim 128")
+    assert (spec.layers, spec.vocab, spec.head_dim, spec.hidden) == (20, 32000, 128, 3072)
+
+
+def test_the_assumption_cites_the_config() -> None:
+    case = _case(model="Qwen2.5-14B")
+    said = " ".join(case.assumptions)
+    assert "Qwen25Config14B" in said and "q / k / v projection biases" in said
+
+
+@pytest.mark.parametrize(
+    ("cells", "said"),
+    [
+        ({"model": "Mistral Large 2 123B"}, "whose vocab the published config does not give"),
+        ({"model": "Gemma 7B", "moe": "8 experts, top-2"}, "is the dense Gemma 7B"),
+        ({"model": "Gemma 7B head_dim 256", "notes": "kv_channels 128"}, "head dims 128, 256"),
+    ],
+)
+def test_what_cannot_be_read_is_refused_in_one_line(cells: dict[str, str], said: str) -> None:
+    case = _case(**cells)
+    assert case.model is None and said in case.reason and "\n" not in case.reason
+
+
+@pytest.mark.parametrize(
+    "model", ["Gemma 3n E4B", "Qwen2.5-VL-7B", "Phi-3-medium-14B", "Gemma 2 13B", "CodeGemma 7B"]
+)
+def test_a_size_or_variant_the_table_lacks_is_the_common_decoder_as_before(model: str) -> None:
+    """Without the architecture columns the common decoder refuses the row, as it did."""
+    case = _case(model=model)
+    assert case.model is None and "the CSV does not state layers" in case.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [("gemma 2b", "Gemma 2B"), ("gemma-2-2b", "Gemma 2 2B"), ("gemma 1.1 7b", "Gemma 7B"),
+     ("gemma2-27b", "Gemma 2 27B"), ("qwen2-7b-instruct", "Qwen2 / Qwen2.5 7B"),
+     ("mistral-small-3.1-24b", "Mistral Small 3 24B"), ("baichuan 2 13b", "Baichuan 2 13B")],
+)  # fmt: skip
+def test_generations_and_sizes_are_told_apart(text: str, name: str) -> None:
+    _, entry = find_open_model(text)
+    assert entry is not None and entry.name == name
+
+
+def test_no_family_pattern_names_an_existing_flavor_family() -> None:
+    """The table reads no model the flavors already read (the visible rows stay unmoved)."""
+    for text in ("llama 3.1 8b", "mixtral 8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"):
+        assert find_open_model(text) == ("", None)
+    assert all(entries for _, entries in OPEN_MODELS)
