@@ -268,6 +268,13 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
         raise OpenModelRefused(
             f"model {model!r} is the dense {entry.name}, but the moe column says {moe!r}"
         )
+    for dim in NEEDED:  # a cell the row fills but not with a number is not the entry's
+        cell = row.get(dim, "").strip()
+        if cell and not cell.isdigit():
+            raise OpenModelRefused(
+                f"model {model!r} is {entry.name}, but the {dim} column says {cell!r}: expected "
+                "a number (or empty, for the published config's)"
+            )
     given = {k for k, _ in entry.fields}
     missing = [d for d in NEEDED if d not in given and not row.get(d, "").strip().isdigit()]
     if missing:
