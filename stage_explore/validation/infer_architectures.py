@@ -52,6 +52,16 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
      "q_lora_rank None, kv_lora_rank 512, 64 experts of 1408, 2 shared (2816), top-6, "
      "vocab_size 163842); the verification card's recipe builds it from the Hugging Face "
      "config moonshotai/Moonlight-16B-A3B (architecture DeepseekV3ForCausalLM)"),
+    # DBRX (6 Dec 2026, s28 readers): fine-grained MoE in every layer, 16 experts of 10752
+    # choosing 4, no shared expert, grouped-query attention; its GLU experts (ffn_act_fn silu)
+    # are Mixtral's block. Not timed: clip_qkv, its LayerNorm (the flavor's RMSNorm).
+    (r"\bdbrx\b", "mixtral-8x7b",
+     (("layers", 40), ("hidden", 6144), ("ffn", 10752), ("expert_ffn", 10752), ("heads", 48),
+      ("kv_heads", 8), ("vocab", 100352), ("num_experts", 16), ("top_k", 4)),
+     "databricks/dbrx-base's config.json (copied at huggingface.co/LnL-AI/"
+     "dbrx-base-converted-v2/blob/main/config.json and amd/dbrx-instruct-FP8-KV: n_layers 40, "
+     "d_model 6144, n_heads 48, attn_config.kv_n_heads 8, ffn_config.ffn_hidden_size 10752, "
+     "moe_num_experts 16, moe_top_k 4, vocab_size 100352, tie_word_embeddings false)"),
     # Maverick: Llama4Experts128Config num_moe_experts 128, moe_layer_freq [0, 1] * 24 (every
     # other layer MoE; the flavor's interval 2 puts the MoE blocks on layers 0, 2, ..., NeMo's
     # on 1, 3, ...: the same 24 of 48).

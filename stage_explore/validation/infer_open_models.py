@@ -1,6 +1,6 @@
 """Common open dense models a row may name without its dims (6 Dec 2026, s28 readers): Gemma,
-Gemma 2, Gemma 3, Mistral 7B / NeMo 12B / Small 3 24B / Large 2, Qwen2 / Qwen2.5, Phi-3 mini
-and Baichuan 2, each at its published sizes (:data:`OPEN_MODELS`).
+Gemma 2, Gemma 3, Mistral 7B / NeMo 12B / Small 3 24B / Large 2, Qwen2 / Qwen2.5, Phi-3 mini,
+Baichuan 2, Yi 34B and InternLM2, each at its published sizes (:data:`OPEN_MODELS`).
 
 A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
 and leaves the architecture columns empty; before, such a row was refused (the common decoder
@@ -205,6 +205,23 @@ _BAICHUAN2 = (
               "position_embedding_type 'rope' if num_hidden_layers == 32 else 'alibi'",
               unmodelled="ALiBi's bias on the attention scores"),
 )  # fmt: skip
+_YI = (
+    OpenModel("Yi 34B", 34, _dims(60, 7168, 20480, 56, 8, 64000),
+              "01-ai/Yi-34B's config.json (copied at huggingface.co/GreenBitAI/"
+              "yi-34b-w4a16g32 from the 01-ai/Yi-34B snapshot; 01-ai/Yi-1.5-34B-Chat's the same "
+              "dims: num_hidden_layers 60, hidden_size 7168, intermediate_size 20480, "
+              "num_attention_heads 56, num_key_value_heads 8, vocab_size 64000, untied)"),
+)  # fmt: skip
+_INTERNLM2 = (
+    OpenModel("InternLM2 7B", 7, _dims(32, 4096, 14336, 32, 8, 92544),
+              "huggingface.co/internlm/internlm2-chat-7b config.json (num_hidden_layers 32, "
+              "hidden_size 4096, intermediate_size 14336, num_attention_heads 32, "
+              "num_key_value_heads 8, vocab_size 92544, bias false, untied)"),
+    OpenModel("InternLM2 20B", 20, _dims(48, 6144, 16384, 48, 8, 92544),
+              "huggingface.co/internlm/internlm2-20b config.json (num_hidden_layers 48, "
+              "hidden_size 6144, intermediate_size 16384, num_attention_heads 48, "
+              "num_key_value_heads 8, vocab_size 92544, bias false, untied)"),
+)  # fmt: skip
 
 #: (family pattern on the lower-cased model text, its sizes), first family match wins; a
 #: family matched at a size it has no entry for is left to the common decoder. Gemma 3 and
@@ -220,6 +237,8 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bqwen[\s_-]*2(?:\.5)?(?![.\d])(?![\s_-]*(?:moe|vl|audio))", _QWEN2),
     (r"\bphi[\s_-]*3(?![.\d])", _PHI3),
     (r"\bbaichuan[\s_-]*2(?![.\d])", _BAICHUAN2),
+    (r"\byi(?:[\s_-]*1\.5)?\b", _YI),
+    (r"\binternlm[\s_-]*2(?![.\d])", _INTERNLM2),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 

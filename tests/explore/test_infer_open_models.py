@@ -50,6 +50,8 @@ def _model(**cells: str) -> ModelSpec:
         ("Qwen2.5 72B", (80, 8192, 29568, 64, 8, 128, 152064, False)),
         ("Phi-3-mini-4k-instruct", (32, 3072, 8192, 32, 32, 96, 32064, False)),
         ("Baichuan2-7B-Base", (32, 4096, 11008, 32, 32, 128, 125696, False)),
+        ("Yi-1.5-34B", (60, 7168, 20480, 56, 8, 128, 64000, False)),
+        ("internlm2-20b", (48, 6144, 16384, 48, 8, 128, 92544, False)),
     ],
 )
 def test_a_named_model_takes_its_published_config(
@@ -113,7 +115,8 @@ def test_what_cannot_be_read_is_refused_in_one_line(cells: dict[str, str], said:
 
 
 @pytest.mark.parametrize(
-    "model", ["Gemma 3n E4B", "Qwen2.5-VL-7B", "Phi-3-medium-14B", "Gemma 2 13B", "CodeGemma 7B"]
+    "model",
+    ["Gemma 3n E4B", "Qwen2.5-VL-7B", "Phi-3-medium-14B", "Gemma 2 13B", "CodeGemma 7B", "Yi 6B"],
 )
 def test_a_size_or_variant_the_table_lacks_is_the_common_decoder_as_before(model: str) -> None:
     """Without the architecture columns the common decoder refuses the row, as it did."""
@@ -137,3 +140,11 @@ def test_no_family_pattern_names_an_existing_flavor_family() -> None:
     for text in ("llama 3.1 8b", "mixtral 8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"):
         assert find_open_model(text) == ("", None)
     assert all(entries for _, entries in OPEN_MODELS)
+
+
+def test_dbrx_is_mixtral_s_block_with_its_own_sizes() -> None:
+    """DBRX (databricks/dbrx-base config.json): 16 experts of 10752 choosing 4 in every layer."""
+    spec = _model(model="DBRX 132B")
+    got = (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.vocab, spec.num_experts,
+           spec.top_k, spec.expert_ffn, spec.num_shared_experts)  # fmt: skip
+    assert got == (40, 6144, 48, 8, 100352, 16, 4, 10752, 0)

@@ -107,12 +107,12 @@ def test_a_known_family_of_no_listed_size_keeps_what_the_code_knows_of_it() -> N
     [
         # s28 readers: a family of no published config in the code (Mistral 7B now fills its
         # empty dims from its config, infer_open_models.py)
-        ({**MISTRAL, "model": "InternLM2 7B", "ffn": ""}, "the CSV does not state ffn"),
-        ({**MISTRAL, "model": "InternLM2 7B", "vocab": "", "seq_len": ""},
+        ({**MISTRAL, "model": "StableLM 3B", "ffn": ""}, "the CSV does not state ffn"),
+        ({**MISTRAL, "model": "StableLM 3B", "vocab": "", "seq_len": ""},
          "the CSV does not state vocab, seq_len"),
-        ({**MISTRAL, "model": "InternLM2 7B", "kv_heads": "MLA"},
+        ({**MISTRAL, "model": "StableLM 3B", "kv_heads": "MLA"},
          "kv_heads 'MLA' is not a number"),
-        ({**MISTRAL, "model": "DBRX 132B", "moe": "16 experts top-4"},
+        ({**MISTRAL, "model": "Arctic 480B", "moe": "128 experts top-2"},
          "a mixture of experts of no known family"),
     ],
 )  # fmt: skip
