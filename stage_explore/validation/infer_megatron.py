@@ -556,7 +556,7 @@ def megatron_core_defaults(
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
     if "mlperf" in row_text(row).lower():
-        mlperf_moe_switches(row, stated, out)
+        mlperf_moe_switches(row, stated, out, bool(spec.num_experts))
     layers = int(stated.get("layers", spec.layers))
     readme_interleaving(row, stated, parallel, layers, out)
     release = container(row)

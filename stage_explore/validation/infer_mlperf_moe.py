@@ -32,10 +32,14 @@ _LAYOUT = re.compile(r"\bPIPELINE_LAYOUT\s*=?\s*[\"']([EtmL0-9*|()]+)[\"']")
 _FUSED_GROUPED_MLP = re.compile(r"\bNVTE_CUTEDSL_FUSED_GROUPED_MLP\s*=\s*(?:1|True)\b")
 
 
-def mlperf_moe_switches(row: dict[str, str], stated: dict[str, int], out: Defaults) -> None:
-    """Set ``pp_layout`` (pipelined rows, one layout stated) and ``moe_grouped_kernel`` (MoE
-    rows) on ``out`` from what the MLPerf row's text states of its config, each with its
-    assumption; a row stating two different layouts keeps STAGE's split."""
+def mlperf_moe_switches(
+    row: dict[str, str], stated: dict[str, int], out: Defaults, moe: bool
+) -> None:
+    """Set ``pp_layout`` (pipelined rows, one layout stated) and ``moe_grouped_kernel`` (rows of
+    an MoE model, ``moe``, whatever their expert parallelism: at EP 1 every expert is local and
+    the fused grouped MLP runs over all of them) on ``out`` from what the MLPerf row's text
+    states of its config, each with its assumption; a row stating two different layouts keeps
+    STAGE's split."""
     text = row_text(row)
     layouts = set(_LAYOUT.findall(text))
     if len(layouts) == 1 and stated.get("pp", 1) > 1 and "pp_layout" not in out.parallel:
@@ -45,7 +49,7 @@ def mlperf_moe_switches(row: dict[str, str], stated: dict[str, int], out: Defaul
             f"pipeline layout {layout!r} (pp_layout): the text states the config's "
             "PIPELINE_LAYOUT (Megatron-Core's pipeline_model_parallel_layout)"
         )
-    if stated.get("ep", 1) > 1 and _FUSED_GROUPED_MLP.search(text):
+    if moe and _FUSED_GROUPED_MLP.search(text):
         out.options["moe_grouped_kernel"] = True
         out.notes.append(
             "the routed experts as Transformer Engine's fused grouped MLP, one launch over the "

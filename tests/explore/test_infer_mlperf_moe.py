@@ -28,20 +28,21 @@ def test_the_deepseek_v3_row_reads_its_layout_and_fused_grouped_mlp() -> None:
     assert "moe_grouped_kernel=true" in case.backend_key
 
 
-@pytest.mark.parametrize(("notes", "stated", "layout", "grouped"), [
+@pytest.mark.parametrize(("notes", "stated", "moe", "layout", "grouped"), [
     (f"PIPELINE_LAYOUT '{LAYOUT}', NVTE_CUTEDSL_FUSED_GROUPED_MLP=1", {"pp": 4, "ep": 32},
-     LAYOUT, True),
-    (f'PIPELINE_LAYOUT="{LAYOUT}"', {"pp": 4, "ep": 32}, LAYOUT, False),
-    (f"PIPELINE_LAYOUT '{LAYOUT}'", {"pp": 1, "ep": 32}, None, False),       # no pipeline
-    ("NVTE_CUTEDSL_FUSED_GROUPED_MLP=1", {"pp": 4, "ep": 1}, None, False),  # no experts
-    ("NVTE_CUTEDSL_FUSED_GROUPED_MLP=0", {"pp": 4, "ep": 8}, None, False),
-    (f"PIPELINE_LAYOUT '{LAYOUT}'; PIPELINE_LAYOUT 'Et*8|(t*8|)*6t*5mL'", {"pp": 4}, None,
+     True, LAYOUT, True),
+    (f'PIPELINE_LAYOUT="{LAYOUT}"', {"pp": 4, "ep": 32}, True, LAYOUT, False),
+    (f"PIPELINE_LAYOUT '{LAYOUT}'", {"pp": 1, "ep": 32}, True, None, False),  # no pipeline
+    ("NVTE_CUTEDSL_FUSED_GROUPED_MLP=1", {"pp": 4, "ep": 1}, False, None, False),  # dense model
+    ("NVTE_CUTEDSL_FUSED_GROUPED_MLP=1", {"pp": 1, "ep": 1}, True, None, True),  # MoE at EP 1
+    ("NVTE_CUTEDSL_FUSED_GROUPED_MLP=0", {"pp": 4, "ep": 8}, True, None, False),
+    (f"PIPELINE_LAYOUT '{LAYOUT}'; PIPELINE_LAYOUT 'Et*8|(t*8|)*6t*5mL'", {"pp": 4}, True, None,
      False),  # two layouts stated: neither taken
 ])  # fmt: skip
 def test_only_what_the_text_states_is_read(
-    notes: str, stated: dict[str, int], layout: str | None, grouped: bool
+    notes: str, stated: dict[str, int], moe: bool, layout: str | None, grouped: bool
 ) -> None:
     out = Defaults()
-    mlperf_moe_switches({"notes": notes}, stated, out)
+    mlperf_moe_switches({"notes": notes}, stated, out, moe)
     assert out.parallel.get("pp_layout") == layout
     assert out.options.get("moe_grouped_kernel", False) is grouped
