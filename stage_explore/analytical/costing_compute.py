@@ -138,7 +138,11 @@ class ComputeCosting:
             xentropy_loss=self.framework.xentropy_cross_entropy,
             metric_losses=self.framework.train_metric_losses,
             eager_bytes=self._eager_bytes(point.workload.model),
-            eager_extra=eager_extra_bytes(point.workload.model, self.framework.eager_modules),
+            eager_extra=eager_extra_bytes(
+                point.workload.model,
+                self.framework.eager_modules,
+                op_fuser=self.framework.moe_grouped_kernel,  # TE's fused expert ops clamp
+            ),
             attention_eager=eager_attention(
                 point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
             ),
@@ -155,6 +159,7 @@ class ComputeCosting:
                 fused=self.framework.fused_elementwise,
                 deepep=self.framework.moe_deepep,
                 trained_router=not self.framework.moe_fake_balanced_gate,
+                op_fuser=self.framework.moe_grouped_kernel,
             ),
             memory_kernel_s=kernels.memory_kernel_s,
             wgrad_accumulator=self._wgrad_accumulator(point),
@@ -173,6 +178,7 @@ class ComputeCosting:
             deepep=framework.moe_deepep,
             trained_router=not framework.moe_fake_balanced_gate,
             rope_fusion=framework.rope_fusion,
+            op_fuser=framework.moe_grouped_kernel,  # TE's fused expert ops add the biases
         )
         if framework.linear_bias_epilogue:
             table.update(bias_epilogue_bytes(model))

@@ -361,20 +361,22 @@ def eager_op_bytes(
     deepep: bool = False,
     trained_router: bool = True,
     rope_fusion: bool = True,
+    op_fuser: bool = False,
 ) -> dict[str, int]:
     """Bytes per element of each generator op (and of its ``<op>.backward``) that the
     framework's model code runs as several kernels; empty when its modules are the generator's
     own (``"generator"``). Under ``fused`` (``torch.compile``) only what Inductor cannot fuse
     (:func:`_compiled_op_bytes`). ``deepep`` (the experts dispatch on DeepEP) and
     ``trained_router`` (the routing probabilities carry a gradient) matter only to
-    ``"automodel"``, ``rope_fusion`` (Megatron-Core's ``apply_rope_fusion``) only to
-    ``"megatron-core"``."""
+    ``"automodel"``, ``rope_fusion`` (Megatron-Core's ``apply_rope_fusion``) and ``op_fuser``
+    (its experts as Transformer Engine's fused ops, the profile's ``moe_grouped_kernel``) only
+    to ``"megatron-core"``."""
     if eager_modules == "generator":
         return {}
     if eager_modules == "megatron-core":  # eager whatever fuses the rest (eager_megatron)
         from stage_explore.analytical.eager_megatron import megatron_op_bytes
 
-        return megatron_op_bytes(model, rope_fusion=rope_fusion)
+        return megatron_op_bytes(model, rope_fusion=rope_fusion, op_fuser=op_fuser)
     if fused:
         return _compiled_op_bytes(model, eager_modules)
     if eager_modules == "automodel":  # imported here: eager_automodel builds on this module
@@ -400,16 +402,18 @@ def eager_op_bytes(
     return table
 
 
-def eager_extra_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
+def eager_extra_bytes(
+    model: ModelSpec, eager_modules: str, op_fuser: bool = False
+) -> dict[str, int]:
     """Bytes per element of eager kernels the framework's model code runs beside a generator op
     on top of that op's own count (the kernel timer adds them at the eager rate): Megatron-Core's
-    GLU clamp of GPT-OSS under ``"megatron-core"``
+    GLU clamp of GPT-OSS under ``"megatron-core"`` without ``op_fuser``
     (:func:`~stage_explore.analytical.eager_megatron.megatron_extra_bytes`); empty otherwise."""
     if eager_modules != "megatron-core":
         return {}
     from stage_explore.analytical.eager_megatron import megatron_extra_bytes
 
-    return megatron_extra_bytes(model)
+    return megatron_extra_bytes(model, op_fuser=op_fuser)
 
 
 def _compiled_op_bytes(model: ModelSpec, eager_modules: str) -> dict[str, int]:
@@ -488,6 +492,7 @@ def eager_expert_kernels(
     fused: bool = False,
     deepep: bool = False,
     trained_router: bool = True,
+    op_fuser: bool = False,
 ) -> dict[str, int]:
     """Kernels beyond the eager table's one per entry of each generator op (and of its
     ``<op>.backward``) that the framework's expert code launches once per local expert: the
@@ -498,10 +503,11 @@ def eager_expert_kernels(
     kernels. The table's bytes already cover every expert; each further launch pays the kernel
     model's ``memory_kernel_s`` (an eager table's own kernels have their fixed time in its
     bandwidth fraction, measured on large tensors). Empty with one local expert, and where
-    :func:`eager_op_bytes` has no such table (AutoModel under ``fused``, or without DeepEP)."""
+    :func:`eager_op_bytes` has no such table (AutoModel under ``fused``, or without DeepEP;
+    Megatron-Core under ``op_fuser``, whose grouped linear op adds the biases)."""
     if local_experts < 2 or not (model.bias and model.num_experts):
         return {}
-    if eager_modules == "megatron-core":
+    if eager_modules == "megatron-core" and not op_fuser:
         from stage_explore.analytical.eager_megatron import MEGATRON_EXPERT_DOWN_BIAS as module
     elif eager_modules == "automodel" and deepep and not fused:
         from stage_explore.analytical.eager_automodel import automodel_expert_bias_probs

@@ -81,6 +81,24 @@ gradients (2B, 2B). Megatron-Core's ``moe_act`` recompute checkpoints the whole 
 (``CheckpointWithoutOutput`` around the activation), so the recomputed forward clamps again: it is
 the generator's recomputed ``experts.act``, which gets the same forward bytes.
 
+Neither the clamp nor ``_apply_bias`` runs under Transformer Engine's operation fuser
+(Megatron-Core's ``use_transformer_engine_op_fuser``, the profile's ``moe_grouped_kernel``):
+``TEGroupedMLP.forward`` then calls ``_fused_forward``, a ``te.pytorch.ops.Sequential`` of
+``GroupedLinear`` (``linear_fc1``'s biases), ``ScaledClampedQGeGLU(glu_interleave_size=...,
+limit=clamp)`` for a gated ``quick_gelu`` (GPT-OSS; ``ScaledSwiGLU`` for SiLU) taking the routing
+probabilities, and ``GroupedLinear`` with ``linear_fc2``'s biases, and returns no bias to add
+(``_make_fused_ops`` in ``megatron/core/transformer/moe/experts.py``, a 2026 Megatron-Core read in
+the stored index, its repository not named there; ``_is_fused_impl_supported`` accepts GPT-OSS's
+gated ``quick_gelu`` and the constructor asserts it, so the flag does not fall back to the eager
+path). The clamp is in TE's activation op (``ScaledClampedQGeGLU``, "Clamped QGeGLU with
+post-scaling", NVIDIA/TransformerEngine ``transformer_engine/pytorch/ops``) and the down-projection
+bias in TE's grouped linear op, one kernel over all local experts, not ``_apply_bias``'s loop. The
+MLPerf v6.0 GPT-OSS 20B implementation runs this path: its ``conf/gpt_oss.yaml`` sets
+``use_transformer_engine_op_fuser: ${USE_TE_OPS,True}`` and its ``pretrain.py`` sets
+``moe_mlp_glu_interleave_size = 32`` with it (mlcommons/training_results_v6.0 as stored at
+Richardyu114/training_results_v6.0 eabf23a0, ``NVIDIA/benchmarks/gpt_oss_20b/implementations/
+nemo/``).
+
 The bias kernels inside the comprehension run once per local expert (``per_expert``): their
 launches beyond the table's one are :func:`~stage_explore.analytical.eager.eager_expert_kernels`.
 The generator counts one fused bias add per projection and one rotary kernel per tensor;
@@ -158,12 +176,13 @@ MEGATRON_GLU_CLAMP = EagerModule(
 CLAMPED_GLU_FAMILIES = (Family.GPT_OSS,)
 
 
-def megatron_extra_bytes(model: ModelSpec) -> dict[str, int]:
+def megatron_extra_bytes(model: ModelSpec, op_fuser: bool = False) -> dict[str, int]:
     """Bytes per element of the activation's output of the eager kernels Megatron-Core runs
     beside the generator's ``experts.act`` (and its ``.backward``), on top of the op's own
     count: GPT-OSS's GLU clamp (:data:`MEGATRON_GLU_CLAMP`, module docstring); empty for every
-    other model."""
-    if model.family not in CLAMPED_GLU_FAMILIES or not model.num_experts:
+    other model, and under ``op_fuser`` (the experts as Transformer Engine's fused ops, whose
+    activation clamps: module docstring)."""
+    if op_fuser or model.family not in CLAMPED_GLU_FAMILIES or not model.num_experts:
         return {}
     return {
         "experts.act": MEGATRON_GLU_CLAMP.bytes_per_element(backward=False),
@@ -180,12 +199,16 @@ _EPILOGUE_BIAS_OPS = ("experts.gate", "experts.up", "experts.fc1")
 _EAGER_BIAS_OPS = ("experts.fc2",)
 
 
-def megatron_op_bytes(model: ModelSpec, rope_fusion: bool = True) -> dict[str, int]:
+def megatron_op_bytes(
+    model: ModelSpec, rope_fusion: bool = True, op_fuser: bool = False
+) -> dict[str, int]:
     """Bytes per element of the generator's expert bias adds (and their ``.backward``) as
     Megatron-Core's ``TEGroupedMLP`` runs them, and without ``rope_fusion`` of its rotary
     embeddings as ``rope_utils`` runs them (module docstring); empty for a model without
     routed-expert biases under fused RoPE (nothing else of Megatron-Core's differs from the
-    generator's count)."""
+    generator's count). Under ``op_fuser`` (Transformer Engine's fused expert ops) the
+    down-projection bias is the grouped linear op's, not ``_apply_bias``'s eager loop: the
+    generator's count."""
     table: dict[str, int] = {}
     if not rope_fusion and model.position is Position.ROTARY:
         for name in _ROPE_OPS:
@@ -195,7 +218,7 @@ def megatron_op_bytes(model: ModelSpec, rope_fusion: bool = True) -> dict[str, i
         return table
     for name in _EPILOGUE_BIAS_OPS:  # forward: the generator's count (module docstring)
         table[f"{name}.backward"] = 0
-    for name in _EAGER_BIAS_OPS:
+    for name in () if op_fuser else _EAGER_BIAS_OPS:
         table[name] = MEGATRON_EXPERT_DOWN_BIAS.bytes_per_element(backward=False)
         table[f"{name}.backward"] = MEGATRON_EXPERT_DOWN_BIAS.bytes_per_element(backward=True)
     return table

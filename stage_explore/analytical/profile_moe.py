@@ -80,8 +80,11 @@ Options (all booleans unless said):
   the kernel model's ``grouped_kernel_group_s`` (the single-launch kernel's per-group time)
   instead of ``grouped_gemm_group_s`` (the multi-stream per-expert loop's), and the FP8
   operands are quantized as one grouped tensor, a cast kernel per operand, not one per local
-  expert (``moe_split_quantize`` is not read). Off: ``GroupedLinear``'s per-expert path, every
-  profile's default.
+  expert (``moe_split_quantize`` is not read). Under the ``"megatron-core"`` eager table the
+  experts' eager PyTorch (``_apply_bias``'s per-expert down-projection bias loop, GPT-OSS's GLU
+  clamp) is not run either: the fused path's Transformer Engine ops do both
+  (:mod:`~stage_explore.analytical.eager_megatron`). Off: ``GroupedLinear``'s per-expert path,
+  every profile's default.
 - ``moe_sequential_mlp`` — the routed experts run as Megatron-Core's ``SequentialMLP`` (Megatron
   without ``--moe-grouped-gemm``, NeMo ``moe_grouped_gemm: false``): one ``MLP`` module per
   local expert, called one after another on ``torch.split`` slices of the received tokens, their
