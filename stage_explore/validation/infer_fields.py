@@ -24,7 +24,7 @@ from stage_explore.validation.infer_errors import Uninferable as Uninferable
 from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
-from stage_explore.validation.infer_open_models import OpenModelRefused, open_model
+from stage_explore.validation.infer_open_models import OpenModelRefused, held_sizes, open_model
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
 from stage_explore.validation.infer_precision import PrecisionRead as PrecisionRead
 from stage_explore.validation.infer_precision import infer_precision as infer_precision
@@ -395,11 +395,19 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
         try:  # a dense decoder of no known family: the common decoder from its columns
             base, assumption, fields = generic_decoder(row, model, moe)
         except GenericRefused as error:
+            held = held_sizes(text)  # a common open model's family at a size not held
+            if held:
+                raise Uninferable(
+                    f"model {model!r}: of its family the open-model table holds {held} "
+                    "(expected one of those, its size in billions in the model cell), and it "
+                    f"is not a Llama-style decoder: {error}"
+                ) from None
             raise Uninferable(
                 f"model {model!r} of another size than this family's flavors, or of no known "
                 "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3, "
-                f"Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2), and not a Llama-style decoder: "
-                f"{error}"
+                "Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a common open model at a published "
+                "size: Gemma, Mistral, Qwen2 / Qwen2.5, Phi-3 mini, Baichuan 2, Yi 34B, "
+                f"InternLM2), and not a Llama-style decoder: {error}"
             ) from None
         return Inferred(base, assumption, fields)
     spec = get_flavor(flavor)

@@ -152,7 +152,7 @@ _MISTRAL = (
               "128, FFN 14336, 32 heads, 8 query groups, no window); vocab_size 131072 and "
               "tie_word_embeddings false in mistralai/Mistral-Nemo-Base-2407's config.json "
               "(copied in kevinstephano/thunder_model_blocks mistral/mistral_config.py)",
-              version=r"nemo"),
+              alias=r"\bnemo\b", version=r"nemo"),  # NeMo's one size: "Mistral-Nemo-Base-2407"
     OpenModel("Mistral Small 3 24B", 24, (*_dims(40, 5120, 32768, 32, 8, 131072),
               ("head_dim", 128)),
               "Megatron-Bridge 2afd2d34 mistral_provider.py MistralSmall3ModelProvider24B "
@@ -162,7 +162,7 @@ _MISTRAL = (
               f"{_NEMO}/mistral.py MistralNeMoConfig123B (mistral-large-2407: 88 layers, hidden "
               "12288, FFN 28672, 96 heads, 8 query groups, kv_channels 128); its vocabulary "
               "is the tokenizer's, not in the config: the row must state vocab",
-              version=r"large"),
+              alias=r"\blarge[\s-]*(?:instruct[\s-]*)?(?:2(?![\d.])|2407\b)", version=r"large"),
 )  # fmt: skip
 _QWEN2_WHERE = (
     f"{_NEMO}/qwen2.py (Qwen2Config: add_qkv_bias, untied unless stated, vocab_size 151936"
@@ -238,7 +238,8 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bphi[\s_-]*3(?![.\d])", _PHI3),
     (r"\bbaichuan[\s_-]*2(?![.\d])", _BAICHUAN2),
     (r"\byi(?:[\s_-]*1\.5)?\b", _YI),
-    (r"\binternlm[\s_-]*2(?![.\d])", _INTERNLM2),
+    # not InternLM2.5 ("internlm2_5-7b"): no config of it is cited here
+    (r"\binternlm[\s_-]*2(?![.\d])(?![\s_-]5(?![\d.]*\s*b\b))", _INTERNLM2),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 
@@ -266,6 +267,16 @@ def find_open_model(text: str) -> tuple[str, OpenModel | None]:
                 return pattern, entry
         return pattern, None
     return "", None
+
+
+def held_sizes(text: str) -> str:
+    """The entries of the family of :data:`OPEN_MODELS` the lower-cased model ``text`` names
+    (``"Phi-3 mini 3.8B"``, comma-separated), "" when it names none: what a row naming the family
+    at another size (or none) may state instead."""
+    for pattern, entries in OPEN_MODELS:
+        if re.search(pattern, text):
+            return ", ".join(entry.name for entry in entries)
+    return ""
 
 
 class OpenModelRefused(ValueError):

@@ -33,6 +33,11 @@ secondary weight partition inside a node so the backward all-gather stays in it)
 hierarchical collectives the model does not express: a cell naming it is refused, where
 ``ZeRO++`` alone read as ZeRO-1 (DeepSpeed's default stage) and ``ZeRO-3 with ZeRO++ (...)`` as
 plain ZeRO-3.
+
+**Parameters not resharded after the forward** (6 Dec 2026, s28 readers): a cell naming
+``reshard_after_forward=False`` / ``'never'`` / "not resharded after the forward"
+(:data:`RESHARD_NEVER`) is ZeRO-2 without pipeline parallelism and ZeRO-3 held through the step
+under it (:func:`reshard_never`).
 """
 
 from __future__ import annotations
