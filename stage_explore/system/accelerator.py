@@ -25,9 +25,12 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_explore.system.checks import (
+    BYTES_PER_S_FLOOR,
+    FLOPS_FLOOR,
     KERNEL_SECONDS_CEILING,
     check_fraction,
     check_positive,
+    check_rate,
     check_seconds,
 )
 
@@ -350,7 +353,10 @@ class Accelerator:
         if not self.peak_flops_per_s:
             raise ConfigError(f"accelerator {self.name!r} needs at least one peak FLOP/s entry")
         for dtype, peak in self.peak_flops_per_s.items():
-            check_positive(peak, f"accelerator {self.name!r} peak FLOP/s for {dtype!r}")
+            check_rate(
+                peak, f"accelerator {self.name!r} peak FLOP/s for {dtype!r}", FLOPS_FLOOR,
+                "FLOP/s", "TFLOP/s", 1e12,
+            )  # fmt: skip
         if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
             raise ConfigError(
                 f"accelerator {self.name!r} `memory_bytes` must be an integer, "
@@ -360,9 +366,10 @@ class Accelerator:
             raise ConfigError(
                 f"accelerator {self.name!r} `memory_bytes` must be > 0, but got {self.memory_bytes}"
             )
-        check_positive(
-            self.memory_bandwidth_bytes_per_s, f"accelerator {self.name!r} memory bandwidth"
-        )
+        check_rate(
+            self.memory_bandwidth_bytes_per_s, f"accelerator {self.name!r} memory bandwidth",
+            BYTES_PER_S_FLOOR, "bytes/s", "GB/s", 1e9,
+        )  # fmt: skip
         object.__setattr__(self, "peak_flops_per_s", dict(self.peak_flops_per_s))
 
     def peak(self, dtype: str) -> float:

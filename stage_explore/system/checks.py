@@ -1,7 +1,9 @@
 """The number checks the hardware records share (:mod:`~stage_explore.system.accelerator` and
 :mod:`~stage_explore.system.model`): a finite number above zero, a fraction in (0, 1], and a
 fixed time in seconds with a ceiling (a per-call or per-launch time given in microseconds, ``20``
-for 20e-6, would otherwise cost seconds per kernel and return a wrong result without a word). Each
+for 20e-6, would otherwise cost seconds per kernel and return a wrong result without a word), and
+a rate in units per second with a floor (a peak given in TFLOP/s, ``312`` for 312e12, or a
+bandwidth in GB/s or Gb/s, would make every kernel or transfer take days, s28 review). Each
 raises :class:`~stage_core.errors.ConfigError` naming the field it checks.
 """
 
@@ -47,4 +49,28 @@ def check_seconds(value: Any, what: str, ceiling: float) -> None:
         raise ConfigError(
             f"{what} is in seconds, and must be <= {ceiling:g}, but got {value!r} "
             f"(was it given in microseconds? {value!r} us is {value * 1e-6:g} s)"
+        )
+
+
+#: The smallest peak FLOP/s an accelerator may state: 1 GFLOP/s is below any GPU or CPU core
+#: (the presets' smallest entry is the A100's fp32 19.5e12), and far above a peak typed in
+#: TFLOP/s (``312`` for 312e12: at most a few thousand).
+FLOPS_FLOOR = 1e9
+
+#: The smallest bandwidth in bytes per second a memory or network dim may state: 1 MB/s is
+#: below any HBM, DRAM or network link (1 Gb Ethernet is 1.25e8 B/s), and far above a rate
+#: typed in GB/s or Gb/s (``300`` for 300e9, ``100`` for 100 Gb/s: at most a few tens of
+#: thousands).
+BYTES_PER_S_FLOOR = 1e6
+
+
+def check_rate(value: Any, what: str, floor: float, unit: str, typed: str, factor: float) -> None:
+    """Raise unless ``value`` (the field ``what``) is a finite rate in ``unit`` (``FLOP/s``,
+    ``bytes/s``) of at least ``floor``; the error reads a value below it as given in ``typed``
+    (``TFLOP/s``, ``GB/s``), ``factor`` ``unit`` each."""
+    check_positive(value, what)
+    if value < floor:
+        raise ConfigError(
+            f"{what} is in {unit}, and must be >= {floor:g}, but got {value!r} (was it given "
+            f"in {typed}? {value!r} {typed} is {value * factor:g} {unit})"
         )

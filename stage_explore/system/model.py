@@ -24,9 +24,11 @@ from stage_core.errors import ConfigError
 from stage_core.trace import CollectiveKind
 from stage_explore.system.accelerator import Accelerator
 from stage_explore.system.checks import (
+    BYTES_PER_S_FLOOR,
     LINK_SECONDS_CEILING,
     check_fraction,
     check_positive,
+    check_rate,
     check_seconds,
 )
 from stage_explore.system.ranks import coordinates
@@ -160,7 +162,10 @@ class NetworkDim:
             raise ConfigError(
                 f"{label} `topology` must be one of {known}, but got {self.topology!r}"
             ) from None
-        check_positive(self.bandwidth_bytes_per_s, f"{label} `bandwidth_bytes_per_s`")
+        check_rate(
+            self.bandwidth_bytes_per_s, f"{label} `bandwidth_bytes_per_s`", BYTES_PER_S_FLOOR,
+            "bytes/s", "GB/s", 1e9,
+        )  # fmt: skip
         check_seconds(self.latency_s, f"{label} `latency_s`", LINK_SECONDS_CEILING)
         for kind in CollectiveKind:
             algorithm = self.algorithms.for_kind(kind)

@@ -178,6 +178,30 @@ def test_a_latency_typed_in_microseconds_is_one_line_naming_the_file_and_the_val
     load_system(write(tmp_path, MINIMAL.replace("latency_s = 2e-6", "latency_s = 0.1")))
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "pattern"),
+    [
+        ("bf16 = 1e15", "bf16 = 989", r"peak FLOP/s for 'bf16' is in FLOP/s, and must be >= "
+         r"1e\+09, but got 989(\.0)? \(was it given in TFLOP/s\? .* is 9.89e\+14 FLOP/s\)"),
+        ("memory_bandwidth_bytes_per_s = 1e12", "memory_bandwidth_bytes_per_s = 3350",
+         r"memory bandwidth is in bytes/s, and must be >= 1e\+06, but got 3350"),
+        ("bandwidth_bytes_per_s = 1e10", "bandwidth_bytes_per_s = 50",
+         r"'outer' `bandwidth_bytes_per_s` is in bytes/s, .* is 5e\+10 bytes/s\)"),
+    ],
+)  # fmt: skip
+def test_a_rate_typed_in_tera_or_giga_units_is_one_line_naming_the_file_and_the_value(
+    tmp_path: Path, old: str, new: str, pattern: str
+) -> None:
+    """A peak in TFLOP/s or a bandwidth in GB/s loaded and made every kernel or transfer take
+    days, without a word (s28 review); the floors are far below any real part: 1 GB/s still
+    loads."""
+    path = write(tmp_path, MINIMAL.replace(old, new))
+    with pytest.raises(ConfigError, match=pattern) as caught:
+        load_system(path)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(str(path))
+    load_system(write(tmp_path, MINIMAL.replace(old, new.replace(new.split()[-1], "1e9"))))
+
+
 def test_validation_errors_name_the_value_and_the_file(tmp_path: Path) -> None:
     path = write(
         tmp_path, MINIMAL.replace("bandwidth_bytes_per_s = 1e10", "bandwidth_bytes_per_s = -1")
