@@ -58,7 +58,9 @@ FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
      "megatron-lm-2021"),
     (r"megatron[\s_-]?(?:bridge|core|fsdp)|\bmcore\b|\bnemo(?![a-z])|mlperf|dgx cloud|"
      r"dgxc-benchmarking|\bprimus\b|rocm/megatron", "megatron-core"),
-    (r"\bfsdp|\bhsdp\b|full_shard|hybrid_shard|shard_grad_op|fully_shard", "fsdp"),
+    # reshard_after_forward: FSDP2's fully_shard argument (s28 review)
+    (r"\bfsdp|\bhsdp\b|full_shard|hybrid_shard|shard_grad_op|fully_shard|"
+     r"reshard[_\s-]*after[_\s-]*forward", "fsdp"),
     # LitGPT (lit-gpt) pre-trains under Lightning Fabric's FSDPStrategy, PyTorch FSDP with
     # its own eager blocks: Lightning-AI/litgpt e570612c litgpt/pretrain.py ("if devices *
     # num_nodes > 1: strategy = FSDPStrategy(auto_wrap_policy={Block}, ...,
@@ -93,6 +95,9 @@ FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
 _JAX = re.compile(r"max[\s_-]?text|\bpax(?:ml)?\b|praxis|\bt5x\b|levanter|\bjax\b", re.I)
 #: ZeRO-3 named beside FSDP describes FSDP's sharding (``FSDP FULL_SHARD (ZeRO-3)``), not DeepSpeed.
 _ZERO3_OF_FSDP = re.compile(r"^zero[-\s]?3|^zero stage 3")
+#: FSDP's words in a cell naming ZeRO-3 (``reshard_after_forward``: FSDP2's ``fully_shard``
+#: argument, torchtitan's ``fsdp_reshard_after_forward``; s28 review: read as DeepSpeed).
+_FSDP_WORDS = r"fsdp|full_shard|fully_shard|reshard[_\s-]*after[_\s-]*forward"
 
 
 def names_bridge(row: dict[str, str]) -> bool:
@@ -116,14 +121,14 @@ FRAMEWORK_DEFAULT = Inferred(
 
 def infer_framework(row: dict[str, str]) -> Inferred:
     """The framework profile a row's text names: DeepSpeed when ``dp_sharding`` names it or
-    ZeRO-3 without FSDP (Narayanan et al.'s Table 2 compares both in one source); else the
-    first column of :data:`FRAMEWORK_COLUMNS` that holds a rule's keyword (rules in order; a
-    ZeRO-3 beside FSDP in one cell is FSDP's sharding, not DeepSpeed; FSDP or Primus beside a
-    JAX framework is neither PyTorch FSDP nor Megatron); else :data:`DEFAULT_FRAMEWORK`, stated
-    as a default."""
+    ZeRO-3 without FSDP or its words (Narayanan et al.'s Table 2 compares both in one source);
+    else the first column of :data:`FRAMEWORK_COLUMNS` that holds a rule's keyword (rules in
+    order; a ZeRO-3 beside FSDP in one cell is FSDP's sharding, not DeepSpeed; FSDP or Primus
+    beside a JAX framework is neither PyTorch FSDP nor Megatron); else
+    :data:`DEFAULT_FRAMEWORK`, stated as a default."""
     sharding = row.get("dp_sharding", "")
     found = re.search(r"deepspeed|zero[-\s]?3|zero stage 3", sharding, re.IGNORECASE)
-    if found and not re.search(r"fsdp", sharding, re.IGNORECASE):
+    if found and not re.search(_FSDP_WORDS, sharding, re.IGNORECASE):
         return Inferred(
             "deepspeed", f"framework profile deepspeed (the dp_sharding column names "
             f"{found.group(0)!r})",
@@ -131,7 +136,7 @@ def infer_framework(row: dict[str, str]) -> Inferred:
     jax = any(_JAX.search(row.get(c, "")) for c in FRAMEWORK_COLUMNS)
     for column in FRAMEWORK_COLUMNS:
         cell = row.get(column, "")
-        fsdp = re.search(r"fsdp|full_shard|fully_shard", cell, re.IGNORECASE) is not None
+        fsdp = re.search(_FSDP_WORDS, cell, re.IGNORECASE) is not None
         for pattern, framework in FRAMEWORK_RULES:
             found = re.search(pattern, cell, re.IGNORECASE)
             if found and fsdp and _ZERO3_OF_FSDP.match(found.group(0).lower()):

@@ -21,6 +21,7 @@ providers, and Hugging Face config.json copies where NeMo leaves the vocabulary 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -283,6 +284,30 @@ class OpenModelRefused(ValueError):
     """A row names an entry of :data:`OPEN_MODELS` that lacks a dim the row does not state."""
 
 
+def _check_params(
+    row: dict[str, str], model: str, entry: OpenModel, family: tuple[OpenModel, ...]
+) -> None:
+    """Refuse a ``params_b`` cell nearer (by ratio) another size of ``entry``'s family than
+    ``entry``'s: the model and params_b cells name two models ("Gemma 2 9B" beside 27; s28
+    review: the params_b cell was not read). A published count above its name's round size
+    (Gemma 7B: 8.54B) stays nearest its own entry; a family of one size is never refused."""
+    cell = row.get("params_b", "").strip()
+    try:
+        params = float(cell)
+    except ValueError:
+        return
+    if not (params > 0 and math.isfinite(params)) or entry.size is None:
+        return
+    sizes = {e.size for e in family if e.size is not None}
+    nearest = min(sizes, key=lambda size: abs(math.log(params / size)))
+    if nearest != entry.size:
+        (other,) = [e.name for e in family if e.size == nearest][:1]
+        raise OpenModelRefused(
+            f"model {model!r} is {entry.name}, but params_b {cell!r} is nearer {other}: "
+            "expected the model and params_b columns to name one model (or params_b empty)"
+        )
+
+
 def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, ...]] | None:
     """``(base flavor, assumption, model fields)`` of a row naming a published size of
     :data:`OPEN_MODELS` (the entry's fields, less the dims the row states, with the head dim
@@ -290,9 +315,10 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
     names none; :class:`OpenModelRefused` when the entry lacks a dim (:data:`NEEDED`) the row
     leaves empty, or the moe cell names experts (every entry is dense)."""
     text = model.lower().replace("_", " ")
-    _, entry = find_open_model(text)
+    pattern, entry = find_open_model(text)
     if entry is None:
         return None
+    _check_params(row, model, entry, dict(OPEN_MODELS)[pattern])
     moe = row.get("moe", "").strip()
     if moe and re.search(r"\d\s*(?:routed\s*)?experts?|top[-\s]?\d", moe, re.IGNORECASE):
         raise OpenModelRefused(

@@ -71,3 +71,19 @@ def test_under_pipeline_parallelism_no_reshard_is_zero_3_held() -> None:
                  micro_batch="1", pp="2")  # fmt: skip
     assert case.parallel is not None and case.parallel.zero == 3, case.reason
     assert "held gathered through the step" in " ".join(case.assumptions)
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [{"dp_sharding": "ZeRO-3, reshard_after_forward=False", "micro_batch": "2"},
+     {"dp_sharding": "ZeRO-3 (reshard_after_forward=False)", "notes": "FSDP2", "micro_batch": "2"}],
+)  # fmt: skip
+def test_zero3_beside_fsdp2_s_reshard_argument_is_fsdp_not_deepspeed(cells: dict[str, str]) -> None:
+    """``reshard_after_forward`` is FSDP2's ``fully_shard`` argument: a cell naming it beside
+    ZeRO-3 is FSDP's sharding (s28 review: it was read as DeepSpeed, whose ZeRO-3 has no such
+    argument); a cell naming ZeRO-3 alone stays DeepSpeed's."""
+    case = _case(**cells)
+    assert case.parallel is not None and case.parallel.zero == 2, case.reason
+    assert "framework profile fsdp" in " ".join(case.assumptions)
+    alone = _case(dp_sharding="ZeRO-3", micro_batch="2")
+    assert "framework profile deepspeed" in " ".join(alone.assumptions)

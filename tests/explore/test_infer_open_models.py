@@ -150,6 +150,16 @@ def test_a_one_size_model_named_without_its_size(text: str, name: str) -> None:
     assert entry is not None and entry.name == name
 
 
+def test_a_params_b_naming_another_size_of_the_family_is_refused() -> None:
+    """params_b was not read beside an entry: "Gemma 2 9B" with params_b 27 ran as 9B (s28
+    review). A published count above the round size stays its own entry."""
+    case = _case(model="Gemma 2 9B", params_b="27")
+    assert case.model is None and "params_b '27' is nearer Gemma 2 27B" in case.reason
+    assert "\n" not in case.reason
+    for model, params in (("Gemma 7B", "8.54"), ("Qwen2.5-7B", "7.61"), ("Phi-3 mini", "14")):
+        assert _case(model=model, params_b=params).model is not None
+
+
 @pytest.mark.parametrize("text", ["internlm2 5-7b", "internlm2.5 7b", "mistral large"])
 def test_a_later_or_earlier_release_is_not_taken_for_the_entry(text: str) -> None:
     """InternLM2.5 ("internlm2_5-7b", "_" read as a space) is not InternLM2: no config of it is
