@@ -35,6 +35,7 @@ from stage_core.models import list_flavors
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY
 from stage_explore.calibrate_checks import setup_groups
 from stage_explore.calibrate_rows import (
+    base_sizes_reason,
     derived_dp,
     empty_cell_reason,
     header_problem,
@@ -509,6 +510,8 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
         case = make_case(source, row, {"parallel": parallel} if parallel else {})
         if empty := empty_cell_reason(row, columns):  # in a fit's words, not a source's
             case = replace(case, reason=empty, model=None, parallel=None)
+        elif model.on_base and (alien := base_sizes_reason(row, model.note, model_base)):
+            case = replace(case, reason=alien, model=None, parallel=None)  # s28 review
         cases.append(case)
     return cases
 

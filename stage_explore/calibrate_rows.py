@@ -25,6 +25,11 @@ Contents:
         without sequence parallelism (``ParallelConfig``'s default, Megatron's
         ``--sequence-parallel`` off) where most tensor-parallel runs since 2022 ran with it; said
         in a ``note:`` line (JSON ``sp_defaults``), as it was not (s28 review).
+    :func:`base_sizes_reason`
+        a run whose ``model`` cell names a model ``stage validate --data`` refuses (``Phi-3
+        medium``, a params_b naming another size) and whose row states none of ``layers``,
+        ``hidden``, ``heads``: was fitted as ``--model-base``'s own sizes (megatron-gpt-1.7b for
+        a 14B model), now not fitted, with the reason (s28 review).
 """
 
 from __future__ import annotations
@@ -188,4 +193,23 @@ def sp_note(runs: Sequence[str]) -> str:
         f"note: sp empty on {counted(len(runs), 'run')} with tp > 1, taken as no (sequence "
         f"parallelism off, the layout's default): {', '.join(runs[:5])}{more}; write yes for a "
         "run that ran with --sequence-parallel"
+    )
+
+
+#: The dims without any of which ``--model-base``'s own sizes would stand in for a run's model.
+BASE_DIMS = ("layers", "hidden", "heads")
+
+
+def base_sizes_reason(row: Mapping[str, str], refused: str, model_base: str) -> str:
+    """Why a run whose non-empty ``model`` cell the reading refused (``refused``: its reason)
+    is not fitted when the row states none of :data:`BASE_DIMS`: ``model_base``'s own sizes
+    would be fitted for another model; "" when the cell is empty (``--model-base`` is then the
+    run's model, as documented) or the row states a dim."""
+    cell = str(row.get("model") or "").strip()
+    if not cell or any(str(row.get(d) or "").strip() for d in BASE_DIMS):
+        return ""
+    return (
+        f"{refused}; the row states none of {', '.join(BASE_DIMS)}, so --model-base "
+        f"{model_base}'s own sizes would stand in for {cell!r}: give the row's dims, or name a "
+        "flavor (stage eval --model lists close names)"
     )

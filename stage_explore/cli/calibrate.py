@@ -82,8 +82,9 @@ def _model_notes(reads: Mapping[str, ModelRead], model_base: str) -> list[str]:
         if on_base:
             notes.append(
                 f"note: {_runs(ids)}: {note}, so the blocks are {model_base}'s (--model-base) "
-                "with the row's dims; name a flavor (stage eval --model lists close names) or "
-                "a model stage validate --data reads"
+                "with the row's dims (a named model's row stating none is not fitted); name a "
+                "flavor (stage eval --model lists close names) or a model stage validate --data "
+                "reads"
             )
         else:
             notes.append(f"note: {_runs(ids)}: read as stage validate --data reads it: {note}")
