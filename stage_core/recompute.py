@@ -129,17 +129,15 @@ def backward_live(block: Block, region: Collection[str]) -> set[str]:
     whose outputs a backward reads (any op's ``saved``) or a needed region op reads, to a fixed
     point. What AOTAutograd's partitioner re-runs of a compiled checkpoint (module docstring,
     ``op_compiled``); the rest of the region (a layer's final residual add) is dead code in
-    the backward graph, and what only it reads is not saved."""
+    the backward graph, and what only it reads is not saved. One pass from the last op back:
+    a block's ops are in order (:class:`~stage_core.graph.Block`), so every reader of an op's
+    outputs is seen before the op."""
     needed = {name for op in block.ops for name in op.saved}
     live: set[str] = set()
-    grew = True
-    while grew:
-        grew = False
-        for op in block.ops:
-            if op.name in region and op.name not in live and needed.intersection(op.outputs):
-                live.add(op.name)
-                needed.update(op.inputs)
-                grew = True
+    for op in reversed(block.ops):
+        if op.name in region and needed.intersection(op.outputs):
+            live.add(op.name)
+            needed.update(op.inputs)
     return live
 
 
