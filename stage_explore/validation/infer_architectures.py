@@ -62,6 +62,15 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
      "dbrx-base-converted-v2/blob/main/config.json and amd/dbrx-instruct-FP8-KV: n_layers 40, "
      "d_model 6144, n_heads 48, attn_config.kv_n_heads 8, ffn_config.ffn_hidden_size 10752, "
      "moe_num_experts 16, moe_top_k 4, vocab_size 100352, tie_word_embeddings false)"),
+    # Nemotron-4 15B (7 Dec 2026, s29 readers2): Nemotron-4 340B's block (squared-ReLU MLP,
+    # LayerNorm, rope, untied, no biases) at the 15B sizes; the 340B flavor's vocabulary
+    # (256,000) is the 15B's too (its report, arXiv 2402.16819 section 2: "a vocabulary of
+    # 256,000 tokens"). Only a row naming 15B: other sizes keep the Nemotron-4 rule.
+    (r"nemotron[\s_-]*4[\s_-]*15\s*b\b", "nemotron-4-340b",
+     (("layers", 32), ("hidden", 6144), ("ffn", 24576), ("heads", 48), ("kv_heads", 8)),
+     "NeMo's Nemotron4Config15B (NVIDIA-NeMo/Speech nemo/collections/llm/gpt/model/"
+     "nemotron.py: num_layers 32, hidden_size 6144, ffn_hidden_size 24576, "
+     "num_attention_heads 48, num_query_groups 8, seq_length 4096)"),
     # Maverick: Llama4Experts128Config num_moe_experts 128, moe_layer_freq [0, 1] * 24 (every
     # other layer MoE; the flavor's interval 2 puts the MoE blocks on layers 0, 2, ..., NeMo's
     # on 1, 3, ...: the same 24 of 48).

@@ -192,6 +192,9 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
     (NEMOTRON_3, {4: "nemotron-3-nano-4b"}, ""),
     (r"mamba[\s_-]*2(?![.\d])", {2.7: "mamba2-2.7b"}, ""),
     (r"deepseek[\s_-]*v3", {0: "deepseek-v3"}, ""),
+    # s29 readers2: the generator's DeepSeek-V2-Lite and DeepSeekMoE 16B flavors, by name
+    (r"deepseek[\s_-]*v2[\s_-]*lite", {0: "deepseek-v2-lite"}, ""),
+    (r"deepseek[\s_-]*moe", {16: "deepseek-moe-16b"}, ""),
     (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
     (r"gpt[\s_-]*oss", {120: "gpt-oss-120b", 20: "gpt-oss-20b"}, ""),
     (r"mixtral", {7: "mixtral-8x7b", 22: "mixtral-8x22b"}, ""),
@@ -409,10 +412,11 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
                 ) from None
             raise Uninferable(
                 f"model {model!r} of another size than this family's flavors, or of no known "
-                "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3, "
-                "Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a common open model at a published "
-                "size: Gemma, Mistral, Qwen2 / Qwen2.5, Phi-3 mini, Baichuan 2, Yi 34B, "
-                f"InternLM2), and not a Llama-style decoder: {error}"
+                "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3 / "
+                "V2-Lite / MoE 16B, Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a common open "
+                "model at a published size: Gemma, Mistral, Qwen2 / Qwen2.5, Qwen3 dense, Llama "
+                "3.2, Phi-3 mini, Baichuan 2, Yi 34B, InternLM2), and not a Llama-style decoder: "
+                f"{error}"
             ) from None
         return Inferred(base, assumption, fields)
     spec = get_flavor(flavor)

@@ -1,6 +1,7 @@
 """Common open dense models a row may name without its dims (6 Dec 2026, s28 readers): Gemma,
 Gemma 2, Gemma 3, Mistral 7B / NeMo 12B / Small 3 24B / Large 2, Qwen2 / Qwen2.5, Phi-3 mini,
-Baichuan 2, Yi 34B and InternLM2, each at its published sizes (:data:`OPEN_MODELS`).
+Baichuan 2, Yi 34B and InternLM2, each at its published sizes (:data:`OPEN_MODELS`); Llama 3.2
+and the dense Qwen3 (s29 readers2) from :mod:`~stage_explore.validation.infer_open_more`.
 
 A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
 and leaves the architecture columns empty; before, such a row was refused (the common decoder
@@ -23,16 +24,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 from stage_explore.validation.infer_generic import GenericRefused, stated_head_dim
+from stage_explore.validation.infer_open_base import Field, OpenModel
+from stage_explore.validation.infer_open_base import dims as _dims
+from stage_explore.validation.infer_open_more import LLAMA32, QWEN3, UNTIED_BY_SOURCE
 
 #: The flavor whose block every entry takes (its dims are all replaced by the entry's).
 BASE = "llama3-8b"
 #: The dims an entry must give, or the row state, for the model to be set up.
 NEEDED = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab")
-
-Field = tuple[str, int | str | bool]
 
 _NEMO = "NVIDIA-NeMo/Speech nemo/collections/llm/gpt/model"
 #: Gemma's block beside the common decoder's (NeMo GemmaConfig / Gemma2Config / Gemma3Config:
@@ -40,34 +41,6 @@ _NEMO = "NVIDIA-NeMo/Speech nemo/collections/llm/gpt/model"
 #: GEMMs, timed as the flavor's SwiGLU), rope, add_bias_linear False,
 #: share_embeddings_and_output_weights True).
 _GEMMA_BLOCK = "GeGLU timed as the gated MLP's three GEMMs, tied input / output embeddings"
-
-
-@dataclass(frozen=True, slots=True)
-class OpenModel:
-    """One published size of a family: its name, the billions its name states (``size``) or a
-    word naming it (``alias``, matched on the lower-cased model text), an optional further
-    pattern the text must hold (``version``), its model fields and where they are published."""
-
-    name: str
-    size: float | None
-    fields: tuple[Field, ...]
-    where: str
-    alias: str = ""
-    version: str = ""
-    #: What the entry's architecture has that the common decoder does not time.
-    unmodelled: str = ""
-
-
-def _dims(
-    layers: int, hidden: int, ffn: int, heads: int, kv_heads: int, vocab: int | None = None
-) -> tuple[Field, ...]:
-    """The six dims of a config as model fields (``vocab`` None: not published with it)."""
-    fields: list[Field] = [
-        ("layers", layers), ("hidden", hidden), ("ffn", ffn), ("heads", heads),
-        ("kv_heads", kv_heads),
-    ]  # fmt: skip
-    return tuple(fields + ([("vocab", vocab)] if vocab is not None else []))
-
 
 _GEMMA_VOCAB = (
     "vocab_size 256000, head_dim 256, tie_word_embeddings True: Hugging Face GemmaConfig's "
@@ -178,8 +151,11 @@ _QWEN2 = tuple(
         (0.5, (24, 896, 4864, 14, 2), 151936, True, "Qwen2Config500M / Qwen25Config500M",
          "; tie_word_embeddings True in the Hugging Face Qwen2-0.5B / Qwen2.5-0.5B config.json "
          "(rwth-i6/i6_experiments qwen2_configs.py 'Qwen2-0_5B')"),
-        (1.5, (28, 1536, 8960, 12, 2), 151936, False, "Qwen2Config1P5B / Qwen25Config1P5B",
-         " (NeMo's config: untied)"),
+        (1.5, (28, 1536, 8960, 12, 2), 151936, True, "Qwen2Config1P5B / Qwen25Config1P5B",
+         "; tied, as the Hugging Face model card of Qwen/Qwen2.5-1.5B says ('tied word "
+         "embeddings'; 1.54B parameters, 1.31B non-embedding: one 151936 x 1536 table), where "
+         "NeMo's config leaves them untied (copied at ZHUI/paddlenlp_model_readme "
+         "Qwen/Qwen2.5-1.5B/index.md)"),
         (3, (36, 2048, 11008, 16, 2), 151936, True, "Qwen25Config3B",
          " (share_embeddings_and_output_weights True)"),
         (7, (28, 3584, 18944, 28, 4), 152064, False, "Qwen2Config7B / Qwen25Config7B", ""),
@@ -241,6 +217,11 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\byi(?:[\s_-]*1\.5)?\b", _YI),
     # not InternLM2.5 ("internlm2_5-7b"): no config of it is cited here
     (r"\binternlm[\s_-]*2(?![.\d])(?![\s_-]5(?![\d.]*\s*b\b))", _INTERNLM2),
+    # s29 readers2 (infer_open_more): Llama 3.2 (its 11B / 90B vision models have no entry)
+    # and the dense Qwen3 (not the MoE 30B-A3B / 235B-A22B, the Qwen3 flavors)
+    (r"\bllama[\s_-]*3\.2(?![\d])", LLAMA32),
+    (r"\bqwen[\s_-]*3(?![.\d])(?![\s_-]*(?:moe|vl|next|omni|coder))"
+     r"(?!.*\ba\d+(?:\.\d+)?b\b)", QWEN3),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 
@@ -308,6 +289,20 @@ def _check_params(
         )
 
 
+def _untied_by_source(
+    row: dict[str, str], entry: OpenModel, own: tuple[Field, ...]
+) -> tuple[tuple[Field, ...], str]:
+    """``own`` with untied embeddings, and why, when the row's text names a framework of
+    :data:`~stage_explore.validation.infer_open_more.UNTIED_BY_SOURCE` that unties ``entry``'s
+    family; else ``own`` unchanged and ""."""
+    text = " ".join(row.get(c, "") for c in ("source", "source_table", "url", "notes"))
+    for pattern, names, why in UNTIED_BY_SOURCE:
+        if entry.name in names and re.search(pattern, text, re.IGNORECASE):
+            kept = tuple(f for f in own if f[0] != "tied_embeddings")
+            return (*kept, ("tied_embeddings", False)), f"; untied embeddings: {why}"
+    return own, ""
+
+
 def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, ...]] | None:
     """``(base flavor, assumption, model fields)`` of a row naming a published size of
     :data:`OPEN_MODELS` (the entry's fields, less the dims the row states, with the head dim
@@ -345,11 +340,12 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
         raise OpenModelRefused(str(error)) from None
     if head_dim is not None:
         own = (*(f for f in own if f[0] != "head_dim"), ("head_dim", head_dim[0]))
+    own, untied = _untied_by_source(row, entry, own)
     listed = ", ".join(f"{k} {v}" for k, v in own)
     unmodelled = f"; not modelled: {entry.unmodelled}" if entry.unmodelled else ""
     assumption = (
         f"model {model!r} as {entry.name}: the common decoder (flavor {BASE}'s block: pre-norm "
         f"RMSNorm, rotary positions, no biases, a gated MLP) with its published config "
-        f"({listed}): {entry.where}; the CSV's dims, where stated, win{unmodelled}"
+        f"({listed}): {entry.where}; the CSV's dims, where stated, win{untied}{unmodelled}"
     )
     return BASE, assumption, own
