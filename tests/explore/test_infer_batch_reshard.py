@@ -41,7 +41,8 @@ def test_a_stated_micro_batch_and_megatron_deepspeed_keep_their_readings() -> No
     assert _parallel(source="DeepSpeed", dp_sharding="ZeRO-1", micro_batch="2")["micro"] == 2
     mds = _parallel(source="Megatron-DeepSpeed run", dp_sharding="ZeRO stage 1 (DeepSpeed)")
     assert mds["micro"] == 1
-    assert _parallel(source="torchtitan", dp_sharding="FSDP")["micro"] == 1
+    # torchtitan: one step of global / dp (s29 readers2, tests/explore/test_infer_readers2.py)
+    assert _parallel(source="torchtitan", dp_sharding="FSDP")["micro"] == 4
 
 
 def test_a_global_batch_dp_does_not_divide_is_refused() -> None:
