@@ -443,8 +443,8 @@ def _unevaluable(
 def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
-    row, spelled = spelled_cells(row)
     try:
+        row, spelled = spelled_cells(row, strict=True)
         row, batch = sparse.batch_in_tokens(row)
     except Uninferable as error:
         return replace(_unevaluable(row, metric, name, str(error), folder), file=file, line=line)

@@ -16,6 +16,7 @@ from stage_explore.validation.csv_cells import (
 )
 from stage_explore.validation.infer_cells import read_sharding, read_sp
 from stage_explore.validation.infer_fields import read_recompute
+from stage_explore.validation.infer_layout_cells import layout_lists
 
 #: Cells that must be integers when stated (a row's layout, its GPUs and dims; ``ffn`` and
 #: ``kv_heads`` may be text such as ``1536 per expert`` or ``MLA``, which the flavor answers).
@@ -81,10 +82,14 @@ COLUMN_UNITS = {
     "num_gpus": r"gpus?|accelerators?",
     "seq_len": r"tokens?",
     "global_batch_seqs": r"seq(?:uence)?s?|samples?",
+    # the column's own meaning said (s29 readers2): "2 per GPU", "4 sequences / GPU"
+    "micro_batch": r"(?:(?:seq(?:uence)?s?|samples?)\s*)?(?:/|per)\s*(?:gpu|device)",
 }
 
 
-def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+def spelled_cells(
+    row: dict[str, str], *, strict: bool = False
+) -> tuple[dict[str, str], list[str]]:
     """``row`` with the cells written another way read into the schema's form, and the
     assumptions that say so: a number with its column's own unit (:data:`COLUMN_UNITS`:
     ``64 GPUs``) as the number, a layout cell naming its own axis (``TP=8``, :data:`AXIS_NAMES`)
@@ -94,8 +99,10 @@ def spelled_cells(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     of ``128K`` as 128,000 tokens, a measured cell with its column's unit
     (:data:`MEASURED_UNITS`: ``1.2 s``, ``850 ms``, ``14.1k`` tokens/s), a ``recompute`` cell
     by :func:`~stage_explore.validation.infer_fields.read_recompute`, ``dp_sharding`` and ``sp``
-    by :mod:`~stage_explore.validation.infer_cells`."""
-    out, notes = dict(row), []
+    by :mod:`~stage_explore.validation.infer_cells`; a layout cell naming several axes
+    (``TP=2, PP=4``) by :func:`~stage_explore.validation.infer_layout_cells.layout_lists`
+    (``strict``: an ambiguous one is Uninferable, else left as written)."""
+    out, notes = layout_lists(row, strict)
     for column, words in COLUMN_UNITS.items():
         cell = out.get(column, "").strip()
         united = re.fullmatch(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", cell, re.IGNORECASE)
