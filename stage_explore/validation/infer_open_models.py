@@ -183,6 +183,12 @@ _BAICHUAN2 = (
               unmodelled="ALiBi's bias on the attention scores"),
 )  # fmt: skip
 _YI = (
+    # s29 readers2; Yi-1.5-6B not read as it (no config of it cited here)
+    OpenModel("Yi 6B", 6, _dims(32, 4096, 11008, 32, 4, 64000),
+              "01-ai/Yi-6B's config as copied in InternLM/InternEvo-HFModels huggingface_model/"
+              "yi/yi_6B/configuration_yi.py (num_hidden_layers 32, hidden_size 4096, "
+              "intermediate_size 11008, num_attention_heads 32, num_key_value_heads 4, "
+              "vocab_size 64000, tie_word_embeddings False)", version=r"^(?!.*1\.5)"),
     OpenModel("Yi 34B", 34, _dims(60, 7168, 20480, 56, 8, 64000),
               "01-ai/Yi-34B's config.json (copied at huggingface.co/GreenBitAI/"
               "yi-34b-w4a16g32 from the 01-ai/Yi-34B snapshot; 01-ai/Yi-1.5-34B-Chat's the same "

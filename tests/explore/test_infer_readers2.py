@@ -62,6 +62,7 @@ def _refused(**cells: str) -> str:
         ("Qwen3-14B", (40, 5120, 17408, 40, 8, 128, 151936, False, True)),
         ("Qwen3 32B", (64, 5120, 25600, 64, 8, 128, 151936, False, True)),
         ("Qwen2.5-1.5B", (28, 1536, 8960, 12, 2, 128, 151936, True, False)),
+        ("01-ai/Yi-6B", (32, 4096, 11008, 32, 4, 128, 64000, False, False)),
     ],
 )
 def test_a_named_model_takes_its_published_config(
