@@ -95,11 +95,13 @@ def test_ffn_of_four_hidden_is_a_gelu_mlp_and_no_kv_heads_is_multi_head() -> Non
 
 def test_a_known_family_of_no_listed_size_keeps_what_the_code_knows_of_it() -> None:
     """Qwen3 8B (Qwen/Qwen3-8B config.json) is dense: no Qwen3 flavor has its size; the common
-    decoder takes Qwen3's q / k norm."""
+    decoder takes Qwen3's q / k norm (since s29 readers2 through the open-model table's Qwen3
+    8B entry, NeMo's Qwen3Config8B: the same dims, q / k norm and head dim 128)."""
     case = _case(model="Qwen3 8B", layers="36", hidden="4096", ffn="12288", heads="32",
                  kv_heads="8", vocab="151936", seq_len="4096")  # fmt: skip
     assert not case.reason and case.model is not None and case.model.qk_norm
-    assert any("family 'qwen3' known, with no flavor of this size" in a for a in case.assumptions)
+    assert case.model.head_dim == 128 and not case.model.tied_embeddings
+    assert any("model 'Qwen3 8B' as Qwen3 8B" in a for a in case.assumptions)
 
 
 @pytest.mark.parametrize(
