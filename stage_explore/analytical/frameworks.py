@@ -215,7 +215,9 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # (get_grads_for_reduction), all-reduced by buffered_allreduce_fallback
             # (deepspeed/runtime/pipe/engine.py _bf16_reduce_grads; microsoft/DeepSpeed
             # bf16_optimizer.py at 196e63ac), then each rank updates its partition and
-            # all-gathers the bf16 weights (update_lp_params: all_gather_dp_groups)
+            # all-gathers the bf16 weights (update_lp_params: all_gather_dp_groups); under fp16
+            # its ZeRO stage 1 optimizer all-reduces the 16-bit gradients (contiguous_gradients
+            # off at stage 1: buffered_reduce_fallback / allreduce_bucket; profile_sharding.py)
             zero1_grad_all_reduce=True,
             loss_fp32_buffers=1,  # Megatron-DeepSpeed keeps Megatron's vocab-parallel loss
             # Megatron-DeepSpeed's megatron/mpu/layers.py of MT-NLG's time: ColumnParallelLinear

@@ -326,10 +326,15 @@ class StagePlanning(AmaxCosting):
 
     def _zero1_all_reduces(self, point: Point) -> bool:
         """Whether a ZeRO-1 run all-reduces its whole gradient buffer where the lowering
-        reduce-scatters it (``zero1_grad_all_reduce``: DeepSpeed's ``BF16_Optimizer``, bf16 at
-        DeepSpeed ZeRO stage 0 with its own optimizer-state partitioning)."""
+        reduce-scatters it (``zero1_grad_all_reduce``): under bf16 DeepSpeed's
+        ``BF16_Optimizer`` (ZeRO stage 0 with its own optimizer-state partitioning); in any
+        other dtype DeepSpeed's ZeRO stage 1 optimizer on a dense model, whose gradients go
+        through ``buffered_reduce_fallback``'s all-reduce (module docstring of
+        :mod:`~stage_explore.analytical.profile_sharding`). A mixture-of-experts model under
+        fp16 keeps the reduce-scatter (DeepSpeed keeps its contiguous buckets for MoE)."""
         zero1 = point.workload.parallel.zero == 1
-        return self.framework.zero1_grad_all_reduce and zero1 and point.dtype == "bf16"
+        dense = point.dtype == "bf16" or not point.workload.model.is_moe
+        return self.framework.zero1_grad_all_reduce and zero1 and dense
 
     def _params_held(self, point: Point) -> bool:
         """Whether FSDP2 keeps the stage's parameters gathered for the whole step and

@@ -188,14 +188,25 @@ Options (all booleans unless said):
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
-- ``zero1_grad_all_reduce`` — under bf16 at ZeRO-1 the data-parallel gradient reduction is an
-  all-reduce of the whole fp32 gradient buffer, not a reduce-scatter: DeepSpeed's
+- ``zero1_grad_all_reduce`` — at ZeRO-1 the data-parallel gradient reduction is an all-reduce
+  of the whole gradient buffer, not a reduce-scatter. Under bf16, DeepSpeed's
   ``BF16_Optimizer`` (bf16 with the config's ZeRO stage 0; it partitions the optimizer states
   itself) hands the engine its full flat fp32 gradients (``get_grads_for_reduction``), which
   ``buffered_allreduce_fallback`` all-reduces (the pipeline engine's ``_bf16_reduce_grads``,
   the plain engine's ``allreduce_gradients``); each rank then updates its partition and
-  all-gathers the bf16 parameters (``update_lp_params``: ``all_gather_dp_groups``). Off: the
-  lowering's reduce-scatter (ZeRO-1 of Megatron's distributed optimizer, DeepSpeed's ZeRO-1).
+  all-gathers the bf16 parameters (``update_lp_params``: ``all_gather_dp_groups``). In any
+  other dtype (fp16 above all), DeepSpeed's ZeRO stage 1 optimizer does the same in the
+  gradients' own dtype: the engine's ``_configure_zero_optimizer`` turns
+  ``contiguous_gradients`` off at stage 1 ("Overlap and contiguous grads are meaningless in
+  stage 1 and are ignored"; the 2022 releases for every model, later ones "Non-MoE requires
+  contiguous grads to be disabled w. stage 1"), so ``reduce_ipg_grads`` takes
+  ``buffered_reduce_fallback`` instead of ``average_tensor``'s per-partition reduces, and its
+  ``allreduce_bucket`` sets ``rank = None`` before ``dist.all_reduce`` of each flattened bucket
+  (``deepspeed/runtime/zero/stage2.py``, ``stage_1_and_2.py`` from v0.6.0; the pipeline
+  engine reaches it through ``allreduce_gradients`` → ``reduce_gradients(pipeline_parallel=
+  True)`` after the flush); the step then all-gathers the updated 16-bit partitions. A
+  mixture-of-experts model outside bf16 keeps the reduce-scatter (contiguous buckets). Off:
+  the lowering's reduce-scatter (ZeRO-1 of Megatron's distributed optimizer).
 - ``ddp_bucket_first_chunk_only`` — only the first model chunk of the first pipeline stage
   reduces its gradients in buckets: Megatron-Core's ``DistributedDataParallel`` sets
   ``bucket_size = None`` when ``disable_bucketing`` (the training loops pass
@@ -234,7 +245,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
-    "zero1_grad_all_reduce": "DeepSpeed BF16_Optimizer (bf16, zero_optimization stage 0)",
+    "zero1_grad_all_reduce": "DeepSpeed BF16_Optimizer (bf16) / ZeRO stage 1 (dense model)",
 }
 
 #: The values of ``distributed_fused_adam``: off (Megatron-Core's distributed optimizer) or the
