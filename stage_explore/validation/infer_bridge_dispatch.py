@@ -31,7 +31,37 @@ backend (``configs/qwen/qwen3_llm_pretrain.py`` 05c0c90f: ``cfg.model.moe_flex_d
 = base_cfg.moe_flex_dispatcher_backend`` first; ``configs/gpt_oss/gpt_oss_llm_pretrain.py``
 0501207b: ``apply_flex_dispatcher_backend`` first; ``configs/deepseek/deepseek_llm_pretrain.py``
 ``deepseek_v3_pretrain_config_gb200`` and the other GPUs alike). Megatron-Core's own default, 16,
-is what these runs did not use."""
+is what these runs did not use.
+
+*Which Qwen3 config family a container ran* (7 Dec 2026, s29 qwen2509). Megatron-Bridge's Qwen3
+performance configs came in two families: the earlier ``scripts/performance/configs/qwen3/``
+(``qwen3_235b_a22b_llm_pretrain.py`` / ``.yaml``, ``qwen3_30b_a3b_llm_pretrain.py``, then
+``workload_base_configs.py`` with ``qwen3_llm_pretrain.py``) and the later ``configs/qwen/``
+(``qwen3_workload_base_configs.py``, whose H100 / B200 / B300 layouts with a virtual pipeline set
+``moe_a2a_overlap=True``). The 25.09 container's runs read the earlier one:
+
+- the 25.09 NeMo container carries Megatron-Bridge 0.1.0 (NVIDIA-NeMo/Megatron-Bridge PR #317
+  "Major dependency bump for 25.09", PR #862 "Add 0.1.0rc3 changelog" of 3 Oct 2025 on the
+  r0.1.0 branch, release v0.1.0rc4 of 23 Oct 2025 "Update performance scripts");
+- its table was on the performance-summary page by 17 Oct 2025 (issue #444, ananthsub:
+  "performance summaries across container versions are published here"; PRs #915 "perf page
+  update 25.09 draft" and #916 "update 25.09 performance summary");
+- the later family did not exist then: on 21 Nov 2025 PR #1451 ("Added Qwen 3 next perf
+  scripts") still edits ``scripts/performance/configs/qwen3/workload_base_configs.py`` on main.
+
+No stored version of the earlier family turns the all-to-all overlap on by itself:
+``qwen3_30b_a3b_llm_pretrain.py`` (4054233a) ``A2A_1F1B = False if kwargs.get("moe_a2a") is
+None``; ``qwen3_235b_a22b_llm_pretrain.py`` (27dfb3df) and ``.yaml`` (11d3a36e) set none;
+``workload_base_configs.py`` / ``qwen3_llm_pretrain.py`` (0fa501ac) have no such field and
+``utils/helpers.py`` applies ``set_moe_a2a_overlap_overrides`` only from the launcher's
+``moe_a2a_overlap`` argument. Every one builds ``CommOverlapConfig(tp_comm_overlap=True)``. The
+same family's default token drop (``use_tokendrop`` True: ``apply_moe_token_drop``) is the 25.09
+table's "(tokendrop)" label, and the maintainers' later notes compare against it: issue #1998
+("the perf in 25.11 is 2X slower than 25.09", Qwen3-30B on H100 / B200, dropless against token
+drop) and PR #1760 (17 Dec 2025: the B200 Qwen3-235B config's "performance regression from
+25.09", fixed by disabling ``moe_a2a_overlap``). A launcher argument could still have turned the
+overlap on; the page does not say so, and the reader takes the config's default as it does for
+every row (:func:`qwen3_a2a_overlap`)."""
 
 from __future__ import annotations
 
@@ -188,22 +218,50 @@ def bridge_hybridep(
     return False
 
 
+#: The last container whose Megatron-Bridge Qwen3 performance runs read the earlier config family,
+#: ``scripts/performance/configs/qwen3/`` (module docstring: 25.09 = Megatron-Bridge 0.1.0, its
+#: table published by 17 Oct 2025, ``configs/qwen/`` still absent on 21 Nov 2025).
+LAST_EARLY_QWEN3_FAMILY = (25, 9)
+
 #: Systems whose Megatron-Bridge Qwen3 performance configs never set moe_a2a_overlap, in any
 #: stored version, whatever their virtual pipeline (WorkloadBaseConfig's default False).
 NO_QWEN3_A2A_OVERLAP = ("gb200-nvl72", "gb300-nvl72")
 
 
 def qwen3_a2a_overlap(
-    family: str, moe: bool, stated: dict[str, int], system: str, out: Defaults
+    family: str,
+    moe: bool,
+    stated: dict[str, int],
+    system: str,
+    out: Defaults,
+    release: tuple[int, int] | None = None,
 ) -> None:
     """Megatron-Bridge's Qwen3 MoE performance configs switch the expert-parallel all-to-all
     overlap where they interleave the pipeline on H100 / B200 / B300 (5 Dec 2026, s14 infer5),
-    never on GB200 / GB300 (6 Dec 2026, s21 mbxrecipe); read when the row states its pipeline
-    and virtual pipeline sizes."""
+    never on GB200 / GB300 (6 Dec 2026, s21 mbxrecipe), and never in the earlier config family
+    a container up to :data:`LAST_EARLY_QWEN3_FAMILY` ran (7 Dec 2026, s29 qwen2509; module
+    docstring); read when the row states its pipeline and virtual pipeline sizes. ``release``:
+    the container the text names (``None``: not named, read as the later family)."""
     if family != "qwen3" or not moe or "vpp" not in stated or out.options.get("moe_grouped_kernel"):
         return  # the full-iteration recipes set the overlap themselves (infer_bridge_graphs)
     pp, vpp = int(stated.get("pp", 1)), int(stated["vpp"])
     if pp <= 1:
+        return
+    if release is not None and release <= LAST_EARLY_QWEN3_FAMILY:
+        out.options["moe_comm_overlap"] = False
+        out.notes.append(
+            f"no expert-parallel all-to-all overlap (moe_comm_overlap false: pp {pp}, vpp {vpp}, "
+            f"container {release[0]}.{release[1]:02d}): the {release[0]}.{release[1]:02d} "
+            "runs read Megatron-Bridge's earlier Qwen3 configs, scripts/performance/configs/qwen3/ "
+            "(25.09 = Megatron-Bridge 0.1.0, PR #862 r0.1.0; its table published by 17 Oct 2025, "
+            "issue #444; configs/qwen/ still absent on main on 21 Nov 2025, PR #1451), none of "
+            "whose stored versions sets the overlap by itself (qwen3_30b_a3b_llm_pretrain.py "
+            "4054233a A2A_1F1B False unless the launcher passes moe_a2a; "
+            "qwen3_235b_a22b_llm_pretrain.py 27dfb3df none; workload_base_configs.py 0fa501ac no "
+            "field, utils/helpers.py set_moe_a2a_overlap_overrides only from the launcher's "
+            "moe_a2a_overlap argument), which the page does not name (the text names "
+            "Megatron-Bridge)"
+        )
         return
     if system in NO_QWEN3_A2A_OVERLAP:
         out.options["moe_comm_overlap"] = False

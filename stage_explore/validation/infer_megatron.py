@@ -19,7 +19,11 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
-from stage_explore.validation.infer_bridge_dispatch import bridge_hybridep, qwen3_a2a_overlap
+from stage_explore.validation.infer_bridge_dispatch import (
+    LAST_EARLY_QWEN3_FAMILY,
+    bridge_hybridep,
+    qwen3_a2a_overlap,
+)
 from stage_explore.validation.infer_bridge_drop import bridge_token_drop
 from stage_explore.validation.infer_bridge_graphs import bridge_full_iteration
 from stage_explore.validation.infer_bridge_layout import bridge_deepseek_layout
@@ -177,7 +181,15 @@ BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = 
 BRIDGE_OPTIONS: tuple[
     tuple[str, tuple[str, ...], tuple[int, int], tuple[int, int], dict[str, bool], str], ...
 ] = (
-    ("qwen3-235b-a22b", ("h100-80gb",), (25, 1), (99, 12),
+    ("qwen3-235b-a22b", ("h100-80gb",), (25, 1), LAST_EARLY_QWEN3_FAMILY,
+     {"moe_comm_overlap": False, "tp_comm_overlap": True},
+     "no --overlap-moe-expert-parallel-comm and TP communication overlap on (moe_comm_overlap "
+     "false, tp_comm_overlap): the 25.09 runs read the earlier scripts/performance/configs/qwen3/ "
+     "family (infer_bridge_dispatch module docstring, s29 qwen2509): qwen3_235b_a22b_llm_"
+     "pretrain.py (27dfb3df) qwen3_235b_a22b_h100_fp8_config and qwen3_llm_pretrain.py "
+     "(0fa501ac) qwen3_235b_a22b_h100_config build CommOverlapConfig(tp_comm_overlap=True) and "
+     "set no moe_a2a_overlap"),
+    ("qwen3-235b-a22b", ("h100-80gb",), (25, 10), (99, 12),
      {"moe_comm_overlap": True, "tp_comm_overlap": False},
      "--overlap-moe-expert-parallel-comm on and no TP communication overlap (moe_comm_overlap, "
      "tp_comm_overlap false): Megatron-Bridge scripts/performance/configs/qwen/"
@@ -571,7 +583,9 @@ def megatron_core_defaults(
             _bridge_connections({**parallel, **stated}, system, out)
             recipe = fp8_recipe if precision == "fp8" else ""
             bridge_full_iteration(row, flavor, system, release, recipe, out)
-            qwen3_a2a_overlap(str(spec.family), bool(spec.num_experts), stated, system, out)
+            qwen3_a2a_overlap(
+                str(spec.family), bool(spec.num_experts), stated, system, out, release
+            )
             bridge_hybridep(flavor, system, release, stated, out, recipe)
             bridge_token_drop(row, precision, stated, (spec.top_k, spec.num_experts), out)
             no_mtp = NO_MTP.search(row.get("model", "").strip().lower())

@@ -109,3 +109,47 @@ def test_the_qwen3_configs_overlap_the_all_to_all_only_off_gb200_and_gb300(
 ) -> None:
     case = inferred_case(row)
     assert dict(case.framework_options).get("moe_comm_overlap") is overlap
+
+
+#: The DGX-H100 Qwen3-235B row's layout of the Megatron-Bridge 25.09 table (TP 2, PP 8, VP 4,
+#: EP 32; s29 qwen2509): the container whose runs read the earlier configs/qwen3/ family.
+H100_QWEN3_235B_2509 = {
+    **H100_QWEN3, "id": "MBD-5", "source": "NVIDIA Megatron-Bridge performance summary "
+    "(25.09 container)", "model": "Qwen3_235B_a22B", "num_gpus": "256", "tp": "2", "pp": "8",
+    "vpp": "4", "ep": "32", "global_batch_seqs": "2048",
+}  # fmt: skip
+B200_QWEN3_235B_2509 = {
+    **H100_QWEN3_235B_2509, "id": "MBD-6", "gpu": "B200", "num_gpus": "64", "tp": "1",
+    "vpp": "2", "ep": "8", "global_batch_seqs": "1024",
+}  # fmt: skip
+LATER = "NVIDIA Megatron-Bridge performance summary (25.11 container)"
+
+
+@pytest.mark.parametrize("row", [H100_QWEN3_235B_2509, B200_QWEN3_235B_2509])
+def test_a_25_09_qwen3_row_reads_the_earlier_family_without_the_all_to_all_overlap(
+    row: dict[str, str],
+) -> None:
+    case = inferred_case(row)
+    assert dict(case.framework_options).get("moe_comm_overlap") is False
+    (note,) = [a for a in case.assumptions if "container 25.09" in a and "all-to-all" in a]
+    assert "configs/qwen3/" in note and "PR #1451" in note
+
+
+@pytest.mark.parametrize("row", [H100_QWEN3_235B_2509, B200_QWEN3_235B_2509])
+def test_a_later_container_of_the_same_layout_keeps_the_later_family_s_overlap(
+    row: dict[str, str],
+) -> None:
+    case = inferred_case({**row, "source": LATER})
+    assert dict(case.framework_options).get("moe_comm_overlap") is True
+    assert not any("container 25.09" in a for a in case.assumptions)
+
+
+@pytest.mark.parametrize(("source", "tp_overlap"), [
+    (H100_QWEN3_235B_2509["source"], True),  # configs/qwen3: tp_comm_overlap=True
+    (LATER, False),  # configs/qwen/qwen3_llm_pretrain.py 05c0c90f: tp_comm_overlap=False
+])  # fmt: skip
+def test_the_h100_qwen3_235b_tp_overlap_follows_the_container_s_family(
+    source: str, tp_overlap: bool
+) -> None:
+    case = inferred_case({**H100_QWEN3_235B_2509, "source": source})
+    assert dict(case.framework_options).get("tp_comm_overlap") is tp_overlap
