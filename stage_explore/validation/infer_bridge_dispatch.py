@@ -46,8 +46,9 @@ performance configs came in two families: the earlier ``scripts/performance/conf
 - its table was on the performance-summary page by 17 Oct 2025 (issue #444, ananthsub:
   "performance summaries across container versions are published here"; PRs #915 "perf page
   update 25.09 draft" and #916 "update 25.09 performance summary");
-- the later family did not exist then: on 21 Nov 2025 PR #1451 ("Added Qwen 3 next perf
-  scripts") still edits ``scripts/performance/configs/qwen3/workload_base_configs.py`` on main.
+- main's Qwen3 configs were still the earlier family a month later: on 21 Nov 2025 PR #1451
+  ("Added Qwen 3 next perf scripts") edits ``scripts/performance/configs/qwen3/
+  workload_base_configs.py`` and its review reads names through that file's ``utils.py``.
 
 No stored version of the earlier family turns the all-to-all overlap on by itself:
 ``qwen3_30b_a3b_llm_pretrain.py`` (4054233a) ``A2A_1F1B = False if kwargs.get("moe_a2a") is
@@ -220,7 +221,7 @@ def bridge_hybridep(
 
 #: The last container whose Megatron-Bridge Qwen3 performance runs read the earlier config family,
 #: ``scripts/performance/configs/qwen3/`` (module docstring: 25.09 = Megatron-Bridge 0.1.0, its
-#: table published by 17 Oct 2025, ``configs/qwen/`` still absent on 21 Nov 2025).
+#: table published by 17 Oct 2025, main's Qwen3 configs still ``configs/qwen3/`` on 21 Nov 2025).
 LAST_EARLY_QWEN3_FAMILY = (25, 9)
 
 #: Systems whose Megatron-Bridge Qwen3 performance configs never set moe_a2a_overlap, in any
@@ -254,9 +255,10 @@ def qwen3_a2a_overlap(
             f"container {release[0]}.{release[1]:02d}): the {release[0]}.{release[1]:02d} "
             "runs read Megatron-Bridge's earlier Qwen3 configs, scripts/performance/configs/qwen3/ "
             "(25.09 = Megatron-Bridge 0.1.0, PR #862 r0.1.0; its table published by 17 Oct 2025, "
-            "issue #444; configs/qwen/ still absent on main on 21 Nov 2025, PR #1451), none of "
-            "whose stored versions sets the overlap by itself (qwen3_30b_a3b_llm_pretrain.py "
-            "4054233a A2A_1F1B False unless the launcher passes moe_a2a; "
+            "issue #444; main's Qwen3 configs still configs/qwen3/ on 21 Nov 2025, PR #1451), "
+            "none of whose stored versions sets the overlap by itself "
+            "(qwen3_30b_a3b_llm_pretrain.py 4054233a A2A_1F1B False unless the launcher passes "
+            "moe_a2a; "
             "qwen3_235b_a22b_llm_pretrain.py 27dfb3df none; workload_base_configs.py 0fa501ac no "
             "field, utils/helpers.py set_moe_a2a_overlap_overrides only from the launcher's "
             "moe_a2a_overlap argument), which the page does not name (the text names "
