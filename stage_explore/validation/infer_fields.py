@@ -415,7 +415,8 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
                 "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3 / "
                 "V2-Lite / MoE 16B, Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a common open "
                 "model at a published size: Gemma, Mistral, Qwen2 / Qwen2.5, Qwen3 dense, Llama "
-                "3.2, Phi-3 mini, Baichuan 2, Yi 6B / 34B, InternLM2), and not a Llama-style "
+                "3.2, Phi-3 mini, Baichuan 2, Yi 6B / 34B, InternLM2, Falcon 7B / 40B, StarCoder2, "
+                "OLMo 2 13B), and not a Llama-style "
                 f"decoder: {error}"
             ) from None
         return Inferred(base, assumption, fields)

@@ -1,7 +1,9 @@
 """Common open dense models a row may name without its dims (6 Dec 2026, s28 readers): Gemma,
 Gemma 2, Gemma 3, Mistral 7B / NeMo 12B / Small 3 24B / Large 2, Qwen2 / Qwen2.5, Phi-3 mini,
 Baichuan 2, Yi 34B and InternLM2, each at its published sizes (:data:`OPEN_MODELS`); Llama 3.2
-and the dense Qwen3 (s29 readers2) from :mod:`~stage_explore.validation.infer_open_more`.
+and the dense Qwen3 (s29 readers2) from :mod:`~stage_explore.validation.infer_open_more`;
+Falcon, StarCoder2 and OLMo 2 (s29 readers3) from
+:mod:`~stage_explore.validation.infer_open_cited`, with the models refused by name there.
 
 A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
 and leaves the architecture columns empty; before, such a row was refused (the common decoder
@@ -28,6 +30,7 @@ import re
 from stage_explore.validation.infer_generic import GenericRefused, stated_head_dim
 from stage_explore.validation.infer_open_base import Field, OpenModel
 from stage_explore.validation.infer_open_base import dims as _dims
+from stage_explore.validation.infer_open_cited import FALCON, OLMO2, REFUSED_BY_NAME, STARCODER2
 from stage_explore.validation.infer_open_more import LLAMA32, QWEN3, UNTIED_BY_SOURCE
 
 #: The flavor whose block every entry takes (its dims are all replaced by the entry's).
@@ -228,6 +231,11 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bllama[\s_-]*3\.2(?![\d])", LLAMA32),
     (r"\bqwen[\s_-]*3(?![.\d])(?![\s_-]*(?:moe|vl|next|omni|coder))"
      r"(?!.*\ba\d+(?:\.\d+)?b\b)", QWEN3),
+    # s29 readers3 (infer_open_cited): Falcon (not Falcon 2 / Falcon3, Falcon Mamba, Falcon-H1:
+    # other architectures), StarCoder2, OLMo 2
+    (r"\bfalcon(?![\s_-]*(?:mamba|h1\b|[23](?![\d.]*\s*b\b)))", FALCON),
+    (r"\bstar[\s_-]*coder[\s_-]*2(?![.\d])", STARCODER2),
+    (r"\bolmo[\s_-]*2(?![.\d])", OLMO2),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 
@@ -316,6 +324,9 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
     names none; :class:`OpenModelRefused` when the entry lacks a dim (:data:`NEEDED`) the row
     leaves empty, or the moe cell names experts (every entry is dense)."""
     text = model.lower().replace("_", " ")
+    for refused, why in REFUSED_BY_NAME:
+        if re.search(refused, text):
+            raise OpenModelRefused(f"model {model!r}: not timed: {why}")
     pattern, entry = find_open_model(text)
     if entry is None:
         return None
@@ -349,6 +360,9 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
     own, untied = _untied_by_source(row, entry, own)
     listed = ", ".join(f"{k} {v}" for k, v in own)
     unmodelled = f"; not modelled: {entry.unmodelled}" if entry.unmodelled else ""
+    block = {k for k, _ in own} & {"norm", "activation", "bias"}
+    if block:  # Falcon, StarCoder2 (s29 readers3): the entry's own block fields
+        unmodelled = f"; its {', '.join(sorted(block))} replace the block's{unmodelled}"
     assumption = (
         f"model {model!r} as {entry.name}: the common decoder (flavor {BASE}'s block: pre-norm "
         f"RMSNorm, rotary positions, no biases, a gated MLP) with its published config "

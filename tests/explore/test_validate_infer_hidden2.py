@@ -85,8 +85,10 @@ def test_validate_data_evaluates_mistral_and_qwen_rows(
 
 
 def test_ffn_of_four_hidden_is_a_gelu_mlp_and_no_kv_heads_is_multi_head() -> None:
-    """Falcon 7B (tiiuae/falcon-7b: hidden 4544, 71 heads, 4 x hidden MLP) without kv_heads."""
-    case = _case(model="Falcon 7B", layers="32", hidden="4544", ffn="18176", heads="71",
+    """Falcon 7B's dims (tiiuae/falcon-7b: hidden 4544, 71 heads, 4 x hidden MLP) without
+    kv_heads, under a name of no known family (since s29 readers3 "Falcon 7B" itself is the
+    open-model entry, multi-query as its config says: test_infer_readers3.py)."""
+    case = _case(model="Custom 7B", layers="32", hidden="4544", ffn="18176", heads="71",
                  kv_heads="", vocab="65024", seq_len="2048")  # fmt: skip
     assert not case.reason and case.model is not None
     assert case.model.activation is Activation.GELU and case.model.kv_heads == 71
