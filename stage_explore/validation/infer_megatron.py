@@ -49,6 +49,7 @@ from stage_explore.validation.infer_mlperf import (
 )
 from stage_explore.validation.infer_mlperf2509 import mlperf_2509_loss, mlperf_2509_recipe
 from stage_explore.validation.infer_mlperf_amd import mlperf_amd_implementation
+from stage_explore.validation.infer_mlperf_gptoss import mlperf_gptoss_defaults
 from stage_explore.validation.infer_mlperf_moe import mlperf_moe_switches
 from stage_explore.validation.infer_modelzoo import model_zoo_tp_overlap
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
@@ -569,6 +570,7 @@ def megatron_core_defaults(
     stated_bucket(row, out)
     if "mlperf" in row_text(row).lower():
         mlperf_moe_switches(row, stated, out, bool(spec.num_experts))
+        mlperf_gptoss_defaults(row, flavor, precision, fp8_recipe, out)
     layers = int(stated.get("layers", spec.layers))
     readme_interleaving(row, stated, parallel, layers, out)
     release = container(row)

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from stage_explore.validation.infer_mlperf_round import mlperf_training_round
+
 #: Columns whose text names a release (container, date) or a technique (torch.compile, AsyncTP).
 TEXT_COLUMNS = ("source", "source_table", "notes")
 #: A NeMo / NGC container version: ``NeMo 24.07``, ``NeMo24.03.01``, ``ngc25.01_nemo``,
@@ -17,7 +19,8 @@ TEXT_COLUMNS = ("source", "source_table", "notes")
 #: Release 25.09`` or, from a partner, ``NeMo Framework NVIDIA Release 25.09``
 #: (mlcommons/training_results_v5.1 4da2d1cd: ``NVIDIA/systems/tyche_ngpu72_ngc25.09_nemo.json``,
 #: ``Supermicro/systems/AS-8126GS-NB3RT.json``; s24 hidden9: the second spelling dated nothing).
-#: A ``PyTorch NVIDIA Release`` names the PyTorch container, not NeMo's, and is not read.
+#: A ``PyTorch NVIDIA Release`` names the PyTorch container, not NeMo's, and is not read here
+#: (but see :data:`PYTORCH_BASE_ROUNDS`).
 _CONTAINER = (
     re.compile(r"(?:nemo|ngc)[\s_:-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
     re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
@@ -53,9 +56,28 @@ def row_text(row: dict[str, str], columns: tuple[str, ...] = TEXT_COLUMNS) -> st
 CONTAINER_COLUMNS = (*TEXT_COLUMNS, "uncertain")
 
 
+#: The framework release an MLPerf log's SYSJSON / container banner prints (``PyTorch NVIDIA
+#: Release 26.04``, HPE's ``NVIDIA Release 26.04 (NeMo, PyTorch)``).
+_NVIDIA_RELEASE = re.compile(r"\bnvidia\s+release\s+(2\d)\.(\d\d)(?!\d)", re.IGNORECASE)
+#: MLPerf Training rounds whose NVIDIA NeMo implementations build on the PyTorch container of
+#: their release: v6.0's gpt_oss_20b and llama31_8b ``implementations/nemo/Dockerfile``
+#: (Richardyu114/training_results_v6.0 eabf23a0, a copy of mlcommons/training_results_v6.0)
+#: ``FROM nvcr.io/nvidia/pytorch:26.04-py3`` with Megatron-Bridge / Megatron-Core
+#: ``26.04-alpha.rc2`` / ``rc1``. So the log's "NVIDIA Release YY.MM" is the run's release, over
+#: a results folder's ``ngcYY.MM`` (Lambda's v6.0 ``*_ngc25.09_nemo`` folders hold 26.04 logs;
+#: 7 Dec 2026, s29 gptossdef). Earlier rounds' NeMo images carry an older PyTorch base (not read).
+PYTORCH_BASE_ROUNDS = ((6, 0),)
+
+
 def container(row: dict[str, str]) -> tuple[int, int] | None:
     """``(YY, MM)`` of the NeMo / NGC container the row's text names (the first column of
-    :data:`CONTAINER_COLUMNS` that names one), else None."""
+    :data:`CONTAINER_COLUMNS` that names one), else None; for a round of
+    :data:`PYTORCH_BASE_ROUNDS` the log's "NVIDIA Release YY.MM" first, wherever it is stated."""
+    if mlperf_training_round(row_text(row, CONTAINER_COLUMNS)) in PYTORCH_BASE_ROUNDS:
+        for column in CONTAINER_COLUMNS:
+            found = _NVIDIA_RELEASE.search(row.get(column, ""))
+            if found:
+                return int(found.group(1)), int(found.group(2))
     for column in CONTAINER_COLUMNS:
         for pattern in _CONTAINER:
             found = pattern.search(row.get(column, ""))
