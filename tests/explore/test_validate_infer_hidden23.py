@@ -94,7 +94,10 @@ def _options(**cells: str) -> dict[str, object]:
 
 
 def test_a_quoted_fp8_param_gather_replaces_the_era_default() -> None:
-    assert _options()["fp8_param_gather"] is True  # the 26.04 precision configs' default
+    # s29 gptossdef: a GPT-OSS row stating nothing takes config_common_mxfp8.sh's False; the
+    # 26.04 precision configs' True stays the era default of another MLPerf v6.0 MXFP8 row
+    assert _options()["fp8_param_gather"] is False
+    assert _options(model="Llama 3.1 8B")["fp8_param_gather"] is True
     quoted = _options(notes="DistributedDataParallelConfig(..., fp8_param_gather=False, ...)")
     assert quoted["fp8_param_gather"] is False  # before: True
     assert _options(notes="fp8_param_gather true")["fp8_param_gather"] is True
@@ -106,7 +109,10 @@ def test_a_quoted_fp8_param_gather_both_ways_is_left_to_the_default() -> None:
 
 
 def test_a_printed_cross_entropy_fusion_impl_is_the_rows_loss() -> None:
-    assert _options().get("native_cross_entropy") is True  # custom.yaml's default
+    # s29 gptossdef: conf/gpt_oss.yaml's cross_entropy_fusion_impl default 'te' for a GPT-OSS
+    # row stating nothing; a printed 'native' stays the row's
+    assert _options().get("te_cross_entropy") is True
+    assert _options(notes="cross_entropy_fusion_impl native").get("native_cross_entropy") is True
     te = _options(notes="printed configuration: cross_entropy_fusion_impl 'te'")
     assert te.get("te_cross_entropy") is True  # before: native
     assert "native_cross_entropy" not in te
