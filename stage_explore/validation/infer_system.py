@@ -14,18 +14,22 @@ from stage_explore.system import load_system
 from stage_explore.validation.infer_cloud import cloud_part
 from stage_explore.validation.infer_fields import Inferred, Uninferable
 
-#: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)").
+#: ``gpu`` cell → system preset, first match wins (GB before B: "GB200 (B200 in NVL72)"). A part
+#: number followed by a further digit is another part or a typo, not this one (7 Dec 2026, s29
+#: review: ``H1000`` was read as the H100, ``B2000`` as the B200, and NVIDIA's RTX A1000
+#: workstation card as the A100, each evaluated as that preset with no warning).
 SYSTEM_RULES: tuple[tuple[str, str], ...] = (
-    (r"GB300", "gb300-nvl72"),
-    (r"GB200", "gb200-nvl72"),
-    (r"B300", "b300"),
-    (r"B200", "b200"),
-    (r"H800", "h800"),
-    (r"H200|GH[\s_-]?200", "h200"),  # GH-200 too: the GH200 superchip, read as the H200
-    (r"H100", "h100-80gb"),
-    (r"A100", "a100-80gb"),
+    (r"GB300(?!\d)", "gb300-nvl72"),
+    (r"GB200(?!\d)", "gb200-nvl72"),
+    (r"B300(?!\d)", "b300"),
+    (r"B200(?!\d)", "b200"),
+    (r"H800(?!\d)", "h800"),
+    # GH-200 too: the GH200 superchip, read as the H200
+    (r"H200(?!\d)|GH[\s_-]?200(?!\d)", "h200"),
+    (r"H100(?!\d)", "h100-80gb"),
+    (r"A100(?!\d)", "a100-80gb"),
     # 5 Dec 2026 (s17 systems): the A800, the A100 with 400 GB/s NVLink (system/presets/a800.toml).
-    (r"A800", "a800"),
+    (r"A800(?!\d)", "a800"),
     # AMD Instinct (5 Dec 2026, s14 amd): the CDNA 3 / CDNA 4 OAM platforms' presets, each its
     # own part (the MI350X, the MI355X's 1 kW sibling at lower clocks, has no preset: refused).
     (r"MI355X", "mi355x"),
@@ -126,7 +130,7 @@ def infer_system(gpu: str) -> Inferred:
         part = next((p for pattern, p in NO_PRESET if re.search(pattern, gpu, re.I)), "")
         if part:
             raise Uninferable(f"gpu {gpu!r} is {part}")
-        names = ", ".join(pattern.split("|")[0] for pattern, _ in SYSTEM_RULES)
+        names = ", ".join(pattern.split("|")[0].split("(")[0] for pattern, _ in SYSTEM_RULES)
         raise Uninferable(f"gpu {gpu!r} matches no system preset (expected one of {names})")
     text = f"system preset {preset} (the gpu column says {gpu!r})"
     if GH200.search(gpu):

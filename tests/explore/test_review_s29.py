@@ -1,0 +1,48 @@
+"""A user's pass over validate / calibrate / eval / explore (7 Dec 2026, s29 review): each test
+is a bad input that was read as something else, or lost silently, before this session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stage_explore.cli import main
+from stage_explore.validation.infer_fields import Uninferable
+from stage_explore.validation.infer_system import infer_system
+
+#: A run of the README's calibrate example (NVIDIA DGX Cloud, Llama 3.1 8B on 64 H100s).
+HEADER = (
+    "id,model,layers,hidden,ffn,heads,kv_heads,vocab,seq_len,global_batch_seqs,micro_batch,"
+    "tp,pp,dp,cp,sp,vpp,recompute,precision,zero,iter_time_s,gpu"
+)
+RUN = "llama3-8b,32,4096,14336,32,8,128256,8192,1024,1,1,1,32,2,no,1,none,bf16,1,13.08"
+
+
+@pytest.mark.parametrize("gpu", ["H1000", "B2000", "RTX A1000", "A1000", "H2000", "A8000"])
+def test_a_part_number_with_a_further_digit_is_no_preset(gpu: str) -> None:
+    """A typo'd or other part (``H1000``; the RTX A1000 workstation card) was read as the
+    preset whose part number it starts with (H100, A100) and evaluated as that GPU."""
+    with pytest.raises(Uninferable, match=f"gpu '{gpu}' matches no system preset"):
+        infer_system(gpu)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "preset"),
+    [("H100", "h100-80gb"), ("8xH100-80GB", "h100-80gb"), ("A100-SXM4-40GB", "a100-40gb"),
+     ("GH200", "h200"), ("B200 192GB", "b200"), ("GB200 NVL72", "gb200-nvl72")],
+)  # fmt: skip
+def test_the_parts_themselves_still_read(gpu: str, preset: str) -> None:
+    assert infer_system(gpu).value == preset
+
+
+def test_calibrate_warns_of_a_typod_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``stage calibrate`` fitted an ``H1000`` run as an H100 one with no warning (the cell read
+    as the fitted system's own part); it now names the cell and what it expected."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text(f"{HEADER}\nr1,{RUN},H1000\n")
+    main(["calibrate", "--runs", str(runs), "--system", "h100-80gb", "--fit", "memory",
+          "--no-loo"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "warning: r1: gpu 'H1000' matches no system preset (expected one of" in out
+    assert "fitted as h100-80gb's H100-SXM5-80GB all the same" in out
