@@ -30,7 +30,7 @@ from stage_core.errors import ConfigError
 from stage_explore.limits import check_sizes
 from stage_explore.study._reader import Source, Table, choices_text, describe
 from stage_explore.study.serving_space import parse_requests, parse_serving_space
-from stage_explore.study.space import has_possible_point, parse_space
+from stage_explore.study.space import has_possible_point, impossibility, parse_space
 from stage_explore.study.spec import (
     OBJECTIVE_METRICS,
     SERVING_OBJECTIVES,
@@ -155,7 +155,14 @@ def parse_study(text: str, path: Path) -> StudySpec:
         space = parse_serving_space(_table(root, "space"))
     else:
         space = parse_space(_table(root, "space"), system_table.table("search"), workload)
-    if not has_possible_point(space, workload, constraints):
+    gpus = next((k.values for k in space.knobs if k.name == "num_gpus" and k.values), ())
+    try:  # before the points: 2^22 GPUs were "no possible point", the size not named (s29)
+        check_sizes({"gpus": max(gpus, default=None)}, names={"gpus": "num_gpus"})
+    except ConfigError as error:
+        message = str(error).removeprefix("num_gpus: ")
+        raise _table(root, "space").error("num_gpus", message) from None
+    impossible = None if inference else impossibility(space, workload, constraints)
+    if (inference and not has_possible_point(space, workload, constraints)) or impossible:
         raise source.error(
             "space",
             None,
@@ -165,7 +172,7 @@ def parse_study(text: str, path: Path) -> StudySpec:
                 "multiple of a decode instance, num_gpus within max_gpus), got none"
                 if inference
                 else "(tp·pp·cp dividing num_gpus, dp·micro_batch dividing global_batch, "
-                "num_gpus within max_gpus), got none"
+                f"num_gpus within max_gpus), got none; the first, {impossible}"
             ),
         )
     spec = StudySpec(
@@ -211,13 +218,6 @@ def _check_sources(spec: StudySpec, root: Table) -> None:
             system = load_system(spec.system.argument())
     except ConfigError as error:
         raise system_table.error(key, str(error)) from None
-    for knob in spec.space.knobs:
-        if knob.name == "num_gpus" and knob.values:
-            try:
-                check_sizes({"gpus": max(knob.values)}, names={"gpus": "num_gpus"})
-            except ConfigError as error:
-                message = str(error).removeprefix("num_gpus: ")
-                raise _table(root, "space").error("num_gpus", message) from None
     search = system_table.table("search")
     for param in spec.space.hardware:
         try:

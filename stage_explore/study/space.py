@@ -429,17 +429,31 @@ def has_possible_point(
     space: SearchSpace, workload: WorkloadSpec, constraints: Constraints
 ) -> bool:
     """Whether at least one point of the space passes :func:`structural_reason`."""
-    choices = space.choices()
     if space.serving:
         return any(True for _ in grid_points(space, workload, constraints))
+    return impossibility(space, workload, constraints) is None
+
+
+def impossibility(
+    space: SearchSpace, workload: WorkloadSpec, constraints: Constraints
+) -> str | None:
+    """``None`` when a training space has a point passing :func:`structural_reason`, else the
+    first point of the product (the values in the order written) and why it cannot exist:
+    ``num_gpus=3 tp=1 pp=1 cp=1 micro_batch=1: dp·micro_batch=3 does not divide
+    global_batch=512`` (7 Dec 2026, s29 review: the error named no value)."""
+    choices = space.choices()
     names = ("num_gpus", "tp", "pp", "cp", "micro_batch", "schedule", "vpp")
+    first = ""
     for combination in itertools.product(*(choices[name] for name in names)):
-        if (
-            structural_reason(dict(zip(names, combination, strict=True)), workload, constraints)
-            is None
-        ):
-            return True
-    return False
+        params = dict(zip(names, combination, strict=True))
+        reason = structural_reason(params, workload, constraints)
+        if reason is None:
+            return None
+        if not first:
+            shown = " ".join(f"{k}={v}" for k, v in params.items() if len(choices[k]) > 1
+                             or k in ("num_gpus", "tp", "pp", "cp", "micro_batch"))  # fmt: skip
+            first = f"{shown}: {reason}"
+    return first
 
 
 def grid_points(
