@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -257,13 +258,25 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
     if progress.infrastructure_failed:
         print(
             f"{counted(progress.infrastructure_failed, 'trial')} lost to infrastructure failures "
-            f"after their retries: stage explore {args.study} --out {args.out} --resume re-runs "
-            "them"
+            f"after their retries: {resume_command(args)} re-runs them"
         )
     if summary.interrupted:
-        print(f"interrupted: continue with stage explore {args.study} --out {args.out} --resume")
+        print(f"interrupted: continue with {resume_command(args)}")
         return 130
     return 0
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command continuing this run: the study, ``--out`` and ``--resume``, with the
+    ``--trials``, ``--executor`` and ``--address`` it was given (7 Dec 2026, s29 review: the
+    hint dropped them, so a run interrupted at ``--trials 1500 --executor local`` continued on
+    a new Ray instance to the study's own budget)."""
+    words = ["stage", "explore", str(args.study), "--out", str(args.out)]
+    for option, value in (("--trials", args.trials), ("--executor", args.executor),
+                          ("--address", args.address)):  # fmt: skip
+        if value is not None:
+            words += [option, str(value)]
+    return shlex.join([*words, "--resume"])
 
 
 def unreached_values(spec: StudySpec, directory: Path) -> list[str]:

@@ -46,3 +46,20 @@ def test_calibrate_warns_of_a_typod_gpu(tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "warning: r1: gpu 'H1000' matches no system preset (expected one of" in out
     assert "fitted as h100-80gb's H100-SXM5-80GB all the same" in out
+
+
+def test_the_resume_hint_keeps_the_runs_options() -> None:
+    """The interrupted run's hint dropped ``--trials`` / ``--executor`` / ``--address``: the
+    command it printed continued to the study's own budget on a new Ray instance."""
+    from stage_explore.cli import build_parser
+    from stage_explore.cli.explore import resume_command
+
+    args = build_parser().parse_args(
+        ["explore", "gpt3_175b_a100", "--out", "my results", "--trials", "1500",
+         "--executor", "local"]
+    )  # fmt: skip
+    assert resume_command(args) == (
+        "stage explore gpt3_175b_a100 --out 'my results' --trials 1500 --executor local --resume"
+    )
+    plain = build_parser().parse_args(["explore", "quickstart", "--resume"])
+    assert resume_command(plain) == "stage explore quickstart --out results --resume"
