@@ -7,8 +7,9 @@ its setup into a :class:`~stage_explore.validation.setups.Case`), whose helpers 
 from __future__ import annotations
 
 import csv
+import difflib
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,23 @@ LAYOUT_COLUMNS = (*DEGREE_COLUMNS, "micro_batch", "global_batch_seqs")
 #: model; ``ffn`` and ``kv_heads`` may say ``1536 per expert`` or ``MLA``, which the flavor
 #: answers).
 STRICT_DIM_COLUMNS = ("layers", "hidden", "heads", "vocab", "seq_len")
+
+
+def unread_column(name: str) -> str:
+    """A header column not in :data:`SCHEMA_COLUMNS` as the accounting line names it, with the
+    schema's column it is close to (``iter_time (looks like iter_time_s)``; 7 Dec 2026, s29
+    review: the row said only "no measured value", the near miss unnamed)."""
+    close = difflib.get_close_matches(name.strip().lower(), sorted(SCHEMA_COLUMNS), 1, 0.7)
+    return f"{name} (looks like {close[0]})" if close else name
+
+
+def unread_columns(name: str, rows: Sequence[dict[str, str]]) -> str:
+    """``name (col, col)``: the columns of a CSV's header that are not the schema's
+    (:data:`SCHEMA_COLUMNS`), which the inferred setup does not read, each with the schema's
+    column it is close to (:func:`unread_column`); "" when there are none. Moved from
+    :mod:`~stage_explore.validation.infer` (s29 review)."""
+    extra = [c for c in (rows[0] if rows else {}) if c and c not in SCHEMA_COLUMNS]
+    return f"{name} ({', '.join(map(unread_column, extra))})" if extra else ""
 
 
 def _column_name(name: str) -> str:

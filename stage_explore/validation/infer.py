@@ -27,13 +27,13 @@ from stage_core.parallel import RECOMPUTE_MODULES
 from stage_explore.validation import infer_sparse as sparse
 from stage_explore.validation.csv_cells import (
     DASHES,
-    SCHEMA_COLUMNS,
     IntegerCellError,
     first_word,
     int_cell,
     integer_cells,
     ragged_reason,
     read_csv,
+    unread_columns,
 )
 from stage_explore.validation.infer_batch import default_micro_batch
 from stage_explore.validation.infer_cells import moe_counts
@@ -533,14 +533,6 @@ def _split(cases: list[Case]) -> list[Case]:
                  if many and p]  # fmt: skip
         out.append(replace(case, source=f"{case.source} [{', '.join(parts)}]") if parts else case)
     return out
-
-
-def unread_columns(name: str, rows: Sequence[dict[str, str]]) -> str:
-    """``name (col, col)``: the columns of a CSV's header that are not the schema's
-    (:data:`~stage_explore.validation.csv_cells.SCHEMA_COLUMNS`), which the inferred setup does
-    not read; "" when there are none."""
-    extra = [c for c in (rows[0] if rows else {}) if c and c not in SCHEMA_COLUMNS]
-    return f"{name} ({', '.join(extra)})" if extra else ""
 
 
 def _claims(claimers: Sequence[SourceSetup], row_id: str) -> bool:

@@ -3,6 +3,7 @@ is a bad input that was read as something else, or lost silently, before this se
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,27 @@ def test_the_resume_hint_keeps_the_runs_options() -> None:
     )
     plain = build_parser().parse_args(["explore", "quickstart", "--resume"])
     assert resume_command(plain) == "stage explore quickstart --out results --resume"
+
+
+def test_validate_names_the_schema_column_a_header_is_close_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A header ``iter_time`` (not ``iter_time_s``): a file with no other measured column was
+    refused, and a row of a file with one was "no measured value", the near miss unnamed in
+    both (calibrate named it, validate did not)."""
+    runs = tmp_path / "mine.csv"
+    header = HEADER.replace("iter_time_s", "iter_time")
+    runs.write_text(f"{header}\nr1,{RUN},H100\n")
+    assert main(["validate", "--data", str(runs), "--json"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        "; its header lacks a measured column (iter_time (looks like iter_time_s))"
+    )
+    runs.write_text(f"{header},tflops_per_gpu,num_gpus\nr1,{RUN},H100,,64\n")
+    main(["validate", "--data", str(runs), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["accounting"]["columns_not_read"] == [
+        "mine.csv (zero, iter_time (looks like iter_time_s))"
+    ]
+    (row,) = data["rows"]
+    assert not row["evaluated"] and "no measured value" in row["not_evaluated_reason"]
