@@ -14,6 +14,7 @@ Contents:
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -227,6 +228,12 @@ def parse_objective_option(text: str) -> dict[str, str]:
         if name in objectives:  # s22 review: `a:min,a:max` kept the last silently
             raise ConfigError(f"--objectives names {name!r} more than once: name each once")
         if not direction and name not in OBJECTIVE_METRICS:
+            close = difflib.get_close_matches(name, list(OBJECTIVE_METRICS), 1, 0.8)
+            if close:  # s29 review: a misspelt metric was told to take a direction
+                raise ConfigError(
+                    f"--objectives: {name!r} is not a metric of the records; expected "
+                    f"{close[0]} (or one of: {', '.join(OBJECTIVE_METRICS)})"
+                )
             raise ConfigError(
                 f"--objectives: {name!r} has no default direction; give it as {name}:min or "
                 f"{name}:max, or use one of: {', '.join(OBJECTIVE_METRICS)}"
@@ -244,7 +251,8 @@ def _check_objective_columns(frame: pd.DataFrame, names: list[str]) -> None:
     metrics = [name for name in OBJECTIVE_METRICS if name in frame.columns]
     for name in names:
         if name not in frame.columns:
-            got = "the records have no such column"
+            close = difflib.get_close_matches(name, [str(c) for c in frame.columns], 1, 0.8)
+            got = "the records have no such column" + (f" (close: {close[0]})" if close else "")
         elif not is_numeric_dtype(frame[name]) or is_bool_dtype(frame[name]):
             got = f"its column holds {frame[name].dtype} values"
         else:

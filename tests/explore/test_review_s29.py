@@ -88,3 +88,15 @@ def test_validate_names_the_schema_column_a_header_is_close_to(
     ]
     (row,) = data["rows"]
     assert not row["evaluated"] and "no measured value" in row["not_evaluated_reason"]
+
+
+def test_report_names_the_metric_a_misspelt_objective_is_close_to() -> None:
+    """``--objectives step_tme_s`` was told to take a direction (``step_tme_s:min``), which then
+    failed as no column: the close metric was never named."""
+    from stage_core.errors import ConfigError
+    from stage_explore.report import parse_objective_option
+
+    with pytest.raises(ConfigError, match=r"'step_tme_s' is not a metric .*; expected step_time_s"):
+        parse_objective_option("step_tme_s")
+    with pytest.raises(ConfigError, match="'foo' has no default direction"):
+        parse_objective_option("foo")
