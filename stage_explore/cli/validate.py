@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def _finite(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from stage_core.errors import ConfigError
-    from stage_explore.cli.meter import StepMeter
+    from stage_explore.cli.meter import RankMeter, StepMeter
     from stage_explore.validation.render import to_markdown, to_text
     from stage_explore.validation.serving import (
         serving_markdown,
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         loso=args.loso,
         loso_progress=StepMeter("leave one source out", "sources") if args.loso else None,
         loso_jobs=jobs,
+        # in place on a terminal only: 20-50 s of rows, silent before s29 review
+        progress=RankMeter(sys.stderr.isatty(), "evaluating rows"),
     )
     serving = serving_rows(args.data)  # beside training: the published serving measurements
     if args.json:

@@ -121,16 +121,18 @@ def run_validation(
     loso: bool = False,
     loso_progress: Callable[[int, int, str], None] | None = None,
     loso_jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ValidationReport:
     """Evaluate every row of every published-runs CSV of ``folder`` (default: the package's
     data), or of the one CSV file ``folder`` names: with its ``setups.toml`` source, else with
     an inferred setup; ``loso`` adds the leave-one-source-out figure (minutes, not seconds),
     reporting each source to ``loso_progress``, in ``loso_jobs`` processes
-    (:func:`~stage_explore.validation.loso.leave_one_source_out`)."""
+    (:func:`~stage_explore.validation.loso.leave_one_source_out`); ``progress(done, total)``
+    after each row evaluated (:func:`~stage_explore.validation.run.evaluate_cases`)."""
     if folder is not None:
         expect(folder, (str, Path), "folder", "a folder of published-runs CSVs or one CSV file")
     data = data_cases(folder)
-    results = evaluate_cases(data.cases, factory)
+    results = evaluate_cases(data.cases, factory, progress=progress)
     figure = (
         leave_one_source_out(results, factory, progress=loso_progress, jobs=loso_jobs)
         if loso

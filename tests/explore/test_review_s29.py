@@ -100,3 +100,15 @@ def test_report_names_the_metric_a_misspelt_objective_is_close_to() -> None:
         parse_objective_option("step_tme_s")
     with pytest.raises(ConfigError, match="'foo' has no default direction"):
         parse_objective_option("foo")
+
+
+def test_validate_reports_each_row_evaluated(tmp_path: Path) -> None:
+    """``stage validate`` evaluated its ~1,000 rows (20-50 s) with nothing on screen; the rows
+    now report ``progress(done, total)``, which the command line draws in place on a terminal."""
+    from stage_explore.validation.suite import run_validation
+
+    runs = tmp_path / "mine.csv"
+    runs.write_text(f"{HEADER}\nr1,{RUN},H100\nr2,{RUN.replace(',13.08', ',-1')},H100\n")
+    calls: list[tuple[int, int]] = []
+    report = run_validation(runs, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 2), (2, 2)] and len(report.results) == 2
