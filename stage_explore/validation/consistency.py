@@ -73,6 +73,8 @@ class DataWarning:
         """One line naming the row, the two columns and their values, and why they disagree."""
         where = f" ({self.file}, row {self.line})" if self.file else ""
         (a, b), (x, y) = self.columns, self.values
+        if a == b:  # one cell that cannot hold (:func:`nonpositive_warnings`)
+            return f"{self.id}{where}: {a} {x:g}: {self.why}"
         return f"{self.id}{where}: {a} {x:g} and {b} {y:g} disagree: {self.why}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,6 +234,25 @@ def _integer(cell: str) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
+def nonpositive_warnings(
+    row_id: str, cells: Mapping[str, str], metric: str, where: tuple[str, int] = ("", 0)
+) -> list[DataWarning]:
+    """A rate cell (:data:`RATE_COLUMNS`) other than the row's evaluated ``metric`` written as
+    a number that is not positive: the row is measured by ``metric``, and this cell was skipped
+    with no word (7 Dec 2026, s29 review: ``iter_time_s -13`` beside a tokens/s cell). The
+    evaluated cell's own such value is the row's not-evaluated reason, not flagged here."""
+    out = []
+    for column in RATE_COLUMNS:
+        try:
+            value = float(cells.get(column, "").strip().replace(",", ""))
+        except ValueError:
+            continue
+        if column != metric and not value > 0:
+            why = f"expected a positive number; the row is measured by its {metric}"
+            out.append(DataWarning(row_id, *where, (column, column), (value, value), why))
+    return out
+
+
 def row_warnings(
     row_id: str,
     cells: Mapping[str, str],
@@ -353,6 +374,8 @@ def case_warnings(
             peaks = system_peaks(systems[case.system], str(case.parallel.precision))
             compared += _stated_rates(cells) >= 2
         out += row_warnings(case.id, cells, case.model, case.parallel, peaks, key)
+        if case.metric in RATE_COLUMNS:
+            out += nonpositive_warnings(case.id, cells, case.metric, key)
     return DataCheck(len(seen), compared, tuple(out))
 
 

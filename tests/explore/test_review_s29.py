@@ -112,3 +112,23 @@ def test_validate_reports_each_row_evaluated(tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
     report = run_validation(runs, progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 2), (2, 2)] and len(report.results) == 2
+
+
+def test_a_nonpositive_second_rate_cell_is_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``iter_time_s = -13`` beside a ``tokens_per_s_per_gpu`` cell: the row was measured by
+    the tokens/s cell and the bad one skipped with no word (the self-check skips a
+    non-positive cell)."""
+    runs = tmp_path / "mine.csv"
+    header = HEADER + ",tokens_per_s_per_gpu,num_gpus"
+    runs.write_text(f"{header}\nr1,{RUN.replace(',13.08', ',-13')},H100,10020.8,64\n")
+    main(["validate", "--data", str(runs), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in data["rows"] if r["metric"] != "peak_mem_gib"]
+    assert row["evaluated"] and row["metric"] == "tokens_per_s_per_gpu"
+    (warning,) = data["data_warnings"]
+    assert warning["columns"] == ["iter_time_s", "iter_time_s"] and warning["values"] == [-13, -13]
+    assert warning["why"] == (
+        "expected a positive number; the row is measured by its tokens_per_s_per_gpu"
+    )
