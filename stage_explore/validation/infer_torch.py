@@ -11,6 +11,7 @@ from typing import Any
 
 from stage_core.models import get_flavor
 from stage_explore.validation.infer_compile import names_compile
+from stage_explore.validation.infer_layer_ac import layer_ac_fields
 from stage_explore.validation.infer_release import (
     TEXT_COLUMNS,
     Defaults,
@@ -252,7 +253,11 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
     text = row_text(row).lower()
     table = row.get("source_table", "").lower()
     compiled = names_compile(row)
-    if recompute == "selective" and not re.search(r"selective[\s_-]*layer", table):
+    layer_ac = layer_ac_fields("torchtitan", recompute, f"{row.get('recompute', '')} {text}")
+    if layer_ac:
+        out.parallel.update(layer_ac[0])
+        out.notes.append(layer_ac[1])
+    elif recompute == "selective":
         out.parallel["recompute_modules"] = ("op",)
         out.notes.append(
             "torchtitan's selective AC as the op-level policy (recompute_modules ['op']): the "

@@ -45,6 +45,8 @@ from stage_explore.validation.csv_cells import (
     ragged_reason,
     read_csv,
 )
+from stage_explore.validation.infer_layer_ac import layer_ac_fields
+from stage_explore.validation.infer_release import row_text
 from stage_explore.validation.setups_file import read_setup_tables
 
 #: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
@@ -388,6 +390,8 @@ def _parallel_fields(
     recompute = first_word(row.get("recompute", ""))
     if recompute:
         stated["recompute"] = recompute
+    layer_ac = layer_ac_fields(source.framework, row.get("recompute", ""), row_text(row))
+    stated.update(layer_ac[0] if layer_ac else {})  # torchtitan's 'selective layer': full, every n
     fields = _merge(stated, {**source.parallel, **extra}, row["id"], "parallel")
     unknown = sorted(set(fields) - _PARALLEL_FIELDS)
     if unknown:

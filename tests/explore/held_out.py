@@ -82,8 +82,6 @@ ON_FILES = {
 NOT_EVALUATED = {
     # fms-fsdp's 13b: checkpointing an unstated fraction of the blocks
     "IBMFSDP-H100-LLAMA2-13B", "IBMFSDP-A100-LLAMA2-13B",
-    # torchtitan's 'selective layer' AC: every n-th block, n not stated
-    "TTA100-L3-8B-BS1-SELLAYER", "TTA100-L2-13B-BS2-SELLAYER",
     # Meta's interleaved schedule with a tunable number of contiguous micro-batches
     "LLAMA3-405B-8192", "LLAMA3-405B-16384",
 }  # fmt: skip

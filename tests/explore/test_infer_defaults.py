@@ -249,7 +249,13 @@ def test_torchtitan_selective_ac_compile_and_async_tp() -> None:
     assert "tp_comm_overlap" not in dict(vanilla.framework_options)
     layer = _case(source=TITAN, source_table="activation checkpointing 'selective layer'",
                   recompute="selective")  # fmt: skip
-    assert layer.parallel.recompute_modules == ()
+    assert layer.parallel.recompute_modules == ()  # not the op policy: every 2nd block whole
+    assert str(layer.parallel.recompute) == "full"
+    assert (layer.parallel.recompute_method, layer.parallel.recompute_num_layers) == ("every", 2)
+    assert any("torchtitan's default selective_ac_option '2'" in a for a in layer.assumptions)
+    third = _case(source=TITAN, source_table="'selective layer' AC, selective_ac_option = 3",
+                  recompute="selective")  # fmt: skip
+    assert third.parallel.recompute_num_layers == 3
 
 
 @pytest.mark.parametrize(

@@ -200,11 +200,8 @@ def test_the_torchtitan_a100_rows_run_fsdp2_over_64_gpus(cases: list[Case]) -> N
     rows = {r["id"]: r for r in csv_rows(HELD_OUT)}
     mine = [c for c in cases if c.source == "TORCHTITAN-A100"]
     assert len(mine) == 8
-    recompute = {"SELOP": "selective", "FULL": "full", "NOAC": "none"}
+    recompute = {"SELOP": "selective", "FULL": "full", "NOAC": "none", "SELLAYER": "full"}
     for case in mine:
-        if case.id.endswith("SELLAYER"):  # not evaluated: the layer interval is not stated
-            assert case.reason and case.parallel is None
-            continue
         parallel, model, row = case.parallel, case.model, rows[case.id]
         assert parallel is not None and model is not None
         local = int(case.id.split("-BS")[1].split("-")[0])
@@ -214,6 +211,11 @@ def test_the_torchtitan_a100_rows_run_fsdp2_over_64_gpus(cases: list[Case]) -> N
         assert str(parallel.recompute) == recompute[case.id.rsplit("-", 1)[1]], case.id
         if case.id.endswith("SELOP"):
             assert parallel.recompute_modules == ("op",)
+        if case.id.endswith("SELLAYER"):  # every 2nd block whole: torchtitan's default interval
+            assert (parallel.recompute_method, parallel.recompute_num_layers) == ("every", 2)
+            assert any("'selective layer' AC as every 2nd" in a for a in case.assumptions)
+        else:
+            assert parallel.recompute_num_layers is None, case.id
         assert float(row["mfu_pct"]) > 50 and not dict(case.framework_options)  # eager, bf16
 
 
