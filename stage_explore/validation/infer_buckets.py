@@ -23,11 +23,18 @@ def stated_bucket(row: dict[str, str], out: Defaults) -> None:
     found = _BUCKET.search(row_text(row))
     if found is None or int(found.group(1)) <= 0:
         return
-    parameters = int(found.group(1))
+    set_bucket(out, int(found.group(1)), (
+        f"the text states {found.group(0)!r}, Megatron DDP's bucket_size (parameters per "
+        "bucket), not Megatron-Core's max(40M, 1M x dp x cp) default"
+    ))  # fmt: skip
+
+
+def set_bucket(out: Defaults, parameters: int, why: str) -> None:
+    """Gradient buckets of ``parameters`` parameters each, in bytes at the gradient dtype ``out``
+    has so far (4 unless ``grad_fp32`` is off), with a note naming the bytes and ``why``."""
     grad_bytes = 4 if out.parallel.get("grad_fp32", True) else 2
     out.parallel["grad_bucket_bytes"] = parameters * grad_bytes
     out.notes.append(
         f"gradient buckets of {parameters} parameters ({parameters * grad_bytes} bytes at "
-        f"{grad_bytes} per gradient): the text states {found.group(0)!r}, Megatron DDP's "
-        "bucket_size (parameters per bucket), not Megatron-Core's max(40M, 1M x dp x cp) default"
+        f"{grad_bytes} per gradient): {why}"
     )

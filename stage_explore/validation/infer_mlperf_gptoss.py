@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 
+from stage_explore.validation.infer_buckets import set_bucket
 from stage_explore.validation.infer_mlperf_round import mlperf_training_round
 from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
 
@@ -145,12 +146,8 @@ def mlperf_gptoss_defaults(
             f"default False ({said})"
         ))  # fmt: skip
     if _BUCKET.search(text) is None:
-        grad_bytes = 4 if out.parallel.get("grad_fp32", True) else 2
-        out.parallel["grad_bucket_bytes"] = GPTOSS_BUCKET_PARAMETERS * grad_bytes
-        out.notes.append(
-            f"gradient buckets of {GPTOSS_BUCKET_PARAMETERS} parameters "
-            f"({GPTOSS_BUCKET_PARAMETERS * grad_bytes} bytes at {grad_bytes} per gradient): the "
-            "implementation's config_common.sh BUCKET_SIZE=768000000 (Lambda/benchmarks/"
+        set_bucket(out, GPTOSS_BUCKET_PARAMETERS, (
+            "the implementation's config_common.sh BUCKET_SIZE=768000000 (Lambda/benchmarks/"
             "gpt_oss_20b/implementations/b200_0504 copy; HPE's v6.0 logs print it) over "
             f"{_YAML}'s default 134217728 ({said})"
-        )
+        ))  # fmt: skip

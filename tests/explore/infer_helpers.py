@@ -1,11 +1,14 @@
-"""Shared piece of the inferred-row tests of Megatron-Bridge's MoE recipes
-(test_infer_bridge_moe.py, test_infer_bridge_dispatch.py, test_infer_bridge_hybridep_layouts.py):
-the one case a CSV row infers, checked to be evaluable."""
+"""Shared pieces of the inferred-row tests: the one case a CSV row infers, checked to be evaluable
+(Megatron-Bridge's MoE recipes: test_infer_bridge_moe.py, test_infer_bridge_dispatch.py,
+test_infer_bridge_hybridep_layouts.py), and a synthetic row's case, model, layout or one-line
+refusal (the s29 reader tests: test_infer_readers2.py, test_infer_readers3.py)."""
 
 from __future__ import annotations
 
+from stage_core.models import ModelSpec
+from stage_core.parallel import ParallelConfig
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.setups import Case
+from stage_explore.validation.setups import Case, data_dir
 
 
 def inferred_case(row: dict[str, str]) -> Case:
@@ -15,3 +18,31 @@ def inferred_case(row: dict[str, str]) -> Case:
     assert not case.reason, case.reason
     assert case.parallel is not None
     return case
+
+
+def synthetic_case(base: dict[str, str], file: str, **cells: str) -> Case:
+    """The first case the row ``base`` with ``cells`` replaced infers, as a row of ``file`` beside
+    the package's data."""
+    (case, *_) = row_cases({**base, **cells}, file, 1, data_dir())
+    return case
+
+
+def synthetic_model(base: dict[str, str], file: str, **cells: str) -> ModelSpec:
+    """The model that row sets up (it must set one up)."""
+    case = synthetic_case(base, file, **cells)
+    assert case.model is not None, case.reason
+    return case.model
+
+
+def synthetic_parallel(base: dict[str, str], file: str, **cells: str) -> ParallelConfig:
+    """The parallel layout that row sets up (it must set one up)."""
+    case = synthetic_case(base, file, **cells)
+    assert case.parallel is not None, case.reason
+    return case.parallel
+
+
+def synthetic_refusal(base: dict[str, str], file: str, **cells: str) -> str:
+    """The one-line reason that row is refused (it must be refused)."""
+    case = synthetic_case(base, file, **cells)
+    assert case.model is None and "\n" not in case.reason
+    return case.reason

@@ -9,13 +9,17 @@ refused in one line naming the value when not."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from stage_core.models import ModelSpec
-from stage_core.parallel import ParallelConfig
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_open_models import find_open_model
-from stage_explore.validation.setups import Case, data_dir
+from tests.explore.infer_helpers import (
+    synthetic_case,
+    synthetic_model,
+    synthetic_parallel,
+    synthetic_refusal,
+)
 
 #: A Megatron-LM row of 8 GPUs, all data parallel, Llama 3.1 8B.
 BASE = {
@@ -26,27 +30,10 @@ BASE = {
 }  # fmt: skip
 
 
-def _case(**cells: str) -> Case:
-    (case, *_) = row_cases({**BASE, **cells}, "readers2.csv", 1, data_dir())
-    return case
-
-
-def _model(**cells: str) -> ModelSpec:
-    case = _case(**cells)
-    assert case.model is not None, case.reason
-    return case.model
-
-
-def _parallel(**cells: str) -> ParallelConfig:
-    case = _case(**cells)
-    assert case.parallel is not None, case.reason
-    return case.parallel
-
-
-def _refused(**cells: str) -> str:
-    case = _case(**cells)
-    assert case.model is None and "\n" not in case.reason
-    return case.reason
+_case = partial(synthetic_case, BASE, "readers2.csv")
+_model = partial(synthetic_model, BASE, "readers2.csv")
+_parallel = partial(synthetic_parallel, BASE, "readers2.csv")
+_refused = partial(synthetic_refusal, BASE, "readers2.csv")
 
 
 @pytest.mark.parametrize(

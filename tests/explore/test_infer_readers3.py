@@ -7,12 +7,16 @@ one-line refusals (Phi-3 small by name; Jamba as a hybrid state-space model)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from stage_core.models import ModelSpec
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_open_models import find_open_model
-from stage_explore.validation.setups import Case, data_dir
+from tests.explore.infer_helpers import (
+    synthetic_case,
+    synthetic_model,
+    synthetic_refusal,
+)
 
 #: A Megatron-LM row of 8 GPUs, all data parallel; the model cell is each test's.
 BASE = {
@@ -23,21 +27,9 @@ BASE = {
 }  # fmt: skip
 
 
-def _case(**cells: str) -> Case:
-    (case, *_) = row_cases({**BASE, **cells}, "readers3.csv", 1, data_dir())
-    return case
-
-
-def _model(**cells: str) -> ModelSpec:
-    case = _case(**cells)
-    assert case.model is not None, case.reason
-    return case.model
-
-
-def _refused(**cells: str) -> str:
-    case = _case(**cells)
-    assert case.model is None and "\n" not in case.reason
-    return case.reason
+_case = partial(synthetic_case, BASE, "readers3.csv")
+_model = partial(synthetic_model, BASE, "readers3.csv")
+_refused = partial(synthetic_refusal, BASE, "readers3.csv")
 
 
 @pytest.mark.parametrize(
