@@ -52,10 +52,12 @@ def layer_ac_interval(text: str) -> tuple[int, bool] | None:
         return None
     if option is None and every is None:
         return TORCHTITAN_LAYER_AC_DEFAULT, False
-    word = option.group(1) if option else every.group(1) if every else ""
+    found = option if option is not None else every
+    assert found is not None
+    word = found.group(1)
     n = 2 if word.lower() == "other" else int(word)
     if n < 1:
-        raise ConfigError(f"selective layer AC interval {n} in {text!r}: expected an int >= 1")
+        raise ConfigError(f"selective layer AC interval {found.group(0)!r}: expected an int >= 1")
     return n, True
 
 
