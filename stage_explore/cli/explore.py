@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from stage_explore.cli.paths import removed_if_failed, writable_folder
+from stage_explore.cli.paths import path_argument, removed_if_failed, writable_folder
 from stage_explore.study.spec import ExecutorKind
 from stage_explore.wording import counted
 
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=path_argument,
         default=Path("results"),
         help="output folder; records go to OUT/<study name> (default: results)",
     )

@@ -1,6 +1,8 @@
 """Output paths of the command line, checked before any work starts.
 
 Contents:
+    :func:`path_argument`     the ``type`` of an output-path option: refuses an empty path,
+                              which :class:`~pathlib.Path` would take as the working folder.
     :func:`writable_folder`   create an output folder (``--out``, the folder of ``--html``) and
                               prove it can be written, or raise a one-line
                               :class:`~stage_core.errors.ConfigError` naming the option and
@@ -17,6 +19,7 @@ folder, security modules, some network file systems), for root as for anyone, wh
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import tempfile
@@ -33,6 +36,16 @@ def os_error_text(error: OSError) -> str:
     if error.errno == errno.ENOSPC:
         reason += " (the disk is full)"
     return f"{error.filename}: {reason}" if error.filename is not None else reason
+
+
+def path_argument(text: str) -> Path:
+    """An output path as typed on the command line; an empty (or blank) one is refused.
+
+    ``Path("")`` is ``Path(".")``, so without this ``--out ""`` (an unset shell variable,
+    ``--out "$DIR"``) wrote into the working folder and said nothing (s29 review2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r} (an empty or blank path)")
+    return Path(text)
 
 
 def writable_folder(path: Path, option: str) -> Path:

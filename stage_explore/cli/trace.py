@@ -30,6 +30,7 @@ from stage_explore.analytical.fp8_roles import check_fp8_framework
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from stage_explore.cli.meter import RankMeter
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
+from stage_explore.cli.paths import path_argument
 from stage_explore.cli.serving import add_serving_options, serving_workload
 from stage_explore.wording import counted
 
@@ -253,7 +254,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="chakra (default): one .et file per rank and comm_group.json; json: the same, "
         "readable, in trace.json; symmetric: one program per rank class, symmetric.json",
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument(
+        "--out", required=True, type=path_argument, metavar="DIR", help="output directory"
+    )
     parser.add_argument(
         "--prefix", default=None, help="trace file prefix (chakra; default: workload)"
     )

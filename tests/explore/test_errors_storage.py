@@ -125,6 +125,26 @@ def test_out_naming_a_file_or_under_a_file(
     _one_line_error(capsys, "--out", "a file stands in its path")
 
 
+@pytest.mark.parametrize("out", ["", " "])
+def test_empty_out_is_refused_not_taken_as_the_working_folder(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    out: str,
+) -> None:
+    """``Path("")`` is ``Path(".")``: an empty ``--out`` (an unset ``$DIR``) wrote the traces, or
+    the study's records, into the working folder without a word (s29 review2)."""
+    monkeypatch.chdir(tmp_path)
+    study = _study(tmp_path)
+    trace = ["trace", "--model", "gpt3-1.3b", "--layers", "2", "--out", out]
+    for argv in (trace, ["explore", str(study), "--out", out, "--executor", "local"]):
+        with pytest.raises(SystemExit) as refused:  # argparse refuses the option itself
+            main(argv)
+        assert refused.value.code == 2
+        _one_line_error(capsys, "--out", repr(out), "expected a path")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["study.toml"]
+
+
 def test_report_html_naming_a_folder_or_under_a_file(
     recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
