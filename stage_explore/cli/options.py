@@ -266,9 +266,12 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
 
 
 #: Options only a model with experts reads, with their parser defaults (``--moe-deepep``,
-#: ``--moe-hybridep`` and ``--moe-load-imbalance`` are ``stage eval``'s alone).
+#: ``--moe-hybridep`` and ``--moe-load-imbalance`` are ``stage eval``'s alone). ``ep`` is
+#: checked here, before the parallel config: on a dense model ``--tp 2 --ep 2`` was refused
+#: for ``ep·etp`` not dividing ``tp·dp·cp`` (s29 review2), sending the user to fix a
+#: divisibility that could never make the option mean anything.
 _MOE_ONLY: tuple[tuple[str, object], ...] = (
-    ("etp", None), ("moe_dispatcher", "alltoall"), ("moe_deepep", False),
+    ("ep", 1), ("etp", None), ("moe_dispatcher", "alltoall"), ("moe_deepep", False),
     ("moe_hybridep", False), ("moe_load_imbalance", None),
 )  # fmt: skip
 

@@ -126,7 +126,14 @@ def test_model_files_are_accepted(tmp_path: Path) -> None:
         ),
         (["--model", "llama3-8b", "--pp", "2", "--pp-layers", "16,x"], "`--pp-layers` must be"),
         (["--model", "llama3-8b", "--pp", "2", "--pp-layers", "15,16"], "must add up to"),
-        (["--model", "llama3-8b", "--ep", "2", "--dp", "2"], "`ep` > 1 needs an MoE model"),
+        (
+            ["--model", "llama3-8b", "--ep", "2", "--dp", "2"],
+            "--ep applies to a model with experts (MoE), but got --ep=2 with model 'llama3-8b'",
+        ),
+        (  # the dense model named first, not the ep·etp divisibility (s29 review2)
+            ["--model", "llama3-8b", "--ep", "2", "--tp", "2"],
+            "--ep applies to a model with experts (MoE), but got --ep=2 with model 'llama3-8b'",
+        ),
         (["--model", "llama3-8b", "--vpp", "2", "--pp", "2"], "`vpp` > 1 needs schedule="),
         (["--model", "llama3-8b", "--dp", "0"], "`dp` must be a positive int, but got dp=0"),
         (["--model", "llama3-8b", "--layers", "0"], "`layers` must be a positive int"),
