@@ -53,18 +53,13 @@ def default_micro_batch(
         return _torchtitan(global_batch, dp)
     if framework != "deepspeed" or megatron:
         return 1, "micro-batch 1 (Megatron's --micro-batch-size default; column empty)"
-    if global_batch % dp or global_batch < dp:
-        raise Uninferable(
-            f"micro_batch is empty and global_batch_seqs {global_batch} is not a multiple of dp "
-            f"{dp}: DeepSpeed's train_batch_size / data-parallel size (gradient accumulation 1, "
-            "its rule when train_micro_batch_size_per_gpu is absent) must be a whole micro-batch"
-        )
-    micro = global_batch // dp
-    return micro, (
-        f"micro-batch {micro} = global_batch_seqs {global_batch} / dp {dp}, no gradient "
-        "accumulation (column empty: DeepSpeed's rule when only train_batch_size is set, "
-        "deepspeed/runtime/config.py _set_batch_related_parameters)"
-    )
+    return _per_replica(
+        global_batch, dp,
+        "DeepSpeed's train_batch_size / data-parallel size (gradient accumulation 1, its rule "
+        "when train_micro_batch_size_per_gpu is absent) must be a whole micro-batch",
+        "no gradient accumulation (column empty: DeepSpeed's rule when only train_batch_size is "
+        "set, deepspeed/runtime/config.py _set_batch_related_parameters)",
+    )  # fmt: skip
 
 
 def _torchtitan(global_batch: int, dp: int) -> tuple[int, str]:
@@ -72,16 +67,24 @@ def _torchtitan(global_batch: int, dp: int) -> tuple[int, str]:
     pipeline reading is :func:`~stage_explore.validation.infer_torch.torchtitan_pipeline`'s)
     whose ``micro_batch`` is empty: global / dp, one gradient-accumulation step (torchtitan's
     ``global_batch_size`` default); :class:`Uninferable` when dp does not divide it."""
+    return _per_replica(
+        global_batch, dp,
+        "torchtitan's per-device local_batch_size x dp (its global_batch_size default, one "
+        "accumulation step) must be the global batch; state micro_batch",
+        "one gradient-accumulation step (column empty: torchtitan's global_batch_size default "
+        "-1 is local_batch_size x dp, torchtitan/config/job_config.py; train.py: '1 gradient "
+        "accumulation step')",
+    )  # fmt: skip
+
+
+def _per_replica(global_batch: int, dp: int, rule: str, why: str) -> tuple[int, str]:
+    """``(global / dp, assumption)``: the whole per-replica batch as one micro-batch, the
+    assumption ending with ``why``; :class:`Uninferable` naming ``rule`` when dp does not divide
+    the global batch."""
     if global_batch % dp or global_batch < dp:
         raise Uninferable(
             f"micro_batch is empty and global_batch_seqs {global_batch} is not a multiple of dp "
-            f"{dp}: torchtitan's per-device local_batch_size x dp (its global_batch_size "
-            "default, one accumulation step) must be the global batch; state micro_batch"
+            f"{dp}: {rule}"
         )
     micro = global_batch // dp
-    return micro, (
-        f"micro-batch {micro} = global_batch_seqs {global_batch} / dp {dp}, one "
-        "gradient-accumulation step (column empty: torchtitan's global_batch_size default -1 "
-        "is local_batch_size x dp, torchtitan/config/job_config.py; train.py: '1 gradient "
-        "accumulation step')"
-    )
+    return micro, f"micro-batch {micro} = global_batch_seqs {global_batch} / dp {dp}, {why}"

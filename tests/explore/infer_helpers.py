@@ -1,7 +1,8 @@
 """Shared pieces of the inferred-row tests: the one case a CSV row infers, checked to be evaluable
 (Megatron-Bridge's MoE recipes: test_infer_bridge_moe.py, test_infer_bridge_dispatch.py,
 test_infer_bridge_hybridep_layouts.py), and a synthetic row's case, model, layout or one-line
-refusal (the s29 reader tests: test_infer_readers2.py, test_infer_readers3.py)."""
+refusal with a model's published dims (the open-model reader tests: test_infer_open_models.py,
+test_infer_readers2.py, test_infer_readers3.py)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,10 @@ def synthetic_refusal(base: dict[str, str], file: str, **cells: str) -> str:
     case = synthetic_case(base, file, **cells)
     assert case.model is None and "\n" not in case.reason
     return case.reason
+
+
+def published_dims(spec: ModelSpec) -> tuple[int, int, int, int, int, int, int, bool]:
+    """A model's dims as the open-model tests list a published config: layers, hidden, ffn,
+    heads, kv_heads, head_dim, vocab, tied embeddings."""
+    return (spec.layers, spec.hidden, spec.ffn, spec.heads, spec.kv_heads, spec.head_dim,
+            spec.vocab, spec.tied_embeddings)  # fmt: skip

@@ -6,12 +6,12 @@ was timed with head dim hidden / heads and untied embeddings."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from stage_core.models import ModelSpec
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_open_models import OPEN_MODELS, find_open_model
-from stage_explore.validation.setups import Case, data_dir
+from tests.explore.infer_helpers import published_dims, synthetic_case, synthetic_model
 
 #: A torchtitan row of 8 GPUs, all data parallel, naming only its model.
 BASE = {
@@ -21,15 +21,8 @@ BASE = {
 }  # fmt: skip
 
 
-def _case(**cells: str) -> Case:
-    (case, *_) = row_cases({**BASE, **cells}, "open.csv", 1, data_dir())
-    return case
-
-
-def _model(**cells: str) -> ModelSpec:
-    case = _case(**cells)
-    assert case.model is not None, case.reason
-    return case.model
+_case = partial(synthetic_case, BASE, "open.csv")
+_model = partial(synthetic_model, BASE, "open.csv")
 
 
 @pytest.mark.parametrize(
@@ -58,9 +51,7 @@ def test_a_named_model_takes_its_published_config(
     model: str, dims: tuple[int, int, int, int, int, int, int, bool]
 ) -> None:
     spec = _model(model=model)
-    got = (spec.layers, spec.hidden, spec.ffn, spec.heads, spec.kv_heads, spec.head_dim,
-           spec.vocab, spec.tied_embeddings)  # fmt: skip
-    assert got == dims
+    assert published_dims(spec) == dims
 
 
 def test_gemma_2_alternates_local_and_global_layers() -> None:

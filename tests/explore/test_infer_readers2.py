@@ -15,6 +15,7 @@ import pytest
 
 from stage_explore.validation.infer_open_models import find_open_model
 from tests.explore.infer_helpers import (
+    published_dims,
     synthetic_case,
     synthetic_model,
     synthetic_parallel,
@@ -56,9 +57,7 @@ def test_a_named_model_takes_its_published_config(
     model: str, dims: tuple[int, int, int, int, int, int, int, bool, bool]
 ) -> None:
     spec = _model(model=model)
-    got = (spec.layers, spec.hidden, spec.ffn, spec.heads, spec.kv_heads, spec.head_dim,
-           spec.vocab, spec.tied_embeddings, spec.qk_norm)  # fmt: skip
-    assert got == dims
+    assert (*published_dims(spec), spec.qk_norm) == dims
 
 
 def test_primus_unties_llama_3_2_as_its_megatron_configs_do() -> None:
