@@ -403,6 +403,22 @@ def test_the_mlperf_v51_third_party_8b_rows_read_their_nics_per_gpu() -> None:
         assert case.backend_key.split("+")[0] == "megatron-core"
 
 
+def test_the_cisco_8b_rows_read_what_their_pretrain_applied() -> None:
+    """Cisco's MLPerf v5.1 Llama 3.1 8B rows (7 Dec 2026, s30 partners): the submission's
+    pretrain.py builds no MegatronCommOverlapCallback, so the 128-GPU row states the effective
+    TP_COMM_OVERLAP=False and is read without TP overlap; both rows read conf/custom.yaml's
+    bucket_size default of 64 parameters (BUCKET_CAP_MB is read by nothing), 2 bytes each."""
+    rows = {r["id"]: r for r in read_csv(DATA / "published_runs_no_setup.csv")}
+    for rid in ("MLPERF-L31-8B-H100-V51-CISCO-64", "MLPERF-L31-8B-H100-V51-CISCO-128"):
+        (case,) = row_cases(rows[rid], "published_runs_no_setup.csv", 1, DATA)
+        assert not case.reason and case.parallel is not None
+        assert case.parallel.grad_bucket_bytes == 64 * 2
+    row = rows["MLPERF-L31-8B-H100-V51-CISCO-128"]
+    (case,) = row_cases(row, "published_runs_no_setup.csv", 1, DATA)
+    assert dict(case.framework_options).get("tp_comm_overlap") is False
+    assert any("TP communication overlap off" in n for n in case.assumptions)
+
+
 def test_the_nemo_2504_gb200_rows_read_current_scaling_on_gb200() -> None:
     """The seven DGX-GB200 rows of NeMo's archived 25.04 performance summary (5 Dec 2026, s16
     hidden4; the Mixtral-8x22B row s17 hidden5): every row on the gb200-nvl72 preset and the
