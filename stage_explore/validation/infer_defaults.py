@@ -31,6 +31,7 @@ from stage_explore.validation.infer_compile import (
 )
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
+from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
@@ -314,6 +315,7 @@ def recipe_defaults(
     if framework == "megatron-core":
         megatron_core_defaults(row, flavor, precision, fp8_recipe, parallel, stated, system, out)
         dgxc_defaults(row, precision, out, stated, (spec.top_k, experts or spec.num_experts))
+        named_launch_flags(row, out)
     elif framework == "automodel":
         dp = int(stated.get("dp", parallel.get("dp", 1)))
         automodel_defaults(row, flavor, stated, out, dp, experts)

@@ -40,6 +40,50 @@ LAUNCH_OFF: tuple[tuple[str, str, str], ...] = (
     ("overlap_param_gather", r"overlap[-_\s]param[-_\s]gather", "--overlap-param-gather"),
     ("tp_comm_overlap", r"tp[-_\s]comm[-_\s]overlap", "--tp-comm-overlap"),
 )
+#: Megatron-LM's gradient-accumulation fusion named as off: the flag
+#: ``--no-gradient-accumulation-fusion`` or a config's ``gradient_accumulation_fusion false``
+#: (Primus, NeMo yaml); not ``... true``. The fusion is on by default (Megatron-LM
+#: ``megatron/arguments.py`` of 2023 and ``megatron/training/arguments.py``:
+#: ``--no-gradient-accumulation-fusion``, ``action='store_false'``, dest
+#: ``gradient_accumulation_fusion``), so only a row that names it off leaves the profile's
+#: ``fused-linear``.
+NO_GRAD_ACCUMULATION_FUSION = (
+    r"no[-_\s]gradient[-_\s]accumulation[-_\s]fusion|"
+    r"gradient[-_\s]accumulation[-_\s]fusion[\s:=\"']*(?:false|off|0)\b"
+)
+#: What the row then runs: each linear layer's weight-gradient GEMM writes a fresh 16-bit
+#: gradient (Megatron-LM 2023 ``megatron/core/tensor_parallel/layers.py``
+#: ``LinearWithGradAccumulationAndAsyncCommunication.backward``: ``grad_weight =
+#: grad_output.t().matmul(total_input)`` unless ``gradient_accumulation_fusion``, then
+#: ``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32`` into ``main_grad``; Transformer
+#: Engine's layers take ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``) and
+#: the DDP hook adds it into ``main_grad`` every micro-batch (``param.main_grad.add_(
+#: param.grad.data)``): the profile's ``grad_accumulation`` ``add``.
+NO_GRAD_ACCUMULATION_FUSION_NOTE = (
+    "weight gradients written, then added into main_grad every micro-batch (grad_accumulation "
+    "add): the text names gradient-accumulation fusion off (Megatron-LM "
+    "--no-gradient-accumulation-fusion, store_false, on by default: the wgrad GEMM then writes "
+    "a fresh gradient, megatron/core/tensor_parallel/layers.py, and the DDP hook runs "
+    "main_grad.add_(grad))"
+)
+#: Megatron-LM's ``--use-flash-attn`` (a config's ``use_flash_attn true``); not ``... false``.
+USE_FLASH_ATTN = r"use[-_\s]flash[-_\s]attn\b(?![\s:=\"']*(?:false|off|0|no)\b)"
+#: Which kernel it runs: the flash-attn package. The legacy ``megatron/model/transformer.py``
+#: (``--transformer-impl local``, the 2023 default) replaces the baddbmm / scaled-masked-softmax /
+#: bmm core with ``FlashSelfAttention``, a call of ``flash_attn.flash_attn_interface``'s varlen
+#: kernel (NVIDIA/Megatron-LM 00baee46: ``flash_attn_unpadded_func``, flash-attn 1.x's name;
+#: 2.x calls it ``flash_attn_varlen_func``). How a Megatron-Core release treats the flag
+#: beside its ``--attention-backend`` was not read: a row that names it is read as asking for
+#: the flash-attn package there too. Read as FlashAttention-2 (the preset's ``fa2``): the
+#: package's version is not in the flag, and a 1.x run would be slower still; FlashAttention-3
+#: (``hopper/``, July 2024) is another package the flag does not name.
+USE_FLASH_ATTN_NOTE = (
+    "attention on the flash-attn package (attention_kernel fa2): the text names Megatron-LM's "
+    "--use-flash-attn (legacy megatron/model/transformer.py FlashSelfAttention over "
+    "flash_attn's varlen kernel instead of the baddbmm / softmax / bmm core, NVIDIA/"
+    "Megatron-LM 00baee46), not cuDNN's fused attention; read as FlashAttention-2, the "
+    "package's version not stated"
+)
 #: A named switch turned off (``no --tp-comm-overlap``, ``tp_comm_overlap=False``) is not on.
 _DENIED = r"(?:\bno\s+|\bwithout\s+)(?:--)?{0}|{0}[\s:=]*(?:false|off|0)\b"
 
@@ -99,3 +143,18 @@ def launch_zero(row: dict[str, str]) -> tuple[int, str] | None:
         f"zero 0 (dp_sharding empty; Megatron-LM's --use-distributed-optimizer is store_true, "
         f"{ARGUMENTS})"
     )
+
+
+def named_launch_flags(row: dict[str, str], out: Defaults) -> None:
+    """The megatron-core profile's defaults a row's text overrides by naming Megatron-LM's flag
+    (any megatron-core row: a Megatron-LM launch, a NeMo or Primus config): gradient-accumulation
+    fusion off (:data:`NO_GRAD_ACCUMULATION_FUSION`: ``grad_accumulation`` ``add``) and
+    ``--use-flash-attn`` (:data:`USE_FLASH_ATTN`: ``attention_kernel`` ``fa2``). Read after the
+    container's era defaults, which a named flag outranks."""
+    text = row_text(row).lower()
+    if re.search(NO_GRAD_ACCUMULATION_FUSION, text):
+        out.options["grad_accumulation"] = "add"
+        out.notes.append(NO_GRAD_ACCUMULATION_FUSION_NOTE)
+    if re.search(USE_FLASH_ATTN, text):
+        out.options["attention_kernel"] = "fa2"
+        out.notes.append(USE_FLASH_ATTN_NOTE)
