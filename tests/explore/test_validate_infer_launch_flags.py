@@ -71,6 +71,24 @@ def test_the_profile_default_is_the_fused_wgrad() -> None:
     assert profile.attention_kernel == "cudnn"
 
 
+def test_a_megatron_lm_row_naming_the_flags_takes_them() -> None:
+    """The FP8-LM 7B BF16 row through the whole inference, its notes citing the authors' launch
+    script's flags: the framework options carry both; without those words neither."""
+    row = _row("FP8LM-H100-GPT-7B-BF16")
+    case = _case(row)
+    assert not case.reason and case.framework == "megatron-core"
+    options = dict(case.framework_options)
+    assert options.get("grad_accumulation") == "add"
+    assert options.get("attention_kernel") == "fa2"
+    plain = (
+        row["notes"]
+        .replace("--no-gradient-accumulation-fusion", "")
+        .replace("--use-flash-attn", "")
+    )
+    bare = dict(_case({**row, "notes": plain}).framework_options)
+    assert "grad_accumulation" not in bare and "attention_kernel" not in bare
+
+
 def test_other_frameworks_do_not_read_them() -> None:
     """A Megatron-LM 2021 row (Zero Bubble's) whose notes mention --use-flash-attn of a later
     script keeps its own unfused core and local-DDP add: the rule is the megatron-core
