@@ -43,6 +43,26 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
      "n_routed_experts 384, n_shared_experts 1, num_experts_per_tok 8, vocab_size 163840, "
      "num_nextn_predict_layers 0, n_group 1 / topk_group 1: no group-limited routing); Kimi "
      "K2 technical report, arXiv 2507.20534"),
+    # DeepSeek-V2 236B (7 Dec 2026, s30 readers4): DeepSeek-V3's block (multi-head latent
+    # attention with a query latent, DeepSeekMoE with shared experts) at V2's sizes; the
+    # flavor's MLA dims are V2's too (q / kv LoRA ranks 1536 / 512, head dims 128 + 64 rope, v
+    # 128). Not V2-Lite (its own flavor, no query latent). V2's softmax router (V3's is a
+    # sigmoid with an expert bias) changes no GEMM; V2 has no multi-token-prediction module.
+    (r"deepseek[\s_-]*v2(?![.\d])(?![\s_-]*lite)", "deepseek-v3",
+     (("layers", 60), ("hidden", 5120), ("ffn", 12288), ("expert_ffn", 1536), ("heads", 128),
+      ("kv_heads", 128), ("vocab", 102400), ("num_experts", 160), ("num_shared_experts", 2),
+      ("top_k", 6), ("first_k_dense", 1), ("mtp_layers", 0), ("router_groups", 8),
+      ("router_group_topk", 3)),
+     "AMD-AIG-AIMA/Primus primus/configs/models/megatron/deepseek_v2.yaml (0333eedc: "
+     "https://huggingface.co/deepseek-ai/DeepSeek-V2, num_layers 60, hidden_size 5120, "
+     "ffn_hidden_size 12288 in the first (dense) layer, moe_layer_freq [0]*1+[1]*59, 128 "
+     "heads, q_lora_rank 1536, kv_lora_rank 512, qk_head_dim 128, qk_pos_emb_head_dim 64, "
+     "v_head_dim 128, num_experts 160 of moe_ffn_hidden_size 1536, "
+     "moe_shared_expert_intermediate_size 3072 = 2 shared, moe_router_num_groups 8, "
+     "moe_router_group_topk 3) and deepseek_v2_base.yaml (6726ee83: moe_router_topk 6, "
+     "softmax router); vocab_size 102400, num_key_value_heads 128, tie_word_embeddings false "
+     "in deepseek-ai/DeepSeek-V2's config.json (DeepseekV2ForCausalLM, as copied in public "
+     "config readers' tests)"),
     # Moonlight-16B-A3B (DeepseekV3ForCausalLM): DeepSeek-V2-Lite's shape with its own dense
     # FFN and vocabulary (V3's sigmoid router with expert bias changes no GEMM).
     (r"moonlight", "deepseek-v2-lite", (("ffn", 11264), ("vocab", 163842), ("mtp_layers", 0)),

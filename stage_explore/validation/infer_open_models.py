@@ -3,7 +3,9 @@ Gemma 2, Gemma 3, Mistral 7B / NeMo 12B / Small 3 24B / Large 2, Qwen2 / Qwen2.5
 Baichuan 2, Yi 34B and InternLM2, each at its published sizes (:data:`OPEN_MODELS`); Llama 3.2
 and the dense Qwen3 (s29 readers2) from :mod:`~stage_explore.validation.infer_open_more`;
 Falcon, StarCoder2 and OLMo 2 (s29 readers3) from
-:mod:`~stage_explore.validation.infer_open_cited`, with the models refused by name there.
+:mod:`~stage_explore.validation.infer_open_cited`, with the models refused by name there; the
+first OLMo, OLMo 2 7B / 32B, Phi-3 medium, Phi-4, Granite 3.0 / 3.1 and Falcon3 (s30 readers4)
+from :mod:`~stage_explore.validation.infer_open_fourth`.
 
 A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
 and leaves the architecture columns empty; before, such a row was refused (the common decoder
@@ -31,6 +33,14 @@ from stage_explore.validation.infer_generic import GenericRefused, stated_head_d
 from stage_explore.validation.infer_open_base import Field, OpenModel
 from stage_explore.validation.infer_open_base import dims as _dims
 from stage_explore.validation.infer_open_cited import FALCON, OLMO2, REFUSED_BY_NAME, STARCODER2
+from stage_explore.validation.infer_open_fourth import (
+    FALCON3,
+    GRANITE3,
+    OLMO1,
+    OLMO2_MORE,
+    PHI3_MEDIUM,
+    PHI4,
+)
 from stage_explore.validation.infer_open_more import LLAMA32, QWEN3, UNTIED_BY_SOURCE
 
 #: The flavor whose block every entry takes (its dims are all replaced by the entry's).
@@ -221,7 +231,7 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
      _GEMMA),
     (r"\bmistral(?![\s_-]*(?:medium|\d+x))", _MISTRAL),
     (r"\bqwen[\s_-]*2(?:\.5)?(?![.\d])(?![\s_-]*(?:moe|vl|audio))", _QWEN2),
-    (r"\bphi[\s_-]*3(?![.\d])", _PHI3),
+    (r"\bphi[\s_-]*3(?![.\d])", (*_PHI3, *PHI3_MEDIUM)),
     (r"\bbaichuan[\s_-]*2(?![.\d])", _BAICHUAN2),
     (r"\byi(?:[\s_-]*1\.5)?\b", _YI),
     # not InternLM2.5 ("internlm2_5-7b"): no config of it is cited here
@@ -235,7 +245,15 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     # other architectures), StarCoder2, OLMo 2
     (r"\bfalcon(?![\s_-]*(?:mamba|h1\b|[23](?![\d.]*\s*b\b)))", FALCON),
     (r"\bstar[\s_-]*coder[\s_-]*2(?![.\d])", STARCODER2),
-    (r"\bolmo[\s_-]*2(?![.\d])", OLMO2),
+    (r"\bolmo[\s_-]*2(?![.\d])", (*OLMO2, *OLMO2_MORE)),
+    # s30 readers4 (infer_open_fourth): the first OLMo (a size right after the name, no other
+    # generation's number: not OLMo 1.7 / 3, not OLMoE), Phi-4 (not Phi-4-mini / multimodal),
+    # Granite 3.0 / 3.1 dense (not 3.2+, not the MoE 1B-A400M / 3B-A800M), Falcon3 (not
+    # Falcon3-Mamba)
+    (r"\bolmo(?!e)(?![\s_-]*\d+(?:\.\d+)?(?![\d.])(?!\s*b\b))", OLMO1),
+    (r"\bphi[\s_-]*4(?![.\d])(?![\s_-]*(?:mini|multimodal|mm\b))", PHI4),
+    (r"\bgranite[\s_-]*3(?:\.[01])?(?![.\d])(?![\s_-]*\d+(?:\.\d+)?\s*b[\s_-]*a\d)", GRANITE3),
+    (r"\bfalcon[\s_-]*3(?![.\d])(?![\d.]*\s*b\b)(?![\s_-]*mamba)", FALCON3),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 

@@ -107,8 +107,8 @@ def test_what_cannot_be_read_is_refused_in_one_line(cells: dict[str, str], said:
 
 @pytest.mark.parametrize(
     "model",
-    ["Gemma 3n E4B", "Qwen2.5-VL-7B", "Phi-3-medium-14B", "Gemma 2 13B", "CodeGemma 7B",
-     "Yi-1.5-6B"],
+    # Phi-3 medium has an entry since s30 readers4 (test_infer_readers4.py); Yi 9B has none
+    ["Gemma 3n E4B", "Qwen2.5-VL-7B", "Yi-9B", "Gemma 2 13B", "CodeGemma 7B", "Yi-1.5-6B"],
 )
 def test_a_size_or_variant_the_table_lacks_is_the_common_decoder_as_before(model: str) -> None:
     """Without the architecture columns the common decoder refuses the row, as it did."""
@@ -118,7 +118,8 @@ def test_a_size_or_variant_the_table_lacks_is_the_common_decoder_as_before(model
 
 @pytest.mark.parametrize(
     ("model", "held"),
-    [("Phi-3 medium", "Phi-3 mini 3.8B"), ("Yi-1.5-9B", "Yi 6B, Yi 34B"),
+    # Phi-3 medium has an entry since s30 readers4 (Phi-3 7B, small, is refused by name)
+    [("Phi-3 5B", "Phi-3 mini 3.8B, Phi-3 medium 14B"), ("Yi-1.5-9B", "Yi 6B, Yi 34B"),
      ("Gemma 2 13B", "Gemma 2 2B, Gemma 2 9B, Gemma 2 27B")],
 )  # fmt: skip
 def test_a_family_at_a_size_not_held_names_the_sizes_held(model: str, held: str) -> None:
@@ -148,8 +149,11 @@ def test_a_params_b_naming_another_size_of_the_family_is_refused() -> None:
     case = _case(model="Gemma 2 9B", params_b="27")
     assert case.model is None and "params_b '27' is nearer Gemma 2 27B" in case.reason
     assert "\n" not in case.reason
-    for model, params in (("Gemma 7B", "8.54"), ("Qwen2.5-7B", "7.61"), ("Phi-3 mini", "14")):
+    for model, params in (("Gemma 7B", "8.54"), ("Qwen2.5-7B", "7.61"), ("Phi-3 mini", "3.82")):
         assert _case(model=model, params_b=params).model is not None
+    # Phi-3 was a family of one size until s30 readers4 added Phi-3 medium 14B
+    case = _case(model="Phi-3 mini", params_b="14")
+    assert case.model is None and "params_b '14' is nearer Phi-3 medium 14B" in case.reason
 
 
 @pytest.mark.parametrize("text", ["internlm2 5-7b", "internlm2.5 7b", "mistral large"])
