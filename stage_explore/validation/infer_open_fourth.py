@@ -145,3 +145,67 @@ FALCON3 = tuple(
          "at 34bb99a8"),
     )
 )  # fmt: skip
+
+#: Yi 9B and Yi-1.5 (01.AI): Llama-architecture decoders. Yi-1.5-9B:
+#: huggingface.co/01-ai/Yi-1.5-9B/blob/main/config.json (LlamaForCausalLM, num_hidden_layers
+#: 48, hidden_size 4096, intermediate_size 11008, num_attention_heads 32, num_key_value_heads
+#: 4, vocab_size 64000, tie_word_embeddings false); Yi-9B the same dims (its config.json from
+#: the 01-ai/Yi-9B snapshot a06d5c1b as copied at huggingface.co/GreenBitAI/
+#: 01-Yi-9B-channel-mix-bpw-2.5: 48 layers, 4096, 11008, 32 / 4 heads, 64000, untied; the
+#: 01.AI blog: Yi-9B is Yi-6B after "model depth expansion"). Yi-1.5-6B reads as the s29 Yi 6B
+#: entry (huggingface.co/01-ai/Yi-1.5-6B-Chat/blob/dd86db5e/config.json: 32 layers, 4096,
+#: 11008, 32 / 4 heads, 64000, untied: Yi-6B's dims).
+YI9 = (
+    OpenModel("Yi 9B / Yi-1.5 9B", 9, dims(48, 4096, 11008, 32, 4, 64000),
+              f"{_HF}/01-ai/Yi-1.5-9B config.json (48 layers, hidden 4096, intermediate 11008, "
+              "32 heads, 4 key / value heads, vocab_size 64000, untied); 01-ai/Yi-9B's config "
+              "the same (snapshot a06d5c1b, copied at huggingface.co/GreenBitAI/"
+              "01-Yi-9B-channel-mix-bpw-2.5)"),
+)  # fmt: skip
+#: What the s29 Yi 6B entry cites for Yi-1.5-6B, which it now reads too.
+YI15_6B_WHERE = (
+    f"; Yi-1.5-6B the same dims ({_HF}/01-ai/Yi-1.5-6B-Chat config.json at dd86db5e: 32 layers, "
+    "hidden 4096, intermediate 11008, 32 / 4 heads, vocab 64000, untied)"
+)
+
+#: InternLM2.5 (Shanghai AI Lab): InternLM2's architecture at InternLM2's 7B / 20B dims, from
+#: its configs: 7B internlm/internlm2_5-7b as restated at huggingface.co/Tongjilibo/
+#: bert4torch_config internlm/internlm2_5-7b/bert4torch_config.json (hidden_size 4096,
+#: intermediate_size 14336, 32 heads, 8 key / value heads, 32 layers, vocab_size 92544,
+#: tie_word_embeddings false, rope_scaling dynamic 2.0); 20B the internlm2_5-20b-chat
+#: config.json as copied at huggingface.co/c01zaut/internlm2_5-20b-chat-RK3588-1.1.4
+#: (InternLM2ForCausalLM: hidden_size 6144, intermediate_size 16384, 48 heads, 8 key / value
+#: heads, 48 layers, vocab_size 92544, untied, rope dynamic 2.5). The RoPE scaling is a
+#: position-table change, no cost.
+INTERNLM25 = (
+    OpenModel("InternLM2.5 7B", 7, dims(32, 4096, 14336, 32, 8, 92544),
+              f"internlm/internlm2_5-7b config ({_HF}/Tongjilibo/bert4torch_config "
+              "internlm/internlm2_5-7b: 32 layers, hidden 4096, intermediate 14336, 32 heads, 8 "
+              "key / value heads, vocab_size 92544, untied): InternLM2 7B's dims"),
+    OpenModel("InternLM2.5 20B", 20, dims(48, 6144, 16384, 48, 8, 92544),
+              f"internlm2_5-20b-chat config.json (copied at {_HF}/c01zaut/"
+              "internlm2_5-20b-chat-RK3588-1.1.4: 48 layers, hidden 6144, intermediate 16384, "
+              "48 heads, 8 key / value heads, vocab_size 92544, untied): InternLM2 20B's dims"),
+)  # fmt: skip
+
+#: Falcon 2 11B (TII): the Falcon block (parallel attention / MLP, GELU, LayerNorm, no biases)
+#: at new sizes. The model card (tiiuae/falcon-11B README, as stored at YinanWusoymilk/hf-readme
+#: training_and_application/readme_files/tiiuae_falcon-11B.md): 60 layers, d_model 4096,
+#: head_dim 128, vocabulary 65024, "parallel attention/MLP"; the rest from a config.json derived
+#: from it (huggingface.co/ssmits/Falcon2-5.5B-Swedish config.json, _name_or_path
+#: tiiuae/falcon-11B, a layer-pruned copy whose 28 layers are not the 11B's): hidden_size 4096,
+#: num_attention_heads 32, num_kv_heads 8, ffn_hidden_size 16384, activation gelu, bias false,
+#: new_decoder_architecture true with num_ln_in_parallel_attn 1 (one LayerNorm per block),
+#: tie_word_embeddings false.
+FALCON2 = (
+    OpenModel("Falcon 2 11B", 11, (*dims(60, 4096, 16384, 32, 8, 65024), ("activation", "gelu"),
+              ("norm", "layernorm"), ("tied_embeddings", False)),
+              "tiiuae/falcon-11B model card (60 layers, d_model 4096, head_dim 128, vocabulary "
+              "65024, parallel attention / MLP) and a config.json derived from it (ssmits/"
+              "Falcon2-5.5B-Swedish, from tiiuae/falcon-11B: 32 heads, 8 key / value heads, "
+              "ffn_hidden_size 16384, GELU, no biases, one LayerNorm, untied)",
+              version=r"^(?!.*\bvlm\b)",  # not Falcon2-11B-vlm: its CLIP encoder is not timed
+              unmodelled="Falcon's parallel attention / MLP block (both sub-blocks read one "
+              "normed input and add to the residual together: the same GEMMs, timed as the "
+              "sequential block)"),
+)  # fmt: skip

@@ -4,8 +4,9 @@ Baichuan 2, Yi 34B and InternLM2, each at its published sizes (:data:`OPEN_MODEL
 and the dense Qwen3 (s29 readers2) from :mod:`~stage_explore.validation.infer_open_more`;
 Falcon, StarCoder2 and OLMo 2 (s29 readers3) from
 :mod:`~stage_explore.validation.infer_open_cited`, with the models refused by name there; the
-first OLMo, OLMo 2 7B / 32B, Phi-3 medium, Phi-4, Granite 3.0 / 3.1 and Falcon3 (s30 readers4)
-from :mod:`~stage_explore.validation.infer_open_fourth`.
+first OLMo, OLMo 2 7B / 32B, Phi-3 medium, Phi-4, Granite 3.0 / 3.1, Falcon3, Falcon 2 11B,
+Yi 9B / Yi-1.5 and InternLM2.5 (s30 readers4) from
+:mod:`~stage_explore.validation.infer_open_fourth`.
 
 A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
 and leaves the architecture columns empty; before, such a row was refused (the common decoder
@@ -34,12 +35,16 @@ from stage_explore.validation.infer_open_base import Field, OpenModel
 from stage_explore.validation.infer_open_base import dims as _dims
 from stage_explore.validation.infer_open_cited import FALCON, OLMO2, REFUSED_BY_NAME, STARCODER2
 from stage_explore.validation.infer_open_fourth import (
+    FALCON2,
     FALCON3,
     GRANITE3,
+    INTERNLM25,
     OLMO1,
     OLMO2_MORE,
     PHI3_MEDIUM,
     PHI4,
+    YI9,
+    YI15_6B_WHERE,
 )
 from stage_explore.validation.infer_open_more import LLAMA32, QWEN3, UNTIED_BY_SOURCE
 
@@ -196,12 +201,12 @@ _BAICHUAN2 = (
               unmodelled="ALiBi's bias on the attention scores"),
 )  # fmt: skip
 _YI = (
-    # s29 readers2; Yi-1.5-6B not read as it (no config of it cited here)
+    # s29 readers2; Yi-1.5-6B read as it since s30 readers4 (its config cited there)
     OpenModel("Yi 6B", 6, _dims(32, 4096, 11008, 32, 4, 64000),
               "01-ai/Yi-6B's config as copied in InternLM/InternEvo-HFModels huggingface_model/"
               "yi/yi_6B/configuration_yi.py (num_hidden_layers 32, hidden_size 4096, "
               "intermediate_size 11008, num_attention_heads 32, num_key_value_heads 4, "
-              "vocab_size 64000, tie_word_embeddings False)", version=r"^(?!.*1\.5)"),
+              f"vocab_size 64000, tie_word_embeddings False){YI15_6B_WHERE}"),
     OpenModel("Yi 34B", 34, _dims(60, 7168, 20480, 56, 8, 64000),
               "01-ai/Yi-34B's config.json (copied at huggingface.co/GreenBitAI/"
               "yi-34b-w4a16g32 from the 01-ai/Yi-34B snapshot; 01-ai/Yi-1.5-34B-Chat's the same "
@@ -233,9 +238,10 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bqwen[\s_-]*2(?:\.5)?(?![.\d])(?![\s_-]*(?:moe|vl|audio))", _QWEN2),
     (r"\bphi[\s_-]*3(?![.\d])", (*_PHI3, *PHI3_MEDIUM)),
     (r"\bbaichuan[\s_-]*2(?![.\d])", _BAICHUAN2),
-    (r"\byi(?:[\s_-]*1\.5)?\b", _YI),
-    # not InternLM2.5 ("internlm2_5-7b"): no config of it is cited here
+    (r"\byi(?:[\s_-]*1\.5)?\b", (*_YI, *YI9)),
+    # not InternLM2.5 ("internlm2_5-7b", "_" read as a space): its own entries (s30 readers4)
     (r"\binternlm[\s_-]*2(?![.\d])(?![\s_-]5(?![\d.]*\s*b\b))", _INTERNLM2),
+    (r"\binternlm[\s_-]*2(?:\.|[\s_-])5(?![.\d])(?![\d.]*\s*b\b)", INTERNLM25),
     # s29 readers2 (infer_open_more): Llama 3.2 (its 11B / 90B vision models have no entry)
     # and the dense Qwen3 (not the MoE 30B-A3B / 235B-A22B, the Qwen3 flavors)
     (r"\bllama[\s_-]*3\.2(?![\d])", LLAMA32),
@@ -243,7 +249,7 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
      r"(?!.*\ba\d+(?:\.\d+)?b\b)", QWEN3),
     # s29 readers3 (infer_open_cited): Falcon (not Falcon 2 / Falcon3, Falcon Mamba, Falcon-H1:
     # other architectures), StarCoder2, OLMo 2
-    (r"\bfalcon(?![\s_-]*(?:mamba|h1\b|[23](?![\d.]*\s*b\b)))", FALCON),
+    (r"\bfalcon(?![\s_-]*(?:mamba|h1\b|[23](?![\d.]*\s*b\b)))", (*FALCON, *FALCON2)),
     (r"\bstar[\s_-]*coder[\s_-]*2(?![.\d])", STARCODER2),
     (r"\bolmo[\s_-]*2(?![.\d])", (*OLMO2, *OLMO2_MORE)),
     # s30 readers4 (infer_open_fourth): the first OLMo (a size right after the name, no other
@@ -254,6 +260,8 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bphi[\s_-]*4(?![.\d])(?![\s_-]*(?:mini|multimodal|mm\b))", PHI4),
     (r"\bgranite[\s_-]*3(?:\.[01])?(?![.\d])(?![\s_-]*\d+(?:\.\d+)?\s*b[\s_-]*a\d)", GRANITE3),
     (r"\bfalcon[\s_-]*3(?![.\d])(?![\d.]*\s*b\b)(?![\s_-]*mamba)", FALCON3),
+    # Falcon 2 ("Falcon2-11B"; HF names it tiiuae/falcon-11B, read by the Falcon family above)
+    (r"\bfalcon[\s_-]*2(?![.\d])(?![\d.]*\s*b\b)(?![\s_-]*vlm)", FALCON2),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 

@@ -67,6 +67,20 @@ PUBLISHED: dict[str, tuple[int, int, int, int, int, int, int, bool]] = {
     "Falcon3 7B": (28, 3072, 23040, 12, 4, 256, 131080, False),
     # huggingface.co/tiiuae/Falcon3-10B-Base/raw/34bb99a8/config.json
     "Falcon3 10B": (40, 3072, 23040, 12, 4, 256, 131072, False),
+    # huggingface.co/01-ai/Yi-1.5-9B config.json (and 01-ai/Yi-9B's, snapshot a06d5c1b): 48
+    # layers, hidden 4096, intermediate 11008, 32 heads, 4 kv heads, vocab 64000, untied
+    "Yi-1.5-9B": (48, 4096, 11008, 32, 4, 4096 // 32, 64000, False),
+    # huggingface.co/01-ai/Yi-1.5-6B-Chat config.json at dd86db5e: 32 layers, 4096, 11008,
+    # 32 / 4 heads, vocab 64000, untied
+    "Yi-1.5-6B": (32, 4096, 11008, 32, 4, 4096 // 32, 64000, False),
+    # internlm2_5-7b (Tongjilibo/bert4torch_config): 32 layers, 4096, 14336, 32 / 8, 92544
+    "InternLM2.5 7B": (32, 4096, 14336, 32, 8, 4096 // 32, 92544, False),
+    # internlm2_5-20b-chat config.json (c01zaut copy): 48 layers, 6144, 16384, 48 / 8, 92544
+    "InternLM2.5 20B": (48, 6144, 16384, 48, 8, 6144 // 48, 92544, False),
+    # tiiuae/falcon-11B model card (60 layers, d_model 4096, head_dim 128, vocab 65024) and the
+    # ssmits/Falcon2-5.5B-Swedish config.json derived from it (32 heads, 8 kv heads,
+    # ffn_hidden_size 16384, tie_word_embeddings false)
+    "Falcon2-11B": (60, 4096, 16384, 4096 // 128, 8, 128, 65024, False),
     # AMD-AIG-AIMA/Primus deepseek_v2.yaml (60 layers, hidden 5120, dense FFN 12288, 128
     # heads, kv_channels 128) and DeepSeek-V2's config.json (vocab 102400, 128 kv heads, untied)
     "DeepSeek-V2": (60, 5120, 12288, 128, 128, 128, 102400, False),
@@ -84,6 +98,9 @@ SPELLINGS = (
     ("Falcon 3 7B", "Falcon3 7B"), ("falcon3-10b-base", "Falcon3 10B"),
     ("deepseek-ai/DeepSeek-V2", "DeepSeek-V2"), ("DeepSeek-V2 236B", "DeepSeek-V2"),
     ("DeepSeek V2 Chat", "DeepSeek-V2"),
+    ("01-ai/Yi-9B", "Yi-1.5-9B"), ("Yi 1.5 6B", "Yi-1.5-6B"),
+    ("internlm/internlm2_5-7b-chat", "InternLM2.5 7B"), ("internlm2_5-20b-chat", "InternLM2.5 20B"),
+    ("tiiuae/falcon-11B", "Falcon2-11B"), ("Falcon 2 11B", "Falcon2-11B"),
 )  # fmt: skip
 
 
@@ -104,9 +121,10 @@ def test_other_spellings_read_the_same_config(model: str, entry: str) -> None:
         # params" (Primus deepseek_v2.yaml's header), Phi-3 medium "14B parameters" (the
         # Phi-3-medium-128k-instruct model card), Phi-4 "14 billion parameters" (a Phi-4
         # deployment README), Granite 3.x 8B 8,170,864,640 and 2B 2,530,000,000 (a table of
-        # Granite configs' num_parameters)
+        # Granite configs' num_parameters), Yi-9B "approximately 8.8B" (01.AI's Yi-9B blog
+        # post), Falcon2-11B "11B parameters" (its model card)
         ("DeepSeek-V2", 236), ("Phi-3 medium", 14), ("Phi-4", 14), ("Granite 3.0 8B", 8.17),
-        ("Granite 3.1 2B", 2.53),
+        ("Granite 3.1 2B", 2.53), ("Yi-1.5-9B", 8.8), ("Falcon2-11B", 11),
     ],
 )  # fmt: skip
 def test_the_dims_give_the_stated_parameter_count(model: str, billions: float) -> None:
@@ -154,6 +172,12 @@ def test_olmo2_block(model: str) -> None:
     assert spec.qk_norm and spec.norm.value == "rmsnorm"
 
 
+def test_falcon2_block() -> None:
+    spec = _model(model="Falcon2-11B")
+    assert (spec.norm.value, spec.activation.value, spec.bias) == ("layernorm", "gelu", False)
+    assert "parallel attention / MLP block" in " ".join(_case(model="Falcon2-11B").assumptions)
+
+
 def test_granite_multipliers_are_said() -> None:
     said = " ".join(_case(model="Granite 3.0 8B").assumptions)
     assert "scalar embedding / attention / residual / logits multipliers" in said
@@ -170,8 +194,8 @@ def test_a_stated_dim_wins() -> None:
     "text",
     ["olmo-1.7-7b", "olmo-3-7b", "olmoe-1b-7b", "olmo-2-0425-1b", "phi-4-mini-instruct",
      "phi-4-multimodal-instruct", "granite-3.3-8b-instruct", "granite-3.0-1b-a400m-base",
-     "granite-3.1-3b-a800m-instruct", "falcon3-mamba-7b-base", "falcon-2-11b",
-     "deepseek-v2.5", "deepseek-v2-lite"],
+     "granite-3.1-3b-a800m-instruct", "falcon3-mamba-7b-base", "falcon-11b-vlm",
+     "internlm2.5-1.8b", "deepseek-v2.5", "deepseek-v2-lite"],
 )  # fmt: skip
 def test_other_generations_and_sizes_have_no_open_entry(text: str) -> None:
     assert find_open_model(text)[1] is None
