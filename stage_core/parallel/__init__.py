@@ -30,6 +30,8 @@ from stage_core.parallel.config import (
     Recompute,
     Schedule,
     pad_vocab,
+    unsharded_zero,
+    unsharded_zero_note,
 )
 from stage_core.parallel.split import PipelineSplit, split_layers
 
@@ -52,4 +54,6 @@ __all__ = [
     "Schedule",
     "pad_vocab",
     "split_layers",
+    "unsharded_zero",
+    "unsharded_zero_note",
 ]

@@ -40,6 +40,10 @@ Conventions (Megatron-core unless stated):
   ZeRO states among themselves: PyTorch FSDP's ``HYBRID_SHARD`` (shard group a node, replicas
   across nodes), torchtitan's ``data_parallel_replicate_degree`` × ``data_parallel_shard_degree``.
   The lowering splits the mesh's dp axis in two (:mod:`stage_core.lower.program`).
+- **ZeRO-2/3 over one rank** (``dp·cp = 1`` and one expert data-parallel rank) is ZeRO-0: the
+  stage is set to 0 on construction (:func:`unsharded_zero`), as the frameworks run it —
+  PyTorch FSDP switches any sharding strategy to ``NO_SHARD`` when its world size is 1, and
+  DeepSpeed ZeRO-3 with one partition gathers nothing. ZeRO-1 is kept as given.
 - **Gradient buckets** default to 25 MiB, PyTorch DDP's ``bucket_cap_mb=25``, a fixed size in
   bytes (Megatron's DDP uses ``max(4e7, 1e6·dp·cp)`` elements instead).
 - **Sequence parallelism** with ``tp == 1`` is a no-op, as in Megatron
@@ -127,6 +131,30 @@ DEFAULT_GRAD_BUCKET_BYTES = 25 * 1024 * 1024
 #: Megatron's ``--make-vocab-size-divisible-by`` default.
 DEFAULT_VOCAB_DIVISIBLE_BY = 128
 
+
+def unsharded_zero(zero: int, dp: int, cp: int, expert_dp: int) -> bool:
+    """Whether ZeRO stage ``zero`` shards nothing and runs as ZeRO-0: stage 2 or 3 over one
+    data-parallel rank (``dp·cp = 1``) whose expert weights have one data-parallel rank too
+    (``expert_dp = 1``; with experts folded over tp, ``expert_dp`` > 1 still shards them).
+
+    Grounded in the frameworks' own code, not in any measurement: PyTorch FSDP's
+    ``_init_core_state`` (``torch/distributed/fsdp/_init_utils.py``, pytorch/pytorch
+    00743e70) sets ``NO_SHARD`` with the warning "FSDP is switching to use `NO_SHARD` instead
+    of … since the world size is 1" (FULL_SHARD and SHARD_GRAD_OP alike); DeepSpeed's ZeRO-3
+    ``all_gather_coalesced`` (``deepspeed/runtime/zero/partition_parameters.py``) returns
+    ``_no_gather_coalesced`` when ``num_partitions == 1``, pointing each parameter at its one
+    partition: no all-gather, no gather buffer. ZeRO-1 (Megatron's distributed optimizer,
+    whose ``--fp8-param-gather`` keeps FP8 parameters at any dp) is not folded."""
+    return zero >= 2 and dp * cp == 1 and expert_dp == 1
+
+
+def unsharded_zero_note(zero: int) -> str:
+    """The one-line note shown (``stage eval`` / ``trace`` / ``memory`` on stderr, a study's
+    record in ``extra_json``) when ZeRO stage ``zero`` ran as ZeRO-0 (:func:`unsharded_zero`)."""
+    return (
+        f"zero {zero} at dp·cp = 1 shards over one rank: evaluated as zero 0, as PyTorch FSDP "
+        "(NO_SHARD at world size 1) and DeepSpeed ZeRO-3 (no gather from one partition) run it"
+    )
 
 
 def pad_vocab(vocab: int, multiple: int) -> int:
@@ -218,6 +246,8 @@ class ParallelConfig:
             raise ConfigError("; ".join(problems))
         if self.dp_shard == self.dp:  # one spelling of "shard over all of dp"
             object.__setattr__(self, "dp_shard", None)
+        if unsharded_zero(self.zero, self.dp, self.cp, self.expert_dp):  # nothing to shard
+            object.__setattr__(self, "zero", 0)
 
     def _combination_problems(self) -> list[str]:
         problems: list[str] = []

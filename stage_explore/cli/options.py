@@ -10,7 +10,9 @@ Contents:
   --cp-style --precision --fp8-recipe --fp8-gemms``,
   and the pipeline split
   ``--pp-layout --pp-layers --pp-first-layers --pp-last-layers --pp-split``.
-- :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``.
+- :func:`parse_workload`: the parsed namespace as a validated ``(ModelSpec, ParallelConfig)``
+  (with a stderr note when ``--zero`` 2/3 at ``dp·cp`` = 1 is run as ZeRO-0,
+  :func:`~stage_core.parallel.unsharded_zero_note`).
 
 Subcommands call all three, so the options are spelled, defaulted and checked the same way
 everywhere. Every rule lives in :class:`~stage_core.parallel.ParallelConfig` and
@@ -20,6 +22,7 @@ everywhere. Every rule lives in :class:`~stage_core.parallel.ParallelConfig` and
 from __future__ import annotations
 
 import argparse
+import sys
 
 from stage_core.errors import ConfigError
 from stage_core.models import ModelSpec, load_model
@@ -33,6 +36,7 @@ from stage_core.parallel import (
     Precision,
     Recompute,
     Schedule,
+    unsharded_zero_note,
 )
 
 
@@ -387,4 +391,7 @@ def parse_workload(args: argparse.Namespace) -> tuple[ModelSpec, ParallelConfig]
         pp_layout=args.pp_layout,
     )
     config.validate(model)
+    if config.zero != args.zero:  # ZeRO-2/3 over one rank (stage_core.parallel.unsharded_zero)
+        command = getattr(args, "command", "eval")
+        print(f"stage {command}: note: {unsharded_zero_note(args.zero)}", file=sys.stderr)
     return config.resolve(model), config

@@ -26,10 +26,11 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stage_core.errors import ConfigError, InfeasibleError, ShardingError
+from stage_core.parallel import unsharded_zero_note
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.records import Outcome, TrialStatus, flatten_evaluation
 from stage_explore.search.backends import BackendFactory, create_backend
@@ -117,7 +118,7 @@ def _evaluate(
         reason, metrics = _one_line(error), {}
     else:
         if isinstance(evaluation, Evaluation):
-            metrics = flatten_evaluation(evaluation)
+            metrics = flatten_evaluation(_noted(evaluation, candidate.params, parallel))
             status, reason = judge(evaluation, metrics, job.study.objectives, job.study.constraints)
             backend_name = evaluation.backend or backend_name
         else:
@@ -134,6 +135,16 @@ def _evaluate(
         eval_s=time.perf_counter() - start,
         worker=worker,
     )
+
+
+def _noted(evaluation: Evaluation, params: Mapping[str, Any], parallel: Any) -> Evaluation:
+    """``evaluation`` with the one-line note in its ``extra`` when the trial's ``zero`` ran as
+    ZeRO-0 (:func:`~stage_core.parallel.unsharded_zero`: a study listing only ZeRO-2/3 keeps
+    that value at ``dp·cp`` = 1, the canonical space's pin to its first listed value)."""
+    zero = params.get("zero")
+    if not isinstance(zero, int) or zero == getattr(parallel, "zero", zero):
+        return evaluation
+    return replace(evaluation, extra={**evaluation.extra, "note": unsharded_zero_note(zero)})
 
 
 def _evaluate_serving(backend: BaseBackend, model: Any, design: Any, system: Any) -> Evaluation:

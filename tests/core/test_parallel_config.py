@@ -359,7 +359,9 @@ def test_resolve_applies_seq_len_and_dropout_overrides() -> None:
 
 
 def test_zero_accepts_fsdp_alias() -> None:
-    assert ParallelConfig(zero="fsdp").zero == 3  # type: ignore[arg-type]
+    assert ParallelConfig(dp=2, zero="fsdp").zero == 3  # type: ignore[arg-type]
+    # over one rank (dp·cp = 1) ZeRO-3 is ZeRO-0 (s30 review3, config.unsharded_zero)
+    assert ParallelConfig(zero="fsdp").zero == 0  # type: ignore[arg-type]
     assert ParallelConfig(schedule="gpipe").schedule is Schedule.GPIPE  # type: ignore[arg-type]
 
 
