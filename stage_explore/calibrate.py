@@ -519,14 +519,16 @@ def user_cases(path: Path, system: str, framework: str, model_base: str) -> list
 #: The columns :func:`user_cases` reads (with ``METRICS[:3]``, the measured ones).
 READ_COLUMNS = frozenset(
     {"id", "model", "zero", "sp", "recompute", "precision", *MODEL_COLUMNS, *PARALLEL_COLUMNS,
-     "num_gpus"}  # an empty dp's source (calibrate_rows.derived_dp)
+     "num_gpus",  # an empty dp's source (calibrate_rows.derived_dp)
+     "gpu"}  # checked against the fitted system (calibrate_checks.gpu_warnings; s30 review3)
 )  # fmt: skip
 
 
 def unread_columns(path: Path) -> list[str]:
     """The columns of a runs CSV that hold a value in some row but that a fit does not read
-    (``dp_sharding``, ``gpu``, ``source`` …: a row's FSDP or framework is not inferred as
-    ``stage validate --data`` infers it; ``zero`` and ``--framework`` say them)."""
+    (``dp_sharding``, ``source`` …: a row's FSDP or framework is not inferred as
+    ``stage validate --data`` infers it; ``zero`` and ``--framework`` say them); ``gpu`` is
+    read by ``calibrate_checks.gpu_warnings`` (listed beside its warning until s30 review3)."""
     rows = read_csv(path)
     read = READ_COLUMNS | set(METRICS[:3])
     columns = list(rows[0]) if rows else []

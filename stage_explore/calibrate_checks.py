@@ -12,7 +12,7 @@ Contents:
         :data:`~stage_explore.validation.consistency.SLACK` apart: no parameter values fit both.
     :func:`gpu_warnings`
         runs whose ``gpu`` cell names another accelerator than the system being fitted (the fit
-        reads no ``gpu`` column: an H100 run was fitted as an A100 one with only a note).
+        itself reads no ``gpu``: an H100 run was fitted as an A100 one with only a note).
     :func:`inert_parameters`, :func:`inert_warning`
         fitted parameters that move no run's prediction from one bound to the other
         (``network.<dim>`` on runs that never use that dim): the simplex moved them anyway, and

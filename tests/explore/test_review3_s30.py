@@ -133,3 +133,22 @@ name = "analytical"
         plain = ParallelConfig(dp=1, tp=row.tp, pp=row.pp, global_batch=64, seq_len=2048)
         assert row.peak_memory_bytes == backend.evaluate(model, plain, system).peak_memory_bytes
 
+
+def test_calibrate_does_not_call_the_gpu_column_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``note: columns not read: gpu`` followed every fit of the README's example (whose CSV has
+    a ``gpu`` column), though the cell is read: a run of another GPU is warned of."""
+    header = ("id,model,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,cp,sp,vpp,recompute,"
+              "precision,zero,iter_time_s,gpu")  # fmt: skip
+    run = "llama3-8b,8192,1024,1,1,1,32,2,no,1,none,bf16,1,13.08"
+    runs = tmp_path / "runs.csv"
+    runs.write_text(f"{header}\nr1,{run},H100\nr2,{run},A100\n")
+    argv = ["calibrate", "--runs", str(runs), "--system", "h100-80gb", "--fit", "memory",
+            "--no-loo"]  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["columns_not_read"] == []
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "columns not read" not in out
+    assert "warning: r2: gpu 'A100' is the a100-80gb preset's" in out
