@@ -152,7 +152,7 @@ def unsharded_zero_note(zero: int) -> str:
     """The one-line note shown (``stage eval`` / ``trace`` / ``memory`` on stderr, a study's
     record in ``extra_json``) when ZeRO stage ``zero`` ran as ZeRO-0 (:func:`unsharded_zero`)."""
     return (
-        f"zero {zero} at dp·cp = 1 shards over one rank: evaluated as zero 0, as PyTorch FSDP "
+        f"zero {zero} at dp·cp = 1 shards over one rank: run as zero 0, as PyTorch FSDP "
         "(NO_SHARD at world size 1) and DeepSpeed ZeRO-3 (no gather from one partition) run it"
     )
 
