@@ -168,7 +168,8 @@ class ParallelConfig:
 
     ``global_batch`` and ``micro_batch`` count sequences; ``global_batch=0`` means
     ``dp·micro_batch`` (one micro-batch per step). ``seq_len`` and ``dropout`` override the
-    model's when not None (:meth:`resolve`). ``zero`` is the ZeRO stage; ``"fsdp"`` is stage 3.
+    model's when not None (:meth:`resolve`). ``zero`` is the ZeRO stage; ``"fsdp"`` is stage 3;
+    stages 2 and 3 over one data-parallel rank are held as 0 (:func:`unsharded_zero`).
     ``vpp`` is the number of model chunks per pipeline rank (interleaved schedule only).
     ``grad_fp32``: gradients accumulate in fp32 (Megatron's default with mixed precision,
     18 bytes of model state per parameter); false keeps them in the compute precision (the
