@@ -25,6 +25,10 @@ Contents:
         without sequence parallelism (``ParallelConfig``'s default, Megatron's
         ``--sequence-parallel`` off) where most tensor-parallel runs since 2022 ran with it; said
         in a ``note:`` line (JSON ``sp_defaults``), as it was not (s28 review).
+    :func:`unsharded_zero_notes`
+        runs whose ``zero`` cell is 2 or 3 at dp·cp = 1, fitted as ZeRO-0 (as PyTorch FSDP and
+        DeepSpeed run them, :func:`stage_core.parallel.unsharded_zero`): a ``note:`` line
+        naming them (s30 review3), as ``stage eval`` says it for ``--zero``.
     :func:`base_sizes_reason`
         a run whose ``model`` cell names a model ``stage validate --data`` refuses (``Phi-3
         medium``, a params_b naming another size) and whose row states none of ``layers``,
@@ -39,6 +43,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from stage_core.parallel import unsharded_zero_note
 from stage_explore.validation.csv_cells import int_cell, read_csv
 from stage_explore.wording import counted
 
@@ -182,6 +187,23 @@ def sp_defaults(path: Path) -> list[str]:
         if tp is not None and tp > 1 and not str(row.get("sp") or "").strip():
             found.append(row.get("id") or f"run-{i + 1}")
     return found
+
+
+def unsharded_zero_notes(path: Path, held: Mapping[str, int]) -> list[str]:
+    """One ``note:`` line per ZeRO stage of the runs CSV at ``path`` whose runs hold ZeRO-0
+    though their ``zero`` cell says 2 or 3 (``held``: each built run's ``zero``, by id; the
+    ids as :func:`sp_defaults` names them)."""
+    runs: dict[int, list[str]] = {}
+    for i, row in enumerate(read_csv(path)):
+        run_id = row.get("id") or f"run-{i + 1}"
+        zero = int_cell(str(row.get("zero") or ""))
+        if zero is not None and zero >= 2 and held.get(run_id) == 0:
+            runs.setdefault(zero, []).append(run_id)
+    notes = []
+    for zero, ids in sorted(runs.items()):
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        notes.append(f"note: {', '.join(ids[:5])}{more}: {unsharded_zero_note(zero)}")
+    return notes
 
 
 def sp_note(runs: Sequence[str]) -> str:

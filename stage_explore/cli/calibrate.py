@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         layout_notes,
         sp_defaults,
         sp_note,
+        unsharded_zero_notes,
     )
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
@@ -199,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         if no_sp:
             print(sp_note(no_sp))
+        held = {c.id: c.parallel.zero for c in cases if c.parallel is not None}
+        for line in unsharded_zero_notes(args.runs, held):  # zero 2/3 at dp·cp = 1 (s30 review3)
+            print(line)
         if derived:
             shown = ", ".join(f"{run_id} dp {dp}" for run_id, dp in list(derived.items())[:5])
             more = f" and {len(derived) - 5} more" if len(derived) > 5 else ""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from stage_core.models import load_model
-from stage_core.parallel import ParallelConfig, unsharded_zero
+from stage_core.parallel import ParallelConfig, unsharded_zero, unsharded_zero_note
 from stage_explore import load_results
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.cli import main
@@ -152,3 +152,21 @@ def test_calibrate_does_not_call_the_gpu_column_unread(
     out = capsys.readouterr().out
     assert "columns not read" not in out
     assert "warning: r2: gpu 'A100' is the a100-80gb preset's" in out
+
+
+def test_calibrate_says_a_zero_3_run_at_dp_1_is_fitted_as_zero_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A runs CSV with ``zero`` 3 on one data-parallel rank was fitted as ZeRO-0 without a word
+    once ``ParallelConfig`` holds it as 0; the fit now names the run, as ``stage eval`` does."""
+    header = ("id,model,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,cp,sp,vpp,recompute,"
+              "precision,zero,iter_time_s")  # fmt: skip
+    runs = tmp_path / "runs.csv"
+    runs.write_text(
+        f"{header}\nr1,llama3-8b,8192,1024,1,1,1,32,2,no,1,none,bf16,3,13.08\n"
+        "r2,llama3-8b,8192,8,1,8,1,1,1,yes,1,none,bf16,3,2.0\n"
+    )
+    assert main(["calibrate", "--runs", str(runs), "--system", "h100-80gb", "--fit", "memory",
+                 "--no-loo"]) == 0  # fmt: skip
+    notes = [line for line in capsys.readouterr().out.splitlines() if "shards over one" in line]
+    assert notes == [f"note: r2: {unsharded_zero_note(3)}"]
