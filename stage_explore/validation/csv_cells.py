@@ -35,10 +35,18 @@ LAYOUT_COLUMNS = (*DEGREE_COLUMNS, "micro_batch", "global_batch_seqs")
 STRICT_DIM_COLUMNS = ("layers", "hidden", "heads", "vocab", "seq_len")
 
 
+#: Columns of ``stage calibrate``'s runs CSV that this schema spells otherwise (s30 review3: a
+#: calibrate CSV's ``zero`` 3 was named only as "not read", beside "zero 1 … (column empty)").
+CALIBRATE_COLUMNS = {"zero": "dp_sharding"}
+
+
 def unread_column(name: str) -> str:
     """A header column not in :data:`SCHEMA_COLUMNS` as the accounting line names it, with the
     schema's column it is close to (``iter_time (looks like iter_time_s)``; 7 Dec 2026, s29
-    review: the row said only "no measured value", the near miss unnamed)."""
+    review: the row said only "no measured value", the near miss unnamed) or that holds what
+    ``stage calibrate``'s column of that name holds (:data:`CALIBRATE_COLUMNS`)."""
+    if (schema := CALIBRATE_COLUMNS.get(name.strip().lower())) is not None:
+        return f"{name} (stage calibrate's column; give it as {schema} here)"
     close = difflib.get_close_matches(name.strip().lower(), sorted(SCHEMA_COLUMNS), 1, 0.7)
     return f"{name} (looks like {close[0]})" if close else name
 

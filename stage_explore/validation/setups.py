@@ -26,7 +26,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
-from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule
+from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule, unsharded_zero_note
 from stage_explore.limits import check_sizes
 from stage_explore.system import load_system
 from stage_explore.system.model import NetworkDim, System
@@ -540,6 +540,9 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         )
     except ConfigError as error:
         return replace(case, reason=f"the generator cannot express it: {error}")
+    stated = parallel_fields.get("zero")  # ZeRO-2/3 over one rank is held as 0 (s30 review3)
+    if isinstance(stated, int) and stated >= 2 and parallel.zero == 0:
+        case = replace(case, assumptions=(*case.assumptions, unsharded_zero_note(stated)))
     if source.group_by:
         gpus = parallel.dp * parallel.tp * parallel.pp * parallel.cp
         case = replace(case, group=f"{model.name} on {gpus} GPUs")

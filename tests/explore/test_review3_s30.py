@@ -170,3 +170,38 @@ def test_calibrate_says_a_zero_3_run_at_dp_1_is_fitted_as_zero_0(
                  "--no-loo"]) == 0  # fmt: skip
     notes = [line for line in capsys.readouterr().out.splitlines() if "shards over one" in line]
     assert notes == [f"note: r2: {unsharded_zero_note(3)}"]
+
+
+VALIDATE_HEADER = ("id,model,seq_len,global_batch_seqs,micro_batch,tp,pp,dp,cp,sp,vpp,recompute,"
+                   "precision,{zero},iter_time_s,gpu")  # fmt: skip
+VALIDATE_RUN = "r1,llama3-8b,8192,8,1,8,1,1,1,yes,1,none,bf16,{zero},2.0,H100"
+
+
+def _validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, cell: str) -> dict:
+    runs = tmp_path / "mine.csv"
+    header, run = VALIDATE_HEADER.format(zero=column), VALIDATE_RUN.format(zero=cell)
+    runs.write_text(f"{header}\n{run}\n")
+    main(["validate", "--data", str(runs), "--json"])
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_validate_data_names_a_run_of_zero_3_on_one_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row whose ``dp_sharding`` says ZeRO-3 on one data-parallel rank was evaluated as ZeRO-0
+    with only "zero 3" among its assumptions; the row now says it ran as zero 0."""
+    data = _validate(tmp_path, capsys, "dp_sharding", "ZeRO-3")
+    (row,) = data["rows"]
+    assert row["evaluated"] and "zero" not in row["setup"]
+    assert unsharded_zero_note(3) in row["assumptions"]
+
+
+def test_validate_data_says_where_a_calibrate_zero_column_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``stage calibrate``'s ``zero`` column in a ``validate --data`` CSV was listed as not read
+    with no hint, beside the row's "zero 1 … (column empty)"."""
+    data = _validate(tmp_path, capsys, "zero", "3")
+    assert data["accounting"]["columns_not_read"] == [
+        "mine.csv (zero (stage calibrate's column; give it as dp_sharding here))"
+    ]
