@@ -83,8 +83,9 @@ def test_validate_names_the_schema_column_a_header_is_close_to(
     runs.write_text(f"{header},tflops_per_gpu,num_gpus\nr1,{RUN},H100,,64\n")
     main(["validate", "--data", str(runs), "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert data["accounting"]["columns_not_read"] == [
-        "mine.csv (zero, iter_time (looks like iter_time_s))"
+    assert data["accounting"]["columns_not_read"] == [  # zero's hint: s30 review3
+        "mine.csv (zero (stage calibrate's column; give it as dp_sharding here), "
+        "iter_time (looks like iter_time_s))"
     ]
     (row,) = data["rows"]
     assert not row["evaluated"] and "no measured value" in row["not_evaluated_reason"]
