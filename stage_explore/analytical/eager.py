@@ -459,7 +459,12 @@ def eager_attention(
 ) -> tuple[int, int, int]:
     """What the framework's model code runs around its attention kernel, per element
     (:func:`attention_eager_bytes`): AutoModel's FlexAttention path under ``"automodel"``;
-    nothing for every other table."""
+    Megatron's ``sbhd`` layout copies around the flash-attn package under ``"megatron-core"``
+    (:mod:`~stage_explore.analytical.eager_flash_layout`); nothing for every other table."""
+    if eager_modules == "megatron-core":
+        from stage_explore.analytical.eager_flash_layout import megatron_attention_eager
+
+        return megatron_attention_eager(attention_kernel)
     if eager_modules != "automodel":
         return (0, 0, 0)
     from stage_explore.analytical.eager_automodel import automodel_attention_eager
