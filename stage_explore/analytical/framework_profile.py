@@ -105,6 +105,7 @@ class FrameworkProfile(
                 "loss_fp32_buffers",
                 "local_batch_size",
                 "train_metric_losses",
+                "moe_hybridep_domain_ranks",
             ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(

@@ -40,6 +40,14 @@ Options (all booleans unless said):
   ``moe_hybridep_num_sms``; default 16, Megatron-Core's): its published rates are read from the
   table of the largest SM count a table has not above it (GB200 NVL72: 16 and 32; B200, H100:
   16), and that many SMs are taken from compute it overlaps. Read under ``moe_hybridep`` only.
+- ``moe_hybridep_domain_ranks`` (int ≥ 0) — HybridEP's expert-parallel ranks per NVLink
+  domain (``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, which Megatron-Core passes to DeepEP's
+  ``HybridEPBuffer``): the group runs as ``ep / n`` NVLink domains of ``n`` consecutive group
+  ranks, so the backend times every group over the expert-parallel axes as placed that way
+  (:mod:`~stage_explore.analytical.ep_domain`), in place of the preset's contiguous placement,
+  which can let a group straddle two domains; every other group keeps the preset's placement.
+  ``n`` must divide the group and fit a scale-up domain. 0 (every profile's default): the
+  preset's placement. Read under ``moe_hybridep`` only.
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -118,6 +126,8 @@ MOE_FLAGS: dict[str, str] = {
     "moe_hybridep": "Megatron-Bridge moe_flex_dispatcher_backend='hybridep' (flex dispatcher "
     "on HybridEP)",
     "moe_hybridep_sms": "Megatron-Core moe_hybridep_num_sms (HybridEP's SMs; default 16)",
+    "moe_hybridep_domain_ranks": "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN (HybridEP's ranks per "
+    "NVLink domain; 0 = the preset's placement)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
     "torchtitan ExpertParallel _permute / _unpermute",
@@ -141,6 +151,7 @@ class MoeOptions:
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
     moe_hybridep: bool = False  # not HybridEP (its own rates: analytical.hybridep)
     moe_hybridep_sms: int = 16  # Megatron-Core's moe_hybridep_num_sms default
+    moe_hybridep_domain_ranks: int = 0  # the preset's contiguous placement of the EP group
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are

@@ -15,7 +15,14 @@ Richardyu114/training_results_v6.0 eabf23a0, ``NVIDIA/benchmarks/deepseekv3_671b
   device (framework option ``moe_grouped_kernel``; the same recipe switch the Megatron-Bridge
   full-iteration rows take, :mod:`~stage_explore.validation.infer_bridge_graphs`).
 
-Both are read only where the row's text states them: nothing is assumed for an MLPerf row that
+- ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32`` (with ``USE_MNNVL=1``) at ``EXPERT_PARALLEL=32``
+  — HybridEP's ranks per NVLink domain (7 Dec 2026, s30 epdomain): DeepEP's ``HybridEPBuffer``
+  runs the expert-parallel group as ``ep / n`` NVLink domains of ``n`` consecutive ranks, so
+  each 32-rank group sat in one NVL72 rack (framework option ``moe_hybridep_domain_ranks``,
+  :mod:`~stage_explore.analytical.ep_domain`). The GPT-OSS 20B config's ``=$EXPERT_PARALLEL``
+  reads as the row's ep.
+
+All are read only where the row's text states them: nothing is assumed for an MLPerf row that
 does not.
 """
 
@@ -30,6 +37,10 @@ from stage_explore.validation.infer_release import Defaults, row_text
 _LAYOUT = re.compile(r"\bPIPELINE_LAYOUT\s*=?\s*[\"']([EtmL0-9*|()]+)[\"']")
 #: The config's switch of Transformer Engine's fused grouped MLP (``=1`` or ``=True``).
 _FUSED_GROUPED_MLP = re.compile(r"\bNVTE_CUTEDSL_FUSED_GROUPED_MLP\s*=\s*(?:1|True)\b")
+#: HybridEP's ranks per NVLink domain as the config exports it: a count or ``$EXPERT_PARALLEL``.
+_DOMAIN_RANKS = re.compile(
+    r"\bNUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN\s*=\s*(\d+|\$\{?EXPERT_PARALLEL\}?)"
+)
 
 
 def mlperf_moe_switches(
@@ -39,7 +50,7 @@ def mlperf_moe_switches(
     an MoE model, ``moe``, whatever their expert parallelism: at EP 1 every expert is local and
     the fused grouped MLP runs over all of them) on ``out`` from what the MLPerf row's text
     states of its config, each with its assumption; a row stating two different layouts keeps
-    STAGE's split."""
+    STAGE's split. An MoE row's HybridEP ranks per NVLink domain: :func:`hybridep_domain`."""
     text = row_text(row)
     layouts = set(_LAYOUT.findall(text))
     if len(layouts) == 1 and stated.get("pp", 1) > 1 and "pp_layout" not in out.parallel:
@@ -57,3 +68,34 @@ def mlperf_moe_switches(
             "config's NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (with USE_TE_OPS, Megatron-Core's "
             "use_transformer_engine_op_fuser)"
         )
+    if moe:
+        hybridep_domain(text, stated.get("ep", 1), out)
+
+
+def hybridep_domain(text: str, ep: int, out: Defaults) -> None:
+    """Set ``moe_hybridep_domain_ranks`` on ``out`` when ``text`` states one value of HybridEP's
+    ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` (a count, or ``$EXPERT_PARALLEL``: ``ep``) that
+    divides ``ep`` > 1 (DeepEP's ``HybridEPBuffer`` asserts it), with its assumption; a count
+    that does not divide ``ep`` is noted and not taken. The backend reads the option only
+    where the dispatch runs on HybridEP (``moe_hybridep``, read from the row elsewhere)."""
+    if ep <= 1:
+        return
+    values = {ep if value.startswith("$") else int(value) for value in _DOMAIN_RANKS.findall(text)}
+    if len(values) != 1:
+        return
+    (ranks,) = values
+    if ranks < 1 or ep % ranks:
+        out.notes.append(
+            f"HybridEP's NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={ranks} does not divide ep "
+            f"{ep}: not read (DeepEP's HybridEPBuffer asserts it divides the group)"
+        )
+        return
+    out.options["moe_hybridep_domain_ranks"] = ranks
+    out.notes.append(
+        f"each expert-parallel group as HybridEP places it, {ep // ranks} NVLink domain(s) of "
+        f"{ranks} consecutive ranks (moe_hybridep_domain_ranks {ranks}), the data-parallel and "
+        "pipeline groups as the preset places them: the text states the config's "
+        f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={ranks} (deepseek-ai/DeepEP "
+        "deep_ep/hybrid_ep_buffer.py 098da2a6 HybridEPBuffer: num_of_nodes = group_size // "
+        "num_of_ranks_per_nvlink_domain, fabric memory handles under USE_MNNVL)"
+    )

@@ -46,3 +46,29 @@ def test_only_what_the_text_states_is_read(
     mlperf_moe_switches({"notes": notes}, stated, out, moe)
     assert out.parallel.get("pp_layout") == layout
     assert out.options.get("moe_grouped_kernel", False) is grouped
+
+
+def test_the_deepseek_v3_row_places_its_expert_groups_in_one_nvlink_domain() -> None:
+    """s30 epdomain: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32 at EP 32, read as
+    ``moe_hybridep_domain_ranks`` 32 beside HybridEP."""
+    (case,) = row_cases(_package(DSV3_GB300), FILE, 1)
+    assert "moe_hybridep=true" in case.backend_key
+    assert "moe_hybridep_domain_ranks=32" in case.backend_key
+
+
+@pytest.mark.parametrize(("notes", "ep", "ranks"), [
+    ("HybridEP (NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32, USE_MNNVL=1)", 32, 32),
+    ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=$EXPERT_PARALLEL, USE_MNNVL=1", 8, 8),
+    ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32", 64, 32),  # two domains of 32
+    ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32", 16, None),  # does not divide ep: noted
+    ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=4",
+     8, None),  # two values stated
+    ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8", 1, None),  # no expert parallelism
+    ("NVLINK_DOMAIN_SIZE=72, USE_MNNVL=1", 32, None),  # the count not stated
+])  # fmt: skip
+def test_hybridep_ranks_per_domain_only_as_stated(notes: str, ep: int, ranks: int | None) -> None:
+    out = Defaults()
+    mlperf_moe_switches({"notes": notes}, {"pp": 1, "ep": ep}, out, True)
+    assert out.options.get("moe_hybridep_domain_ranks") == ranks
+    if ranks is None and ep == 16:
+        assert any("does not divide ep 16" in note for note in out.notes)
