@@ -413,11 +413,13 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
             raise Uninferable(
                 f"model {model!r} of another size than this family's flavors, or of no known "
                 "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3 / "
-                "V2 / V2-Lite / MoE 16B, Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a common "
-                "open model at a published size: Gemma, Mistral, Qwen2 / Qwen2.5, Qwen3 dense, "
-                "Llama 3.2, Phi-3 mini / medium, Phi-4, Baichuan 2, Yi 6B / 9B / 34B, InternLM2 "
-                "/ 2.5, Falcon 7B / 40B, Falcon 2 11B, Falcon3, StarCoder2, OLMo 1B / 7B, OLMo 2 "
-                "7B / 13B / 32B, Granite 3.0 / 3.1), and not a Llama-style "
+                "V2 / V2.5 / V2-Lite / MoE 16B, Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a "
+                "common open model at a published size: Gemma, Mistral, Qwen2 / Qwen2.5, Qwen3 "
+                "dense, "
+                "Llama 3.2, Phi-3 mini / medium, Phi-3.5 mini, Phi-4, Baichuan 2, Yi 6B / 9B / "
+                "34B, InternLM2 / 2.5, Falcon 7B / 40B, Falcon 2 11B, Falcon3, StarCoder2, OLMo "
+                "1B / 7B, OLMo 2 7B / 13B / 32B, Granite 3.0 / 3.1, Codestral 22B, SmolLM2), "
+                "and not a Llama-style "
                 f"decoder: {error}"
             ) from None
         return Inferred(base, assumption, fields)

@@ -14,6 +14,13 @@ each sub-block, Granite's scalar multipliers (embedding, attention, residual, lo
 from __future__ import annotations
 
 from stage_explore.validation.infer_open_base import OpenModel, dims
+from stage_explore.validation.infer_open_fifth import (
+    GRANITE30_2B_FIELDS,
+    GRANITE30_2B_WHERE,
+    NOT_128K,
+    PHI3_4K_WHERE,
+    PHI3_4K_WINDOW,
+)
 
 _HF = "huggingface.co"
 
@@ -74,12 +81,11 @@ OLMO2_MORE = (
 #: num_key_value_heads 10, head_dim 128, intermediate_size 17920, 40 decoder layers, vocab_size
 #: 32064, silu); untied (Phi3Config's tie_word_embeddings False, as the Phi-3 mini entry).
 PHI3_MEDIUM = (
-    OpenModel("Phi-3 medium 14B", 14, dims(40, 5120, 17920, 40, 10, 32064),
+    # the 4k config's sliding window since s30 readers5 (timed as full attention before)
+    OpenModel("Phi-3 medium 14B", 14, (*dims(40, 5120, 17920, 40, 10, 32064), *PHI3_4K_WINDOW),
               f"{_HF}/microsoft/Phi-3-medium-4k-instruct config.json (40 layers, hidden 5120, "
               "intermediate 17920, 40 heads, 10 key / value heads, head_dim 128, vocab_size "
-              "32064, silu, untied)", alias=r"\bmedium\b",
-              unmodelled="the 4k config's sliding_window 2047 (timed as full attention, as the "
-              "Phi-3 mini entry)"),
+              f"32064, silu, untied){PHI3_4K_WHERE}", alias=r"\bmedium\b", version=NOT_128K),
 )  # fmt: skip
 
 #: Phi-4: huggingface.co/microsoft/phi-4/raw/2db69c1c/config.json (Phi3ForCausalLM: hidden_size
@@ -116,6 +122,9 @@ GRANITE3 = (
               "foundation-model-stack fms/models/granite.py _3_1_2b_config (nlayers 40, emb_dim "
               "2048, hidden 8192, nheads 32, kvheads 8, src_vocab_size 49155, tie_heads True)",
               version=r"3\.1", unmodelled=_GRANITE_UNMODELLED),
+    # s30 readers5: the 3.0 2B, its own config (the 3.1 2B's dims)
+    OpenModel("Granite 3.0 2B", 2, GRANITE30_2B_FIELDS, GRANITE30_2B_WHERE, version=r"3\.0",
+              unmodelled=_GRANITE_UNMODELLED),
 )  # fmt: skip
 
 #: Falcon3 (TII, Dec 2024): Llama-architecture decoders with 256-wide heads. 10B:

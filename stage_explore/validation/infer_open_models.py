@@ -34,6 +34,17 @@ from stage_explore.validation.infer_generic import GenericRefused, stated_head_d
 from stage_explore.validation.infer_open_base import Field, OpenModel
 from stage_explore.validation.infer_open_base import dims as _dims
 from stage_explore.validation.infer_open_cited import FALCON, OLMO2, REFUSED_BY_NAME, STARCODER2
+from stage_explore.validation.infer_open_fifth import (
+    CODESTRAL,
+    INTERNLM25_SMALL,
+    MISTRAL_SMALL_22B,
+    NOT_128K,
+    PHI3_4K_WHERE,
+    PHI3_4K_WINDOW,
+    PHI3_128K,
+    PHI35,
+    SMOLLM2,
+)
 from stage_explore.validation.infer_open_fourth import (
     FALCON2,
     FALCON3,
@@ -183,9 +194,11 @@ _QWEN2 = tuple(
     )
 )  # fmt: skip
 _PHI3 = (
-    OpenModel("Phi-3 mini 3.8B", 3.8, _dims(32, 3072, 8192, 32, 32, 32064),
+    # the 4k model's window since s30 readers5 (PHI3_4K_WINDOW); the 128k variant: PHI3_128K
+    OpenModel("Phi-3 mini 3.8B", 3.8, (*_dims(32, 3072, 8192, 32, 32, 32064), *PHI3_4K_WINDOW),
               f"{_NEMO}/phi3mini.py Phi3ConfigMini (32 layers, hidden 3072, FFN 8192, 32 heads, "
-              "32 query groups, vocab_size 32064, untied)", alias=r"\bmini\b"),
+              f"32 query groups, vocab_size 32064, untied){PHI3_4K_WHERE}", alias=r"\bmini\b",
+              version=NOT_128K),
 )  # fmt: skip
 _BAICHUAN2 = (
     OpenModel("Baichuan 2 7B", 7, _dims(32, 4096, 11008, 32, 32, 125696),
@@ -234,14 +247,15 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     # the first Gemma (or 1.1) followed by a size or a word, not by another generation's digit
     (r"\bgemma(?:[\s_-]*1(?:\.1)?(?![\d.]*\s*b\b))?(?=[\s_-]*(?:\d+(?:\.\d+)?\s*b\b|[^\d\s_-]|$))",
      _GEMMA),
-    (r"\bmistral(?![\s_-]*(?:medium|\d+x))", _MISTRAL),
+    (r"\bmistral(?![\s_-]*(?:medium|\d+x))", (*_MISTRAL, *MISTRAL_SMALL_22B)),
     (r"\bqwen[\s_-]*2(?:\.5)?(?![.\d])(?![\s_-]*(?:moe|vl|audio))", _QWEN2),
-    (r"\bphi[\s_-]*3(?![.\d])", (*_PHI3, *PHI3_MEDIUM)),
+    (r"\bphi[\s_-]*3(?![.\d])", (*_PHI3, *PHI3_MEDIUM, *PHI3_128K)),
     (r"\bbaichuan[\s_-]*2(?![.\d])", _BAICHUAN2),
     (r"\byi(?:[\s_-]*1\.5)?\b", (*_YI, *YI9)),
     # not InternLM2.5 ("internlm2_5-7b", "_" read as a space): its own entries (s30 readers4)
     (r"\binternlm[\s_-]*2(?![.\d])(?![\s_-]5(?![\d.]*\s*b\b))", _INTERNLM2),
-    (r"\binternlm[\s_-]*2(?:\.|[\s_-])5(?![.\d])(?![\d.]*\s*b\b)", INTERNLM25),
+    (r"\binternlm[\s_-]*2(?:\.|[\s_-])5(?![.\d])(?![\d.]*\s*b\b)",
+     (*INTERNLM25, *INTERNLM25_SMALL)),
     # s29 readers2 (infer_open_more): Llama 3.2 (its 11B / 90B vision models have no entry)
     # and the dense Qwen3 (not the MoE 30B-A3B / 235B-A22B, the Qwen3 flavors)
     (r"\bllama[\s_-]*3\.2(?![\d])", LLAMA32),
@@ -262,6 +276,11 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bfalcon[\s_-]*3(?![.\d])(?![\d.]*\s*b\b)(?![\s_-]*mamba)", FALCON3),
     # Falcon 2 ("Falcon2-11B"; HF names it tiiuae/falcon-11B, read by the Falcon family above)
     (r"\bfalcon[\s_-]*2(?![.\d])(?![\d.]*\s*b\b)(?![\s_-]*vlm)", FALCON2),
+    # s30 readers5 (infer_open_fifth): Phi-3.5 mini (not Phi-3.5-MoE / vision; "small" is
+    # refused by name as Phi-3 small), Codestral 22B (not Codestral Mamba), SmolLM2
+    (r"\bphi[\s_-]*3\.5(?!\d)(?![\s_-]*(?:moe|vision))", PHI35),
+    (r"\bcodestral(?![\s_-]*mamba)", CODESTRAL),
+    (r"\bsmol[\s_-]*lm[\s_-]*2(?![.\d])", SMOLLM2),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 

@@ -107,9 +107,10 @@ def test_what_cannot_be_read_is_refused_in_one_line(cells: dict[str, str], said:
 
 @pytest.mark.parametrize(
     "model",
-    # Phi-3 medium, Yi-1.5-6B have entries since s30 readers4 (test_infer_readers4.py)
+    # Phi-3 medium, Yi-1.5-6B have entries since s30 readers4 (test_infer_readers4.py),
+    # InternLM2.5 1.8B since s30 readers5 (test_infer_readers5.py)
     ["Gemma 3n E4B", "Qwen2.5-VL-7B", "OLMo 2 1B", "Gemma 2 13B", "CodeGemma 7B",
-     "InternLM2.5-1.8B"],
+     "InternLM2.5-3B"],
 )  # fmt: skip
 def test_a_size_or_variant_the_table_lacks_is_the_common_decoder_as_before(model: str) -> None:
     """Without the architecture columns the common decoder refuses the row, as it did."""
@@ -121,7 +122,9 @@ def test_a_size_or_variant_the_table_lacks_is_the_common_decoder_as_before(model
     ("model", "held"),
     # Phi-3 medium has an entry since s30 readers4 (Phi-3 7B, small, is refused by name)
     # (Yi-1.5-9B has an entry since s30 readers4)
-    [("Phi-3 5B", "Phi-3 mini 3.8B, Phi-3 medium 14B"),
+    # (and the 128k variants since s30 readers5: the 4k entries carry the 4k window)
+    [("Phi-3 5B", "Phi-3 mini 3.8B, Phi-3 medium 14B, Phi-3 mini 3.8B 128k, Phi-3 medium 14B "
+      "128k"),
      ("Yi 3B", "Yi 6B, Yi 34B, Yi 9B / Yi-1.5 9B"),
      ("Gemma 2 13B", "Gemma 2 2B, Gemma 2 9B, Gemma 2 27B")],
 )  # fmt: skip
