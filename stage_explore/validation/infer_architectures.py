@@ -28,6 +28,14 @@ _LLAMA4_WHERE = (
     "attention up to 8192 tokens)"
 )
 
+#: DeepSeek-V2 236B's sizes (s30 readers4; the entry below cites them), DeepSeek-V2.5's too.
+_DEEPSEEK_V2 = (
+    ("layers", 60), ("hidden", 5120), ("ffn", 12288), ("expert_ffn", 1536), ("heads", 128),
+    ("kv_heads", 128), ("vocab", 102400), ("num_experts", 160), ("num_shared_experts", 2),
+    ("top_k", 6), ("first_k_dense", 1), ("mtp_layers", 0), ("router_groups", 8),
+    ("router_group_topk", 3),
+)  # fmt: skip
+
 #: (pattern on the lower-cased model text, base flavor, model fields, where the sizes are
 #: published).
 ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
@@ -48,11 +56,7 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
     # flavor's MLA dims are V2's too (q / kv LoRA ranks 1536 / 512, head dims 128 + 64 rope, v
     # 128). Not V2-Lite (its own flavor, no query latent). V2's softmax router (V3's is a
     # sigmoid with an expert bias) changes no GEMM; V2 has no multi-token-prediction module.
-    (r"deepseek[\s_-]*v2(?![.\d])(?![\s_-]*lite)", "deepseek-v3",
-     (("layers", 60), ("hidden", 5120), ("ffn", 12288), ("expert_ffn", 1536), ("heads", 128),
-      ("kv_heads", 128), ("vocab", 102400), ("num_experts", 160), ("num_shared_experts", 2),
-      ("top_k", 6), ("first_k_dense", 1), ("mtp_layers", 0), ("router_groups", 8),
-      ("router_group_topk", 3)),
+    (r"deepseek[\s_-]*v2(?![.\d])(?![\s_-]*lite)", "deepseek-v3", _DEEPSEEK_V2,
      "AMD-AIG-AIMA/Primus primus/configs/models/megatron/deepseek_v2.yaml (0333eedc: "
      "https://huggingface.co/deepseek-ai/DeepSeek-V2, num_layers 60, hidden_size 5120, "
      "ffn_hidden_size 12288 in the first (dense) layer, moe_layer_freq [0]*1+[1]*59, 128 "
@@ -63,6 +67,18 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
      "softmax router); vocab_size 102400, num_key_value_heads 128, tie_word_embeddings false "
      "in deepseek-ai/DeepSeek-V2's config.json (DeepseekV2ForCausalLM, as copied in public "
      "config readers' tests)"),
+    # DeepSeek-V2.5 (and V2.5-1210) (7 Dec 2026, s30 readers5): V2's shape in its own
+    # config.json, so V2's entry: the fields quoted below are V2's numbers one for one; the
+    # vocabulary, tie and router group top-k fall past the quoted text and are V2's.
+    (r"deepseek[\s_-]*v2\.5(?!\d)", "deepseek-v3", _DEEPSEEK_V2,
+     "deepseek-ai/DeepSeek-V2.5's config.json (snapshot 24b08cb7, as copied at "
+     "huggingface.co/nm-testing/DeepSeek-V2.5-W4A16; DeepSeek-V2.5-1210's the same at "
+     "huggingface.co/OPEA/DeepSeek-V2.5-1210-int4-sym-inc: DeepseekV2ForCausalLM, "
+     "num_hidden_layers 60, hidden_size 5120, intermediate_size 12288, first_k_dense_replace "
+     "1, moe_intermediate_size 1536, n_routed_experts 160, n_shared_experts 2, "
+     "num_experts_per_tok 6, n_group 8, num_attention_heads 128, num_key_value_heads 128, "
+     "q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64): "
+     "DeepSeek-V2's sizes; vocab_size, the tie and topk_group 3 as DeepSeek-V2's config"),
     # Moonlight-16B-A3B (DeepseekV3ForCausalLM): DeepSeek-V2-Lite's shape with its own dense
     # FFN and vocabulary (V3's sigmoid router with expert bias changes no GEMM).
     (r"moonlight", "deepseek-v2-lite", (("ffn", 11264), ("vocab", 163842), ("mtp_layers", 0)),

@@ -209,13 +209,14 @@ def test_an_empty_sp_on_a_tensor_parallel_run_is_named_and_taken_as_off(
 
 
 def test_a_refused_model_with_no_dims_is_not_fitted_as_the_base_s_sizes(tmp_path: Path) -> None:
-    """A run naming a model the reading refuses (``Phi-3 medium``: no entry of that size) with
-    no dims was fitted as megatron-gpt-1.7b's own sizes (s28 review); it is not fitted, with
-    the reason. With its dims stated, or with the model cell empty, --model-base stands in."""
-    named = RUNS[0].replace("megatron-gpt-1.7b", "Phi-3 medium")
+    """A run naming a model the reading refuses (``Phi-3 5B``: no entry of that size; Phi-3
+    medium, the s28 example, has one since s30 readers4) with no dims was fitted as
+    megatron-gpt-1.7b's own sizes (s28 review); it is not fitted, with the reason. With its
+    dims stated, or with the model cell empty, --model-base stands in."""
+    named = RUNS[0].replace("megatron-gpt-1.7b", "Phi-3 5B")
     empty = RUNS[1].replace("megatron-gpt-1.7b", "")
     reasons = _cases(_csv(tmp_path, named, empty, RUNS[2]))
-    assert "so --model-base megatron-gpt-1.7b's own sizes would stand in for 'Phi-3 medium'" in (
+    assert "so --model-base megatron-gpt-1.7b's own sizes would stand in for 'Phi-3 5B'" in (
         reasons["r1"]
     )
     assert "Phi-3 mini 3.8B" in reasons["r1"] and "\n" not in reasons["r1"]

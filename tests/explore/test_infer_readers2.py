@@ -95,8 +95,9 @@ def test_flavor_families_named_alone(model: str, got: tuple[int, int, int, int, 
 
 def test_deepseek_v2_and_other_unknown_families_are_refused_in_one_line() -> None:
     # Falcon 40B and OLMo 2 13B have entries since s29 readers3 (test_infer_readers3.py);
-    # DeepSeek-V2, Granite 3.0 8B and OLMo 2 7B since s30 readers4 (test_infer_readers4.py)
-    for model in ("DeepSeek-V2.5", "Granite 3.3 8B", "OLMo 3 7B"):
+    # DeepSeek-V2, Granite 3.0 8B and OLMo 2 7B since s30 readers4 (test_infer_readers4.py),
+    # DeepSeek-V2.5 since s30 readers5 (test_infer_readers5.py)
+    for model in ("MiniCPM 2B", "Granite 3.3 8B", "OLMo 3 7B"):
         assert f"model {model!r}" in _refused(model=model)
 
 
