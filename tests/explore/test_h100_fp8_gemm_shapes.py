@@ -142,7 +142,7 @@ def test_inference_fp8_gemms_run_fast() -> None:
     assert timer(instr) < split(instr)
     b200 = _kernels(load_system("b200"))
     assert not b200.fp8_fast_accumulation
-    assert fast_accumulation(b200) is b200
+    assert fast_accumulation(b200) == b200  # lru_cache: an equal model may come back
 
 
 def test_a_fraction_above_one_is_refused() -> None:
