@@ -2,7 +2,8 @@
 (Megatron-Bridge's MoE recipes: test_infer_bridge_moe.py, test_infer_bridge_dispatch.py,
 test_infer_bridge_hybridep_layouts.py), and a synthetic row's case, model, layout or one-line
 refusal with a model's published dims (the open-model reader tests: test_infer_open_models.py,
-test_infer_readers2.py, test_infer_readers3.py)."""
+test_infer_readers2.py … test_infer_readers5.py), and their Megatron-LM row template
+(:func:`megatron_row`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ def inferred_case(row: dict[str, str]) -> Case:
     assert not case.reason, case.reason
     assert case.parallel is not None
     return case
+
+
+def megatron_row(row_id: str, seq_len: str = "2048") -> dict[str, str]:
+    """The open-model reader tests' template: a Megatron-LM row of 8 H100, all data parallel,
+    Llama 3.1 8B at ``seq_len`` tokens (each test replaces the model cell)."""
+    return {
+        "id": row_id, "source": "Megatron-LM benchmark", "model": "Llama 3.1 8B",
+        "gpu": "H100", "num_gpus": "8", "tp": "1", "pp": "1", "dp": "8", "seq_len": seq_len,
+        "global_batch_seqs": "16", "micro_batch": "2", "precision": "bf16",
+        "tokens_per_s_per_gpu": "4000",
+    }  # fmt: skip
 
 
 def synthetic_case(base: dict[str, str], file: str, **cells: str) -> Case:

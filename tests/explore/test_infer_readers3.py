@@ -13,6 +13,7 @@ import pytest
 
 from stage_explore.validation.infer_open_models import find_open_model
 from tests.explore.infer_helpers import (
+    megatron_row,
     published_dims,
     synthetic_case,
     synthetic_model,
@@ -20,12 +21,7 @@ from tests.explore.infer_helpers import (
 )
 
 #: A Megatron-LM row of 8 GPUs, all data parallel; the model cell is each test's.
-BASE = {
-    "id": "READERS3-TEST", "source": "Megatron-LM benchmark", "model": "Llama 3.1 8B",
-    "gpu": "H100", "num_gpus": "8", "tp": "1", "pp": "1", "dp": "8", "seq_len": "2048",
-    "global_batch_seqs": "16", "micro_batch": "2", "precision": "bf16",
-    "tokens_per_s_per_gpu": "4000",
-}  # fmt: skip
+BASE = megatron_row("READERS3-TEST")
 
 
 _case = partial(synthetic_case, BASE, "readers3.csv")

@@ -17,6 +17,7 @@ from stage_core.models.layers import Mixer
 from stage_explore.validation.infer_open_models import find_open_model
 from stage_explore.validation.run import evaluate_cases
 from tests.explore.infer_helpers import (
+    megatron_row,
     published_dims,
     synthetic_case,
     synthetic_model,
@@ -24,12 +25,7 @@ from tests.explore.infer_helpers import (
 )
 
 #: A Megatron-LM row of 8 GPUs, all data parallel; the model cell is each test's.
-BASE = {
-    "id": "READERS5-TEST", "source": "Megatron-LM benchmark", "model": "Llama 3.1 8B",
-    "gpu": "H100", "num_gpus": "8", "tp": "1", "pp": "1", "dp": "8", "seq_len": "2048",
-    "global_batch_seqs": "16", "micro_batch": "2", "precision": "bf16",
-    "tokens_per_s_per_gpu": "4000",
-}  # fmt: skip
+BASE = megatron_row("READERS5-TEST")
 
 _case = partial(synthetic_case, BASE, "readers5.csv")
 _model = partial(synthetic_model, BASE, "readers5.csv")
