@@ -189,6 +189,35 @@ def measured_value(cell: str, row_id: str, metric: str) -> float:
     raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number")
 
 
+#: The integer columns a cell printed as ``1,024`` / ``8.0`` is written back to its digits in
+#: (:func:`normalized_cells`): the layout, batch, GPU and model-dim columns (``ffn`` and
+#: ``kv_heads`` only when the cell is an integer: they may say ``1536 per expert`` or ``MLA``).
+NORMALIZED_INTEGERS = (*LAYOUT_COLUMNS, "num_gpus", *STRICT_DIM_COLUMNS, "ffn", "kv_heads")
+#: A model cell that is a Hugging Face repository id (``mistralai/Mixtral-8x7B-v0.1``,
+#: ``meta-llama/Llama-3.1-70B``): the owner and the model's name, no spaces.
+_REPO_ID = re.compile(r"[\w.-]+/([\w.-]+)")
+
+
+def normalized_cells(cells: Mapping[str, str]) -> dict[str, str]:
+    """A row's cells as the inferred setup reads them whatever the table's spelling (7 Dec
+    2026, s30 fuzz: each was found to move or refuse a package row by
+    ``benchmarks/spelling_robustness.py``): every run of whitespace one space and the ends
+    stripped (``Card's  expected`` read no longer its notes' recipe), an integer cell of
+    :data:`NORMALIZED_INTEGERS` as its digits (``4,096`` / ``4096.0`` were read apart from
+    ``4096`` by the readers that match a cell's text, or refused as a model dim), a model
+    cell that is a Hugging Face repository id as the model's name (``mistralai/Mixtral-8x7B``
+    was read as Mistral 7B by the owner's name)."""
+    out = {k: " ".join(v.split()) for k, v in cells.items()}
+    for column in NORMALIZED_INTEGERS:
+        value = int_cell(out.get(column, ""))
+        if value is not None:
+            out[column] = str(value)
+    repo = _REPO_ID.fullmatch(out.get("model", ""))
+    if repo:
+        out["model"] = repo.group(1)
+    return out
+
+
 def first_word(cell: str) -> str:
     """The lower-cased first word of a cell (``"Yes (assumed)"`` → ``"yes"``); "" for an
     empty cell or a dash."""

@@ -23,7 +23,6 @@ from typing import Any
 
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
-from stage_core.parallel import RECOMPUTE_MODULES
 from stage_explore.validation import infer_sparse as sparse
 from stage_explore.validation.csv_cells import (
     DASHES,
@@ -31,6 +30,7 @@ from stage_explore.validation.csv_cells import (
     first_word,
     int_cell,
     integer_cells,
+    normalized_cells,
     ragged_reason,
     read_csv,
     unread_columns,
@@ -56,7 +56,7 @@ from stage_explore.validation.infer_megatron_lm import (
     launch_zero,
     megatron_lm_launch,
 )
-from stage_explore.validation.infer_recompute import named_num_layers
+from stage_explore.validation.infer_recompute import named_modules, named_num_layers
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
 from stage_explore.validation.infer_spelling import (
@@ -132,18 +132,6 @@ def _checked(row: dict[str, str], file: str) -> dict[str, int]:
     return values
 
 
-def _named_modules(cell: str) -> tuple[str, ...]:
-    """The recompute modules a ``selective (...)`` cell names in its parentheses, when every
-    word there is one of Megatron-Core's ``--recompute-modules`` names
-    (:data:`~stage_core.parallel.RECOMPUTE_MODULES`; ``selective (mla_up_proj)``); else ()
-    (``selective (attention core)`` is prose: the default core attention)."""
-    found = re.fullmatch(r"\s*selective\s*\(([^)]*)\)\s*", cell, re.IGNORECASE)
-    if found is None:
-        return ()
-    names = tuple(n for n in re.split(r"[\s,;+/]+", found.group(1).strip().lower()) if n)
-    return names if names and all(n in RECOMPUTE_MODULES for n in names) else ()
-
-
 #: A ZeRO stage as a source's text names it: ``ZeRO-3``, ``ZeRO stage 2``, ``zero1``.
 _ZERO_STAGE = re.compile(r"zero[-_\s]?(?:stage[-_\s]?)?([0-3])\b", re.IGNORECASE)
 
@@ -208,7 +196,7 @@ def _layout(
     if not row.get("recompute", "").strip():
         fields["recompute"] = "none"
         notes.append(NO_RECOMPUTE)
-    modules = _named_modules(row.get("recompute", ""))
+    modules = named_modules(row.get("recompute", ""))
     if modules:
         fields["recompute_modules"] = modules
         notes.append(
@@ -281,7 +269,7 @@ def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, st
 
 #: How an inferred default expert tensor parallel size's assumption begins.
 ETP_DEFAULT_NOTE = "expert tensor parallel size"
-_ETP = re.compile(r"\bETP\s*[:=]?\s*(\d+)\b")
+_ETP = re.compile(r"\bETP\s*[:=]?\s*(\d+)\b", re.IGNORECASE)  # s30 fuzz: ``etp 4`` too
 
 
 def _stated_etp(row: dict[str, str]) -> tuple[int, str] | None:
@@ -474,7 +462,7 @@ def _read_row(row: Mapping[Any, Any], file: str) -> tuple[dict[str, str], str, s
     :func:`~stage_explore.validation.csv_cells.ragged_reason`, left out), the inferred source
     it is reported under, and its first stated training metric (:data:`TRAINING_METRICS`; ""
     when none)."""
-    cells = {k: (v or "") for k, v in row.items() if k is not None}
+    cells = normalized_cells({k: (v or "") for k, v in row.items() if k is not None})
     name = INFERRED_PREFIX + (cells.get("source", "").strip() or file)
     metric = next((m for m in TRAINING_METRICS if cells.get(m, "").strip()), "")
     return cells, name, metric

@@ -63,9 +63,11 @@ _NODE_FORMS = (
     re.compile(r"nodes?\s+of\s+(\d+)\b", re.IGNORECASE),
     re.compile(rf"(?<![\w.])(\d+)\s*x\s*{_GPU}\s+node\b"),
 )
-_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB\b")
+#: A memory in the gpu cell: ``96GB``, or ``96gb`` as lower-cased part names write it (s30 fuzz:
+#: was not read); not ``Gb`` (bits) nor a rate (``400 GB/s``, ``gbps``).
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(?:GB|gb)\b(?!\s*/\s*s|ps)")
 _HBM = re.compile(r"HBM\d\w*", re.IGNORECASE)
-_POWER = re.compile(r"(?<![\w.])(\d{3,4})\s*W\b")
+_POWER = re.compile(r"(?<![\w.])(\d{3,4})\s*[Ww]\b")  # s30 fuzz: ``500 w`` too
 #: The scale-out fabric a row or a system file may name: Intel Omni-Path, whose NCCL rate (over
 #: the hfi1 verbs) is not InfiniBand's (systems/jean-zay-a100.toml).
 OMNI_PATH = "omni-path"

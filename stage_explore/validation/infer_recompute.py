@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 
+from stage_core.parallel import RECOMPUTE_MODULES
 from stage_explore.validation.infer_errors import Uninferable
 
 #: ``N of [the] M [transformer|decoder] layers``: N checkpointed out of M (whole numbers: the
@@ -90,3 +91,31 @@ def named_num_layers(cell: str, layers: int | None, chunks: int = 1) -> tuple[in
         f"recompute column names the count ({cell.strip()!r}); which layers the source "
         "checkpointed is not stated"
     )
+
+
+#: ``selective (mlp)``, also written ``selective recompute (mlp)``, ``selective activation
+#: recomputation (mlp)``, ``recompute: selective (mlp)`` (7 Dec 2026, s30 fuzz: those were read
+#: as the default module, the core attention).
+_SELECTIVE = re.compile(
+    r"\s*(?:(?:activation\s+checkpointing|recompute)\s*[:=]\s*)?selective"
+    r"(?:\s+(?:activation\s+)?(?:recomput\w*|checkpointing))?\s*\(([^()]*)\)\s*",
+    re.IGNORECASE,
+)
+#: The spelling :func:`~stage_explore.validation.infer_fields.read_recompute` gives a cell it
+#: reads: ``selective (<the cell as written>)``.
+_WRAPPED = re.compile(r"\s*(?:full|selective|none)\s*\((.*)\)\s*", re.IGNORECASE)
+
+
+def named_modules(cell: str) -> tuple[str, ...]:
+    """The recompute modules a ``selective (...)`` cell names in its parentheses (also as
+    :data:`_SELECTIVE` spells it, and inside the cell ``read_recompute`` wrapped), when every
+    word there is one of Megatron-Core's ``--recompute-modules`` names
+    (:data:`~stage_core.parallel.RECOMPUTE_MODULES`; ``selective (mla_up_proj)``); else ()
+    (``selective (attention core)`` is prose: the default core attention). Moved from
+    :mod:`~stage_explore.validation.infer` (s30 fuzz)."""
+    found = _SELECTIVE.fullmatch(cell)
+    if found is None:
+        wrapped = _WRAPPED.fullmatch(cell)
+        return named_modules(wrapped.group(1)) if wrapped else ()
+    names = tuple(n for n in re.split(r"[\s,;+/]+", found.group(1).strip().lower()) if n)
+    return names if names and all(n in RECOMPUTE_MODULES for n in names) else ()
