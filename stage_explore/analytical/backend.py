@@ -61,7 +61,10 @@ from stage_explore.analytical.costs import (
     OPTIMIZER_EXTRA_BYTES_PER_PARAM,
 )
 from stage_explore.analytical.fp8_roles import fp8_key
-from stage_explore.analytical.framework_costs import local_schedule_micro_batches
+from stage_explore.analytical.framework_costs import (
+    accumulation_per_step,
+    local_schedule_micro_batches,
+)
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, get_framework
 from stage_explore.analytical.parts import (
@@ -219,7 +222,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             key, token, dtype, parallel.zero, axis_sizes, workload.mesh.names,
             workload.grad_bytes, parallel.grad_bucket_bytes, self._layout_key(workload), fp8,
             str(parallel.schedule) if str(parallel.schedule) in SPLIT_BACKWARD else "",
-            self._micro_batch_key(workload),
+            self._micro_batch_key(workload, dtype),
         )  # fmt: skip
 
         def plan() -> Plan:
@@ -241,17 +244,25 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
         return self._result(workload, step, flops, system, dtype)
 
-    def _micro_batch_key(self, workload: Workload) -> Hashable:
+    def _micro_batch_key(self, workload: Workload, dtype: str) -> Hashable:
         """What of the schedule and the micro-batches a plan depends on: nothing, but for
         torch pipelining's buffers (``pipelining_stage_buffers``: one per micro-batch of a
         schedule, the first stage's in flight by the schedule) and a held stage's once-per-step
         costs spread over the step's micro-batches (``pp_unsharded_params``: FSDP2's copies,
-        the unsharded accumulation's first cast), with pp > 1."""
+        the unsharded accumulation's first cast), with pp > 1; and, at any pp, for the
+        step's micro-batches when the gradient accumulation pass is averaged over them
+        (:func:`~stage_explore.analytical.framework_costs.accumulation_per_step`: DeepSpeed
+        fp16's and torch DDP's first micro-batch) or torchao's per-step FP8 amax of the
+        shards is spread over them (``fsdp_float8_all_gather``, ``_fp8_shard_casts_s``).
+        Leaving these out let a plan computed for one global batch answer another's (s30)."""
         parallel = workload.parallel
         profile = self.framework
+        per_step = accumulation_per_step(profile, dtype) or (
+            profile.fsdp_float8_all_gather and parallel.zero >= 3
+        )
         spread = profile.pipelining_stage_buffers or profile.pp_unsharded_params
         if parallel.pp == 1 or not spread:
-            return ()
+            return (workload.micro_batches,) if per_step else ()
         return (workload.micro_batches, str(parallel.schedule))
 
     def _point(
@@ -273,6 +284,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             parallel.zero, tuple(workload.axis_sizes.items()), workload.mesh.names,
             workload.expert_axes, workload.grad_bytes, workload.weight_bytes,
             workload.optimizer_bytes, fp8,
+            self._micro_batch_key(workload, dtype),  # parts averaged over the micro-batches
         )  # fmt: skip
         state_key: int = self._plan_numbers.get(("state", state), self._token)
         table = self._parts.get(("groups", workload.mesh), lambda: GroupTable(workload.mesh))

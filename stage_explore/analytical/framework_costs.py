@@ -183,6 +183,16 @@ def grad_accumulation_bytes(
     return weight_bytes + 2 * grad_bytes  # "add", and "fused-linear" for its unfused weights
 
 
+def accumulation_per_step(profile: FrameworkProfile, dtype: str) -> bool:
+    """Whether :func:`grad_accumulation_bytes` of ``profile`` computing in ``dtype`` depends on
+    the step's number of micro-batches (a once-per-step pass spread over them, or a first
+    micro-batch that takes the fresh gradient without a pass): ``"torch-ddp"``, and
+    ``"deepspeed"`` under any dtype but bf16. The backend's plan memo keys on the
+    micro-batches when this holds (``AnalyticalBackend._micro_batch_key``)."""
+    mode = profile.grad_accumulation
+    return mode == "torch-ddp" or (mode == "deepspeed" and dtype != "bf16")
+
+
 def held_accumulation_bytes(micro_batches: int, weight_bytes: int, grad_bytes: int) -> float:
     """HBM bytes per unsharded weight-gradient element and micro-batch, averaged over a step of
     ``micro_batches``, of FSDP2 accumulating a held stage's gradients with sync off
