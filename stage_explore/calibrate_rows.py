@@ -45,7 +45,7 @@ from pathlib import Path
 
 from stage_core.parallel import unsharded_zero_note
 from stage_explore.validation.csv_cells import int_cell, read_csv
-from stage_explore.wording import counted
+from stage_explore.wording import counted, first_named
 
 #: The measured columns a fit reads, in the order a run's first filled one is taken.
 MEASURED = ("iter_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
@@ -168,11 +168,10 @@ def layout_notes(defaults: Mapping[str, tuple[str, ...]], gpus: Mapping[str, int
         groups.setdefault(columns, []).append(run_id)
     notes = []
     for columns, ids in groups.items():
-        shown = [f"{i} on {counted(gpus[i], 'GPU')}" if i in gpus else i for i in ids[:5]]
-        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        shown = [f"{i} on {counted(gpus[i], 'GPU')}" if i in gpus else i for i in ids]
         notes.append(
             f"note: {_listed(columns)} empty, taken as 1 (the layout's default): fitted as "
-            f"{', '.join(shown)}{more} (tp·pp·dp·cp); give each run's layout if it ran on more"
+            f"{first_named(shown)} (tp·pp·dp·cp); give each run's layout if it ran on more"
         )
     return notes
 
@@ -199,21 +198,19 @@ def unsharded_zero_notes(path: Path, held: Mapping[str, int]) -> list[str]:
         zero = int_cell(str(row.get("zero") or ""))
         if zero is not None and zero >= 2 and held.get(run_id) == 0:
             runs.setdefault(zero, []).append(run_id)
-    notes = []
-    for zero, ids in sorted(runs.items()):
-        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-        notes.append(f"note: {', '.join(ids[:5])}{more}: {unsharded_zero_note(zero)}")
-    return notes
+    return [
+        f"note: {first_named(ids)}: {unsharded_zero_note(zero)}"
+        for zero, ids in sorted(runs.items())
+    ]
 
 
 def sp_note(runs: Sequence[str]) -> str:
     """The ``note:`` line for :func:`sp_defaults`' runs (at most five named), "" for none."""
     if not runs:
         return ""
-    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
     return (
         f"note: sp empty on {counted(len(runs), 'run')} with tp > 1, taken as no (sequence "
-        f"parallelism off, the layout's default): {', '.join(runs[:5])}{more}; write yes for a "
+        f"parallelism off, the layout's default): {first_named(list(runs))}; write yes for a "
         "run that ran with --sequence-parallel"
     )
 

@@ -25,6 +25,7 @@ the preset's placement, so the model's other collectives are timed as before.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from stage_core.errors import ConfigError
@@ -49,9 +50,7 @@ def domain_group(
             f"domain's {domain} GPUs"
         )
     domains = size // ranks_per_domain
-    world = 1
-    for dim in dim_sizes:
-        world *= int(dim)
+    world = math.prod(int(dim) for dim in dim_sizes)
     if domains * domain > world:
         raise ConfigError(
             f"moe_hybridep_domain_ranks {ranks_per_domain}: {domains} domains of {domain} GPUs "

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stage_explore.wording import counted
+from stage_explore.wording import counted, first_named
 
 if TYPE_CHECKING:
     from stage_explore.calibrate import ModelRead
@@ -65,12 +65,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _runs(ids: list[str]) -> str:
-    """``a, b, c, d, e and 3 more`` (run ids, at most five named)."""
-    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    return ", ".join(ids[:5]) + more
-
-
 def _model_notes(reads: Mapping[str, ModelRead], model_base: str) -> list[str]:
     """One note per distinct reading of the model cells that name no flavor: what each was read
     as (``stage validate --data``'s reading), or that ``--model-base`` stands in, and why."""
@@ -81,13 +75,15 @@ def _model_notes(reads: Mapping[str, ModelRead], model_base: str) -> list[str]:
     for (on_base, note), ids in groups.items():
         if on_base:
             notes.append(
-                f"note: {_runs(ids)}: {note}, so the blocks are {model_base}'s (--model-base) "
-                "with the row's dims (a named model's row stating none is not fitted); name a "
-                "flavor (stage eval --model lists close names) or a model stage validate --data "
-                "reads"
+                f"note: {first_named(ids)}: {note}, so the blocks are {model_base}'s "
+                "(--model-base) with the row's dims (a named model's row stating none is not "
+                "fitted); name a flavor (stage eval --model lists close names) or a model stage "
+                "validate --data reads"
             )
         else:
-            notes.append(f"note: {_runs(ids)}: read as stage validate --data reads it: {note}")
+            notes.append(
+                f"note: {first_named(ids)}: read as stage validate --data reads it: {note}"
+            )
     return notes
 
 
@@ -168,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         by_reason: dict[str, list[str]] = {}  # one reason of many runs said once
         for run_id, reason in skipped.items():
             by_reason.setdefault(reason, []).append(run_id)
-        reasons = "; ".join(f"{_runs(ids)}: {reason}" for reason, ids in by_reason.items())
+        reasons = "; ".join(f"{first_named(ids)}: {reason}" for reason, ids in by_reason.items())
         raise ConfigError(f"no run of {str(args.runs)!r} can be evaluated: {reasons}")
     data_warnings = runs_warnings(args.runs, cases, system)
     run_warnings = [*gpu_warnings(args.runs, system), *disagreement_warnings(usable)]
@@ -204,9 +200,8 @@ def run(args: argparse.Namespace) -> int:
         for line in unsharded_zero_notes(args.runs, held):  # zero 2/3 at dp·cp = 1 (s30 review3)
             print(line)
         if derived:
-            shown = ", ".join(f"{run_id} dp {dp}" for run_id, dp in list(derived.items())[:5])
-            more = f" and {len(derived) - 5} more" if len(derived) > 5 else ""
-            print(f"note: dp empty, derived as num_gpus / (tp·pp·cp): {shown}{more}")
+            shown = first_named([f"{run_id} dp {dp}" for run_id, dp in derived.items()])
+            print(f"note: dp empty, derived as num_gpus / (tp·pp·cp): {shown}")
     reads = model_reads(args.runs, framework, args.model_base)
     on_base = [run_id for run_id, read in reads.items() if read.on_base]
     if reads and not args.json:
