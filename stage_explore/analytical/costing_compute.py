@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from stage_core.blocks import mtp_layer_of_block
+from stage_core.blocks import MTP_HEAD, mtp_layer_of_block
 from stage_core.lower.bind import BoundBlock, Instr
 from stage_core.lower.fp8 import fp8_block
 from stage_core.models.layers import Mixer, layer_kind_of_block
@@ -24,6 +24,7 @@ from stage_core.models.spec import ModelSpec
 from stage_core.ops import window_pairs
 from stage_core.parallel import MoeDispatcher
 from stage_core.parallel.config import ParallelConfig
+from stage_core.parallel.vocab import Fp8Recipe
 from stage_explore.analytical.eager import (
     bias_epilogue_bytes,
     eager_attention,
@@ -56,6 +57,11 @@ from stage_explore.analytical.parts import Point
 from stage_explore.analytical.routing_tiles import routing_share
 from stage_explore.analytical.ssd_kernels import SSDKernel, SSDShape, ssd_kernels
 
+#: The blocks that hold the output layer: the head and the MTP heads that share its weight.
+_OUTPUT_LAYER_BLOCKS = frozenset({"head", MTP_HEAD})
+#: The output layer's weight (:func:`stage_core.blocks.head_block`).
+_OUTPUT_WEIGHT = "output"
+
 
 class ComputeCosting:
     """The compute timer of a block kind and the instructions it times (module docstring)."""
@@ -83,6 +89,9 @@ class ComputeCosting:
         sizes, parallel = point.workload.sizes, point.workload.parallel
         block = point.blocks[kind]
         weights = frozenset(weight.name for weight in block.weights)
+        fp8_linears = self._fp8_linears(parallel, kind)
+        if fp8_linears and not fp8_block(kind):  # an MTP head reads the head's output layer,
+            weights |= {_OUTPUT_WEIGHT}  # which it does not hold (lower/program.py)
         if dtype == "fp8":
             check_fp8_recipe(accelerator, parallel.linear_recipe)
             framework = self.framework
@@ -122,7 +131,7 @@ class ComputeCosting:
             ),
             fp8_recipe=parallel.linear_recipe,
             fp8_gemms=parallel.fp8_gemms,
-            fp8_block=fp8_block(kind),
+            fp8_block=fp8_linears,
             fp8_training=True,
             shares=(
                 cast_shares(self._timed_instrs(block, weights), weights, parallel.fp8_gemms)
@@ -164,6 +173,21 @@ class ComputeCosting:
             memory_kernel_s=kernels.memory_kernel_s,
             wgrad_accumulator=self._wgrad_accumulator(point),
             ssd_kernels=self._ssd_kernels(point, kind),
+        )
+
+    def _fp8_linears(self, parallel: ParallelConfig, kind: str) -> bool:
+        """Whether block ``kind``'s linear GEMMs run as FP8 linears under an FP8 recipe: the
+        layers' (:func:`~stage_core.lower.fp8.fp8_block`), and the output layer's of the head
+        and the MTP heads under ``fp8_output_proj`` with the ``mxfp8`` recipe (Megatron-Core
+        ``is_te_mxfp8_output_proj_active``: ``fp8_output_proj`` and ``fp8_recipe == "mxfp8"``,
+        ``megatron/core/transformer/mxfp8_output_proj.py``, NVIDIA/Megatron-LM 620cf750; any
+        other recipe keeps the plain 16-bit ``ColumnParallelLinear``)."""
+        if fp8_block(kind):
+            return True
+        return (
+            self.framework.fp8_output_proj
+            and kind in _OUTPUT_LAYER_BLOCKS
+            and parallel.linear_recipe == Fp8Recipe.MXFP8.value
         )
 
     def _eager_bytes(self, model: ModelSpec) -> dict[str, int]:

@@ -139,6 +139,16 @@ Options (all booleans unless said):
   of a few hundred bytes: latency, timed as NCCL's tuner runs it (:func:`~stage_explore.
   analytical.collectives.latency_bound_all_reduce_s`). Off: no reduction timed (a framework
   without TE's delayed scaling, or ``DelayedScaling(reduce_amax=False)``).
+- ``fp8_output_proj`` — under the ``mxfp8`` recipe the output layer (the LM head, and the
+  multi-token-prediction heads that share it) runs as a Transformer Engine linear inside the
+  FP8 context: Megatron-Core ``fp8_output_proj`` ("If True, run the LM-head output projection
+  with TE ColumnParallelLinear under MXFP8", ``megatron/core/transformer/mxfp8_output_proj.py``
+  ``is_te_mxfp8_output_proj_active``: only with ``fp8`` and ``fp8_recipe == "mxfp8"``, else the
+  plain 16-bit ``ColumnParallelLinear``; NVIDIA/Megatron-LM 620cf750). Its forward, input- and
+  weight-gradient GEMMs are timed as the layers' FP8 GEMMs (the recipe's ``fp8_gemms``) with
+  their MXFP8 casts; the final norm stays a kernel of its own (the layer is not a norm +
+  linear module). Time only (the head's weight and saved input stay 16-bit in memory). Off
+  (Megatron-Core's default), or another recipe: the output layer's GEMMs in 16 bits.
 - ``te_current_scaling`` — the ``tensorwise`` recipe's casts run as Transformer Engine's
   ``Float8CurrentScalingQuantizer`` (Megatron-Core ``--fp8-recipe tensorwise``, TE
   ``Float8CurrentScaling``): ``quantize_impl`` (``pytorch/csrc/quantizer.cpp``) runs
@@ -185,6 +195,7 @@ KERNEL_FLAGS: dict[str, str] = {
     "fp8_weight_cast_per_use": "torchao Float8Linear dynamic scaling (weights cast at each use)",
     "fp8_amax_reduction": "TE DelayedScaling amax all-reduce group (Megatron --tp-only-amax-red)",
     "te_current_scaling": "TE Float8CurrentScaling quantizers (Megatron --fp8-recipe tensorwise)",
+    "fp8_output_proj": "Megatron-Core fp8_output_proj (MXFP8 LM head as a TE linear)",
 }
 
 #: The values of ``fp8_amax_reduction``: no reduction timed, Megatron's ``--tp-only-amax-red``
@@ -209,6 +220,7 @@ class KernelOptions:
     eager_modules: str = "generator"  # eager ops as the generator emits them (one kernel each)
     fp8_amax_reduction: str = "off"  # no FP8 amax all-reduce timed
     te_current_scaling: bool = False  # a tensorwise cast's amax read charged as its bytes
+    fp8_output_proj: bool = False  # the output layer's GEMMs in 16 bits (Megatron's default)
     te_cp_merge: bool = False  # ring context-parallel merges inside the attention kernel
     te_cp_overlap: bool = False  # ring exchanges before the attention, not beside its steps
     sm100_attention_kernel: str | None = None  # attention_kernel on every GPU

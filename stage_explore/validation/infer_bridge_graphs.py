@@ -24,9 +24,11 @@ GB300 under one helper per model — ``qwen/common.py`` ``_enable_hybridep_full_
 
 What the model does not carry of them, stated in the row's note: the graph's removal of host
 launch work (the model charges none to remove: 5 Dec 2026, s17 bwgraph), FP8 dot-product
-attention (``fp8_dot_product_attention``; the DeepSeek-V3 GB300 and Qwen3 recipes), the expert
+attention (``fp8_dot_product_attention``; the DeepSeek-V3 GB300 and Qwen3 recipes) and the expert
 buffers sized at 1.5× the balanced rank load (whether the grouped kernel's work follows the
-routed or the padded rows is not stated), and ``fp8_output_proj``.
+routed or the padded rows is not stated). ``fp8_output_proj`` (the MXFP8 LM head), which the
+DeepSeek-V3 and GPT-OSS-120B recipes set and the Qwen3 helper does not, is read since 7 Dec
+2026 (s31 dsv3pp; :attr:`FullIterationRecipe.output_proj`).
 
 The 26.04 and earlier containers ran ``scripts/performance`` configs with Transformer Engine
 graphs of the router and preprocessing only (6 Dec 2026, s21 mbxrecipe), so only a row of a
@@ -77,12 +79,19 @@ class FullIterationRecipe:
     system: str
     model: re.Pattern[str]
     why: str
+    output_proj: str = ""  # the recipe line that sets fp8_output_proj = True; "": it does not
 
 
 QWEN3_30B = re.compile(r"qwen[\s_-]*3[\s_-]*30b", re.IGNORECASE)
 QWEN3_235B = re.compile(r"qwen[\s_-]*3[\s_-]*235b", re.IGNORECASE)
 DEEPSEEK_V3 = re.compile(r"deepseek[\s_-]*v3", re.IGNORECASE)
 GPT_OSS_120B = re.compile(r"gpt[\s_-]*oss[\s_-]*120b", re.IGNORECASE)
+
+#: Where GPT-OSS-120B's full-iteration helper turns on the MXFP8 LM head.
+_GPT_OSS_OUTPUT_PROJ = (
+    "_apply_gpt_oss_120b_full_iter_fp8mx_configs: cfg.model.fp8_output_proj = True "
+    "(gpt_oss/common.py 3564acfd)"
+)
 
 #: Every model × GPU whose stored MXFP8 recipes all run the full-iteration helper (module
 #: docstring). Layouts do not decide: within a model × GPU every MXFP8 recipe read calls the
@@ -110,19 +119,22 @@ FULL_ITERATION: tuple[FullIterationRecipe, ...] = (
                         "(442c9898)"),
     FullIterationRecipe("deepseek-v3", "gb200-nvl72", DEEPSEEK_V3,
                         f"{PERF}/deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_"
-                        "fp8mx_config, PP 4 VP 4 EP 64 MBS 1 (0ed32959)"),
+                        "fp8mx_config, PP 4 VP 4 EP 64 MBS 1 (0ed32959)",
+                        "_enable_deepseek_full_iteration_mxfp8(cfg, fp8_output_proj=True) "
+                        "(gb200/deepseek_v3.py 0ed32959; deepseek/common.py 267f7562)"),
     FullIterationRecipe("deepseek-v3", "gb300-nvl72", DEEPSEEK_V3,
                         f"{PERF}/deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_"
                         "fp8mx_config, PP 2 VP 8 EP 32 MBS 1 (000853c8; an earlier stored "
-                        "version at MBS 2 ran no full-iteration helper)"),
+                        "version at MBS 2 ran no full-iteration helper)",
+                        "cfg.model.fp8_output_proj = True (gb300/deepseek_v3.py 000853c8)"),
     FullIterationRecipe("gpt-oss-120b", "gb200-nvl72", GPT_OSS_120B,
                         f"{PERF}/gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx"
                         "_config, EP 64 MBS 4 (65f1882d, _apply_gpt_oss_120b_full_iter_fp8mx_"
-                        "configs)"),
+                        "configs)", _GPT_OSS_OUTPUT_PROJ),
     FullIterationRecipe("gpt-oss-120b", "gb300-nvl72", GPT_OSS_120B,
                         f"{PERF}/gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx"
                         "_config, EP 16 MBS 4 (007282ea, _apply_gpt_oss_120b_full_iter_fp8mx_"
-                        "configs)"),
+                        "configs)", _GPT_OSS_OUTPUT_PROJ),
 )  # fmt: skip
 
 
@@ -134,7 +146,8 @@ def bridge_full_iteration(
     recipe: str,
     out: Defaults,
 ) -> bool:
-    """Set ``moe_grouped_kernel`` and ``moe_comm_overlap`` for a Megatron-Bridge MXFP8 row of a
+    """Set ``moe_grouped_kernel`` and ``moe_comm_overlap`` (and ``fp8_output_proj`` where the
+    recipe sets it: :attr:`FullIterationRecipe.output_proj`) for a Megatron-Bridge MXFP8 row of a
     26.06 or later container of a model and GPU whose recipes run the full-iteration helper
     (:data:`FULL_ITERATION`, at any layout); whether it did (the caller checks the text names
     Megatron-Bridge). A row whose text names Transformer Engine graph scopes, or that sets
@@ -162,5 +175,13 @@ def bridge_full_iteration(
                 "modelled: the whole-iteration CUDA graph's host savings, FP8 dot-product "
                 "attention, the expert buffers at capacity factor 1.5 (paged stash)"
             )
+            if entry.output_proj:
+                out.options["fp8_output_proj"] = True
+                out.notes.append(
+                    "the output layer (and any MTP loss that shares it) as a Transformer Engine "
+                    f"linear under MXFP8 (fp8_output_proj): the recipe's {entry.output_proj} "
+                    "(Megatron-Core megatron/core/transformer/mxfp8_output_proj.py, "
+                    "NVIDIA/Megatron-LM 620cf750)"
+                )
             return True
     return False

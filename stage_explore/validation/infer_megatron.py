@@ -569,7 +569,8 @@ def megatron_core_defaults(
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
     if "mlperf" in row_text(row).lower():
-        mlperf_moe_switches(row, stated, out, bool(spec.num_experts))
+        recipe = fp8_recipe if precision == "fp8" else ""
+        mlperf_moe_switches(row, stated, out, bool(spec.num_experts), recipe)
         mlperf_gptoss_defaults(row, flavor, precision, fp8_recipe, out)
     layers = int(stated.get("layers", spec.layers))
     readme_interleaving(row, stated, parallel, layers, out)

@@ -22,6 +22,12 @@ Richardyu114/training_results_v6.0 eabf23a0, ``NVIDIA/benchmarks/deepseekv3_671b
   :mod:`~stage_explore.analytical.ep_domain`). The GPT-OSS 20B config's ``=$EXPERT_PARALLEL``
   reads as the row's ep.
 
+- ``FP8_OUTPUT_PROJ=True`` ("# MXFP8 LM-head output projection"; the GB300 configs export it, the
+  GB200 ones do not and take ``conf/model/671b.yaml``'s default ``${oc.env:FP8_OUTPUT_PROJ,
+  False}``) — Megatron-Core's ``fp8_output_proj``: the output layer, which the MTP layer's loss
+  shares, runs as a Transformer Engine linear under MXFP8 (7 Dec 2026, s31 dsv3pp; framework
+  option ``fp8_output_proj``, read under an MXFP8 row only: :func:`output_proj`).
+
 All are read only where the row's text states them: nothing is assumed for an MLPerf row that
 does not.
 """
@@ -42,15 +48,19 @@ _DOMAIN_RANKS = re.compile(
     r"\bNUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN\s*=\s*(\d+|\$\{?EXPERT_PARALLEL\}?)"
 )
 
+#: The config's switch of the MXFP8 LM head (``=1`` or ``=True``).
+_OUTPUT_PROJ = re.compile(r"\bFP8_OUTPUT_PROJ\s*=\s*(?:1|True)\b")
+
 
 def mlperf_moe_switches(
-    row: dict[str, str], stated: dict[str, int], out: Defaults, moe: bool
+    row: dict[str, str], stated: dict[str, int], out: Defaults, moe: bool, recipe: str = ""
 ) -> None:
     """Set ``pp_layout`` (pipelined rows, one layout stated) and ``moe_grouped_kernel`` (rows of
     an MoE model, ``moe``, whatever their expert parallelism: at EP 1 every expert is local and
     the fused grouped MLP runs over all of them) on ``out`` from what the MLPerf row's text
     states of its config, each with its assumption; a row stating two different layouts keeps
-    STAGE's split. An MoE row's HybridEP ranks per NVLink domain: :func:`hybridep_domain`."""
+    STAGE's split. An MoE row's HybridEP ranks per NVLink domain: :func:`hybridep_domain`; the
+    MXFP8 LM head of a row whose FP8 recipe is ``recipe`` ("" outside FP8): :func:`output_proj`."""
     text = row_text(row)
     layouts = set(_LAYOUT.findall(text))
     if len(layouts) == 1 and stated.get("pp", 1) > 1 and "pp_layout" not in out.parallel:
@@ -70,6 +80,30 @@ def mlperf_moe_switches(
         )
     if moe:
         hybridep_domain(text, stated.get("ep", 1), out)
+    output_proj(text, recipe, out)
+
+
+def output_proj(text: str, recipe: str, out: Defaults) -> None:
+    """Set ``fp8_output_proj`` on ``out`` when ``text`` states the config's
+    ``FP8_OUTPUT_PROJ=True`` and the row runs the ``mxfp8`` recipe (``recipe``; "" outside
+    FP8), with its assumption. Megatron-Core uses the Transformer Engine head only
+    then (``is_te_mxfp8_output_proj_active``, ``megatron/core/transformer/mxfp8_output_proj.py``
+    NVIDIA/Megatron-LM 620cf750); under another recipe the flag is noted and not taken."""
+    if not _OUTPUT_PROJ.search(text):
+        return
+    if recipe != "mxfp8":
+        out.notes.append(
+            f"the config's FP8_OUTPUT_PROJ=True not read: the row's FP8 recipe is {recipe!r}, "
+            "and Megatron-Core runs the Transformer Engine LM head only under mxfp8"
+        )
+        return
+    out.options["fp8_output_proj"] = True
+    out.notes.append(
+        "the output layer (and the MTP loss that shares it) as a Transformer Engine linear "
+        "under MXFP8 (fp8_output_proj): the text states the config's FP8_OUTPUT_PROJ=True "
+        "(Megatron-Core fp8_output_proj, megatron/core/transformer/mxfp8_output_proj.py "
+        "TELinearCrossEntropyModule, NVIDIA/Megatron-LM 620cf750)"
+    )
 
 
 def hybridep_domain(text: str, ep: int, out: Defaults) -> None:
