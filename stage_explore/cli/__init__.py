@@ -46,8 +46,46 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse with the project's errors: ``stage CMD: error: …`` on one line and exit 2,
     without argparse's usage block (``stage CMD --help`` prints it). Subparsers inherit it."""
 
+    _seen: tuple[str, ...] = ()
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's parse, remembering the arguments for :meth:`error`."""
+        self._seen = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            # a misspelt required option (`--sytem h100-80gb`) is the likelier fault: name it
+            # rather than the option it was meant to be (s31 review4)
+            unknown = _unknown_option(self, self._seen)
+            if unknown:
+                message = _unrecognized(self, unknown)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _unknown_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
+    """The first ``-``-led argument in ``argv`` that is neither an option of ``parser`` nor
+    a unique prefix of one (argparse's abbreviations) nor a negative number; ``""`` if none."""
+    options = [o for action in parser._actions for o in action.option_strings]
+    for token in argv:
+        if token == "--":
+            break
+        name = token.split("=")[0]
+        if not name.startswith("-") or name.lstrip("-").replace(".", "").isdigit():
+            continue
+        if name not in options and len([o for o in options if o.startswith(name)]) != 1:
+            return token
+    return ""
+
+
+def _unrecognized(parser: argparse.ArgumentParser, argument: str) -> str:
+    """``unrecognized argument 'X'``, naming ``parser``'s closest option to a misspelt one."""
+    options = [o for action in parser._actions for o in action.option_strings]
+    close = difflib.get_close_matches(argument.split("=")[0], options, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close and argument.startswith("-") else ""
+    return f"unrecognized argument {argument!r}{hint}"
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -65,11 +103,7 @@ def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extras: list[
     if not extras:
         return
     sub = _subparser(parser, command)
-    first = extras[0]
-    options = [o for action in sub._actions for o in action.option_strings]
-    close = difflib.get_close_matches(first.split("=")[0], options, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close and first.startswith("-") else ""
-    sub.error(f"unrecognized argument {first!r}{hint}")
+    sub.error(_unrecognized(sub, extras[0]))
 
 
 def _version() -> str:
