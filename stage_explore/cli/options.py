@@ -130,7 +130,7 @@ def add_parallel_options(parser: argparse.ArgumentParser) -> None:
         "--sp",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="Megatron sequence parallelism (needs --tp > 1 to have an effect)",
+        help="Megatron sequence parallelism (needs --tp > 1; Megatron turns it off at --tp 1)",
     )
     group.add_argument(
         "--zero",
@@ -323,6 +323,20 @@ def refuse_ignored_options(args: argparse.Namespace, model: ModelSpec) -> None:
         raise ConfigError(
             f"--pp-split applies with --pp > 1, but got {_flag('pp_split', args.pp_split)} "
             "with --pp 1"
+        )
+    # s31 review4: both were run as if not given. Megatron-LM turns sequence parallelism off
+    # at tp 1 (validate_args in megatron/training/arguments.py: "disable sequence parallelism
+    # when tp=1"), and runs the interleaved schedule only with virtual pipeline stages (with
+    # none, forward_backward_pipelining_without_interleaving: 1F1B).
+    if args.sp and args.tp == 1:
+        raise ConfigError(
+            "--sp applies with --tp > 1 (sequence parallelism splits the tensor-parallel "
+            "region's activations over the tp ranks), but got --sp with --tp 1"
+        )
+    if args.schedule == "interleaved" and args.vpp == 1:
+        raise ConfigError(
+            "--schedule interleaved needs --vpp >= 2 model chunks per pipeline rank (with one "
+            "it is 1f1b), but got --schedule interleaved with --vpp 1"
         )
 
 

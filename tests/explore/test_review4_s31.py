@@ -41,3 +41,38 @@ def test_a_misspelt_required_option_is_named(
     err = capsys.readouterr().err
     assert caught.value.code == 2
     assert expected in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # Megatron-LM turns --sequence-parallel off at tp 1; the figures were --sp-less ones
+        (
+            ["eval", "--model", "llama3-8b", "--system", "h100-80gb", "--sp"],
+            "stage eval: error: --sp applies with --tp > 1 (sequence parallelism splits the "
+            "tensor-parallel region's activations over the tp ranks), but got --sp with --tp 1",
+        ),
+        (["memory", "--model", "llama3-8b", "--dp", "2", "--sp"], "--sp applies with --tp > 1"),
+        # the interleaved schedule at one model chunk per rank was timed as 1f1b
+        (
+            ["eval", "--model", "llama3-8b", "--system", "h100-80gb", "--pp", "2",
+             "--schedule", "interleaved", "--global-batch", "8"],
+            "stage eval: error: --schedule interleaved needs --vpp >= 2 model chunks per "
+            "pipeline rank (with one it is 1f1b), but got --schedule interleaved with --vpp 1",
+        ),
+    ],
+)  # fmt: skip
+def test_an_option_the_layout_ignores_is_refused(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+
+
+def test_the_refused_options_still_run_where_they_apply(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["eval", "--model", "llama3-8b", "--layers", "4", "--system", "h100-80gb"]
+    assert main([*base, "--tp", "2", "--sp"]) == 0
+    assert main([*base, "--pp", "2", "--schedule", "interleaved", "--vpp", "2",
+                 "--global-batch", "8"]) == 0  # fmt: skip
+    capsys.readouterr()
