@@ -113,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.directory}: expected a trace folder (<prefix>.<rank>.et files) or a "
             "published-runs .csv, but got another file"
         )
+    if not Path(args.directory).exists():  # s31 review4: it said "… is not a directory"
+        raise ConfigError(
+            f"{args.directory}: no such file or folder; expected a trace folder "
+            "(<prefix>.<rank>.et files) or a published-runs .csv"
+        )
     show = not args.quiet and sys.stderr.isatty() or args.progress
     trace_set = read_trace_set(args.directory, args.prefix, RankMeter(show, "reading rank files"))
     for warning in trace_set.warnings:  # accepted for compatibility: stderr, not the report

@@ -3,6 +3,8 @@ naming the bad value (docs/studies.md, "A user's pass over the README tour")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stage_explore.cli import main
@@ -76,3 +78,15 @@ def test_the_refused_options_still_run_where_they_apply(capsys: pytest.CaptureFi
     assert main([*base, "--pp", "2", "--schedule", "interleaved", "--vpp", "2",
                  "--global-batch", "8"]) == 0  # fmt: skip
     capsys.readouterr()
+
+
+def test_check_of_a_missing_path_names_both_kinds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = f"{tmp_path}/traces"
+    assert main(["check", missing]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"stage check: error: {missing}: no such file or folder; expected a trace folder "
+        "(<prefix>.<rank>.et files) or a published-runs .csv\n"
+    )
