@@ -42,11 +42,12 @@ from stage_explore.analytical.fp8_gathers import (
 from stage_explore.analytical.fp8_roles import SCALED_APART
 from stage_explore.analytical.framework_costs import (
     distributed_fused_adam_state_bytes,
+    fsdp2_reduce_held_bytes,
     local_schedule_micro_batches,
     pipelining_buffer_bytes,
     rope_table_bytes,
 )
-from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -207,7 +208,11 @@ class StateCosting:
         first stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe); under
         ``rope_table_buffer`` the rotary table of each model part on the rank
         (:func:`~stage_explore.analytical.framework_costs.rope_table_bytes`; rotary, not latent,
-        attention)."""
+        attention). Under FSDP2 (``fsdp2_copies``) with ZeRO-3 and no PP, the reduce-scatter
+        input of the previous unit held beside a block's backward
+        (:func:`~stage_explore.analytical.framework_costs.fsdp2_reduce_held_bytes`); the loss's
+        backward runs before any reduction, so the stage holds the larger of that and the
+        loss's excess over the working set, not their sum."""
         workload, profile = point.workload, self.framework
         parallel = workload.parallel
         held = gathered
@@ -228,12 +233,20 @@ class StateCosting:
         model = workload.model
         if profile.rope_table_buffer and model.position is Position.ROTARY and not model.is_mla:
             held += len(signature) * rope_table_bytes(model.seq_len, model.head_dim, parallel.cp)
+        kinds = sorted({kind for runs in signature for kind, _ in runs})
+        reduce_held = 0  # beside a block's backward working set
+        if profile.fsdp2_copies and parallel.zero >= 3 and parallel.pp == 1:  # FSDP2
+            gathered_bytes = FP32_BYTES if profile.fsdp_param_fp32 else workload.weight_bytes
+            reduce_held = fsdp2_reduce_held_bytes(
+                workload, {k: point.blocks[k] for k in kinds}, profile.fsdp_root_unit,
+                gathered_bytes,
+            )  # fmt: skip
         buffers = profile.loss_fp32_buffers
         if profile.loss_parallel and parallel.tp > 1:  # DTensor loss_parallel's backward
             buffers = LOSS_PARALLEL_FP32_BUFFERS
+        loss_excess = 0  # the loss's backward peak, before any reduce-scatter
         if buffers:
-            kinds = sorted({kind for runs in signature for kind, _ in runs})
             blocks = [point.blocks[k] for k in kinds]
             loss = loss_working_set(blocks, buffers, workload.weight_bytes)
-            held += max(0, loss - self._working_set(point))
-        return held
+            loss_excess = max(0, loss - self._working_set(point))
+        return held + max(reduce_held, loss_excess)

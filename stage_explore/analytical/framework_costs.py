@@ -7,17 +7,22 @@ FSDP copy-kernel byte counts (:func:`fsdp1_flat_grad_bytes`, :func:`fsdp2_copy_b
 :data:`FP8_SHARD_CAST_BYTES`,
 :data:`FP8_SHARD_AMAX_BYTES`,
 :func:`distributed_fused_adam_state_bytes`,
-:func:`pipelining_buffer_bytes`, :func:`rope_table_bytes`, and the micro-batches per pipeline
-schedule (:func:`local_schedule_micro_batches`, :func:`held_sync_micro_batches`). The profile
-type is :mod:`stage_explore.analytical.framework_profile`, the shipped profiles
+:func:`pipelining_buffer_bytes`, :func:`rope_table_bytes`, :func:`fsdp2_reduce_held_bytes`,
+and the micro-batches per pipeline schedule (:func:`local_schedule_micro_batches`,
+:func:`held_sync_micro_batches`). The profile type is
+:mod:`stage_explore.analytical.framework_profile`, the shipped profiles
 :mod:`stage_explore.analytical.frameworks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from stage_core.errors import ConfigError
+from stage_core.lower.bind import BoundBlock
+from stage_core.lower.memory import shard_factors
+from stage_core.lower.program import Workload
+from stage_core.models.layers import is_layer_block
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.vocab import OP_SAC_MODULES
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
@@ -318,3 +323,41 @@ def local_schedule_micro_batches(
             f"local batches of {per_schedule} (`local_batch_size` {local})"
         )
     return per_schedule
+
+
+def fsdp2_reduce_held_bytes(
+    workload: Workload, blocks: Mapping[str, BoundBlock], root_unit: bool, unsharded_bytes: int
+) -> int:
+    """Bytes FSDP2 (``fsdp2_copies``; without pipeline parallelism) holds for gradient reduction
+    beside a decoder block's backward: the previous unit's reduce-scatter input, its unsharded
+    gradient elements in the reduce dtype (``workload.grad_bytes``; FSDP2 pads each tensor's dim
+    0 to the group size, not counted), which ``FSDPParamGroup.post_backward`` keeps in
+    ``comm_ctx.reduce_scatter_state`` until the next unit's post-backward (torch
+    ``distributed/fsdp/_fully_shard/_fsdp_param_group.py``, pytorch/pytorch 002a76fb). A decoder
+    block's units are its non-expert weights and, where they are sharded over their own mesh,
+    its experts (torchtitan ``apply_fsdp``: ``fully_shard(transformer_block.moe.experts,
+    mesh=dp_mod_ep_mesh)`` before the block): the largest unit's buffer is counted (an upper
+    bound there: the experts' unit is reduced mid-block, so the MoE's backward runs beside the
+    block before's non-expert buffer and the attention's beside its own experts'). The
+    head: under ``root_unit`` (the embedding, norm and output one root group, reduced by the
+    root's final callback after the whole backward) its unsharded gradient (``unsharded_bytes``
+    an element, the gathered parameters' dtype) is held through every block's backward, beside
+    the blocks' buffers; otherwise its own unit's (``fully_shard([model.norm, model.output])``)
+    reduce input is held through the last block's backward, the larger of the two. Only
+    ZeRO-sharded weights (shard factor > 1) count: an unsharded weight's gradient is the states'
+    own."""
+    layer_unit = head = 0
+    for kind, block in blocks.items():
+        shards = shard_factors(workload, block)
+        units: dict[bool, int] = {}
+        for weight in block.weights:
+            if shards[weight.expert] > 1:
+                units[weight.expert] = units.get(weight.expert, 0) + weight.elements
+        if is_layer_block(kind):
+            layer_unit = max(layer_unit, *units.values(), 0)
+        elif kind == "head":
+            head = sum(units.values())
+    staging = workload.grad_bytes * layer_unit
+    if root_unit:
+        return staging + unsharded_bytes * head
+    return max(staging, workload.grad_bytes * head)

@@ -109,8 +109,13 @@ Options (all booleans unless said):
   ``torch.split_with_sizes_copy``, run on the current stream after the all-gather), and each
   reduce-scatter first concatenates the unsharded gradients into a reduce-dtype buffer
   (``foreach_reduce_scatter_copy_in``: ``torch.cat``, which the compute stream waits for before
-  it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. Off:
-  FSDP1's flat parameter, gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
+  it frees the gradients); ``torch/distributed/_composable/fsdp/_fsdp_collectives.py``. That
+  reduce-dtype buffer outlives the reduce-scatter: ``FSDPParamGroup.post_backward`` keeps it in
+  ``comm_ctx.reduce_scatter_state`` and drops it only in the next unit's post-backward (torch
+  ``distributed/fsdp/_fully_shard/_fsdp_param_group.py``, pytorch/pytorch 002a76fb), so
+  without pipeline parallelism each block's backward runs beside the previous unit's buffer
+  (``framework_costs.fsdp2_reduce_held_bytes``, memory). Off: FSDP1's flat parameter,
+  gathered in place (no copy-out), or Megatron/DeepSpeed buffers.
 - ``fsdp_root_unit`` — under ZeRO-3 without pipeline parallelism the parameters outside the
   transformer blocks (the token embedding, the final norm, the output layer) are the root
   module's own FSDP unit, gathered once before the forward and reduce-scattered once after the
