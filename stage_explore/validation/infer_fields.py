@@ -319,9 +319,16 @@ ALIBI_FAMILIES: tuple[tuple[str, str], ...] = (
 
 
 #: A model cell that says the run had no multi-token-prediction module ("DeepSeekV3 (w/o MTP)",
-#: Megatron-Bridge's 25.11 performance tables; "without MTP", "no MTP"), where the flavor has
-#: one (DeepSeek-V3's ``num_nextn_predict_layers`` 1).
-NO_MTP = re.compile(r"(?:w/o|without|no)[\s_-]*mtp\b")
+#: Megatron-Bridge's 25.11 performance tables; "without MTP", "no MTP"; "MTP disabled", the
+#: wording of torchtitan's DeepSeek-V3 DistMoE report, docs/dsv3_671b_dist_moe_256gpu_report.md
+#: 1ec9e872 "PP1, MTP disabled", and "MTP off" / "disabled MTP" / "MTP depth 0", the MTP module's
+#: on / off switch and its depth, s31 rowsB), where the flavor has one (DeepSeek-V3's
+#: ``num_nextn_predict_layers`` 1).
+NO_MTP = re.compile(
+    r"(?:w/o|without|no)[\s_-]*mtp\b"
+    r"|\bmtp[\s_-]*(?:disabled|off\b|depth[\s_=:-]*0\b)"
+    r"|\bdisabled?[\s_-]*mtp\b"
+)
 
 
 def infer_model(row: dict[str, str], framework: str) -> Inferred:

@@ -110,6 +110,12 @@ def test_a_smaller_domain_drops_the_per_group_entries_it_cannot_hold(size: int) 
     ("DeepSeekV3 (w/o MTP)", 0),
     ("DeepSeek-V3 without MTP", 0),
     ("DeepSeek V3, no MTP", 0),
+    ("DeepSeek V3 671B DistMoE (MTP disabled)", 0),  # torchtitan's DistMoE report (s31 rowsB)
+    ("DeepSeek-V3, MTP off", 0),
+    ("DeepSeek-V3 with MTP depth 0", 0),
+    ("DeepSeek-V3 (disabled MTP)", 0),
+    ("DeepSeek V3 671B DistMoE (MTP1)", None),
+    ("DeepSeek-V3, MTP depth 1", None),
     ("DeepSeekV3 (w/ MTP)", None),
     ("DeepSeekV3", None),
 ])  # fmt: skip
