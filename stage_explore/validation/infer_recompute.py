@@ -47,6 +47,17 @@ _NAMED_COUNT = re.compile(
     r"|num[-_ ]layers[-_ ]to[-_ ]checkpoint",
     re.IGNORECASE,
 )
+#: The legacy chunk-size flag ``--checkpoint-num-layers`` / ``checkpoint_num_layers`` (not NeMo's
+#: ``activations_checkpoint_num_layers``): Megatron-LM's before the 2022 ``--recompute-*`` flags
+#: ("chunk size (number of layers) for checkpointing", default 1, beside
+#: ``--checkpoint-activations``, in its 2020-21 ``megatron/arguments.py``; the 2023 version,
+#: NVIDIA/Megatron-LM 97d9a508, exits on ``--checkpoint-activations``: "no longer valid, use
+#: --recompute-activations"), as Megatron-DeepSpeed and GPT-NeoX keep it ("Chunk size (number of
+#: layers) for checkpointing", EleutherAI/gpt-neox e897c23e
+#: ``megatron/neox_arguments/neox_args.py``): every layer is checkpointed, N at a time, so its N
+#: is no count of checkpointed layers (7 Dec 2026, s31 rowsA: GLM-130B's Table 11
+#: ``checkpoint_num_layers 1`` was read as 1 recomputed layer per stage).
+_LEGACY_CHUNK = re.compile(r"checkpoint[-_ ]num[-_ ]layers", re.IGNORECASE)
 #: The flag's value, a whole number (``1.5`` is none: its ``1`` was read, s27 review).
 _FLAG_VALUE = re.compile(r"[\s=:]*(\d+)(?![.,]?\d)")
 #: Megatron's uniform method: N is a chunk size, every layer is recomputed.
@@ -58,7 +69,8 @@ def named_num_layers(cell: str, layers: int | None, chunks: int = 1) -> tuple[in
     of ``layers`` (None: not known here), 0 < N < ``layers``, N per model chunk of a run of
     ``chunks`` (pp·vpp) chunks; None when it names no count, names every layer (N ≥ ``layers``,
     or the ``N of M`` form with N ≥ M), names Megatron's uniform method, or names two different
-    counts. A framework flag's N is per chunk already (Megatron's "per pipeline stage"); the ``N
+    counts; the legacy ``checkpoint_num_layers`` chunk size (:data:`_LEGACY_CHUNK`) is no
+    count. A framework flag's N is per chunk already (Megatron's "per pipeline stage"); the ``N
     of M`` form counts the model's layers, so it is N / ``chunks`` per chunk (s27 review: a run
     of 4 stages read "10 of the 80 layers" as 10 per stage, 40 in all), and :class:`Uninferable`
     when ``chunks`` does not divide N (no chunk-by-chunk split is stated)."""
@@ -75,6 +87,8 @@ def named_num_layers(cell: str, layers: int | None, chunks: int = 1) -> tuple[in
             )
         counts.add(count // chunks if count < total else 0)
     for found in _NAMED_COUNT.finditer(cell):
+        if _LEGACY_CHUNK.fullmatch(found.group(0)):
+            continue  # a chunk size: every layer is recomputed (_LEGACY_CHUNK)
         value = _FLAG_VALUE.match(cell, found.end())
         if value is not None:
             counts.add(int(value.group(1)))

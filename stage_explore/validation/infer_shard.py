@@ -47,10 +47,15 @@ import re
 from stage_explore.validation.infer_errors import Uninferable
 
 #: The size of a shard group: ``dp_shard 16``, ``dp_shard_size=16``, ``data_parallel_shard_degree
-#: 16``, ``mics_shard_size: 8``, ``shard group 32``, ``sharding group size of 16``.
+#: 16``, ``mics_shard_size: 8``, ``shard group 32``, ``sharding group size of 16``, ``shard a
+#: model across 128 GPUs``.
 SHARD_SIZE = re.compile(
     r"(?:\bdp[_\s-]?shard(?:[_\s-]?(?:size|degree))?|data[_\s-]parallel[_\s-]shard[_\s-]degree|"
-    r"mics[_\s-]shard[_\s-]size|shard(?:ing)?[_\s-]+(?:group|degree)(?:[_\s-]+size)?(?:\s+of)?)"
+    r"mics[_\s-]shard[_\s-]size|shard(?:ing)?[_\s-]+(?:group|degree)(?:[_\s-]+size)?(?:\s+of)?|"
+    # in words, the group a count of GPUs follows: "We shard a model across 128 GPUs, and we
+    # have 4 copies of the model" (BloombergGPT, arXiv 2303.17564, Section 3.4; 7 Dec 2026, s31
+    # rowsA: was refused as MiCS without a group); not "across 4 nodes"
+    r"\bshard(?:s|ed|ing)?\s+(?:(?:a|the)\s+)?(?:model\s+)?across(?=\s+\d+\s+(?:GPUs?|devices)\b))"
     r"\s*[:=]?\s*(\d+)\b",
     re.IGNORECASE,
 )
