@@ -6,6 +6,8 @@ wins over the entry's (:func:`stage_explore.validation.infer_fields.infer_flavor
 
 from __future__ import annotations
 
+from stage_explore.validation.infer_open_sixth import SIXTH_ARCHITECTURES
+
 #: Llama 4's text decoder as NeMo 2.0 builds it for training (NVIDIA-NeMo/Speech, NeMo's
 #: repository under its later name, 7b2c814e ``nemo/collections/llm/gpt/model/llama.py``:
 #: ``Llama4Config`` num_layers 48, hidden_size 5120, ffn_hidden_size 16384 (the dense layers),
@@ -118,4 +120,6 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
     (r"llama[\s_-]*4.*(?:scout|\b16\s*e\b|\be16\b)", "mixtral-8x7b",
      (*_LLAMA4, ("num_experts", 16)),
      f"{_LLAMA4_WHERE}; Llama4Experts16Config (Scout): 16 experts in every layer"),
+    # s31 readers6 (infer_open_sixth): Phi-3.5-MoE (Mixtral's block), DeepSeek-R1 (V3's)
+    *SIXTH_ARCHITECTURES,
 )  # fmt: skip

@@ -25,6 +25,7 @@ from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
 from stage_explore.validation.infer_open_models import OpenModelRefused, held_sizes, open_model
+from stage_explore.validation.infer_open_sixth import heads_kept_multi_head
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
 from stage_explore.validation.infer_precision import PrecisionRead as PrecisionRead
 from stage_explore.validation.infer_precision import infer_precision as infer_precision
@@ -365,6 +366,7 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
         if re.search(pattern, text):
             # a dim the CSV states is the CSV's (a setup only fills what a row leaves empty)
             own = tuple((k, v) for k, v in dims if not row.get(k, "").strip().isdigit())
+            own = heads_kept_multi_head(row, dims, own)  # s31 readers6
             listed = ", ".join(f"{k} {v}" for k, v in own)
             return Inferred(
                 base, f"model {model!r} as flavor {base}'s architecture with its own sizes "

@@ -58,6 +58,16 @@ from stage_explore.validation.infer_open_fourth import (
     YI15_6B_WHERE,
 )
 from stage_explore.validation.infer_open_more import LLAMA32, QWEN3, UNTIED_BY_SOURCE
+from stage_explore.validation.infer_open_sixth import (
+    FALCON_180B,
+    GPT_NEOX,
+    GPT_NEOX_PATTERN,
+    LLAMA1,
+    LLAMA1_PATTERN,
+    MISTRAL_LARGE_2,
+    REFUSED_SIXTH,
+    decimal_size,
+)
 
 #: The flavor whose block every entry takes (its dims are all replaced by the entry's).
 BASE = "llama3-8b"
@@ -161,11 +171,7 @@ _MISTRAL = (
               "Megatron-Bridge 2afd2d34 mistral_provider.py MistralSmall3ModelProvider24B "
               "(Mistral-Small-24B-Instruct-2501: 40 layers, hidden 5120, FFN 32768, 32 heads, 8 "
               "query groups, kv_channels 128, vocab_size 131072)", version=r"small"),
-    OpenModel("Mistral Large 2 123B", 123, (*_dims(88, 12288, 28672, 96, 8), ("head_dim", 128)),
-              f"{_NEMO}/mistral.py MistralNeMoConfig123B (mistral-large-2407: 88 layers, hidden "
-              "12288, FFN 28672, 96 heads, 8 query groups, kv_channels 128); its vocabulary "
-              "is the tokenizer's, not in the config: the row must state vocab",
-              alias=r"\blarge[\s-]*(?:instruct[\s-]*)?(?:2(?![\d.])|2407\b)", version=r"large"),
+    *MISTRAL_LARGE_2,  # s31 readers6: with its vocabulary (infer_open_sixth)
 )  # fmt: skip
 _QWEN2_WHERE = (
     f"{_NEMO}/qwen2.py (Qwen2Config: add_qkv_bias, untied unless stated, vocab_size 151936"
@@ -263,7 +269,7 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
      r"(?!.*\ba\d+(?:\.\d+)?b\b)", QWEN3),
     # s29 readers3 (infer_open_cited): Falcon (not Falcon 2 / Falcon3, Falcon Mamba, Falcon-H1:
     # other architectures), StarCoder2, OLMo 2
-    (r"\bfalcon(?![\s_-]*(?:mamba|h1\b|[23](?![\d.]*\s*b\b)))", (*FALCON, *FALCON2)),
+    (r"\bfalcon(?![\s_-]*(?:mamba|h1\b|[23](?![\d.]*\s*b\b)))", (*FALCON, *FALCON2, *FALCON_180B)),
     (r"\bstar[\s_-]*coder[\s_-]*2(?![.\d])", STARCODER2),
     (r"\bolmo[\s_-]*2(?![.\d])", (*OLMO2, *OLMO2_MORE)),
     # s30 readers4 (infer_open_fourth): the first OLMo (a size right after the name, no other
@@ -281,6 +287,9 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     (r"\bphi[\s_-]*3\.5(?!\d)(?![\s_-]*(?:moe|vision))", PHI35),
     (r"\bcodestral(?![\s_-]*mamba)", CODESTRAL),
     (r"\bsmol[\s_-]*lm[\s_-]*2(?![.\d])", SMOLLM2),
+    # s31 readers6 (infer_open_sixth): the first LLaMA, a size right after the name
+    (LLAMA1_PATTERN, LLAMA1),
+    (GPT_NEOX_PATTERN, GPT_NEOX),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 
@@ -368,8 +377,8 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
     its model or notes cell states); None when the row
     names none; :class:`OpenModelRefused` when the entry lacks a dim (:data:`NEEDED`) the row
     leaves empty, or the moe cell names experts (every entry is dense)."""
-    text = model.lower().replace("_", " ")
-    for refused, why in REFUSED_BY_NAME:
+    text = decimal_size(model.lower()).replace("_", " ")
+    for refused, why in (*REFUSED_BY_NAME, *REFUSED_SIXTH):
         if re.search(refused, text):
             raise OpenModelRefused(f"model {model!r}: not timed: {why}")
     pattern, entry = find_open_model(text)

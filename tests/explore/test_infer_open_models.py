@@ -94,7 +94,6 @@ def test_the_assumption_cites_the_config() -> None:
 @pytest.mark.parametrize(
     ("cells", "said"),
     [
-        ({"model": "Mistral Large 2 123B"}, "whose vocab the published config does not give"),
         ({"model": "Gemma 7B", "moe": "8 experts, top-2"}, "is the dense Gemma 7B"),
         ({"model": "Gemma 7B head_dim 256", "notes": "kv_channels 128"}, "head dims 128, 256"),
         ({"model": "Mistral 7B", "kv_heads": "MLA"}, "the kv_heads column says 'MLA'"),

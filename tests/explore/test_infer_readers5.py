@@ -186,8 +186,3 @@ def test_deepseek_v25_is_v2s_moe() -> None:
         spec.qk_rope_head_dim,
     )
     assert got == (160, 6, 2, 1, 8, 1536, 512, 64)  # fmt: skip
-
-
-def test_internlm25_with_an_underscore_for_the_point_is_refused_naming_the_sizes() -> None:
-    reason = _refused(model="internlm2_5-1_8b")
-    assert "InternLM2.5 7B, InternLM2.5 20B, InternLM2.5 1.8B" in reason
