@@ -6,7 +6,9 @@ Falcon, StarCoder2 and OLMo 2 (s29 readers3) from
 :mod:`~stage_explore.validation.infer_open_cited`, with the models refused by name there; the
 first OLMo, OLMo 2 7B / 32B, Phi-3 medium, Phi-4, Granite 3.0 / 3.1, Falcon3, Falcon 2 11B,
 Yi 9B / Yi-1.5 and InternLM2.5 (s30 readers4) from
-:mod:`~stage_explore.validation.infer_open_fourth`.
+:mod:`~stage_explore.validation.infer_open_fourth`; the first LLaMA, Falcon 180B, GPT-NeoX-20B
+and Mistral Large 2's vocabulary, with the models refused by name there (s31 readers6), from
+:mod:`~stage_explore.validation.infer_open_sixth`.
 
 A row copied from a paper or README often names the model alone ("Gemma 2 9B", "Qwen2.5-7B")
 and leaves the architecture columns empty; before, such a row was refused (the common decoder
