@@ -69,6 +69,7 @@ from stage_explore.validation.infer_open_sixth import (
     MISTRAL_LARGE_2,
     REFUSED_SIXTH,
     decimal_size,
+    heads_kept_multi_head,
 )
 
 #: The flavor whose block every entry takes (its dims are all replaced by the entry's).
@@ -407,6 +408,7 @@ def open_model(row: dict[str, str], model: str) -> tuple[str, str, tuple[Field, 
             "does not give, and the CSV does not state it"
         )
     own = tuple((k, v) for k, v in entry.fields if not row.get(k, "").strip().isdigit())
+    own = heads_kept_multi_head(row, entry.fields, own)  # s31 readers6
     try:  # a head dim the row's model or notes cell states wins too
         head_dim = stated_head_dim(row)
     except GenericRefused as error:

@@ -18,8 +18,9 @@ MLPerf write that the readers could not read, each from a config cited in its en
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
-from stage_explore.validation.infer_open_base import OpenModel, dims
+from stage_explore.validation.infer_open_base import Field, OpenModel, dims
 
 _HF = "huggingface.co"
 
@@ -200,6 +201,9 @@ REFUSED_SIXTH: tuple[tuple[str, str], ...] = (
      "DeepNorm post-LN (arXiv 2210.02414): the generator times causal decoder attention"),
 )  # fmt: skip
 
+#: An entry's fields: an architecture entry's (int values) or an open model's (:data:`Field`).
+F = TypeVar("F", bound=Field)
+
 #: A size with an underscore for the point after a separator ("internlm2_5-1_8b": "-1_8b").
 _UNDERSCORE_SIZE = re.compile(r"(?<=[-\s])(\d+)_(\d+)(?=\s*b\b)")
 
@@ -212,12 +216,13 @@ def decimal_size(text: str) -> str:
 
 
 def heads_kept_multi_head(
-    row: dict[str, str], fields: tuple[tuple[str, int], ...], own: tuple[tuple[str, int], ...]
-) -> tuple[tuple[str, int], ...]:
-    """``own`` (an architecture entry's ``fields`` less the dims the row states) with the key /
-    value heads of a multi-head entry (as many key / value heads as heads: BLOOM, Kimi K2) set
-    to the heads the row states when it leaves ``kv_heads`` empty: the entry's key / value
-    heads belong to its own head count, not to another the row states. Otherwise ``own``."""
+    row: dict[str, str], fields: tuple[F, ...], own: tuple[F, ...]
+) -> tuple[F | tuple[str, int], ...]:
+    """``own`` (an architecture or open-model entry's ``fields`` less the dims the row states)
+    with the key / value heads of a multi-head entry (as many key / value heads as heads:
+    BLOOM, Kimi K2, Gemma 7B) set to the heads the row states when it leaves ``kv_heads``
+    empty: the entry's key / value heads belong to its own head count, not to another the row
+    states. Otherwise ``own``."""
     entry = dict(fields)
     heads, kv_heads = row.get("heads", "").strip(), row.get("kv_heads", "").strip()
     if entry.get("kv_heads") != entry.get("heads") or not heads.isdigit() or kv_heads:

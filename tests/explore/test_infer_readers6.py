@@ -185,3 +185,8 @@ def test_a_multi_head_entry_s_key_value_heads_follow_the_heads_a_row_states() ->
     assert (spec.heads, spec.kv_heads) == (32, 32)
     # a grouped-query entry keeps its own key / value heads (DBRX: 48 heads, 8 kv heads)
     assert _model(model="DBRX", heads="48").kv_heads == 8
+    # the open-model table alike: Gemma 7B is multi-head (16 heads, 16 kv heads: NeMo's
+    # GemmaConfig7B), Qwen2.5-7B grouped (28 heads, 4 kv heads: Qwen25Config7B)
+    gemma = _model(model="Gemma 7B", heads="8")
+    assert (gemma.heads, gemma.kv_heads) == (8, 8)
+    assert _model(model="Qwen2.5-7B", heads="28").kv_heads == 4
