@@ -61,6 +61,8 @@ from stage_explore.validation.infer_open_fourth import (
 )
 from stage_explore.validation.infer_open_more import LLAMA32, QWEN3, UNTIED_BY_SOURCE
 from stage_explore.validation.infer_open_sixth import (
+    COMMAND_R,
+    COMMAND_R_PATTERN,
     FALCON_180B,
     GPT_NEOX,
     GPT_NEOX_PATTERN,
@@ -293,6 +295,7 @@ OPEN_MODELS: tuple[tuple[str, tuple[OpenModel, ...]], ...] = (
     # s31 readers6 (infer_open_sixth): the first LLaMA, a size right after the name
     (LLAMA1_PATTERN, LLAMA1),
     (GPT_NEOX_PATTERN, GPT_NEOX),
+    (COMMAND_R_PATTERN, COMMAND_R),
 )  # fmt: skip
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b(?![a-z])")
 

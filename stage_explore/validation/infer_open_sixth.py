@@ -10,9 +10,14 @@ MLPerf write that the readers could not read, each from a config cited in its en
   Mixtral's and DeepSeek-V3's blocks at their published sizes.
 - A size spelled with an underscore for the point (``internlm2_5-1_8b``: 1.8B) read as the size
   (:func:`decimal_size`).
+- Falcon 180B, GPT-NeoX-20B and Command R (v01, 08-2024) in the open-model table, BLOOM 176B
+  named alone on gpt3-175b's block.
 - Models refused by name, one line saying what the generator cannot time
-  (:data:`REFUSED_SIXTH`): linear-attention hybrids (Qwen3-Next, MiniMax-01 / M1),
-  encoder-decoders (T5, UL2, BART) and GLM-130B's bidirectional context attention.
+  (:data:`REFUSED_SIXTH`): linear-attention hybrids (Qwen3-Next, MiniMax-01 / M1), Snowflake
+  Arctic's dense residual MLP, encoder-decoders (T5, UL2, BART) and GLM-130B's bidirectional
+  context attention.
+- An entry with as many key / value heads as heads keeps that layout at the heads a row states
+  (:func:`heads_kept_multi_head`).
 """
 
 from __future__ import annotations
@@ -127,6 +132,42 @@ _BLOOM_176B = (
     ("vocab", 250880),
 )  # fmt: skip
 
+#: Command R (Cohere, 35B): CohereForAI/c4ai-command-r-v01's config.json as copied with its
+#: _name_or_path at huggingface.co/TechxGenus/c4ai-command-r-v01-AWQ (CohereForCausalLM:
+#: hidden_size 8192, intermediate_size 22528, 64 heads, 64 key / value heads, 40 layers,
+#: vocab_size 256000, attention_bias false, logit_scale 0.0625, use_qk_norm false) and
+#: tie_word_embeddings true (huggingface.co/Aratako/c4ai-command-r-v01-japanese-instruct);
+#: the 08-2024 release from huggingface.co/unsloth/c4ai-command-r-08-2024 (_name_or_path
+#: CohereForAI/c4ai-command-r-08-2024: intermediate_size 24576, 8 key / value heads, the rest
+#: as v01; the tie is CohereConfig's default, true, as v01's; 32B by these dims, the "35B" of
+#: v01 less the key / value heads and the wider MLP). Its block: LayerNorm without
+#: bias (timed as LayerNorm), SwiGLU, rotary, attention and MLP in parallel on one normed input.
+_COMMAND_R_WHERE = (
+    "config.json (CohereForCausalLM: 40 layers, hidden 8192, 64 heads, vocab_size 256000, "
+    "attention_bias false, logit_scale 0.0625, tied"
+)
+_COMMAND_R_UNMODELLED = (
+    "Cohere's parallel attention / MLP block (both read one normed input: the same GEMMs, "
+    "timed as the sequential block) and the logit scale (a scalar)"
+)
+COMMAND_R = (
+    OpenModel("Command R 32B (08-2024)", 32,
+              (*dims(40, 8192, 24576, 64, 8, 256000), ("norm", "layernorm"),
+               ("tied_embeddings", True)),
+              f"CohereForAI/c4ai-command-r-08-2024 {_COMMAND_R_WHERE}; copied at {_HF}/unsloth/"
+              "c4ai-command-r-08-2024: intermediate 24576, 8 key / value heads)",
+              alias=r"\bcommand[\s_-]*r\b", version=r"08[\s_-]*2024",
+              unmodelled=_COMMAND_R_UNMODELLED),
+    OpenModel("Command R 35B (v01)", 35,
+              (*dims(40, 8192, 22528, 64, 64, 256000), ("norm", "layernorm"),
+               ("tied_embeddings", True)),
+              f"CohereForAI/c4ai-command-r-v01 {_COMMAND_R_WHERE}; copied at {_HF}/TechxGenus/"
+              "c4ai-command-r-v01-AWQ: intermediate 22528, 64 key / value heads)",
+              alias=r"\bcommand[\s_-]*r\b", unmodelled=_COMMAND_R_UNMODELLED),
+)  # fmt: skip
+#: Command R, not Command R+ / R7B / A (other sizes and blocks, no config cited here).
+COMMAND_R_PATTERN = r"\bcommand[\s_-]*r\b(?![\s_-]*(?:\+|plus|7\s*b))"
+
 #: Phi-3.5-MoE (42B, 16 experts choosing 2 in every layer): Mixtral's block. Hugging Face's
 #: PhiMoEConfig, whose defaults "yield a similar configuration to that of the
 #: microsoft/Phi-3.5-MoE-instruct" (as copied at huggingface.co/microsoft/Phi-tiny-MoE-instruct
@@ -196,6 +237,12 @@ REFUSED_SIXTH: tuple[tuple[str, str], ...] = (
     (r"\b(?:flan[\s_-]*|m|by)?t5\b|\bul2\b|\bbart\b",
      "an encoder-decoder (T5, arXiv 1910.10683: an encoder and a decoder stack with "
      "cross-attention; UL2 and BART likewise): the generator times decoder-only stacks"),
+    (r"\bsnowflake[\s_-]*arctic\b(?![\s_-]*(?:training|alst|embed|long))"
+     r"|\barctic[\s_-]*(?:instruct|base|480\s*b)\b",
+     "Snowflake Arctic's dense residual MLP of the hidden width beside a 128-expert top-2 MoE "
+     "of 4864 in every layer (use_residual, parallel_attn_mlp_res in "
+     "huggingface.co/Snowflake/snowflake-arctic-instruct config.json): the generator's shared "
+     "experts have the experts' width"),
     (r"\bglm[\s_-]*130\s*b\b",
      "GLM-130B's bidirectional attention over the context (GLM's blank infilling) and its "
      "DeepNorm post-LN (arXiv 2210.02414): the generator times causal decoder attention"),

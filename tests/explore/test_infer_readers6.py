@@ -57,6 +57,11 @@ PUBLISHED: dict[str, tuple[int, int, int, int, int, int, int, bool]] = {
     # bigscience/bloom config.json (joaoalvarenga/bloom-8bit copy): n_embed 14336, n_layer 70,
     # 112 heads, vocab 250880 (FFN 4 x hidden, tied: BLOOM's block)
     "BLOOM 176B": (70, 14336, 4 * 14336, 112, 112, 14336 // 112, 250880, True),
+    # CohereForAI/c4ai-command-r-v01 config.json (TechxGenus AWQ copy): hidden 8192,
+    # intermediate 22528, 64 heads, 64 kv heads, 40 layers, vocab 256000; tied (Aratako copy)
+    "c4ai-command-r-v01": (40, 8192, 22528, 64, 64, 128, 256000, True),
+    # CohereForAI/c4ai-command-r-08-2024 (unsloth copy): intermediate 24576, 8 kv heads
+    "c4ai-command-r-08-2024": (40, 8192, 24576, 64, 8, 128, 256000, True),
 }  # fmt: skip
 
 #: Other spellings a row may use, each the named entry of PUBLISHED.
@@ -68,6 +73,8 @@ SPELLINGS = (
     ("microsoft/Phi-3.5-MoE-instruct", "Phi-3.5-MoE-instruct"),
     ("tiiuae/falcon-180B", "Falcon-180B"), ("EleutherAI/gpt-neox-20b", "GPT-NeoX-20B"),
     ("bigscience/bloom", "BLOOM 176B"), ("BLOOM (176B)", "BLOOM 176B"),
+    ("Command R", "c4ai-command-r-v01"), ("Command R 35B", "c4ai-command-r-v01"),
+    ("CohereForAI/c4ai-command-r-08-2024", "c4ai-command-r-08-2024"),
 )  # fmt: skip
 
 
@@ -91,6 +98,8 @@ def test_other_spellings_read_the_same_config(model: str, entry: str) -> None:
         # Falcon-180B "180B", GPT-NeoX-20B "20B", BLOOM "176B" (their names; BLOOM's paper,
         # arXiv 2211.05100: 176B parameters)
         ("Falcon-180B", 180), ("GPT-NeoX-20B", 20), ("BLOOM 176B", 176),
+        # Command R "35B" (v01's model card), the 08-2024 release "32B" (its model card)
+        ("Command R", 35), ("c4ai-command-r-08-2024", 32),
     ],
 )  # fmt: skip
 def test_the_dims_give_the_stated_parameter_count(model: str, billions: float) -> None:
@@ -117,8 +126,9 @@ def test_deepseek_r1_is_deepseek_v3s_moe() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["code llama 7b", "open llama 7b", "deepseek-r1-distill-llama-8b", "llama-2-7b-hf",
-     "llama3-8b", "llama 3.1 8b", "llama 3 70b", "tinyllama 1.1b", "llama 4 scout 17b"],
+    ["code llama 7b", "open llama 7b", "llama 3.1 8b (snowflake arctic alst)",
+     "deepseek-r1-distill-llama-8b", "llama-2-7b-hf", "llama3-8b", "llama 3.1 8b",
+     "llama 3 70b", "tinyllama 1.1b", "llama 4 scout 17b"],
 )  # fmt: skip
 def test_other_llamas_are_not_the_first_llama(text: str) -> None:
     _, entry = find_open_model(text)
@@ -161,6 +171,7 @@ def test_a_params_b_of_another_llama_size_is_refused() -> None:
         ("T5-11B", "an encoder-decoder"), ("Flan-T5-XXL", "an encoder-decoder"),
         ("mT5-XXL", "an encoder-decoder"), ("UL2 20B", "an encoder-decoder"),
         ("GLM-130B", "bidirectional attention over the context"),
+        ("Snowflake Arctic", "dense residual MLP"), ("snowflake-arctic-instruct", "residual"),
     ],
 )  # fmt: skip
 def test_what_cannot_be_timed_is_refused_by_name(model: str, said: str) -> None:
