@@ -154,7 +154,8 @@ def test_a_qwen3_dense_row_has_head_dim_128(model: str) -> None:
     assert "head dim hidden / heads" not in " ".join(case.assumptions)
 
 
-@pytest.mark.parametrize("model", ["Qwen3.5-27B", "Qwen3-Next 80B", "Qwen2.5-32B"])
+# Qwen3-Next (here before s31 readers6) is refused by name since: its Gated DeltaNet layers
+@pytest.mark.parametrize("model", ["Qwen3.5-27B", "Qwen1.5-32B", "Qwen2.5-32B"])
 def test_other_qwen_generations_keep_hidden_over_heads(model: str) -> None:
     cells = {"layers": "64", "hidden": "5120", "ffn": "25600", "heads": "64", "kv_heads": "8",
              "vocab": "151936"}  # fmt: skip
