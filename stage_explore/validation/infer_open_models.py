@@ -345,7 +345,8 @@ def _check_params(
     """Refuse a ``params_b`` cell nearer (by ratio) another size of ``entry``'s family than
     ``entry``'s: the model and params_b cells name two models ("Gemma 2 9B" beside 27; s28
     review: the params_b cell was not read). A published count above its name's round size
-    (Gemma 7B: 8.54B) stays nearest its own entry; a family of one size is never refused."""
+    (Gemma 7B: 8.54B) stays nearest its own entry; a family of one size is never refused, nor
+    a count nearer another name of the same configuration (LLaMA "30B" is the paper's 33B)."""
     cell = row.get("params_b", "").strip()
     try:
         params = float(cell)
@@ -355,7 +356,10 @@ def _check_params(
         return
     sizes = {e.size for e in family if e.size is not None}
     nearest = min(sizes, key=lambda size: abs(math.log(params / size)))
-    if nearest != entry.size:
+    # two names of one model (LLaMA "30B" / "33B": the same config) are one model (s31 lead)
+    if nearest != entry.size and not any(
+        e.size == nearest and e.fields == entry.fields for e in family
+    ):
         (other,) = [e.name for e in family if e.size == nearest][:1]
         raise OpenModelRefused(
             f"model {model!r} is {entry.name}, but params_b {cell!r} is nearer {other}: "

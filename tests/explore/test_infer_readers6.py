@@ -170,7 +170,6 @@ def test_a_params_b_of_another_llama_size_is_refused() -> None:
         ("MiniMax-M1", "lightning attention"), ("MiniMax-Text-01", "lightning attention"),
         ("T5-11B", "an encoder-decoder"), ("Flan-T5-XXL", "an encoder-decoder"),
         ("mT5-XXL", "an encoder-decoder"), ("UL2 20B", "an encoder-decoder"),
-        ("GLM-130B", "bidirectional attention over the context"),
         ("Snowflake Arctic", "dense residual MLP"), ("snowflake-arctic-instruct", "residual"),
     ],
 )  # fmt: skip
@@ -201,3 +200,16 @@ def test_a_multi_head_entry_s_key_value_heads_follow_the_heads_a_row_states() ->
     gemma = _model(model="Gemma 7B", heads="8")
     assert (gemma.heads, gemma.kv_heads) == (8, 8)
     assert _model(model="Qwen2.5-7B", heads="28").kv_heads == 4
+
+
+@pytest.mark.parametrize("name", ["LLaMA-30B", "LLaMA 33B", "huggyllama/llama-30b"])
+def test_llama_30b_and_33b_take_the_published_count(name: str) -> None:
+    """The paper's 33B is Hugging Face's 30B (one config): a params_b of 32.5 beside either
+    name reads that config, not a refusal as "nearer LLaMA 33B" (s31 lead, at the merge)."""
+    spec = _model(model=name, params_b="32.5")
+    assert published_dims(spec) == PUBLISHED["LLaMA-33B"]
+
+
+def test_params_nearer_another_size_of_the_family_still_refused() -> None:
+    """A params_b nearer another size of another config is still two models named."""
+    assert "nearer" in _refused(model="LLaMA-7B", params_b="65.2")
