@@ -153,7 +153,11 @@ class ComputeCosting:
                 op_fuser=self.framework.moe_grouped_kernel,  # TE's fused expert ops clamp
             ),
             attention_eager=eager_attention(
-                point.workload.model, self.framework.eager_modules, self.framework.attention_kernel
+                point.workload.model,
+                self.framework.eager_modules,
+                self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
+                tp=parallel.tp,
+                fused_qkv=self.framework.fused_qkv,
             ),
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
             sort_chunks=self._sorts_chunks(point),

@@ -97,6 +97,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from stage_core.lower.bind import Instr
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
@@ -454,39 +455,70 @@ def _llmfoundry_op_bytes(model: ModelSpec) -> dict[str, int]:
     return {**dict(_LLMFOUNDRY_ACCUMULATES), **module_op_bytes(modules)}
 
 
+class AttentionEager(NamedTuple):
+    """Bytes per element of the kernels a framework's code runs around an attention kernel
+    (:func:`attention_eager_bytes`): per element of the query, key and value each forward copies
+    (``inputs``), of the output (``output``), of the output gradient the backward copies
+    (``output_grad``), of the query the first forward copies (``query``), of the value each
+    forward copies (``value``), of the query, key and value gradients the backward copies
+    (``input_grads``)."""
+
+    inputs: int = 0
+    output: int = 0
+    output_grad: int = 0
+    query: int = 0
+    value: int = 0
+    input_grads: int = 0
+
+
 def eager_attention(
-    model: ModelSpec, eager_modules: str, attention_kernel: str | None
-) -> tuple[int, int, int]:
+    model: ModelSpec,
+    eager_modules: str,
+    attention_kernel: str | None,
+    *,
+    tp: int = 1,
+    fused_qkv: bool = False,
+) -> AttentionEager:
     """What the framework's model code runs around its attention kernel, per element
     (:func:`attention_eager_bytes`): AutoModel's FlexAttention path under ``"automodel"``;
-    Megatron's ``sbhd`` layout copies around the flash-attn package under ``"megatron-core"``
-    (:mod:`~stage_explore.analytical.eager_flash_layout`); nothing for every other table."""
+    under ``"megatron-core"`` Megatron's ``sbhd`` layout copies around the flash-attn package
+    (:mod:`~stage_explore.analytical.eager_flash_layout`) and, with ``fused_qkv``, the copies
+    around its fused QKV split on tensor-parallel size ``tp``
+    (:mod:`~stage_explore.analytical.eager_qkv_split`); nothing for every other table."""
     if eager_modules == "megatron-core":
         from stage_explore.analytical.eager_flash_layout import megatron_attention_eager
+        from stage_explore.analytical.eager_qkv_split import megatron_qkv_split
 
-        return megatron_attention_eager(attention_kernel)
+        split = megatron_qkv_split(model, attention_kernel, tp) if fused_qkv else (0, 0, 0)
+        return AttentionEager(*megatron_attention_eager(attention_kernel), *split)
     if eager_modules != "automodel":
-        return (0, 0, 0)
+        return AttentionEager()
     from stage_explore.analytical.eager_automodel import automodel_attention_eager
 
-    return automodel_attention_eager(model, attention_kernel)
+    return AttentionEager(*automodel_attention_eager(model, attention_kernel))
 
 
-def attention_eager_bytes(instr: Instr, per_element: tuple[int, int, int]) -> int:
+def attention_eager_bytes(instr: Instr, per_element: AttentionEager) -> int:
     """HBM bytes of the element-wise kernels a framework runs around an attention kernel
-    (``per_element``: bytes per element of the query, key and value inputs the forward copies,
-    of the forward's output, of the backward's output gradient; e.g. AutoModel's FlexAttention
-    path, :func:`~stage_explore.analytical.eager_automodel.automodel_attention_eager`); 0 for
-    any other instruction."""
-    inputs_b, output_b, backward_b = per_element
-    if instr.kind != "attention" or not (inputs_b or output_b or backward_b):
+    (``per_element``, :class:`AttentionEager`; e.g. AutoModel's FlexAttention path,
+    :func:`~stage_explore.analytical.eager_automodel.automodel_attention_eager`); 0 for any
+    other instruction. The query's own copy is the first forward's (not a recompute's)."""
+    if instr.kind != "attention" or not any(per_element):
         return 0
     if instr.name.endswith(".backward"):
         op = instr.name.removesuffix(".backward")
-        return sum(size for name, size in instr.inputs if name == f"d.{op}") // BF16 * backward_b
-    qkv = sum(size for _, size in instr.inputs[:3])  # q, k, v (a sink vector may follow)
+        out_grad = sum(size for name, size in instr.inputs if name == f"d.{op}")
+        grads = sum(size for _, size in instr.outputs[:3])  # dq, dk, dv (a sink's may follow)
+        return (out_grad * per_element.output_grad + grads * per_element.input_grads) // BF16
+    q, k, v = (size for _, size in instr.inputs[:3])  # q, k, v (a sink vector may follow)
     out = sum(size for name, size in instr.outputs if name == instr.name)
-    return qkv // BF16 * inputs_b + out // BF16 * output_b
+    query = per_element.query if instr.phase != "recompute" else 0
+    return (
+        (q + k + v) * per_element.inputs
+        + out * per_element.output
+        + q * query
+        + v * per_element.value
+    ) // BF16
 
 
 def eager_expert_kernels(

@@ -65,7 +65,7 @@ from stage_core.lower.fp8 import NVFP4, ROWWISE
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.attention_grid import call_grids
 from stage_explore.analytical.context_parallel import cp_merge_bytes
-from stage_explore.analytical.eager import attention_eager_bytes, eager_instr_bytes
+from stage_explore.analytical.eager import AttentionEager, attention_eager_bytes, eager_instr_bytes
 from stage_explore.analytical.fp8_casts import (
     FAST_FPROP_RECIPES,
     fp8_cast_elements,
@@ -226,9 +226,9 @@ class KernelTimer:
     #: :func:`~stage_explore.analytical.context_parallel.cp_merge_bytes` ``compiled``).
     cp_compiled: bool = False
     #: Bytes per element of the element-wise kernels the framework runs around the attention
-    #: kernel (:func:`~stage_explore.analytical.eager.attention_eager_bytes`: the query, key and
-    #: value copied in, the output, the output gradient); zeros: none (a fused kernel's layout).
-    attention_eager: tuple[int, int, int] = (0, 0, 0)
+    #: kernel (:func:`~stage_explore.analytical.eager.attention_eager_bytes`: layout copies, the
+    #: fused QKV split's copies); zeros: none (a fused kernel reading the split's views).
+    attention_eager: AttentionEager = AttentionEager()
     #: The context-parallel degree when attention is Transformer Engine's ring (P2P) context
     #: parallelism, whose per-step output corrections and gradient accumulations are kernels
     #: of their own (:func:`~stage_explore.analytical.te_context_parallel.te_cp_merge_bytes`);

@@ -50,7 +50,9 @@ Options (all booleans unless said):
   Megatron-Core's fused modules but for ``TEGroupedMLP``'s expert down-projection bias, which
   ``_apply_bias`` adds per expert in eager PyTorch scaled by the 16-bit routing probabilities,
   and without ``rope_fusion`` its unfused rotary embedding, fused or not
-  (:mod:`~stage_explore.analytical.eager_megatron`).
+  (:mod:`~stage_explore.analytical.eager_megatron`), and with ``fused_qkv`` the copies around
+  its QKV split on Transformer Engine's attention
+  (:mod:`~stage_explore.analytical.eager_qkv_split`).
 - ``rope_fusion`` — the rotary embedding as one fused kernel (Transformer Engine's
   ``fused_apply_rotary_pos_emb`` under Megatron-Core's ``apply_rope_fusion``, or any fused
   kernel: the generator's count); off, with ``eager_modules = "megatron-core"``: Megatron-Core's

@@ -13,6 +13,7 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.eager import (
+    AttentionEager,
     attention_eager_bytes,
     eager_attention,
     eager_instr_bytes,
@@ -129,12 +130,14 @@ SINKS_BWD = (B + F) + (F + F) + (F + B) + (F + B + F) + F
 def test_the_flex_path_moves_the_layout_copies_and_the_sink_rescale() -> None:
     assert AUTOMODEL_FLEX_SINKS.bytes_per_element(backward=False) == SINKS_FWD == 12
     assert AUTOMODEL_FLEX_SINKS.bytes_per_element(backward=True) == SINKS_BWD == 34
-    assert eager_attention(GPTOSS, "automodel", "flex") == (COPY, COPY + SINKS_FWD, SINKS_BWD)
+    assert eager_attention(GPTOSS, "automodel", "flex") == AttentionEager(
+        COPY, COPY + SINKS_FWD, SINKS_BWD
+    )
     no_sinks = GPTOSS.with_overrides(attention_sinks=False)
-    assert eager_attention(no_sinks, "automodel", "flex") == (COPY, COPY, 0)
+    assert eager_attention(no_sinks, "automodel", "flex") == AttentionEager(COPY, COPY, 0)
     # Transformer Engine's attention (the other rows) and every other table: nothing outside
-    assert eager_attention(GPTOSS, "automodel", "cudnn") == (0, 0, 0)
-    assert eager_attention(GPTOSS, "generator", "flex") == (0, 0, 0)
+    assert eager_attention(GPTOSS, "automodel", "cudnn") == AttentionEager()
+    assert eager_attention(GPTOSS, "generator", "flex") == AttentionEager()
 
 
 def test_the_attention_kernel_time_gains_those_bytes_at_hbm_rate() -> None:
@@ -152,7 +155,7 @@ def test_the_attention_kernel_time_gains_those_bytes_at_hbm_rate() -> None:
     assert kernels is not None
     rate = H100.accelerator.memory_bandwidth_bytes_per_s * H100.accelerator.efficiency.memory
 
-    def timer(outside: tuple[int, int, int]) -> KernelTimer:
+    def timer(outside: AttentionEager) -> KernelTimer:
         return KernelTimer(
             H100.accelerator,
             kernels,
@@ -165,7 +168,7 @@ def test_the_attention_kernel_time_gains_those_bytes_at_hbm_rate() -> None:
             attention_eager=outside,
         )
 
-    plain, eager = timer((0, 0, 0)), timer(per_element)
+    plain, eager = timer(AttentionEager()), timer(per_element)
     for instr in (fwd, bwd):
         extra = attention_eager_bytes(instr, per_element) / rate
         assert eager(instr) == pytest.approx(plain(instr) + extra, rel=1e-12)

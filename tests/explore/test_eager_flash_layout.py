@@ -10,7 +10,7 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.eager import attention_eager_bytes, eager_attention
+from stage_explore.analytical.eager import AttentionEager, attention_eager_bytes, eager_attention
 from stage_explore.system import load_system
 
 B = 2  # bytes of a bf16 element
@@ -23,13 +23,13 @@ LLAMA = get_flavor("llama2-7b").with_overrides(layers=2, seq_len=1024)
 
 
 def test_the_flash_package_path_copies_q_k_v_the_output_and_its_gradient() -> None:
-    assert eager_attention(LLAMA, "megatron-core", "fa2") == (COPY, COPY, COPY)
+    assert eager_attention(LLAMA, "megatron-core", "fa2") == AttentionEager(COPY, COPY, COPY)
     # cuDNN's fused attention reads the sbhd strides; the profile's default kernel: nothing
-    assert eager_attention(LLAMA, "megatron-core", "cudnn") == (0, 0, 0)
-    assert eager_attention(LLAMA, "megatron-core", None) == (0, 0, 0)
+    assert eager_attention(LLAMA, "megatron-core", "cudnn") == AttentionEager()
+    assert eager_attention(LLAMA, "megatron-core", None) == AttentionEager()
     # other frameworks' model code hands flash-attn bshd tensors: not this module's
-    assert eager_attention(LLAMA, "generator", "fa2") == (0, 0, 0)
-    assert eager_attention(LLAMA, "torchtitan", "fa2") == (0, 0, 0)
+    assert eager_attention(LLAMA, "generator", "fa2") == AttentionEager()
+    assert eager_attention(LLAMA, "torchtitan", "fa2") == AttentionEager()
 
 
 def test_the_bytes_per_attention_instruction() -> None:
