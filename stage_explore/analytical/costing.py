@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from stage_core.blocks import Structure
 from stage_core.lower.bind import BoundBlock, Instr
-from stage_core.lower.compact import layer_pattern
+from stage_core.lower.compact import layer_pattern, mtp_blocks
 from stage_core.lower.flops import AttentionFlops
 from stage_core.lower.fp8 import fp8_block
 from stage_core.lower.program import (
@@ -98,6 +98,10 @@ from stage_explore.analytical.ub_multicast import (
     with_fp8_buffer_scatters,
 )
 
+#: The block kinds a model binds beyond the embedding and head: its distinct layer kinds in
+#: order of first use, and its first multi-token-prediction block's (empty without MTP).
+BlockKinds = tuple[tuple[str, ...], tuple[str, ...]]
+
 
 @dataclass(frozen=True, slots=True)
 class PhaseProgram:
@@ -143,28 +147,36 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
         self._tokens += 1
         return self._tokens
 
-    def _model_facts(self, model: ModelSpec) -> tuple[tuple[str, ...], Structure]:
+    def _model_facts(self, model: ModelSpec) -> tuple[tuple[str, ...], Structure, BlockKinds]:
         """The model's :func:`~stage_core.lower.compact.layer_pattern` (it walks every
-        layer) and its :class:`~stage_core.blocks.Structure`, memoised by the model object (a
-        study evaluates one model many times)."""
+        layer), its :class:`~stage_core.blocks.Structure` and the block kinds
+        :func:`~stage_core.lower.program.bind_all` binds for it (its distinct layer kinds and
+        its first multi-token-prediction block's), memoised by the model object (a study
+        evaluates one model many times)."""
 
-        def compute() -> tuple[ModelSpec, tuple[str, ...], Structure]:
-            return model, layer_pattern(model), Structure.of(model)
+        def compute() -> tuple[ModelSpec, tuple[str, ...], Structure, BlockKinds]:
+            pattern = layer_pattern(model)
+            kinds = (tuple(dict.fromkeys(pattern)), mtp_blocks(model)[:1])
+            return model, pattern, Structure.of(model), kinds
 
         entry = self._patterns.get(id(model), compute)
         if entry[0] is not model:  # another object got the id of a collected one
             entry = self._patterns.items[id(model)] = compute()
-        return entry[1], entry[2]
+        return entry[1], entry[2], entry[3]
 
     def _bound(self, workload: Workload) -> tuple[int, dict[str, BoundBlock]]:
         """Bound blocks, shared by every candidate with the same per-rank shapes: blocks never
         communicate over pp or dp, so those degrees enter only as "1 or more" (and dp through
-        the global micro-batch B, whose per-rank share is the micro-batch either way)."""
+        the global micro-batch B, whose per-rank share is the micro-batch either way). The key
+        holds the block kinds bound (two models of one structure and sizes may lay out
+        different kinds: a first dense layer, an MoE interval) and what the compute timer
+        reads beyond the blocks: the number it returns names both in the memos."""
         sizes, axis_sizes = canonical_sizes(workload)  # canonical(workload)'s, built on a miss
         parallel, model = workload.parallel, workload.model
         fp8 = parallel.quantized  # FP8 (FP4) copies of saved inputs (lower.fp8)
+        _, structure, kinds = self._model_facts(model)
         key = (
-            self._model_facts(model)[1], workload.options, workload.flags,
+            structure, kinds, workload.options, workload.flags,
             str(parallel.recompute), tuple(sorted(sizes.items())),
             tuple(sorted(axis_sizes.items())), model.tied_embeddings,
             parallel.pp == 1, parallel.recompute_modules,
@@ -172,6 +184,11 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             parallel.recompute_method == "uniform",  # and the grouped layers' kinds
             (parallel.linear_recipe, parallel.fp8_gemms) if fp8 else (),
             (model.router_groups, model.router_group_topk),  # DeepEP's shares (s27 mbvrest)
+            # what the blocks' compute timer (_compute_timer) reads beyond the blocks, so that
+            # every memo keyed on this number tells them apart (s31 memo2): routing_share's
+            # dropless routing (capacity 1.0 and dropless bind the same slots C) and the
+            # fused weight-gradient accumulator's bytes (_wgrad_accumulator: grad_fp32)
+            model.capacity_factor is None, workload.grad_bytes,
         )  # fmt: skip
 
         def compute() -> tuple[int, dict[str, BoundBlock]]:  # a number names them in keys
