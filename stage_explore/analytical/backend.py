@@ -390,14 +390,19 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
     def _placement(self, workload: Workload, system: System) -> dict[str, str]:
         """``{"placement": note}`` when the ranks fill the scale-up domains unevenly
         (:func:`~stage_explore.system.placement.placement_note`), else nothing; under
-        ``moe_hybridep_domain_ranks`` the note says how the expert-parallel groups were placed
-        instead (:mod:`~stage_explore.analytical.ep_domain`)."""
+        ``moe_hybridep_domain_ranks`` or ``moe_ep_one_domain`` the note says how the
+        expert-parallel groups were placed instead (:mod:`~stage_explore.analytical.ep_domain`)."""
         axes = tuple((axis.name, int(axis.size)) for axis in workload.mesh.axes)
         note = placement_note(system, axes)
         if note is None:
             return {}
         per_domain = self.framework.moe_hybridep_domain_ranks
-        if self.framework.moe_hybridep and per_domain > 0 and workload.parallel.ep > 1:
+        if self.framework.moe_ep_one_domain and workload.parallel.ep > 1:
+            note += (
+                "; each expert-parallel group timed inside one NVLink domain, as its "
+                "symmetric-memory dispatch needs (moe_ep_one_domain), not as above"
+            )
+        elif self.framework.moe_hybridep and per_domain > 0 and workload.parallel.ep > 1:
             note += (
                 f"; the expert-parallel groups timed as HybridEP places them, {per_domain} "
                 "ranks in each NVLink domain (moe_hybridep_domain_ranks), not as above"

@@ -34,7 +34,7 @@ from stage_explore.analytical.costs import (
     stage_transfer_s,
 )
 from stage_explore.analytical.deepep import deepep_level_fractions
-from stage_explore.analytical.ep_domain import domain_group
+from stage_explore.analytical.ep_domain import domain_group, one_domain_group
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.hybridep import hybridep_dispatch_kernel, hybridep_level_rates
 from stage_explore.analytical.overlap import (
@@ -85,21 +85,23 @@ class CommCosting:
         size, ranks per network dim, regularity, smallest blocks —, a representative group, its
         rank). Under ``moe_hybridep`` with ``moe_hybridep_domain_ranks`` the group over the
         expert-parallel axes is HybridEP's placement of it
-        (:func:`~stage_explore.analytical.ep_domain.domain_group`), its rank the stage's own."""
+        (:func:`~stage_explore.analytical.ep_domain.domain_group`), its rank the stage's own;
+        under ``moe_ep_one_domain`` it is the whole group in one scale-up domain
+        (:func:`~stage_explore.analytical.ep_domain.one_domain_group`)."""
         workload, table, system = point.workload, point.table, point.system
 
         def compute() -> tuple[Any, ...]:
             result = []
             per_domain = self.framework.moe_hybridep_domain_ranks
-            placed = (
-                self.framework.moe_hybridep
-                and per_domain > 0
-                and sorted(axes) == sorted(workload.expert_axes)
-            )
+            expert = sorted(axes) == sorted(workload.expert_axes)
+            placed = self.framework.moe_hybridep and per_domain > 0 and expert
+            one_domain = self.framework.moe_ep_one_domain and expert
             for stage in range(workload.parallel.pp):
                 rank = workload.mesh.rank_of({"pp": stage})
                 group = table.group(rank, axes)
-                if placed:  # HybridEP's group: n ranks per NVLink domain (ep_domain)
+                if one_domain:  # a symmetric-memory dispatch's group: one NVLink domain
+                    group = one_domain_group(group, system.dim_sizes)
+                elif placed:  # HybridEP's group: n ranks per NVLink domain (ep_domain)
                     group = domain_group(group, per_domain, system.dim_sizes)
                 span = group_span(system.dim_sizes, group)
                 result.append(((len(group), span.counts, span.regular, span.blocks), group, rank))

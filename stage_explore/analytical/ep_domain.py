@@ -59,3 +59,20 @@ def domain_group(
     return tuple(
         block * domain + slot for block in range(domains) for slot in range(ranks_per_domain)
     )
+
+
+def one_domain_group(group: Sequence[int], dim_sizes: Sequence[int]) -> tuple[int, ...]:
+    """Ranks standing for expert-parallel ``group`` when its dispatch runs through
+    peer-addressable symmetric memory (``moe_ep_one_domain``; s31 ppbubble): the whole group
+    in one scale-up domain of ``dim_sizes[0]`` GPUs, its ranks consecutive. PyTorch's
+    ``symm_mem.rendezvous`` gives the dispatch kernels every peer's buffer pointer, which only
+    GPUs sharing one NVLink fabric can address (meta-pytorch/dist_moe ``dist_moe/_buffers.py``
+    18b4f488), so a group larger than a domain cannot run and is refused."""
+    size, domain = len(group), int(dim_sizes[0])
+    if size > domain:
+        raise ConfigError(
+            f"moe_ep_one_domain: the expert-parallel group's {size} ranks exceed the scale-up "
+            f"domain's {domain} GPUs (a symmetric-memory dispatch needs every peer on one "
+            "NVLink fabric)"
+        )
+    return tuple(range(size))

@@ -48,6 +48,18 @@ Options (all booleans unless said):
   which can let a group straddle two domains; every other group keeps the preset's placement.
   ``n`` must divide the group and fit a scale-up domain. 0 (every profile's default): the
   preset's placement. Read under ``moe_hybridep`` only.
+- ``moe_ep_one_domain`` — every expert-parallel group exchanges its tokens through
+  peer-addressable symmetric memory, so each group ran inside one NVLink domain: PyTorch's
+  ``symm_mem.rendezvous`` hands the kernels every peer's buffer pointer (``buffer_ptrs``),
+  which only GPUs of one NVLink fabric can load from and store to. torchtitan's Dist-MoE
+  routed experts do so (meta-pytorch/dist_moe ``dist_moe/_buffers.py`` 18b4f488
+  ``SymmetricMemoryBuffer``: "peer pointer arrays … explicit to Triton and CuTe launches";
+  its README 191b73f3 lists "hierarchical execution" as not supported). The backend times every
+  group over the expert-parallel axes as ``ep`` consecutive ranks of one scale-up domain
+  (:func:`~stage_explore.analytical.ep_domain.domain_group` with ``n = ep``), whatever
+  dispatcher; every other group keeps the preset's placement. A group larger than a scale-up
+  domain is refused (such a run cannot start). Off (every profile's default): the preset's
+  placement.
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -128,6 +140,8 @@ MOE_FLAGS: dict[str, str] = {
     "moe_hybridep_sms": "Megatron-Core moe_hybridep_num_sms (HybridEP's SMs; default 16)",
     "moe_hybridep_domain_ranks": "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN (HybridEP's ranks per "
     "NVLink domain; 0 = the preset's placement)",
+    "moe_ep_one_domain": "torchtitan Dist-MoE routed experts (symmetric-memory dispatch: each "
+    "expert-parallel group in one NVLink domain)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
     "torchtitan ExpertParallel _permute / _unpermute",
@@ -152,6 +166,7 @@ class MoeOptions:
     moe_hybridep: bool = False  # not HybridEP (its own rates: analytical.hybridep)
     moe_hybridep_sms: int = 16  # Megatron-Core's moe_hybridep_num_sms default
     moe_hybridep_domain_ranks: int = 0  # the preset's contiguous placement of the EP group
+    moe_ep_one_domain: bool = False  # the preset's contiguous placement of the EP group
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are

@@ -249,6 +249,12 @@ FLOAT8_ALL_GATHER = re.compile(
 )
 
 
+#: torchtitan's Dist-MoE routed-expert backend named in a row's text (pytorch/torchtitan
+#: ``docs/dist_moe.md`` a30ac1bf, "the CuTe DSL ``dist_moe`` backend"; the DeepSeek-V3 report
+#: writes "DistMoE").
+DIST_MOE = re.compile(r"\bdist[\s_-]?moe\b", re.IGNORECASE)
+
+
 def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defaults) -> None:
     text = row_text(row).lower()
     table = row.get("source_table", "").lower()
@@ -282,6 +288,16 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
         out.notes.append(
             "asynchronous TP (tp_comm_overlap): the source table names AsyncTP "
             "(torchtitan --parallelism.enable_async_tensor_parallel)"
+        )
+    if DIST_MOE.search(text):
+        out.options["moe_ep_one_domain"] = True
+        out.notes.append(
+            "each expert-parallel group inside one NVLink domain (moe_ep_one_domain): the text "
+            "names torchtitan's Dist-MoE routed experts, whose dispatch and combine kernels "
+            "address every peer's symmetric-memory buffer directly (meta-pytorch/dist_moe "
+            "dist_moe/_buffers.py 18b4f488, symm_mem.rendezvous buffer_ptrs), which only GPUs "
+            "of one NVLink fabric can; the data-parallel and pipeline groups as the preset "
+            "places them"
         )
     when, how = dated(row), "the text dates the run"
     if when is None:  # a run on a stated PyTorch release is no older than that release
