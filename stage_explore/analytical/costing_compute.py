@@ -158,6 +158,7 @@ class ComputeCosting:
                 self.framework.attention_kernel_on(accelerator.peak_flops_per_s),
                 tp=parallel.tp,
                 fused_qkv=self.framework.fused_qkv,
+                single_qkv_rope=self.framework.fused_single_qkv_rope,
             ),
             expert_share=routing_share(point.workload.model, self.framework.moe_fake_balanced_gate),
             sort_chunks=self._sorts_chunks(point),
@@ -205,7 +206,10 @@ class ComputeCosting:
             fused=framework.fused_elementwise,
             deepep=framework.moe_deepep,
             trained_router=not framework.moe_fake_balanced_gate,
-            rope_fusion=framework.rope_fusion,
+            # fused_single_qkv_rope runs TE's fused QKV rotary kernel, not rope_utils' ops
+            # (eager_qkv_split module docstring)
+            rope_fusion=framework.rope_fusion
+            or (framework.fused_qkv and framework.fused_single_qkv_rope),
             op_fuser=framework.moe_grouped_kernel,  # TE's fused expert ops add the biases
         )
         if framework.linear_bias_epilogue:

@@ -461,7 +461,7 @@ class AttentionEager(NamedTuple):
     (``inputs``), of the output (``output``), of the output gradient the backward copies
     (``output_grad``), of the query the first forward copies (``query``), of the value each
     forward copies (``value``), of the query, key and value gradients the backward copies
-    (``input_grads``)."""
+    (``input_grads``), of the value gradient alone the backward copies (``value_grad``)."""
 
     inputs: int = 0
     output: int = 0
@@ -469,6 +469,7 @@ class AttentionEager(NamedTuple):
     query: int = 0
     value: int = 0
     input_grads: int = 0
+    value_grad: int = 0
 
 
 def eager_attention(
@@ -478,18 +479,20 @@ def eager_attention(
     *,
     tp: int = 1,
     fused_qkv: bool = False,
+    single_qkv_rope: bool = False,
 ) -> AttentionEager:
     """What the framework's model code runs around its attention kernel, per element
     (:func:`attention_eager_bytes`): AutoModel's FlexAttention path under ``"automodel"``;
     under ``"megatron-core"`` Megatron's ``sbhd`` layout copies around the flash-attn package
     (:mod:`~stage_explore.analytical.eager_flash_layout`) and, with ``fused_qkv``, the copies
-    around its fused QKV split on tensor-parallel size ``tp``
-    (:mod:`~stage_explore.analytical.eager_qkv_split`); nothing for every other table."""
+    around its fused QKV split on tensor-parallel size ``tp``, or its fused QKV rotary
+    embedding under ``single_qkv_rope`` (``fused_single_qkv_rope``:
+    :mod:`~stage_explore.analytical.eager_qkv_split`); nothing for every other table."""
     if eager_modules == "megatron-core":
         from stage_explore.analytical.eager_flash_layout import megatron_attention_eager
-        from stage_explore.analytical.eager_qkv_split import megatron_qkv_split
+        from stage_explore.analytical.eager_qkv_split import qkv_split
 
-        split = megatron_qkv_split(model, attention_kernel, tp) if fused_qkv else (0, 0, 0)
+        split = qkv_split(model, attention_kernel, tp, single_qkv_rope) if fused_qkv else ()
         return AttentionEager(*megatron_attention_eager(attention_kernel), *split)
     if eager_modules != "automodel":
         return AttentionEager()
@@ -509,7 +512,12 @@ def attention_eager_bytes(instr: Instr, per_element: AttentionEager) -> int:
         op = instr.name.removesuffix(".backward")
         out_grad = sum(size for name, size in instr.inputs if name == f"d.{op}")
         grads = sum(size for _, size in instr.outputs[:3])  # dq, dk, dv (a sink's may follow)
-        return (out_grad * per_element.output_grad + grads * per_element.input_grads) // BF16
+        dv = instr.outputs[2][1] if per_element.value_grad else 0
+        return (
+            out_grad * per_element.output_grad
+            + grads * per_element.input_grads
+            + dv * per_element.value_grad
+        ) // BF16
     q, k, v = (size for _, size in instr.inputs[:3])  # q, k, v (a sink vector may follow)
     out = sum(size for name, size in instr.outputs if name == instr.name)
     query = per_element.query if instr.phase != "recompute" else 0

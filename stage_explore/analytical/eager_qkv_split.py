@@ -51,8 +51,30 @@ key and value copies already charged include it (legacy Megatron-LM's ``rearrang
 which sets ``qkv_format = "bshd"`` and copies ``x.transpose(0, 1).contiguous()`` of all three,
 "WAR for peak memory usage"). Not charged: that 2024 workaround's copies on the cuDNN path (a
 2026 Megatron-Core, NVIDIA/Megatron-LM 004fe2f1, keeps ``sbhd`` and has no such copies; when it
-went away was not read), ``fused_single_qkv_rope`` (which removes the value copy and the
-concatenation; not a profile option), and FP8 attention (``fp8_dot_product_attention``).
+went away was not read) and FP8 attention (``fp8_dot_product_attention``).
+
+Under Megatron-Core's ``fused_single_qkv_rope`` (framework option of the same name, 7 Dec 2026,
+s31 qkvrope: :func:`single_qkv_rope_split`) ``SelfAttention.forward`` does not split: it passes
+the fused ``linear_qkv`` output to Transformer Engine's ``apply_fused_qkv_rotary_pos_emb`` when
+the layer has a rotary embedding, no query / key norm, no packed sequences and is not
+cross-attention (else it asserts "fused_single_qkv_rope requested but not available/supported";
+``megatron/core/transformer/attention.py``, NVIDIA/Megatron-LM f41b4fd4). TE's
+``fused_qkv_rope_forward`` (``transformer_engine/pytorch/csrc/extensions/apply_rope.cpp``,
+NVIDIA/TransformerEngine#2122) allocates ``q_out`` already ``[s, b, np, hn]``, ``k_out`` and
+``v_out`` and one kernel (``nvte_fused_qkv_rope_forward``) reads the fused buffer and writes all
+three; ``fused_qkv_rope_backward`` allocates one ``[s, b, ng, (np/ng + 2) · hn]`` gradient and
+one kernel (``nvte_fused_qkv_rope_backward``) writes it from ``dq``, ``dk``, ``dv``. So, against
+the split path:
+
+- the query's reshape is gone (the kernel writes the query in the attention's shape);
+- the value is still read and written once per forward, now inside the fused kernel
+  (``v_out``) instead of TE's ``v.contiguous()``: the same bytes, charged as before;
+- the concatenation is gone for ``dq`` and ``dk`` (the rotary backward writes them into the
+  fused gradient, the bytes the generator's rotary backward already counts) but not for ``dv``,
+  which the backward kernel reads and writes into the buffer: one copy per element of ``dv``.
+
+The rotary embedding is then this one kernel whatever ``apply_rope_fusion`` says (Megatron-LM
+does not call ``apply_rotary_pos_emb`` on this path): the caller charges it as the fused kernel.
 
 Every copy reads and writes one 16-bit element per element (``BF16 + BF16``).
 """
@@ -88,3 +110,29 @@ def megatron_qkv_split(
     cudnn = attention_kernel is not None and attention_kernel.startswith("cudnn")
     grads = 0 if interleaved and cudnn else COPY
     return (query, value, grads)
+
+
+def single_qkv_rope_split(model: ModelSpec) -> tuple[int, int, int, int] | None:
+    """Bytes per element (the query's reshape, the value's copy, the ``dq`` / ``dk`` / ``dv``
+    concatenation, the ``dv`` copy into the fused gradient) of Megatron-Core's fused QKV path
+    under ``fused_single_qkv_rope`` (module docstring), on any attention kernel (the fused
+    kernel writes ``v_out`` whatever reads it) and tensor-parallel size, or ``None`` when
+    Megatron-Core does not take that path for ``model`` (no rotary embedding, a query / key
+    norm, latent attention): the caller then charges :func:`megatron_qkv_split`."""
+    if model.position is not Position.ROTARY or model.qk_norm:
+        return None
+    if model.kv_lora_rank or model.q_lora_rank:
+        return None
+    return (0, COPY, 0, COPY)
+
+
+def qkv_split(
+    model: ModelSpec, attention_kernel: str | None, tp: int, single_qkv_rope: bool
+) -> tuple[int, ...]:
+    """Bytes per element of :class:`~stage_explore.analytical.eager.AttentionEager`'s ``query``,
+    ``value``, ``input_grads`` and ``value_grad`` for Megatron-Core's fused QKV: under
+    ``single_qkv_rope`` (``fused_single_qkv_rope``) where Megatron-Core takes that path
+    (:func:`single_qkv_rope_split`), else the split's (:func:`megatron_qkv_split`, no ``dv``
+    copy of its own)."""
+    fused = single_qkv_rope_split(model) if single_qkv_rope else None
+    return fused if fused is not None else (*megatron_qkv_split(model, attention_kernel, tp), 0)

@@ -151,6 +151,16 @@ Options (all booleans unless said):
   their MXFP8 casts; the final norm stays a kernel of its own (the layer is not a norm +
   linear module). Time only (the head's weight and saved input stay 16-bit in memory). Off
   (Megatron-Core's default), or another recipe: the output layer's GEMMs in 16 bits.
+- ``fused_single_qkv_rope`` — with ``fused_qkv`` under ``eager_modules`` ``"megatron-core"``,
+  Megatron-Core's option of that name (``TransformerConfig``, default False; "avoid splitting
+  QKV before ROPE forward and avoid concatenating ROPE dgrads"): the fused ``linear_qkv`` output
+  goes whole to Transformer Engine's fused QKV rotary kernel (NVIDIA/TransformerEngine#2122,
+  ``apply_fused_qkv_rotary_pos_emb``) when the layer has a rotary embedding and no query / key
+  norm. Charged: no query reshape copy, no ``dq`` / ``dk`` concatenation, the value's read and
+  write (now the kernel's ``v_out``) and the ``dv`` copy into the fused gradient as before, and
+  the rotary embedding as one fused kernel whatever ``rope_fusion`` says
+  (:mod:`~stage_explore.analytical.eager_qkv_split`). Off (the default), or another model: the
+  split's copies.
 - ``te_current_scaling`` — the ``tensorwise`` recipe's casts run as Transformer Engine's
   ``Float8CurrentScalingQuantizer`` (Megatron-Core ``--fp8-recipe tensorwise``, TE
   ``Float8CurrentScaling``): ``quantize_impl`` (``pytorch/csrc/quantizer.cpp``) runs
@@ -198,6 +208,7 @@ KERNEL_FLAGS: dict[str, str] = {
     "fp8_amax_reduction": "TE DelayedScaling amax all-reduce group (Megatron --tp-only-amax-red)",
     "te_current_scaling": "TE Float8CurrentScaling quantizers (Megatron --fp8-recipe tensorwise)",
     "fp8_output_proj": "Megatron-Core fp8_output_proj (MXFP8 LM head as a TE linear)",
+    "fused_single_qkv_rope": "Megatron-Core fused_single_qkv_rope (TE fused QKV RoPE, no split)",
 }
 
 #: The values of ``fp8_amax_reduction``: no reduction timed, Megatron's ``--tp-only-amax-red``
@@ -231,6 +242,7 @@ class KernelOptions:
     linear_bias_epilogue: bool = False  # each bias add an element-wise kernel (generator's)
     fused_fc1: str = "none"  # gate and up as two GEMMs (separate linears), their dgrads summed
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
+    fused_single_qkv_rope: bool = False  # Megatron's QKV split and its copies (its default)
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:

@@ -53,6 +53,7 @@ from stage_explore.validation.infer_mlperf_gptoss import mlperf_gptoss_defaults
 from stage_explore.validation.infer_mlperf_moe import mlperf_moe_switches
 from stage_explore.validation.infer_modelzoo import model_zoo_tp_overlap
 from stage_explore.validation.infer_nemo2 import nemo2_deepseek_v3, nemo2_token_drop
+from stage_explore.validation.infer_qkv_rope import single_qkv_rope
 from stage_explore.validation.infer_rank_order import tp_pp_dp_rank_order
 from stage_explore.validation.infer_release import (
     Defaults,
@@ -568,6 +569,7 @@ def megatron_core_defaults(
     tp_pp_dp_rank_order(row, bool(spec.num_experts), pp, out)
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)
+    single_qkv_rope(row, flavor, out)
     if "mlperf" in row_text(row).lower():
         recipe = fp8_recipe if precision == "fp8" else ""
         mlperf_moe_switches(row, stated, out, bool(spec.num_experts), recipe)
