@@ -461,7 +461,8 @@ class AttentionEager(NamedTuple):
     (``inputs``), of the output (``output``), of the output gradient the backward copies
     (``output_grad``), of the query the first forward copies (``query``), of the value each
     forward copies (``value``), of the query, key and value gradients the backward copies
-    (``input_grads``), of the value gradient alone the backward copies (``value_grad``)."""
+    (``input_grads``), of the value gradient alone the backward copies (``value_grad``), of the
+    value the first forward copies (``value_once``)."""
 
     inputs: int = 0
     output: int = 0
@@ -470,6 +471,7 @@ class AttentionEager(NamedTuple):
     value: int = 0
     input_grads: int = 0
     value_grad: int = 0
+    value_once: int = 0
 
 
 def eager_attention(
@@ -520,12 +522,12 @@ def attention_eager_bytes(instr: Instr, per_element: AttentionEager) -> int:
         ) // BF16
     q, k, v = (size for _, size in instr.inputs[:3])  # q, k, v (a sink vector may follow)
     out = sum(size for name, size in instr.outputs if name == instr.name)
-    query = per_element.query if instr.phase != "recompute" else 0
+    first = instr.phase != "recompute"
     return (
         (q + k + v) * per_element.inputs
         + out * per_element.output
-        + q * query
-        + v * per_element.value
+        + q * (per_element.query if first else 0)
+        + v * (per_element.value + (per_element.value_once if first else 0))
     ) // BF16
 
 

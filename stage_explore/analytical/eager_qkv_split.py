@@ -67,8 +67,9 @@ one kernel (``nvte_fused_qkv_rope_backward``) writes it from ``dq``, ``dk``, ``d
 the split path:
 
 - the query's reshape is gone (the kernel writes the query in the attention's shape);
-- the value is still read and written once per forward, now inside the fused kernel
-  (``v_out``) instead of TE's ``v.contiguous()``: the same bytes, charged as before;
+- the value is still read and written, now inside the fused kernel (``v_out``) instead of TE's
+  ``v.contiguous()``: the same bytes, but once, in the first forward (the rotary kernel is
+  outside the core attention a selective recompute re-runs, where ``v.contiguous()`` ran);
 - the concatenation is gone for ``dq`` and ``dk`` (the rotary backward writes them into the
   fused gradient, the bytes the generator's rotary backward already counts) but not for ``dv``,
   which the backward kernel reads and writes into the buffer: one copy per element of ``dv``.
@@ -112,9 +113,10 @@ def megatron_qkv_split(
     return (query, value, grads)
 
 
-def single_qkv_rope_split(model: ModelSpec) -> tuple[int, int, int, int] | None:
-    """Bytes per element (the query's reshape, the value's copy, the ``dq`` / ``dk`` / ``dv``
-    concatenation, the ``dv`` copy into the fused gradient) of Megatron-Core's fused QKV path
+def single_qkv_rope_split(model: ModelSpec) -> tuple[int, int, int, int, int] | None:
+    """Bytes per element (the query's reshape, the value's copy in every forward, the ``dq`` /
+    ``dk`` / ``dv`` concatenation, the ``dv`` copy into the fused gradient, the value's copy in
+    the first forward) of Megatron-Core's fused QKV path
     under ``fused_single_qkv_rope`` (module docstring), on any attention kernel (the fused
     kernel writes ``v_out`` whatever reads it) and tensor-parallel size, or ``None`` when
     Megatron-Core does not take that path for ``model`` (no rotary embedding, a query / key
@@ -123,16 +125,19 @@ def single_qkv_rope_split(model: ModelSpec) -> tuple[int, int, int, int] | None:
         return None
     if model.kv_lora_rank or model.q_lora_rank:
         return None
-    return (0, COPY, 0, COPY)
+    return (0, 0, 0, COPY, COPY)
 
 
 def qkv_split(
     model: ModelSpec, attention_kernel: str | None, tp: int, single_qkv_rope: bool
 ) -> tuple[int, ...]:
     """Bytes per element of :class:`~stage_explore.analytical.eager.AttentionEager`'s ``query``,
-    ``value``, ``input_grads`` and ``value_grad`` for Megatron-Core's fused QKV: under
+    ``value``, ``input_grads``, ``value_grad`` and ``value_once`` for Megatron-Core's fused QKV:
+    under
     ``single_qkv_rope`` (``fused_single_qkv_rope``) where Megatron-Core takes that path
     (:func:`single_qkv_rope_split`), else the split's (:func:`megatron_qkv_split`, no ``dv``
-    copy of its own)."""
+    copy of its own, its value copy in every forward)."""
     fused = single_qkv_rope_split(model) if single_qkv_rope else None
-    return fused if fused is not None else (*megatron_qkv_split(model, attention_kernel, tp), 0)
+    if fused is not None:
+        return fused
+    return (*megatron_qkv_split(model, attention_kernel, tp), 0, 0)

@@ -6,6 +6,8 @@ for."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
@@ -35,9 +37,10 @@ def test_the_fused_path_keeps_only_the_value_and_its_gradient_copies() -> None:
     # fused_qkv_rope_forward writes q_out in the attention's shape (no reshape copy) and v_out
     # (the value's read and write); fused_qkv_rope_backward writes dq, dk into the fused
     # gradient from the rotary backward and copies dv into it
-    assert _fused(LLAMA3) == AttentionEager(value=COPY, value_grad=COPY)
+    assert _fused(LLAMA3) == AttentionEager(value_grad=COPY, value_once=COPY)
     # the flash-attn package path: v_out is written by the fused kernel before the layout copies
-    assert _fused(LLAMA3, "fa2") == AttentionEager(COPY, COPY, COPY, value=COPY, value_grad=COPY)
+    fa2 = AttentionEager(COPY, COPY, COPY, value_grad=COPY, value_once=COPY)
+    assert _fused(LLAMA3, "fa2") == fa2
     split = eager_attention(LLAMA3, "megatron-core", "cudnn", tp=1, fused_qkv=True)
     assert split == AttentionEager(query=COPY, value=COPY, input_grads=COPY)
 
@@ -60,6 +63,8 @@ def test_the_bytes_per_attention_instruction() -> None:
     assert v == LLAMA3.seq_len * LLAMA3.kv_heads * LLAMA3.head_dim
     per_element = _fused(LLAMA3)
     assert attention_eager_bytes(fwd, per_element) == v * COPY
+    # the fused kernel is outside the core attention a selective recompute re-runs
+    assert attention_eager_bytes(replace(fwd, phase="recompute"), per_element) == 0
     assert attention_eager_bytes(bwd, per_element) == v * COPY  # dv only, not dq + dk + dv
 
 
