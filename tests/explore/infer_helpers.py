@@ -2,15 +2,32 @@
 (Megatron-Bridge's MoE recipes: test_infer_bridge_moe.py, test_infer_bridge_dispatch.py,
 test_infer_bridge_hybridep_layouts.py), and a synthetic row's case, model, layout or one-line
 refusal with a model's published dims (the open-model reader tests: test_infer_open_models.py,
-test_infer_readers2.py … test_infer_readers5.py), and their Megatron-LM row template
-(:func:`megatron_row`)."""
+test_infer_readers2.py … test_infer_readers6.py), their Megatron-LM row template
+(:func:`megatron_row`), and a package row of ``published_runs_no_setup.csv`` with its first case
+(:func:`package_row`, :func:`package_case`)."""
 
 from __future__ import annotations
 
 from stage_core.models import ModelSpec
 from stage_core.parallel import ParallelConfig
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.setups import Case, data_dir
+
+#: The package's rows without a hand-written setup (the inferred path).
+NO_SETUP = "published_runs_no_setup.csv"
+
+
+def package_row(row_id: str, file: str = NO_SETUP) -> dict[str, str]:
+    """The package's row ``row_id`` of ``file`` (exactly one)."""
+    (row,) = [r for r in read_csv(data_dir() / file) if r["id"] == row_id]
+    return row
+
+
+def package_case(row: dict[str, str], file: str = NO_SETUP) -> Case:
+    """The first case the package row ``row`` of ``file`` infers (reason or not)."""
+    (case, *_) = row_cases(row, file, 1, data_dir())
+    return case
 
 
 def inferred_case(row: dict[str, str]) -> Case:

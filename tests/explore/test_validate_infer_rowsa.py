@@ -7,25 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from stage_explore.validation.csv_cells import read_csv
-from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_shard import mics_group, stated_shard_size
-from stage_explore.validation.setups import Case, data_dir
-
-DATA = data_dir()
-NO_SETUP = "published_runs_no_setup.csv"
-
-
-def _row(row_id: str) -> dict[str, str]:
-    """The package's row ``row_id`` of :data:`NO_SETUP`."""
-    (row,) = [r for r in read_csv(DATA / NO_SETUP) if r["id"] == row_id]
-    return row
-
-
-def _case(row: dict[str, str]) -> Case:
-    (case, *_) = row_cases(row, NO_SETUP, 1, DATA)
-    return case
+from tests.explore.infer_helpers import package_case as _case
+from tests.explore.infer_helpers import package_row as _row
 
 
 @pytest.mark.parametrize(
