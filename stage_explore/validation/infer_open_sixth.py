@@ -49,6 +49,12 @@ LLAMA1_PATTERN = (
 #: huggingface.co/musabgultekin/functionary-7b-v0.2 (4096, 11008, 32 heads, 32 layers) and
 #: huggingface.co/AlexeyChe/llama-13b-lora (5120, 13824, 40 heads, 40 layers).
 _LLAMA1_TEXT = "config.json (LlamaForCausalLM, vocab_size 32000, tie_word_embeddings false"
+#: The paper's 33B, which Hugging Face names 30B: one config under two names.
+_LLAMA1_33B = dims(60, 6656, 17920, 52, 52, 32000)
+_LLAMA1_33B_WHERE = (
+    f"{_HF}/huggyllama/llama-30b {_LLAMA1_TEXT}: hidden 6656, intermediate 17920, 52 heads, "
+    "60 layers"
+)
 LLAMA1 = (
     OpenModel("LLaMA 7B", 7, dims(32, 4096, 11008, 32, 32, 32000),
               f"huggyllama/llama-7b {_LLAMA1_TEXT}; copied at {_HF}/musabgultekin/"
@@ -56,12 +62,9 @@ LLAMA1 = (
     OpenModel("LLaMA 13B", 13, dims(40, 5120, 13824, 40, 40, 32000),
               f"huggyllama/llama-13b {_LLAMA1_TEXT}; copied at {_HF}/AlexeyChe/llama-13b-lora: "
               "hidden 5120, intermediate 13824, 40 heads, 40 layers)"),
-    OpenModel("LLaMA 33B", 33, dims(60, 6656, 17920, 52, 52, 32000),
-              f"{_HF}/huggyllama/llama-30b {_LLAMA1_TEXT}: hidden 6656, intermediate 17920, 52 "
-              "heads, 60 layers; the paper's 33B)"),
-    OpenModel("LLaMA 30B", 30, dims(60, 6656, 17920, 52, 52, 32000),
-              f"{_HF}/huggyllama/llama-30b {_LLAMA1_TEXT}: hidden 6656, intermediate 17920, 52 "
-              "heads, 60 layers; Hugging Face's name of the paper's 33B)"),
+    OpenModel("LLaMA 33B", 33, _LLAMA1_33B, f"{_LLAMA1_33B_WHERE}; the paper's 33B)"),
+    OpenModel("LLaMA 30B", 30, _LLAMA1_33B,
+              f"{_LLAMA1_33B_WHERE}; Hugging Face's name of the paper's 33B)"),
     OpenModel("LLaMA 65B", 65, dims(80, 8192, 22016, 64, 64, 32000),
               f"{_HF}/huggyllama/llama-65b {_LLAMA1_TEXT}: hidden 8192, intermediate 22016, 64 "
               "heads, 80 layers)"),
