@@ -62,6 +62,7 @@ from stage_explore.analytical.fp8_gather import (
 from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.funcol_copies import funcol_copy_bytes
+from stage_explore.analytical.fused_expert_comm import fused_expert_timers
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
@@ -393,6 +394,10 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             lambda i: self._comm_time(point, spans[i.axes], i, nccl=not outside_nccl(i)),
             rank_imbalance(self.framework.moe_load_imbalance, point.workload.parallel.ep),
         )
+        if self.framework.moe_fused_expert_comm:  # Dist-MoE's fused dispatch / GEMM / combine
+            compute_s, comm_s = fused_expert_timers(
+                instrs, frozenset(w.name for w in block.weights if w.expert), compute_s, comm_s
+            )
         instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
         if self.framework.cuda_device_max_connections > 1:  # TE's chunks on 3 queues at once
             compute_s = concurrent_chunks(compute_s, pipelined_chunks(shared))

@@ -60,6 +60,14 @@ Options (all booleans unless said):
   dispatcher; every other group keeps the preset's placement. A group larger than a scale-up
   domain is refused (such a run cannot start). Off (every profile's default): the preset's
   placement.
+- ``moe_fused_expert_comm`` — the routed experts' dispatch and combine run inside their grouped
+  GEMMs: torchtitan's Dist-MoE backend (meta-pytorch/dist_moe ``docs/mxfp8_kernel_design.md``
+  ab56bced: the dispatch kernel's "gather/quant warps: peer loads" and the combine kernel's
+  "epilogue warps: ... peer stores" share a CTA with the MMA warps), so each expert-parallel
+  all-to-all is charged only what the forward / input-gradient expert GEMMs it is fused with do
+  not cover, and the SwiGLU, its backward and the gate / up input-gradient sum between fused
+  GEMMs are not charged (:mod:`~stage_explore.analytical.fused_expert_comm`). Off (every
+  profile's default): the exchanges and the element-wise ops as kernels of their own.
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -142,6 +150,8 @@ MOE_FLAGS: dict[str, str] = {
     "NVLink domain; 0 = the preset's placement)",
     "moe_ep_one_domain": "torchtitan Dist-MoE routed experts (symmetric-memory dispatch: each "
     "expert-parallel group in one NVLink domain)",
+    "moe_fused_expert_comm": "torchtitan Dist-MoE routed experts (dispatch / combine peer loads "
+    "and stores inside the grouped GEMMs, SwiGLU fused)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
     "torchtitan ExpertParallel _permute / _unpermute",
@@ -167,6 +177,7 @@ class MoeOptions:
     moe_hybridep_sms: int = 16  # Megatron-Core's moe_hybridep_num_sms default
     moe_hybridep_domain_ranks: int = 0  # the preset's contiguous placement of the EP group
     moe_ep_one_domain: bool = False  # the preset's contiguous placement of the EP group
+    moe_fused_expert_comm: bool = False  # NCCL all-to-alls and an eager SwiGLU (no Dist-MoE)
     moe_fake_balanced_gate: bool = False  # random balanced routing (Megatron's forced balance)
     moe_sort_chunks: bool = False  # the received tokens land in expert order (no chunk sort)
     moe_fp8_padding: bool = False  # FP8 expert GEMMs take the routed tokens as they are

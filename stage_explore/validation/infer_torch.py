@@ -299,6 +299,18 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
             "of one NVLink fabric can; the data-parallel and pipeline groups as the preset "
             "places them"
         )
+        out.options["moe_fused_expert_comm"] = True
+        out.options["moe_sort_chunks"] = False
+        out.notes.append(
+            "Dist-MoE's fused routed experts (moe_fused_expert_comm; moe_sort_chunks off): its "
+            "dispatch kernel gathers peer rows in expert-major order inside the W13 grouped GEMM "
+            "and its W2 kernel runs SwiGLU and stores the combine rows to peers from its epilogue "
+            "(meta-pytorch/dist_moe docs/mxfp8_execution.md 191b73f3, "
+            "docs/mxfp8_kernel_design.md ab56bced warp roles), so neither torchtitan's "
+            "ExpertParallel _permute / _unpermute nor separate all-to-alls run (pytorch/torchtitan "
+            "docs/dist_moe.md a30ac1bf: 'Dist-MoE fuses dispatch, local expert compute, and "
+            "combine into its distributed kernels')"
+        )
     when, how = dated(row), "the text dates the run"
     if when is None:  # a run on a stated PyTorch release is no older than that release
         when, how = torch_dated(row), "the PyTorch release the text names dates from"
