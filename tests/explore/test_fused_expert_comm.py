@@ -5,6 +5,7 @@ and the reading rule that sets it (with ``moe_sort_chunks`` off) on a row naming
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,11 @@ from stage_explore.analytical.fused_expert_comm import (
     fused_expert_timers,
     fused_partners,
 )
+from stage_explore.analytical.trace_mode import trace_step
 from stage_explore.system import load_system
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_torch import DIST_MOE
+from tests.explore.trace_helpers import optimizer_end
 
 DATA = Path(__file__).resolve().parents[2] / "stage_explore" / "data"
 EXPERTS = frozenset({"experts.wg", "experts.wu", "experts.w2"})
@@ -138,6 +141,21 @@ def test_the_fused_experts_hide_the_exchanges_and_the_activation() -> None:
 def test_a_dense_model_does_not_move() -> None:
     base = _evaluate("llama3-8b", 1)["step"]
     assert _evaluate("llama3-8b", 1, moe_fused_expert_comm=True)["step"] == base
+
+
+def test_the_trace_mode_ends_the_step_where_the_levelled_mode_does() -> None:
+    """The trace mode times the phase program's timers too: with the fused experts (ep 2) both
+    modes end the optimizer at the same moment, on the A100 preset without its NCCL channel
+    figures (as tests/explore/test_trace_mode.py checks the modes' contract)."""
+    backend = AnalyticalBackend(framework="torchtitan", overrides={"moe_fused_expert_comm": True})
+    model = get_flavor("deepseek-v2-lite").with_overrides(layers=2, seq_len=1024)
+    parallel = ParallelConfig(dp=4, ep=2, micro_batch=1, global_batch=4)
+    real = load_system("a100-80gb")
+    system = replace(real, network=tuple(replace(d, nccl_channels=None) for d in real.network))
+    evaluation = backend.evaluate(model, parallel, system)
+    traced = trace_step(backend, model, parallel, system, record_nodes=True, gathers_ahead=False)
+    levelled = evaluation.step_time_s - evaluation.breakdown.get("parameter_gather", 0.0)
+    assert optimizer_end(traced) == pytest.approx(levelled, rel=1e-9)
 
 
 def _torchtitan_row(row_id: str) -> dict[str, str]:
