@@ -389,15 +389,19 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
         outside_nccl = runs_outside_nccl(  # userbuffers / symmetric memory: no NCCL call
             policy, point.workload.parallel.tp, point.workload.flags.sp, rule
         )
+        timer = self._compute_timer(point, kind)
+        imbalance = rank_imbalance(self.framework.moe_load_imbalance, point.workload.parallel.ep)
         compute_s, comm_s = imbalanced_timers(  # the busiest expert-parallel rank
-            self._compute_timer(point, kind),
+            timer,
             lambda i: self._comm_time(point, spans[i.axes], i, nccl=not outside_nccl(i)),
-            rank_imbalance(self.framework.moe_load_imbalance, point.workload.parallel.ep),
+            imbalance,
         )
         if self.framework.moe_fused_expert_comm:  # Dist-MoE's fused dispatch / GEMM / combine
+            kernel_s = timer.gemm_kernel_s if isinstance(timer, KernelTimer) else None
             compute_s, comm_s = fused_expert_timers(
-                instrs, frozenset(w.name for w in block.weights if w.expert), compute_s, comm_s
-            )
+                instrs, frozenset(w.name for w in block.weights if w.expert), compute_s, comm_s,
+                imbalanced_timers(kernel_s, comm_s, imbalance)[0] if kernel_s else None,
+            )  # fmt: skip
         instrs, shared = apply_overlaps(instrs, policy, rule)  # the policy's rewrites
         if self.framework.cuda_device_max_connections > 1:  # TE's chunks on 3 queues at once
             compute_s = concurrent_chunks(compute_s, pipelined_chunks(shared))

@@ -27,6 +27,19 @@ sum. This module times that:
   under those forward / input-gradient GEMMs, a combine-side exchange (it sends an expert
   GEMM's output) under the GEMMs that produce it (:func:`fused_partners`); weight-gradient
   GEMMs run as kernels of their own and hide nothing;
+- every expert GEMM (forward, input and weight gradient) is charged its GEMM kernel alone
+  (``gemm_s``: :meth:`~stage_explore.analytical.kernels.KernelTimer.gemm_kernel_s`), without the
+  MXFP8 cast kernels the backend times before it: the activations are quantized inside the
+  fused kernels ("Dispatch gather/quant warps read local or peer rows, create the
+  row-quantized W13 operand and optional column WGRAD operand"; the W2 kernel "creates
+  row-quantized h2 for W2 FPROP and the column operand needed by W2 WGRAD"; backward, the
+  DGRAD kernels quantize ``grad_h3`` / ``grad_h1`` and produce the WGRAD column operands), and
+  the weights once per FSDP unshard, not per micro-batch (torchtitan ``docs/dist_moe.md``, "FSDP
+  and MXFP8 weights": the post-all-gather hook "creates grouped 32x32 MXFP8 qdata plus FPROP and
+  DGRAD scale layouts"; with ``reshard_after_forward=False`` "one prepared weight is reused by
+  every pipeline microbatch" — that once-per-unshard cast is not charged); the kernel is one
+  grouped launch with the per-expert counts on the device ("Routing records the actual
+  per-expert counts on device"), so no per-expert launch cost either;
 - the element-wise ops between fused expert GEMMs — the SwiGLU and its backward, and the sum of
   the gate and up projections' input gradients (one W13 DGRAD over the concatenated ``[2F, D]``
   weight contracts both) — are not charged (:func:`fused_elementwise`).
@@ -44,6 +57,14 @@ from stage_core.lower.bind import Instr
 from stage_core.trace import CollectiveKind
 
 Timer = Callable[[Instr], float]
+
+
+def _expert_weight_gemm(instr: Instr, expert_weights: frozenset[str]) -> bool:
+    """Any GEMM of the routed experts: one reading an expert weight or writing its gradient."""
+    return instr.kind == "einsum" and (
+        _expert_gemm(instr, expert_weights)
+        or any(name[2:] in expert_weights for name, _ in instr.outputs if name.startswith("d."))
+    )
 
 
 def _expert_gemm(instr: Instr, expert_weights: frozenset[str]) -> bool:
@@ -97,24 +118,30 @@ def fused_expert_timers(
     expert_weights: frozenset[str],
     compute_s: Timer,
     comm_s: Timer,
+    gemm_s: Timer | None = None,
 ) -> tuple[Timer, Timer]:
-    """``compute_s`` and ``comm_s`` with the expert exchanges and element-wise ops that run
-    inside Dist-MoE's fused kernels (module docstring) charged as those kernels run them; the
-    timers unchanged when ``instrs`` holds no expert weight's GEMM."""
+    """``compute_s`` and ``comm_s`` with the expert exchanges, casts and element-wise ops that
+    run inside Dist-MoE's fused kernels (module docstring) charged as those kernels run them;
+    ``gemm_s`` times an expert GEMM's kernel alone (None: ``compute_s``, no separate casts).
+    The timers unchanged when ``instrs`` holds no expert weight's GEMM."""
     if not expert_weights:
         return compute_s, comm_s
     partners = fused_partners(instrs, expert_weights)
     inside = fused_elementwise(instrs, expert_weights)
-    if not partners and not inside:
+    gemms = frozenset(i for i in instrs if _expert_weight_gemm(i, expert_weights))
+    if not partners and not inside and not gemms:
         return compute_s, comm_s
+    kernel_s = gemm_s or compute_s
 
     def fused_compute_s(instr: Instr) -> float:
-        return 0.0 if instr in inside else compute_s(instr)
+        if instr in inside:
+            return 0.0
+        return kernel_s(instr) if instr in gemms else compute_s(instr)
 
     def fused_comm_s(instr: Instr) -> float:
-        gemms = partners.get(instr)
-        if gemms is None:
+        hiding = partners.get(instr)
+        if hiding is None:
             return comm_s(instr)
-        return max(0.0, comm_s(instr) - sum(compute_s(g) for g in gemms))
+        return max(0.0, comm_s(instr) - sum(kernel_s(g) for g in hiding))
 
     return fused_compute_s, fused_comm_s

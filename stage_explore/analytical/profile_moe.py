@@ -65,9 +65,11 @@ Options (all booleans unless said):
   ab56bced: the dispatch kernel's "gather/quant warps: peer loads" and the combine kernel's
   "epilogue warps: ... peer stores" share a CTA with the MMA warps), so each expert-parallel
   all-to-all is charged only what the forward / input-gradient expert GEMMs it is fused with do
-  not cover, and the SwiGLU, its backward and the gate / up input-gradient sum between fused
-  GEMMs are not charged (:mod:`~stage_explore.analytical.fused_expert_comm`). Off (every
-  profile's default): the exchanges and the element-wise ops as kernels of their own.
+  not cover, every expert GEMM is charged its kernel alone (the MXFP8 casts are done inside the
+  fused kernels, the weights' once per FSDP unshard), and the SwiGLU, its backward and the
+  gate / up input-gradient sum between fused GEMMs are not charged
+  (:mod:`~stage_explore.analytical.fused_expert_comm`). Off (every profile's default): the
+  exchanges, the casts and the element-wise ops as kernels of their own.
 - ``moe_fake_balanced_gate`` — the router is NeMo AutoModel's ``FakeBalancedGate``
   (``fake_balanced_gate: true``): token ``t`` goes to the ``k`` consecutive experts
   ``(k·t + j) mod E``, which lie on one or two neighbouring ranks, so DeepEP sends it to far
@@ -151,7 +153,7 @@ MOE_FLAGS: dict[str, str] = {
     "moe_ep_one_domain": "torchtitan Dist-MoE routed experts (symmetric-memory dispatch: each "
     "expert-parallel group in one NVLink domain)",
     "moe_fused_expert_comm": "torchtitan Dist-MoE routed experts (dispatch / combine peer loads "
-    "and stores inside the grouped GEMMs, SwiGLU fused)",
+    "and stores inside the grouped GEMMs, MXFP8 casts and SwiGLU fused)",
     "moe_fake_balanced_gate": "AutoModel fake_balanced_gate (token t to experts k·t … k·t+k−1)",
     "moe_sort_chunks": "Megatron alltoall dispatcher's sort_chunks_by_idxs (local experts > 1); "
     "torchtitan ExpertParallel _permute / _unpermute",

@@ -108,6 +108,20 @@ def test_an_exchange_takes_what_its_gemms_leave() -> None:
     assert [compute_s(ops[i]) for i in (0, 2, 5, 7)] == [0.5, 1.0, 2.0, 0.5]
 
 
+def test_expert_gemms_take_their_kernel_alone_without_casts() -> None:
+    """Given the GEMM kernel's own time (casts apart), every expert GEMM — weight gradients
+    too — is charged it, and an exchange hides under it, not under the casts; the router's and
+    other GEMMs keep ``compute_s``."""
+    ops = _backward()
+    compute_s, comm_s = fused_expert_timers(
+        ops, EXPERTS, lambda i: 1.5, lambda i: 2.0, gemm_s=lambda i: 0.5
+    )
+    assert [compute_s(ops[i]) for i in (2, 3, 5, 6)] == [0.5, 0.5, 0.5, 0.5]
+    assert compute_s(ops[0]) == 1.5  # the combine's backward: not a GEMM
+    assert comm_s(ops[1]) == pytest.approx(1.5)  # 2 s beside W2 DGRAD's 0.5 s
+    assert comm_s(ops[8]) == pytest.approx(1.0)  # 2 s beside the two W13 DGRADs' 1 s
+
+
 def test_no_expert_parallel_exchange_no_pairing() -> None:
     ops = _forward(axes=("tp",))
     assert fused_partners(ops, EXPERTS) == {}
