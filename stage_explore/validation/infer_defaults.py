@@ -198,6 +198,17 @@ PRIMUS_EVEN_ROUTING = (
     r"force[\s_-]*load[\s_-]*balancing[\s_-]*type[\s:=\"']*even\b|"
     r"^(?=[\s\S]*\bprimus\b)[\s\S]*\beven[\s_-]+routing\b"
 )
+#: AWS's SageMaker model parallelism library (SMP) as a row's text names it. Its sharded data
+#: parallelism is AWS's own implementation of MiCS ("SageMaker AI achieves sharded data
+#: parallelism through the implementation of MiCS ... the SageMaker model parallelism library
+#: prefetches the upcoming layers in the forward or backward pass, and overlaps the network
+#: communication with the computation", https://docs.aws.amazon.com/sagemaker/latest/dg/
+#: model-parallel-extended-features-pytorch-sharded-data-parallelism.html), whose collectives run
+#: hierarchically over small partition groups (Zhang et al., 'MiCS: Near-linear Scaling for
+#: Training Gigantic Model on Public Cloud', VLDB 2022, arXiv 2205.00119, Section 3: hierarchical
+#: communication, 2-hop gradient synchronization): not the deepspeed profile's flat ring at the
+#: per-GPU scale-out bandwidth, a declared calibration of DeepSpeed's own ZeRO-3 of 2021.
+SMP_SHARDED = r"\bsagemaker model parallel(?:ism)?\b|\bsmp\b"
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
@@ -234,6 +245,11 @@ NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] 
      "fake balanced gate"),
     (("automodel",), r"flex[\s_-]*attn|flex[\s_-]*attention", "attention_kernel", "flex",
      "attention on PyTorch FlexAttention (attention_kernel flex): the text names FlexAttn"),
+    (("deepspeed",), SMP_SHARDED, "zero3_flat_ring", False,
+     "ZeRO-3 collectives hierarchical over the nodes of a shard group (zero3_flat_ring false): the "
+     "text names AWS's SageMaker model parallelism library, whose sharded data parallelism is its "
+     "own MiCS implementation (AWS SageMaker docs 'Sharded Data Parallelism'; MiCS, VLDB 2022, "
+     "hierarchical communication), not DeepSpeed's ZeRO-3 of 2021 (the profile's flat ring)"),
 )  # fmt: skip
 
 
