@@ -209,6 +209,19 @@ PRIMUS_EVEN_ROUTING = (
 #: communication, 2-hop gradient synchronization): not the deepspeed profile's flat ring at the
 #: per-GPU scale-out bandwidth, a declared calibration of DeepSpeed's own ZeRO-3 of 2021.
 SMP_SHARDED = r"\bsagemaker model parallel(?:ism)?\b|\bsmp\b"
+#: A FlashAttention kernel as a row's text names it (``FlashAttention-2``, ``flash-attn``,
+#: ``--use-flash-attn-v2``, ``flash attention``).
+NAMES_FLASH = re.compile(r"flash[-_\s]?att(?:n|ention)", re.IGNORECASE)
+#: Why a non-GPT model under the megatron-lm-2021 profile, or the deepspeed one with Megatron
+#: named, runs unfused attention (:func:`megatron_attention`).
+MEGATRON_ATTENTION_NOTE = (
+    "unfused core attention (core_attention unfused): the profile's attention is Megatron's "
+    "ParallelAttention, a scores GEMM, FusedScaleMaskSoftmax and a context GEMM over every "
+    "query-key pair (Megatron-DeepSpeed of 2021-22 has no FlashAttention option, microsoft/"
+    "Megatron-DeepSpeed 060fb402 megatron/arguments.py; later Megatron-DeepSpeed's "
+    "--use-flash-attn-v1 / -v2 are store_true, off unless passed), as for the GPT blocks; the "
+    "row names Megatron and no FlashAttention"
+)
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
@@ -280,6 +293,11 @@ def recipe_defaults(
             "DotProductAttention, --transformer-impl transformer_engine; FSDP stacks' SDPA / "
             "flash attn_impl), not Megatron-LM 2021's unfused scores/softmax/context"
         )
+    elif (
+        str(spec.family) != "gpt" and not spec.core_attention and megatron_attention(row, framework)
+    ):  # another family's blocks (s32 bbgpt); a GPT block's own attention is unfused already
+        out.model["core_attention"] = "unfused"
+        out.notes.append(MEGATRON_ATTENTION_NOTE)
     said = row.get("recompute", "").strip().lower().split(" ")
     recompute = str(parallel.get("recompute", said[0] or "none"))
     composer_default = (
@@ -342,6 +360,19 @@ def recipe_defaults(
         fsdp2_defaults(row, int(parallel.get("zero", 0)), out)
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
     return out
+
+
+def megatron_attention(row: dict[str, str], framework: str) -> bool:
+    """Whether ``row`` runs Megatron's own unfused attention: the megatron-lm-2021 profile, or
+    the deepspeed profile with Megatron named (Megatron-DeepSpeed, Megatron-style tensor
+    parallelism: a Hugging Face model under DeepSpeed ZeRO runs its own attention), and no
+    FlashAttention named (:data:`MEGATRON_ATTENTION_NOTE`)."""
+    text = row_text(row)
+    if NAMES_FLASH.search(text):
+        return False
+    return framework == "megatron-lm-2021" or (
+        framework == "deepspeed" and re.search(r"megatron", text, re.IGNORECASE) is not None
+    )
 
 
 def names_composer_pure(row: dict[str, str]) -> bool:

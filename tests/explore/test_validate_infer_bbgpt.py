@@ -1,7 +1,8 @@
-"""What s32 bbgpt found the inference misread in the BloombergGPT row: a row
+"""What s32 bbgpt found the inference misread in the BloombergGPT and GLM-130B rows: a row
 naming AWS's SageMaker model parallelism library (SMP), whose sharded data parallelism is AWS's
 MiCS, took the deepspeed profile's flat ZeRO-3 ring at the per-GPU scale-out bandwidth instead of
-MiCS's hierarchical collectives."""
+MiCS's hierarchical collectives; a non-GPT model under the deepspeed / megatron-lm-2021 profiles
+ran a FlashAttention kernel that Megatron-DeepSpeed does not run unless told to."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.explore.infer_helpers import package_row as _row
 from tests.explore.infer_helpers import synthetic_case
 
 BLOOMBERG = "BLOOMBERGGPT-A100-40G-512"
+GLM = "GLM130B-A100-40G-768"
 AMSP_ZERO3 = "AMSP-A800-ZERO3-LLAMA13B-1024"
 
 
@@ -53,3 +55,31 @@ def test_the_hierarchical_gather_is_the_faster_one_across_nodes() -> None:
     hierarchical = alpha_beta_collective_s(system, CollectiveKind.ALL_GATHER, shard, group)
     flat = flat_ring_s(system, CollectiveKind.ALL_GATHER, shard, group)
     assert 4 * hierarchical < flat
+
+
+def test_glm130b_runs_unfused_attention() -> None:
+    """GLM-130B under the deepspeed profile, no FlashAttention named: Megatron's unfused
+    attention (before: the Llama-style block's fused kernel)."""
+    case = _case(_row(GLM))
+    assert case.model is not None and case.model.core_attention == "unfused"
+    assert any("core_attention unfused" in a for a in case.assumptions)
+
+
+def test_a_named_flash_kernel_stays_fused() -> None:
+    """AMSP's DeepSpeed baselines name FlashAttention-2; GLM-130B's row with one named too."""
+    amsp = _case(_row(AMSP_ZERO3))
+    assert amsp.model is not None and amsp.model.core_attention == ""
+    named = synthetic_case(
+        _row(GLM), "published_runs_no_setup.csv", notes="FlashAttention-2 kernels"
+    )
+    assert named.model is not None and named.model.core_attention == ""
+
+
+def test_a_deepspeed_row_without_megatron_keeps_its_kernel() -> None:
+    """A DeepSpeed row that names no Megatron (a Hugging Face model under ZeRO runs its own
+    attention) keeps the family's fused kernel."""
+    plain = "a DeepSpeed pipeline run"
+    case = synthetic_case(
+        _row(GLM), "published_runs_no_setup.csv", source=plain, source_table=plain, notes=plain
+    )
+    assert case.model is not None and case.model.core_attention == ""
