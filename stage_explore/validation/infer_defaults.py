@@ -206,8 +206,13 @@ PRIMUS_EVEN_ROUTING = (
 #: model-parallel-extended-features-pytorch-sharded-data-parallelism.html), whose collectives run
 #: hierarchically over small partition groups (Zhang et al., 'MiCS: Near-linear Scaling for
 #: Training Gigantic Model on Public Cloud', VLDB 2022, arXiv 2205.00119, Section 3: hierarchical
-#: communication, 2-hop gradient synchronization): not the deepspeed profile's flat ring at the
-#: per-GPU scale-out bandwidth, a declared calibration of DeepSpeed's own ZeRO-3 of 2021.
+#: communication, 2-hop gradient synchronization); SMP's ``sdp_hierarchical_allgather``
+#: (smdistributed-modelparallel >= v1.11) defaults to True: "the AllGather operation runs
+#: hierarchically: it runs within each node first, and then runs across nodes. For multi-node
+#: distributed training jobs, the hierarchical AllGather operation is automatically activated"
+#: (aws/sagemaker-python-sdk 91ae4a92 doc/api/training/smd_model_parallel_general.rst). Not the
+#: deepspeed profile's flat ring at the per-GPU scale-out bandwidth, a declared calibration of
+#: DeepSpeed's own ZeRO-3 of 2021.
 SMP_SHARDED = r"\bsagemaker model parallel(?:ism)?\b|\bsmp\b"
 #: A FlashAttention kernel as a row's text names it (``FlashAttention-2``, ``flash-attn``,
 #: ``--use-flash-attn-v2``, ``flash attention``).
@@ -262,7 +267,9 @@ NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] 
      "ZeRO-3 collectives hierarchical over the nodes of a shard group (zero3_flat_ring false): the "
      "text names AWS's SageMaker model parallelism library, whose sharded data parallelism is its "
      "own MiCS implementation (AWS SageMaker docs 'Sharded Data Parallelism'; MiCS, VLDB 2022, "
-     "hierarchical communication), not DeepSpeed's ZeRO-3 of 2021 (the profile's flat ring)"),
+     "hierarchical communication) with sdp_hierarchical_allgather on by default "
+     "(aws/sagemaker-python-sdk smd_model_parallel_general.rst), not DeepSpeed's ZeRO-3 of "
+     "2021 (the profile's flat ring)"),
 )  # fmt: skip
 
 
