@@ -174,10 +174,16 @@ class CommCosting:
         sms = self.framework.moe_hybridep_sms
         return hybridep_level_rates(system.name, dims, members, dispatch, hbm, sms)
 
-    def _zero_time(self, point: Point, span: Any, instr: Instr) -> float:
+    def _zero_time(self, point: Point, span: Any, instr: Instr, calls: int = 1) -> float:
         """A ZeRO-3 gather or gradient scatter: hierarchical over the dims its group spans, or
         one flat ring at the slowest dim's bandwidth under ``zero3_flat_ring``. Under
-        ``fsdp_param_fp32`` a gather moves the fp32 parameters (4 bytes per element)."""
+        ``fsdp_param_fp32`` a gather moves the fp32 parameters (4 bytes per element). Issued
+        as ``calls`` NCCL calls (DeepSpeed ZeRO-3's prefetch batches,
+        :func:`~stage_explore.analytical.framework_costs.zero3_fetch_calls`), each moves its
+        share of the bytes and pays the per-call cost and latency."""
+        if calls > 1:
+            share = replace(instr, comm_bytes=instr.comm_bytes // calls)
+            return calls * self._zero_time(point, span, share)
         weight_bytes = point.workload.weight_bytes
         if (
             self.framework.fsdp_param_fp32

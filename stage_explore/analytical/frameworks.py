@@ -191,10 +191,14 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             pipeline_scatter_gather=True,  # PipelineEngine.is_pipe_partitioned (tp > 1)
             zero3_gathers=3,
             zero3_flat_ring=True,
-            # stage3_max_live_parameters 1e9 and stage3_prefetch_bucket_size 5e8, DeepSpeed's
-            # defaults (https://www.deepspeed.ai/docs/config-json/, ZeRO optimizations)
+            # stage3_max_live_parameters 1e9 and stage3_prefetch_bucket_size 5e7, DeepSpeed's
+            # defaults in its code ("max_live_parameters: int = Field(pp_int(1e9), ...)",
+            # "prefetch_bucket_size: int = Field(pp_int(5e7), ...)", deepspeed/runtime/zero/
+            # config.py, microsoft/DeepSpeed 03dc2b92). The prefetch bucket was 5e8 here until
+            # 7 Dec 2026 (s32 zero3), not the code's default; it also sizes the all-gathers
+            # (framework_costs.zero3_fetch_calls)
             zero3_live_elements=10**9,
-            zero3_prefetch_elements=5 * 10**8,
+            zero3_prefetch_elements=5 * 10**7,
             attention_kernel="fa2",
             fused_elementwise=True,  # Megatron-DeepSpeed keeps Megatron's fused kernels
             # and Megatron's attention: megatron/model/transformer.py query_key_value, one GEMM

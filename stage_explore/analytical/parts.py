@@ -87,6 +87,13 @@ class KindParts:
     scatters: tuple[Instr, ...]
     cost_axes: tuple[tuple[str, ...], ...]
     span_axes: tuple[tuple[str, ...], ...]
+    #: NCCL calls each of :attr:`gathers` is issued as (DeepSpeed ZeRO-3's prefetch batches,
+    #: :func:`~stage_explore.analytical.framework_costs.zero3_fetch_calls`); () is one each.
+    gather_calls: tuple[int, ...] = ()
+
+    def calls(self, index: int) -> int:
+        """The NCCL calls of gather ``index``."""
+        return self.gather_calls[index] if self.gather_calls else 1
 
 
 @dataclass(frozen=True, slots=True)

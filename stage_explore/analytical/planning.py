@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from stage_core.blocks import mtp_layer_of_block
 from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key, run_totals
+from stage_core.lower.experts import data_axes
 from stage_core.lower.program import (
     PIPELINE_ENDS,
     PIPELINE_MIRROR,
@@ -40,7 +41,7 @@ from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.fp8_buckets import merges_non_fp8, split_runs
 from stage_explore.analytical.fp8_gathers import fp8_zero3_gathers, fsdp_float8_gathers
-from stage_explore.analytical.framework_costs import zero3_gathered_bytes
+from stage_explore.analytical.framework_costs import zero3_fetch_calls, zero3_gathered_bytes
 from stage_explore.analytical.parts import (
     ChunkParts,
     KindParts,
@@ -407,7 +408,10 @@ class StagePlanning(AmaxCosting):
         shapes = tuple(spans[axes][0] for axes in parts.cost_axes)
 
         def compute() -> tuple[BlockCost, BlockCost, BlockCost]:
-            gather_s = sum(self._zero_time(point, spans[i.axes], i) for i in parts.gathers)
+            gather_s = sum(
+                self._zero_time(point, spans[i.axes], i, parts.calls(n))
+                for n, i in enumerate(parts.gathers)
+            )
             scatter_s = replica_s = 0.0
             for i in parts.scatters:  # hybrid sharding's replica all-reduce: a stream of its own
                 seconds = self._zero_time(point, spans[i.axes], i)
@@ -484,7 +488,14 @@ class StagePlanning(AmaxCosting):
             zero_axes = {i.axes for i in (*gathers, *scatters)}
             cost_axes = tuple(sorted(set(axes_of(block)) | zero_axes))
             span_axes = set(cost_axes) | {bucket[1] for bucket in sync[0]} | set(sync[1])
-            return KindParts(sync, gathers, scatters, cost_axes, tuple(sorted(span_axes)))
+            calls = tuple(  # DeepSpeed's prefetch batches of each gather's weights
+                zero3_fetch_calls(self.framework, [
+                    w.elements for w in block.weights
+                    if data_axes(workload.axis_sizes, workload.expert_axes, w.expert) == i.axes
+                ])
+                for i in gathers
+            )  # fmt: skip
+            return KindParts(sync, gathers, scatters, cost_axes, tuple(sorted(span_axes)), calls)
 
         key = ("kind", point.key, kind, point.state_key)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]

@@ -185,7 +185,8 @@ class ProgramTimingModel(BaseTimingModel[float]):
         elif phase in (ZERO_GATHER, ZERO_SCATTER):
             parts = backend._kind(point, kind)
             instr = (parts.gathers if phase == ZERO_GATHER else parts.scatters)[index]
-            seconds = backend._zero_time(point, costs.span(instr.axes), instr)
+            calls = parts.calls(index) if phase == ZERO_GATHER else 1
+            seconds = backend._zero_time(point, costs.span(instr.axes), instr, calls)
         elif phase == PARAM_GATHER:  # a bucket's share of a step-end all-gather
             op = self._programs[costs.stage].sync[index]
             span = costs.span(op.axes)

@@ -260,7 +260,7 @@ def test_fsdp_holds_two_gathered_blocks_deepspeed_its_live_bound() -> None:
     assert zero3_gathered_bytes(small, blocks, 400, 2) == (1_000 + 500) * 2
     assert zero3_gathered_bytes(deepspeed, blocks, 4_000, 2) == 50_000
     assert deepspeed.zero3_live_elements == 10**9  # stage3_max_live_parameters default
-    assert deepspeed.zero3_prefetch_elements == 5 * 10**8  # stage3_prefetch_bucket_size
+    assert deepspeed.zero3_prefetch_elements == 5 * 10**7  # stage3_prefetch_bucket_size
 
 
 def test_deepspeed_zero3_peak_holds_the_largest_tensor_not_two_layers() -> None:
