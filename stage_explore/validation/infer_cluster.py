@@ -20,7 +20,11 @@ Recognised forms (text in, figure out):
   ``per node`` / ``/node`` / ``per host`` / ``per instance`` later in the
   same clause (clauses end at a ``,`` or ``;`` outside parentheses); per node is divided by the
   GPUs per node (stated, else the preset's). A rate in bytes (``600 GB/s``) is a scale-up link,
-  not read; a rate without per GPU / per node is not read (the preset, stated).
+  not read; a rate without per GPU / per node is not read (the preset, stated). Without a rate,
+  a count of NICs by InfiniBand generation (``4 Mellanox HDR InfiniBand``, ``8x NDR``) at the
+  generation's rate (:data:`IB_GENERATIONS`), per GPU / per node as above, and per node in a
+  clause about inter-node links (``inter-node communication is facilitated by 4 Mellanox HDR
+  InfiniBand``).
 - GPUs per node: ``8x A100-80GB/node``, ``8 H100 per host``, ``48 nodes of 8 A100``,
   ``one 8xB200 node`` (a compute tray of an NVL72 rack is not a node: not read).
 - HBM: the capacity the ``gpu`` cell states (``96GB``, ``141 GB``) and its type (``HBM2e``).
@@ -54,6 +58,22 @@ _RATE = re.compile(
     r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s*(Gb/s|Gbps|Gbit/s|GbE|Tb/s|Tbps|Tbit/s)"
     r"(?:(?:\s+(?!per\b|nodes?\b|GPUs?\b)[A-Za-z][\w\-]*){0,2}\s*[x×]\s*(\d+)(?![\w.]))?"
 )
+#: InfiniBand generations' data rate per 4x port (a NIC's link), Gb/s, for a NIC count that names
+#: only its generation (``4 Mellanox HDR InfiniBand``): EDR 100, HDR 200, NDR 400, XDR 800 (the
+#: InfiniBand Trade Association's roadmap, https://www.infinibandta.org/infiniband-roadmap/;
+#: NVIDIA's ConnectX-5 / -6 / -7 / -8 adapters at those rates). Added 7 Dec 2026 (s32 zero3).
+IB_GENERATIONS = {"EDR": 100.0, "HDR": 200.0, "NDR": 400.0, "XDR": 800.0}
+#: A count of NICs by generation without a rate: ``4 Mellanox HDR InfiniBand``, ``8x NDR``,
+#: ``8 ConnectX-7 NDR`` (only vendor or adapter words between the count and the generation, so
+#: ``32 nodes with HDR`` is no count of NICs; a rate after it is the rate pattern's).
+_NICS = re.compile(
+    r"(?<![\w.,])(\d{1,2})\s*(?:[x×]\s*)?"
+    r"(?:(?:Mellanox|NVIDIA|Nvidia|ConnectX-?\d+|CX-?\d+|IB|InfiniBand)\s+){0,2}"
+    r"(EDR|HDR|NDR|XDR)\b(?!\s*[\d/])"
+)
+#: A clause about a node's links to other nodes: its NIC count is per node (``inter-node
+#: communication is facilitated by 4 Mellanox HDR InfiniBand``).
+_INTER_NODE = re.compile(r"\binter-?\s?node\b|\bbetween\s+nodes\b", re.IGNORECASE)
 _PER_GPU = re.compile(r"per\s+GPU\b|/\s*GPU\b", re.IGNORECASE)
 _PER_NODE = re.compile(
     r"per\s+(?:node|host|server|instance)\b|/\s*(?:node|host)\b", re.IGNORECASE
@@ -124,7 +144,23 @@ def _scale_out(interconnect: str) -> tuple[Figure | None, bool, list[str]]:
             if _PER_NODE.search(rest):
                 return Figure(rate * 1e9 / 8, found.group(0).strip() + " per node"), True, unread
             unread.append(f"{found.group(0).strip()!r} (neither per GPU nor per node)")
-    return None, False, unread
+    return (*_nic_count(interconnect, unread), unread)
+
+
+def _nic_count(interconnect: str, unread: list[str]) -> tuple[Figure | None, bool]:
+    """The first count of NICs by InfiniBand generation (:data:`IB_GENERATIONS`) stated per GPU,
+    per node, or in a clause about inter-node links (per node), as ``(figure, per node)``; one
+    stated otherwise joins ``unread``."""
+    for clause in _clauses(interconnect):
+        for found in _NICS.finditer(clause):
+            rate = int(found.group(1)) * IB_GENERATIONS[found.group(2)] * 1e9 / 8
+            text, rest = found.group(0).strip(), clause[found.end() :]
+            if _PER_GPU.search(rest):
+                return Figure(rate, f"{text} per GPU"), False
+            if _PER_NODE.search(rest) or _INTER_NODE.search(clause):
+                return Figure(rate, f"{text} per node"), True
+            unread.append(f"{text!r} (neither per GPU nor per node)")
+    return None, False
 
 
 def read_cluster(gpu: str, interconnect: str) -> Cluster:

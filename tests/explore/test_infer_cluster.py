@@ -14,6 +14,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_explore.system import load_system
 from stage_explore.system.loading import load_system_file
+from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_cluster import (
     cluster_system,
@@ -232,3 +233,53 @@ def test_the_jean_zay_file_differs_from_the_ibm_one_only_in_the_scale_out_effici
     link, other = jz.network[1], ibm.network[1]
     assert link.bandwidth_bytes_per_s == other.bandwidth_bytes_per_s  # the same line rate
     assert link.bus_efficiency == 0.40 < other.bus_efficiency  # NCCL over hfi1: 39.87 / 100 Gb/s
+
+
+@pytest.mark.parametrize(("text", "per_gpu_bytes", "per_node"), [
+    # AMSP (arXiv 2311.00257), its test-bed: a NIC count by generation in a clause about
+    # inter-node links is per node (4 x HDR 200 Gb/s)
+    ("8 A800 80GB per server on NVLink; 'inter-node communication is facilitated by 4 Mellanox "
+     "HDR InfiniBand without SHARP' (HDR: 200 Gb/s per link)", 100e9, True),
+    ("8x NDR per node", 400e9, True),
+    ("2 ConnectX-6 HDR per GPU", 50e9, False),
+    ("inter-node: 8 XDR InfiniBand", 800e9, True),
+    ("4 EDR IB per host", 50e9, True),
+])  # fmt: skip
+def test_a_nic_count_by_infiniband_generation_is_read_at_its_rate(
+    text: str, per_gpu_bytes: float, per_node: bool
+) -> None:
+    cluster = read_cluster("", text)
+    assert cluster.scale_out is not None
+    assert cluster.scale_out.value == pytest.approx(per_gpu_bytes)
+    assert cluster.per_node is per_node
+
+
+@pytest.mark.parametrize("text", [
+    "32 nodes with HDR InfiniBand",  # a count of nodes, not of NICs
+    "HDR InfiniBand",  # no count
+    "4 HDR InfiniBand",  # neither per GPU, nor per node, nor about inter-node links
+])  # fmt: skip
+def test_a_generation_without_a_nic_count_or_its_unit_is_not_read(text: str) -> None:
+    assert read_cluster("", text).scale_out is None
+
+
+def test_a_nic_count_stated_for_nothing_is_named_as_unread() -> None:
+    unread = read_cluster("", "4 HDR InfiniBand").unread
+    assert unread == ("'4 HDR' (neither per GPU nor per node)",)
+
+
+def test_a_stated_rate_takes_precedence_over_a_nic_count() -> None:
+    """``8x ConnectX-7 IB NDR 400 Gb/s per node``: the rate pattern reads it (3.2 Tb/s)."""
+    cluster = read_cluster("", "8x ConnectX-7 IB NDR 400 Gb/s per node, 4 HDR per node")
+    assert cluster.scale_out is not None and cluster.scale_out.value == pytest.approx(400e9)
+
+
+def test_the_amsp_rows_run_at_four_hdr_per_eight_gpu_server() -> None:
+    """AMSP's 1,024-GPU DeepSpeed baselines: the a800 preset's scale-out dim at 100 GB/s per
+    8-GPU node (12.5 GB/s per GPU) instead of its 8 x HDR (25 GB/s per GPU)."""
+    rows = read_csv(data_dir() / "published_runs_no_setup.csv")
+    (row,) = [r for r in rows if r["id"] == "AMSP-A800-ZERO3-LLAMA13B-1024"]
+    (case, *_) = row_cases(row, "published_runs_no_setup.csv", 1, data_dir())
+    system = case_system(case)
+    assert system.network[-1].bandwidth_bytes_per_s == pytest.approx(12.5e9)
+    assert load_system("a800").network[-1].bandwidth_bytes_per_s == pytest.approx(25e9)
