@@ -26,7 +26,9 @@ Options (all booleans unless said):
   which gathers per sub-module (each ``Linear``) and releases parameters once more than
   ``stage3_max_live_parameters`` elements are live — but never the sub-module in use.
 - ``zero3_prefetch_elements`` (int ≥ 0) — elements DeepSpeed ZeRO-3 gathers ahead of use
-  (``stage3_prefetch_bucket_size``), on top of the live ones.
+  (``stage3_prefetch_bucket_size``), on top of the live ones; > 0 also splits a block's
+  all-gather into one NCCL call per prefetch batch
+  (:func:`~stage_explore.analytical.framework_costs.zero3_fetch_calls`). 0: one call per unit.
 - ``zero3_prefetch_units`` (int ≥ 0; 1 in every profile) — under ZeRO-3 how many units
   (blocks) ahead of its compute a parameter gather may run on the one queue the gathers share
   with the gradient reduce-scatters (one NCCL communicator per data-parallel group;
