@@ -111,8 +111,11 @@ from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 #: its other modules are Transformer Engine's, the generator's count); ``"megatron-core"``,
 #: Megatron-Core's fused modules but for its grouped experts' down-projection bias, added in
 #: eager PyTorch, and without ``rope_fusion`` its rotary embedding
-#: (:mod:`~stage_explore.analytical.eager_megatron`; fused or not).
-EAGER_MODULES = ("generator", "torchtitan", "llm-foundry-2023", "fms", "automodel", "megatron-core")
+#: (:mod:`~stage_explore.analytical.eager_megatron`; fused or not); ``"hf-llama"``, Hugging
+#: Face transformers' Llama under FlashAttention-2 (:mod:`~stage_explore.analytical.eager_hf`).
+EAGER_MODULES = (
+    "generator", "torchtitan", "llm-foundry-2023", "fms", "automodel", "megatron-core", "hf-llama"
+)  # fmt: skip
 
 BF16 = 2  # bytes of a 16-bit element
 FP32 = 4  # bytes of an fp32 element (and of either half of a complex64)
@@ -386,6 +389,10 @@ def eager_op_bytes(
         return automodel_op_bytes(model, deepep=deepep, trained_router=trained_router)
     if eager_modules == "llm-foundry-2023":
         return _llmfoundry_op_bytes(model)
+    if eager_modules == "hf-llama":  # imported here: eager_hf builds on this module
+        from stage_explore.analytical.eager_hf import hf_llama_op_bytes
+
+        return hf_llama_op_bytes(model)
     fms = eager_modules == "fms"
     modules: list[tuple[tuple[str, ...], EagerModule]] = [(_RESIDUAL_OPS, RESIDUAL_ADD)]
     if model.norm is Norm.RMSNORM:  # norm_type "layernorm" is nn.LayerNorm: one ATen kernel

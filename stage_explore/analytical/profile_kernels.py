@@ -52,7 +52,9 @@ Options (all booleans unless said):
   and without ``rope_fusion`` its unfused rotary embedding, fused or not
   (:mod:`~stage_explore.analytical.eager_megatron`), and with ``fused_qkv`` the copies around
   its QKV split on Transformer Engine's attention
-  (:mod:`~stage_explore.analytical.eager_qkv_split`).
+  (:mod:`~stage_explore.analytical.eager_qkv_split`); ``"hf-llama"``, Hugging Face
+  transformers' Llama under FlashAttention-2: torchtitan's RMSNorm, SwiGLU and residual ops, the
+  ``rotate_half`` rotary embedding, no key / value copy (:mod:`~stage_explore.analytical.eager_hf`).
 - ``rope_fusion`` — the rotary embedding as one fused kernel (Transformer Engine's
   ``fused_apply_rotary_pos_emb`` under Megatron-Core's ``apply_rope_fusion``, or any fused
   kernel: the generator's count); off, with ``eager_modules = "megatron-core"``: Megatron-Core's

@@ -37,6 +37,7 @@ from stage_explore.validation.infer_torch import (
     automodel_defaults,
     bionemo_native_defaults,
     fsdp2_defaults,
+    hf_transformers_defaults,
     torchtitan_defaults,
     torchtitan_pipeline,
 )
@@ -366,6 +367,7 @@ def recipe_defaults(
     elif framework == "fsdp":
         fsdp2_defaults(row, int(parallel.get("zero", 0)), out)
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
+        hf_transformers_defaults(row, int(parallel.get("zero", 0)), spec, out)
     return out
 
 

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from stage_core.models import get_flavor
+from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_explore.validation.infer_compile import names_compile
 from stage_explore.validation.infer_layer_ac import layer_ac_fields
 from stage_explore.validation.infer_release import (
@@ -394,3 +395,60 @@ def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> No
     else:
         out.options.update(fsdp_fp32_shards=False, fsdp_root_unit=True)
         out.notes.append(BIONEMO_FSDP2_UNITS)
+
+
+#: A row's text naming Hugging Face transformers' training code: the library by name, its
+#: ``run_clm.py`` example or its ``Trainer`` (which ``run_clm.py`` runs).
+HF_TRANSFORMERS = re.compile(
+    r"hugging\s*face\W+transformers|\brun_clm(?:\.py)?\b|\bhf\s+trainer\b", re.IGNORECASE
+)
+HF_LLAMA_MODULES = (
+    "Hugging Face Llama modules run eager (eager_modules hf-llama): the text names Hugging Face "
+    "transformers, whose LlamaRMSNorm (fp32 upcast, pow, mean, rsqrt, cast back, weight), LlamaMLP "
+    "(act_fn(gate_proj(x)) * up_proj(x)), residual adds and rotate_half rotary embedding "
+    "(torch.cat((-x2, x1)), q * cos + rotate_half(q) * sin) are separate PyTorch kernels "
+    "(transformers/models/llama/modeling_llama.py, 4.38-4.40); under flash_attention_2 no "
+    "repeat_kv copy"
+)
+HF_TRAINER_OPTIMIZER = (
+    "torch.optim.AdamW with foreach and FSDP's clip_grad_norm_ (optimizer_foreach): the "
+    "Trainer's default optim adamw_torch builds torch.optim.AdamW without a foreach argument "
+    "(torch's CUDA default, the foreach implementation), and its default max_grad_norm 1.0 "
+    "clips through accelerate's clip_grad_norm_, FSDP's model.clip_grad_norm_ (transformers "
+    "4.39 training_args.py, trainer.py)"
+)
+#: A row's text naming PyTorch's FSDP1: ``FSDP1``, its class ``FullyShardedDataParallel``.
+FSDP1_NAMED = re.compile(r"\bfsdp[\s_-]?1\b|\bFullyShardedDataParallel\b", re.IGNORECASE)
+FSDP1_FLAT_GRAD = (
+    "FSDP1's flat-gradient concatenation (fsdp1_flat_grad): the text names FSDP1, whose "
+    "unsharded parameters are views of one FlatParameter (FlatParamHandle._get_unflat_views: "
+    "torch.split then .view), so autograd's SplitWithSizesBackward0 concatenates their "
+    "gradients into the flat gradient once per backward, on the compute stream"
+)
+
+
+def _llama_like(spec: ModelSpec) -> bool:
+    """Whether ``spec`` is a dense model of Llama's modules (RMSNorm, rotary, SwiGLU)."""
+    return (
+        not spec.is_moe
+        and spec.norm is Norm.RMSNORM
+        and spec.position is Position.ROTARY
+        and spec.activation is Activation.SWIGLU
+    )
+
+
+def hf_transformers_defaults(
+    row: dict[str, str], zero: int, spec: ModelSpec, out: Defaults
+) -> None:
+    """Hugging Face transformers' Llama code and Trainer for a row of the ``fsdp`` profile whose
+    text names them (:data:`HF_TRANSFORMERS`) on a dense Llama-like model: its eager modules
+    (:data:`HF_LLAMA_MODULES`) and optimizer (:data:`HF_TRAINER_OPTIMIZER`); and FSDP1's flat
+    gradient (:data:`FSDP1_FLAT_GRAD`) for a ZeRO-3 row whose text names FSDP1 and not FSDP2."""
+    text = row_text(row, FSDP2_COLUMNS)
+    if zero >= 3 and FSDP1_NAMED.search(text) and not FSDP2_NAMED.search(text):
+        out.options["fsdp1_flat_grad"] = True
+        out.notes.append(FSDP1_FLAT_GRAD)
+    if not HF_TRANSFORMERS.search(text) or not _llama_like(spec):
+        return
+    out.options.update(eager_modules="hf-llama", optimizer_foreach=True)
+    out.notes.extend((HF_LLAMA_MODULES, HF_TRAINER_OPTIMIZER))
