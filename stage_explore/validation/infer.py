@@ -57,6 +57,7 @@ from stage_explore.validation.infer_megatron_lm import (
     megatron_lm_launch,
 )
 from stage_explore.validation.infer_recompute import named_modules, named_num_layers
+from stage_explore.validation.infer_schedule import named_schedule
 from stage_explore.validation.infer_segment import perf_script_domain
 from stage_explore.validation.infer_shard import stated_group
 from stage_explore.validation.infer_spelling import (
@@ -329,6 +330,10 @@ def inferred_setup(
     precision = infer_precision(row.get("precision", ""), framework.value, names_bridge(row))
     model = infer_model(row, framework.value)
     parallel, notes = _layout(row, stated, framework.value)
+    schedule = named_schedule(row, stated.get("pp", 1))
+    if schedule is not None:  # a schedule the CSV has no column for (s32 rowsC)
+        parallel["schedule"] = schedule[0]
+        notes.append(schedule[1])
     cell = row.get("recompute", "")
     layers = stated.get("layers", get_flavor(model.value).layers)
     chunks = stated.get("pp", 1) * stated.get("vpp", 1)  # the CSV's: _layout fills neither

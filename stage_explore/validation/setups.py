@@ -414,7 +414,9 @@ def _parallel(row: dict[str, str], fields: dict[str, Any], precision: str) -> Pa
             raise ConfigError(f"{row['id']}: `{required}` is neither in the CSV nor in setups.toml")
     fields["recompute"] = Recompute(fields.get("recompute", "none"))
     vpp = int(fields.get("vpp", 1))
-    fields["schedule"] = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    named = fields.get("schedule")  # a schedule an inferred row names (infer_schedule.py)
+    default = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    fields["schedule"] = Schedule(named) if named else default
     return ParallelConfig(precision=Precision(precision), **fields)
 
 
