@@ -61,6 +61,7 @@ from stage_explore.search.folder_lock import study_lock
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, RefineProgress, StudySummary
 from stage_explore.search.refine import refine
+from stage_explore.search.replay import replay
 from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.samplers import (
     BaseSearch,
@@ -195,27 +196,54 @@ class Explorer:
         TPE's history is bounded, see :mod:`~stage_explore.search.samplers`)."""
         return None if self._search is None else self._search.study
 
-    def _load_previous(self, search: BaseSearch) -> int:
+    def _load_previous(self, search: BaseSearch, factory: BackendFactory) -> list[Proposal]:
+        """Take up the recorded trials; returns the proposals of the last generation still to
+        tell (:func:`~stage_explore.search.replay.replay`), which the loop tells first."""
         table = read_records(self.directory)
         if table is None:
-            return 0
+            return []
         rows = sorted(table.to_pylist(), key=lambda row: row["trial"])
+        outcomes = {search.canonical(row)[1]: outcome_from_row(row) for row in rows}
+        spec = self.spec
+        started = time.perf_counter()
+        pending = replay(
+            search,
+            outcomes,
+            partial(verdict, objectives=spec.objectives, constraints=spec.constraints),
+            budget=self._budget,
+            window=spec.sampler.batch_size,
+        )
+        self._sampler_s += time.perf_counter() - started
+        if pending is None and not isinstance(search, GridSearch):
+            logger.info(
+                "resume: the records of study %s do not follow its sampler's proposals (another "
+                "seed or budget); they are added as finished trials, and the rest of the study "
+                "may differ from an uninterrupted run", spec.name,
+            )  # fmt: skip
+            search = self._create_search(factory)
+        told = pending is not None
+        later = {proposal.key for proposal in pending or () if proposal.recorded}
         final = 0
         for row in rows:
             params = {name: row[name] for name in search.names}
             outcome = outcome_from_row(row)
+            key = search.canonical(params)[1]
+            if key in later:  # recorded, but told after an unfinished trial: by the loop
+                self._cache[key] = outcome
             if not is_final(outcome.status):  # lost to the machinery: evaluated again first
                 self._lost.append((row["trial"], params))
                 continue
-            self._account(params, outcome, search, None)
+            if key in later:
+                continue
+            self._account(params, outcome, search, None, told=told)
             final += 1
         self._next_trial = rows[-1]["trial"] + 1 if rows else 0
         self._distinct = final
         logger.info(
             "resumed %d trials of study %s (%d lost to infrastructure failures, re-run)",
-            final, self.spec.name, len(self._lost),
+            final + len(later), spec.name, len(self._lost),
         )  # fmt: skip
-        return final
+        return pending or []
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -225,11 +253,16 @@ class Explorer:
         outcome: Outcome,
         search: BaseSearch,
         proposal: Proposal | None,
+        *,
+        told: bool = False,
     ) -> None:
+        """Tell ``search`` an outcome (``proposal`` None: a recorded trial, added as finished
+        unless the replay ``told`` it already) and count it."""
         result = verdict(outcome, self.spec.objectives, self.spec.constraints)
         started = time.perf_counter()
         if proposal is None:
-            search.add_finished(params, result)
+            if not told:
+                search.add_finished(params, result)
             if outcome.status is not TrialStatus.FAILED:
                 self._cache.setdefault(search.canonical(params)[1], outcome)
         else:
@@ -319,7 +352,9 @@ class Explorer:
         """The rest of :meth:`run`, holding the folder: resume, the loop, the records, the
         front's refinement."""
         backend = self.spec.backend
-        resumed = self._load_previous(search)
+        pending = self._load_previous(search, factory)
+        search = self._search or search
+        resumed = self._distinct + sum(1 for proposal in pending if proposal.recorded)
         job = EvaluationJob(
             study=self.spec,
             factory=factory,
@@ -338,7 +373,7 @@ class Explorer:
         try:
             with self._signals():
                 self._rerun_lost(search, executor, writer)
-                stopped_by = self._stop or self._loop(search, executor, writer)
+                stopped_by = self._stop or self._loop(search, executor, writer, pending)
         finally:
             if self._stop == "interrupted":
                 executor.cancel()
@@ -412,7 +447,15 @@ class Explorer:
         writer.flush()
         self._lost = [lost[key] for key in sorted(lost)]
 
-    def _loop(self, search: BaseSearch, executor: BaseExecutor, writer: RecordWriter) -> str:
+    def _loop(
+        self,
+        search: BaseSearch,
+        executor: BaseExecutor,
+        writer: RecordWriter,
+        pending: list[Proposal],
+    ) -> str:
+        """Ask, evaluate, tell and record until a stop; ``pending``: a resumed study's
+        proposals still to tell, in proposal order (the recorded ones are not evaluated)."""
         spec = self.spec
         window = spec.sampler.batch_size  # evaluations in flight at once
         chunk = spec.executor.chunk_size or max(1, min(256, window // (2 * executor.parallelism)))
@@ -426,7 +469,7 @@ class Explorer:
         def finish(proposal: Proposal, outcome: Outcome) -> None:
             params = dict(proposal.params)
             self._account(params, outcome, search, proposal)
-            if proposal.repeat:
+            if proposal.repeat or proposal.recorded:
                 return
             writer.append(
                 make_row(
@@ -457,6 +500,8 @@ class Explorer:
             if proposal.repeat:
                 return
             self._distinct += 1
+            if proposal.recorded:  # its outcome is in the cache (_load_previous)
+                return
             reason = structural_reason(proposal.params, spec.workload, spec.constraints)
             if reason is not None:
                 self._cache[proposal.key] = Outcome(
@@ -467,6 +512,8 @@ class Explorer:
             running[candidate.key] = proposal.key
             buffer.append(candidate)
 
+        for proposal in pending:
+            dispatch(proposal)
         while True:
             limit = spec.sampler.time_limit_s
             if self._stop is None and limit is not None:

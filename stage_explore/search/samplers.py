@@ -80,12 +80,14 @@ FAST_BACKENDS = frozenset({"analytical"})
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Proposal:
-    """A proposed canonical point; ``repeat``: it was proposed before (finished or in flight)."""
+    """A proposed canonical point; ``repeat``: it was proposed before (finished or in flight);
+    ``recorded``: a resumed study already holds its record (told, not recorded again)."""
 
     params: Mapping[str, Any]
     key: tuple[Any, ...]
     repeat: bool = False
     trial: Trial | None = None
+    recorded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -256,7 +258,9 @@ class OptunaSearch(BaseSearch):
             self._bound_history()
         proposals: list[Proposal] = []
         new = 0
-        allowed = math.ceil(REPEATS_PER_POINT * count) if self.generation else math.inf
+        # per generation, not per ask: a generation cut short by the budget proposes the
+        # same first points as a whole one, so a study resumed with a larger budget replays
+        allowed = math.ceil(REPEATS_PER_POINT * self.generation) if self.generation else math.inf
         while new < count:
             if self._streak >= REPEAT_STREAK or len(proposals) - new >= allowed:
                 point = self._unseen()

@@ -1,0 +1,67 @@
+"""s32 review5: a resumed study continues exactly where it stopped, and bad study files and
+``eval --phase decode`` options are one-line errors (each test fails on main 01eba73)."""
+
+from __future__ import annotations
+
+import json
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+
+from stage_explore import load_results
+from stage_explore.cli import main
+from stage_explore.search import explore
+from stage_explore.study import parse_study
+
+support = import_module(
+    f"{__package__}.test_search_support" if __package__ else "test_search_support"
+)
+
+PARAMS = ["num_gpus", "dp", "tp", "pp", "zero", "recompute", "micro_batch", "status", "reason"]
+
+
+@pytest.mark.parametrize(
+    ("sampler", "stop"), [("tpe", 37), ("tpe", 100), ("nsga2", 70), ("random", 33)]
+)
+def test_a_resumed_study_records_what_an_uninterrupted_one_records(
+    tmp_path: Path, sampler: str, stop: int
+) -> None:
+    """Stopped part-way through a generation (the budget) and resumed with the full budget,
+    the study records, trial for trial, the configurations of one run straight through: no
+    configuration proposed anew, none twice, the same structurally impossible ones."""
+    spec = parse_study(support.study_text(sampler=sampler, trials=150), tmp_path / "s.toml")
+    whole = explore(spec, out=tmp_path / "whole", executor_factory=support.InlineExecutor)
+    explore(spec, out=tmp_path / "split", executor_factory=support.InlineExecutor, trials=stop)
+    resumed = explore(
+        spec, out=tmp_path / "split", executor_factory=support.InlineExecutor, resume=True
+    )
+    expected = load_results(whole.directory).sort_values("trial")[["trial", *PARAMS]]
+    got = load_results(resumed.directory).sort_values("trial")[["trial", *PARAMS]]
+    assert resumed.resumed == stop
+    assert resumed.progress.done == whole.progress.done == len(got)
+    assert got.reset_index(drop=True).equals(expected.reset_index(drop=True))
+
+
+@pytest.mark.parametrize("command", ["eval", "memory", "trace"])
+def test_a_decode_step_without_its_context_names_the_option(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--phase decode`` without ``--context-len`` ran over an empty KV cache (s31 review4:
+    "largest batch that fits 95,092" for Llama 3 8B); it is a one-line error naming it."""
+    argv = [command, "--phase", "decode", "--model", "llama3-8b", "--batch", "8"]
+    if command != "memory":
+        argv += ["--out", str(tmp_path / "t")] if command == "trace" else ["--system", "h100-80gb"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--phase decode needs --context-len" in err
+    assert main([*argv, "--context-len", "0"]) == 0  # an empty cache, when asked for
+    assert main([*argv, "--context-len", "4096"]) == 0
+
+
+def test_a_prefill_step_still_defaults_to_no_cached_context(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["eval", "--phase", "prefill", "--model", "llama3-8b", "--system", "h100-80gb"]
+    assert main([*argv, "--prompt-len", "512", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["context_len"] == 0
