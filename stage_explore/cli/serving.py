@@ -45,7 +45,7 @@ _TRAINING_ONLY: dict[str, Any] = {
 }  # fmt: skip
 #: Serving options and their defaults: a training step (``--phase train``) refuses other values.
 _SERVING_ONLY: dict[str, Any] = {
-    "batch": 1, "prompt_len": 0, "context_len": 0, "chunk": 0, "kv_precision": "bf16",
+    "batch": 1, "prompt_len": 0, "context_len": None, "chunk": 0, "kv_precision": "bf16",
     "two_batch_overlap": False, "output_len": 0, "memory_utilization": 0.9,
     "prefill_instances": 0, "decode_instances": 1,
 }  # fmt: skip
@@ -144,8 +144,9 @@ def add_serving_options(parser: argparse.ArgumentParser, steady_state: bool = Tr
     group.add_argument("--batch", type=int, default=1, help="sequences per step (default: 1)")
     group.add_argument("--prompt-len", type=int, default=0, help="prompt tokens per sequence")
     group.add_argument(
-        "--context-len", type=int, default=0, help="tokens already in each sequence's KV cache"
-    )
+        "--context-len", type=int, default=None,
+        help="tokens already in each sequence's KV cache (decode: required; prefill: default 0)",
+    )  # fmt: skip
     group.add_argument("--chunk", type=int, default=0, help="chunked prefill: tokens per step")
     group.add_argument(
         "--kv-precision", choices=("bf16", "fp16", "fp8"), default="bf16",
@@ -182,8 +183,14 @@ def serving_config(args: argparse.Namespace, model: ModelSpec) -> ServingConfig:
             "--phase serve needs --prompt-len and --output-len ≥ 1, but got "
             f"(prompt_len={args.prompt_len}, output_len={args.output_len})"
         )
+    if args.phase == "decode" and args.context_len is None:  # s31 review4: it ran at 0
+        raise ConfigError(
+            "--phase decode needs --context-len (the tokens already in each sequence's KV "
+            "cache, e.g. --context-len 4096; 0 for an empty cache), but got none"
+        )
+    context = 0 if args.context_len is None else args.context_len
     return ServingConfig(
-        phase=phase, batch=args.batch, prompt_len=args.prompt_len, context_len=args.context_len,
+        phase=phase, batch=args.batch, prompt_len=args.prompt_len, context_len=context,
         chunk=args.chunk, kv_precision=args.kv_precision, precision=args.precision,
         dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep,
         two_batch_overlap=getattr(args, "two_batch_overlap", False),

@@ -152,7 +152,10 @@ def test_cli_prefill_prints_time_to_first_token(capsys: pytest.CaptureFixture[st
         (["--phase", "decode", "--zero", "1"], "--zero is a training option"),
         (["--phase", "serve"], "--phase serve needs --prompt-len and --output-len"),
         (["--phase", "decode", "--backend", "astra-sim"], "analytical backend only"),
-        (["--phase", "decode", "--batch", "3", "--dp", "2"], "`dp` must divide `batch`"),
+        (
+            ["--phase", "decode", "--batch", "3", "--dp", "2", "--context-len", "8"],
+            "`dp` must divide `batch`",
+        ),
     ],
 )
 def test_cli_serving_errors_are_one_line(
