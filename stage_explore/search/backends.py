@@ -9,6 +9,8 @@ Contents:
         a name or ``module:attribute`` → the factory (a class or function returning a backend).
     :func:`create_backend`
         the factory called with the study's ``[backend] options``.
+    :func:`preflight`
+        let a backend that needs an external program fail before any trial.
 
 The registry is the one piece of process state of the explorer: plug-ins register at import
 time, as with entry points. Workers never look names up: the driver resolves the factory and
@@ -17,6 +19,7 @@ sends it to them (by reference, so it must be importable there too).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -87,8 +90,19 @@ def resolve_backend(name: str) -> BackendFactory:
         return _REGISTERED[name]
     if ":" in name:
         return _import(name, f"backend {name!r}")
-    known = ", ".join(sorted([*BUILTIN_BACKENDS, *_REGISTERED]))
-    raise ConfigError(f"unknown backend {name!r}; expected one of {known} or 'module:Class'")
+    names = sorted([*BUILTIN_BACKENDS, *_REGISTERED])
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(
+        f"unknown backend {name!r}{hint}; expected one of {', '.join(names)} or 'module:Class'"
+    )
+
+
+def preflight(backend: Any) -> None:
+    """Let a backend that depends on an external program fail fast (ASTRA-sim's binary)."""
+    check = getattr(backend, "preflight", None)
+    if callable(check):
+        check()
 
 
 def _name(factory: BackendFactory) -> str:

@@ -54,14 +54,19 @@ from stage_explore.records import (
     records_schema,
     write_json_atomic,
 )
-from stage_explore.search.backends import BackendFactory, create_backend, resolve_backend
+from stage_explore.search.backends import (
+    BackendFactory,
+    create_backend,
+    preflight,
+    resolve_backend,
+)
 from stage_explore.search.design import model_is_moe
 from stage_explore.search.executors import BaseExecutor, create_executor
 from stage_explore.search.folder_lock import study_lock
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, RefineProgress, StudySummary
 from stage_explore.search.refine import refine
-from stage_explore.search.replay import replay
+from stage_explore.search.replay import as_recorded, replay
 from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.samplers import (
     BaseSearch,
@@ -71,7 +76,7 @@ from stage_explore.search.samplers import (
     is_fast,
 )
 from stage_explore.search.worker import Candidate, EvaluationJob
-from stage_explore.study.space import KNOB_DEFAULTS, derive_dp, structural_reason
+from stage_explore.study.space import derive_dp, structural_reason
 from stage_explore.study.spec import Direction, SamplerKind, StudySpec
 from stage_explore.wording import counted
 
@@ -170,7 +175,7 @@ class Explorer:
             stored = recorded.get("fingerprint", {})
             for section, value in self.spec.fingerprint().items():
                 if section == "space":
-                    value = _as_recorded(value, stored.get(section))
+                    value = as_recorded(value, stored.get(section))
                 if json.dumps(stored.get(section), sort_keys=True) != json.dumps(
                     value, sort_keys=True
                 ):
@@ -334,17 +339,26 @@ class Explorer:
         assert self._search is None, "an Explorer runs once"
         self._check_folder()
         backend = self.spec.backend
-        factory = self._backend_factory or resolve_backend(backend.search_name)
+        factory = self._backend_factory or self._resolve(backend.search_name)
         # Options are checked, and a backend that needs a program finds it, before any task.
-        _preflight(create_backend(factory, backend.search_options))
+        preflight(create_backend(factory, backend.search_options))
         refine_factory = None
         if backend.screen is not None:
-            refine_factory = resolve_backend(backend.name)
-            _preflight(create_backend(refine_factory, backend.options))
+            refine_factory = self._resolve(backend.name)
+            preflight(create_backend(refine_factory, backend.options))
         search = self._create_search(factory)
         with study_lock(self.directory):  # one writer per folder (folder_lock)
             self._check_folder()  # again: another run may have recorded since the first check
             return self._record(search, factory, refine_factory)
+
+    def _resolve(self, name: str) -> BackendFactory:
+        """The factory of a backend the study names; an unknown name is an error naming the
+        study file and the key (registered names are looked up now, so not when it loads)."""
+        try:
+            return resolve_backend(name)
+        except ConfigError as error:
+            key = "name" if name == self.spec.backend.name else "screen"
+            raise ConfigError(f"{self.spec.path}: [backend] {key}: {error}") from None
 
     def _record(
         self, search: BaseSearch, factory: BackendFactory, refine_factory: BackendFactory | None
@@ -559,13 +573,6 @@ class Explorer:
         return "grid" if isinstance(search, GridSearch) else "exhausted"
 
 
-def _preflight(backend: Any) -> None:
-    """Let a backend that depends on an external program fail fast (ASTRA-sim's binary)."""
-    check = getattr(backend, "preflight", None)
-    if callable(check):
-        check()
-
-
 def explore(
     spec: StudySpec,
     *,
@@ -590,24 +597,3 @@ def explore(
         retry=retry,
         on_refine=on_refine,
     ).run()
-
-
-def _as_recorded(space: dict[str, Any], stored: Any) -> dict[str, Any]:
-    """``space`` (a fingerprint's ``[space]``) without the knobs a study recorded before they
-    existed does not list, when they hold only their default (:data:`~stage_explore.study.space
-    .KNOB_DEFAULTS`): such a study ran them at that value, so a resume matches it (s18: the
-    ``precision`` and ``fp8_recipe`` knobs joined every training study's space)."""
-    knobs = space.get("knobs")
-    recorded = stored.get("knobs") if isinstance(stored, dict) else None
-    if not isinstance(knobs, dict) or not isinstance(recorded, dict):
-        return space
-    kept = {
-        name: values
-        for name, values in knobs.items()
-        if name in recorded or values != [KNOB_DEFAULTS.get(name, _NO_DEFAULT)]
-    }
-    return {**space, "knobs": kept}
-
-
-#: A value no knob's default equals (a knob without a default is always compared).
-_NO_DEFAULT = object()

@@ -5,6 +5,9 @@ Contents:
         ask a fresh search again, with the counts the driver asked, answering each proposal
         from the records; the proposals of the last generation not yet told are handed back
         to the driver, which tells them in proposal order (evaluating the unrecorded ones).
+    :func:`as_recorded`
+        a study definition's ``[space]`` as a study recorded before its later knobs stored it
+        (the check that a resumed study is unchanged).
 
 Adding the records to a fresh search as finished trials (``add_finished``) gives the sampler
 the same history but not the same state: TPE's and NSGA-II's random generators, the seeded
@@ -27,6 +30,7 @@ from typing import Any
 from stage_explore.records import Outcome
 from stage_explore.search.outcomes import Verdict
 from stage_explore.search.samplers import BaseSearch, GridSearch, Proposal
+from stage_explore.study.space import KNOB_DEFAULTS
 
 #: Unrecorded proposals a non-adaptive replay may hold, per record, before it gives up (the
 #: driver holds at most eight windows of proposals, see its ``room``).
@@ -79,4 +83,25 @@ def replay(
     return pending
 
 
-__all__ = ["replay"]
+def as_recorded(space: dict[str, Any], stored: Any) -> dict[str, Any]:
+    """``space`` (a fingerprint's ``[space]``) without the knobs a study recorded before they
+    existed does not list, when they hold only their default (:data:`~stage_explore.study.space
+    .KNOB_DEFAULTS`): such a study ran them at that value, so a resume matches it (s18: the
+    ``precision`` and ``fp8_recipe`` knobs joined every training study's space)."""
+    knobs = space.get("knobs")
+    recorded = stored.get("knobs") if isinstance(stored, dict) else None
+    if not isinstance(knobs, dict) or not isinstance(recorded, dict):
+        return space
+    kept = {
+        name: values
+        for name, values in knobs.items()
+        if name in recorded or values != [KNOB_DEFAULTS.get(name, _NO_DEFAULT)]
+    }
+    return {**space, "knobs": kept}
+
+
+#: A value no knob's default equals (a knob without a default is always compared).
+_NO_DEFAULT = object()
+
+
+__all__ = ["as_recorded", "replay"]

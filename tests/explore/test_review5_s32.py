@@ -102,3 +102,16 @@ def test_a_study_interrupted_mid_generation_resumes_as_if_never_stopped(tmp_path
         .reset_index(drop=True)
         .equals(expected.reset_index(drop=True))
     )
+
+
+def test_a_misspelt_backend_names_the_study_key_and_the_closest_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was 'unknown backend 'analytic'; expected one of …' with no file, key or hint."""
+    text = support.study_text(trials=5).replace(support.BACKEND, "analytic")
+    study = tmp_path / "s.toml"
+    study.write_text(text)
+    assert main(["explore", str(study), "--executor", "local", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "s.toml: [backend] name: unknown backend 'analytic' (did you mean 'analytical'?)" in err
