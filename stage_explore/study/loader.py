@@ -208,8 +208,9 @@ def _check_sources(spec: StudySpec, root: Table) -> None:
             model_from_mapping(spec.model.dims, f"{spec.path} [model.dims]")
         else:
             load_model(spec.model.argument())
-    except ConfigError as error:
-        raise model_table.error(key, str(error)) from None
+    except ConfigError as error:  # the file and the key once (s32 review5: they were twice)
+        message = str(error).removeprefix(f"{spec.path} [model.dims]: ")
+        raise model_table.error(key, message) from None
     key = next(key for key in ("preset", "file", "inline") if system_table.has(key))
     try:
         if spec.system.inline is not None:
@@ -217,7 +218,8 @@ def _check_sources(spec: StudySpec, root: Table) -> None:
         else:
             system = load_system(spec.system.argument())
     except ConfigError as error:
-        raise system_table.error(key, str(error)) from None
+        message = str(error).removeprefix(f"{spec.path} [system.inline]: ")
+        raise system_table.error(key, message) from None
     search = system_table.table("search")
     for param in spec.space.hardware:
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stage_core.errors import ConfigError
 from stage_explore import load_results
 from stage_explore.cli import main
 from stage_explore.search import LocalExecutor, explore
@@ -115,3 +116,16 @@ def test_a_misspelt_backend_names_the_study_key_and_the_closest_name(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "s.toml: [backend] name: unknown backend 'analytic' (did you mean 'analytical'?)" in err
+
+
+def test_a_bad_inline_model_names_the_file_and_key_once(tmp_path: Path) -> None:
+    """'s.toml:N: [model] dims: s.toml [model.dims]: unknown model flavor …' said both twice."""
+    text = support.study_text(trials=5)
+    start = text.index("[model]")
+    end = text.index("[", start + 1)
+    text = text[:start] + '[model]\ndims = { base = "gpt3-1.3x", layers = 4 }\n\n' + text[end:]
+    with pytest.raises(ConfigError) as caught:
+        parse_study(text, tmp_path / "s.toml")
+    message = str(caught.value)
+    assert "[model] dims: unknown model flavor 'gpt3-1.3x'; close names: gpt3-1.3b" in message
+    assert message.count("s.toml") == 1 and "[model.dims]" not in message
