@@ -32,6 +32,7 @@ from stage_explore.analytical.eager import (
     eager_extra_bytes,
     eager_op_bytes,
 )
+from stage_explore.analytical.eager_rmsnorm import fused_rmsnorm_op_bytes
 from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
 from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
@@ -214,6 +215,12 @@ class ComputeCosting:
         )
         if framework.linear_bias_epilogue:
             table.update(bias_epilogue_bytes(model))
+        if framework.fused_rmsnorm:  # nn.RMSNorm on PyTorch's fused kernels (eager_rmsnorm)
+            table.update(
+                fused_rmsnorm_op_bytes(
+                    model, framework.eager_modules, compiled=framework.fused_elementwise
+                )
+            )
         return table
 
     def _ssd_kernels(self, point: Point, kind: str) -> dict[str, tuple[SSDKernel, ...]]:

@@ -163,6 +163,12 @@ Options (all booleans unless said):
   the rotary embedding as one fused kernel whatever ``rope_fusion`` says
   (:mod:`~stage_explore.analytical.eager_qkv_split`). Off (the default), or another model: the
   split's copies.
+- ``fused_rmsnorm`` — the module table's RMSNorm is ``torch.nn.RMSNorm`` on PyTorch's fused
+  ``aten::_fused_rms_norm`` / ``_fused_rms_norm_backward`` CUDA kernels (pytorch/pytorch#153666,
+  PyTorch 2.9; torchtitan's models since pytorch/torchtitan#985): 6 bytes forward, 14 backward
+  per element at the eager rate instead of the op-by-op chain's 36 / 92; compiled, only the
+  final norm outside torchtitan's compiled blocks
+  (:mod:`~stage_explore.analytical.eager_rmsnorm`). Off (the default): the table's own ops.
 - ``te_current_scaling`` — the ``tensorwise`` recipe's casts run as Transformer Engine's
   ``Float8CurrentScalingQuantizer`` (Megatron-Core ``--fp8-recipe tensorwise``, TE
   ``Float8CurrentScaling``): ``quantize_impl`` (``pytorch/csrc/quantizer.cpp``) runs
@@ -211,6 +217,7 @@ KERNEL_FLAGS: dict[str, str] = {
     "te_current_scaling": "TE Float8CurrentScaling quantizers (Megatron --fp8-recipe tensorwise)",
     "fp8_output_proj": "Megatron-Core fp8_output_proj (MXFP8 LM head as a TE linear)",
     "fused_single_qkv_rope": "Megatron-Core fused_single_qkv_rope (TE fused QKV RoPE, no split)",
+    "fused_rmsnorm": "torch.nn.RMSNorm on aten::_fused_rms_norm (PyTorch 2.9+, torchtitan#985)",
 }
 
 #: The values of ``fp8_amax_reduction``: no reduction timed, Megatron's ``--tp-only-amax-red``
@@ -245,6 +252,7 @@ class KernelOptions:
     fused_fc1: str = "none"  # gate and up as two GEMMs (separate linears), their dgrads summed
     rope_fusion: bool = True  # the rotary embedding as the generator counts it (one kernel)
     fused_single_qkv_rope: bool = False  # Megatron's QKV split and its copies (its default)
+    fused_rmsnorm: bool = False  # eager RMSNorm as the module table's own ops (eager_rmsnorm)
 
     def attention_kernel_on(self, peak_flops_per_s: Mapping[str, float]) -> str | None:
         """The attention kernel the framework runs on an accelerator with these peaks:

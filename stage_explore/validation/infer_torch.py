@@ -192,7 +192,16 @@ TORCHTITAN_ERAS: tuple[tuple[tuple[int, int], bool, str, str, Any, str], ...] = 
      "op-level SAC keeps cuDNN attention's output (op_sac_saves_cudnn_attention): "
      "torchtitan's _op_sac_save_list names every SDPA backend since pytorch/torchtitan#2095 "
      "(Dec 2025)"),
+    ((2025, 10), False, "options", "fused_rmsnorm", True,
+     "nn.RMSNorm on PyTorch's fused CUDA kernels (fused_rmsnorm): torchtitan's models use "
+     "torch.nn.RMSNorm since pytorch/torchtitan#985 (Mar 2025), which dispatches to "
+     "aten::_fused_rms_norm and its fused backward from PyTorch 2.9 (Oct 2025; "
+     "pytorch/pytorch#153666) and to the op-by-op composite before"),
 )  # fmt: skip
+
+#: The eras set by the PyTorch release rather than torchtitan's code: a named release decides
+#: them over the text's date.
+_TORCH_RELEASE_ERAS = ("fused_rmsnorm",)
 
 
 def torchtitan_pipeline(
@@ -315,10 +324,14 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
     when, how = dated(row), "the text dates the run"
     if when is None:  # a run on a stated PyTorch release is no older than that release
         when, how = torch_dated(row), "the PyTorch release the text names dates from"
+    release = torch_dated(row)
     for first, needs_compile, _, name, value, why in TORCHTITAN_ERAS:
-        if when is not None and when >= first and (compiled or not needs_compile):
+        at, source = when, how
+        if name in _TORCH_RELEASE_ERAS and release is not None:
+            at, source = release, "the PyTorch release the text names dates from"
+        if at is not None and at >= first and (compiled or not needs_compile):
             out.options[name] = value
-            out.notes.append(f"{why} ({how} {when[0]}-{when[1]:02d})")
+            out.notes.append(f"{why} ({source} {at[0]}-{at[1]:02d})")
 
 
 #: BioNeMo's ``mixtral_native_te`` recipe named in a row's text: its own training loop

@@ -303,6 +303,7 @@ def test_an_undated_torchtitan_row_dates_from_the_pytorch_release_it_names() -> 
     case = _case(source=source, source_table="torch.compile, FSDP", notes=notes)
     assert dict(case.framework_options) == {
         "fused_elementwise": True, "loss_fp32_buffers": 0, "optimizer_foreach": False,
+        "fused_rmsnorm": True,
     }  # fmt: skip
     assert any("PyTorch release the text names dates from 2025-10" in a for a in case.assumptions)
     older = _case(source=source, source_table="FSDP", notes="PyTorch 2.6.0")
