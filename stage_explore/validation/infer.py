@@ -35,6 +35,7 @@ from stage_explore.validation.csv_cells import (
     read_csv,
     unread_columns,
 )
+from stage_explore.validation.infer_axis_words import accumulation_reason
 from stage_explore.validation.infer_batch import default_micro_batch
 from stage_explore.validation.infer_cells import moe_counts
 from stage_explore.validation.infer_cluster import cluster_system
@@ -56,6 +57,7 @@ from stage_explore.validation.infer_megatron_lm import (
     launch_zero,
     megatron_lm_launch,
 )
+from stage_explore.validation.infer_named_shard import named_fsdp_strategy, source_offload_reason
 from stage_explore.validation.infer_recompute import named_modules, named_num_layers
 from stage_explore.validation.infer_schedule import named_schedule
 from stage_explore.validation.infer_segment import perf_script_domain
@@ -211,7 +213,11 @@ def _layout(
             "with cp_comm_type p2p: Megatron-Core's default, AutoModel's TE attention)"
         )
     named = _named_zero_stage(row) if framework == "deepspeed" else None
-    if named is not None and not row.get("dp_sharding", "").strip():
+    fsdp_named = named_fsdp_strategy(row, framework)  # s32 readers7: HYBRID_SHARD in source
+    if fsdp_named is not None:
+        said = f"dp_sharding empty; the {fsdp_named[0]} column names {fsdp_named[1]!r}"
+        zero, shard, why = infer_zero(fsdp_named[1], framework, said, pp=pp)
+    elif named is not None and not row.get("dp_sharding", "").strip():
         column, text, stage = named
         said = f"dp_sharding empty; the {column} column names {text!r}"
         # the stage as infer_zero spells it (``zero_2``, ``ZeRO stage-2``, ``ZeRO-0`` are not)
@@ -316,8 +322,10 @@ def inferred_setup(
     with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
-    unmodelled = unmodelled_framework(row, framework) or fms_selective_refusal(
-        framework.value, row.get("recompute", "")
+    unmodelled = (
+        unmodelled_framework(row, framework)
+        or fms_selective_refusal(framework.value, row.get("recompute", ""))
+        or source_offload_reason(row)
     )
     if unmodelled:
         raise Uninferable(unmodelled)
@@ -436,6 +444,7 @@ def _unevaluable(
 def _case(
     row: dict[str, str], metric: str, name: str, file: str, line: int, folder: Path | None
 ) -> Case:
+    raw = row
     try:
         row, spelled = spelled_cells(row, strict=True)
         row, batch = sparse.batch_in_tokens(row)
@@ -457,6 +466,10 @@ def _case(
         case = make_case(setup, row, {"framework_options": options} if options else {})
     except ConfigError as error:  # a malformed cell: the row's reason, not the run's error
         return replace(_unevaluable(row, metric, name, f"{file}: {error}"), file=file, line=line)
+    par = case.parallel  # a batch cell's remark stating another accumulation (s32 readers7)
+    ga = accumulation_reason(raw, par.global_batch, par.micro_batch, par.dp) if par else ""
+    if ga:
+        return replace(_unevaluable(row, metric, name, ga, folder), file=file, line=line)
     where = system_file(setup, folder) if folder is not None else ""
     return replace(case, file=file, line=line, system_file=where, system_overrides=overrides)
 

@@ -37,6 +37,18 @@ CLOUD_PARTS: tuple[tuple[str, str, str], ...] = (
     (r"\bp4d\.24xlarge\b", "A100 40GB",
      "the AWS accelerated instance list in rapidsai/deployment source/cloud/aws/index.md: "
      "p4d.24xlarge, 8 A100 of 40 GB"),
+    # 7 Dec 2026 (s32 readers7): p4de, Google's A3 High and A2 Ultra machines were refused as
+    # matching no preset
+    (r"\bp4de(?:\.24xlarge)?\b", "A100 80GB",
+     "datareceipts/data-receipts 109-gpu-pricing/hyperscalers.json (AWS rows): p4de.24xlarge, "
+     "A100 SXM, gpu_memory_gb 80, gpu_count 8"),
+    (r"\ba3[\s_-]?high(?:gpu[\w-]*)?\b", "H100 80GB",
+     "GoogleCloudPlatform/cluster-toolkit examples/machine-learning/README.md ('VMs containing "
+     "NVIDIA H100 GPUs … a3-highgpu-8g VMs'); GoogleCloudPlatform/ai-infra-cluster-provisioning "
+     "samples/a3/mig-with-container/README.md (each a3-highgpu-8g instance has eight H100)"),
+    (r"\ba2[\s_-]?ultra(?:gpu[\w-]*)?\b", "A100 80GB",
+     "google-deepmind/xmanager issue #37: the A100_80GB GPU goes with the a2-ultragpu-1g / -2g / "
+     "-4g / -8g machine types"),
     (r"\bp5\.48xlarge\b", "H100 80GB",
      "the AWS accelerated instance list in rapidsai/deployment source/cloud/aws/index.md: "
      "p5.48xlarge, 8 H100 of 80 GB"),

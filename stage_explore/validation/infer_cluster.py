@@ -43,6 +43,8 @@ from pathlib import Path
 from stage_core.errors import ConfigError
 from stage_explore.system import System, load_system
 from stage_explore.system.loading import load_system_file
+from stage_explore.validation.infer_errors import Uninferable
+from stage_explore.validation.infer_link_words import link_spellings, no_scale_up_reason
 
 #: Relative tolerance of a stated figure against a system's (rounded published figures).
 TOLERANCE = 0.05
@@ -75,8 +77,10 @@ _NICS = re.compile(
 #: communication is facilitated by 4 Mellanox HDR InfiniBand``).
 _INTER_NODE = re.compile(r"\binter-?\s?node\b|\bbetween\s+nodes\b", re.IGNORECASE)
 _PER_GPU = re.compile(r"per\s+GPU\b|/\s*GPU\b", re.IGNORECASE)
+#: ``per VM`` too (7 Dec 2026, s32 readers7: Azure's and Google's 8-GPU VMs are a node each; was
+#: not read)
 _PER_NODE = re.compile(
-    r"per\s+(?:node|host|server|instance)\b|/\s*(?:node|host)\b", re.IGNORECASE
+    r"per\s+(?:node|host|server|instance|VM)\b|/\s*(?:node|host|VM)\b", re.IGNORECASE
 )
 _NODE_FORMS = (
     re.compile(rf"(?<![\w.])(\d+)\s*x?\s*{_GPU}[^,;]*?(?:/\s*node|per\s+(?:node|host|server))\b"),
@@ -164,7 +168,9 @@ def _nic_count(interconnect: str, unread: list[str]) -> tuple[Figure | None, boo
 
 
 def read_cluster(gpu: str, interconnect: str) -> Cluster:
-    """The cluster figures of a row's ``gpu`` and ``interconnect`` cells (module docstring)."""
+    """The cluster figures of a row's ``gpu`` and ``interconnect`` cells (module docstring;
+    the interconnect's other spellings first read as :func:`link_spellings` reads them)."""
+    interconnect = link_spellings(interconnect)
     scale_out, per_node, unread = _scale_out(interconnect)
     node = None
     for clause in _clauses(interconnect):
@@ -294,6 +300,9 @@ def cluster_system(
     row states (its path relative to the folder), else ``preset_name`` with a stated
     inter-node bandwidth per GPU that differs from the preset's set on its scale-out dim; the
     assumption says which figures were read, matched, applied, or differ and are not applied."""
+    refused = no_scale_up_reason(interconnect, preset_name)  # s32 readers7
+    if refused:
+        raise Uninferable(refused)
     cluster = read_cluster(gpu, interconnect)
     preset = load_system(preset_name)
     stated = _stated(cluster, preset)

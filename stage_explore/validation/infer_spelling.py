@@ -14,6 +14,7 @@ from stage_explore.validation.csv_cells import (
     LAYOUT_COLUMNS,
     STRICT_DIM_COLUMNS,
 )
+from stage_explore.validation.infer_axis_words import axis_words
 from stage_explore.validation.infer_cells import read_sharding, read_sp
 from stage_explore.validation.infer_fields import read_recompute
 from stage_explore.validation.infer_layout_cells import layout_lists
@@ -103,6 +104,8 @@ def spelled_cells(
     (``TP=2, PP=4``) by :func:`~stage_explore.validation.infer_layout_cells.layout_lists`
     (``strict``: an ambiguous one is Uninferable, else left as written)."""
     out, notes = layout_lists(row, strict)
+    out, worded = axis_words(out)  # ``tensor model parallel size 8`` (s32 readers7)
+    notes += worded
     for column, words in COLUMN_UNITS.items():
         cell = out.get(column, "").strip()
         united = re.fullmatch(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", cell, re.IGNORECASE)

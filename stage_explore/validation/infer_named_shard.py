@@ -1,0 +1,72 @@
+"""The PyTorch FSDP sharding strategy a row's other text names when its ``dp_sharding`` cell is
+empty (:func:`named_fsdp_strategy`; 7 Dec 2026, s32 readers7): ``PyTorch FSDP HYBRID_SHARD`` or
+``FSDP SHARD_GRAD_OP`` in ``source`` ran as the profile's default, FULL_SHARD (ZeRO-3 over all
+of ``dp``), as DeepSpeed's ``ZeRO-3`` in ``source`` once ran as its default stage (s18
+csvrobust: :func:`stage_explore.validation.infer._named_zero_stage`).
+
+The names are PyTorch's ``torch.distributed.fsdp.ShardingStrategy`` members (FULL_SHARD,
+SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD; torch/distributed/fsdp/api.py) and
+HSDP, the docs' name of HYBRID_SHARD; the cell text handed on is read by
+:func:`~stage_explore.validation.infer_fields.infer_zero` as a ``dp_sharding`` cell of it would be.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stage_explore.validation.infer_fields import FRAMEWORK_COLUMNS, FSDP_PROFILES
+
+#: A ShardingStrategy name or HSDP, not inside another identifier (``_HYBRID_SHARD_ZERO2``, whose
+#: hybrid ZeRO-2 no reader models, is none of them: the profile's default stands).
+_STRATEGY = re.compile(
+    r"(?<![A-Za-z_])(FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|HSDP)(?![\w])"
+)
+#: Two names of one strategy.
+_SAME = {"HSDP": "HYBRID_SHARD"}
+
+
+def named_fsdp_strategy(row: dict[str, str], framework: str) -> tuple[str, str] | None:
+    """``(column, name)`` of the one FSDP sharding strategy an FSDP-based row's other text
+    names (``source``, ``source_table``, ``url``, ``notes``) when its ``dp_sharding`` cell is
+    empty; None for another framework, a stated cell, no name or two different strategies (a
+    row comparing FULL_SHARD with HYBRID_SHARD says which it ran nowhere here)."""
+    if framework not in FSDP_PROFILES or row.get("dp_sharding", "").strip():
+        return None
+    found = [
+        (column, match.group(1)) for column in FRAMEWORK_COLUMNS
+        for match in _STRATEGY.finditer(row.get(column, ""))
+    ]  # fmt: skip
+    names = {_SAME.get(name, name) for _, name in found}
+    if len(names) != 1:
+        return None
+    return found[0]
+
+
+#: Offload of optimizer state or parameters to host / NVMe memory as a run's description names
+#: it: DeepSpeed's ZeRO-Offload / ZeRO-Infinity, ``CPU offload``, ``with offload``, ``offloaded
+#: to CPU`` (not after ``no`` / ``without``, nor before ``False`` / ``off`` / ``disabled``).
+_OFFLOAD = re.compile(
+    r"(?<!\bno\s)(?<!\bwithout\s)(?<!w/o\s)"
+    r"(zero[-_\s]*(?:offload|infinity)|\b(?:cpu|nvme|optimizer|param(?:eter)?)[-_\s]+offload\w*"
+    r"|\bwith\s+(?:\w+\s+)?offload\w*|\boffload(?:ing|ed)?\s+(?:to|on)\s+(?:the\s+)?"
+    r"(?:cpu|host|nvme))(?!\s*[:=]?\s*(?:false|off|disabled|0)\b)",
+    re.IGNORECASE,
+)
+
+
+def source_offload_reason(row: dict[str, str]) -> str:
+    """The one-line reason a row whose ``source`` or ``source_table`` names optimizer or
+    parameter offload is not evaluated (7 Dec 2026, s32 readers7: ``DeepSpeed ZeRO stage 3
+    with offload`` in ``source`` ran as ZeRO-3 in GPU memory, ``ZeRO-Offload`` as ZeRO-1;
+    the ``dp_sharding`` cell's offload was already refused,
+    :func:`~stage_explore.validation.infer_fields.infer_zero`); "" otherwise. ``notes`` are not
+    read: they name offload that was off (``Activation CPUOffload False``)."""
+    for column in ("source", "source_table"):
+        found = _OFFLOAD.search(row.get(column, ""))
+        if found:
+            return (
+                f"the {column} column names {found.group(1)!r}: optimizer or parameter offload "
+                "to host / NVMe memory is not modelled (expected a run whose states stay in GPU "
+                "memory: ZeRO-1/2/3, FSDP, the distributed optimizer or none)"
+            )
+    return ""
