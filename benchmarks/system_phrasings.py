@@ -30,7 +30,7 @@ from stage_explore.validation.setups import Case, data_dir
 
 RESULTS = Path(__file__).resolve().parent / "results" / "system_phrasings.md"
 #: This table's outcomes at main 58bec87, before the s32 readers7 reader fixes (7 Dec 2026).
-BEFORE_S32 = {"same": 67, "misread": 13, "refused": 17}
+BEFORE_S32 = {"same": 81, "misread": 23, "refused": 21}
 
 #: The base row (every phrasing replaces some of its cells).
 BASE = {
@@ -106,6 +106,13 @@ PHRASINGS: tuple[Phrasing, ...] = (
        {"gpu": "GB200 NVL72", "interconnect": ""}),
     _p("NVIDIA system", {"gpu": "DGX GB200", "interconnect": ""},
        {"gpu": "GB200 NVL72", "interconnect": ""}),
+    _p("GCP machine", {"gpu": "A3 Ultra"}, {"gpu": "H200"}),
+    _p("AWS instance", {"gpu": "p5en.48xlarge"}, {"gpu": "H200"}),
+    _p("AWS instance", {"gpu": "p6-b200.48xlarge"}, {"gpu": "B200"}),
+    _p("Azure VM", {"gpu": "ND GB200 v6", "interconnect": ""},
+       {"gpu": "GB200 NVL72", "interconnect": ""}),
+    _r("PCIe card", {"gpu": "H100 NVL"}, "PCIe card"),
+    _r("AWS instance (no cited GPU here)", {"gpu": "p5e.48xlarge"}, _NO_PRESET),
     # --- the interconnect
     _p("paper", {"interconnect": "8x 400 Gb/s NDR InfiniBand per node"}),
     _p("paper (no per node)", {"interconnect": "8x 400 Gb/s NDR InfiniBand"}),
@@ -131,6 +138,11 @@ PHRASINGS: tuple[Phrasing, ...] = (
     _p("paper (asterisk)", {"interconnect": "8*400Gbps RoCE per node"}),
     _p("OEM spec", {"interconnect": "400 Gbps x 8 (ConnectX-7) per server"}),
     _p("NCCL remark", {"interconnect": "8x 400 Gb/s per node, no NVLink SHARP"}),
+    _p("NVIDIA switch name", {"interconnect": "NVIDIA Quantum-2 NDR 400Gb/s x8 per node"}),
+    _p("adapter name", {"interconnect": "ConnectX-7 NDR 200 Gb/s per GPU"},
+       {"interconnect": "200 Gb/s per GPU"}),
+    _p("paper (bytes)", {"interconnect": "25 GB/s per GPU inter-node"},
+       {"interconnect": "200 Gb/s per GPU"}),
     # --- the framework
     _p("BigScience / Microsoft", {"source": "Megatron-DeepSpeed"}, {"source": "DeepSpeed"}),
     _r("paper", {"source": "DeepSpeed ZeRO stage 3 with offload", "pp": "1", "dp": "64"},
@@ -159,6 +171,14 @@ PHRASINGS: tuple[Phrasing, ...] = (
     _r("HPC-AI Tech", {"source": "Colossal-AI Gemini"}, _NO_PROFILE),
     _r("Stanford CRFM", {"source": "Levanter/JAX"}, _NO_PROFILE),
     _r("Google", {"source": "MaxText on A3"}, _NO_PROFILE),
+    _p("PyTorch", {"source": "PyTorch DDP", "tp": "1", "pp": "1", "dp": "512"},
+       {"source": "PyTorch FSDP", "dp_sharding": "DDP", "tp": "1", "pp": "1", "dp": "512"}),
+    _p("PyTorch API", {"source": "torch.nn.parallel.DistributedDataParallel", "tp": "1",
+                       "pp": "1", "dp": "512"},
+       {"source": "PyTorch FSDP", "dp_sharding": "NO_SHARD", "tp": "1", "pp": "1", "dp": "512"}),
+    _p("NVIDIA (2022)", {"source": "NeMo Megatron"}, {"source": "NeMo"}),
+    _r("Meta", {"source": "fairseq"}, _NO_PROFILE),
+    _r("EleutherAI", {"source": "GPT-NeoX"}, _NO_PROFILE),
     # --- the layout
     _p("paper", {"tp": "TP=8", "pp": "PP=4", "dp": "DP=16"}),
     _p("Megatron argument", {"tp": "tensor model parallel size 8"}),
@@ -191,6 +211,22 @@ PHRASINGS: tuple[Phrasing, ...] = (
     _p("paper", {"recompute": "full activation checkpointing"}, {"recompute": "full"}),
     _p("paper", {"recompute": "selective recompute"}, {"recompute": "selective"}),
     _p("paper", {"recompute": "AC: full"}, {"recompute": "full"}),
+    _p("paper (remark)", {"dp": "DP=16 (ZeRO-1)"}, {"dp_sharding": "ZeRO-1"}),
+    _p("paper (remark)", {"dp": "16 (distributed optimizer)"},
+       {"dp_sharding": "distributed optimizer"}),
+    _p("paper (remark)", {"pp": "4 (interleaved, vpp 5)"}, {"vpp": "5"}),
+    _r("paper (interleaved, no count)", {"pp": "4 (interleaved)"}, "states no virtual stages"),
+    _r("paper (two counts)", {"pp": "4 (interleaved, vpp 5)", "vpp": "2"}, "expected one count"),
+    _p("paper (remark)", {"cp": "CP 2 (ring attention)", "dp": "8"}, {"cp": "2", "dp": "8"}),
+    _r("paper (Ulysses)", {"cp": "2 (all-to-all / Ulysses)", "dp": "8"}, "all-to-all"),
+    _m("paper (remark)", {"ep": "EP 8 (expert parallel)"}, {"ep": "8"}),
+    _m("paper", {"ep": "64-way expert parallel"}, {"ep": "64"}),
+    _p("paper (one cell)", {"tp": "TP 8 x PP 4 x DP 16"}),
+    _p("Transformer Engine", {"precision": "FP8 current scaling"}, {"precision": "FP8-CS"}),
+    _p("DeepSeek-V3 style", {"precision": "FP8 blockwise (128x128)"},
+       {"precision": "FP8 blockwise"}),
+    _p("NeMo precision", {"precision": "fp8-hybrid"}, {"precision": "FP8-DS"}),
+    _p("paper", {"recompute": "selective (attention only)"}, {"recompute": "selective"}),
     _p("paper", {"precision": "bf16 mixed precision"}, {"precision": "bf16"}),
     _p("Transformer Engine", {"precision": "FP8 (delayed scaling)"}, {"precision": "FP8-DS"}),
     _p("Transformer Engine", {"precision": "FP8 hybrid (E4M3 fwd / E5M2 bwd)"},

@@ -55,8 +55,10 @@ _GPU = r"(?:[A-Z]{1,2}\d{2,3}\w*|GPUs?)"
 #: 6 Dec 2026 (s24 spellings): ``×`` before the rate, a thousands comma, a count after the
 #: network's name and the ``GbE`` unit were not read (``8 × 200 Gb/s per node`` as 200
 #: per node, ``1,600 Gbps`` as 600, ``400GbE`` as no rate).
+#: 7 Dec 2026 (s32 readers7): not a number after a hyphen (``Quantum-2 NDR 400Gb/s x8`` read 2 x
+#: 8 ports, ``ConnectX-7 NDR 400 Gb/s per GPU`` 7 ports of 400).
 _RATE = re.compile(
-    r"(?:(?<![\w.,])(\d+)(?:\s*[x×]\s*|\s+(?=[A-Za-z]))((?:[A-Za-z][\w\-]*\s+){0,4}?))?"
+    r"(?:(?<![\w.,\-])(\d+)(?:\s*[x×]\s*|\s+(?=[A-Za-z]))((?:[A-Za-z][\w\-]*\s+){0,4}?))?"
     r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s*(Gb/s|Gbps|Gbit/s|GbE|Tb/s|Tbps|Tbit/s)"
     r"(?:(?:\s+(?!per\b|nodes?\b|GPUs?\b)[A-Za-z][\w\-]*){0,2}\s*[x×]\s*(\d+)(?![\w.]))?"
 )

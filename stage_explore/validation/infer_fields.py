@@ -48,6 +48,8 @@ class Inferred:
     model: tuple[tuple[str, int | str], ...] = ()
 
 
+#: PyTorch's DistributedDataParallel named as PyTorch's (not Megatron-Core's class of that name).
+TORCH_DDP = r"(?:py)?torch[\s_.-]*(?:nn\.parallel\.)?(?:ddp|distributed\s*data\s*parallel)\b"
 #: (keyword pattern, framework profile), first match wins; searched in :data:`FRAMEWORK_COLUMNS`.
 FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     (r"automodel", "automodel"),
@@ -60,8 +62,10 @@ FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
     (r"megatron[\s_-]?(?:bridge|core|fsdp)|\bmcore\b|\bnemo(?![a-z])|mlperf|dgx cloud|"
      r"dgxc-benchmarking|\bprimus\b|rocm/megatron", "megatron-core"),
     # reshard_after_forward: FSDP2's fully_shard argument (s28 review)
+    # PyTorch's own DDP (s32 readers7: was the megatron-core default with its distributed
+    # optimizer); the fsdp profile without a wrapper (infer_named_shard reads it as NO_SHARD)
     (r"\bfsdp|\bhsdp\b|full_shard|hybrid_shard|shard_grad_op|fully_shard|"
-     r"reshard[_\s-]*after[_\s-]*forward", "fsdp"),
+     r"reshard[_\s-]*after[_\s-]*forward|" + TORCH_DDP, "fsdp"),
     # LitGPT (lit-gpt) pre-trains under Lightning Fabric's FSDPStrategy, PyTorch FSDP with
     # its own eager blocks: Lightning-AI/litgpt e570612c litgpt/pretrain.py ("if devices *
     # num_nodes > 1: strategy = FSDPStrategy(auto_wrap_policy={Block}, ...,

@@ -14,6 +14,8 @@ Read now:
   rate (``288G`` is a memory; ``eight 200G NICs`` names no network and stays unread, as before);
 - ``8*400Gbps`` (an asterisk as the multiplication sign) as ``8x400Gbps`` (it was read as one
   400 Gb/s port per node);
+- a rate in bytes in a clause that says it is between nodes (``25 GB/s per GPU inter-node``) as
+  bits (x 8): a byte rate is otherwise a scale-up link and is not read;
 
 the ``per VM`` of a cloud row (Azure's ND H100 v5, Google's A3 machines) is read as per node in
 :data:`stage_explore.validation.infer_cluster._PER_NODE`.
@@ -37,6 +39,10 @@ _BARE_G = re.compile(
 )
 #: ``8*400`` before a bit rate: the count and the rate.
 _STAR = re.compile(r"(?<![\w.])(\d+)\s*\*\s*(?=\d+(?:\.\d+)?\s*(?:Gb|Tb|G\b))")
+#: A clause that says its rate is between nodes, and a rate in bytes there (``25 GB/s per GPU
+#: inter-node``): a byte rate elsewhere is a scale-up link and stays unread.
+_INTER_NODE = re.compile(r"inter-?node|between\s+(?:the\s+)?nodes|across\s+nodes|scale-out", re.I)
+_BYTES = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:GB/s|GBps)\b")
 #: An interconnect cell that says the GPUs share no scale-up fabric.
 _NO_SCALE_UP = re.compile(
     r"\bPCIe\b(?:\s+Gen\s*\d)?\s+only\b|\bonly\s+PCIe\b"
@@ -57,7 +63,16 @@ def _gbits(found: re.Match[str]) -> str:
 def link_spellings(interconnect: str) -> str:
     """``interconnect`` with the spellings of the module docstring rewritten into the forms
     :func:`~stage_explore.validation.infer_cluster.read_cluster` reads."""
-    return _BARE_G.sub(_gbits, _STAR.sub(lambda m: f"{m.group(1)}x", interconnect))
+    text = _BARE_G.sub(_gbits, _STAR.sub(lambda m: f"{m.group(1)}x", interconnect))
+    return re.sub(r"[^,;]+", _inter_node_bytes, text)
+
+
+def _inter_node_bytes(clause: re.Match[str]) -> str:
+    """A clause naming the inter-node network with its byte rates written in Gb/s."""
+    text = clause.group(0)
+    if not _INTER_NODE.search(text):
+        return text
+    return _BYTES.sub(lambda m: f"{float(m.group(1)) * 8:g} Gb/s", text)
 
 
 def no_scale_up_reason(interconnect: str, preset: str) -> str:

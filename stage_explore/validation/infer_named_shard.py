@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import re
 
-from stage_explore.validation.infer_fields import FRAMEWORK_COLUMNS, FSDP_PROFILES
+from stage_explore.validation.infer_fields import FRAMEWORK_COLUMNS, FSDP_PROFILES, TORCH_DDP
 
-#: A ShardingStrategy name or HSDP, not inside another identifier (``_HYBRID_SHARD_ZERO2``, whose
-#: hybrid ZeRO-2 no reader models, is none of them: the profile's default stands).
+#: A ShardingStrategy name, HSDP or PyTorch's DDP (as NO_SHARD), not inside another identifier
+#: (``_HYBRID_SHARD_ZERO2``, whose hybrid ZeRO-2 no reader models, is none of them: the
+#: profile's default stands).
 _STRATEGY = re.compile(
-    r"(?<![A-Za-z_])(FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|HSDP)(?![\w])"
+    rf"(?<![A-Za-z_])(FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|HSDP|(?i:{TORCH_DDP}))(?![\w])"
 )
 #: Two names of one strategy.
 _SAME = {"HSDP": "HYBRID_SHARD"}
+
+
+def _strategy_name(name: str) -> str:
+    """A found name as the strategy it is (PyTorch's DDP: NO_SHARD, no FSDP wrapper)."""
+    return "DDP" if re.fullmatch(TORCH_DDP, name, re.IGNORECASE) else _SAME.get(name, name)
 
 
 def named_fsdp_strategy(row: dict[str, str], framework: str) -> tuple[str, str] | None:
@@ -33,10 +39,10 @@ def named_fsdp_strategy(row: dict[str, str], framework: str) -> tuple[str, str] 
     if framework not in FSDP_PROFILES or row.get("dp_sharding", "").strip():
         return None
     found = [
-        (column, match.group(1)) for column in FRAMEWORK_COLUMNS
+        (column, _strategy_name(match.group(1))) for column in FRAMEWORK_COLUMNS
         for match in _STRATEGY.finditer(row.get(column, ""))
     ]  # fmt: skip
-    names = {_SAME.get(name, name) for _, name in found}
+    names = {name for _, name in found}
     if len(names) != 1:
         return None
     return found[0]

@@ -14,8 +14,9 @@ from stage_explore.validation.csv_cells import (
     LAYOUT_COLUMNS,
     STRICT_DIM_COLUMNS,
 )
-from stage_explore.validation.infer_axis_words import axis_words
+from stage_explore.validation.infer_axis_words import RemarkError, axis_words
 from stage_explore.validation.infer_cells import read_sharding, read_sp
+from stage_explore.validation.infer_errors import Uninferable
 from stage_explore.validation.infer_fields import read_recompute
 from stage_explore.validation.infer_layout_cells import layout_lists
 
@@ -104,7 +105,12 @@ def spelled_cells(
     (``TP=2, PP=4``) by :func:`~stage_explore.validation.infer_layout_cells.layout_lists`
     (``strict``: an ambiguous one is Uninferable, else left as written)."""
     out, notes = layout_lists(row, strict)
-    out, worded = axis_words(out)  # ``tensor model parallel size 8`` (s32 readers7)
+    try:  # ``tensor model parallel size 8``, ``4 (interleaved, vpp 5)`` (s32 readers7)
+        out, worded = axis_words(out)
+    except RemarkError as error:
+        if strict:
+            raise Uninferable(str(error)) from None
+        worded = []
     notes += worded
     for column, words in COLUMN_UNITS.items():
         cell = out.get(column, "").strip()

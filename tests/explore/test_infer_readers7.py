@@ -205,3 +205,71 @@ def test_stated_accumulation_checked() -> None:
     reason = _refused(micro_batch="1 (gradient accumulation 16)")
     assert "gradient accumulation 16" in reason and "= 96" in reason
     assert "GA 16" in _refused(global_batch_seqs="1536 (GA 16)")
+
+
+@pytest.mark.parametrize(
+    ("cell", "gbits", "per_node"),
+    [("NVIDIA Quantum-2 NDR 400Gb/s x8 per node", 3200, True),
+     ("ConnectX-7 NDR 200 Gb/s per GPU", 200, False),
+     ("4x ConnectX-7 IB NDR 400 Gb/s per node", 1600, True),
+     ("25 GB/s per GPU inter-node", 200, False), ("inter-node: 50 GB/s per GPU", 400, False)],
+)  # fmt: skip
+def test_hyphenated_names_and_inter_node_bytes(cell: str, gbits: float, per_node: bool) -> None:
+    """A number after a hyphen (``Quantum-2``, ``ConnectX-7``) is no port count (``ConnectX-7
+    NDR 200 Gb/s per GPU`` read 1,400 Gb/s per GPU); a byte rate said to be inter-node is
+    eight times as many bits."""
+    cluster = read_cluster("H100", cell)
+    assert cluster.scale_out is not None
+    assert cluster.scale_out.value == pytest.approx(gbits * 1e9 / 8)
+    assert cluster.per_node is per_node
+
+
+def test_scale_up_byte_rates_stay_unread() -> None:
+    """A byte rate not said to be inter-node is a scale-up link (``600 GB/s``), unread."""
+    cell = "8 A100 40GB each on NVSwitch (600 GB/s); EFA inter-node, 400 Gb/s per instance"
+    assert link_spellings(cell) == cell
+    assert link_spellings("InfiniBand 8x50 GB/s per node") == "InfiniBand 8x50 GB/s per node"
+
+
+@pytest.mark.parametrize(
+    "source", ["PyTorch DDP", "PyTorch DistributedDataParallel",
+               "torch.nn.parallel.DistributedDataParallel"],
+)  # fmt: skip
+def test_pytorch_ddp(source: str) -> None:
+    """PyTorch's own DDP ran as Megatron-Core with its distributed optimizer (ZeRO-1); now the
+    fsdp profile without a wrapper, nothing sharded."""
+    case = synthetic_case(FLAT, "readers7.csv", source=source)
+    assert case.framework == "fsdp" and case.parallel is not None and case.parallel.zero == 0
+
+
+def test_megatron_ddp_is_not_pytorch_ddp() -> None:
+    """Megatron-Core's DDP class named in a Megatron-LM row's notes stays Megatron's."""
+    case = _case(source="Megatron-LM", notes="Megatron DDP gradient buckets")
+    assert case.framework == "megatron-core"
+
+
+@pytest.mark.parametrize(
+    ("cells", "field", "value"),
+    [({"dp": "DP=16 (ZeRO-1)"}, "zero", 1), ({"dp": "16 (distributed optimizer)"}, "zero", 1),
+     ({"dp": "16 (ZeRO-1)", "dp_sharding": "none"}, "zero", 0),
+     ({"pp": "4 (interleaved, vpp 5)"}, "vpp", 5), ({"pp": "4 (5 virtual stages)"}, "vpp", 5),
+     ({"pp": "4 (interleaved, vpp 5)", "vpp": "5"}, "vpp", 5),
+     ({"cp": "CP 2 (ring attention)", "dp": "8"}, "cp", 2), ({"pp": "4 (1F1B)"}, "vpp", 1)],
+)  # fmt: skip
+def test_layout_remarks_read(cells: dict[str, str], field: str, value: int) -> None:
+    """A dp cell's sharding remark fills an empty ``dp_sharding``; a pp cell's interleaving
+    with its count fills ``vpp`` (both were dropped with the remark); an axis form keeps its
+    remark."""
+    assert getattr(_parallel(**cells), field) == value
+
+
+@pytest.mark.parametrize(
+    ("cells", "words"),
+    [({"pp": "4 (interleaved)"}, "states no virtual stages"),
+     ({"pp": "4 (interleaved, vpp 5)", "vpp": "2"}, "expected one count"),
+     ({"cp": "2 (all-to-all / Ulysses)", "dp": "8"}, "all-to-all context parallelism")],
+)  # fmt: skip
+def test_layout_remarks_refused(cells: dict[str, str], words: str) -> None:
+    """Interleaving without its count or with another one, all-to-all (Ulysses) context
+    parallelism: refused in one line (each ran as the plain cell before)."""
+    assert words in _refused(**cells)
