@@ -28,13 +28,16 @@ import re
 #: A network a port rate belongs to (InfiniBand generations and names, Ethernet RDMA, AWS EFA,
 #: NVIDIA's ConnectX adapters).
 _NETWORK = r"(?:[EHNX]DR|IB|InfiniBand|RoCE|Ethernet|EFA|ConnectX[\w-]*|CX-?\d)"
+#: The port rates Ethernet and InfiniBand links are sold at (Gb/s: 10 / 25 / 40 / 50 / 100 GbE
+#: and EDR, 56 FDR, 200 HDR, 400 NDR, 800 XDR, 1600 GbE); a bare ``80G`` / ``288G`` is a memory.
+_PORT = r"(?:10|25|40|50|56|100|200|400|800|1600)"
 #: A bare ``400G`` (not ``400GB``, ``400 Gb/s``, ``400GbE``, ``400Gbps``) right after its
 #: network (up to two words between: ``RoCE v2 400G``, ``ConnectX-7 NDR 400G``) or right before
 #: it (``200G HDR``, one word between); a ``G`` further from a network name is not read (``A100
 #: SXM 80G GPUs … by a RoCE network`` is a memory: s32 readers7's first version read it as 80 Gb/s).
 _BARE_G = re.compile(
-    rf"\b({_NETWORK}\s(?:[\w.-]+\s){{0,2}}?)(\d{{2,4}})\s?G(?![\w/])"
-    rf"|(?<![\w.])(\d{{2,4}})\s?G(?=\s(?:[\w.-]+\s)?{_NETWORK}\b)",
+    rf"\b({_NETWORK}\s(?:[\w.-]+\s){{0,2}}?)({_PORT})\s?G(?![\w/])"
+    rf"|(?<![\w.])({_PORT})\s?G(?=\s(?:[\w.-]+\s)?{_NETWORK}\b)",
     re.IGNORECASE,
 )
 #: ``8*400`` before a bit rate: the count and the rate.

@@ -54,7 +54,7 @@ def named_fsdp_strategy(row: dict[str, str], framework: str) -> tuple[str, str] 
 _OFFLOAD = re.compile(
     r"(?<!\bno\s)(?<!\bwithout\s)(?<!w/o\s)"
     r"(zero[-_\s]*(?:offload|infinity)|\b(?:cpu|nvme|optimizer|param(?:eter)?)[-_\s]+offload\w*"
-    r"|\bwith\s+(?:\w+\s+)?offload\w*|\boffload(?:ing|ed)?\s+(?:to|on)\s+(?:the\s+)?"
+    r"|\bwith\s+(?!no\b|without\b)(?:\w+\s+)?offload\w*|\boffload(?:ing|ed)?\s+(?:to|on)\s+(?:the\s+)?"
     r"(?:cpu|host|nvme))(?!\s*[:=]?\s*(?:false|off|disabled|0)\b)",
     re.IGNORECASE,
 )

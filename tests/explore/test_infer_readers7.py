@@ -81,7 +81,7 @@ def test_stated_port_rate_overrides_the_preset() -> None:
     "cell",
     ["'up to 32 NVIDIA A100 SXM 80G GPUs distributed across 4 nodes interconnected by a RoCE "
      "RDMA network' (8 per node)", "eight 200G NICs per server, each to a different ToR",
-     "AMD Instinct MI355X 288G HBM3E", "2x 200G per node"],
+     "AMD Instinct MI355X 288G HBM3E", "2x 200G per node", "8x H100 80G IB"],
 )  # fmt: skip
 def test_a_g_away_from_its_network_is_not_a_rate(cell: str) -> None:
     """A memory (``80G``, ``288G``) or a port with no network named stays unread."""
@@ -148,6 +148,7 @@ def test_offload_in_source_refused(source: str) -> None:
 @pytest.mark.parametrize(
     "row",
     [{"source": "DeepSpeed ZeRO-3, no offload"}, {"source": "FSDP, CPU offload: False"},
+     {"source": "DeepSpeed ZeRO-3 with no offload"},
      {"source": "llm-foundry", "notes": "Activation CPUOffload False"}],
 )  # fmt: skip
 def test_offload_that_was_off_not_refused(row: dict[str, str]) -> None:
