@@ -228,6 +228,29 @@ MEGATRON_ATTENTION_NOTE = (
     "--use-flash-attn-v1 / -v2 are store_true, off unless passed), as for the GPT blocks; the "
     "row names Megatron and no FlashAttention"
 )
+#: A PyTorch release before 2.0 as a row's text names it (``PyTorch 1.10``, ``torch==1.13.1``):
+#: PyTorch had no fused attention of its own before 2.0, whose notes introduce it ("Beta includes
+#: ... the scaled_dot_product_attention function as part of torch.nn.functional",
+#: https://github.com/pytorch/pytorch/releases/tag/v2.0.0).
+PRE_SDPA_TORCH = re.compile(r"\b(?:py)?torch[\s_=:-]*1\.\d+", re.IGNORECASE)
+#: minGPT, whose ``CausalSelfAttention`` is explicit: ``q @ k.transpose(-2, -1)`` scaled,
+#: ``masked_fill``, ``F.softmax``, dropout, ``att @ v`` (karpathy/minGPT 08c08d8d
+#: ``mingpt/model.py``).
+MINGPT = re.compile(r"\bmin[\s_-]?gpt\b", re.IGNORECASE)
+#: A fused attention kernel a row names besides FlashAttention (xFormers' memory-efficient
+#: attention, PyTorch's SDPA).
+NAMES_FUSED_ATTENTION = re.compile(
+    r"xformers|memory[-_\s]efficient attention|scaled_dot_product_attention|\bsdpa\b", re.IGNORECASE
+)
+#: Why an FSDP row on a PyTorch before 2.0, or on minGPT, runs unfused attention
+#: (:func:`eager_attention`).
+EAGER_ATTENTION_NOTE = (
+    "unfused core attention (core_attention unfused): the row names a PyTorch before 2.0 "
+    "(scaled_dot_product_attention first shipped with PyTorch 2.0, "
+    "https://github.com/pytorch/pytorch/releases/tag/v2.0.0) or minGPT (its CausalSelfAttention "
+    "is q @ k^T, masked_fill, softmax, dropout, att @ v; karpathy/minGPT 08c08d8d "
+    "mingpt/model.py), and no fused attention kernel"
+)
 #: Techniques a row's text names, each a framework option: (frameworks, pattern, option,
 #: value, why).
 NAMED_TECHNIQUES: tuple[tuple[tuple[str, ...], str, str, bool | str, str], ...] = (
@@ -291,7 +314,10 @@ def recipe_defaults(
     ``experts``: the routed experts the ``moe`` column states (0: the flavor's)."""
     out = Defaults()
     spec = get_flavor(flavor)
-    if str(spec.family) == "gpt" and not spec.core_attention and framework not in (
+    if not spec.core_attention and eager_attention(row, framework):  # s32 rowsD
+        out.model["core_attention"] = "unfused"
+        out.notes.append(EAGER_ATTENTION_NOTE)
+    elif str(spec.family) == "gpt" and not spec.core_attention and framework not in (
         "megatron-lm-2021", "deepspeed",
     ):  # fmt: skip
         out.model["core_attention"] = "fused"
@@ -382,6 +408,19 @@ def megatron_attention(row: dict[str, str], framework: str) -> bool:
     return framework == "megatron-lm-2021" or (
         framework == "deepspeed" and re.search(r"megatron", text, re.IGNORECASE) is not None
     )
+
+
+def eager_attention(row: dict[str, str], framework: str) -> bool:
+    """Whether an FSDP-profile ``row`` runs its model's own unfused attention: its text (or
+    ``model`` cell) names a PyTorch release before 2.0 or minGPT, and no FlashAttention,
+    xFormers or SDPA kernel (:data:`EAGER_ATTENTION_NOTE`). The fsdp profile's fused default
+    stands for the SDPA / flash ``attn_impl`` of 2023-and-later stacks."""
+    if framework != "fsdp":
+        return False
+    text = row_text(row, ("source", "source_table", "notes", "model"))
+    if NAMES_FLASH.search(text) or NAMES_FUSED_ATTENTION.search(text):
+        return False
+    return PRE_SDPA_TORCH.search(text) is not None or MINGPT.search(text) is not None
 
 
 def names_composer_pure(row: dict[str, str]) -> bool:
