@@ -356,7 +356,7 @@ def inferred_setup(
     experts, expert_notes = moe_counts(row.get("moe", ""))
     defaults = recipe_defaults(
         row, framework.value, precision.precision, model.value, parallel, stated, system.value,
-        precision.fp8_recipe, experts.get("num_experts", 0),
+        precision.fp8_recipe, experts.get("num_experts", 0), dict(model.model),
     )  # fmt: skip
     parallel.update(defaults.parallel)
     moe = bool(experts.get("num_experts") or get_flavor(model.value).num_experts)

@@ -69,11 +69,19 @@ _RATE = re.compile(
 IB_GENERATIONS = {"EDR": 100.0, "HDR": 200.0, "NDR": 400.0, "XDR": 800.0}
 #: A count of NICs by generation without a rate: ``4 Mellanox HDR InfiniBand``, ``8x NDR``,
 #: ``8 ConnectX-7 NDR`` (only vendor or adapter words between the count and the generation, so
-#: ``32 nodes with HDR`` is no count of NICs; a rate after it is the rate pattern's).
+#: ``32 nodes with HDR`` is no count of NICs; a rate after it is the rate pattern's). A port
+#: speed written onto the generation is that port's rate (s32 audit): ``HDR100`` (an HDR port
+#: split to 100 Gb/s), ``NDR200``, ``NDR400`` (NVIDIA's link-speed names: ConnectX-7 'HDR,
+#: NDR200 and NDR', BlueField 'EDR, HDR100, HDR', https://docs.nvidia.com/networking/display/
+#: winof2v2310/supported+network+adapter+cards+and+mft+tools); a
+#: count of switches (``40 HDR switches``, ``8 Quantum-2 NDR InfiniBand switches``) is no count
+#: of NICs (s32 audit).
 _NICS = re.compile(
     r"(?<![\w.,])(\d{1,2})\s*(?:[x×]\s*)?"
     r"(?:(?:Mellanox|NVIDIA|Nvidia|ConnectX-?\d+|CX-?\d+|IB|InfiniBand)\s+){0,2}"
-    r"(EDR|HDR|NDR|XDR)\b(?!\s*[\d/])"
+    r"(EDR|HDR|NDR|XDR)(100|200|400|800)?\b(?!\s*[\d/])"
+    r"(?!(?:\s+(?:Mellanox|NVIDIA|Nvidia|Quantum(?:-\d)?|IB|InfiniBand|leaf|spine)){0,3}"
+    r"\s+switch)"
 )
 #: A clause about a node's links to other nodes: its NIC count is per node (``inter-node
 #: communication is facilitated by 4 Mellanox HDR InfiniBand``).
@@ -159,7 +167,8 @@ def _nic_count(interconnect: str, unread: list[str]) -> tuple[Figure | None, boo
     stated otherwise joins ``unread``."""
     for clause in _clauses(interconnect):
         for found in _NICS.finditer(clause):
-            rate = int(found.group(1)) * IB_GENERATIONS[found.group(2)] * 1e9 / 8
+            port = float(found.group(3) or IB_GENERATIONS[found.group(2)])  # HDR100: 100
+            rate = int(found.group(1)) * port * 1e9 / 8
             text, rest = found.group(0).strip(), clause[found.end() :]
             if _PER_GPU.search(rest):
                 return Figure(rate, f"{text} per GPU"), False

@@ -49,7 +49,10 @@ COMPILE_DENIED = re.compile(
 #: A mention of torch.compile: ``torch.compile``, torchtitan's ``--training.compile``,
 #: fms-fsdp's ``use_torch_compile``, the word ``compile`` / ``compiled``.
 COMPILE_NAMED = re.compile(
-    r"torch\.compile|training\.compile|use_torch_compile|\bcompiled?\b", re.IGNORECASE
+    # ``torch_compile``: Hugging Face TrainingArguments' flag (transformers training_args.py
+    # ``torch_compile: bool``; s32 audit)
+    r"torch\.compile|training\.compile|use_torch_compile|\btorch_compile\b|\bcompiled?\b",
+    re.IGNORECASE,
 )
 
 #: The frameworks whose rows the compile reading switches (torchtitan's own defaults apply it

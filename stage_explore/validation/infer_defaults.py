@@ -32,6 +32,7 @@ from stage_explore.validation.infer_compile import (
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
+from stage_explore.validation.infer_named import names_used
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
@@ -214,10 +215,20 @@ PRIMUS_EVEN_ROUTING = (
 #: (aws/sagemaker-python-sdk 91ae4a92 doc/api/training/smd_model_parallel_general.rst). Not the
 #: deepspeed profile's flat ring at the per-GPU scale-out bandwidth, a declared calibration of
 #: DeepSpeed's own ZeRO-3 of 2021.
-SMP_SHARDED = r"\bsagemaker model parallel(?:ism)?\b|\bsmp\b"
+#: The library's earlier name, "SageMaker distributed model parallel", and its Python package
+#: ``smdistributed.modelparallel`` (https://sagemaker.readthedocs.io/en/stable/api/training/
+#: smd_model_parallel.html) name it too (s32 audit).
+SMP_SHARDED = (
+    r"\bsagemaker(?:'s)?\s+(?:distributed\s+)?model\s+parallel(?:ism)?\b|"
+    r"\bsmdistributed\.modelparallel\b|\bsmp\b"
+)
 #: A FlashAttention kernel as a row's text names it (``FlashAttention-2``, ``flash-attn``,
-#: ``--use-flash-attn-v2``, ``flash attention``).
-NAMES_FLASH = re.compile(r"flash[-_\s]?att(?:n|ention)", re.IGNORECASE)
+#: ``--use-flash-attn-v2``, ``flash attention``, and its usual short names ``FA2`` / ``FA3``,
+#: s32 audit).
+NAMES_FLASH = re.compile(r"flash[-_\s]?att(?:n|ention)|\bfa[-\s]?[23]\b", re.IGNORECASE)
+#: Megatron named in a row's text (Megatron-LM, Megatron-DeepSpeed, Megatron-style tensor
+#: parallelism); :func:`megatron_attention` keeps only a mention that is the run's own.
+NAMES_MEGATRON = re.compile(r"megatron", re.IGNORECASE)
 #: Why a non-GPT model under the megatron-lm-2021 profile, or the deepspeed one with Megatron
 #: named, runs unfused attention (:func:`megatron_attention`).
 MEGATRON_ATTENTION_NOTE = (
@@ -307,11 +318,14 @@ def recipe_defaults(
     system: str = "",
     fp8_recipe: str = "",
     experts: int = 0,
+    model_fields: dict[str, Any] | None = None,
 ) -> Defaults:
     """The framework / recipe defaults of a row read as ``framework`` with ``precision`` on
     the model ``flavor``, given the integer cells the CSV ``stated`` and the ``parallel``
     fields the inference already set (dp, or recompute ``none`` for an empty column);
-    ``experts``: the routed experts the ``moe`` column states (0: the flavor's)."""
+    ``experts``: the routed experts the ``moe`` column states (0: the flavor's);
+    ``model_fields``: the model fields the row states over the flavor (a Falcon row's norm and
+    activation), for the rules that ask what the row's model is (s32 audit)."""
     out = Defaults()
     spec = get_flavor(flavor)
     if not spec.core_attention and eager_attention(row, framework):  # s32 rowsD
@@ -393,7 +407,7 @@ def recipe_defaults(
     elif framework == "fsdp":
         fsdp2_defaults(row, int(parallel.get("zero", 0)), out)
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
-        hf_transformers_defaults(row, int(parallel.get("zero", 0)), spec, out)
+        hf_transformers_defaults(row, int(parallel.get("zero", 0)), spec, out, model_fields or {})
     return out
 
 
@@ -403,11 +417,11 @@ def megatron_attention(row: dict[str, str], framework: str) -> bool:
     parallelism: a Hugging Face model under DeepSpeed ZeRO runs its own attention), and no
     FlashAttention named (:data:`MEGATRON_ATTENTION_NOTE`)."""
     text = row_text(row)
-    if NAMES_FLASH.search(text):
+    if names_used(NAMES_FLASH, text):  # not 'flash attention disabled' (s32 audit)
         return False
     return framework == "megatron-lm-2021" or (
-        framework == "deepspeed" and re.search(r"megatron", text, re.IGNORECASE) is not None
-    )
+        framework == "deepspeed" and names_used(NAMES_MEGATRON, text)
+    )  # a DeepSpeed run 'faster than Megatron-LM' names Megatron as its baseline (s32 audit)
 
 
 def eager_attention(row: dict[str, str], framework: str) -> bool:

@@ -13,6 +13,7 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
 from stage_explore.validation.infer_compile import names_compile
 from stage_explore.validation.infer_layer_ac import layer_ac_fields
+from stage_explore.validation.infer_named import names_used
 from stage_explore.validation.infer_release import (
     TEXT_COLUMNS,
     Defaults,
@@ -299,7 +300,7 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
             "asynchronous TP (tp_comm_overlap): the source table names AsyncTP "
             "(torchtitan --parallelism.enable_async_tensor_parallel)"
         )
-    if DIST_MOE.search(text):
+    if names_used(DIST_MOE, text):  # not 'Dist-MoE disabled', 'than Dist-MoE' (s32 audit)
         out.options["moe_ep_one_domain"] = True
         out.notes.append(
             "each expert-parallel group inside one NVLink domain (moe_ep_one_domain): the text "
@@ -410,11 +411,20 @@ def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> No
         out.notes.append(BIONEMO_FSDP2_UNITS)
 
 
-#: A row's text naming Hugging Face transformers' training code: the library by name, its
-#: ``run_clm.py`` example or its ``Trainer`` (which ``run_clm.py`` runs).
+#: A row's text naming Hugging Face transformers' training code: the library by name (``Hugging
+#: Face transformers``, ``Hugging Face's transformers``, ``HF transformers``), its ``run_clm.py``
+#: example or its ``Trainer`` (which ``run_clm.py`` runs: ``HF Trainer``, ``Hugging Face
+#: Trainer``, ``transformers Trainer``; the wider names s32 audit).
 HF_TRANSFORMERS = re.compile(
-    r"hugging\s*face\W+transformers|\brun_clm(?:\.py)?\b|\bhf\s+trainer\b", re.IGNORECASE
+    r"(?:hugging\s*face(?:'s)?|\bhf)\W+transformers\b|\brun_clm(?:\.py)?\b|"
+    r"(?:\bhf|hugging\s*face(?:'s)?|\btransformers(?:'s?)?)\s+trainer\b",
+    re.IGNORECASE,
 )
+#: Kernels that replace the eager Llama modules a Hugging Face run would otherwise launch: Liger
+#: Kernel's ``apply_liger_kernel_to_llama`` patches LlamaRMSNorm, the rotary embedding and the
+#: SwiGLU MLP with Triton kernels (linkedin/Liger-Kernel README 'Patching'; transformers
+#: TrainingArguments ``use_liger_kernel``), and Unsloth its own (s32 audit).
+HF_FUSED_KERNELS = re.compile(r"\bliger\b|\bunsloth\b", re.IGNORECASE)
 HF_LLAMA_MODULES = (
     "Hugging Face Llama modules run eager (eager_modules hf-llama): the text names Hugging Face "
     "transformers, whose LlamaRMSNorm (fp32 upcast, pow, mean, rsqrt, cast back, weight), LlamaMLP "
@@ -430,8 +440,15 @@ HF_TRAINER_OPTIMIZER = (
     "clips through accelerate's clip_grad_norm_, FSDP's model.clip_grad_norm_ (transformers "
     "4.39 training_args.py, trainer.py)"
 )
-#: A row's text naming PyTorch's FSDP1: ``FSDP1``, its class ``FullyShardedDataParallel``.
-FSDP1_NAMED = re.compile(r"\bfsdp[\s_-]?1\b|\bFullyShardedDataParallel\b", re.IGNORECASE)
+#: A row's text naming PyTorch's FSDP1: ``FSDP1`` / ``FSDP v1`` (not ``FSDP 1 node``, a count:
+#: s32 audit), its class ``FullyShardedDataParallel``, or its argument ``use_orig_params``, which
+#: FSDP2's ``fully_shard`` does not have (torch/distributed/fsdp/fully_sharded_data_parallel.py;
+#: under it the parameters are still views of the FlatParameter, s32 audit).
+FSDP1_NAMED = re.compile(
+    r"\bfsdp[\s_-]?v?1\b(?![.\d]|\s*(?:x\b|×|nodes?\b|gpus?\b|hosts?\b|servers?\b))|"
+    r"\bFullyShardedDataParallel\b|\buse_orig_params\b",
+    re.IGNORECASE,
+)
 FSDP1_FLAT_GRAD = (
     "FSDP1's flat-gradient concatenation (fsdp1_flat_grad): the text names FSDP1, whose "
     "unsharded parameters are views of one FlatParameter (FlatParamHandle._get_unflat_views: "
@@ -440,28 +457,43 @@ FSDP1_FLAT_GRAD = (
 )
 
 
-def _llama_like(spec: ModelSpec) -> bool:
-    """Whether ``spec`` is a dense model of Llama's modules (RMSNorm, rotary, SwiGLU)."""
+def _llama_like(spec: ModelSpec, fields: dict[str, Any]) -> bool:
+    """Whether the row's model, ``spec`` (its flavor) with the row's model ``fields`` (a Falcon
+    row is a Llama flavor with ``norm`` layernorm and ``activation`` gelu), is a dense model of
+    Llama's modules (RMSNorm, rotary, SwiGLU): the flavor alone misread such rows (s32 audit)."""
+    said = {key: str(fields.get(key, "")).lower() for key in ("norm", "position", "activation")}
     return (
         not spec.is_moe
-        and spec.norm is Norm.RMSNORM
-        and spec.position is Position.ROTARY
-        and spec.activation is Activation.SWIGLU
+        and (said["norm"] or str(spec.norm.value)) == Norm.RMSNORM.value
+        and (said["position"] or str(spec.position.value)) == Position.ROTARY.value
+        and (said["activation"] or str(spec.activation.value)) == Activation.SWIGLU.value
     )
 
 
 def hf_transformers_defaults(
-    row: dict[str, str], zero: int, spec: ModelSpec, out: Defaults
+    row: dict[str, str],
+    zero: int,
+    spec: ModelSpec,
+    out: Defaults,
+    fields: dict[str, Any] | None = None,
 ) -> None:
     """Hugging Face transformers' Llama code and Trainer for a row of the ``fsdp`` profile whose
     text names them (:data:`HF_TRANSFORMERS`) on a dense Llama-like model: its eager modules
     (:data:`HF_LLAMA_MODULES`) and optimizer (:data:`HF_TRAINER_OPTIMIZER`); and FSDP1's flat
-    gradient (:data:`FSDP1_FLAT_GRAD`) for a ZeRO-3 row whose text names FSDP1 and not FSDP2."""
+    gradient (:data:`FSDP1_FLAT_GRAD`) for a ZeRO-3 row whose text names FSDP1 and not FSDP2.
+    ``fields``: the row's model fields over the flavor (:func:`_llama_like`);
+    a row naming Liger Kernel / Unsloth (:data:`HF_FUSED_KERNELS`) or torch.compile keeps the
+    profile's modules."""
     text = row_text(row, FSDP2_COLUMNS)
     if zero >= 3 and FSDP1_NAMED.search(text) and not FSDP2_NAMED.search(text):
         out.options["fsdp1_flat_grad"] = True
         out.notes.append(FSDP1_FLAT_GRAD)
-    if not HF_TRANSFORMERS.search(text) or not _llama_like(spec):
+    if (
+        not HF_TRANSFORMERS.search(text)
+        or HF_FUSED_KERNELS.search(text)
+        or names_compile(row)  # compiled modules are not the eager kernels (s32 audit)
+        or not _llama_like(spec, fields or {})
+    ):
         return
     out.options.update(eager_modules="hf-llama", optimizer_foreach=True)
     out.notes.extend((HF_LLAMA_MODULES, HF_TRAINER_OPTIMIZER))
