@@ -368,9 +368,17 @@ BIONEMO_FSDP2_UNITS = (
     "fully_shard calls wraps the model itself, whose unit holds embed_tokens, norm and lm_head "
     "(distributed_setup.py 66375314 build_mesh_and_wrap: fully_shard(model, mesh=dp_mesh))"
 )
+#: After ``FSDP 1`` / ``FSDP 2``: not a count (``FSDP, 2 nodes``, ``FSDP 2 x 8 GPUs``, ``FSDP 1.5``)
+#: but the version (s32 audit; a sentence's full stop after ``FSDP2.`` still names it).
+FSDP_VERSION_END = r"(?!\.?\d|\s*(?:x\b|×|nodes?\b|gpus?\b|hosts?\b|servers?\b))"
 #: A row's text naming PyTorch's FSDP2: ``FSDP2``, ``fully_shard`` (its API), the composable
 #: FSDP; not FSDP1's ``FullyShardedDataParallel`` / ``FULL_SHARD``.
-FSDP2_NAMED = re.compile(r"\bfsdp[\s_-]?2\b|\bfully_shard\b", re.IGNORECASE)
+#: Accelerate's FSDP plugin names the version ``fsdp_version: 2`` (transformers docs 'Accelerate',
+#: https://huggingface.co/docs/transformers/v5.13.1/accelerate; s32 audit).
+FSDP2_NAMED = re.compile(
+    rf"\bfsdp[\s_-]?v?2\b{FSDP_VERSION_END}|\bfully_shard\b|\bfsdp_version\W{{0,3}}2\b",
+    re.IGNORECASE,
+)
 #: Where a row may name FSDP2: its text and the dp_sharding cell.
 FSDP2_COLUMNS = (*TEXT_COLUMNS, "dp_sharding")
 FSDP2_COPIES = (
@@ -445,7 +453,7 @@ HF_TRAINER_OPTIMIZER = (
 #: FSDP2's ``fully_shard`` does not have (torch/distributed/fsdp/fully_sharded_data_parallel.py;
 #: under it the parameters are still views of the FlatParameter, s32 audit).
 FSDP1_NAMED = re.compile(
-    r"\bfsdp[\s_-]?v?1\b(?![.\d]|\s*(?:x\b|×|nodes?\b|gpus?\b|hosts?\b|servers?\b))|"
+    rf"\bfsdp[\s_-]?v?1\b{FSDP_VERSION_END}|\bfsdp_version\W{{0,3}}1\b|"
     r"\bFullyShardedDataParallel\b|\buse_orig_params\b",
     re.IGNORECASE,
 )

@@ -146,3 +146,17 @@ def test_names_used_keeps_the_first_mention_that_is_the_runs_own() -> None:
     pattern = re.compile(r"dist[\s_-]?moe", re.IGNORECASE)
     assert names_used(pattern, "compared with Dist-MoE off; this run: Dist-MoE")
     assert not names_used(pattern, "no Dist-MoE")
+
+
+@pytest.mark.parametrize(("sharding", "fsdp2"), [
+    ("PyTorch FSDP2.", True),  # a sentence's full stop after the version
+    ("Accelerate FSDP plugin, fsdp_version: 2", True),
+    ("fully_shard", True),
+    ("PyTorch FSDP, 2 nodes of 8 GPUs", False),  # a count, not the version
+    ("FSDP 2 x 8 GPUs", False),
+])  # fmt: skip
+def test_fsdp2_is_read_from_its_names_not_from_a_count(sharding: str, fsdp2: bool) -> None:
+    options = _options(YAFSDP_ROW, source="PyTorch FSDP", source_table="", notes="",
+                       dp_sharding=sharding)  # fmt: skip
+    assert options.get("fsdp2_copies", False) is fsdp2
+    assert options.get("fsdp1_flat_grad", False) is False  # FSDP1 is not named either way
