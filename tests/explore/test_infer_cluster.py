@@ -43,6 +43,11 @@ GRAND_TETON = (
 def test_an_inter_node_rate_in_bits_per_gpu_or_per_node_is_read(
     text: str, per_gpu_bytes: float, per_node: bool
 ) -> None:
+    _assert_scale_out(text, per_gpu_bytes, per_node)
+
+
+def _assert_scale_out(text: str, per_gpu_bytes: float, per_node: bool) -> None:
+    """The cluster read from ``text`` has that scale-out rate per GPU, stated per node or not."""
     cluster = read_cluster("", text)
     assert cluster.scale_out is not None
     assert cluster.scale_out.value == pytest.approx(per_gpu_bytes)
@@ -248,10 +253,7 @@ def test_the_jean_zay_file_differs_from_the_ibm_one_only_in_the_scale_out_effici
 def test_a_nic_count_by_infiniband_generation_is_read_at_its_rate(
     text: str, per_gpu_bytes: float, per_node: bool
 ) -> None:
-    cluster = read_cluster("", text)
-    assert cluster.scale_out is not None
-    assert cluster.scale_out.value == pytest.approx(per_gpu_bytes)
-    assert cluster.per_node is per_node
+    _assert_scale_out(text, per_gpu_bytes, per_node)
 
 
 @pytest.mark.parametrize("text", [
