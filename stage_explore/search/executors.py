@@ -121,6 +121,11 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
+#: How long :meth:`LocalExecutor.cancel` waits for the pool to fail the tasks of the processes
+#: it ended (the pool's thread notices a dead worker within its next wake-up, well under this).
+_CANCEL_WAIT_S = 10.0
+
+
 def _ignore_interrupts() -> None:
     """A local worker's start: Ctrl-C is the driver's to handle; exit when the driver dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -188,12 +193,19 @@ class LocalExecutor(BaseExecutor):
         return len(self._futures)
 
     def cancel(self) -> None:
-        for future in self._futures:
-            future.cancel()
-        if self._futures:
-            # Running tasks cannot be cancelled: end their processes (the pool has no public way).
-            for process in list(getattr(self._pool, "_processes", {}).values()):
+        processes = list(getattr(self._pool, "_processes", {}).values())
+        if self._futures and processes:
+            # Running tasks cannot be cancelled: end their processes (the pool has no public
+            # way); the pool then fails every outstanding future with BrokenProcessPool. The
+            # pending ones are not cancelled first: CPython 3.11's pool thread sets that
+            # exception on them unchecked (``_ExecutorManagerThread.terminate_broken``), and on
+            # a cancelled future it raised InvalidStateError, a thread traceback on Ctrl-C.
+            for process in processes:
                 process.terminate()
+            wait(list(self._futures), timeout=_CANCEL_WAIT_S)
+        else:
+            for future in self._futures:
+                future.cancel()
         self._futures.clear()
 
     def close(self) -> None:

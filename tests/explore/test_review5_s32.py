@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
 from importlib import import_module
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_explore import load_results
 from stage_explore.cli import main
-from stage_explore.search import LocalExecutor, explore
+from stage_explore.search import Candidate, LocalExecutor, explore
 from stage_explore.search.progress import Progress
 from stage_explore.search.worker import EvaluationJob
 from stage_explore.study import parse_study
@@ -129,3 +131,26 @@ def test_a_bad_inline_model_names_the_file_and_key_once(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "[model] dims: unknown model flavor 'gpt3-1.3x'; close names: gpt3-1.3b" in message
     assert message.count("s.toml") == 1 and "[model.dims]" not in message
+
+
+def test_cancelling_a_local_pool_with_pending_tasks_raises_in_no_thread(tmp_path: Path) -> None:
+    """Ctrl-C's ``cancel`` ended the worker processes after cancelling the pending futures; the
+    pool's thread then failed those cancelled futures and raised InvalidStateError, printed as a
+    thread traceback (seen as a PytestUnhandledThreadExceptionWarning in the s32 final run)."""
+    spec = parse_study(support.study_text(options="sleep_s = 2.0"), tmp_path / "s.toml")
+    job = EvaluationJob(study=spec, factory=support.SyntheticBackend, options={"sleep_s": 2.0})
+    raised: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    executor = LocalExecutor(job, 1)
+    try:
+        for key in range(4):  # one running on the one worker, the rest pending behind it
+            executor.submit([Candidate(key=key, params=support.params_of(spec, tp=1))])
+        time.sleep(1.0)
+        executor.cancel()
+        assert executor.in_flight == 0
+        time.sleep(0.5)  # the pool's thread fails the tasks of the ended process
+    finally:
+        executor.close()
+        threading.excepthook = previous
+    assert raised == []
