@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from stage_core.lower.bind import Instr
 from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
@@ -65,10 +66,7 @@ def test_only_megatron_core_with_a_fused_qkv_projection() -> None:
 
 
 def test_the_bytes_per_attention_instruction() -> None:
-    layer = bind_all(make_workload(LLAMA3, ParallelConfig(global_batch=1)))["layer"]
-    (fwd,) = [i for i in layer.fwd if i.kind == "attention"]
-    (bwd,) = [i for i in layer.bwd if i.kind == "attention" and i.name.endswith(".backward")]
-    q, k, v = (size // B for _, size in fwd.inputs[:3])
+    fwd, bwd, q, k, v = attention_instructions(LLAMA3)
     assert q == LLAMA3.seq_len * LLAMA3.heads * LLAMA3.head_dim
     assert k == v == LLAMA3.seq_len * LLAMA3.kv_heads * LLAMA3.head_dim
     per_element = eager_attention(LLAMA3, "megatron-core", "cudnn", tp=1, fused_qkv=True)
@@ -80,13 +78,23 @@ def test_the_bytes_per_attention_instruction() -> None:
     assert attention_eager_bytes(bwd, per_element) == (q + k + v) * COPY
 
 
-def _step(model: ModelSpec, **options: object) -> float:
+def step_time(model: ModelSpec, **options: object) -> float:
+    """One Megatron-Core step of ``model`` on H100 with ``options`` set on the profile."""
     backend = AnalyticalBackend(framework="megatron-core", overrides=options)
     return backend.evaluate(model, ParallelConfig(global_batch=8), H100).step_time_s
+
+
+def attention_instructions(model: ModelSpec) -> tuple[Instr, Instr, int, int, int]:
+    """A layer's forward attention instruction, its backward, and the q, k, v elements it reads."""
+    layer = bind_all(make_workload(model, ParallelConfig(global_batch=1)))["layer"]
+    (fwd,) = [i for i in layer.fwd if i.kind == "attention"]
+    (bwd,) = [i for i in layer.bwd if i.kind == "attention" and i.name.endswith(".backward")]
+    q, k, v = (size // B for _, size in fwd.inputs[:3])
+    return fwd, bwd, q, k, v
 
 
 def test_the_copies_in_an_evaluation() -> None:
     # slower than the same kernels without Megatron-Core's split around them; a multi-head
     # learned-position model on cuDNN has none of these copies
-    assert _step(LLAMA3) > _step(LLAMA3, eager_modules="generator")
-    assert _step(GPT3) == _step(GPT3, eager_modules="generator")
+    assert step_time(LLAMA3) > step_time(LLAMA3, eager_modules="generator")
+    assert step_time(GPT3) == step_time(GPT3, eager_modules="generator")

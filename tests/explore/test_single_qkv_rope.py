@@ -8,22 +8,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from stage_core.lower.program import bind_all, make_workload
-from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
-from stage_core.parallel import ParallelConfig
-from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.eager import AttentionEager, attention_eager_bytes, eager_attention
 from stage_explore.analytical.eager_qkv_split import single_qkv_rope_split
-from stage_explore.system import load_system
 from stage_explore.validation.infer_qkv_rope import single_qkv_rope
 from stage_explore.validation.infer_release import Defaults
+from tests.explore.test_eager_qkv_split import (
+    COPY,
+    GPT3,
+    LLAMA3,
+    attention_instructions,
+    step_time,
+)
 
-B = 2  # bytes of a bf16 element
-COPY = B + B  # one bf16 element read and one written
-H100 = load_system("h100-80gb")
-LLAMA3 = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)  # 32 heads, 8 groups
-GPT3 = get_flavor("gpt3-350m").with_overrides(layers=2, seq_len=1024)  # learned positions
 QWEN3 = LLAMA3.with_overrides(qk_norm=True)  # a query / key norm
 
 
@@ -55,10 +52,7 @@ def test_megatron_core_takes_the_path_only_with_rotary_and_no_qk_norm() -> None:
 
 
 def test_the_bytes_per_attention_instruction() -> None:
-    layer = bind_all(make_workload(LLAMA3, ParallelConfig(global_batch=1)))["layer"]
-    (fwd,) = [i for i in layer.fwd if i.kind == "attention"]
-    (bwd,) = [i for i in layer.bwd if i.kind == "attention" and i.name.endswith(".backward")]
-    q, k, v = (size // B for _, size in fwd.inputs[:3])
+    fwd, bwd, q, _, v = attention_instructions(LLAMA3)
     assert q == LLAMA3.seq_len * LLAMA3.heads * LLAMA3.head_dim
     assert v == LLAMA3.seq_len * LLAMA3.kv_heads * LLAMA3.head_dim
     per_element = _fused(LLAMA3)
@@ -68,21 +62,18 @@ def test_the_bytes_per_attention_instruction() -> None:
     assert attention_eager_bytes(bwd, per_element) == v * COPY  # dv only, not dq + dk + dv
 
 
-def _step(model: ModelSpec, **options: object) -> float:
-    backend = AnalyticalBackend(framework="megatron-core", overrides=options)
-    return backend.evaluate(model, ParallelConfig(global_batch=8), H100).step_time_s
 
 
 def test_the_fused_path_in_an_evaluation() -> None:
     base = {"fused_qkv": True}
-    assert _step(LLAMA3, **base, fused_single_qkv_rope=True) < _step(LLAMA3, **base)
+    assert step_time(LLAMA3, **base, fused_single_qkv_rope=True) < step_time(LLAMA3, **base)
     # with rope_utils' unfused ops (apply_rope_fusion off) the fused kernel replaces them too
     unfused = {"fused_qkv": True, "rope_fusion": False}
-    fused_rope = _step(LLAMA3, **unfused, fused_single_qkv_rope=True)
-    assert fused_rope == _step(LLAMA3, **base, fused_single_qkv_rope=True)
-    assert fused_rope < _step(LLAMA3, **unfused)
+    fused_rope = step_time(LLAMA3, **unfused, fused_single_qkv_rope=True)
+    assert fused_rope == step_time(LLAMA3, **base, fused_single_qkv_rope=True)
+    assert fused_rope < step_time(LLAMA3, **unfused)
     # a learned-position model does not take the path: nothing changes
-    assert _step(GPT3, **base, fused_single_qkv_rope=True) == _step(GPT3, **base)
+    assert step_time(GPT3, **base, fused_single_qkv_rope=True) == step_time(GPT3, **base)
 
 
 def _read(text: str, model: str = "Llama 3.1 8B") -> Defaults:
