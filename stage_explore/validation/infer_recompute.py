@@ -16,12 +16,19 @@ activations:
 - Hugging Face accelerate's FSDP plugin as YaFSDP patches it (``fsdp_num_layers_to_checkpoint``,
   yandex/YaFSDP ``examples/clm.md``: "specify number of layers to checkpoint"; its README's
   ``num-ckpt-layers``: "the number of transformer layers to which activation checkpointing was
-  applied").
+  applied"). Which N: the first N decoder layers, whole. YaFSDP's ``patches/transformers.diff``
+  (93146ac6) gives accelerate an ``activation_checkpointing_auto_wrap_policy`` matching
+  ``next(layer.children())`` for the layers of ``model.model.layers[:N]``, and its
+  ``patches/accelerate.diff`` runs ``apply_activation_checkpointing`` with it after wrapping the
+  model, when each ``layers[i]`` is the sharding wrapper whose first child is the decoder layer
+  (torch FSDP1's ``__init__`` assigns ``self._fsdp_wrapped_module = module``, its only submodule;
+  YaFSDP's ``SuperTensorModule`` assigns ``self.root_module`` first) — not the bare layer's first
+  child ``self_attn`` (7 Dec 2026, s33 yafsdp2).
 
 :func:`named_num_layers` reads the count; the inference sets ``recompute_num_layers`` (the
 ``block`` method: the first N layers of each stage, :class:`~stage_core.parallel.ParallelConfig`)
-and states it. Which layers a source checkpointed is rarely stated; the time is the same for any
-N of them, the peak memory is not.
+and states it. Which layers a source checkpointed is rarely stated (YaFSDP's patches, above, are
+an exception); the time is the same for any N of them, the peak memory is not.
 """
 
 from __future__ import annotations
