@@ -76,6 +76,27 @@ FMS_SELECTIVE_REFUSED = (
 #: The columns that may say whether a row was compiled, the most specific first.
 COMPILE_COLUMNS = ("notes", "source_table", "source")
 
+#: A clause of the ``uncertain`` cell that leaves something open: what it says of compile is
+#: an assumption or an open question ('whether torch.compile was on', 'compile use not
+#: stated'), not a statement of the run.
+OPEN_CLAUSE = re.compile(
+    r"\bnot\s+(?:stated|said|given|known|read|published)\b|\bunstated\b|\bunknown\b"
+    r"|\bwhether\b|\bassumed\b",
+    re.IGNORECASE,
+)
+
+
+def uncertain_says_compiled(cell: str) -> bool | None:
+    """What the ``uncertain`` cell states of torch.compile: :func:`says_compiled` over its
+    ``;``-separated clauses that leave nothing open (:data:`OPEN_CLAUSE`). The cell also
+    records the settings of the run's stated config (torchtitan's DeepEP README names the two
+    tomls its runs took, both ``[compile] enable = true, components = ["model", "loss"]``:
+    pytorch/torchtitan ``qwen3_30b_a3b_with_deepep.toml`` 6d356730), beside what is open
+    ('whether torch.compile was on', 'compile ran is not stated'); only the former decides.
+    (s33 b200native)"""
+    stated = "; ".join(c for c in cell.split(";") if not OPEN_CLAUSE.search(c))
+    return says_compiled(stated)
+
 
 def says_compiled(text: str) -> bool | None:
     """True when ``text`` names torch.compile and denies it nowhere, False when it denies it
@@ -88,12 +109,14 @@ def says_compiled(text: str) -> bool | None:
 
 def names_compile(row: dict[str, str]) -> bool:
     """Whether the row says its run was compiled: the first of :data:`COMPILE_COLUMNS` that
-    decides (:func:`says_compiled`; module docstring); False when none does."""
+    decides (:func:`says_compiled`; module docstring), then the settled clauses of its
+    ``uncertain`` cell (:func:`uncertain_says_compiled`); False when none does."""
     for column in COMPILE_COLUMNS:
         said = says_compiled(row.get(column, ""))
         if said is not None:
             return said
-    return False
+    said = uncertain_says_compiled(row.get("uncertain", ""))
+    return bool(said)
 
 
 def fms_selective_refusal(framework: str, recompute_cell: str) -> str:
