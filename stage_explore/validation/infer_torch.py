@@ -362,6 +362,15 @@ BIONEMO_EP_ALLREDUCE = (
 )
 
 
+BIONEMO_TE_ATTENTION = (
+    "attention on cuDNN's fused attention (attention_kernel cudnn): mixtral_native_te's decoder "
+    "layer is Transformer Engine's MultiheadAttention (qkv_format 'thd', 'padding_causal'; "
+    "bionemo-recipes/recipes/mixtral_native_te/modeling_mixtral_te.py 2b8763ee), whose "
+    "DotProductAttention prefers FusedAttention (cuDNN) over FlashAttention on sm90 and later "
+    "(transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend: "
+    "'Disabling FlashAttention to give FusedAttention preference on Hopper+'), not the fsdp "
+    "profile's PyTorch SDPA flash backend"
+)
 BIONEMO_FSDP2_UNITS = (
     "bf16 shards and the root unit (fsdp_fp32_shards false, fsdp_root_unit): mixtral_native_te "
     "shards the bf16-cast model, so the sharded parameters are bf16, and after the per-layer "
@@ -402,7 +411,8 @@ def fsdp2_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
 def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
     """The gradient reduction and FSDP units of BioNeMo's ``mixtral_native_te`` training loop,
     for a row of the ``fsdp`` profile whose text names the recipe and not one of its comparison
-    benchmarks: bf16 gradients (:data:`BIONEMO_BF16_REDUCE`); without FSDP wrapping (``zero``
+    benchmarks: bf16 gradients (:data:`BIONEMO_BF16_REDUCE`), Transformer Engine's cuDNN
+    attention (:data:`BIONEMO_TE_ATTENTION`, s33 b200native); without FSDP wrapping (``zero``
     0: the recipe's dp_size 1) their all-reduce after the backward
     (:data:`BIONEMO_EP_ALLREDUCE`); with it, bf16 shards and the root unit
     (:data:`BIONEMO_FSDP2_UNITS`)."""
@@ -411,6 +421,8 @@ def bionemo_native_defaults(row: dict[str, str], zero: int, out: Defaults) -> No
         return
     out.parallel["grad_fp32"] = False
     out.notes.append(BIONEMO_BF16_REDUCE)
+    out.options["attention_kernel"] = "cudnn"
+    out.notes.append(BIONEMO_TE_ATTENTION)
     if zero == 0:
         out.options["overlap_grad_reduce"] = False
         out.notes.append(BIONEMO_EP_ALLREDUCE)

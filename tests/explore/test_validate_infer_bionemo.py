@@ -2,9 +2,11 @@
 gradient reduction (FSDP2 ``fully_shard`` without a ``mp_policy`` over a model cast to bfloat16:
 NVIDIA-BioNeMo/bionemo-framework recipes/mixtral_native_te/distributed_setup.py 66375314,
 train_fsdp2_ep.py f89103b2) and, without FSDP wrapping (dp_size 1), the dense gradients'
-all-reduce after the backward (``all_reduce_dense_grads_over_ep``); not for the recipe's
-comparison benchmarks (the Hugging Face reference), whose rows name the recipe too. FSDP2's
-copy-out / copy-in kernels for a ZeRO-3 ``fsdp`` row that names FSDP2 (``fully_shard``)."""
+all-reduce after the backward (``all_reduce_dense_grads_over_ep``), and Transformer Engine's
+cuDNN fused attention (its MultiheadAttention, modeling_mixtral_te.py 2b8763ee; s33); not for
+the recipe's comparison benchmarks (the Hugging Face reference), whose rows name the recipe
+too. FSDP2's copy-out / copy-in kernels for a ZeRO-3 ``fsdp`` row that names FSDP2
+(``fully_shard``)."""
 
 from __future__ import annotations
 
@@ -33,15 +35,19 @@ def test_the_native_recipe_reduces_bf16_gradients_and_all_reduces_them_after_the
     out = Defaults()
     bionemo_native_defaults(NATIVE, 0, out)
     assert out.parallel == {"grad_fp32": False}
-    assert out.options == {"overlap_grad_reduce": False}
-    assert len(out.notes) == 2
+    assert out.options == {"overlap_grad_reduce": False, "attention_kernel": "cudnn"}
+    assert len(out.notes) == 3
 
 
 def test_with_fsdp_wrapping_the_reduce_scatters_stay_overlapped_beside_a_root_unit() -> None:
     out = Defaults()
     bionemo_native_defaults(NATIVE, 3, out)
     assert out.parallel == {"grad_fp32": False}
-    assert out.options == {"fsdp_fp32_shards": False, "fsdp_root_unit": True}
+    assert out.options == {
+        "fsdp_fp32_shards": False,
+        "fsdp_root_unit": True,
+        "attention_kernel": "cudnn",
+    }
 
 
 def test_a_zero3_row_naming_fsdp2_pays_its_copies() -> None:
@@ -74,5 +80,7 @@ def test_the_published_rows_read_so() -> None:
     assert not parallel.grad_fp32 and parallel.zero == 3
     options = dict(fsdp_ep.framework_options)
     assert "overlap_grad_reduce" not in options and options["fsdp2_copies"] is True
+    assert options["attention_kernel"] == "cudnn"  # Transformer Engine's FusedAttention (s33)
     reference, parallel = _case(HF_REFERENCE)
     assert parallel.grad_fp32 and dict(reference.framework_options)["fsdp2_copies"] is True
+    assert "attention_kernel" not in dict(reference.framework_options)  # PyTorch SDPA
