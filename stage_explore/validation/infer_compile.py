@@ -94,8 +94,13 @@ def uncertain_says_compiled(cell: str) -> bool | None:
     pytorch/torchtitan ``qwen3_30b_a3b_with_deepep.toml`` 6d356730), beside what is open
     ('whether torch.compile was on', 'compile ran is not stated'); only the former decides.
     (s33 b200native)"""
-    stated = "; ".join(c for c in cell.split(";") if not OPEN_CLAUSE.search(c))
-    return says_compiled(stated)
+    return says_compiled(settled_clauses(cell))
+
+
+def settled_clauses(cell: str) -> str:
+    """The ``;``-separated clauses of an ``uncertain`` cell that leave nothing open
+    (:data:`OPEN_CLAUSE`), joined: what the cell states of the run rather than assumes."""
+    return "; ".join(c for c in cell.split(";") if not OPEN_CLAUSE.search(c))
 
 
 def says_compiled(text: str) -> bool | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from stage_core.models import get_flavor
 from stage_core.models.spec import Activation, ModelSpec, Norm, Position
-from stage_explore.validation.infer_compile import names_compile
+from stage_explore.validation.infer_compile import names_compile, settled_clauses
 from stage_explore.validation.infer_layer_ac import layer_ac_fields
 from stage_explore.validation.infer_named import names_used
 from stage_explore.validation.infer_release import (
@@ -94,6 +94,19 @@ def _deepep_ep(stated: dict[str, int], dp: int, experts: int, out: Defaults) -> 
     )
 
 
+#: FlashAttention-2 named as the run's attention: ``FlashAttention 2``, ``FlashAttention-2``,
+#: Transformers' ``attn_implementation`` value ``flash_attention_2``.
+FLASH_ATTENTION_2 = re.compile(r"\bflash[\s_-]?attention[\s_-]?2\b", re.IGNORECASE)
+AUTOMODEL_FA2 = (
+    "attention on FlashAttention-2 (attention_kernel fa2): the text names FlashAttention 2 for "
+    "the run, the flash-attn package a Hugging Face model's attn_implementation "
+    "'flash_attention_2' calls (NVIDIA-BioNeMo/bionemo-framework recipes/mixtral_native_te/"
+    "benchmarks/nemo_automodel/README.md 7b3212e9: 'the recipe explicitly selects FlashAttention "
+    "2 with position-reset variable-length packing'), not the automodel profile's Transformer "
+    "Engine cuDNN attention"
+)
+
+
 def automodel_defaults(
     row: dict[str, str],
     flavor: str,
@@ -107,6 +120,9 @@ def automodel_defaults(
     states (0: the flavor's)."""
     spec = get_flavor(flavor)
     _deepep_ep(stated, dp, experts or int(spec.num_experts or 0), out)
+    if FLASH_ATTENTION_2.search(f"{row_text(row)} {settled_clauses(row.get('uncertain', ''))}"):
+        out.options["attention_kernel"] = "fa2"  # s33 b200native
+        out.notes.append(AUTOMODEL_FA2)
     fp32_master = FP32_MASTER.search(row_text(row))
     if spec.num_experts and fp32_master:
         out.notes.append(

@@ -1,7 +1,8 @@
-"""torch.compile read from the settled clauses of a row's ``uncertain`` cell (s33 b200native):
-the cell records the settings of the run's stated config ('… set … compile model and loss, …')
-beside what is open ('whether torch.compile was on', 'compile ran is not stated'); only the
-former decides, and only after ``notes`` / ``source_table`` / ``source`` leave it open
+"""torch.compile (and FlashAttention-2 on an AutoModel row) read from the settled clauses of a
+row's ``uncertain`` cell (s33 b200native): the cell records the settings of the run's stated
+config ('… set … compile model and loss, …') beside what is open ('whether torch.compile was
+on', 'compile ran is not stated'); only the former decides, and only after ``notes`` /
+``source_table`` / ``source`` leave it open
 (:func:`~stage_explore.validation.infer_compile.names_compile`)."""
 
 from __future__ import annotations
@@ -51,3 +52,19 @@ def test_the_torchtitan_deepep_rows_take_the_compile_their_configs_set() -> None
         rows["TTDEEPEP-B200-QWEN3-30B-A3B-N8-DEFAULTEP"], NO_SETUP, 1, data_dir()
     )
     assert "fused_elementwise" not in default_ep.backend_key  # its config is not stated
+
+
+def test_an_automodel_row_naming_flashattention_2_runs_it() -> None:
+    """The BioNeMo AutoModel comparison selects FlashAttention 2 varlen (its README, stated in
+    the row's settled clauses): the flash-attn kernel, not the profile's cuDNN attention."""
+    rows = {r["id"]: r for r in read_csv(data_dir() / NO_SETUP)}
+    (case, *_) = row_cases(
+        rows["BIONEMO-AUTOMODEL-MIXTRAL-8X7B-B200-BF16-DP8"], NO_SETUP, 1, data_dir()
+    )
+    assert dict(case.framework_options)["attention_kernel"] == "fa2"
+    row = dict(rows["BIONEMO-AUTOMODEL-MIXTRAL-8X7B-B200-BF16-DP8"], uncertain="")
+    (plain, *_) = row_cases(row, NO_SETUP, 1, data_dir())
+    assert "attention_kernel" not in dict(plain.framework_options)
+    row["uncertain"] = "whether FlashAttention 2 ran is not stated"
+    (open_, *_) = row_cases(row, NO_SETUP, 1, data_dir())
+    assert "attention_kernel" not in dict(open_.framework_options)
