@@ -351,7 +351,8 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         peak = system.accelerator.peak(peak_dtype(workload.parallel, dtype))
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
-        peak_bytes = self._process_bytes(step.peak_memory_bytes, capacity)
+        peaks = self._memory_peaks(step.peak_memory_bytes, capacity)
+        peak_bytes = peaks.process  # what decides fitting; the other kinds in ``extra``
         feasible = peak_bytes <= capacity
         reason = ""
         if not feasible:
@@ -383,6 +384,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
                 "slowest_stage": step.slowest_stage,
                 "pipeline_end_s": step.pipeline_end_s,
                 "framework": self.framework.name,
+                **peaks.as_extra(),
                 **self._placement(workload, system),
             },
         )

@@ -48,6 +48,7 @@ from stage_explore.analytical.framework_costs import (
     rope_table_bytes,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
+from stage_explore.analytical.memory_kinds import MemoryPeaks, memory_peaks
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -151,21 +152,17 @@ class StateCosting:
             lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes, foreach),
         )
 
-    def _process_bytes(self, tensor_peak_bytes: int, capacity_bytes: int) -> int:
-        """What the process holds at the tensors' peak: the caching allocator's reserve
-        (``allocator_overhead``) and the runtime's own buffers (``runtime_reserved_bytes``).
-        The reserve is cached free blocks, which the allocator gives back when the device is
-        full: on a failed ``cudaMalloc`` PyTorch's caching allocator frees its cached blocks
-        and retries (c10/cuda/CUDACachingAllocator.cpp ``release_cached_blocks``; the
-        ``num_alloc_retries`` of ``torch.cuda.memory_stats``: "failed cudaMalloc calls that
-        result in a cache flush and retry"). So when the tensors and the runtime fit
-        ``capacity_bytes`` the process holds at most the capacity; only they can exceed it."""
+    def _memory_peaks(self, tensor_peak_bytes: int, capacity_bytes: int) -> MemoryPeaks:
+        """The process's allocated, reserved and process peaks at the tensors' peak, with the
+        profile's ``runtime_reserved_bytes`` and ``allocator_overhead``
+        (:func:`~stage_explore.analytical.memory_kinds.memory_peaks`)."""
         profile = self.framework
-        reserve = int(tensor_peak_bytes * profile.allocator_overhead)
-        needed = tensor_peak_bytes + profile.runtime_reserved_bytes
-        if needed > capacity_bytes:
-            return needed + reserve
-        return min(needed + reserve, capacity_bytes)
+        return memory_peaks(
+            tensor_peak_bytes,
+            capacity_bytes,
+            profile.runtime_reserved_bytes,
+            profile.allocator_overhead,
+        )
 
     def _working_set(self, point: Point) -> int:
         """What one block's backward holds at once at its peak

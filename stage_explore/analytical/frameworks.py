@@ -21,7 +21,9 @@ from stage_explore.analytical.framework_profile import GIB, FrameworkProfile
 #: buffers (``NCCL_BUFFSIZE``, 4 MiB by default, per channel and peer;
 #: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
 #: for each of a 3-D job's communicators: 1 GiB in all is an estimate from those parts, not a
-#: measured figure. ``allocator_overhead`` 0.05: PyTorch's caching allocator keeps freed blocks
+#: measured figure; of it only the cuBLAS workspaces (2 x 32 MiB, memory_kinds.py) are inside
+#: the caching allocator, so inside a reserved figure (s33 memkind).
+#: ``allocator_overhead`` 0.05: PyTorch's caching allocator keeps freed blocks
 #: reserved (https://pytorch.org/docs/stable/notes/cuda.html#memory-management), so what a
 #: process holds exceeds the tensors' peak; 5 % is an estimate, not a measurement. The published
 #: Megatron-LM 2021-22 peaks (Korthikanti et al. Figure 1) are the tensors' own, so that profile

@@ -27,7 +27,9 @@ Options (all booleans unless said):
   Megatron's batched exchange, the sender held (:func:`~stage_explore.analytical.costs.
   stage_transfer_s`).
 - ``runtime_reserved_bytes`` (int) — memory a training process holds besides its tensors: CUDA
-  context, cuBLAS/cuDNN workspaces, NCCL communicator buffers.
+  context, cuBLAS/cuDNN workspaces, NCCL communicator buffers. Its cuBLAS workspaces
+  (:mod:`~stage_explore.analytical.memory_kinds`, 2 x 32 MiB) are caching-allocator blocks,
+  inside a reserved or allocated figure; the rest is outside (the process peak only).
 - ``allocator_overhead`` (float ≥ 0) — the caching allocator's reserved-but-unallocated share
   of the tensor peak (fragmentation): reserved = peak × (1 + overhead).
 - ``loss_fp32_buffers`` (int ≥ 0) — fp32 buffers of the logits' size the loss holds at once

@@ -70,6 +70,7 @@ from stage_explore.validation.infer_spelling import (
     spelled_cells,
 )
 from stage_explore.validation.infer_system import infer_system
+from stage_explore.validation.memory_kind import kind_assumption, memory_kind
 from stage_explore.validation.setups import (
     Case,
     SourceSetup,
@@ -386,11 +387,10 @@ def inferred_setup(
         *([flops_note] if flops_note else []),
     ]  # fmt: skip
     if metric == "peak_mem_gib":
-        assumptions.append(
-            "peak_mem_gib compared with the backend's process peak (tensors plus the profile's "
-            "runtime reserve); whether the source measured allocated or reserved memory is "
-            "not known"
-        )
+        try:
+            assumptions.append(kind_assumption(memory_kind(row)))
+        except ConfigError as error:  # two kinds named: the row's reason
+            raise Uninferable(str(error)) from None
     overrides: tuple[tuple[str, float], ...] = (
         (("scale_out_bandwidth_bytes_per_s", cluster.scale_out),)
         if cluster.scale_out is not None else ()

@@ -47,6 +47,7 @@ from stage_explore.validation.csv_cells import (
 )
 from stage_explore.validation.infer_layer_ac import layer_ac_fields
 from stage_explore.validation.infer_release import row_text
+from stage_explore.validation.memory_kind import memory_kind
 from stage_explore.validation.setups_file import read_setup_tables
 
 #: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
@@ -133,6 +134,8 @@ class Case:
     #: Figures of the loaded system the row states differently (``(field, value)``; fields of
     #: :data:`SYSTEM_OVERRIDES`): set by an inferred setup, :attr:`system` names the result.
     system_overrides: tuple[tuple[str, float], ...] = ()
+    #: A ``peak_mem_gib`` row's kind of peak (:mod:`stage_explore.validation.memory_kind`).
+    memory_kind: str = "process"
 
     @property
     def system_source(self) -> str:
@@ -502,6 +505,7 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         group=row.get(source.group_by, "") if source.group_by else "",
         flops=source.flops,
         framework_options=tuple(sorted(options.items())),
+        memory_kind=memory_kind(row) if source.metric == "peak_mem_gib" else "process",
     )
     if not measured_cell:
         return replace(case, reason=f"the source gives no {source.metric}")
