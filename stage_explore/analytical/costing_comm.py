@@ -180,7 +180,10 @@ class CommCosting:
         ``fsdp_param_fp32`` a gather moves the fp32 parameters (4 bytes per element). Issued
         as ``calls`` NCCL calls (DeepSpeed ZeRO-3's prefetch batches,
         :func:`~stage_explore.analytical.framework_costs.zero3_fetch_calls`), each moves its
-        share of the bytes and pays the per-call cost and latency."""
+        share of the bytes and pays the per-call cost and latency; 0 calls (every weight
+        persistent) cost nothing."""
+        if calls == 0:
+            return 0.0
         if calls > 1:
             share = replace(instr, comm_bytes=instr.comm_bytes // calls)
             return calls * self._zero_time(point, span, share)

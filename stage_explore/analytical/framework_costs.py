@@ -1,7 +1,8 @@
 """What a framework profile's options imply in bytes and micro-batches, for the backend's memory
 and pass timing: :func:`zero3_gathered_bytes` (the gathered ZeRO-3 parameters a rank holds under
 each framework's gathering rule), :func:`zero3_fetch_calls` (DeepSpeed ZeRO-3's all-gathers per
-block), :func:`grad_accumulation_bytes` and
+block), :func:`zero3_persistent` (its parameters that stay whole),
+:func:`grad_accumulation_bytes` and
 :func:`held_accumulation_bytes` (the traffic of accumulating gradients over micro-batches), the
 FSDP copy-kernel byte counts (:func:`fsdp1_flat_grad_bytes`, :func:`fsdp2_copy_bytes`),
 :data:`FP8_DYNAMIC_CAST_BYTES` (:func:`weight_cast_bytes` by recipe, :func:`weight_amax_known`),
@@ -49,36 +50,44 @@ def zero3_gathered_bytes(
     return min(two_blocks, (live + profile.zero3_prefetch_elements) * weight_bytes)
 
 
-#: DeepSpeed ZeRO-3's ``stage3_param_persistence_threshold`` default: parameters of fewer elements
-#: stay whole on every rank and are never gathered (``param_persistence_threshold: int =
-#: Field(pp_int(1e5), ...)``, deepspeed/runtime/zero/config.py, microsoft/DeepSpeed 03dc2b92).
-ZERO3_PERSISTENCE_ELEMENTS = 100_000
+def zero3_persistent(profile: FrameworkProfile, elements: int) -> bool:
+    """Whether a ZeRO-3 parameter of ``elements`` (as one rank holds it before sharding) stays
+    whole on every rank (``zero3_persistence_elements``, DeepSpeed's
+    ``stage3_param_persistence_threshold``): ``DeepSpeedZeRoOffload.mark_persistent_parameters``
+    sets ``ds_persist`` where "param.ds_numel <= param_threshold"
+    (deepspeed/runtime/zero/parameter_offload.py, microsoft/DeepSpeed 0286784a). Such a
+    parameter keeps its partition (``ds_tensor``, which the optimizer updates and whose gradient
+    is reduce-scattered with the rest) but ``release_sub_module`` never frees the whole copy,
+    so ``fetch_sub_module`` finds it available and gathers nothing; ``_post_step``
+    (deepspeed/runtime/zero/stage3.py) all-gathers every persistent parameter after each
+    optimizer step (``persistent_parameters[0].all_gather(...)``), which
+    ``_allgather_params_coalesced`` (partition_parameters.py) issues as one
+    ``all_gather_into_tensor`` per parameter and then synchronises the device."""
+    return 0 < elements <= profile.zero3_persistence_elements
 
 
 def zero3_fetch_calls(profile: FrameworkProfile, elements: Sequence[int]) -> int:
     """How many all-gathers DeepSpeed ZeRO-3 issues for a block's weights (``elements``, as one
     rank holds them before sharding, in the block's order) in one pass, each paying NCCL's
-    per-call cost and its ring's latency: the partitioned parameters (those of at least
-    :data:`ZERO3_PERSISTENCE_ELEMENTS`) in batches that close once they reach
+    per-call cost and its ring's latency: the partitioned parameters (not
+    :func:`zero3_persistent`) in batches that close once they reach
     ``zero3_prefetch_elements`` (``stage3_prefetch_bucket_size``) — a tensor larger than that is
     a call of its own. ``PartitionedParameterCoordinator.fetch_sub_module``
     (deepspeed/runtime/zero/partitioned_param_coordinator.py, microsoft/DeepSpeed 03aecee8)
     gathers a sub-module's parameters not yet in flight, then pops parameters off its traced
     queue "while ... numel_prefetching < max_params_to_prefetch" and issues them as one
     ``all_gather_coalesced``: one NCCL call per batch, not one per block. 1 without a prefetch
-    bucket (FSDP's whole units) or without a partitioned tensor (the block's bytes keep their
-    one call)."""
+    bucket (FSDP's whole units); 0 where every weight persists (nothing to gather)."""
+    partitioned = [count for count in elements if not zero3_persistent(profile, count)]
     bucket = profile.zero3_prefetch_elements
     if bucket <= 0:
-        return 1
+        return 1 if partitioned or not elements else 0
     calls = batch = 0
-    for count in elements:
-        if count < ZERO3_PERSISTENCE_ELEMENTS:
-            continue
+    for count in partitioned:
         batch += count
         if batch >= bucket:
             calls, batch = calls + 1, 0
-    return max(1, calls + (batch > 0))
+    return calls + (batch > 0)
 
 
 #: HBM bytes per element of a dynamically scaled FP8 cast of a 16-bit tensor: the amax

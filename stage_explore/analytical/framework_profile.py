@@ -102,6 +102,7 @@ class FrameworkProfile(
                 "zero3_live_elements",
                 "zero3_prefetch_elements",
                 "zero3_prefetch_units",
+                "zero3_persistence_elements",
                 "loss_fp32_buffers",
                 "local_batch_size",
                 "train_metric_losses",

@@ -201,6 +201,12 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # (framework_costs.zero3_fetch_calls)
             zero3_live_elements=10**9,
             zero3_prefetch_elements=5 * 10**7,
+            # stage3_param_persistence_threshold 1e5, DeepSpeed's code default
+            # ("param_persistence_threshold: int = Field(pp_int(1e5), ...)", deepspeed/runtime/
+            # zero/config.py, microsoft/DeepSpeed 03dc2b92); DeepSpeedZeRoOffload.
+            # mark_persistent_parameters marks "param.ds_numel <= param_threshold" ds_persist
+            # (deepspeed/runtime/zero/parameter_offload.py, microsoft/DeepSpeed 0286784a)
+            zero3_persistence_elements=10**5,
             attention_kernel="fa2",
             fused_elementwise=True,  # Megatron-DeepSpeed keeps Megatron's fused kernels
             # and Megatron's attention: megatron/model/transformer.py query_key_value, one GEMM

@@ -90,6 +90,10 @@ class KindParts:
     #: NCCL calls each of :attr:`gathers` is issued as (DeepSpeed ZeRO-3's prefetch batches,
     #: :func:`~stage_explore.analytical.framework_costs.zero3_fetch_calls`); () is one each.
     gather_calls: tuple[int, ...] = ()
+    #: One all-gather per parameter that stays whole on every rank, issued once per step after
+    #: the optimizer step (:func:`~stage_explore.analytical.framework_costs.zero3_persistent`);
+    #: their bytes are not in :attr:`gathers`.
+    persistent: tuple[Instr, ...] = ()
 
     def calls(self, index: int) -> int:
         """The NCCL calls of gather ``index``."""

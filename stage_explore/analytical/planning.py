@@ -11,11 +11,12 @@ the result); it builds on the per-block costs of
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Any, cast
 
 from stage_core.blocks import mtp_layer_of_block
+from stage_core.lower.bind import Instr
 from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key, run_totals
 from stage_core.lower.experts import data_axes
 from stage_core.lower.program import (
@@ -41,7 +42,11 @@ from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import NO_LOAD, NcclLoad, nccl_load
 from stage_explore.analytical.fp8_buckets import merges_non_fp8, split_runs
 from stage_explore.analytical.fp8_gathers import fp8_zero3_gathers, fsdp_float8_gathers
-from stage_explore.analytical.framework_costs import zero3_fetch_calls, zero3_gathered_bytes
+from stage_explore.analytical.framework_costs import (
+    zero3_fetch_calls,
+    zero3_gathered_bytes,
+    zero3_persistent,
+)
 from stage_explore.analytical.parts import (
     ChunkParts,
     KindParts,
@@ -160,6 +165,13 @@ class StagePlanning(AmaxCosting):
             gathered_bytes = zero3_gathered_bytes(
                 self.framework, blocks_bytes, tensor, workload.weight_bytes
             )
+            gathered_bytes += workload.weight_bytes * sum(  # persistent: whole on every rank
+                n * w.elements
+                for runs in signature
+                for k, n in runs
+                for w in point.blocks[k].weights
+                if zero3_persistent(self.framework, w.elements)
+            )
         dualpipe = str(workload.parallel.schedule) == "dualpipe"
         stage_class = StageClass(
             forward_s=tuple(part.timing.forward_s for part in parts),
@@ -173,7 +185,11 @@ class StagePlanning(AmaxCosting):
             exposed_s=tuple(sorted(exposed.items())),
             states_bytes=states_bytes,
             buffers_bytes=self._held_bytes(point, signature, gathered_bytes),
-            optimizer_s=self.optimizer_s(point, params),
+            optimizer_s=self.optimizer_s(point, params) + sum(  # and the persistent gathers
+                n * self.persistent_gather_s(point, k, spans.__getitem__)
+                for runs in signature
+                for k, n in runs
+            ),
             input_grad_s=tuple(p.input_grad_s for p in parts if p.input_grad_s is not None),
             pending_bytes=tuple(p.pending_bytes for p in parts if p.input_grad_s is not None),
             pair_s=pair_table(
@@ -484,8 +500,16 @@ class StagePlanning(AmaxCosting):
             gathers = tuple(zero_collectives(workload, block, True)) if zero >= 3 else ()
             if fsdp_float8_gathers(self.framework, workload, kind):  # FP8 linear weights
                 gathers = fp8_zero3_gathers(workload, block, gathers)
+            persistent = self._persistent_gathers(point, kind) if zero >= 3 else ()
+            if persistent:  # gathered once per step, not with the block (zero3_persistent)
+                kept: dict[tuple[str, ...], int] = {}
+                for i in persistent:
+                    kept[i.axes] = kept.get(i.axes, 0) + i.comm_bytes
+                gathers = tuple(
+                    replace(i, comm_bytes=i.comm_bytes - kept.get(i.axes, 0)) for i in gathers
+                )
             scatters = tuple(zero_collectives(workload, block, False)) if zero >= 2 else ()
-            zero_axes = {i.axes for i in (*gathers, *scatters)}
+            zero_axes = {i.axes for i in (*gathers, *scatters, *persistent)}
             cost_axes = tuple(sorted(set(axes_of(block)) | zero_axes))
             span_axes = set(cost_axes) | {bucket[1] for bucket in sync[0]} | set(sync[1])
             calls = tuple(  # DeepSpeed's prefetch batches of each gather's weights
@@ -495,10 +519,37 @@ class StagePlanning(AmaxCosting):
                 ])
                 for i in gathers
             )  # fmt: skip
-            return KindParts(sync, gathers, scatters, cost_axes, tuple(sorted(span_axes)), calls)
+            return KindParts(
+                sync, gathers, scatters, cost_axes, tuple(sorted(span_axes)), calls, persistent
+            )
 
         key = ("kind", point.key, kind, point.state_key)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    def _persistent_gathers(self, point: Point, kind: str) -> tuple[Instr, ...]:
+        """The all-gather of each of a block kind's ZeRO-3 parameters that stay whole on every
+        rank (:func:`~stage_explore.analytical.framework_costs.zero3_persistent`), in the
+        block's order: one NCCL call each, issued once per step after the optimizer step."""
+        block = point.blocks[kind]
+        return tuple(
+            instr
+            for w in block.weights
+            if zero3_persistent(self.framework, w.elements)
+            for instr in zero_collectives(point.workload, replace(block, weights=(w,)), True)
+        )
+
+    def persistent_gather_s(
+        self, point: Point, kind: str, span_of: Callable[[tuple[str, ...]], Any]
+    ) -> float:
+        """Seconds of one block of ``kind``'s once-per-step all-gathers of its persistent
+        parameters (DeepSpeed's ``_post_step``, after the optimizer step and before the next
+        forward; :meth:`_persistent_gathers`), each one NCCL call on the group ``span_of`` its
+        axes, at NCCL's α–β time over the dims the group spans (its ring's hops inside a node at
+        the node's latency): not the ``zero3_flat_ring`` proxy, a calibration of the blocks'
+        gathers on NAR21-T2 that charges every hop the scale-out latency."""
+        return sum(
+            self._comm_time(point, span_of(i.axes), i) for i in self._kind(point, kind).persistent
+        )
 
     def _layout_key(self, workload: Workload) -> tuple[Any, ...]:
         """:func:`~stage_core.lower.compact.layout_key`, with the model's layer pattern

@@ -29,6 +29,12 @@ Options (all booleans unless said):
   (``stage3_prefetch_bucket_size``), on top of the live ones; > 0 also splits a block's
   all-gather into one NCCL call per prefetch batch
   (:func:`~stage_explore.analytical.framework_costs.zero3_fetch_calls`). 0: one call per unit.
+- ``zero3_persistence_elements`` (int ≥ 0) — ZeRO-3 parameters of at most this many elements
+  (as a rank holds them before sharding) are never partitioned nor released: they stay whole on
+  every rank, beside their shard, are not gathered with their block, and are all-gathered once
+  per step after the optimizer step, one NCCL call each (DeepSpeed
+  ``stage3_param_persistence_threshold``; :func:`~stage_explore.analytical.framework_costs.
+  zero3_persistent`). 0: none persist (FSDP, whose units gather every parameter).
 - ``zero3_prefetch_units`` (int ≥ 0; 1 in every profile) — under ZeRO-3 how many units
   (blocks) ahead of its compute a parameter gather may run on the one queue the gathers share
   with the gradient reduce-scatters (one NCCL communicator per data-parallel group;
@@ -236,6 +242,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "zero3_flat_ring": "DeepSpeed ZeRO-3 (2021) flat data-parallel all-gathers",
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
+    "zero3_persistence_elements": "DeepSpeed stage3_param_persistence_threshold",
     "zero3_prefetch_units": "FSDP backward_prefetch / limit_all_gathers, FSDP2 implicit prefetch",
     "grad_accumulation": "--gradient-accumulation-fusion (none) / add / DeepSpeed / DDP_impl torch",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
@@ -291,3 +298,4 @@ class ShardingOptions:
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     zero1_grad_all_reduce: bool = False  # ZeRO-1 reduce-scatters its gradients (module docstring)
     zero3_prefetch_units: int = 1  # a unit's gather beside the compute of the unit before
+    zero3_persistence_elements: int = 0  # every ZeRO-3 parameter partitioned and gathered

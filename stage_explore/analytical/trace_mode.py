@@ -137,7 +137,8 @@ class ProgramTimingModel(BaseTimingModel[float]):
     from (its stage and :attr:`~stage_core.lower.program_node.ProgramNode.source`): a block
     phase's instruction by that phase's program and timers, ZeRO collectives by the backend's
     ``_zero_time``, gradient synchronisation and a parameter bucket's all-gather (its bytes)
-    by its α–β ``_collective_time``, the optimizer by ``optimizer_s``, pipeline transfers as
+    by its α–β ``_collective_time``, the optimizer by ``optimizer_s`` (with ZeRO-3's gathers of
+    its persistent parameters after it, ``persistent_gather_s``), pipeline transfers as
     the levelled ``_transfer`` holds and delays them, ring-attention messages by the ring's α–β
     time of one step. Nodes are known by identity (the objects :func:`trace_step` built); any
     other node is a ConfigError."""
@@ -151,9 +152,11 @@ class ProgramTimingModel(BaseTimingModel[float]):
         nodes: Mapping[int, tuple[int, NodeSource | None, TraceNode]],
         params: Mapping[int, int],
         stage_of: Mapping[int, int],
+        persistent: Mapping[int, float] | None = None,
     ) -> None:
         self._costs, self._programs, self._nodes, self._params = costs, programs, nodes, params
         self._stage_of = stage_of
+        self._persistent = persistent or {stage: 0.0 for stage in params}
 
     def _source(self, node: TraceNode) -> tuple[StageCosts, NodeSource]:
         entry = self._nodes.get(id(node))
@@ -164,7 +167,8 @@ class ProgramTimingModel(BaseTimingModel[float]):
     def compute(self, node: TraceNode) -> float:
         costs, (kind, phase, index) = self._source(node)
         if phase == OPTIMIZER:
-            return costs.backend.optimizer_s(costs.point, self._params[costs.stage])
+            seconds = costs.backend.optimizer_s(costs.point, self._params[costs.stage])
+            return seconds + self._persistent[costs.stage]
         program, added_s, _ = costs.program(kind, phase)
         emitted, at = costs.emitted(kind, phase)
         seconds = program.compute_s(program.instrs[emitted.origin[index]])
@@ -366,6 +370,7 @@ def trace_step(
     nodes: dict[int, tuple[int, NodeSource | None, TraceNode]] = {}
     templates = []
     params = {}
+    persistent: dict[int, float] = {}
     cp = workload.axis_sizes.get("cp", 1)
     for stage_program in programs.stages:
         stage = stage_program.stage
@@ -391,8 +396,13 @@ def trace_step(
                 on_side = ((item.node.id, _side_stream(item)) for item in template)
                 streams[rank] = {node_id: name for node_id, name in on_side if name}
         params[stage] = trace_params(backend, point, programs, stage_program)
+        persistent[stage] = sum(  # ZeRO-3's persistent parameters, gathered after the step
+            backend.persistent_gather_s(point, block.kind, costs[stage].span)
+            for chunk in stage_program.chunks
+            for block in chunk.blocks
+        )
     by_stage = {p.stage: p for p in programs.stages}
-    timing = ProgramTimingModel(costs, by_stage, nodes, params, stage_of)
+    timing = ProgramTimingModel(costs, by_stage, nodes, params, stage_of, persistent)
     if parallel.pp > 1 or cp > 1:  # sends hold and fly what the policy's semantics gives
         policy = replace(policy, point_to_point=PointToPoint.ARRIVAL)
     result = simulate(traces, timing, record_nodes=record_nodes, policy=policy, streams=streams)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.framework_costs import ZERO3_PERSISTENCE_ELEMENTS, zero3_fetch_calls
+from stage_explore.analytical.framework_costs import zero3_fetch_calls
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
 
@@ -31,11 +31,13 @@ def test_batches_close_once_they_reach_the_bucket() -> None:
     assert zero3_fetch_calls(huge, LLAMA13B_LAYER) == 1  # one partial batch
 
 
-def test_persistent_parameters_are_not_gathered_and_a_block_keeps_one_call() -> None:
-    below = ZERO3_PERSISTENCE_ELEMENTS - 1
-    assert zero3_fetch_calls(DEEPSPEED, [below, below]) == 1
-    assert zero3_fetch_calls(DEEPSPEED, [ZERO3_PERSISTENCE_ELEMENTS] * 2) == 1
-    assert zero3_fetch_calls(DEEPSPEED, []) == 1
+def test_persistent_parameters_are_not_gathered() -> None:
+    # stage3_param_persistence_threshold (1e5): "param.ds_numel <= param_threshold" persists;
+    # a block of nothing else issues no call (s33 zero3c: it was one before)
+    threshold = DEEPSPEED.zero3_persistence_elements
+    assert zero3_fetch_calls(DEEPSPEED, [threshold - 1, threshold]) == 0
+    assert zero3_fetch_calls(DEEPSPEED, [threshold + 1] * 2) == 1
+    assert zero3_fetch_calls(DEEPSPEED, []) == 0
 
 
 def test_fsdp_gathers_a_unit_in_one_call() -> None:
