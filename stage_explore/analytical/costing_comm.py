@@ -29,6 +29,7 @@ from stage_explore.analytical.collectives import (
     alpha_beta_point_to_point_s,
     group_span,
 )
+from stage_explore.analytical.costing_states import BF16_BYTES
 from stage_explore.analytical.costs import (
     stage_arrival_s,
     stage_transfer_s,
@@ -47,6 +48,7 @@ from stage_explore.analytical.parts import (
     tied_ends,
 )
 from stage_explore.analytical.policy import PointToPoint, TimingPolicy
+from stage_explore.analytical.profile_moe import FP8_DISPATCH_BYTES_PER_ELEMENT
 from stage_explore.analytical.ub_multicast import nvls_collective_s
 
 #: Names of the expert dispatch/combine all-to-alls and their gradients (blocks._moe: the routed
@@ -160,6 +162,25 @@ class CommCosting:
         groups = (model.router_groups, model.router_group_topk)  # group-limited routing
         return deepep_level_fractions(model.num_experts, model.top_k, spanned, routing, groups)
 
+    def _fp8_dispatch(self, point: Point, instr: Instr) -> Instr:
+        """``instr`` with FP8 message bytes where ``moe_fp8_dispatch`` sends it in FP8: a
+        DeepEP all-to-all run by the dispatch kernel (the forward dispatch, the combine's
+        gradient: :func:`~stage_explore.analytical.hybridep.hybridep_dispatch_kernel`) whose
+        receiving GEMM is FP8 (the experts' up projection's Fprop, their down projection's
+        Dgrad): :data:`~stage_explore.analytical.profile_moe.FP8_DISPATCH_BYTES_PER_ELEMENT`
+        per 16-bit element (DeepSeek-V3 report, Section 3.3.4); every other collective as it
+        is."""
+        if not self.framework.moe_fp8_dispatch or point.dtype != "fp8":
+            return instr
+        if not self._deepep_all_to_all(point, instr) or not hybridep_dispatch_kernel(instr.name):
+            return instr
+        gradient = (instr.name.partition(":")[2] or instr.name).startswith("d.")
+        gemm = "dgrad" if gradient else "fprop"
+        if gemm not in point.workload.parallel.fp8_gemms:
+            return instr
+        elements = instr.comm_bytes / BF16_BYTES  # the graph's 16-bit activations
+        return replace(instr, comm_bytes=round(elements * FP8_DISPATCH_BYTES_PER_ELEMENT))
+
     def _hybridep_rates(self, point: Point, span: Any, instr: Instr) -> tuple[float | None, ...]:
         """Under ``moe_hybridep``, HybridEP's published rate per level a DeepEP-costed expert
         all-to-all spans (None: the dim's own;
@@ -209,6 +230,7 @@ class CommCosting:
         (:func:`~stage_explore.analytical.overlap.runs_outside_nccl`); nor does a DeepEP
         dispatch or combine (its own kernels over NVLink and RDMA)."""
         if instr.kind != "ring":
+            instr = self._fp8_dispatch(point, instr)  # moe_fp8_dispatch: FP8 messages
             assert instr.collective is not None
             fractions = self._deepep_fractions(point, span, instr)  # DeepEP: levels at once
             if not fractions:

@@ -168,6 +168,11 @@ class FrameworkProfile(
                 f"framework {self.name!r}: `moe_deepep` and `moe_hybridep` are two backends "
                 "of one flex dispatcher; expected at most one of them True, but got both"
             )
+        if self.moe_fp8_dispatch and not self.moe_deepep:
+            raise ConfigError(
+                f"framework {self.name!r}: `moe_fp8_dispatch` (FP8 messages of DeepEP's dispatch "
+                "kernel) needs `moe_deepep` True, but got moe_deepep False"
+            )
         if self.moe_sequential_mlp and self.moe_grouped_kernel:  # s27 review: both were taken
             raise ConfigError(
                 f"framework {self.name!r}: `moe_sequential_mlp` (SequentialMLP, one MLP module per "

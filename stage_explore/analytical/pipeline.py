@@ -111,14 +111,28 @@ class StageTimes(NamedTuple):
 
 
 def pair_seconds(
-    forward_s: float, forward_compute_s: float, backward_s: float, backward_compute_s: float
+    forward_s: float,
+    forward_compute_s: float,
+    backward_s: float,
+    backward_compute_s: float,
+    comm_sm_share: float = 0.0,
 ) -> float:
     """A forward and a backward (with its ``W``) of two micro-batches run together, DualPipe's
     overlap (DeepSeek-V3 report, Section 3.2.1, Figure 4): each one's communication runs during
     the other's computation, so the pair takes its total computation or its total exposed
-    communication, whichever is longer, and never less than either part alone."""
+    communication, whichever is longer, and never less than either part alone.
+
+    ``comm_sm_share``: the fraction of the SMs the communication kernels hold while they run
+    beside the computation (DeepEP's: the report's Section 3.2.2, "only 20 SMs are sufficient
+    to fully utilize the bandwidths of IB and NVLink", of an H800's 132), so while the two
+    overlap, ``min(communication, computation) · comm_sm_share`` of the computation's work is
+    left for after (:func:`~stage_explore.analytical.overlap.deepep_sm_share_s`'s rule); 0: the
+    communication takes no SMs from the computation."""
     exposed = (forward_s - forward_compute_s) + (backward_s - backward_compute_s)
-    return max(forward_s, backward_s, forward_compute_s + backward_compute_s, exposed)
+    compute = forward_compute_s + backward_compute_s
+    if comm_sm_share > 0.0:
+        compute += min(exposed, compute) * comm_sm_share
+    return max(forward_s, backward_s, compute, exposed)
 
 
 @dataclass(frozen=True, slots=True)

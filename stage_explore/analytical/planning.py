@@ -47,6 +47,7 @@ from stage_explore.analytical.framework_costs import (
     zero3_gathered_bytes,
     zero3_persistent,
 )
+from stage_explore.analytical.overlap import DEEPEP_SMS
 from stage_explore.analytical.parts import (
     ChunkParts,
     KindParts,
@@ -195,6 +196,7 @@ class StagePlanning(AmaxCosting):
             pair_s=pair_table(
                 [p.timing.forward_s for p in parts], [p.compute_s[0] for p in parts],
                 [p.timing.backward_s for p in parts], [p.compute_s[1] for p in parts],
+                self._pair_sm_share(point),
             ) if dualpipe else (),
             after_backward_s=self._collective_time(
                 point, spans[(PIPELINE_MIRROR,)], CollectiveKind.ALL_REDUCE,
@@ -203,6 +205,24 @@ class StagePlanning(AmaxCosting):
             ) if dualpipe else 0.0,  # program._mirror_sync
         )  # fmt: skip
         return stage_class, (model, hardware)
+
+    def _pair_sm_share(self, point: Point) -> float:
+        """The fraction of the SMs a DualPipe pair's expert all-to-alls hold beside its
+        computation: DeepEP's :data:`~stage_explore.analytical.overlap.DEEPEP_SMS` (the
+        DeepSeek-V3 report's 20 SMs, Section 3.2.2) or HybridEP's ``moe_hybridep_sms``, over
+        the accelerator's SMs; 0 for a dense model, NCCL's dispatcher (whose SMs the profile's
+        NCCL rules leave out, as everywhere) or an accelerator without kernel figures."""
+        kernels = point.system.accelerator.kernels
+        framework = self.framework
+        if kernels is None or not point.workload.model.is_moe:
+            return 0.0
+        if framework.moe_hybridep:
+            sms = framework.moe_hybridep_sms
+        elif framework.moe_deepep:
+            sms = DEEPEP_SMS
+        else:
+            return 0.0
+        return sms / kernels.sm_count if kernels.sm_count > sms else 0.0
 
     def _chunk(
         self,

@@ -30,6 +30,20 @@ Options (all booleans unless said):
   ``moe_flex_dispatcher_backend="hybridep"``) sends the same tokens ("Similar to DeepEP, Hybrid-EP
   first performs IB communication between peer GPUs, then each rank distributes the received
   inter-node data locally": deepseek-ai/DeepEP ``docs/Hybrid-EP_Implementation.md`` §8).
+- ``moe_fp8_dispatch`` — under ``moe_deepep`` and FP8 linear layers, the messages DeepEP's
+  dispatch kernel sends carry FP8 (E4M3) elements and one fp32 scale per 128 of them, not the
+  16-bit activations: the forward dispatch and, in the backward, the combine's gradient (the
+  activation gradient before the experts' down projections); the combine and the dispatch's
+  gradient stay 16-bit. DeepSeek-V3 report (arXiv 2412.19437) Section 3.3.4, 'Low-Precision
+  Communication': "we quantize the activation before MoE up-projections into FP8 and then apply
+  dispatch components ... A similar strategy is applied to the activation gradient before MoE
+  down-projections. For both the forward and backward combine components, we retain them in
+  BF16"; DeepEP's ``Buffer.dispatch`` takes x as ``[num_tokens, hidden]`` float8_e4m3fn with
+  ``[num_tokens, hidden // 128]`` float scales (deepseek-ai/DeepEP ``deep_ep/buffer.py``). So
+  such a message has :data:`FP8_DISPATCH_BYTES_PER_ELEMENT` bytes per element. Off (every
+  profile's default): 16-bit dispatch, as Megatron-Core's flex dispatcher hands DeepEP the BF16
+  hidden states (``fused_a2a.get_hidden_bytes``: ``max(element_size, 2)``). Only with
+  ``moe_deepep``.
 - ``moe_hybridep`` — the expert dispatch and combine run on HybridEP (Megatron-Bridge
   ``moe_flex_dispatcher_backend="hybridep"``, on ``moe_hybridep_sms`` SMs):
   ``moe_deepep``'s traffic and flex-dispatcher permute, each level timed at HybridEP's
@@ -139,12 +153,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: Bytes per element of an FP8 dispatch message (``moe_fp8_dispatch``): one E4M3 byte and a
+#: 4-byte fp32 scale per 128 elements (deepseek-ai/DeepEP ``deep_ep/buffer.py`` ``dispatch``:
+#: x as ``[num_tokens, hidden]`` float8_e4m3fn and ``[num_tokens, hidden // 128]`` torch.float;
+#: the DeepSeek-V3 report's 1x128 activation tiles, Section 3.3.2).
+FP8_DISPATCH_BYTES_PER_ELEMENT = 1.0 + 4.0 / 128
+
 #: Each option of this area and the flag (or config key) the framework exposes it under.
 MOE_FLAGS: dict[str, str] = {
     "moe_comm_overlap": "Megatron --overlap-moe-expert-parallel-comm",
     "moe_shared_expert_overlap": "Megatron --moe-shared-expert-overlap",
     "moe_load_imbalance": "MoE routing: max/mean tokens per expert-parallel rank (1 = balanced)",
     "moe_deepep": "Megatron --moe-enable-deepep (flex dispatcher on DeepEP)",
+    "moe_fp8_dispatch": "DeepSeek-V3's FP8 dispatch (DeepEP dispatch of FP8 data with 1x128 "
+    "fp32 scales; combine in BF16)",
     "moe_hybridep": "Megatron-Bridge moe_flex_dispatcher_backend='hybridep' (flex dispatcher "
     "on HybridEP)",
     "moe_hybridep_sms": "Megatron-Core moe_hybridep_num_sms (HybridEP's SMs; default 16)",
@@ -175,6 +197,7 @@ class MoeOptions:
     moe_shared_expert_overlap: bool
     moe_load_imbalance: float = 1.0  # balanced routing (--moe-router-force-load-balancing)
     moe_deepep: bool = False  # NCCL all-to-all dispatcher, Megatron-Core's default
+    moe_fp8_dispatch: bool = False  # 16-bit dispatch messages (Megatron-Core's flex dispatcher)
     moe_hybridep: bool = False  # not HybridEP (its own rates: analytical.hybridep)
     moe_hybridep_sms: int = 16  # Megatron-Core's moe_hybridep_num_sms default
     moe_hybridep_domain_ranks: int = 0  # the preset's contiguous placement of the EP group

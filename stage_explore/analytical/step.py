@@ -290,12 +290,20 @@ def pair_table(
     forward_compute_s: Sequence[float],
     backward_s: Sequence[float],
     backward_compute_s: Sequence[float],
+    comm_sm_share: float = 0.0,
 ) -> tuple[tuple[float, ...], ...]:
     """``pair_s[a][b]``: :func:`pair_seconds` of chunk ``a``'s forward with chunk ``b``'s whole
-    backward (B and W), for every pair of a rank's chunks."""
+    backward (B and W), for every pair of a rank's chunks; ``comm_sm_share``: the SMs the
+    communication kernels take from the pair's computation (:func:`pair_seconds`)."""
     return tuple(
         tuple(
-            pair_seconds(forward_s[a], forward_compute_s[a], backward_s[b], backward_compute_s[b])
+            pair_seconds(
+                forward_s[a],
+                forward_compute_s[a],
+                backward_s[b],
+                backward_compute_s[b],
+                comm_sm_share,
+            )
             for b in range(len(backward_s))
         )
         for a in range(len(forward_s))

@@ -29,6 +29,7 @@ from stage_explore.validation.infer_compile import (
     FSDP_COMPILE_NOTE,
     names_compile,
 )
+from stage_explore.validation.infer_deepseek import hai_llm_dispatch
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
@@ -391,6 +392,7 @@ def recipe_defaults(
         if framework in frameworks and re.search(pattern, text):
             out.options[option] = value
             out.notes.append(why)
+    hai_llm_dispatch(row, spec, precision, out)  # DeepSeek's framework (infer_deepseek)
     if framework in FSDP_COMPILE_FRAMEWORKS and names_compile(row):
         out.options["fused_elementwise"] = True
         out.notes.append(FSDP_COMPILE_NOTE)
