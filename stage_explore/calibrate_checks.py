@@ -18,6 +18,9 @@ Contents:
         (``network.<dim>`` on runs that never use that dim): the simplex moved them anyway, and
         the written file changed the dim's efficiency on no evidence; they are kept at the
         system's values and named.
+    :func:`loo_skipped`
+        why a fit prints no leave-one-out error (one run, or every run one configuration): the
+        line was left out without a word (s33 review6).
 
 The leave-one-out error of :func:`~stage_explore.calibrate.leave_one_out` leaves out every run
 of a configuration together: with a repeated configuration left in, the run "left out" was
@@ -38,6 +41,7 @@ from stage_explore.validation.infer_fields import Uninferable
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.run import RowResult
 from stage_explore.validation.setups import Case
+from stage_explore.wording import counted
 
 
 def setup_key(case: Case) -> tuple[object, ...]:
@@ -158,3 +162,24 @@ def inert_warning(name: str, kept: float, bounds: tuple[float, float]) -> str:
         f"predicts the same: the runs do not exercise it), so it is not fitted: kept at the "
         f"system's {kept:.4g}; leave it out of --fit"
     )
+
+
+def loo_skipped(cases: Sequence[Case], loo: Sequence[RowResult]) -> str:
+    """Why the leave-one-out error of a fit on ``cases`` (its rows ``loo``, empty when it was
+    not run) is not computed, "" when at least one run was predicted by a fit on the others:
+    one run (none is left to fit without it), or every run one configuration (left out whole,
+    :func:`setup_groups`, so no fit is left to predict it)."""
+    if any(row.evaluated for row in loo):
+        return ""
+    if len(cases) < 2:
+        return (
+            f"{counted(len(cases), 'run')}; expected at least 2 runs of different configurations "
+            "(each run is predicted by a fit on the others)"
+        )
+    if len(setup_groups(cases)) < 2:
+        return (
+            f"the {len(cases)} runs are one configuration, left out together (a fit on its "
+            "twin would predict it in-sample); expected runs of at least 2 configurations"
+        )
+    reasons = sorted({row.note for row in loo if row.note})
+    return "no fit without a run could predict it" + (f": {reasons[0]}" if reasons else "")

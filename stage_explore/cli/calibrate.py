@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         gpu_warnings,
         inert_parameters,
         inert_warning,
+        loo_skipped,
         marked_duplicate_ids,
     )
     from stage_explore.calibrate_rows import (
@@ -224,13 +225,16 @@ def run(args: argparse.Namespace) -> int:
                                                                    progress=meter)  # fmt: skip
     loo_errors = [abs(r.error) for r in loo if r.evaluated]
     loo_mae = sum(loo_errors) / len(loo_errors) if loo_errors else math.nan
+    # one run, or one configuration measured twice: said, not left out in silence (s33 review6)
+    no_loo = "" if args.no_loo else loo_skipped(usable, loo)
+    why = f": {no_loo}" if no_loo else " (--no-loo)"
     if args.out is not None:
         header = [
             f"{system.name} calibrated by `stage calibrate` on {args.runs.name} "
             f"({counted(len(usable), 'run')}, framework {framework}).",
             "Fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in fitted.values.items()) + ".",
             f"In-sample mean |error| {fitted.in_sample_mae * 100:.2f} %; leave-one-out "
-            + (f"{loo_mae * 100:.2f} %." if math.isfinite(loo_mae) else "not computed."),
+            + (f"{loo_mae * 100:.2f} %." if math.isfinite(loo_mae) else f"not computed{why}."),
             *(f"Warning: {warning}." for warning in warnings),
         ]
         text = system_toml(system, fitted, header, system_name=calibrated_name(system.name))
@@ -241,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
             "in_sample_mae": fitted.in_sample_mae,
             "leave_one_out_mae": loo_mae if math.isfinite(loo_mae) else None,
             "leave_one_out": [r.to_dict() for r in loo],
+            "leave_one_out_not_computed": no_loo or None,
             "runs": len(usable),
             "not_evaluated": skipped,
             "warnings": warnings,
@@ -262,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"in-sample mean |error|: {fitted.in_sample_mae * 100:.2f} % over {runs}")
     if math.isfinite(loo_mae):
         print(f"leave-one-out mean |error|: {loo_mae * 100:.2f} %")
+    elif no_loo:
+        print(f"leave-one-out: not computed: {no_loo}")
     for run_id, reason in skipped.items():
         print(f"not evaluated: {run_id}: {reason}")
     for warning in warnings:

@@ -130,7 +130,13 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {} if args.framework is None else {"framework": args.framework}
     overrides: dict[str, Any] = {}
     if args.moe_load_imbalance is not None:
-        overrides["moe_load_imbalance"] = args.moe_load_imbalance
+        imbalance = args.moe_load_imbalance  # the flag named, not a profile's key (s33 review6)
+        if not (math.isfinite(imbalance) and imbalance >= 1):
+            raise ConfigError(
+                "--moe-load-imbalance: expected a finite number >= 1 (max/mean tokens per "
+                f"expert-parallel rank; 1 is balanced), but got {imbalance:g}"
+            )
+        overrides["moe_load_imbalance"] = imbalance
     if args.moe_deepep:
         overrides["moe_deepep"] = True
     if args.moe_hybridep:

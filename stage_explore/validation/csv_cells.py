@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -183,9 +184,16 @@ def measured_value(cell: str, row_id: str, metric: str) -> float:
     :class:`ConfigError` naming the row and the cell, not a ``ValueError`` traceback."""
     if NUMBER_CELL.fullmatch(cell):
         try:
-            return float(cell.replace(",", ""))
+            value = float(cell.replace(",", ""))
         except ValueError:
             pass
+        else:  # ``1e400`` reads as inf: was fitted to an empty reason (s33 review6)
+            if math.isfinite(value):
+                return value
+            raise ConfigError(
+                f"{row_id}: the {metric} cell {cell!r} is beyond a float's range; expected a "
+                "finite number"
+            )
     raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number")
 
 
