@@ -208,7 +208,10 @@ def run(args: argparse.Namespace) -> int:
             payload["comparison"] = gap.to_dict()
         print(json.dumps(_finite(payload), indent=1))
         return 0
-    print(f"{model.name} on {system.name}: {_describe(parallel.to_dict())}")
+    # the layers and sequence the step is timed at: a default the user did not type (a model
+    # file's max_position_embeddings, a flavor's own sequence) was shown nowhere (s33 review6)
+    shape = f"{counted(model.layers, 'layer')}, seq_len {parallel.sequence_length(model)}"
+    print(f"{model.name} on {system.name}: {_describe(parallel.to_dict())}; {shape}")
     columns = [(result.backend or args.backend, result)]
     if reference is not None:
         columns.append(("analytical", reference))

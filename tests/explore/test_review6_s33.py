@@ -121,3 +121,25 @@ def test_a_moe_load_imbalance_below_one_names_the_flag(
     (line,) = capsys.readouterr().err.splitlines()
     assert "--moe-load-imbalance: expected a finite number >= 1" in line
     assert f"but got {value}" in line and "framework" not in line
+
+
+def test_eval_names_the_layers_and_sequence_it_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a Hugging Face config without rope_scaling's original length trains at its
+    # max_position_embeddings: 131,072 tokens, shown nowhere before (101 s for a 1B model)
+    config = tmp_path / "my model" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+        "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_hidden_layers": 16, "vocab_size": 128256, "max_position_embeddings": 131072,
+        "tie_word_embeddings": True, "hidden_act": "silu",
+    }), encoding="utf-8")  # fmt: skip
+    base = ["eval", "--dp", "8", "--global-batch", "64", "--system", "h100-80gb"]
+    assert main([*base, "--model", str(config)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("my model on h100-80gb: dp=8 ")
+    assert first.endswith("; 16 layers, seq_len 131072")
+    assert main([*base, "--model", "llama3-8b", "--layers", "1", "--seq-len", "4096"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("bf16; 1 layer, seq_len 4096")
