@@ -181,7 +181,7 @@ def test_read_trace_file_refuses_foreign_nodes(tmp_path: Path) -> None:
 def test_trace_set_with_a_missing_rank_is_refused(tmp_path: Path) -> None:
     for rank in (0, 1, 3):
         (tmp_path / f"workload.{rank}.et").write_bytes(_stream(_node(1, NodeType.COMP_NODE)))
-    with pytest.raises(ConfigError, match=r"workload\.2\.et \(1 file\(s\)\) are missing"):
+    with pytest.raises(ConfigError, match=r"workload\.2\.et \(1 file\) is missing"):
         read_trace_set(tmp_path)
 
 
