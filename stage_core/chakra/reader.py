@@ -442,10 +442,10 @@ def read_trace_set(
     missing = sorted(set(range(max(files) + 1)) - set(files))
     if missing:
         shown = ", ".join(f"{prefix}.{rank}.et" for rank in missing[:5])
-        count = "1 file) is" if len(missing) == 1 else f"{len(missing)} files) are"
+        said = "1 file) is" if len(missing) == 1 else f"{len(missing)} files) are"
         raise ConfigError(
             f"{directory}: ranks 0..{max(files)} need one file each, but {shown}"
-            f"{' …' if len(missing) > 5 else ''} ({count} missing"
+            f"{' …' if len(missing) > 5 else ''} ({said} missing"
         )
     group_file = directory / COMM_GROUP_FILE
     table = read_comm_groups(group_file) if group_file.exists() else None
