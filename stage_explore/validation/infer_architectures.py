@@ -6,6 +6,7 @@ wins over the entry's (:func:`stage_explore.validation.infer_fields.infer_flavor
 
 from __future__ import annotations
 
+from stage_explore.validation.infer_moe_families import MOE_ARCHITECTURES
 from stage_explore.validation.infer_open_sixth import SIXTH_ARCHITECTURES
 
 #: Llama 4's text decoder as NeMo 2.0 builds it for training (NVIDIA-NeMo/Speech, NeMo's
@@ -122,4 +123,7 @@ ARCHITECTURES: tuple[tuple[str, str, tuple[tuple[str, int], ...], str], ...] = (
      f"{_LLAMA4_WHERE}; Llama4Experts16Config (Scout): 16 experts in every layer"),
     # s31 readers6 (infer_open_sixth): Phi-3.5-MoE (Mixtral's block), DeepSeek-R1 (V3's)
     *SIXTH_ARCHITECTURES,
+    # s33 readers8 (infer_moe_families): Qwen1.5-MoE, Qwen2-57B-A14B, OLMoE, Qwen3-Coder-480B,
+    # GLM-4.5 / 4.5-Air
+    *MOE_ARCHITECTURES,
 )  # fmt: skip

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from stage_explore.validation.csv_cells import NO, YES
-from stage_explore.validation.infer_fields import Uninferable
+from stage_explore.validation.infer_errors import Uninferable
 
 #: A ZeRO stage however a source spells it: ``ZeRO-3``, ``ZeRO3``, ``ZeRO stage 3``, ``ZeRO
 #: Stage-3``, ``zero_stage: 3``, ``zero_stage=3``, ``ZeRO-DP stage 3`` (Rajbhandari et al. 2020

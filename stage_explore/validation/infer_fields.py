@@ -23,6 +23,7 @@ from stage_explore.validation.infer_architectures import ARCHITECTURES
 from stage_explore.validation.infer_errors import Uninferable as Uninferable
 from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
+from stage_explore.validation.infer_generic_moe import generic_moe, moe_refusal
 from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
 from stage_explore.validation.infer_open_models import OpenModelRefused, held_sizes, open_model
 from stage_explore.validation.infer_open_sixth import heads_kept_multi_head
@@ -202,7 +203,10 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
     (r"deepseek[\s_-]*moe", {16: "deepseek-moe-16b"}, ""),
     (r"qwen[\s_-]*3", {235: "qwen3-235b-a22b", 30: "qwen3-30b-a3b"}, ""),
     (r"gpt[\s_-]*oss", {120: "gpt-oss-120b", 20: "gpt-oss-20b"}, ""),
-    (r"mixtral", {7: "mixtral-8x7b", 22: "mixtral-8x22b"}, ""),
+    # totals too (s33 readers8): 8x7B's 47B (arXiv 2401.04088 section 2, "47B parameters";
+    # 46.7B in its model card), 8x22B's 141B (Mistral AI's release post, "141B parameters")
+    (r"mixtral", {7: "mixtral-8x7b", 22: "mixtral-8x22b", 46.7: "mixtral-8x7b",
+                  47: "mixtral-8x7b", 141: "mixtral-8x22b"}, ""),
     (r"grok[\s_-]*1", {}, "mixtral-8x22b"),
     (r"llama[\s_-]*2", {7: "llama2-7b", 13: "llama2-13b", 70: "llama2-70b"}, "llama2-7b"),
     (r"llama[\s_-]*3\.1", {8: "llama3-8b", 70: "llama3-70b", 405: "llama3.1-405b"}, "llama3-8b"),
@@ -341,7 +345,8 @@ def infer_model(row: dict[str, str], framework: str) -> Inferred:
     of :data:`ALIBI_FAMILIES` (s17 infer8)."""
     inferred = _infer_flavor(row, framework)
     text = row.get("model", "").strip().lower()
-    if NO_MTP.search(text) and get_flavor(inferred.value).mtp_layers:
+    mtp = dict(inferred.model).get("mtp_layers", get_flavor(inferred.value).mtp_layers)
+    if NO_MTP.search(text) and mtp:  # the flavor's or the entry's (GLM-4.5: s33 readers8)
         inferred = Inferred(
             inferred.value, f"{inferred.assumption}; no multi-token-prediction module "
             f"(mtp_layers 0): the model column says {row.get('model', '').strip()!r}",
@@ -413,9 +418,11 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
     if hybrid:
         return _hybrid(row, model, flavor, by_dims)
     if not flavor:
-        try:  # a dense decoder of no known family: the common decoder from its columns
-            base, assumption, fields = generic_decoder(row, model, moe)
+        try:  # a decoder of no known family: the common (MoE: s33 readers8) block from its columns
+            base, assumption, fields = (generic_moe if moe else generic_decoder)(row, model, moe)
         except GenericRefused as error:
+            if moe:
+                raise Uninferable(moe_refusal(model, str(error))) from None
             held = held_sizes(text)  # a common open model's family at a size not held
             if held:
                 raise Uninferable(
@@ -426,7 +433,8 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
             raise Uninferable(
                 f"model {model!r} of another size than this family's flavors, or of no known "
                 "family (expected Llama 2/3/3.1, GPT/GPT-3/MPT/BLOOM, Nemotron-4, DeepSeek-V3 / "
-                "V2 / V2.5 / V2-Lite / MoE 16B, Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, or a "
+                "V2 / V2.5 / V2-Lite / MoE 16B, Qwen3, GPT-OSS, Mixtral, Grok-1, Kimi K2, "
+                "Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B, OLMoE-1B-7B, GLM-4.5 / 4.5-Air, or a "
                 "common open model at a published size: Gemma, Mistral, Qwen2 / Qwen2.5, Qwen3 "
                 "dense, "
                 "Llama 3.2, Phi-3 mini / medium, Phi-3.5 mini, Phi-4, Baichuan 2, Yi 6B / 9B / "

@@ -243,7 +243,7 @@ REFUSED_SIXTH: tuple[tuple[str, str], ...] = (
      "an encoder-decoder (T5, arXiv 1910.10683: an encoder and a decoder stack with "
      "cross-attention; UL2 and BART likewise): the generator times decoder-only stacks"),
     (r"\bsnowflake[\s_-]*arctic\b(?![\s_-]*(?:training|alst|embed|long))"
-     r"|\barctic[\s_-]*(?:instruct|base)\b",
+     r"|\barctic[\s_-]*(?:instruct|base|480\s*b)\b",  # 480B: s33 readers8
      "Snowflake Arctic's dense residual MLP of the hidden width beside a 128-expert top-2 MoE "
      "of 4864 in every layer (use_residual, parallel_attn_mlp_res in "
      "huggingface.co/Snowflake/snowflake-arctic-instruct config.json): the generator's shared "
