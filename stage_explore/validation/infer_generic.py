@@ -40,7 +40,7 @@ TRAITS: tuple[tuple[str, tuple[tuple[str, int | str], ...], str], ...] = (
      "torchtitan/models/qwen3/__init__.py)"),
 )  # fmt: skip
 #: Families named in the assumption when the text names one (a recognised name, not a rule).
-_NAMED = re.compile(
+NAMED = _NAMED = re.compile(
     r"mistral|qwen[\s_-]*[\d.]*|gemma[\s_-]*\d*|falcon|olmo[\s_-]*\d*|\byi\b|phi[\s_-]*\d*|"
     r"internlm\d*|baichuan\d*|starcoder\d*|stablelm|granite|exaone|minicpm|command[\s_-]*r|"
     r"codellama|tinyllama"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 
 from stage_explore.validation.infer_cells import moe_counts
-from stage_explore.validation.infer_generic import TRAITS, GenericRefused, stated_head_dim
+from stage_explore.validation.infer_generic import NAMED, TRAITS, GenericRefused, stated_head_dim
 
 #: The flavor whose block the common MoE block takes (its dims are all replaced by the row's).
 BASE = "mixtral-8x7b"
@@ -55,6 +55,12 @@ _SHARED_WIDTH = re.compile(
     re.I,
 )
 _NO_SHARED = re.compile(r"\bno\s+shared\b", re.I)
+#: A model name that says mixture of experts: ``…-MoE``, ``8x7B``, ``…-A3B`` / ``…-A800M`` (active
+#: parameters), ``experts``.
+_MOE_NAME = re.compile(
+    r"moe|mixture|experts?|\d+\s*[x×]\s*\d+(?:\.\d+)?\s*b|(?:^|[\s_-])a\d+(?:\.\d+)?\s*[bm]\b",
+    re.I,
+)
 #: ``moe`` cell words naming layers without experts or experts in some layers only.
 _DENSE_LAYERS = re.compile(
     r"\bdense\b|every\s+(?:other|second|\d+(?:st|nd|rd|th)?)\s+layer|interleav|alternat|"
@@ -132,6 +138,13 @@ def generic_moe(
     as the common MoE block (module docstring); :class:`GenericRefused` naming what is missing
     (a dim, the experts or top-k, the experts' FFN width) or not expressible (dense layers,
     latent attention)."""
+    text = model.lower().replace("_", " ")
+    family = NAMED.search(text)
+    if family and not _MOE_NAME.search(text):
+        raise GenericRefused(
+            f"the model column names {family.group(0)!r}, a dense family, and no mixture of "
+            f"experts ('-MoE', '8x7B', '-A3B'), but the moe column says {moe!r}"
+        )
     dense = _DENSE_LAYERS.search(moe)
     if dense:
         raise GenericRefused(
@@ -170,7 +183,6 @@ def generic_moe(
         notes.append("multi-head attention (kv_heads empty)")
     else:
         notes.append(f"grouped-query attention with {kv} key / value heads (kv_heads)")
-    text = model.lower().replace("_", " ")
     for pattern, traits, why in TRAITS:
         if re.search(pattern, text):
             fields += traits

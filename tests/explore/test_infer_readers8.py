@@ -194,6 +194,21 @@ def test_the_common_moe_block_reads_what_the_row_states(
             spec.kv_heads) == want  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("model", "read"),
+    [("StableLM 12B", False), ("Qwen3 50B", False), ("Granite-3.0-3B-A800M", True),
+     ("MiniCPM-MoE-8x2B", True), ("Gemma-4-26B-A4B", True)],
+)  # fmt: skip
+def test_a_dense_family_s_name_with_an_moe_cell_must_say_moe(model: str, read: bool) -> None:
+    # a family the generic reader knows as dense, named with no mixture of experts in the name,
+    # is a contradiction with the moe cell, not an MoE of that family
+    cells = {**GENERIC, "model": model}
+    if read:
+        assert _model(**cells).num_experts == 60
+    else:
+        assert "a dense family" in _refused(**cells)
+
+
 def test_the_common_moe_block_keeps_a_known_family_s_traits() -> None:
     # a Qwen3 MoE of no flavor's size: Qwen3's query / key norm and head dim 128
     spec = _model(**{**GENERIC, "model": "Qwen3-MoE-50B-A5B", "moe": "96 experts, top-8"})
