@@ -24,7 +24,11 @@ from stage_explore.validation.infer_errors import Uninferable as Uninferable
 from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
 from stage_explore.validation.infer_generic_moe import generic_moe, moe_refusal
-from stage_explore.validation.infer_megatron_lm import MEGATRON_LM, megatron_lm_reading
+from stage_explore.validation.infer_megatron_lm import (
+    MEGATRON_LM,
+    core_version_launch,
+    megatron_lm_reading,
+)
 from stage_explore.validation.infer_open_models import OpenModelRefused, held_sizes, open_model
 from stage_explore.validation.infer_open_sixth import heads_kept_multi_head
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
@@ -150,6 +154,11 @@ def infer_framework(row: dict[str, str]) -> Inferred:
             if found and jax and (framework == "fsdp" or found.group(0).lower() == "primus"):
                 continue  # a JAX run: :func:`unmodelled_framework` names it
             if found:
+                # Megatron-Core as the tag Megatron-LM's own pretrain_gpt.py ran on (s33 rowsE)
+                if framework == DEFAULT_FRAMEWORK and (
+                    launch := core_version_launch(row, FRAMEWORK_COLUMNS)
+                ):
+                    return Inferred(framework, launch)
                 return Inferred(
                     framework,
                     f"framework profile {framework} (the {column} column names {found.group(0)!r})",

@@ -15,7 +15,9 @@ PP and DP communication overlap, its Table 3) ran those defaults unless it says 
 Read only when the row's text names Megatron-LM and no framework rule of
 :data:`stage_explore.validation.infer_fields.FRAMEWORK_RULES` (a NeMo, Megatron-Core, Bridge,
 MLPerf, DGX Cloud or Primus recipe keeps its own reading) nor a framework the model has no
-profile of (GPT-NeoX, Nanotron … stay refused). A switch the row's text names as on keeps the
+profile of (GPT-NeoX, Nanotron … stay refused), or when it names Megatron-Core only as the tag
+Megatron-LM's own ``pretrain_gpt.py`` ran on and no recipe (:func:`core_version_launch`, s33
+rowsE). A switch the row's text names as on keeps the
 profile's value. The attention kernel is the profile's (Megatron-LM's Transformer Engine path
 picks a fused kernel by default; its legacy path of 2023 ran unfused attention unless
 ``--use-flash-attn``, which a row's date alone does not settle).
@@ -94,6 +96,44 @@ def megatron_lm_reading(column: str, said: str) -> str:
         f"{MEGATRON_LM_READING} (the {column} column names {said!r}: pretrain_gpt.py with its "
         "argument defaults, not a NeMo / Megatron-Bridge recipe's)"
     )
+
+
+#: Megatron-LM's own entry scripts at its repository's root (NVIDIA/Megatron-LM:
+#: ``pretrain_gpt.py``, ``pretrain_bert.py``, ``pretrain_t5.py``, ``pretrain_mamba.py``,
+#: ``pretrain_vlm.py``, ``pretrain_retro.py``, ``pretrain_ict.py``), each parsing
+#: ``megatron/training/arguments.py`` with its defaults.
+LAUNCH_SCRIPT = re.compile(r"\bpretrain_(?:gpt|bert|t5|mamba|vlm|retro|ict)\.py\b", re.IGNORECASE)
+#: A recipe that sets the overlaps itself (NeMo, Megatron-Bridge, MLPerf, DGX Cloud
+#: Benchmarking, Primus, ROCm Megatron, the Megatron-MoE-ModelZoo scripts): a row naming one keeps
+#: the megatron-core profile's reading.
+RECIPE = re.compile(
+    r"megatron[\s_-]?bridge|\bnemo(?![a-z])|mlperf|dgx cloud|dgxc-benchmarking|\bprimus\b|"
+    r"rocm/megatron|model[\s_-]?zoo",
+    re.IGNORECASE,
+)
+
+
+def core_version_launch(row: dict[str, str], columns: tuple[str, ...]) -> str:
+    """The Megatron-LM launcher reading (:func:`megatron_lm_reading`) of a row that names
+    Megatron-Core only as what Megatron-LM's own script ran on: its text (``columns``) names a
+    :data:`LAUNCH_SCRIPT` and no :data:`RECIPE`; "" otherwise (7 Dec 2026, s33 rowsE).
+
+    Megatron-Core releases are tags of the Megatron-LM repository (``core_v0.6.0``), so a
+    benchmark suite states its Megatron-LM checkout as "megatron-core tag:core_v0.6.0" and
+    launches ``pretrain_gpt.py`` with its own flags: BAAI FlagPerf's NVIDIA Llama 3 cases
+    (FlagOpen/FlagPerf 4218a899 ``training/benchmarks/llama3_8B/megatron/run_pretraining.py``
+    runs ``pretrain_llama3.sh``, ``torchrun ... /workspace/Megatron-LM/pretrain_gpt.py`` with
+    ``--sequence-parallel --use-distributed-optimizer --transformer-impl transformer_engine``
+    and no overlap flag). The word "Megatron-Core" had read such a row as a recipe's, with the
+    data-parallel and TP overlaps on that Megatron-LM leaves off unless named
+    (:data:`LAUNCH_OFF`)."""
+    for column in columns:
+        script = LAUNCH_SCRIPT.search(row.get(column, ""))
+        if script is not None:
+            if any(RECIPE.search(row.get(c, "")) for c in columns):
+                return ""
+            return megatron_lm_reading(column, script.group(0))
+    return ""
 
 
 def megatron_lm_launch(framework_reading: str) -> bool:

@@ -36,6 +36,17 @@ SYSTEM_RULES: tuple[tuple[str, str], ...] = (
     (r"MI325X", "mi325x"),
     (r"MI300X", "mi300x"),
 )
+#: A file name in a ``gpu`` cell (``config_A100x1x8.py``, ``llama3_h100.yaml``): not a statement
+#: of the hardware, and not read (7 Dec 2026, s33 rowsE). Benchmark suites name their per-system
+#: config files after a reference chip and keep the name on other machines: BAAI FlagPerf's
+#: NVIDIA Llama 3 8B case runs its A800 baseline ("NVIDIA DGX A800(80G)",
+#: "NVIDIA_A800-SXM4-80GB") from ``config/config_A100x1x8.py`` (FlagOpen/FlagPerf 5744755a
+#: ``training/nvidia/llama3_8B-megatron``); the cell "A800 80GB (... in config_A100x1x8.py)" was
+#: read as the a100-80gb preset (the A100 rule is tried before the A800's), whose 600 GB/s NVLink
+#: the A800's 400 GB/s is not.
+FILE_NAME = re.compile(
+    r"[\w./-]*\w\.(?:py|sh|ya?ml|json|toml|txt|md|cfg|conf|ini|csv|log)\b", re.IGNORECASE
+)
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
 #: A memory written with a bare ``G`` right after the part's name and form factor (``A100-40G``,
 #: ``A800-SXM4-80G``, as Chinese papers write it; 5 Dec 2026, s17 systems: was read as no memory,
@@ -108,7 +119,8 @@ def infer_system(gpu: str) -> Inferred:
     Mega``) is read as the GPU it carries (:mod:`~stage_explore.validation.infer_cloud`). A
     form factor of :data:`FORM_FACTORS` (PCIe, NVL cards) and a part of :data:`NO_PRESET` are
     :class:`Uninferable`, naming what the part is."""
-    preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, gpu, re.I)), "")
+    named = FILE_NAME.sub(" ", gpu)  # a config file's name is not the hardware (s33 rowsE)
+    preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, named, re.I)), "")
     machine = None if preset else cloud_part(gpu)
     if machine is not None:
         # 6 Dec 2026 (s25 hidden12): a cloud machine named instead of the GPU was refused
@@ -120,14 +132,14 @@ def infer_system(gpu: str) -> Inferred:
             "network is not read from the name",
         )
     for pattern, part in FORM_FACTORS:
-        if preset and re.search(pattern, gpu, re.I):
+        if preset and re.search(pattern, named, re.I):
             raise Uninferable(
                 f"gpu {gpu!r} is {part}: no preset (the {preset} preset is "
                 f"{load_system(preset).description}; the system format has no NVLink-bridge or "
                 "PCIe tier between GPUs)"
             )
     if not preset:
-        part = next((p for pattern, p in NO_PRESET if re.search(pattern, gpu, re.I)), "")
+        part = next((p for pattern, p in NO_PRESET if re.search(pattern, named, re.I)), "")
         if part:
             raise Uninferable(f"gpu {gpu!r} is {part}")
         names = ", ".join(pattern.split("|")[0].split("(")[0] for pattern, _ in SYSTEM_RULES)
@@ -135,7 +147,7 @@ def infer_system(gpu: str) -> Inferred:
     text = f"system preset {preset} (the gpu column says {gpu!r})"
     if GH200.search(gpu):
         text += f"; {GH200_NOTE}"
-    stated = _MEMORY.search(gpu) or _MEMORY_G.search(gpu)
+    stated = _MEMORY.search(named) or _MEMORY_G.search(named)
     if stated is None and MEMORY_VARIANTS.get(preset):
         # 6 Dec 2026 (s24 spellings): a bare "A100" took the 80 GB preset without saying so
         others = ", ".join(MEMORY_VARIANTS[preset])

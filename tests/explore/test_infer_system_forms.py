@@ -90,6 +90,22 @@ def test_refusals_name_the_preset_the_name_would_have_taken() -> None:
     assert load_system("h100-80gb").description in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "preset"),
+    [
+        # FlagPerf's A800 baseline runs from config_A100x1x8.py (s33 rowsE): was a100-80gb
+        ("A800 80GB (NVIDIA_A800-SXM4-80GB, DGX A800; theoryflops in config_A100x1x8.py)", "a800"),
+        ("H800 (launched with configs/h100_llama3.yaml)", "h800"),
+        ("A800 SXM4 (script run_a100_40g.sh)", "a800"),  # the file's 40G is not the memory
+        ("H100 SXM 80GB (config_H100x1x8.py)", "h100-80gb"),
+    ],
+)
+def test_a_config_file_name_in_the_gpu_cell_is_not_the_hardware(gpu: str, preset: str) -> None:
+    """A file name (``config_A100x1x8.py``) names a benchmark suite's config, not the GPU: the
+    part the cell states outside file names picks the preset (and its memory)."""
+    assert infer_system(gpu).value == preset
+
+
 def test_a800_preset_is_the_a100_with_eight_nvlinks() -> None:
     a800, a100 = load_system("a800"), load_system("a100-80gb")
     # The A800 datasheet: the A100's die, peaks and HBM2e; NVLink 400 GB/s bidirectional.

@@ -65,7 +65,13 @@ def test_a_named_switch_keeps_the_profiles_value() -> None:
     [("Megatron-LM (commit 285068c8)", "megatron-core", True),
      ("Megatron LM baseline", "megatron-core", True),
      ("NeMo 24.07 on Megatron-LM", "megatron-core", False),
-     ("Megatron-Core via Megatron-LM pretrain_gpt.py", "megatron-core", False),
+     # Megatron-Core as the library Megatron-LM's own script ran on: the launcher (s33 rowsE;
+     # was the recipes' reading)
+     ("Megatron-Core via Megatron-LM pretrain_gpt.py", "megatron-core", True),
+     ("megatron-core tag:core_v0.6.0, pretrain_gpt.py", "megatron-core", True),
+     ("Megatron-Core pretrain_gpt.py, NeMo 24.07 container", "megatron-core", False),
+     ("Megatron-MoE-ModelZoo on Megatron-Core, pretrain_gpt.py", "megatron-core", False),
+     ("Megatron-Core (mcore models)", "megatron-core", False),
      ("Megatron-DeepSpeed (a fork of Megatron-LM)", "deepspeed", False),
      ("Megatron-LM PTD-P", "megatron-lm-2021", False),
      ("MLPerf Training, Megatron-LM", "megatron-core", False)],
@@ -137,3 +143,16 @@ def test_the_fp8_lm_rows_run_megatron_lms_launch_with_their_stated_cells() -> No
         options = dict(case.framework_options)
         assert all(options.get(name) is False for name in OVERLAPS), row["id"]
         assert case.parallel.sp and case.parallel.zero == 1
+
+
+def test_megatron_core_as_the_tag_of_a_pretrain_gpt_launch_runs_its_defaults() -> None:
+    """FlagPerf's Llama 3 8B rows (s33 rowsE) name Megatron-LM's pretrain_gpt.py on the
+    core_v0.6.0 tag: no DP / TP overlap (not named), the sequence parallelism and distributed
+    optimizer they name kept."""
+    (row,) = [r for r in read_csv(DATA / NO_SETUP) if r["id"] == "FLAGPERF-L3-8B-A800-PP2DP2TP2-8"]
+    case = _case(row)
+    assert not case.reason and case.parallel is not None
+    assert any("Megatron-LM's own launcher" in a for a in case.assumptions)
+    options = dict(case.framework_options)
+    assert all(options.get(name) is False for name in OVERLAPS), options
+    assert case.parallel.sp and case.parallel.zero == 1
