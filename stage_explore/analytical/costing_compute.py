@@ -27,11 +27,11 @@ from stage_core.parallel.config import ParallelConfig
 from stage_core.parallel.vocab import Fp8Recipe
 from stage_explore.analytical.eager import (
     bias_epilogue_bytes,
-    eager_attention,
     eager_expert_kernels,
     eager_extra_bytes,
     eager_op_bytes,
 )
+from stage_explore.analytical.eager_attention import eager_attention
 from stage_explore.analytical.eager_rmsnorm import fused_rmsnorm_op_bytes
 from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
 from stage_explore.analytical.fp8_gather import (

@@ -146,7 +146,8 @@ def automodel_attention_eager(
 ) -> tuple[int, int, int]:
     """Bytes per element (q/k/v copied in, output, output gradient) AutoModel's FlexAttention
     path moves outside the kernel (module docstring; the argument of
-    :func:`~stage_explore.analytical.eager.attention_eager_bytes`); zeros for another kernel."""
+    :func:`~stage_explore.analytical.eager_attention.attention_eager_bytes`); zeros for another
+    kernel."""
     if attention_kernel != "flex":
         return (0, 0, 0)
     if not model.attention_sinks:

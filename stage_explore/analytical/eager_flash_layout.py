@@ -52,7 +52,8 @@ FLASH_ATTN_PACKAGE = ("fa2",)
 def megatron_attention_eager(attention_kernel: str | None) -> tuple[int, int, int]:
     """Bytes per element (q/k/v copied in, output copied out, output gradient copied) that
     Megatron moves around a flash-attn package kernel (module docstring; the argument of
-    :func:`~stage_explore.analytical.eager.attention_eager_bytes`); zeros for another kernel."""
+    :func:`~stage_explore.analytical.eager_attention.attention_eager_bytes`); zeros for another
+    kernel."""
     if attention_kernel not in FLASH_ATTN_PACKAGE:
         return (0, 0, 0)
     return (LAYOUT_COPY, LAYOUT_COPY, LAYOUT_COPY)

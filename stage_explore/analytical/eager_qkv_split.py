@@ -131,9 +131,9 @@ def single_qkv_rope_split(model: ModelSpec) -> tuple[int, int, int, int, int] | 
 def qkv_split(
     model: ModelSpec, attention_kernel: str | None, tp: int, single_qkv_rope: bool
 ) -> tuple[int, ...]:
-    """Bytes per element of :class:`~stage_explore.analytical.eager.AttentionEager`'s ``query``,
-    ``value``, ``input_grads``, ``value_grad`` and ``value_once`` for Megatron-Core's fused QKV:
-    under
+    """Bytes per element of
+    :class:`~stage_explore.analytical.eager_attention.AttentionEager`'s ``query``, ``value``,
+    ``input_grads``, ``value_grad`` and ``value_once`` for Megatron-Core's fused QKV: under
     ``single_qkv_rope`` (``fused_single_qkv_rope``) where Megatron-Core takes that path
     (:func:`single_qkv_rope_split`), else the split's (:func:`megatron_qkv_split`, no ``dv``
     copy of its own, its value copy in every forward)."""

@@ -2,10 +2,9 @@
 mask and direction, everything else at the achieved HBM bandwidth (eager PyTorch's op-by-op
 element-wise kernels at their own, lower fraction, ``KernelModel.eager_memory``).
 
-Holds :func:`attention_efficiency`, :class:`KernelTimer` (the time
-of one bound instruction on an accelerator with a
-:class:`~stage_explore.system.accelerator.KernelModel`); which einsums a mixed-precision
-recipe runs in FP8 is :mod:`~stage_explore.analytical.fp8_roles`.
+Holds :func:`attention_efficiency`, :class:`KernelTimer` (the time of one bound instruction on
+an accelerator with a :class:`~stage_explore.system.accelerator.KernelModel`); which einsums a
+mixed-precision recipe runs in FP8 is :mod:`~stage_explore.analytical.fp8_roles`.
 
 **GEMM** (:mod:`~stage_explore.analytical.gemm_tiles`): tiles in waves on the SMs, each tile's
 main loop against its fixed prologue and epilogue, split-K when it fills the waves better, times
@@ -65,7 +64,8 @@ from stage_core.lower.fp8 import NVFP4, ROWWISE
 from stage_core.parallel import FP8_GEMMS
 from stage_explore.analytical.attention_grid import call_grids
 from stage_explore.analytical.context_parallel import cp_merge_bytes
-from stage_explore.analytical.eager import AttentionEager, attention_eager_bytes, eager_instr_bytes
+from stage_explore.analytical.eager import eager_instr_bytes
+from stage_explore.analytical.eager_attention import AttentionEager, attention_eager_bytes
 from stage_explore.analytical.fp8_casts import (
     FAST_FPROP_RECIPES,
     fp8_cast_elements,
@@ -226,8 +226,8 @@ class KernelTimer:
     #: :func:`~stage_explore.analytical.context_parallel.cp_merge_bytes` ``compiled``).
     cp_compiled: bool = False
     #: Bytes per element of the element-wise kernels the framework runs around the attention
-    #: kernel (:func:`~stage_explore.analytical.eager.attention_eager_bytes`: layout copies, the
-    #: fused QKV split's copies); zeros: none (a fused kernel reading the split's views).
+    #: kernel (:mod:`~stage_explore.analytical.eager_attention`: layout copies, the fused QKV
+    #: split's copies); zeros: none (a fused kernel reading the split's views).
     attention_eager: AttentionEager = AttentionEager()
     #: The context-parallel degree when attention is Transformer Engine's ring (P2P) context
     #: parallelism, whose per-step output corrections and gradient accumulations are kernels

@@ -12,12 +12,11 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.eager import (
+from stage_explore.analytical.eager import eager_instr_bytes, eager_op_bytes
+from stage_explore.analytical.eager_attention import (
     AttentionEager,
     attention_eager_bytes,
     eager_attention,
-    eager_instr_bytes,
-    eager_op_bytes,
 )
 from stage_explore.analytical.eager_automodel import (
     AUTOMODEL_EXPERT_BIAS,

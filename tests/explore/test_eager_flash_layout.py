@@ -10,7 +10,11 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
-from stage_explore.analytical.eager import AttentionEager, attention_eager_bytes, eager_attention
+from stage_explore.analytical.eager_attention import (
+    AttentionEager,
+    attention_eager_bytes,
+    eager_attention,
+)
 from stage_explore.system import load_system
 
 B = 2  # bytes of a bf16 element

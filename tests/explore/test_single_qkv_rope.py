@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stage_core.models.spec import ModelSpec
-from stage_explore.analytical.eager import AttentionEager, attention_eager_bytes, eager_attention
+from stage_explore.analytical.eager_attention import (
+    AttentionEager,
+    attention_eager_bytes,
+    eager_attention,
+)
 from stage_explore.analytical.eager_qkv_split import single_qkv_rope_split
 from stage_explore.validation.infer_qkv_rope import single_qkv_rope
 from stage_explore.validation.infer_release import Defaults
