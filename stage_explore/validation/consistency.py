@@ -37,7 +37,8 @@ from stage_explore.system.model import System
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.flop_band import FlopBand, flop_band
 from stage_explore.validation.infer_spelling import spelled_cells
-from stage_explore.validation.setups import Case, SourceSetup, case_system, numbered_rows
+from stage_explore.validation.setup_systems import case_system
+from stage_explore.validation.setups import Case, SourceSetup, numbered_rows
 
 #: The rate columns compared, in the order a warning names them.
 RATE_COLUMNS = ("tokens_per_s_per_gpu", "iter_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct")

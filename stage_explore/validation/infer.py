@@ -71,13 +71,8 @@ from stage_explore.validation.infer_spelling import (
 )
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.memory_kind import kind_assumption, memory_kind
-from stage_explore.validation.setups import (
-    Case,
-    SourceSetup,
-    derived_name,
-    make_case,
-    system_file,
-)
+from stage_explore.validation.setup_systems import derived_name
+from stage_explore.validation.setups import Case, SourceSetup, make_case, system_file
 
 INFERRED_PREFIX = "INFERRED: "
 SERVING_RUNS = "serving_runs.csv"

@@ -7,7 +7,7 @@ states (as the hand-written ``setups.toml`` sources name them), else the inferre
 every stated figure that differs from the preset said in the assumption. Of those, the
 inter-node bandwidth per GPU is applied: the preset's scale-out (last) network dim gets the
 stated figure (:attr:`ClusterChoice.scale_out`; its NCCL channels follow,
-:func:`~stage_explore.validation.setups.derive_system`), its efficiencies and everything else
+:func:`~stage_explore.validation.setup_systems.derive_system`), its efficiencies and everything else
 staying the preset's, as a hand-written system file changes only what its source states. The others
 are left as the preset has them (a figure such as a 500 W cap changes kernel rates no public
 figure gives).

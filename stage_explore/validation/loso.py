@@ -11,7 +11,7 @@ links or memory differ from a preset's) is fitted on the other sources of the sy
 its accelerator (the same ``accelerator.name``) that has the most rows, and measured on its own
 system with the fitted accelerator efficiencies (:func:`~stage_explore.calibrate.apply`): only
 the accelerator's constants travel, its own links stay (also an inferred row's preset with its
-stated scale-out bandwidth, :func:`~stage_explore.validation.setups.case_system`). It answers
+stated scale-out bandwidth, :func:`~stage_explore.validation.setup_systems.case_system`). It answers
 "how well does a system calibrated elsewhere predict this source", the question a user with
 another cluster asks. Memory rows are left out (no efficiency moves them). Rows with an
 inferred setup (:mod:`~stage_explore.validation.infer`) are measured but never trained on.
@@ -30,7 +30,8 @@ from stage_explore.calibrate import Fit, apply, default_parameters, fit, objecti
 from stage_explore.system.model import System
 from stage_explore.validation.infer import is_inferred
 from stage_explore.validation.run import BackendFactory, RowResult
-from stage_explore.validation.setups import Case, case_system
+from stage_explore.validation.setup_systems import case_system
+from stage_explore.validation.setups import Case
 
 #: Objective evaluations per fit (each evaluates every training row once).
 MAX_EVALUATIONS = 40

@@ -22,7 +22,8 @@ from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY, AnalyticalBackend
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
-from stage_explore.validation.setups import Case, case_system, parse_backend_key
+from stage_explore.validation.setup_systems import case_system
+from stage_explore.validation.setups import Case, parse_backend_key
 
 BackendFactory = Callable[[str], BaseBackend]
 
@@ -184,7 +185,7 @@ def evaluate_cases(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[RowResult]:
     """Every case, on its system (``systems[name]``, else loaded with the case's overrides:
-    :func:`~stage_explore.validation.setups.case_system`) and framework; ``progress(done,
+    :func:`~stage_explore.validation.setup_systems.case_system`) and framework; ``progress(done,
     total)`` after each (s29 review: ``stage validate`` ran 20-50 s with nothing on screen)."""
     factory = factory or analytical_factory()
     loaded: dict[str, System] = dict(systems or {})

@@ -28,8 +28,6 @@ from stage_core.models import get_flavor
 from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig, Precision, Recompute, Schedule, unsharded_zero_note
 from stage_explore.limits import check_sizes
-from stage_explore.system import load_system
-from stage_explore.system.model import NetworkDim, System
 from stage_explore.validation.csv_cells import (
     DASHES,
     DEGREE_COLUMNS,
@@ -132,7 +130,8 @@ class Case:
     file: str = ""
     line: int = 0
     #: Figures of the loaded system the row states differently (``(field, value)``; fields of
-    #: :data:`SYSTEM_OVERRIDES`): set by an inferred setup, :attr:`system` names the result.
+    #: :data:`~stage_explore.validation.setup_systems.SYSTEM_OVERRIDES`): set by an inferred
+    #: setup, :attr:`system` names the result.
     system_overrides: tuple[tuple[str, float], ...] = ()
     #: A ``peak_mem_gib`` row's kind of peak (:mod:`stage_explore.validation.memory_kind`).
     memory_kind: str = "process"
@@ -140,7 +139,8 @@ class Case:
     @property
     def system_source(self) -> str:
         """What :func:`~stage_explore.system.load_system` takes for this case's system (before
-        :attr:`system_overrides`; :func:`case_system` applies them)."""
+        :attr:`system_overrides`;
+        :func:`~stage_explore.validation.setup_systems.case_system` applies them)."""
         return self.system_file or self.system_base
 
     @property
@@ -155,83 +155,6 @@ class Case:
         (:func:`parse_backend_key` reads it back)."""
         options = ",".join(f"{k}={str(v).lower()}" for k, v in self.framework_options)
         return f"{self.framework}+{options}" if options else self.framework
-
-
-#: The system figures a case may override: field → what it sets.
-SYSTEM_OVERRIDES = {
-    "scale_out_bandwidth_bytes_per_s": "the scale-out (last) network dim's bandwidth per GPU "
-    "(and its NCCL channels, 2 per NIC at the dim's per-NIC rate)",
-    "scale_up_size": "the scale-up (first) network dim's GPUs: an NVLink domain the job's "
-    "placement leaves smaller than the preset's (a Slurm segment of fewer trays than a rack)",
-}
-
-
-def derived_name(base: str, overrides: tuple[tuple[str, float], ...]) -> str:
-    """The :attr:`Case.system` of ``base`` with ``overrides``: ``h100-80gb+scale_out=6.25GB/s``,
-    ``gb200-nvl72+scale_up=64``."""
-    parts = [
-        f"scale_up={int(v)}" if k == "scale_up_size" else f"scale_out={v / 1e9:g}GB/s"
-        for k, v in overrides
-    ]
-    return "+".join([base, *parts])
-
-
-def _channels(dim: NetworkDim, bandwidth: float) -> int | None:
-    """The NCCL channels of ``dim`` at ``bandwidth`` per GPU: its NICs at the dim's per-NIC
-    rate (the NIC count the stated rate gives; the source states no NIC), 2 channels per NIC
-    ("DGX with 8 NICs ... it would use 16 SMs", NVIDIA/nccl#689; one per NIC and direction,
-    NVIDIA/nccl#1041), as ``systems/ibm-a100-400g.toml`` reads its 400 Gb/s per node: the
-    preset's count times the bandwidth ratio, at least one NIC (2) and at most the preset's
-    (a faster link is read as faster NICs, not more)."""
-    if dim.nccl_channels is None:
-        return None
-    scaled = round(dim.nccl_channels * bandwidth / dim.bandwidth_bytes_per_s)
-    return max(2, min(dim.nccl_channels, scaled))
-
-
-def _resized(dim: NetworkDim, size: int) -> NetworkDim:
-    """``dim`` with ``size`` GPUs: its per-group-size entries (``bus_efficiency_by_ranks``,
-    ``nccl_channels_by_ranks``) for groups larger than the new size dropped, as no group of the
-    smaller domain has them."""
-    return replace(
-        dim,
-        size=size,
-        bus_efficiency_by_ranks=tuple(p for p in dim.bus_efficiency_by_ranks if p[0] <= size),
-        nccl_channels_by_ranks=tuple(p for p in dim.nccl_channels_by_ranks if p[0] <= size),
-    )
-
-
-def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> System:
-    """``system`` with ``overrides`` (:data:`SYSTEM_OVERRIDES`) applied, renamed as
-    :func:`derived_name` names it; without overrides, ``system`` itself. A scale-out bandwidth
-    also sets the dim's NCCL channels (:func:`_channels`)."""
-    if not overrides:
-        return system
-    network = list(system.network)
-    for field_name, value in overrides:
-        if field_name not in SYSTEM_OVERRIDES:
-            known = list(SYSTEM_OVERRIDES)
-            raise ConfigError(f"unknown system override {field_name!r}; known: {known}")
-        if len(network) < 2:
-            raise ConfigError(f"system {system.name!r} has no scale-out dim to set {field_name}")
-        if field_name == "scale_up_size":
-            if not 1 <= int(value) <= network[0].size:
-                raise ConfigError(
-                    f"scale_up_size {value:g}: expected 1 to {system.name!r}'s "
-                    f"{network[0].size} GPUs per {network[0].name} domain"
-                )
-            network[0] = _resized(network[0], int(value))
-            continue
-        dim = network[-1]
-        network[-1] = replace(
-            dim, bandwidth_bytes_per_s=value, nccl_channels=_channels(dim, value)
-        )
-    return replace(system, name=derived_name(system.name, overrides), network=tuple(network))
-
-
-def case_system(case: Case) -> System:
-    """The system ``case`` runs on: :attr:`Case.system_source` loaded, with its overrides."""
-    return derive_system(load_system(case.system_source), case.system_overrides)
 
 
 def parse_backend_key(key: str) -> tuple[str, dict[str, bool | int | float | str]]:

@@ -23,7 +23,8 @@ from stage_explore.validation.infer_cluster import (
     system_fabric,
 )
 from stage_explore.validation.run import evaluate_cases
-from stage_explore.validation.setups import case_system, data_dir, derive_system
+from stage_explore.validation.setup_systems import case_system, derive_system
+from stage_explore.validation.setups import data_dir
 
 GRAND_TETON = (
     "Grand Teton: 8x H100 96GB HBM2e (2.4 TB/s) per host fully connected with NVLink, "

@@ -13,7 +13,7 @@ from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_fields import infer_model
 from stage_explore.validation.infer_segment import perf_script_domain, segment_gpus
 from stage_explore.validation.run import evaluate_cases
-from stage_explore.validation.setups import case_system, derive_system
+from stage_explore.validation.setup_systems import case_system, derive_system
 
 #: A DGX-GB200 MoE row of the Megatron-Bridge 26.02 table (the package's MBX rows' form).
 BRIDGE_GB200 = {

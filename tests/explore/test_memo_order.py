@@ -15,7 +15,8 @@ from stage_core.parallel.config import Precision, Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.system import load_system
 from stage_explore.validation.run import analytical_factory, evaluate_cases
-from stage_explore.validation.setups import Case, case_system, load_cases
+from stage_explore.validation.setup_systems import case_system
+from stage_explore.validation.setups import Case, load_cases
 from stage_explore.validation.suite import data_cases
 
 MODEL = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)

@@ -11,7 +11,8 @@ import pytest
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.collectives import alpha_beta_collective_s
 from stage_explore.analytical.overlap import flat_ring_s
-from stage_explore.validation.setups import case_system, parse_backend_key
+from stage_explore.validation.setup_systems import case_system
+from stage_explore.validation.setups import parse_backend_key
 from tests.explore.infer_helpers import package_case as _case
 from tests.explore.infer_helpers import package_row as _row
 from tests.explore.infer_helpers import synthetic_case
