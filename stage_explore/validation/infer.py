@@ -36,7 +36,6 @@ from stage_explore.validation.csv_cells import (
     unread_columns,
 )
 from stage_explore.validation.infer_axis_words import accumulation_reason
-from stage_explore.validation.infer_batch import default_micro_batch
 from stage_explore.validation.infer_cells import moe_counts
 from stage_explore.validation.infer_cluster import cluster_system
 from stage_explore.validation.infer_compile import fms_selective_refusal
@@ -48,20 +47,20 @@ from stage_explore.validation.infer_fields import (
     infer_framework,
     infer_model,
     infer_precision,
-    infer_zero,
     names_bridge,
     unmodelled_framework,
 )
-from stage_explore.validation.infer_megatron_lm import (
-    launch_sequence_parallel,
-    launch_zero,
-    megatron_lm_launch,
+from stage_explore.validation.infer_named_shard import source_offload_reason
+from stage_explore.validation.infer_parallel import (
+    ETP_DEFAULT_NOTE,
+    NO_RECOMPUTE,
+    folded_etp,
+    parallel_layout,
+    stated_etp,
 )
-from stage_explore.validation.infer_named_shard import named_fsdp_strategy, source_offload_reason
-from stage_explore.validation.infer_recompute import named_modules, named_num_layers
+from stage_explore.validation.infer_recompute import named_num_layers
 from stage_explore.validation.infer_schedule import named_schedule
 from stage_explore.validation.infer_segment import perf_script_domain
-from stage_explore.validation.infer_shard import stated_group
 from stage_explore.validation.infer_spelling import (
     INTEGER_COLUMNS,
     TEXT_ALLOWED,
@@ -84,8 +83,6 @@ HEADER = (
     "(docs/validation.md, 'Rows without a setup'); every other setting is the ParallelConfig "
     "and framework profile default"
 )
-#: The assumption of an empty recompute column (dropped when a recipe default sets one).
-NO_RECOMPUTE = "no activation recompute (column empty)"
 #: A cell that states nothing: empty or a dash.
 _NOT_STATED = ("", *DASHES)
 
@@ -132,117 +129,6 @@ def _checked(row: dict[str, str], file: str) -> dict[str, int]:
 
 
 #: A ZeRO stage as a source's text names it: ``ZeRO-3``, ``ZeRO stage 2``, ``zero1``.
-_ZERO_STAGE = re.compile(r"zero[-_\s]?(?:stage[-_\s]?)?([0-3])\b", re.IGNORECASE)
-
-
-def _named_zero_stage(row: dict[str, str]) -> tuple[str, str, str] | None:
-    """``(column, text, stage)`` of the one ZeRO stage a DeepSpeed row's other text names
-    (``DeepSpeed ZeRO-3`` in ``source``: ``'3'``) for an empty ``dp_sharding`` (it was read as
-    the profile's default stage, s18 csvrobust); None when none or several stages are named."""
-    found = [
-        (column, match) for column in FRAMEWORK_COLUMNS
-        for match in _ZERO_STAGE.finditer(row.get(column, ""))
-    ]  # fmt: skip
-    stages = {match.group(1) for _, match in found}
-    if len(stages) != 1:
-        return None
-    column, match = found[0]
-    return column, match.group(0), match.group(1)
-
-
-def _layout(
-    row: dict[str, str], stated: dict[str, int], framework: str
-) -> tuple[dict[str, Any], list[str]]:
-    """The parallel fields the CSV leaves empty, each with its assumption."""
-    tp, pp, cp = (stated.get(k, 1) for k in ("tp", "pp", "cp"))
-    fields: dict[str, Any] = {}
-    notes = []
-    if "global_batch_seqs" not in stated:
-        what = ("the file has no global_batch_seqs column" if "global_batch_seqs" not in row
-                else "global_batch_seqs is empty")  # fmt: skip
-        raise Uninferable(f"{what}: the sequences per step are needed")
-    gpus = stated.get("num_gpus")
-    if "dp" not in stated:
-        if gpus is None:
-            raise Uninferable("dp and num_gpus are both empty: one is needed for the layout")
-        if gpus % (tp * pp * cp):
-            raise Uninferable(
-                f"inconsistent layout: dp is empty and num_gpus {gpus} is not a multiple of "
-                f"tp·pp·cp = {tp * pp * cp}"
-            )
-        fields["dp"] = gpus // (tp * pp * cp)
-        notes.append(f"dp {fields['dp']} = num_gpus / (tp·pp·cp)")
-    elif gpus is not None and gpus != tp * pp * cp * stated["dp"]:
-        raise Uninferable(
-            f"inconsistent layout: tp·pp·cp·dp = {tp * pp * cp * stated['dp']} but num_gpus "
-            f"is {gpus}"
-        )
-    if "micro_batch" not in stated:
-        fields["micro_batch"], why = default_micro_batch(row, framework, stated, fields)
-        notes.append(why)
-    if "vpp" not in stated:
-        notes.append("no interleaving, vpp 1 (column empty)")
-    launch = megatron_lm_launch(infer_framework(row).assumption)
-    if not row.get("sp", "").strip() and launch and tp > 1:
-        fields["sp"], why = launch_sequence_parallel(row)
-        notes.append(why)
-    elif not row.get("sp", "").strip():
-        fields["sp"] = tp > 1 and framework in ("megatron-core", "torchtitan")
-        notes.append(
-            f"sequence parallelism {'on' if fields['sp'] else 'off'} (column empty; on with "
-            "TP for Megatron-Core recipes and torchtitan's TP plan, else off)"
-        )
-    if not row.get("recompute", "").strip():
-        fields["recompute"] = "none"
-        notes.append(NO_RECOMPUTE)
-    modules = named_modules(row.get("recompute", ""))
-    if modules:
-        fields["recompute_modules"] = modules
-        notes.append(
-            f"selective recompute of {', '.join(modules)} (recompute_modules): the modules the "
-            "recompute column names, Megatron-Core's --recompute-modules names"
-        )
-    if cp > 1 and framework in ("megatron-core", "automodel"):
-        fields["cp_style"] = "ring"
-        notes.append(
-            "context parallelism as ring attention (Transformer Engine's DotProductAttention "
-            "with cp_comm_type p2p: Megatron-Core's default, AutoModel's TE attention)"
-        )
-    named = _named_zero_stage(row) if framework == "deepspeed" else None
-    fsdp_named = named_fsdp_strategy(row, framework)  # s32 readers7: HYBRID_SHARD in source
-    if fsdp_named is not None:
-        said = f"dp_sharding empty; the {fsdp_named[0]} column names {fsdp_named[1]!r}"
-        zero, shard, why = infer_zero(fsdp_named[1], framework, said, pp=pp)
-    elif named is not None and not row.get("dp_sharding", "").strip():
-        column, text, stage = named
-        said = f"dp_sharding empty; the {column} column names {text!r}"
-        # the stage as infer_zero spells it (``zero_2``, ``ZeRO stage-2``, ``ZeRO-0`` are not)
-        zero, shard, why = infer_zero("0" if stage == "0" else f"zero-{stage}", framework, said)
-    else:
-        zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework, pp=pp)
-    if zero in (1, 3) and shard is None:  # a group size the sharded cell states (s27 hidden22)
-        dp_all = stated.get("dp", fields.get("dp", 1))
-        group = stated_group(row.get("dp_sharding", ""), dp_all, zero)
-        zero, shard, why = group if group is not None else (zero, shard, why)
-    plain = launch_zero(row) if launch else None
-    if plain is not None:
-        zero, why = plain
-    fields["zero"] = zero
-    notes.append(why)
-    says_ds = any(re.search("deepspeed", row.get(c, ""), re.I) for c in FRAMEWORK_COLUMNS)
-    refused = sparse.deepspeed_pipeline_zero(framework if says_ds else "", zero, pp)
-    if refused:
-        raise Uninferable(refused)
-    if shard is not None:
-        dp = stated.get("dp", fields.get("dp", 1))
-        if dp % shard:
-            raise Uninferable(
-                f"hybrid sharding in groups of {shard}, but dp {dp} is not a multiple"
-            )
-        fields["dp_shard"] = shard
-    return fields, notes
-
-
 def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, str]:
     """The FLOP convention of a TFLOP/s cell: the notes' words (model FLOPs; recompute FLOPs
     denied; recompute or hardware FLOPs, HFU), else Megatron-LM 2021's count with recompute
@@ -270,44 +156,6 @@ def _flops(row: dict[str, str], framework: str, recompute: str) -> tuple[str, st
     return "megatron-model", "TFLOP/s counted as model FLOPs (a default: the notes do not say)"
 
 
-#: How an inferred default expert tensor parallel size's assumption begins.
-ETP_DEFAULT_NOTE = "expert tensor parallel size"
-_ETP = re.compile(r"\bETP\s*[:=]?\s*(\d+)\b", re.IGNORECASE)  # s30 fuzz: ``etp 4`` too
-
-
-def _stated_etp(row: dict[str, str]) -> tuple[int, str] | None:
-    """The experts' tensor parallel size a row's ``source_table`` layout states (``ETP 4``, as
-    the DGX Cloud Benchmarking layout tables print it), else its ``notes`` (the source table's
-    ETP column transcribed there, as the Megatron-MoE-ModelZoo rows carry it), with its
-    assumption; it replaces a recipe default's."""
-    for column in ("source_table", "notes"):
-        found = _ETP.search(row.get(column, ""))
-        if found is not None:
-            etp = int(found.group(1))
-            said = f"the {column} column says {found.group(0)!r}"
-            return etp, f"expert tensor parallel size {etp} ({said})"
-    return None
-
-
-def _folded_etp(
-    parallel: dict[str, Any], stated: dict[str, int], moe: bool
-) -> tuple[int, str] | None:
-    """Expert TP 1 for an MoE row whose experts' TP nothing sets when Megatron-Core's default,
-    ``tp``, cannot fold the stated EP over ``tp·dp·cp`` (the run could not have started with
-    it: ``--expert-tensor-parallel-size`` was set) and 1 can, with its assumption."""
-    if not moe or "etp" in parallel:
-        return None
-    tp, cp, ep = stated.get("tp", 1), stated.get("cp", 1), stated.get("ep", 1)
-    ranks = tp * cp * stated.get("dp", parallel.get("dp", 1))
-    if ranks % (ep * tp) == 0 or ranks % ep:
-        return None
-    return 1, (
-        f"expert tensor parallel size 1 (etp 1): Megatron-Core's default, tp {tp}, cannot fold "
-        f"ep {ep} over tp·dp·cp = {ranks} ranks, so the run set --expert-tensor-parallel-size; "
-        "1, as the NeMo 2.0 / Megatron-Bridge MoE performance configs set it"
-    )
-
-
 def inferred_setup(
     row: dict[str, str], metric: str, name: str, file: str, folder: Path | None = None
 ) -> tuple[SourceSetup, dict[str, bool | int | float | str], tuple[tuple[str, float], ...]]:
@@ -333,14 +181,14 @@ def inferred_setup(
     ]  # fmt: skip
     precision = infer_precision(row.get("precision", ""), framework.value, names_bridge(row))
     model = infer_model(row, framework.value)
-    parallel, notes = _layout(row, stated, framework.value)
+    parallel, notes = parallel_layout(row, stated, framework.value)
     schedule = named_schedule(row, stated.get("pp", 1))
     if schedule is not None:  # a schedule the CSV has no column for (s32 rowsC)
         parallel["schedule"] = schedule[0]
         notes.append(schedule[1])
     cell = row.get("recompute", "")
     layers = stated.get("layers", get_flavor(model.value).layers)
-    chunks = stated.get("pp", 1) * stated.get("vpp", 1)  # the CSV's: _layout fills neither
+    chunks = stated.get("pp", 1) * stated.get("vpp", 1)  # the CSV's: parallel_layout fills neither
     partial = named_num_layers(cell, layers, chunks) if first_word(cell) == "full" else None
     if partial is not None:
         parallel["recompute_num_layers"], parallel["recompute_method"] = partial[0], "block"
@@ -356,12 +204,12 @@ def inferred_setup(
     )  # fmt: skip
     parallel.update(defaults.parallel)
     moe = bool(experts.get("num_experts") or get_flavor(model.value).num_experts)
-    etp = _stated_etp(row)
+    etp = stated_etp(row)
     if etp is not None:
         parallel["etp"] = etp[0]
         defaults.notes[:] = [n for n in defaults.notes if not n.startswith(ETP_DEFAULT_NOTE)]
         notes.append(etp[1])
-    folded = _folded_etp(parallel, stated, moe)
+    folded = folded_etp(parallel, stated, moe)
     if folded is not None:
         parallel["etp"] = folded[0]
         notes.append(folded[1])

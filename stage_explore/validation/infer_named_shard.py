@@ -2,7 +2,7 @@
 empty (:func:`named_fsdp_strategy`; 7 Dec 2026, s32 readers7): ``PyTorch FSDP HYBRID_SHARD`` or
 ``FSDP SHARD_GRAD_OP`` in ``source`` ran as the profile's default, FULL_SHARD (ZeRO-3 over all
 of ``dp``), as DeepSpeed's ``ZeRO-3`` in ``source`` once ran as its default stage (s18
-csvrobust: :func:`stage_explore.validation.infer._named_zero_stage`).
+csvrobust: :func:`stage_explore.validation.infer_parallel.named_zero_stage`).
 
 The names are PyTorch's ``torch.distributed.fsdp.ShardingStrategy`` members (FULL_SHARD,
 SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD; torch/distributed/fsdp/api.py) and

@@ -539,7 +539,7 @@ def test_the_moe_model_zoo_rows_take_the_etp_their_notes_state() -> None:
 
 
 def test_a_stated_etp_in_source_table_wins_over_one_in_notes() -> None:
-    """``_stated_etp`` reads ``source_table`` first and ``notes`` only when it states none; a
+    """``stated_etp`` reads ``source_table`` first and ``notes`` only when it states none; a
     row stating neither keeps the framework's default (s20 review)."""
     row = dict(source="a cluster of ours, Megatron-Core", model="GPT OSS 120B", num_gpus="16",
                moe="128 experts, top-4", tp="2", ep="8")  # fmt: skip
