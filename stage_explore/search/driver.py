@@ -2,8 +2,9 @@
 
 Contents:
     :class:`Explorer`
-        runs one study: output folder checks, resume, the ask/evaluate/tell loop, records,
-        progress, time limit, and a clean stop on Ctrl-C (SIGINT) or SIGTERM.
+        runs one study: output folder checks (:mod:`~stage_explore.search.study_folder`),
+        resume, the ask/evaluate/tell loop, records, progress, time limit, and a clean stop on
+        Ctrl-C (SIGINT) or SIGTERM.
     :func:`explore`
         load nothing, inject everything: a convenience wrapper around :class:`Explorer`.
 
@@ -18,7 +19,6 @@ resumed study continues at ``n``; trials that were running when it stopped are a
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -41,18 +41,12 @@ from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.pareto import pareto_mask
 from stage_explore.records import (
-    RECORDS_VERSION,
-    STUDY_FILE,
     Outcome,
     RecordWriter,
     TrialStatus,
-    make_folder,
     make_row,
-    part_files,
     read_records,
-    read_study_meta,
     records_schema,
-    write_json_atomic,
 )
 from stage_explore.search.backends import (
     BackendFactory,
@@ -66,7 +60,7 @@ from stage_explore.search.folder_lock import study_lock
 from stage_explore.search.outcomes import is_final, outcome_from_row, verdict
 from stage_explore.search.progress import Progress, RefineProgress, StudySummary
 from stage_explore.search.refine import refine
-from stage_explore.search.replay import as_recorded, replay
+from stage_explore.search.replay import replay
 from stage_explore.search.retry import RetryingExecutor, RetryPolicy
 from stage_explore.search.samplers import (
     BaseSearch,
@@ -75,6 +69,7 @@ from stage_explore.search.samplers import (
     create_search,
     is_fast,
 )
+from stage_explore.search.study_folder import check_study_folder, write_study_meta
 from stage_explore.search.worker import Candidate, EvaluationJob
 from stage_explore.study.space import derive_dp, structural_reason
 from stage_explore.study.spec import Direction, SamplerKind, StudySpec
@@ -157,43 +152,6 @@ class Explorer:
         self._executor: BaseExecutor | None = None
 
     # ------------------------------------------------------------------ setup
-
-    def _check_folder(self) -> None:
-        meta = self.directory / STUDY_FILE
-        if part_files(self.directory) and not self._resume:
-            raise ConfigError(
-                f"{self.directory} already holds records of study {self.spec.name!r}; "
-                "pass --resume to continue it, or choose another --out"
-            )
-        recorded = read_study_meta(self.directory) if self._resume else None
-        if self._resume and recorded is None and not part_files(self.directory):
-            raise ConfigError(
-                f"resume: {self.directory} holds no recorded study (expected {STUDY_FILE} or "
-                "part-*.parquet files there); start it without resume, or check the output folder"
-            )
-        if recorded is not None:
-            stored = recorded.get("fingerprint", {})
-            for section, value in self.spec.fingerprint().items():
-                if section == "space":
-                    value = as_recorded(value, stored.get(section))
-                if json.dumps(stored.get(section), sort_keys=True) != json.dumps(
-                    value, sort_keys=True
-                ):
-                    raise ConfigError(
-                        f"{self.spec.path}: [{section}] differs from the study recorded "
-                        f"in {meta}; a resumed study must keep it unchanged"
-                    )
-
-    def _write_meta(self) -> None:
-        make_folder(self.directory)
-        write_json_atomic(
-            self.directory / STUDY_FILE,
-            {
-                "records_version": RECORDS_VERSION,
-                "fingerprint": self.spec.fingerprint(),
-                "study": self.spec.to_dict(),
-            },
-        )
 
     @property
     def study(self) -> optuna.Study | None:
@@ -337,7 +295,7 @@ class Explorer:
     def run(self) -> StudySummary:
         """Run the study to its budget, the end of its grid, its time limit or a signal."""
         assert self._search is None, "an Explorer runs once"
-        self._check_folder()
+        check_study_folder(self.directory, self.spec, self._resume)
         backend = self.spec.backend
         factory = self._backend_factory or self._resolve(backend.search_name)
         # Options are checked, and a backend that needs a program finds it, before any task.
@@ -348,7 +306,8 @@ class Explorer:
             preflight(create_backend(refine_factory, backend.options))
         search = self._create_search(factory)
         with study_lock(self.directory):  # one writer per folder (folder_lock)
-            self._check_folder()  # again: another run may have recorded since the first check
+            # again: another run may have recorded since the first check
+            check_study_folder(self.directory, self.spec, self._resume)
             return self._record(search, factory, refine_factory)
 
     def _resolve(self, name: str) -> BackendFactory:
@@ -378,7 +337,7 @@ class Explorer:
         policy = self._retry or RetryPolicy(retries=self.spec.executor.retries)
         executor = self._executor = RetryingExecutor(self._executor_factory(job), policy)
         try:
-            self._write_meta()
+            write_study_meta(self.directory, self.spec)
             writer = RecordWriter(self.directory, records_schema(self.spec.name, self.spec.space))
         except BaseException:
             executor.close()
