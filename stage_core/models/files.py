@@ -26,6 +26,7 @@ from stage_core.errors import ConfigError
 from stage_core.models.flavors import get_flavor
 from stage_core.models.hf import load_hf_config
 from stage_core.models.spec import ModelSpec
+from stage_core.text_files import read_text_file
 
 _FIELDS = MappingProxyType({field.name: field for field in dataclasses.fields(ModelSpec)})
 _INT_FIELDS = frozenset(name for name, field in _FIELDS.items() if field.type == "int")
@@ -98,24 +99,10 @@ def model_from_mapping(data: Mapping[str, Any], source: str, *, text: str = "") 
         raise ConfigError(f"{source}: {error}") from None
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"model file {str(path)!r} does not exist") from None
-    except OSError as error:
-        raise ConfigError(f"cannot read model file {str(path)!r}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"cannot read model file {str(path)!r}: not UTF-8 text (byte "
-            f"{error.object[error.start]:#04x} at offset {error.start}); expected a TOML file"
-        ) from None
-
-
 def load_model_toml(path: str | Path) -> ModelSpec:
     """A model from a TOML file whose top-level keys are :class:`ModelSpec` fields (or ``base``)."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_text_file(path, "model file", "a TOML file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -49,6 +49,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.models.layers import Ffn, LayerKind, Mixer, compress_kinds
 from stage_core.models.spec import Activation, Family, ModelSpec, Norm, Position
+from stage_core.text_files import read_text_file
 
 #: ``model_type`` → family.
 HF_FAMILIES: Mapping[str, Family] = MappingProxyType(
@@ -127,18 +128,7 @@ DEEPSEEK_KEYS = frozenset(
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"model file {str(path)!r} does not exist") from None
-    except OSError as error:
-        raise ConfigError(f"cannot read model file {str(path)!r}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"cannot read model file {str(path)!r}: not UTF-8 text (byte "
-            f"{error.object[error.start]:#04x} at offset {error.start}); expected a Hugging "
-            "Face config.json"
-        ) from None
+    text = read_text_file(path, "model file", "a Hugging Face config.json")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:

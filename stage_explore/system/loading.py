@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 from stage_core.arguments import expect
 from stage_core.errors import ConfigError
+from stage_core.text_files import read_text_file
 from stage_explore.system.accelerator import Accelerator, EfficiencyModel, KernelModel
 from stage_explore.system.model import (
     CollectiveAlgorithm,
@@ -404,15 +405,7 @@ def system_from_mapping(
 def load_system_file(path: str | os.PathLike[str]) -> System:
     """Read the system TOML file at ``path``."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read system file {str(file)!r}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"cannot read system file {str(file)!r}: not UTF-8 text (byte "
-            f"{error.object[error.start]:#04x} at offset {error.start}); expected a TOML file"
-        ) from None
+    text = read_text_file(file, "system file", "a TOML file")
     return _parse(text, str(file), file.stem)
 
 

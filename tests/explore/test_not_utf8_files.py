@@ -42,6 +42,21 @@ def test_a_binary_system_or_model_file_is_one_line(
     assert capsys.readouterr().err == f"stage eval: error: {expected.format(path=path)}\n"
 
 
+@pytest.mark.parametrize(
+    ("name", "flag", "what"),
+    [("system.toml", "--system", "system file"), ("model.toml", "--model", "model file")],
+)
+def test_a_missing_system_or_model_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, flag: str, what: str
+) -> None:
+    """The three readers are one (:func:`stage_core.text_files.read_text_file`, s33
+    simplify): a missing system file is now said as a missing model file is."""
+    path = str(tmp_path / name)
+    argv = {"--system": "h100-80gb", "--model": "llama3-8b", flag: path}
+    assert main(["eval", *(item for pair in argv.items() for item in pair)]) == 2
+    assert capsys.readouterr().err == f"stage eval: error: {what} {path!r} does not exist\n"
+
+
 def test_a_binary_comm_group_file_is_one_line(tmp_path: Path) -> None:
     path = _binary(tmp_path / "comm_group.json")
     with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xff at offset 0\); expected"):
