@@ -45,6 +45,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,6 +64,7 @@ from stage_explore.system.model import (
 
 _T = TypeVar("_T")
 _V = TypeVar("_V")
+_E = TypeVar("_E", bound=StrEnum)
 
 _TOP_KEYS = ("name", "description", "price_per_gpu_hour", "power_w", "accelerator", "network")
 _ACCELERATOR_KEYS = (
@@ -233,6 +235,18 @@ def _accelerator(table: _Table) -> Accelerator:
     return _build(table, Accelerator, values)
 
 
+#: The ``[accelerator.kernels]`` numbers a preset may leave out (the :class:`KernelModel`
+#: field's default then holds).
+_OPTIONAL_KERNEL_NUMBERS = (
+    "fp8_fast_accumulation",
+    "grouped_gemm_group_s",
+    "grouped_kernel_group_s",
+    "eager_memory",
+    "ssd_memory",
+    "memory_kernel_s",
+)
+
+
 def _kernels(table: _Table) -> KernelModel:
     table.check_keys(_KERNEL_KEYS)
     tile = table._get("gemm_tile", None)
@@ -257,18 +271,9 @@ def _kernels(table: _Table) -> KernelModel:
     if table.has("gemm_tile_by_dtype"):
         tiles = table.table("gemm_tile_by_dtype")
         values["gemm_tile_by_dtype"] = {dtype: tiles._get(dtype, None) for dtype in tiles.data}
-    if table.has("fp8_fast_accumulation"):
-        values["fp8_fast_accumulation"] = table.number("fp8_fast_accumulation")
-    if table.has("grouped_gemm_group_s"):
-        values["grouped_gemm_group_s"] = table.number("grouped_gemm_group_s")
-    if table.has("grouped_kernel_group_s"):
-        values["grouped_kernel_group_s"] = table.number("grouped_kernel_group_s")
-    if table.has("eager_memory"):
-        values["eager_memory"] = table.number("eager_memory")
-    if table.has("ssd_memory"):
-        values["ssd_memory"] = table.number("ssd_memory")
-    if table.has("memory_kernel_s"):
-        values["memory_kernel_s"] = table.number("memory_kernel_s")
+    values.update(
+        (name, table.number(name)) for name in _OPTIONAL_KERNEL_NUMBERS if table.has(name)
+    )
     if table.has("persistent_gemm"):
         values["persistent_gemm"] = table.flag("persistent_gemm")
     if table.has("attention_kernels"):
@@ -302,26 +307,28 @@ def _build(table: _Table, factory: Callable[..., _T], values: dict[str, Any]) ->
 
 def _algorithms(table: _Table) -> CollectiveAlgorithms:
     table.check_keys(_ALGORITHM_KEYS)
-    chosen: dict[str, CollectiveAlgorithm] = {}
-    for name in _ALGORITHM_KEYS:
-        if table.has(name):
-            value = table.text(name)
-            try:
-                chosen[name] = CollectiveAlgorithm(value)
-            except ValueError:
-                known = ", ".join(a.value for a in CollectiveAlgorithm)
-                raise table.fail(name, f"must be one of {known}, but got {value!r}") from None
+    chosen = {
+        name: _member(table, name, CollectiveAlgorithm)
+        for name in _ALGORITHM_KEYS
+        if table.has(name)
+    }
     return CollectiveAlgorithms(**chosen)
+
+
+def _member(table: _Table, name: str, kind: type[_E]) -> _E:
+    """The member of the enum ``kind`` whose value the table's text ``name`` is; any other
+    text fails naming the key and every value."""
+    value = table.text(name)
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(member.value for member in kind)
+        raise table.fail(name, f"must be one of {known}, but got {value!r}") from None
 
 
 def _network_dim(table: _Table) -> NetworkDim:
     table.check_keys(_DIM_KEYS)
-    topology_name = table.text("topology")
-    try:
-        topology = Topology(topology_name)
-    except ValueError:
-        known = ", ".join(t.value for t in Topology)
-        raise table.fail("topology", f"must be one of {known}, but got {topology_name!r}") from None
+    topology = _member(table, "topology", Topology)
     values: dict[str, Any] = {
         "name": table.text("name", ""),
         "size": table.integer("size"),
