@@ -8,6 +8,7 @@ lengths and vocabularies in thousands (``8K``, ``128K``), measured cells with th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from stage_explore.validation.csv_cells import (
     DEGREE_COLUMNS,
@@ -112,33 +113,20 @@ def spelled_cells(
             raise Uninferable(str(error)) from None
         worded = []
     notes += worded
-    for column, words in COLUMN_UNITS.items():
-        cell = out.get(column, "").strip()
-        united = re.fullmatch(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", cell, re.IGNORECASE)
-        if united:
-            out[column] = united.group(1)
-            notes.append(f"{column} {united.group(1)} (the {column} column says {cell!r}: the "
-                         "column's own unit)")  # fmt: skip
-    for column in (*INTEGER_COLUMNS, *MEASURED_UNITS):
-        cell = out.get(column, "").strip()
-        marked = _FOOTNOTE.fullmatch(cell)
-        if marked:
-            out[column] = marked.group(1)
-            notes.append(f"{column} {marked.group(1)} (the {column} column says {cell!r}: a "
-                         "footnote mark)")  # fmt: skip
-    for column, names in AXIS_NAMES.items():
-        cell = out.get(column, "").strip()
-        named = re.fullmatch(rf"(?:{'|'.join(names)})\s*[=:]?\s*(\d+)", cell, re.IGNORECASE)
-        if named:
-            out[column] = named.group(1)
-            notes.append(f"{column} {named.group(1)} (the {column} column says {cell!r}: the "
-                         "degree with its own axis named)")  # fmt: skip
-    for column in (*INTEGER_COLUMNS, *TEXT_ALLOWED):
-        cell = out.get(column, "").strip()
-        remarked = _REMARKED.fullmatch(cell)
-        if remarked:
-            out[column] = remarked.group(1)
-            notes.append(f"{column} {remarked.group(1)} (the {column} column says {cell!r})")
+    united = {
+        column: re.compile(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", re.IGNORECASE)
+        for column, words in COLUMN_UNITS.items()
+    }
+    _keep_number(out, notes, united.items(), "the column's own unit")
+    marked = [(column, _FOOTNOTE) for column in (*INTEGER_COLUMNS, *MEASURED_UNITS)]
+    _keep_number(out, notes, marked, "a footnote mark")
+    named = {
+        column: re.compile(rf"(?:{'|'.join(names)})\s*[=:]?\s*(\d+)", re.IGNORECASE)
+        for column, names in AXIS_NAMES.items()
+    }
+    _keep_number(out, notes, named.items(), "the degree with its own axis named")
+    remarked = [(column, _REMARKED) for column in (*INTEGER_COLUMNS, *TEXT_ALLOWED)]
+    _keep_number(out, notes, remarked, "")
     seq = _SEQ_K.fullmatch(out.get("seq_len", "").strip())
     if seq:
         out["seq_len"] = str(int(seq.group(1)) * 1024)
@@ -166,6 +154,24 @@ def spelled_cells(
         out[column], spelled = read(out.get(column, ""))
         notes += [spelled] if spelled else []
     return out, notes
+
+
+def _keep_number(
+    out: dict[str, str],
+    notes: list[str],
+    patterns: Iterable[tuple[str, re.Pattern[str]]],
+    said: str,
+) -> None:
+    """Each ``(column, pattern)``: a cell of ``out`` that ``pattern`` matches whole becomes the
+    match's first group (the number), with a note quoting the cell and, when given, what the
+    rest of it was (``said``: ``"a footnote mark"``)."""
+    for column, pattern in patterns:
+        cell = out.get(column, "").strip()
+        match = pattern.fullmatch(cell)
+        if match:
+            out[column] = match.group(1)
+            rest = f": {said}" if said else ""
+            notes.append(f"{column} {match.group(1)} (the {column} column says {cell!r}{rest})")
 
 
 def other_unit(row: dict[str, str], metric: str) -> str:
