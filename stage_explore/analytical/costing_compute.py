@@ -33,6 +33,7 @@ from stage_explore.analytical.eager import (
 )
 from stage_explore.analytical.eager_attention import eager_attention
 from stage_explore.analytical.eager_rmsnorm import fused_rmsnorm_op_bytes
+from stage_explore.analytical.expert_gemms import grouped_gemm_groups
 from stage_explore.analytical.fp8_casts import fused_norm_casts, split_quantize_kernels
 from stage_explore.analytical.fp8_gather import (
     FLOAT8_TP_RECIPES,
@@ -52,7 +53,7 @@ from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.fused_in_proj import fuse_in_proj
 from stage_explore.analytical.fused_qkv import fuse_qkv
 from stage_explore.analytical.gemm_tiles import gemm_shape
-from stage_explore.analytical.kernels import KernelTimer, grouped_gemm_groups
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.loss_kernels import loss_logits
 from stage_explore.analytical.parts import Point
 from stage_explore.analytical.routing_tiles import routing_share

@@ -26,7 +26,7 @@ while its ``MLP`` (dense layers and shared experts) has separate ``gate_proj`` a
 The rewrite is :func:`~stage_explore.analytical.fused_qkv.fuse_siblings`, the one of the
 fused q, k, v projection: timing only, the instruction list's length and order kept. The fused
 GEMM is named after the up projection's (``experts.up``: the grouped fc1 of
-:data:`~stage_explore.analytical.kernels.GROUPED_EXPERT_GEMMS`, one group set per GEMM).
+:data:`~stage_explore.analytical.expert_gemms.GROUPED_EXPERT_GEMMS`, one group set per GEMM).
 """
 
 from __future__ import annotations

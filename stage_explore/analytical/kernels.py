@@ -4,7 +4,8 @@ element-wise kernels at their own, lower fraction, ``KernelModel.eager_memory``)
 
 Holds :func:`attention_efficiency`, :class:`KernelTimer` (the time of one bound instruction on
 an accelerator with a :class:`~stage_explore.system.accelerator.KernelModel`); which einsums a
-mixed-precision recipe runs in FP8 is :mod:`~stage_explore.analytical.fp8_roles`.
+mixed-precision recipe runs in FP8 is :mod:`~stage_explore.analytical.fp8_roles`, which GEMMs
+are an MoE layer's grouped or routed expert GEMMs :mod:`~stage_explore.analytical.expert_gemms`.
 
 **GEMM** (:mod:`~stage_explore.analytical.gemm_tiles`): tiles in waves on the SMs, each tile's
 main loop against its fixed prologue and epilogue, split-K when it fills the waves better, times
@@ -56,7 +57,7 @@ column-wise RHT cast: :func:`~stage_explore.analytical.fp8_casts.quantize_cost`)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stage_core.lower.bind import Instr
@@ -66,6 +67,7 @@ from stage_explore.analytical.attention_grid import call_grids
 from stage_explore.analytical.context_parallel import cp_merge_bytes
 from stage_explore.analytical.eager import eager_instr_bytes
 from stage_explore.analytical.eager_attention import AttentionEager, attention_eager_bytes
+from stage_explore.analytical.expert_gemms import grouped_gemm_groups, routed_rows_share
 from stage_explore.analytical.fp8_casts import (
     FAST_FPROP_RECIPES,
     fp8_cast_elements,
@@ -128,37 +130,6 @@ def attention_efficiency(
 #: f``), so a backward takes its counted FLOPs × 5/4 over that throughput. Timing only: MFU
 #: and HFU count the generator's FLOPs.
 ATTENTION_BACKWARD_MATMULS = (5, 4)
-
-
-#: The generator's expert projections that frameworks run as one grouped GEMM each (forward,
-#: input gradient, weight gradient): the up (with the gate fused into it: Megatron-Core's
-#: ``linear_fc1`` of a gated unit, AutoModel's ``gate_and_up_projs``), the non-gated fc1 and
-#: fc2. The generator's separate gate projection (``experts.gate``) is half of the fused fc1.
-GROUPED_EXPERT_GEMMS = ("experts.up", "experts.fc1", "experts.fc2")
-
-
-def grouped_gemm_groups(instr: Instr, shape: tuple[int, int, int, int]) -> int:
-    """The groups (local experts) of an MoE expert GEMM that a framework runs as one grouped
-    GEMM (:data:`GROUPED_EXPERT_GEMMS`; ``shape``'s batch), each costing
-    :attr:`~stage_explore.system.accelerator.KernelModel.grouped_gemm_group_s`; 0 for any other
-    GEMM."""
-    name = instr.name
-    if not any(name == op or name.startswith(f"{op}.") for op in GROUPED_EXPERT_GEMMS):
-        return 0
-    return shape[0]
-
-
-#: The generator's routed-expert projections (``experts.gate``, ``experts.up``, ``experts.fc1``,
-#: ``experts.fc2`` and their gradients); shared experts are ``shared.*``.
-ROUTED_EXPERT_PREFIX = "experts."
-
-
-def routed_rows_share(instr: Instr, weights: Collection[str], share: float) -> float:
-    """``share`` when ``instr`` is a routed expert's forward or input-gradient GEMM, whose rows
-    are the expert's tokens (its weight gradient reduces over them: no row tiles); else 0."""
-    if share <= 0.0 or not instr.name.startswith(ROUTED_EXPERT_PREFIX):
-        return 0.0
-    return share if gemm_role(instr, weights) in ("fprop", "dgrad") else 0.0
 
 
 @dataclass(frozen=True, slots=True)

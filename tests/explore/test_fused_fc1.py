@@ -15,11 +15,11 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_core.parallel.config import Recompute
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.expert_gemms import grouped_gemm_groups
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.analytical.fused_fc1 import fuse_fc1
 from stage_explore.analytical.gemm_tiles import gemm_shape
-from stage_explore.analytical.kernels import grouped_gemm_groups
 from stage_explore.system import load_system
 
 H100 = load_system("h100-80gb")
@@ -59,7 +59,7 @@ def _check_gated(block: BoundBlock, prefix: str, rows: int, width: int, hidden: 
         for phase in phases:
             if phase in ("fwd", "recompute"):
                 fprop = _working(fused, phase, [gate, up])
-                assert fprop.name == up  # named as the grouped fc1 (kernels.GROUPED_EXPERT_GEMMS)
+                assert fprop.name == up  # the grouped fc1 (expert_gemms.GROUPED_EXPERT_GEMMS)
                 assert (gemm_shape(fprop) or (0,))[1:] == (rows, 2 * width, hidden)
         if "bwd" not in phases:
             continue

@@ -15,8 +15,9 @@ from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_core.serving import Phase, ServingConfig
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.expert_gemms import grouped_gemm_groups
 from stage_explore.analytical.gemm_tiles import gemm_shape, gemm_time_s
-from stage_explore.analytical.kernels import KernelTimer, grouped_gemm_groups
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.serving import evaluate_decode
 from stage_explore.system import load_system
 from stage_explore.system.accelerator import KernelModel

@@ -14,9 +14,10 @@ from stage_core.lower.program import bind_all, make_workload
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.expert_gemms import routed_rows_share
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.gemm_tiles import gemm_shape, gemm_time_s
-from stage_explore.analytical.kernels import KernelTimer, routed_rows_share
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.routing_tiles import expected_row_tiles, routing_share
 from stage_explore.system import load_system
 

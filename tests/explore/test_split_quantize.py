@@ -14,11 +14,12 @@ import pytest
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
+from stage_explore.analytical.expert_gemms import GROUPED_EXPERT_GEMMS, grouped_gemm_groups
 from stage_explore.analytical.fp8_casts import split_quantize_kernels
 from stage_explore.analytical.fp8_roles import gemm_role
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.gemm_tiles import gemm_shape
-from stage_explore.analytical.kernels import GROUPED_EXPERT_GEMMS, KernelTimer, grouped_gemm_groups
+from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.system import load_system
 from tests.explore.analytical_point import bound_point
 
