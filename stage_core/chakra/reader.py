@@ -34,7 +34,12 @@ from decimal import Decimal
 from pathlib import Path
 
 from stage_core.chakra.groups import COMM_GROUP_FILE, read_comm_groups
-from stage_core.chakra.schema import ATTRIBUTE_VALUE_FIELDS, CollectiveCommType, NodeType
+from stage_core.chakra.schema import (
+    ATTRIBUTE_VALUE_FIELDS,
+    SCALAR_KINDS,
+    CollectiveCommType,
+    NodeType,
+)
 from stage_core.chakra.traceset import ForeignNode, TraceSet
 from stage_core.chakra.wire import (
     WIRE_LENGTH,
@@ -48,20 +53,9 @@ from stage_core.trace import CHAKRA_COMM_TYPE, CollectiveKind, NodeKind, TraceNo
 
 _COLLECTIVES: dict[int, CollectiveKind] = {value: kind for kind, value in CHAKRA_COMM_TYPE.items()}
 _NODE_KINDS: dict[int, NodeKind] = {int(kind): kind for kind in NodeKind}
-_INTEGER_KINDS = frozenset(
-    {
-        "int32",
-        "int64",
-        "uint32",
-        "uint64",
-        "sint32",
-        "sint64",
-        "fixed32",
-        "fixed64",
-        "sfixed32",
-        "sfixed64",
-    }
-)
+#: The integer kinds of :data:`~stage_core.chakra.schema.SCALAR_KINDS` (``int32`` …
+#: ``sfixed64``; not ``double``, ``float``, ``bool``, ``string``, ``bytes``).
+_INTEGER_KINDS = frozenset(kind for kind in SCALAR_KINDS if "int" in kind or "fixed" in kind)
 
 
 class _Malformed(Exception):
