@@ -93,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK
     from stage_explore.calibrate import (
         apply,
-        calibrated_name,
         current_values,
         default_parameters,
         fit,
@@ -102,7 +101,6 @@ def run(args: argparse.Namespace) -> int:
         model_reads,
         objective,
         parameters_of,
-        system_toml,
         unread_columns,
         user_cases,
     )
@@ -122,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         sp_note,
         unsharded_zero_notes,
     )
+    from stage_explore.calibrate_toml import calibrated_name, system_toml
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
     from stage_explore.system import load_system

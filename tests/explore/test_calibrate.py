@@ -21,9 +21,9 @@ from stage_explore.calibrate import (
     leave_one_out,
     objective,
     parameters_of,
-    system_toml,
     user_cases,
 )
+from stage_explore.calibrate_toml import system_toml
 from stage_explore.cli import main
 from stage_explore.system import load_system
 from stage_explore.system.model import System
