@@ -6,8 +6,8 @@ Holds the container-era tables (:data:`MEGATRON_CORE_ERAS`, the fused loss in
 recipe's overlap config sets (tables in :mod:`~stage_explore.validation.infer_userbuffers`),
 NVIDIA's MLPerf implementations on NeMo 1.x and 2.0 (in
 :mod:`~stage_explore.validation.infer_mlperf`), MLA's attention on Blackwell before cuDNN
-9.11, and Megatron-Bridge's per-model performance recipes (:data:`BRIDGE_RECIPES`,
-:data:`BRIDGE_OPTIONS`, CUDA_DEVICE_MAX_CONNECTIONS). Every default is cited where it is set,
+9.11, and Megatron-Bridge's per-model performance recipes (in
+:mod:`~stage_explore.validation.infer_bridge_recipes`). Every default is cited where it is set,
 never chosen from a published row, and reported as the row's assumption.
 """
 
@@ -20,7 +20,6 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.system import load_system
 from stage_explore.validation.infer_bridge_dispatch import (
-    LAST_EARLY_QWEN3_FAMILY,
     bridge_hybridep,
     qwen3_a2a_overlap,
 )
@@ -28,6 +27,14 @@ from stage_explore.validation.infer_bridge_drop import bridge_token_drop
 from stage_explore.validation.infer_bridge_graphs import bridge_full_iteration
 from stage_explore.validation.infer_bridge_layout import bridge_deepseek_layout
 from stage_explore.validation.infer_bridge_moe import bridge_moe_recompute
+from stage_explore.validation.infer_bridge_recipes import (
+    NVFP4_NO_TP_OVERLAP,
+    NVFP4_NO_TP_OVERLAP_WHY,
+    bridge_connections,
+    bridge_options,
+    bridge_recipe,
+    is_blackwell,
+)
 from stage_explore.validation.infer_buckets import stated_bucket
 from stage_explore.validation.infer_fields import NO_MTP, infer_framework, names_bridge
 from stage_explore.validation.infer_launcher import (
@@ -163,124 +170,6 @@ def _loss(release: tuple[int, int], mlperf: bool, said: str, out: Defaults) -> N
             )
         out.options[option] = True
         out.notes.append(f"{why} ({said})")
-
-
-#: Megatron-Bridge's per-model performance recipes (scripts/performance/configs, container 25.xx
-#: on): (flavor, system presets, recompute modules, why). A row whose ``recompute`` column is
-#: empty takes the recipe's selective modules (those on a layout of their own:
-#: :data:`~stage_explore.validation.infer_bridge_moe.BRIDGE_MOE_RECIPES`).
-BRIDGE_RECIPES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
-    ("gpt-oss-120b", ("h100-80gb", "b200"), ("layernorm", "moe_act"),
-     "gpt_oss_workload_base_configs.py (NVIDIA-NeMo/Megatron-Bridge 07eea52d): "
-     "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 / _B200_BF16_V1 / V2 recompute_modules "
-     "['layernorm', 'moe_act'] (the B300 configs recompute nothing)"),
-    ("deepseek-v3", ("h100-80gb",), ("mla_up_proj", "mlp"),
-     "deepseek_llm_pretrain.py deepseek_v3_h100 configs: recompute_granularity selective, "
-     "recompute_modules [mla_up_proj, mlp]"),
-)  # fmt: skip
-#: Framework options of Megatron-Bridge's per-model performance recipes, for a row that names
-#: Megatron-Bridge: (flavor, system presets, first container, last container, options, why).
-BRIDGE_OPTIONS: tuple[
-    tuple[str, tuple[str, ...], tuple[int, int], tuple[int, int], dict[str, bool], str], ...
-] = (
-    ("qwen3-235b-a22b", ("h100-80gb",), (25, 1), LAST_EARLY_QWEN3_FAMILY,
-     {"moe_comm_overlap": False, "tp_comm_overlap": True},
-     "no --overlap-moe-expert-parallel-comm and TP communication overlap on (moe_comm_overlap "
-     "false, tp_comm_overlap): the 25.09 runs read the earlier scripts/performance/configs/qwen3/ "
-     "family (infer_bridge_dispatch module docstring, s29 qwen2509): qwen3_235b_a22b_llm_"
-     "pretrain.py (27dfb3df) qwen3_235b_a22b_h100_fp8_config and qwen3_llm_pretrain.py "
-     "(0fa501ac) qwen3_235b_a22b_h100_config build CommOverlapConfig(tp_comm_overlap=True) and "
-     "set no moe_a2a_overlap"),
-    ("qwen3-235b-a22b", ("h100-80gb",), (25, 10), (99, 12),
-     {"moe_comm_overlap": True, "tp_comm_overlap": False},
-     "--overlap-moe-expert-parallel-comm on and no TP communication overlap (moe_comm_overlap, "
-     "tp_comm_overlap false): Megatron-Bridge scripts/performance/configs/qwen/"
-     "qwen3_llm_pretrain.py (05c0c90f) qwen3_235b_a22b_pretrain_config_h100: "
-     "CommOverlapConfig(tp_comm_overlap=False); qwen3_workload_base_configs.py "
-     "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=True"),
-    ("deepseek-v3", ("h100-80gb",), (25, 1), (25, 12),
-     {"moe_deepep": True, "overlap_grad_reduce": False},
-     "the dispatch on DeepEP and no gradient-reduce overlap (moe_deepep, overlap_grad_reduce "
-     "false): Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py "
-     "deepseek_v3_h100_1024gpus_fp8_config: pretrain_config(..., enable_deepep=True) "
-     "(NVIDIA-NeMo 01328424), overlap_grad_reduce False"),
-    ("deepseek-v3", ("h100-80gb",), (26, 1), (99, 12),
-     {"overlap_grad_reduce": False},
-     "no gradient-reduce overlap (overlap_grad_reduce false): Megatron-Bridge scripts/"
-     "performance/configs/deepseek/deepseek_llm_pretrain.py deepseek_v3_pretrain_config_h100 "
-     "(NVIDIA-NeMo 69655bff), whose dispatcher backend is the workload base config's "
-     "moe_flex_dispatcher_backend (HybridEP on every H100 config of 04264182 / f0e2c37e: "
-     "infer_bridge_dispatch.BRIDGE_HYBRIDEP), no longer pretrain_config(enable_deepep=True)"),
-    ("deepseek-v3", ("h100-80gb",), (25, 1), (25, 9),
-     {"moe_comm_overlap": True},
-     "--overlap-moe-expert-parallel-comm on (moe_comm_overlap): the 25.09-era "
-     "deepseek_llm_pretrain.py set_moe_a2a_overlap_overrides (overlap_moe_expert_parallel_comm "
-     "True); the later deepseek_workload_base_configs.py H100_V1 sets moe_a2a_overlap=False"),
-)  # fmt: skip
-
-
-def _bridge_options(
-    flavor: str, system: str, release: tuple[int, int], said: str, out: Defaults
-) -> None:
-    for name, systems, first, last, options, why in BRIDGE_OPTIONS:
-        if name == flavor and system in systems and first <= release <= last:
-            out.options.update(options)
-            out.notes.append(f"{why} ({said}; the text names Megatron-Bridge)")
-
-
-def _bridge_connections(layout: dict[str, Any], system: str, out: Defaults) -> None:
-    """``CUDA_DEVICE_MAX_CONNECTIONS`` of Megatron-Bridge's performance launcher on Blackwell:
-    32 when the row runs tensor or context parallelism beside data or pipeline parallelism."""
-    sizes = {k: int(layout.get(k, 1)) for k in ("tp", "cp", "dp", "pp")}
-    split = sizes["tp"] > 1 or sizes["cp"] > 1
-    if not (_blackwell(system) and split and (sizes["dp"] > 1 or sizes["pp"] > 1)):
-        return
-    out.options["cuda_device_max_connections"] = 32
-    out.notes.append(
-        "CUDA_DEVICE_MAX_CONNECTIONS 32 (cuda_device_max_connections 32: userbuffers' pipelined "
-        "GEMM chunks run concurrently on Transformer Engine's streams): Megatron-Bridge "
-        "scripts/performance perf_plugins.py PerfEnvPlugin._set_num_cuda_device_max_connections "
-        "sets 32 on sm100 or newer when (tp > 1 or cp > 1) and (dp > 1 or pp > 1) ('We need "
-        "extra connections to avoid serialization of streams'; 1 on Hopper), the launcher of "
-        "the performance summary's runs (the text names Megatron-Bridge; a Blackwell GPU)"
-    )
-
-
-#: Model families whose Megatron-Bridge performance configs turn TP communication overlap off under
-#: NVFP4, and where that is read.
-NVFP4_NO_TP_OVERLAP = ("llama", "gpt-oss")
-NVFP4_NO_TP_OVERLAP_WHY = (
-    "no TP communication overlap under NVFP4 (tp_comm_overlap false): Megatron-Bridge "
-    "scripts/performance/configs/llama/llama3_llm_pretrain.py (55387ccb), llama31_llm_pretrain.py "
-    "and gpt_oss_llm_pretrain.py set cfg.comm_overlap.tp_comm_overlap = False if precision == "
-    "'nvfp4' in every per-GPU config"
-)
-
-
-#: Model providers of Megatron-Bridge that leave Megatron-Core's apply_rope_fusion at its
-#: default False (megatron/core/transformer/transformer_config.py); the Llama and Nemotron
-#: providers enable it (fusions.can_enable_apply_rope_fusion).
-UNFUSED_ROPE_FAMILIES = ("gpt-oss",)
-
-
-def _bridge_recipe(
-    flavor: str, family: str, system: str, recompute_empty: bool, out: Defaults
-) -> None:
-    if family in UNFUSED_ROPE_FAMILIES:
-        out.options["rope_fusion"] = False
-        out.notes.append(
-            "the rotary embedding unfused (rope_fusion false): Megatron-Core's apply_rope_fusion "
-            f"defaults to False and Megatron-Bridge's {family} provider (GPTOSSProvider) does "
-            "not set it"
-        )
-    for name, systems, modules, why in BRIDGE_RECIPES:
-        if name == flavor and system in systems and recompute_empty:
-            out.parallel["recompute"] = "selective"
-            out.parallel["recompute_modules"] = modules
-            out.notes.append(
-                f"selective recompute of {', '.join(modules)}, the Megatron-Bridge recipe of "
-                f"{flavor} on {system}: {why} (the recompute column is empty)"
-            )
 
 
 def _measured_kernel(system: str, kernel: str) -> bool:
@@ -431,7 +320,7 @@ def _fp8_buffers(
 
 def _gpus(system: str) -> str:
     """The GPU generation of a preset as the userbuffers tables key it ("" for neither)."""
-    if _blackwell(system):
+    if is_blackwell(system):
         return "blackwell"
     return "hopper" if system.startswith("h100") else ""
 
@@ -508,15 +397,6 @@ def _nemo2_amax_and_dropout(
 MLA_SM100_UNFUSED_UNTIL = (25, 5)
 
 
-def _blackwell(system: str) -> bool:
-    """Whether the preset ``system`` is Blackwell or later (an ``mxfp8`` peak, as the framework
-    profile's attention_kernel_on tells)."""
-    try:
-        return "mxfp8" in load_system(system).accelerator.peak_flops_per_s
-    except ConfigError:
-        return False
-
-
 def _mla_on_blackwell(row: dict[str, str], flavor: str, system: str, out: Defaults) -> None:
     """Transformer Engine's attention for an MLA model (q/k head dim != v head dim, above 128)
     on Blackwell in a container before cuDNN 9.11: get_attention_backend finds no fused
@@ -528,7 +408,7 @@ def _mla_on_blackwell(row: dict[str, str], flavor: str, system: str, out: Defaul
     spec = get_flavor(flavor)
     if release is None or release > MLA_SM100_UNFUSED_UNTIL or not spec.kv_lora_rank:
         return
-    if not _blackwell(system):
+    if not is_blackwell(system):
         return
     qk = spec.head_dim + spec.qk_rope_head_dim
     if qk == spec.v_head_dim or max(qk, spec.v_head_dim) <= 128:
@@ -579,13 +459,13 @@ def megatron_core_defaults(
     release = container(row)
     if release is not None and release >= (25, 1):
         empty = not row.get("recompute", "").strip()
-        _bridge_recipe(flavor, str(spec.family), system, empty, out)
+        bridge_recipe(flavor, str(spec.family), system, empty, out)
         nemo2_deepseek_v3(row, flavor, release, int(stated.get("pp", 1)), out)
         nemo2_token_drop(row, release, precision, stated, (spec.top_k, spec.num_experts), out)
         if names_bridge(row):
             named = f"the text names container {release[0]}.{release[1]:02d}"
-            _bridge_options(flavor, system, release, named, out)
-            _bridge_connections({**parallel, **stated}, system, out)
+            bridge_options(flavor, system, release, named, out)
+            bridge_connections({**parallel, **stated}, system, out)
             recipe = fp8_recipe if precision == "fp8" else ""
             bridge_full_iteration(row, flavor, system, release, recipe, out)
             qwen3_a2a_overlap(
