@@ -29,6 +29,11 @@ activations:
 ``block`` method: the first N layers of each stage, :class:`~stage_core.parallel.ParallelConfig`)
 and states it. Which layers a source checkpointed is rarely stated (YaFSDP's patches, above, are
 an exception); the time is the same for any N of them, the peak memory is not.
+
+:func:`read_recompute` reads the cell's granularity first (``No``, ``off``, ``Full AC``,
+``uniform``, ``yes``: :data:`RECOMPUTE_SPELLINGS`; moved here from
+:mod:`~stage_explore.validation.infer_fields`, s33 simplify, where it left that module at 599
+lines).
 """
 
 from __future__ import annotations
@@ -122,7 +127,7 @@ _SELECTIVE = re.compile(
     r"(?:\s+(?:activation\s+)?(?:recomput\w*|checkpointing))?\s*\(([^()]*)\)\s*",
     re.IGNORECASE,
 )
-#: The spelling :func:`~stage_explore.validation.infer_fields.read_recompute` gives a cell it
+#: The spelling :func:`read_recompute` gives a cell it
 #: reads: ``selective (<the cell as written>)``.
 _WRAPPED = re.compile(r"\s*(?:full|selective|none)\s*\((.*)\)\s*", re.IGNORECASE)
 
@@ -140,3 +145,44 @@ def named_modules(cell: str) -> tuple[str, ...]:
         return named_modules(wrapped.group(1)) if wrapped else ()
     names = tuple(n for n in re.split(r"[\s,;+/]+", found.group(1).strip().lower()) if n)
     return names if names and all(n in RECOMPUTE_MODULES for n in names) else ()
+
+
+#: First words of a ``recompute`` cell that say no recompute.
+RECOMPUTE_OFF = r"no|not|off|false|disabled?|without|0"
+#: First words of a ``recompute`` cell that name a granularity another way, first match wins:
+#: (pattern, granularity, how the cell was read); a cell naming none / selective / full after
+#: its first word (``Activation checkpointing: selective``) takes that one first.
+RECOMPUTE_SPELLINGS: tuple[tuple[str, str, str], ...] = (
+    (r"sel|sac|op", "selective", "selective recompute"),
+    (r"uniform|block", "full", "full recompute (Megatron's --recompute-method names full "
+     "recompute of whole layers)"),
+    (r"yes|y|true|on|enabled?|1|ac|activation|gradient|checkpoint(?:ing|ed)?", "full",
+     "full (whole-layer) recompute: the cell says recompute is on but names no granularity"),
+)  # fmt: skip
+RECOMPUTE_LEVELS = ("none", "selective", "full")
+
+
+def read_recompute(cell: str) -> tuple[str, str]:
+    """``(cell, assumption)``: a ``recompute`` cell whose first word is not ``none`` /
+    ``selective`` / ``full`` rewritten to start with the granularity it names
+    (:data:`RECOMPUTE_SPELLINGS`: ``No``, ``off``, ``selective(core_attn)``, ``Full AC``,
+    ``uniform``, ``yes``), the original kept in parentheses, and the assumption that says so;
+    a cell already in that form, an empty one or one no spelling reads is returned as it is
+    with no assumption (the setup path names an unknown word as the row's reason)."""
+    text = cell.strip()
+    words = text.lower().split()
+    if not words or words[0].rstrip(",;:") in RECOMPUTE_LEVELS:
+        return cell, ""
+    token = re.match(r"[a-z0-9]+", text.lower())
+    word = token.group(0) if token else ""
+    if re.fullmatch(RECOMPUTE_OFF, word):
+        word = "none"
+    named = re.search(r"\b(none|selective|full)\b", text.lower())
+    word = word if word in RECOMPUTE_LEVELS or named is None else named.group(1)
+    if word in RECOMPUTE_LEVELS:
+        return f"{word} ({text})", f"recompute {word} (the recompute column says {text!r})"
+    for pattern, level, how in RECOMPUTE_SPELLINGS:
+        if re.fullmatch(pattern, word):
+            said = f"the recompute column says {text!r}"
+            return f"{level} ({text})", f"recompute {level}: {how} ({said})"
+    return cell, ""

@@ -18,8 +18,8 @@ from stage_explore.validation.csv_cells import (
 from stage_explore.validation.infer_axis_words import RemarkError, axis_words
 from stage_explore.validation.infer_cells import read_sharding, read_sp
 from stage_explore.validation.infer_errors import Uninferable
-from stage_explore.validation.infer_fields import read_recompute
 from stage_explore.validation.infer_layout_cells import layout_lists
+from stage_explore.validation.infer_recompute import read_recompute
 
 #: Cells that must be integers when stated (a row's layout, its GPUs and dims; ``ffn`` and
 #: ``kv_heads`` may be text such as ``1536 per expert`` or ``MLA``, which the flavor answers).
@@ -101,7 +101,7 @@ def spelled_cells(
     of ``8K`` as 8,192 tokens (a power-of-two thousand, as model configs give it), a ``vocab``
     of ``128K`` as 128,000 tokens, a measured cell with its column's unit
     (:data:`MEASURED_UNITS`: ``1.2 s``, ``850 ms``, ``14.1k`` tokens/s), a ``recompute`` cell
-    by :func:`~stage_explore.validation.infer_fields.read_recompute`, ``dp_sharding`` and ``sp``
+    by :func:`~stage_explore.validation.infer_recompute.read_recompute`, ``dp_sharding`` and ``sp``
     by :mod:`~stage_explore.validation.infer_cells`; a layout cell naming several axes
     (``TP=2, PP=4``) by :func:`~stage_explore.validation.infer_layout_cells.layout_lists`
     (``strict``: an ambiguous one is Uninferable, else left as written)."""

@@ -23,8 +23,8 @@ from stage_explore.validation.infer_fields import (
     infer_precision,
     infer_zero,
     names_bridge,
-    read_recompute,
 )
+from stage_explore.validation.infer_recompute import read_recompute
 from stage_explore.validation.setups import Case, data_dir
 from tests.explore.published_rows import HELD_OUT, TEMPLATE, inferred_case, template, write_rows
 
