@@ -68,7 +68,7 @@ from stage_explore.validation.infer_spelling import (
     other_unit,
     spelled_cells,
 )
-from stage_explore.validation.infer_system import infer_system
+from stage_explore.validation.infer_system import infer_system, memory_override
 from stage_explore.validation.memory_kind import kind_assumption, memory_kind
 from stage_explore.validation.setup_systems import derived_name
 from stage_explore.validation.setups import Case, SourceSetup, make_case, system_file
@@ -245,6 +245,8 @@ def inferred_setup(
     if segment is not None:
         overrides = (*overrides, ("scale_up_size", float(segment[0])))
         assumptions.append(segment[1])
+    if cluster.value == system.value:  # a stated memory no preset has (a file states its own)
+        overrides = (*overrides, *memory_override(row.get("gpu", "")))
     setup = SourceSetup(
         name=name, title=f"inferred from {file}: {row.get('source', '').strip() or file}",
         file=file, id_prefix=row["id"], metric=metric,

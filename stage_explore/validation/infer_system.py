@@ -47,7 +47,7 @@ SYSTEM_RULES: tuple[tuple[str, str], ...] = (
 FILE_NAME = re.compile(
     r"[\w./-]*\w\.(?:py|sh|ya?ml|json|toml|txt|md|cfg|conf|ini|csv|log)\b", re.IGNORECASE
 )
-_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*Gi?B", re.IGNORECASE)  # GiB too (s33 hbmcap)
 #: A memory written with a bare ``G`` right after the part's name and form factor (``A100-40G``,
 #: ``A800-SXM4-80G``, as Chinese papers write it; 5 Dec 2026, s17 systems: was read as no memory,
 #: the 80 GB preset); a ``G`` elsewhere (``200G HDR``) is a network rate and not read.
@@ -57,6 +57,12 @@ _MEMORY_G = re.compile(
 #: Presets of the same GPU with another memory, chosen by the memory a ``gpu`` cell states
 #: (``A100-SXM4-40GB``: the a100-40gb preset, the 40 GB part's datasheet figures).
 MEMORY_VARIANTS: dict[str, tuple[str, ...]] = {"a100-80gb": ("a100-40gb",)}
+#: How far a stated memory may lie from its preset's and still be a memory variant of that part
+#: (applied as its capacity): the widest spread of one die's shipped memories, the A100's 40 vs
+#: 80 GB (NVIDIA A100 datasheet) and the GH100's 80 GB H100 vs 141 GB H200 (1.76x; NVIDIA H100
+#: and H200 datasheets). Beyond it a figure is a node's or a typo's, not a GPU's (7 Dec 2026, s33
+#: hbmcap).
+CAPACITY_SPAN = 2.0
 #: The GH200 Grace Hopper superchip, read as the h200 preset (``H200`` is in its name).
 GH200 = re.compile(r"GH[\s_-]?200", re.IGNORECASE)
 GH200_NOTE = (
@@ -113,24 +119,39 @@ NO_PRESET: tuple[tuple[str, str], ...] = (
 
 def infer_system(gpu: str) -> Inferred:
     """The preset of a ``gpu`` cell (a stated memory picks a :data:`MEMORY_VARIANTS` preset:
-    A100 40GB); a stated memory no preset of that GPU has is :class:`Uninferable`, except on
-    H100 (94/96 GB parts: the H100-SXM5 preset, stated). A GH200 is read as the H200, stated
-    (:data:`GH200_NOTE`). A cloud machine named instead of the GPU (``p5.48xlarge``, ``A3
-    Mega``) is read as the GPU it carries (:mod:`~stage_explore.validation.infer_cloud`). A
-    form factor of :data:`FORM_FACTORS` (PCIe, NVL cards) and a part of :data:`NO_PRESET` are
-    :class:`Uninferable`, naming what the part is."""
+    A100 40GB); a stated memory no preset of that GPU has is the preset's part with that memory
+    capacity (:func:`memory_override` gives it; :func:`stated_capacity`). A GH200 is read as the
+    H200, stated (:data:`GH200_NOTE`). A cloud machine named instead of the GPU
+    (``p5.48xlarge``, ``A3 Mega``) is read as the GPU it carries
+    (:mod:`~stage_explore.validation.infer_cloud`). A form factor of :data:`FORM_FACTORS` (PCIe,
+    NVL cards) and a part of :data:`NO_PRESET` are :class:`Uninferable`, naming what the part
+    is."""
+    return _read_system(gpu)[0]
+
+
+def memory_override(gpu: str) -> tuple[tuple[str, float], ...]:
+    """The ``("memory_bytes", bytes)`` system override of a ``gpu`` cell whose stated memory
+    no preset of its part has (:func:`stated_capacity`), else ``()``; :class:`Uninferable`
+    where :func:`infer_system` is."""
+    capacity = _read_system(gpu)[1]
+    return () if capacity is None else (("memory_bytes", float(capacity)),)
+
+
+def _read_system(gpu: str) -> tuple[Inferred, int | None]:
+    """:func:`infer_system`'s reading of ``gpu`` and the memory capacity in bytes it applies
+    to the preset (None: the preset's own)."""
     named = FILE_NAME.sub(" ", gpu)  # a config file's name is not the hardware (s33 rowsE)
     preset = next((p for pattern, p in SYSTEM_RULES if re.search(pattern, named, re.I)), "")
     machine = None if preset else cloud_part(gpu)
     if machine is not None:
         # 6 Dec 2026 (s25 hidden12): a cloud machine named instead of the GPU was refused
-        inner = infer_system(machine.part)
+        inner, applied = _read_system(machine.part)
         return Inferred(
             inner.value,
             f"{inner.assumption.replace(repr(machine.part), repr(gpu), 1)}: the machine "
             f"{machine.name!r} carries the {machine.part} ({machine.where}); its own scale-out "
             "network is not read from the name",
-        )
+        ), applied
     for pattern, part in FORM_FACTORS:
         if preset and re.search(pattern, named, re.I):
             raise Uninferable(
@@ -158,21 +179,41 @@ def infer_system(gpu: str) -> Inferred:
             "cell, e.g. 'A100 40GB')"
         )
     if stated is None:
-        return Inferred(preset, text)
+        return Inferred(preset, text), None
     gigabytes = float(stated.group(1))
     said = stated.group(0) if stated.re is _MEMORY else f"{stated.group(1)}G"
     for name in (preset, *MEMORY_VARIANTS.get(preset, ())):
         capacity = load_system(name).accelerator.memory_bytes
         if any(abs(gigabytes * unit / capacity - 1) < 0.05 for unit in (1e9, 2**30)):
-            return Inferred(name, text.replace(f"preset {preset} ", f"preset {name} ", 1))
+            return Inferred(name, text.replace(f"preset {preset} ", f"preset {name} ", 1)), None
     capacity = load_system(preset).accelerator.memory_bytes
-    if preset != "h100-80gb":
-        raise Uninferable(
-            f"gpu {gpu!r}: no preset for {said} (the {preset} preset has "
-            f"{capacity / 2**30:.0f} GiB)"
-        )
+    applied = stated_capacity(gpu, gigabytes, capacity, said, preset)
     return Inferred(
         preset,
-        f"{text}; the stated {said} is not the preset's 80 GiB: its memory "
-        "capacity, bandwidth and peaks are the H100-SXM5's",
-    )
+        f"{text}; the stated {said} is not the {preset} preset's {capacity / 2**30:.2f} GiB and "
+        f"no preset of that memory exists: the preset with its memory capacity set to "
+        f"{applied / 2**30:g} GiB (capacity only: its HBM bandwidth, clocks and peaks are the "
+        "preset's, not the stated part's)",
+    ), applied
+
+
+def stated_capacity(gpu: str, gigabytes: float, capacity: int, said: str, preset: str) -> int:
+    """The memory capacity, in bytes, a ``gpu`` cell's stated ``gigabytes`` (``said``) gives a
+    part whose ``preset`` has ``capacity`` bytes and no variant of that memory: ``gigabytes``
+    GiB, read as binary whether the cell writes GB or GiB, because HBM capacity is built of
+    binary stacks (16 GiB HBM3 stacks: the H100 SXM5's five are the h100-80gb preset's 80 GiB,
+    six the 96 GB part's 96 GiB; the mi300x preset's 8 x 24 GiB) and the capacity a framework
+    reports sits just below that figure (torchtitan PR #1690 logs 94.99 GiB on its "96GiB"
+    H100s, as an 80 GB H100's CUDA total is 79.1-79.6 GiB of the preset's 80). A figure outside
+    half to twice the preset's is not a memory variant of that part (:data:`CAPACITY_SPAN`) and
+    is :class:`Uninferable`."""
+    applied = round(gigabytes * 2**30)
+    low, high = (capacity / CAPACITY_SPAN, capacity * CAPACITY_SPAN)
+    if not low <= applied <= high:
+        raise Uninferable(
+            f"gpu {gpu!r}: a stated memory of {said} is not one GPU's memory of the {preset} "
+            f"preset's part (expected {low / 2**30:.0f} to {high / 2**30:.0f} GiB per GPU, half "
+            "to twice the preset's)"
+        )
+    return applied
+

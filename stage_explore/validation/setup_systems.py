@@ -22,17 +22,25 @@ SYSTEM_OVERRIDES = {
     "(and its NCCL channels, 2 per NIC at the dim's per-NIC rate)",
     "scale_up_size": "the scale-up (first) network dim's GPUs: an NVLink domain the job's "
     "placement leaves smaller than the preset's (a Slurm segment of fewer trays than a rack)",
+    "memory_bytes": "the accelerator's memory capacity per GPU, in bytes: a stated memory no "
+    "preset of the part has (its HBM bandwidth, clocks and peaks stay the system's; s33 hbmcap)",
 }
 
 
 def derived_name(base: str, overrides: tuple[tuple[str, float], ...]) -> str:
     """The :attr:`~stage_explore.validation.setups.Case.system` of ``base`` with
-    ``overrides``: ``h100-80gb+scale_out=6.25GB/s``, ``gb200-nvl72+scale_up=64``."""
-    parts = [
-        f"scale_up={int(v)}" if k == "scale_up_size" else f"scale_out={v / 1e9:g}GB/s"
-        for k, v in overrides
-    ]
-    return "+".join([base, *parts])
+    ``overrides``: ``h100-80gb+scale_out=6.25GB/s``, ``gb200-nvl72+scale_up=64``,
+    ``h100-80gb+memory=96GiB``."""
+    return "+".join([base, *(_part(k, v) for k, v in overrides)])
+
+
+def _part(field_name: str, value: float) -> str:
+    """One override's part of :func:`derived_name`."""
+    if field_name == "scale_up_size":
+        return f"scale_up={int(value)}"
+    if field_name == "memory_bytes":
+        return f"memory={value / 2**30:g}GiB"
+    return f"scale_out={value / 1e9:g}GB/s"
 
 
 def _channels(dim: NetworkDim, bandwidth: float) -> int | None:
@@ -63,14 +71,20 @@ def _resized(dim: NetworkDim, size: int) -> NetworkDim:
 def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> System:
     """``system`` with ``overrides`` (:data:`SYSTEM_OVERRIDES`) applied, renamed as
     :func:`derived_name` names it; without overrides, ``system`` itself. A scale-out bandwidth
-    also sets the dim's NCCL channels (:func:`_channels`)."""
+    also sets the dim's NCCL channels (:func:`_channels`); a memory capacity sets only the
+    accelerator's ``memory_bytes`` (s33 hbmcap)."""
     if not overrides:
         return system
-    network = list(system.network)
+    network, accelerator = list(system.network), system.accelerator
     for field_name, value in overrides:
         if field_name not in SYSTEM_OVERRIDES:
             known = list(SYSTEM_OVERRIDES)
             raise ConfigError(f"unknown system override {field_name!r}; known: {known}")
+        if field_name == "memory_bytes":
+            if not value > 0:
+                raise ConfigError(f"memory_bytes {value:g}: expected a positive capacity in bytes")
+            accelerator = replace(accelerator, memory_bytes=int(value))
+            continue
         if len(network) < 2:
             raise ConfigError(f"system {system.name!r} has no scale-out dim to set {field_name}")
         if field_name == "scale_up_size":
@@ -83,7 +97,10 @@ def derive_system(system: System, overrides: tuple[tuple[str, float], ...]) -> S
             continue
         dim = network[-1]
         network[-1] = replace(dim, bandwidth_bytes_per_s=value, nccl_channels=_channels(dim, value))
-    return replace(system, name=derived_name(system.name, overrides), network=tuple(network))
+    return replace(
+        system, name=derived_name(system.name, overrides), network=tuple(network),
+        accelerator=accelerator,
+    )  # fmt: skip
 
 
 def case_system(case: Case) -> System:

@@ -69,9 +69,9 @@ def test_spellings_of_covered_parts_take_their_preset(gpu: str, preset: str) -> 
         ("NVIDIA Blackwell", "is an architecture, not a part"),
         ("MI250X", "matches no system preset (expected one of GB300, GB200, B300, B200, H800, "
          "H200, H100, A100, A800, MI355X, MI325X, MI300X)"),
-        ("GH200 96GB", "no preset for 96GB (the h200 preset has 131 GiB)"),
-        ("A800 40GB", "no preset for 40GB (the a800 preset has 80 GiB)"),
-        ("A800-40G", "no preset for 40G (the a800 preset has 80 GiB)"),
+        ("A800 400GB", "a stated memory of 400GB is not one GPU's memory of the a800 preset's"),
+        ("A800-8G", "a stated memory of 8G is not one GPU's memory of the a800 preset's part "
+         "(expected 40 to 160 GiB per GPU"),
     ],
 )  # fmt: skip
 def test_form_factors_and_parts_without_a_preset_are_refused(gpu: str, reason: str) -> None:

@@ -17,7 +17,7 @@ from stage_explore.system import load_system
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_fields import Uninferable
-from stage_explore.validation.infer_system import infer_system
+from stage_explore.validation.infer_system import infer_system, memory_override
 from stage_explore.validation.setups import Case, data_dir
 
 DATA = data_dir()
@@ -153,12 +153,14 @@ def test_an_a100_40gb_is_its_own_preset() -> None:
     assert not case.reason and case.system == "a100-40gb"
 
 
-def test_a_gh200_is_the_h200_stated_and_an_unlisted_memory_still_refused() -> None:
+def test_a_gh200_is_the_h200_stated_and_an_unlisted_memory_its_capacity() -> None:
     read = infer_system("GH200 (144GB HBM3e)")
     assert read.value == "h200" and "a GH200 read as the H200" in read.assumption
     assert "GH200" not in infer_system("H200 SXM").assumption
-    with pytest.raises(Uninferable, match="no preset for 96GB"):
-        infer_system("GH200 96GB")
+    # s33 hbmcap: was refused ("no preset for 96GB"); now the h200 preset at 96 GiB, rates kept
+    small = infer_system("GH200 96GB")
+    assert small.value == "h200" and "capacity only" in small.assumption
+    assert memory_override("GH200 96GB") == (("memory_bytes", float(96 * 2**30)),)
     with pytest.raises(Uninferable, match="matches no system preset"):
         infer_system("Gaudi3")  # MI300X has a preset since s14 amd
 

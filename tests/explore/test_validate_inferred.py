@@ -223,9 +223,11 @@ def test_gpu_spellings_map_to_presets(gpu: str, preset: str) -> None:
     assert infer_system(gpu).value == preset
 
 
-def test_a_gpu_whose_memory_no_preset_has_is_uninferable() -> None:
-    with pytest.raises(Uninferable, match="no preset for 64GB"):
-        infer_system("A100 64GB")
+def test_a_gpu_memory_beyond_any_variant_of_the_part_is_uninferable() -> None:
+    # s33 hbmcap: a memory no preset has is applied as the capacity when it lies within half to
+    # twice the preset's; a node's 640 GB (8 x 80) does not
+    with pytest.raises(Uninferable, match="memory of 640GB is not one GPU's memory"):
+        infer_system("A100 640GB")
 
 
 @pytest.mark.parametrize(
