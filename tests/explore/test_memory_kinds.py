@@ -21,7 +21,8 @@ from stage_explore.analytical.memory_kinds import (
 from stage_explore.system import load_system
 from stage_explore.validation.memory_kind import kind_assumption, memory_kind
 from stage_explore.validation.run import analytical_factory, evaluate_case
-from stage_explore.validation.setups import case_system, data_dir, load_cases
+from stage_explore.validation.setup_systems import case_system
+from stage_explore.validation.setups import data_dir, load_cases
 
 GIB = 2**30
 WORKSPACES = BLAS_WORKSPACES * BLAS_WORKSPACE_BYTES
