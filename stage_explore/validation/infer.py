@@ -50,6 +50,7 @@ from stage_explore.validation.infer_fields import (
     names_bridge,
     unmodelled_framework,
 )
+from stage_explore.validation.infer_fms_ac import fms_ac_fields
 from stage_explore.validation.infer_named_shard import source_offload_reason
 from stage_explore.validation.infer_parallel import (
     ETP_DEFAULT_NOTE,
@@ -193,6 +194,9 @@ def inferred_setup(
     if partial is not None:
         parallel["recompute_num_layers"], parallel["recompute_method"] = partial[0], "block"
         notes.append(partial[1])
+    fms_ac = fms_ac_fields(framework.value, cell, layers)  # the fields: setups._parallel_fields
+    if fms_ac is not None:
+        notes.append(fms_ac[1])
     if precision.fp8_recipe:
         parallel["fp8_recipe"] = precision.fp8_recipe
     if precision.fp8_gemms:

@@ -22,15 +22,18 @@ PyTorch FSDP row naming compile is the same wrapper under ``torch.compile``.
 attention: ``apply_fsdp_checkpointing(model, p)`` wraps a fraction ``p`` of the LLaMA blocks,
 evenly spaced, in a non-reentrant checkpoint wrapper (``fms_fsdp/policies/ac_handler.py``,
 foundation-model-stack/fms-fsdp 4eb97d80: 'p = 1/2: [ac, no-ac, ac, no-ac, ...]'; ``p`` is the
-config's ``selective_checkpointing``). A hand-written setup expresses it (``recompute_method
-'spread'``, ``setups.toml``'s IBMFSDP rows); an inferred row whose recompute cell says
-'selective' on the fms-fsdp profile is refused: read as Megatron's selective recompute it ran
-with (almost) no recompute, whatever fraction the run checkpointed.
+config's ``selective_checkpointing``). A row whose recompute cell states p or the earlier
+interval k is read so (:mod:`~stage_explore.validation.infer_fms_ac`, s34 fmssel); one that
+says 'selective' on the fms-fsdp profile and states neither is refused: read as Megatron's
+selective recompute it ran with (almost) no recompute, whatever fraction the run checkpointed.
 """
 
 from __future__ import annotations
 
 import re
+
+from stage_core.errors import ConfigError
+from stage_explore.validation.infer_fms_ac import stated_amount
 
 #: A denial of torch.compile: ``no-compile``, ``no torch.compile``, ``without torch.compile``,
 #: ``not compiled``, ``non-compiled``, ``w/o compile``, ``uncompiled``; ``compile: false``,
@@ -69,7 +72,8 @@ FMS_SELECTIVE_REFUSED = (
     "recompute {cell!r} on fms-fsdp: its 'selective' activation checkpointing wraps a fraction "
     "p of the blocks (fms_fsdp/policies/ac_handler.py apply_fsdp_checkpointing, the config's "
     "selective_checkpointing), not Megatron's selective recompute of the core attention; the "
-    "inferred setup does not read p (a setups.toml entry can: recompute_method 'spread')"
+    "cell states neither p ('selective_checkpointing 0.5', 'p = 1/2') nor the earlier interval "
+    "k ('every_xth_item 2', 'every 2nd block')"
 )
 
 
@@ -125,10 +129,17 @@ def names_compile(row: dict[str, str]) -> bool:
 
 
 def fms_selective_refusal(framework: str, recompute_cell: str) -> str:
-    """The reason an fms-fsdp row whose recompute cell says 'selective' is not evaluated
-    (module docstring); empty for every other row."""
+    """The reason an fms-fsdp row whose recompute cell says 'selective' and states neither the
+    fraction p nor the interval k is not evaluated (module docstring; a stated one is read,
+    :mod:`~stage_explore.validation.infer_fms_ac`), or the cell's own error when it states two;
+    empty for every other row."""
     if framework != "fms-fsdp":
         return ""
     if not re.search(r"\bselective\b|^\s*(?:sel|sac)\b", recompute_cell, re.IGNORECASE):
         return ""
+    try:
+        if stated_amount(recompute_cell) is not None:
+            return ""
+    except ConfigError as error:
+        return str(error)
     return FMS_SELECTIVE_REFUSED.format(cell=recompute_cell.strip())

@@ -43,6 +43,7 @@ from stage_explore.validation.csv_cells import (
     ragged_reason,
     read_csv,
 )
+from stage_explore.validation.infer_fms_ac import fms_ac_fields
 from stage_explore.validation.infer_layer_ac import layer_ac_fields
 from stage_explore.validation.infer_release import row_text
 from stage_explore.validation.memory_kind import memory_kind
@@ -299,8 +300,11 @@ def _model(base_name: str, row: dict[str, str], fields: dict[str, Any]) -> Model
 
 
 def _parallel_fields(
-    source: SourceSetup, row: dict[str, str], extra: Mapping[str, Any]
+    source: SourceSetup, row: dict[str, str], extra: Mapping[str, Any], layers: int
 ) -> dict[str, Any]:
+    """The parallel fields of ``row``: its CSV cells, a recompute cell's framework reading
+    (torchtitan's 'selective layer', fms-fsdp's stated fraction of its ``layers`` blocks), then
+    the setup's fields, which may only fill what the CSV leaves empty."""
     stated: dict[str, Any] = {}
     for column, name in PARALLEL_COLUMNS.items():
         value = int_cell(row.get(column, ""))
@@ -318,6 +322,8 @@ def _parallel_fields(
         stated["recompute"] = recompute
     layer_ac = layer_ac_fields(source.framework, row.get("recompute", ""), row_text(row))
     stated.update(layer_ac[0] if layer_ac else {})  # torchtitan's 'selective layer': full, every n
+    fms_ac = fms_ac_fields(source.framework, row.get("recompute", ""), layers)
+    stated.update(fms_ac[0] if fms_ac else {})  # fms-fsdp's stated p (spread) or k (every)
     fields = _merge(stated, {**source.parallel, **extra}, row["id"], "parallel")
     unknown = sorted(set(fields) - _PARALLEL_FIELDS)
     if unknown:
@@ -449,7 +455,8 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         )
     _check_integer_cells(row)
     model_fields = _model_fields(source, row, row_setup.get("model", {}))
-    parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}))
+    layers = int(model_fields.get("layers", get_flavor(base_name).layers))
+    parallel_fields = _parallel_fields(source, row, row_setup.get("parallel", {}), layers)
     names = {"gpus": "GPUs (num_gpus)", "seq_len": "seq_len", "global_batch": "global batch"}
     try:
         # an absurd size (e.g. 10^8 layers) is refused before any work, as `stage eval` does:
