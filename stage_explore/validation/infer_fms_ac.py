@@ -11,10 +11,11 @@ recompute of the core attention). Its knob changed once:
   current design of selective ac is to checkpoint one block every k blocks'). In the model that
   is ``recompute_method 'every'`` with ``recompute_num_layers`` k (blocks k, 2k, ...), as
   torchtitan's 'selective layer' AC (:mod:`~stage_explore.validation.infer_layer_ac`);
-- since PR #57 (merged 2024-03-22), a fraction p of the blocks (``fms_fsdp/policies/
-  ac_handler.py`` 4eb97d80, the config's ``selective_checkpointing``: a block checkpointed when
-  ``block_idx · p >= cut_off``, ``cut_off`` from 1/2 up by 1 per checkpointed block; p = 0 none,
-  p >= 1 every block, per fms-fsdp's ``tests/test_selective_ac.py``). In the model that is
+- since PR #57 (March 2024: opened 2024-03-21, after the blog), a fraction p of the blocks
+  (``fms_fsdp/policies/ac_handler.py`` 4eb97d80, the config's ``selective_checkpointing``: a
+  block checkpointed when ``block_idx · p >= cut_off``, ``cut_off`` from 1/2 up by 1 per
+  checkpointed block; p = 0 none, p >= 1 every block, per fms-fsdp's
+  ``tests/test_selective_ac.py``). In the model that is
   ``recompute_method 'spread'`` with N the number of blocks the rule picks
   (:func:`stage_core.lower.compact.partial_recompute_pattern`).
 
@@ -117,7 +118,7 @@ def fms_ac_fields(
         method, n = "spread", count
         rule = (
             f"selective_checkpointing p = {value} (fms_fsdp/policies/ac_handler.py since "
-            "fms-fsdp#57, 2024-03-22: a block when block_idx · p >= cut_off, evenly spaced)"
+            "fms-fsdp#57, March 2024: a block when block_idx · p >= cut_off, evenly spaced)"
         )
     else:
         n = int(value)

@@ -69,7 +69,7 @@ def test_the_fsdp_blog_rows_take_two_sequences_of_4096_per_gpu(cases: list[Case]
     rows = {r["id"]: r for r in csv_rows(HELD_OUT)}
     blog = ("IBMFSDP-H100", "IBMFSDP-A100")
     evaluated = [c for c in cases if c.source in blog and c.parallel is not None]
-    sizes = ["34B", "34B", "70B", "70B", "7B", "7B"]
+    sizes = ["13B", "13B", "34B", "34B", "70B", "70B", "7B", "7B"]  # 13B since s34 fmssel
     assert sorted(c.id.rsplit("-", 1)[1] for c in evaluated) == sizes
     for case in evaluated:
         parallel, model = case.parallel, case.model
@@ -82,6 +82,10 @@ def test_the_fsdp_blog_rows_take_two_sequences_of_4096_per_gpu(cases: list[Case]
         if case.id.endswith("-7B"):  # fms-fsdp's scripts/7b.sh: HSDP over 8-GPU nodes, no AC
             assert parallel.dp_shard == 8 and str(parallel.recompute) == "none"
             assert model.kv_heads == model.heads == 32
+        elif case.id.endswith("-13B"):  # HSDP as 7B; 'Selective': one block in every 2
+            assert parallel.dp_shard == 8 and str(parallel.recompute) == "full"
+            assert (parallel.recompute_method, parallel.recompute_num_layers) == ("every", 2)
+            assert model.kv_heads == model.heads == 40
         else:  # FSDP (FULL_SHARD), activation checkpointing of every block
             assert parallel.dp_shard is None and str(parallel.recompute) == "full"
             assert model.kv_heads == 8

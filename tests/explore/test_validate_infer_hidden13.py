@@ -3,7 +3,8 @@ Torch.compile', 2024, Tables 1-2, and fms-fsdp's README 7b row, added to
 published_runs_no_setup.csv as ``IBMFSDPC-*`` / ``FMSFSDP-A100-LLAMA2-7B-*``) and the two
 readings they exposed (:mod:`stage_explore.validation.infer_compile`): torch.compile named on a
 PyTorch FSDP / fms-fsdp row (it ran eager before), with a denial in the row's most specific
-text winning; and fms-fsdp's 'selective' checkpointing (a fraction of the blocks), refused."""
+text winning; and fms-fsdp's 'selective' checkpointing (a fraction of the blocks), refused
+unless the row states the fraction (s34 fmssel)."""
 
 from __future__ import annotations
 
@@ -76,10 +77,11 @@ def test_a_compiled_fms_fsdp_row_fuses_and_runs_faster_than_its_eager_twin() -> 
     assert fast.predicted > 1.05 * slow.predicted
 
 
-def test_an_fms_fsdp_selective_row_is_refused_with_the_reason() -> None:
+def test_an_fms_fsdp_selective_row_reads_its_stated_fraction_or_is_refused() -> None:
     """The defect: 'selective' on an fms-fsdp row read as Megatron's selective recompute (the
     core attention, nearly free with SDPA flash) where fms-fsdp checkpoints a fraction p of the
-    blocks; the hand-written IBMFSDP-*-13B setups refuse it for the same reason."""
+    blocks. The 13B rows state p since s34 fmssel (infer_fms_ac.py): 20 of the 40 blocks,
+    spread; the same row without it is refused with the reason."""
     rows = _rows()
     for row_id in (
         "IBMFSDPC-A100-128-LLAMA2-13B-COMPILE",
@@ -87,13 +89,25 @@ def test_an_fms_fsdp_selective_row_is_refused_with_the_reason() -> None:
         "IBMFSDPC-H100-464-LLAMA2-13B-COMPILE",
     ):
         (case, *_) = row_cases(rows[row_id], NO_SETUP, 1, data_dir())
-        assert case.parallel is None, row_id
-        assert "fraction p of the blocks" in case.reason, row_id
+        assert case.parallel is not None, (row_id, case.reason)
+        assert case.parallel.recompute.value == "full", row_id
+        assert case.parallel.recompute_method == "spread", row_id
+        assert case.parallel.recompute_num_layers == 20, row_id
+        assert any("20 of the 40 blocks" in a for a in case.assumptions), row_id
+    row = dict(rows["IBMFSDPC-H100-464-LLAMA2-13B-EAGER"], recompute="selective")
+    (case, *_) = row_cases(row, NO_SETUP, 1, data_dir())
+    assert case.parallel is None
+    assert "fraction p of the blocks" in case.reason and "states neither p" in case.reason
+    # two amounts in one cell: the cell's own error is the reason
+    row = dict(row, recompute="selective (p = 1/2, every_xth_item 3)")
+    (case, *_) = row_cases(row, NO_SETUP, 1, data_dir())
+    assert case.parallel is None and "more than one amount" in case.reason
     # a torchtitan 'selective' row is untouched (its op-level policy)
-    row = dict(rows["IBMFSDPC-H100-464-LLAMA2-13B-EAGER"])
+    row = dict(rows["IBMFSDPC-H100-464-LLAMA2-13B-EAGER"], recompute="selective")
     row.update(source="TorchTitan docs/performance.md", notes="torchtitan FSDP2")
     (case, *_) = row_cases(row, NO_SETUP, 1, data_dir())
     assert case.framework == "torchtitan" and case.parallel is not None
+    assert case.parallel.recompute.value == "selective"
 
 
 def test_compiled_fms_keeps_the_grouped_query_copies_sdpa_reads() -> None:
