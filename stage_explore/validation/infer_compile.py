@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 
 from stage_core.errors import ConfigError
-from stage_explore.validation.infer_fms_ac import stated_amount
+from stage_explore.validation.infer_fms_ac import names_selective, stated_amount
 
 #: A denial of torch.compile: ``no-compile``, ``no torch.compile``, ``without torch.compile``,
 #: ``not compiled``, ``non-compiled``, ``w/o compile``, ``uncompiled``; ``compile: false``,
@@ -135,7 +135,7 @@ def fms_selective_refusal(framework: str, recompute_cell: str) -> str:
     empty for every other row."""
     if framework != "fms-fsdp":
         return ""
-    if not re.search(r"\bselective\b|^\s*(?:sel|sac)\b", recompute_cell, re.IGNORECASE):
+    if not names_selective(recompute_cell):
         return ""
     try:
         if stated_amount(recompute_cell) is not None:

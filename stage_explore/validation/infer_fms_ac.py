@@ -51,8 +51,14 @@ _INTERVAL = re.compile(
     r"|every\s+(other|\d+)(?:st|nd|rd|th)?\s+(?:transformer\s+|llama\s+)?(?:layer|block)s?\b",
     re.IGNORECASE,
 )
-#: A recompute cell that says fms-fsdp's 'selective' (its first word, as the refusal reads it).
-_SELECTIVE = re.compile(r"\s*(?:selective\b|sel\b|sac\b)", re.IGNORECASE)
+#: A recompute cell that says fms-fsdp's 'selective': the word anywhere (``recompute:
+#: selective``, ``activation checkpointing: selective``), or ``sel`` / ``sac`` first.
+_SELECTIVE = re.compile(r"\bselective\b|^\s*(?:sel|sac)\b", re.IGNORECASE)
+
+
+def names_selective(recompute_cell: str) -> bool:
+    """Whether a recompute cell names 'selective' checkpointing (:data:`_SELECTIVE`)."""
+    return _SELECTIVE.search(recompute_cell) is not None
 
 
 def _fraction(text: str) -> Fraction:
@@ -107,7 +113,7 @@ def fms_ac_fields(
     """The parallel fields and the note of an fms-fsdp row whose recompute cell says
     'selective' and states p or k (module docstring) for a model of ``layers`` blocks; None for
     any other row (another framework, another granularity, nothing stated)."""
-    if framework != "fms-fsdp" or not _SELECTIVE.match(recompute_cell):
+    if framework != "fms-fsdp" or not names_selective(recompute_cell):
         return None
     amount = stated_amount(recompute_cell)
     if amount is None:

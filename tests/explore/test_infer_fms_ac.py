@@ -103,6 +103,9 @@ def test_the_fields_for_each_amount() -> None:
     none = fms_ac_fields("fms-fsdp", "selective (p = 0.01)", 40)
     assert full is not None and full[0] == {"recompute": "full"}
     assert none is not None and none[0] == {"recompute": "none"}
+    # 'selective' after a label, as spelled tables write it, is the same reading
+    labelled = fms_ac_fields("fms-fsdp", "activation checkpointing: selective (p = 1/2)", 40)
+    assert labelled is not None and labelled[0] == spread[0]
     # other frameworks, other granularities, nothing stated: not this reading
     assert fms_ac_fields("torchtitan", "selective (p = 0.5)", 40) is None
     assert fms_ac_fields("fms-fsdp", "full (p = 0.5)", 40) is None
