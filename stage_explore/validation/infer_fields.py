@@ -20,6 +20,7 @@ from stage_core.models import get_flavor
 from stage_core.models.flavors import list_flavors
 from stage_core.models.layers import Ffn, Mixer
 from stage_explore.validation.infer_architectures import ARCHITECTURES
+from stage_explore.validation.infer_citation import flop_citation
 from stage_explore.validation.infer_errors import Uninferable as Uninferable
 from stage_explore.validation.infer_family_dims import base_size_dims
 from stage_explore.validation.infer_generic import GenericRefused, generic_decoder
@@ -36,6 +37,7 @@ from stage_explore.validation.infer_precision import PrecisionRead as PrecisionR
 from stage_explore.validation.infer_precision import infer_precision as infer_precision
 from stage_explore.validation.infer_shard import (
     REPLICAS,
+    ZERO_ONE,
     mics_group,
     refuse_zero_pp,
     reshard_never,
@@ -95,6 +97,11 @@ UNMODELLED_FRAMEWORKS: tuple[tuple[str, str], ...] = (
     # matrix multiply over a 3D grid of GPUs plus data parallelism, not Megatron's layers
     # (s27 hidden22: was the megatron-core default)
     (r"\baxonn\b", "AxoNN"),
+    # InternEvo, InternLM's training framework ("an open-sourced lightweight training framework",
+    # InternLM/InternEvo README.md): its own parallel layers and HybridZeroOptimizer, an engine
+    # "adopted from" Colossal-AI's (internlm/core/engine.py) (s34 rowsF)
+    (r"intern[\s_-]?evo|hybrid[\s_-]?zero[\s_-]?optimi[sz]er|"
+     r"internlm(?:'s)?\s+(?:own\s+)?(?:trainer|training\s+framework)", "InternEvo (InternLM)"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
 #: The JAX frameworks of :data:`UNMODELLED_FRAMEWORKS`. A row naming one ran XLA: its "FSDP" is
@@ -148,7 +155,9 @@ def infer_framework(row: dict[str, str]) -> Inferred:
         cell = row.get(column, "")
         fsdp = re.search(_FSDP_WORDS, cell, re.IGNORECASE) is not None
         for pattern, framework in FRAMEWORK_RULES:
-            found = re.search(pattern, cell, re.IGNORECASE)
+            found = next((m for m in re.finditer(pattern, cell, re.IGNORECASE) if not (
+                framework == "megatron-lm-2021" and flop_citation(cell, m.start())
+            )), None)  # a paper cited for its FLOP count is not the code (s34 rowsF)  # fmt: skip
             if found and fsdp and _ZERO3_OF_FSDP.match(found.group(0).lower()):
                 continue  # FSDP's sharding called ZeRO-3: the FSDP rules read the cell
             if found and jax and (framework == "fsdp" or found.group(0).lower() == "primus"):
@@ -544,7 +553,7 @@ def infer_zero(
         re.search(r"fsdp", text) and not re.search(r"fsdp\s*0\b|hybrid|hsdp", text)
     ):
         return 3, None, f"zero 3 ({said})"
-    if re.search(r"hybrid|hsdp", text):
+    if re.search(r"hybrid|hsdp", text) and not re.search(ZERO_ONE, text):
         size = stated_shard_size(cell)
         if size is None and REPLICAS.search(cell):  # groups of dp / R: infer.py's stated_group
             return 3, None, f"zero 3 in hybrid groups of dp / the replicate degree ({said})"
@@ -553,10 +562,7 @@ def infer_zero(
         if size is not None:
             return 3, size, f"zero 3 inside shard groups of {size} GPUs (dp_shard {size}; {said})"
         return 3, 8, f"zero 3 inside shard groups of 8 GPUs, one node (dp_shard 8; {said})"
-    if re.search(
-        r"zero[-\s]?1|zero stage 1|distributed.optimi[sz]er|distributed_fused_adam|"
-        r"distributedfusedadam|dist[-_\s]?opt", text
-    ):  # fmt: skip
+    if re.search(ZERO_ONE, text):  # a group it states: infer_parallel's stated_group
         return 1, None, f"zero 1, the distributed optimizer ({said})"
     if text in ("none", "no", "0", "-"):
         return 0, None, f"zero 0 ({said})"

@@ -6,12 +6,13 @@ s32 readers7: ``benchmarks/system_phrasings.py``).
 
 Read now:
 
-- a bare ``200G`` / ``400G`` next to the name of the network it is a port of (InfiniBand's
-  ``HDR`` / ``NDR`` / ``XDR`` / ``EDR``, ``IB``, ``RoCE``, ``Ethernet``, ``EFA``, ``ConnectX``)
-  as that many Gb/s: ``4 x HDR 200G per node``, ``RoCE v2 400G per GPU`` (InfiniBand and
-  Ethernet ports are sold by their bit rate: NVIDIA's ConnectX-7 "400G" adapters are 400 Gb/s
-  NDR / 400GbE, the ConnectX-6 "200G" ones 200 Gb/s HDR). Elsewhere a bare ``G`` is still not a
-  rate (``288G`` is a memory; ``eight 200G NICs`` names no network and stays unread, as before);
+- a bare ``200G`` / ``400G`` / ``100Gb`` (s34 rowsF) next to the name of the network it is a
+  port of (InfiniBand's ``HDR`` / ``NDR`` / ``XDR`` / ``EDR``, ``IB``, ``RoCE``, ``Ethernet``,
+  ``EFA``, ``ConnectX``) as that many Gb/s: ``4 x HDR 200G per node``, ``RoCE v2 400G per
+  GPU``, ``4 * 100Gb RoCE`` (InfiniBand and Ethernet ports are sold by their bit rate: NVIDIA's
+  ConnectX-7 "400G" adapters are 400 Gb/s NDR / 400GbE, the ConnectX-6 "200G" ones 200 Gb/s
+  HDR). Elsewhere a bare ``G`` is still not a rate (``288G`` is a memory; ``eight 200G NICs``
+  names no network and stays unread, as before);
 - ``8*400Gbps`` (an asterisk as the multiplication sign) as ``8x400Gbps`` (it was read as one
   400 Gb/s port per node);
 - a rate in bytes in a clause that says it is between nodes (``25 GB/s per GPU inter-node``) as
@@ -31,13 +32,18 @@ _NETWORK = r"(?:[EHNX]DR|IB|InfiniBand|RoCE|Ethernet|EFA|ConnectX[\w-]*|CX-?\d)"
 #: The port rates Ethernet and InfiniBand links are sold at (Gb/s: 10 / 25 / 40 / 50 / 100 GbE
 #: and EDR, 56 FDR, 200 HDR, 400 NDR, 800 XDR, 1600 GbE); a bare ``80G`` / ``288G`` is a memory.
 _PORT = r"(?:10|25|40|50|56|100|200|400|800|1600)"
-#: A bare ``400G`` (not ``400GB``, ``400 Gb/s``, ``400GbE``, ``400Gbps``) right after its
-#: network (up to two words between: ``RoCE v2 400G``, ``ConnectX-7 NDR 400G``) or right before
-#: it (``200G HDR``, one word between); a ``G`` further from a network name is not read (``A100
-#: SXM 80G GPUs … by a RoCE network`` is a memory: s32 readers7's first version read it as 80 Gb/s).
+#: A lower-case ``b`` after the ``G`` (bits, case-sensitive: ``GB`` is bytes): InternLM's hardware
+#: table reads "Inter-machine bandwidth | 4 * 100Gb RoCE" (InternLM/InternLM 20fe5ac2
+#: doc/en/train_performance.md; 7 Dec 2026, s34 rowsF: was not read, the preset's network kept).
+_BITS = r"(?-i:b)?"
+#: A bare ``400G`` or ``100Gb`` (not ``400GB``, ``400 Gb/s``, ``400GbE``, ``400Gbps``) right
+#: after its network (up to two words between: ``RoCE v2 400G``, ``ConnectX-7 NDR 400G``) or
+#: right before it (``200G HDR``, one word between; a count before it, ``4x100Gb RoCE``, s34
+#: rowsF); a ``G`` further from a network name is not read (``A100 SXM 80G GPUs … by a RoCE
+#: network`` is a memory: s32 readers7's first version read it as 80 Gb/s).
 _BARE_G = re.compile(
-    rf"\b({_NETWORK}\s(?:[\w.-]+\s){{0,2}}?)({_PORT})\s?G(?![\w/])"
-    rf"|(?<![\w.])({_PORT})\s?G(?=\s(?:[\w.-]+\s)?{_NETWORK}\b)",
+    rf"\b({_NETWORK}\s(?:[\w.-]+\s){{0,2}}?)({_PORT})\s?G{_BITS}(?![\w/])"
+    rf"|(?:(?<![\w.])|(?<=\d[x×]))({_PORT})\s?G{_BITS}(?=\s(?:[\w.-]+\s)?{_NETWORK}\b)",
     re.IGNORECASE,
 )
 #: ``8*400`` before a bit rate: the count and the rate.

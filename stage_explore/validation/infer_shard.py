@@ -48,16 +48,30 @@ from stage_explore.validation.infer_errors import Uninferable
 
 #: The size of a shard group: ``dp_shard 16``, ``dp_shard_size=16``, ``data_parallel_shard_degree
 #: 16``, ``mics_shard_size: 8``, ``shard group 32``, ``sharding group size of 16``, ``shard a
-#: model across 128 GPUs``.
+#: model across 128 GPUs``, ``zero1=8``.
 SHARD_SIZE = re.compile(
     r"(?:\bdp[_\s-]?shard(?:[_\s-]?(?:size|degree))?|data[_\s-]parallel[_\s-]shard[_\s-]degree|"
     r"mics[_\s-]shard[_\s-]size|shard(?:ing)?[_\s-]+(?:group|degree)(?:[_\s-]+size)?(?:\s+of)?|"
     # in words, the group a count of GPUs follows: "We shard a model across 128 GPUs, and we
     # have 4 copies of the model" (BloombergGPT, arXiv 2303.17564, Section 3.4; 7 Dec 2026, s31
     # rowsA: was refused as MiCS without a group); not "across 4 nodes"
-    r"\bshard(?:s|ed|ing)?\s+(?:(?:a|the)\s+)?(?:model\s+)?across(?=\s+\d+\s+(?:GPUs?|devices)\b))"
+    r"\bshard(?:s|ed|ing)?\s+(?:(?:a|the)\s+)?(?:model\s+)?across(?=\s+\d+\s+(?:GPUs?|devices)\b)|"
+    # InternLM / InternEvo's ZeRO-1 group, ``zero1=8`` or ``zero1=dict(size=8)`` (-1: all of
+    # dp, no group; 1: no sharding): "zero1 > 1 and zero1 <= dp world size, the world size of
+    # zero is a subset of dp world size" (InternLM/InternLM 00478761 configs/7B_sft.py; 7 Dec
+    # 2026, s34 rowsF)
+    r"\bzero1\s*=\s*(?:dict\(\s*size\s*=\s*)?(?=\d))"
     r"\s*[:=]?\s*(\d+)\b",
     re.IGNORECASE,
+)
+#: ZeRO stage 1 named: ``ZeRO-1``, ``zero stage 1``, the distributed optimizer (Megatron's,
+#: Apex's ``DistributedFusedAdam``). Beside "hybrid" it keeps stage 1 (s34 rowsF): InternLM's
+#: "Hybrid Zero" optimizer shards the optimizer states only (``zero1`` groups), and Megatron-Core's
+#: partial distributed optimizer is its "Hybrid Shard Data-Parallel" (``--num-distributed-
+#: optimizer-instances``, NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md, MCore v0.13).
+ZERO_ONE = (
+    r"zero[-\s]?1|zero stage 1|distributed.optimi[sz]er|distributed_fused_adam|"
+    r"distributedfusedadam|dist[-_\s]?opt"
 )
 #: The number of replicas: ``dp_replicate 4``, ``dp_replicate_size=4``,
 #: ``data_parallel_replicate_degree 2``, ``replicate degree 2``, Megatron's
