@@ -238,7 +238,9 @@ class BlockCost:
     of its rate the block's compute loses to the SMs the NCCL kernels of the gathers and
     scatters, and of the replica all-reduce, hold while they run
     (:func:`~stage_explore.analytical.contention.contended_share`; applied by
-    :func:`~stage_explore.analytical.contention.contended_s`)."""
+    :func:`~stage_explore.analytical.contention.contended_s`). ``backward_gather_s``: the
+    backward's own gather where it differs from the forward's (DeepSpeed hpZ's in-group gather,
+    :mod:`~stage_explore.analytical.hpz`); None, the same seconds as ``gather_s``."""
 
     forward: BlockTiming
     backward: BlockTiming
@@ -247,6 +249,12 @@ class BlockCost:
     replica_s: float = 0.0
     zero_share: tuple[float, float] = (0.0, 0.0)
     replica_share: float = 0.0
+    backward_gather_s: float | None = None
+
+    @property
+    def bwd_gather_s(self) -> float:
+        """Seconds of the backward's own parameter gather (``backward_gather_s``)."""
+        return self.gather_s if self.backward_gather_s is None else self.backward_gather_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,14 +351,14 @@ def _per_block(
             )
             df, db = df + cost.gather_s, db + tail
         elif zero >= 3:
-            comm = max(cost.gather_s + cost.scatter_s, cost.replica_s)
+            comm = max(cost.bwd_gather_s + cost.scatter_s, cost.replica_s)
             label_s = max(0.0, cost.gather_s - df) + max(0.0, comm - db)
             exposed["zero_gather"] = exposed.get("zero_gather", 0.0) + count * label_s
             slowed_f = contended_s(
                 df, cost.forward.compute_s, cost.gather_s, ((cost.gather_s, cost.zero_share[0]),)
             )
             slowed_b = contended_s(db, cost.backward.compute_s, comm, (
-                (cost.gather_s + cost.scatter_s, cost.zero_share[1]),
+                (cost.bwd_gather_s + cost.scatter_s, cost.zero_share[1]),
                 (cost.replica_s, cost.replica_share),
             ))  # fmt: skip
             lost = count * (slowed_f - max(df, cost.gather_s) + slowed_b - max(db, comm))
@@ -426,12 +434,13 @@ def _queued(
             backward.append((QueueBlock(db + cost.scatter_s + cost.replica_s), count))
             continue
         slowed_f = contended_s(df, cost.forward.compute_s, 0.0, ((gather, cost.zero_share[0]),))
+        back = cost.bwd_gather_s  # hpZ: the backward's gather inside its group (hpz.py)
         slowed_b = contended_s(db, cost.backward.compute_s, 0.0, (
-            (gather + cost.scatter_s, cost.zero_share[1]),
+            (back + cost.scatter_s, cost.zero_share[1]),
             (cost.replica_s, cost.replica_share),
         ))  # fmt: skip
         forward.append((QueueBlock(slowed_f, gather), count))
-        backward.append((QueueBlock(slowed_b, gather, cost.scatter_s, cost.replica_s), count))
+        backward.append((QueueBlock(slowed_b, back, cost.scatter_s, cost.replica_s), count))
     forward_s = pass_time(forward, depth)
     backward_s = pass_time(list(reversed(backward)), depth)
     added = forward_s + backward_s - timing.forward_s - timing.backward_s

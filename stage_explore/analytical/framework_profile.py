@@ -113,6 +113,12 @@ class FrameworkProfile(
                         f"framework {self.name!r}: `{option}` must be an int >= 0, "
                         f"but got {value!r}"
                     )
+            elif option == "zero_hpz_partition_size":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ConfigError(
+                        f"framework {self.name!r}: `zero_hpz_partition_size` (ranks of a hpZ "
+                        f"group) must be an int >= 1, but got {value!r}"
+                    )
             elif option == "moe_hybridep_sms":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ConfigError(

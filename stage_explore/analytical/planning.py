@@ -47,6 +47,7 @@ from stage_explore.analytical.framework_costs import (
     zero3_gathered_bytes,
     zero3_persistent,
 )
+from stage_explore.analytical.hpz import hpz_gathers, hpz_size, secondary_bytes
 from stage_explore.analytical.overlap import DEEPEP_SMS
 from stage_explore.analytical.parts import (
     ChunkParts,
@@ -160,6 +161,7 @@ class StagePlanning(AmaxCosting):
             hardware += states.hardware_flops
         gathered_bytes = 0
         if workload.parallel.zero >= 3:  # the gathered weights held at once (the framework's rule)
+            hpz = hpz_size(self.framework, workload.parallel)
             present = {kind for runs in signature for kind, _ in runs}
             tensor = max((w.elements for k in present for w in point.blocks[k].weights), default=0)
             blocks_bytes = [x for part in parts for x in part.states.largest]
@@ -172,6 +174,12 @@ class StagePlanning(AmaxCosting):
                 for k, n in runs
                 for w in point.blocks[k].weights
                 if zero3_persistent(self.framework, w.elements)
+            ) + sum(  # DeepSpeed hpZ's secondary shard of the partitioned ones (hpz.py)
+                n * secondary_bytes(w.elements, workload.weight_bytes, hpz)
+                for runs in signature
+                for k, n in runs
+                for w in point.blocks[k].weights
+                if not zero3_persistent(self.framework, w.elements)
             )
         dualpipe = str(workload.parallel.schedule) == "dualpipe"
         stage_class = StageClass(
@@ -444,10 +452,11 @@ class StagePlanning(AmaxCosting):
         shapes = tuple(spans[axes][0] for axes in parts.cost_axes)
 
         def compute() -> tuple[BlockCost, BlockCost, BlockCost]:
-            gather_s = sum(
-                self._zero_time(point, spans[i.axes], i, parts.calls(n))
-                for n, i in enumerate(parts.gathers)
-            )
+            gather_s, back_s = hpz_gathers(  # DeepSpeed hpZ: in-group gathers (hpz.py)
+                point.system.dim_sizes, parts.gathers, spans,
+                hpz_size(self.framework, point.workload.parallel), point.workload.micro_batches,
+                lambda span, i, n: self._zero_time(point, span, i, parts.calls(n)),
+            )  # fmt: skip
             scatter_s = replica_s = 0.0
             for i in parts.scatters:  # hybrid sharding's replica all-reduce: a stream of its own
                 seconds = self._zero_time(point, spans[i.axes], i)
@@ -461,7 +470,7 @@ class StagePlanning(AmaxCosting):
                 and (is_layer_block(kind) or mtp_layer_of_block(kind))
                 and not is_kept_block(kind)
             ):  # the recomputed forward gathers again before the backward's own gather
-                scatter_s += gather_s
+                scatter_s += gather_s if back_s is None else back_s
             forward = self._block_timing(point, kind, "fwd", spans)  # before the shares,
             backward = self._block_timing(point, kind, "bwd", spans)  # which reuse its kernels
             system = point.system  # NCCL's thread blocks beside the block's compute
@@ -493,6 +502,7 @@ class StagePlanning(AmaxCosting):
                 replica_s,
                 zero_share,
                 replica_share,
+                back_s,
             )
             if not split:
                 return cost, cost, cost
@@ -501,7 +511,7 @@ class StagePlanning(AmaxCosting):
             return (
                 cost,
                 replace(cost, backward=b_timing, scatter_s=0.0, replica_s=0.0),
-                replace(cost, backward=w_timing, gather_s=0.0),
+                replace(cost, backward=w_timing, gather_s=0.0, backward_gather_s=None),
             )
 
         key = ("costs", point.key, kind, point.token, point.dtype, point.state_key, shapes, split)
@@ -583,4 +593,4 @@ def _without_zero(cost: BlockCost) -> BlockCost:
     compute they slow: a micro-batch of a stage whose parameters stay gathered
     (``pp_unsharded_params``)."""
     return replace(cost, gather_s=0.0, scatter_s=0.0, replica_s=0.0, zero_share=(0.0, 0.0),
-                   replica_share=0.0)  # fmt: skip
+                   replica_share=0.0, backward_gather_s=None)  # fmt: skip

@@ -35,6 +35,11 @@ Options (all booleans unless said):
   per step after the optimizer step, one NCCL call each (DeepSpeed
   ``stage3_param_persistence_threshold``; :func:`~stage_explore.analytical.framework_costs.
   zero3_persistent`). 0: none persist (FSDP, whose units gather every parameter).
+- ``zero_hpz_partition_size`` (int ≥ 1; 1 in every profile) — DeepSpeed ZeRO++'s hierarchical
+  partitioning (hpZ; Wang et al., arXiv 2306.10209): under ZeRO-3 each rank also holds a
+  secondary copy of the 16-bit parameters sharded over its group of this many consecutive
+  data-parallel ranks, from which every gather but a step's first forward one runs inside the
+  group (:mod:`~stage_explore.analytical.hpz`). 1: off (DeepSpeed's default).
 - ``zero3_prefetch_units`` (int ≥ 0; 1 in every profile) — under ZeRO-3 how many units
   (blocks) ahead of its compute a parameter gather may run on the one queue the gathers share
   with the gradient reduce-scatters (one NCCL communicator per data-parallel group;
@@ -243,6 +248,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "zero3_live_elements": "DeepSpeed stage3_max_live_parameters (0: FSDP whole units)",
     "zero3_prefetch_elements": "DeepSpeed stage3_prefetch_bucket_size",
     "zero3_persistence_elements": "DeepSpeed stage3_param_persistence_threshold",
+    "zero_hpz_partition_size": "DeepSpeed zero_optimization.zero_hpz_partition_size (hpZ)",
     "zero3_prefetch_units": "FSDP backward_prefetch / limit_all_gathers, FSDP2 implicit prefetch",
     "grad_accumulation": "--gradient-accumulation-fusion (none) / add / DeepSpeed / DDP_impl torch",
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
@@ -299,3 +305,4 @@ class ShardingOptions:
     zero1_grad_all_reduce: bool = False  # ZeRO-1 reduce-scatters its gradients (module docstring)
     zero3_prefetch_units: int = 1  # a unit's gather beside the compute of the unit before
     zero3_persistence_elements: int = 0  # every ZeRO-3 parameter partitioned and gathered
+    zero_hpz_partition_size: int = 1  # no secondary partition (DeepSpeed's default, hpz.py)

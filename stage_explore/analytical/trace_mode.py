@@ -334,6 +334,11 @@ def trace_step(
     workload = make_workload(model, parallel)
     if workload.world_size > system.max_gpus:
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
+    if backend.framework.zero_hpz_partition_size > 1:  # its gathers by pass: levelled only
+        raise ConfigError(
+            "`zero_hpz_partition_size` > 1 (DeepSpeed hpZ) is timed in the levelled mode only "
+            "(expected 1 in the trace mode)"
+        )
     # FSDP2 under pipeline parallelism: gathered once per step, reduce-scattered once
     held = backend.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1
     policy: TimingPolicy = backend.policy
