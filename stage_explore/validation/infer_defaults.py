@@ -35,6 +35,7 @@ from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
 from stage_explore.validation.infer_release import Defaults, row_text
+from stage_explore.validation.infer_shard import stated_hpz
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
     bionemo_native_defaults,
@@ -393,6 +394,13 @@ def recipe_defaults(
             out.options[option] = value
             out.notes.append(why)
     hai_llm_dispatch(row, spec, precision, out)  # DeepSeek's framework (infer_deepseek)
+    hpz = stated_hpz(row.get("dp_sharding", "")) if framework == "deepspeed" else None
+    if hpz is not None and hpz > 1:  # ZeRO++'s hpZ (infer_shard, analytical/hpz.py; s34 zeropp)
+        out.options["zero_hpz_partition_size"] = hpz
+        out.notes.append(
+            f"DeepSpeed ZeRO++'s hpZ in groups of {hpz} (zero_hpz_partition_size {hpz}): the "
+            "dp_sharding column states it, quantization (qwZ, qgZ) off"
+        )
     if framework in FSDP_COMPILE_FRAMEWORKS and names_compile(row):
         out.options["fused_elementwise"] = True
         out.notes.append(FSDP_COMPILE_NOTE)

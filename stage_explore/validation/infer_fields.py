@@ -39,8 +39,8 @@ from stage_explore.validation.infer_shard import (
     REPLICAS,
     ZERO_ONE,
     mics_group,
-    refuse_zero_pp,
     reshard_never,
+    stated_hpz,
     stated_shard_size,
 )
 
@@ -520,8 +520,9 @@ def infer_zero(
     (not ``FSDP 0``), hybrid sharding in the group the cell states, else within a node of 8
     (PyTorch ``HYBRID_SHARD`` shards inside a host), FSDP2's ``reshard_after_forward=False``
     as ZeRO-2 (ZeRO-3 held through the step when ``pp`` > 1), DeepSpeed MiCS in its
-    ``mics_shard_size`` groups, ZeRO++ refused (:mod:`~stage_explore.validation.infer_shard`;
-    s27 hidden22), 1 for the distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
+    ``mics_shard_size`` groups, ZeRO++'s hpZ as ZeRO-3 with its groups and qwZ / qgZ refused
+    (:mod:`~stage_explore.validation.infer_shard`; s27 hidden22, s34 zeropp), 1 for the
+    distributed optimizer / ZeRO-1, 0 for ``none`` and, on the
     FSDP-based profiles, for DDP / ``NO_SHARD`` / replicate (no FSDP wrapper); else the
     framework's default (ZeRO-3 for the FSDP-based profiles, 0 for Megatron-LM 2021, the
     distributed optimizer otherwise). ``said``: where the assumption says ``cell`` came from
@@ -536,7 +537,17 @@ def infer_zero(
             "offload to host / NVMe memory is not modelled (expected ZeRO-1/2/3, FSDP, the "
             "distributed optimizer or none)"
         )
-    refuse_zero_pp(cell)
+    hpz = stated_hpz(cell)  # ZeRO++: hpZ read, qwZ / qgZ refused (s34 zeropp)
+    if hpz is not None and hpz > 1:
+        if framework != "deepspeed":
+            raise Uninferable(
+                f"dp_sharding {cell.strip()!r} names DeepSpeed's hpZ, but the row runs "
+                f"{framework} (expected the deepspeed profile)"
+            )
+        return 3, None, (
+            f"zero 3 with DeepSpeed ZeRO++'s hpZ in groups of {hpz} (zero_hpz_partition_size "
+            f"{hpz}; {said})"
+        )
     mics = mics_group(cell)
     if mics is not None:
         return 3, mics, f"zero 3 in MiCS partition groups of {mics} GPUs (dp_shard {mics}; {said})"

@@ -30,9 +30,13 @@ does not divide ``dp``, are refused.
 ``zero_quantized_weights`` (qwZ, int8 weight all-gather), ``zero_hpz_partition_size`` (hpZ, a
 secondary weight partition inside a node so the backward all-gather stays in it),
 ``zero_quantized_gradients`` (qgZ, int4 gradient reduce-scatter)) is ZeRO-3 with quantized and
-hierarchical collectives the model does not express: a cell naming it is refused, where
-``ZeRO++`` alone read as ZeRO-1 (DeepSpeed's default stage) and ``ZeRO-3 with ZeRO++ (...)`` as
-plain ZeRO-3.
+hierarchical collectives: a cell naming it was refused (s27 hidden22), where ``ZeRO++`` alone
+read as ZeRO-1 (DeepSpeed's default stage) and ``ZeRO-3 with ZeRO++ (...)`` as plain ZeRO-3.
+Since 7 Dec 2026 (s34 zeropp) the model times hpZ (the profile option
+``zero_hpz_partition_size``, :mod:`~stage_explore.analytical.hpz`): a cell on ZeRO stage 3 that
+states ``zero_hpz_partition_size N`` and, when it names ZeRO++, that quantization is off reads
+as ZeRO-3 with hpZ groups of N (:func:`stated_hpz`); a cell naming qwZ or qgZ on, ZeRO++
+without its hpZ size or without saying quantization is off, or hpZ off stage 3 stays refused.
 
 **Parameters not resharded after the forward** (6 Dec 2026, s28 readers): a cell naming
 ``reshard_after_forward=False`` / ``'never'`` / "not resharded after the forward"
@@ -106,16 +110,56 @@ def _one(pattern: re.Pattern[str], cell: str, what: str) -> int | None:
     return values.pop() if values else None
 
 
-def refuse_zero_pp(cell: str) -> None:
-    """Refuse a ``dp_sharding`` cell naming ZeRO++ or one of its parts (module docstring)."""
+#: ZeRO++'s quantized collectives named on (qwZ, qgZ, their DeepSpeed keys not set false).
+ZERO_PP_QUANTIZED = re.compile(
+    r"\bqwz\b|\bqgz\b|zero_quantized_(?:weights|gradients)(?!\s*[:=]?\s*(?:false|0)\b)",
+    re.IGNORECASE,
+)
+#: The hpZ group a cell states: DeepSpeed's key ``zero_hpz_partition_size N``.
+HPZ_SIZE = re.compile(r"zero_hpz_partition_size\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
+#: A statement that ZeRO++'s quantization is off.
+NO_QUANTIZATION = re.compile(
+    r"quantization\s+(?:is\s+)?(?:not\s+enabled|disabled|off)\b|\bno\s+quantization\b|"
+    r"without\s+quantization\b",
+    re.IGNORECASE,
+)
+#: ZeRO stage 3 named in a cell.
+STAGE_3 = re.compile(r"zero[-\s]?3|zero\s+stage\s*3|\bstage\s*3\b", re.IGNORECASE)
+
+
+def stated_hpz(cell: str) -> int | None:
+    """The hpZ group (``zero_hpz_partition_size``) of a ``dp_sharding`` cell naming ZeRO++ or one
+    of its parts; None when it names none (or only their off defaults); refused when it names
+    qwZ / qgZ on, no hpZ size, ZeRO++ without saying quantization is off, or no ZeRO stage 3
+    (module docstring)."""
     found = ZERO_PP.search(cell)
-    if found:
+    if not found:
+        return None
+    said = f"dp_sharding {cell.strip()!r} names"
+    quantized = ZERO_PP_QUANTIZED.search(cell)
+    if quantized and not NO_QUANTIZATION.search(cell):
         raise Uninferable(
-            f"dp_sharding {cell.strip()!r} names {found.group(0)!r}: DeepSpeed ZeRO++'s "
-            "quantized weight all-gather, hierarchical (in-node) weight partition and quantized "
-            "gradient reduce-scatter are not modelled (expected ZeRO-1/2/3, MiCS, FSDP, the "
-            "distributed optimizer or none)"
+            f"{said} {quantized.group(0)!r}: DeepSpeed ZeRO++'s quantized weight all-gather "
+            "(qwZ) and quantized gradient reduce (qgZ) are not modelled (no public measurement "
+            "of their quantization kernels; expected hpZ alone, ZeRO-1/2/3, MiCS or FSDP)"
         )
+    size = HPZ_SIZE.search(cell)
+    if size is None or int(size.group(1)) < 1:
+        raise Uninferable(
+            f"{said} {found.group(0)!r} but no hpZ group (expected zero_hpz_partition_size N; "
+            "qwZ and qgZ are not modelled)"
+        )
+    if re.search(r"zero\s*\+\+", cell, re.IGNORECASE) and not NO_QUANTIZATION.search(cell):
+        raise Uninferable(
+            f"{said} ZeRO++ but not that its quantization (qwZ, qgZ) is off (expected "
+            "'quantization not enabled': qwZ and qgZ are not modelled)"
+        )
+    if not STAGE_3.search(cell):
+        raise Uninferable(
+            f"{said} hpZ ({size.group(0)!r}) but not ZeRO stage 3 (DeepSpeed's secondary "
+            "partition is stage 3's)"
+        )
+    return int(size.group(1))
 
 
 def mics_group(cell: str) -> int | None:

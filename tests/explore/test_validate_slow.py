@@ -44,8 +44,8 @@ def test_every_row_is_evaluated_or_says_why(report: ValidationReport) -> None:
     # fmssel (one block in every 2, from the March blog's HFU / MFU: infer_fms_ac.py).
     # Primus's MaxText (JAX) convergence rows on MI325X (s26 hidden18): no profile of the model.
     # MegaScale's Megatron-LM baseline rows (s27 hidden20): 'NVIDIA Ampere GPUs', no part stated.
-    # AMSP's DeepSpeed ZeRO++ baselines (s31 rowsA): ZeRO++'s hpZ / quantized collectives are
-    # not modelled (infer_shard.refuse_zero_pp).
+    # (AMSP's DeepSpeed ZeRO++ baselines, s31 rowsA, left it in s34 zeropp: hpZ modelled,
+    # analytical/hpz.py; qwZ / qgZ still refused by infer_shard.stated_hpz.)
     # The PyTorch / AWS FSDP post's GPT 1T rows (s32 rowsD): parameter and activation CPU
     # offload, not modelled (infer_fields refuses an offload named in dp_sharding).
     # (ms-swift's Qwen1.5-MoE-A2.7B row, s32 rowsC, left it in s33 readers8: infer_moe_families.)
@@ -56,7 +56,6 @@ def test_every_row_is_evaluated_or_says_why(report: ValidationReport) -> None:
         "PRIMUS-CONV-MI325X-MAXTEXT-LLAMA32-1B",
         "PRIMUS-CONV-MI325X-MAXTEXT-LLAMA2-7B",
         *(f"MEGASCALE-MLM-175B-{n}" for n in (256, 512, 768, 1024, 3072, 6144, 8192, 12288)),
-        *(f"AMSP-A800-ZEROPP-LLAMA{size}-1024" for size in ("7B", "13B", "30B")),
         *(f"FSDPAWS-A100-40G-GPT1T-{n}" for n in (128, 512)),
     }, sorted(not_evaluated)
 
