@@ -7,6 +7,8 @@ Contents:
     :func:`run`             load the study, check the output folder, pick the executor, run,
                             print the summary (and, when the study searches ``precision``,
                             the best result of each precision).
+    :func:`no_feasible_lines`
+                            the reasons a run that found no feasible trial prints.
 
 ``STUDY`` is a study file or the name of a study shipped with the package (``quickstart``,
 ``gpt3_175b_a100`` …, :func:`~stage_explore.study.loader.bundled_studies`).
@@ -15,9 +17,11 @@ Resume semantics: ``--trials N`` is the *total* budget, trials recorded before i
 ``--resume`` the folder must hold a recorded study (``_study.json`` or record parts); when it
 already holds ``N`` or more trials nothing runs and a message says so (exit 0).
 
-Exit status: 0 when the study ran to its end (or its budget was already reached), 130 when it
-was interrupted (what finished is kept and ``--resume`` continues it), 2 on a configuration
-error (including an output folder that cannot be written or a corrupt ``_study.json``).
+Exit status: 0 when the study ran to its end (or its budget was already reached; also when no
+trial was feasible: each is recorded with its reason, and the most frequent are printed), 130
+when it was interrupted (what finished is kept and ``--resume`` continues it; also before its
+first trial was recorded), 2 on a configuration error (including an output folder that cannot
+be written or a corrupt ``_study.json``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ if TYPE_CHECKING:
     from stage_explore.study.spec import StudySpec
 
 _QUIET_EVERY_S = 10.0
+#: How the summary says why a run ended, where "stopped by <StudySummary.stopped_by>" would not
+#: read as English (s34 review7: "stopped by exhausted", "stopped by interrupted"); the budget's
+#: and the grid's keep "stopped by budget" / "stopped by grid".
+_STOPPED = {
+    "exhausted": "stopped with no configuration left to propose",
+    "interrupted": "stopped by an interrupt",
+    "time limit": "stopped by the time limit",
+}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -229,12 +241,19 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
         line.end()
     progress = summary.progress
     resumed = f" ({summary.resumed} resumed)" if summary.resumed else ""
+    # s34 review7: a run that ended with no feasible trial said "none feasible yet", as if
+    # the finished grid could still find one
+    best = "none feasible" if progress.ok == 0 and not summary.interrupted else progress.best
     print(
         f"study {progress.study}: {counted(progress.done, 'trial')}{resumed}: {progress.ok} ok, "
-        f"{progress.infeasible} infeasible, {progress.failed} failed; {progress.best}; "
-        f"stopped by {summary.stopped_by} after {progress.elapsed_s:.1f} s "
+        f"{progress.infeasible} infeasible, {progress.failed} failed; {best}; "
+        f"{_STOPPED.get(summary.stopped_by, f'stopped by {summary.stopped_by}')} after "
+        f"{progress.elapsed_s:.1f} s "
         f"({progress.rate_per_s:.1f} trials/s)"
     )
+    if progress.done and progress.ok == 0 and not summary.interrupted:
+        for reason in no_feasible_lines(summary.directory):
+            print(reason)
     refined = summary.refined
     from stage_explore.search.refine import refined_folder
 
@@ -249,10 +268,13 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
             f"{refined.done - refined.ok - refined.failed} infeasible "
             f"(records: {refined_folder(summary.directory)})"
         )
-    if summary.stopped_by == "grid":
+    # s34 review7: a run interrupted before its first trial was recorded has no record part;
+    # reading the folder for these notes ended it in "error: … no trial records" (exit 2, no
+    # --resume hint)
+    if summary.stopped_by == "grid" and progress.done:
         for note in unreached_values(spec, summary.directory):
             print(note)
-    if len(spec.space.choices().get("precision", ())) > 1:  # bf16 or fp8 (or fp4)?
+    if len(spec.space.choices().get("precision", ())) > 1 and progress.done:
         _print_precisions(spec, summary.directory)
     print(f"records: {summary.directory}  (stage report {summary.directory})")
     if progress.infrastructure_failed:
@@ -277,6 +299,22 @@ def resume_command(args: argparse.Namespace) -> str:
         if value is not None:
             words += [option, str(value)]
     return shlex.join([*words, "--resume"])
+
+
+def no_feasible_lines(directory: Path, limit: int = 3) -> list[str]:
+    """What a run that recorded trials but no feasible one says after its summary: the most
+    frequent reasons (as ``stage report`` groups them) and where to read the rest. Such a run
+    still exits 0: every point was evaluated and recorded with its reason, which answers the
+    study's question (a memory bound or a model no configuration fits)."""
+    from stage_explore.report import build_report
+
+    report = build_report(directory)
+    lines = ["no feasible configuration; the most frequent reasons:"]
+    for status in ("infeasible", "failed"):
+        other = report.other_reasons(status, limit)
+        for reason, count in [*report.reasons(status, limit), *([other] if other else [])]:
+            lines.append(f"  {status} ×{count}: {reason}")
+    return lines
 
 
 def unreached_values(spec: StudySpec, directory: Path) -> list[str]:

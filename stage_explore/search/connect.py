@@ -3,6 +3,8 @@
 Contents:
     :data:`CONNECT_TIMEOUT_S`
         the default bound on joining a cluster.
+    :func:`check_address`
+        whether an address is one of the forms below, without contacting it.
     :func:`wait_for_address`
         wait until a cluster's address accepts a TCP connection (a dead cluster fails here: at
         once when the host refuses the connection, else when the time is up).
@@ -106,6 +108,14 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def check_address(address: str) -> None:
+    """A one-line ConfigError unless ``address`` is one :func:`connect_ray` takes: ``auto``,
+    ``local``, ``HOST:PORT`` or ``ray://HOST:PORT``; nothing is contacted (the study loader
+    checks ``[executor] address`` with it before any trial)."""
+    if address not in ("auto", "local"):
+        _host_port(address)
+
+
 def _resolve_auto() -> str:
     """What Ray's ``auto`` names: ``RAY_ADDRESS``, else this machine's latest ``ray start``
     (found by Ray's own, private, discovery; with ``RAY_ADDRESS`` alone if that moves)."""
@@ -185,9 +195,16 @@ def probe_cluster(address: str, timeout_s: float, total_s: float) -> None:
     if done.returncode != 0:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         # Ray's last line only says it failed to connect; an authentication error says why
-        why = [line for line in lines if "AuthenticationError" in line] or lines[-1:]
+        refused = [line for line in lines if "AuthenticationError" in line]
+        why = refused or lines[-1:]
         text = why[0] if why else f"exit status {done.returncode}"
-        raise ConfigError(f"cannot join the Ray cluster at {address}: {text[:400]}")
+        # s34 review7: else the error ended on Ray's "Failed to connect to Ray cluster at …",
+        # which does not say what the address should be (one answering that is not a GCS)
+        expected = "" if refused else (
+            "; expected the GCS port of a running Ray head node of the same Ray version "
+            "(`ray start --head` prints it)"
+        )  # fmt: skip
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {text[:400]}{expected}")
 
 
 def connect_ray(

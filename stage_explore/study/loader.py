@@ -405,6 +405,13 @@ def _executor(table: Table | None) -> ExecutorSpec:
         raise table.error(
             "address", 'expected no address with kind = "local" (an address names a Ray cluster)'
         )
+    if address is not None:  # s34 review7: a bad one was reported as "--address …" at run time
+        from stage_explore.search.connect import check_address  # not Optuna for every load
+
+        try:
+            check_address(address)
+        except ConfigError:
+            raise table.expect("address", 'HOST:PORT, ray://HOST:PORT, "auto" or "local"') from None
     return ExecutorSpec(
         kind=kind,
         address=address,
