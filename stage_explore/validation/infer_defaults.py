@@ -171,7 +171,11 @@ LLMFOUNDRY_BENCHMARK_NOTE = (
     "the tables' NumParams count them (L(12d^2 + 13d) + 2d + (V + S)d exactly); no dropout "
     "(attn_pdrop / resid_pdrop / emb_pdrop 0)"
 )
-_NO_DROPOUT = re.compile(r"dropout\s*(?:=\s*)?0(?:\.0)?\b|no dropout|dropout (?:off|none)", re.I)
+#: A row's text saying dropout is off: ``dropout 0`` / ``dropout=0.0``, not ``dropout 0.1``
+#: (a nonzero probability; s34 flagperf: ``\b`` after ``0`` matched before ``.1``).
+_NO_DROPOUT = re.compile(
+    r"dropout\s*(?:=\s*)?0(?:\.0+)?(?!\.?\d)|no dropout|dropout (?:off|none)", re.I
+)
 
 
 #: Megatron-Core's expert-parallel all-to-all overlap as a row's text may name it: the flag

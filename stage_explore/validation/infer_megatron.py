@@ -44,7 +44,11 @@ from stage_explore.validation.infer_launcher import (
     launcher_yaml_grad_sync,
 )
 from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
-from stage_explore.validation.infer_megatron_lm import launch_options, megatron_lm_launch
+from stage_explore.validation.infer_megatron_lm import (
+    launch_model_defaults,
+    launch_options,
+    megatron_lm_launch,
+)
 from stage_explore.validation.infer_mlperf import (
     MLPERF_GPT3_V40,
     MLPERF_NEMO2,
@@ -221,6 +225,7 @@ def _megatron_core(
         model_zoo_tp_overlap(row, shape[1], out)
         if megatron_lm_launch(infer_framework(row).assumption):
             launch_options(row, out)
+            launch_model_defaults(row, out)
         return
     mlperf = "mlperf" in row_text(row).lower()
     for first, last, kind, name, value, why in MEGATRON_CORE_ERAS:

@@ -18,9 +18,12 @@ MLPerf, DGX Cloud or Primus recipe keeps its own reading) nor a framework the mo
 profile of (GPT-NeoX, Nanotron … stay refused), or when it names Megatron-Core only as the tag
 Megatron-LM's own ``pretrain_gpt.py`` ran on and no recipe (:func:`core_version_launch`, s33
 rowsE). A switch the row's text names as on keeps the
-profile's value. The attention kernel is the profile's (Megatron-LM's Transformer Engine path
-picks a fused kernel by default; its legacy path of 2023 ran unfused attention unless
-``--use-flash-attn``, which a row's date alone does not settle).
+profile's value. The model fields a launch row's text says its script left at Megatron-LM's
+defaults (learned absolute positions, tied embeddings, biased linears, dropout 0.1:
+:data:`LAUNCH_MODEL_DEFAULTS`, s34 flagperf) replace the flavor's. The attention kernel is the
+profile's (Megatron-LM's Transformer Engine path picks a fused kernel by default; its legacy
+path of 2023 ran unfused attention unless ``--use-flash-attn``, which a row's date alone does
+not settle).
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ MEGATRON_LM = re.compile(r"megatron[\s_-]?lm\b", re.IGNORECASE)
 #: begins (the test of :func:`megatron_lm_launch`).
 MEGATRON_LM_READING = "framework profile megatron-core, Megatron-LM's own launcher"
 ARGUMENTS = "NVIDIA/Megatron-LM 307dcf37 megatron/training/arguments.py"
+#: The core_v0.6.0-era copy of that file a benchmark suite stores beside its launch script.
+ARGUMENTS_FLAGPERF = (
+    "FlagOpen/FlagPerf 8f45ae0a training/benchmarks/llama3_8B/megatron/arguments.py, "
+    "Megatron-LM's arguments.py of the core_v0.6.0 era"
+)
 #: (option, what the row's text must name to keep the profile's value on, Megatron-LM's flag).
 LAUNCH_OFF: tuple[tuple[str, str, str], ...] = (
     ("overlap_grad_reduce", r"overlap[-_\s]grad[-_\s]reduce", "--overlap-grad-reduce"),
@@ -86,6 +94,32 @@ USE_FLASH_ATTN_NOTE = (
     "Megatron-LM 00baee46), not cuDNN's fused attention; read as FlashAttention-2, the "
     "package's version not stated"
 )
+#: Megatron-LM's model-architecture defaults as a Megatron-LM launch row's text states them
+#: left in place (its script passing none of the flags that change them): (model field, value,
+#: pattern, why). The defaults, in Megatron-LM's ``megatron/training/arguments.py`` of the
+#: core_v0.6.0 era as BAAI FlagPerf stores it (FlagOpen/FlagPerf 8f45ae0a
+#: ``training/benchmarks/llama3_8B/megatron/arguments.py``, the copy its Llama 3 cases patch):
+#: ``--position-embedding-type`` default ``learned_absolute``,
+#: ``--untie-embeddings-and-output-weights`` store_true (tied unless passed),
+#: ``--disable-bias-linear`` store_false into ``add_bias_linear`` (biases unless passed),
+#: ``--hidden-dropout`` / ``--attention-dropout`` default 0.1. A Llama-family row's flavor is
+#: rotary, untied, biasless and dropout-free; a launch that passes none of these flags ran
+#: Megatron-LM's GPT defaults instead (7 Dec 2026, s34 flagperf). Read only from what the text
+#: names, never assumed from the launch alone: a row naming "Llama" usually passed them.
+LAUNCH_MODEL_DEFAULTS: tuple[tuple[str, object, str, str], ...] = (
+    ("position", "learned", r"learned[-_\s]absolute",
+     "learned absolute position embeddings (position learned): Megatron-LM's "
+     "--position-embedding-type default learned_absolute, the text says it ran"),
+    ("tied_embeddings", True, r"(?<![\w-])tied (?:input and output )?embeddings",
+     "input and output embeddings tied (tied_embeddings): Megatron-LM's "
+     "--untie-embeddings-and-output-weights is store_true, the text says they were tied"),
+    ("bias", True, r"bias(?:es)? in the linear layers|add[-_\s]bias[-_\s]linear",
+     "biases in the linear layers (bias): Megatron-LM's --disable-bias-linear is store_false "
+     "into add_bias_linear (on by default), the text says they were kept"),
+    ("dropout", True, r"dropout\s*(?:=\s*)?0?\.0*[1-9]",
+     "dropout on (dropout): Megatron-LM's --hidden-dropout / --attention-dropout default 0.1, "
+     "the text names a nonzero dropout"),
+)  # fmt: skip
 #: A named switch turned off (``no --tp-comm-overlap``, ``tp_comm_overlap=False``) is not on.
 _DENIED = r"(?:\bno\s+|\bwithout\s+)(?:--)?{0}|{0}[\s:=]*(?:false|off|0)\b"
 
@@ -159,6 +193,17 @@ def launch_options(row: dict[str, str], out: Defaults) -> None:
             f"{option} false: Megatron-LM's {flag} is store_true ({ARGUMENTS}) and the row "
             "does not name it"
         )
+
+
+def launch_model_defaults(row: dict[str, str], out: Defaults) -> None:
+    """The model fields a Megatron-LM launch row's text (its :data:`TEXT_COLUMNS
+    <stage_explore.validation.infer_release.TEXT_COLUMNS>` and ``uncertain``) states its
+    script left at Megatron-LM's defaults (:data:`LAUNCH_MODEL_DEFAULTS`), over the flavor's."""
+    text = row_text(row, ("source", "source_table", "notes", "uncertain"))
+    for field, value, pattern, why in LAUNCH_MODEL_DEFAULTS:
+        if re.search(pattern, text, re.IGNORECASE):
+            out.model[field] = value
+            out.notes.append(f"{why} ({ARGUMENTS_FLAGPERF})")
 
 
 def launch_sequence_parallel(row: dict[str, str]) -> tuple[bool, str]:
