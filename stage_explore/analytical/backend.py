@@ -67,6 +67,7 @@ from stage_explore.analytical.framework_costs import (
 )
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, get_framework
+from stage_explore.analytical.offload import offload_extra
 from stage_explore.analytical.parts import (
     Memo,
     Plan,
@@ -242,7 +243,8 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         )
         scale = (m // 2 if kind == "dualpipe" else m) * (gpus // parallel.pp)  # per chunk
         flops = (planned.model_flops * scale, planned.hardware_flops * scale)
-        return self._result(workload, step, flops, system, dtype)
+        host = max(c.host_bytes for c in planned.step.classes)  # CPU offload (offload.py)
+        return self._result(workload, step, flops, system, dtype, host)
 
     def _micro_batch_key(self, workload: Workload, dtype: str) -> Hashable:
         """What of the schedule and the micro-batches a plan depends on: nothing, but for
@@ -346,9 +348,16 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         return network
 
     def _result(
-        self, workload: Workload, step: Step, flops: tuple[int, int], system: System, dtype: str
+        self,
+        workload: Workload,
+        step: Step,
+        flops: tuple[int, int],
+        system: System,
+        dtype: str,
+        host_bytes: int = 0,
     ) -> Evaluation:
-        """The evaluation of ``step``; ``dtype``: the evaluation's compute dtype."""
+        """The evaluation of ``step``; ``dtype``: the evaluation's compute dtype;
+        ``host_bytes``: the model states a rank keeps in host memory (CPU offload)."""
         gpus = workload.world_size
         seconds = step.step_time_s
         peak = system.accelerator.peak(peak_dtype(workload.parallel, dtype))
@@ -389,6 +398,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
                 "framework": self.framework.name,
                 **peaks.as_extra(),
                 **self._placement(workload, system),
+                **offload_extra(self.framework, host_bytes, system),
             },
         )
 

@@ -49,6 +49,7 @@ from stage_explore.analytical.framework_costs import (
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.memory_kinds import MemoryPeaks, memory_peaks
+from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -117,6 +118,10 @@ class StateCosting:
                 ("flops", point.key, kind),
                 lambda: block_flops(block, self.attention_flops, fused_causal),
             )
+            check_offload(profile, workload, point.system)
+            weights, grads, optimizer, host = offload_states(  # CPU offload (offload.py)
+                profile, workload, block, weights, grads, optimizer
+            )
             states = weights + grads + optimizer
             saved = block.saved_bytes
             if profile.tp_saves_gathered_input and workload.parallel.sp:
@@ -126,7 +131,7 @@ class StateCosting:
             return (
                 reductions,
                 gathers,
-                States(states, saved, params, (full,), model, hardware),
+                States(states, saved, params, (full,), model, hardware, host),
             )
 
         key = ("block_sync", point.key, kind, point.state_key, transposed)
@@ -143,9 +148,18 @@ class StateCosting:
 
     def optimizer_s(self, point: Point, params: int) -> float:
         """The optimizer step over this rank's ``params``
-        (:func:`~stage_explore.analytical.costs.optimizer_step_s`), memoised."""
+        (:func:`~stage_explore.analytical.costs.optimizer_step_s`; on the CPU under
+        ``offload_optimizer``, :func:`~stage_explore.analytical.offload.offload_step_s`),
+        memoised."""
         accelerator, dtype = point.system.accelerator, point.dtype
         grad_bytes = point.workload.grad_bytes
+        if self.framework.offload_optimizer:
+            workload, system = point.workload, point.system
+            return self._parts.get(  # type: ignore[no-any-return]
+                ("offload_step", point.token, params, workload.weight_bytes, grad_bytes,
+                 workload.parallel.zero),
+                lambda: offload_step_s(self.framework, workload, system, params),
+            )  # fmt: skip
         foreach = self.framework.optimizer_foreach  # torch.optim.AdamW(foreach=True)
         return self._parts.get(  # type: ignore[no-any-return]
             ("optimizer", point.token, params, dtype, grad_bytes, foreach),

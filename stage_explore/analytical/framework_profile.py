@@ -28,7 +28,9 @@ them):
   eager module code, the loss, FP8 casts and amax reductions, and context-parallel attention;
 - :mod:`~stage_explore.analytical.profile_runtime` — the pipeline's transfers, buffers and
   schedules, when a collective starts on its stream, and the memory the process holds beyond the
-  tensors.
+  tensors;
+- :mod:`~stage_explore.analytical.offload` — CPU offload of the optimizer state and the ZeRO-3
+  parameter shards (DeepSpeed ZeRO-Offload / ``offload_param``, FSDP1 ``CPUOffload``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_explore.analytical.eager import EAGER_MODULES
 from stage_explore.analytical.fused_fc1 import FC1_SCOPES
+from stage_explore.analytical.offload import CPU_OPTIMIZERS, OFFLOAD_FLAGS, OffloadOptions
 from stage_explore.analytical.profile_kernels import FP8_AMAX_REDUCTION, KERNEL_FLAGS, KernelOptions
 from stage_explore.analytical.profile_moe import MOE_FLAGS, MoeOptions
 from stage_explore.analytical.profile_runtime import RUNTIME_FLAGS, RuntimeOptions
@@ -59,6 +62,7 @@ OPTION_FLAGS: dict[str, str] = {
     **SHARDING_FLAGS,
     **KERNEL_FLAGS,
     **RUNTIME_FLAGS,
+    **OFFLOAD_FLAGS,
 }
 
 # The options whose value is one of a fixed set of names (checked by ``__post_init__``).
@@ -67,6 +71,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "distributed_fused_adam": DISTRIBUTED_FUSED_ADAM,
     "fused_fc1": FC1_SCOPES,
     "fp8_amax_reduction": FP8_AMAX_REDUCTION,
+    "cpu_optimizer": CPU_OPTIMIZERS,
     "grad_accumulation": GRAD_ACCUMULATION,
     "ub_proj_fprop_method": UB_RS_METHODS,
     "ub_fc2_fprop_method": UB_RS_METHODS,
@@ -80,7 +85,12 @@ FP32_BYTES = 4
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FrameworkProfile(
-    TensorParallelOptions, MoeOptions, ShardingOptions, KernelOptions, RuntimeOptions
+    TensorParallelOptions,
+    MoeOptions,
+    ShardingOptions,
+    KernelOptions,
+    RuntimeOptions,
+    OffloadOptions,
 ):
     """One framework's behaviours (module docstring); ``source`` names where they come from."""
 

@@ -182,6 +182,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             description="DeepSpeed ZeRO (Rajbhandari et al. SC'20) as run in Narayanan et al. "
             "SC'21 Table 2 and MT-NLG",
             source="https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training",
+            cpu_optimizer="deepspeed",  # DeepSpeedCPUAdam under offload_optimizer (offload.py)
             # overlap_comm: false by default, true by default under stage 3 (whose per-layer
             # reduce-scatters run beside the backward here whatever this option says)
             overlap_grad_reduce=False,

@@ -61,7 +61,8 @@ class Memo:
 @dataclass(frozen=True, slots=True)
 class States:
     """Model-state bytes, saved activations, parameters updated, the two largest full weights
-    (ZeRO-3 buffers), model and hardware FLOPs per micro-batch — of a block or a chunk."""
+    (ZeRO-3 buffers), model and hardware FLOPs per micro-batch, bytes in host memory (CPU
+    offload) — of a block or a chunk."""
 
     states_bytes: int
     saved_bytes: int
@@ -69,6 +70,7 @@ class States:
     largest: tuple[int, ...]
     model_flops: int
     hardware_flops: int
+    host_bytes: int = 0  # in host memory under CPU offload (offload.py)
 
 
 #: A block kind's gradient bytes per bucket key, parameter-gather bytes per axes, its states.
@@ -142,17 +144,18 @@ class Plan:
 def sum_states(parts: Sequence[tuple[States, int]]) -> States:
     """The states of runs of ``count`` identical blocks (exact ints: one loop, not a sum per
     field)."""
-    states = saved = params = model = hardware = 0
+    states = saved = params = model = hardware = host = 0
     largest: list[int] = []
     for part, count in parts:
         states += part.states_bytes * count
+        host += part.host_bytes * count
         saved += part.saved_bytes * count
         params += part.params * count
         model += part.model_flops * count
         hardware += part.hardware_flops * count
         largest += part.largest * min(count, 2)
     largest.sort(reverse=True)
-    return States(states, saved, params, tuple(largest[:2]), model, hardware)
+    return States(states, saved, params, tuple(largest[:2]), model, hardware, host)
 
 
 def tied_ends(workload: Workload) -> bool:

@@ -48,6 +48,7 @@ from stage_explore.analytical.framework_costs import (
     zero3_persistent,
 )
 from stage_explore.analytical.hpz import hpz_gathers, hpz_size, secondary_bytes
+from stage_explore.analytical.offload import shard_transfer_s
 from stage_explore.analytical.overlap import DEEPEP_SMS
 from stage_explore.analytical.parts import (
     ChunkParts,
@@ -149,13 +150,14 @@ class StagePlanning(AmaxCosting):
             parts.append(part)
         exposed: dict[str, float] = {}
         compute_s = 0.0
-        states_bytes = params = model = hardware = 0
+        states_bytes = params = model = hardware = host = 0
         for part in parts:
             for label, seconds in part.timing.exposed_s:
                 exposed[label] = exposed.get(label, 0.0) + seconds
             compute_s += part.timing.compute_s
             states = part.states
             states_bytes += states.states_bytes
+            host += states.host_bytes
             params += states.params
             model += states.model_flops
             hardware += states.hardware_flops
@@ -201,6 +203,7 @@ class StagePlanning(AmaxCosting):
             ),
             input_grad_s=tuple(p.input_grad_s for p in parts if p.input_grad_s is not None),
             pending_bytes=tuple(p.pending_bytes for p in parts if p.input_grad_s is not None),
+            host_bytes=host,
             pair_s=pair_table(
                 [p.timing.forward_s for p in parts], [p.compute_s[0] for p in parts],
                 [p.timing.backward_s for p in parts], [p.compute_s[1] for p in parts],
@@ -457,7 +460,8 @@ class StagePlanning(AmaxCosting):
                 hpz_size(self.framework, point.workload.parallel), point.workload.micro_batches,
                 lambda span, i, n: self._zero_time(point, span, i, parts.calls(n)),
             )  # fmt: skip
-            scatter_s = replica_s = 0.0
+            h2d_s, d2h_s = shard_transfer_s(self.framework, point, kind)  # CPU offload's copies
+            gather_s, scatter_s, replica_s = gather_s + h2d_s, d2h_s, 0.0
             for i in parts.scatters:  # hybrid sharding's replica all-reduce: a stream of its own
                 seconds = self._zero_time(point, spans[i.axes], i)
                 if i.axes == (DP_REPLICATE,):

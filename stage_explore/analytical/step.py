@@ -83,6 +83,7 @@ class StageClass:
     buffers_bytes: int
     optimizer_s: float
     input_grad_s: tuple[float, ...] = ()
+    host_bytes: int = 0  # one rank's model states in host memory (CPU offload, offload.py)
     pending_bytes: tuple[int, ...] = ()
     pair_s: tuple[tuple[float, ...], ...] = ()
     after_backward_s: float = 0.0  # a collective once the whole backward is done (DualPipe's)
