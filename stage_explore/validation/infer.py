@@ -51,7 +51,7 @@ from stage_explore.validation.infer_fields import (
     unmodelled_framework,
 )
 from stage_explore.validation.infer_fms_ac import fms_ac_fields
-from stage_explore.validation.infer_named_shard import source_offload_reason
+from stage_explore.validation.infer_offload import check_offload_setup, named_offload
 from stage_explore.validation.infer_parallel import (
     ETP_DEFAULT_NOTE,
     NO_RECOMPUTE,
@@ -167,13 +167,12 @@ def inferred_setup(
     with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
-    unmodelled = (
-        unmodelled_framework(row, framework)
-        or fms_selective_refusal(framework.value, row.get("recompute", ""))
-        or source_offload_reason(row)
+    unmodelled = unmodelled_framework(row, framework) or fms_selective_refusal(
+        framework.value, row.get("recompute", "")
     )
     if unmodelled:
         raise Uninferable(unmodelled)
+    offload, offload_note = named_offload(row, framework.value)  # CPU offload (s34)
     system = infer_system(row.get("gpu", ""))
     cluster = cluster_system(row.get("gpu", ""), row.get("interconnect", ""), system.value, folder)
     # a matched file replaces the preset, and with it what the preset note says of the GPU
@@ -207,6 +206,7 @@ def inferred_setup(
         precision.fp8_recipe, experts.get("num_experts", 0), dict(model.model),
     )  # fmt: skip
     parallel.update(defaults.parallel)
+    check_offload_setup(offload, int(parallel.get("zero", 0)), system.value)
     moe = bool(experts.get("num_experts") or get_flavor(model.value).num_experts)
     etp = stated_etp(row)
     if etp is not None:
@@ -231,6 +231,7 @@ def inferred_setup(
     assumptions = [
         HEADER, *system_notes, framework.assumption, precision.assumption,
         model.assumption, *expert_notes, *notes, *defaults.notes,
+        *([offload_note] if offload_note else []),
         *([flops_note] if flops_note else []),
     ]  # fmt: skip
     if metric == "peak_mem_gib":
@@ -260,7 +261,7 @@ def inferred_setup(
         parallel=parallel,
         assumptions=tuple(f"inferred: {a}" for a in assumptions),
     )  # fmt: skip
-    return setup, defaults.options, overrides
+    return setup, {**defaults.options, **offload}, overrides
 
 
 def _unevaluable(

@@ -30,6 +30,7 @@ from stage_explore.validation.infer_megatron_lm import (
     core_version_launch,
     megatron_lm_reading,
 )
+from stage_explore.validation.infer_offload import ZERO_OFFLOAD_STAGE, strip_offload
 from stage_explore.validation.infer_open_models import OpenModelRefused, held_sizes, open_model
 from stage_explore.validation.infer_open_sixth import heads_kept_multi_head
 from stage_explore.validation.infer_precision import FP8_RECIPES as FP8_RECIPES
@@ -530,13 +531,11 @@ def infer_zero(
     text = cell.strip().lower()
     if not said:
         said = f"the dp_sharding column says {cell.strip()!r}" if text else "column empty"
-    offload = re.search(r"zero[-_\s]*(?:infinity|offload)|offload", text)
-    if offload:
-        raise Uninferable(
-            f"dp_sharding {cell.strip()!r} names {offload.group(0)!r}: optimizer or parameter "
-            "offload to host / NVMe memory is not modelled (expected ZeRO-1/2/3, FSDP, the "
-            "distributed optimizer or none)"
-        )
+    if re.search(r"offload", text):  # what is offloaded: infer_offload.named_offload (s34)
+        cell, bare = strip_offload(cell)
+        if bare:
+            return ZERO_OFFLOAD_STAGE, None, f"zero 2 (ZeRO-Offload runs ZeRO-2; {said})"
+        text = cell.lower()
     hpz = stated_hpz(cell)  # ZeRO++: hpZ read, qwZ / qgZ refused (s34 zeropp)
     if hpz is not None and hpz > 1:
         if framework != "deepspeed":

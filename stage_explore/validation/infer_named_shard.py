@@ -47,32 +47,3 @@ def named_fsdp_strategy(row: dict[str, str], framework: str) -> tuple[str, str] 
         return None
     return found[0]
 
-
-#: Offload of optimizer state or parameters to host / NVMe memory as a run's description names
-#: it: DeepSpeed's ZeRO-Offload / ZeRO-Infinity, ``CPU offload``, ``with offload``, ``offloaded
-#: to CPU`` (not after ``no`` / ``without``, nor before ``False`` / ``off`` / ``disabled``).
-_OFFLOAD = re.compile(
-    r"(?<!\bno\s)(?<!\bwithout\s)(?<!w/o\s)"
-    r"(zero[-_\s]*(?:offload|infinity)|\b(?:cpu|nvme|optimizer|param(?:eter)?)[-_\s]+offload\w*"
-    r"|\bwith\s+(?!no\b|without\b)(?:\w+\s+)?offload\w*|\boffload(?:ing|ed)?\s+(?:to|on)\s+(?:the\s+)?"
-    r"(?:cpu|host|nvme))(?!\s*[:=]?\s*(?:false|off|disabled|0)\b)",
-    re.IGNORECASE,
-)
-
-
-def source_offload_reason(row: dict[str, str]) -> str:
-    """The one-line reason a row whose ``source`` or ``source_table`` names optimizer or
-    parameter offload is not evaluated (7 Dec 2026, s32 readers7: ``DeepSpeed ZeRO stage 3
-    with offload`` in ``source`` ran as ZeRO-3 in GPU memory, ``ZeRO-Offload`` as ZeRO-1;
-    the ``dp_sharding`` cell's offload was already refused,
-    :func:`~stage_explore.validation.infer_fields.infer_zero`); "" otherwise. ``notes`` are not
-    read: they name offload that was off (``Activation CPUOffload False``)."""
-    for column in ("source", "source_table"):
-        found = _OFFLOAD.search(row.get(column, ""))
-        if found:
-            return (
-                f"the {column} column names {found.group(1)!r}: optimizer or parameter offload "
-                "to host / NVMe memory is not modelled (expected a run whose states stay in GPU "
-                "memory: ZeRO-1/2/3, FSDP, the distributed optimizer or none)"
-            )
-    return ""

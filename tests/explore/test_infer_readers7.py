@@ -16,7 +16,8 @@ import pytest
 
 from stage_explore.validation.infer_cluster import read_cluster
 from stage_explore.validation.infer_link_words import link_spellings, no_scale_up_reason
-from stage_explore.validation.infer_named_shard import named_fsdp_strategy, source_offload_reason
+from stage_explore.validation.infer_named_shard import named_fsdp_strategy
+from stage_explore.validation.infer_offload import named_offload
 from tests.explore.infer_helpers import (
     package_case,
     package_row,
@@ -136,13 +137,30 @@ def test_fsdp_strategy_in_notes_and_its_limits() -> None:
 
 
 @pytest.mark.parametrize(
-    "source",
-    ["DeepSpeed ZeRO stage 3 with offload", "DeepSpeed ZeRO-Offload", "DeepSpeed ZeRO-Infinity",
-     "PyTorch FSDP with CPU offload", "DeepSpeed, optimizer offloaded to CPU"],
+    ("source", "said"),
+    [("DeepSpeed ZeRO stage 3 with offload", "DeepSpeed offload is not modelled"),
+     ("DeepSpeed ZeRO-Infinity", "offload to NVMe is not modelled")],
 )  # fmt: skip
-def test_offload_in_source_refused(source: str) -> None:
-    """Offload named in ``source`` was modelled as the states in GPU memory."""
-    assert "offload to host / NVMe memory is not modelled" in _flat_refused(source=source)
+def test_offload_in_source_that_is_not_modelled_refused(source: str, said: str) -> None:
+    """Offload named in ``source`` was modelled as the states in GPU memory; since s34 the
+    offload that is not modelled is refused by what it is (which states unsaid, NVMe)."""
+    assert said in _flat_refused(source=source)
+
+
+@pytest.mark.parametrize(
+    ("source", "sharding", "options"),
+    [("DeepSpeed ZeRO-Offload", "ZeRO-2", {"offload_optimizer": True}),
+     ("DeepSpeed, optimizer offloaded to CPU", "ZeRO-3", {"offload_optimizer": True}),
+     ("PyTorch FSDP with CPU offload", "", {"offload_optimizer": True, "offload_params": True})],
+)  # fmt: skip
+def test_offload_in_source_sets_the_offload_options(
+    source: str, sharding: str, options: dict[str, bool]
+) -> None:
+    """Optimizer offload under DeepSpeed and FSDP1's CPUOffload are modelled (s34 offload):
+    the row is evaluated with the backend's offload options."""
+    case = synthetic_case(FLAT, "readers7.csv", source=source, dp_sharding=sharding)
+    assert not case.reason, case.reason
+    assert {k: v for k, v in case.framework_options if k.startswith("offload")} == options
 
 
 @pytest.mark.parametrize(
@@ -153,7 +171,7 @@ def test_offload_in_source_refused(source: str) -> None:
 )  # fmt: skip
 def test_offload_that_was_off_not_refused(row: dict[str, str]) -> None:
     """Offload named as off (or only in notes, which quote switches that were off)."""
-    assert source_offload_reason(row) == ""
+    assert named_offload(row, "deepspeed") == ({}, "")
 
 
 def test_package_row_with_cpuoffload_false_in_notes_reads() -> None:
