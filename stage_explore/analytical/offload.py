@@ -162,6 +162,15 @@ def _cpu_grad_bytes(profile: Any, workload: Workload) -> int:
     return FP32_BYTES if profile.cpu_optimizer == "deepspeed" else workload.grad_bytes
 
 
+def _shard_bytes(profile: Any, workload: Workload) -> int:
+    """Bytes per element of the parameter shard the CPU holds and copies in before a gather:
+    fp32 under ``fsdp_fp32_shards`` (FSDP1 ``MixedPrecision`` keeps the flat parameter in fp32;
+    ``_use_low_precision_shard`` copies it to the GPU, then casts it), else the workload's
+    16-bit weights (DeepSpeed's ``ds_tensor``)."""
+    fp32 = profile.fsdp_fp32_shards and not profile.bf16_model_states
+    return FP32_BYTES if fp32 else workload.weight_bytes
+
+
 def offload_states(
     profile: Any, workload: Workload, block: Any, weights: int, grads: int, optimizer: int
 ) -> tuple[int, int, int, int]:
@@ -200,7 +209,7 @@ def shard_transfer_s(profile: Any, point: Point, kind: str) -> tuple[float, floa
     h2d, d2h = host_device_bytes_per_s(system)
     shards = shard_factors(workload, block)
     elements = sum(w.elements // shards[w.expert] for w in block.weights)
-    gather = elements * workload.weight_bytes / h2d if profile.offload_params else 0.0
+    gather = elements * _shard_bytes(profile, workload) / h2d if profile.offload_params else 0.0
     scatter = elements * _cpu_grad_bytes(profile, workload) / d2h
     return gather, (scatter if profile.offload_optimizer else 0.0)
 
