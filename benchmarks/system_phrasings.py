@@ -69,7 +69,8 @@ def _m(style: str, cells: dict[str, str], canonical: dict[str, str]) -> Phrasing
 
 _PCIE = "no preset has a PCIe-only node"
 _NO_PRESET = "matches no system preset"
-_OFFLOAD = "offload to host / NVMe memory is not modelled"
+_OFFLOAD = "DeepSpeed offload is not modelled"  # which states unsaid (s34 offload)
+_NVME = "offload to NVMe is not modelled"
 _NO_PROFILE = "is no framework profile of the model"
 PHRASINGS: tuple[Phrasing, ...] = (
     # --- the system (gpu cell)
@@ -147,8 +148,7 @@ PHRASINGS: tuple[Phrasing, ...] = (
     _p("BigScience / Microsoft", {"source": "Megatron-DeepSpeed"}, {"source": "DeepSpeed"}),
     _r("paper", {"source": "DeepSpeed ZeRO stage 3 with offload", "pp": "1", "dp": "64"},
        _OFFLOAD),
-    _r("paper", {"source": "DeepSpeed ZeRO-Offload", "pp": "1", "dp": "64"}, _OFFLOAD),
-    _r("paper", {"source": "DeepSpeed ZeRO-Infinity", "pp": "1", "dp": "64"}, _OFFLOAD),
+    _r("paper", {"source": "DeepSpeed ZeRO-Infinity", "pp": "1", "dp": "64"}, _NVME),
     _r("paper", {"source": "DeepSpeed", "dp_sharding": "ZeRO stage 3 with CPU offload"},
        _OFFLOAD),
     _p("PyTorch docs", {"source": "PyTorch FSDP FULL_SHARD"},
