@@ -38,8 +38,16 @@ def _named(pattern: str) -> re.Pattern[str]:
     return re.compile(_NOT_BEFORE + "(" + pattern + ")" + _NOT_OFF, re.IGNORECASE)
 
 
-#: Any offload (``offload``, ``offloaded``, ``offloading``, ``ZeRO-Offload``, ``CPUOffload``).
-ANY_OFFLOAD = _named(r"zero[-_\s]*(?:offload|infinity)|\w*offload\w*")
+#: Any offload a ``dp_sharding`` cell names (``offload``, ``ZeRO-Offload``, ``CPUOffload``).
+CELL_OFFLOAD = _named(r"zero[-_\s]*(?:offload|infinity)|\w*offload\w*")
+#: Offload as a run's description (``source``, ``source_table``) names it, narrower than a
+#: cell's (s32 readers7's rule): ZeRO-Offload / ZeRO-Infinity, ``CPU offload``, ``with
+#: offload``, ``offloaded to CPU``.
+SOURCE_OFFLOAD = _named(
+    r"zero[-_\s]*(?:offload|infinity)|\b(?:cpu|nvme|optimi[sz]er|param(?:eter)?s?)[-_\s]+"
+    r"offload\w*|\bwith\s+(?!no\b|without\b)(?:\w+\s+)?offload\w*|\boffload(?:ing|ed)?\s+"
+    r"(?:to|on)\s+(?:the\s+)?(?:cpu|host|nvme)|\boffload_(?:param|optimizer)\b"
+)
 #: Offload of saved activations (PyTorch ``save_on_cpu``, the FSDP 1T blog's 'Activations CPU
 #: Offloading', Megatron-Core's activation offload).
 ACTIVATION_OFFLOAD = _named(
@@ -75,7 +83,9 @@ def named_offload(row: dict[str, str], framework: str) -> tuple[dict[str, bool],
     """The offload options ``row`` states for ``framework`` and the note saying so
     (``({}, "")`` when it names none); :class:`Uninferable` for what is not modelled (module
     docstring). The ZeRO stage and the GPU are checked by :func:`check_offload_setup`."""
-    found = _found(ANY_OFFLOAD, row)
+    found = _found(CELL_OFFLOAD, {"dp_sharding": row.get("dp_sharding", "")}) or _found(
+        SOURCE_OFFLOAD, {k: v for k, v in row.items() if k != "dp_sharding"}
+    )
     if found is None:
         return {}, ""
     said = f"the {found[0]} column names {found[1]!r}"
