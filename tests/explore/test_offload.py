@@ -115,6 +115,14 @@ def test_uncovered_combinations_are_one_line_errors(
     assert "\n" not in str(error.value)
 
 
+def test_parameter_offload_with_hpz_is_an_error() -> None:
+    """ZeRO++'s hpZ keeps a secondary shard on the GPU for the backward gathers (hpz.py): with
+    the shards in host memory that is not modelled."""
+    both = {"offload_optimizer": True, "offload_params": True, "zero_hpz_partition_size": 2}
+    with pytest.raises(ConfigError, match="offload_params with ZeRO\\+\\+ hpZ"):
+        _pair("deepspeed", 3, both)
+
+
 def test_unknown_cpu_optimizer_is_refused() -> None:
     with pytest.raises(ConfigError, match="cpu_optimizer"):
         AnalyticalBackend(framework="deepspeed", overrides={"cpu_optimizer": "adam"})
