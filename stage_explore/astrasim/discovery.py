@@ -4,8 +4,10 @@ Holds:
 
 - :class:`Variant` — the two analytical network builds, congestion-unaware and -aware;
 - :data:`BINARY_NAMES`, :data:`ENV_VAR` — what is looked for, and where;
-- :func:`find_binary` — the binary to run, or a one-line :class:`~stage_core.errors.ConfigError`
-  that names what was looked for and the three ways to point STAGE at it;
+- :func:`find_binary` — the binary to run, or a one-line :class:`BinaryNotFound` (a
+  :class:`~stage_core.errors.ConfigError`) that names what was looked for and the three ways a
+  study points STAGE at it (``stage eval``, which has no ``binary`` option, re-words it with
+  :data:`EVAL_HOW`);
 - :func:`check_available` — the same, for failing fast before a study starts.
 
 ASTRA-sim is built from source by its users (it is on neither PyPI nor Debian), so its location
@@ -40,10 +42,27 @@ BINARY_NAMES: Mapping[Variant, str] = {
 #: The environment variable that names the binary when the ``binary`` option is not given.
 ENV_VAR = "ASTRA_SIM_BIN"
 
-_HOW = (
+#: How a study provides the binary (the end of a :class:`BinaryNotFound` message).
+STUDY_HOW = (
     f"build ASTRA-sim (docs/astra-sim.md) and put the binary on PATH, set {ENV_VAR}=/path/to/"
     "binary, or set `binary` in the study's [backend.options]"
 )
+#: How ``stage eval --backend astra-sim`` is given the binary: it reads ``ASTRA_SIM_BIN`` and
+#: ``PATH`` only (no command-line option names the binary; s34 review7b).
+EVAL_HOW = (
+    f"build ASTRA-sim (docs/astra-sim.md) and put the binary on PATH, or set {ENV_VAR}=/path/to/"
+    "binary (stage eval has no option naming the binary)"
+)
+
+
+class BinaryNotFound(ConfigError):
+    """The binary named or looked for is not there: ``detail`` says what was looked for, the
+    message adds :data:`STUDY_HOW`; a caller that is no study (``stage eval``) re-raises
+    ``detail`` with its own way of naming the binary."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"{detail}; {STUDY_HOW}")
 
 
 def parse_variant(value: object) -> Variant:
@@ -66,7 +85,7 @@ def _executable(path: Path, source: str) -> Path:
             f"e.g. {path / BINARY_NAMES[Variant.UNAWARE]}"
         )
     if not path.is_file():
-        raise ConfigError(f"ASTRA-sim binary from {source} does not exist: {path}; {_HOW}")
+        raise BinaryNotFound(f"ASTRA-sim binary from {source} does not exist: {path}")
     if not os.access(path, os.X_OK):
         raise ConfigError(f"ASTRA-sim binary from {source} is not executable: {path} (chmod +x)")
     return path.absolute()
@@ -76,14 +95,14 @@ def _explicit(value: str | os.PathLike[str], source: str, search_path: str) -> P
     """A binary named by the option or the variable: a path, or a command name on PATH."""
     text = os.fspath(value).strip()
     if not text:
-        raise ConfigError(f"ASTRA-sim binary from {source} is empty; {_HOW}")
+        raise BinaryNotFound(f"ASTRA-sim binary from {source} is empty")
     path = Path(text).expanduser()
     if os.sep not in text and not path.exists():
         found = shutil.which(text, path=search_path)
         if found is None:
-            raise ConfigError(
+            raise BinaryNotFound(
                 f"ASTRA-sim binary from {source} is {text!r}, which is neither a file nor a "
-                f"command on PATH; {_HOW}"
+                "command on PATH"
             )
         return Path(found).absolute()
     return _executable(path, source)
@@ -126,10 +145,7 @@ def find_binary(
     name = BINARY_NAMES[chosen]
     found = shutil.which(name, path=search_path)
     if found is None:
-        raise ConfigError(
-            f"ASTRA-sim not found: no `binary` option, {ENV_VAR} is not set, and {name} is not "
-            f"on PATH; {_HOW}"
-        )
+        raise BinaryNotFound(f"ASTRA-sim not found: {ENV_VAR} is not set and {name} is not on PATH")
     return Path(found).absolute()
 
 

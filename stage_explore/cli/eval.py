@@ -176,7 +176,12 @@ def run(args: argparse.Namespace) -> int:
     backend = create_backend(resolve_backend(args.backend), backend_options)
     preflight = getattr(backend, "preflight", None)
     if callable(preflight):
-        preflight()
+        from stage_explore.astrasim.discovery import EVAL_HOW, BinaryNotFound
+
+        try:
+            preflight()
+        except BinaryNotFound as error:  # its own end tells a study's [backend.options]
+            raise ConfigError(f"{error.detail}; {EVAL_HOW}") from None
     slow = args.backend != "analytical" and sys.stderr.isatty()
     if slow:  # ASTRA-sim: seconds to many minutes as the ranks grow, with nothing to show
         where = f"stage eval: running {args.backend} on {counted(parallel.world_size, 'rank')} …"
