@@ -20,8 +20,9 @@ already holds ``N`` or more trials nothing runs and a message says so (exit 0).
 Exit status: 0 when the study ran to its end (or its budget was already reached; also when no
 trial was feasible: each is recorded with its reason, and the most frequent are printed), 130
 when it was interrupted (what finished is kept and ``--resume`` continues it; also before its
-first trial was recorded), 2 on a configuration error (including an output folder that cannot
-be written or a corrupt ``_study.json``).
+first trial was recorded, and when a second Ctrl-C aborts it: the same ``--resume`` line), 2
+on a configuration error (including an output folder that cannot be written or a corrupt
+``_study.json``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ from stage_explore.study.spec import ExecutorKind
 from stage_explore.wording import counted
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from stage_explore.search.executors import BaseExecutor
-    from stage_explore.search.progress import Progress, RefineProgress
+    from stage_explore.search.progress import Progress, RefineProgress, StudySummary
     from stage_explore.search.worker import EvaluationJob
     from stage_explore.study.spec import StudySpec
 
@@ -203,7 +206,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
     """Run the loaded study ``spec`` with the command line's options; the exit status."""
-    from stage_explore.search.driver import explore
     from stage_explore.search.executors import create_executor
 
     directory = writable_folder(args.out, "--out") / spec.name
@@ -228,17 +230,17 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
 
     line = ProgressLine(sys.stderr)
     try:
-        summary = explore(
-            spec,
-            out=args.out,
-            executor_factory=executor_factory,
-            trials=args.trials,
-            resume=args.resume,
-            on_progress=line,
-            on_refine=line.refine,
-        )
-    finally:
-        line.end()
+        summary = _run_explore(args, spec, executor_factory, line)
+    except KeyboardInterrupt:
+        # s34 review7b: a second Ctrl-C aborts the run (the driver flushes what was recorded);
+        # once the folder holds the study, --resume continues it, so say so as the first does
+        if not _holds_study(directory):
+            raise
+        print("stage explore: aborted by the interrupt; what was recorded is kept",
+              file=sys.stderr)  # fmt: skip
+        print(f"records: {directory}  (stage report {directory})")
+        print(f"interrupted: continue with {resume_command(args)}")
+        return 130
     progress = summary.progress
     resumed = f" ({summary.resumed} resumed)" if summary.resumed else ""
     # s34 review7: a run that ended with no feasible trial said "none feasible yet", as if
@@ -351,6 +353,40 @@ def _print_precisions(spec: StudySpec, directory: Path) -> None:
     minimise = objective.direction is Direction.MIN
     for line in precision_lines(load_results(directory), objective.metric, minimise):
         print(line)
+
+
+def _run_explore(
+    args: argparse.Namespace,
+    spec: StudySpec,
+    executor_factory: Callable[[EvaluationJob], BaseExecutor],
+    line: ProgressLine,
+) -> StudySummary:
+    """The driver's run of ``spec`` with the command line's options, the progress line ended
+    however it stops."""
+    from stage_explore.search.driver import explore
+
+    try:
+        return explore(
+            spec,
+            out=args.out,
+            executor_factory=executor_factory,
+            trials=args.trials,
+            resume=args.resume,
+            on_progress=line,
+            on_refine=line.refine,
+        )
+    finally:
+        line.end()
+
+
+def _holds_study(directory: Path) -> bool:
+    """Whether ``--resume`` would find a recorded study in ``directory`` (its ``_study.json``
+    or a record part), the condition :func:`_recorded_trials` checks."""
+    from stage_explore.records import STUDY_FILE, count_records
+
+    if not directory.is_dir():
+        return False
+    return (directory / STUDY_FILE).is_file() or count_records(directory) > 0
 
 
 def _recorded_trials(directory: Path) -> int:
