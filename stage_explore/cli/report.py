@@ -18,10 +18,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "report",
         help="summarise a study's records: best configurations, Pareto front",
-        description="Print the best configurations and the Pareto front of the study recorded "
-        "in DIR (an OUT/<study> folder), and optionally write an HTML report.",
+        description="Print the trial counts, the most frequent reasons trials were infeasible "
+        "or failed, the best configurations by each objective and their Pareto front, of the "
+        "study recorded in DIR (an OUT/<study> folder; an OUT folder holding several studies "
+        "reports their trials together), and optionally write an HTML report.",
     )
-    parser.add_argument("directory", type=Path, metavar="DIR", help="a study's records folder")
+    parser.add_argument(
+        "directory",
+        type=Path,
+        metavar="DIR",
+        help="a study's records folder (OUT/<study>), or an OUT folder of several",
+    )
     parser.add_argument(
         "--html",
         type=Path,
@@ -38,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=10,
         metavar="N",
-        help="rows of the best-configurations table (default: 10)",
+        help="rows of each best-configurations table, one per objective (default: 10)",
     )
     parser.set_defaults(func=run)
 

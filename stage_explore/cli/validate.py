@@ -29,9 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "validate",
         help="compare the analytical backend with published training and serving runs",
-        description="Evaluate every published run (stage_explore/data, setups in setups.toml) "
-        "and print in-sample and held-out error per source, vTrain ranking quality, the "
-        "targets and every row.",
+        description="Evaluate every published training and serving run (stage_explore/data, "
+        "setups in setups.toml; --data for others) and print the rows' self-consistency check, "
+        "in-sample and held-out error per source (rows no source claims under 'inferred "
+        "setups'), vTrain ranking quality, the targets of issue #11, every row, and the "
+        "serving rows.",
     )
     parser.add_argument(
         "--data",
@@ -57,7 +59,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON")
-    output.add_argument("--markdown", action="store_true", help="print the Markdown report")
+    output.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the Markdown report (with --loso: benchmarks/results/validation.md)",
+    )
     parser.set_defaults(func=run)
 
 

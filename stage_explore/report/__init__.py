@@ -238,7 +238,10 @@ def parse_objective_option(text: str) -> dict[str, str]:
                 f"--objectives: {name!r} has no default direction; give it as {name}:min or "
                 f"{name}:max, or use one of: {', '.join(OBJECTIVE_METRICS)}"
             )
-        objectives.update(parse_objectives({name: direction} if direction else [name]))
+        try:
+            objectives.update(parse_objectives({name: direction} if direction else [name]))
+        except ConfigError as error:  # s34 review7b: "objective 'x': …" did not name the option
+            raise ConfigError(f"--objectives: {error}") from None
     return {name: str(direction) for name, direction in parse_objectives(objectives)}
 
 

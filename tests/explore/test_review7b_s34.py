@@ -124,3 +124,30 @@ def test_an_interrupt_before_the_study_is_recorded_gives_no_resume_hint(
     assert captured.err.strip().endswith("stage explore: interrupted")
     assert "--resume" not in captured.out + captured.err
     assert not (out / "demo").exists()
+
+
+def test_report_help_and_a_bad_objective_direction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``stage report --help`` said DIR is "a study's records folder" (an OUT folder holding
+    studies is read too) and ``--top`` sized "the" table (there is one per objective); a bad
+    direction in ``--objectives`` was "objective 'x': …", not naming the option."""
+    study = tmp_path / "study.toml"
+    study.write_text(support.study_text(trials=12))
+    out = tmp_path / "out"
+    assert main(["explore", str(study), "--out", str(out), "--executor", "local"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out), "--top", "1"]) == 0  # the OUT folder, as the help says
+    text = capsys.readouterr().out
+    assert text.startswith("study demo: 12 trials, ")
+    assert text.count("lowest first:\ntrial") + text.count("highest first:\ntrial") == 2
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "an OUT folder of several" in helptext
+    assert "rows of each best-configurations table, one per objective" in helptext
+    assert main(["report", str(out / "demo"), "--objectives", "step_time_s:up"]) == 2
+    assert capsys.readouterr().err == (
+        "stage report: error: --objectives: objective 'step_time_s': expected direction "
+        "\"min\" or \"max\", got 'up'\n"
+    )
