@@ -149,5 +149,5 @@ def test_report_help_and_a_bad_objective_direction(
     assert main(["report", str(out / "demo"), "--objectives", "step_time_s:up"]) == 2
     assert capsys.readouterr().err == (
         "stage report: error: --objectives: objective 'step_time_s': expected direction "
-        "\"min\" or \"max\", got 'up'\n"
+        '"min" or "max", got \'up\'\n'
     )
