@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import csv
 
-from stage_explore.validation.setups import Case, data_dir, load_cases
+from stage_explore.validation.setups import Case, data_dir
+from tests.explore.package_cases import package_cases
 
 DATA = data_dir()
 HELD_OUT = "published_runs_held_out.csv"
@@ -94,4 +95,4 @@ def csv_rows(name: str) -> list[dict[str, str]]:
 
 def held_out_cases() -> list[Case]:
     """The cases of the sources of ``published_runs_held_out.csv``."""
-    return [c for c in load_cases() if c.source in {*SOURCES, *OTHERS, *ON_FILES, *MEMORY}]
+    return [c for c in package_cases() if c.source in {*SOURCES, *OTHERS, *ON_FILES, *MEMORY}]

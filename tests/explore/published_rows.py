@@ -10,7 +10,8 @@ from pathlib import Path
 
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.setups import Case, data_dir, load_cases
+from stage_explore.validation.setups import Case, data_dir
+from tests.explore.package_cases import package_cases
 
 HELD_OUT = "published_runs_held_out.csv"
 TEMPLATE = "MBD-H100-25.11-LLAMA3_8B"
@@ -56,7 +57,7 @@ def assert_inferred_as_hand(
 ) -> None:
     """Every time row of ``source`` (package file ``file``) set up by the inference alone has the
     hand-written setup's ``fields`` ("part.name", e.g. "parallel.sp") and framework ``options``."""
-    cases = [c for c in load_cases() if c.source == source and c.metric != "peak_mem_gib"]
+    cases = [c for c in package_cases() if c.source == source and c.metric != "peak_mem_gib"]
     rows = {r["id"]: r for r in read_csv(data_dir() / file)}
     assert cases
     for hand in cases:

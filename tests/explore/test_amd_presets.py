@@ -27,8 +27,8 @@ from stage_explore.system.model import Topology
 from stage_explore.validation.infer_fields import Uninferable, infer_framework
 from stage_explore.validation.infer_system import infer_system
 from stage_explore.validation.run import analytical_factory, evaluate_case
-from stage_explore.validation.setups import load_cases
 from tests.explore.gemm_helpers import bf16_gemm
+from tests.explore.package_cases import package_cases
 
 GIB = 2**30
 #: (CUs, dense BF16 FLOP per CU per clock, peak engine clock Hz): CDNA 3 (MI300X / MI325X) and
@@ -199,7 +199,7 @@ def test_stage_eval_runs_on_an_amd_preset(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_the_mlperf_mi355x_row_is_a_held_out_inferred_row() -> None:
-    [case] = [c for c in load_cases() if c.id == "MLPERF-L31-8B-MI355X-V51-8"]
+    [case] = [c for c in package_cases() if c.id == "MLPERF-L31-8B-MI355X-V51-8"]
     assert case.source.startswith("INFERRED") and case.system == "mi355x"
     assert case.framework == "megatron-core" and not case.in_sample
     assert case.measured == pytest.approx(30.694098572187265 * 8192 / 8, abs=1)

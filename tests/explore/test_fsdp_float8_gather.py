@@ -28,12 +28,13 @@ from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
 from stage_explore.validation.infer_release import Defaults
 from stage_explore.validation.infer_torch import torchtitan_defaults
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=1024)
 FSDP_FP8 = ParallelConfig(
     dp=8, zero=3, precision=Precision.FP8, fp8_recipe=Fp8Recipe.TENSORWISE, global_batch=8
 )
+
 TITAN = get_framework("torchtitan")
 ON = replace(TITAN, fsdp_float8_all_gather=True)
 
@@ -113,7 +114,7 @@ def test_the_inference_turns_it_on_only_where_the_row_states_it() -> None:
 
 
 def test_the_hand_written_torchtitan_setups_follow_their_commands() -> None:
-    options = {case.id: dict(case.framework_options) for case in load_cases()}
+    options = {case.id: dict(case.framework_options) for case in package_cases()}
     trainy = [k for k in options if k.startswith("TRAINY-H200-")]
     assert trainy and all(options[k].get("fsdp_float8_all_gather") for k in trainy)
     others = [k for k in options if k.startswith(("TTITAN-", "TTASYNC-"))]

@@ -10,7 +10,8 @@ from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.infer_release import container, dated, torch_dated
-from stage_explore.validation.setups import data_dir, load_cases
+from stage_explore.validation.setups import data_dir
+from tests.explore.package_cases import package_cases
 from tests.explore.published_rows import inferred_case as _case
 from tests.explore.published_rows import minimal_row as _row
 
@@ -363,7 +364,7 @@ def test_the_defaults_agree_with_the_hand_written_setups() -> None:
     setup gives (the H100 Qwen3-235B rows, which left fp8_param_gather and grad_fp32 unset
     until 4 Dec 2026, set them from the recipe: see their setups.toml assumptions), but for
     the :data:`DEPARTURES`."""
-    cases = load_cases()
+    cases = package_cases()
     rows = {
         (name, i): row
         for name in {c.file for c in cases if c.file.startswith("published_runs")}

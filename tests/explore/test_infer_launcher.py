@@ -10,7 +10,8 @@ import pytest
 
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
-from stage_explore.validation.setups import data_dir, load_cases
+from stage_explore.validation.setups import data_dir
+from tests.explore.package_cases import package_cases
 from tests.explore.published_rows import inferred_case as _case
 
 SUMMARY = "NVIDIA NeMo performance summary (NeMo 24.07 container), docs/source/performance/"
@@ -79,7 +80,7 @@ def test_the_package_summary_llama_rows_infer_the_hand_written_gradient_precisio
     Llama 2 70B and Llama 3 rows read from the same scripts since s12; the Llama 2 7B / 13B rows
     since this session), and the rule is what sets it."""
     rows = {r["id"]: r for r in read_csv(data_dir() / "published_runs_held_out.csv")}
-    hands = [c for c in load_cases() if c.source == "NEMO2407-H100" and "LLAMA" in c.id]
+    hands = [c for c in package_cases() if c.source == "NEMO2407-H100" and "LLAMA" in c.id]
     assert len(hands) == 5
     for hand in hands:
         (mine, *_) = row_cases(rows[hand.id], hand.file, hand.line, data_dir())

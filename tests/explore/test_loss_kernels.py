@@ -24,7 +24,7 @@ from stage_explore.analytical.loss_kernels import (
     loss_logits,
 )
 from stage_explore.system import load_system
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 H100 = load_system("h100-80gb")
 MODEL = get_flavor("llama3-8b").with_overrides(layers=2)
@@ -200,7 +200,7 @@ def test_the_nemo_2_rows_run_the_native_fused_loss() -> None:
     """NeMo 2.0's GPTConfig (cross_entropy_loss_fusion True, impl left at 'native') for the
     NeMo 25.02 rows."""
     sources = ("NEMO2502-B200", "NEMO2502-H100", "DGXC2504-H100-BF16", "DGXC2504-H100-FP8")
-    mine = [c for c in load_cases() if c.source in sources]
+    mine = [c for c in package_cases() if c.source in sources]
     assert len(mine) == 65
     for case in mine:
         options = dict(case.framework_options)
@@ -216,7 +216,7 @@ def test_the_megatron_bridge_gpt_oss_rows_run_te_cross_entropy() -> None:
     times TE's fused loss."""
     mine = [
         c
-        for c in load_cases()
+        for c in package_cases()
         if c.source in ("MBRIDGE", "MBRIDGE-MOE-B200", "MBRIDGE-MOE-B300") and "GPTOSS" in c.id
     ]
     assert len(mine) == 7
@@ -230,7 +230,7 @@ def test_the_nemo_performance_script_rows_run_te_cross_entropy() -> None:
     """NeMo 2.0's scripts/performance set_primary_perf_configs sets cross_entropy_fusion_impl
     'te' (helpers.py at 0349f235, utils.py at 07ed46e0; pretrain_deepseek_v3.py sets it too): the
     GSW 25.05.04 rows (NeMo 25.04) and the NeMo 25.09 script rows time TE's fused loss."""
-    mine = [c for c in load_cases() if c.source.startswith(("DGXC2505-", "NEMOPERF-B200"))]
+    mine = [c for c in package_cases() if c.source.startswith(("DGXC2505-", "NEMOPERF-B200"))]
     assert len(mine) == 40
     for case in mine:
         options = dict(case.framework_options)
@@ -250,7 +250,7 @@ def test_the_nemo_1_and_mlperf_rows_run_the_native_fused_loss() -> None:
         "DGXC2411-H100-BF16", "DGXC2411-H100-FP8",
         "MLPERF-GPT3-B200", "MLPERF-L405B-H100", "MLPERF-L405B-GB200",
     )
-    cases = load_cases()
+    cases = package_cases()
     mine = [c for c in cases if c.source in sources or "MLPERF-GPT3-H100-V41-" in c.id]
     assert len(mine) == 125  # with s27 hidden21's Oracle v4.1 rows (MLPERF-GPT3-H100-V41-ORACLE-*)
     for case in mine:

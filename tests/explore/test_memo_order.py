@@ -16,8 +16,8 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.system import load_system
 from stage_explore.validation.run import analytical_factory, evaluate_cases
 from stage_explore.validation.setup_systems import case_system
-from stage_explore.validation.setups import Case, load_cases
-from stage_explore.validation.suite import data_cases
+from stage_explore.validation.setups import Case
+from tests.explore.package_cases import package_cases
 
 MODEL = get_flavor("megatron-gpt-1.7b").with_overrides(layers=4)
 
@@ -71,7 +71,7 @@ def test_fp8_shard_amax_spread_predicts_as_alone() -> None:
 def test_bigscience_181b_rows_do_not_depend_on_order() -> None:
     """The published rows s30's spelling fuzz found order-dependent (BigScience 181B, same
     layout, global batch 1568 then 2048: 102.811 instead of 102.806 tokens/s)."""
-    cases = {case.id: case for case in load_cases()}
+    cases = {case.id: case for case in package_cases()}
     a = cases["BSPRE25-A100-H14336-L72-TP8PP6DP8-MBS4-GBS1568"]
     b = cases["BSPRE25-A100-H14336-L72-TP8PP6DP8-MBS4-GBS2048"]
     alone = evaluate_cases([b], analytical_factory())[0].predicted
@@ -99,7 +99,7 @@ def test_first_dense_layer_binds_its_own_kind() -> None:
 def deepseek_v3_row() -> Case:
     """MLPerf's DeepSeek-V3 on GB200 (a dropless MoE row, Megatron-Core with its weight
     gradients accumulated into bf16 buffers by the GEMM)."""
-    return next(c for c in data_cases().cases if c.id == "MBX-GB200-26.04-DSV3-MX")
+    return next(c for c in package_cases() if c.id == "MBX-GB200-26.04-DSV3-MX")
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from stage_explore.system import load_system
 from stage_explore.validation.memory_kind import kind_assumption, memory_kind
 from stage_explore.validation.run import analytical_factory, evaluate_case
 from stage_explore.validation.setup_systems import case_system
-from stage_explore.validation.setups import data_dir, load_cases
+from tests.explore.package_cases import package_cases
 
 GIB = 2**30
 WORKSPACES = BLAS_WORKSPACES * BLAS_WORKSPACE_BYTES
@@ -100,7 +100,7 @@ def test_a_row_naming_two_kinds_is_an_error_naming_them() -> None:
 
 
 def test_the_shipped_memory_rows_are_compared_with_their_kind() -> None:
-    cases = [c for c in load_cases(data_dir()) if c.metric == "peak_mem_gib"]
+    cases = [c for c in package_cases() if c.metric == "peak_mem_gib"]
     kinds = {c.id: c.memory_kind for c in cases}
     assert kinds["TTITAN-T1-1"] == "reserved"
     assert kinds["TTQWEN3-32B-H100-FSDP4TP8-LBS16"] == "reserved"

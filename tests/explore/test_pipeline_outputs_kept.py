@@ -13,7 +13,7 @@ from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import get_framework
 from stage_explore.system import load_system
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 #: A small vocabulary keeps the head's weights from making the last stage the busiest.
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=8, seq_len=1024, vocab=512)
@@ -65,7 +65,7 @@ def test_nothing_is_kept_without_pipeline_stages_and_megatron_lm_frees_them() ->
 
 
 def test_a_nemo_1_source_keeps_them_on_every_row_and_a_row_s_options_add_to_it() -> None:
-    cases = {case.id: case for case in load_cases()}
+    cases = {case.id: case for case in package_cases()}
     nemotron = dict(cases["NEMO2407-H100-NEMOTRON-340B"].framework_options)
     assert nemotron["pipeline_outputs_kept"] is True  # the source's option
     assert nemotron["native_cross_entropy"] is True  # and the row's own

@@ -13,7 +13,8 @@ import pytest
 
 from stage_explore.validation.infer_defaults import recipe_defaults
 from stage_explore.validation.run import evaluate_cases
-from stage_explore.validation.setups import load_cases, parse_backend_key
+from stage_explore.validation.setups import parse_backend_key
+from tests.explore.package_cases import package_cases
 
 PRIMUS = "AMD-AGI/Primus agent/workspace (Primus Megatron backend, Qwen3-30B-A3B FP8 on 8x MI355X)"
 
@@ -50,13 +51,13 @@ def test_random_or_unnamed_routing_stays_random(row: dict[str, str], framework: 
 def test_the_primus_qwen3_row_routes_round_robin() -> None:
     """The campaign's baseline ran 'even routing' (its README's end-to-end table and prompt.md,
     AMD-AGI/Primus 31c71fa8 / fb0603b6 agent/workspace/qwen3_fp8_tw_gfx950_20261010)."""
-    case = {c.id: c for c in load_cases()}["PRIMUS-QWEN3-30B-A3B-MI355X-FP8-TW-BASE"]
+    case = {c.id: c for c in package_cases()}["PRIMUS-QWEN3-30B-A3B-MI355X-FP8-TW-BASE"]
     assert dict(case.framework_options).get("moe_fake_balanced_gate") is True
     assert dict(case.framework_options).get("moe_deepep") is True
 
 
 def test_a_fractional_option_round_trips_through_the_backend_key() -> None:
-    case = {c.id: c for c in load_cases()}["PRIMUS-QWEN3-30B-A3B-MI355X-FP8-TW-BASE"]
+    case = {c.id: c for c in package_cases()}["PRIMUS-QWEN3-30B-A3B-MI355X-FP8-TW-BASE"]
     options = {**dict(case.framework_options), "moe_load_imbalance": 1.2}
     skewed = dataclasses.replace(case, framework_options=tuple(sorted(options.items())))
     framework, parsed = parse_backend_key(skewed.backend_key)

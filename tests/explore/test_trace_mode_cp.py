@@ -31,7 +31,7 @@ from stage_explore.analytical.trace_mode import TraceStep, trace_step
 from stage_explore.analytical.trace_ring import ring_program, torch_ring_program
 from stage_explore.system import load_system
 from stage_explore.validation.run import analytical_factory
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 from tests.explore.trace_helpers import optimizer_end
 
 _REAL = load_system("a100-80gb")
@@ -217,7 +217,7 @@ def test_the_torchtitan_cp_rows_run_in_the_trace_as_in_the_levelled_mode(row: st
     """TorchTitan's Table 2 rows with cp 4 and 8 (FSDP over dp × cp, full recompute, Float8,
     compiled), without ``nccl_channels`` (with them the modes charge NCCL's SMs differently:
     +3.7e-6 and +6.5e-6 relative)."""
-    case = next(c for c in load_cases() if c.id == row)
+    case = next(c for c in package_cases() if c.id == row)
     real = load_system(case.system_source)
     system = replace(real, network=tuple(replace(d, nccl_channels=None) for d in real.network))
     backend = analytical_factory()(case.backend_key)

@@ -29,7 +29,7 @@ from stage_explore.analytical.overlap import (
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
 from stage_explore.system.model import System
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 UNIT = 1000
 OPTION = "ub_bulk_sm_margin"
@@ -154,7 +154,7 @@ def test_a_non_boolean_value_is_a_one_line_error(option: str) -> None:
 def test_megatron_core_r08_rows_run_the_te_defaults_of_mid_2024() -> None:
     """Megatron-LM r0.8 with --tp-comm-overlap and no config: TE's initialize_ub of mid-2024
     built every default overlap without an SM margin (setups.toml MCORE08)."""
-    rows = [c for c in load_cases() if c.source == "MCORE08"]
+    rows = [c for c in package_cases() if c.source == "MCORE08"]
     assert len(rows) == 9
     for case in rows:
         options = dict(case.framework_options)

@@ -25,7 +25,7 @@ from stage_explore.analytical.overlap import (
 )
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 OPTION = "cuda_device_max_connections"
 WAVE = 1000  # FLOPs one wave of the toy GPU finishes in one second
@@ -99,7 +99,7 @@ def test_a_connection_count_outside_cudas_range_is_a_one_line_error(value: objec
 def test_megatron_bridge_blackwell_tensor_parallel_rows_run_32_connections() -> None:
     """Megatron-Bridge's PerfEnvPlugin: 32 on sm100+ when tp/cp > 1 and dp/pp > 1; every
     Hopper megatron-core row keeps 1 (Megatron-LM asserts it for tp/cp > 1 before Blackwell)."""
-    cases = load_cases()
+    cases = package_cases()
     bridge = [c for c in cases
               if c.source in ("MBRIDGE-B200", "MBRIDGE-GB200", "MBRIDGE-GB300")
               and c.parallel is not None and c.parallel.tp > 1]  # fmt: skip

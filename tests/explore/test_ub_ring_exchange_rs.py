@@ -27,7 +27,7 @@ from stage_explore.analytical.overlap import (
 )
 from stage_explore.analytical.policy import TimingPolicy
 from stage_explore.system import load_system
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 TP = 4
 OUT = 4096  # bytes of the GEMM's partial output (the reduce-scatter's input)
@@ -104,7 +104,7 @@ def test_an_unknown_method_is_a_one_line_error(option: str) -> None:
 def test_rows_whose_recipe_config_names_ring_exchange_set_it() -> None:
     """The Megatron-Bridge FP8 configs (``userbuffers_fp8_*``) run both as ring exchanges; NeMo's
     H100 FP8 Llama configs keep the pipeline, its GPT-3 175B one only fc2_fprop."""
-    options = {c.id: dict(c.framework_options) for c in load_cases()}
+    options = {c.id: dict(c.framework_options) for c in package_cases()}
     both = {"ub_proj_fprop_method": "ring_exchange", "ub_fc2_fprop_method": "ring_exchange"}
     for row in ("MBD-H100-25.11-LLAMA3_70B", "MBD-B200-25.11-LLAMA3.1_405B-CS",
                 "NEMO2502-B200-LLAMA3-405B"):  # fmt: skip

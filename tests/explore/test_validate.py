@@ -30,6 +30,7 @@ from stage_explore.validation.setups import (
     make_case,
     source_rows,
 )
+from tests.explore.package_cases import package_cases
 
 DATA = data_dir()
 FILES = ("published_runs.csv", "published_runs_more.csv", "vtrain_multi.csv")
@@ -47,7 +48,7 @@ def _csv_rows(name: str) -> int:
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
     """The package's cases with a setups.toml source (the NO_SETUP rows are inferred)."""
-    return [c for c in load_cases() if c.file != NO_SETUP]
+    return [c for c in package_cases() if c.file != NO_SETUP]
 
 
 def test_every_published_row_is_a_case(cases: list[Case]) -> None:
@@ -205,7 +206,7 @@ def test_rows_the_generator_cannot_express_are_reported(cases: list[Case]) -> No
 
 
 def test_megatron_flops_formulas() -> None:
-    model = load_cases()[0].model
+    model = package_cases()[0].model
     assert model is not None
     b, s, l_, h, v = 8, model.seq_len, model.layers, model.hidden, model.vocab
     assert megatron_flops(model, b, True) == pytest.approx(

@@ -42,6 +42,7 @@ from tests.explore.held_out import (
     csv_rows,
     held_out_cases,
 )
+from tests.explore.package_cases import package_cases
 
 
 def _readme_rows(name: str) -> int:
@@ -240,7 +241,7 @@ def test_the_trainy_h200_rows_serve_throughput_and_memory(
 def test_leave_one_source_out_trains_a_system_file_source_on_its_accelerators_rows() -> None:
     from stage_explore.validation.loso import _training_rows
 
-    every = [c for c in load_cases() if c.parallel is not None and c.metric != "peak_mem_gib"]
+    every = [c for c in package_cases() if c.parallel is not None and c.metric != "peak_mem_gib"]
     systems: dict[str, System] = {}
 
     def train_of(source: str) -> list[Case]:
@@ -261,7 +262,7 @@ def test_leave_one_source_out_trains_a_system_file_source_on_its_accelerators_ro
 def test_leave_one_source_out_trains_the_fsdp_blog_on_its_accelerators_rows() -> None:
     from stage_explore.validation.loso import _training_rows
 
-    every = [c for c in load_cases() if c.parallel is not None and c.metric != "peak_mem_gib"]
+    every = [c for c in package_cases() if c.parallel is not None and c.metric != "peak_mem_gib"]
     systems: dict[str, System] = {}
     mine = [c for c in every if c.source == "IBMFSDP-H100"]
     train = _training_rows(mine, [c for c in every if c.source != "IBMFSDP-H100"], systems)
@@ -276,7 +277,7 @@ def test_leave_one_source_out_reports_each_source_as_it_goes() -> None:
     from stage_explore.validation.loso import leave_one_source_out
     from stage_explore.validation.run import evaluate_cases
 
-    cases = [c for c in load_cases() if c.source in ("KOR22-T5", "NAR21-T1")]
+    cases = [c for c in package_cases() if c.source in ("KOR22-T5", "NAR21-T1")]
     calls: list[tuple[int, int, str]] = []
     leave_one_source_out(evaluate_cases(cases), max_evaluations=2,
                          progress=lambda *call: calls.append(call))  # fmt: skip
@@ -298,7 +299,7 @@ def test_leave_one_source_out_fits_once_for_inferred_sources_with_the_same_train
     from stage_explore.validation import loso
     from stage_explore.validation.infer import INFERRED_PREFIX
 
-    hand = [c for c in load_cases() if c.source in ("KOR22-T5", "NAR21-T1")]
+    hand = [c for c in package_cases() if c.source in ("KOR22-T5", "NAR21-T1")]
     copies = [
         replace(c, source=f"{INFERRED_PREFIX}{name}")
         for name in ("A", "B") for c in hand if c.source == "NAR21-T1"

@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from stage_explore.validation.setups import Case, load_cases
+from stage_explore.validation.setups import Case
 from tests.explore.held_out import HELD_OUT, csv_rows, held_out_cases
+from tests.explore.package_cases import package_cases
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +157,7 @@ def test_nemo_long_sequence_rows_are_4m_tokens_per_step_with_k_of_1024(cases: li
 def test_the_26_02_moe_rows_take_their_25_11_twins_setup_but_the_batch() -> None:
     """The 26.02 tables' H100 GPT-OSS 120B and Qwen3-235B rows run the recipes' V2 variants,
     which change only the global batch of the 25.11 rows' V1 (published_runs_more.csv)."""
-    by_id = {c.id: c for c in load_cases() if c.source == "MBRIDGE"}
+    by_id = {c.id: c for c in package_cases() if c.source == "MBRIDGE"}
     for new_id, batch in (
         ("MBRIDGE26.02-DGX-H100-GPTOSS120B-64", 1280),
         ("MBRIDGE26.02-DGX-H100-Qwen3_235B_a22B-256", 8192),
@@ -270,7 +271,7 @@ def test_the_26_04_rows_take_their_26_02_twins_setup() -> None:
     26.02 table's VP 4): each is set up as its twin, except that the B300 twin's recipe ran
     the expert all-to-all overlap its VP 4 was for (moe_comm_overlap; the 26.04 recipe has
     neither)."""
-    by_id = {c.id: c for c in load_cases()}
+    by_id = {c.id: c for c in package_cases()}
     # (the NVFP4 rows of published_runs_no_setup.csv have no setup: inferred, not twins)
     new = sorted(i for i in by_id if "26.04" in i and not by_id[i].source.startswith("INFERRED"))
     assert len(new) == 11
@@ -432,6 +433,6 @@ def test_the_llama3_405b_rows_are_reported_with_their_reason() -> None:
         assert derived == pytest.approx(float(row["tokens_per_s_per_gpu"]), abs=0.05)
         assert int(row["dp"]) * int(row["tp"]) * int(row["pp"]) == int(row["num_gpus"])
         assert int(row["global_batch_seqs"]) * int(row["seq_len"]) == 2**24
-    reported = {c.id: c for c in load_cases() if c.source == "LLAMA3-405B"}
+    reported = {c.id: c for c in package_cases() if c.source == "LLAMA3-405B"}
     assert set(reported) == set(rows)
     assert all("tunable" in c.reason and c.parallel is None for c in reported.values())

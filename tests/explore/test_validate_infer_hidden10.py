@@ -14,7 +14,8 @@ import pytest
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.run import evaluate_cases
-from stage_explore.validation.setups import data_dir, load_cases
+from stage_explore.validation.setups import data_dir
+from tests.explore.package_cases import package_cases
 
 NO_SETUP = "published_runs_no_setup.csv"
 TWIN = "BSPRE-A100-H14336-L70-TP4PP12-MBS2-NH112"
@@ -39,7 +40,7 @@ def test_the_prequel_rows_read_as_the_bloom_setup() -> None:
 
 
 def test_the_final_shape_row_is_predicted_as_the_bloom_row() -> None:
-    (bloom,) = [c for c in load_cases() if c.id == "BLOOM-176B-384"]
+    (bloom,) = [c for c in package_cases() if c.id == "BLOOM-176B-384"]
     (twin, *_) = row_cases(_prequel()[TWIN], NO_SETUP, 1, data_dir())
     first, second = evaluate_cases([bloom, twin])
     assert math.isfinite(first.predicted) and math.isfinite(second.predicted)

@@ -14,7 +14,7 @@ from stage_explore.validation.infer_fields import (
     infer_framework,
     unmodelled_framework,
 )
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 #: The Primus convergence README's MaxText rows as a row's columns may name the backend.
 MAXTEXT_ROWS = [
@@ -51,7 +51,7 @@ def test_primus_without_maxtext_keeps_its_backend(row: dict[str, str], profile: 
 
 
 def test_the_mi325x_mlperf_row_is_read_from_its_cells() -> None:
-    cases = {c.id: c for c in load_cases()}
+    cases = {c.id: c for c in package_cases()}
     case = cases["MLPERF-L31-8B-MI325X-V60-MITAC-8"]
     assert case.source.startswith("INFERRED") and not case.in_sample and not case.reason
     assert case.system == "mi325x" and case.framework == "megatron-core"
@@ -68,7 +68,7 @@ def test_the_primus_70b_bf16_row_recomputes_12_of_its_80_layers() -> None:
     """AMD's 8-node command runs --recompute_num_layers 12 on a block-method config, read by s26
     hidden19's count reading (infer_recompute.named_num_layers): every other layer keeps its
     activations."""
-    case = {c.id: c for c in load_cases()}["PRIMUS-PERF-MI325X-L31-70B-BF16-N8"]
+    case = {c.id: c for c in package_cases()}["PRIMUS-PERF-MI325X-L31-70B-BF16-N8"]
     assert case.parallel is not None and not case.reason
     assert (case.parallel.recompute_method, case.parallel.recompute_num_layers) == ("block", 12)
     assert str(case.parallel.recompute) == "full" and case.parallel.zero == 3

@@ -26,6 +26,7 @@ from stage_explore.validation.report import ValidationReport
 from stage_explore.validation.run import RowResult
 from stage_explore.validation.setups import data_dir, load_cases
 from stage_explore.validation.suite import run_validation
+from tests.explore.package_cases import package_cases
 from tests.explore.published_rows import HELD_OUT, template, write_rows
 
 DATA = data_dir()
@@ -171,7 +172,7 @@ def test_every_row_of_the_package_data_is_claimed_and_counted() -> None:
     """Rows in the CSVs == rows in the report, and no package row needs an inferred setup
     (so ``stage validate --json`` on the package data is what setups.toml says) but those of
     ``published_runs_no_setup.csv``, kept without a source to exercise the inferred setup."""
-    cases = load_cases()
+    cases = package_cases()
     inferred = {c.file for c in cases if c.source.startswith("INFERRED")}
     assert inferred == {"published_runs_no_setup.csv"}
     covered = {(c.file, c.line) for c in cases}
@@ -189,11 +190,11 @@ def test_the_rules_read_the_package_rows_as_their_setups_do() -> None:
     does not move their predictions (s19 hidden7b: identical to 0.01 %)."""
     rows = {
         (name, i): row
-        for name in {c.file for c in load_cases() if c.file.startswith("published_runs")}
+        for name in {c.file for c in package_cases() if c.file.startswith("published_runs")}
         for i, row in enumerate(read_csv(DATA / name), start=1)
     }
     checked = on_files = segmented = 0
-    for case in load_cases():
+    for case in package_cases():
         if (case.file, case.line) not in rows or case.metric == "peak_mem_gib":
             continue
         (inferred, *_) = row_cases(rows[(case.file, case.line)], case.file, case.line, DATA)
@@ -254,7 +255,7 @@ def test_the_framework_default_is_stated() -> None:
 
 
 def test_a_report_of_package_results_has_no_inferred_section() -> None:
-    cases = [c for c in load_cases() if c.source == "KOR22-T5"][:1]
+    cases = [c for c in package_cases() if c.source == "KOR22-T5"][:1]
     report = ValidationReport((RowResult(cases[0], math.nan, note="x"),), "here")
     assert "inferred setups" not in to_text(report) and "Inferred setups" not in to_markdown(report)
 
@@ -324,7 +325,7 @@ def test_a_grok1_proxy_row_is_inferred_on_a_mixtral_base(tmp_path: Path) -> None
     (tmp_path / "b").mkdir()
     (mine,) = run_validation(_folder(tmp_path / "a", row)).results
     (theirs,) = run_validation(_folder(tmp_path / "b", row, setups=GROK_BY_HAND)).results
-    (package,) = [c for c in load_cases() if c.id == row["id"]]
+    (package,) = [c for c in package_cases() if c.id == row["id"]]
     assert mine.evaluated and mine.case.source.startswith("INFERRED")
     assert package.model is not None and package.model.capacity_factor == 1.0
     # the recipe's drop-and-pad to capacity (grok1_314b.yaml moe_expert_capacity_factor 1.0),
@@ -358,7 +359,7 @@ def test_kimi_k2_is_deepseek_v3_s_architecture_at_its_published_sizes() -> None:
     up (deepseek-v3 with moonshotai's kimi_k2 sizes); a dim the CSV states wins."""
     row_id = "AUTOMODEL-H100-KIMIK2-256"
     (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == row_id]
-    (package,) = [c for c in load_cases() if c.id == row_id and c.metric != "peak_mem_gib"]
+    (package,) = [c for c in package_cases() if c.id == row_id and c.metric != "peak_mem_gib"]
     (inferred, *_) = row_cases(row, HELD_OUT, package.line, DATA)
     assert inferred.model is not None and not inferred.reason, inferred.reason
     assert inferred.model == package.model
@@ -377,7 +378,7 @@ def test_a_stated_etp_replaces_the_era_default(row_id: str) -> None:
     """The layout table's ``ETP 4`` (GB200) / ``ETP 1`` (H100) in ``source_table`` is the
     experts' tensor parallel size the hand-written setups read from the same launch.sh."""
     (row,) = [r for r in read_csv(DATA / HELD_OUT) if r["id"] == row_id]
-    (package,) = [c for c in load_cases() if c.id == row_id]
+    (package,) = [c for c in package_cases() if c.id == row_id]
     (inferred, *_) = row_cases(row, HELD_OUT, package.line, DATA)
     assert inferred.parallel is not None and package.parallel is not None
     assert inferred.parallel.etp == package.parallel.etp

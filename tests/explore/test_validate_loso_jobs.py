@@ -17,7 +17,8 @@ from stage_explore.cli import main
 from stage_explore.validation.infer import INFERRED_PREFIX
 from stage_explore.validation.loso import fit_key, leave_one_source_out
 from stage_explore.validation.run import RowResult, analytical_factory, evaluate_cases
-from stage_explore.validation.setups import data_dir, load_cases
+from stage_explore.validation.setups import data_dir
+from tests.explore.package_cases import package_cases
 
 #: Sources fitted on their own system's rows (the A100 and H100 ones), on their accelerator's
 #: (IBMFSDP-H100's system file) and on nothing (TRAINY-H200: no other H200 source here), and
@@ -28,7 +29,7 @@ COPIES = (f"{INFERRED_PREFIX}A", f"{INFERRED_PREFIX}B")
 
 @pytest.fixture(scope="module")
 def results() -> list[RowResult]:
-    cases = [c for c in load_cases() if c.source in SOURCES]
+    cases = [c for c in package_cases() if c.source in SOURCES]
     copies = [replace(c, source=name) for name in COPIES for c in cases if c.source == "NAR21-T1"]
     return evaluate_cases([*cases, *copies])
 

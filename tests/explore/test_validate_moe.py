@@ -12,13 +12,14 @@ from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.validation.run import describe, evaluate_cases
 from stage_explore.validation.setups import data_dir, load_cases, parse_backend_key
+from tests.explore.package_cases import package_cases
 
 QWEN_ROW = "MBRIDGE25.11-DGX-H100-Qwen3_235B_a22B-256"
 DEEPSEEK_ROW = "MBRIDGE25.09-DGX-H100-DeepSeekV3-1024"
 
 
 def test_the_qwen3_row_names_its_own_base_and_megatron_bridge_layout() -> None:
-    (case,) = [c for c in load_cases() if c.id == QWEN_ROW]
+    (case,) = [c for c in package_cases() if c.id == QWEN_ROW]
     assert case.reason == "" and not case.in_sample
     assert case.model is not None and case.parallel is not None
     base = get_flavor("qwen3-235b-a22b")
@@ -43,7 +44,7 @@ def test_the_qwen3_row_names_its_own_base_and_megatron_bridge_layout() -> None:
 
 
 def test_the_qwen3_row_is_evaluated_with_one_all_to_all_over_the_folded_group() -> None:
-    (case,) = [c for c in load_cases() if c.id == QWEN_ROW]
+    (case,) = [c for c in package_cases() if c.id == QWEN_ROW]
     (result,) = evaluate_cases([case])
     assert result.evaluated and result.predicted > 0
     assert result.case.parallel is not None and result.case.parallel.expert_dp == 1
@@ -52,7 +53,7 @@ def test_the_qwen3_row_is_evaluated_with_one_all_to_all_over_the_folded_group() 
 def test_the_deepseek_row_runs_megatron_bridges_layout_with_its_mtp_module() -> None:
     """pp_layout 'Et|(tt|)*30mL': one layer on the first chunk, two on each of the next 30, the
     multi-token-prediction module and the loss on the last; ep 64 folded over tp 2 x dp 64."""
-    (case,) = [c for c in load_cases() if c.id == DEEPSEEK_ROW]
+    (case,) = [c for c in package_cases() if c.id == DEEPSEEK_ROW]
     assert case.reason == "" and case.model is not None and case.parallel is not None
     assert case.model.mtp_layers == 1 and case.model.is_mla
     p = case.parallel
@@ -75,7 +76,7 @@ def test_an_unknown_row_model_base_is_an_error_not_a_reason(tmp_path: Path) -> N
 
 
 def test_the_row_description_names_the_expert_tensor_parallel_size() -> None:
-    (case,) = [c for c in load_cases() if c.id == QWEN_ROW]
+    (case,) = [c for c in package_cases() if c.id == QWEN_ROW]
     assert case.parallel is not None
     assert "etp1" in describe(case.parallel).split()
     assert "etp" not in describe(replace(case.parallel, etp=None, ep=16))  # etp = tp
@@ -87,7 +88,7 @@ GPT_OSS_ROW = "MBRIDGE25.11-DGX-H100-GPTOSS120B-64"
 def test_the_gpt_oss_row_runs_the_recipes_micro_batch_and_recompute_modules() -> None:
     """The page's MBS 4 contradicts its own GA 2 (512 / (4 x 16) = 8): the recipe's MBS 1 is
     used and said so among the assumptions; its recompute_modules are layernorm and moe_act."""
-    (case,) = [c for c in load_cases() if c.id == GPT_OSS_ROW]
+    (case,) = [c for c in package_cases() if c.id == GPT_OSS_ROW]
     assert case.parallel is not None
     p = case.parallel
     assert (p.micro_batch, p.global_batch, p.pp, p.ep, p.dp) == (1, 512, 4, 8, 16)
@@ -96,7 +97,7 @@ def test_the_gpt_oss_row_runs_the_recipes_micro_batch_and_recompute_modules() ->
 
 
 def test_the_deepseek_row_recomputes_the_recipes_modules() -> None:
-    (case,) = [c for c in load_cases() if c.id == DEEPSEEK_ROW]
+    (case,) = [c for c in package_cases() if c.id == DEEPSEEK_ROW]
     assert case.parallel is not None
     assert case.parallel.recompute_modules == ("mla_up_proj", "mlp")
 
@@ -105,7 +106,7 @@ def test_the_moe_runs_that_ran_are_not_called_out_of_memory() -> None:
     """All three ran on 80 GB H100s (the page's measurements): with the recipes' micro-batch and
     recompute modules and FP8 activations saved as TE saves them, none is predicted to OOM."""
     rows = (GPT_OSS_ROW, QWEN_ROW, DEEPSEEK_ROW)
-    results = evaluate_cases([c for c in load_cases() if c.id in rows])
+    results = evaluate_cases([c for c in package_cases() if c.id in rows])
     assert len(results) == 3
     for result in results:
         assert result.evaluated and result.feasible, (result.case.id, result.note)
@@ -148,7 +149,7 @@ def test_the_qwen3_rows_overlap_expert_all_to_alls_where_their_recipe_did() -> N
         "MBM-B200-25.11-QWEN3_235B_A22B-64": True,
         "MBM-B200-26.02-QWEN3_235B_A22B-256": False,
     }
-    cases = {c.id: c for c in load_cases() if c.id in expected}
+    cases = {c.id: c for c in package_cases() if c.id in expected}
     assert sorted(cases) == sorted(expected)
     for row_id, overlap in expected.items():
         case = cases[row_id]

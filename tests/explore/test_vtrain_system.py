@@ -15,7 +15,8 @@ from stage_explore.analytical.collectives import (
 )
 from stage_explore.system import load_system
 from stage_explore.system.model import System
-from stage_explore.validation.setups import data_dir, load_cases
+from stage_explore.validation.setups import data_dir
+from tests.explore.package_cases import package_cases
 
 VTRAIN_SYSTEM = data_dir() / "systems" / "vtrain-a100.toml"
 MIB = 2**20
@@ -105,7 +106,7 @@ def test_pipeline_transfer_across_nodes_runs_at_a_gpus_share(achieved: System) -
 
 
 def test_the_vtrain_source_runs_on_its_cluster_with_fp16_gradient_all_reduce() -> None:
-    cases = [c for c in load_cases() if c.source == "VTRAIN"]
+    cases = [c for c in package_cases() if c.source == "VTRAIN"]
     assert len(cases) == 109
     for case in cases:
         assert case.system_file == str(VTRAIN_SYSTEM.resolve())
