@@ -16,7 +16,7 @@ from stage_explore.validation.infer_fms_ac import (
     fms_ac_fields,
     stated_amount,
 )
-from stage_explore.validation.setups import load_cases
+from tests.explore.package_cases import package_cases
 
 
 def _ac_handler(p: Fraction, layers: int) -> list[bool]:
@@ -115,7 +115,7 @@ def test_the_fields_for_each_amount() -> None:
 def test_the_blog_13b_rows_run_half_of_their_blocks_checkpointed() -> None:
     """IBMFSDP-{H100,A100}-LLAMA2-13B (setups.toml, the CSV's every_xth_item 2): evaluated
     with 20 of the 40 blocks recomputed, HSDP over 8-GPU nodes as the 7B rows."""
-    cases = {c.id: c for c in load_cases() if c.id.startswith("IBMFSDP-")}
+    cases = {c.id: c for c in package_cases() if c.id.startswith("IBMFSDP-")}
     for row_id in ("IBMFSDP-H100-LLAMA2-13B", "IBMFSDP-A100-LLAMA2-13B"):
         case = cases[row_id]
         assert case.parallel is not None, (row_id, case.reason)
