@@ -220,7 +220,7 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
                 f"which reaches the budget of {budget} (--trials counts every trial, recorded "
                 "ones included); nothing to run: pass a larger --trials to continue"
             )
-            print(f"records: {directory}  (stage report {directory})")
+            print(_records_line(directory))
             return 0
     kind = ExecutorKind(args.executor) if args.executor else spec.executor.kind
     address = args.address
@@ -238,7 +238,7 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
             raise
         print("stage explore: aborted by the interrupt; what was recorded is kept",
               file=sys.stderr)  # fmt: skip
-        print(f"records: {directory}  (stage report {directory})")
+        print(_records_line(directory))
         print(f"interrupted: continue with {resume_command(args)}")
         return 130
     progress = summary.progress
@@ -278,7 +278,7 @@ def _explore(args: argparse.Namespace, spec: StudySpec) -> int:
             print(note)
     if len(spec.space.choices().get("precision", ())) > 1 and progress.done:
         _print_precisions(spec, summary.directory)
-    print(f"records: {summary.directory}  (stage report {summary.directory})")
+    print(_records_line(summary.directory))
     if progress.infrastructure_failed:
         print(
             f"{counted(progress.infrastructure_failed, 'trial')} lost to infrastructure failures "
@@ -377,6 +377,11 @@ def _run_explore(
         )
     finally:
         line.end()
+
+
+def _records_line(directory: Path) -> str:
+    """The line naming where a study's records are and the command that reports them."""
+    return f"records: {directory}  (stage report {directory})"
 
 
 def _holds_study(directory: Path) -> bool:

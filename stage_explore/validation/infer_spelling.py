@@ -88,6 +88,16 @@ COLUMN_UNITS = {
     # the column's own meaning said (s29 readers2): "2 per GPU", "4 sequences / GPU"
     "micro_batch": r"(?:(?:seq(?:uence)?s?|samples?)\s*)?(?:/|per)\s*(?:gpu|device)",
 }
+#: :data:`COLUMN_UNITS` as patterns: a number (``8K`` too) followed by its column's unit.
+_UNITED = {
+    column: re.compile(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", re.IGNORECASE)
+    for column, words in COLUMN_UNITS.items()
+}
+#: :data:`AXIS_NAMES` as patterns: an axis named with its degree (``TP=8``, ``vp 5``).
+_NAMED = {
+    column: re.compile(rf"(?:{'|'.join(names)})\s*[=:]?\s*(\d+)", re.IGNORECASE)
+    for column, names in AXIS_NAMES.items()
+}
 
 
 def spelled_cells(
@@ -113,18 +123,10 @@ def spelled_cells(
             raise Uninferable(str(error)) from None
         worded = []
     notes += worded
-    united = {
-        column: re.compile(rf"(\d[\d,]*(?:\s*[kK])?)\s*(?:{words})", re.IGNORECASE)
-        for column, words in COLUMN_UNITS.items()
-    }
-    _keep_number(out, notes, united.items(), "the column's own unit")
+    _keep_number(out, notes, _UNITED.items(), "the column's own unit")
     marked = [(column, _FOOTNOTE) for column in (*INTEGER_COLUMNS, *MEASURED_UNITS)]
     _keep_number(out, notes, marked, "a footnote mark")
-    named = {
-        column: re.compile(rf"(?:{'|'.join(names)})\s*[=:]?\s*(\d+)", re.IGNORECASE)
-        for column, names in AXIS_NAMES.items()
-    }
-    _keep_number(out, notes, named.items(), "the degree with its own axis named")
+    _keep_number(out, notes, _NAMED.items(), "the degree with its own axis named")
     remarked = [(column, _REMARKED) for column in (*INTEGER_COLUMNS, *TEXT_ALLOWED)]
     _keep_number(out, notes, remarked, "")
     seq = _SEQ_K.fullmatch(out.get("seq_len", "").strip())
