@@ -25,7 +25,16 @@ from stage_explore.analytical.framework_profile import GIB, FrameworkProfile
 #: the caching allocator, so inside a reserved figure (s33 memkind).
 #: ``allocator_overhead`` 0.05: PyTorch's caching allocator keeps freed blocks
 #: reserved (https://pytorch.org/docs/stable/notes/cuda.html#memory-management), so what a
-#: process holds exceeds the tensors' peak; 5 % is an estimate, not a measurement. The published
+#: process holds exceeds the tensors' peak; 5 % is an estimate, not a measurement. Checked
+#: against the allocator's rules in s35 alloc (docs/analytical.md). Its rounding is the only
+#: part the tensor sizes fix (c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize 512 B,
+#: kSmallBuffer 2 MiB, kLargeBuffer 20 MiB for 1-10 MiB requests, kRoundLarge 2 MiB); with
+#: expandable segments (torchtitan's run_train.sh sets them), 2 / 20 MiB pages mapped into one
+#: segment per pool and stream, a third of a percent of a torchtitan peak at most; without
+#: them, under 2 MiB per live block of 10 MiB or more. The rest is fragmentation, set by the
+#: allocation order. Public reserved-over-active peaks span 3-36 % at peaks over 5 GB
+#: (huggingface/peft#1469 3.0-10.9 %; pytorch/torchtitan#135 20-36 % before expandable
+#: segments), none in the rows' setting, so 5 % stays. The published
 #: Megatron-LM 2021-22 peaks (Korthikanti et al. Figure 1) are the tensors' own, so that profile
 #: adds neither. DeepSpeed ZeRO-3's high cross-node gather overhead at small per-GPU batch is the
 #: motivation of ZeRO++ (https://www.microsoft.com/en-us/research/blog/deepspeed-zero-a-leap-in-
