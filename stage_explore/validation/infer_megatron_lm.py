@@ -23,13 +23,15 @@ defaults (learned absolute positions, tied embeddings, biased linears, dropout 0
 :data:`LAUNCH_MODEL_DEFAULTS`, s34 flagperf) replace the flavor's. The attention kernel is the
 profile's (Megatron-LM's Transformer Engine path picks a fused kernel by default; its legacy
 path of 2023 ran unfused attention unless ``--use-flash-attn``, which a row's date alone does
-not settle).
+not settle; what the flag selects on each path: :mod:`stage_explore.validation.
+infer_attention_flag`).
 """
 
 from __future__ import annotations
 
 import re
 
+from stage_explore.validation.infer_attention_flag import flash_flag_kernel, named_backend
 from stage_explore.validation.infer_release import Defaults, row_text
 
 #: Megatron-LM named as a framework (``Megatron-LM``, ``Megatron LM``, ``megatron_lm``); not
@@ -77,23 +79,10 @@ NO_GRAD_ACCUMULATION_FUSION_NOTE = (
     "main_grad.add_(grad))"
 )
 #: Megatron-LM's ``--use-flash-attn`` (a config's ``use_flash_attn true``); not ``... false``.
+#: What it selects depends on the model path the row ran (legacy transformer: the flash-attn
+#: package; a Megatron-Core model: nothing, Transformer Engine chooses): :mod:`stage_explore.
+#: validation.infer_attention_flag` (s35 attnflag).
 USE_FLASH_ATTN = r"use[-_\s]flash[-_\s]attn\b(?![\s:=\"']*(?:false|off|0|no)\b)"
-#: Which kernel it runs: the flash-attn package. The legacy ``megatron/model/transformer.py``
-#: (``--transformer-impl local``, the 2023 default) replaces the baddbmm / scaled-masked-softmax /
-#: bmm core with ``FlashSelfAttention``, a call of ``flash_attn.flash_attn_interface``'s varlen
-#: kernel (NVIDIA/Megatron-LM 00baee46: ``flash_attn_unpadded_func``, flash-attn 1.x's name;
-#: 2.x calls it ``flash_attn_varlen_func``). How a Megatron-Core release treats the flag
-#: beside its ``--attention-backend`` was not read: a row that names it is read as asking for
-#: the flash-attn package there too. Read as FlashAttention-2 (the preset's ``fa2``): the
-#: package's version is not in the flag, and a 1.x run would be slower still; FlashAttention-3
-#: (``hopper/``, July 2024) is another package the flag does not name.
-USE_FLASH_ATTN_NOTE = (
-    "attention on the flash-attn package (attention_kernel fa2): the text names Megatron-LM's "
-    "--use-flash-attn (legacy megatron/model/transformer.py FlashSelfAttention over "
-    "flash_attn's varlen kernel instead of the baddbmm / softmax / bmm core, NVIDIA/"
-    "Megatron-LM 00baee46), not cuDNN's fused attention; read as FlashAttention-2, the "
-    "package's version not stated"
-)
 #: Megatron-LM's model-architecture defaults as a Megatron-LM launch row's text states them
 #: left in place (its script passing none of the flags that change them): (model field, value,
 #: pattern, why). The defaults, in Megatron-LM's ``megatron/training/arguments.py`` of the
@@ -234,12 +223,14 @@ def named_launch_flags(row: dict[str, str], out: Defaults) -> None:
     """The megatron-core profile's defaults a row's text overrides by naming Megatron-LM's flag
     (any megatron-core row: a Megatron-LM launch, a NeMo or Primus config): gradient-accumulation
     fusion off (:data:`NO_GRAD_ACCUMULATION_FUSION`: ``grad_accumulation`` ``add``) and
-    ``--use-flash-attn`` (:data:`USE_FLASH_ATTN`: ``attention_kernel`` ``fa2``). Read after the
-    container's era defaults, which a named flag outranks."""
+    ``--attention-backend`` / ``--use-flash-attn`` (:data:`USE_FLASH_ATTN`; what they select,
+    :mod:`stage_explore.validation.infer_attention_flag`). Read after the container's era
+    defaults, which a named flag outranks."""
     text = row_text(row).lower()
     if re.search(NO_GRAD_ACCUMULATION_FUSION, text):
         out.options["grad_accumulation"] = "add"
         out.notes.append(NO_GRAD_ACCUMULATION_FUSION_NOTE)
+    if named_backend(text, out):
+        return
     if re.search(USE_FLASH_ATTN, text):
-        out.options["attention_kernel"] = "fa2"
-        out.notes.append(USE_FLASH_ATTN_NOTE)
+        flash_flag_kernel(text, out)
