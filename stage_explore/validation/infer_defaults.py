@@ -37,6 +37,7 @@ from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_shard import stated_hpz
+from stage_explore.validation.infer_titan_ac import torchtitan_shipped_ac
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
     bionemo_native_defaults,
@@ -417,6 +418,11 @@ def recipe_defaults(
         dp = int(stated.get("dp", parallel.get("dp", 1)))
         automodel_defaults(row, flavor, stated, out, dp, experts)
     elif framework == "torchtitan":
+        shipped = torchtitan_shipped_ac(row, flavor)  # empty cell: the shipped config's (s35)
+        if shipped is not None:
+            recompute = shipped[0]
+            out.parallel["recompute"] = recompute
+            out.notes.append(shipped[1])
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
     elif framework == "fsdp":
