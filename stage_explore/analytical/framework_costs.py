@@ -203,7 +203,8 @@ def grad_accumulation_bytes(
     pass: ``(m − 1)/m`` of 6. ``"torch-ddp"`` (Megatron-LM 2021 ``--DDP_impl torch``): the same
     ``(m − 1)/m`` of ``3·weight_bytes``, plus, once per step, the reducer's divide-and-copy of
     the gradient into its bucket and the copy back after the all-reduce (``4·weight_bytes``,
-    spread as ``1/m`` over the step's micro-batches)."""
+    spread as ``1/m`` over the step's micro-batches). ``"autograd"``: that ``(m − 1)/m`` of
+    ``3·weight_bytes`` in any dtype (InternEvo)."""
     mode = profile.grad_accumulation
     m = max(1, micro_batches)
     if mode == "none":
@@ -216,6 +217,10 @@ def grad_accumulation_bytes(
         # copying each gradient into its bucket (at::mul_out(bucket_view, grad, 1/world)) and
         # copies the reduced bucket back into .grad (copy_bucket_to_grad): read + write each
         return (3 * weight_bytes * (m - 1) + 4 * weight_bytes) / m
+    if mode == "autograd":
+        # AccumulateGrad from the second micro-batch on, whatever the dtype (InternEvo's
+        # HybridZeroOptimizer: .grad set None after every step), as DeepSpeed's fp16 below
+        return 3 * weight_bytes * (m - 1) / m
     if mode == "deepspeed":
         if dtype != "bf16":
             # fp16: autograd's AccumulateGrad adds the fresh gradient into the parameter's
@@ -233,11 +238,11 @@ def grad_accumulation_bytes(
 def accumulation_per_step(profile: FrameworkProfile, dtype: str) -> bool:
     """Whether :func:`grad_accumulation_bytes` of ``profile`` computing in ``dtype`` depends on
     the step's number of micro-batches (a once-per-step pass spread over them, or a first
-    micro-batch that takes the fresh gradient without a pass): ``"torch-ddp"``, and
-    ``"deepspeed"`` under any dtype but bf16. The backend's plan memo keys on the
+    micro-batch that takes the fresh gradient without a pass): ``"torch-ddp"``, ``"autograd"``,
+    and ``"deepspeed"`` under any dtype but bf16. The backend's plan memo keys on the
     micro-batches when this holds (``AnalyticalBackend._micro_batch_key``)."""
     mode = profile.grad_accumulation
-    return mode == "torch-ddp" or (mode == "deepspeed" and dtype != "bf16")
+    return mode in ("torch-ddp", "autograd") or (mode == "deepspeed" and dtype != "bf16")
 
 
 def held_accumulation_bytes(micro_batches: int, weight_bytes: int, grad_bytes: int) -> float:

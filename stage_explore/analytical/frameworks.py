@@ -1,6 +1,6 @@
 """Training-framework behaviours that decide real step times: the registry :data:`FRAMEWORKS`
 of shipped profiles (Megatron-LM 2021, Megatron-Core, DeepSpeed, PyTorch FSDP, NeMo AutoModel,
-IBM fms-fsdp, llm-foundry 2023, TorchTitan), :data:`DEFAULT_FRAMEWORK` and
+IBM fms-fsdp, llm-foundry 2023, TorchTitan, InternEvo), :data:`DEFAULT_FRAMEWORK` and
 :func:`get_framework`. The profile type and its options are in
 :mod:`stage_explore.analytical.framework_profile`; what a profile's options imply in bytes and
 micro-batches in :mod:`stage_explore.analytical.framework_costs`.
@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from stage_core.errors import ConfigError
 from stage_explore.analytical.framework_profile import GIB, FrameworkProfile
+from stage_explore.analytical.profile_internevo import INTERNEVO
 
 #: The shipped profiles. Memory besides tensors (``runtime_reserved_bytes``): a PyTorch
 #: process holds its CUDA context (the driver and the loaded kernels: ~300 MB with CUDA >= 11.7's
@@ -510,6 +511,9 @@ FRAMEWORKS["fms-fsdp"] = replace(
     # scales every gradient by the clamped coefficient)
     optimizer_foreach=True,
 )
+
+#: InternEvo, InternLM's own trainer: every option from its code (profile_internevo.py; s35).
+FRAMEWORKS[INTERNEVO.name] = INTERNEVO
 
 #: The profile the analytical backend uses when none is named (the behaviour the backend was
 #: first validated with).

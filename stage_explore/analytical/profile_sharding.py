@@ -71,6 +71,11 @@ Options (all booleans unless said):
   ``optimizer.zero_grad(set_to_none=True)``), plus, once per step, the reducer's divide-and-copy
   of each gradient into its bucket (``mul_out``) and the copy back after the all-reduce
   (``copy_bucket_to_grad``);
+  ``"autograd"``, autograd's own ``AccumulateGrad`` into the 16-bit ``.grad`` in any dtype: the
+  first micro-batch of a step takes the fresh gradient (the optimizer set ``.grad`` None), the
+  later ones add into it in place, and nothing else is copied on the compute stream (InternEvo's
+  ``HybridZeroOptimizer``: ``zero_grad(set_to_none=True)`` each step, its bucket copies on its
+  communication stream);
   ``"fused-linear"``, Megatron-Core with ``--gradient-accumulation-fusion``: the linear layers'
   weight-gradient GEMMs accumulate into ``main_grad`` (no pass), every other parameter — the
   embedding tables, norms, biases — gets a ``.grad`` that its DDP hook adds into ``main_grad``
@@ -250,7 +255,9 @@ SHARDING_FLAGS: dict[str, str] = {
     "zero3_persistence_elements": "DeepSpeed stage3_param_persistence_threshold",
     "zero_hpz_partition_size": "DeepSpeed zero_optimization.zero_hpz_partition_size (hpZ)",
     "zero3_prefetch_units": "FSDP backward_prefetch / limit_all_gathers, FSDP2 implicit prefetch",
-    "grad_accumulation": "--gradient-accumulation-fusion (none) / add / DeepSpeed / DDP_impl torch",
+    "grad_accumulation": (
+        "--gradient-accumulation-fusion (none) / add / DeepSpeed / DDP_impl torch / autograd"
+    ),
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
@@ -273,7 +280,7 @@ SHARDING_FLAGS: dict[str, str] = {
 DISTRIBUTED_FUSED_ADAM = ("off", "fp32", "bf16")
 
 #: The values of ``grad_accumulation``.
-GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear", "torch-ddp")
+GRAD_ACCUMULATION = ("none", "add", "deepspeed", "fused-linear", "torch-ddp", "autograd")
 
 
 @dataclass(frozen=True, kw_only=True)

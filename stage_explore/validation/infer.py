@@ -51,6 +51,7 @@ from stage_explore.validation.infer_fields import (
     unmodelled_framework,
 )
 from stage_explore.validation.infer_fms_ac import fms_ac_fields
+from stage_explore.validation.infer_internevo import internevo_refusal
 from stage_explore.validation.infer_offload import check_offload_setup, named_offload
 from stage_explore.validation.infer_parallel import (
     ETP_DEFAULT_NOTE,
@@ -167,8 +168,10 @@ def inferred_setup(
     with a stated scale-out bandwidth per GPU as an override (the setup's system names it)."""
     stated = _checked(row, file)
     framework = infer_framework(row)
-    unmodelled = unmodelled_framework(row, framework) or fms_selective_refusal(
-        framework.value, row.get("recompute", "")
+    unmodelled = (
+        unmodelled_framework(row, framework)
+        or fms_selective_refusal(framework.value, row.get("recompute", ""))
+        or internevo_refusal(framework.value, row)
     )
     if unmodelled:
         raise Uninferable(unmodelled)

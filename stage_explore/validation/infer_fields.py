@@ -60,6 +60,12 @@ class Inferred:
 TORCH_DDP = r"(?:py)?torch[\s_.-]*(?:nn\.parallel\.)?(?:ddp|distributed\s*data\s*parallel)\b"
 #: (keyword pattern, framework profile), first match wins; searched in :data:`FRAMEWORK_COLUMNS`.
 FRAMEWORK_RULES: tuple[tuple[str, str], ...] = (
+    # InternEvo, InternLM's training framework ("an open-sourced lightweight training framework",
+    # InternLM/InternEvo README.md), by name, by its HybridZeroOptimizer, or as "InternLM's own
+    # trainer" (not the model name InternLM-7B alone): refused as a framework without a profile
+    # until 7 Dec 2026 (s34 rowsF), its profile since s35 internevo (profile_internevo.py)
+    (r"intern[\s_-]?evo|hybrid[\s_-]?zero[\s_-]?optimi[sz]er|"
+     r"internlm(?:'s)?\s+(?:own\s+)?(?:trainer|training\s+framework)", "internevo"),
     (r"automodel", "automodel"),
     (r"torch[\s_-]?titan", "torchtitan"),
     (r"llm[\s_-]?foundry|mosaic[\s_-]?ml|\bcomposer\b", "llm-foundry-2023"),
@@ -98,11 +104,6 @@ UNMODELLED_FRAMEWORKS: tuple[tuple[str, str], ...] = (
     # matrix multiply over a 3D grid of GPUs plus data parallelism, not Megatron's layers
     # (s27 hidden22: was the megatron-core default)
     (r"\baxonn\b", "AxoNN"),
-    # InternEvo, InternLM's training framework ("an open-sourced lightweight training framework",
-    # InternLM/InternEvo README.md): its own parallel layers and HybridZeroOptimizer, an engine
-    # "adopted from" Colossal-AI's (internlm/core/engine.py) (s34 rowsF)
-    (r"intern[\s_-]?evo|hybrid[\s_-]?zero[\s_-]?optimi[sz]er|"
-     r"internlm(?:'s)?\s+(?:own\s+)?(?:trainer|training\s+framework)", "InternEvo (InternLM)"),
 )  # fmt: skip
 FRAMEWORK_COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
 #: The JAX frameworks of :data:`UNMODELLED_FRAMEWORKS`. A row naming one ran XLA: its "FSDP" is

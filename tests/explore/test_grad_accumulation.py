@@ -52,6 +52,10 @@ def _pass_s(elements: int, bytes_per_element: float, micro_batches: int) -> floa
         ("fsdp", None, "bf16", 4, 0),  # AccumulateGrad on the shard: untimed
         ("megatron-lm-2021", "add", "bf16", 4, 2 + 2 * 4),  # main_grad.add_ into fp32
         ("megatron-lm-2021", "add", "fp16", 2, 3 * 2),  # in place into a 16-bit buffer
+        # InternEvo: AccumulateGrad into the bf16 .grad, 3 of 4 micro-batches, in any dtype
+        ("internevo", None, "bf16", 2, 3 * 2 * 3 / 4),
+        ("internevo", None, "fp16", 2, 3 * 2 * 3 / 4),
+        ("megatron-lm-2021", "autograd", "bf16", 4, 3 * 2 * 3 / 4),  # the mode, not the profile
     ],
 )
 def test_bytes_per_element_in_closed_form(
@@ -113,11 +117,30 @@ def test_fp16_deepspeed_charges_autograds_add_from_the_second_micro_batch(
     assert charged.step_time_s - untimed.step_time_s == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize("micro_batches", [1, 2, 8])
+def test_internevo_charges_autograds_add_from_the_second_micro_batch(micro_batches: int) -> None:
+    """InternEvo's HybridZeroOptimizer sets every .grad to None after the step
+    (zero_grad(set_to_none=True)), so under bf16 too only the m − 1 later micro-batches add
+    (the compute charged; the step hides part of it behind the overlapped gradient all-reduce)."""
+    tp, dp = 2, 2
+    parallel = ParallelConfig(
+        tp=tp, dp=dp, global_batch=dp * micro_batches, precision=Precision.BF16
+    )
+    charged = AnalyticalBackend(framework="internevo").evaluate(GPT, parallel, A100)
+    untimed = AnalyticalBackend(
+        framework="internevo", overrides={"grad_accumulation": "none"}
+    ).evaluate(GPT, parallel, A100)
+    expected = _pass_s(_rank_weight_elements(tp), 6, micro_batches - 1)
+    gap = charged.breakdown["compute"] - untimed.breakdown["compute"]
+    assert gap == pytest.approx(expected, abs=1e-12)
+
+
 def test_profiles_name_their_accumulation() -> None:
     assert FRAMEWORKS["deepspeed"].grad_accumulation == "deepspeed"
     assert FRAMEWORKS["megatron-core"].grad_accumulation == "fused-linear"
     assert FRAMEWORKS["fsdp"].grad_accumulation == "none"
     assert FRAMEWORKS["megatron-lm-2021"].grad_accumulation == "add"
+    assert FRAMEWORKS["internevo"].grad_accumulation == "autograd"
 
 
 def test_megatron_core_adds_only_what_its_fused_wgrad_gemms_do_not_cover() -> None:

@@ -1,8 +1,9 @@
 """What the InternLM rows of s34 rowsF showed the inference misread (7 Dec 2026): a
 ``dp_sharding`` cell naming ZeRO-1 beside InternLM's "Hybrid ZeRO" was ZeRO-3 in node groups, a
 paper cited for a FLOP count in the notes was the framework (``megatron-lm-2021``), InternLM's
-trainer (InternEvo) was no framework the model refuses, and the hardware table's "4 * 100Gb
-RoCE" was no network rate. Each expected value is the reading the cited source states."""
+trainer (InternEvo) was no framework the model refuses (its own profile since s35 internevo),
+and the hardware table's "4 * 100Gb RoCE" was no network rate. Each expected value is the
+reading the cited source states."""
 
 from __future__ import annotations
 
@@ -98,16 +99,19 @@ def test_flop_citation_reads_only_the_clause_before() -> None:
         flop_citation("abc", 5)
 
 
-def test_internlm_trainer_is_a_framework_without_a_profile() -> None:
-    """The InternLM rows are refused with the framework named, where they were Megatron-LM 2021
-    runs (their notes' FLOP citation) in ZeRO-3 node groups."""
+def test_internlm_trainer_reads_the_internevo_profile() -> None:
+    """The InternLM rows read InternEvo's profile (s35 internevo; refused as a framework without
+    a profile in s34 rowsF), where they were Megatron-LM 2021 runs (their notes' FLOP
+    citation) in ZeRO-3 node groups."""
     case = package_case(package_row("INTERNLM-7B-A100-NOAC-G1024-MB2-MN1"))
-    assert "InternEvo (InternLM) is no framework profile" in case.reason
+    assert not case.reason, case.reason
+    assert case.framework == "internevo"
     named = {"id": "x", "source": "InternEvo 7B benchmark"}
-    assert "InternEvo" in unmodelled_framework(named, infer_framework(named))
+    assert infer_framework(named).value == "internevo"
+    assert unmodelled_framework(named, infer_framework(named)) == ""
     # the model's name alone (InternLM-7B trained by another framework) is not the trainer
     model_only = {"id": "x", "source": "InternLM-7B fine-tuning", "model": "InternLM-7B"}
-    assert unmodelled_framework(model_only, infer_framework(model_only)) == ""
+    assert infer_framework(model_only) == FRAMEWORK_DEFAULT
 
 
 @pytest.mark.parametrize(

@@ -58,4 +58,5 @@ def test_the_torchtitan_and_fms_fsdp_profiles_step_with_foreach() -> None:
     # torchtitan's AdamW(foreach=not fused); fms-fsdp's AdamW with neither argument (torch's
     # default on CUDA is foreach)
     stepping = sorted(name for name, p in FRAMEWORKS.items() if p.optimizer_foreach)
-    assert stepping == ["fms-fsdp", "torchtitan"]
+    # ... and InternEvo's torch.optim.AdamW (neither fused nor foreach) on its flat partition
+    assert stepping == ["fms-fsdp", "internevo", "torchtitan"]

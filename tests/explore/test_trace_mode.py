@@ -477,7 +477,9 @@ def test_on_the_real_preset_the_trace_charges_the_sms_nccl_holds_at_most_as_the_
     assert levelled - end <= charged + tails + tolerance, (levelled - end, charged)
     if charged == 0.0:
         assert end == pytest.approx(plain, rel=1e-9)
-    elif kwargs.get("zero") == 1:  # reduce-scatters beside the backward, no backlog
+    elif kwargs.get("zero") == 1 and not FRAMEWORKS[framework].zero1_grad_all_reduce:
+        # reduce-scatters beside the backward, no backlog (an all-reducing ZeRO-1, InternEvo's,
+        # moves twice the bytes and backs its queue up: a slowed backward delays no bucket)
         assert end > plain + tolerance and _slowed(traced) > 1e-12
 
 
