@@ -37,6 +37,20 @@ time of a 16-GPU one.) An all-to-all over such a group sends each peer its share
 send ``1/2`` (:func:`irregular_all_to_all_factor`: 8 + 56 ranks on two NVL72 racks, the 8
 send 7/8 over their 8 NICs), and the collective ends when they have (4 Dec 2026, dsv3).
 
+**NCCL's ring latency** (7 Dec 2026, s35 ringlat): NCCL runs an all-gather or reduce-scatter
+over several nodes as one flat ring through every member (it has no tree for them), so a chunk
+travels ``n − 1`` hops, ``nNodes − 1`` of them across the network and the rest between GPUs of
+a node (``ncclTopoTuneModel``, NVIDIA/nccl src/graph/tuning.cc at b6475625: ``nsteps = nRanks −
+1``, ``nInterSteps = nNodes − 1``, latency ``(nsteps − nInterSteps)·intraLat +
+nInterSteps·interLat``; the NCCL maintainers: "the latency of ring increases linearly with the
+communicator size", NVIDIA/nccl#1712). An NCCL all-gather or reduce-scatter over several dims
+therefore pays, on each ring dim, the flat ring's hops across that dim
+(:attr:`GroupSpan.hops`: 896 on NVLink and 127 on InfiniBand for 1,024 ranks on 128 8-GPU
+nodes, where the levels alone pay 7 and 127) at the dim's ``latency_s``; its bandwidth terms
+stay hierarchical. All-reduce keeps its levels' steps (NCCL's tuner may run its tree, with
+``log2(nodes)`` network steps), as do all-to-all, halving-doubling dims and collectives outside
+NCCL.
+
 **NCCL's per-call cost** (``collective_overhead_s``, so the bus bandwidth grows with the
 message size as nccl-tests measure it): an NCCL collective is one kernel over all its ranks,
 whichever dims they span (rings and trees cross the nodes inside it), so a call pays the fixed
@@ -106,10 +120,13 @@ def _level_s(
     dim: NetworkDim,
     spanned: int = 0,
     share: float = 1.0,
+    hops: int = 0,
 ) -> float:
     """One level of ``ranks`` ranks on ``dim`` (a flat ring over several dims passes the
     ranks of ``dim`` it spans as ``spanned``; 0: ``ranks``); ``buffer_bytes`` is the full
-    (gathered) size; without NCCL's per-call cost (:func:`call_overhead_s`). The dim's
+    (gathered) size; without NCCL's per-call cost (:func:`call_overhead_s`). A ring level
+    pays ``hops`` latency steps instead of ``ranks − 1`` when ``hops`` is given (NCCL's flat
+    ring: the module docstring, "NCCL's ring latency"). The dim's
     bandwidth is the achieved one, times its
     ``bus_efficiency_by_ranks`` factor for a group of ``ranks``
     (:meth:`~stage_explore.system.model.NetworkDim.bandwidth_factor`) and, but for an
@@ -118,6 +135,8 @@ def _level_s(
     protocol: :func:`low_latency_overhead_s`)."""
     if algorithm is CollectiveAlgorithm.HALVING_DOUBLING and kind is not A2A:
         steps = math.ceil(math.log2(ranks))
+    elif hops and algorithm is CollectiveAlgorithm.RING:
+        steps = hops
     else:
         steps = ranks - 1
     bandwidth = dim.bandwidth_bytes_per_s * dim.bandwidth_factor(ranks) * share
@@ -211,11 +230,15 @@ def alpha_beta_collective_s(
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
         blocks = list(itertools.accumulate([ranks for _, ranks in levels], operator.mul))
         members = math.prod(system.dim_sizes)
+        # a regular grid: a ring in rank order crosses dim j (ranks_j − 1) × (the ranks above)
+        above = [math.prod(ranks for _, ranks in levels[j + 1 :]) for j in range(len(levels))]
+        ring_hops = [(ranks - 1) * up for (_, ranks), up in zip(levels, above, strict=True)]
     else:
         span = group_span(system.dim_sizes, group)
         levels = [(index, span.counts[index]) for index in span.dims]
         blocks = [span.blocks[index] for index in span.dims]
         members = len(span.members)
+        ring_hops = [span.hops[index] for index in span.dims]
     if not levels:
         return 0.0
     network = system.network
@@ -224,11 +247,19 @@ def alpha_beta_collective_s(
     below = [1, *blocks[:-1]]
 
     def level(
-        phase: CollectiveKind, index: int, ranks: int, buffer_bytes: float, share: float = 1.0
+        phase: CollectiveKind,
+        index: int,
+        ranks: int,
+        buffer_bytes: float,
+        share: float = 1.0,
+        hops: int = 0,
     ) -> float:
         dim = network[index]
         chosen = dim.algorithms.for_kind(kind) if algorithm is None else algorithm
-        return _level_s(phase, chosen, ranks, buffer_bytes, dim, share=share)
+        return _level_s(phase, chosen, ranks, buffer_bytes, dim, share=share, hops=hops)
+
+    # NCCL's all-gather and reduce-scatter: one flat ring, its latency steps each dim's hops
+    flat = ring_hops if nccl and kind in (AG, RS) and len(levels) > 1 else [0] * len(levels)
 
     def ring(fixed: float, share: float) -> float:
         """An all-reduce, reduce-scatter or all-gather: the fixed cost ``fixed`` plus its levels
@@ -242,14 +273,14 @@ def alpha_beta_collective_s(
             return fixed + total + level(AR, last_index, last_ranks, size_bytes / below[-1], share)
         if kind is RS:
             return fixed + sum(
-                level(RS, index, ranks, size_bytes / block, share)
-                for (index, ranks), block in zip(levels, below, strict=True)
+                level(RS, index, ranks, size_bytes / block, share, hops)
+                for (index, ranks), block, hops in zip(levels, below, flat, strict=True)
             )
         # all-gather: size_bytes is the per-rank shard, the gathered buffer members times it
         gathered = float(size_bytes) * members
         return fixed + sum(
-            level(AG, index, ranks, gathered / block, share)
-            for (index, ranks), block in zip(levels, below, strict=True)
+            level(AG, index, ranks, gathered / block, share, hops)
+            for (index, ranks), block, hops in zip(levels, below, flat, strict=True)
         )
 
     if kind is not A2A:

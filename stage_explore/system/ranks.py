@@ -36,6 +36,11 @@ class GroupSpan:
     #: group the product of the counts up to the dim; 8 + 4 ranks on two 8-GPU nodes: 4 on the
     #: node dim, whose 4 NICs then carry the node's share).
     blocks: tuple[int, ...] = ()
+    #: Per dim, the hops of one flat ring through the members in rank order (the path a chunk
+    #: of NCCL's ring all-gather or reduce-scatter travels: ``len(members) − 1`` hops) whose
+    #: highest differing coordinate is that dim: the links of that dim the ring crosses (64
+    #: ranks on eight 8-GPU nodes: 56 hops on NVLink, 7 across the nodes).
+    hops: tuple[int, ...] = ()
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -62,4 +67,8 @@ def group_span(dim_sizes: Sequence[int], group: Sequence[int]) -> GroupSpan:
         min(Counter(c[index + 1 :] for c in coords).values(), default=0)
         for index in range(len(dim_sizes))
     )
-    return GroupSpan(members=members, counts=counts, blocks=blocks)
+    # the distinct coordinate tuples from dim j up: a ring in rank order crosses a dim-j-or-above
+    # boundary between two of them, so units[j] − 1 of its hops are at dim j or above
+    units = [len({c[index:] for c in coords}) for index in range(len(dim_sizes))] + [1]
+    hops = tuple(units[index] - units[index + 1] for index in range(len(dim_sizes)))
+    return GroupSpan(members=members, counts=counts, blocks=blocks, hops=hops)

@@ -317,9 +317,12 @@ def test_alpha_beta_two_dims_run_hierarchically() -> None:
     ar_outer = 2 * 1 * ALPHA1 + 2 * 1 / 2 * (S / 4) / BETA1
     assert alpha_beta_collective_s(sys, AR, S, group) == pytest.approx(2 * rs_inner + ar_outer)
     rs_outer = 1 * ALPHA1 + 1 / 2 * (S / 4) / BETA1
-    assert alpha_beta_collective_s(sys, RS, S, group) == pytest.approx(rs_inner + rs_outer)
+    # NCCL's reduce-scatter and all-gather are one flat ring over the 8 ranks: its 7 steps
+    # cross dim 0 six times (3 per node) and dim 1 once, so dim 0 pays 6 latencies, not 3
+    flat_inner = 6 * ALPHA0 + 3 / 4 * S / BETA0
+    assert alpha_beta_collective_s(sys, RS, S, group) == pytest.approx(flat_inner + rs_outer)
     # all-gather of shard S: gather 2 S over dim 1 first, then 8 S over dim 0
-    ag = (ALPHA1 + 1 / 2 * 2 * S / BETA1) + (3 * ALPHA0 + 3 / 4 * 8 * S / BETA0)
+    ag = (ALPHA1 + 1 / 2 * 2 * S / BETA1) + (6 * ALPHA0 + 3 / 4 * 8 * S / BETA0)
     assert alpha_beta_collective_s(sys, AG, S, group) == pytest.approx(ag)
     a2a = (3 * ALPHA0 + 3 / 4 * S / BETA0) + (ALPHA1 + 1 / 2 * S / BETA1)
     assert alpha_beta_collective_s(sys, A2A, S, group) == pytest.approx(a2a)
@@ -352,10 +355,12 @@ def test_alpha_beta_irregular_group_runs_at_its_smallest_block() -> None:
     rs_inner = 3 * ALPHA0 + 3 / 4 * S / BETA0
     ar = 2 * rs_inner + 2 * ALPHA1 + 2 * 1 / 2 * (S / 2) / BETA1
     assert alpha_beta_collective_s(sys, AR, S, group) == pytest.approx(ar)
-    rs = rs_inner + ALPHA1 + 1 / 2 * (S / 2) / BETA1
+    # NCCL's flat ring over the 6 ranks: 5 steps, 4 of them inside a node (3 + 1), 1 across
+    assert group_span(sys.dim_sizes, group).hops == (4, 1)
+    rs = (4 * ALPHA0 + 3 / 4 * S / BETA0) + ALPHA1 + 1 / 2 * (S / 2) / BETA1
     assert alpha_beta_collective_s(sys, RS, S, group) == pytest.approx(rs)
     # all-gather of shard S: 6 S gathered, 4 ranks on dim 0, then 2 nodes with 6 S / 2
-    ag = (3 * ALPHA0 + 3 / 4 * 6 * S / BETA0) + (ALPHA1 + 1 / 2 * 3 * S / BETA1)
+    ag = (4 * ALPHA0 + 3 / 4 * 6 * S / BETA0) + (ALPHA1 + 1 / 2 * 3 * S / BETA1)
     assert alpha_beta_collective_s(sys, AG, S, group) == pytest.approx(ag)
     # all-to-all: each rank of the 2-rank node sends its 4 peers on the other node 4/6 of its
     # buffer over its own link (not the 1/2 two equal halves would send), and the collective
