@@ -63,12 +63,11 @@ def group_span(dim_sizes: Sequence[int], group: Sequence[int]) -> GroupSpan:
         raise ConfigError(f"communicator group {list(group)} has ranks outside 0..{world - 1}")
     coords = [coordinates(member, dim_sizes) for member in members]
     counts = tuple(len({c[index] for c in coords}) for index in range(len(dim_sizes)))
-    blocks = tuple(
-        min(Counter(c[index + 1 :] for c in coords).values(), default=0)
-        for index in range(len(dim_sizes))
-    )
-    # the distinct coordinate tuples from dim j up: a ring in rank order crosses a dim-j-or-above
-    # boundary between two of them, so units[j] − 1 of its hops are at dim j or above
-    units = [len({c[index:] for c in coords}) for index in range(len(dim_sizes))] + [1]
+    # per dim, the members sharing each coordinate tuple of the dims above it
+    above = [Counter(c[index + 1 :] for c in coords) for index in range(len(dim_sizes))]
+    blocks = tuple(min(counter.values(), default=0) for counter in above)
+    # the distinct coordinate tuples from dim j up (members: every rank's own): a ring in rank
+    # order crosses a dim-j-or-above boundary between two of them, units[j] − 1 hops in all
+    units = [len(members), *(len(counter) for counter in above)]
     hops = tuple(units[index] - units[index + 1] for index in range(len(dim_sizes)))
     return GroupSpan(members=members, counts=counts, blocks=blocks, hops=hops)
