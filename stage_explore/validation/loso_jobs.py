@@ -11,7 +11,10 @@ put back in the sources' data order. Workers are spawned, not forked (as :class:
 search.executors.LocalExecutor`'s: no copy of the driver's threads or locks), so a ``factory``
 other than the default must pickle; the default (``None``: the analytical backend) is built
 inside each worker. At most ``jobs`` groups are handed out at a time, so the sources in flight
-are the sources being fitted, which the progress callback names.
+are the sources being fitted, which the progress callback names. Ctrl-C, or a SIGTERM to the
+driver alone (``kill PID``, a batch system's time limit), ends the workers mid-fit and stops
+the command as interrupted; before s35 review8 a SIGTERM ended the driver and left its workers
+fitting, orphaned, for up to a fit's minutes each.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import signal
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any
 
 from stage_core.errors import ConfigError, StageError
@@ -83,6 +89,25 @@ def _end(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`KeyboardInterrupt` in the driver while the workers run, so the
+    pool is ended as on Ctrl-C (:func:`_end`); the previous handler is restored after. Off the
+    main thread (where no handler can be set) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(number: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def fit_in_workers(
     order: Sequence[str],
     groups: Sequence[Sequence[str]],
@@ -113,26 +138,27 @@ def fit_in_workers(
         initializer=_start_worker,
         initargs=(list(timing), factory, max_evaluations),
     )
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                group = pending.pop(0)
-                running[pool.submit(_fit, group)] = group
-            if progress is not None:
-                progress(len(found), len(order), _doing(_in_order(running.values(), order)))
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                entries = future.result()
-                found.update(zip(running.pop(future), entries, strict=True))
-    except BrokenProcessPool:  # a worker killed (out of memory?) or unable to start
-        _end(pool)
-        raise StageError(
-            f"a worker process of the leave-one-source-out fits ended abruptly (killed, or out "
-            f"of memory?) while fitting {_doing(_in_order(running.values(), order))}: "
-            "expected every fit to finish; try fewer jobs"
-        ) from None
-    except BaseException:
-        _end(pool)
-        raise
-    pool.shutdown(wait=True)
+    with _terminate_as_interrupt():
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    group = pending.pop(0)
+                    running[pool.submit(_fit, group)] = group
+                if progress is not None:
+                    progress(len(found), len(order), _doing(_in_order(running.values(), order)))
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    entries = future.result()
+                    found.update(zip(running.pop(future), entries, strict=True))
+        except BrokenProcessPool:  # a worker killed (out of memory?) or unable to start
+            _end(pool)
+            raise StageError(
+                f"a worker process of the leave-one-source-out fits ended abruptly (killed, or out "
+                f"of memory?) while fitting {_doing(_in_order(running.values(), order))}: "
+                "expected every fit to finish; try fewer jobs"
+            ) from None
+        except BaseException:
+            _end(pool)
+            raise
+        pool.shutdown(wait=True)
     return found

@@ -132,3 +132,43 @@ def test_cli_json_is_byte_identical_with_two_jobs(capsys: pytest.CaptureFixture[
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
     assert "mae" in json.loads(outputs[0])["leave_one_source_out"]["KOR22-T5"]
+
+
+def test_sigterm_ends_the_workers_as_ctrl_c_does(
+    results: list[RowResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM to the driver alone (``kill PID``, a batch system's time limit) ended it and
+    left its spawned workers fitting, orphaned, for a fit's minutes each (s35 review8); it now
+    ends the pool as Ctrl-C does and stops the figure as interrupted."""
+    import os
+    import signal
+
+    import stage_explore.validation.loso_jobs as loso_jobs
+
+    unhandled: list[int] = []  # the handler in force before the fits: called on old code only
+
+    def record(number: int, frame: Any) -> None:
+        unhandled.append(number)
+
+    previous = signal.signal(signal.SIGTERM, record)
+    ended: list[int] = []
+    real_wait, real_end = loso_jobs.wait, loso_jobs._end
+
+    def wait_after_sigterm(*args: Any, **kwargs: Any) -> Any:
+        if not ended:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_wait(*args, **kwargs)
+
+    def end(pool: Any) -> None:
+        ended.append(len(dict(pool._processes or {})))
+        real_end(pool)
+
+    monkeypatch.setattr(loso_jobs, "wait", wait_after_sigterm)
+    monkeypatch.setattr(loso_jobs, "_end", end)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            leave_one_source_out(results, max_evaluations=2, jobs=2)
+        assert unhandled == [] and ended == [2]  # both workers ended, the old handler untouched
+        assert signal.getsignal(signal.SIGTERM) is record  # the handler before it, restored
+    finally:
+        signal.signal(signal.SIGTERM, previous)
