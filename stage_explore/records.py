@@ -545,7 +545,13 @@ def load_results(directory: str | Path) -> pd.DataFrame:
         else []
     )
     if not folders:
-        raise ConfigError(f"{root}: no trial records (part-*.parquet) found")
+        expected = "expected a study's records folder (OUT/<study>) or an OUT folder of several"
+        state = (
+            "no trial records (part-*.parquet) found" if root.is_dir()
+            else "a file, not a folder" if root.exists()
+            else "no such folder"
+        )  # fmt: skip
+        raise ConfigError(f"{root}: {state}; {expected}")
     import pandas as pd  # noqa: F811 - imported here: the CLI starts faster without it
 
     from stage_explore.search.refine import join_refined

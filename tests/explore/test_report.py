@@ -161,7 +161,7 @@ def test_explore_and_report_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     printed = capsys.readouterr().out
     assert "best by step time (s)" in printed and f"wrote {html}" in printed
     assert main(["report", str(tmp_path / "nothing")]) == 2
-    assert "no trial records" in capsys.readouterr().err
+    assert "nothing: no such folder; expected a study's records folder" in capsys.readouterr().err
 
 
 def test_a_study_without_a_feasible_trial_says_so(
