@@ -11,7 +11,8 @@ option names the subcommand's closest one). Before a workload subcommand starts,
 checked against :mod:`stage_explore.limits`, options the chosen ``--phase`` would ignore are
 refused, and ``trace --out`` is checked writable, so an absurd size or a bad folder fails at
 once; a folder ``trace`` created for ``--out`` is removed again when the command fails and
-leaves it empty.
+leaves it empty. Ctrl-C, and SIGTERM alike (since s35 review8), end a command as
+``stage CMD: interrupted``, exit 130, after its own cleanup.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import signal
 import sys
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from types import FrameType
 from typing import NoReturn
 
 from stage_core.errors import StageError
@@ -142,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         removed_if_failed(Path(args.out)) if args.command == "trace" else nullcontext()
     )
     try:
-        with out:
+        with out, _terminate_as_interrupt():
             _check_before_work(args)
             code: int = args.func(args)
     except StageError as error:
@@ -157,6 +161,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stage {args.command}: interrupted", file=sys.stderr)
         return 130
     return code
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill PID``, a batch system's time limit) stops the command as Ctrl-C does:
+    :class:`KeyboardInterrupt`, so what cleans up after Ctrl-C runs (an incomplete trace set
+    removed, worker processes ended) and the command ends ``interrupted``, exit 130. Before
+    s35 review8 SIGTERM killed ``stage trace`` mid-write, leaving an incomplete rank set that
+    read as a trace set, and ``validate --loso --jobs`` with its workers still fitting. Set only
+    on the main thread over Python's default handler (an embedding program's own handler is
+    kept), and restored after; ``stage explore``'s driver sets its own (a clean stop)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def interrupt(number: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _check_before_work(args: argparse.Namespace) -> None:

@@ -1,0 +1,78 @@
+"""s35 review8: a demanding user's pass over ``stage calibrate``, ``stage validate``, ``stage
+report`` and ``stage trace`` (the generator): each test here fails on the code before it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stage_explore.cli import main
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        ("missing", "no such folder"),
+        ("file", "a file, not a folder"),
+        ("empty", "no trial records (part-*.parquet) found"),
+    ],
+)
+def test_report_on_a_folder_without_records_says_what_it_found_and_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: str, expected: str
+) -> None:
+    """``stage report /typo`` said "no trial records (part-*.parquet) found" for a path that
+    does not exist and for a file alike, and never what it expected there."""
+    target = tmp_path / "records"
+    if make == "file":
+        target.write_text("id,iter_time_s\n")
+    elif make == "empty":
+        target.mkdir()
+    assert main(["report", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err == (
+        f"stage report: error: {target}: {expected}; expected a study's records folder "
+        "(OUT/<study>) or an OUT folder of several"
+    )
+
+
+#: ``stage trace`` in a child Python whose third rank file, once written, sends the process a
+#: SIGTERM (as ``kill PID`` or a batch system's time limit would, mid-write).
+_SIGTERM_MID_TRACE = """
+import os, signal, sys
+import stage_core.chakra.filesink as filesink
+real, written = filesink.write_file, []
+def write_file(path, data):
+    real(path, data)
+    written.append(path)
+    if len(written) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+filesink.write_file = write_file
+from stage_explore.cli import main
+sys.exit(main(["trace", "--model", "llama3-8b", "--layers", "2", "--dp", "8",
+               "--global-batch", "8", "--format", "chakra", "--out", sys.argv[1]]))
+"""
+
+
+def test_sigterm_mid_trace_removes_the_incomplete_set_and_says_interrupted(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM killed ``stage trace`` mid-write with no word, leaving rank files 0-2 of 8 that
+    read as a trace set; it now ends as Ctrl-C does: the incomplete set removed, a folder that
+    was there kept with what it held, ``stage trace: interrupted``, exit 130."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "traces"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_MID_TRACE, str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (130, "stage trace: interrupted\n")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
