@@ -179,6 +179,18 @@ def integer_cells(
 NUMBER_CELL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d*)?(?:[eE][+-]?\d+)?")
 
 
+#: The unit a measured column's name states, for the error on a cell that is not a number
+#: (``13.08 s``, ``13080 ms``: s35 review8, the unit belongs in the header alone).
+MEASURED_UNITS = {
+    "iter_time_s": "seconds",
+    "tokens_per_s_per_gpu": "tokens/s per GPU",
+    "tflops_per_gpu": "TFLOP/s per GPU",
+    "mfu_pct": "percent",
+    "hfu_pct": "percent",
+    "peak_mem_gib": "GiB",
+}
+
+
 def measured_value(cell: str, row_id: str, metric: str) -> float:
     """The measured value of a metric cell (thousands separators allowed); anything else is a
     :class:`ConfigError` naming the row and the cell, not a ``ValueError`` traceback."""
@@ -194,7 +206,9 @@ def measured_value(cell: str, row_id: str, metric: str) -> float:
                 f"{row_id}: the {metric} cell {cell!r} is beyond a float's range; expected a "
                 "finite number"
             )
-    raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number")
+    unit = MEASURED_UNITS.get(metric)
+    expected = f"; expected a plain number of {unit} (the unit in the header only)" if unit else ""
+    raise ConfigError(f"{row_id}: the {metric} cell {cell!r} is not a number{expected}")
 
 
 #: The integer columns a cell printed as ``1,024`` / ``8.0`` is written back to its digits in

@@ -76,3 +76,32 @@ def test_sigterm_mid_trace_removes_the_incomplete_set_and_says_interrupted(
     assert (done.returncode, done.stderr) == (130, "stage trace: interrupted\n")
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
+
+_RUN_HEADER = (
+    "id,model,layers,hidden,ffn,heads,kv_heads,vocab,seq_len,global_batch_seqs,micro_batch,"
+    "tp,pp,dp,cp,sp,vpp,recompute,precision,zero,"
+)
+
+
+@pytest.mark.parametrize(
+    ("column", "cell", "unit"),
+    [("iter_time_s", "13.08 s", "seconds"), ("iter_time_s", "13080 ms", "seconds"),
+     ("tokens_per_s_per_gpu", "8000 tok/s", "tokens/s per GPU"),
+     ("tflops_per_gpu", "400 TFLOPS", "TFLOP/s per GPU")],
+)  # fmt: skip
+def test_calibrate_names_the_unit_a_measured_cell_should_be_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, cell: str, unit: str
+) -> None:
+    """A unit typed in the measured cell (``13.08 s``) was refused as "is not a number", never
+    saying what was expected: the column name's unit, as a plain number."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text(
+        f"{_RUN_HEADER}{column}\n"
+        f"r1,llama3-8b,32,4096,14336,32,8,128256,8192,1024,1,1,1,32,2,no,1,none,bf16,1,{cell}\n"
+    )
+    assert main(["calibrate", "--runs", str(runs), "--system", "h100-80gb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"stage calibrate: error: r1: the {column} cell {cell!r} is not a number; expected a "
+        f"plain number of {unit} (the unit in the header only)"
+    )
