@@ -44,7 +44,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(rows no source claims get an inferred setup; default: the package's data)",
     )
     parser.add_argument(
-        "--loso", action="store_true", help="add the leave-one-source-out figure (minutes)"
+        "--loso",
+        action="store_true",
+        help="add the leave-one-source-out figure (a fit per source: most of an hour on the "
+        "package's data, progress on stderr; Ctrl-C or SIGTERM stops it)",
     )
     parser.add_argument(
         "--jobs",
