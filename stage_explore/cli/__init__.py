@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import re
 import signal
 import sys
 import threading
@@ -66,7 +67,24 @@ class OneLineParser(argparse.ArgumentParser):
             unknown = _unknown_option(self, self._seen)
             if unknown:
                 message = _unrecognized(self, unknown)
+        message += _command_hint(message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+#: Commands a user may type for one that has another name: README's "Generate" is ``trace``.
+COMMAND_ALIASES = {"generate": "trace"}
+
+
+def _command_hint(message: str) -> str:
+    """``; did you mean …?`` for argparse's invalid-choice error of the subcommand (a misspelt
+    ``valdate``, or ``generate`` for ``trace``: s35 review8); ``""`` for any other error."""
+    found = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
+    if found is None:
+        return ""
+    typed = found.group(1)
+    close = difflib.get_close_matches(typed, COMMANDS, n=1, cutoff=0.6)
+    command = COMMAND_ALIASES.get(typed.lower()) or (close[0] if close else "")
+    return f"; did you mean `stage {command}`?" if command else ""
 
 
 def _unknown_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:

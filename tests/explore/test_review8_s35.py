@@ -105,3 +105,24 @@ def test_calibrate_names_the_unit_a_measured_cell_should_be_in(
         f"stage calibrate: error: r1: the {column} cell {cell!r} is not a number; expected a "
         f"plain number of {unit} (the unit in the header only)"
     )
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [("generate", "trace"), ("valdate", "validate"), ("calibrat", "calibrate")]
+)
+def test_a_wrong_command_names_the_one_meant(
+    capsys: pytest.CaptureFixture[str], typed: str, meant: str
+) -> None:
+    """README's "Generate" is ``stage trace``: ``stage generate`` (and a misspelt command) listed
+    the choices without saying which one was meant."""
+    with pytest.raises(SystemExit) as stop:
+        main([typed, "--model", "llama3-8b"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert f"invalid choice: '{typed}'" in err and f"; did you mean `stage {meant}`?" in err
+
+
+def test_a_command_far_from_any_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["xyz"])
+    assert "did you mean" not in capsys.readouterr().err
