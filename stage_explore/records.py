@@ -327,20 +327,26 @@ def make_folder(directory: Path, what: str = "trial records") -> None:
         raise storage_error(directory, error, what) from None
 
 
-def write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
-    """Write ``content`` as JSON to ``path`` through a temporary file and a rename.
+def write_text_atomic(path: Path, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that a
+    reader (or a kill mid-write) sees the old file or the new one, never half of one.
 
-    Raises :class:`ConfigError` naming ``path`` when the folder cannot be written; the file
-    that was there before (if any) is left as it was.
+    Raises :class:`ConfigError` naming ``path`` and ``what`` it was to hold when the folder
+    cannot be written; the file that was there before (if any) is left as it was.
     """
     temporary = path.with_name(f".{path.name}.tmp")
-    text = json.dumps(content, indent=2, sort_keys=True) + "\n"
     try:
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, path)
     except OSError as error:
         _discard(temporary)
-        raise storage_error(path, error, "the study definition") from None
+        raise storage_error(path, error, what) from None
+
+
+def write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
+    """Write ``content`` as JSON to ``path`` atomically (:func:`write_text_atomic`)."""
+    text = json.dumps(content, indent=2, sort_keys=True) + "\n"
+    write_text_atomic(path, text, "the study definition")
 
 
 def read_study_meta(directory: Path) -> dict[str, Any] | None:

@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from stage_explore.calibrate_toml import calibrated_name, system_toml
     from stage_explore.cli.meter import StepMeter
     from stage_explore.cli.paths import writable_folder
+    from stage_explore.records import write_text_atomic
     from stage_explore.system import load_system
     from stage_explore.validation.consistency import runs_warnings
 
@@ -237,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
             *(f"Warning: {warning}." for warning in warnings),
         ]
         text = system_toml(system, fitted, header, system_name=calibrated_name(system.name))
-        args.out.write_text(text, encoding="utf-8")
+        write_text_atomic(args.out, text, "the calibrated system file")  # never half a file
     if args.json:
         print(json.dumps({
             "fitted": fitted.values,
