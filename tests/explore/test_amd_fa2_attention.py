@@ -5,7 +5,8 @@ FlashAttention-2 measured on MI300X (ROCm/flash-attention#142, head dim 128, 16,
 non-causal, batch 1 / 2 / 4 / 8), for software that runs FA2-class kernels (a framework profile's
 ``attention_kernel`` ``"fa2"``: PyTorch SDPA's flash backend, AOTriton on ROCm); Transformer
 Engine's CK fused attention (the megatron-core profile's ``cudnn``, not listed) keeps the presets'
-default fractions. Each expected value is computed here from the cited figures."""
+default fractions (aiter's v3 kernels since s35 amdattn: ``test_amd_v3_attention.py``). Each
+expected value is computed here from the cited figures."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def test_fa2s_backward_over_forward_is_the_measured_ratio_not_the_h100_analogue(
     measured = statistics.mean(BACKWARD) / statistics.mean(FORWARD)
     assert backward / forward == pytest.approx(measured, rel=0.01)
     default_forward, default_backward = kernels.attention(None)
-    assert default_backward / default_forward > measured + 0.2  # the default's H100 ratio 0.88
+    # the default is aiter's v3 kernels, measured too: backward / forward 0.79 (s35 amdattn)
+    assert default_backward / default_forward > measured + 0.15
 
 
 def test_mi355x_lists_no_fa2_figure() -> None:
