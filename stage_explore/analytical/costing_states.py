@@ -19,7 +19,6 @@ from stage_core.lower.memory import (
     block_states,
     fp8_weights,
     gathered_input_bytes,
-    loss_working_set,
     recompute_working_set,
     unsharded_elements,
     weighted_combine_saved_bytes,
@@ -48,6 +47,7 @@ from stage_explore.analytical.framework_costs import (
     rope_table_bytes,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
+from stage_explore.analytical.loss_memory import loss_excess_bytes
 from stage_explore.analytical.memory_kinds import MemoryPeaks, memory_peaks
 from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
 from stage_explore.analytical.parts import (
@@ -56,7 +56,6 @@ from stage_explore.analytical.parts import (
     Point,
     States,
 )
-from stage_explore.analytical.profile_runtime import LOSS_PARALLEL_FP32_BUFFERS
 
 #: Bytes of a bfloat16 element (``bf16_model_states``: shard, gradient shard, each Adam moment).
 BF16_BYTES = 2
@@ -213,7 +212,9 @@ class StateCosting:
         rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
         parameters and unsharded gradients; and, on the stage holding the loss, what a loss
         on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
-        :data:`LOSS_PARALLEL_FP32_BUFFERS`) holds beyond the working set; under
+        :data:`LOSS_PARALLEL_FP32_BUFFERS`) or on 16-bit logits (``loss_16bit_buffers``), on
+        the gathered logits under ``loss_logits_gathered``, holds beyond the working set
+        (:func:`~stage_explore.analytical.loss_memory.loss_excess_bytes`); under
         ``pipelining_stage_buffers`` with pp > 1, torch pipelining's receive buffers and kept
         outputs (:func:`~stage_explore.analytical.framework_costs.pipelining_buffer_bytes`; the
         first stage's outputs in flight: ``min(pp, m)``, all ``m`` under GPipe); under
@@ -252,12 +253,9 @@ class StateCosting:
                 workload, {k: point.blocks[k] for k in kinds}, profile.fsdp_root_unit,
                 gathered_bytes,
             )  # fmt: skip
-        buffers = profile.loss_fp32_buffers
-        if profile.loss_parallel and parallel.tp > 1:  # DTensor loss_parallel's backward
-            buffers = LOSS_PARALLEL_FP32_BUFFERS
+        blocks = [point.blocks[k] for k in kinds]
+        loss = loss_excess_bytes(blocks, profile, parallel.tp, workload.weight_bytes)
         loss_excess = 0  # the loss's backward peak, before any reduce-scatter
-        if buffers:
-            blocks = [point.blocks[k] for k in kinds]
-            loss = loss_working_set(blocks, buffers, workload.weight_bytes)
+        if loss:
             loss_excess = max(0, loss - self._working_set(point))
         return held + max(reduce_held, loss_excess)

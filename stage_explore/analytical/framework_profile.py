@@ -114,6 +114,7 @@ class FrameworkProfile(
                 "zero3_prefetch_units",
                 "zero3_persistence_elements",
                 "loss_fp32_buffers",
+                "loss_16bit_buffers",
                 "local_batch_size",
                 "train_metric_losses",
                 "moe_hybridep_domain_ranks",

@@ -54,6 +54,24 @@ Options (all booleans unless said):
   ``_nll_loss_and_log_softmax_backward``: ``zeros_like``, ``exp``, the sum and the product
   with the incoming gradient): with the saved log-probabilities, 4 fp32 buffers of the local
   logits are live at once (:data:`LOSS_PARALLEL_FP32_BUFFERS`), not ``loss_fp32_buffers``.
+- ``loss_16bit_buffers`` (int ≥ 0) — 16-bit buffers of the logits' size the loss holds at once
+  beside the logits when it runs on the 16-bit logits themselves, with no fp32 upcast (a model
+  cast to bf16, no autocast): eager ``F.cross_entropy`` on bf16 logits runs ``log_softmax`` and
+  ``nll_loss`` in bf16, so its backward holds the saved bf16 log-probabilities, the
+  ``nll_loss`` gradient and ``log_softmax``'s backward result (3), beside the logits the
+  caller still references (KempnerForge: ``logits = model(input_ids)`` is live through
+  ``loss.backward()``, ``scripts/train.py`` 01b461a7, ``training/loop.py`` ``text_step``).
+  0: the loss's memory is ``loss_fp32_buffers`` (or ``loss_parallel``'s); above 0 it replaces
+  them (:func:`~stage_explore.analytical.loss_memory.loss_excess_bytes`).
+- ``loss_logits_gathered`` — with tensor parallelism the output layer's logits are gathered to
+  the whole vocabulary on every rank and the loss runs on them there, not on the rank's
+  vocabulary shard: KempnerForge's plan ``ColwiseParallel(input_layouts=Shard(1),
+  output_layouts=Replicate())`` on ``output_head.proj`` (``kempnerforge/distributed/
+  tensor_parallel.py`` 0c4eba1e, no ``loss_parallel``). The loss's buffers are ``tp`` times
+  the local logits'. Memory only: the logits' all-gather (bf16, ``(tp-1)/tp`` of the
+  ``[tokens, vocab]`` tensor per rank) and the ``tp``-fold loss kernels are not timed
+  (docs/validation.md, s35 kflogits: about 1-2 % of the 7B TP 4 rows' step, less for the
+  larger models).
 - ``pipeline_outputs_kept`` — under pipeline parallelism a stage keeps the data of every output
   it sent until that micro-batch's backward: Megatron-Core's ``deallocate_pipeline_outputs``
   False (``ModelParallelConfig``'s default), which NeMo 1.x sets in
@@ -116,6 +134,8 @@ RUNTIME_FLAGS: dict[str, str] = {
     "local_batch_size": "AutoModel step_scheduler.local_batch_size (a PP schedule per batch)",
     "loss_fp32_buffers": "fp32 logits copies of the loss (F.cross_entropy on .float() logits)",
     "loss_parallel": "torchtitan loss parallel (training.disable_loss_parallel off, tp > 1)",
+    "loss_16bit_buffers": "bf16 logits copies of a loss on un-upcast logits (bf16 model)",
+    "loss_logits_gathered": "KempnerForge output head ColwiseParallel(output_layouts=Replicate())",
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
     "pipeline_outputs_kept": "Megatron-Core deallocate_pipeline_outputs False (NeMo 1.x)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
@@ -142,6 +162,8 @@ class RuntimeOptions:
     local_batch_size: int = 0  # the step's micro-batches in one pipeline schedule
     pipeline_p2p_separate: bool = False  # Megatron's batched send/receive exchange
     loss_parallel: bool = False  # the loss's fp32 buffers are loss_fp32_buffers
+    loss_16bit_buffers: int = 0  # the loss upcasts (loss_fp32_buffers)
+    loss_logits_gathered: bool = False  # the loss reads the rank's vocabulary shard
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
     pipeline_outputs_kept: bool = False  # a sent output's data freed (deallocate_output_tensor)
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready

@@ -33,6 +33,7 @@ from stage_explore.validation.infer_deepseek import hai_llm_dispatch
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_dtensor import bf16_cast_defaults, dtensor_tp_defaults
 from stage_explore.validation.infer_internevo import internevo_defaults
+from stage_explore.validation.infer_kflogits import kempnerforge_loss_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
@@ -432,6 +433,7 @@ def recipe_defaults(
         fsdp2_defaults(row, int(parallel.get("zero", 0)), out)
         dtensor_tp_defaults(row, parallel, stated, out)
         bf16_cast_defaults(row, out)
+        kempnerforge_loss_defaults(row, parallel, stated, out)  # after the bf16 cast's rule
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
         hf_transformers_defaults(row, int(parallel.get("zero", 0)), spec, out, model_fields or {})
     return out
