@@ -19,6 +19,7 @@ import pytest
 from stage_core.errors import ConfigError
 from stage_core.models import get_flavor
 from stage_explore.cli import main
+from stage_explore.validation import suite
 from stage_explore.validation.report import ValidationReport, rankings, spearman
 from stage_explore.validation.run import RowResult, evaluate_cases, megatron_flops
 from stage_explore.validation.setups import (
@@ -317,11 +318,37 @@ not_evaluated = "MLA"
 """
 
 
+@pytest.fixture(scope="module")
+def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ValidationReport]:
+    """The SMALL_SETUPS copy of the data and its one ``run_validation`` report: the three CLI
+    tests below print it as JSON, Markdown and ``--check`` (each run ~20 s: the rows no source
+    claims are inferred and evaluated; s35 testspeed2)."""
+    folder = _copy_data(tmp_path_factory.mktemp("small"), SMALL_SETUPS)
+    return folder, suite.run_validation(folder)
+
+
+@pytest.fixture
+def small_data(
+    small_report: tuple[Path, ValidationReport], monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """The SMALL_SETUPS folder; ``stage validate --data`` on it gets the shared report from
+    ``run_validation``, and only for that folder without a leave-one-source-out fit (any other
+    call fails the test), so the CLI still passes what it parsed, and everything after the
+    evaluation (printing, ``--check``'s exit code) runs for real."""
+    folder, report = small_report
+
+    def shared(data: Path | None, **options: Any) -> ValidationReport:
+        assert data == folder and not options.get("loso") and options.get("factory") is None
+        return report
+
+    monkeypatch.setattr(suite, "run_validation", shared)
+    return folder
+
+
 def test_cli_json_keeps_its_keys_and_adds_per_source_ones(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = _copy_data(tmp_path, SMALL_SETUPS)
-    assert main(["validate", "--data", str(folder), "--json"]) == 0
+    assert main(["validate", "--data", str(small_data), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {"source", "rows", "mean_abs_error", "sources", "targets"} <= set(data)
     assert data["leave_one_source_out"] is None
@@ -339,19 +366,18 @@ def test_cli_json_keeps_its_keys_and_adds_per_source_ones(
 
 
 def test_cli_check_fails_loudly_on_a_missed_target(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = _copy_data(tmp_path, SMALL_SETUPS)
     # No held-out timing row: "every held-out row within 15 %" cannot be claimed, so it fails.
-    assert main(["validate", "--data", str(folder), "--check"]) == 1
+    assert main(["validate", "--data", str(small_data), "--check"]) == 1
     out = capsys.readouterr().out
     assert "[FAIL] every held-out row within 15%" in out
     assert "[PASS] KOR22-F1: peak memory within 10% on every row" in out
     assert "targets missed" in out.splitlines()[-1]
 
 
-def test_cli_markdown_has_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", "--data", str(_copy_data(tmp_path, SMALL_SETUPS)), "--markdown"]) == 0
+def test_cli_markdown_has_the_tables(small_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--data", str(small_data), "--markdown"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# Validation of the analytical backend")
     assert "| KOR22-F1-22B | peak_mem_gib |" in out and "not evaluated: MLA" in out
