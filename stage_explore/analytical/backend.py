@@ -256,15 +256,18 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         (:func:`~stage_explore.analytical.framework_costs.accumulation_per_step`: DeepSpeed
         fp16's and torch DDP's first micro-batch) or torchao's per-step FP8 amax of the
         shards is spread over them (``fsdp_float8_all_gather``, ``_fp8_shard_casts_s``), or
-        DeepSpeed hpZ's one whole-group forward gather per step is (``zero_hpz_partition_size``).
+        DeepSpeed hpZ's one whole-group forward gather per step is (``zero_hpz_partition_size``),
+        or FSDP's reduce-scatters and unsharded accumulation are (``fsdp_no_sync_accumulation``:
+        none with one micro-batch).
         Leaving these out let a plan computed for one global batch answer another's (s30)."""
         parallel = workload.parallel
         profile = self.framework
         per_step = (
             accumulation_per_step(profile, dtype)
             or (profile.fsdp_float8_all_gather and parallel.zero >= 3)
-            or profile.zero_hpz_partition_size > 1
-        )  # hpZ's first forward gather (hpz.py)
+            or profile.zero_hpz_partition_size > 1  # hpZ's first forward gather (hpz.py)
+            or (profile.fsdp_no_sync_accumulation and parallel.zero >= 3)  # no_sync.py
+        )
         spread = profile.pipelining_stage_buffers or profile.pp_unsharded_params
         if parallel.pp == 1 or not spread:
             return (workload.micro_batches,) if per_step else ()

@@ -49,6 +49,7 @@ from stage_explore.analytical.framework_costs import (
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.loss_memory import loss_excess_bytes
 from stage_explore.analytical.memory_kinds import MemoryPeaks, memory_peaks
+from stage_explore.analytical.no_sync import no_sync_accumulates, no_sync_held_bytes
 from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
 from stage_explore.analytical.parts import (
     BlockSync,
@@ -210,7 +211,9 @@ class StateCosting:
         """Buffers a pipeline-stage class holds beside its model states, saved activations and
         the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's
         rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
-        parameters and unsharded gradients; and, on the stage holding the loss, what a loss
+        parameters and unsharded gradients, or under ``fsdp_no_sync_accumulation`` the
+        unsharded gradients beside them (:func:`~stage_explore.analytical.no_sync.
+        no_sync_held_bytes`); and, on the stage holding the loss, what a loss
         on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
         :data:`LOSS_PARALLEL_FP32_BUFFERS`) or on 16-bit logits (``loss_16bit_buffers``), on
         the gathered logits under ``loss_logits_gathered``, holds beyond the working set
@@ -233,6 +236,8 @@ class StateCosting:
                 n * unsharded_elements(workload, point.blocks[k]) for rs in signature for k, n in rs
             )
             held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
+        if no_sync_accumulates(profile, parallel, workload.micro_batches):
+            held += no_sync_held_bytes(profile, point, signature)  # beside the gathered units
         if profile.pipelining_stage_buffers and parallel.pp > 1:
             chunks = [
                 (any(k == "embedding" for k, _ in runs), any(k == "head" for k, _ in runs))

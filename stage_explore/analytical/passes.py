@@ -32,6 +32,7 @@ from stage_explore.analytical.framework_costs import (
     weight_cast_bytes,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
+from stage_explore.analytical.no_sync import accumulation_bytes, no_sync_accumulates
 from stage_explore.analytical.parts import Memo, Point
 
 
@@ -48,11 +49,17 @@ class PhasePasses:
         a micro-batch's gradients are reduce-scattered first and only this rank's partition
         (1/group of each weight's gradient-reduction group) is accumulated; under
         ``pp_unsharded_params`` (ZeRO-3, pp > 1) the unsharded ones are
-        (:meth:`_held_accumulation_s`)."""
+        (:meth:`_held_accumulation_s`), and under ``fsdp_no_sync_accumulation``
+        (:func:`~stage_explore.analytical.no_sync.no_sync_accumulates`) too
+        (:func:`~stage_explore.analytical.no_sync.accumulation_bytes`)."""
         workload = point.workload
         if self.framework.pp_unsharded_params and workload.parallel.zero >= 3:
             if workload.parallel.pp > 1:
                 return self._held_accumulation_s(point, kind)
+        if no_sync_accumulates(self.framework, workload.parallel, workload.micro_batches):
+            unsharded = unsharded_elements(workload, point.blocks[kind])
+            bandwidth = point.system.accelerator.achieved_memory_bandwidth_bytes_per_s
+            return unsharded * accumulation_bytes(self.framework, workload) / bandwidth
         per_element = grad_accumulation_bytes(
             self.framework,
             point.dtype,
@@ -180,7 +187,8 @@ class PhasePasses:
         backward's unless the parameters stay gathered under pipeline parallelism), the
         reduce-scatter copy-in of the backward; under ``pp_unsharded_params`` with pp > 1 the
         stage gathers and reduce-scatters once per step (per schedule under
-        ``pp_held_sync_per_schedule``), spread over its micro-batches. Under
+        ``pp_held_sync_per_schedule``), spread over its micro-batches; under
+        ``fsdp_no_sync_accumulation`` the copy-in runs in the last micro-batch only. Under
         ``fsdp_float8_all_gather`` the copy-out of the FP8 linear weights moves 1-byte elements."""
         workload = point.workload
         if not self.framework.fsdp2_copies or workload.parallel.zero < 3:
@@ -188,10 +196,14 @@ class PhasePasses:
         held = self.framework.pp_unsharded_params and workload.parallel.pp > 1
         gathers = int(phase == "fwd") + int(phase in ("bwd", "bwd_b") and not held)
         scatters = int(phase in ("bwd", "bwd_w"))
+        m = workload.micro_batches
+        no_sync = scatters and no_sync_accumulates(self.framework, workload.parallel, m)
         elements = sum(weight.elements for weight in point.blocks[kind].weights)
-        per_element = fsdp2_copy_bytes(
-            gathers, scatters, workload.weight_bytes, workload.grad_bytes
+        per_element: float = fsdp2_copy_bytes(
+            gathers, 0 if no_sync else scatters, workload.weight_bytes, workload.grad_bytes
         )
+        if no_sync:  # the last micro-batch's copy-in, from the reduce-dtype accumulator
+            per_element += 2 * workload.grad_bytes / m
         copied = elements * per_element
         if gathers and fsdp_float8_gathers(self.framework, workload, kind):  # FP8 copy-out
             _, fp8_elements = fp8_shard_elements(workload, point.blocks[kind])

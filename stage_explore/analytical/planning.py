@@ -48,6 +48,12 @@ from stage_explore.analytical.framework_costs import (
     zero3_persistent,
 )
 from stage_explore.analytical.hpz import hpz_gathers, hpz_size, secondary_bytes
+from stage_explore.analytical.no_sync import (
+    last_scatter_s,
+    no_sync_accumulates,
+    without_scatters,
+    without_zero,
+)
 from stage_explore.analytical.offload import shard_transfer_s
 from stage_explore.analytical.overlap import DEEPEP_SMS
 from stage_explore.analytical.parts import (
@@ -264,10 +270,10 @@ class StagePlanning(AmaxCosting):
         held = self._params_held(point)
         step_costs = costs  # the blocks' ZeRO collectives as the step's first F / last B run them
         if held:  # gathered once per step, reduce-scattered once (_held_zero_s): none per mb
-            costs, b_costs, w_costs = (
-                {k: _without_zero(c) for k, c in table.items()}
-                for table in (costs, b_costs, w_costs)
-            )
+            costs, b_costs, w_costs = (without_zero(t) for t in (costs, b_costs, w_costs))
+        no_sync = no_sync_accumulates(self.framework, parallel, point.workload.micro_batches)
+        if no_sync:  # reduce-scatters in the step's last micro-batch only (no_sync.py)
+            costs, b_costs, w_costs = (without_scatters(t) for t in (costs, b_costs, w_costs))
         timing = chunk_timing(runs, costs, zero, root, depth)
         amax_s = self._fp8_amax_s(point, runs, spans)
         if amax_s != (0.0, 0.0):  # on the compute stream after the forward and the backward
@@ -316,6 +322,8 @@ class StagePlanning(AmaxCosting):
             groups.append((seconds, first, step, count))
             reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
         held_s = self._held_zero_s(point, runs, step_costs, timing) if held else (0.0, 0.0)
+        if no_sync:  # the last micro-batch's backward beside its reduce-scatters, once a step
+            held_s = (0.0, last_scatter_s(runs, step_costs, zero, root, depth))
         # after W, if split; and what runs beside the last backward, if it takes SMs
         total, latest, hidden = sync_and_hidden_s(groups, w_timing.backward_runs, bool(reduce_load))
         lost = 0.0  # the last backward's compute beside the reductions' NCCL kernels
@@ -590,11 +598,3 @@ class StagePlanning(AmaxCosting):
         memoised by the model object (a study evaluates one model many times; the pattern
         walks every layer)."""
         return layout_key(workload, self._model_facts(workload.model)[0])
-
-
-def _without_zero(cost: BlockCost) -> BlockCost:
-    """``cost`` without its ZeRO-3 gathers, reduce-scatters and replica all-reduce, nor the
-    compute they slow: a micro-batch of a stage whose parameters stay gathered
-    (``pp_unsharded_params``)."""
-    return replace(cost, gather_s=0.0, scatter_s=0.0, replica_s=0.0, zero_share=(0.0, 0.0),
-                   replica_share=0.0, backward_gather_s=None)  # fmt: skip

@@ -100,6 +100,16 @@ Options (all booleans unless said):
   unsharded_elements`). NeMo AutoModel holds its stages the same way
   (``components/moe/parallelizer.py`` ``apply_fsdp(reshard_after_forward=False)``,
   ``components/moe/fsdp_mixin.py`` ``patched_backward_maybe_with_nosync``).
+- ``fsdp_no_sync_accumulation`` — the trainer turns FSDP's gradient sync off on every
+  micro-batch of a step but the last (FSDP2 ``set_requires_gradient_sync(False)``, FSDP1
+  ``no_sync()``), at any pipeline depth: each rank holds every FSDP unit's gradient unsharded
+  in the reduce dtype (its tensor-parallel shard) from the first micro-batch's backward to the
+  last, accumulates into it every micro-batch, and reduce-scatters once, in the last
+  micro-batch's backward; the all-gathers are unchanged (``reshard_after_backward`` stays
+  on). ZeRO-3 with more than one micro-batch; a stage held by ``pp_unsharded_params`` already
+  charges it (:mod:`~stage_explore.analytical.no_sync`, whose docstring cites torch's code).
+  KempnerForge's ``maybe_no_sync`` (kempnerforge/training/grad.py) does this; off: the
+  gradients are reduce-scattered every micro-batch (FSDP2's and FSDP1's default).
 - ``pp_held_sync_per_schedule`` — with ``pp_unsharded_params`` and several pipeline schedules
   per step (``local_batch_size``), a held stage is reduce-scattered and resharded after every
   schedule and gathered again in the next, not once per step: the stage module is itself an
@@ -259,6 +269,9 @@ SHARDING_FLAGS: dict[str, str] = {
         "--gradient-accumulation-fusion (none) / add / DeepSpeed / DDP_impl torch / autograd"
     ),
     "pp_unsharded_params": "FSDP2 + PP: reshard_after_forward=False, no-sync backward",
+    "fsdp_no_sync_accumulation": (
+        "FSDP2 set_requires_gradient_sync(False) / FSDP1 no_sync() but on the last micro-batch"
+    ),
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
@@ -297,6 +310,7 @@ class ShardingOptions:
     grad_accumulation: str = "none"  # no separate accumulation pass timed (module docstring)
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     pp_held_sync_per_schedule: bool = False  # a held stage synced once per step
+    fsdp_no_sync_accumulation: bool = False  # FSDP reduce-scatters every micro-batch
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed

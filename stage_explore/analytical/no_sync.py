@@ -1,0 +1,144 @@
+"""FSDP gradient accumulation without a gradient reduction per micro-batch
+(``fsdp_no_sync_accumulation``) at any pipeline depth; the pipeline-stage form of the same
+mechanism is ``pp_unsharded_params`` (7 Dec 2026, s35 nosync).
+
+A trainer that turns FSDP's gradient sync off on every micro-batch of a step but the last —
+FSDP2 ``module.set_requires_gradient_sync(False)``, FSDP1 ``with model.no_sync():`` — keeps
+every FSDP unit's gradient unsharded on each rank from the first micro-batch's backward to
+the last one's, and reduce-scatters once per step:
+
+- FSDP2 (torch ``distributed/fsdp/_fully_shard/_fsdp_param_group.py`` ``post_backward``:
+  without ``reduce_grads`` it calls ``fsdp_param.to_accumulated_grad_if_needed()`` and returns
+  before the reduce-scatter; ``_fsdp_param.py`` ``to_accumulated_grad_if_needed`` keeps the
+  unsharded gradient as ``unsharded_accumulated_grad`` cast to the ``reduce_dtype``, and
+  ``accumulate_unsharded_grad_if_needed`` adds each later micro-batch's gradient into it;
+  ``_fsdp_state.py`` / ``fully_shard.set_requires_gradient_sync`` sets ``reduce_grads`` on
+  every state). ``reshard_after_backward`` stays on, so the parameters are resharded and
+  all-gathered per micro-batch as before.
+- FSDP1 (``fully_shard_data_parallel.py`` ``no_sync`` docstring: gradients "accumulated in
+  module variables", and ".. note:: This likely results in higher memory usage because FSDP
+  will accumulate the full model gradients (instead of gradient shards) until the eventual
+  sync").
+
+What the model charges (:func:`no_sync_accumulates`): memory, the rank's unsharded gradient of
+every block (:func:`no_sync_held_bytes`: FSDP2 in the reduce dtype, FSDP1 in the parameter
+dtype) beside the step's other buffers;
+time, the per-block reduce-scatters (and a hybrid-sharded block's replica all-reduce) only in
+the step's last micro-batch, overlapped with its backward as before (:func:`without_scatters`
+per micro-batch, :func:`last_scatter_s` once), and the accumulation into the unsharded
+buffer every micro-batch (``passes.py``, :func:`accumulation_bytes`) in place of the sharded
+gradient's accumulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from stage_core.lower.compact import Runs
+from stage_core.lower.memory import unsharded_elements
+from stage_core.lower.program import Workload
+from stage_core.parallel import ParallelConfig
+from stage_explore.analytical.blocktime import BlockCost, chunk_timing
+from stage_explore.analytical.framework_costs import held_accumulation_bytes
+from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.parts import Point
+
+
+def no_sync_accumulates(
+    profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
+) -> bool:
+    """Whether a step accumulates FSDP's unsharded gradients with sync off
+    (``fsdp_no_sync_accumulation``): ZeRO-3 (FSDP's full sharding), more than one micro-batch
+    (with one, the trainer's last micro-batch is its only one: nothing is deferred), and not
+    a pipeline stage held by ``pp_unsharded_params``, which charges the same gradients with
+    its gathered parameters."""
+    if not profile.fsdp_no_sync_accumulation or parallel.zero < 3 or micro_batches <= 1:
+        return False
+    return not (profile.pp_unsharded_params and parallel.pp > 1)
+
+
+def is_fsdp2(profile: FrameworkProfile) -> bool:
+    """Whether the profile's ZeRO-3 is FSDP2 (``fully_shard``): its copies (``fsdp2_copies``,
+    set for FSDP2 rows and torchtitan) or its held pipeline stages (``pp_unsharded_params``,
+    torchtitan's and NeMo AutoModel's FSDP2); otherwise FSDP1's flat parameter (the ``fsdp``
+    profile's default)."""
+    return profile.fsdp2_copies or profile.pp_unsharded_params
+
+
+def held_grad_bytes(profile: FrameworkProfile, workload: Workload) -> int:
+    """Bytes per element of the unsharded gradient held with sync off: FSDP2's
+    (:func:`is_fsdp2`) ``unsharded_accumulated_grad`` in the reduce dtype
+    (``workload.grad_bytes``; ``to_accumulated_grad_if_needed`` casts to ``reduce_dtype``);
+    FSDP1's flat parameter keeps autograd's gradient in the parameter (compute) dtype,
+    ``workload.weight_bytes`` (``_runtime_utils.py`` ``_post_backward_hook``: without
+    ``_sync_gradients`` it returns before casting ``flat_param.grad`` to the reduce dtype)."""
+    return workload.grad_bytes if is_fsdp2(profile) else workload.weight_bytes
+
+
+def accumulation_bytes(profile: FrameworkProfile, workload: Workload) -> float:
+    """HBM bytes per unsharded element and micro-batch, averaged over the step, of accumulating
+    the held gradient: FSDP2 casts the first micro-batch's gradient into the reduce-dtype buffer
+    and adds each later one (:func:`~stage_explore.analytical.framework_costs.
+    held_accumulation_bytes`, the pass ``pp_unsharded_params`` charges); FSDP1's autograd adds
+    each later micro-batch's gradient into ``flat_param.grad`` in place (two reads, one write of
+    ``weight_bytes``), the first taking the fresh gradient as it is."""
+    m = max(1, workload.micro_batches)
+    if is_fsdp2(profile):
+        return held_accumulation_bytes(m, workload.weight_bytes, workload.grad_bytes)
+    return (m - 1) * 3 * workload.weight_bytes / m
+
+
+def no_sync_held_bytes(profile: FrameworkProfile, point: Point, signature: tuple[Runs, ...]) -> int:
+    """Bytes of the unsharded gradients a rank holds from the first micro-batch's backward to
+    the last: every element FSDP shards of the rank's blocks (its tensor-parallel shard;
+    :func:`~stage_core.lower.memory.unsharded_elements`) at :func:`held_grad_bytes`."""
+    workload: Workload = point.workload
+    elements = sum(
+        n * unsharded_elements(workload, point.blocks[k]) for runs in signature for k, n in runs
+    )
+    return elements * held_grad_bytes(profile, workload)
+
+
+def without_zero(costs: Mapping[str, BlockCost]) -> dict[str, BlockCost]:
+    """``costs`` (per block kind) without their ZeRO-3 gathers, reduce-scatters and replica
+    all-reduces, nor the compute they slow: a micro-batch of a stage whose parameters stay
+    gathered (``pp_unsharded_params``; moved here from ``planning.py``)."""
+    return {
+        kind: replace(
+            cost,
+            gather_s=0.0,
+            scatter_s=0.0,
+            replica_s=0.0,
+            zero_share=(0.0, 0.0),
+            replica_share=0.0,
+            backward_gather_s=None,
+        )
+        for kind, cost in costs.items()
+    }
+
+
+def without_scatters(costs: Mapping[str, BlockCost]) -> dict[str, BlockCost]:
+    """``costs`` (per block kind) without their reduce-scatters and replica all-reduces: a
+    micro-batch before the step's last under ``fsdp_no_sync_accumulation`` (the all-gathers
+    unchanged)."""
+    return {
+        kind: replace(cost, scatter_s=0.0, replica_s=0.0, replica_share=0.0)
+        for kind, cost in costs.items()
+    }
+
+
+def last_scatter_s(
+    runs: Runs,
+    costs: Mapping[str, BlockCost],
+    zero: int,
+    root_unit: bool,
+    queue_depth: int | None,
+) -> float:
+    """Seconds the step's last micro-batch's backward takes beyond the others' under
+    ``fsdp_no_sync_accumulation``: the chunk's backward with its per-block reduce-scatters
+    (``costs``, overlapped as :func:`~stage_explore.analytical.blocktime.chunk_timing` runs
+    them every micro-batch without the option) less the backward without them."""
+    synced = chunk_timing(runs, costs, zero, root_unit, queue_depth).backward_s
+    unsynced = chunk_timing(runs, without_scatters(costs), zero, root_unit, queue_depth)
+    return max(0.0, synced - unsynced.backward_s)
