@@ -484,6 +484,13 @@ FRAMEWORKS["automodel"] = replace(
     # the patch's FSDPModule branch reduce-scatters it on each schedule's last backward (later
     # configs set wrap_outer_model: false: the MoE mixin's branch, once per optimizer step)
     pp_held_sync_per_schedule=True,
+    # without pipeline parallelism the recipes' training loop turns FSDP2's gradient sync off
+    # on every micro-batch but the last: get_sync_ctx (recipes' training utilities) calls
+    # model.set_requires_gradient_sync(is_optim_step) on the FSDPModule, later
+    # components/training/utils.py prepare_for_grad_accumulation / prepare_for_final_backward
+    # (027f051e), under FSDP2Manager.defer_fsdp_grad_sync, default True
+    # (components/distributed/fsdp2.py, NVIDIA-NeMo/Automodel ae4ea496)
+    fsdp_no_sync_accumulation=True,
 )
 
 #: IBM's fms-fsdp (github.com/foundation-model-stack/fms-fsdp, the PyTorch/IBM FSDP blog of

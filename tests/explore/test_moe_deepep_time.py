@@ -126,6 +126,7 @@ def test_automodel_profile_is_fsdp_with_transformer_engine_attention() -> None:
         "fused_fc1",  # its grouped experts' gate_and_up_projs (tests/explore/test_fused_fc1.py)
         "pp_unsharded_params",  # its PP stages held gathered (tests/explore/test_automodel_held.py)
         "pp_held_sync_per_schedule",  # synced per schedule (test_pp_unsharded_timing.py)
+        "fsdp_no_sync_accumulation",  # defer_fsdp_grad_sync (tests/explore/test_fsdp_no_sync.py)
     }
     assert automodel.attention_kernel == "cudnn" and fsdp.attention_kernel == "fa2"
     model = get_flavor("llama3-8b").with_overrides(layers=2, seq_len=4096)
