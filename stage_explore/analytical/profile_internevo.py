@@ -54,8 +54,10 @@ INTERNEVO = FrameworkProfile(
     zero3_prefetch_elements=0,
     # model/multi_head_attention.py MHA: FlashSelfAttention (flash-attn's varlen kernel over
     # the packed cu_seqlens). InternEvo's doc/en/install.md asks for "Flash-Attention >=
-    # v1.0.5" and its images pin v1.0.5; the presets list no FlashAttention-1 CUDA rate, so the
-    # kernel is FlashAttention-2's (docs/analytical.md s35 internevo: an open bias)
+    # v1.0.5" and its images pin v1.0.5 (InternLM/InternLM 0f5ee057 doc/en/install.md: "==
+    # v1.0.5"); the reader (validation/infer_internevo.py) sets attention_kernel "fa1" on the
+    # presets that list FlashAttention-1's rate (the A100-class ones, s35 fa1); the profile keeps
+    # FlashAttention-2 for the others, where no FA1 figure exists (a documented fallback)
     attention_kernel="fa2",
     # eager PyTorch around single fused kernels: Apex MixedFusedRMSNorm (model/utils.py
     # try_import_RMSNorm), flash-attn's rotary kernel, F.silu(w1) * w2 and the residual adds

@@ -32,7 +32,7 @@ from stage_explore.validation.infer_compile import (
 from stage_explore.validation.infer_deepseek import hai_llm_dispatch
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_dtensor import bf16_cast_defaults, dtensor_tp_defaults
-from stage_explore.validation.infer_internevo import internevo_defaults
+from stage_explore.validation.infer_internevo import INTERNEVO_KERNEL, internevo_defaults
 from stage_explore.validation.infer_kflogits import kempnerforge_loss_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
@@ -429,7 +429,7 @@ def recipe_defaults(
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
     elif framework == "internevo":
-        internevo_defaults(row, out)
+        internevo_defaults(row, out, preset_has_kernel(system, INTERNEVO_KERNEL))
     elif framework == "fsdp":
         fsdp2_defaults(row, int(parallel.get("zero", 0)), out)
         dtensor_tp_defaults(row, parallel, stated, out)

@@ -11,6 +11,13 @@ model cannot express, refused with their reason (:func:`internevo_refusal`).
   ``num_elements_in_bucket + param.numel() > self._reduce_bucket_size`` (elements, not bytes);
   InternLM's ``configs/7B_sft.py`` (00478761) sets ``reduce_bucket_size=512 * 1024 * 1024``,
   the value taken unless the row states another (``bucket_size`` / ``reduce_bucket_size``).
+- *FlashAttention (v1)*: InternLM's install doc pins "Flash-Attention == v1.0.5" (InternLM/InternLM
+  0f5ee057 ``doc/en/install.md``), InternEvo's builds v1.0.5 from its ``third_party`` submodule
+  and ships images ``torch1.13.1-cuda11.7.1-flashatten1.0.5`` (InternLM/InternEvo 1aea101b
+  ``doc/en/install.md``, which allows ">= v1.0.5"): ``attention_kernel`` ``fa1`` on a preset
+  that lists its rate (the A100-class ones), unless the row names FlashAttention-2; elsewhere
+  the profile's ``fa2`` stands (no FlashAttention-1 figure on other GPUs: a documented
+  fallback, docs/analytical.md s35 fa1).
 - *Refused*: ZeRO-3 / FSDP under InternEvo (``parallel.zero1.fsdp`` runs PyTorch FSDP through
   ``internlm/solver/optimizer/fsdp_optimizer.py``, whose wrapping and overlap the profile has
   not read: HybridZeroOptimizer, the profile's optimizer, shards the optimizer states only), and
@@ -37,6 +44,17 @@ _STATED_BUCKET = re.compile(r"\breduce_bucket_size\s*[=:]\s*(\d+)\b")
 _UNEXPRESSED_TP = re.compile(r"""\bmode\s*[=:]\s*["']?(isp|fsp|fstp)\b|\b(isp|fstp)\b""", re.I)
 #: ZeRO-3 / FSDP words in a row's ``dp_sharding`` cell, or InternEvo's ``zero1.fsdp`` key.
 _FSDP = re.compile(r"\bfsdp\s*[=:]\s*true\b|\bzero[-\s]?3\b|\bfull_shard\b|\bfsdp\b", re.I)
+#: The attention kernel InternLM / InternEvo pinned (module docstring).
+INTERNEVO_KERNEL = "fa1"
+#: A row naming FlashAttention-2 (InternEvo's later installs allow ">= v1.0.5").
+_FLASH2 = re.compile(
+    r"flash[-_\s]?attn[-_\s]?(?:v|==\s*)?2\b|flash[-\s]?attention[-\s]?(?:v)?2\b", re.I
+)
+KERNEL_NOTE = (
+    "attention on FlashAttention (v1) in CUDA (attention_kernel fa1): InternLM pins "
+    "Flash-Attention == v1.0.5 (InternLM/InternLM 0f5ee057 doc/en/install.md), InternEvo builds "
+    "v1.0.5 and ships flashatten1.0.5 images (InternLM/InternEvo 1aea101b doc/en/install.md)"
+)
 GRAD_NOTE = (
     "gradients all-reduced in the parameters' 16-bit dtype (grad_fp32 false): InternEvo's "
     "HybridZeroOptimizer._reduce_and_copy, reduce_tensor(dtype=self.dtype) over the bucket of "
@@ -44,9 +62,14 @@ GRAD_NOTE = (
 )
 
 
-def internevo_defaults(row: dict[str, str], out: Defaults) -> None:
+def internevo_defaults(row: dict[str, str], out: Defaults, fa1_measured: bool) -> None:
     """Set on ``out`` what a row read as ``internevo`` takes from InternEvo's code and shipped
-    config (module docstring): 16-bit gradient reductions and ``reduce_bucket_size`` buckets."""
+    config (module docstring): FlashAttention (v1) when the row's preset lists its rate
+    (``fa1_measured``) and the row names no FlashAttention-2, 16-bit gradient reductions and
+    ``reduce_bucket_size`` buckets."""
+    if fa1_measured and _FLASH2.search(row_text(row)) is None:
+        out.options["attention_kernel"] = INTERNEVO_KERNEL
+        out.notes.append(KERNEL_NOTE)
     out.parallel["grad_fp32"] = False
     out.notes.append(GRAD_NOTE)
     stated = _STATED_BUCKET.search(row_text(row))
