@@ -63,6 +63,7 @@ from stage_explore.analytical.fp8_roles import fp8_key
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.funcol_copies import funcol_copy_bytes
 from stage_explore.analytical.fused_expert_comm import fused_expert_timers
+from stage_explore.analytical.gathered_logits import CROSS_ENTROPY, gathered_logits
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.micro_pipeline_tp import fused_reduce_bytes, micro_pipeline_rule
 from stage_explore.analytical.overlap import (
@@ -365,6 +366,10 @@ class BlockCosting(CommCosting, StateCosting, PhasePasses, ComputeCosting):
             halves = split_backward(block)
             instrs = halves.input_grad if phase == "bwd_b" else halves.weight_grad
         instrs = self._fused_projections(instrs, frozenset(w.name for w in block.weights))
+        tp = point.workload.parallel.tp
+        if self.framework.loss_logits_gathered and tp > 1 and not self.framework.loss_parallel:
+            losses = frozenset(i.name for i in block.fwd if i.kind == CROSS_ENTROPY)
+            instrs = gathered_logits(instrs, tp, losses)  # the head's Replicate() logits
         gathered = self._fp8_gathered(point, kind)
         instrs = with_fp8_gathers(  # userbuffers gather FP8 linear inputs (fp8_gather.py)
             instrs, gathered, point.workload.parallel.linear_recipe

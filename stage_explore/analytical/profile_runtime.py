@@ -68,10 +68,11 @@ Options (all booleans unless said):
   vocabulary shard: KempnerForge's plan ``ColwiseParallel(input_layouts=Shard(1),
   output_layouts=Replicate())`` on ``output_head.proj`` (``kempnerforge/distributed/
   tensor_parallel.py`` 0c4eba1e, no ``loss_parallel``). The loss's buffers are ``tp`` times
-  the local logits'. Memory only: the logits' all-gather (bf16, ``(tp-1)/tp`` of the
-  ``[tokens, vocab]`` tensor per rank) and the ``tp``-fold loss kernels are not timed
-  (docs/validation.md, s35 kflogits: about 1-2 % of the 7B TP 4 rows' step, less for the
-  larger models).
+  the local logits'. Timed too (s35 kfthru, :mod:`~stage_explore.analytical.gathered_logits`):
+  the head's forward all-gathers the logits' shard over the tp group (its ``cat`` copy with
+  ``funcol_seq_copies``), the loss kernels run on ``tp`` times the local logits, the
+  vocabulary-parallel statistics all-reduces do not run; the backward's ``Replicate`` ->
+  ``Shard(-1)`` is a local chunk, no collective.
 - ``pipeline_outputs_kept`` — under pipeline parallelism a stage keeps the data of every output
   it sent until that micro-batch's backward: Megatron-Core's ``deallocate_pipeline_outputs``
   False (``ModelParallelConfig``'s default), which NeMo 1.x sets in

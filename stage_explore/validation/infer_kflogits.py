@@ -46,8 +46,7 @@ def kempnerforge_loss_defaults(
     model states in bf16 (``bf16_model_states``, set before from the row's stated cast) the
     loss on the bf16 logits (``loss_16bit_buffers`` =
     :data:`KEMPNERFORGE_LOSS_16BIT_BUFFERS`), and with tp > 1 the logits whole on every rank
-    (``loss_logits_gathered``). Memory only (the options' documentation says what is not
-    timed)."""
+    (``loss_logits_gathered``, which the step time also charges: s35 kfthru)."""
     if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
         return
     if out.options.get("bf16_model_states"):

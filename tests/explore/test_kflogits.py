@@ -124,12 +124,12 @@ def _evaluate(row: dict[str, str]) -> tuple[float, float]:
     return result.step_time_s, float(result.extra["peak_allocated_bytes"])
 
 
-def test_the_gathered_logits_raise_the_tp_rows_memory_only() -> None:
+def test_the_gathered_logits_raise_the_tp_rows_memory() -> None:
     """TP 4, micro-batch 4 x 4,096 tokens x 128,256 vocabulary: 4 bf16 copies of the whole
     logits (8 bytes a logit) replace 3 fp32 buffers and a bf16 block of the quarter (3.5), at
     most (less where the working set or a reduce-scatter buffer hid part of the old loss)."""
     named, plain = _evaluate(_package(KF_TP4)), _evaluate(_unnamed(_package(KF_TP4)))
-    assert named[0] == pytest.approx(plain[0])
+    assert named[0] > plain[0]  # the gather and the tp-fold loss kernels (test_kfthru.py)
     assert 0 < named[1] - plain[1] <= (8 - 3.5) * LOGITS
 
 
