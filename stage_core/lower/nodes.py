@@ -77,15 +77,17 @@ def _weight_nodes(
     instructions: Instructions | None = None,
     pass_end: PassEnd | None = None,
     held: bool = False,
+    unsynced: bool = False,
 ) -> tuple[int | None, tuple[int, ...]]:
     """A W task: every block's weight-gradient instructions (backward block order), waiting for
     their inputs from the same micro-batch's B; then ZeRO-2/3 gradient scatters and, after the
     chunk's last W, the gradient synchronisation. ``held`` (``zero_held``): no per-block
     scatters; after the chunk's last W its held reduce-scatters
     (:func:`~.zero_nodes.emit_held_scatters`: the pipelining stage's ``perform_reduce_grad`` /
-    last-backward ``post_backward`` after every B and W of the chunk). Returns the task's last
-    node and what the rank's next task waits for besides it (the held scatters' replica
-    all-reduces too). ``instructions``: the W part as the caller emits it (phase
+    last-backward ``post_backward`` after every B and W of the chunk); ``unsynced``
+    (``zero_no_sync`` before the chunk's last micro-batch): no per-block scatters. Returns
+    the task's last node and what the rank's next task waits for besides it (the held
+    scatters' replica all-reduces too). ``instructions``: the W part as the caller emits it (phase
     :data:`BWD_W`, its dependencies within W; those on B are dropped, as
     :func:`~stage_core.lower.weightgrad.split_backward` drops them: B ran before, so an
     instruction without one waits for the task's entry). ``pass_end``'s backward instruction
@@ -111,7 +113,7 @@ def _weight_nodes(
             ctrl = ()
             last = max(ids.values())
             entry = (last,)
-        if workload.parallel.zero >= 2 and last is not None and not held:
+        if workload.parallel.zero >= 2 and last is not None and not held and not unsynced:
             for i, instr in enumerate(zero_collectives(workload, block, gather=False)):
                 sync_ids.append(em.instr(  # the optimizer needs the reduced shards
                     instr, f"{prefix}.{instr.name}", (last,), (), (block.kind, ZERO_SCATTER, i)
@@ -182,7 +184,13 @@ class NodeOptions:
     their parameters twice, queued together where the block's backward gather is issued and
     both waited for by its backward (DeepSpeed ZeRO-3 with activation checkpointing: the
     recomputed forward's pre-forward fetch, its post-forward release, then the backward's
-    pre-backward fetch)."""
+    pre-backward fetch).
+
+    ``zero_no_sync`` (ZeRO-2 and -3): FSDP's gradient sync off on every micro-batch but a chunk's
+    last (FSDP2 ``set_requires_gradient_sync(False)``, FSDP1 ``no_sync()``): the gathers as
+    without it, the blocks' reduce-scatters (and replica all-reduces) only in the backward of
+    the chunk's last micro-batch, under a split backward after its W (``post_backward``
+    returns before the reduce-scatter while ``reduce_grads`` / ``_sync_gradients`` is off)."""
 
     zero_prefetch: int | None = None
     gathers_ahead: Callable[[int], bool] | None = None
@@ -190,6 +198,7 @@ class NodeOptions:
     zero_held: bool = False
     zero_root: frozenset[str] = frozenset()
     zero_regather: frozenset[str] = frozenset()
+    zero_no_sync: bool = False
 
 
 def stage_nodes(
@@ -236,6 +245,7 @@ def _stage_nodes(
         options.zero_root,
         options.zero_regather,
     )
+    zero_no_sync = options.zero_no_sync
     workload = programs.workload
     p, vpp, m = workload.parallel.pp, workload.parallel.vpp, workload.micro_batches
     last_stage = p * vpp - 1
@@ -272,6 +282,7 @@ def _stage_nodes(
             previous, waits = _weight_nodes(
                 em, programs, stage, task, ctrl, b_ids, sync_ids, last_mb_backward, instructions,
                 pass_end, zero_held and zero >= 3,
+                zero_no_sync and zero >= 2 and mb != last_mb_backward[chunk.index],
             )  # fmt: skip
             continue
         # the pipeline neighbour: ±1 along pp; DualPipe's second chunk runs the other way
@@ -362,7 +373,8 @@ def _stage_nodes(
             if instrs:
                 ctrl = ()
             entry = (last,)
-            if backward and zero >= 2 and not split and not zero_held:
+            unsynced = zero_no_sync and zero >= 2 and mb != last_mb_backward[chunk.index]
+            if backward and zero >= 2 and not split and not zero_held and not unsynced:
                 scattered: tuple[int, ...] = ()
                 reduced: tuple[int, ...] = ()  # the unit's reduce-scatters
                 unit = zero_unit(workload, blocks, position, False, True, zero_root)

@@ -266,7 +266,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             accumulation_per_step(profile, dtype)
             or (profile.fsdp_float8_all_gather and parallel.zero >= 3)
             or profile.zero_hpz_partition_size > 1  # hpZ's first forward gather (hpz.py)
-            or (profile.fsdp_no_sync_accumulation and parallel.zero >= 3)  # no_sync.py
+            or (profile.fsdp_no_sync_accumulation and parallel.zero >= 2)  # no_sync.py
         )
         spread = profile.pipelining_stage_buffers or profile.pp_unsharded_params
         if parallel.pp == 1 or not spread:

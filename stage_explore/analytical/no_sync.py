@@ -27,7 +27,26 @@ time, the per-block reduce-scatters (and a hybrid-sharded block's replica all-re
 the step's last micro-batch, overlapped with its backward as before (:func:`without_scatters`
 per micro-batch, :func:`last_scatter_s` once), and the accumulation into the unsharded
 buffer every micro-batch (``passes.py``, :func:`accumulation_bytes`) in place of the sharded
-gradient's accumulation.
+gradient's accumulation. The trace mode emits the reduce-scatters in a chunk's last
+micro-batch's backward only (``trace_mode.py``, ``NodeOptions(zero_no_sync=True)``).
+
+FSDP1's flat-gradient concatenation (``fsdp1_flat_grad``, ``passes.py`` ``_flat_grad_s``)
+stays charged every micro-batch: it is autograd's ``SplitWithSizesBackward0`` building the
+flat parameter's gradient from its views' ones, before the ``AccumulateGrad`` node that adds
+it into the held ``flat_param.grad`` (s35 nosync2). ``_flat_param.py``
+``prepare_gradient_for_backward`` clears ``.grad`` only when it is not the unsharded size
+("Expects `.grad` to be the unsharded gradient in `no_sync()`"), so under ``no_sync`` the
+unsharded ``.grad`` stays and autograd adds each micro-batch's concatenated gradient into it;
+``_post_backward_hook`` (``_runtime_utils.py``, run on the flat parameter's
+``AccumulateGrad``) returns only after that, before the cast and the reduce-scatter.
+
+ZeRO-2 (FSDP1 ``SHARD_GRAD_OP``, FSDP2 ``reshard_after_forward=False``, as the reader maps
+them, ``infer_shard.py``) takes the same gradient path: ``_post_backward_hook`` /
+``post_backward`` return before the reduce-scatter whatever the sharding strategy. FSDP1's
+``_should_free_in_backward`` (``_sync_gradients`` or a reshard-after-forward strategy) also
+keeps ``SHARD_GRAD_OP``'s parameters gathered from one micro-batch to the next under
+``no_sync``: one all-gather per step, what the model's ZeRO-2 charges with or without the
+option (its step-end parameter all-gather).
 """
 
 from __future__ import annotations
@@ -49,13 +68,15 @@ def no_sync_accumulates(
     profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
 ) -> bool:
     """Whether a step accumulates FSDP's unsharded gradients with sync off
-    (``fsdp_no_sync_accumulation``): ZeRO-3 (FSDP's full sharding), more than one micro-batch
-    (with one, the trainer's last micro-batch is its only one: nothing is deferred), and not
-    a pipeline stage held by ``pp_unsharded_params``, which charges the same gradients with
-    its gathered parameters."""
-    if not profile.fsdp_no_sync_accumulation or parallel.zero < 3 or micro_batches <= 1:
+    (``fsdp_no_sync_accumulation``): ZeRO-3 (FSDP's full sharding) or ZeRO-2 (FSDP1's
+    ``SHARD_GRAD_OP``, FSDP2's ``reshard_after_forward=False``: the same early return before
+    the reduce-scatter, module docstring), more than one micro-batch (with one, the trainer's
+    last micro-batch is its only one: nothing is deferred), and not a ZeRO-3 pipeline stage
+    held by ``pp_unsharded_params``, which charges the same gradients with its gathered
+    parameters."""
+    if not profile.fsdp_no_sync_accumulation or parallel.zero < 2 or micro_batches <= 1:
         return False
-    return not (profile.pp_unsharded_params and parallel.pp > 1)
+    return not (profile.pp_unsharded_params and parallel.pp > 1 and parallel.zero >= 3)
 
 
 def is_fsdp2(profile: FrameworkProfile) -> bool:

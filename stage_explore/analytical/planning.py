@@ -268,10 +268,10 @@ class StagePlanning(AmaxCosting):
         if split and zero == 2:  # W outside autograd: no post-backward wait for its scatters
             depth = None  # the per-block rule, as the trace's W leaves them (nodes.py)
         held = self._params_held(point)
-        step_costs = costs  # the blocks' ZeRO collectives as the step's first F / last B run them
+        no_sync = no_sync_accumulates(self.framework, parallel, point.workload.micro_batches)
+        step_costs = w_costs if split and no_sync else costs  # as the 1st F / last B (W) run them
         if held:  # gathered once per step, reduce-scattered once (_held_zero_s): none per mb
             costs, b_costs, w_costs = (without_zero(t) for t in (costs, b_costs, w_costs))
-        no_sync = no_sync_accumulates(self.framework, parallel, point.workload.micro_batches)
         if no_sync:  # reduce-scatters in the step's last micro-batch only (no_sync.py)
             costs, b_costs, w_costs = (without_scatters(t) for t in (costs, b_costs, w_costs))
         timing = chunk_timing(runs, costs, zero, root, depth)

@@ -106,8 +106,9 @@ Options (all booleans unless said):
   in the reduce dtype (its tensor-parallel shard) from the first micro-batch's backward to the
   last, accumulates into it every micro-batch, and reduce-scatters once, in the last
   micro-batch's backward; the all-gathers are unchanged (``reshard_after_backward`` stays
-  on). ZeRO-3 with more than one micro-batch; a stage held by ``pp_unsharded_params`` already
-  charges it (:mod:`~stage_explore.analytical.no_sync`, whose docstring cites torch's code).
+  on). ZeRO-3 or ZeRO-2 (FSDP1 ``SHARD_GRAD_OP``) with more than one micro-batch, in both
+  timing modes; a ZeRO-3 stage held by ``pp_unsharded_params`` already charges it
+  (:mod:`~stage_explore.analytical.no_sync`, whose docstring cites torch's code).
   KempnerForge's ``maybe_no_sync`` (kempnerforge/training/grad.py) does this; off: the
   gradients are reduce-scattered every micro-batch (FSDP2's and FSDP1's default).
 - ``pp_held_sync_per_schedule`` — with ``pp_unsharded_params`` and several pipeline schedules

@@ -66,8 +66,13 @@ backward, before that backward's send, as the levelled pipeline runs them too (`
 in the chunk's first forward and last backward tasks; equal but for hybrid sharding's replica
 stream: tests/explore/test_trace_mode_held.py); under ZB-H1 and DualPipe the reduce-scatters
 follow the chunk's last W, as the levelled mode adds them to its last weight-gradient task.
-FSDP's root unit (``zero_root``) and DeepSpeed's recompute re-gather (``zero_regather``) are
-emitted as the frameworks issue them (tests/explore/test_trace_mode_zero3.py).
+FSDP's gradient accumulation without per-micro-batch sync (``fsdp_no_sync_accumulation``,
+:func:`~stage_explore.analytical.no_sync.no_sync_accumulates`) emits a chunk's reduce-scatters
+in its last micro-batch's backward only (``NodeOptions(zero_no_sync=True)``), as the levelled
+mode times every micro-batch without them and charges the last one's extra once
+(tests/explore/test_fsdp_no_sync_trace.py). FSDP's root unit (``zero_root``) and DeepSpeed's
+recompute re-gather (``zero_regather``) are emitted as the frameworks issue them
+(tests/explore/test_trace_mode_zero3.py).
 
 Not covered: the parameter gathers of an unbucketed chunk (``ddp_bucket_first_chunk_only``'s
 later chunks, dispatched before an earlier forward: whole after the optimizer in the trace) or
@@ -124,6 +129,7 @@ from stage_explore.analytical.blocktime import ROOT_UNIT_KINDS
 from stage_explore.analytical.buckets import UNBUCKETED, grad_bucket_bytes
 from stage_explore.analytical.contention import nccl_load
 from stage_explore.analytical.fp8_roles import fp8_key
+from stage_explore.analytical.no_sync import no_sync_accumulates
 from stage_explore.analytical.parts import Point, compute_dtype
 from stage_explore.analytical.policy import Overlap, PointToPoint, TimingPolicy
 from stage_explore.analytical.trace_costs import StageCosts
@@ -341,6 +347,8 @@ def trace_step(
         )
     # FSDP2 under pipeline parallelism: gathered once per step, reduce-scattered once
     held = backend.framework.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1
+    # FSDP's gradient sync off but on the last micro-batch (no_sync.py): scatters once a step
+    no_sync = no_sync_accumulates(backend.framework, parallel, workload.micro_batches)
     policy: TimingPolicy = backend.policy
     limit = UNBUCKETED
     if Overlap.GRAD_REDUCE in policy.overlaps:
@@ -383,7 +391,7 @@ def trace_step(
         options = NodeOptions(
             zero_prefetch=prefetch, gathers_ahead=ahead(stage), pass_end=costs[stage].pass_end(),
             zero_held=held, zero_root=_root_unit(backend, parallel, stage_program),
-            zero_regather=_regathered(backend, parallel, stage_program),
+            zero_regather=_regathered(backend, parallel, stage_program), zero_no_sync=no_sync,
         )  # fmt: skip
         template = stage_nodes(
             programs, stage_program, emitted(stage), keep_empty=True, options=options

@@ -54,9 +54,10 @@ def no_sync_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
     (:data:`HF_TRAINER`) and not FSDP2 (accelerate's ``no_sync`` enters FSDP2's
     ``set_requires_gradient_sync`` only from huggingface/accelerate PR #3762, September 2025:
     before it an FSDP2 module, which has no ``no_sync``, reduce-scattered every micro-batch;
-    a row does not say which it ran, so it keeps the default). Without sharding (``zero`` < 3)
-    there is no FSDP gradient to hold."""
-    if zero < 3:
+    a row does not say which it ran, so it keeps the default). ZeRO-2 (``SHARD_GRAD_OP``)
+    defers its reduce-scatters the same way (:mod:`stage_explore.analytical.no_sync`); with
+    no gradient sharding (``zero`` < 2) there is no FSDP gradient to hold."""
+    if zero < 2:
         return
     if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)):
         out.options["fsdp_no_sync_accumulation"] = True
