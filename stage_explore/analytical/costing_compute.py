@@ -147,6 +147,7 @@ class ComputeCosting:
             te_loss=self.framework.te_cross_entropy,
             native_loss=self.framework.native_cross_entropy,
             xentropy_loss=self.framework.xentropy_cross_entropy,
+            bf16_loss=self.framework.loss_16bit_buffers > 0,  # eager loss on un-upcast logits
             metric_losses=self.framework.train_metric_losses,
             eager_bytes=self._eager_bytes(point.workload.model),
             eager_extra=eager_extra_bytes(

@@ -82,6 +82,7 @@ from stage_explore.analytical.gemm_tiles import (
     gemm_time_s,
 )
 from stage_explore.analytical.loss_kernels import (
+    BF16_CROSS_ENTROPY_BYTES,
     CROSS_ENTROPY_BYTES,
     METRIC_CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
@@ -185,6 +186,10 @@ class KernelTimer:
     #: The loss runs flash-attn's fused xentropy kernel on the 16-bit logits
     #: (:data:`XENTROPY_CROSS_ENTROPY_BYTES`, framework option ``xentropy_cross_entropy``).
     xentropy_loss: bool = False
+    #: The loss is PyTorch's eager ``F.cross_entropy`` on the 16-bit logits, not upcast
+    #: (:data:`BF16_CROSS_ENTROPY_BYTES`, framework option ``loss_16bit_buffers`` > 0); the
+    #: fused losses above take precedence.
+    bf16_loss: bool = False
     #: Forward-only fp32 cross-entropies the framework's train metrics run on the logits each
     #: micro-batch (:data:`METRIC_CROSS_ENTROPY_BYTES` each, framework option
     #: ``train_metric_losses``), charged with the loss's forward.
@@ -419,6 +424,7 @@ class KernelTimer:
         under ``te_loss`` Transformer Engine's fused one (:data:`TE_CROSS_ENTROPY_BYTES`), under
         ``native_loss`` Megatron-Core's compiled one (:data:`NATIVE_CROSS_ENTROPY_BYTES`), under
         ``xentropy_loss`` flash-attn's xentropy kernel (:data:`XENTROPY_CROSS_ENTROPY_BYTES`),
+        under ``bf16_loss`` PyTorch's eager one on 16-bit logits (:data:`BF16_CROSS_ENTROPY_BYTES`),
         the forward with ``metric_losses`` train-metric passes (:data:`METRIC_CROSS_ENTROPY_BYTES`)
         — or 0 for any other instruction."""
         forward, backward = (
@@ -428,6 +434,8 @@ class KernelTimer:
             if self.native_loss
             else XENTROPY_CROSS_ENTROPY_BYTES
             if self.xentropy_loss
+            else BF16_CROSS_ENTROPY_BYTES
+            if self.bf16_loss
             else CROSS_ENTROPY_BYTES
         )
         if instr.kind == "crossentropy":

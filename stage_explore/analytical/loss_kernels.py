@@ -1,10 +1,11 @@
 """The training loss's kernels: HBM bytes per logit of the cross-entropy implementations the
-frameworks run (Megatron's unfused fp32 loss, Transformer Engine's fused Triton loss,
-Megatron-Core's native fused loss, flash-attn's xentropy kernel), the forward-only
-cross-entropies of Composer's train metrics, and which tensors a block's loss reads. The
-:class:`~stage_explore.analytical.kernels.KernelTimer` charges them (``_loss_s``); the framework
-options ``te_cross_entropy`` / ``native_cross_entropy`` / ``xentropy_cross_entropy`` choose
-between the losses, ``train_metric_losses`` counts the metrics' passes."""
+frameworks run (Megatron's unfused fp32 loss, PyTorch's eager loss on 16-bit logits,
+Transformer Engine's fused Triton loss, Megatron-Core's native fused loss, flash-attn's
+xentropy kernel), the forward-only cross-entropies of Composer's train metrics, and which
+tensors a block's loss reads. The :class:`~stage_explore.analytical.kernels.KernelTimer` charges
+them (``_loss_s``); the framework options ``te_cross_entropy`` / ``native_cross_entropy`` /
+``xentropy_cross_entropy`` choose between the losses, ``loss_16bit_buffers`` > 0 picks the
+eager 16-bit one, ``train_metric_losses`` counts the metrics' passes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,22 @@ from stage_core.lower.bind import Instr
 #: its backward) moves a similar 40 bytes per logit. The generator's op counts reading the
 #: 16-bit logits once (2) and the gradient's read and write (4).
 CROSS_ENTROPY_BYTES = (38, 14)
+
+#: HBM bytes per logit of PyTorch's eager ``F.cross_entropy`` on 16-bit logits with no
+#: ``.float()`` upcast (``log_softmax`` + ``nll_loss``; framework option ``loss_16bit_buffers``
+#: > 0, e.g. KempnerForge), element size 2 and fp32 only in registers (``accscalar_t``). Forward
+#: ``log_softmax``: for a row longer than the 48 KiB per-block shared memory holds (> ~24,500
+#: 16-bit logits, any LLM vocabulary) ``host_softmax`` launches ``cunn_SoftMaxForward``
+#: (pytorch/pytorch aten/src/ATen/native/cuda/SoftMax.cu, 000cace5), which makes three passes
+#: over the row: ``ilpReduce`` for the max (read 2), ``ilpReduce`` of exp for the sum (read 2)
+#: and ``WriteFpropResultsVectorized`` (read 2, write the 16-bit output 2) = 8; ``nll_loss``
+#: forward reads one logit per token. Backward ``nll_loss_backward_out_cuda``
+#: (aten/src/ATen/native/cuda/Loss.cu, 00e3254d) runs ``grad_input.zero_()`` over the whole
+#: ``[tokens, vocab]`` gradient (write 2) and scatters one value per token;
+#: ``log_softmax_backward`` (``cunn_SoftMaxBackward``) sums the incoming gradient (read 2) and
+#: ``WriteBpropResultsVectorized`` reads it and the saved output and writes the logits' gradient
+#: (2 + 2 + 2) = 10. Counted pass by pass as :data:`CROSS_ENTROPY_BYTES` is.
+BF16_CROSS_ENTROPY_BYTES = (8, 10)
 
 #: HBM bytes per logit of Transformer Engine's fused Triton cross-entropy on 16-bit logits
 #: (Megatron-Core ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl = "te"``;

@@ -62,7 +62,9 @@ Options (all booleans unless said):
   caller still references (KempnerForge: ``logits = model(input_ids)`` is live through
   ``loss.backward()``, ``scripts/train.py`` 01b461a7, ``training/loop.py`` ``text_step``).
   0: the loss's memory is ``loss_fp32_buffers`` (or ``loss_parallel``'s); above 0 it replaces
-  them (:func:`~stage_explore.analytical.loss_memory.loss_excess_bytes`).
+  them (:func:`~stage_explore.analytical.loss_memory.loss_excess_bytes`), and the loss is timed
+  at its 16-bit kernels' bytes (``loss_kernels.BF16_CROSS_ENTROPY_BYTES``, s35 bf16loss)
+  instead of the fp32 upcast's.
 - ``loss_logits_gathered`` — with tensor parallelism the output layer's logits are gathered to
   the whole vocabulary on every rank and the loss runs on them there, not on the rank's
   vocabulary shard: KempnerForge's plan ``ColwiseParallel(input_layouts=Shard(1),

@@ -134,7 +134,9 @@ def test_the_gathered_logits_raise_the_tp_rows_memory() -> None:
 
 
 def test_the_bf16_loss_lowers_the_tp1_rows_memory() -> None:
-    """TP 1: 8 bytes a logit (4 bf16 copies) instead of 14 (3 fp32 buffers and a bf16 one)."""
+    """TP 1: 8 bytes a logit (4 bf16 copies) instead of 14 (3 fp32 buffers and a bf16 one); the
+    step is faster, the loss timed at its 16-bit passes (BF16_CROSS_ENTROPY_BYTES, s35 bf16loss)
+    instead of the fp32 upcast's."""
     named, plain = _evaluate(_package(KF_TP1)), _evaluate(_unnamed(_package(KF_TP1)))
-    assert named[0] == pytest.approx(plain[0])
+    assert named[0] < plain[0]
     assert 0 < plain[1] - named[1] <= (14 - 8) * LOGITS

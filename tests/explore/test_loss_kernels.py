@@ -16,6 +16,7 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS
 from stage_explore.analytical.kernels import KernelTimer
 from stage_explore.analytical.loss_kernels import (
+    BF16_CROSS_ENTROPY_BYTES,
     CROSS_ENTROPY_BYTES,
     METRIC_CROSS_ENTROPY_BYTES,
     NATIVE_CROSS_ENTROPY_BYTES,
@@ -154,6 +155,39 @@ def test_flash_attn_xentropy_loss_is_timed_at_its_one_pass_each_way() -> None:
     for other in ("te_cross_entropy", "native_cross_entropy"):
         with pytest.raises(ConfigError, match="xentropy_cross_entropy"):
             FRAMEWORKS["llm-foundry-2023"].with_overrides({other: True})
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_an_eager_loss_on_bf16_logits_is_timed_at_its_16bit_passes(tp: int) -> None:
+    """Under ``bf16_loss`` (framework option ``loss_16bit_buffers`` > 0: PyTorch's eager
+    ``F.cross_entropy`` on the un-upcast 16-bit logits, KempnerForge) the loss moves
+    BF16_CROSS_ENTROPY_BYTES per logit — fewer than the fp32 upcast loss each way — and touches
+    no other instruction; the fused losses take precedence over it."""
+    parts = _loss_parts(tp)
+    unfused, loss, grad = parts.unfused, parts.loss, parts.grad
+    bandwidth, elements = parts.bandwidth, parts.elements
+    bf16 = replace(unfused, bf16_loss=True)
+    assert bf16(loss) == pytest.approx(elements * BF16_CROSS_ENTROPY_BYTES[0] / bandwidth)
+    assert bf16(grad) == pytest.approx(elements * BF16_CROSS_ENTROPY_BYTES[1] / bandwidth)
+    assert bf16(loss) < unfused(loss) and bf16(grad) < unfused(grad)
+    others = [i for i in parts.instrs if i is not loss and i is not grad]
+    assert all(bf16(i) == unfused(i) for i in others)
+    assert replace(bf16, te_loss=True)(loss) == replace(unfused, te_loss=True)(loss)
+    assert replace(bf16, xentropy_loss=True)(grad) == replace(unfused, xentropy_loss=True)(grad)
+
+
+def test_sixteen_bit_loss_buffers_make_the_step_faster() -> None:
+    """A profile with ``loss_16bit_buffers`` > 0 times its loss at the 16-bit passes: the step
+    is faster than the same profile's fp32 upcast loss (before s35 bf16loss the option moved
+    only the loss's memory)."""
+    parallel = ParallelConfig(global_batch=1)
+
+    def step(overrides: dict[str, object]) -> float:
+        backend = AnalyticalBackend(framework="fsdp", overrides=overrides)
+        return backend.evaluate(MODEL, parallel, H100).step_time_s
+
+    assert FRAMEWORKS["fsdp"].loss_16bit_buffers == 0
+    assert step({"loss_16bit_buffers": 3}) < step({})
 
 
 def test_train_metrics_add_forward_only_fp32_passes_to_the_loss() -> None:
