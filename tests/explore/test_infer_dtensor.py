@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from stage_explore.analytical import kernels
+from stage_explore.analytical.loss_kernels import CROSS_ENTROPY_BYTES
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_dtensor import BF16_CAST, DTENSOR_TP
@@ -72,9 +74,14 @@ def test_a_row_also_stating_fp32_master_weights_keeps_them() -> None:
     assert "bf16_model_states" not in options
 
 
-def test_the_bf16_states_lower_the_predicted_memory_only() -> None:
+def test_the_bf16_states_lower_the_predicted_memory_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The same row with and without the stated cast: 8 bytes of model state per parameter
-    instead of the fp32 shard's 16 (TP 4 x FSDP 8), the step time unchanged."""
+    instead of the fp32 shard's 16 (TP 4 x FSDP 8), the step time unchanged — with the bf16
+    loss's passes (the same cast's ``loss_16bit_buffers``, s35 bf16loss, tested in
+    test_loss_kernels.py) timed as the fp32 loss's, so that only the states differ."""
+    monkeypatch.setattr(kernels, "BF16_CROSS_ENTROPY_BYTES", CROSS_ENTROPY_BYTES)
     cast = _package(KEMPNER)
     plain = dict(cast)
     plain["precision"] = "bf16 (mixed_precision default bf16, fp32 gradient reduce-scatter)"
