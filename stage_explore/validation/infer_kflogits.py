@@ -4,13 +4,10 @@ whole vocabulary on every rank (:func:`kempnerforge_loss_defaults`)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from stage_explore.validation.infer_no_sync import KEMPNERFORGE  # a row naming KempnerForge
 from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
-
-#: A row naming KempnerForge (the Kempner Institute's PyTorch-native trainer).
-KEMPNERFORGE = re.compile(r"\bKempnerForge\b")
 
 #: 16-bit logits-sized buffers eager ``F.cross_entropy`` on bf16 logits holds in its backward
 #: beside the logits: ``log_softmax``'s saved bf16 output, the ``nll_loss`` gradient and

@@ -5,6 +5,8 @@ every tensor-parallel rank by the output head's ``ColwiseParallel(output_layouts
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -14,9 +16,11 @@ import pytest
 from stage_core.lower.memory import CROSS_ENTROPY_KIND, loss_working_set
 from stage_explore.analytical.loss_memory import loss_excess_bytes
 from stage_explore.analytical.profile_runtime import RuntimeOptions
+from stage_explore.validation import infer_kflogits
 from stage_explore.validation.csv_cells import read_csv
 from stage_explore.validation.infer import row_cases
 from stage_explore.validation.infer_kflogits import KEMPNERFORGE_LOSS_16BIT_BUFFERS
+from stage_explore.validation.infer_release import TEXT_COLUMNS
 from stage_explore.validation.run import analytical_factory
 from stage_explore.validation.setup_systems import case_system
 from stage_explore.validation.setups import data_dir
@@ -51,8 +55,8 @@ def _package(row_id: str) -> dict[str, str]:
 def _unnamed(row: dict[str, str]) -> dict[str, str]:
     """The row with KempnerForge's name replaced: the reader's earlier rules only."""
     plain = dict(row)
-    for column in ("source", "source_table", "notes"):
-        plain[column] = plain[column].replace("KempnerForge", "a trainer")
+    for column in TEXT_COLUMNS:  # every column the rule reads, in any case ('kempnerforge/...')
+        plain[column] = re.sub("kempnerforge", "a trainer", plain.get(column, ""), flags=re.I)
     return plain
 
 
@@ -96,6 +100,17 @@ def test_a_kempnerforge_tp_row_takes_the_bf16_loss_on_gathered_logits() -> None:
     assert options.get("loss_logits_gathered") is True
 
 
+@pytest.mark.parametrize("spell", [str.lower, str.upper])
+def test_the_trainer_is_read_in_any_case(spell: Callable[[str], str]) -> None:
+    """The source's text in other case reads the same loss (benchmarks/spelling_robustness.py
+    found the first rule case-sensitive: 'kempnerforge' kept the fp32 loss)."""
+    row = _package(KF_TP4)
+    row = {**row, **{column: spell(row.get(column, "")) for column in TEXT_COLUMNS}}
+    options = _options(row)
+    assert options.get("loss_16bit_buffers") == KEMPNERFORGE_LOSS_16BIT_BUFFERS
+    assert options.get("loss_logits_gathered") is True
+
+
 def test_without_tensor_parallelism_the_logits_are_not_marked_gathered() -> None:
     options = _options(_package(KF_TP1))
     assert options.get("loss_16bit_buffers") == KEMPNERFORGE_LOSS_16BIT_BUFFERS
@@ -124,19 +139,35 @@ def _evaluate(row: dict[str, str]) -> tuple[float, float]:
     return result.step_time_s, float(result.extra["peak_allocated_bytes"])
 
 
-def test_the_gathered_logits_raise_the_tp_rows_memory() -> None:
+def _without_the_loss_rule(
+    row: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[float, float]:
+    """``row`` evaluated with this rule off and every other rule as it reads (KempnerForge's
+    no-sync accumulation stays: only the loss differs)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(infer_kflogits, "KEMPNERFORGE", re.compile(r"(?!)"))
+        return _evaluate(row)
+
+
+def test_the_gathered_logits_raise_the_tp_rows_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """TP 4, micro-batch 4 x 4,096 tokens x 128,256 vocabulary: 4 bf16 copies of the whole
     logits (8 bytes a logit) replace 3 fp32 buffers and a bf16 block of the quarter (3.5), at
     most (less where the working set or a reduce-scatter buffer hid part of the old loss)."""
-    named, plain = _evaluate(_package(KF_TP4)), _evaluate(_unnamed(_package(KF_TP4)))
+    named, plain = (
+        _evaluate(_package(KF_TP4)),
+        _without_the_loss_rule(_package(KF_TP4), monkeypatch),
+    )
     assert named[0] > plain[0]  # the gather and the tp-fold loss kernels (test_kfthru.py)
     assert 0 < named[1] - plain[1] <= (8 - 3.5) * LOGITS
 
 
-def test_the_bf16_loss_lowers_the_tp1_rows_memory() -> None:
+def test_the_bf16_loss_lowers_the_tp1_rows_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """TP 1: 8 bytes a logit (4 bf16 copies) instead of 14 (3 fp32 buffers and a bf16 one); the
     step is faster, the loss timed at its 16-bit passes (BF16_CROSS_ENTROPY_BYTES, s35 bf16loss)
     instead of the fp32 upcast's."""
-    named, plain = _evaluate(_package(KF_TP1)), _evaluate(_unnamed(_package(KF_TP1)))
+    named, plain = (
+        _evaluate(_package(KF_TP1)),
+        _without_the_loss_rule(_package(KF_TP1), monkeypatch),
+    )
     assert named[0] < plain[0]
     assert 0 < plain[1] - named[1] <= (14 - 8) * LOGITS

@@ -12,7 +12,13 @@ from stage_core.trace import CollectiveKind
 from stage_explore.analytical import kernels
 from stage_explore.analytical.gathered_logits import gathered_logits
 from stage_explore.analytical.loss_kernels import CROSS_ENTROPY_BYTES
-from tests.explore.test_kflogits import KF_TP1, KF_TP4, _evaluate, _package, _unnamed
+from tests.explore.test_kflogits import (
+    KF_TP1,
+    KF_TP4,
+    _evaluate,
+    _package,
+    _without_the_loss_rule,
+)
 
 LOCAL = 1000  # bytes of the rank's logits shard
 LOSSES = frozenset({"loss"})
@@ -101,10 +107,11 @@ def test_tp1_or_no_loss_leaves_the_instructions(phase: object) -> None:
         gathered_logits(instrs, 0, LOSSES)
 
 
-def test_the_gathered_logits_slow_the_kempnerforge_tp4_row() -> None:
+def test_the_gathered_logits_slow_the_kempnerforge_tp4_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """7B TP 4, micro-batch 4 x 4,096 tokens: per micro-batch an all-gather of 1 GB a rank
     and 3 more quarters of the loss's passes — several ms each, over a step above 1 s."""
-    named, plain = _evaluate(_package(KF_TP4))[0], _evaluate(_unnamed(_package(KF_TP4)))[0]
+    named = _evaluate(_package(KF_TP4))[0]
+    plain = _without_the_loss_rule(_package(KF_TP4), monkeypatch)[0]
     assert 1.01 * plain < named < 1.15 * plain
 
 
@@ -114,5 +121,6 @@ def test_without_tensor_parallelism_the_step_is_unchanged(
     """At TP 1 nothing is gathered: with the bf16 loss's passes (s35 bf16loss, its own tests in
     test_loss_kernels.py) timed as the fp32 loss's, the named row's step is the plain one's."""
     monkeypatch.setattr(kernels, "BF16_CROSS_ENTROPY_BYTES", CROSS_ENTROPY_BYTES)
-    named, plain = _evaluate(_package(KF_TP1))[0], _evaluate(_unnamed(_package(KF_TP1)))[0]
+    named = _evaluate(_package(KF_TP1))[0]
+    plain = _without_the_loss_rule(_package(KF_TP1), monkeypatch)[0]
     assert named == pytest.approx(plain)
