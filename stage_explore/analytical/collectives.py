@@ -230,15 +230,13 @@ def alpha_beta_collective_s(
         levels = [(index, size) for index, size in enumerate(system.dim_sizes) if size > 1]
         blocks = list(itertools.accumulate([ranks for _, ranks in levels], operator.mul))
         members = math.prod(system.dim_sizes)
-        # a regular grid: a ring in rank order crosses dim j (ranks_j − 1) × (the ranks above)
-        above = [math.prod(ranks for _, ranks in levels[j + 1 :]) for j in range(len(levels))]
-        ring_hops = [(ranks - 1) * up for (_, ranks), up in zip(levels, above, strict=True)]
+        span_hops: list[int] | None = None  # a regular grid: derived below when needed
     else:
         span = group_span(system.dim_sizes, group)
         levels = [(index, span.counts[index]) for index in span.dims]
         blocks = [span.blocks[index] for index in span.dims]
         members = len(span.members)
-        ring_hops = [span.hops[index] for index in span.dims]
+        span_hops = [span.hops[index] for index in span.dims]
     if not levels:
         return 0.0
     network = system.network
@@ -259,7 +257,13 @@ def alpha_beta_collective_s(
         return _level_s(phase, chosen, ranks, buffer_bytes, dim, share=share, hops=hops)
 
     # NCCL's all-gather and reduce-scatter: one flat ring, its latency steps each dim's hops
-    flat = ring_hops if nccl and kind in (AG, RS) and len(levels) > 1 else [0] * len(levels)
+    flat = [0] * len(levels)
+    if nccl and kind in (AG, RS) and len(levels) > 1:
+        # a regular grid: a ring in rank order crosses dim j (ranks_j − 1) × the ranks above it
+        flat = span_hops or [
+            (ranks - 1) * (members // block)
+            for (_, ranks), block in zip(levels, blocks, strict=True)
+        ]
 
     def ring(fixed: float, share: float) -> float:
         """An all-reduce, reduce-scatter or all-gather: the fixed cost ``fixed`` plus its levels
