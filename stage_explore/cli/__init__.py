@@ -21,17 +21,15 @@ import argparse
 import difflib
 import importlib
 import re
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
 from stage_core.errors import StageError
 from stage_explore.cli.paths import os_error_text, removed_if_failed
+from stage_explore.interrupts import terminate_as_interrupt
 
 #: Subcommand modules, in the order ``stage --help`` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -164,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         removed_if_failed(Path(args.out)) if args.command == "trace" else nullcontext()
     )
     try:
-        with out, _terminate_as_interrupt():
+        # SIGTERM as Ctrl-C: an incomplete trace set removed, LOSO workers ended, exit 130
+        with out, terminate_as_interrupt(over_default_only=True):
             _check_before_work(args)
             code: int = args.func(args)
     except StageError as error:
@@ -179,32 +178,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stage {args.command}: interrupted", file=sys.stderr)
         return 130
     return code
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``kill PID``, a batch system's time limit) stops the command as Ctrl-C does:
-    :class:`KeyboardInterrupt`, so what cleans up after Ctrl-C runs (an incomplete trace set
-    removed, worker processes ended) and the command ends ``interrupted``, exit 130. Before
-    s35 review8 SIGTERM killed ``stage trace`` mid-write, leaving an incomplete rank set that
-    read as a trace set, and ``validate --loso --jobs`` with its workers still fitting. Set only
-    on the main thread over Python's default handler (an embedding program's own handler is
-    kept), and restored after; ``stage explore``'s driver sets its own (a clean stop)."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def interrupt(number: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _check_before_work(args: argparse.Namespace) -> None:

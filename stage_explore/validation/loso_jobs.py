@@ -22,17 +22,15 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import signal
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
-from types import FrameType
 from typing import Any
 
 from stage_core.errors import ConfigError, StageError
 from stage_explore.calibrate import Fit
+from stage_explore.interrupts import terminate_as_interrupt
 from stage_explore.system.model import System
 from stage_explore.validation.run import BackendFactory
 from stage_explore.validation.setups import Case
@@ -89,25 +87,6 @@ def _end(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises :class:`KeyboardInterrupt` in the driver while the workers run, so the
-    pool is ended as on Ctrl-C (:func:`_end`); the previous handler is restored after. Off the
-    main thread (where no handler can be set) it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(number: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def fit_in_workers(
     order: Sequence[str],
     groups: Sequence[Sequence[str]],
@@ -138,7 +117,7 @@ def fit_in_workers(
         initializer=_start_worker,
         initargs=(list(timing), factory, max_evaluations),
     )
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():  # SIGTERM ends the pool as Ctrl-C does (_end)
         try:
             while pending or running:
                 while pending and len(running) < jobs:
