@@ -43,6 +43,7 @@ from stage_explore.validation.infer_launcher import (
     launcher_loss,
     launcher_yaml_grad_sync,
 )
+from stage_explore.validation.infer_loss_impl import stated_loss_impl
 from stage_explore.validation.infer_mcore08 import r08_userbuffers, readme_interleaving
 from stage_explore.validation.infer_megatron_lm import (
     launch_model_defaults,
@@ -450,6 +451,7 @@ def megatron_core_defaults(
     )  # fmt: skip
     mlperf_2509_recipe(row, precision, out)
     mlperf_2509_loss(row, out)
+    stated_loss_impl(row, out)
     pp = int(stated.get("pp", parallel.get("pp", 1)))
     tp_pp_dp_rank_order(row, bool(spec.num_experts), pp, out)
     _mla_on_blackwell(row, flavor, system, out)
