@@ -73,9 +73,11 @@ def _issued_fraction(
 
 
 #: Split-K factors tried for a GEMM whose tiles under-fill the last wave (cuBLAS and CUTLASS
-#: split the reduction dim across CTAs and sum the partial tiles in a second pass).
+#: split the reduction dim across CTAs and sum the partial tiles in a second pass). The factors
+#: and :data:`MIN_SPLIT_K` are a modelling choice with no public figure behind them (cuBLAS's
+#: split-K heuristic is not published; s36 citeaudit, docs/grounding.md).
 SPLIT_K = (1, 2, 3, 4)
-#: The shortest K slice a split may leave.
+#: The shortest K slice a split may leave (a modelling choice, as :data:`SPLIT_K`).
 MIN_SPLIT_K = 256
 #: Bytes per element of a split-K partial result (FP32 accumulators), written and read back.
 PARTIAL_BYTES = 4
