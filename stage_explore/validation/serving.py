@@ -10,6 +10,10 @@ A row of ``output_tokens_per_s`` is a maximum-load throughput benchmark (every r
 once, uniform lengths): the model serves the largest batch whose average sequence
 (``isl + osl/2`` tokens) fits in ``memory_utilization`` of the GPU, co-located prefill and
 decode (:func:`~stage_explore.analytical.serving.evaluate_serve`), and reports output tokens/s.
+A row's optional ``max_batch`` cell is the engine's cap on concurrent sequences (e.g.
+trtllm-bench's 4,096, ``tensorrt_llm/bench/build/tuning.py`` ``finetune_setting``): the batch
+served is the smaller of the cap and the largest batch that fits; an empty or missing cell is no
+cap.
 """
 
 from __future__ import annotations
@@ -71,6 +75,19 @@ def _int(row: dict[str, str], key: str, line: int) -> int:
         ) from None
 
 
+def _cap(row: dict[str, str], line: int) -> int | None:
+    """The row's ``max_batch`` cell: a positive int, or None when the cell is empty or absent."""
+    cell = (row.get("max_batch") or "").strip()
+    if not cell:
+        return None
+    cap = _int(row, "max_batch", line)
+    if cap < 1:
+        raise ConfigError(
+            f"serving_runs.csv line {line}: `max_batch` must be a positive int, got {cell!r}"
+        )
+    return cap
+
+
 def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> ServingRow:
     """Predict one row (see the module docstring)."""
     if row["metric"] not in METRICS:
@@ -81,6 +98,7 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
     tp, pp, ep = _int(row, "tp", line), _int(row, "pp", line), _int(row, "ep", line)
     setup = f"tp{tp} pp{pp} ep{ep} {row['precision']} isl {isl} osl {osl} on {row['system']}"
     measured = float(row["measured"])
+    cap = _cap(row, line)
     try:
         model = get_flavor(row["flavor"])
         system = load_system(row["system"])
@@ -89,7 +107,8 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
             kv_precision=row["kv_precision"], context_len=isl + osl // 2,
         )  # fmt: skip
         usable = int(system.accelerator.memory_bytes * DEFAULT_MEMORY_UTILIZATION)
-        batch = max_batch(model, base, usable)
+        fits = max_batch(model, base, usable)
+        batch = fits if cap is None else min(fits, cap)
         if batch == 0:
             return ServingRow(row["id"], row["source"], row["metric"], measured, math.nan,
                               setup, "the model does not fit")  # fmt: skip
@@ -100,9 +119,10 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
     except StageError as error:
         return ServingRow(row["id"], row["source"], row["metric"], measured, math.nan, setup,
                           f"not evaluated: {error}")  # fmt: skip
+    capped = "" if cap is None or fits <= cap else f" (the engine's cap; {fits} would fit)"
     return ServingRow(
         row["id"], row["source"], row["metric"], measured, result.tokens_per_s,
-        f"{setup}, batch {batch}",
+        f"{setup}, batch {batch}{capped}",
     )  # fmt: skip
 
 
