@@ -117,3 +117,16 @@ def test_a_bad_engine_cap_is_a_one_line_error(tmp_path: Path) -> None:
         validate_serving(_one_row(tmp_path, "0"))
     with pytest.raises(ConfigError, match="line 2: `max_batch` must be an int, got 'many'"):
         validate_serving(_one_row(tmp_path, "many"))
+
+
+def test_the_data_readme_counts_the_serving_rows() -> None:
+    """The data README's files table states the CSV's row count; ids are unique."""
+    with SERVING_RUNS.open(newline="") as file:
+        ids = [r["id"] for r in csv.DictReader(file)]
+    stated = [
+        int(cells[1])
+        for line in (SERVING_RUNS.parent / "README.md").read_text(encoding="utf-8").splitlines()
+        if len(cells := [c.strip() for c in line.strip().strip("|").split("|")]) >= 2
+        and cells[0] == f"`{SERVING_RUNS.name}`"
+    ]
+    assert stated == [len(ids)] and len(set(ids)) == len(ids)
