@@ -67,6 +67,7 @@ from stage_explore.analytical.framework_costs import (
 )
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, get_framework
+from stage_explore.analytical.no_sync import one_rank_fsdp2
 from stage_explore.analytical.offload import offload_extra
 from stage_explore.analytical.parts import (
     Memo,
@@ -267,6 +268,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
             or (profile.fsdp_float8_all_gather and parallel.zero >= 3)
             or profile.zero_hpz_partition_size > 1  # hpZ's first forward gather (hpz.py)
             or (profile.fsdp_no_sync_accumulation and parallel.zero >= 2)  # no_sync.py
+            or one_rank_fsdp2(profile, parallel)  # its held gradient's accumulation (no_sync.py)
         )
         spread = profile.pipelining_stage_buffers or profile.pp_unsharded_params
         if parallel.pp == 1 or not spread:

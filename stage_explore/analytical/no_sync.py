@@ -30,6 +30,12 @@ buffer every micro-batch (``passes.py``, :func:`accumulation_bytes`) in place of
 gradient's accumulation. The trace mode emits the reduce-scatters in a chunk's last
 micro-batch's backward only (``trace_mode.py``, ``NodeOptions(zero_no_sync=True)``).
 
+FSDP2 over one data-parallel rank (``fsdp2_one_rank_mesh``, :func:`one_rank_fsdp2`; 7 Dec
+2026, s36 kfmem): a run at dp·cp = 1 has its ZeRO stage folded to 0, but a trainer that still
+calls ``fully_shard`` over a one-rank mesh (KempnerForge at tp > 1) holds every weight's
+unsharded gradient in the reduce dtype the same way; the option charges that hold and its
+accumulation pass at zero 0 (there are no reduce-scatters to defer).
+
 FSDP1's flat-gradient concatenation (``fsdp1_flat_grad``, ``passes.py`` ``_flat_grad_s``)
 stays charged every micro-batch: it is autograd's ``SplitWithSizesBackward0`` building the
 flat parameter's gradient from its views' ones, before the ``AccumulateGrad`` node that adds
@@ -54,6 +60,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from stage_core.lower.bind import BoundBlock
 from stage_core.lower.compact import Runs
 from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.program import Workload
@@ -74,17 +81,49 @@ def no_sync_accumulates(
     last micro-batch is its only one: nothing is deferred), and not a ZeRO-3 pipeline stage
     held by ``pp_unsharded_params``, which charges the same gradients with its gathered
     parameters."""
-    if not profile.fsdp_no_sync_accumulation or parallel.zero < 2 or micro_batches <= 1:
+    if not profile.fsdp_no_sync_accumulation or micro_batches <= 1:
+        return False
+    if one_rank_fsdp2(profile, parallel):
+        return True
+    if parallel.zero < 2:
         return False
     return not (profile.pp_unsharded_params and parallel.pp > 1 and parallel.zero >= 3)
 
 
+def one_rank_fsdp2(profile: FrameworkProfile, parallel: ParallelConfig) -> bool:
+    """Whether FSDP2 wraps the model over one data-parallel rank (``fsdp2_one_rank_mesh``):
+    dp·cp = 1, where the ZeRO stage runs as 0 (:func:`stage_core.parallel.unsharded_zero`)
+    though ``fully_shard`` still holds each unit's parameters and gradients. FSDP2 has no
+    ``NO_SHARD`` fallback: at world size 1 its ``foreach_reduce`` copies the reduce-dtype
+    gradients to the output instead of reduce-scattering them (torch
+    ``distributed/fsdp/_fully_shard/_fsdp_collectives.py``, pytorch/pytorch 010ae4a8), and with
+    sync off ``post_backward`` keeps ``unsharded_accumulated_grad`` in the reduce dtype whatever
+    the mesh size (module docstring)."""
+    return (
+        profile.fsdp2_one_rank_mesh
+        and parallel.zero == 0
+        and parallel.dp * parallel.cp == 1
+        and parallel.expert_dp == 1
+    )
+
+
+def held_elements(profile: FrameworkProfile, workload: Workload, block: BoundBlock) -> int:
+    """Elements of ``block``'s weights whose unsharded gradient FSDP holds with sync off: the
+    ones ZeRO shards on this rank (:func:`~stage_core.lower.memory.unsharded_elements`), or
+    under :func:`one_rank_fsdp2` every weight of the block (``fully_shard`` over one rank wraps
+    every parameter; nothing is left out for a one-rank group there)."""
+    if one_rank_fsdp2(profile, workload.parallel):
+        return sum(weight.elements for weight in block.weights)
+    return unsharded_elements(workload, block)
+
+
 def is_fsdp2(profile: FrameworkProfile) -> bool:
     """Whether the profile's ZeRO-3 is FSDP2 (``fully_shard``): its copies (``fsdp2_copies``,
-    set for FSDP2 rows and torchtitan) or its held pipeline stages (``pp_unsharded_params``,
-    torchtitan's and NeMo AutoModel's FSDP2); otherwise FSDP1's flat parameter (the ``fsdp``
-    profile's default)."""
-    return profile.fsdp2_copies or profile.pp_unsharded_params
+    set for FSDP2 rows and torchtitan), its held pipeline stages (``pp_unsharded_params``,
+    torchtitan's and NeMo AutoModel's FSDP2) or its wrapper over one rank
+    (``fsdp2_one_rank_mesh``); otherwise FSDP1's flat parameter (the ``fsdp`` profile's
+    default)."""
+    return profile.fsdp2_copies or profile.pp_unsharded_params or profile.fsdp2_one_rank_mesh
 
 
 def held_grad_bytes(profile: FrameworkProfile, workload: Workload) -> int:
@@ -113,10 +152,10 @@ def accumulation_bytes(profile: FrameworkProfile, workload: Workload) -> float:
 def no_sync_held_bytes(profile: FrameworkProfile, point: Point, signature: tuple[Runs, ...]) -> int:
     """Bytes of the unsharded gradients a rank holds from the first micro-batch's backward to
     the last: every element FSDP shards of the rank's blocks (its tensor-parallel shard;
-    :func:`~stage_core.lower.memory.unsharded_elements`) at :func:`held_grad_bytes`."""
+    :func:`held_elements`) at :func:`held_grad_bytes`."""
     workload: Workload = point.workload
     elements = sum(
-        n * unsharded_elements(workload, point.blocks[k]) for runs in signature for k, n in runs
+        n * held_elements(profile, workload, point.blocks[k]) for runs in signature for k, n in runs
     )
     return elements * held_grad_bytes(profile, workload)
 

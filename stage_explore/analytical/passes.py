@@ -32,7 +32,11 @@ from stage_explore.analytical.framework_costs import (
     weight_cast_bytes,
 )
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
-from stage_explore.analytical.no_sync import accumulation_bytes, no_sync_accumulates
+from stage_explore.analytical.no_sync import (
+    accumulation_bytes,
+    held_elements,
+    no_sync_accumulates,
+)
 from stage_explore.analytical.parts import Memo, Point
 
 
@@ -57,7 +61,7 @@ class PhasePasses:
             if workload.parallel.pp > 1:
                 return self._held_accumulation_s(point, kind)
         if no_sync_accumulates(self.framework, workload.parallel, workload.micro_batches):
-            unsharded = unsharded_elements(workload, point.blocks[kind])
+            unsharded = held_elements(self.framework, workload, point.blocks[kind])
             bandwidth = point.system.accelerator.achieved_memory_bandwidth_bytes_per_s
             return unsharded * accumulation_bytes(self.framework, workload) / bandwidth
         per_element = grad_accumulation_bytes(

@@ -111,6 +111,18 @@ Options (all booleans unless said):
   (:mod:`~stage_explore.analytical.no_sync`, whose docstring cites torch's code).
   KempnerForge's ``maybe_no_sync`` (kempnerforge/training/grad.py) does this; off: the
   gradients are reduce-scattered every micro-batch (FSDP2's and FSDP1's default).
+- ``fsdp2_one_rank_mesh`` — FSDP2 (``fully_shard``) wraps the model even over one
+  data-parallel rank (dp·cp = 1, where the ZeRO stage runs as 0: nothing is sharded), so under
+  ``fsdp_no_sync_accumulation`` every weight's unsharded gradient (the rank's tensor-parallel
+  shard) is held in the reduce dtype over the step and accumulated there, as at dp > 1
+  (:func:`~stage_explore.analytical.no_sync.one_rank_fsdp2`). FSDP2 has no ``NO_SHARD``
+  fallback at world size 1: its ``foreach_reduce`` copies the reduce-dtype input to the output
+  in place of the reduce-scatter (torch ``distributed/fsdp/_fully_shard/_fsdp_collectives.py``).
+  KempnerForge's ``init_distributed`` inserts a ``dp_shard`` mesh dimension of size 1 whenever
+  tp > 1 (kempnerforge/distributed/setup.py 01b461a7) and ``apply_fsdp2`` wraps every block over
+  it (distributed/parallel.py); off: a run at dp·cp = 1 is not FSDP-wrapped (FSDP1 switches to
+  ``NO_SHARD`` at world size 1, :func:`stage_core.parallel.unsharded_zero`). Acts only with
+  ``fsdp_no_sync_accumulation`` and more than one micro-batch.
 - ``pp_held_sync_per_schedule`` — with ``pp_unsharded_params`` and several pipeline schedules
   per step (``local_batch_size``), a held stage is reduce-scattered and resharded after every
   schedule and gathered again in the next, not once per step: the stage module is itself an
@@ -273,6 +285,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "fsdp_no_sync_accumulation": (
         "FSDP2 set_requires_gradient_sync(False) / FSDP1 no_sync() but on the last micro-batch"
     ),
+    "fsdp2_one_rank_mesh": "KempnerForge tp > 1: fully_shard over a dp_shard mesh of size 1",
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
@@ -312,6 +325,7 @@ class ShardingOptions:
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     pp_held_sync_per_schedule: bool = False  # a held stage synced once per step
     fsdp_no_sync_accumulation: bool = False  # FSDP reduce-scatters every micro-batch
+    fsdp2_one_rank_mesh: bool = False  # no FSDP wrapper at dp·cp = 1 (ZeRO run as 0)
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
     fsdp2_copies: bool = False  # ZeRO-3 collectives gather / scatter in place (no copies timed)
     fsdp1_flat_grad: bool = False  # no flat-gradient concatenation timed

@@ -37,7 +37,7 @@ from stage_explore.validation.infer_kflogits import kempnerforge_loss_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
-from stage_explore.validation.infer_no_sync import no_sync_defaults
+from stage_explore.validation.infer_no_sync import no_sync_defaults, one_rank_mesh_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_shard import stated_hpz
 from stage_explore.validation.infer_titan_ac import torchtitan_shipped_ac
@@ -436,6 +436,7 @@ def recipe_defaults(
         bf16_cast_defaults(row, out)
         kempnerforge_loss_defaults(row, parallel, stated, out)  # after the bf16 cast's rule
         no_sync_defaults(row, int(parallel.get("zero", 0)), out)
+        one_rank_mesh_defaults(row, parallel, stated, out)  # KempnerForge tp > 1 at dp 1
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
         hf_transformers_defaults(row, int(parallel.get("zero", 0)), spec, out, model_fields or {})
     return out
