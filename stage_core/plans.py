@@ -43,6 +43,7 @@ class PlanFlags:
     moe_allgather: bool = False  # Megatron's all-gather token dispatcher (_moe_allgather)
     tp_split: bool = False  # tp is three mesh axes tpr, tpo, tp (lower/experts.py)
     dp_split: bool = False  # dp is two mesh axes dpr, dp: hybrid sharding (split_dp)
+    embedding_replicated: bool = False  # the token embedding whole on every tp rank
 
 
 #: The sub-axis of tp folded into the expert-parallel group when tp is split (lower/experts.py).
@@ -302,6 +303,8 @@ def plan_for(block: Block, flags: PlanFlags) -> ShardingPlan:
     elif block.name == "embedding":
         stored["ids"] = f"[{TOKENS}, S/cp]"
         stored["embed.tokens"] = act
+        if flags.embedding_replicated:  # the whole table: its lookup is whole, then cut to act
+            stored["embed"] = "[V, H]"
         if "pos_ids" in names:
             stored["pos_ids"] = f"[{TOKENS}, S/cp]"
             consumed[("embed.sum", "embed.pos_out")] = act

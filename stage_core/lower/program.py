@@ -176,6 +176,7 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         moe_allgather=model.is_moe and str(parallel.moe_dispatcher) == "allgather",
         tp_split=fold.tp_split,
         dp_split=axis_sizes[DP_REPLICATE] > 1,
+        embedding_replicated=parallel.tp_embedding_replicated and parallel.tp > 1,
     )
     if model.sliding_window and options.attention != "fused":
         raise ConfigError(

@@ -235,6 +235,14 @@ class ParallelConfig:
     #: (Megatron's default). Megatron requires ``pp ≤ N ≤`` micro-batches and a last group of
     #: 0 or at least ``pp`` micro-batches (:func:`stage_core.lower.schedule.check_group`).
     microbatch_group_size_per_vp_stage: int | None = None
+    #: The token embedding replicated over tp instead of vocab-parallel: every tp rank holds
+    #: the whole table (sharded over dp by ZeRO only) and looks up its whole sequence; under
+    #: sequence parallelism its output is then cut to the rank's sequence shard (no reduction).
+    #: KempnerForge's ``apply_tensor_parallel`` leaves ``token_embedding`` unparallelized
+    #: ("RowwiseParallel on nn.Embedding doesn't correctly redistribute output to Shard(1)",
+    #: kempnerforge/distributed/tensor_parallel.py 0c4eba1e). False: Megatron's
+    #: ``VocabParallelEmbedding`` (and torchtitan's ``RowwiseParallel`` embedding).
+    tp_embedding_replicated: bool = False
 
     def __post_init__(self) -> None:
         problems = field_problems(self)

@@ -103,7 +103,7 @@ def field_problems(config: ParallelConfig) -> list[str]:
             f"`recompute_method` must be one of {', '.join(RECOMPUTE_METHODS)}, "
             f"but got recompute_method={config.recompute_method!r}"
         )
-    for name in ("sp", "master_weights_fp32", "grad_fp32"):
+    for name in ("sp", "master_weights_fp32", "grad_fp32", "tp_embedding_replicated"):
         if not isinstance(getattr(config, name), bool):
             problems.append(f"`{name}` must be a bool, but got {name}={getattr(config, name)!r}")
     if config.dropout is not None and not isinstance(config.dropout, bool):

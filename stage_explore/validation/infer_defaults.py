@@ -33,7 +33,10 @@ from stage_explore.validation.infer_deepseek import hai_llm_dispatch
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_dtensor import bf16_cast_defaults, dtensor_tp_defaults
 from stage_explore.validation.infer_internevo import INTERNEVO_KERNEL, internevo_defaults
-from stage_explore.validation.infer_kflogits import kempnerforge_loss_defaults
+from stage_explore.validation.infer_kflogits import (
+    kempnerforge_embedding_defaults,
+    kempnerforge_loss_defaults,
+)
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
@@ -435,6 +438,7 @@ def recipe_defaults(
         dtensor_tp_defaults(row, parallel, stated, out)
         bf16_cast_defaults(row, out)
         kempnerforge_loss_defaults(row, parallel, stated, out)  # after the bf16 cast's rule
+        kempnerforge_embedding_defaults(row, parallel, stated, out)  # its whole token table
         no_sync_defaults(row, int(parallel.get("zero", 0)), out)
         one_rank_mesh_defaults(row, parallel, stated, out)  # KempnerForge tp > 1 at dp 1
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
