@@ -85,9 +85,6 @@ class StateCosting:
         ``fsdp_float8_all_gather`` the gathered (unsharded) FP8 linear weights are 1 byte per
         element (the block's ``full`` bytes, which the ZeRO-3 gathered buffers count)."""
         workload, block = point.workload, point.blocks[kind]
-        peaks = point.system.accelerator.peak_flops_per_s
-        recipe = workload.parallel.linear_recipe
-        transposed = recipe in SCALED_APART or "mxfp8" not in peaks
 
         def compute() -> BlockSync:
             reductions, gathers, params = block_sync(workload, block)
@@ -95,6 +92,44 @@ class StateCosting:
             fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
             if fp8_params and fp8_block(kind):
                 gathers = fp8_param_gathers(workload, block, gathers)
+            weights, grads, optimizer, full, host = self._device_states(point, kind)
+            options = workload.options
+            fused_causal = options.attention == "fused" and options.causal
+            model, hardware = self._parts.get(
+                ("flops", point.key, kind),
+                lambda: block_flops(block, self.attention_flops, fused_causal),
+            )
+            states = weights + grads + optimizer
+            saved = block.saved_bytes
+            if profile.tp_saves_gathered_input and workload.parallel.sp:
+                saved += gathered_input_bytes(workload, kind)
+            if profile.moe_probs_in_activation:
+                saved -= weighted_combine_saved_bytes(workload, kind)
+            return (
+                reductions,
+                gathers,
+                States(states, saved, params, (full,), model, hardware, host),
+            )
+
+        key = ("block_sync", point.key, kind, point.state_key, self._transposed(point))
+        return self._parts.get(key, compute)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _transposed(point: Point) -> bool:
+        """Whether FP8 weight copies are kept row- and column-wise (:meth:`_block_sync`)."""
+        peaks = point.system.accelerator.peak_flops_per_s
+        return point.workload.parallel.linear_recipe in SCALED_APART or "mxfp8" not in peaks
+
+    def _device_states(self, point: Point, kind: str) -> tuple[int, int, int, int, int]:
+        """A block's model states on the device — ``(weights, gradients, optimizer, full,
+        host)`` bytes, :func:`stage_core.lower.memory.block_states` with the profile's state
+        dtypes, FP8 copies and CPU offload (:meth:`_block_sync`'s docstring) — memoised."""
+        workload, block = point.workload, point.blocks[kind]
+        transposed = self._transposed(point)
+
+        def compute() -> tuple[int, int, int, int, int]:
+            profile = self.framework
+            fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
             optimizer_bytes = distributed_fused_adam_state_bytes(profile, fp8_params)
             grad_bytes = None
             if profile.bf16_model_states:  # bf16 shard, gradient shard and two moments
@@ -112,29 +147,13 @@ class StateCosting:
                 weights -= fp8_weights(workload, block, transposed)
             if fsdp_float8_gathers(profile, workload, kind):  # gathered (unsharded) as FP8
                 full -= fp8_shard_elements(workload, block)[1] * (workload.weight_bytes - FP8_BYTES)
-            options = workload.options
-            fused_causal = options.attention == "fused" and options.causal
-            model, hardware = self._parts.get(
-                ("flops", point.key, kind),
-                lambda: block_flops(block, self.attention_flops, fused_causal),
-            )
             check_offload(profile, workload, point.system)
             weights, grads, optimizer, host = offload_states(  # CPU offload (offload.py)
                 profile, workload, block, weights, grads, optimizer
             )
-            states = weights + grads + optimizer
-            saved = block.saved_bytes
-            if profile.tp_saves_gathered_input and workload.parallel.sp:
-                saved += gathered_input_bytes(workload, kind)
-            if profile.moe_probs_in_activation:
-                saved -= weighted_combine_saved_bytes(workload, kind)
-            return (
-                reductions,
-                gathers,
-                States(states, saved, params, (full,), model, hardware, host),
-            )
+            return weights, grads, optimizer, full, host
 
-        key = ("block_sync", point.key, kind, point.state_key, transposed)
+        key = ("device_states", point.key, kind, point.state_key, transposed)
         return self._parts.get(key, compute)  # type: ignore[no-any-return]
 
     def _non_fp8_sync(self, point: Point, kind: str) -> NonFp8Sync:
@@ -213,7 +232,9 @@ class StateCosting:
         rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
         parameters and unsharded gradients, or under ``fsdp_no_sync_accumulation`` the
         unsharded gradients beside them (:func:`~stage_explore.analytical.no_sync.
-        no_sync_held_bytes`); and, on the stage holding the loss, what a loss
+        no_sync_held_bytes`) in place of the gradient shards the states count (none exists
+        before the step's last micro-batch reduces its units); and, on the stage holding the
+        loss, what a loss
         on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
         :data:`LOSS_PARALLEL_FP32_BUFFERS`) or on 16-bit logits (``loss_16bit_buffers``), on
         the gathered logits under ``loss_logits_gathered``, holds beyond the working set
@@ -238,6 +259,10 @@ class StateCosting:
             held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
         if no_sync_accumulates(profile, parallel, workload.micro_batches):
             held += no_sync_held_bytes(profile, point, signature)  # beside the gathered units
+            # ... in place of the gradient shards the states count: at the peak (the loss's
+            # backward of a micro-batch but the first) no unit has been reduced this step, so
+            # no parameter has a sharded gradient yet (no_sync.py's module docstring)
+            held -= sum(n * self._device_states(point, k)[1] for rs in signature for k, n in rs)
         if profile.pipelining_stage_buffers and parallel.pp > 1:
             chunks = [
                 (any(k == "embedding" for k, _ in runs), any(k == "head" for k, _ in runs))

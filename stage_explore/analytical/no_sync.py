@@ -30,6 +30,16 @@ buffer every micro-batch (``passes.py``, :func:`accumulation_bytes`) in place of
 gradient's accumulation. The trace mode emits the reduce-scatters in a chunk's last
 micro-batch's backward only (``trace_mode.py``, ``NodeOptions(zero_no_sync=True)``).
 
+No gradient shard at the peak (7 Dec 2026, s36 kfmem): a step's gradient shards exist only
+after its last micro-batch reduces each unit — ``optimizer.zero_grad()`` sets them to ``None``
+(torch's default ``set_to_none=True`` since 2.0), FSDP2's ``foreach_reduce`` assigns
+``sharded_param.grad`` when the unit is reduced (``_fsdp_collectives.py``: a new sharded
+DTensor gradient when ``.grad is None``), FSDP1's ``_post_backward_hook`` replaces the
+unsharded ``flat_param.grad`` by its shard likewise — and each unit's unsharded gradient is
+freed as its shard appears. The peak (the loss's backward of a micro-batch after the first,
+every unit's unsharded gradient held) therefore holds none of the shards the model states
+count: the held bytes replace them (``costing_states.py`` ``_held_bytes``).
+
 FSDP2 over one data-parallel rank (``fsdp2_one_rank_mesh``, :func:`one_rank_fsdp2`; 7 Dec
 2026, s36 kfmem): a run at dp·cp = 1 has its ZeRO stage folded to 0, but a trainer that still
 calls ``fully_shard`` over a one-rank mesh (KempnerForge at tp > 1) holds every weight's
