@@ -33,14 +33,15 @@ from stage_explore.validation.infer_deepseek import hai_llm_dispatch
 from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_dtensor import bf16_cast_defaults, dtensor_tp_defaults
 from stage_explore.validation.infer_internevo import INTERNEVO_KERNEL, internevo_defaults
-from stage_explore.validation.infer_kflogits import (
+from stage_explore.validation.infer_kflogits import kempnerforge_loss_defaults
+from stage_explore.validation.infer_kftp import (
     kempnerforge_embedding_defaults,
-    kempnerforge_loss_defaults,
+    one_rank_mesh_defaults,
 )
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
-from stage_explore.validation.infer_no_sync import no_sync_defaults, one_rank_mesh_defaults
+from stage_explore.validation.infer_no_sync import no_sync_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_shard import stated_hpz
 from stage_explore.validation.infer_titan_ac import torchtitan_shipped_ac

@@ -1,7 +1,6 @@
 """The loss of a row trained with KempnerForge, read from its code (7 Dec 2026, s35 kflogits):
 the cross-entropy runs on the bf16 logits themselves and, under tensor parallelism, on the
-whole vocabulary on every rank (:func:`kempnerforge_loss_defaults`); and its token embedding,
-whole on every tensor-parallel rank (:func:`kempnerforge_embedding_defaults`, s36 kfmem)."""
+whole vocabulary on every rank (:func:`kempnerforge_loss_defaults`)."""
 
 from __future__ import annotations
 
@@ -53,27 +52,3 @@ def kempnerforge_loss_defaults(
     if int(stated.get("tp", parallel.get("tp", 1))) > 1:
         out.options["loss_logits_gathered"] = True
         out.notes.append(KEMPNERFORGE_GATHERED_NOTE)
-
-
-KEMPNERFORGE_EMBEDDING_NOTE = (
-    "the token embedding whole on every tensor-parallel rank (tp_embedding_replicated): "
-    "KempnerForge's apply_tensor_parallel leaves token_embedding unparallelized ('RowwiseParallel "
-    "on nn.Embedding doesn't correctly redistribute output to Shard(1)'; a forward hook wraps "
-    "its output as a Replicate DTensor and the first block's SequenceParallel norm takes the "
-    "rank's sequence chunk; kempnerforge/distributed/tensor_parallel.py 0c4eba1e): the V x H "
-    "table is sharded over dp only, and the backward gathers the output's gradient over tp"
-)
-
-
-def kempnerforge_embedding_defaults(
-    row: dict[str, str], parallel: dict[str, Any], stated: dict[str, int], out: Defaults
-) -> None:
-    """For a row of the ``fsdp`` profile naming KempnerForge (:data:`KEMPNERFORGE`) with tp > 1:
-    ``tp_embedding_replicated`` (:data:`KEMPNERFORGE_EMBEDDING_NOTE`). KempnerForge's plan also
-    leaves the embedding whole where it turns sequence parallelism off (pipeline stages, tied
-    embeddings, MoE): there the table is never parallelized either."""
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
-        return
-    if int(stated.get("tp", parallel.get("tp", 1))) > 1:
-        out.parallel["tp_embedding_replicated"] = True
-        out.notes.append(KEMPNERFORGE_EMBEDDING_NOTE)

@@ -14,7 +14,6 @@ records which other trainers were read and what their code does.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
 from stage_explore.validation.infer_torch import FSDP2_COLUMNS, FSDP2_NAMED
@@ -28,18 +27,6 @@ KEMPNERFORGE_NO_SYNC = (
     "last micro-step), so each rank holds its unsharded gradients in the fp32 reduce dtype over "
     "the step and reduce-scatters once (torch _fully_shard/_fsdp_param.py "
     "to_accumulated_grad_if_needed)"
-)
-
-KEMPNERFORGE_ONE_RANK = (
-    "FSDP2 over a one-rank data-parallel mesh (fsdp2_one_rank_mesh, with "
-    "fsdp_no_sync_accumulation): the text names KempnerForge and the row runs tp > 1 at dp 1, "
-    "where KempnerForge's init_distributed still puts a dp_shard dimension of size 1 in the "
-    "DeviceMesh ('always include dp_shard when TP is active, even if dp_shard=1', "
-    "kempnerforge/distributed/setup.py 01b461a7) and apply_fsdp2 wraps every block and the "
-    "model over it (distributed/parallel.py); FSDP2 has no NO_SHARD fallback, so with sync off "
-    "on every micro-step but the last (maybe_no_sync) each rank holds its whole gradient "
-    "unsharded in the fp32 reduce dtype over the step (torch _fully_shard/_fsdp_param.py "
-    "to_accumulated_grad_if_needed; _fsdp_collectives.py foreach_reduce copies at world size 1)"
 )
 
 #: A row naming Hugging Face's ``Trainer`` (``HF Trainer``, ``Hugging Face Trainer``,
@@ -80,25 +67,3 @@ def no_sync_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
     if HF_TRAINER.search(text) and not FSDP2_NAMED.search(text):
         out.options["fsdp_no_sync_accumulation"] = True
         out.notes.append(HF_TRAINER_NO_SYNC)
-
-
-def one_rank_mesh_defaults(
-    row: dict[str, str], parallel: dict[str, Any], stated: dict[str, int], out: Defaults
-) -> None:
-    """``fsdp2_one_rank_mesh`` and ``fsdp_no_sync_accumulation`` for a row naming KempnerForge
-    (:data:`KEMPNERFORGE`) with tp > 1 and one data-parallel rank (dp·cp = 1, its ZeRO stage
-    0): KempnerForge wraps the model in FSDP2 over a one-rank ``dp_shard`` mesh whenever
-    tensor parallelism is on (:data:`KEMPNERFORGE_ONE_RANK`). With tp 1 at one rank there is
-    no distributed mesh at all (``init_distributed`` returns ``None`` at world size 1) and no
-    wrapper; at dp > 1 :func:`no_sync_defaults` applies."""
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
-        return
-
-    def degree(axis: str) -> int:
-        return int(stated.get(axis, parallel.get(axis, 1)))
-
-    if degree("tp") <= 1 or degree("dp") * degree("cp") != 1:
-        return
-    out.options["fsdp2_one_rank_mesh"] = True
-    out.options["fsdp_no_sync_accumulation"] = True
-    out.notes.append(KEMPNERFORGE_ONE_RANK)

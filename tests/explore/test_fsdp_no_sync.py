@@ -53,13 +53,15 @@ def test_memory_holds_the_unsharded_gradients(
 ) -> None:
     """FSDP2 holds them in the fp32 reduce dtype (``unsharded_accumulated_grad``), FSDP1's flat
     parameter in the bf16 parameter dtype (its ``.grad``, cast only when synced); under ZeRO-2
-    (``SHARD_GRAD_OP``) as under ZeRO-3."""
+    (``SHARD_GRAD_OP``) as under ZeRO-3. They replace the states' fp32 gradient shards, none
+    of which exists before the step's last micro-batch reduces its units (s36 kfmem)."""
     parallel = ParallelConfig(tp=tp, dp=4, zero=zero, recompute=Recompute.FULL, global_batch=16)
     on, _, _ = _evaluate(True, parallel, fsdp2_copies=fsdp2)
     off, _, _ = _evaluate(False, parallel, fsdp2_copies=fsdp2)
     workload = lower(LLAMA, parallel).workload
     assert (workload.grad_bytes, workload.weight_bytes) == (4, 2)  # fp32 reduction, bf16
-    assert on - off == _unsharded_total(parallel) * held_bytes
+    shards = _unsharded_total(parallel) * workload.grad_bytes // parallel.dp
+    assert on - off == _unsharded_total(parallel) * held_bytes - shards
 
 
 @pytest.mark.parametrize(
