@@ -230,7 +230,8 @@ class StateCosting:
         """Buffers a pipeline-stage class holds beside its model states, saved activations and
         the backward working set: the gathered ZeRO-3 parameters (``gathered``, the framework's
         rule), or under ``pp_unsharded_params`` (with ZeRO-3 and PP) the stage's whole
-        parameters and unsharded gradients, or under ``fsdp_no_sync_accumulation`` the
+        parameters and unsharded gradients, or under ``pp_backward_held_params`` (ZeRO-3 and
+        PP) the stage's whole 16-bit parameters, or under ``fsdp_no_sync_accumulation`` the
         unsharded gradients beside them (:func:`~stage_explore.analytical.no_sync.
         no_sync_held_bytes`) in place of the gradient shards the states count (none exists
         before the step's last micro-batch reduces its units); and, on the stage holding the
@@ -252,11 +253,15 @@ class StateCosting:
         workload, profile = point.workload, self.framework
         parallel = workload.parallel
         held = gathered
-        if profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1:
+        held_stage = profile.pp_unsharded_params or profile.pp_backward_held_params
+        if held_stage and parallel.zero >= 3 and parallel.pp > 1:
             elements = sum(
                 n * unsharded_elements(workload, point.blocks[k]) for rs in signature for k, n in rs
-            )
-            held = max(held, elements * (workload.weight_bytes + workload.grad_bytes))
+            )  # the whole stage gathered (at a backward's end under pp_backward_held_params)
+            per_element = workload.weight_bytes
+            if profile.pp_unsharded_params:  # and its gradients; else no_sync_held_bytes's
+                per_element += workload.grad_bytes
+            held = max(held, elements * per_element)
         if no_sync_accumulates(profile, parallel, workload.micro_batches):
             held += no_sync_held_bytes(profile, point, signature)  # beside the gathered units
             # ... in place of the gradient shards the states count: at the peak (the loss's

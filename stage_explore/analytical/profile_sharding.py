@@ -100,6 +100,19 @@ Options (all booleans unless said):
   unsharded_elements`). NeMo AutoModel holds its stages the same way
   (``components/moe/parallelizer.py`` ``apply_fsdp(reshard_after_forward=False)``,
   ``components/moe/fsdp_mixin.py`` ``patched_backward_maybe_with_nosync``).
+- ``pp_backward_held_params`` — FSDP2 under ``torch.distributed.pipelining`` with
+  ``reshard_after_forward=True`` (not ``pp_unsharded_params``'s ``False``): ``stage.py``
+  ``backward_maybe_with_nosync`` still calls ``set_reshard_after_backward(False)`` on a stage
+  that is an ``FSDPModule``, so each backward leaves the stage's parameters gathered until the
+  next forward's ``post_forward`` reshards them (``_fsdp_param_group.py`` ``reshard``: in the
+  forward only with ``reshard_after_forward``). Memory only: at the end of a backward the rank
+  holds the stage's whole unsharded 16-bit weights (every element FSDP shards, its
+  tensor-parallel shard) in place of the gathered units, beside the unsharded gradients that
+  ``fsdp_no_sync_accumulation`` charges; the all-gathers stay timed per micro-batch (the code
+  skips a forward's gather after a backward and a backward's gather after a backward, about
+  ``m + pp - 1`` stage gathers a step on the first stage against the timed ``2m``: not
+  modelled). KempnerForge's pipeline path (``scripts/train.py`` ``apply_fsdp2`` without
+  ``reshard_after_forward``; 7 Dec 2026, s36 kfpp).
 - ``fsdp_no_sync_accumulation`` — the trainer turns FSDP's gradient sync off on every
   micro-batch of a step but the last (FSDP2 ``set_requires_gradient_sync(False)``, FSDP1
   ``no_sync()``), at any pipeline depth: each rank holds every FSDP unit's gradient unsharded
@@ -286,6 +299,9 @@ SHARDING_FLAGS: dict[str, str] = {
         "FSDP2 set_requires_gradient_sync(False) / FSDP1 no_sync() but on the last micro-batch"
     ),
     "fsdp2_one_rank_mesh": "KempnerForge tp > 1: fully_shard over a dp_shard mesh of size 1",
+    "pp_backward_held_params": (
+        "torch pipelining + FSDP2 reshard_after_forward=True: stage gathered after backward"
+    ),
     "pp_held_sync_per_schedule": "AutoModel wrap_outer_model=True: FSDP stage synced per schedule",
     "fsdp_param_fp32": "FSDP MixedPrecision param_dtype None (Composer 'DEFAULT' of 2023)",
     "fsdp2_copies": "FSDP2 fully_shard all-gather copy-out / reduce-scatter copy-in",
@@ -324,6 +340,7 @@ class ShardingOptions:
     grad_accumulation: str = "none"  # no separate accumulation pass timed (module docstring)
     pp_unsharded_params: bool = False  # parameters resharded after each forward and backward
     pp_held_sync_per_schedule: bool = False  # a held stage synced once per step
+    pp_backward_held_params: bool = False  # a stage resharded after each backward
     fsdp_no_sync_accumulation: bool = False  # FSDP reduce-scatters every micro-batch
     fsdp2_one_rank_mesh: bool = False  # no FSDP wrapper at dp·cp = 1 (ZeRO run as 0)
     fsdp_param_fp32: bool = False  # ZeRO-3 / FSDP parameters gathered in the 16-bit type
