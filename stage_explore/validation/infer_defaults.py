@@ -38,6 +38,7 @@ from stage_explore.validation.infer_kftp import (
     kempnerforge_embedding_defaults,
     one_rank_mesh_defaults,
 )
+from stage_explore.validation.infer_kfpp import kempnerforge_pipeline_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
@@ -442,6 +443,7 @@ def recipe_defaults(
         kempnerforge_embedding_defaults(row, parallel, stated, out)  # its whole token table
         no_sync_defaults(row, int(parallel.get("zero", 0)), out)
         one_rank_mesh_defaults(row, parallel, stated, out)  # KempnerForge tp > 1 at dp 1
+        kempnerforge_pipeline_defaults(row, parallel, stated, out)  # its PP stage (s36 kfpp)
         bionemo_native_defaults(row, int(parallel.get("zero", 0)), out)
         hf_transformers_defaults(row, int(parallel.get("zero", 0)), spec, out, model_fields or {})
     return out
