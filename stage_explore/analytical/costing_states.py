@@ -235,9 +235,8 @@ class StateCosting:
         unsharded gradients beside them (:func:`~stage_explore.analytical.no_sync.
         no_sync_held_bytes`) in place of the gradient shards the states count (none exists
         before the step's last micro-batch reduces its units); and, on the stage holding the
-        loss, what a loss
-        on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with tp > 1,
-        :data:`LOSS_PARALLEL_FP32_BUFFERS`) or on 16-bit logits (``loss_16bit_buffers``), on
+        loss, what a loss on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with
+        tp > 1, :data:`LOSS_PARALLEL_FP32_BUFFERS`) or on 16-bit logits (``loss_16bit_buffers``), on
         the gathered logits under ``loss_logits_gathered``, holds beyond the working set
         (:func:`~stage_explore.analytical.loss_memory.loss_excess_bytes`); under
         ``pipelining_stage_buffers`` with pp > 1, torch pipelining's receive buffers and kept

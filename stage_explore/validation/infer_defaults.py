@@ -34,11 +34,11 @@ from stage_explore.validation.infer_dgxc import dgxc_defaults
 from stage_explore.validation.infer_dtensor import bf16_cast_defaults, dtensor_tp_defaults
 from stage_explore.validation.infer_internevo import INTERNEVO_KERNEL, internevo_defaults
 from stage_explore.validation.infer_kflogits import kempnerforge_loss_defaults
+from stage_explore.validation.infer_kfpp import kempnerforge_pipeline_defaults
 from stage_explore.validation.infer_kftp import (
     kempnerforge_embedding_defaults,
     one_rank_mesh_defaults,
 )
-from stage_explore.validation.infer_kfpp import kempnerforge_pipeline_defaults
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
