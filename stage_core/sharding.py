@@ -44,6 +44,11 @@ class CommStep:
 
 Step = OpStep | CommStep
 
+#: The reason prefix of a vocab-parallel cross-entropy's statistics all-reduces
+#: (:func:`_statistics`): they follow the op that emits them (:func:`~stage_core.lower.bind.
+#: bind_block` makes the first wait for it).
+STATS_REASON = "stats:"
+
 
 def same_layout(a: Layout, b: Layout) -> bool:
     return a.shards == b.shards and set(a.partial) == set(b.partial)
@@ -123,7 +128,7 @@ def _statistics(
     steps: list[CommStep] = []
     for _ in range(op.stat_collectives):
         steps += _comm_steps(
-            stats, partial, strip_partial(partial), mesh, "fwd", f"stats:{op.name}", 4
+            stats, partial, strip_partial(partial), mesh, "fwd", f"{STATS_REASON}{op.name}", 4
         )
     return steps
 

@@ -33,7 +33,7 @@ from stage_core.models.layers import is_kept_block, is_layer_block, layer_kind_o
 from stage_core.ops import Attention, Tensor, axis_product, layout_bytes, local_elements
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags, plan_for
 from stage_core.recompute import op_sac_scattered, recompute_regions
-from stage_core.sharding import CommStep, OpStep, ShardedForward, shard_forward
+from stage_core.sharding import STATS_REASON, CommStep, OpStep, ShardedForward, shard_forward
 from stage_core.trace import CollectiveKind
 
 #: Axes of the generator's mesh, outermost first by default. ``tpr`` and ``tpo``
@@ -169,6 +169,7 @@ def bind_block(
     tensors = symbolic.backward.tensors
     phases: dict[str, list[Instr]] = {"fwd": [], "bwd": []}
     writers: dict[str, dict[str, int]] = {"fwd": {}, "bwd": {}}
+    last_op: dict[str, int] = {}  # per phase: the index of the last op's instruction
     fwd_model_flops = 0
     steps = list(symbolic.forward.steps) + list(symbolic.backward.steps)
     try:
@@ -182,6 +183,16 @@ def bind_block(
                 size = layout_bytes(step.step.before, tensors[step.tensor], sizes, axis_sizes)
                 after = layout_bytes(step.step.after, tensors[step.tensor], sizes, axis_sizes)
                 deps: tuple[int, ...] = (writer[step.tensor],) if step.tensor in writer else ()
+                if not deps and step.reason.startswith(STATS_REASON) and which in last_op:
+                    # a vocab-parallel cross-entropy's statistics are reduced from its logits
+                    # and the loss is computed from them: Megatron-LM's
+                    # _VocabParallelCrossEntropy.forward (megatron/core/tensor_parallel/
+                    # cross_entropy.py) all-reduces logits_max, then predicted_logits and
+                    # sum_exp_logits, on the tensor-parallel group in the op's own sequence
+                    # (https://github.com/NVIDIA/Megatron-LM); one op here, so the first
+                    # all-reduce waits for it (without this it ran beside the logits GEMM,
+                    # and the block's last instruction was not its end)
+                    deps = (last_op[which],)
                 writer[step.tensor] = len(bucket)
                 bucket.append(
                     Instr(
@@ -217,6 +228,7 @@ def bind_block(
                 inputs=_io(step.op.inputs, step.in_layouts, tensors, sizes, axis_sizes),
                 outputs=_io(step.op.outputs, step.out_layouts, tensors, sizes, axis_sizes),
             )
+            last_op[which] = len(bucket)
             bucket.append(instr)
             if step.phase == "fwd" and step.op.kind in _MODEL_FLOP_KINDS:
                 fwd_model_flops += instr.flops
