@@ -114,10 +114,20 @@ def _weight_nodes(
             last = max(ids.values())
             entry = (last,)
         if workload.parallel.zero >= 2 and last is not None and not held and not unsynced:
+            scattered: tuple[int, ...] = ()  # the block's reduce-scatters
             for i, instr in enumerate(zero_collectives(workload, block, gather=False)):
-                sync_ids.append(em.instr(  # the optimizer needs the reduced shards
-                    instr, f"{prefix}.{instr.name}", (last,), (), (block.kind, ZERO_SCATTER, i)
-                ))  # fmt: skip
+                # hybrid sharding's replica all-reduce reduces the scattered shard: it waits
+                # for the block's scatter, as the unsplit backward's (torch FSDP1
+                # _runtime_utils._reduce_grad, FSDP2 foreach_reduce: reduce-scatter, then the
+                # all-reduce of its output over the replicate group)
+                replica = instr.axes == (DP_REPLICATE,)
+                deps = scattered if replica and scattered else (last,)
+                node_id = em.instr(
+                    instr, f"{prefix}.{instr.name}", deps, (), (block.kind, ZERO_SCATTER, i)
+                )
+                sync_ids.append(node_id)  # the optimizer needs the reduced shards
+                if not replica:
+                    scattered = (*scattered, node_id)
         if mb == last_mb[chunk.index] and last is not None:
             emit_sync(em, stage, chunk.index, position, (last,), sync_ids)
     drained: tuple[int, ...] = ()

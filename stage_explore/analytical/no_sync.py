@@ -79,6 +79,7 @@ from stage_explore.analytical.blocktime import BlockCost, chunk_timing
 from stage_explore.analytical.framework_costs import held_accumulation_bytes
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.parts import Point
+from stage_explore.analytical.zero_queue import QueueBlock, pass_time
 
 
 def no_sync_accumulates(
@@ -212,3 +213,35 @@ def last_scatter_s(
     synced = chunk_timing(runs, costs, zero, root_unit, queue_depth).backward_s
     unsynced = chunk_timing(runs, without_scatters(costs), zero, root_unit, queue_depth)
     return max(0.0, synced - unsynced.backward_s)
+
+
+#: No gradient synchronisation: (``total_s``, ``latest_s``) of :func:`weight_scatters_sync`.
+NO_SYNC = (0.0, float("-inf"))
+
+
+def weight_scatters_sync(
+    runs: Runs,
+    costs: Mapping[str, BlockCost],
+    root_unit: bool,
+    queue_depth: int | None,
+) -> tuple[float, float]:
+    """ZeRO-2's reduce-scatters after a chunk's last ``W`` under a split backward (ZB-H1,
+    DualPipe), as a gradient synchronisation (:class:`~stage_explore.analytical.step.
+    SyncCost`'s ``total_s`` and ``latest_s``), with or without ``fsdp_no_sync_accumulation``:
+    each block's scatters follow its ``W`` on the ZeRO queue; the rank's next task does not
+    wait for them (``W`` runs outside autograd: no post-backward callback waits, and ZeRO-2 has
+    no gather queued behind them), the optimizer does (it needs the reduced shards). An
+    earlier ``W``'s scatters (without the option) run beside the rank's later tasks and are
+    not charged: the queue's backlog from one ``W`` into the next (two ``W`` tasks in a row,
+    ZB-H1's drain) is the levelled mode's one approximation here (s36 tracegap). ``latest``:
+    from the ``W`` task's start, the ``W`` pass with its scatters queued
+    (:func:`~stage_explore.analytical.blocktime.chunk_timing` at ``queue_depth``: the pass
+    ends with its scatter backlog); ``total``: the scatters back to back on the queue (a
+    hybrid-sharded block's replica all-reduce on a stream of its own beside the next scatter,
+    :func:`~stage_explore.analytical.zero_queue.pass_time` of blocks without compute). The
+    trace mode runs the same program (``stage_core/lower/nodes.py`` ``_weight_nodes``)."""
+    latest = chunk_timing(runs, costs, 2, root_unit, queue_depth).backward_s
+    scatters = [
+        (QueueBlock(0.0, 0.0, costs[k].scatter_s, costs[k].replica_s), n) for k, n in reversed(runs)
+    ]
+    return pass_time(scatters, 0), latest

@@ -19,11 +19,7 @@ from stage_core.blocks import mtp_layer_of_block
 from stage_core.lower.bind import Instr
 from stage_core.lower.compact import Runs, bucket_gradients, chunk_runs, layout_key, run_totals
 from stage_core.lower.experts import data_axes
-from stage_core.lower.program import (
-    PIPELINE_ENDS,
-    PIPELINE_MIRROR,
-    Workload,
-)
+from stage_core.lower.program import PIPELINE_ENDS, PIPELINE_MIRROR, Workload
 from stage_core.lower.schedule import SPLIT_BACKWARD, global_stage
 from stage_core.lower.weightgrad import split_backward
 from stage_core.lower.zero_nodes import zero_collectives
@@ -49,8 +45,10 @@ from stage_explore.analytical.framework_costs import (
 )
 from stage_explore.analytical.hpz import hpz_gathers, hpz_size, secondary_bytes
 from stage_explore.analytical.no_sync import (
+    NO_SYNC,
     last_scatter_s,
     no_sync_accumulates,
+    weight_scatters_sync,
     without_scatters,
     without_zero,
 )
@@ -265,14 +263,14 @@ class StagePlanning(AmaxCosting):
             )
         root = self.framework.fsdp_root_unit and parallel.pp == 1  # FSDP's root unit
         depth: int | None = self.framework.zero3_prefetch_units  # ZeRO's queue (zero_queue.py)
-        if split and zero == 2:  # W outside autograd: no post-backward wait for its scatters
-            depth = None  # the per-block rule, as the trace's W leaves them (nodes.py)
         held = self._params_held(point)
         no_sync = no_sync_accumulates(self.framework, parallel, point.workload.micro_batches)
         step_costs = w_costs if split and no_sync else costs  # as the 1st F / last B (W) run them
+        deferred = split and zero == 2  # W's scatters beside the rank's next tasks (no_sync.py)
+        weight_sync = weight_scatters_sync(runs, w_costs, root, depth) if deferred else NO_SYNC
         if held:  # gathered once per step, reduce-scattered once (_held_zero_s): none per mb
             costs, b_costs, w_costs = (without_zero(t) for t in (costs, b_costs, w_costs))
-        if no_sync:  # reduce-scatters in the step's last micro-batch only (no_sync.py)
+        if no_sync or deferred:  # no reduce-scatter per micro-batch: once, after the last (W)
             costs, b_costs, w_costs = (without_scatters(t) for t in (costs, b_costs, w_costs))
         timing = chunk_timing(runs, costs, zero, root, depth)
         amax_s = self._fp8_amax_s(point, runs, spans)
@@ -322,7 +320,7 @@ class StagePlanning(AmaxCosting):
             groups.append((seconds, first, step, count))
             reduce_load = reduce_load.max(nccl_load(point.system, spans[axes][0][1], collective))
         held_s = self._held_zero_s(point, runs, step_costs, timing) if held else (0.0, 0.0)
-        if no_sync:  # the last micro-batch's backward beside its reduce-scatters, once a step
+        if no_sync and not deferred:  # the last micro-batch's backward beside its scatters, once
             held_s = (0.0, last_scatter_s(runs, step_costs, zero, root, depth))
         # after W, if split; and what runs beside the last backward, if it takes SMs
         total, latest, hidden = sync_and_hidden_s(groups, w_timing.backward_runs, bool(reduce_load))
@@ -377,7 +375,9 @@ class StagePlanning(AmaxCosting):
             else:
                 lost += slowed
         states = sum_states([(kinds[kind].sync[2], count) for kind, count in runs])
-        sync = SyncCost(total + tied, latest + tied, gather, lost, *held_s, forward_lost)
+        sync = SyncCost(
+            total + tied, latest + tied, gather, lost, *held_s, forward_lost, *weight_sync
+        )
         return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
 
     def _zero1_all_reduces(self, point: Point) -> bool:

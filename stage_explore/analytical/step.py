@@ -40,7 +40,12 @@ class SyncCost:
     first forward loses to the SMs of a bucketed chunk's overlapped parameter gathers: that
     forward starts after the optimizer step, which waits for every reduction
     (Megatron-Core's ``finalize_model_grads`` → ``finish_grad_sync``), so these seconds add to
-    the step after the reductions instead of running beside them."""
+    the step after the reductions instead of running beside them. ``queue_total_s`` and
+    ``queue_latest_s``: ZeRO-2's reduce-scatters after a split backward's last ``W``
+    (:func:`~stage_explore.analytical.no_sync.weight_scatters_sync`), as ``total_s`` and
+    ``latest_s`` but on the ZeRO queue, beside the gradient-synchronisation stream (its
+    after-backward collective, DualPipe's mirror all-reduce, does not wait for them, as in the
+    trace mode's streams); the optimizer waits for both."""
 
     total_s: float
     latest_s: float
@@ -49,6 +54,8 @@ class SyncCost:
     held_gather_s: float = 0.0
     held_scatter_s: float = 0.0
     forward_lost_s: float = 0.0
+    queue_total_s: float = 0.0
+    queue_latest_s: float = float("-inf")
 
     @property
     def held_s(self) -> float:
@@ -203,13 +210,16 @@ def assemble_step(
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
         starts = pipeline.last_backward_start_s[stage]
-        free = gather = lost = held = forward_lost = 0.0
+        free = gather = lost = held = forward_lost = zero_free = 0.0
         if chunks > 1:
             order = sorted(range(chunks), key=starts.__getitem__)
         for index in order:
             sync = cls.sync[index]
             queued, latest = free + sync.total_s, starts[index] + sync.latest_s
             free = latest if latest > queued else queued  # max(queued, latest), as max picks
+            if sync.queue_latest_s > float("-inf"):  # ZeRO-2's W scatters, on their queue
+                queued, latest = zero_free + sync.queue_total_s, starts[index] + sync.queue_latest_s
+                zero_free = latest if latest > queued else queued
             gather += sync.gather_s
             lost += sync.lost_s
             forward_lost += sync.forward_lost_s
@@ -219,6 +229,7 @@ def assemble_step(
         end = pipeline.end_s[stage] + lost
         if cls.after_backward_s:  # e.g. DualPipe's all-reduce between a stage's two copies
             free = (end if end > free else free) + cls.after_backward_s  # max(free, end)
+        free = zero_free if zero_free > free else free  # the optimizer waits for both streams
         total = (free if free > end else end) + cls.optimizer_s + gather  # max(end, free)
         total += forward_lost  # after the reductions and the optimizer (SyncCost)
         if worst is None or total > worst[0]:
