@@ -9,7 +9,11 @@ gradient with respect to the block's input — as ``B``, and the weight gradient
   (``d.<weight>``: the weight-gradient einsums, an embedding's gradient scatter);
 - an instruction all of whose dependents are in W (and that has some) joins W: the gathers of
   saved inputs that only weight gradients read (``all_gather:ln1`` under sequence
-  parallelism);
+  parallelism), as the zero-bubble reference runtime does: sail-sg/zero-bubble-pipeline-parallelism
+  ``megatron/core/tensor_parallel/layers.py`` stores the un-gathered input with
+  ``WeightGradStore.put(weight, partial(pre_process, grad_output, input), ...)`` and
+  ``megatron/core/zbpp_utils.py`` ``WeightGradStore.pop`` runs ``func(*pre_func(async_op=False))``
+  (the sp all-gather, then the weight GEMM) in the W slot (docs/analytical.md, s36 wsplit);
 - an instruction that only reads W's results joins W (collectives over weight gradients);
 - everything else — recomputed forwards, activation-gradient einsums and element-wise
   backwards, the collectives on the activation gradient — is B.
