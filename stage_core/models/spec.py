@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -369,9 +370,12 @@ class ModelSpec:
                     f"{owner}: `capacity_factor` must be a number or None (dropless), "
                     f"but got {capacity_factor=}"
                 )
-            if not capacity_factor > 0:
+            # s36 review9: inf passed `> 0` and ended in an OverflowError traceback where
+            # the expert capacity is rounded up (lower/program.py, make_workload)
+            if not (capacity_factor > 0 and math.isfinite(capacity_factor)):
                 raise ConfigError(
-                    f"{owner}: `capacity_factor` must be > 0, but got {capacity_factor=}"
+                    f"{owner}: `capacity_factor` must be a finite number > 0 (omit it for "
+                    f"dropless routing), but got {capacity_factor=}"
                 )
             object.__setattr__(self, "capacity_factor", float(capacity_factor))
         first_k_dense, layers = self.first_k_dense, self.layers

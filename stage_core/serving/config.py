@@ -103,8 +103,21 @@ class ServingConfig:
             )
         if self.phase == Phase.PREFILL and self.prompt_len < 1:
             raise ConfigError(f"prefill needs `prompt_len` ≥ 1, but got {self.prompt_len}")
+        # s36 review9: a decode step's cache grows by one token, a prefill's by the prompt; the
+        # decode bound said "must be below" after the range above had said "from 0 to" that
+        # same number, and a prefill's cache + prompt was not bounded at all (2^25 tokens ran)
         if self.phase == Phase.DECODE and self.context_len + 1 > MAX_CONTEXT:
-            raise ConfigError(f"`context_len` must be below {MAX_CONTEXT}, got {self.context_len}")
+            raise ConfigError(
+                f"a decode step's `context_len` must be at most {MAX_CONTEXT - 1} (the cache "
+                f"plus the new token within {MAX_CONTEXT} = 2^24 tokens), but got "
+                f"context_len={self.context_len}"
+            )
+        if self.phase == Phase.PREFILL and self.context_len + self.prompt_len > MAX_CONTEXT:
+            raise ConfigError(
+                f"a prefill's `context_len` + `prompt_len` (the cache after the step) must be at "
+                f"most {MAX_CONTEXT} = 2^24 tokens, but got context_len={self.context_len} + "
+                f"prompt_len={self.prompt_len}"
+            )
         if self.batch % self.dp:
             raise ConfigError(
                 f"`dp` must divide `batch` (each dp rank owns whole sequences), but got "

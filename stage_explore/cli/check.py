@@ -100,8 +100,14 @@ def check_runs(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Read, check and print; return the exit status."""
+    if args.quiet and args.progress:  # s36 review9: accepted, the meter shown (trace refuses)
+        raise ConfigError("--quiet and --progress contradict each other; pass one of them")
     if args.directory.lower().endswith(".csv"):
-        given = {"--prefix": args.prefix != "workload", "--for": args.target != "any"}
+        given = {
+            "--prefix": args.prefix != "workload",
+            "--for": args.target != "any",
+            "--progress": args.progress,  # s36 review9: a CSV's check shows no meter
+        }
         for flag in (flag for flag, changed in given.items() if changed):
             # s22 review: a trace set's options were ignored on a runs CSV without a word
             raise ConfigError(

@@ -17,11 +17,18 @@ _CANONICAL = ("pp", "dp", "ep", "cp", "tp")
 
 
 def _parse_bindings(text: str, what: str) -> dict[str, int]:
+    """``NAME=INT,…`` as a mapping; a malformed item or a name given twice is a one-line error
+    (s36 review9: ``--mesh dp=4,dp=8`` kept the last size without a word)."""
     values: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, equals, value = item.partition("=")
         if not equals or not name.strip().isidentifier() or not value.strip().isdigit():
             raise ConfigError(f"--{what} expects NAME=INT[,NAME=INT...], but got {item!r}")
+        if name.strip() in values:
+            raise ConfigError(
+                f"--{what} expects each name once, but got {name.strip()!r} twice "
+                f"({name.strip()}={values[name.strip()]} and {item})"
+            )
         values[name.strip()] = int(value)
     return values
 

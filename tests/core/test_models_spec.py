@@ -167,7 +167,14 @@ def test_invalid_dense_models_are_rejected(changes: dict[str, Any], message: str
     [
         ({"top_k": 0}, "`top_k` must be in 1..`num_experts`, but got (top_k=0, num_experts=4)"),
         ({"top_k": 5}, "`top_k` must be in 1..`num_experts`, but got (top_k=5, num_experts=4)"),
-        ({"capacity_factor": 0.0}, "`capacity_factor` must be > 0, but got capacity_factor=0.0"),
+        (
+            {"capacity_factor": 0.0},
+            "`capacity_factor` must be a finite number > 0 (omit it for dropless routing), but "
+            "got capacity_factor=0.0",
+        ),
+        # s36 review9: inf passed and ended in an OverflowError where capacity is rounded up
+        ({"capacity_factor": math.inf}, "must be a finite number > 0 (omit it for dropless"),
+        ({"capacity_factor": math.nan}, "must be a finite number > 0 (omit it for dropless"),
         ({"capacity_factor": "1"}, "`capacity_factor` must be a number or None"),
         ({"first_k_dense": 4}, "`first_k_dense` must be < `layers`"),
         ({"moe_layer_interval": 0}, "`moe_layer_interval` must be a positive int"),
