@@ -5,9 +5,11 @@ the code before it (docs/studies.md, the s36 review9 section)."""
 from __future__ import annotations
 
 import heapq
+import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +165,64 @@ def test_a_huge_micro_batch_is_evaluated_in_seconds(capsys: pytest.CaptureFixtur
     start = time.perf_counter()
     assert _makespan(tuple(range(1, 65)), 1 << 25, 264, False) > 0
     assert time.perf_counter() - start < 10
+
+
+_JSON_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "json.md"
+
+
+def _documented_keys() -> dict[str, list[str]]:
+    """Each row of docs/reference/json.md's table: its first cell, and its keys in order."""
+    rows: dict[str, list[str]] = {}
+    for line in _JSON_DOC.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("| output"):
+            name, keys = line.strip("|").rsplit(" | ", 1)
+            rows[name.strip()] = [key.strip().strip("`") for key in keys.split(",")]
+    return rows
+
+
+def _json_of(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
+    capsys.readouterr()
+    assert main([*argv, "--json"]) in (0, 1)
+    return json.loads(capsys.readouterr().out, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"--json emitted {name}, which is not JSON")
+
+
+def test_the_json_keys_are_the_documented_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No document listed the keys of ``--json``; docs/reference/json.md does, and each of its
+    rows is checked against the command's output here (none holds NaN or Infinity)."""
+    rows = _documented_keys()
+    eval_ = ["eval", "--model", "llama3-8b", "--layers", "2", "--system", "h100-80gb"]
+    serve = [*eval_, "--phase", "serve", "--prompt-len", "128", "--output-len", "16"]
+    memory = ["memory", "--model", "llama3-8b", "--layers", "2"]
+    traces = tmp_path / "traces"
+    assert main(["trace", "--model", "gpt3-125m", "--layers", "1", "--dp", "2",
+                 "--global-batch", "2", "--out", str(traces), "--quiet"]) == 0  # fmt: skip
+    runs = Path(__file__).resolve().parents[2] / "stage_explore" / "data" / "published_runs.csv"
+    cases: list[tuple[str, Any]] = []
+    cases.append(("`stage eval --json` (a training step)", _json_of(capsys, eval_)))
+    cases.append(("`stage eval --json --phase prefill\\|decode\\|serve`", _json_of(capsys, serve)))
+    cases.append((
+        "the same, a point that cannot be laid out (more GPUs than the system has)",
+        _json_of(capsys, [*eval_, "--phase", "decode", "--context-len", "8", "--dp", "262144",
+                          "--batch", "262144"]),
+    ))  # fmt: skip
+    trained = _json_of(capsys, memory)
+    cases.append(("`stage memory --json` (training)", trained))
+    cases.append(("each of its `ranks` (one per pipeline stage)", trained["ranks"][0]))
+    served = _json_of(capsys, [*memory, "--phase", "decode", "--context-len", "8"])
+    cases.append(("`stage memory --json --phase prefill\\|decode`", served))
+    cases.append(("each of its `stages`", served["stages"][0]))
+    steps = _json_of(capsys, ["redistribute", "x[B/dp, S, H @ 1/tp]", "[B/dp, S, H/tp]"])
+    cases.append(("`stage redistribute --json`: a list, each step", steps[0]))
+    checked = _json_of(capsys, ["check", str(traces)])
+    cases.append(("`stage check DIR --json`", checked))
+    cases.append(("each of its `ranks` (keyed by the rank as a string)", checked["ranks"]["0"]))
+    cases.append(("`stage check RUNS.csv --json`", _json_of(capsys, ["check", str(runs)])))
+    assert sorted(name for name, _ in cases) == sorted(rows)
+    for name, payload in cases:
+        assert list(payload) == rows[name], name
