@@ -18,10 +18,15 @@ _CANONICAL = ("pp", "dp", "ep", "cp", "tp")
 
 def _parse_bindings(text: str, what: str) -> dict[str, int]:
     """``NAME=INT,…`` as a mapping; a malformed item or a name given twice is a one-line error
-    (s36 review9: ``--mesh dp=4,dp=8`` kept the last size without a word)."""
+    (s36 review9: ``--mesh dp=4,dp=8`` kept the last size without a word, and the empty
+    item of ``dp=4,,tp=8`` was skipped)."""
     values: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in (part.strip() for part in text.split(",")):
         name, equals, value = item.partition("=")
+        if not item:
+            raise ConfigError(
+                f"--{what} expects NAME=INT[,NAME=INT...], but got an empty item in {text!r}"
+            )
         if not equals or not name.strip().isidentifier() or not value.strip().isdigit():
             raise ConfigError(f"--{what} expects NAME=INT[,NAME=INT...], but got {item!r}")
         if name.strip() in values:

@@ -88,12 +88,15 @@ def test_the_context_bounds_of_a_step_agree_with_each_other() -> None:
         (["--mesh", "dp=4,dp=8"], "--mesh expects each name once, but got 'dp' twice (dp=4 and "
          "dp=8)"),
         (["--dims", "B=8, B=4"], "--dims expects each name once, but got 'B' twice (B=8 and B=4)"),
+        (["--mesh", "dp=4,,tp=8"], "--mesh expects NAME=INT[,NAME=INT...], but got an empty "
+         "item in 'dp=4,,tp=8'"),
     ],
 )  # fmt: skip
 def test_redistribute_refuses_a_name_given_twice(
     capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
 ) -> None:
-    """``--mesh dp=4,dp=8`` kept dp = 8 without a word (and ``--dims`` alike)."""
+    """``--mesh dp=4,dp=8`` kept dp = 8 without a word (and ``--dims`` alike); the empty item
+    of ``dp=4,,tp=8`` was skipped (a missing axis reads as a typo)."""
     layouts = ["x[B/dp, S, H @ 1/tp]", "[B/dp, S, H/tp]"]
     err = _one_line_error(capsys, ["redistribute", *layouts, *argv])
     assert err == f"stage redistribute: error: {expected}"
