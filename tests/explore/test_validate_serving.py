@@ -32,6 +32,8 @@ def test_the_data_names_its_sources() -> None:
 #: The first source (TensorRT-LLM's perf-overview at 00f37686) and the v0.17 release's table,
 #: added blind in s36 (docs/validation.md, 'Further held-out serving rows').
 FIRST = "TensorRT-LLM performance overview (trtllm-bench throughput)"
+#: vLLM on MI300X: AMD's ROCm vLLM Docker performance results, added blind in s36 rowsS2.
+AMD_VLLM = "AMD ROCm vLLM Docker performance results (vllm bench throughput, MI300X)"
 V017 = "TensorRT-LLM v0.17 performance overview (trtllm-bench throughput, TensorRT engines)"
 
 
@@ -56,6 +58,16 @@ def test_every_row_is_predicted_and_held_out() -> None:
     # The v0.17 rows' blind reading (s36): mean 11.1 %, worst -35 % (Llama 70B FP8 on one
     # H100, where the KV cache gets what the weights leave of 80 GB), Mixtral +8 ... +27 %.
     assert summary[V017]["held_out_mae"] < 0.20 and summary[V017]["max_abs_error"] < 0.50
+
+
+def test_the_amd_vllm_rows_blind_reading() -> None:
+    """The AMD ROCm vLLM rows (Llama 3.1 70B / 405B FP8 at TP 8 on MI300X, five vLLM versions):
+    the table's Max Num Seqs caps every row's batch below what fits, and the blind reading (s36
+    rowsS2: mean 30.2 %, +7 ... +53 %, every row too fast) holds as a regression bound."""
+    rows = [r for r in validate_serving() if r.source == AMD_VLLM]
+    assert len(rows) == 20 and all("the engine's cap" in r.setup for r in rows)
+    summary = serving_summary(rows)[AMD_VLLM]
+    assert summary["held_out_mae"] < 0.40 and summary["max_abs_error"] < 0.70
 
 
 def test_the_v017_rows_cover_three_gpus_two_precisions_and_moe() -> None:
@@ -87,8 +99,11 @@ def test_stage_validate_reports_serving_beside_training(
     sources = json.loads(capsys.readouterr().out)["sources"]
     serving = {name: s for name, s in sources.items() if name in _csv_sources()}
     assert set(serving) == set(_csv_sources())
-    for source in serving.values():
-        assert source["in_sample_mae"] is None and 0 < source["held_out_mae"] < 0.20
+    for name, source in serving.items():
+        # The AMD ROCm vLLM rows' blind reading (s36 rowsS2) is 30 % (every row too fast): a
+        # wider regression bound for them, not a target (test_the_amd_vllm_rows_blind_reading).
+        bound = 0.40 if name == AMD_VLLM else 0.20
+        assert source["in_sample_mae"] is None and 0 < source["held_out_mae"] < bound
         assert all(row["in_sample"] is False for row in source["rows"])
     assert "KOR22-T5" in sources  # training sources are still there
 
