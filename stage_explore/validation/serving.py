@@ -13,7 +13,11 @@ decode (:func:`~stage_explore.analytical.serving.evaluate_serve`), and reports o
 A row's optional ``max_batch`` cell is the engine's cap on concurrent sequences (e.g.
 trtllm-bench's 4,096, ``tensorrt_llm/bench/build/tuning.py`` ``finetune_setting``): the batch
 served is the smaller of the cap and the largest batch that fits; an empty or missing cell is no
-cap.
+cap. A row's optional ``kv_free_fraction`` cell (a number in (0, 1)) says the row ran on
+TensorRT-LLM (trtllm-bench), which sizes the KV cache its own way
+(:mod:`~stage_explore.validation.serving_trtllm`): that fraction of the memory left after the
+weights and the engine's activation memory, every sequence holding its blocks to completion
+(``isl + osl`` tokens); an empty or missing cell keeps vLLM's rule above.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ from stage_explore.analytical.serving import (
     evaluate_serve,
 )
 from stage_explore.system import load_system
+from stage_explore.validation.serving_trtllm import (
+    engine_max_num_tokens,
+    kv_free_fraction,
+    trtllm_batch,
+)
 
 #: Where the shipped measurements live.
 SERVING_RUNS = Path(__file__).resolve().parents[1] / "data" / "serving_runs.csv"
@@ -99,6 +108,7 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
     setup = f"tp{tp} pp{pp} ep{ep} {row['precision']} isl {isl} osl {osl} on {row['system']}"
     measured = float(row["measured"])
     cap = _cap(row, line)
+    fraction = kv_free_fraction(row.get("kv_free_fraction"), line)
     try:
         model = get_flavor(row["flavor"])
         system = load_system(row["system"])
@@ -106,8 +116,13 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
             phase=Phase.DECODE, batch=1, tp=tp, pp=pp, ep=ep, precision=row["precision"],
             kv_precision=row["kv_precision"], context_len=isl + osl // 2,
         )  # fmt: skip
-        usable = int(system.accelerator.memory_bytes * DEFAULT_MEMORY_UTILIZATION)
-        fits = max_batch(model, base, usable)
+        memory = system.accelerator.memory_bytes
+        if fraction is None:  # vLLM: gpu_memory_utilization of the total
+            fits = max_batch(model, base, int(memory * DEFAULT_MEMORY_UTILIZATION))
+        else:  # TensorRT-LLM: of the memory free after loading, blocks held to completion
+            tokens = engine_max_num_tokens(model, base, memory, isl, osl)
+            fits = trtllm_batch(model, replace(base, context_len=isl + osl), memory, fraction,
+                                tokens)  # fmt: skip
         batch = fits if cap is None else min(fits, cap)
         if batch == 0:
             return ServingRow(row["id"], row["source"], row["metric"], measured, math.nan,
