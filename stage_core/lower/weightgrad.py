@@ -15,6 +15,10 @@ gradient with respect to the block's input — as ``B``, and the weight gradient
   ``megatron/core/zbpp_utils.py`` ``WeightGradStore.pop`` runs ``func(*pre_func(async_op=False))``
   (the sp all-gather, then the weight GEMM) in the W slot (docs/analytical.md, s36 wsplit);
 - an instruction that only reads W's results joins W (collectives over weight gradients);
+- W runs its gathers as the reference's ``pop`` does, ``async_op=False``: each all-gather waits
+  for the W compute instruction before it in program order (the previous linear's weight GEMM:
+  issued on the compute stream after it, and ProcessGroupNCCL's stream waits for the compute
+  stream), and its weight GEMM waits for it (its data dependency) — :func:`_serial_gathers`;
 - everything else — recomputed forwards, activation-gradient einsums and element-wise
   backwards, the collectives on the activation gradient — is B.
 
@@ -30,6 +34,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from stage_core.lower.bind import BoundBlock, Instr
+from stage_core.trace import CollectiveKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,32 @@ def _renumber(instrs: tuple[Instr, ...], index: tuple[int, ...]) -> tuple[Instr,
         replace(instrs[old], deps=tuple(position[d] for d in instrs[old].deps if d in position))
         for old in index
     )
+
+
+def _serial_gathers(instrs: tuple[Instr, ...]) -> tuple[Instr, ...]:
+    """W's all-gathers issued one at a time, as the zero-bubble reference runtime's
+    ``WeightGradStore.pop`` runs each stored linear: ``func(*pre_func(async_op=False))``
+    (sail-sg/zero-bubble-pipeline-parallelism ``megatron/core/zbpp_utils.py``, commit
+    7e93f886a24cec4c14712287dda081943d6fd5f0; ``pre_func`` is the linear's ``pre_process``,
+    the sequence-parallel ``_all_gather_base`` of its saved input,
+    ``megatron/core/tensor_parallel/layers.py``, commit
+    3664da69a25186d234e8a422023d36f00ca2dec9): the gather of a linear is issued after the
+    previous linear's weight GEMM and waited for before its own. Each all-gather here waits for
+    the last compute instruction before it in ``instrs`` (program order), so it no longer starts
+    at the W task's entry beside the earlier GEMMs (``deps`` are positions within ``instrs``)."""
+    out: list[Instr] = []
+    previous: int | None = None
+    for position, instr in enumerate(instrs):
+        if (
+            instr.collective is CollectiveKind.ALL_GATHER
+            and previous is not None
+            and previous not in instr.deps
+        ):
+            instr = replace(instr, deps=(*instr.deps, previous))
+        if instr.collective is None:
+            previous = position
+        out.append(instr)
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=512)
@@ -96,5 +127,9 @@ def split_backward(block: BoundBlock) -> BackwardSplit:
     }
     pending = sum(read_by_w.values())
     return BackwardSplit(
-        b_index, w_index, _renumber(instrs, b_index), _renumber(instrs, w_index), pending
+        b_index,
+        w_index,
+        _renumber(instrs, b_index),
+        _serial_gathers(_renumber(instrs, w_index)),
+        pending,
     )

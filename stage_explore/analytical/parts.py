@@ -22,6 +22,8 @@ from stage_core.parallel.config import ParallelConfig, Precision
 from stage_core.plans import DP_REPLICATE
 from stage_explore.analytical.blocktime import ChunkTiming
 from stage_explore.analytical.fp8_roles import check_nvfp4
+from stage_explore.analytical.framework_profile import FrameworkProfile
+from stage_explore.analytical.overlap import DEEPEP_SMS
 from stage_explore.analytical.step import StepPlan, SyncCost
 from stage_explore.evaluation import Evaluation
 from stage_explore.system.model import System
@@ -105,8 +107,9 @@ class KindParts:
 @dataclass(frozen=True, slots=True)
 class ChunkParts:
     """One chunk on one rank: its timing per micro-batch, its gradient synchronisation, its
-    model states; under a split backward its B seconds (else None) and W-pending bytes; under
-    DualPipe its forward and backward compute seconds."""
+    model states; under a split backward its B seconds (else None), W-pending bytes and W
+    seconds (its own instructions' timing, else None); under DualPipe its forward and backward
+    compute seconds."""
 
     timing: ChunkTiming
     sync: SyncCost
@@ -114,6 +117,7 @@ class ChunkParts:
     input_grad_s: float | None
     pending_bytes: int
     compute_s: tuple[float, float]
+    weight_grad_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,3 +220,21 @@ def infeasible(reason: str, gpus: int, system: System) -> Evaluation:
         feasible=False, reason=reason, memory_capacity_bytes=system.accelerator.memory_bytes,
         num_gpus=gpus,
     )  # fmt: skip
+
+
+def pair_sm_share(framework: FrameworkProfile, point: Point) -> float:
+    """The fraction of the SMs a DualPipe pair's expert all-to-alls hold beside its
+    computation: DeepEP's :data:`~stage_explore.analytical.overlap.DEEPEP_SMS` (the
+    DeepSeek-V3 report's 20 SMs, Section 3.2.2) or HybridEP's ``moe_hybridep_sms``, over
+    the accelerator's SMs; 0 for a dense model, NCCL's dispatcher (whose SMs the profile's
+    NCCL rules leave out, as everywhere) or an accelerator without kernel figures."""
+    kernels = point.system.accelerator.kernels
+    if kernels is None or not point.workload.model.is_moe:
+        return 0.0
+    if framework.moe_hybridep:
+        sms = framework.moe_hybridep_sms
+    elif framework.moe_deepep:
+        sms = DEEPEP_SMS
+    else:
+        return 0.0
+    return sms / kernels.sm_count if kernels.sm_count > sms else 0.0

@@ -53,13 +53,13 @@ from stage_explore.analytical.no_sync import (
     without_zero,
 )
 from stage_explore.analytical.offload import shard_transfer_s
-from stage_explore.analytical.overlap import DEEPEP_SMS
 from stage_explore.analytical.parts import (
     ChunkParts,
     KindParts,
     Plan,
     Point,
     axes_of,
+    pair_sm_share,
     sum_states,
     tied_ends,
 )
@@ -207,11 +207,12 @@ class StagePlanning(AmaxCosting):
             ),
             input_grad_s=tuple(p.input_grad_s for p in parts if p.input_grad_s is not None),
             pending_bytes=tuple(p.pending_bytes for p in parts if p.input_grad_s is not None),
+            weight_grad_s=tuple(p.weight_grad_s for p in parts if p.weight_grad_s is not None),
             host_bytes=host,
             pair_s=pair_table(
                 [p.timing.forward_s for p in parts], [p.compute_s[0] for p in parts],
                 [p.timing.backward_s for p in parts], [p.compute_s[1] for p in parts],
-                self._pair_sm_share(point),
+                pair_sm_share(self.framework, point),
             ) if dualpipe else (),
             after_backward_s=self._collective_time(
                 point, spans[(PIPELINE_MIRROR,)], CollectiveKind.ALL_REDUCE,
@@ -220,24 +221,6 @@ class StagePlanning(AmaxCosting):
             ) if dualpipe else 0.0,  # program._mirror_sync
         )  # fmt: skip
         return stage_class, (model, hardware)
-
-    def _pair_sm_share(self, point: Point) -> float:
-        """The fraction of the SMs a DualPipe pair's expert all-to-alls hold beside its
-        computation: DeepEP's :data:`~stage_explore.analytical.overlap.DEEPEP_SMS` (the
-        DeepSeek-V3 report's 20 SMs, Section 3.2.2) or HybridEP's ``moe_hybridep_sms``, over
-        the accelerator's SMs; 0 for a dense model, NCCL's dispatcher (whose SMs the profile's
-        NCCL rules leave out, as everywhere) or an accelerator without kernel figures."""
-        kernels = point.system.accelerator.kernels
-        framework = self.framework
-        if kernels is None or not point.workload.model.is_moe:
-            return 0.0
-        if framework.moe_hybridep:
-            sms = framework.moe_hybridep_sms
-        elif framework.moe_deepep:
-            sms = DEEPEP_SMS
-        else:
-            return 0.0
-        return sms / kernels.sm_count if kernels.sm_count > sms else 0.0
 
     def _chunk(
         self,
@@ -273,6 +256,7 @@ class StagePlanning(AmaxCosting):
         if no_sync or deferred:  # no reduce-scatter per micro-batch: once, after the last (W)
             costs, b_costs, w_costs = (without_scatters(t) for t in (costs, b_costs, w_costs))
         timing = chunk_timing(runs, costs, zero, root, depth)
+        unscaled_backward_s = timing.backward_s
         amax_s = self._fp8_amax_s(point, runs, spans)
         if amax_s != (0.0, 0.0):  # on the compute stream after the forward and the backward
             timing = plus_exposed(timing, *amax_s, FP8_AMAX)
@@ -280,10 +264,13 @@ class StagePlanning(AmaxCosting):
         if cs_amax_s != (0.0, 0.0):  # each waited for on the compute stream before its cast
             timing = plus_exposed(timing, *cs_amax_s, FP8_AMAX)
         w_timing = chunk_timing(runs, w_costs, zero, root, depth) if split else timing
-        input_grad_s = pending = None
+        input_grad_s = pending = weight_grad_s = None
         computes = (0.0, 0.0)
         if split:
             input_grad_s = chunk_timing(runs, b_costs, zero, root, depth).backward_s
+            # W from its own instructions, as the trace runs a W task (W_block), with the amax
+            # reductions the backward waits for after it (docs/analytical.md, s36 wtime)
+            weight_grad_s = w_timing.backward_s + timing.backward_s - unscaled_backward_s
             pending = sum(n * split_backward(point.blocks[k]).pending_bytes for k, n in runs)
         if str(parallel.schedule) == "dualpipe":
             computes = (
@@ -378,7 +365,7 @@ class StagePlanning(AmaxCosting):
         sync = SyncCost(
             total + tied, latest + tied, gather, lost, *held_s, forward_lost, *weight_sync
         )
-        return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes)
+        return ChunkParts(timing, sync, states, input_grad_s, pending or 0, computes, weight_grad_s)
 
     def _zero1_all_reduces(self, point: Point) -> bool:
         """Whether a ZeRO-1 run all-reduces its whole gradient buffer where the lowering

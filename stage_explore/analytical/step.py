@@ -73,7 +73,8 @@ class StageClass:
     gathered weights), optimizer seconds.
 
     For the schedules that split the backward (ZB-H1, DualPipe): per chunk the seconds of its
-    input-gradient part ``input_grad_s`` (empty: all of the backward; ``W`` is the rest), the
+    input-gradient part ``input_grad_s`` (empty: all of the backward), of its weight-gradient
+    part ``weight_grad_s`` (W's own instructions' timing; empty: the rest of the backward), the
     bytes a pending ``W`` holds (``pending_bytes``, empty: none), and DualPipe's overlapped
     pairs ``pair_s[forward chunk][backward chunk]`` (:func:`pair_seconds`; empty: no overlap).
     ``after_backward_s``: a collective that waits for the rank's whole backward (DualPipe's
@@ -94,6 +95,7 @@ class StageClass:
     pending_bytes: tuple[int, ...] = ()
     pair_s: tuple[tuple[float, ...], ...] = ()
     after_backward_s: float = 0.0  # a collective once the whole backward is done (DualPipe's)
+    weight_grad_s: tuple[float, ...] = ()
 
     def stage_times(self, split: bool) -> StageTimes:
         """The pipeline's view: whole backwards, or B and W apart; a held chunk's first forward
@@ -106,7 +108,9 @@ class StageClass:
         if not split:
             return StageTimes(self.forward_s, self.backward_s, (), (), first, last)
         b = self.input_grad_s or self.backward_s
-        w = tuple(max(0.0, total - part) for total, part in zip(self.backward_s, b, strict=True))
+        w = self.weight_grad_s or tuple(
+            max(0.0, total - part) for total, part in zip(self.backward_s, b, strict=True)
+        )
         return StageTimes(self.forward_s, b, w, self.pair_s, first, last)
 
 

@@ -11,10 +11,14 @@ A tiny Llama (four layers, 1,024 tokens) on tp 2 x dp 2 (x pp 2), every framewor
   cross-entropy's statistics all-reduces waited for nothing in the head block
   (``stage_core/lower/bind.py``), so the head's last instruction ended before its loss and the
   next pass's ZeRO gathers (waiting for that instruction) started beside the loss.
-- ZB-H1 and DualPipe at ZeRO 0 / 1: within the split schedules' design bound
-  (``trace_helpers.split_bounds``: W's own timing, DualPipe's overlapped pairs), and to 1e-9
-  where W's own timing is the levelled W (Megatron-Core's profile: collectives wait for the
-  compute issued before them).
+- ZB-H1 and DualPipe at ZeRO 0 / 1, with and without sequence parallelism: within the split
+  schedules' design bound (``trace_helpers.split_bounds``: DualPipe's overlapped pairs), and
+  ZB-H1 to 1e-9 on every profile. Before s36 wtime the levelled W was the backward less B
+  (B's collectives hidden behind W's GEMMs) and W's sp input all-gathers started at the W
+  task's entry beside the earlier weight GEMMs: ZB-H1's trace was +0.2 … +0.6 % later (tp 2),
+  +0.2 … +2.8 % with sp. Both modes now time a W task from its own instructions and issue
+  each W gather after the previous weight GEMM (``async_op=False``, as the zero-bubble
+  reference's ``WeightGradStore.pop``; ``stage_core/lower/weightgrad.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 }
 SPLIT: dict[str, dict[str, Any]] = {
     "zbh1": dict(tp=2, dp=2, pp=2, schedule=Schedule.ZERO_BUBBLE, global_batch=16),
+    "zbh1-sp": dict(tp=2, dp=2, pp=2, sp=True, schedule=Schedule.ZERO_BUBBLE, global_batch=16),
     "dualpipe": dict(tp=2, dp=2, pp=2, schedule=Schedule.DUALPIPE, global_batch=16),
+    "dualpipe-sp": dict(tp=2, dp=2, pp=2, sp=True, schedule=Schedule.DUALPIPE, global_batch=16),
 }
 RECOMPUTE = (Recompute.NONE, Recompute.FULL)
 
@@ -77,15 +83,19 @@ def test_unsplit_schedules_end_the_step_as_the_levelled_mode(
 @pytest.mark.parametrize("recompute", RECOMPUTE, ids=str)
 @pytest.mark.parametrize("zero", [0, 1])
 @pytest.mark.parametrize("schedule", sorted(SPLIT))
-@pytest.mark.parametrize("framework", ["fsdp", "megatron-core", "torchtitan"])
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_split_schedules_without_sharded_gradients_stay_within_their_design_bound(
     framework: str, schedule: str, zero: int, recompute: Recompute
 ) -> None:
+    if framework == "deepspeed" and recompute is not Recompute.NONE:
+        pytest.skip("DeepSpeed's recompute regather: the trace refuses it under a split backward")
     parallel = ParallelConfig(zero=zero, recompute=recompute, **SPLIT[schedule])
     levelled, traced, backend = _modes(framework, parallel)
     model = get_flavor("llama3-8b").with_overrides(layers=4, seq_len=1024)
     earlier, later = split_bounds(backend, model, parallel, SYSTEM)
     tolerance = 1e-9 * levelled
     assert levelled - earlier - tolerance <= traced <= levelled + later + tolerance
-    if schedule == "zbh1" and w_excess(backend, model, parallel, SYSTEM) <= 1e-12 * levelled:
+    # the levelled W task is W's own instructions' timing (W_block), as the trace runs it
+    assert w_excess(backend, model, parallel, SYSTEM) <= 1e-12 * levelled
+    if schedule.startswith("zbh1"):
         assert math.isclose(traced, levelled, rel_tol=1e-9), (traced, levelled)

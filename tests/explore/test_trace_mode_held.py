@@ -150,9 +150,10 @@ def test_a_held_stage_under_a_split_backward_runs_as_in_the_levelled_mode(
     call's ``post_backward`` / ``perform_reduce_grad`` after every B and W of the chunk), the
     rank's next task waiting for them, as the levelled mode adds them to the chunk's last
     weight-gradient task. The step ends within the split schedules' own bound
-    (``trace_helpers.split_bounds``: W's own timing, DualPipe's pairs), and to 1e-9 where W's
-    own timing is the levelled W (measured: equal on every case without tp, DualPipe's too;
-    the trace +0.3 % ZB-H1, +0.7 … +0.9 % DualPipe with tp 2, its W)."""
+    (``trace_helpers.split_bounds``: DualPipe's pairs), the levelled W being W's own timing
+    (since s36 wtime), and to 1e-9 but DualPipe with tp (measured: equal on every case
+    without tp, DualPipe's too, and ZB-H1 with tp 2, which was +0.3 % before s36 wtime;
+    DualPipe with tp 2 +2.0 … +2.4 %, its overlapped pairs)."""
     backend = AnalyticalBackend(framework=framework)
     model = get_flavor("llama3-8b").with_overrides(layers=4, seq_len=1024)
     parallel = ParallelConfig(**kwargs)
@@ -163,7 +164,8 @@ def test_a_held_stage_under_a_split_backward_runs_as_in_the_levelled_mode(
     earlier, later = split_bounds(backend, model, parallel, SYSTEM)
     tolerance = 1e-9 * levelled
     assert levelled - earlier - tolerance <= end <= levelled + later + tolerance
-    if w_excess(backend, model, parallel, SYSTEM) <= 1e-12 * levelled:
+    assert w_excess(backend, model, parallel, SYSTEM) <= 1e-12 * levelled
+    if parallel.schedule is not Schedule.DUALPIPE or parallel.tp == 1:
         assert end == pytest.approx(levelled, rel=1e-9)
     if parallel.schedule is not Schedule.DUALPIPE:  # one chunk per rank (DualPipe: two)
         _check_template(traced, parallel)
