@@ -185,6 +185,19 @@ LLMFOUNDRY_BENCHMARK_NOTE = (
 _NO_DROPOUT = re.compile(
     r"dropout\s*(?:=\s*)?0(?:\.0+)?(?!\.?\d)|no dropout|dropout (?:off|none)", re.I
 )
+#: A row's text stating the input and output embeddings untied (s36 rowsK): ``untied input and
+#: output embeddings``, ``untied input-output embeddings``, ``embeddings untied``, ``untying the
+#: input and output embedding weights`` (Vocabulary Parallelism, arXiv 2411.05288 Section 6.1:
+#: "in all our experiments, we adapted the more difficult setting, untying the input and output
+#: embedding weights"). Not a bare ``untied`` (Zero Bubble's rows: "untied gives 1.55 / 6.30 /
+#: 14.80 / 28.48B", a size check), nor the flag named in a list of flags a launch did not pass
+#: (FlagPerf's "pass no --position-embedding-type, --untie-embeddings-and-output-weights, ...").
+_UNTIED = re.compile(
+    r"\buntied\s+(?:input(?:\s+and\s+|\s*-\s*)output\s+)?embeddings?\b|"
+    r"\bembeddings?\s+(?:weights\s+)?untied\b|"
+    r"\buntying\s+(?:the\s+)?input(?:\s+and\s+|\s*-\s*)output\s+embedding",
+    re.I,
+)
 
 
 #: Megatron-Core's expert-parallel all-to-all overlap as a row's text may name it: the flag
@@ -396,6 +409,14 @@ def recipe_defaults(
     elif _NO_DROPOUT.search(f"{row_text(row)} {row.get('uncertain', '')}"):
         out.model["dropout"] = False
         out.notes.append("no dropout (the row's text says dropout 0)")
+    tied = (model_fields or {}).get("tied_embeddings", spec.tied_embeddings)
+    if tied and _UNTIED.search(f"{row_text(row)} {row.get('uncertain', '')}"):
+        out.model["tied_embeddings"] = False
+        out.notes.append(
+            f"input and output embeddings untied (tied_embeddings false): the row's text says "
+            f"so, over flavor {flavor}'s tied embedding (no first-to-last-stage embedding "
+            "gradient all-reduce under pipeline parallelism; an output matrix of its own)"
+        )
     if framework == "llm-foundry-2023" and names_composer_pure(row):
         out.options.update(fsdp_param_fp32=False, eager_modules="generator")
         out.notes.append(COMPOSER_PURE_NOTE)
