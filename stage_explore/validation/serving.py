@@ -17,7 +17,14 @@ cap. A row's optional ``kv_free_fraction`` cell (a number in (0, 1)) says the ro
 TensorRT-LLM (trtllm-bench), which sizes the KV cache its own way
 (:mod:`~stage_explore.validation.serving_trtllm`): that fraction of the memory left after the
 weights and the engine's activation memory, every sequence holding its blocks to completion
-(``isl + osl`` tokens); an empty or missing cell keeps vLLM's rule above.
+(``isl + osl`` tokens); an empty or missing cell keeps vLLM's rule above. Such a row's prompts
+are also packed into the engine's ``max_num_tokens`` per step (trtllm-bench build's heuristic,
+:func:`~stage_explore.validation.serving_trtllm.engine_max_num_tokens`), not the 8,192 default:
+TensorRT-LLM's in-flight batching scheduler fills one step with the running requests' decode
+tokens and then context tokens while the step holds at most ``max_num_tokens``
+(``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp`` at 0a949d31,
+``MicroBatchScheduler::operator()``: ``batchNumTokens + reqNumTokens > maxNumTokensRuntime``
+stops the step; nvidia.github.io/TensorRT-LLM, "Tuning Max Batch Size and Max Num Tokens").
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from stage_core.serving import Phase, ServingConfig, max_batch
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.serving import (
     DEFAULT_MEMORY_UTILIZATION,
+    DEFAULT_PREFILL_TOKENS_PER_STEP,
     RequestMix,
     evaluate_serve,
 )
@@ -117,10 +125,12 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
             kv_precision=row["kv_precision"], context_len=isl + osl // 2,
         )  # fmt: skip
         memory = system.accelerator.memory_bytes
+        budget = DEFAULT_PREFILL_TOKENS_PER_STEP
         if fraction is None:  # vLLM: gpu_memory_utilization of the total
             fits = max_batch(model, base, int(memory * DEFAULT_MEMORY_UTILIZATION))
         else:  # TensorRT-LLM: of the memory free after loading, blocks held to completion
             tokens = engine_max_num_tokens(model, base, memory, isl, osl)
+            budget = tokens  # the engine's step budget, also its prefill packing (docstring)
             fits = trtllm_batch(model, replace(base, context_len=isl + osl), memory, fraction,
                                 tokens)  # fmt: skip
         batch = fits if cap is None else min(fits, cap)
@@ -129,15 +139,16 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
                               setup, "the model does not fit")  # fmt: skip
         result = evaluate_serve(
             backend, model, replace(base, batch=batch), system,
-            RequestMix(prompt_len=isl, output_len=osl),
+            RequestMix(prompt_len=isl, output_len=osl), prefill_tokens_per_step=budget,
         )  # fmt: skip
     except StageError as error:
         return ServingRow(row["id"], row["source"], row["metric"], measured, math.nan, setup,
                           f"not evaluated: {error}")  # fmt: skip
     capped = "" if cap is None or fits <= cap else f" (the engine's cap; {fits} would fit)"
+    step = "" if fraction is None else f", {budget} tokens per step"
     return ServingRow(
         row["id"], row["source"], row["metric"], measured, result.tokens_per_s,
-        f"{setup}, batch {batch}{capped}",
+        f"{setup}{step}, batch {batch}{capped}",
     )  # fmt: skip
 
 
