@@ -463,9 +463,7 @@ class RequestMix:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a positive int, but got {name}={value!r}")
-        # s36 review9: an output of 10^8 tokens was refused as "`context_len` must be an int
-        # from 0 to 16777216, but got context_len=50001024", a name the caller never gave
-        if self.prompt_len + self.output_len > MAX_CONTEXT:
+        if self.prompt_len + self.output_len > MAX_CONTEXT:  # as given, not context_len
             raise ConfigError(
                 f"a request's `prompt_len` + `output_len` must be at most {MAX_CONTEXT} = 2^24 "
                 f"tokens (its sequence at the last token), but got prompt_len={self.prompt_len}"
