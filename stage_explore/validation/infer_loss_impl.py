@@ -57,7 +57,7 @@ def stated_impls(row: dict[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for pattern in STATED_IMPL:
         for match in pattern.finditer(text):
-            said = match.group(1).lower()
+            said = " ".join(match.group(1).lower().split())  # any spacing of the words
             impl = "te" if said in ("te", "transformer engine") else "native"
             found.setdefault(impl, " ".join(match.group(0).split()))
     return found

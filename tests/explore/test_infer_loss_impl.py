@@ -72,3 +72,9 @@ def test_two_stated_impls_are_not_read() -> None:
 def test_other_cross_entropy_words_are_not_an_impl() -> None:
     row = {**megatron_row("LOSS-3"), "notes": "fused cross-entropy; cross-entropy loss fusion on"}
     assert stated_impls(row) == {}
+
+
+def test_transformer_engine_in_words_reads_te_whatever_its_spacing() -> None:
+    for words in ("Transformer Engine", "transformer  engine", "TRANSFORMER\tENGINE"):
+        row = {**megatron_row("LOSS-4"), "notes": f"{words} cross-entropy fusion"}
+        assert set(stated_impls(row)) == {"te"}, words
