@@ -268,6 +268,24 @@ MEGATRON_ATTENTION_NOTE = (
     "--use-flash-attn-v1 / -v2 are store_true, off unless passed), as for the GPT blocks; the "
     "row names Megatron and no FlashAttention"
 )
+#: Why a GPT row under the megatron-lm-2021 or deepspeed profile whose text names FlashAttention
+#: as the run's own runs fused attention (s37 vocab): Megatron-LM's ``--use-flash-attn``
+#: (store_true, off unless passed) makes the legacy ParallelAttention call flash-attn's
+#: ``FlashSelfAttention`` (``flash_attn_varlen_func``) for causal self-attention in place of
+#: ``CoreAttention``'s scores GEMM, FusedScaleMaskSoftmax and context GEMM (NVIDIA/Megatron-LM
+#: 00caa53a ``megatron/legacy/model/transformer.py``: ``self.use_flash_attn = args.use_flash_attn
+#: and attention_type == AttnType.self_attn and self.attn_mask_type == AttnMaskType.causal``,
+#: ``self.core_attention_flash = FlashSelfAttention(causal=True, ...)``; the same code in
+#: ``megatron/model/transformer.py`` before the 2024 move); Megatron-DeepSpeed's
+#: ``--use-flash-attn-v1`` / ``-v2`` likewise (:data:`MEGATRON_ATTENTION_NOTE`).
+MEGATRON_FLASH_NOTE = (
+    "fused causal attention (core_attention fused) on the GPT blocks: the row's text names "
+    "FlashAttention as the run's own; Megatron-LM's --use-flash-attn (off unless passed) "
+    "replaces the legacy ParallelAttention's CoreAttention (scores GEMM, softmax, context GEMM) "
+    "with flash-attn's FlashSelfAttention for causal self-attention (NVIDIA/Megatron-LM "
+    "00caa53a megatron/legacy/model/transformer.py), Megatron-DeepSpeed's --use-flash-attn-v1 "
+    "/ -v2 likewise"
+)
 #: A PyTorch release before 2.0 as a row's text names it (``PyTorch 1.10``, ``torch==1.13.1``):
 #: PyTorch had no fused attention of its own before 2.0, whose notes introduce it ("Beta includes
 #: ... the scaled_dot_product_attention function as part of torch.nn.functional",
@@ -370,6 +388,13 @@ def recipe_defaults(
             "DotProductAttention, --transformer-impl transformer_engine; FSDP stacks' SDPA / "
             "flash attn_impl), not Megatron-LM 2021's unfused scores/softmax/context"
         )
+    elif (
+        str(spec.family) == "gpt"
+        and not spec.core_attention
+        and names_used(NAMES_FLASH, row_text(row))
+    ):  # Megatron-LM's --use-flash-attn on the GPT blocks (s37 vocab)
+        out.model["core_attention"] = "fused"
+        out.notes.append(MEGATRON_FLASH_NOTE)
     elif (
         str(spec.family) != "gpt" and not spec.core_attention and megatron_attention(row, framework)
     ):  # another family's blocks (s32 bbgpt); a GPT block's own attention is unfused already
