@@ -49,7 +49,11 @@ from stage_explore.analytical.framework_costs import (
 from stage_explore.analytical.framework_profile import FP32_BYTES, FrameworkProfile
 from stage_explore.analytical.loss_memory import loss_excess_bytes
 from stage_explore.analytical.memory_kinds import MemoryPeaks, memory_peaks
-from stage_explore.analytical.no_sync import no_sync_accumulates, no_sync_held_bytes
+from stage_explore.analytical.no_sync import (
+    grad_shards_absent,
+    no_sync_accumulates,
+    no_sync_held_bytes,
+)
 from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
 from stage_explore.analytical.parts import (
     BlockSync,
@@ -233,8 +237,10 @@ class StateCosting:
         parameters and unsharded gradients, or under ``pp_backward_held_params`` (ZeRO-3 and
         PP) the stage's whole 16-bit parameters, or under ``fsdp_no_sync_accumulation`` the
         unsharded gradients beside them (:func:`~stage_explore.analytical.no_sync.
-        no_sync_held_bytes`) in place of the gradient shards the states count (none exists
-        before the step's last micro-batch reduces its units); and, on the stage holding the
+        no_sync_held_bytes`); the held unsharded gradients (of either rule) in place of the
+        gradient shards the states count (none exists before the step's last micro-batch, or
+        the held stage's last backward, reduces its units:
+        :func:`~stage_explore.analytical.no_sync.grad_shards_absent`); and, on the stage holding the
         loss, what a loss on fp32 logits (``loss_fp32_buffers``; under ``loss_parallel`` with
         tp > 1, :data:`LOSS_PARALLEL_FP32_BUFFERS`) or on 16-bit logits (``loss_16bit_buffers``), on
         the gathered logits under ``loss_logits_gathered``, holds beyond the working set
@@ -263,9 +269,10 @@ class StateCosting:
             held = max(held, elements * per_element)
         if no_sync_accumulates(profile, parallel, workload.micro_batches):
             held += no_sync_held_bytes(profile, point, signature)  # beside the gathered units
-            # ... in place of the gradient shards the states count: at the peak (the loss's
-            # backward of a micro-batch but the first) no unit has been reduced this step, so
-            # no parameter has a sharded gradient yet (no_sync.py's module docstring)
+        if grad_shards_absent(profile, parallel, workload.micro_batches):
+            # the held unsharded gradients stand in place of the gradient shards the states
+            # count: at the peak no unit has been reduced this step, so no parameter has a
+            # sharded gradient yet (no_sync.py's module docstring; a held pipeline stage too)
             held -= sum(n * self._device_states(point, k)[1] for rs in signature for k, n in rs)
         if profile.pipelining_stage_buffers and parallel.pp > 1:
             chunks = [

@@ -38,7 +38,12 @@ DTensor gradient when ``.grad is None``), FSDP1's ``_post_backward_hook`` replac
 unsharded ``flat_param.grad`` by its shard likewise — and each unit's unsharded gradient is
 freed as its shard appears. The peak (the loss's backward of a micro-batch after the first,
 every unit's unsharded gradient held) therefore holds none of the shards the model states
-count: the held bytes replace them (``costing_states.py`` ``_held_bytes``).
+count: the held bytes replace them (``costing_states.py`` ``_held_bytes``). The same holds for
+a pipeline stage held by ``pp_unsharded_params`` (7 Dec 2026, s37 fsdpsync,
+:func:`grad_shards_absent`): its unsharded gradients are kept with sync off until the stage's
+last backward, so its shards are not counted either — except when several pipeline schedules
+a step each reduce the stage (``pp_held_sync_per_schedule``), whose later peaks hold the
+shards the first schedule reduced.
 
 FSDP2 over one data-parallel rank (``fsdp2_one_rank_mesh``, :func:`one_rank_fsdp2`; 7 Dec
 2026, s36 kfmem): a run at dp·cp = 1 has its ZeRO stage folded to 0, but a trainer that still
@@ -76,7 +81,10 @@ from stage_core.lower.memory import unsharded_elements
 from stage_core.lower.program import Workload
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.blocktime import BlockCost, chunk_timing
-from stage_explore.analytical.framework_costs import held_accumulation_bytes
+from stage_explore.analytical.framework_costs import (
+    held_accumulation_bytes,
+    local_schedule_micro_batches,
+)
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.parts import Point
 from stage_explore.analytical.zero_queue import QueueBlock, pass_time
@@ -99,6 +107,29 @@ def no_sync_accumulates(
     if parallel.zero < 2:
         return False
     return not (profile.pp_unsharded_params and parallel.pp > 1 and parallel.zero >= 3)
+
+
+def grad_shards_absent(
+    profile: FrameworkProfile, parallel: ParallelConfig, micro_batches: int
+) -> bool:
+    """Whether a step's peak holds none of the gradient shards the model states count (module
+    docstring, 'No gradient shard at the peak'): under :func:`no_sync_accumulates`, or on a
+    ZeRO-3 pipeline stage held by ``pp_unsharded_params`` (7 Dec 2026, s37 fsdpsync) whose
+    reduction runs once a step. ``torch.distributed.pipelining`` ``stage.py``
+    ``backward_maybe_with_nosync`` turns sync off on every backward of an ``FSDPModule`` stage
+    and runs each state's ``post_backward`` only on the stage's last backward, and
+    ``post_backward`` without ``reduce_grads`` returns before ``foreach_reduce``, the only place
+    a sharded gradient is assigned (torch ``_fsdp_param_group.py``, pytorch/pytorch 002a76fb);
+    the optimizer's ``zero_grad`` left none from the step before. Under
+    ``pp_held_sync_per_schedule`` with several schedules a step, the first schedule's last
+    backward reduces the stage, so its shards exist at every later schedule's peak: counted."""
+    if no_sync_accumulates(profile, parallel, micro_batches):
+        return True
+    if not (profile.pp_unsharded_params and parallel.zero >= 3 and parallel.pp > 1):
+        return False
+    if not profile.pp_held_sync_per_schedule:
+        return True
+    return local_schedule_micro_batches(profile, parallel, micro_batches) >= micro_batches
 
 
 def one_rank_fsdp2(profile: FrameworkProfile, parallel: ParallelConfig) -> bool:

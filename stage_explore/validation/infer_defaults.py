@@ -42,7 +42,7 @@ from stage_explore.validation.infer_kftp import (
 from stage_explore.validation.infer_megatron import megatron_core_defaults
 from stage_explore.validation.infer_megatron_lm import named_launch_flags
 from stage_explore.validation.infer_named import names_used
-from stage_explore.validation.infer_no_sync import no_sync_defaults
+from stage_explore.validation.infer_no_sync import automodel_no_sync_defaults, no_sync_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_shard import stated_hpz
 from stage_explore.validation.infer_titan_ac import torchtitan_shipped_ac
@@ -471,6 +471,8 @@ def recipe_defaults(
     elif framework == "automodel":
         dp = int(stated.get("dp", parallel.get("dp", 1)))
         automodel_defaults(row, flavor, stated, out, dp, experts)
+        dense = not (experts or spec.num_experts)  # its benchmark's dense configs (s37)
+        automodel_no_sync_defaults(row, int(parallel.get("zero", 0)), dense, out)
     elif framework == "torchtitan":
         shipped = torchtitan_shipped_ac(row, flavor)  # empty cell: the shipped config's (s35)
         if shipped is not None:

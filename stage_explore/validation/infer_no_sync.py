@@ -9,6 +9,10 @@ KempnerInstitute/KempnerForge 0c4eba1e): on every micro-step but the last it cal
 it after, so FSDP2 keeps the unsharded gradients over the step and reduce-scatters them once.
 The docs/validation.md section 'FSDP accumulation without per-micro-batch sync (s35 nosync)'
 records which other trainers were read and what their code does.
+
+NeMo AutoModel defers the sync by default (the ``automodel`` profile's option, from
+``FSDP2Manager.defer_fsdp_grad_sync`` True), but the configs of its published dense pre-training
+benchmarks turn it off (:func:`automodel_no_sync_defaults`; 7 Dec 2026, s37 fsdpsync).
 """
 
 from __future__ import annotations
@@ -46,6 +50,38 @@ HF_TRAINER_NO_SYNC = (
     "gradients accumulate in the parameter dtype over the step (torch FSDP1 "
     "_post_backward_hook returns before the reduce-scatter without _sync_gradients)"
 )
+
+
+#: A row reading as NeMo AutoModel's own published benchmark: its performance summary
+#: (docs/performance-summary.md) or a ``*_pretrain_benchmark_*`` config of examples/llm_pretrain.
+AUTOMODEL_BENCHMARK = re.compile(
+    r"performance[\s_-]*summary|pretrain[\s_-]*benchmark", re.IGNORECASE
+)
+AUTOMODEL_DENSE_BENCHMARK_SYNC = (
+    "FSDP2 reduce-scatters every micro-batch (fsdp_no_sync_accumulation off, over the "
+    "automodel profile's deferred sync): the text names NeMo AutoModel's published "
+    "benchmark for a dense model, and every dense pre-training benchmark config AutoModel "
+    "publishes sets distributed.defer_fsdp_grad_sync: False (NVIDIA-NeMo/Automodel "
+    "examples/llm_pretrain/llama3_1_70b_pretrain_benchmark_{8nodes_tp1cp2pp1, "
+    "8nodes_tp1cp2pp1_0410, 8nodes_tp1cp2pp1_force_hf, 4nodes_tp1cp1pp1_0412, "
+    "8nodes_tp1cp1pp1_0414, 8nodes_tp1cp1pp1_bf16_reduce_0422}.yaml: 'Must be False with "
+    "GA>1: True -> delayed resharding -> OOM'); its MoE benchmark configs "
+    "(examples/benchmark/configs/*_te_deepep.yaml) leave the default True"
+)
+
+
+def automodel_no_sync_defaults(row: dict[str, str], zero: int, dense: bool, out: Defaults) -> None:
+    """``fsdp_no_sync_accumulation`` off for a NeMo AutoModel row of a dense model whose text
+    names AutoModel's published benchmark (:data:`AUTOMODEL_BENCHMARK`): the benchmark's dense
+    configs set ``defer_fsdp_grad_sync: False``; any other AutoModel row (its MoE benchmark
+    tables, a recipe) keeps the profile's default, the library's ``defer_fsdp_grad_sync``
+    True (``components/distributed/utils.py`` ``get_sync_ctx``: with it,
+    ``set_requires_gradient_sync(is_optim_step)``; without it, ``True`` every micro-batch).
+    With no gradient sharding (``zero`` < 2) there is nothing to defer."""
+    if zero < 2 or not dense or not AUTOMODEL_BENCHMARK.search(row_text(row, TEXT_COLUMNS)):
+        return
+    out.options["fsdp_no_sync_accumulation"] = False
+    out.notes.append(AUTOMODEL_DENSE_BENCHMARK_SYNC)
 
 
 def no_sync_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:

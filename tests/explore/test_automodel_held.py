@@ -110,7 +110,9 @@ def test_pipelining_buffers_are_one_schedules() -> None:
     schedule allocates them for its own micro-batches, once), where one schedule of 8 holds 4
     more; one backend evaluates all three (its plans are keyed by the micro-batches)."""
     model = LLAMA.with_overrides(vocab=512)  # the first stage stays the peak
-    plain = {**TENSORS, "loss_fp32_buffers": 0}
+    # one reduction a step, so two schedules hold no gradient shard the first reduced (their
+    # effect: test_fsdp_no_sync.py, s37 fsdpsync); the buffers alone compared here
+    plain = {**TENSORS, "loss_fp32_buffers": 0, "pp_held_sync_per_schedule": False}
 
     def peaks(local: int) -> list[int]:
         backend = AnalyticalBackend(

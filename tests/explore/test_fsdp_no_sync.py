@@ -6,6 +6,8 @@ one micro-batch or without FSDP sharding; and the KempnerForge reader rule."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from stage_core.lower.memory import unsharded_elements
@@ -17,9 +19,9 @@ from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.blocktime import BlockCost, BlockTiming, chunk_timing
 from stage_explore.analytical.framework_costs import held_accumulation_bytes
 from stage_explore.analytical.frameworks import FRAMEWORKS
-from stage_explore.analytical.no_sync import last_scatter_s, without_scatters
+from stage_explore.analytical.no_sync import grad_shards_absent, last_scatter_s, without_scatters
 from stage_explore.system import load_system
-from stage_explore.validation.infer_no_sync import no_sync_defaults
+from stage_explore.validation.infer_no_sync import automodel_no_sync_defaults, no_sync_defaults
 from stage_explore.validation.infer_release import Defaults
 
 LLAMA = get_flavor("llama3-8b").with_overrides(layers=4, seq_len=1024)
@@ -188,3 +190,75 @@ def test_reader_rule(source: str, zero: int, expected: bool) -> None:
     no_sync_defaults({"source": source, "source_table": "", "notes": ""}, zero, out)
     assert out.options.get("fsdp_no_sync_accumulation", False) is expected
     assert bool(out.notes) is expected
+
+
+@pytest.mark.parametrize(
+    ("options", "pp", "zero", "expected"),
+    [
+        ({"pp_unsharded_params": True}, 2, 3, True),  # torchtitan's held stage: one reduction
+        ({"pp_unsharded_params": True}, 1, 3, False),  # no pipeline: FSDP2's per-unit reduction
+        ({"pp_unsharded_params": True}, 2, 2, False),  # ZeRO-2: the stage is not held
+        ({"pp_unsharded_params": True, "pp_held_sync_per_schedule": True}, 2, 3, False),
+        ({"pp_unsharded_params": True, "pp_held_sync_per_schedule": True,
+          "local_batch_size": 8}, 2, 3, True),  # one schedule a step: reduced once  # fmt: skip
+        ({}, 2, 3, False),
+    ],
+)
+def test_held_stage_has_no_gradient_shard_at_its_peak(
+    options: dict[str, bool | int], pp: int, zero: int, expected: bool
+) -> None:
+    """s37 fsdpsync: a stage held by ``pp_unsharded_params`` keeps its gradients unsharded with
+    sync off until its last backward, so no shard exists at the peak, unless several schedules
+    a step each reduce it (``pp_held_sync_per_schedule``: here 8 micro-batches in local
+    batches of 2, four schedules)."""
+    fields: dict[str, bool | int] = {"pp_unsharded_params": False, "local_batch_size": 2}
+    profile = replace(FRAMEWORKS["torchtitan"], **{**fields, **options})  # type: ignore[arg-type]
+    parallel = ParallelConfig(dp=2, pp=pp, zero=zero, global_batch=16)
+    assert grad_shards_absent(profile, parallel, 8) is expected
+
+
+def test_held_stage_peak_counts_shards_only_after_an_earlier_schedule_reduced_them() -> None:
+    """Memory: with four schedules a step each reducing the held stage, the peak holds the
+    stage's fp32 gradient shards beside its unsharded gradients; with one reduction a step
+    (torchtitan's), not: the difference is one pipeline stage's gradient shards."""
+    parallel = ParallelConfig(dp=2, pp=2, zero=3, recompute=Recompute.FULL, global_batch=16)
+
+    def peak(per_schedule: bool) -> int:
+        backend = AnalyticalBackend(
+            framework="torchtitan",
+            overrides={**TENSORS, "pp_held_sync_per_schedule": per_schedule,
+                       "local_batch_size": 2},  # fmt: skip
+        )
+        return backend.evaluate(LLAMA, parallel, SYSTEM).peak_memory_bytes
+
+    programs = lower(LLAMA, parallel)
+    workload = programs.workload
+    grads = {
+        kind: unsharded_elements(workload, block) * workload.grad_bytes // parallel.dp
+        for kind, block in programs.blocks.items()
+    }
+    half = LLAMA.layers // 2
+    stages = {grads["embedding"] + half * grads["layer"], half * grads["layer"] + grads["head"]}
+    assert peak(True) - peak(False) in stages
+
+
+@pytest.mark.parametrize(
+    ("source", "dense", "zero", "expected"),
+    [
+        ("NeMo AutoModel performance summary (PyTorch backend), version of April 2026", True, 3,
+         False),
+        ("NeMo AutoModel llama3_1_70b_pretrain_benchmark_8nodes_tp1cp2pp1.yaml", True, 3, False),
+        ("NeMo AutoModel performance summary (PyTorch backend)", False, 3, None),  # MoE table
+        ("NeMo AutoModel llm_pretrain recipe (llama3_70b_pretrain.yaml)", True, 3, None),
+        ("NeMo AutoModel performance summary (PyTorch backend)", True, 1, None),
+    ],
+)  # fmt: skip
+def test_automodel_reader_rule(source: str, dense: bool, zero: int, expected: bool | None) -> None:
+    """s37 fsdpsync: AutoModel's published dense benchmark configs set
+    ``defer_fsdp_grad_sync: False``; its MoE benchmark configs and its recipes leave the
+    library default (the profile's deferred sync)."""
+    out = Defaults()
+    row = {"source": source, "source_table": "", "notes": ""}
+    automodel_no_sync_defaults(row, zero, dense, out)
+    assert out.options.get("fsdp_no_sync_accumulation") is expected
+    assert bool(out.notes) is (expected is not None)
