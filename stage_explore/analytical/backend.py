@@ -67,6 +67,7 @@ from stage_explore.analytical.framework_costs import (
 )
 from stage_explore.analytical.framework_profile import FrameworkProfile
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, get_framework
+from stage_explore.analytical.memory_kinds import RANK0_PREFIX
 from stage_explore.analytical.no_sync import one_rank_fsdp2
 from stage_explore.analytical.offload import offload_extra
 from stage_explore.analytical.parts import (
@@ -369,6 +370,8 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         tokens = workload.tokens_per_step
         capacity = system.accelerator.memory_bytes
         peaks = self._memory_peaks(step.peak_memory_bytes, capacity)
+        rank0 = step.stage_memory_bytes[0] if step.stage_memory_bytes else step.peak_memory_bytes
+        first = peaks if rank0 == step.peak_memory_bytes else self._memory_peaks(rank0, capacity)
         peak_bytes = peaks.process  # what decides fitting; the other kinds in ``extra``
         feasible = peak_bytes <= capacity
         reason = ""
@@ -402,6 +405,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
                 "pipeline_end_s": step.pipeline_end_s,
                 "framework": self.framework.name,
                 **peaks.as_extra(),
+                **first.as_extra(RANK0_PREFIX),  # pipeline rank 0's (the global rank 0)
                 **self._placement(workload, system),
                 **offload_extra(self.framework, host_bytes, system),
             },

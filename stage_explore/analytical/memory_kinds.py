@@ -16,7 +16,9 @@ A training process's memory is read three ways, and sources report different one
   workspaces included; :data:`BLAS_WORKSPACE_BYTES` of it is inside the allocator.
 
 :func:`memory_peaks` computes the three; the backend's ``peak_memory_bytes`` is the process
-peak (the one that decides whether a point fits), the others go in ``Evaluation.extra``.
+peak (the one that decides whether a point fits), the others go in ``Evaluation.extra``, the
+three of the rank with the largest peak and, prefixed :data:`RANK0_PREFIX`, the three of
+pipeline rank 0 (they differ under pipeline parallelism only).
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ BLAS_WORKSPACE_BYTES = 32 * 2**20
 BLAS_WORKSPACES = 2
 
 
+#: The ``Evaluation.extra`` prefix of the peaks of pipeline rank 0 (the global rank 0 of any
+#: device mesh: every mesh coordinate 0), the rank a source logging one rank's memory
+#: usually logs; the unprefixed peaks are the maximum over the pipeline ranks.
+RANK0_PREFIX = "rank0_"
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryPeaks:
     """One process's peak memory read three ways (bytes; see the module docstring)."""
@@ -49,12 +57,13 @@ class MemoryPeaks:
     reserved: int
     process: int
 
-    def as_extra(self) -> dict[str, int]:
-        """The ``Evaluation.extra`` entries: ``peak_<kind>_bytes`` of each kind."""
+    def as_extra(self, prefix: str = "") -> dict[str, int]:
+        """The ``Evaluation.extra`` entries: ``<prefix>peak_<kind>_bytes`` of each kind
+        (``prefix`` :data:`RANK0_PREFIX` for pipeline rank 0's)."""
         return {
-            "peak_allocated_bytes": self.allocated,
-            "peak_reserved_bytes": self.reserved,
-            "peak_process_bytes": self.process,
+            f"{prefix}peak_allocated_bytes": self.allocated,
+            f"{prefix}peak_reserved_bytes": self.reserved,
+            f"{prefix}peak_process_bytes": self.process,
         }
 
 

@@ -139,14 +139,17 @@ class StepPlan:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """The slowest rank's step time and its breakdown (adding up to it), and the peak memory
-    over all ranks."""
+    """The slowest rank's step time and its breakdown (adding up to it), the peak memory
+    over all ranks, and each pipeline rank's tensor peak (``stage_memory_bytes[i]``: pipeline
+    rank ``i``, the one holding the first chunk at ``i = 0``; the global rank 0 of any mesh
+    is pipeline rank 0)."""
 
     step_time_s: float
     breakdown: tuple[tuple[str, float], ...]
     peak_memory_bytes: int
     slowest_stage: int
     pipeline_end_s: float
+    stage_memory_bytes: tuple[int, ...] = ()
 
 
 #: :func:`step_time`'s signature: (kind, stages, micro-batches, vpp, transfer seconds, arrival
@@ -210,6 +213,7 @@ def assemble_step(
         per_chunk *= schedules
     worst: tuple[float, int, float, float, float, float, float] | None = None
     peak_memory = 0
+    stage_memory: list[int] = []
     order: Sequence[int] = range(chunks)
     for stage in range(p):
         cls = plan.classes[plan.stage_class[stage]]
@@ -246,6 +250,7 @@ def assemble_step(
                 sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
             activations = _peak_activations(kind, stage, p, m, vpp, sizes)
         memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes
+        stage_memory.append(memory)
         if memory > peak_memory:
             peak_memory = memory
     assert worst is not None
@@ -278,7 +283,9 @@ def assemble_step(
     kept = tuple(
         (k, v) for k, v in breakdown.items() if v > 0 or k in ("compute", "pipeline_bubble")
     )
-    return Step(total, kept, peak_memory, stage, pipeline.end_s[stage])  # the schedule's own end
+    return Step(  # the schedule's own end
+        total, kept, peak_memory, stage, pipeline.end_s[stage], tuple(stage_memory)
+    )
 
 
 def _hidden_by_pairs(kind: str, plan: StepPlan, stage: int, m: int, vpp: int) -> float:

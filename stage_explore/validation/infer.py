@@ -71,7 +71,7 @@ from stage_explore.validation.infer_spelling import (
     spelled_cells,
 )
 from stage_explore.validation.infer_system import infer_system, memory_override
-from stage_explore.validation.memory_kind import kind_assumption, memory_kind
+from stage_explore.validation.memory_kind import kind_assumption, memory_kind, memory_rank0
 from stage_explore.validation.setup_systems import derived_name
 from stage_explore.validation.setups import Case, SourceSetup, make_case, system_file
 
@@ -239,7 +239,7 @@ def inferred_setup(
     ]  # fmt: skip
     if metric == "peak_mem_gib":
         try:
-            assumptions.append(kind_assumption(memory_kind(row)))
+            assumptions.append(kind_assumption(memory_kind(row), memory_rank0(row)))
         except ConfigError as error:  # two kinds named: the row's reason
             raise Uninferable(str(error)) from None
     overrides: tuple[tuple[str, float], ...] = (

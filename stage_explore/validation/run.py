@@ -20,6 +20,7 @@ from stage_core.errors import ConfigError
 from stage_core.models.spec import Activation, ModelSpec
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import DEFAULT_NETWORK_EFFICIENCY, AnalyticalBackend
+from stage_explore.analytical.memory_kinds import RANK0_PREFIX
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.system.model import System
 from stage_explore.validation.setup_systems import case_system
@@ -89,9 +90,13 @@ def predict(case: Case, result: Evaluation) -> float:
     parallel, gpus = case.parallel, result.num_gpus
     if case.metric == "iter_time_s":
         return result.step_time_s
-    if case.metric == "peak_mem_gib":  # the kind the row measures; a backend reporting one
-        # peak only (astra-sim's: the tensors') is compared with that
-        kind_bytes = result.extra.get(f"peak_{case.memory_kind}_bytes", result.peak_memory_bytes)
+    if case.metric == "peak_mem_gib":  # the kind the row measures, of pipeline rank 0 when the
+        # row names rank 0's figure; a backend reporting one peak only (astra-sim's: the
+        # tensors') is compared with that
+        key = f"peak_{case.memory_kind}_bytes"
+        kind_bytes = result.extra.get(key, result.peak_memory_bytes)
+        if case.memory_rank0:
+            kind_bytes = result.extra.get(RANK0_PREFIX + key, kind_bytes)
         return float(kind_bytes) / 2**30
     if case.metric == "tokens_per_s_per_gpu":
         tokens = parallel.global_batch * case.model.seq_len

@@ -46,7 +46,7 @@ from stage_explore.validation.csv_cells import (
 from stage_explore.validation.infer_fms_ac import fms_ac_fields
 from stage_explore.validation.infer_layer_ac import layer_ac_fields
 from stage_explore.validation.infer_release import row_text
-from stage_explore.validation.memory_kind import memory_kind
+from stage_explore.validation.memory_kind import memory_kind, memory_rank0
 from stage_explore.validation.setups_file import read_setup_tables
 
 #: What a setup's ``[parallel]`` table may give: :class:`ParallelConfig`'s fields but the
@@ -136,6 +136,10 @@ class Case:
     system_overrides: tuple[tuple[str, float], ...] = ()
     #: A ``peak_mem_gib`` row's kind of peak (:mod:`stage_explore.validation.memory_kind`).
     memory_kind: str = "process"
+    #: Whether that figure is pipeline rank 0's (the row names rank 0's figure), not the
+    #: largest over the pipeline ranks (:func:`~stage_explore.validation.memory_kind.
+    #: memory_rank0`).
+    memory_rank0: bool = False
 
     @property
     def system_source(self) -> str:
@@ -435,6 +439,7 @@ def make_case(source: SourceSetup, row: dict[str, str], row_setup: Mapping[str, 
         flops=source.flops,
         framework_options=tuple(sorted(options.items())),
         memory_kind=memory_kind(row) if source.metric == "peak_mem_gib" else "process",
+        memory_rank0=source.metric == "peak_mem_gib" and memory_rank0(row),
     )
     if not measured_cell:
         return replace(case, reason=f"the source gives no {source.metric}")
