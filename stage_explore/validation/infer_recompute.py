@@ -132,17 +132,44 @@ _SELECTIVE = re.compile(
 _WRAPPED = re.compile(r"\s*(?:full|selective|none)\s*\((.*)\)\s*", re.IGNORECASE)
 
 
+#: A ``selective`` cell that describes its modules in prose (``selective: every RMSNorm and the
+#: MLA up-projections recomputed``, the DeepSeek-V3 report's Section 3.2.3 "We recompute all
+#: RMSNorm operations and MLA up-projections during back-propagation"): the cell up to its first
+#: parenthesis after ``selective`` and ``:`` / ``-``.
+_SELECTIVE_PROSE = re.compile(r"\s*selective\s*[:\-\u2013]\s*([^()]*)", re.IGNORECASE)
+#: Prose names of Megatron-Core's recompute modules (:mod:`stage_core.recompute`): a norm
+#: (``RMSNorm``, ``LayerNorm``) is ``layernorm`` (the norms that are modules of their own; a
+#: latent attention's latent norms go with ``mla_up_proj``), latent attention's up-projections
+#: are ``mla_up_proj``, the attention core is ``core_attn`` (7 Dec 2026, s37 oomaudit).
+PROSE_MODULES: tuple[tuple[str, str], ...] = (
+    (r"\b(?:rms|layer)[\s-]?norms?\b", "layernorm"),
+    (r"\b(?:mla|latent[\s-]attention(?:'s)?)\s+up[\s-]?projections?\b", "mla_up_proj"),
+    (r"\b(?:core[\s-]attention|attention\s+core)\b", "core_attn"),
+)
+
+
+def prose_modules(cell: str) -> tuple[str, ...]:
+    """The recompute modules a ``selective: ...`` cell names in prose (:data:`PROSE_MODULES`,
+    in that order), () when it names none of them."""
+    found = _SELECTIVE_PROSE.match(cell)
+    if found is None:
+        return ()
+    text = found.group(1)
+    return tuple(m for pattern, m in PROSE_MODULES if re.search(pattern, text, re.IGNORECASE))
+
+
 def named_modules(cell: str) -> tuple[str, ...]:
     """The recompute modules a ``selective (...)`` cell names in its parentheses (also as
     :data:`_SELECTIVE` spells it, and inside the cell ``read_recompute`` wrapped), when every
     word there is one of Megatron-Core's ``--recompute-modules`` names
-    (:data:`~stage_core.parallel.RECOMPUTE_MODULES`; ``selective (mla_up_proj)``); else ()
+    (:data:`~stage_core.parallel.RECOMPUTE_MODULES`; ``selective (mla_up_proj)``), or that a
+    ``selective: ...`` cell names in prose (:func:`prose_modules`); else ()
     (``selective (attention core)`` is prose: the default core attention). Moved from
     :mod:`~stage_explore.validation.infer` (s30 fuzz)."""
     found = _SELECTIVE.fullmatch(cell)
     if found is None:
         wrapped = _WRAPPED.fullmatch(cell)
-        return named_modules(wrapped.group(1)) if wrapped else ()
+        return named_modules(wrapped.group(1)) if wrapped else prose_modules(cell)
     names = tuple(n for n in re.split(r"[\s,;+/]+", found.group(1).strip().lower()) if n)
     return names if names and all(n in RECOMPUTE_MODULES for n in names) else ()
 

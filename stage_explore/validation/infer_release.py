@@ -20,10 +20,13 @@ TEXT_COLUMNS = ("source", "source_table", "notes")
 #: (mlcommons/training_results_v5.1 4da2d1cd: ``NVIDIA/systems/tyche_ngpu72_ngc25.09_nemo.json``,
 #: ``Supermicro/systems/AS-8126GS-NB3RT.json``; s24 hidden9: the second spelling dated nothing).
 #: A ``PyTorch NVIDIA Release`` names the PyTorch container, not NeMo's, and is not read here
-#: (but see :data:`PYTORCH_BASE_ROUNDS`).
+#: (but see :data:`PYTORCH_BASE_ROUNDS`). A patch release's ``YY.MM.PP container``
+#: (Megatron-Bridge's ``26.02.01 NeMo Container`` section) names its ``YY.MM`` (7 Dec 2026, s37
+#: oomaudit: it was read as no container, so the three 26.02.01 rows kept fp32 gradient buffers
+#: and 16-bit parameters).
 _CONTAINER = (
     re.compile(r"(?:nemo|ngc)[\s_:-]*(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
-    re.compile(r"\b(2\d)\.(\d\d)\s+(?:nemo\s+)?container", re.IGNORECASE),
+    re.compile(r"\b(2\d)\.(\d\d)(?:\.\d\d)?\s+(?:nemo\s+)?container", re.IGNORECASE),
     re.compile(r"\bnemo\s+framework\s+(?:nvidia\s+)?release\s+(2\d)\.(\d\d)(?!\d)", re.IGNORECASE),
 )
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
