@@ -237,6 +237,21 @@ MODEL_RULES: tuple[tuple[str, dict[float, str], str], ...] = (
 #: GPT-style models (GPT-3, Megatron's GPT-nB, BLOOM, MPT): a flavor of that size, else a GPT
 #: base with the CSV's dims.
 GPT_PATTERN = r"\bgpt|bloom|\bmpt\b"
+#: A Llama named as the model whose description borrows a GPT's sizes ("Llama-175B (GPT-3 175B's
+#: 96 layers ... in the Llama architecture)": the Megatron-Kwai ATC '24 artifact's llama-175b,
+#: run with --swiglu --normalization RMSNorm --disable-bias-linear, kwai/Megatron-Kwai 6c1ff864
+#: examples/atc24/pretrain_llama_using_origin_megatron.sh; s37 blind): its name says the block.
+LLAMA_NAME = re.compile(r"\bllama")
+
+
+def _gpt_named(text: str) -> bool:
+    """Whether a model cell (lower case) names a GPT-style model (:data:`GPT_PATTERN`), not a
+    Llama by name (the text before its first parenthesis, :data:`LLAMA_NAME`)."""
+    name = text.split("(")[0]
+    llama = LLAMA_NAME.search(name) and not re.search(GPT_PATTERN, name)
+    return not llama and re.search(GPT_PATTERN, text) is not None
+
+
 #: Hybrid Mamba / attention models (Nemotron-H, Nemotron 3, Jamba, Zamba, Samba): only a flavor
 #: of the stated size can time them (their layer pattern and state-space dims are not CSV
 #: columns).
@@ -421,7 +436,7 @@ def _infer_flavor(row: dict[str, str], framework: str) -> Inferred:
                 flavor = base
             break
     else:
-        if re.search(GPT_PATTERN, text):
+        if _gpt_named(text):
             flavor, exact = _gpt_flavor(size, framework)
             family = tuple(n for n in list_flavors() if re.match(r"(?:gpt3|megatron-gpt)-", n))
     hybrid = HYBRID_PATTERN.search(text)
