@@ -19,6 +19,7 @@ from stage_core.lower.memory import (
     block_states,
     fp8_weights,
     gathered_input_bytes,
+    loss_logits_elements,
     recompute_working_set,
     unsharded_elements,
     weighted_combine_saved_bytes,
@@ -55,6 +56,10 @@ from stage_explore.analytical.no_sync import (
     no_sync_held_bytes,
 )
 from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
+from stage_explore.analytical.output_chunks import (
+    in_flight_output_bytes,
+    kept_after_backward_bytes,
+)
 from stage_explore.analytical.parts import (
     BlockSync,
     Memo,
@@ -229,6 +234,31 @@ class StateCosting:
         if any(kind == "head" for kind, _ in runs):
             return 0
         return boundary_bytes(workload)
+
+    def _output_chunk_bytes(
+        self, point: Point, signature: tuple[Runs, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Per chunk of ``signature``: the bytes torch pipelining holds per micro-batch in flight
+        beyond the saved activations and the loss's buffers, and per micro-batch whose backward
+        has run until the step ends (``pipelining_output_chunks``, ``pipelining_output_fp32``
+        under ``pipelining_stage_buffers`` with pp > 1;
+        :mod:`~stage_explore.analytical.output_chunks`); empty tuples otherwise."""
+        workload, profile = point.workload, self.framework
+        if not profile.pipelining_stage_buffers or workload.parallel.pp <= 1:
+            return (), ()
+        chunks = [
+            (any(k == "embedding" for k, _ in runs), any(k == "head" for k, _ in runs))
+            for runs in signature
+        ]
+        logits = 0
+        if "head" in point.blocks:
+            logits = loss_logits_elements(point.blocks["head"], workload.weight_bytes)
+        fp32 = profile.pipelining_output_fp32
+        kept = kept_after_backward_bytes(
+            profile.pipelining_output_chunks, chunks, boundary_bytes(workload), logits,
+            FP32_BYTES if fp32 else workload.weight_bytes,
+        )  # fmt: skip
+        return in_flight_output_bytes(fp32, chunks, logits), kept
 
     def _held_bytes(self, point: Point, signature: tuple[Runs, ...], gathered: int) -> int:
         """Buffers a pipeline-stage class holds beside its model states, saved activations and

@@ -44,6 +44,7 @@ from stage_core.errors import ConfigError
 from stage_explore.analytical.eager import EAGER_MODULES
 from stage_explore.analytical.fused_fc1 import FC1_SCOPES
 from stage_explore.analytical.offload import CPU_OPTIMIZERS, OFFLOAD_FLAGS, OffloadOptions
+from stage_explore.analytical.output_chunks import OUTPUT_CHUNKS
 from stage_explore.analytical.profile_kernels import FP8_AMAX_REDUCTION, KERNEL_FLAGS, KernelOptions
 from stage_explore.analytical.profile_moe import MOE_FLAGS, MoeOptions
 from stage_explore.analytical.profile_runtime import RUNTIME_FLAGS, RuntimeOptions
@@ -73,6 +74,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "fp8_amax_reduction": FP8_AMAX_REDUCTION,
     "cpu_optimizer": CPU_OPTIMIZERS,
     "grad_accumulation": GRAD_ACCUMULATION,
+    "pipelining_output_chunks": OUTPUT_CHUNKS,
     "ub_proj_fprop_method": UB_RS_METHODS,
     "ub_fc2_fprop_method": UB_RS_METHODS,
 }

@@ -405,6 +405,13 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
             # parallelisms/pipeline_llama.py builds torch.distributed.pipelining PipelineStages
             # (their per-micro-batch receive buffers and kept outputs)
             pipelining_stage_buffers=True,
+            # torch pipelining's output_chunks (output_chunks.py): the torch of these runs
+            # (nightly 1963fc8, Dec 2024) predates pytorch/pytorch#153383 (May 2025), so every
+            # stage keeps each micro-batch's output until the step ends; models/llama/model.py
+            # returns self.output(h).float(), fp32 logits. Rows of later torchtitan runs take
+            # infer_torch.TORCHTITAN_ERAS' values
+            pipelining_output_chunks="every",
+            pipelining_output_fp32=True,
             # experimental.context_parallel_degree: torch.distributed.tensor.experimental.
             # context_parallel (ring attention of SDPA calls, _SDPAMerger convert_to_f32, the
             # all-gather rotater, the all-to-all dK/dV ring) on models/llama/model.py's

@@ -188,14 +188,17 @@ class StagePlanning(AmaxCosting):
                 if not zero3_persistent(self.framework, w.elements)
             )
         dualpipe = str(workload.parallel.schedule) == "dualpipe"
+        in_flight, kept = self._output_chunk_bytes(point, signature)  # torch pipelining's
         stage_class = StageClass(
             forward_s=tuple(part.timing.forward_s for part in parts),
             backward_s=tuple(part.timing.backward_s for part in parts),
             sync=tuple(part.sync for part in parts),
             saved_bytes=tuple(
                 part.states.saved_bytes + self._kept_output_bytes(point, runs)
-                for part, runs in zip(parts, signature, strict=True)
+                + (in_flight[i] if in_flight else 0)
+                for i, (part, runs) in enumerate(zip(parts, signature, strict=True))
             ),
+            kept_bytes=kept,
             compute_s=compute_s,
             exposed_s=tuple(sorted(exposed.items())),
             states_bytes=states_bytes,

@@ -109,6 +109,19 @@ Options (all booleans unless said):
   holds ``2·m`` boundary-sized buffers (``m`` micro-batches), the first stage ``m`` plus the
   outputs in flight (:func:`~stage_explore.analytical.framework_costs.pipelining_buffer_bytes`).
   Memory only.
+- ``pipelining_output_chunks`` (str) — which ``torch.distributed.pipelining`` stages keep every
+  micro-batch's output until the step ends (``output_chunks``, for ``step()``'s merged return):
+  ``"every"`` stage (torch before pytorch/pytorch#153383, May 2025; torchtitan's December 2024
+  runs), the ``"last"`` only (torch 2.8 on, the default), ``"none"`` (``step(...,
+  return_outputs=False)``, torch 2.10 on, pytorch/pytorch#165822). Each micro-batch whose
+  backward has run leaves its output held: a boundary tensor, or the last stage's logits
+  (:mod:`~stage_explore.analytical.output_chunks`). Read only with ``pipelining_stage_buffers``
+  and pp > 1. Memory only.
+- ``pipelining_output_fp32`` — the last stage returns fp32 logits (torchtitan's December 2024
+  ``Transformer.forward``: ``self.output(h).float()``; off: the model's 16-bit dtype, the
+  upcast inside the loss, torchtitan from spring 2025): the kept outputs are 4 bytes a logit,
+  and the last chunk's micro-batches in flight hold their fp32 logits beside the loss's buffers
+  (``fwd_cache``). Read only with ``pipelining_stage_buffers`` and pp > 1. Memory only.
 - ``rope_table_buffer`` — the model keeps its rotary table as a module buffer on every model
   part (pipeline stage) a rank holds: TorchTitan's Llama registers ``freqs_cis``, complex64
   (8 bytes) of ``max_seq_len`` positions × ``head_dim / 2`` (``models/llama/model.py``
@@ -140,6 +153,8 @@ RUNTIME_FLAGS: dict[str, str] = {
     "loss_16bit_buffers": "bf16 logits copies of a loss on un-upcast logits (bf16 model)",
     "loss_logits_gathered": "KempnerForge output head ColwiseParallel(output_layouts=Replicate())",
     "pipelining_stage_buffers": "torch.distributed.pipelining PipelineStage recv buffers",
+    "pipelining_output_chunks": "torch pipelining output_chunks (every/last stage; return_outputs)",
+    "pipelining_output_fp32": "torchtitan Transformer.forward self.output(h).float() (Dec 2024)",
     "pipeline_outputs_kept": "Megatron-Core deallocate_pipeline_outputs False (NeMo 1.x)",
     "collectives_wait_for_issued_compute": "torch ProcessGroupNCCL: NCCL stream waits at issue",
     "rope_table_buffer": "torchtitan Transformer.freqs_cis buffer (cloned by context_parallel)",
@@ -168,6 +183,8 @@ class RuntimeOptions:
     loss_16bit_buffers: int = 0  # the loss upcasts (loss_fp32_buffers)
     loss_logits_gathered: bool = False  # the loss reads the rank's vocabulary shard
     pipelining_stage_buffers: bool = False  # receive buffers per use, sent outputs freed
+    pipelining_output_chunks: str = "last"  # torch 2.8 on: the last stage keeps its outputs
+    pipelining_output_fp32: bool = False  # the last stage's logits in the model's 16 bits
     pipeline_outputs_kept: bool = False  # a sent output's data freed (deallocate_output_tensor)
     collectives_wait_for_issued_compute: bool = False  # starts when its input is ready
     rope_table_buffer: bool = False  # the rotary table computed per forward (not counted)

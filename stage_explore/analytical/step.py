@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from stage_core.lower.schedule import SPLIT_BACKWARD, chunks_per_rank
 from stage_explore.analytical.blocktime import CONTENTION
+from stage_explore.analytical.output_chunks import peak_with_kept_outputs
 from stage_explore.analytical.pipeline import (
     PipelineResult,
     StageTimes,
@@ -68,9 +69,10 @@ class StageClass:
     """Pipeline ranks that hold the same blocks and whose groups span the network alike.
 
     Per local chunk: forward and backward seconds per micro-batch, gradient synchronisation,
-    saved activation bytes per micro-batch. Per rank: busy compute and exposed communication
-    (by label) per micro-batch of every chunk, model-state bytes, transient buffers (ZeRO-3's
-    gathered weights), optimizer seconds.
+    saved activation bytes per micro-batch, bytes a micro-batch leaves held from its backward to
+    the step's end (``kept_bytes``, torch pipelining's kept outputs; empty: none). Per rank:
+    busy compute and exposed communication (by label) per micro-batch of every chunk,
+    model-state bytes, transient buffers (ZeRO-3's gathered weights), optimizer seconds.
 
     For the schedules that split the backward (ZB-H1, DualPipe): per chunk the seconds of its
     input-gradient part ``input_grad_s`` (empty: all of the backward), of its weight-gradient
@@ -96,6 +98,9 @@ class StageClass:
     pair_s: tuple[tuple[float, ...], ...] = ()
     after_backward_s: float = 0.0  # a collective once the whole backward is done (DualPipe's)
     weight_grad_s: tuple[float, ...] = ()
+    # per chunk: bytes each micro-batch's backward leaves held until the step ends (torch
+    # pipelining's output_chunks, :mod:`~stage_explore.analytical.output_chunks`); empty: none
+    kept_bytes: tuple[int, ...] = ()
 
     def stage_times(self, split: bool) -> StageTimes:
         """The pipeline's view: whole backwards, or B and W apart; a held chunk's first forward
@@ -242,7 +247,12 @@ def assemble_step(
         total += forward_lost  # after the reductions and the optimizer (SyncCost)
         if worst is None or total > worst[0]:
             worst = (total, stage, free, lost, held, forward_lost, gather)
-        if kind == "gpipe":
+        if any(cls.kept_bytes):  # outputs kept until the step ends: walk the whole order
+            sizes = cls.saved_bytes
+            if split:
+                sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
+            activations = peak_with_kept_outputs(kind, stage, p, m, vpp, sizes, cls.kept_bytes)
+        elif kind == "gpipe":
             activations = m * sum(cls.saved_bytes)
         else:
             sizes = cls.saved_bytes

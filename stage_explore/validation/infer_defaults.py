@@ -479,7 +479,8 @@ def recipe_defaults(
             recompute = shipped[0]
             out.parallel["recompute"] = recompute
             out.notes.append(shipped[1])
-        torchtitan_defaults(row, recompute, stated.get("tp", 1), out)
+        pp = int(stated.get("pp", parallel.get("pp", 1)))
+        torchtitan_defaults(row, recompute, stated.get("tp", 1), out, pp)
         torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
     elif framework == "internevo":
         internevo_defaults(row, out, preset_has_kernel(system, INTERNEVO_KERNEL))

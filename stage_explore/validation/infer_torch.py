@@ -214,11 +214,27 @@ TORCHTITAN_ERAS: tuple[tuple[tuple[int, int], bool, str, str, Any, str], ...] = 
      "torch.nn.RMSNorm since pytorch/torchtitan#985 (Mar 2025), which dispatches to "
      "aten::_fused_rms_norm and its fused backward from PyTorch 2.9 (Oct 2025; "
      "pytorch/pytorch#153666) and to the op-by-op composite before"),
+    ((2025, 4), False, "options", "pipelining_output_fp32", False,
+     "the last pipeline stage's logits in bf16 (pipelining_output_fp32 false): torchtitan's "
+     "Transformer.forward returns self.output(h) (models/llama3/model.py, pytorch/torchtitan "
+     "2519f631), the fp32 upcast inside the loss (build_cross_entropy_loss, "
+     "pytorch/torchtitan#1033, Apr 2025), not the December 2024 self.output(h).float()"),
+    ((2025, 6), False, "options", "pipelining_output_chunks", "last",
+     "only the last pipeline stage keeps its micro-batches' outputs until the step ends "
+     "(pipelining_output_chunks last): torch pipelining's forward_one_chunk appends to "
+     "output_chunks only on the last stage since pytorch/pytorch#153383 (merged 13 May 2025, "
+     "torch 2.8); torchtitan's train.py calls pp_schedule.step without return_outputs "
+     "(pytorch/torchtitan 000204a4)"),
+    ((2025, 11), False, "options", "pipelining_output_chunks", "none",
+     "no pipeline stage keeps its micro-batches' outputs (pipelining_output_chunks none): "
+     "torchtitan calls pp_schedule.step(..., return_outputs=False) since pytorch/torchtitan#1922 "
+     "(Oct 2025, 'Update PP to release memory earlier'; trainer.py 003fe280), the argument of "
+     "pytorch/pytorch#165822 (Oct 2025, torch 2.10) that skips output_chunks"),
 )  # fmt: skip
 
 #: The eras set by the PyTorch release rather than torchtitan's code: a named release decides
 #: them over the text's date.
-_TORCH_RELEASE_ERAS = ("fused_rmsnorm",)
+_TORCH_RELEASE_ERAS = ("fused_rmsnorm", "pipelining_output_chunks")
 
 
 def torchtitan_pipeline(
@@ -282,7 +298,12 @@ FLOAT8_ALL_GATHER = re.compile(
 DIST_MOE = re.compile(r"\bdist[\s_-]?moe\b", re.IGNORECASE)
 
 
-def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defaults) -> None:
+def torchtitan_defaults(
+    row: dict[str, str], recompute: str, tp: int, out: Defaults, pp: int = 1
+) -> None:
+    """torchtitan's defaults for ``row`` (``recompute``, ``tp``; the eras of
+    :data:`TORCHTITAN_ERAS` by its date, the ``pipelining_*`` ones only with pipeline
+    parallelism, ``pp`` > 1)."""
     text = row_text(row).lower()
     table = row.get("source_table", "").lower()
     compiled = names_compile(row)
@@ -343,6 +364,8 @@ def torchtitan_defaults(row: dict[str, str], recompute: str, tp: int, out: Defau
         when, how = torch_dated(row), "the PyTorch release the text names dates from"
     release = torch_dated(row)
     for first, needs_compile, _, name, value, why in TORCHTITAN_ERAS:
+        if name.startswith("pipelining_") and pp <= 1:
+            continue  # torch pipelining's options: nothing to read without stages
         at, source = when, how
         if name in _TORCH_RELEASE_ERAS and release is not None:
             at, source = release, "the PyTorch release the text names dates from"

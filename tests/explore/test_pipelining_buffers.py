@@ -24,6 +24,8 @@ PLAIN = {
     "allocator_overhead": 0.0,
     "loss_fp32_buffers": 0,
     "loss_parallel": False,
+    "pipelining_output_chunks": "none",  # the kept outputs: tests/explore/test_output_chunks.py
+    "pipelining_output_fp32": False,
 }
 
 
