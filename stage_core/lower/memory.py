@@ -18,7 +18,7 @@ instructions), and under ZeRO-3 the gathered weights of two blocks (one in use, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from stage_core.arguments import expect
@@ -196,7 +196,10 @@ def backward_working_set(block: BoundBlock, extra: InstrBytes | None = None) -> 
 
 
 def recompute_working_set(
-    workload: Workload, blocks: Mapping[str, BoundBlock], extra: InstrBytes | None = None
+    workload: Workload,
+    blocks: Mapping[str, BoundBlock],
+    extra: InstrBytes | None = None,
+    kinds: Collection[str] | None = None,
 ) -> int:
     """Transient bytes at the peak of a backward: the largest over block kinds of what one
     block's backward holds at once (:func:`backward_working_set`: activation gradients and, under
@@ -206,8 +209,12 @@ def recompute_working_set(
     :func:`~stage_core.lower.compact.recompute_groups`) the largest group's: its recompute
     re-runs the group's forward, so while its last layer's backward runs the group's other
     layers hold their full activations (:func:`uniform_group_working_set`).
-    ``extra`` as in :func:`backward_working_set`."""
-    largest = max((backward_working_set(block, extra) for block in blocks.values()), default=0)
+    ``extra`` as in :func:`backward_working_set`. ``kinds``: the block kinds one pipeline stage
+    runs (``None``: every block of the model) — a stage's backward runs its own blocks only, so
+    its transient is theirs: a first stage under pipeline parallelism never holds the output
+    layer's logits gradient (s37 vocab2; before, every stage was charged the model's largest)."""
+    own = blocks if kinds is None else {k: b for k, b in blocks.items() if k in kinds}
+    largest = max((backward_working_set(block, extra) for block in own.values()), default=0)
     if str(workload.parallel.recompute) == "none":
         return largest
     full_saved: dict[str, int] = {}
@@ -217,9 +224,11 @@ def recompute_working_set(
         if is_kept_block(kind) or is_grouped_block(kind):  # kept: no recompute; grouped: below
             continue
         full_saved[kind] = unrecomputed_saved_bytes(workload, kind)
-        largest = max(largest, full_saved[kind] - blocks[kind].saved_bytes)
+        if kind in own:
+            largest = max(largest, full_saved[kind] - blocks[kind].saved_bytes)
     for group in recompute_groups(workload):
-        largest = max(largest, uniform_group_working_set(group, blocks, full_saved, extra))
+        if kinds is None or all(kind in own for kind in group):
+            largest = max(largest, uniform_group_working_set(group, blocks, full_saved, extra))
     return largest
 
 
@@ -484,7 +493,9 @@ def chunks_memory(
 def stage_memory(
     programs: ProgramSet, stage: StageProgram, ranks: tuple[int, ...] = ()
 ) -> MemoryBreakdown:
-    working_set = recompute_working_set(programs.workload, programs.blocks)
+    held = {id(block) for chunk in stage.chunks for block in chunk.blocks}
+    kinds = {kind for kind, block in programs.blocks.items() if id(block) in held}
+    working_set = recompute_working_set(programs.workload, programs.blocks, kinds=kinds)
     return chunks_memory(
         programs.workload, stage.chunks, stage.tasks, working_set, stage.stage, ranks
     )

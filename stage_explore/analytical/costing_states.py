@@ -206,10 +206,11 @@ class StateCosting:
             profile.allocator_overhead,
         )
 
-    def _working_set(self, point: Point) -> int:
+    def _working_set(self, point: Point, kinds: frozenset[str] | None = None) -> int:
         """What one block's backward holds at once at its peak
         (:func:`~stage_core.lower.memory.recompute_working_set`; under a uniform recompute
-        its groups', :func:`~stage_core.lower.compact.recompute_groups`), memoised; under torch's
+        its groups', :func:`~stage_core.lower.compact.recompute_groups`), over the block kinds
+        ``kinds`` one pipeline stage runs (``None``: the whole model's), memoised; under torch's
         ``context_parallel`` (``cp_merge_fp32`` with cp > 1) with the ring attention's own
         buffers at the attention instructions
         (:func:`~stage_explore.analytical.context_parallel.cp_ring_held_bytes`)."""
@@ -217,8 +218,8 @@ class StateCosting:
         extra = None if cp <= 1 else partial(cp_ring_held_bytes, cp=cp)
         groups = recompute_groups(point.workload)  # uniform recompute: the groups' layers
         return self._parts.get(  # type: ignore[no-any-return]
-            ("working_set", point.key, cp, groups),
-            lambda: recompute_working_set(point.workload, point.blocks, extra),
+            ("working_set", point.key, cp, groups, kinds),
+            lambda: recompute_working_set(point.workload, point.blocks, extra, kinds),
         )
 
     def _kept_output_bytes(self, point: Point, runs: Runs) -> int:
@@ -328,5 +329,5 @@ class StateCosting:
         loss = loss_excess_bytes(blocks, profile, parallel.tp, workload.weight_bytes)
         loss_excess = 0  # the loss's backward peak, before any reduce-scatter
         if loss:
-            loss_excess = max(0, loss - self._working_set(point))
+            loss_excess = max(0, loss - self._working_set(point, frozenset(kinds)))
         return held + max(reduce_held, loss_excess)

@@ -203,6 +203,9 @@ class StagePlanning(AmaxCosting):
             exposed_s=tuple(sorted(exposed.items())),
             states_bytes=states_bytes,
             buffers_bytes=self._held_bytes(point, signature, gathered_bytes),
+            working_set_bytes=self._working_set(
+                point, frozenset(kind for runs in signature for kind, _ in runs)
+            ),
             optimizer_s=self.optimizer_s(point, params) + sum(  # and the persistent gathers
                 n * self.persistent_gather_s(point, k, spans.__getitem__)
                 for runs in signature

@@ -101,6 +101,9 @@ class StageClass:
     # per chunk: bytes each micro-batch's backward leaves held until the step ends (torch
     # pipelining's output_chunks, :mod:`~stage_explore.analytical.output_chunks`); empty: none
     kept_bytes: tuple[int, ...] = ()
+    #: What a backward of the class's own blocks holds at once (its transient; ``None``: the
+    #: plan's whole-model :attr:`StepPlan.working_set_bytes`).
+    working_set_bytes: int | None = None
 
     def stage_times(self, split: bool) -> StageTimes:
         """The pipeline's view: whole backwards, or B and W apart; a held chunk's first forward
@@ -123,7 +126,9 @@ class StageClass:
 class StepPlan:
     """Every pipeline stage's class, the activation transfer between stages (what it holds the
     sender, ``transfer_s``, and how long it delays the receiver beyond that, ``arrival_s``), and
-    the bytes recompute re-materialises (a transient on every rank)."""
+    the bytes the model's largest backward holds at once, recompute's re-materialised
+    activations included (a transient on a rank whose class states none of its own:
+    :attr:`StageClass.working_set_bytes`)."""
 
     stage_class: tuple[int, ...]
     classes: tuple[StageClass, ...]
@@ -259,7 +264,10 @@ def assemble_step(
             if split:
                 sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
             activations = _peak_activations(kind, stage, p, m, vpp, sizes)
-        memory = cls.states_bytes + activations + plan.working_set_bytes + cls.buffers_bytes
+        transient = cls.working_set_bytes
+        if transient is None:
+            transient = plan.working_set_bytes
+        memory = cls.states_bytes + activations + transient + cls.buffers_bytes
         stage_memory.append(memory)
         if memory > peak_memory:
             peak_memory = memory
