@@ -25,6 +25,11 @@ tokens and then context tokens while the step holds at most ``max_num_tokens``
 (``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp`` at 0a949d31,
 ``MicroBatchScheduler::operator()``: ``batchNumTokens + reqNumTokens > maxNumTokensRuntime``
 stops the step; nvidia.github.io/TensorRT-LLM, "Tuning Max Batch Size and Max Num Tokens").
+A row whose ``engine`` cell is ``vllm-v1`` is an offline vLLM V1 benchmark of ``num_prompts``
+requests queued at once: its throughput is a replay of V1's scheduler over the whole run
+(:mod:`~stage_explore.validation.serving_vllm`: chunked prefill within ``max_num_batched_tokens``,
+KV blocks, preemption of the newest request and its recompute), at most ``max_batch``
+(``max_num_seqs``) running.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from stage_explore.validation.serving_trtllm import (
     kv_free_fraction,
     trtllm_batch,
 )
+from stage_explore.validation.serving_vllm import engine_cell, vllm_offline_tokens_per_s
 
 #: Where the shipped measurements live.
 SERVING_RUNS = Path(__file__).resolve().parents[1] / "data" / "serving_runs.csv"
@@ -105,6 +111,43 @@ def _cap(row: dict[str, str], line: int) -> int | None:
     return cap
 
 
+def _positive(row: dict[str, str], key: str, line: int) -> int | None:
+    """An optional positive-int cell: None when empty or absent."""
+    cell = (row.get(key) or "").strip()
+    if not cell:
+        return None
+    value = _int(row, key, line)
+    if value < 1:
+        raise ConfigError(
+            f"serving_runs.csv line {line}: `{key}` must be a positive int, got {cell!r}"
+        )
+    return value
+
+
+def _prompts(row: dict[str, str], line: int, engine: str, fraction: float | None) -> int | None:
+    """The row's ``num_prompts`` cell for a ``vllm-v1`` row (required there, a positive int);
+    None for other engines (where the cell must be empty)."""
+    cell = (row.get("num_prompts") or "").strip()
+    if engine != "vllm-v1":
+        if cell:
+            raise ConfigError(
+                f"serving_runs.csv line {line}: `num_prompts` is read only for engine 'vllm-v1', "
+                f"got {cell!r} with engine {engine!r}"
+            )
+        return None
+    if fraction is not None:
+        raise ConfigError(
+            f"serving_runs.csv line {line}: `kv_free_fraction` is TensorRT-LLM's rule, got "
+            f"{fraction!r} with engine 'vllm-v1'"
+        )
+    value = _int(row, "num_prompts", line)
+    if value < 1:
+        raise ConfigError(
+            f"serving_runs.csv line {line}: `num_prompts` must be a positive int, got {cell!r}"
+        )
+    return value
+
+
 def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> ServingRow:
     """Predict one row (see the module docstring)."""
     if row["metric"] not in METRICS:
@@ -117,6 +160,8 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
     measured = float(row["measured"])
     cap = _cap(row, line)
     fraction = kv_free_fraction(row.get("kv_free_fraction"), line)
+    engine = engine_cell(row.get("engine"), line)
+    prompts = _prompts(row, line, engine, fraction)
     try:
         model = get_flavor(row["flavor"])
         system = load_system(row["system"])
@@ -125,6 +170,15 @@ def evaluate_row(row: dict[str, str], line: int, backend: AnalyticalBackend) -> 
             kv_precision=row["kv_precision"], context_len=isl + osl // 2,
         )  # fmt: skip
         memory = system.accelerator.memory_bytes
+        if prompts is not None:  # vLLM V1's offline wave, replayed (serving_vllm)
+            usable = int(memory * DEFAULT_MEMORY_UTILIZATION)
+            rate, note = vllm_offline_tokens_per_s(
+                backend, model, base, system, isl=isl, osl=osl, num_prompts=prompts,
+                max_num_seqs=cap, usable_bytes=usable,
+                max_num_batched_tokens=_positive(row, "max_num_batched_tokens", line),
+            )  # fmt: skip
+            return ServingRow(row["id"], row["source"], row["metric"], measured, rate,
+                              f"{setup}, {note}")  # fmt: skip
         budget = DEFAULT_PREFILL_TOKENS_PER_STEP
         if fraction is None:  # vLLM: gpu_memory_utilization of the total
             fits = max_batch(model, base, int(memory * DEFAULT_MEMORY_UTILIZATION))

@@ -68,7 +68,9 @@ def test_a_trtllm_row_packs_prompts_into_the_engines_tokens_per_step() -> None:
 def test_a_vllm_row_keeps_the_default_budget() -> None:
     rows = [r for r in _rows().values() if not (r.get("kv_free_fraction") or "").strip()]
     assert rows, "the shipped CSV has vLLM rows (no kv_free_fraction cell)"
-    row = rows[0]
+    # Without an engine cell (the shipped vLLM rows name `vllm-v1` and are replayed since s37
+    # vllm, test_serving_vllm.py), a row without kv_free_fraction keeps the steady state.
+    row = {**rows[0], "engine": "", "num_prompts": "", "max_num_batched_tokens": ""}
     predicted = evaluate_row(row, 2, AnalyticalBackend())
     assert "tokens per step" not in predicted.setup
     with_default, _ = _serve(row, DEFAULT_PREFILL_TOKENS_PER_STEP)
