@@ -110,3 +110,34 @@ def test_engine_cells_are_checked(tmp_path: Path) -> None:
         validate_serving(_amd_row(tmp_path, num_prompts=""))
     with pytest.raises(ConfigError, match="line 2: `kv_free_fraction` is TensorRT-LLM's rule"):
         validate_serving(_amd_row(tmp_path, kv_free_fraction="0.9"))
+
+
+def test_the_step_timer_is_the_analytical_step_on_its_grid() -> None:
+    """At a multiple of ``cap / DECODE_POINTS`` running requests the decode time is the
+    analytical decode step itself, at any context between ``isl + 1`` and ``isl + osl`` linear
+    in the context; between two grid batches it lies between their times."""
+    from dataclasses import replace
+
+    from stage_core.models import get_flavor
+    from stage_core.serving import Phase, ServingConfig
+    from stage_explore.analytical.backend import AnalyticalBackend
+    from stage_explore.analytical.serving import evaluate_decode
+    from stage_explore.validation.serving_vllm import DECODE_POINTS, step_timer
+
+    backend, system, model = AnalyticalBackend(), load_system("mi300x"), get_flavor("llama3-8b")
+    base = ServingConfig(phase=Phase.DECODE, batch=1, precision="fp8", kv_precision="fp8")
+    cap, isl, osl = 64 * DECODE_POINTS, 128, 1024
+    timer = step_timer(backend, model, base, system, isl=isl, osl=osl, max_num_seqs=cap,
+                       budget=8192)  # fmt: skip
+
+    def exact(batch: int, context: int) -> float:
+        config = replace(base, batch=batch, context_len=context - 1)
+        seconds = evaluate_decode(backend, model, config, system).time_per_output_token_s
+        assert seconds is not None
+        return seconds
+
+    assert timer(128, isl + 1, 0, 0.0) == pytest.approx(exact(128, isl + 1), rel=1e-12)
+    assert timer(128, isl + osl, 0, 0.0) == pytest.approx(exact(128, isl + osl), rel=1e-12)
+    low, high = timer(128, 600, 0, 0.0), timer(192, 600, 0, 0.0)
+    assert min(low, high) <= timer(150, 600, 0, 0.0) <= max(low, high)
+    assert timer(0, 0.0, 1000, 200.0) > 0 and timer(128, 600, 1000, 200.0) > low

@@ -64,7 +64,7 @@ def test_the_amd_vllm_rows_blind_reading() -> None:
     """The AMD ROCm vLLM rows (Llama 3.1 70B / 405B FP8 at TP 8 on MI300X, five vLLM versions)
     are replayed as vLLM V1 runs them (serving_vllm: the table's Num Prompts = Max Num Seqs
     admitted at once); only the 405B output-4,096 cell preempts. Blind reading (s36 rowsS2):
-    mean 30.2 %, every row too fast; with the replay (s37 vllm) 22.4 %, as a regression bound."""
+    mean 30.2 %, every row too fast; with the replay (s37 vllm) 22.1 %, as a regression bound."""
     rows = [r for r in validate_serving() if r.source == AMD_VLLM]
     assert len(rows) == 20 and all("vLLM V1 replay: " in r.setup for r in rows)
     preempting = {r.id.split("-", 2)[2] for r in rows if " 0 preempted" not in r.setup}
