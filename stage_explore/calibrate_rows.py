@@ -25,6 +25,10 @@ Contents:
         without sequence parallelism (``ParallelConfig``'s default, Megatron's
         ``--sequence-parallel`` off) where most tensor-parallel runs since 2022 ran with it; said
         in a ``note:`` line (JSON ``sp_defaults``), as it was not (s28 review).
+    :func:`recompute_defaults`, :func:`recompute_note`
+        runs whose ``recompute`` cell is empty or absent: fitted with the recompute the
+        framework's reading gives (``none`` for a plain layout), without a word until s37
+        review10, where an empty ``sp`` had a note since s28 (JSON ``recompute_defaults``).
     :func:`unsharded_zero_notes`
         runs whose ``zero`` cell is 2 or 3 at dp·cp = 1, fitted as ZeRO-0 (as PyTorch FSDP and
         DeepSpeed run them, :func:`stage_core.parallel.unsharded_zero`): a ``note:`` line
@@ -186,6 +190,30 @@ def sp_defaults(path: Path) -> list[str]:
         if tp is not None and tp > 1 and not str(row.get("sp") or "").strip():
             found.append(row.get("id") or f"run-{i + 1}")
     return found
+
+
+def recompute_defaults(path: Path, held: Mapping[str, str]) -> dict[str, str]:
+    """The runs of the runs CSV at ``path`` (by id, as :func:`sp_defaults` names them) whose
+    ``recompute`` cell is empty or absent, each with the recompute it is fitted with
+    (``held``: each built run's ``recompute``, by id)."""
+    found = {}
+    for i, row in enumerate(read_csv(path)):
+        run_id = row.get("id") or f"run-{i + 1}"
+        if not str(row.get("recompute") or "").strip() and run_id in held:
+            found[run_id] = held[run_id]
+    return found
+
+
+def recompute_note(runs: Mapping[str, str]) -> list[str]:
+    """The ``note:`` lines for :func:`recompute_defaults`' runs, one per recompute taken."""
+    by_value: dict[str, list[str]] = {}
+    for run_id, value in runs.items():
+        by_value.setdefault(value, []).append(run_id)
+    return [
+        f"note: recompute empty on {counted(len(ids), 'run')}, taken as {value}: "
+        f"{first_named(ids)}; write none, selective or full for each run as it ran"
+        for value, ids in sorted(by_value.items())
+    ]
 
 
 def unsharded_zero_notes(path: Path, held: Mapping[str, int]) -> list[str]:

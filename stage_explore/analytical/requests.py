@@ -16,7 +16,9 @@ Contents:
         table with ``distribution = "…"`` and its parameters); one-line errors naming the value.
 
 Named distributions are discretised at the midpoints of equal-probability bins (quantiles
-``(i + 0.5) / n``), rounded to whole tokens (at least 1); equal points merge.
+``(i + 0.5) / n``), rounded to whole tokens; equal points merge. A point that rounds below 1
+or above 2^24 tokens is refused (it was clamped until s37: a lognormal of sigma 50 served
+1-token prompts whatever its mean).
 """
 
 from __future__ import annotations
@@ -162,7 +164,17 @@ def length_distribution(value: Any, what: str) -> LengthDistribution:
             if bad or not (number >= 0 if key == "sigma" else number > 0):
                 raise ConfigError(f"{what}: {name} {key} must be a number > 0, but got {number!r}")
             params[key] = float(number)
-        points = [max(1, min(MAX_CONTEXT, round(x))) for x in _quantiles(name, params, what)]
+        quantiles = _quantiles(name, params, what)
+        for rank, x in enumerate(quantiles, start=1):  # clamped before s37: sigma 50 was 1 token
+            if not 1 <= round(x) <= MAX_CONTEXT:
+                given = ", ".join(f"{k} {v!r}" for k, v in value.items())
+                raise ConfigError(
+                    f"{what}: {given} puts quantile point {rank} of {QUANTILE_POINTS} at "
+                    f"{x:.4g} tokens, outside 1 to {MAX_CONTEXT}; expected a distribution "
+                    "whose points are whole lengths in that range (a smaller sigma or max, a "
+                    "larger mean, or [length, weight] pairs)"
+                )
+        points = [round(x) for x in quantiles]
         return LengthDistribution.from_weights([(p, 1.0) for p in points], what)
     raise ConfigError(
         f"{what}: expected a length, a list of [length, weight] pairs or a table "
@@ -199,11 +211,19 @@ class RequestLoad:
         if rate is not None and (
             isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf
         ):
-            raise ConfigError(f"`arrival_rate_per_s` must be a number > 0, but got {rate!r}")
+            raise ConfigError(f"`arrival_rate_per_s` must be a finite number > 0, but got {rate!r}")
         if clients is not None and (
             isinstance(clients, bool) or not isinstance(clients, int) or clients < 1
         ):
             raise ConfigError(f"`concurrency` must be an integer ≥ 1, but got {clients!r}")
+        longest = cached + max(self.prompt.lengths()) + max(self.output.lengths())
+        if longest > MAX_CONTEXT:  # each trial's `context_len` refused before s37
+            raise ConfigError(
+                f"`cached_prompt_len` + the longest `prompt_len` + the longest `output_len` "
+                f"must be at most {MAX_CONTEXT} = 2^24 tokens (a request's cache at its last "
+                f"token), but got {cached} + {max(self.prompt.lengths())} + "
+                f"{max(self.output.lengths())} = {longest}"
+            )
 
     @property
     def mode(self) -> str:

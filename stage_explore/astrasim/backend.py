@@ -36,7 +36,7 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_explore.analytical.parts import compute_dtype, peak_dtype
 from stage_explore.astrasim import memory
-from stage_explore.astrasim.discovery import Variant, find_binary, parse_variant
+from stage_explore.astrasim.discovery import Variant, check_starts, find_binary, parse_variant
 from stage_explore.astrasim.inputs import AstraInputs, AstraSettings, astra_config, write_inputs
 from stage_explore.astrasim.memory import HostMemoryError
 from stage_explore.astrasim.parse import AstraSimReport
@@ -117,8 +117,11 @@ class AstraSimBackend(BaseBackend):
         }
 
     def preflight(self) -> Path:
-        """The binary this backend will run; a one-line ConfigError if there is none."""
-        return find_binary(self.binary, self.variant)
+        """The binary this backend will run; a one-line ConfigError if there is none, or if
+        the dynamic loader cannot start it (:func:`check_starts`)."""
+        found = find_binary(self.binary, self.variant)
+        check_starts(found)
+        return found
 
     def check_network(self, system: System, gpus: int, dtype: str) -> None:
         """A one-line ConfigError when the chosen build cannot simulate the job's network.

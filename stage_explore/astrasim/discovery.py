@@ -8,7 +8,12 @@ Holds:
   :class:`~stage_core.errors.ConfigError`) that names what was looked for and the three ways a
   study points STAGE at it (``stage eval``, which has no ``binary`` option, re-words it with
   :data:`EVAL_HOW`);
-- :func:`check_available` — the same, for failing fast before a study starts.
+- :func:`check_available` — the same, for failing fast before a study starts;
+- :func:`check_starts` — the found binary run once without arguments: a binary the dynamic
+  loader cannot start (``error while loading shared libraries``, exit 127: the prebuilt
+  binary copied without its ``lib/`` folder) is a one-line :class:`BinaryNotFound` before a
+  study starts, where until s37 review10 every trial ran and failed with "exited with status
+  127" (ASTRA-sim itself, given no arguments, exits 255 at once on its missing options).
 
 ASTRA-sim is built from source by its users (it is on neither PyPI nor Debian), so its location
 is a fact about the machine, read when an evaluation needs it: ``ASTRA_SIM_BIN`` names where the
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -154,3 +160,35 @@ def check_available(
 ) -> Path:
     """Fail fast, before any evaluation, when ASTRA-sim cannot be found (a ConfigError)."""
     return find_binary(binary, variant)
+
+
+#: What glibc's dynamic loader prints, with exit status 127, when a needed library is missing
+#: (``ld.so``: "error while loading shared libraries: libX.so.N: cannot open shared object file").
+LOADER_ERROR = "error while loading shared libraries"
+#: Seconds the start probe waits (ASTRA-sim 518bd51 exits in ~20 ms without arguments).
+PROBE_TIMEOUT_S = 10.0
+
+
+def check_starts(binary: Path) -> None:
+    """A one-line :class:`BinaryNotFound` when the dynamic loader cannot start ``binary``.
+
+    Runs it once without arguments (ASTRA-sim then only complains of its missing options);
+    any other outcome — an exit status, a timeout, a start failure the run reports itself —
+    is left to the runs.
+    """
+    try:
+        done = subprocess.run(
+            [str(binary)], stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=PROBE_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return
+    text = done.stderr.decode("utf-8", "replace")
+    line = next((ln for ln in text.splitlines() if LOADER_ERROR in ln), None)
+    if done.returncode == 127 and line is not None:
+        missing = line.split(LOADER_ERROR, 1)[1].lstrip(": ").strip()
+        raise BinaryNotFound(
+            f"ASTRA-sim binary {binary} cannot start: the dynamic loader says {missing!r}; "
+            "a prebuilt binary needs its lib/ folder beside bin/ (copy the whole build folder), "
+            "or put the library's folder on LD_LIBRARY_PATH"
+        )

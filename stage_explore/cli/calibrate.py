@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         derived_dps,
         layout_defaults,
         layout_notes,
+        recompute_defaults,
+        recompute_note,
         sp_defaults,
         sp_note,
         unsharded_zero_notes,
@@ -191,12 +193,16 @@ def run(args: argparse.Namespace) -> int:
     defaults = layout_defaults(args.runs)  # an empty dp fitted a 64-GPU run on 2 GPUs
     derived = derived_dps(args.runs)
     no_sp = sp_defaults(args.runs)  # tp > 1 fitted without sequence parallelism (s28 review)
+    recomputes = {c.id: str(c.parallel.recompute) for c in cases if c.parallel is not None}
+    no_recompute = recompute_defaults(args.runs, recomputes)  # silent until s37 review10
     if not args.json:
         gpus = {c.id: c.parallel.world_size for c in cases if c.parallel is not None}
         for line in layout_notes(defaults, gpus):
             print(line)
         if no_sp:
             print(sp_note(no_sp))
+        for line in recompute_note(no_recompute):
+            print(line)
         held = {c.id: c.parallel.zero for c in cases if c.parallel is not None}
         for line in unsharded_zero_notes(args.runs, held):  # zero 2/3 at dp·cp = 1 (s30 review3)
             print(line)
@@ -255,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
             "layout_defaults": {run_id: list(cells) for run_id, cells in defaults.items()},
             "dp_from_num_gpus": derived,
             "sp_defaults": no_sp,
+            "recompute_defaults": no_recompute,
             "runs_on_model_base": on_base,
             "models_read": {k: r.flavor for k, r in reads.items() if not r.on_base},
             "evaluations": fitted.evaluations,

@@ -29,7 +29,11 @@ from stage_core.arguments import expect
 from stage_core.errors import ConfigError
 from stage_explore.limits import check_sizes
 from stage_explore.study._reader import Source, Table, choices_text, describe
-from stage_explore.study.serving_space import parse_requests, parse_serving_space
+from stage_explore.study.serving_space import (
+    parse_requests,
+    parse_serving_space,
+    serving_impossibility,
+)
 from stage_explore.study.space import has_possible_point, impossibility, parse_space
 from stage_explore.study.spec import (
     OBJECTIVE_METRICS,
@@ -162,14 +166,17 @@ def parse_study(text: str, path: Path) -> StudySpec:
         message = str(error).removeprefix("num_gpus: ")
         raise _table(root, "space").error("num_gpus", message) from None
     impossible = None if inference else impossibility(space, workload, constraints)
-    if (inference and not has_possible_point(space, workload, constraints)) or impossible:
+    if inference and not has_possible_point(space, workload, constraints):
+        impossible = serving_impossibility(space, constraints) or "no point"
+    if impossible:
         raise source.error(
             "space",
             None,
             "expected at least one structurally possible point "
             + (
                 "(ep dividing dp, dp·pp dividing batch, the GPUs beyond the prefill pool a "
-                "multiple of a decode instance, num_gpus within max_gpus), got none"
+                f"multiple of a decode instance, num_gpus within max_gpus), got none; the "
+                f"first, {impossible}"
                 if inference
                 else "(tp·pp·cp dividing num_gpus, dp·micro_batch dividing global_batch, "
                 f"num_gpus within max_gpus), got none; the first, {impossible}"

@@ -29,6 +29,8 @@ micro-batches (:class:`stage_core.serving.ServingConfig`).
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -104,9 +106,12 @@ def parse_requests(table: Table) -> dict[str, Any]:
     try:
         request_load(result)
     except ConfigError as error:
-        message = str(error)
-        key = next((k for k in result if message.startswith(k)), "arrival_rate")
-        raise table.error(key, message.removeprefix(f"{key}: ")) from None
+        message = str(error)  # "prompt_len: …" or "`cached_prompt_len` must …" (s37: the
+        # latter was reported under arrival_rate); a limit on several keys: the table's
+        api = {"arrival_rate": "arrival_rate_per_s"}  # RequestLoad's name of a study key
+        keys = [k for k in result if message.startswith((f"{k}:", f"`{api.get(k, k)}` "))]
+        named = keys[0] if keys else None
+        raise table.error(named, message.removeprefix(f"{named}: ")) from None
     return result
 
 
@@ -173,8 +178,9 @@ def _rates(table: Table, raw: Any) -> tuple[Any, ...]:
         return (None,)
     values = tuple(raw) if isinstance(raw, list) else (raw,)
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise table.error("arrival_rate", f"expected numbers > 0, got {describe(value)}")
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if bad or not 0 < value < math.inf:  # inf was taken, every trial refused (s37)
+            raise table.error("arrival_rate", f"expected finite numbers > 0, got {describe(value)}")
     if not values or len(set(values)) != len(values):
         raise table.error("arrival_rate", f"expected distinct numbers > 0, got {describe(raw)}")
     return tuple(float(value) for value in values)
@@ -233,6 +239,34 @@ def serving_reason(params: Mapping[str, Any], constraints: Constraints) -> str |
             f"multiple of a decode instance's tp·pp·dp={size} GPUs"
         )
     return None
+
+
+#: The knobs :func:`serving_reason` reads.
+_STRUCTURAL = (
+    "num_gpus", "tp", "pp", "dp", "ep", "batch",
+    "prefill_instances", "prefill_tp", "prefill_dp", "prefill_ep",
+)  # fmt: skip
+
+
+def serving_impossibility(space: SearchSpace, constraints: Constraints) -> str | None:
+    """``None`` when an inference space has a point passing :func:`serving_reason`, else the
+    first point of the product of :data:`_STRUCTURAL` (the values in the order written) and
+    why it cannot exist (7 Dec 2026, s37 review10: the error named no value, as training's
+    did before s29)."""
+    choices = space.choices()
+    first = ""
+    for combination in itertools.product(*(choices[name] for name in _STRUCTURAL)):
+        params = dict(zip(_STRUCTURAL, combination, strict=True))
+        reason = serving_reason(params, constraints)
+        if reason is None:
+            return None
+        if not first:
+            shown = " ".join(
+                f"{k}={v}" for k, v in params.items()
+                if len(choices[k]) > 1 or k in ("num_gpus", "tp", "pp", "dp", "batch")
+            )  # fmt: skip
+            first = f"{shown}: {reason}"
+    return first
 
 
 def canonical_serving(

@@ -81,6 +81,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
             reader = csv.DictReader(handle, restval="")
             if reader.fieldnames is not None:
                 reader.fieldnames = [_column_name(name) for name in reader.fieldnames]
+                _check_distinct(path, reader.fieldnames)
             return [row for row in reader if not _all_empty(row)]
     except OSError as error:
         raise ConfigError(f"cannot read published runs {str(path)!r}: {error.strerror}") from None
@@ -89,6 +90,21 @@ def read_csv(path: Path) -> list[dict[str, str]]:
             f"published runs {str(path)!r}: not UTF-8 text (byte {error.start}); expected a "
             "UTF-8 CSV"
         ) from None
+
+
+def _check_distinct(path: Path, names: Sequence[str]) -> None:
+    """A one-line :class:`ConfigError` when the header names a column twice (as read: spaces
+    and capitals aside). :class:`csv.DictReader` keeps the last cell of a repeated name, so a
+    second ``iter_time_s`` column silently replaced every run's first (s37 review10). Unnamed
+    columns (a spreadsheet's trailing commas) may repeat."""
+    seen: dict[str, int] = {}
+    for number, name in enumerate(names, start=1):
+        if name and name in seen:
+            raise ConfigError(
+                f"published runs {str(path)!r}: the header names column {name!r} twice "
+                f"(columns {seen[name]} and {number}); expected each column once"
+            )
+        seen.setdefault(name, number)
 
 
 def _all_empty(row: Mapping[Any, Any]) -> bool:
