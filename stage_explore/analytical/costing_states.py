@@ -56,6 +56,7 @@ from stage_explore.analytical.no_sync import (
     no_sync_held_bytes,
 )
 from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
+from stage_explore.analytical.optimizer_kinds import optimizer_state_bytes
 from stage_explore.analytical.output_chunks import (
     in_flight_output_bytes,
     kept_after_backward_bytes,
@@ -86,8 +87,10 @@ class StateCosting:
         on a GPU whose FP8 GEMMs take any layout under a per-tensor recipe (an ``mxfp8`` peak
         in the preset, the Blackwell test :meth:`KernelTimer._cast_s` uses; Transformer
         Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise. The
-        optimizer state per parameter: Megatron's, or Apex's ``DistributedFusedAdam``'s under
-        ``distributed_fused_adam`` (:func:`~stage_explore.analytical.frameworks.
+        optimizer state per parameter: the ``optimizer`` kind's master and moments
+        (:func:`~stage_explore.analytical.optimizer_kinds.optimizer_state_bytes`; Adam's 12 by
+        default, no master under ``bf16_model_states``), or Apex's ``DistributedFusedAdam``'s
+        under ``distributed_fused_adam`` (:func:`~stage_explore.analytical.framework_costs.
         distributed_fused_adam_state_bytes`). Under ``fp8_weight_cast_per_use`` (torchao
         ``Float8Linear``) no FP8 weight copy is held: each GEMM casts its weight and drops the
         cast; the backward casts again from the 16-bit weight it saved. Under
@@ -141,8 +144,11 @@ class StateCosting:
             fp8_params = profile.fp8_param_gather and str(workload.parallel.precision) == "fp8"
             optimizer_bytes = distributed_fused_adam_state_bytes(profile, fp8_params)
             grad_bytes = None
-            if profile.bf16_model_states:  # bf16 shard, gradient shard and two moments
-                optimizer_bytes, grad_bytes = 2 * BF16_BYTES, BF16_BYTES
+            if profile.bf16_model_states:  # 16-bit shard and gradient shard, no master
+                grad_bytes = BF16_BYTES
+            if optimizer_bytes is None:  # the kind's master and moments (optimizer_kinds)
+                master = not profile.bf16_model_states
+                optimizer_bytes = optimizer_state_bytes(profile.optimizer, master)
             weights, grads, optimizer, full = block_states(
                 workload,
                 block,
@@ -189,9 +195,10 @@ class StateCosting:
                 lambda: offload_step_s(self.framework, workload, system, params),
             )  # fmt: skip
         foreach = self.framework.optimizer_foreach  # torch.optim.AdamW(foreach=True)
+        kind = self.framework.optimizer  # the update's bytes (optimizer_kinds)
         return self._parts.get(  # type: ignore[no-any-return]
-            ("optimizer", point.token, params, dtype, grad_bytes, foreach),
-            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes, foreach),
+            ("optimizer", point.token, params, dtype, grad_bytes, foreach, kind),
+            lambda: optimizer_step_s(accelerator, dtype, params, grad_bytes, foreach, kind),
         )
 
     def _memory_peaks(self, tensor_peak_bytes: int, capacity_bytes: int) -> MemoryPeaks:

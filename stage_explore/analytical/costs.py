@@ -59,16 +59,12 @@ from __future__ import annotations
 
 from stage_core.errors import ConfigError
 from stage_core.lower.emit import GroupTable
-from stage_core.lower.program import (
-    ADAM_BYTES_READ_PER_PARAM,
-    ADAM_BYTES_WRITTEN_PER_PARAM,
-    ADAM_FLOPS_PER_PARAM,
-)
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
 )
+from stage_explore.analytical.optimizer_kinds import optimizer_step_bytes
 from stage_explore.analytical.policy import PointToPoint
 from stage_explore.system.accelerator import Accelerator
 from stage_explore.system.model import System
@@ -127,18 +123,21 @@ def optimizer_step_s(
     params: int,
     grad_bytes: int = MAIN_GRAD_BYTES,
     foreach: bool = False,
+    kind: str = "adam",
 ) -> float:
-    """Adam over ``params`` parameters (a shard of them under ZeRO; the count of
-    :func:`stage_core.lower.program._optimizer`), memory-bound, plus the mixed-precision
-    bookkeeping (:func:`optimizer_extra_bytes` for gradients of ``grad_bytes``), at the
-    accelerator's fp32 rate; with ``foreach`` PyTorch's foreach AdamW and gradient clipping
-    instead (:func:`foreach_optimizer_bytes`)."""
-    extra = optimizer_extra_bytes(dtype, grad_bytes)
-    per_param = ADAM_BYTES_READ_PER_PARAM + ADAM_BYTES_WRITTEN_PER_PARAM + extra
-    if foreach:
+    """The update of the optimizer ``kind`` (Adam by default; :func:`~stage_explore.analytical.
+    optimizer_kinds.optimizer_step_bytes`) over ``params`` parameters (a shard of them under
+    ZeRO; the count of :func:`stage_core.lower.program._optimizer`), memory-bound, plus the
+    mixed-precision bookkeeping (:func:`optimizer_extra_bytes` for gradients of
+    ``grad_bytes``), at the accelerator's fp32 rate; with ``foreach`` and ``kind`` Adam,
+    PyTorch's foreach AdamW and gradient clipping instead (:func:`foreach_optimizer_bytes`;
+    the foreach passes of other kinds are not counted: their fused bytes are)."""
+    flops, read, written = optimizer_step_bytes(kind)
+    per_param = read + written + optimizer_extra_bytes(dtype, grad_bytes)
+    if foreach and kind == "adam":
         per_param = foreach_optimizer_bytes(grad_bytes)
     fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
-    return accelerator.compute_time_s(ADAM_FLOPS_PER_PARAM * params, per_param * params, fp32)
+    return accelerator.compute_time_s(flops * params, per_param * params, fp32)
 
 
 def stage_arrival_s(

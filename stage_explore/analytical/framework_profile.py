@@ -44,6 +44,7 @@ from stage_core.errors import ConfigError
 from stage_explore.analytical.eager import EAGER_MODULES
 from stage_explore.analytical.fused_fc1 import FC1_SCOPES
 from stage_explore.analytical.offload import CPU_OPTIMIZERS, OFFLOAD_FLAGS, OffloadOptions
+from stage_explore.analytical.optimizer_kinds import OPTIMIZERS
 from stage_explore.analytical.output_chunks import OUTPUT_CHUNKS
 from stage_explore.analytical.profile_kernels import FP8_AMAX_REDUCTION, KERNEL_FLAGS, KernelOptions
 from stage_explore.analytical.profile_moe import MOE_FLAGS, MoeOptions
@@ -70,6 +71,7 @@ OPTION_FLAGS: dict[str, str] = {
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "eager_modules": EAGER_MODULES,
     "distributed_fused_adam": DISTRIBUTED_FUSED_ADAM,
+    "optimizer": OPTIMIZERS,
     "fused_fc1": FC1_SCOPES,
     "fp8_amax_reduction": FP8_AMAX_REDUCTION,
     "cpu_optimizer": CPU_OPTIMIZERS,
@@ -197,6 +199,11 @@ class FrameworkProfile(
                 f"framework {self.name!r}: `moe_sequential_mlp` (SequentialMLP, one MLP module per "
                 "local expert) and `moe_grouped_kernel` (Transformer Engine's fused grouped "
                 "experts, one launch) are two expert paths; expected at most one of them True"
+            )
+        if self.distributed_fused_adam != "off" and self.optimizer != "adam":
+            raise ConfigError(
+                f"framework {self.name!r}: `distributed_fused_adam` is Apex's Adam (its state "
+                f"dtype); expected optimizer 'adam' with it, but got optimizer={self.optimizer!r}"
             )
         if self.te_cross_entropy and self.native_cross_entropy:
             raise ConfigError(

@@ -244,6 +244,13 @@ Options (all booleans unless said):
   framework_costs.distributed_fused_adam_state_bytes`: 10, 4, or with FP8 parameters 12, 6 bytes
   instead of Megatron's 12). Memory only: the optimizer step is timed as Megatron's. Off:
   Megatron-Core's distributed optimizer (fp32 master and moments).
+- ``optimizer`` (``"adam"``, ``"adam_bf16_moments"``, ``"sgd_momentum"`` or ``"sgd"``) — the
+  optimizer's kind, which sets the state a rank holds per parameter (sharded under ZeRO-1 and
+  up as before) and the bytes of its update step (:mod:`~stage_explore.analytical.
+  optimizer_kinds`): the fp32 master weight (none under ``bf16_model_states``, whose moments
+  are 16-bit) plus two Adam moments in fp32 (12 bytes, the default), two BF16 moments
+  (DeepSeek-V3's AdamW, 8), one SGD momentum buffer (8) or none (plain ``torch.optim.SGD``,
+  4). Under ``distributed_fused_adam`` only ``adam``.
 - ``ddp_bucket_scales_with_dp`` — the gradient bucket is ``max(40M, 1M · dp · cp)`` parameters
   when the config leaves ``grad_bucket_bytes`` at its default (Megatron-Core's
   ``DistributedDataParallel``, :mod:`~stage_explore.analytical.buckets`); off: the config's bytes.
@@ -314,6 +321,7 @@ SHARDING_FLAGS: dict[str, str] = {
     "fsdp_float8_all_gather": "torchao/torchtitan enable_fsdp_float8_all_gather (FP8 gathers)",
     "ddp_bucket_scales_with_dp": "Megatron-Core DDP bucket_size default max(40M, 1M x dp)",
     "distributed_fused_adam": "NeMo 1.x optim.name distributed_fused_adam, its optim.dtype",
+    "optimizer": "the optimizer: Adam (fp32 or BF16 moments), SGD with or without momentum",
     "ddp_bucket_first_chunk_only": "Megatron-Core DDP disable_bucketing (chunk > 0, pp rank > 0)",
     "zero1_grad_all_reduce": "DeepSpeed BF16_Optimizer (bf16) / ZeRO stage 1 (dense model)",
 }
@@ -354,6 +362,7 @@ class ShardingOptions:
     fsdp_float8_all_gather: bool = False  # FSDP2 gathers 16-bit weights (torchtitan's default)
     ddp_bucket_scales_with_dp: bool = False  # ParallelConfig.grad_bucket_bytes as given
     distributed_fused_adam: str = "off"  # Megatron-Core's distributed optimizer (fp32 state)
+    optimizer: str = "adam"  # Adam: fp32 master and two fp32 moments (optimizer_kinds)
     ddp_bucket_first_chunk_only: bool = False  # every chunk of every stage bucketed
     zero1_grad_all_reduce: bool = False  # ZeRO-1 reduce-scatters its gradients (module docstring)
     zero3_prefetch_units: int = 1  # a unit's gather beside the compute of the unit before

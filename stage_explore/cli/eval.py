@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from stage_explore.analytical.optimizer_kinds import OPTIMIZERS
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, run_serving
 from stage_explore.evaluation import Evaluation
@@ -81,6 +82,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "dispatch/combine bytes are charged at F",
     )
     parser.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help="optimizer for the analytical backend (its state per parameter and update bytes): "
+        "adam (default: fp32 master and two fp32 moments, 12 bytes), adam_bf16_moments "
+        "(DeepSeek-V3's BF16 moments, 8), sgd_momentum (one momentum buffer, 8), sgd (4)",
+    )
+    parser.add_argument(
         "--moe-deepep",
         action="store_true",
         help="MoE dispatch on DeepEP for the analytical backend (Megatron --moe-enable-deepep): "
@@ -137,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
                 f"expert-parallel rank; 1 is balanced), but got {imbalance:g}"
             )
         overrides["moe_load_imbalance"] = imbalance
+    if args.optimizer is not None:
+        overrides["optimizer"] = args.optimizer
     if args.moe_deepep:
         overrides["moe_deepep"] = True
     if args.moe_hybridep:
@@ -145,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         ("--moe-load-imbalance", "moe_load_imbalance"),
         ("--moe-deepep", "moe_deepep"),
         ("--moe-hybridep", "moe_hybridep"),
+        ("--optimizer", "optimizer"),
     ):
         if name in overrides and args.backend != "analytical" and not args.compare:
             raise ConfigError(

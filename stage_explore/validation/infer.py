@@ -53,6 +53,7 @@ from stage_explore.validation.infer_fields import (
 from stage_explore.validation.infer_fms_ac import fms_ac_fields
 from stage_explore.validation.infer_internevo import internevo_refusal
 from stage_explore.validation.infer_offload import check_offload_setup, named_offload
+from stage_explore.validation.infer_optimizer import named_optimizer
 from stage_explore.validation.infer_parallel import (
     ETP_DEFAULT_NOTE,
     NO_RECOMPUTE,
@@ -176,6 +177,7 @@ def inferred_setup(
     if unmodelled:
         raise Uninferable(unmodelled)
     offload, offload_note = named_offload(row, framework.value)  # CPU offload (s34)
+    optimizer, optimizer_note = named_optimizer(row)  # the optimizer stated (s37 optim)
     system = infer_system(row.get("gpu", ""))
     cluster = cluster_system(row.get("gpu", ""), row.get("interconnect", ""), system.value, folder)
     # a matched file replaces the preset, and with it what the preset note says of the GPU
@@ -235,6 +237,7 @@ def inferred_setup(
         HEADER, *system_notes, framework.assumption, precision.assumption,
         model.assumption, *expert_notes, *notes, *defaults.notes,
         *([offload_note] if offload_note else []),
+        *([optimizer_note] if optimizer_note else []),
         *([flops_note] if flops_note else []),
     ]  # fmt: skip
     if metric == "peak_mem_gib":
@@ -264,7 +267,7 @@ def inferred_setup(
         parallel=parallel,
         assumptions=tuple(f"inferred: {a}" for a in assumptions),
     )  # fmt: skip
-    return setup, {**defaults.options, **offload}, overrides
+    return setup, {**defaults.options, **offload, **optimizer}, overrides
 
 
 def _unevaluable(
