@@ -45,6 +45,7 @@ from stage_core.lower.compact import (
 )
 from stage_core.lower.experts import ExpertFold, data_axes, fold_experts
 from stage_core.lower.fp8 import with_fp8_saved
+from stage_core.lower.optimizer_kinds import optimizer_state_bytes, optimizer_step_bytes
 from stage_core.lower.schedule import Task, chunks_per_rank, global_stage, schedule
 from stage_core.lower.weightgrad import split_backward
 from stage_core.mesh import Mesh, MeshAxis
@@ -53,12 +54,6 @@ from stage_core.models.spec import ModelSpec
 from stage_core.parallel.config import ParallelConfig
 from stage_core.plans import DP_REPLICATE, TP_OUTER, TP_REST, PlanFlags
 from stage_core.trace import CollectiveKind
-
-#: Adam: FLOPs per parameter of the update, bytes read and written per parameter (fp32 master
-#: weight, gradient, two moments read; master, moments and the 16-bit weight written).
-ADAM_FLOPS_PER_PARAM = 12
-ADAM_BYTES_READ_PER_PARAM = 16
-ADAM_BYTES_WRITTEN_PER_PARAM = 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +70,10 @@ class Workload:
     micro_batches: int
     weight_bytes: int = 2
     grad_bytes: int = 4
-    optimizer_bytes: int = 12
+    optimizer_bytes: int = 12  # the kind's fp32 master and moments (optimizer_kinds.py)
     stage_layers: tuple[int, ...] = ()  # layers per global virtual stage (ParallelConfig)
     expert_axes: tuple[str, ...] = ("ep",)  # mesh axes partitioning the experts (experts.py)
+    optimizer: str = "adam"  # the optimizer's kind (optimizer_kinds.OPTIMIZERS)
 
     @property
     def world_size(self) -> int:
@@ -102,9 +98,10 @@ def _with_expert_axes(options: BlockOptions, axes: tuple[str, ...]) -> BlockOpti
     return replace(options, expert_axes=axes)
 
 
-def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
+def make_workload(model: ModelSpec, parallel: ParallelConfig, optimizer: str = "adam") -> Workload:
     """Validate ``parallel`` against ``model`` (the size limits of :mod:`stage_core.limits`
-    first) and bind every dim and axis size."""
+    first) and bind every dim and axis size; ``optimizer``, the optimizer's kind, sets the state
+    per parameter with an fp32 master (``optimizer_kinds.py``: Adam's 12, SGD's 4)."""
     expect(model, ModelSpec, "model", "get_flavor('llama3-8b') or load_model(path)")
     expect(parallel, ParallelConfig, "parallel", "ParallelConfig(dp=…, tp=…, …)")
     check_workload(model, parallel)
@@ -200,8 +197,10 @@ def make_workload(model: ModelSpec, parallel: ParallelConfig) -> Workload:
         axis_sizes,
         parallel.num_micro_batches,
         grad_bytes=grad_bytes,
+        optimizer_bytes=optimizer_state_bytes(optimizer, True),
         stage_layers=parallel.stage_layers(model),
         expert_axes=fold.axes,
+        optimizer=optimizer,
     )
 
 
@@ -524,7 +523,8 @@ def _tied_embedding_sync(workload: Workload, chunk: Chunk, order: list[BoundBloc
 
 
 def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
-    """Adam over the parameters this rank updates (a shard of them under ZeRO)."""
+    """The workload's optimizer kind over the parameters this rank updates (a shard under
+    ZeRO), per parameter Adam's 12 FLOPs, 16 bytes read, 14 written (SGD's 2, 8, 6)."""
     params = 0
     per_block: dict[int, int] = {}
     for chunk in chunks:
@@ -532,13 +532,14 @@ def _optimizer(workload: Workload, chunks: tuple[Chunk, ...]) -> Instr:
             if id(block) not in per_block:
                 per_block[id(block)] = block_sync(workload, block)[2]
             params += per_block[id(block)]
+    flops, read, written = optimizer_step_bytes(workload.optimizer)
     return Instr(
-        "optimizer.adam",
+        f"optimizer.{workload.optimizer}",
         "step",
         "optimizer",
-        ADAM_FLOPS_PER_PARAM * params,
-        ADAM_BYTES_READ_PER_PARAM * params,
-        ADAM_BYTES_WRITTEN_PER_PARAM * params,
+        flops * params,
+        read * params,
+        written * params,
     )
 
 
@@ -556,13 +557,14 @@ def lower(
     parallel: ParallelConfig,
     *,
     bucketed: Callable[[int, int], bool] | None = None,
+    optimizer: str = "adam",
 ) -> ProgramSet:
     """The per-stage programs of one training step. ``bucketed(stage, chunk)``, if given, says
     which chunks reduce their gradients in buckets of ``grad_bucket_bytes``; the others reduce
     them in one bucket after their last backward (Megatron-Core DDP's ``disable_bucketing`` for
     every chunk but the first of the first pipeline stage); by default every chunk is
-    bucketed."""
-    workload = make_workload(model, parallel)
+    bucketed. ``optimizer``: the optimizer's kind (:func:`make_workload`)."""
+    workload = make_workload(model, parallel, optimizer)
     blocks = tie_embeddings(workload, bind_all(workload))
     p, vpp = parallel.pp, parallel.vpp
     kind = parallel.schedule_kind  # the interleaved group size rides in the kind

@@ -209,7 +209,7 @@ class AnalyticalBackend(StagePlanning, BaseBackend):
         expect(parallel, ParallelConfig, "parallel", "ParallelConfig(dp=…, tp=…, …)")
         expect(system, System, "system", "load_system('h100-80gb') or a system file")
         parallel = self.as_run(parallel, system)
-        workload = make_workload(model, parallel)
+        workload = make_workload(model, parallel, self.framework.optimizer)  # as the trace mode
         gpus = workload.world_size
         if gpus > system.max_gpus:
             return infeasible(f"{gpus} GPUs exceed the system's {system.max_gpus}", gpus, system)

@@ -24,6 +24,7 @@ from stage_core.lower.memory import (
     unsharded_elements,
     weighted_combine_saved_bytes,
 )
+from stage_core.lower.optimizer_kinds import optimizer_state_bytes
 from stage_core.lower.program import (
     block_sync,
     boundary_bytes,
@@ -56,7 +57,6 @@ from stage_explore.analytical.no_sync import (
     no_sync_held_bytes,
 )
 from stage_explore.analytical.offload import check_offload, offload_states, offload_step_s
-from stage_explore.analytical.optimizer_kinds import optimizer_state_bytes
 from stage_explore.analytical.output_chunks import (
     in_flight_output_bytes,
     kept_after_backward_bytes,
@@ -88,7 +88,7 @@ class StateCosting:
         in the preset, the Blackwell test :meth:`KernelTimer._cast_s` uses; Transformer
         Engine's ``is_non_tn_fp8_gemm_supported``: sm100 on), else row- and column-wise. The
         optimizer state per parameter: the ``optimizer`` kind's master and moments
-        (:func:`~stage_explore.analytical.optimizer_kinds.optimizer_state_bytes`; Adam's 12 by
+        (:func:`~stage_core.lower.optimizer_kinds.optimizer_state_bytes`; Adam's 12 by
         default, no master under ``bf16_model_states``), or Apex's ``DistributedFusedAdam``'s
         under ``distributed_fused_adam`` (:func:`~stage_explore.analytical.framework_costs.
         distributed_fused_adam_state_bytes`). Under ``fp8_weight_cast_per_use`` (torchao

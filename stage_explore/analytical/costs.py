@@ -53,18 +53,38 @@ kernel                                                   bytes per parameter
 ``72 + 5·g`` bytes (92 with fp32 gradients), where the fused step moves its 42; the parameter
 is itself fp32 (FSDP's sharded parameter), so there is no master copy, and ``zero_grad`` sets
 the gradients to None (no kernel).
+
+``torch.optim.SGD(foreach=True)`` (the kinds ``sgd`` and ``sgd_momentum`` under
+``optimizer_foreach``, s37 optim2) is counted the same way from ``torch/optim/sgd.py``
+``_multi_tensor_sgd`` (pytorch/pytorch 0316fdce; its defaults ``weight_decay=0``, no
+``nesterov``, not ``maximize``; the momentum buffers exist after the first step), with the same
+foreach clipping (``3·g``):
+
+=======================================================  ====================================
+kernel                                                   bytes per parameter
+=======================================================  ====================================
+``_foreach_mul_(bufs, momentum)`` (momentum only)        read and write the buffer (8)
+``_foreach_add_(bufs, grads, alpha=1 - dampening)``      read the buffer and g, write the
+(momentum only)                                          buffer (8 + g)
+``_foreach_add_(params, grads or bufs, alpha=-lr)``      read p and g (momentum: the buffer,
+                                                         4), write p (8 + g; 12)
+=======================================================  ====================================
+
+``sgd``: ``8 + 4·g``; ``sgd_momentum``: ``28 + 4·g``. ``adam_bf16_moments`` is not a
+``torch.optim`` configuration on fp32 parameters (its moments would be fp32,
+``torch.zeros_like(p)``), so under ``optimizer_foreach`` it keeps the fused count.
 """
 
 from __future__ import annotations
 
 from stage_core.errors import ConfigError
 from stage_core.lower.emit import GroupTable
+from stage_core.lower.optimizer_kinds import optimizer_step_bytes
 from stage_core.trace import CollectiveKind
 from stage_explore.analytical.collectives import (
     alpha_beta_collective_s,
     alpha_beta_point_to_point_s,
 )
-from stage_explore.analytical.optimizer_kinds import optimizer_step_bytes
 from stage_explore.analytical.policy import PointToPoint
 from stage_explore.system.accelerator import Accelerator
 from stage_explore.system.model import System
@@ -111,10 +131,24 @@ FOREACH_ADAMW_BYTES_PER_PARAM = 72
 FOREACH_GRAD_PASSES = 2 + 3
 
 
-def foreach_optimizer_bytes(grad_bytes: int) -> int:
-    """Bytes per parameter of PyTorch's foreach AdamW step and foreach gradient clipping on
-    ``grad_bytes``-wide gradients (module docstring): ``72 + 5·grad_bytes``."""
-    return FOREACH_ADAMW_BYTES_PER_PARAM + FOREACH_GRAD_PASSES * grad_bytes
+#: ``torch.optim.SGD(foreach=True)``'s passes besides the gradient reads (module docstring):
+#: the parameter update ``8`` (with momentum: the buffer's ``mul_`` 8, ``add_`` 8 and the
+#: update reading the buffer 12) and the gradient widths the step and clipping read (1 + 3).
+FOREACH_SGD_BYTES_PER_PARAM = {"sgd": 8, "sgd_momentum": 8 + 8 + 12}
+FOREACH_SGD_GRAD_PASSES = 1 + 3
+
+
+def foreach_optimizer_bytes(grad_bytes: int, kind: str = "adam") -> int:
+    """Bytes per parameter of PyTorch's foreach step of ``kind`` (AdamW by default, or SGD)
+    and foreach gradient clipping on ``grad_bytes``-wide gradients (module docstring):
+    AdamW's ``72 + 5·grad_bytes``, SGD's ``8 + 4·grad_bytes``, with momentum ``28 + 4·g``."""
+    if kind == "adam":
+        return FOREACH_ADAMW_BYTES_PER_PARAM + FOREACH_GRAD_PASSES * grad_bytes
+    if kind not in FOREACH_SGD_BYTES_PER_PARAM:
+        raise ConfigError(
+            f"a foreach step is counted for adam, sgd and sgd_momentum, but got optimizer {kind!r}"
+        )
+    return FOREACH_SGD_BYTES_PER_PARAM[kind] + FOREACH_SGD_GRAD_PASSES * grad_bytes
 
 
 def optimizer_step_s(
@@ -125,17 +159,17 @@ def optimizer_step_s(
     foreach: bool = False,
     kind: str = "adam",
 ) -> float:
-    """The update of the optimizer ``kind`` (Adam by default; :func:`~stage_explore.analytical.
+    """The update of the optimizer ``kind`` (Adam by default; :func:`~stage_core.lower.
     optimizer_kinds.optimizer_step_bytes`) over ``params`` parameters (a shard of them under
     ZeRO; the count of :func:`stage_core.lower.program._optimizer`), memory-bound, plus the
     mixed-precision bookkeeping (:func:`optimizer_extra_bytes` for gradients of
-    ``grad_bytes``), at the accelerator's fp32 rate; with ``foreach`` and ``kind`` Adam,
-    PyTorch's foreach AdamW and gradient clipping instead (:func:`foreach_optimizer_bytes`;
-    the foreach passes of other kinds are not counted: their fused bytes are)."""
+    ``grad_bytes``), at the accelerator's fp32 rate; with ``foreach`` and ``kind`` Adam or SGD,
+    PyTorch's foreach step and gradient clipping instead (:func:`foreach_optimizer_bytes`;
+    ``adam_bf16_moments`` keeps its fused bytes, module docstring)."""
     flops, read, written = optimizer_step_bytes(kind)
     per_param = read + written + optimizer_extra_bytes(dtype, grad_bytes)
-    if foreach and kind == "adam":
-        per_param = foreach_optimizer_bytes(grad_bytes)
+    if foreach and kind != "adam_bf16_moments":
+        per_param = foreach_optimizer_bytes(grad_bytes, kind)
     fp32 = "fp32" if "fp32" in accelerator.peak_flops_per_s else dtype
     return accelerator.compute_time_s(flops * params, per_param * params, fp32)
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stage_core.errors import ConfigError
+from stage_core.lower.optimizer_kinds import OPTIMIZERS
 from stage_explore.analytical.eager import EAGER_MODULES
 from stage_explore.analytical.fused_fc1 import FC1_SCOPES
 from stage_explore.analytical.offload import CPU_OPTIMIZERS, OFFLOAD_FLAGS, OffloadOptions
-from stage_explore.analytical.optimizer_kinds import OPTIMIZERS
 from stage_explore.analytical.output_chunks import OUTPUT_CHUNKS
 from stage_explore.analytical.profile_kernels import FP8_AMAX_REDUCTION, KERNEL_FLAGS, KernelOptions
 from stage_explore.analytical.profile_moe import MOE_FLAGS, MoeOptions

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
 from stage_core.lower.memory import shard_factors
+from stage_core.lower.optimizer_kinds import optimizer_step_bytes
 
 if TYPE_CHECKING:
     from stage_core.lower.program import Workload
@@ -74,8 +75,9 @@ CPU_OPTIMIZERS = ("deepspeed", "torch")
 #: time from 56 seconds to 8.2 seconds to an 11.6B parameter GPT2 model" — DeepSpeedCPUAdam
 #: 11.6e9 / 8.2 s, torch.optim.Adam 11.6e9 / 56 s, the whole model's parameters on one host (the
 #: 5-7x the ZeRO-Offload tutorial and paper state). A memory-bound step: the node's GPUs'
-#: optimizer processes share it (:func:`offload_step_s`). torch's figure is Adam's; a CPU SGD
-#: (FSDP blog runs) reads fewer bytes per parameter and is charged Adam's time (no cited figure).
+#: optimizer processes share it (:func:`offload_step_s`). Both figures are Adam's; another kind
+#: (the profile's ``optimizer``) is charged them scaled by its update's bytes over Adam's
+#: (:func:`cpu_step_scale`, s37 optim2).
 CPU_OPTIMIZER_PARAMS_PER_S: dict[str, float] = {
     "deepspeed": 11.6e9 / 8.2,
     "torch": 11.6e9 / 56.0,
@@ -149,6 +151,13 @@ def check_offload(profile: Any, workload: Workload, system: System) -> None:
             "offload_params with ZeRO++ hpZ (zero_hpz_partition_size "
             f"{profile.zero_hpz_partition_size}) is not modelled (expected one of them)"
         )
+    sgd = profile.optimizer.startswith("sgd")
+    if profile.offload_optimizer and profile.cpu_optimizer == "deepspeed" and sgd:
+        raise ConfigError(
+            f"offload_optimizer with optimizer {profile.optimizer!r} needs cpu_optimizer "
+            "'torch' (DeepSpeed's CPU optimizers are Adam, Adagrad and Lion; a torch.optim.SGD "
+            "steps on the CPU with zero_force_ds_cpu_optimizer false), but got 'deepspeed'"
+        )
     if profile.offload_optimizer and zero < 1:
         raise ConfigError(
             f"offload_optimizer needs ZeRO >= 1 (DeepSpeed ZeRO-Offload), but got zero {zero}"
@@ -214,16 +223,29 @@ def shard_transfer_s(profile: Any, point: Point, kind: str) -> tuple[float, floa
     return gather, (scatter if profile.offload_optimizer else 0.0)
 
 
+def cpu_step_scale(profile: Any) -> float:
+    """The CPU step of the profile's optimizer kind over Adam's, both memory-bound: the bytes
+    its update reads and writes per parameter over Adam's with the same master
+    (:func:`~stage_core.lower.optimizer_kinds.optimizer_step_bytes`; no master under
+    ``bf16_model_states``): 1 for Adam, 14/30 for SGD with an fp32 master."""
+    master = not profile.bf16_model_states
+    _, read, written = optimizer_step_bytes(profile.optimizer, master)
+    _, adam_read, adam_written = optimizer_step_bytes("adam", master)
+    return (read + written) / (adam_read + adam_written)
+
+
 def offload_step_s(profile: Any, workload: Workload, system: System, params: int) -> float:
     """The optimizer step of a rank updating ``params`` under ``offload_optimizer``: the CPU
     step at the host's throughput shared by the node's GPUs (one optimizer process each,
-    :data:`CPU_OPTIMIZER_PARAMS_PER_S`), then — when the parameters stay on the GPU (no
+    :data:`CPU_OPTIMIZER_PARAMS_PER_S`, scaled to the profile's kind by
+    :func:`cpu_step_scale`), then — when the parameters stay on the GPU (no
     ``offload_params``) — the blocking H2D copy of the updated 16-bit partition; below ZeRO-3
     without ``overlap_grad_reduce`` also the D2H copy of the fp32 gradient partition after the
     reduction (with it, the copies follow each bucket's reduction beside the backward)."""
     h2d, d2h = host_device_bytes_per_s(system)
     node_gpus = system.network[0].size
-    seconds = params * node_gpus / CPU_OPTIMIZER_PARAMS_PER_S[profile.cpu_optimizer]
+    rate = CPU_OPTIMIZER_PARAMS_PER_S[profile.cpu_optimizer]
+    seconds = params * node_gpus / rate * cpu_step_scale(profile)
     if not profile.offload_params:
         seconds += params * workload.weight_bytes / h2d
     if workload.parallel.zero < 3 and not profile.overlap_grad_reduce:

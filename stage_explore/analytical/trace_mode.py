@@ -337,7 +337,8 @@ def trace_step(
     previous step's, bucket by bucket ahead of its first forward, rather than whole after the
     optimizer (the step in a steady run, as the levelled mode counts it)."""
     parallel = backend.as_run(parallel, system)  # the layout the levelled mode lowers
-    workload = make_workload(model, parallel)
+    optimizer = backend.framework.optimizer  # the lowering's optimizer state and node
+    workload = make_workload(model, parallel, optimizer)
     if workload.world_size > system.max_gpus:
         raise ConfigError(f"{workload.world_size} GPUs exceed the system's {system.max_gpus}")
     if backend.framework.zero_hpz_partition_size > 1:  # its gathers by pass: levelled only
@@ -357,6 +358,7 @@ def trace_step(
         model,
         replace(parallel, grad_bucket_bytes=limit),
         bucketed=_first_chunk if backend.framework.ddp_bucket_first_chunk_only else None,
+        optimizer=optimizer,
     )
     point = trace_point(backend, workload, system)
     costs = {p.stage: StageCosts(backend, point, p.stage, p) for p in programs.stages}

@@ -21,8 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from stage_core.errors import ConfigError
+from stage_core.lower.optimizer_kinds import OPTIMIZERS
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
-from stage_explore.analytical.optimizer_kinds import OPTIMIZERS
 from stage_explore.cli.options import add_model_options, add_parallel_options, parse_workload
 from stage_explore.cli.serving import add_serving_options, run_serving
 from stage_explore.evaluation import Evaluation

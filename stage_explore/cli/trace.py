@@ -22,6 +22,7 @@ from stage_core.chakra.writer import ClassColumns
 from stage_core.errors import ConfigError
 from stage_core.lower.emit import write_chakra, write_json, write_symmetric
 from stage_core.lower.nodes import stage_nodes
+from stage_core.lower.optimizer_kinds import OPTIMIZERS
 from stage_core.lower.program import ProgramSet, lower
 from stage_core.parallel.config import ParallelConfig
 from stage_core.serving.trace import serving_program_set
@@ -76,9 +77,11 @@ def training_backend(args: argparse.Namespace, parallel: ParallelConfig) -> Anal
         )
     from stage_explore.analytical.backend import AnalyticalBackend
 
-    overrides = {"fp8_param_gather": True} if args.fp8_param_gather else None
+    overrides: dict[str, object] = {"fp8_param_gather": True} if args.fp8_param_gather else {}
+    if args.optimizer is not None:  # the lowering's optimizer node and the kernels' timing
+        overrides["optimizer"] = args.optimizer
     framework = DEFAULT_FRAMEWORK if args.framework is None else args.framework
-    backend = AnalyticalBackend(framework=framework, overrides=overrides)  # a known name
+    backend = AnalyticalBackend(framework=framework, overrides=overrides or None)  # a known name
     if str(parallel.precision) == "fp8":  # s26 review: a rowwise Transformer Engine trace
         profile = backend.framework  # was written, a run no framework makes (eval refuses it)
         check_fp8_framework(profile.name, profile.fp8_weight_cast_per_use, parallel.linear_recipe)
@@ -186,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         from stage_explore.analytical.fp8_wire import fp8_wire
 
         backend = training_backend(args, parallel)
-        lowered = lower(model, parallel)
+        lowered = lower(model, parallel, optimizer=backend.framework.optimizer)
         programs = fp8_wire(lowered, backend)  # FP8 bytes where they are sent
         if args.compute == KERNELS:  # first: a system that cannot run the precision says so
             transform = kernel_durations(args, programs, backend)
@@ -284,6 +287,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             f"{name} (default)" if name == DEFAULT_FRAMEWORK else name
             for name in sorted(FRAMEWORKS)
         ),
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help="optimizer (default: the --framework profile's, adam): its state bytes and the "
+        "optimizer node's FLOPs and bytes (adam 12 FLOPs, 16 bytes read, 14 written per "
+        "parameter; sgd 2, 8, 6; optimizer_kinds.py)",
     )
     parser.add_argument(
         "--fp8-param-gather",

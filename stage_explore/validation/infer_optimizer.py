@@ -1,5 +1,5 @@
 """The optimizer a row's setup cells state, read into the framework options ``optimizer`` and
-``bf16_model_states`` (7 Dec 2026, s37 optim; :mod:`stage_explore.analytical.optimizer_kinds`).
+``bf16_model_states`` (7 Dec 2026, s37 optim; :mod:`stage_core.lower.optimizer_kinds`).
 
 Read: the ``precision`` and ``dp_sharding`` cells (where a row states its setup; ``notes`` and
 ``uncertain`` also quote what a run did not do and are not read). Rules, each general:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stage_core.lower.program import (
+from stage_core.lower.optimizer_kinds import (
     ADAM_BYTES_READ_PER_PARAM,
     ADAM_BYTES_WRITTEN_PER_PARAM,
     ADAM_FLOPS_PER_PARAM,

@@ -26,10 +26,14 @@ from dataclasses import replace
 import pytest
 
 from stage_core.errors import ConfigError
+from stage_core.lower.memory import memory_report
+from stage_core.lower.program import lower
+from stage_core.lower.program_node import OPTIMIZER
 from stage_core.models import ModelSpec, get_flavor
 from stage_core.parallel import ParallelConfig, Precision
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from stage_explore.analytical.trace_mode import trace_step
 from stage_explore.evaluation import BaseBackend, Evaluation
 from stage_explore.search.backends import BUILTIN_BACKENDS, resolve_backend
 from stage_explore.system import load_system
@@ -172,3 +176,47 @@ def test_evaluate_is_typed_as_the_contract(name: str) -> None:
     assert hints == {
         "model": ModelSpec, "parallel": ParallelConfig, "system": System, "return": Evaluation
     }  # fmt: skip
+
+
+#: ``(flops, bytes read + written)`` per parameter of each kind's update with an fp32 master,
+#: written out from ``optimizer_kinds.py``'s module docstring (s37 optim2).
+STEP_PER_PARAM = {"adam": (12, 30), "adam_bf16_moments": (12, 22), "sgd_momentum": (4, 22),
+                  "sgd": (2, 14)}  # fmt: skip
+#: The state bytes per parameter with an fp32 master (the same docstring).
+STATE_PER_PARAM = {"adam": 12, "adam_bf16_moments": 8, "sgd_momentum": 8, "sgd": 4}
+
+
+@pytest.mark.parametrize("kind", sorted(STEP_PER_PARAM))
+def test_the_optimizer_kind_reaches_the_lowering_and_the_trace_mode(
+    kind: str, system: System
+) -> None:
+    """One model, every backend (s37 optim2): the profile's ``optimizer`` sets the lowered
+    optimizer node (the generator's programs and Chakra traces) and its state bytes, and the
+    trace mode times that node as the levelled mode times the optimizer."""
+    parallel = FEASIBLE[0]  # one pipeline stage, ZeRO 0
+    adam = lower(SMALL, parallel)
+    programs = lower(SMALL, parallel, optimizer=kind)
+    ((stage_adam, stage),) = zip(adam.stages, programs.stages, strict=True)
+    assert stage_adam.optimizer is not None and stage.optimizer is not None
+    params, rest = divmod(stage_adam.optimizer.flops, 12)
+    assert rest == 0 and params > 0
+    flops, moved = STEP_PER_PARAM[kind]
+    instr = stage.optimizer
+    assert instr.name == f"optimizer.{kind}"
+    assert instr.flops == flops * params
+    assert instr.bytes_read + instr.bytes_written == moved * params
+    (states_adam,), (states,) = memory_report(adam, False), memory_report(programs, False)
+    assert states_adam.optimizer_bytes % 12 == 0
+    assert states.optimizer_bytes == states_adam.optimizer_bytes // 12 * STATE_PER_PARAM[kind]
+    backend = AnalyticalBackend(overrides={"optimizer": kind})
+    evaluation = backend.evaluate(SMALL, parallel, system)
+    traced = trace_step(backend, SMALL, parallel, system, record_nodes=True, gathers_ahead=False)
+    (rank,) = traced.result.ranks
+    (node,) = [i for i in traced.templates[0] if i.source is not None and i.source[1] == OPTIMIZER]
+    assert node.node.flops == instr.flops  # the trace mode lowers the same node
+    start, end = traced.result.node_times[(rank, node.node.id)]
+    assert math.isclose(end - start, evaluation.breakdown["optimizer"], rel_tol=1e-9)
+    if kind != "adam":  # the smaller state and step than Adam's
+        default = AnalyticalBackend().evaluate(SMALL, parallel, system)
+        assert evaluation.breakdown["optimizer"] < default.breakdown["optimizer"]
+        assert evaluation.peak_memory_bytes < default.peak_memory_bytes

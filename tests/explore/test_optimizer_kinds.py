@@ -1,5 +1,5 @@
 """s37 optim: the optimizer's kind as a framework option (``optimizer``,
-:mod:`stage_explore.analytical.optimizer_kinds`) — its state bytes and step bytes, the memory and
+:mod:`stage_core.lower.optimizer_kinds`) — its state bytes and step bytes, the memory and
 step time that follow it, the ``stage eval --optimizer`` flag, and the reader of a row's cells
 (:mod:`stage_explore.validation.infer_optimizer`)."""
 
@@ -10,20 +10,18 @@ import json
 import pytest
 
 from stage_core.errors import ConfigError
-from stage_core.lower.program import (
+from stage_core.lower.optimizer_kinds import (
     ADAM_BYTES_READ_PER_PARAM,
     ADAM_BYTES_WRITTEN_PER_PARAM,
     ADAM_FLOPS_PER_PARAM,
+    OPTIMIZERS,
+    optimizer_state_bytes,
+    optimizer_step_bytes,
 )
 from stage_core.models import get_flavor
 from stage_core.parallel import ParallelConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.frameworks import FRAMEWORKS, get_framework
-from stage_explore.analytical.optimizer_kinds import (
-    OPTIMIZERS,
-    optimizer_state_bytes,
-    optimizer_step_bytes,
-)
 from stage_explore.cli import main
 from stage_explore.system import load_system
 from stage_explore.validation.csv_cells import read_csv

@@ -1,6 +1,9 @@
 """The optimizer's kind (the framework option ``optimizer``, 7 Dec 2026, s37 optim): the state a
 rank holds per parameter before ZeRO's sharding (:func:`optimizer_state_bytes`) and the bytes
-the fused update step reads and writes per parameter (:func:`optimizer_step_bytes`).
+the fused update step reads and writes per parameter (:func:`optimizer_step_bytes`). In
+``stage_core`` (s37 optim2) so that the lowering's optimizer instruction and model-state bytes
+(:func:`stage_core.lower.program.make_workload`'s ``optimizer``) follow the same kind as the
+analytical backend's costs: one model, every backend.
 
 Kinds (:data:`OPTIMIZERS`) and their moments — per-parameter state tensors besides the master:
 
@@ -30,7 +33,7 @@ type. ``adam`` with a master is Megatron's 12 bytes; nothing else changes a defa
 The step (memory-bound, :func:`~stage_explore.analytical.costs.optimizer_step_s`) reads the
 master (or the 16-bit parameter without one), the main gradient and each moment, and writes
 the master, each moment and the 16-bit weight copy: Adam's 16 read and 14 written
-(:data:`stage_core.lower.program.ADAM_BYTES_READ_PER_PARAM`), fewer for fewer or narrower
+(:data:`ADAM_BYTES_READ_PER_PARAM`), fewer for fewer or narrower
 moments. FLOPs per parameter: Adam's 12; SGD's 2 (``p -= lr·g``), 4 with momentum
 (``buf = μ·buf + g``).
 """
@@ -38,7 +41,12 @@ moments. FLOPs per parameter: Adam's 12; SGD's 2 (``p -= lr·g``), 4 with moment
 from __future__ import annotations
 
 from stage_core.errors import ConfigError
-from stage_core.lower.program import ADAM_FLOPS_PER_PARAM
+
+#: Adam: FLOPs per parameter of the update, bytes read and written per parameter (fp32 master
+#: weight, gradient, two moments read; master, moments and the 16-bit weight written).
+ADAM_FLOPS_PER_PARAM = 12
+ADAM_BYTES_READ_PER_PARAM = 16
+ADAM_BYTES_WRITTEN_PER_PARAM = 14
 
 #: The values of the framework option ``optimizer``.
 OPTIMIZERS = ("adam", "adam_bf16_moments", "sgd_momentum", "sgd")
