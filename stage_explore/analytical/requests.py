@@ -4,8 +4,9 @@ Contents:
     :class:`LengthDistribution`
         token lengths as a discrete distribution (support points and their probabilities):
         a fixed length, a list of ``(length, weight)`` pairs, or a named distribution
-        (``uniform``, ``lognormal``, ``exponential``) discretised at :data:`QUANTILE_POINTS`
-        equal-probability quantiles; its mean, second moment and size-biased mean.
+        (``uniform``, ``lognormal``, ``exponential``) discretised into :data:`QUANTILE_POINTS`
+        equal-probability bins, each at its conditional mean; its mean, second moment and
+        size-biased mean.
     :class:`RequestLoad`
         the request mix (prompt and output lengths, independent) and the load: an arrival
         rate (open loop, Poisson arrivals), a concurrency (closed loop: that many clients each
@@ -15,10 +16,13 @@ Contents:
         a distribution from what a study file or a caller gives (an int, a list of pairs, or a
         table with ``distribution = "…"`` and its parameters); one-line errors naming the value.
 
-Named distributions are discretised at the midpoints of equal-probability bins (quantiles
-``(i + 0.5) / n``), rounded to whole tokens; equal points merge. A point that rounds below 1
-or above 2^24 tokens is refused (it was clamped until s37: a lognormal of sigma 50 served
-1-token prompts whatever its mean).
+Named distributions are discretised into ``n`` equal-probability bins (between the quantiles
+``i / n`` and ``(i + 1) / n``), each evaluated at its conditional mean ``E[X | bin]`` (closed
+forms in :func:`_bin_means`), rounded to whole tokens; equal points merge. The discretised
+mean is the stated one within rounding (until s37 the bins' midpoint quantiles ``(i + 0.5) / n``
+were used, which understated a heavy tail: a lognormal of mean 2,048 had mean 1,933 at sigma
+0.8 and 1,559 at sigma 1.5). A bin mean that rounds below 1 or above 2^24 tokens is refused
+(it was clamped until s37: a lognormal of sigma 50 served 1-token prompts whatever its mean).
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ from typing import Any
 from stage_core.errors import ConfigError
 from stage_core.serving.config import MAX_CONTEXT
 
-#: Support points a named distribution is discretised at (equal-probability quantiles).
+#: Support points a named distribution is discretised at (equal-probability bins, each at
+#: its conditional mean).
 QUANTILE_POINTS = 8
+
+_STANDARD = NormalDist()
+_PHI = _STANDARD.cdf
 
 #: Named distributions and their parameters.
 NAMED_DISTRIBUTIONS: Mapping[str, tuple[str, ...]] = {
@@ -111,21 +119,43 @@ def _check_length(length: Any, what: str) -> None:
         )
 
 
-def _quantiles(name: str, params: Mapping[str, float], what: str) -> list[float]:
-    qs = [(i + 0.5) / QUANTILE_POINTS for i in range(QUANTILE_POINTS)]
+def _upper_tail_gap(low: float, high: float) -> float:
+    """``Φ(high) − Φ(low)`` for the standard normal ``Φ``, ``low ≤ high`` (either may be
+    infinite), taken in the tail where it does not cancel (``Φ(−x)`` is an ``erfc``)."""
+    if low > 0:
+        return _PHI(-low) - _PHI(-high)
+    return _PHI(high) - _PHI(low)
+
+
+def _bin_means(name: str, params: Mapping[str, float], what: str) -> list[float]:
+    """The conditional mean of each of :data:`QUANTILE_POINTS` equal-probability bins
+    ``[F⁻¹(i/n), F⁻¹((i+1)/n))``: ``E[X | bin i] = n · ∫ x dF`` over the bin, so the bins'
+    means average to the distribution's mean exactly (before rounding)."""
+    n = QUANTILE_POINTS
+    edges = [i / n for i in range(n + 1)]
     if name == "uniform":
         low, high = params["min"], params["max"]
         if not 1 <= low <= high:
             raise ConfigError(f"{what}: uniform needs 1 ≤ min ≤ max, but got ({low=}, {high=})")
-        return [low + q * (high - low) for q in qs]
+        # the density is flat: a bin's mean is its midpoint
+        return [low + (i + 0.5) / n * (high - low) for i in range(n)]
     if name == "exponential":
-        return [-params["mean"] * math.log1p(-q) for q in qs]
-    # lognormal with the given mean and log-space standard deviation sigma:
-    # mean = exp(mu + sigma²/2)
-    sigma = params["sigma"]
-    mu = math.log(params["mean"]) - sigma * sigma / 2
-    normal = NormalDist(mu, sigma) if sigma > 0 else None
-    return [math.exp(normal.inv_cdf(q)) if normal else math.exp(mu) for q in qs]
+        # x = −m·ln(1−q); ∫ x λe^(−λx) dx = [−(x + m)·e^(−x/m)] and e^(−x/m) = 1 − q, so
+        # E[X | bin] = m + n·(x_a·(1 − q_a) − x_b·(1 − q_b)), the last bin's x_b·0 being 0.
+        m = params["mean"]
+
+        def tail_product(q: float) -> float:
+            return 0.0 if q >= 1 else -m * math.log1p(-q) * (1 - q)
+
+        return [m + n * (tail_product(edges[i]) - tail_product(edges[i + 1])) for i in range(n)]
+    # lognormal with the given mean and log-space standard deviation sigma, mean =
+    # exp(mu + sigma²/2): E[X; z_a < (ln X − mu)/sigma < z_b] = mean·(Φ(z_b − sigma) −
+    # Φ(z_a − sigma)) with z = Φ⁻¹(q), so E[X | bin] = n·mean·(Φ(z_b − σ) − Φ(z_a − σ)).
+    mean, sigma = params["mean"], params["sigma"]
+    if sigma == 0:
+        return [mean] * n
+    z = [-math.inf, *(_STANDARD.inv_cdf(q) for q in edges[1:-1]), math.inf]
+    return [n * mean * _upper_tail_gap(z[i] - sigma, z[i + 1] - sigma) for i in range(n)]
 
 
 def length_distribution(value: Any, what: str) -> LengthDistribution:
@@ -164,17 +194,17 @@ def length_distribution(value: Any, what: str) -> LengthDistribution:
             if bad or not (number >= 0 if key == "sigma" else number > 0):
                 raise ConfigError(f"{what}: {name} {key} must be a number > 0, but got {number!r}")
             params[key] = float(number)
-        quantiles = _quantiles(name, params, what)
-        for rank, x in enumerate(quantiles, start=1):  # clamped before s37: sigma 50 was 1 token
+        means = _bin_means(name, params, what)
+        for rank, x in enumerate(means, start=1):  # clamped before s37: sigma 50 was 1 token
             if not 1 <= round(x) <= MAX_CONTEXT:
                 given = ", ".join(f"{k} {v!r}" for k, v in value.items())
                 raise ConfigError(
-                    f"{what}: {given} puts quantile point {rank} of {QUANTILE_POINTS} at "
+                    f"{what}: {given} puts the mean of bin {rank} of {QUANTILE_POINTS} at "
                     f"{x:.4g} tokens, outside 1 to {MAX_CONTEXT}; expected a distribution "
                     "whose points are whole lengths in that range (a smaller sigma or max, a "
                     "larger mean, or [length, weight] pairs)"
                 )
-        points = [round(x) for x in quantiles]
+        points = [round(x) for x in means]
         return LengthDistribution.from_weights([(p, 1.0) for p in points], what)
     raise ConfigError(
         f"{what}: expected a length, a list of [length, weight] pairs or a table "
