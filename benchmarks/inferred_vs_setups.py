@@ -30,8 +30,8 @@ from stage_explore.validation.suite import run_validation
 
 RESULTS = Path(__file__).resolve().parent / "results" / "inferred_vs_setups.md"
 #: Sources the inference cannot bring to their hand-written setup, and why (5 Dec 2026, s15
-#: infer6; re-checked s16 infer7, s17 infer8 and s18 infer9): what the hand-written setup rests
-#: on that the CSV does not state.
+#: infer6; re-checked s16 infer7, s17 infer8, s18 infer9 and s37 ivs): what the hand-written
+#: setup rests on that the CSV does not state.
 LEFT = (
     "MBRIDGE-MOE-B200: MBM-B200-25.11-GPTOSS120B-64 states EP 8; the setup corrects the cell to "
     "the recipe's 64 (a default never overrides a stated cell).",
@@ -49,8 +49,10 @@ LEFT = (
     "MCORE08: the setup's selective recompute, no dropout and untied embeddings are its own "
     "assumptions; the inference keeps Megatron's defaults (the README states none of them). "
     "Its vpp and userbuffers margins the inference reads as the setup does (s16 infer7).",
-    "IBMFSDP-H100 / -A100: the 7B row's hybrid sharding (its cell names both FULL_SHARD and "
-    "HYBRID_SHARD).",
+    "NEMO2403-LONGSEQ-H100: the fused loss and DistributedFusedAdam's fp32 state (memory only) "
+    "of the launcher's llama2_7b.yaml at 064e676; the rows cite that yaml for their dims, not "
+    "its version, and other versions do not name the fusion (as NEMO2407-H100 reads them; 0.1 "
+    "points; s37 ivs).",
     "NEMO2407-H100: the fused loss of the Llama 2 7B, Llama 3 70B and Nemotron 8B / 340B rows "
     "comes from one version each of the launcher's per-model yamls (other versions and sizes "
     "do not name it), which the rows do not name; the bf16 gradient sync of the Llama rows "

@@ -22,6 +22,7 @@ from stage_explore.validation.infer_fields import (
     infer_framework,
     infer_zero,
 )
+from stage_explore.validation.infer_fms_shard import fms_open_sharding
 from stage_explore.validation.infer_megatron_lm import (
     launch_sequence_parallel,
     launch_zero,
@@ -163,7 +164,9 @@ def parallel_layout(
         # the stage as infer_zero spells it (``zero_2``, ``ZeRO stage-2``, ``ZeRO-0`` are not)
         zero, shard, why = infer_zero("0" if stage == "0" else f"zero-{stage}", framework, said)
     else:
-        zero, shard, why = infer_zero(row.get("dp_sharding", ""), framework, pp=pp)
+        zero, shard, why = fms_open_sharding(  # s37 ivs: fms-fsdp's own choice
+            row.get("dp_sharding", ""), framework, row.get("params_b", "")
+        ) or infer_zero(row.get("dp_sharding", ""), framework, pp=pp)
     if zero in (1, 3) and shard is None:  # a group size the sharded cell states (s27 hidden22)
         dp_all = stated.get("dp", fields.get("dp", 1))
         group = stated_group(row.get("dp_sharding", ""), dp_all, zero)
