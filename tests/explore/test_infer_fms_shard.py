@@ -30,7 +30,7 @@ def _case(**cells: str) -> Case:
 
 def test_an_open_cell_on_a_small_model_is_fms_fsdp_hsdp() -> None:
     case = _case(dp_sharding=OPEN_CELL)
-    assert case.framework == "fms-fsdp"
+    assert case.framework == "fms-fsdp" and case.parallel is not None
     assert case.parallel.zero == 3 and case.parallel.dp_shard == 8  # before: dp_shard None
 
 
@@ -39,6 +39,7 @@ def test_an_open_cell_on_a_34b_model_stays_full_shard() -> None:
         dp_sharding=OPEN_CELL, model="Llama 2 34B", params_b="33.7", layers="48",
         hidden="8192", ffn="22016", heads="64", kv_heads="8",
     )  # fmt: skip
+    assert case.parallel is not None
     assert case.parallel.zero == 3 and case.parallel.dp_shard is None
 
 
