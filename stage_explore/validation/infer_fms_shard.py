@@ -2,22 +2,24 @@
 
 A ``dp_sharding`` cell on the fms-fsdp profile that names both PyTorch FSDP strategies as
 alternatives (``FULL_SHARD or HYBRID_SHARD, not stated``) does not say which ran; the reader
-took its first word, FULL_SHARD (ZeRO-3 over all GPUs). fms-fsdp decides it itself:
+took its first word, FULL_SHARD (ZeRO-3 over all GPUs), and an empty cell as the FSDP-based
+profiles' ZeRO-3 over all GPUs. fms-fsdp decides it itself:
 
 - its training config defaults ``sharding_strategy`` to ``"hsdp"``
-  (foundation-model-stack/fms-fsdp ``pretraining/config/training.py`` and later
-  ``fms_fsdp/config/training.py``: ``sharding_strategy: str = "hsdp"``), which it maps to
+  (foundation-model-stack/fms-fsdp ``pretraining/config/training.py`` at 240a2748, with
+  ``sharding_group_size: int = 8``, and ``fms_fsdp/config/training.py`` at 00f20d5e:
+  ``sharding_strategy: str = "hsdp"``), which it maps to
   PyTorch ``HYBRID_SHARD`` with no process groups: shards within the node, replicas across
   nodes (``dp_shard`` = the GPUs per node; ``docs/analytical.md``, fms-fsdp);
 - its ``docs/configurations.md`` (fms-fsdp cc4b276b, "Tune the configs"): "For smaller models
   like 7b and 13b, HSDP is preferred ...; while for larger models like 34b and 70b, FSDP will be
   a necessity as the model is too large to be fitted into only 8 gpus".
 
-So an open cell reads as HSDP in groups of 8 for a model no larger than fms-fsdp's 13b variant
-(:data:`HSDP_LARGEST_B`, the largest size the page calls small) and as FULL_SHARD above it (the
-page names no size between 13b and 34b; FULL_SHARD, the strategy that fits more, is taken
-there). A cell naming one strategy, or a row on another profile, is not read here
-(:func:`~stage_explore.validation.infer_fields.infer_zero`).
+So an open cell (empty, or naming both) reads as HSDP in groups of 8 for a model no larger
+than fms-fsdp's 13b variant (:data:`HSDP_LARGEST_B`, the largest size the page calls small) and
+as FULL_SHARD above it (the page names no size between 13b and 34b; FULL_SHARD, the strategy
+that fits more, is taken there). A cell naming one strategy, or a row on another profile, is
+not read here (:func:`~stage_explore.validation.infer_fields.infer_zero`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ NODE_GPUS = 8
 
 
 def open_strategy(cell: str) -> bool:
-    """True when ``cell`` names both full and hybrid sharding as alternatives or unstated."""
+    """True when ``cell`` is empty or names both full and hybrid sharding as alternatives or
+    unstated."""
+    if not cell.strip():
+        return True
     return bool(FULL.search(cell) and HYBRID.search(cell) and OPEN.search(cell))
 
 
@@ -58,8 +63,9 @@ def fms_open_sharding(
         size = float(params_b)
     except ValueError:
         return None
+    says = f"says {cell.strip()!r}, both strategies" if cell.strip() else "is empty"
     said = (
-        f"the dp_sharding column says {cell.strip()!r}, both strategies; fms-fsdp's default "
+        f"the dp_sharding column {says}; fms-fsdp's default "
         "sharding_strategy is hsdp and its docs/configurations.md prefers HSDP for 7b / 13b, "
         "FSDP 'a necessity' for 34b / 70b"
     )

@@ -1,6 +1,7 @@
 """fms-fsdp's sharding when a row's cell leaves it open (s37 ivs): a cell naming FULL_SHARD and
-HYBRID_SHARD as alternatives read as FULL_SHARD over all GPUs; fms-fsdp's default (hsdp) and its
-docs/configurations.md (HSDP for 7b / 13b, FSDP for 34b / 70b) decide it."""
+HYBRID_SHARD as alternatives, or an empty one, read as FULL_SHARD over all GPUs; fms-fsdp's
+default (hsdp) and its docs/configurations.md (HSDP for 7b / 13b, FSDP for 34b / 70b) decide
+it."""
 
 from __future__ import annotations
 
@@ -45,11 +46,17 @@ def test_an_open_cell_on_a_34b_model_stays_full_shard() -> None:
 
 @pytest.mark.parametrize(
     "cell", ["PyTorch FSDP FULL_SHARD", "PyTorch FSDP HYBRID_SHARD (HSDP: shard within a node)",
-             "FSDP", ""],
+             "FSDP"],
 )  # fmt: skip
 def test_a_cell_naming_one_strategy_is_not_read_here(cell: str) -> None:
     assert not open_strategy(cell)
     assert fms_open_sharding(cell, "fms-fsdp", "6.74") is None
+
+
+def test_an_empty_cell_is_fms_fsdp_default_hsdp() -> None:
+    case = _case(dp_sharding="")
+    assert case.parallel is not None  # before: dp_shard None (the FSDP profiles' ZeRO-3)
+    assert case.parallel.zero == 3 and case.parallel.dp_shard == 8
 
 
 def test_other_profiles_keep_their_reading() -> None:
