@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stage_explore.validation.infer_errors import Uninferable
+from stage_explore.validation.infer_stated import stated_or_inferred
 
 #: Columns whose text says the run is Megatron-DeepSpeed (Megatron's batch arguments).
 _COLUMNS = ("source", "source_table", "url", "notes", "dp_sharding")
@@ -47,9 +48,9 @@ def default_micro_batch(
     :class:`Uninferable` when dp does not divide the global batch (DeepSpeed's batch assertion
     fails); else Megatron's default of 1."""
     global_batch = stated["global_batch_seqs"]
-    dp = int(stated.get("dp", fields.get("dp", 1)))
+    dp = stated_or_inferred(stated, fields, "dp")
     megatron = any(_MEGATRON.search(row.get(c, "")) for c in _COLUMNS)
-    if framework == "torchtitan" and int(stated.get("pp", fields.get("pp", 1))) <= 1:
+    if framework == "torchtitan" and stated_or_inferred(stated, fields, "pp") <= 1:
         return _torchtitan(global_batch, dp)
     if framework != "deepspeed" or megatron:
         return 1, "micro-batch 1 (Megatron's --micro-batch-size default; column empty)"

@@ -45,6 +45,7 @@ from stage_explore.validation.infer_named import names_used
 from stage_explore.validation.infer_no_sync import automodel_no_sync_defaults, no_sync_defaults
 from stage_explore.validation.infer_release import Defaults, row_text
 from stage_explore.validation.infer_shard import stated_hpz
+from stage_explore.validation.infer_stated import stated_or_inferred
 from stage_explore.validation.infer_titan_ac import torchtitan_shipped_ac
 from stage_explore.validation.infer_torch import (
     automodel_defaults,
@@ -469,7 +470,7 @@ def recipe_defaults(
         dgxc_defaults(row, precision, out, stated, (spec.top_k, experts or spec.num_experts))
         named_launch_flags(row, out)
     elif framework == "automodel":
-        dp = int(stated.get("dp", parallel.get("dp", 1)))
+        dp = stated_or_inferred(stated, parallel, "dp")
         automodel_defaults(row, flavor, stated, out, dp, experts)
         dense = not (experts or spec.num_experts)  # its benchmark's dense configs (s37)
         automodel_no_sync_defaults(row, int(parallel.get("zero", 0)), dense, out)
@@ -479,9 +480,9 @@ def recipe_defaults(
             recompute = shipped[0]
             out.parallel["recompute"] = recompute
             out.notes.append(shipped[1])
-        pp = int(stated.get("pp", parallel.get("pp", 1)))
+        pp = stated_or_inferred(stated, parallel, "pp")
         torchtitan_defaults(row, recompute, stated.get("tp", 1), out, pp)
-        torchtitan_pipeline(row, stated, int(stated.get("dp", parallel.get("dp", 1))), out)
+        torchtitan_pipeline(row, stated, stated_or_inferred(stated, parallel, "dp"), out)
     elif framework == "internevo":
         internevo_defaults(row, out, preset_has_kernel(system, INTERNEVO_KERNEL))
     elif framework == "fsdp":

@@ -13,6 +13,7 @@ from typing import Any
 
 from stage_explore.validation.csv_cells import YES, first_word
 from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
+from stage_explore.validation.infer_stated import stated_or_inferred
 from stage_explore.validation.infer_torch import FP32_MASTER
 
 #: A row naming PyTorch's DTensor tensor parallelism: ``DTensor``, its ``parallelize_module``
@@ -41,7 +42,7 @@ def dtensor_tp_defaults(
     a row of the ``fsdp`` profile with tp > 1 and sequence parallelism whose text names DTensor
     tensor parallelism (:data:`DTENSOR_TP`); the profile's default is Megatron's sequence-first
     collectives (no copy) and saved sequence shards."""
-    tp = int(stated.get("tp", parallel.get("tp", 1)))
+    tp = stated_or_inferred(stated, parallel, "tp")
     sp = first_word(row.get("sp", "")) in YES or bool(parallel.get("sp"))
     named = DTENSOR_TP.search(row_text(row, DTENSOR_COLUMNS))
     if tp <= 1 or not sp or named is None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stage_explore.validation.infer_no_sync import KEMPNERFORGE  # a row naming KempnerForge
-from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
+from stage_explore.validation.infer_release import Defaults
+from stage_explore.validation.infer_stated import names_kempnerforge, stated_or_inferred
 
 #: 16-bit logits-sized buffers eager ``F.cross_entropy`` on bf16 logits holds in its backward
 #: beside the logits: ``log_softmax``'s saved bf16 output, the ``nll_loss`` gradient and
@@ -39,16 +39,16 @@ KEMPNERFORGE_GATHERED_NOTE = (
 def kempnerforge_loss_defaults(
     row: dict[str, str], parallel: dict[str, Any], stated: dict[str, int], out: Defaults
 ) -> None:
-    """For a row of the ``fsdp`` profile naming KempnerForge (:data:`KEMPNERFORGE`): with its
+    """For a row of the ``fsdp`` profile naming KempnerForge (:func:`names_kempnerforge`): with its
     model states in bf16 (``bf16_model_states``, set before from the row's stated cast) the
     loss on the bf16 logits (``loss_16bit_buffers`` =
     :data:`KEMPNERFORGE_LOSS_16BIT_BUFFERS`), and with tp > 1 the logits whole on every rank
     (``loss_logits_gathered``, which the step time also charges: s35 kfthru)."""
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
+    if not names_kempnerforge(row):
         return
     if out.options.get("bf16_model_states"):
         out.options["loss_16bit_buffers"] = KEMPNERFORGE_LOSS_16BIT_BUFFERS
         out.notes.append(KEMPNERFORGE_LOSS_NOTE.format(buffers=KEMPNERFORGE_LOSS_16BIT_BUFFERS))
-    if int(stated.get("tp", parallel.get("tp", 1))) > 1:
+    if stated_or_inferred(stated, parallel, "tp") > 1:
         out.options["loss_logits_gathered"] = True
         out.notes.append(KEMPNERFORGE_GATHERED_NOTE)

@@ -40,8 +40,8 @@ from __future__ import annotations
 from typing import Any
 
 from stage_explore.validation.infer_compile import names_compile
-from stage_explore.validation.infer_no_sync import KEMPNERFORGE
-from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
+from stage_explore.validation.infer_release import Defaults
+from stage_explore.validation.infer_stated import names_kempnerforge, stated_or_inferred
 
 KEMPNERFORGE_PP_NOTE = (
     "the pipeline stage held gathered after each backward (pp_backward_held_params): the row "
@@ -59,12 +59,12 @@ def kempnerforge_pipeline_defaults(
     row: dict[str, str], parallel: dict[str, Any], stated: dict[str, int], out: Defaults
 ) -> None:
     """``pp_backward_held_params`` for a ZeRO-3 row of the ``fsdp`` profile naming KempnerForge
-    (:data:`~stage_explore.validation.infer_no_sync.KEMPNERFORGE`) with pp > 1 that does not
+    (:func:`names_kempnerforge`) with pp > 1 that does not
     say it was compiled (:func:`~stage_explore.validation.infer_compile.names_compile`;
     module docstring)."""
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
+    if not names_kempnerforge(row):
         return
-    pp = int(stated.get("pp", parallel.get("pp", 1)))
+    pp = stated_or_inferred(stated, parallel, "pp")
     if pp <= 1 or int(parallel.get("zero", 0)) < 3 or names_compile(row):
         return
     out.options["pp_backward_held_params"] = True

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stage_explore.validation.infer_no_sync import KEMPNERFORGE  # a row naming KempnerForge
-from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
+from stage_explore.validation.infer_release import Defaults
+from stage_explore.validation.infer_stated import names_kempnerforge, stated_or_inferred
 
 KEMPNERFORGE_ONE_RANK = (
     "FSDP2 over a one-rank data-parallel mesh (fsdp2_one_rank_mesh, with "
@@ -35,13 +35,13 @@ KEMPNERFORGE_EMBEDDING_NOTE = (
 def kempnerforge_embedding_defaults(
     row: dict[str, str], parallel: dict[str, Any], stated: dict[str, int], out: Defaults
 ) -> None:
-    """For a row of the ``fsdp`` profile naming KempnerForge (:data:`KEMPNERFORGE`) with tp > 1:
-    ``tp_embedding_replicated`` (:data:`KEMPNERFORGE_EMBEDDING_NOTE`). KempnerForge's plan also
-    leaves the embedding whole where it turns sequence parallelism off (pipeline stages, tied
-    embeddings, MoE): there the table is never parallelized either."""
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
+    """For a row of the ``fsdp`` profile naming KempnerForge (:func:`names_kempnerforge`) with
+    tp > 1: ``tp_embedding_replicated`` (:data:`KEMPNERFORGE_EMBEDDING_NOTE`). KempnerForge's
+    plan also leaves the embedding whole where it turns sequence parallelism off (pipeline
+    stages, tied embeddings, MoE): there the table is never parallelized either."""
+    if not names_kempnerforge(row):
         return
-    if int(stated.get("tp", parallel.get("tp", 1))) > 1:
+    if stated_or_inferred(stated, parallel, "tp") > 1:
         out.parallel["tp_embedding_replicated"] = True
         out.notes.append(KEMPNERFORGE_EMBEDDING_NOTE)
 
@@ -50,19 +50,16 @@ def one_rank_mesh_defaults(
     row: dict[str, str], parallel: dict[str, Any], stated: dict[str, int], out: Defaults
 ) -> None:
     """``fsdp2_one_rank_mesh`` and ``fsdp_no_sync_accumulation`` for a row naming KempnerForge
-    (:data:`KEMPNERFORGE`) with tp > 1 and one data-parallel rank (dp·cp = 1, its ZeRO stage
+    (:func:`names_kempnerforge`) with tp > 1 and one data-parallel rank (dp·cp = 1, its ZeRO stage
     0): KempnerForge wraps the model in FSDP2 over a one-rank ``dp_shard`` mesh whenever
     tensor parallelism is on (:data:`KEMPNERFORGE_ONE_RANK`). With tp 1 at one rank there is
     no distributed mesh at all (``init_distributed`` returns ``None`` at world size 1) and no
     wrapper; at dp > 1 :func:`~stage_explore.validation.infer_no_sync.no_sync_defaults`
     applies."""
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)) is None:
+    if not names_kempnerforge(row):
         return
-
-    def degree(axis: str) -> int:
-        return int(stated.get(axis, parallel.get(axis, 1)))
-
-    if degree("tp") <= 1 or degree("dp") * degree("cp") != 1:
+    tp, dp, cp = (stated_or_inferred(stated, parallel, axis) for axis in ("tp", "dp", "cp"))
+    if tp <= 1 or dp * cp != 1:
         return
     out.options["fsdp2_one_rank_mesh"] = True
     out.options["fsdp_no_sync_accumulation"] = True

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from stage_explore.validation.infer_release import Defaults, row_text
+from stage_explore.validation.infer_stated import stated_or_inferred
 
 #: A row that names Megatron-Core release r0.8 (``Megatron-Core r0.8.0``, ``megatron-core v0.8``).
 MCORE_R08 = re.compile(r"megatron[\s-]*core\s+(?:r|v|core_r)?0\.8(?:\.\d+)?\b", re.IGNORECASE)
@@ -61,8 +62,8 @@ def readme_interleaving(
     pp = int(stated.get("pp", 1))
     if pp <= 1 or "vpp" in stated or not README_SCALING.search(row_text(row)) or layers % pp:
         return
-    dp = int(stated.get("dp", parallel.get("dp", 0)))
-    micro = int(stated.get("micro_batch", parallel.get("micro_batch", 1)))
+    dp = stated_or_inferred(stated, parallel, "dp", default=0)
+    micro = stated_or_inferred(stated, parallel, "micro_batch")
     batch = int(stated.get("global_batch_seqs", 0))
     if dp <= 0 or batch % (dp * micro) or (batch // (dp * micro)) % pp:
         return

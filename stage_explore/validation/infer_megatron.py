@@ -72,6 +72,7 @@ from stage_explore.validation.infer_release import (
     container,
     row_text,
 )
+from stage_explore.validation.infer_stated import stated_or_inferred
 from stage_explore.validation.infer_userbuffers import (
     bulk_config,
     bulk_note,
@@ -444,7 +445,7 @@ def megatron_core_defaults(
     container's eras and recipes, MLA on Blackwell, and from 25.01 Megatron-Bridge's
     per-model recipes (its options and launcher settings when the text names it)."""
     spec = get_flavor(flavor)
-    tp = int(stated.get("tp", parallel.get("tp", 1)))
+    tp = stated_or_inferred(stated, parallel, "tp")
     _megatron_core(
         row, precision, fp8_recipe, bool(spec.num_experts), system, out, str(spec.family),
         (int(stated.get("hidden", spec.hidden)), tp),
@@ -452,7 +453,7 @@ def megatron_core_defaults(
     mlperf_2509_recipe(row, precision, out)
     mlperf_2509_loss(row, out)
     stated_loss_impl(row, out)
-    pp = int(stated.get("pp", parallel.get("pp", 1)))
+    pp = stated_or_inferred(stated, parallel, "pp")
     tp_pp_dp_rank_order(row, bool(spec.num_experts), pp, out)
     _mla_on_blackwell(row, flavor, system, out)
     stated_bucket(row, out)

@@ -20,10 +20,9 @@ from __future__ import annotations
 import re
 
 from stage_explore.validation.infer_release import TEXT_COLUMNS, Defaults, row_text
+from stage_explore.validation.infer_stated import names_kempnerforge
 from stage_explore.validation.infer_torch import FSDP2_COLUMNS, FSDP2_NAMED
 
-#: A row naming the KempnerForge trainer (KempnerInstitute/KempnerForge).
-KEMPNERFORGE = re.compile(r"\bKempnerForge\b", re.IGNORECASE)
 KEMPNERFORGE_NO_SYNC = (
     "FSDP2 gradient sync off on every micro-batch but the last (fsdp_no_sync_accumulation): the "
     "text names KempnerForge, whose training loop wraps each micro-step in maybe_no_sync "
@@ -86,7 +85,7 @@ def automodel_no_sync_defaults(row: dict[str, str], zero: int, dense: bool, out:
 
 def no_sync_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
     """``fsdp_no_sync_accumulation`` for a ZeRO-3 (FSDP-sharded) row of the ``fsdp`` profile
-    whose text names KempnerForge (:data:`KEMPNERFORGE`), or names Hugging Face's Trainer
+    whose text names KempnerForge (:func:`names_kempnerforge`), or names Hugging Face's Trainer
     (:data:`HF_TRAINER`) and not FSDP2 (accelerate's ``no_sync`` enters FSDP2's
     ``set_requires_gradient_sync`` only from huggingface/accelerate PR #3762, September 2025:
     before it an FSDP2 module, which has no ``no_sync``, reduce-scattered every micro-batch;
@@ -95,7 +94,7 @@ def no_sync_defaults(row: dict[str, str], zero: int, out: Defaults) -> None:
     no gradient sharding (``zero`` < 2) there is no FSDP gradient to hold."""
     if zero < 2:
         return
-    if KEMPNERFORGE.search(row_text(row, TEXT_COLUMNS)):
+    if names_kempnerforge(row):
         out.options["fsdp_no_sync_accumulation"] = True
         out.notes.append(KEMPNERFORGE_NO_SYNC)
         return

@@ -31,6 +31,7 @@ from stage_explore.validation.infer_megatron_lm import (
 from stage_explore.validation.infer_named_shard import named_fsdp_strategy
 from stage_explore.validation.infer_recompute import named_modules
 from stage_explore.validation.infer_shard import stated_group
+from stage_explore.validation.infer_stated import stated_or_inferred
 
 #: The assumption of an empty recompute column (dropped when a recipe default sets one).
 NO_RECOMPUTE = "no activation recompute (column empty)"
@@ -63,7 +64,7 @@ def folded_etp(
     if not moe or "etp" in parallel:
         return None
     tp, cp, ep = stated.get("tp", 1), stated.get("cp", 1), stated.get("ep", 1)
-    ranks = tp * cp * stated.get("dp", parallel.get("dp", 1))
+    ranks = tp * cp * stated_or_inferred(stated, parallel, "dp")
     if ranks % (ep * tp) == 0 or ranks % ep:
         return None
     return 1, (
@@ -168,7 +169,7 @@ def parallel_layout(
             row.get("dp_sharding", ""), framework, row.get("params_b", "")
         ) or infer_zero(row.get("dp_sharding", ""), framework, pp=pp)
     if zero in (1, 3) and shard is None:  # a group size the sharded cell states (s27 hidden22)
-        dp_all = stated.get("dp", fields.get("dp", 1))
+        dp_all = stated_or_inferred(stated, fields, "dp")
         group = stated_group(row.get("dp_sharding", ""), dp_all, zero)
         zero, shard, why = group if group is not None else (zero, shard, why)
     plain = launch_zero(row) if launch else None
@@ -181,7 +182,7 @@ def parallel_layout(
     if refused:
         raise Uninferable(refused)
     if shard is not None:
-        dp = stated.get("dp", fields.get("dp", 1))
+        dp = stated_or_inferred(stated, fields, "dp")
         if dp % shard:
             raise Uninferable(
                 f"hybrid sharding in groups of {shard}, but dp {dp} is not a multiple"

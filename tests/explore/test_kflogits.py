@@ -145,7 +145,7 @@ def _without_the_loss_rule(
     """``row`` evaluated with this rule off and every other rule as it reads (KempnerForge's
     no-sync accumulation stays: only the loss differs)."""
     with monkeypatch.context() as patch:
-        patch.setattr(infer_kflogits, "KEMPNERFORGE", re.compile(r"(?!)"))
+        patch.setattr(infer_kflogits, "names_kempnerforge", lambda row: False)
         return _evaluate(row)
 
 
