@@ -41,7 +41,7 @@ _TRAINING_ONLY: dict[str, Any] = {
     "fp32_grads": True, "framework": None, "moe_load_imbalance": None, "moe_deepep": False,
     "moe_hybridep": False,
     "astra_sim_variant": None, "astra_sim_compute": None, "compare": False,
-    "fp8_param_gather": False, "compute": "roofline",
+    "fp8_param_gather": False, "compute": "roofline", "optimizer": None,
 }  # fmt: skip
 #: Serving options and their defaults: a training step (``--phase train``) refuses other values.
 _SERVING_ONLY: dict[str, Any] = {
