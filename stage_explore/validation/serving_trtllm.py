@@ -105,14 +105,11 @@ def engine_max_num_tokens(
     return _round_up(raw_tokens, 1024)
 
 
-def trtllm_batch(
-    model: ModelSpec, base: ServingConfig, memory_bytes: int, fraction: float, tokens: int
-) -> int:
-    """The sequences TensorRT-LLM keeps in flight: on every GPU, ``fraction x (memory - W - A)``
-    of KV cache (``W`` the weights, ``A`` the engine's activation memory: the workspace of one
-    prefill step of ``tokens`` tokens) over one sequence's KV bytes at ``base.context_len``
-    (the caller passes ``isl + osl``: blocks reserved to completion); the smallest over the
-    pipeline stages (the runtime all-reduces the block count with MIN). 0 when none fits."""
+def kv_footprint(model: ModelSpec, base: ServingConfig, tokens: int) -> list[tuple[int, int]]:
+    """Per pipeline stage, what an engine sizes its KV cache from: the bytes held before any
+    KV (the weights and the activation workspace of one prefill step of ``tokens`` tokens) and
+    one sequence's KV bytes at ``base.context_len`` (two lowerings, one sequence apart). Shared
+    by TensorRT-LLM's rule (:func:`trtllm_batch`) and vLLM's (``serving_vllm.kv_blocks``)."""
     prefill = ServingConfig(
         phase=Phase.PREFILL, batch=1, prompt_len=tokens, tp=base.tp, pp=base.pp, ep=base.ep,
         precision=base.precision, kv_precision=base.kv_precision,
@@ -121,10 +118,26 @@ def trtllm_batch(
     step = base.steps()[0]
     one = serving_memory(lower_step(model, replace(base, batch=1), step))
     two = serving_memory(lower_step(model, replace(base, batch=2), step))
+    return [
+        (
+            engine.weight_bytes + engine.activation_bytes,
+            second.kv_cache_bytes - first.kv_cache_bytes,
+        )
+        for engine, first, second in zip(held, one, two, strict=True)
+    ]
+
+
+def trtllm_batch(
+    model: ModelSpec, base: ServingConfig, memory_bytes: int, fraction: float, tokens: int
+) -> int:
+    """The sequences TensorRT-LLM keeps in flight: on every GPU, ``fraction x (memory - W - A)``
+    of KV cache (``W`` the weights, ``A`` the engine's activation memory: the workspace of one
+    prefill step of ``tokens`` tokens) over one sequence's KV bytes at ``base.context_len``
+    (the caller passes ``isl + osl``: blocks reserved to completion); the smallest over the
+    pipeline stages (the runtime all-reduces the block count with MIN). 0 when none fits."""
     batch = MAX_GLOBAL_BATCH
-    for engine, first, second in zip(held, one, two, strict=True):
-        per_sequence = second.kv_cache_bytes - first.kv_cache_bytes
-        free = max(memory_bytes - engine.weight_bytes - engine.activation_bytes, 0)
+    for held, per_sequence in kv_footprint(model, base, tokens):
+        free = max(memory_bytes - held, 0)
         if per_sequence > 0:
             batch = min(batch, int(fraction * free) // per_sequence)
     return batch

@@ -57,11 +57,11 @@ from dataclasses import dataclass, replace
 
 from stage_core.errors import ConfigError
 from stage_core.models import ModelSpec
-from stage_core.serving import Phase, ServingConfig, ServingStep
-from stage_core.serving.program import lower_step, serving_memory
+from stage_core.serving import Phase, ServingConfig
 from stage_explore.analytical.backend import AnalyticalBackend
 from stage_explore.analytical.serving import evaluate_decode, evaluate_prefill
 from stage_explore.system import System
+from stage_explore.validation.serving_trtllm import kv_footprint
 
 #: vLLM's default KV-cache block size in tokens (``CacheConfig.block_size`` 16 on CUDA / ROCm).
 BLOCK_SIZE = 16
@@ -104,18 +104,10 @@ def kv_blocks(
     """KV-cache blocks vLLM allocates: on every GPU, ``usable_bytes`` less the weights and the
     activation workspace of one prefill step of ``budget`` tokens, over one block's bytes (from
     two lowerings at ``base.context_len``); the smallest over the pipeline stages. 0 when none."""
-    profile = ServingConfig(
-        phase=Phase.PREFILL, batch=1, prompt_len=budget, tp=base.tp, pp=base.pp, ep=base.ep,
-        precision=base.precision, kv_precision=base.kv_precision,
-    )  # fmt: skip
-    held = serving_memory(lower_step(model, profile, ServingStep(budget, budget)))
-    step = base.steps()[0]
-    one = serving_memory(lower_step(model, replace(base, batch=1), step))
-    two = serving_memory(lower_step(model, replace(base, batch=2), step))
     blocks = math.inf
-    for engine, first, second in zip(held, one, two, strict=True):
-        per_token = (second.kv_cache_bytes - first.kv_cache_bytes) / step.context
-        free = max(usable_bytes - engine.weight_bytes - engine.activation_bytes, 0)
+    for held, per_sequence in kv_footprint(model, base, budget):
+        per_token = per_sequence / base.steps()[0].context
+        free = max(usable_bytes - held, 0)
         if per_token > 0:
             blocks = min(blocks, free // (per_token * block_size))
     return 0 if math.isinf(blocks) else int(blocks)
