@@ -135,8 +135,17 @@ _WRAPPED = re.compile(r"\s*(?:full|selective|none)\s*\((.*)\)\s*", re.IGNORECASE
 #: A ``selective`` cell that describes its modules in prose (``selective: every RMSNorm and the
 #: MLA up-projections recomputed``, the DeepSeek-V3 report's Section 3.2.3 "We recompute all
 #: RMSNorm operations and MLA up-projections during back-propagation"): the cell up to its first
-#: parenthesis after ``selective`` and ``:`` / ``-``.
-_SELECTIVE_PROSE = re.compile(r"\s*selective\s*[:\-\u2013]\s*([^()]*)", re.IGNORECASE)
+#: parenthesis after ``selective`` (or ``selective recompute`` / ``selective activation
+#: recomputation`` / ``selective checkpointing``) and ``:`` / ``-``, after an optional label
+#: (``recompute: selective: …``, ``activation checkpointing: selective: …``, at the start of
+#: the cell only, so a ``full …`` cell names none: the spellings
+#: ``benchmarks/spelling_robustness.py`` writes; s37 lead).
+_SELECTIVE_PROSE = re.compile(
+    r"\s*(?:(?:activation\s+)?(?:recompute|recomputation|checkpointing)\s*[:\-\u2013]\s*)?"
+    r"selective(?:\s+(?:activation\s+)?(?:recompute|recomputation|checkpointing))?"
+    r"\s*[:\-\u2013]\s*([^()]*)",
+    re.IGNORECASE,
+)
 #: Prose names of Megatron-Core's recompute modules (:mod:`stage_core.recompute`): a norm
 #: (``RMSNorm``, ``LayerNorm``) is ``layernorm`` (the norms that are modules of their own; a
 #: latent attention's latent norms go with ``mla_up_proj``), latent attention's up-projections
