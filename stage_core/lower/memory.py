@@ -195,6 +195,58 @@ def backward_working_set(block: BoundBlock, extra: InstrBytes | None = None) -> 
     return peak
 
 
+@dataclass(frozen=True, slots=True)
+class WorkingSetTerms:
+    """The candidates :func:`recompute_working_set` takes the largest of, per block kind, so a
+    caller asking for several pipeline stages' kind sets derives each block's terms once (s37
+    lead: the per-stage working set of s37 vocab2 had re-derived them for every stage's kinds).
+    ``backward``: each kind's :func:`backward_working_set`; ``recomputed``: each recomputed
+    layer kind's saved activations without recompute less with it; ``groups``: each uniform
+    recompute group's kinds and :func:`uniform_group_working_set`."""
+
+    backward: Mapping[str, int]
+    recomputed: Mapping[str, int]
+    groups: tuple[tuple[tuple[str, ...], int], ...]
+
+    def largest(self, kinds: Collection[str] | None = None) -> int:
+        """The largest term over the block kinds ``kinds`` (``None``: every kind); a group
+        counts when all its kinds are among them."""
+        backward = self.backward
+        own = backward if kinds is None else {k: v for k, v in backward.items() if k in kinds}
+        largest = max(own.values(), default=0)
+        for kind, excess in self.recomputed.items():
+            if kind in own:
+                largest = max(largest, excess)
+        for group, working_set in self.groups:
+            if kinds is None or all(kind in own for kind in group):
+                largest = max(largest, working_set)
+        return largest
+
+
+def working_set_terms(
+    workload: Workload, blocks: Mapping[str, BoundBlock], extra: InstrBytes | None = None
+) -> WorkingSetTerms:
+    """Every block kind's working-set terms (:class:`WorkingSetTerms`; ``extra`` as in
+    :func:`backward_working_set`)."""
+    backward = {kind: backward_working_set(block, extra) for kind, block in blocks.items()}
+    if str(workload.parallel.recompute) == "none":
+        return WorkingSetTerms(backward, {}, ())
+    full_saved: dict[str, int] = {}
+    recomputed: dict[str, int] = {}
+    for kind in blocks:
+        if not (is_layer_block(kind) or mtp_layer_of_block(kind)):  # MTP: its layer recomputes
+            continue
+        if is_kept_block(kind) or is_grouped_block(kind):  # kept: no recompute; grouped: below
+            continue
+        full_saved[kind] = unrecomputed_saved_bytes(workload, kind)
+        recomputed[kind] = full_saved[kind] - blocks[kind].saved_bytes
+    groups = tuple(
+        (tuple(group), uniform_group_working_set(group, blocks, full_saved, extra))
+        for group in recompute_groups(workload)
+    )
+    return WorkingSetTerms(backward, recomputed, groups)
+
+
 def recompute_working_set(
     workload: Workload,
     blocks: Mapping[str, BoundBlock],
@@ -212,24 +264,9 @@ def recompute_working_set(
     ``extra`` as in :func:`backward_working_set`. ``kinds``: the block kinds one pipeline stage
     runs (``None``: every block of the model) — a stage's backward runs its own blocks only, so
     its transient is theirs: a first stage under pipeline parallelism never holds the output
-    layer's logits gradient (s37 vocab2; before, every stage was charged the model's largest)."""
-    own = blocks if kinds is None else {k: b for k, b in blocks.items() if k in kinds}
-    largest = max((backward_working_set(block, extra) for block in own.values()), default=0)
-    if str(workload.parallel.recompute) == "none":
-        return largest
-    full_saved: dict[str, int] = {}
-    for kind in blocks:
-        if not (is_layer_block(kind) or mtp_layer_of_block(kind)):  # MTP: its layer recomputes
-            continue
-        if is_kept_block(kind) or is_grouped_block(kind):  # kept: no recompute; grouped: below
-            continue
-        full_saved[kind] = unrecomputed_saved_bytes(workload, kind)
-        if kind in own:
-            largest = max(largest, full_saved[kind] - blocks[kind].saved_bytes)
-    for group in recompute_groups(workload):
-        if kinds is None or all(kind in own for kind in group):
-            largest = max(largest, uniform_group_working_set(group, blocks, full_saved, extra))
-    return largest
+    layer's logits gradient (s37 vocab2; before, every stage was charged the model's largest).
+    The terms: :func:`working_set_terms`."""
+    return working_set_terms(workload, blocks, extra).largest(kinds)
 
 
 def unrecomputed_saved_bytes(workload: Workload, kind: str) -> int:

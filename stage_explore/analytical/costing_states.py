@@ -16,13 +16,14 @@ from stage_core.lower.compact import Runs, recompute_groups
 from stage_core.lower.flops import AttentionFlops, block_flops
 from stage_core.lower.fp8 import FP8_BYTES, fp8_block
 from stage_core.lower.memory import (
+    WorkingSetTerms,
     block_states,
     fp8_weights,
     gathered_input_bytes,
     loss_logits_elements,
-    recompute_working_set,
     unsharded_elements,
     weighted_combine_saved_bytes,
+    working_set_terms,
 )
 from stage_core.lower.optimizer_kinds import optimizer_state_bytes
 from stage_core.lower.program import (
@@ -224,9 +225,12 @@ class StateCosting:
         cp = point.workload.parallel.cp if self.framework.cp_merge_fp32 else 1
         extra = None if cp <= 1 else partial(cp_ring_held_bytes, cp=cp)
         groups = recompute_groups(point.workload)  # uniform recompute: the groups' layers
+        terms: WorkingSetTerms = self._parts.get(  # each block's terms once per point (s37)
+            ("working_set_terms", point.key, cp, groups),
+            lambda: working_set_terms(point.workload, point.blocks, extra),
+        )
         return self._parts.get(  # type: ignore[no-any-return]
-            ("working_set", point.key, cp, groups, kinds),
-            lambda: recompute_working_set(point.workload, point.blocks, extra, kinds),
+            ("working_set", point.key, cp, groups, kinds), lambda: terms.largest(kinds)
         )
 
     def _kept_output_bytes(self, point: Point, runs: Runs) -> int:
