@@ -252,18 +252,19 @@ def assemble_step(
         total += forward_lost  # after the reductions and the optimizer (SyncCost)
         if worst is None or total > worst[0]:
             worst = (total, stage, free, lost, held, forward_lost, gather)
-        if any(cls.kept_bytes):  # outputs kept until the step ends: walk the whole order
-            sizes = cls.saved_bytes
-            if split:
-                sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
-            activations = peak_with_kept_outputs(kind, stage, p, m, vpp, sizes, cls.kept_bytes)
-        elif kind == "gpipe":
+        kept_outputs = any(cls.kept_bytes)  # held until the step ends: walk the whole order
+        if kind == "gpipe" and not kept_outputs:
             activations = m * sum(cls.saved_bytes)
         else:
             sizes = cls.saved_bytes
             if split:
                 sizes = (*sizes, *(cls.pending_bytes or (0,) * chunks))
-            activations = _peak_activations(kind, stage, p, m, vpp, sizes)
+            if kept_outputs:
+                activations = peak_with_kept_outputs(
+                    kind, stage, p, m, vpp, sizes, cls.kept_bytes
+                )
+            else:
+                activations = _peak_activations(kind, stage, p, m, vpp, sizes)
         transient = cls.working_set_bytes
         if transient is None:
             transient = plan.working_set_bytes
